@@ -1,0 +1,36 @@
+# Two commands do all the set-up on a fresh Debian 12 machine:
+#   make run    installs what is missing, builds, serves examples/config
+#   make test   installs what is missing, builds, runs every test
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+MESON_OPTS ?=
+
+.PHONY: all deps build test test-asan run clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+$(BUILD)/build.ninja:
+	meson setup $(BUILD) $(MESON_OPTS)
+
+build: deps $(BUILD)/build.ninja
+	ninja -C $(BUILD)
+
+test: build
+	meson test -C $(BUILD) --print-errorlogs
+
+# The same suites built with clang under AddressSanitizer and UBSan.
+test-asan: deps
+	[ -f $(ASAN_BUILD)/build.ninja ] || CC=clang meson setup $(ASAN_BUILD) \
+	  -Db_sanitize=address,undefined -Db_lundef=false $(MESON_OPTS)
+	ninja -C $(ASAN_BUILD)
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  meson test -C $(ASAN_BUILD) --print-errorlogs
+
+run: build
+	tools/run-example.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

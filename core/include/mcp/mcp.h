@@ -1,0 +1,596 @@
+/*
+ * libmcp: a sans-I/O engine for Istio's Mesh Configuration Protocol
+ * (istio.mcp.v1alpha1).
+ *
+ * The core reads no clock, opens no socket or file, starts no thread and
+ * keeps no global state. Bytes go in through *_recv(), messages come out
+ * through *_next(); time comes in as an argument (mcp_tstamp, nanoseconds
+ * on any monotonic clock the caller likes); allocation and randomness go
+ * through hooks given at creation.
+ *
+ * Objects:
+ *   mcp_store           collections of resources, each resource version
+ *                       encoded once into shared bytes; a generation
+ *                       counter and change log per collection.
+ *   mcp_source_session  one stream on the source side (ResourceSource
+ *                       server or ResourceSink client: same logic).
+ *   mcp_sink_state      what a sink holds; survives reconnects.
+ *   mcp_sink_session    one stream on the sink side (ResourceSource client
+ *                       or ResourceSink server).
+ *   mcp_msg             one encoded message to send, as fragments.
+ *
+ * Conventions:
+ *   - Functions returning int return 0 (or a count) on success and a
+ *     negative mcp_error on failure. Unless a function says otherwise, on
+ *     failure it changes nothing (failure atomicity).
+ *   - Strings are NUL-terminated UTF-8. Pointers passed in are only
+ *     borrowed for the duration of the call unless the comment says the
+ *     object keeps them.
+ *   - Objects are not thread-safe. One thread at a time per store and its
+ *     sessions.
+ *   - Callbacks must not call back into the object that invoked them
+ *     (they may read other objects, and record work to do afterwards).
+ *   - Misuse (NULL where an object is required, time going backwards)
+ *     trips assert(); peer faults are error codes.
+ */
+#ifndef MCP_MCP_H
+#define MCP_MCP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define MCP_EXTERN __attribute__((visibility("default")))
+#else
+#define MCP_EXTERN
+#endif
+
+/* ------------------------------------------------------------------ */
+/* Errors                                                              */
+/* ------------------------------------------------------------------ */
+
+/*
+ * X(name, value, gRPC status code, description). The gRPC code is the one
+ * a transport uses when the error ends a stream.
+ */
+#define MCP_ERRNO_MAP(X)                                                     \
+  X(NOMEM, -1, 8, "out of memory")                                           \
+  X(INVALID_ARGUMENT, -2, 3, "invalid argument")                             \
+  X(MALFORMED, -3, 3, "malformed message")                                   \
+  X(PROTOCOL, -4, 3, "protocol violation by the peer")                       \
+  X(NOT_FOUND, -5, 5, "not found")                                           \
+  X(LIMIT, -6, 8, "limit exceeded")                                          \
+  X(CLOSED, -7, 1, "session closed")                                         \
+  X(UNSUPPORTED, -8, 12, "unsupported")                                      \
+  X(CALLBACK, -9, 13, "callback failed")
+
+typedef enum mcp_error {
+#define MCP_ERR_ENUM_(n, v, g, s) MCP_ERR_##n = (v),
+  MCP_ERRNO_MAP(MCP_ERR_ENUM_)
+#undef MCP_ERR_ENUM_
+} mcp_error;
+
+/* A static description of |err| ("unknown error" for an unknown code). */
+MCP_EXTERN const char *mcp_strerror(int err);
+
+/* The gRPC status code a transport should end a stream with when a call
+ * failed with |err| (2, UNKNOWN, for an unknown code). */
+MCP_EXTERN int mcp_error_grpc_status(int err);
+
+/* gRPC status codes used in NACKs (google.rpc.Code). */
+enum {
+  MCP_CODE_OK = 0,
+  MCP_CODE_CANCELLED = 1,
+  MCP_CODE_UNKNOWN = 2,
+  MCP_CODE_INVALID_ARGUMENT = 3,
+  MCP_CODE_NOT_FOUND = 5,
+  MCP_CODE_RESOURCE_EXHAUSTED = 8,
+  MCP_CODE_FAILED_PRECONDITION = 9,
+  MCP_CODE_UNIMPLEMENTED = 12,
+  MCP_CODE_INTERNAL = 13,
+  MCP_CODE_UNAVAILABLE = 14
+};
+
+/* ------------------------------------------------------------------ */
+/* Hooks                                                               */
+/* ------------------------------------------------------------------ */
+
+/* Nanoseconds on a monotonic clock chosen by the caller. */
+typedef uint64_t mcp_tstamp;
+#define MCP_TSTAMP_MAX UINT64_MAX
+#define MCP_MILLISECONDS ((mcp_tstamp)1000000)
+#define MCP_SECONDS ((mcp_tstamp)1000000000)
+
+/*
+ * Allocator hook, as nghttp2_mem. NULL wherever an mcp_mem pointer is
+ * accepted means the C library. The hook is also bridged into protobuf-c.
+ * The struct is copied at object creation.
+ */
+typedef struct mcp_mem {
+  void *user_data;
+  void *(*malloc)(size_t size, void *user_data);
+  void (*free)(void *ptr, void *user_data);
+  void *(*calloc)(size_t nmemb, size_t size, void *user_data);
+  void *(*realloc)(void *ptr, size_t size, void *user_data);
+} mcp_mem;
+
+/* Fills |dest| with |len| random bytes. Used once per store, for its
+ * epoch. Tests and fuzzers pass a deterministic one. */
+typedef void (*mcp_rand_fn)(uint8_t *dest, size_t len, void *user_data);
+
+/* ------------------------------------------------------------------ */
+/* Resources                                                           */
+/* ------------------------------------------------------------------ */
+
+typedef struct mcp_kv {
+  const char *key;
+  const char *value;
+} mcp_kv;
+
+/*
+ * A resource, as the application describes it to the store and as the
+ * sink hands it to the application. All pointers are borrowed.
+ */
+typedef struct mcp_resource {
+  const char *name;    /* required, non-empty */
+  const char *version; /* "" or NULL: the store generates one */
+  const mcp_kv *labels;
+  size_t nlabels;
+  const mcp_kv *annotations;
+  size_t nannotations;
+  int has_create_time;
+  int64_t create_time_seconds;
+  int32_t create_time_nanos;
+  const char *type_url; /* google.protobuf.Any.type_url of the body */
+  const uint8_t *body;  /* google.protobuf.Any.value */
+  size_t body_len;
+} mcp_resource;
+
+/* ------------------------------------------------------------------ */
+/* Messages                                                            */
+/* ------------------------------------------------------------------ */
+
+typedef struct mcp_iovec {
+  const uint8_t *base;
+  size_t len;
+} mcp_iovec;
+
+/*
+ * One encoded protobuf message, ready to be framed and sent: the
+ * concatenation of its fragments. Fragments of resources are shared with
+ * the store and with every other message carrying the same resource
+ * version; the message keeps them alive until mcp_msg_free(), so a
+ * transport may send them without copying, on any thread, after the store
+ * has moved on.
+ */
+typedef struct mcp_msg mcp_msg;
+
+/* Total encoded length in bytes. */
+MCP_EXTERN size_t mcp_msg_len(const mcp_msg *msg);
+
+/* Sets |*iov| to the fragments (valid until mcp_msg_free()) and returns
+ * their number. */
+MCP_EXTERN size_t mcp_msg_iov(const mcp_msg *msg, const mcp_iovec **iov);
+
+/* Copies the whole message into |dest|, which has room for mcp_msg_len()
+ * bytes. */
+MCP_EXTERN void mcp_msg_flatten(const mcp_msg *msg, uint8_t *dest);
+
+/* The collection this message is about ("" when it has none). Valid until
+ * mcp_msg_free(). */
+MCP_EXTERN const char *mcp_msg_collection(const mcp_msg *msg);
+
+/* Releases the message and its references to shared fragments. Thread-safe
+ * with respect to the store (the shared bytes are reference counted
+ * atomically). NULL is a no-op. */
+MCP_EXTERN void mcp_msg_free(mcp_msg *msg);
+
+/* ------------------------------------------------------------------ */
+/* Store                                                               */
+/* ------------------------------------------------------------------ */
+
+typedef struct mcp_store mcp_store;
+
+typedef struct mcp_store_options {
+  const mcp_mem *mem; /* NULL: libc */
+  /*
+   * Epoch: a number that differs between runs, so that versions the store
+   * generates ("<epoch>-<generation>", in hexadecimal and decimal) never
+   * repeat across restarts. 0: draw it from |rand|. When both are 0/NULL,
+   * mcp_store_new() fails with MCP_ERR_INVALID_ARGUMENT.
+   */
+  uint64_t epoch;
+  mcp_rand_fn rand;
+  void *rand_user_data;
+} mcp_store_options;
+
+MCP_EXTERN void mcp_store_options_default(mcp_store_options *opts);
+
+/* Creates an empty store. On failure |*pstore| is untouched.
+ * Errors: NOMEM, INVALID_ARGUMENT. */
+MCP_EXTERN int mcp_store_new(mcp_store **pstore, const mcp_store_options *opts);
+
+/* Frees the store. Every session using it must have been freed first;
+ * messages (mcp_msg) may outlive it. NULL is a no-op. */
+MCP_EXTERN void mcp_store_del(mcp_store *store);
+
+/* The store's epoch. */
+MCP_EXTERN uint64_t mcp_store_epoch(const mcp_store *store);
+
+/*
+ * Declares a collection, so that it is served (empty) before it has any
+ * resource. Adding an existing collection is a no-op returning 0.
+ * Errors: NOMEM, INVALID_ARGUMENT (empty name or not UTF-8).
+ */
+MCP_EXTERN int mcp_store_add_collection(mcp_store *store, const char *collection);
+
+/*
+ * Adds or replaces one resource, creating the collection if needed. When
+ * the resource's version equals the version held and its content is
+ * byte-identical, nothing changes and 0 is returned; otherwise the
+ * collection's generation advances. |ts| stamps the change for debouncing.
+ * Returns 1 when the collection changed, 0 when not.
+ * Errors: NOMEM, INVALID_ARGUMENT (empty or non-UTF-8 name or version).
+ */
+MCP_EXTERN int mcp_store_upsert(mcp_store *store, const char *collection,
+                                const mcp_resource *res, mcp_tstamp ts);
+
+/*
+ * Deletes one resource. Returns 1 when it existed, 0 when not.
+ * Errors: NOMEM (a tombstone is recorded).
+ */
+MCP_EXTERN int mcp_store_delete(mcp_store *store, const char *collection,
+                                const char *name, mcp_tstamp ts);
+
+/*
+ * Replaces the whole content of a collection with |res[0..n)|: upserts
+ * every resource given and deletes every other one, as one change (one
+ * generation). Resources equal to those held are left as they are, so the
+ * change log only lists real changes. Returns 1 when the collection
+ * changed, 0 when not. On failure nothing changed.
+ * Errors: NOMEM, INVALID_ARGUMENT (a bad resource, or a name given twice).
+ */
+MCP_EXTERN int mcp_store_replace(mcp_store *store, const char *collection,
+                                 const mcp_resource *res, size_t n,
+                                 mcp_tstamp ts);
+
+/* Current generation of a collection: 0 when unknown or never changed. */
+MCP_EXTERN uint64_t mcp_store_generation(const mcp_store *store,
+                                         const char *collection);
+
+/* 1 when the collection exists (was added or received a resource). */
+MCP_EXTERN int mcp_store_has_collection(const mcp_store *store,
+                                        const char *collection);
+
+/* Number of live resources in a collection (0 when unknown). */
+MCP_EXTERN size_t mcp_store_count(const mcp_store *store, const char *collection);
+
+/* Version of one resource, or NULL. Valid until the next change of that
+ * collection. */
+MCP_EXTERN const char *mcp_store_version(const mcp_store *store,
+                                         const char *collection,
+                                         const char *name);
+
+/* Number of collections, and the name of the i-th (in creation order;
+ * valid as long as the store). */
+MCP_EXTERN size_t mcp_store_collection_count(const mcp_store *store);
+MCP_EXTERN const char *mcp_store_collection_name(const mcp_store *store,
+                                                 size_t i);
+
+/* ------------------------------------------------------------------ */
+/* Events (for logs and metrics)                                       */
+/* ------------------------------------------------------------------ */
+
+typedef enum mcp_event_type {
+  MCP_EVENT_REQUEST,            /* source: new or re-request (empty nonce) */
+  MCP_EVENT_PUSH,               /* source: a push was produced */
+  MCP_EVENT_ACK,                /* source: a push was ACKed; sink: we ACKed */
+  MCP_EVENT_NACK,               /* source: a push was NACKed; sink: we NACKed */
+  MCP_EVENT_STALE,              /* source: a request with a stale nonce */
+  MCP_EVENT_UNKNOWN_COLLECTION, /* source: a request for no known collection */
+  MCP_EVENT_TRIGGER_IGNORED     /* source: the $triggerCollection NACK */
+} mcp_event_type;
+
+typedef struct mcp_event {
+  mcp_event_type type;
+  const char *collection;
+  const char *nonce;   /* "" when none */
+  const char *version; /* system_version_info of the push, "" when none */
+  int code;            /* NACK: the google.rpc code; else 0 */
+  const char *message; /* NACK: the message; else "" */
+  size_t nresources;   /* PUSH: resources and removals carried */
+  size_t nremoved;
+  int incremental;     /* PUSH: 1 for an incremental push */
+  mcp_tstamp latency;  /* ACK/NACK: time since the push was produced */
+} mcp_event;
+
+/* Called synchronously from inside the session call that caused the
+ * event. Every pointer is valid only during the call. Must not call into
+ * the session. */
+typedef void (*mcp_event_cb)(const mcp_event *ev, void *user_data);
+
+/* ------------------------------------------------------------------ */
+/* Sink node                                                           */
+/* ------------------------------------------------------------------ */
+
+/* A SinkNode as received by the source. Valid during the call only. */
+typedef struct mcp_sink_node {
+  const char *id;
+  const mcp_kv *annotations;
+  size_t nannotations;
+} mcp_sink_node;
+
+/* The collection name Istio's dialing source sends first to wake a sink.
+ */
+#define MCP_TRIGGER_COLLECTION "$triggerCollection"
+
+/* ------------------------------------------------------------------ */
+/* Source session                                                      */
+/* ------------------------------------------------------------------ */
+
+typedef struct mcp_source_session mcp_source_session;
+
+/*
+ * Maps the sink node of a stream to the store that serves it (per-sink
+ * views). Called once, on the first request that carries a sink node
+ * (or the first request at all). Return NULL to use the session's default
+ * store; the returned store must outlive the session.
+ */
+typedef mcp_store *(*mcp_select_store_cb)(const mcp_sink_node *node,
+                                          void *user_data);
+
+typedef struct mcp_source_options {
+  const mcp_mem *mem; /* NULL: libc */
+  /* Default store; may be NULL only when select_store is given. */
+  mcp_store *store;
+  mcp_select_store_cb select_store;
+  void *select_store_user_data;
+  /*
+   * Debounce: a change is pushed once its collection has been quiet for
+   * |debounce|, or at the latest |max_delay| after the first change of a
+   * burst. 0/0 pushes at once. The answer to a new request is never
+   * delayed. Default 0 and 0.
+   */
+  mcp_tstamp debounce;
+  mcp_tstamp max_delay;
+  /*
+   * NACK retry: 0 (default) never pushes NACKed content again; the next
+   * change is pushed. When non-zero, content NACKed with one of the codes
+   * in |nack_retry_codes| (UNAVAILABLE by default) is pushed again after
+   * |nack_retry_initial|, doubling up to |nack_retry_max|.
+   */
+  mcp_tstamp nack_retry_initial;
+  mcp_tstamp nack_retry_max;
+  const int *nack_retry_codes; /* NULL: { MCP_CODE_UNAVAILABLE } */
+  size_t nnack_retry_codes;
+  /* Dialing side (ResourceSink client): make the first message the
+   * $triggerCollection Resources Istio's sinks expect. */
+  int send_trigger;
+  /* Events for logs and metrics (optional). */
+  mcp_event_cb on_event;
+  void *user_data;
+} mcp_source_options;
+
+MCP_EXTERN void mcp_source_options_default(mcp_source_options *opts);
+
+/* Creates a session for one new stream. Keeps |opts->store| (and stores
+ * select_store returns) by pointer: they must outlive the session. On
+ * failure |*ps| is untouched. Errors: NOMEM, INVALID_ARGUMENT. */
+MCP_EXTERN int mcp_source_session_new(mcp_source_session **ps,
+                                      const mcp_source_options *opts,
+                                      mcp_tstamp ts);
+
+/* Frees the session (pending pushes are forgotten; messages already taken
+ * stay valid). NULL is a no-op. */
+MCP_EXTERN void mcp_source_session_del(mcp_source_session *s);
+
+/*
+ * Feeds one received RequestResources message (the protobuf bytes, without
+ * gRPC framing). A request for an unknown collection, a stale nonce or the
+ * NACK of the trigger are not errors: they are counted and reported as
+ * events, and the stream goes on.
+ * Errors: MALFORMED (undecodable, or strings not UTF-8), PROTOCOL (no
+ * collection), NOMEM. After MALFORMED or PROTOCOL the session is unchanged
+ * and the transport should end the stream with mcp_error_grpc_status().
+ */
+MCP_EXTERN int mcp_source_session_recv(mcp_source_session *s,
+                                       const uint8_t *in, size_t len,
+                                       mcp_tstamp ts);
+
+/* 1 when mcp_source_session_next() would produce a message at |ts|. */
+MCP_EXTERN int mcp_source_session_want_write(mcp_source_session *s,
+                                             mcp_tstamp ts);
+
+/*
+ * Produces the next Resources message to send at |ts|: at most one push
+ * in flight per collection; the next push of a collection carries its
+ * latest state. Returns 1 and sets |*pmsg| (owned by the caller, free it
+ * with mcp_msg_free()) or returns 0 when nothing is to be sent now.
+ * Errors: NOMEM (nothing was consumed; try again later).
+ */
+MCP_EXTERN int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
+                                       mcp_msg **pmsg);
+
+/* The earliest time at which the session wants handle_expiry() (a debounce
+ * window or a NACK retry ends), or MCP_TSTAMP_MAX. Pushes that may go out
+ * now are reported by want_write(), not here. */
+MCP_EXTERN mcp_tstamp mcp_source_session_get_expiry(mcp_source_session *s);
+
+/* Acts on expired timers. After it, check want_write(). */
+MCP_EXTERN int mcp_source_session_handle_expiry(mcp_source_session *s,
+                                                mcp_tstamp ts);
+
+/* Sink node of the stream (id "" until the first request). */
+MCP_EXTERN const char *mcp_source_session_node_id(const mcp_source_session *s);
+
+/* ------------------------------------------------------------------ */
+/* Sink state and session                                              */
+/* ------------------------------------------------------------------ */
+
+typedef struct mcp_sink_state mcp_sink_state;
+typedef struct mcp_sink_session mcp_sink_session;
+
+/*
+ * A change the sink is about to apply, as received and validated. For a
+ * full-state push (incremental == 0), |resources| is the whole new content
+ * and |removed| lists the names held before that the new content drops
+ * (computed by the sink). All pointers are valid during the callback only.
+ */
+typedef struct mcp_change {
+  const char *collection;
+  const char *system_version_info;
+  const char *nonce;
+  int incremental;
+  const mcp_resource *resources;
+  size_t nresources;
+  const char *const *removed;
+  size_t nremoved;
+} mcp_change;
+
+/*
+ * The application applies |change|. Return 0 to accept (the sink then
+ * updates what it holds and ACKs), or a google.rpc code > 0 to reject: the
+ * sink NACKs with that code and the message written into |msg| (NUL
+ * terminated, at most |msglen| bytes), and holds what it held before.
+ */
+typedef int (*mcp_apply_cb)(const mcp_change *change, char *msg,
+                            size_t msglen, void *user_data);
+
+typedef struct mcp_sink_options {
+  const mcp_mem *mem; /* NULL: libc */
+  const char *node_id;
+  const mcp_kv *node_annotations;
+  size_t nnode_annotations;
+  const char *const *collections; /* requested collections, in order */
+  size_t ncollections;
+  int incremental;          /* ask for incremental pushes */
+  mcp_apply_cb apply;       /* may be NULL: accept everything */
+  mcp_event_cb on_event;    /* optional */
+  void *user_data;          /* for apply and on_event */
+  size_t journal_size;      /* recent requests kept; default 64 */
+} mcp_sink_options;
+
+MCP_EXTERN void mcp_sink_options_default(mcp_sink_options *opts);
+
+/* Creates the state of a sink. Copies everything in |opts|. On failure
+ * |*pstate| is untouched. Errors: NOMEM, INVALID_ARGUMENT (no collection,
+ * an empty one, or one twice). */
+MCP_EXTERN int mcp_sink_state_new(mcp_sink_state **pstate,
+                                  const mcp_sink_options *opts);
+
+/* Frees the state. Its sessions must have been freed first. */
+MCP_EXTERN void mcp_sink_state_del(mcp_sink_state *state);
+
+/* Resources held in |collection| (0 when not requested). */
+MCP_EXTERN size_t mcp_sink_state_count(const mcp_sink_state *state,
+                                       const char *collection);
+
+/* Version held for one resource, or NULL. Valid until the next change. */
+MCP_EXTERN const char *mcp_sink_state_version(const mcp_sink_state *state,
+                                              const char *collection,
+                                              const char *name);
+
+/* Calls |fn| for each resource held in |collection| (in no given order). */
+MCP_EXTERN void mcp_sink_state_foreach(const mcp_sink_state *state,
+                                       const char *collection,
+                                       void (*fn)(const char *name,
+                                                  const char *version,
+                                                  void *user_data),
+                                       void *user_data);
+
+/* 1 once every requested collection was received and ACKed at least once
+ * (on any stream). */
+MCP_EXTERN int mcp_sink_state_synced(const mcp_sink_state *state);
+
+/*
+ * Creates a session for one new stream of |state|. Only one session per
+ * state may exist at a time (a stream replaces the previous one). Its
+ * first messages are one request per collection, with empty nonce and,
+ * when incremental, the versions held. Errors: NOMEM, INVALID_ARGUMENT
+ * (the state already has a session).
+ */
+MCP_EXTERN int mcp_sink_session_new(mcp_sink_session **ps,
+                                    mcp_sink_state *state, mcp_tstamp ts);
+
+MCP_EXTERN void mcp_sink_session_del(mcp_sink_session *s);
+
+/*
+ * Feeds one received Resources message. Validates it (nonce present; a
+ * requested collection; incremental only when asked; no name twice; no
+ * name both updated and removed; names and versions present and UTF-8;
+ * every resource decodes), hands it to the apply callback, updates what is
+ * held on acceptance, and queues the ACK or NACK. A rejected message
+ * changes nothing held and is not an error: 0 is returned.
+ * Errors: MALFORMED (the envelope does not decode: no nonce to NACK; the
+ * transport should end the stream), NOMEM (nothing changed, nothing
+ * queued).
+ */
+MCP_EXTERN int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in,
+                                     size_t len, mcp_tstamp ts);
+
+MCP_EXTERN int mcp_sink_session_want_write(mcp_sink_session *s);
+
+/* Produces the next RequestResources to send. Returns 1 and sets |*pmsg|
+ * (owned by the caller), or 0 when nothing is queued. Errors: NOMEM. */
+MCP_EXTERN int mcp_sink_session_next(mcp_sink_session *s, mcp_msg **pmsg);
+
+/* ------------------------------------------------------------------ */
+/* Introspection                                                       */
+/* ------------------------------------------------------------------ */
+
+/*
+ * The state of one collection on one stream. Strings point into the
+ * session (or into |buf| fields here) and are valid until the next call
+ * that changes the session.
+ */
+typedef struct mcp_collection_status {
+  const char *collection;
+  int known;               /* source: the store has this collection */
+  int incremental;         /* the stream asked for incremental pushes */
+  char acked_version[48];  /* system_version_info last ACKed, "" if none */
+  char pending_version[48];/* of the push in flight, "" if none */
+  char pending_nonce[24];  /* "" if none */
+  mcp_tstamp pending_age;  /* ts - time the push was produced; 0 if none */
+  int last_nack_code;      /* 0 if never NACKed */
+  const char *last_nack_message; /* "" if never NACKed */
+  uint64_t pushes, acks, nacks, stale;
+  size_t held;             /* sink: resources held */
+} mcp_collection_status;
+
+/* Number of collections the stream has asked for (source) or asks for
+ * (sink). */
+MCP_EXTERN size_t mcp_source_session_collection_count(const mcp_source_session *s);
+MCP_EXTERN int mcp_source_session_collection_status(const mcp_source_session *s,
+                                                    size_t i, mcp_tstamp ts,
+                                                    mcp_collection_status *st);
+MCP_EXTERN size_t mcp_sink_state_collection_count(const mcp_sink_state *state);
+MCP_EXTERN int mcp_sink_state_collection_status(const mcp_sink_state *state,
+                                                size_t i, mcp_tstamp ts,
+                                                mcp_collection_status *st);
+
+/* One request the sink sent, newest last. */
+typedef struct mcp_journal_entry {
+  mcp_tstamp ts;
+  const char *collection;
+  char nonce[24];     /* "" for a new request */
+  int kind;           /* MCP_EVENT_REQUEST, MCP_EVENT_ACK or MCP_EVENT_NACK */
+  int code;           /* NACK code */
+  const char *message;/* NACK message, "" otherwise */
+  size_t ninitial;    /* entries of initial_resource_versions sent */
+} mcp_journal_entry;
+
+/* Number of journal entries kept (at most journal_size), and the i-th,
+ * oldest first. Valid until the next call changing the state. */
+MCP_EXTERN size_t mcp_sink_state_journal_count(const mcp_sink_state *state);
+MCP_EXTERN int mcp_sink_state_journal_entry(const mcp_sink_state *state,
+                                            size_t i, mcp_journal_entry *e);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MCP_MCP_H */

@@ -1,0 +1,228 @@
+/*
+ * Internal declarations shared by the core's files. Nothing here is API.
+ */
+#ifndef MCP_INT_H
+#define MCP_INT_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <protobuf-c/protobuf-c.h>
+
+#include "mcp/mcp.h"
+
+#define MCP_UNUSED(x) ((void)(x))
+
+/* ---- allocation (mem.c) ---- */
+
+/* Fills |dst| from |src|, or with the C library when |src| is NULL. */
+void mcp__mem_init(mcp_mem *dst, const mcp_mem *src);
+void *mcp__malloc(const mcp_mem *m, size_t n);
+void *mcp__calloc(const mcp_mem *m, size_t nmemb, size_t size);
+void *mcp__realloc(const mcp_mem *m, void *p, size_t n);
+void mcp__free(const mcp_mem *m, void *p);
+char *mcp__strdup(const mcp_mem *m, const char *s);
+char *mcp__strndup(const mcp_mem *m, const char *s, size_t n);
+
+/*
+ * protobuf-c allocator bridged to an mcp_mem. protobuf-c cannot tell a
+ * failed allocation from bad input, so the bridge remembers the failure:
+ * check |failed| after a NULL unpack to return NOMEM rather than MALFORMED.
+ */
+typedef struct mcp_pballoc {
+  ProtobufCAllocator a;
+  const mcp_mem *mem;
+  int failed;
+} mcp_pballoc;
+void mcp__pballoc_init(mcp_pballoc *pa, const mcp_mem *mem);
+
+/* A small snprintf for messages (the core includes no stdio): %s, %zu,
+ * %d and %%. Always NUL-terminates; truncates silently. */
+void mcp__fmt(char *buf, size_t n, const char *fmt, ...);
+
+/* ---- bytes (buf.c) ---- */
+
+/* A growable byte buffer. */
+typedef struct mcp_buf {
+  uint8_t *p;
+  size_t len, cap;
+} mcp_buf;
+int mcp__buf_reserve(mcp_buf *b, const mcp_mem *m, size_t extra);
+void mcp__buf_free(mcp_buf *b, const mcp_mem *m);
+
+/*
+ * Shared, immutable, atomically reference-counted bytes: one encoded
+ * resource version. It carries its own allocator so that the last
+ * reference may be dropped anywhere, after the store is gone.
+ */
+typedef struct mcp_rcbuf {
+  atomic_uint_fast32_t ref;
+  mcp_mem mem;
+  size_t len;
+  uint8_t data[];
+} mcp_rcbuf;
+mcp_rcbuf *mcp__rcbuf_new(const mcp_mem *m, size_t len);
+static inline void mcp__rcbuf_ref(mcp_rcbuf *b) {
+  atomic_fetch_add_explicit(&b->ref, 1, memory_order_relaxed);
+}
+void mcp__rcbuf_unref(mcp_rcbuf *b);
+
+/*
+ * Builds an mcp_msg: bytes of its own (header fields, removed names)
+ * interleaved with shared fragments. Own bytes are recorded as offsets and
+ * resolved to pointers in mcp__msgb_finish(), since the own buffer may move
+ * while it grows.
+ */
+typedef struct mcp_piece {
+  mcp_rcbuf *rc; /* NULL: own bytes at |off| */
+  size_t off, len;
+} mcp_piece;
+
+typedef struct mcp_msgb {
+  const mcp_mem *mem;
+  mcp_buf own;
+  mcp_piece *pieces;
+  size_t npieces, cap;
+  size_t nshared;
+  size_t len;
+  int failed; /* sticky NOMEM: the builder's calls need no checks */
+} mcp_msgb;
+
+void mcp__msgb_init(mcp_msgb *b, const mcp_mem *m);
+/* Appends own bytes; returns a pointer to write |n| bytes into, valid until
+ * the next append, or NULL after a failure. */
+uint8_t *mcp__msgb_own(mcp_msgb *b, size_t n);
+/* Appends a shared fragment [off, off + len) of |rc| (takes a reference). */
+void mcp__msgb_shared(mcp_msgb *b, mcp_rcbuf *rc, size_t off, size_t len);
+/* Produces the message (or NULL and NOMEM); the builder is reset either
+ * way. */
+int mcp__msgb_finish(mcp_msgb *b, const char *collection, mcp_msg **pmsg);
+void mcp__msgb_discard(mcp_msgb *b);
+
+/* ---- protobuf wire format (wire.c) ---- */
+
+enum { MCP_WT_VARINT = 0, MCP_WT_I64 = 1, MCP_WT_LEN = 2, MCP_WT_I32 = 5 };
+
+static inline size_t mcp__varint_len(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+static inline uint8_t *mcp__put_varint(uint8_t *p, uint64_t v) {
+  while (v >= 0x80) {
+    *p++ = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  *p++ = (uint8_t)v;
+  return p;
+}
+/* Size of a length-delimited field with a one-byte tag (fields 1-15). */
+static inline size_t mcp__len_field_size(size_t len) {
+  return 1 + mcp__varint_len(len) + len;
+}
+static inline uint8_t *mcp__put_len_field(uint8_t *p, uint32_t field,
+                                          const void *data, size_t len) {
+  *p++ = (uint8_t)(field << 3 | MCP_WT_LEN);
+  p = mcp__put_varint(p, len);
+  if (len) {
+    memcpy(p, data, len);
+  }
+  return p + len;
+}
+
+/* A read cursor over a protobuf message. */
+typedef struct mcp_wire {
+  const uint8_t *p, *end;
+} mcp_wire;
+
+/*
+ * Reads the next field: its number, wire type and, for LEN fields, the
+ * payload in |*data|/|*len|; for VARINT the value in |*v|; other types are
+ * skipped. Returns 1 for a field, 0 at the end, MCP_ERR_MALFORMED on bad
+ * bytes (including groups and field number 0).
+ */
+int mcp__wire_next(mcp_wire *w, uint32_t *field, int *wt, uint64_t *v,
+                   const uint8_t **data, size_t *len);
+
+/* 1 when |s[0..n)| is valid UTF-8 without NUL bytes. */
+int mcp__utf8_valid(const uint8_t *s, size_t n);
+static inline int mcp__str_valid(const char *s) {
+  return s && mcp__utf8_valid((const uint8_t *)s, strlen(s));
+}
+
+/* ---- string-keyed hash map (map.c) ---- */
+
+/* Open addressing, linear probing, backward-shift deletion. Keys are
+ * borrowed from the values' owners. */
+typedef struct mcp_map_slot {
+  const char *key; /* NULL: empty */
+  uint64_t hash;
+  void *val;
+} mcp_map_slot;
+
+typedef struct mcp_map {
+  mcp_map_slot *slots;
+  size_t cap; /* a power of two, or 0 */
+  size_t n;
+} mcp_map;
+
+uint64_t mcp__hash(const char *s, size_t n);
+void *mcp__map_get(const mcp_map *m, const char *key);
+void *mcp__map_get_n(const mcp_map *m, const char *key, size_t n);
+/* Makes room for |extra| more keys so that the next |extra| puts of new
+ * keys cannot fail. */
+int mcp__map_reserve(mcp_map *m, const mcp_mem *mem, size_t extra);
+/* Inserts or replaces; returns the previous value (or NULL). Fails only
+ * when no room was reserved and growing fails: then |*err| = NOMEM. */
+void *mcp__map_put(mcp_map *m, const mcp_mem *mem, const char *key, void *val,
+                   int *err);
+/* Removes and returns the value (or NULL). */
+void *mcp__map_del(mcp_map *m, const char *key);
+void mcp__map_free(mcp_map *m, const mcp_mem *mem);
+/* Iteration: for (size_t i = 0; mcp__map_iter(m, &i, &val);) */
+int mcp__map_iter(const mcp_map *m, size_t *i, void **val);
+
+/* ---- store internals used by sessions (store.c) ---- */
+
+typedef struct mcp_entry mcp_entry;
+struct mcp_entry {
+  char *name;
+  char *version;    /* NULL for a tombstone */
+  mcp_rcbuf *enc;   /* [tag 3][len][Resource]; NULL for a tombstone */
+  uint32_t res_off; /* where the Resource bytes start in enc->data */
+  uint8_t gen_version; /* the version was generated by the store */
+  uint64_t gen;     /* generation of the last change (or the deletion) */
+  mcp_entry *prev, *next; /* change list, oldest first */
+};
+
+typedef struct mcp_coll {
+  char *name;
+  size_t index;
+  mcp_map map;             /* name -> entry, tombstones included */
+  mcp_entry *head, *tail;  /* ordered by gen */
+  size_t nlive, ntomb;
+  uint64_t gen;
+  uint64_t compact_gen;    /* tombstones up to here were dropped */
+  mcp_tstamp last_change;
+} mcp_coll;
+
+struct mcp_store {
+  mcp_mem mem;
+  uint64_t epoch;
+  mcp_coll **colls;
+  size_t ncolls, cap;
+  mcp_map coll_map;
+};
+
+mcp_coll *mcp__store_coll(const mcp_store *s, const char *name);
+/* Formats "<epoch hex>-<gen>" into |buf| (at least 40 bytes). */
+void mcp__format_version(char *buf, size_t n, uint64_t epoch, uint64_t gen);
+
+/* Decoding a Resource into the public view (sink.c, tests). */
+
+#endif /* MCP_INT_H */

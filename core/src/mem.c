@@ -1,0 +1,88 @@
+#include <stdlib.h>
+
+#include "mcp_int.h"
+
+static void *libc_malloc(size_t n, void *ud) {
+  MCP_UNUSED(ud);
+  return malloc(n);
+}
+static void libc_free(void *p, void *ud) {
+  MCP_UNUSED(ud);
+  free(p);
+}
+static void *libc_calloc(size_t nmemb, size_t size, void *ud) {
+  MCP_UNUSED(ud);
+  return calloc(nmemb, size);
+}
+static void *libc_realloc(void *p, size_t n, void *ud) {
+  MCP_UNUSED(ud);
+  return realloc(p, n);
+}
+
+void mcp__mem_init(mcp_mem *dst, const mcp_mem *src) {
+  if (src) {
+    *dst = *src;
+    return;
+  }
+  dst->user_data = NULL;
+  dst->malloc = libc_malloc;
+  dst->free = libc_free;
+  dst->calloc = libc_calloc;
+  dst->realloc = libc_realloc;
+}
+
+void *mcp__malloc(const mcp_mem *m, size_t n) {
+  return m->malloc(n ? n : 1, m->user_data);
+}
+
+void *mcp__calloc(const mcp_mem *m, size_t nmemb, size_t size) {
+  if (nmemb == 0 || size == 0) {
+    nmemb = size = 1;
+  }
+  return m->calloc(nmemb, size, m->user_data);
+}
+
+void *mcp__realloc(const mcp_mem *m, void *p, size_t n) {
+  return m->realloc(p, n ? n : 1, m->user_data);
+}
+
+void mcp__free(const mcp_mem *m, void *p) {
+  if (p) {
+    m->free(p, m->user_data);
+  }
+}
+
+char *mcp__strndup(const mcp_mem *m, const char *s, size_t n) {
+  char *d = mcp__malloc(m, n + 1);
+  if (d) {
+    memcpy(d, s, n);
+    d[n] = '\0';
+  }
+  return d;
+}
+
+char *mcp__strdup(const mcp_mem *m, const char *s) {
+  return mcp__strndup(m, s, strlen(s));
+}
+
+static void *pb_alloc(void *ud, size_t n) {
+  mcp_pballoc *pa = ud;
+  void *p = mcp__malloc(pa->mem, n);
+  if (!p) {
+    pa->failed = 1;
+  }
+  return p;
+}
+
+static void pb_free(void *ud, void *p) {
+  mcp_pballoc *pa = ud;
+  mcp__free(pa->mem, p);
+}
+
+void mcp__pballoc_init(mcp_pballoc *pa, const mcp_mem *mem) {
+  pa->a.alloc = pb_alloc;
+  pa->a.free = pb_free;
+  pa->a.allocator_data = pa;
+  pa->mem = mem;
+  pa->failed = 0;
+}

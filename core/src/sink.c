@@ -1,0 +1,932 @@
+/*
+ * The sink side: what a sink holds (mcp_sink_state, which outlives
+ * streams) and one stream (mcp_sink_session).
+ *
+ * A received Resources is validated completely, then offered to the
+ * application, and only then applied: everything the apply step needs is
+ * allocated before the callback runs, so an accepted change cannot fail
+ * half way and a rejected one changes nothing.
+ */
+#include "mcp_int.h"
+
+#include <assert.h>
+
+#include "mcp/v1alpha1/resource.pb-c.h"
+
+#define FOREIGN_MAX 64 /* NACKs of unrequested collections queued at most */
+
+typedef struct held {
+  const char *version; /* points after the name, in the same block */
+  char name[];
+} held;
+
+enum { OUT_INITIAL = 1, OUT_ANSWER = 2 };
+
+typedef struct scoll {
+  char *name;
+  mcp_map held;
+  char *acked_version;
+  char *nack_msg;
+  int nack_code;
+  uint64_t pushes, acks, nacks;
+  uint8_t synced;
+  /* What the current stream still has to send for this collection. */
+  uint8_t out;
+  char *ans_nonce;
+  int ans_code;
+  char *ans_msg;
+} scoll;
+
+typedef struct jent {
+  mcp_tstamp ts;
+  char *collection;
+  char nonce[24];
+  int kind, code;
+  char *message;
+  size_t ninitial;
+} jent;
+
+struct mcp_sink_state {
+  mcp_mem mem;
+  uint8_t *node_enc; /* the sink_node field, encoded once */
+  size_t node_enc_len;
+  int incremental;
+  mcp_apply_cb apply;
+  mcp_event_cb on_event;
+  void *user_data;
+  scoll *colls;
+  size_t ncolls, nsynced;
+  mcp_map coll_map;
+  jent *journal;
+  size_t jcap, jhead, jcount;
+  mcp_sink_session *session;
+};
+
+typedef struct foreign {
+  char *collection, *nonce;
+} foreign;
+
+struct mcp_sink_session {
+  mcp_sink_state *st;
+  foreign q[FOREIGN_MAX];
+  size_t nq;
+  size_t rr;
+  mcp_tstamp last_ts;
+};
+
+/* ---- state ---- */
+
+void mcp_sink_options_default(mcp_sink_options *opts) {
+  memset(opts, 0, sizeof(*opts));
+  opts->journal_size = 64;
+}
+
+static size_t str_size(const char *s) {
+  size_t n = strlen(s);
+  return n ? mcp__len_field_size(n) : 0;
+}
+
+static uint8_t *put_str(uint8_t *p, uint32_t f, const char *s) {
+  size_t n = strlen(s);
+  return n ? mcp__put_len_field(p, f, s, n) : p;
+}
+
+/* Encodes field 1 (sink_node) of RequestResources. */
+static int encode_node(mcp_sink_state *st, const mcp_sink_options *o) {
+  const char *id = o->node_id ? o->node_id : "";
+  size_t body = str_size(id);
+  for (size_t i = 0; i < o->nnode_annotations; ++i) {
+    body += mcp__len_field_size(str_size(o->node_annotations[i].key) +
+                                str_size(o->node_annotations[i].value));
+  }
+  st->node_enc_len = mcp__len_field_size(body);
+  uint8_t *p = st->node_enc = mcp__malloc(&st->mem, st->node_enc_len);
+  if (!p) {
+    return MCP_ERR_NOMEM;
+  }
+  *p++ = 1 << 3 | MCP_WT_LEN;
+  p = mcp__put_varint(p, body);
+  p = put_str(p, 1, id);
+  for (size_t i = 0; i < o->nnode_annotations; ++i) {
+    const mcp_kv *kv = &o->node_annotations[i];
+    *p++ = 2 << 3 | MCP_WT_LEN;
+    p = mcp__put_varint(p, str_size(kv->key) + str_size(kv->value));
+    p = put_str(p, 1, kv->key);
+    p = put_str(p, 2, kv->value);
+  }
+  return 0;
+}
+
+static void held_free_all(mcp_map *m, const mcp_mem *mem) {
+  void *v;
+  for (size_t i = 0; mcp__map_iter(m, &i, &v);) {
+    mcp__free(mem, v);
+  }
+  mcp__map_free(m, mem);
+}
+
+static void jent_clear(const mcp_mem *m, jent *j) {
+  mcp__free(m, j->collection);
+  mcp__free(m, j->message);
+  memset(j, 0, sizeof(*j));
+}
+
+static void answer_clear(const mcp_mem *m, scoll *c) {
+  mcp__free(m, c->ans_nonce);
+  mcp__free(m, c->ans_msg);
+  c->ans_nonce = c->ans_msg = NULL;
+  c->out &= (uint8_t)~OUT_ANSWER;
+}
+
+void mcp_sink_state_del(mcp_sink_state *st) {
+  if (!st) {
+    return;
+  }
+  assert(!st->session && "free the session first");
+  for (size_t i = 0; i < st->ncolls; ++i) {
+    scoll *c = &st->colls[i];
+    held_free_all(&c->held, &st->mem);
+    answer_clear(&st->mem, c);
+    mcp__free(&st->mem, c->name);
+    mcp__free(&st->mem, c->acked_version);
+    mcp__free(&st->mem, c->nack_msg);
+  }
+  for (size_t i = 0; i < st->jcap; ++i) {
+    jent_clear(&st->mem, &st->journal[i]);
+  }
+  mcp__free(&st->mem, st->journal);
+  mcp__free(&st->mem, st->colls);
+  mcp__map_free(&st->coll_map, &st->mem);
+  mcp__free(&st->mem, st->node_enc);
+  mcp_mem m = st->mem;
+  mcp__free(&m, st);
+}
+
+int mcp_sink_state_new(mcp_sink_state **pstate, const mcp_sink_options *o) {
+  if (!pstate || !o || !o->ncollections || !o->collections ||
+      (o->node_id && !mcp__str_valid(o->node_id)) ||
+      (o->nnode_annotations && !o->node_annotations)) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  for (size_t i = 0; i < o->nnode_annotations; ++i) {
+    if (!mcp__str_valid(o->node_annotations[i].key) ||
+        !mcp__str_valid(o->node_annotations[i].value)) {
+      return MCP_ERR_INVALID_ARGUMENT;
+    }
+  }
+  for (size_t i = 0; i < o->ncollections; ++i) {
+    const char *c = o->collections[i];
+    if (!c || !c[0] || !mcp__str_valid(c)) {
+      return MCP_ERR_INVALID_ARGUMENT;
+    }
+    for (size_t k = 0; k < i; ++k) {
+      if (strcmp(o->collections[k], c) == 0) {
+        return MCP_ERR_INVALID_ARGUMENT;
+      }
+    }
+  }
+  mcp_mem mem;
+  mcp__mem_init(&mem, o->mem);
+  mcp_sink_state *st = mcp__calloc(&mem, 1, sizeof(*st));
+  if (!st) {
+    return MCP_ERR_NOMEM;
+  }
+  st->mem = mem;
+  st->incremental = o->incremental ? 1 : 0;
+  st->apply = o->apply;
+  st->on_event = o->on_event;
+  st->user_data = o->user_data;
+  st->jcap = o->journal_size;
+  if (encode_node(st, o) != 0 ||
+      !(st->colls = mcp__calloc(&mem, o->ncollections, sizeof(scoll))) ||
+      (st->jcap && !(st->journal = mcp__calloc(&mem, st->jcap, sizeof(jent)))) ||
+      mcp__map_reserve(&st->coll_map, &mem, o->ncollections) != 0) {
+    goto fail;
+  }
+  for (size_t i = 0; i < o->ncollections; ++i) {
+    scoll *c = &st->colls[i];
+    if (!(c->name = mcp__strdup(&mem, o->collections[i]))) {
+      goto fail;
+    }
+    st->ncolls++;
+    int err = 0;
+    mcp__map_put(&st->coll_map, &mem, c->name, c, &err);
+  }
+  *pstate = st;
+  return 0;
+fail:
+  mcp_sink_state_del(st);
+  return MCP_ERR_NOMEM;
+}
+
+static scoll *coll_of(const mcp_sink_state *st, const char *name) {
+  return mcp__map_get(&st->coll_map, name);
+}
+
+size_t mcp_sink_state_count(const mcp_sink_state *st, const char *collection) {
+  scoll *c = coll_of(st, collection);
+  return c ? c->held.n : 0;
+}
+
+const char *mcp_sink_state_version(const mcp_sink_state *st,
+                                   const char *collection, const char *name) {
+  scoll *c = coll_of(st, collection);
+  held *h = c ? mcp__map_get(&c->held, name) : NULL;
+  return h ? h->version : NULL;
+}
+
+void mcp_sink_state_foreach(const mcp_sink_state *st, const char *collection,
+                            void (*fn)(const char *, const char *, void *),
+                            void *ud) {
+  scoll *c = coll_of(st, collection);
+  void *v;
+  for (size_t i = 0; c && mcp__map_iter(&c->held, &i, &v);) {
+    held *h = v;
+    fn(h->name, h->version, ud);
+  }
+}
+
+int mcp_sink_state_synced(const mcp_sink_state *st) {
+  return st->nsynced == st->ncolls;
+}
+
+/* ---- session ---- */
+
+int mcp_sink_session_new(mcp_sink_session **ps, mcp_sink_state *st,
+                         mcp_tstamp ts) {
+  if (!ps || !st || st->session) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  mcp_sink_session *s = mcp__calloc(&st->mem, 1, sizeof(*s));
+  if (!s) {
+    return MCP_ERR_NOMEM;
+  }
+  s->st = st;
+  s->last_ts = ts;
+  for (size_t i = 0; i < st->ncolls; ++i) {
+    answer_clear(&st->mem, &st->colls[i]);
+    st->colls[i].out = OUT_INITIAL;
+  }
+  st->session = s;
+  *ps = s;
+  return 0;
+}
+
+void mcp_sink_session_del(mcp_sink_session *s) {
+  if (!s) {
+    return;
+  }
+  mcp_sink_state *st = s->st;
+  for (size_t i = 0; i < s->nq; ++i) {
+    mcp__free(&st->mem, s->q[i].collection);
+    mcp__free(&st->mem, s->q[i].nonce);
+  }
+  for (size_t i = 0; i < st->ncolls; ++i) {
+    answer_clear(&st->mem, &st->colls[i]);
+    st->colls[i].out = 0;
+  }
+  st->session = NULL;
+  mcp__free(&st->mem, s);
+}
+
+static void emit(mcp_sink_state *st, mcp_event_type type, const char *coll,
+                 const char *nonce, const char *version, int code,
+                 const char *msg, size_t nres, size_t nrem, int incremental) {
+  if (st->on_event) {
+    mcp_event ev = {.type = type, .collection = coll, .nonce = nonce,
+                    .version = version, .code = code, .message = msg,
+                    .nresources = nres, .nremoved = nrem,
+                    .incremental = incremental};
+    st->on_event(&ev, st->user_data);
+  }
+}
+
+/* ---- receiving Resources ---- */
+
+/* The envelope of a Resources message, read by hand so that a resource
+ * that fails to decode can still be NACKed with the message's nonce. */
+typedef struct span {
+  const uint8_t *p;
+  size_t n;
+} span;
+
+typedef struct envelope {
+  span sysver, collection, nonce;
+  int incremental;
+  span *res, *rem;
+  size_t nres, nrem;
+} envelope;
+
+static int parse_envelope(const mcp_mem *m, const uint8_t *in, size_t len,
+                          envelope *env) {
+  memset(env, 0, sizeof(*env));
+  for (int pass = 0; pass < 2; ++pass) {
+    mcp_wire w = {in, in + len};
+    size_t nres = 0, nrem = 0;
+    uint32_t f;
+    int wt, rv;
+    uint64_t v;
+    const uint8_t *d;
+    size_t dl;
+    while ((rv = mcp__wire_next(&w, &f, &wt, &v, &d, &dl)) == 1) {
+      int want = f <= 5 ? MCP_WT_LEN : f == 6 ? MCP_WT_VARINT : -1;
+      if (want >= 0 && wt != want) {
+        return MCP_ERR_MALFORMED;
+      }
+      span sp = {d, dl};
+      switch (f) {
+      case 1: env->sysver = sp; break;
+      case 2: env->collection = sp; break;
+      case 3:
+        if (pass) env->res[nres] = sp;
+        nres++;
+        break;
+      case 4:
+        if (pass) env->rem[nrem] = sp;
+        nrem++;
+        break;
+      case 5: env->nonce = sp; break;
+      case 6: env->incremental = v != 0; break;
+      default: break; /* unknown fields are skipped, as protobuf says */
+      }
+    }
+    if (rv < 0) {
+      return rv;
+    }
+    if (!pass) {
+      env->res = mcp__malloc(m, (nres ? nres : 1) * sizeof(span));
+      env->rem = mcp__malloc(m, (nrem ? nrem : 1) * sizeof(span));
+      if (!env->res || !env->rem) {
+        mcp__free(m, env->res);
+        mcp__free(m, env->rem);
+        return MCP_ERR_NOMEM;
+      }
+    }
+    env->nres = nres;
+    env->nrem = nrem;
+  }
+  return 0;
+}
+
+static int span_valid(span s) { return mcp__utf8_valid(s.p, s.n); }
+
+static char *span_dup(const mcp_mem *m, span s) {
+  return mcp__strndup(m, (const char *)s.p, s.n);
+}
+
+static int queue_foreign(mcp_sink_session *s, const envelope *env) {
+  mcp_sink_state *st = s->st;
+  if (s->nq == FOREIGN_MAX) {
+    return MCP_ERR_LIMIT; /* a source that ignores our NACKs */
+  }
+  char *c = span_dup(&st->mem, env->collection);
+  char *n = span_dup(&st->mem, env->nonce);
+  if (!c || !n) {
+    mcp__free(&st->mem, c);
+    mcp__free(&st->mem, n);
+    return MCP_ERR_NOMEM;
+  }
+  s->q[s->nq].collection = c;
+  s->q[s->nq].nonce = n;
+  s->nq++;
+  emit(st, MCP_EVENT_NACK, c, n, "", MCP_CODE_UNIMPLEMENTED,
+       "unsupported collection", 0, 0, 0);
+  return 0;
+}
+
+typedef Istio__Mcp__V1alpha1__Resource PbRes;
+
+/* Everything one received push needs, freed in one place. */
+typedef struct work {
+  mcp_pballoc pa;
+  envelope env;
+  PbRes **pb;
+  mcp_resource *res;
+  mcp_kv *kvs;
+  char **rem;          /* NUL-terminated removed names (incremental) */
+  const char **gone;   /* full state: names held and now dropped */
+  size_t ngone;
+  held **fresh;        /* new held entries, one per resource */
+  mcp_map names;       /* name -> resource, to find duplicates */
+  mcp_map next;        /* full state: the new held map */
+  char *sysver, *nonce, *coll;
+} work;
+
+static void work_free(const mcp_mem *m, work *w) {
+  for (size_t i = 0; w->pb && i < w->env.nres; ++i) {
+    if (w->pb[i]) {
+      istio__mcp__v1alpha1__resource__free_unpacked(w->pb[i], &w->pa.a);
+    }
+  }
+  for (size_t i = 0; w->rem && i < w->env.nrem; ++i) {
+    mcp__free(m, w->rem[i]);
+  }
+  for (size_t i = 0; w->fresh && i < w->env.nres; ++i) {
+    mcp__free(m, w->fresh[i]);
+  }
+  mcp__free(m, w->pb);
+  mcp__free(m, w->res);
+  mcp__free(m, w->kvs);
+  mcp__free(m, w->rem);
+  mcp__free(m, w->gone);
+  mcp__free(m, w->fresh);
+  mcp__map_free(&w->names, m);
+  mcp__map_free(&w->next, m);
+  mcp__free(m, w->sysver);
+  mcp__free(m, w->nonce);
+  mcp__free(m, w->coll);
+  mcp__free(m, w->env.res);
+  mcp__free(m, w->env.rem);
+}
+
+/* Labels and annotations are distinct generated types of the same shape. */
+#define KV_OK_(entries, n, ok)                                        \
+  do {                                                                \
+    for (size_t k_ = 0; k_ < (n); ++k_) {                             \
+      if (!mcp__str_valid((entries)[k_]->key) ||                      \
+          !mcp__str_valid((entries)[k_]->value)) {                    \
+        (ok) = 0;                                                     \
+      }                                                               \
+    }                                                                 \
+  } while (0)
+
+/*
+ * Decodes and checks every resource. Returns 0, a NOMEM, or a positive
+ * google.rpc code with |msg| filled for a NACK.
+ */
+static int validate(const mcp_mem *m, work *w, char *msg, size_t ml) {
+  envelope *env = &w->env;
+  size_t nkv = 0;
+#define NACK_(...)                     \
+  do {                                 \
+    mcp__fmt(msg, ml, __VA_ARGS__); \
+    return MCP_CODE_INVALID_ARGUMENT;  \
+  } while (0)
+  w->pb = mcp__calloc(m, env->nres ? env->nres : 1, sizeof(*w->pb));
+  w->res = mcp__calloc(m, env->nres ? env->nres : 1, sizeof(*w->res));
+  w->rem = mcp__calloc(m, env->nrem ? env->nrem : 1, sizeof(*w->rem));
+  w->fresh = mcp__calloc(m, env->nres ? env->nres : 1, sizeof(*w->fresh));
+  if (!w->pb || !w->res || !w->rem || !w->fresh ||
+      mcp__map_reserve(&w->names, m, env->nres) != 0) {
+    return MCP_ERR_NOMEM;
+  }
+  for (size_t i = 0; i < env->nres; ++i) {
+    w->pa.failed = 0;
+    PbRes *r = istio__mcp__v1alpha1__resource__unpack(&w->pa.a, env->res[i].n,
+                                                      env->res[i].p);
+    if (!r) {
+      if (w->pa.failed) {
+        return MCP_ERR_NOMEM;
+      }
+      NACK_("resource %zu does not decode", i);
+    }
+    w->pb[i] = r;
+    const Istio__Mcp__V1alpha1__Metadata *md = r->metadata;
+    if (!md || !md->name || !md->name[0]) {
+      NACK_("resource %zu has no name", i);
+    }
+    int ok = mcp__str_valid(md->name) && mcp__str_valid(md->version);
+    KV_OK_(md->labels, md->n_labels, ok);
+    KV_OK_(md->annotations, md->n_annotations, ok);
+    if (!ok) {
+      NACK_("resource %zu has a string that is not UTF-8", i);
+    }
+    if (!r->body || !r->body->type_url || !r->body->type_url[0] ||
+        !mcp__str_valid(r->body->type_url)) {
+      NACK_("resource %s has no body type", md->name);
+    }
+    if (md->create_time && (md->create_time->nanos < 0 ||
+                            md->create_time->nanos >= 1000000000)) {
+      NACK_("resource %s has an invalid create_time", md->name);
+    }
+    int err = 0;
+    if (mcp__map_put(&w->names, m, md->name, &w->res[i], &err)) {
+      NACK_("resource %s is listed twice", md->name);
+    }
+    nkv += md->n_labels + md->n_annotations;
+  }
+  if (env->incremental) {
+    for (size_t i = 0; i < env->nrem; ++i) {
+      if (!span_valid(env->rem[i])) {
+        NACK_("removed name %zu is not UTF-8", i);
+      }
+      if (!(w->rem[i] = span_dup(m, env->rem[i]))) {
+        return MCP_ERR_NOMEM;
+      }
+      if (mcp__map_get(&w->names, w->rem[i])) {
+        NACK_("resource %s is both updated and removed", w->rem[i]);
+      }
+    }
+  }
+  /* The public views of the decoded resources. */
+  w->kvs = mcp__malloc(m, (nkv ? nkv : 1) * sizeof(mcp_kv));
+  if (!w->kvs) {
+    return MCP_ERR_NOMEM;
+  }
+  mcp_kv *kv = w->kvs;
+  for (size_t i = 0; i < env->nres; ++i) {
+    const Istio__Mcp__V1alpha1__Metadata *md = w->pb[i]->metadata;
+    mcp_resource *r = &w->res[i];
+    r->name = md->name;
+    r->version = md->version;
+    r->labels = kv;
+    r->nlabels = md->n_labels;
+    for (size_t k = 0; k < md->n_labels; ++k, ++kv) {
+      kv->key = md->labels[k]->key;
+      kv->value = md->labels[k]->value;
+    }
+    r->annotations = kv;
+    r->nannotations = md->n_annotations;
+    for (size_t k = 0; k < md->n_annotations; ++k, ++kv) {
+      kv->key = md->annotations[k]->key;
+      kv->value = md->annotations[k]->value;
+    }
+    if (md->create_time) {
+      r->has_create_time = 1;
+      r->create_time_seconds = md->create_time->seconds;
+      r->create_time_nanos = md->create_time->nanos;
+    }
+    r->type_url = w->pb[i]->body->type_url;
+    r->body = w->pb[i]->body->value.data;
+    r->body_len = w->pb[i]->body->value.len;
+    /* The entry this resource will be held as. */
+    size_t nl = strlen(r->name) + 1, vl = strlen(r->version) + 1;
+    held *h = mcp__malloc(m, sizeof(held) + nl + vl);
+    if (!h) {
+      return MCP_ERR_NOMEM;
+    }
+    memcpy(h->name, r->name, nl);
+    memcpy(h->name + nl, r->version, vl);
+    h->version = h->name + nl;
+    w->fresh[i] = h;
+  }
+#undef NACK_
+  return 0;
+}
+
+int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in, size_t len,
+                          mcp_tstamp ts) {
+  mcp_sink_state *st = s->st;
+  const mcp_mem *m = &st->mem;
+  assert(ts >= s->last_ts && "time went backwards");
+  s->last_ts = ts;
+  work w;
+  memset(&w, 0, sizeof(w));
+  mcp__pballoc_init(&w.pa, m);
+  int rv = parse_envelope(m, in, len, &w.env);
+  if (rv != 0) {
+    return rv;
+  }
+  envelope *env = &w.env;
+  if (!span_valid(env->sysver) || !span_valid(env->collection) ||
+      !span_valid(env->nonce)) {
+    rv = MCP_ERR_MALFORMED;
+    goto out;
+  }
+  if (!(w.coll = span_dup(m, env->collection)) ||
+      !(w.nonce = span_dup(m, env->nonce)) ||
+      !(w.sysver = span_dup(m, env->sysver))) {
+    rv = MCP_ERR_NOMEM;
+    goto out;
+  }
+  scoll *c = coll_of(st, w.coll);
+  if (!c) {
+    /* Includes Istio's trigger: NACK it as Istio's sinks do. */
+    rv = queue_foreign(s, env);
+    goto out;
+  }
+  if (!w.nonce[0]) {
+    rv = MCP_ERR_PROTOCOL; /* nothing to ACK or NACK it with */
+    goto out;
+  }
+  char msg[256] = "";
+  int code = 0;
+  c->pushes++;
+  if (env->incremental && !st->incremental) {
+    code = MCP_CODE_INVALID_ARGUMENT;
+    mcp__fmt(msg, sizeof(msg), "incremental push not requested");
+  } else if ((code = validate(m, &w, msg, sizeof(msg))) < 0) {
+    c->pushes--;
+    rv = code;
+    goto out;
+  }
+  /* Ready the answer and the new held set, so that nothing can fail once
+   * the application has accepted the change. */
+  char *ans_nonce = mcp__strdup(m, w.nonce);
+  if (!ans_nonce) {
+    c->pushes--;
+    rv = MCP_ERR_NOMEM;
+    goto out;
+  }
+  size_t nfresh = 0;
+  if (!code) {
+    if (!env->incremental) {
+      if (mcp__map_reserve(&w.next, m, env->nres) != 0 ||
+          !(w.gone = mcp__malloc(m, (c->held.n ? c->held.n : 1) * sizeof(char *)))) {
+        rv = MCP_ERR_NOMEM;
+      }
+      void *v;
+      for (size_t i = 0; rv == 0 && mcp__map_iter(&c->held, &i, &v);) {
+        held *h = v;
+        if (!mcp__map_get(&w.names, h->name)) {
+          w.gone[w.ngone++] = h->name;
+        }
+      }
+    } else {
+      for (size_t i = 0; i < env->nres; ++i) {
+        nfresh += !mcp__map_get(&c->held, w.res[i].name);
+      }
+      rv = mcp__map_reserve(&c->held, m, nfresh);
+    }
+    if (rv != 0) {
+      mcp__free(m, ans_nonce);
+      c->pushes--;
+      goto out;
+    }
+    mcp_change ch = {
+        .collection = c->name, .system_version_info = w.sysver,
+        .nonce = w.nonce, .incremental = env->incremental,
+        .resources = w.res, .nresources = env->nres,
+        .removed = env->incremental ? (const char *const *)w.rem : w.gone,
+        .nremoved = env->incremental ? env->nrem : w.ngone};
+    if (st->apply) {
+      code = st->apply(&ch, msg, sizeof(msg), st->user_data);
+      msg[sizeof(msg) - 1] = '\0';
+      if (code < 0) {
+        code = MCP_CODE_INTERNAL;
+      }
+    }
+  }
+  if (code) {
+    char *cm = mcp__strdup(m, msg), *am = mcp__strdup(m, msg);
+    if (!cm || !am) {
+      mcp__free(m, cm);
+      mcp__free(m, am);
+      mcp__free(m, ans_nonce);
+      c->pushes--;
+      rv = MCP_ERR_NOMEM;
+      goto out;
+    }
+    answer_clear(m, c);
+    c->out |= OUT_ANSWER;
+    c->ans_nonce = ans_nonce;
+    c->ans_code = code;
+    c->ans_msg = am;
+    mcp__free(m, c->nack_msg);
+    c->nack_msg = cm;
+    c->nack_code = code;
+    c->nacks++;
+    emit(st, MCP_EVENT_NACK, c->name, w.nonce, w.sysver, code, msg,
+         env->nres, env->nrem, env->incremental);
+    goto out;
+  }
+  /* Accepted: apply. Nothing below fails. */
+  int err = 0;
+  if (!env->incremental) {
+    for (size_t i = 0; i < env->nres; ++i) {
+      mcp__map_put(&w.next, m, w.fresh[i]->name, w.fresh[i], &err);
+      w.fresh[i] = NULL;
+    }
+    held_free_all(&c->held, m);
+    c->held = w.next;
+    memset(&w.next, 0, sizeof(w.next));
+  } else {
+    for (size_t i = 0; i < env->nrem; ++i) {
+      mcp__free(m, mcp__map_del(&c->held, w.rem[i]));
+    }
+    for (size_t i = 0; i < env->nres; ++i) {
+      mcp__free(m, mcp__map_put(&c->held, m, w.fresh[i]->name, w.fresh[i], &err));
+      w.fresh[i] = NULL;
+    }
+  }
+  mcp__free(m, c->acked_version);
+  c->acked_version = w.sysver;
+  w.sysver = NULL;
+  answer_clear(m, c);
+  c->out |= OUT_ANSWER;
+  c->ans_nonce = ans_nonce;
+  c->ans_code = 0;
+  c->acks++;
+  if (!c->synced) {
+    c->synced = 1;
+    st->nsynced++;
+  }
+  emit(st, MCP_EVENT_ACK, c->name, w.nonce, c->acked_version, 0, "",
+       env->nres, env->nrem, env->incremental);
+out:
+  work_free(m, &w);
+  return rv;
+}
+
+/* ---- sending requests ---- */
+
+int mcp_sink_session_want_write(mcp_sink_session *s) {
+  if (s->nq) {
+    return 1;
+  }
+  for (size_t i = 0; i < s->st->ncolls; ++i) {
+    if (s->st->colls[i].out) {
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static size_t status_size(int code, const char *msg) {
+  size_t n = strlen(msg);
+  return (code ? 1 + mcp__varint_len((uint64_t)(int64_t)code) : 0) +
+         (n ? mcp__len_field_size(n) : 0);
+}
+
+/* Encodes one RequestResources. |initial| is the held map or NULL. */
+static int encode_request(mcp_sink_state *st, const char *coll,
+                          const char *nonce, int code, const char *msg,
+                          const mcp_map *initial, mcp_msg **pmsg) {
+  mcp_msgb b;
+  mcp__msgb_init(&b, &st->mem);
+  size_t n = st->node_enc_len + str_size(coll) + str_size(nonce) +
+             (st->incremental ? 2 : 0);
+  size_t ss = 0;
+  if (code) {
+    ss = status_size(code, msg);
+    n += mcp__len_field_size(ss);
+  }
+  void *v;
+  for (size_t i = 0; initial && mcp__map_iter(initial, &i, &v);) {
+    held *h = v;
+    n += mcp__len_field_size(str_size(h->name) + str_size(h->version));
+  }
+  uint8_t *p = mcp__msgb_own(&b, n);
+  if (!p) {
+    mcp__msgb_discard(&b);
+    return MCP_ERR_NOMEM;
+  }
+  memcpy(p, st->node_enc, st->node_enc_len);
+  p += st->node_enc_len;
+  p = put_str(p, 2, coll);
+  for (size_t i = 0; initial && mcp__map_iter(initial, &i, &v);) {
+    held *h = v;
+    *p++ = 3 << 3 | MCP_WT_LEN;
+    p = mcp__put_varint(p, str_size(h->name) + str_size(h->version));
+    p = put_str(p, 1, h->name);
+    p = put_str(p, 2, h->version);
+  }
+  p = put_str(p, 4, nonce);
+  if (code) {
+    *p++ = 5 << 3 | MCP_WT_LEN;
+    p = mcp__put_varint(p, ss);
+    *p++ = 1 << 3 | MCP_WT_VARINT;
+    p = mcp__put_varint(p, (uint64_t)(int64_t)code);
+    p = put_str(p, 2, msg);
+  }
+  if (st->incremental) {
+    *p++ = 6 << 3 | MCP_WT_VARINT;
+    *p++ = 1;
+  }
+  return mcp__msgb_finish(&b, coll, pmsg);
+}
+
+static int journal_add(mcp_sink_state *st, mcp_tstamp ts, const char *coll,
+                       const char *nonce, int kind, int code, const char *msg,
+                       size_t ninitial) {
+  if (!st->jcap) {
+    return 0;
+  }
+  char *c = mcp__strdup(&st->mem, coll);
+  char *m = mcp__strdup(&st->mem, msg ? msg : "");
+  if (!c || !m) {
+    mcp__free(&st->mem, c);
+    mcp__free(&st->mem, m);
+    return MCP_ERR_NOMEM;
+  }
+  jent *j = &st->journal[(st->jhead + st->jcount) % st->jcap];
+  if (st->jcount == st->jcap) {
+    st->jhead = (st->jhead + 1) % st->jcap;
+  } else {
+    st->jcount++;
+  }
+  jent_clear(&st->mem, j);
+  j->ts = ts;
+  j->collection = c;
+  j->message = m;
+  size_t nl = strlen(nonce);
+  if (nl >= sizeof(j->nonce)) {
+    nl = sizeof(j->nonce) - 1;
+  }
+  memcpy(j->nonce, nonce, nl);
+  j->nonce[nl] = '\0';
+  j->kind = kind;
+  j->code = code;
+  j->ninitial = ninitial;
+  return 0;
+}
+
+int mcp_sink_session_next(mcp_sink_session *s, mcp_msg **pmsg) {
+  mcp_sink_state *st = s->st;
+  const mcp_mem *m = &st->mem;
+  int rv;
+  if (s->nq) {
+    foreign *f = &s->q[0];
+    const char *msg = "unsupported collection";
+    mcp_msg *out = NULL;
+    if ((rv = encode_request(st, f->collection, f->nonce, MCP_CODE_UNIMPLEMENTED,
+                             msg, NULL, &out)) != 0 ||
+        (rv = journal_add(st, s->last_ts, f->collection, f->nonce,
+                          MCP_EVENT_NACK, MCP_CODE_UNIMPLEMENTED, msg, 0)) != 0) {
+      mcp_msg_free(out);
+      return rv;
+    }
+    *pmsg = out;
+    mcp__free(m, f->collection);
+    mcp__free(m, f->nonce);
+    memmove(&s->q[0], &s->q[1], --s->nq * sizeof(foreign));
+    return 1;
+  }
+  for (size_t k = 0; k < st->ncolls; ++k) {
+    size_t i = (s->rr + k) % st->ncolls;
+    scoll *c = &st->colls[i];
+    if (!c->out) {
+      continue;
+    }
+    mcp_msg *msg = NULL;
+    if (c->out & OUT_INITIAL) {
+      const mcp_map *init = st->incremental ? &c->held : NULL;
+      if ((rv = encode_request(st, c->name, "", 0, "", init, &msg)) != 0 ||
+          (rv = journal_add(st, s->last_ts, c->name, "", MCP_EVENT_REQUEST, 0,
+                            "", init ? init->n : 0)) != 0) {
+        mcp_msg_free(msg);
+        return rv;
+      }
+      c->out &= (uint8_t)~OUT_INITIAL;
+    } else {
+      const char *am = c->ans_msg ? c->ans_msg : "";
+      if ((rv = encode_request(st, c->name, c->ans_nonce, c->ans_code, am,
+                               NULL, &msg)) != 0 ||
+          (rv = journal_add(st, s->last_ts, c->name, c->ans_nonce,
+                            c->ans_code ? MCP_EVENT_NACK : MCP_EVENT_ACK,
+                            c->ans_code, am, 0)) != 0) {
+        mcp_msg_free(msg);
+        return rv;
+      }
+      answer_clear(m, c);
+    }
+    s->rr = i + 1;
+    *pmsg = msg;
+    return 1;
+  }
+  return 0;
+}
+
+/* ---- introspection ---- */
+
+size_t mcp_sink_state_collection_count(const mcp_sink_state *st) {
+  return st->ncolls;
+}
+
+int mcp_sink_state_collection_status(const mcp_sink_state *st, size_t i,
+                                     mcp_tstamp ts, mcp_collection_status *out) {
+  (void)ts;
+  if (i >= st->ncolls) {
+    return MCP_ERR_NOT_FOUND;
+  }
+  const scoll *c = &st->colls[i];
+  memset(out, 0, sizeof(*out));
+  out->collection = c->name;
+  out->known = 1;
+  out->incremental = st->incremental;
+  if (c->acked_version) {
+    size_t n = strlen(c->acked_version);
+    if (n >= sizeof(out->acked_version)) {
+      n = sizeof(out->acked_version) - 1;
+    }
+    memcpy(out->acked_version, c->acked_version, n);
+  }
+  out->last_nack_code = c->nack_code;
+  out->last_nack_message = c->nack_msg ? c->nack_msg : "";
+  out->pushes = c->pushes;
+  out->acks = c->acks;
+  out->nacks = c->nacks;
+  out->held = c->held.n;
+  return 0;
+}
+
+size_t mcp_sink_state_journal_count(const mcp_sink_state *st) {
+  return st->jcount;
+}
+
+int mcp_sink_state_journal_entry(const mcp_sink_state *st, size_t i,
+                                 mcp_journal_entry *e) {
+  if (i >= st->jcount) {
+    return MCP_ERR_NOT_FOUND;
+  }
+  const jent *j = &st->journal[(st->jhead + i) % st->jcap];
+  memset(e, 0, sizeof(*e));
+  e->ts = j->ts;
+  e->collection = j->collection;
+  memcpy(e->nonce, j->nonce, sizeof(e->nonce));
+  e->kind = j->kind;
+  e->code = j->code;
+  e->message = j->message;
+  e->ninitial = j->ninitial;
+  return 0;
+}

@@ -1,0 +1,774 @@
+/*
+ * The source side of one stream: classifies each request (new, ACK, NACK,
+ * stale), keeps at most one push in flight per collection, and builds each
+ * push from the store's shared fragments.
+ *
+ * What the sink holds is tracked as a generation of the collection, not as
+ * a copy of the names: after an ACK the sink holds exactly the generation
+ * the push described. Only resumption (initial_resource_versions) needs a
+ * full comparison, once, when its answer is built.
+ */
+#include "mcp_int.h"
+
+#include <assert.h>
+
+#include "mcp/v1alpha1/mcp.pb-c.h"
+
+enum {
+  F_INCREMENTAL = 1 << 0, /* the sink asked for incremental pushes */
+  F_HELD_GEN = 1 << 1,    /* the sink holds generation held_gen */
+  F_ANSWER = 1 << 2,      /* a new request awaits its answer */
+  F_PENDING = 1 << 3,     /* a push is in flight */
+  F_NACKED = 1 << 4,      /* nacked_gen was rejected */
+  F_DIRTY = 1 << 5,       /* a change waits; t = when first seen */
+  F_RETRY = 1 << 6,       /* a NACK retry is scheduled at t */
+  F_RETRY_DUE = 1 << 7,   /* ... and its time has come */
+  F_RESUME = 1 << 8,      /* the answer resumes from initial versions */
+  F_KNOWN = 1 << 9        /* u.coll is set; else u.name is ours */
+};
+
+/* One collection on this stream. Kept small: a synced stream is mostly an
+ * array of these. */
+typedef struct sub {
+  union {
+    mcp_coll *coll;
+    char *name;
+  } u;
+  uint64_t held_gen, pending_gen, nacked_gen;
+  mcp_tstamp t; /* push time when PENDING, else DIRTY since, else RETRY at */
+  char *nack_msg;
+  uint32_t pending_nonce;
+  int32_t nack_code;
+  uint32_t pushes, acks, nacks, stale;
+  uint16_t flags;
+  uint8_t retries;
+} sub;
+
+/* The versions a resuming sink holds, until its answer is built. */
+typedef struct resume {
+  struct resume *next;
+  size_t sub;
+  mcp_map map; /* name -> version, both in arena */
+  char *arena;
+} resume;
+
+struct mcp_source_session {
+  mcp_mem mem;
+  mcp_store *store; /* chosen at the first request */
+  mcp_store *default_store;
+  mcp_select_store_cb select_store;
+  void *select_ud;
+  mcp_tstamp debounce, max_delay, retry_initial, retry_max;
+  uint32_t retry_codes; /* bit per google.rpc code */
+  mcp_event_cb on_event;
+  void *user_data;
+  mcp_sink_node node; /* strings in node_arena */
+  char *node_arena;
+  sub *subs;
+  size_t nsubs, cap;
+  size_t seen_ncolls;
+  size_t rr; /* round-robin cursor */
+  resume *resumes;
+  uint32_t next_nonce;
+  uint32_t stale_unknown; /* stale requests for collections never asked */
+  uint8_t trigger_pending;
+  uint8_t have_node;
+  mcp_tstamp last_ts;
+};
+
+static const char *sub_name(const sub *u) {
+  return u->flags & F_KNOWN ? u->u.coll->name : u->u.name;
+}
+
+static void check_ts(mcp_source_session *s, mcp_tstamp ts) {
+  assert(ts >= s->last_ts && "time went backwards");
+  s->last_ts = ts;
+}
+
+static void emit(mcp_source_session *s, mcp_event *ev) {
+  if (s->on_event) {
+    s->on_event(ev, s->user_data);
+  }
+}
+
+static void format_nonce(char *buf, uint32_t n) {
+  char tmp[16];
+  size_t k = 0;
+  do {
+    tmp[k++] = (char)('0' + n % 10);
+    n /= 10;
+  } while (n);
+  for (size_t i = 0; i < k; ++i) {
+    buf[i] = tmp[k - 1 - i];
+  }
+  buf[k] = '\0';
+}
+
+/* Our nonces are decimal numbers without leading zeros; anything else was
+ * never ours and is stale (0). */
+static uint32_t parse_nonce(const char *s) {
+  uint64_t n = 0;
+  if (!s[0] || s[0] == '0') {
+    return 0;
+  }
+  for (; *s; ++s) {
+    if (*s < '0' || *s > '9' || (n = n * 10 + (uint64_t)(*s - '0')) > UINT32_MAX) {
+      return 0;
+    }
+  }
+  return (uint32_t)n;
+}
+
+void mcp_source_options_default(mcp_source_options *opts) {
+  memset(opts, 0, sizeof(*opts));
+}
+
+int mcp_source_session_new(mcp_source_session **ps,
+                           const mcp_source_options *opts, mcp_tstamp ts) {
+  if (!ps || !opts || (!opts->store && !opts->select_store)) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  uint32_t codes = 0;
+  if (opts->nack_retry_codes) {
+    for (size_t i = 0; i < opts->nnack_retry_codes; ++i) {
+      int c = opts->nack_retry_codes[i];
+      if (c <= 0 || c >= 32) {
+        return MCP_ERR_INVALID_ARGUMENT;
+      }
+      codes |= 1u << c;
+    }
+  } else {
+    codes = 1u << MCP_CODE_UNAVAILABLE;
+  }
+  mcp_mem mem;
+  mcp__mem_init(&mem, opts->mem);
+  mcp_source_session *s = mcp__calloc(&mem, 1, sizeof(*s));
+  if (!s) {
+    return MCP_ERR_NOMEM;
+  }
+  s->mem = mem;
+  s->default_store = opts->store;
+  s->select_store = opts->select_store;
+  s->select_ud = opts->select_store_user_data;
+  s->debounce = opts->debounce;
+  s->max_delay = opts->max_delay;
+  s->retry_initial = opts->nack_retry_initial;
+  s->retry_max = opts->nack_retry_max ? opts->nack_retry_max : opts->nack_retry_initial;
+  s->retry_codes = codes;
+  s->on_event = opts->on_event;
+  s->user_data = opts->user_data;
+  s->trigger_pending = opts->send_trigger ? 1 : 0;
+  s->node.id = "";
+  s->last_ts = ts;
+  *ps = s;
+  return 0;
+}
+
+static void resume_free(mcp_source_session *s, resume *r) {
+  mcp__map_free(&r->map, &s->mem);
+  mcp__free(&s->mem, r->arena);
+  mcp__free(&s->mem, r);
+}
+
+static resume *resume_take(mcp_source_session *s, size_t i) {
+  for (resume **pp = &s->resumes; *pp; pp = &(*pp)->next) {
+    if ((*pp)->sub == i) {
+      resume *r = *pp;
+      *pp = r->next;
+      return r;
+    }
+  }
+  return NULL;
+}
+
+void mcp_source_session_del(mcp_source_session *s) {
+  if (!s) {
+    return;
+  }
+  for (size_t i = 0; i < s->nsubs; ++i) {
+    if (!(s->subs[i].flags & F_KNOWN)) {
+      mcp__free(&s->mem, s->subs[i].u.name);
+    }
+    mcp__free(&s->mem, s->subs[i].nack_msg);
+  }
+  while (s->resumes) {
+    resume *r = s->resumes;
+    s->resumes = r->next;
+    resume_free(s, r);
+  }
+  mcp__free(&s->mem, s->subs);
+  mcp__free(&s->mem, s->node_arena);
+  mcp_mem m = s->mem;
+  mcp__free(&m, s);
+}
+
+/* Binds subscriptions to collections the store gained since last time. */
+static void resolve(mcp_source_session *s) {
+  if (!s->store || s->seen_ncolls == s->store->ncolls) {
+    return;
+  }
+  s->seen_ncolls = s->store->ncolls;
+  for (size_t i = 0; i < s->nsubs; ++i) {
+    sub *u = &s->subs[i];
+    if (u->flags & F_KNOWN) {
+      continue;
+    }
+    mcp_coll *c = mcp__store_coll(s->store, u->u.name);
+    if (c) {
+      mcp__free(&s->mem, u->u.name);
+      u->u.coll = c;
+      u->flags |= F_KNOWN;
+    }
+  }
+}
+
+/* ---- receiving requests ---- */
+
+typedef Istio__Mcp__V1alpha1__RequestResources Req;
+
+static int req_valid(const Req *r) {
+  if (!mcp__str_valid(r->collection) || !mcp__str_valid(r->response_nonce)) {
+    return 0;
+  }
+  if (r->error_detail && !mcp__str_valid(r->error_detail->message)) {
+    return 0;
+  }
+  if (r->sink_node) {
+    if (!mcp__str_valid(r->sink_node->id)) {
+      return 0;
+    }
+    for (size_t i = 0; i < r->sink_node->n_annotations; ++i) {
+      if (!mcp__str_valid(r->sink_node->annotations[i]->key) ||
+          !mcp__str_valid(r->sink_node->annotations[i]->value)) {
+        return 0;
+      }
+    }
+  }
+  for (size_t i = 0; i < r->n_initial_resource_versions; ++i) {
+    if (!mcp__str_valid(r->initial_resource_versions[i]->key) ||
+        !mcp__str_valid(r->initial_resource_versions[i]->value)) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* Copies the sink node into one block. */
+static int take_node(mcp_source_session *s, const Req *r) {
+  const Istio__Mcp__V1alpha1__SinkNode *n = r->sink_node;
+  size_t na = n ? n->n_annotations : 0;
+  size_t sz = sizeof(mcp_kv) * na + (n ? strlen(n->id) : 0) + 1;
+  for (size_t i = 0; i < na; ++i) {
+    sz += strlen(n->annotations[i]->key) + strlen(n->annotations[i]->value) + 2;
+  }
+  char *arena = mcp__malloc(&s->mem, sz);
+  if (!arena) {
+    return MCP_ERR_NOMEM;
+  }
+  mcp_kv *kv = (mcp_kv *)(void *)arena;
+  char *p = arena + sizeof(mcp_kv) * na;
+#define COPY_(dst, src)              \
+  do {                               \
+    size_t l_ = strlen(src) + 1;     \
+    memcpy(p, src, l_);              \
+    (dst) = p;                       \
+    p += l_;                         \
+  } while (0)
+  for (size_t i = 0; i < na; ++i) {
+    COPY_(kv[i].key, n->annotations[i]->key);
+    COPY_(kv[i].value, n->annotations[i]->value);
+  }
+  COPY_(s->node.id, n ? n->id : "");
+#undef COPY_
+  s->node.annotations = na ? kv : NULL;
+  s->node.nannotations = na;
+  s->node_arena = arena;
+  return 0;
+}
+
+static resume *resume_new(mcp_source_session *s, const Req *r, size_t i) {
+  size_t sz = 1;
+  for (size_t k = 0; k < r->n_initial_resource_versions; ++k) {
+    sz += strlen(r->initial_resource_versions[k]->key) +
+          strlen(r->initial_resource_versions[k]->value) + 2;
+  }
+  resume *rs = mcp__calloc(&s->mem, 1, sizeof(*rs));
+  if (!rs || !(rs->arena = mcp__malloc(&s->mem, sz)) ||
+      mcp__map_reserve(&rs->map, &s->mem, r->n_initial_resource_versions) != 0) {
+    if (rs) {
+      resume_free(s, rs);
+    }
+    return NULL;
+  }
+  rs->sub = i;
+  char *p = rs->arena;
+  for (size_t k = 0; k < r->n_initial_resource_versions; ++k) {
+    const char *key = r->initial_resource_versions[k]->key;
+    const char *val = r->initial_resource_versions[k]->value;
+    size_t kl = strlen(key) + 1, vl = strlen(val) + 1;
+    memcpy(p, key, kl);
+    memcpy(p + kl, val, vl);
+    int err = 0;
+    /* Duplicate keys: protobuf-c keeps them all; the last one wins, as in
+     * every other protobuf implementation. */
+    mcp__map_put(&rs->map, &s->mem, p, p + kl, &err);
+    p += kl + vl;
+  }
+  return rs;
+}
+
+static sub *find_sub(mcp_source_session *s, const char *name, size_t *idx) {
+  for (size_t i = 0; i < s->nsubs; ++i) {
+    if (strcmp(sub_name(&s->subs[i]), name) == 0) {
+      *idx = i;
+      return &s->subs[i];
+    }
+  }
+  return NULL;
+}
+
+/* A new or repeated subscription (empty nonce). */
+static int on_request(mcp_source_session *s, const Req *r, mcp_tstamp ts) {
+  size_t i;
+  sub *u = find_sub(s, r->collection, &i);
+  int incremental = r->incremental ? 1 : 0;
+  int resuming = incremental && r->n_initial_resource_versions > 0;
+  char *name = NULL;
+  resume *rs = NULL;
+
+  if (!u) {
+    mcp_coll *c = mcp__store_coll(s->store, r->collection);
+    if (!c && !(name = mcp__strdup(&s->mem, r->collection))) {
+      return MCP_ERR_NOMEM;
+    }
+    if (s->nsubs == s->cap) {
+      size_t cap = s->cap ? s->cap * 2 : 4;
+      sub *subs = mcp__realloc(&s->mem, s->subs, cap * sizeof(*subs));
+      if (!subs) {
+        mcp__free(&s->mem, name);
+        return MCP_ERR_NOMEM;
+      }
+      s->subs = subs;
+      s->cap = cap;
+    }
+    i = s->nsubs;
+    if (resuming && !(rs = resume_new(s, r, i))) {
+      mcp__free(&s->mem, name);
+      return MCP_ERR_NOMEM;
+    }
+    u = &s->subs[s->nsubs++];
+    memset(u, 0, sizeof(*u));
+    if (c) {
+      u->u.coll = c;
+      u->flags = F_KNOWN;
+    } else {
+      u->u.name = name;
+    }
+  } else {
+    if (resuming && !(rs = resume_new(s, r, i))) {
+      return MCP_ERR_NOMEM;
+    }
+    resume *old = resume_take(s, i);
+    if (old) {
+      resume_free(s, old);
+    }
+  }
+  /* Whatever was in flight is abandoned: its nonce is stale from now on,
+   * and what the sink holds is unknown until this answer is ACKed. */
+  u->flags = (uint16_t)((u->flags & F_KNOWN) | F_ANSWER |
+                        (incremental ? F_INCREMENTAL : 0) |
+                        (rs ? F_RESUME : 0));
+  u->retries = 0;
+  if (rs) {
+    rs->next = s->resumes;
+    s->resumes = rs;
+  }
+  mcp_event ev = {.type = MCP_EVENT_REQUEST, .collection = r->collection,
+                  .nonce = "", .version = "", .message = "",
+                  .incremental = incremental};
+  emit(s, &ev);
+  if (!(u->flags & F_KNOWN)) {
+    ev.type = MCP_EVENT_UNKNOWN_COLLECTION;
+    emit(s, &ev);
+  }
+  (void)ts;
+  return 0;
+}
+
+static mcp_tstamp retry_delay(const mcp_source_session *s, unsigned retries) {
+  mcp_tstamp d = s->retry_initial;
+  for (unsigned k = 0; k < retries && d < s->retry_max; ++k) {
+    d *= 2;
+  }
+  return d < s->retry_max ? d : s->retry_max;
+}
+
+static int on_answer(mcp_source_session *s, const Req *r, mcp_tstamp ts) {
+  size_t i;
+  sub *u = find_sub(s, r->collection, &i);
+  uint32_t nonce = parse_nonce(r->response_nonce);
+  mcp_event ev = {.collection = r->collection, .nonce = r->response_nonce,
+                  .version = "", .message = ""};
+  if (!u || !(u->flags & F_PENDING) || nonce != u->pending_nonce) {
+    if (u) {
+      u->stale++;
+    } else {
+      s->stale_unknown++;
+    }
+    ev.type = MCP_EVENT_STALE;
+    emit(s, &ev);
+    return 0;
+  }
+  char ver[48];
+  mcp__format_version(ver, sizeof(ver), s->store->epoch, u->pending_gen);
+  ev.version = ver;
+  ev.latency = ts - u->t;
+  u->flags &= (uint16_t)~(F_PENDING | F_RETRY | F_RETRY_DUE | F_DIRTY);
+  if (r->error_detail) {
+    const char *msg = r->error_detail->message ? r->error_detail->message : "";
+    char *copy = mcp__strdup(&s->mem, msg);
+    if (!copy) {
+      u->flags |= F_PENDING; /* nothing changed */
+      return MCP_ERR_NOMEM;
+    }
+    mcp__free(&s->mem, u->nack_msg);
+    u->nack_msg = copy;
+    u->nack_code = r->error_detail->code;
+    u->nacks++;
+    u->flags |= F_NACKED;
+    u->nacked_gen = u->pending_gen;
+    int code = r->error_detail->code;
+    if (s->retry_initial && code > 0 && code < 32 &&
+        (s->retry_codes & (1u << code))) {
+      u->t = ts + retry_delay(s, u->retries);
+      if (u->retries < 63) {
+        u->retries++;
+      }
+      u->flags |= F_RETRY;
+    }
+    ev.type = MCP_EVENT_NACK;
+    ev.code = code;
+    ev.message = msg;
+  } else {
+    u->acks++;
+    u->flags = (uint16_t)((u->flags & ~F_NACKED) | F_HELD_GEN);
+    u->held_gen = u->pending_gen;
+    u->retries = 0;
+    ev.type = MCP_EVENT_ACK;
+  }
+  emit(s, &ev);
+  return 0;
+}
+
+int mcp_source_session_recv(mcp_source_session *s, const uint8_t *in,
+                            size_t len, mcp_tstamp ts) {
+  check_ts(s, ts);
+  mcp_pballoc pa;
+  mcp__pballoc_init(&pa, &s->mem);
+  Req *r = istio__mcp__v1alpha1__request_resources__unpack(&pa.a, len, in);
+  if (!r) {
+    return pa.failed ? MCP_ERR_NOMEM : MCP_ERR_MALFORMED;
+  }
+  int rv;
+  if (!req_valid(r)) {
+    rv = MCP_ERR_MALFORMED;
+    goto out;
+  }
+  /* Istio's dialing source opens with a Resources for no collection, which
+   * sinks NACK with UNIMPLEMENTED: that NACK is expected, not a fault. */
+  if ((r->collection[0] == '\0' ||
+       strcmp(r->collection, MCP_TRIGGER_COLLECTION) == 0) &&
+      r->error_detail && r->error_detail->code == MCP_CODE_UNIMPLEMENTED) {
+    mcp_event ev = {.type = MCP_EVENT_TRIGGER_IGNORED,
+                    .collection = r->collection, .nonce = r->response_nonce,
+                    .version = "", .code = MCP_CODE_UNIMPLEMENTED,
+                    .message = r->error_detail->message};
+    emit(s, &ev);
+    rv = 0;
+    goto out;
+  }
+  if (r->collection[0] == '\0') {
+    rv = MCP_ERR_PROTOCOL;
+    goto out;
+  }
+  if (!s->have_node) {
+    if ((rv = take_node(s, r)) != 0) {
+      goto out;
+    }
+    s->have_node = 1;
+    mcp_store *st = s->select_store ? s->select_store(&s->node, s->select_ud) : NULL;
+    s->store = st ? st : s->default_store;
+    if (!s->store) {
+      rv = MCP_ERR_PROTOCOL; /* no store serves this sink */
+      goto out;
+    }
+  }
+  resolve(s);
+  rv = r->response_nonce[0] == '\0' ? on_request(s, r, ts) : on_answer(s, r, ts);
+out:
+  istio__mcp__v1alpha1__request_resources__free_unpacked(r, &pa.a);
+  return rv;
+}
+
+/* ---- deciding what to push ---- */
+
+/* 1 when |u| has something to push at |ts|. Records when a waiting change
+ * was first seen, for max_delay. */
+static int ready(mcp_source_session *s, sub *u, mcp_tstamp ts) {
+  if (!(u->flags & F_KNOWN) || (u->flags & F_PENDING)) {
+    return 0;
+  }
+  if (u->flags & (F_ANSWER | F_RETRY_DUE)) {
+    return 1;
+  }
+  uint64_t gen = u->u.coll->gen;
+  if (((u->flags & F_HELD_GEN) && u->held_gen == gen) ||
+      ((u->flags & F_NACKED) && u->nacked_gen == gen)) {
+    return 0; /* up to date, or exactly what was rejected */
+  }
+  if (!(u->flags & F_DIRTY)) {
+    u->flags = (uint16_t)((u->flags | F_DIRTY) & ~F_RETRY);
+    u->t = ts;
+  }
+  if (!s->debounce) {
+    return 1;
+  }
+  return ts >= u->u.coll->last_change + s->debounce ||
+         (s->max_delay && ts >= u->t + s->max_delay);
+}
+
+int mcp_source_session_want_write(mcp_source_session *s, mcp_tstamp ts) {
+  check_ts(s, ts);
+  if (s->trigger_pending) {
+    return 1;
+  }
+  resolve(s);
+  for (size_t i = 0; i < s->nsubs; ++i) {
+    if (ready(s, &s->subs[i], ts)) {
+      return 1;
+    }
+  }
+  return 0;
+}
+
+mcp_tstamp mcp_source_session_get_expiry(mcp_source_session *s) {
+  mcp_tstamp t = MCP_TSTAMP_MAX;
+  for (size_t i = 0; i < s->nsubs; ++i) {
+    sub *u = &s->subs[i];
+    if (!(u->flags & F_KNOWN) || (u->flags & (F_PENDING | F_ANSWER | F_RETRY_DUE))) {
+      continue;
+    }
+    mcp_tstamp d = MCP_TSTAMP_MAX;
+    uint64_t gen = u->u.coll->gen;
+    if ((u->flags & F_NACKED) && u->nacked_gen == gen) {
+      if (u->flags & F_RETRY) {
+        d = u->t;
+      }
+    } else if (!((u->flags & F_HELD_GEN) && u->held_gen == gen) && s->debounce) {
+      d = u->u.coll->last_change + s->debounce;
+      if ((u->flags & F_DIRTY) && s->max_delay && u->t + s->max_delay < d) {
+        d = u->t + s->max_delay;
+      }
+    }
+    if (d < t) {
+      t = d;
+    }
+  }
+  return t;
+}
+
+int mcp_source_session_handle_expiry(mcp_source_session *s, mcp_tstamp ts) {
+  check_ts(s, ts);
+  for (size_t i = 0; i < s->nsubs; ++i) {
+    sub *u = &s->subs[i];
+    if ((u->flags & F_RETRY) && u->t <= ts) {
+      u->flags = (uint16_t)((u->flags & ~F_RETRY) | F_RETRY_DUE);
+    }
+  }
+  return 0;
+}
+
+/* ---- building pushes ---- */
+
+static void put_header(mcp_msgb *b, const char *version, const char *collection,
+                       const char *nonce, int incremental) {
+  size_t vl = strlen(version), cl = strlen(collection), nl = strlen(nonce);
+  size_t n = (vl ? mcp__len_field_size(vl) : 0) + mcp__len_field_size(cl) +
+             (nl ? mcp__len_field_size(nl) : 0) + (incremental ? 2 : 0);
+  uint8_t *p = mcp__msgb_own(b, n);
+  if (!p) {
+    return;
+  }
+  if (vl) {
+    p = mcp__put_len_field(p, 1, version, vl);
+  }
+  p = mcp__put_len_field(p, 2, collection, cl);
+  if (nl) {
+    p = mcp__put_len_field(p, 5, nonce, nl);
+  }
+  if (incremental) {
+    *p++ = 6 << 3 | MCP_WT_VARINT;
+    *p++ = 1;
+  }
+}
+
+static void put_removed(mcp_msgb *b, const char *name) {
+  size_t l = strlen(name);
+  uint8_t *p = mcp__msgb_own(b, mcp__len_field_size(l));
+  if (p) {
+    mcp__put_len_field(p, 4, name, l);
+  }
+}
+
+static void put_resource(mcp_msgb *b, const mcp_entry *e) {
+  mcp__msgb_shared(b, e->enc, 0, e->enc->len);
+}
+
+int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
+                            mcp_msg **pmsg) {
+  check_ts(s, ts);
+  mcp_msgb b;
+  mcp__msgb_init(&b, &s->mem);
+  if (s->trigger_pending) {
+    put_header(&b, "", MCP_TRIGGER_COLLECTION, "", 0);
+    int rv = mcp__msgb_finish(&b, MCP_TRIGGER_COLLECTION, pmsg);
+    if (rv == 0) {
+      s->trigger_pending = 0;
+    }
+    return rv ? rv : 1;
+  }
+  resolve(s);
+  size_t idx = s->nsubs;
+  for (size_t k = 0; k < s->nsubs; ++k) {
+    size_t i = (s->rr + k) % s->nsubs;
+    if (ready(s, &s->subs[i], ts)) {
+      idx = i;
+      break;
+    }
+  }
+  if (idx == s->nsubs) {
+    return 0;
+  }
+  sub *u = &s->subs[idx];
+  mcp_coll *c = u->u.coll;
+  resume *rs = (u->flags & F_RESUME) ? resume_take(s, idx) : NULL;
+  int incremental = (u->flags & F_INCREMENTAL) &&
+                    (rs || ((u->flags & F_HELD_GEN) && u->held_gen >= c->compact_gen));
+  char ver[48], nonce[16];
+  uint32_t n = s->next_nonce + 1 ? s->next_nonce + 1 : 1;
+  mcp__format_version(ver, sizeof(ver), s->store->epoch, c->gen);
+  format_nonce(nonce, n);
+  put_header(&b, ver, c->name, nonce, incremental);
+
+  size_t nres = 0, nrem = 0;
+  if (rs) {
+    /* Resumption: what the sink lacks or holds at another version, and
+     * what it holds that no longer exists. */
+    for (mcp_entry *e = c->head; e; e = e->next) {
+      if (!e->enc) {
+        continue;
+      }
+      const char *v = mcp__map_get(&rs->map, e->name);
+      if (!v || strcmp(v, e->version) != 0) {
+        put_resource(&b, e);
+        nres++;
+      }
+    }
+    void *val;
+    for (size_t it = 0; mcp__map_iter(&rs->map, &it, &val);) {
+      const char *name = rs->map.slots[it - 1].key;
+      mcp_entry *e = mcp__map_get(&c->map, name);
+      if (!e || !e->enc) {
+        put_removed(&b, name);
+        nrem++;
+      }
+    }
+  } else if (incremental) {
+    /* Everything after the generation the sink holds: O(changed). */
+    mcp_entry *e = c->tail;
+    while (e && e->gen > u->held_gen) {
+      e = e->prev;
+    }
+    for (e = e ? e->next : c->head; e; e = e->next) {
+      if (e->enc) {
+        put_resource(&b, e);
+        nres++;
+      } else {
+        put_removed(&b, e->name);
+        nrem++;
+      }
+    }
+  } else {
+    for (mcp_entry *e = c->head; e; e = e->next) {
+      if (e->enc) {
+        put_resource(&b, e);
+        nres++;
+      }
+    }
+  }
+  int rv = mcp__msgb_finish(&b, c->name, pmsg);
+  if (rv != 0) {
+    if (rs) { /* put it back: nothing was consumed */
+      rs->next = s->resumes;
+      s->resumes = rs;
+    }
+    return rv;
+  }
+  if (rs) {
+    resume_free(s, rs);
+  }
+  s->next_nonce = n;
+  u->pending_nonce = n;
+  u->pending_gen = c->gen;
+  u->t = ts;
+  u->pushes++;
+  u->flags = (uint16_t)((u->flags & ~(F_ANSWER | F_RESUME | F_DIRTY | F_RETRY |
+                                      F_RETRY_DUE)) | F_PENDING);
+  s->rr = idx + 1;
+  mcp_event ev = {.type = MCP_EVENT_PUSH, .collection = c->name,
+                  .nonce = nonce, .version = ver, .message = "",
+                  .nresources = nres, .nremoved = nrem,
+                  .incremental = incremental};
+  emit(s, &ev);
+  return 1;
+}
+
+/* ---- introspection ---- */
+
+const char *mcp_source_session_node_id(const mcp_source_session *s) {
+  return s->node.id;
+}
+
+size_t mcp_source_session_collection_count(const mcp_source_session *s) {
+  return s->nsubs;
+}
+
+int mcp_source_session_collection_status(const mcp_source_session *s,
+                                         size_t i, mcp_tstamp ts,
+                                         mcp_collection_status *st) {
+  if (i >= s->nsubs) {
+    return MCP_ERR_NOT_FOUND;
+  }
+  const sub *u = &s->subs[i];
+  memset(st, 0, sizeof(*st));
+  st->collection = sub_name(u);
+  st->known = (u->flags & F_KNOWN) != 0;
+  st->incremental = (u->flags & F_INCREMENTAL) != 0;
+  if (u->flags & F_HELD_GEN) {
+    mcp__format_version(st->acked_version, sizeof(st->acked_version),
+                        s->store->epoch, u->held_gen);
+  }
+  if (u->flags & F_PENDING) {
+    mcp__format_version(st->pending_version, sizeof(st->pending_version),
+                        s->store->epoch, u->pending_gen);
+    format_nonce(st->pending_nonce, u->pending_nonce);
+    st->pending_age = ts > u->t ? ts - u->t : 0;
+  }
+  st->last_nack_code = u->nack_code;
+  st->last_nack_message = u->nack_msg ? u->nack_msg : "";
+  st->pushes = u->pushes;
+  st->acks = u->acks;
+  st->nacks = u->nacks;
+  st->stale = u->stale;
+  return 0;
+}

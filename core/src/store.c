@@ -1,0 +1,586 @@
+/*
+ * The resource store. Each resource version is encoded once, as the bytes
+ * of a Resources.resources field ([tag 3][length][Resource]), into shared
+ * refcounted bytes that every push of every stream sends as is.
+ *
+ * Each collection keeps its entries in one list ordered by the generation
+ * of their last change; a deletion leaves a tombstone at the tail. A
+ * stream that holds generation G therefore finds what changed after G by
+ * walking back from the tail: O(changed), whatever the collection's size.
+ * Tombstones are dropped once they outnumber live entries; a stream older
+ * than the newest dropped tombstone (compact_gen) gets a full-state push.
+ */
+#include "mcp_int.h"
+
+/* Tombstones are kept until they are this many and more than live ones. */
+#define MCP_TOMB_MIN 64
+
+void mcp__format_version(char *buf, size_t n, uint64_t epoch, uint64_t gen) {
+  static const char hex[] = "0123456789abcdef";
+  char tmp[48];
+  size_t k = 0;
+  for (int i = 60; i >= 0; i -= 4) {
+    tmp[k++] = hex[(epoch >> i) & 0xf];
+  }
+  tmp[k++] = '-';
+  char dec[24];
+  size_t d = 0;
+  do {
+    dec[d++] = (char)('0' + gen % 10);
+    gen /= 10;
+  } while (gen);
+  while (d) {
+    tmp[k++] = dec[--d];
+  }
+  if (k >= n) {
+    k = n - 1;
+  }
+  memcpy(buf, tmp, k);
+  buf[k] = '\0';
+}
+
+/* ---- encoding one Resource ---- */
+
+static size_t kv_entry_size(const mcp_kv *kv) {
+  size_t k = strlen(kv->key), v = strlen(kv->value);
+  return (k ? mcp__len_field_size(k) : 0) + (v ? mcp__len_field_size(v) : 0);
+}
+
+static size_t str_field_size(const char *s) {
+  size_t n = s ? strlen(s) : 0;
+  return n ? mcp__len_field_size(n) : 0;
+}
+
+static uint8_t *put_str(uint8_t *p, uint32_t field, const char *s) {
+  size_t n = s ? strlen(s) : 0;
+  return n ? mcp__put_len_field(p, field, s, n) : p;
+}
+
+static uint8_t *put_kvs(uint8_t *p, uint32_t field, const mcp_kv *kv, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    *p++ = (uint8_t)(field << 3 | MCP_WT_LEN);
+    p = mcp__put_varint(p, kv_entry_size(&kv[i]));
+    p = put_str(p, 1, kv[i].key);
+    p = put_str(p, 2, kv[i].value);
+  }
+  return p;
+}
+
+static size_t kvs_size(const mcp_kv *kv, size_t n) {
+  size_t sz = 0;
+  for (size_t i = 0; i < n; ++i) {
+    sz += mcp__len_field_size(kv_entry_size(&kv[i]));
+  }
+  return sz;
+}
+
+typedef struct res_sizes {
+  size_t ts, md, any, res;
+} res_sizes;
+
+static void resource_sizes(const mcp_resource *r, const char *version,
+                           res_sizes *sz) {
+  sz->ts = 0;
+  if (r->has_create_time) {
+    if (r->create_time_seconds) {
+      sz->ts += 1 + mcp__varint_len((uint64_t)r->create_time_seconds);
+    }
+    if (r->create_time_nanos) {
+      sz->ts += 1 + mcp__varint_len((uint64_t)r->create_time_nanos);
+    }
+  }
+  sz->md = str_field_size(r->name) + str_field_size(version) +
+           kvs_size(r->labels, r->nlabels) +
+           kvs_size(r->annotations, r->nannotations) +
+           (r->has_create_time ? mcp__len_field_size(sz->ts) : 0);
+  sz->any = str_field_size(r->type_url) +
+            (r->body_len ? mcp__len_field_size(r->body_len) : 0);
+  sz->res = mcp__len_field_size(sz->md) +
+            (r->type_url || r->body_len ? mcp__len_field_size(sz->any) : 0);
+}
+
+/* Encodes |r| with |version| as [tag 3][len][Resource] into new shared
+ * bytes. */
+static mcp_rcbuf *encode_resource(const mcp_mem *m, const mcp_resource *r,
+                                  const char *version, uint32_t *res_off) {
+  res_sizes sz;
+  resource_sizes(r, version, &sz);
+  size_t pre = 1 + mcp__varint_len(sz.res);
+  mcp_rcbuf *b = mcp__rcbuf_new(m, pre + sz.res);
+  if (!b) {
+    return NULL;
+  }
+  uint8_t *p = b->data;
+  *p++ = 3 << 3 | MCP_WT_LEN;
+  p = mcp__put_varint(p, sz.res);
+  *res_off = (uint32_t)pre;
+
+  *p++ = 1 << 3 | MCP_WT_LEN; /* metadata */
+  p = mcp__put_varint(p, sz.md);
+  p = put_str(p, 1, r->name);
+  if (r->has_create_time) {
+    *p++ = 2 << 3 | MCP_WT_LEN;
+    p = mcp__put_varint(p, sz.ts);
+    if (r->create_time_seconds) {
+      *p++ = 1 << 3 | MCP_WT_VARINT;
+      p = mcp__put_varint(p, (uint64_t)r->create_time_seconds);
+    }
+    if (r->create_time_nanos) {
+      *p++ = 2 << 3 | MCP_WT_VARINT;
+      p = mcp__put_varint(p, (uint64_t)r->create_time_nanos);
+    }
+  }
+  p = put_str(p, 3, version);
+  p = put_kvs(p, 4, r->labels, r->nlabels);
+  p = put_kvs(p, 5, r->annotations, r->nannotations);
+  if (r->type_url || r->body_len) {
+    *p++ = 2 << 3 | MCP_WT_LEN; /* body */
+    p = mcp__put_varint(p, sz.any);
+    p = put_str(p, 1, r->type_url);
+    if (r->body_len) {
+      p = mcp__put_len_field(p, 2, r->body, r->body_len);
+    }
+  }
+  (void)p;
+  return b;
+}
+
+static int kvs_valid(const mcp_kv *kv, size_t n) {
+  if (n && !kv) {
+    return 0;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (!mcp__str_valid(kv[i].key) || !mcp__str_valid(kv[i].value)) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
+static int resource_valid(const mcp_resource *r) {
+  return r && r->name && r->name[0] && mcp__str_valid(r->name) &&
+         (!r->version || r->version[0] == '\0' || mcp__str_valid(r->version)) &&
+         kvs_valid(r->labels, r->nlabels) &&
+         kvs_valid(r->annotations, r->nannotations) &&
+         (!r->type_url || r->type_url[0] == '\0' || mcp__str_valid(r->type_url)) &&
+         (r->body || !r->body_len) &&
+         (!r->has_create_time ||
+          (r->create_time_nanos >= 0 && r->create_time_nanos < 1000000000));
+}
+
+/* ---- store and collections ---- */
+
+void mcp_store_options_default(mcp_store_options *opts) {
+  memset(opts, 0, sizeof(*opts));
+}
+
+int mcp_store_new(mcp_store **pstore, const mcp_store_options *opts) {
+  if (!pstore || !opts || (!opts->epoch && !opts->rand)) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  mcp_mem mem;
+  mcp__mem_init(&mem, opts->mem);
+  mcp_store *s = mcp__calloc(&mem, 1, sizeof(*s));
+  if (!s) {
+    return MCP_ERR_NOMEM;
+  }
+  s->mem = mem;
+  s->epoch = opts->epoch;
+  if (!s->epoch) {
+    uint8_t b[8];
+    opts->rand(b, sizeof(b), opts->rand_user_data);
+    for (int i = 0; i < 8; ++i) {
+      s->epoch = s->epoch << 8 | b[i];
+    }
+    if (!s->epoch) {
+      s->epoch = 1;
+    }
+  }
+  *pstore = s;
+  return 0;
+}
+
+static void entry_free(const mcp_mem *m, mcp_entry *e) {
+  mcp__rcbuf_unref(e->enc);
+  mcp__free(m, e->version);
+  mcp__free(m, e->name);
+  mcp__free(m, e);
+}
+
+static void coll_free(const mcp_mem *m, mcp_coll *c) {
+  for (mcp_entry *e = c->head, *next; e; e = next) {
+    next = e->next;
+    entry_free(m, e);
+  }
+  mcp__map_free(&c->map, m);
+  mcp__free(m, c->name);
+  mcp__free(m, c);
+}
+
+void mcp_store_del(mcp_store *s) {
+  if (!s) {
+    return;
+  }
+  for (size_t i = 0; i < s->ncolls; ++i) {
+    coll_free(&s->mem, s->colls[i]);
+  }
+  mcp__free(&s->mem, s->colls);
+  mcp__map_free(&s->coll_map, &s->mem);
+  mcp_mem m = s->mem;
+  mcp__free(&m, s);
+}
+
+uint64_t mcp_store_epoch(const mcp_store *s) { return s->epoch; }
+
+mcp_coll *mcp__store_coll(const mcp_store *s, const char *name) {
+  return mcp__map_get(&s->coll_map, name);
+}
+
+static int coll_get_or_add(mcp_store *s, const char *name, mcp_coll **pc) {
+  if (!name || !name[0] || !mcp__str_valid(name)) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  mcp_coll *c = mcp__store_coll(s, name);
+  if (c) {
+    *pc = c;
+    return 0;
+  }
+  if (s->ncolls == s->cap) {
+    size_t cap = s->cap ? s->cap * 2 : 8;
+    mcp_coll **cs = mcp__realloc(&s->mem, s->colls, cap * sizeof(*cs));
+    if (!cs) {
+      return MCP_ERR_NOMEM;
+    }
+    s->colls = cs;
+    s->cap = cap;
+  }
+  c = mcp__calloc(&s->mem, 1, sizeof(*c));
+  if (!c || !(c->name = mcp__strdup(&s->mem, name)) ||
+      mcp__map_reserve(&s->coll_map, &s->mem, 1) != 0) {
+    if (c) {
+      mcp__free(&s->mem, c->name);
+    }
+    mcp__free(&s->mem, c);
+    return MCP_ERR_NOMEM;
+  }
+  int err = 0;
+  mcp__map_put(&s->coll_map, &s->mem, c->name, c, &err);
+  c->index = s->ncolls;
+  s->colls[s->ncolls++] = c;
+  *pc = c;
+  return 0;
+}
+
+int mcp_store_add_collection(mcp_store *s, const char *collection) {
+  mcp_coll *c;
+  return coll_get_or_add(s, collection, &c);
+}
+
+static void list_unlink(mcp_coll *c, mcp_entry *e) {
+  if (e->prev) {
+    e->prev->next = e->next;
+  } else {
+    c->head = e->next;
+  }
+  if (e->next) {
+    e->next->prev = e->prev;
+  } else {
+    c->tail = e->prev;
+  }
+  e->prev = e->next = NULL;
+}
+
+static void list_append(mcp_coll *c, mcp_entry *e) {
+  e->prev = c->tail;
+  e->next = NULL;
+  if (c->tail) {
+    c->tail->next = e;
+  } else {
+    c->head = e;
+  }
+  c->tail = e;
+}
+
+static void touch(mcp_coll *c, mcp_entry *e, uint64_t gen) {
+  e->gen = gen;
+  if (c->tail != e) {
+    list_unlink(c, e);
+    list_append(c, e);
+  }
+}
+
+static void make_tombstone(const mcp_mem *m, mcp_coll *c, mcp_entry *e,
+                           uint64_t gen) {
+  mcp__rcbuf_unref(e->enc);
+  mcp__free(m, e->version);
+  e->enc = NULL;
+  e->version = NULL;
+  c->nlive--;
+  c->ntomb++;
+  touch(c, e, gen);
+}
+
+static void compact(const mcp_mem *m, mcp_coll *c) {
+  if (c->ntomb < MCP_TOMB_MIN || c->ntomb <= c->nlive) {
+    return;
+  }
+  for (mcp_entry *e = c->head, *next; e && c->ntomb > c->nlive / 2; e = next) {
+    next = e->next;
+    if (e->enc) {
+      continue;
+    }
+    c->compact_gen = e->gen;
+    mcp__map_del(&c->map, e->name);
+    list_unlink(c, e);
+    c->ntomb--;
+    entry_free(m, e);
+  }
+}
+
+/* One resource of a change being prepared: everything that can fail is
+ * allocated before anything is changed. */
+typedef struct prep {
+  const mcp_resource *res;
+  mcp_entry *e;     /* the entry held, live or tombstone, or NULL */
+  mcp_entry *fresh; /* a new entry, when e == NULL */
+  mcp_rcbuf *enc;   /* new bytes; NULL: unchanged */
+  uint32_t res_off;
+  char *version;
+  uint8_t gen_version;
+} prep;
+
+static void prep_free(const mcp_mem *m, prep *p) {
+  mcp__rcbuf_unref(p->enc);
+  mcp__free(m, p->version);
+  if (p->fresh) {
+    mcp__free(m, p->fresh->name);
+    mcp__free(m, p->fresh);
+  }
+}
+
+static int same_bytes(const mcp_entry *e, const mcp_rcbuf *b) {
+  return e && e->enc && e->enc->len == b->len &&
+         memcmp(e->enc->data, b->data, b->len) == 0;
+}
+
+/* Encodes one resource and decides whether it changes what is held. */
+static int prepare(mcp_store *s, mcp_coll *c, uint64_t gen, prep *p) {
+  const mcp_mem *m = &s->mem;
+  const mcp_resource *r = p->res;
+  p->e = mcp__map_get(&c->map, r->name);
+  int live = p->e && p->e->enc;
+  char genver[48];
+  const char *v = r->version;
+  if (!v || !v[0]) {
+    /* A generated version must stay the same while the content does, so
+     * first compare with the version generated before. */
+    if (live && p->e->gen_version) {
+      p->enc = encode_resource(m, r, p->e->version, &p->res_off);
+      if (!p->enc) {
+        return MCP_ERR_NOMEM;
+      }
+      if (same_bytes(p->e, p->enc)) {
+        mcp__rcbuf_unref(p->enc);
+        p->enc = NULL;
+        return 0;
+      }
+      mcp__rcbuf_unref(p->enc);
+      p->enc = NULL;
+    }
+    mcp__format_version(genver, sizeof(genver), s->epoch, gen);
+    v = genver;
+    p->gen_version = 1;
+  }
+  p->enc = encode_resource(m, r, v, &p->res_off);
+  if (!p->enc) {
+    return MCP_ERR_NOMEM;
+  }
+  if (live && same_bytes(p->e, p->enc)) {
+    mcp__rcbuf_unref(p->enc);
+    p->enc = NULL;
+    return 0;
+  }
+  if (!(p->version = mcp__strdup(m, v))) {
+    return MCP_ERR_NOMEM;
+  }
+  if (!p->e) {
+    p->fresh = mcp__calloc(m, 1, sizeof(*p->fresh));
+    if (!p->fresh || !(p->fresh->name = mcp__strdup(m, r->name))) {
+      return MCP_ERR_NOMEM;
+    }
+  }
+  return 0;
+}
+
+static void commit(mcp_store *s, mcp_coll *c, uint64_t gen, prep *p) {
+  mcp_entry *e = p->e;
+  if (!e) {
+    int err = 0;
+    e = p->fresh;
+    p->fresh = NULL;
+    mcp__map_put(&c->map, &s->mem, e->name, e, &err); /* reserved */
+    list_append(c, e);
+    c->nlive++;
+  } else if (!e->enc) {
+    c->ntomb--;
+    c->nlive++;
+  }
+  mcp__rcbuf_unref(e->enc);
+  mcp__free(&s->mem, e->version);
+  e->enc = p->enc;
+  e->res_off = p->res_off;
+  e->version = p->version;
+  e->gen_version = p->gen_version;
+  p->enc = NULL;
+  p->version = NULL;
+  touch(c, e, gen);
+}
+
+/*
+ * Applies |res[0..n)| to |c| as one generation; with |replace|, every live
+ * resource not listed is deleted. Returns 1 when something changed.
+ */
+static int apply(mcp_store *s, mcp_coll *c, const mcp_resource *res, size_t n,
+                 int replace, mcp_tstamp ts) {
+  const mcp_mem *m = &s->mem;
+  mcp_map names = {0};
+  prep *preps = NULL;
+  int rv = 0;
+  size_t nfresh = 0, nchanged = 0, ndeleted = 0;
+  uint64_t gen = c->gen + 1;
+
+  for (size_t i = 0; i < n; ++i) {
+    if (!resource_valid(&res[i])) {
+      return MCP_ERR_INVALID_ARGUMENT;
+    }
+  }
+  if (replace) {
+    if (mcp__map_reserve(&names, m, n) != 0) {
+      return MCP_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      int err = 0;
+      if (mcp__map_put(&names, m, res[i].name, (void *)&res[i], &err)) {
+        mcp__map_free(&names, m);
+        return MCP_ERR_INVALID_ARGUMENT; /* a name given twice */
+      }
+    }
+  }
+  preps = mcp__calloc(m, n ? n : 1, sizeof(*preps));
+  if (!preps) {
+    rv = MCP_ERR_NOMEM;
+    goto out;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    preps[i].res = &res[i];
+    if ((rv = prepare(s, c, gen, &preps[i])) != 0) {
+      goto out;
+    }
+    nchanged += preps[i].enc != NULL;
+    nfresh += preps[i].fresh != NULL;
+  }
+  if (replace) {
+    for (mcp_entry *e = c->head; e; e = e->next) {
+      ndeleted += e->enc && !mcp__map_get(&names, e->name);
+    }
+  }
+  if (nchanged + ndeleted == 0) {
+    goto out;
+  }
+  if ((rv = mcp__map_reserve(&c->map, m, nfresh)) != 0) {
+    goto out;
+  }
+  /* Nothing below can fail. */
+  if (ndeleted) {
+    mcp_entry *stop = c->tail;
+    for (mcp_entry *e = c->head, *next; e; e = next) {
+      next = e == stop ? NULL : e->next;
+      if (e->enc && !mcp__map_get(&names, e->name)) {
+        make_tombstone(m, c, e, gen);
+      }
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (preps[i].enc) {
+      commit(s, c, gen, &preps[i]);
+    }
+  }
+  c->gen = gen;
+  c->last_change = ts;
+  compact(m, c);
+  rv = 1;
+out:
+  if (preps) {
+    for (size_t i = 0; i < n; ++i) {
+      prep_free(m, &preps[i]);
+    }
+    mcp__free(m, preps);
+  }
+  mcp__map_free(&names, m);
+  return rv;
+}
+
+int mcp_store_upsert(mcp_store *s, const char *collection,
+                     const mcp_resource *res, mcp_tstamp ts) {
+  if (!resource_valid(res)) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  mcp_coll *c;
+  int rv = coll_get_or_add(s, collection, &c);
+  return rv ? rv : apply(s, c, res, 1, 0, ts);
+}
+
+int mcp_store_replace(mcp_store *s, const char *collection,
+                      const mcp_resource *res, size_t n, mcp_tstamp ts) {
+  if (n && !res) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (!resource_valid(&res[i])) {
+      return MCP_ERR_INVALID_ARGUMENT;
+    }
+  }
+  mcp_coll *c;
+  int rv = coll_get_or_add(s, collection, &c);
+  return rv ? rv : apply(s, c, res, n, 1, ts);
+}
+
+int mcp_store_delete(mcp_store *s, const char *collection, const char *name,
+                     mcp_tstamp ts) {
+  mcp_coll *c = collection ? mcp__store_coll(s, collection) : NULL;
+  mcp_entry *e = c && name ? mcp__map_get(&c->map, name) : NULL;
+  if (!e || !e->enc) {
+    return 0;
+  }
+  make_tombstone(&s->mem, c, e, ++c->gen);
+  c->last_change = ts;
+  compact(&s->mem, c);
+  return 1;
+}
+
+uint64_t mcp_store_generation(const mcp_store *s, const char *collection) {
+  mcp_coll *c = mcp__store_coll(s, collection);
+  return c ? c->gen : 0;
+}
+
+int mcp_store_has_collection(const mcp_store *s, const char *collection) {
+  return mcp__store_coll(s, collection) != NULL;
+}
+
+size_t mcp_store_count(const mcp_store *s, const char *collection) {
+  mcp_coll *c = mcp__store_coll(s, collection);
+  return c ? c->nlive : 0;
+}
+
+const char *mcp_store_version(const mcp_store *s, const char *collection,
+                              const char *name) {
+  mcp_coll *c = mcp__store_coll(s, collection);
+  mcp_entry *e = c ? mcp__map_get(&c->map, name) : NULL;
+  return e ? e->version : NULL;
+}
+
+size_t mcp_store_collection_count(const mcp_store *s) { return s->ncolls; }
+
+const char *mcp_store_collection_name(const mcp_store *s, size_t i) {
+  return i < s->ncolls ? s->colls[i]->name : NULL;
+}

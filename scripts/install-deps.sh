@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages libmcp needs, only those missing.
+# Runs apt-get as root, through sudo otherwise.
+set -euo pipefail
+
+pkgs=(
+  meson ninja-build pkg-config gcc clang libclang-rt-14-dev
+  libprotobuf-c-dev protobuf-c-compiler libprotobuf-dev
+  libgrpc-dev libnghttp2-dev libhttp-parser-dev
+  check libyaml-dev libjansson-dev libuv1-dev
+  nghttp2-client curl openssl valgrind python3 nodejs npm
+)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "install-deps: installing ${missing[*]}" >&2
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
