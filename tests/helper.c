@@ -1,6 +1,8 @@
 #include "helper.h"
 
 #include <check.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -250,4 +252,67 @@ int th_find_removed(const Istio__Mcp__V1alpha1__Resources *r, const char *name) 
     }
   }
   return -1;
+}
+
+/* ---- added for the store and source suites ---- */
+
+void th_resources_free(Istio__Mcp__V1alpha1__Resources *r) {
+  if (r) {
+    istio__mcp__v1alpha1__resources__free_unpacked(r, NULL);
+  }
+}
+
+int th_body_is(const Istio__Mcp__V1alpha1__Resources *r, int i,
+               const char *body) {
+  if (i < 0 || (size_t)i >= r->n_resources || !r->resources[i]->body) {
+    return 0;
+  }
+  const ProtobufCBinaryData *v = &r->resources[i]->body->value;
+  size_t n = strlen(body);
+  return v->len == n && (n == 0 || memcmp(v->data, body, n) == 0);
+}
+
+char *th_version(char *buf, size_t n, uint64_t epoch, uint64_t gen) {
+  snprintf(buf, n, "%016" PRIx64 "-%" PRIu64, epoch, gen);
+  return buf;
+}
+
+static void th_copy(char *dst, size_t n, const char *src) {
+  snprintf(dst, n, "%s", src ? src : "(null)");
+}
+
+void th_evlog_cb(const mcp_event *ev, void *user_data) {
+  th_evlog *log = user_data;
+  if (log->n == TH_EVLOG_MAX) {
+    log->dropped++;
+    return;
+  }
+  th_event *e = &log->ev[log->n++];
+  e->type = ev->type;
+  th_copy(e->collection, sizeof(e->collection), ev->collection);
+  th_copy(e->nonce, sizeof(e->nonce), ev->nonce);
+  th_copy(e->version, sizeof(e->version), ev->version);
+  th_copy(e->message, sizeof(e->message), ev->message);
+  e->code = ev->code;
+  e->nresources = ev->nresources;
+  e->nremoved = ev->nremoved;
+  e->incremental = ev->incremental;
+  e->latency = ev->latency;
+}
+
+size_t th_evlog_count(const th_evlog *log, mcp_event_type type) {
+  size_t n = 0;
+  for (size_t i = 0; i < log->n; ++i) {
+    n += log->ev[i].type == type;
+  }
+  return n;
+}
+
+const th_event *th_evlog_last(const th_evlog *log, mcp_event_type type) {
+  for (size_t i = log->n; i > 0; --i) {
+    if (log->ev[i - 1].type == type) {
+      return &log->ev[i - 1];
+    }
+  }
+  return NULL;
 }

@@ -70,4 +70,45 @@ void th_source_recv(mcp_source_session *s, uint8_t *bytes, size_t len,
 int th_find(const Istio__Mcp__V1alpha1__Resources *r, const char *name);
 int th_find_removed(const Istio__Mcp__V1alpha1__Resources *r, const char *name);
 
+/* ---- added for the store and source suites ---- */
+
+/* Frees a message decoded by th_decode_resources()/th_source_next()
+ * (NULL is a no-op). */
+void th_resources_free(Istio__Mcp__V1alpha1__Resources *r);
+
+/* The body (Any.value) of resource |i| of |r| compared with |body|: 1 when
+ * equal. */
+int th_body_is(const Istio__Mcp__V1alpha1__Resources *r, int i,
+               const char *body);
+
+/* Formats "<epoch as 16 hex digits>-<gen>", the version the store
+ * generates and the system_version_info of a push. Returns |buf|. */
+char *th_version(char *buf, size_t n, uint64_t epoch, uint64_t gen);
+
+/* Records events (mcp_event_cb) with copies of their strings. Pass the
+ * th_evlog as user_data. Keeps the first TH_EVLOG_MAX; counts the rest in
+ * |dropped|. */
+#define TH_EVLOG_MAX 256
+typedef struct th_event {
+  mcp_event_type type;
+  char collection[64];
+  char nonce[24];
+  char version[48];
+  int code;
+  char message[128];
+  size_t nresources, nremoved;
+  int incremental;
+  mcp_tstamp latency;
+} th_event;
+typedef struct th_evlog {
+  th_event ev[TH_EVLOG_MAX];
+  size_t n;
+  size_t dropped;
+} th_evlog;
+void th_evlog_cb(const mcp_event *ev, void *user_data);
+/* Number of recorded events of |type|. */
+size_t th_evlog_count(const th_evlog *log, mcp_event_type type);
+/* The last recorded event of |type|, or NULL. */
+const th_event *th_evlog_last(const th_evlog *log, mcp_event_type type);
+
 #endif

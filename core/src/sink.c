@@ -151,7 +151,7 @@ void mcp_sink_state_del(mcp_sink_state *st) {
     mcp__free(&st->mem, c->acked_version);
     mcp__free(&st->mem, c->nack_msg);
   }
-  for (size_t i = 0; i < st->jcap; ++i) {
+  for (size_t i = 0; st->journal && i < st->jcap; ++i) {
     jent_clear(&st->mem, &st->journal[i]);
   }
   mcp__free(&st->mem, st->journal);
@@ -293,10 +293,11 @@ static void emit(mcp_sink_state *st, mcp_event_type type, const char *coll,
                  const char *nonce, const char *version, int code,
                  const char *msg, size_t nres, size_t nrem, int incremental) {
   if (st->on_event) {
+    scoll *c = coll_of(st, coll);
     mcp_event ev = {.type = type, .collection = coll, .nonce = nonce,
                     .version = version, .code = code, .message = msg,
                     .nresources = nres, .nremoved = nrem,
-                    .incremental = incremental};
+                    .incremental = incremental, .held = c ? c->held.n : 0};
     st->on_event(&ev, st->user_data);
   }
 }

@@ -253,15 +253,16 @@ static int req_valid(const Req *r) {
   return 1;
 }
 
-/* Copies the sink node into one block. */
-static int take_node(mcp_source_session *s, const Req *r) {
+/* Copies the sink node into one block, into |*node| and |*parena|. */
+static int copy_node(const mcp_mem *m, const Req *r, mcp_sink_node *node,
+                     char **parena) {
   const Istio__Mcp__V1alpha1__SinkNode *n = r->sink_node;
   size_t na = n ? n->n_annotations : 0;
   size_t sz = sizeof(mcp_kv) * na + (n ? strlen(n->id) : 0) + 1;
   for (size_t i = 0; i < na; ++i) {
     sz += strlen(n->annotations[i]->key) + strlen(n->annotations[i]->value) + 2;
   }
-  char *arena = mcp__malloc(&s->mem, sz);
+  char *arena = mcp__malloc(m, sz);
   if (!arena) {
     return MCP_ERR_NOMEM;
   }
@@ -278,11 +279,32 @@ static int take_node(mcp_source_session *s, const Req *r) {
     COPY_(kv[i].key, n->annotations[i]->key);
     COPY_(kv[i].value, n->annotations[i]->value);
   }
-  COPY_(s->node.id, n ? n->id : "");
+  COPY_(node->id, n ? n->id : "");
 #undef COPY_
-  s->node.annotations = na ? kv : NULL;
-  s->node.nannotations = na;
+  node->annotations = na ? kv : NULL;
+  node->nannotations = na;
+  *parena = arena;
+  return 0;
+}
+
+/* The first request names the sink: keep its node and choose its store.
+ * Nothing is kept when no store serves it. */
+static int take_node(mcp_source_session *s, const Req *r) {
+  mcp_sink_node node;
+  char *arena;
+  int rv = copy_node(&s->mem, r, &node, &arena);
+  if (rv != 0) {
+    return rv;
+  }
+  mcp_store *st = s->select_store ? s->select_store(&node, s->select_ud) : NULL;
+  if (!st && !(st = s->default_store)) {
+    mcp__free(&s->mem, arena);
+    return MCP_ERR_PROTOCOL;
+  }
+  s->node = node;
   s->node_arena = arena;
+  s->store = st;
+  s->have_node = 1;
   return 0;
 }
 
@@ -491,20 +513,25 @@ int mcp_source_session_recv(mcp_source_session *s, const uint8_t *in,
     rv = MCP_ERR_PROTOCOL;
     goto out;
   }
+  int took = 0;
   if (!s->have_node) {
     if ((rv = take_node(s, r)) != 0) {
       goto out;
     }
-    s->have_node = 1;
-    mcp_store *st = s->select_store ? s->select_store(&s->node, s->select_ud) : NULL;
-    s->store = st ? st : s->default_store;
-    if (!s->store) {
-      rv = MCP_ERR_PROTOCOL; /* no store serves this sink */
-      goto out;
-    }
+    took = 1;
   }
   resolve(s);
   rv = r->response_nonce[0] == '\0' ? on_request(s, r, ts) : on_answer(s, r, ts);
+  if (rv < 0 && took) { /* a failed call changes nothing */
+    mcp__free(&s->mem, s->node_arena);
+    s->node_arena = NULL;
+    s->node.id = "";
+    s->node.annotations = NULL;
+    s->node.nannotations = 0;
+    s->store = NULL;
+    s->have_node = 0;
+    s->seen_ncolls = 0;
+  }
 out:
   istio__mcp__v1alpha1__request_resources__free_unpacked(r, &pa.a);
   return rv;
@@ -737,6 +764,14 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
 
 const char *mcp_source_session_node_id(const mcp_source_session *s) {
   return s->node.id;
+}
+
+const mcp_sink_node *mcp_source_session_node(const mcp_source_session *s) {
+  return &s->node;
+}
+
+uint64_t mcp_source_session_stale_unknown(const mcp_source_session *s) {
+  return s->stale_unknown;
 }
 
 size_t mcp_source_session_collection_count(const mcp_source_session *s) {

@@ -449,11 +449,6 @@ static int apply(mcp_store *s, mcp_coll *c, const mcp_resource *res, size_t n,
   size_t nfresh = 0, nchanged = 0, ndeleted = 0;
   uint64_t gen = c->gen + 1;
 
-  for (size_t i = 0; i < n; ++i) {
-    if (!resource_valid(&res[i])) {
-      return MCP_ERR_INVALID_ARGUMENT;
-    }
-  }
   if (replace) {
     if (mcp__map_reserve(&names, m, n) != 0) {
       return MCP_ERR_NOMEM;
@@ -520,14 +515,40 @@ out:
   return rv;
 }
 
-int mcp_store_upsert(mcp_store *s, const char *collection,
-                     const mcp_resource *res, mcp_tstamp ts) {
-  if (!resource_valid(res)) {
-    return MCP_ERR_INVALID_ARGUMENT;
+/* Drops a collection that coll_get_or_add() just created for a change
+ * that then failed: a failed call changes nothing. */
+static void coll_undo_add(mcp_store *s, mcp_coll *c) {
+  mcp__map_del(&s->coll_map, c->name);
+  s->ncolls--;
+  coll_free(&s->mem, c);
+}
+
+static int change(mcp_store *s, const char *collection, const mcp_resource *res,
+                  size_t n, int replace, mcp_tstamp ts) {
+  for (size_t i = 0; i < n; ++i) {
+    if (!resource_valid(&res[i])) {
+      return MCP_ERR_INVALID_ARGUMENT;
+    }
   }
+  int existed = mcp__store_coll(s, collection ? collection : "") != NULL;
   mcp_coll *c;
   int rv = coll_get_or_add(s, collection, &c);
-  return rv ? rv : apply(s, c, res, 1, 0, ts);
+  if (rv != 0) {
+    return rv;
+  }
+  rv = apply(s, c, res, n, replace, ts);
+  if (rv < 0 && !existed) {
+    coll_undo_add(s, c);
+  }
+  return rv;
+}
+
+int mcp_store_upsert(mcp_store *s, const char *collection,
+                     const mcp_resource *res, mcp_tstamp ts) {
+  if (!res) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  return change(s, collection, res, 1, 0, ts);
 }
 
 int mcp_store_replace(mcp_store *s, const char *collection,
@@ -535,14 +556,7 @@ int mcp_store_replace(mcp_store *s, const char *collection,
   if (n && !res) {
     return MCP_ERR_INVALID_ARGUMENT;
   }
-  for (size_t i = 0; i < n; ++i) {
-    if (!resource_valid(&res[i])) {
-      return MCP_ERR_INVALID_ARGUMENT;
-    }
-  }
-  mcp_coll *c;
-  int rv = coll_get_or_add(s, collection, &c);
-  return rv ? rv : apply(s, c, res, n, 1, ts);
+  return change(s, collection, res, n, 1, ts);
 }
 
 int mcp_store_delete(mcp_store *s, const char *collection, const char *name,

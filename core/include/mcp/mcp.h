@@ -151,6 +151,39 @@ typedef struct mcp_resource {
 } mcp_resource;
 
 /* ------------------------------------------------------------------ */
+/* Names                                                               */
+/* ------------------------------------------------------------------ */
+
+/*
+ * The plural of a Kubernetes kind as collection names use it: lower-cased;
+ * consonant + "y" -> "ies"; ending in s, x, z, ch or sh -> + "es"; else
+ * + "s". Writes at most |len| bytes including the NUL (truncating) and
+ * returns the length of the whole result, as snprintf does.
+ */
+MCP_EXTERN size_t mcp_kind_plural(const char *kind, char *buf, size_t len);
+
+/*
+ * The collection a type URL maps to by default (the aggregated services):
+ * everything up to the last '/' is dropped; the package's dots become
+ * slashes and the kind its plural; a "k8s.io.api." package becomes "k8s/":
+ *   type.googleapis.com/istio.networking.v1alpha3.VirtualService
+ *     -> istio/networking/v1alpha3/virtualservices
+ *   type.googleapis.com/k8s.io.api.core.v1.ConfigMap -> k8s/core/v1/configmaps
+ * Writes and returns as mcp_kind_plural().
+ */
+MCP_EXTERN size_t mcp_collection_for_type_url(const char *type_url, char *buf,
+                                              size_t len);
+
+/*
+ * 1 when |name| follows the resource naming rules: segments separated by
+ * "/" (one leading "/" allowed). |strict|: every segment is an RFC 1123 DNS
+ * label (1-63 of [a-z0-9-], alphanumeric at both ends), as the MCP
+ * reference says. Lenient: segments of printable ASCII without spaces,
+ * other than "." and "..", so Kubernetes names such as "a.b.svc" pass.
+ */
+MCP_EXTERN int mcp_name_valid(const char *name, int strict);
+
+/* ------------------------------------------------------------------ */
 /* Messages                                                            */
 /* ------------------------------------------------------------------ */
 
@@ -305,7 +338,9 @@ typedef struct mcp_event {
   size_t nresources;   /* PUSH: resources and removals carried */
   size_t nremoved;
   int incremental;     /* PUSH: 1 for an incremental push */
-  mcp_tstamp latency;  /* ACK/NACK: time since the push was produced */
+  mcp_tstamp latency;  /* source ACK/NACK: time since the push was produced */
+  size_t held;         /* sink ACK/NACK: resources held in the collection
+                          after this message */
 } mcp_event;
 
 /* Called synchronously from inside the session call that caused the
@@ -401,7 +436,9 @@ MCP_EXTERN int mcp_source_session_recv(mcp_source_session *s,
                                        const uint8_t *in, size_t len,
                                        mcp_tstamp ts);
 
-/* 1 when mcp_source_session_next() would produce a message at |ts|. */
+/* 1 when mcp_source_session_next() would produce a message at |ts|. Also
+ * notes when the stream first saw a change waiting (max_delay counts from
+ * then): call it after every change of the store. */
 MCP_EXTERN int mcp_source_session_want_write(mcp_source_session *s,
                                              mcp_tstamp ts);
 
@@ -426,6 +463,13 @@ MCP_EXTERN int mcp_source_session_handle_expiry(mcp_source_session *s,
 
 /* Sink node of the stream (id "" until the first request). */
 MCP_EXTERN const char *mcp_source_session_node_id(const mcp_source_session *s);
+
+/* The whole sink node (id and annotations), valid as long as the session. */
+MCP_EXTERN const mcp_sink_node *mcp_source_session_node(const mcp_source_session *s);
+
+/* Stale requests for collections this stream never asked for (they have no
+ * per-collection status to be counted in). */
+MCP_EXTERN uint64_t mcp_source_session_stale_unknown(const mcp_source_session *s);
 
 /* ------------------------------------------------------------------ */
 /* Sink state and session                                              */
