@@ -881,19 +881,32 @@ START_TEST(test_source_resume_answer_sent_when_diff_empty) {
 }
 END_TEST
 
-START_TEST(test_source_resume_nack_makes_next_push_full_state) {
+/* After a NACK the sink still holds the versions it resumed with, so the
+ * next push is again the difference from them. */
+START_TEST(test_source_resume_nack_keeps_resuming_from_initial_versions) {
   fx *f = fx_open();
   put(f, "c", "a", "v1", "A");
   put(f, "c", "b", "v2", "B2");
-  resume(f, "c", LIST("a", "v1", "b", "v1"));
+  resume(f, "c", LIST("a", "v1", "b", "v1", "gone", "v1"));
   Res *r = push(f);
   ck_assert_int_eq(r->incremental, 1);
   nack(f, "c", r->nonce, MCP_CODE_INVALID_ARGUMENT, "no");
   th_resources_free(r);
+  no_push(f); /* the same content is never pushed again */
   put(f, "c", "n", "v1", "N");
   r = push(f);
-  ck_assert_int_eq(r->incremental, 0);
-  expect_names(r, LIST("a", "b", "n"));
+  ck_assert_int_eq(r->incremental, 1);
+  expect_names(r, LIST("b", "n"));
+  ck_assert_int_eq(r->n_removed_resources, 1);
+  ck_assert_str_eq(r->removed_resources[0], "gone");
+  ack(f, "c", r->nonce);
+  th_resources_free(r);
+  /* Once ACKed, the sink holds that generation: only changes follow. */
+  put(f, "c", "a", "v2", "A2");
+  r = push(f);
+  ck_assert_int_eq(r->incremental, 1);
+  expect_names(r, LIST("a"));
+  ck_assert_int_eq(r->n_removed_resources, 0);
   th_resources_free(r);
   fx_free(f);
 }
@@ -1857,7 +1870,7 @@ static Suite *source_suite(void) {
   tcase_add_test(tc, test_source_resume_sends_only_difference);
   tcase_add_test(tc, test_source_resume_removes_resource_deleted_while_away);
   tcase_add_test(tc, test_source_resume_answer_sent_when_diff_empty);
-  tcase_add_test(tc, test_source_resume_nack_makes_next_push_full_state);
+  tcase_add_test(tc, test_source_resume_nack_keeps_resuming_from_initial_versions);
   tcase_add_test(tc, test_source_resume_duplicate_key_last_wins);
   tcase_add_test(tc, test_source_non_incremental_request_ignores_initial_versions);
   tcase_add_test(tc, test_source_rerequest_with_initial_versions_resumes);

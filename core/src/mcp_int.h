@@ -155,6 +155,14 @@ static inline int mcp__str_valid(const char *s) {
   return s && mcp__utf8_valid((const uint8_t *)s, strlen(s));
 }
 
+/* Field numbers of the push message of each service (Resources,
+ * MeshConfigResponse, IncrementalMeshConfigResponse); 0: no such field.
+ * The source writes pushes with it, the sink reads them. */
+typedef struct mcp_codec {
+  uint8_t version, key, resources, removed, nonce, incremental;
+} mcp_codec;
+extern const mcp_codec mcp__codecs[3];
+
 /* ---- string-keyed hash map (map.c) ---- */
 
 /* Open addressing, linear probing, backward-shift deletion. Keys are

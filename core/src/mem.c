@@ -55,7 +55,9 @@ void mcp__free(const mcp_mem *m, void *p) {
 char *mcp__strndup(const mcp_mem *m, const char *s, size_t n) {
   char *d = mcp__malloc(m, n + 1);
   if (d) {
-    memcpy(d, s, n);
+    if (n) { /* |s| may be NULL when |n| is 0: an absent field */
+      memcpy(d, s, n);
+    }
     d[n] = '\0';
   }
   return d;

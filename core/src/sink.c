@@ -48,8 +48,9 @@ typedef struct jent {
 
 struct mcp_sink_state {
   mcp_mem mem;
-  uint8_t *node_enc; /* the sink_node field, encoded once */
+  uint8_t *node_enc; /* the SinkNode message, encoded once */
   size_t node_enc_len;
+  mcp_service service;
   int incremental;
   mcp_apply_cb apply;
   mcp_event_cb on_event;
@@ -91,7 +92,7 @@ static uint8_t *put_str(uint8_t *p, uint32_t f, const char *s) {
   return n ? mcp__put_len_field(p, f, s, n) : p;
 }
 
-/* Encodes field 1 (sink_node) of RequestResources. */
+/* Encodes the SinkNode once; each request embeds it. */
 static int encode_node(mcp_sink_state *st, const mcp_sink_options *o) {
   const char *id = o->node_id ? o->node_id : "";
   size_t body = str_size(id);
@@ -99,13 +100,11 @@ static int encode_node(mcp_sink_state *st, const mcp_sink_options *o) {
     body += mcp__len_field_size(str_size(o->node_annotations[i].key) +
                                 str_size(o->node_annotations[i].value));
   }
-  st->node_enc_len = mcp__len_field_size(body);
-  uint8_t *p = st->node_enc = mcp__malloc(&st->mem, st->node_enc_len);
+  st->node_enc_len = body;
+  uint8_t *p = st->node_enc = mcp__malloc(&st->mem, body);
   if (!p) {
     return MCP_ERR_NOMEM;
   }
-  *p++ = 1 << 3 | MCP_WT_LEN;
-  p = mcp__put_varint(p, body);
   p = put_str(p, 1, id);
   for (size_t i = 0; i < o->nnode_annotations; ++i) {
     const mcp_kv *kv = &o->node_annotations[i];
@@ -164,6 +163,7 @@ void mcp_sink_state_del(mcp_sink_state *st) {
 
 int mcp_sink_state_new(mcp_sink_state **pstate, const mcp_sink_options *o) {
   if (!pstate || !o || !o->ncollections || !o->collections ||
+      o->service > MCP_SERVICE_AGGREGATED_INCREMENTAL ||
       (o->node_id && !mcp__str_valid(o->node_id)) ||
       (o->nnode_annotations && !o->node_annotations)) {
     return MCP_ERR_INVALID_ARGUMENT;
@@ -192,7 +192,10 @@ int mcp_sink_state_new(mcp_sink_state **pstate, const mcp_sink_options *o) {
     return MCP_ERR_NOMEM;
   }
   st->mem = mem;
-  st->incremental = o->incremental ? 1 : 0;
+  st->service = o->service;
+  st->incremental = o->service == MCP_SERVICE_RESOURCE
+                        ? (o->incremental ? 1 : 0)
+                        : o->service == MCP_SERVICE_AGGREGATED_INCREMENTAL;
   st->apply = o->apply;
   st->on_event = o->on_event;
   st->user_data = o->user_data;
@@ -318,8 +321,9 @@ typedef struct envelope {
   size_t nres, nrem;
 } envelope;
 
-static int parse_envelope(const mcp_mem *m, const uint8_t *in, size_t len,
-                          envelope *env) {
+static int parse_envelope(const mcp_mem *m, mcp_service service,
+                          const uint8_t *in, size_t len, envelope *env) {
+  const mcp_codec *cd = &mcp__codecs[service];
   memset(env, 0, sizeof(*env));
   for (int pass = 0; pass < 2; ++pass) {
     mcp_wire w = {in, in + len};
@@ -330,25 +334,37 @@ static int parse_envelope(const mcp_mem *m, const uint8_t *in, size_t len,
     const uint8_t *d;
     size_t dl;
     while ((rv = mcp__wire_next(&w, &f, &wt, &v, &d, &dl)) == 1) {
-      int want = f <= 5 ? MCP_WT_LEN : f == 6 ? MCP_WT_VARINT : -1;
-      if (want >= 0 && wt != want) {
+      span sp = {d, dl};
+      if (f == cd->incremental) {
+        if (wt != MCP_WT_VARINT) {
+          return MCP_ERR_MALFORMED;
+        }
+        env->incremental = v != 0;
+        continue;
+      }
+      if (f != cd->version && f != cd->key && f != cd->resources &&
+          f != cd->removed && f != cd->nonce) {
+        continue; /* unknown fields are skipped, as protobuf says */
+      }
+      if (wt != MCP_WT_LEN) {
         return MCP_ERR_MALFORMED;
       }
-      span sp = {d, dl};
-      switch (f) {
-      case 1: env->sysver = sp; break;
-      case 2: env->collection = sp; break;
-      case 3:
-        if (pass) env->res[nres] = sp;
+      if (f == cd->version) {
+        env->sysver = sp;
+      } else if (f == cd->key) {
+        env->collection = sp;
+      } else if (f == cd->nonce) {
+        env->nonce = sp;
+      } else if (f == cd->resources) {
+        if (pass) {
+          env->res[nres] = sp;
+        }
         nres++;
-        break;
-      case 4:
-        if (pass) env->rem[nrem] = sp;
+      } else {
+        if (pass) {
+          env->rem[nrem] = sp;
+        }
         nrem++;
-        break;
-      case 5: env->nonce = sp; break;
-      case 6: env->incremental = v != 0; break;
-      default: break; /* unknown fields are skipped, as protobuf says */
       }
     }
     if (rv < 0) {
@@ -365,6 +381,16 @@ static int parse_envelope(const mcp_mem *m, const uint8_t *in, size_t len,
     }
     env->nres = nres;
     env->nrem = nrem;
+  }
+  if (service == MCP_SERVICE_AGGREGATED_INCREMENTAL) {
+    /* Its responses name no type: our sources put it in the nonce,
+     * "<number>:<type_url>". */
+    env->incremental = 1;
+    const uint8_t *colon = memchr(env->nonce.p, ':', env->nonce.n);
+    if (colon) {
+      env->collection.p = colon + 1;
+      env->collection.n = env->nonce.n - (size_t)(colon + 1 - env->nonce.p);
+    }
   }
   return 0;
 }
@@ -574,7 +600,7 @@ int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in, size_t len,
   work w;
   memset(&w, 0, sizeof(w));
   mcp__pballoc_init(&w.pa, m);
-  int rv = parse_envelope(m, in, len, &w.env);
+  int rv = parse_envelope(m, st->service, in, len, &w.env);
   if (rv != 0) {
     return rv;
   }
@@ -739,14 +765,32 @@ static size_t status_size(int code, const char *msg) {
          (n ? mcp__len_field_size(n) : 0);
 }
 
-/* Encodes one RequestResources. |initial| is the held map or NULL. */
+/* Field numbers of each service's request (RequestResources,
+ * MeshConfigRequest, IncrementalMeshConfigRequest); 0: no such field. */
+typedef struct qcodec {
+  uint8_t node, key, initial, nonce, error, incremental, version;
+} qcodec;
+
+static const qcodec qcodecs[] = {
+    [MCP_SERVICE_RESOURCE] = {1, 2, 3, 4, 5, 6, 0},
+    [MCP_SERVICE_AGGREGATED] = {2, 3, 0, 4, 5, 0, 1},
+    [MCP_SERVICE_AGGREGATED_INCREMENTAL] = {1, 2, 3, 4, 5, 0, 0},
+};
+
+/* Encodes one request. |initial| is the held map or NULL; |version| the
+ * version last applied (MeshConfigRequest.version_info: on a NACK, the
+ * previous good one). */
 static int encode_request(mcp_sink_state *st, const char *coll,
                           const char *nonce, int code, const char *msg,
-                          const mcp_map *initial, mcp_msg **pmsg) {
+                          const mcp_map *initial, const char *version,
+                          mcp_msg **pmsg) {
+  const qcodec *q = &qcodecs[st->service];
   mcp_msgb b;
   mcp__msgb_init(&b, &st->mem);
-  size_t n = st->node_enc_len + str_size(coll) + str_size(nonce) +
-             (st->incremental ? 2 : 0);
+  int incr = q->incremental && st->incremental;
+  size_t n = mcp__len_field_size(st->node_enc_len) + mcp__len_field_size(strlen(coll)) +
+             str_size(nonce) + (incr ? 2 : 0) +
+             (q->version ? str_size(version) : 0);
   size_t ss = 0;
   if (code) {
     ss = status_size(code, msg);
@@ -762,26 +806,28 @@ static int encode_request(mcp_sink_state *st, const char *coll,
     mcp__msgb_discard(&b);
     return MCP_ERR_NOMEM;
   }
-  memcpy(p, st->node_enc, st->node_enc_len);
-  p += st->node_enc_len;
-  p = put_str(p, 2, coll);
+  p = mcp__put_len_field(p, q->node, st->node_enc, st->node_enc_len);
+  p = mcp__put_len_field(p, q->key, coll, strlen(coll));
+  if (q->version) {
+    p = put_str(p, q->version, version);
+  }
   for (size_t i = 0; initial && mcp__map_iter(initial, &i, &v);) {
     held *h = v;
-    *p++ = 3 << 3 | MCP_WT_LEN;
+    *p++ = (uint8_t)(q->initial << 3 | MCP_WT_LEN);
     p = mcp__put_varint(p, str_size(h->name) + str_size(h->version));
     p = put_str(p, 1, h->name);
     p = put_str(p, 2, h->version);
   }
-  p = put_str(p, 4, nonce);
+  p = put_str(p, q->nonce, nonce);
   if (code) {
-    *p++ = 5 << 3 | MCP_WT_LEN;
+    *p++ = (uint8_t)(q->error << 3 | MCP_WT_LEN);
     p = mcp__put_varint(p, ss);
     *p++ = 1 << 3 | MCP_WT_VARINT;
     p = mcp__put_varint(p, (uint64_t)(int64_t)code);
     p = put_str(p, 2, msg);
   }
-  if (st->incremental) {
-    *p++ = 6 << 3 | MCP_WT_VARINT;
+  if (incr) {
+    *p++ = (uint8_t)(q->incremental << 3 | MCP_WT_VARINT);
     *p++ = 1;
   }
   return mcp__msgb_finish(&b, coll, pmsg);
@@ -831,7 +877,7 @@ int mcp_sink_session_next(mcp_sink_session *s, mcp_msg **pmsg) {
     const char *msg = "unsupported collection";
     mcp_msg *out = NULL;
     if ((rv = encode_request(st, f->collection, f->nonce, MCP_CODE_UNIMPLEMENTED,
-                             msg, NULL, &out)) != 0 ||
+                             msg, NULL, "", &out)) != 0 ||
         (rv = journal_add(st, s->last_ts, f->collection, f->nonce,
                           MCP_EVENT_NACK, MCP_CODE_UNIMPLEMENTED, msg, 0)) != 0) {
       mcp_msg_free(out);
@@ -851,8 +897,10 @@ int mcp_sink_session_next(mcp_sink_session *s, mcp_msg **pmsg) {
     }
     mcp_msg *msg = NULL;
     if (c->out & OUT_INITIAL) {
-      const mcp_map *init = st->incremental ? &c->held : NULL;
-      if ((rv = encode_request(st, c->name, "", 0, "", init, &msg)) != 0 ||
+      const mcp_map *init = qcodecs[st->service].initial && st->incremental
+                                ? &c->held : NULL;
+      const char *ver = c->acked_version ? c->acked_version : "";
+      if ((rv = encode_request(st, c->name, "", 0, "", init, ver, &msg)) != 0 ||
           (rv = journal_add(st, s->last_ts, c->name, "", MCP_EVENT_REQUEST, 0,
                             "", init ? init->n : 0)) != 0) {
         mcp_msg_free(msg);
@@ -861,8 +909,9 @@ int mcp_sink_session_next(mcp_sink_session *s, mcp_msg **pmsg) {
       c->out &= (uint8_t)~OUT_INITIAL;
     } else {
       const char *am = c->ans_msg ? c->ans_msg : "";
+      const char *ver = c->acked_version ? c->acked_version : "";
       if ((rv = encode_request(st, c->name, c->ans_nonce, c->ans_code, am,
-                               NULL, &msg)) != 0 ||
+                               NULL, ver, &msg)) != 0 ||
           (rv = journal_add(st, s->last_ts, c->name, c->ans_nonce,
                             c->ans_code ? MCP_EVENT_NACK : MCP_EVENT_ACK,
                             c->ans_code, am, 0)) != 0) {

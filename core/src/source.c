@@ -6,7 +6,11 @@
  * What the sink holds is tracked as a generation of the collection, not as
  * a copy of the names: after an ACK the sink holds exactly the generation
  * the push described. Only resumption (initial_resource_versions) needs a
- * full comparison, once, when its answer is built.
+ * full comparison, when its answer is built.
+ *
+ * The three services share everything here: a request of any of them is
+ * read into one struct (rq), and a push is written through a table of
+ * field numbers (codec).
  */
 #include "mcp_int.h"
 
@@ -23,7 +27,7 @@ enum {
   F_DIRTY = 1 << 5,       /* a change waits; t = when first seen */
   F_RETRY = 1 << 6,       /* a NACK retry is scheduled at t */
   F_RETRY_DUE = 1 << 7,   /* ... and its time has come */
-  F_RESUME = 1 << 8,      /* the answer resumes from initial versions */
+  F_RESUME = 1 << 8,      /* the sink holds the versions in its resume */
   F_KNOWN = 1 << 9        /* u.coll is set; else u.name is ours */
 };
 
@@ -44,7 +48,7 @@ typedef struct sub {
   uint8_t retries;
 } sub;
 
-/* The versions a resuming sink holds, until its answer is built. */
+/* The versions a resuming sink holds, until it ACKs a push. */
 typedef struct resume {
   struct resume *next;
   size_t sub;
@@ -52,12 +56,22 @@ typedef struct resume {
   char *arena;
 } resume;
 
+const mcp_codec mcp__codecs[3] = {
+    [MCP_SERVICE_RESOURCE] = {1, 2, 3, 4, 5, 6},       /* Resources */
+    [MCP_SERVICE_AGGREGATED] = {1, 3, 2, 0, 4, 0},     /* MeshConfigResponse */
+    [MCP_SERVICE_AGGREGATED_INCREMENTAL] = {1, 0, 2, 3, 4, 0},
+};
+typedef mcp_codec codec;
+
 struct mcp_source_session {
   mcp_mem mem;
+  mcp_service service;
   mcp_store *store; /* chosen at the first request */
   mcp_store *default_store;
   mcp_select_store_cb select_store;
   void *select_ud;
+  mcp_type_url_cb collection_for_type;
+  void *collection_for_type_ud;
   mcp_tstamp debounce, max_delay, retry_initial, retry_max;
   uint32_t retry_codes; /* bit per google.rpc code */
   mcp_event_cb on_event;
@@ -65,6 +79,7 @@ struct mcp_source_session {
   mcp_sink_node node; /* strings in node_arena */
   char *node_arena;
   sub *subs;
+  char **keys; /* aggregated services: the type_url of each sub */
   size_t nsubs, cap;
   size_t seen_ncolls;
   size_t rr; /* round-robin cursor */
@@ -80,6 +95,11 @@ static const char *sub_name(const sub *u) {
   return u->flags & F_KNOWN ? u->u.coll->name : u->u.name;
 }
 
+/* What the sink calls the subscription: the collection, or the type_url. */
+static const char *sub_key(const mcp_source_session *s, size_t i) {
+  return s->keys ? s->keys[i] : sub_name(&s->subs[i]);
+}
+
 static void check_ts(mcp_source_session *s, mcp_tstamp ts) {
   assert(ts >= s->last_ts && "time went backwards");
   s->last_ts = ts;
@@ -91,7 +111,7 @@ static void emit(mcp_source_session *s, mcp_event *ev) {
   }
 }
 
-static void format_nonce(char *buf, uint32_t n) {
+static size_t format_nonce(char *buf, uint32_t n) {
   char tmp[16];
   size_t k = 0;
   do {
@@ -102,21 +122,30 @@ static void format_nonce(char *buf, uint32_t n) {
     buf[i] = tmp[k - 1 - i];
   }
   buf[k] = '\0';
+  return k;
 }
 
-/* Our nonces are decimal numbers without leading zeros; anything else was
- * never ours and is stale (0). */
-static uint32_t parse_nonce(const char *s) {
+/*
+ * Our nonces are decimal numbers without leading zeros; on
+ * IncrementalAggregatedResources, whose responses name no type, they are
+ * "<number>:<type_url>", so that the sink can tell which type a response is
+ * for. Anything else was never ours: 0, stale.
+ */
+static uint32_t parse_nonce(const mcp_source_session *s, const char *p,
+                            const char *key) {
   uint64_t n = 0;
-  if (!s[0] || s[0] == '0') {
+  if (p[0] < '1' || p[0] > '9') {
     return 0;
   }
-  for (; *s; ++s) {
-    if (*s < '0' || *s > '9' || (n = n * 10 + (uint64_t)(*s - '0')) > UINT32_MAX) {
+  for (; *p >= '0' && *p <= '9'; ++p) {
+    if ((n = n * 10 + (uint64_t)(*p - '0')) > UINT32_MAX) {
       return 0;
     }
   }
-  return (uint32_t)n;
+  if (s->service == MCP_SERVICE_AGGREGATED_INCREMENTAL) {
+    return *p == ':' && strcmp(p + 1, key) == 0 ? (uint32_t)n : 0;
+  }
+  return *p ? 0 : (uint32_t)n;
 }
 
 void mcp_source_options_default(mcp_source_options *opts) {
@@ -125,7 +154,8 @@ void mcp_source_options_default(mcp_source_options *opts) {
 
 int mcp_source_session_new(mcp_source_session **ps,
                            const mcp_source_options *opts, mcp_tstamp ts) {
-  if (!ps || !opts || (!opts->store && !opts->select_store)) {
+  if (!ps || !opts || (!opts->store && !opts->select_store) ||
+      opts->service > MCP_SERVICE_AGGREGATED_INCREMENTAL) {
     return MCP_ERR_INVALID_ARGUMENT;
   }
   uint32_t codes = 0;
@@ -147,9 +177,12 @@ int mcp_source_session_new(mcp_source_session **ps,
     return MCP_ERR_NOMEM;
   }
   s->mem = mem;
+  s->service = opts->service;
   s->default_store = opts->store;
   s->select_store = opts->select_store;
   s->select_ud = opts->select_store_user_data;
+  s->collection_for_type = opts->collection_for_type;
+  s->collection_for_type_ud = opts->collection_for_type_user_data;
   s->debounce = opts->debounce;
   s->max_delay = opts->max_delay;
   s->retry_initial = opts->nack_retry_initial;
@@ -157,7 +190,8 @@ int mcp_source_session_new(mcp_source_session **ps,
   s->retry_codes = codes;
   s->on_event = opts->on_event;
   s->user_data = opts->user_data;
-  s->trigger_pending = opts->send_trigger ? 1 : 0;
+  /* Only ResourceSink has a dialing source. */
+  s->trigger_pending = opts->send_trigger && opts->service == MCP_SERVICE_RESOURCE;
   s->node.id = "";
   s->last_ts = ts;
   *ps = s;
@@ -170,15 +204,24 @@ static void resume_free(mcp_source_session *s, resume *r) {
   mcp__free(&s->mem, r);
 }
 
-static resume *resume_take(mcp_source_session *s, size_t i) {
-  for (resume **pp = &s->resumes; *pp; pp = &(*pp)->next) {
-    if ((*pp)->sub == i) {
-      resume *r = *pp;
-      *pp = r->next;
+static resume *resume_find(mcp_source_session *s, size_t i) {
+  for (resume *r = s->resumes; r; r = r->next) {
+    if (r->sub == i) {
       return r;
     }
   }
   return NULL;
+}
+
+static void resume_drop(mcp_source_session *s, size_t i) {
+  for (resume **pp = &s->resumes; *pp; pp = &(*pp)->next) {
+    if ((*pp)->sub == i) {
+      resume *r = *pp;
+      *pp = r->next;
+      resume_free(s, r);
+      return;
+    }
+  }
 }
 
 void mcp_source_session_del(mcp_source_session *s) {
@@ -190,6 +233,9 @@ void mcp_source_session_del(mcp_source_session *s) {
       mcp__free(&s->mem, s->subs[i].u.name);
     }
     mcp__free(&s->mem, s->subs[i].nack_msg);
+    if (s->keys) {
+      mcp__free(&s->mem, s->keys[i]);
+    }
   }
   while (s->resumes) {
     resume *r = s->resumes;
@@ -197,6 +243,7 @@ void mcp_source_session_del(mcp_source_session *s) {
     resume_free(s, r);
   }
   mcp__free(&s->mem, s->subs);
+  mcp__free(&s->mem, s->keys);
   mcp__free(&s->mem, s->node_arena);
   mcp_mem m = s->mem;
   mcp__free(&m, s);
@@ -224,29 +271,30 @@ static void resolve(mcp_source_session *s) {
 
 /* ---- receiving requests ---- */
 
-typedef Istio__Mcp__V1alpha1__RequestResources Req;
+/* A request, whichever service carried it. Pointers into the decoded
+ * message, valid during mcp_source_session_recv(). */
+typedef struct rq {
+  const char *key;        /* collection, or type_url (aggregated) */
+  const char *collection; /* in the store */
+  const char *nonce;
+  const Google__Rpc__Status *error;
+  const Istio__Mcp__V1alpha1__SinkNode *node;
+  const mcp_kv *initial;
+  size_t ninitial;
+  int incremental;
+  int resume; /* an empty-nonce request resumes from |initial| */
+} rq;
 
-static int req_valid(const Req *r) {
-  if (!mcp__str_valid(r->collection) || !mcp__str_valid(r->response_nonce)) {
+static int node_valid(const Istio__Mcp__V1alpha1__SinkNode *n) {
+  if (!n) {
+    return 1;
+  }
+  if (!mcp__str_valid(n->id)) {
     return 0;
   }
-  if (r->error_detail && !mcp__str_valid(r->error_detail->message)) {
-    return 0;
-  }
-  if (r->sink_node) {
-    if (!mcp__str_valid(r->sink_node->id)) {
-      return 0;
-    }
-    for (size_t i = 0; i < r->sink_node->n_annotations; ++i) {
-      if (!mcp__str_valid(r->sink_node->annotations[i]->key) ||
-          !mcp__str_valid(r->sink_node->annotations[i]->value)) {
-        return 0;
-      }
-    }
-  }
-  for (size_t i = 0; i < r->n_initial_resource_versions; ++i) {
-    if (!mcp__str_valid(r->initial_resource_versions[i]->key) ||
-        !mcp__str_valid(r->initial_resource_versions[i]->value)) {
+  for (size_t i = 0; i < n->n_annotations; ++i) {
+    if (!mcp__str_valid(n->annotations[i]->key) ||
+        !mcp__str_valid(n->annotations[i]->value)) {
       return 0;
     }
   }
@@ -254,9 +302,8 @@ static int req_valid(const Req *r) {
 }
 
 /* Copies the sink node into one block, into |*node| and |*parena|. */
-static int copy_node(const mcp_mem *m, const Req *r, mcp_sink_node *node,
-                     char **parena) {
-  const Istio__Mcp__V1alpha1__SinkNode *n = r->sink_node;
+static int copy_node(const mcp_mem *m, const Istio__Mcp__V1alpha1__SinkNode *n,
+                     mcp_sink_node *node, char **parena) {
   size_t na = n ? n->n_annotations : 0;
   size_t sz = sizeof(mcp_kv) * na + (n ? strlen(n->id) : 0) + 1;
   for (size_t i = 0; i < na; ++i) {
@@ -289,10 +336,10 @@ static int copy_node(const mcp_mem *m, const Req *r, mcp_sink_node *node,
 
 /* The first request names the sink: keep its node and choose its store.
  * Nothing is kept when no store serves it. */
-static int take_node(mcp_source_session *s, const Req *r) {
+static int take_node(mcp_source_session *s, const rq *r) {
   mcp_sink_node node;
   char *arena;
-  int rv = copy_node(&s->mem, r, &node, &arena);
+  int rv = copy_node(&s->mem, r->node, &node, &arena);
   if (rv != 0) {
     return rv;
   }
@@ -308,15 +355,14 @@ static int take_node(mcp_source_session *s, const Req *r) {
   return 0;
 }
 
-static resume *resume_new(mcp_source_session *s, const Req *r, size_t i) {
+static resume *resume_new(mcp_source_session *s, const rq *r, size_t i) {
   size_t sz = 1;
-  for (size_t k = 0; k < r->n_initial_resource_versions; ++k) {
-    sz += strlen(r->initial_resource_versions[k]->key) +
-          strlen(r->initial_resource_versions[k]->value) + 2;
+  for (size_t k = 0; k < r->ninitial; ++k) {
+    sz += strlen(r->initial[k].key) + strlen(r->initial[k].value) + 2;
   }
   resume *rs = mcp__calloc(&s->mem, 1, sizeof(*rs));
   if (!rs || !(rs->arena = mcp__malloc(&s->mem, sz)) ||
-      mcp__map_reserve(&rs->map, &s->mem, r->n_initial_resource_versions) != 0) {
+      mcp__map_reserve(&rs->map, &s->mem, r->ninitial) != 0) {
     if (rs) {
       resume_free(s, rs);
     }
@@ -324,12 +370,10 @@ static resume *resume_new(mcp_source_session *s, const Req *r, size_t i) {
   }
   rs->sub = i;
   char *p = rs->arena;
-  for (size_t k = 0; k < r->n_initial_resource_versions; ++k) {
-    const char *key = r->initial_resource_versions[k]->key;
-    const char *val = r->initial_resource_versions[k]->value;
-    size_t kl = strlen(key) + 1, vl = strlen(val) + 1;
-    memcpy(p, key, kl);
-    memcpy(p + kl, val, vl);
+  for (size_t k = 0; k < r->ninitial; ++k) {
+    size_t kl = strlen(r->initial[k].key) + 1, vl = strlen(r->initial[k].value) + 1;
+    memcpy(p, r->initial[k].key, kl);
+    memcpy(p + kl, r->initial[k].value, vl);
     int err = 0;
     /* Duplicate keys: protobuf-c keeps them all; the last one wins, as in
      * every other protobuf implementation. */
@@ -339,9 +383,9 @@ static resume *resume_new(mcp_source_session *s, const Req *r, size_t i) {
   return rs;
 }
 
-static sub *find_sub(mcp_source_session *s, const char *name, size_t *idx) {
+static sub *find_sub(mcp_source_session *s, const char *key, size_t *idx) {
   for (size_t i = 0; i < s->nsubs; ++i) {
-    if (strcmp(sub_name(&s->subs[i]), name) == 0) {
+    if (strcmp(sub_key(s, i), key) == 0) {
       *idx = i;
       return &s->subs[i];
     }
@@ -349,37 +393,50 @@ static sub *find_sub(mcp_source_session *s, const char *name, size_t *idx) {
   return NULL;
 }
 
+/* Makes room for one more subscription (and its key). */
+static int grow_subs(mcp_source_session *s) {
+  if (s->nsubs < s->cap) {
+    return 0;
+  }
+  size_t cap = s->cap ? s->cap * 2 : 4;
+  sub *subs = mcp__realloc(&s->mem, s->subs, cap * sizeof(*subs));
+  if (!subs) {
+    return MCP_ERR_NOMEM;
+  }
+  s->subs = subs;
+  if (s->service != MCP_SERVICE_RESOURCE) {
+    char **keys = mcp__realloc(&s->mem, s->keys, cap * sizeof(*keys));
+    if (!keys) {
+      return MCP_ERR_NOMEM; /* the larger subs array is harmless */
+    }
+    s->keys = keys;
+  }
+  s->cap = cap;
+  return 0;
+}
+
 /* A new or repeated subscription (empty nonce). */
-static int on_request(mcp_source_session *s, const Req *r, mcp_tstamp ts) {
+static int on_request(mcp_source_session *s, const rq *r) {
   size_t i;
-  sub *u = find_sub(s, r->collection, &i);
-  int incremental = r->incremental ? 1 : 0;
-  int resuming = incremental && r->n_initial_resource_versions > 0;
-  char *name = NULL;
+  sub *u = find_sub(s, r->key, &i);
   resume *rs = NULL;
 
   if (!u) {
     mcp_coll *c = mcp__store_coll(s->store, r->collection);
-    if (!c && !(name = mcp__strdup(&s->mem, r->collection))) {
-      return MCP_ERR_NOMEM;
-    }
-    if (s->nsubs == s->cap) {
-      size_t cap = s->cap ? s->cap * 2 : 4;
-      sub *subs = mcp__realloc(&s->mem, s->subs, cap * sizeof(*subs));
-      if (!subs) {
-        mcp__free(&s->mem, name);
-        return MCP_ERR_NOMEM;
-      }
-      s->subs = subs;
-      s->cap = cap;
-    }
-    i = s->nsubs;
-    if (resuming && !(rs = resume_new(s, r, i))) {
+    char *name = NULL, *key = NULL;
+    if ((!c && !(name = mcp__strdup(&s->mem, r->collection))) ||
+        (s->service != MCP_SERVICE_RESOURCE && !(key = mcp__strdup(&s->mem, r->key))) ||
+        grow_subs(s) != 0 || (r->resume && !(rs = resume_new(s, r, s->nsubs)))) {
       mcp__free(&s->mem, name);
+      mcp__free(&s->mem, key);
       return MCP_ERR_NOMEM;
     }
-    u = &s->subs[s->nsubs++];
+    i = s->nsubs++;
+    u = &s->subs[i];
     memset(u, 0, sizeof(*u));
+    if (key) {
+      s->keys[i] = key;
+    }
     if (c) {
       u->u.coll = c;
       u->flags = F_KNOWN;
@@ -387,33 +444,29 @@ static int on_request(mcp_source_session *s, const Req *r, mcp_tstamp ts) {
       u->u.name = name;
     }
   } else {
-    if (resuming && !(rs = resume_new(s, r, i))) {
+    if (r->resume && !(rs = resume_new(s, r, i))) {
       return MCP_ERR_NOMEM;
     }
-    resume *old = resume_take(s, i);
-    if (old) {
-      resume_free(s, old);
-    }
+    resume_drop(s, i);
   }
   /* Whatever was in flight is abandoned: its nonce is stale from now on,
    * and what the sink holds is unknown until this answer is ACKed. */
   u->flags = (uint16_t)((u->flags & F_KNOWN) | F_ANSWER |
-                        (incremental ? F_INCREMENTAL : 0) |
+                        (r->incremental ? F_INCREMENTAL : 0) |
                         (rs ? F_RESUME : 0));
   u->retries = 0;
   if (rs) {
     rs->next = s->resumes;
     s->resumes = rs;
   }
-  mcp_event ev = {.type = MCP_EVENT_REQUEST, .collection = r->collection,
+  mcp_event ev = {.type = MCP_EVENT_REQUEST, .collection = sub_name(u),
                   .nonce = "", .version = "", .message = "",
-                  .incremental = incremental};
+                  .incremental = r->incremental};
   emit(s, &ev);
   if (!(u->flags & F_KNOWN)) {
     ev.type = MCP_EVENT_UNKNOWN_COLLECTION;
     emit(s, &ev);
   }
-  (void)ts;
   return 0;
 }
 
@@ -425,12 +478,12 @@ static mcp_tstamp retry_delay(const mcp_source_session *s, unsigned retries) {
   return d < s->retry_max ? d : s->retry_max;
 }
 
-static int on_answer(mcp_source_session *s, const Req *r, mcp_tstamp ts) {
+static int on_answer(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
   size_t i;
-  sub *u = find_sub(s, r->collection, &i);
-  uint32_t nonce = parse_nonce(r->response_nonce);
-  mcp_event ev = {.collection = r->collection, .nonce = r->response_nonce,
-                  .version = "", .message = ""};
+  sub *u = find_sub(s, r->key, &i);
+  uint32_t nonce = parse_nonce(s, r->nonce, r->key);
+  mcp_event ev = {.collection = u ? sub_name(u) : r->collection,
+                  .nonce = r->nonce, .version = "", .message = ""};
   if (!u || !(u->flags & F_PENDING) || nonce != u->pending_nonce) {
     if (u) {
       u->stale++;
@@ -445,21 +498,20 @@ static int on_answer(mcp_source_session *s, const Req *r, mcp_tstamp ts) {
   mcp__format_version(ver, sizeof(ver), s->store->epoch, u->pending_gen);
   ev.version = ver;
   ev.latency = ts - u->t;
-  u->flags &= (uint16_t)~(F_PENDING | F_RETRY | F_RETRY_DUE | F_DIRTY);
-  if (r->error_detail) {
-    const char *msg = r->error_detail->message ? r->error_detail->message : "";
+  if (r->error) {
+    const char *msg = r->error->message ? r->error->message : "";
     char *copy = mcp__strdup(&s->mem, msg);
     if (!copy) {
-      u->flags |= F_PENDING; /* nothing changed */
-      return MCP_ERR_NOMEM;
+      return MCP_ERR_NOMEM; /* nothing changed */
     }
+    u->flags &= (uint16_t)~F_PENDING;
     mcp__free(&s->mem, u->nack_msg);
     u->nack_msg = copy;
-    u->nack_code = r->error_detail->code;
+    u->nack_code = r->error->code;
     u->nacks++;
     u->flags |= F_NACKED;
     u->nacked_gen = u->pending_gen;
-    int code = r->error_detail->code;
+    int code = r->error->code;
     if (s->retry_initial && code > 0 && code < 32 &&
         (s->retry_codes & (1u << code))) {
       u->t = ts + retry_delay(s, u->retries);
@@ -472,8 +524,12 @@ static int on_answer(mcp_source_session *s, const Req *r, mcp_tstamp ts) {
     ev.code = code;
     ev.message = msg;
   } else {
+    /* The sink now holds the pushed generation: what it held before (and
+     * a resumption's versions) no longer matters. */
+    resume_drop(s, i);
     u->acks++;
-    u->flags = (uint16_t)((u->flags & ~F_NACKED) | F_HELD_GEN);
+    u->flags = (uint16_t)((u->flags & ~(F_PENDING | F_NACKED | F_RESUME)) |
+                          F_HELD_GEN);
     u->held_gen = u->pending_gen;
     u->retries = 0;
     ev.type = MCP_EVENT_ACK;
@@ -482,46 +538,168 @@ static int on_answer(mcp_source_session *s, const Req *r, mcp_tstamp ts) {
   return 0;
 }
 
+typedef Istio__Mcp__V1alpha1__RequestResources ReqRR;
+typedef Istio__Mcp__V1alpha1__MeshConfigRequest ReqMC;
+typedef Istio__Mcp__V1alpha1__IncrementalMeshConfigRequest ReqIMC;
+
+/* initial_resource_versions as an mcp_kv array: the two generated entry
+ * types differ only in name. */
+#define INITIAL_(r, out, nout, m, rv)                                         \
+  do {                                                                        \
+    (nout) = (r)->n_initial_resource_versions;                                \
+    if ((nout) && !((out) = mcp__malloc((m), (nout) * sizeof(mcp_kv)))) {     \
+      (rv) = MCP_ERR_NOMEM;                                                   \
+      break;                                                                  \
+    }                                                                         \
+    for (size_t k_ = 0; k_ < (nout); ++k_) {                                  \
+      (out)[k_].key = (r)->initial_resource_versions[k_]->key;                \
+      (out)[k_].value = (r)->initial_resource_versions[k_]->value;            \
+      if (!mcp__str_valid((out)[k_].key) || !mcp__str_valid((out)[k_].value)) \
+        (rv) = MCP_ERR_MALFORMED;                                             \
+    }                                                                         \
+  } while (0)
+
+/* The decoded message of any service, and what rq borrows from. */
+typedef struct decoded {
+  mcp_pballoc pa;
+  ProtobufCMessage *msg;
+  mcp_kv *initial;
+  char *collection; /* mapped from a type_url */
+} decoded;
+
+static void decoded_free(mcp_source_session *s, decoded *d) {
+  if (d->msg) {
+    protobuf_c_message_free_unpacked(d->msg, &d->pa.a);
+  }
+  mcp__free(&s->mem, d->initial);
+  mcp__free(&s->mem, d->collection);
+}
+
+/* The collection a type URL names (the application's mapping, or ours). */
+static int map_type(mcp_source_session *s, const char *type_url, char **out) {
+  size_t n = s->collection_for_type
+                 ? s->collection_for_type(type_url, NULL, 0, s->collection_for_type_ud)
+                 : mcp_collection_for_type_url(type_url, NULL, 0);
+  char *c = mcp__malloc(&s->mem, n + 1);
+  if (!c) {
+    return MCP_ERR_NOMEM;
+  }
+  if (s->collection_for_type) {
+    s->collection_for_type(type_url, c, n + 1, s->collection_for_type_ud);
+  } else {
+    mcp_collection_for_type_url(type_url, c, n + 1);
+  }
+  *out = c;
+  return 0;
+}
+
+/* Decodes one request of the session's service into |r|. */
+static int decode(mcp_source_session *s, const uint8_t *in, size_t len,
+                  decoded *d, rq *r) {
+  const mcp_mem *m = &s->mem;
+  int rv = 0;
+  memset(r, 0, sizeof(*r));
+  switch (s->service) {
+  case MCP_SERVICE_RESOURCE: {
+    ReqRR *q = istio__mcp__v1alpha1__request_resources__unpack(&d->pa.a, len, in);
+    if (!(d->msg = (ProtobufCMessage *)q)) {
+      return d->pa.failed ? MCP_ERR_NOMEM : MCP_ERR_MALFORMED;
+    }
+    INITIAL_(q, d->initial, r->ninitial, m, rv);
+    r->key = r->collection = q->collection;
+    r->nonce = q->response_nonce;
+    r->error = q->error_detail;
+    r->node = q->sink_node;
+    r->incremental = q->incremental;
+    r->resume = q->incremental && r->ninitial > 0;
+    break;
+  }
+  case MCP_SERVICE_AGGREGATED: {
+    ReqMC *q = istio__mcp__v1alpha1__mesh_config_request__unpack(&d->pa.a, len, in);
+    if (!(d->msg = (ProtobufCMessage *)q)) {
+      return d->pa.failed ? MCP_ERR_NOMEM : MCP_ERR_MALFORMED;
+    }
+    /* version_info only says what the sink applied: the nonce decides. */
+    if (!mcp__str_valid(q->version_info)) {
+      return MCP_ERR_MALFORMED;
+    }
+    r->key = q->type_url;
+    r->nonce = q->response_nonce;
+    r->error = q->error_detail;
+    r->node = q->sink_node;
+    break;
+  }
+  case MCP_SERVICE_AGGREGATED_INCREMENTAL: {
+    ReqIMC *q = istio__mcp__v1alpha1__incremental_mesh_config_request__unpack(
+        &d->pa.a, len, in);
+    if (!(d->msg = (ProtobufCMessage *)q)) {
+      return d->pa.failed ? MCP_ERR_NOMEM : MCP_ERR_MALFORMED;
+    }
+    INITIAL_(q, d->initial, r->ninitial, m, rv);
+    r->key = q->type_url;
+    r->nonce = q->response_nonce;
+    r->error = q->error_detail;
+    r->node = q->sink_node;
+    r->incremental = 1;
+    /* The first request of a stream always lists what the sink holds,
+     * possibly nothing: every answer is a difference. */
+    r->resume = 1;
+    break;
+  }
+  }
+  if (rv != 0) {
+    return rv;
+  }
+  r->initial = d->initial;
+  if (!mcp__str_valid(r->key) || !mcp__str_valid(r->nonce) ||
+      !node_valid(r->node) ||
+      (r->error && !mcp__str_valid(r->error->message))) {
+    return MCP_ERR_MALFORMED;
+  }
+  if (s->service != MCP_SERVICE_RESOURCE && r->key[0]) {
+    if ((rv = map_type(s, r->key, &d->collection)) != 0) {
+      return rv;
+    }
+    r->collection = d->collection;
+  }
+  return 0;
+}
+
 int mcp_source_session_recv(mcp_source_session *s, const uint8_t *in,
                             size_t len, mcp_tstamp ts) {
   check_ts(s, ts);
-  mcp_pballoc pa;
-  mcp__pballoc_init(&pa, &s->mem);
-  Req *r = istio__mcp__v1alpha1__request_resources__unpack(&pa.a, len, in);
-  if (!r) {
-    return pa.failed ? MCP_ERR_NOMEM : MCP_ERR_MALFORMED;
-  }
-  int rv;
-  if (!req_valid(r)) {
-    rv = MCP_ERR_MALFORMED;
+  decoded d;
+  memset(&d, 0, sizeof(d));
+  mcp__pballoc_init(&d.pa, &s->mem);
+  rq r;
+  int rv = decode(s, in, len, &d, &r);
+  if (rv != 0) {
     goto out;
   }
   /* Istio's dialing source opens with a Resources for no collection, which
    * sinks NACK with UNIMPLEMENTED: that NACK is expected, not a fault. */
-  if ((r->collection[0] == '\0' ||
-       strcmp(r->collection, MCP_TRIGGER_COLLECTION) == 0) &&
-      r->error_detail && r->error_detail->code == MCP_CODE_UNIMPLEMENTED) {
-    mcp_event ev = {.type = MCP_EVENT_TRIGGER_IGNORED,
-                    .collection = r->collection, .nonce = r->response_nonce,
-                    .version = "", .code = MCP_CODE_UNIMPLEMENTED,
-                    .message = r->error_detail->message};
+  if (s->service == MCP_SERVICE_RESOURCE &&
+      (r.key[0] == '\0' || strcmp(r.key, MCP_TRIGGER_COLLECTION) == 0) &&
+      r.error && r.error->code == MCP_CODE_UNIMPLEMENTED) {
+    mcp_event ev = {.type = MCP_EVENT_TRIGGER_IGNORED, .collection = r.key,
+                    .nonce = r.nonce, .version = "",
+                    .code = MCP_CODE_UNIMPLEMENTED, .message = r.error->message};
     emit(s, &ev);
-    rv = 0;
     goto out;
   }
-  if (r->collection[0] == '\0') {
+  if (r.key[0] == '\0') {
     rv = MCP_ERR_PROTOCOL;
     goto out;
   }
   int took = 0;
   if (!s->have_node) {
-    if ((rv = take_node(s, r)) != 0) {
+    if ((rv = take_node(s, &r)) != 0) {
       goto out;
     }
     took = 1;
   }
   resolve(s);
-  rv = r->response_nonce[0] == '\0' ? on_request(s, r, ts) : on_answer(s, r, ts);
+  rv = r.nonce[0] == '\0' ? on_request(s, &r) : on_answer(s, &r, ts);
   if (rv < 0 && took) { /* a failed call changes nothing */
     mcp__free(&s->mem, s->node_arena);
     s->node_arena = NULL;
@@ -533,7 +711,7 @@ int mcp_source_session_recv(mcp_source_session *s, const uint8_t *in,
     s->seen_ncolls = 0;
   }
 out:
-  istio__mcp__v1alpha1__request_resources__free_unpacked(r, &pa.a);
+  decoded_free(s, &d);
   return rv;
 }
 
@@ -617,52 +795,80 @@ int mcp_source_session_handle_expiry(mcp_source_session *s, mcp_tstamp ts) {
 
 /* ---- building pushes ---- */
 
-static void put_header(mcp_msgb *b, const char *version, const char *collection,
-                       const char *nonce, int incremental) {
-  size_t vl = strlen(version), cl = strlen(collection), nl = strlen(nonce);
-  size_t n = (vl ? mcp__len_field_size(vl) : 0) + mcp__len_field_size(cl) +
-             (nl ? mcp__len_field_size(nl) : 0) + (incremental ? 2 : 0);
+static size_t str_field(uint8_t f, size_t len) {
+  return f && len ? mcp__len_field_size(len) : 0;
+}
+
+static uint8_t *put_str(uint8_t *p, uint8_t f, const char *s, size_t len) {
+  return f && len ? mcp__put_len_field(p, f, s, len) : p;
+}
+
+static void put_header(mcp_msgb *b, const codec *cd, const char *version,
+                       const char *key, const char *nonce, int incremental) {
+  size_t vl = strlen(version), kl = strlen(key), nl = strlen(nonce);
+  /* The collection is always written, even empty: it is what the message
+   * is about. */
+  size_t n = str_field(cd->version, vl) +
+             (cd->key ? mcp__len_field_size(kl) : 0) + str_field(cd->nonce, nl) +
+             (cd->incremental && incremental ? 2 : 0);
   uint8_t *p = mcp__msgb_own(b, n);
   if (!p) {
     return;
   }
-  if (vl) {
-    p = mcp__put_len_field(p, 1, version, vl);
+  p = put_str(p, cd->version, version, vl);
+  if (cd->key) {
+    p = mcp__put_len_field(p, cd->key, key, kl);
   }
-  p = mcp__put_len_field(p, 2, collection, cl);
-  if (nl) {
-    p = mcp__put_len_field(p, 5, nonce, nl);
-  }
-  if (incremental) {
-    *p++ = 6 << 3 | MCP_WT_VARINT;
+  p = put_str(p, cd->nonce, nonce, nl);
+  if (cd->incremental && incremental) {
+    *p++ = (uint8_t)(cd->incremental << 3 | MCP_WT_VARINT);
     *p++ = 1;
   }
 }
 
-static void put_removed(mcp_msgb *b, const char *name) {
+static void put_removed(mcp_msgb *b, const codec *cd, const char *name) {
   size_t l = strlen(name);
   uint8_t *p = mcp__msgb_own(b, mcp__len_field_size(l));
   if (p) {
-    mcp__put_len_field(p, 4, name, l);
+    mcp__put_len_field(p, cd->removed, name, l);
   }
 }
 
-static void put_resource(mcp_msgb *b, const mcp_entry *e) {
-  mcp__msgb_shared(b, e->enc, 0, e->enc->len);
+/* The store encodes each resource as field 3 of Resources: shared as is;
+ * other services get their own tag and length before the shared Resource
+ * bytes. */
+static void put_resource(mcp_msgb *b, const codec *cd, const mcp_entry *e) {
+  if (cd->resources == 3) {
+    mcp__msgb_shared(b, e->enc, 0, e->enc->len);
+    return;
+  }
+  size_t len = e->enc->len - e->res_off;
+  uint8_t *p = mcp__msgb_own(b, 1 + mcp__varint_len(len));
+  if (p) {
+    *p++ = (uint8_t)(cd->resources << 3 | MCP_WT_LEN);
+    mcp__put_varint(p, len);
+  }
+  mcp__msgb_shared(b, e->enc, e->res_off, len);
+}
+
+/* The Istio trigger: a Resources for $triggerCollection, no nonce. */
+static int next_trigger(mcp_source_session *s, mcp_msg **pmsg) {
+  mcp_msgb b;
+  mcp__msgb_init(&b, &s->mem);
+  put_header(&b, &mcp__codecs[MCP_SERVICE_RESOURCE], "", MCP_TRIGGER_COLLECTION, "", 0);
+  int rv = mcp__msgb_finish(&b, MCP_TRIGGER_COLLECTION, pmsg);
+  if (rv != 0) {
+    return rv;
+  }
+  s->trigger_pending = 0;
+  return 1;
 }
 
 int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
                             mcp_msg **pmsg) {
   check_ts(s, ts);
-  mcp_msgb b;
-  mcp__msgb_init(&b, &s->mem);
   if (s->trigger_pending) {
-    put_header(&b, "", MCP_TRIGGER_COLLECTION, "", 0);
-    int rv = mcp__msgb_finish(&b, MCP_TRIGGER_COLLECTION, pmsg);
-    if (rv == 0) {
-      s->trigger_pending = 0;
-    }
-    return rv ? rv : 1;
+    return next_trigger(s, pmsg);
   }
   resolve(s);
   size_t idx = s->nsubs;
@@ -676,16 +882,35 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
   if (idx == s->nsubs) {
     return 0;
   }
+  const codec *cd = &mcp__codecs[s->service];
   sub *u = &s->subs[idx];
   mcp_coll *c = u->u.coll;
-  resume *rs = (u->flags & F_RESUME) ? resume_take(s, idx) : NULL;
+  const char *key = sub_key(s, idx);
+  resume *rs = (u->flags & F_RESUME) ? resume_find(s, idx) : NULL;
   int incremental = (u->flags & F_INCREMENTAL) &&
                     (rs || ((u->flags & F_HELD_GEN) && u->held_gen >= c->compact_gen));
-  char ver[48], nonce[16];
+  if ((u->flags & F_INCREMENTAL) && !incremental && !cd->incremental) {
+    /* IncrementalMeshConfigResponse has no full state, and the change log
+     * no longer reaches what the sink holds: it must resume. */
+    return MCP_ERR_RESYNC;
+  }
+  char ver[48], nonce_num[16];
   uint32_t n = s->next_nonce + 1 ? s->next_nonce + 1 : 1;
   mcp__format_version(ver, sizeof(ver), s->store->epoch, c->gen);
-  format_nonce(nonce, n);
-  put_header(&b, ver, c->name, nonce, incremental);
+  size_t nl = format_nonce(nonce_num, n);
+  char *nonce = nonce_num;
+  if (s->service == MCP_SERVICE_AGGREGATED_INCREMENTAL) {
+    size_t kl = strlen(key);
+    if (!(nonce = mcp__malloc(&s->mem, nl + kl + 2))) {
+      return MCP_ERR_NOMEM;
+    }
+    memcpy(nonce, nonce_num, nl);
+    nonce[nl] = ':';
+    memcpy(nonce + nl + 1, key, kl + 1);
+  }
+  mcp_msgb b;
+  mcp__msgb_init(&b, &s->mem);
+  put_header(&b, cd, ver, key, nonce, incremental);
 
   size_t nres = 0, nrem = 0;
   if (rs) {
@@ -697,16 +922,18 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
       }
       const char *v = mcp__map_get(&rs->map, e->name);
       if (!v || strcmp(v, e->version) != 0) {
-        put_resource(&b, e);
+        put_resource(&b, cd, e);
         nres++;
       }
     }
-    void *val;
-    for (size_t it = 0; mcp__map_iter(&rs->map, &it, &val);) {
-      const char *name = rs->map.slots[it - 1].key;
+    for (size_t it = 0; it < rs->map.cap; ++it) {
+      const char *name = rs->map.slots[it].key;
+      if (!name) {
+        continue;
+      }
       mcp_entry *e = mcp__map_get(&c->map, name);
       if (!e || !e->enc) {
-        put_removed(&b, name);
+        put_removed(&b, cd, name);
         nrem++;
       }
     }
@@ -718,46 +945,41 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
     }
     for (e = e ? e->next : c->head; e; e = e->next) {
       if (e->enc) {
-        put_resource(&b, e);
+        put_resource(&b, cd, e);
         nres++;
       } else {
-        put_removed(&b, e->name);
+        put_removed(&b, cd, e->name);
         nrem++;
       }
     }
   } else {
     for (mcp_entry *e = c->head; e; e = e->next) {
       if (e->enc) {
-        put_resource(&b, e);
+        put_resource(&b, cd, e);
         nres++;
       }
     }
   }
   int rv = mcp__msgb_finish(&b, c->name, pmsg);
-  if (rv != 0) {
-    if (rs) { /* put it back: nothing was consumed */
-      rs->next = s->resumes;
-      s->resumes = rs;
-    }
-    return rv;
+  if (rv == 0) {
+    s->next_nonce = n;
+    u->pending_nonce = n;
+    u->pending_gen = c->gen;
+    u->t = ts;
+    u->pushes++;
+    u->flags = (uint16_t)((u->flags & ~(F_ANSWER | F_DIRTY | F_RETRY | F_RETRY_DUE)) |
+                          F_PENDING);
+    s->rr = idx + 1;
+    mcp_event ev = {.type = MCP_EVENT_PUSH, .collection = c->name,
+                    .nonce = nonce, .version = ver, .message = "",
+                    .nresources = nres, .nremoved = nrem,
+                    .incremental = incremental};
+    emit(s, &ev);
   }
-  if (rs) {
-    resume_free(s, rs);
+  if (nonce != nonce_num) {
+    mcp__free(&s->mem, nonce);
   }
-  s->next_nonce = n;
-  u->pending_nonce = n;
-  u->pending_gen = c->gen;
-  u->t = ts;
-  u->pushes++;
-  u->flags = (uint16_t)((u->flags & ~(F_ANSWER | F_RESUME | F_DIRTY | F_RETRY |
-                                      F_RETRY_DUE)) | F_PENDING);
-  s->rr = idx + 1;
-  mcp_event ev = {.type = MCP_EVENT_PUSH, .collection = c->name,
-                  .nonce = nonce, .version = ver, .message = "",
-                  .nresources = nres, .nremoved = nrem,
-                  .incremental = incremental};
-  emit(s, &ev);
-  return 1;
+  return rv ? rv : 1;
 }
 
 /* ---- introspection ---- */
@@ -787,6 +1009,7 @@ int mcp_source_session_collection_status(const mcp_source_session *s,
   const sub *u = &s->subs[i];
   memset(st, 0, sizeof(*st));
   st->collection = sub_name(u);
+  st->type_url = s->keys ? s->keys[i] : "";
   st->known = (u->flags & F_KNOWN) != 0;
   st->incremental = (u->flags & F_INCREMENTAL) != 0;
   if (u->flags & F_HELD_GEN) {

@@ -593,6 +593,17 @@ const char *mcp_store_version(const mcp_store *s, const char *collection,
   return e ? e->version : NULL;
 }
 
+void mcp_store_foreach(const mcp_store *s, const char *collection,
+                       void (*fn)(const char *, const char *, void *),
+                       void *ud) {
+  mcp_coll *c = mcp__store_coll(s, collection);
+  for (mcp_entry *e = c ? c->head : NULL; e; e = e->next) {
+    if (e->enc) {
+      fn(e->name, e->version, ud);
+    }
+  }
+}
+
 size_t mcp_store_collection_count(const mcp_store *s) { return s->ncolls; }
 
 const char *mcp_store_collection_name(const mcp_store *s, size_t i) {

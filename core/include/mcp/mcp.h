@@ -66,7 +66,9 @@ extern "C" {
   X(LIMIT, -6, 8, "limit exceeded")                                          \
   X(CLOSED, -7, 1, "session closed")                                         \
   X(UNSUPPORTED, -8, 12, "unsupported")                                      \
-  X(CALLBACK, -9, 13, "callback failed")
+  X(CALLBACK, -9, 13, "callback failed")                                    \
+  X(RESYNC, -10, 10, "the stream fell behind the change log; reconnect to resume") \
+  X(IO, -11, 14, "I/O or transport failure")
 
 typedef enum mcp_error {
 #define MCP_ERR_ENUM_(n, v, g, s) MCP_ERR_##n = (v),
@@ -308,6 +310,14 @@ MCP_EXTERN const char *mcp_store_version(const mcp_store *store,
                                          const char *collection,
                                          const char *name);
 
+/* Calls |fn| for each live resource of |collection|, oldest change first.
+ * |fn| must not change the store. */
+MCP_EXTERN void mcp_store_foreach(const mcp_store *store, const char *collection,
+                                  void (*fn)(const char *name,
+                                             const char *version,
+                                             void *user_data),
+                                  void *user_data);
+
 /* Number of collections, and the name of the i-th (in creation order;
  * valid as long as the store). */
 MCP_EXTERN size_t mcp_store_collection_count(const mcp_store *store);
@@ -364,6 +374,33 @@ typedef struct mcp_sink_node {
 #define MCP_TRIGGER_COLLECTION "$triggerCollection"
 
 /* ------------------------------------------------------------------ */
+/* Services                                                            */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Which MCP service a stream speaks. The engine is the same; only the
+ * messages differ (docs/protocol.md compares them).
+ *   RESOURCE: ResourceSource and ResourceSink (RequestResources/Resources),
+ *     keyed by collection.
+ *   AGGREGATED: AggregatedMeshConfigService/StreamAggregatedResources
+ *     (MeshConfigRequest/MeshConfigResponse), keyed by type_url, full state.
+ *   AGGREGATED_INCREMENTAL: .../IncrementalAggregatedResources
+ *     (IncrementalMeshConfigRequest/Response), keyed by type_url,
+ *     differences only; our nonces are "<number>:<type_url>".
+ */
+typedef enum mcp_service {
+  MCP_SERVICE_RESOURCE = 0,
+  MCP_SERVICE_AGGREGATED = 1,
+  MCP_SERVICE_AGGREGATED_INCREMENTAL = 2
+} mcp_service;
+
+/* Maps a type URL to a collection of the store, writing and returning as
+ * mcp_collection_for_type_url() (which is the default). Called with
+ * |buf| NULL and |len| 0 to learn the length first. */
+typedef size_t (*mcp_type_url_cb)(const char *type_url, char *buf, size_t len,
+                                  void *user_data);
+
+/* ------------------------------------------------------------------ */
 /* Source session                                                      */
 /* ------------------------------------------------------------------ */
 
@@ -408,6 +445,12 @@ typedef struct mcp_source_options {
   /* Events for logs and metrics (optional). */
   mcp_event_cb on_event;
   void *user_data;
+  /* The service the stream speaks (default RESOURCE), and for the
+   * aggregated ones the type URL to collection mapping (NULL: the default,
+   * mcp_collection_for_type_url()). */
+  mcp_service service;
+  mcp_type_url_cb collection_for_type;
+  void *collection_for_type_user_data;
 } mcp_source_options;
 
 MCP_EXTERN void mcp_source_options_default(mcp_source_options *opts);
@@ -424,8 +467,8 @@ MCP_EXTERN int mcp_source_session_new(mcp_source_session **ps,
 MCP_EXTERN void mcp_source_session_del(mcp_source_session *s);
 
 /*
- * Feeds one received RequestResources message (the protobuf bytes, without
- * gRPC framing). A request for an unknown collection, a stale nonce or the
+ * Feeds one received RequestResources message (or the service's request:
+ * the protobuf bytes, without gRPC framing). A request for an unknown collection, a stale nonce or the
  * NACK of the trigger are not errors: they are counted and reported as
  * events, and the stream goes on.
  * Errors: MALFORMED (undecodable, or strings not UTF-8), PROTOCOL (no
@@ -443,11 +486,15 @@ MCP_EXTERN int mcp_source_session_want_write(mcp_source_session *s,
                                              mcp_tstamp ts);
 
 /*
- * Produces the next Resources message to send at |ts|: at most one push
- * in flight per collection; the next push of a collection carries its
- * latest state. Returns 1 and sets |*pmsg| (owned by the caller, free it
- * with mcp_msg_free()) or returns 0 when nothing is to be sent now.
- * Errors: NOMEM (nothing was consumed; try again later).
+ * Produces the next Resources message (or the service's response) to send
+ * at |ts|: at most one push in flight per collection; the next push of a
+ * collection carries its latest state. Returns 1 and sets |*pmsg| (owned
+ * by the caller, free it with mcp_msg_free()) or returns 0 when nothing is
+ * to be sent now.
+ * Errors: NOMEM (nothing was consumed; try again later); RESYNC
+ * (IncrementalAggregatedResources only: the sink's state is older than the
+ * change log reaches and that service cannot send full state; end the
+ * stream, the sink resumes on the next one).
  */
 MCP_EXTERN int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
                                        mcp_msg **pmsg);
@@ -516,6 +563,10 @@ typedef struct mcp_sink_options {
   mcp_event_cb on_event;    /* optional */
   void *user_data;          /* for apply and on_event */
   size_t journal_size;      /* recent requests kept; default 64 */
+  /* The service the stream speaks (default RESOURCE). For the aggregated
+   * ones, |collections| are type URLs; AGGREGATED never asks for
+   * incremental pushes and AGGREGATED_INCREMENTAL always does. */
+  mcp_service service;
 } mcp_sink_options;
 
 MCP_EXTERN void mcp_sink_options_default(mcp_sink_options *opts);
@@ -593,6 +644,7 @@ MCP_EXTERN int mcp_sink_session_next(mcp_sink_session *s, mcp_msg **pmsg);
  */
 typedef struct mcp_collection_status {
   const char *collection;
+  const char *type_url;    /* source, aggregated services: as requested */
   int known;               /* source: the store has this collection */
   int incremental;         /* the stream asked for incremental pushes */
   char acked_version[48];  /* system_version_info last ACKed, "" if none */
