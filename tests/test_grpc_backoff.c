@@ -1,0 +1,143 @@
+/* backoff.c: the reconnection delays, with injected randomness. */
+#include <check.h>
+#include <stdlib.h>
+
+#include "backoff.h"
+
+/* Returns the 32-bit value *user_data as the random bytes (big endian, the
+ * order backoff.c reads them in). */
+static void fixed_rand(uint8_t *dest, size_t len, void *user_data) {
+  uint32_t v = *(uint32_t *)user_data;
+  for (size_t i = 0; i < len; i++)
+    dest[i] = (uint8_t)(v >> (8 * (3 - (i % 4))));
+}
+
+static mcp_grpc_backoff_options defaults(void) {
+  mcp_grpc_backoff_options o = {MCP_SECONDS, 1.6, 0.2, 120 * MCP_SECONDS};
+  return o;
+}
+
+/* Within 1 µs: the arithmetic is in double. */
+#define ck_assert_near(a, b)                                                  \
+  do {                                                                        \
+    mcp_tstamp a_ = (a), b_ = (b);                                            \
+    ck_assert_msg((a_ > b_ ? a_ - b_ : b_ - a_) <= 1000, "%llu != %llu",      \
+                  (unsigned long long)a_, (unsigned long long)b_);            \
+  } while (0)
+
+START_TEST(test_backoff_grows_by_multiplier) {
+  uint32_t mid = 0x80000000u; /* u = 0.5: no jitter */
+  mcp_grpc_backoff b;
+  mcp_grpc_backoff_options o = defaults();
+  mcp_grpc_backoff_init(&b, &o, fixed_rand, &mid);
+  double want = 1e9;
+  for (int i = 0; i < 8; i++) {
+    ck_assert_near(mcp_grpc_backoff_next(&b), (mcp_tstamp)want);
+    want *= 1.6;
+  }
+}
+END_TEST
+
+START_TEST(test_backoff_capped_at_max) {
+  uint32_t top = 0xffffffffu; /* the largest jitter factor */
+  mcp_grpc_backoff b;
+  mcp_grpc_backoff_options o = defaults();
+  mcp_grpc_backoff_init(&b, &o, fixed_rand, &top);
+  mcp_tstamp d = 0;
+  for (int i = 0; i < 40; i++) {
+    d = mcp_grpc_backoff_next(&b);
+    ck_assert_uint_le(d, 120 * MCP_SECONDS);
+  }
+  ck_assert_uint_eq(d, 120 * MCP_SECONDS);
+  ck_assert_uint_eq(b.nominal, 120 * MCP_SECONDS);
+}
+END_TEST
+
+START_TEST(test_backoff_jitter_within_20_percent) {
+  /* The extremes of the generator give the extremes of the factor. */
+  uint32_t r = 0;
+  mcp_grpc_backoff b;
+  mcp_grpc_backoff_options o = defaults();
+  mcp_grpc_backoff_init(&b, &o, fixed_rand, &r);
+  ck_assert_near(mcp_grpc_backoff_next(&b), 800 * MCP_MILLISECONDS);
+  r = 0xffffffffu;
+  mcp_grpc_backoff_init(&b, &o, fixed_rand, &r);
+  ck_assert_near(mcp_grpc_backoff_next(&b), 1200 * MCP_MILLISECONDS);
+
+  /* A deterministic sequence: every draw within ±20 % of the nominal. */
+  uint64_t seed = 42;
+  mcp_grpc_backoff_init(&b, &o, mcp_grpc_default_rand, &seed);
+  int below = 0, above = 0;
+  for (int i = 0; i < 2000; i++) {
+    mcp_tstamp nominal = b.nominal;
+    mcp_tstamp d = mcp_grpc_backoff_next(&b);
+    ck_assert_uint_ge(d, (mcp_tstamp)(0.8 * (double)nominal) - 1);
+    ck_assert_uint_le(d, (mcp_tstamp)(1.2 * (double)nominal) + 1);
+    below += d < nominal;
+    above += d > nominal;
+    if (i % 10 == 9)
+      mcp_grpc_backoff_stream_ended(&b, 1000 * MCP_SECONDS, 1);
+  }
+  ck_assert_int_gt(below, 100); /* it does jitter, both ways */
+  ck_assert_int_gt(above, 100);
+}
+END_TEST
+
+START_TEST(test_backoff_short_stream_does_not_reset) {
+  uint32_t mid = 0x80000000u;
+  mcp_grpc_backoff b;
+  mcp_grpc_backoff_options o = defaults();
+  mcp_grpc_backoff_init(&b, &o, fixed_rand, &mid);
+  for (int i = 0; i < 4; i++)
+    mcp_grpc_backoff_next(&b);
+  mcp_tstamp nominal = b.nominal; /* 1.6^4 s */
+  /* It received a message but died young: keep growing. */
+  mcp_grpc_backoff_stream_ended(&b, 10 * MCP_MILLISECONDS, 1);
+  ck_assert_near(mcp_grpc_backoff_next(&b), nominal);
+  /* Long but silent (never got a message): not healthy either. */
+  mcp_grpc_backoff_stream_ended(&b, 3600 * MCP_SECONDS, 0);
+  ck_assert_near(mcp_grpc_backoff_next(&b), (mcp_tstamp)(nominal * 1.6));
+}
+END_TEST
+
+START_TEST(test_backoff_healthy_stream_resets_to_initial_not_zero) {
+  uint32_t mid = 0x80000000u;
+  mcp_grpc_backoff b;
+  mcp_grpc_backoff_options o = defaults();
+  mcp_grpc_backoff_init(&b, &o, fixed_rand, &mid);
+  for (int i = 0; i < 6; i++)
+    mcp_grpc_backoff_next(&b);
+  mcp_grpc_backoff_stream_ended(&b, 600 * MCP_SECONDS, 5);
+  mcp_tstamp d = mcp_grpc_backoff_next(&b);
+  ck_assert_near(d, MCP_SECONDS);
+  ck_assert_uint_gt(d, 0);
+}
+END_TEST
+
+START_TEST(test_backoff_zero_options_take_defaults) {
+  uint32_t mid = 0x80000000u;
+  mcp_grpc_backoff b;
+  mcp_grpc_backoff_options zero = {0, 0, -1, 0};
+  mcp_grpc_backoff_init(&b, &zero, fixed_rand, &mid);
+  ck_assert_near(mcp_grpc_backoff_next(&b), MCP_SECONDS);
+  ck_assert_near(mcp_grpc_backoff_next(&b), 1600 * MCP_MILLISECONDS);
+  ck_assert_uint_eq(b.o.max, 120 * MCP_SECONDS);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("grpc_backoff");
+  TCase *tc = tcase_create("backoff");
+  tcase_add_test(tc, test_backoff_grows_by_multiplier);
+  tcase_add_test(tc, test_backoff_capped_at_max);
+  tcase_add_test(tc, test_backoff_jitter_within_20_percent);
+  tcase_add_test(tc, test_backoff_short_stream_does_not_reset);
+  tcase_add_test(tc, test_backoff_healthy_stream_resets_to_initial_not_zero);
+  tcase_add_test(tc, test_backoff_zero_options_take_defaults);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

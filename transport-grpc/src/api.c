@@ -1,0 +1,152 @@
+/* The public objects: a source or a sink around one transport loop. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+struct mcp_grpc_source {
+  mcp_grpc_ep ep;
+};
+
+struct mcp_grpc_sink {
+  mcp_grpc_ep ep;
+};
+
+static int ep_init(mcp_grpc_ep *ep, const mcp_grpc_options *opts,
+                   mcp_grpc_role role) {
+  ep->role = role;
+  ep->opts = *opts;
+  ep->address = strdup(opts->address);
+  if (!ep->address)
+    return MCP_ERR_NOMEM;
+  ep->opts.address = ep->address;
+  grpc_init();
+  int rv = mcp_grpc_ep_start(ep);
+  if (rv < 0) {
+    grpc_shutdown();
+    free(ep->address);
+  }
+  return rv;
+}
+
+static void ep_fini(mcp_grpc_ep *ep) {
+  mcp_grpc_ep_stop(ep);
+  free(ep->address);
+  grpc_shutdown(); /* after every gRPC object of ours is gone */
+}
+
+static int valid(const mcp_grpc_options *opts) {
+  return opts && opts->address && opts->address[0] &&
+         (opts->mode == MCP_GRPC_LISTEN || opts->mode == MCP_GRPC_DIAL);
+}
+
+static int submit(mcp_grpc_ep *ep, mcp_grpc_job *tmpl) {
+  if (tmpl->sync)
+    return mcp_grpc_ep_submit(ep, tmpl);
+  mcp_grpc_job *job = malloc(sizeof(*job));
+  if (!job)
+    return MCP_ERR_NOMEM;
+  *job = *tmpl;
+  int rv = mcp_grpc_ep_submit(ep, job);
+  if (rv < 0)
+    free(job);
+  return rv;
+}
+
+int mcp_grpc_source_new(mcp_grpc_source **psrc, const mcp_grpc_options *opts,
+                        const mcp_source_options *session_opts) {
+  if (!valid(opts) || !session_opts ||
+      (!session_opts->store && !session_opts->select_store))
+    return MCP_ERR_INVALID_ARGUMENT;
+  mcp_grpc_source *src = calloc(1, sizeof(*src));
+  if (!src)
+    return MCP_ERR_NOMEM;
+  src->ep.source_opts = *session_opts;
+  int rv = ep_init(&src->ep, opts, MCP_GRPC_ROLE_SOURCE);
+  if (rv < 0) {
+    free(src);
+    return rv;
+  }
+  *psrc = src;
+  return 0;
+}
+
+void mcp_grpc_source_del(mcp_grpc_source *src) {
+  if (!src)
+    return;
+  ep_fini(&src->ep);
+  free(src);
+}
+
+int mcp_grpc_source_port(const mcp_grpc_source *src) { return src->ep.port; }
+
+int mcp_grpc_source_update(mcp_grpc_source *src, mcp_grpc_store_fn fn,
+                           void *user_data) {
+  if (!fn)
+    return MCP_ERR_INVALID_ARGUMENT;
+  mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STORE, .store_fn = fn,
+                      .user_data = user_data};
+  return submit(&src->ep, &job);
+}
+
+int mcp_grpc_source_call(mcp_grpc_source *src, mcp_grpc_store_fn fn,
+                         void *user_data) {
+  if (!fn)
+    return MCP_ERR_INVALID_ARGUMENT;
+  mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STORE, .store_fn = fn,
+                      .user_data = user_data, .sync = 1};
+  return submit(&src->ep, &job);
+}
+
+int mcp_grpc_source_streams(mcp_grpc_source *src, mcp_grpc_stream_fn fn,
+                            void *user_data) {
+  if (!fn)
+    return MCP_ERR_INVALID_ARGUMENT;
+  mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STREAMS, .stream_fn = fn,
+                      .user_data = user_data, .sync = 1};
+  return submit(&src->ep, &job);
+}
+
+int mcp_grpc_sink_new(mcp_grpc_sink **psink, const mcp_grpc_options *opts,
+                      mcp_sink_state *state) {
+  if (!valid(opts) || !state)
+    return MCP_ERR_INVALID_ARGUMENT;
+  mcp_grpc_sink *sink = calloc(1, sizeof(*sink));
+  if (!sink)
+    return MCP_ERR_NOMEM;
+  sink->ep.state = state;
+  int rv = ep_init(&sink->ep, opts, MCP_GRPC_ROLE_SINK);
+  if (rv < 0) {
+    free(sink);
+    return rv;
+  }
+  *psink = sink;
+  return 0;
+}
+
+void mcp_grpc_sink_del(mcp_grpc_sink *sink) {
+  if (!sink)
+    return;
+  ep_fini(&sink->ep);
+  free(sink);
+}
+
+int mcp_grpc_sink_port(const mcp_grpc_sink *sink) { return sink->ep.port; }
+
+int mcp_grpc_sink_call(mcp_grpc_sink *sink, mcp_grpc_state_fn fn,
+                       void *user_data) {
+  if (!fn)
+    return MCP_ERR_INVALID_ARGUMENT;
+  mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STATE, .state_fn = fn,
+                      .user_data = user_data, .sync = 1};
+  return submit(&sink->ep, &job);
+}
+
+int mcp_grpc_sink_streams(mcp_grpc_sink *sink, mcp_grpc_stream_fn fn,
+                          void *user_data) {
+  if (!fn)
+    return MCP_ERR_INVALID_ARGUMENT;
+  mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STREAMS, .stream_fn = fn,
+                      .user_data = user_data, .sync = 1};
+  return submit(&sink->ep, &job);
+}

@@ -1,0 +1,66 @@
+/* Dialing: one stream at a time on a fresh channel, reconnecting forever
+ * with jittered exponential backoff. */
+#include <stdlib.h>
+
+#include <grpc/grpc_security.h>
+#include <grpc/support/time.h>
+
+#include "internal.h"
+
+static const char *dialed_method(const mcp_grpc_ep *ep) {
+  return ep->role == MCP_GRPC_ROLE_SINK ? MCP_GRPC_RESOURCE_SOURCE_METHOD
+                                        : MCP_GRPC_RESOURCE_SINK_METHOD;
+}
+
+static void retry_later(mcp_grpc_ep *ep) {
+  ep->reconnect_at = ep->now + mcp_grpc_backoff_next(&ep->backoff);
+}
+
+static void connect_now(mcp_grpc_ep *ep) {
+  size_t n;
+  grpc_arg *a = mcp_grpc_args(ep, 0, &n);
+  if (!a) {
+    retry_later(ep);
+    return;
+  }
+  grpc_channel_args args = {n, a};
+  grpc_channel_credentials *creds = ep->opts.channel_credentials;
+  grpc_channel_credentials *insecure = NULL;
+  if (!creds)
+    creds = insecure = grpc_insecure_credentials_create();
+  /* A new channel per attempt: the attempt's timing is ours alone, not
+   * that of a channel's hidden reconnection state. */
+  ep->channel = grpc_channel_create(ep->address, creds, &args);
+  free(a);
+  if (insecure)
+    grpc_channel_credentials_release(insecure);
+  /* Not wait-for-ready: a peer that is down fails the call at once with
+   * UNAVAILABLE, and the backoff decides when to try again. */
+  grpc_call *call = grpc_channel_create_call(
+      ep->channel, NULL, GRPC_PROPAGATE_DEFAULTS, ep->cq,
+      grpc_slice_from_static_string(dialed_method(ep)), NULL,
+      gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+  mcp_grpc_stream_dial(ep, call);
+}
+
+void mcp_grpc_client_tick(mcp_grpc_ep *ep, mcp_tstamp *deadline) {
+  if (ep->stopping || ep->channel) /* an attempt is under way */
+    return;
+  if (ep->now >= ep->reconnect_at)
+    connect_now(ep);
+  else if (ep->reconnect_at < *deadline)
+    *deadline = ep->reconnect_at;
+}
+
+void mcp_grpc_client_stream_gone(mcp_grpc_ep *ep, mcp_tstamp lived,
+                                 uint64_t received) {
+  grpc_channel_destroy(ep->channel);
+  ep->channel = NULL;
+  mcp_grpc_backoff_stream_ended(&ep->backoff, lived, received);
+  retry_later(ep);
+}
+
+void mcp_grpc_client_shutdown(mcp_grpc_ep *ep) {
+  for (mcp_grpc_stream *s = ep->streams; s; s = s->next)
+    mcp_grpc_stream_finish(s, GRPC_STATUS_CANCELLED, "client shutting down");
+}

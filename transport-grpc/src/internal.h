@@ -1,0 +1,178 @@
+/* Internal declarations of the gRPC transport. */
+#ifndef MCP_GRPC_INTERNAL_H
+#define MCP_GRPC_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+
+#include <grpc/grpc.h>
+
+#include "backoff.h"
+#include "mcp/grpc.h"
+
+#define MCP_GRPC_CONTAINER(ptr, type, member)                                \
+  ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
+
+/* Every completion-queue tag is one of these, embedded in the object that
+ * started the operation; the loop calls |fn| with the op's success bit. */
+typedef struct mcp_grpc_tag {
+  void (*fn)(struct mcp_grpc_tag *tag, int ok);
+} mcp_grpc_tag;
+
+typedef enum mcp_grpc_role {
+  MCP_GRPC_ROLE_NONE, /* a call to an unknown method: answered, then closed */
+  MCP_GRPC_ROLE_SOURCE,
+  MCP_GRPC_ROLE_SINK
+} mcp_grpc_role;
+
+/* Work handed to the transport thread by other threads. */
+typedef enum mcp_grpc_job_kind {
+  MCP_GRPC_JOB_STORE,
+  MCP_GRPC_JOB_STATE,
+  MCP_GRPC_JOB_STREAMS
+} mcp_grpc_job_kind;
+
+typedef struct mcp_grpc_job {
+  struct mcp_grpc_job *next;
+  mcp_grpc_job_kind kind;
+  mcp_grpc_store_fn store_fn;
+  mcp_grpc_state_fn state_fn;
+  mcp_grpc_stream_fn stream_fn;
+  void *user_data;
+  int sync; /* the caller waits for |done|; the job is on its stack */
+  int done;
+} mcp_grpc_job;
+
+typedef struct mcp_grpc_ep mcp_grpc_ep;
+
+typedef enum mcp_grpc_stream_state {
+  MCP_GRPC_ST_OPEN,
+  MCP_GRPC_ST_FINISHING, /* server: status waits for the send in flight */
+  MCP_GRPC_ST_CLOSING    /* status sent or call cancelled or call over */
+} mcp_grpc_stream_state;
+
+/* One call. Freed when its last operation completes. */
+typedef struct mcp_grpc_stream {
+  mcp_grpc_ep *ep;
+  struct mcp_grpc_stream *prev, *next;
+  grpc_call *call;
+  uint64_t id;
+  mcp_grpc_role role;
+  int dialed;
+  mcp_source_session *src;
+  mcp_sink_session *snk;
+  char *peer; /* gpr_malloc'd by gRPC */
+  mcp_tstamp opened;
+  mcp_tstamp expiry; /* of the source session, cached */
+  uint64_t received, sent;
+  mcp_grpc_stream_state state;
+  int dirty;  /* pump at the end of this loop iteration */
+  int ops;    /* operations in flight */
+  int send_busy, closed, peer_known, announced;
+  mcp_grpc_tag recv_tag, send_tag, close_tag;
+  grpc_byte_buffer *recv_bb, *send_bb;
+  int status; /* final status and details (malloc'd) */
+  char *details;
+  /* client: RECV_INITIAL_METADATA and RECV_STATUS_ON_CLIENT outputs */
+  grpc_metadata_array md_initial, md_trailing;
+  grpc_status_code recv_status;
+  grpc_slice recv_details;
+  int cancelled; /* server: RECV_CLOSE_ON_SERVER output */
+} mcp_grpc_stream;
+
+/* The state shared by the four roles: a source or a sink, listening or
+ * dialing, with its thread and completion queue. */
+struct mcp_grpc_ep {
+  mcp_grpc_role role;
+  mcp_grpc_options opts; /* opts.address points to |address| */
+  char *address;
+  mcp_source_options source_opts;
+  mcp_sink_state *state;
+
+  /* Shared with other threads, under |mu|. */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  mcp_grpc_job *jobs, **jobs_tail;
+  size_t queued; /* asynchronous jobs in |jobs| */
+  int wake_pending; /* a wake-up call is in flight */
+  int closing;      /* del() was called: no more jobs */
+
+  /* Transport thread only (and new/del around its life). */
+  pthread_t thread;
+  grpc_completion_queue *cq;
+  grpc_channel *lame; /* wake-ups: a call on it completes at once */
+  mcp_grpc_tag wake_tag;
+  grpc_call *wake_call;
+  grpc_metadata_array wake_md;
+  grpc_status_code wake_status;
+  grpc_slice wake_details;
+  mcp_tstamp now;
+  int stopping, cq_shut, all_dirty;
+  mcp_grpc_stream *streams;
+  size_t nstreams;
+  uint64_t next_id;
+  mcp_grpc_stream *sink_stream; /* the stream holding the sink session */
+
+  /* LISTEN */
+  grpc_server *server;
+  int port;
+  mcp_grpc_tag accept_tag;
+  grpc_call *accept_call;
+  grpc_call_details accept_details;
+  grpc_metadata_array accept_md;
+  int accept_pending;
+  mcp_grpc_tag shutdown_tag;
+  int shutdown_pending, cancelled_all;
+  mcp_tstamp cancel_at;
+
+  /* DIAL */
+  grpc_channel *channel;
+  mcp_grpc_backoff backoff;
+  mcp_tstamp reconnect_at;
+  uint64_t rand_state;
+};
+
+/* options.c */
+/* Builds the channel arguments for |ep| in a malloc'd array (free it). */
+grpc_arg *mcp_grpc_args(const mcp_grpc_ep *ep, int server, size_t *nargs);
+
+/* loop.c */
+int mcp_grpc_ep_start(mcp_grpc_ep *ep);
+void mcp_grpc_ep_stop(mcp_grpc_ep *ep);
+int mcp_grpc_ep_submit(mcp_grpc_ep *ep, mcp_grpc_job *job);
+void mcp_grpc_stream_info_fill(const mcp_grpc_stream *s,
+                               mcp_grpc_stream_info *info);
+
+/* server.c */
+int mcp_grpc_server_create(mcp_grpc_ep *ep);
+void mcp_grpc_server_start(mcp_grpc_ep *ep);
+void mcp_grpc_server_shutdown(mcp_grpc_ep *ep);
+void mcp_grpc_server_tick(mcp_grpc_ep *ep, mcp_tstamp *deadline);
+
+/* client.c */
+void mcp_grpc_client_tick(mcp_grpc_ep *ep, mcp_tstamp *deadline);
+void mcp_grpc_client_shutdown(mcp_grpc_ep *ep);
+void mcp_grpc_client_stream_gone(mcp_grpc_ep *ep, mcp_tstamp lived,
+                                 uint64_t received);
+
+/* stream.c */
+void mcp_grpc_stream_accept(mcp_grpc_ep *ep, grpc_call *call,
+                            mcp_grpc_role role);
+void mcp_grpc_stream_dial(mcp_grpc_ep *ep, grpc_call *call);
+void mcp_grpc_stream_finish(mcp_grpc_stream *s, int status,
+                            const char *details);
+void mcp_grpc_stream_pump(mcp_grpc_stream *s);
+
+/* buffer.c */
+/* Wraps |msg| into a byte buffer, referencing its large fragments (the
+ * message is freed when gRPC drops the last of them). Consumes |msg|, also
+ * on failure (NULL). */
+grpc_byte_buffer *mcp_grpc_buffer_from_msg(mcp_msg *msg);
+
+/* The bytes of |bb|: its single slice, or a joined copy kept in |*flat|
+ * (release with grpc_slice_unref when |*joined|). 0, or -1 when |bb|
+ * cannot be read. */
+int mcp_grpc_buffer_bytes(grpc_byte_buffer *bb, const uint8_t **p,
+                          size_t *len, grpc_slice *flat, int *joined);
+
+#endif

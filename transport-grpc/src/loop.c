@@ -1,0 +1,288 @@
+/* The transport thread: one completion queue, the jobs other threads hand
+ * over, wake-ups, and the timers of every stream. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <grpc/support/time.h>
+
+#include "internal.h"
+
+/* The object whose loop runs on this thread, to refuse a synchronous call
+ * from inside one of its callbacks (it would wait for itself). */
+static _Thread_local mcp_grpc_ep *current_ep;
+
+static void wake_done(mcp_grpc_tag *tag, int ok) {
+  (void)ok;
+  mcp_grpc_ep *ep = MCP_GRPC_CONTAINER(tag, mcp_grpc_ep, wake_tag);
+  grpc_call_unref(ep->wake_call);
+  ep->wake_call = NULL;
+  grpc_metadata_array_destroy(&ep->wake_md);
+  grpc_slice_unref(ep->wake_details);
+  /* Cleared before the loop takes the job list, so a job queued after the
+   * take always starts a new wake-up. */
+  pthread_mutex_lock(&ep->mu);
+  ep->wake_pending = 0;
+  pthread_mutex_unlock(&ep->mu);
+}
+
+/*
+ * Wakes the transport thread out of grpc_completion_queue_next(). gRPC's C
+ * core has no public alarm (grpc_alarm is C++ only), so a call on a lame
+ * channel stands in: it fails at once and posts its tag to our queue.
+ * At most one is in flight. Called with |ep->mu| held.
+ */
+static void wake_locked(mcp_grpc_ep *ep) {
+  if (ep->wake_pending)
+    return;
+  ep->wake_pending = 1;
+  grpc_metadata_array_init(&ep->wake_md);
+  ep->wake_call = grpc_channel_create_call(
+      ep->lame, NULL, GRPC_PROPAGATE_DEFAULTS, ep->cq,
+      grpc_slice_from_static_string("/mcp.grpc/wake"), NULL,
+      gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+  grpc_op ops[2];
+  memset(ops, 0, sizeof(ops));
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[1].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  ops[1].data.recv_status_on_client.trailing_metadata = &ep->wake_md;
+  ops[1].data.recv_status_on_client.status = &ep->wake_status;
+  ops[1].data.recv_status_on_client.status_details = &ep->wake_details;
+  grpc_call_error e =
+      grpc_call_start_batch(ep->wake_call, ops, 2, &ep->wake_tag, NULL);
+  if (e != GRPC_CALL_OK)
+    abort(); /* cannot fail on a fresh call: a bug here */
+}
+
+int mcp_grpc_ep_submit(mcp_grpc_ep *ep, mcp_grpc_job *job) {
+  if (job->sync && current_ep == ep)
+    return MCP_ERR_INVALID_ARGUMENT;
+  pthread_mutex_lock(&ep->mu);
+  if (ep->closing) {
+    pthread_mutex_unlock(&ep->mu);
+    return MCP_ERR_CLOSED;
+  }
+  if (!job->sync) {
+    if (ep->opts.max_queued_updates &&
+        ep->queued >= ep->opts.max_queued_updates) {
+      pthread_mutex_unlock(&ep->mu);
+      return MCP_ERR_LIMIT;
+    }
+    ep->queued++;
+  }
+  job->next = NULL;
+  job->done = 0;
+  *ep->jobs_tail = job;
+  ep->jobs_tail = &job->next;
+  /* Also from the loop thread: a callback run from the tick would
+   * otherwise leave the job waiting for the next event. */
+  wake_locked(ep);
+  while (job->sync && !job->done)
+    pthread_cond_wait(&ep->cv, &ep->mu);
+  pthread_mutex_unlock(&ep->mu);
+  return 0;
+}
+
+void mcp_grpc_stream_info_fill(const mcp_grpc_stream *s,
+                               mcp_grpc_stream_info *info) {
+  memset(info, 0, sizeof(*info));
+  info->id = s->id;
+  info->peer = s->peer ? s->peer : "";
+  info->dialed = s->dialed;
+  info->source = s->src;
+  info->sink = s->snk;
+  info->opened = s->opened;
+  info->received = s->received;
+  info->sent = s->sent;
+  info->status = s->status;
+  info->details = s->details ? s->details : "";
+}
+
+static void run_job(mcp_grpc_ep *ep, mcp_grpc_job *job) {
+  switch (job->kind) {
+  case MCP_GRPC_JOB_STORE:
+    job->store_fn(ep->source_opts.store, ep->now, job->user_data);
+    break;
+  case MCP_GRPC_JOB_STATE:
+    job->state_fn(ep->state, ep->now, job->user_data);
+    break;
+  case MCP_GRPC_JOB_STREAMS:
+    for (mcp_grpc_stream *s = ep->streams; s; s = s->next) {
+      if (s->role == MCP_GRPC_ROLE_NONE || s->state != MCP_GRPC_ST_OPEN)
+        continue;
+      mcp_grpc_stream_info info;
+      mcp_grpc_stream_info_fill(s, &info);
+      job->stream_fn(&info, job->user_data);
+    }
+    break;
+  }
+}
+
+static void run_jobs(mcp_grpc_ep *ep) {
+  pthread_mutex_lock(&ep->mu);
+  mcp_grpc_job *job = ep->jobs;
+  ep->jobs = NULL;
+  ep->jobs_tail = &ep->jobs;
+  ep->queued = 0;
+  int closing = ep->closing;
+  pthread_mutex_unlock(&ep->mu);
+
+  if (job)
+    ep->all_dirty = 1; /* the store or state may have changed */
+  while (job) {
+    mcp_grpc_job *next = job->next;
+    run_job(ep, job);
+    if (job->sync) {
+      pthread_mutex_lock(&ep->mu);
+      job->done = 1; /* the waiter may free |job| from here on */
+      pthread_cond_broadcast(&ep->cv);
+      pthread_mutex_unlock(&ep->mu);
+    } else {
+      free(job);
+    }
+    job = next;
+  }
+
+  /* Jobs queued before del() ran above; now shut down. */
+  if (closing && !ep->stopping) {
+    ep->stopping = 1;
+    if (ep->opts.mode == MCP_GRPC_LISTEN)
+      mcp_grpc_server_shutdown(ep);
+    else
+      mcp_grpc_client_shutdown(ep);
+  }
+}
+
+static int finished(mcp_grpc_ep *ep) {
+  if (ep->server || ep->channel || ep->streams || ep->accept_pending)
+    return 0;
+  pthread_mutex_lock(&ep->mu);
+  int busy = ep->wake_pending;
+  pthread_mutex_unlock(&ep->mu);
+  return !busy;
+}
+
+/* Runs timers and pending pushes; returns the next deadline. */
+static mcp_tstamp tick(mcp_grpc_ep *ep) {
+  mcp_tstamp dl = MCP_TSTAMP_MAX;
+  if (ep->opts.mode == MCP_GRPC_LISTEN)
+    mcp_grpc_server_tick(ep, &dl);
+  else
+    mcp_grpc_client_tick(ep, &dl);
+  for (mcp_grpc_stream *s = ep->streams; s; s = s->next) {
+    if (ep->all_dirty || s->dirty || s->expiry <= ep->now)
+      mcp_grpc_stream_pump(s);
+    if (s->expiry < dl)
+      dl = s->expiry;
+  }
+  ep->all_dirty = 0;
+  if (ep->stopping && !ep->cq_shut && finished(ep)) {
+    grpc_completion_queue_shutdown(ep->cq);
+    ep->cq_shut = 1;
+  }
+  return dl;
+}
+
+static gpr_timespec deadline(const mcp_grpc_ep *ep, mcp_tstamp dl) {
+  if (dl == MCP_TSTAMP_MAX)
+    return gpr_inf_future(GPR_CLOCK_MONOTONIC);
+  /* An expiry the session did not move past |now| would spin the loop. */
+  mcp_tstamp rel = dl > ep->now ? dl - ep->now : MCP_MILLISECONDS;
+  if (rel > 3600 * MCP_SECONDS)
+    rel = 3600 * MCP_SECONDS;
+  return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                      gpr_time_from_nanos((int64_t)rel, GPR_TIMESPAN));
+}
+
+static void *loop_main(void *arg) {
+  mcp_grpc_ep *ep = arg;
+  current_ep = ep;
+  ep->now = mcp_grpc_now();
+  if (ep->opts.mode == MCP_GRPC_LISTEN)
+    mcp_grpc_server_start(ep);
+  for (;;) {
+    ep->now = mcp_grpc_now();
+    gpr_timespec d = deadline(ep, tick(ep));
+    grpc_event ev = grpc_completion_queue_next(ep->cq, d, NULL);
+    if (ev.type == GRPC_QUEUE_SHUTDOWN)
+      break;
+    ep->now = mcp_grpc_now();
+    if (ev.type == GRPC_OP_COMPLETE) {
+      mcp_grpc_tag *tag = ev.tag;
+      tag->fn(tag, ev.success);
+    }
+    run_jobs(ep);
+  }
+  current_ep = NULL;
+  return NULL;
+}
+
+static void cq_destroy(grpc_completion_queue *cq) {
+  grpc_completion_queue_shutdown(cq);
+  while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME),
+                                    NULL)
+             .type != GRPC_QUEUE_SHUTDOWN)
+    ;
+  grpc_completion_queue_destroy(cq);
+}
+
+int mcp_grpc_ep_start(mcp_grpc_ep *ep) {
+  int rv;
+  ep->jobs_tail = &ep->jobs;
+  ep->wake_tag.fn = wake_done;
+  ep->now = mcp_grpc_now();
+  if (pthread_mutex_init(&ep->mu, NULL) != 0)
+    return MCP_ERR_NOMEM;
+  if (pthread_cond_init(&ep->cv, NULL) != 0) {
+    pthread_mutex_destroy(&ep->mu);
+    return MCP_ERR_NOMEM;
+  }
+  ep->cq = grpc_completion_queue_create_for_next(NULL);
+  ep->lame = grpc_lame_client_channel_create(
+      "mcp-grpc-wake", GRPC_STATUS_UNAVAILABLE, "wake-up");
+
+  if (ep->opts.mode == MCP_GRPC_LISTEN) {
+    rv = mcp_grpc_server_create(ep);
+    if (rv < 0)
+      goto fail;
+  } else {
+    mcp_rand_fn rand = ep->opts.rand;
+    void *ud = ep->opts.rand_user_data;
+    if (!rand) {
+      ep->rand_state = ep->now ^ (uint64_t)(uintptr_t)ep;
+      rand = mcp_grpc_default_rand;
+      ud = &ep->rand_state;
+    }
+    mcp_grpc_backoff_init(&ep->backoff, &ep->opts.backoff, rand, ud);
+    ep->reconnect_at = 0; /* the first attempt is immediate */
+  }
+
+  if (pthread_create(&ep->thread, NULL, loop_main, ep) != 0) {
+    rv = MCP_ERR_NOMEM;
+    goto fail;
+  }
+  return 0;
+
+fail:
+  if (ep->server) /* bound but never started: may be destroyed as is */
+    grpc_server_destroy(ep->server);
+  ep->server = NULL;
+  grpc_channel_destroy(ep->lame);
+  cq_destroy(ep->cq);
+  pthread_cond_destroy(&ep->cv);
+  pthread_mutex_destroy(&ep->mu);
+  return rv;
+}
+
+void mcp_grpc_ep_stop(mcp_grpc_ep *ep) {
+  pthread_mutex_lock(&ep->mu);
+  ep->closing = 1;
+  wake_locked(ep);
+  pthread_mutex_unlock(&ep->mu);
+  pthread_join(ep->thread, NULL);
+  /* The loop left after the queue's shutdown event: it is drained. */
+  grpc_completion_queue_destroy(ep->cq);
+  grpc_channel_destroy(ep->lame);
+  pthread_cond_destroy(&ep->cv);
+  pthread_mutex_destroy(&ep->mu);
+}

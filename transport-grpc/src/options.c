@@ -1,0 +1,78 @@
+/* Option defaults and their translation into gRPC channel arguments. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+#define MCP_GRPC_DEFAULT_MAX_MESSAGE (64 << 20)
+
+mcp_tstamp mcp_grpc_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (mcp_tstamp)t.tv_sec * MCP_SECONDS + (mcp_tstamp)t.tv_nsec;
+}
+
+void mcp_grpc_options_default(mcp_grpc_options *opts) {
+  memset(opts, 0, sizeof(*opts));
+  opts->mode = MCP_GRPC_LISTEN;
+  opts->max_recv_message_size = MCP_GRPC_DEFAULT_MAX_MESSAGE;
+  opts->max_send_message_size = MCP_GRPC_DEFAULT_MAX_MESSAGE;
+  opts->backoff.initial = MCP_SECONDS;
+  opts->backoff.multiplier = 1.6;
+  opts->backoff.jitter = 0.2;
+  opts->backoff.max = 120 * MCP_SECONDS;
+  opts->shutdown_grace = 5 * MCP_SECONDS;
+  opts->max_queued_updates = 65536;
+}
+
+static void set_int(grpc_arg *a, const char *key, int value) {
+  a->type = GRPC_ARG_INTEGER;
+  a->key = (char *)key; /* gRPC copies the arguments it keeps */
+  a->value.integer = value;
+}
+
+grpc_arg *mcp_grpc_args(const mcp_grpc_ep *ep, int server, size_t *nargs) {
+  const mcp_grpc_options *o = &ep->opts;
+  size_t extra = o->channel_args ? o->channel_args->num_args : 0;
+  grpc_arg *a = malloc((10 + extra) * sizeof(*a));
+  if (!a)
+    return NULL;
+  size_t n = 0;
+  set_int(&a[n++], GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+          o->max_recv_message_size ? o->max_recv_message_size
+                                   : MCP_GRPC_DEFAULT_MAX_MESSAGE);
+  set_int(&a[n++], GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
+          o->max_send_message_size ? o->max_send_message_size
+                                   : MCP_GRPC_DEFAULT_MAX_MESSAGE);
+  if (o->keepalive_time_ms > 0)
+    set_int(&a[n++], GRPC_ARG_KEEPALIVE_TIME_MS, o->keepalive_time_ms);
+  if (o->keepalive_timeout_ms > 0)
+    set_int(&a[n++], GRPC_ARG_KEEPALIVE_TIMEOUT_MS, o->keepalive_timeout_ms);
+  if (o->keepalive_permit_without_calls)
+    set_int(&a[n++], GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  if (server) {
+    if (o->min_recv_ping_interval_ms > 0)
+      set_int(&a[n++], GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+              o->min_recv_ping_interval_ms);
+    /* gRPC enables SO_REUSEPORT by default: two servers could then bind
+     * the same port without an error. */
+    set_int(&a[n++], GRPC_ARG_ALLOW_REUSEPORT, 0);
+  } else {
+    /* Each attempt uses a new channel; a shared subchannel would carry
+     * gRPC's own reconnect backoff over from the previous one. */
+    set_int(&a[n++], GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    /* MCP streams idle for hours; by default gRPC stops pinging after 2
+     * pings without data and spaces them 5 minutes apart, which would
+     * end dead-peer detection. */
+    if (o->keepalive_time_ms > 0) {
+      set_int(&a[n++], GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+      set_int(&a[n++], GRPC_ARG_HTTP2_MIN_SENT_PING_INTERVAL_WITHOUT_DATA_MS,
+              o->keepalive_time_ms);
+    }
+  }
+  for (size_t i = 0; i < extra; i++)
+    a[n++] = o->channel_args->args[i];
+  *nargs = n;
+  return a;
+}

@@ -1,0 +1,391 @@
+/* One gRPC call carrying one core session: at most one receive and one
+ * send in flight; messages go between the call and the session as bytes. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <grpc/byte_buffer.h>
+#include <grpc/support/alloc.h>
+
+#include "internal.h"
+
+static void on_recv(mcp_grpc_tag *tag, int ok);
+static void on_send(mcp_grpc_tag *tag, int ok);
+static void on_close(mcp_grpc_tag *tag, int ok);
+
+static void start_batch(mcp_grpc_stream *s, const grpc_op *ops, size_t n,
+                        mcp_grpc_tag *tag) {
+  grpc_call_error e = grpc_call_start_batch(s->call, ops, n, tag, NULL);
+  if (e != GRPC_CALL_OK) {
+    /* Only misuse fails here (e.g. two sends in flight): a bug in this
+     * file, not a peer fault. */
+    fprintf(stderr, "mcp_grpc: grpc_call_start_batch: %s\n",
+            grpc_call_error_to_string(e));
+    abort();
+  }
+  s->ops++;
+}
+
+static void notify(mcp_grpc_stream *s, mcp_grpc_stream_event ev) {
+  mcp_grpc_ep *ep = s->ep;
+  if (!ep->opts.on_stream || s->role == MCP_GRPC_ROLE_NONE)
+    return;
+  /* CLOSED only pairs with an OPENED. */
+  if (ev == MCP_GRPC_STREAM_CLOSED && !s->announced)
+    return;
+  s->announced = 1;
+  mcp_grpc_stream_info info;
+  mcp_grpc_stream_info_fill(s, &info);
+  ep->opts.on_stream(ev, &info, ep->opts.user_data);
+}
+
+static void set_details(mcp_grpc_stream *s, const char *details) {
+  free(s->details);
+  s->details = strdup(details ? details : "");
+}
+
+static void drop_session(mcp_grpc_stream *s) {
+  if (s->src) {
+    mcp_source_session_del(s->src);
+    s->src = NULL;
+  }
+  if (s->snk) {
+    mcp_sink_session_del(s->snk);
+    s->snk = NULL;
+  }
+  if (s->ep->sink_stream == s)
+    s->ep->sink_stream = NULL;
+  s->expiry = MCP_TSTAMP_MAX;
+}
+
+static mcp_grpc_stream *stream_new(mcp_grpc_ep *ep, grpc_call *call,
+                                   mcp_grpc_role role, int dialed) {
+  mcp_grpc_stream *s = calloc(1, sizeof(*s));
+  if (!s) {
+    grpc_call_cancel_with_status(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                                 mcp_strerror(MCP_ERR_NOMEM), NULL);
+    grpc_call_unref(call);
+    return NULL;
+  }
+  s->ep = ep;
+  s->call = call;
+  s->id = ++ep->next_id;
+  s->role = role;
+  s->dialed = dialed;
+  s->peer = grpc_call_get_peer(call);
+  s->opened = ep->now;
+  s->expiry = MCP_TSTAMP_MAX;
+  s->status = GRPC_STATUS_OK;
+  s->recv_tag.fn = on_recv;
+  s->send_tag.fn = on_send;
+  s->close_tag.fn = on_close;
+  s->next = ep->streams;
+  if (ep->streams)
+    ep->streams->prev = s;
+  ep->streams = s;
+  ep->nstreams++;
+  return s;
+}
+
+static void stream_free(mcp_grpc_stream *s) {
+  mcp_grpc_ep *ep = s->ep;
+  if (s->prev)
+    s->prev->next = s->next;
+  else
+    ep->streams = s->next;
+  if (s->next)
+    s->next->prev = s->prev;
+  ep->nstreams--;
+  grpc_call_unref(s->call);
+  gpr_free(s->peer);
+  free(s->details);
+  if (s->dialed)
+    grpc_metadata_array_destroy(&s->md_initial);
+  free(s);
+}
+
+/* Frees the stream once no operation is in flight (the close operation
+ * is one of them, so the call is over). */
+static void maybe_free(mcp_grpc_stream *s) {
+  if (s->ops > 0)
+    return;
+  mcp_grpc_ep *ep = s->ep;
+  drop_session(s);
+  notify(s, MCP_GRPC_STREAM_CLOSED);
+  int dialed = s->dialed;
+  mcp_tstamp lived = ep->now - s->opened;
+  uint64_t received = s->received;
+  stream_free(s);
+  if (dialed)
+    mcp_grpc_client_stream_gone(ep, lived, received);
+}
+
+static int open_session(mcp_grpc_stream *s) {
+  mcp_grpc_ep *ep = s->ep;
+  int rv;
+  if (s->role == MCP_GRPC_ROLE_SOURCE) {
+    mcp_source_options o = ep->source_opts;
+    o.send_trigger = s->dialed; /* Istio's sinks wait for a first push */
+    rv = mcp_source_session_new(&s->src, &o, ep->now);
+    if (rv == 0)
+      s->expiry = mcp_source_session_get_expiry(s->src);
+    return rv;
+  }
+  /* The state takes one session at a time: the newest stream wins. */
+  if (ep->sink_stream)
+    mcp_grpc_stream_finish(ep->sink_stream, GRPC_STATUS_ABORTED,
+                           "replaced by a newer stream");
+  rv = mcp_sink_session_new(&s->snk, ep->state, ep->now);
+  if (rv == 0)
+    ep->sink_stream = s;
+  return rv;
+}
+
+static void start_recv(mcp_grpc_stream *s) {
+  grpc_op ops[2];
+  size_t n = 0;
+  memset(ops, 0, sizeof(ops));
+  if (s->dialed && s->received == 0 && !s->peer_known) {
+    ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[n].data.recv_initial_metadata.recv_initial_metadata = &s->md_initial;
+    n++;
+  }
+  ops[n].op = GRPC_OP_RECV_MESSAGE;
+  ops[n].data.recv_message.recv_message = &s->recv_bb;
+  n++;
+  start_batch(s, ops, n, &s->recv_tag);
+}
+
+static void send_initial_metadata(mcp_grpc_stream *s) {
+  grpc_op op;
+  memset(&op, 0, sizeof(op));
+  op.op = GRPC_OP_SEND_INITIAL_METADATA;
+  start_batch(s, &op, 1, &s->send_tag);
+  s->send_busy = 1; /* counts as the send in flight */
+}
+
+static void send_status(mcp_grpc_stream *s) {
+  s->state = MCP_GRPC_ST_CLOSING;
+  if (s->closed)
+    return;
+  grpc_slice details = grpc_slice_from_copied_string(s->details ? s->details
+                                                                : "");
+  grpc_op op;
+  memset(&op, 0, sizeof(op));
+  op.op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+  op.data.send_status_from_server.status = (grpc_status_code)s->status;
+  op.data.send_status_from_server.status_details = &details;
+  start_batch(s, &op, 1, &s->send_tag);
+  s->send_busy = 1;
+  grpc_slice_unref(details); /* gRPC took its own reference */
+}
+
+void mcp_grpc_stream_finish(mcp_grpc_stream *s, int status,
+                            const char *details) {
+  if (s->state != MCP_GRPC_ST_OPEN)
+    return;
+  drop_session(s);
+  s->status = status;
+  set_details(s, details);
+  if (s->dialed) {
+    s->state = MCP_GRPC_ST_CLOSING;
+    grpc_call_cancel_with_status(s->call, (grpc_status_code)status,
+                                 s->details ? s->details : "", NULL);
+  } else if (s->send_busy) {
+    s->state = MCP_GRPC_ST_FINISHING; /* the status must follow the send */
+  } else {
+    send_status(s);
+  }
+}
+
+static void fail(mcp_grpc_stream *s, int err) {
+  mcp_grpc_stream_finish(s, mcp_error_grpc_status(err), mcp_strerror(err));
+}
+
+void mcp_grpc_stream_accept(mcp_grpc_ep *ep, grpc_call *call,
+                            mcp_grpc_role role) {
+  mcp_grpc_stream *s = stream_new(ep, call, role, 0);
+  if (!s)
+    return;
+  send_initial_metadata(s);
+  grpc_op op;
+  memset(&op, 0, sizeof(op));
+  op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  op.data.recv_close_on_server.cancelled = &s->cancelled;
+  start_batch(s, &op, 1, &s->close_tag);
+
+  if (role == MCP_GRPC_ROLE_NONE) {
+    mcp_grpc_stream_finish(s, GRPC_STATUS_UNIMPLEMENTED, "unknown method");
+    return;
+  }
+  if (ep->stopping) {
+    mcp_grpc_stream_finish(s, GRPC_STATUS_UNAVAILABLE,
+                           "server shutting down");
+    return;
+  }
+  int rv = open_session(s);
+  if (rv < 0) {
+    fail(s, rv);
+    return;
+  }
+  start_recv(s);
+  s->dirty = 1;
+  notify(s, MCP_GRPC_STREAM_OPENED);
+}
+
+void mcp_grpc_stream_dial(mcp_grpc_ep *ep, grpc_call *call) {
+  mcp_grpc_stream *s = stream_new(ep, call, ep->role, 1);
+  if (!s) {
+    mcp_grpc_client_stream_gone(ep, 0, 0);
+    return;
+  }
+  grpc_metadata_array_init(&s->md_initial);
+  grpc_metadata_array_init(&s->md_trailing);
+  send_initial_metadata(s);
+  grpc_op op;
+  memset(&op, 0, sizeof(op));
+  op.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  op.data.recv_status_on_client.trailing_metadata = &s->md_trailing;
+  op.data.recv_status_on_client.status = &s->recv_status;
+  op.data.recv_status_on_client.status_details = &s->recv_details;
+  start_batch(s, &op, 1, &s->close_tag);
+
+  int rv = open_session(s);
+  if (rv < 0) {
+    fail(s, rv);
+    return;
+  }
+  start_recv(s);
+  s->dirty = 1;
+  notify(s, MCP_GRPC_STREAM_OPENED);
+}
+
+static void send_msg(mcp_grpc_stream *s, mcp_msg *msg) {
+  grpc_byte_buffer *bb = mcp_grpc_buffer_from_msg(msg);
+  if (!bb) {
+    fail(s, MCP_ERR_NOMEM);
+    return;
+  }
+  grpc_op op;
+  memset(&op, 0, sizeof(op));
+  op.op = GRPC_OP_SEND_MESSAGE;
+  op.data.send_message.send_message = bb;
+  s->send_bb = bb;
+  start_batch(s, &op, 1, &s->send_tag);
+  s->send_busy = 1;
+}
+
+void mcp_grpc_stream_pump(mcp_grpc_stream *s) {
+  mcp_grpc_ep *ep = s->ep;
+  s->dirty = 0;
+  if (s->state != MCP_GRPC_ST_OPEN)
+    return;
+  mcp_msg *msg = NULL;
+  int rv = 0;
+  if (s->src) {
+    if (s->expiry <= ep->now)
+      rv = mcp_source_session_handle_expiry(s->src, ep->now);
+    if (rv >= 0 && !s->send_busy)
+      rv = mcp_source_session_next(s->src, ep->now, &msg);
+    s->expiry = mcp_source_session_get_expiry(s->src);
+  } else if (s->snk && !s->send_busy) {
+    rv = mcp_sink_session_next(s->snk, &msg);
+  }
+  if (rv < 0)
+    fail(s, rv);
+  else if (rv > 0 && msg)
+    send_msg(s, msg);
+}
+
+/* Hands one received message to the session. */
+static int deliver(mcp_grpc_stream *s, grpc_byte_buffer *bb) {
+  mcp_grpc_ep *ep = s->ep;
+  const uint8_t *p;
+  size_t len;
+  grpc_slice flat;
+  int joined, rv;
+  if (mcp_grpc_buffer_bytes(bb, &p, &len, &flat, &joined) < 0)
+    return MCP_ERR_MALFORMED;
+  if (s->src) {
+    rv = mcp_source_session_recv(s->src, p, len, ep->now);
+    s->expiry = mcp_source_session_get_expiry(s->src);
+  } else {
+    rv = mcp_sink_session_recv(s->snk, p, len, ep->now);
+  }
+  if (joined)
+    grpc_slice_unref(flat);
+  return rv;
+}
+
+static void on_recv(mcp_grpc_tag *tag, int ok) {
+  mcp_grpc_stream *s = MCP_GRPC_CONTAINER(tag, mcp_grpc_stream, recv_tag);
+  s->ops--;
+  grpc_byte_buffer *bb = s->recv_bb;
+  s->recv_bb = NULL;
+  if (s->dialed && !s->peer_known && ok) {
+    /* Before the connection, gRPC's peer is the target; now the address. */
+    gpr_free(s->peer);
+    s->peer = grpc_call_get_peer(s->call);
+    s->peer_known = 1;
+  }
+  if (ok && bb) {
+    s->received++;
+    if (s->state == MCP_GRPC_ST_OPEN) {
+      int rv = deliver(s, bb);
+      if (rv < 0) {
+        fail(s, rv);
+      } else {
+        s->dirty = 1;
+        start_recv(s);
+      }
+    }
+  } else if (ok && !s->dialed) {
+    /* The client half-closed: it will never answer a push again. */
+    mcp_grpc_stream_finish(s, GRPC_STATUS_OK, "");
+  }
+  /* Else the call failed or (client) the server ended it: on_close
+   * reports the status. */
+  if (bb)
+    grpc_byte_buffer_destroy(bb);
+  maybe_free(s);
+}
+
+static void on_send(mcp_grpc_tag *tag, int ok) {
+  mcp_grpc_stream *s = MCP_GRPC_CONTAINER(tag, mcp_grpc_stream, send_tag);
+  s->ops--;
+  s->send_busy = 0;
+  if (s->send_bb) {
+    grpc_byte_buffer_destroy(s->send_bb);
+    s->send_bb = NULL;
+    if (ok)
+      s->sent++;
+  }
+  if (s->state == MCP_GRPC_ST_FINISHING)
+    send_status(s);
+  else if (ok)
+    s->dirty = 1; /* pull the next message */
+  maybe_free(s);
+}
+
+static void on_close(mcp_grpc_tag *tag, int ok) {
+  (void)ok; /* both close operations always succeed */
+  mcp_grpc_stream *s = MCP_GRPC_CONTAINER(tag, mcp_grpc_stream, close_tag);
+  s->ops--;
+  s->closed = 1;
+  if (s->dialed) {
+    s->status = s->recv_status;
+    char *d = grpc_slice_to_c_string(s->recv_details);
+    set_details(s, d);
+    gpr_free(d);
+    grpc_slice_unref(s->recv_details);
+    grpc_metadata_array_destroy(&s->md_trailing);
+  } else if (s->cancelled) {
+    s->status = GRPC_STATUS_CANCELLED;
+    set_details(s, "cancelled");
+  }
+  if (s->state != MCP_GRPC_ST_CLOSING) {
+    drop_session(s);
+    s->state = MCP_GRPC_ST_CLOSING;
+  }
+  maybe_free(s);
+}
