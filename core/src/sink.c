@@ -249,6 +249,10 @@ void mcp_sink_state_foreach(const mcp_sink_state *st, const char *collection,
   }
 }
 
+mcp_service mcp_sink_state_service(const mcp_sink_state *st) {
+  return st->service;
+}
+
 int mcp_sink_state_synced(const mcp_sink_state *st) {
   return st->nsynced == st->ncolls;
 }

@@ -109,7 +109,9 @@ int mcp_grpc_source_streams(mcp_grpc_source *src, mcp_grpc_stream_fn fn,
 
 int mcp_grpc_sink_new(mcp_grpc_sink **psink, const mcp_grpc_options *opts,
                       mcp_sink_state *state) {
-  if (!valid(opts) || !state)
+  if (!valid(opts) || !state ||
+      (opts->mode == MCP_GRPC_LISTEN &&
+       mcp_sink_state_service(state) != MCP_SERVICE_RESOURCE))
     return MCP_ERR_INVALID_ARGUMENT;
   mcp_grpc_sink *sink = calloc(1, sizeof(*sink));
   if (!sink)

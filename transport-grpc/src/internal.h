@@ -58,6 +58,7 @@ typedef struct mcp_grpc_stream {
   grpc_call *call;
   uint64_t id;
   mcp_grpc_role role;
+  mcp_service service; /* from the method */
   int dialed;
   mcp_source_session *src;
   mcp_sink_session *snk;
@@ -156,7 +157,7 @@ void mcp_grpc_client_stream_gone(mcp_grpc_ep *ep, mcp_tstamp lived,
                                  uint64_t received);
 
 /* stream.c */
-void mcp_grpc_stream_accept(mcp_grpc_ep *ep, grpc_call *call,
+void mcp_grpc_stream_accept(mcp_grpc_ep *ep, grpc_call *call, mcp_service service,
                             mcp_grpc_role role);
 void mcp_grpc_stream_dial(mcp_grpc_ep *ep, grpc_call *call);
 void mcp_grpc_stream_finish(mcp_grpc_stream *s, int status,

@@ -5,11 +5,17 @@
 
 #include "internal.h"
 
-static const char *served_method(const mcp_grpc_ep *ep) {
-  /* Sinks dial sources on ResourceSource; sources dial sinks on
-   * ResourceSink. */
-  return ep->role == MCP_GRPC_ROLE_SOURCE ? MCP_GRPC_RESOURCE_SOURCE_METHOD
-                                          : MCP_GRPC_RESOURCE_SINK_METHOD;
+/* The service a listening |ep| serves on |method|, or -1. Sinks dial
+ * sources on ResourceSource and both aggregated methods; sources dial sinks
+ * on ResourceSink only. */
+static int served_service(const mcp_grpc_ep *ep, grpc_slice method) {
+  int sink_dials = ep->role == MCP_GRPC_ROLE_SOURCE;
+  for (int sv = MCP_SERVICE_RESOURCE; sv <= MCP_SERVICE_AGGREGATED_INCREMENTAL; ++sv) {
+    const char *m = mcp_grpc_method((mcp_service)sv, sink_dials);
+    if (m && grpc_slice_str_cmp(method, m) == 0)
+      return sv;
+  }
+  return -1;
 }
 
 static void on_accept(mcp_grpc_tag *tag, int ok);
@@ -65,11 +71,10 @@ static void on_accept(mcp_grpc_tag *tag, int ok) {
   mcp_grpc_ep *ep = MCP_GRPC_CONTAINER(tag, mcp_grpc_ep, accept_tag);
   ep->accept_pending = 0;
   if (ok) {
-    mcp_grpc_role role =
-        grpc_slice_str_cmp(ep->accept_details.method, served_method(ep)) == 0
-            ? ep->role
-            : MCP_GRPC_ROLE_NONE;
-    mcp_grpc_stream_accept(ep, ep->accept_call, role);
+    int sv = served_service(ep, ep->accept_details.method);
+    mcp_grpc_stream_accept(ep, ep->accept_call,
+                           sv < 0 ? MCP_SERVICE_RESOURCE : (mcp_service)sv,
+                           sv < 0 ? MCP_GRPC_ROLE_NONE : ep->role);
   }
   grpc_call_details_destroy(&ep->accept_details);
   grpc_metadata_array_destroy(&ep->accept_md);

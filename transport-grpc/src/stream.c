@@ -126,6 +126,7 @@ static int open_session(mcp_grpc_stream *s) {
   if (s->role == MCP_GRPC_ROLE_SOURCE) {
     mcp_source_options o = ep->source_opts;
     o.send_trigger = s->dialed; /* Istio's sinks wait for a first push */
+    o.service = s->service;
     rv = mcp_source_session_new(&s->src, &o, ep->now);
     if (rv == 0)
       s->expiry = mcp_source_session_get_expiry(s->src);
@@ -203,10 +204,11 @@ static void fail(mcp_grpc_stream *s, int err) {
 }
 
 void mcp_grpc_stream_accept(mcp_grpc_ep *ep, grpc_call *call,
-                            mcp_grpc_role role) {
+                            mcp_service service, mcp_grpc_role role) {
   mcp_grpc_stream *s = stream_new(ep, call, role, 0);
   if (!s)
     return;
+  s->service = service;
   send_initial_metadata(s);
   grpc_op op;
   memset(&op, 0, sizeof(op));
@@ -239,6 +241,8 @@ void mcp_grpc_stream_dial(mcp_grpc_ep *ep, grpc_call *call) {
     mcp_grpc_client_stream_gone(ep, 0, 0);
     return;
   }
+  s->service = ep->role == MCP_GRPC_ROLE_SINK ? mcp_sink_state_service(ep->state)
+                                              : MCP_SERVICE_RESOURCE;
   grpc_metadata_array_init(&s->md_initial);
   grpc_metadata_array_init(&s->md_trailing);
   send_initial_metadata(s);

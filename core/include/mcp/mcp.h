@@ -597,6 +597,9 @@ MCP_EXTERN void mcp_sink_state_foreach(const mcp_sink_state *state,
                                                   void *user_data),
                                        void *user_data);
 
+/* The service the state's sessions speak. */
+MCP_EXTERN mcp_service mcp_sink_state_service(const mcp_sink_state *state);
+
 /* 1 once every requested collection was received and ACKed at least once
  * (on any stream). */
 MCP_EXTERN int mcp_sink_state_synced(const mcp_sink_state *state);

@@ -48,6 +48,14 @@ extern "C" {
   "/istio.mcp.v1alpha1.ResourceSource/EstablishResourceStream"
 #define MCP_GRPC_RESOURCE_SINK_METHOD                                        \
   "/istio.mcp.v1alpha1.ResourceSink/EstablishResourceStream"
+#define MCP_GRPC_AGGREGATED_METHOD                                           \
+  "/istio.mcp.v1alpha1.AggregatedMeshConfigService/StreamAggregatedResources"
+#define MCP_GRPC_AGGREGATED_INCREMENTAL_METHOD                               \
+  "/istio.mcp.v1alpha1.AggregatedMeshConfigService/IncrementalAggregatedResources"
+
+/* The method that carries |service| in the direction where |sink_dials|
+ * (ResourceSource and the aggregated services) or not (ResourceSink). */
+MCP_EXTERN const char *mcp_grpc_method(mcp_service service, int sink_dials);
 
 /* The transport's clock: CLOCK_MONOTONIC in nanoseconds. */
 MCP_EXTERN mcp_tstamp mcp_grpc_now(void);
@@ -175,7 +183,10 @@ typedef struct mcp_grpc_source mcp_grpc_source;
 /*
  * Creates a source, binds or starts dialing, and starts its thread. Each
  * stream gets a mcp_source_session made from a copy of |session_opts|,
- * whose |send_trigger| is set by the mode (1 for DIAL, 0 for LISTEN).
+ * whose |send_trigger| is set by the mode (1 for DIAL, 0 for LISTEN) and
+ * whose |service| by the method: LISTEN serves ResourceSource and both
+ * AggregatedMeshConfigService methods on the same port; DIAL dials
+ * ResourceSink (the only service where the source dials).
  * |session_opts->store| (and the stores select_store returns) are kept by
  * pointer: they must outlive the object, and while it lives only the
  * transport thread may touch them (use mcp_grpc_source_update()). The
@@ -229,7 +240,9 @@ typedef struct mcp_grpc_sink mcp_grpc_sink;
 
 /*
  * Creates a sink on |state|, binds or starts dialing, and starts its
- * thread. Each stream gets a new mcp_sink_session on |state|, so a
+ * thread. DIAL calls the method of the state's service
+ * (mcp_sink_state_service()); LISTEN serves ResourceSink, so the state's
+ * service must be MCP_SERVICE_RESOURCE (else INVALID_ARGUMENT). Each stream gets a new mcp_sink_session on |state|, so a
  * reconnecting sink resumes with the versions it holds. The state's apply
  * and on_event callbacks run on the transport thread. |state| is kept by
  * pointer: it must outlive the object and, while the object lives, be
