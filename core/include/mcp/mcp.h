@@ -617,14 +617,18 @@ MCP_EXTERN int mcp_sink_session_new(mcp_sink_session **ps,
 MCP_EXTERN void mcp_sink_session_del(mcp_sink_session *s);
 
 /*
- * Feeds one received Resources message. Validates it (nonce present; a
- * requested collection; incremental only when asked; no name twice; no
- * name both updated and removed; names and versions present and UTF-8;
- * every resource decodes), hands it to the apply callback, updates what is
- * held on acceptance, and queues the ACK or NACK. A rejected message
- * changes nothing held and is not an error: 0 is returned.
+ * Feeds one received Resources message (or the service's response).
+ * Validates it (nonce present; a requested collection; incremental only
+ * when asked; no name twice; no name both updated and removed; names
+ * present; names, versions, labels and annotations UTF-8 (an empty version
+ * is accepted); every resource decodes with a body type), hands it to the
+ * apply callback, updates what is held on acceptance, and queues the ACK or
+ * NACK. A rejected message changes nothing held and is not an error: 0 is
+ * returned.
  * Errors: MALFORMED (the envelope does not decode: no nonce to NACK; the
- * transport should end the stream), NOMEM (nothing changed, nothing
+ * transport should end the stream), PROTOCOL (a requested collection
+ * without nonce), LIMIT (64 NACKs of unrequested collections are queued
+ * and not sent: the peer ignores them), NOMEM (nothing changed, nothing
  * queued).
  */
 MCP_EXTERN int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in,
