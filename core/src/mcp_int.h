@@ -163,6 +163,12 @@ typedef struct mcp_codec {
 } mcp_codec;
 extern const mcp_codec mcp__codecs[3];
 
+/* |v| or, when 0, |def|: limits of 0 take their defaults. */
+static inline size_t mcp__limit(size_t v, size_t def) { return v ? v : def; }
+
+/* 1 when |name| passes |rules| and is at most |max| bytes. */
+int mcp__name_ok(const char *name, mcp_name_rules rules, size_t max);
+
 /* ---- string-keyed hash map (map.c) ---- */
 
 /* Open addressing, linear probing, backward-shift deletion. Keys are
@@ -222,6 +228,8 @@ typedef struct mcp_coll {
 struct mcp_store {
   mcp_mem mem;
   uint64_t epoch;
+  mcp_name_rules name_rules;
+  size_t max_name_len, max_version_len, max_resources;
   mcp_coll **colls;
   size_t ncolls, cap;
   mcp_map coll_map;

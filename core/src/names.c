@@ -128,3 +128,10 @@ int mcp_name_valid(const char *name, int strict) {
     p = e + 1;
   }
 }
+
+int mcp__name_ok(const char *name, mcp_name_rules rules, size_t max) {
+  if (!name || !name[0] || strlen(name) > max || !mcp__str_valid(name)) {
+    return 0;
+  }
+  return rules == MCP_NAMES_ANY || mcp_name_valid(name, rules == MCP_NAMES_STRICT);
+}

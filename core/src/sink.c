@@ -52,6 +52,8 @@ struct mcp_sink_state {
   size_t node_enc_len;
   mcp_service service;
   int incremental;
+  mcp_name_rules name_rules;
+  size_t max_name, max_version, max_resources, max_metadata;
   mcp_apply_cb apply;
   mcp_event_cb on_event;
   void *user_data;
@@ -80,6 +82,10 @@ struct mcp_sink_session {
 void mcp_sink_options_default(mcp_sink_options *opts) {
   memset(opts, 0, sizeof(*opts));
   opts->journal_size = 64;
+  opts->max_name_len = MCP_DEFAULT_MAX_NAME_LEN;
+  opts->max_version_len = MCP_DEFAULT_MAX_VERSION_LEN;
+  opts->max_resources = MCP_DEFAULT_MAX_RESOURCES;
+  opts->max_metadata = MCP_DEFAULT_MAX_METADATA;
 }
 
 static size_t str_size(const char *s) {
@@ -164,6 +170,7 @@ void mcp_sink_state_del(mcp_sink_state *st) {
 int mcp_sink_state_new(mcp_sink_state **pstate, const mcp_sink_options *o) {
   if (!pstate || !o || !o->ncollections || !o->collections ||
       o->service > MCP_SERVICE_AGGREGATED_INCREMENTAL ||
+      o->name_rules > MCP_NAMES_ANY ||
       (o->node_id && !mcp__str_valid(o->node_id)) ||
       (o->nnode_annotations && !o->node_annotations)) {
     return MCP_ERR_INVALID_ARGUMENT;
@@ -196,6 +203,11 @@ int mcp_sink_state_new(mcp_sink_state **pstate, const mcp_sink_options *o) {
   st->incremental = o->service == MCP_SERVICE_RESOURCE
                         ? (o->incremental ? 1 : 0)
                         : o->service == MCP_SERVICE_AGGREGATED_INCREMENTAL;
+  st->name_rules = o->name_rules;
+  st->max_name = mcp__limit(o->max_name_len, MCP_DEFAULT_MAX_NAME_LEN);
+  st->max_version = mcp__limit(o->max_version_len, MCP_DEFAULT_MAX_VERSION_LEN);
+  st->max_resources = mcp__limit(o->max_resources, MCP_DEFAULT_MAX_RESOURCES);
+  st->max_metadata = mcp__limit(o->max_metadata, MCP_DEFAULT_MAX_METADATA);
   st->apply = o->apply;
   st->on_event = o->on_event;
   st->user_data = o->user_data;
@@ -428,7 +440,11 @@ static int queue_foreign(mcp_sink_session *s, const envelope *env) {
 typedef Istio__Mcp__V1alpha1__Resource PbRes;
 
 /* Everything one received push needs, freed in one place. */
-typedef struct work {
+typedef struct work work;
+static int over_limit(const mcp_sink_state *st, const scoll *c, const work *w,
+                      size_t nfresh);
+
+struct work {
   mcp_pballoc pa;
   envelope env;
   PbRes **pb;
@@ -441,7 +457,35 @@ typedef struct work {
   mcp_map names;       /* name -> resource, to find duplicates */
   mcp_map next;        /* full state: the new held map */
   char *sysver, *nonce, *coll;
-} work;
+};
+
+/*
+ * 1 when the collection would hold more than max_resources after the push
+ * in |w| (|nfresh| of its resources are not held yet), 0 when not, NOMEM.
+ */
+static int over_limit(const mcp_sink_state *st, const scoll *c, const work *w,
+                      size_t nfresh) {
+  if (!w->env.incremental) {
+    return w->env.nres > st->max_resources;
+  }
+  if (c->held.n + nfresh <= st->max_resources) {
+    return 0; /* removals can only lower it */
+  }
+  /* Count the distinct held names removed; the list may repeat names. */
+  mcp_map gone = {0};
+  if (mcp__map_reserve(&gone, &st->mem, w->env.nrem) != 0) {
+    return MCP_ERR_NOMEM;
+  }
+  for (size_t i = 0; i < w->env.nrem; ++i) {
+    if (mcp__map_get(&c->held, w->rem[i])) {
+      int err = 0;
+      mcp__map_put(&gone, &st->mem, w->rem[i], NULL, &err);
+    }
+  }
+  size_t after = c->held.n + nfresh - gone.n;
+  mcp__map_free(&gone, &st->mem);
+  return after > st->max_resources;
+}
 
 static void work_free(const mcp_mem *m, work *w) {
   for (size_t i = 0; w->pb && i < w->env.nres; ++i) {
@@ -485,7 +529,8 @@ static void work_free(const mcp_mem *m, work *w) {
  * Decodes and checks every resource. Returns 0, a NOMEM, or a positive
  * google.rpc code with |msg| filled for a NACK.
  */
-static int validate(const mcp_mem *m, work *w, char *msg, size_t ml) {
+static int validate(const mcp_sink_state *st, work *w, char *msg, size_t ml) {
+  const mcp_mem *m = &st->mem;
   envelope *env = &w->env;
   size_t nkv = 0;
 #define NACK_(...)                     \
@@ -521,6 +566,17 @@ static int validate(const mcp_mem *m, work *w, char *msg, size_t ml) {
     KV_OK_(md->annotations, md->n_annotations, ok);
     if (!ok) {
       NACK_("resource %zu has a string that is not UTF-8", i);
+    }
+    if (!mcp__name_ok(md->name, st->name_rules, st->max_name)) {
+      NACK_("resource name %s breaks the naming rules or is too long", md->name);
+    }
+    if (strlen(md->version) > st->max_version) {
+      NACK_("resource %s has a version longer than %zu bytes", md->name,
+            st->max_version);
+    }
+    if (md->n_labels + md->n_annotations > st->max_metadata) {
+      NACK_("resource %s has more than %zu labels and annotations", md->name,
+            st->max_metadata);
     }
     if (!r->body || !r->body->type_url || !r->body->type_url[0] ||
         !mcp__str_valid(r->body->type_url)) {
@@ -636,7 +692,7 @@ int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in, size_t len,
   if (env->incremental && !st->incremental) {
     code = MCP_CODE_INVALID_ARGUMENT;
     mcp__fmt(msg, sizeof(msg), "incremental push not requested");
-  } else if ((code = validate(m, &w, msg, sizeof(msg))) < 0) {
+  } else if ((code = validate(st, &w, msg, sizeof(msg))) < 0) {
     c->pushes--;
     rv = code;
     goto out;
@@ -669,11 +725,22 @@ int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in, size_t len,
       }
       rv = mcp__map_reserve(&c->held, m, nfresh);
     }
+    if (rv == 0) {
+      rv = over_limit(st, c, &w, nfresh);
+      if (rv > 0) {
+        code = MCP_CODE_RESOURCE_EXHAUSTED;
+        mcp__fmt(msg, sizeof(msg), "more than %zu resources in %s",
+                 st->max_resources, c->name);
+        rv = 0;
+      }
+    }
     if (rv != 0) {
       mcp__free(m, ans_nonce);
       c->pushes--;
       goto out;
     }
+  }
+  if (!code) {
     mcp_change ch = {
         .collection = c->name, .system_version_info = w.sysver,
         .nonce = w.nonce, .incremental = env->incremental,

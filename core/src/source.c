@@ -74,6 +74,10 @@ struct mcp_source_session {
   void *collection_for_type_ud;
   mcp_tstamp debounce, max_delay, retry_initial, retry_max;
   uint32_t retry_codes; /* bit per google.rpc code */
+  size_t max_collections, max_initial, max_node_ann, max_name, max_version;
+  uint64_t rate, burst;   /* requests per second; bucket size */
+  uint64_t tokens;        /* in thousandths of a request */
+  mcp_tstamp tokens_ts;   /* when |tokens| was last refilled */
   mcp_event_cb on_event;
   void *user_data;
   mcp_sink_node node; /* strings in node_arena */
@@ -150,6 +154,13 @@ static uint32_t parse_nonce(const mcp_source_session *s, const char *p,
 
 void mcp_source_options_default(mcp_source_options *opts) {
   memset(opts, 0, sizeof(*opts));
+  opts->max_collections = MCP_DEFAULT_MAX_COLLECTIONS;
+  opts->max_initial_versions = MCP_DEFAULT_MAX_INITIAL_VERSIONS;
+  opts->max_node_annotations = MCP_DEFAULT_MAX_NODE_ANNOTATIONS;
+  opts->max_name_len = MCP_DEFAULT_MAX_NAME_LEN;
+  opts->max_version_len = MCP_DEFAULT_MAX_VERSION_LEN;
+  opts->request_rate = MCP_DEFAULT_REQUEST_RATE;
+  opts->request_burst = MCP_DEFAULT_REQUEST_BURST;
 }
 
 int mcp_source_session_new(mcp_source_session **ps,
@@ -190,6 +201,15 @@ int mcp_source_session_new(mcp_source_session **ps,
   s->retry_codes = codes;
   s->on_event = opts->on_event;
   s->user_data = opts->user_data;
+  s->max_collections = mcp__limit(opts->max_collections, MCP_DEFAULT_MAX_COLLECTIONS);
+  s->max_initial = mcp__limit(opts->max_initial_versions, MCP_DEFAULT_MAX_INITIAL_VERSIONS);
+  s->max_node_ann = mcp__limit(opts->max_node_annotations, MCP_DEFAULT_MAX_NODE_ANNOTATIONS);
+  s->max_name = mcp__limit(opts->max_name_len, MCP_DEFAULT_MAX_NAME_LEN);
+  s->max_version = mcp__limit(opts->max_version_len, MCP_DEFAULT_MAX_VERSION_LEN);
+  s->rate = mcp__limit(opts->request_rate, MCP_DEFAULT_REQUEST_RATE);
+  s->burst = mcp__limit(opts->request_burst, MCP_DEFAULT_REQUEST_BURST);
+  s->tokens = s->burst * 1000;
+  s->tokens_ts = ts;
   /* Only ResourceSink has a dialing source. */
   s->trigger_pending = opts->send_trigger && opts->service == MCP_SERVICE_RESOURCE;
   s->node.id = "";
@@ -415,12 +435,37 @@ static int grow_subs(mcp_source_session *s) {
   return 0;
 }
 
+/*
+ * Takes one token for a request that answers no push. Refills at |rate|
+ * per second up to |burst|. Returns LIMIT when the bucket is empty.
+ */
+static int take_token(mcp_source_session *s, mcp_tstamp ts) {
+  mcp_tstamp dt = ts - s->tokens_ts;
+  mcp_tstamp full = s->burst * MCP_SECONDS / s->rate + 1; /* refill time */
+  uint64_t cap = s->burst * 1000;
+  s->tokens_ts = ts;
+  /* ns * requests/s / 1e9 * 1000 thousandths; dt is capped first so the
+   * product cannot overflow. */
+  s->tokens += (dt < full ? dt : full) * s->rate / 1000000;
+  if (s->tokens > cap) {
+    s->tokens = cap;
+  }
+  if (s->tokens < 1000) {
+    return MCP_ERR_LIMIT;
+  }
+  s->tokens -= 1000;
+  return 0;
+}
+
 /* A new or repeated subscription (empty nonce). */
 static int on_request(mcp_source_session *s, const rq *r) {
   size_t i;
   sub *u = find_sub(s, r->key, &i);
   resume *rs = NULL;
 
+  if (!u && s->nsubs >= s->max_collections) {
+    return MCP_ERR_LIMIT;
+  }
   if (!u) {
     mcp_coll *c = mcp__store_coll(s->store, r->collection);
     char *name = NULL, *key = NULL;
@@ -485,6 +530,10 @@ static int on_answer(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
   mcp_event ev = {.collection = u ? sub_name(u) : r->collection,
                   .nonce = r->nonce, .version = "", .message = ""};
   if (!u || !(u->flags & F_PENDING) || nonce != u->pending_nonce) {
+    int rv = take_token(s, ts);
+    if (rv != 0) {
+      return rv;
+    }
     if (u) {
       u->stale++;
     } else {
@@ -656,6 +705,19 @@ static int decode(mcp_source_session *s, const uint8_t *in, size_t len,
       (r->error && !mcp__str_valid(r->error->message))) {
     return MCP_ERR_MALFORMED;
   }
+  if (r->ninitial > s->max_initial ||
+      (r->node && r->node->n_annotations > s->max_node_ann)) {
+    return MCP_ERR_LIMIT;
+  }
+  if (strlen(r->key) > s->max_name) {
+    return MCP_ERR_PROTOCOL;
+  }
+  for (size_t k = 0; k < r->ninitial; ++k) {
+    if (strlen(r->initial[k].key) > s->max_name ||
+        strlen(r->initial[k].value) > s->max_version) {
+      return MCP_ERR_PROTOCOL;
+    }
+  }
   if (s->service != MCP_SERVICE_RESOURCE && r->key[0]) {
     if ((rv = map_type(s, r->key, &d->collection)) != 0) {
       return rv;
@@ -699,7 +761,12 @@ int mcp_source_session_recv(mcp_source_session *s, const uint8_t *in,
     took = 1;
   }
   resolve(s);
-  rv = r.nonce[0] == '\0' ? on_request(s, &r) : on_answer(s, &r, ts);
+  if (r.nonce[0] == '\0') {
+    rv = take_token(s, ts);
+    rv = rv ? rv : on_request(s, &r);
+  } else {
+    rv = on_answer(s, &r, ts);
+  }
   if (rv < 0 && took) { /* a failed call changes nothing */
     mcp__free(&s->mem, s->node_arena);
     s->node_arena = NULL;

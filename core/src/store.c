@@ -157,9 +157,10 @@ static int kvs_valid(const mcp_kv *kv, size_t n) {
   return 1;
 }
 
-static int resource_valid(const mcp_resource *r) {
-  return r && r->name && r->name[0] && mcp__str_valid(r->name) &&
-         (!r->version || r->version[0] == '\0' || mcp__str_valid(r->version)) &&
+static int resource_valid(const mcp_store *s, const mcp_resource *r) {
+  return r && mcp__name_ok(r->name, s->name_rules, s->max_name_len) &&
+         (!r->version || r->version[0] == '\0' ||
+          (strlen(r->version) <= s->max_version_len && mcp__str_valid(r->version))) &&
          kvs_valid(r->labels, r->nlabels) &&
          kvs_valid(r->annotations, r->nannotations) &&
          (!r->type_url || r->type_url[0] == '\0' || mcp__str_valid(r->type_url)) &&
@@ -172,10 +173,14 @@ static int resource_valid(const mcp_resource *r) {
 
 void mcp_store_options_default(mcp_store_options *opts) {
   memset(opts, 0, sizeof(*opts));
+  opts->max_name_len = MCP_DEFAULT_MAX_NAME_LEN;
+  opts->max_version_len = MCP_DEFAULT_MAX_VERSION_LEN;
+  opts->max_resources = MCP_DEFAULT_MAX_RESOURCES;
 }
 
 int mcp_store_new(mcp_store **pstore, const mcp_store_options *opts) {
-  if (!pstore || !opts || (!opts->epoch && !opts->rand)) {
+  if (!pstore || !opts || (!opts->epoch && !opts->rand) ||
+      opts->name_rules > MCP_NAMES_ANY) {
     return MCP_ERR_INVALID_ARGUMENT;
   }
   mcp_mem mem;
@@ -186,6 +191,10 @@ int mcp_store_new(mcp_store **pstore, const mcp_store_options *opts) {
   }
   s->mem = mem;
   s->epoch = opts->epoch;
+  s->name_rules = opts->name_rules;
+  s->max_name_len = mcp__limit(opts->max_name_len, MCP_DEFAULT_MAX_NAME_LEN);
+  s->max_version_len = mcp__limit(opts->max_version_len, MCP_DEFAULT_MAX_VERSION_LEN);
+  s->max_resources = mcp__limit(opts->max_resources, MCP_DEFAULT_MAX_RESOURCES);
   if (!s->epoch) {
     uint8_t b[8];
     opts->rand(b, sizeof(b), opts->rand_user_data);
@@ -466,6 +475,7 @@ static int apply(mcp_store *s, mcp_coll *c, const mcp_resource *res, size_t n,
     rv = MCP_ERR_NOMEM;
     goto out;
   }
+  size_t nrevived = 0;
   for (size_t i = 0; i < n; ++i) {
     preps[i].res = &res[i];
     if ((rv = prepare(s, c, gen, &preps[i])) != 0) {
@@ -473,6 +483,7 @@ static int apply(mcp_store *s, mcp_coll *c, const mcp_resource *res, size_t n,
     }
     nchanged += preps[i].enc != NULL;
     nfresh += preps[i].fresh != NULL;
+    nrevived += preps[i].enc && preps[i].e && !preps[i].e->enc;
   }
   if (replace) {
     for (mcp_entry *e = c->head; e; e = e->next) {
@@ -480,6 +491,10 @@ static int apply(mcp_store *s, mcp_coll *c, const mcp_resource *res, size_t n,
     }
   }
   if (nchanged + ndeleted == 0) {
+    goto out;
+  }
+  if (c->nlive + nfresh + nrevived - ndeleted > s->max_resources) {
+    rv = MCP_ERR_LIMIT;
     goto out;
   }
   if ((rv = mcp__map_reserve(&c->map, m, nfresh)) != 0) {
@@ -526,7 +541,7 @@ static void coll_undo_add(mcp_store *s, mcp_coll *c) {
 static int change(mcp_store *s, const char *collection, const mcp_resource *res,
                   size_t n, int replace, mcp_tstamp ts) {
   for (size_t i = 0; i < n; ++i) {
-    if (!resource_valid(&res[i])) {
+    if (!resource_valid(s, &res[i])) {
       return MCP_ERR_INVALID_ARGUMENT;
     }
   }

@@ -185,6 +185,26 @@ MCP_EXTERN size_t mcp_collection_for_type_url(const char *type_url, char *buf,
  */
 MCP_EXTERN int mcp_name_valid(const char *name, int strict);
 
+/* Which names the store accepts and the sink takes (resource names only;
+ * collection names are compared, never interpreted). */
+typedef enum mcp_name_rules {
+  MCP_NAMES_LENIENT = 0, /* the default: mcp_name_valid(name, 0) */
+  MCP_NAMES_STRICT = 1,  /* mcp_name_valid(name, 1): DNS labels */
+  MCP_NAMES_ANY = 2      /* any non-empty UTF-8 */
+} mcp_name_rules;
+
+/* Default limits (docs/security.md explains each). In every options struct
+ * below a limit of 0 means its default. */
+#define MCP_DEFAULT_MAX_NAME_LEN 512
+#define MCP_DEFAULT_MAX_VERSION_LEN 256
+#define MCP_DEFAULT_MAX_RESOURCES (1u << 20)
+#define MCP_DEFAULT_MAX_COLLECTIONS 512
+#define MCP_DEFAULT_MAX_INITIAL_VERSIONS (1u << 20)
+#define MCP_DEFAULT_MAX_NODE_ANNOTATIONS 64
+#define MCP_DEFAULT_MAX_METADATA 256
+#define MCP_DEFAULT_REQUEST_RATE 100
+#define MCP_DEFAULT_REQUEST_BURST 1000
+
 /* ------------------------------------------------------------------ */
 /* Messages                                                            */
 /* ------------------------------------------------------------------ */
@@ -241,6 +261,12 @@ typedef struct mcp_store_options {
   uint64_t epoch;
   mcp_rand_fn rand;
   void *rand_user_data;
+  /* Limits on what the application stores (INVALID_ARGUMENT, or LIMIT for
+   * max_resources). 0: the default. */
+  mcp_name_rules name_rules;
+  size_t max_name_len;     /* bytes of a resource name */
+  size_t max_version_len;  /* bytes of a version */
+  size_t max_resources;    /* live resources per collection */
 } mcp_store_options;
 
 MCP_EXTERN void mcp_store_options_default(mcp_store_options *opts);
@@ -269,7 +295,8 @@ MCP_EXTERN int mcp_store_add_collection(mcp_store *store, const char *collection
  * byte-identical, nothing changes and 0 is returned; otherwise the
  * collection's generation advances. |ts| stamps the change for debouncing.
  * Returns 1 when the collection changed, 0 when not.
- * Errors: NOMEM, INVALID_ARGUMENT (empty or non-UTF-8 name or version).
+ * Errors: NOMEM, INVALID_ARGUMENT (a name that breaks the name rules, a
+ * name or version too long or not UTF-8), LIMIT (max_resources).
  */
 MCP_EXTERN int mcp_store_upsert(mcp_store *store, const char *collection,
                                 const mcp_resource *res, mcp_tstamp ts);
@@ -287,7 +314,8 @@ MCP_EXTERN int mcp_store_delete(mcp_store *store, const char *collection,
  * generation). Resources equal to those held are left as they are, so the
  * change log only lists real changes. Returns 1 when the collection
  * changed, 0 when not. On failure nothing changed.
- * Errors: NOMEM, INVALID_ARGUMENT (a bad resource, or a name given twice).
+ * Errors: NOMEM, INVALID_ARGUMENT (a bad resource, or a name given twice),
+ * LIMIT (more than max_resources).
  */
 MCP_EXTERN int mcp_store_replace(mcp_store *store, const char *collection,
                                  const mcp_resource *res, size_t n,
@@ -451,6 +479,29 @@ typedef struct mcp_source_options {
   mcp_service service;
   mcp_type_url_cb collection_for_type;
   void *collection_for_type_user_data;
+  /*
+   * Limits on what one stream's sink may ask (0: the default). Breaking
+   * one fails mcp_source_session_recv() and the transport ends that
+   * stream only: LIMIT (RESOURCE_EXHAUSTED) for counts and the rate,
+   * PROTOCOL (INVALID_ARGUMENT) for lengths.
+   *   max_collections: collections (or types) on the stream;
+   *   max_initial_versions: entries of initial_resource_versions;
+   *   max_node_annotations: SinkNode annotations;
+   *   max_name_len / max_version_len: bytes of a collection, type URL or
+   *     resource name / of a version;
+   *   request_rate / request_burst: a token bucket for the requests that
+   *     answer no push (new requests and stale ones), per second. ACKs and
+   *     NACKs of the pending push are free, so a well-behaved sink, which
+   *     sends one new request per collection and then only answers, is
+   *     never throttled.
+   */
+  size_t max_collections;
+  size_t max_initial_versions;
+  size_t max_node_annotations;
+  size_t max_name_len;
+  size_t max_version_len;
+  uint32_t request_rate;
+  uint32_t request_burst;
 } mcp_source_options;
 
 MCP_EXTERN void mcp_source_options_default(mcp_source_options *opts);
@@ -567,6 +618,16 @@ typedef struct mcp_sink_options {
    * ones, |collections| are type URLs; AGGREGATED never asks for
    * incremental pushes and AGGREGATED_INCREMENTAL always does. */
   mcp_service service;
+  /* Limits on what a source may send (0: the default). A push that breaks
+   * one is NACKed and changes nothing: RESOURCE_EXHAUSTED for
+   * max_resources (resources held in a collection after the push),
+   * INVALID_ARGUMENT for the others (max_metadata counts labels plus
+   * annotations of one resource). */
+  mcp_name_rules name_rules;
+  size_t max_name_len;
+  size_t max_version_len;
+  size_t max_resources;
+  size_t max_metadata;
 } mcp_sink_options;
 
 MCP_EXTERN void mcp_sink_options_default(mcp_sink_options *opts);

@@ -1,0 +1,421 @@
+/*
+ * Every limit is enforced with a clear error, changes nothing, and for a
+ * session concerns that stream only.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helper.h"
+
+static mcp_store *store_with(mcp_name_rules rules, size_t max_name,
+                             size_t max_version, size_t max_resources) {
+  mcp_store_options o;
+  mcp_store_options_default(&o);
+  o.epoch = 7;
+  o.name_rules = rules;
+  o.max_name_len = max_name;
+  o.max_version_len = max_version;
+  o.max_resources = max_resources;
+  mcp_store *st = NULL;
+  ck_assert_int_eq(mcp_store_new(&st, &o), 0);
+  return st;
+}
+
+static int upsert(mcp_store *st, const char *name, const char *version) {
+  mcp_resource r = th_res(name, version, "x");
+  return mcp_store_upsert(st, "c", &r, 1);
+}
+
+/* ---- store ---- */
+
+START_TEST(test_store_lenient_names_by_default) {
+  mcp_store *st = th_store(NULL);
+  ck_assert_int_eq(upsert(st, "ns/reviews.default.svc", "1"), 1);
+  ck_assert_int_eq(upsert(st, "with space", "1"), MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(upsert(st, "a//b", "1"), MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(upsert(st, "../escape", "1"), MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_uint_eq(mcp_store_count(st, "c"), 1);
+  mcp_store_del(st);
+}
+END_TEST
+
+START_TEST(test_store_strict_names_are_dns_labels) {
+  mcp_store *st = store_with(MCP_NAMES_STRICT, 0, 0, 0);
+  ck_assert_int_eq(upsert(st, "ns/reviews-v1", "1"), 1);
+  ck_assert_int_eq(upsert(st, "ns/reviews.default.svc", "1"), MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(upsert(st, "NS/x", "1"), MCP_ERR_INVALID_ARGUMENT);
+  mcp_store_del(st);
+}
+END_TEST
+
+START_TEST(test_store_any_names_accepts_utf8) {
+  mcp_store *st = store_with(MCP_NAMES_ANY, 0, 0, 0);
+  ck_assert_int_eq(upsert(st, "caf\xc3\xa9 au lait", "1"), 1);
+  ck_assert_int_eq(upsert(st, "bad\xff", "1"), MCP_ERR_INVALID_ARGUMENT);
+  mcp_store_del(st);
+}
+END_TEST
+
+START_TEST(test_store_name_and_version_lengths) {
+  mcp_store *st = store_with(MCP_NAMES_LENIENT, 8, 4, 0);
+  ck_assert_int_eq(upsert(st, "12345678", "1234"), 1);
+  ck_assert_int_eq(upsert(st, "123456789", "1"), MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(upsert(st, "a", "12345"), MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_uint_eq(mcp_store_count(st, "c"), 1);
+  mcp_store_del(st);
+}
+END_TEST
+
+START_TEST(test_store_max_resources_is_limit_and_changes_nothing) {
+  mcp_store *st = store_with(MCP_NAMES_LENIENT, 0, 0, 2);
+  ck_assert_int_eq(upsert(st, "a", "1"), 1);
+  ck_assert_int_eq(upsert(st, "b", "1"), 1);
+  uint64_t gen = mcp_store_generation(st, "c");
+  ck_assert_int_eq(upsert(st, "c", "1"), MCP_ERR_LIMIT);
+  ck_assert_int_eq(upsert(st, "a", "2"), 1); /* replacing is fine */
+  ck_assert_uint_eq(mcp_store_generation(st, "c"), gen + 1);
+  mcp_resource three[] = {th_res("x", "1", "x"), th_res("y", "1", "y"),
+                          th_res("z", "1", "z")};
+  ck_assert_int_eq(mcp_store_replace(st, "c", three, 3, 2), MCP_ERR_LIMIT);
+  ck_assert_uint_eq(mcp_store_count(st, "c"), 2);
+  ck_assert_str_eq(mcp_store_version(st, "c", "a"), "2");
+  /* Deleting makes room, also within one replace. */
+  ck_assert_int_eq(mcp_store_replace(st, "c", three, 2, 3), 1);
+  ck_assert_uint_eq(mcp_store_count(st, "c"), 2);
+  mcp_store_del(st);
+}
+END_TEST
+
+/* ---- source ---- */
+
+typedef struct src {
+  mcp_store *store;
+  mcp_source_session *s;
+  mcp_tstamp ts;
+} src;
+
+static void src_open(src *f, const mcp_source_options *extra) {
+  f->store = th_store(NULL);
+  mcp_store_add_collection(f->store, "c");
+  mcp_source_options o;
+  if (extra) {
+    o = *extra;
+  } else {
+    mcp_source_options_default(&o);
+  }
+  o.store = f->store;
+  f->ts = 1;
+  ck_assert_int_eq(mcp_source_session_new(&f->s, &o, f->ts), 0);
+}
+
+static void src_close(src *f) {
+  mcp_source_session_del(f->s);
+  mcp_store_del(f->store);
+}
+
+static int req(src *f, const char *coll, const char *nonce,
+               const char *const *initial) {
+  size_t n;
+  uint8_t *b = th_request(&n, "node", coll, nonce, initial != NULL, initial, 0, NULL);
+  int rv = mcp_source_session_recv(f->s, b, n, ++f->ts);
+  free(b);
+  return rv;
+}
+
+START_TEST(test_source_max_collections_is_limit) {
+  mcp_source_options o;
+  mcp_source_options_default(&o);
+  o.max_collections = 3;
+  src f;
+  src_open(&f, &o);
+  ck_assert_int_eq(req(&f, "c", "", NULL), 0);
+  ck_assert_int_eq(req(&f, "d", "", NULL), 0);
+  ck_assert_int_eq(req(&f, "e", "", NULL), 0);
+  ck_assert_int_eq(req(&f, "f", "", NULL), MCP_ERR_LIMIT);
+  ck_assert_uint_eq(mcp_source_session_collection_count(f.s), 3);
+  ck_assert_int_eq(req(&f, "c", "", NULL), 0); /* a re-request is no new one */
+  ck_assert_int_eq(mcp_error_grpc_status(MCP_ERR_LIMIT), MCP_CODE_RESOURCE_EXHAUSTED);
+  src_close(&f);
+}
+END_TEST
+
+START_TEST(test_source_max_initial_versions_is_limit) {
+  mcp_source_options o;
+  mcp_source_options_default(&o);
+  o.max_initial_versions = 2;
+  src f;
+  src_open(&f, &o);
+  const char *three[] = {"a", "1", "b", "1", "c", "1", NULL};
+  const char *two[] = {"a", "1", "b", "1", NULL};
+  ck_assert_int_eq(req(&f, "c", "", three), MCP_ERR_LIMIT);
+  ck_assert_uint_eq(mcp_source_session_collection_count(f.s), 0);
+  ck_assert_int_eq(req(&f, "c", "", two), 0);
+  src_close(&f);
+}
+END_TEST
+
+START_TEST(test_source_long_names_are_protocol_errors) {
+  mcp_source_options o;
+  mcp_source_options_default(&o);
+  o.max_name_len = 8;
+  o.max_version_len = 3;
+  src f;
+  src_open(&f, &o);
+  ck_assert_int_eq(req(&f, "collection-too-long", "", NULL), MCP_ERR_PROTOCOL);
+  const char *long_name[] = {"name-too-long", "1", NULL};
+  const char *long_version[] = {"a", "1234", NULL};
+  ck_assert_int_eq(req(&f, "c", "", long_name), MCP_ERR_PROTOCOL);
+  ck_assert_int_eq(req(&f, "c", "", long_version), MCP_ERR_PROTOCOL);
+  ck_assert_int_eq(mcp_error_grpc_status(MCP_ERR_PROTOCOL), MCP_CODE_INVALID_ARGUMENT);
+  ck_assert_uint_eq(mcp_source_session_collection_count(f.s), 0);
+  src_close(&f);
+}
+END_TEST
+
+START_TEST(test_source_node_annotations_are_limited) {
+  mcp_source_options o;
+  mcp_source_options_default(&o);
+  o.max_node_annotations = 1;
+  src f;
+  src_open(&f, &o);
+  Istio__Mcp__V1alpha1__RequestResources r = ISTIO__MCP__V1ALPHA1__REQUEST_RESOURCES__INIT;
+  Istio__Mcp__V1alpha1__SinkNode node = ISTIO__MCP__V1ALPHA1__SINK_NODE__INIT;
+  Istio__Mcp__V1alpha1__SinkNode__AnnotationsEntry e[2], *ep[2] = {&e[0], &e[1]};
+  for (int i = 0; i < 2; ++i) {
+    istio__mcp__v1alpha1__sink_node__annotations_entry__init(&e[i]);
+    e[i].key = i ? "k2" : "k1";
+    e[i].value = "v";
+  }
+  node.id = "n";
+  node.n_annotations = 2;
+  node.annotations = ep;
+  r.sink_node = &node;
+  r.collection = "c";
+  uint8_t buf[256];
+  size_t n = istio__mcp__v1alpha1__request_resources__pack(&r, buf);
+  ck_assert_int_eq(mcp_source_session_recv(f.s, buf, n, ++f.ts), MCP_ERR_LIMIT);
+  node.n_annotations = 1;
+  n = istio__mcp__v1alpha1__request_resources__pack(&r, buf);
+  ck_assert_int_eq(mcp_source_session_recv(f.s, buf, n, ++f.ts), 0);
+  src_close(&f);
+}
+END_TEST
+
+START_TEST(test_source_request_rate_limits_new_and_stale_requests) {
+  mcp_source_options o;
+  mcp_source_options_default(&o);
+  o.request_rate = 2;
+  o.request_burst = 3;
+  src f;
+  src_open(&f, &o);
+  ck_assert_int_eq(req(&f, "c", "", NULL), 0);
+  ck_assert_int_eq(req(&f, "c", "", NULL), 0);
+  ck_assert_int_eq(req(&f, "c", "99", NULL), 0); /* stale: costs a token too */
+  ck_assert_int_eq(req(&f, "c", "", NULL), MCP_ERR_LIMIT);
+  f.ts += MCP_SECONDS; /* two tokens back */
+  ck_assert_int_eq(req(&f, "c", "", NULL), 0);
+  ck_assert_int_eq(req(&f, "c", "", NULL), 0);
+  ck_assert_int_eq(req(&f, "c", "", NULL), MCP_ERR_LIMIT);
+  src_close(&f);
+}
+END_TEST
+
+START_TEST(test_source_acks_never_consume_tokens) {
+  mcp_source_options o;
+  mcp_source_options_default(&o);
+  o.request_rate = 1;
+  o.request_burst = 1;
+  src f;
+  src_open(&f, &o);
+  ck_assert_int_eq(req(&f, "c", "", NULL), 0);
+  char name[16];
+  for (int i = 0; i < 50; ++i) { /* a busy collection and a fast sink */
+    Istio__Mcp__V1alpha1__Resources *r = th_source_next(f.s, ++f.ts);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(req(&f, "c", r->nonce, NULL), 0);
+    th_resources_free(r);
+    snprintf(name, sizeof(name), "r%d", i);
+    th_put(f.store, "c", name, "1", "x", ++f.ts);
+  }
+  src_close(&f);
+}
+END_TEST
+
+/* ---- sink ---- */
+
+typedef struct snk {
+  mcp_sink_state *st;
+  mcp_sink_session *s;
+  mcp_tstamp ts;
+} snk;
+
+static void snk_open(snk *f, mcp_sink_options *o) {
+  static const char *colls[] = {"c"};
+  o->collections = colls;
+  o->ncollections = 1;
+  ck_assert_int_eq(mcp_sink_state_new(&f->st, o), 0);
+  ck_assert_int_eq(mcp_sink_session_new(&f->s, f->st, 0), 0);
+  mcp_msg *m;
+  while (mcp_sink_session_next(f->s, &m) == 1) {
+    mcp_msg_free(m);
+  }
+  f->ts = 1;
+}
+
+static void snk_close(snk *f) {
+  mcp_sink_session_del(f->s);
+  mcp_sink_state_del(f->st);
+}
+
+/* Feeds a push; returns the answer's code (0: ACK). */
+static int push(snk *f, const char *nonce, int incremental,
+                const char *const *names, const char *const *versions,
+                const char *const *removed) {
+  size_t n;
+  uint8_t *b = th_resources(&n, "c", nonce, incremental, names, versions, removed);
+  ck_assert_int_eq(mcp_sink_session_recv(f->s, b, n, ++f->ts), 0);
+  free(b);
+  mcp_msg *m;
+  ck_assert_int_eq(mcp_sink_session_next(f->s, &m), 1);
+  Istio__Mcp__V1alpha1__RequestResources *r = th_decode_request(m);
+  mcp_msg_free(m);
+  int code = r->error_detail ? r->error_detail->code : 0;
+  istio__mcp__v1alpha1__request_resources__free_unpacked(r, NULL);
+  return code;
+}
+
+START_TEST(test_sink_max_resources_full_state_nacks) {
+  mcp_sink_options o;
+  mcp_sink_options_default(&o);
+  o.max_resources = 2;
+  snk f;
+  snk_open(&f, &o);
+  const char *three[] = {"a", "b", "c", NULL}, *two[] = {"a", "b", NULL};
+  ck_assert_int_eq(push(&f, "1", 0, three, NULL, NULL), MCP_CODE_RESOURCE_EXHAUSTED);
+  ck_assert_uint_eq(mcp_sink_state_count(f.st, "c"), 0);
+  ck_assert_int_eq(push(&f, "2", 0, two, NULL, NULL), 0);
+  ck_assert_uint_eq(mcp_sink_state_count(f.st, "c"), 2);
+  snk_close(&f);
+}
+END_TEST
+
+START_TEST(test_sink_max_resources_counts_what_incremental_leaves) {
+  mcp_sink_options o;
+  mcp_sink_options_default(&o);
+  o.max_resources = 2;
+  o.incremental = 1;
+  snk f;
+  snk_open(&f, &o);
+  const char *ab[] = {"a", "b", NULL}, *c[] = {"c", NULL};
+  const char *rm_a[] = {"a", "a", NULL}; /* repeated: counts once */
+  ck_assert_int_eq(push(&f, "1", 1, ab, NULL, NULL), 0);
+  ck_assert_int_eq(push(&f, "2", 1, c, NULL, NULL), MCP_CODE_RESOURCE_EXHAUSTED);
+  ck_assert_uint_eq(mcp_sink_state_count(f.st, "c"), 2);
+  ck_assert_int_eq(push(&f, "3", 1, c, NULL, rm_a), 0);
+  ck_assert_uint_eq(mcp_sink_state_count(f.st, "c"), 2);
+  ck_assert_ptr_null(mcp_sink_state_version(f.st, "c", "a"));
+  snk_close(&f);
+}
+END_TEST
+
+START_TEST(test_sink_names_versions_and_metadata_are_checked) {
+  mcp_sink_options o;
+  mcp_sink_options_default(&o);
+  o.name_rules = MCP_NAMES_STRICT;
+  o.max_version_len = 3;
+  snk f;
+  snk_open(&f, &o);
+  const char *dotted[] = {"ns/a.b", NULL}, *ok[] = {"ns/a-b", NULL};
+  const char *long_v[] = {"1234", NULL};
+  ck_assert_int_eq(push(&f, "1", 0, dotted, NULL, NULL), MCP_CODE_INVALID_ARGUMENT);
+  ck_assert_int_eq(push(&f, "2", 0, ok, long_v, NULL), MCP_CODE_INVALID_ARGUMENT);
+  ck_assert_uint_eq(mcp_sink_state_count(f.st, "c"), 0);
+  ck_assert_int_eq(push(&f, "3", 0, ok, NULL, NULL), 0);
+  mcp_collection_status cs;
+  mcp_sink_state_collection_status(f.st, 0, f.ts, &cs);
+  ck_assert_uint_eq(cs.nacks, 2);
+  snk_close(&f);
+}
+END_TEST
+
+START_TEST(test_sink_lenient_names_reject_spaces) {
+  mcp_sink_options o;
+  mcp_sink_options_default(&o);
+  snk f;
+  snk_open(&f, &o);
+  const char *spaced[] = {"a b", NULL};
+  ck_assert_int_eq(push(&f, "1", 0, spaced, NULL, NULL), MCP_CODE_INVALID_ARGUMENT);
+  snk_close(&f);
+}
+END_TEST
+
+START_TEST(test_sink_max_metadata_nacks) {
+  mcp_sink_options o;
+  mcp_sink_options_default(&o);
+  o.max_metadata = 1;
+  snk f;
+  snk_open(&f, &o);
+  /* One resource with two labels, built by hand. */
+  Istio__Mcp__V1alpha1__Resources m = ISTIO__MCP__V1ALPHA1__RESOURCES__INIT;
+  Istio__Mcp__V1alpha1__Resource res = ISTIO__MCP__V1ALPHA1__RESOURCE__INIT, *rp = &res;
+  Istio__Mcp__V1alpha1__Metadata md = ISTIO__MCP__V1ALPHA1__METADATA__INIT;
+  Istio__Mcp__V1alpha1__Metadata__LabelsEntry l[2], *lp[2] = {&l[0], &l[1]};
+  Google__Protobuf__Any any = GOOGLE__PROTOBUF__ANY__INIT;
+  for (int i = 0; i < 2; ++i) {
+    istio__mcp__v1alpha1__metadata__labels_entry__init(&l[i]);
+    l[i].key = i ? "k2" : "k1";
+    l[i].value = "v";
+  }
+  md.name = "a";
+  md.version = "1";
+  md.n_labels = 2;
+  md.labels = lp;
+  any.type_url = "type.googleapis.com/test.Body";
+  res.metadata = &md;
+  res.body = &any;
+  m.collection = "c";
+  m.nonce = "1";
+  m.n_resources = 1;
+  m.resources = &rp;
+  uint8_t buf[512];
+  size_t n = istio__mcp__v1alpha1__resources__pack(&m, buf);
+  ck_assert_int_eq(mcp_sink_session_recv(f.s, buf, n, ++f.ts), 0);
+  mcp_msg *out;
+  ck_assert_int_eq(mcp_sink_session_next(f.s, &out), 1);
+  Istio__Mcp__V1alpha1__RequestResources *r = th_decode_request(out);
+  mcp_msg_free(out);
+  ck_assert_ptr_nonnull(r->error_detail);
+  ck_assert_int_eq(r->error_detail->code, MCP_CODE_INVALID_ARGUMENT);
+  istio__mcp__v1alpha1__request_resources__free_unpacked(r, NULL);
+  snk_close(&f);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("core_limits");
+  TCase *t = tcase_create("limits");
+  tcase_add_test(t, test_store_lenient_names_by_default);
+  tcase_add_test(t, test_store_strict_names_are_dns_labels);
+  tcase_add_test(t, test_store_any_names_accepts_utf8);
+  tcase_add_test(t, test_store_name_and_version_lengths);
+  tcase_add_test(t, test_store_max_resources_is_limit_and_changes_nothing);
+  tcase_add_test(t, test_source_max_collections_is_limit);
+  tcase_add_test(t, test_source_max_initial_versions_is_limit);
+  tcase_add_test(t, test_source_long_names_are_protocol_errors);
+  tcase_add_test(t, test_source_node_annotations_are_limited);
+  tcase_add_test(t, test_source_request_rate_limits_new_and_stale_requests);
+  tcase_add_test(t, test_source_acks_never_consume_tokens);
+  tcase_add_test(t, test_sink_max_resources_full_state_nacks);
+  tcase_add_test(t, test_sink_max_resources_counts_what_incremental_leaves);
+  tcase_add_test(t, test_sink_names_versions_and_metadata_are_checked);
+  tcase_add_test(t, test_sink_lenient_names_reject_spaces);
+  tcase_add_test(t, test_sink_max_metadata_nacks);
+  suite_add_tcase(s, t);
+  SRunner *r = srunner_create(s);
+  srunner_run_all(r, CK_NORMAL);
+  int failed = srunner_ntests_failed(r);
+  srunner_free(r);
+  return failed ? 1 : 0;
+}
