@@ -1,0 +1,1063 @@
+/*
+ * YAML bytes -> mcpcfg_doc. libyaml's event API is used, not its document
+ * loader: the loader replaces "no tag" by !!str, which would make a plain
+ * `true` indistinguishable from `!!str true`. The events build a small tree
+ * in an arena (one per document, freed in one go); an alias points at the
+ * node of its anchor, so aliases cost no memory, and an anchor is only
+ * registered once its node is finished, so the tree can have no cycle.
+ */
+#include "config_internal.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <yaml.h>
+
+#include "google/protobuf/struct.pb-c.h"
+
+/* ------------------------------------------------------------------ */
+/* Small helpers                                                       */
+/* ------------------------------------------------------------------ */
+
+void mcpcfg_report(const mcpcfg_options *opts, const char *path,
+                   unsigned long line, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  if (!opts->report)
+    return;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  opts->report(path, line, msg, opts->user_data);
+}
+
+char *mcpcfg_strdup(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *p = malloc(n);
+  if (p)
+    memcpy(p, s, n);
+  return p;
+}
+
+uint64_t mcpcfg_fnv(uint64_t h, const void *data, size_t len) {
+  const unsigned char *p = data;
+  for (size_t i = 0; i < len; i++) {
+    h ^= p[i];
+    h *= UINT64_C(0x100000001b3);
+  }
+  return h;
+}
+
+void mcpcfg_doc_unref(mcpcfg_doc *doc) {
+  if (doc && --doc->refs == 0)
+    free(doc);
+}
+
+/* ASCII only: the C library's versions depend on the locale. */
+static char lower(char c) { return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c; }
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
+static int is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+/* ------------------------------------------------------------------ */
+/* Collections and times                                               */
+/* ------------------------------------------------------------------ */
+
+char *mcpcfg_plural(const char *kind) {
+  /* The rule belongs to the protocol's collection naming: the core has it. */
+  size_t n = mcp_kind_plural(kind, NULL, 0);
+  char *p = malloc(n + 1);
+  if (p)
+    mcp_kind_plural(kind, p, n + 1);
+  return p;
+}
+
+/* Non-empty and only [A-Za-z0-9._-]: the parts end up in a '/'-separated
+ * collection name. */
+static int valid_part(const char *s, size_t n) {
+  if (n == 0)
+    return 0;
+  for (size_t i = 0; i < n; i++)
+    if (!is_alpha(s[i]) && !is_digit(s[i]) && !strchr("._-", s[i]))
+      return 0;
+  return 1;
+}
+
+int mcpcfg_collection_for(const char *api_version, const char *kind,
+                          char **pcollection) {
+  static const char istio[] = ".istio.io";
+  const char *slash = strchr(api_version, '/');
+  const char *group = "core", *version = api_version;
+  size_t glen = 4;
+  if (slash) {
+    if (strchr(slash + 1, '/'))
+      return MCPCFG_ERR_INVALID_ARGUMENT;
+    group = api_version;
+    glen = (size_t)(slash - api_version);
+    version = slash + 1;
+  }
+  if (!valid_part(group, glen) || !valid_part(version, strlen(version)) ||
+      !valid_part(kind, strlen(kind)))
+    return MCPCFG_ERR_INVALID_ARGUMENT;
+
+  const char *prefix = "k8s";
+  size_t ilen = sizeof istio - 1;
+  if (glen > ilen && memcmp(group + glen - ilen, istio, ilen) == 0) {
+    prefix = "istio";
+    glen = (size_t)(strchr(group, '.') - group); /* first label */
+    if (glen == 0)
+      return MCPCFG_ERR_INVALID_ARGUMENT;
+  }
+  char *plural = mcpcfg_plural(kind);
+  if (!plural)
+    return MCPCFG_ERR_NOMEM;
+  size_t n = strlen(prefix) + glen + strlen(version) + strlen(plural) + 4;
+  char *c = malloc(n);
+  if (!c) {
+    free(plural);
+    return MCPCFG_ERR_NOMEM;
+  }
+  snprintf(c, n, "%s/%.*s/%s/%s", prefix, (int)glen, group, version, plural);
+  free(plural);
+  *pcollection = c;
+  return 0;
+}
+
+/* Reads exactly |n| digits. */
+static int digits(const char **s, int n, int *v) {
+  *v = 0;
+  for (int i = 0; i < n; i++, (*s)++) {
+    if (!is_digit(**s))
+      return 0;
+    *v = *v * 10 + (**s - '0');
+  }
+  return 1;
+}
+
+/* Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant). */
+static int64_t days_from_civil(int y, int m, int d) {
+  y -= m <= 2;
+  int era = (y >= 0 ? y : y - 399) / 400;
+  int yoe = y - era * 400;
+  int doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+  int doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return (int64_t)era * 146097 + doe - 719468;
+}
+
+int mcpcfg_parse_time(const char *s, int64_t *seconds, int32_t *nanos) {
+  static const int mdays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  int y, mo, d, h, mi, sec, ns = 0, off = 0;
+  if (!digits(&s, 4, &y) || *s++ != '-' || !digits(&s, 2, &mo) ||
+      *s++ != '-' || !digits(&s, 2, &d))
+    return MCPCFG_ERR_INVALID_ARGUMENT;
+  if (*s != 'T' && *s != 't' && *s != ' ')
+    return MCPCFG_ERR_INVALID_ARGUMENT;
+  s++;
+  if (!digits(&s, 2, &h) || *s++ != ':' || !digits(&s, 2, &mi) ||
+      *s++ != ':' || !digits(&s, 2, &sec))
+    return MCPCFG_ERR_INVALID_ARGUMENT;
+  if (*s == '.') {
+    int n = 0;
+    for (s++; is_digit(*s); s++, n++)
+      if (n < 9)
+        ns = ns * 10 + (*s - '0');
+    if (n == 0)
+      return MCPCFG_ERR_INVALID_ARGUMENT;
+    for (; n < 9; n++)
+      ns *= 10;
+  }
+  if (*s == 'Z' || *s == 'z') {
+    s++;
+  } else if (*s == '+' || *s == '-') {
+    int sign = *s++ == '-' ? -1 : 1, oh, om;
+    if (!digits(&s, 2, &oh) || *s++ != ':' || !digits(&s, 2, &om) ||
+        oh > 23 || om > 59)
+      return MCPCFG_ERR_INVALID_ARGUMENT;
+    off = sign * (oh * 3600 + om * 60);
+  } else {
+    return MCPCFG_ERR_INVALID_ARGUMENT;
+  }
+  if (*s != '\0')
+    return MCPCFG_ERR_INVALID_ARGUMENT;
+  int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+  if (y < 1 || mo < 1 || mo > 12 || d < 1 ||
+      d > mdays[mo - 1] + (mo == 2 && leap) || h > 23 || mi > 59 || sec > 59)
+    return MCPCFG_ERR_INVALID_ARGUMENT;
+  *seconds = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec - off;
+  *nanos = ns;
+  return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Arena                                                               */
+/* ------------------------------------------------------------------ */
+
+typedef union align {
+  void *p;
+  double d;
+  int64_t i;
+} align;
+
+typedef struct chunk {
+  struct chunk *next;
+  size_t used, cap;
+  align data[];
+} chunk;
+
+enum { CHUNK_SIZE = 16384 };
+
+static void *arena_alloc(chunk **head, size_t n) {
+  n = (n + sizeof(align) - 1) / sizeof(align) * sizeof(align);
+  chunk *c = *head;
+  if (!c || c->cap - c->used < n) {
+    size_t cap = n > CHUNK_SIZE ? n : CHUNK_SIZE;
+    c = malloc(sizeof(chunk) + cap);
+    if (!c)
+      return NULL;
+    c->used = 0;
+    c->cap = cap;
+    /* A big block goes behind the head, which keeps its free room. */
+    if (n > CHUNK_SIZE && *head) {
+      c->next = (*head)->next;
+      (*head)->next = c;
+    } else {
+      c->next = *head;
+      *head = c;
+    }
+  }
+  void *p = (unsigned char *)c->data + c->used;
+  c->used += n;
+  return p;
+}
+
+static void arena_free(chunk **head) {
+  while (*head) {
+    chunk *next = (*head)->next;
+    free(*head);
+    *head = next;
+  }
+}
+
+/* ------------------------------------------------------------------ */
+/* Tree                                                                */
+/* ------------------------------------------------------------------ */
+
+enum { YSCALAR, YSEQ, YMAP };
+enum { YSTR, YNULL, YBOOL, YNUM };
+
+typedef struct ynode {
+  int kind, stype, bval;
+  unsigned height;      /* containers nested in it, itself included */
+  unsigned long line;   /* 1-based */
+  size_t weight, bytes; /* nodes and scalar bytes, aliases expanded */
+  char *text;           /* scalar, NUL-terminated */
+  size_t len;
+  double num;
+  struct ynode **kids; /* seq: items; map: key, value, key, value... */
+  size_t nkids;
+  Google__Protobuf__Value *pb; /* encoded once, however often aliased */
+} ynode;
+
+typedef struct frame {
+  ynode **kids; /* malloc'd, reused from document to document */
+  size_t n, cap;
+  int kind;
+  unsigned long line;
+  char *anchor; /* registered when the node is finished */
+} frame;
+
+typedef struct anchor_slot {
+  const char *name;
+  ynode *node;
+} anchor_slot;
+
+typedef struct builder {
+  const mcpcfg_options *o;
+  const char *path;
+  chunk *arena;
+  anchor_slot *anchors; /* open addressing, power-of-two capacity */
+  size_t nanchors, anchors_cap;
+  frame *stack; /* max_depth + 1 frames */
+  size_t depth;
+  ynode *root;
+  size_t nodes, bytes;
+  int failed;
+  int stop; /* give up on the whole file */
+  unsigned long doc_line;
+  mcpcfg_doc **docs;
+  size_t ndocs, docs_cap, nbad;
+} builder;
+
+/* Reports a problem of the current document, which is then skipped.
+ * Returns 0 so that callers can `return fail(...)`. */
+static int fail(builder *b, unsigned long line, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static int fail(builder *b, unsigned long line, const char *fmt, ...) {
+  char msg[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  mcpcfg_report(b->o, b->path, line, "%s; document skipped", msg);
+  b->failed = 1;
+  b->nbad++;
+  return 0;
+}
+
+static ynode *anchor_get(builder *b, const char *name) {
+  if (!b->anchors_cap)
+    return NULL;
+  size_t mask = b->anchors_cap - 1;
+  for (size_t i = mcpcfg_fnv(MCPCFG_FNV_BASIS, name, strlen(name)) & mask;
+       b->anchors[i].name; i = (i + 1) & mask)
+    if (strcmp(b->anchors[i].name, name) == 0)
+      return b->anchors[i].node;
+  return NULL;
+}
+
+/* |name| lives in the arena. A later anchor of the same name wins. */
+static int anchor_put(builder *b, const char *name, ynode *node) {
+  if (2 * (b->nanchors + 1) > b->anchors_cap) {
+    size_t cap = b->anchors_cap ? 2 * b->anchors_cap : 16;
+    anchor_slot *old = b->anchors, *s = calloc(cap, sizeof *s);
+    size_t oldcap = b->anchors_cap;
+    if (!s)
+      return MCPCFG_ERR_NOMEM;
+    b->anchors = s;
+    b->anchors_cap = cap;
+    b->nanchors = 0;
+    for (size_t i = 0; i < oldcap; i++)
+      if (old[i].name)
+        anchor_put(b, old[i].name, old[i].node); /* cannot grow again */
+    free(old);
+  }
+  size_t mask = b->anchors_cap - 1;
+  size_t i = mcpcfg_fnv(MCPCFG_FNV_BASIS, name, strlen(name)) & mask;
+  while (b->anchors[i].name && strcmp(b->anchors[i].name, name) != 0)
+    i = (i + 1) & mask;
+  if (!b->anchors[i].name)
+    b->nanchors++;
+  b->anchors[i].name = name;
+  b->anchors[i].node = node;
+  return 0;
+}
+
+static char *arena_strndup(builder *b, const void *s, size_t n) {
+  char *p = arena_alloc(&b->arena, n + 1);
+  if (p) {
+    memcpy(p, s, n);
+    p[n] = '\0';
+  }
+  return p;
+}
+
+/* Counts what a node adds to the document once aliases are expanded. */
+static int over_budget(builder *b, unsigned long line, size_t nodes,
+                       size_t bytes) {
+  b->nodes += nodes;
+  b->bytes += bytes;
+  if (b->nodes > b->o->max_nodes)
+    return !fail(b, line, "more than %zu nodes (aliases expanded)",
+                 b->o->max_nodes);
+  if (b->bytes > b->o->max_file_size)
+    return !fail(b, line, "more than %zu bytes of scalars (aliases expanded)",
+                 b->o->max_file_size);
+  return 0;
+}
+
+static int add(builder *b, ynode *n) {
+  if (b->depth == 0) {
+    b->root = n;
+    return 0;
+  }
+  frame *f = &b->stack[b->depth - 1];
+  if (f->n == f->cap) {
+    size_t cap = f->cap ? 2 * f->cap : 16;
+    ynode **k = realloc(f->kids, cap * sizeof *k);
+    if (!k)
+      return MCPCFG_ERR_NOMEM;
+    f->kids = k;
+    f->cap = cap;
+  }
+  f->kids[f->n++] = n;
+  return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Scalars: YAML 1.2 core schema                                       */
+/* ------------------------------------------------------------------ */
+
+static int is_null(const char *s) {
+  return !*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") ||
+         !strcmp(s, "NULL");
+}
+
+static int is_bool(const char *s, int *v) {
+  if (!strcmp(s, "true") || !strcmp(s, "True") || !strcmp(s, "TRUE"))
+    return *v = 1;
+  if (!strcmp(s, "false") || !strcmp(s, "False") || !strcmp(s, "FALSE"))
+    return !(*v = 0);
+  return 0;
+}
+
+/* 0o.. and 0x.., in a double: they may be wider than 64 bits. */
+static int radix_int(const char *s, unsigned base, double *v) {
+  *v = 0;
+  if (!*s)
+    return 0;
+  for (; *s; s++) {
+    unsigned d;
+    char c = lower(*s);
+    if (is_digit(c))
+      d = (unsigned)(c - '0');
+    else if (c >= 'a' && c <= 'f')
+      d = (unsigned)(c - 'a' + 10);
+    else
+      return 0;
+    if (d >= base)
+      return 0;
+    *v = *v * base + d;
+  }
+  return 1;
+}
+
+static int is_int(const char *s, double *v) {
+  if (s[0] == '0' && s[1] == 'o')
+    return radix_int(s + 2, 8, v);
+  if (s[0] == '0' && s[1] == 'x')
+    return radix_int(s + 2, 16, v);
+  const char *p = s + (*s == '-' || *s == '+');
+  if (!*p)
+    return 0;
+  for (; *p; p++)
+    if (!is_digit(*p))
+      return 0;
+  *v = strtod(s, NULL);
+  return 1;
+}
+
+/* [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?, [-+]?.inf, .nan */
+static int is_float(const char *s, double *v) {
+  const char *p = s + (*s == '-' || *s == '+');
+  if (!strcmp(p, ".inf") || !strcmp(p, ".Inf") || !strcmp(p, ".INF")) {
+    *v = *s == '-' ? -INFINITY : INFINITY;
+    return 1;
+  }
+  if (!strcmp(s, ".nan") || !strcmp(s, ".NaN") || !strcmp(s, ".NAN")) {
+    *v = NAN;
+    return 1;
+  }
+  size_t n = 0;
+  for (; is_digit(*p); p++)
+    n++;
+  if (*p == '.')
+    for (p++; is_digit(*p); p++)
+      n++;
+  if (n == 0)
+    return 0;
+  if (*p == 'e' || *p == 'E') {
+    p += 1 + (p[1] == '-' || p[1] == '+');
+    if (!is_digit(*p))
+      return 0;
+    while (is_digit(*p))
+      p++;
+  }
+  if (*p)
+    return 0;
+  *v = strtod(s, NULL);
+  return 1;
+}
+
+/* Sets the type of a scalar; returns an error message or NULL. */
+static const char *resolve(ynode *n, const char *tag, int plain) {
+  const char *s = n->text;
+  n->stype = YSTR;
+  if (!tag) {
+    if (!plain)
+      return NULL;
+    if (is_null(s))
+      n->stype = YNULL;
+    else if (is_bool(s, &n->bval))
+      n->stype = YBOOL;
+    else if (is_int(s, &n->num) || is_float(s, &n->num))
+      n->stype = YNUM;
+    return NULL;
+  }
+  if (!strcmp(tag, "!") || !strcmp(tag, YAML_STR_TAG))
+    return NULL;
+  if (!strcmp(tag, YAML_NULL_TAG)) {
+    n->stype = YNULL;
+    return is_null(s) ? NULL : "!!null on a non-null value";
+  }
+  if (!strcmp(tag, YAML_BOOL_TAG)) {
+    n->stype = YBOOL;
+    return is_bool(s, &n->bval) ? NULL : "!!bool on a non-boolean value";
+  }
+  if (!strcmp(tag, YAML_INT_TAG)) {
+    n->stype = YNUM;
+    return is_int(s, &n->num) ? NULL : "!!int on a non-integer value";
+  }
+  if (!strcmp(tag, YAML_FLOAT_TAG)) {
+    n->stype = YNUM;
+    return is_int(s, &n->num) || is_float(s, &n->num)
+               ? NULL
+               : "!!float on a non-numeric value";
+  }
+  return "unsupported tag";
+}
+
+/* ------------------------------------------------------------------ */
+/* Events                                                              */
+/* ------------------------------------------------------------------ */
+
+static ynode *new_node(builder *b, int kind, unsigned long line) {
+  ynode *n = arena_alloc(&b->arena, sizeof *n);
+  if (n) {
+    memset(n, 0, sizeof *n);
+    n->kind = kind;
+    n->line = line;
+  }
+  return n;
+}
+
+static int on_scalar(builder *b, const yaml_event_t *ev) {
+  unsigned long line = ev->start_mark.line + 1;
+  const char *tag = (const char *)ev->data.scalar.tag;
+  size_t len = ev->data.scalar.length;
+  /* Keys, labels and protobuf-c strings are C strings. */
+  if (memchr(ev->data.scalar.value, '\0', len))
+    return fail(b, line, "NUL character in a scalar");
+  if (over_budget(b, line, 1, len))
+    return 0;
+  ynode *n = new_node(b, YSCALAR, line);
+  if (!n || !(n->text = arena_strndup(b, ev->data.scalar.value, len)))
+    return MCPCFG_ERR_NOMEM;
+  n->len = len;
+  n->weight = 1;
+  n->bytes = len;
+  const char *err =
+      resolve(n, tag, ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE);
+  if (err)
+    return fail(b, line, "%s (%.100s)", err, tag);
+  if (ev->data.scalar.anchor) {
+    const char *name = (const char *)ev->data.scalar.anchor;
+    char *a = arena_strndup(b, name, strlen(name));
+    if (!a || anchor_put(b, a, n) < 0)
+      return MCPCFG_ERR_NOMEM;
+  }
+  return add(b, n);
+}
+
+static int on_start(builder *b, const yaml_event_t *ev, int kind) {
+  unsigned long line = ev->start_mark.line + 1;
+  const char *tag = (const char *)(kind == YMAP ? ev->data.mapping_start.tag
+                                                : ev->data.sequence_start.tag);
+  const char *anchor =
+      (const char *)(kind == YMAP ? ev->data.mapping_start.anchor
+                                  : ev->data.sequence_start.anchor);
+  if (tag && strcmp(tag, "!") != 0 &&
+      strcmp(tag, kind == YMAP ? YAML_MAP_TAG : YAML_SEQ_TAG) != 0)
+    return fail(b, line, "unsupported tag (%.100s)", tag);
+  if (b->depth >= b->o->max_depth) {
+    /* Stop reading: libyaml's time grows with the square of the nesting
+     * (50000 levels take 10 s), so it must not go on through the rest. */
+    mcpcfg_report(b->o, b->path, line,
+                  "nested deeper than %u levels; file not loaded (what it "
+                  "loaded before stays)",
+                  b->o->max_depth);
+    b->stop = 1;
+    return 0;
+  }
+  if (over_budget(b, line, 1, 0))
+    return 0;
+  frame *f = &b->stack[b->depth];
+  f->n = 0;
+  f->kind = kind;
+  f->line = line;
+  f->anchor = NULL;
+  if (anchor && !(f->anchor = arena_strndup(b, anchor, strlen(anchor))))
+    return MCPCFG_ERR_NOMEM;
+  b->depth++;
+  return 0;
+}
+
+static int cmp_key(const void *a, const void *b) {
+  /* Elements are (key, value) pairs: compare the keys. */
+  return strcmp((*(ynode *const *)a)->text, (*(ynode *const *)b)->text);
+}
+
+static int on_end(builder *b) {
+  frame *f = &b->stack[b->depth - 1];
+  ynode *n = new_node(b, f->kind, f->line);
+  if (!n || (f->n && !(n->kids = arena_alloc(&b->arena, f->n * sizeof *n->kids))))
+    return MCPCFG_ERR_NOMEM;
+  if (f->n)
+    memcpy(n->kids, f->kids, f->n * sizeof *n->kids);
+  n->nkids = f->n;
+  n->weight = 1;
+  n->height = 1;
+  for (size_t i = 0; i < n->nkids; i++) {
+    n->weight += n->kids[i]->weight;
+    n->bytes += n->kids[i]->bytes;
+    if (n->kids[i]->height + 1 > n->height)
+      n->height = n->kids[i]->height + 1;
+  }
+  if (n->kind == YMAP) {
+    for (size_t i = 0; i < n->nkids; i += 2)
+      if (n->kids[i]->kind != YSCALAR)
+        return fail(b, n->kids[i]->line, "a mapping key is not a scalar");
+    /* Sorted keys make the encoding canonical (key order is not content)
+     * and duplicates adjacent. */
+    if (n->nkids > 2) /* qsort() wants a non-NULL base even for 0 */
+      qsort(n->kids, n->nkids / 2, 2 * sizeof *n->kids, cmp_key);
+    for (size_t i = 2; i < n->nkids; i += 2)
+      if (!strcmp(n->kids[i]->text, n->kids[i - 2]->text))
+        return fail(b, n->kids[i]->line, "duplicate key '%.100s'",
+                    n->kids[i]->text);
+  }
+  b->depth--;
+  if (f->anchor && anchor_put(b, f->anchor, n) < 0)
+    return MCPCFG_ERR_NOMEM;
+  return add(b, n);
+}
+
+static int on_alias(builder *b, const yaml_event_t *ev) {
+  unsigned long line = ev->start_mark.line + 1;
+  const char *name = (const char *)ev->data.alias.anchor;
+  ynode *n = anchor_get(b, name);
+  if (!n)
+    return fail(b, line,
+                "alias *%.100s: no such anchor before it (or a recursive "
+                "alias)",
+                name);
+  if (b->depth + n->height > b->o->max_depth)
+    return fail(b, line, "alias *%.100s nests deeper than %u levels", name,
+                b->o->max_depth);
+  if (over_budget(b, line, n->weight, n->bytes))
+    return 0;
+  return add(b, n);
+}
+
+/* ------------------------------------------------------------------ */
+/* Tree -> protobuf (google.protobuf.Struct)                           */
+/* ------------------------------------------------------------------ */
+
+static Google__Protobuf__Value *pb_value(builder *b, ynode *n);
+
+static Google__Protobuf__Struct *pb_struct(builder *b, ynode *map) {
+  size_t n = map ? map->nkids / 2 : 0;
+  Google__Protobuf__Struct *s = arena_alloc(&b->arena, sizeof *s);
+  if (!s)
+    return NULL;
+  google__protobuf__struct__init(s);
+  if (n == 0)
+    return s;
+  Google__Protobuf__Struct__FieldsEntry *e =
+      arena_alloc(&b->arena, n * sizeof *e);
+  s->fields = arena_alloc(&b->arena, n * sizeof *s->fields);
+  if (!e || !s->fields)
+    return NULL;
+  for (size_t i = 0; i < n; i++) {
+    google__protobuf__struct__fields_entry__init(&e[i]);
+    e[i].key = map->kids[2 * i]->text;
+    if (!(e[i].value = pb_value(b, map->kids[2 * i + 1])))
+      return NULL;
+    s->fields[i] = &e[i];
+  }
+  s->n_fields = n;
+  return s;
+}
+
+static Google__Protobuf__Value *pb_value(builder *b, ynode *n) {
+  if (n->pb)
+    return n->pb;
+  Google__Protobuf__Value *v = arena_alloc(&b->arena, sizeof *v);
+  if (!v)
+    return NULL;
+  google__protobuf__value__init(v);
+  if (n->kind == YMAP) {
+    v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE;
+    if (!(v->struct_value = pb_struct(b, n)))
+      return NULL;
+  } else if (n->kind == YSEQ) {
+    Google__Protobuf__ListValue *l = arena_alloc(&b->arena, sizeof *l);
+    if (!l)
+      return NULL;
+    google__protobuf__list_value__init(l);
+    if (n->nkids &&
+        !(l->values = arena_alloc(&b->arena, n->nkids * sizeof *l->values)))
+      return NULL;
+    for (size_t i = 0; i < n->nkids; i++)
+      if (!(l->values[i] = pb_value(b, n->kids[i])))
+        return NULL;
+    l->n_values = n->nkids;
+    v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_LIST_VALUE;
+    v->list_value = l;
+  } else if (n->stype == YNULL) {
+    v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_NULL_VALUE;
+    v->null_value = GOOGLE__PROTOBUF__NULL_VALUE__NULL_VALUE;
+  } else if (n->stype == YBOOL) {
+    v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_BOOL_VALUE;
+    v->bool_value = n->bval;
+  } else if (n->stype == YNUM) {
+    v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_NUMBER_VALUE;
+    v->number_value = n->num;
+  } else {
+    v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE;
+    v->string_value = n->text;
+  }
+  n->pb = v;
+  return v;
+}
+
+/* ------------------------------------------------------------------ */
+/* Tree -> document                                                    */
+/* ------------------------------------------------------------------ */
+
+static ynode *field(const ynode *map, const char *key) {
+  for (size_t i = 0; map && i < map->nkids; i += 2)
+    if (!strcmp(map->kids[i]->text, key))
+      return map->kids[i + 1];
+  return NULL;
+}
+
+/* A scalar that is set: not null, not empty. */
+static const char *text_of(const ynode *n) {
+  return n && n->kind == YSCALAR && n->stype != YNULL && n->len ? n->text
+                                                                 : NULL;
+}
+
+static int is_null_node(const ynode *n) {
+  return !n || (n->kind == YSCALAR && n->stype == YNULL);
+}
+
+/* Checks an optional map of strings (labels, annotations). */
+static int string_map(builder *b, ynode *m, const char *what, ynode **out) {
+  *out = NULL;
+  if (is_null_node(m))
+    return 1;
+  if (m->kind != YMAP)
+    return fail(b, m->line, "metadata.%s is not a mapping", what);
+  for (size_t i = 1; i < m->nkids; i += 2)
+    if (m->kids[i]->kind != YSCALAR)
+      return fail(b, m->kids[i]->line, "%s '%.100s' is not a scalar", what,
+                  m->kids[i - 1]->text);
+  *out = m;
+  return 1;
+}
+
+static uint64_t hash_len(uint64_t h, size_t n) {
+  unsigned char len[8];
+  for (int i = 0; i < 8; i++)
+    len[i] = (unsigned char)((uint64_t)n >> (8 * i));
+  return mcpcfg_fnv(h, len, 8);
+}
+
+static uint64_t hash_str(uint64_t h, const char *s, size_t n) {
+  return mcpcfg_fnv(hash_len(h, n), s, n);
+}
+
+static uint64_t hash_kv(uint64_t h, const mcp_kv *kv, size_t n) {
+  h = hash_len(h, n);
+  for (size_t i = 0; i < n; i++) {
+    h = hash_str(h, kv[i].key, strlen(kv[i].key));
+    h = hash_str(h, kv[i].value, strlen(kv[i].value));
+  }
+  return h;
+}
+
+/* Copies the pairs of |m| to |kv|, their strings to |*sp|. */
+static void copy_kv(const ynode *m, mcp_kv *kv, char **sp) {
+  for (size_t i = 0; m && i < m->nkids / 2; i++) {
+    const ynode *k = m->kids[2 * i], *v = m->kids[2 * i + 1];
+    size_t vlen = v->stype == YNULL ? 0 : v->len;
+    kv[i].key = memcpy(*sp, k->text, k->len + 1);
+    *sp += k->len + 1;
+    kv[i].value = memcpy(*sp, v->text, vlen);
+    (*sp)[vlen] = '\0';
+    *sp += vlen + 1;
+  }
+}
+
+static size_t kv_bytes(const ynode *m) {
+  size_t n = 0;
+  for (size_t i = 0; m && i < m->nkids; i += 2)
+    n += m->kids[i]->len + 1 +
+         (m->kids[i + 1]->stype == YNULL ? 0 : m->kids[i + 1]->len) + 1;
+  return n;
+}
+
+/* Builds the document of |root|; *out stays NULL when it is skipped
+ * (empty, or reported). */
+static int make_doc(builder *b, ynode *root, mcpcfg_doc **out) {
+  unsigned long line = b->doc_line;
+  *out = NULL;
+  if (is_null_node(root))
+    return 0; /* empty document */
+  if (root->kind != YMAP)
+    return fail(b, line, "the document is not a mapping");
+  ynode *meta = field(root, "metadata");
+  const char *api = text_of(field(root, "apiVersion"));
+  const char *kind = text_of(field(root, "kind"));
+  if (!api)
+    return fail(b, line, "no apiVersion");
+  if (!kind)
+    return fail(b, line, "no kind");
+  if (!meta || meta->kind != YMAP)
+    return fail(b, line, "no metadata mapping");
+  const char *name = text_of(field(meta, "name"));
+  if (!name)
+    return fail(b, line, "no metadata.name");
+  ynode *nsn = field(meta, "namespace");
+  if (nsn && nsn->kind != YSCALAR)
+    return fail(b, nsn->line, "metadata.namespace is not a scalar");
+  const char *ns = text_of(nsn);
+  ynode *rvn = field(meta, "resourceVersion");
+  if (rvn && rvn->kind != YSCALAR)
+    return fail(b, rvn->line, "metadata.resourceVersion is not a scalar");
+  const char *rv = text_of(rvn);
+
+  ynode *labels, *annots;
+  if (!string_map(b, field(meta, "labels"), "labels", &labels) ||
+      !string_map(b, field(meta, "annotations"), "annotations", &annots))
+    return 0;
+
+  int64_t secs = 0;
+  int32_t nanos = 0;
+  ynode *ctn = field(meta, "creationTimestamp");
+  int has_time = !is_null_node(ctn); /* kubectl writes `null` */
+  if (has_time && (ctn->kind != YSCALAR ||
+                   mcpcfg_parse_time(ctn->text, &secs, &nanos) < 0))
+    return fail(b, ctn->line, "bad metadata.creationTimestamp '%.60s'",
+                ctn->kind == YSCALAR ? ctn->text : "(not a scalar)");
+
+  /* Without spec, `data` (ConfigMaps, Secrets) is the body. */
+  ynode *bodyn = field(root, "spec");
+  const char *bodyname = "spec";
+  if (!bodyn && field(root, "data")) {
+    bodyn = field(root, "data");
+    bodyname = "data";
+  }
+  if (!is_null_node(bodyn) && bodyn->kind != YMAP)
+    return fail(b, bodyn->line, "%s is not a mapping", bodyname);
+
+  char *coll = NULL;
+  const char *ann = text_of(field(annots, MCPCFG_COLLECTION_ANNOTATION));
+  if (ann) {
+    if (!(coll = mcpcfg_strdup(ann)))
+      return MCPCFG_ERR_NOMEM;
+  } else {
+    int r = mcpcfg_collection_for(api, kind, &coll);
+    if (r == MCPCFG_ERR_NOMEM)
+      return r;
+    if (r < 0)
+      return fail(b, line, "bad apiVersion '%.60s' or kind '%.60s'", api,
+                  kind);
+  }
+
+  Google__Protobuf__Struct *body =
+      pb_struct(b, is_null_node(bodyn) ? NULL : bodyn);
+  if (!body) {
+    free(coll);
+    return MCPCFG_ERR_NOMEM;
+  }
+  size_t body_len = google__protobuf__struct__get_packed_size(body);
+  size_t nl = labels ? labels->nkids / 2 : 0;
+  size_t na = annots ? annots->nkids / 2 : 0;
+  size_t clen = strlen(coll), nslen = ns ? strlen(ns) + 1 : 0;
+  size_t nlen = nslen + strlen(name), vlen = rv ? strlen(rv) : 16;
+  size_t size = sizeof(mcpcfg_doc) + (nl + na) * sizeof(mcp_kv) + body_len +
+                clen + 1 + nlen + 1 + vlen + 1 + kv_bytes(labels) +
+                kv_bytes(annots);
+  mcpcfg_doc *d = malloc(size);
+  if (!d) {
+    free(coll);
+    return MCPCFG_ERR_NOMEM;
+  }
+  memset(d, 0, sizeof *d);
+  d->refs = 1;
+  d->line = line;
+  mcp_resource *r = &d->res;
+  mcp_kv *kv = (mcp_kv *)(d + 1);
+  uint8_t *bp = (uint8_t *)(kv + nl + na);
+  char *sp = (char *)(bp + body_len);
+  google__protobuf__struct__pack(body, bp);
+  r->body = bp;
+  r->body_len = body_len;
+  r->type_url = MCPCFG_STRUCT_TYPE_URL;
+  d->collection = memcpy(sp, coll, clen + 1);
+  sp += clen + 1;
+  free(coll);
+  r->name = sp;
+  sp += snprintf(sp, nlen + 1, "%s%s%s", ns ? ns : "", ns ? "/" : "", name) +
+        1;
+  r->labels = kv;
+  r->nlabels = nl;
+  copy_kv(labels, kv, &sp);
+  r->annotations = kv + nl;
+  r->nannotations = na;
+  copy_kv(annots, kv + nl, &sp);
+  r->has_create_time = has_time;
+  r->create_time_seconds = secs;
+  r->create_time_nanos = nanos;
+  if (rv) {
+    r->version = memcpy(sp, rv, vlen + 1);
+  } else {
+    /* Everything the resource carries, each part length-prefixed. */
+    uint64_t h = hash_str(MCPCFG_FNV_BASIS, d->collection, clen);
+    unsigned char t[13];
+    h = hash_str(h, r->name, nlen);
+    h = hash_kv(h, r->labels, nl);
+    h = hash_kv(h, r->annotations, na);
+    for (int i = 0; i < 8; i++)
+      t[i] = (unsigned char)((uint64_t)secs >> (8 * i));
+    for (int i = 0; i < 4; i++)
+      t[8 + i] = (unsigned char)((uint32_t)nanos >> (8 * i));
+    t[12] = (unsigned char)has_time;
+    h = hash_str(h, (const char *)t, sizeof t);
+    h = hash_str(h, r->type_url, strlen(r->type_url));
+    h = hash_str(h, (const char *)bp, body_len);
+    snprintf(sp, 17, "%016llx", (unsigned long long)h);
+    r->version = sp;
+  }
+  *out = d;
+  return 0;
+}
+
+static int on_document_end(builder *b) {
+  mcpcfg_doc *d = NULL;
+  int rv = 0;
+  if (!b->failed)
+    rv = make_doc(b, b->root, &d);
+  arena_free(&b->arena); /* the tree and its protobuf: done with them */
+  if (rv < 0 || !d)
+    return rv;
+  if (b->ndocs == b->docs_cap) {
+    size_t cap = b->docs_cap ? 2 * b->docs_cap : 8;
+    mcpcfg_doc **p = realloc(b->docs, cap * sizeof *p);
+    if (!p) {
+      mcpcfg_doc_unref(d);
+      return MCPCFG_ERR_NOMEM;
+    }
+    b->docs = p;
+    b->docs_cap = cap;
+  }
+  b->docs[b->ndocs++] = d;
+  return 0;
+}
+
+static int on_event(builder *b, const yaml_event_t *ev) {
+  switch (ev->type) {
+  case YAML_DOCUMENT_START_EVENT:
+    arena_free(&b->arena);
+    if (b->anchors_cap)
+      memset(b->anchors, 0, b->anchors_cap * sizeof *b->anchors);
+    b->nanchors = 0;
+    b->depth = 0;
+    b->root = NULL;
+    b->nodes = b->bytes = 0;
+    b->failed = 0;
+    b->doc_line = ev->start_mark.line + 1;
+    return 0;
+  case YAML_DOCUMENT_END_EVENT:
+    return on_document_end(b);
+  default:
+    break;
+  }
+  if (b->failed) /* skip the rest of a bad document */
+    return 0;
+  switch (ev->type) {
+  case YAML_SCALAR_EVENT:
+    return on_scalar(b, ev);
+  case YAML_SEQUENCE_START_EVENT:
+    return on_start(b, ev, YSEQ);
+  case YAML_MAPPING_START_EVENT:
+    return on_start(b, ev, YMAP);
+  case YAML_SEQUENCE_END_EVENT:
+  case YAML_MAPPING_END_EVENT:
+    return on_end(b);
+  case YAML_ALIAS_EVENT:
+    return on_alias(b, ev);
+  default:
+    return 0;
+  }
+}
+
+/* Reports a libyaml error; 1, or NOMEM. */
+static int syntax_error(builder *b, const yaml_parser_t *yp,
+                        const unsigned char *buf, size_t len) {
+  unsigned long line = yp->problem_mark.line + 1;
+  if (yp->error == YAML_MEMORY_ERROR)
+    return MCPCFG_ERR_NOMEM;
+  if (yp->error == YAML_READER_ERROR) { /* only an offset is known */
+    line = 1;
+    for (size_t i = 0; i < yp->problem_offset && i < len; i++)
+      line += buf[i] == '\n';
+  }
+  if (yp->context) /* e.g. "while parsing a flow mapping" (line 5) */
+    mcpcfg_report(b->o, b->path, line,
+                  "YAML error: %s (line %lu): %s; file not loaded (what it "
+                  "loaded before stays)",
+                  yp->context, (unsigned long)yp->context_mark.line + 1,
+                  yp->problem ? yp->problem : "unknown");
+  else
+    mcpcfg_report(b->o, b->path, line,
+                  "YAML error: %s; file not loaded (what it loaded before "
+                  "stays)",
+                  yp->problem ? yp->problem : "unknown");
+  return 1;
+}
+
+int mcpcfg_parse(const mcpcfg_options *opts, const char *path,
+                 const unsigned char *buf, size_t len, mcpcfg_doc ***pdocs,
+                 size_t *pndocs, size_t *pbad) {
+  builder b;
+  yaml_parser_t yp;
+  int rv = 0;
+  memset(&b, 0, sizeof b);
+  b.o = opts;
+  b.path = path;
+  if (!(b.stack = calloc((size_t)opts->max_depth + 1, sizeof *b.stack)))
+    return MCPCFG_ERR_NOMEM;
+  if (!yaml_parser_initialize(&yp)) {
+    free(b.stack);
+    return MCPCFG_ERR_NOMEM;
+  }
+  yaml_parser_set_input_string(&yp, len ? buf : (const unsigned char *)"",
+                               len);
+  for (;;) {
+    yaml_event_t ev;
+    if (!yaml_parser_parse(&yp, &ev)) {
+      rv = syntax_error(&b, &yp, buf, len);
+      break;
+    }
+    int end = ev.type == YAML_STREAM_END_EVENT;
+    rv = on_event(&b, &ev);
+    yaml_event_delete(&ev);
+    if (rv == 0 && b.stop)
+      rv = 1;
+    if (rv != 0 || end)
+      break;
+  }
+  yaml_parser_delete(&yp);
+  arena_free(&b.arena);
+  free(b.anchors);
+  for (size_t i = 0; i <= opts->max_depth; i++)
+    free(b.stack[i].kids);
+  free(b.stack);
+  if (rv != 0) {
+    for (size_t i = 0; i < b.ndocs; i++)
+      mcpcfg_doc_unref(b.docs[i]);
+    free(b.docs);
+    return rv;
+  }
+  *pdocs = b.docs;
+  *pndocs = b.ndocs;
+  *pbad = b.nbad;
+  return 0;
+}

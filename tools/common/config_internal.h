@@ -1,0 +1,50 @@
+/* Shared between the parts of mcpcfg; not for the programs. */
+#ifndef MCPCFG_CONFIG_INTERNAL_H
+#define MCPCFG_CONFIG_INTERNAL_H
+
+#include "config_load.h"
+
+/*
+ * One resource, from one document. A single malloc block holds it and all
+ * it points to (except the static type_url), so it is freed in one call.
+ * Reference counted: a file keeps the documents of its last good content
+ * across scans, and an old and a new view of the same file may share them.
+ */
+typedef struct mcpcfg_doc {
+  int refs;
+  int dup_reported;   /* this document lost a duplicate and was reported */
+  unsigned long line; /* of the document start, for reports */
+  const char *collection;
+  mcp_resource res;
+} mcpcfg_doc;
+
+void mcpcfg_doc_unref(mcpcfg_doc *doc);
+
+/*
+ * Parses the YAML bytes of one file into documents, reporting each skipped
+ * document. Returns 0 with |*pdocs| (a malloc'd array of references owned by
+ * the caller, NULL when empty) and |*pbad| set to the number of skipped
+ * documents; 1 when the file is not valid YAML or nests deeper than
+ * max_depth (reported, nothing returned); MCPCFG_ERR_NOMEM.
+ */
+int mcpcfg_parse(const mcpcfg_options *opts, const char *path,
+                 const unsigned char *buf, size_t len, mcpcfg_doc ***pdocs,
+                 size_t *pndocs, size_t *pbad);
+
+/* Formats a problem and hands it to opts->report (when set). */
+void mcpcfg_report(const mcpcfg_options *opts, const char *path,
+                   unsigned long line, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
+/* malloc'd copy of |s| (through malloc, so allocation failure tests reach
+ * it), or NULL. */
+char *mcpcfg_strdup(const char *s);
+
+/* 64-bit FNV-1a, continued from |h| (start with MCPCFG_FNV_BASIS). */
+#define MCPCFG_FNV_BASIS UINT64_C(0xcbf29ce484222325)
+uint64_t mcpcfg_fnv(uint64_t h, const void *data, size_t len);
+
+#endif /* MCPCFG_CONFIG_INTERNAL_H */

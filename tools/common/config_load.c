@@ -1,0 +1,693 @@
+/*
+ * The directory side of mcpcfg: walks the tree, keeps per-file results
+ * across scans, and merges them into one sorted view per collection.
+ *
+ * A scan builds the new file list and the new view aside and swaps them in
+ * at the end, so that a failure (out of memory) leaves the loader as it was.
+ * Files and documents are reference counted, because the new list shares
+ * the unchanged files, and a bad file the documents of its last good
+ * content, with the old one until the swap.
+ */
+#include "config_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { MAX_DIR_DEPTH = 64 };
+
+/* What a file looked like when last read; equal means "do not re-parse". */
+enum { FP_CONTENT, FP_READ_ERROR, FP_TOO_BIG };
+
+typedef struct cfile {
+  int refs;
+  int fpkind;
+  uint64_t fp; /* FP_CONTENT: hash of size and bytes; else errno or size */
+  char *path;
+  mcpcfg_doc **docs;
+  size_t ndocs;
+} cfile;
+
+typedef struct coll {
+  char *name;
+  mcp_resource *res; /* sorted by name; entries borrow from documents */
+  size_t n;
+  int fresh; /* during a merge: name allocated by it */
+} coll;
+
+typedef struct strvec {
+  char **v;
+  size_t n, cap;
+} strvec;
+
+struct mcpcfg_loader {
+  mcpcfg_options o;
+  char *root;
+  strvec problems; /* of the directory walk, reported once: "path\nmsg" */
+  cfile **files; /* sorted by path */
+  size_t nfiles;
+  coll *colls; /* sorted by name */
+  size_t ncolls;
+};
+
+void mcpcfg_options_default(mcpcfg_options *opts) {
+  memset(opts, 0, sizeof *opts);
+  opts->max_file_size = (size_t)16 << 20;
+  opts->max_depth = 64;
+  opts->max_nodes = (size_t)1 << 20;
+}
+
+/* Takes |s| (freed on failure). */
+static int strvec_push(strvec *sv, char *s) {
+  if (!s)
+    return MCPCFG_ERR_NOMEM;
+  if (sv->n == sv->cap) {
+    size_t cap = sv->cap ? 2 * sv->cap : 32;
+    char **v = realloc(sv->v, cap * sizeof *v);
+    if (!v) {
+      free(s);
+      return MCPCFG_ERR_NOMEM;
+    }
+    sv->v = v;
+    sv->cap = cap;
+  }
+  sv->v[sv->n++] = s;
+  return 0;
+}
+
+static void strvec_free(strvec *sv) {
+  for (size_t i = 0; i < sv->n; i++)
+    free(sv->v[i]);
+  free(sv->v);
+}
+
+static void file_unref(cfile *f) {
+  if (!f || --f->refs > 0)
+    return;
+  for (size_t i = 0; i < f->ndocs; i++)
+    mcpcfg_doc_unref(f->docs[i]);
+  free(f->docs);
+  free(f->path);
+  free(f);
+}
+
+static void colls_free(coll *c, size_t n, int fresh_only) {
+  for (size_t i = 0; i < n; i++) {
+    free(c[i].res);
+    if (!fresh_only || c[i].fresh)
+      free(c[i].name);
+  }
+  free(c);
+}
+
+int mcpcfg_loader_new(mcpcfg_loader **ploader, const char *dir,
+                      const mcpcfg_options *opts) {
+  if (!*dir)
+    return MCPCFG_ERR_INVALID_ARGUMENT;
+  mcpcfg_loader *l = calloc(1, sizeof *l);
+  if (!l || !(l->root = mcpcfg_strdup(dir))) {
+    free(l);
+    return MCPCFG_ERR_NOMEM;
+  }
+  mcpcfg_options_default(&l->o);
+  if (opts) {
+    mcpcfg_options def = l->o;
+    l->o = *opts;
+    if (!l->o.max_file_size)
+      l->o.max_file_size = def.max_file_size;
+    if (!l->o.max_depth)
+      l->o.max_depth = def.max_depth;
+    if (!l->o.max_nodes)
+      l->o.max_nodes = def.max_nodes;
+  }
+  for (size_t n = strlen(l->root); n > 1 && l->root[n - 1] == '/'; n--)
+    l->root[n - 1] = '\0';
+  *ploader = l;
+  return 0;
+}
+
+void mcpcfg_loader_del(mcpcfg_loader *l) {
+  if (!l)
+    return;
+  for (size_t i = 0; i < l->nfiles; i++)
+    file_unref(l->files[i]);
+  free(l->files);
+  colls_free(l->colls, l->ncolls, 0);
+  strvec_free(&l->problems);
+  free(l->root);
+  free(l);
+}
+
+/* Index of |name| in the collections, or of where it would go. */
+static size_t coll_pos(const mcpcfg_loader *l, const char *name, int *found) {
+  size_t lo = 0, hi = l->ncolls;
+  *found = 0;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int c = strcmp(l->colls[mid].name, name);
+    if (c == 0) {
+      *found = 1;
+      return mid;
+    }
+    if (c < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+int mcpcfg_loader_declare(mcpcfg_loader *l, const char *collection) {
+  int found;
+  if (!*collection)
+    return MCPCFG_ERR_INVALID_ARGUMENT;
+  size_t i = coll_pos(l, collection, &found);
+  if (found)
+    return 0;
+  char *name = mcpcfg_strdup(collection);
+  coll *c = name ? realloc(l->colls, (l->ncolls + 1) * sizeof *c) : NULL;
+  if (!c) {
+    free(name);
+    return MCPCFG_ERR_NOMEM;
+  }
+  memmove(c + i + 1, c + i, (l->ncolls - i) * sizeof *c);
+  memset(&c[i], 0, sizeof *c);
+  c[i].name = name;
+  l->colls = c;
+  l->ncolls++;
+  return 0;
+}
+
+size_t mcpcfg_loader_collection_count(const mcpcfg_loader *l) {
+  return l->ncolls;
+}
+
+const char *mcpcfg_loader_collection_name(const mcpcfg_loader *l, size_t i) {
+  return i < l->ncolls ? l->colls[i].name : NULL;
+}
+
+size_t mcpcfg_loader_resources(const mcpcfg_loader *l, size_t i,
+                               const mcp_resource **res) {
+  *res = i < l->ncolls ? l->colls[i].res : NULL;
+  return i < l->ncolls ? l->colls[i].n : 0;
+}
+
+const mcp_resource *mcpcfg_loader_find(const mcpcfg_loader *l,
+                                       const char *collection,
+                                       const char *name) {
+  int found;
+  size_t i = coll_pos(l, collection, &found);
+  if (!found)
+    return NULL;
+  size_t lo = 0, hi = l->colls[i].n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int c = strcmp(l->colls[i].res[mid].name, name);
+    if (c == 0)
+      return &l->colls[i].res[mid];
+    if (c < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Walking the directory                                               */
+/* ------------------------------------------------------------------ */
+
+typedef struct walk {
+  const mcpcfg_loader *l;
+  strvec paths;    /* YAML files found */
+  strvec skipped;  /* paths not read: what is below keeps its state */
+  strvec problems; /* as mcpcfg_loader.problems */
+  struct {
+    dev_t dev;
+    ino_t ino;
+  } up[MAX_DIR_DEPTH]; /* directories being walked, to skip loops */
+  size_t depth;
+} walk;
+
+static char *join(const char *dir, const char *name) {
+  size_t a = strlen(dir), b = strlen(name), slash = a && dir[a - 1] != '/';
+  char *p = malloc(a + slash + b + 1);
+  if (p) {
+    memcpy(p, dir, a);
+    p[a] = '/';
+    memcpy(p + a + slash, name, b + 1);
+  }
+  return p;
+}
+
+static int is_yaml_name(const char *n) {
+  size_t l = strlen(n);
+  return (l > 5 && !strcmp(n + l - 5, ".yaml")) ||
+         (l > 4 && !strcmp(n + l - 4, ".yml"));
+}
+
+/* Reports a problem of the walk unless the previous scan had it too: a
+ * directory is read at every scan, and a loop would be logged each time. */
+static int problem(walk *w, const char *path, const char *msg) {
+  size_t a = strlen(path), b = strlen(msg);
+  char *k = malloc(a + b + 2);
+  if (!k)
+    return MCPCFG_ERR_NOMEM;
+  memcpy(k, path, a);
+  k[a] = '\n';
+  memcpy(k + a + 1, msg, b + 1);
+  size_t i = 0;
+  while (i < w->l->problems.n && strcmp(w->l->problems.v[i], k) != 0)
+    i++;
+  if (i == w->l->problems.n)
+    mcpcfg_report(&w->l->o, path, 0, "%s", msg);
+  return strvec_push(&w->problems, k);
+}
+
+static int skip(walk *w, const char *path, const char *why) {
+  char msg[300];
+  snprintf(msg, sizeof msg, "%s; what was loaded from it stays", why);
+  int rv = problem(w, path, msg);
+  return rv < 0 ? rv : strvec_push(&w->skipped, mcpcfg_strdup(path));
+}
+
+/* A problem with the root: the scan fails with MCPCFG_ERR_IO. */
+static int root_problem(walk *w, const char *what, const char *why) {
+  char msg[300];
+  snprintf(msg, sizeof msg, "%s%s", what, why);
+  int rv = problem(w, w->l->root, msg);
+  return rv < 0 ? rv : MCPCFG_ERR_IO;
+}
+
+/* The root cannot be skipped: failing to read it is MCPCFG_ERR_IO. */
+static int walk_dir(walk *w, const char *dir, const struct stat *st,
+                    int root) {
+  for (size_t i = 0; i < w->depth; i++)
+    if (w->up[i].dev == st->st_dev && w->up[i].ino == st->st_ino)
+      return problem(w, dir, "directory loop; skipped");
+  if (w->depth == MAX_DIR_DEPTH)
+    return skip(w, dir, "directories nested too deep");
+  DIR *d = opendir(dir);
+  if (!d) {
+    return root ? root_problem(w, "cannot open: ", strerror(errno))
+                : skip(w, dir, strerror(errno));
+  }
+  w->up[w->depth].dev = st->st_dev;
+  w->up[w->depth].ino = st->st_ino;
+  w->depth++;
+  int rv = 0;
+  for (;;) {
+    errno = 0;
+    struct dirent *e = readdir(d);
+    if (!e) {
+      if (errno)
+        rv = root ? root_problem(w, "cannot read: ", strerror(errno))
+                  : skip(w, dir, strerror(errno));
+      break;
+    }
+    if (e->d_name[0] == '.') /* hidden, ".", "..", ConfigMap "..data" */
+      continue;
+    char *p = join(dir, e->d_name);
+    struct stat s;
+    if (!p) {
+      rv = MCPCFG_ERR_NOMEM;
+    } else if (stat(p, &s) != 0) { /* follows links */
+      if (errno != ENOENT)         /* ENOENT: dangling link, or gone */
+        rv = skip(w, p, strerror(errno));
+      free(p);
+    } else if (S_ISDIR(s.st_mode)) {
+      rv = walk_dir(w, p, &s, 0);
+      free(p);
+    } else if (S_ISREG(s.st_mode) && is_yaml_name(e->d_name)) {
+      rv = strvec_push(&w->paths, p);
+    } else {
+      free(p);
+    }
+    if (rv < 0)
+      break;
+  }
+  w->depth--;
+  closedir(d);
+  return rv;
+}
+
+/* ------------------------------------------------------------------ */
+/* Reading one file                                                    */
+/* ------------------------------------------------------------------ */
+
+/* Returns 0 and the bytes (or the fingerprint of a read failure), 1 when
+ * the file is no regular file any more, or NOMEM. */
+static int read_file(int fd, size_t max, unsigned char **pbuf, size_t *plen,
+                     int *kind, uint64_t *fp) {
+  struct stat st;
+  unsigned char *buf = NULL;
+  size_t len = 0, cap;
+  if (fstat(fd, &st) != 0) {
+    *kind = FP_READ_ERROR;
+    *fp = (uint64_t)errno;
+    return 0;
+  }
+  if (!S_ISREG(st.st_mode))
+    return 1;
+  if ((uint64_t)st.st_size > max) {
+    *kind = FP_TOO_BIG;
+    *fp = (uint64_t)st.st_size;
+    return 0;
+  }
+  cap = (size_t)st.st_size + 1; /* + 1: see EOF without a second buffer */
+  for (;;) {
+    if (len == cap || !buf) {
+      cap = buf ? 2 * cap : cap;
+      unsigned char *b = realloc(buf, cap);
+      if (!b) {
+        free(buf);
+        return MCPCFG_ERR_NOMEM;
+      }
+      buf = b;
+    }
+    ssize_t r = read(fd, buf + len, cap - len);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0) {
+      free(buf);
+      *kind = FP_READ_ERROR;
+      *fp = (uint64_t)errno;
+      return 0;
+    }
+    if (r == 0)
+      break;
+    len += (size_t)r;
+    if (len > max) { /* grew while we read it */
+      free(buf);
+      *kind = FP_TOO_BIG;
+      *fp = (uint64_t)len;
+      return 0;
+    }
+  }
+  unsigned char n[8];
+  for (int i = 0; i < 8; i++)
+    n[i] = (unsigned char)((uint64_t)len >> (8 * i));
+  *kind = FP_CONTENT;
+  *fp = mcpcfg_fnv(mcpcfg_fnv(MCPCFG_FNV_BASIS, n, 8), buf, len);
+  *pbuf = buf;
+  *plen = len;
+  return 0;
+}
+
+/* Adds to |f| references to the documents of |old| for which |f| has no
+ * document of the same collection and name (all of them when |all|). */
+static int keep_old(cfile *f, const cfile *old, int all) {
+  if (!old || !old->ndocs)
+    return 0;
+  mcpcfg_doc **d = realloc(f->docs, (f->ndocs + old->ndocs) * sizeof *d);
+  if (!d)
+    return MCPCFG_ERR_NOMEM;
+  f->docs = d;
+  size_t n = f->ndocs;
+  for (size_t i = 0; i < old->ndocs; i++) {
+    mcpcfg_doc *o = old->docs[i];
+    size_t j = 0;
+    while (!all && j < n &&
+           (strcmp(d[j]->collection, o->collection) != 0 ||
+            strcmp(d[j]->res.name, o->res.name) != 0))
+      j++;
+    if (all || j == n) {
+      o->refs++;
+      d[f->ndocs++] = o;
+    }
+  }
+  return 0;
+}
+
+/*
+ * Sets |*out| to the state of |path| now: |old| itself (one more reference)
+ * when the file did not change, a new file otherwise, NULL when the file is
+ * gone. Reports problems.
+ */
+static int load_file(const mcpcfg_loader *l, const char *path, cfile *old,
+                     cfile **out) {
+  unsigned char *buf = NULL;
+  size_t len = 0;
+  int kind, rv = 0;
+  uint64_t fp;
+  *out = NULL;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* no FIFO wait */
+  if (fd < 0) {
+    if (errno == ENOENT)
+      return 0;
+    kind = FP_READ_ERROR;
+    fp = (uint64_t)errno;
+  } else {
+    rv = read_file(fd, l->o.max_file_size, &buf, &len, &kind, &fp);
+    close(fd);
+    if (rv != 0)
+      return rv < 0 ? rv : 0;
+  }
+  if (old && old->fpkind == kind && old->fp == fp) {
+    free(buf);
+    old->refs++;
+    *out = old;
+    return 0;
+  }
+  cfile *f = calloc(1, sizeof *f);
+  if (!f || !(f->path = mcpcfg_strdup(path))) {
+    free(f);
+    free(buf);
+    return MCPCFG_ERR_NOMEM;
+  }
+  f->refs = 1;
+  f->fpkind = kind;
+  f->fp = fp;
+  if (kind == FP_CONTENT) {
+    size_t nbad = 0;
+    rv = mcpcfg_parse(&l->o, path, buf, len, &f->docs, &f->ndocs, &nbad);
+    /* A file that is not YAML keeps all it had; one with bad documents
+     * keeps what its good ones do not replace. */
+    if (rv == 1 || (rv == 0 && nbad))
+      rv = keep_old(f, old, rv == 1);
+  } else {
+    if (kind == FP_TOO_BIG)
+      mcpcfg_report(&l->o, path, 0, "larger than %zu bytes; file not loaded",
+                    l->o.max_file_size);
+    else
+      mcpcfg_report(&l->o, path, 0, "cannot read: %s; file not loaded",
+                    strerror((int)fp));
+    rv = keep_old(f, old, 1);
+  }
+  free(buf);
+  if (rv < 0) {
+    file_unref(f);
+    return rv;
+  }
+  *out = f;
+  return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Merging files into collections                                      */
+/* ------------------------------------------------------------------ */
+
+typedef struct entry {
+  mcpcfg_doc *d;
+  size_t file, idx; /* files are sorted by path: this is the precedence */
+} entry;
+
+static int cmp_entry(const void *pa, const void *pb) {
+  const entry *a = pa, *b = pb;
+  int c = strcmp(a->d->collection, b->d->collection);
+  if (!c)
+    c = strcmp(a->d->res.name, b->d->res.name);
+  if (!c)
+    c = a->file != b->file ? (a->file < b->file ? -1 : 1)
+                           : (a->idx < b->idx ? -1 : a->idx > b->idx);
+  return c;
+}
+
+/* Builds the collections of |files| (plus every collection already known)
+ * into |*pcolls|. Reports each duplicate once. */
+static int merge(const mcpcfg_loader *l, cfile **files, size_t nfiles,
+                 coll **pcolls, size_t *pn) {
+  size_t total = 0, w = 0, n = 0;
+  for (size_t i = 0; i < nfiles; i++)
+    total += files[i]->ndocs;
+  entry *e = malloc((total ? total : 1) * sizeof *e);
+  coll *c = calloc(l->ncolls + total + 1, sizeof *c);
+  if (!e || !c) {
+    free(e);
+    free(c);
+    return MCPCFG_ERR_NOMEM;
+  }
+  for (size_t i = 0, k = 0; i < nfiles; i++)
+    for (size_t j = 0; j < files[i]->ndocs; j++, k++) {
+      e[k].d = files[i]->docs[j];
+      e[k].file = i;
+      e[k].idx = j;
+    }
+  qsort(e, total, sizeof *e, cmp_entry);
+  /* Keep the first of each (collection, name); report the others. */
+  for (size_t i = 0; i < total; i++) {
+    mcpcfg_doc *d = e[i].d, *win = w ? e[w - 1].d : NULL;
+    if (win && !strcmp(win->collection, d->collection) &&
+        !strcmp(win->res.name, d->res.name)) {
+      if (!d->dup_reported)
+        mcpcfg_report(&l->o, files[e[i].file]->path, d->line,
+                      "duplicate resource %s %s, first defined in %s:%lu; "
+                      "document ignored",
+                      d->collection, d->res.name, files[e[w - 1].file]->path,
+                      win->line);
+      d->dup_reported = 1;
+      continue;
+    }
+    d->dup_reported = 0; /* if it loses again later, say so again */
+    e[w++] = e[i];
+  }
+  /* Merge the known names with those of the winners, both sorted. */
+  for (size_t i = 0, j = 0; i < l->ncolls || j < w; n++) {
+    int cmp = i == l->ncolls ? 1
+              : j == w       ? -1
+                             : strcmp(l->colls[i].name, e[j].d->collection);
+    if (cmp <= 0) {
+      c[n].name = l->colls[i++].name;
+    } else {
+      c[n].fresh = 1;
+      if (!(c[n].name = mcpcfg_strdup(e[j].d->collection)))
+        goto nomem;
+    }
+    size_t k = j;
+    while (k < w && !strcmp(e[k].d->collection, c[n].name))
+      k++;
+    if (k > j && !(c[n].res = malloc((k - j) * sizeof *c[n].res)))
+      goto nomem;
+    for (; j < k; j++)
+      c[n].res[c[n].n++] = e[j].d->res;
+  }
+  free(e);
+  *pcolls = c;
+  *pn = n;
+  return 0;
+nomem:
+  free(e);
+  colls_free(c, n + 1, 1);
+  return MCPCFG_ERR_NOMEM;
+}
+
+/* ------------------------------------------------------------------ */
+/* Scan                                                                */
+/* ------------------------------------------------------------------ */
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int cmp_file(const void *a, const void *b) {
+  return strcmp((*(cfile *const *)a)->path, (*(cfile *const *)b)->path);
+}
+
+static cfile *find_file(const mcpcfg_loader *l, const char *path) {
+  size_t lo = 0, hi = l->nfiles;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int c = strcmp(l->files[mid]->path, path);
+    if (c == 0)
+      return l->files[mid];
+    if (c < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return NULL;
+}
+
+static int under(const char *path, const strvec *dirs) {
+  for (size_t i = 0; i < dirs->n; i++) {
+    size_t n = strlen(dirs->v[i]);
+    if (!strncmp(path, dirs->v[i], n) && (path[n] == '/' || !path[n]))
+      return 1;
+  }
+  return 0;
+}
+
+int mcpcfg_loader_scan(mcpcfg_loader *l) {
+  walk w;
+  struct stat st;
+  cfile **files = NULL;
+  coll *colls = NULL;
+  size_t nfiles = 0, ncolls = 0;
+  int rv, changed = 0;
+  memset(&w, 0, sizeof w);
+  w.l = l;
+  if (stat(l->root, &st) != 0)
+    rv = root_problem(&w, "cannot read: ", strerror(errno));
+  else if (!S_ISDIR(st.st_mode))
+    rv = root_problem(&w, "not a directory", "");
+  else
+    rv = walk_dir(&w, l->root, &st, 1);
+  if (rv != MCPCFG_ERR_NOMEM) { /* the walk is complete: remember it */
+    strvec t = l->problems;
+    l->problems = w.problems;
+    w.problems = t;
+  }
+  if (rv < 0)
+    goto out;
+  if (w.paths.n > 1) /* v is NULL when empty: not for qsort/bsearch */
+    qsort(w.paths.v, w.paths.n, sizeof *w.paths.v, cmp_str);
+  files = malloc((w.paths.n + l->nfiles + 1) * sizeof *files);
+  if (!files) {
+    rv = MCPCFG_ERR_NOMEM;
+    goto out;
+  }
+  for (size_t i = 0; i < w.paths.n; i++) {
+    cfile *old = find_file(l, w.paths.v[i]), *f;
+    if ((rv = load_file(l, w.paths.v[i], old, &f)) < 0)
+      goto out;
+    if (f)
+      files[nfiles++] = f;
+    changed |= f != old;
+  }
+  for (size_t i = 0; i < l->nfiles; i++) {
+    cfile *f = l->files[i];
+    if (w.paths.n &&
+        bsearch(&f->path, w.paths.v, w.paths.n, sizeof *w.paths.v, cmp_str))
+      continue;
+    if (under(f->path, &w.skipped)) { /* not read this time: keep it */
+      f->refs++;
+      files[nfiles++] = f;
+    } else { /* deleted */
+      changed = 1;
+    }
+  }
+  if (!changed) {
+    rv = 0;
+    goto out;
+  }
+  qsort(files, nfiles, sizeof *files, cmp_file);
+  if ((rv = merge(l, files, nfiles, &colls, &ncolls)) < 0)
+    goto out;
+  /* Commit: from here on nothing fails. */
+  for (size_t i = 0; i < l->nfiles; i++)
+    file_unref(l->files[i]);
+  free(l->files);
+  l->files = files;
+  l->nfiles = nfiles;
+  files = NULL;
+  nfiles = 0;
+  colls_free(l->colls, l->ncolls, 1); /* names moved to |colls| */
+  l->colls = colls;
+  l->ncolls = ncolls;
+  for (size_t i = 0; i < ncolls; i++)
+    colls[i].fresh = 0;
+  rv = 1;
+out:
+  for (size_t i = 0; i < nfiles; i++)
+    file_unref(files[i]);
+  free(files);
+  strvec_free(&w.paths);
+  strvec_free(&w.skipped);
+  strvec_free(&w.problems);
+  return rv;
+}

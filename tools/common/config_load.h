@@ -1,0 +1,204 @@
+/*
+ * mcpcfg: loads a directory of Kubernetes-style YAML files as MCP resources,
+ * for the mcp-source program. Internal to tools/ (not installed).
+ *
+ * Directory: every regular file named *.yaml or *.yml below the root,
+ * recursively (symbolic links followed, loops skipped); names starting with
+ * '.' are ignored (so Kubernetes ConfigMap mounts, whose real files live in
+ * "..data", load through their top-level links). Multi-document files are
+ * allowed; empty documents are skipped silently.
+ *
+ * Document -> resource:
+ *   collection  annotation mcp.istio.io/collection, else from apiVersion
+ *               and kind: GROUP.istio.io/V Kind -> istio/GROUP/V/plural,
+ *               other groups -> k8s/GROUP/V/plural, no group -> k8s/core/V/..
+ *   name        "<metadata.namespace>/<metadata.name>" or "<metadata.name>"
+ *   version     metadata.resourceVersion, else 16 hex digits of a 64-bit
+ *               FNV-1a hash over everything the resource carries
+ *               (collection, name, labels, annotations, create time, body);
+ *               mappings are encoded with sorted keys, so reordering keys or
+ *               editing comments does not change it.
+ *   labels, annotations  copied; non-string scalars as their text, null as "".
+ *   create time metadata.creationTimestamp (RFC 3339); null means none.
+ *   body        google.protobuf.Any of type_url MCPCFG_STRUCT_TYPE_URL whose
+ *               value is `spec` encoded as google.protobuf.Struct; without
+ *               `spec`, `data` is used (ConfigMaps, Secrets); without either,
+ *               an empty Struct.
+ * Scalars follow the YAML 1.2 core schema: plain true/false (any of the
+ * three casings) are bools, plain null/~/empty are null, plain ints (also
+ * 0x.., 0o..) and floats (also .inf, .nan) are numbers, everything else
+ * (yes/no/on/off included) and every quoted or block scalar is a string.
+ * Tags !!str, !!int, !!float, !!bool, !!null, !!map, !!seq and "!" are
+ * honoured; other tags are reported. Anchors and aliases are supported; an
+ * alias to a node that is not finished yet (recursion) is reported, and the
+ * expansion of a document is bounded (max_nodes nodes, max_file_size bytes
+ * of scalars), so "billion laughs" is reported, not expanded. Merge keys
+ * ("<<") are ordinary keys. Duplicate keys in a mapping are reported.
+ *
+ * Problems are reported through a callback and never stop the other files:
+ *   - a file that cannot be read, is larger than max_file_size, is not
+ *     valid YAML or nests mappings and sequences deeper than max_depth
+ *     (libyaml's time grows with the square of the nesting, so reading stops
+ *     there) keeps all the documents it had before (none if new);
+ *   - a document that is not a mapping, lacks apiVersion, kind or
+ *     metadata.name, or has a bad value (timestamp, label, spec, tag, NUL
+ *     character, alias too deep or too large, duplicate key) is skipped; its
+ *     file's other documents load, and a resource the file had before that
+ *     no valid document provides any more is kept (a broken edit never
+ *     deletes anything); once the file is fully valid it provides exactly
+ *     its documents;
+ *   - two documents with the same collection and name: the one in the
+ *     lexically first path (byte order of the full path), and in one file
+ *     the first document, wins; the other is reported, once.
+ * A file that is deleted drops its resources.
+ *
+ * Change detection: every scan reads every file (configuration directories
+ * are small) and re-parses a file only when its bytes changed (size and
+ * 64-bit FNV-1a hash). Timestamps are not trusted: their granularity lets a
+ * quick same-size rewrite go unseen. A file whose bytes did not change is
+ * not reported again.
+ *
+ * Conventions: functions returning int return >= 0 on success and a negative
+ * error on failure: MCPCFG_ERR_NOMEM, MCPCFG_ERR_INVALID_ARGUMENT,
+ * MCPCFG_ERR_IO, or (mcpcfg_loader_apply) any error of the core. Memory
+ * comes from malloc; every allocation is checked. Strings are NUL-terminated
+ * UTF-8. Not thread-safe. Numbers are parsed with strtod: keep LC_NUMERIC
+ * "C".
+ */
+#ifndef MCPCFG_CONFIG_LOAD_H
+#define MCPCFG_CONFIG_LOAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mcp/mcp.h>
+
+#define MCPCFG_ERR_NOMEM MCP_ERR_NOMEM
+#define MCPCFG_ERR_INVALID_ARGUMENT MCP_ERR_INVALID_ARGUMENT
+/* The root directory could not be read (also reported). */
+#define MCPCFG_ERR_IO (-100)
+
+#define MCPCFG_STRUCT_TYPE_URL "type.googleapis.com/google.protobuf.Struct"
+#define MCPCFG_COLLECTION_ANNOTATION "mcp.istio.io/collection"
+
+/* A static description of |err|: MCPCFG_ERR_IO here, the core's otherwise. */
+const char *mcpcfg_strerror(int err);
+
+/*
+ * Receives one problem: |path| of the file or directory, |line| (1-based,
+ * 0 when unknown) and a one-line |message|. Pointers are valid during the
+ * call only. Called synchronously from mcpcfg_loader_scan(); must not call
+ * into the loader.
+ */
+typedef void (*mcpcfg_report_fn)(const char *path, unsigned long line,
+                                 const char *message, void *user_data);
+
+typedef struct mcpcfg_options {
+  mcpcfg_report_fn report; /* NULL: problems are not reported */
+  void *user_data;
+  size_t max_file_size; /* bytes; default 16 MiB */
+  unsigned max_depth;   /* nesting of mappings and sequences; default 64 */
+  size_t max_nodes;     /* per document, aliases expanded; default 1 Mi */
+} mcpcfg_options;
+
+/* Fills |opts| with the defaults. */
+void mcpcfg_options_default(mcpcfg_options *opts);
+
+/*
+ * The plural of |kind| used in collection names: lower-cased; consonant +
+ * "y" -> "ies"; ending in s, x, z, ch or sh -> + "es"; else + "s".
+ * Returns a string the caller frees with free(), or NULL when out of memory.
+ */
+char *mcpcfg_plural(const char *kind);
+
+/*
+ * Sets |*pcollection| to the collection of |api_version| and |kind| (rules
+ * above); the caller frees it with free(). On failure |*pcollection| is
+ * untouched. Errors: NOMEM; INVALID_ARGUMENT when an argument is empty, the
+ * apiVersion has more than one '/', or a part has a character outside
+ * [A-Za-z0-9._-].
+ */
+int mcpcfg_collection_for(const char *api_version, const char *kind,
+                          char **pcollection);
+
+/*
+ * Parses an RFC 3339 date-time ("2024-01-02T03:04:05Z", fractional seconds
+ * (beyond nanoseconds truncated), "+01:00" offsets, 't'/'z'/' ' accepted;
+ * years 0001-9999; no leap second) into UTC seconds since the epoch and
+ * nanoseconds. On failure the outputs are untouched. Errors:
+ * INVALID_ARGUMENT.
+ */
+int mcpcfg_parse_time(const char *s, int64_t *seconds, int32_t *nanos);
+
+typedef struct mcpcfg_loader mcpcfg_loader;
+
+/*
+ * Creates a loader for the directory |dir| (copied; not read yet). |opts|
+ * is copied; NULL means the defaults, and a zero limit means its default.
+ * On failure |*ploader| is untouched. Errors: NOMEM, INVALID_ARGUMENT
+ * (empty |dir|).
+ */
+int mcpcfg_loader_new(mcpcfg_loader **ploader, const char *dir,
+                      const mcpcfg_options *opts);
+
+/* Frees the loader and everything it returned. NULL is a no-op. */
+void mcpcfg_loader_del(mcpcfg_loader *loader);
+
+/*
+ * Declares |collection|, so that it is listed (and applied) even when no
+ * document provides a resource for it. Declaring it again is a no-op.
+ * On failure nothing changed. Errors: NOMEM, INVALID_ARGUMENT (empty).
+ */
+int mcpcfg_loader_declare(mcpcfg_loader *loader, const char *collection);
+
+/*
+ * Reads the directory and brings the current set of resources up to date,
+ * reporting problems as it goes. A problem is reported once: a file's until
+ * its bytes change, a directory's (loop, unreadable, the root missing) until
+ * a scan no longer finds it. Returns 1 when the set may have changed (a file
+ * was added, changed or removed), 0 when no file changed.
+ * Errors: NOMEM; IO (the root directory cannot be opened or read, or is not
+ * a directory; a subdirectory that cannot be read is only reported and its
+ * files keep what they had). On failure the current set is unchanged
+ * (problems may have been reported).
+ */
+int mcpcfg_loader_scan(mcpcfg_loader *loader);
+
+/*
+ * The collections known, sorted by name: declared ones, and every collection
+ * a document has ever provided (a collection whose documents all went away
+ * stays listed, empty, so that applying empties it in the store). Names are
+ * valid until mcpcfg_loader_del(); an |i| out of range gives NULL.
+ */
+size_t mcpcfg_loader_collection_count(const mcpcfg_loader *loader);
+const char *mcpcfg_loader_collection_name(const mcpcfg_loader *loader,
+                                          size_t i);
+
+/*
+ * Sets |*res| to the current resources of the i-th collection, sorted by
+ * name, and returns their number (|*res| is NULL when 0). Everything
+ * |*res| points to belongs to the loader and is valid until the next
+ * mcpcfg_loader_scan() or mcpcfg_loader_declare().
+ */
+size_t mcpcfg_loader_resources(const mcpcfg_loader *loader, size_t i,
+                               const mcp_resource **res);
+
+/* The current resource |name| of |collection|, or NULL. Same lifetime as
+ * mcpcfg_loader_resources(). */
+const mcp_resource *mcpcfg_loader_find(const mcpcfg_loader *loader,
+                                       const char *collection,
+                                       const char *name);
+
+/*
+ * Makes |store| serve the current set: for every known collection,
+ * mcp_store_add_collection() then mcp_store_replace() with its resources
+ * (none for a collection whose documents went away). Unchanged content
+ * leaves the store unchanged. Returns the number of collections that
+ * changed. Errors: those of the core (NOMEM, INVALID_ARGUMENT); on failure
+ * the collections before the failing one were applied, and applying again
+ * converges.
+ */
+int mcpcfg_loader_apply(const mcpcfg_loader *loader, mcp_store *store,
+                        mcp_tstamp ts);
+
+#endif /* MCPCFG_CONFIG_LOAD_H */

@@ -1,0 +1,27 @@
+/* The part of mcpcfg that calls the core: kept apart so that the loader
+ * itself depends on the core's header only. */
+#include "config_internal.h"
+
+const char *mcpcfg_strerror(int err) {
+  if (err == MCPCFG_ERR_IO)
+    return "cannot read the configuration directory";
+  return mcp_strerror(err);
+}
+
+int mcpcfg_loader_apply(const mcpcfg_loader *l, mcp_store *store,
+                        mcp_tstamp ts) {
+  int changed = 0;
+  for (size_t i = 0; i < mcpcfg_loader_collection_count(l); i++) {
+    const char *name = mcpcfg_loader_collection_name(l, i);
+    const mcp_resource *res;
+    size_t n = mcpcfg_loader_resources(l, i, &res);
+    /* Declared first, so that an empty collection is still served. */
+    int rv = mcp_store_add_collection(store, name);
+    if (rv >= 0)
+      rv = mcp_store_replace(store, name, res, n, ts);
+    if (rv < 0)
+      return rv;
+    changed += rv > 0;
+  }
+  return changed;
+}
