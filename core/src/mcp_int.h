@@ -166,6 +166,9 @@ extern const mcp_codec mcp__codecs[3];
 /* |v| or, when 0, |def|: limits of 0 take their defaults. */
 static inline size_t mcp__limit(size_t v, size_t def) { return v ? v : def; }
 
+/* 1 when every key and value of |kv[0..n)| is UTF-8 without NUL. */
+int mcp__kvs_valid(const mcp_kv *kv, size_t n);
+
 /* 1 when |name| passes |rules| and is at most |max| bytes. */
 int mcp__name_ok(const char *name, mcp_name_rules rules, size_t max);
 

@@ -135,3 +135,15 @@ int mcp__name_ok(const char *name, mcp_name_rules rules, size_t max) {
   }
   return rules == MCP_NAMES_ANY || mcp_name_valid(name, rules == MCP_NAMES_STRICT);
 }
+
+int mcp__kvs_valid(const mcp_kv *kv, size_t n) {
+  if (n && !kv) {
+    return 0;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (!mcp__str_valid(kv[i].key) || !mcp__str_valid(kv[i].value)) {
+      return 0;
+    }
+  }
+  return 1;
+}

@@ -172,14 +172,8 @@ int mcp_sink_state_new(mcp_sink_state **pstate, const mcp_sink_options *o) {
       o->service > MCP_SERVICE_AGGREGATED_INCREMENTAL ||
       o->name_rules > MCP_NAMES_ANY ||
       (o->node_id && !mcp__str_valid(o->node_id)) ||
-      (o->nnode_annotations && !o->node_annotations)) {
+      !mcp__kvs_valid(o->node_annotations, o->nnode_annotations)) {
     return MCP_ERR_INVALID_ARGUMENT;
-  }
-  for (size_t i = 0; i < o->nnode_annotations; ++i) {
-    if (!mcp__str_valid(o->node_annotations[i].key) ||
-        !mcp__str_valid(o->node_annotations[i].value)) {
-      return MCP_ERR_INVALID_ARGUMENT;
-    }
   }
   for (size_t i = 0; i < o->ncollections; ++i) {
     const char *c = o->collections[i];

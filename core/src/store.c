@@ -145,24 +145,12 @@ static mcp_rcbuf *encode_resource(const mcp_mem *m, const mcp_resource *r,
   return b;
 }
 
-static int kvs_valid(const mcp_kv *kv, size_t n) {
-  if (n && !kv) {
-    return 0;
-  }
-  for (size_t i = 0; i < n; ++i) {
-    if (!mcp__str_valid(kv[i].key) || !mcp__str_valid(kv[i].value)) {
-      return 0;
-    }
-  }
-  return 1;
-}
-
 static int resource_valid(const mcp_store *s, const mcp_resource *r) {
   return r && mcp__name_ok(r->name, s->name_rules, s->max_name_len) &&
          (!r->version || r->version[0] == '\0' ||
           (strlen(r->version) <= s->max_version_len && mcp__str_valid(r->version))) &&
-         kvs_valid(r->labels, r->nlabels) &&
-         kvs_valid(r->annotations, r->nannotations) &&
+         mcp__kvs_valid(r->labels, r->nlabels) &&
+         mcp__kvs_valid(r->annotations, r->nannotations) &&
          (!r->type_url || r->type_url[0] == '\0' || mcp__str_valid(r->type_url)) &&
          (r->body || !r->body_len) &&
          (!r->has_create_time ||
