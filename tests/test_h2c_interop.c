@@ -1,0 +1,245 @@
+/*
+ * h2c transport against gRPC's C core (the gRPC transport): each of our
+ * four roles with the gRPC transport's opposite role. Our objects run on
+ * the test's libuv loop; the gRPC objects on their own threads, read
+ * through their synchronous calls.
+ */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "h2c_harness.h"
+#include "helper.h"
+#include "mcp/grpc.h"
+#include "mcp/h2c.h"
+
+static const char *const colls[] = {"c1", "c2"};
+
+typedef struct ienv {
+  uv_loop_t loop;
+  mcp_store *store;
+  mcp_sink_state *state;
+  uint64_t seed;
+  char addr[64];
+} ienv;
+
+static void setup(ienv *e, int incremental) {
+  memset(e, 0, sizeof(*e));
+  e->seed = 3;
+  ck_assert_int_eq(uv_loop_init(&e->loop), 0);
+  e->store = th_store(NULL);
+  th_put(e->store, "c1", "a", "1", "A", mcp_h2c_now());
+  th_put(e->store, "c1", "b", "1", "B", mcp_h2c_now());
+  ck_assert_int_eq(mcp_store_add_collection(e->store, "c2"), 0);
+  mcp_sink_options so;
+  mcp_sink_options_default(&so);
+  so.node_id = "interop";
+  so.collections = colls;
+  so.ncollections = 2;
+  so.incremental = incremental;
+  ck_assert_int_eq(mcp_sink_state_new(&e->state, &so), 0);
+}
+
+static void teardown(ienv *e) {
+  h2t_loop_finish(&e->loop);
+  mcp_sink_state_del(e->state);
+  mcp_store_del(e->store);
+}
+
+static mcp_h2c_options h2c_opts(ienv *e, mcp_h2c_mode mode, const char *addr) {
+  mcp_h2c_options o;
+  mcp_h2c_options_default(&o);
+  o.mode = mode;
+  o.address = addr;
+  o.backoff.initial = 50 * MCP_MILLISECONDS;
+  o.rand = th_rand;
+  o.rand_user_data = &e->seed;
+  o.shutdown_grace = MCP_SECONDS;
+  return o;
+}
+
+static mcp_grpc_options grpc_opts(ienv *e, mcp_grpc_mode mode,
+                                  const char *addr) {
+  mcp_grpc_options o;
+  mcp_grpc_options_default(&o);
+  o.mode = mode;
+  o.address = addr;
+  o.backoff.initial = 50 * MCP_MILLISECONDS;
+  o.rand = th_rand;
+  o.rand_user_data = &e->seed;
+  o.shutdown_grace = MCP_SECONDS;
+  return o;
+}
+
+static mcp_source_options source_opts(ienv *e) {
+  mcp_source_options so;
+  mcp_source_options_default(&so);
+  so.store = e->store;
+  return so;
+}
+
+/* What a sink state holds, read on whichever thread owns it. */
+typedef struct held {
+  size_t c1;
+  int synced;
+  int has_c;
+} held;
+
+static void read_held(mcp_sink_state *st, mcp_tstamp ts, void *ud) {
+  (void)ts;
+  held *h = ud;
+  h->c1 = mcp_sink_state_count(st, "c1");
+  h->synced = mcp_sink_state_synced(st);
+  h->has_c = mcp_sink_state_version(st, "c1", "c") != NULL;
+}
+
+typedef struct gsink_want {
+  mcp_grpc_sink *sink;
+  int want_c;
+} gsink_want;
+
+static int grpc_sink_has(void *ud) {
+  gsink_want *w = ud;
+  held h = {0};
+  ck_assert_int_eq(mcp_grpc_sink_call(w->sink, read_held, &h), 0);
+  return h.synced && h.c1 == (size_t)(2 + w->want_c) && h.has_c == w->want_c;
+}
+
+typedef struct hsink_want {
+  ienv *e;
+  int want_c;
+} hsink_want;
+
+static int h2c_sink_has(void *ud) {
+  hsink_want *w = ud;
+  held h = {0};
+  read_held(w->e->state, 0, &h);
+  return h.synced && h.c1 == (size_t)(2 + w->want_c) && h.has_c == w->want_c;
+}
+
+static void add_c(mcp_store *st, mcp_tstamp ts, void *ud) {
+  (void)ud;
+  th_put(st, "c1", "c", "1", "C", ts);
+}
+
+/* Our ResourceSource server, gRPC's sink client. */
+START_TEST(grpc_sink_dials_h2c_source) {
+  ienv e;
+  setup(&e, 1);
+  mcp_h2c_options o = h2c_opts(&e, MCP_H2C_LISTEN, "127.0.0.1:0");
+  mcp_source_options so = source_opts(&e);
+  mcp_h2c_source *src;
+  ck_assert_int_eq(mcp_h2c_source_new(&src, &e.loop, &o, &so), 0);
+  snprintf(e.addr, sizeof(e.addr), "127.0.0.1:%d", mcp_h2c_source_port(src));
+  mcp_grpc_options go = grpc_opts(&e, MCP_GRPC_DIAL, e.addr);
+  mcp_grpc_sink *sink;
+  ck_assert_int_eq(mcp_grpc_sink_new(&sink, &go, e.state), 0);
+  gsink_want w = {sink, 0};
+  ck_assert(h2t_run_until(&e.loop, grpc_sink_has, &w, 10000));
+  add_c(e.store, mcp_h2c_now(), NULL);
+  mcp_h2c_source_notify(src);
+  w.want_c = 1;
+  ck_assert(h2t_run_until(&e.loop, grpc_sink_has, &w, 10000));
+  mcp_grpc_sink_del(sink); /* blocks while our loop is idle: gRPC's
+                              cancellation needs nothing from us */
+  mcp_h2c_source_del(src);
+  teardown(&e);
+}
+END_TEST
+
+/* gRPC's ResourceSource server, our sink client. */
+START_TEST(h2c_sink_dials_grpc_source) {
+  ienv e;
+  setup(&e, 1);
+  mcp_grpc_options go = grpc_opts(&e, MCP_GRPC_LISTEN, "127.0.0.1:0");
+  mcp_source_options so = source_opts(&e);
+  mcp_grpc_source *src;
+  ck_assert_int_eq(mcp_grpc_source_new(&src, &go, &so), 0);
+  snprintf(e.addr, sizeof(e.addr), "127.0.0.1:%d", mcp_grpc_source_port(src));
+  mcp_h2c_options o = h2c_opts(&e, MCP_H2C_DIAL, e.addr);
+  mcp_h2c_sink *sink;
+  ck_assert_int_eq(mcp_h2c_sink_new(&sink, &e.loop, &o, e.state), 0);
+  hsink_want w = {&e, 0};
+  ck_assert(h2t_run_until(&e.loop, h2c_sink_has, &w, 10000));
+  ck_assert_int_eq(mcp_grpc_source_update(src, add_c, NULL), 0);
+  w.want_c = 1;
+  ck_assert(h2t_run_until(&e.loop, h2c_sink_has, &w, 10000));
+  /* gRPC's server ends our stream on shutdown: UNAVAILABLE, and we
+   * reconnect (to nothing) until deleted. */
+  mcp_grpc_source_del(src);
+  h2t_run_for(&e.loop, 100);
+  mcp_h2c_sink_del(sink);
+  teardown(&e);
+}
+END_TEST
+
+/* Our ResourceSink server, gRPC's source client (it sends the trigger). */
+START_TEST(grpc_source_dials_h2c_sink) {
+  ienv e;
+  setup(&e, 0);
+  mcp_h2c_options o = h2c_opts(&e, MCP_H2C_LISTEN, "127.0.0.1:0");
+  mcp_h2c_sink *sink;
+  ck_assert_int_eq(mcp_h2c_sink_new(&sink, &e.loop, &o, e.state), 0);
+  snprintf(e.addr, sizeof(e.addr), "127.0.0.1:%d", mcp_h2c_sink_port(sink));
+  mcp_grpc_options go = grpc_opts(&e, MCP_GRPC_DIAL, e.addr);
+  mcp_source_options so = source_opts(&e);
+  mcp_grpc_source *src;
+  ck_assert_int_eq(mcp_grpc_source_new(&src, &go, &so), 0);
+  hsink_want w = {&e, 0};
+  ck_assert(h2t_run_until(&e.loop, h2c_sink_has, &w, 10000));
+  ck_assert_int_eq(mcp_grpc_source_update(src, add_c, NULL), 0);
+  w.want_c = 1;
+  ck_assert(h2t_run_until(&e.loop, h2c_sink_has, &w, 10000));
+  mcp_grpc_source_del(src);
+  mcp_h2c_sink_del(sink);
+  teardown(&e);
+}
+END_TEST
+
+/* gRPC's ResourceSink server, our source client. */
+START_TEST(h2c_source_dials_grpc_sink) {
+  ienv e;
+  setup(&e, 0);
+  mcp_grpc_options go = grpc_opts(&e, MCP_GRPC_LISTEN, "127.0.0.1:0");
+  mcp_grpc_sink *sink;
+  ck_assert_int_eq(mcp_grpc_sink_new(&sink, &go, e.state), 0);
+  snprintf(e.addr, sizeof(e.addr), "127.0.0.1:%d", mcp_grpc_sink_port(sink));
+  mcp_h2c_options o = h2c_opts(&e, MCP_H2C_DIAL, e.addr);
+  mcp_source_options so = source_opts(&e);
+  mcp_h2c_source *src;
+  ck_assert_int_eq(mcp_h2c_source_new(&src, &e.loop, &o, &so), 0);
+  gsink_want w = {sink, 0};
+  ck_assert(h2t_run_until(&e.loop, grpc_sink_has, &w, 10000));
+  add_c(e.store, mcp_h2c_now(), NULL);
+  mcp_h2c_source_notify(src);
+  w.want_c = 1;
+  ck_assert(h2t_run_until(&e.loop, grpc_sink_has, &w, 10000));
+  mcp_h2c_source_del(src);
+  h2t_run_for(&e.loop, 50);
+  mcp_grpc_sink_del(sink);
+  teardown(&e);
+}
+END_TEST
+
+Suite *suite(void) {
+  Suite *s = suite_create("h2c_interop");
+  TCase *t = tcase_create("all");
+  tcase_set_timeout(t, 60);
+  tcase_add_test(t, grpc_sink_dials_h2c_source);
+  tcase_add_test(t, h2c_sink_dials_grpc_source);
+  tcase_add_test(t, grpc_source_dials_h2c_sink);
+  tcase_add_test(t, h2c_source_dials_grpc_sink);
+  suite_add_tcase(s, t);
+  return s;
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN); /* libuv writes with write(2) */
+  SRunner *sr = srunner_create(suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

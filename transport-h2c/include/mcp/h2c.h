@@ -1,0 +1,395 @@
+/*
+ * libmcp h2c transport: MCP streams over gRPC's wire format on cleartext
+ * HTTP/2 (nghttp2), on an event loop the application owns (libuv). No gRPC
+ * library: any gRPC client or server talks to it.
+ *
+ * Two objects, each in one of two modes, give the four roles (the same as
+ * the gRPC transport, mcp/grpc.h):
+ *
+ *   mcp_h2c_source, MCP_H2C_LISTEN  ResourceSource server (sinks dial us)
+ *   mcp_h2c_source, MCP_H2C_DIAL    ResourceSink client (we dial a sink)
+ *   mcp_h2c_sink,   MCP_H2C_LISTEN  ResourceSink server (sources dial us)
+ *   mcp_h2c_sink,   MCP_H2C_DIAL    ResourceSource client (we dial a source)
+ *
+ * The transport holds no protocol rules: each stream is one core session
+ * (mcp_source_session or mcp_sink_session); the transport moves messages
+ * between HTTP/2 and that session, drives its timers, and ends the stream
+ * with mcp_error_grpc_status(err) / mcp_strerror(err) when the core reports
+ * an error.
+ *
+ * Wire: requests are POST with content-type application/grpc[+proto|...],
+ * te: trailers, and :path one of the methods below; messages are
+ * gRPC's 5-byte length-prefixed frames (flag 0 only: compressed messages
+ * end the stream with UNIMPLEMENTED); responses are :status 200,
+ * content-type application/grpc, DATA, then trailers with grpc-status and
+ * a percent-encoded grpc-message (or trailers only, for errors found
+ * before the stream starts). grpc-timeout is honoured (DEADLINE_EXCEEDED).
+ * A listener accepts both HTTP/2 with prior knowledge and HTTP/1.1
+ * "Upgrade: h2c"; other HTTP/1.1 requests (and HTTP/2 requests that are
+ * not gRPC) get a plain HTTP answer: 200 "ok" on GET /healthz, 404 for
+ * anything else, or what the application's http_handler says. Dialing is
+ * HTTP/2 with prior knowledge. Cleartext only: use it on loopback, in a
+ * sidecar, or where the mesh provides mTLS.
+ *
+ * Threading: every object lives on the uv_loop_t given at creation and is
+ * single-threaded on that loop. "The loop thread" is the thread that runs
+ * uv_run() on it; create the object on that thread (it is recorded then).
+ * Core calls on the object's store, sink state and sessions, and every
+ * callback (the core's apply and on_event, and this library's on_stream,
+ * http_handler and on_closed), happen on the loop thread.
+ *
+ * The application changes a source's store directly on the loop thread
+ * (passing mcp_h2c_now() as the time) and then calls
+ * mcp_h2c_source_notify() so that every stream pushes what it may. From
+ * any other thread, mcp_h2c_source_update() / *_call() and
+ * mcp_h2c_sink_call() run a function on the loop thread (through a
+ * uv_async_t) and notify afterwards; they are the only functions other
+ * threads may call, and only until *_del() is called.
+ *
+ * Callbacks must not call *_del() or *_call(); they may call *_notify(),
+ * *_update(), *_streams() and *_stats().
+ *
+ * Shutdown: *_del() runs the jobs still queued, frees every session at
+ * once (the store and the sink state are no longer touched when it
+ * returns), reports the streams CLOSED (UNAVAILABLE for a listener,
+ * CANCELLED for a dialer), sends their trailers or resets and GOAWAY, and
+ * returns; no callback runs after it but on_closed. The rest (flushing
+ * the last frames, closing sockets and handles) happens on the loop: keep
+ * running it until options.on_closed is called, or simply until uv_run()
+ * returns, before uv_loop_close().
+ *
+ * Signals: like any libuv program, ignore SIGPIPE (libuv writes with
+ * write(2)); a peer that goes away would otherwise kill the process.
+ *
+ * Time: mcp_h2c_now() (uv_hrtime(), nanoseconds) is the mcp_tstamp given to
+ * every core call.
+ *
+ * Memory: a stream holds at most one message taken from the core and not
+ * yet framed, and at most one partial received message (bounded by
+ * max_recv_message_size); a connection holds at most two write buffers
+ * of about write_buffer_size. HTTP/2 windows open only as received bytes
+ * are taken. A peer that stops reading stops the pulling from the core,
+ * whose own state (one push in flight per collection, coalescing) bounds
+ * the rest. mcp_h2c_*_stats() shows these amounts.
+ *
+ * Errors are the core's negative mcp_error codes.
+ */
+#ifndef MCP_H2C_H
+#define MCP_H2C_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include <mcp/mcp.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MCP_H2C_RESOURCE_SOURCE_METHOD                                       \
+  "/istio.mcp.v1alpha1.ResourceSource/EstablishResourceStream"
+#define MCP_H2C_RESOURCE_SINK_METHOD                                         \
+  "/istio.mcp.v1alpha1.ResourceSink/EstablishResourceStream"
+#define MCP_H2C_AGGREGATED_METHOD                                            \
+  "/istio.mcp.v1alpha1.AggregatedMeshConfigService/StreamAggregatedResources"
+#define MCP_H2C_AGGREGATED_INCREMENTAL_METHOD                                \
+  "/istio.mcp.v1alpha1.AggregatedMeshConfigService/"                         \
+  "IncrementalAggregatedResources"
+
+/* The method that carries |service| in the direction where |sink_dials|
+ * (ResourceSource and the aggregated services) or not (ResourceSink);
+ * NULL when there is none. */
+MCP_EXTERN const char *mcp_h2c_method(mcp_service service, int sink_dials);
+
+/* The transport's clock: uv_hrtime(), nanoseconds, monotonic. */
+MCP_EXTERN mcp_tstamp mcp_h2c_now(void);
+
+/* ------------------------------------------------------------------ */
+/* Options                                                             */
+/* ------------------------------------------------------------------ */
+
+typedef enum mcp_h2c_mode {
+  MCP_H2C_LISTEN = 0, /* serve the role's method on |address| */
+  MCP_H2C_DIAL = 1    /* dial |address| and reconnect forever */
+} mcp_h2c_mode;
+
+/*
+ * Reconnection delays of a dialing object (as mcp_grpc_backoff_options).
+ * After a stream ends, the next attempt waits the nominal delay scaled by
+ * a factor drawn uniformly from [1 - jitter, 1 + jitter], capped at |max|;
+ * the nominal delay then grows by |multiplier| up to |max|. It goes back
+ * to |initial| (never to zero) only after a healthy stream: one that
+ * received a message and lasted at least the nominal delay. The first
+ * attempt is immediate.
+ */
+typedef struct mcp_h2c_backoff_options {
+  mcp_tstamp initial; /* default 1 s */
+  double multiplier;  /* default 1.6 */
+  double jitter;      /* default 0.2 */
+  mcp_tstamp max;     /* default 120 s */
+} mcp_h2c_backoff_options;
+
+/* What the transport knows of one stream. Strings are valid during the
+ * callback only. */
+typedef struct mcp_h2c_stream_info {
+  uint64_t id;       /* per object, from 1, in order of creation */
+  const char *peer;  /* "ipv4:127.0.0.1:40000", "ipv6:[::1]:1", "unix:/p";
+                        a dialed stream that is not connected yet: the
+                        address dialed */
+  int dialed;        /* 1 when this side started the stream */
+  /* The stream's core session, NULL once the stream is ending. Usable for
+   * read-only introspection during the callback. */
+  mcp_source_session *source;
+  mcp_sink_session *sink;
+  mcp_tstamp opened; /* mcp_h2c_now() when the stream was created */
+  uint64_t received; /* messages received */
+  uint64_t sent;     /* messages handed to HTTP/2 in full */
+  /* MCP_H2C_STREAM_CLOSED only: the status the stream ended with, as this
+   * side saw it (the one sent, the one received, or the one a reset or
+   * a lost connection means). */
+  int status;
+  const char *details;
+  /* 1 while a message taken from the session is not yet handed to HTTP/2
+   * in full (with mcp_sink_session_want_write(): an answer is on its
+   * way). */
+  int sending;
+} mcp_h2c_stream_info;
+
+typedef enum mcp_h2c_stream_event {
+  /* A stream started: accepted and routed, or (dialing) an attempt
+   * started; a dialed stream that cannot connect then closes with
+   * UNAVAILABLE. */
+  MCP_H2C_STREAM_OPENED,
+  MCP_H2C_STREAM_CLOSED /* it ended; its session is already freed */
+} mcp_h2c_stream_event;
+
+typedef void (*mcp_h2c_stream_cb)(mcp_h2c_stream_event ev,
+                                  const mcp_h2c_stream_info *info,
+                                  void *user_data);
+
+/*
+ * A plain HTTP answer being built (HTTP/1.1, or HTTP/2 requests that are
+ * not gRPC calls). Owned by the transport; valid during the handler only.
+ */
+typedef struct mcp_h2c_http_response mcp_h2c_http_response;
+
+/*
+ * Sets the status (100..599) and content type (NULL: "text/plain";
+ * copied) of the answer. Without it the answer is 200 text/plain.
+ */
+MCP_EXTERN void mcp_h2c_http_respond(mcp_h2c_http_response *resp, int status,
+                                     const char *content_type);
+
+/* Appends to the body (copied). Errors: NOMEM, LIMIT (over 16 MiB). */
+MCP_EXTERN int mcp_h2c_http_append(mcp_h2c_http_response *resp,
+                                   const void *data, size_t len);
+
+/*
+ * Serves plain HTTP requests on a listener (debug endpoints). |method| and
+ * |path| (with its query string) are the request's. Return 1 when the
+ * answer is in |resp|; 0 for the built-in answer (200 "ok\n" on GET or
+ * HEAD /healthz, else 404). The request body is ignored. HEAD answers
+ * carry no body. Runs on the loop thread.
+ */
+typedef int (*mcp_h2c_http_fn)(const char *method, const char *path,
+                               mcp_h2c_http_response *resp, void *user_data);
+
+typedef struct mcp_h2c_options {
+  mcp_h2c_mode mode;
+  /*
+   * LISTEN: "HOST:PORT" to bind ("127.0.0.1:0" binds a free port, see
+   * *_port(); "[::1]:15010"; "0.0.0.0:15010"), or "unix:/path".
+   * DIAL: "HOST:PORT" (names are resolved at every attempt), or
+   * "unix:/path". A "dns:///" or "http://" prefix is ignored. Copied.
+   */
+  const char *address;
+  /* DIAL: the :authority sent (NULL: the address). Copied. */
+  const char *authority;
+  /* Largest message received / sent, in bytes; -1: unlimited (up to the
+   * 4 GiB the framing allows); 0: the default, 64 MiB. A larger message
+   * ends the stream with RESOURCE_EXHAUSTED. A partial received message
+   * is buffered up to this size. */
+  int max_recv_message_size;
+  int max_send_message_size;
+  /*
+   * Keepalive: after |keepalive_time_ms| without receiving anything, a
+   * PING is sent; no answer within |keepalive_timeout_ms| (default 20 s)
+   * closes the connection (its streams end with UNAVAILABLE). Only while
+   * the connection has a stream, unless |keepalive_permit_without_calls|.
+   * |min_recv_ping_interval_ms| (LISTEN): a client whose PINGs come more
+   * often than this, three times in a row, gets GOAWAY ENHANCE_YOUR_CALM
+   * "too_many_pings". Default 0: no PINGs sent, none policed.
+   */
+  int keepalive_time_ms;
+  int keepalive_timeout_ms;
+  int keepalive_permit_without_calls;
+  int min_recv_ping_interval_ms;
+  /* LISTEN: a connection without an open stream for this long is closed
+   * (GOAWAY first for HTTP/2). Default 300000 (5 min); 0: never. */
+  int idle_timeout_ms;
+  /* HTTP/2 flow control: the receive window of each stream (default
+   * 1 MiB) and of each connection (default 16 MiB). */
+  int stream_window_size;
+  int connection_window_size;
+  /* LISTEN: SETTINGS_MAX_CONCURRENT_STREAMS, default 100. */
+  int max_concurrent_streams;
+  /* Bytes of encoded frames a connection buffers before it stops taking
+   * more from nghttp2 (and so from the core) until the socket drains.
+   * Default 64 KiB. */
+  int write_buffer_size;
+  mcp_h2c_backoff_options backoff; /* DIAL */
+  /* Randomness for the backoff jitter (NULL: a generator seeded from the
+   * clock). Called on the loop thread. */
+  mcp_rand_fn rand;
+  void *rand_user_data;
+  /* After *_del(), connections still open after this long are closed
+   * without waiting for their last frames. Default 5 s. */
+  mcp_tstamp shutdown_grace;
+  mcp_h2c_stream_cb on_stream; /* optional */
+  void *user_data;             /* for on_stream, http_handler, on_closed */
+  mcp_h2c_http_fn http_handler; /* LISTEN, optional */
+  /* Called on the loop once a deleted object has closed its last handle
+   * and freed itself (optional). */
+  void (*on_closed)(void *user_data);
+  /* Most *_update() calls queued and not yet run; more fail with
+   * MCP_ERR_LIMIT (0: no limit). Default 65536. */
+  size_t max_queued_updates;
+} mcp_h2c_options;
+
+/* Fills |opts| with the defaults: LISTEN, address NULL (must be set). */
+MCP_EXTERN void mcp_h2c_options_default(mcp_h2c_options *opts);
+
+/* Functions run on the loop thread; |ts| is mcp_h2c_now(). */
+typedef void (*mcp_h2c_store_fn)(mcp_store *store, mcp_tstamp ts,
+                                 void *user_data);
+typedef void (*mcp_h2c_state_fn)(mcp_sink_state *state, mcp_tstamp ts,
+                                 void *user_data);
+typedef void (*mcp_h2c_stream_fn)(const mcp_h2c_stream_info *info,
+                                  void *user_data);
+
+/* Counters of one object (all connections), read on the loop thread. */
+typedef struct mcp_h2c_stats {
+  size_t connections;      /* open connections (any protocol) */
+  size_t streams;          /* open MCP streams */
+  uint64_t bytes_read;     /* from sockets */
+  uint64_t bytes_written;  /* to sockets (writes completed) */
+  uint64_t messages_received;
+  uint64_t messages_sent;  /* handed to HTTP/2 in full */
+  /* Memory held for I/O right now: */
+  size_t write_buffered;   /* encoded frames waiting for the socket */
+  size_t msg_buffered;     /* bytes of messages taken from the core and not
+                              yet handed to HTTP/2 (at most one message per
+                              stream) */
+  size_t read_buffered;    /* partial received messages (at most
+                              max_recv_message_size per stream), and the
+                              first bytes of connections being probed */
+} mcp_h2c_stats;
+
+/* ------------------------------------------------------------------ */
+/* Source                                                              */
+/* ------------------------------------------------------------------ */
+
+typedef struct mcp_h2c_source mcp_h2c_source;
+
+/*
+ * Creates a source on |loop| and binds (LISTEN) or starts dialing (DIAL;
+ * the first attempt starts on the next loop iteration). Each stream gets
+ * an mcp_source_session made from a copy of |session_opts|, whose
+ * |send_trigger| is set by the mode (1 for DIAL, 0 for LISTEN) and whose
+ * |service| by the method: LISTEN serves ResourceSource and both
+ * AggregatedMeshConfigService methods on the same port; DIAL dials
+ * ResourceSink (the only service where the source dials).
+ * |session_opts->store| (and the stores select_store returns) are kept by
+ * pointer and must outlive the object's use of them (until *_del()
+ * returns). On failure |*psrc| is untouched and nothing is left on the
+ * loop. Errors: INVALID_ARGUMENT (no loop, no address or a bad one,
+ * neither store nor select_store, or the address cannot be bound), NOMEM.
+ */
+MCP_EXTERN int mcp_h2c_source_new(mcp_h2c_source **psrc, uv_loop_t *loop,
+                                  const mcp_h2c_options *opts,
+                                  const mcp_source_options *session_opts);
+
+/* Starts the shutdown (see the top of this file) and returns. Loop thread
+ * only, not from a callback of this object. NULL is a no-op. */
+MCP_EXTERN void mcp_h2c_source_del(mcp_h2c_source *src);
+
+/* LISTEN on TCP: the bound port. Otherwise 0. */
+MCP_EXTERN int mcp_h2c_source_port(const mcp_h2c_source *src);
+
+/* The store changed (on the loop thread): every stream pushes what it may,
+ * on the next loop iteration. */
+MCP_EXTERN void mcp_h2c_source_notify(mcp_h2c_source *src);
+
+/*
+ * Any thread: queues |fn| to run on the loop thread with the default
+ * store (session_opts->store, possibly NULL), then notifies, and returns
+ * at once. Updates run in the order queued. Errors: NOMEM, LIMIT
+ * (max_queued_updates are waiting), CLOSED (the object is being deleted).
+ */
+MCP_EXTERN int mcp_h2c_source_update(mcp_h2c_source *src, mcp_h2c_store_fn fn,
+                                     void *user_data);
+
+/* As mcp_h2c_source_update(), but returns once |fn| has run. Not on the
+ * loop thread. Errors: CLOSED, INVALID_ARGUMENT (called on the loop
+ * thread). */
+MCP_EXTERN int mcp_h2c_source_call(mcp_h2c_source *src, mcp_h2c_store_fn fn,
+                                   void *user_data);
+
+/* Loop thread: calls |fn| for each open stream. Returns their number. */
+MCP_EXTERN size_t mcp_h2c_source_streams(mcp_h2c_source *src,
+                                         mcp_h2c_stream_fn fn,
+                                         void *user_data);
+
+/* Loop thread: fills |st|. */
+MCP_EXTERN void mcp_h2c_source_stats(const mcp_h2c_source *src,
+                                     mcp_h2c_stats *st);
+
+/* ------------------------------------------------------------------ */
+/* Sink                                                                */
+/* ------------------------------------------------------------------ */
+
+typedef struct mcp_h2c_sink mcp_h2c_sink;
+
+/*
+ * Creates a sink on |state| and |loop|, binds or starts dialing. DIAL
+ * calls the method of the state's service (mcp_sink_state_service());
+ * LISTEN serves ResourceSink, so the state's service must be
+ * MCP_SERVICE_RESOURCE (else INVALID_ARGUMENT). Each stream gets a new
+ * mcp_sink_session on |state|, so a reconnecting sink resumes with the
+ * versions it holds. |state| is kept by pointer. A state
+ * has one session at a time: when LISTENing, a new stream replaces the
+ * open one, which is ended with ABORTED. On failure |*psink| is
+ * untouched. Errors: INVALID_ARGUMENT (no loop, address or state, or the
+ * address cannot be bound), NOMEM.
+ */
+MCP_EXTERN int mcp_h2c_sink_new(mcp_h2c_sink **psink, uv_loop_t *loop,
+                                const mcp_h2c_options *opts,
+                                mcp_sink_state *state);
+
+/* As mcp_h2c_source_del(). The state is not freed. */
+MCP_EXTERN void mcp_h2c_sink_del(mcp_h2c_sink *sink);
+
+MCP_EXTERN int mcp_h2c_sink_port(const mcp_h2c_sink *sink);
+
+/* Any thread but the loop thread: runs |fn| with the state on the loop
+ * thread and returns once it has run. Errors: CLOSED, INVALID_ARGUMENT
+ * (called on the loop thread). */
+MCP_EXTERN int mcp_h2c_sink_call(mcp_h2c_sink *sink, mcp_h2c_state_fn fn,
+                                 void *user_data);
+
+/* Loop thread: calls |fn| for each open stream (at most one holds the
+ * sink session). Returns their number. */
+MCP_EXTERN size_t mcp_h2c_sink_streams(mcp_h2c_sink *sink,
+                                       mcp_h2c_stream_fn fn, void *user_data);
+
+/* Loop thread: fills |st|. */
+MCP_EXTERN void mcp_h2c_sink_stats(const mcp_h2c_sink *sink,
+                                   mcp_h2c_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MCP_H2C_H */

@@ -1,0 +1,62 @@
+#include "backoff.h"
+
+#include <string.h>
+
+void mcp_h2c_backoff_init(mcp_h2c_backoff *b, const mcp_h2c_backoff_options *o,
+                          mcp_rand_fn rand, void *rand_user_data) {
+  memset(b, 0, sizeof(*b));
+  if (o)
+    b->o = *o;
+  if (b->o.initial == 0)
+    b->o.initial = MCP_SECONDS;
+  if (!(b->o.multiplier >= 1.0))
+    b->o.multiplier = 1.6;
+  if (!(b->o.jitter >= 0.0 && b->o.jitter < 1.0))
+    b->o.jitter = 0.2;
+  if (b->o.max == 0)
+    b->o.max = 120 * MCP_SECONDS;
+  if (b->o.initial > b->o.max)
+    b->o.initial = b->o.max;
+  b->nominal = b->o.initial;
+  b->rand = rand;
+  b->rand_user_data = rand_user_data;
+}
+
+static double uniform01(mcp_h2c_backoff *b) {
+  uint8_t r[4];
+  b->rand(r, sizeof(r), b->rand_user_data);
+  uint32_t x = (uint32_t)r[0] << 24 | (uint32_t)r[1] << 16 |
+               (uint32_t)r[2] << 8 | (uint32_t)r[3];
+  return (double)x / 4294967296.0;
+}
+
+mcp_tstamp mcp_h2c_backoff_next(mcp_h2c_backoff *b) {
+  double j = b->o.jitter;
+  double d = (double)b->nominal * (1.0 - j + 2.0 * j * uniform01(b));
+  mcp_tstamp delay = d >= (double)b->o.max ? b->o.max : (mcp_tstamp)d;
+  double grown = (double)b->nominal * b->o.multiplier;
+  b->nominal = grown >= (double)b->o.max ? b->o.max : (mcp_tstamp)grown;
+  return delay;
+}
+
+void mcp_h2c_backoff_stream_ended(mcp_h2c_backoff *b, mcp_tstamp lived,
+                                  uint64_t received) {
+  /* A stream that dies young (even after a message) must not reset the
+   * delay, or a peer that fails each stream at once is hammered. */
+  if (received > 0 && lived >= b->nominal)
+    b->nominal = b->o.initial;
+}
+
+void mcp_h2c_default_rand(uint8_t *dest, size_t len, void *user_data) {
+  uint64_t *state = user_data;
+  while (len > 0) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    z ^= z >> 31;
+    size_t n = len < 8 ? len : 8;
+    memcpy(dest, &z, n);
+    dest += n;
+    len -= n;
+  }
+}

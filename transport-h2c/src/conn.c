@@ -1,0 +1,454 @@
+/* One connection: the socket, its read and write buffers, the protocol
+ * it speaks (found from the first bytes on a listener), its timer, and the
+ * "kick" that moves messages between the streams and the socket. */
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "internal.h"
+
+/* HTTP/2's client connection preface. */
+static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+#define PREFACE_LEN (sizeof(preface) - 1)
+
+static void on_timer(uv_timer_t *t);
+static void on_closed(uv_handle_t *h);
+
+mcp_h2c_conn *mcp_h2c_conn_new(mcp_h2c_ep *ep, int dialed) {
+  mcp_h2c_conn *c = calloc(1, sizeof(*c));
+  if (!c)
+    return NULL;
+  c->ep = ep;
+  c->dialed = dialed;
+  c->proto = dialed ? MCP_H2C_PROTO_DIALING : MCP_H2C_PROTO_PROBE;
+  if (ep->addr.is_unix) {
+    uv_pipe_init(ep->loop, &c->h.pipe, 0);
+    c->h.pipe.data = c;
+    c->sock = (uv_stream_t *)&c->h.pipe;
+  } else {
+    uv_tcp_init(ep->loop, &c->h.tcp);
+    c->h.tcp.data = c;
+    c->sock = (uv_stream_t *)&c->h.tcp;
+  }
+  uv_timer_init(ep->loop, &c->timer);
+  c->timer.data = c;
+  c->refs = 2;
+  mcp_tstamp now = mcp_h2c_now();
+  c->last_recv = c->idle_since = now;
+  c->next = ep->conns;
+  if (ep->conns)
+    ep->conns->prev = c;
+  ep->conns = c;
+  ep->nconns++;
+  ep->refs++;
+  return c;
+}
+
+void mcp_h2c_conn_name_peer(mcp_h2c_conn *c) {
+  if (c->ep->addr.is_unix) {
+    snprintf(c->peer, sizeof(c->peer), "unix:%s", c->ep->addr.path);
+    return;
+  }
+  struct sockaddr_storage ss;
+  int len = sizeof(ss);
+  char ip[64] = "?";
+  if (uv_tcp_getpeername(&c->h.tcp, (struct sockaddr *)&ss, &len) != 0) {
+    snprintf(c->peer, sizeof(c->peer), "unknown");
+    return;
+  }
+  if (ss.ss_family == AF_INET6) {
+    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&ss;
+    uv_ip6_name(a, ip, sizeof(ip));
+    snprintf(c->peer, sizeof(c->peer), "ipv6:[%s]:%u", ip,
+             (unsigned)ntohs(a->sin6_port));
+  } else {
+    const struct sockaddr_in *a = (const struct sockaddr_in *)&ss;
+    uv_ip4_name(a, ip, sizeof(ip));
+    snprintf(c->peer, sizeof(c->peer), "ipv4:%s:%u", ip,
+             (unsigned)ntohs(a->sin_port));
+  }
+}
+
+void mcp_h2c_conn_unref(mcp_h2c_conn *c) {
+  if (--c->refs > 0)
+    return;
+  mcp_h2c_ep *ep = c->ep;
+  ep->write_buffered -= c->wfill.len + c->wflight.len;
+  mcp_h2c_buf_free(&c->wfill);
+  mcp_h2c_buf_free(&c->wflight);
+  free(c);
+  mcp_h2c_ep_unref(ep);
+}
+
+static void on_closed(uv_handle_t *h) { mcp_h2c_conn_unref(h->data); }
+
+void mcp_h2c_conn_close(mcp_h2c_conn *c, int status, const char *details) {
+  if (c->closing)
+    return;
+  c->closing = 1;
+  mcp_h2c_ep *ep = c->ep;
+  mcp_h2c_streams_gone(c, status, details);
+  if (c->h2) {
+    /* nghttp2_session_del() calls no stream-close callback: the streams
+     * were freed just above. */
+    nghttp2_session_del(c->h2);
+    c->h2 = NULL;
+  }
+  mcp_h2c_http1_free(c);
+  ep->read_buffered -= c->probe.cap;
+  mcp_h2c_buf_free(&c->probe);
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    ep->conns = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  ep->nconns--;
+  if (c->resolving) /* its callback comes, with UV_ECANCELED if in time */
+    uv_cancel((uv_req_t *)&c->gai);
+  uv_timer_stop(&c->timer);
+  uv_close((uv_handle_t *)&c->timer, on_closed);
+  uv_close((uv_handle_t *)c->sock, on_closed); /* cancels a pending write */
+  if (c->dialed)
+    mcp_h2c_client_conn_gone(ep, c);
+}
+
+void mcp_h2c_conn_mark(mcp_h2c_conn *c) {
+  c->dirty = 1;
+  if (!c->in_kick)
+    mcp_h2c_ep_schedule(c->ep);
+}
+
+/* ------------------------------------------------------------------ */
+/* Writing                                                             */
+/* ------------------------------------------------------------------ */
+
+int mcp_h2c_conn_write(mcp_h2c_conn *c, const void *p, size_t n) {
+  if (mcp_h2c_buf_append(&c->wfill, p, n) < 0)
+    return MCP_ERR_NOMEM;
+  c->ep->write_buffered += n;
+  return 0;
+}
+
+static void on_write(uv_write_t *req, int status);
+
+static void start_write(mcp_h2c_conn *c) {
+  if (c->writing || c->wfill.len == 0 || c->closing)
+    return;
+  mcp_h2c_buf t = c->wflight;
+  c->wflight = c->wfill;
+  c->wfill = t;
+  c->wfill.len = 0;
+  uv_buf_t b = uv_buf_init((char *)c->wflight.p, (unsigned)c->wflight.len);
+  int rv = uv_write(&c->wreq, c->sock, &b, 1, on_write);
+  if (rv < 0) {
+    mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE, uv_strerror(rv));
+    return;
+  }
+  c->writing = 1;
+}
+
+static size_t write_limit(const mcp_h2c_conn *c) {
+  return (size_t)c->ep->opts.write_buffer_size;
+}
+
+static void on_write(uv_write_t *req, int status) {
+  mcp_h2c_conn *c = MCP_H2C_CONTAINER(req, mcp_h2c_conn, wreq);
+  mcp_h2c_ep *ep = c->ep;
+  c->writing = 0;
+  ep->write_buffered -= c->wflight.len;
+  if (status == 0)
+    ep->bytes_written += c->wflight.len;
+  c->wflight.len = 0;
+  if (c->closing)
+    return;
+  if (status < 0) {
+    mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE, uv_strerror(status));
+    return;
+  }
+  if (c->read_paused && c->wfill.len < write_limit(c)) {
+    c->read_paused = 0;
+    mcp_h2c_conn_start(c);
+  }
+  mcp_h2c_conn_kick(c);
+}
+
+/* Moves frames from nghttp2 into the write buffer (up to its limit) and
+ * starts a write. */
+static void flush(mcp_h2c_conn *c) {
+  if (c->h2 && c->proto == MCP_H2C_PROTO_H2) {
+    int rv = nghttp2_session_send(c->h2);
+    if (rv < 0) {
+      mcp_h2c_conn_close(c, MCP_CODE_INTERNAL, nghttp2_strerror(rv));
+      return;
+    }
+  }
+  start_write(c);
+}
+
+/* ------------------------------------------------------------------ */
+/* Reading                                                             */
+/* ------------------------------------------------------------------ */
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)h;
+  (void)suggested;
+  /* Each read is processed completely before the loop reads again, so one
+   * buffer per thread serves every connection: nothing is held between
+   * reads but what the streams keep (partial messages). */
+  static _Thread_local char rbuf[64 << 10];
+  *buf = uv_buf_init(rbuf, sizeof(rbuf));
+}
+
+static void feed_h2(mcp_h2c_conn *c, const uint8_t *p, size_t n) {
+  ssize_t rv = nghttp2_session_mem_recv(c->h2, p, n);
+  if (rv < 0)
+    mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE, nghttp2_strerror((int)rv));
+}
+
+/* Listener: HTTP/2 with prior knowledge starts with the preface; anything
+ * else is HTTP/1.1. */
+static void probe(mcp_h2c_conn *c, const uint8_t *p, size_t n) {
+  mcp_h2c_ep *ep = c->ep;
+  size_t had = c->probe.cap;
+  if (mcp_h2c_buf_append(&c->probe, p, n) < 0) {
+    mcp_h2c_conn_close(c, MCP_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  ep->read_buffered += c->probe.cap - had;
+  size_t m = c->probe.len < PREFACE_LEN ? c->probe.len : PREFACE_LEN;
+  mcp_h2c_buf b = c->probe;
+  if (memcmp(b.p, preface, m) == 0) {
+    if (b.len < PREFACE_LEN)
+      return; /* not decided yet */
+    c->probe = (mcp_h2c_buf){0};
+    ep->read_buffered -= b.cap;
+    if (mcp_h2c_session_new(c, 1) < 0)
+      mcp_h2c_conn_close(c, MCP_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    else
+      feed_h2(c, b.p, b.len);
+  } else {
+    c->probe = (mcp_h2c_buf){0};
+    ep->read_buffered -= b.cap;
+    if (mcp_h2c_http1_start(c) < 0)
+      mcp_h2c_conn_close(c, MCP_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    else if (mcp_h2c_http1_feed(c, b.p, b.len) < 0)
+      c->draining = 1;
+  }
+  free(b.p);
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
+  mcp_h2c_conn *c = st->data;
+  if (c->closing || nread == 0)
+    return;
+  if (nread < 0) {
+    c->eof = 1;
+    uv_read_stop(st);
+    c->reading = 0;
+    if (c->proto == MCP_H2C_PROTO_HTTP1 && nread == UV_EOF) {
+      c->draining = 1; /* answer what was asked, then close */
+      mcp_h2c_conn_kick(c);
+      return;
+    }
+    mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE,
+                       nread == UV_EOF ? "connection closed by the peer"
+                                       : uv_strerror((int)nread));
+    return;
+  }
+  mcp_h2c_ep *ep = c->ep;
+  ep->bytes_read += (uint64_t)nread;
+  c->last_recv = mcp_h2c_now();
+  c->ping_outstanding = 0; /* the peer is alive */
+  const uint8_t *p = (const uint8_t *)buf->base;
+  size_t n = (size_t)nread;
+  switch (c->proto) {
+  case MCP_H2C_PROTO_PROBE:
+    probe(c, p, n);
+    break;
+  case MCP_H2C_PROTO_HTTP1:
+    if (!c->draining && mcp_h2c_http1_feed(c, p, n) < 0)
+      c->draining = 1;
+    break;
+  case MCP_H2C_PROTO_H2:
+    feed_h2(c, p, n);
+    break;
+  case MCP_H2C_PROTO_DIALING:
+    break;
+  }
+  mcp_h2c_conn_kick(c);
+}
+
+void mcp_h2c_conn_start(mcp_h2c_conn *c) {
+  if (c->reading || c->eof || c->closing)
+    return;
+  int rv = uv_read_start(c->sock, on_alloc, on_read);
+  if (rv < 0) {
+    mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE, uv_strerror(rv));
+    return;
+  }
+  c->reading = 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* The kick: pump the streams, flush, decide to close, arm the timer     */
+/* ------------------------------------------------------------------ */
+
+static int blocked(const mcp_h2c_conn *c) {
+  return c->wfill.len >= write_limit(c);
+}
+
+void mcp_h2c_conn_kick(mcp_h2c_conn *c) {
+  if (c->closing)
+    return;
+  if (c->in_kick) {
+    c->dirty = 1;
+    return;
+  }
+  c->in_kick = 1;
+  for (int round = 0; round < 64; ++round) {
+    c->dirty = 0;
+    if (c->proto == MCP_H2C_PROTO_H2) {
+      mcp_h2c_stream *s, *next;
+      for (s = c->streams; s; s = next) {
+        next = s->next; /* pumping never frees a stream */
+        if (s->dirty) {
+          s->dirty = 0;
+          mcp_h2c_stream_pump(s, mcp_h2c_now());
+        }
+      }
+    }
+    flush(c);
+    if (c->closing || !c->dirty || blocked(c))
+      break;
+  }
+  c->in_kick = 0;
+  if (c->closing)
+    return;
+  if (c->read_paused == 0 && c->proto == MCP_H2C_PROTO_HTTP1 && blocked(c) &&
+      c->reading) {
+    /* HTTP/1.1 answers pile up: read no more requests until they go. */
+    uv_read_stop(c->sock);
+    c->reading = 0;
+    c->read_paused = 1;
+  }
+  int idle_out = !c->writing && c->wfill.len == 0;
+  if (c->proto == MCP_H2C_PROTO_H2 && c->h2) {
+    int wr = nghttp2_session_want_read(c->h2);
+    int ww = nghttp2_session_want_write(c->h2);
+    /* Done: nghttp2 wants nothing more (GOAWAY exchanged, or the session
+     * terminated), or we are draining and our last stream is gone. */
+    if (idle_out && !ww && (!wr || (c->draining && c->nstreams == 0))) {
+      mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE, "connection closed");
+      return;
+    }
+  } else if (c->draining && idle_out) {
+    mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE, "connection closed");
+    return;
+  }
+  if (c->dirty && !blocked(c))  /* (when blocked, the write's end kicks) */
+    mcp_h2c_ep_schedule(c->ep); /* more to do than one kick does */
+  mcp_h2c_conn_arm(c);
+}
+
+/* ------------------------------------------------------------------ */
+/* Timers: stream deadlines and session expiries, keepalive, idleness,  */
+/* the shutdown grace period                                            */
+/* ------------------------------------------------------------------ */
+
+static mcp_tstamp ms(int v) { return (mcp_tstamp)v * MCP_MILLISECONDS; }
+
+static int keepalive_on(const mcp_h2c_conn *c) {
+  const mcp_h2c_options *o = &c->ep->opts;
+  return o->keepalive_time_ms > 0 && c->proto == MCP_H2C_PROTO_H2 &&
+         (c->nmcp > 0 || o->keepalive_permit_without_calls);
+}
+
+static int idle_on(const mcp_h2c_conn *c) {
+  return !c->dialed && c->ep->opts.idle_timeout_ms > 0 && c->nstreams == 0;
+}
+
+static mcp_tstamp next_deadline(const mcp_h2c_conn *c) {
+  const mcp_h2c_ep *ep = c->ep;
+  const mcp_h2c_options *o = &ep->opts;
+  mcp_tstamp t = MCP_TSTAMP_MAX;
+  for (const mcp_h2c_stream *s = c->streams; s; s = s->next) {
+    if (s->src && s->expiry < t)
+      t = s->expiry;
+    if (!s->finishing && s->deadline < t)
+      t = s->deadline;
+  }
+  if (keepalive_on(c)) {
+    mcp_tstamp k = c->ping_outstanding
+                       ? c->ping_sent_at + ms(o->keepalive_timeout_ms)
+                       : c->last_recv + ms(o->keepalive_time_ms);
+    if (k < t)
+      t = k;
+  }
+  if (idle_on(c) && c->idle_since + ms(o->idle_timeout_ms) < t)
+    t = c->idle_since + ms(o->idle_timeout_ms);
+  if (ep->stopping && ep->grace_at < t)
+    t = ep->grace_at;
+  return t;
+}
+
+void mcp_h2c_conn_arm(mcp_h2c_conn *c) {
+  if (c->closing)
+    return;
+  mcp_tstamp t = next_deadline(c);
+  if (t == MCP_TSTAMP_MAX) {
+    uv_timer_stop(&c->timer);
+    return;
+  }
+  mcp_tstamp now = mcp_h2c_now();
+  /* Rounded up: the loop's millisecond clock may fire a little early. */
+  uint64_t delay =
+      t <= now ? 0 : (t - now + MCP_MILLISECONDS - 1) / MCP_MILLISECONDS;
+  uv_timer_start(&c->timer, on_timer, delay, 0);
+}
+
+static void on_timer(uv_timer_t *t) {
+  mcp_h2c_conn *c = t->data;
+  mcp_h2c_ep *ep = c->ep;
+  const mcp_h2c_options *o = &ep->opts;
+  mcp_tstamp now = mcp_h2c_now();
+  if (ep->stopping && now >= ep->grace_at) {
+    mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE, "shutdown grace expired");
+    return;
+  }
+  for (mcp_h2c_stream *s = c->streams; s; s = s->next) {
+    if (!s->finishing && s->deadline <= now)
+      mcp_h2c_stream_finish(s, 4, "deadline exceeded"); /* DEADLINE_EXCEEDED */
+    else if (s->src && s->expiry <= now)
+      s->dirty = 1;
+  }
+  if (keepalive_on(c)) {
+    if (c->ping_outstanding &&
+        now >= c->ping_sent_at + ms(o->keepalive_timeout_ms)) {
+      mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE, "keepalive timeout");
+      return;
+    }
+    if (!c->ping_outstanding &&
+        now >= c->last_recv + ms(o->keepalive_time_ms)) {
+      if (nghttp2_submit_ping(c->h2, NGHTTP2_FLAG_NONE, NULL) == 0) {
+        c->ping_outstanding = 1;
+        c->ping_sent_at = now;
+      }
+    }
+  }
+  if (idle_on(c) && now >= c->idle_since + ms(o->idle_timeout_ms)) {
+    if (c->proto == MCP_H2C_PROTO_H2 && c->h2 && !c->goaway) {
+      nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE,
+                            nghttp2_session_get_last_proc_stream_id(c->h2),
+                            NGHTTP2_NO_ERROR, (const uint8_t *)"idle", 4);
+      c->goaway = 1;
+      c->draining = 1;
+    } else {
+      mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE, "idle");
+      return;
+    }
+  }
+  mcp_h2c_conn_kick(c);
+}

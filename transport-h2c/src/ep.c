@@ -1,0 +1,513 @@
+/* The public objects: a source or a sink on the application's loop, the
+ * jobs other threads hand over, deferred kicks, and shutdown. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+struct mcp_h2c_source {
+  mcp_h2c_ep ep;
+};
+
+struct mcp_h2c_sink {
+  mcp_h2c_ep ep;
+};
+
+mcp_tstamp mcp_h2c_now(void) { return (mcp_tstamp)uv_hrtime(); }
+
+void mcp_h2c_options_default(mcp_h2c_options *opts) {
+  memset(opts, 0, sizeof(*opts));
+  opts->mode = MCP_H2C_LISTEN;
+  opts->max_recv_message_size = 64 << 20;
+  opts->max_send_message_size = 64 << 20;
+  opts->keepalive_timeout_ms = 20000;
+  opts->idle_timeout_ms = 300000;
+  opts->stream_window_size = 1 << 20;
+  opts->connection_window_size = 16 << 20;
+  opts->max_concurrent_streams = 100;
+  opts->write_buffer_size = 64 << 10;
+  opts->backoff.initial = MCP_SECONDS;
+  opts->backoff.multiplier = 1.6;
+  opts->backoff.jitter = 0.2;
+  opts->backoff.max = 120 * MCP_SECONDS;
+  opts->shutdown_grace = 5 * MCP_SECONDS;
+  opts->max_queued_updates = 65536;
+}
+
+const char *mcp_h2c_method(mcp_service service, int sink_dials) {
+  if (!sink_dials)
+    return service == MCP_SERVICE_RESOURCE ? MCP_H2C_RESOURCE_SINK_METHOD
+                                           : NULL;
+  switch (service) {
+  case MCP_SERVICE_RESOURCE:
+    return MCP_H2C_RESOURCE_SOURCE_METHOD;
+  case MCP_SERVICE_AGGREGATED:
+    return MCP_H2C_AGGREGATED_METHOD;
+  case MCP_SERVICE_AGGREGATED_INCREMENTAL:
+    return MCP_H2C_AGGREGATED_INCREMENTAL_METHOD;
+  }
+  return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Streams, as the application sees them                               */
+/* ------------------------------------------------------------------ */
+
+void mcp_h2c_info_fill(const mcp_h2c_stream *s, mcp_h2c_stream_info *info) {
+  memset(info, 0, sizeof(*info));
+  info->id = s->seq;
+  info->peer = s->c->peer;
+  info->dialed = s->dialed;
+  info->source = s->src;
+  info->sink = s->snk;
+  info->opened = s->opened;
+  info->received = s->received;
+  info->sent = s->sent;
+  info->status = s->status;
+  info->details = s->details ? s->details : "";
+  info->sending = s->out != NULL;
+}
+
+void mcp_h2c_notify_stream(mcp_h2c_stream *s, mcp_h2c_stream_event ev) {
+  mcp_h2c_ep *ep = s->c->ep;
+  if (!ep->opts.on_stream || ep->stopping)
+    return;
+  /* CLOSED only pairs with an OPENED. */
+  if (ev == MCP_H2C_STREAM_CLOSED && !s->announced)
+    return;
+  s->announced = ev == MCP_H2C_STREAM_OPENED;
+  mcp_h2c_stream_info info;
+  mcp_h2c_info_fill(s, &info);
+  ep->opts.on_stream(ev, &info, ep->opts.user_data);
+}
+
+static size_t for_streams(mcp_h2c_ep *ep, mcp_h2c_stream_fn fn, void *ud) {
+  size_t n = 0;
+  for (mcp_h2c_conn *c = ep->conns; c; c = c->next) {
+    for (mcp_h2c_stream *s = c->streams; s; s = s->next) {
+      if (!s->src && !s->snk)
+        continue;
+      n++;
+      if (fn) {
+        mcp_h2c_stream_info info;
+        mcp_h2c_info_fill(s, &info);
+        fn(&info, ud);
+      }
+    }
+  }
+  return n;
+}
+
+static void stats(const mcp_h2c_ep *ep, mcp_h2c_stats *st) {
+  memset(st, 0, sizeof(*st));
+  st->connections = ep->nconns;
+  st->streams = for_streams((mcp_h2c_ep *)ep, NULL, NULL);
+  st->bytes_read = ep->bytes_read;
+  st->bytes_written = ep->bytes_written;
+  st->messages_received = ep->msgs_in;
+  st->messages_sent = ep->msgs_out;
+  st->write_buffered = ep->write_buffered;
+  st->msg_buffered = ep->msg_buffered;
+  st->read_buffered = ep->read_buffered;
+}
+
+/* ------------------------------------------------------------------ */
+/* Deferred work                                                       */
+/* ------------------------------------------------------------------ */
+
+static void on_idle(uv_idle_t *h) {
+  mcp_h2c_ep *ep = h->data;
+  uv_idle_stop(h);
+  ep->idle_active = 0;
+  int all = ep->notify_all;
+  ep->notify_all = 0;
+  mcp_h2c_conn *next;
+  for (mcp_h2c_conn *c = ep->conns; c; c = next) {
+    next = c->next;
+    if (all) {
+      for (mcp_h2c_stream *s = c->streams; s; s = s->next)
+        s->dirty = 1;
+      c->dirty = 1;
+    }
+    if (c->dirty) /* marked by someone outside its own callbacks */
+      mcp_h2c_conn_kick(c);
+  }
+}
+
+void mcp_h2c_ep_schedule(mcp_h2c_ep *ep) {
+  if (ep->idle_active || ep->stopping > 1)
+    return;
+  ep->idle_active = 1;
+  uv_idle_start(&ep->idle, on_idle);
+}
+
+static void run_jobs(mcp_h2c_ep *ep) {
+  uv_mutex_lock(&ep->mu);
+  mcp_h2c_job *job = ep->jobs;
+  ep->jobs = NULL;
+  ep->jobs_tail = &ep->jobs;
+  ep->queued = 0;
+  uv_mutex_unlock(&ep->mu);
+  if (!job)
+    return;
+  while (job) {
+    mcp_h2c_job *next = job->next;
+    mcp_tstamp now = mcp_h2c_now();
+    if (job->kind == MCP_H2C_JOB_STORE)
+      job->store_fn(ep->source_opts.store, now, job->user_data);
+    else
+      job->state_fn(ep->state, now, job->user_data);
+    if (job->sync) {
+      uv_mutex_lock(&ep->mu);
+      job->done = 1; /* the waiter may free |job| from here on */
+      uv_cond_broadcast(&ep->cv);
+      uv_mutex_unlock(&ep->mu);
+    } else {
+      free(job);
+    }
+    job = next;
+  }
+  ep->notify_all = 1; /* the store or state may have changed */
+  mcp_h2c_ep_schedule(ep);
+}
+
+static void on_async(uv_async_t *h) { run_jobs(h->data); }
+
+static int submit(mcp_h2c_ep *ep, mcp_h2c_job *tmpl) {
+  uv_thread_t self = uv_thread_self();
+  if (tmpl->sync && uv_thread_equal(&self, &ep->loop_thread))
+    return MCP_ERR_INVALID_ARGUMENT;
+  mcp_h2c_job *job = tmpl;
+  if (!tmpl->sync) {
+    job = malloc(sizeof(*job));
+    if (!job)
+      return MCP_ERR_NOMEM;
+    *job = *tmpl;
+  }
+  job->next = NULL;
+  job->done = 0;
+  uv_mutex_lock(&ep->mu);
+  int err = ep->closing ? MCP_ERR_CLOSED : 0;
+  if (!err && !job->sync && ep->opts.max_queued_updates &&
+      ep->queued >= ep->opts.max_queued_updates)
+    err = MCP_ERR_LIMIT;
+  if (err) {
+    uv_mutex_unlock(&ep->mu);
+    if (job != tmpl)
+      free(job);
+    return err;
+  }
+  if (!job->sync)
+    ep->queued++;
+  *ep->jobs_tail = job;
+  ep->jobs_tail = &job->next;
+  /* Under the lock: del() closes the handle only after setting
+   * |closing| under it. */
+  uv_async_send(&ep->async);
+  while (job->sync && !job->done)
+    uv_cond_wait(&ep->cv, &ep->mu);
+  uv_mutex_unlock(&ep->mu);
+  return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Life cycle                                                          */
+/* ------------------------------------------------------------------ */
+
+static void ep_free(mcp_h2c_ep *ep) {
+  void (*on_closed)(void *) = ep->opts.on_closed;
+  void *ud = ep->opts.user_data;
+  uv_mutex_destroy(&ep->mu);
+  uv_cond_destroy(&ep->cv);
+  free(ep->address);
+  free(ep->authority);
+  mcp_h2c_addr_free(&ep->addr);
+  free(ep); /* the ep is the first member of the public object */
+  if (on_closed)
+    on_closed(ud);
+}
+
+void mcp_h2c_ep_unref(mcp_h2c_ep *ep) {
+  if (--ep->refs == 0 && ep->stopping)
+    ep_free(ep);
+}
+
+static void on_handle_closed(uv_handle_t *h) { mcp_h2c_ep_unref(h->data); }
+
+static char *dup_str(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = malloc(n);
+  if (d)
+    memcpy(d, s, n);
+  return d;
+}
+
+static void shutdown_ep(mcp_h2c_ep *ep);
+
+/* Fills |ep| (calloc'd) and starts it. On failure before any handle
+ * exists, the caller frees |ep|; after, |ep| frees itself on the loop
+ * and |*freed| is set. */
+static int ep_start(mcp_h2c_ep *ep, uv_loop_t *loop,
+                    const mcp_h2c_options *opts, mcp_h2c_role role,
+                    int *freed) {
+  *freed = 0;
+  ep->role = role;
+  ep->loop = loop;
+  ep->opts = *opts;
+  ep->opts.address = NULL;
+  ep->opts.authority = NULL;
+  ep->jobs_tail = &ep->jobs;
+  ep->loop_thread = uv_thread_self();
+  mcp_h2c_options *o = &ep->opts;
+  if (o->max_recv_message_size < 0)
+    o->max_recv_message_size = -1;
+  else if (o->max_recv_message_size == 0)
+    o->max_recv_message_size = 64 << 20;
+  if (o->max_send_message_size < 0)
+    o->max_send_message_size = -1;
+  else if (o->max_send_message_size == 0)
+    o->max_send_message_size = 64 << 20;
+  if (o->keepalive_timeout_ms <= 0)
+    o->keepalive_timeout_ms = 20000;
+  if (o->stream_window_size <= 0)
+    o->stream_window_size = 1 << 20;
+  if (o->connection_window_size < o->stream_window_size)
+    o->connection_window_size = o->stream_window_size;
+  if (o->max_concurrent_streams <= 0)
+    o->max_concurrent_streams = 100;
+  if (o->write_buffer_size <= 0)
+    o->write_buffer_size = 64 << 10;
+  if (o->write_buffer_size < 16 << 10)
+    o->write_buffer_size = 16 << 10;
+
+  int rv = mcp_h2c_addr_parse(opts->address, &ep->addr);
+  if (rv < 0)
+    return rv;
+  ep->address = dup_str(opts->address);
+  if (opts->authority) {
+    ep->authority = dup_str(opts->authority);
+  } else {
+    /* host:port as dialed ("localhost" for a unix socket, as gRPC). */
+    char a[300];
+    if (ep->addr.is_unix)
+      snprintf(a, sizeof(a), "localhost");
+    else if (strchr(ep->addr.host, ':'))
+      snprintf(a, sizeof(a), "[%.256s]:%s", ep->addr.host, ep->addr.port);
+    else
+      snprintf(a, sizeof(a), "%.256s:%s", ep->addr.host, ep->addr.port);
+    ep->authority = dup_str(a);
+  }
+  if (!ep->address || !ep->authority) {
+    mcp_h2c_addr_free(&ep->addr);
+    free(ep->address);
+    free(ep->authority);
+    return MCP_ERR_NOMEM;
+  }
+  ep->opts.address = ep->address;
+  ep->opts.authority = ep->authority;
+  if (!o->rand) {
+    ep->rand_state = uv_hrtime() ^ (uint64_t)(uintptr_t)ep;
+    o->rand = mcp_h2c_default_rand;
+    o->rand_user_data = &ep->rand_state;
+  }
+  mcp_h2c_backoff_init(&ep->backoff, &o->backoff, o->rand, o->rand_user_data);
+
+  if (uv_mutex_init(&ep->mu) != 0)
+    goto fail_strings;
+  if (uv_cond_init(&ep->cv) != 0)
+    goto fail_mutex;
+  if (uv_async_init(loop, &ep->async, on_async) != 0)
+    goto fail_cond;
+  ep->async.data = ep;
+  uv_unref((uv_handle_t *)&ep->async); /* jobs alone keep no loop alive */
+  uv_idle_init(loop, &ep->idle);
+  ep->idle.data = ep;
+  ep->refs = 2;
+
+  if (opts->mode == MCP_H2C_LISTEN)
+    rv = mcp_h2c_server_start(ep);
+  else
+    mcp_h2c_client_start(ep);
+  if (rv < 0) {
+    ep->opts.on_closed = NULL; /* a failed creation reports nothing */
+    shutdown_ep(ep);
+    *freed = 1;
+  }
+  return rv;
+
+fail_cond:
+  uv_cond_destroy(&ep->cv);
+fail_mutex:
+  uv_mutex_destroy(&ep->mu);
+fail_strings:
+  mcp_h2c_addr_free(&ep->addr);
+  free(ep->address);
+  free(ep->authority);
+  return MCP_ERR_NOMEM;
+}
+
+/* Frees every session now, ends the streams, closes what can be closed
+ * now and lets the rest drain on the loop. */
+static void shutdown_ep(mcp_h2c_ep *ep) {
+  uv_mutex_lock(&ep->mu);
+  ep->closing = 1;
+  uv_mutex_unlock(&ep->mu);
+  run_jobs(ep); /* queued before del(): run, as the gRPC transport does */
+
+  int listen = ep->opts.mode == MCP_H2C_LISTEN;
+  /* Streams end now, as far as the application is concerned. */
+  for (mcp_h2c_conn *c = ep->conns; c; c = c->next) {
+    for (mcp_h2c_stream *s = c->streams; s; s = s->next) {
+      if (listen)
+        mcp_h2c_stream_finish(s, MCP_CODE_UNAVAILABLE, "server shutting down");
+      else
+        mcp_h2c_stream_finish(s, MCP_CODE_CANCELLED, "client shutting down");
+      mcp_h2c_notify_stream(s, MCP_H2C_STREAM_CLOSED);
+      s->announced = 0;
+    }
+  }
+  ep->stopping = 1; /* no callback from here on, but on_closed */
+  ep->grace_at = mcp_h2c_now() + ep->opts.shutdown_grace;
+  if (listen)
+    mcp_h2c_server_stop(ep);
+  else
+    mcp_h2c_client_stop(ep);
+
+  mcp_h2c_conn *next;
+  for (mcp_h2c_conn *c = ep->conns; c; c = next) {
+    next = c->next;
+    if (c->proto == MCP_H2C_PROTO_H2 && c->h2) {
+      if (!ep->opts.shutdown_grace) {
+        mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE, "shutting down");
+        continue;
+      }
+      if (!c->dialed)
+        nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE,
+                              nghttp2_session_get_last_proc_stream_id(c->h2),
+                              NGHTTP2_NO_ERROR, NULL, 0);
+      c->draining = 1;
+      mcp_h2c_conn_kick(c);
+    } else if (c->proto == MCP_H2C_PROTO_HTTP1 &&
+               (c->writing || c->wfill.len)) {
+      c->draining = 1; /* the answer being written goes out first */
+      mcp_h2c_conn_kick(c);
+    } else {
+      mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE, "shutting down");
+    }
+  }
+  ep->stopping = 2; /* no more deferred kicks */
+  if (ep->idle_active)
+    uv_idle_stop(&ep->idle);
+  uv_close((uv_handle_t *)&ep->async, on_handle_closed);
+  uv_close((uv_handle_t *)&ep->idle, on_handle_closed);
+}
+
+static int valid(uv_loop_t *loop, const mcp_h2c_options *opts) {
+  return loop && opts && opts->address && opts->address[0] &&
+         (opts->mode == MCP_H2C_LISTEN || opts->mode == MCP_H2C_DIAL);
+}
+
+int mcp_h2c_source_new(mcp_h2c_source **psrc, uv_loop_t *loop,
+                       const mcp_h2c_options *opts,
+                       const mcp_source_options *session_opts) {
+  if (!psrc || !valid(loop, opts) || !session_opts ||
+      (!session_opts->store && !session_opts->select_store))
+    return MCP_ERR_INVALID_ARGUMENT;
+  mcp_h2c_source *src = calloc(1, sizeof(*src));
+  if (!src)
+    return MCP_ERR_NOMEM;
+  src->ep.source_opts = *session_opts;
+  int freed;
+  int rv = ep_start(&src->ep, loop, opts, MCP_H2C_ROLE_SOURCE, &freed);
+  if (rv < 0) {
+    if (!freed)
+      free(src);
+    return rv;
+  }
+  *psrc = src;
+  return 0;
+}
+
+void mcp_h2c_source_del(mcp_h2c_source *src) {
+  if (src)
+    shutdown_ep(&src->ep);
+}
+
+int mcp_h2c_source_port(const mcp_h2c_source *src) { return src->ep.port; }
+
+void mcp_h2c_source_notify(mcp_h2c_source *src) {
+  src->ep.notify_all = 1;
+  mcp_h2c_ep_schedule(&src->ep);
+}
+
+int mcp_h2c_source_update(mcp_h2c_source *src, mcp_h2c_store_fn fn,
+                          void *user_data) {
+  mcp_h2c_job job = {
+      .kind = MCP_H2C_JOB_STORE, .store_fn = fn, .user_data = user_data};
+  return submit(&src->ep, &job);
+}
+
+int mcp_h2c_source_call(mcp_h2c_source *src, mcp_h2c_store_fn fn,
+                        void *user_data) {
+  mcp_h2c_job job = {.kind = MCP_H2C_JOB_STORE,
+                     .store_fn = fn,
+                     .user_data = user_data,
+                     .sync = 1};
+  return submit(&src->ep, &job);
+}
+
+size_t mcp_h2c_source_streams(mcp_h2c_source *src, mcp_h2c_stream_fn fn,
+                              void *user_data) {
+  return for_streams(&src->ep, fn, user_data);
+}
+
+void mcp_h2c_source_stats(const mcp_h2c_source *src, mcp_h2c_stats *st) {
+  stats(&src->ep, st);
+}
+
+int mcp_h2c_sink_new(mcp_h2c_sink **psink, uv_loop_t *loop,
+                     const mcp_h2c_options *opts, mcp_sink_state *state) {
+  if (!psink || !valid(loop, opts) || !state ||
+      (opts->mode == MCP_H2C_LISTEN &&
+       mcp_sink_state_service(state) != MCP_SERVICE_RESOURCE))
+    return MCP_ERR_INVALID_ARGUMENT;
+  mcp_h2c_sink *sink = calloc(1, sizeof(*sink));
+  if (!sink)
+    return MCP_ERR_NOMEM;
+  sink->ep.state = state;
+  int freed;
+  int rv = ep_start(&sink->ep, loop, opts, MCP_H2C_ROLE_SINK, &freed);
+  if (rv < 0) {
+    if (!freed)
+      free(sink);
+    return rv;
+  }
+  *psink = sink;
+  return 0;
+}
+
+void mcp_h2c_sink_del(mcp_h2c_sink *sink) {
+  if (sink)
+    shutdown_ep(&sink->ep);
+}
+
+int mcp_h2c_sink_port(const mcp_h2c_sink *sink) { return sink->ep.port; }
+
+int mcp_h2c_sink_call(mcp_h2c_sink *sink, mcp_h2c_state_fn fn,
+                      void *user_data) {
+  mcp_h2c_job job = {.kind = MCP_H2C_JOB_STATE,
+                     .state_fn = fn,
+                     .user_data = user_data,
+                     .sync = 1};
+  return submit(&sink->ep, &job);
+}
+
+size_t mcp_h2c_sink_streams(mcp_h2c_sink *sink, mcp_h2c_stream_fn fn,
+                            void *user_data) {
+  return for_streams(&sink->ep, fn, user_data);
+}
+
+void mcp_h2c_sink_stats(const mcp_h2c_sink *sink, mcp_h2c_stats *st) {
+  stats(&sink->ep, st);
+}

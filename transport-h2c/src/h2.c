@@ -1,0 +1,981 @@
+/* HTTP/2 (nghttp2) and gRPC framing: one stream carries one core session;
+ * messages are 5-byte length-prefixed; the outgoing one is read straight
+ * from the core's fragments into the write buffer (NO_COPY data source). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define MAX_HEADER_BYTES (64 << 10)
+#define USER_AGENT "libmcp-h2c/0.1"
+
+#define NV(n, v)                                                               \
+  {                                                                            \
+    (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v),                  \
+        NGHTTP2_NV_FLAG_NONE                                                   \
+  }
+
+static mcp_h2c_stream *stream_of(nghttp2_session *h2, int32_t id) {
+  return nghttp2_session_get_stream_user_data(h2, id);
+}
+
+static size_t max_recv(const mcp_h2c_ep *ep) {
+  int v = ep->opts.max_recv_message_size;
+  return v < 0 ? (size_t)UINT32_MAX : (size_t)v;
+}
+
+static size_t max_send(const mcp_h2c_ep *ep) {
+  int v = ep->opts.max_send_message_size;
+  return v < 0 ? (size_t)UINT32_MAX : (size_t)v;
+}
+
+/* ------------------------------------------------------------------ */
+/* Stream objects                                                      */
+/* ------------------------------------------------------------------ */
+
+mcp_h2c_stream *mcp_h2c_stream_new(mcp_h2c_conn *c, int32_t id) {
+  mcp_h2c_stream *s = calloc(1, sizeof(*s));
+  if (!s)
+    return NULL;
+  s->c = c;
+  s->id = id;
+  s->kind = MCP_H2C_SK_NEW;
+  s->hd.grpc_status = -1;
+  s->deadline = MCP_TSTAMP_MAX;
+  s->expiry = MCP_TSTAMP_MAX;
+  s->next = c->streams;
+  if (c->streams)
+    c->streams->prev = s;
+  c->streams = s;
+  c->nstreams++;
+  return s;
+}
+
+void mcp_h2c_stream_set_details(mcp_h2c_stream *s, const char *details) {
+  size_t n = strlen(details ? details : "");
+  char *d = malloc(n + 1);
+  if (d)
+    memcpy(d, details ? details : "", n + 1);
+  free(s->details);
+  s->details = d;
+}
+
+static void drop_session(mcp_h2c_stream *s) {
+  mcp_h2c_conn *c = s->c;
+  if (s->src) {
+    mcp_source_session_del(s->src);
+    s->src = NULL;
+    c->nmcp--;
+  }
+  if (s->snk) {
+    mcp_sink_session_del(s->snk);
+    s->snk = NULL;
+    c->nmcp--;
+  }
+  if (c->ep->sink_stream == s)
+    c->ep->sink_stream = NULL;
+  s->expiry = MCP_TSTAMP_MAX;
+}
+
+static void drop_out(mcp_h2c_stream *s) {
+  if (s->out) {
+    s->c->ep->msg_buffered -= s->out_len - s->out_sent;
+    mcp_msg_free(s->out);
+    s->out = NULL;
+  }
+}
+
+static void drop_in(mcp_h2c_stream *s) {
+  s->c->ep->read_buffered -= s->in.cap;
+  mcp_h2c_buf_free(&s->in);
+  s->in_hdr_len = 0;
+}
+
+static void headers_free(mcp_h2c_headers *h) {
+  free(h->method);
+  free(h->path);
+  free(h->content_type);
+  free(h->te);
+  free(h->timeout);
+  free(h->encoding);
+  free(h->grpc_message);
+}
+
+void mcp_h2c_stream_free(mcp_h2c_stream *s) {
+  mcp_h2c_conn *c = s->c;
+  mcp_h2c_ep *ep = c->ep;
+  int mcp_dial = s->dialed && s->seq > 0;
+  mcp_tstamp now = mcp_h2c_now();
+  mcp_tstamp lived = now - s->opened;
+  uint64_t received = s->received;
+  drop_session(s);
+  if (s->prev)
+    s->prev->next = s->next;
+  else
+    c->streams = s->next;
+  if (s->next)
+    s->next->prev = s->prev;
+  if (--c->nstreams == 0)
+    c->idle_since = now;
+  if (c->h2 && s->id > 0)
+    nghttp2_session_set_stream_user_data(c->h2, s->id, NULL);
+  drop_out(s);
+  drop_in(s);
+  mcp_h2c_buf_free(&s->body);
+  headers_free(&s->hd);
+  free(s->details);
+  free(s);
+  if (mcp_dial)
+    mcp_h2c_client_stream_gone(ep, lived, received);
+}
+
+void mcp_h2c_streams_gone(mcp_h2c_conn *c, int status, const char *details) {
+  while (c->streams) {
+    mcp_h2c_stream *s = c->streams;
+    if (!s->finishing) {
+      s->finishing = 1;
+      s->status = status;
+      mcp_h2c_stream_set_details(s, details);
+    }
+    drop_session(s);
+    mcp_h2c_notify_stream(s, MCP_H2C_STREAM_CLOSED);
+    mcp_h2c_stream_free(s);
+  }
+}
+
+int mcp_h2c_stream_open_session(mcp_h2c_stream *s) {
+  mcp_h2c_conn *c = s->c;
+  mcp_h2c_ep *ep = c->ep;
+  mcp_tstamp now = mcp_h2c_now();
+  int rv;
+  if (ep->role == MCP_H2C_ROLE_SOURCE) {
+    mcp_source_options o = ep->source_opts;
+    o.send_trigger = s->dialed; /* Istio's sinks wait for a first push */
+    o.service = s->service;
+    rv = mcp_source_session_new(&s->src, &o, now);
+    if (rv < 0)
+      return rv;
+    s->expiry = mcp_source_session_get_expiry(s->src);
+  } else {
+    /* The state takes one session at a time: the newest stream wins. */
+    mcp_h2c_stream *old = ep->sink_stream;
+    if (old && old != s)
+      mcp_h2c_stream_finish(old, 10,
+                            "replaced by a newer stream"); /* ABORTED */
+    rv = mcp_sink_session_new(&s->snk, ep->state, now);
+    if (rv < 0)
+      return rv;
+    ep->sink_stream = s;
+  }
+  c->nmcp++;
+  s->kind = MCP_H2C_SK_GRPC;
+  s->seq = ++ep->next_stream_id;
+  s->opened = now;
+  s->dirty = 1;
+  return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Answers                                                             */
+/* ------------------------------------------------------------------ */
+
+/* Appends the grpc-status and grpc-message fields of |s| to |nva|. */
+static size_t status_fields(mcp_h2c_stream *s, nghttp2_nv *nva, char *code,
+                            mcp_h2c_buf *msg) {
+  size_t n = 0;
+  snprintf(code, 12, "%d", s->status);
+  nva[n++] = (nghttp2_nv)NV("grpc-status", code);
+  if (s->details && s->details[0] &&
+      mcp_h2c_percent_encode(s->details, msg) == 0 &&
+      mcp_h2c_buf_append(msg, "", 1) == 0)
+    nva[n++] = (nghttp2_nv)NV("grpc-message", (char *)msg->p);
+  return n;
+}
+
+/* A response that is only headers with END_STREAM: gRPC's trailers-only
+ * answer, with HTTP status |http|. */
+static void reject(mcp_h2c_stream *s, int http, int status,
+                   const char *details) {
+  mcp_h2c_conn *c = s->c;
+  drop_session(s);
+  s->kind = MCP_H2C_SK_REJECTED;
+  s->finishing = 1;
+  s->status = status;
+  mcp_h2c_stream_set_details(s, details);
+  char hs[12], code[12];
+  mcp_h2c_buf msg = {0};
+  snprintf(hs, sizeof(hs), "%d", http);
+  nghttp2_nv nva[4] = {NV(":status", hs),
+                       NV("content-type", "application/grpc")};
+  size_t n = 2 + status_fields(s, nva + 2, code, &msg);
+  nghttp2_submit_response(c->h2, s->id, nva, n, NULL);
+  mcp_h2c_buf_free(&msg);
+  s->response_submitted = 1;
+  s->trailers_submitted = 1;
+  c->dirty = 1;
+}
+
+static ssize_t data_read(nghttp2_session *h2, int32_t id, uint8_t *buf,
+                         size_t length, uint32_t *flags,
+                         nghttp2_data_source *source, void *user_data);
+
+void mcp_h2c_stream_http_answer(mcp_h2c_stream *s) {
+  mcp_h2c_conn *c = s->c;
+  const char *method = s->hd.method ? s->hd.method : "GET";
+  const char *path = s->hd.path ? s->hd.path : "/";
+  int status;
+  char *ctype = NULL;
+  mcp_h2c_http_answer(c->ep, method, path, &status, &ctype, &s->body);
+  int head = strcmp(method, "HEAD") == 0;
+  char hs[12], len[24];
+  snprintf(hs, sizeof(hs), "%d", status);
+  snprintf(len, sizeof(len), "%zu", s->body.len);
+  nghttp2_nv nva[3] = {NV(":status", hs),
+                       NV("content-type", ctype ? ctype : "text/plain"),
+                       NV("content-length", len)};
+  nghttp2_data_provider prd = {.source.ptr = s, .read_callback = data_read};
+  int body = !head && s->body.len > 0;
+  nghttp2_submit_response(c->h2, s->id, nva, 3, body ? &prd : NULL);
+  free(ctype);
+  s->response_submitted = 1;
+  c->dirty = 1;
+}
+
+void mcp_h2c_stream_finish(mcp_h2c_stream *s, int status, const char *details) {
+  if (s->finishing)
+    return;
+  mcp_h2c_conn *c = s->c;
+  s->finishing = 1;
+  s->status = status;
+  mcp_h2c_stream_set_details(s, details);
+  drop_session(s);
+  drop_in(s);
+  if (c->h2 && s->id > 0 && c->proto == MCP_H2C_PROTO_H2) {
+    if (s->dialed) {
+      int done = nghttp2_session_get_stream_remote_close(c->h2, s->id) > 0;
+      nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, s->id,
+                                done ? NGHTTP2_NO_ERROR : NGHTTP2_CANCEL);
+    } else if (s->kind == MCP_H2C_SK_GRPC && s->response_submitted) {
+      /* The trailers follow the message being sent, if any. */
+      if (s->deferred) {
+        s->deferred = 0;
+        nghttp2_session_resume_data(c->h2, s->id);
+      }
+    } else if (s->kind == MCP_H2C_SK_GRPC) {
+      s->finishing = 0;
+      reject(s, 200, status, details);
+    } else if (!s->response_submitted) {
+      nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, s->id,
+                                NGHTTP2_REFUSED_STREAM);
+    }
+  }
+  s->dirty = 1;
+  mcp_h2c_conn_mark(c);
+}
+
+/* ------------------------------------------------------------------ */
+/* Requests (server)                                                   */
+/* ------------------------------------------------------------------ */
+
+void mcp_h2c_stream_request(mcp_h2c_stream *s) {
+  mcp_h2c_conn *c = s->c;
+  mcp_h2c_ep *ep = c->ep;
+  mcp_h2c_headers *hd = &s->hd;
+  const char *method = hd->method ? hd->method : "";
+  const char *path = hd->path ? hd->path : "";
+  /* Which service |path| is, and whether this object serves it: sinks
+   * dial sources on ResourceSource and the aggregated methods, sources
+   * dial sinks on ResourceSink. */
+  int known = -1, served = -1;
+  for (int sd = 0; sd <= 1; ++sd) {
+    for (int sv = MCP_SERVICE_RESOURCE;
+         sv <= MCP_SERVICE_AGGREGATED_INCREMENTAL; ++sv) {
+      const char *m = mcp_h2c_method((mcp_service)sv, sd);
+      if (m && strcmp(path, m) == 0) {
+        known = sv;
+        if (sd == (ep->role == MCP_H2C_ROLE_SOURCE))
+          served = sv;
+      }
+    }
+  }
+  char msg[200];
+  if (!mcp_h2c_is_grpc_content_type(hd->content_type)) {
+    if (strcmp(method, "POST") == 0 && known >= 0) {
+      snprintf(msg, sizeof(msg), "invalid gRPC request content-type \"%.64s\"",
+               hd->content_type ? hd->content_type : "");
+      reject(s, 415, MCP_CODE_INVALID_ARGUMENT, msg);
+      return;
+    }
+    s->kind = MCP_H2C_SK_HTTP; /* answered once the request is complete */
+    return;
+  }
+  if (strcmp(method, "POST") != 0) {
+    reject(s, 405, MCP_CODE_INTERNAL, "gRPC requires POST");
+    return;
+  }
+  if (!hd->te || strcmp(hd->te, "trailers") != 0) {
+    reject(s, 400, MCP_CODE_INTERNAL, "gRPC requires \"te: trailers\"");
+    return;
+  }
+  if (known < 0) {
+    snprintf(msg, sizeof(msg), "unknown method %.128s", path);
+    reject(s, 200, MCP_CODE_UNIMPLEMENTED, msg);
+    return;
+  }
+  if (served < 0) {
+    snprintf(msg, sizeof(msg), "method %.128s is not served here", path);
+    reject(s, 200, MCP_CODE_UNIMPLEMENTED, msg);
+    return;
+  }
+  if (hd->timeout) {
+    mcp_tstamp d;
+    if (mcp_h2c_parse_timeout(hd->timeout, &d) < 0) {
+      reject(s, 200, MCP_CODE_INTERNAL, "malformed grpc-timeout");
+      return;
+    }
+    mcp_tstamp now = mcp_h2c_now();
+    s->deadline = d > MCP_TSTAMP_MAX - now ? MCP_TSTAMP_MAX : now + d;
+  }
+  if (ep->stopping) {
+    reject(s, 200, MCP_CODE_UNAVAILABLE, "server shutting down");
+    return;
+  }
+  s->service = (mcp_service)served;
+  int rv = mcp_h2c_stream_open_session(s);
+  if (rv < 0) {
+    reject(s, 200, mcp_error_grpc_status(rv), mcp_strerror(rv));
+    return;
+  }
+  nghttp2_nv nva[3] = {NV(":status", "200"),
+                       NV("content-type", "application/grpc"),
+                       NV("grpc-accept-encoding", "identity")};
+  nghttp2_data_provider prd = {.source.ptr = s, .read_callback = data_read};
+  if (nghttp2_submit_response(c->h2, s->id, nva, 3, &prd) != 0) {
+    reject(s, 200, MCP_CODE_RESOURCE_EXHAUSTED, mcp_strerror(MCP_ERR_NOMEM));
+    return;
+  }
+  s->response_submitted = 1;
+  c->dirty = 1;
+  mcp_h2c_notify_stream(s, MCP_H2C_STREAM_OPENED);
+}
+
+int mcp_h2c_stream_submit_request(mcp_h2c_stream *s) {
+  mcp_h2c_conn *c = s->c;
+  mcp_h2c_ep *ep = c->ep;
+  const char *path = mcp_h2c_method(s->service, ep->role == MCP_H2C_ROLE_SINK);
+  if (!path)
+    return MCP_ERR_INVALID_ARGUMENT;
+  nghttp2_nv nva[] = {NV(":method", "POST"),
+                      NV(":scheme", "http"),
+                      NV(":path", path),
+                      NV(":authority", ep->authority),
+                      NV("content-type", "application/grpc"),
+                      NV("te", "trailers"),
+                      NV("grpc-accept-encoding", "identity"),
+                      NV("user-agent", USER_AGENT)};
+  nghttp2_data_provider prd = {.source.ptr = s, .read_callback = data_read};
+  int32_t id = nghttp2_submit_request(c->h2, NULL, nva,
+                                      sizeof(nva) / sizeof(nva[0]), &prd, s);
+  if (id < 0)
+    return MCP_ERR_NOMEM;
+  s->id = id;
+  s->dirty = 1;
+  c->dirty = 1;
+  return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Moving messages                                                     */
+/* ------------------------------------------------------------------ */
+
+static void deliver(mcp_h2c_stream *s, const uint8_t *p, size_t n) {
+  mcp_h2c_ep *ep = s->c->ep;
+  mcp_tstamp now = mcp_h2c_now();
+  int rv;
+  s->received++;
+  ep->msgs_in++;
+  if (s->src) {
+    rv = mcp_source_session_recv(s->src, p, n, now);
+    s->expiry = mcp_source_session_get_expiry(s->src);
+  } else {
+    rv = mcp_sink_session_recv(s->snk, p, n, now);
+  }
+  if (rv < 0) {
+    mcp_h2c_stream_finish(s, mcp_error_grpc_status(rv), mcp_strerror(rv));
+    return;
+  }
+  s->dirty = 1;
+  s->c->dirty = 1;
+}
+
+/* Reassembles gRPC messages from DATA payload. A message that lies whole
+ * in |p| is delivered from there; the others are gathered in s->in, which
+ * grows with what arrived, never beyond the announced length (itself at
+ * most max_recv_message_size). */
+static void stream_input(mcp_h2c_stream *s, const uint8_t *p, size_t n) {
+  mcp_h2c_ep *ep = s->c->ep;
+  char msg[128];
+  while (n > 0 && !s->finishing) {
+    if (s->in_hdr_len < 5) {
+      size_t k = 5 - s->in_hdr_len < n ? 5 - s->in_hdr_len : n;
+      memcpy(s->in_hdr + s->in_hdr_len, p, k);
+      s->in_hdr_len += k;
+      p += k;
+      n -= k;
+      if (s->in_hdr_len < 5)
+        break;
+      uint32_t len = (uint32_t)s->in_hdr[1] << 24 |
+                     (uint32_t)s->in_hdr[2] << 16 |
+                     (uint32_t)s->in_hdr[3] << 8 | (uint32_t)s->in_hdr[4];
+      if (s->in_hdr[0] & 1) {
+        mcp_h2c_stream_finish(s, MCP_CODE_UNIMPLEMENTED,
+                              "compressed messages are not supported "
+                              "(grpc-encoding identity only)");
+        return;
+      }
+      if (s->in_hdr[0] != 0) {
+        mcp_h2c_stream_finish(s, MCP_CODE_INTERNAL,
+                              "malformed message prefix (reserved flags set)");
+        return;
+      }
+      if (len > max_recv(ep)) {
+        snprintf(msg, sizeof(msg),
+                 "received message larger than max (%lu vs. %lu)",
+                 (unsigned long)len, (unsigned long)max_recv(ep));
+        mcp_h2c_stream_finish(s, MCP_CODE_RESOURCE_EXHAUSTED, msg);
+        return;
+      }
+      s->in_msg_len = len;
+      if (len == 0) {
+        s->in_hdr_len = 0;
+        deliver(s, (const uint8_t *)"", 0);
+      }
+      continue;
+    }
+    size_t need = s->in_msg_len - s->in.len;
+    if (s->in.len == 0 && n >= need) {
+      s->in_hdr_len = 0;
+      deliver(s, p, need);
+      p += need;
+      n -= need;
+      continue;
+    }
+    size_t k = need < n ? need : n;
+    if (s->in.cap - s->in.len < k) {
+      size_t want = s->in.cap * 2;
+      if (want < s->in.len + k)
+        want = s->in.len + k;
+      if (want < 4096)
+        want = 4096;
+      if (want > s->in_msg_len)
+        want = s->in_msg_len;
+      uint8_t *np = realloc(s->in.p, want);
+      if (!np) {
+        mcp_h2c_stream_finish(s, MCP_CODE_RESOURCE_EXHAUSTED,
+                              mcp_strerror(MCP_ERR_NOMEM));
+        return;
+      }
+      ep->read_buffered += want - s->in.cap;
+      s->in.p = np;
+      s->in.cap = want;
+    }
+    memcpy(s->in.p + s->in.len, p, k);
+    s->in.len += k;
+    p += k;
+    n -= k;
+    if (s->in.len == s->in_msg_len) {
+      mcp_h2c_buf b = s->in;
+      s->in = (mcp_h2c_buf){0};
+      s->in_hdr_len = 0;
+      deliver(s, b.p, b.len);
+      ep->read_buffered -= b.cap;
+      free(b.p);
+    }
+  }
+}
+
+static void queue(mcp_h2c_stream *s, mcp_msg *msg) {
+  mcp_h2c_ep *ep = s->c->ep;
+  size_t len = mcp_msg_len(msg);
+  if (len > max_send(ep)) {
+    char d[128];
+    snprintf(d, sizeof(d), "message to send larger than max (%zu vs. %zu)", len,
+             max_send(ep));
+    mcp_msg_free(msg);
+    mcp_h2c_stream_finish(s, MCP_CODE_RESOURCE_EXHAUSTED, d);
+    return;
+  }
+  s->out = msg;
+  s->out_hdr[0] = 0;
+  s->out_hdr[1] = (uint8_t)(len >> 24);
+  s->out_hdr[2] = (uint8_t)(len >> 16);
+  s->out_hdr[3] = (uint8_t)(len >> 8);
+  s->out_hdr[4] = (uint8_t)len;
+  s->out_len = 5 + len;
+  s->out_read = s->out_sent = 0;
+  s->out_iov = s->out_iov_off = 0;
+  ep->msg_buffered += s->out_len;
+  if (s->deferred) {
+    s->deferred = 0;
+    nghttp2_session_resume_data(s->c->h2, s->id);
+  }
+}
+
+void mcp_h2c_stream_pump(mcp_h2c_stream *s, mcp_tstamp now) {
+  mcp_h2c_conn *c = s->c;
+  if (s->kind != MCP_H2C_SK_GRPC || s->finishing || (!s->src && !s->snk))
+    return;
+  if (s->id == 0) /* dialed, not connected yet */
+    return;
+  int blocked = c->wfill.len >= (size_t)c->ep->opts.write_buffer_size;
+  mcp_msg *msg = NULL;
+  int rv = 0;
+  if (s->src) {
+    if (s->expiry <= now)
+      rv = mcp_source_session_handle_expiry(s->src, now);
+    if (rv >= 0 && !s->out && !blocked)
+      rv = mcp_source_session_next(s->src, now, &msg);
+    s->expiry = mcp_source_session_get_expiry(s->src);
+  } else if (!s->out && !blocked) {
+    rv = mcp_sink_session_next(s->snk, &msg);
+  }
+  if (rv < 0) {
+    mcp_h2c_stream_finish(s, mcp_error_grpc_status(rv), mcp_strerror(rv));
+    return;
+  }
+  if (msg)
+    queue(s, msg);
+  if (blocked && !s->out)
+    s->dirty = 1; /* pull once the socket drains (the next kick) */
+  if (s->remote_closed && !s->dialed && !s->out && !s->finishing) {
+    /* The client half-closed: send what the session has ready now (the
+     * answers to what it sent), then end with OK. */
+    int more = s->src ? mcp_source_session_want_write(s->src, now)
+                      : mcp_sink_session_want_write(s->snk);
+    if (!more)
+      mcp_h2c_stream_finish(s, MCP_CODE_OK, "");
+    else
+      s->dirty = 1;
+  }
+}
+
+/* Copies |n| bytes of the outgoing message from |out_sent| on. */
+static void copy_out(mcp_h2c_stream *s, uint8_t *dst, size_t n) {
+  const mcp_iovec *iov;
+  size_t niov = mcp_msg_iov(s->out, &iov);
+  while (n > 0) {
+    size_t k;
+    if (s->out_sent < 5) {
+      k = 5 - s->out_sent < n ? 5 - s->out_sent : n;
+      memcpy(dst, s->out_hdr + s->out_sent, k);
+    } else {
+      while (s->out_iov < niov && s->out_iov_off == iov[s->out_iov].len) {
+        s->out_iov++;
+        s->out_iov_off = 0;
+      }
+      const mcp_iovec *v = &iov[s->out_iov];
+      k = v->len - s->out_iov_off < n ? v->len - s->out_iov_off : n;
+      memcpy(dst, v->base + s->out_iov_off, k);
+      s->out_iov_off += k;
+    }
+    s->out_sent += k;
+    dst += k;
+    n -= k;
+  }
+}
+
+static ssize_t data_read(nghttp2_session *h2, int32_t id, uint8_t *buf,
+                         size_t length, uint32_t *flags,
+                         nghttp2_data_source *source, void *user_data) {
+  (void)source;
+  (void)user_data;
+  mcp_h2c_stream *s = stream_of(h2, id);
+  if (!s) {
+    *flags |= NGHTTP2_DATA_FLAG_EOF;
+    return 0;
+  }
+  if (s->kind == MCP_H2C_SK_HTTP) {
+    size_t n = s->body.len - s->body_off;
+    if (n > length)
+      n = length;
+    memcpy(buf, s->body.p + s->body_off, n);
+    s->body_off += n;
+    if (s->body_off == s->body.len)
+      *flags |= NGHTTP2_DATA_FLAG_EOF;
+    return (ssize_t)n;
+  }
+  if (s->out && s->out_read < s->out_len) {
+    size_t n = s->out_len - s->out_read;
+    if (n > length)
+      n = length;
+    s->out_read += n;
+    *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
+    return (ssize_t)n;
+  }
+  if (s->finishing && !s->out) {
+    *flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (!s->dialed) {
+      *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+      char code[12];
+      mcp_h2c_buf msg = {0};
+      nghttp2_nv nva[2];
+      size_t n = status_fields(s, nva, code, &msg);
+      int rv = nghttp2_submit_trailer(h2, id, nva, n);
+      mcp_h2c_buf_free(&msg);
+      if (rv != 0)
+        return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+      s->trailers_submitted = 1;
+    }
+    return 0;
+  }
+  s->deferred = 1;
+  return NGHTTP2_ERR_DEFERRED;
+}
+
+/* ------------------------------------------------------------------ */
+/* nghttp2 callbacks                                                   */
+/* ------------------------------------------------------------------ */
+
+static ssize_t on_send(nghttp2_session *h2, const uint8_t *data, size_t length,
+                       int flags, void *user_data) {
+  (void)h2;
+  (void)flags;
+  mcp_h2c_conn *c = user_data;
+  if (c->wfill.len >= (size_t)c->ep->opts.write_buffer_size)
+    return NGHTTP2_ERR_WOULDBLOCK;
+  if (mcp_h2c_conn_write(c, data, length) < 0)
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  return (ssize_t)length;
+}
+
+static int on_send_data(nghttp2_session *h2, nghttp2_frame *frame,
+                        const uint8_t *framehd, size_t length,
+                        nghttp2_data_source *source, void *user_data) {
+  (void)source;
+  mcp_h2c_conn *c = user_data;
+  mcp_h2c_ep *ep = c->ep;
+  if (c->wfill.len >= (size_t)ep->opts.write_buffer_size)
+    return NGHTTP2_ERR_WOULDBLOCK;
+  mcp_h2c_stream *s = stream_of(h2, frame->hd.stream_id);
+  if (!s || !s->out || s->out_len - s->out_sent < length)
+    return NGHTTP2_ERR_CALLBACK_FAILURE; /* cannot happen */
+  size_t pad = frame->data.padlen;
+  size_t total = 9 + length + pad;
+  if (mcp_h2c_buf_reserve(&c->wfill, total) < 0)
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  uint8_t *w = c->wfill.p + c->wfill.len;
+  memcpy(w, framehd, 9);
+  w += 9;
+  if (pad > 0)
+    *w++ = (uint8_t)(pad - 1);
+  copy_out(s, w, length);
+  w += length;
+  if (pad > 1)
+    memset(w, 0, pad - 1);
+  c->wfill.len += total;
+  ep->write_buffered += total;
+  ep->msg_buffered -= length;
+  if (s->out_sent == s->out_len) {
+    mcp_msg_free(s->out);
+    s->out = NULL;
+    s->sent++;
+    ep->msgs_out++;
+    s->dirty = 1; /* pull the next one */
+    c->dirty = 1;
+  }
+  return 0;
+}
+
+static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *frame,
+                            void *user_data) {
+  mcp_h2c_conn *c = user_data;
+  if (frame->hd.type != NGHTTP2_HEADERS || c->dialed ||
+      frame->headers.cat != NGHTTP2_HCAT_REQUEST)
+    return 0;
+  if (c->ep->stopping) {
+    nghttp2_submit_rst_stream(h2, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
+                              NGHTTP2_REFUSED_STREAM);
+    return 0;
+  }
+  mcp_h2c_stream *s = mcp_h2c_stream_new(c, frame->hd.stream_id);
+  if (!s)
+    return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+  nghttp2_session_set_stream_user_data(h2, frame->hd.stream_id, s);
+  return 0;
+}
+
+static int set_field(char **field, const uint8_t *v, size_t n) {
+  char *d = malloc(n + 1);
+  if (!d)
+    return -1;
+  memcpy(d, v, n);
+  d[n] = '\0';
+  free(*field);
+  *field = d;
+  return 0;
+}
+
+#define IS(lit) (namelen == sizeof(lit) - 1 && memcmp(name, lit, namelen) == 0)
+
+static int on_header(nghttp2_session *h2, const nghttp2_frame *frame,
+                     const uint8_t *name, size_t namelen, const uint8_t *value,
+                     size_t valuelen, uint8_t flags, void *user_data) {
+  (void)flags;
+  (void)user_data;
+  mcp_h2c_stream *s = stream_of(h2, frame->hd.stream_id);
+  if (!s)
+    return 0;
+  mcp_h2c_headers *hd = &s->hd;
+  hd->bytes += namelen + valuelen + 32;
+  if (hd->bytes > MAX_HEADER_BYTES)
+    return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+  char **field = NULL;
+  if (!s->dialed) {
+    if (IS(":method"))
+      field = &hd->method;
+    else if (IS(":path"))
+      field = &hd->path;
+    else if (IS("content-type"))
+      field = &hd->content_type;
+    else if (IS("te"))
+      field = &hd->te;
+    else if (IS("grpc-timeout"))
+      field = &hd->timeout;
+    else if (IS("grpc-encoding"))
+      field = &hd->encoding;
+  } else if (IS(":status")) {
+    int v = 0;
+    for (size_t i = 0; i < valuelen && i < 3; ++i)
+      v = v * 10 + (value[i] - '0');
+    hd->http_status = v;
+  } else if (IS("content-type")) {
+    field = &hd->content_type;
+  } else if (IS("grpc-status")) {
+    int v = 0;
+    for (size_t i = 0; i < valuelen && v < 1000; ++i)
+      v = (value[i] >= '0' && value[i] <= '9') ? v * 10 + (value[i] - '0')
+                                               : 1000;
+    hd->grpc_status = valuelen > 0 && v < 1000 ? v : MCP_CODE_UNKNOWN;
+  } else if (IS("grpc-message")) {
+    if (set_field(&hd->grpc_message, value, valuelen) < 0)
+      return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    mcp_h2c_percent_decode(hd->grpc_message);
+  }
+  if (field && set_field(field, value, valuelen) < 0)
+    return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+  return 0;
+}
+
+/* Client: response headers or trailers. */
+static void client_headers(mcp_h2c_stream *s, nghttp2_headers_category cat,
+                           int end) {
+  mcp_h2c_headers *hd = &s->hd;
+  char d[64];
+  if (s->finishing)
+    return;
+  if (cat == NGHTTP2_HCAT_RESPONSE) {
+    if (hd->http_status != 200) {
+      snprintf(d, sizeof(d), "HTTP status %d", hd->http_status);
+      mcp_h2c_stream_finish(s,
+                            hd->grpc_status >= 0
+                                ? hd->grpc_status
+                                : mcp_h2c_status_from_http(hd->http_status),
+                            hd->grpc_message ? hd->grpc_message : d);
+      return;
+    }
+    if (!mcp_h2c_is_grpc_content_type(hd->content_type)) {
+      mcp_h2c_stream_finish(s, MCP_CODE_UNKNOWN,
+                            "response content-type is not application/grpc");
+      return;
+    }
+  }
+  if (end) {
+    if (hd->grpc_status < 0)
+      mcp_h2c_stream_finish(s, MCP_CODE_UNKNOWN, "no grpc-status in trailers");
+    else
+      mcp_h2c_stream_finish(s, hd->grpc_status,
+                            hd->grpc_message ? hd->grpc_message : "");
+  }
+}
+
+static void police_ping(mcp_h2c_conn *c) {
+  int min = c->ep->opts.min_recv_ping_interval_ms;
+  if (c->dialed || min <= 0)
+    return;
+  mcp_tstamp now = mcp_h2c_now();
+  if (c->last_ping_recv &&
+      now - c->last_ping_recv < (mcp_tstamp)min * MCP_MILLISECONDS &&
+      ++c->ping_strikes > 2 && !c->goaway) {
+    static const char why[] = "too_many_pings";
+    nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE,
+                          nghttp2_session_get_last_proc_stream_id(c->h2),
+                          NGHTTP2_ENHANCE_YOUR_CALM, (const uint8_t *)why,
+                          sizeof(why) - 1);
+    c->goaway = 1;
+    c->draining = 1;
+  }
+  c->last_ping_recv = now;
+}
+
+static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *frame,
+                         void *user_data) {
+  mcp_h2c_conn *c = user_data;
+  switch (frame->hd.type) {
+  case NGHTTP2_PING:
+    if (frame->hd.flags & NGHTTP2_FLAG_ACK)
+      c->ping_outstanding = 0;
+    else
+      police_ping(c);
+    return 0;
+  case NGHTTP2_GOAWAY:
+    c->goaway_recv = 1;
+    return 0;
+  case NGHTTP2_HEADERS:
+  case NGHTTP2_DATA:
+    break;
+  default:
+    return 0;
+  }
+  mcp_h2c_stream *s = stream_of(h2, frame->hd.stream_id);
+  if (!s)
+    return 0;
+  int end = (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
+  if (s->dialed) {
+    if (frame->hd.type == NGHTTP2_HEADERS)
+      client_headers(s, frame->headers.cat, end);
+    else if (end && !s->finishing)
+      mcp_h2c_stream_finish(s, MCP_CODE_INTERNAL,
+                            "the server ended the stream without a status");
+    return 0;
+  }
+  if (end)
+    s->remote_closed = 1;
+  if (frame->hd.type == NGHTTP2_HEADERS &&
+      frame->headers.cat == NGHTTP2_HCAT_REQUEST)
+    mcp_h2c_stream_request(s);
+  if (s->kind == MCP_H2C_SK_HTTP && s->remote_closed && !s->response_submitted)
+    mcp_h2c_stream_http_answer(s);
+  if (end) {
+    s->dirty = 1;
+    c->dirty = 1;
+  }
+  return 0;
+}
+
+static int on_data_chunk(nghttp2_session *h2, uint8_t flags, int32_t id,
+                         const uint8_t *data, size_t len, void *user_data) {
+  (void)flags;
+  (void)user_data;
+  mcp_h2c_stream *s = stream_of(h2, id);
+  if (s && s->kind == MCP_H2C_SK_GRPC && !s->finishing)
+    stream_input(s, data, len);
+  /* Taken: delivered to the core, or held in the stream's buffer (bounded
+   * by the maximum message size), or dropped. */
+  nghttp2_session_consume(h2, id, len);
+  return 0;
+}
+
+static int on_stream_close(nghttp2_session *h2, int32_t id, uint32_t code,
+                           void *user_data) {
+  mcp_h2c_conn *c = user_data;
+  mcp_h2c_stream *s = stream_of(h2, id);
+  if (!s)
+    return 0;
+  if (!s->finishing) {
+    s->finishing = 1;
+    char d[96];
+    if (s->dialed) {
+      s->status = code == NGHTTP2_NO_ERROR ? MCP_CODE_INTERNAL
+                                           : mcp_h2c_status_from_h2_error(code);
+      snprintf(d, sizeof(d), "stream reset by the server (%s)",
+               nghttp2_http2_strerror(code));
+    } else {
+      s->status = MCP_CODE_CANCELLED;
+      snprintf(d, sizeof(d), "stream reset by the client (%s)",
+               nghttp2_http2_strerror(code));
+    }
+    mcp_h2c_stream_set_details(s, d);
+  }
+  int dialed = s->dialed;
+  drop_session(s);
+  mcp_h2c_notify_stream(s, MCP_H2C_STREAM_CLOSED);
+  mcp_h2c_stream_free(s);
+  if (dialed) /* one stream per dialed connection: it is over */
+    nghttp2_session_terminate_session(h2, NGHTTP2_NO_ERROR);
+  c->dirty = 1;
+  return 0;
+}
+
+static int on_frame_send(nghttp2_session *h2, const nghttp2_frame *frame,
+                         void *user_data) {
+  mcp_h2c_conn *c = user_data;
+  switch (frame->hd.type) {
+  case NGHTTP2_GOAWAY:
+    c->goaway = 1;
+    return 0;
+  case NGHTTP2_HEADERS:
+  case NGHTTP2_DATA:
+    c->ping_strikes = 0;
+    break;
+  default:
+    return 0;
+  }
+  /* Server: the answer is complete; a client still sending is told to
+   * stop, without error (RFC 9113 8.1), so the stream closes. */
+  if (!c->dialed && (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
+      nghttp2_session_get_stream_remote_close(h2, frame->hd.stream_id) == 0)
+    nghttp2_submit_rst_stream(h2, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
+                              NGHTTP2_NO_ERROR);
+  return 0;
+}
+
+int mcp_h2c_session_new(mcp_h2c_conn *c, int server) {
+  const mcp_h2c_options *o = &c->ep->opts;
+  nghttp2_session_callbacks *cb;
+  nghttp2_option *opt;
+  if (nghttp2_session_callbacks_new(&cb) != 0)
+    return MCP_ERR_NOMEM;
+  if (nghttp2_option_new(&opt) != 0) {
+    nghttp2_session_callbacks_del(cb);
+    return MCP_ERR_NOMEM;
+  }
+  nghttp2_session_callbacks_set_send_callback(cb, on_send);
+  nghttp2_session_callbacks_set_send_data_callback(cb, on_send_data);
+  nghttp2_session_callbacks_set_on_begin_headers_callback(cb, on_begin_headers);
+  nghttp2_session_callbacks_set_on_header_callback(cb, on_header);
+  nghttp2_session_callbacks_set_on_frame_recv_callback(cb, on_frame_recv);
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, on_data_chunk);
+  nghttp2_session_callbacks_set_on_stream_close_callback(cb, on_stream_close);
+  nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
+  /* Memory stays bounded: the peer's window opens only as we take data. */
+  nghttp2_option_set_no_auto_window_update(opt, 1);
+  int rv = server ? nghttp2_session_server_new2(&c->h2, cb, c, opt)
+                  : nghttp2_session_client_new2(&c->h2, cb, c, opt);
+  nghttp2_session_callbacks_del(cb);
+  nghttp2_option_del(opt);
+  if (rv != 0)
+    return MCP_ERR_NOMEM;
+  nghttp2_settings_entry iv[3];
+  size_t n = 0;
+  if (server) {
+    iv[n].settings_id = NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS;
+    iv[n++].value = (uint32_t)o->max_concurrent_streams;
+  } else {
+    iv[n].settings_id = NGHTTP2_SETTINGS_ENABLE_PUSH;
+    iv[n++].value = 0;
+  }
+  iv[n].settings_id = NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE;
+  iv[n++].value = (uint32_t)o->stream_window_size;
+  iv[n].settings_id = NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE;
+  iv[n++].value = MAX_HEADER_BYTES;
+  if (nghttp2_submit_settings(c->h2, NGHTTP2_FLAG_NONE, iv, n) != 0 ||
+      nghttp2_session_set_local_window_size(c->h2, NGHTTP2_FLAG_NONE, 0,
+                                            o->connection_window_size) != 0) {
+    nghttp2_session_del(c->h2);
+    c->h2 = NULL;
+    return MCP_ERR_NOMEM;
+  }
+  c->proto = MCP_H2C_PROTO_H2;
+  return 0;
+}

@@ -1,0 +1,283 @@
+/* Internal declarations of the h2c transport. */
+#ifndef MCP_H2C_INTERNAL_H
+#define MCP_H2C_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <http_parser.h>
+#include <nghttp2/nghttp2.h>
+#include <uv.h>
+
+#include "backoff.h"
+#include "mcp/h2c.h"
+#include "util.h"
+
+#define MCP_H2C_CONTAINER(ptr, type, member)                                 \
+  ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
+
+typedef struct mcp_h2c_ep mcp_h2c_ep;
+typedef struct mcp_h2c_conn mcp_h2c_conn;
+typedef struct mcp_h2c_stream mcp_h2c_stream;
+
+typedef enum mcp_h2c_role {
+  MCP_H2C_ROLE_SOURCE,
+  MCP_H2C_ROLE_SINK
+} mcp_h2c_role;
+
+/* ------------------------------------------------------------------ */
+/* Streams                                                             */
+/* ------------------------------------------------------------------ */
+
+typedef enum mcp_h2c_stream_kind {
+  MCP_H2C_SK_NEW,      /* server: request headers being received */
+  MCP_H2C_SK_GRPC,     /* an MCP stream with a core session */
+  MCP_H2C_SK_HTTP,     /* server: a plain HTTP request */
+  MCP_H2C_SK_REJECTED  /* server: answered at once; input is dropped */
+} mcp_h2c_stream_kind;
+
+/* Header fields kept from a request (server) or a response (client). */
+typedef struct mcp_h2c_headers {
+  char *method, *path, *content_type, *te, *timeout, *encoding;
+  int http_status;  /* client: :status, 0 when none */
+  int grpc_status;  /* client: grpc-status, -1 when none */
+  char *grpc_message;
+  size_t bytes;     /* total size, bounded */
+} mcp_h2c_headers;
+
+struct mcp_h2c_stream {
+  mcp_h2c_conn *c;
+  mcp_h2c_stream *prev, *next;
+  int32_t id;   /* HTTP/2 stream id; 0 before a dialed request is sent */
+  uint64_t seq; /* mcp_h2c_stream_info.id */
+  mcp_h2c_stream_kind kind;
+  mcp_service service;
+  int dialed;
+  mcp_h2c_headers hd;
+  mcp_tstamp deadline; /* grpc-timeout, MCP_TSTAMP_MAX when none */
+
+  mcp_source_session *src;
+  mcp_sink_session *snk;
+  mcp_tstamp expiry; /* of the source session, cached */
+  mcp_tstamp opened;
+  uint64_t received, sent;
+
+  /* Outgoing: the one message taken from the core, as 5 header bytes and
+   * the message's fragments; |out_read| bytes were promised to nghttp2 by
+   * the data source, |out_sent| copied into the write buffer. */
+  mcp_msg *out;
+  uint8_t out_hdr[5];
+  size_t out_len, out_read, out_sent;
+  size_t out_iov, out_iov_off; /* position of |out_sent| in the fragments */
+  int deferred;                /* the data source returned DEFERRED */
+  /* A plain HTTP answer's body. */
+  mcp_h2c_buf body;
+  size_t body_off;
+
+  /* Incoming: the 5-byte prefix of the message being read and its body. */
+  uint8_t in_hdr[5];
+  size_t in_hdr_len;
+  uint32_t in_msg_len;
+  mcp_h2c_buf in;
+
+  int response_submitted; /* server: response HEADERS submitted */
+  int finishing;          /* the status is decided (trailers pending) */
+  int trailers_submitted;
+  int remote_closed;      /* the peer half-closed */
+  int announced;          /* OPENED was reported */
+  int dirty;              /* pump at the next kick */
+  int status;             /* final status and details (malloc'd) */
+  char *details;
+};
+
+/* ------------------------------------------------------------------ */
+/* Connections                                                         */
+/* ------------------------------------------------------------------ */
+
+typedef enum mcp_h2c_proto {
+  MCP_H2C_PROTO_PROBE,  /* server: the first bytes decide */
+  MCP_H2C_PROTO_HTTP1,  /* server: HTTP/1.1 requests */
+  MCP_H2C_PROTO_H2,     /* HTTP/2 */
+  MCP_H2C_PROTO_DIALING /* client: resolving or connecting */
+} mcp_h2c_proto;
+
+/* HTTP/1.1 request being parsed. */
+typedef struct mcp_h2c_http1 {
+  http_parser parser;
+  mcp_h2c_buf url;
+  mcp_h2c_buf field, value; /* the header line being read */
+  int in_value;
+  char *upgrade, *connection, *settings, *content_type, *te;
+  size_t header_bytes;
+  int has_body;
+  int bad; /* an HTTP status (414, 431) to answer instead */
+  int complete; /* a request was read: answer it */
+} mcp_h2c_http1;
+
+struct mcp_h2c_conn {
+  mcp_h2c_ep *ep;
+  mcp_h2c_conn *prev, *next;
+  union {
+    uv_tcp_t tcp;
+    uv_pipe_t pipe;
+  } h;
+  uv_stream_t *sock;
+  uv_timer_t timer;
+  int refs; /* open handles and requests in flight */
+  mcp_h2c_proto proto;
+  int dialed;
+  char peer[128];
+
+  nghttp2_session *h2;
+  mcp_h2c_stream *streams;
+  size_t nstreams;      /* every stream object */
+  size_t nmcp;          /* of them, MCP streams (for idleness) */
+
+  mcp_h2c_buf probe;    /* server: first bytes */
+  mcp_h2c_http1 *h1;
+
+  mcp_h2c_buf wfill, wflight; /* frames being gathered / being written */
+  uv_write_t wreq;
+  int writing;
+  int reading;
+  int read_paused; /* HTTP/1.1: the answers wait for the socket */
+
+  int closing;     /* conn_close() ran: handles are closing */
+  int goaway_recv;
+  int in_kick, dirty;
+  int draining;    /* close once nothing is left to write */
+  int goaway;      /* GOAWAY sent */
+  int eof;
+  mcp_tstamp last_recv, ping_sent_at, idle_since, last_ping_recv;
+  int ping_outstanding, ping_strikes;
+
+  /* client */
+  uv_connect_t connect_req;
+  uv_getaddrinfo_t gai;
+  int resolving;
+};
+
+/* ------------------------------------------------------------------ */
+/* The object                                                          */
+/* ------------------------------------------------------------------ */
+
+typedef enum mcp_h2c_job_kind {
+  MCP_H2C_JOB_STORE,
+  MCP_H2C_JOB_STATE
+} mcp_h2c_job_kind;
+
+typedef struct mcp_h2c_job {
+  struct mcp_h2c_job *next;
+  mcp_h2c_job_kind kind;
+  mcp_h2c_store_fn store_fn;
+  mcp_h2c_state_fn state_fn;
+  void *user_data;
+  int sync; /* the caller waits for |done|; the job is on its stack */
+  int done;
+} mcp_h2c_job;
+
+struct mcp_h2c_ep {
+  mcp_h2c_role role;
+  uv_loop_t *loop;
+  mcp_h2c_options opts; /* strings point to the copies below */
+  char *address, *authority;
+  mcp_h2c_addr addr;
+  mcp_source_options source_opts;
+  mcp_sink_state *state;
+  uv_thread_t loop_thread;
+
+  /* Shared with other threads, under |mu|. */
+  uv_mutex_t mu;
+  uv_cond_t cv;
+  mcp_h2c_job *jobs, **jobs_tail;
+  size_t queued; /* asynchronous jobs waiting */
+  int closing;   /* del() was called: no more jobs */
+
+  uv_async_t async;
+  uv_idle_t idle; /* deferred kicks */
+  int idle_active;
+  int notify_all;
+
+  int stopping; /* del() ran */
+  int refs;     /* open handles (the object's and its connections') */
+  mcp_h2c_conn *conns;
+  size_t nconns;
+  mcp_h2c_stream *sink_stream; /* the stream holding the sink session */
+  uint64_t next_stream_id;
+  mcp_tstamp grace_at;
+
+  /* LISTEN */
+  union {
+    uv_tcp_t tcp;
+    uv_pipe_t pipe;
+  } lis;
+  int listening;
+  int port;
+
+  /* DIAL */
+  uv_timer_t retry;
+  mcp_h2c_conn *dial; /* the attempt under way */
+  mcp_h2c_backoff backoff;
+  uint64_t rand_state;
+
+  /* counters */
+  uint64_t bytes_read, bytes_written, msgs_in, msgs_out;
+  size_t write_buffered, msg_buffered, read_buffered;
+};
+
+/* ep.c */
+void mcp_h2c_ep_schedule(mcp_h2c_ep *ep); /* kick dirty connections soon */
+void mcp_h2c_ep_unref(mcp_h2c_ep *ep);    /* a handle of the object closed */
+void mcp_h2c_info_fill(const mcp_h2c_stream *s, mcp_h2c_stream_info *info);
+void mcp_h2c_notify_stream(mcp_h2c_stream *s, mcp_h2c_stream_event ev);
+
+/* conn.c */
+mcp_h2c_conn *mcp_h2c_conn_new(mcp_h2c_ep *ep, int dialed);
+void mcp_h2c_conn_start(mcp_h2c_conn *c); /* socket ready: start reading */
+void mcp_h2c_conn_close(mcp_h2c_conn *c, int status, const char *details);
+void mcp_h2c_conn_kick(mcp_h2c_conn *c);
+void mcp_h2c_conn_mark(mcp_h2c_conn *c); /* kick it from the idle handle */
+int mcp_h2c_conn_write(mcp_h2c_conn *c, const void *p, size_t n);
+void mcp_h2c_conn_arm(mcp_h2c_conn *c);
+void mcp_h2c_conn_unref(mcp_h2c_conn *c); /* a handle or request is done */
+void mcp_h2c_conn_name_peer(mcp_h2c_conn *c);
+
+/* h2.c */
+int mcp_h2c_session_new(mcp_h2c_conn *c, int server);
+mcp_h2c_stream *mcp_h2c_stream_new(mcp_h2c_conn *c, int32_t id);
+void mcp_h2c_stream_free(mcp_h2c_stream *s);
+void mcp_h2c_stream_finish(mcp_h2c_stream *s, int status,
+                           const char *details);
+void mcp_h2c_stream_pump(mcp_h2c_stream *s, mcp_tstamp now);
+/* The connection is going away: reports and frees every stream. */
+void mcp_h2c_streams_gone(mcp_h2c_conn *c, int status, const char *details);
+int mcp_h2c_stream_open_session(mcp_h2c_stream *s);
+/* server: the request's headers are complete (also after an upgrade). */
+void mcp_h2c_stream_request(mcp_h2c_stream *s);
+/* client: submit the request of a dialed stream. */
+int mcp_h2c_stream_submit_request(mcp_h2c_stream *s);
+/* server: answers a complete plain HTTP request. */
+void mcp_h2c_stream_http_answer(mcp_h2c_stream *s);
+void mcp_h2c_stream_set_details(mcp_h2c_stream *s, const char *details);
+
+/* http1.c */
+int mcp_h2c_http1_start(mcp_h2c_conn *c);
+/* Feeds bytes; returns 0, or <0 when the connection must close. */
+int mcp_h2c_http1_feed(mcp_h2c_conn *c, const uint8_t *p, size_t n);
+void mcp_h2c_http1_free(mcp_h2c_conn *c);
+/* Answers a plain HTTP request: runs the handler or the built-in answer. */
+void mcp_h2c_http_answer(mcp_h2c_ep *ep, const char *method, const char *path,
+                         int *status, char **content_type, mcp_h2c_buf *body);
+
+/* client.c */
+void mcp_h2c_client_start(mcp_h2c_ep *ep); /* schedule the first attempt */
+void mcp_h2c_client_stop(mcp_h2c_ep *ep);
+void mcp_h2c_client_conn_gone(mcp_h2c_ep *ep, mcp_h2c_conn *c);
+void mcp_h2c_client_stream_gone(mcp_h2c_ep *ep, mcp_tstamp lived,
+                                uint64_t received);
+
+/* server.c */
+int mcp_h2c_server_start(mcp_h2c_ep *ep);
+void mcp_h2c_server_stop(mcp_h2c_ep *ep);
+
+#endif
