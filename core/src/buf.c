@@ -45,6 +45,8 @@ void mcp__rcbuf_unref(mcp_rcbuf *b) {
   }
 }
 
+/* One block: the struct, then iov[niov], refs[nrefs], the own bytes and
+ * the collection name. */
 struct mcp_msg {
   mcp_mem mem;
   size_t len;
@@ -52,8 +54,8 @@ struct mcp_msg {
   mcp_iovec *iov;
   mcp_rcbuf **refs;
   size_t nrefs;
-  uint8_t *own;
   char *collection;
+  mcp_snap *snap;
 };
 
 size_t mcp_msg_len(const mcp_msg *msg) { return msg->len; }
@@ -79,23 +81,45 @@ void mcp_msg_free(mcp_msg *msg) {
   for (size_t i = 0; i < msg->nrefs; ++i) {
     mcp__rcbuf_unref(msg->refs[i]);
   }
+  mcp__snap_unref(msg->snap);
   mcp_mem m = msg->mem;
-  mcp__free(&m, msg->refs);
-  mcp__free(&m, msg->iov);
-  mcp__free(&m, msg->own);
-  mcp__free(&m, msg->collection);
   mcp__free(&m, msg);
 }
 
 void mcp__msgb_init(mcp_msgb *b, const mcp_mem *m) {
-  memset(b, 0, sizeof(*b));
   b->mem = m;
+  b->own.p = b->inl_own;
+  b->own.len = 0;
+  b->own.cap = sizeof(b->inl_own);
+  b->pieces = b->inl_pieces;
+  b->npieces = 0;
+  b->cap = sizeof(b->inl_pieces) / sizeof(b->inl_pieces[0]);
+  b->nshared = 0;
+  b->len = 0;
+  b->snap = NULL;
+  b->failed = 0;
+}
+
+static void msgb_release(mcp_msgb *b) {
+  if (b->pieces != b->inl_pieces) {
+    mcp__free(b->mem, b->pieces);
+  }
+  if (b->own.p != b->inl_own) {
+    mcp__free(b->mem, b->own.p);
+  }
 }
 
 static mcp_piece *msgb_piece(mcp_msgb *b) {
   if (b->npieces == b->cap) {
-    size_t cap = b->cap ? b->cap * 2 : 16;
-    mcp_piece *p = mcp__realloc(b->mem, b->pieces, cap * sizeof(*p));
+    size_t cap = b->cap * 2;
+    mcp_piece *p;
+    if (b->pieces == b->inl_pieces) {
+      if ((p = mcp__malloc(b->mem, cap * sizeof(*p)))) {
+        memcpy(p, b->pieces, b->npieces * sizeof(*p));
+      }
+    } else {
+      p = mcp__realloc(b->mem, b->pieces, cap * sizeof(*p));
+    }
     if (!p) {
       b->failed = 1;
       return NULL;
@@ -106,13 +130,41 @@ static mcp_piece *msgb_piece(mcp_msgb *b) {
   return &b->pieces[b->npieces++];
 }
 
+static int own_reserve(mcp_msgb *b, size_t n) {
+  if (b->own.cap - b->own.len >= n) {
+    return 0;
+  }
+  if (n > SIZE_MAX / 4 - b->own.len) {
+    return MCP_ERR_NOMEM;
+  }
+  size_t cap = b->own.cap * 2;
+  while (cap - b->own.len < n) {
+    cap *= 2;
+  }
+  uint8_t *p;
+  if (b->own.p == b->inl_own) {
+    if ((p = mcp__malloc(b->mem, cap))) {
+      memcpy(p, b->own.p, b->own.len);
+    }
+  } else {
+    p = mcp__realloc(b->mem, b->own.p, cap);
+  }
+  if (!p) {
+    return MCP_ERR_NOMEM;
+  }
+  b->own.p = p;
+  b->own.cap = cap;
+  return 0;
+}
+
 uint8_t *mcp__msgb_own(mcp_msgb *b, size_t n) {
-  if (b->failed || mcp__buf_reserve(&b->own, b->mem, n) != 0) {
+  if (b->failed || own_reserve(b, n) != 0) {
     b->failed = 1;
     return NULL;
   }
   mcp_piece *last = b->npieces ? &b->pieces[b->npieces - 1] : NULL;
-  if (last && !last->rc && last->off + last->len == b->own.len) {
+  if (last && !last->rc && last->len != SIZE_MAX &&
+      last->off + last->len == b->own.len) {
     last->len += n; /* contiguous own bytes stay one fragment */
   } else {
     mcp_piece *p = msgb_piece(b);
@@ -145,56 +197,84 @@ void mcp__msgb_shared(mcp_msgb *b, mcp_rcbuf *rc, size_t off, size_t len) {
   b->nshared++;
 }
 
+void mcp__snap_unref(mcp_snap *sn) {
+  if (sn && atomic_fetch_sub_explicit(&sn->ref, 1, memory_order_acq_rel) == 1) {
+    for (size_t i = 0; i < sn->n; ++i) {
+      mcp__rcbuf_unref(sn->refs[i]);
+    }
+    mcp_mem m = sn->mem;
+    mcp__free(&m, sn);
+  }
+}
+
+void mcp__msgb_snap(mcp_msgb *b, mcp_snap *sn) {
+  if (b->failed) {
+    return;
+  }
+  mcp_piece *p = msgb_piece(b);
+  if (!p) {
+    return;
+  }
+  atomic_fetch_add_explicit(&sn->ref, 1, memory_order_relaxed);
+  p->rc = NULL;
+  p->off = 0;
+  p->len = SIZE_MAX;
+  b->snap = sn;
+  b->len += sn->len;
+}
+
 void mcp__msgb_discard(mcp_msgb *b) {
   for (size_t i = 0; i < b->npieces; ++i) {
     mcp__rcbuf_unref(b->pieces[i].rc);
   }
-  mcp__free(b->mem, b->pieces);
-  mcp__buf_free(&b->own, b->mem);
+  mcp__snap_unref(b->snap);
+  msgb_release(b);
   mcp__msgb_init(b, b->mem);
 }
 
 int mcp__msgb_finish(mcp_msgb *b, const char *collection, mcp_msg **pmsg) {
-  mcp_msg *msg = NULL;
   if (b->failed) {
-    goto fail;
+    mcp__msgb_discard(b);
+    return MCP_ERR_NOMEM;
   }
-  msg = mcp__calloc(b->mem, 1, sizeof(*msg));
+  const char *coll = collection ? collection : "";
+  size_t cl = strlen(coll) + 1;
+  size_t niov = b->npieces + (b->snap ? b->snap->n - 1 : 0);
+  size_t sz = sizeof(mcp_msg) + niov * sizeof(mcp_iovec) +
+              b->nshared * sizeof(mcp_rcbuf *) + b->own.len + cl;
+  mcp_msg *msg = mcp__malloc(b->mem, sz);
   if (!msg) {
-    goto fail;
+    mcp__msgb_discard(b);
+    return MCP_ERR_NOMEM;
   }
   msg->mem = *b->mem;
-  msg->iov = mcp__malloc(b->mem, (b->npieces ? b->npieces : 1) * sizeof(mcp_iovec));
-  msg->refs = mcp__malloc(b->mem, (b->nshared ? b->nshared : 1) * sizeof(mcp_rcbuf *));
-  msg->collection = mcp__strdup(b->mem, collection ? collection : "");
-  if (!msg->iov || !msg->refs || !msg->collection) {
-    goto fail;
-  }
-  /* The message takes over the own buffer and the references. */
-  msg->own = b->own.p;
+  msg->iov = (mcp_iovec *)(void *)(msg + 1);
+  msg->refs = (mcp_rcbuf **)(void *)(msg->iov + niov);
+  uint8_t *own = (uint8_t *)(msg->refs + b->nshared);
+  memcpy(own, b->own.p, b->own.len);
+  msg->collection = (char *)own + b->own.len;
+  memcpy(msg->collection, coll, cl);
   msg->len = b->len;
+  msg->nrefs = 0;
+  size_t k = 0;
   for (size_t i = 0; i < b->npieces; ++i) {
     mcp_piece *p = &b->pieces[i];
     if (p->rc) {
       msg->refs[msg->nrefs++] = p->rc;
-      msg->iov[i].base = p->rc->data + p->off;
+      msg->iov[k].base = p->rc->data + p->off;
+    } else if (p->len == SIZE_MAX) {
+      memcpy(&msg->iov[k], b->snap->iov, b->snap->n * sizeof(mcp_iovec));
+      k += b->snap->n;
+      continue;
     } else {
-      msg->iov[i].base = msg->own + p->off;
+      msg->iov[k].base = own + p->off;
     }
-    msg->iov[i].len = p->len;
+    msg->iov[k++].len = p->len;
   }
-  msg->niov = b->npieces;
-  mcp__free(b->mem, b->pieces);
+  msg->niov = k;
+  msg->snap = b->snap;
+  msgb_release(b);
   mcp__msgb_init(b, b->mem);
   *pmsg = msg;
   return 0;
-fail:
-  if (msg) {
-    mcp__free(b->mem, msg->iov);
-    mcp__free(b->mem, msg->refs);
-    mcp__free(b->mem, msg->collection);
-    mcp__free(b->mem, msg);
-  }
-  mcp__msgb_discard(b);
-  return MCP_ERR_NOMEM;
 }

@@ -44,6 +44,8 @@ void mcp__fmt(char *buf, size_t n, const char *fmt, ...);
 
 /* ---- bytes (buf.c) ---- */
 
+typedef struct mcp_snap mcp_snap;
+
 /* A growable byte buffer. */
 typedef struct mcp_buf {
   uint8_t *p;
@@ -87,7 +89,12 @@ typedef struct mcp_msgb {
   size_t npieces, cap;
   size_t nshared;
   size_t len;
+  mcp_snap *snap;  /* its fragments go where the piece with rc == NULL and
+                      len == SIZE_MAX is */
   int failed; /* sticky NOMEM: the builder's calls need no checks */
+  /* Small messages are built without allocating. */
+  mcp_piece inl_pieces[8];
+  uint8_t inl_own[192];
 } mcp_msgb;
 
 void mcp__msgb_init(mcp_msgb *b, const mcp_mem *m);
@@ -100,6 +107,9 @@ void mcp__msgb_shared(mcp_msgb *b, mcp_rcbuf *rc, size_t off, size_t len);
  * way. */
 int mcp__msgb_finish(mcp_msgb *b, const char *collection, mcp_msg **pmsg);
 void mcp__msgb_discard(mcp_msgb *b);
+/* Appends the fragments of a snapshot (takes a reference; at most one per
+ * message). */
+void mcp__msgb_snap(mcp_msgb *b, mcp_snap *sn);
 
 /* ---- protobuf wire format (wire.c) ---- */
 
@@ -217,7 +227,24 @@ struct mcp_entry {
   mcp_entry *prev, *next; /* change list, oldest first */
 };
 
+/*
+ * The full state of a collection at one generation, as fragments: built
+ * once, at the first full-state push of that generation, and shared by
+ * every full-state push of it (one reference each instead of one per
+ * resource). Atomically refcounted like mcp_rcbuf.
+ */
+struct mcp_snap {
+  atomic_uint_fast32_t ref;
+  mcp_mem mem;
+  uint64_t gen;
+  size_t n, len;       /* fragments, bytes */
+  mcp_rcbuf **refs;    /* n, after the struct */
+  mcp_iovec *iov;      /* n, after refs */
+};
+void mcp__snap_unref(mcp_snap *sn);
+
 typedef struct mcp_coll {
+  mcp_snap *snap;          /* full state at snap->gen, or NULL */
   char *name;
   size_t index;
   mcp_map map;             /* name -> entry, tombstones included */
@@ -239,6 +266,9 @@ struct mcp_store {
 };
 
 mcp_coll *mcp__store_coll(const mcp_store *s, const char *name);
+/* The full state of |c| now (built if needed; owned by |c|), or NULL for
+ * NOMEM. */
+mcp_snap *mcp__store_snap(const mcp_store *s, mcp_coll *c);
 /* Formats "<epoch hex>-<gen>" into |buf| (at least 40 bytes). */
 void mcp__format_version(char *buf, size_t n, uint64_t epoch, uint64_t gen);
 

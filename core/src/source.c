@@ -38,15 +38,20 @@ typedef struct sub {
     mcp_coll *coll;
     char *name;
   } u;
-  uint64_t held_gen, pending_gen, nacked_gen;
+  uint64_t held_gen, pending_gen;
   mcp_tstamp t; /* push time when PENDING, else DIRTY since, else RETRY at */
-  char *nack_msg;
+  struct nack *nack; /* the last NACK, allocated at the first */
   uint32_t pending_nonce;
-  int32_t nack_code;
   uint32_t pushes, acks, nacks, stale;
   uint16_t flags;
   uint8_t retries;
 } sub;
+
+typedef struct nack {
+  uint64_t gen; /* the generation rejected */
+  int32_t code;
+  char msg[];
+} nack;
 
 /* The versions a resuming sink holds, until it ACKs a push. */
 typedef struct resume {
@@ -65,7 +70,6 @@ typedef mcp_codec codec;
 
 struct mcp_source_session {
   mcp_mem mem;
-  mcp_service service;
   mcp_store *store; /* chosen at the first request */
   mcp_store *default_store;
   mcp_select_store_cb select_store;
@@ -73,8 +77,6 @@ struct mcp_source_session {
   mcp_type_url_cb collection_for_type;
   void *collection_for_type_ud;
   mcp_tstamp debounce, max_delay, retry_initial, retry_max;
-  uint32_t retry_codes; /* bit per google.rpc code */
-  size_t max_collections, max_initial, max_node_ann, max_name, max_version;
   uint64_t rate, burst;   /* requests per second; bucket size */
   uint64_t tokens;        /* in thousandths of a request */
   mcp_tstamp tokens_ts;   /* when |tokens| was last refilled */
@@ -88,11 +90,15 @@ struct mcp_source_session {
   size_t seen_ncolls;
   size_t rr; /* round-robin cursor */
   resume *resumes;
+  mcp_tstamp last_ts;
+  /* Small fields last, packed. */
+  uint32_t max_collections, max_initial, max_node_ann, max_name, max_version;
+  uint32_t retry_codes; /* bit per google.rpc code */
   uint32_t next_nonce;
   uint32_t stale_unknown; /* stale requests for collections never asked */
+  mcp_service service;
   uint8_t trigger_pending;
   uint8_t have_node;
-  mcp_tstamp last_ts;
 };
 
 static const char *sub_name(const sub *u) {
@@ -201,11 +207,11 @@ int mcp_source_session_new(mcp_source_session **ps,
   s->retry_codes = codes;
   s->on_event = opts->on_event;
   s->user_data = opts->user_data;
-  s->max_collections = mcp__limit(opts->max_collections, MCP_DEFAULT_MAX_COLLECTIONS);
-  s->max_initial = mcp__limit(opts->max_initial_versions, MCP_DEFAULT_MAX_INITIAL_VERSIONS);
-  s->max_node_ann = mcp__limit(opts->max_node_annotations, MCP_DEFAULT_MAX_NODE_ANNOTATIONS);
-  s->max_name = mcp__limit(opts->max_name_len, MCP_DEFAULT_MAX_NAME_LEN);
-  s->max_version = mcp__limit(opts->max_version_len, MCP_DEFAULT_MAX_VERSION_LEN);
+  s->max_collections = (uint32_t)mcp__limit(opts->max_collections, MCP_DEFAULT_MAX_COLLECTIONS);
+  s->max_initial = (uint32_t)mcp__limit(opts->max_initial_versions, MCP_DEFAULT_MAX_INITIAL_VERSIONS);
+  s->max_node_ann = (uint32_t)mcp__limit(opts->max_node_annotations, MCP_DEFAULT_MAX_NODE_ANNOTATIONS);
+  s->max_name = (uint32_t)mcp__limit(opts->max_name_len, MCP_DEFAULT_MAX_NAME_LEN);
+  s->max_version = (uint32_t)mcp__limit(opts->max_version_len, MCP_DEFAULT_MAX_VERSION_LEN);
   s->rate = mcp__limit(opts->request_rate, MCP_DEFAULT_REQUEST_RATE);
   s->burst = mcp__limit(opts->request_burst, MCP_DEFAULT_REQUEST_BURST);
   s->tokens = s->burst * 1000;
@@ -252,7 +258,7 @@ void mcp_source_session_del(mcp_source_session *s) {
     if (!(s->subs[i].flags & F_KNOWN)) {
       mcp__free(&s->mem, s->subs[i].u.name);
     }
-    mcp__free(&s->mem, s->subs[i].nack_msg);
+    mcp__free(&s->mem, s->subs[i].nack);
     if (s->keys) {
       mcp__free(&s->mem, s->keys[i]);
     }
@@ -418,7 +424,9 @@ static int grow_subs(mcp_source_session *s) {
   if (s->nsubs < s->cap) {
     return 0;
   }
-  size_t cap = s->cap ? s->cap * 2 : 4;
+  /* One at a time: a stream subscribes once per collection, and a synced
+   * stream is mostly this array. */
+  size_t cap = s->cap + 1;
   sub *subs = mcp__realloc(&s->mem, s->subs, cap * sizeof(*subs));
   if (!subs) {
     return MCP_ERR_NOMEM;
@@ -543,23 +551,27 @@ static int on_answer(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
     emit(s, &ev);
     return 0;
   }
-  char ver[48];
-  mcp__format_version(ver, sizeof(ver), s->store->epoch, u->pending_gen);
+  char ver[48] = "";
+  if (s->on_event) { /* only events need the version as text */
+    mcp__format_version(ver, sizeof(ver), s->store->epoch, u->pending_gen);
+  }
   ev.version = ver;
   ev.latency = ts - u->t;
   if (r->error) {
     const char *msg = r->error->message ? r->error->message : "";
-    char *copy = mcp__strdup(&s->mem, msg);
+    size_t ml = strlen(msg) + 1;
+    nack *copy = mcp__malloc(&s->mem, sizeof(nack) + ml);
     if (!copy) {
       return MCP_ERR_NOMEM; /* nothing changed */
     }
+    memcpy(copy->msg, msg, ml);
+    copy->code = r->error->code;
+    copy->gen = u->pending_gen;
     u->flags &= (uint16_t)~F_PENDING;
-    mcp__free(&s->mem, u->nack_msg);
-    u->nack_msg = copy;
-    u->nack_code = r->error->code;
+    mcp__free(&s->mem, u->nack);
+    u->nack = copy;
     u->nacks++;
     u->flags |= F_NACKED;
-    u->nacked_gen = u->pending_gen;
     int code = r->error->code;
     if (s->retry_initial && code > 0 && code < 32 &&
         (s->retry_codes & (1u << code))) {
@@ -614,14 +626,234 @@ typedef struct decoded {
   ProtobufCMessage *msg;
   mcp_kv *initial;
   char *collection; /* mapped from a type_url */
+  /* RequestResources, read by hand: strings copied into one arena. */
+  Istio__Mcp__V1alpha1__SinkNode node;
+  Google__Rpc__Status status;
+  char *arena;
+  char stack[512]; /* the arena of small requests (ACKs) */
 } decoded;
 
 static void decoded_free(mcp_source_session *s, decoded *d) {
   if (d->msg) {
     protobuf_c_message_free_unpacked(d->msg, &d->pa.a);
   }
-  mcp__free(&s->mem, d->initial);
+  if (d->arena != d->stack) {
+    mcp__free(&s->mem, d->arena);
+  }
+  if (!d->arena) {
+    mcp__free(&s->mem, d->initial);
+  }
   mcp__free(&s->mem, d->collection);
+}
+
+/* ---- RequestResources without protobuf-c: no allocation per field ---- */
+
+typedef struct span_ {
+  const uint8_t *p;
+  size_t n;
+} span_;
+
+/* Checks the wire structure of a nested message whose LEN fields listed
+ * in |strs| (bit per field number) must be UTF-8 strings, and counts
+ * fields |count|. */
+static int walk(const uint8_t *p, size_t n, uint32_t strs, uint32_t count,
+                uint32_t varints, size_t *ncount, size_t *nbytes) {
+  mcp_wire w = {p, p + n};
+  uint32_t f;
+  int wt, rv;
+  uint64_t v;
+  const uint8_t *d;
+  size_t dl;
+  while ((rv = mcp__wire_next(&w, &f, &wt, &v, &d, &dl)) == 1) {
+    if (f < 32 && (strs & (1u << f))) {
+      if (wt != MCP_WT_LEN || !mcp__utf8_valid(d, dl)) {
+        return MCP_ERR_MALFORMED;
+      }
+      *nbytes += dl + 1;
+    } else if (f < 32 && (count & (1u << f))) {
+      if (wt != MCP_WT_LEN) {
+        return MCP_ERR_MALFORMED;
+      }
+      (*ncount)++;
+    } else if (f < 32 && (varints & (1u << f)) && wt != MCP_WT_VARINT) {
+      return MCP_ERR_MALFORMED;
+    }
+  }
+  return rv;
+}
+
+static char *put_cstr(char **a, const uint8_t *p, size_t n) {
+  char *s = *a;
+  memcpy(s, p, n);
+  s[n] = '\0';
+  *a += n + 1;
+  return s;
+}
+
+/* Last string field |field| of a message, into the arena ("" if none). */
+static char *get_str(char **a, const uint8_t *p, size_t n, uint32_t field) {
+  mcp_wire w = {p, p + n};
+  uint32_t f;
+  int wt;
+  uint64_t v;
+  const uint8_t *d, *best = NULL;
+  size_t dl, bl = 0;
+  while (mcp__wire_next(&w, &f, &wt, &v, &d, &dl) == 1) {
+    if (f == field && wt == MCP_WT_LEN) {
+      best = d;
+      bl = dl;
+    }
+  }
+  return put_cstr(a, best ? best : (const uint8_t *)"", bl);
+}
+
+static int decode_rr(mcp_source_session *s, const uint8_t *in, size_t len,
+                     decoded *d, rq *r) {
+  span_ node = {0}, status = {0};
+  int has_node = 0, has_status = 0;
+  size_t ninit = 0, nann = 0, bytes = 16;
+  const uint8_t *coll = NULL, *nonce = NULL;
+  size_t coll_n = 0, nonce_n = 0;
+  uint64_t incremental = 0;
+  mcp_wire w = {in, in + len};
+  uint32_t f;
+  int wt, rv;
+  uint64_t v;
+  const uint8_t *p;
+  size_t pl;
+  while ((rv = mcp__wire_next(&w, &f, &wt, &v, &p, &pl)) == 1) {
+    if (f >= 1 && f <= 5 && wt != MCP_WT_LEN) {
+      return MCP_ERR_MALFORMED;
+    }
+    switch (f) {
+    case 1: /* sink_node: id, annotations (key, value) */
+      node.p = p;
+      node.n = pl;
+      has_node = 1;
+      break;
+    case 2:
+      coll = p;
+      coll_n = pl;
+      break;
+    case 3: { /* initial_resource_versions entry: key, value */
+      size_t z = 0;
+      if ((rv = walk(p, pl, 1u << 1 | 1u << 2, 0, 0, &z, &bytes)) < 0) {
+        return MCP_ERR_MALFORMED;
+      }
+      bytes += 2; /* an absent key or value is "" */
+      ninit++;
+      break;
+    }
+    case 4:
+      nonce = p;
+      nonce_n = pl;
+      break;
+    case 5:
+      status.p = p;
+      status.n = pl;
+      has_status = 1;
+      break;
+    case 6:
+      if (wt != MCP_WT_VARINT) {
+        return MCP_ERR_MALFORMED;
+      }
+      incremental = v;
+      break;
+    default:
+      break;
+    }
+  }
+  if (rv < 0 || !mcp__utf8_valid(coll, coll_n) || !mcp__utf8_valid(nonce, nonce_n)) {
+    return MCP_ERR_MALFORMED;
+  }
+  bytes += coll_n + nonce_n + 2;
+  if (has_node) {
+    if (walk(node.p, node.n, 1u << 1, 1u << 2, 0, &nann, &bytes) < 0) {
+      return MCP_ERR_MALFORMED;
+    }
+    mcp_wire nw = {node.p, node.p + node.n};
+    while (mcp__wire_next(&nw, &f, &wt, &v, &p, &pl) == 1) {
+      size_t z = 0;
+      if (f == 2 && walk(p, pl, 1u << 1 | 1u << 2, 0, 0, &z, &bytes) < 0) {
+        return MCP_ERR_MALFORMED;
+      }
+    }
+    bytes += 2 * nann + 1;
+  }
+  if (has_status) {
+    size_t nd = 0;
+    if (walk(status.p, status.n, 1u << 2, 1u << 3, 1u << 1, &nd, &bytes) < 0) {
+      return MCP_ERR_MALFORMED;
+    }
+    bytes += 1;
+  }
+  size_t need = bytes + ninit * sizeof(mcp_kv) +
+                nann * (sizeof(void *) +
+                        sizeof(Istio__Mcp__V1alpha1__SinkNode__AnnotationsEntry)) + 16;
+  d->arena = need <= sizeof(d->stack) ? d->stack : mcp__malloc(&s->mem, need);
+  if (!d->arena) {
+    return MCP_ERR_NOMEM;
+  }
+  /* Arrays first (aligned), strings after. */
+  char *a = d->arena;
+  mcp_kv *kv = (mcp_kv *)(void *)a;
+  a += ninit * sizeof(mcp_kv);
+  Istio__Mcp__V1alpha1__SinkNode__AnnotationsEntry *ents =
+      (Istio__Mcp__V1alpha1__SinkNode__AnnotationsEntry *)(void *)a;
+  a += nann * sizeof(*ents);
+  Istio__Mcp__V1alpha1__SinkNode__AnnotationsEntry **pents =
+      (Istio__Mcp__V1alpha1__SinkNode__AnnotationsEntry **)(void *)a;
+  a += nann * sizeof(*pents);
+  size_t k = 0;
+  w.p = in;
+  while (mcp__wire_next(&w, &f, &wt, &v, &p, &pl) == 1) {
+    if (f == 3) {
+      kv[k].key = get_str(&a, p, pl, 1);
+      kv[k].value = get_str(&a, p, pl, 2);
+      ++k;
+    }
+  }
+  r->key = r->collection = put_cstr(&a, coll ? coll : (const uint8_t *)"", coll_n);
+  r->nonce = put_cstr(&a, nonce ? nonce : (const uint8_t *)"", nonce_n);
+  r->initial = kv;
+  r->ninitial = ninit;
+  r->incremental = incremental != 0;
+  r->resume = r->incremental && ninit > 0;
+  if (has_node) {
+    Istio__Mcp__V1alpha1__SinkNode ni = ISTIO__MCP__V1ALPHA1__SINK_NODE__INIT;
+    d->node = ni;
+    d->node.id = get_str(&a, node.p, node.n, 1);
+    mcp_wire nw = {node.p, node.p + node.n};
+    k = 0;
+    while (mcp__wire_next(&nw, &f, &wt, &v, &p, &pl) == 1) {
+      if (f == 2) {
+        Istio__Mcp__V1alpha1__SinkNode__AnnotationsEntry ei =
+            ISTIO__MCP__V1ALPHA1__SINK_NODE__ANNOTATIONS_ENTRY__INIT;
+        ents[k] = ei;
+        ents[k].key = get_str(&a, p, pl, 1);
+        ents[k].value = get_str(&a, p, pl, 2);
+        pents[k] = &ents[k];
+        ++k;
+      }
+    }
+    d->node.n_annotations = nann;
+    d->node.annotations = pents;
+    r->node = &d->node;
+  }
+  if (has_status) {
+    Google__Rpc__Status si = GOOGLE__RPC__STATUS__INIT;
+    d->status = si;
+    mcp_wire sw = {status.p, status.p + status.n};
+    while (mcp__wire_next(&sw, &f, &wt, &v, &p, &pl) == 1) {
+      if (f == 1 && wt == MCP_WT_VARINT) {
+        d->status.code = (int32_t)v;
+      }
+    }
+    d->status.message = get_str(&a, status.p, status.n, 2);
+    r->error = &d->status;
+  }
+  d->initial = kv;
+  return 0;
 }
 
 /* The collection a type URL names (the application's mapping, or ours). */
@@ -649,20 +881,11 @@ static int decode(mcp_source_session *s, const uint8_t *in, size_t len,
   int rv = 0;
   memset(r, 0, sizeof(*r));
   switch (s->service) {
-  case MCP_SERVICE_RESOURCE: {
-    ReqRR *q = istio__mcp__v1alpha1__request_resources__unpack(&d->pa.a, len, in);
-    if (!(d->msg = (ProtobufCMessage *)q)) {
-      return d->pa.failed ? MCP_ERR_NOMEM : MCP_ERR_MALFORMED;
+  case MCP_SERVICE_RESOURCE:
+    if ((rv = decode_rr(s, in, len, d, r)) != 0) {
+      return rv;
     }
-    INITIAL_(q, d->initial, r->ninitial, m, rv);
-    r->key = r->collection = q->collection;
-    r->nonce = q->response_nonce;
-    r->error = q->error_detail;
-    r->node = q->sink_node;
-    r->incremental = q->incremental;
-    r->resume = q->incremental && r->ninitial > 0;
-    break;
-  }
+    goto limits; /* strings were checked while read */
   case MCP_SERVICE_AGGREGATED: {
     ReqMC *q = istio__mcp__v1alpha1__mesh_config_request__unpack(&d->pa.a, len, in);
     if (!(d->msg = (ProtobufCMessage *)q)) {
@@ -705,6 +928,7 @@ static int decode(mcp_source_session *s, const uint8_t *in, size_t len,
       (r->error && !mcp__str_valid(r->error->message))) {
     return MCP_ERR_MALFORMED;
   }
+limits:
   if (r->ninitial > s->max_initial ||
       (r->node && r->node->n_annotations > s->max_node_ann)) {
     return MCP_ERR_LIMIT;
@@ -731,7 +955,7 @@ int mcp_source_session_recv(mcp_source_session *s, const uint8_t *in,
                             size_t len, mcp_tstamp ts) {
   check_ts(s, ts);
   decoded d;
-  memset(&d, 0, sizeof(d));
+  memset(&d, 0, offsetof(decoded, stack));
   mcp__pballoc_init(&d.pa, &s->mem);
   rq r;
   int rv = decode(s, in, len, &d, &r);
@@ -795,7 +1019,7 @@ static int ready(mcp_source_session *s, sub *u, mcp_tstamp ts) {
   }
   uint64_t gen = u->u.coll->gen;
   if (((u->flags & F_HELD_GEN) && u->held_gen == gen) ||
-      ((u->flags & F_NACKED) && u->nacked_gen == gen)) {
+      ((u->flags & F_NACKED) && u->nack->gen == gen)) {
     return 0; /* up to date, or exactly what was rejected */
   }
   if (!(u->flags & F_DIRTY)) {
@@ -832,7 +1056,7 @@ mcp_tstamp mcp_source_session_get_expiry(mcp_source_session *s) {
     }
     mcp_tstamp d = MCP_TSTAMP_MAX;
     uint64_t gen = u->u.coll->gen;
-    if ((u->flags & F_NACKED) && u->nacked_gen == gen) {
+    if ((u->flags & F_NACKED) && u->nack->gen == gen) {
       if (u->flags & F_RETRY) {
         d = u->t;
       }
@@ -983,17 +1207,21 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
   if (rs) {
     /* Resumption: what the sink lacks or holds at another version, and
      * what it holds that no longer exists. */
+    size_t found = 0;
     for (mcp_entry *e = c->head; e; e = e->next) {
       if (!e->enc) {
         continue;
       }
       const char *v = mcp__map_get(&rs->map, e->name);
+      found += v != NULL;
       if (!v || strcmp(v, e->version) != 0) {
         put_resource(&b, cd, e);
         nres++;
       }
     }
-    for (size_t it = 0; it < rs->map.cap; ++it) {
+    /* Names the sink holds that no longer exist: none when every one was
+     * found above. */
+    for (size_t it = 0; found < rs->map.n && it < rs->map.cap; ++it) {
       const char *name = rs->map.slots[it].key;
       if (!name) {
         continue;
@@ -1018,6 +1246,15 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
         put_removed(&b, cd, e->name);
         nrem++;
       }
+    }
+  } else if (cd->resources == 3 && c->nlive > 0) {
+    /* Full state: the collection's snapshot, shared by every stream. */
+    mcp_snap *sn = mcp__store_snap(s->store, c);
+    if (sn) {
+      mcp__msgb_snap(&b, sn);
+      nres = sn->n;
+    } else {
+      b.failed = 1;
     }
   } else {
     for (mcp_entry *e = c->head; e; e = e->next) {
@@ -1089,8 +1326,8 @@ int mcp_source_session_collection_status(const mcp_source_session *s,
     format_nonce(st->pending_nonce, u->pending_nonce);
     st->pending_age = ts > u->t ? ts - u->t : 0;
   }
-  st->last_nack_code = u->nack_code;
-  st->last_nack_message = u->nack_msg ? u->nack_msg : "";
+  st->last_nack_code = u->nack ? u->nack->code : 0;
+  st->last_nack_message = u->nack ? u->nack->msg : "";
   st->pushes = u->pushes;
   st->acks = u->acks;
   st->nacks = u->nacks;

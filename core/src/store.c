@@ -205,6 +205,7 @@ static void entry_free(const mcp_mem *m, mcp_entry *e) {
 }
 
 static void coll_free(const mcp_mem *m, mcp_coll *c) {
+  mcp__snap_unref(c->snap);
   for (mcp_entry *e = c->head, *next; e; e = next) {
     next = e->next;
     entry_free(m, e);
@@ -505,6 +506,8 @@ static int apply(mcp_store *s, mcp_coll *c, const mcp_resource *res, size_t n,
   }
   c->gen = gen;
   c->last_change = ts;
+  mcp__snap_unref(c->snap);
+  c->snap = NULL;
   compact(m, c);
   rv = 1;
 out:
@@ -570,6 +573,8 @@ int mcp_store_delete(mcp_store *s, const char *collection, const char *name,
     return 0;
   }
   make_tombstone(&s->mem, c, e, ++c->gen);
+  mcp__snap_unref(c->snap);
+  c->snap = NULL;
   c->last_change = ts;
   compact(&s->mem, c);
   return 1;
@@ -611,4 +616,36 @@ size_t mcp_store_collection_count(const mcp_store *s) { return s->ncolls; }
 
 const char *mcp_store_collection_name(const mcp_store *s, size_t i) {
   return i < s->ncolls ? s->colls[i]->name : NULL;
+}
+
+mcp_snap *mcp__store_snap(const mcp_store *s, mcp_coll *c) {
+  if (c->snap && c->snap->gen == c->gen) {
+    return c->snap;
+  }
+  size_t n = c->nlive;
+  mcp_snap *sn = mcp__malloc(&s->mem, sizeof(*sn) + n * (sizeof(mcp_rcbuf *) +
+                                                         sizeof(mcp_iovec)));
+  if (!sn) {
+    return NULL;
+  }
+  atomic_init(&sn->ref, 1);
+  sn->mem = s->mem;
+  sn->gen = c->gen;
+  sn->refs = (mcp_rcbuf **)(void *)(sn + 1);
+  sn->iov = (mcp_iovec *)(void *)(sn->refs + n);
+  sn->n = 0;
+  sn->len = 0;
+  for (mcp_entry *e = c->head; e; e = e->next) {
+    if (e->enc) {
+      mcp__rcbuf_ref(e->enc);
+      sn->refs[sn->n] = e->enc;
+      sn->iov[sn->n].base = e->enc->data;
+      sn->iov[sn->n].len = e->enc->len;
+      sn->len += e->enc->len;
+      sn->n++;
+    }
+  }
+  mcp__snap_unref(c->snap);
+  c->snap = sn;
+  return sn;
 }
