@@ -1,16 +1,21 @@
 # Two commands do all the set-up on a fresh Debian 12 machine:
 #   make run    installs what is missing, builds, serves examples/config
 #   make test   installs what is missing, builds, runs every test
-BUILD      ?= build
-ASAN_BUILD ?= build-asan
-MESON_OPTS ?=
+BUILD        ?= build
+ASAN_BUILD   ?= build-asan
+FUZZ_BUILD   ?= build-fuzz
+BENCH_BUILD  ?= build-bench
+FUZZ_SECONDS ?= 60
+MESON_OPTS   ?=
 
-.PHONY: all deps build test test-asan run clean
+.PHONY: all deps build test test-asan run fuzz bench clean
 
 all: build
 
 deps:
 	@scripts/install-deps.sh
+	@[ -d tests/interop/node_modules ] || \
+	  npm ci --prefix tests/interop --no-audit --no-fund --loglevel=error
 
 $(BUILD)/build.ninja:
 	meson setup $(BUILD) $(MESON_OPTS)
@@ -32,5 +37,14 @@ test-asan: deps
 run: build
 	tools/run-example.sh $(BUILD)
 
+# libFuzzer targets built with clang, each run for FUZZ_SECONDS; non-zero
+# on any finding.
+fuzz: deps
+	fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+# Optimised build, every benchmark; BENCH lines and tables on stdout.
+bench: deps
+	bench/run.sh $(BENCH_BUILD)
+
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(BENCH_BUILD)

@@ -1,0 +1,561 @@
+/*
+ * mcp-sink: subscribes to MCP collections, dialing a source
+ * (ResourceSource) or serving one that dials us (ResourceSink); prints every
+ * response as a JSON line (--json) and mirrors what it holds into files
+ * (--out).
+ *
+ * Threads: the main thread runs a libuv loop (signals, the exit after sync).
+ * The sink state lives where the transport runs (gRPC: a thread of its
+ * own), and so do the core's apply and event callbacks, which do all the
+ * output: the mirror files, the JSON lines (stdout, each line written whole
+ * under stdout's lock) and the logs. They tell the main loop about the sync
+ * through a uv_async_t.
+ */
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+#include <uv.h>
+
+#include "args.h"
+#include "log.h"
+#include "mirror.h"
+#include "rand.h"
+#include "transport.h"
+
+#define DEFAULT_ADDRESS "127.0.0.1:9901"
+#define DEFAULT_NODE_ID "mcp-sink"
+/* --exit-after-sync waits at most this long for the last ACK to be sent. */
+#define FLUSH_WAIT_MS 1000
+#define FLUSH_POLL_MS 5
+
+/* What the apply callback saw of the message being answered. */
+typedef struct record {
+  char *collection, *nonce;
+  json_t *resources, *removed;
+} record;
+
+typedef struct sink_app {
+  uv_loop_t loop;
+  const tool_transport *tp;
+  void *ep;
+  mcp_sink_state *state;
+  tool_mirror *mirror;
+  int json, exit_after_sync;
+  const char *const *colls;
+  size_t ncolls;
+  uv_signal_t sigint, sigterm;
+  uv_async_t synced_async;
+  uv_timer_t flush;
+  int stopping;
+  uint64_t flush_deadline; /* uv_now() */
+  atomic_uint_fast64_t answers; /* ACKs and NACKs of the current stream */
+
+  /* Transport thread only. */
+  record rec;
+  unsigned char *acked; /* per requested collection: ACKed once */
+  size_t nacked;
+  int synced;
+  uint64_t stream; /* id of the current stream */
+  char *peer;      /* its peer */
+  int announced;   /* "connected" was reported for it */
+  int dial_failing;
+} sink_app;
+
+static void usage(FILE *f) {
+  fputs("usage: mcp-sink --collection NAME... [--connect HOST:PORT | --listen "
+        "HOST:PORT]\n"
+        "                [--transport grpc|h2c] [--incremental] [--node-id ID]\n"
+        "                [--annotation KEY=VALUE]... [--out DIR] [--json]\n"
+        "                [--exit-after-sync] [--log-level LEVEL]\n"
+        "\n"
+        "Subscribes to MCP collections and reports what it receives.\n"
+        "\n"
+        "  --collection NAME     a collection to subscribe to (repeatable; at "
+        "least one)\n"
+        "  --connect HOST:PORT   dial a ResourceSource, reconnecting forever\n"
+        "                        (default " DEFAULT_ADDRESS ")\n"
+        "  --listen HOST:PORT    serve ResourceSink: sources dial us\n"
+        "  --transport NAME      grpc (default) or h2c\n"
+        "  --incremental         ask for incremental pushes\n"
+        "  --node-id ID          SinkNode.id (default " DEFAULT_NODE_ID ")\n"
+        "  --annotation KEY=VALUE  a SinkNode annotation (repeatable)\n"
+        "  --out DIR             mirror what is held into "
+        "DIR/<collection>/<name>.json\n"
+        "  --json                print each response as a JSON line on stdout\n"
+        "  --exit-after-sync     exit 0 once every collection was received "
+        "and ACKed\n"
+        "  --log-level LEVEL     error, warn, info (default) or debug\n"
+        "  --help                this text\n"
+        "\n"
+        "Exit status: 0 after SIGINT, SIGTERM or the sync (--exit-after-sync),\n"
+        "1 on a runtime failure, 2 on a usage error.\n",
+        f);
+}
+
+static int usage_error(const char *fmt, ...) TOOL_PRINTF(1, 2);
+static int usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("mcp-sink: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  usage(stderr);
+  return 2;
+}
+
+/* ---- output (the transport's thread) ---- */
+
+/* Prints |obj| (consumed) as one line when --json. */
+static void emit(sink_app *a, json_t *obj) {
+  if (a->json && obj) {
+    char *s = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    if (s) {
+      tool_out_line(s);
+      free(s);
+    }
+  }
+  json_decref(obj);
+}
+
+static void record_clear(record *r) {
+  free(r->collection);
+  free(r->nonce);
+  json_decref(r->resources);
+  json_decref(r->removed);
+  memset(r, 0, sizeof(*r));
+}
+
+static void record_change(sink_app *a, const mcp_change *ch) {
+  record *r = &a->rec;
+  record_clear(r);
+  r->collection = strdup(ch->collection);
+  r->nonce = strdup(ch->nonce);
+  r->resources = json_array();
+  r->removed = json_array();
+  int ok = r->collection && r->nonce && r->resources && r->removed;
+  for (size_t i = 0; ok && i < ch->nresources; i++) {
+    const mcp_resource *res = &ch->resources[i];
+    ok = json_array_append_new(
+             r->resources,
+             json_pack("{s:s, s:s, s:s}", "name", res->name, "version",
+                       res->version ? res->version : "", "type_url",
+                       res->type_url ? res->type_url : "")) == 0;
+  }
+  for (size_t i = 0; ok && i < ch->nremoved; i++)
+    ok = json_array_append_new(r->removed, json_string(ch->removed[i])) == 0;
+  if (!ok) {
+    log_warn("out of memory: the JSON line of %s nonce %s lists nothing",
+             ch->collection, ch->nonce);
+    record_clear(r);
+  }
+}
+
+static int apply_cb(const mcp_change *ch, char *msg, size_t msglen,
+                    void *ud) {
+  sink_app *a = ud;
+  if (a->json)
+    record_change(a, ch);
+  return a->mirror ? tool_mirror_apply(a->mirror, ch, msg, msglen) : 0;
+}
+
+static void announce(sink_app *a) {
+  if (a->announced)
+    return;
+  a->announced = 1;
+  a->dial_failing = 0;
+  log_info("stream %llu: connected to %s", (unsigned long long)a->stream,
+           a->peer ? a->peer : "?");
+  emit(a, json_pack("{s:s, s:I, s:s}", "event", "connected", "stream",
+                    (json_int_t)a->stream, "peer", a->peer ? a->peer : ""));
+}
+
+static void on_core_event(const mcp_event *ev, void *ud) {
+  sink_app *a = ud;
+  if (ev->type != MCP_EVENT_ACK && ev->type != MCP_EVENT_NACK)
+    return;
+  int ack = ev->type == MCP_EVENT_ACK;
+  atomic_fetch_add(&a->answers, 1);
+  announce(a);
+  if (ack) {
+    log_info("%s: version %s applied: %zu resources, %zu removed%s; %zu held",
+             ev->collection, ev->version, ev->nresources, ev->nremoved,
+             ev->incremental ? " (incremental)" : "", ev->held);
+  } else {
+    log_warn("%s: rejected version %s (nonce %s): code %d: %s",
+             ev->collection, ev->version[0] ? ev->version : "-", ev->nonce,
+             ev->code, ev->message);
+  }
+  if (a->json) {
+    record *r = &a->rec;
+    int mine = r->collection && strcmp(r->collection, ev->collection) == 0 &&
+               strcmp(r->nonce, ev->nonce) == 0;
+    json_t *o = json_pack(
+        "{s:s, s:s, s:s, s:b, s:s, s:o, s:o, s:s}", "event", "response",
+        "collection", ev->collection, "nonce", ev->nonce, "incremental",
+        ev->incremental, "system_version_info", ev->version, "resources",
+        mine ? json_incref(r->resources) : json_array(), "removed",
+        mine ? json_incref(r->removed) : json_array(), "verdict",
+        ack ? "ack" : "nack");
+    if (o && !ack)
+      json_object_set_new(o, "error",
+                          json_pack("{s:i, s:s}", "code", ev->code,
+                                    "message", ev->message));
+    if (o)
+      json_object_set_new(o, "total", json_integer((json_int_t)ev->held));
+    emit(a, o);
+  }
+  record_clear(&a->rec);
+  if (!ack || a->synced)
+    return;
+  for (size_t i = 0; i < a->ncolls; i++) {
+    if (!a->acked[i] && strcmp(a->colls[i], ev->collection) == 0) {
+      a->acked[i] = 1;
+      a->nacked++;
+    }
+  }
+  if (a->nacked == a->ncolls) {
+    a->synced = 1;
+    log_info("synced: every collection received and ACKed");
+    emit(a, json_pack("{s:s}", "event", "synced"));
+    if (a->exit_after_sync)
+      uv_async_send(&a->synced_async);
+  }
+}
+
+static void report_closed(sink_app *a, const tool_stream_info *info) {
+  log_info("stream %llu: %s closed: status %d%s%s",
+           (unsigned long long)info->id, info->peer, info->status,
+           info->details[0] ? ": " : "", info->details);
+  emit(a, json_pack("{s:s, s:I, s:s, s:i, s:s}", "event", "disconnected",
+                    "stream", (json_int_t)info->id, "peer", info->peer,
+                    "status", info->status, "details", info->details));
+}
+
+static void on_stream(int opened, const tool_stream_info *info, void *ud) {
+  sink_app *a = ud;
+  if (opened) {
+    a->stream = info->id;
+    free(a->peer);
+    a->peer = strdup(info->peer);
+    a->announced = 0;
+    atomic_store(&a->answers, 0);
+    if (info->dialed)
+      log_debug("stream %llu: dialing %s", (unsigned long long)info->id,
+                info->peer);
+    else
+      announce(a); /* accepted: connected already */
+    return;
+  }
+  if (!info->dialed) {
+    /* Announced when accepted; it may have been replaced by a newer one. */
+    if (info->id == a->stream)
+      a->announced = 0;
+    report_closed(a, info);
+    return;
+  }
+  if (info->id != a->stream)
+    return; /* one dialed stream at a time: not expected */
+  if (a->announced) {
+    a->announced = 0;
+    report_closed(a, info);
+  } else if (!a->dial_failing) {
+    /* A dial that never got an answer. */
+    log_warn("cannot reach the source at %s: %s; retrying", info->peer,
+             info->details);
+    a->dial_failing = 1;
+  } else {
+    log_debug("stream %llu: cannot reach %s: %s",
+              (unsigned long long)info->id, info->peer, info->details);
+  }
+}
+
+/* ---- the loop (main thread) ---- */
+
+/* Stops the endpoint (no callback runs any more once it returns) and
+ * closes every handle: uv_run() then returns. */
+static void stop(sink_app *a) {
+  if (a->stopping)
+    return;
+  a->stopping = 1;
+  if (a->ep)
+    a->tp->sink_del(a->ep);
+  a->ep = NULL;
+  uv_close((uv_handle_t *)&a->sigint, NULL);
+  uv_close((uv_handle_t *)&a->sigterm, NULL);
+  uv_close((uv_handle_t *)&a->synced_async, NULL);
+  uv_close((uv_handle_t *)&a->flush, NULL);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  log_info("%s: stopping", signum == SIGINT ? "SIGINT" : "SIGTERM");
+  stop(h->data);
+}
+
+/* Exit after sync once the answers are on the wire: every initial request
+ * and every ACK or NACK of the stream sent, nothing left in the session. */
+static void on_flush(uv_timer_t *t) {
+  sink_app *a = t->data;
+  tool_sink_stream_stats st;
+  int done = uv_now(&a->loop) >= a->flush_deadline;
+  if (!done && a->tp->sink_stats(a->ep, &st) == 0) {
+    done = !st.open || (!st.want_write &&
+                        st.sent >= a->ncolls + atomic_load(&a->answers));
+  }
+  if (done) {
+    log_info("exiting after sync");
+    stop(a);
+  }
+}
+
+static void on_synced(uv_async_t *h) {
+  sink_app *a = h->data;
+  if (a->stopping || uv_is_active((uv_handle_t *)&a->flush))
+    return;
+  a->flush_deadline = uv_now(&a->loop) + FLUSH_WAIT_MS;
+  uv_timer_start(&a->flush, on_flush, 0, FLUSH_POLL_MS);
+}
+
+int main(int argc, char **argv) {
+  tool_log_init("mcp-sink", TOOL_LOG_INFO);
+  const char *listen = NULL, *connect = NULL, *out = NULL, *v = NULL;
+  const char *transport = "grpc", *level = "info", *node_id = DEFAULT_NODE_ID;
+  int incremental = 0, json = 0, exit_after_sync = 0, rv, status = 2;
+  tool_strv colls = {0};
+  mcp_kv *annots = NULL;
+  size_t nannots = 0;
+  sink_app app;
+  memset(&app, 0, sizeof(app));
+
+  for (int i = 1; i < argc; i++) {
+    if (tool_arg_flag(argv, i, "--help") || tool_arg_flag(argv, i, "-h")) {
+      usage(stdout);
+      status = 0;
+      goto out;
+    }
+#define VALUE(name) ((rv = tool_arg_value(argc, argv, &i, name, &v)) != 0)
+    if (tool_arg_flag(argv, i, "--incremental")) {
+      incremental = 1;
+    } else if (tool_arg_flag(argv, i, "--json")) {
+      json = 1;
+    } else if (tool_arg_flag(argv, i, "--exit-after-sync")) {
+      exit_after_sync = 1;
+    } else if (VALUE("--collection")) {
+      if (rv < 0)
+        goto bad;
+      if (!v[0]) {
+        usage_error("--collection needs a name");
+        goto out;
+      }
+      if (tool_strv_add(&colls, v, 1) != 0)
+        goto nomem;
+    } else if (VALUE("--connect")) {
+      if (rv < 0)
+        goto bad;
+      connect = v;
+    } else if (VALUE("--listen")) {
+      if (rv < 0)
+        goto bad;
+      listen = v;
+    } else if (VALUE("--transport")) {
+      if (rv < 0)
+        goto bad;
+      transport = v;
+    } else if (VALUE("--node-id")) {
+      if (rv < 0)
+        goto bad;
+      node_id = v;
+    } else if (VALUE("--annotation")) {
+      if (rv < 0)
+        goto bad;
+      const char *eq = strchr(v, '=');
+      if (!eq || eq == v) {
+        usage_error("--annotation: expected KEY=VALUE, not %s", v);
+        goto out;
+      }
+      char *key = strndup(v, (size_t)(eq - v));
+      if (!key)
+        goto nomem;
+      size_t k = 0;
+      while (k < nannots && strcmp(annots[k].key, key) != 0)
+        k++;
+      if (k < nannots) { /* given again: the last one wins */
+        free(key);
+        annots[k].value = eq + 1;
+        continue;
+      }
+      mcp_kv *na = realloc(annots, (nannots + 1) * sizeof(*na));
+      if (!na) {
+        free(key);
+        goto nomem;
+      }
+      annots = na;
+      annots[nannots].key = key;
+      annots[nannots++].value = eq + 1;
+    } else if (VALUE("--out")) {
+      if (rv < 0)
+        goto bad;
+      if (!v[0]) {
+        usage_error("--out needs a directory");
+        goto out;
+      }
+      out = v;
+    } else if (VALUE("--log-level")) {
+      if (rv < 0)
+        goto bad;
+      level = v;
+    } else {
+      usage_error("unknown argument: %s", argv[i]);
+      goto out;
+    }
+#undef VALUE
+  }
+
+  tool_log_level lvl;
+  if (tool_log_parse_level(level, &lvl) != 0) {
+    usage_error("--log-level: expected error, warn, info or debug, not %s",
+                level);
+    goto out;
+  }
+  tool_log_init("mcp-sink", lvl);
+  if (colls.n == 0) {
+    usage_error("at least one --collection is needed");
+    goto out;
+  }
+  if (listen && connect) {
+    usage_error("--listen and --connect exclude each other");
+    goto out;
+  }
+  const char *address = connect ? connect : listen ? listen : DEFAULT_ADDRESS;
+  const char *why;
+  if (tool_check_hostport(address, listen ? 0 : 1, &why) != 0) {
+    usage_error("%s %s: %s", listen ? "--listen" : "--connect", address, why);
+    goto out;
+  }
+  for (size_t i = 0; out && i < colls.n; i++) {
+    if (!tool_path_safe(colls.v[i])) {
+      usage_error("--collection %s cannot be a directory under --out (empty "
+                  "segment, leading '/' or \"..\")", colls.v[i]);
+      goto out;
+    }
+  }
+  rv = tool_transport_find(transport, &app.tp);
+  if (rv == -2) {
+    fprintf(stderr, "mcp-sink: %s transport not available yet "
+                    "(use --transport grpc)\n", transport);
+    goto out;
+  }
+  if (rv != 0) {
+    usage_error("unknown transport %s (expected grpc or h2c)", transport);
+    goto out;
+  }
+
+  status = 1;
+  signal(SIGPIPE, SIG_IGN);
+  app.json = json;
+  app.exit_after_sync = exit_after_sync;
+  app.colls = colls.v;
+  app.ncolls = colls.n;
+  if (!(app.acked = calloc(colls.n, 1)))
+    goto nomem;
+  if (out) {
+    char err[512];
+    if (tool_mirror_new(&app.mirror, out, colls.v, colls.n, err,
+                        sizeof(err)) != 0) {
+      log_error("--out: %s", err);
+      goto out;
+    }
+  }
+  mcp_sink_options so;
+  mcp_sink_options_default(&so);
+  so.node_id = node_id;
+  so.node_annotations = annots;
+  so.nnode_annotations = nannots;
+  so.collections = colls.v;
+  so.ncollections = colls.n;
+  so.incremental = incremental;
+  so.apply = apply_cb;
+  so.on_event = on_core_event;
+  so.user_data = &app;
+  if ((rv = mcp_sink_state_new(&app.state, &so)) < 0) {
+    log_error("cannot create the sink state: %s", mcp_strerror(rv));
+    goto out;
+  }
+
+  uv_loop_init(&app.loop);
+  uv_signal_init(&app.loop, &app.sigint);
+  uv_signal_init(&app.loop, &app.sigterm);
+  uv_async_init(&app.loop, &app.synced_async, on_synced);
+  uv_timer_init(&app.loop, &app.flush);
+  app.sigint.data = app.sigterm.data = app.synced_async.data =
+      app.flush.data = &app;
+  uv_signal_start(&app.sigint, on_signal, SIGINT);
+  uv_signal_start(&app.sigterm, on_signal, SIGTERM);
+
+  tool_endpoint_options eo = {
+      .mode = listen ? TOOL_LISTEN : TOOL_DIAL,
+      .address = address,
+      .rand = tool_rand,
+      .on_stream = on_stream,
+      .user_data = &app,
+  };
+  if ((rv = app.tp->sink_new(&app.ep, &app.loop, &eo, app.state)) < 0) {
+    log_error("cannot %s %s: %s", listen ? "listen on" : "dial", address,
+              mcp_strerror(rv));
+    app.ep = NULL;
+    stop(&app);
+    uv_run(&app.loop, UV_RUN_DEFAULT);
+    uv_loop_close(&app.loop);
+    goto out;
+  }
+  if (listen) {
+    const char *colon = strrchr(address, ':');
+    char buf[300];
+    snprintf(buf, sizeof(buf), "%.*s:%d", (int)(colon - address), address,
+             app.tp->sink_port(app.ep));
+    log_info("serving ResourceSink on %s (%s)", buf, app.tp->name);
+    if (json) {
+      json_t *o = json_pack("{s:s, s:s}", "event", "listening", "address",
+                            buf);
+      char *s = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+      if (s)
+        tool_out_line(s);
+      free(s);
+      json_decref(o);
+    }
+  } else {
+    log_info("dialing the ResourceSource at %s (%s)", address, app.tp->name);
+  }
+  /* Runs until a signal or the sync: stop() deletes the endpoint and
+   * closes the handles, and the loop ends once the transport's are closed
+   * too. */
+  uv_run(&app.loop, UV_RUN_DEFAULT);
+  uv_loop_close(&app.loop);
+  status = 0;
+  log_info("stopped");
+  goto out;
+
+nomem:
+  fprintf(stderr, "mcp-sink: out of memory\n");
+  status = 1;
+  goto out;
+bad:
+  usage(stderr);
+  status = 2;
+out:
+  mcp_sink_state_del(app.state);
+  tool_mirror_del(app.mirror);
+  record_clear(&app.rec);
+  free(app.acked);
+  free(app.peer);
+  for (size_t i = 0; i < nannots; i++)
+    free((char *)annots[i].key);
+  free(annots);
+  tool_strv_free(&colls);
+  return status;
+}

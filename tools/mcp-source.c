@@ -1,0 +1,472 @@
+/*
+ * mcp-source: serves a directory of Kubernetes-style YAML files as MCP
+ * collections, listening for sinks (ResourceSource) or dialing one
+ * (ResourceSink), and pushes every change of the files.
+ *
+ * Threads: the main thread runs a libuv loop (signals, file watching,
+ * rescans, the loader). The store lives where the transport runs (gRPC: a
+ * thread of its own). A rescan runs on the main thread, and its result is
+ * applied to the store through the transport's source_apply(), which
+ * returns once applied: the loader's resources, which the apply reads, stay
+ * untouched until the next scan, which cannot start before that.
+ */
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <uv.h>
+
+#include "args.h"
+#include "config_load.h"
+#include "log.h"
+#include "rand.h"
+#include "transport.h"
+#include "watch.h"
+
+#define DEFAULT_ADDRESS "127.0.0.1:9901"
+#define DEFAULT_DEBOUNCE_MS 100
+#define MAX_DEBOUNCE_MS 3600000ul
+/* A burst of file events is scanned this long after its first event. */
+#define SETTLE_MS 5
+/* Rescan period: catches what inotify cannot see. */
+#define RESCAN_MS 1000
+
+typedef struct source_app {
+  uv_loop_t loop;
+  const tool_transport *tp;
+  void *ep;
+  mcp_store *store;
+  mcpcfg_loader *loader; /* NULL without --dir */
+  const char *dir;
+  tool_watch *watch;
+  uv_timer_t settle, rescan;
+  uv_signal_t sigint, sigterm;
+  int timers; /* settle and rescan initialised */
+  int stopping;
+  int io_error;      /* the last scan could not read the directory */
+  int apply_pending; /* the loader holds changes the store lacks */
+  /* Transport thread only. */
+  int dial_failing;
+} source_app;
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: mcp-source [--dir DIR] [--collection NAME]...\n"
+          "                  [--listen HOST:PORT | --connect HOST:PORT]\n"
+          "                  [--transport grpc|h2c] [--debounce MS]\n"
+          "                  [--log-level LEVEL]\n"
+          "\n"
+          "Serves the YAML files below DIR as MCP collections and pushes every\n"
+          "change of them.\n"
+          "\n"
+          "  --dir DIR          YAML files to serve, watched for changes\n"
+          "  --collection NAME  serve NAME even when empty (repeatable)\n"
+          "  --listen HOST:PORT serve ResourceSource: sinks dial us\n"
+          "                     (default " DEFAULT_ADDRESS ")\n"
+          "  --connect HOST:PORT dial a ResourceSink, reconnecting forever\n"
+          "  --transport NAME   grpc (default) or h2c\n"
+          "  --debounce MS      push a change once its collection has been\n"
+          "                     quiet for MS milliseconds (default %d; 0: at once)\n"
+          "  --log-level LEVEL  error, warn, info (default) or debug\n"
+          "  --help             this text\n"
+          "\n"
+          "Exit status: 0 after SIGINT or SIGTERM, 1 on a runtime failure,\n"
+          "2 on a usage error.\n",
+          DEFAULT_DEBOUNCE_MS);
+}
+
+static int usage_error(const char *fmt, ...) TOOL_PRINTF(1, 2);
+static int usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("mcp-source: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  usage(stderr);
+  return 2;
+}
+
+/* ---- events (the transport's thread) ---- */
+
+static void on_core_event(const mcp_event *ev, void *ud) {
+  (void)ud;
+  switch (ev->type) {
+  case MCP_EVENT_REQUEST:
+    log_debug("request for %s", ev->collection);
+    break;
+  case MCP_EVENT_PUSH:
+    log_debug("push %s nonce %s version %s: %zu resources, %zu removed%s",
+              ev->collection, ev->nonce, ev->version, ev->nresources,
+              ev->nremoved, ev->incremental ? " (incremental)" : "");
+    break;
+  case MCP_EVENT_ACK:
+    log_debug("ACK %s nonce %s version %s", ev->collection, ev->nonce,
+              ev->version);
+    break;
+  case MCP_EVENT_NACK:
+    log_warn("sink rejected %s version %s (nonce %s): code %d: %s",
+             ev->collection, ev->version, ev->nonce, ev->code, ev->message);
+    break;
+  case MCP_EVENT_STALE:
+    log_debug("stale answer for %s (nonce %s)", ev->collection, ev->nonce);
+    break;
+  case MCP_EVENT_UNKNOWN_COLLECTION:
+    log_warn("sink asked for unknown collection %s (served once it exists)",
+             ev->collection);
+    break;
+  case MCP_EVENT_TRIGGER_IGNORED:
+    log_debug("sink rejected the trigger, as expected");
+    break;
+  }
+}
+
+static void on_stream(int opened, const tool_stream_info *info, void *ud) {
+  source_app *a = ud;
+  if (opened) {
+    if (info->dialed)
+      log_debug("stream %llu: dialing %s", (unsigned long long)info->id,
+                info->peer);
+    else
+      log_info("stream %llu: sink %s connected", (unsigned long long)info->id,
+               info->peer);
+    return;
+  }
+  if (info->dialed && info->received == 0) {
+    if (!a->dial_failing)
+      log_warn("cannot reach the sink at %s: %s; retrying", info->peer,
+               info->details);
+    else
+      log_debug("stream %llu: cannot reach %s: %s",
+                (unsigned long long)info->id, info->peer, info->details);
+    a->dial_failing = 1;
+    return;
+  }
+  a->dial_failing = 0;
+  log_info("stream %llu: %s closed: status %d%s%s",
+           (unsigned long long)info->id, info->peer, info->status,
+           info->details[0] ? ": " : "", info->details);
+}
+
+/* ---- loading ---- */
+
+static void on_report(const char *path, unsigned long line,
+                      const char *message, void *ud) {
+  (void)ud;
+  if (line)
+    log_error("%s:%lu: %s", path, line, message);
+  else
+    log_error("%s: %s", path, message);
+}
+
+/* Where the store lives (or on the main thread before the endpoint
+ * exists): the loader's current set into the store. */
+static void apply_fn(mcp_store *store, mcp_tstamp ts, void *ud) {
+  source_app *a = ud;
+  size_t n = mcpcfg_loader_collection_count(a->loader);
+  int rv = mcpcfg_loader_apply(a->loader, store, ts);
+  if (rv < 0) {
+    log_error("cannot update the store: %s (retrying at the next scan)",
+              mcpcfg_strerror(rv));
+    return;
+  }
+  a->apply_pending = 0;
+  if (rv == 0)
+    return;
+  for (size_t i = 0; i < n; i++) {
+    const char *c = mcpcfg_loader_collection_name(a->loader, i);
+    log_debug("collection %s: %zu resources, generation %llu", c,
+              mcp_store_count(store, c),
+              (unsigned long long)mcp_store_generation(store, c));
+  }
+  log_info("%d collection%s changed", rv, rv == 1 ? "" : "s");
+}
+
+static void scan(source_app *a) {
+  int rv = mcpcfg_loader_scan(a->loader);
+  if (a->watch)
+    tool_watch_sync(a->watch);
+  if (rv < 0) {
+    if (rv != MCPCFG_ERR_IO)
+      log_error("scan of %s failed: %s", a->dir, mcpcfg_strerror(rv));
+    else if (!a->io_error)
+      log_warn("serving the last content of %s until it can be read again",
+               a->dir);
+    a->io_error = rv == MCPCFG_ERR_IO;
+    return;
+  }
+  if (a->io_error) {
+    log_info("%s is readable again", a->dir);
+    a->io_error = 0;
+  }
+  if (rv > 0)
+    a->apply_pending = 1;
+  if (!a->apply_pending)
+    return;
+  rv = a->tp->source_apply(a->ep, apply_fn, a);
+  if (rv < 0)
+    log_error("cannot update the store: %s", mcp_strerror(rv));
+}
+
+/* ---- the loop (main thread) ---- */
+
+static void on_settle(uv_timer_t *t) { scan(t->data); }
+
+static void on_rescan(uv_timer_t *t) { scan(t->data); }
+
+static void on_fs_change(void *ud) {
+  source_app *a = ud;
+  /* Not restarted by later events: a steady stream of writes cannot
+   * starve the scan. */
+  if (!a->stopping && !uv_is_active((uv_handle_t *)&a->settle))
+    uv_timer_start(&a->settle, on_settle, SETTLE_MS, 0);
+}
+
+/* Stops the endpoint (the store is ours again when it returns) and closes
+ * every handle: uv_run() then returns. */
+static void stop(source_app *a) {
+  if (a->stopping)
+    return;
+  a->stopping = 1;
+  a->tp->source_del(a->ep);
+  a->ep = NULL;
+  uv_close((uv_handle_t *)&a->sigint, NULL);
+  uv_close((uv_handle_t *)&a->sigterm, NULL);
+  if (a->timers) {
+    uv_close((uv_handle_t *)&a->settle, NULL);
+    uv_close((uv_handle_t *)&a->rescan, NULL);
+  }
+  tool_watch_close(a->watch);
+  a->watch = NULL;
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  source_app *a = h->data;
+  log_info("%s: stopping", signum == SIGINT ? "SIGINT" : "SIGTERM");
+  stop(a);
+}
+
+/* "HOST:PORT" with the port replaced by |port| (for port 0). */
+static void bound_address(char *buf, size_t len, const char *addr, int port) {
+  const char *colon = strrchr(addr, ':');
+  snprintf(buf, len, "%.*s:%d", (int)(colon - addr), addr, port);
+}
+
+/* The command line. */
+typedef struct source_args {
+  const char *dir, *address, *transport;
+  int dial;
+  unsigned long debounce_ms;
+  tool_log_level level;
+  tool_strv colls;
+} source_args;
+
+/* Returns -1 to run, or the exit status (0 for --help, 2 for a usage
+ * error, reported). */
+static int parse_args(int argc, char **argv, source_args *o) {
+  const char *listen = NULL, *connect = NULL, *level = "info", *v = NULL;
+  o->transport = "grpc";
+  o->debounce_ms = DEFAULT_DEBOUNCE_MS;
+  for (int i = 1; i < argc; i++) {
+    int rv;
+    if (tool_arg_flag(argv, i, "--help") || tool_arg_flag(argv, i, "-h")) {
+      usage(stdout);
+      return 0;
+    }
+#define VALUE(name) ((rv = tool_arg_value(argc, argv, &i, name, &v)) != 0)
+    if (VALUE("--dir")) {
+      if (rv > 0 && !v[0])
+        return usage_error("--dir needs a directory");
+      o->dir = v;
+    } else if (VALUE("--collection")) {
+      if (rv > 0 && !v[0])
+        return usage_error("--collection needs a name");
+      if (rv > 0 && tool_strv_add(&o->colls, v, 1) != 0) {
+        fprintf(stderr, "mcp-source: out of memory\n");
+        return 1;
+      }
+    } else if (VALUE("--listen")) {
+      listen = v;
+    } else if (VALUE("--connect")) {
+      connect = v;
+    } else if (VALUE("--transport")) {
+      o->transport = v;
+    } else if (VALUE("--debounce")) {
+      if (rv > 0 && tool_parse_ulong(v, MAX_DEBOUNCE_MS, &o->debounce_ms) != 0)
+        return usage_error("--debounce: not a number of milliseconds: %s", v);
+    } else if (VALUE("--log-level")) {
+      level = v;
+    } else {
+      return usage_error("unknown argument: %s", argv[i]);
+    }
+#undef VALUE
+    if (rv < 0) { /* a value is missing: reported */
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (tool_log_parse_level(level, &o->level) != 0)
+    return usage_error("--log-level: expected error, warn, info or debug, "
+                       "not %s", level);
+  if (listen && connect)
+    return usage_error("--listen and --connect exclude each other");
+  o->dial = connect != NULL;
+  o->address = connect ? connect : listen ? listen : DEFAULT_ADDRESS;
+  const char *why;
+  if (tool_check_hostport(o->address, o->dial ? 1 : 0, &why) != 0)
+    return usage_error("%s %s: %s", o->dial ? "--connect" : "--listen",
+                       o->address, why);
+  return -1;
+}
+
+int main(int argc, char **argv) {
+  tool_log_init("mcp-source", TOOL_LOG_INFO);
+  source_args args;
+  memset(&args, 0, sizeof(args));
+  int status = parse_args(argc, argv, &args);
+  if (status >= 0) {
+    tool_strv_free(&args.colls);
+    return status;
+  }
+  tool_log_init("mcp-source", args.level);
+  const char *dir = args.dir, *address = args.address;
+  const tool_strv colls = args.colls;
+  int connect = args.dial, rv;
+  unsigned long debounce_ms = args.debounce_ms;
+
+  source_app app;
+  memset(&app, 0, sizeof(app));
+  rv = tool_transport_find(args.transport, &app.tp);
+  if (rv == -2) {
+    fprintf(stderr, "mcp-source: %s transport not available yet "
+                    "(use --transport grpc)\n", args.transport);
+    tool_strv_free(&args.colls);
+    return 2;
+  }
+  if (rv != 0) {
+    tool_strv_free(&args.colls);
+    return usage_error("unknown transport %s (expected grpc or h2c)",
+                       args.transport);
+  }
+
+  signal(SIGPIPE, SIG_IGN);
+  status = 1;
+  app.dir = dir;
+
+  mcp_store_options so;
+  mcp_store_options_default(&so);
+  so.rand = tool_rand;
+  if ((rv = mcp_store_new(&app.store, &so)) < 0) {
+    log_error("cannot create the store: %s", mcp_strerror(rv));
+    goto out;
+  }
+  if (dir) {
+    mcpcfg_options lo;
+    mcpcfg_options_default(&lo);
+    lo.report = on_report;
+    lo.user_data = &app;
+    if ((rv = mcpcfg_loader_new(&app.loader, dir, &lo)) < 0) {
+      log_error("cannot create the loader: %s", mcpcfg_strerror(rv));
+      goto out;
+    }
+  }
+  for (size_t i = 0; i < colls.n; i++) {
+    rv = app.loader ? mcpcfg_loader_declare(app.loader, colls.v[i])
+                    : mcp_store_add_collection(app.store, colls.v[i]);
+    if (rv < 0) {
+      log_error("cannot declare collection %s: %s", colls.v[i],
+                mcp_strerror(rv));
+      goto out;
+    }
+  }
+  if (app.loader) {
+    /* The first load goes straight into the store: no thread yet. */
+    if ((rv = mcpcfg_loader_scan(app.loader)) < 0) {
+      log_error("cannot load %s: %s", dir, mcpcfg_strerror(rv));
+      goto out;
+    }
+    apply_fn(app.store, app.tp->now(), &app);
+    if (app.apply_pending)
+      goto out;
+  }
+  size_t total = 0, ncoll = mcp_store_collection_count(app.store);
+  for (size_t i = 0; i < ncoll; i++) {
+    const char *c = mcp_store_collection_name(app.store, i);
+    size_t n = mcp_store_count(app.store, c);
+    log_info("collection %s: %zu resource%s", c, n, n == 1 ? "" : "s");
+    total += n;
+  }
+  log_info("%zu resource%s in %zu collection%s, epoch %016llx", total,
+           total == 1 ? "" : "s", ncoll, ncoll == 1 ? "" : "s",
+           (unsigned long long)mcp_store_epoch(app.store));
+
+  mcp_source_options sopts;
+  mcp_source_options_default(&sopts);
+  sopts.store = app.store;
+  sopts.on_event = on_core_event;
+  sopts.user_data = &app;
+  if (debounce_ms > 0) {
+    sopts.debounce = (mcp_tstamp)debounce_ms * MCP_MILLISECONDS;
+    sopts.max_delay = sopts.debounce * 10;
+    if (sopts.max_delay < MCP_SECONDS)
+      sopts.max_delay = MCP_SECONDS;
+  }
+  tool_endpoint_options eo = {
+      .mode = connect ? TOOL_DIAL : TOOL_LISTEN,
+      .address = address,
+      .rand = tool_rand,
+      .on_stream = on_stream,
+      .user_data = &app,
+  };
+  uv_loop_init(&app.loop);
+  if ((rv = app.tp->source_new(&app.ep, &app.loop, &eo, &sopts)) < 0) {
+    log_error("cannot %s %s: %s", connect ? "dial" : "listen on", address,
+              mcp_strerror(rv));
+    app.ep = NULL;
+    uv_run(&app.loop, UV_RUN_DEFAULT); /* whatever the transport left */
+    uv_loop_close(&app.loop);
+    goto out;
+  }
+  if (connect) {
+    log_info("dialing the ResourceSink at %s (%s)", address, app.tp->name);
+  } else {
+    char buf[300];
+    bound_address(buf, sizeof(buf), address, app.tp->source_port(app.ep));
+    log_info("serving ResourceSource on %s (%s)", buf, app.tp->name);
+  }
+
+  uv_signal_init(&app.loop, &app.sigint);
+  uv_signal_init(&app.loop, &app.sigterm);
+  app.sigint.data = app.sigterm.data = &app;
+  uv_signal_start(&app.sigint, on_signal, SIGINT);
+  uv_signal_start(&app.sigterm, on_signal, SIGTERM);
+  if (app.loader) {
+    uv_timer_init(&app.loop, &app.settle);
+    uv_timer_init(&app.loop, &app.rescan);
+    app.settle.data = app.rescan.data = &app;
+    app.timers = 1;
+    uv_timer_start(&app.rescan, on_rescan, RESCAN_MS, RESCAN_MS);
+    if (tool_watch_new(&app.watch, &app.loop, dir, on_fs_change, &app) != 0)
+      log_warn("cannot watch %s: out of memory (rescanning every %d ms)",
+               dir, RESCAN_MS);
+    else
+      tool_watch_sync(app.watch);
+  }
+  /* Runs until a signal: stop() deletes the endpoint and closes the
+   * handles, and the loop ends once the transport's are closed too. */
+  uv_run(&app.loop, UV_RUN_DEFAULT);
+  status = 0;
+  rv = uv_loop_close(&app.loop);
+  if (rv != 0)
+    log_debug("loop close: %s", uv_strerror(rv));
+
+out:
+  mcpcfg_loader_del(app.loader);
+  mcp_store_del(app.store);
+  tool_strv_free(&args.colls);
+  if (status == 0)
+    log_info("stopped");
+  return status;
+}

@@ -1,0 +1,52 @@
+/*
+ * mcp-sink's --out DIR: a mirror of what the sink holds, one file per
+ * resource, DIR/<collection>/<name>.json (the slashes of both become
+ * directories), holding tool_resource_json() of the resource.
+ *
+ * Files are written atomically: a temporary file ".mcp-sink-tmp-XXXXXX" in
+ * the same directory, then rename(2) (no fsync: readers never see a partial
+ * file, but a crash may lose the latest writes). A resource whose version is
+ * the one last written is not rewritten. A removed resource's file is
+ * deleted, with the directories its name created once they are empty.
+ *
+ * The first full-state push of a collection after start also deletes every
+ * other *.json file below DIR/<collection> (what an earlier run left), except
+ * below the directory of another requested collection: from then on the
+ * directory holds exactly the collection.
+ *
+ * Names must stay inside DIR: a resource name (or removed name) that is not
+ * tool_path_safe() rejects the whole change.
+ *
+ * Not thread-safe: used from the sink's apply callback only.
+ */
+#ifndef TOOLS_MIRROR_H
+#define TOOLS_MIRROR_H
+
+#include <stddef.h>
+
+#include <mcp/mcp.h>
+
+typedef struct tool_mirror tool_mirror;
+
+/*
+ * Creates DIR (and its parents) if needed and a mirror of the collections
+ * |colls| (each must be tool_path_safe()). Returns 0, or -1 with the reason
+ * in |err|.
+ */
+int tool_mirror_new(tool_mirror **pm, const char *dir,
+                    const char *const *colls, size_t ncolls, char *err,
+                    size_t errlen);
+
+void tool_mirror_del(tool_mirror *m);
+
+/*
+ * Applies one accepted-to-be change: returns 0 when the files are written
+ * (or the collection is not mirrored), else a google.rpc code for the
+ * sink's NACK and a message in |msg|: INVALID_ARGUMENT for an unsafe name or
+ * a body that cannot be converted (nothing was written), INTERNAL when a
+ * file could not be written (files written before the failure stay).
+ */
+int tool_mirror_apply(tool_mirror *m, const mcp_change *ch, char *msg,
+                      size_t msglen);
+
+#endif /* TOOLS_MIRROR_H */

@@ -1,0 +1,157 @@
+/* The gRPC transport (transport-grpc) behind the tools' transport table. */
+#include <stdlib.h>
+
+#include <mcp/grpc.h>
+
+#include "transport.h"
+
+/* Reconnection: gRPC's defaults except a shorter ceiling, so that a tool
+ * left waiting for its peer notices it within half a minute. */
+#define TOOL_BACKOFF_MAX (30 * MCP_SECONDS)
+/* On stop, streams get this long to finish their send in flight. */
+#define TOOL_SHUTDOWN_GRACE (1 * MCP_SECONDS)
+
+typedef struct ep_ctx {
+  tool_stream_cb on_stream;
+  void *user_data;
+} ep_ctx;
+
+typedef struct grpc_ep {
+  ep_ctx ctx; /* first: the callback's user_data */
+  mcp_grpc_source *src;
+  mcp_grpc_sink *sink;
+} grpc_ep;
+
+static void on_stream(mcp_grpc_stream_event ev,
+                      const mcp_grpc_stream_info *info, void *ud) {
+  ep_ctx *ctx = ud;
+  if (!ctx->on_stream)
+    return;
+  tool_stream_info ti = {
+      .id = info->id,
+      .peer = info->peer ? info->peer : "",
+      .dialed = info->dialed,
+      .received = info->received,
+      .sent = info->sent,
+      .status = info->status,
+      .details = info->details ? info->details : "",
+  };
+  ctx->on_stream(ev == MCP_GRPC_STREAM_OPENED, &ti, ctx->user_data);
+}
+
+static void fill_opts(mcp_grpc_options *go, const tool_endpoint_options *o,
+                      grpc_ep *ep) {
+  mcp_grpc_options_default(go);
+  go->mode = o->mode == TOOL_DIAL ? MCP_GRPC_DIAL : MCP_GRPC_LISTEN;
+  go->address = o->address;
+  go->rand = o->rand;
+  go->backoff.max = TOOL_BACKOFF_MAX;
+  go->shutdown_grace = TOOL_SHUTDOWN_GRACE;
+  go->on_stream = on_stream;
+  go->user_data = &ep->ctx;
+}
+
+static grpc_ep *ep_alloc(const tool_endpoint_options *o) {
+  grpc_ep *ep = calloc(1, sizeof(*ep));
+  if (ep) {
+    ep->ctx.on_stream = o->on_stream;
+    ep->ctx.user_data = o->user_data;
+  }
+  return ep;
+}
+
+static int source_new(void **pep, uv_loop_t *loop,
+                      const tool_endpoint_options *o,
+                      const mcp_source_options *so) {
+  (void)loop; /* gRPC runs on a thread of its own */
+  grpc_ep *ep = ep_alloc(o);
+  if (!ep)
+    return MCP_ERR_NOMEM;
+  mcp_grpc_options go;
+  fill_opts(&go, o, ep);
+  int rv = mcp_grpc_source_new(&ep->src, &go, so);
+  if (rv < 0) {
+    free(ep);
+    return rv;
+  }
+  *pep = ep;
+  return 0;
+}
+
+static int source_port(void *ep) {
+  return mcp_grpc_source_port(((grpc_ep *)ep)->src);
+}
+
+/* The store lives on the transport thread: run |fn| there and wait, so
+ * that the caller may change what |fn| reads as soon as this returns. */
+static int source_apply(void *ep, tool_store_fn fn, void *ud) {
+  return mcp_grpc_source_call(((grpc_ep *)ep)->src, fn, ud);
+}
+
+/* Blocks until the transport thread is gone (at most the shutdown grace
+ * and a send in flight). */
+static void source_del(void *p) {
+  grpc_ep *ep = p;
+  if (ep) {
+    mcp_grpc_source_del(ep->src);
+    free(ep);
+  }
+}
+
+static int sink_new(void **pep, uv_loop_t *loop,
+                    const tool_endpoint_options *o, mcp_sink_state *state) {
+  (void)loop;
+  grpc_ep *ep = ep_alloc(o);
+  if (!ep)
+    return MCP_ERR_NOMEM;
+  mcp_grpc_options go;
+  fill_opts(&go, o, ep);
+  int rv = mcp_grpc_sink_new(&ep->sink, &go, state);
+  if (rv < 0) {
+    free(ep);
+    return rv;
+  }
+  *pep = ep;
+  return 0;
+}
+
+static int sink_port(void *ep) {
+  return mcp_grpc_sink_port(((grpc_ep *)ep)->sink);
+}
+
+static void stats_fn(const mcp_grpc_stream_info *info, void *ud) {
+  tool_sink_stream_stats *st = ud;
+  if (info->sink) {
+    st->open = 1;
+    st->want_write = mcp_sink_session_want_write(info->sink);
+    st->sent = info->sent;
+  }
+}
+
+static int sink_stats(void *ep, tool_sink_stream_stats *st) {
+  st->open = 0;
+  st->want_write = 0;
+  st->sent = 0;
+  return mcp_grpc_sink_streams(((grpc_ep *)ep)->sink, stats_fn, st);
+}
+
+static void sink_del(void *p) {
+  grpc_ep *ep = p;
+  if (ep) {
+    mcp_grpc_sink_del(ep->sink);
+    free(ep);
+  }
+}
+
+const tool_transport tool_transport_grpc = {
+    .name = "grpc",
+    .now = mcp_grpc_now,
+    .source_new = source_new,
+    .source_port = source_port,
+    .source_apply = source_apply,
+    .source_del = source_del,
+    .sink_new = sink_new,
+    .sink_port = sink_port,
+    .sink_stats = sink_stats,
+    .sink_del = sink_del,
+};
