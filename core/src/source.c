@@ -117,6 +117,7 @@ static void check_ts(mcp_source_session *s, mcp_tstamp ts) {
 
 static void emit(mcp_source_session *s, mcp_event *ev) {
   if (s->on_event) {
+    ev->node = &s->node;
     s->on_event(ev, s->user_data);
   }
 }

@@ -379,6 +379,8 @@ typedef struct mcp_event {
   mcp_tstamp latency;  /* source ACK/NACK: time since the push was produced */
   size_t held;         /* sink ACK/NACK: resources held in the collection
                           after this message */
+  const struct mcp_sink_node *node; /* source: the stream's sink node (id ""
+                                       before the first request) */
 } mcp_event;
 
 /* Called synchronously from inside the session call that caused the
