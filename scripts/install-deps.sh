@@ -8,13 +8,17 @@ pkgs=(
   libprotobuf-c-dev protobuf-c-compiler libprotobuf-dev
   libgrpc-dev libnghttp2-dev libhttp-parser-dev
   check libyaml-dev libjansson-dev libuv1-dev
-  nghttp2-client curl openssl valgrind python3 nodejs npm
+  nghttp2-client curl openssl valgrind python3
 )
 
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
+# Node.js may come from elsewhere than Debian (with npm bundled, when
+# Debian's npm package would conflict): look for the commands.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 echo "install-deps: installing ${missing[*]}" >&2

@@ -140,8 +140,12 @@ typedef struct tg_streams {
   pthread_mutex_t mu;
   int opened, closed, open_now;
   int last_status;
-  char last_details[160];
+  char last_details[320];
   char last_peer[96];
+  /* REFUSED events (authorization, admission) */
+  int refused, last_refused_status;
+  char last_refused_details[160];
+  char last_refused_identity[160]; /* its first identity, "" if none */
 } tg_streams;
 
 static inline void tg_streams_init(tg_streams *s) {
@@ -158,6 +162,14 @@ static inline void tg_on_stream(mcp_grpc_stream_event ev,
     s->opened++;
     s->open_now++;
     ck_assert(info->source || info->sink);
+  } else if (ev == MCP_GRPC_STREAM_REFUSED) {
+    s->refused++;
+    s->last_refused_status = info->status;
+    snprintf(s->last_refused_details, sizeof(s->last_refused_details), "%s",
+             info->details);
+    snprintf(s->last_refused_identity, sizeof(s->last_refused_identity),
+             "%s", info->nidentities ? info->identities[0] : "");
+    ck_assert(!info->source && !info->sink);
   } else {
     s->closed++;
     s->open_now--;

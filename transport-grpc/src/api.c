@@ -12,32 +12,58 @@ struct mcp_grpc_sink {
   mcp_grpc_ep ep;
 };
 
+static void ep_free_copies(mcp_grpc_ep *ep) {
+  mcp_grpc_tls_del(ep->tls);
+  ep->tls = NULL;
+  free(ep->address);
+  free((char *)ep->opts.tls.server_name);
+}
+
 static int ep_init(mcp_grpc_ep *ep, const mcp_grpc_options *opts,
                    mcp_grpc_role role) {
   ep->role = role;
   ep->opts = *opts;
+  mcp_grpc_options_normalize(&ep->opts);
+  /* The file paths are copied by the TLS object; the name is kept. */
+  memset(&ep->opts.tls, 0, sizeof(ep->opts.tls));
   ep->address = strdup(opts->address);
   if (!ep->address)
     return MCP_ERR_NOMEM;
   ep->opts.address = ep->address;
+  int rv = 0;
+  if (opts->tls.server_name &&
+      !(ep->opts.tls.server_name = strdup(opts->tls.server_name)))
+    rv = MCP_ERR_NOMEM;
+  if (rv == 0 && mcp_grpc_tls_wanted(&opts->tls))
+    rv = mcp_grpc_tls_new(&ep->tls, &opts->tls,
+                          opts->mode == MCP_GRPC_LISTEN);
+  if (rv < 0) {
+    ep_free_copies(ep);
+    return rv;
+  }
   grpc_init();
-  int rv = mcp_grpc_ep_start(ep);
+  rv = mcp_grpc_ep_start(ep);
   if (rv < 0) {
     grpc_shutdown();
-    free(ep->address);
+    ep_free_copies(ep);
   }
   return rv;
 }
 
 static void ep_fini(mcp_grpc_ep *ep) {
   mcp_grpc_ep_stop(ep);
-  free(ep->address);
+  /* The server and channels are destroyed: gRPC calls the TLS object's
+   * certificate fetcher no more. */
+  ep_free_copies(ep);
   grpc_shutdown(); /* after every gRPC object of ours is gone */
 }
 
 static int valid(const mcp_grpc_options *opts) {
   return opts && opts->address && opts->address[0] &&
-         (opts->mode == MCP_GRPC_LISTEN || opts->mode == MCP_GRPC_DIAL);
+         (opts->mode == MCP_GRPC_LISTEN || opts->mode == MCP_GRPC_DIAL) &&
+         /* TLS from files, or the application's credentials: not both */
+         !(mcp_grpc_tls_wanted(&opts->tls) &&
+           (opts->server_credentials || opts->channel_credentials));
 }
 
 static int submit(mcp_grpc_ep *ep, mcp_grpc_job *tmpl) {
@@ -107,6 +133,19 @@ int mcp_grpc_source_streams(mcp_grpc_source *src, mcp_grpc_stream_fn fn,
   return submit(&src->ep, &job);
 }
 
+int mcp_grpc_source_stats(mcp_grpc_source *src, mcp_grpc_stats *st) {
+  if (!st)
+    return MCP_ERR_INVALID_ARGUMENT;
+  mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STATS, .user_data = st,
+                      .sync = 1};
+  return submit(&src->ep, &job);
+}
+
+int mcp_grpc_source_reauthorize(mcp_grpc_source *src) {
+  mcp_grpc_job job = {.kind = MCP_GRPC_JOB_REAUTHORIZE};
+  return submit(&src->ep, &job);
+}
+
 int mcp_grpc_sink_new(mcp_grpc_sink **psink, const mcp_grpc_options *opts,
                       mcp_sink_state *state) {
   if (!valid(opts) || !state ||
@@ -150,5 +189,18 @@ int mcp_grpc_sink_streams(mcp_grpc_sink *sink, mcp_grpc_stream_fn fn,
     return MCP_ERR_INVALID_ARGUMENT;
   mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STREAMS, .stream_fn = fn,
                       .user_data = user_data, .sync = 1};
+  return submit(&sink->ep, &job);
+}
+
+int mcp_grpc_sink_stats(mcp_grpc_sink *sink, mcp_grpc_stats *st) {
+  if (!st)
+    return MCP_ERR_INVALID_ARGUMENT;
+  mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STATS, .user_data = st,
+                      .sync = 1};
+  return submit(&sink->ep, &job);
+}
+
+int mcp_grpc_sink_reauthorize(mcp_grpc_sink *sink) {
+  mcp_grpc_job job = {.kind = MCP_GRPC_JOB_REAUTHORIZE};
   return submit(&sink->ep, &job);
 }

@@ -40,15 +40,22 @@ static void connect_now(mcp_grpc_ep *ep) {
   }
   grpc_channel_args args = {n, a};
   grpc_channel_credentials *creds = ep->opts.channel_credentials;
-  grpc_channel_credentials *insecure = NULL;
-  if (!creds)
-    creds = insecure = grpc_insecure_credentials_create();
+  grpc_channel_credentials *own = NULL;
+  if (ep->tls) /* the files as they are now: rotated ones are picked up */
+    creds = own = mcp_grpc_tls_channel_credentials(ep->tls);
+  else if (!creds)
+    creds = own = grpc_insecure_credentials_create();
+  if (!creds) {
+    free(a);
+    retry_later(ep);
+    return;
+  }
   /* A new channel per attempt: the attempt's timing is ours alone, not
    * that of a channel's hidden reconnection state. */
   ep->channel = grpc_channel_create(ep->address, creds, &args);
   free(a);
-  if (insecure)
-    grpc_channel_credentials_release(insecure);
+  if (own)
+    grpc_channel_credentials_release(own);
   /* Not wait-for-ready: a peer that is down fails the call at once with
    * UNAVAILABLE, and the backoff decides when to try again. */
   grpc_call *call = grpc_channel_create_call(

@@ -29,7 +29,9 @@ typedef enum mcp_grpc_role {
 typedef enum mcp_grpc_job_kind {
   MCP_GRPC_JOB_STORE,
   MCP_GRPC_JOB_STATE,
-  MCP_GRPC_JOB_STREAMS
+  MCP_GRPC_JOB_STREAMS,
+  MCP_GRPC_JOB_STATS,      /* user_data: the mcp_grpc_stats to fill */
+  MCP_GRPC_JOB_REAUTHORIZE
 } mcp_grpc_job_kind;
 
 typedef struct mcp_grpc_job {
@@ -44,6 +46,16 @@ typedef struct mcp_grpc_job {
 } mcp_grpc_job;
 
 typedef struct mcp_grpc_ep mcp_grpc_ep;
+typedef struct mcp_grpc_stream mcp_grpc_stream;
+
+/* A FIFO of streams, linked through their |qprev| / |qnext|. */
+typedef struct mcp_grpc_queue {
+  mcp_grpc_stream *head, *tail;
+  size_t n;
+} mcp_grpc_queue;
+
+/* TLS material from files, shared with gRPC's threads (tls.c). */
+typedef struct mcp_grpc_tls mcp_grpc_tls;
 
 typedef enum mcp_grpc_stream_state {
   MCP_GRPC_ST_OPEN,
@@ -52,7 +64,7 @@ typedef enum mcp_grpc_stream_state {
 } mcp_grpc_stream_state;
 
 /* One call. Freed when its last operation completes. */
-typedef struct mcp_grpc_stream {
+struct mcp_grpc_stream {
   mcp_grpc_ep *ep;
   struct mcp_grpc_stream *prev, *next;
   grpc_call *call;
@@ -79,7 +91,22 @@ typedef struct mcp_grpc_stream {
   grpc_status_code recv_status;
   grpc_slice recv_details;
   int cancelled; /* server: RECV_CLOSE_ON_SERVER output */
-} mcp_grpc_stream;
+
+  /* Identity (auth.c): the peer's verified identities, URIs then DNS
+   * names then the CN, in one malloc'd block; NULL when none. */
+  char **ids;
+  size_t nids, nuris, ndns;
+  int has_cn, tls;
+  int authorized; /* may send: admitted, or (dialed) the server allowed */
+  int connected;  /* dialed: the initial metadata went out */
+  int md_sent;    /* server: SEND_INITIAL_METADATA started */
+
+  /* Admission (admit.c, LISTEN). */
+  int live;               /* counted in ep->nlive */
+  mcp_grpc_queue *queue;  /* the queue the stream is in, or NULL */
+  mcp_grpc_stream *qprev, *qnext;
+  mcp_tstamp initial_until; /* holding an initial slot until then */
+};
 
 /* The state shared by the four roles: a source or a sink, listening or
  * dialing, with its thread and completion queue. */
@@ -126,6 +153,19 @@ struct mcp_grpc_ep {
   int shutdown_pending, cancelled_all;
   mcp_tstamp cancel_at;
 
+  /* TLS from files (NULL: none) and authorization */
+  mcp_grpc_tls *tls;
+  mcp_grpc_stats stats;
+
+  /* Admission (LISTEN): streams live (admitted or waiting), the new-stream
+   * token bucket, calls waiting for a token, streams waiting for an
+   * initial slot, and those holding one (in the order they got it, so
+   * also the order of their timeouts). */
+  size_t nlive;
+  double tokens;
+  mcp_tstamp tokens_at;
+  mcp_grpc_queue wait_rate, wait_initial, initial;
+
   /* DIAL */
   grpc_channel *channel;
   mcp_grpc_backoff backoff;
@@ -136,6 +176,41 @@ struct mcp_grpc_ep {
 /* options.c */
 /* Builds the channel arguments for |ep| in a malloc'd array (free it). */
 grpc_arg *mcp_grpc_args(const mcp_grpc_ep *ep, int server, size_t *nargs);
+/* Replaces 0 (the default) in the admission limits of |o|. */
+void mcp_grpc_options_normalize(mcp_grpc_options *o);
+
+/* tls.c */
+/* 1 when |o| asks for TLS (one of the files is set). */
+int mcp_grpc_tls_wanted(const mcp_grpc_tls_options *o);
+/* Reads the files of |o| (checked for the mode) into a new object. */
+int mcp_grpc_tls_new(mcp_grpc_tls **pt, const mcp_grpc_tls_options *o,
+                     int listen);
+/* Frees it; gRPC must hold no credentials made from it any more. */
+void mcp_grpc_tls_del(mcp_grpc_tls *t);
+/* Server credentials whose certificates follow the files (NULL: NOMEM). */
+grpc_server_credentials *mcp_grpc_tls_server_credentials(mcp_grpc_tls *t);
+/* Channel credentials from the files as they are now (re-read if they
+ * changed). */
+grpc_channel_credentials *mcp_grpc_tls_channel_credentials(mcp_grpc_tls *t);
+
+/* auth.c */
+/* Reads the peer's identities from the call's auth context into |s|. */
+void mcp_grpc_stream_identify(mcp_grpc_stream *s);
+/* Runs the authorize callback on |s|'s peer: 0, or the status to end the
+ * stream with, and its details in |*details| (static). */
+int mcp_grpc_stream_authorize(mcp_grpc_stream *s, const char **details);
+void mcp_grpc_stream_identity_free(mcp_grpc_stream *s);
+
+/* admit.c */
+/* A call that passed authorization: refused, queued or opened. */
+void mcp_grpc_admit(mcp_grpc_stream *s);
+/* Admits what may go now; lowers |*deadline| to the next admission time. */
+void mcp_grpc_admit_tick(mcp_grpc_ep *ep, mcp_tstamp *deadline);
+/* After a message was delivered to a source stream holding an initial
+ * slot: frees the slot once every known collection was answered. */
+void mcp_grpc_admit_check_initial(mcp_grpc_stream *s);
+/* The stream leaves admission: out of its queue, slot and count. */
+void mcp_grpc_admit_leave(mcp_grpc_stream *s);
 
 /* loop.c */
 int mcp_grpc_ep_start(mcp_grpc_ep *ep);
@@ -163,6 +238,13 @@ void mcp_grpc_stream_dial(mcp_grpc_ep *ep, grpc_call *call);
 void mcp_grpc_stream_finish(mcp_grpc_stream *s, int status,
                             const char *details);
 void mcp_grpc_stream_pump(mcp_grpc_stream *s);
+/* Server: an admitted call becomes a stream (session, OPENED, reads). */
+void mcp_grpc_stream_open(mcp_grpc_stream *s);
+/* Server: ends a call that never became a stream, and reports REFUSED. */
+void mcp_grpc_stream_refuse(mcp_grpc_stream *s, int status,
+                            const char *details);
+/* Runs authorization again on an open or waiting stream. */
+void mcp_grpc_stream_reauthorize(mcp_grpc_stream *s);
 
 /* buffer.c */
 /* Wraps |msg| into a byte buffer, referencing its large fragments (the

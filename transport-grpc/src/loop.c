@@ -96,6 +96,21 @@ void mcp_grpc_stream_info_fill(const mcp_grpc_stream *s,
   info->sent = s->sent;
   info->status = s->status;
   info->details = s->details ? s->details : "";
+  info->identities = (const char *const *)s->ids;
+  info->nidentities = s->nids;
+  info->tls = s->tls;
+  info->initial = s->queue && s->queue == &s->ep->initial;
+}
+
+static void fill_stats(mcp_grpc_ep *ep, mcp_grpc_stats *st) {
+  *st = ep->stats;
+  st->streams = 0;
+  for (mcp_grpc_stream *s = ep->streams; s; s = s->next)
+    if (s->src || s->snk)
+      st->streams++;
+  st->waiting_rate = ep->wait_rate.n;
+  st->waiting_initial = ep->wait_initial.n;
+  st->initial = ep->initial.n;
 }
 
 static void run_job(mcp_grpc_ep *ep, mcp_grpc_job *job) {
@@ -106,9 +121,22 @@ static void run_job(mcp_grpc_ep *ep, mcp_grpc_job *job) {
   case MCP_GRPC_JOB_STATE:
     job->state_fn(ep->state, ep->now, job->user_data);
     break;
+  case MCP_GRPC_JOB_STATS:
+    fill_stats(ep, job->user_data);
+    break;
+  case MCP_GRPC_JOB_REAUTHORIZE: {
+    mcp_grpc_stream *next;
+    for (mcp_grpc_stream *s = ep->streams; s; s = next) {
+      next = s->next; /* a stream is never freed here: its close op is out */
+      mcp_grpc_stream_reauthorize(s);
+    }
+    break;
+  }
   case MCP_GRPC_JOB_STREAMS:
     for (mcp_grpc_stream *s = ep->streams; s; s = s->next) {
-      if (s->role == MCP_GRPC_ROLE_NONE || s->state != MCP_GRPC_ST_OPEN)
+      /* Calls waiting for admission have no session yet. */
+      if (s->role == MCP_GRPC_ROLE_NONE || s->state != MCP_GRPC_ST_OPEN ||
+          (!s->src && !s->snk))
         continue;
       mcp_grpc_stream_info info;
       mcp_grpc_stream_info_fill(s, &info);
@@ -165,9 +193,10 @@ static int finished(mcp_grpc_ep *ep) {
 /* Runs timers and pending pushes; returns the next deadline. */
 static mcp_tstamp tick(mcp_grpc_ep *ep) {
   mcp_tstamp dl = MCP_TSTAMP_MAX;
-  if (ep->opts.mode == MCP_GRPC_LISTEN)
+  if (ep->opts.mode == MCP_GRPC_LISTEN) {
+    mcp_grpc_admit_tick(ep, &dl);
     mcp_grpc_server_tick(ep, &dl);
-  else
+  } else
     mcp_grpc_client_tick(ep, &dl);
   for (mcp_grpc_stream *s = ep->streams; s; s = s->next) {
     if (ep->all_dirty || s->dirty || s->expiry <= ep->now)
@@ -231,6 +260,8 @@ int mcp_grpc_ep_start(mcp_grpc_ep *ep) {
   ep->jobs_tail = &ep->jobs;
   ep->wake_tag.fn = wake_done;
   ep->now = mcp_grpc_now();
+  ep->tokens = (double)ep->opts.stream_burst; /* a full bucket */
+  ep->tokens_at = ep->now;
   if (pthread_mutex_init(&ep->mu, NULL) != 0)
     return MCP_ERR_NOMEM;
   if (pthread_cond_init(&ep->cv, NULL) != 0) {

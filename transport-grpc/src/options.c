@@ -24,6 +24,30 @@ void mcp_grpc_options_default(mcp_grpc_options *opts) {
   opts->backoff.max = 120 * MCP_SECONDS;
   opts->shutdown_grace = 5 * MCP_SECONDS;
   opts->max_queued_updates = 65536;
+  opts->max_streams = MCP_GRPC_DEFAULT_MAX_STREAMS;
+  opts->stream_rate = MCP_GRPC_DEFAULT_STREAM_RATE;
+  opts->stream_burst = MCP_GRPC_DEFAULT_STREAM_BURST;
+  opts->max_initial_pushes = MCP_GRPC_DEFAULT_MAX_INITIAL_PUSHES;
+  opts->initial_push_timeout = MCP_GRPC_DEFAULT_INITIAL_PUSH_TIMEOUT;
+}
+
+void mcp_grpc_options_normalize(mcp_grpc_options *o) {
+  if (o->max_streams == 0)
+    o->max_streams = MCP_GRPC_DEFAULT_MAX_STREAMS;
+  if (o->stream_rate == 0)
+    o->stream_rate = MCP_GRPC_DEFAULT_STREAM_RATE;
+  if (o->stream_burst == 0)
+    o->stream_burst = MCP_GRPC_DEFAULT_STREAM_BURST;
+  if (o->max_initial_pushes == 0)
+    o->max_initial_pushes = MCP_GRPC_DEFAULT_MAX_INITIAL_PUSHES;
+  if (o->initial_push_timeout == 0)
+    o->initial_push_timeout = MCP_GRPC_DEFAULT_INITIAL_PUSH_TIMEOUT;
+}
+
+static void set_str(grpc_arg *a, const char *key, const char *value) {
+  a->type = GRPC_ARG_STRING;
+  a->key = (char *)key; /* gRPC copies the arguments it keeps */
+  a->value.string = (char *)value;
 }
 
 static void set_int(grpc_arg *a, const char *key, int value) {
@@ -35,7 +59,7 @@ static void set_int(grpc_arg *a, const char *key, int value) {
 grpc_arg *mcp_grpc_args(const mcp_grpc_ep *ep, int server, size_t *nargs) {
   const mcp_grpc_options *o = &ep->opts;
   size_t extra = o->channel_args ? o->channel_args->num_args : 0;
-  grpc_arg *a = malloc((10 + extra) * sizeof(*a));
+  grpc_arg *a = malloc((12 + extra) * sizeof(*a));
   if (!a)
     return NULL;
   size_t n = 0;
@@ -70,6 +94,8 @@ grpc_arg *mcp_grpc_args(const mcp_grpc_ep *ep, int server, size_t *nargs) {
       set_int(&a[n++], GRPC_ARG_HTTP2_MIN_SENT_PING_INTERVAL_WITHOUT_DATA_MS,
               o->keepalive_time_ms);
     }
+    if (o->tls.server_name)
+      set_str(&a[n++], GRPC_SSL_TARGET_NAME_OVERRIDE_ARG, o->tls.server_name);
   }
   for (size_t i = 0; i < extra; i++)
     a[n++] = o->channel_args->args[i];

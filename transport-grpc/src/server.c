@@ -36,12 +36,16 @@ int mcp_grpc_server_create(mcp_grpc_ep *ep) {
   free(a);
   grpc_server_register_completion_queue(ep->server, ep->cq, NULL);
   grpc_server_credentials *creds = ep->opts.server_credentials;
-  grpc_server_credentials *insecure = NULL;
-  if (!creds)
-    creds = insecure = grpc_insecure_server_credentials_create();
-  ep->port = grpc_server_add_http2_port(ep->server, ep->address, creds);
-  if (insecure)
-    grpc_server_credentials_release(insecure);
+  grpc_server_credentials *own = NULL;
+  if (ep->tls)
+    creds = own = mcp_grpc_tls_server_credentials(ep->tls);
+  else if (!creds)
+    creds = own = grpc_insecure_server_credentials_create();
+  /* With TLS, 0 also when the certificate and key do not match. */
+  ep->port = creds ? grpc_server_add_http2_port(ep->server, ep->address, creds)
+                   : 0;
+  if (own)
+    grpc_server_credentials_release(own);
   if (ep->port == 0) {
     grpc_server_destroy(ep->server); /* never started: allowed */
     ep->server = NULL;

@@ -30,10 +30,11 @@ static void notify(mcp_grpc_stream *s, mcp_grpc_stream_event ev) {
   mcp_grpc_ep *ep = s->ep;
   if (!ep->opts.on_stream || s->role == MCP_GRPC_ROLE_NONE)
     return;
-  /* CLOSED only pairs with an OPENED. */
+  /* CLOSED only pairs with an OPENED; REFUSED with nothing. */
   if (ev == MCP_GRPC_STREAM_CLOSED && !s->announced)
     return;
-  s->announced = 1;
+  if (ev == MCP_GRPC_STREAM_OPENED)
+    s->announced = 1;
   mcp_grpc_stream_info info;
   mcp_grpc_stream_info_fill(s, &info);
   ep->opts.on_stream(ev, &info, ep->opts.user_data);
@@ -56,6 +57,7 @@ static void drop_session(mcp_grpc_stream *s) {
   if (s->ep->sink_stream == s)
     s->ep->sink_stream = NULL;
   s->expiry = MCP_TSTAMP_MAX;
+  mcp_grpc_admit_leave(s);
 }
 
 static mcp_grpc_stream *stream_new(mcp_grpc_ep *ep, grpc_call *call,
@@ -99,6 +101,7 @@ static void stream_free(mcp_grpc_stream *s) {
   grpc_call_unref(s->call);
   gpr_free(s->peer);
   free(s->details);
+  mcp_grpc_stream_identity_free(s);
   if (s->dialed)
     grpc_metadata_array_destroy(&s->md_initial);
   free(s);
@@ -163,6 +166,7 @@ static void send_initial_metadata(mcp_grpc_stream *s) {
   op.op = GRPC_OP_SEND_INITIAL_METADATA;
   start_batch(s, &op, 1, &s->send_tag);
   s->send_busy = 1; /* counts as the send in flight */
+  s->md_sent = 1;
 }
 
 static void send_status(mcp_grpc_stream *s) {
@@ -171,12 +175,20 @@ static void send_status(mcp_grpc_stream *s) {
     return;
   grpc_slice details = grpc_slice_from_copied_string(s->details ? s->details
                                                                 : "");
-  grpc_op op;
-  memset(&op, 0, sizeof(op));
-  op.op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-  op.data.send_status_from_server.status = (grpc_status_code)s->status;
-  op.data.send_status_from_server.status_details = &details;
-  start_batch(s, &op, 1, &s->send_tag);
+  grpc_op ops[2];
+  size_t n = 0;
+  memset(ops, 0, sizeof(ops));
+  /* gRPC 1.51 sends no status (no trailers-only response) for a call
+   * whose initial metadata was not sent: a refused call sends both. */
+  if (!s->md_sent) {
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    s->md_sent = 1;
+  }
+  ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+  ops[n].data.send_status_from_server.status = (grpc_status_code)s->status;
+  ops[n].data.send_status_from_server.status_details = &details;
+  n++;
+  start_batch(s, ops, n, &s->send_tag);
   s->send_busy = 1;
   grpc_slice_unref(details); /* gRPC took its own reference */
 }
@@ -203,13 +215,21 @@ static void fail(mcp_grpc_stream *s, int err) {
   mcp_grpc_stream_finish(s, mcp_error_grpc_status(err), mcp_strerror(err));
 }
 
+void mcp_grpc_stream_refuse(mcp_grpc_stream *s, int status,
+                            const char *details) {
+  mcp_grpc_stream_finish(s, status, details);
+  notify(s, MCP_GRPC_STREAM_REFUSED);
+}
+
+/* A new call: nothing is read from or sent on it (and no session exists)
+ * until it is authorized and admitted. The close operation is posted at
+ * once, so that a client giving up while its call waits is noticed. */
 void mcp_grpc_stream_accept(mcp_grpc_ep *ep, grpc_call *call,
                             mcp_service service, mcp_grpc_role role) {
   mcp_grpc_stream *s = stream_new(ep, call, role, 0);
   if (!s)
     return;
   s->service = service;
-  send_initial_metadata(s);
   grpc_op op;
   memset(&op, 0, sizeof(op));
   op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
@@ -225,6 +245,23 @@ void mcp_grpc_stream_accept(mcp_grpc_ep *ep, grpc_call *call,
                            "server shutting down");
     return;
   }
+  mcp_grpc_stream_identify(s);
+  const char *details = NULL;
+  int code = mcp_grpc_stream_authorize(s, &details);
+  if (code) {
+    if (code == GRPC_STATUS_UNAUTHENTICATED)
+      ep->stats.refused_unauthenticated++;
+    else
+      ep->stats.refused_denied++;
+    mcp_grpc_stream_refuse(s, code, details);
+    return;
+  }
+  s->authorized = 1;
+  mcp_grpc_admit(s);
+}
+
+void mcp_grpc_stream_open(mcp_grpc_stream *s) {
+  send_initial_metadata(s);
   int rv = open_session(s);
   if (rv < 0) {
     fail(s, rv);
@@ -232,7 +269,45 @@ void mcp_grpc_stream_accept(mcp_grpc_ep *ep, grpc_call *call,
   }
   start_recv(s);
   s->dirty = 1;
+  s->ep->stats.opened++;
   notify(s, MCP_GRPC_STREAM_OPENED);
+}
+
+void mcp_grpc_stream_reauthorize(mcp_grpc_stream *s) {
+  if (s->state != MCP_GRPC_ST_OPEN || !s->authorized ||
+      s->role == MCP_GRPC_ROLE_NONE)
+    return;
+  const char *details = NULL;
+  int code = mcp_grpc_stream_authorize(s, &details);
+  if (!code)
+    return;
+  s->ep->stats.revoked++;
+  if (!s->dialed && !s->src && !s->snk)
+    mcp_grpc_stream_refuse(s, code, details); /* it was waiting */
+  else
+    mcp_grpc_stream_finish(s, code, details);
+}
+
+/* Dialed: the initial metadata went out, so the connection (and its TLS
+ * handshake) is up and the server's identity is known. Nothing has been
+ * sent yet: the server is authorized first. */
+static void dial_connected(mcp_grpc_stream *s) {
+  mcp_grpc_ep *ep = s->ep;
+  s->connected = 1;
+  gpr_free(s->peer);
+  s->peer = grpc_call_get_peer(s->call);
+  mcp_grpc_stream_identify(s);
+  const char *details = NULL;
+  int code = mcp_grpc_stream_authorize(s, &details);
+  if (code) {
+    if (code == GRPC_STATUS_UNAUTHENTICATED)
+      ep->stats.refused_unauthenticated++;
+    else
+      ep->stats.refused_denied++;
+    mcp_grpc_stream_finish(s, code, details);
+    return;
+  }
+  s->authorized = 1;
 }
 
 void mcp_grpc_stream_dial(mcp_grpc_ep *ep, grpc_call *call) {
@@ -261,6 +336,7 @@ void mcp_grpc_stream_dial(mcp_grpc_ep *ep, grpc_call *call) {
   }
   start_recv(s);
   s->dirty = 1;
+  ep->stats.opened++;
   notify(s, MCP_GRPC_STREAM_OPENED);
 }
 
@@ -282,7 +358,7 @@ static void send_msg(mcp_grpc_stream *s, mcp_msg *msg) {
 void mcp_grpc_stream_pump(mcp_grpc_stream *s) {
   mcp_grpc_ep *ep = s->ep;
   s->dirty = 0;
-  if (s->state != MCP_GRPC_ST_OPEN)
+  if (s->state != MCP_GRPC_ST_OPEN || !s->authorized)
     return;
   mcp_msg *msg = NULL;
   int rv = 0;
@@ -340,6 +416,8 @@ static void on_recv(mcp_grpc_tag *tag, int ok) {
         fail(s, rv);
       } else {
         s->dirty = 1;
+        if (s->queue)
+          mcp_grpc_admit_check_initial(s);
         start_recv(s);
       }
     }
@@ -363,6 +441,9 @@ static void on_send(mcp_grpc_tag *tag, int ok) {
     s->send_bb = NULL;
     if (ok)
       s->sent++;
+  } else if (s->dialed && !s->connected && ok &&
+             s->state == MCP_GRPC_ST_OPEN) {
+    dial_connected(s);
   }
   if (s->state == MCP_GRPC_ST_FINISHING)
     send_status(s);
@@ -379,7 +460,24 @@ static void on_close(mcp_grpc_tag *tag, int ok) {
   if (s->dialed) {
     s->status = s->recv_status;
     char *d = grpc_slice_to_c_string(s->recv_details);
-    set_details(s, d);
+    if (s->ep->tls && !s->connected &&
+        s->status == GRPC_STATUS_UNAVAILABLE) {
+      /* gRPC's own words ("Socket closed" when the server refused our
+       * certificate) rarely say that TLS is why. */
+      static const char pre[] =
+          "no TLS connection (handshake failed or server unreachable): ";
+      size_t n = sizeof(pre) + strlen(d);
+      char *full = malloc(n);
+      if (full) {
+        snprintf(full, n, "%s%s", pre, d);
+        set_details(s, full);
+        free(full);
+      } else {
+        set_details(s, d);
+      }
+    } else {
+      set_details(s, d);
+    }
     gpr_free(d);
     grpc_slice_unref(s->recv_details);
     grpc_metadata_array_destroy(&s->md_trailing);

@@ -32,6 +32,12 @@
  *
  * gRPC: every object calls grpc_init() when created and grpc_shutdown()
  * when deleted.
+ *
+ * Security (docs/security.md): TLS and mutual TLS from PEM files
+ * (mcp_grpc_tls_options), authorization of the peer's certificate
+ * identities (mcp_grpc_options.authorize, and the ready-made access list
+ * mcp_grpc_acl), and admission limits on listening objects (how many
+ * streams, how fast they open, how many are in their initial sync).
  */
 #ifndef MCP_GRPC_H
 #define MCP_GRPC_H
@@ -84,31 +90,133 @@ typedef struct mcp_grpc_backoff_options {
   mcp_tstamp max;     /* default 120 s */
 } mcp_grpc_backoff_options;
 
+/*
+ * TLS from PEM files, an alternative to the raw credentials fields of
+ * mcp_grpc_options (setting both is INVALID_ARGUMENT). TLS is on when any
+ * of the three files is set. The paths are copied; the files are read by
+ * *_new() (errors: IO when one cannot be read, INVALID_ARGUMENT when it
+ * holds no PEM block) and read again whenever one of them changes (size,
+ * modification time or inode; checked at most once a second, LISTEN on
+ * each new connection, DIAL before each connection attempt), so that
+ * rotated certificates are picked up without a restart; a set that fails
+ * to load keeps the previous one in use.
+ *
+ * LISTEN: |cert_file| and |key_file| are required. With |ca_file|, every
+ *   client must present a certificate that |ca_file| verifies (mutual TLS,
+ *   GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY): its
+ *   identities are then known (mcp_grpc_peer). Without, the server is
+ *   authenticated only and clients have no identity.
+ * DIAL: the server's certificate is verified against |ca_file| (NULL:
+ *   gRPC's default roots) and must name the target's host (or
+ *   |server_name|); |cert_file| and |key_file|, given together or not at
+ *   all, are presented to the server (mutual TLS).
+ *
+ * A connection that fails its handshake never becomes a call: a listening
+ * object does not see it (gRPC logs it); a dialing object's stream closes
+ * with UNAVAILABLE and details starting "no TLS connection".
+ */
+typedef struct mcp_grpc_tls_options {
+  const char *cert_file; /* PEM certificate chain, leaf first */
+  const char *key_file;  /* PEM private key of |cert_file| */
+  const char *ca_file;   /* PEM CA certificates that verify the peer */
+  /* DIAL: the name the server's certificate must carry instead of the
+   * target's host (GRPC_SSL_TARGET_NAME_OVERRIDE_ARG; for tests and for
+   * addressing by IP). Also applies with |channel_credentials|. */
+  const char *server_name;
+} mcp_grpc_tls_options;
+
+/*
+ * Checks that the files of |tls| can be read and hold PEM data, as *_new()
+ * will, and writes what is wrong into |err| (NUL terminated, at most
+ * |errlen| bytes; may be NULL), e.g. "cannot read /etc/mcp/key.pem: No
+ * such file or directory". For programs that want a clear message.
+ * Errors: IO, INVALID_ARGUMENT (no PEM block; a cert without key or the
+ * reverse), NOMEM.
+ */
+MCP_EXTERN int mcp_grpc_tls_check(const mcp_grpc_tls_options *tls,
+                                  char *err, size_t errlen);
+
+/*
+ * The peer of a stream, as authorization sees it. Identities come from the
+ * peer's certificate, only once it was verified: the client's
+ * certificate when a listening object has a CA (mutual TLS), the server's
+ * certificate when dialing over TLS. URI SANs first (SPIFFE IDs such as
+ * "spiffe://cluster.local/ns/istio-system/sa/istiod"), then DNS SANs,
+ * then the subject's common name. IP and e-mail SANs are not identities.
+ * Pointers are valid during the call only.
+ */
+typedef struct mcp_grpc_peer {
+  const char *address; /* gRPC's peer string, e.g. "ipv4:127.0.0.1:40000" */
+  int dialed;          /* 1: the peer is the server this object dialed */
+  int tls;             /* the connection is TLS */
+  int authenticated;   /* a certificate was verified: nidentities > 0 */
+  const char *const *identities; /* all of them, in the order above */
+  size_t nidentities;
+  const char *const *uris; /* the URI SANs: identities[0..nuris) */
+  size_t nuris;
+  const char *const *dns_names; /* the DNS SANs, after the URIs */
+  size_t ndns_names;
+  const char *common_name; /* the subject's CN (also the last identity),
+                              NULL when none */
+} mcp_grpc_peer;
+
+/*
+ * Decides whether |peer| may hold a stream: 0 allows; a gRPC status code
+ * refuses, and the stream ends with it before any message is read or
+ * sent: GRPC_STATUS_UNAUTHENTICATED (16) when the peer has no verified
+ * identity, GRPC_STATUS_PERMISSION_DENIED (7) when its identity is
+ * refused (any other code is sent as given; a value outside 1..16 as
+ * PERMISSION_DENIED). LISTEN: called for each new call, before admission
+ * and before a session exists; a refused call is reported as
+ * MCP_GRPC_STREAM_REFUSED. DIAL: called once the connection is up, with
+ * the server's identities, before the session's first message is sent; a
+ * refused server's stream closes with the status. Runs on the transport
+ * thread; must not call into the object (it may use an mcp_grpc_acl or
+ * any thread-safe state of its own).
+ */
+typedef int (*mcp_grpc_authorize_fn)(const mcp_grpc_peer *peer,
+                                     void *user_data);
+
 /* What the transport knows of one stream. Strings are valid during the
  * callback only. */
 typedef struct mcp_grpc_stream_info {
   uint64_t id;        /* per object, from 1, in order of creation */
   const char *peer;   /* gRPC's peer string, e.g. "ipv4:127.0.0.1:40000" */
   int dialed;         /* 1 when this side started the call */
-  /* The stream's core session, NULL once the stream is ending. Usable
-   * (read-only introspection) during the callback, on the transport
-   * thread. */
+  /* The stream's core session, NULL once the stream is ending (and for a
+   * refused one). Usable (read-only introspection) during the callback,
+   * on the transport thread. */
   mcp_source_session *source;
   mcp_sink_session *sink;
   mcp_tstamp opened;  /* mcp_grpc_now() when the stream was created */
   uint64_t received;  /* messages received */
   uint64_t sent;      /* messages sent */
-  /* MCP_GRPC_STREAM_CLOSED only: the status the stream ended with, as
-   * this side saw it (the one sent, the one received, or CANCELLED). */
+  /* MCP_GRPC_STREAM_CLOSED and _REFUSED only: the status the stream ended
+   * with, as this side saw it (the one sent, the one received, or
+   * CANCELLED). */
   int status;
   const char *details;
+  /* The peer's verified identities, as in mcp_grpc_peer (a dialed stream
+   * knows them once connected). */
+  const char *const *identities;
+  size_t nidentities;
+  int tls; /* the connection is TLS (known once connected) */
+  /* LISTEN source: the stream is in its initial sync and holds one of the
+   * |max_initial_pushes| slots. */
+  int initial;
 } mcp_grpc_stream_info;
 
 typedef enum mcp_grpc_stream_event {
-  /* A stream started: accepted, or (dialing) its call was started; a
-   * dialed call that cannot connect then closes with UNAVAILABLE. */
+  /* A stream started: accepted (authorized and admitted: it has a
+   * session and is read from), or (dialing) its call was started; a
+   * dialed call that cannot connect then closes with UNAVAILABLE, one
+   * whose server is refused with the authorization's status. */
   MCP_GRPC_STREAM_OPENED,
-  MCP_GRPC_STREAM_CLOSED /* it ended; its session is already freed */
+  MCP_GRPC_STREAM_CLOSED, /* it ended; its session is already freed */
+  /* LISTEN: a call was refused before it became a stream (authorization
+   * or admission); |status| and |details| say why. No OPENED or CLOSED
+   * event is reported for it. */
+  MCP_GRPC_STREAM_REFUSED
 } mcp_grpc_stream_event;
 
 /* Runs on the transport thread. May call *_update(), nothing else of this
@@ -161,10 +269,71 @@ typedef struct mcp_grpc_options {
   /* Most *_update() calls queued and not yet run; more fail with
    * MCP_ERR_LIMIT (0: no limit). Default 65536. */
   size_t max_queued_updates;
+
+  /* TLS and mutual TLS from PEM files (see mcp_grpc_tls_options). */
+  mcp_grpc_tls_options tls;
+  /* Authorization of the peer by identity (NULL: everyone). For an access
+   * list: authorize = mcp_grpc_acl_authorize, authorize_user_data = the
+   * mcp_grpc_acl. With |server_credentials| given by the application,
+   * identities are what gRPC reports: use a client certificate request
+   * type that verifies. */
+  mcp_grpc_authorize_fn authorize;
+  void *authorize_user_data;
+
+  /*
+   * Admission (LISTEN), after authorization. 0 means the default; the
+   * largest value of the type (SIZE_MAX, UINT32_MAX) means no limit.
+   *   max_streams: streams open or waiting for admission; a call beyond
+   *     it is refused with RESOURCE_EXHAUSTED. Default 100000.
+   *   stream_rate / stream_burst: a token bucket for new streams (per
+   *     second; the bucket holds |stream_burst|). A call finding no token
+   *     waits, in order, for one while fewer than |stream_burst| calls
+   *     wait (at most burst/rate seconds), without being read from;
+   *     beyond that it is refused with UNAVAILABLE "too many new streams;
+   *     retry later". Default 1000/s, burst 2000.
+   *   max_initial_pushes (sources): streams in their initial sync at once.
+   *     A stream is initial from its admission until every collection it
+   *     asked for (that the store knows) has been answered once (ACK or
+   *     NACK), or for |initial_push_timeout| at most. Streams beyond wait
+   *     unread, in order, their session not yet created, until a slot
+   *     frees: a connect storm is served steadily instead of all at once.
+   *     Default 64 streams, timeout 10 s.
+   * Waiting calls count in |max_streams|; each costs gRPC's call (a few
+   * KiB plus what the client sent before it was read, within HTTP/2 flow
+   * control) and no session.
+   */
+  size_t max_streams;
+  uint32_t stream_rate;
+  uint32_t stream_burst;
+  size_t max_initial_pushes;
+  mcp_tstamp initial_push_timeout;
 } mcp_grpc_options;
+
+#define MCP_GRPC_DEFAULT_MAX_STREAMS 100000
+#define MCP_GRPC_DEFAULT_STREAM_RATE 1000
+#define MCP_GRPC_DEFAULT_STREAM_BURST 2000
+#define MCP_GRPC_DEFAULT_MAX_INITIAL_PUSHES 64
+#define MCP_GRPC_DEFAULT_INITIAL_PUSH_TIMEOUT (10 * MCP_SECONDS)
 
 /* Fills |opts| with the defaults: LISTEN, address NULL (must be set). */
 MCP_EXTERN void mcp_grpc_options_default(mcp_grpc_options *opts);
+
+/* What a transport object has done and holds, for metrics and tests.
+ * Counters count from the object's creation. */
+typedef struct mcp_grpc_stats {
+  size_t streams;         /* open streams (with a session) */
+  size_t waiting_rate;    /* LISTEN: calls waiting for a new-stream token */
+  size_t waiting_initial; /* LISTEN source: waiting for an initial slot */
+  size_t initial;         /* LISTEN source: streams in their initial sync */
+  size_t initial_peak;    /* the most |initial| has ever been */
+  uint64_t opened;        /* streams opened (OPENED events) */
+  uint64_t initial_timeouts;      /* initial slots freed by the timeout */
+  uint64_t refused_unauthenticated; /* authorization: UNAUTHENTICATED */
+  uint64_t refused_denied;        /* authorization: any other refusal */
+  uint64_t refused_max_streams;   /* RESOURCE_EXHAUSTED: max_streams */
+  uint64_t refused_rate;          /* UNAVAILABLE: the rate's queue full */
+  uint64_t revoked; /* streams ended by *_reauthorize() */
+} mcp_grpc_stats;
 
 /* Callbacks run on the transport thread; |ts| is mcp_grpc_now(). */
 typedef void (*mcp_grpc_store_fn)(mcp_store *store, mcp_tstamp ts,
@@ -193,7 +362,10 @@ typedef struct mcp_grpc_source mcp_grpc_source;
  * core's on_event passes through unchanged and runs on the transport
  * thread. On failure |*psrc| is untouched and nothing is left running.
  * Errors: INVALID_ARGUMENT (no address, neither store nor select_store,
- * or the address cannot be bound), NOMEM.
+ * the address cannot be bound, TLS files that are not PEM, a certificate
+ * without key or the reverse, TLS files and credentials both given, or
+ * (LISTEN) a key that does not match the certificate), IO (a TLS file
+ * cannot be read; mcp_grpc_tls_check() says which and why), NOMEM.
  */
 MCP_EXTERN int mcp_grpc_source_new(mcp_grpc_source **psrc,
                                    const mcp_grpc_options *opts,
@@ -232,6 +404,20 @@ MCP_EXTERN int mcp_grpc_source_streams(mcp_grpc_source *src,
                                        mcp_grpc_stream_fn fn,
                                        void *user_data);
 
+/* Fills |st| (on the transport thread) and returns when done. Errors: as
+ * mcp_grpc_source_call(). */
+MCP_EXTERN int mcp_grpc_source_stats(mcp_grpc_source *src,
+                                     mcp_grpc_stats *st);
+
+/*
+ * Queues a new authorization of every stream (call it after the policy
+ * changed, e.g. an access list was reloaded): each stream, open or
+ * waiting for admission, whose peer |authorize| now refuses is ended with
+ * the status it returns. Returns at once. Errors: as
+ * mcp_grpc_source_update().
+ */
+MCP_EXTERN int mcp_grpc_source_reauthorize(mcp_grpc_source *src);
+
 /* ------------------------------------------------------------------ */
 /* Sink                                                                */
 /* ------------------------------------------------------------------ */
@@ -249,8 +435,8 @@ typedef struct mcp_grpc_sink mcp_grpc_sink;
  * touched only through mcp_grpc_sink_call(). A state has one session at a
  * time: when LISTENing, a new stream replaces the open one, which is ended
  * with ABORTED. On failure |*psink| is untouched.
- * Errors: INVALID_ARGUMENT (no address or state, or the address cannot be
- * bound), NOMEM.
+ * Errors: INVALID_ARGUMENT (no address or state, the address cannot be
+ * bound, or the TLS cases of mcp_grpc_source_new()), IO, NOMEM.
  */
 MCP_EXTERN int mcp_grpc_sink_new(mcp_grpc_sink **psink,
                                  const mcp_grpc_options *opts,
@@ -273,6 +459,101 @@ MCP_EXTERN int mcp_grpc_sink_call(mcp_grpc_sink *sink, mcp_grpc_state_fn fn,
  * when done. Errors: as mcp_grpc_sink_call(). */
 MCP_EXTERN int mcp_grpc_sink_streams(mcp_grpc_sink *sink,
                                      mcp_grpc_stream_fn fn, void *user_data);
+
+/* As mcp_grpc_source_stats() and mcp_grpc_source_reauthorize(). */
+MCP_EXTERN int mcp_grpc_sink_stats(mcp_grpc_sink *sink, mcp_grpc_stats *st);
+MCP_EXTERN int mcp_grpc_sink_reauthorize(mcp_grpc_sink *sink);
+
+/* ------------------------------------------------------------------ */
+/* Access lists                                                        */
+/* ------------------------------------------------------------------ */
+
+/*
+ * An allow or deny list of peer identities, usable by any number of
+ * objects and threads at once, whose rules can be replaced while it is in
+ * use (e.g. reloaded from a file).
+ *
+ * A rule is an action (allow or deny) and a pattern: an exact identity
+ * ("spiffe://cluster.local/ns/istio-system/sa/istiod",
+ * "istiod.istio-system.svc"), or a prefix ending in '*' (a namespace's
+ * SPIFFE IDs: "spiffe://cluster.local/ns/istio-system/" then '*'; "*"
+ * alone is any identity). Matching is byte for byte (case-sensitive).
+ * A peer is:
+ *   1. refused with UNAUTHENTICATED when it has no verified identity;
+ *   2. refused with PERMISSION_DENIED when any of its identities matches
+ *      a deny rule (deny wins);
+ *   3. allowed when any of its identities matches an allow rule;
+ *   4. otherwise allowed if the list has no allow rule at all (it is a
+ *      deny list) but at least one deny rule, and refused with
+ *      PERMISSION_DENIED if not (an allow list, or an empty list: fail
+ *      closed).
+ *
+ * Rules come from two places, evaluated together: those added with
+ * mcp_grpc_acl_add() (e.g. from command-line flags), kept for the list's
+ * life, and those of the last mcp_grpc_acl_parse() / _load_file() /
+ * _reload(), which replace the previous ones as a whole.
+ *
+ * File format: one rule per line, "allow PATTERN" or "deny PATTERN"; a
+ * bare PATTERN is an allow rule. '#' starts a comment (at the start of a
+ * line or after a blank); blank lines are ignored; at most 1 MiB.
+ * docs/security.md has an example.
+ */
+typedef struct mcp_grpc_acl mcp_grpc_acl;
+
+typedef enum mcp_grpc_acl_action {
+  MCP_GRPC_ACL_ALLOW = 0,
+  MCP_GRPC_ACL_DENY = 1
+} mcp_grpc_acl_action;
+
+/* Creates an empty list (it allows nobody). Errors: NOMEM. */
+MCP_EXTERN int mcp_grpc_acl_new(mcp_grpc_acl **pacl);
+
+/* Frees the list. No object may still use it. NULL is a no-op. */
+MCP_EXTERN void mcp_grpc_acl_del(mcp_grpc_acl *acl);
+
+/* Adds one lasting rule. Errors: INVALID_ARGUMENT (an empty pattern, one
+ * with blanks or control characters, a '*' before the end, longer than
+ * 4096 bytes), NOMEM. */
+MCP_EXTERN int mcp_grpc_acl_add(mcp_grpc_acl *acl, mcp_grpc_acl_action action,
+                                const char *pattern);
+
+/*
+ * Replaces the rules of the previous parse or load with those of |text|
+ * (|len| bytes, the file format above). On failure nothing changes and
+ * |err| (may be NULL) says why, e.g. "line 3: unknown keyword 'alow'".
+ * Errors: INVALID_ARGUMENT, LIMIT (over 1 MiB), NOMEM.
+ */
+MCP_EXTERN int mcp_grpc_acl_parse(mcp_grpc_acl *acl, const char *text,
+                                  size_t len, char *err, size_t errlen);
+
+/* As mcp_grpc_acl_parse() with the content of the file at |path|, which
+ * the list remembers for mcp_grpc_acl_reload(). Errors: as parse, and IO
+ * (the file cannot be read). */
+MCP_EXTERN int mcp_grpc_acl_load_file(mcp_grpc_acl *acl, const char *path,
+                                      char *err, size_t errlen);
+
+/*
+ * Loads the remembered file again if it changed (size, modification time
+ * or inode) since it was last read: returns 1 when it was reloaded, 0 when
+ * unchanged. Call it periodically (e.g. every second) or on SIGHUP, then
+ * mcp_grpc_*_reauthorize() to apply the new rules to open streams. On
+ * failure the rules in use are kept and |err| says why (it is tried again
+ * at the next call). Errors: as mcp_grpc_acl_load_file(), and NOT_FOUND
+ * when no file was loaded.
+ */
+MCP_EXTERN int mcp_grpc_acl_reload(mcp_grpc_acl *acl, char *err,
+                                   size_t errlen);
+
+/* Number of rules in use (lasting plus loaded). */
+MCP_EXTERN size_t mcp_grpc_acl_count(const mcp_grpc_acl *acl);
+
+/* The decision for |peer|: 0 (allowed), GRPC_STATUS_UNAUTHENTICATED or
+ * GRPC_STATUS_PERMISSION_DENIED. Thread-safe. */
+MCP_EXTERN int mcp_grpc_acl_check(const mcp_grpc_acl *acl,
+                                  const mcp_grpc_peer *peer);
+
+/* mcp_grpc_acl_check() as an mcp_grpc_authorize_fn: |acl| is the list. */
+MCP_EXTERN int mcp_grpc_acl_authorize(const mcp_grpc_peer *peer, void *acl);
 
 #ifdef __cplusplus
 }
