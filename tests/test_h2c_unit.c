@@ -1,66 +1,10 @@
-/* h2c transport: the pure parts (backoff, grpc-timeout, grpc-message
+/* h2c transport: the pure parts (grpc-timeout, grpc-message
  * percent-encoding, base64url, addresses, header tokens). */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backoff.h"
 #include "util.h"
-
-/* rand that always returns the same byte: 0x00 (low), 0xff (high) or
- * 0x80 (middle) jitter. */
-static void fixed_rand(uint8_t *d, size_t n, void *ud) {
-  memset(d, *(uint8_t *)ud, n);
-}
-
-START_TEST(backoff_grows_with_jitter_and_cap) {
-  uint8_t r = 0x80;
-  mcp_h2c_backoff b;
-  mcp_h2c_backoff_options o = {.initial = MCP_SECONDS,
-                               .multiplier = 1.6,
-                               .jitter = 0.2,
-                               .max = 120 * MCP_SECONDS};
-  mcp_h2c_backoff_init(&b, &o, fixed_rand, &r);
-  mcp_tstamp d1 = mcp_h2c_backoff_next(&b);
-  ck_assert_uint_ge(d1, 999 * MCP_MILLISECONDS);
-  ck_assert_uint_le(d1, 1002 * MCP_MILLISECONDS);
-  mcp_tstamp d2 = mcp_h2c_backoff_next(&b);
-  ck_assert_uint_ge(d2, 1599 * MCP_MILLISECONDS);
-  ck_assert_uint_le(d2, 1603 * MCP_MILLISECONDS);
-  for (int i = 0; i < 50; ++i)
-    mcp_h2c_backoff_next(&b);
-  ck_assert_uint_eq(mcp_h2c_backoff_next(&b), 120 * MCP_SECONDS);
-  /* jitter bounds */
-  r = 0;
-  mcp_h2c_backoff_init(&b, &o, fixed_rand, &r);
-  ck_assert_uint_ge(mcp_h2c_backoff_next(&b), 800 * MCP_MILLISECONDS - 1);
-  r = 0xff;
-  mcp_h2c_backoff_init(&b, &o, fixed_rand, &r);
-  mcp_tstamp hi = mcp_h2c_backoff_next(&b);
-  ck_assert_uint_le(hi, 1200 * MCP_MILLISECONDS);
-  ck_assert_uint_ge(hi, 1199 * MCP_MILLISECONDS);
-}
-END_TEST
-
-START_TEST(backoff_does_not_collapse) {
-  uint8_t r = 0x80;
-  mcp_h2c_backoff b;
-  mcp_h2c_backoff_init(&b, NULL, fixed_rand, &r); /* defaults */
-  mcp_h2c_backoff_next(&b);
-  mcp_h2c_backoff_next(&b);
-  mcp_tstamp nominal = b.nominal;
-  /* A short stream, even one that received messages: no reset. */
-  mcp_h2c_backoff_stream_ended(&b, 10 * MCP_MILLISECONDS, 5);
-  ck_assert_uint_eq(b.nominal, nominal);
-  /* A long stream that received nothing: no reset either. */
-  mcp_h2c_backoff_stream_ended(&b, 600 * MCP_SECONDS, 0);
-  ck_assert_uint_eq(b.nominal, nominal);
-  /* Healthy: back to the initial delay, never to zero. */
-  mcp_h2c_backoff_stream_ended(&b, nominal, 1);
-  ck_assert_uint_eq(b.nominal, MCP_SECONDS);
-  ck_assert_uint_gt(mcp_h2c_backoff_next(&b), 0);
-}
-END_TEST
 
 START_TEST(timeout_units) {
   mcp_tstamp t;
@@ -168,8 +112,6 @@ END_TEST
 Suite *suite(void) {
   Suite *s = suite_create("h2c_unit");
   TCase *t = tcase_create("all");
-  tcase_add_test(t, backoff_grows_with_jitter_and_cap);
-  tcase_add_test(t, backoff_does_not_collapse);
   tcase_add_test(t, timeout_units);
   tcase_add_test(t, percent_encoding);
   tcase_add_test(t, base64url);

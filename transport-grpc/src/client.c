@@ -28,7 +28,7 @@ const char *mcp_grpc_method(mcp_service service, int sink_dials) {
 }
 
 static void retry_later(mcp_grpc_ep *ep) {
-  ep->reconnect_at = ep->now + mcp_grpc_backoff_next(&ep->backoff);
+  ep->reconnect_at = ep->now + mcp_backoff_next(&ep->backoff);
 }
 
 static void connect_now(mcp_grpc_ep *ep) {
@@ -78,7 +78,7 @@ void mcp_grpc_client_stream_gone(mcp_grpc_ep *ep, mcp_tstamp lived,
                                  uint64_t received) {
   grpc_channel_destroy(ep->channel);
   ep->channel = NULL;
-  mcp_grpc_backoff_stream_ended(&ep->backoff, lived, received);
+  mcp_backoff_stream_ended(&ep->backoff, lived, received);
   retry_later(ep);
 }
 

@@ -7,7 +7,6 @@
 
 #include <grpc/grpc.h>
 
-#include "backoff.h"
 #include "mcp/grpc.h"
 
 #define MCP_GRPC_CONTAINER(ptr, type, member)                                \
@@ -168,7 +167,7 @@ struct mcp_grpc_ep {
 
   /* DIAL */
   grpc_channel *channel;
-  mcp_grpc_backoff backoff;
+  mcp_backoff backoff;
   mcp_tstamp reconnect_at;
   uint64_t rand_state;
 };

@@ -281,10 +281,10 @@ int mcp_grpc_ep_start(mcp_grpc_ep *ep) {
     void *ud = ep->opts.rand_user_data;
     if (!rand) {
       ep->rand_state = ep->now ^ (uint64_t)(uintptr_t)ep;
-      rand = mcp_grpc_default_rand;
+      rand = mcp_rand_splitmix64;
       ud = &ep->rand_state;
     }
-    mcp_grpc_backoff_init(&ep->backoff, &ep->opts.backoff, rand, ud);
+    mcp_backoff_init(&ep->backoff, &ep->opts.backoff, rand, ud);
     ep->reconnect_at = 0; /* the first attempt is immediate */
   }
 

@@ -26,7 +26,7 @@ void mcp_h2c_client_stop(mcp_h2c_ep *ep) {
 static void retry_later(mcp_h2c_ep *ep) {
   if (ep->stopping)
     return;
-  mcp_tstamp d = mcp_h2c_backoff_next(&ep->backoff);
+  mcp_tstamp d = mcp_backoff_next(&ep->backoff);
   uv_timer_start(&ep->retry, on_retry,
                  (d + MCP_MILLISECONDS - 1) / MCP_MILLISECONDS, 0);
 }
@@ -39,7 +39,7 @@ void mcp_h2c_client_conn_gone(mcp_h2c_ep *ep, mcp_h2c_conn *c) {
 
 void mcp_h2c_client_stream_gone(mcp_h2c_ep *ep, mcp_tstamp lived,
                                 uint64_t received) {
-  mcp_h2c_backoff_stream_ended(&ep->backoff, lived, received);
+  mcp_backoff_stream_ended(&ep->backoff, lived, received);
 }
 
 static void fail(mcp_h2c_conn *c, const char *what, int err) {

@@ -308,10 +308,10 @@ static int ep_start(mcp_h2c_ep *ep, uv_loop_t *loop,
   ep->opts.authority = ep->authority;
   if (!o->rand) {
     ep->rand_state = uv_hrtime() ^ (uint64_t)(uintptr_t)ep;
-    o->rand = mcp_h2c_default_rand;
+    o->rand = mcp_rand_splitmix64;
     o->rand_user_data = &ep->rand_state;
   }
-  mcp_h2c_backoff_init(&ep->backoff, &o->backoff, o->rand, o->rand_user_data);
+  mcp_backoff_init(&ep->backoff, &o->backoff, o->rand, o->rand_user_data);
 
   if (uv_mutex_init(&ep->mu) != 0)
     goto fail_strings;

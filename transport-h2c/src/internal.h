@@ -9,7 +9,6 @@
 #include <nghttp2/nghttp2.h>
 #include <uv.h>
 
-#include "backoff.h"
 #include "mcp/h2c.h"
 #include "util.h"
 
@@ -217,7 +216,7 @@ struct mcp_h2c_ep {
   /* DIAL */
   uv_timer_t retry;
   mcp_h2c_conn *dial; /* the attempt under way */
-  mcp_h2c_backoff backoff;
+  mcp_backoff backoff;
   uint64_t rand_state;
 
   /* counters */

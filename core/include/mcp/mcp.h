@@ -124,6 +124,52 @@ typedef struct mcp_mem {
  * epoch. Tests and fuzzers pass a deterministic one. */
 typedef void (*mcp_rand_fn)(uint8_t *dest, size_t len, void *user_data);
 
+/* A fast deterministic generator (splitmix64) for mcp_rand_fn:
+ * |user_data| points to its uint64_t state, which the caller seeds. Not
+ * for secrets. */
+MCP_EXTERN void mcp_rand_splitmix64(uint8_t *dest, size_t len, void *user_data);
+
+/* ------------------------------------------------------------------ */
+/* Reconnection backoff                                                */
+/* ------------------------------------------------------------------ */
+
+/*
+ * How long a dialing side waits before its next attempt (both transports
+ * use it). After a stream ends, the next attempt waits the nominal delay
+ * scaled by a factor drawn uniformly from [1 - jitter, 1 + jitter], capped
+ * at |max|; the nominal delay then grows by |multiplier| up to |max|. It
+ * goes back to |initial| (never to zero) only after a healthy stream: one
+ * that received a message and lasted at least the nominal delay, so a peer
+ * that fails every stream at once is not hammered.
+ */
+typedef struct mcp_backoff_options {
+  mcp_tstamp initial; /* default 1 s */
+  double multiplier;  /* default 1.6 */
+  double jitter;      /* default 0.2 */
+  mcp_tstamp max;     /* default 120 s */
+} mcp_backoff_options;
+
+/* A value type; its fields are private. */
+typedef struct mcp_backoff {
+  mcp_backoff_options o;
+  mcp_tstamp nominal;
+  mcp_rand_fn rand;
+  void *rand_user_data;
+  uint64_t state;
+} mcp_backoff;
+
+/* |o| is copied; NULL or zero fields take the defaults. |rand| NULL: a
+ * splitmix64 seeded from the object's address (tests pass their own). */
+MCP_EXTERN void mcp_backoff_init(mcp_backoff *b, const mcp_backoff_options *o,
+                                 mcp_rand_fn rand, void *rand_user_data);
+
+/* The delay before the next attempt; grows the one after. */
+MCP_EXTERN mcp_tstamp mcp_backoff_next(mcp_backoff *b);
+
+/* A stream that lasted |lived| and received |received| messages ended. */
+MCP_EXTERN void mcp_backoff_stream_ended(mcp_backoff *b, mcp_tstamp lived,
+                                         uint64_t received);
+
 /* ------------------------------------------------------------------ */
 /* Resources                                                           */
 /* ------------------------------------------------------------------ */

@@ -83,12 +83,7 @@ typedef enum mcp_grpc_mode {
  * only after a healthy stream: one that received a message and lasted at
  * least the nominal delay. The first attempt is immediate.
  */
-typedef struct mcp_grpc_backoff_options {
-  mcp_tstamp initial; /* default 1 s */
-  double multiplier;  /* default 1.6 */
-  double jitter;      /* default 0.2 */
-  mcp_tstamp max;     /* default 120 s */
-} mcp_grpc_backoff_options;
+typedef mcp_backoff_options mcp_grpc_backoff_options;
 
 /*
  * TLS from PEM files, an alternative to the raw credentials fields of

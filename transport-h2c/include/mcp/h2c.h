@@ -124,12 +124,7 @@ typedef enum mcp_h2c_mode {
  * received a message and lasted at least the nominal delay. The first
  * attempt is immediate.
  */
-typedef struct mcp_h2c_backoff_options {
-  mcp_tstamp initial; /* default 1 s */
-  double multiplier;  /* default 1.6 */
-  double jitter;      /* default 0.2 */
-  mcp_tstamp max;     /* default 120 s */
-} mcp_h2c_backoff_options;
+typedef mcp_backoff_options mcp_h2c_backoff_options;
 
 /* What the transport knows of one stream. Strings are valid during the
  * callback only. */

@@ -1,37 +1,47 @@
-#include "backoff.h"
+/* Reconnection delays: jittered exponential backoff that never collapses
+ * to zero after short-lived streams. Pure arithmetic, randomness injected. */
+#include "mcp_int.h"
 
-#include <string.h>
-
-void mcp_grpc_backoff_init(mcp_grpc_backoff *b,
-                           const mcp_grpc_backoff_options *o,
-                           mcp_rand_fn rand, void *rand_user_data) {
+void mcp_backoff_init(mcp_backoff *b, const mcp_backoff_options *o,
+                      mcp_rand_fn rand, void *rand_user_data) {
   memset(b, 0, sizeof(*b));
-  if (o)
+  if (o) {
     b->o = *o;
-  if (b->o.initial == 0)
+  }
+  if (b->o.initial == 0) {
     b->o.initial = MCP_SECONDS;
-  if (!(b->o.multiplier >= 1.0))
+  }
+  if (!(b->o.multiplier >= 1.0)) {
     b->o.multiplier = 1.6;
-  if (!(b->o.jitter >= 0.0 && b->o.jitter < 1.0))
+  }
+  if (!(b->o.jitter >= 0.0 && b->o.jitter < 1.0)) {
     b->o.jitter = 0.2;
-  if (b->o.max == 0)
+  }
+  if (b->o.max == 0) {
     b->o.max = 120 * MCP_SECONDS;
-  if (b->o.initial > b->o.max)
+  }
+  if (b->o.initial > b->o.max) {
     b->o.initial = b->o.max;
+  }
   b->nominal = b->o.initial;
   b->rand = rand;
   b->rand_user_data = rand_user_data;
+  b->state = (uint64_t)(uintptr_t)b; /* a seed, when no rand was given */
 }
 
-static double uniform01(mcp_grpc_backoff *b) {
+static double uniform01(mcp_backoff *b) {
   uint8_t r[4];
-  b->rand(r, sizeof(r), b->rand_user_data);
+  if (b->rand) {
+    b->rand(r, sizeof(r), b->rand_user_data);
+  } else {
+    mcp_rand_splitmix64(r, sizeof(r), &b->state);
+  }
   uint32_t x = (uint32_t)r[0] << 24 | (uint32_t)r[1] << 16 |
                (uint32_t)r[2] << 8 | (uint32_t)r[3];
   return (double)x / 4294967296.0;
 }
 
-mcp_tstamp mcp_grpc_backoff_next(mcp_grpc_backoff *b) {
+mcp_tstamp mcp_backoff_next(mcp_backoff *b) {
   double j = b->o.jitter;
   double d = (double)b->nominal * (1.0 - j + 2.0 * j * uniform01(b));
   mcp_tstamp delay = d >= (double)b->o.max ? b->o.max : (mcp_tstamp)d;
@@ -40,15 +50,16 @@ mcp_tstamp mcp_grpc_backoff_next(mcp_grpc_backoff *b) {
   return delay;
 }
 
-void mcp_grpc_backoff_stream_ended(mcp_grpc_backoff *b, mcp_tstamp lived,
-                                   uint64_t received) {
+void mcp_backoff_stream_ended(mcp_backoff *b, mcp_tstamp lived,
+                              uint64_t received) {
   /* A stream that dies young (even after a message) must not reset the
    * delay, or a peer that fails each stream at once is hammered. */
-  if (received > 0 && lived >= b->nominal)
+  if (received > 0 && lived >= b->nominal) {
     b->nominal = b->o.initial;
+  }
 }
 
-void mcp_grpc_default_rand(uint8_t *dest, size_t len, void *user_data) {
+void mcp_rand_splitmix64(uint8_t *dest, size_t len, void *user_data) {
   uint64_t *state = user_data;
   while (len > 0) {
     uint64_t z = (*state += 0x9e3779b97f4a7c15u);

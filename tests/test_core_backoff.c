@@ -1,8 +1,8 @@
-/* backoff.c: the reconnection delays, with injected randomness. */
+/* core/src/backoff.c: the reconnection delays, with injected randomness. */
 #include <check.h>
 #include <stdlib.h>
 
-#include "backoff.h"
+#include "mcp/mcp.h"
 
 /* Returns the 32-bit value *user_data as the random bytes (big endian, the
  * order backoff.c reads them in). */
@@ -12,8 +12,8 @@ static void fixed_rand(uint8_t *dest, size_t len, void *user_data) {
     dest[i] = (uint8_t)(v >> (8 * (3 - (i % 4))));
 }
 
-static mcp_grpc_backoff_options defaults(void) {
-  mcp_grpc_backoff_options o = {MCP_SECONDS, 1.6, 0.2, 120 * MCP_SECONDS};
+static mcp_backoff_options defaults(void) {
+  mcp_backoff_options o = {MCP_SECONDS, 1.6, 0.2, 120 * MCP_SECONDS};
   return o;
 }
 
@@ -27,12 +27,12 @@ static mcp_grpc_backoff_options defaults(void) {
 
 START_TEST(test_backoff_grows_by_multiplier) {
   uint32_t mid = 0x80000000u; /* u = 0.5: no jitter */
-  mcp_grpc_backoff b;
-  mcp_grpc_backoff_options o = defaults();
-  mcp_grpc_backoff_init(&b, &o, fixed_rand, &mid);
+  mcp_backoff b;
+  mcp_backoff_options o = defaults();
+  mcp_backoff_init(&b, &o, fixed_rand, &mid);
   double want = 1e9;
   for (int i = 0; i < 8; i++) {
-    ck_assert_near(mcp_grpc_backoff_next(&b), (mcp_tstamp)want);
+    ck_assert_near(mcp_backoff_next(&b), (mcp_tstamp)want);
     want *= 1.6;
   }
 }
@@ -40,12 +40,12 @@ END_TEST
 
 START_TEST(test_backoff_capped_at_max) {
   uint32_t top = 0xffffffffu; /* the largest jitter factor */
-  mcp_grpc_backoff b;
-  mcp_grpc_backoff_options o = defaults();
-  mcp_grpc_backoff_init(&b, &o, fixed_rand, &top);
+  mcp_backoff b;
+  mcp_backoff_options o = defaults();
+  mcp_backoff_init(&b, &o, fixed_rand, &top);
   mcp_tstamp d = 0;
   for (int i = 0; i < 40; i++) {
-    d = mcp_grpc_backoff_next(&b);
+    d = mcp_backoff_next(&b);
     ck_assert_uint_le(d, 120 * MCP_SECONDS);
   }
   ck_assert_uint_eq(d, 120 * MCP_SECONDS);
@@ -56,27 +56,27 @@ END_TEST
 START_TEST(test_backoff_jitter_within_20_percent) {
   /* The extremes of the generator give the extremes of the factor. */
   uint32_t r = 0;
-  mcp_grpc_backoff b;
-  mcp_grpc_backoff_options o = defaults();
-  mcp_grpc_backoff_init(&b, &o, fixed_rand, &r);
-  ck_assert_near(mcp_grpc_backoff_next(&b), 800 * MCP_MILLISECONDS);
+  mcp_backoff b;
+  mcp_backoff_options o = defaults();
+  mcp_backoff_init(&b, &o, fixed_rand, &r);
+  ck_assert_near(mcp_backoff_next(&b), 800 * MCP_MILLISECONDS);
   r = 0xffffffffu;
-  mcp_grpc_backoff_init(&b, &o, fixed_rand, &r);
-  ck_assert_near(mcp_grpc_backoff_next(&b), 1200 * MCP_MILLISECONDS);
+  mcp_backoff_init(&b, &o, fixed_rand, &r);
+  ck_assert_near(mcp_backoff_next(&b), 1200 * MCP_MILLISECONDS);
 
   /* A deterministic sequence: every draw within ±20 % of the nominal. */
   uint64_t seed = 42;
-  mcp_grpc_backoff_init(&b, &o, mcp_grpc_default_rand, &seed);
+  mcp_backoff_init(&b, &o, mcp_rand_splitmix64, &seed);
   int below = 0, above = 0;
   for (int i = 0; i < 2000; i++) {
     mcp_tstamp nominal = b.nominal;
-    mcp_tstamp d = mcp_grpc_backoff_next(&b);
+    mcp_tstamp d = mcp_backoff_next(&b);
     ck_assert_uint_ge(d, (mcp_tstamp)(0.8 * (double)nominal) - 1);
     ck_assert_uint_le(d, (mcp_tstamp)(1.2 * (double)nominal) + 1);
     below += d < nominal;
     above += d > nominal;
     if (i % 10 == 9)
-      mcp_grpc_backoff_stream_ended(&b, 1000 * MCP_SECONDS, 1);
+      mcp_backoff_stream_ended(&b, 1000 * MCP_SECONDS, 1);
   }
   ck_assert_int_gt(below, 100); /* it does jitter, both ways */
   ck_assert_int_gt(above, 100);
@@ -85,30 +85,30 @@ END_TEST
 
 START_TEST(test_backoff_short_stream_does_not_reset) {
   uint32_t mid = 0x80000000u;
-  mcp_grpc_backoff b;
-  mcp_grpc_backoff_options o = defaults();
-  mcp_grpc_backoff_init(&b, &o, fixed_rand, &mid);
+  mcp_backoff b;
+  mcp_backoff_options o = defaults();
+  mcp_backoff_init(&b, &o, fixed_rand, &mid);
   for (int i = 0; i < 4; i++)
-    mcp_grpc_backoff_next(&b);
+    mcp_backoff_next(&b);
   mcp_tstamp nominal = b.nominal; /* 1.6^4 s */
   /* It received a message but died young: keep growing. */
-  mcp_grpc_backoff_stream_ended(&b, 10 * MCP_MILLISECONDS, 1);
-  ck_assert_near(mcp_grpc_backoff_next(&b), nominal);
+  mcp_backoff_stream_ended(&b, 10 * MCP_MILLISECONDS, 1);
+  ck_assert_near(mcp_backoff_next(&b), nominal);
   /* Long but silent (never got a message): not healthy either. */
-  mcp_grpc_backoff_stream_ended(&b, 3600 * MCP_SECONDS, 0);
-  ck_assert_near(mcp_grpc_backoff_next(&b), (mcp_tstamp)(nominal * 1.6));
+  mcp_backoff_stream_ended(&b, 3600 * MCP_SECONDS, 0);
+  ck_assert_near(mcp_backoff_next(&b), (mcp_tstamp)(nominal * 1.6));
 }
 END_TEST
 
 START_TEST(test_backoff_healthy_stream_resets_to_initial_not_zero) {
   uint32_t mid = 0x80000000u;
-  mcp_grpc_backoff b;
-  mcp_grpc_backoff_options o = defaults();
-  mcp_grpc_backoff_init(&b, &o, fixed_rand, &mid);
+  mcp_backoff b;
+  mcp_backoff_options o = defaults();
+  mcp_backoff_init(&b, &o, fixed_rand, &mid);
   for (int i = 0; i < 6; i++)
-    mcp_grpc_backoff_next(&b);
-  mcp_grpc_backoff_stream_ended(&b, 600 * MCP_SECONDS, 5);
-  mcp_tstamp d = mcp_grpc_backoff_next(&b);
+    mcp_backoff_next(&b);
+  mcp_backoff_stream_ended(&b, 600 * MCP_SECONDS, 5);
+  mcp_tstamp d = mcp_backoff_next(&b);
   ck_assert_near(d, MCP_SECONDS);
   ck_assert_uint_gt(d, 0);
 }
@@ -116,17 +116,17 @@ END_TEST
 
 START_TEST(test_backoff_zero_options_take_defaults) {
   uint32_t mid = 0x80000000u;
-  mcp_grpc_backoff b;
-  mcp_grpc_backoff_options zero = {0, 0, -1, 0};
-  mcp_grpc_backoff_init(&b, &zero, fixed_rand, &mid);
-  ck_assert_near(mcp_grpc_backoff_next(&b), MCP_SECONDS);
-  ck_assert_near(mcp_grpc_backoff_next(&b), 1600 * MCP_MILLISECONDS);
+  mcp_backoff b;
+  mcp_backoff_options zero = {0, 0, -1, 0};
+  mcp_backoff_init(&b, &zero, fixed_rand, &mid);
+  ck_assert_near(mcp_backoff_next(&b), MCP_SECONDS);
+  ck_assert_near(mcp_backoff_next(&b), 1600 * MCP_MILLISECONDS);
   ck_assert_uint_eq(b.o.max, 120 * MCP_SECONDS);
 }
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("grpc_backoff");
+  Suite *s = suite_create("core_backoff");
   TCase *tc = tcase_create("backoff");
   tcase_add_test(tc, test_backoff_grows_by_multiplier);
   tcase_add_test(tc, test_backoff_capped_at_max);
