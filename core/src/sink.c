@@ -71,6 +71,7 @@ typedef struct foreign {
 
 struct mcp_sink_session {
   mcp_sink_state *st;
+  size_t recv_len; /* of the message being answered, for events */
   foreign q[FOREIGN_MAX];
   size_t nq;
   size_t rr;
@@ -310,7 +311,8 @@ static void emit(mcp_sink_state *st, mcp_event_type type, const char *coll,
     mcp_event ev = {.type = type, .collection = coll, .nonce = nonce,
                     .version = version, .code = code, .message = msg,
                     .nresources = nres, .nremoved = nrem,
-                    .incremental = incremental, .held = c ? c->held.n : 0};
+                    .incremental = incremental, .held = c ? c->held.n : 0,
+                    .bytes = st->session ? st->session->recv_len : 0};
     st->on_event(&ev, st->user_data);
   }
 }
@@ -651,6 +653,7 @@ int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in, size_t len,
   const mcp_mem *m = &st->mem;
   assert(ts >= s->last_ts && "time went backwards");
   s->last_ts = ts;
+  s->recv_len = len;
   work w;
   memset(&w, 0, sizeof(w));
   mcp__pballoc_init(&w.pa, m);

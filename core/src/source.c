@@ -1278,7 +1278,7 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
     mcp_event ev = {.type = MCP_EVENT_PUSH, .collection = c->name,
                     .nonce = nonce, .version = ver, .message = "",
                     .nresources = nres, .nremoved = nrem,
-                    .incremental = incremental};
+                    .incremental = incremental, .bytes = mcp_msg_len(*pmsg)};
     emit(s, &ev);
   }
   if (nonce != nonce_num) {

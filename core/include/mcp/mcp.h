@@ -427,6 +427,8 @@ typedef struct mcp_event {
                           after this message */
   const struct mcp_sink_node *node; /* source: the stream's sink node (id ""
                                        before the first request) */
+  size_t bytes;        /* source PUSH: the message's encoded size; sink
+                          ACK/NACK: the size of the message answered */
 } mcp_event;
 
 /* Called synchronously from inside the session call that caused the
