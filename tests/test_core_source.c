@@ -1816,6 +1816,59 @@ START_TEST(test_source_resource_bytes_shared_across_streams) {
 }
 END_TEST
 
+/* Events carry the sizes that metrics report: the encoded push on the
+ * source, the answered message on the sink. */
+static size_t last_push_bytes, last_sink_bytes;
+static void size_cb(const mcp_event *ev, void *ud) {
+  (void)ud;
+  if (ev->type == MCP_EVENT_PUSH) {
+    last_push_bytes = ev->bytes;
+  } else if (ev->type == MCP_EVENT_ACK) {
+    last_sink_bytes = ev->bytes;
+  }
+}
+
+START_TEST(test_source_events_report_message_sizes) {
+  mcp_store *st = th_store(NULL);
+  th_put(st, "c", "a", "1", "some body bytes", 1);
+  mcp_source_options o;
+  mcp_source_options_default(&o);
+  o.store = st;
+  o.on_event = size_cb;
+  mcp_source_session *s;
+  ck_assert_int_eq(mcp_source_session_new(&s, &o, 1), 0);
+  size_t n;
+  uint8_t *b = th_request(&n, "n", "c", "", 0, NULL, 0, NULL);
+  th_source_recv(s, b, n, 2, 0);
+  mcp_msg *m;
+  ck_assert_int_eq(mcp_source_session_next(s, 3, &m), 1);
+  ck_assert_uint_gt(last_push_bytes, 15);
+  ck_assert_uint_eq(last_push_bytes, mcp_msg_len(m));
+
+  static const char *colls[] = {"c"};
+  mcp_sink_options so;
+  mcp_sink_options_default(&so);
+  so.collections = colls;
+  so.ncollections = 1;
+  so.on_event = size_cb;
+  mcp_sink_state *state;
+  mcp_sink_session *k;
+  ck_assert_int_eq(mcp_sink_state_new(&state, &so), 0);
+  ck_assert_int_eq(mcp_sink_session_new(&k, state, 0), 0);
+  size_t len = mcp_msg_len(m);
+  uint8_t *flat = malloc(len);
+  mcp_msg_flatten(m, flat);
+  ck_assert_int_eq(mcp_sink_session_recv(k, flat, len, 4), 0);
+  ck_assert_uint_eq(last_sink_bytes, len);
+  free(flat);
+  mcp_msg_free(m);
+  mcp_sink_session_del(k);
+  mcp_sink_state_del(state);
+  mcp_source_session_del(s);
+  mcp_store_del(st);
+}
+END_TEST
+
 static Suite *source_suite(void) {
   Suite *s = suite_create("core_source");
   TCase *tc = tcase_create("first");
@@ -1933,59 +1986,6 @@ static Suite *source_suite(void) {
   return s;
 }
 
-
-/* Events carry the sizes that metrics report: the encoded push on the
- * source, the answered message on the sink. */
-static size_t last_push_bytes, last_sink_bytes;
-static void size_cb(const mcp_event *ev, void *ud) {
-  (void)ud;
-  if (ev->type == MCP_EVENT_PUSH) {
-    last_push_bytes = ev->bytes;
-  } else if (ev->type == MCP_EVENT_ACK) {
-    last_sink_bytes = ev->bytes;
-  }
-}
-
-START_TEST(test_source_events_report_message_sizes) {
-  mcp_store *st = th_store(NULL);
-  th_put(st, "c", "a", "1", "some body bytes", 1);
-  mcp_source_options o;
-  mcp_source_options_default(&o);
-  o.store = st;
-  o.on_event = size_cb;
-  mcp_source_session *s;
-  ck_assert_int_eq(mcp_source_session_new(&s, &o, 1), 0);
-  size_t n;
-  uint8_t *b = th_request(&n, "n", "c", "", 0, NULL, 0, NULL);
-  th_source_recv(s, b, n, 2, 0);
-  mcp_msg *m;
-  ck_assert_int_eq(mcp_source_session_next(s, 3, &m), 1);
-  ck_assert_uint_gt(last_push_bytes, 15);
-  ck_assert_uint_eq(last_push_bytes, mcp_msg_len(m));
-
-  static const char *colls[] = {"c"};
-  mcp_sink_options so;
-  mcp_sink_options_default(&so);
-  so.collections = colls;
-  so.ncollections = 1;
-  so.on_event = size_cb;
-  mcp_sink_state *state;
-  mcp_sink_session *k;
-  ck_assert_int_eq(mcp_sink_state_new(&state, &so), 0);
-  ck_assert_int_eq(mcp_sink_session_new(&k, state, 0), 0);
-  size_t len = mcp_msg_len(m);
-  uint8_t *flat = malloc(len);
-  mcp_msg_flatten(m, flat);
-  ck_assert_int_eq(mcp_sink_session_recv(k, flat, len, 4), 0);
-  ck_assert_uint_eq(last_sink_bytes, len);
-  free(flat);
-  mcp_msg_free(m);
-  mcp_sink_session_del(k);
-  mcp_sink_state_del(state);
-  mcp_source_session_del(s);
-  mcp_store_del(st);
-}
-END_TEST
 
 int main(void) {
   SRunner *sr = srunner_create(source_suite());
