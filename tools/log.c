@@ -4,9 +4,12 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static const char *g_prog = "mcp";
 static tool_log_level g_level = TOOL_LOG_INFO;
+static tool_log_format g_format = TOOL_LOG_TEXT;
+static _Thread_local const tool_log_ctx *t_ctx;
 
 static const char *const level_names[] = {"error", "warning", "info",
                                           "debug"};
@@ -36,6 +39,167 @@ int tool_log_parse_level(const char *s, tool_log_level *level) {
 
 int tool_log_enabled(tool_log_level level) { return level <= g_level; }
 
+/* ---- JSON lines ---- */
+
+int tool_log_parse_format(const char *s, tool_log_format *format) {
+  if (strcmp(s, "text") == 0)
+    *format = TOOL_LOG_TEXT;
+  else if (strcmp(s, "json") == 0)
+    *format = TOOL_LOG_JSON;
+  else
+    return -1;
+  return 0;
+}
+
+void tool_log_set_format(tool_log_format format) { g_format = format; }
+
+void tool_log_push(tool_log_ctx *ctx) {
+  ctx->outer = t_ctx;
+  t_ctx = ctx;
+}
+
+void tool_log_pop(tool_log_ctx *ctx) { t_ctx = ctx->outer; }
+
+/* A line being built in a fixed buffer; what does not fit is dropped (the
+ * caller keeps room for the end of the object). */
+typedef struct line {
+  char *p;
+  size_t len, cap;
+} line;
+
+static void put(line *l, const char *s, size_t n) {
+  if (n > l->cap - l->len)
+    n = l->cap - l->len;
+  memcpy(l->p + l->len, s, n);
+  l->len += n;
+}
+
+static void puts_(line *l, const char *s) { put(l, s, strlen(s)); }
+
+/* Length of the UTF-8 sequence at |s| (|n| bytes left), 0 if it is none. */
+static size_t utf8_len(const unsigned char *s, size_t n) {
+  unsigned c = s[0], cp;
+  size_t len;
+  if (c < 0x80)
+    return 1;
+  if (c >= 0xc2 && c <= 0xdf) {
+    len = 2;
+    cp = c & 0x1f;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    len = 3;
+    cp = c & 0x0f;
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    len = 4;
+    cp = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (len > n)
+    return 0;
+  for (size_t i = 1; i < len; i++) {
+    if ((s[i] & 0xc0) != 0x80)
+      return 0;
+    cp = (cp << 6) | (s[i] & 0x3f);
+  }
+  if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+      (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+    return 0;
+  return len;
+}
+
+/* A JSON string of at most |max| bytes of |s|. */
+static void put_string(line *l, const char *s, size_t max) {
+  const unsigned char *p = (const unsigned char *)s;
+  size_t n = strnlen(s, max);
+  put(l, "\"", 1);
+  /* Stops early rather than leave no room for the rest of the object
+   * (the closing quote, the field names after it: under 128 bytes). */
+  while (n > 0 && l->len + 16 + 128 < l->cap) {
+    size_t k;
+    char esc[8];
+    if (*p == '"' || *p == '\\') {
+      esc[0] = '\\';
+      esc[1] = (char)*p;
+      put(l, esc, 2);
+      k = 1;
+    } else if (*p < 0x20) {
+      snprintf(esc, sizeof(esc), "\\u%04x", *p);
+      puts_(l, esc);
+      k = 1;
+    } else if ((k = utf8_len(p, n)) > 0) {
+      put(l, (const char *)p, k);
+    } else {
+      puts_(l, "\\ufffd");
+      k = 1;
+    }
+    p += k;
+    n -= k;
+  }
+  put(l, "\"", 1);
+}
+
+static void log_json(tool_log_level level, const char *msg, int truncated) {
+  char buf[16384];
+  line l = {buf, 0, sizeof(buf) - 8}; /* room for "}\n" */
+  struct timespec ts;
+  struct tm tm;
+  char when[40] = "";
+  clock_gettime(CLOCK_REALTIME, &ts);
+  if (gmtime_r(&ts.tv_sec, &tm)) {
+    size_t k = strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(when + k, sizeof(when) - k, ".%06ldZ", ts.tv_nsec / 1000);
+  }
+  puts_(&l, "{\"ts\":\"");
+  puts_(&l, when);
+  puts_(&l, "\",\"level\":\"");
+  puts_(&l, level_names[level]);
+  puts_(&l, "\",\"prog\":");
+  put_string(&l, g_prog, 256);
+  puts_(&l, ",\"msg\":");
+  if (truncated) {
+    char m[2100];
+    snprintf(m, sizeof(m), "%s...", msg);
+    put_string(&l, m, sizeof(m));
+  } else {
+    put_string(&l, msg, 4096);
+  }
+  uint64_t stream = 0;
+  const char *peer = NULL, *node = NULL, *coll = NULL;
+  for (const tool_log_ctx *c = t_ctx; c; c = c->outer) {
+    if (!stream)
+      stream = c->stream;
+    if (!peer)
+      peer = c->peer;
+    if (!node)
+      node = c->node;
+    if (!coll)
+      coll = c->collection;
+  }
+  if (stream) {
+    char num[32];
+    snprintf(num, sizeof(num), ",\"stream\":%llu", (unsigned long long)stream);
+    puts_(&l, num);
+  }
+  if (peer) {
+    puts_(&l, ",\"peer\":");
+    put_string(&l, peer, 1024);
+  }
+  if (node) {
+    puts_(&l, ",\"node\":");
+    put_string(&l, node, 1024);
+  }
+  if (coll) {
+    puts_(&l, ",\"collection\":");
+    put_string(&l, coll, 1024);
+  }
+  l.cap = sizeof(buf);
+  puts_(&l, "}\n");
+  /* One write per line, under stderr's lock. */
+  flockfile(stderr);
+  fwrite(buf, 1, l.len, stderr);
+  funlockfile(stderr);
+}
+
 void tool_log(tool_log_level level, const char *fmt, ...) {
   if (!tool_log_enabled(level))
     return;
@@ -46,6 +210,10 @@ void tool_log(tool_log_level level, const char *fmt, ...) {
   va_end(ap);
   if (n < 0)
     return;
+  if (g_format == TOOL_LOG_JSON) {
+    log_json(level, buf, (size_t)n >= sizeof(buf));
+    return;
+  }
   /* One fprintf per line: stdio locks the stream for the whole call. */
   fprintf(stderr, "%s: %s: %s%s\n", g_prog, level_names[level], buf,
           (size_t)n >= sizeof(buf) ? "..." : "");

@@ -24,6 +24,7 @@
 #include "args.h"
 #include "log.h"
 #include "mirror.h"
+#include "ops/ops.h"
 #include "rand.h"
 #include "transport.h"
 
@@ -44,6 +45,7 @@ typedef struct sink_app {
   const tool_transport *tp;
   void *ep;
   mcp_sink_state *state;
+  tool_ops *ops; /* metrics and debug endpoints (tools/ops) */
   tool_mirror *mirror;
   int json, exit_after_sync;
   const char *const *colls;
@@ -72,6 +74,8 @@ static void usage(FILE *f) {
         "                [--transport grpc|h2c] [--incremental] [--node-id ID]\n"
         "                [--annotation KEY=VALUE]... [--out DIR] [--json]\n"
         "                [--exit-after-sync] [--log-level LEVEL]\n"
+        "                [--api resource|aggregated|aggregated-incremental]\n"
+        "                [--log-format text|json] [--debug-listen HOST:PORT]\n"
         "\n"
         "Subscribes to MCP collections and reports what it receives.\n"
         "\n"
@@ -80,8 +84,12 @@ static void usage(FILE *f) {
         "  --connect HOST:PORT   dial a ResourceSource, reconnecting forever\n"
         "                        (default " DEFAULT_ADDRESS ")\n"
         "  --listen HOST:PORT    serve ResourceSink: sources dial us\n"
-        "  --transport NAME      grpc (default) or h2c\n"
+        "  --transport NAME      grpc (default) or h2c: HTTP/2 without TLS\n"
         "  --incremental         ask for incremental pushes\n"
+        "  --api API             resource (default): ResourceSource/ResourceSink;\n"
+        "                        aggregated, aggregated-incremental: dial the\n"
+        "                        AggregatedMeshConfigService (--connect only);\n"
+        "                        each --collection is then a type URL\n"
         "  --node-id ID          SinkNode.id (default " DEFAULT_NODE_ID ")\n"
         "  --annotation KEY=VALUE  a SinkNode annotation (repeatable)\n"
         "  --out DIR             mirror what is held into "
@@ -90,11 +98,46 @@ static void usage(FILE *f) {
         "  --exit-after-sync     exit 0 once every collection was received "
         "and ACKed\n"
         "  --log-level LEVEL     error, warn, info (default) or debug\n"
+        "  --log-format FORMAT   text (default) or json: one object per line\n"
+        "  --debug-listen HOST:PORT  serve /metrics, /debug/syncz,\n"
+        "                        /debug/journal, /healthz and /readyz over HTTP\n"
         "  --help                this text\n"
         "\n"
         "Exit status: 0 after SIGINT, SIGTERM or the sync (--exit-after-sync),\n"
         "1 on a runtime failure, 2 on a usage error.\n",
         f);
+}
+
+/* --api: which service the sink speaks. 0, or -1 for an unknown name. */
+static int parse_api(const char *s, mcp_service *out) {
+  static const struct {
+    const char *name;
+    mcp_service service;
+  } apis[] = {
+      {"resource", MCP_SERVICE_RESOURCE},
+      {"aggregated", MCP_SERVICE_AGGREGATED},
+      {"aggregated-incremental", MCP_SERVICE_AGGREGATED_INCREMENTAL},
+  };
+  for (size_t i = 0; i < sizeof(apis) / sizeof(apis[0]); i++) {
+    if (strcmp(s, apis[i].name) == 0) {
+      *out = apis[i].service;
+      return 0;
+    }
+  }
+  return -1;
+}
+
+/* The service the dialing sink calls, for the logs. */
+static const char *service_name(mcp_service s) {
+  switch (s) {
+  case MCP_SERVICE_AGGREGATED:
+    return "AggregatedMeshConfigService/StreamAggregatedResources";
+  case MCP_SERVICE_AGGREGATED_INCREMENTAL:
+    return "AggregatedMeshConfigService/IncrementalAggregatedResources";
+  case MCP_SERVICE_RESOURCE:
+    break;
+  }
+  return "ResourceSource";
 }
 
 static int usage_error(const char *fmt, ...) TOOL_PRINTF(1, 2);
@@ -177,6 +220,9 @@ static void announce(sink_app *a) {
 
 static void on_core_event(const mcp_event *ev, void *ud) {
   sink_app *a = ud;
+  tool_ops_event(a->ops, ev);
+  TOOL_LOG_CONTEXT(.stream = a->stream, .peer = a->peer,
+                   .collection = ev->collection);
   if (ev->type != MCP_EVENT_ACK && ev->type != MCP_EVENT_NACK)
     return;
   int ack = ev->type == MCP_EVENT_ACK;
@@ -239,6 +285,8 @@ static void report_closed(sink_app *a, const tool_stream_info *info) {
 
 static void on_stream(int opened, const tool_stream_info *info, void *ud) {
   sink_app *a = ud;
+  tool_ops_stream(a->ops, opened, info);
+  TOOL_LOG_CONTEXT(.stream = info->id, .peer = info->peer);
   if (opened) {
     a->stream = info->id;
     free(a->peer);
@@ -283,6 +331,7 @@ static void stop(sink_app *a) {
   if (a->stopping)
     return;
   a->stopping = 1;
+  tool_ops_close(a->ops);
   if (a->ep)
     a->tp->sink_del(a->ep);
   a->ep = NULL;
@@ -324,9 +373,13 @@ static void on_synced(uv_async_t *h) {
 int main(int argc, char **argv) {
   tool_log_init("mcp-sink", TOOL_LOG_INFO);
   const char *listen = NULL, *connect = NULL, *out = NULL, *v = NULL;
-  const char *transport = "grpc", *level = "info", *node_id = DEFAULT_NODE_ID;
+  const char *transport = tool_transport_default(), *level = "info";
+  const char *node_id = DEFAULT_NODE_ID;
   int incremental = 0, json = 0, exit_after_sync = 0, rv, status = 2;
+  const char *api = "resource";
+  mcp_service service = MCP_SERVICE_RESOURCE;
   tool_strv colls = {0};
+  tool_ops_args ops_args = {0}; /* --debug-listen, --log-format */
   mcp_kv *annots = NULL;
   size_t nannots = 0;
   sink_app app;
@@ -366,6 +419,10 @@ int main(int argc, char **argv) {
       if (rv < 0)
         goto bad;
       transport = v;
+    } else if (VALUE("--api")) {
+      if (rv < 0)
+        goto bad;
+      api = v;
     } else if (VALUE("--node-id")) {
       if (rv < 0)
         goto bad;
@@ -409,6 +466,9 @@ int main(int argc, char **argv) {
       if (rv < 0)
         goto bad;
       level = v;
+    } else if ((rv = tool_ops_parse_arg(argc, argv, &i, &ops_args)) != 0) {
+      if (rv < 0)
+        goto bad;
     } else {
       usage_error("unknown argument: %s", argv[i]);
       goto out;
@@ -423,12 +483,28 @@ int main(int argc, char **argv) {
     goto out;
   }
   tool_log_init("mcp-sink", lvl);
+  tool_log_set_format(ops_args.log_format);
   if (colls.n == 0) {
     usage_error("at least one --collection is needed");
     goto out;
   }
   if (listen && connect) {
     usage_error("--listen and --connect exclude each other");
+    goto out;
+  }
+  if (parse_api(api, &service) != 0) {
+    usage_error("--api: expected resource, aggregated or "
+                "aggregated-incremental, not %s", api);
+    goto out;
+  }
+  if (service != MCP_SERVICE_RESOURCE && listen) {
+    usage_error("--api %s: the sink dials the AggregatedMeshConfigService "
+                "(--connect), it cannot --listen", api);
+    goto out;
+  }
+  if (service == MCP_SERVICE_AGGREGATED && incremental) {
+    usage_error("--api aggregated: StreamAggregatedResources is full state "
+                "only (--api aggregated-incremental is incremental)");
     goto out;
   }
   const char *address = connect ? connect : listen ? listen : DEFAULT_ADDRESS;
@@ -446,8 +522,8 @@ int main(int argc, char **argv) {
   }
   rv = tool_transport_find(transport, &app.tp);
   if (rv == -2) {
-    fprintf(stderr, "mcp-sink: %s transport not available yet "
-                    "(use --transport grpc)\n", transport);
+    fprintf(stderr, "mcp-sink: %s transport not built into this program "
+                    "(use --transport %s)\n", transport, tool_transport_default());
     goto out;
   }
   if (rv != 0) {
@@ -470,6 +546,9 @@ int main(int argc, char **argv) {
       log_error("--out: %s", err);
       goto out;
     }
+    /* Never full state: the first push of a type is everything. */
+    if (service == MCP_SERVICE_AGGREGATED_INCREMENTAL)
+      tool_mirror_first_is_full(app.mirror);
   }
   mcp_sink_options so;
   mcp_sink_options_default(&so);
@@ -479,6 +558,7 @@ int main(int argc, char **argv) {
   so.collections = colls.v;
   so.ncollections = colls.n;
   so.incremental = incremental;
+  so.service = service;
   so.apply = apply_cb;
   so.on_event = on_core_event;
   so.user_data = &app;
@@ -487,6 +567,13 @@ int main(int argc, char **argv) {
     goto out;
   }
 
+  tool_ops_options oo = {.role = TOOL_OPS_SINK,
+                         .component = "mcp-sink",
+                         .node_id = node_id,
+                         .node_annotations = annots,
+                         .nnode_annotations = nannots};
+  if (tool_ops_new(&app.ops, &oo) != 0)
+    goto nomem;
   uv_loop_init(&app.loop);
   uv_signal_init(&app.loop, &app.sigint);
   uv_signal_init(&app.loop, &app.sigterm);
@@ -503,6 +590,8 @@ int main(int argc, char **argv) {
       .rand = tool_rand,
       .on_stream = on_stream,
       .user_data = &app,
+      .http = tool_ops_http, /* h2c: the debug endpoints on its port */
+      .http_user_data = app.ops,
   };
   if ((rv = app.tp->sink_new(&app.ep, &app.loop, &eo, app.state)) < 0) {
     log_error("cannot %s %s: %s", listen ? "listen on" : "dial", address,
@@ -513,6 +602,7 @@ int main(int argc, char **argv) {
     uv_loop_close(&app.loop);
     goto out;
   }
+  tool_ops_attach(app.ops, app.tp, app.ep);
   if (listen) {
     const char *colon = strrchr(address, ':');
     char buf[300];
@@ -529,14 +619,30 @@ int main(int argc, char **argv) {
       json_decref(o);
     }
   } else {
-    log_info("dialing the ResourceSource at %s (%s)", address, app.tp->name);
+    log_info("dialing the %s at %s (%s)", service_name(service), address,
+             app.tp->name);
   }
   /* Runs until a signal or the sync: stop() deletes the endpoint and
    * closes the handles, and the loop ends once the transport's are closed
    * too. */
+  int ops_failed = 0;
+  if (ops_args.debug_listen) {
+    char err[300];
+    if (tool_ops_listen(app.ops, &app.loop, ops_args.debug_listen, NULL, err,
+                        sizeof(err)) != 0) {
+      log_error("--debug-listen: %s", err);
+      ops_failed = 1;
+      stop(&app);
+    } else {
+      const char *colon = strrchr(ops_args.debug_listen, ':');
+      log_info("debug endpoints on http://%.*s:%d/",
+               (int)(colon - ops_args.debug_listen), ops_args.debug_listen,
+               tool_ops_port(app.ops));
+    }
+  }
   uv_run(&app.loop, UV_RUN_DEFAULT);
   uv_loop_close(&app.loop);
-  status = 0;
+  status = ops_failed ? 1 : 0;
   log_info("stopped");
   goto out;
 
@@ -549,6 +655,7 @@ bad:
   status = 2;
 out:
   mcp_sink_state_del(app.state);
+  tool_ops_del(app.ops);
   tool_mirror_del(app.mirror);
   record_clear(&app.rec);
   free(app.acked);

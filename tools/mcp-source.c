@@ -21,6 +21,7 @@
 #include "args.h"
 #include "config_load.h"
 #include "log.h"
+#include "ops/ops.h"
 #include "rand.h"
 #include "transport.h"
 #include "watch.h"
@@ -37,6 +38,7 @@ typedef struct source_app {
   uv_loop_t loop;
   const tool_transport *tp;
   void *ep;
+  tool_ops *ops; /* metrics and debug endpoints (tools/ops) */
   mcp_store *store;
   mcpcfg_loader *loader; /* NULL without --dir */
   const char *dir;
@@ -56,7 +58,8 @@ static void usage(FILE *f) {
           "usage: mcp-source [--dir DIR] [--collection NAME]...\n"
           "                  [--listen HOST:PORT | --connect HOST:PORT]\n"
           "                  [--transport grpc|h2c] [--debounce MS]\n"
-          "                  [--log-level LEVEL]\n"
+          "                  [--log-level LEVEL] [--log-format text|json]\n"
+          "                  [--debug-listen HOST:PORT]\n"
           "\n"
           "Serves the YAML files below DIR as MCP collections and pushes every\n"
           "change of them.\n"
@@ -66,10 +69,13 @@ static void usage(FILE *f) {
           "  --listen HOST:PORT serve ResourceSource: sinks dial us\n"
           "                     (default " DEFAULT_ADDRESS ")\n"
           "  --connect HOST:PORT dial a ResourceSink, reconnecting forever\n"
-          "  --transport NAME   grpc (default) or h2c\n"
+          "  --transport NAME   grpc (default) or h2c: HTTP/2 without TLS\n"
           "  --debounce MS      push a change once its collection has been\n"
           "                     quiet for MS milliseconds (default %d; 0: at once)\n"
           "  --log-level LEVEL  error, warn, info (default) or debug\n"
+          "  --log-format FORMAT text (default) or json: one object per line\n"
+          "  --debug-listen HOST:PORT serve /metrics, /debug/syncz, /healthz\n"
+          "                     and /readyz over HTTP\n"
           "  --help             this text\n"
           "\n"
           "Exit status: 0 after SIGINT or SIGTERM, 1 on a runtime failure,\n"
@@ -92,7 +98,9 @@ static int usage_error(const char *fmt, ...) {
 /* ---- events (the transport's thread) ---- */
 
 static void on_core_event(const mcp_event *ev, void *ud) {
-  (void)ud;
+  source_app *a = ud;
+  tool_ops_event(a->ops, ev);
+  TOOL_LOG_CONTEXT(.collection = ev->collection);
   switch (ev->type) {
   case MCP_EVENT_REQUEST:
     log_debug("request for %s", ev->collection);
@@ -125,6 +133,8 @@ static void on_core_event(const mcp_event *ev, void *ud) {
 
 static void on_stream(int opened, const tool_stream_info *info, void *ud) {
   source_app *a = ud;
+  tool_ops_stream(a->ops, opened, info);
+  TOOL_LOG_CONTEXT(.stream = info->id, .peer = info->peer);
   if (opened) {
     if (info->dialed)
       log_debug("stream %llu: dialing %s", (unsigned long long)info->id,
@@ -230,6 +240,7 @@ static void stop(source_app *a) {
   if (a->stopping)
     return;
   a->stopping = 1;
+  tool_ops_close(a->ops);
   a->tp->source_del(a->ep);
   a->ep = NULL;
   uv_close((uv_handle_t *)&a->sigint, NULL);
@@ -261,13 +272,14 @@ typedef struct source_args {
   unsigned long debounce_ms;
   tool_log_level level;
   tool_strv colls;
+  tool_ops_args ops; /* --debug-listen, --log-format */
 } source_args;
 
 /* Returns -1 to run, or the exit status (0 for --help, 2 for a usage
  * error, reported). */
 static int parse_args(int argc, char **argv, source_args *o) {
   const char *listen = NULL, *connect = NULL, *level = "info", *v = NULL;
-  o->transport = "grpc";
+  o->transport = tool_transport_default();
   o->debounce_ms = DEFAULT_DEBOUNCE_MS;
   for (int i = 1; i < argc; i++) {
     int rv;
@@ -298,6 +310,8 @@ static int parse_args(int argc, char **argv, source_args *o) {
         return usage_error("--debounce: not a number of milliseconds: %s", v);
     } else if (VALUE("--log-level")) {
       level = v;
+    } else if ((rv = tool_ops_parse_arg(argc, argv, &i, &o->ops)) != 0) {
+      /* --debug-listen, --log-format */
     } else {
       return usage_error("unknown argument: %s", argv[i]);
     }
@@ -331,6 +345,7 @@ int main(int argc, char **argv) {
     return status;
   }
   tool_log_init("mcp-source", args.level);
+  tool_log_set_format(args.ops.log_format);
   const char *dir = args.dir, *address = args.address;
   const tool_strv colls = args.colls;
   int connect = args.dial, rv;
@@ -340,8 +355,9 @@ int main(int argc, char **argv) {
   memset(&app, 0, sizeof(app));
   rv = tool_transport_find(args.transport, &app.tp);
   if (rv == -2) {
-    fprintf(stderr, "mcp-source: %s transport not available yet "
-                    "(use --transport grpc)\n", args.transport);
+    fprintf(stderr, "mcp-source: %s transport not built into this program "
+                    "(use --transport %s)\n", args.transport,
+            tool_transport_default());
     tool_strv_free(&args.colls);
     return 2;
   }
@@ -402,6 +418,11 @@ int main(int argc, char **argv) {
            total == 1 ? "" : "s", ncoll, ncoll == 1 ? "" : "s",
            (unsigned long long)mcp_store_epoch(app.store));
 
+  tool_ops_options oo = {.role = TOOL_OPS_SOURCE, .component = "mcp-source"};
+  if (tool_ops_new(&app.ops, &oo) != 0) {
+    log_error("out of memory");
+    goto out;
+  }
   mcp_source_options sopts;
   mcp_source_options_default(&sopts);
   sopts.store = app.store;
@@ -419,6 +440,8 @@ int main(int argc, char **argv) {
       .rand = tool_rand,
       .on_stream = on_stream,
       .user_data = &app,
+      .http = tool_ops_http, /* h2c: the debug endpoints on its port */
+      .http_user_data = app.ops,
   };
   uv_loop_init(&app.loop);
   if ((rv = app.tp->source_new(&app.ep, &app.loop, &eo, &sopts)) < 0) {
@@ -436,6 +459,8 @@ int main(int argc, char **argv) {
     bound_address(buf, sizeof(buf), address, app.tp->source_port(app.ep));
     log_info("serving ResourceSource on %s (%s)", buf, app.tp->name);
   }
+  tool_ops_attach(app.ops, app.tp, app.ep);
+  tool_ops_set_ready(app.ops, 1); /* the first load is in the store */
 
   uv_signal_init(&app.loop, &app.sigint);
   uv_signal_init(&app.loop, &app.sigterm);
@@ -456,8 +481,22 @@ int main(int argc, char **argv) {
   }
   /* Runs until a signal: stop() deletes the endpoint and closes the
    * handles, and the loop ends once the transport's are closed too. */
+  int ops_failed = 0;
+  if (args.ops.debug_listen) {
+    char err[300], buf[300];
+    if (tool_ops_listen(app.ops, &app.loop, args.ops.debug_listen, NULL, err,
+                        sizeof(err)) != 0) {
+      log_error("--debug-listen: %s", err);
+      ops_failed = 1;
+      stop(&app);
+    } else {
+      bound_address(buf, sizeof(buf), args.ops.debug_listen,
+                    tool_ops_port(app.ops));
+      log_info("debug endpoints on http://%s/", buf);
+    }
+  }
   uv_run(&app.loop, UV_RUN_DEFAULT);
-  status = 0;
+  status = ops_failed ? 1 : 0;
   rv = uv_loop_close(&app.loop);
   if (rv != 0)
     log_debug("loop close: %s", uv_strerror(rv));
@@ -465,6 +504,7 @@ int main(int argc, char **argv) {
 out:
   mcpcfg_loader_del(app.loader);
   mcp_store_del(app.store);
+  tool_ops_del(app.ops);
   tool_strv_free(&args.colls);
   if (status == 0)
     log_info("stopped");

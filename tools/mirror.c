@@ -28,7 +28,10 @@ struct tool_mirror {
   char *root;
   mcoll *colls;
   size_t ncolls;
+  int first_is_full; /* tool_mirror_first_is_full() */
 };
+
+void tool_mirror_first_is_full(tool_mirror *m) { m->first_is_full = 1; }
 
 static char *join(const char *a, const char *b, const char *suffix) {
   size_t la = strlen(a), lb = strlen(b), ls = strlen(suffix);
@@ -324,13 +327,6 @@ int tool_mirror_apply(tool_mirror *m, const mcp_change *ch, char *msg,
       return MCP_CODE_INVALID_ARGUMENT;
     }
   }
-  for (size_t i = 0; i < ch->nremoved; i++) {
-    if (!tool_path_safe(ch->removed[i])) {
-      snprintf(msg, msglen, "removed name \"%s\" is not a safe path",
-               ch->removed[i]);
-      return MCP_CODE_INVALID_ARGUMENT;
-    }
-  }
   json_t **docs = calloc(ch->nresources ? ch->nresources : 1, sizeof(*docs));
   if (!docs) {
     snprintf(msg, msglen, "out of memory");
@@ -377,11 +373,18 @@ int tool_mirror_apply(tool_mirror *m, const mcp_change *ch, char *msg,
   for (size_t i = 0; i < ch->nresources; i++)
     json_decref(docs[i]);
   free(docs);
-  for (size_t i = 0; i < ch->nremoved && !code; i++)
-    code = remove_file(c, ch->removed[i], msg, msglen);
-  if (!code && !ch->incremental)
+  /* A removed name that is not a safe path was never written (its change
+   * was rejected): nothing to remove. Incremental pushes name such
+   * resources when they came and went after what the sink ACKed last. */
+  for (size_t i = 0; i < ch->nremoved && !code; i++) {
+    if (tool_path_safe(ch->removed[i]))
+      code = remove_file(c, ch->removed[i], msg, msglen);
+  }
+  /* The whole content: full state, or the first change when it is. */
+  int whole = !ch->incremental || (m->first_is_full && !c->reconciled);
+  if (!code && whole)
     code = remove_others(c, ch, msg, msglen);
-  if (!code && !ch->incremental && !c->reconciled) {
+  if (!code && whole && !c->reconciled) {
     sweep(m, c, c->dir, "");
     c->reconciled = 1;
   }

@@ -9,13 +9,16 @@
  * the one last written is not rewritten. A removed resource's file is
  * deleted, with the directories its name created once they are empty.
  *
- * The first full-state push of a collection after start also deletes every
+ * The first full-state push of a collection after start (or its first
+ * change, after tool_mirror_first_is_full()) also deletes every
  * other *.json file below DIR/<collection> (what an earlier run left), except
  * below the directory of another requested collection: from then on the
  * directory holds exactly the collection.
  *
- * Names must stay inside DIR: a resource name (or removed name) that is not
- * tool_path_safe() rejects the whole change.
+ * Names must stay inside DIR: a resource name that is not tool_path_safe()
+ * rejects the whole change. A removed name that is not safe is ignored: no
+ * change carrying it was ever accepted, so there is no file (an incremental
+ * push lists it when the resource came and went since the sink's last ACK).
  *
  * Not thread-safe: used from the sink's apply callback only.
  */
@@ -38,6 +41,15 @@ int tool_mirror_new(tool_mirror **pm, const char *dir,
                     size_t errlen);
 
 void tool_mirror_del(tool_mirror *m);
+
+/*
+ * Declares that the first change of each collection carries its whole
+ * content even when it is incremental, as on IncrementalAggregatedResources
+ * (never full state): a new sink holds nothing and says so, so the first
+ * push it accepts is everything. That change then also reconciles the
+ * directory (removes what an earlier run left).
+ */
+void tool_mirror_first_is_full(tool_mirror *m);
 
 /*
  * Applies one accepted-to-be change: returns 0 when the files are written

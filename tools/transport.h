@@ -19,6 +19,8 @@
 #include <mcp/mcp.h>
 #include <uv.h>
 
+#include "ops/http.h" /* ops_http_fn: plain HTTP on the transport's port */
+
 typedef enum tool_mode {
   TOOL_LISTEN = 0, /* serve the role's service on an address */
   TOOL_DIAL = 1    /* dial the peer and reconnect forever */
@@ -32,6 +34,15 @@ typedef struct tool_stream_info {
   uint64_t received, sent;
   int status;          /* closed only: the gRPC status code */
   const char *details; /* closed only */
+  /* Introspection (tools/ops): the stream's session, NULL once it is
+   * ending; when it opened (the transport's clock, 0: unknown); the peer's
+   * verified identities (TLS) and whether the connection is TLS. */
+  mcp_source_session *source;
+  mcp_sink_session *sink;
+  mcp_tstamp opened;
+  const char *const *identities;
+  size_t nidentities;
+  int tls;
 } tool_stream_info;
 
 /* Runs on the transport's thread. |opened| 1: a stream started (a dialed one
@@ -45,9 +56,19 @@ typedef struct tool_endpoint_options {
   mcp_rand_fn rand;    /* reconnection jitter */
   tool_stream_cb on_stream;
   void *user_data;
+  /* LISTEN, transports that answer plain HTTP/1.1 on their own port (h2c):
+   * the handler of those requests (the debug endpoints, tools/ops/ops.h),
+   * run on the main thread. NULL: the transport's built-in answers. */
+  ops_http_fn http;
+  void *http_user_data;
 } tool_endpoint_options;
 
 typedef void (*tool_store_fn)(mcp_store *store, mcp_tstamp ts, void *ud);
+
+/* Introspection (tools/ops): run where the streams and the sink state
+ * live, while the caller waits. */
+typedef void (*tool_stream_fn)(const tool_stream_info *info, void *ud);
+typedef void (*tool_state_fn)(mcp_sink_state *state, mcp_tstamp ts, void *ud);
 
 /* What the open sink stream has sent, for a clean exit. */
 typedef struct tool_sink_stream_stats {
@@ -85,6 +106,15 @@ typedef struct tool_transport {
   int (*sink_stats)(void *ep, tool_sink_stream_stats *st);
   /* As source_del(): the state is no longer touched when it returns. */
   void (*sink_del)(void *ep);
+
+  /* Introspection for the debug endpoints (tools/ops; NULL: none). From
+   * the main thread, also inside ops_http_fn: call |fn| once per open
+   * stream (with its session set) / once with the sink state, where they
+   * live, and return once done. Negative on failure (the endpoint is
+   * stopping). */
+  int (*source_streams)(void *ep, tool_stream_fn fn, void *ud);
+  int (*sink_streams)(void *ep, tool_stream_fn fn, void *ud);
+  int (*sink_call)(void *ep, tool_state_fn fn, void *ud);
 } tool_transport;
 
 /*
@@ -94,7 +124,12 @@ typedef struct tool_transport {
  */
 int tool_transport_find(const char *name, const tool_transport **pt);
 
-/* The transports linked in. */
+/* The name of the default transport: "grpc" when it is built in, else the
+ * first one built in. */
+const char *tool_transport_default(void);
+
+/* The transports linked in (TOOLS_HAVE_GRPC, TOOLS_HAVE_H2C). */
 extern const tool_transport tool_transport_grpc;
+extern const tool_transport tool_transport_h2c;
 
 #endif /* TOOLS_TRANSPORT_H */

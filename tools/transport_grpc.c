@@ -22,11 +22,7 @@ typedef struct grpc_ep {
   mcp_grpc_sink *sink;
 } grpc_ep;
 
-static void on_stream(mcp_grpc_stream_event ev,
-                      const mcp_grpc_stream_info *info, void *ud) {
-  ep_ctx *ctx = ud;
-  if (!ctx->on_stream)
-    return;
+static tool_stream_info stream_info(const mcp_grpc_stream_info *info) {
   tool_stream_info ti = {
       .id = info->id,
       .peer = info->peer ? info->peer : "",
@@ -35,7 +31,23 @@ static void on_stream(mcp_grpc_stream_event ev,
       .sent = info->sent,
       .status = info->status,
       .details = info->details ? info->details : "",
+      .source = info->source,
+      .sink = info->sink,
+      .opened = info->opened,
+      .identities = info->identities,
+      .nidentities = info->nidentities,
+      .tls = info->tls,
   };
+  return ti;
+}
+
+static void on_stream(mcp_grpc_stream_event ev,
+                      const mcp_grpc_stream_info *info, void *ud) {
+  ep_ctx *ctx = ud;
+  /* A refused call never was a stream: no OPENED came before it. */
+  if (!ctx->on_stream || ev == MCP_GRPC_STREAM_REFUSED)
+    return;
+  tool_stream_info ti = stream_info(info);
   ctx->on_stream(ev == MCP_GRPC_STREAM_OPENED, &ti, ctx->user_data);
 }
 
@@ -135,6 +147,33 @@ static int sink_stats(void *ep, tool_sink_stream_stats *st) {
   return mcp_grpc_sink_streams(((grpc_ep *)ep)->sink, stats_fn, st);
 }
 
+/* Introspection (tools/ops): the gRPC calls run |fn| on the transport
+ * thread and return once done. */
+typedef struct walk_ctx {
+  tool_stream_fn fn;
+  void *ud;
+} walk_ctx;
+
+static void walk_fn(const mcp_grpc_stream_info *info, void *ud) {
+  walk_ctx *w = ud;
+  tool_stream_info ti = stream_info(info);
+  w->fn(&ti, w->ud);
+}
+
+static int source_streams(void *ep, tool_stream_fn fn, void *ud) {
+  walk_ctx w = {fn, ud};
+  return mcp_grpc_source_streams(((grpc_ep *)ep)->src, walk_fn, &w);
+}
+
+static int sink_streams(void *ep, tool_stream_fn fn, void *ud) {
+  walk_ctx w = {fn, ud};
+  return mcp_grpc_sink_streams(((grpc_ep *)ep)->sink, walk_fn, &w);
+}
+
+static int sink_call(void *ep, tool_state_fn fn, void *ud) {
+  return mcp_grpc_sink_call(((grpc_ep *)ep)->sink, fn, ud);
+}
+
 static void sink_del(void *p) {
   grpc_ep *ep = p;
   if (ep) {
@@ -154,4 +193,7 @@ const tool_transport tool_transport_grpc = {
     .sink_port = sink_port,
     .sink_stats = sink_stats,
     .sink_del = sink_del,
+    .source_streams = source_streams,
+    .sink_streams = sink_streams,
+    .sink_call = sink_call,
 };

@@ -12,7 +12,10 @@ Every scenario runs in both directions of the connection:
 Usage: test_e2e.py --build-dir BUILD [--transport grpc|h2c] [unittest args]
 
 The same suite serves every transport: --transport is passed to both
-programs. Standard library only. Every wait is bounded (a condition polled
+programs. The Cross* classes run every scenario again with mcp-sink on the
+other transport (grpc <-> h2c; skipped when it is not built in), so each
+transport's client talks to the other's server in both roles. Standard
+library only. Every wait is bounded (a condition polled
 until a deadline); children are killed in tearDown.
 """
 
@@ -31,6 +34,7 @@ import unittest
 
 BUILD_DIR = None
 TRANSPORT = "grpc"
+OTHER = "h2c"  # the other transport (CrossBase)
 
 VS = "istio/networking/v1alpha3/virtualservices"
 DR = "istio/networking/v1alpha3/destinationrules"
@@ -121,6 +125,36 @@ class Proc:
                 f.close()
             except OSError:
                 pass
+
+
+TRANSPORTS = ("grpc", "h2c")
+_built = {}
+
+
+def transport_built(t):
+    """Whether the programs offer transport |t|: a probe mcp-sink either
+    starts listening or exits at once (status 2) naming it."""
+    if t not in _built:
+        p = subprocess.Popen(
+            [os.path.join(BUILD_DIR, "tools", "mcp-sink"), "--transport", t,
+             "--collection", "probe", "--json", "--listen", "127.0.0.1:0"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        timer = threading.Timer(WAIT, p.kill)  # bounds the readline
+        timer.start()
+        try:
+            line = p.stdout.readline()  # "listening", or EOF at exit
+            _built[t] = '"listening"' in line
+        finally:
+            timer.cancel()
+            if p.poll() is None:
+                p.terminate()
+            try:
+                p.communicate(timeout=WAIT)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
+    return _built[t]
 
 
 def free_port():
@@ -629,12 +663,13 @@ class Scenarios:
         before = self.wait_mirror(self.COLLS)
         good_files = dict(self.files)
         # Break a file: its resources keep their last good content.
+        # Atomically: a scan between a truncation and the write would load
+        # an empty (valid) file and drop the resources legitimately.
         path = os.path.join(self.config, "bookinfo", "rules.yaml")
-        with open(path, "w") as f:
-            f.write("apiVersion: networking.istio.io/v1alpha3\n"
-                    "kind: DestinationRule\n"
-                    "metadata: {name: reviews, namespace: bookinfo\n"
-                    "spec: [unclosed\n")
+        write_atomic(path, "apiVersion: networking.istio.io/v1alpha3\n"
+                     "kind: DestinationRule\n"
+                     "metadata: {name: reviews, namespace: bookinfo\n"
+                     "spec: [unclosed\n")
         self.wait_for(lambda: path in src.stderr(),
                       "the broken file to be reported with its path", src)
         # A document without metadata.name is reported; its file's other
@@ -698,8 +733,20 @@ class Scenarios:
                          ["a/b", "c"])
 
     def test_unsafe_name_nacked(self):
+        self._unsafe_name_nacked(incremental=False)
+
+    def test_unsafe_name_nacked_incremental(self):
+        """The next incremental push lists the rejected name as removed
+        (it came and went since the last ACK): not held, so no file, and
+        the mirror must not NACK it again (that would reject every later
+        push too)."""
+        self._unsafe_name_nacked(incremental=True)
+
+    def _unsafe_name_nacked(self, incremental):
         self.standard_files()
-        src, snk = self.start_pair(self.COLLS, debounce=0)
+        src, snk = self.start_pair(
+            self.COLLS, debounce=0,
+            sink_args=["--incremental"] if incremental else [])
         before = self.wait_mirror(self.COLLS)
         n = len(snk.responses())
         self.put("evil.yaml", [vs("x..y", "evil", "bookinfo")])
@@ -717,8 +764,19 @@ class Scenarios:
         n = len(snk.responses())
         self.remove("evil.yaml")
         self.put("ok.yaml", [vs("ok", "ok", "bookinfo")])
-        e = self.wait_response(snk, lambda e: e["collection"] == VS and
-                               e["verdict"] == "ack", "the next push", since=n)
+        e = self.wait_response(snk, lambda e: e["collection"] == VS,
+                               "the next push", since=n)
+        self.assertEqual(e["verdict"], "ack", e)
+        if incremental:
+            self.assertTrue(e["incremental"], e)
+            self.assertEqual(e["removed"], ["bookinfo/x..y"])
+        self.wait_mirror(self.COLLS)
+        # And the one after.
+        n = len(snk.responses())
+        self.put("ok2.yaml", [vs("ok2", "ok2", "bookinfo")])
+        e = self.wait_response(snk, lambda e: e["collection"] == VS,
+                               "the push after", since=n)
+        self.assertEqual(e["verdict"], "ack", e)
         self.wait_mirror(self.COLLS)
         self.stop_both()
 
@@ -822,6 +880,31 @@ class SourceDialsSink(Scenarios, Base):
     MODE = "source-dials"
 
 
+class CrossBase(Base):
+    """mcp-source on the transport under test, mcp-sink on the other one:
+    both speak standard gRPC on the wire, so every scenario must behave the
+    same (gRPC's C core against our HTTP/2 code, in both roles)."""
+
+    def setUp(self):
+        if not transport_built(OTHER):
+            self.skipTest("the %s transport is not built in" % OTHER)
+        super().setUp()
+
+    def start(self, name, args):
+        t = TRANSPORT if name == "mcp-source" else OTHER
+        p = Proc(name, [self.exe(name), "--transport", t] + list(args))
+        self.procs.append(p)
+        return p
+
+
+class CrossSinkDialsSource(Scenarios, CrossBase):
+    MODE = "sink-dials"
+
+
+class CrossSourceDialsSink(Scenarios, CrossBase):
+    MODE = "source-dials"
+
+
 # --------------------------------------------------------------------------
 # Command line
 # --------------------------------------------------------------------------
@@ -864,14 +947,36 @@ class CommandLine(Base):
             self.assertEqual(rc, 0)
             self.assertIn("usage:", out)
 
-    def test_h2c_refused(self):
-        if TRANSPORT == "h2c":
-            self.skipTest("h2c is the transport under test")
-        for prog, extra in (("mcp-source", []),
-                            ("mcp-sink", ["--collection", VS])):
-            rc, out, err = run([self.exe(prog), "--transport", "h2c"] + extra)
-            self.assertEqual(rc, 2, err)
-            self.assertIn("h2c transport not available yet", err)
+    def test_every_transport_runs(self):
+        """Both programs start on every transport built in, listen on the
+        port given (0: a free one, logged), name the transport, and stop
+        with 0 on SIGTERM; the one under test must be built in."""
+        self.assertTrue(transport_built(TRANSPORT), TRANSPORT)
+        for t in TRANSPORTS:
+            if not transport_built(t):
+                continue
+            with self.subTest(transport=t):
+                snk = Proc("mcp-sink", [self.exe("mcp-sink"), "--transport", t,
+                                        "--collection", VS, "--json",
+                                        "--listen", "127.0.0.1:0"])
+                src = Proc("mcp-source", [self.exe("mcp-source"),
+                                          "--transport", t,
+                                          "--listen", "127.0.0.1:0"])
+                self.procs += [snk, src]
+                ev = self.wait_for(
+                    lambda: [e for e in snk.events()
+                             if e.get("event") == "listening"],
+                    "the sink's listening event", snk)[0]
+                self.assertRegex(ev["address"], r"^127\.0\.0\.1:[1-9][0-9]*$")
+                self.wait_for(lambda: "serving ResourceSink on %s (%s)"
+                              % (ev["address"], t) in snk.stderr(),
+                              "the sink to name its transport", snk)
+                self.wait_for(lambda: "(%s)" % t in src.stderr() and
+                              "serving ResourceSource on 127.0.0.1:"
+                              in src.stderr(), "the source to listen", src)
+                for p in (snk, src):
+                    p.signal(signal.SIGTERM)
+                    self.assertEqual(p.wait(), 0, self.logs())
 
     def test_source_missing_dir(self):
         rc, out, err = run([self.exe("mcp-source"), "--transport", TRANSPORT,
@@ -906,13 +1011,14 @@ class CommandLine(Base):
 
 
 def main():
-    global BUILD_DIR, TRANSPORT
+    global BUILD_DIR, TRANSPORT, OTHER
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build-dir", required=True)
     ap.add_argument("--transport", default="grpc")
     args, rest = ap.parse_known_args()
     BUILD_DIR = os.path.abspath(args.build_dir)
     TRANSPORT = args.transport
+    OTHER = "h2c" if TRANSPORT == "grpc" else "grpc"
     for prog in ("mcp-source", "mcp-sink"):
         if not os.access(os.path.join(BUILD_DIR, "tools", prog), os.X_OK):
             sys.exit("test_e2e: %s/tools/%s is not built" % (BUILD_DIR, prog))

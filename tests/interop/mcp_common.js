@@ -110,13 +110,14 @@ function listen(service, impl, addr, onBound) {
 // Dial a bidi stream and keep redialling (fixed short backoff: these are test
 // peers, the peer under test is expected to come back quickly). open(call)
 // installs the per-stream handlers; the returned stop() ends the loop.
-function dialLoop(ClientCtor, addr, prog, open) {
+// |method|: the client's method (default EstablishResourceStream).
+function dialLoop(ClientCtor, addr, prog, open, method = 'EstablishResourceStream') {
   const client = new ClientCtor(addr, grpc.credentials.createInsecure());
   let stopped = false;
   let call = null;
   const start = () => {
     if (stopped) return;
-    call = client.EstablishResourceStream();
+    call = client[method]();
     let ended = false;
     const again = (why) => {
       if (ended) return;

@@ -7,7 +7,9 @@ The Node peers (mcp_sink.js, mcp_source.js, next to this file) are written
 from docs/protocol.md and the .proto files only. Every case runs over
 127.0.0.1 with fresh ports, in both directions of the protocol:
   ResourceSource (the sink dials the source) and ResourceSink (the source dials
-  the sink, with the "$triggerCollection" trigger).
+  the sink, with the "$triggerCollection" trigger); and the node sink on
+  AggregatedMeshConfigService (StreamAggregatedResources and
+  IncrementalAggregatedResources, keyed by type URL) against our mcp-source.
 The Node dependencies are installed from package-lock.json (npm ci) when
 tests/interop/node_modules is missing. Cases skip, with a message, when our
 programs are not built, do not offer --transport (a probe mcp-sink exits
@@ -326,8 +328,8 @@ class Base(unittest.TestCase):
                 time.sleep(0.05)
         self.fail(f'{p.name} is not listening on {port}\n{p.describe()}')
 
-    def our_source(self, extra):
-        port = free_port()
+    def our_source(self, extra, port=None):
+        port = port or free_port()
         d = os.path.join(self.tmp, 'config')
         return self.ours('mcp-source', [self.src_bin, '--dir', d, '--listen', f'127.0.0.1:{port}',
                                         '--debounce', '20'] + extra, port), port
@@ -495,6 +497,150 @@ class OurSourceToNodeSink(Base):
         sink.wait_for(response(DR, verdict='ack'), 'DR served next to an unknown collection')
         time.sleep(0.5)
         self.assertEqual([l for l in sink.lines if l.get('collection') == 'example/unknown'], [])
+
+
+T_VS = 'type.googleapis.com/istio.networking.v1alpha3.VirtualService'
+T_DR = 'type.googleapis.com/istio.networking.v1alpha3.DestinationRule'
+T_GW = 'type.googleapis.com/istio.networking.v1alpha3.Gateway'
+T_CM = 'type.googleapis.com/k8s.io.api.core.v1.ConfigMap'
+COLLECTION_OF_TYPE = {T_VS: VS, T_DR: DR, T_GW: GW, T_CM: CM}
+
+
+def sent(collection, **kw):
+    """A request the node sink sent on an aggregated API."""
+    return lambda l: (l.get('event') == 'sent' and l.get('collection') == collection and
+                      all(l.get(k) == v for k, v in kw.items()))
+
+
+class OurSourceToNodeAggregatedSink(Base):
+    """(d) our mcp-source serves AggregatedMeshConfigService (on the same port
+    as ResourceSource, no flag); the node sink dials StreamAggregatedResources
+    or IncrementalAggregatedResources with type URLs."""
+
+    def start(self, api, extra=(), port=None):
+        self.write_config()
+        src, port = self.our_source(['--collection', GW], port)
+        sink = self.node_sink(['--connect', f'127.0.0.1:{port}', '--api', api, '--collection', T_VS,
+                               '--collection', T_DR, '--collection', T_CM, '--collection', T_GW] + list(extra))
+        return src, sink, port
+
+    def check_synced(self, sink, api):
+        inc = api == 'aggregated-incremental'
+        for t in (T_VS, T_DR, T_CM, T_GW):
+            line = sink.wait_for(response(t, verdict='ack'), f'ACKed push of {t}')
+            self.assertEqual(line['incremental'], inc, line)
+            if inc:
+                # The type travels in the nonce; the first request said "holds nothing".
+                self.assertRegex(line['nonce'], r'^[0-9]+:' + t.replace('.', r'\.') + '$')
+                self.assertEqual(sink.wait_for(sent(t, response_nonce=''), 'first request')['initial'], {})
+            else:
+                self.assertRegex(line['nonce'], r'^[0-9]+$')
+                self.assertEqual(sink.wait_for(sent(t, response_nonce=''), 'first request')['version_info'], '')
+                ack = sink.wait_for(sent(t, response_nonce=line['nonce']), f'ACK of {t}')
+                self.assertEqual(ack['version_info'], line['system_version_info'])  # what is applied
+            self.assertEqual(line['removed'], [])
+            for r in line['resources']:
+                self.assertEqual(r['type_url'], STRUCT)  # the bodies, whatever the type requested
+                self.assertEqual(r['body'], BODIES[(COLLECTION_OF_TYPE[t], r['name'])], r['name'])
+        self.assertEqual(set(replay(sink.lines, T_VS)), {'bookinfo/reviews', 'bookinfo/ratings'})
+        self.assertEqual(replay(sink.lines, T_VS)['bookinfo/reviews'], '7')  # metadata.resourceVersion
+        self.assertEqual(set(replay(sink.lines, T_DR)), {'bookinfo/reviews'})
+        self.assertEqual(set(replay(sink.lines, T_CM)), {'istio-system/istio'})
+        self.assertEqual(replay(sink.lines, T_GW), {})
+
+    def check_edit(self, sink, api):
+        mark = sink.mark()
+        self.write_yaml('bookinfo/virtualservices.yaml', VS_YAML_EDITED)
+        line = sink.wait_for(response(T_VS), 'push after the YAML edit', since=mark)
+        self.assertEqual(line['verdict'], 'ack', line)
+        self.assertEqual(replay(sink.lines, T_VS), {'bookinfo/reviews': '8'})
+        self.assertEqual([r['name'] for r in line['resources']], ['bookinfo/reviews'])
+        self.assertEqual(line['resources'][0]['body'], EDITED_REVIEWS)
+        if api == 'aggregated-incremental':
+            self.assertTrue(line['incremental'], line)
+            self.assertEqual(line['removed'], ['bookinfo/ratings'])
+        else:
+            self.assertFalse(line['incremental'], line)  # full state: ratings is gone by absence
+        self.assertEqual(line['total'], 1)
+        time.sleep(0.3)
+        self.assertEqual([l for l in sink.lines[mark:] if l.get('event') == 'response'
+                          and l['collection'] != T_VS], [], 'untouched types got nothing')
+
+    def run_case(self, api):
+        _, sink, _ = self.start(api)
+        self.check_synced(sink, api)
+        self.check_edit(sink, api)
+        self.assert_no_nack(sink)
+
+    def test_aggregated(self):
+        self.run_case('aggregated')
+
+    def test_aggregated_incremental(self):
+        self.run_case('aggregated-incremental')
+
+    def nack_case(self, api):
+        # istio/istio#12023: a NACK must not be answered by the same push.
+        src, sink, _ = self.start(api, ['--nack-name', 'bookinfo/evil'])
+        good = sink.wait_for(response(T_VS, verdict='ack'), 'first VS push')
+        for t in (T_DR, T_CM, T_GW):
+            sink.wait_for(response(t, verdict='ack'), f'{t} ACKed')
+        mark = sink.mark()
+        self.write_yaml('bookinfo/evil.yaml', VS_YAML.replace('name: ratings', 'name: evil'))
+        bad = sink.wait_for(response(T_VS), 'the push the sink rejects', since=mark)
+        self.assertEqual((bad['verdict'], bad['error']['code']), ('nack', 3), bad)
+        nack = sink.wait_for(sent(T_VS, response_nonce=bad['nonce']), 'the NACK')
+        self.assertEqual(nack['error_code'], 3)
+        if api == 'aggregated':
+            # version_info of a NACK: the previous good version, still applied.
+            self.assertEqual(nack['version_info'], good['system_version_info'])
+        end = time.monotonic() + DEADLINE
+        while 'rejected' not in src.stderr() and time.monotonic() < end:
+            time.sleep(0.05)
+        self.assertIn('rejected', src.stderr())
+        time.sleep(1.0)
+        self.assertEqual([l for l in sink.lines[mark:] if response(T_VS)(l)], [bad], 'NACKed content pushed again')
+        self.assertEqual(src.stderr().count('sink rejected'), 1, src.stderr())
+        self.assertEqual(set(replay(sink.lines, T_VS)), {'bookinfo/reviews', 'bookinfo/ratings'})
+        # The next change is pushed, once, and accepted.
+        mark = sink.mark()
+        os.unlink(os.path.join(self.tmp, 'config', 'bookinfo', 'evil.yaml'))
+        line = sink.wait_for(response(T_VS), 'the push after the fix', since=mark)
+        self.assertEqual(line['verdict'], 'ack', line)
+        if api == 'aggregated':
+            self.assertEqual(sink.wait_for(sent(T_VS, response_nonce=line['nonce']), 'ACK')['version_info'],
+                             line['system_version_info'])
+        else:
+            # The difference from what the sink holds: evil came and went.
+            self.assertEqual(line['resources'], [])
+        self.assertEqual(set(replay(sink.lines, T_VS)), {'bookinfo/reviews', 'bookinfo/ratings'})
+        time.sleep(0.5)
+        self.assertEqual(len([l for l in sink.lines[mark:] if response(T_VS)(l)]), 1)
+
+    def test_aggregated_nack_is_not_resent(self):
+        self.nack_case('aggregated')
+
+    def test_aggregated_incremental_nack_is_not_resent(self):
+        self.nack_case('aggregated-incremental')
+
+    def test_aggregated_incremental_resumes_after_source_restart(self):
+        src, sink, port = self.start('aggregated-incremental')
+        self.check_synced(sink, 'aggregated-incremental')
+        ratings = replay(sink.lines, T_VS)['bookinfo/ratings']
+        self.assertEqual(src.stop(), 0, src.describe())
+        self.write_yaml('bookinfo/virtualservices.yaml', VS_YAML_EDITED)  # ratings deleted meanwhile
+        mark = sink.mark()
+        self.our_source(['--collection', GW], port)
+        req = sink.wait_for(sent(T_VS, response_nonce=''), 'the resumed request', since=mark)
+        self.assertEqual(req['initial'], {'bookinfo/reviews': '7', 'bookinfo/ratings': ratings})
+        line = sink.wait_for(response(T_VS), 'the resumption difference', since=mark)
+        self.assertEqual((line['verdict'], line['incremental']), ('ack', True), line)
+        self.assertEqual([r['name'] for r in line['resources']], ['bookinfo/reviews'])
+        self.assertEqual(line['removed'], ['bookinfo/ratings'])
+        self.assertEqual(replay(sink.lines, T_VS), {'bookinfo/reviews': '8'})
+        # Unchanged types: an empty difference, answered all the same.
+        dr = sink.wait_for(response(T_DR), 'the DR resumption', since=mark)
+        self.assertEqual((dr['resources'], dr['removed'], dr['verdict']), ([], [], 'ack'))
+        self.assert_no_nack(sink)
 
 
 class NodeSourceToOurSink(Base):

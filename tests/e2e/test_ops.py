@@ -1,0 +1,714 @@
+#!/usr/bin/env python3
+"""End-to-end tests of the operations side of mcp-source and mcp-sink.
+
+The real programs over 127.0.0.1 with --debug-listen and --log-format json:
+every debug endpoint is checked against the state it reports, as the
+programs show it elsewhere (the sink's --json lines, its mirror):
+
+  /metrics         counters against the responses the sink printed
+  /debug/syncz     versions, nonces and counters against the same
+  /debug/journal   the sink's initial requests and answers, in order
+  /healthz         200 while running
+  /readyz          503 before the sync, 200 after (sink); 200 once loaded
+                   (source)
+  --log-format     every line of stderr is a JSON object
+
+With --transport h2c, the same paths also answer plain HTTP/1.1 on the
+transport's own port.
+
+Usage: test_ops.py --build-dir BUILD [--transport grpc|h2c] [unittest args]
+
+Standard library only (http.client). Every wait is bounded.
+"""
+
+import argparse
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+BUILD_DIR = None
+TRANSPORT = "grpc"
+
+VS = "istio/networking/v1alpha3/virtualservices"
+DR = "istio/networking/v1alpha3/destinationrules"
+TRIGGER = "$triggerCollection"
+
+WAIT = 15.0
+
+
+# --------------------------------------------------------------------------
+# Processes and files
+# --------------------------------------------------------------------------
+
+class Proc:
+    """A child whose stdout and stderr lines are collected by threads."""
+
+    def __init__(self, name, argv):
+        self.name = name
+        self.argv = argv
+        self.out, self.err = [], []
+        self.lock = threading.Lock()
+        self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True,
+                                  bufsize=1, errors="replace")
+        self.threads = [threading.Thread(target=self._read, args=(f, into),
+                                         daemon=True)
+                        for f, into in ((self.p.stdout, self.out),
+                                        (self.p.stderr, self.err))]
+        for t in self.threads:
+            t.start()
+
+    def _read(self, f, into):
+        for line in f:
+            with self.lock:
+                into.append(line.rstrip("\n"))
+
+    def stdout_lines(self):
+        with self.lock:
+            return list(self.out)
+
+    def stderr_lines(self):
+        with self.lock:
+            return list(self.err)
+
+    def events(self):
+        evs = []
+        for line in self.stdout_lines():
+            try:
+                evs.append(json.loads(line))
+            except ValueError:
+                pass
+        return evs
+
+    def responses(self, collection=None):
+        return [e for e in self.events() if e.get("event") == "response" and
+                (collection is None or e["collection"] == collection)]
+
+    def log_messages(self):
+        """The "msg" of every JSON log line."""
+        msgs = []
+        for line in self.stderr_lines():
+            try:
+                msgs.append(json.loads(line).get("msg", ""))
+            except ValueError:
+                pass
+        return msgs
+
+    def running(self):
+        return self.p.poll() is None
+
+    def signal(self, sig):
+        if self.running():
+            self.p.send_signal(sig)
+
+    def wait(self, timeout=WAIT):
+        try:
+            rc = self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        for t in self.threads:
+            t.join(timeout=2)
+        return rc
+
+    def kill(self):
+        if self.running():
+            self.p.kill()
+        self.wait(timeout=5)
+        for f in (self.p.stdout, self.p.stderr):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(argv, timeout=WAIT):
+    p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                       text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def vs(name, host, ns="default"):
+    return {"apiVersion": "networking.istio.io/v1alpha3",
+            "kind": "VirtualService",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"hosts": [host],
+                     "http": [{"route": [{"destination": {"host": host}}]}]}}
+
+
+def dr(name, host, ns="default"):
+    return {"apiVersion": "networking.istio.io/v1alpha3",
+            "kind": "DestinationRule",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"host": host}}
+
+
+def write_yaml(path, docs):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = os.path.join(os.path.dirname(path), ".tmp-" + os.path.basename(path))
+    with open(tmp, "w") as f:
+        f.write("".join("---\n" + json.dumps(d) + "\n" for d in docs))
+    os.rename(tmp, path)
+
+
+# --------------------------------------------------------------------------
+# HTTP and the exposition format
+# --------------------------------------------------------------------------
+
+def http_get(port, path, method="GET", conn=None):
+    """(status, headers dict (lower-case names), body str)."""
+    c = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        c.request(method, path)
+        r = c.getresponse()
+        body = r.read().decode("utf-8")
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, body
+    finally:
+        if conn is None:
+            c.close()
+
+
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
+LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)",?')
+
+
+def unescape(v):
+    return re.sub(r'\\(.)', lambda m: {"n": "\n"}.get(m.group(1), m.group(1)),
+                  v)
+
+
+def parse_metrics(text):
+    """{name: {"type": t, "help": h, "samples": [(labels dict, value)]}}.
+    Fails on a line that is not of the text format."""
+    fams = {}
+    for line in text.splitlines():
+        if line.startswith("# HELP ") or line.startswith("# TYPE "):
+            kind, name, rest = line[2:6], *line[7:].split(" ", 1)
+            fams.setdefault(name, {"samples": []})[kind.lower()] = rest
+            continue
+        m = SAMPLE.match(line)
+        if not m:
+            raise AssertionError("not the text format: %r" % line)
+        labels = {}
+        if m.group(3):
+            pos = 0
+            for lm in LABEL.finditer(m.group(3)):
+                if lm.start() != pos:
+                    raise AssertionError("bad labels: %r" % line)
+                labels[lm.group(1)] = unescape(lm.group(2))
+                pos = lm.end()
+            if pos != len(m.group(3)):
+                raise AssertionError("bad labels: %r" % line)
+        name = m.group(1)
+        base = re.sub(r'_(bucket|sum|count)$', "", name)
+        fam = fams.get(name) or fams.get(base)
+        if fam is None:
+            raise AssertionError("sample without TYPE: %r" % line)
+        fam["samples"].append((name, labels, float(m.group(4))))
+    return fams
+
+
+def value(fams, name, **labels):
+    """The value of the sample |name| whose labels include |labels| (0 when
+    there is none)."""
+    base = re.sub(r'_(bucket|sum|count)$', "", name)
+    fam = fams.get(name) or fams.get(base) or {"samples": []}
+    for n, l, v in fam["samples"]:
+        if n == name and all(l.get(k) == str(x) for k, x in labels.items()):
+            return v
+    return 0
+
+
+# --------------------------------------------------------------------------
+# Fixture
+# --------------------------------------------------------------------------
+
+class Base(unittest.TestCase):
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="mcp-ops-")
+        self.config = os.path.join(self.tmp, "config")
+        os.makedirs(self.config)
+        self.procs = []
+        self.addr = "127.0.0.1:%d" % free_port()
+
+    def tearDown(self):
+        # A graceful stop first, so that sanitizer builds report leaks.
+        for p in self.procs:
+            p.signal(signal.SIGTERM)
+        for p in self.procs:
+            if p.wait(timeout=5) is None:
+                p.kill()
+            p.kill()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        for p in self.procs:
+            for line in p.stderr_lines():
+                if "Sanitizer" in line or "runtime error:" in line:
+                    self.fail("%s: %s\n%s" % (p.name, line, self.logs()))
+
+    def exe(self, name):
+        return os.path.join(BUILD_DIR, "tools", name)
+
+    def logs(self):
+        return "\n".join("--- %s %s\n%s" % (p.name, " ".join(p.argv[1:]),
+                                              "\n".join(p.stderr_lines()))
+                         for p in self.procs)
+
+    def wait_for(self, cond, what, *procs, timeout=WAIT):
+        deadline = time.monotonic() + timeout
+        while True:
+            v = cond()
+            if v:
+                return v
+            for p in procs:
+                if not p.running():
+                    self.fail("%s exited (%s) while waiting for %s\n%s"
+                              % (p.name, p.p.poll(), what, self.logs()))
+            if time.monotonic() > deadline:
+                self.fail("timed out waiting for %s\n%s" % (what, self.logs()))
+            time.sleep(0.02)
+
+    def start(self, name, args):
+        p = Proc(name, [self.exe(name), "--transport", TRANSPORT,
+                        "--log-format", "json",
+                        "--debug-listen", "127.0.0.1:0"] + list(args))
+        self.procs.append(p)
+        port = self.wait_for(lambda: self.debug_port(p),
+                             "%s's debug listener" % name, p)
+        return p, port
+
+    @staticmethod
+    def debug_port(p):
+        for m in p.log_messages():
+            found = re.match(r"debug endpoints on http://127\.0\.0\.1:(\d+)/",
+                             m)
+            if found:
+                return int(found.group(1))
+        return None
+
+    def start_source(self, dial=False, *args):
+        files = ["--dir", self.config]
+        role = ["--connect" if dial else "--listen", self.addr]
+        p, port = self.start("mcp-source", files + role + list(args))
+        if not dial:
+            self.wait_for(lambda: any("serving ResourceSource" in m
+                                      for m in p.log_messages()),
+                          "the source to listen", p)
+        return p, port
+
+    def start_sink(self, listen=False, *args):
+        colls = ["--collection", VS, "--collection", DR]
+        role = ["--listen" if listen else "--connect", self.addr]
+        p, port = self.start("mcp-sink", colls + role + ["--json"] +
+                             list(args))
+        if listen:
+            self.wait_for(lambda: any(e.get("event") == "listening"
+                                      for e in p.events()),
+                          "the sink to listen", p)
+        return p, port
+
+    def files(self):
+        write_yaml(os.path.join(self.config, "vs.yaml"),
+                   [vs("reviews", "reviews"), vs("ratings", "ratings")])
+        write_yaml(os.path.join(self.config, "dr.yaml"),
+                   [dr("reviews", "reviews")])
+
+    def metrics(self, port):
+        status, headers, body = http_get(port, "/metrics")
+        self.assertEqual(status, 200, body)
+        self.assertEqual(headers["content-type"],
+                         "text/plain; version=0.0.4; charset=utf-8")
+        return parse_metrics(body)
+
+    def json_page(self, port, path):
+        status, headers, body = http_get(port, path)
+        self.assertEqual(status, 200, body)
+        self.assertEqual(headers["content-type"], "application/json")
+        return json.loads(body)
+
+    def verdicts(self, snk, collection, verdict):
+        return len([e for e in snk.responses(collection)
+                    if e["verdict"] == verdict])
+
+    def wait_synced(self, snk):
+        self.wait_for(lambda: any(e.get("event") == "synced"
+                                  for e in snk.events()),
+                      "the sink to sync", snk)
+
+    def assert_json_logs(self, p, need_context=True):
+        """Every stderr line of |p| is a JSON object with ts, level, prog
+        and msg (gRPC's own log lines, "E0101 ...", are not ours)."""
+        lines = p.stderr_lines()
+        self.assertTrue(lines, "%s logged nothing" % p.name)
+        context = 0
+        for line in lines:
+            if re.match(r"^[EWID]\d{4} ", line):
+                continue
+            o = json.loads(line)  # raises on a line that is not JSON
+            self.assertIsInstance(o, dict)
+            for k in ("ts", "level", "prog", "msg"):
+                self.assertIn(k, o, line)
+            self.assertRegex(o["ts"],
+                             r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
+            self.assertEqual(o["prog"], p.name)
+            self.assertIn(o["level"], ("error", "warning", "info", "debug"))
+            if "stream" in o:
+                self.assertIsInstance(o["stream"], int)
+                context += 1
+        if need_context:
+            self.assertGreater(context, 0, "no line with a stream context")
+
+
+# --------------------------------------------------------------------------
+# Scenarios
+# --------------------------------------------------------------------------
+
+class SinkDialsSource(Base):
+
+    def test_endpoints_against_state(self):
+        self.files()
+        # The sink first, dialing nobody: alive, not ready.
+        snk, sport = self.start_sink(False, "--node-id", "ops-node",
+                                     "--annotation", "team=mesh")
+        status, _, body = http_get(sport, "/healthz")
+        self.assertEqual((status, body), (200, "ok\n"))
+        status, _, _ = http_get(sport, "/readyz")
+        self.assertEqual(status, 503)
+        syncz = self.json_page(sport, "/debug/syncz")
+        self.assertEqual(syncz["role"], "sink")
+        self.assertFalse(syncz["synced"])
+        self.assertEqual(syncz["node"], {"id": "ops-node",
+                                         "annotations": {"team": "mesh"}})
+        self.assertEqual([c["collection"] for c in syncz["collections"]],
+                         [VS, DR])
+        self.assertEqual([c["acked_version"] for c in syncz["collections"]],
+                         ["", ""])
+        # Its failed dials are send failures (UNAVAILABLE), not clients.
+        self.wait_for(lambda: value(self.metrics(sport),
+                                    "istio_mcp_send_failures_total",
+                                    code=14) >= 1,
+                      "a failed dial to be counted", snk)
+        self.assertEqual(value(self.metrics(sport), "istio_mcp_clients_total",
+                               component="mcp-sink"), 0)
+
+        src, oport = self.start_source(False, "--debounce", "0")
+        status, _, body = http_get(oport, "/readyz")
+        self.assertEqual((status, body), (200, "ready\n"))
+        self.wait_synced(snk)
+        status, _, _ = http_get(sport, "/readyz")
+        self.assertEqual(status, 200)
+
+        # A change: a second push of the VirtualServices.
+        n = len(snk.responses(VS))
+        write_yaml(os.path.join(self.config, "vs.yaml"),
+                   [vs("reviews", "reviews-v2"), vs("ratings", "ratings")])
+        self.wait_for(lambda: len(snk.responses(VS)) > n, "the second push",
+                      snk)
+
+        def counters_agree():
+            s, o = self.metrics(sport), self.metrics(oport)
+            for c in (VS, DR):
+                acks = self.verdicts(snk, c, "ack")
+                if not (value(s, "istio_mcp_request_acks_total",
+                              collection=c) == acks ==
+                        value(o, "istio_mcp_request_acks_total",
+                              collection=c) ==
+                        value(s, "mcp_pushes_total", collection=c) ==
+                        value(o, "mcp_pushes_total", collection=c)):
+                    return False
+            return True
+        self.wait_for(counters_agree,
+                      "/metrics ACKs to match the sink's JSON lines",
+                      snk, src)
+        s, o = self.metrics(sport), self.metrics(oport)
+        self.assertEqual(self.verdicts(snk, VS, "ack"), 2)
+        for fams in (s, o):
+            self.assertEqual(fams["istio_mcp_clients_total"]["type"],
+                             "gauge")
+            self.assertEqual(fams["istio_mcp_request_acks_total"]["type"],
+                             "counter")
+            self.assertEqual(value(fams, "istio_mcp_clients_total"), 1)
+            self.assertEqual(value(fams, "mcp_streams_total"), 1)
+            self.assertEqual(value(fams, "istio_mcp_request_nacks_total"), 0)
+        self.assertEqual(o["mcp_push_ack_latency_seconds"]["type"],
+                         "histogram")
+        total = self.verdicts(snk, VS, "ack") + self.verdicts(snk, DR, "ack")
+        self.assertEqual(value(o, "mcp_push_ack_latency_seconds_count"),
+                         total)
+        self.assertEqual(value(o, "mcp_push_ack_latency_seconds_bucket",
+                               le="+Inf"), total)
+        self.assertEqual(value(s, "istio_mcp_reconnections"), 0)
+
+        last = {c: snk.responses(c)[-1] for c in (VS, DR)}
+        # The source's view of the stream.
+        syncz = self.json_page(oport, "/debug/syncz")
+        self.assertEqual(syncz["role"], "source")
+        self.assertEqual(len(syncz["streams"]), 1)
+        st = syncz["streams"][0]
+        self.assertEqual(st["node"], {"id": "ops-node",
+                                      "annotations": {"team": "mesh"}})
+        self.assertRegex(st["peer"], r"127\.0\.0\.1:\d+$")
+        self.assertEqual(st["identity"], "")
+        self.assertEqual(st["identities"], [])
+        self.assertFalse(st["dialed"])
+        by = {c["collection"]: c for c in st["collections"]}
+        self.assertEqual(sorted(by), sorted([VS, DR]))
+        for c in (VS, DR):
+            self.assertEqual(by[c]["acked_version"],
+                             last[c]["system_version_info"])
+            self.assertEqual(by[c]["pending_nonce"], "")
+            self.assertEqual(by[c]["pending_version"], "")
+            self.assertEqual(by[c]["pending_nonce_age_seconds"], 0)
+            self.assertEqual(by[c]["acks"], self.verdicts(snk, c, "ack"))
+            self.assertEqual(by[c]["pushes"], len(snk.responses(c)))
+            self.assertEqual((by[c]["nacks"], by[c]["last_nack_code"],
+                              by[c]["last_nack_message"]), (0, 0, ""))
+        # The sink's view of its collections.
+        syncz = self.json_page(sport, "/debug/syncz")
+        self.assertTrue(syncz["synced"])
+        self.assertEqual(len(syncz["streams"]), 1)
+        self.assertTrue(syncz["streams"][0]["dialed"])
+        for c in syncz["collections"]:
+            e = last[c["collection"]]
+            self.assertEqual(c["acked_version"], e["system_version_info"])
+            self.assertEqual(c["held"], e["total"])
+            self.assertEqual(c["acks"], self.verdicts(snk, c["collection"],
+                                                      "ack"))
+        # The journal: one request per collection, in order, then the
+        # answers, with the nonces of the responses.
+        journal = self.json_page(sport, "/debug/journal")["journal"]
+        self.assertEqual([(j["kind"], j["collection"], j["nonce"])
+                          for j in journal[:2]],
+                         [("request", VS, ""), ("request", DR, "")])
+        answers = [(j["kind"], j["collection"], j["nonce"])
+                   for j in journal[2:]]
+        want = [(e["verdict"], e["collection"], e["nonce"])
+                for e in snk.responses()]
+        self.assertEqual(answers, want)
+
+        # Several requests on one connection (keep-alive), HEAD, 404, 405.
+        conn = http.client.HTTPConnection("127.0.0.1", oport, timeout=5)
+        for path in ("/healthz", "/metrics", "/debug/syncz"):
+            status, _, _ = http_get(oport, path, conn=conn)
+            self.assertEqual(status, 200)
+        status, headers, body = http_get(oport, "/metrics", "HEAD", conn=conn)
+        self.assertEqual(status, 200)
+        self.assertEqual(body, "")
+        self.assertGreater(int(headers["content-length"]), 0)
+        status, _, _ = http_get(oport, "/nope", conn=conn)
+        self.assertEqual(status, 404)
+        status, _, _ = http_get(oport, "/debug/journal", conn=conn)
+        self.assertEqual(status, 404)  # a sink's page
+        status, headers, _ = http_get(oport, "/metrics", "POST", conn=conn)
+        self.assertEqual(status, 405)
+        self.assertEqual(headers.get("allow"), "GET, HEAD")
+        conn.close()
+
+        # The logs are JSON lines, with stream context.
+        for p in (src, snk):
+            p.signal(signal.SIGTERM)
+            self.assertEqual(p.wait(), 0, self.logs())
+        self.assert_json_logs(src)
+        self.assert_json_logs(snk)
+        lines = [json.loads(l) for l in snk.stderr_lines()
+                 if l.startswith("{")]
+        applied = [o for o in lines if "applied" in o["msg"]]
+        self.assertTrue(applied)
+        self.assertIn(applied[0]["collection"], (VS, DR))
+        connected = [e for e in snk.events() if e.get("event") == "connected"]
+        self.assertEqual(applied[0]["stream"], connected[0]["stream"])
+
+    def test_nack_counted(self):
+        self.files()
+        src, oport = self.start_source(False, "--debounce", "0")
+        snk, sport = self.start_sink(False, "--out",
+                                     os.path.join(self.tmp, "mirror"))
+        self.wait_synced(snk)
+        n = len(snk.responses(VS))
+        write_yaml(os.path.join(self.config, "evil.yaml"),
+                   [vs("x..y", "evil")])
+        self.wait_for(lambda: len(snk.responses(VS)) > n, "the NACK", snk)
+        e = snk.responses(VS)[-1]
+        self.assertEqual(e["verdict"], "nack")
+
+        def agree():
+            s, o = self.metrics(sport), self.metrics(oport)
+            nacks = self.verdicts(snk, VS, "nack")
+            return (nacks == 1 and
+                    value(s, "istio_mcp_request_nacks_total", collection=VS,
+                          code="InvalidArgument") == nacks ==
+                    value(o, "istio_mcp_request_nacks_total", collection=VS,
+                          code="InvalidArgument"))
+        self.wait_for(agree, "the NACK in both /metrics", snk, src)
+        st = self.json_page(oport, "/debug/syncz")["streams"][0]
+        c = [c for c in st["collections"] if c["collection"] == VS][0]
+        self.assertEqual(c["last_nack_code"], 3)
+        self.assertEqual(c["last_nack_message"], e["error"]["message"])
+        self.assertEqual(c["nacks"], 1)
+        c = [c for c in self.json_page(sport, "/debug/syncz")["collections"]
+             if c["collection"] == VS][0]
+        self.assertEqual((c["last_nack_code"], c["last_nack_message"]),
+                         (3, e["error"]["message"]))
+        journal = self.json_page(sport, "/debug/journal")["journal"]
+        self.assertEqual((journal[-1]["kind"], journal[-1]["code"],
+                          journal[-1]["nonce"]), ("nack", 3, e["nonce"]))
+
+
+class SourceDialsSink(Base):
+
+    def test_listening_sink(self):
+        self.files()
+        snk, sport = self.start_sink(True)
+        status, _, _ = http_get(sport, "/readyz")
+        self.assertEqual(status, 503)
+        self.assertEqual(self.json_page(sport, "/debug/syncz")["streams"], [])
+        src, oport = self.start_source(True, "--debounce", "0")
+        self.wait_synced(snk)
+        status, _, _ = http_get(sport, "/readyz")
+        self.assertEqual(status, 200)
+
+        def agree():
+            s, o = self.metrics(sport), self.metrics(oport)
+            return all(
+                value(s, "istio_mcp_request_acks_total", collection=c) ==
+                self.verdicts(snk, c, "ack") ==
+                value(o, "istio_mcp_request_acks_total", collection=c)
+                for c in (VS, DR)) and \
+                value(s, "istio_mcp_request_nacks_total", collection=TRIGGER,
+                      code="Unimplemented") == \
+                self.verdicts(snk, TRIGGER, "nack") == 1 and \
+                value(o, "istio_mcp_clients_total") == 1 and \
+                value(s, "istio_mcp_clients_total") == 1
+        self.wait_for(agree, "/metrics to match the JSON lines", snk, src)
+        st = self.json_page(oport, "/debug/syncz")["streams"][0]
+        self.assertTrue(st["dialed"])
+        by = {c["collection"]: c for c in st["collections"]}
+        for c in (VS, DR):
+            self.assertEqual(by[c]["acked_version"],
+                             snk.responses(c)[-1]["system_version_info"])
+
+        # The source goes and comes back: one reconnection on each side.
+        src.signal(signal.SIGTERM)
+        self.assertEqual(src.wait(), 0, self.logs())
+        self.wait_for(lambda: value(self.metrics(sport),
+                                    "istio_mcp_clients_total") == 0,
+                      "the sink to see the stream end", snk)
+        # Still ready: it synced once.
+        self.assertEqual(http_get(sport, "/readyz")[0], 200)
+        src2, oport2 = self.start_source(True, "--debounce", "0")
+        self.wait_for(lambda: value(self.metrics(sport),
+                                    "mcp_streams_total") == 2 and
+                      value(self.metrics(sport),
+                            "istio_mcp_clients_total") == 1,
+                      "the second stream", snk, src2)
+        self.assertEqual(value(self.metrics(sport), "istio_mcp_reconnections"),
+                         1)
+        self.assertEqual(value(self.metrics(oport2),
+                               "istio_mcp_reconnections"), 0)
+        self.assertEqual(len(self.json_page(sport, "/debug/syncz")["streams"]),
+                         1)
+
+
+class OnTransportPort(Base):
+    """h2c answers the debug paths as plain HTTP/1.1 on its own port."""
+
+    def setUp(self):
+        if TRANSPORT != "h2c":
+            self.skipTest("only the h2c transport answers HTTP/1.1 on its port")
+        super().setUp()
+
+    def test_same_pages_on_the_mcp_port(self):
+        self.files()
+        src, oport = self.start_source(False, "--debounce", "0")
+        snk, sport = self.start_sink(False)
+        self.wait_synced(snk)
+        mport = int(self.addr.rsplit(":", 1)[1])
+        status, _, body = http_get(mport, "/healthz")
+        self.assertEqual((status, body), (200, "ok\n"))
+        self.assertEqual(http_get(mport, "/readyz")[0], 200)
+        self.wait_for(lambda: value(self.metrics(mport),
+                                    "istio_mcp_request_acks_total",
+                                    collection=VS) ==
+                      self.verdicts(snk, VS, "ack"), "the ACKs", src, snk)
+        syncz = self.json_page(mport, "/debug/syncz")
+        other = self.json_page(oport, "/debug/syncz")
+        self.assertEqual(syncz["role"], "source")
+        self.assertEqual([(s["id"], s["node"]) for s in syncz["streams"]],
+                         [(s["id"], s["node"]) for s in other["streams"]])
+        self.assertEqual(len(syncz["streams"]), 1)
+        self.assertEqual(http_get(mport, "/nope")[0], 404)
+
+
+class CommandLine(Base):
+
+    def test_usage_errors(self):
+        for prog, extra in (("mcp-source", []),
+                            ("mcp-sink", ["--collection", VS])):
+            for bad in (["--debug-listen", "nocolon"],
+                        ["--debug-listen", "127.0.0.1:99999"],
+                        ["--debug-listen"],
+                        ["--log-format", "xml"]):
+                rc, out, err = run([self.exe(prog)] + extra + bad)
+                self.assertEqual(rc, 2, (prog, bad, err))
+                self.assertIn("usage:", err)
+
+    def test_debug_port_in_use(self):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen(1)
+            busy = "127.0.0.1:%d" % s.getsockname()[1]
+            for prog, extra in (("mcp-source", ["--listen", self.addr]),
+                                ("mcp-sink", ["--collection", VS,
+                                              "--connect", self.addr])):
+                rc, out, err = run([self.exe(prog), "--transport", TRANSPORT,
+                                    "--debug-listen", busy] + extra)
+                self.assertEqual(rc, 1, (prog, err))
+                self.assertIn("--debug-listen", err)
+
+    def test_text_logs_unchanged(self):
+        p = Proc("mcp-source", [self.exe("mcp-source"), "--transport",
+                                TRANSPORT, "--listen", self.addr])
+        self.procs.append(p)
+        self.wait_for(lambda: any("serving ResourceSource" in l
+                                  for l in p.stderr_lines()),
+                      "the source to listen", p)
+        p.signal(signal.SIGTERM)
+        self.assertEqual(p.wait(), 0)
+        for line in p.stderr_lines():
+            if not re.match(r"^[EWID]\d{4} ", line):
+                self.assertRegex(line, r"^mcp-source: (info|warning|error|"
+                                       r"debug): ")
+
+
+def main():
+    global BUILD_DIR, TRANSPORT
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build-dir", required=True)
+    ap.add_argument("--transport", default="grpc")
+    args, rest = ap.parse_known_args()
+    BUILD_DIR = os.path.abspath(args.build_dir)
+    TRANSPORT = args.transport
+    for prog in ("mcp-source", "mcp-sink"):
+        if not os.access(os.path.join(BUILD_DIR, "tools", prog), os.X_OK):
+            sys.exit("test_ops: %s/tools/%s is not built" % (BUILD_DIR, prog))
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()

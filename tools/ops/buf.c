@@ -1,0 +1,83 @@
+/* Growable byte buffer with a sticky failure. */
+#include "buf.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void ops_buf_init(ops_buf *b) { memset(b, 0, sizeof(*b)); }
+
+void ops_buf_free(ops_buf *b) {
+  free(b->p);
+  memset(b, 0, sizeof(*b));
+}
+
+void ops_buf_reset(ops_buf *b) {
+  b->len = 0;
+  b->failed = 0;
+  if (b->p)
+    b->p[0] = '\0';
+}
+
+/* Room for |extra| more bytes and a NUL. */
+static int reserve(ops_buf *b, size_t extra) {
+  if (b->failed)
+    return -1;
+  if (extra > (size_t)-1 / 2 - b->len ||
+      (b->max && b->len + extra > b->max)) {
+    b->failed = 1;
+    return -1;
+  }
+  size_t need = b->len + extra + 1;
+  if (need <= b->cap)
+    return 0;
+  size_t cap = b->cap ? b->cap : 256;
+  while (cap < need)
+    cap *= 2;
+  char *p = realloc(b->p, cap);
+  if (!p) {
+    b->failed = 1;
+    return -1;
+  }
+  b->p = p;
+  b->cap = cap;
+  return 0;
+}
+
+int ops_buf_add(ops_buf *b, const void *data, size_t len) {
+  if (reserve(b, len) != 0)
+    return -1;
+  if (len)
+    memcpy(b->p + b->len, data, len);
+  b->len += len;
+  b->p[b->len] = '\0';
+  return 0;
+}
+
+int ops_buf_str(ops_buf *b, const char *s) {
+  return ops_buf_add(b, s, strlen(s));
+}
+
+int ops_buf_printf(ops_buf *b, const char *fmt, ...) {
+  char small[256];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(small, sizeof(small), fmt, ap);
+  va_end(ap);
+  if (n < 0) {
+    b->failed = 1;
+    return -1;
+  }
+  if ((size_t)n < sizeof(small))
+    return ops_buf_add(b, small, (size_t)n);
+  if (reserve(b, (size_t)n) != 0)
+    return -1;
+  va_start(ap, fmt);
+  vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  b->len += (size_t)n;
+  return 0;
+}
+
+const char *ops_buf_cstr(ops_buf *b) { return b->p ? b->p : ""; }

@@ -1,0 +1,234 @@
+/*
+ * The h2c transport (transport-h2c) behind the tools' transport table.
+ *
+ * The h2c objects run on the program's libuv loop: no thread of their own.
+ * Every function of the table, every core callback and on_stream run on
+ * the main thread, so the store is changed in place (then notified) and
+ * the sink's streams are read directly. Deleting an object starts its
+ * shutdown; the program's loop then runs until the sockets are closed.
+ */
+#include <stdlib.h>
+
+#include <mcp/h2c.h>
+
+#include "transport.h"
+
+/* As the gRPC row: reconnect from 1 s up to 30 s, and give streams 1 s to
+ * finish their send in flight when stopping. */
+#define TOOL_BACKOFF_MAX (30 * MCP_SECONDS)
+#define TOOL_SHUTDOWN_GRACE (1 * MCP_SECONDS)
+
+typedef struct h2c_ep {
+  tool_stream_cb on_stream;
+  void *user_data;
+  mcp_store *store; /* source: the store the streams serve */
+  mcp_h2c_source *src;
+  mcp_h2c_sink *sink;
+  mcp_sink_state *state; /* sink: the state its streams share */
+  ops_http_fn http;      /* plain HTTP requests on our port (tools/ops) */
+  void *http_user_data;
+} h2c_ep;
+
+static tool_stream_info stream_info(const mcp_h2c_stream_info *info) {
+  tool_stream_info ti = {
+      .id = info->id,
+      .peer = info->peer ? info->peer : "",
+      .dialed = info->dialed,
+      .received = info->received,
+      .sent = info->sent,
+      .status = info->status,
+      .details = info->details ? info->details : "",
+      .source = info->source,
+      .sink = info->sink,
+      .opened = info->opened,
+  };
+  return ti;
+}
+
+/* The debug endpoints answer HTTP/1.1 requests on the listening port. */
+static int http_fn(const char *method, const char *path,
+                   mcp_h2c_http_response *resp, void *ud) {
+  h2c_ep *ep = ud;
+  if (!ep->http)
+    return 0;
+  ops_http_reply r;
+  ops_http_reply_init(&r);
+  ep->http(method, path, &r, ep->http_user_data);
+  if (r.body.failed) {
+    mcp_h2c_http_respond(resp, 500, NULL);
+  } else {
+    mcp_h2c_http_respond(resp, r.status, r.content_type);
+    if (r.body.len && mcp_h2c_http_append(resp, r.body.p, r.body.len) < 0)
+      mcp_h2c_http_respond(resp, 500, NULL);
+  }
+  ops_http_reply_free(&r);
+  return 1;
+}
+
+static void on_stream(mcp_h2c_stream_event ev, const mcp_h2c_stream_info *info,
+                      void *ud) {
+  h2c_ep *ep = ud;
+  if (!ep->on_stream)
+    return;
+  tool_stream_info ti = stream_info(info);
+  ep->on_stream(ev == MCP_H2C_STREAM_OPENED, &ti, ep->user_data);
+}
+
+static void fill_opts(mcp_h2c_options *ho, const tool_endpoint_options *o,
+                      h2c_ep *ep) {
+  mcp_h2c_options_default(ho);
+  ho->mode = o->mode == TOOL_DIAL ? MCP_H2C_DIAL : MCP_H2C_LISTEN;
+  ho->address = o->address;
+  ho->rand = o->rand;
+  ho->backoff.max = TOOL_BACKOFF_MAX;
+  ho->shutdown_grace = TOOL_SHUTDOWN_GRACE;
+  ho->on_stream = on_stream;
+  ho->user_data = ep;
+  if (o->mode == TOOL_LISTEN && o->http) {
+    ep->http = o->http;
+    ep->http_user_data = o->http_user_data;
+    ho->http_handler = http_fn;
+  }
+  /* No on_closed: the endpoint is freed right after *_del(), after which
+   * the library calls nothing else. */
+}
+
+static h2c_ep *ep_alloc(const tool_endpoint_options *o) {
+  h2c_ep *ep = calloc(1, sizeof(*ep));
+  if (ep) {
+    ep->on_stream = o->on_stream;
+    ep->user_data = o->user_data;
+  }
+  return ep;
+}
+
+static int source_new(void **pep, uv_loop_t *loop,
+                      const tool_endpoint_options *o,
+                      const mcp_source_options *so) {
+  h2c_ep *ep = ep_alloc(o);
+  if (!ep)
+    return MCP_ERR_NOMEM;
+  mcp_h2c_options ho;
+  fill_opts(&ho, o, ep);
+  ep->store = so->store;
+  int rv = mcp_h2c_source_new(&ep->src, loop, &ho, so);
+  if (rv < 0) {
+    free(ep);
+    return rv;
+  }
+  *pep = ep;
+  return 0;
+}
+
+static int source_port(void *ep) {
+  return mcp_h2c_source_port(((h2c_ep *)ep)->src);
+}
+
+/* The store lives on this (the loop's) thread: change it in place, then
+ * let every stream push what it may on the next loop iteration. */
+static int source_apply(void *p, tool_store_fn fn, void *ud) {
+  h2c_ep *ep = p;
+  fn(ep->store, mcp_h2c_now(), ud);
+  mcp_h2c_source_notify(ep->src);
+  return 0;
+}
+
+/* The sessions are freed at once; the loop closes the connections. */
+static void source_del(void *p) {
+  h2c_ep *ep = p;
+  if (ep) {
+    mcp_h2c_source_del(ep->src);
+    free(ep);
+  }
+}
+
+static int sink_new(void **pep, uv_loop_t *loop,
+                    const tool_endpoint_options *o, mcp_sink_state *state) {
+  h2c_ep *ep = ep_alloc(o);
+  if (!ep)
+    return MCP_ERR_NOMEM;
+  mcp_h2c_options ho;
+  fill_opts(&ho, o, ep);
+  ep->state = state;
+  int rv = mcp_h2c_sink_new(&ep->sink, loop, &ho, state);
+  if (rv < 0) {
+    free(ep);
+    return rv;
+  }
+  *pep = ep;
+  return 0;
+}
+
+static int sink_port(void *ep) {
+  return mcp_h2c_sink_port(((h2c_ep *)ep)->sink);
+}
+
+static void stats_fn(const mcp_h2c_stream_info *info, void *ud) {
+  tool_sink_stream_stats *st = ud;
+  if (info->sink) {
+    st->open = 1;
+    /* An answer still being framed is not sent yet either. */
+    st->want_write = mcp_sink_session_want_write(info->sink) || info->sending;
+    st->sent = info->sent;
+  }
+}
+
+static int sink_stats(void *ep, tool_sink_stream_stats *st) {
+  st->open = 0;
+  st->want_write = 0;
+  st->sent = 0;
+  mcp_h2c_sink_streams(((h2c_ep *)ep)->sink, stats_fn, st);
+  return 0;
+}
+
+/* Introspection (tools/ops): everything lives on this thread. */
+typedef struct walk_ctx {
+  tool_stream_fn fn;
+  void *ud;
+} walk_ctx;
+
+static void walk_fn(const mcp_h2c_stream_info *info, void *ud) {
+  walk_ctx *w = ud;
+  tool_stream_info ti = stream_info(info);
+  w->fn(&ti, w->ud);
+}
+
+static int source_streams(void *ep, tool_stream_fn fn, void *ud) {
+  walk_ctx w = {fn, ud};
+  return (int)mcp_h2c_source_streams(((h2c_ep *)ep)->src, walk_fn, &w);
+}
+
+static int sink_streams(void *ep, tool_stream_fn fn, void *ud) {
+  walk_ctx w = {fn, ud};
+  return (int)mcp_h2c_sink_streams(((h2c_ep *)ep)->sink, walk_fn, &w);
+}
+
+/* mcp_h2c_sink_call() is for other threads: here the state is ours. */
+static int sink_call(void *p, tool_state_fn fn, void *ud) {
+  fn(((h2c_ep *)p)->state, mcp_h2c_now(), ud);
+  return 0;
+}
+
+static void sink_del(void *p) {
+  h2c_ep *ep = p;
+  if (ep) {
+    mcp_h2c_sink_del(ep->sink);
+    free(ep);
+  }
+}
+
+const tool_transport tool_transport_h2c = {
+    .name = "h2c",
+    .now = mcp_h2c_now,
+    .source_new = source_new,
+    .source_port = source_port,
+    .source_apply = source_apply,
+    .source_del = source_del,
+    .sink_new = sink_new,
+    .sink_port = sink_port,
+    .sink_stats = sink_stats,
+    .sink_del = sink_del,
+    .source_streams = source_streams,
+    .sink_streams = sink_streams,
+    .sink_call = sink_call,
+};
