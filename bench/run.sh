@@ -5,10 +5,12 @@
 #
 # BUILD_DIR is set up (or reconfigured) with -Dbench=true and
 # --buildtype=release. Every benchmark registered with meson's benchmark()
-# (bench_core here; the transports' end-to-end benchmarks register theirs
-# the same way) is run, one after the other, or only those named. ARGS are
-# passed to each benchmark (bench_core: --quick, or a subset such as
-# `fanout memory`).
+# (core: bench_core; e2e: e2e_bench.py with mcp-source, mcp-sink and
+# raw_sink; h2load: h2load_bench.py) is run, one after the other, or only
+# those named; each after building what it needs (its executable and its
+# depends:), so that one that does not build fails alone. ARGS are passed
+# to each benchmark named (core: --quick, or parts such as `fanout memory`;
+# e2e: --quick, --transport h2c, `sync1`, ...).
 #
 # Every result is a line "BENCH <name> <value> <unit>" on stdout; the lines
 # of all benchmarks are also collected in BUILD_DIR/bench-results.txt, and
@@ -44,17 +46,28 @@ print(o.get("bench"), o.get("buildtype"))')
     meson configure "$build" -Dbench=true -Dbuildtype=release
   fi
 fi
-# Only what the benchmarks need: a component that does not build does not
-# stop the others' benchmarks.
-targets=$(meson introspect "$build" --benchmarks | python3 -c '
-import json, os, sys
+# What each benchmark needs built: its executable when it is one of ours,
+# and the targets it depends on (meson's `depends:`), as paths relative to
+# BUILD_DIR, one benchmark per line: "NAME TARGET...". Each benchmark's
+# targets are built just before it runs, so that a component that does not
+# build fails only the benchmarks that need it.
+needs=$(python3 -c '
+import json, os, subprocess, sys
 build = os.path.realpath(sys.argv[1])
-for b in json.load(sys.stdin):
-    exe = os.path.realpath(b["cmd"][0])
-    if exe.startswith(build + os.sep):
-        print(os.path.relpath(exe, build))' "$build")
-# shellcheck disable=SC2086 # one target per word
-ninja -C "$build" $targets
+def intro(what):
+    return json.loads(subprocess.check_output(
+        ["meson", "introspect", build, what]))
+files = {t["id"]: t["filename"] for t in intro("--targets")}
+for b in intro("--benchmarks"):
+    outs = []
+    for f in [b["cmd"][0]] + [x for d in b.get("depends", [])
+                              for x in files.get(d, [])]:
+        f = os.path.realpath(f)
+        if f.startswith(build + os.sep):
+            rel = os.path.relpath(f, build)
+            if rel not in outs:
+                outs.append(rel)
+    print(b["name"], " ".join(outs))' "$build")
 
 results="$build/bench-results.txt"
 log="$build/bench-log.txt"
@@ -92,6 +105,17 @@ echo "$list" | {
     echo "# ---- benchmark $name: $cmd $*" | tee -a "$log"
     start=$(date +%s)
     out="$build/bench-$name.out"
+    targets=$(echo "$needs" | sed -n "s/^$name //p")
+    # shellcheck disable=SC2086 # one target per word
+    if [ -n "$targets" ] && ! ninja -C "$build" $targets >"$out.build" 2>&1; then
+      tail -n 30 "$out.build"
+      echo "# benchmark $name FAILED: its targets do not build:$targets" |
+        tee -a "$log"
+      rm -f "$out.build"
+      status=1
+      continue
+    fi
+    rm -f "$out.build"
     # $cmd is a command line quoted by the introspection step above.
     { eval "$cmd" '"$@"' 2>&1; echo $? >"$out.rc"; } | tee "$out"
     if [ "$(cat "$out.rc")" != 0 ]; then
