@@ -8,7 +8,7 @@ BENCH_BUILD  ?= build-bench
 FUZZ_SECONDS ?= 60
 MESON_OPTS   ?=
 
-.PHONY: all deps build test test-asan run fuzz bench clean
+.PHONY: all deps build test test-asan test-valgrind run fuzz bench clean
 
 all: build
 
@@ -33,6 +33,10 @@ test-asan: deps
 	ninja -C $(ASAN_BUILD)
 	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  meson test -C $(ASAN_BUILD) --print-errorlogs
+
+# The C suites under valgrind memcheck (slow; not in CI).
+test-valgrind: build
+	tests/valgrind/run.sh $(BUILD)
 
 run: build
 	tools/run-example.sh $(BUILD)
