@@ -99,6 +99,8 @@ struct mcp_grpc_stream {
   int authorized; /* may send: admitted, or (dialed) the server allowed */
   int connected;  /* dialed: the initial metadata went out */
   int md_sent;    /* server: SEND_INITIAL_METADATA started */
+  int half_closed; /* server: the client half-closed; the stream ends
+                      once the session has nothing more to send now */
 
   /* Admission (admit.c, LISTEN). */
   int live;               /* counted in ep->nlive */

@@ -371,10 +371,20 @@ void mcp_grpc_stream_pump(mcp_grpc_stream *s) {
   } else if (s->snk && !s->send_busy) {
     rv = mcp_sink_session_next(s->snk, &msg);
   }
-  if (rv < 0)
+  if (rv < 0) {
     fail(s, rv);
-  else if (rv > 0 && msg)
+    return;
+  }
+  if (rv > 0 && msg)
     send_msg(s, msg);
+  /* The client half-closed: the answers the session has for what it sent
+   * go out one by one (on_send pumps again); once a pump finds nothing to
+   * send at that moment, the stream ends with OK, as h2c's does. A store
+   * that keeps changing does not hold the stream open: what is pending
+   * for a later time (a debounce window, a push waiting for an ACK that
+   * will never come) is not waited for. */
+  if (s->half_closed && s->state == MCP_GRPC_ST_OPEN && !s->send_busy)
+    mcp_grpc_stream_finish(s, GRPC_STATUS_OK, "");
 }
 
 /* Hands one received message to the session. */
@@ -422,8 +432,13 @@ static void on_recv(mcp_grpc_tag *tag, int ok) {
       }
     }
   } else if (ok && !s->dialed) {
-    /* The client half-closed: it will never answer a push again. */
-    mcp_grpc_stream_finish(s, GRPC_STATUS_OK, "");
+    /* The client half-closed: nothing more is read, but what the session
+     * has ready (the answers to what it sent) is still sent; the pump
+     * ends the stream with OK once there is nothing left now. */
+    if (s->state == MCP_GRPC_ST_OPEN) {
+      s->half_closed = 1;
+      s->dirty = 1;
+    }
   }
   /* Else the call failed or (client) the server ended it: on_close
    * reports the status. */

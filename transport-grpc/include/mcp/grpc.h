@@ -25,6 +25,17 @@
  * and the *_call() / *_streams() functions must not be called from the
  * transport thread (from a callback); *_update() may be.
  *
+ * Half-close (LISTEN): when a client half-closes its side of a stream
+ * (it will send nothing more), the server stops reading but still sends
+ * what the session has ready at that moment: the answers to the requests
+ * it received, one message at a time. Once the session has nothing more to
+ * send now, the stream ends with status OK (the CLOSED event reports OK).
+ * What the session would send only later (a push waiting for an ACK that
+ * will not come, a debounce window, a later store change) is not waited
+ * for, so a store that keeps changing does not hold the stream open. Both
+ * transports behave so (mcp/h2c.h): a request sent in one body with the
+ * half-close (curl, h2load) gets its whole answer, then OK.
+ *
  * Time: mcp_grpc_now(), CLOCK_MONOTONIC in nanoseconds, is the mcp_tstamp
  * given to every core call.
  *
