@@ -8,10 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
-#include "config_load.h"
+#include "config_internal.h" /* mcpcfg_hash64, read counter, racy window */
 #include "google/protobuf/struct.pb-c.h"
 
 /* ------------------------------------------------------------------ */
@@ -1345,6 +1347,208 @@ END_TEST
 
 /* ------------------------------------------------------------------ */
 
+/* ------------------------------------------------------------------ */
+/* Change detection: stat first, read only what may have changed       */
+/* ------------------------------------------------------------------ */
+
+static void sleep_ms(long ms) {
+  struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&t, &t) != 0)
+    ;
+}
+
+static struct stat stat_of(const char *rel) {
+  char p[1024];
+  struct stat st;
+  path_of(rel, p, sizeof p);
+  ck_assert_int_eq(stat(p, &st), 0);
+  return st;
+}
+
+/* Sets the atime and mtime of |rel| back to those of |st| (nanoseconds
+ * included): a content change that mtime alone cannot show. */
+static void restore_times(const char *rel, const struct stat *st) {
+  char p[1024];
+  struct timespec ts[2] = {st->st_atim, st->st_mtim};
+  path_of(rel, p, sizeof p);
+  ck_assert_int_eq(utimensat(AT_FDCWD, p, ts, 0), 0);
+  struct stat now = stat_of(rel);
+  ck_assert_int_eq(now.st_mtim.tv_sec, st->st_mtim.tv_sec);
+  ck_assert_int_eq(now.st_mtim.tv_nsec, st->st_mtim.tv_nsec);
+  ck_assert_int_eq(now.st_size, st->st_size);
+}
+
+START_TEST(test_untouched_file_is_not_read_again) {
+  put("a.yaml", VS("a", "ns", "a"));
+  put("b.yaml", VS("b", "ns", "b"));
+  mcpcfg_loader *l = new_loader(NULL);
+  mcpcfg_loader_set_racy_ns(l, 0); /* the files were just written */
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  ck_assert_uint_eq(mcpcfg_loader_reads(l), 2);
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 0);
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 0);
+  ck_assert_uint_eq(mcpcfg_loader_reads(l), 2);
+  put("b.yaml", VS("b", "ns", "bb")); /* other size */
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  ck_assert_uint_eq(mcpcfg_loader_reads(l), 3); /* b only */
+  ck_assert_ptr_nonnull(mcpcfg_loader_find(l, VS_COLL, "ns/b"));
+  ck_assert_int_eq(nreps, 0);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+START_TEST(test_same_size_rewrite_with_restored_mtime_is_seen_via_ctime) {
+  put("a.yaml", VS("a", "ns", "x1"));
+  struct stat before = stat_of("a.yaml");
+  mcpcfg_loader *l = new_loader(NULL);
+  mcpcfg_loader_set_racy_ns(l, 0); /* stat alone must see it */
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  char v1[32];
+  snprintf(v1, sizeof v1, "%s",
+           mcpcfg_loader_find(l, VS_COLL, "ns/a")->version);
+  sleep_ms(30); /* past the kernel's timestamp tick: ctime moves */
+  put("a.yaml", VS("a", "ns", "x2")); /* same size */
+  restore_times("a.yaml", &before);
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  ck_assert_uint_eq(mcpcfg_loader_reads(l), 2);
+  ck_assert_str_ne(mcpcfg_loader_find(l, VS_COLL, "ns/a")->version, v1);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+START_TEST(test_chmod_rereads_but_same_bytes_change_nothing) {
+  put("a.yaml", VS("a", "ns", "a"));
+  mcpcfg_loader *l = new_loader(NULL);
+  mcpcfg_loader_set_racy_ns(l, 0);
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  const mcp_resource *r = mcpcfg_loader_find(l, VS_COLL, "ns/a");
+  sleep_ms(30);
+  char p[1024];
+  path_of("a.yaml", p, sizeof p);
+  ck_assert_int_eq(chmod(p, 0600), 0); /* ctime only */
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 0); /* read, same bytes */
+  ck_assert_uint_eq(mcpcfg_loader_reads(l), 2);
+  ck_assert_ptr_eq(mcpcfg_loader_find(l, VS_COLL, "ns/a"), r);
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 0); /* its new stamp is kept */
+  ck_assert_uint_eq(mcpcfg_loader_reads(l), 2);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+START_TEST(test_file_replaced_by_rename_with_same_size_and_mtime_is_seen) {
+  put("a.yaml", VS("a", "ns", "x1"));
+  struct stat before = stat_of("a.yaml");
+  mcpcfg_loader *l = new_loader(NULL);
+  mcpcfg_loader_set_racy_ns(l, 0);
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  put(".a.yaml.tmp", VS("a", "ns", "x2")); /* hidden: not loaded */
+  restore_times(".a.yaml.tmp", &before);
+  char from[1024], to[1024];
+  path_of(".a.yaml.tmp", from, sizeof from);
+  path_of("a.yaml", to, sizeof to);
+  ck_assert_int_eq(rename(from, to), 0); /* another inode */
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  ck_assert_uint_eq(mcpcfg_loader_reads(l), 2);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+START_TEST(test_racy_file_is_read_again_until_read_after_the_window) {
+  put("a.yaml", VS("a", "ns", "x1"));
+  struct stat before = stat_of("a.yaml");
+  mcpcfg_loader *l = new_loader(NULL); /* default window: 2 s */
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 0); /* written < 2 s ago */
+  ck_assert_uint_eq(mcpcfg_loader_reads(l), 2);
+  /* A same-size rewrite with mtime restored and no pause, so that even a
+   * ctime of the same tick (a coarse clock) cannot hide it. */
+  put("a.yaml", VS("a", "ns", "x2"));
+  restore_times("a.yaml", &before);
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  const mcp_resource *r = mcpcfg_loader_find(l, VS_COLL, "ns/a");
+  ck_assert_ptr_nonnull(r);
+  /* The rule is decided at each read: a read made outside the window
+   * (here: the window shrunk to 0) is trusted from then on. */
+  mcpcfg_loader_set_racy_ns(l, 0);
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 0); /* racy when last read */
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 0);
+  ck_assert_uint_eq(mcpcfg_loader_reads(l), 4);
+  ck_assert_ptr_eq(mcpcfg_loader_find(l, VS_COLL, "ns/a"), r);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+START_TEST(test_file_with_mtime_in_the_future_is_read_at_every_scan) {
+  put("a.yaml", VS("a", "ns", "a"));
+  char p[1024];
+  struct timespec ts[2] = {{0, UTIME_OMIT}, {time(NULL) + 3600, 0}};
+  path_of("a.yaml", p, sizeof p);
+  ck_assert_int_eq(utimensat(AT_FDCWD, p, ts, 0), 0);
+  mcpcfg_loader *l = new_loader(NULL);
+  mcpcfg_loader_set_racy_ns(l, 0);
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 0);
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 0);
+  ck_assert_uint_eq(mcpcfg_loader_reads(l), 3);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+START_TEST(test_unreadable_file_is_tried_at_every_scan) {
+  if (geteuid() == 0) /* root reads a mode 000 file: nothing to test */
+    return;
+  put("a.yaml", VS("a", "ns", "a"));
+  char p[1024];
+  path_of("a.yaml", p, sizeof p);
+  ck_assert_int_eq(chmod(p, 0), 0);
+  mcpcfg_loader *l = new_loader(NULL);
+  mcpcfg_loader_set_racy_ns(l, 0);
+  ck_assert_int_ge(mcpcfg_loader_scan(l), 0);
+  ck_assert_int_eq(nreps, 1);
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 0);
+  ck_assert_uint_eq(mcpcfg_loader_reads(l), 2); /* errors are retried */
+  ck_assert_int_eq(nreps, 1);                   /* and reported once */
+  ck_assert_int_eq(chmod(p, 0644), 0);
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  ck_assert_ptr_nonnull(mcpcfg_loader_find(l, VS_COLL, "ns/a"));
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+START_TEST(test_hash64_sees_every_bit_and_the_length) {
+  unsigned char buf[130];
+  memset(buf, 0x5a, sizeof buf);
+  ck_assert_uint_eq(mcpcfg_hash64(buf, 77), mcpcfg_hash64(buf, 77));
+  for (size_t len = 0; len <= sizeof buf; len++) {
+    uint64_t h = mcpcfg_hash64(buf, len);
+    if (len)
+      ck_assert_uint_ne(h, mcpcfg_hash64(buf, len - 1));
+    for (size_t i = 0; i < len; i++)
+      for (int bit = 0; bit < 8; bit++) {
+        buf[i] ^= (unsigned char)(1u << bit);
+        ck_assert_uint_ne(mcpcfg_hash64(buf, len), h);
+        buf[i] ^= (unsigned char)(1u << bit);
+      }
+  }
+  unsigned char zeros[64] = {0};
+  for (size_t len = 1; len < sizeof zeros; len++)
+    ck_assert_uint_ne(mcpcfg_hash64(zeros, len), mcpcfg_hash64(zeros, len - 1));
+}
+END_TEST
+
+START_TEST(test_version_hash_is_still_fnv1a) {
+  /* The content-derived version is observable: sinks see it. It must not
+   * change across this release (the file change detection hash did). */
+  mcpcfg_loader *l = new_loader(NULL);
+  char v[32];
+  version_of(l, "apiVersion: v1\nkind: ConfigMap\n"
+                "metadata: {name: cfg, namespace: ns}\ndata: {k: v}\n",
+             v);
+  ck_assert_str_eq(v, "bc3661a8f321648f"); /* as computed before */
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
 static TCase *tc(Suite *s, const char *name) {
   TCase *t = tcase_create(name);
   tcase_add_checked_fixture(t, setup, teardown);
@@ -1413,6 +1617,16 @@ int main(void) {
   tcase_add_test(t, test_root_that_is_a_file_is_an_io_error);
   tcase_add_test(t, test_directories_nested_too_deep_are_reported);
   tcase_add_test(t, test_example_config_loads_without_reports);
+  t = tc(s, "change");
+  tcase_add_test(t, test_untouched_file_is_not_read_again);
+  tcase_add_test(t, test_same_size_rewrite_with_restored_mtime_is_seen_via_ctime);
+  tcase_add_test(t, test_chmod_rereads_but_same_bytes_change_nothing);
+  tcase_add_test(t, test_file_replaced_by_rename_with_same_size_and_mtime_is_seen);
+  tcase_add_test(t, test_racy_file_is_read_again_until_read_after_the_window);
+  tcase_add_test(t, test_file_with_mtime_in_the_future_is_read_at_every_scan);
+  tcase_add_test(t, test_unreadable_file_is_tried_at_every_scan);
+  tcase_add_test(t, test_hash64_sees_every_bit_and_the_length);
+  tcase_add_test(t, test_version_hash_is_still_fnv1a);
   t = tc(s, "alloc");
   tcase_add_test(t, test_scan_allocation_failure_leaks_nothing_and_changes_nothing);
   t = tc(s, "store");

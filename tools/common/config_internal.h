@@ -43,8 +43,28 @@ void mcpcfg_report(const mcpcfg_options *opts, const char *path,
  * it), or NULL. */
 char *mcpcfg_strdup(const char *s);
 
-/* 64-bit FNV-1a, continued from |h| (start with MCPCFG_FNV_BASIS). */
+/* 64-bit FNV-1a, continued from |h| (start with MCPCFG_FNV_BASIS). Used
+ * for the resource versions (observable output: do not change it). */
 #define MCPCFG_FNV_BASIS UINT64_C(0xcbf29ce484222325)
 uint64_t mcpcfg_fnv(uint64_t h, const void *data, size_t len);
+
+/*
+ * A fast 64-bit hash of |len| bytes (32 bytes per step in four lanes, a
+ * multiply and a rotation per 8-byte word, then an avalanche), for telling
+ * whether a file's bytes changed. Not cryptographic, not stable across
+ * machines of different byte order: never store it or show it.
+ */
+uint64_t mcpcfg_hash64(const void *data, size_t len);
+
+/*
+ * For the tests. A file whose mtime or ctime is within |racy_ns| of the
+ * time it was read (or later) is read again at the next scan (default
+ * MCPCFG_RACY_NS); 0 disables the rule (timestamps in the future still
+ * count). mcpcfg_loader_reads() is the number of files the loader opened to
+ * read since it was created.
+ */
+#define MCPCFG_RACY_NS (INT64_C(2) * 1000000000)
+void mcpcfg_loader_set_racy_ns(mcpcfg_loader *loader, int64_t racy_ns);
+unsigned long mcpcfg_loader_reads(const mcpcfg_loader *loader);
 
 #endif /* MCPCFG_CONFIG_INTERNAL_H */

@@ -7,6 +7,9 @@
  * Files and documents are reference counted, because the new list shares
  * the unchanged files, and a bad file the documents of its last good
  * content, with the old one until the swap.
+ *
+ * A rescan costs a stat() per file: a file is read only when its stat
+ * changed or its last read was racy (config_load.h, "Change detection").
  */
 #include "config_internal.h"
 
@@ -17,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 enum { MAX_DIR_DEPTH = 64 };
@@ -24,10 +28,20 @@ enum { MAX_DIR_DEPTH = 64 };
 /* What a file looked like when last read; equal means "do not re-parse". */
 enum { FP_CONTENT, FP_READ_ERROR, FP_TOO_BIG };
 
+/* What stat() says of a file; equal (and not racy) means "do not read". */
+typedef struct fstamp {
+  uint64_t dev, ino, size;
+  int64_t mtime_s, ctime_s;
+  long mtime_ns, ctime_ns;
+} fstamp;
+
 typedef struct cfile {
   int refs;
   int fpkind;
   uint64_t fp; /* FP_CONTENT: hash of size and bytes; else errno or size */
+  int stamped; /* |stamp| is that of the bytes read (fstat before reading) */
+  int racy;    /* modified too close to the read: read again next time */
+  fstamp stamp;
   char *path;
   mcpcfg_doc **docs;
   size_t ndocs;
@@ -53,6 +67,8 @@ struct mcpcfg_loader {
   size_t nfiles;
   coll *colls; /* sorted by name */
   size_t ncolls;
+  int64_t racy_ns;     /* see mcpcfg_loader_set_racy_ns() */
+  unsigned long reads; /* files opened to be read */
 };
 
 void mcpcfg_options_default(mcpcfg_options *opts) {
@@ -127,6 +143,7 @@ int mcpcfg_loader_new(mcpcfg_loader **ploader, const char *dir,
   }
   for (size_t n = strlen(l->root); n > 1 && l->root[n - 1] == '/'; n--)
     l->root[n - 1] = '\0';
+  l->racy_ns = MCPCFG_RACY_NS;
   *ploader = l;
   return 0;
 }
@@ -183,6 +200,12 @@ int mcpcfg_loader_declare(mcpcfg_loader *l, const char *collection) {
   return 0;
 }
 
+void mcpcfg_loader_set_racy_ns(mcpcfg_loader *l, int64_t racy_ns) {
+  l->racy_ns = racy_ns < 0 ? 0 : racy_ns;
+}
+
+unsigned long mcpcfg_loader_reads(const mcpcfg_loader *l) { return l->reads; }
+
 size_t mcpcfg_loader_collection_count(const mcpcfg_loader *l) {
   return l->ncolls;
 }
@@ -222,9 +245,18 @@ const mcp_resource *mcpcfg_loader_find(const mcpcfg_loader *l,
 /* Walking the directory                                               */
 /* ------------------------------------------------------------------ */
 
+/* A YAML file the walk found, and its stat() then. */
+typedef struct found {
+  char *path;
+  fstamp st;
+} found;
+
 typedef struct walk {
   const mcpcfg_loader *l;
-  strvec paths;    /* YAML files found */
+  struct {
+    found *v;
+    size_t n, cap;
+  } paths;         /* YAML files found */
   strvec skipped;  /* paths not read: what is below keeps its state */
   strvec problems; /* as mcpcfg_loader.problems */
   struct {
@@ -243,6 +275,41 @@ static char *join(const char *dir, const char *name) {
     memcpy(p + a + slash, name, b + 1);
   }
   return p;
+}
+
+static void stamp_of(const struct stat *st, fstamp *s) {
+  memset(s, 0, sizeof *s);
+  s->dev = (uint64_t)st->st_dev;
+  s->ino = (uint64_t)st->st_ino;
+  s->size = (uint64_t)st->st_size;
+  s->mtime_s = (int64_t)st->st_mtim.tv_sec;
+  s->mtime_ns = st->st_mtim.tv_nsec;
+  s->ctime_s = (int64_t)st->st_ctim.tv_sec;
+  s->ctime_ns = st->st_ctim.tv_nsec;
+}
+
+static int stamp_eq(const fstamp *a, const fstamp *b) {
+  return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+         a->mtime_s == b->mtime_s && a->mtime_ns == b->mtime_ns &&
+         a->ctime_s == b->ctime_s && a->ctime_ns == b->ctime_ns;
+}
+
+/* Takes |p| (freed on failure). */
+static int push_found(walk *w, char *p, const struct stat *st) {
+  if (w->paths.n == w->paths.cap) {
+    size_t cap = w->paths.cap ? 2 * w->paths.cap : 32;
+    found *v = realloc(w->paths.v, cap * sizeof *v);
+    if (!v) {
+      free(p);
+      return MCPCFG_ERR_NOMEM;
+    }
+    w->paths.v = v;
+    w->paths.cap = cap;
+  }
+  w->paths.v[w->paths.n].path = p;
+  stamp_of(st, &w->paths.v[w->paths.n].st);
+  w->paths.n++;
+  return 0;
 }
 
 static int is_yaml_name(const char *n) {
@@ -324,7 +391,7 @@ static int walk_dir(walk *w, const char *dir, const struct stat *st,
       rv = walk_dir(w, p, &s, 0);
       free(p);
     } else if (S_ISREG(s.st_mode) && is_yaml_name(e->d_name)) {
-      rv = strvec_push(&w->paths, p);
+      rv = push_found(w, p, &s);
     } else {
       free(p);
     }
@@ -340,13 +407,83 @@ static int walk_dir(walk *w, const char *dir, const struct stat *st,
 /* Reading one file                                                    */
 /* ------------------------------------------------------------------ */
 
-/* Returns 0 and the bytes (or the fingerprint of a read failure), 1 when
- * the file is no regular file any more, or NOMEM. */
+uint64_t mcpcfg_hash64(const void *data, size_t len) {
+  /* The structure of xxHash64 (four lanes, then the tail, then an
+   * avalanche), words read in the machine's byte order. */
+  static const uint64_t P1 = UINT64_C(0x9e3779b185ebca87),
+                        P2 = UINT64_C(0xc2b2ae3d27d4eb4f),
+                        P3 = UINT64_C(0x165667b19e3779f9),
+                        P4 = UINT64_C(0x85ebca77c2b2ae63),
+                        P5 = UINT64_C(0x27d4eb2f165667c5);
+#define MCPCFG_ROTL(x, r) (((x) << (r)) | ((x) >> (64 - (r))))
+#define MCPCFG_ROUND(acc, w) (MCPCFG_ROTL((acc) + (w) * P2, 31) * P1)
+  const unsigned char *p = data, *end = p + len;
+  uint64_t h, w;
+  if (len >= 32) {
+    uint64_t v1 = P1 + P2, v2 = P2, v3 = 0, v4 = (uint64_t)0 - P1;
+    for (; end - p >= 32; p += 32) {
+      memcpy(&w, p, 8);
+      v1 = MCPCFG_ROUND(v1, w);
+      memcpy(&w, p + 8, 8);
+      v2 = MCPCFG_ROUND(v2, w);
+      memcpy(&w, p + 16, 8);
+      v3 = MCPCFG_ROUND(v3, w);
+      memcpy(&w, p + 24, 8);
+      v4 = MCPCFG_ROUND(v4, w);
+    }
+    h = MCPCFG_ROTL(v1, 1) + MCPCFG_ROTL(v2, 7) + MCPCFG_ROTL(v3, 12) +
+        MCPCFG_ROTL(v4, 18);
+    h = (h ^ MCPCFG_ROUND(0, v1)) * P1 + P4;
+    h = (h ^ MCPCFG_ROUND(0, v2)) * P1 + P4;
+    h = (h ^ MCPCFG_ROUND(0, v3)) * P1 + P4;
+    h = (h ^ MCPCFG_ROUND(0, v4)) * P1 + P4;
+  } else {
+    h = P5;
+  }
+  h += (uint64_t)len;
+  for (; end - p >= 8; p += 8) {
+    memcpy(&w, p, 8);
+    h ^= MCPCFG_ROUND(0, w);
+    h = MCPCFG_ROTL(h, 27) * P1 + P4;
+  }
+  for (; p < end; p++) {
+    h ^= *p * P5;
+    h = MCPCFG_ROTL(h, 11) * P1;
+  }
+#undef MCPCFG_ROUND
+#undef MCPCFG_ROTL
+  h ^= h >> 33;
+  h *= P2;
+  h ^= h >> 29;
+  h *= P3;
+  h ^= h >> 32;
+  return h;
+}
+
+/* Whether a file with |st| read at |now| may change again without its
+ * timestamps showing it: mtime or ctime within |racy_ns| of |now|, or
+ * later. (Compared as (seconds, nanoseconds): timestamps can be anything.) */
+static int is_racy(const fstamp *st, const struct timespec *now,
+                   int64_t racy_ns) {
+  int64_t s = (int64_t)now->tv_sec - racy_ns / 1000000000;
+  long ns = now->tv_nsec - (long)(racy_ns % 1000000000);
+  if (ns < 0) {
+    ns += 1000000000;
+    s--;
+  }
+  return st->mtime_s > s || (st->mtime_s == s && st->mtime_ns >= ns) ||
+         st->ctime_s > s || (st->ctime_s == s && st->ctime_ns >= ns);
+}
+
+/* Returns 0 and the bytes (or the fingerprint of a read failure) and, when
+ * fstat() worked, the file's stamp before the read in |*stamp| (|*stamped|
+ * set); 1 when the file is no regular file any more, or NOMEM. */
 static int read_file(int fd, size_t max, unsigned char **pbuf, size_t *plen,
-                     int *kind, uint64_t *fp) {
+                     int *kind, uint64_t *fp, fstamp *stamp, int *stamped) {
   struct stat st;
   unsigned char *buf = NULL;
   size_t len = 0, cap;
+  *stamped = 0;
   if (fstat(fd, &st) != 0) {
     *kind = FP_READ_ERROR;
     *fp = (uint64_t)errno;
@@ -354,6 +491,8 @@ static int read_file(int fd, size_t max, unsigned char **pbuf, size_t *plen,
   }
   if (!S_ISREG(st.st_mode))
     return 1;
+  stamp_of(&st, stamp);
+  *stamped = 1;
   if ((uint64_t)st.st_size > max) {
     *kind = FP_TOO_BIG;
     *fp = (uint64_t)st.st_size;
@@ -389,11 +528,8 @@ static int read_file(int fd, size_t max, unsigned char **pbuf, size_t *plen,
       return 0;
     }
   }
-  unsigned char n[8];
-  for (int i = 0; i < 8; i++)
-    n[i] = (unsigned char)((uint64_t)len >> (8 * i));
   *kind = FP_CONTENT;
-  *fp = mcpcfg_fnv(mcpcfg_fnv(MCPCFG_FNV_BASIS, n, 8), buf, len);
+  *fp = mcpcfg_hash64(buf, len); /* the length is part of it */
   *pbuf = buf;
   *plen = len;
   return 0;
@@ -427,15 +563,28 @@ static int keep_old(cfile *f, const cfile *old, int all) {
 /*
  * Sets |*out| to the state of |path| now: |old| itself (one more reference)
  * when the file did not change, a new file otherwise, NULL when the file is
- * gone. Reports problems.
+ * gone. |cur| is what the walk's stat() found: when it equals the stamp of
+ * the last read and that read was not racy, the file is not read at all.
+ * Reports problems.
  */
-static int load_file(const mcpcfg_loader *l, const char *path, cfile *old,
-                     cfile **out) {
+static int load_file(mcpcfg_loader *l, const char *path, const fstamp *cur,
+                     cfile *old, cfile **out) {
   unsigned char *buf = NULL;
   size_t len = 0;
-  int kind, rv = 0;
+  int kind, rv = 0, stamped = 0, racy = 0, clock = 1;
   uint64_t fp;
+  fstamp stamp;
+  struct timespec now;
   *out = NULL;
+  if (old && old->stamped && !old->racy && stamp_eq(&old->stamp, cur)) {
+    old->refs++;
+    *out = old;
+    return 0;
+  }
+  /* Before the read: a change made after it has a later timestamp. */
+  if (clock_gettime(CLOCK_REALTIME, &now) != 0)
+    clock = 0;
+  l->reads++;
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* no FIFO wait */
   if (fd < 0) {
     if (errno == ENOENT)
@@ -443,13 +592,24 @@ static int load_file(const mcpcfg_loader *l, const char *path, cfile *old,
     kind = FP_READ_ERROR;
     fp = (uint64_t)errno;
   } else {
-    rv = read_file(fd, l->o.max_file_size, &buf, &len, &kind, &fp);
+    rv = read_file(fd, l->o.max_file_size, &buf, &len, &kind, &fp, &stamp,
+                   &stamped);
     close(fd);
     if (rv != 0)
       return rv < 0 ? rv : 0;
+    /* A read error is retried at every scan (errno, not stat, says what
+     * it was). No clock: every read is racy (every scan reads every file). */
+    stamped = stamped && kind != FP_READ_ERROR;
+    racy = stamped && (!clock || is_racy(&stamp, &now, l->racy_ns));
   }
   if (old && old->fpkind == kind && old->fp == fp) {
+    /* Same bytes: the new stamp describes what |old| was made from (also
+     * true if this scan fails later and |old| stays). */
     free(buf);
+    old->stamped = stamped;
+    old->racy = racy;
+    if (stamped)
+      old->stamp = stamp;
     old->refs++;
     *out = old;
     return 0;
@@ -463,6 +623,10 @@ static int load_file(const mcpcfg_loader *l, const char *path, cfile *old,
   f->refs = 1;
   f->fpkind = kind;
   f->fp = fp;
+  f->stamped = stamped;
+  f->racy = racy;
+  if (stamped)
+    f->stamp = stamp;
   if (kind == FP_CONTENT) {
     size_t nbad = 0;
     rv = mcpcfg_parse(&l->o, path, buf, len, &f->docs, &f->ndocs, &nbad);
@@ -580,8 +744,8 @@ nomem:
 /* Scan                                                                */
 /* ------------------------------------------------------------------ */
 
-static int cmp_str(const void *a, const void *b) {
-  return strcmp(*(char *const *)a, *(char *const *)b);
+static int cmp_found(const void *a, const void *b) {
+  return strcmp(((const found *)a)->path, ((const found *)b)->path);
 }
 
 static int cmp_file(const void *a, const void *b) {
@@ -635,15 +799,15 @@ int mcpcfg_loader_scan(mcpcfg_loader *l) {
   if (rv < 0)
     goto out;
   if (w.paths.n > 1) /* v is NULL when empty: not for qsort/bsearch */
-    qsort(w.paths.v, w.paths.n, sizeof *w.paths.v, cmp_str);
+    qsort(w.paths.v, w.paths.n, sizeof *w.paths.v, cmp_found);
   files = malloc((w.paths.n + l->nfiles + 1) * sizeof *files);
   if (!files) {
     rv = MCPCFG_ERR_NOMEM;
     goto out;
   }
   for (size_t i = 0; i < w.paths.n; i++) {
-    cfile *old = find_file(l, w.paths.v[i]), *f;
-    if ((rv = load_file(l, w.paths.v[i], old, &f)) < 0)
+    cfile *old = find_file(l, w.paths.v[i].path), *f;
+    if ((rv = load_file(l, w.paths.v[i].path, &w.paths.v[i].st, old, &f)) < 0)
       goto out;
     if (f)
       files[nfiles++] = f;
@@ -651,8 +815,10 @@ int mcpcfg_loader_scan(mcpcfg_loader *l) {
   }
   for (size_t i = 0; i < l->nfiles; i++) {
     cfile *f = l->files[i];
+    found key;
+    key.path = f->path;
     if (w.paths.n &&
-        bsearch(&f->path, w.paths.v, w.paths.n, sizeof *w.paths.v, cmp_str))
+        bsearch(&key, w.paths.v, w.paths.n, sizeof *w.paths.v, cmp_found))
       continue;
     if (under(f->path, &w.skipped)) { /* not read this time: keep it */
       f->refs++;
@@ -686,7 +852,9 @@ out:
   for (size_t i = 0; i < nfiles; i++)
     file_unref(files[i]);
   free(files);
-  strvec_free(&w.paths);
+  for (size_t i = 0; i < w.paths.n; i++)
+    free(w.paths.v[i].path);
+  free(w.paths.v);
   strvec_free(&w.skipped);
   strvec_free(&w.problems);
   return rv;

@@ -52,11 +52,24 @@
  *     the first document, wins; the other is reported, once.
  * A file that is deleted drops its resources.
  *
- * Change detection: every scan reads every file (configuration directories
- * are small) and re-parses a file only when its bytes changed (size and
- * 64-bit FNV-1a hash). Timestamps are not trusted: their granularity lets a
- * quick same-size rewrite go unseen. A file whose bytes did not change is
- * not reported again.
+ * Change detection: every scan walks the tree and stat()s every file, but
+ * reads a file only when its stat differs from that of its last read (size,
+ * mtime and ctime with their nanoseconds, inode, device) or when that read
+ * was "racy". ctime changes on every write, rename over, chmod and utime and
+ * cannot be set back (touch -d sets mtime only), so a same-size rewrite
+ * with its mtime restored is still seen, and an atomic replace (rename of a
+ * new file, ConfigMap "..data" swap) is seen by its inode. What stat cannot
+ * show is a change made within the same timestamp tick as the previous one
+ * (coarse clocks, file systems with 1 s or 2 s timestamps). Hence the racy
+ * rule (git's "racy git"): a read is racy when the file's mtime or ctime
+ * was within 2 s of the time of the read, or later; such a file is read
+ * again at the next scan, whatever its stat, until a read is made more than
+ * 2 s after its last change. A change after a non-racy read has a later
+ * timestamp (as long as the file system's timestamps have 2 s granularity
+ * or finer and its clock agrees with this host's within that). A file that
+ * could not be read is tried again at every scan. A file read is re-parsed
+ * only when its bytes changed (size and a fast 64-bit hash, not stored
+ * anywhere); a file whose bytes did not change is not reported again.
  *
  * Conventions: functions returning int return >= 0 on success and a negative
  * error on failure: MCPCFG_ERR_NOMEM, MCPCFG_ERR_INVALID_ARGUMENT,
