@@ -1286,6 +1286,23 @@ static mcp_store *new_store(void) {
   return s;
 }
 
+/* Found by fuzz_config_parse: a name the store refuses failed the whole
+ * collection's apply; it must be reported and skipped like any bad
+ * document. */
+START_TEST(test_name_the_store_refuses_is_skipped_not_blocking) {
+  put("vs.yaml", VS("good", "ns", "a") "---\n" VS("bad name", "ns", "b"));
+  mcpcfg_loader *l = load();
+  ck_assert(has_report("vs.yaml", 0, "naming rules"));
+  ck_assert_uint_eq(count(l, VS_COLL), 1);
+  mcp_store *s = new_store();
+  ck_assert_int_ge(mcpcfg_loader_apply(l, s, 1), 1);
+  ck_assert_uint_eq(mcp_store_count(s, VS_COLL), 1);
+  ck_assert_ptr_nonnull(mcp_store_version(s, VS_COLL, "ns/good"));
+  mcp_store_del(s);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
 START_TEST(test_apply_fills_the_store) {
   put("vs.yaml", VS("a", "ns", "a") "---\n" VS("b", "ns", "b"));
   put("cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\n"
@@ -1631,6 +1648,7 @@ int main(void) {
   tcase_add_test(t, test_scan_allocation_failure_leaks_nothing_and_changes_nothing);
   t = tc(s, "store");
   tcase_add_test(t, test_apply_fills_the_store);
+  tcase_add_test(t, test_name_the_store_refuses_is_skipped_not_blocking);
   tcase_add_test(t, test_apply_unchanged_content_changes_nothing);
   tcase_add_test(t, test_apply_after_delete_empties_the_collection);
 

@@ -398,7 +398,8 @@ static int parse_envelope(const mcp_mem *m, mcp_service service,
     /* Its responses name no type: our sources put it in the nonce,
      * "<number>:<type_url>". */
     env->incremental = 1;
-    const uint8_t *colon = memchr(env->nonce.p, ':', env->nonce.n);
+    const uint8_t *colon =
+        env->nonce.n ? memchr(env->nonce.p, ':', env->nonce.n) : NULL;
     if (colon) {
       env->collection.p = colon + 1;
       env->collection.n = env->nonce.n - (size_t)(colon + 1 - env->nonce.p);

@@ -151,7 +151,8 @@ static int resource_valid(const mcp_store *s, const mcp_resource *r) {
           (strlen(r->version) <= s->max_version_len && mcp__str_valid(r->version))) &&
          mcp__kvs_valid(r->labels, r->nlabels) &&
          mcp__kvs_valid(r->annotations, r->nannotations) &&
-         (!r->type_url || r->type_url[0] == '\0' || mcp__str_valid(r->type_url)) &&
+         /* Sinks reject a body without a type: the store never holds one. */
+         r->type_url && r->type_url[0] && mcp__str_valid(r->type_url) &&
          (r->body || !r->body_len) &&
          (!r->has_create_time ||
           (r->create_time_nanos >= 0 && r->create_time_nanos < 1000000000));

@@ -860,6 +860,28 @@ static int make_doc(builder *b, ynode *root, mcpcfg_doc **out) {
                   kind);
   }
 
+  /* What the store refuses must be refused here, one document at a time:
+   * at the store it would fail the whole collection's apply. */
+  size_t full_len = (ns ? strlen(ns) + 1 : 0) + strlen(name);
+  char *full = malloc(full_len + 1);
+  if (!full) {
+    free(coll);
+    return MCPCFG_ERR_NOMEM;
+  }
+  snprintf(full, full_len + 1, "%s%s%s", ns ? ns : "", ns ? "/" : "", name);
+  int name_ok = full_len <= MCP_DEFAULT_MAX_NAME_LEN && mcp_name_valid(full, 0);
+  free(full);
+  if (!name_ok) {
+    free(coll);
+    return fail(b, line, "name '%.60s%s%.60s' breaks the resource naming rules",
+                ns ? ns : "", ns ? "/" : "", name);
+  }
+  if (rv && strlen(rv) > MCP_DEFAULT_MAX_VERSION_LEN) {
+    free(coll);
+    return fail(b, rvn->line, "metadata.resourceVersion is longer than %d bytes",
+                MCP_DEFAULT_MAX_VERSION_LEN);
+  }
+
   Google__Protobuf__Struct *body =
       pb_struct(b, is_null_node(bodyn) ? NULL : bodyn);
   if (!body) {

@@ -193,7 +193,8 @@ typedef struct mcp_resource {
   int has_create_time;
   int64_t create_time_seconds;
   int32_t create_time_nanos;
-  const char *type_url; /* google.protobuf.Any.type_url of the body */
+  const char *type_url; /* google.protobuf.Any.type_url of the body;
+                           required (sinks reject a body without type) */
   const uint8_t *body;  /* google.protobuf.Any.value */
   size_t body_len;
 } mcp_resource;
