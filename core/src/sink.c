@@ -11,8 +11,6 @@
 
 #include <assert.h>
 
-#include "mcp/v1alpha1/resource.pb-c.h"
-
 #define FOREIGN_MAX 64 /* NACKs of unrequested collections queued at most */
 
 typedef struct held {
@@ -319,6 +317,48 @@ static void emit(mcp_sink_state *st, mcp_event_type type, const char *coll,
 
 /* ---- receiving Resources ---- */
 
+/* mcp__wire_next with its common case inline: the end, or a one-byte tag
+ * (fields 1 to 15) of a varint or a length of at most nine bytes. */
+static inline int wire_next(mcp_wire *w, uint32_t *f, int *wt, uint64_t *v,
+                            const uint8_t **d, size_t *dl) {
+  const uint8_t *p = w->p;
+  if (p == w->end) {
+    return 0;
+  }
+  if (p[0] >= 8 && p[0] < 0x80 &&
+      ((p[0] & 7) == MCP_WT_VARINT || (p[0] & 7) == MCP_WT_LEN)) {
+    const uint8_t *q = p + 1;
+    uint64_t x = 0;
+    for (unsigned sh = 0; sh < 63 && q != w->end; sh += 7) {
+      uint8_t b = *q++;
+      x |= (uint64_t)(b & 0x7f) << sh;
+      if (b & 0x80) {
+        continue;
+      }
+      if ((p[0] & 7) == MCP_WT_VARINT) {
+        *f = (uint32_t)(p[0] >> 3);
+        *wt = MCP_WT_VARINT;
+        *v = x;
+        *d = NULL;
+        *dl = 0;
+        w->p = q;
+        return 1;
+      }
+      if (x > (uint64_t)(w->end - q)) {
+        break; /* let mcp__wire_next say it */
+      }
+      *f = (uint32_t)(p[0] >> 3);
+      *wt = MCP_WT_LEN;
+      *v = 0;
+      *d = q;
+      *dl = (size_t)x;
+      w->p = q + x;
+      return 1;
+    }
+  }
+  return mcp__wire_next(w, f, wt, v, d, dl);
+}
+
 /* The envelope of a Resources message, read by hand so that a resource
  * that fails to decode can still be NACKed with the message's nonce. */
 typedef struct span {
@@ -345,7 +385,7 @@ static int parse_envelope(const mcp_mem *m, mcp_service service,
     uint64_t v;
     const uint8_t *d;
     size_t dl;
-    while ((rv = mcp__wire_next(&w, &f, &wt, &v, &d, &dl)) == 1) {
+    while ((rv = wire_next(&w, &f, &wt, &v, &d, &dl)) == 1) {
       span sp = {d, dl};
       if (f == cd->incremental) {
         if (wt != MCP_WT_VARINT) {
@@ -408,7 +448,28 @@ static int parse_envelope(const mcp_mem *m, mcp_service service,
   return 0;
 }
 
-static int span_valid(span s) { return mcp__utf8_valid(s.p, s.n); }
+/* mcp__utf8_valid, with ASCII without NUL (most strings) checked eight
+ * bytes at a time first. */
+static int utf8_ok(const uint8_t *s, size_t n) {
+  const uint64_t ones = 0x0101010101010101u, highs = 0x8080808080808080u;
+  if (!n) {
+    return 1; /* |s| may be NULL */
+  }
+  size_t i = 0;
+  for (; n - i >= 8; i += 8) {
+    uint64_t x;
+    memcpy(&x, s + i, 8);
+    if ((x | ((x - ones) & ~x)) & highs) {
+      break; /* a byte >= 0x80 or a NUL: let the full check decide */
+    }
+  }
+  while (i < n && (uint8_t)(s[i] - 1) < 0x7f) {
+    ++i;
+  }
+  return i == n || mcp__utf8_valid(s + i, n - i);
+}
+
+static int span_valid(span s) { return utf8_ok(s.p, s.n); }
 
 static char *span_dup(const mcp_mem *m, span s) {
   return mcp__strndup(m, (const char *)s.p, s.n);
@@ -434,19 +495,15 @@ static int queue_foreign(mcp_sink_session *s, const envelope *env) {
   return 0;
 }
 
-typedef Istio__Mcp__V1alpha1__Resource PbRes;
-
 /* Everything one received push needs, freed in one place. */
 typedef struct work work;
 static int over_limit(const mcp_sink_state *st, const scoll *c, const work *w,
                       size_t nfresh);
 
 struct work {
-  mcp_pballoc pa;
   envelope env;
-  PbRes **pb;
   mcp_resource *res;
-  mcp_kv *kvs;
+  void *arena;         /* the resources' mcp_kv arrays, then their strings */
   char **rem;          /* NUL-terminated removed names (incremental) */
   const char **gone;   /* full state: names held and now dropped */
   size_t ngone;
@@ -485,20 +542,14 @@ static int over_limit(const mcp_sink_state *st, const scoll *c, const work *w,
 }
 
 static void work_free(const mcp_mem *m, work *w) {
-  for (size_t i = 0; w->pb && i < w->env.nres; ++i) {
-    if (w->pb[i]) {
-      istio__mcp__v1alpha1__resource__free_unpacked(w->pb[i], &w->pa.a);
-    }
-  }
   for (size_t i = 0; w->rem && i < w->env.nrem; ++i) {
     mcp__free(m, w->rem[i]);
   }
   for (size_t i = 0; w->fresh && i < w->env.nres; ++i) {
     mcp__free(m, w->fresh[i]);
   }
-  mcp__free(m, w->pb);
   mcp__free(m, w->res);
-  mcp__free(m, w->kvs);
+  mcp__free(m, w->arena);
   mcp__free(m, w->rem);
   mcp__free(m, w->gone);
   mcp__free(m, w->fresh);
@@ -511,16 +562,209 @@ static void work_free(const mcp_mem *m, work *w) {
   mcp__free(m, w->env.rem);
 }
 
-/* Labels and annotations are distinct generated types of the same shape. */
-#define KV_OK_(entries, n, ok)                                        \
-  do {                                                                \
-    for (size_t k_ = 0; k_ < (n); ++k_) {                             \
-      if (!mcp__str_valid((entries)[k_]->key) ||                      \
-          !mcp__str_valid((entries)[k_]->value)) {                    \
-        (ok) = 0;                                                     \
-      }                                                               \
-    }                                                                 \
-  } while (0)
+/*
+ * Reading a Resource by hand:
+ *   Resource { Metadata metadata = 1; google.protobuf.Any body = 2; }
+ *   Metadata { string name = 1; Timestamp create_time = 2;
+ *              string version = 3; map<string, string> labels = 4;
+ *              map<string, string> annotations = 5; }
+ *   Timestamp { int64 seconds = 1; int32 nanos = 2; }
+ *   Any { string type_url = 1; bytes value = 2; }
+ * As protobuf (and protobuf-c) say: the last value of a scalar field wins,
+ * repeated occurrences of a message field merge (reading them in order
+ * does just that), unknown fields are skipped, a known field of the wrong
+ * wire type does not decode, a map entry's absent key or value is "".
+ *
+ * Each resource is read twice: once to check its wire structure and count
+ * what it needs (rview), then, once one arena holds all of the push's
+ * strings and mcp_kv arrays, to fill its mcp_resource (filler).
+ */
+typedef struct rview {
+  span name, version, type_url, body;
+  int has_ct;
+  int64_t ct_seconds;
+  int32_t ct_nanos;
+  size_t nlabels, nannotations;
+  size_t bytes; /* arena bytes for its strings, NULs included */
+} rview;
+
+typedef struct filler {
+  mcp_kv *lab, *ann; /* the next labels' and annotations' slots */
+  char *str;         /* the next string byte */
+  int utf8_ok;       /* 0 once a label or annotation is not UTF-8 */
+} filler;
+
+static size_t span_bytes(span s) { return s.n ? s.n + 1 : 0; }
+
+/* A NUL-terminated copy of |s| in the arena ("" when empty). */
+static const char *fill_str(filler *fl, span s) {
+  if (!s.n) {
+    return "";
+  }
+  char *d = fl->str;
+  memcpy(d, s.p, s.n);
+  d[s.n] = '\0';
+  fl->str += s.n + 1;
+  return d;
+}
+
+static int read_entry(const uint8_t *p, size_t n, rview *r, filler *fl,
+                      mcp_kv *out) {
+  mcp_wire w = {p, p + n};
+  span kv[2] = {{NULL, 0}, {NULL, 0}};
+  uint32_t f;
+  int wt, rv;
+  uint64_t v;
+  const uint8_t *d;
+  size_t dl;
+  while ((rv = wire_next(&w, &f, &wt, &v, &d, &dl)) == 1) {
+    if (f == 1 || f == 2) {
+      if (wt != MCP_WT_LEN) {
+        return MCP_ERR_MALFORMED;
+      }
+      kv[f - 1].p = d;
+      kv[f - 1].n = dl;
+    }
+  }
+  if (rv < 0) {
+    return rv;
+  }
+  if (!fl) {
+    r->bytes += span_bytes(kv[0]) + span_bytes(kv[1]);
+    return 0;
+  }
+  if (!span_valid(kv[0]) || !span_valid(kv[1])) {
+    fl->utf8_ok = 0;
+  }
+  out->key = fill_str(fl, kv[0]);
+  out->value = fill_str(fl, kv[1]);
+  return 0;
+}
+
+static int read_timestamp(const uint8_t *p, size_t n, rview *r) {
+  mcp_wire w = {p, p + n};
+  uint32_t f;
+  int wt, rv;
+  uint64_t v;
+  const uint8_t *d;
+  size_t dl;
+  /* protobuf-c merges a repeated Timestamp by taking the latter whole:
+   * proto3 scalars have no presence for its merge. */
+  r->has_ct = 1;
+  r->ct_seconds = 0;
+  r->ct_nanos = 0;
+  while ((rv = wire_next(&w, &f, &wt, &v, &d, &dl)) == 1) {
+    if (f == 1 || f == 2) {
+      if (wt != MCP_WT_VARINT) {
+        return MCP_ERR_MALFORMED;
+      }
+      if (f == 1) {
+        r->ct_seconds = (int64_t)v;
+      } else {
+        r->ct_nanos = (int32_t)(uint32_t)v; /* the low 32 bits, as protobuf */
+      }
+    }
+  }
+  return rv;
+}
+
+static int read_metadata(const uint8_t *p, size_t n, rview *r, filler *fl) {
+  mcp_wire w = {p, p + n};
+  uint32_t f;
+  int wt, rv;
+  uint64_t v;
+  const uint8_t *d;
+  size_t dl;
+  while ((rv = wire_next(&w, &f, &wt, &v, &d, &dl)) == 1) {
+    if (f < 1 || f > 5) {
+      continue;
+    }
+    if (wt != MCP_WT_LEN) {
+      return MCP_ERR_MALFORMED;
+    }
+    span sp = {d, dl};
+    switch (f) {
+    case 1:
+      r->name = sp;
+      break;
+    case 2:
+      rv = read_timestamp(d, dl, r);
+      break;
+    case 3:
+      r->version = sp;
+      break;
+    case 4:
+      rv = read_entry(d, dl, r, fl, fl ? fl->lab++ : NULL);
+      r->nlabels++;
+      break;
+    default:
+      rv = read_entry(d, dl, r, fl, fl ? fl->ann++ : NULL);
+      r->nannotations++;
+      break;
+    }
+    if (rv < 0) {
+      return rv;
+    }
+  }
+  return rv;
+}
+
+static int read_any(const uint8_t *p, size_t n, rview *r) {
+  mcp_wire w = {p, p + n};
+  span value = {NULL, 0};
+  uint32_t f;
+  int wt, rv;
+  uint64_t v;
+  const uint8_t *d;
+  size_t dl;
+  while ((rv = wire_next(&w, &f, &wt, &v, &d, &dl)) == 1) {
+    if (f == 1 || f == 2) {
+      if (wt != MCP_WT_LEN) {
+        return MCP_ERR_MALFORMED;
+      }
+      span sp = {d, dl};
+      if (f == 1) {
+        r->type_url = sp;
+      } else {
+        value = sp;
+      }
+    }
+  }
+  /* protobuf-c merges a repeated Any keeping the earlier value when the
+   * latter's is empty. */
+  if (value.n) {
+    r->body = value;
+  }
+  return rv;
+}
+
+/* Reads one Resource into |r| (zeroed by the caller); with |fl|, also
+ * fills its labels and annotations. 0 or MCP_ERR_MALFORMED. */
+static int read_resource(span res, rview *r, filler *fl) {
+  mcp_wire w = {res.p, res.p + res.n};
+  uint32_t f;
+  int wt, rv;
+  uint64_t v;
+  const uint8_t *d;
+  size_t dl;
+  while ((rv = wire_next(&w, &f, &wt, &v, &d, &dl)) == 1) {
+    if (f != 1 && f != 2) {
+      continue;
+    }
+    if (wt != MCP_WT_LEN) {
+      return MCP_ERR_MALFORMED;
+    }
+    if ((rv = f == 1 ? read_metadata(d, dl, r, fl) : read_any(d, dl, r)) < 0) {
+      return rv;
+    }
+  }
+  if (rv < 0) {
+    return rv;
+  }
+  r->bytes += span_bytes(r->name) + span_bytes(r->version) +
+              span_bytes(r->type_url);
+  return 0;
+}
 
 /*
  * Decodes and checks every resource. Returns 0, a NOMEM, or a positive
@@ -529,66 +773,93 @@ static void work_free(const mcp_mem *m, work *w) {
 static int validate(const mcp_sink_state *st, work *w, char *msg, size_t ml) {
   const mcp_mem *m = &st->mem;
   envelope *env = &w->env;
-  size_t nkv = 0;
 #define NACK_(...)                     \
   do {                                 \
     mcp__fmt(msg, ml, __VA_ARGS__); \
     return MCP_CODE_INVALID_ARGUMENT;  \
   } while (0)
-  w->pb = mcp__calloc(m, env->nres ? env->nres : 1, sizeof(*w->pb));
   w->res = mcp__calloc(m, env->nres ? env->nres : 1, sizeof(*w->res));
   w->rem = mcp__calloc(m, env->nrem ? env->nrem : 1, sizeof(*w->rem));
   w->fresh = mcp__calloc(m, env->nres ? env->nres : 1, sizeof(*w->fresh));
-  if (!w->pb || !w->res || !w->rem || !w->fresh ||
+  if (!w->res || !w->rem || !w->fresh ||
       mcp__map_reserve(&w->names, m, env->nres) != 0) {
     return MCP_ERR_NOMEM;
   }
+  /* First pass: the wire structure, and what the views need, up to the
+   * first resource that does not decode (the checks of the ones before it
+   * come first, in order). */
+  size_t ndecoded = env->nres, nkv = 0, bytes = 0;
   for (size_t i = 0; i < env->nres; ++i) {
-    w->pa.failed = 0;
-    PbRes *r = istio__mcp__v1alpha1__resource__unpack(&w->pa.a, env->res[i].n,
-                                                      env->res[i].p);
-    if (!r) {
-      if (w->pa.failed) {
-        return MCP_ERR_NOMEM;
-      }
+    rview r;
+    memset(&r, 0, sizeof(r));
+    if (read_resource(env->res[i], &r, NULL) != 0) {
+      ndecoded = i;
+      break;
+    }
+    w->res[i].nlabels = r.nlabels;
+    w->res[i].nannotations = r.nannotations;
+    nkv += r.nlabels + r.nannotations;
+    bytes += r.bytes;
+  }
+  size_t asize = nkv * sizeof(mcp_kv) + bytes;
+  if (!(w->arena = mcp__malloc(m, asize ? asize : 1))) {
+    return MCP_ERR_NOMEM;
+  }
+  filler fl = {.lab = w->arena, .str = (char *)((mcp_kv *)w->arena + nkv)};
+  /* Second pass: the public views, each checked as it is built. */
+  for (size_t i = 0; i < env->nres; ++i) {
+    if (i == ndecoded) {
       NACK_("resource %zu does not decode", i);
     }
-    w->pb[i] = r;
-    const Istio__Mcp__V1alpha1__Metadata *md = r->metadata;
-    if (!md || !md->name || !md->name[0]) {
+    mcp_resource *o = &w->res[i];
+    rview r;
+    memset(&r, 0, sizeof(r));
+    o->labels = fl.lab;
+    o->annotations = fl.ann = fl.lab + o->nlabels;
+    fl.utf8_ok = 1;
+    int rv = read_resource(env->res[i], &r, &fl);
+    assert(rv == 0 && r.nlabels == o->nlabels &&
+           r.nannotations == o->nannotations);
+    (void)rv;
+    fl.lab = fl.ann;
+    if (!r.name.n || !r.name.p[0]) {
       NACK_("resource %zu has no name", i);
     }
-    int ok = mcp__str_valid(md->name) && mcp__str_valid(md->version);
-    KV_OK_(md->labels, md->n_labels, ok);
-    KV_OK_(md->annotations, md->n_annotations, ok);
-    if (!ok) {
+    if (!fl.utf8_ok || !span_valid(r.name) || !span_valid(r.version)) {
       NACK_("resource %zu has a string that is not UTF-8", i);
     }
-    if (!mcp__name_ok(md->name, st->name_rules, st->max_name)) {
-      NACK_("resource name %s breaks the naming rules or is too long", md->name);
+    o->name = fill_str(&fl, r.name);
+    o->version = fill_str(&fl, r.version);
+    if (!mcp__name_ok(o->name, st->name_rules, st->max_name)) {
+      NACK_("resource name %s breaks the naming rules or is too long", o->name);
     }
-    if (strlen(md->version) > st->max_version) {
-      NACK_("resource %s has a version longer than %zu bytes", md->name,
+    if (r.version.n > st->max_version) {
+      NACK_("resource %s has a version longer than %zu bytes", o->name,
             st->max_version);
     }
-    if (md->n_labels + md->n_annotations > st->max_metadata) {
-      NACK_("resource %s has more than %zu labels and annotations", md->name,
+    if (o->nlabels + o->nannotations > st->max_metadata) {
+      NACK_("resource %s has more than %zu labels and annotations", o->name,
             st->max_metadata);
     }
-    if (!r->body || !r->body->type_url || !r->body->type_url[0] ||
-        !mcp__str_valid(r->body->type_url)) {
-      NACK_("resource %s has no body type", md->name);
+    if (!r.type_url.n || !span_valid(r.type_url)) {
+      NACK_("resource %s has no body type", o->name);
     }
-    if (md->create_time && (md->create_time->nanos < 0 ||
-                            md->create_time->nanos >= 1000000000)) {
-      NACK_("resource %s has an invalid create_time", md->name);
+    if (r.has_ct && (r.ct_nanos < 0 || r.ct_nanos >= 1000000000)) {
+      NACK_("resource %s has an invalid create_time", o->name);
     }
+    o->type_url = fill_str(&fl, r.type_url);
+    o->has_create_time = r.has_ct;
+    o->create_time_seconds = r.ct_seconds;
+    o->create_time_nanos = r.ct_nanos;
+    /* Into the received bytes: valid while the apply callback runs. */
+    o->body = r.body.n ? r.body.p : NULL;
+    o->body_len = r.body.n;
     int err = 0;
-    if (mcp__map_put(&w->names, m, md->name, &w->res[i], &err)) {
-      NACK_("resource %s is listed twice", md->name);
+    if (mcp__map_put(&w->names, m, o->name, o, &err)) {
+      NACK_("resource %s is listed twice", o->name);
     }
-    nkv += md->n_labels + md->n_annotations;
   }
+  assert(fl.str <= (char *)w->arena + asize);
   if (env->incremental) {
     for (size_t i = 0; i < env->nrem; ++i) {
       if (!span_valid(env->rem[i])) {
@@ -602,38 +873,9 @@ static int validate(const mcp_sink_state *st, work *w, char *msg, size_t ml) {
       }
     }
   }
-  /* The public views of the decoded resources. */
-  w->kvs = mcp__malloc(m, (nkv ? nkv : 1) * sizeof(mcp_kv));
-  if (!w->kvs) {
-    return MCP_ERR_NOMEM;
-  }
-  mcp_kv *kv = w->kvs;
+  /* The entries the resources will be held as. */
   for (size_t i = 0; i < env->nres; ++i) {
-    const Istio__Mcp__V1alpha1__Metadata *md = w->pb[i]->metadata;
-    mcp_resource *r = &w->res[i];
-    r->name = md->name;
-    r->version = md->version;
-    r->labels = kv;
-    r->nlabels = md->n_labels;
-    for (size_t k = 0; k < md->n_labels; ++k, ++kv) {
-      kv->key = md->labels[k]->key;
-      kv->value = md->labels[k]->value;
-    }
-    r->annotations = kv;
-    r->nannotations = md->n_annotations;
-    for (size_t k = 0; k < md->n_annotations; ++k, ++kv) {
-      kv->key = md->annotations[k]->key;
-      kv->value = md->annotations[k]->value;
-    }
-    if (md->create_time) {
-      r->has_create_time = 1;
-      r->create_time_seconds = md->create_time->seconds;
-      r->create_time_nanos = md->create_time->nanos;
-    }
-    r->type_url = w->pb[i]->body->type_url;
-    r->body = w->pb[i]->body->value.data;
-    r->body_len = w->pb[i]->body->value.len;
-    /* The entry this resource will be held as. */
+    const mcp_resource *r = &w->res[i];
     size_t nl = strlen(r->name) + 1, vl = strlen(r->version) + 1;
     held *h = mcp__malloc(m, sizeof(held) + nl + vl);
     if (!h) {
@@ -657,7 +899,6 @@ int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in, size_t len,
   s->recv_len = len;
   work w;
   memset(&w, 0, sizeof(w));
-  mcp__pballoc_init(&w.pa, m);
   int rv = parse_envelope(m, st->service, in, len, &w.env);
   if (rv != 0) {
     return rv;
