@@ -423,6 +423,34 @@ START_TEST(test_dialing_streams) {
 }
 END_TEST
 
+START_TEST(test_refused_calls) {
+  tool_ops *ops = new_ops(TOOL_OPS_SOURCE);
+  const char *ids[] = {"spiffe://cluster.local/ns/evil/sa/sink-b"};
+  tool_stream_info info = {.id = 1,
+                           .peer = "ipv4:127.0.0.1:1",
+                           .status = 7,
+                           .details = "permission denied",
+                           .identities = ids,
+                           .nidentities = 1};
+  /* Before any refusal the family has no series. */
+  ck_assert(metric(ops, "mcp_streams_refused_total" SRC ",code=\"7\"}") ==
+            -1);
+  tool_ops_refused(ops, &info);
+  tool_ops_refused(ops, &info);
+  info.status = 16;
+  tool_ops_refused(ops, &info);
+  ck_assert(metric(ops, "mcp_streams_refused_total" SRC ",code=\"7\"}") ==
+            2);
+  ck_assert(metric(ops, "mcp_streams_refused_total" SRC ",code=\"16\"}") ==
+            1);
+  /* A refused call is no stream: nothing else moves. */
+  ck_assert(metric(ops, "istio_mcp_clients_total" SRC "}") == 0);
+  ck_assert(metric(ops, "mcp_streams_total" SRC "}") == 0);
+  tool_ops_refused(NULL, &info); /* no registry: a no-op */
+  tool_ops_del(ops);
+}
+END_TEST
+
 START_TEST(test_listening_sink_reconnections) {
   tool_ops *ops = new_ops(TOOL_OPS_SINK);
   stream(ops, 1, 1, 0, 0, 0);
@@ -461,6 +489,7 @@ int main(void) {
   TCase *o = tcase_create("ops");
   tcase_add_test(o, test_source_events);
   tcase_add_test(o, test_dialing_streams);
+  tcase_add_test(o, test_refused_calls);
   tcase_add_test(o, test_listening_sink_reconnections);
   tcase_add_test(o, test_code_names);
   suite_add_tcase(s, o);

@@ -1,10 +1,12 @@
 /* Command-line helpers. */
 #include "args.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "log.h"
 
@@ -119,4 +121,200 @@ int tool_path_safe(const char *rel) {
       return 1;
     seg = end + 1;
   }
+}
+
+/* ---- security flags ---- */
+
+int tool_sec_parse_arg(int argc, char **argv, int *i, tool_sec_args *a) {
+  static const struct {
+    const char *name, *what;
+  } files[] = {{"--tls-cert", "a PEM certificate file"},
+               {"--tls-key", "a PEM private key file"},
+               {"--tls-ca", "a PEM CA certificates file"},
+               {"--tls-server-name", "a name"},
+               {"--access-list", "a file"},
+               {"--allow", "an identity pattern"},
+               {"--deny", "an identity pattern"}};
+  if (tool_arg_flag(argv, *i, "--allow-cleartext")) {
+    a->allow_cleartext = 1;
+    return 1;
+  }
+  for (size_t k = 0; k < sizeof(files) / sizeof(files[0]); k++) {
+    const char *v;
+    int rv = tool_arg_value(argc, argv, i, files[k].name, &v);
+    if (rv == 0)
+      continue;
+    if (rv < 0)
+      return -1;
+    if (!v[0]) {
+      fprintf(stderr, "%s: %s needs %s\n", tool_log_prog(), files[k].name,
+              files[k].what);
+      return -1;
+    }
+    switch (k) {
+    case 0: a->tls_cert = v; break;
+    case 1: a->tls_key = v; break;
+    case 2: a->tls_ca = v; break;
+    case 3: a->tls_server_name = v; break;
+    case 4: a->access_list = v; break;
+    default:
+      if (tool_strv_add(k == 5 ? &a->allow : &a->deny, v, 1) != 0)
+        return -2;
+    }
+    return 1;
+  }
+  return 0;
+}
+
+int tool_sec_tls(const tool_sec_args *a) {
+  return a->tls_cert || a->tls_key || a->tls_ca;
+}
+
+int tool_sec_acl(const tool_sec_args *a) {
+  return a->allow.n || a->deny.n || a->access_list;
+}
+
+/* The first access flag given, for the messages. */
+static const char *acl_flag(const tool_sec_args *a) {
+  return a->allow.n ? "--allow" : a->deny.n ? "--deny" : "--access-list";
+}
+
+int tool_sec_check(const tool_sec_args *a, int tls_capable,
+                   const char *transport, int listen, const char *address,
+                   char *why, size_t len) {
+  int tls = tool_sec_tls(a);
+  if (!tls_capable) {
+    if (tls || a->tls_server_name) {
+      snprintf(why, len,
+               "%s: the %s transport is cleartext HTTP/2 by definition and "
+               "has no TLS; use --transport grpc for TLS",
+               a->tls_cert ? "--tls-cert" : a->tls_key ? "--tls-key"
+                          : a->tls_ca ? "--tls-ca" : "--tls-server-name",
+               transport);
+      return -1;
+    }
+    if (tool_sec_acl(a)) {
+      snprintf(why, len,
+               "%s: access lists check the identities of TLS client "
+               "certificates, and the %s transport is cleartext (no peer "
+               "has an identity); use --transport grpc with --tls-ca",
+               acl_flag(a), transport);
+      return -1;
+    }
+    if (listen && !a->allow_cleartext && !tool_addr_is_loopback(address)) {
+      snprintf(why, len,
+               "--listen %s: the %s transport is cleartext (no encryption, "
+               "no authentication of peers), so it listens only on loopback "
+               "(127.0.0.0/8, ::1, localhost) unless --allow-cleartext says "
+               "the network is protected otherwise (a mesh with mTLS, a "
+               "private link); or use --transport grpc with TLS",
+               address, transport);
+      return -1;
+    }
+    return 0;
+  }
+  if (listen) {
+    if (a->tls_server_name) {
+      snprintf(why, len, "--tls-server-name is for dialing (--connect): it "
+                         "names the server's certificate");
+      return -1;
+    }
+    if (tls && (!a->tls_cert || !a->tls_key)) {
+      snprintf(why, len, "listening with TLS needs --tls-cert and --tls-key "
+                         "(--tls-ca alone is for dialing)");
+      return -1;
+    }
+    if (tool_sec_acl(a) && !a->tls_ca) {
+      snprintf(why, len,
+               "%s needs the clients' identities: give --tls-ca (with "
+               "--tls-cert and --tls-key) so that clients must present a "
+               "certificate it verifies",
+               acl_flag(a));
+      return -1;
+    }
+    return 0;
+  }
+  if (!a->tls_cert != !a->tls_key) {
+    snprintf(why, len, "%s without %s: a client certificate needs its key "
+                       "and the reverse",
+             a->tls_cert ? "--tls-cert" : "--tls-key",
+             a->tls_cert ? "--tls-key" : "--tls-cert");
+    return -1;
+  }
+  if (a->tls_server_name && !tls) {
+    snprintf(why, len, "--tls-server-name needs TLS: give --tls-ca (and "
+                       "--tls-cert, --tls-key for mutual TLS)");
+    return -1;
+  }
+  if (tool_sec_acl(a) && !tls) {
+    snprintf(why, len,
+             "%s needs the server's identity: give --tls-ca (the server's "
+             "certificate is then verified and its identities known)",
+             acl_flag(a));
+    return -1;
+  }
+  return 0;
+}
+
+void tool_sec_describe(const tool_sec_args *a, int listen, char *buf,
+                       size_t len) {
+  if (!tool_sec_tls(a))
+    snprintf(buf, len, "cleartext (no TLS): peers have no identity");
+  else if (listen && a->tls_ca)
+    snprintf(buf, len, "mutual TLS: clients must present a certificate "
+                       "that %s verifies", a->tls_ca);
+  else if (listen)
+    snprintf(buf, len, "TLS without client certificates: clients have no "
+                       "identity");
+  else
+    snprintf(buf, len, "TLS: the server's certificate verified by %s%s%s%s, "
+                       "%s%s",
+             a->tls_ca ? a->tls_ca : "the default roots",
+             a->tls_server_name ? " for the name \"" : "",
+             a->tls_server_name ? a->tls_server_name : "",
+             a->tls_server_name ? "\"" : "",
+             a->tls_cert ? "presenting " : "no client certificate",
+             a->tls_cert ? a->tls_cert : "");
+}
+
+void tool_sec_args_free(tool_sec_args *a) {
+  tool_strv_free(&a->allow);
+  tool_strv_free(&a->deny);
+}
+
+int tool_addr_is_loopback(const char *address) {
+  if (strncmp(address, "unix:", 5) == 0 ||
+      strncmp(address, "unix-abstract:", 14) == 0)
+    return 1;
+  char host[256];
+  const char *start = address, *end;
+  if (address[0] == '[') {
+    start = address + 1;
+    end = strchr(start, ']');
+    if (!end)
+      return 0;
+  } else {
+    end = strrchr(address, ':');
+    /* More than one colon without brackets: a bare IPv6 address. */
+    if (!end || memchr(address, ':', (size_t)(end - address)))
+      end = address + strlen(address);
+  }
+  size_t n = (size_t)(end - start);
+  if (n == 0 || n >= sizeof(host))
+    return 0;
+  memcpy(host, start, n);
+  host[n] = '\0';
+  if (strcasecmp(host, "localhost") == 0 ||
+      strcasecmp(host, "localhost.") == 0)
+    return 1;
+  unsigned char b[16];
+  if (inet_pton(AF_INET, host, b) == 1)
+    return b[0] == 127;
+  if (inet_pton(AF_INET6, host, b) == 1) {
+    static const unsigned char one[16] = {[15] = 1};
+    static const unsigned char mapped[12] = {[10] = 0xff, [11] = 0xff};
+    return memcmp(b, one, 16) == 0 ||
+           (memcmp(b, mapped, 12) == 0 && b[12] == 127);
+  }
+  return 0;
 }

@@ -51,4 +51,62 @@ void tool_strv_free(tool_strv *sv);
  */
 int tool_path_safe(const char *rel);
 
+/* ---- security flags (both programs) ---- */
+
+/*
+ * --tls-cert FILE, --tls-key FILE, --tls-ca FILE, --tls-server-name NAME,
+ * --allow ID, --deny ID (repeatable), --access-list FILE and
+ * --allow-cleartext. Strings are borrowed from argv.
+ */
+typedef struct tool_sec_args {
+  const char *tls_cert, *tls_key, *tls_ca, *tls_server_name;
+  tool_strv allow, deny;
+  const char *access_list;
+  int allow_cleartext;
+} tool_sec_args;
+
+/*
+ * If argv[*i] is one of those flags: parses it into |a|, advances |*i| past
+ * its value and returns 1. Returns 0 for another argument, -1 for a usage
+ * error (reported on stderr as "PROG: ..."), -2 when out of memory.
+ */
+int tool_sec_parse_arg(int argc, char **argv, int *i, tool_sec_args *a);
+
+/* Any --tls-* file given. */
+int tool_sec_tls(const tool_sec_args *a);
+
+/* Any of --allow, --deny, --access-list given. */
+int tool_sec_acl(const tool_sec_args *a);
+
+/*
+ * Checks the flags against the transport and the role, for |address|
+ * (HOST:PORT) listened on (|listen|) or dialed. |tls_capable|: the
+ * transport has TLS (gRPC); |transport| its name, for the messages.
+ * 0 when they go together; -1 with the reason in |why| (a usage error):
+ *   - TLS or access flags with a transport without TLS (h2c);
+ *   - listening cleartext (h2c) on an address that is not loopback,
+ *     without --allow-cleartext;
+ *   - listening with TLS without --tls-cert and --tls-key; dialing with
+ *     only one of them; --tls-server-name when listening or without TLS;
+ *   - an access list without identities to check: listening without
+ *     --tls-ca (client certificates), dialing without TLS.
+ */
+int tool_sec_check(const tool_sec_args *a, int tls_capable,
+                   const char *transport, int listen, const char *address,
+                   char *why, size_t len);
+
+/* One line for the start-up log: how the connections are secured. */
+void tool_sec_describe(const tool_sec_args *a, int listen, char *buf,
+                       size_t len);
+
+void tool_sec_args_free(tool_sec_args *a);
+
+/*
+ * Whether a listen address stays on this host: a unix socket ("unix:..."),
+ * "localhost", an IPv4 address in 127.0.0.0/8, ::1 or ::ffff:127.x.y.z
+ * (brackets and the :PORT are optional). 0 for anything else, including
+ * 0.0.0.0, [::] and other names.
+ */
+int tool_addr_is_loopback(const char *address);
+
 #endif /* TOOLS_ARGS_H */

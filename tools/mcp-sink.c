@@ -46,6 +46,7 @@ typedef struct sink_app {
   void *ep;
   mcp_sink_state *state;
   tool_ops *ops; /* metrics and debug endpoints (tools/ops) */
+  tool_access *access; /* --allow, --deny, --access-list; NULL: none */
   tool_mirror *mirror;
   int json, exit_after_sync;
   const char *const *colls;
@@ -65,7 +66,7 @@ typedef struct sink_app {
   uint64_t stream; /* id of the current stream */
   char *peer;      /* its peer */
   int announced;   /* "connected" was reported for it */
-  int dial_failing;
+  int dial_failing; /* the status the failing dials end with, 0: none */
 } sink_app;
 
 static void usage(FILE *f) {
@@ -76,6 +77,9 @@ static void usage(FILE *f) {
         "                [--exit-after-sync] [--log-level LEVEL]\n"
         "                [--api resource|aggregated|aggregated-incremental]\n"
         "                [--log-format text|json] [--debug-listen HOST:PORT]\n"
+        "                [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]\n"
+        "                [--tls-server-name NAME] [--allow ID]... [--deny ID]...\n"
+        "                [--access-list FILE] [--allow-cleartext]\n"
         "\n"
         "Subscribes to MCP collections and reports what it receives.\n"
         "\n"
@@ -101,6 +105,24 @@ static void usage(FILE *f) {
         "  --log-format FORMAT   text (default) or json: one object per line\n"
         "  --debug-listen HOST:PORT  serve /metrics, /debug/syncz,\n"
         "                        /debug/journal, /healthz and /readyz over HTTP\n"
+        "  --tls-cert FILE       our certificate chain (PEM; grpc only)\n"
+        "  --tls-key FILE        its private key (PEM)\n"
+        "  --tls-ca FILE         CA certificates (PEM) that verify the peer; "
+        "when\n"
+        "                        listening, clients must present a "
+        "certificate\n"
+        "  --tls-server-name NAME  --connect: the name the source's "
+        "certificate\n"
+        "                        must carry instead of the host dialed\n"
+        "  --allow ID            allow a peer identity (SPIFFE ID, DNS name, "
+        "CN;\n"
+        "                        a prefix ending in '*'); repeatable\n"
+        "  --deny ID             deny a peer identity; repeatable\n"
+        "  --access-list FILE    rules, one per line (\"allow ID\", \"deny "
+        "ID\");\n"
+        "                        read again when it changes and on SIGHUP\n"
+        "  --allow-cleartext     let h2c listen on an address that is not "
+        "loopback\n"
         "  --help                this text\n"
         "\n"
         "Exit status: 0 after SIGINT, SIGTERM or the sync (--exit-after-sync),\n"
@@ -283,6 +305,21 @@ static void report_closed(sink_app *a, const tool_stream_info *info) {
                     "status", info->status, "details", info->details));
 }
 
+/* A call refused before it became a stream (the transport's thread). */
+static void on_refused(const tool_stream_info *info, void *ud) {
+  sink_app *a = ud;
+  tool_ops_refused(a->ops, info);
+  TOOL_LOG_CONTEXT(.stream = info->id, .peer = info->peer);
+  char name[24];
+  tool_log(info->status == 7 || info->status == 16 ? TOOL_LOG_WARN
+                                                   : TOOL_LOG_INFO,
+           "refused %s: status %d (%s): %s; identity %s", info->peer,
+           info->status,
+           tool_ops_code_name(info->status, name, sizeof(name)),
+           info->details,
+           info->nidentities ? info->identities[0] : "none");
+}
+
 static void on_stream(int opened, const tool_stream_info *info, void *ud) {
   sink_app *a = ud;
   tool_ops_stream(a->ops, opened, info);
@@ -312,15 +349,27 @@ static void on_stream(int opened, const tool_stream_info *info, void *ud) {
   if (a->announced) {
     a->announced = 0;
     report_closed(a, info);
-  } else if (!a->dial_failing) {
-    /* A dial that never got an answer. */
+    return;
+  }
+  /* A dial that never got an answer: warned once per kind of failure,
+   * then at debug level. */
+  int refused = info->status == 7 || info->status == 16;
+  int kind = info->status ? info->status : -1;
+  char name[24];
+  if (a->dial_failing == kind)
+    log_debug("stream %llu: %s %s: %s", (unsigned long long)info->id,
+              refused ? "refused:" : "cannot reach", info->peer,
+              info->details);
+  else if (refused)
+    log_warn("stream %llu to the source at %s refused: status %d (%s): %s; "
+             "retrying",
+             (unsigned long long)info->id, info->peer, info->status,
+             tool_ops_code_name(info->status, name, sizeof(name)),
+             info->details);
+  else
     log_warn("cannot reach the source at %s: %s; retrying", info->peer,
              info->details);
-    a->dial_failing = 1;
-  } else {
-    log_debug("stream %llu: cannot reach %s: %s",
-              (unsigned long long)info->id, info->peer, info->details);
-  }
+  a->dial_failing = kind;
 }
 
 /* ---- the loop (main thread) ---- */
@@ -332,6 +381,7 @@ static void stop(sink_app *a) {
     return;
   a->stopping = 1;
   tool_ops_close(a->ops);
+  tool_access_close(a->access);
   if (a->ep)
     a->tp->sink_del(a->ep);
   a->ep = NULL;
@@ -380,6 +430,8 @@ int main(int argc, char **argv) {
   mcp_service service = MCP_SERVICE_RESOURCE;
   tool_strv colls = {0};
   tool_ops_args ops_args = {0}; /* --debug-listen, --log-format */
+  tool_sec_args sec = {0};       /* --tls-*, --allow, --deny, --access-list */
+  char why[600];
   mcp_kv *annots = NULL;
   size_t nannots = 0;
   sink_app app;
@@ -469,6 +521,11 @@ int main(int argc, char **argv) {
     } else if ((rv = tool_ops_parse_arg(argc, argv, &i, &ops_args)) != 0) {
       if (rv < 0)
         goto bad;
+    } else if ((rv = tool_sec_parse_arg(argc, argv, &i, &sec)) != 0) {
+      if (rv == -2)
+        goto nomem;
+      if (rv < 0)
+        goto bad;
     } else {
       usage_error("unknown argument: %s", argv[i]);
       goto out;
@@ -508,9 +565,10 @@ int main(int argc, char **argv) {
     goto out;
   }
   const char *address = connect ? connect : listen ? listen : DEFAULT_ADDRESS;
-  const char *why;
-  if (tool_check_hostport(address, listen ? 0 : 1, &why) != 0) {
-    usage_error("%s %s: %s", listen ? "--listen" : "--connect", address, why);
+  const char *addr_why;
+  if (tool_check_hostport(address, listen ? 0 : 1, &addr_why) != 0) {
+    usage_error("%s %s: %s", listen ? "--listen" : "--connect", address,
+                addr_why);
     goto out;
   }
   for (size_t i = 0; out && i < colls.n; i++) {
@@ -530,9 +588,36 @@ int main(int argc, char **argv) {
     usage_error("unknown transport %s (expected grpc or h2c)", transport);
     goto out;
   }
+  if (tool_sec_check(&sec, app.tp->tls_check != NULL, app.tp->name,
+                     listen != NULL, address, why, sizeof(why)) != 0) {
+    usage_error("%s", why);
+    goto out;
+  }
+  if (tool_sec_acl(&sec)) {
+    rv = tool_access_new(&app.access, app.tp, sec.allow.v, sec.allow.n,
+                         sec.deny.v, sec.deny.n, sec.access_list, why,
+                         sizeof(why));
+    if (rv == 2) {
+      usage_error("%s", why);
+      goto out;
+    }
+    if (rv != 0) {
+      log_error("%s", why);
+      status = 1;
+      goto out;
+    }
+  }
 
   status = 1;
   signal(SIGPIPE, SIG_IGN);
+  if (tool_sec_tls(&sec)) {
+    const tool_tls_options t = {sec.tls_cert, sec.tls_key, sec.tls_ca,
+                                sec.tls_server_name};
+    if ((rv = app.tp->tls_check(&t, why, sizeof(why))) < 0) {
+      log_error("TLS: %s", why[0] ? why : mcp_strerror(rv));
+      goto out;
+    }
+  }
   app.json = json;
   app.exit_after_sync = exit_after_sync;
   app.colls = colls.v;
@@ -592,6 +677,9 @@ int main(int argc, char **argv) {
       .user_data = &app,
       .http = tool_ops_http, /* h2c: the debug endpoints on its port */
       .http_user_data = app.ops,
+      .tls = {sec.tls_cert, sec.tls_key, sec.tls_ca, sec.tls_server_name},
+      .acl = tool_access_acl(app.access),
+      .on_refused = on_refused,
   };
   if ((rv = app.tp->sink_new(&app.ep, &app.loop, &eo, app.state)) < 0) {
     log_error("cannot %s %s: %s", listen ? "listen on" : "dial", address,
@@ -603,6 +691,8 @@ int main(int argc, char **argv) {
     goto out;
   }
   tool_ops_attach(app.ops, app.tp, app.ep);
+  /* SIGHUP is ours before the address is announced. */
+  tool_access_watch(app.access, &app.loop, app.ep, 1);
   if (listen) {
     const char *colon = strrchr(address, ':');
     char buf[300];
@@ -621,6 +711,22 @@ int main(int argc, char **argv) {
   } else {
     log_info("dialing the %s at %s (%s)", service_name(service), address,
              app.tp->name);
+  }
+  if (app.tp->tls_check) {
+    tool_sec_describe(&sec, listen != NULL, why, sizeof(why));
+    log_info("security: %s", why);
+    if (app.access) {
+      size_t n = app.tp->acl_count(tool_access_acl(app.access));
+      log_info("access list: %zu rule%s%s%s", n, n == 1 ? "" : "s",
+               sec.access_list ? ", watching " : "",
+               sec.access_list ? sec.access_list : "");
+    }
+    if (listen && !tool_sec_tls(&sec) && !sec.allow_cleartext &&
+        !tool_addr_is_loopback(address))
+      log_warn("serving without TLS on %s, which is not loopback: peers are "
+               "neither encrypted nor authenticated (give --tls-cert, "
+               "--tls-key and --tls-ca; --allow-cleartext silences this)",
+               address);
   }
   /* Runs until a signal or the sync: stop() deletes the endpoint and
    * closes the handles, and the loop ends once the transport's are closed
@@ -656,6 +762,8 @@ bad:
 out:
   mcp_sink_state_del(app.state);
   tool_ops_del(app.ops);
+  tool_access_del(app.access);
+  tool_sec_args_free(&sec);
   tool_mirror_del(app.mirror);
   record_clear(&app.rec);
   free(app.acked);

@@ -39,6 +39,7 @@ typedef struct source_app {
   const tool_transport *tp;
   void *ep;
   tool_ops *ops; /* metrics and debug endpoints (tools/ops) */
+  tool_access *access; /* --allow, --deny, --access-list; NULL: none */
   mcp_store *store;
   mcpcfg_loader *loader; /* NULL without --dir */
   const char *dir;
@@ -50,7 +51,7 @@ typedef struct source_app {
   int io_error;      /* the last scan could not read the directory */
   int apply_pending; /* the loader holds changes the store lacks */
   /* Transport thread only. */
-  int dial_failing;
+  int dial_failing; /* the status the failing dials end with, 0: none */
 } source_app;
 
 static void usage(FILE *f) {
@@ -60,6 +61,9 @@ static void usage(FILE *f) {
           "                  [--transport grpc|h2c] [--debounce MS]\n"
           "                  [--log-level LEVEL] [--log-format text|json]\n"
           "                  [--debug-listen HOST:PORT]\n"
+          "                  [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]\n"
+          "                  [--tls-server-name NAME] [--allow ID]... [--deny ID]...\n"
+          "                  [--access-list FILE] [--allow-cleartext]\n"
           "\n"
           "Serves the YAML files below DIR as MCP collections and pushes every\n"
           "change of them.\n"
@@ -76,6 +80,18 @@ static void usage(FILE *f) {
           "  --log-format FORMAT text (default) or json: one object per line\n"
           "  --debug-listen HOST:PORT serve /metrics, /debug/syncz, /healthz\n"
           "                     and /readyz over HTTP\n"
+          "  --tls-cert FILE    our certificate chain (PEM; grpc only)\n"
+          "  --tls-key FILE     its private key (PEM)\n"
+          "  --tls-ca FILE      CA certificates (PEM) that verify the peer; when\n"
+          "                     listening, clients must present a certificate\n"
+          "  --tls-server-name NAME  --connect: the name the sink's certificate\n"
+          "                     must carry instead of the host dialed\n"
+          "  --allow ID         allow a peer identity (SPIFFE ID, DNS name, CN;\n"
+          "                     a prefix ending in '*'); repeatable\n"
+          "  --deny ID          deny a peer identity; repeatable\n"
+          "  --access-list FILE rules, one per line (\"allow ID\", \"deny ID\");\n"
+          "                     read again when it changes and on SIGHUP\n"
+          "  --allow-cleartext  let h2c listen on an address that is not loopback\n"
           "  --help             this text\n"
           "\n"
           "Exit status: 0 after SIGINT or SIGTERM, 1 on a runtime failure,\n"
@@ -131,6 +147,25 @@ static void on_core_event(const mcp_event *ev, void *ud) {
   }
 }
 
+/* The first identity of a peer, for the logs. */
+static const char *first_identity(const tool_stream_info *info) {
+  return info->nidentities ? info->identities[0] : "none";
+}
+
+/* A call refused before it became a stream (the transport's thread). */
+static void on_refused(const tool_stream_info *info, void *ud) {
+  source_app *a = ud;
+  tool_ops_refused(a->ops, info);
+  TOOL_LOG_CONTEXT(.stream = info->id, .peer = info->peer);
+  char name[24];
+  tool_log(info->status == 7 || info->status == 16 ? TOOL_LOG_WARN
+                                                   : TOOL_LOG_INFO,
+           "refused %s: status %d (%s): %s; identity %s", info->peer,
+           info->status,
+           tool_ops_code_name(info->status, name, sizeof(name)),
+           info->details, first_identity(info));
+}
+
 static void on_stream(int opened, const tool_stream_info *info, void *ud) {
   source_app *a = ud;
   tool_ops_stream(a->ops, opened, info);
@@ -139,19 +174,34 @@ static void on_stream(int opened, const tool_stream_info *info, void *ud) {
     if (info->dialed)
       log_debug("stream %llu: dialing %s", (unsigned long long)info->id,
                 info->peer);
+    else if (info->nidentities)
+      log_info("stream %llu: sink %s connected (identity %s)",
+               (unsigned long long)info->id, info->peer,
+               info->identities[0]);
     else
       log_info("stream %llu: sink %s connected", (unsigned long long)info->id,
                info->peer);
     return;
   }
   if (info->dialed && info->received == 0) {
-    if (!a->dial_failing)
-      log_warn("cannot reach the sink at %s: %s; retrying", info->peer,
+    /* Warned once per kind of failure, then at debug level. */
+    int refused = info->status == 7 || info->status == 16;
+    int kind = info->status ? info->status : -1;
+    char name[24];
+    if (a->dial_failing == kind)
+      log_debug("stream %llu: %s %s: %s", (unsigned long long)info->id,
+                refused ? "refused:" : "cannot reach", info->peer,
+                info->details);
+    else if (refused)
+      log_warn("stream %llu to the sink at %s refused: status %d (%s): %s; "
+               "retrying",
+               (unsigned long long)info->id, info->peer, info->status,
+               tool_ops_code_name(info->status, name, sizeof(name)),
                info->details);
     else
-      log_debug("stream %llu: cannot reach %s: %s",
-                (unsigned long long)info->id, info->peer, info->details);
-    a->dial_failing = 1;
+      log_warn("cannot reach the sink at %s: %s; retrying", info->peer,
+               info->details);
+    a->dial_failing = kind;
     return;
   }
   a->dial_failing = 0;
@@ -241,6 +291,7 @@ static void stop(source_app *a) {
     return;
   a->stopping = 1;
   tool_ops_close(a->ops);
+  tool_access_close(a->access);
   a->tp->source_del(a->ep);
   a->ep = NULL;
   uv_close((uv_handle_t *)&a->sigint, NULL);
@@ -273,6 +324,7 @@ typedef struct source_args {
   tool_log_level level;
   tool_strv colls;
   tool_ops_args ops; /* --debug-listen, --log-format */
+  tool_sec_args sec; /* --tls-*, --allow, --deny, --access-list */
 } source_args;
 
 /* Returns -1 to run, or the exit status (0 for --help, 2 for a usage
@@ -312,6 +364,11 @@ static int parse_args(int argc, char **argv, source_args *o) {
       level = v;
     } else if ((rv = tool_ops_parse_arg(argc, argv, &i, &o->ops)) != 0) {
       /* --debug-listen, --log-format */
+    } else if ((rv = tool_sec_parse_arg(argc, argv, &i, &o->sec)) != 0) {
+      if (rv == -2) {
+        fprintf(stderr, "mcp-source: out of memory\n");
+        return 1;
+      }
     } else {
       return usage_error("unknown argument: %s", argv[i]);
     }
@@ -342,6 +399,7 @@ int main(int argc, char **argv) {
   int status = parse_args(argc, argv, &args);
   if (status >= 0) {
     tool_strv_free(&args.colls);
+    tool_sec_args_free(&args.sec);
     return status;
   }
   tool_log_init("mcp-source", args.level);
@@ -359,17 +417,47 @@ int main(int argc, char **argv) {
                     "(use --transport %s)\n", args.transport,
             tool_transport_default());
     tool_strv_free(&args.colls);
+    tool_sec_args_free(&args.sec);
     return 2;
   }
   if (rv != 0) {
     tool_strv_free(&args.colls);
+    tool_sec_args_free(&args.sec);
     return usage_error("unknown transport %s (expected grpc or h2c)",
                        args.transport);
+  }
+  char why[600];
+  if (tool_sec_check(&args.sec, app.tp->tls_check != NULL, app.tp->name,
+                     !connect, address, why, sizeof(why)) != 0) {
+    tool_strv_free(&args.colls);
+    tool_sec_args_free(&args.sec);
+    return usage_error("%s", why);
+  }
+  if (tool_sec_acl(&args.sec)) {
+    rv = tool_access_new(&app.access, app.tp, args.sec.allow.v,
+                         args.sec.allow.n, args.sec.deny.v, args.sec.deny.n,
+                         args.sec.access_list, why, sizeof(why));
+    if (rv != 0) {
+      tool_strv_free(&args.colls);
+      tool_sec_args_free(&args.sec);
+      if (rv == 2)
+        return usage_error("%s", why);
+      log_error("%s", why);
+      return 1;
+    }
   }
 
   signal(SIGPIPE, SIG_IGN);
   status = 1;
   app.dir = dir;
+  if (tool_sec_tls(&args.sec)) {
+    const tool_tls_options t = {args.sec.tls_cert, args.sec.tls_key,
+                                args.sec.tls_ca, args.sec.tls_server_name};
+    if ((rv = app.tp->tls_check(&t, why, sizeof(why))) < 0) {
+      log_error("TLS: %s", why[0] ? why : mcp_strerror(rv));
+      goto out;
+    }
+  }
 
   mcp_store_options so;
   mcp_store_options_default(&so);
@@ -442,6 +530,10 @@ int main(int argc, char **argv) {
       .user_data = &app,
       .http = tool_ops_http, /* h2c: the debug endpoints on its port */
       .http_user_data = app.ops,
+      .tls = {args.sec.tls_cert, args.sec.tls_key, args.sec.tls_ca,
+              args.sec.tls_server_name},
+      .acl = tool_access_acl(app.access),
+      .on_refused = on_refused,
   };
   uv_loop_init(&app.loop);
   if ((rv = app.tp->source_new(&app.ep, &app.loop, &eo, &sopts)) < 0) {
@@ -452,6 +544,14 @@ int main(int argc, char **argv) {
     uv_loop_close(&app.loop);
     goto out;
   }
+  /* Before the address is logged: whoever waits for that line may signal
+   * us at once. */
+  uv_signal_init(&app.loop, &app.sigint);
+  uv_signal_init(&app.loop, &app.sigterm);
+  app.sigint.data = app.sigterm.data = &app;
+  uv_signal_start(&app.sigint, on_signal, SIGINT);
+  uv_signal_start(&app.sigterm, on_signal, SIGTERM);
+  tool_access_watch(app.access, &app.loop, app.ep, 0); /* and SIGHUP */
   if (connect) {
     log_info("dialing the ResourceSink at %s (%s)", address, app.tp->name);
   } else {
@@ -459,14 +559,25 @@ int main(int argc, char **argv) {
     bound_address(buf, sizeof(buf), address, app.tp->source_port(app.ep));
     log_info("serving ResourceSource on %s (%s)", buf, app.tp->name);
   }
+  if (app.tp->tls_check) {
+    tool_sec_describe(&args.sec, !connect, why, sizeof(why));
+    log_info("security: %s", why);
+    if (app.access) {
+      size_t n = app.tp->acl_count(tool_access_acl(app.access));
+      log_info("access list: %zu rule%s%s%s", n, n == 1 ? "" : "s",
+               args.sec.access_list ? ", watching " : "",
+               args.sec.access_list ? args.sec.access_list : "");
+    }
+    if (!connect && !tool_sec_tls(&args.sec) && !args.sec.allow_cleartext &&
+        !tool_addr_is_loopback(address))
+      log_warn("serving without TLS on %s, which is not loopback: peers are "
+               "neither encrypted nor authenticated (give --tls-cert, "
+               "--tls-key and --tls-ca; --allow-cleartext silences this)",
+               address);
+  }
   tool_ops_attach(app.ops, app.tp, app.ep);
   tool_ops_set_ready(app.ops, 1); /* the first load is in the store */
 
-  uv_signal_init(&app.loop, &app.sigint);
-  uv_signal_init(&app.loop, &app.sigterm);
-  app.sigint.data = app.sigterm.data = &app;
-  uv_signal_start(&app.sigint, on_signal, SIGINT);
-  uv_signal_start(&app.sigterm, on_signal, SIGTERM);
   if (app.loader) {
     uv_timer_init(&app.loop, &app.settle);
     uv_timer_init(&app.loop, &app.rescan);
@@ -505,7 +616,9 @@ out:
   mcpcfg_loader_del(app.loader);
   mcp_store_del(app.store);
   tool_ops_del(app.ops);
+  tool_access_del(app.access);
   tool_strv_free(&args.colls);
+  tool_sec_args_free(&args.sec);
   if (status == 0)
     log_info("stopped");
   return status;

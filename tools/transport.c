@@ -1,9 +1,15 @@
 /* The table of transports. A new transport adds a row (and its file). The
- * build defines TOOLS_HAVE_<NAME> for each transport it links in. */
+ * build defines TOOLS_HAVE_<NAME> for each transport it links in. Also the
+ * programs' access list (tool_access), on the table's acl_* functions. */
 #include "transport.h"
 
+#include <signal.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "log.h"
 
 static const struct {
   const char *name;
@@ -41,4 +47,138 @@ const char *tool_transport_default(void) {
       return transports[i].name;
   }
   return transports[0].name; /* none built: refused when looked up */
+}
+
+/* ---- access lists (--allow, --deny, --access-list) ---- */
+
+/* The access list file is looked at this often. */
+#define ACCESS_RELOAD_MS 1000
+
+struct tool_access {
+  const tool_transport *tp;
+  void *acl;
+  const char *file; /* NULL: flags only */
+  void *ep;         /* the endpoint to reauthorize (NULL: not watching) */
+  int sink;
+  int watching; /* the handles are initialised */
+  uv_timer_t timer;
+  uv_signal_t sighup;
+};
+
+int tool_access_new(tool_access **pa, const tool_transport *tp,
+                    const char *const *allow, size_t nallow,
+                    const char *const *deny, size_t ndeny, const char *file,
+                    char *err, size_t errlen) {
+  if (!tp->acl_new) {
+    snprintf(err, errlen, "the %s transport has no access lists", tp->name);
+    return 2;
+  }
+  tool_access *a = calloc(1, sizeof(*a));
+  if (!a || tp->acl_new(&a->acl) < 0) {
+    free(a);
+    snprintf(err, errlen, "out of memory");
+    return 1;
+  }
+  a->tp = tp;
+  a->file = file;
+  for (size_t k = 0; k < 2; k++) {
+    const char *const *v = k ? deny : allow;
+    size_t n = k ? ndeny : nallow;
+    for (size_t i = 0; i < n; i++) {
+      int rv = tp->acl_add(a->acl, (int)k, v[i]);
+      if (rv < 0) {
+        int usage = rv == MCP_ERR_INVALID_ARGUMENT;
+        snprintf(err, errlen, "%s %s: %s", k ? "--deny" : "--allow", v[i],
+                 usage ? "not an identity pattern (no blanks or control "
+                         "characters, '*' only at the end, at most 4096 "
+                         "bytes)"
+                       : mcp_strerror(rv));
+        tool_access_del(a);
+        return usage ? 2 : 1;
+      }
+    }
+  }
+  if (file) {
+    char why[512];
+    int rv = tp->acl_load(a->acl, file, why, sizeof(why));
+    if (rv < 0) {
+      snprintf(err, errlen, "--access-list %s: %s", file,
+               why[0] ? why : mcp_strerror(rv));
+      tool_access_del(a);
+      return 1;
+    }
+  }
+  *pa = a;
+  return 0;
+}
+
+void *tool_access_acl(const tool_access *a) { return a ? a->acl : NULL; }
+
+static void reauthorize(tool_access *a, const char *why) {
+  size_t n = a->tp->acl_count ? a->tp->acl_count(a->acl) : 0;
+  log_info("access list %s %s: %zu rule%s in use; checking the open "
+           "streams again",
+           a->file, why, n, n == 1 ? "" : "s");
+  if (!a->ep)
+    return;
+  int rv = a->sink ? a->tp->sink_reauthorize(a->ep)
+                   : a->tp->source_reauthorize(a->ep);
+  if (rv < 0)
+    log_error("cannot check the open streams again: %s", mcp_strerror(rv));
+}
+
+static void on_reload_timer(uv_timer_t *t) {
+  tool_access *a = t->data;
+  char err[512];
+  int rv = a->tp->acl_reload(a->acl, err, sizeof(err));
+  if (rv > 0)
+    reauthorize(a, "changed");
+  else if (rv < 0) /* once per broken version */
+    log_error("access list %s: %s; keeping the rules in use", a->file,
+              err[0] ? err : mcp_strerror(rv));
+}
+
+static void on_sighup(uv_signal_t *h, int signum) {
+  (void)signum;
+  tool_access *a = h->data;
+  char err[512];
+  int rv = a->tp->acl_load(a->acl, a->file, err, sizeof(err));
+  if (rv < 0)
+    log_error("SIGHUP: access list %s: %s; keeping the rules in use",
+              a->file, err[0] ? err : mcp_strerror(rv));
+  else
+    reauthorize(a, "read again (SIGHUP)");
+}
+
+void tool_access_watch(tool_access *a, uv_loop_t *loop, void *ep, int sink) {
+  if (!a || !a->file || a->watching)
+    return;
+  a->ep = ep;
+  a->sink = sink;
+  uv_timer_init(loop, &a->timer);
+  uv_signal_init(loop, &a->sighup);
+  a->timer.data = a->sighup.data = a;
+  a->watching = 1;
+  uv_timer_start(&a->timer, on_reload_timer, ACCESS_RELOAD_MS,
+                 ACCESS_RELOAD_MS);
+  uv_signal_start(&a->sighup, on_sighup, SIGHUP);
+}
+
+void tool_access_close(tool_access *a) {
+  if (!a)
+    return;
+  a->ep = NULL;
+  if (a->watching) {
+    a->watching = 0;
+    uv_close((uv_handle_t *)&a->timer, NULL);
+    uv_close((uv_handle_t *)&a->sighup, NULL);
+  }
+}
+
+void tool_access_del(tool_access *a) {
+  if (!a)
+    return;
+  if (a->acl)
+    a->tp->acl_del(a->acl);
+  free(a);
 }

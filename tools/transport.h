@@ -14,6 +14,7 @@
 #ifndef TOOLS_TRANSPORT_H
 #define TOOLS_TRANSPORT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <mcp/mcp.h>
@@ -50,6 +51,29 @@ typedef struct tool_stream_info {
 typedef void (*tool_stream_cb)(int opened, const tool_stream_info *info,
                                void *user_data);
 
+/* LISTEN: a call refused before it became a stream (authorization:
+ * UNAUTHENTICATED or PERMISSION_DENIED; admission: RESOURCE_EXHAUSTED or
+ * UNAVAILABLE), with |status|, |details| and the peer's identities set. No
+ * on_stream() call comes before or after it. Runs where on_stream runs. */
+typedef void (*tool_refused_cb)(const tool_stream_info *info,
+                                void *user_data);
+
+/*
+ * TLS from PEM files (transports with TLS: tool_transport.tls_check set),
+ * as the command line gives it (--tls-cert, --tls-key, --tls-ca,
+ * --tls-server-name). All NULL: cleartext. LISTEN: |cert_file| and
+ * |key_file| are required, |ca_file| requires and verifies client
+ * certificates (mutual TLS). DIAL: the server is verified against
+ * |ca_file| and must carry the host dialed (or |server_name|); |cert_file|
+ * and |key_file| are presented. The programs check the combinations.
+ */
+typedef struct tool_tls_options {
+  const char *cert_file;
+  const char *key_file;
+  const char *ca_file;
+  const char *server_name; /* DIAL */
+} tool_tls_options;
+
 typedef struct tool_endpoint_options {
   tool_mode mode;
   const char *address; /* HOST:PORT */
@@ -61,6 +85,15 @@ typedef struct tool_endpoint_options {
    * run on the main thread. NULL: the transport's built-in answers. */
   ops_http_fn http;
   void *http_user_data;
+  /* Security (transports with TLS only; h2c ignores them and the programs
+   * refuse them with it). */
+  tool_tls_options tls;
+  /* An access list made by the table's acl_new() (NULL: every peer is
+   * allowed): each peer's verified identities are checked against it (a
+   * listening endpoint: each new call; a dialing one: the server, once
+   * connected). It must outlive the endpoint. */
+  void *acl;
+  tool_refused_cb on_refused; /* optional; user_data as on_stream */
 } tool_endpoint_options;
 
 typedef void (*tool_store_fn)(mcp_store *store, mcp_tstamp ts, void *ud);
@@ -115,6 +148,34 @@ typedef struct tool_transport {
   int (*source_streams)(void *ep, tool_stream_fn fn, void *ud);
   int (*sink_streams)(void *ep, tool_stream_fn fn, void *ud);
   int (*sink_call)(void *ep, tool_state_fn fn, void *ud);
+
+  /*
+   * Security (NULL in a transport without TLS: h2c). From the main thread.
+   *   tls_check: reads the files of |tls| as *_new() will and writes what
+   *     is wrong into |err| ("cannot read /etc/mcp/key.pem: No such file or
+   *     directory"). 0, or the core's error.
+   *   acl_*: an access list of peer identities (rules "allow"/"deny" of
+   *     exact identities or prefixes ending in '*'; the file format of
+   *     mcp_grpc_acl). acl_add: a lasting rule (|deny| 0: allow). acl_load:
+   *     (re)reads |path| now, replacing the rules of the previous file
+   *     (on failure nothing changes). acl_reload: reads the file again if
+   *     it changed: 1 reloaded, 0 unchanged, negative (|err| set) when the
+   *     new version is broken (reported once; the rules in use stay).
+   *     Thread-safe: the endpoint checks it on its own thread meanwhile.
+   *     acl_del: once no endpoint uses it.
+   *   *_reauthorize: checks every open stream's peer again (after the list
+   *     changed) and ends those now refused with the status the list
+   *     gives. Returns at once.
+   */
+  int (*tls_check)(const tool_tls_options *tls, char *err, size_t errlen);
+  int (*acl_new)(void **pacl);
+  int (*acl_add)(void *acl, int deny, const char *pattern);
+  int (*acl_load)(void *acl, const char *path, char *err, size_t errlen);
+  int (*acl_reload)(void *acl, char *err, size_t errlen);
+  size_t (*acl_count)(void *acl);
+  void (*acl_del)(void *acl);
+  int (*source_reauthorize)(void *ep);
+  int (*sink_reauthorize)(void *ep);
 } tool_transport;
 
 /*
@@ -127,6 +188,39 @@ int tool_transport_find(const char *name, const tool_transport **pt);
 /* The name of the default transport: "grpc" when it is built in, else the
  * first one built in. */
 const char *tool_transport_default(void);
+
+/*
+ * The access list of a program (--allow, --deny, --access-list), kept up to
+ * date: with a file, it is read again every second when it changed and on
+ * SIGHUP (always), and after each successful read the endpoint's streams
+ * are reauthorized (their peers checked again: those now refused are
+ * ended). Main thread.
+ */
+typedef struct tool_access tool_access;
+
+/* Creates the list on |tp| (which must have acl_new) with the lasting rules
+ * |allow| and |deny| and, when |file| is set, the file's rules. Returns 0;
+ * 2 for a bad pattern (a usage error), 1 when the file cannot be read or
+ * parsed or memory runs out; |err| says why. */
+int tool_access_new(tool_access **pa, const tool_transport *tp,
+                    const char *const *allow, size_t nallow,
+                    const char *const *deny, size_t ndeny, const char *file,
+                    char *err, size_t errlen);
+
+/* The list, for tool_endpoint_options.acl. */
+void *tool_access_acl(const tool_access *a);
+
+/* With a file: starts the reload timer and the SIGHUP handler on |loop|,
+ * reauthorizing |ep| (a source endpoint, or a sink one when |sink|). */
+void tool_access_watch(tool_access *a, uv_loop_t *loop, void *ep, int sink);
+
+/* Stops watching (closes the handles; the loop must run to close them).
+ * Call before the endpoint is deleted. NULL is a no-op. */
+void tool_access_close(tool_access *a);
+
+/* Frees the list: after the endpoint is deleted and the loop has closed
+ * the handles. NULL is a no-op. */
+void tool_access_del(tool_access *a);
 
 /* The transports linked in (TOOLS_HAVE_GRPC, TOOLS_HAVE_H2C). */
 extern const tool_transport tool_transport_grpc;

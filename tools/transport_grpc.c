@@ -13,6 +13,7 @@
 
 typedef struct ep_ctx {
   tool_stream_cb on_stream;
+  tool_refused_cb on_refused;
   void *user_data;
 } ep_ctx;
 
@@ -44,11 +45,25 @@ static tool_stream_info stream_info(const mcp_grpc_stream_info *info) {
 static void on_stream(mcp_grpc_stream_event ev,
                       const mcp_grpc_stream_info *info, void *ud) {
   ep_ctx *ctx = ud;
-  /* A refused call never was a stream: no OPENED came before it. */
-  if (!ctx->on_stream || ev == MCP_GRPC_STREAM_REFUSED)
-    return;
   tool_stream_info ti = stream_info(info);
-  ctx->on_stream(ev == MCP_GRPC_STREAM_OPENED, &ti, ctx->user_data);
+  /* A refused call never was a stream: no OPENED came before it. */
+  if (ev == MCP_GRPC_STREAM_REFUSED) {
+    if (ctx->on_refused)
+      ctx->on_refused(&ti, ctx->user_data);
+    return;
+  }
+  if (ctx->on_stream)
+    ctx->on_stream(ev == MCP_GRPC_STREAM_OPENED, &ti, ctx->user_data);
+}
+
+static mcp_grpc_tls_options tls_opts(const tool_tls_options *t) {
+  mcp_grpc_tls_options g = {
+      .cert_file = t->cert_file,
+      .key_file = t->key_file,
+      .ca_file = t->ca_file,
+      .server_name = t->server_name,
+  };
+  return g;
 }
 
 static void fill_opts(mcp_grpc_options *go, const tool_endpoint_options *o,
@@ -61,12 +76,20 @@ static void fill_opts(mcp_grpc_options *go, const tool_endpoint_options *o,
   go->shutdown_grace = TOOL_SHUTDOWN_GRACE;
   go->on_stream = on_stream;
   go->user_data = &ep->ctx;
+  /* TLS when any file is set (the programs ran tls_check() first); the
+   * access list decides on the peer's verified identities. */
+  go->tls = tls_opts(&o->tls);
+  if (o->acl) {
+    go->authorize = mcp_grpc_acl_authorize;
+    go->authorize_user_data = o->acl;
+  }
 }
 
 static grpc_ep *ep_alloc(const tool_endpoint_options *o) {
   grpc_ep *ep = calloc(1, sizeof(*ep));
   if (ep) {
     ep->ctx.on_stream = o->on_stream;
+    ep->ctx.on_refused = o->on_refused;
     ep->ctx.user_data = o->user_data;
   }
   return ep;
@@ -182,6 +205,46 @@ static void sink_del(void *p) {
   }
 }
 
+/* ---- security ---- */
+
+static int tls_check(const tool_tls_options *tls, char *err, size_t errlen) {
+  mcp_grpc_tls_options g = tls_opts(tls);
+  return mcp_grpc_tls_check(&g, err, errlen);
+}
+
+static int acl_new(void **pacl) {
+  mcp_grpc_acl *acl = NULL;
+  int rv = mcp_grpc_acl_new(&acl);
+  if (rv == 0)
+    *pacl = acl;
+  return rv;
+}
+
+static int acl_add(void *acl, int deny, const char *pattern) {
+  return mcp_grpc_acl_add(acl, deny ? MCP_GRPC_ACL_DENY : MCP_GRPC_ACL_ALLOW,
+                          pattern);
+}
+
+static int acl_load(void *acl, const char *path, char *err, size_t errlen) {
+  return mcp_grpc_acl_load_file(acl, path, err, errlen);
+}
+
+static int acl_reload(void *acl, char *err, size_t errlen) {
+  return mcp_grpc_acl_reload(acl, err, errlen);
+}
+
+static size_t acl_count(void *acl) { return mcp_grpc_acl_count(acl); }
+
+static void acl_del(void *acl) { mcp_grpc_acl_del(acl); }
+
+static int source_reauthorize(void *ep) {
+  return mcp_grpc_source_reauthorize(((grpc_ep *)ep)->src);
+}
+
+static int sink_reauthorize(void *ep) {
+  return mcp_grpc_sink_reauthorize(((grpc_ep *)ep)->sink);
+}
+
 const tool_transport tool_transport_grpc = {
     .name = "grpc",
     .now = mcp_grpc_now,
@@ -196,4 +259,13 @@ const tool_transport tool_transport_grpc = {
     .source_streams = source_streams,
     .sink_streams = sink_streams,
     .sink_call = sink_call,
+    .tls_check = tls_check,
+    .acl_new = acl_new,
+    .acl_add = acl_add,
+    .acl_load = acl_load,
+    .acl_reload = acl_reload,
+    .acl_count = acl_count,
+    .acl_del = acl_del,
+    .source_reauthorize = source_reauthorize,
+    .sink_reauthorize = sink_reauthorize,
 };

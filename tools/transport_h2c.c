@@ -231,4 +231,6 @@ const tool_transport tool_transport_h2c = {
     .source_streams = source_streams,
     .sink_streams = sink_streams,
     .sink_call = sink_call,
+    /* Cleartext by definition: no tls_check, acl_* or *_reauthorize (the
+     * programs refuse the TLS and access flags with this transport). */
 };

@@ -26,7 +26,7 @@ struct tool_ops {
   ops_metrics *m;
   ops_metric *clients, *acks, *nacks, *send_failures, *recv_failures,
       *reconnections, *sizes, *stale, *pushes, *latency, *sent_bytes,
-      *streams;
+      *streams, *refused;
   atomic_int ready;
   /* Main thread. */
   const tool_transport *tp;
@@ -99,9 +99,15 @@ static int register_metrics(tool_ops *o) {
       L_COLLECTION, 1);
   o->streams = ops_metrics_counter(
       m, "mcp_streams_total", "Streams connected since the start.", NULL, 0);
+  o->refused = ops_metrics_counter(
+      m, "mcp_streams_refused_total",
+      "Calls refused before they became streams (listening side: "
+      "authorization 16 UNAUTHENTICATED, 7 PERMISSION_DENIED; admission), "
+      "per gRPC status code.",
+      L_CODE, 1);
   if (!(o->clients && o->acks && o->nacks && o->send_failures &&
         o->recv_failures && o->reconnections && o->sizes && o->pushes &&
-        o->streams))
+        o->streams && o->refused))
     return -1;
   if (!source)
     return 0;
@@ -288,6 +294,15 @@ void tool_ops_stream(tool_ops *o, int opened, const tool_stream_info *info) {
   }
   o->dial_id = 0;
   o->dial_up = 0;
+}
+
+void tool_ops_refused(tool_ops *o, const tool_stream_info *info) {
+  if (!o)
+    return;
+  char code[16];
+  snprintf(code, sizeof(code), "%d", info->status);
+  const char *v[] = {code};
+  ops_metric_inc(o->refused, v);
 }
 
 void tool_ops_event(tool_ops *o, const mcp_event *ev) {

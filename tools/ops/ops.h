@@ -82,6 +82,10 @@ void tool_ops_event(tool_ops *ops, const mcp_event *ev);
 /* The transport's stream callback (first thing in the program's). */
 void tool_ops_stream(tool_ops *ops, int opened, const tool_stream_info *info);
 
+/* A call refused before it became a stream (the transport's on_refused):
+ * counted in mcp_streams_refused_total{code}. */
+void tool_ops_refused(tool_ops *ops, const tool_stream_info *info);
+
 /* The endpoint whose streams and state the debug pages show (main
  * thread). tool_ops_detach() before the endpoint is deleted. */
 void tool_ops_attach(tool_ops *ops, const tool_transport *tp, void *ep);
