@@ -537,6 +537,12 @@ void mcp_h2c_stream_pump(mcp_h2c_stream *s, mcp_tstamp now) {
     if (rv >= 0 && !s->out && !blocked)
       rv = mcp_source_session_next(s->src, now, &msg);
     s->expiry = mcp_source_session_get_expiry(s->src);
+    /* A push that is due but cannot be pulled yet (a message still being
+     * sent, or the socket full) waits for that send to end, which marks
+     * the stream dirty again: a timer for a time already past would fire
+     * at once, forever, and starve the loop's I/O. */
+    if (s->expiry <= now && (s->out || msg || blocked))
+      s->expiry = MCP_TSTAMP_MAX;
   } else if (!s->out && !blocked) {
     rv = mcp_sink_session_next(s->snk, &msg);
   }
