@@ -708,6 +708,11 @@ static char *get_str(char **a, const uint8_t *p, size_t n, uint32_t field) {
   return put_cstr(a, best ? best : (const uint8_t *)"", bl);
 }
 
+/* decode_rr() reads the common shapes of RequestResources by hand; for
+ * the rare ones (a nested message repeated, which protobuf merges, or
+ * error details) it returns this and protobuf-c decodes the request. */
+#define DECODE_GENERIC 1
+
 static int decode_rr(mcp_source_session *s, const uint8_t *in, size_t len,
                      decoded *d, rq *r) {
   span_ node = {0}, status = {0};
@@ -728,6 +733,9 @@ static int decode_rr(mcp_source_session *s, const uint8_t *in, size_t len,
     }
     switch (f) {
     case 1: /* sink_node: id, annotations (key, value) */
+      if (has_node) {
+        return DECODE_GENERIC; /* occurrences merge: protobuf-c does it */
+      }
       node.p = p;
       node.n = pl;
       has_node = 1;
@@ -750,6 +758,9 @@ static int decode_rr(mcp_source_session *s, const uint8_t *in, size_t len,
       nonce_n = pl;
       break;
     case 5:
+      if (has_status) {
+        return DECODE_GENERIC;
+      }
       status.p = p;
       status.n = pl;
       has_status = 1;
@@ -785,6 +796,9 @@ static int decode_rr(mcp_source_session *s, const uint8_t *in, size_t len,
     size_t nd = 0;
     if (walk(status.p, status.n, 1u << 2, 1u << 3, 1u << 1, &nd, &bytes) < 0) {
       return MCP_ERR_MALFORMED;
+    }
+    if (nd) {
+      return DECODE_GENERIC; /* details (Any) are checked by protobuf-c */
     }
     bytes += 1;
   }
@@ -882,11 +896,32 @@ static int decode(mcp_source_session *s, const uint8_t *in, size_t len,
   int rv = 0;
   memset(r, 0, sizeof(*r));
   switch (s->service) {
-  case MCP_SERVICE_RESOURCE:
-    if ((rv = decode_rr(s, in, len, d, r)) != 0) {
-      return rv;
+  case MCP_SERVICE_RESOURCE: {
+    if ((rv = decode_rr(s, in, len, d, r)) != DECODE_GENERIC) {
+      if (rv != 0) {
+        return rv;
+      }
+      goto limits; /* strings were checked while read */
     }
-    goto limits; /* strings were checked while read */
+    rv = 0;
+    if (d->arena && d->arena != d->stack) {
+      mcp__free(m, d->arena);
+    }
+    d->arena = NULL;
+    memset(r, 0, sizeof(*r));
+    ReqRR *q = istio__mcp__v1alpha1__request_resources__unpack(&d->pa.a, len, in);
+    if (!(d->msg = (ProtobufCMessage *)q)) {
+      return d->pa.failed ? MCP_ERR_NOMEM : MCP_ERR_MALFORMED;
+    }
+    INITIAL_(q, d->initial, r->ninitial, m, rv);
+    r->key = r->collection = q->collection;
+    r->nonce = q->response_nonce;
+    r->error = q->error_detail;
+    r->node = q->sink_node;
+    r->incremental = q->incremental;
+    r->resume = q->incremental && r->ninitial > 0;
+    break;
+  }
   case MCP_SERVICE_AGGREGATED: {
     ReqMC *q = istio__mcp__v1alpha1__mesh_config_request__unpack(&d->pa.a, len, in);
     if (!(d->msg = (ProtobufCMessage *)q)) {
