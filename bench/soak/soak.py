@@ -8,8 +8,8 @@ that every sink converged to exactly the source's state.
 For --seconds, random YAML files are created, edited (atomically or in
 place), broken, renamed and deleted in a temporary directory served by
 mcp-source (one per transport given: with grpc,h2c two sources serve the
-same directory and the sinks are spread over them). Half the sinks ask for
-incremental pushes. Every --sink-restart seconds a random sink is killed
+same directory and the sinks are spread over them). Half the sinks of each
+transport ask for incremental pushes. Every --sink-restart seconds a random sink is killed
 (SIGKILL or SIGTERM) and started again on the same mirror directory, and
 once per source, at a random time in the middle of the run, the source is
 SIGKILLed and restarted.
@@ -289,8 +289,7 @@ class Child:
         f.write("==== start %d: %s\n" % (self.starts, " ".join(self.argv)))
         f.flush()
         self.p = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.DEVNULL, stderr=f,
-                                  preexec_fn=raise_nofile)
+                                  stdout=subprocess.DEVNULL, stderr=f)
         f.close()
         self.expected_exit = False
 
@@ -355,7 +354,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=300,
                     help="churn duration (default 300)")
     ap.add_argument("--sinks", type=int, default=50,
-                    help="sinks, half of them incremental (default 50)")
+                    help="sinks, spread over the transports, half of each "
+                         "transport's incremental (default 50)")
     ap.add_argument("--rate", type=float, default=20,
                     help="file operations per second (default 20)")
     ap.add_argument("--max-files", type=int, default=200,
@@ -385,6 +385,7 @@ def main():
                     help="work directory (default: a new temporary one)")
     args = ap.parse_args()
 
+    raise_nofile()  # inherited by the children: 50 sinks x 2 sources
     wrap = args.wrapper.split() if args.wrapper else []
     transports = [t for t in args.transport.split(",") if t]
     if not transports or args.sinks < 1:
@@ -423,15 +424,16 @@ def main():
     sinks = []
     for i in range(args.sinks):
         t = transports[i % len(transports)]
+        inc = (i // len(transports)) % 2  # half of each transport's sinks
         argv = (wrap if i < args.wrap_sinks else []) + [
             os.path.join(tools, "mcp-sink"), "--transport", t,
                 "--connect", addrs[t], "--out",
                 os.path.join(work, "mirror", "s%03d" % i)]
         for c in COLLS:
             argv += ["--collection", c]
-        if i % 2:
+        if inc:
             argv.append("--incremental")
-        s = Child("sink-%03d-%s%s" % (i, t, "-inc" if i % 2 else ""), argv,
+        s = Child("sink-%03d-%s%s" % (i, t, "-inc" if inc else ""), argv,
                   logs)
         s.mirror = os.path.join(work, "mirror", "s%03d" % i)
         s.start()

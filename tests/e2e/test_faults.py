@@ -1,0 +1,895 @@
+#!/usr/bin/env python3
+"""Fault tolerance of mcp-source and mcp-sink, end to end.
+
+The real programs over 127.0.0.1, on real files, while things go wrong:
+
+  test_sink_killed_mid_push      sinks SIGKILLed (some stopped first) while a
+                                 20 MB push is in flight; the source serves on
+  test_source_restart_many_sinks full and incremental sinks across a source
+                                 restart with files changed while it was down
+  test_stopped_sink_full|_incremental
+                                 a sink that stops reading (SIGSTOP) while
+                                 large changes are pushed again and again:
+                                 the source's memory stays bounded, the other
+                                 sinks keep their latency; SIGCONT converges
+  test_stopped_sink_other_collection_changes
+                                 a stopped sink of two collections, one push
+                                 stuck in flight while the other collection
+                                 changes: the others are still served, the
+                                 source still stops on SIGTERM
+  test_source_killed_*           the source SIGKILLed while its files churn,
+                                 then restarted (both directions)
+  test_thousand_streams          1000 streams on one source (mcp-load-sink:
+                                 1000 sink states in one process), all sync
+                                 and all receive a later change
+
+Usage: test_faults.py --build-dir BUILD [--transport grpc|h2c] [unittest args]
+
+A transport the programs refuse ("not available") exits 77 (meson: SKIP).
+Standard library only. Every wait is bounded; children are killed in
+tearDown. FAULTS_STREAMS overrides the 1000 of test_thousand_streams;
+FAULTS_SEED the churn's random seed.
+"""
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+BUILD_DIR = None
+TRANSPORT = "grpc"
+
+VS = "istio/networking/v1alpha3/virtualservices"
+DR = "istio/networking/v1alpha3/destinationrules"
+CM = "k8s/core/v1/configmaps"
+STRUCT = "type.googleapis.com/google.protobuf.Struct"
+COLLECTION_OF = {"VirtualService": VS, "DestinationRule": DR,
+                 "ConfigMap": CM}
+
+WAIT = 30.0  # seconds: the default deadline of every wait
+SKIP_STATUS = 77  # meson's "skipped"
+
+
+def note(msg):
+    """A measurement, shown with -v and in meson's log."""
+    sys.stderr.write("    [faults] %s\n" % msg)
+    sys.stderr.flush()
+
+
+def raise_nofile():
+    """Raises our soft RLIMIT_NOFILE to the hard limit, for the children to
+    inherit: a source with 1000 streams needs more than the usual 1024
+    descriptors (mcp-source does not raise its own limit)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else 65536
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(want, 65536), hard))
+
+
+# --------------------------------------------------------------------------
+# Processes
+# --------------------------------------------------------------------------
+
+class Proc:
+    """A child whose stdout (JSON lines) and stderr are read by threads."""
+
+    def __init__(self, name, argv, env=None):
+        self.name = name
+        self.argv = argv
+        self.out = []
+        self.err = []
+        self.parsed = []
+        self.nparsed = 0
+        self.lock = threading.Lock()
+        self.stopped = False
+        self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True,
+                                  bufsize=1,
+                                  env=env)
+        self.threads = [
+            threading.Thread(target=self._read, args=(self.p.stdout, self.out),
+                             daemon=True),
+            threading.Thread(target=self._read, args=(self.p.stderr, self.err),
+                             daemon=True),
+        ]
+        for t in self.threads:
+            t.start()
+
+    def _read(self, f, into):
+        try:
+            for line in f:
+                with self.lock:
+                    into.append(line.rstrip("\n"))
+        except (OSError, ValueError):
+            pass
+
+    def events(self):
+        """The JSON objects printed so far (parsed once each)."""
+        with self.lock:
+            new = self.out[self.nparsed:]
+            self.nparsed = len(self.out)
+        for line in new:
+            try:
+                self.parsed.append(json.loads(line))
+            except ValueError:
+                pass
+        return self.parsed
+
+    def responses(self, collection=None):
+        return [e for e in self.events() if e.get("event") == "response" and
+                not e["collection"].startswith("$") and
+                (collection is None or e["collection"] == collection)]
+
+    def synced(self):
+        return any(e.get("event") == "synced" for e in self.events())
+
+    def stderr(self):
+        with self.lock:
+            return "\n".join(self.err)
+
+    def running(self):
+        return self.p.poll() is None
+
+    def signal(self, sig):
+        if self.running():
+            self.p.send_signal(sig)
+            if sig == signal.SIGSTOP:
+                self.stopped = True
+            elif sig == signal.SIGCONT:
+                self.stopped = False
+
+    def wait(self, timeout=WAIT):
+        try:
+            rc = self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        for t in self.threads:
+            t.join(timeout=2)
+        return rc
+
+    def kill(self):
+        if self.running():
+            self.p.kill()  # SIGKILL ends a stopped process too
+        self.wait(timeout=10)
+        for f in (self.p.stdout, self.p.stderr):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+    def status(self, field):
+        """A /proc/PID/status field in kB (VmRSS, VmHWM), or None."""
+        try:
+            with open("/proc/%d/status" % self.p.pid) as f:
+                for line in f:
+                    if line.startswith(field + ":"):
+                        return int(line.split()[1])
+        except OSError:
+            pass
+        return None
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --------------------------------------------------------------------------
+# YAML in, expected mirror out
+# --------------------------------------------------------------------------
+
+def doc(kind, name, namespace, spec=None, api="networking.istio.io/v1alpha3",
+        labels=None, data=None):
+    meta = {"name": name, "namespace": namespace}
+    if labels:
+        meta["labels"] = labels
+    d = {"apiVersion": api, "kind": kind, "metadata": meta}
+    if spec is not None:
+        d["spec"] = spec
+    if data is not None:
+        d["data"] = data
+    return d
+
+
+def vs(name, host, ns="default", **kw):
+    return doc("VirtualService", name, ns, {
+        "hosts": [host],
+        "http": [{"route": [{"destination": {"host": host}}]}]}, **kw)
+
+
+def dr(name, host, ns="default", **kw):
+    return doc("DestinationRule", name, ns, {
+        "host": host, "trafficPolicy": {"tls": {"mode": "ISTIO_MUTUAL"}}},
+        **kw)
+
+
+def cm(name, ns, data):
+    return doc("ConfigMap", name, ns, api="v1", data=data)
+
+
+def big_vs(name, ns, gen, size):
+    """A VirtualService of about |size| bytes; |gen| makes each edit
+    different."""
+    return doc("VirtualService", name, ns, {
+        "hosts": [name], "gen": gen,
+        "pad": ("%s-%d-" % (name, gen) * (size // 8 + 1))[:size]})
+
+
+def yaml_text(docs):
+    """JSON is YAML (1.2): one flow document per resource."""
+    return "".join("---\n" + json.dumps(d) + "\n" for d in docs)
+
+
+def resource_name(d):
+    m = d["metadata"]
+    return m["namespace"] + "/" + m["name"]
+
+
+def expected_state(files, collections):
+    """{collection: {name: mirror object without version}} of |files|."""
+    state = {c: {} for c in collections}
+    for docs in files.values():
+        for d in docs:
+            c = COLLECTION_OF[d["kind"]]
+            if c not in state:
+                continue
+            m = d["metadata"]
+            state[c][resource_name(d)] = {
+                "name": resource_name(d),
+                "labels": m.get("labels", {}),
+                "annotations": {},
+                "create_time": None,
+                "type_url": STRUCT,
+                "body": d["spec"] if "spec" in d else d.get("data", {}),
+            }
+    return state
+
+
+def read_mirror(root, collections):
+    """{collection: {name: file content}} (every requested collection)."""
+    state = {}
+    for c in collections:
+        base = os.path.join(root, c)
+        got = {}
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames[:] = [d for d in dirnames
+                           if os.path.relpath(os.path.join(dirpath, d), root)
+                           not in collections]
+            for fn in filenames:
+                path = os.path.join(dirpath, fn)
+                rel = os.path.relpath(path, base)
+                if not fn.endswith(".json"):
+                    got[rel] = "<not json>"
+                    continue
+                try:
+                    with open(path) as f:
+                        got[rel[:-5]] = json.load(f)
+                except FileNotFoundError:
+                    pass
+                except ValueError:
+                    got[rel[:-5]] = "<bad json>"
+        state[c] = got
+    return state
+
+
+def strip_versions(state):
+    return {c: {n: {k: v for k, v in r.items() if k != "version"}
+                if isinstance(r, dict) else r for n, r in res.items()}
+            for c, res in state.items()}
+
+
+def versions(state):
+    return {c: {n: r.get("version") if isinstance(r, dict) else r
+                for n, r in res.items()} for c, res in state.items()}
+
+
+def diff_summary(got, want):
+    """A short description of how two states differ."""
+    out = []
+    for c in sorted(set(got) | set(want)):
+        g, w = got.get(c, {}), want.get(c, {})
+        missing = sorted(set(w) - set(g))
+        extra = sorted(set(g) - set(w))
+        changed = sorted(n for n in set(g) & set(w) if g[n] != w[n])
+        if missing or extra or changed:
+            out.append("%s: missing %s, extra %s, different %s" % (
+                c, missing[:5], extra[:5], changed[:5]))
+    return "; ".join(out) or "equal"
+
+
+# --------------------------------------------------------------------------
+# Fixture
+# --------------------------------------------------------------------------
+
+class Base(unittest.TestCase):
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="mcp-faults-")
+        self.config = os.path.join(self.tmp, "config")
+        os.makedirs(self.config)
+        self.procs = []
+        self.files = {}
+        self.addr = "127.0.0.1:%d" % free_port()
+        self.nsinks = 0
+
+    def tearDown(self):
+        for p in self.procs:
+            p.kill()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # -- programs --
+
+    def exe(self, name):
+        return os.path.join(BUILD_DIR, "tools", name)
+
+    def start(self, name, args, env=None):
+        p = Proc(name, [self.exe(name), "--transport", TRANSPORT] + list(args),
+                 env=env)
+        self.procs.append(p)
+        return p
+
+    def start_source(self, *args, dial=False, debounce=None, env=None):
+        extra = ["--dir", self.config]
+        if debounce is not None:
+            extra += ["--debounce", str(debounce)]
+        p = self.start("mcp-source", extra + [
+            "--connect" if dial else "--listen", self.addr] + list(args),
+            env=env)
+        if not dial:
+            self.wait_for(lambda: "serving ResourceSource on" in p.stderr(),
+                          "the source to listen", p)
+        return p
+
+    def start_sink(self, collections, *args, listen=False, out=True):
+        """A sink mirroring into its own directory (p.mirror)."""
+        self.nsinks += 1
+        mirror = os.path.join(self.tmp, "mirror-%d" % self.nsinks)
+        extra = ["--json"]
+        for c in collections:
+            extra += ["--collection", c]
+        if out:
+            extra += ["--out", mirror]
+        p = self.start("mcp-sink", extra + [
+            "--listen" if listen else "--connect", self.addr] + list(args))
+        p.mirror = mirror if out else None
+        p.collections = list(collections)
+        if listen:
+            self.wait_for(lambda: "serving ResourceSink on" in p.stderr(),
+                          "the sink to listen", p)
+        return p
+
+    # -- waiting --
+
+    def logs(self):
+        return "\n".join("---- %s %s (status %s)\nstdout:\n%s\nstderr:\n%s" % (
+            p.name, " ".join(p.argv[1:])[:300], p.p.poll(),
+            "\n".join(l[:300] for l in p.out[-10:]), p.stderr()[-4000:])
+            for p in self.procs)
+
+    def wait_for(self, cond, what, *procs, timeout=WAIT):
+        deadline = time.monotonic() + timeout
+        while True:
+            t0 = time.monotonic()
+            v = cond()
+            if v:
+                return v
+            for p in procs:
+                if not p.running():
+                    self.fail("%s exited (status %s) while waiting for %s\n%s"
+                              % (p.name, p.p.poll(),
+                                 what() if callable(what) else what,
+                                 self.logs()))
+            if time.monotonic() > deadline:
+                self.fail("timed out waiting for %s\n%s" % (
+                    what() if callable(what) else what, self.logs()))
+            # Checking a large mirror is slow: poll no faster than it runs.
+            time.sleep(max(0.02, min(0.5, time.monotonic() - t0)))
+
+    def wait_synced(self, *sinks, timeout=WAIT):
+        for s in sinks:
+            self.wait_for(s.synced, "%s to sync" % s.name, s, timeout=timeout)
+
+    def wait_mirrors(self, sinks, what="the mirrors to match the YAML",
+                     timeout=WAIT):
+        """Waits until every sink's mirror holds exactly the YAML's
+        resources, then checks that they all hold the same versions."""
+        for s in sinks:
+            want = expected_state(self.files, s.collections)
+            last = {"diff": "not read yet"}
+
+            def match(s=s, want=want, last=last):
+                got = strip_versions(read_mirror(s.mirror, s.collections))
+                if got == want:
+                    return True
+                last["diff"] = diff_summary(got, want)
+                return False
+            self.wait_for(match, lambda s=s, last=last: "%s (%s: %s)" % (
+                what, s.mirror, last["diff"]), s, timeout=timeout)
+        # Same content, same versions: every sink holds the source's state.
+        held = [versions(read_mirror(s.mirror, s.collections)) for s in sinks
+                if s.collections == sinks[0].collections]
+        for h in held[1:]:
+            self.assertEqual(h, held[0], "sinks hold different versions")
+
+    # -- files --
+
+    def put(self, rel, docs, atomic=True):
+        self.files[rel] = docs
+        path = os.path.join(self.config, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        text = yaml_text(docs)
+        if atomic:
+            tmp = os.path.join(os.path.dirname(path),
+                               ".tmp-" + os.path.basename(path))
+            with open(tmp, "w") as f:
+                f.write(text)
+            os.rename(tmp, path)
+        else:
+            with open(path, "w") as f:
+                f.write(text)
+
+    def remove(self, rel):
+        del self.files[rel]
+        os.unlink(os.path.join(self.config, rel))
+
+    def standard_files(self):
+        self.put("bookinfo/routing.yaml", [
+            vs("reviews", "reviews", "bookinfo", labels={"app": "reviews"}),
+            vs("ratings", "ratings", "bookinfo")])
+        self.put("bookinfo/rules.yaml", [dr("reviews", "reviews", "bookinfo")])
+        self.put("mesh.yaml", [cm("istio", "istio-system", {"mesh": "x: 1\n"})])
+        self.put("doomed.yaml", [vs("doomed", "doomed", "bookinfo"),
+                                 cm("doomed", "bookinfo", {"k": "v"})])
+
+    def stop_all(self):
+        """SIGTERM (SIGCONT first for a stopped one): every child exits 0."""
+        for p in self.procs:
+            if p.running():
+                if p.stopped:
+                    p.signal(signal.SIGCONT)
+                p.signal(signal.SIGTERM)
+        for p in self.procs:
+            if p.p.returncode is not None and p.p.returncode < 0:
+                continue  # killed by the test
+            rc = p.wait()
+            self.assertEqual(rc, 0, "%s: exit status after SIGTERM\n%s"
+                             % (p.name, self.logs()))
+
+
+COLLS = [VS, DR, CM]
+
+
+# --------------------------------------------------------------------------
+# Sinks that die or stop reading
+# --------------------------------------------------------------------------
+
+class SinkFaults(Base):
+
+    BIG_FILES = 10
+    BIG_PER_FILE = 100
+    BIG_SIZE = 20000  # 10 x 100 x 20 kB: a 20 MB collection
+
+    def big_files(self, gen):
+        for f in range(self.BIG_FILES):
+            self.put("big/f%d.yaml" % f, [
+                big_vs("r%d-%d" % (f, i), "big", gen, self.BIG_SIZE)
+                for i in range(self.BIG_PER_FILE)])
+
+    def test_sink_killed_mid_push(self):
+        """SIGKILL sinks during a 20 MB push, at its start (initial sync)
+        and during a change: the source keeps serving the others, a new
+        sink syncs, and the source stops cleanly."""
+        self.big_files(0)
+        src = self.start_source()
+        full = self.start_sink([VS])
+        inc = self.start_sink([VS], "--incremental")
+        self.wait_synced(full, inc, timeout=60)
+        self.wait_mirrors([full, inc], "the survivors' first sync")
+        rng = random.Random(SEED)
+        for gen in (1, 2):
+            # Victims of the initial push: killed 0-300 ms after they start.
+            victims = [self.start_sink([VS], out=False) for _ in range(4)]
+            for v in victims:
+                time.sleep(rng.uniform(0, 0.08))
+                v.signal(signal.SIGKILL)
+            # Victims of a change: synced, then one stopped (its push stays
+            # unread in flight) and the others killed as the push goes out.
+            victims = [self.start_sink([VS], out=(i == 0)) for i in range(4)]
+            self.wait_synced(*victims, timeout=60)
+            victims[0].signal(signal.SIGSTOP)
+            self.big_files(gen)
+            for v in victims[1:]:
+                time.sleep(rng.uniform(0, 0.15))
+                v.signal(signal.SIGKILL)
+            time.sleep(0.5)
+            victims[0].signal(signal.SIGKILL)
+            self.wait_mirrors([full, inc], "the survivors to get change %d"
+                              % gen, timeout=60)
+            self.assertTrue(src.running(), self.logs())
+        # A new sink syncs; the source still answers changes.
+        late = self.start_sink([VS], "--exit-after-sync")
+        self.assertEqual(late.wait(timeout=60), 0, self.logs())
+        self.wait_mirrors([full, inc, late], "the new sink's sync")
+        self.put("small.yaml", [vs("small", "small", "big")])
+        self.wait_mirrors([full, inc], "a change after the faults")
+        note("source VmHWM %s kB, VmRSS %s kB" % (src.status("VmHWM"),
+                                                  src.status("VmRSS")))
+        self.stop_all()
+
+    def _stopped_sink(self, incremental_stopped):
+        """One sink stops reading while a 4 MB collection changes CHANGES
+        times; the source holds one push in flight for it, so its memory
+        does not grow with the number of changes, and the other sinks get
+        every change quickly. SIGCONT: the stopped sink converges."""
+        CHANGES, PER, SIZE = 24, 200, 20000
+        coll = [VS]
+
+        def write(gen):
+            # One file per change: one scan, one store change, one push;
+            # the marker's name tells which change a JSON line carries.
+            self.put("big.yaml", [big_vs("r%d" % i, "big", gen, SIZE)
+                                  for i in range(PER)] +
+                     [vs("marker-%d" % gen, "m", "big")])
+
+        write(0)
+        # In an AddressSanitizer build, freed memory waits in a quarantine
+        # (256 MB by default) before it is reused: the source's RSS would
+        # grow with every change until it is full. A small one keeps RSS
+        # meaningful (other builds ignore the variable).
+        env = dict(os.environ)
+        env["ASAN_OPTIONS"] = ":".join(
+            x for x in (env.get("ASAN_OPTIONS"), "quarantine_size_mb=4") if x)
+        src = self.start_source(env=env)
+        fast_full = self.start_sink(coll)
+        fast_inc = self.start_sink(coll, "--incremental")
+        slow = self.start_sink(coll, *(["--incremental"]
+                                       if incremental_stopped else []))
+        self.wait_synced(fast_full, fast_inc, slow, timeout=60)
+        self.wait_mirrors([fast_full, fast_inc, slow], "the first sync")
+        slow.signal(signal.SIGSTOP)
+        rss, lat = [], []
+        for gen in range(1, CHANGES + 1):
+            t0 = time.monotonic()
+            write(gen)
+            marker = "big/marker-%d" % gen
+            for s in (fast_full, fast_inc):
+                self.wait_for(lambda s=s: any(
+                    r["name"] == marker for e in s.responses()[-3:]
+                    if e["verdict"] == "ack" for r in e["resources"]),
+                    "change %d at %s" % (gen, s.name), s, src)
+            lat.append(time.monotonic() - t0)
+            rss.append(src.status("VmRSS"))
+        note("%s: latency median %.3f s, max %.3f s; source VmRSS kB "
+             "after changes 1..%d: %s" % (
+                 self.id().split(".")[-1], statistics.median(lat), max(lat),
+                 CHANGES, rss))
+        # 24 changes of 4 MB queued for the stopped sink would be ~100 MB
+        # more; one in flight is one collection (protobuf + gRPC copies).
+        early, late = max(rss[2:8]), max(rss[-6:])
+        self.assertLess(late - early, 24 * 1024,
+                        "source memory grows with the changes: %s" % rss)
+        self.assertLess(max(lat), 10.0, "a fast sink waited: %s" % lat)
+        self.assertTrue(src.running())
+        # The stopped sink resumes and ends with the last state.
+        slow.signal(signal.SIGCONT)
+        self.wait_mirrors([fast_full, fast_inc, slow],
+                          "the resumed sink to converge", timeout=60)
+        pushes = [e for e in slow.responses() if e["verdict"] == "ack"]
+        note("the stopped sink received %d responses for %d changes"
+             % (len(pushes), CHANGES))
+        self.assertLess(len(pushes), CHANGES, "changes were not coalesced")
+        self.stop_all()
+
+    def test_stopped_sink_other_collection_changes(self):
+        """A stopped sink of two collections: a large push of one stays
+        unsent (flow control) while the other changes again and again. The
+        source must keep serving the other sinks and stop on SIGTERM: it
+        may not spin on the due change it cannot send to the stopped one."""
+        def write_big(gen):
+            self.put("big.yaml", [big_vs("r%d" % i, "big", gen, 20000)
+                                  for i in range(200)])
+
+        def write_dr(gen):
+            self.put("dr.yaml", [dr("d", "h%d" % gen, "small")])
+
+        write_big(0)
+        write_dr(0)
+        src = self.start_source()
+        slow = self.start_sink([VS, DR])
+        fast_dr = self.start_sink([DR])
+        fast_both = self.start_sink([VS, DR], "--incremental")
+        self.wait_synced(slow, fast_dr, fast_both)
+        slow.signal(signal.SIGSTOP)
+        write_big(1)  # 4 MB to the stopped sink: stuck in flight
+        self.wait_mirrors([fast_both], "the large change at the others")
+        lat = []
+        for gen in range(1, 6):
+            t0 = time.monotonic()
+            write_dr(gen)
+            self.wait_mirrors([fast_dr, fast_both],
+                              "DestinationRule change %d at the other sinks "
+                              "while one sink is stopped" % gen, timeout=15)
+            lat.append(time.monotonic() - t0)
+        note("%s: latencies %s" % (self.id().split(".")[-1],
+                                   ["%.2f" % x for x in lat]))
+        self.assertTrue(src.running())
+        slow.signal(signal.SIGCONT)
+        self.wait_mirrors([slow, fast_both], "the resumed sink to converge")
+        self.stop_all()
+
+    def test_stopped_sink_full(self):
+        self._stopped_sink(incremental_stopped=False)
+
+    def test_stopped_sink_incremental(self):
+        self._stopped_sink(incremental_stopped=True)
+
+
+# --------------------------------------------------------------------------
+# Sources that restart or die
+# --------------------------------------------------------------------------
+
+class SourceFaults(Base):
+
+    def test_source_restart_many_sinks(self):
+        """Three full and three incremental sinks across a SIGTERM restart
+        of the source; files created, changed and deleted while it is down:
+        all end with exactly the new state, nothing deleted survives."""
+        self.standard_files()
+        src = self.start_source()
+        sinks = [self.start_sink(COLLS, *(["--incremental"] if i % 2 else []))
+                 for i in range(6)]
+        self.wait_synced(*sinks)
+        self.wait_mirrors(sinks)
+        src.signal(signal.SIGTERM)
+        self.assertEqual(src.wait(), 0, self.logs())
+        marks = [len(s.responses()) for s in sinks]
+        self.remove("doomed.yaml")
+        d = dr("reviews", "reviews", "bookinfo")
+        d["spec"]["host"] = "changed-while-down"
+        self.put("bookinfo/rules.yaml", [d])
+        self.put("born.yaml", [vs("born", "born", "bookinfo"),
+                               cm("born", "bookinfo", {"b": "1"})])
+        src = self.start_source()
+        self.wait_mirrors(sinks, "every sink to resume into the new state")
+        for s in sinks:
+            for c in (VS, CM):
+                self.assertNotIn("bookinfo/doomed",
+                                 read_mirror(s.mirror, [c])[c])
+        # The incremental sinks resumed with the differences only.
+        for i, s in enumerate(sinks):
+            self.wait_for(lambda s=s, m=marks[i]: {
+                e["collection"] for e in s.responses()[m:]} == set(COLLS),
+                "a response per collection", s)
+            first = {}
+            for e in s.responses()[marks[i]:]:
+                first.setdefault(e["collection"], e)
+            for c, e in first.items():
+                self.assertEqual(e["verdict"], "ack", e)
+                self.assertEqual(e["incremental"], bool(i % 2), e)
+            if i % 2:
+                self.assertEqual(first[VS]["removed"], ["bookinfo/doomed"])
+                self.assertEqual(sorted(r["name"] for r in
+                                        first[VS]["resources"]),
+                                 ["bookinfo/born"])
+        # And they are live on the new source.
+        self.put("after.yaml", [vs("after", "after", "bookinfo")])
+        self.wait_mirrors(sinks, "a change after the restart")
+        self.stop_all()
+
+    def churn(self, rng, stop, period=(0.01, 0.05)):
+        """Random creates, edits (atomic or in place), deletes and renames
+        of files until |stop| is set. Runs in a thread; self.files follows."""
+        n = 0
+        while not stop.is_set():
+            n += 1
+            names = sorted(self.files)
+            op = rng.random()
+            if len(names) < 3 or (op < 0.3 and len(names) < 15):
+                rel = "churn/c%d/f%d.yaml" % (n % 3, n)
+                docs = []
+                for j in range(rng.randint(1, 3)):
+                    kind = rng.choice((vs, dr))
+                    docs.append(kind("n%d-%d" % (n, j), "h%d" % n, "churn"))
+                if rng.random() < 0.3:
+                    docs.append(cm("n%d" % n, "churn", {"n": str(n)}))
+                self.put(rel, docs)
+            elif op < 0.7:
+                rel = rng.choice(names)
+                docs = json.loads(json.dumps(self.files[rel]))
+                for d in docs:
+                    if "spec" in d:
+                        d["spec"]["edit"] = n
+                    else:
+                        d["data"]["edit"] = str(n)
+                self.put(rel, docs, atomic=rng.random() < 0.8)
+            elif op < 0.85:
+                self.remove(rng.choice(names))
+            else:
+                old = rng.choice(names)
+                new = "churn/moved/m%d.yaml" % n
+                os.makedirs(os.path.join(self.config, "churn", "moved"),
+                            exist_ok=True)
+                os.rename(os.path.join(self.config, old),
+                          os.path.join(self.config, new))
+                self.files[new] = self.files.pop(old)
+            time.sleep(rng.uniform(*period))
+
+    def _source_killed(self, dial):
+        """The source is SIGKILLed while its files change, the files keep
+        changing while it is down, it restarts: the sinks converge to the
+        final files."""
+        rng = random.Random(SEED)
+        self.standard_files()
+        if dial:  # the source dials a listening sink
+            sinks = [self.start_sink(COLLS, "--incremental", listen=True)]
+            src = self.start_source(dial=True)
+        else:
+            src = self.start_source()
+            sinks = [self.start_sink(COLLS), self.start_sink(COLLS),
+                     self.start_sink(COLLS, "--incremental"),
+                     self.start_sink(COLLS, "--incremental")]
+        self.wait_synced(*sinks)
+        stop = threading.Event()
+        t = threading.Thread(target=self.churn, args=(rng, stop), daemon=True)
+        t.start()
+        try:
+            for _ in range(2):
+                time.sleep(rng.uniform(0.5, 1.5))
+                src.signal(signal.SIGKILL)
+                src.wait()
+                time.sleep(rng.uniform(0.2, 0.8))
+                src = self.start_source(dial=dial)
+            time.sleep(1.0)
+        finally:
+            stop.set()
+            t.join(timeout=10)
+        note("%s: %d files after the churn" % (self.id().split(".")[-1],
+                                              len(self.files)))
+        self.wait_mirrors(sinks, "the sinks to converge to the final files",
+                          timeout=45)
+        self.assertTrue(src.running(), self.logs())
+        self.stop_all()
+
+    def test_source_killed_sinks_dial(self):
+        self._source_killed(dial=False)
+
+    def test_source_killed_source_dials(self):
+        self._source_killed(dial=True)
+
+
+# --------------------------------------------------------------------------
+# Many streams
+# --------------------------------------------------------------------------
+
+class ManyStreams(Base):
+
+    def test_thousand_streams(self):
+        """STREAMS sink streams (half full, half incremental) on one source,
+        in one mcp-load-sink process: every stream syncs both collections,
+        then every one receives a later change; a real mcp-sink beside them
+        too; everything stops cleanly."""
+        n = STREAMS
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and soft < n + 100:
+            self.skipTest("RLIMIT_NOFILE %d is too low for %d streams (a "
+                          "descriptor each, in the source and the client)"
+                          % (soft, n))
+        self.put("routing.yaml", [vs("r%d" % i, "h%d" % i, "load")
+                                  for i in range(20)])
+        self.put("rules.yaml", [dr("d%d" % i, "h%d" % i, "load")
+                                for i in range(20)])
+        src = self.start_source()
+        t0 = time.monotonic()
+        load = self.start("mcp-load-sink", [
+            "--streams", str(n), "--mixed", "--collection", VS,
+            "--collection", DR, "--connect", self.addr])
+
+        def acked(pred):
+            seen = set()
+            for e in load.events():
+                if e.get("event") == "ack" and pred(e):
+                    seen.add((e["s"], e["c"]))
+            return seen
+
+        self.wait_for(lambda: len(acked(lambda e: True)) == 2 * n,
+                      lambda: "%d streams to sync (%d of %d so far)" % (
+                          n, len(acked(lambda e: True)), 2 * n), load, src,
+                      timeout=90)
+        t_sync = time.monotonic() - t0
+        note("%d streams synced in %.2f s; source VmRSS %s kB, load client "
+             "VmRSS %s kB" % (n, t_sync, src.status("VmRSS"),
+                              load.status("VmRSS")))
+        sink = self.start_sink([VS, DR])
+        self.wait_synced(sink)
+        # A change reaches every stream (and the real sink).
+        mark = len(load.events())
+        t0 = time.monotonic()
+        self.put("routing.yaml", self.files["routing.yaml"] +
+                 [vs("late", "late", "load")])
+
+        def changed():
+            return {e["s"] for e in load.events()[mark:]
+                    if e.get("event") == "ack" and e["c"] == VS and
+                    e["n"] == 21}
+        self.wait_for(lambda: len(changed()) == n,
+                      "every stream to get the change", load, src,
+                      timeout=60)
+        note("the change reached %d streams in %.2f s" % (
+            n, time.monotonic() - t0))
+        self.wait_mirrors([sink], "the real sink to get the change")
+        # The incremental half got it incrementally, the full half did not.
+        incs = {e["s"]: e["inc"] for e in load.events()[mark:]
+                if e.get("event") == "ack" and e["c"] == VS}
+        self.assertTrue(all(v == s % 2 for s, v in incs.items()), incs)
+        nacks = [e for e in load.events() if e.get("event") == "nack"]
+        self.assertEqual(nacks, [])
+        # Every stream ends on SIGTERM, then the source stops cleanly.
+        t0 = time.monotonic()
+        load.signal(signal.SIGTERM)
+        self.assertEqual(load.wait(timeout=60), 0, self.logs())
+        note("the load client stopped its %d streams in %.2f s" % (
+            n, time.monotonic() - t0))
+        self.assertTrue(src.running())
+        self.stop_all()
+
+
+SEED = 1
+STREAMS = 1000
+
+
+def transport_available():
+    """None when the programs accept --transport TRANSPORT; else why not."""
+    exe = os.path.join(BUILD_DIR, "tools", "mcp-source")
+    p = subprocess.Popen([exe, "--transport", TRANSPORT, "--listen",
+                          "127.0.0.1:0"], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        _, err = p.communicate(timeout=1.5)
+        return "mcp-source --transport %s: exit %d: %s" % (
+            TRANSPORT, p.returncode, err.strip().splitlines()[0] if err else "")
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=10)
+        return None
+
+
+def main():
+    global BUILD_DIR, TRANSPORT, SEED, STREAMS
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build-dir", required=True)
+    ap.add_argument("--transport", default="grpc")
+    args, rest = ap.parse_known_args()
+    BUILD_DIR = os.path.abspath(args.build_dir)
+    TRANSPORT = args.transport
+    SEED = int(os.environ.get("FAULTS_SEED", str(int(time.time()) % 100000)))
+    STREAMS = int(os.environ.get("FAULTS_STREAMS", "1000"))
+    for prog in ("mcp-source", "mcp-sink", "mcp-load-sink"):
+        if not os.access(os.path.join(BUILD_DIR, "tools", prog), os.X_OK):
+            sys.exit("test_faults: %s/tools/%s is not built" % (BUILD_DIR,
+                                                                  prog))
+    raise_nofile()
+    why = transport_available()
+    if why:
+        print("test_faults: SKIP: the %s transport is not available (%s)"
+              % (TRANSPORT, why))
+        sys.exit(SKIP_STATUS)
+    note("transport %s, churn seed %d (FAULTS_SEED)" % (TRANSPORT, SEED))
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
