@@ -74,7 +74,16 @@ START_TEST(test_sink_resumes_after_source_restart_on_same_port) {
   char again[64];
   snprintf(again, sizeof(again), "127.0.0.1:%d", port);
   tg_listen_opts(&o, again, &so);
-  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &sopts), 0);
+  /* The port can be briefly taken: with nobody listening, the sink's own
+   * reconnection attempts may self-connect on loopback (a source port
+   * equal to the target port), or a parallel test may bind it. */
+  int rv = -1;
+  for (int tries = 0; tries < 100 && rv != 0; ++tries) {
+    if ((rv = mcp_grpc_source_new(&src, &o, &sopts)) != 0) {
+      tg_sleep_ms(20);
+    }
+  }
+  ck_assert_int_eq(rv, 0);
   ck_assert_int_eq(mcp_grpc_source_port(src), port);
   p.src = src;
   ck_assert(tg_wait(tg_equal, &p, TG_TIMEOUT_MS));
