@@ -86,6 +86,7 @@ typedef struct world {
   char reject_msg[256];
   int fill_msg;      /* write the whole message buffer */
   int apply_called, apply_code;
+  uint64_t apply_hash; /* of the change the callback saw */
   mlist next;        /* what is held after the change, if accepted */
   char *next_acked;
 } world;
@@ -211,6 +212,91 @@ static void check_state(world *w, const char *when) {
   FZ_CHECK(mcp_sink_state_count(w->st, "not/requested") == 0, "%s", when);
 }
 
+/* ---- the change as the sink read it, and as protobuf-c reads it ---- */
+
+static uint64_t h_bytes(uint64_t h, const void *p, size_t n) {
+  const uint8_t *b = p;
+  for (size_t i = 0; i < n; ++i) {
+    h = (h ^ b[i]) * 1099511628211ULL;
+  }
+  return (h ^ 0x1ff) * 1099511628211ULL; /* a separator */
+}
+
+static uint64_t h_str(uint64_t h, const char *s) {
+  return h_bytes(h, s ? s : "", s ? strlen(s) : 0);
+}
+
+static uint64_t h_u64(uint64_t h, uint64_t v) { return h_bytes(h, &v, sizeof(v)); }
+
+/* Everything a resource carries, in order. */
+static uint64_t hash_core(const mcp_change *ch) {
+  uint64_t h = 14695981039346656037ULL;
+  h = h_u64(h, ch->nresources);
+  for (size_t i = 0; i < ch->nresources; ++i) {
+    const mcp_resource *r = &ch->resources[i];
+    h = h_str(h, r->name);
+    h = h_str(h, r->version);
+    h = h_str(h, r->type_url);
+    h = h_bytes(h, r->body_len ? r->body : (const uint8_t *)"", r->body_len);
+    h = h_u64(h, r->nlabels);
+    for (size_t k = 0; k < r->nlabels; ++k) {
+      h = h_str(h_str(h, r->labels[k].key), r->labels[k].value);
+    }
+    h = h_u64(h, r->nannotations);
+    for (size_t k = 0; k < r->nannotations; ++k) {
+      h = h_str(h_str(h, r->annotations[k].key), r->annotations[k].value);
+    }
+    h = h_u64(h, (uint64_t)r->has_create_time);
+    if (r->has_create_time) {
+      h = h_u64(h, (uint64_t)r->create_time_seconds);
+      h = h_u64(h, (uint64_t)(int64_t)r->create_time_nanos);
+    }
+  }
+  if (ch->incremental) {
+    h = h_u64(h, ch->nremoved);
+    for (size_t i = 0; i < ch->nremoved; ++i) {
+      h = h_str(h, ch->removed[i]);
+    }
+  }
+  return h;
+}
+
+static uint64_t hash_pb(const fz_push *x) {
+  uint64_t h = 14695981039346656037ULL;
+  h = h_u64(h, x->nres);
+  for (size_t i = 0; i < x->nres; ++i) {
+    const fz_pbres *r = x->res[i];
+    const Istio__Mcp__V1alpha1__Metadata *md = r->metadata;
+    h = h_str(h, md ? md->name : "");
+    h = h_str(h, md ? md->version : "");
+    h = h_str(h, r->body ? r->body->type_url : "");
+    h = h_bytes(h, r->body && r->body->value.len ? r->body->value.data
+                                                 : (const uint8_t *)"",
+                r->body ? r->body->value.len : 0);
+    h = h_u64(h, md ? md->n_labels : 0);
+    for (size_t k = 0; md && k < md->n_labels; ++k) {
+      h = h_str(h_str(h, md->labels[k]->key), md->labels[k]->value);
+    }
+    h = h_u64(h, md ? md->n_annotations : 0);
+    for (size_t k = 0; md && k < md->n_annotations; ++k) {
+      h = h_str(h_str(h, md->annotations[k]->key), md->annotations[k]->value);
+    }
+    int ct = md && md->create_time;
+    h = h_u64(h, (uint64_t)ct);
+    if (ct) {
+      h = h_u64(h, (uint64_t)md->create_time->seconds);
+      h = h_u64(h, (uint64_t)(int64_t)md->create_time->nanos);
+    }
+  }
+  if (x->incremental) {
+    h = h_u64(h, x->nrem);
+    for (size_t i = 0; i < x->nrem; ++i) {
+      h = h_str(h, x->rem[i]);
+    }
+  }
+  return h;
+}
+
 /* ---- callbacks ---- */
 
 static void on_event(const mcp_event *ev, void *ud) {
@@ -296,6 +382,7 @@ static int on_apply(const mcp_change *ch, char *msg, size_t msglen, void *ud) {
   }
   free(w->next_acked);
   w->next_acked = xstrdup(ch->system_version_info);
+  w->apply_hash = hash_core(ch);
   w->apply_code = w->reject;
   if (w->reject) {
     if (w->fill_msg) {
@@ -410,6 +497,19 @@ static void feed(world *w, const uint8_t *p, size_t len) {
            mcp_strerror(rv), expect, key ? key : "?", nonce ? nonce : "?");
   if (w->apply_called && !w->apply_code) {
     FZ_CHECK(rv == 0, "the application accepted, then recv failed (%d)", rv);
+  }
+  if (w->apply_called) {
+    /* The push passed validation: protobuf-c reads it, and the same. */
+    fz_push x;
+    char hex[408];
+    FZ_CHECK(fz_push_decode(w->service, p, len, &x) == 0,
+             "the sink validated a push protobuf-c does not decode: %s",
+             fz_hex(hex, p, len));
+    FZ_CHECK(hash_pb(&x) == w->apply_hash,
+             "the change handed to apply differs from the push as protobuf-c "
+             "reads it: %s",
+             fz_hex(hex, p, len));
+    fz_push_free(&x);
   }
   if (rv == 0 && !c) {
     w->fq[w->nfq].coll = xstrdup(key);
