@@ -191,6 +191,17 @@ START_TEST(http1_errors) {
   ck_assert_ptr_nonnull(strstr(ans, "HTTP/1.1 200 OK"));
   ck_assert_ptr_null(strstr(ans, "101"));
   free(ans);
+
+  /* Empty header values before any other, among them the Upgrade fields
+   * (fuzz/regressions/fuzz_h2c_conn/http1-empty-header-value-memcpy-null:
+   * a copy from the value buffer not yet allocated): no upgrade, a plain
+   * answer. */
+  static const char empty[] = "GET /healthz HTTP/1.1\r\nUpgrade:\r\n"
+                              "HTTP2-Settings:\r\nTE:\r\nHost: x\r\n"
+                              "Connection: close\r\n\r\n";
+  ans = raw_exchange(&e, empty, sizeof(empty) - 1);
+  ck_assert_msg(strncmp(ans, "HTTP/1.1 200 OK\r\n", 17) == 0, "%.60s", ans);
+  free(ans);
   teardown(&e);
 }
 END_TEST

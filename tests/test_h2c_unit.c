@@ -1,9 +1,11 @@
 /* h2c transport: the pure parts (grpc-timeout, grpc-message
- * percent-encoding, base64url, addresses, header tokens). */
+ * percent-encoding, base64url, addresses, header tokens, the gRPC message
+ * deframer). */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "deframe.h"
 #include "util.h"
 
 START_TEST(timeout_units) {
@@ -109,6 +111,120 @@ START_TEST(headers) {
 }
 END_TEST
 
+/* Feeds |s| to |d| in pieces of |step| bytes; collects the messages,
+ * separated by '|', into |out|. Returns the last result. */
+static int deframe_all(mcp_h2c_deframer *d, const uint8_t *s, size_t n,
+                       size_t step, char *out, size_t cap) {
+  int rv = 0;
+  out[0] = '\0';
+  for (size_t off = 0; off < n; off += step) {
+    const uint8_t *p = s + off;
+    size_t k = n - off < step ? n - off : step;
+    while (k > 0) {
+      const uint8_t *m;
+      size_t len;
+      rv = mcp_h2c_deframe(d, &p, &k, &m, &len);
+      if (rv < 0)
+        return rv;
+      if (rv == 1) {
+        size_t at = strlen(out);
+        ck_assert_uint_lt(at + len + 1, cap);
+        memcpy(out + at, m, len);
+        out[at + len] = '|';
+        out[at + len + 1] = '\0';
+      }
+    }
+  }
+  return rv;
+}
+
+START_TEST(deframe_chunked_same_as_whole) {
+  static const uint8_t s[] = "\0\0\0\0\5hello\0\0\0\0\0\0\0\0\0\6world!";
+  char got[64];
+  for (size_t step = 1; step <= sizeof(s) - 1; ++step) {
+    mcp_h2c_deframer d;
+    mcp_h2c_deframer_init(&d, 100);
+    deframe_all(&d, s, sizeof(s) - 1, step, got, sizeof(got));
+    ck_assert_msg(strcmp(got, "hello||world!|") == 0, "step %zu: %s", step,
+                  got);
+    mcp_h2c_deframer_release(&d); /* the last message's buffer, if any */
+    ck_assert_uint_eq(mcp_h2c_deframer_held(&d), 0);
+    mcp_h2c_deframer_free(&d);
+  }
+}
+END_TEST
+
+/* fuzz/regressions/fuzz_h2c_deframe/header-ends-input-null-offset: a
+ * prefix that ends exactly where the input ends left a zero-length copy
+ * into a buffer not yet allocated (UB). */
+START_TEST(deframe_prefix_ends_input) {
+  static const uint8_t s[] = "\0\0\0\0\12";
+  mcp_h2c_deframer d;
+  mcp_h2c_deframer_init(&d, 4 << 20);
+  const uint8_t *p = s, *m;
+  size_t n = 5, len;
+  ck_assert_int_eq(mcp_h2c_deframe(&d, &p, &n, &m, &len), 0);
+  ck_assert_uint_eq(n, 0);
+  ck_assert_uint_eq(mcp_h2c_deframer_held(&d), 0);
+  mcp_h2c_deframer_free(&d);
+}
+END_TEST
+
+START_TEST(deframe_errors_are_sticky) {
+  static const struct {
+    const char *s;
+    int err;
+  } cases[] = {
+      {"\1\0\0\0\1x", MCP_H2C_DEFRAME_COMPRESSED},
+      {"\2\0\0\0\1x", MCP_H2C_DEFRAME_FLAGS},
+      {"\0\0\0\1\0", MCP_H2C_DEFRAME_TOO_LARGE},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+    mcp_h2c_deframer d;
+    mcp_h2c_deframer_init(&d, 255);
+    const uint8_t *p = (const uint8_t *)cases[i].s, *m;
+    size_t n = 5, len;
+    ck_assert_int_eq(mcp_h2c_deframe(&d, &p, &n, &m, &len), cases[i].err);
+    n = 1;
+    ck_assert_int_eq(mcp_h2c_deframe(&d, &p, &n, &m, &len), cases[i].err);
+    ck_assert_uint_eq(n, 1);
+    mcp_h2c_deframer_free(&d);
+  }
+  /* The announced length, for the error message. */
+  mcp_h2c_deframer d;
+  mcp_h2c_deframer_init(&d, 255);
+  const uint8_t *p = (const uint8_t *)"\0\0\0\1\0", *m;
+  size_t n = 5, len;
+  ck_assert_int_eq(mcp_h2c_deframe(&d, &p, &n, &m, &len),
+                   MCP_H2C_DEFRAME_TOO_LARGE);
+  ck_assert_uint_eq(d.msg_len, 256);
+  mcp_h2c_deframer_free(&d);
+}
+END_TEST
+
+/* A peer announcing 4 MiB and sending a few bytes costs a few KiB; a
+ * message that lies whole in the input is not copied. */
+START_TEST(deframe_buffer_bounded_and_zero_copy) {
+  mcp_h2c_deframer d;
+  mcp_h2c_deframer_init(&d, 4 << 20);
+  const uint8_t *p = (const uint8_t *)"\0\0\x40\0\0abc", *m;
+  size_t n = 8, len;
+  ck_assert_int_eq(mcp_h2c_deframe(&d, &p, &n, &m, &len), 0);
+  ck_assert_uint_le(mcp_h2c_deframer_held(&d), 4096);
+  mcp_h2c_deframer_free(&d);
+
+  static const uint8_t s[] = "\0\0\0\0\3abc";
+  mcp_h2c_deframer_init(&d, 100);
+  p = s;
+  n = 8;
+  ck_assert_int_eq(mcp_h2c_deframe(&d, &p, &n, &m, &len), 1);
+  ck_assert_ptr_eq(m, s + 5);
+  ck_assert_uint_eq(len, 3);
+  ck_assert_uint_eq(mcp_h2c_deframer_held(&d), 0);
+  mcp_h2c_deframer_free(&d);
+}
+END_TEST
+
 Suite *suite(void) {
   Suite *s = suite_create("h2c_unit");
   TCase *t = tcase_create("all");
@@ -117,6 +233,10 @@ Suite *suite(void) {
   tcase_add_test(t, base64url);
   tcase_add_test(t, addresses);
   tcase_add_test(t, headers);
+  tcase_add_test(t, deframe_chunked_same_as_whole);
+  tcase_add_test(t, deframe_prefix_ends_input);
+  tcase_add_test(t, deframe_errors_are_sticky);
+  tcase_add_test(t, deframe_buffer_bounded_and_zero_copy);
   suite_add_tcase(s, t);
   return s;
 }

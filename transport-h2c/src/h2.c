@@ -44,6 +44,7 @@ mcp_h2c_stream *mcp_h2c_stream_new(mcp_h2c_conn *c, int32_t id) {
   s->hd.grpc_status = -1;
   s->deadline = MCP_TSTAMP_MAX;
   s->expiry = MCP_TSTAMP_MAX;
+  mcp_h2c_deframer_init(&s->in, max_recv(c->ep));
   s->next = c->streams;
   if (c->streams)
     c->streams->prev = s;
@@ -87,9 +88,8 @@ static void drop_out(mcp_h2c_stream *s) {
 }
 
 static void drop_in(mcp_h2c_stream *s) {
-  s->c->ep->read_buffered -= s->in.cap;
-  mcp_h2c_buf_free(&s->in);
-  s->in_hdr_len = 0;
+  s->c->ep->read_buffered -= mcp_h2c_deframer_held(&s->in);
+  mcp_h2c_deframer_free(&s->in);
 }
 
 static void headers_free(mcp_h2c_headers *h) {
@@ -409,90 +409,48 @@ static void deliver(mcp_h2c_stream *s, const uint8_t *p, size_t n) {
   s->c->dirty = 1;
 }
 
-/* Reassembles gRPC messages from DATA payload. A message that lies whole
- * in |p| is delivered from there; the others are gathered in s->in, which
- * grows with what arrived, never beyond the announced length (itself at
- * most max_recv_message_size). */
+/* Reassembles gRPC messages from DATA payload (deframe.h): a message
+ * that lies whole in |p| is delivered from there, the others from the
+ * stream's buffer, which is freed once its message is delivered. */
 static void stream_input(mcp_h2c_stream *s, const uint8_t *p, size_t n) {
   mcp_h2c_ep *ep = s->c->ep;
   char msg[128];
   while (n > 0 && !s->finishing) {
-    if (s->in_hdr_len < 5) {
-      size_t k = 5 - s->in_hdr_len < n ? 5 - s->in_hdr_len : n;
-      memcpy(s->in_hdr + s->in_hdr_len, p, k);
-      s->in_hdr_len += k;
-      p += k;
-      n -= k;
-      if (s->in_hdr_len < 5)
-        break;
-      uint32_t len = (uint32_t)s->in_hdr[1] << 24 |
-                     (uint32_t)s->in_hdr[2] << 16 |
-                     (uint32_t)s->in_hdr[3] << 8 | (uint32_t)s->in_hdr[4];
-      if (s->in_hdr[0] & 1) {
-        mcp_h2c_stream_finish(s, MCP_CODE_UNIMPLEMENTED,
-                              "compressed messages are not supported "
-                              "(grpc-encoding identity only)");
-        return;
-      }
-      if (s->in_hdr[0] != 0) {
-        mcp_h2c_stream_finish(s, MCP_CODE_INTERNAL,
-                              "malformed message prefix (reserved flags set)");
-        return;
-      }
-      if (len > max_recv(ep)) {
-        snprintf(msg, sizeof(msg),
-                 "received message larger than max (%lu vs. %lu)",
-                 (unsigned long)len, (unsigned long)max_recv(ep));
-        mcp_h2c_stream_finish(s, MCP_CODE_RESOURCE_EXHAUSTED, msg);
-        return;
-      }
-      s->in_msg_len = len;
-      if (len == 0) {
-        s->in_hdr_len = 0;
-        deliver(s, (const uint8_t *)"", 0);
-      }
+    const uint8_t *m;
+    size_t len, had = mcp_h2c_deframer_held(&s->in);
+    int rv = mcp_h2c_deframe(&s->in, &p, &n, &m, &len);
+    ep->read_buffered += mcp_h2c_deframer_held(&s->in);
+    ep->read_buffered -= had;
+    if (rv == 0)
+      break;
+    switch (rv) {
+    case 1:
+      deliver(s, m, len);
       continue;
-    }
-    size_t need = s->in_msg_len - s->in.len;
-    if (s->in.len == 0 && n >= need) {
-      s->in_hdr_len = 0;
-      deliver(s, p, need);
-      p += need;
-      n -= need;
-      continue;
-    }
-    size_t k = need < n ? need : n;
-    if (s->in.cap - s->in.len < k) {
-      size_t want = s->in.cap * 2;
-      if (want < s->in.len + k)
-        want = s->in.len + k;
-      if (want < 4096)
-        want = 4096;
-      if (want > s->in_msg_len)
-        want = s->in_msg_len;
-      uint8_t *np = realloc(s->in.p, want);
-      if (!np) {
-        mcp_h2c_stream_finish(s, MCP_CODE_RESOURCE_EXHAUSTED,
-                              mcp_strerror(MCP_ERR_NOMEM));
-        return;
-      }
-      ep->read_buffered += want - s->in.cap;
-      s->in.p = np;
-      s->in.cap = want;
-    }
-    memcpy(s->in.p + s->in.len, p, k);
-    s->in.len += k;
-    p += k;
-    n -= k;
-    if (s->in.len == s->in_msg_len) {
-      mcp_h2c_buf b = s->in;
-      s->in = (mcp_h2c_buf){0};
-      s->in_hdr_len = 0;
-      deliver(s, b.p, b.len);
-      ep->read_buffered -= b.cap;
-      free(b.p);
+    case MCP_H2C_DEFRAME_COMPRESSED:
+      mcp_h2c_stream_finish(s, MCP_CODE_UNIMPLEMENTED,
+                            "compressed messages are not supported "
+                            "(grpc-encoding identity only)");
+      return;
+    case MCP_H2C_DEFRAME_FLAGS:
+      mcp_h2c_stream_finish(s, MCP_CODE_INTERNAL,
+                            "malformed message prefix (reserved flags set)");
+      return;
+    case MCP_H2C_DEFRAME_TOO_LARGE:
+      snprintf(msg, sizeof(msg),
+               "received message larger than max (%lu vs. %lu)",
+               (unsigned long)s->in.msg_len, (unsigned long)max_recv(ep));
+      mcp_h2c_stream_finish(s, MCP_CODE_RESOURCE_EXHAUSTED, msg);
+      return;
+    default:
+      mcp_h2c_stream_finish(s, MCP_CODE_RESOURCE_EXHAUSTED,
+                            mcp_strerror(MCP_ERR_NOMEM));
+      return;
     }
   }
+  ep->read_buffered -= mcp_h2c_deframer_held(&s->in);
+  mcp_h2c_deframer_release(&s->in);
+  ep->read_buffered += mcp_h2c_deframer_held(&s->in);
 }
 
 static void queue(mcp_h2c_stream *s, mcp_msg *msg) {
@@ -605,7 +563,8 @@ static ssize_t data_read(nghttp2_session *h2, int32_t id, uint8_t *buf,
     size_t n = s->body.len - s->body_off;
     if (n > length)
       n = length;
-    memcpy(buf, s->body.p + s->body_off, n);
+    if (n) /* an empty body has no buffer */
+      memcpy(buf, s->body.p + s->body_off, n);
     s->body_off += n;
     if (s->body_off == s->body.len)
       *flags |= NGHTTP2_DATA_FLAG_EOF;

@@ -114,7 +114,8 @@ static int on_url(http_parser *p, const char *at, size_t n) {
 static char *take_value(mcp_h2c_http1 *h) {
   char *v = malloc(h->value.len + 1);
   if (v) {
-    memcpy(v, h->value.p, h->value.len);
+    if (h->value.len) /* an empty value has no buffer yet */
+      memcpy(v, h->value.p, h->value.len);
     v[h->value.len] = '\0';
   }
   return v;

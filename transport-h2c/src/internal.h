@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include "mcp/h2c.h"
+#include "deframe.h"
 #include "util.h"
 
 #define MCP_H2C_CONTAINER(ptr, type, member)                                 \
@@ -73,11 +74,7 @@ struct mcp_h2c_stream {
   mcp_h2c_buf body;
   size_t body_off;
 
-  /* Incoming: the 5-byte prefix of the message being read and its body. */
-  uint8_t in_hdr[5];
-  size_t in_hdr_len;
-  uint32_t in_msg_len;
-  mcp_h2c_buf in;
+  mcp_h2c_deframer in; /* incoming messages */
 
   int response_submitted; /* server: response HEADERS submitted */
   int finishing;          /* the status is decided (trailers pending) */
