@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -335,6 +336,54 @@ START_TEST(nghttp_client) {
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* Out of descriptors                                                  */
+/* ------------------------------------------------------------------ */
+
+/* A listener out of file descriptors: libuv accepts and closes the
+ * waiting connection (its client sees it closed and retries; libuv does
+ * not report it, so the programs raise their open files limit at start),
+ * nothing spins, and it serves again once descriptors are free. */
+START_TEST(out_of_descriptors_drops_then_serves) {
+  henv e;
+  setup(&e);
+  raw r = {0};
+  r.fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof(a));
+  a.sin_family = AF_INET;
+  a.sin_port = htons((uint16_t)e.port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ck_assert_int_eq(connect(r.fd, (struct sockaddr *)&a, sizeof(a)), 0);
+  fcntl(r.fd, F_SETFL, fcntl(r.fd, F_GETFL) | O_NONBLOCK);
+  /* Every descriptor below the lowest free one is in use: none is left. */
+  int lowest = dup(0);
+  ck_assert_int_ge(lowest, 0);
+  close(lowest);
+  struct rlimit was, low;
+  ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &was), 0);
+  low = was;
+  low.rlim_cur = (rlim_t)lowest;
+  ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+  int closed = h2t_run_until(&e.loop, raw_read, &r, 5000);
+  mcp_h2c_stats st;
+  mcp_h2c_source_stats(e.src, &st);
+  ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &was), 0);
+  ck_assert(closed);
+  ck_assert_uint_eq(r.in.len, 0);
+  ck_assert_uint_eq(st.connections, 0);
+  close(r.fd);
+  h2t_buf_free(&r.in);
+  /* Descriptors are back: served again. */
+  static const char req[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n"
+                            "Connection: close\r\n\r\n";
+  char *ans = raw_exchange(&e, req, sizeof(req) - 1);
+  ck_assert_msg(strncmp(ans, "HTTP/1.1 200 OK\r\n", 17) == 0, "%.60s", ans);
+  free(ans);
+  teardown(&e);
+}
+END_TEST
+
 Suite *suite(void) {
   Suite *s = suite_create("h2c_http");
   TCase *t = tcase_create("all");
@@ -346,6 +395,7 @@ Suite *suite(void) {
   tcase_add_test(t, curl_prior_knowledge);
   tcase_add_test(t, curl_grpc_call);
   tcase_add_test(t, nghttp_client);
+  tcase_add_test(t, out_of_descriptors_drops_then_serves);
   suite_add_tcase(s, t);
   return s;
 }

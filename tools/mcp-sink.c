@@ -23,6 +23,7 @@
 
 #include "args.h"
 #include "log.h"
+#include "proc.h"
 #include "mirror.h"
 #include "ops/ops.h"
 #include "rand.h"
@@ -609,7 +610,7 @@ int main(int argc, char **argv) {
   }
 
   status = 1;
-  signal(SIGPIPE, SIG_IGN);
+  tool_proc_init();
   if (tool_sec_tls(&sec)) {
     const tool_tls_options t = {sec.tls_cert, sec.tls_key, sec.tls_ca,
                                 sec.tls_server_name};

@@ -21,6 +21,7 @@
 #include "args.h"
 #include "config_load.h"
 #include "log.h"
+#include "proc.h"
 #include "ops/ops.h"
 #include "rand.h"
 #include "transport.h"
@@ -447,7 +448,7 @@ int main(int argc, char **argv) {
     }
   }
 
-  signal(SIGPIPE, SIG_IGN);
+  tool_proc_init();
   status = 1;
   app.dir = dir;
   if (tool_sec_tls(&args.sec)) {

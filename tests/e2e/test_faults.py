@@ -69,8 +69,8 @@ def note(msg):
 
 def raise_nofile():
     """Raises our soft RLIMIT_NOFILE to the hard limit, for the children to
-    inherit: a source with 1000 streams needs more than the usual 1024
-    descriptors (mcp-source does not raise its own limit)."""
+    inherit: mcp-load-sink, which holds 1000 streams, does not raise its own
+    (mcp-source and mcp-sink do; test_thousand_streams proves it)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = hard if hard != resource.RLIM_INFINITY else 65536
     if soft != resource.RLIM_INFINITY and soft < want:
@@ -84,7 +84,7 @@ def raise_nofile():
 class Proc:
     """A child whose stdout (JSON lines) and stderr are read by threads."""
 
-    def __init__(self, name, argv, env=None):
+    def __init__(self, name, argv, env=None, preexec=None):
         self.name = name
         self.argv = argv
         self.out = []
@@ -97,7 +97,7 @@ class Proc:
                                   stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True,
                                   bufsize=1,
-                                  env=env)
+                                  env=env, preexec_fn=preexec)
         self.threads = [
             threading.Thread(target=self._read, args=(self.p.stdout, self.out),
                              daemon=True),
@@ -335,19 +335,20 @@ class Base(unittest.TestCase):
     def exe(self, name):
         return os.path.join(BUILD_DIR, "tools", name)
 
-    def start(self, name, args, env=None):
+    def start(self, name, args, env=None, preexec=None):
         p = Proc(name, [self.exe(name), "--transport", TRANSPORT] + list(args),
-                 env=env)
+                 env=env, preexec=preexec)
         self.procs.append(p)
         return p
 
-    def start_source(self, *args, dial=False, debounce=None, env=None):
+    def start_source(self, *args, dial=False, debounce=None, env=None,
+                     preexec=None):
         extra = ["--dir", self.config]
         if debounce is not None:
             extra += ["--debounce", str(debounce)]
         p = self.start("mcp-source", extra + [
             "--connect" if dial else "--listen", self.addr] + list(args),
-            env=env)
+            env=env, preexec=preexec)
         if not dial:
             self.wait_for(lambda: "serving ResourceSource on" in p.stderr(),
                           "the source to listen", p)
@@ -777,7 +778,8 @@ class SourceFaults(Base):
 class ManyStreams(Base):
 
     def test_thousand_streams(self):
-        """STREAMS sink streams (half full, half incremental) on one source,
+        """STREAMS sink streams (half full, half incremental) on one source
+        started with a soft limit of 256 open files (it raises its own),
         in one mcp-load-sink process: every stream syncs both collections,
         then every one receives a later change; a real mcp-sink beside them
         too; everything stops cleanly."""
@@ -791,7 +793,13 @@ class ManyStreams(Base):
                                   for i in range(20)])
         self.put("rules.yaml", [dr("d%d" % i, "h%d" % i, "load")
                                 for i in range(20)])
-        src = self.start_source()
+        # The source starts with a soft limit of 256 open files, far below
+        # what n streams take: it must raise its own.
+        def low_nofile():
+            _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        src = self.start_source(preexec=low_nofile)
+        self.assertIn("open files: limit raised from 256 to", src.stderr())
         t0 = time.monotonic()
         load = self.start("mcp-load-sink", [
             "--streams", str(n), "--mixed", "--collection", VS,

@@ -1,0 +1,42 @@
+/* Process set-up: see proc.h. */
+#include "proc.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "log.h"
+
+/* The kernel refuses more than fs.nr_open (1048576 by default), so an
+ * unlimited hard limit is not a value to copy. */
+#define NOFILE_CAP ((rlim_t)1 << 20)
+
+void tool_proc_init(void) {
+  signal(SIGPIPE, SIG_IGN);
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+    log_warn("open files: getrlimit: %s", strerror(errno));
+    return;
+  }
+  rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > NOFILE_CAP
+                    ? NOFILE_CAP
+                    : rl.rlim_max;
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+    rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = want;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+      log_warn("open files: limit %llu, could not raise it to %llu (%s): "
+               "about that many streams at most",
+               (unsigned long long)was, (unsigned long long)want,
+               strerror(errno));
+      return;
+    }
+    log_info("open files: limit raised from %llu to %llu",
+              (unsigned long long)was, (unsigned long long)want);
+    return;
+  }
+  log_debug("open files: limit %llu",
+            (unsigned long long)(rl.rlim_cur == RLIM_INFINITY ? want
+                                                              : rl.rlim_cur));
+}

@@ -1,0 +1,15 @@
+/* Process set-up shared by the programs. */
+#ifndef TOOLS_PROC_H
+#define TOOLS_PROC_H
+
+/*
+ * Ignores SIGPIPE (a peer closing mid-write is an error return, not a
+ * death) and raises the soft limit of open files to the hard limit: each
+ * stream costs a descriptor, and the usual soft limit of 1024 stops a
+ * source at about 1000 sinks. Logs a raise (info), a failure to raise
+ * (warning) or the limit as it was (debug). Call once, after
+ * tool_log_init().
+ */
+void tool_proc_init(void);
+
+#endif /* TOOLS_PROC_H */
