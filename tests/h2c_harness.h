@@ -15,9 +15,10 @@
 
 #include "mcp/h2c.h"
 
-/* Runs |loop| until cond(ud) is true or |timeout_ms| passed. The loop is
- * woken every 2 ms so that cond also sees events outside it (sockets of
- * the raw client). Returns 1 when cond held. */
+/* Runs |loop| until cond(ud) is true or |timeout_ms| passed (times
+ * MCP_TEST_TIME_SCALE when set, for valgrind). The loop is woken every
+ * 2 ms so that cond also sees events outside it (sockets of the raw
+ * client). Returns 1 when cond held. */
 int h2t_run_until(uv_loop_t *loop, int (*cond)(void *), void *ud,
                   int timeout_ms);
 /* Sleeps without running the loop. */

@@ -30,8 +30,19 @@ static inline void tg_sleep_ms(long ms) {
   nanosleep(&t, NULL);
 }
 
-/* Polls |pred| every 5 ms for up to |ms|; returns its last value. */
+/* MCP_TEST_TIME_SCALE (default 1) multiplies how long the waits for a
+ * condition may take: tests/valgrind/run.sh sets it, valgrind being 20 to
+ * 50 times slower. Bounds the tests assert on are not scaled. */
+static inline long tg_scale(long ms) {
+  const char *v = getenv("MCP_TEST_TIME_SCALE");
+  long k = v ? strtol(v, NULL, 10) : 1;
+  return k > 1 ? ms * k : ms;
+}
+
+/* Polls |pred| every 5 ms for up to |ms| (scaled); returns its last
+ * value. */
 static inline int tg_wait(int (*pred)(void *), void *ud, long ms) {
+  ms = tg_scale(ms);
   mcp_tstamp end = mcp_grpc_now() + (mcp_tstamp)ms * MCP_MILLISECONDS;
   for (;;) {
     if (pred(ud))

@@ -21,12 +21,14 @@
 #
 # Time: the four suites take about 2.5 minutes on 2 cores (core_alloc, which
 # fails every allocation of a scenario in turn, is most of it), about 4 on
-# a loaded machine. gRPC tests that bound how long something takes may fail
-# at valgrind's speed on a loaded machine; such a failure is an assertion
-# on time, not a memory error (no "==PID==" error above it).
+# a loaded machine. The tests' waits for a condition are scaled by
+# MCP_TEST_TIME_SCALE (default 10 here); bounds a test asserts on are not,
+# so a gRPC test that bounds how long something takes may still fail at
+# valgrind's speed on a loaded machine: such a failure is an assertion on
+# time, not a memory error (no "==PID==" error above it).
 #
 # Environment: VALGRIND_TIMEOUT_MULTIPLIER (default 20) multiplies each
-# test's meson timeout; VALGRIND_GEN_SUPP=1 prints a suppression block for
+# test's meson timeout; MCP_TEST_TIME_SCALE (default 10) the tests' waits; VALGRIND_GEN_SUPP=1 prints a suppression block for
 # every error (to extend grpc.supp, after checking the error is not ours);
 # VALGRIND_OPTS adds valgrind options.
 set -eu
@@ -55,7 +57,8 @@ ${VALGRIND_OPTS:-}"
 
 start=$(date +%s)
 status=0
-CK_FORK=no meson test -C "$build" --no-rebuild \
+CK_FORK=no MCP_TEST_TIME_SCALE="${MCP_TEST_TIME_SCALE:-10}" \
+meson test -C "$build" --no-rebuild \
   --suite core --suite grpc --suite h2c --suite tools \
   --wrapper "$wrapper" \
   --timeout-multiplier "${VALGRIND_TIMEOUT_MULTIPLIER:-20}" \
