@@ -1305,6 +1305,30 @@ START_TEST(test_source_debounce_after_ack_counts_from_change) {
 }
 END_TEST
 
+/* A window that ended while the transport could not take the push (a
+ * send still in flight) is due, not a timer: an expiry in the past would
+ * fire at once, forever. */
+START_TEST(test_source_expiry_never_in_the_past_for_a_due_push) {
+  fx *f = fx_new();
+  f->opts.debounce = 100 * MS;
+  fx_start(f);
+  put(f, "c", "a", "v1", "A");
+  sync_coll(f, "c", 1);
+  f->ts = 10 * MS;
+  put(f, "c", "a", "v2", "A2");
+  no_push(f);
+  ck_assert_uint_eq(mcp_source_session_get_expiry(f->s), 110 * MS);
+  f->ts = 200 * MS; /* the transport looks again, late */
+  ck_assert_int_eq(mcp_source_session_handle_expiry(f->s, f->ts), 0);
+  ck_assert_int_eq(mcp_source_session_want_write(f->s, f->ts), 1);
+  ck_assert_uint_eq(mcp_source_session_get_expiry(f->s), MCP_TSTAMP_MAX);
+  Res *r = push(f);
+  expect_body(r, "a", "A2");
+  th_resources_free(r);
+  fx_free(f);
+}
+END_TEST
+
 START_TEST(test_source_max_delay_caps_continuous_churn) {
   fx *f = fx_new();
   f->opts.debounce = 100 * MS;
@@ -1957,6 +1981,7 @@ static Suite *source_suite(void) {
   tcase_add_test(tc, test_source_debounce_never_delays_answer);
   tcase_add_test(tc, test_source_debounce_after_ack_counts_from_change);
   tcase_add_test(tc, test_source_max_delay_caps_continuous_churn);
+  tcase_add_test(tc, test_source_expiry_never_in_the_past_for_a_due_push);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("retry");

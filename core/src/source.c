@@ -1101,6 +1101,12 @@ mcp_tstamp mcp_source_session_get_expiry(mcp_source_session *s) {
       if ((u->flags & F_DIRTY) && s->max_delay && u->t + s->max_delay < d) {
         d = u->t + s->max_delay;
       }
+      if (d <= s->last_ts) {
+        /* Due already: want_write() says so. A time in the past would
+         * make a transport that cannot pull the push yet (a send still
+         * in flight) spin on its timer. */
+        d = MCP_TSTAMP_MAX;
+      }
     }
     if (d < t) {
       t = d;

@@ -603,7 +603,11 @@ MCP_EXTERN int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
 
 /* The earliest time at which the session wants handle_expiry() (a debounce
  * window or a NACK retry ends), or MCP_TSTAMP_MAX. Pushes that may go out
- * now are reported by want_write(), not here. */
+ * now are reported by want_write(), not here: a debounce window that ended
+ * at or before the latest |ts| given to the session is not returned (a
+ * transport that cannot take the push yet waits for its own send to end,
+ * not for a timer). A NACK retry's time stays until handle_expiry() has
+ * acted on it. */
 MCP_EXTERN mcp_tstamp mcp_source_session_get_expiry(mcp_source_session *s);
 
 /* Acts on expired timers. After it, check want_write(). */
