@@ -18,22 +18,21 @@ mirror are keyed by the type URL.
 Usage: test_aggregated.py --build-dir BUILD [--transport grpc|h2c]
        [unittest args]
 
-Built on test_e2e.py's fixture (processes, YAML, mirror): every wait is
-bounded, children are killed in tearDown. The Cross* classes run the
-scenarios again with mcp-sink on the other transport (skipped when it is
-not built in).
+Built on test_e2e.py's fixture (processes, YAML, mirror: e2e_common.py's):
+every wait is bounded, children are killed in tearDown. The Cross* classes
+run the scenarios again with mcp-sink on the other transport (skipped when
+it is not built in).
 """
 
-import argparse
 import os
 import signal
-import sys
 import time
 import unittest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import test_e2e as e2e  # noqa: E402
-from test_e2e import CM, DR, STRUCT, VS, cm, dr, read_mirror, vs  # noqa: E402
+import e2e_common as common
+import test_e2e as e2e
+from e2e_common import CM, DR, STRUCT, VS, cm, doc, expected_state, read_mirror
+from test_e2e import dr, vs
 
 T_VS = "type.googleapis.com/istio.networking.v1alpha3.VirtualService"
 T_DR = "type.googleapis.com/istio.networking.v1alpha3.DestinationRule"
@@ -72,12 +71,9 @@ class AggBase(e2e.Base):
         self.wait_synced(snk)
         return src, snk
 
-    def wait_agg_mirror(self, types, what="the mirror to match the YAML"):
-        want = {t: r for t, r in by_type(e2e.expected_state(self.files)).items()
-                if t in types and r}
-        self.wait_for(lambda: e2e.strip_versions(
-            read_mirror(self.mirror, types)) == want, what)
-        return read_mirror(self.mirror, types)
+    def expected(self):
+        # The sink's --out mirror is keyed by type URL (wait_mirror()).
+        return by_type(expected_state(self.files))
 
     def check_nonce(self, e):
         if self.incremental:
@@ -98,7 +94,7 @@ class AggScenarios:
     def test_initial_sync(self):
         self.standard_files()
         src, snk = self.start_agg_pair(TYPES)
-        mirror = self.wait_agg_mirror(TYPES)
+        mirror = self.wait_mirror(TYPES)
         for t in TYPES:
             rs = snk.responses(t)
             self.assertEqual(len(rs), 1, rs)
@@ -122,7 +118,7 @@ class AggScenarios:
     def test_live_edit(self):
         self.standard_files()
         src, snk = self.start_agg_pair(TYPES, debounce=0)
-        before = self.wait_agg_mirror(TYPES)
+        before = self.wait_mirror(TYPES)
         n = len(snk.responses())
         d = vs("reviews", "reviews", "bookinfo", labels={"app": "reviews"},
                annotations={"team": "books"})
@@ -133,7 +129,7 @@ class AggScenarios:
                                "the edit to be pushed", since=n)
         self.assertEqual(e["verdict"], "ack", e)
         self.check_nonce(e)
-        after = self.wait_agg_mirror(TYPES, "the mirror to show the edit")
+        after = self.wait_mirror(TYPES, "the mirror to show the edit")
         v0 = before[T_VS]["bookinfo/reviews"]["version"]
         v1 = after[T_VS]["bookinfo/reviews"]["version"]
         self.assertNotEqual(v0, v1)
@@ -157,12 +153,12 @@ class AggScenarios:
         self.put("extra.yaml", [vs("gone", "gone", "bookinfo"),
                                 cm("gone", "bookinfo", {"k": "v"})])
         src, snk = self.start_agg_pair(TYPES, debounce=0)
-        self.wait_agg_mirror(TYPES)
+        self.wait_mirror(TYPES)
         gone = os.path.join(self.mirror, T_VS, "bookinfo", "gone.json")
         self.assertTrue(os.path.exists(gone))
         n = len(snk.responses())
         self.remove("extra.yaml")
-        self.wait_agg_mirror(TYPES, "the deleted file's resources to go")
+        self.wait_mirror(TYPES, "the deleted file's resources to go")
         self.assertFalse(os.path.exists(gone))
         for t, left in ((T_VS, 2), (T_CM, 1)):
             e = self.wait_response(snk, lambda e: e["collection"] == t,
@@ -187,7 +183,7 @@ class AggScenarios:
         self.standard_files()
         src, snk = self.start_agg_pair(TYPES, debounce=0,
                                        source_args=["--log-level", "debug"])
-        before = self.wait_agg_mirror(TYPES)
+        before = self.wait_mirror(TYPES)
         pushes0 = self.pushes(src, VS)
         n = len(snk.responses())
         # A name the --out mirror refuses (".." in a segment): NACK.
@@ -224,7 +220,7 @@ class AggScenarios:
                              ["bookinfo/ok"])
             self.assertEqual(e["removed"], ["bookinfo/x..y"])
         self.assertEqual(e["total"], 3)
-        self.wait_agg_mirror(TYPES)
+        self.wait_mirror(TYPES)
         time.sleep(QUIET / 3)
         self.assertEqual(len(snk.responses(T_VS)), 3, snk.responses(T_VS))
         self.stop_both()
@@ -252,8 +248,8 @@ class AggScenarios:
                            e["verdict"] == "ack", "the known type")
         time.sleep(QUIET / 3)
         self.assertEqual(snk.responses(T_SECRET), [])
-        self.put("secret.yaml", [e2e.doc("Secret", "s", "bookinfo", api="v1",
-                                         data={"k": "dg=="})])
+        self.put("secret.yaml", [doc("Secret", "s", "bookinfo", api="v1",
+                                     data={"k": "dg=="})])
         e = self.wait_response(snk, lambda e: e["collection"] == T_SECRET,
                                "the type once its collection exists")
         self.assertEqual((e["verdict"], e["total"]), ("ack", 1), e)
@@ -265,7 +261,7 @@ class AggScenarios:
         self.put("doomed.yaml", [vs("doomed", "doomed", "bookinfo"),
                                  cm("doomed", "bookinfo", {"k": "v"})])
         src, snk = self.start_agg_pair(TYPES)
-        self.wait_agg_mirror(TYPES)
+        self.wait_mirror(TYPES)
         src.signal(signal.SIGTERM)
         self.assertEqual(src.wait(), 0, self.logs())
         self.wait_for(lambda: any(e.get("event") == "disconnected"
@@ -279,7 +275,7 @@ class AggScenarios:
         self.put("born.yaml", [vs("born", "born", "bookinfo")])
         n = len(snk.responses())
         src2 = self.start_source()
-        self.wait_agg_mirror(TYPES, "the sink to resume into the new state")
+        self.wait_mirror(TYPES, "the sink to resume into the new state")
         self.wait_for(lambda: {e["collection"] for e in snk.responses()[n:]}
                       == set(TYPES), "a response per type", snk)
         first = {}
@@ -318,7 +314,7 @@ class AggScenarios:
         with open(stale, "w") as f:
             f.write("{}\n")
         self.start_agg_pair(TYPES)
-        self.wait_agg_mirror(TYPES)
+        self.wait_mirror(TYPES)
         self.assertFalse(os.path.exists(stale))
         self.stop_both()
 
@@ -331,19 +327,8 @@ class AggregatedIncremental(AggScenarios, AggBase):
     API = "aggregated-incremental"
 
 
-class CrossAggBase(AggBase):
+class CrossAggBase(common.OtherTransportSink, AggBase):
     """mcp-sink on the other transport than mcp-source."""
-
-    def setUp(self):
-        if not e2e.transport_built(e2e.OTHER):
-            self.skipTest("the %s transport is not built in" % e2e.OTHER)
-        super().setUp()
-
-    def start(self, name, args):
-        t = e2e.TRANSPORT if name == "mcp-source" else e2e.OTHER
-        p = e2e.Proc(name, [self.exe(name), "--transport", t] + list(args))
-        self.procs.append(p)
-        return p
 
 
 class CrossAggregated(AggScenarios, CrossAggBase):
@@ -384,8 +369,8 @@ class OnePort(AggBase):
 class CommandLine(AggBase):
 
     def assert_usage(self, args, needle):
-        rc, out, err = e2e.run([self.exe("mcp-sink"), "--transport",
-                                e2e.TRANSPORT] + args)
+        rc, out, err = common.run([self.exe("mcp-sink"), "--transport",
+                                   common.TRANSPORT] + args)
         self.assertEqual(rc, 2, "%s: %s" % (args, err))
         self.assertIn("usage:", err, err)
         self.assertIn(needle, err, err)
@@ -414,24 +399,14 @@ class CommandLine(AggBase):
                 self.assertEqual(snk.responses(VS)[0]["collection"], VS)
 
     def test_help_names_the_api(self):
-        rc, out, err = e2e.run([self.exe("mcp-sink"), "--help"])
+        rc, out, err = common.run([self.exe("mcp-sink"), "--help"])
         self.assertEqual(rc, 0)
         self.assertIn("--api", out)
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--build-dir", required=True)
-    ap.add_argument("--transport", default="grpc")
-    args, rest = ap.parse_known_args()
-    e2e.BUILD_DIR = os.path.abspath(args.build_dir)
-    e2e.TRANSPORT = args.transport
-    e2e.OTHER = "h2c" if args.transport == "grpc" else "grpc"
-    for prog in ("mcp-source", "mcp-sink"):
-        if not os.access(os.path.join(e2e.BUILD_DIR, "tools", prog), os.X_OK):
-            sys.exit("test_aggregated: %s/tools/%s is not built"
-                     % (e2e.BUILD_DIR, prog))
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    argv = common.parse_args(__doc__.splitlines()[0])
+    unittest.main(argv=argv, verbosity=2)
 
 
 if __name__ == "__main__":

@@ -15,186 +15,26 @@ The same suite serves every transport: --transport is passed to both
 programs. The Cross* classes run every scenario again with mcp-sink on the
 other transport (grpc <-> h2c; skipped when it is not built in), so each
 transport's client talks to the other's server in both roles. Standard
-library only. Every wait is bounded (a condition polled
-until a deadline); children are killed in tearDown.
+library only; the processes, the waits and the YAML and mirror helpers are
+e2e_common.py's. Every wait is bounded (a condition polled until a
+deadline); children are killed in tearDown.
 """
 
-import argparse
-import json
 import os
 import shutil
 import signal
 import socket
-import subprocess
-import sys
-import tempfile
-import threading
-import time
 import unittest
 
-BUILD_DIR = None
-TRANSPORT = "grpc"
-OTHER = "h2c"  # the other transport (CrossBase)
-
-VS = "istio/networking/v1alpha3/virtualservices"
-DR = "istio/networking/v1alpha3/destinationrules"
-CM = "k8s/core/v1/configmaps"
-GW = "istio/networking/v1alpha3/gateways"
-STRUCT = "type.googleapis.com/google.protobuf.Struct"
-
-WAIT = 15.0  # seconds: the deadline of every wait
-
-
-# --------------------------------------------------------------------------
-# Processes
-# --------------------------------------------------------------------------
-
-class Proc:
-    """A child whose stdout (JSON lines) and stderr are read by threads."""
-
-    def __init__(self, name, argv, cwd=None):
-        self.name = name
-        self.argv = argv
-        self.out = []  # stdout lines
-        self.err = []  # stderr lines
-        self.lock = threading.Lock()
-        self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True,
-                                  bufsize=1, cwd=cwd)
-        self.threads = [
-            threading.Thread(target=self._read, args=(self.p.stdout, self.out),
-                             daemon=True),
-            threading.Thread(target=self._read, args=(self.p.stderr, self.err),
-                             daemon=True),
-        ]
-        for t in self.threads:
-            t.start()
-
-    def _read(self, f, into):
-        for line in f:
-            with self.lock:
-                into.append(line.rstrip("\n"))
-
-    def events(self):
-        """The JSON objects printed so far (lines that are not JSON skipped)."""
-        with self.lock:
-            lines = list(self.out)
-        evs = []
-        for line in lines:
-            try:
-                evs.append(json.loads(line))
-            except ValueError:
-                pass
-        return evs
-
-    def responses(self, collection=None):
-        """The "response" events, without those of the $triggerCollection a
-        dialing source sends first (NACKed by design)."""
-        return [e for e in self.events() if e.get("event") == "response" and
-                not e["collection"].startswith("$") and
-                (collection is None or e["collection"] == collection)]
-
-    def stderr(self):
-        with self.lock:
-            return "\n".join(self.err)
-
-    def running(self):
-        return self.p.poll() is None
-
-    def signal(self, sig):
-        if self.running():
-            self.p.send_signal(sig)
-
-    def wait(self, timeout=WAIT):
-        """Exit status, or None when still running after |timeout|."""
-        try:
-            rc = self.p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None
-        for t in self.threads:
-            t.join(timeout=2)
-        return rc
-
-    def kill(self):
-        if self.running():
-            self.p.kill()
-        self.wait(timeout=5)
-        for f in (self.p.stdout, self.p.stderr):
-            try:
-                f.close()
-            except OSError:
-                pass
-
-
-TRANSPORTS = ("grpc", "h2c")
-_built = {}
-
-
-def transport_built(t):
-    """Whether the programs offer transport |t|: a probe mcp-sink either
-    starts listening or exits at once (status 2) naming it."""
-    if t not in _built:
-        p = subprocess.Popen(
-            [os.path.join(BUILD_DIR, "tools", "mcp-sink"), "--transport", t,
-             "--collection", "probe", "--json", "--listen", "127.0.0.1:0"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True)
-        timer = threading.Timer(WAIT, p.kill)  # bounds the readline
-        timer.start()
-        try:
-            line = p.stdout.readline()  # "listening", or EOF at exit
-            _built[t] = '"listening"' in line
-        finally:
-            timer.cancel()
-            if p.poll() is None:
-                p.terminate()
-            try:
-                p.communicate(timeout=WAIT)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.communicate()
-    return _built[t]
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run(argv, timeout=WAIT):
-    """Runs a program to its end: (status, stdout, stderr)."""
-    p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
-                       text=True, timeout=timeout)
-    return p.returncode, p.stdout, p.stderr
+import e2e_common as common
+from e2e_common import (CM, DR, GW, STRUCT, VS, Proc, cm, doc,
+                        expected_state, read_mirror, run, strip_versions,
+                        transport_built, write_atomic, yaml_text)
 
 
 # --------------------------------------------------------------------------
 # YAML in, expected mirror out
 # --------------------------------------------------------------------------
-
-def doc(kind, name, namespace=None, spec=None, api="networking.istio.io/v1alpha3",
-        labels=None, annotations=None, data=None, resource_version=None,
-        created=None):
-    meta = {"name": name}
-    if namespace:
-        meta["namespace"] = namespace
-    if labels:
-        meta["labels"] = labels
-    if annotations:
-        meta["annotations"] = annotations
-    if resource_version:
-        meta["resourceVersion"] = resource_version
-    if created:
-        meta["creationTimestamp"] = created
-    d = {"apiVersion": api, "kind": kind, "metadata": meta}
-    if spec is not None:
-        d["spec"] = spec
-    if data is not None:
-        d["data"] = data
-    return d
-
 
 def vs(name, host, ns="default", **kw):
     return doc("VirtualService", name, ns, {
@@ -212,118 +52,19 @@ def dr(name, host, ns="default", **kw):
     }, **kw)
 
 
-def cm(name, ns, data, **kw):
-    return doc("ConfigMap", name, ns, api="v1", data=data, **kw)
-
-
-COLLECTION_OF = {"VirtualService": VS, "DestinationRule": DR,
-                 "ConfigMap": CM, "Gateway": GW}
-
-
-def yaml_text(docs):
-    """JSON is YAML (1.2): one flow document per resource."""
-    return "".join("---\n" + json.dumps(d, indent=2) + "\n" for d in docs)
-
-
-def write_atomic(path, text):
-    """As careful tools write: a hidden temporary file, then rename."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = os.path.join(os.path.dirname(path), ".tmp-" + os.path.basename(path))
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.rename(tmp, path)
-
-
-def resource_name(d):
-    m = d["metadata"]
-    return m["namespace"] + "/" + m["name"] if m.get("namespace") else m["name"]
-
-
-def expected_state(files):
-    """{collection: {name: expected mirror object without version}} of the
-    documents of |files| ({path: [doc]})."""
-    state = {}
-    for docs in files.values():
-        for d in docs:
-            c = COLLECTION_OF[d["kind"]]
-            m = d["metadata"]
-            state.setdefault(c, {})[resource_name(d)] = {
-                "name": resource_name(d),
-                "labels": m.get("labels", {}),
-                "annotations": m.get("annotations", {}),
-                "create_time": m.get("creationTimestamp"),
-                "type_url": STRUCT,
-                "body": d["spec"] if "spec" in d else d.get("data", {}),
-            }
-    return state
-
-
-def read_mirror(root, collections):
-    """{collection: {name: file content}} of the mirror (files only)."""
-    state = {}
-    for c in collections:
-        base = os.path.join(root, c)
-        got = {}
-        for dirpath, dirnames, filenames in os.walk(base):
-            # Another collection's directory below this one is not ours.
-            dirnames[:] = [d for d in dirnames
-                           if os.path.relpath(os.path.join(dirpath, d), root)
-                           not in collections]
-            for fn in filenames:
-                path = os.path.join(dirpath, fn)
-                rel = os.path.relpath(path, base)
-                if not fn.endswith(".json"):
-                    got[rel] = "<not json>"
-                    continue
-                try:
-                    with open(path) as f:
-                        got[rel[:-5]] = json.load(f)
-                except FileNotFoundError:
-                    pass  # removed while we walked
-                except ValueError:
-                    got[rel[:-5]] = "<bad json>"
-        if got:
-            state[c] = got
-    return state
-
-
-def strip_versions(state):
-    return {c: {n: {k: v for k, v in r.items() if k != "version"}
-                if isinstance(r, dict) else r for n, r in res.items()}
-            for c, res in state.items()}
-
-
 # --------------------------------------------------------------------------
 # Fixture
 # --------------------------------------------------------------------------
 
-class Base(unittest.TestCase):
+class Base(common.Base):
     MODE = "sink-dials"  # or "source-dials"
+    YAML_INDENT = 2  # this suite's YAML: flow documents over several lines
 
     def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="mcp-e2e-")
-        self.config = os.path.join(self.tmp, "config")
+        super().setUp()
         self.mirror = os.path.join(self.tmp, "mirror")
-        os.makedirs(self.config)
-        self.procs = []
-        self.files = {}  # path relative to config -> [doc]
-        self.port = free_port()
-        self.addr = "127.0.0.1:%d" % self.port
-
-    def tearDown(self):
-        for p in self.procs:
-            p.kill()
-        shutil.rmtree(self.tmp, ignore_errors=True)
 
     # -- programs --
-
-    def exe(self, name):
-        return os.path.join(BUILD_DIR, "tools", name)
-
-    def start(self, name, args):
-        p = Proc(name, [self.exe(name), "--transport", TRANSPORT] + list(args))
-        self.procs.append(p)
-        return p
 
     def start_source(self, *args, debounce=None, dir=True):
         role = ["--connect" if self.MODE == "source-dials" else "--listen",
@@ -370,30 +111,16 @@ class Base(unittest.TestCase):
     def logs(self):
         return "\n".join("---- %s %s (status %s)\nstdout:\n%s\nstderr:\n%s" % (
             p.name, " ".join(p.argv[1:]), p.p.poll(),
-            "\n".join(p.out[-30:]), p.stderr()[-6000:]) for p in self.procs)
+            "\n".join(p.stdout_lines()[-30:]), p.stderr()[-6000:])
+            for p in self.procs)
 
-    def wait_for(self, cond, what, *procs, timeout=WAIT):
-        deadline = time.monotonic() + timeout
-        while True:
-            v = cond()
-            if v:
-                return v
-            for p in procs:
-                if not p.running():
-                    self.fail("%s exited (status %s) while waiting for %s\n%s"
-                              % (p.name, p.p.poll(), what, self.logs()))
-            if time.monotonic() > deadline:
-                self.fail("timed out waiting for %s\n%s" % (what, self.logs()))
-            time.sleep(0.02)
-
-    def wait_synced(self, snk):
-        self.wait_for(lambda: any(e.get("event") == "synced"
-                                  for e in snk.events()),
-                      "the sink to sync", snk)
+    def expected(self):
+        """What the mirror is to hold: the YAML's resources by collection."""
+        return expected_state(self.files)
 
     def wait_mirror(self, collections, what="the mirror to match the YAML"):
         """Waits until the mirror holds exactly the YAML's resources."""
-        want = {c: r for c, r in expected_state(self.files).items()
+        want = {c: r for c, r in self.expected().items()
                 if c in collections and r}
         self.wait_for(lambda: strip_versions(
             read_mirror(self.mirror, collections)) == want, what)
@@ -409,19 +136,6 @@ class Base(unittest.TestCase):
         return self.wait_for(find, what, snk)
 
     # -- files --
-
-    def put(self, rel, docs, atomic=True):
-        self.files[rel] = docs
-        path = os.path.join(self.config, rel)
-        if atomic:
-            write_atomic(path, yaml_text(docs))
-        else:
-            with open(path, "w") as f:
-                f.write(yaml_text(docs))
-
-    def remove(self, rel):
-        del self.files[rel]
-        os.unlink(os.path.join(self.config, rel))
 
     def rename(self, old, new):
         os.makedirs(os.path.dirname(os.path.join(self.config, new)),
@@ -880,21 +594,10 @@ class SourceDialsSink(Scenarios, Base):
     MODE = "source-dials"
 
 
-class CrossBase(Base):
+class CrossBase(common.OtherTransportSink, Base):
     """mcp-source on the transport under test, mcp-sink on the other one:
     both speak standard gRPC on the wire, so every scenario must behave the
     same (gRPC's C core against our HTTP/2 code, in both roles)."""
-
-    def setUp(self):
-        if not transport_built(OTHER):
-            self.skipTest("the %s transport is not built in" % OTHER)
-        super().setUp()
-
-    def start(self, name, args):
-        t = TRANSPORT if name == "mcp-source" else OTHER
-        p = Proc(name, [self.exe(name), "--transport", t] + list(args))
-        self.procs.append(p)
-        return p
 
 
 class CrossSinkDialsSource(Scenarios, CrossBase):
@@ -951,8 +654,8 @@ class CommandLine(Base):
         """Both programs start on every transport built in, listen on the
         port given (0: a free one, logged), name the transport, and stop
         with 0 on SIGTERM; the one under test must be built in."""
-        self.assertTrue(transport_built(TRANSPORT), TRANSPORT)
-        for t in TRANSPORTS:
+        self.assertTrue(transport_built(common.TRANSPORT), common.TRANSPORT)
+        for t in common.TRANSPORTS:
             if not transport_built(t):
                 continue
             with self.subTest(transport=t):
@@ -979,7 +682,8 @@ class CommandLine(Base):
                     self.assertEqual(p.wait(), 0, self.logs())
 
     def test_source_missing_dir(self):
-        rc, out, err = run([self.exe("mcp-source"), "--transport", TRANSPORT,
+        rc, out, err = run([self.exe("mcp-source"), "--transport",
+                            common.TRANSPORT,
                             "--dir", os.path.join(self.tmp, "nope"),
                             "--listen", self.addr])
         self.assertEqual(rc, 1, err)
@@ -991,7 +695,7 @@ class CommandLine(Base):
             s.listen(1)
             addr = "127.0.0.1:%d" % s.getsockname()[1]
             rc, out, err = run([self.exe("mcp-source"), "--transport",
-                                TRANSPORT, "--listen", addr])
+                                common.TRANSPORT, "--listen", addr])
         self.assertEqual(rc, 1, err)
         self.assertIn(addr, err)
 
@@ -1011,18 +715,8 @@ class CommandLine(Base):
 
 
 def main():
-    global BUILD_DIR, TRANSPORT, OTHER
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--build-dir", required=True)
-    ap.add_argument("--transport", default="grpc")
-    args, rest = ap.parse_known_args()
-    BUILD_DIR = os.path.abspath(args.build_dir)
-    TRANSPORT = args.transport
-    OTHER = "h2c" if TRANSPORT == "grpc" else "grpc"
-    for prog in ("mcp-source", "mcp-sink"):
-        if not os.access(os.path.join(BUILD_DIR, "tools", prog), os.X_OK):
-            sys.exit("test_e2e: %s/tools/%s is not built" % (BUILD_DIR, prog))
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    argv = common.parse_args(__doc__.splitlines()[0])
+    unittest.main(argv=argv, verbosity=2)
 
 
 if __name__ == "__main__":

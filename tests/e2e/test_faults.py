@@ -26,36 +26,27 @@ The real programs over 127.0.0.1, on real files, while things go wrong:
 Usage: test_faults.py --build-dir BUILD [--transport grpc|h2c] [unittest args]
 
 A transport the programs refuse ("not available") exits 77 (meson: SKIP).
-Standard library only. Every wait is bounded; children are killed in
+Standard library only; the processes, the waits and the YAML and mirror
+helpers are e2e_common.py's. Every wait is bounded; children are killed in
 tearDown. FAULTS_STREAMS overrides the 1000 of test_thousand_streams;
 FAULTS_SEED the churn's random seed.
 """
 
-import argparse
 import json
 import os
 import random
 import resource
-import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
 
-BUILD_DIR = None
-TRANSPORT = "grpc"
-
-VS = "istio/networking/v1alpha3/virtualservices"
-DR = "istio/networking/v1alpha3/destinationrules"
-CM = "k8s/core/v1/configmaps"
-STRUCT = "type.googleapis.com/google.protobuf.Struct"
-COLLECTION_OF = {"VirtualService": VS, "DestinationRule": DR,
-                 "ConfigMap": CM}
+import e2e_common as common
+from e2e_common import (CM, DR, VS, cm, doc, expected_state, read_mirror,
+                        strip_versions)
 
 WAIT = 30.0  # seconds: the default deadline of every wait
 SKIP_STATUS = 77  # meson's "skipped"
@@ -81,93 +72,20 @@ def raise_nofile():
 # Processes
 # --------------------------------------------------------------------------
 
-class Proc:
-    """A child whose stdout (JSON lines) and stderr are read by threads."""
+class Proc(common.Proc):
+    """A child that may be stopped (SIGSTOP), and whose memory is read."""
 
-    def __init__(self, name, argv, env=None, preexec=None):
-        self.name = name
-        self.argv = argv
-        self.out = []
-        self.err = []
-        self.parsed = []
-        self.nparsed = 0
-        self.lock = threading.Lock()
-        self.stopped = False
-        self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True,
-                                  bufsize=1,
-                                  env=env, preexec_fn=preexec)
-        self.threads = [
-            threading.Thread(target=self._read, args=(self.p.stdout, self.out),
-                             daemon=True),
-            threading.Thread(target=self._read, args=(self.p.stderr, self.err),
-                             daemon=True),
-        ]
-        for t in self.threads:
-            t.start()
-
-    def _read(self, f, into):
-        try:
-            for line in f:
-                with self.lock:
-                    into.append(line.rstrip("\n"))
-        except (OSError, ValueError):
-            pass
-
-    def events(self):
-        """The JSON objects printed so far (parsed once each)."""
-        with self.lock:
-            new = self.out[self.nparsed:]
-            self.nparsed = len(self.out)
-        for line in new:
-            try:
-                self.parsed.append(json.loads(line))
-            except ValueError:
-                pass
-        return self.parsed
-
-    def responses(self, collection=None):
-        return [e for e in self.events() if e.get("event") == "response" and
-                not e["collection"].startswith("$") and
-                (collection is None or e["collection"] == collection)]
-
-    def synced(self):
-        return any(e.get("event") == "synced" for e in self.events())
-
-    def stderr(self):
-        with self.lock:
-            return "\n".join(self.err)
-
-    def running(self):
-        return self.p.poll() is None
+    WAIT = WAIT
+    KILL_WAIT = 10
+    stopped = False  # by SIGSTOP: stop_all() continues it first
 
     def signal(self, sig):
         if self.running():
-            self.p.send_signal(sig)
+            super().signal(sig)
             if sig == signal.SIGSTOP:
                 self.stopped = True
             elif sig == signal.SIGCONT:
                 self.stopped = False
-
-    def wait(self, timeout=WAIT):
-        try:
-            rc = self.p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None
-        for t in self.threads:
-            t.join(timeout=2)
-        return rc
-
-    def kill(self):
-        if self.running():
-            self.p.kill()  # SIGKILL ends a stopped process too
-        self.wait(timeout=10)
-        for f in (self.p.stdout, self.p.stderr):
-            try:
-                f.close()
-            except OSError:
-                pass
 
     def status(self, field):
         """A /proc/PID/status field in kB (VmRSS, VmHWM), or None."""
@@ -181,28 +99,9 @@ class Proc:
         return None
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # --------------------------------------------------------------------------
 # YAML in, expected mirror out
 # --------------------------------------------------------------------------
-
-def doc(kind, name, namespace, spec=None, api="networking.istio.io/v1alpha3",
-        labels=None, data=None):
-    meta = {"name": name, "namespace": namespace}
-    if labels:
-        meta["labels"] = labels
-    d = {"apiVersion": api, "kind": kind, "metadata": meta}
-    if spec is not None:
-        d["spec"] = spec
-    if data is not None:
-        d["data"] = data
-    return d
-
 
 def vs(name, host, ns="default", **kw):
     return doc("VirtualService", name, ns, {
@@ -216,79 +115,12 @@ def dr(name, host, ns="default", **kw):
         **kw)
 
 
-def cm(name, ns, data):
-    return doc("ConfigMap", name, ns, api="v1", data=data)
-
-
 def big_vs(name, ns, gen, size):
     """A VirtualService of about |size| bytes; |gen| makes each edit
     different."""
     return doc("VirtualService", name, ns, {
         "hosts": [name], "gen": gen,
         "pad": ("%s-%d-" % (name, gen) * (size // 8 + 1))[:size]})
-
-
-def yaml_text(docs):
-    """JSON is YAML (1.2): one flow document per resource."""
-    return "".join("---\n" + json.dumps(d) + "\n" for d in docs)
-
-
-def resource_name(d):
-    m = d["metadata"]
-    return m["namespace"] + "/" + m["name"]
-
-
-def expected_state(files, collections):
-    """{collection: {name: mirror object without version}} of |files|."""
-    state = {c: {} for c in collections}
-    for docs in files.values():
-        for d in docs:
-            c = COLLECTION_OF[d["kind"]]
-            if c not in state:
-                continue
-            m = d["metadata"]
-            state[c][resource_name(d)] = {
-                "name": resource_name(d),
-                "labels": m.get("labels", {}),
-                "annotations": {},
-                "create_time": None,
-                "type_url": STRUCT,
-                "body": d["spec"] if "spec" in d else d.get("data", {}),
-            }
-    return state
-
-
-def read_mirror(root, collections):
-    """{collection: {name: file content}} (every requested collection)."""
-    state = {}
-    for c in collections:
-        base = os.path.join(root, c)
-        got = {}
-        for dirpath, dirnames, filenames in os.walk(base):
-            dirnames[:] = [d for d in dirnames
-                           if os.path.relpath(os.path.join(dirpath, d), root)
-                           not in collections]
-            for fn in filenames:
-                path = os.path.join(dirpath, fn)
-                rel = os.path.relpath(path, base)
-                if not fn.endswith(".json"):
-                    got[rel] = "<not json>"
-                    continue
-                try:
-                    with open(path) as f:
-                        got[rel[:-5]] = json.load(f)
-                except FileNotFoundError:
-                    pass
-                except ValueError:
-                    got[rel[:-5]] = "<bad json>"
-        state[c] = got
-    return state
-
-
-def strip_versions(state):
-    return {c: {n: {k: v for k, v in r.items() if k != "version"}
-                if isinstance(r, dict) else r for n, r in res.items()}
-            for c, res in state.items()}
 
 
 def versions(state):
@@ -314,32 +146,16 @@ def diff_summary(got, want):
 # Fixture
 # --------------------------------------------------------------------------
 
-class Base(unittest.TestCase):
+class Base(common.Base):
+    WAIT = WAIT
+    PROC = Proc
+    TMP_PREFIX = "mcp-faults-"
 
     def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="mcp-faults-")
-        self.config = os.path.join(self.tmp, "config")
-        os.makedirs(self.config)
-        self.procs = []
-        self.files = {}
-        self.addr = "127.0.0.1:%d" % free_port()
+        super().setUp()
         self.nsinks = 0
 
-    def tearDown(self):
-        for p in self.procs:
-            p.kill()
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
     # -- programs --
-
-    def exe(self, name):
-        return os.path.join(BUILD_DIR, "tools", name)
-
-    def start(self, name, args, env=None, preexec=None):
-        p = Proc(name, [self.exe(name), "--transport", TRANSPORT] + list(args),
-                 env=env, preexec=preexec)
-        self.procs.append(p)
-        return p
 
     def start_source(self, *args, dial=False, debounce=None, env=None,
                      preexec=None):
@@ -377,31 +193,12 @@ class Base(unittest.TestCase):
     def logs(self):
         return "\n".join("---- %s %s (status %s)\nstdout:\n%s\nstderr:\n%s" % (
             p.name, " ".join(p.argv[1:])[:300], p.p.poll(),
-            "\n".join(l[:300] for l in p.out[-10:]), p.stderr()[-4000:])
-            for p in self.procs)
+            "\n".join(l[:300] for l in p.stdout_lines()[-10:]),
+            p.stderr()[-4000:]) for p in self.procs)
 
-    def wait_for(self, cond, what, *procs, timeout=WAIT):
-        deadline = time.monotonic() + timeout
-        while True:
-            t0 = time.monotonic()
-            v = cond()
-            if v:
-                return v
-            for p in procs:
-                if not p.running():
-                    self.fail("%s exited (status %s) while waiting for %s\n%s"
-                              % (p.name, p.p.poll(),
-                                 what() if callable(what) else what,
-                                 self.logs()))
-            if time.monotonic() > deadline:
-                self.fail("timed out waiting for %s\n%s" % (
-                    what() if callable(what) else what, self.logs()))
-            # Checking a large mirror is slow: poll no faster than it runs.
-            time.sleep(max(0.02, min(0.5, time.monotonic() - t0)))
-
-    def wait_synced(self, *sinks, timeout=WAIT):
-        for s in sinks:
-            self.wait_for(s.synced, "%s to sync" % s.name, s, timeout=timeout)
+    def poll_pause(self, took):
+        # Checking a large mirror is slow: poll no faster than it runs.
+        return max(0.02, min(0.5, took))
 
     def wait_mirrors(self, sinks, what="the mirrors to match the YAML",
                      timeout=WAIT):
@@ -412,7 +209,8 @@ class Base(unittest.TestCase):
             last = {"diff": "not read yet"}
 
             def match(s=s, want=want, last=last):
-                got = strip_versions(read_mirror(s.mirror, s.collections))
+                got = strip_versions(read_mirror(s.mirror, s.collections,
+                                                 keep_empty=True))
                 if got == want:
                     return True
                 last["diff"] = diff_summary(got, want)
@@ -420,31 +218,13 @@ class Base(unittest.TestCase):
             self.wait_for(match, lambda s=s, last=last: "%s (%s: %s)" % (
                 what, s.mirror, last["diff"]), s, timeout=timeout)
         # Same content, same versions: every sink holds the source's state.
-        held = [versions(read_mirror(s.mirror, s.collections)) for s in sinks
-                if s.collections == sinks[0].collections]
+        held = [versions(read_mirror(s.mirror, s.collections,
+                                     keep_empty=True))
+                for s in sinks if s.collections == sinks[0].collections]
         for h in held[1:]:
             self.assertEqual(h, held[0], "sinks hold different versions")
 
     # -- files --
-
-    def put(self, rel, docs, atomic=True):
-        self.files[rel] = docs
-        path = os.path.join(self.config, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        text = yaml_text(docs)
-        if atomic:
-            tmp = os.path.join(os.path.dirname(path),
-                               ".tmp-" + os.path.basename(path))
-            with open(tmp, "w") as f:
-                f.write(text)
-            os.rename(tmp, path)
-        else:
-            with open(path, "w") as f:
-                f.write(text)
-
-    def remove(self, rel):
-        del self.files[rel]
-        os.unlink(os.path.join(self.config, rel))
 
     def standard_files(self):
         self.put("bookinfo/routing.yaml", [
@@ -668,7 +448,8 @@ class SourceFaults(Base):
         for s in sinks:
             for c in (VS, CM):
                 self.assertNotIn("bookinfo/doomed",
-                                 read_mirror(s.mirror, [c])[c])
+                                 read_mirror(s.mirror, [c],
+                                             keep_empty=True)[c])
         # The incremental sinks resumed with the differences only.
         for i, s in enumerate(sinks):
             self.wait_for(lambda s=s, m=marks[i]: {
@@ -860,15 +641,16 @@ STREAMS = 1000
 
 def transport_available():
     """None when the programs accept --transport TRANSPORT; else why not."""
-    exe = os.path.join(BUILD_DIR, "tools", "mcp-source")
-    p = subprocess.Popen([exe, "--transport", TRANSPORT, "--listen",
-                          "127.0.0.1:0"], stdin=subprocess.DEVNULL,
+    p = subprocess.Popen([common.exe("mcp-source"), "--transport",
+                          common.TRANSPORT, "--listen", "127.0.0.1:0"],
+                         stdin=subprocess.DEVNULL,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                          text=True)
     try:
         _, err = p.communicate(timeout=1.5)
         return "mcp-source --transport %s: exit %d: %s" % (
-            TRANSPORT, p.returncode, err.strip().splitlines()[0] if err else "")
+            common.TRANSPORT, p.returncode,
+            err.strip().splitlines()[0] if err else "")
     except subprocess.TimeoutExpired:
         p.send_signal(signal.SIGTERM)
         p.communicate(timeout=10)
@@ -876,27 +658,20 @@ def transport_available():
 
 
 def main():
-    global BUILD_DIR, TRANSPORT, SEED, STREAMS
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--build-dir", required=True)
-    ap.add_argument("--transport", default="grpc")
-    args, rest = ap.parse_known_args()
-    BUILD_DIR = os.path.abspath(args.build_dir)
-    TRANSPORT = args.transport
+    global SEED, STREAMS
+    argv = common.parse_args(__doc__.splitlines()[0], programs=(
+        "mcp-source", "mcp-sink", "mcp-load-sink"))
     SEED = int(os.environ.get("FAULTS_SEED", str(int(time.time()) % 100000)))
     STREAMS = int(os.environ.get("FAULTS_STREAMS", "1000"))
-    for prog in ("mcp-source", "mcp-sink", "mcp-load-sink"):
-        if not os.access(os.path.join(BUILD_DIR, "tools", prog), os.X_OK):
-            sys.exit("test_faults: %s/tools/%s is not built" % (BUILD_DIR,
-                                                                  prog))
     raise_nofile()
     why = transport_available()
     if why:
         print("test_faults: SKIP: the %s transport is not available (%s)"
-              % (TRANSPORT, why))
+              % (common.TRANSPORT, why))
         sys.exit(SKIP_STATUS)
-    note("transport %s, churn seed %d (FAULTS_SEED)" % (TRANSPORT, SEED))
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    note("transport %s, churn seed %d (FAULTS_SEED)" % (common.TRANSPORT,
+                                                         SEED))
+    unittest.main(argv=argv, verbosity=2)
 
 
 if __name__ == "__main__":

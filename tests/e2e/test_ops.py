@@ -18,82 +18,30 @@ transport's own port.
 
 Usage: test_ops.py --build-dir BUILD [--transport grpc|h2c] [unittest args]
 
-Standard library only (http.client). Every wait is bounded.
+Standard library only (http.client); the processes and the waits are
+e2e_common.py's. Every wait is bounded.
 """
 
-import argparse
 import http.client
 import json
 import os
 import re
-import shutil
 import signal
 import socket
-import subprocess
-import sys
-import tempfile
-import threading
-import time
 import unittest
 
-BUILD_DIR = None
-TRANSPORT = "grpc"
+import e2e_common as common
+from e2e_common import DR, VS, doc, http_get, run
 
-VS = "istio/networking/v1alpha3/virtualservices"
-DR = "istio/networking/v1alpha3/destinationrules"
 TRIGGER = "$triggerCollection"
-
-WAIT = 15.0
 
 
 # --------------------------------------------------------------------------
 # Processes and files
 # --------------------------------------------------------------------------
 
-class Proc:
-    """A child whose stdout and stderr lines are collected by threads."""
-
-    def __init__(self, name, argv):
-        self.name = name
-        self.argv = argv
-        self.out, self.err = [], []
-        self.lock = threading.Lock()
-        self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True,
-                                  bufsize=1, errors="replace")
-        self.threads = [threading.Thread(target=self._read, args=(f, into),
-                                         daemon=True)
-                        for f, into in ((self.p.stdout, self.out),
-                                        (self.p.stderr, self.err))]
-        for t in self.threads:
-            t.start()
-
-    def _read(self, f, into):
-        for line in f:
-            with self.lock:
-                into.append(line.rstrip("\n"))
-
-    def stdout_lines(self):
-        with self.lock:
-            return list(self.out)
-
-    def stderr_lines(self):
-        with self.lock:
-            return list(self.err)
-
-    def events(self):
-        evs = []
-        for line in self.stdout_lines():
-            try:
-                evs.append(json.loads(line))
-            except ValueError:
-                pass
-        return evs
-
-    def responses(self, collection=None):
-        return [e for e in self.events() if e.get("event") == "response" and
-                (collection is None or e["collection"] == collection)]
+class Proc(common.Proc):
+    """A program with --log-format json."""
 
     def log_messages(self):
         """The "msg" of every JSON log line."""
@@ -105,84 +53,20 @@ class Proc:
                 pass
         return msgs
 
-    def running(self):
-        return self.p.poll() is None
-
-    def signal(self, sig):
-        if self.running():
-            self.p.send_signal(sig)
-
-    def wait(self, timeout=WAIT):
-        try:
-            rc = self.p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None
-        for t in self.threads:
-            t.join(timeout=2)
-        return rc
-
-    def kill(self):
-        if self.running():
-            self.p.kill()
-        self.wait(timeout=5)
-        for f in (self.p.stdout, self.p.stderr):
-            try:
-                f.close()
-            except OSError:
-                pass
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run(argv, timeout=WAIT):
-    p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
-                       text=True, timeout=timeout)
-    return p.returncode, p.stdout, p.stderr
-
 
 def vs(name, host, ns="default"):
-    return {"apiVersion": "networking.istio.io/v1alpha3",
-            "kind": "VirtualService",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {"hosts": [host],
-                     "http": [{"route": [{"destination": {"host": host}}]}]}}
+    return doc("VirtualService", name, ns, {
+        "hosts": [host],
+        "http": [{"route": [{"destination": {"host": host}}]}]})
 
 
 def dr(name, host, ns="default"):
-    return {"apiVersion": "networking.istio.io/v1alpha3",
-            "kind": "DestinationRule",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {"host": host}}
-
-
-def write_yaml(path, docs):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = os.path.join(os.path.dirname(path), ".tmp-" + os.path.basename(path))
-    with open(tmp, "w") as f:
-        f.write("".join("---\n" + json.dumps(d) + "\n" for d in docs))
-    os.rename(tmp, path)
+    return doc("DestinationRule", name, ns, {"host": host})
 
 
 # --------------------------------------------------------------------------
 # HTTP and the exposition format
 # --------------------------------------------------------------------------
-
-def http_get(port, path, method="GET", conn=None):
-    """(status, headers dict (lower-case names), body str)."""
-    c = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    try:
-        c.request(method, path)
-        r = c.getresponse()
-        body = r.read().decode("utf-8")
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, body
-    finally:
-        if conn is None:
-            c.close()
-
 
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)",?')
@@ -239,56 +123,15 @@ def value(fams, name, **labels):
 # Fixture
 # --------------------------------------------------------------------------
 
-class Base(unittest.TestCase):
-
-    def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="mcp-ops-")
-        self.config = os.path.join(self.tmp, "config")
-        os.makedirs(self.config)
-        self.procs = []
-        self.addr = "127.0.0.1:%d" % free_port()
-
-    def tearDown(self):
-        # A graceful stop first, so that sanitizer builds report leaks.
-        for p in self.procs:
-            p.signal(signal.SIGTERM)
-        for p in self.procs:
-            if p.wait(timeout=5) is None:
-                p.kill()
-            p.kill()
-        shutil.rmtree(self.tmp, ignore_errors=True)
-        for p in self.procs:
-            for line in p.stderr_lines():
-                if "Sanitizer" in line or "runtime error:" in line:
-                    self.fail("%s: %s\n%s" % (p.name, line, self.logs()))
-
-    def exe(self, name):
-        return os.path.join(BUILD_DIR, "tools", name)
-
-    def logs(self):
-        return "\n".join("--- %s %s\n%s" % (p.name, " ".join(p.argv[1:]),
-                                              "\n".join(p.stderr_lines()))
-                         for p in self.procs)
-
-    def wait_for(self, cond, what, *procs, timeout=WAIT):
-        deadline = time.monotonic() + timeout
-        while True:
-            v = cond()
-            if v:
-                return v
-            for p in procs:
-                if not p.running():
-                    self.fail("%s exited (%s) while waiting for %s\n%s"
-                              % (p.name, p.p.poll(), what, self.logs()))
-            if time.monotonic() > deadline:
-                self.fail("timed out waiting for %s\n%s" % (what, self.logs()))
-            time.sleep(0.02)
+class Base(common.Base):
+    PROC = Proc
+    TMP_PREFIX = "mcp-ops-"
+    SANITIZER_STOP = 5
 
     def start(self, name, args):
-        p = Proc(name, [self.exe(name), "--transport", TRANSPORT,
-                        "--log-format", "json",
-                        "--debug-listen", "127.0.0.1:0"] + list(args))
-        self.procs.append(p)
+        """(the program, its debug port), with JSON logs."""
+        p = super().start(name, ["--log-format", "json",
+                                 "--debug-listen", "127.0.0.1:0"] + list(args))
         port = self.wait_for(lambda: self.debug_port(p),
                              "%s's debug listener" % name, p)
         return p, port
@@ -323,11 +166,10 @@ class Base(unittest.TestCase):
                           "the sink to listen", p)
         return p, port
 
-    def files(self):
-        write_yaml(os.path.join(self.config, "vs.yaml"),
-                   [vs("reviews", "reviews"), vs("ratings", "ratings")])
-        write_yaml(os.path.join(self.config, "dr.yaml"),
-                   [dr("reviews", "reviews")])
+    def standard_files(self):
+        self.put("vs.yaml", [vs("reviews", "reviews"),
+                             vs("ratings", "ratings")])
+        self.put("dr.yaml", [dr("reviews", "reviews")])
 
     def metrics(self, port):
         status, headers, body = http_get(port, "/metrics")
@@ -343,13 +185,8 @@ class Base(unittest.TestCase):
         return json.loads(body)
 
     def verdicts(self, snk, collection, verdict):
-        return len([e for e in snk.responses(collection)
+        return len([e for e in snk.responses(collection, triggers=True)
                     if e["verdict"] == verdict])
-
-    def wait_synced(self, snk):
-        self.wait_for(lambda: any(e.get("event") == "synced"
-                                  for e in snk.events()),
-                      "the sink to sync", snk)
 
     def assert_json_logs(self, p, need_context=True):
         """Every stderr line of |p| is a JSON object with ts, level, prog
@@ -382,7 +219,7 @@ class Base(unittest.TestCase):
 class SinkDialsSource(Base):
 
     def test_endpoints_against_state(self):
-        self.files()
+        self.standard_files()
         # The sink first, dialing nobody: alive, not ready.
         snk, sport = self.start_sink(False, "--node-id", "ops-node",
                                      "--annotation", "team=mesh")
@@ -416,8 +253,8 @@ class SinkDialsSource(Base):
 
         # A change: a second push of the VirtualServices.
         n = len(snk.responses(VS))
-        write_yaml(os.path.join(self.config, "vs.yaml"),
-                   [vs("reviews", "reviews-v2"), vs("ratings", "ratings")])
+        self.put("vs.yaml", [vs("reviews", "reviews-v2"),
+                             vs("ratings", "ratings")])
         self.wait_for(lambda: len(snk.responses(VS)) > n, "the second push",
                       snk)
 
@@ -499,7 +336,7 @@ class SinkDialsSource(Base):
         answers = [(j["kind"], j["collection"], j["nonce"])
                    for j in journal[2:]]
         want = [(e["verdict"], e["collection"], e["nonce"])
-                for e in snk.responses()]
+                for e in snk.responses(triggers=True)]
         self.assertEqual(answers, want)
 
         # Several requests on one connection (keep-alive), HEAD, 404, 405.
@@ -535,14 +372,13 @@ class SinkDialsSource(Base):
         self.assertEqual(applied[0]["stream"], connected[0]["stream"])
 
     def test_nack_counted(self):
-        self.files()
+        self.standard_files()
         src, oport = self.start_source(False, "--debounce", "0")
         snk, sport = self.start_sink(False, "--out",
                                      os.path.join(self.tmp, "mirror"))
         self.wait_synced(snk)
         n = len(snk.responses(VS))
-        write_yaml(os.path.join(self.config, "evil.yaml"),
-                   [vs("x..y", "evil")])
+        self.put("evil.yaml", [vs("x..y", "evil")])
         self.wait_for(lambda: len(snk.responses(VS)) > n, "the NACK", snk)
         e = snk.responses(VS)[-1]
         self.assertEqual(e["verdict"], "nack")
@@ -573,7 +409,7 @@ class SinkDialsSource(Base):
 class SourceDialsSink(Base):
 
     def test_listening_sink(self):
-        self.files()
+        self.standard_files()
         snk, sport = self.start_sink(True)
         status, _, _ = http_get(sport, "/readyz")
         self.assertEqual(status, 503)
@@ -629,12 +465,12 @@ class OnTransportPort(Base):
     """h2c answers the debug paths as plain HTTP/1.1 on its own port."""
 
     def setUp(self):
-        if TRANSPORT != "h2c":
+        if common.TRANSPORT != "h2c":
             self.skipTest("only the h2c transport answers HTTP/1.1 on its port")
         super().setUp()
 
     def test_same_pages_on_the_mcp_port(self):
-        self.files()
+        self.standard_files()
         src, oport = self.start_source(False, "--debounce", "0")
         snk, sport = self.start_sink(False)
         self.wait_synced(snk)
@@ -676,14 +512,15 @@ class CommandLine(Base):
             for prog, extra in (("mcp-source", ["--listen", self.addr]),
                                 ("mcp-sink", ["--collection", VS,
                                               "--connect", self.addr])):
-                rc, out, err = run([self.exe(prog), "--transport", TRANSPORT,
-                                    "--debug-listen", busy] + extra)
+                rc, out, err = run([self.exe(prog), "--transport",
+                                    common.TRANSPORT, "--debug-listen", busy] +
+                                   extra)
                 self.assertEqual(rc, 1, (prog, err))
                 self.assertIn("--debug-listen", err)
 
     def test_text_logs_unchanged(self):
         p = Proc("mcp-source", [self.exe("mcp-source"), "--transport",
-                                TRANSPORT, "--listen", self.addr])
+                                common.TRANSPORT, "--listen", self.addr])
         self.procs.append(p)
         self.wait_for(lambda: any("serving ResourceSource" in l
                                   for l in p.stderr_lines()),
@@ -697,17 +534,8 @@ class CommandLine(Base):
 
 
 def main():
-    global BUILD_DIR, TRANSPORT
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--build-dir", required=True)
-    ap.add_argument("--transport", default="grpc")
-    args, rest = ap.parse_known_args()
-    BUILD_DIR = os.path.abspath(args.build_dir)
-    TRANSPORT = args.transport
-    for prog in ("mcp-source", "mcp-sink"):
-        if not os.access(os.path.join(BUILD_DIR, "tools", prog), os.X_OK):
-            sys.exit("test_ops: %s/tools/%s is not built" % (BUILD_DIR, prog))
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    argv = common.parse_args(__doc__.splitlines()[0])
+    unittest.main(argv=argv, verbosity=2)
 
 
 if __name__ == "__main__":

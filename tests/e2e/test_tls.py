@@ -22,12 +22,11 @@ temporary directory):
 Usage: test_tls.py --build-dir BUILD [--transport grpc] [unittest args]
 
 Exits 77 (skipped, for meson) when openssl is missing or the programs have
-no gRPC transport. Standard library only; every wait is bounded and every
-child is killed at the end.
+no gRPC transport. Standard library only; the processes and the waits are
+e2e_common.py's. Every wait is bounded and every child is killed at the
+end.
 """
 
-import argparse
-import http.client
 import json
 import os
 import re
@@ -36,15 +35,15 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unittest
 
-BUILD_DIR = None
+import e2e_common as common
+from e2e_common import VS, http_get
+
 CERTS = None  # the directory of gen_certs.sh's output
 SKIP = 77
 
-VS = "istio/networking/v1alpha3/virtualservices"
 ISTIOD = "spiffe://cluster.local/ns/istio-system/sa/istiod"
 SINK_A = "spiffe://cluster.local/ns/default/sa/sink-a"
 SINK_B = "spiffe://cluster.local/ns/evil/sa/sink-b"
@@ -56,81 +55,12 @@ WAIT = 20.0
 # Processes and files
 # --------------------------------------------------------------------------
 
-class Proc:
-    """A child whose stdout and stderr lines are collected by threads."""
-
-    def __init__(self, name, argv):
-        self.name = name
-        self.argv = argv
-        self.out, self.err = [], []
-        self.lock = threading.Lock()
-        self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True,
-                                  bufsize=1, errors="replace")
-        self.threads = [threading.Thread(target=self._read, args=(f, into),
-                                         daemon=True)
-                        for f, into in ((self.p.stdout, self.out),
-                                        (self.p.stderr, self.err))]
-        for t in self.threads:
-            t.start()
-
-    def _read(self, f, into):
-        for line in f:
-            with self.lock:
-                into.append(line.rstrip("\n"))
-
-    def stderr_lines(self):
-        with self.lock:
-            return list(self.err)
-
-    def stderr(self):
-        return "\n".join(self.stderr_lines())
-
-    def events(self, kind=None):
-        with self.lock:
-            lines = list(self.out)
-        evs = []
-        for line in lines:
-            try:
-                e = json.loads(line)
-            except ValueError:
-                continue
-            if kind is None or e.get("event") == kind:
-                evs.append(e)
-        return evs
-
-    def running(self):
-        return self.p.poll() is None
-
-    def signal(self, sig):
-        if self.running():
-            self.p.send_signal(sig)
-
-    def wait(self, timeout=WAIT):
-        try:
-            rc = self.p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None
-        for t in self.threads:
-            t.join(timeout=2)
-        return rc
-
-    def kill(self):
-        if self.running():
-            self.p.kill()
-        self.wait(timeout=5)
-        for f in (self.p.stdout, self.p.stderr):
-            try:
-                f.close()
-            except OSError:
-                pass
+class Proc(common.Proc):
+    WAIT = WAIT  # wait()'s default: this script's deadline
 
 
-def run(argv, timeout=WAIT):
-    p = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
-                       text=True, timeout=timeout)
-    return p.returncode, p.stdout, p.stderr
+def run(argv):
+    return common.run(argv, timeout=WAIT)
 
 
 def write_atomic(path, text):
@@ -138,16 +68,6 @@ def write_atomic(path, text):
     with open(tmp, "w") as f:
         f.write(text)
     os.rename(tmp, path)
-
-
-def http_get(port, path):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    try:
-        c.request("GET", path)
-        r = c.getresponse()
-        return r.status, r.read().decode("utf-8")
-    finally:
-        c.close()
 
 
 def metric(text, name, **labels):
@@ -178,60 +98,24 @@ def mtls(name, ca="ca"):
 # Fixture
 # --------------------------------------------------------------------------
 
-class Base(unittest.TestCase):
+class Base(common.Base):
+    WAIT = WAIT
+    POLL = 0.05
+    PROC = Proc
+    TMP_PREFIX = "mcp-tls-"
+    SANITIZER_STOP = 10
 
     def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="mcp-tls-")
-        self.config = os.path.join(self.tmp, "config")
-        os.makedirs(self.config)
+        super().setUp()
         with open(os.path.join(self.config, "vs.yaml"), "w") as f:
             f.write("apiVersion: networking.istio.io/v1alpha3\n"
                     "kind: VirtualService\n"
                     "metadata: {name: reviews, namespace: default}\n"
                     "spec: {hosts: [reviews]}\n")
-        self.procs = []
-
-    def tearDown(self):
-        # A graceful stop first, so that sanitizer builds report leaks.
-        for p in self.procs:
-            p.signal(signal.SIGTERM)
-        for p in self.procs:
-            if p.wait(timeout=10) is None:
-                p.kill()
-            p.kill()
-        shutil.rmtree(self.tmp, ignore_errors=True)
-        for p in self.procs:
-            for line in p.stderr_lines():
-                if "Sanitizer" in line or "runtime error:" in line:
-                    self.fail("%s: %s\n%s" % (p.name, line, self.logs()))
-
-    def exe(self, name):
-        return os.path.join(BUILD_DIR, "tools", name)
-
-    def logs(self):
-        return "\n".join("--- %s %s\n%s" % (p.name, " ".join(p.argv[1:]),
-                                              p.stderr())
-                         for p in self.procs)
-
-    def wait_for(self, cond, what, *procs, timeout=WAIT):
-        deadline = time.monotonic() + timeout
-        while True:
-            v = cond()
-            if v:
-                return v
-            for p in procs:
-                if not p.running():
-                    self.fail("%s exited (%s) while waiting for %s\n%s"
-                              % (p.name, p.p.poll(), what, self.logs()))
-            if time.monotonic() > deadline:
-                self.fail("timed out waiting for %s\n%s" % (what, self.logs()))
-            time.sleep(0.05)
 
     def spawn(self, name, args):
-        p = Proc(name, [self.exe(name), "--transport", "grpc",
-                        "--debug-listen", "127.0.0.1:0"] + list(args))
-        self.procs.append(p)
-        return p
+        return self.start(name, ["--debug-listen", "127.0.0.1:0"] +
+                          list(args))
 
     def debug_port(self, p):
         return int(self.wait_for(
@@ -265,6 +149,7 @@ class Base(unittest.TestCase):
         return p, ev["address"]
 
     def wait_synced(self, snk, count=1):
+        """Waits for |count| responses and the sync: the fixture, ACKed."""
         self.wait_for(lambda: len(snk.events("response")) >= count and
                       snk.events("synced"), "the sink to sync", snk)
         r = snk.events("response")[-1]
@@ -273,12 +158,12 @@ class Base(unittest.TestCase):
                          ["default/reviews"])
 
     def syncz(self, p):
-        status, body = http_get(self.debug_port(p), "/debug/syncz")
+        status, _, body = http_get(self.debug_port(p), "/debug/syncz")
         self.assertEqual(status, 200, body)
         return json.loads(body)
 
     def metrics(self, p):
-        status, body = http_get(self.debug_port(p), "/metrics")
+        status, _, body = http_get(self.debug_port(p), "/metrics")
         self.assertEqual(status, 200, body)
         return body
 
@@ -506,31 +391,6 @@ class Authorization(Base):
 # The command line
 # --------------------------------------------------------------------------
 
-_h2c = {}
-
-
-def h2c_built():
-    """Whether the programs have the h2c transport (a probe that either
-    starts or exits 2 at once)."""
-    if "v" not in _h2c:
-        p = subprocess.Popen(
-            [os.path.join(BUILD_DIR, "tools", "mcp-sink"), "--transport",
-             "h2c", "--collection", "probe", "--json", "--listen",
-             "127.0.0.1:0"], stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        timer = threading.Timer(WAIT, p.kill)
-        timer.start()
-        try:
-            _h2c["v"] = '"listening"' in p.stdout.readline()
-        finally:
-            timer.cancel()
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-            p.stdout.close()
-    return _h2c["v"]
-
-
 class CommandLine(Base):
 
     def assert_usage(self, prog, args, needle):
@@ -540,7 +400,7 @@ class CommandLine(Base):
         self.assertIn("usage:", err)
 
     def test_h2c_refuses_security_flags(self):
-        if not h2c_built():
+        if not common.transport_built("h2c", timeout=WAIT):
             self.skipTest("no h2c transport")
         c = ["--collection", VS]
         for prog, extra in (("mcp-source", []), ("mcp-sink", c)):
@@ -556,7 +416,7 @@ class CommandLine(Base):
                                       args, needle)
 
     def test_h2c_listens_on_loopback_only(self):
-        if not h2c_built():
+        if not common.transport_built("h2c", timeout=WAIT):
             self.skipTest("no h2c transport")
         c = ["--collection", VS]
         for prog, extra in (("mcp-source", []), ("mcp-sink", c)):
@@ -651,22 +511,18 @@ class CommandLine(Base):
 
 def grpc_built():
     """A usage error either way: the transport is looked up first."""
-    rc, out, err = run([os.path.join(BUILD_DIR, "tools", "mcp-source"),
+    rc, out, err = run([common.exe("mcp-source"),
                         "--transport", "grpc", "--listen", "127.0.0.1:0",
                         "--tls-ca", "/nonexistent"])
     return rc == 2 and "not built" not in err
 
 
 def main():
-    global BUILD_DIR, CERTS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build-dir", required=True)
-    ap.add_argument("--transport", default="grpc")
-    args, rest = ap.parse_known_args()
-    BUILD_DIR = os.path.abspath(args.build_dir)
-    if args.transport != "grpc":
+    global CERTS
+    argv = common.parse_args(__doc__.splitlines()[0], programs=())
+    if common.TRANSPORT != "grpc":
         print("TLS is the gRPC transport's: nothing to test with %s"
-              % args.transport)
+              % common.TRANSPORT)
         return SKIP
     if not shutil.which("openssl"):
         print("openssl not found: cannot make the test certificates")
@@ -684,7 +540,7 @@ def main():
         if p.returncode != 0:
             print("gen_certs.sh failed:\n" + p.stderr)
             return 1
-        prog = unittest.main(argv=[sys.argv[0]] + rest, exit=False)
+        prog = unittest.main(argv=argv, exit=False)
         return 0 if prog.result.wasSuccessful() else 1
     finally:
         shutil.rmtree(top, ignore_errors=True)
