@@ -1,5 +1,6 @@
 /* Logging on stderr and line output on stdout, safe from any thread. */
 #include "log.h"
+#include "utf8.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -76,37 +77,6 @@ static void put(line *l, const char *s, size_t n) {
 
 static void puts_(line *l, const char *s) { put(l, s, strlen(s)); }
 
-/* Length of the UTF-8 sequence at |s| (|n| bytes left), 0 if it is none. */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-  unsigned c = s[0], cp;
-  size_t len;
-  if (c < 0x80)
-    return 1;
-  if (c >= 0xc2 && c <= 0xdf) {
-    len = 2;
-    cp = c & 0x1f;
-  } else if (c >= 0xe0 && c <= 0xef) {
-    len = 3;
-    cp = c & 0x0f;
-  } else if (c >= 0xf0 && c <= 0xf4) {
-    len = 4;
-    cp = c & 0x07;
-  } else {
-    return 0;
-  }
-  if (len > n)
-    return 0;
-  for (size_t i = 1; i < len; i++) {
-    if ((s[i] & 0xc0) != 0x80)
-      return 0;
-    cp = (cp << 6) | (s[i] & 0x3f);
-  }
-  if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
-      (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
-    return 0;
-  return len;
-}
-
 /* A JSON string of at most |max| bytes of |s|. */
 static void put_string(line *l, const char *s, size_t max) {
   const unsigned char *p = (const unsigned char *)s;
@@ -126,7 +96,7 @@ static void put_string(line *l, const char *s, size_t max) {
       snprintf(esc, sizeof(esc), "\\u%04x", *p);
       puts_(l, esc);
       k = 1;
-    } else if ((k = utf8_len(p, n)) > 0) {
+    } else if ((k = tool_utf8_len(p, n)) > 0) {
       put(l, (const char *)p, k);
     } else {
       puts_(l, "\\ufffd");

@@ -1,5 +1,6 @@
 /* The metrics registry and the Prometheus text format (0.0.4). */
 #include "metrics.h"
+#include "../utf8.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -363,40 +364,6 @@ const char *ops_metrics_format_double(double v, char *buf, size_t len) {
   return buf;
 }
 
-/* Length of the UTF-8 sequence at |s| (at most |n| bytes), 0 when it is
- * not one (overlong forms, surrogates and code points above U+10FFFF are
- * not). */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-  unsigned c = s[0];
-  size_t len;
-  uint32_t cp;
-  if (c < 0x80)
-    return 1;
-  if (c >= 0xc2 && c <= 0xdf) {
-    len = 2;
-    cp = c & 0x1f;
-  } else if (c >= 0xe0 && c <= 0xef) {
-    len = 3;
-    cp = c & 0x0f;
-  } else if (c >= 0xf0 && c <= 0xf4) {
-    len = 4;
-    cp = c & 0x07;
-  } else {
-    return 0;
-  }
-  if (len > n)
-    return 0;
-  for (size_t i = 1; i < len; i++) {
-    if ((s[i] & 0xc0) != 0x80)
-      return 0;
-    cp = (cp << 6) | (s[i] & 0x3f);
-  }
-  if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
-      (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
-    return 0;
-  return len;
-}
-
 /* |s| escaped: backslash and newline always, double quotes when |quote|;
  * invalid UTF-8 as U+FFFD. */
 static void escape(ops_buf *out, const char *s, int quote) {
@@ -425,7 +392,7 @@ static void escape(ops_buf *out, const char *s, int quote) {
     } else if (*p < 0x80) {
       ops_buf_add(out, p, 1); /* other control characters pass */
       l = 1;
-    } else if ((l = utf8_len(p, n)) > 0) {
+    } else if ((l = tool_utf8_len(p, n)) > 0) {
       ops_buf_add(out, p, l);
     } else {
       ops_buf_str(out, "\xef\xbf\xbd");
