@@ -1345,6 +1345,34 @@ START_TEST(test_apply_unchanged_content_changes_nothing) {
 }
 END_TEST
 
+/* A scan that changed one file applies its collection only: the others
+ * are not validated and compared again (they would cost O(all) per change;
+ * docs/benchmarks.md, proposal 8). A resource put straight into the other
+ * collection's store shows it was not replaced. */
+START_TEST(test_apply_touches_only_changed_collections) {
+  put("vs.yaml", VS("a", "ns", "a"));
+  put("cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg}\n");
+  mcpcfg_loader *l = load();
+  mcp_store *s = new_store();
+  ck_assert_int_eq(mcpcfg_loader_apply(l, s, 1), 2);
+  mcp_resource extra = {.name = "marker", .version = "1",
+                        .type_url = "type.googleapis.com/google.protobuf.Struct",
+                        .body = (const uint8_t *)"", .body_len = 0};
+  ck_assert_int_ge(mcp_store_upsert(s, CM_COLL, &extra, 2), 0);
+  put("vs.yaml", VS("a", "ns", "changed"));
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  ck_assert_int_eq(mcpcfg_loader_apply(l, s, 3), 1);
+  ck_assert_str_eq(mcp_store_version(s, VS_COLL, "ns/a"),
+                   mcpcfg_loader_find(l, VS_COLL, "ns/a")->version);
+  ck_assert_uint_eq(mcp_store_count(s, CM_COLL), 2); /* not replaced */
+  /* Nothing changed: nothing applied. */
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 0);
+  ck_assert_int_eq(mcpcfg_loader_apply(l, s, 4), 0);
+  mcp_store_del(s);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
 START_TEST(test_apply_after_delete_empties_the_collection) {
   put("vs.yaml", VS("a", "ns", "a"));
   put("cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg}\n");
@@ -1651,6 +1679,7 @@ int main(void) {
   tcase_add_test(t, test_name_the_store_refuses_is_skipped_not_blocking);
   tcase_add_test(t, test_apply_unchanged_content_changes_nothing);
   tcase_add_test(t, test_apply_after_delete_empties_the_collection);
+  tcase_add_test(t, test_apply_touches_only_changed_collections);
 
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -67,4 +67,10 @@ uint64_t mcpcfg_hash64(const void *data, size_t len);
 void mcpcfg_loader_set_racy_ns(mcpcfg_loader *loader, int64_t racy_ns);
 unsigned long mcpcfg_loader_reads(const mcpcfg_loader *loader);
 
+/* Collection |i| changed since mcpcfg_loader_apply() last gave it to the
+ * store (or never was): 1 or 0. mcpcfg_loader_mark_applied() records it
+ * given. */
+int mcpcfg_loader_unapplied(const mcpcfg_loader *loader, size_t i);
+void mcpcfg_loader_mark_applied(mcpcfg_loader *loader, size_t i);
+
 #endif /* MCPCFG_CONFIG_INTERNAL_H */

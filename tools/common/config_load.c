@@ -52,6 +52,10 @@ typedef struct coll {
   mcp_resource *res; /* sorted by name; entries borrow from documents */
   size_t n;
   int fresh; /* during a merge: name allocated by it */
+  /* Bumped by a merge that changed |res|; |applied| is the generation
+   * mcpcfg_loader_apply() last gave the store, so that a scan which
+   * changed one file applies one collection, not all. */
+  uint64_t gen, applied;
 } coll;
 
 typedef struct strvec {
@@ -195,6 +199,7 @@ int mcpcfg_loader_declare(mcpcfg_loader *l, const char *collection) {
   memmove(c + i + 1, c + i, (l->ncolls - i) * sizeof *c);
   memset(&c[i], 0, sizeof *c);
   c[i].name = name;
+  c[i].gen = 1;
   l->colls = c;
   l->ncolls++;
   return 0;
@@ -205,6 +210,14 @@ void mcpcfg_loader_set_racy_ns(mcpcfg_loader *l, int64_t racy_ns) {
 }
 
 unsigned long mcpcfg_loader_reads(const mcpcfg_loader *l) { return l->reads; }
+
+int mcpcfg_loader_unapplied(const mcpcfg_loader *l, size_t i) {
+  return l->colls[i].applied != l->colls[i].gen;
+}
+
+void mcpcfg_loader_mark_applied(mcpcfg_loader *l, size_t i) {
+  l->colls[i].applied = l->colls[i].gen;
+}
 
 size_t mcpcfg_loader_collection_count(const mcpcfg_loader *l) {
   return l->ncolls;
@@ -672,6 +685,17 @@ static int cmp_entry(const void *pa, const void *pb) {
   return c;
 }
 
+/* The same documents in the same order: an unchanged file keeps its
+ * documents, so their strings are the same objects. */
+static int same_res(const coll *a, const coll *b) {
+  if (a->n != b->n)
+    return 0;
+  for (size_t i = 0; i < a->n; i++)
+    if (a->res[i].name != b->res[i].name || a->res[i].body != b->res[i].body)
+      return 0;
+  return 1;
+}
+
 /* Builds the collections of |files| (plus every collection already known)
  * into |*pcolls|. Reports each duplicate once. */
 static int merge(const mcpcfg_loader *l, cfile **files, size_t nfiles,
@@ -715,8 +739,10 @@ static int merge(const mcpcfg_loader *l, cfile **files, size_t nfiles,
     int cmp = i == l->ncolls ? 1
               : j == w       ? -1
                              : strcmp(l->colls[i].name, e[j].d->collection);
+    const coll *old = NULL;
     if (cmp <= 0) {
-      c[n].name = l->colls[i++].name;
+      old = &l->colls[i++];
+      c[n].name = old->name;
     } else {
       c[n].fresh = 1;
       if (!(c[n].name = mcpcfg_strdup(e[j].d->collection)))
@@ -729,6 +755,8 @@ static int merge(const mcpcfg_loader *l, cfile **files, size_t nfiles,
       goto nomem;
     for (; j < k; j++)
       c[n].res[c[n].n++] = e[j].d->res;
+    c[n].gen = old ? old->gen + !same_res(old, &c[n]) : 1;
+    c[n].applied = old ? old->applied : 0;
   }
   free(e);
   *pcolls = c;

@@ -203,15 +203,18 @@ const mcp_resource *mcpcfg_loader_find(const mcpcfg_loader *loader,
                                        const char *name);
 
 /*
- * Makes |store| serve the current set: for every known collection,
+ * Makes |store| serve the current set: for every collection that changed
+ * since the last successful apply (all of them the first time),
  * mcp_store_add_collection() then mcp_store_replace() with its resources
- * (none for a collection whose documents went away). Unchanged content
+ * (none for a collection whose documents went away). So a scan that
+ * changed one file costs one collection, not the whole tree; the loader
+ * therefore feeds one store, which nothing else changes. Unchanged content
  * leaves the store unchanged. Returns the number of collections that
  * changed. Errors: those of the core (NOMEM, INVALID_ARGUMENT); on failure
  * the collections before the failing one were applied, and applying again
  * converges.
  */
-int mcpcfg_loader_apply(const mcpcfg_loader *loader, mcp_store *store,
+int mcpcfg_loader_apply(mcpcfg_loader *loader, mcp_store *store,
                         mcp_tstamp ts);
 
 #endif /* MCPCFG_CONFIG_LOAD_H */

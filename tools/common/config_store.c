@@ -8,10 +8,11 @@ const char *mcpcfg_strerror(int err) {
   return mcp_strerror(err);
 }
 
-int mcpcfg_loader_apply(const mcpcfg_loader *l, mcp_store *store,
-                        mcp_tstamp ts) {
+int mcpcfg_loader_apply(mcpcfg_loader *l, mcp_store *store, mcp_tstamp ts) {
   int changed = 0;
   for (size_t i = 0; i < mcpcfg_loader_collection_count(l); i++) {
+    if (!mcpcfg_loader_unapplied(l, i))
+      continue; /* the store has it: validating it again costs O(all) */
     const char *name = mcpcfg_loader_collection_name(l, i);
     const mcp_resource *res;
     size_t n = mcpcfg_loader_resources(l, i, &res);
@@ -21,6 +22,7 @@ int mcpcfg_loader_apply(const mcpcfg_loader *l, mcp_store *store,
       rv = mcp_store_replace(store, name, res, n, ts);
     if (rv < 0)
       return rv;
+    mcpcfg_loader_mark_applied(l, i);
     changed += rv > 0;
   }
   return changed;
