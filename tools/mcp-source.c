@@ -185,24 +185,7 @@ static void on_stream(int opened, const tool_stream_info *info, void *ud) {
     return;
   }
   if (info->dialed && info->received == 0) {
-    /* Warned once per kind of failure, then at debug level. */
-    int refused = info->status == 7 || info->status == 16;
-    int kind = info->status ? info->status : -1;
-    char name[24];
-    if (a->dial_failing == kind)
-      log_debug("stream %llu: %s %s: %s", (unsigned long long)info->id,
-                refused ? "refused:" : "cannot reach", info->peer,
-                info->details);
-    else if (refused)
-      log_warn("stream %llu to the sink at %s refused: status %d (%s): %s; "
-               "retrying",
-               (unsigned long long)info->id, info->peer, info->status,
-               tool_ops_code_name(info->status, name, sizeof(name)),
-               info->details);
-    else
-      log_warn("cannot reach the sink at %s: %s; retrying", info->peer,
-               info->details);
-    a->dial_failing = kind;
+    tool_ops_log_dial_failure(info, "the sink", &a->dial_failing);
     return;
   }
   a->dial_failing = 0;

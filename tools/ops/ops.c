@@ -58,6 +58,27 @@ const char *tool_ops_code_name(int code, char *buf, size_t len) {
   return buf;
 }
 
+void tool_ops_log_dial_failure(const tool_stream_info *info,
+                               const char *peer_role, int *failing) {
+  int refused = info->status == 7 || info->status == 16;
+  int kind = info->status ? info->status : -1;
+  char name[24];
+  if (*failing == kind)
+    log_debug("stream %llu: %s %s: %s", (unsigned long long)info->id,
+              refused ? "refused:" : "cannot reach", info->peer,
+              info->details);
+  else if (refused)
+    log_warn("stream %llu to %s at %s refused: status %d (%s): %s; "
+             "retrying",
+             (unsigned long long)info->id, peer_role, info->peer,
+             info->status, tool_ops_code_name(info->status, name, sizeof(name)),
+             info->details);
+  else
+    log_warn("cannot reach %s at %s: %s; retrying", peer_role, info->peer,
+             info->details);
+  *failing = kind;
+}
+
 static int register_metrics(tool_ops *o) {
   ops_metrics *m = o->m;
   int source = o->o.role == TOOL_OPS_SOURCE;

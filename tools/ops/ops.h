@@ -119,4 +119,13 @@ ops_metrics *tool_ops_metrics(tool_ops *ops);
  * Writes at most |len| bytes. */
 const char *tool_ops_code_name(int code, char *buf, size_t len);
 
+/* Logs a dialed stream that ended before any answer, to |peer_role| ("the
+ * source", "the sink"): a warning the first time for each kind of failure
+ * (refused: PERMISSION_DENIED or UNAUTHENTICATED; or any other status:
+ * unreachable), then at debug level while the same kind repeats.
+ * |*failing| holds the kind last logged (0: none); callers reset it to 0
+ * once a stream got through. */
+void tool_ops_log_dial_failure(const tool_stream_info *info,
+                               const char *peer_role, int *failing);
+
 #endif /* TOOLS_OPS_OPS_H */
