@@ -1373,6 +1373,34 @@ START_TEST(test_apply_touches_only_changed_collections) {
 }
 END_TEST
 
+/* The store refuses a collection (here: over its resource limit): apply
+ * fails, the collection stays to apply, and once the files are fixed the
+ * next apply gives the store exactly what it still lacks. */
+START_TEST(test_apply_refused_collection_is_retried) {
+  put("vs.yaml", VS("a", "ns", "a") "---\n" VS("b", "ns", "b"));
+  put("cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg}\n");
+  mcpcfg_loader *l = load();
+  mcp_store_options o;
+  mcp_store *s = NULL;
+  mcp_store_options_default(&o);
+  o.epoch = 42;
+  o.max_resources = 1;
+  ck_assert_int_eq(mcp_store_new(&s, &o), 0);
+  int rv = mcpcfg_loader_apply(l, s, 1);
+  ck_assert_int_lt(rv, 0);
+  /* Nothing new on disk: applying again fails again, nothing is lost. */
+  ck_assert_int_eq(mcpcfg_loader_apply(l, s, 2), rv);
+  put("vs.yaml", VS("a", "ns", "a"));
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  ck_assert_int_ge(mcpcfg_loader_apply(l, s, 3), 1);
+  ck_assert_uint_eq(mcp_store_count(s, VS_COLL), 1);
+  ck_assert_uint_eq(mcp_store_count(s, CM_COLL), 1);
+  ck_assert_int_eq(mcpcfg_loader_apply(l, s, 4), 0);
+  mcp_store_del(s);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
 START_TEST(test_apply_after_delete_empties_the_collection) {
   put("vs.yaml", VS("a", "ns", "a"));
   put("cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg}\n");
@@ -1680,6 +1708,7 @@ int main(void) {
   tcase_add_test(t, test_apply_unchanged_content_changes_nothing);
   tcase_add_test(t, test_apply_after_delete_empties_the_collection);
   tcase_add_test(t, test_apply_touches_only_changed_collections);
+  tcase_add_test(t, test_apply_refused_collection_is_retried);
 
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
