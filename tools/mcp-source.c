@@ -10,6 +10,7 @@
  * returns once applied: the loader's resources, which the apply reads, stay
  * untouched until the next scan, which cannot start before that.
  */
+#include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 
 #include "args.h"
 #include "config_load.h"
+#include "etcd_source.h"
 #include "log.h"
 #include "proc.h"
 #include "ops/ops.h"
@@ -51,13 +53,21 @@ typedef struct source_app {
   int stopping;
   int io_error;      /* the last scan could not read the directory */
   int apply_pending; /* the loader holds changes the store lacks */
+  /* --etcd: the store mirrors an etcd prefix (tools/etcd/). */
+  etcdsrc *etcd;
+  uv_async_t etcd_async; /* the etcd thread has changes */
+  int etcd_async_init;
+  const tool_strv *colls; /* declared once the first etcd read is in */
+  ops_metric *m_etcd_rev, *m_etcd_reloads, *m_etcd_failovers, *m_etcd_bad,
+      *m_etcd_lag;
+  etcdsrc_stats etcd_seen; /* the counters as last exported */
   /* Transport thread only. */
   int dial_failing; /* the status the failing dials end with, 0: none */
 } source_app;
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: mcp-source [--dir DIR] [--collection NAME]...\n"
+          "usage: mcp-source [--dir DIR | --etcd ENDPOINTS] [--collection NAME]...\n"
           "                  [--listen HOST:PORT | --connect HOST:PORT]\n"
           "                  [--transport grpc|h2c] [--debounce MS]\n"
           "                  [--log-level LEVEL] [--log-format text|json]\n"
@@ -70,6 +80,11 @@ static void usage(FILE *f) {
           "change of them.\n"
           "\n"
           "  --dir DIR          YAML files to serve, watched for changes\n"
+          "  --etcd ENDPOINTS   serve what etcd holds (host:port,...): key\n"
+          "                     PREFIX<collection>/<name> is one document\n"
+          "  --etcd-prefix P    the keys' prefix (default /mcp/)\n"
+          "  --etcd-ca FILE, --etcd-cert FILE, --etcd-key FILE  TLS to etcd\n"
+          "  --etcd-user USER --etcd-password-file FILE  etcd authentication\n"
           "  --collection NAME  serve NAME even when empty (repeatable)\n"
           "  --listen HOST:PORT serve ResourceSource: sinks dial us\n"
           "                     (default " DEFAULT_ADDRESS ")\n"
@@ -254,6 +269,86 @@ static void scan(source_app *a) {
     log_error("cannot update the store: %s", mcp_strerror(rv));
 }
 
+/* ---- etcd (--etcd) ---- */
+
+/* Where the store lives: the changes the etcd thread queued. */
+static void etcd_apply_fn(mcp_store *store, mcp_tstamp ts, void *ud) {
+  source_app *a = ud;
+  int rv = etcdsrc_apply(a->etcd, store, ts);
+  if (rv < 0)
+    log_error("cannot update the store: %s (retrying at the next change)",
+              mcp_strerror(rv));
+  etcdsrc_stats st;
+  etcdsrc_stats_get(a->etcd, &st);
+  if (st.loaded && !a->etcd_seen.loaded) /* now they exist, empty or not */
+    for (size_t i = 0; i < a->colls->n; i++)
+      if (mcp_store_add_collection(store, a->colls->v[i]) < 0)
+        log_error("cannot declare collection %s", a->colls->v[i]);
+}
+
+static void etcd_export(source_app *a, const etcdsrc_stats *st) {
+  ops_metric_set(a->m_etcd_rev, NULL, (double)st->applied);
+  ops_metric_add(a->m_etcd_reloads, NULL,
+                 (double)(st->reloads - a->etcd_seen.reloads));
+  ops_metric_add(a->m_etcd_failovers, NULL,
+                 (double)(st->failovers - a->etcd_seen.failovers));
+  ops_metric_add(a->m_etcd_bad, NULL,
+                 (double)(st->bad_documents - a->etcd_seen.bad_documents));
+  ops_metric_set(a->m_etcd_lag, NULL, st->lag_seconds);
+}
+
+static void on_etcd_async(uv_async_t *h) {
+  source_app *a = h->data;
+  if (a->stopping || !a->etcd)
+    return;
+  int rv = a->tp->source_apply(a->ep, etcd_apply_fn, a);
+  if (rv < 0)
+    log_error("cannot update the store: %s", mcp_strerror(rv));
+  etcdsrc_stats st;
+  etcdsrc_stats_get(a->etcd, &st);
+  etcd_export(a, &st);
+  if (st.loaded && !a->etcd_seen.loaded) {
+    log_info("etcd revision %lld is served", (long long)st.applied);
+    tool_ops_set_ready(a->ops, 1);
+  }
+  a->etcd_seen = st;
+}
+
+/* The etcd thread: changes are queued. */
+static void etcd_notify(void *ud) {
+  source_app *a = ud;
+  uv_async_send(&a->etcd_async);
+}
+
+static void etcd_log(int error, const char *message, void *ud) {
+  (void)ud;
+  if (error)
+    log_warn("etcd: %s", message);
+  else
+    log_info("etcd: %s", message);
+}
+
+static void etcd_metrics(source_app *a) {
+  ops_metrics *m = tool_ops_metrics(a->ops);
+  a->m_etcd_rev = ops_metrics_gauge(
+      m, "mcp_etcd_revision", "etcd revision the served state reflects",
+      NULL, 0);
+  a->m_etcd_reloads = ops_metrics_counter(
+      m, "mcp_etcd_reloads_total",
+      "reads of the whole prefix after the first (compaction, lost watch)",
+      NULL, 0);
+  a->m_etcd_failovers = ops_metrics_counter(
+      m, "mcp_etcd_failovers_total", "moves to another etcd endpoint", NULL,
+      0);
+  a->m_etcd_bad = ops_metrics_counter(
+      m, "mcp_etcd_bad_documents_total",
+      "etcd values skipped: not a document, or at the wrong key", NULL, 0);
+  a->m_etcd_lag = ops_metrics_gauge(
+      m, "mcp_etcd_watch_lag_seconds",
+      "from receiving the last change from etcd to its store update", NULL,
+      0);
+}
+
 /* ---- the loop (main thread) ---- */
 
 static void on_settle(uv_timer_t *t) { scan(t->data); }
@@ -274,6 +369,10 @@ static void stop(source_app *a) {
   if (a->stopping)
     return;
   a->stopping = 1;
+  etcdsrc_stop(a->etcd); /* no more notifications once it returns */
+  a->etcd = NULL;
+  if (a->etcd_async_init)
+    uv_close((uv_handle_t *)&a->etcd_async, NULL);
   tool_ops_close(a->ops);
   tool_access_close(a->access);
   a->tp->source_del(a->ep);
@@ -303,6 +402,8 @@ static void bound_address(char *buf, size_t len, const char *addr, int port) {
 /* The command line. */
 typedef struct source_args {
   const char *dir, *address, *transport;
+  const char *etcd, *etcd_prefix, *etcd_ca, *etcd_cert, *etcd_key,
+      *etcd_user, *etcd_password_file;
   int dial;
   unsigned long debounce_ms;
   tool_log_level level;
@@ -328,6 +429,24 @@ static int parse_args(int argc, char **argv, source_args *o) {
       if (rv > 0 && !v[0])
         return usage_error("--dir needs a directory");
       o->dir = v;
+    } else if (VALUE("--etcd")) {
+      if (rv > 0 && !v[0])
+        return usage_error("--etcd needs endpoints (host:port,...)");
+      o->etcd = v;
+    } else if (VALUE("--etcd-prefix")) {
+      if (rv > 0 && !v[0])
+        return usage_error("--etcd-prefix must not be empty");
+      o->etcd_prefix = v;
+    } else if (VALUE("--etcd-ca")) {
+      o->etcd_ca = v;
+    } else if (VALUE("--etcd-cert")) {
+      o->etcd_cert = v;
+    } else if (VALUE("--etcd-key")) {
+      o->etcd_key = v;
+    } else if (VALUE("--etcd-user")) {
+      o->etcd_user = v;
+    } else if (VALUE("--etcd-password-file")) {
+      o->etcd_password_file = v;
     } else if (VALUE("--collection")) {
       if (rv > 0 && !v[0])
         return usage_error("--collection needs a name");
@@ -367,6 +486,19 @@ static int parse_args(int argc, char **argv, source_args *o) {
                        "not %s", level);
   if (listen && connect)
     return usage_error("--listen and --connect exclude each other");
+  if (o->etcd && o->dir)
+    return usage_error("--dir with --etcd (publishing a directory into etcd) "
+                       "is not implemented yet: load the keys with etcdctl, "
+                       "or serve the directory alone");
+  if (!o->etcd && (o->etcd_prefix || o->etcd_ca || o->etcd_cert ||
+                   o->etcd_key || o->etcd_user || o->etcd_password_file))
+    return usage_error("the --etcd-* options need --etcd");
+  if (!o->etcd_cert != !o->etcd_key)
+    return usage_error("--etcd-cert and --etcd-key go together");
+  if ((o->etcd_cert || o->etcd_key) && !o->etcd_ca)
+    return usage_error("--etcd-cert needs --etcd-ca");
+  if (!o->etcd_user != !o->etcd_password_file)
+    return usage_error("--etcd-user and --etcd-password-file go together");
   o->dial = connect != NULL;
   o->address = connect ? connect : listen ? listen : DEFAULT_ADDRESS;
   const char *why;
@@ -374,6 +506,70 @@ static int parse_args(int argc, char **argv, source_args *o) {
     return usage_error("%s %s: %s", o->dial ? "--connect" : "--listen",
                        o->address, why);
   return -1;
+}
+
+/* Reads the etcd password: the first line of |path|, at most 1 KiB. */
+static char *read_password(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    log_error("--etcd-password-file %s: %s", path, strerror(errno));
+    return NULL;
+  }
+  char *buf = calloc(1, 1026);
+  if (buf && !fgets(buf, 1026, f) && ferror(f)) {
+    log_error("--etcd-password-file %s: cannot read it", path);
+    free(buf);
+    buf = NULL;
+  }
+  fclose(f);
+  if (buf) {
+    size_t n = strcspn(buf, "\r\n");
+    if (n > 1024) {
+      log_error("--etcd-password-file %s: longer than 1024 bytes", path);
+      free(buf);
+      return NULL;
+    }
+    buf[n] = '\0';
+  }
+  return buf;
+}
+
+/* Starts mirroring etcd into the store (main thread, endpoint running):
+ * not ready until the first read is in. */
+static int start_etcd(source_app *a, const source_args *o) {
+  char *password = NULL;
+  if (o->etcd_password_file && !(password = read_password(o->etcd_password_file)))
+    return -1;
+  uv_async_init(&a->loop, &a->etcd_async, on_etcd_async);
+  a->etcd_async.data = a;
+  a->etcd_async_init = 1;
+  mcpcfg_options lo;
+  mcpcfg_options_default(&lo);
+  lo.report = on_report;
+  lo.user_data = a;
+  etcdsrc_options eo = {
+      .etcd = {.endpoints = o->etcd, .ca_file = o->etcd_ca,
+               .cert_file = o->etcd_cert, .key_file = o->etcd_key,
+               .user = o->etcd_user, .password = password},
+      .prefix = o->etcd_prefix,
+      .parse = &lo,
+      .notify = etcd_notify,
+      .log = etcd_log,
+      .user_data = a,
+  };
+  char err[300] = "";
+  int rv = etcdsrc_start(&a->etcd, &eo, err, sizeof(err));
+  if (password) {
+    memset(password, 0, strlen(password));
+    free(password);
+  }
+  if (rv < 0) {
+    log_error("--etcd: %s", err[0] ? err : mcpetcd_strerror(rv));
+    return -1;
+  }
+  log_info("serving what etcd holds under %s at %s; ready once it is read",
+           o->etcd_prefix ? o->etcd_prefix : "/mcp/", o->etcd);
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -460,7 +656,8 @@ int main(int argc, char **argv) {
       goto out;
     }
   }
-  for (size_t i = 0; i < colls.n; i++) {
+  app.colls = &colls;
+  for (size_t i = 0; !args.etcd && i < colls.n; i++) {
     rv = app.loader ? mcpcfg_loader_declare(app.loader, colls.v[i])
                     : mcp_store_add_collection(app.store, colls.v[i]);
     if (rv < 0) {
@@ -560,7 +757,8 @@ int main(int argc, char **argv) {
                address);
   }
   tool_ops_attach(app.ops, app.tp, app.ep);
-  tool_ops_set_ready(app.ops, 1); /* the first load is in the store */
+  /* The first load is in the store; etcd's comes later. */
+  tool_ops_set_ready(app.ops, !args.etcd);
 
   if (app.loader) {
     uv_timer_init(&app.loop, &app.settle);
@@ -577,7 +775,14 @@ int main(int argc, char **argv) {
   /* Runs until a signal: stop() deletes the endpoint and closes the
    * handles, and the loop ends once the transport's are closed too. */
   int ops_failed = 0;
-  if (args.ops.debug_listen) {
+  if (args.etcd) {
+    etcd_metrics(&app);
+    if (start_etcd(&app, &args) != 0) {
+      ops_failed = 1;
+      stop(&app);
+    }
+  }
+  if (!app.stopping && args.ops.debug_listen) {
     char err[300], buf[300];
     if (tool_ops_listen(app.ops, &app.loop, args.ops.debug_listen, NULL, err,
                         sizeof(err)) != 0) {

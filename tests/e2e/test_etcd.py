@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""mcp-source --etcd against a real etcd (Debian's etcd-server): each test
+starts its own member on loopback ports with a temporary data directory,
+writes with etcdctl, and reads what a real mcp-sink receives.
+
+  load      what etcd holds is served, version = the key's mod_revision
+  watch     puts, updates and deletes reach the sink as they happen
+  restart   etcd killed and restarted with changes made meanwhile: the
+            source reads again and an incremental sink gets exactly the
+            difference, not everything again
+  bad       a value that is not a document, or sits at the wrong key, is
+            reported and skipped; the rest is served
+  down      no etcd at start: not ready, retrying, no crash; ready once
+            etcd comes
+  prefix    another prefix serves nothing of ours; declared collections
+            are served empty
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e_common as E  # noqa: E402
+
+ETCD = shutil.which("etcd")
+ETCDCTL = shutil.which("etcdctl")
+
+
+class Etcd:
+    """One etcd member on loopback ports, its data in |tmp|."""
+
+    def __init__(self, tmp, client_port=None):
+        self.dir = os.path.join(tmp, "etcd-%d" % E.free_port())
+        self.client_port = client_port or E.free_port()
+        self.peer_port = E.free_port()
+        self.endpoint = "127.0.0.1:%d" % self.client_port
+        self.p = None
+
+    def start(self):
+        client = "http://" + self.endpoint
+        peer = "http://127.0.0.1:%d" % self.peer_port
+        self.log = open(os.path.join(os.path.dirname(self.dir),
+                                     os.path.basename(self.dir) + ".log"), "a")
+        self.p = subprocess.Popen(
+            [ETCD, "--name", "m", "--data-dir", self.dir,
+             "--listen-client-urls", client, "--advertise-client-urls", client,
+             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+             "--initial-cluster", "m=" + peer],
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
+        deadline = time.monotonic() + 30
+        while self.ctl("endpoint", "health", check=False).returncode != 0:
+            if time.monotonic() > deadline or self.p.poll() is not None:
+                raise RuntimeError("etcd did not start")
+            time.sleep(0.1)
+
+    def kill(self):
+        if self.p and self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+        if self.p:
+            self.log.close()
+        self.p = None
+
+    def ctl(self, *args, data=None, check=True):
+        r = subprocess.run([ETCDCTL, "--endpoints=" + self.endpoint,
+                            "--dial-timeout=2s", "--command-timeout=5s"]
+                           + list(args), input=data, capture_output=True,
+                           text=True)
+        if check and r.returncode != 0:
+            raise RuntimeError("etcdctl %s: %s" % (" ".join(args), r.stderr))
+        return r
+
+    def put(self, key, value):
+        """Puts |value| (a dict as JSON, or text) at |key|: its revision."""
+        text = value if isinstance(value, str) else json.dumps(value)
+        self.ctl("put", key, data=text)
+        return self.mod_revision(key)
+
+    def delete(self, key):
+        self.ctl("del", key)
+
+    def mod_revision(self, key):
+        out = json.loads(self.ctl("get", key, "-w", "json").stdout)
+        return out["kvs"][0]["mod_revision"]
+
+
+def key_of(d, prefix="/mcp/"):
+    return prefix + E.COLLECTION_OF[d["kind"]] + "/" + E.resource_name(d)
+
+
+def vs(name, hosts, ns="default"):
+    return E.doc("VirtualService", name, ns, spec={"hosts": hosts})
+
+
+@unittest.skipUnless(ETCD and ETCDCTL, "etcd-server and etcd-client needed")
+class EtcdSource(E.Base):
+    def setUp(self):
+        super().setUp()
+        self.etcd = Etcd(self.tmp)
+        self.members = [self.etcd]
+
+    def tearDown(self):
+        super().tearDown()  # the programs first, then etcd
+        for m in self.members:
+            m.kill()
+
+    def source(self, *extra, etcd=None):
+        self.ops = E.free_port()
+        return self.start("mcp-source", [
+            "--etcd", etcd or self.etcd.endpoint, "--listen", self.addr,
+            "--debug-listen", "127.0.0.1:%d" % self.ops, "--debounce", "0",
+            "--log-level", "debug"] + list(extra))
+
+    def sink(self, *extra, collections=(E.VS,)):
+        args = ["--connect", self.addr, "--json",
+                "--out", os.path.join(self.tmp, "mirror")]
+        for c in collections:
+            args += ["--collection", c]
+        return self.start("mcp-sink", args + list(extra))
+
+    def mirror(self, collections=(E.VS,)):
+        return E.read_mirror(os.path.join(self.tmp, "mirror"), collections)
+
+    def held(self, sink, collection=E.VS):
+        """{name: version} the sink holds after its last response."""
+        m = self.mirror((collection,)).get(collection, {})
+        return {r["name"]: r["version"] for r in m.values()
+                if isinstance(r, dict)}
+
+    def metric(self, name):
+        status, _, body = E.http_get(self.ops, "/metrics")
+        for line in body.splitlines():
+            if line.startswith(name + "{") or line.startswith(name + " "):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+    def test_load_serves_what_etcd_holds_with_mod_revision_versions(self):
+        self.etcd.start()
+        a, b = vs("a", ["a.example"]), vs("b", ["b.example"], ns="prod")
+        ra = self.etcd.put(key_of(a), a)
+        rb = self.etcd.put(key_of(b), b)
+        # Not ours, but the cluster's revision moves: the one served.
+        rx = self.etcd.put("/elsewhere/x", "not under the prefix")
+        src = self.source()
+        snk = self.sink()
+        self.wait_synced(snk)
+        self.assertEqual(self.held(snk), {"default/a": str(ra),
+                                          "prod/b": str(rb)})
+        body = self.mirror()[E.VS]["prod/b"]["body"]
+        self.assertEqual(body, {"hosts": ["b.example"]})
+        self.wait_for(lambda: self.metric("mcp_etcd_revision") == rx,
+                      "the revision served in /metrics", src)
+        self.assertEqual(E.http_get(self.ops, "/readyz")[0], 200)
+
+    def test_watch_puts_updates_and_deletes_reach_the_sink(self):
+        self.etcd.start()
+        a, b = vs("a", ["a.example"]), vs("b", ["b.example"])
+        self.etcd.put(key_of(a), a)
+        self.etcd.put(key_of(b), b)
+        src = self.source()
+        snk = self.sink()
+        self.wait_synced(snk)
+        c = vs("c", ["c.example"])
+        rc = self.etcd.put(key_of(c), c)
+        a2 = vs("a", ["a2.example"])
+        ra2 = self.etcd.put(key_of(a2), a2)
+        self.etcd.delete(key_of(b))
+        want = {"default/a": str(ra2), "default/c": str(rc)}
+        self.wait_for(lambda: self.held(snk) == want,
+                      lambda: "mirror %s == %s" % (self.held(snk), want),
+                      src, snk)
+        self.assertEqual(self.mirror()[E.VS]["default/a"]["body"],
+                         {"hosts": ["a2.example"]})
+
+    def test_restart_rereads_and_an_incremental_sink_gets_only_the_difference(self):
+        self.etcd.start()
+        docs = [vs("r%02d" % i, ["h%d" % i]) for i in range(20)]
+        for d in docs:
+            self.etcd.put(key_of(d), d)
+        src = self.source()
+        snk = self.sink("--incremental")
+        self.wait_synced(snk)
+        before = len(snk.responses(E.VS))
+        # The member dies (the source keeps serving what it has), comes
+        # back on the same ports and data, and is written to: the source
+        # sees the writes by its read after reconnecting or by its new
+        # watch, and either way sends only what changed.
+        self.etcd.kill()
+        self.wait_for(lambda: "watch ended" in src.stderr(),
+                      "the source to notice etcd is gone", src)
+        self.etcd.start()
+        changed = vs("r03", ["changed"])
+        r = self.etcd.put(key_of(changed), changed)
+        self.etcd.delete(key_of(docs[7]))
+        self.wait_for(lambda: self.held(snk).get("default/r03") == str(r)
+                      and "default/r07" not in self.held(snk),
+                      "the change and the delete at the sink", src, snk)
+        after = snk.responses(E.VS)[before:]
+        sent = [x["name"] for resp in after for x in resp["resources"]]
+        removed = [n for resp in after for n in resp["removed"]]
+        self.assertEqual(sent, ["default/r03"], after)
+        self.assertEqual(removed, ["default/r07"], after)
+        self.assertTrue(all(resp["incremental"] for resp in after), after)
+        self.assertGreaterEqual(self.metric("mcp_etcd_reloads_total"), 1)
+
+    def test_bad_values_are_reported_and_the_rest_served(self):
+        self.etcd.start()
+        good = vs("good", ["g"])
+        self.etcd.put(key_of(good), good)
+        self.etcd.put("/mcp/" + E.VS + "/default/broken", "spec: [not yaml")
+        moved = vs("elsewhere", ["e"])
+        self.etcd.put("/mcp/" + E.VS + "/default/wrong-key", moved)
+        two = E.yaml_text([vs("x", ["x"]), vs("y", ["y"])])
+        self.etcd.put("/mcp/" + E.VS + "/default/x", two)
+        src = self.source()
+        snk = self.sink()
+        self.wait_synced(snk)
+        self.assertEqual(set(self.held(snk)), {"default/good"})
+        err = src.stderr()
+        self.assertIn("etcd:/mcp/%s/default/broken" % E.VS, err)
+        self.assertIn("belongs at key /mcp/%s/default/elsewhere" % E.VS, err)
+        self.assertIn("one document, not 2", err)
+        self.wait_for(lambda: self.metric("mcp_etcd_bad_documents_total") == 3,
+                      "3 bad documents counted", src)
+        # A broken edit of a good key keeps its last good content.
+        rgood = self.etcd.mod_revision(key_of(good))
+        self.etcd.put(key_of(good), "kind: [broken")
+        self.wait_for(lambda: self.metric("mcp_etcd_bad_documents_total") == 4,
+                      "the broken edit counted", src)
+        self.assertEqual(self.held(snk), {"default/good": str(rgood)})
+
+    def test_etcd_down_at_start_is_not_ready_then_served_when_it_comes(self):
+        src = self.source()  # nothing listens at the endpoint yet
+        self.wait_for(lambda: "cannot read /mcp/ from etcd" in src.stderr(),
+                      "a retry message", src)
+        self.assertEqual(E.http_get(self.ops, "/readyz")[0], 503)
+        snk = self.sink()
+        time.sleep(0.5)
+        self.assertFalse(snk.synced())  # nothing served before the load
+        self.etcd.start()
+        a = vs("a", ["a"])
+        ra = self.etcd.put(key_of(a), a)
+        self.wait_synced(snk, timeout=30)
+        self.wait_for(lambda: E.http_get(self.ops, "/readyz")[0] == 200,
+                      "ready", src)
+        self.wait_for(lambda: self.held(snk) == {"default/a": str(ra)},
+                      "the document", src, snk)
+
+    def test_other_prefix_serves_only_declared_empty_collections(self):
+        self.etcd.start()
+        a = vs("a", ["a"])
+        self.etcd.put(key_of(a), a)
+        src = self.source("--etcd-prefix", "/other/", "--collection", E.VS)
+        snk = self.sink()
+        self.wait_synced(snk)
+        self.assertEqual(self.held(snk), {})
+        self.assertTrue(src.running())
+
+    def test_usage_errors_for_etcd_flags(self):
+        for args, want in (
+                (["--etcd", "h:1", "--dir", self.config], "not implemented"),
+                (["--etcd-prefix", "/x/"], "need --etcd"),
+                (["--etcd", "h:1", "--etcd-cert", "c"], "go together"),
+                (["--etcd", "h:1", "--etcd-user", "u"], "go together"),
+                (["--etcd", "nonsense"], "bad endpoint list")):
+            rc, _, err = E.run([E.exe("mcp-source"), "--listen", self.addr]
+                               + args)
+            self.assertNotEqual(rc, 0, args)
+            self.assertIn(want, err, args)
+
+    def test_password_file_authenticates(self):
+        self.etcd.start()
+        self.etcd.ctl("user", "add", "root:s3cret")
+        self.etcd.ctl("auth", "enable")
+        a = vs("a", ["a"])
+        self.etcd.ctl("--user", "root:s3cret", "put", key_of(a),
+                      data=json.dumps(a))
+        pw = os.path.join(self.tmp, "pw")
+        with open(pw, "w") as f:
+            f.write("s3cret\n")
+        self.source("--etcd-user", "root", "--etcd-password-file", pw)
+        snk = self.sink()
+        self.wait_synced(snk)
+        self.assertEqual(set(self.held(snk)), {"default/a"})
+
+
+if __name__ == "__main__":
+    unittest.main(argv=E.parse_args(__doc__))
