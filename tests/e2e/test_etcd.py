@@ -35,7 +35,8 @@ ETCDCTL = shutil.which("etcdctl")
 class Etcd:
     """One etcd member on loopback ports, its data in |tmp|."""
 
-    def __init__(self, tmp, client_port=None):
+    def __init__(self, tmp, client_port=None, certs=None):
+        self.certs = certs  # a gen_certs.sh directory: mutual TLS
         self.dir = os.path.join(tmp, "etcd-%d" % E.free_port())
         self.client_port = client_port or E.free_port()
         self.peer_port = E.free_port()
@@ -43,15 +44,22 @@ class Etcd:
         self.p = None
 
     def start(self):
-        client = "http://" + self.endpoint
+        client = ("https://" if self.certs else "http://") + self.endpoint
         peer = "http://127.0.0.1:%d" % self.peer_port
+        tls = []
+        if self.certs:
+            c = self.certs
+            tls = ["--cert-file", os.path.join(c, "server.pem"),
+                   "--key-file", os.path.join(c, "server.key"),
+                   "--trusted-ca-file", os.path.join(c, "ca.pem"),
+                   "--client-cert-auth"]
         self.log = open(os.path.join(os.path.dirname(self.dir),
                                      os.path.basename(self.dir) + ".log"), "a")
         self.p = subprocess.Popen(
             [ETCD, "--name", "m", "--data-dir", self.dir,
              "--listen-client-urls", client, "--advertise-client-urls", client,
              "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-             "--initial-cluster", "m=" + peer],
+             "--initial-cluster", "m=" + peer] + tls,
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
         deadline = time.monotonic() + 30
         while self.ctl("endpoint", "health", check=False).returncode != 0:
@@ -68,9 +76,15 @@ class Etcd:
         self.p = None
 
     def ctl(self, *args, data=None, check=True):
+        tls = []
+        if self.certs:
+            c = self.certs
+            tls = ["--cacert", os.path.join(c, "ca.pem"),
+                   "--cert", os.path.join(c, "client.pem"),
+                   "--key", os.path.join(c, "client.key")]
         r = subprocess.run([ETCDCTL, "--endpoints=" + self.endpoint,
                             "--dial-timeout=2s", "--command-timeout=5s"]
-                           + list(args), input=data, capture_output=True,
+                           + tls + list(args), input=data, capture_output=True,
                            text=True)
         if check and r.returncode != 0:
             raise RuntimeError("etcdctl %s: %s" % (" ".join(args), r.stderr))
@@ -292,6 +306,34 @@ class EtcdSource(E.Base):
         snk = self.sink()
         self.wait_synced(snk)
         self.assertEqual(set(self.held(snk)), {"default/a"})
+
+    def test_mutual_tls_to_etcd_and_a_missing_client_certificate_refused(self):
+        certs = os.path.join(self.tmp, "certs")
+        here = os.path.dirname(os.path.abspath(__file__))
+        subprocess.run(["sh", os.path.join(here, "..", "gen_certs.sh"), certs],
+                       check=True, capture_output=True)
+        self.etcd = Etcd(self.tmp, certs=certs)
+        self.members.append(self.etcd)
+        self.etcd.start()
+        a = vs("a", ["a"])
+        ra = self.etcd.put(key_of(a), a)
+        ca = os.path.join(certs, "ca.pem")
+        self.source("--etcd-ca", ca,
+                    "--etcd-cert", os.path.join(certs, "client.pem"),
+                    "--etcd-key", os.path.join(certs, "client.key"))
+        snk = self.sink()
+        self.wait_synced(snk)
+        self.assertEqual(self.held(snk), {"default/a": str(ra)})
+        # The CA alone: etcd wants a client certificate, so no read, no
+        # readiness, retries.
+        ops = self.ops
+        other = E.free_port()
+        self.addr, kept = "127.0.0.1:%d" % other, self.addr
+        src2 = self.source("--etcd-ca", ca)
+        self.wait_for(lambda: "cannot read /mcp/ from etcd" in src2.stderr(),
+                      "the refusal reported", src2)
+        self.assertEqual(E.http_get(self.ops, "/readyz")[0], 503)
+        self.addr, self.ops = kept, ops
 
 
 if __name__ == "__main__":
