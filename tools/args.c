@@ -84,6 +84,24 @@ int tool_check_hostport(const char *s, unsigned min_port, const char **why) {
   return 0;
 }
 
+int tool_check_hostports(const char *s, unsigned min_port, const char **why) {
+  char one[512];
+  for (;;) {
+    size_t n = strcspn(s, ",");
+    if (n == 0 || n >= sizeof(one)) {
+      *why = n ? "an address is too long" : "an empty address in the list";
+      return -1;
+    }
+    memcpy(one, s, n);
+    one[n] = '\0';
+    if (tool_check_hostport(one, min_port, why) != 0)
+      return -1;
+    if (!s[n])
+      return 0;
+    s += n + 1;
+  }
+}
+
 int tool_strv_add(tool_strv *sv, const char *s, int unique) {
   if (unique) {
     for (size_t i = 0; i < sv->n; i++) {

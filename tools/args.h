@@ -26,6 +26,8 @@ int tool_arg_flag(char **argv, int i, const char *name);
  * -1 otherwise, with the reason in |why|.
  */
 int tool_check_hostport(const char *s, unsigned min_port, const char **why);
+/* The same for a comma-separated list of HOST:PORT (--connect A,B,C). */
+int tool_check_hostports(const char *s, unsigned min_port, const char **why);
 
 /* Parses a decimal integer in [0, max] (no sign, no spaces). 0 on success,
  * -1 otherwise (|*out| untouched). */

@@ -71,7 +71,7 @@ typedef struct sink_app {
 } sink_app;
 
 static void usage(FILE *f) {
-  fputs("usage: mcp-sink --collection NAME... [--connect HOST:PORT | --listen "
+  fputs("usage: mcp-sink --collection NAME... [--connect HOST:PORT[,...] | --listen "
         "HOST:PORT]\n"
         "                [--transport grpc|h2c] [--incremental] [--node-id ID]\n"
         "                [--annotation KEY=VALUE]... [--out DIR] [--json]\n"
@@ -86,7 +86,8 @@ static void usage(FILE *f) {
         "\n"
         "  --collection NAME     a collection to subscribe to (repeatable; at "
         "least one)\n"
-        "  --connect HOST:PORT   dial a ResourceSource, reconnecting forever\n"
+        "  --connect HOST:PORT   dial a ResourceSource, reconnecting forever;\n"
+        "                        a list A,B,C (replicas) is dialed in turn\n"
         "                        (default " DEFAULT_ADDRESS ")\n"
         "  --listen HOST:PORT    serve ResourceSink: sources dial us\n"
         "  --transport NAME      grpc (default) or h2c: HTTP/2 without TLS\n"
@@ -550,7 +551,8 @@ int main(int argc, char **argv) {
   }
   const char *address = connect ? connect : listen ? listen : DEFAULT_ADDRESS;
   const char *addr_why;
-  if (tool_check_hostport(address, listen ? 0 : 1, &addr_why) != 0) {
+  if ((listen ? tool_check_hostport(address, 0, &addr_why)
+              : tool_check_hostports(address, 1, &addr_why)) != 0) {
     usage_error("%s %s: %s", listen ? "--listen" : "--connect", address,
                 addr_why);
     goto out;

@@ -124,15 +124,15 @@ class EtcdSource(E.Base):
         for m in self.members:
             m.kill()
 
-    def source(self, *extra, etcd=None):
+    def source(self, *extra, etcd=None, addr=None):
         self.ops = E.free_port()
         return self.start("mcp-source", [
-            "--etcd", etcd or self.etcd.endpoint, "--listen", self.addr,
+            "--etcd", etcd or self.etcd.endpoint, "--listen", addr or self.addr,
             "--debug-listen", "127.0.0.1:%d" % self.ops, "--debounce", "0",
             "--log-level", "debug"] + list(extra))
 
-    def sink(self, *extra, collections=(E.VS,)):
-        args = ["--connect", self.addr, "--json",
+    def sink(self, *extra, collections=(E.VS,), connect=None):
+        args = ["--connect", connect or self.addr, "--json",
                 "--out", os.path.join(self.tmp, "mirror")]
         for c in collections:
             args += ["--collection", c]
@@ -226,6 +226,37 @@ class EtcdSource(E.Base):
         self.assertEqual(removed, ["default/r07"], after)
         self.assertTrue(all(resp["incremental"] for resp in after), after)
         self.assertGreaterEqual(self.metric("mcp_etcd_reloads_total"), 1)
+
+    def test_sink_moves_to_another_replica_and_gets_only_the_difference(self):
+        self.etcd.start()
+        docs = [vs("r%02d" % i, ["h%d" % i]) for i in range(20)]
+        for d in docs:
+            self.etcd.put(key_of(d), d)
+        b_addr = "127.0.0.1:%d" % E.free_port()
+        a = self.source()
+        b = self.source(addr=b_addr)
+        snk = self.sink("--incremental", connect=self.addr + "," + b_addr)
+        self.wait_synced(snk)
+        first = snk.events("connected")[0]["peer"]
+        self.assertIn(self.addr.split(":")[1], first)
+        before = len(snk.responses(E.VS))
+        a.kill()
+        changed = vs("r05", ["changed"])
+        r = self.etcd.put(key_of(changed), changed)
+        self.etcd.delete(key_of(docs[9]))
+
+        def removed_seen():
+            return any("default/r09" in x["removed"]
+                       for x in snk.responses(E.VS)[before:])
+        self.wait_for(removed_seen, "the delete, from replica B", b, snk,
+                      timeout=30)
+        self.assertIn(b_addr.split(":")[1],
+                      snk.events("connected")[-1]["peer"])
+        after = snk.responses(E.VS)[before:]
+        sent = [x["name"] for resp in after for x in resp["resources"]]
+        self.assertEqual(sent, ["default/r05"], after)
+        self.assertEqual(self.held(snk)["default/r05"], str(r))
+        self.assertEqual(len(self.held(snk)), 19)
 
     def test_bad_values_are_reported_and_the_rest_served(self):
         self.etcd.start()

@@ -60,7 +60,9 @@ static void ep_fini(mcp_grpc_ep *ep) {
 
 static int valid(const mcp_grpc_options *opts) {
   return opts && opts->address && opts->address[0] &&
-         (opts->mode == MCP_GRPC_LISTEN || opts->mode == MCP_GRPC_DIAL) &&
+         (opts->mode == MCP_GRPC_DIAL ||
+          (opts->mode == MCP_GRPC_LISTEN && !strchr(opts->address, ','))) &&
+         strlen(opts->address) < 4096 &&
          /* TLS from files, or the application's credentials: not both */
          !(mcp_grpc_tls_wanted(&opts->tls) &&
            (opts->server_credentials || opts->channel_credentials));

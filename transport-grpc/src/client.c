@@ -1,6 +1,8 @@
 /* Dialing: one stream at a time on a fresh channel, reconnecting forever
  * with jittered exponential backoff. */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
@@ -31,6 +33,23 @@ static void retry_later(mcp_grpc_ep *ep) {
   ep->reconnect_at = ep->now + mcp_backoff_next(&ep->backoff);
 }
 
+/* The address of this attempt: |address| is a comma-separated list, and
+ * each attempt dials the next element (after the backoff). */
+static const char *next_target(mcp_grpc_ep *ep) {
+  size_t n = 1;
+  for (const char *p = ep->address; (p = strchr(p, ',')) != NULL; ++p)
+    ++n;
+  if (ep->dialed_once)
+    ep->dial_index = (ep->dial_index + 1) % n;
+  ep->dialed_once = 1;
+  const char *s = ep->address;
+  for (size_t k = 0; k < ep->dial_index; ++k)
+    s = strchr(s, ',') + 1;
+  snprintf(ep->target, sizeof(ep->target), "%.*s",
+           (int)strcspn(s, ","), s);
+  return ep->target;
+}
+
 static void connect_now(mcp_grpc_ep *ep) {
   size_t n;
   grpc_arg *a = mcp_grpc_args(ep, 0, &n);
@@ -52,7 +71,7 @@ static void connect_now(mcp_grpc_ep *ep) {
   }
   /* A new channel per attempt: the attempt's timing is ours alone, not
    * that of a channel's hidden reconnection state. */
-  ep->channel = grpc_channel_create(ep->address, creds, &args);
+  ep->channel = grpc_channel_create(next_target(ep), creds, &args);
   free(a);
   if (own)
     grpc_channel_credentials_release(own);

@@ -115,6 +115,10 @@ struct mcp_grpc_ep {
   mcp_grpc_role role;
   mcp_grpc_options opts; /* opts.address points to |address| */
   char *address;
+  /* DIAL: |address| may list several, dialed in turn (client.c). */
+  size_t dial_index;
+  int dialed_once;
+  char target[512]; /* the element dialed now */
   mcp_source_options source_opts;
   mcp_sink_state *state;
 

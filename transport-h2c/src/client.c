@@ -44,7 +44,7 @@ void mcp_h2c_client_stream_gone(mcp_h2c_ep *ep, mcp_tstamp lived,
 
 static void fail(mcp_h2c_conn *c, const char *what, int err) {
   char d[256];
-  snprintf(d, sizeof(d), "%s %s: %s", what, c->ep->address, uv_strerror(err));
+  snprintf(d, sizeof(d), "%s %s: %s", what, c->peer, uv_strerror(err));
   mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE, d);
 }
 
@@ -96,12 +96,19 @@ static void on_resolved(uv_getaddrinfo_t *req, int status,
 }
 
 static void attempt(mcp_h2c_ep *ep) {
+  /* A list: each attempt dials the next address (after the backoff). The
+   * elements were checked when the endpoint was made; only memory can
+   * fail here, and then the current address is dialed again. */
+  if (ep->dialed_once && ep->naddrs > 1)
+    (void)mcp_h2c_ep_select_addr(ep, (ep->addr_index + 1) % ep->naddrs);
+  ep->dialed_once = 1;
   mcp_h2c_conn *c = mcp_h2c_conn_new(ep, 1);
   if (!c) {
     retry_later(ep);
     return;
   }
-  snprintf(c->peer, sizeof(c->peer), "%s", ep->address);
+  snprintf(c->peer, sizeof(c->peer), "%.*s", (int)sizeof(c->peer) - 1,
+           ep->target);
   ep->dial = c;
   mcp_h2c_stream *s = mcp_h2c_stream_new(c, 0);
   if (!s) {

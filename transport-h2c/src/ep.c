@@ -245,6 +245,44 @@ static char *dup_str(const char *s) {
 
 static void shutdown_ep(mcp_h2c_ep *ep);
 
+int mcp_h2c_ep_select_addr(mcp_h2c_ep *ep, size_t i) {
+  const char *s = ep->address;
+  for (size_t k = 0; k < i; ++k)
+    s = strchr(s, ',') + 1;
+  size_t n = strcspn(s, ",");
+  char one[512];
+  if (n >= sizeof(one))
+    return MCP_ERR_INVALID_ARGUMENT;
+  memcpy(one, s, n);
+  one[n] = '\0';
+  mcp_h2c_addr a;
+  int rv = mcp_h2c_addr_parse(one, &a);
+  if (rv < 0)
+    return rv;
+  if (!ep->fixed_authority) {
+    /* host:port as dialed ("localhost" for a unix socket, as gRPC). */
+    char au[300];
+    if (a.is_unix)
+      snprintf(au, sizeof(au), "localhost");
+    else if (strchr(a.host, ':'))
+      snprintf(au, sizeof(au), "[%.256s]:%s", a.host, a.port);
+    else
+      snprintf(au, sizeof(au), "%.256s:%s", a.host, a.port);
+    char *d = dup_str(au);
+    if (!d) {
+      mcp_h2c_addr_free(&a);
+      return MCP_ERR_NOMEM;
+    }
+    free(ep->authority);
+    ep->authority = d;
+  }
+  mcp_h2c_addr_free(&ep->addr);
+  ep->addr = a;
+  ep->addr_index = i;
+  snprintf(ep->target, sizeof(ep->target), "%s", one);
+  return 0;
+}
+
 /* Fills |ep| (calloc'd) and starts it. On failure before any handle
  * exists, the caller frees |ep|; after, |ep| frees itself on the loop
  * and |*freed| is set. */
@@ -281,28 +319,30 @@ static int ep_start(mcp_h2c_ep *ep, uv_loop_t *loop,
   if (o->write_buffer_size < 16 << 10)
     o->write_buffer_size = 16 << 10;
 
-  int rv = mcp_h2c_addr_parse(opts->address, &ep->addr);
-  if (rv < 0)
-    return rv;
+  /* DIAL: a comma-separated list, dialed in turn (client.c); every
+   * element must parse now. LISTEN: one address. */
   ep->address = dup_str(opts->address);
-  if (opts->authority) {
+  ep->fixed_authority = opts->authority != NULL;
+  if (opts->authority)
     ep->authority = dup_str(opts->authority);
-  } else {
-    /* host:port as dialed ("localhost" for a unix socket, as gRPC). */
-    char a[300];
-    if (ep->addr.is_unix)
-      snprintf(a, sizeof(a), "localhost");
-    else if (strchr(ep->addr.host, ':'))
-      snprintf(a, sizeof(a), "[%.256s]:%s", ep->addr.host, ep->addr.port);
-    else
-      snprintf(a, sizeof(a), "%.256s:%s", ep->addr.host, ep->addr.port);
-    ep->authority = dup_str(a);
-  }
-  if (!ep->address || !ep->authority) {
-    mcp_h2c_addr_free(&ep->addr);
+  if (!ep->address || (opts->authority && !ep->authority)) {
     free(ep->address);
     free(ep->authority);
     return MCP_ERR_NOMEM;
+  }
+  ep->naddrs = 1;
+  for (const char *p = ep->address; (p = strchr(p, ',')) != NULL; ++p)
+    ++ep->naddrs;
+  int rv = ep->naddrs > 1 && opts->mode == MCP_H2C_LISTEN
+               ? MCP_ERR_INVALID_ARGUMENT
+               : 0;
+  for (size_t i = ep->naddrs; rv == 0 && i-- > 0;) /* ends on the first */
+    rv = mcp_h2c_ep_select_addr(ep, i);
+  if (rv < 0) {
+    mcp_h2c_addr_free(&ep->addr);
+    free(ep->address);
+    free(ep->authority);
+    return rv;
   }
   ep->opts.address = ep->address;
   ep->opts.authority = ep->authority;

@@ -177,7 +177,11 @@ struct mcp_h2c_ep {
   uv_loop_t *loop;
   mcp_h2c_options opts; /* strings point to the copies below */
   char *address, *authority;
-  mcp_h2c_addr addr;
+  mcp_h2c_addr addr;      /* DIAL: the element of |address| dialed now */
+  size_t naddrs, addr_index; /* elements of |address|, the current one */
+  int fixed_authority;    /* opts.authority was given */
+  int dialed_once;        /* the first address was dialed */
+  char target[512];       /* DIAL: the element dialed now, as written */
   mcp_source_options source_opts;
   mcp_sink_state *state;
   uv_thread_t loop_thread;
@@ -266,6 +270,9 @@ void mcp_h2c_http_answer(mcp_h2c_ep *ep, const char *method, const char *path,
                          int *status, char **content_type, mcp_h2c_buf *body);
 
 /* client.c */
+/* Makes element |i| of ep->address the address dialed (ep->addr, and the
+ * :authority unless one was given). INVALID_ARGUMENT, NOMEM. */
+int mcp_h2c_ep_select_addr(mcp_h2c_ep *ep, size_t i);
 void mcp_h2c_client_start(mcp_h2c_ep *ep); /* schedule the first attempt */
 void mcp_h2c_client_stop(mcp_h2c_ep *ep);
 void mcp_h2c_client_conn_gone(mcp_h2c_ep *ep, mcp_h2c_conn *c);

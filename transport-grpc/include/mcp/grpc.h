@@ -235,7 +235,9 @@ typedef struct mcp_grpc_options {
   mcp_grpc_mode mode;
   /* LISTEN: gRPC listen address ("127.0.0.1:0" binds a free port, see
    * *_port()). DIAL: gRPC target ("127.0.0.1:15010", "dns:///host:port",
-   * "unix:/path"). Copied. */
+   * "unix:/path"), or several separated by commas (replicas of one source):
+   * each attempt dials the next one in turn, after the backoff. Copied;
+   * at most 4095 bytes, each target at most 511. */
   const char *address;
   /* NULL: insecure. LISTEN uses |server_credentials| during *_new() only.
    * DIAL uses |channel_credentials| for every connection attempt: they

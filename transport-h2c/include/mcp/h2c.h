@@ -197,10 +197,12 @@ typedef struct mcp_h2c_options {
    * LISTEN: "HOST:PORT" to bind ("127.0.0.1:0" binds a free port, see
    * *_port(); "[::1]:15010"; "0.0.0.0:15010"), or "unix:/path".
    * DIAL: "HOST:PORT" (names are resolved at every attempt), or
-   * "unix:/path". A "dns:///" or "http://" prefix is ignored. Copied.
+   * "unix:/path", or several of them separated by commas (replicas of one
+   * source): each attempt dials the next one in turn, after the backoff.
+   * A "dns:///" or "http://" prefix is ignored. Copied.
    */
   const char *address;
-  /* DIAL: the :authority sent (NULL: the address). Copied. */
+  /* DIAL: the :authority sent (NULL: the address dialed). Copied. */
   const char *authority;
   /* Largest message received / sent, in bytes; -1: unlimited (up to the
    * 4 GiB the framing allows); 0: the default, 64 MiB. A larger message
