@@ -5,7 +5,7 @@
  * (tools/transport.h). What 1000 mcp-sink processes would do, at a fraction
  * of the cost (no process, no mirror, no JSON bodies).
  *
- *   mcp-load-sink --streams N --collection NAME... [--connect HOST:PORT]
+ *   mcp-load-sink --streams N --collection NAME... [--connect HOST:PORT[,...]]
  *                 [--transport grpc|h2c] [--incremental | --mixed]
  *                 [--log-level LEVEL]
  *
@@ -162,7 +162,7 @@ int main(int argc, char **argv) {
   tool_log_level lvl;
   const char *why;
   if (nstreams == 0 || colls.n == 0 || tool_log_parse_level(level, &lvl) ||
-      tool_check_hostport(connect, 1, &why) != 0)
+      tool_check_hostports(connect, 1, &why) != 0)
     goto bad;
   tool_log_init("mcp-load-sink", lvl);
   rv = tool_transport_find(transport, &app.tp);
