@@ -9,7 +9,7 @@ pkgs=(
   libgrpc-dev libnghttp2-dev libhttp-parser-dev
   check libyaml-dev libjansson-dev libuv1-dev
   nghttp2-client curl openssl valgrind python3
-  etcd-server etcd-client
+  etcd-server etcd-client python3-grpcio
 )
 
 missing=()

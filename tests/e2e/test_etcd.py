@@ -108,6 +108,11 @@ class Etcd:
         return out["kvs"][0]["mod_revision"]
 
 
+def listening(test, p):
+    test.wait_for(lambda: "serving ResourceSource on" in p.stderr()
+                  or not p.running(), "%s to listen" % p.name)
+
+
 def key_of(d, prefix="/mcp/"):
     return prefix + E.COLLECTION_OF[d["kind"]] + "/" + E.resource_name(d)
 
@@ -118,6 +123,8 @@ def vs(name, hosts, ns="default"):
 
 @unittest.skipUnless(ETCD and ETCDCTL, "etcd-server and etcd-client needed")
 class EtcdSource(E.Base):
+    SANITIZER_STOP = 10  # SIGTERM first: sanitizer builds report leaks
+
     def setUp(self):
         super().setUp()
         self.etcd = Etcd(self.tmp)
@@ -128,12 +135,17 @@ class EtcdSource(E.Base):
         for m in self.members:
             m.kill()
 
-    def source(self, *extra, etcd=None, addr=None):
+    def source(self, *extra, etcd=None, addr=None, wait=True):
+        """A replica on |addr| (default self.addr); with |wait|, once it
+        listens (a sink dialing a list must find the first one up)."""
         self.ops = E.free_port()
-        return self.start("mcp-source", [
+        p = self.start("mcp-source", [
             "--etcd", etcd or self.etcd.endpoint, "--listen", addr or self.addr,
             "--debug-listen", "127.0.0.1:%d" % self.ops, "--debounce", "0",
             "--log-level", "debug"] + list(extra))
+        if wait:
+            listening(self, p)
+        return p
 
     def sink(self, *extra, collections=(E.VS,), connect=None):
         args = ["--connect", connect or self.addr, "--json",
@@ -428,6 +440,8 @@ class EtcdCluster(E.Base):
             replicas.append(self.start("mcp-source", [
                 "--etcd", ",".join(eps), "--listen", addr, "--debounce", "20"]))
             addrs.append(addr)
+        for r in replicas:
+            listening(self, r)
         sinks = []
         for i in range(self.SINKS):
             # Every sink starts on replica A, so killing A moves them all.

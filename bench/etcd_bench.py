@@ -1,0 +1,293 @@
+#!/usr/bin/python3
+"""Replicas over etcd: the real etcd (three members), mcp-source --etcd
+replicas and sinks on 127.0.0.1.
+
+    bench/etcd_bench.py --build-dir BUILD [--transport grpc|h2c] [--quick]
+
+  propagation  one write to etcd reaching 300 sink streams spread over 3
+               replicas (mcp-load-sink, 100 streams per replica): from the
+               Put RPC to each stream's ACK of the push carrying it,
+               p50/p99 over the rounds
+  failover     a sink synced from replica A (1000 resources of 1 KiB) moves
+               to replica B after A is killed while 10 resources change:
+               the bytes B sends it against the bytes of the full sync A
+               sent (mcp_sent_bytes_total of each replica)
+
+Prints "BENCH <name> <value> <unit>" lines (docs/benchmarks.md). Writes go
+straight to etcd's gRPC API through Debian's python3-grpcio (PutRequest
+encoded by hand: key = 1, value = 2), so no process start is timed.
+"""
+
+import argparse
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+import grpc
+
+VS = "istio/networking/v1alpha3/virtualservices"
+
+
+def note(msg):
+    print("# " + msg, flush=True)
+
+
+def bench(name, value, unit):
+    print("BENCH %s %s %s" % (name, ("%.3g" % value) if value < 100
+                              else "%d" % value, unit), flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ld(field, data):
+    """A length-delimited protobuf field."""
+    n, out = len(data), bytearray([field << 3 | 2])
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out) + data
+
+
+class Etcd:
+    def __init__(self, tmp, n=3):
+        self.tmp = tmp
+        self.ports = [(free_port(), free_port()) for _ in range(n)]
+        cluster = ",".join("m%d=http://127.0.0.1:%d" % (i, p[1])
+                           for i, p in enumerate(self.ports))
+        self.procs = []
+        for i, (c, p) in enumerate(self.ports):
+            self.procs.append(subprocess.Popen(
+                ["etcd", "--name", "m%d" % i,
+                 "--data-dir", os.path.join(tmp, "m%d" % i),
+                 "--listen-client-urls", "http://127.0.0.1:%d" % c,
+                 "--advertise-client-urls", "http://127.0.0.1:%d" % c,
+                 "--listen-peer-urls", "http://127.0.0.1:%d" % p,
+                 "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % p,
+                 "--initial-cluster", cluster],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        self.endpoints = ["127.0.0.1:%d" % c for c, _ in self.ports]
+        self.channel = grpc.insecure_channel(self.endpoints[0])
+        self.put_rpc = self.channel.unary_unary("/etcdserverpb.KV/Put")
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self.put("/bench/ready", b"1")
+                break
+            except grpc.RpcError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def put(self, key, value):
+        self.put_rpc(ld(1, key.encode()) + ld(2, value), timeout=10)
+
+    def stop(self):
+        self.channel.close()
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+
+def vs_doc(name, i, pad=0):
+    spec = {"hosts": ["%s.example" % name], "gen": i}
+    if pad:
+        spec["pad"] = "x" * pad
+    return json.dumps({"apiVersion": "networking.istio.io/v1alpha3",
+                       "kind": "VirtualService",
+                       "metadata": {"name": name, "namespace": "default"},
+                       "spec": spec}).encode()
+
+
+def key(name):
+    return "/mcp/%s/default/%s" % (VS, name)
+
+
+class Lines:
+    """A child's stdout lines, each stamped when read."""
+
+    def __init__(self, argv):
+        self.p = subprocess.Popen(argv, stdout=subprocess.PIPE,
+                                  stderr=subprocess.DEVNULL, text=True,
+                                  bufsize=1)
+        self.lines, self.lock = [], threading.Lock()
+        threading.Thread(target=self.read, daemon=True).start()
+
+    def read(self):
+        for line in self.p.stdout:
+            t = time.monotonic_ns()
+            with self.lock:
+                self.lines.append((t, line))
+
+    def since(self, k):
+        with self.lock:
+            return self.lines[k:], len(self.lines)
+
+    def stop(self):
+        self.p.kill()
+        self.p.wait()
+
+
+def metric(port, name):
+    body = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port,
+                                  timeout=5).read().decode()
+    for line in body.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def wait(cond, what, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise RuntimeError("timed out: " + what)
+        time.sleep(0.01)
+
+
+def replica(build, transport, endpoints, addr, ops, tmp, name):
+    log = open(os.path.join(tmp, name + ".log"), "w")
+    return subprocess.Popen(
+        [os.path.join(build, "tools", "mcp-source"), "--transport", transport,
+         "--etcd", ",".join(endpoints), "--listen", addr, "--debounce", "0",
+         "--debug-listen", "127.0.0.1:%d" % ops],
+        stdout=log, stderr=log)
+
+
+def propagation(args, tmp, etcd):
+    streams = 30 if args.quick else 100
+    rounds = 5 if args.quick else 20
+    for i in range(100):
+        etcd.put(key("p%03d" % i), vs_doc("p%03d" % i, 0))
+    reps, loads = [], []
+    for r in range(3):
+        addr, ops = "127.0.0.1:%d" % free_port(), free_port()
+        eps = etcd.endpoints[r:] + etcd.endpoints[:r]
+        reps.append(replica(args.build_dir, args.transport, eps, addr, ops,
+                            tmp, "replica%d" % r))
+        loads.append(Lines([os.path.join(args.build_dir, "tools",
+                                         "mcp-load-sink"),
+                            "--transport", args.transport, "--streams",
+                            str(streams), "--collection", VS, "--connect",
+                            addr, "--incremental"]))
+    total = 3 * streams
+
+    def acked_all(k0s, tag):
+        seen = set()
+        for li, l in enumerate(loads):
+            for _, line in l.since(k0s[li])[0]:
+                if '"ack"' in line and tag in line:
+                    seen.add((li, json.loads(line)["s"]))
+        return len(seen) == total
+    # Everyone synced: each stream ACKed a push of 100 resources.
+    wait(lambda: acked_all([0, 0, 0], '"n":100'), "300 streams synced", 120)
+    lat = []
+    for rnd in range(rounds):
+        k0s = [l.since(0)[1] for l in loads]
+        t0 = time.monotonic_ns()
+        etcd.put(key("p%03d" % rnd), vs_doc("p%03d" % rnd, rnd + 1))
+        got = {}
+
+        def done():
+            for li, l in enumerate(loads):
+                for t, line in l.since(k0s[li])[0]:
+                    if '"ack"' in line:
+                        s = (li, json.loads(line)["s"])
+                        got.setdefault(s, t)
+            return len(got) == total
+        wait(done, "round %d at every stream" % rnd)
+        lat += [(t - t0) / 1e6 for t in got.values()]
+        time.sleep(0.1)
+    lat.sort()
+    p50, p99 = lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * .99))]
+    note("propagation: %d writes x %d streams over 3 replicas" %
+         (rounds, total))
+    bench("etcd_propagation_p50_ms", p50, "ms")
+    bench("etcd_propagation_p99_ms", p99, "ms")
+    for x in loads:
+        x.stop()
+    for p in reps:
+        p.kill()
+        p.wait()
+
+
+def failover(args, tmp, etcd):
+    n = 200 if args.quick else 1000
+    for i in range(n):
+        etcd.put(key("f%04d" % i), vs_doc("f%04d" % i, 0, pad=1000))
+    a_addr, a_ops = "127.0.0.1:%d" % free_port(), free_port()
+    b_addr, b_ops = "127.0.0.1:%d" % free_port(), free_port()
+    a = replica(args.build_dir, args.transport, etcd.endpoints, a_addr, a_ops,
+                tmp, "A")
+    b = replica(args.build_dir, args.transport, etcd.endpoints[1:], b_addr,
+                b_ops, tmp, "B")
+    sink = Lines([os.path.join(args.build_dir, "tools", "mcp-sink"),
+                  "--transport", args.transport, "--connect",
+                  a_addr + "," + b_addr, "--incremental", "--json",
+                  "--collection", VS])
+    wait(lambda: any('"synced"' in line for _, line in sink.since(0)[0]),
+         "the sink synced")
+    full = metric(a_ops, "mcp_sent_bytes_total")
+    a.kill()
+    a.wait()
+    for i in range(10):
+        etcd.put(key("f%04d" % i), vs_doc("f%04d" % i, 1, pad=1000))
+
+    def moved():
+        got = set()
+        for _, line in sink.since(0)[0]:
+            if '"response"' in line:
+                e = json.loads(line)
+                got |= {r["name"] for r in e["resources"]
+                        if r["version"] and e["incremental"]}
+        return all("default/f%04d" % i in got for i in range(10))
+    wait(moved, "the sink got the 10 changes from B")
+    time.sleep(0.2)
+    moved_bytes = metric(b_ops, "mcp_sent_bytes_total")
+    note("failover: full sync %d bytes from A; after the move %d bytes from "
+         "B" % (full, moved_bytes))
+    bench("etcd_failover_bytes", moved_bytes, "bytes")
+    bench("etcd_full_sync_bytes", full, "bytes")
+    bench("etcd_failover_vs_full_sync", moved_bytes / full, "ratio")
+    sink.stop()
+    b.kill()
+    b.wait()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build-dir", required=True)
+    ap.add_argument("--transport", default="grpc")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("parts", nargs="*", default=["propagation", "failover"])
+    args = ap.parse_args()
+    if not shutil.which("etcd"):
+        note("etcd not installed: skipped")
+        return 0
+    for part in args.parts:
+        tmp = tempfile.mkdtemp(prefix="mcp-etcd-bench-")
+        etcd = Etcd(tmp)
+        try:
+            {"propagation": propagation, "failover": failover}[part](
+                args, tmp, etcd)
+        finally:
+            etcd.stop()
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
