@@ -940,6 +940,90 @@ START_TEST(test_source_non_incremental_request_ignores_initial_versions) {
 }
 END_TEST
 
+/* version_reached for the catch-up tests: versions are decimal revisions,
+ * and the source has reached |*reached|. */
+static int reached_upto(const char *collection, const char *version,
+                        void *ud) {
+  (void)collection;
+  return strtoull(version, NULL, 10) <= *(const unsigned long long *)ud;
+}
+
+/* A replica that lags the one the sink came from: the sink holds "b" at 7,
+ * this source has reached 5 and still has b at 4. Answering now would take
+ * the sink back to 4; the answer waits until the source reaches 7. */
+START_TEST(test_source_resume_waits_until_the_versions_are_reached) {
+  fx *f = fx_new();
+  unsigned long long reached = 5;
+  f->opts.version_reached = reached_upto;
+  f->opts.version_reached_user_data = &reached;
+  f->opts.catchup_timeout = 10 * SEC;
+  fx_start(f);
+  put(f, "c", "a", "3", "A");
+  put(f, "c", "b", "4", "B4");
+  resume(f, "c", LIST("a", "3", "b", "7"));
+  no_push(f);
+  /* The timer for the wait's end, so nothing hangs if it never catches up. */
+  ck_assert_uint_eq(mcp_source_session_get_expiry(f->s), f->ts + 10 * SEC);
+  f->ts += 1 * SEC;
+  put(f, "c", "a", "6", "A6"); /* catching up: 6 < 7, still waits */
+  reached = 6;
+  no_push(f);
+  f->ts += 1 * SEC;
+  put(f, "c", "b", "7", "B7");
+  reached = 7;
+  Res *r = push(f);
+  ck_assert_int_eq(r->incremental, 1);
+  expect_names(r, LIST("a")); /* b is at 7 at the sink already */
+  expect_body(r, "a", "A6");
+  th_resources_free(r);
+  fx_free(f);
+}
+END_TEST
+
+/* A source that never reaches the sink's versions (the sink came from
+ * another cluster) answers with what it has once catchup_timeout passed. */
+START_TEST(test_source_resume_catchup_wait_ends_at_its_timeout) {
+  fx *f = fx_new();
+  unsigned long long reached = 5;
+  f->opts.version_reached = reached_upto;
+  f->opts.version_reached_user_data = &reached;
+  f->opts.catchup_timeout = 10 * SEC;
+  fx_start(f);
+  put(f, "c", "b", "4", "B4");
+  resume(f, "c", LIST("b", "900"));
+  no_push(f);
+  f->ts += 10 * SEC - 1;
+  no_push(f);
+  f->ts += 1;
+  ck_assert_int_eq(mcp_source_session_handle_expiry(f->s, f->ts), 0);
+  Res *r = push(f);
+  expect_names(r, LIST("b"));
+  expect_body(r, "b", "B4");
+  th_resources_free(r);
+  fx_free(f);
+}
+END_TEST
+
+/* Without version_reached versions are opaque: the answer goes at once,
+ * and a request without initial versions never waits either. */
+START_TEST(test_source_no_catchup_wait_without_hook_or_resume) {
+  fx *f = fx_open();
+  put(f, "c", "b", "4", "B4");
+  resume(f, "c", LIST("b", "900"));
+  th_resources_free(push(f));
+  fx_free(f);
+  f = fx_new();
+  unsigned long long reached = 0;
+  f->opts.version_reached = reached_upto;
+  f->opts.version_reached_user_data = &reached;
+  fx_start(f);
+  put(f, "c", "b", "4", "B4");
+  subscribe(f, "c", 1);
+  th_resources_free(push(f));
+  fx_free(f);
+}
+END_TEST
+
 /* A re-request with initial versions resumes too. */
 START_TEST(test_source_rerequest_with_initial_versions_resumes) {
   fx *f = fx_open();
@@ -1946,6 +2030,9 @@ static Suite *source_suite(void) {
 
   tc = tcase_create("resume");
   tcase_add_test(tc, test_source_resume_sends_only_difference);
+  tcase_add_test(tc, test_source_resume_waits_until_the_versions_are_reached);
+  tcase_add_test(tc, test_source_resume_catchup_wait_ends_at_its_timeout);
+  tcase_add_test(tc, test_source_no_catchup_wait_without_hook_or_resume);
   tcase_add_test(tc, test_source_resume_removes_resource_deleted_while_away);
   tcase_add_test(tc, test_source_resume_answer_sent_when_diff_empty);
   tcase_add_test(tc, test_source_resume_nack_keeps_resuming_from_initial_versions);

@@ -61,6 +61,7 @@ typedef struct source_app {
   ops_metric *m_etcd_rev, *m_etcd_reloads, *m_etcd_failovers, *m_etcd_bad,
       *m_etcd_lag;
   etcdsrc_stats etcd_seen; /* the counters as last exported */
+  int64_t etcd_applied; /* transport thread: the revision in the store */
   /* Transport thread only. */
   int dial_failing; /* the status the failing dials end with, 0: none */
 } source_app;
@@ -280,10 +281,26 @@ static void etcd_apply_fn(mcp_store *store, mcp_tstamp ts, void *ud) {
               mcp_strerror(rv));
   etcdsrc_stats st;
   etcdsrc_stats_get(a->etcd, &st);
+  a->etcd_applied = st.applied;
   if (st.loaded && !a->etcd_seen.loaded) /* now they exist, empty or not */
     for (size_t i = 0; i < a->colls->n; i++)
       if (mcp_store_add_collection(store, a->colls->v[i]) < 0)
         log_error("cannot declare collection %s", a->colls->v[i]);
+}
+
+/* The transport thread: versions are etcd revisions; a resuming sink that
+ * holds one this replica has not applied yet waits (core, version_reached)
+ * rather than being taken back in time. */
+static int etcd_version_reached(const char *collection, const char *version,
+                                void *ud) {
+  (void)collection;
+  const source_app *a = ud;
+  char *end;
+  errno = 0;
+  long long v = strtoll(version, &end, 10);
+  if (end == version || *end || errno || v < 0)
+    return 1; /* not a revision: not comparable */
+  return v <= a->etcd_applied;
 }
 
 static void etcd_export(source_app *a, const etcdsrc_stats *st) {
@@ -697,6 +714,10 @@ int main(int argc, char **argv) {
   sopts.store = app.store;
   sopts.on_event = on_core_event;
   sopts.user_data = &app;
+  if (args.etcd) {
+    sopts.version_reached = etcd_version_reached;
+    sopts.version_reached_user_data = &app;
+  }
   if (debounce_ms > 0) {
     sopts.debounce = (mcp_tstamp)debounce_ms * MCP_MILLISECONDS;
     sopts.max_delay = sopts.debounce * 10;

@@ -77,6 +77,9 @@ struct mcp_source_session {
   mcp_type_url_cb collection_for_type;
   void *collection_for_type_ud;
   mcp_tstamp debounce, max_delay, retry_initial, retry_max;
+  int (*version_reached)(const char *, const char *, void *);
+  void *version_reached_ud;
+  mcp_tstamp catchup_timeout;
   uint64_t rate, burst;   /* requests per second; bucket size */
   uint64_t tokens;        /* in thousandths of a request */
   mcp_tstamp tokens_ts;   /* when |tokens| was last refilled */
@@ -206,6 +209,10 @@ int mcp_source_session_new(mcp_source_session **ps,
   s->retry_initial = opts->nack_retry_initial;
   s->retry_max = opts->nack_retry_max ? opts->nack_retry_max : opts->nack_retry_initial;
   s->retry_codes = codes;
+  s->version_reached = opts->version_reached;
+  s->version_reached_ud = opts->version_reached_user_data;
+  s->catchup_timeout = opts->catchup_timeout ? opts->catchup_timeout
+                                             : 30 * MCP_SECONDS;
   s->on_event = opts->on_event;
   s->user_data = opts->user_data;
   s->max_collections = (uint32_t)mcp__limit(opts->max_collections, MCP_DEFAULT_MAX_COLLECTIONS);
@@ -467,7 +474,7 @@ static int take_token(mcp_source_session *s, mcp_tstamp ts) {
 }
 
 /* A new or repeated subscription (empty nonce). */
-static int on_request(mcp_source_session *s, const rq *r) {
+static int on_request(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
   size_t i;
   sub *u = find_sub(s, r->key, &i);
   resume *rs = NULL;
@@ -509,6 +516,7 @@ static int on_request(mcp_source_session *s, const rq *r) {
                         (r->incremental ? F_INCREMENTAL : 0) |
                         (rs ? F_RESUME : 0));
   u->retries = 0;
+  u->t = ts; /* the request's time: how long a catch-up may wait */
   if (rs) {
     rs->next = s->resumes;
     s->resumes = rs;
@@ -1023,7 +1031,7 @@ int mcp_source_session_recv(mcp_source_session *s, const uint8_t *in,
   resolve(s);
   if (r.nonce[0] == '\0') {
     rv = take_token(s, ts);
-    rv = rv ? rv : on_request(s, &r);
+    rv = rv ? rv : on_request(s, &r, ts);
   } else {
     rv = on_answer(s, &r, ts);
   }
@@ -1044,6 +1052,25 @@ out:
 
 /* ---- deciding what to push ---- */
 
+/* 1 while the answer to a resuming request waits for this source to reach
+ * the versions the sink holds (a replica that lags: version_reached), until
+ * catchup_timeout after the request. */
+static int catching_up(mcp_source_session *s, sub *u, mcp_tstamp ts) {
+  if (!s->version_reached || (u->flags & (F_ANSWER | F_RESUME)) !=
+                                 (F_ANSWER | F_RESUME) ||
+      ts >= u->t + s->catchup_timeout) {
+    return 0;
+  }
+  resume *r = resume_find(s, (size_t)(u - s->subs));
+  void *version;
+  for (size_t i = 0; r && mcp__map_iter(&r->map, &i, &version);) {
+    if (!s->version_reached(sub_name(u), version, s->version_reached_ud)) {
+      return 1;
+    }
+  }
+  return 0;
+}
+
 /* 1 when |u| has something to push at |ts|. Records when a waiting change
  * was first seen, for max_delay. */
 static int ready(mcp_source_session *s, sub *u, mcp_tstamp ts) {
@@ -1051,7 +1078,7 @@ static int ready(mcp_source_session *s, sub *u, mcp_tstamp ts) {
     return 0;
   }
   if (u->flags & (F_ANSWER | F_RETRY_DUE)) {
-    return 1;
+    return !catching_up(s, u, ts);
   }
   uint64_t gen = u->u.coll->gen;
   if (((u->flags & F_HELD_GEN) && u->held_gen == gen) ||
@@ -1087,6 +1114,12 @@ mcp_tstamp mcp_source_session_get_expiry(mcp_source_session *s) {
   mcp_tstamp t = MCP_TSTAMP_MAX;
   for (size_t i = 0; i < s->nsubs; ++i) {
     sub *u = &s->subs[i];
+    if (s->version_reached && (u->flags & F_KNOWN) &&
+        (u->flags & (F_ANSWER | F_RESUME)) == (F_ANSWER | F_RESUME) &&
+        u->t + s->catchup_timeout > s->last_ts &&
+        u->t + s->catchup_timeout < t) {
+      t = u->t + s->catchup_timeout; /* a catch-up's end, if it waits */
+    }
     if (!(u->flags & F_KNOWN) || (u->flags & (F_PENDING | F_ANSWER | F_RETRY_DUE))) {
       continue;
     }

@@ -513,6 +513,54 @@ class EtcdCluster(E.Base):
             # each resource in them new to the sink (checked above).
             self.assertTrue(all(e["incremental"] for e in moved[1:]),
                             moved)
+    def test_lagging_replica_waits_instead_of_taking_a_sink_back_in_time(self):
+        for i in range(5):
+            d = vs("k%02d" % i, ["v0"])
+            self.ctl("put", key_of(d), data=json.dumps(d))
+        a_addr = "127.0.0.1:%d" % E.free_port()
+        b_addr = "127.0.0.1:%d" % E.free_port()
+        a = self.start("mcp-source", ["--etcd", self.endpoints[0],
+                                      "--listen", a_addr, "--debounce", "0"])
+        # B reads from the third member only, which is about to be frozen.
+        b = self.start("mcp-source", ["--etcd", self.endpoints[2],
+                                      "--listen", b_addr, "--debounce", "0"])
+        listening(self, a)
+        listening(self, b)
+        snk = self.start("mcp-sink", ["--connect", a_addr + "," + b_addr,
+                                      "--incremental", "--json",
+                                      "--collection", E.VS])
+        self.wait_synced(snk)
+        self.members[2].p.send_signal(signal.SIGSTOP)  # B stops learning
+        try:
+            d = vs("k01", ["v1"])
+            self.ctl("put", key_of(d), data=json.dumps(d))
+            new = self.etcd_state()["default/k01"]
+
+            def holds_new():
+                return any(r["name"] == "default/k01" and r["version"] == new
+                           for e in snk.responses(E.VS)
+                           for r in e["resources"])
+            self.wait_for(holds_new, "k01 at %s from replica A" % new, snk)
+            before = len(snk.responses(E.VS))
+            a.kill()
+            self.wait_for(lambda: b_addr in "".join(
+                e.get("peer", "") for e in snk.events("connected")) or
+                b_addr.split(":")[1] in snk.stderr(),
+                "the sink at replica B", snk)
+            time.sleep(1.5)  # B would have answered by now
+            self.assertEqual(snk.responses(E.VS)[before:], [],
+                             "a lagging replica answered")
+        finally:
+            self.members[2].p.send_signal(signal.SIGCONT)
+        # Caught up: B answers, and the sink never went back. (A put made
+        # while the frozen member led may commit twice, the retry and the
+        # original: versions only have to grow.)
+        self.wait_for(lambda: len(snk.responses(E.VS)) > before,
+                      "B's answer once caught up", snk, b)
+        seen = [int(r["version"]) for e in snk.responses(E.VS)
+                for r in e["resources"] if r["name"] == "default/k01"]
+        self.assertEqual(seen, sorted(seen), "k01 went back in time")
+        self.assertGreaterEqual(seen[-1], int(new))
 
 if __name__ == "__main__":
     unittest.main(argv=E.parse_args(__doc__))

@@ -553,6 +553,23 @@ typedef struct mcp_source_options {
   size_t max_version_len;
   uint32_t request_rate;
   uint32_t request_burst;
+  /*
+   * Replicas (optional): whether this source has reached |version|, which a
+   * resuming sink reports holding in |collection| (an entry of
+   * initial_resource_versions). A replica whose data lags the one the sink
+   * came from would otherwise answer with an older state and take the sink
+   * back in time. While some reported version is not reached, the answer to
+   * that request waits: it is checked again at every change of the
+   * collection, and |catchup_timeout| after the request (default 30 s) the
+   * source answers with what it has. Return 1 when reached (or when the
+   * version is not comparable), 0 when not yet. Called by want_write() and
+   * next(); it must not call into the session. NULL: versions are opaque,
+   * nothing waits.
+   */
+  int (*version_reached)(const char *collection, const char *version,
+                         void *user_data);
+  void *version_reached_user_data;
+  mcp_tstamp catchup_timeout;
 } mcp_source_options;
 
 MCP_EXTERN void mcp_source_options_default(mcp_source_options *opts);
