@@ -147,6 +147,9 @@ static mcpcfg_loader *load(void) {
 }
 
 static int has_report(const char *rel, unsigned long line, const char *text) {
+  if (getenv("SHOW_REPORTS"))
+    for (int i = 0; i < nreps && i < 64; i++)
+      fprintf(stderr, "%s:%lu: %s\n", reps[i].path, reps[i].line, reps[i].msg);
   char p[1024];
   path_of(rel, p, sizeof p);
   for (int i = 0; i < nreps && i < 64; i++)
@@ -1303,6 +1306,170 @@ START_TEST(test_name_the_store_refuses_is_skipped_not_blocking) {
 }
 END_TEST
 
+static int nacks_seen;
+
+static void count_nacks(const mcp_event *ev, void *user_data) {
+  (void)user_data;
+  if (ev->type == MCP_EVENT_NACK)
+    nacks_seen++;
+}
+
+static void flatten_msg(mcp_msg *m, uint8_t **buf, size_t *len) {
+  *len = mcp_msg_len(m);
+  *buf = malloc(*len ? *len : 1);
+  ck_assert_ptr_nonnull(*buf);
+  mcp_msg_flatten(m, *buf);
+  mcp_msg_free(m);
+}
+
+/* Serves what |l| holds for |coll| through a real source session to a
+ * sink session with the sink's default limits (what mcp-sink applies);
+ * returns the number of resources the sink holds after, and counts its
+ * NACKs in |nacks_seen|. */
+static size_t through_a_default_sink(mcpcfg_loader *l, const char *coll) {
+  mcp_store *st = new_store();
+  ck_assert_int_ge(mcpcfg_loader_apply(l, st, 1), 0);
+  mcp_source_options so;
+  mcp_source_options_default(&so);
+  so.store = st;
+  mcp_source_session *src = NULL;
+  ck_assert_int_eq(mcp_source_session_new(&src, &so, 1), 0);
+  mcp_sink_options ko;
+  mcp_sink_options_default(&ko);
+  const char *cs[] = {coll};
+  ko.collections = cs;
+  ko.ncollections = 1;
+  ko.on_event = count_nacks;
+  mcp_sink_state *ss = NULL;
+  mcp_sink_session *sk = NULL;
+  ck_assert_int_eq(mcp_sink_state_new(&ss, &ko), 0);
+  ck_assert_int_eq(mcp_sink_session_new(&sk, ss, 1), 0);
+  nacks_seen = 0;
+  for (int moved = 1, round = 0; moved && round < 20; round++) {
+    mcp_msg *m;
+    uint8_t *b;
+    size_t n;
+    moved = 0;
+    while (mcp_sink_session_next(sk, &m) == 1) {
+      flatten_msg(m, &b, &n);
+      ck_assert_int_ge(mcp_source_session_recv(src, b, n, 1), 0);
+      free(b);
+      moved = 1;
+    }
+    while (mcp_source_session_next(src, 1, &m) == 1) {
+      flatten_msg(m, &b, &n);
+      ck_assert_int_ge(mcp_sink_session_recv(sk, b, n, 1), 0);
+      free(b);
+      moved = 1;
+    }
+  }
+  size_t held = mcp_sink_state_count(ss, coll);
+  mcp_sink_session_del(sk);
+  mcp_sink_state_del(ss);
+  mcp_source_session_del(src);
+  mcp_store_del(st);
+  return held;
+}
+
+/* A YAML document of VS |name| in "ns" with |nlabels| labels. */
+static char *vs_with_labels(const char *name, int nlabels, const char *host) {
+  size_t cap = 256 + (size_t)nlabels * 32;
+  char *y = malloc(cap);
+  ck_assert_ptr_nonnull(y);
+  int k = snprintf(y, cap,
+                   "apiVersion: networking.istio.io/v1alpha3\n"
+                   "kind: VirtualService\nmetadata:\n  name: %s\n"
+                   "  namespace: ns\n  labels:\n",
+                   name);
+  for (int i = 0; i < nlabels; i++)
+    k += snprintf(y + k, cap - (size_t)k, "    l%d: v\n", i);
+  snprintf(y + k, cap - (size_t)k, "spec:\n  hosts: [%s]\n", host);
+  return y;
+}
+
+/* Issue 12, point 4: the source served 257 labels, the sink NACKed every
+ * later push of the collection. The loader applies the sink's limits
+ * (mcp_resource_check() with the sink's defaults): the document is skipped
+ * with PATH:LINE, the resource keeps its last good content, and a default
+ * sink takes every push. */
+START_TEST(test_document_over_the_sinks_metadata_limit_is_skipped) {
+  char *ok = vs_with_labels("big", MCP_DEFAULT_MAX_METADATA, "before");
+  put("vs.yaml", ok);
+  free(ok);
+  put("other.yaml", VS("other", "ns", "o"));
+  mcpcfg_loader *l = load();
+  ck_assert_int_eq(nreps, 0);
+  ck_assert_uint_eq(count(l, VS_COLL), 2);
+  ck_assert_uint_eq(through_a_default_sink(l, VS_COLL), 2);
+  ck_assert_int_eq(nacks_seen, 0);
+  /* One label too many, in the second document of the file. */
+  char *bad = vs_with_labels("big", MCP_DEFAULT_MAX_METADATA + 1, "after");
+  char *two = malloc(strlen(bad) + 200);
+  ck_assert_ptr_nonnull(two);
+  sprintf(two, "%s---\n%s", VS("first", "ns", "f"), bad);
+  put("vs.yaml", two);
+  free(bad);
+  free(two);
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  ck_assert(has_report("vs.yaml", 8, "more than 256 labels and annotations"));
+  ck_assert(has_report("vs.yaml", 8, "document skipped"));
+  Google__Protobuf__Struct *s = body_of(mcpcfg_loader_find(l, VS_COLL, "ns/big"));
+  ck_assert_str_eq(sfield(s, "hosts")->list_value->values[0]->string_value,
+                   "before");
+  google__protobuf__struct__free_unpacked(s, NULL);
+  ck_assert_uint_eq(count(l, VS_COLL), 3);
+  ck_assert_uint_eq(through_a_default_sink(l, VS_COLL), 3);
+  ck_assert_int_eq(nacks_seen, 0);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+/* Issue 12, point 7: by default names are what Kubernetes accepts (each
+ * segment a lowercase DNS-1123 subdomain); the permissive rule is an
+ * option. */
+START_TEST(test_default_names_are_kubernetes_names) {
+  put("vs.yaml", VS("Not_A_DNS_Label!", "ns", "a") "---\n"
+                 VS("reviews.default.svc", "ns", "b") "---\n"
+                 VS("ok", "Bad_Namespace", "c"));
+  mcpcfg_loader *l = load();
+  ck_assert_uint_eq(count(l, VS_COLL), 1);
+  ck_assert_ptr_nonnull(mcpcfg_loader_find(l, VS_COLL, "ns/reviews.default.svc"));
+  ck_assert(has_report("vs.yaml", 1, "naming rules"));
+  ck_assert(has_report("vs.yaml", 1, "ns/Not_A_DNS_Label!"));
+  ck_assert(has_report("vs.yaml", 16, "Bad_Namespace/ok"));
+  mcpcfg_loader_del(l);
+  /* A 254-byte segment is not a subdomain. */
+  char name[300], doc[600];
+  memset(name, 'a', 254);
+  name[254] = '\0';
+  snprintf(doc, sizeof doc, VS("%s", "ns", "x"), name);
+  put("vs.yaml", doc);
+  nreps = 0;
+  l = load();
+  ck_assert_uint_eq(count(l, VS_COLL), 0);
+  ck_assert(has_report("vs.yaml", 1, "naming rules"));
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+START_TEST(test_permissive_names_are_an_option) {
+  put("vs.yaml", VS("Not_A_DNS_Label!", "ns", "a") "---\n"
+                 VS("bad name", "ns", "b"));
+  mcpcfg_options o;
+  mcpcfg_options_default(&o);
+  o.name_rules = MCP_NAMES_LENIENT;
+  mcpcfg_loader *l = new_loader(&o);
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  ck_assert_ptr_nonnull(mcpcfg_loader_find(l, VS_COLL, "ns/Not_A_DNS_Label!"));
+  /* Never what the sink would refuse: a space breaks every rule but ANY. */
+  ck_assert_uint_eq(count(l, VS_COLL), 1);
+  ck_assert(has_report("vs.yaml", 8, "naming rules"));
+  ck_assert_uint_eq(through_a_default_sink(l, VS_COLL), 1);
+  ck_assert_int_eq(nacks_seen, 0);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
 START_TEST(test_apply_fills_the_store) {
   put("vs.yaml", VS("a", "ns", "a") "---\n" VS("b", "ns", "b"));
   put("cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cfg\n"
@@ -1705,6 +1872,9 @@ int main(void) {
   t = tc(s, "store");
   tcase_add_test(t, test_apply_fills_the_store);
   tcase_add_test(t, test_name_the_store_refuses_is_skipped_not_blocking);
+  tcase_add_test(t, test_document_over_the_sinks_metadata_limit_is_skipped);
+  tcase_add_test(t, test_default_names_are_kubernetes_names);
+  tcase_add_test(t, test_permissive_names_are_an_option);
   tcase_add_test(t, test_apply_unchanged_content_changes_nothing);
   tcase_add_test(t, test_apply_after_delete_empties_the_collection);
   tcase_add_test(t, test_apply_touches_only_changed_collections);

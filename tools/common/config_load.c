@@ -80,6 +80,7 @@ void mcpcfg_options_default(mcpcfg_options *opts) {
   opts->max_file_size = (size_t)16 << 20;
   opts->max_depth = 64;
   opts->max_nodes = (size_t)1 << 20;
+  opts->name_rules = MCP_NAMES_KUBERNETES;
 }
 
 /* Takes |s| (freed on failure). */

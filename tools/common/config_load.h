@@ -112,6 +112,10 @@ typedef struct mcpcfg_options {
   size_t max_file_size; /* bytes; default 16 MiB */
   unsigned max_depth;   /* nesting of mappings and sequences; default 64 */
   size_t max_nodes;     /* per document, aliases expanded; default 1 Mi */
+  /* The resource naming rules documents must follow ("Limits" above);
+   * mcpcfg_options_default() sets MCP_NAMES_KUBERNETES. Taken as given
+   * (0 is MCP_NAMES_LENIENT, mcp-source's --names permissive). */
+  mcp_name_rules name_rules;
 } mcpcfg_options;
 
 /* Fills |opts| with the defaults. */
