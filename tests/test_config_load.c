@@ -1088,6 +1088,50 @@ START_TEST(test_duplicate_across_files_lexically_first_path_wins) {
 }
 END_TEST
 
+/* Issue 12, point 6: a new file defining a name another file serves took
+ * it over when its path sorted first, and the report blamed the old file.
+ * The served resource keeps its file; the newcomer is reported. */
+START_TEST(test_new_file_does_not_take_over_a_served_name) {
+  put("b.yaml", VS("same", "ns", "from-b"));
+  mcpcfg_loader *l = load();
+  put("a.yaml", VS("other", "ns", "o") "---\n" VS("same", "ns", "from-a"));
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  Google__Protobuf__Struct *s = body_of(mcpcfg_loader_find(l, VS_COLL, "ns/same"));
+  ck_assert_str_eq(sfield(s, "hosts")->list_value->values[0]->string_value,
+                   "from-b");
+  google__protobuf__struct__free_unpacked(s, NULL);
+  ck_assert_ptr_nonnull(mcpcfg_loader_find(l, VS_COLL, "ns/other"));
+  ck_assert_int_eq(nreps, 1);
+  ck_assert(has_report("a.yaml", 8, "duplicate resource " VS_COLL " ns/same"));
+  ck_assert(strstr(reps[0].msg, "b.yaml:1"));
+  /* Editing the owner keeps it the owner. */
+  put("b.yaml", VS("same", "ns", "from-b2"));
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  s = body_of(mcpcfg_loader_find(l, VS_COLL, "ns/same"));
+  ck_assert_str_eq(sfield(s, "hosts")->list_value->values[0]->string_value,
+                   "from-b2");
+  google__protobuf__struct__free_unpacked(s, NULL);
+  /* When the owner stops defining it, the other definition is served. */
+  put("b.yaml", VS("renamed", "ns", "r"));
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  s = body_of(mcpcfg_loader_find(l, VS_COLL, "ns/same"));
+  ck_assert_str_eq(sfield(s, "hosts")->list_value->values[0]->string_value,
+                   "from-a");
+  google__protobuf__struct__free_unpacked(s, NULL);
+  /* And a.yaml owns it now: b.yaml defining it again is reported. */
+  nreps = 0;
+  put("b.yaml", VS("same", "ns", "from-b3"));
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  s = body_of(mcpcfg_loader_find(l, VS_COLL, "ns/same"));
+  ck_assert_str_eq(sfield(s, "hosts")->list_value->values[0]->string_value,
+                   "from-a");
+  google__protobuf__struct__free_unpacked(s, NULL);
+  ck_assert(has_report("b.yaml", 1, "served from"));
+  ck_assert(strstr(reps[0].msg, "a.yaml:8"));
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
 START_TEST(test_duplicate_within_file_first_document_wins) {
   put("a.yaml", VS("same", "ns", "first") "---\n" VS("same", "ns", "second"));
   mcpcfg_loader *l = load();
@@ -1851,6 +1895,7 @@ int main(void) {
   tcase_add_test(t, test_deleted_file_removes_its_resources);
   tcase_add_test(t, test_duplicate_across_files_lexically_first_path_wins);
   tcase_add_test(t, test_duplicate_within_file_first_document_wins);
+  tcase_add_test(t, test_new_file_does_not_take_over_a_served_name);
   tcase_add_test(t, test_declared_collections_are_listed_empty);
   tcase_add_test(t, test_rescan_without_changes_returns_0_and_reports_nothing);
   tcase_add_test(t, test_missing_root_is_an_io_error);

@@ -50,6 +50,10 @@ typedef struct cfile {
 typedef struct coll {
   char *name;
   mcp_resource *res; /* sorted by name; entries borrow from documents */
+  /* owner[i]: the path of the file res[i] comes from (borrowed from that
+   * file, which the loader holds as long as this view): a resource keeps
+   * its file when another file defines the same name. */
+  const char **owner;
   size_t n;
   int fresh; /* during a merge: name allocated by it */
   /* Bumped by a merge that changed |res|; |applied| is the generation
@@ -120,6 +124,7 @@ static void file_unref(cfile *f) {
 static void colls_free(coll *c, size_t n, int fresh_only) {
   for (size_t i = 0; i < n; i++) {
     free(c[i].res);
+    free(c[i].owner);
     if (!fresh_only || c[i].fresh)
       free(c[i].name);
   }
@@ -234,25 +239,34 @@ size_t mcpcfg_loader_resources(const mcpcfg_loader *l, size_t i,
   return i < l->ncolls ? l->colls[i].n : 0;
 }
 
-const mcp_resource *mcpcfg_loader_find(const mcpcfg_loader *l,
-                                       const char *collection,
-                                       const char *name) {
+/* The index of resource |name| in collection |*pc| (set), or -1. */
+static long res_pos(const mcpcfg_loader *l, const char *collection,
+                    const char *name, const coll **pc) {
   int found;
   size_t i = coll_pos(l, collection, &found);
   if (!found)
-    return NULL;
+    return -1;
+  *pc = &l->colls[i];
   size_t lo = 0, hi = l->colls[i].n;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
     int c = strcmp(l->colls[i].res[mid].name, name);
     if (c == 0)
-      return &l->colls[i].res[mid];
+      return (long)mid;
     if (c < 0)
       lo = mid + 1;
     else
       hi = mid;
   }
-  return NULL;
+  return -1;
+}
+
+const mcp_resource *mcpcfg_loader_find(const mcpcfg_loader *l,
+                                       const char *collection,
+                                       const char *name) {
+  const coll *c;
+  long k = res_pos(l, collection, name, &c);
+  return k < 0 ? NULL : &c->res[k];
 }
 
 /* ------------------------------------------------------------------ */
@@ -718,22 +732,36 @@ static int merge(const mcpcfg_loader *l, cfile **files, size_t nfiles,
       e[k].idx = j;
     }
   qsort(e, total, sizeof *e, cmp_entry);
-  /* Keep the first of each (collection, name); report the others. */
-  for (size_t i = 0; i < total; i++) {
-    mcpcfg_doc *d = e[i].d, *win = w ? e[w - 1].d : NULL;
-    if (win && !strcmp(win->collection, d->collection) &&
-        !strcmp(win->res.name, d->res.name)) {
-      if (!d->dup_reported)
-        mcpcfg_report(&l->o, files[e[i].file]->path, d->line,
-                      "duplicate resource %s %s, first defined in %s:%lu; "
-                      "document ignored",
-                      d->collection, d->res.name, files[e[w - 1].file]->path,
-                      win->line);
-      d->dup_reported = 1;
-      continue;
+  /* One document per (collection, name): the one in the file that serves
+   * it now, if that file still defines it (a newcomer never takes a name
+   * over), else the first (lexically first path, first in its file).
+   * Report the others. */
+  for (size_t i = 0, k; i < total; i = k) {
+    mcpcfg_doc *d = e[i].d;
+    for (k = i + 1; k < total && !strcmp(e[k].d->collection, d->collection) &&
+                    !strcmp(e[k].d->res.name, d->res.name);
+         k++)
+      ;
+    size_t win = i;
+    const coll *oc;
+    long at = k - i > 1 ? res_pos(l, d->collection, d->res.name, &oc) : -1;
+    for (size_t j = i; at >= 0 && j < k; j++)
+      if (!strcmp(files[e[j].file]->path, oc->owner[at])) {
+        win = j;
+        break;
+      }
+    for (size_t j = i; j < k; j++) {
+      if (j == win || e[j].d->dup_reported)
+        continue;
+      mcpcfg_report(&l->o, files[e[j].file]->path, e[j].d->line,
+                    "duplicate resource %s %s, served from %s:%lu; "
+                    "document ignored",
+                    d->collection, d->res.name, files[e[win].file]->path,
+                    e[win].d->line);
+      e[j].d->dup_reported = 1;
     }
-    d->dup_reported = 0; /* if it loses again later, say so again */
-    e[w++] = e[i];
+    e[win].d->dup_reported = 0; /* if it loses again later, say so again */
+    e[w++] = e[win];
   }
   /* Merge the known names with those of the winners, both sorted. */
   for (size_t i = 0, j = 0; i < l->ncolls || j < w; n++) {
@@ -752,10 +780,13 @@ static int merge(const mcpcfg_loader *l, cfile **files, size_t nfiles,
     size_t k = j;
     while (k < w && !strcmp(e[k].d->collection, c[n].name))
       k++;
-    if (k > j && !(c[n].res = malloc((k - j) * sizeof *c[n].res)))
+    if (k > j && (!(c[n].res = malloc((k - j) * sizeof *c[n].res)) ||
+                  !(c[n].owner = malloc((k - j) * sizeof *c[n].owner))))
       goto nomem;
-    for (; j < k; j++)
+    for (; j < k; j++) {
+      c[n].owner[c[n].n] = files[e[j].file]->path;
       c[n].res[c[n].n++] = e[j].d->res;
+    }
     c[n].gen = old ? old->gen + !same_res(old, &c[n]) : 1;
     c[n].applied = old ? old->applied : 0;
   }

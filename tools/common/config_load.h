@@ -47,9 +47,13 @@
  *     no valid document provides any more is kept (a broken edit never
  *     deletes anything); once the file is fully valid it provides exactly
  *     its documents;
- *   - two documents with the same collection and name: the one in the
- *     lexically first path (byte order of the full path), and in one file
- *     the first document, wins; the other is reported, once.
+ *   - two documents with the same collection and name: a resource that
+ *     is served keeps its file (its owner) as long as that file defines
+ *     it, whatever the paths of newer files that define it too; a name no
+ *     file serves yet (first load, or the owner stopped defining it) goes
+ *     to the lexically first path (byte order of the full path). In one
+ *     file the first document wins. Every other document is reported, once,
+ *     at its own PATH:LINE, naming the PATH:LINE that serves the resource.
  * A file that is deleted drops its resources.
  *
  * Change detection: every scan walks the tree and stat()s every file, but
