@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "config_internal.h" /* mcpcfg_hash64, read counter, racy window */
@@ -854,6 +855,152 @@ START_TEST(test_file_over_the_size_limit_is_reported_and_keeps_last_content) {
       body_of(mcpcfg_loader_find(l, VS_COLL, "ns/a"));
   ck_assert_str_eq(sfield(s, "hosts")->list_value->values[0]->string_value, "a");
   google__protobuf__struct__free_unpacked(s, NULL);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+/* A report callback that, at its first call, appends |append_text| to
+ * |append_path|: a writer at work while the scan runs, between the walk's
+ * stat() of that file and its read. */
+static const char *append_path, *append_text;
+
+static void append_file(const char *p, const char *text) {
+  int fd = open(p, O_WRONLY | O_APPEND);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  close(fd);
+}
+
+static void report_and_append(const char *path, unsigned long line,
+                              const char *msg, void *user_data) {
+  on_report(path, line, msg, user_data);
+  if (append_path) {
+    append_file(append_path, append_text);
+    append_path = NULL;
+  }
+}
+
+/* Issue 12, point 5: a file being written was loaded half-written. A read
+ * is used only when the file did not change from the walk's stat() to the
+ * end of the read; otherwise nothing of it is served until a later scan
+ * reads it whole. */
+START_TEST(test_file_changed_during_the_scan_is_not_served_half_written) {
+  char b[1024];
+  path_of("b.yaml", b, sizeof b);
+  put("a.yaml", "apiVersion: v1\nkind: Thing\nmetadata: {}\n"); /* reported */
+  put("b.yaml", VS("first", "ns", "f"));
+  mcpcfg_options o;
+  mcpcfg_options_default(&o);
+  o.report = report_and_append;
+  mcpcfg_loader *l = NULL;
+  ck_assert_int_eq(mcpcfg_loader_new(&l, dir, &o), 0);
+  append_path = b;
+  append_text = "---\napiVersion: networking.istio.io/v1alpha3\n"
+                "kind: VirtualService\nmetadata:\n  name: half\n"
+                "  namespace: ns\n"; /* the writer's first half */
+  mcpcfg_loader_scan(l);
+  ck_assert_ptr_null(append_path); /* it did write, during the scan */
+  ck_assert(has_report("a.yaml", 1, "no metadata.name"));
+  ck_assert_ptr_null(mcpcfg_loader_find(l, VS_COLL, "ns/half"));
+  ck_assert_ptr_null(mcpcfg_loader_find(l, VS_COLL, "ns/first"));
+  ck_assert_uint_eq(mcpcfg_loader_unstable_reads(l), 1);
+  /* The writer finishes; the next scan reads the whole file. */
+  append_file(b, "spec:\n  hosts: [done]\n");
+  mcpcfg_loader_scan(l);
+  ck_assert_ptr_nonnull(mcpcfg_loader_find(l, VS_COLL, "ns/first"));
+  Google__Protobuf__Struct *s = body_of(mcpcfg_loader_find(l, VS_COLL, "ns/half"));
+  ck_assert_str_eq(sfield(s, "hosts")->list_value->values[0]->string_value,
+                   "done");
+  google__protobuf__struct__free_unpacked(s, NULL);
+  /* A served file that changes during a scan keeps what it had. */
+  append_path = b;
+  append_text = "---\napiVersion: networking.istio.io/v1alpha3\n"
+                "kind: VirtualService\nmetadata:\n  name: third\n";
+  put("a.yaml", "apiVersion: v1\nkind: Thing\nmetadata: {}\n# again\n");
+  put("b.yaml", VS("first", "ns", "f2")); /* changed: read this scan */
+  mcpcfg_loader_scan(l);
+  ck_assert_ptr_null(append_path);
+  ck_assert_ptr_nonnull(mcpcfg_loader_find(l, VS_COLL, "ns/half"));
+  ck_assert_ptr_null(mcpcfg_loader_find(l, VS_COLL, "ns/third"));
+  ck_assert_uint_eq(mcpcfg_loader_unstable_reads(l), 2);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+/* One 512-byte document (a ConfigMap whose data ends with end: "yes"), so
+ * that a writer appending one per write() never splits a page. */
+static void padded_cm(char *out, int i) {
+  int k = snprintf(out, 513,
+                   "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n"
+                   "  name: cm-%05d\ndata:\n  end: \"yes\"\n  pad: \"",
+                   i);
+  memset(out + k, 'x', (size_t)(512 - k - 2));
+  out[510] = '"';
+  out[511] = '\n';
+  out[512] = '\0';
+}
+
+/* Issue 12, point 5, with a real writer: a file appended document by
+ * document while scans run, until it is over the size limit. No scan
+ * serves a document the writer had not finished, and once the file is
+ * too big the report says exactly what stays, which is what is served. */
+START_TEST(test_file_appended_while_scanning_then_too_big_says_what_stays) {
+  enum { LIMIT = 48 * 1024, DOCS = 200 };
+  char p[1024];
+  path_of("gen.yaml", p, sizeof p);
+  int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ck_assert_int_ge(fd, 0);
+  mcpcfg_options o;
+  mcpcfg_options_default(&o);
+  o.max_file_size = LIMIT;
+  mcpcfg_loader *l = new_loader(&o);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    char d[513];
+    for (int i = 0; i < DOCS; i++) {
+      padded_cm(d, i);
+      if (write(fd, d, 512) != 512)
+        _exit(1);
+      if (i % 8 == 7) { /* a page at a time: scans see it grow */
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+      }
+    }
+    _exit(0);
+  }
+  close(fd);
+  int status = 0, done = 0, scans = 0;
+  while (!done) {
+    done = waitpid(pid, &status, WNOHANG) == pid;
+    ck_assert_int_ge(mcpcfg_loader_scan(l), 0);
+    scans++;
+    const mcp_resource *r;
+    size_t n = 0;
+    for (size_t i = 0; i < mcpcfg_loader_collection_count(l); i++)
+      if (!strcmp(mcpcfg_loader_collection_name(l, i), CM_COLL))
+        n = mcpcfg_loader_resources(l, i, &r);
+    for (size_t i = 0; i < n; i++) { /* every document whole */
+      Google__Protobuf__Struct *s = body_of(&r[i]);
+      ck_assert_str_eq(sfield(s, "end")->string_value, "yes");
+      ck_assert_uint_eq(strlen(sfield(s, "pad")->string_value), 421);
+      google__protobuf__struct__free_unpacked(s, NULL);
+    }
+  }
+  ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ck_assert_int_ge(mcpcfg_loader_scan(l), 0);
+  mcpcfg_loader_scan(l);
+  size_t served = count(l, CM_COLL);
+  ck_assert_uint_le(served, LIMIT / 512);
+  char want[128];
+  if (served)
+    snprintf(want, sizeof want, "the %zu document%s of its last complete read",
+             served, served == 1 ? "" : "s");
+  else
+    snprintf(want, sizeof want, "nothing from it is served");
+  ck_assert(has_report("gen.yaml", 0, "larger than 49152 bytes (102400)"));
+  ck_assert(has_report("gen.yaml", 0, want));
+  (void)scans;
   mcpcfg_loader_del(l);
 }
 END_TEST
@@ -1881,6 +2028,8 @@ int main(void) {
   tcase_add_test(t, test_a_million_open_brackets_are_rejected_quickly);
   tcase_add_test(t, test_file_over_the_size_limit_is_reported_and_keeps_last_content);
   tcase_add_test(t, test_nul_character_in_a_scalar_is_reported);
+  tcase_add_test(t, test_file_changed_during_the_scan_is_not_served_half_written);
+  tcase_add_test(t, test_file_appended_while_scanning_then_too_big_says_what_stays);
   t = tc(s, "files");
   tcase_add_test(t, test_multi_document_file_loads_every_document);
   tcase_add_test(t, test_empty_documents_and_files_are_skipped_silently);

@@ -26,7 +26,7 @@
 enum { MAX_DIR_DEPTH = 64 };
 
 /* What a file looked like when last read; equal means "do not re-parse". */
-enum { FP_CONTENT, FP_READ_ERROR, FP_TOO_BIG };
+enum { FP_CONTENT, FP_READ_ERROR, FP_TOO_BIG, FP_UNSTABLE };
 
 /* What stat() says of a file; equal (and not racy) means "do not read". */
 typedef struct fstamp {
@@ -77,6 +77,7 @@ struct mcpcfg_loader {
   size_t ncolls;
   int64_t racy_ns;     /* see mcpcfg_loader_set_racy_ns() */
   unsigned long reads; /* files opened to be read */
+  unsigned long unstable; /* reads dropped: the file changed meanwhile */
 };
 
 void mcpcfg_options_default(mcpcfg_options *opts) {
@@ -216,6 +217,10 @@ void mcpcfg_loader_set_racy_ns(mcpcfg_loader *l, int64_t racy_ns) {
 }
 
 unsigned long mcpcfg_loader_reads(const mcpcfg_loader *l) { return l->reads; }
+
+unsigned long mcpcfg_loader_unstable_reads(const mcpcfg_loader *l) {
+  return l->unstable;
+}
 
 int mcpcfg_loader_unapplied(const mcpcfg_loader *l, size_t i) {
   return l->colls[i].applied != l->colls[i].gen;
@@ -503,11 +508,17 @@ static int is_racy(const fstamp *st, const struct timespec *now,
          st->ctime_s > s || (st->ctime_s == s && st->ctime_ns >= ns);
 }
 
-/* Returns 0 and the bytes (or the fingerprint of a read failure) and, when
+/*
+ * Returns 0 and the bytes (or the fingerprint of a read failure) and, when
  * fstat() worked, the file's stamp before the read in |*stamp| (|*stamped|
- * set); 1 when the file is no regular file any more, or NOMEM. */
-static int read_file(int fd, size_t max, unsigned char **pbuf, size_t *plen,
-                     int *kind, uint64_t *fp, fstamp *stamp, int *stamped) {
+ * set); 1 when the file is no regular file any more, or NOMEM. The bytes
+ * are a whole, consistent copy: the stamp equals |walked| (what the walk's
+ * stat() saw) and the stamp after the read, and exactly st_size bytes were
+ * read; otherwise |*kind| is FP_UNSTABLE (a writer is at work).
+ */
+static int read_file(int fd, size_t max, const fstamp *walked,
+                     unsigned char **pbuf, size_t *plen, int *kind,
+                     uint64_t *fp, fstamp *stamp, int *stamped) {
   struct stat st;
   unsigned char *buf = NULL;
   size_t len = 0, cap;
@@ -526,17 +537,15 @@ static int read_file(int fd, size_t max, unsigned char **pbuf, size_t *plen,
     *fp = (uint64_t)st.st_size;
     return 0;
   }
-  cap = (size_t)st.st_size + 1; /* + 1: see EOF without a second buffer */
-  for (;;) {
-    if (len == cap || !buf) {
-      cap = buf ? 2 * cap : cap;
-      unsigned char *b = realloc(buf, cap);
-      if (!b) {
-        free(buf);
-        return MCPCFG_ERR_NOMEM;
-      }
-      buf = b;
-    }
+  if (!stamp_eq(stamp, walked)) { /* changed since the walk saw it */
+    *kind = FP_UNSTABLE;
+    return 0;
+  }
+  /* + 1: a file that grew shows as a read longer than st_size. */
+  cap = (size_t)st.st_size + 1;
+  if (!(buf = malloc(cap)))
+    return MCPCFG_ERR_NOMEM;
+  while (len < cap) {
     ssize_t r = read(fd, buf + len, cap - len);
     if (r < 0 && errno == EINTR)
       continue;
@@ -549,12 +558,17 @@ static int read_file(int fd, size_t max, unsigned char **pbuf, size_t *plen,
     if (r == 0)
       break;
     len += (size_t)r;
-    if (len > max) { /* grew while we read it */
-      free(buf);
-      *kind = FP_TOO_BIG;
-      *fp = (uint64_t)len;
-      return 0;
-    }
+  }
+  fstamp after;
+  int same = fstat(fd, &st) == 0;
+  if (same) {
+    stamp_of(&st, &after);
+    same = stamp_eq(stamp, &after);
+  }
+  if (!same || len != (size_t)stamp->size) { /* grew, shrank or rewritten */
+    free(buf);
+    *kind = FP_UNSTABLE;
+    return 0;
   }
   *kind = FP_CONTENT;
   *fp = mcpcfg_hash64(buf, len); /* the length is part of it */
@@ -620,11 +634,24 @@ static int load_file(mcpcfg_loader *l, const char *path, const fstamp *cur,
     kind = FP_READ_ERROR;
     fp = (uint64_t)errno;
   } else {
-    rv = read_file(fd, l->o.max_file_size, &buf, &len, &kind, &fp, &stamp,
-                   &stamped);
+    rv = read_file(fd, l->o.max_file_size, cur, &buf, &len, &kind, &fp,
+                   &stamp, &stamped);
     close(fd);
     if (rv != 0)
       return rv < 0 ? rv : 0;
+    if (kind == FP_UNSTABLE) {
+      /* Being written: serve nothing of this read; what the file had
+       * stays (a new file has nothing yet) and it is read again at the
+       * next scan, whatever its stat says then. Not reported: the writer
+       * is at work, and the next scan sees the result. */
+      l->unstable++;
+      if (old) {
+        old->racy = 1;
+        old->refs++;
+      }
+      *out = old;
+      return 0;
+    }
     /* A read error is retried at every scan (errno, not stat, says what
      * it was). No clock: every read is racy (every scan reads every file). */
     stamped = stamped && kind != FP_READ_ERROR;
@@ -663,12 +690,23 @@ static int load_file(mcpcfg_loader *l, const char *path, const fstamp *cur,
     if (rv == 1 || (rv == 0 && nbad))
       rv = keep_old(f, old, rv == 1);
   } else {
-    if (kind == FP_TOO_BIG)
-      mcpcfg_report(&l->o, path, 0, "larger than %zu bytes; file not loaded",
-                    l->o.max_file_size);
+    /* Says exactly what stays: the documents of the file's last whole,
+     * consistent read (reads of a file being written are never used). */
+    char kept[96];
+    if (old && old->ndocs)
+      snprintf(kept, sizeof kept,
+               "the %zu document%s of its last complete read stay%s",
+               old->ndocs, old->ndocs == 1 ? "" : "s",
+               old->ndocs == 1 ? "s" : "");
     else
-      mcpcfg_report(&l->o, path, 0, "cannot read: %s; file not loaded",
-                    strerror((int)fp));
+      snprintf(kept, sizeof kept, "nothing from it is served");
+    if (kind == FP_TOO_BIG)
+      mcpcfg_report(&l->o, path, 0,
+                    "larger than %zu bytes (%llu); file not loaded: %s",
+                    l->o.max_file_size, (unsigned long long)fp, kept);
+    else
+      mcpcfg_report(&l->o, path, 0, "cannot read: %s; file not loaded: %s",
+                    strerror((int)fp), kept);
     rv = keep_old(f, old, 1);
   }
   free(buf);

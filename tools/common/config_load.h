@@ -225,4 +225,8 @@ const mcp_resource *mcpcfg_loader_find(const mcpcfg_loader *loader,
 int mcpcfg_loader_apply(mcpcfg_loader *loader, mcp_store *store,
                         mcp_tstamp ts);
 
+/* Reads dropped since the loader was created because the file changed
+ * while it was read (Reading, above): for metrics. */
+unsigned long mcpcfg_loader_unstable_reads(const mcpcfg_loader *loader);
+
 #endif /* MCPCFG_CONFIG_LOAD_H */
