@@ -126,6 +126,19 @@ START_TEST(test_mirror_long_segment_is_prefix_tilde_sha256) {
   char *f = tool_mirror_file_of(seg);
   ck_assert_str_eq(f, want);
   free(f);
+  /* 248 bytes: the padding takes a block of its own (248 % 64 == 56). */
+  char seg2[249];
+  memset(seg2, 'b', 248);
+  seg2[248] = '\0';
+  memset(want, 'b', 150);
+  strcpy(want + 150,
+         "~35dfadbfff332bc3fb82273040158112973780388656f5e505c88c1c13d5d118");
+  f = tool_mirror_file_of(seg2);
+  ck_assert_str_eq(f, want);
+  free(f);
+  memset(want, 'a', 150);
+  strcpy(want + 150,
+         "~a92efd82109373e58f9a2056dee01e807e216ce6075f7051207c0a9f7d666e50");
   /* Both segments, each on its own. */
   char name[500], two[600];
   snprintf(name, sizeof name, "%s/%s", seg, seg);
