@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "config_internal.h" /* mcpcfg_hash64, read counter, racy window */
@@ -147,6 +148,9 @@ static mcpcfg_loader *load(void) {
 }
 
 static int has_report(const char *rel, unsigned long line, const char *text) {
+  if (getenv("SHOW_REPORTS"))
+    for (int i = 0; i < nreps && i < 64; i++)
+      fprintf(stderr, "%s:%lu: %s\n", reps[i].path, reps[i].line, reps[i].msg);
   char p[1024];
   path_of(rel, p, sizeof p);
   for (int i = 0; i < nreps && i < 64; i++)
@@ -855,6 +859,152 @@ START_TEST(test_file_over_the_size_limit_is_reported_and_keeps_last_content) {
 }
 END_TEST
 
+/* A report callback that, at its first call, appends |append_text| to
+ * |append_path|: a writer at work while the scan runs, between the walk's
+ * stat() of that file and its read. */
+static const char *append_path, *append_text;
+
+static void append_file(const char *p, const char *text) {
+  int fd = open(p, O_WRONLY | O_APPEND);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  close(fd);
+}
+
+static void report_and_append(const char *path, unsigned long line,
+                              const char *msg, void *user_data) {
+  on_report(path, line, msg, user_data);
+  if (append_path) {
+    append_file(append_path, append_text);
+    append_path = NULL;
+  }
+}
+
+/* Issue 12, point 5: a file being written was loaded half-written. A read
+ * is used only when the file did not change from the walk's stat() to the
+ * end of the read; otherwise nothing of it is served until a later scan
+ * reads it whole. */
+START_TEST(test_file_changed_during_the_scan_is_not_served_half_written) {
+  char b[1024];
+  path_of("b.yaml", b, sizeof b);
+  put("a.yaml", "apiVersion: v1\nkind: Thing\nmetadata: {}\n"); /* reported */
+  put("b.yaml", VS("first", "ns", "f"));
+  mcpcfg_options o;
+  mcpcfg_options_default(&o);
+  o.report = report_and_append;
+  mcpcfg_loader *l = NULL;
+  ck_assert_int_eq(mcpcfg_loader_new(&l, dir, &o), 0);
+  append_path = b;
+  append_text = "---\napiVersion: networking.istio.io/v1alpha3\n"
+                "kind: VirtualService\nmetadata:\n  name: half\n"
+                "  namespace: ns\n"; /* the writer's first half */
+  mcpcfg_loader_scan(l);
+  ck_assert_ptr_null(append_path); /* it did write, during the scan */
+  ck_assert(has_report("a.yaml", 1, "no metadata.name"));
+  ck_assert_ptr_null(mcpcfg_loader_find(l, VS_COLL, "ns/half"));
+  ck_assert_ptr_null(mcpcfg_loader_find(l, VS_COLL, "ns/first"));
+  ck_assert_uint_eq(mcpcfg_loader_unstable_reads(l), 1);
+  /* The writer finishes; the next scan reads the whole file. */
+  append_file(b, "spec:\n  hosts: [done]\n");
+  mcpcfg_loader_scan(l);
+  ck_assert_ptr_nonnull(mcpcfg_loader_find(l, VS_COLL, "ns/first"));
+  Google__Protobuf__Struct *s = body_of(mcpcfg_loader_find(l, VS_COLL, "ns/half"));
+  ck_assert_str_eq(sfield(s, "hosts")->list_value->values[0]->string_value,
+                   "done");
+  google__protobuf__struct__free_unpacked(s, NULL);
+  /* A served file that changes during a scan keeps what it had. */
+  append_path = b;
+  append_text = "---\napiVersion: networking.istio.io/v1alpha3\n"
+                "kind: VirtualService\nmetadata:\n  name: third\n";
+  put("a.yaml", "apiVersion: v1\nkind: Thing\nmetadata: {}\n# again\n");
+  put("b.yaml", VS("first", "ns", "f2")); /* changed: read this scan */
+  mcpcfg_loader_scan(l);
+  ck_assert_ptr_null(append_path);
+  ck_assert_ptr_nonnull(mcpcfg_loader_find(l, VS_COLL, "ns/half"));
+  ck_assert_ptr_null(mcpcfg_loader_find(l, VS_COLL, "ns/third"));
+  ck_assert_uint_eq(mcpcfg_loader_unstable_reads(l), 2);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+/* One 512-byte document (a ConfigMap whose data ends with end: "yes"), so
+ * that a writer appending one per write() never splits a page. */
+static void padded_cm(char *out, int i) {
+  int k = snprintf(out, 513,
+                   "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n"
+                   "  name: cm-%05d\ndata:\n  end: \"yes\"\n  pad: \"",
+                   i);
+  memset(out + k, 'x', (size_t)(512 - k - 2));
+  out[510] = '"';
+  out[511] = '\n';
+  out[512] = '\0';
+}
+
+/* Issue 12, point 5, with a real writer: a file appended document by
+ * document while scans run, until it is over the size limit. No scan
+ * serves a document the writer had not finished, and once the file is
+ * too big the report says exactly what stays, which is what is served. */
+START_TEST(test_file_appended_while_scanning_then_too_big_says_what_stays) {
+  enum { LIMIT = 48 * 1024, DOCS = 200 };
+  char p[1024];
+  path_of("gen.yaml", p, sizeof p);
+  int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ck_assert_int_ge(fd, 0);
+  mcpcfg_options o;
+  mcpcfg_options_default(&o);
+  o.max_file_size = LIMIT;
+  mcpcfg_loader *l = new_loader(&o);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    char d[513];
+    for (int i = 0; i < DOCS; i++) {
+      padded_cm(d, i);
+      if (write(fd, d, 512) != 512)
+        _exit(1);
+      if (i % 8 == 7) { /* a page at a time: scans see it grow */
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+      }
+    }
+    _exit(0);
+  }
+  close(fd);
+  int status = 0, done = 0, scans = 0;
+  while (!done) {
+    done = waitpid(pid, &status, WNOHANG) == pid;
+    ck_assert_int_ge(mcpcfg_loader_scan(l), 0);
+    scans++;
+    const mcp_resource *r;
+    size_t n = 0;
+    for (size_t i = 0; i < mcpcfg_loader_collection_count(l); i++)
+      if (!strcmp(mcpcfg_loader_collection_name(l, i), CM_COLL))
+        n = mcpcfg_loader_resources(l, i, &r);
+    for (size_t i = 0; i < n; i++) { /* every document whole */
+      Google__Protobuf__Struct *s = body_of(&r[i]);
+      ck_assert_str_eq(sfield(s, "end")->string_value, "yes");
+      ck_assert_uint_eq(strlen(sfield(s, "pad")->string_value), 421);
+      google__protobuf__struct__free_unpacked(s, NULL);
+    }
+  }
+  ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ck_assert_int_ge(mcpcfg_loader_scan(l), 0);
+  mcpcfg_loader_scan(l);
+  size_t served = count(l, CM_COLL);
+  ck_assert_uint_le(served, LIMIT / 512);
+  char want[128];
+  if (served)
+    snprintf(want, sizeof want, "the %zu document%s of its last complete read",
+             served, served == 1 ? "" : "s");
+  else
+    snprintf(want, sizeof want, "nothing from it is served");
+  ck_assert(has_report("gen.yaml", 0, "larger than 49152 bytes (102400)"));
+  ck_assert(has_report("gen.yaml", 0, want));
+  (void)scans;
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
 START_TEST(test_nul_character_in_a_scalar_is_reported) {
   put("t.yaml", "apiVersion: v1\nkind: Thing\nmetadata: {name: t}\n"
                 "spec: {a: \"x\\0y\"}\n");
@@ -1085,6 +1235,50 @@ START_TEST(test_duplicate_across_files_lexically_first_path_wins) {
 }
 END_TEST
 
+/* Issue 12, point 6: a new file defining a name another file serves took
+ * it over when its path sorted first, and the report blamed the old file.
+ * The served resource keeps its file; the newcomer is reported. */
+START_TEST(test_new_file_does_not_take_over_a_served_name) {
+  put("b.yaml", VS("same", "ns", "from-b"));
+  mcpcfg_loader *l = load();
+  put("a.yaml", VS("other", "ns", "o") "---\n" VS("same", "ns", "from-a"));
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  Google__Protobuf__Struct *s = body_of(mcpcfg_loader_find(l, VS_COLL, "ns/same"));
+  ck_assert_str_eq(sfield(s, "hosts")->list_value->values[0]->string_value,
+                   "from-b");
+  google__protobuf__struct__free_unpacked(s, NULL);
+  ck_assert_ptr_nonnull(mcpcfg_loader_find(l, VS_COLL, "ns/other"));
+  ck_assert_int_eq(nreps, 1);
+  ck_assert(has_report("a.yaml", 8, "duplicate resource " VS_COLL " ns/same"));
+  ck_assert(strstr(reps[0].msg, "b.yaml:1"));
+  /* Editing the owner keeps it the owner. */
+  put("b.yaml", VS("same", "ns", "from-b2"));
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  s = body_of(mcpcfg_loader_find(l, VS_COLL, "ns/same"));
+  ck_assert_str_eq(sfield(s, "hosts")->list_value->values[0]->string_value,
+                   "from-b2");
+  google__protobuf__struct__free_unpacked(s, NULL);
+  /* When the owner stops defining it, the other definition is served. */
+  put("b.yaml", VS("renamed", "ns", "r"));
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  s = body_of(mcpcfg_loader_find(l, VS_COLL, "ns/same"));
+  ck_assert_str_eq(sfield(s, "hosts")->list_value->values[0]->string_value,
+                   "from-a");
+  google__protobuf__struct__free_unpacked(s, NULL);
+  /* And a.yaml owns it now: b.yaml defining it again is reported. */
+  nreps = 0;
+  put("b.yaml", VS("same", "ns", "from-b3"));
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  s = body_of(mcpcfg_loader_find(l, VS_COLL, "ns/same"));
+  ck_assert_str_eq(sfield(s, "hosts")->list_value->values[0]->string_value,
+                   "from-a");
+  google__protobuf__struct__free_unpacked(s, NULL);
+  ck_assert(has_report("b.yaml", 1, "served from"));
+  ck_assert(strstr(reps[0].msg, "a.yaml:8"));
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
 START_TEST(test_duplicate_within_file_first_document_wins) {
   put("a.yaml", VS("same", "ns", "first") "---\n" VS("same", "ns", "second"));
   mcpcfg_loader *l = load();
@@ -1299,6 +1493,170 @@ START_TEST(test_name_the_store_refuses_is_skipped_not_blocking) {
   ck_assert_uint_eq(mcp_store_count(s, VS_COLL), 1);
   ck_assert_ptr_nonnull(mcp_store_version(s, VS_COLL, "ns/good"));
   mcp_store_del(s);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+static int nacks_seen;
+
+static void count_nacks(const mcp_event *ev, void *user_data) {
+  (void)user_data;
+  if (ev->type == MCP_EVENT_NACK)
+    nacks_seen++;
+}
+
+static void flatten_msg(mcp_msg *m, uint8_t **buf, size_t *len) {
+  *len = mcp_msg_len(m);
+  *buf = malloc(*len ? *len : 1);
+  ck_assert_ptr_nonnull(*buf);
+  mcp_msg_flatten(m, *buf);
+  mcp_msg_free(m);
+}
+
+/* Serves what |l| holds for |coll| through a real source session to a
+ * sink session with the sink's default limits (what mcp-sink applies);
+ * returns the number of resources the sink holds after, and counts its
+ * NACKs in |nacks_seen|. */
+static size_t through_a_default_sink(mcpcfg_loader *l, const char *coll) {
+  mcp_store *st = new_store();
+  ck_assert_int_ge(mcpcfg_loader_apply(l, st, 1), 0);
+  mcp_source_options so;
+  mcp_source_options_default(&so);
+  so.store = st;
+  mcp_source_session *src = NULL;
+  ck_assert_int_eq(mcp_source_session_new(&src, &so, 1), 0);
+  mcp_sink_options ko;
+  mcp_sink_options_default(&ko);
+  const char *cs[] = {coll};
+  ko.collections = cs;
+  ko.ncollections = 1;
+  ko.on_event = count_nacks;
+  mcp_sink_state *ss = NULL;
+  mcp_sink_session *sk = NULL;
+  ck_assert_int_eq(mcp_sink_state_new(&ss, &ko), 0);
+  ck_assert_int_eq(mcp_sink_session_new(&sk, ss, 1), 0);
+  nacks_seen = 0;
+  for (int moved = 1, round = 0; moved && round < 20; round++) {
+    mcp_msg *m;
+    uint8_t *b;
+    size_t n;
+    moved = 0;
+    while (mcp_sink_session_next(sk, &m) == 1) {
+      flatten_msg(m, &b, &n);
+      ck_assert_int_ge(mcp_source_session_recv(src, b, n, 1), 0);
+      free(b);
+      moved = 1;
+    }
+    while (mcp_source_session_next(src, 1, &m) == 1) {
+      flatten_msg(m, &b, &n);
+      ck_assert_int_ge(mcp_sink_session_recv(sk, b, n, 1), 0);
+      free(b);
+      moved = 1;
+    }
+  }
+  size_t held = mcp_sink_state_count(ss, coll);
+  mcp_sink_session_del(sk);
+  mcp_sink_state_del(ss);
+  mcp_source_session_del(src);
+  mcp_store_del(st);
+  return held;
+}
+
+/* A YAML document of VS |name| in "ns" with |nlabels| labels. */
+static char *vs_with_labels(const char *name, int nlabels, const char *host) {
+  size_t cap = 256 + (size_t)nlabels * 32;
+  char *y = malloc(cap);
+  ck_assert_ptr_nonnull(y);
+  int k = snprintf(y, cap,
+                   "apiVersion: networking.istio.io/v1alpha3\n"
+                   "kind: VirtualService\nmetadata:\n  name: %s\n"
+                   "  namespace: ns\n  labels:\n",
+                   name);
+  for (int i = 0; i < nlabels; i++)
+    k += snprintf(y + k, cap - (size_t)k, "    l%d: v\n", i);
+  snprintf(y + k, cap - (size_t)k, "spec:\n  hosts: [%s]\n", host);
+  return y;
+}
+
+/* Issue 12, point 4: the source served 257 labels, the sink NACKed every
+ * later push of the collection. The loader applies the sink's limits
+ * (mcp_resource_check() with the sink's defaults): the document is skipped
+ * with PATH:LINE, the resource keeps its last good content, and a default
+ * sink takes every push. */
+START_TEST(test_document_over_the_sinks_metadata_limit_is_skipped) {
+  char *ok = vs_with_labels("big", MCP_DEFAULT_MAX_METADATA, "before");
+  put("vs.yaml", ok);
+  free(ok);
+  put("other.yaml", VS("other", "ns", "o"));
+  mcpcfg_loader *l = load();
+  ck_assert_int_eq(nreps, 0);
+  ck_assert_uint_eq(count(l, VS_COLL), 2);
+  ck_assert_uint_eq(through_a_default_sink(l, VS_COLL), 2);
+  ck_assert_int_eq(nacks_seen, 0);
+  /* One label too many, in the second document of the file. */
+  char *bad = vs_with_labels("big", MCP_DEFAULT_MAX_METADATA + 1, "after");
+  char *two = malloc(strlen(bad) + 200);
+  ck_assert_ptr_nonnull(two);
+  sprintf(two, "%s---\n%s", VS("first", "ns", "f"), bad);
+  put("vs.yaml", two);
+  free(bad);
+  free(two);
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  ck_assert(has_report("vs.yaml", 8, "more than 256 labels and annotations"));
+  ck_assert(has_report("vs.yaml", 8, "document skipped"));
+  Google__Protobuf__Struct *s = body_of(mcpcfg_loader_find(l, VS_COLL, "ns/big"));
+  ck_assert_str_eq(sfield(s, "hosts")->list_value->values[0]->string_value,
+                   "before");
+  google__protobuf__struct__free_unpacked(s, NULL);
+  ck_assert_uint_eq(count(l, VS_COLL), 3);
+  ck_assert_uint_eq(through_a_default_sink(l, VS_COLL), 3);
+  ck_assert_int_eq(nacks_seen, 0);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+/* Issue 12, point 7: by default names are what Kubernetes accepts (each
+ * segment a lowercase DNS-1123 subdomain); the permissive rule is an
+ * option. */
+START_TEST(test_default_names_are_kubernetes_names) {
+  put("vs.yaml", VS("Not_A_DNS_Label!", "ns", "a") "---\n"
+                 VS("reviews.default.svc", "ns", "b") "---\n"
+                 VS("ok", "Bad_Namespace", "c"));
+  mcpcfg_loader *l = load();
+  ck_assert_uint_eq(count(l, VS_COLL), 1);
+  ck_assert_ptr_nonnull(mcpcfg_loader_find(l, VS_COLL, "ns/reviews.default.svc"));
+  ck_assert(has_report("vs.yaml", 1, "naming rules"));
+  ck_assert(has_report("vs.yaml", 1, "ns/Not_A_DNS_Label!"));
+  ck_assert(has_report("vs.yaml", 16, "Bad_Namespace/ok"));
+  mcpcfg_loader_del(l);
+  /* A 254-byte segment is not a subdomain. */
+  char name[300], doc[600];
+  memset(name, 'a', 254);
+  name[254] = '\0';
+  snprintf(doc, sizeof doc, VS("%s", "ns", "x"), name);
+  put("vs.yaml", doc);
+  nreps = 0;
+  l = load();
+  ck_assert_uint_eq(count(l, VS_COLL), 0);
+  ck_assert(has_report("vs.yaml", 1, "naming rules"));
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+START_TEST(test_permissive_names_are_an_option) {
+  put("vs.yaml", VS("Not_A_DNS_Label!", "ns", "a") "---\n"
+                 VS("bad name", "ns", "b"));
+  mcpcfg_options o;
+  mcpcfg_options_default(&o);
+  o.name_rules = MCP_NAMES_LENIENT;
+  mcpcfg_loader *l = new_loader(&o);
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  ck_assert_ptr_nonnull(mcpcfg_loader_find(l, VS_COLL, "ns/Not_A_DNS_Label!"));
+  /* Never what the sink would refuse: a space breaks every rule but ANY. */
+  ck_assert_uint_eq(count(l, VS_COLL), 1);
+  ck_assert(has_report("vs.yaml", 8, "naming rules"));
+  ck_assert_uint_eq(through_a_default_sink(l, VS_COLL), 1);
+  ck_assert_int_eq(nacks_seen, 0);
   mcpcfg_loader_del(l);
 }
 END_TEST
@@ -1670,6 +2028,8 @@ int main(void) {
   tcase_add_test(t, test_a_million_open_brackets_are_rejected_quickly);
   tcase_add_test(t, test_file_over_the_size_limit_is_reported_and_keeps_last_content);
   tcase_add_test(t, test_nul_character_in_a_scalar_is_reported);
+  tcase_add_test(t, test_file_changed_during_the_scan_is_not_served_half_written);
+  tcase_add_test(t, test_file_appended_while_scanning_then_too_big_says_what_stays);
   t = tc(s, "files");
   tcase_add_test(t, test_multi_document_file_loads_every_document);
   tcase_add_test(t, test_empty_documents_and_files_are_skipped_silently);
@@ -1684,6 +2044,7 @@ int main(void) {
   tcase_add_test(t, test_deleted_file_removes_its_resources);
   tcase_add_test(t, test_duplicate_across_files_lexically_first_path_wins);
   tcase_add_test(t, test_duplicate_within_file_first_document_wins);
+  tcase_add_test(t, test_new_file_does_not_take_over_a_served_name);
   tcase_add_test(t, test_declared_collections_are_listed_empty);
   tcase_add_test(t, test_rescan_without_changes_returns_0_and_reports_nothing);
   tcase_add_test(t, test_missing_root_is_an_io_error);
@@ -1705,6 +2066,9 @@ int main(void) {
   t = tc(s, "store");
   tcase_add_test(t, test_apply_fills_the_store);
   tcase_add_test(t, test_name_the_store_refuses_is_skipped_not_blocking);
+  tcase_add_test(t, test_document_over_the_sinks_metadata_limit_is_skipped);
+  tcase_add_test(t, test_default_names_are_kubernetes_names);
+  tcase_add_test(t, test_permissive_names_are_an_option);
   tcase_add_test(t, test_apply_unchanged_content_changes_nothing);
   tcase_add_test(t, test_apply_after_delete_empties_the_collection);
   tcase_add_test(t, test_apply_touches_only_changed_collections);

@@ -97,6 +97,127 @@ START_TEST(test_name_strict_requires_dns_labels) {
 }
 END_TEST
 
+
+START_TEST(test_name_kubernetes_accepts_lowercase_subdomain_segments) {
+  ck_assert(mcp_name_valid2("default/reviews", MCP_NAMES_KUBERNETES));
+  ck_assert(mcp_name_valid2("istio-system/reviews.default.svc",
+                            MCP_NAMES_KUBERNETES));
+  ck_assert(mcp_name_valid2("0a/b0", MCP_NAMES_KUBERNETES));
+  ck_assert(mcp_name_valid2("mesh", MCP_NAMES_KUBERNETES));
+  /* Kubernetes sets no 63-byte limit per label of a subdomain. */
+  char s[300];
+  memset(s, 'a', 253);
+  s[253] = '\0';
+  ck_assert(mcp_name_valid2(s, MCP_NAMES_KUBERNETES));
+  s[253] = 'a';
+  s[254] = '\0';
+  ck_assert(!mcp_name_valid2(s, MCP_NAMES_KUBERNETES));
+}
+END_TEST
+
+START_TEST(test_name_kubernetes_rejects_what_kubernetes_rejects) {
+  ck_assert(!mcp_name_valid2("Not_A_DNS_Label!", MCP_NAMES_KUBERNETES));
+  ck_assert(!mcp_name_valid2("default/Reviews", MCP_NAMES_KUBERNETES));
+  ck_assert(!mcp_name_valid2("a_b", MCP_NAMES_KUBERNETES));
+  ck_assert(!mcp_name_valid2("-a", MCP_NAMES_KUBERNETES));
+  ck_assert(!mcp_name_valid2("a-", MCP_NAMES_KUBERNETES));
+  ck_assert(!mcp_name_valid2("a.-b", MCP_NAMES_KUBERNETES));
+  ck_assert(!mcp_name_valid2("a..b", MCP_NAMES_KUBERNETES));
+  ck_assert(!mcp_name_valid2(".a", MCP_NAMES_KUBERNETES));
+  ck_assert(!mcp_name_valid2("a.", MCP_NAMES_KUBERNETES));
+  ck_assert(!mcp_name_valid2("a//b", MCP_NAMES_KUBERNETES));
+  ck_assert(!mcp_name_valid2("ns/..", MCP_NAMES_KUBERNETES));
+  ck_assert(!mcp_name_valid2("", MCP_NAMES_KUBERNETES));
+  ck_assert(!mcp_name_valid2(NULL, MCP_NAMES_KUBERNETES));
+  /* The permissive rule still takes them (a sink's default). */
+  ck_assert(mcp_name_valid2("Not_A_DNS_Label!", MCP_NAMES_LENIENT));
+  ck_assert(mcp_name_valid2("system:controller:x", MCP_NAMES_LENIENT));
+}
+END_TEST
+
+static mcp_resource good_resource(void) {
+  mcp_resource r;
+  memset(&r, 0, sizeof(r));
+  r.name = "default/reviews";
+  r.version = "v1";
+  r.type_url = "type.googleapis.com/google.protobuf.Struct";
+  return r;
+}
+
+START_TEST(test_resource_check_applies_the_sink_defaults) {
+  mcp_resource_limits lim;
+  mcp_resource_limits_default(&lim);
+  mcp_sink_options so;
+  mcp_sink_options_default(&so);
+  ck_assert_int_eq(lim.name_rules, so.name_rules);
+  ck_assert_uint_eq(lim.max_name_len, so.max_name_len);
+  ck_assert_uint_eq(lim.max_version_len, so.max_version_len);
+  ck_assert_uint_eq(lim.max_metadata, so.max_metadata);
+  char msg[200];
+  mcp_resource r = good_resource();
+  ck_assert_int_eq(mcp_resource_check(&r, &lim, msg, sizeof(msg)), 0);
+  static mcp_kv kv[MCP_DEFAULT_MAX_METADATA + 1];
+  for (size_t i = 0; i < MCP_DEFAULT_MAX_METADATA + 1; i++) {
+    kv[i].key = "k";
+    kv[i].value = "v";
+  }
+  r.labels = kv;
+  r.nlabels = 200;
+  r.annotations = kv + 200;
+  r.nannotations = MCP_DEFAULT_MAX_METADATA - 200;
+  ck_assert_int_eq(mcp_resource_check(&r, &lim, msg, sizeof(msg)), 0);
+  r.nannotations++;
+  ck_assert_int_eq(mcp_resource_check(&r, &lim, msg, sizeof(msg)),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(msg, "labels and annotations"));
+  ck_assert_ptr_nonnull(strstr(msg, "default/reviews"));
+}
+END_TEST
+
+START_TEST(test_resource_check_reports_each_limit) {
+  mcp_resource_limits lim;
+  mcp_resource_limits_default(&lim);
+  char msg[120], name[MCP_DEFAULT_MAX_NAME_LEN + 2];
+  mcp_resource r = good_resource();
+  memset(name, 'a', sizeof(name) - 1);
+  name[sizeof(name) - 1] = '\0';
+  r.name = name;
+  ck_assert_int_eq(mcp_resource_check(&r, &lim, msg, sizeof(msg)),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(msg, "longer than 512 bytes"));
+  name[MCP_DEFAULT_MAX_NAME_LEN] = '\0';
+  ck_assert_int_eq(mcp_resource_check(&r, &lim, msg, sizeof(msg)), 0);
+  r.name = "Not_A_DNS_Label!";
+  ck_assert_int_eq(mcp_resource_check(&r, &lim, msg, sizeof(msg)), 0);
+  lim.name_rules = MCP_NAMES_KUBERNETES;
+  ck_assert_int_eq(mcp_resource_check(&r, &lim, msg, sizeof(msg)),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(msg, "naming rules"));
+  r = good_resource();
+  char version[MCP_DEFAULT_MAX_VERSION_LEN + 2];
+  memset(version, '1', sizeof(version) - 1);
+  version[sizeof(version) - 1] = '\0';
+  r.version = version;
+  ck_assert_int_eq(mcp_resource_check(&r, &lim, msg, sizeof(msg)),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(msg, "version longer than 256"));
+  r = good_resource();
+  r.type_url = "";
+  ck_assert_int_eq(mcp_resource_check(&r, &lim, msg, sizeof(msg)),
+                   MCP_ERR_INVALID_ARGUMENT);
+  r = good_resource();
+  r.has_create_time = 1;
+  r.create_time_nanos = 1000000000;
+  ck_assert_int_eq(mcp_resource_check(&r, &lim, msg, sizeof(msg)),
+                   MCP_ERR_INVALID_ARGUMENT);
+  /* Smaller limits of the caller's own. */
+  r = good_resource();
+  lim.max_name_len = 4;
+  ck_assert_int_eq(mcp_resource_check(&r, &lim, msg, sizeof(msg)),
+                   MCP_ERR_INVALID_ARGUMENT);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("core_names");
   TCase *t = tcase_create("names");
@@ -109,6 +230,10 @@ int main(void) {
   tcase_add_test(t, test_name_lenient_accepts_kubernetes_names);
   tcase_add_test(t, test_name_lenient_rejects_empty_segments_and_path_tricks);
   tcase_add_test(t, test_name_strict_requires_dns_labels);
+  tcase_add_test(t, test_name_kubernetes_accepts_lowercase_subdomain_segments);
+  tcase_add_test(t, test_name_kubernetes_rejects_what_kubernetes_rejects);
+  tcase_add_test(t, test_resource_check_applies_the_sink_defaults);
+  tcase_add_test(t, test_resource_check_reports_each_limit);
   suite_add_tcase(s, t);
   SRunner *r = srunner_create(s);
   srunner_run_all(r, CK_NORMAL);

@@ -71,6 +71,7 @@ static void usage(FILE *f) {
           "usage: mcp-source [--dir DIR | --etcd ENDPOINTS] [--collection NAME]...\n"
           "                  [--listen HOST:PORT | --connect HOST:PORT]\n"
           "                  [--transport grpc|h2c] [--debounce MS]\n"
+          "                  [--names kubernetes|permissive]\n"
           "                  [--log-level LEVEL] [--log-format text|json]\n"
           "                  [--debug-listen HOST:PORT]\n"
           "                  [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]\n"
@@ -87,6 +88,9 @@ static void usage(FILE *f) {
           "  --etcd-ca FILE, --etcd-cert FILE, --etcd-key FILE  TLS to etcd\n"
           "  --etcd-user USER --etcd-password-file FILE  etcd authentication\n"
           "  --collection NAME  serve NAME even when empty (repeatable)\n"
+          "  --names RULES      resource names the files may use: kubernetes\n"
+          "                     (default: each '/' segment a lowercase DNS-1123\n"
+          "                     subdomain) or permissive (printable ASCII)\n"
           "  --listen HOST:PORT serve ResourceSource: sinks dial us\n"
           "                     (default " DEFAULT_ADDRESS ")\n"
           "  --connect HOST:PORT dial a ResourceSink, reconnecting forever\n"
@@ -422,6 +426,7 @@ typedef struct source_args {
   const char *etcd, *etcd_prefix, *etcd_ca, *etcd_cert, *etcd_key,
       *etcd_user, *etcd_password_file;
   int dial;
+  mcp_name_rules names; /* --names */
   unsigned long debounce_ms;
   tool_log_level level;
   tool_strv colls;
@@ -435,6 +440,7 @@ static int parse_args(int argc, char **argv, source_args *o) {
   const char *listen = NULL, *connect = NULL, *level = "info", *v = NULL;
   o->transport = tool_transport_default();
   o->debounce_ms = DEFAULT_DEBOUNCE_MS;
+  o->names = MCP_NAMES_KUBERNETES;
   for (int i = 1; i < argc; i++) {
     int rv;
     if (tool_arg_flag(argv, i, "--help") || tool_arg_flag(argv, i, "-h")) {
@@ -471,6 +477,14 @@ static int parse_args(int argc, char **argv, source_args *o) {
         fprintf(stderr, "mcp-source: out of memory\n");
         return 1;
       }
+    } else if (VALUE("--names")) {
+      if (rv > 0 && !strcmp(v, "kubernetes"))
+        o->names = MCP_NAMES_KUBERNETES;
+      else if (rv > 0 && !strcmp(v, "permissive"))
+        o->names = MCP_NAMES_LENIENT;
+      else if (rv > 0)
+        return usage_error("--names: expected kubernetes or permissive, "
+                           "not %s", v);
     } else if (VALUE("--listen")) {
       listen = v;
     } else if (VALUE("--connect")) {
@@ -659,6 +673,7 @@ int main(int argc, char **argv) {
   mcp_store_options so;
   mcp_store_options_default(&so);
   so.rand = tool_rand;
+  so.name_rules = args.names; /* the loader's: it never gives the store more */
   if ((rv = mcp_store_new(&app.store, &so)) < 0) {
     log_error("cannot create the store: %s", mcp_strerror(rv));
     goto out;
@@ -668,6 +683,7 @@ int main(int argc, char **argv) {
     mcpcfg_options_default(&lo);
     lo.report = on_report;
     lo.user_data = &app;
+    lo.name_rules = args.names;
     if ((rv = mcpcfg_loader_new(&app.loader, dir, &lo)) < 0) {
       log_error("cannot create the loader: %s", mcpcfg_strerror(rv));
       goto out;

@@ -2,6 +2,7 @@
 #include "mirror.h"
 
 #include <dirent.h>
+#include <stdint.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,11 +17,132 @@
 #include "resource_json.h"
 
 #define TMP_PREFIX ".mcp-sink-tmp-"
+/* Segments longer than this are mapped (mirror.h); the mapped form is
+ * longer, so the two sets of file names never meet. */
+#define MAX_SEGMENT 200
+#define MAPPED_PREFIX 150
+
+/* ---- SHA-256 (FIPS 180-4), for the names of long segments ---- */
+
+typedef struct sha256 {
+  uint32_t h[8];
+  uint8_t block[64];
+  uint64_t len;
+  size_t n;
+} sha256;
+
+static const uint32_t K256[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1,
+    0x923f82a4, 0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3,
+    0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786,
+    0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147,
+    0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13,
+    0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+    0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a,
+    0x5b9cca4f, 0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208,
+    0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+
+#define ROR32(x, r) (((x) >> (r)) | ((x) << (32 - (r))))
+
+static void sha256_block(sha256 *c, const uint8_t *p) {
+  uint32_t w[64], v[8];
+  for (int i = 0; i < 16; i++)
+    w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
+           (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+  for (int i = 16; i < 64; i++) {
+    uint32_t s0 = ROR32(w[i - 15], 7) ^ ROR32(w[i - 15], 18) ^ (w[i - 15] >> 3);
+    uint32_t s1 = ROR32(w[i - 2], 17) ^ ROR32(w[i - 2], 19) ^ (w[i - 2] >> 10);
+    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+  }
+  memcpy(v, c->h, sizeof v);
+  for (int i = 0; i < 64; i++) {
+    uint32_t s1 = ROR32(v[4], 6) ^ ROR32(v[4], 11) ^ ROR32(v[4], 25);
+    uint32_t ch = (v[4] & v[5]) ^ (~v[4] & v[6]);
+    uint32_t t1 = v[7] + s1 + ch + K256[i] + w[i];
+    uint32_t s0 = ROR32(v[0], 2) ^ ROR32(v[0], 13) ^ ROR32(v[0], 22);
+    uint32_t maj = (v[0] & v[1]) ^ (v[0] & v[2]) ^ (v[1] & v[2]);
+    uint32_t t2 = s0 + maj;
+    memmove(v + 1, v, 7 * sizeof v[0]);
+    v[4] += t1;
+    v[0] = t1 + t2;
+  }
+  for (int i = 0; i < 8; i++)
+    c->h[i] += v[i];
+}
+
+static void sha256_hex(const void *data, size_t len, char out[65]) {
+  static const uint32_t iv[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372,
+                                 0xa54ff53a, 0x510e527f, 0x9b05688c,
+                                 0x1f83d9ab, 0x5be0cd19};
+  sha256 c;
+  const uint8_t *p = data;
+  memcpy(c.h, iv, sizeof iv);
+  c.len = (uint64_t)len * 8;
+  for (; len >= 64; p += 64, len -= 64)
+    sha256_block(&c, p);
+  memset(c.block, 0, sizeof c.block);
+  memcpy(c.block, p, len);
+  c.block[len] = 0x80;
+  if (len >= 56) {
+    sha256_block(&c, c.block);
+    memset(c.block, 0, sizeof c.block);
+  }
+  for (int i = 0; i < 8; i++)
+    c.block[56 + i] = (uint8_t)(c.len >> (56 - 8 * i));
+  sha256_block(&c, c.block);
+  for (int i = 0; i < 32; i++)
+    snprintf(out + 2 * i, 3, "%02x", (unsigned)(c.h[i / 4] >> (24 - 8 * (i % 4))) & 0xff);
+}
+
+char *tool_mirror_file_of(const char *name) {
+  size_t n = strlen(name), cap = n + 1;
+  for (const char *seg = name;;) { /* room for the mapped segments */
+    const char *e = strchr(seg, '/');
+    size_t l = e ? (size_t)(e - seg) : strlen(seg);
+    if (l > MAX_SEGMENT)
+      cap += MAPPED_PREFIX + 65;
+    if (!e)
+      break;
+    seg = e + 1;
+  }
+  char *out = malloc(cap), *o = out;
+  if (!out)
+    return NULL;
+  for (const char *seg = name;;) {
+    const char *e = strchr(seg, '/');
+    size_t l = e ? (size_t)(e - seg) : strlen(seg);
+    if (l <= MAX_SEGMENT) {
+      memcpy(o, seg, l);
+      o += l;
+    } else {
+      /* A prefix that ends on a UTF-8 character boundary, "~", and the
+       * SHA-256 of the whole segment: 212 to 215 bytes. */
+      size_t k = MAPPED_PREFIX;
+      while (k > 0 && ((unsigned char)seg[k] & 0xc0) == 0x80)
+        k--;
+      char hex[65];
+      sha256_hex(seg, l, hex);
+      memcpy(o, seg, k);
+      o += k;
+      *o++ = '~';
+      memcpy(o, hex, 64);
+      o += 64;
+    }
+    if (!e)
+      break;
+    *o++ = '/';
+    seg = e + 1;
+  }
+  *o = '\0';
+  return out;
+}
 
 typedef struct mcoll {
   char *name;
   char *dir;       /* DIR/<name> */
-  json_t *written; /* name -> version of the file on disk */
+  json_t *written; /* tool_mirror_file_of(name) -> version on disk */
   int reconciled;  /* the first full state was applied */
 } mcoll;
 
@@ -263,8 +385,9 @@ static void sweep(tool_mirror *m, mcoll *c, const char *path,
   closedir(d);
 }
 
-static int remove_file(mcoll *c, const char *name, char *msg, size_t msglen) {
-  char *path = join(c->dir, name, ".json");
+/* |key|: tool_mirror_file_of() of the resource name. */
+static int remove_file(mcoll *c, const char *key, char *msg, size_t msglen) {
+  char *path = join(c->dir, key, ".json");
   if (!path) {
     snprintf(msg, msglen, "out of memory");
     return MCP_CODE_INTERNAL;
@@ -275,21 +398,22 @@ static int remove_file(mcoll *c, const char *name, char *msg, size_t msglen) {
     code = MCP_CODE_INTERNAL;
   } else {
     prune(path, c->dir);
-    json_object_del(c->written, name);
+    json_object_del(c->written, key);
   }
   free(path);
   return code;
 }
 
 /* Full state: removes the files written for names the new state lacks
- * (beyond |removed|: a change that failed half way may have left some). */
-static int remove_others(mcoll *c, const mcp_change *ch, char *msg,
-                         size_t msglen) {
+ * (beyond |removed|: a change that failed half way may have left some).
+ * |keys| are the file keys of ch->resources. */
+static int remove_others(mcoll *c, const mcp_change *ch, char **keys,
+                         char *msg, size_t msglen) {
   if (json_object_size(c->written) <= ch->nresources)
     return 0; /* every name written is in the new state */
   json_t *keep = json_object();
   for (size_t i = 0; keep && i < ch->nresources; i++) {
-    if (json_object_set_new(keep, ch->resources[i].name, json_true()) != 0) {
+    if (json_object_set_new(keep, keys[i], json_true()) != 0) {
       json_decref(keep);
       keep = NULL;
     }
@@ -328,14 +452,20 @@ int tool_mirror_apply(tool_mirror *m, const mcp_change *ch, char *msg,
     }
   }
   json_t **docs = calloc(ch->nresources ? ch->nresources : 1, sizeof(*docs));
-  if (!docs) {
-    snprintf(msg, msglen, "out of memory");
-    return MCP_CODE_RESOURCE_EXHAUSTED;
-  }
+  char **keys = calloc(ch->nresources ? ch->nresources : 1, sizeof(*keys));
   int code = 0;
+  for (size_t i = 0; docs && keys && i < ch->nresources && !code; i++) {
+    if (!(keys[i] = tool_mirror_file_of(ch->resources[i].name)))
+      code = MCP_CODE_RESOURCE_EXHAUSTED;
+  }
+  if (!docs || !keys || code) {
+    snprintf(msg, msglen, "out of memory");
+    code = MCP_CODE_RESOURCE_EXHAUSTED;
+    goto out;
+  }
   for (size_t i = 0; i < ch->nresources && !code; i++) {
     const mcp_resource *r = &ch->resources[i];
-    const char *have = json_string_value(json_object_get(c->written, r->name));
+    const char *have = json_string_value(json_object_get(c->written, keys[i]));
     if (have && strcmp(have, r->version) == 0)
       continue; /* this version is on disk */
     char why[200];
@@ -353,7 +483,7 @@ int tool_mirror_apply(tool_mirror *m, const mcp_change *ch, char *msg,
       continue;
     const mcp_resource *r = &ch->resources[i];
     char *text = json_dumps(docs[i], JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    char *path = join(c->dir, r->name, ".json");
+    char *path = join(c->dir, keys[i], ".json");
     size_t tl = text ? strlen(text) : 0;
     if (text)
       text[tl] = '\n'; /* json_dumps' NUL becomes the final newline */
@@ -363,30 +493,42 @@ int tool_mirror_apply(tool_mirror *m, const mcp_change *ch, char *msg,
     } else if (mkparents(path) != 0 || write_atomic(path, text, tl + 1) != 0) {
       snprintf(msg, msglen, "cannot write %s: %s", path, strerror(errno));
       code = MCP_CODE_INTERNAL;
-    } else if (json_object_set_new(c->written, r->name,
+    } else if (json_object_set_new(c->written, keys[i],
                                    json_string(r->version)) != 0) {
-      json_object_del(c->written, r->name); /* rewritten next time */
+      json_object_del(c->written, keys[i]); /* rewritten next time */
     }
     free(text);
     free(path);
   }
-  for (size_t i = 0; i < ch->nresources; i++)
-    json_decref(docs[i]);
-  free(docs);
   /* A removed name that is not a safe path was never written (its change
    * was rejected): nothing to remove. Incremental pushes name such
    * resources when they came and went after what the sink ACKed last. */
   for (size_t i = 0; i < ch->nremoved && !code; i++) {
-    if (tool_path_safe(ch->removed[i]))
-      code = remove_file(c, ch->removed[i], msg, msglen);
+    if (!tool_path_safe(ch->removed[i]))
+      continue;
+    char *key = tool_mirror_file_of(ch->removed[i]);
+    if (!key) {
+      snprintf(msg, msglen, "out of memory");
+      code = MCP_CODE_RESOURCE_EXHAUSTED;
+    } else {
+      code = remove_file(c, key, msg, msglen);
+      free(key);
+    }
   }
   /* The whole content: full state, or the first change when it is. */
   int whole = !ch->incremental || (m->first_is_full && !c->reconciled);
   if (!code && whole)
-    code = remove_others(c, ch, msg, msglen);
+    code = remove_others(c, ch, keys, msg, msglen);
   if (!code && whole && !c->reconciled) {
     sweep(m, c, c->dir, "");
     c->reconciled = 1;
   }
+out:
+  for (size_t i = 0; docs && i < ch->nresources; i++)
+    json_decref(docs[i]);
+  for (size_t i = 0; keys && i < ch->nresources; i++)
+    free(keys[i]);
+  free(docs);
+  free(keys);
   return code;
 }

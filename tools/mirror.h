@@ -15,6 +15,14 @@
  * below the directory of another requested collection: from then on the
  * directory holds exactly the collection.
  *
+ * File names: a name segment longer than 200 bytes (a file name holds 255,
+ * and Kubernetes subdomains reach 253) is written as its first 150 bytes
+ * (fewer when that would cut a UTF-8 character), "~" and the 64 hex digits
+ * of the segment's SHA-256: 212 to 215 bytes. A segment of at most 200
+ * bytes is written as it is, so the mapping is injective (short and
+ * mapped names differ in length; mapped ones by the hash of the whole
+ * segment) and a name the sink holds is never NACKed for its length.
+ *
  * Names must stay inside DIR: a resource name that is not tool_path_safe()
  * rejects the whole change. A removed name that is not safe is ignored: no
  * change carrying it was ever accepted, so there is no file (an incremental
@@ -41,6 +49,13 @@ int tool_mirror_new(tool_mirror **pm, const char *dir,
                     size_t errlen);
 
 void tool_mirror_del(tool_mirror *m);
+
+/*
+ * The path, relative to DIR/<collection> and without ".json", of the file
+ * of resource |name| (which must be tool_path_safe()): long segments
+ * mapped as above. malloc'd, or NULL when out of memory.
+ */
+char *tool_mirror_file_of(const char *name);
 
 /*
  * Declares that the first change of each collection carries its whole

@@ -89,6 +89,28 @@ static int dns_label(const char *s, size_t n) {
   return 1;
 }
 
+/* Kubernetes' IsDNS1123Subdomain: at most 253 bytes; labels of [a-z0-9-],
+ * alphanumeric at both ends, joined by '.' (Kubernetes sets no per-label
+ * length here: only the DNS-1123 label rule has the 63). */
+static int dns_subdomain(const char *s, size_t n) {
+  if (n == 0 || n > 253) {
+    return 0;
+  }
+  size_t start = 0;
+  for (size_t i = 0; i <= n; ++i) {
+    if (i == n || s[i] == '.') {
+      if (i == start || s[start] == '-' || s[i - 1] == '-') {
+        return 0;
+      }
+      start = i + 1;
+    } else if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') ||
+                 s[i] == '-')) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
 /* Lenient: a Kubernetes-style name. Segments are non-empty and made of
  * printable ASCII other than space, so DNS subdomains ("a.b.svc"), upper
  * case and underscores pass, while control characters, spaces, empty
@@ -105,9 +127,12 @@ static int lenient_segment(const char *s, size_t n) {
   return 1;
 }
 
-int mcp_name_valid(const char *name, int strict) {
+int mcp_name_valid2(const char *name, mcp_name_rules rules) {
   if (!name) {
     return 0;
+  }
+  if (rules == MCP_NAMES_ANY) {
+    return name[0] && mcp__str_valid(name);
   }
   const char *p = name;
   if (*p == '/') {
@@ -119,7 +144,10 @@ int mcp_name_valid(const char *name, int strict) {
   for (;;) {
     const char *e = strchr(p, '/');
     size_t n = e ? (size_t)(e - p) : strlen(p);
-    if (!(strict ? dns_label(p, n) : lenient_segment(p, n))) {
+    int ok = rules == MCP_NAMES_STRICT       ? dns_label(p, n)
+             : rules == MCP_NAMES_KUBERNETES ? dns_subdomain(p, n)
+                                             : lenient_segment(p, n);
+    if (!ok) {
       return 0;
     }
     if (!e) {
@@ -129,11 +157,87 @@ int mcp_name_valid(const char *name, int strict) {
   }
 }
 
+int mcp_name_valid(const char *name, int strict) {
+  return mcp_name_valid2(name, strict ? MCP_NAMES_STRICT : MCP_NAMES_LENIENT);
+}
+
 int mcp__name_ok(const char *name, mcp_name_rules rules, size_t max) {
   if (!name || !name[0] || strlen(name) > max || !mcp__str_valid(name)) {
     return 0;
   }
-  return rules == MCP_NAMES_ANY || mcp_name_valid(name, rules == MCP_NAMES_STRICT);
+  return mcp_name_valid2(name, rules);
+}
+
+const char *mcp_name_rules_str(mcp_name_rules rules) {
+  switch (rules) {
+  case MCP_NAMES_LENIENT:
+    return "lenient (segments of printable ASCII, not \".\" or \"..\")";
+  case MCP_NAMES_STRICT:
+    return "strict (segments are DNS-1123 labels)";
+  case MCP_NAMES_ANY:
+    return "any (non-empty UTF-8)";
+  case MCP_NAMES_KUBERNETES:
+    return "kubernetes (segments are lowercase DNS-1123 subdomains)";
+  }
+  return "unknown";
+}
+
+void mcp_resource_limits_default(mcp_resource_limits *lim) {
+  memset(lim, 0, sizeof(*lim));
+  lim->name_rules = MCP_NAMES_LENIENT;
+  lim->max_name_len = MCP_DEFAULT_MAX_NAME_LEN;
+  lim->max_version_len = MCP_DEFAULT_MAX_VERSION_LEN;
+  lim->max_metadata = MCP_DEFAULT_MAX_METADATA;
+}
+
+int mcp_resource_check(const mcp_resource *r, const mcp_resource_limits *lim,
+                       char *msg, size_t msglen) {
+#define BAD_(...)                      \
+  do {                                 \
+    mcp__fmt(msg, msglen, __VA_ARGS__); \
+    return MCP_ERR_INVALID_ARGUMENT;   \
+  } while (0)
+  size_t max_name = mcp__limit(lim->max_name_len, MCP_DEFAULT_MAX_NAME_LEN);
+  size_t max_version = mcp__limit(lim->max_version_len, MCP_DEFAULT_MAX_VERSION_LEN);
+  size_t max_metadata = mcp__limit(lim->max_metadata, MCP_DEFAULT_MAX_METADATA);
+  if (!r->name || !r->name[0]) {
+    BAD_("resource has no name");
+  }
+  if (!mcp__str_valid(r->name)) {
+    BAD_("resource name is not UTF-8");
+  }
+  size_t nl = strlen(r->name);
+  if (nl > max_name) {
+    BAD_("resource name longer than %zu bytes (%zu): %s", max_name, nl,
+         r->name);
+  }
+  if (!mcp_name_valid2(r->name, lim->name_rules)) {
+    BAD_("resource name breaks the naming rules, %s: %s",
+         mcp_name_rules_str(lim->name_rules), r->name);
+  }
+  if (r->version && !mcp__str_valid(r->version)) {
+    BAD_("resource version not UTF-8: %s", r->name);
+  }
+  if (r->version && strlen(r->version) > max_version) {
+    BAD_("resource version longer than %zu bytes: %s", max_version, r->name);
+  }
+  if (r->nlabels > max_metadata || r->nannotations > max_metadata - r->nlabels) {
+    BAD_("resource with more than %zu labels and annotations (%zu): %s",
+         max_metadata, r->nlabels + r->nannotations, r->name);
+  }
+  if (!mcp__kvs_valid(r->labels, r->nlabels) ||
+      !mcp__kvs_valid(r->annotations, r->nannotations)) {
+    BAD_("resource label or annotation not UTF-8: %s", r->name);
+  }
+  if (!r->type_url || !r->type_url[0] || !mcp__str_valid(r->type_url)) {
+    BAD_("resource without body type: %s", r->name);
+  }
+  if (r->has_create_time &&
+      (r->create_time_nanos < 0 || r->create_time_nanos >= 1000000000)) {
+    BAD_("resource create_time invalid: %s", r->name);
+  }
+  return 0;
+#undef BAD_
 }
 
 int mcp__kvs_valid(const mcp_kv *kv, size_t n) {

@@ -169,7 +169,7 @@ void mcp_sink_state_del(mcp_sink_state *st) {
 int mcp_sink_state_new(mcp_sink_state **pstate, const mcp_sink_options *o) {
   if (!pstate || !o || !o->ncollections || !o->collections ||
       o->service > MCP_SERVICE_AGGREGATED_INCREMENTAL ||
-      o->name_rules > MCP_NAMES_ANY ||
+      o->name_rules > MCP_NAMES_KUBERNETES ||
       (o->node_id && !mcp__str_valid(o->node_id)) ||
       !mcp__kvs_valid(o->node_annotations, o->nnode_annotations)) {
     return MCP_ERR_INVALID_ARGUMENT;
@@ -830,27 +830,19 @@ static int validate(const mcp_sink_state *st, work *w, char *msg, size_t ml) {
     }
     o->name = fill_str(&fl, r.name);
     o->version = fill_str(&fl, r.version);
-    if (!mcp__name_ok(o->name, st->name_rules, st->max_name)) {
-      NACK_("resource name %s breaks the naming rules or is too long", o->name);
-    }
-    if (r.version.n > st->max_version) {
-      NACK_("resource %s has a version longer than %zu bytes", o->name,
-            st->max_version);
-    }
-    if (o->nlabels + o->nannotations > st->max_metadata) {
-      NACK_("resource %s has more than %zu labels and annotations", o->name,
-            st->max_metadata);
-    }
     if (!r.type_url.n || !span_valid(r.type_url)) {
       NACK_("resource %s has no body type", o->name);
-    }
-    if (r.has_ct && (r.ct_nanos < 0 || r.ct_nanos >= 1000000000)) {
-      NACK_("resource %s has an invalid create_time", o->name);
     }
     o->type_url = fill_str(&fl, r.type_url);
     o->has_create_time = r.has_ct;
     o->create_time_seconds = r.ct_seconds;
     o->create_time_nanos = r.ct_nanos;
+    /* The rule sources check too (mcp_resource_check(): one home). */
+    mcp_resource_limits lim = {st->name_rules, st->max_name, st->max_version,
+                               st->max_metadata};
+    if (mcp_resource_check(o, &lim, msg, ml) != 0) {
+      return MCP_CODE_INVALID_ARGUMENT;
+    }
     /* Into the received bytes: valid while the apply callback runs. */
     o->body = r.body.n ? r.body.p : NULL;
     o->body_len = r.body.n;

@@ -169,7 +169,7 @@ void mcp_store_options_default(mcp_store_options *opts) {
 
 int mcp_store_new(mcp_store **pstore, const mcp_store_options *opts) {
   if (!pstore || !opts || (!opts->epoch && !opts->rand) ||
-      opts->name_rules > MCP_NAMES_ANY) {
+      opts->name_rules > MCP_NAMES_KUBERNETES) {
     return MCP_ERR_INVALID_ARGUMENT;
   }
   mcp_mem mem;

@@ -181,8 +181,10 @@ class AggScenarios:
         same content at once, and the sink rejected it again, forever. Here
         the rejected content is never pushed again; the next change is."""
         self.standard_files()
+        # x..y is no Kubernetes name: only a permissive source serves it.
         src, snk = self.start_agg_pair(TYPES, debounce=0,
-                                       source_args=["--log-level", "debug"])
+                                       source_args=["--log-level", "debug",
+                                                    "--names", "permissive"])
         before = self.wait_mirror(TYPES)
         pushes0 = self.pushes(src, VS)
         n = len(snk.responses())

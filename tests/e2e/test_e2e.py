@@ -20,6 +20,8 @@ e2e_common.py's. Every wait is bounded (a condition polled until a
 deadline); children are killed in tearDown.
 """
 
+import hashlib
+import json
 import os
 import shutil
 import signal
@@ -458,9 +460,12 @@ class Scenarios:
 
     def _unsafe_name_nacked(self, incremental):
         self.standard_files()
+        # x..y is no Kubernetes name: only a permissive source serves it
+        # (the sink's lenient default takes it; the mirror refuses it).
         src, snk = self.start_pair(
             self.COLLS, debounce=0,
-            sink_args=["--incremental"] if incremental else [])
+            sink_args=["--incremental"] if incremental else [],
+            source_args=["--names", "permissive"])
         before = self.wait_mirror(self.COLLS)
         n = len(snk.responses())
         self.put("evil.yaml", [vs("x..y", "evil", "bookinfo")])
@@ -492,6 +497,41 @@ class Scenarios:
                                "the push after", since=n)
         self.assertEqual(e["verdict"], "ack", e)
         self.wait_mirror(self.COLLS)
+        self.stop_both()
+
+    def test_long_name_mirrored_and_oversized_document_not_served(self):
+        """Issue 12, point 4: a 253-byte Kubernetes name is mirrored under
+        a mapped file name instead of being NACKed, and a document with
+        more labels than the sink takes is skipped by the source (reported
+        with PATH:LINE), so the collection's pushes keep being ACKed."""
+        self.standard_files()
+        src, snk = self.start_pair(self.COLLS, debounce=0)
+        self.wait_mirror(self.COLLS)
+        n = len(snk.responses())
+        long = "a" * 253
+        many = {"l%d" % i: "v" for i in range(257)}
+        self.put("long.yaml", [vs(long, "long", "bookinfo"),
+                               vs("many", "many", "bookinfo", labels=many)])
+        e = self.wait_response(
+            snk, lambda e: e["collection"] == VS and "bookinfo/" + long in
+            [r["name"] for r in e["resources"]], "the long name's push",
+            since=n)
+        self.assertEqual(e["verdict"], "ack", e)
+        self.assertNotIn("bookinfo/many", [r["name"] for r in e["resources"]])
+        mapped = "a" * 150 + "~" + hashlib.sha256(long.encode()).hexdigest()
+        path = os.path.join(self.mirror, VS, "bookinfo", mapped + ".json")
+        self.wait_for(lambda: os.path.exists(path), "the long name's file")
+        with open(path) as f:
+            self.assertEqual(json.load(f)["name"], "bookinfo/" + long)
+        self.wait_for(lambda: "long.yaml:" in src.stderr() and
+                      "more than 256 labels" in src.stderr(),
+                      "the source to report the document", src)
+        # The next change is pushed and accepted.
+        n = len(snk.responses())
+        self.put("ok.yaml", [vs("ok", "ok", "bookinfo")])
+        e = self.wait_response(snk, lambda e: e["collection"] == VS,
+                               "the next push", since=n)
+        self.assertEqual(e["verdict"], "ack", e)
         self.stop_both()
 
     def test_sigterm_both_exit_0(self):

@@ -373,7 +373,9 @@ class SinkDialsSource(Base):
 
     def test_nack_counted(self):
         self.standard_files()
-        src, oport = self.start_source(False, "--debounce", "0")
+        # x..y is no Kubernetes name: only a permissive source serves it.
+        src, oport = self.start_source(False, "--debounce", "0",
+                                       "--names", "permissive")
         snk, sport = self.start_sink(False, "--out",
                                      os.path.join(self.tmp, "mirror"))
         self.wait_synced(snk)

@@ -860,28 +860,6 @@ static int make_doc(builder *b, ynode *root, mcpcfg_doc **out) {
                   kind);
   }
 
-  /* What the store refuses must be refused here, one document at a time:
-   * at the store it would fail the whole collection's apply. */
-  size_t full_len = (ns ? strlen(ns) + 1 : 0) + strlen(name);
-  char *full = malloc(full_len + 1);
-  if (!full) {
-    free(coll);
-    return MCPCFG_ERR_NOMEM;
-  }
-  snprintf(full, full_len + 1, "%s%s%s", ns ? ns : "", ns ? "/" : "", name);
-  int name_ok = full_len <= MCP_DEFAULT_MAX_NAME_LEN && mcp_name_valid(full, 0);
-  free(full);
-  if (!name_ok) {
-    free(coll);
-    return fail(b, line, "name '%.60s%s%.60s' breaks the resource naming rules",
-                ns ? ns : "", ns ? "/" : "", name);
-  }
-  if (rv && strlen(rv) > MCP_DEFAULT_MAX_VERSION_LEN) {
-    free(coll);
-    return fail(b, rvn->line, "metadata.resourceVersion is longer than %d bytes",
-                MCP_DEFAULT_MAX_VERSION_LEN);
-  }
-
   Google__Protobuf__Struct *body =
       pb_struct(b, is_null_node(bodyn) ? NULL : bodyn);
   if (!body) {
@@ -946,6 +924,17 @@ static int make_doc(builder *b, ynode *root, mcpcfg_doc **out) {
     h = hash_str(h, (const char *)bp, body_len);
     snprintf(sp, 17, "%016llx", (unsigned long long)h);
     r->version = sp;
+  }
+  /* What the project's sink rejects (and the store refuses) is refused
+   * here, one document at a time, with the sink's own check: served, it
+   * would be NACKed, and every later push of the collection with it. */
+  mcp_resource_limits lim;
+  mcp_resource_limits_default(&lim);
+  lim.name_rules = b->o->name_rules;
+  char why[400];
+  if (mcp_resource_check(r, &lim, why, sizeof why) != 0) {
+    mcpcfg_doc_unref(d);
+    return fail(b, line, "%s", why);
   }
   *out = d;
   return 0;

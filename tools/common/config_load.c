@@ -26,7 +26,7 @@
 enum { MAX_DIR_DEPTH = 64 };
 
 /* What a file looked like when last read; equal means "do not re-parse". */
-enum { FP_CONTENT, FP_READ_ERROR, FP_TOO_BIG };
+enum { FP_CONTENT, FP_READ_ERROR, FP_TOO_BIG, FP_UNSTABLE };
 
 /* What stat() says of a file; equal (and not racy) means "do not read". */
 typedef struct fstamp {
@@ -50,6 +50,10 @@ typedef struct cfile {
 typedef struct coll {
   char *name;
   mcp_resource *res; /* sorted by name; entries borrow from documents */
+  /* owner[i]: the path of the file res[i] comes from (borrowed from that
+   * file, which the loader holds as long as this view): a resource keeps
+   * its file when another file defines the same name. */
+  const char **owner;
   size_t n;
   int fresh; /* during a merge: name allocated by it */
   /* Bumped by a merge that changed |res|; |applied| is the generation
@@ -73,6 +77,7 @@ struct mcpcfg_loader {
   size_t ncolls;
   int64_t racy_ns;     /* see mcpcfg_loader_set_racy_ns() */
   unsigned long reads; /* files opened to be read */
+  unsigned long unstable; /* reads dropped: the file changed meanwhile */
 };
 
 void mcpcfg_options_default(mcpcfg_options *opts) {
@@ -80,6 +85,7 @@ void mcpcfg_options_default(mcpcfg_options *opts) {
   opts->max_file_size = (size_t)16 << 20;
   opts->max_depth = 64;
   opts->max_nodes = (size_t)1 << 20;
+  opts->name_rules = MCP_NAMES_KUBERNETES;
 }
 
 /* Takes |s| (freed on failure). */
@@ -119,6 +125,7 @@ static void file_unref(cfile *f) {
 static void colls_free(coll *c, size_t n, int fresh_only) {
   for (size_t i = 0; i < n; i++) {
     free(c[i].res);
+    free(c[i].owner);
     if (!fresh_only || c[i].fresh)
       free(c[i].name);
   }
@@ -211,6 +218,10 @@ void mcpcfg_loader_set_racy_ns(mcpcfg_loader *l, int64_t racy_ns) {
 
 unsigned long mcpcfg_loader_reads(const mcpcfg_loader *l) { return l->reads; }
 
+unsigned long mcpcfg_loader_unstable_reads(const mcpcfg_loader *l) {
+  return l->unstable;
+}
+
 int mcpcfg_loader_unapplied(const mcpcfg_loader *l, size_t i) {
   return l->colls[i].applied != l->colls[i].gen;
 }
@@ -233,25 +244,34 @@ size_t mcpcfg_loader_resources(const mcpcfg_loader *l, size_t i,
   return i < l->ncolls ? l->colls[i].n : 0;
 }
 
-const mcp_resource *mcpcfg_loader_find(const mcpcfg_loader *l,
-                                       const char *collection,
-                                       const char *name) {
+/* The index of resource |name| in collection |*pc| (set), or -1. */
+static long res_pos(const mcpcfg_loader *l, const char *collection,
+                    const char *name, const coll **pc) {
   int found;
   size_t i = coll_pos(l, collection, &found);
   if (!found)
-    return NULL;
+    return -1;
+  *pc = &l->colls[i];
   size_t lo = 0, hi = l->colls[i].n;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
     int c = strcmp(l->colls[i].res[mid].name, name);
     if (c == 0)
-      return &l->colls[i].res[mid];
+      return (long)mid;
     if (c < 0)
       lo = mid + 1;
     else
       hi = mid;
   }
-  return NULL;
+  return -1;
+}
+
+const mcp_resource *mcpcfg_loader_find(const mcpcfg_loader *l,
+                                       const char *collection,
+                                       const char *name) {
+  const coll *c;
+  long k = res_pos(l, collection, name, &c);
+  return k < 0 ? NULL : &c->res[k];
 }
 
 /* ------------------------------------------------------------------ */
@@ -488,11 +508,17 @@ static int is_racy(const fstamp *st, const struct timespec *now,
          st->ctime_s > s || (st->ctime_s == s && st->ctime_ns >= ns);
 }
 
-/* Returns 0 and the bytes (or the fingerprint of a read failure) and, when
+/*
+ * Returns 0 and the bytes (or the fingerprint of a read failure) and, when
  * fstat() worked, the file's stamp before the read in |*stamp| (|*stamped|
- * set); 1 when the file is no regular file any more, or NOMEM. */
-static int read_file(int fd, size_t max, unsigned char **pbuf, size_t *plen,
-                     int *kind, uint64_t *fp, fstamp *stamp, int *stamped) {
+ * set); 1 when the file is no regular file any more, or NOMEM. The bytes
+ * are a whole, consistent copy: the stamp equals |walked| (what the walk's
+ * stat() saw) and the stamp after the read, and exactly st_size bytes were
+ * read; otherwise |*kind| is FP_UNSTABLE (a writer is at work).
+ */
+static int read_file(int fd, size_t max, const fstamp *walked,
+                     unsigned char **pbuf, size_t *plen, int *kind,
+                     uint64_t *fp, fstamp *stamp, int *stamped) {
   struct stat st;
   unsigned char *buf = NULL;
   size_t len = 0, cap;
@@ -511,17 +537,15 @@ static int read_file(int fd, size_t max, unsigned char **pbuf, size_t *plen,
     *fp = (uint64_t)st.st_size;
     return 0;
   }
-  cap = (size_t)st.st_size + 1; /* + 1: see EOF without a second buffer */
-  for (;;) {
-    if (len == cap || !buf) {
-      cap = buf ? 2 * cap : cap;
-      unsigned char *b = realloc(buf, cap);
-      if (!b) {
-        free(buf);
-        return MCPCFG_ERR_NOMEM;
-      }
-      buf = b;
-    }
+  if (!stamp_eq(stamp, walked)) { /* changed since the walk saw it */
+    *kind = FP_UNSTABLE;
+    return 0;
+  }
+  /* + 1: a file that grew shows as a read longer than st_size. */
+  cap = (size_t)st.st_size + 1;
+  if (!(buf = malloc(cap)))
+    return MCPCFG_ERR_NOMEM;
+  while (len < cap) {
     ssize_t r = read(fd, buf + len, cap - len);
     if (r < 0 && errno == EINTR)
       continue;
@@ -534,12 +558,17 @@ static int read_file(int fd, size_t max, unsigned char **pbuf, size_t *plen,
     if (r == 0)
       break;
     len += (size_t)r;
-    if (len > max) { /* grew while we read it */
-      free(buf);
-      *kind = FP_TOO_BIG;
-      *fp = (uint64_t)len;
-      return 0;
-    }
+  }
+  fstamp after;
+  int same = fstat(fd, &st) == 0;
+  if (same) {
+    stamp_of(&st, &after);
+    same = stamp_eq(stamp, &after);
+  }
+  if (!same || len != (size_t)stamp->size) { /* grew, shrank or rewritten */
+    free(buf);
+    *kind = FP_UNSTABLE;
+    return 0;
   }
   *kind = FP_CONTENT;
   *fp = mcpcfg_hash64(buf, len); /* the length is part of it */
@@ -605,11 +634,24 @@ static int load_file(mcpcfg_loader *l, const char *path, const fstamp *cur,
     kind = FP_READ_ERROR;
     fp = (uint64_t)errno;
   } else {
-    rv = read_file(fd, l->o.max_file_size, &buf, &len, &kind, &fp, &stamp,
-                   &stamped);
+    rv = read_file(fd, l->o.max_file_size, cur, &buf, &len, &kind, &fp,
+                   &stamp, &stamped);
     close(fd);
     if (rv != 0)
       return rv < 0 ? rv : 0;
+    if (kind == FP_UNSTABLE) {
+      /* Being written: serve nothing of this read; what the file had
+       * stays (a new file has nothing yet) and it is read again at the
+       * next scan, whatever its stat says then. Not reported: the writer
+       * is at work, and the next scan sees the result. */
+      l->unstable++;
+      if (old) {
+        old->racy = 1;
+        old->refs++;
+      }
+      *out = old;
+      return 0;
+    }
     /* A read error is retried at every scan (errno, not stat, says what
      * it was). No clock: every read is racy (every scan reads every file). */
     stamped = stamped && kind != FP_READ_ERROR;
@@ -648,12 +690,23 @@ static int load_file(mcpcfg_loader *l, const char *path, const fstamp *cur,
     if (rv == 1 || (rv == 0 && nbad))
       rv = keep_old(f, old, rv == 1);
   } else {
-    if (kind == FP_TOO_BIG)
-      mcpcfg_report(&l->o, path, 0, "larger than %zu bytes; file not loaded",
-                    l->o.max_file_size);
+    /* Says exactly what stays: the documents of the file's last whole,
+     * consistent read (reads of a file being written are never used). */
+    char kept[96];
+    if (old && old->ndocs)
+      snprintf(kept, sizeof kept,
+               "the %zu document%s of its last complete read stay%s",
+               old->ndocs, old->ndocs == 1 ? "" : "s",
+               old->ndocs == 1 ? "s" : "");
     else
-      mcpcfg_report(&l->o, path, 0, "cannot read: %s; file not loaded",
-                    strerror((int)fp));
+      snprintf(kept, sizeof kept, "nothing from it is served");
+    if (kind == FP_TOO_BIG)
+      mcpcfg_report(&l->o, path, 0,
+                    "larger than %zu bytes (%llu); file not loaded: %s",
+                    l->o.max_file_size, (unsigned long long)fp, kept);
+    else
+      mcpcfg_report(&l->o, path, 0, "cannot read: %s; file not loaded: %s",
+                    strerror((int)fp), kept);
     rv = keep_old(f, old, 1);
   }
   free(buf);
@@ -717,22 +770,36 @@ static int merge(const mcpcfg_loader *l, cfile **files, size_t nfiles,
       e[k].idx = j;
     }
   qsort(e, total, sizeof *e, cmp_entry);
-  /* Keep the first of each (collection, name); report the others. */
-  for (size_t i = 0; i < total; i++) {
-    mcpcfg_doc *d = e[i].d, *win = w ? e[w - 1].d : NULL;
-    if (win && !strcmp(win->collection, d->collection) &&
-        !strcmp(win->res.name, d->res.name)) {
-      if (!d->dup_reported)
-        mcpcfg_report(&l->o, files[e[i].file]->path, d->line,
-                      "duplicate resource %s %s, first defined in %s:%lu; "
-                      "document ignored",
-                      d->collection, d->res.name, files[e[w - 1].file]->path,
-                      win->line);
-      d->dup_reported = 1;
-      continue;
+  /* One document per (collection, name): the one in the file that serves
+   * it now, if that file still defines it (a newcomer never takes a name
+   * over), else the first (lexically first path, first in its file).
+   * Report the others. */
+  for (size_t i = 0, k; i < total; i = k) {
+    mcpcfg_doc *d = e[i].d;
+    for (k = i + 1; k < total && !strcmp(e[k].d->collection, d->collection) &&
+                    !strcmp(e[k].d->res.name, d->res.name);
+         k++)
+      ;
+    size_t win = i;
+    const coll *oc;
+    long at = k - i > 1 ? res_pos(l, d->collection, d->res.name, &oc) : -1;
+    for (size_t j = i; at >= 0 && j < k; j++)
+      if (!strcmp(files[e[j].file]->path, oc->owner[at])) {
+        win = j;
+        break;
+      }
+    for (size_t j = i; j < k; j++) {
+      if (j == win || e[j].d->dup_reported)
+        continue;
+      mcpcfg_report(&l->o, files[e[j].file]->path, e[j].d->line,
+                    "duplicate resource %s %s, served from %s:%lu; "
+                    "document ignored",
+                    d->collection, d->res.name, files[e[win].file]->path,
+                    e[win].d->line);
+      e[j].d->dup_reported = 1;
     }
-    d->dup_reported = 0; /* if it loses again later, say so again */
-    e[w++] = e[i];
+    e[win].d->dup_reported = 0; /* if it loses again later, say so again */
+    e[w++] = e[win];
   }
   /* Merge the known names with those of the winners, both sorted. */
   for (size_t i = 0, j = 0; i < l->ncolls || j < w; n++) {
@@ -751,10 +818,13 @@ static int merge(const mcpcfg_loader *l, cfile **files, size_t nfiles,
     size_t k = j;
     while (k < w && !strcmp(e[k].d->collection, c[n].name))
       k++;
-    if (k > j && !(c[n].res = malloc((k - j) * sizeof *c[n].res)))
+    if (k > j && (!(c[n].res = malloc((k - j) * sizeof *c[n].res)) ||
+                  !(c[n].owner = malloc((k - j) * sizeof *c[n].owner))))
       goto nomem;
-    for (; j < k; j++)
+    for (; j < k; j++) {
+      c[n].owner[c[n].n] = files[e[j].file]->path;
       c[n].res[c[n].n++] = e[j].d->res;
+    }
     c[n].gen = old ? old->gen + !same_res(old, &c[n]) : 1;
     c[n].applied = old ? old->applied : 0;
   }

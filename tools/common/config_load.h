@@ -35,21 +35,45 @@
  * of scalars), so "billion laughs" is reported, not expanded. Merge keys
  * ("<<") are ordinary keys. Duplicate keys in a mapping are reported.
  *
+ * Limits: each document is checked with the core's mcp_resource_check(),
+ * with mcp_resource_limits_default() (what mcp_sink_options_default(), and
+ * so mcp-sink, applies: name at most 512 bytes, version 256, at most 256
+ * labels plus annotations) and the name rules of the options
+ * (MCP_NAMES_KUBERNETES by default: each '/' segment a lowercase DNS-1123
+ * subdomain; MCP_NAMES_LENIENT is the permissive option). A document that
+ * fails is a bad document (below): the loader never serves what the
+ * project's own sink would NACK.
+ *
+ * Reading: a file is used only when read whole and consistently: its stat
+ * (size, mtime, ctime, inode, device) is the same at the walk, before the
+ * read and after it, and exactly st_size bytes were read. Otherwise (a
+ * writer at work) nothing of that read is used: the file keeps what it had
+ * (a new file has nothing yet), is read again at the next scan, and is not
+ * reported; mcpcfg_loader_unstable_reads() counts such reads.
+ *
  * Problems are reported through a callback and never stop the other files:
  *   - a file that cannot be read, is larger than max_file_size, is not
  *     valid YAML or nests mappings and sequences deeper than max_depth
  *     (libyaml's time grows with the square of the nesting, so reading stops
- *     there) keeps all the documents it had before (none if new);
+ *     there) keeps all the documents it had before, those of its last whole
+ *     and consistent read (none if new); the size and read reports say how
+ *     many ("the N documents of its last complete read stay", or "nothing
+ *     from it is served");
  *   - a document that is not a mapping, lacks apiVersion, kind or
- *     metadata.name, or has a bad value (timestamp, label, spec, tag, NUL
- *     character, alias too deep or too large, duplicate key) is skipped; its
+ *     metadata.name, breaks a limit above, or has a bad value (timestamp,
+ *     label, spec, tag, NUL character, alias too deep or too large,
+ *     duplicate key) is skipped; its
  *     file's other documents load, and a resource the file had before that
  *     no valid document provides any more is kept (a broken edit never
  *     deletes anything); once the file is fully valid it provides exactly
  *     its documents;
- *   - two documents with the same collection and name: the one in the
- *     lexically first path (byte order of the full path), and in one file
- *     the first document, wins; the other is reported, once.
+ *   - two documents with the same collection and name: a resource that
+ *     is served keeps its file (its owner) as long as that file defines
+ *     it, whatever the paths of newer files that define it too; a name no
+ *     file serves yet (first load, or the owner stopped defining it) goes
+ *     to the lexically first path (byte order of the full path). In one
+ *     file the first document wins. Every other document is reported, once,
+ *     at its own PATH:LINE, naming the PATH:LINE that serves the resource.
  * A file that is deleted drops its resources.
  *
  * Change detection: every scan walks the tree and stat()s every file, but
@@ -112,6 +136,10 @@ typedef struct mcpcfg_options {
   size_t max_file_size; /* bytes; default 16 MiB */
   unsigned max_depth;   /* nesting of mappings and sequences; default 64 */
   size_t max_nodes;     /* per document, aliases expanded; default 1 Mi */
+  /* The resource naming rules documents must follow ("Limits" above);
+   * mcpcfg_options_default() sets MCP_NAMES_KUBERNETES. Taken as given
+   * (0 is MCP_NAMES_LENIENT, mcp-source's --names permissive). */
+  mcp_name_rules name_rules;
 } mcpcfg_options;
 
 /* Fills |opts| with the defaults. */
@@ -216,5 +244,9 @@ const mcp_resource *mcpcfg_loader_find(const mcpcfg_loader *loader,
  */
 int mcpcfg_loader_apply(mcpcfg_loader *loader, mcp_store *store,
                         mcp_tstamp ts);
+
+/* Reads dropped since the loader was created because the file changed
+ * while it was read (Reading, above): for metrics. */
+unsigned long mcpcfg_loader_unstable_reads(const mcpcfg_loader *loader);
 
 #endif /* MCPCFG_CONFIG_LOAD_H */

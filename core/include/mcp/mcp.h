@@ -229,16 +229,35 @@ MCP_EXTERN size_t mcp_collection_for_type_url(const char *type_url, char *buf,
  * label (1-63 of [a-z0-9-], alphanumeric at both ends), as the MCP
  * reference says. Lenient: segments of printable ASCII without spaces,
  * other than "." and "..", so Kubernetes names such as "a.b.svc" pass.
+ * Same as mcp_name_valid2(name, strict ? MCP_NAMES_STRICT :
+ * MCP_NAMES_LENIENT).
  */
 MCP_EXTERN int mcp_name_valid(const char *name, int strict);
 
 /* Which names the store accepts and the sink takes (resource names only;
- * collection names are compared, never interpreted). */
+ * collection names are compared, never interpreted). Every rule but ANY
+ * splits the name at "/" (one leading "/" allowed) and checks each
+ * segment. The stores and sinks default to LENIENT, which takes what
+ * Istio's sources send (Kubernetes names of every kind, including the
+ * "system:..." ones of RBAC); a source that wants to serve only what
+ * Kubernetes itself would accept uses KUBERNETES (mcp-source does). */
 typedef enum mcp_name_rules {
-  MCP_NAMES_LENIENT = 0, /* the default: mcp_name_valid(name, 0) */
-  MCP_NAMES_STRICT = 1,  /* mcp_name_valid(name, 1): DNS labels */
-  MCP_NAMES_ANY = 2      /* any non-empty UTF-8 */
+  MCP_NAMES_LENIENT = 0, /* the default: printable ASCII segments, not
+                            empty, "." or ".." */
+  MCP_NAMES_STRICT = 1,  /* segments are DNS-1123 labels (the reference) */
+  MCP_NAMES_ANY = 2,     /* any non-empty UTF-8 */
+  MCP_NAMES_KUBERNETES = 3 /* segments are lowercase DNS-1123 subdomains,
+                              as Kubernetes' IsDNS1123Subdomain: at most
+                              253 bytes, labels [a-z0-9]([-a-z0-9]*[a-z0-9])?
+                              joined by "." */
 } mcp_name_rules;
+
+/* 1 when |name| follows |rules| (no length limit: see
+ * mcp_resource_check()); 0 otherwise, also for NULL. */
+MCP_EXTERN int mcp_name_valid2(const char *name, mcp_name_rules rules);
+
+/* A static one-line description of |rules|, for messages. */
+MCP_EXTERN const char *mcp_name_rules_str(mcp_name_rules rules);
 
 /* Default limits (docs/security.md explains each). In every options struct
  * below a limit of 0 means its default. */
@@ -251,6 +270,37 @@ typedef enum mcp_name_rules {
 #define MCP_DEFAULT_MAX_METADATA 256
 #define MCP_DEFAULT_REQUEST_RATE 100
 #define MCP_DEFAULT_REQUEST_BURST 1000
+
+/*
+ * What one resource may be: the sink session NACKs a push holding a
+ * resource that fails mcp_resource_check() with its options' limits, and a
+ * source that must not serve what the sink rejects (mcp-source's loader)
+ * checks each resource with the same function and the sink's defaults.
+ * Append-only: initialise with mcp_resource_limits_default(); a limit of
+ * 0 means its default.
+ */
+typedef struct mcp_resource_limits {
+  mcp_name_rules name_rules; /* default LENIENT, as mcp_sink_options */
+  size_t max_name_len;       /* bytes; MCP_DEFAULT_MAX_NAME_LEN */
+  size_t max_version_len;    /* bytes; MCP_DEFAULT_MAX_VERSION_LEN */
+  size_t max_metadata;       /* labels + annotations; MCP_DEFAULT_MAX_METADATA */
+} mcp_resource_limits;
+
+/* Fills |lim| with what mcp_sink_options_default() applies. */
+MCP_EXTERN void mcp_resource_limits_default(mcp_resource_limits *lim);
+
+/*
+ * Checks |res| against |lim|: a name that is present, UTF-8, at most
+ * max_name_len bytes and follows name_rules; a version (NULL or "" allowed)
+ * UTF-8 and at most max_version_len bytes; at most max_metadata labels plus
+ * annotations, all UTF-8; a body type; a create time with nanoseconds in
+ * [0, 1e9). Returns 0, or MCP_ERR_INVALID_ARGUMENT with a one-line reason
+ * (naming the resource, truncated to |msglen| bytes with its NUL) in
+ * |msg|. Reads |res| only.
+ */
+MCP_EXTERN int mcp_resource_check(const mcp_resource *res,
+                                  const mcp_resource_limits *lim, char *msg,
+                                  size_t msglen);
 
 /* ------------------------------------------------------------------ */
 /* Messages                                                            */
