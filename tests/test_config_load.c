@@ -337,6 +337,46 @@ END_TEST
 /* Names, versions, metadata                                           */
 /* ------------------------------------------------------------------ */
 
+/* keep_text (for publishing into etcd): each document's bytes exactly as
+ * in its file, also after multi-byte characters (libyaml's marks count
+ * characters, not bytes). */
+START_TEST(test_keep_text_gives_each_documents_bytes_as_written) {
+  const char *d1 = "apiVersion: v1\nkind: ConfigMap\n"
+                   "metadata: {name: a, namespace: n, labels: {l: \"\xc3\xa9\"}}\n"
+                   "data: {k: \"\xe2\x82\xac \xf0\x9f\x98\x80\"}\n";
+  const char *d2 = "---\napiVersion: v1\nkind: ConfigMap\n"
+                   "metadata: {name: b, namespace: n}\n"
+                   "data: {k: \"\xc3\xa9\"}\n";
+  char file[512];
+  snprintf(file, sizeof file, "%s%s", d1, d2);
+  put("m.yaml", file);
+  mcpcfg_options o;
+  mcpcfg_options_default(&o);
+  o.keep_text = 1;
+  mcpcfg_loader *l = new_loader(&o);
+  ck_assert_int_ge(mcpcfg_loader_scan(l), 0);
+  ck_assert_uint_eq(mcpcfg_loader_collection_count(l), 1);
+  const mcp_resource *res;
+  ck_assert_uint_eq(mcpcfg_loader_resources(l, 0, &res), 2);
+  /* Sorted by name: n/a, then n/b. */
+  size_t len;
+  const char *t = mcpcfg_loader_text(l, 0, 0, &len);
+  ck_assert_ptr_nonnull(t);
+  ck_assert_uint_eq(len, strlen(d1));
+  ck_assert_int_eq(memcmp(t, d1, len), 0);
+  t = mcpcfg_loader_text(l, 0, 1, &len);
+  ck_assert_ptr_nonnull(t);
+  ck_assert_uint_eq(len, strlen(d2));
+  ck_assert_int_eq(memcmp(t, d2, len), 0);
+  mcpcfg_loader_del(l);
+  /* Without keep_text, nothing is kept. */
+  l = load();
+  ck_assert_ptr_null(mcpcfg_loader_text(l, 0, 0, &len));
+  ck_assert_uint_eq(len, 0);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
 START_TEST(test_name_with_namespace_is_namespace_slash_name) {
   put("vs.yaml", VS("reviews", "bookinfo", "reviews"));
   mcpcfg_loader *l = load();
@@ -2002,6 +2042,7 @@ int main(void) {
   tcase_add_test(t, test_plural_otherwise_adds_s);
   t = tc(s, "metadata");
   tcase_add_test(t, test_name_with_namespace_is_namespace_slash_name);
+  tcase_add_test(t, test_keep_text_gives_each_documents_bytes_as_written);
   tcase_add_test(t, test_name_without_namespace_is_name);
   tcase_add_test(t, test_version_from_resource_version);
   tcase_add_test(t, test_version_hash_changes_iff_content_changes);

@@ -21,6 +21,7 @@
 
 #include "args.h"
 #include "config_load.h"
+#include "etcd_publish.h"
 #include "etcd_source.h"
 #include "log.h"
 #include "proc.h"
@@ -62,13 +63,17 @@ typedef struct source_app {
       *m_etcd_lag;
   etcdsrc_stats etcd_seen; /* the counters as last exported */
   int64_t etcd_applied; /* transport thread: the revision in the store */
+  etcdpub *pub; /* --dir with --etcd: the directory into etcd */
+  int offered;  /* the loader's first set went to the publisher */
+  ops_metric *m_pub_txns, *m_pub_failures;
+  etcdpub_stats pub_seen;
   /* Transport thread only. */
   int dial_failing; /* the status the failing dials end with, 0: none */
 } source_app;
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: mcp-source [--dir DIR | --etcd ENDPOINTS] [--collection NAME]...\n"
+          "usage: mcp-source [--dir DIR] [--etcd ENDPOINTS] [--collection NAME]...\n"
           "                  [--listen HOST:PORT | --connect HOST:PORT]\n"
           "                  [--transport grpc|h2c] [--debounce MS]\n"
           "                  [--names kubernetes|permissive]\n"
@@ -83,7 +88,8 @@ static void usage(FILE *f) {
           "\n"
           "  --dir DIR          YAML files to serve, watched for changes\n"
           "  --etcd ENDPOINTS   serve what etcd holds (host:port,...): key\n"
-          "                     PREFIX<collection>/<name> is one document\n"
+          "                     PREFIX<collection>/<name> is one document;\n"
+          "                     with --dir, publish DIR there first\n"
           "  --etcd-prefix P    the keys' prefix (default /mcp/)\n"
           "  --etcd-ca FILE, --etcd-cert FILE, --etcd-key FILE  TLS to etcd\n"
           "  --etcd-user USER --etcd-password-file FILE  etcd authentication\n"
@@ -265,6 +271,19 @@ static void scan(source_app *a) {
     log_info("%s is readable again", a->dir);
     a->io_error = 0;
   }
+  if (a->pub) { /* published, then served from etcd like any replica */
+    if (rv > 0 || !a->offered) {
+      int n = etcdpub_offer(a->pub, a->loader);
+      if (n < 0)
+        log_error("cannot publish into etcd: %s (retrying at the next "
+                  "scan)", mcpetcd_strerror(n));
+      else
+        a->offered = 1;
+      if (n > 0)
+        log_info("publishing %d change%s into etcd", n, n == 1 ? "" : "s");
+    }
+    return;
+  }
   if (rv > 0)
     a->apply_pending = 1;
   if (!a->apply_pending)
@@ -316,6 +335,14 @@ static void etcd_export(source_app *a, const etcdsrc_stats *st) {
   ops_metric_add(a->m_etcd_bad, NULL,
                  (double)(st->bad_documents - a->etcd_seen.bad_documents));
   ops_metric_set(a->m_etcd_lag, NULL, st->lag_seconds);
+  if (a->pub) {
+    etcdpub_stats ps;
+    etcdpub_stats_get(a->pub, &ps);
+    ops_metric_add(a->m_pub_txns, NULL, (double)(ps.txns - a->pub_seen.txns));
+    ops_metric_add(a->m_pub_failures, NULL,
+                   (double)(ps.failures - a->pub_seen.failures));
+    a->pub_seen = ps;
+  }
 }
 
 static void on_etcd_async(uv_async_t *h) {
@@ -364,6 +391,14 @@ static void etcd_metrics(source_app *a) {
   a->m_etcd_bad = ops_metrics_counter(
       m, "mcp_etcd_bad_documents_total",
       "etcd values skipped: not a document, or at the wrong key", NULL, 0);
+  a->m_pub_txns = ops_metrics_counter(
+      m, "mcp_etcd_publish_txns_total",
+      "transactions that published the directory into etcd (--dir --etcd)",
+      NULL, 0);
+  a->m_pub_failures = ops_metrics_counter(
+      m, "mcp_etcd_publish_failures_total",
+      "failed attempts to publish the directory into etcd (retried)", NULL,
+      0);
   a->m_etcd_lag = ops_metrics_gauge(
       m, "mcp_etcd_watch_lag_seconds",
       "from receiving the last change from etcd to its store update", NULL,
@@ -390,6 +425,8 @@ static void stop(source_app *a) {
   if (a->stopping)
     return;
   a->stopping = 1;
+  etcdpub_stop(a->pub);
+  a->pub = NULL;
   etcdsrc_stop(a->etcd); /* no more notifications once it returns */
   a->etcd = NULL;
   if (a->etcd_async_init)
@@ -517,10 +554,6 @@ static int parse_args(int argc, char **argv, source_args *o) {
                        "not %s", level);
   if (listen && connect)
     return usage_error("--listen and --connect exclude each other");
-  if (o->etcd && o->dir)
-    return usage_error("--dir with --etcd (publishing a directory into etcd) "
-                       "is not implemented yet: load the keys with etcdctl, "
-                       "or serve the directory alone");
   if (!o->etcd && (o->etcd_prefix || o->etcd_ca || o->etcd_cert ||
                    o->etcd_key || o->etcd_user || o->etcd_password_file))
     return usage_error("the --etcd-* options need --etcd");
@@ -578,6 +611,7 @@ static int start_etcd(source_app *a, const source_args *o) {
   mcpcfg_options_default(&lo);
   lo.report = on_report;
   lo.user_data = a;
+  lo.name_rules = o->names;
   etcdsrc_options eo = {
       .etcd = {.endpoints = o->etcd, .ca_file = o->etcd_ca,
                .cert_file = o->etcd_cert, .key_file = o->etcd_key,
@@ -590,6 +624,13 @@ static int start_etcd(source_app *a, const source_args *o) {
   };
   char err[300] = "";
   int rv = etcdsrc_start(&a->etcd, &eo, err, sizeof(err));
+  if (rv == 0 && a->loader &&
+      (rv = etcdpub_start(&a->pub, &eo.etcd, o->etcd_prefix, etcd_log, a,
+                          err, sizeof(err))) == 0) {
+    log_info("publishing %s into etcd under %s", o->dir,
+             o->etcd_prefix ? o->etcd_prefix : "/mcp/");
+    scan(a); /* the first offer: the whole directory */
+  }
   if (password) {
     memset(password, 0, strlen(password));
     free(password);
@@ -684,6 +725,7 @@ int main(int argc, char **argv) {
     lo.report = on_report;
     lo.user_data = &app;
     lo.name_rules = args.names;
+    lo.keep_text = args.etcd != NULL; /* published as written */
     if ((rv = mcpcfg_loader_new(&app.loader, dir, &lo)) < 0) {
       log_error("cannot create the loader: %s", mcpcfg_strerror(rv));
       goto out;
@@ -705,9 +747,11 @@ int main(int argc, char **argv) {
       log_error("cannot load %s: %s", dir, mcpcfg_strerror(rv));
       goto out;
     }
-    apply_fn(app.store, app.tp->now(), &app);
-    if (app.apply_pending)
-      goto out;
+    if (!args.etcd) { /* with etcd, published once etcd is reached */
+      apply_fn(app.store, app.tp->now(), &app);
+      if (app.apply_pending)
+        goto out;
+    }
   }
   size_t total = 0, ncoll = mcp_store_collection_count(app.store);
   for (size_t i = 0; i < ncoll; i++) {

@@ -148,18 +148,26 @@ class EtcdSource(E.Base):
         return p
 
     def sink(self, *extra, collections=(E.VS,), connect=None):
-        args = ["--connect", connect or self.addr, "--json",
-                "--out", os.path.join(self.tmp, "mirror")]
+        """An mcp-sink mirroring into a directory of its own."""
+        out = os.path.join(self.tmp, "mirror%d" % len(self.procs))
+        args = ["--connect", connect or self.addr, "--json", "--out", out]
         for c in collections:
             args += ["--collection", c]
-        return self.start("mcp-sink", args + list(extra))
+        p = self.start("mcp-sink", args + list(extra))
+        p.mirror_dir = out
+        return p
 
-    def mirror(self, collections=(E.VS,)):
-        return E.read_mirror(os.path.join(self.tmp, "mirror"), collections)
+    def mirror(self, collections=(E.VS,), sink=None):
+        return E.read_mirror(sink.mirror_dir if sink else self.first_mirror(),
+                             collections)
+
+    def first_mirror(self):
+        return next(p.mirror_dir for p in self.procs
+                    if hasattr(p, "mirror_dir"))
 
     def held(self, sink, collection=E.VS):
         """{name: version} the sink holds after its last response."""
-        m = self.mirror((collection,)).get(collection, {})
+        m = self.mirror((collection,), sink).get(collection, {})
         return {r["name"]: r["version"] for r in m.values()
                 if isinstance(r, dict)}
 
@@ -274,6 +282,71 @@ class EtcdSource(E.Base):
         self.assertEqual(self.held(snk)["default/r05"], str(r))
         self.assertEqual(len(self.held(snk)), 19)
 
+    def etcd_keys(self, prefix="/mcp/"):
+        """{key: (value, mod_revision)} under |prefix|, and the revision."""
+        out = json.loads(self.etcd.ctl("get", prefix, "--prefix", "-w",
+                                       "json").stdout)
+        import base64
+        return ({base64.b64decode(kv["key"]).decode():
+                 (base64.b64decode(kv["value"]).decode(), kv["mod_revision"])
+                 for kv in out.get("kvs", [])}, out["header"]["revision"])
+
+    def test_dir_is_published_into_etcd_and_served_from_it(self):
+        self.etcd.start()
+        self.etcd.put("/mcp/%s/default/stale" % E.VS, vs("stale", ["s"]))
+        self.etcd.put("/other/keep", "not ours")
+        a, b, c = vs("a", ["a"]), vs("b", ["b"]), vs("c", ["c"])
+        self.put("one.yaml", [a, b])
+        self.put("two.yaml", [c])
+        src = self.source("--dir", self.config)
+        # Another replica serves the same from etcd alone.
+        other = "127.0.0.1:%d" % E.free_port()
+        self.source(addr=other)
+        snk = self.sink()
+        snk2 = self.sink(connect=other)
+        self.wait_synced(snk, snk2)
+        self.wait_for(lambda: set(self.held(snk)) == {"default/a",
+                                                      "default/b",
+                                                      "default/c"},
+                      "the directory at the sink", src, snk)
+        keys, _ = self.etcd_keys()
+        self.assertNotIn("/mcp/%s/default/stale" % E.VS, keys)
+        self.assertEqual(self.etcd.ctl("get", "/other/keep",
+                                       "--print-value-only").stdout.strip(),
+                         "not ours")
+        # The value is the document as written in its file ("---" and all).
+        self.assertEqual(keys[key_of(c)][0], E.yaml_text([c]))
+        self.assertEqual(self.held(snk)["default/c"], str(keys[key_of(c)][1]))
+        # One document changes: one key is written, the others keep their
+        # revision; a file removed deletes its keys.
+        a2 = vs("a", ["a2"])
+        self.put("one.yaml", [a2, b])
+        self.wait_for(lambda: self.etcd_keys()[0][key_of(a)][0]
+                      == E.yaml_text([a2]), "a's new text in etcd", src)
+        after, _ = self.etcd_keys()
+        self.assertEqual(after[key_of(b)][1], keys[key_of(b)][1])
+        self.assertEqual(after[key_of(c)][1], keys[key_of(c)][1])
+        self.remove("two.yaml")
+        self.wait_for(lambda: key_of(c) not in self.etcd_keys()[0],
+                      "c deleted from etcd", src)
+        self.wait_for(lambda: set(self.held(snk2)) == {"default/a",
+                                                       "default/b"},
+                      "the other replica's sink", snk2)
+
+    def test_restarted_publisher_rewrites_nothing(self):
+        self.etcd.start()
+        self.put("one.yaml", [vs("a", ["a"]), vs("b", ["b"])])
+        src = self.source("--dir", self.config)
+        self.wait_for(lambda: len(self.etcd_keys()[0]) == 2, "published", src)
+        _, rev = self.etcd_keys()
+        src.signal(signal.SIGTERM)
+        self.assertEqual(src.wait(), 0)
+        src = self.source("--dir", self.config)
+        snk = self.sink()
+        self.wait_synced(snk)
+        time.sleep(1)  # a rewrite would come within the scan
+        self.assertEqual(self.etcd_keys()[1], rev, src.stderr())
+
     def test_bad_values_are_reported_and_the_rest_served(self):
         self.etcd.start()
         good = vs("good", ["g"])
@@ -329,13 +402,12 @@ class EtcdSource(E.Base):
 
     def test_usage_errors_for_etcd_flags(self):
         for args, want in (
-                (["--etcd", "h:1", "--dir", self.config], "not implemented"),
                 (["--etcd-prefix", "/x/"], "need --etcd"),
                 (["--etcd", "h:1", "--etcd-cert", "c"], "go together"),
                 (["--etcd", "h:1", "--etcd-user", "u"], "go together"),
                 (["--etcd", "nonsense"], "bad endpoint list")):
             rc, _, err = E.run([E.exe("mcp-source"), "--listen", self.addr]
-                               + args)
+                               + args, timeout=30)
             self.assertNotEqual(rc, 0, args)
             self.assertIn(want, err, args)
 

@@ -52,8 +52,10 @@ uint64_t mcpcfg_fnv(uint64_t h, const void *data, size_t len) {
 }
 
 void mcpcfg_doc_unref(mcpcfg_doc *doc) {
-  if (doc && --doc->refs == 0)
+  if (doc && --doc->refs == 0) {
+    free(doc->text);
     free(doc);
+  }
 }
 
 /* ASCII only: the C library's versions depend on the locale. */
@@ -286,6 +288,11 @@ typedef struct builder {
   int failed;
   int stop; /* give up on the whole file */
   unsigned long doc_line;
+  /* keep_text: the file, and where the document's text starts and ends.
+   * libyaml's marks count characters: |at_char| is the character that
+   * starts at byte |at_byte|, a cursor that only moves forward. */
+  const unsigned char *buf;
+  size_t len, at_char, at_byte, text_start, text_end;
   mcpcfg_doc **docs;
   size_t ndocs, docs_cap, nbad;
 } builder;
@@ -940,6 +947,18 @@ static int make_doc(builder *b, ynode *root, mcpcfg_doc **out) {
   return 0;
 }
 
+/* The byte offset of character |index| of the file (UTF-8). */
+static size_t byte_at(builder *b, size_t index) {
+  while (b->at_char < index && b->at_byte < b->len) {
+    unsigned char c = b->buf[b->at_byte++];
+    if (c >= 0xC0) /* skip the continuation bytes of a sequence */
+      while (b->at_byte < b->len && (b->buf[b->at_byte] & 0xC0) == 0x80)
+        b->at_byte++;
+    b->at_char++;
+  }
+  return b->at_byte;
+}
+
 static int on_document_end(builder *b) {
   mcpcfg_doc *d = NULL;
   int rv = 0;
@@ -948,6 +967,14 @@ static int on_document_end(builder *b) {
   arena_free(&b->arena); /* the tree and its protobuf: done with them */
   if (rv < 0 || !d)
     return rv;
+  if (b->o->keep_text && b->text_end > b->text_start) {
+    d->text_len = b->text_end - b->text_start;
+    if (!(d->text = malloc(d->text_len))) {
+      mcpcfg_doc_unref(d);
+      return MCPCFG_ERR_NOMEM;
+    }
+    memcpy(d->text, b->buf + b->text_start, d->text_len);
+  }
   if (b->ndocs == b->docs_cap) {
     size_t cap = b->docs_cap ? 2 * b->docs_cap : 8;
     mcpcfg_doc **p = realloc(b->docs, cap * sizeof *p);
@@ -974,8 +1001,12 @@ static int on_event(builder *b, const yaml_event_t *ev) {
     b->nodes = b->bytes = 0;
     b->failed = 0;
     b->doc_line = ev->start_mark.line + 1;
+    if (b->o->keep_text)
+      b->text_start = byte_at(b, ev->start_mark.index);
     return 0;
   case YAML_DOCUMENT_END_EVENT:
+    if (b->o->keep_text)
+      b->text_end = byte_at(b, ev->end_mark.index);
     return on_document_end(b);
   default:
     break;
@@ -1033,6 +1064,13 @@ int mcpcfg_parse(const mcpcfg_options *opts, const char *path,
   memset(&b, 0, sizeof b);
   b.o = opts;
   b.path = path;
+  b.buf = buf;
+  /* UTF-16 (a byte order mark): character and byte offsets differ in ways
+   * the cursor does not follow: no text kept. */
+  b.len = len >= 2 && ((buf[0] == 0xFE && buf[1] == 0xFF) ||
+                       (buf[0] == 0xFF && buf[1] == 0xFE))
+              ? 0
+              : len;
   if (!(b.stack = calloc((size_t)opts->max_depth + 1, sizeof *b.stack)))
     return MCPCFG_ERR_NOMEM;
   if (!yaml_parser_initialize(&yp)) {

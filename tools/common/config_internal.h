@@ -16,6 +16,8 @@ typedef struct mcpcfg_doc {
   unsigned long line; /* of the document start, for reports */
   const char *collection;
   mcp_resource res;
+  char *text; /* opts.keep_text: the document's bytes in its file */
+  size_t text_len;
 } mcpcfg_doc;
 
 void mcpcfg_doc_unref(mcpcfg_doc *doc);

@@ -54,6 +54,7 @@ typedef struct coll {
    * file, which the loader holds as long as this view): a resource keeps
    * its file when another file defines the same name. */
   const char **owner;
+  const mcpcfg_doc **doc; /* doc[i]: the document res[i] comes from */
   size_t n;
   int fresh; /* during a merge: name allocated by it */
   /* Bumped by a merge that changed |res|; |applied| is the generation
@@ -126,6 +127,7 @@ static void colls_free(coll *c, size_t n, int fresh_only) {
   for (size_t i = 0; i < n; i++) {
     free(c[i].res);
     free(c[i].owner);
+    free(c[i].doc);
     if (!fresh_only || c[i].fresh)
       free(c[i].name);
   }
@@ -242,6 +244,16 @@ size_t mcpcfg_loader_resources(const mcpcfg_loader *l, size_t i,
                                const mcp_resource **res) {
   *res = i < l->ncolls ? l->colls[i].res : NULL;
   return i < l->ncolls ? l->colls[i].n : 0;
+}
+
+const char *mcpcfg_loader_text(const mcpcfg_loader *l, size_t i, size_t k,
+                               size_t *len) {
+  if (i >= l->ncolls || k >= l->colls[i].n || !l->colls[i].doc[k]->text) {
+    *len = 0;
+    return NULL;
+  }
+  *len = l->colls[i].doc[k]->text_len;
+  return l->colls[i].doc[k]->text;
 }
 
 /* The index of resource |name| in collection |*pc| (set), or -1. */
@@ -819,10 +831,12 @@ static int merge(const mcpcfg_loader *l, cfile **files, size_t nfiles,
     while (k < w && !strcmp(e[k].d->collection, c[n].name))
       k++;
     if (k > j && (!(c[n].res = malloc((k - j) * sizeof *c[n].res)) ||
-                  !(c[n].owner = malloc((k - j) * sizeof *c[n].owner))))
+                  !(c[n].owner = malloc((k - j) * sizeof *c[n].owner)) ||
+                  !(c[n].doc = malloc((k - j) * sizeof *c[n].doc))))
       goto nomem;
     for (; j < k; j++) {
       c[n].owner[c[n].n] = files[e[j].file]->path;
+      c[n].doc[c[n].n] = e[j].d;
       c[n].res[c[n].n++] = e[j].d->res;
     }
     c[n].gen = old ? old->gen + !same_res(old, &c[n]) : 1;

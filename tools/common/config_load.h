@@ -140,6 +140,9 @@ typedef struct mcpcfg_options {
    * mcpcfg_options_default() sets MCP_NAMES_KUBERNETES. Taken as given
    * (0 is MCP_NAMES_LENIENT, mcp-source's --names permissive). */
   mcp_name_rules name_rules;
+  /* Keep each document's source text (mcpcfg_loader_text()); 0 by
+   * default: it doubles what a document costs. */
+  int keep_text;
 } mcpcfg_options;
 
 /* Fills |opts| with the defaults. */
@@ -223,6 +226,13 @@ const char *mcpcfg_loader_collection_name(const mcpcfg_loader *loader,
  */
 size_t mcpcfg_loader_resources(const mcpcfg_loader *loader, size_t i,
                                const mcp_resource **res);
+
+/* With opts.keep_text: the source text of the document resource |k| of
+ * collection |i| comes from (in mcpcfg_loader_resources()' order), exactly
+ * as in its file, |*len| bytes (not NUL-terminated); NULL without it. Valid
+ * until the next scan. For publishing the documents elsewhere (etcd). */
+const char *mcpcfg_loader_text(const mcpcfg_loader *loader, size_t i,
+                               size_t k, size_t *len);
 
 /* The current resource |name| of |collection|, or NULL. Same lifetime as
  * mcpcfg_loader_resources(). */
