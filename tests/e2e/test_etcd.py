@@ -35,7 +35,9 @@ ETCDCTL = shutil.which("etcdctl")
 class Etcd:
     """One etcd member on loopback ports, its data in |tmp|."""
 
-    def __init__(self, tmp, client_port=None, certs=None, name="m"):
+    def __init__(self, tmp, client_port=None, certs=None, name="m",
+                 extra=()):
+        self.extra = list(extra)  # more etcd flags
         self.certs = certs  # a gen_certs.sh directory: mutual TLS
         self.name = name
         self.cluster = None  # "name=peer,...": set for a cluster member
@@ -62,7 +64,7 @@ class Etcd:
              "--listen-client-urls", client, "--advertise-client-urls", client,
              "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
              "--initial-cluster", self.cluster or self.name + "=" + peer]
-            + tls,
+            + tls + self.extra,
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
         deadline = time.monotonic() + 30
         while wait and self.ctl("endpoint", "health",
@@ -99,6 +101,18 @@ class Etcd:
         text = value if isinstance(value, str) else json.dumps(value)
         self.ctl("put", key, data=text)
         return self.mod_revision(key)
+
+    def put_http(self, key, value):
+        """A put through etcd's JSON gateway (/v3/kv/put), for values over
+        etcdctl's 2 MiB send limit."""
+        import base64
+        import urllib.request
+        text = value if isinstance(value, str) else json.dumps(value)
+        body = json.dumps({"key": base64.b64encode(key.encode()).decode(),
+                           "value": base64.b64encode(text.encode()).decode()})
+        req = urllib.request.Request("http://%s/v3/kv/put" % self.endpoint,
+                                     data=body.encode(), method="POST")
+        urllib.request.urlopen(req, timeout=30).read()
 
     def delete(self, key):
         self.ctl("del", key)
@@ -372,6 +386,47 @@ class EtcdSource(E.Base):
         self.wait_for(lambda: self.metric("mcp_etcd_bad_documents_total") == 4,
                       "the broken edit counted", src)
         self.assertEqual(self.held(snk), {"default/good": str(rgood)})
+
+    def test_compaction_while_watching_loses_nothing(self):
+        self.etcd.start()
+        a = vs("a", ["a"])
+        self.etcd.put(key_of(a), a)
+        src = self.source()
+        snk = self.sink()
+        self.wait_synced(snk)
+        for i in range(5):
+            self.etcd.put(key_of(a), vs("a", ["a%d" % i]))
+        rev = self.etcd.mod_revision(key_of(a))
+        self.etcd.ctl("compact", str(rev))
+        b = vs("b", ["b"])
+        rb = self.etcd.put(key_of(b), b)
+        self.etcd.delete(key_of(a))
+        self.wait_for(lambda: self.held(snk) == {"default/b": str(rb)},
+                      "b alone at the sink", src, snk)
+
+    def test_values_over_the_limits_are_reported_and_skipped(self):
+        # etcd's own request limit (1.5 MiB) raised, so that a value can be
+        # bigger than the loader's 16 MiB.
+        self.etcd = Etcd(self.tmp, extra=["--max-request-bytes", "40000000"])
+        self.members.append(self.etcd)
+        self.etcd.start()
+        ok = vs("ok", ["ok"])
+        self.etcd.put(key_of(ok), ok)
+        many = vs("many", ["m"])
+        many["metadata"]["labels"] = {"l%d" % i: "v" for i in range(300)}
+        self.etcd.put(key_of(many), many)
+        huge = vs("huge", ["h"])
+        huge["spec"]["pad"] = "x" * (17 << 20)
+        self.etcd.put_http(key_of(huge), huge)
+        src = self.source()
+        snk = self.sink()
+        self.wait_synced(snk)
+        self.assertEqual(set(self.held(snk)), {"default/ok"})
+        err = src.stderr()
+        self.assertIn("etcd:%s" % key_of(many), err)
+        self.assertIn("over the limit of 16777216", err)
+        self.wait_for(lambda: self.metric("mcp_etcd_bad_documents_total") == 2,
+                      "2 bad documents counted", src)
 
     def test_etcd_down_at_start_is_not_ready_then_served_when_it_comes(self):
         src = self.source()  # nothing listens at the endpoint yet

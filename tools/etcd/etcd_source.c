@@ -112,7 +112,13 @@ static mcpcfg_doc *convert(etcdsrc *s, const char *key, const uint8_t *value,
   snprintf(path, sizeof path, "etcd:%s", key);
   mcpcfg_doc **docs = NULL;
   size_t ndocs = 0, bad = 0;
-  int rv = mcpcfg_parse(&s->parse, path, value, len, &docs, &ndocs, &bad);
+  int rv = 1;
+  if (len > s->parse.max_file_size) /* as for a file */
+    mcpcfg_report(&s->parse, path, 0,
+                  "value of %zu bytes, over the limit of %zu: skipped", len,
+                  s->parse.max_file_size);
+  else
+    rv = mcpcfg_parse(&s->parse, path, value, len, &docs, &ndocs, &bad);
   mcpcfg_doc *doc = NULL;
   if (rv == 0 && ndocs == 1 && bad == 0) {
     const char *c = docs[0]->collection, *n = docs[0]->res.name;
