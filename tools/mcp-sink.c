@@ -11,6 +11,7 @@
  * under stdout's lock) and the logs. They tell the main loop about the sync
  * through a uv_async_t.
  */
+#include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -665,9 +666,10 @@ int main(int argc, char **argv) {
       .acl = tool_access_acl(app.access),
       .on_refused = on_refused,
   };
+  errno = 0; /* the transport sets it when it cannot bind */
   if ((rv = app.tp->sink_new(&app.ep, &app.loop, &eo, app.state)) < 0) {
     log_error("cannot %s %s: %s", listen ? "listen on" : "dial", address,
-              mcp_strerror(rv));
+              tool_endpoint_strerror(rv, errno));
     app.ep = NULL;
     stop(&app);
     uv_run(&app.loop, UV_RUN_DEFAULT);

@@ -10,6 +10,7 @@
  * returns once applied: the loader's resources, which the apply reads, stay
  * untouched until the next scan, which cannot start before that.
  */
+#include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -520,9 +521,10 @@ int main(int argc, char **argv) {
       .on_refused = on_refused,
   };
   uv_loop_init(&app.loop);
+  errno = 0; /* the transport sets it when it cannot bind */
   if ((rv = app.tp->source_new(&app.ep, &app.loop, &eo, &sopts)) < 0) {
     log_error("cannot %s %s: %s", connect ? "dial" : "listen on", address,
-              mcp_strerror(rv));
+              tool_endpoint_strerror(rv, errno));
     app.ep = NULL;
     uv_run(&app.loop, UV_RUN_DEFAULT); /* whatever the transport left */
     uv_loop_close(&app.loop);

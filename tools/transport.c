@@ -41,6 +41,12 @@ int tool_transport_find(const char *name, const tool_transport **pt) {
   return -1;
 }
 
+const char *tool_endpoint_strerror(int rv, int err) {
+  if (rv == MCP_ERR_IO && err > 0)
+    return uv_strerror(uv_translate_sys_error(err));
+  return mcp_strerror(rv);
+}
+
 const char *tool_transport_default(void) {
   for (size_t i = 0; i < NTRANSPORTS; i++) {
     if (transports[i].impl)

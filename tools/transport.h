@@ -189,6 +189,12 @@ int tool_transport_find(const char *name, const tool_transport **pt);
  * first one built in. */
 const char *tool_transport_default(void);
 
+/* Why source_new() or sink_new() failed with |rv|, for a log line: for
+ * MCP_ERR_IO with |err| (errno right after the call; the programs zero it
+ * before) the system's reason in libuv's words ("address already in use",
+ * as the debug listener says it), else mcp_strerror(rv). Static string. */
+const char *tool_endpoint_strerror(int rv, int err);
+
 /*
  * The access list of a program (--allow, --deny, --access-list), kept up to
  * date: with a file, it is read again every second when it changed and on

@@ -518,6 +518,24 @@ class CommandLine(Base):
                 self.assertEqual(rc, 1, (prog, err))
                 self.assertIn("--debug-listen", err)
 
+    def test_mcp_port_in_use_names_the_errno(self):
+        """A first-time user's port in use: "HOST:PORT: address already in
+        use" on one line, exit 1, no "invalid argument" and no gRPC dump."""
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen(1)
+            busy = "127.0.0.1:%d" % s.getsockname()[1]
+            for prog, extra in (("mcp-source", ["--dir", self.config]),
+                                ("mcp-sink", ["--collection", VS])):
+                rc, out, err = run([self.exe(prog), "--transport",
+                                    common.TRANSPORT, "--listen", busy] +
+                                   extra)
+                self.assertEqual(rc, 1, (prog, err))
+                self.assertIn("%s: address already in use" % busy, err)
+                self.assertNotIn("invalid argument", err)
+                for line in err.splitlines():  # only our own lines
+                    self.assertRegex(line, r"^%s: (info|error): " % prog)
+
     def test_text_logs_unchanged(self):
         p = Proc("mcp-source", [self.exe("mcp-source"), "--transport",
                                 common.TRANSPORT, "--listen", self.addr])
