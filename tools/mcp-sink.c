@@ -125,6 +125,7 @@ static void usage(FILE *f) {
         "                        read again when it changes and on SIGHUP\n"
         "  --allow-cleartext     let h2c listen on an address that is not "
         "loopback\n"
+        "  --version             print the library version and exit\n"
         "  --help                this text\n"
         "\n"
         "Exit status: 0 after SIGINT, SIGTERM or the sync (--exit-after-sync),\n"
@@ -423,6 +424,11 @@ int main(int argc, char **argv) {
   memset(&app, 0, sizeof(app));
 
   for (int i = 1; i < argc; i++) {
+    if (tool_arg_flag(argv, i, "--version")) {
+      printf("mcp-sink %s\n", mcp_version());
+      status = 0;
+      goto out;
+    }
     if (tool_arg_flag(argv, i, "--help") || tool_arg_flag(argv, i, "-h")) {
       usage(stdout);
       status = 0;
