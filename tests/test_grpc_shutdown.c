@@ -312,6 +312,36 @@ START_TEST(test_foreign_address_reports_eaddrnotavail) {
 }
 END_TEST
 
+/* A unix socket in a directory that does not exist: ENOENT, no dump. One
+ * that can be made is served, and again over the file left behind. */
+START_TEST(test_unix_socket_path_reports_errno) {
+  char dir[] = "/tmp/mcp-grpc-unix-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char addr[128];
+  snprintf(addr, sizeof(addr), "unix:%s/missing/s.sock", dir);
+  int err, wrote;
+  ck_assert_int_eq(new_capturing(addr, 0, &err, &wrote), MCP_ERR_IO);
+  ck_assert_int_eq(err, ENOENT);
+  ck_assert_msg(!wrote, "something was written to stderr");
+  snprintf(addr, sizeof(addr), "unix:%s/s.sock", dir);
+  mcp_store *store = tg_store();
+  mcp_source_options sopts;
+  tg_source_opts(&sopts, store);
+  mcp_grpc_options o;
+  tg_listen_opts(&o, addr, NULL);
+  o.on_stream = NULL;
+  for (int i = 0; i < 2; i++) {
+    mcp_grpc_source *src = NULL;
+    ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &sopts), 0);
+    mcp_grpc_source_del(src);
+  }
+  mcp_store_del(store);
+  snprintf(addr, sizeof(addr), "%s/s.sock", dir);
+  unlink(addr);
+  ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("grpc_shutdown");
   TCase *tc = tcase_create("shutdown");
@@ -323,6 +353,7 @@ int main(void) {
   tcase_add_test(tc, test_bind_failure_is_reported);
   tcase_add_test(tc, test_port_in_use_reports_eaddrinuse_without_grpc_dump);
   tcase_add_test(tc, test_foreign_address_reports_eaddrnotavail);
+  tcase_add_test(tc, test_unix_socket_path_reports_errno);
   suite_add_tcase(s, tc);
   return tg_run(s);
 }

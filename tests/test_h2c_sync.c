@@ -599,6 +599,10 @@ START_TEST(port_in_use_reports_errno) {
   errno = 0;
   ck_assert_int_eq(mcp_h2c_sink_new(&sink, &e.loop, &o, e.state), MCP_ERR_IO);
   ck_assert_int_eq(errno, EADDRNOTAVAIL);
+  o.address = "unix:/nonexistent-mcp-dir/s.sock";
+  errno = 0;
+  ck_assert_int_eq(mcp_h2c_sink_new(&sink, &e.loop, &o, e.state), MCP_ERR_IO);
+  ck_assert_int_eq(errno, ENOENT);
   ck_assert_ptr_null(src);
   ck_assert_ptr_null(sink);
   close(fd);

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <grpc/grpc_security.h>
@@ -76,19 +78,45 @@ static int probe_one(const struct addrinfo *ai) {
   return e;
 }
 
+/* "unix:PATH" or "unix://PATH": gRPC replaces a socket file left at PATH,
+ * so only a path that is not one is tried (then removed again). */
+static int probe_unix(const char *path) {
+  if (strncmp(path, "//", 2) == 0)
+    path += 2;
+  struct sockaddr_un sun;
+  memset(&sun, 0, sizeof(sun));
+  sun.sun_family = AF_UNIX;
+  struct stat st;
+  if (!path[0] || strlen(path) >= sizeof(sun.sun_path) ||
+      (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode)))
+    return 0;
+  strcpy(sun.sun_path, path);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return errno;
+  int e = 0;
+  if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) != 0)
+    e = errno;
+  else
+    unlink(path);
+  close(fd);
+  return e;
+}
+
 /*
  * gRPC reports a failed bind only as a return of 0 and a log line (a raw
  * error dump on stderr). So first bind each address it will resolve
  * ourselves, with the same socket options, to learn the errno
  * (EADDRINUSE, EACCES, EADDRNOTAVAIL) and spare the user the dump. Returns
- * 0 when gRPC may try (some address binds, or the probe cannot tell: a
- * unix socket, port 0, a name our resolver does not know), else the errno
+ * 0 when gRPC may try (some address binds, or the probe cannot tell: an
+ * abstract socket, port 0, a name our resolver does not know), else the errno
  * of the first address. The port can change hands in between: then gRPC
  * still fails, as before.
  */
 static int probe_bind(const char *address) {
-  if (strncmp(address, "unix:", 5) == 0 ||
-      strncmp(address, "unix-abstract:", 14) == 0 ||
+  if (strncmp(address, "unix:", 5) == 0)
+    return probe_unix(address + 5);
+  if (strncmp(address, "unix-abstract:", 14) == 0 ||
       strncmp(address, "vsock:", 6) == 0)
     return 0;
   char host[256];
