@@ -1,19 +1,27 @@
 # Two commands do all the set-up on a fresh Debian 12 machine:
-#   make run    installs what is missing, builds, serves examples/config
-#   make test   installs what is missing, builds, runs every test
+#   make run    installs the Debian packages missing, builds the libraries
+#               and programs only (no tests, no npm), serves examples/config
+#   make test   installs what is missing (also the npm interop modules),
+#               builds everything, runs every test
 BUILD        ?= build
+RUN_BUILD    ?= build-run
 ASAN_BUILD   ?= build-asan
 FUZZ_BUILD   ?= build-fuzz
 BENCH_BUILD  ?= build-bench
 FUZZ_SECONDS ?= 60
 MESON_OPTS   ?=
 
-.PHONY: all deps build test test-asan test-valgrind run fuzz bench clean
+.PHONY: all deps deps-run build test test-asan test-valgrind run fuzz bench clean
 
 all: build
 
+# What building and running needs: Debian packages only.
+deps-run:
+	@scripts/install-deps.sh run
+
+# Everything the tests use, with the interop tests' npm modules.
 deps:
-	@scripts/install-deps.sh
+	@scripts/install-deps.sh test
 	@[ -d tests/interop/node_modules ] || \
 	  npm ci --prefix tests/interop --no-audit --no-fund --loglevel=error
 
@@ -38,8 +46,13 @@ test-asan: deps
 test-valgrind: build
 	tests/valgrind/run.sh $(BUILD)
 
-run: build
-	tools/run-example.sh $(BUILD)
+# A build directory of its own, without the tests (-Dtests=false).
+$(RUN_BUILD)/build.ninja:
+	meson setup $(RUN_BUILD) -Dtests=false $(MESON_OPTS)
+
+run: deps-run $(RUN_BUILD)/build.ninja
+	ninja -C $(RUN_BUILD)
+	tools/run-example.sh $(RUN_BUILD)
 
 # libFuzzer targets built with clang, each run for FUZZ_SECONDS; non-zero
 # on any finding.
@@ -51,4 +64,4 @@ bench: deps
 	bench/run.sh $(BENCH_BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(BENCH_BUILD)
+	rm -rf $(BUILD) $(RUN_BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(BENCH_BUILD)

@@ -1,5 +1,13 @@
 /* Graceful shutdown: open streams are drained then ended, stuck ones are
  * cancelled after the grace period, nothing leaks (run under ASan). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "test_grpc_util.h"
 
 static const char *const colls[] = {"c1"};
@@ -200,11 +208,137 @@ START_TEST(test_bind_failure_is_reported) {
   char addr[64];
   snprintf(addr, sizeof(addr), "127.0.0.1:%d", mcp_grpc_source_port(src));
   o.address = addr;
-  ck_assert_int_eq(mcp_grpc_source_new(&dup, &o, &sopts),
-                   MCP_ERR_INVALID_ARGUMENT);
+  errno = 0;
+  ck_assert_int_eq(mcp_grpc_source_new(&dup, &o, &sopts), MCP_ERR_IO);
+  ck_assert_int_eq(errno, EADDRINUSE);
   ck_assert_ptr_null(dup);
   mcp_grpc_source_del(src);
   mcp_store_del(store);
+}
+END_TEST
+
+/* A plain socket listening on 127.0.0.1; its port in |*port|. */
+static int hold_port(int *port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ck_assert_int_ge(fd, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET,
+                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof(sa);
+  ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  ck_assert_int_eq(listen(fd, 1), 0);
+  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+  *port = ntohs(sa.sin_port);
+  return fd;
+}
+
+/* Runs mcp_grpc_*_new() on |addr| with stderr captured: the result, errno
+ * after it, and whether anything was written to stderr. */
+static int new_capturing(const char *addr, int sink, int *err, int *wrote) {
+  fflush(stderr);
+  FILE *tmp = tmpfile();
+  ck_assert_ptr_nonnull(tmp);
+  int saved = dup(2);
+  ck_assert_int_ge(saved, 0);
+  ck_assert_int_ge(dup2(fileno(tmp), 2), 0);
+  mcp_grpc_options o;
+  tg_listen_opts(&o, addr, NULL);
+  o.on_stream = NULL;
+  int rv;
+  errno = 0;
+  if (sink) {
+    static const char *const c[] = {"c1"};
+    mcp_sink_state *state = tg_sink_state(c, 1, 0);
+    mcp_grpc_sink *k = NULL;
+    rv = mcp_grpc_sink_new(&k, &o, state);
+    *err = errno;
+    ck_assert_ptr_null(k);
+    mcp_sink_state_del(state);
+  } else {
+    mcp_store *store = tg_store();
+    mcp_source_options sopts;
+    tg_source_opts(&sopts, store);
+    mcp_grpc_source *src = NULL;
+    rv = mcp_grpc_source_new(&src, &o, &sopts);
+    *err = errno;
+    ck_assert_ptr_null(src);
+    mcp_store_del(store);
+  }
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  struct stat st;
+  ck_assert_int_eq(fstat(fileno(tmp), &st), 0);
+  *wrote = st.st_size > 0;
+  fclose(tmp);
+  return rv;
+}
+
+/* A first-time user's port in use: the errno, not "invalid argument" and
+ * gRPC's raw error dump on stderr. Both roles. */
+START_TEST(test_port_in_use_reports_eaddrinuse_without_grpc_dump) {
+  int port;
+  int fd = hold_port(&port);
+  char addr[64];
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+  for (int sink = 0; sink <= 1; sink++) {
+    int err, wrote;
+    ck_assert_int_eq(new_capturing(addr, sink, &err, &wrote), MCP_ERR_IO);
+    ck_assert_int_eq(err, EADDRINUSE);
+    ck_assert_msg(!wrote, "something was written to stderr");
+  }
+  close(fd);
+  /* Free again: the probe does not stand in the way. */
+  mcp_store *store = tg_store();
+  mcp_source_options sopts;
+  tg_source_opts(&sopts, store);
+  mcp_grpc_options o;
+  tg_listen_opts(&o, addr, NULL);
+  o.on_stream = NULL;
+  mcp_grpc_source *src = NULL;
+  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &sopts), 0);
+  ck_assert_int_eq(mcp_grpc_source_port(src), port);
+  mcp_grpc_source_del(src);
+  mcp_store_del(store);
+}
+END_TEST
+
+/* An address of no local interface (TEST-NET-1): EADDRNOTAVAIL. */
+START_TEST(test_foreign_address_reports_eaddrnotavail) {
+  int err, wrote;
+  ck_assert_int_eq(new_capturing("192.0.2.1:15010", 0, &err, &wrote),
+                   MCP_ERR_IO);
+  ck_assert_int_eq(err, EADDRNOTAVAIL);
+  ck_assert_msg(!wrote, "something was written to stderr");
+}
+END_TEST
+
+/* A unix socket in a directory that does not exist: ENOENT, no dump. One
+ * that can be made is served, and again over the file left behind. */
+START_TEST(test_unix_socket_path_reports_errno) {
+  char dir[] = "/tmp/mcp-grpc-unix-XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  char addr[128];
+  snprintf(addr, sizeof(addr), "unix:%s/missing/s.sock", dir);
+  int err, wrote;
+  ck_assert_int_eq(new_capturing(addr, 0, &err, &wrote), MCP_ERR_IO);
+  ck_assert_int_eq(err, ENOENT);
+  ck_assert_msg(!wrote, "something was written to stderr");
+  snprintf(addr, sizeof(addr), "unix:%s/s.sock", dir);
+  mcp_store *store = tg_store();
+  mcp_source_options sopts;
+  tg_source_opts(&sopts, store);
+  mcp_grpc_options o;
+  tg_listen_opts(&o, addr, NULL);
+  o.on_stream = NULL;
+  for (int i = 0; i < 2; i++) {
+    mcp_grpc_source *src = NULL;
+    ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &sopts), 0);
+    mcp_grpc_source_del(src);
+  }
+  mcp_store_del(store);
+  snprintf(addr, sizeof(addr), "%s/s.sock", dir);
+  unlink(addr);
+  ck_assert_int_eq(rmdir(dir), 0);
 }
 END_TEST
 
@@ -217,6 +351,9 @@ int main(void) {
   tcase_add_test(tc, test_stuck_stream_cancelled_after_grace);
   tcase_add_test(tc, test_del_runs_queued_updates_first);
   tcase_add_test(tc, test_bind_failure_is_reported);
+  tcase_add_test(tc, test_port_in_use_reports_eaddrinuse_without_grpc_dump);
+  tcase_add_test(tc, test_foreign_address_reports_eaddrnotavail);
+  tcase_add_test(tc, test_unix_socket_path_reports_errno);
   suite_add_tcase(s, tc);
   return tg_run(s);
 }

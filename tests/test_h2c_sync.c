@@ -6,12 +6,16 @@
  * restart, routing errors seen by a client, unix sockets, updates from
  * other threads, and the reconnection backoff against a closed port.
  */
+#include <arpa/inet.h>
 #include <check.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "h2c_harness.h"
@@ -553,13 +557,55 @@ START_TEST(bad_addresses) {
                    MCP_ERR_INVALID_ARGUMENT);
   start_source(&e, MCP_H2C_LISTEN, "127.0.0.1:0");
   o.address = loopback(mcp_h2c_source_port(e.src)); /* in use */
-  ck_assert_int_eq(mcp_h2c_source_new(&src, &e.loop, &o, &so),
-                   MCP_ERR_INVALID_ARGUMENT);
+  errno = 0;
+  ck_assert_int_eq(mcp_h2c_source_new(&src, &e.loop, &o, &so), MCP_ERR_IO);
+  ck_assert_int_eq(errno, EADDRINUSE);
   ck_assert_ptr_null(src);
   so.store = NULL;
   o.address = "127.0.0.1:0";
   ck_assert_int_eq(mcp_h2c_source_new(&src, &e.loop, &o, &so),
                    MCP_ERR_INVALID_ARGUMENT);
+  env_fini(&e);
+}
+END_TEST
+
+/* A port held by a plain socket, and an address of no local interface
+ * (TEST-NET-1): IO with the errno, for both roles, not INVALID_ARGUMENT. */
+START_TEST(port_in_use_reports_errno) {
+  env e;
+  env_init(&e, 0);
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ck_assert_int_ge(fd, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET,
+                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof(sa);
+  ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  ck_assert_int_eq(listen(fd, 1), 0);
+  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+  mcp_source_options so;
+  mcp_source_options_default(&so);
+  so.store = e.store;
+  mcp_h2c_options o = options(&e, MCP_H2C_LISTEN,
+                              loopback(ntohs(sa.sin_port)));
+  mcp_h2c_source *src = NULL;
+  mcp_h2c_sink *sink = NULL;
+  errno = 0;
+  ck_assert_int_eq(mcp_h2c_source_new(&src, &e.loop, &o, &so), MCP_ERR_IO);
+  ck_assert_int_eq(errno, EADDRINUSE);
+  errno = 0;
+  ck_assert_int_eq(mcp_h2c_sink_new(&sink, &e.loop, &o, e.state), MCP_ERR_IO);
+  ck_assert_int_eq(errno, EADDRINUSE);
+  o.address = "192.0.2.1:15010";
+  errno = 0;
+  ck_assert_int_eq(mcp_h2c_sink_new(&sink, &e.loop, &o, e.state), MCP_ERR_IO);
+  ck_assert_int_eq(errno, EADDRNOTAVAIL);
+  o.address = "unix:/nonexistent-mcp-dir/s.sock";
+  errno = 0;
+  ck_assert_int_eq(mcp_h2c_sink_new(&sink, &e.loop, &o, e.state), MCP_ERR_IO);
+  ck_assert_int_eq(errno, ENOENT);
+  ck_assert_ptr_null(src);
+  ck_assert_ptr_null(sink);
+  close(fd);
   env_fini(&e);
 }
 END_TEST
@@ -621,6 +667,7 @@ Suite *suite(void) {
   tcase_add_test(t, sink_listener_refuses_aggregated_state);
   tcase_add_test(t, debounce_timer);
   tcase_add_test(t, bad_addresses);
+  tcase_add_test(t, port_in_use_reports_errno);
   tcase_add_test(t, queue_limit_and_on_closed);
   suite_add_tcase(s, t);
   return s;

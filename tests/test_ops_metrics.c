@@ -372,7 +372,13 @@ START_TEST(test_source_events) {
   ck_assert(metric(ops, "istio_mcp_clients_total" SRC "}") == 0);
   ck_assert(metric(ops, "istio_mcp_recv_failures_total" SRC
                         ",code=\"14\"}") == 1);
-  ck_assert(metric(ops, "mcp_streams_total" SRC "}") == 2);
+  /* A client that exits cleanly cancels its call: no failure. */
+  stream(ops, 1, 3, 0, 0, 0);
+  stream(ops, 0, 3, 0, 3, MCP_CODE_CANCELLED);
+  ck_assert(metric(ops, "istio_mcp_recv_failures_total" SRC
+                        ",code=\"1\"}") == -1);
+  ck_assert(metric(ops, "istio_mcp_clients_total" SRC "}") == 0);
+  ck_assert(metric(ops, "mcp_streams_total" SRC "}") == 3);
   /* A listening source does not count reconnections. */
   ck_assert(metric(ops, "istio_mcp_reconnections" SRC "}") == 0);
   tool_ops_del(ops);

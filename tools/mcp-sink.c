@@ -11,6 +11,7 @@
  * under stdout's lock) and the logs. They tell the main loop about the sync
  * through a uv_async_t.
  */
+#include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -125,6 +126,7 @@ static void usage(FILE *f) {
         "                        read again when it changes and on SIGHUP\n"
         "  --allow-cleartext     let h2c listen on an address that is not "
         "loopback\n"
+        "  --version             print the library version and exit\n"
         "  --help                this text\n"
         "\n"
         "Exit status: 0 after SIGINT, SIGTERM or the sync (--exit-after-sync),\n"
@@ -423,6 +425,11 @@ int main(int argc, char **argv) {
   memset(&app, 0, sizeof(app));
 
   for (int i = 1; i < argc; i++) {
+    if (tool_arg_flag(argv, i, "--version")) {
+      printf("mcp-sink %s\n", mcp_version());
+      status = 0;
+      goto out;
+    }
     if (tool_arg_flag(argv, i, "--help") || tool_arg_flag(argv, i, "-h")) {
       usage(stdout);
       status = 0;
@@ -667,9 +674,10 @@ int main(int argc, char **argv) {
       .acl = tool_access_acl(app.access),
       .on_refused = on_refused,
   };
+  errno = 0; /* the transport sets it when it cannot bind */
   if ((rv = app.tp->sink_new(&app.ep, &app.loop, &eo, app.state)) < 0) {
     log_error("cannot %s %s: %s", listen ? "listen on" : "dial", address,
-              mcp_strerror(rv));
+              tool_endpoint_strerror(rv, errno));
     app.ep = NULL;
     stop(&app);
     uv_run(&app.loop, UV_RUN_DEFAULT);

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <uv.h>
 
@@ -69,6 +70,8 @@ typedef struct source_app {
   etcdpub_stats pub_seen;
   /* Transport thread only. */
   int dial_failing; /* the status the failing dials end with, 0: none */
+  /* The health of the configuration (registered on ops; any thread). */
+  ops_metric *files_with_errors, *last_load, *resources;
 } source_app;
 
 static void usage(FILE *f) {
@@ -119,6 +122,7 @@ static void usage(FILE *f) {
           "  --access-list FILE rules, one per line (\"allow ID\", \"deny ID\");\n"
           "                     read again when it changes and on SIGHUP\n"
           "  --allow-cleartext  let h2c listen on an address that is not loopback\n"
+          "  --version          print the library version and exit\n"
           "  --help             this text\n"
           "\n"
           "Exit status: 0 after SIGINT or SIGTERM, 1 on a runtime failure,\n"
@@ -231,6 +235,34 @@ static void on_report(const char *path, unsigned long line,
     log_error("%s: %s", path, message);
 }
 
+/* The configuration metrics (docs/operations.md); NULL families (no
+ * registry) are no-ops. */
+static void register_config_metrics(source_app *a) {
+  ops_metrics *m = tool_ops_metrics(a->ops);
+  static const char *const coll[] = {"collection"};
+  a->files_with_errors = ops_metrics_gauge(
+      m, "mcp_config_files_with_errors",
+      "Files under --dir whose last read reported a problem (unreadable, "
+      "not YAML, a document skipped); they serve their last good content.",
+      NULL, 0);
+  a->last_load = ops_metrics_gauge(
+      m, "mcp_config_last_load_success_timestamp_seconds",
+      "Unix time of the last scan of --dir that read the directory and left "
+      "every change in the store (each rescan, about every second).",
+      NULL, 0);
+  a->resources = ops_metrics_gauge(
+      m, "mcp_config_resources",
+      "Resources served, per collection, as of the last load.", coll, 1);
+}
+
+/* A scan read the directory and the store holds all it found. */
+static void loaded(source_app *a) {
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  ops_metric_set(a->last_load, NULL,
+                 (double)now.tv_sec + (double)now.tv_nsec / 1e9);
+}
+
 /* Where the store lives (or on the main thread before the endpoint
  * exists): the loader's current set into the store. */
 static void apply_fn(mcp_store *store, mcp_tstamp ts, void *ud) {
@@ -243,10 +275,13 @@ static void apply_fn(mcp_store *store, mcp_tstamp ts, void *ud) {
     return;
   }
   a->apply_pending = 0;
+  loaded(a);
   if (rv == 0)
     return;
   for (size_t i = 0; i < n; i++) {
     const char *c = mcpcfg_loader_collection_name(a->loader, i);
+    const char *lv[] = {c};
+    ops_metric_set(a->resources, lv, (double)mcp_store_count(store, c));
     log_debug("collection %s: %zu resources, generation %llu", c,
               mcp_store_count(store, c),
               (unsigned long long)mcp_store_generation(store, c));
@@ -271,6 +306,8 @@ static void scan(source_app *a) {
     log_info("%s is readable again", a->dir);
     a->io_error = 0;
   }
+  ops_metric_set(a->files_with_errors, NULL,
+                 (double)mcpcfg_loader_files_with_errors(a->loader));
   if (a->pub) { /* published, then served from etcd like any replica */
     if (rv > 0 || !a->offered) {
       int n = etcdpub_offer(a->pub, a->loader);
@@ -286,8 +323,10 @@ static void scan(source_app *a) {
   }
   if (rv > 0)
     a->apply_pending = 1;
-  if (!a->apply_pending)
+  if (!a->apply_pending) {
+    loaded(a);
     return;
+  }
   rv = a->tp->source_apply(a->ep, apply_fn, a);
   if (rv < 0)
     log_error("cannot update the store: %s", mcp_strerror(rv));
@@ -480,6 +519,10 @@ static int parse_args(int argc, char **argv, source_args *o) {
   o->names = MCP_NAMES_KUBERNETES;
   for (int i = 1; i < argc; i++) {
     int rv;
+    if (tool_arg_flag(argv, i, "--version")) {
+      printf("mcp-source %s\n", mcp_version());
+      return 0;
+    }
     if (tool_arg_flag(argv, i, "--help") || tool_arg_flag(argv, i, "-h")) {
       usage(stdout);
       return 0;
@@ -719,6 +762,14 @@ int main(int argc, char **argv) {
     log_error("cannot create the store: %s", mcp_strerror(rv));
     goto out;
   }
+  /* Before the first load, which the metrics describe. */
+  tool_ops_options oo = {.role = TOOL_OPS_SOURCE, .component = "mcp-source"};
+  if (tool_ops_new(&app.ops, &oo) != 0) {
+    log_error("out of memory");
+    goto out;
+  }
+  if (dir)
+    register_config_metrics(&app);
   if (dir) {
     mcpcfg_options lo;
     mcpcfg_options_default(&lo);
@@ -747,6 +798,8 @@ int main(int argc, char **argv) {
       log_error("cannot load %s: %s", dir, mcpcfg_strerror(rv));
       goto out;
     }
+    ops_metric_set(app.files_with_errors, NULL,
+                   (double)mcpcfg_loader_files_with_errors(app.loader));
     if (!args.etcd) { /* with etcd, published once etcd is reached */
       apply_fn(app.store, app.tp->now(), &app);
       if (app.apply_pending)
@@ -764,11 +817,6 @@ int main(int argc, char **argv) {
            total == 1 ? "" : "s", ncoll, ncoll == 1 ? "" : "s",
            (unsigned long long)mcp_store_epoch(app.store));
 
-  tool_ops_options oo = {.role = TOOL_OPS_SOURCE, .component = "mcp-source"};
-  if (tool_ops_new(&app.ops, &oo) != 0) {
-    log_error("out of memory");
-    goto out;
-  }
   mcp_source_options sopts;
   mcp_source_options_default(&sopts);
   sopts.store = app.store;
@@ -798,9 +846,10 @@ int main(int argc, char **argv) {
       .on_refused = on_refused,
   };
   uv_loop_init(&app.loop);
+  errno = 0; /* the transport sets it when it cannot bind */
   if ((rv = app.tp->source_new(&app.ep, &app.loop, &eo, &sopts)) < 0) {
     log_error("cannot %s %s: %s", connect ? "dial" : "listen on", address,
-              mcp_strerror(rv));
+              tool_endpoint_strerror(rv, errno));
     app.ep = NULL;
     uv_run(&app.loop, UV_RUN_DEFAULT); /* whatever the transport left */
     uv_loop_close(&app.loop);

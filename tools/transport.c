@@ -41,6 +41,42 @@ int tool_transport_find(const char *name, const tool_transport **pt) {
   return -1;
 }
 
+static int hexval(char c) {
+  return c >= '0' && c <= '9'   ? c - '0'
+         : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                : -1;
+}
+
+const char *tool_peer_format(const char *peer, char *buf, size_t len) {
+  if (!len)
+    return "";
+  if (!peer)
+    peer = "";
+  int ip = strncmp(peer, "ipv4:", 5) == 0 || strncmp(peer, "ipv6:", 5) == 0;
+  if (ip)
+    peer += 5;
+  size_t k = 0;
+  for (const char *p = peer; *p && k + 1 < len; p++) {
+    int hi, lo;
+    if (ip && p[0] == '%' && (hi = hexval(p[1])) >= 0 &&
+        (lo = hexval(p[2])) >= 0) {
+      buf[k++] = (char)(hi << 4 | lo); /* gRPC's URI form: %5B::1%5D */
+      p += 2;
+    } else {
+      buf[k++] = *p;
+    }
+  }
+  buf[k] = '\0';
+  return buf;
+}
+
+const char *tool_endpoint_strerror(int rv, int err) {
+  if (rv == MCP_ERR_IO && err > 0)
+    return uv_strerror(uv_translate_sys_error(err));
+  return mcp_strerror(rv);
+}
+
 const char *tool_transport_default(void) {
   for (size_t i = 0; i < NTRANSPORTS; i++) {
     if (transports[i].impl)

@@ -190,6 +190,23 @@ int tool_transport_find(const char *name, const tool_transport **pt);
 const char *tool_transport_default(void);
 
 /*
+ * The one form of a peer address in the programs' logs, --json events and
+ * debug pages, whatever the transport: HOST:PORT, an IPv6 address in
+ * brackets ("127.0.0.1:5000", "[::1]:5000", a dialed "localhost:9901"), or
+ * "unix:PATH". gRPC's "ipv4:" and "ipv6:" prefixes are dropped and its
+ * %-escapes decoded. Writes |buf| (|len| bytes, truncating) and returns it;
+ * NULL gives "".
+ */
+#define TOOL_PEER_MAX 320
+const char *tool_peer_format(const char *peer, char *buf, size_t len);
+
+/* Why source_new() or sink_new() failed with |rv|, for a log line: for
+ * MCP_ERR_IO with |err| (errno right after the call; the programs zero it
+ * before) the system's reason in libuv's words ("address already in use",
+ * as the debug listener says it), else mcp_strerror(rv). Static string. */
+const char *tool_endpoint_strerror(int rv, int err);
+
+/*
  * The access list of a program (--allow, --deny, --access-list), kept up to
  * date: with a file, it is read again every second when it changed and on
  * SIGHUP (always), and after each successful read the endpoint's streams

@@ -23,10 +23,12 @@ typedef struct grpc_ep {
   mcp_grpc_sink *sink;
 } grpc_ep;
 
-static tool_stream_info stream_info(const mcp_grpc_stream_info *info) {
+/* |peer| holds the peer in the programs' one form (tool_peer_format). */
+static tool_stream_info stream_info(const mcp_grpc_stream_info *info,
+                                    char *peer, size_t len) {
   tool_stream_info ti = {
       .id = info->id,
-      .peer = info->peer ? info->peer : "",
+      .peer = tool_peer_format(info->peer, peer, len),
       .dialed = info->dialed,
       .received = info->received,
       .sent = info->sent,
@@ -45,7 +47,8 @@ static tool_stream_info stream_info(const mcp_grpc_stream_info *info) {
 static void on_stream(mcp_grpc_stream_event ev,
                       const mcp_grpc_stream_info *info, void *ud) {
   ep_ctx *ctx = ud;
-  tool_stream_info ti = stream_info(info);
+  char peer[TOOL_PEER_MAX];
+  tool_stream_info ti = stream_info(info, peer, sizeof(peer));
   /* A refused call never was a stream: no OPENED came before it. */
   if (ev == MCP_GRPC_STREAM_REFUSED) {
     if (ctx->on_refused)
@@ -179,7 +182,8 @@ typedef struct walk_ctx {
 
 static void walk_fn(const mcp_grpc_stream_info *info, void *ud) {
   walk_ctx *w = ud;
-  tool_stream_info ti = stream_info(info);
+  char peer[TOOL_PEER_MAX];
+  tool_stream_info ti = stream_info(info, peer, sizeof(peer));
   w->fn(&ti, w->ud);
 }
 

@@ -29,10 +29,12 @@ typedef struct h2c_ep {
   void *http_user_data;
 } h2c_ep;
 
-static tool_stream_info stream_info(const mcp_h2c_stream_info *info) {
+/* |peer| holds the peer in the programs' one form (tool_peer_format). */
+static tool_stream_info stream_info(const mcp_h2c_stream_info *info,
+                                    char *peer, size_t len) {
   tool_stream_info ti = {
       .id = info->id,
-      .peer = info->peer ? info->peer : "",
+      .peer = tool_peer_format(info->peer, peer, len),
       .dialed = info->dialed,
       .received = info->received,
       .sent = info->sent,
@@ -70,7 +72,8 @@ static void on_stream(mcp_h2c_stream_event ev, const mcp_h2c_stream_info *info,
   h2c_ep *ep = ud;
   if (!ep->on_stream)
     return;
-  tool_stream_info ti = stream_info(info);
+  char peer[TOOL_PEER_MAX];
+  tool_stream_info ti = stream_info(info, peer, sizeof(peer));
   ep->on_stream(ev == MCP_H2C_STREAM_OPENED, &ti, ep->user_data);
 }
 
@@ -189,7 +192,8 @@ typedef struct walk_ctx {
 
 static void walk_fn(const mcp_h2c_stream_info *info, void *ud) {
   walk_ctx *w = ud;
-  tool_stream_info ti = stream_info(info);
+  char peer[TOOL_PEER_MAX];
+  tool_stream_info ti = stream_info(info, peer, sizeof(peer));
   w->fn(&ti, w->ud);
 }
 

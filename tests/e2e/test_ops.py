@@ -28,6 +28,8 @@ import os
 import re
 import signal
 import socket
+import subprocess
+import time
 import unittest
 
 import e2e_common as common
@@ -408,6 +410,130 @@ class SinkDialsSource(Base):
                           journal[-1]["nonce"]), ("nack", 3, e["nonce"]))
 
 
+class ConfigHealth(Base):
+    """Config health on the source's /metrics, a clean client exit, and
+    the one form of "peer" in both programs' JSON logs and events."""
+
+    def test_config_metrics_follow_the_files(self):
+        self.standard_files()
+        src, oport = self.start_source(False, "--debounce", "0")
+        m = self.metrics(oport)
+        for name in ("mcp_config_files_with_errors",
+                     "mcp_config_last_load_success_timestamp_seconds",
+                     "mcp_config_resources"):
+            self.assertEqual(m[name]["type"], "gauge", name)
+        self.assertEqual(value(m, "mcp_config_files_with_errors"), 0)
+        self.assertEqual(value(m, "mcp_config_resources", collection=VS), 2)
+        self.assertEqual(value(m, "mcp_config_resources", collection=DR), 1)
+        first = value(m, "mcp_config_last_load_success_timestamp_seconds")
+        self.assertLess(abs(first - time.time()), 60)
+        # A broken file: counted, and its neighbours still load.
+        with open(os.path.join(self.config, "broken.yaml"), "w") as f:
+            f.write("kind: [unclosed\n")
+        self.put("more.yaml", [dr("ratings", "ratings")])
+        self.wait_for(lambda: value(self.metrics(oport),
+                                    "mcp_config_files_with_errors") == 1 and
+                      value(self.metrics(oport), "mcp_config_resources",
+                            collection=DR) == 2,
+                      "the broken file counted, the good one loaded", src)
+        # Rescans go on: the load time moves.
+        self.wait_for(lambda: value(
+            self.metrics(oport),
+            "mcp_config_last_load_success_timestamp_seconds") > first,
+            "a later good load", src)
+        # Fixed: no file in error; a file removed: its resources go.
+        self.put("broken.yaml", [vs("details", "details")])
+        self.remove("more.yaml")
+        self.wait_for(lambda: value(self.metrics(oport),
+                                    "mcp_config_files_with_errors") == 0 and
+                      value(self.metrics(oport), "mcp_config_resources",
+                            collection=VS) == 3 and
+                      value(self.metrics(oport), "mcp_config_resources",
+                            collection=DR) == 1,
+                      "the fixed file loaded", src)
+
+    def test_clean_sink_exit_is_not_a_failure(self):
+        self.standard_files()
+        src, oport = self.start_source(False, "--debounce", "0")
+        snk, _ = self.start_sink(False)
+        self.wait_synced(snk)
+        self.wait_for(lambda: value(self.metrics(oport),
+                                    "istio_mcp_clients_total") == 1,
+                      "the sink counted as a client", src)
+        snk.signal(signal.SIGTERM)
+        self.assertEqual(snk.wait(), 0)
+        self.wait_for(lambda: value(self.metrics(oport),
+                                    "istio_mcp_clients_total") == 0,
+                      "the stream to end", src)
+        fams = self.metrics(oport)
+        self.assertEqual(
+            fams.get("istio_mcp_recv_failures_total", {}).get("samples", []),
+            [], "a clean exit counted as a failure")
+
+    PEER = re.compile(r"^(\d{1,3}(\.\d{1,3}){3}|\[[0-9a-fA-F:.]+\]|"
+                      r"localhost):\d+$")
+
+    def peers(self, p):
+        """Every "peer" of |p|'s JSON log lines and --json events."""
+        found = []
+        for line in p.stderr_lines() + p.stdout_lines():
+            if line.startswith("{"):
+                o = json.loads(line)
+                if "peer" in o:
+                    found.append(o["peer"])
+        return found
+
+    def check_peers(self, *procs):
+        for p in procs:
+            got = self.peers(p)
+            self.assertTrue(got, "%s logged no peer" % p.name)
+            for peer in got:
+                self.assertRegex(peer, self.PEER, p.name)
+
+    def test_one_peer_form_both_directions(self):
+        self.standard_files()
+        src, _ = self.start_source(False, "--debounce", "0")
+        snk, _ = self.start_sink(False)
+        self.wait_synced(snk)
+        src.signal(signal.SIGTERM)
+        snk.signal(signal.SIGTERM)
+        self.assertEqual(src.wait(), 0)
+        self.assertEqual(snk.wait(), 0)
+        self.check_peers(src, snk)
+        # The sink listens, the source dials it.
+        self.addr = "127.0.0.1:%d" % common.free_port()
+        snk, _ = self.start_sink(True)
+        src, _ = self.start_source(True, "--debounce", "0")
+        self.wait_synced(snk)
+        src.signal(signal.SIGTERM)
+        snk.signal(signal.SIGTERM)
+        self.assertEqual(src.wait(), 0)
+        self.assertEqual(snk.wait(), 0)
+        self.check_peers(src, snk)
+
+    def test_ipv6_peer_in_brackets(self):
+        try:
+            with socket.socket(socket.AF_INET6) as s:
+                s.bind(("::1", 0))
+        except OSError:
+            self.skipTest("no IPv6 loopback")
+        self.standard_files()
+        self.addr = "[::1]:%d" % common.free_port()
+        src, _ = self.start_source(False, "--debounce", "0")
+        snk, _ = self.start_sink(False)
+        self.wait_synced(snk)
+        src.signal(signal.SIGTERM)
+        snk.signal(signal.SIGTERM)
+        self.assertEqual(src.wait(), 0)
+        self.assertEqual(snk.wait(), 0)
+        got = self.peers(src)
+        self.assertTrue(got)
+        for peer in got:
+            self.assertRegex(peer, r"^\[::1\]:\d+$")
+        for peer in self.peers(snk):
+            self.assertRegex(peer, r"^\[::1\]:\d+$")
+
+
 class SourceDialsSink(Base):
 
     def test_listening_sink(self):
@@ -519,6 +645,33 @@ class CommandLine(Base):
                                    extra)
                 self.assertEqual(rc, 1, (prog, err))
                 self.assertIn("--debug-listen", err)
+
+    def test_version(self):
+        info = json.loads(subprocess.run(
+            ["meson", "introspect", "--projectinfo", common.BUILD_DIR],
+            stdout=subprocess.PIPE, check=True, text=True).stdout)
+        for prog in ("mcp-source", "mcp-sink"):
+            rc, out, err = run([self.exe(prog), "--version"])
+            self.assertEqual((rc, out, err),
+                             (0, "%s %s\n" % (prog, info["version"]), ""))
+
+    def test_mcp_port_in_use_names_the_errno(self):
+        """A first-time user's port in use: "HOST:PORT: address already in
+        use" on one line, exit 1, no "invalid argument" and no gRPC dump."""
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen(1)
+            busy = "127.0.0.1:%d" % s.getsockname()[1]
+            for prog, extra in (("mcp-source", ["--dir", self.config]),
+                                ("mcp-sink", ["--collection", VS])):
+                rc, out, err = run([self.exe(prog), "--transport",
+                                    common.TRANSPORT, "--listen", busy] +
+                                   extra)
+                self.assertEqual(rc, 1, (prog, err))
+                self.assertIn("%s: address already in use" % busy, err)
+                self.assertNotIn("invalid argument", err)
+                for line in err.splitlines():  # only our own lines
+                    self.assertRegex(line, r"^%s: (info|error): " % prog)
 
     def test_text_logs_unchanged(self):
         p = Proc("mcp-source", [self.exe("mcp-source"), "--transport",

@@ -274,7 +274,7 @@ class Authorization(Base):
             r"refused: status 7 \(PermissionDenied\): permission denied",
             snk.stderr()), "the sink to log PERMISSION_DENIED", snk, src)
         self.wait_for(lambda: re.search(
-            r"refused ipv4:127\.0\.0\.1:\d+: status 7 \(PermissionDenied\): "
+            r"refused 127\.0\.0\.1:\d+: status 7 \(PermissionDenied\): "
             r"permission denied: peer identity not allowed; identity " +
             re.escape(identity), src.stderr()),
             "the source to log the refusal", src)
@@ -310,7 +310,7 @@ class Authorization(Base):
         src, _ = self.source(*mtls("server"), dial=addr)
         # The source presents istiod's certificate: not allowed.
         self.wait_for(lambda: re.search(
-            r"refused ipv4:127\.0\.0\.1:\d+: status 7 \(PermissionDenied\).*"
+            r"refused 127\.0\.0\.1:\d+: status 7 \(PermissionDenied\).*"
             r"identity " + re.escape(ISTIOD), snk.stderr()),
             "the sink to refuse the source", snk, src)
         self.wait_for(lambda: re.search(
@@ -360,7 +360,7 @@ class Authorization(Base):
         self.assertEqual(ev["status"], 7, ev)
         self.assertIn("permission denied", ev["details"])
         self.wait_for(lambda: re.search(
-            r"refused ipv4:127\.0\.0\.1:\d+: status 7 .*identity " +
+            r"refused 127\.0\.0\.1:\d+: status 7 .*identity " +
             re.escape(SINK_A), src.stderr()),
             "the reconnection to be refused", src, snk)
         self.wait_for(lambda: "refused: status 7" in snk.stderr(),

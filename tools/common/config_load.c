@@ -41,6 +41,7 @@ typedef struct cfile {
   uint64_t fp; /* FP_CONTENT: hash of size and bytes; else errno or size */
   int stamped; /* |stamp| is that of the bytes read (fstat before reading) */
   int racy;    /* modified too close to the read: read again next time */
+  int bad;     /* its read reported a problem (unreadable, not YAML, ...) */
   fstamp stamp;
   char *path;
   mcpcfg_doc **docs;
@@ -230,6 +231,13 @@ int mcpcfg_loader_unapplied(const mcpcfg_loader *l, size_t i) {
 
 void mcpcfg_loader_mark_applied(mcpcfg_loader *l, size_t i) {
   l->colls[i].applied = l->colls[i].gen;
+}
+
+size_t mcpcfg_loader_files_with_errors(const mcpcfg_loader *l) {
+  size_t n = 0;
+  for (size_t i = 0; i < l->nfiles; i++)
+    n += l->files[i]->bad != 0;
+  return n;
 }
 
 size_t mcpcfg_loader_collection_count(const mcpcfg_loader *l) {
@@ -699,6 +707,7 @@ static int load_file(mcpcfg_loader *l, const char *path, const fstamp *cur,
     rv = mcpcfg_parse(&l->o, path, buf, len, &f->docs, &f->ndocs, &nbad);
     /* A file that is not YAML keeps all it had; one with bad documents
      * keeps what its good ones do not replace. */
+    f->bad = rv == 1 || (rv == 0 && nbad);
     if (rv == 1 || (rv == 0 && nbad))
       rv = keep_old(f, old, rv == 1);
   } else {
@@ -719,6 +728,7 @@ static int load_file(mcpcfg_loader *l, const char *path, const fstamp *cur,
     else
       mcpcfg_report(&l->o, path, 0, "cannot read: %s; file not loaded: %s",
                     strerror((int)fp), kept);
+    f->bad = 1;
     rv = keep_old(f, old, 1);
   }
   free(buf);

@@ -208,6 +208,12 @@ int mcpcfg_loader_declare(mcpcfg_loader *loader, const char *collection);
  */
 int mcpcfg_loader_scan(mcpcfg_loader *loader);
 
+/* The files of the current set whose last read reported a problem (could
+ * not be read, too large, not YAML, or a document skipped), until their
+ * bytes change and read clean. Duplicates and directory problems are not
+ * counted. */
+size_t mcpcfg_loader_files_with_errors(const mcpcfg_loader *loader);
+
 /*
  * The collections known, sorted by name: declared ones, and every collection
  * a document has ever provided (a collection whose documents all went away

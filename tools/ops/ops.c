@@ -264,7 +264,10 @@ static void stream_up(tool_ops *o) {
 
 static void stream_down(tool_ops *o, const tool_stream_info *info) {
   ops_metric_add(o->clients, NULL, -1);
-  if (info->status != 0) {
+  /* CANCELLED on a stream we accepted is the client ending its call (a
+   * sink or source exiting cleanly): not a failure. */
+  int client_left = !info->dialed && info->status == MCP_CODE_CANCELLED;
+  if (info->status != 0 && !client_left) {
     char code[16];
     snprintf(code, sizeof(code), "%d", info->status);
     const char *v[] = {code};

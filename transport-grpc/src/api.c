@@ -1,4 +1,5 @@
 /* The public objects: a source or a sink around one transport loop. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,6 +47,8 @@ static int ep_init(mcp_grpc_ep *ep, const mcp_grpc_options *opts,
   if (rv < 0) {
     grpc_shutdown();
     ep_free_copies(ep);
+    if (ep->listen_errno) /* after the clean-up, which may change errno */
+      errno = ep->listen_errno;
   }
   return rv;
 }

@@ -149,6 +149,7 @@ struct mcp_grpc_ep {
   /* LISTEN */
   grpc_server *server;
   int port;
+  int listen_errno; /* why the address could not be bound (0: unknown) */
   mcp_grpc_tag accept_tag;
   grpc_call *accept_call;
   grpc_call_details accept_details;

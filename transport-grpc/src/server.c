@@ -1,5 +1,13 @@
 /* Listening: accepts calls for the role's method, shuts down gracefully. */
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <grpc/grpc_security.h>
 
@@ -26,7 +34,137 @@ static void on_shutdown(mcp_grpc_tag *tag, int ok) {
   ep->shutdown_pending = 0;
 }
 
+/* Binds |sa| with the options gRPC uses, then closes it. 0 or an errno. */
+static int probe_addr(const struct sockaddr *sa, socklen_t len) {
+  int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return errno;
+  int one = 1, e = 0;
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+      bind(fd, sa, len) != 0)
+    e = errno;
+  close(fd);
+  return e;
+}
+
+/* As probe_addr(); for a wildcard, either family's wildcard will do, as
+ * gRPC binds [::] and falls back to 0.0.0.0 for both. */
+static int probe_one(const struct addrinfo *ai) {
+  int e = probe_addr(ai->ai_addr, ai->ai_addrlen);
+  if (e == 0)
+    return 0;
+  if (ai->ai_family == AF_INET) {
+    const struct sockaddr_in *in = (const struct sockaddr_in *)ai->ai_addr;
+    if (in->sin_addr.s_addr != htonl(INADDR_ANY))
+      return e;
+    struct sockaddr_in6 w6;
+    memset(&w6, 0, sizeof(w6));
+    w6.sin6_family = AF_INET6;
+    w6.sin6_addr = in6addr_any;
+    w6.sin6_port = in->sin_port;
+    return probe_addr((struct sockaddr *)&w6, sizeof(w6)) == 0 ? 0 : e;
+  }
+  if (ai->ai_family == AF_INET6) {
+    const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ai->ai_addr;
+    if (memcmp(&in6->sin6_addr, &in6addr_any, sizeof(in6addr_any)) != 0)
+      return e;
+    struct sockaddr_in w4;
+    memset(&w4, 0, sizeof(w4));
+    w4.sin_family = AF_INET;
+    w4.sin_addr.s_addr = htonl(INADDR_ANY);
+    w4.sin_port = in6->sin6_port;
+    return probe_addr((struct sockaddr *)&w4, sizeof(w4)) == 0 ? 0 : e;
+  }
+  return e;
+}
+
+/* "unix:PATH" or "unix://PATH": gRPC replaces a socket file left at PATH,
+ * so only a path that is not one is tried (then removed again). */
+static int probe_unix(const char *path) {
+  if (strncmp(path, "//", 2) == 0)
+    path += 2;
+  struct sockaddr_un sun;
+  memset(&sun, 0, sizeof(sun));
+  sun.sun_family = AF_UNIX;
+  struct stat st;
+  if (!path[0] || strlen(path) >= sizeof(sun.sun_path) ||
+      (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode)))
+    return 0;
+  strcpy(sun.sun_path, path);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return errno;
+  int e = 0;
+  if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) != 0)
+    e = errno;
+  else
+    unlink(path);
+  close(fd);
+  return e;
+}
+
+/*
+ * gRPC reports a failed bind only as a return of 0 and a log line (a raw
+ * error dump on stderr). So first bind each address it will resolve
+ * ourselves, with the same socket options, to learn the errno
+ * (EADDRINUSE, EACCES, EADDRNOTAVAIL) and spare the user the dump. Returns
+ * 0 when gRPC may try (some address binds, or the probe cannot tell: an
+ * abstract socket, port 0, a name our resolver does not know), else the errno
+ * of the first address. The port can change hands in between: then gRPC
+ * still fails, as before.
+ */
+static int probe_bind(const char *address) {
+  if (strncmp(address, "unix:", 5) == 0)
+    return probe_unix(address + 5);
+  if (strncmp(address, "unix-abstract:", 14) == 0 ||
+      strncmp(address, "vsock:", 6) == 0)
+    return 0;
+  char host[256];
+  const char *colon = strrchr(address, ':');
+  if (!colon || !colon[1])
+    return 0;
+  size_t hl = (size_t)(colon - address);
+  const char *h = address;
+  if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
+    h++;
+    hl -= 2;
+  } else if (memchr(h, ':', hl)) {
+    return 0; /* a bare IPv6 address: gRPC's own rules */
+  }
+  if (hl >= sizeof(host))
+    return 0;
+  memcpy(host, h, hl);
+  host[hl] = '\0';
+  const char *port = colon + 1;
+  if (strspn(port, "0") == strlen(port))
+    return 0; /* any free port */
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  if (getaddrinfo(hl ? host : NULL, port, &hints, &res) != 0 || !res)
+    return 0;
+  int first = 0;
+  for (const struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+    int e = probe_one(ai);
+    if (e == 0) {
+      first = 0;
+      break;
+    }
+    if (!first)
+      first = e;
+  }
+  freeaddrinfo(res);
+  return first;
+}
+
 int mcp_grpc_server_create(mcp_grpc_ep *ep) {
+  int e = probe_bind(ep->address);
+  if (e) {
+    ep->listen_errno = e;
+    return MCP_ERR_IO;
+  }
   size_t n;
   grpc_arg *a = mcp_grpc_args(ep, 1, &n);
   if (!a)

@@ -1,5 +1,6 @@
 /* The public objects: a source or a sink on the application's loop, the
  * jobs other threads hand over, deferred kicks, and shutdown. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -370,9 +371,11 @@ static int ep_start(mcp_h2c_ep *ep, uv_loop_t *loop,
   else
     mcp_h2c_client_start(ep);
   if (rv < 0) {
+    int e = errno; /* why the listener failed, for the caller */
     ep->opts.on_closed = NULL; /* a failed creation reports nothing */
     shutdown_ep(ep);
     *freed = 1;
+    errno = e;
   }
   return rv;
 

@@ -35,7 +35,9 @@ static void on_connection(uv_stream_t *lis, int status) {
 
 /* Opens a listening socket with plain system calls, so that a failure
  * leaves nothing on the loop. Returns the descriptor or a negative
- * mcp_error. */
+ * mcp_error: INVALID_ARGUMENT (a path too long, a name that does not
+ * resolve), IO with errno set (socket(), bind() or listen() failed:
+ * EADDRINUSE, EACCES, EADDRNOTAVAIL...). */
 static int listen_fd(mcp_h2c_ep *ep) {
   const mcp_h2c_addr *a = &ep->addr;
   int fd;
@@ -51,11 +53,13 @@ static int listen_fd(mcp_h2c_ep *ep) {
       unlink(a->path); /* a stale socket of an earlier run */
     fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
-      return MCP_ERR_INVALID_ARGUMENT;
+      return MCP_ERR_IO;
     if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) != 0 ||
         listen(fd, 511) != 0) {
+      int e = errno;
       close(fd);
-      return MCP_ERR_INVALID_ARGUMENT;
+      errno = e;
+      return MCP_ERR_IO;
     }
     return fd;
   }
@@ -80,10 +84,12 @@ static int listen_fd(mcp_h2c_ep *ep) {
   if (fd < 0 ||
       setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
       bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 511) != 0) {
+    int e = errno;
     if (fd >= 0)
       close(fd);
     freeaddrinfo(res);
-    return MCP_ERR_INVALID_ARGUMENT;
+    errno = e;
+    return MCP_ERR_IO;
   }
   freeaddrinfo(res);
   struct sockaddr_storage ss;
@@ -116,11 +122,14 @@ int mcp_h2c_server_start(mcp_h2c_ep *ep) {
   ep->listening = 1; /* closed by mcp_h2c_server_stop(), also on failure */
   if (rv != 0) {
     close(fd); /* not the handle's */
-    return MCP_ERR_INVALID_ARGUMENT;
+    errno = -rv; /* libuv's codes are negated errnos on Unix */
+    return MCP_ERR_IO;
   }
   /* From here on the handle owns the descriptor. */
-  if (uv_listen(lis, 511, on_connection) != 0)
-    return MCP_ERR_INVALID_ARGUMENT;
+  if ((rv = uv_listen(lis, 511, on_connection)) != 0) {
+    errno = -rv;
+    return MCP_ERR_IO;
+  }
   return 0;
 }
 

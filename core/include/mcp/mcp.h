@@ -50,6 +50,19 @@ extern "C" {
 #endif
 
 /* ------------------------------------------------------------------ */
+/* Version                                                             */
+/* ------------------------------------------------------------------ */
+
+/* The version of the library running (not of the header compiled
+ * against): "MAJOR.MINOR.PATCH", the meson project version, e.g. "0.2.0".
+ * Static string. */
+MCP_EXTERN const char *mcp_version(void);
+
+/* The same as a number, MAJOR << 16 | MINOR << 8 | PATCH (0x000200 for
+ * 0.2.0), for comparisons. */
+MCP_EXTERN uint32_t mcp_version_num(void);
+
+/* ------------------------------------------------------------------ */
 /* Errors                                                              */
 /* ------------------------------------------------------------------ */
 

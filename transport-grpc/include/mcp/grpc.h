@@ -370,10 +370,12 @@ typedef struct mcp_grpc_source mcp_grpc_source;
  * core's on_event passes through unchanged and runs on the transport
  * thread. On failure |*psrc| is untouched and nothing is left running.
  * Errors: INVALID_ARGUMENT (no address, neither store nor select_store,
- * the address cannot be bound, TLS files that are not PEM, a certificate
- * without key or the reverse, TLS files and credentials both given, or
- * (LISTEN) a key that does not match the certificate), IO (a TLS file
- * cannot be read; mcp_grpc_tls_check() says which and why), NOMEM.
+ * an address gRPC cannot bind for a reason it does not tell, TLS files
+ * that are not PEM, a certificate without key or the reverse, TLS files
+ * and credentials both given, or (LISTEN) a key that does not match the
+ * certificate), IO (a TLS file cannot be read: mcp_grpc_tls_check() says
+ * which and why; or the address cannot be bound: errno says why, e.g.
+ * EADDRINUSE, EACCES, EADDRNOTAVAIL), NOMEM.
  */
 MCP_EXTERN int mcp_grpc_source_new(mcp_grpc_source **psrc,
                                    const mcp_grpc_options *opts,
@@ -443,8 +445,9 @@ typedef struct mcp_grpc_sink mcp_grpc_sink;
  * touched only through mcp_grpc_sink_call(). A state has one session at a
  * time: when LISTENing, a new stream replaces the open one, which is ended
  * with ABORTED. On failure |*psink| is untouched.
- * Errors: INVALID_ARGUMENT (no address or state, the address cannot be
- * bound, or the TLS cases of mcp_grpc_source_new()), IO, NOMEM.
+ * Errors: INVALID_ARGUMENT (no address or state, or the cases of
+ * mcp_grpc_source_new()), IO (as mcp_grpc_source_new(): errno says why
+ * the address cannot be bound), NOMEM.
  */
 MCP_EXTERN int mcp_grpc_sink_new(mcp_grpc_sink **psink,
                                  const mcp_grpc_options *opts,

@@ -301,8 +301,10 @@ typedef struct mcp_h2c_source mcp_h2c_source;
  * |session_opts->store| (and the stores select_store returns) are kept by
  * pointer and must outlive the object's use of them (until *_del()
  * returns). On failure |*psrc| is untouched and nothing is left on the
- * loop. Errors: INVALID_ARGUMENT (no loop, no address or a bad one,
- * neither store nor select_store, or the address cannot be bound), NOMEM.
+ * loop. Errors: INVALID_ARGUMENT (no loop, no address or a bad one, a
+ * name that does not resolve, neither store nor select_store), IO (the
+ * address cannot be bound; errno says why, e.g. EADDRINUSE, EACCES,
+ * EADDRNOTAVAIL), NOMEM.
  */
 MCP_EXTERN int mcp_h2c_source_new(mcp_h2c_source **psrc, uv_loop_t *loop,
                                   const mcp_h2c_options *opts,
@@ -359,7 +361,8 @@ typedef struct mcp_h2c_sink mcp_h2c_sink;
  * has one session at a time: when LISTENing, a new stream replaces the
  * open one, which is ended with ABORTED. On failure |*psink| is
  * untouched. Errors: INVALID_ARGUMENT (no loop, address or state, or the
- * address cannot be bound), NOMEM.
+ * cases of mcp_h2c_source_new()), IO (errno says why the address cannot
+ * be bound), NOMEM.
  */
 MCP_EXTERN int mcp_h2c_sink_new(mcp_h2c_sink **psink, uv_loop_t *loop,
                                 const mcp_h2c_options *opts,
