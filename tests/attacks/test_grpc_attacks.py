@@ -203,6 +203,32 @@ class Attacks(unittest.TestCase):
         self.check("rapid_reset", streams=200000)
 
 
+class DefaultTransport(unittest.TestCase):
+    """Because of the attacks above, a program that listens without
+    --transport and without TLS flags uses h2c (run with --transport
+    h2c only: both transports must be built)."""
+
+    def test_listening_without_transport_flag_is_h2c(self):
+        if TRANSPORT != "h2c":
+            self.skipTest("checked once, by the h2c run")
+        tmp = tempfile.mkdtemp(prefix="mcp-attacks-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        for prog, extra in (("mcp-source", ["--dir", tmp]),
+                            ("mcp-sink", ["--collection", VS])):
+            c = Child([os.path.join(BUILD_DIR, "tools", prog), "--listen",
+                       "127.0.0.1:0"] + extra, env=child_env())
+            try:
+                deadline = time.monotonic() + WAIT
+                while " on 127.0.0.1:" not in c.text():
+                    self.assertTrue(c.running(), c.text())
+                    self.assertLess(time.monotonic(), deadline, c.text())
+                    time.sleep(0.05)
+                self.assertRegex(c.text(), r"serving Resource\w+ on "
+                                 r"127\.0\.0\.1:\d+ \(h2c\)")
+            finally:
+                c.stop()
+
+
 def main():
     global BUILD_DIR, TRANSPORT
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
