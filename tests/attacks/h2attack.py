@@ -35,7 +35,9 @@ PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, \
     CONTINUATION = 0, 1, 3, 4, 6, 7, 8, 9
 END_STREAM, ACK, END_HEADERS = 0x1, 0x1, 0x4
+SETTINGS_MAX_CONCURRENT_STREAMS = 3
 SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_FRAME_SIZE = 4, 5
+SETTINGS_MAX_HEADER_LIST_SIZE = 6
 CANCEL = 8
 
 METHOD = "/istio.mcp.v1alpha1.ResourceSource/EstablishResourceStream"
@@ -123,6 +125,7 @@ class Conn:
         self.initial_window = 65535
         self.max_frame = 16384
         self.windows = {}  # stream id -> send window
+        self.settings = {}  # the server's SETTINGS, as received
         self.ended_streams = set()  # reset by the server or finished
         self.authority = addr
         # No answer to SETTINGS or PING: within a header block nothing may
@@ -208,6 +211,7 @@ class Conn:
         if ftype == SETTINGS and not flags & ACK:
             for i in range(0, len(p) - 5, 6):
                 key, value = struct.unpack_from(">HI", p, i)
+                self.settings[key] = value
                 if key == SETTINGS_INITIAL_WINDOW_SIZE:
                     delta = value - self.initial_window
                     self.initial_window = value

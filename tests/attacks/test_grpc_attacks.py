@@ -209,6 +209,27 @@ class Attacks(unittest.TestCase):
         self.wait_for(lambda: '"event":"synced"' in sink.text(),
                       "a sink to sync after the attack", timeout=30)
 
+    def test_settings_limit_streams_and_headers_per_connection(self):
+        """The server announces at most 100 concurrent streams per
+        connection and a bounded header list (gRPC's own defaults are
+        unlimited streams and 8 KiB of headers)."""
+        res = h2attack.Result("settings")
+        c = h2attack.Conn(self.addr, res)
+        try:
+            c.flush(5.0)
+            deadline = time.monotonic() + WAIT
+            while h2attack.SETTINGS_MAX_CONCURRENT_STREAMS not in c.settings:
+                self.assertFalse(c.closed, "closed before SETTINGS")
+                self.assertLess(time.monotonic(), deadline, c.settings)
+                c.pump(0.1)
+            self.assertEqual(
+                c.settings[h2attack.SETTINGS_MAX_CONCURRENT_STREAMS], 100)
+            self.assertLessEqual(
+                c.settings.get(h2attack.SETTINGS_MAX_HEADER_LIST_SIZE,
+                               1 << 32), 64 << 10)
+        finally:
+            c.close()
+
     # -- the attacks --
 
     def test_declared_4gib_message_is_bounded(self):
