@@ -326,6 +326,9 @@ static void listen_opts(mcp_grpc_options *o) {
   o->mode = MCP_GRPC_LISTEN;
   o->address = "127.0.0.1:0";
   o->shutdown_grace = MCP_SECONDS;
+  /* The storms multiplex 500 streams on each of 4 connections; the
+   * default allows 100 per connection. */
+  o->max_concurrent_streams = 1000;
 }
 
 static mcp_grpc_stats stats(mcp_grpc_source *src) {

@@ -160,6 +160,38 @@ START_TEST(test_check_grpc) {
 }
 END_TEST
 
+/* Without --transport: h2c to listen in cleartext (gRPC 1.51's server
+ * cannot bound a rapid reset), grpc whenever a TLS or access flag asks for
+ * what only it has, and grpc to dial. */
+START_TEST(test_default_transport_listens_on_h2c_unless_tls) {
+  const char *none[] = {NULL};
+  const char *cert[] = {"--tls-cert", "c.pem", "--tls-key", "k.pem", NULL};
+  const char *ca[] = {"--tls-ca", "ca.pem", NULL};
+  const char *deny[] = {"--deny", "x", NULL};
+  const char *acl[] = {"--access-list", "acl", NULL};
+  const char *name[] = {"--tls-server-name", "x", NULL};
+  const char *clear[] = {"--allow-cleartext", NULL};
+  const struct {
+    const char **args;
+    int listen;
+    const char *want;
+  } cases[] = {
+      {none, 1, "h2c"},  {clear, 1, "h2c"}, {cert, 1, "grpc"},
+      {ca, 1, "grpc"},   {deny, 1, "grpc"}, {acl, 1, "grpc"},
+      {name, 1, "grpc"}, {none, 0, "grpc"}, {cert, 0, "grpc"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    tool_sec_args a;
+    memset(&a, 0, sizeof(a));
+    ck_assert_int_ge(parse(&a, cases[i].args), 0);
+    ck_assert_msg(strcmp(tool_sec_default_transport(&a, cases[i].listen),
+                         cases[i].want) == 0,
+                  "case %zu: want %s", i, cases[i].want);
+    tool_sec_args_free(&a);
+  }
+}
+END_TEST
+
 START_TEST(test_describe) {
   tool_sec_args a;
   memset(&a, 0, sizeof(a));
@@ -191,6 +223,7 @@ int main(void) {
   tcase_add_test(t, test_parse);
   tcase_add_test(t, test_check_h2c);
   tcase_add_test(t, test_check_grpc);
+  tcase_add_test(t, test_default_transport_listens_on_h2c_unless_tls);
   tcase_add_test(t, test_describe);
   suite_add_tcase(s, t);
   SRunner *r = srunner_create(s);

@@ -274,6 +274,12 @@ int tool_sec_check(const tool_sec_args *a, int tls_capable,
   return 0;
 }
 
+const char *tool_sec_default_transport(const tool_sec_args *a, int listen) {
+  if (listen && !tool_sec_tls(a) && !tool_sec_acl(a) && !a->tls_server_name)
+    return "h2c";
+  return "grpc";
+}
+
 void tool_sec_describe(const tool_sec_args *a, int listen, char *buf,
                        size_t len) {
   if (!tool_sec_tls(a))

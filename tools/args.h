@@ -97,6 +97,16 @@ int tool_sec_check(const tool_sec_args *a, int tls_capable,
                    const char *transport, int listen, const char *address,
                    char *why, size_t len);
 
+/*
+ * The transport a program uses when no --transport is given: "h2c" when it
+ * listens (|listen|) with none of the TLS or access flags, "grpc"
+ * otherwise (h2c has no TLS). gRPC 1.51's HTTP/2 server cannot bound a
+ * rapid-reset flood (docs/security.md, "gRPC 1.51 under attack"), so a
+ * listener uses h2c unless TLS asks for gRPC; dialing keeps gRPC, which
+ * talks to both.
+ */
+const char *tool_sec_default_transport(const tool_sec_args *a, int listen);
+
 /* One line for the start-up log: how the connections are secured. */
 void tool_sec_describe(const tool_sec_args *a, int listen, char *buf,
                        size_t len);

@@ -91,7 +91,8 @@ static void usage(FILE *f) {
         "                        a list A,B,C (replicas) is dialed in turn\n"
         "                        (default " DEFAULT_ADDRESS ")\n"
         "  --listen HOST:PORT    serve ResourceSink: sources dial us\n"
-        "  --transport NAME      grpc (default) or h2c: HTTP/2 without TLS\n"
+        "  --transport NAME      grpc or h2c (HTTP/2 without TLS); default:\n"
+        "                        h2c to --listen without TLS flags, else grpc\n"
         "  --incremental         ask for incremental pushes\n"
         "  --api API             resource (default): ResourceSource/ResourceSink;\n"
         "                        aggregated, aggregated-incremental: dial the\n"
@@ -410,7 +411,7 @@ static void on_synced(uv_async_t *h) {
 int main(int argc, char **argv) {
   tool_log_init("mcp-sink", TOOL_LOG_INFO);
   const char *listen = NULL, *connect = NULL, *out = NULL, *v = NULL;
-  const char *transport = tool_transport_default(), *level = "info";
+  const char *transport = NULL, *level = "info"; /* transport: below */
   const char *node_id = DEFAULT_NODE_ID;
   int incremental = 0, json = 0, exit_after_sync = 0, rv, status = 2;
   const char *api = "resource";
@@ -570,6 +571,11 @@ int main(int argc, char **argv) {
                   "segment, leading '/' or \"..\")", colls.v[i]);
       goto out;
     }
+  }
+  if (!transport) {
+    transport = tool_sec_default_transport(&sec, listen != NULL);
+    if (tool_transport_find(transport, &app.tp) != 0)
+      transport = tool_transport_default();
   }
   rv = tool_transport_find(transport, &app.tp);
   if (rv == -2) {

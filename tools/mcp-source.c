@@ -103,7 +103,8 @@ static void usage(FILE *f) {
           "  --listen HOST:PORT serve ResourceSource: sinks dial us\n"
           "                     (default " DEFAULT_ADDRESS ")\n"
           "  --connect HOST:PORT dial a ResourceSink, reconnecting forever\n"
-          "  --transport NAME   grpc (default) or h2c: HTTP/2 without TLS\n"
+          "  --transport NAME   grpc or h2c (HTTP/2 without TLS); default: h2c\n"
+          "                     to listen without TLS flags, else grpc\n"
           "  --debounce MS      push a change once its collection has been\n"
           "                     quiet for MS milliseconds (default %d; 0: at once)\n"
           "  --log-level LEVEL  error, warn, info (default) or debug\n"
@@ -514,7 +515,7 @@ typedef struct source_args {
  * error, reported). */
 static int parse_args(int argc, char **argv, source_args *o) {
   const char *listen = NULL, *connect = NULL, *level = "info", *v = NULL;
-  o->transport = tool_transport_default();
+  o->transport = NULL; /* by the role and the flags, below */
   o->debounce_ms = DEFAULT_DEBOUNCE_MS;
   o->names = MCP_NAMES_KUBERNETES;
   for (int i = 1; i < argc; i++) {
@@ -608,6 +609,12 @@ static int parse_args(int argc, char **argv, source_args *o) {
     return usage_error("--etcd-user and --etcd-password-file go together");
   o->dial = connect != NULL;
   o->address = connect ? connect : listen ? listen : DEFAULT_ADDRESS;
+  if (!o->transport) {
+    const tool_transport *tp;
+    o->transport = tool_sec_default_transport(&o->sec, !o->dial);
+    if (tool_transport_find(o->transport, &tp) != 0)
+      o->transport = tool_transport_default();
+  }
   const char *why;
   if (tool_check_hostport(o->address, o->dial ? 1 : 0, &why) != 0)
     return usage_error("%s %s: %s", o->dial ? "--connect" : "--listen",

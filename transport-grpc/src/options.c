@@ -29,6 +29,11 @@ void mcp_grpc_options_default(mcp_grpc_options *opts) {
   opts->stream_burst = MCP_GRPC_DEFAULT_STREAM_BURST;
   opts->max_initial_pushes = MCP_GRPC_DEFAULT_MAX_INITIAL_PUSHES;
   opts->initial_push_timeout = MCP_GRPC_DEFAULT_INITIAL_PUSH_TIMEOUT;
+  opts->max_concurrent_streams = MCP_GRPC_DEFAULT_MAX_CONCURRENT_STREAMS;
+  opts->max_metadata_size = MCP_GRPC_DEFAULT_MAX_METADATA_SIZE;
+  opts->memory_limit = MCP_GRPC_DEFAULT_MEMORY_LIMIT;
+  opts->max_ping_strikes = MCP_GRPC_DEFAULT_MAX_PING_STRIKES;
+  opts->max_connection_idle_ms = -1;
 }
 
 void mcp_grpc_options_normalize(mcp_grpc_options *o) {
@@ -42,6 +47,16 @@ void mcp_grpc_options_normalize(mcp_grpc_options *o) {
     o->max_initial_pushes = MCP_GRPC_DEFAULT_MAX_INITIAL_PUSHES;
   if (o->initial_push_timeout == 0)
     o->initial_push_timeout = MCP_GRPC_DEFAULT_INITIAL_PUSH_TIMEOUT;
+  if (o->max_concurrent_streams == 0)
+    o->max_concurrent_streams = MCP_GRPC_DEFAULT_MAX_CONCURRENT_STREAMS;
+  if (o->max_metadata_size == 0)
+    o->max_metadata_size = MCP_GRPC_DEFAULT_MAX_METADATA_SIZE;
+  if (o->memory_limit == 0)
+    o->memory_limit = MCP_GRPC_DEFAULT_MEMORY_LIMIT;
+  if (o->max_ping_strikes == 0)
+    o->max_ping_strikes = MCP_GRPC_DEFAULT_MAX_PING_STRIKES;
+  if (o->max_connection_idle_ms == 0)
+    o->max_connection_idle_ms = -1;
 }
 
 static void set_str(grpc_arg *a, const char *key, const char *value) {
@@ -59,7 +74,7 @@ static void set_int(grpc_arg *a, const char *key, int value) {
 grpc_arg *mcp_grpc_args(const mcp_grpc_ep *ep, int server, size_t *nargs) {
   const mcp_grpc_options *o = &ep->opts;
   size_t extra = o->channel_args ? o->channel_args->num_args : 0;
-  grpc_arg *a = malloc((12 + extra) * sizeof(*a));
+  grpc_arg *a = malloc((16 + extra) * sizeof(*a));
   if (!a)
     return NULL;
   size_t n = 0;
@@ -82,6 +97,17 @@ grpc_arg *mcp_grpc_args(const mcp_grpc_ep *ep, int server, size_t *nargs) {
     /* gRPC enables SO_REUSEPORT by default: two servers could then bind
      * the same port without an error. */
     set_int(&a[n++], GRPC_ARG_ALLOW_REUSEPORT, 0);
+    /* The HTTP/2 limits against hostile clients (-1: gRPC's own). */
+    if (o->max_concurrent_streams > 0)
+      set_int(&a[n++], GRPC_ARG_MAX_CONCURRENT_STREAMS,
+              o->max_concurrent_streams);
+    if (o->max_metadata_size > 0)
+      set_int(&a[n++], GRPC_ARG_MAX_METADATA_SIZE, o->max_metadata_size);
+    if (o->max_ping_strikes > 0)
+      set_int(&a[n++], GRPC_ARG_HTTP2_MAX_PING_STRIKES, o->max_ping_strikes);
+    if (o->max_connection_idle_ms > 0)
+      set_int(&a[n++], GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+              o->max_connection_idle_ms);
   } else {
     /* Each attempt uses a new channel; a shared subchannel would carry
      * gRPC's own reconnect backoff over from the previous one. */

@@ -169,8 +169,32 @@ int mcp_grpc_server_create(mcp_grpc_ep *ep) {
   grpc_arg *a = mcp_grpc_args(ep, 1, &n);
   if (!a)
     return MCP_ERR_NOMEM;
-  grpc_channel_args args = {n, a};
+  /* The memory gRPC holds for this server's connections and calls
+   * (buffers read from sockets, call arenas); under pressure it cancels
+   * streams and closes idle connections instead of growing. */
+  grpc_resource_quota *quota = NULL;
+  grpc_arg *all = a;
+  if (ep->opts.memory_limit > 0) {
+    all = malloc((n + 1) * sizeof(*all));
+    if (!all) {
+      free(a);
+      return MCP_ERR_NOMEM;
+    }
+    memcpy(all, a, n * sizeof(*all));
+    quota = grpc_resource_quota_create("mcp-grpc-server");
+    grpc_resource_quota_resize(quota, (size_t)ep->opts.memory_limit);
+    all[n].type = GRPC_ARG_POINTER;
+    all[n].key = (char *)GRPC_ARG_RESOURCE_QUOTA;
+    all[n].value.pointer.p = quota;
+    all[n].value.pointer.vtable = grpc_resource_quota_arg_vtable();
+    n++;
+  }
+  grpc_channel_args args = {n, all};
   ep->server = grpc_server_create(&args, NULL);
+  if (quota)
+    grpc_resource_quota_unref(quota); /* the server holds its own ref */
+  if (all != a)
+    free(all);
   free(a);
   grpc_server_register_completion_queue(ep->server, ep->cq, NULL);
   grpc_server_credentials *creds = ep->opts.server_credentials;

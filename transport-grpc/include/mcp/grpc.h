@@ -315,6 +315,34 @@ typedef struct mcp_grpc_options {
   uint32_t stream_burst;
   size_t max_initial_pushes;
   mcp_tstamp initial_push_timeout;
+
+  /*
+   * HTTP/2 limits of a listening object, given to gRPC as channel
+   * arguments (docs/security.md, "gRPC 1.51 under attack", has what each
+   * one holds off and what gRPC 1.51 cannot). 0 means the default; -1
+   * leaves gRPC's own behaviour (no argument set).
+   *   max_concurrent_streams: streams open at once on one connection
+   *     (GRPC_ARG_MAX_CONCURRENT_STREAMS; gRPC's own: unlimited). Default
+   *     100: a sink needs one stream per service.
+   *   max_metadata_size: bytes of a request's headers
+   *     (GRPC_ARG_MAX_METADATA_SIZE); beyond, the call is refused.
+   *     Default 8 KiB (gRPC's own).
+   *   memory_limit: bytes gRPC may hold for this object's connections
+   *     and calls (a grpc_resource_quota); under pressure gRPC cancels
+   *     streams (RESOURCE_EXHAUSTED) and closes idle connections. Default
+   *     256 MiB (four messages of the largest default size).
+   *   max_ping_strikes: pings faster than |min_recv_ping_interval_ms|
+   *     without data tolerated before the connection is closed
+   *     (GRPC_ARG_HTTP2_MAX_PING_STRIKES). Default 2 (gRPC's own).
+   *   max_connection_idle_ms: a connection without a stream this long is
+   *     closed with GOAWAY (GRPC_ARG_MAX_CONNECTION_IDLE_MS). Default -1
+   *     (never: gRPC's own).
+   */
+  int max_concurrent_streams;
+  int max_metadata_size;
+  int64_t memory_limit;
+  int max_ping_strikes;
+  int max_connection_idle_ms;
 } mcp_grpc_options;
 
 #define MCP_GRPC_DEFAULT_MAX_STREAMS 100000
@@ -322,6 +350,10 @@ typedef struct mcp_grpc_options {
 #define MCP_GRPC_DEFAULT_STREAM_BURST 2000
 #define MCP_GRPC_DEFAULT_MAX_INITIAL_PUSHES 64
 #define MCP_GRPC_DEFAULT_INITIAL_PUSH_TIMEOUT (10 * MCP_SECONDS)
+#define MCP_GRPC_DEFAULT_MAX_CONCURRENT_STREAMS 100
+#define MCP_GRPC_DEFAULT_MAX_METADATA_SIZE (8 << 10)
+#define MCP_GRPC_DEFAULT_MEMORY_LIMIT ((int64_t)256 << 20)
+#define MCP_GRPC_DEFAULT_MAX_PING_STRIKES 2
 
 /* Fills |opts| with the defaults: LISTEN, address NULL (must be set). */
 MCP_EXTERN void mcp_grpc_options_default(mcp_grpc_options *opts);

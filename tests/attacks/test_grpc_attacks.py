@@ -1,0 +1,325 @@
+"""HTTP/2 attacks on a listening mcp-source, per transport (--transport).
+
+Each test starts the real mcp-source on 127.0.0.1, runs one attack of
+h2attack.py against it (bounded: at most a few hundred MiB and 20 s),
+samples the server's VmRSS from /proc, and asserts that
+
+  - its growth over the baseline stayed under the bound of the attack on
+    that transport (the attack stops early once the bound is passed, so a
+    broken bound costs little), and
+  - the server is still running and serves a well-behaved mcp-sink.
+
+The bounds are the numbers docs/security.md ("gRPC 1.51 under attack")
+gives, with room for a loaded machine:
+
+  attack               h2c      grpc (defaults of mcp_grpc_options)
+  big_message          64 MiB   memory_limit (256 MiB) + 128 MiB
+  continuation         64 MiB   memory_limit + 128 MiB
+  continuation_fields  64 MiB   4 x memory_limit + 128 MiB: gRPC 1.51 holds
+                                ~3.4 bytes per byte received before its
+                                quota closes the connection
+  rapid_reset          64 MiB   none: gRPC 1.51 cannot bound it; the test
+                                is an expected failure (an unexpected
+                                success fails the run: update the docs)
+
+Built with AddressSanitizer, the bounds are doubled (see sanitized()).
+
+And one test of time: a sink that connects while one connection sends an
+unfinished header field ("literal" CONTINUATION) syncs within 10 s. h2c
+ends that connection at once; gRPC 1.51 spends a core on the unfinished
+field and serves nobody while it lasts: an expected failure there.
+
+Usage: test_grpc_attacks.py --build-dir DIR --transport grpc|h2c
+Standard library only (tests/attacks/h2attack.py).
+"""
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import h2attack  # noqa: E402
+
+MIB = 1 << 20
+BUILD_DIR = None
+TRANSPORT = None
+WAIT = 20.0
+
+VS = "istio/networking/v1alpha3/virtualservices"
+MEMORY_LIMIT = 256 * MIB  # MCP_GRPC_DEFAULT_MEMORY_LIMIT
+BOUND = {
+    "h2c": {"big_message": 64 * MIB, "continuation": 64 * MIB,
+            "continuation_fields": 64 * MIB, "rapid_reset": 64 * MIB},
+    "grpc": {"big_message": MEMORY_LIMIT + 128 * MIB,
+             "continuation": MEMORY_LIMIT + 128 * MIB,
+             "continuation_fields": 4 * MEMORY_LIMIT + 128 * MIB,
+             "rapid_reset": 384 * MIB},
+}
+DOC = """---
+apiVersion: networking.istio.io/v1alpha3
+kind: VirtualService
+metadata: {name: reviews, namespace: default}
+spec: {hosts: [reviews]}
+"""
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Child:
+    """A program whose stderr (and stdout) lines are collected."""
+
+    def __init__(self, argv, env=None):
+        self.lines = []
+        self.lock = threading.Lock()
+        self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True,
+                                  errors="replace", env=env)
+        self.t = threading.Thread(target=self._read, daemon=True)
+        self.t.start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            with self.lock:
+                self.lines.append(line.rstrip("\n"))
+
+    def text(self):
+        with self.lock:
+            return "\n".join(self.lines)
+
+    def running(self):
+        return self.p.poll() is None
+
+    def stop(self):
+        if self.running():
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        self.t.join(timeout=2)
+
+
+def child_env():
+    """A sanitizer build's freed memory waits in ASan's quarantine (256 MiB
+    by default) and would count as growth: keep it small."""
+    env = dict(os.environ)
+    env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") +
+                           ":quarantine_size_mb=16").lstrip(":")
+    return env
+
+
+_sanitized = None
+
+
+def sanitized():
+    """Whether the programs are built with AddressSanitizer, whose
+    allocator adds a header and redzones to every allocation: gRPC's many
+    small metadata allocations then take about twice the memory, and the
+    bounds are doubled."""
+    global _sanitized
+    if _sanitized is None:
+        with open(os.path.join(BUILD_DIR, "tools", "mcp-source"), "rb") as f:
+            _sanitized = b"__asan_init" in f.read()
+    return _sanitized
+
+
+class Attacks(unittest.TestCase):
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="mcp-attacks-")
+        cfg = os.path.join(self.tmp, "config")
+        os.makedirs(cfg)
+        with open(os.path.join(cfg, "vs.yaml"), "w") as f:
+            f.write(DOC)
+        self.addr = "127.0.0.1:%d" % free_port()
+        self.children = []
+        self.src = self.start([
+            os.path.join(BUILD_DIR, "tools", "mcp-source"),
+            "--transport", TRANSPORT, "--listen", self.addr,
+            "--dir", cfg])
+        self.wait_for(lambda: "serving ResourceSource on" in self.src.text(),
+                      "the source to listen")
+
+    def tearDown(self):
+        for c in self.children:
+            c.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def start(self, argv):
+        c = Child(argv, env=child_env())
+        self.children.append(c)
+        return c
+
+    def wait_for(self, cond, what, timeout=WAIT):
+        deadline = time.monotonic() + timeout
+        while not cond():
+            if not self.src.running():
+                self.fail("mcp-source exited (%s) waiting for %s\n%s" % (
+                    self.src.p.poll(), what, self.src.text()))
+            if time.monotonic() > deadline:
+                self.fail("timed out waiting for %s\n%s" % (
+                    what, self.src.text()))
+            time.sleep(0.05)
+
+    def attack(self, name, **kw):
+        """Runs attack |name|; returns (result, growth in bytes)."""
+        bound = BOUND[TRANSPORT][name] * (2 if sanitized() else 1)
+        # Let the source settle (its first scan, gRPC's threads).
+        time.sleep(0.5)
+        sampler = h2attack.RssSampler(self.src.p.pid,
+                                      limit_kib=bound // 1024)
+        res = h2attack.ATTACKS[name](self.addr, stop=sampler.over, **kw)
+        time.sleep(0.5)  # what the server still does with the last bytes
+        sampler.stop()
+        growth = (sampler.peak - sampler.baseline) * 1024
+        sys.stderr.write("%s on %s: %r; RSS %.1f MiB -> peak %.1f MiB "
+                         "(+%.1f MiB, bound %d MiB)\n" % (
+                             name, TRANSPORT, res, sampler.baseline / 1024,
+                             sampler.peak / 1024, growth / MIB,
+                             bound // MIB))
+        return res, growth, bound
+
+    def check(self, name, **kw):
+        res, growth, bound = self.attack(name, **kw)
+        self.assertTrue(self.src.running(), "mcp-source died: %r\n%s"
+                        % (res, self.src.text()))
+        self.assertLessEqual(growth, bound, "%s: RSS grew %.1f MiB (bound "
+                             "%d MiB): %r" % (name, growth / MIB,
+                                              bound // MIB, res))
+        self.assert_serves_sink()
+
+    def assert_serves_sink(self):
+        sink = self.start([os.path.join(BUILD_DIR, "tools", "mcp-sink"),
+                           "--transport", TRANSPORT, "--connect", self.addr,
+                           "--collection", VS, "--json"])
+        self.wait_for(lambda: '"event":"synced"' in sink.text(),
+                      "a sink to sync after the attack", timeout=30)
+
+    def test_settings_limit_streams_and_headers_per_connection(self):
+        """The server announces at most 100 concurrent streams per
+        connection and a bounded header list (gRPC's own defaults are
+        unlimited streams and 8 KiB of headers)."""
+        res = h2attack.Result("settings")
+        c = h2attack.Conn(self.addr, res)
+        try:
+            c.flush(5.0)
+            deadline = time.monotonic() + WAIT
+            while h2attack.SETTINGS_MAX_CONCURRENT_STREAMS not in c.settings:
+                self.assertFalse(c.closed, "closed before SETTINGS")
+                self.assertLess(time.monotonic(), deadline, c.settings)
+                c.pump(0.1)
+            self.assertEqual(
+                c.settings[h2attack.SETTINGS_MAX_CONCURRENT_STREAMS], 100)
+            self.assertLessEqual(
+                c.settings.get(h2attack.SETTINGS_MAX_HEADER_LIST_SIZE,
+                               1 << 32), 64 << 10)
+        finally:
+            c.close()
+
+    # -- the attacks --
+
+    def test_declared_4gib_message_is_bounded(self):
+        # 768 MiB within flow control: three times gRPC's memory limit.
+        self.check("big_message", budget=768 * MIB)
+
+    def test_endless_continuation_literal_is_bounded(self):
+        self.check("continuation", budget=512 * MIB)
+
+    def test_endless_continuation_fields_is_bounded(self):
+        self.check("continuation_fields", budget=1536 * MIB)
+
+    def test_rapid_reset_is_bounded(self):
+        self.check("rapid_reset", streams=200000)
+
+    def test_sink_syncs_during_endless_continuation_literal(self):
+        """One connection sending an unfinished header field must not
+        starve the others: a sink that connects meanwhile syncs within
+        10 s (it takes well under 1 s unloaded)."""
+        stop = threading.Event()
+        out = {}
+        t = threading.Thread(target=lambda: out.update(res=h2attack.continuation(
+            self.addr, budget=256 * MIB, seconds=20.0, stop=stop)))
+        t.start()
+        try:
+            time.sleep(1.0)
+            sink = self.start([os.path.join(BUILD_DIR, "tools", "mcp-sink"),
+                               "--transport", TRANSPORT, "--connect",
+                               self.addr, "--collection", VS, "--json"])
+            t0 = time.monotonic()
+            while '"event":"synced"' not in sink.text():
+                self.assertLess(time.monotonic() - t0, 10.0,
+                                "no sync within 10 s during the attack")
+                time.sleep(0.05)
+            sys.stderr.write("sink synced %.2f s into the attack on %s\n" % (
+                time.monotonic() - t0 + 1.0, TRANSPORT))
+        finally:
+            stop.set()
+            t.join()
+
+
+class DefaultTransport(unittest.TestCase):
+    """Because of the attacks above, a program that listens without
+    --transport and without TLS flags uses h2c (run with --transport
+    h2c only: both transports must be built)."""
+
+    def test_listening_without_transport_flag_is_h2c(self):
+        if TRANSPORT != "h2c":
+            self.skipTest("checked once, by the h2c run")
+        tmp = tempfile.mkdtemp(prefix="mcp-attacks-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        for prog, extra in (("mcp-source", ["--dir", tmp]),
+                            ("mcp-sink", ["--collection", VS])):
+            c = Child([os.path.join(BUILD_DIR, "tools", prog), "--listen",
+                       "127.0.0.1:0"] + extra, env=child_env())
+            try:
+                deadline = time.monotonic() + WAIT
+                while " on 127.0.0.1:" not in c.text():
+                    self.assertTrue(c.running(), c.text())
+                    self.assertLess(time.monotonic(), deadline, c.text())
+                    time.sleep(0.05)
+                self.assertRegex(c.text(), r"serving Resource\w+ on "
+                                 r"127\.0\.0\.1:\d+ \(h2c\)")
+            finally:
+                c.stop()
+
+
+def main():
+    global BUILD_DIR, TRANSPORT
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build-dir", required=True)
+    ap.add_argument("--transport", required=True, choices=("grpc", "h2c"))
+    args, rest = ap.parse_known_args()
+    BUILD_DIR = os.path.abspath(args.build_dir)
+    TRANSPORT = args.transport
+    if TRANSPORT == "grpc":
+        # gRPC 1.51 has no defence against rapid reset (CVE-2023-44487;
+        # gRPC C core's mitigations came in later releases, 1.60 lists
+        # several): known to fail, and an unexpected success fails the run
+        # so that the docs get updated.
+        Attacks.test_rapid_reset_is_bounded = unittest.expectedFailure(
+            Attacks.test_rapid_reset_is_bounded)
+        # gRPC 1.51's CPU time grows with what it holds of an unfinished
+        # header field: one connection keeps a core busy and the server
+        # answers nobody else (no setting of 1.51 bounds it).
+        Attacks.test_sink_syncs_during_endless_continuation_literal = \
+            unittest.expectedFailure(
+                Attacks.test_sink_syncs_during_endless_continuation_literal)
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
