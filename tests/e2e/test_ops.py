@@ -426,12 +426,21 @@ class SourceDialsSink(Base):
                 self.verdicts(snk, c, "ack") ==
                 value(o, "istio_mcp_request_acks_total", collection=c)
                 for c in (VS, DR)) and \
-                value(s, "istio_mcp_request_nacks_total", collection=TRIGGER,
-                      code="Unimplemented") == \
                 self.verdicts(snk, TRIGGER, "nack") == 1 and \
                 value(o, "istio_mcp_clients_total") == 1 and \
                 value(s, "istio_mcp_clients_total") == 1
         self.wait_for(agree, "/metrics to match the JSON lines", snk, src)
+        # Istio's trigger is expected: answered (the NACK Istio's sources
+        # wait for) but no rejection: not counted, not warned, marked.
+        self.assertEqual(value(self.metrics(sport),
+                               "istio_mcp_request_nacks_total",
+                               collection=TRIGGER), 0)
+        trig = snk.responses(TRIGGER, triggers=True)
+        self.assertEqual([e.get("trigger") for e in trig], [True], trig)
+        for line in snk.stderr_lines():
+            if TRIGGER in line and line.startswith("{"):
+                self.assertNotIn(json.loads(line)["level"],
+                                 ("warn", "warning", "error"), line)
         st = self.json_page(oport, "/debug/syncz")["streams"][0]
         self.assertTrue(st["dialed"])
         by = {c["collection"]: c for c in st["collections"]}
