@@ -39,6 +39,8 @@
 /* --exit-after-sync waits at most this long for the last ACK to be sent. */
 #define FLUSH_WAIT_MS 1000
 #define FLUSH_POLL_MS 5
+/* Then at most this long for the source to end the half-closed stream. */
+#define FINISH_WAIT_MS 2000
 /* --sync-warn: seconds without the first response of a collection before
  * a warning names it. */
 #define DEFAULT_SYNC_WARN_S 10
@@ -63,6 +65,8 @@ typedef struct sink_app {
   uv_timer_t sync_warn, sync_timeout; /* --sync-warn, --sync-timeout */
   uint64_t sync_warn_ms, sync_timeout_ms, started; /* started: uv_now() */
   int stopping, timed_out;
+  int dialing;   /* --connect: the exit after sync half-closes */
+  int finishing; /* the stream was half-closed (sink_finish) */
   uint64_t flush_deadline; /* uv_now() */
   atomic_uint_fast64_t answers; /* ACKs and NACKs of the current stream */
   atomic_int quitting;   /* stop() began: a dial ending now is no failure */
@@ -538,18 +542,34 @@ static void on_signal(uv_signal_t *h, int signum) {
   stop(h->data);
 }
 
-/* Exit after sync once the answers are on the wire: every initial request
- * and every ACK or NACK of the stream sent, nothing left in the session. */
+/* Exit after sync, in two steps. Once the answers are on the wire (every
+ * initial request and every ACK or NACK of the stream sent, nothing left
+ * in the session), a dialed stream is half-closed; then the source, which
+ * reads every answer first, ends it (OK: no failure on its side). A
+ * cancel at once could reach the source before our last ACK. Each step is
+ * bounded: the source may not end the stream. */
 static void on_flush(uv_timer_t *t) {
   sink_app *a = t->data;
   tool_sink_stream_stats st;
-  int done = uv_now(&a->loop) >= a->flush_deadline;
-  if (!done && a->tp->sink_stats(a->ep, &st) == 0) {
-    done = !st.open || (!st.want_write &&
-                        st.sent >= a->ncolls + atomic_load(&a->answers));
+  int late = uv_now(&a->loop) >= a->flush_deadline;
+  int open = 0, flushed = 0;
+  if (a->tp->sink_stats(a->ep, &st) == 0) {
+    open = st.open;
+    flushed = !st.want_write &&
+              st.sent >= a->ncolls + atomic_load(&a->answers);
   }
-  if (done) {
-    log_info("exiting after sync");
+  if (open && a->dialing && !a->finishing && (flushed || late)) {
+    a->finishing = 1;
+    if (a->tp->sink_finish && a->tp->sink_finish(a->ep) == 0) {
+      a->flush_deadline = uv_now(&a->loop) + FINISH_WAIT_MS;
+      log_debug("half-closed the stream: waiting for the source to end it");
+      return;
+    }
+    late = 1; /* cannot half-close: exit now */
+  }
+  if (!open || late || (flushed && !a->dialing)) {
+    log_info("exiting after sync%s",
+             late && open ? " (the stream did not end in time)" : "");
     stop(a);
   }
 }
@@ -781,6 +801,7 @@ int main(int argc, char **argv) {
   app.exit_after_sync = exit_after_sync;
   app.address = address;
   app.cleartext_dial = !listen && !tool_sec_tls(&sec);
+  app.dialing = !listen;
   app.colls = colls.v;
   app.ncolls = colls.n;
   if (!(app.acked = calloc(colls.n, sizeof(*app.acked))))

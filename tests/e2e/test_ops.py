@@ -406,6 +406,32 @@ class SinkDialsSource(Base):
                           journal[-1]["nonce"]), ("nack", 3, e["nonce"]))
 
 
+    def test_exit_after_sync_is_clean_at_the_source(self):
+        """--exit-after-sync half-closes and lets the source end the
+        stream: the source counts every ACK and no failed stream (a
+        cancel right after the last ACK could beat it and count one)."""
+        self.standard_files()
+        src, oport = self.start_source(False, "--debounce", "0")
+        for run in range(1, 4):
+            snk, _ = self.start_sink(False, "--exit-after-sync")
+            self.assertEqual(snk.wait(), 0, self.logs())
+            self.assertEqual(snk.events("disconnected")[-1]["status"], 0,
+                             self.logs())
+
+            def counted(run=run):
+                o = self.metrics(oport)
+                return all(value(o, "istio_mcp_request_acks_total",
+                                 collection=c) == run for c in (VS, DR)) \
+                    and value(o, "istio_mcp_clients_total") == 0
+            self.wait_for(counted, "the source to count the ACKs", src)
+            o = self.metrics(oport)
+            fails = [(n, l, v) for n, l, v in o.get(
+                "istio_mcp_recv_failures_total", {"samples": []})["samples"]
+                if v]
+            self.assertEqual(fails, [], self.logs())
+        self.assertNotIn("cancel", " ".join(src.log_messages()).lower())
+
+
 class SourceDialsSink(Base):
 
     def test_listening_sink(self):
