@@ -60,6 +60,7 @@ typedef struct mcoll {
   char *ans_nonce;
   int ans_code;  /* 0 ACK; > 0 NACK code; -1 INVALID_ARGUMENT or
                     RESOURCE_EXHAUSTED (failed validation) */
+  int answered;  /* the stream answered a response of it */
 } mcoll;
 
 typedef struct foreign {
@@ -306,8 +307,30 @@ static void on_event(const mcp_event *ev, void *ud) {
   volatile size_t n = strlen(ev->collection) + strlen(ev->nonce) +
                       strlen(ev->version) + strlen(ev->message);
   (void)n;
-  FZ_CHECK(ev->type == MCP_EVENT_ACK || ev->type == MCP_EVENT_NACK,
+  FZ_CHECK(ev->type == MCP_EVENT_ACK || ev->type == MCP_EVENT_NACK ||
+               (ev->type == MCP_EVENT_TRIGGER_IGNORED &&
+                strcmp(ev->collection, MCP_TRIGGER_COLLECTION) == 0),
            "sink event %d", (int)ev->type);
+  /* The message's lists, as received; the drops of a full-state ACK. */
+  FZ_CHECK(ev->nlisted <= ev->nresources &&
+               ev->nremoved_listed <= ev->nremoved,
+           "more listed than carried");
+  FZ_CHECK(!ev->ndropped || (ev->type == MCP_EVENT_ACK && !ev->incremental),
+           "drops outside a full-state ACK");
+  for (size_t i = 0; i < ev->nlisted; ++i) {
+    FZ_CHECK(ev->resources[i].name && ev->resources[i].version &&
+                 fz_utf8_valid((const uint8_t *)ev->resources[i].name,
+                               strlen(ev->resources[i].name)),
+             "a listed resource without a UTF-8 name");
+  }
+  for (size_t i = 0; i < ev->nremoved_listed; ++i) {
+    FZ_CHECK(ev->removed[i] && fz_utf8_valid((const uint8_t *)ev->removed[i],
+                                             strlen(ev->removed[i])),
+             "a listed removal not UTF-8");
+  }
+  for (size_t i = 0; i < ev->ndropped; ++i) {
+    FZ_CHECK(ev->dropped[i] && ev->dropped[i][0], "an empty drop");
+  }
 }
 
 static void read_kvs(const mcp_kv *kv, size_t n) {
@@ -419,6 +442,7 @@ static void model_from_push(world *w, const mcoll *c, const uint8_t *p,
 static void owe_initial(world *w) {
   for (size_t i = 0; i < w->nc; ++i) {
     w->c[i].initial = 1;
+    w->c[i].answered = 0;
     w->c[i].ans = 0;
     free(w->c[i].ans_nonce);
     w->c[i].ans_nonce = NULL;
@@ -460,13 +484,62 @@ static void reconnect(world *w) {
 
 /* ---- receiving ---- */
 
+/*
+ * IncrementalAggregatedResources: the type a response with a nonce is
+ * attributed to (docs/protocol.md, written again from the rules): the
+ * nonce's in our form ("<digits>:" then a requested type or a type URL),
+ * the only type, the body type of the first resource (protobuf-c reads it;
+ * UTF-8), the first type without answer on the stream, the first type.
+ */
+static char *iar_key(const world *w, const fz_env *e) {
+  const uint8_t *colon = memchr(e->nonce, ':', e->nonce_len);
+  if (colon && colon > e->nonce) {
+    int digits = 1;
+    for (const uint8_t *q = e->nonce; q < colon; ++q) {
+      digits &= *q >= '0' && *q <= '9';
+    }
+    char *t = xstrndup(colon + 1, e->nonce_len - (size_t)(colon + 1 - e->nonce));
+    if (digits && (coll_of((world *)w, t) || strchr(t, '/'))) {
+      return t;
+    }
+    free(t);
+  }
+  if (w->nc == 1) {
+    return xstrdup(w->c[0].name);
+  }
+  if (e->nres) {
+    fz_pbres *r = istio__mcp__v1alpha1__resource__unpack(NULL, e->res0_len,
+                                                         e->res0);
+    char *t = r && r->body && r->body->type_url && r->body->type_url[0] &&
+                      fz_utf8_valid((const uint8_t *)r->body->type_url,
+                                    strlen(r->body->type_url))
+                  ? xstrdup(r->body->type_url)
+                  : NULL;
+    if (r) {
+      istio__mcp__v1alpha1__resource__free_unpacked(r, NULL);
+    }
+    if (t) {
+      return t;
+    }
+  }
+  for (size_t i = 0; i < w->nc; ++i) {
+    if (!w->c[i].answered) {
+      return xstrdup(w->c[i].name);
+    }
+  }
+  return xstrdup(w->c[0].name);
+}
+
 static void feed(world *w, const uint8_t *p, size_t len) {
   fz_env e;
   int wire_ok = fz_envelope(w->service, p, len, &e) == 0;
   int utf8_ok = wire_ok && fz_utf8_valid(e.key, e.key_len) &&
                 fz_utf8_valid(e.nonce, e.nonce_len) &&
                 fz_utf8_valid(e.version, e.version_len);
-  char *key = utf8_ok ? xstrndup(e.key, e.key_len) : NULL;
+  char *key = !utf8_ok ? NULL
+              : w->service == MCP_SERVICE_AGGREGATED_INCREMENTAL && e.nonce_len
+                  ? iar_key(w, &e)
+                  : xstrndup(e.key, e.key_len);
   char *nonce = utf8_ok ? xstrndup(e.nonce, e.nonce_len) : NULL;
   mcoll *c = key ? coll_of(w, key) : NULL;
   mcp_collection_status before;
@@ -520,6 +593,7 @@ static void feed(world *w, const uint8_t *p, size_t len) {
     mcp_sink_state_collection_status(w->st, (size_t)(c - w->c), w->ts, &after);
     FZ_CHECK(after.pushes == before.pushes + 1, "push not counted");
     c->ans = 1;
+    c->answered = 1;
     free(c->ans_nonce);
     c->ans_nonce = xstrdup(nonce);
     int accepted = w->apply_called && !w->apply_code;

@@ -772,6 +772,30 @@ START_TEST(test_iar_sink_attributes_foreign_nonce_by_body_type) {
 }
 END_TEST
 
+/* A body type that is not UTF-8 names no type: the response goes to the
+ * first type without answer, and is NACKed for its resource (the stream
+ * goes on); a response without nonce stays unattributed. */
+START_TEST(test_iar_sink_nacks_a_body_type_not_utf8_and_goes_on) {
+  pair p;
+  iar_sink_alone(&p, 2);
+  Istio__Mcp__V1alpha1__IncrementalMeshConfigRequest *q =
+      iar_feed(&p, "n-1", "type.googleapis.com/\xff", "a");
+  ck_assert_ptr_nonnull(q->error_detail);
+  ck_assert_int_eq(q->error_detail->code, MCP_CODE_INVALID_ARGUMENT);
+  ck_assert_str_eq(q->type_url, VS_TYPE);
+  iar_free(q);
+  q = iar_feed(&p, "", NULL, NULL);
+  ck_assert_ptr_nonnull(q->error_detail);
+  ck_assert_int_eq(q->error_detail->code, MCP_CODE_UNIMPLEMENTED);
+  ck_assert_str_eq(q->type_url, "");
+  iar_free(q);
+  q = iar_feed(&p, "n-2", VS_TYPE, "a"); /* and the stream goes on */
+  ck_assert_ptr_null(q->error_detail);
+  iar_free(q);
+  iar_sink_close(&p);
+}
+END_TEST
+
 /* Our form names the type, even on a one-type stream: a type not asked
  * for is NACKed as an unsupported collection. */
 START_TEST(test_iar_sink_nacks_our_nonce_form_of_an_unrequested_type) {
@@ -816,6 +840,7 @@ int main(void) {
   tcase_add_test(iar, test_iar_sink_acks_foreign_nonce_on_the_streams_type);
   tcase_add_test(iar, test_iar_sink_attributes_foreign_nonce_by_body_type);
   tcase_add_test(iar, test_iar_sink_nacks_our_nonce_form_of_an_unrequested_type);
+  tcase_add_test(iar, test_iar_sink_nacks_a_body_type_not_utf8_and_goes_on);
   suite_add_tcase(s, iar);
   TCase *both = tcase_create("converge");
   tcase_add_loop_test(both, test_aggregated_sink_and_source_converge, 0, 2);

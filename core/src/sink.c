@@ -944,12 +944,15 @@ static scoll *coll_of_span(const mcp_sink_state *st, span sp) {
  * order: the nonce's, when in our form and requested or a type URL (then
  * an unrequested type: NACKed); the stream's only type; the body type of
  * the first resource (NACKed when not requested); else, with no resource,
- * the first type not answered yet on this stream, or the first type.
+ * the first type not answered yet on this stream, or the first type. A
+ * response without nonce is left unattributed (NACKed as unrequested).
  */
 static void attribute_type(const mcp_sink_session *s, envelope *env) {
   const mcp_sink_state *st = s->st;
-  const uint8_t *colon =
-      env->nonce.n ? memchr(env->nonce.p, ':', env->nonce.n) : NULL;
+  if (!env->nonce.n) {
+    return; /* nothing to answer it with: NACKed as unrequested, as ever */
+  }
+  const uint8_t *colon = memchr(env->nonce.p, ':', env->nonce.n);
   if (colon && colon > env->nonce.p) {
     int digits = 1;
     for (const uint8_t *p = env->nonce.p; p < colon; ++p) {
@@ -965,11 +968,13 @@ static void attribute_type(const mcp_sink_session *s, envelope *env) {
   if (!c && env->nres) {
     rview r;
     memset(&r, 0, sizeof(r));
-    if (read_resource(env->res[0], &r, NULL) == 0 && r.type_url.n) {
+    if (read_resource(env->res[0], &r, NULL) == 0 && r.type_url.n &&
+        span_valid(r.type_url)) {
       env->collection = r.type_url;
       return;
     }
-    /* It does not decode: the validation of whichever type NACKs it. */
+    /* It does not decode (or has no usable type): the validation of
+     * whichever type NACKs it. */
   }
   for (size_t i = 0; !c && i < st->ncolls; ++i) {
     if (!st->colls[i].answered) {
@@ -1021,7 +1026,6 @@ int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in, size_t len,
     rv = MCP_ERR_PROTOCOL; /* nothing to ACK or NACK it with */
     goto out;
   }
-  c->answered = 1;
   char msg[256] = "";
   int code = 0;
   c->pushes++;
@@ -1113,6 +1117,7 @@ int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in, size_t len,
     c->nack_msg = cm;
     c->nack_code = code;
     c->nacks++;
+    c->answered = 1;
     emit_msg(st, MCP_EVENT_NACK, c->name, &w, code, msg);
     goto out;
   }
@@ -1144,6 +1149,7 @@ int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in, size_t len,
   c->ans_nonce = ans_nonce;
   c->ans_code = 0;
   c->acks++;
+  c->answered = 1;
   if (!c->synced) {
     c->synced = 1;
     st->nsynced++;
