@@ -349,7 +349,8 @@ static void on_refused(const tool_stream_info *info, void *ud) {
 /*
  * 1 when the server at HOST:PORT answers a TLS ClientHello with a TLS
  * record (a ServerHello or an alert): a cleartext dial to it fails with
- * only "Socket closed". Blocks for at most a second; 0 on any doubt.
+ * only "Socket closed". Blocks for about a second at most (connect, send,
+ * and each read are bounded); 0 on any doubt.
  */
 static int speaks_tls(const char *hostport) {
   static const uint8_t hello[] = {
@@ -384,10 +385,12 @@ static int speaks_tls(const char *hostport) {
     return 0;
   int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   int tls = 0;
-  if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
-    struct timeval tv = {1, 0};
+  struct timeval tv = {1, 0}; /* Linux: SO_SNDTIMEO bounds connect() too */
+  if (fd >= 0) {
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  }
+  if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
     uint8_t in[2];
     size_t got = 0;
     if (send(fd, hello, sizeof(hello), MSG_NOSIGNAL) == (ssize_t)sizeof(hello)) {
