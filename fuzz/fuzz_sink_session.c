@@ -309,7 +309,8 @@ static void on_event(const mcp_event *ev, void *ud) {
   (void)n;
   FZ_CHECK(ev->type == MCP_EVENT_ACK || ev->type == MCP_EVENT_NACK ||
                (ev->type == MCP_EVENT_TRIGGER_IGNORED &&
-                strcmp(ev->collection, MCP_TRIGGER_COLLECTION) == 0),
+                (!ev->collection[0] ||
+                 strcmp(ev->collection, MCP_TRIGGER_COLLECTION) == 0)),
            "sink event %d", (int)ev->type);
   /* The message's lists, as received; the drops of a full-state ACK. */
   FZ_CHECK(ev->nlisted <= ev->nresources &&

@@ -1043,6 +1043,8 @@ START_TEST(nack_trigger_collection_with_empty_nonce) {
     ck_assert_str_eq(r->error_detail->message, "unsupported collection");
     istio__mcp__v1alpha1__request_resources__free_unpacked(r, NULL);
     unchanged(&f, &bf, 0, 0, 0);
+    ck_assert_int_eq(f.sn.nev, 1); /* both forms: the trigger */
+    ck_assert_int_eq(f.sn.ev_type[0], MCP_EVENT_TRIGGER_IGNORED);
     fx_close(&f);
   }
 }

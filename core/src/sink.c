@@ -482,10 +482,11 @@ static int queue_foreign(mcp_sink_session *s, const envelope *env, work *w) {
   s->q[s->nq].collection = c;
   s->q[s->nq].nonce = n;
   s->nq++;
-  /* Istio's dialing source opens a ResourceSink stream with this, and its
-   * sinks answer it with this NACK: expected, not a rejection. */
+  /* Istio's dialing source opens a ResourceSink stream with this (older
+   * versions: collection ""), and its sinks answer it with this NACK:
+   * expected, not a rejection. */
   int trigger = st->service == MCP_SERVICE_RESOURCE &&
-                strcmp(c, MCP_TRIGGER_COLLECTION) == 0;
+                (!c[0] || strcmp(c, MCP_TRIGGER_COLLECTION) == 0);
   emit_msg(st, trigger ? MCP_EVENT_TRIGGER_IGNORED : MCP_EVENT_NACK, c, w,
            MCP_CODE_UNIMPLEMENTED, "unsupported collection");
   return 0;
