@@ -485,6 +485,61 @@ static void reconnect(world *w) {
 
 /* ---- receiving ---- */
 
+static int wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+  *v = 0;
+  for (unsigned sh = 0; sh < 64 && *p < end; sh += 7) {
+    uint8_t b = *(*p)++;
+    *v |= (uint64_t)(b & 0x7f) << sh;
+    if (!(b & 0x80)) {
+      return 0;
+    }
+  }
+  return -1;
+}
+
+/* In bytes that decode (protobuf-c said so): the last field |inner| of
+ * the length-delimited fields |outer|, as protobuf merges them. */
+static void wire_last(const uint8_t *p, size_t n, unsigned outer,
+                      unsigned inner, const uint8_t **out, size_t *outlen) {
+  const uint8_t *end = p + n;
+  uint64_t k, v;
+  while (p < end && wire_varint(&p, end, &k) == 0) {
+    const uint8_t *d = p;
+    size_t dl = 0;
+    switch (k & 7) {
+    case 0:
+      if (wire_varint(&p, end, &v) != 0) {
+        return;
+      }
+      break;
+    case 1:
+      p += 8;
+      break;
+    case 5:
+      p += 4;
+      break;
+    case 2:
+      if (wire_varint(&p, end, &v) != 0 || v > (uint64_t)(end - p)) {
+        return;
+      }
+      d = p;
+      dl = (size_t)v;
+      p += dl;
+      break;
+    default:
+      return;
+    }
+    if ((k & 7) == 2 && (k >> 3) == outer) {
+      if (inner) {
+        wire_last(d, dl, inner, 0, out, outlen);
+      } else {
+        *out = d;
+        *outlen = dl;
+      }
+    }
+  }
+}
+
 /*
  * IncrementalAggregatedResources: the type a response with a nonce is
  * attributed to (docs/protocol.md, written again from the rules): the
@@ -509,18 +564,19 @@ static char *iar_key(const world *w, const fz_env *e) {
     return xstrdup(w->c[0].name);
   }
   if (e->nres) {
+    /* protobuf-c says whether it decodes; its strings end at a NUL, so the
+     * type's bytes are read from the wire (the last type_url of the last
+     * body, as protobuf merges them). */
     fz_pbres *r = istio__mcp__v1alpha1__resource__unpack(NULL, e->res0_len,
                                                          e->res0);
-    char *t = r && r->body && r->body->type_url && r->body->type_url[0] &&
-                      fz_utf8_valid((const uint8_t *)r->body->type_url,
-                                    strlen(r->body->type_url))
-                  ? xstrdup(r->body->type_url)
-                  : NULL;
+    const uint8_t *t = NULL;
+    size_t tl = 0;
     if (r) {
       istio__mcp__v1alpha1__resource__free_unpacked(r, NULL);
+      wire_last(e->res0, e->res0_len, 2, 1, &t, &tl);
     }
-    if (t) {
-      return t;
+    if (tl && fz_utf8_valid(t, tl)) {
+      return xstrndup(t, tl);
     }
   }
   for (size_t i = 0; i < w->nc; ++i) {
