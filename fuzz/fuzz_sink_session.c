@@ -60,6 +60,7 @@ typedef struct mcoll {
   char *ans_nonce;
   int ans_code;  /* 0 ACK; > 0 NACK code; -1 INVALID_ARGUMENT or
                     RESOURCE_EXHAUSTED (failed validation) */
+  int answered;  /* the stream answered a response of it */
 } mcoll;
 
 typedef struct foreign {
@@ -306,8 +307,31 @@ static void on_event(const mcp_event *ev, void *ud) {
   volatile size_t n = strlen(ev->collection) + strlen(ev->nonce) +
                       strlen(ev->version) + strlen(ev->message);
   (void)n;
-  FZ_CHECK(ev->type == MCP_EVENT_ACK || ev->type == MCP_EVENT_NACK,
+  FZ_CHECK(ev->type == MCP_EVENT_ACK || ev->type == MCP_EVENT_NACK ||
+               (ev->type == MCP_EVENT_TRIGGER_IGNORED &&
+                (!ev->collection[0] ||
+                 strcmp(ev->collection, MCP_TRIGGER_COLLECTION) == 0)),
            "sink event %d", (int)ev->type);
+  /* The message's lists, as received; the drops of a full-state ACK. */
+  FZ_CHECK(ev->nlisted <= ev->nresources &&
+               ev->nremoved_listed <= ev->nremoved,
+           "more listed than carried");
+  FZ_CHECK(!ev->ndropped || (ev->type == MCP_EVENT_ACK && !ev->incremental),
+           "drops outside a full-state ACK");
+  for (size_t i = 0; i < ev->nlisted; ++i) {
+    FZ_CHECK(ev->resources[i].name && ev->resources[i].version &&
+                 fz_utf8_valid((const uint8_t *)ev->resources[i].name,
+                               strlen(ev->resources[i].name)),
+             "a listed resource without a UTF-8 name");
+  }
+  for (size_t i = 0; i < ev->nremoved_listed; ++i) {
+    FZ_CHECK(ev->removed[i] && fz_utf8_valid((const uint8_t *)ev->removed[i],
+                                             strlen(ev->removed[i])),
+             "a listed removal not UTF-8");
+  }
+  for (size_t i = 0; i < ev->ndropped; ++i) {
+    FZ_CHECK(ev->dropped[i] && ev->dropped[i][0], "an empty drop");
+  }
 }
 
 static void read_kvs(const mcp_kv *kv, size_t n) {
@@ -419,6 +443,7 @@ static void model_from_push(world *w, const mcoll *c, const uint8_t *p,
 static void owe_initial(world *w) {
   for (size_t i = 0; i < w->nc; ++i) {
     w->c[i].initial = 1;
+    w->c[i].answered = 0;
     w->c[i].ans = 0;
     free(w->c[i].ans_nonce);
     w->c[i].ans_nonce = NULL;
@@ -460,13 +485,118 @@ static void reconnect(world *w) {
 
 /* ---- receiving ---- */
 
+static int wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+  *v = 0;
+  for (unsigned sh = 0; sh < 64 && *p < end; sh += 7) {
+    uint8_t b = *(*p)++;
+    *v |= (uint64_t)(b & 0x7f) << sh;
+    if (!(b & 0x80)) {
+      return 0;
+    }
+  }
+  return -1;
+}
+
+/* In bytes that decode (protobuf-c said so): the last field |inner| of
+ * the length-delimited fields |outer|, as protobuf merges them. */
+static void wire_last(const uint8_t *p, size_t n, unsigned outer,
+                      unsigned inner, const uint8_t **out, size_t *outlen) {
+  const uint8_t *end = p + n;
+  uint64_t k, v;
+  while (p < end && wire_varint(&p, end, &k) == 0) {
+    const uint8_t *d = p;
+    size_t dl = 0;
+    switch (k & 7) {
+    case 0:
+      if (wire_varint(&p, end, &v) != 0) {
+        return;
+      }
+      break;
+    case 1:
+      p += 8;
+      break;
+    case 5:
+      p += 4;
+      break;
+    case 2:
+      if (wire_varint(&p, end, &v) != 0 || v > (uint64_t)(end - p)) {
+        return;
+      }
+      d = p;
+      dl = (size_t)v;
+      p += dl;
+      break;
+    default:
+      return;
+    }
+    if ((k & 7) == 2 && (k >> 3) == outer) {
+      if (inner) {
+        wire_last(d, dl, inner, 0, out, outlen);
+      } else {
+        *out = d;
+        *outlen = dl;
+      }
+    }
+  }
+}
+
+/*
+ * IncrementalAggregatedResources: the type a response with a nonce is
+ * attributed to (docs/protocol.md, written again from the rules): the
+ * nonce's in our form ("<digits>:" then a requested type or a type URL),
+ * the only type, the body type of the first resource (protobuf-c reads it;
+ * UTF-8), the first type without answer on the stream, the first type.
+ */
+static char *iar_key(const world *w, const fz_env *e) {
+  const uint8_t *colon = memchr(e->nonce, ':', e->nonce_len);
+  if (colon && colon > e->nonce) {
+    int digits = 1;
+    for (const uint8_t *q = e->nonce; q < colon; ++q) {
+      digits &= *q >= '0' && *q <= '9';
+    }
+    char *t = xstrndup(colon + 1, e->nonce_len - (size_t)(colon + 1 - e->nonce));
+    if (digits && (coll_of((world *)w, t) || strchr(t, '/'))) {
+      return t;
+    }
+    free(t);
+  }
+  if (w->nc == 1) {
+    return xstrdup(w->c[0].name);
+  }
+  if (e->nres) {
+    /* protobuf-c says whether it decodes; its strings end at a NUL, so the
+     * type's bytes are read from the wire (the last type_url of the last
+     * body, as protobuf merges them). */
+    fz_pbres *r = istio__mcp__v1alpha1__resource__unpack(NULL, e->res0_len,
+                                                         e->res0);
+    const uint8_t *t = NULL;
+    size_t tl = 0;
+    if (r) {
+      istio__mcp__v1alpha1__resource__free_unpacked(r, NULL);
+      wire_last(e->res0, e->res0_len, 2, 1, &t, &tl);
+    }
+    if (tl && fz_utf8_valid(t, tl)) {
+      return xstrndup(t, tl);
+    }
+  }
+  for (size_t i = 0; i < w->nc; ++i) {
+    if (!w->c[i].answered) {
+      return xstrdup(w->c[i].name);
+    }
+  }
+  return xstrdup(w->c[0].name);
+}
+
 static void feed(world *w, const uint8_t *p, size_t len) {
   fz_env e;
   int wire_ok = fz_envelope(w->service, p, len, &e) == 0;
   int utf8_ok = wire_ok && fz_utf8_valid(e.key, e.key_len) &&
                 fz_utf8_valid(e.nonce, e.nonce_len) &&
                 fz_utf8_valid(e.version, e.version_len);
-  char *key = utf8_ok ? xstrndup(e.key, e.key_len) : NULL;
+  char *key = !utf8_ok ? NULL
+              : w->service == MCP_SERVICE_AGGREGATED_INCREMENTAL && e.nonce_len
+                  ? iar_key(w, &e)
+                  : xstrndup(e.key, e.key_len);
   char *nonce = utf8_ok ? xstrndup(e.nonce, e.nonce_len) : NULL;
   mcoll *c = key ? coll_of(w, key) : NULL;
   mcp_collection_status before;
@@ -520,6 +650,7 @@ static void feed(world *w, const uint8_t *p, size_t len) {
     mcp_sink_state_collection_status(w->st, (size_t)(c - w->c), w->ts, &after);
     FZ_CHECK(after.pushes == before.pushes + 1, "push not counted");
     c->ans = 1;
+    c->answered = 1;
     free(c->ans_nonce);
     c->ans_nonce = xstrdup(nonce);
     int accepted = w->apply_called && !w->apply_code;

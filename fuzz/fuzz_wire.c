@@ -542,7 +542,9 @@ int fz_envelope(mcp_service service, const uint8_t *p, size_t n, fz_env *e) {
     } else if (field == fs[4]) {
       e->nonce = data, e->nonce_len = len;
     } else if (field == fs[2]) {
-      e->nres++;
+      if (!e->nres++) {
+        e->res0 = data, e->res0_len = len;
+      }
     } else {
       e->nrem++;
     }

@@ -121,5 +121,7 @@ typedef struct fz_env {
   size_t key_len, nonce_len, version_len;
   int incremental;
   size_t nres, nrem;
+  const uint8_t *res0; /* the first resource's bytes (NULL: none) */
+  size_t res0_len;
 } fz_env;
 int fz_envelope(mcp_service service, const uint8_t *p, size_t n, fz_env *e);

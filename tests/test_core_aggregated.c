@@ -657,32 +657,161 @@ START_TEST(test_iar_sink_sends_held_versions_on_reconnect) {
 }
 END_TEST
 
-START_TEST(test_iar_sink_nacks_nonce_without_type) {
-  pair p;
-  pair_open(&p, MCP_SERVICE_AGGREGATED_INCREMENTAL);
-  pair_connect(&p, MCP_SERVICE_AGGREGATED_INCREMENTAL);
+/* A sink alone on IncrementalAggregatedResources, asking for the first
+ * |ntypes| of VS_TYPE, DR_TYPE; its initial requests discarded. */
+static void iar_sink_alone(pair *p, size_t ntypes) {
+  memset(p, 0, sizeof(*p));
+  static const char *types[] = {VS_TYPE, DR_TYPE};
+  mcp_sink_options so;
+  mcp_sink_options_default(&so);
+  so.service = MCP_SERVICE_AGGREGATED_INCREMENTAL;
+  so.collections = types;
+  so.ncollections = ntypes;
+  so.apply = apply_cb;
+  so.user_data = p;
+  ck_assert_int_eq(mcp_sink_state_new(&p->state, &so), 0);
+  ck_assert_int_eq(mcp_sink_session_new(&p->snk, p->state, p->ts), 0);
   mcp_msg *m;
-  while (mcp_sink_session_next(p.snk, &m) == 1) {
+  while (mcp_sink_session_next(p->snk, &m) == 1) {
     mcp_msg_free(m);
   }
-  /* A response whose nonce names no type cannot be matched: NACKed as an
-   * unknown type, echoing the nonce. */
+}
+
+/* Feeds a response with |nonce| and, when |type|, one resource |name| of
+ * that body type; returns the sink's answer (decoded). */
+static Istio__Mcp__V1alpha1__IncrementalMeshConfigRequest *
+iar_feed(pair *p, const char *nonce, const char *type, const char *name) {
   IMCResp r = ISTIO__MCP__V1ALPHA1__INCREMENTAL_MESH_CONFIG_RESPONSE__INIT;
-  r.nonce = "7";
-  uint8_t buf[64];
-  size_t n = istio__mcp__v1alpha1__incremental_mesh_config_response__pack(&r, buf);
-  ck_assert_int_eq(mcp_sink_session_recv(p.snk, buf, n, ++p.ts), 0);
-  ck_assert_int_eq(mcp_sink_session_next(p.snk, &m), 1);
+  Istio__Mcp__V1alpha1__Resource res = ISTIO__MCP__V1ALPHA1__RESOURCE__INIT;
+  Istio__Mcp__V1alpha1__Metadata md = ISTIO__MCP__V1ALPHA1__METADATA__INIT;
+  Google__Protobuf__Any any = GOOGLE__PROTOBUF__ANY__INIT;
+  Istio__Mcp__V1alpha1__Resource *rp = &res;
+  r.nonce = (char *)nonce;
+  r.system_version_info = "sv";
+  if (type) {
+    md.name = (char *)name;
+    md.version = "1";
+    any.type_url = (char *)type;
+    any.value.data = (uint8_t *)"x";
+    any.value.len = 1;
+    res.metadata = &md;
+    res.body = &any;
+    r.n_resources = 1;
+    r.resources = &rp;
+  }
+  uint8_t buf[512];
+  size_t n = istio__mcp__v1alpha1__incremental_mesh_config_response__get_packed_size(&r);
+  ck_assert_uint_le(n, sizeof(buf));
+  istio__mcp__v1alpha1__incremental_mesh_config_response__pack(&r, buf);
+  ck_assert_int_eq(mcp_sink_session_recv(p->snk, buf, n, ++p->ts), 0);
+  mcp_msg *m;
+  ck_assert_int_eq(mcp_sink_session_next(p->snk, &m), 1);
   uint8_t *b = flat(m, &n);
   Istio__Mcp__V1alpha1__IncrementalMeshConfigRequest *q =
       istio__mcp__v1alpha1__incremental_mesh_config_request__unpack(NULL, n, b);
   free(b);
+  ck_assert_ptr_nonnull(q);
+  ck_assert_str_eq(q->response_nonce, nonce);
+  return q;
+}
+
+static void iar_free(Istio__Mcp__V1alpha1__IncrementalMeshConfigRequest *q) {
+  istio__mcp__v1alpha1__incremental_mesh_config_request__free_unpacked(q, NULL);
+}
+
+static void iar_sink_close(pair *p) {
+  mcp_sink_session_del(p->snk);
+  mcp_sink_state_del(p->state);
+}
+
+/* Another source's nonces are its own: a response is never NACKed for the
+ * nonce's format. One type on the stream: it is that type's. */
+START_TEST(test_iar_sink_acks_foreign_nonce_on_the_streams_type) {
+  pair p;
+  iar_sink_alone(&p, 1);
+  Istio__Mcp__V1alpha1__IncrementalMeshConfigRequest *q =
+      iar_feed(&p, "7", VS_TYPE, "a");
+  ck_assert_ptr_null(q->error_detail);
+  ck_assert_str_eq(q->type_url, VS_TYPE);
+  iar_free(q);
+  ck_assert_str_eq(mcp_sink_state_version(p.state, VS_TYPE, "a"), "1");
+  /* A nonce with a colon that is not ours (a timestamp) too. */
+  q = iar_feed(&p, "2024-01-02T03:04:05Z", NULL, NULL);
+  ck_assert_ptr_null(q->error_detail);
+  ck_assert_str_eq(q->type_url, VS_TYPE);
+  iar_free(q);
+  ck_assert_int_eq(mcp_sink_state_synced(p.state), 1);
+  iar_sink_close(&p);
+}
+END_TEST
+
+/* Several types: by the body type of the resources, else (no resource)
+ * the first type not answered yet on the stream. */
+START_TEST(test_iar_sink_attributes_foreign_nonce_by_body_type) {
+  pair p;
+  iar_sink_alone(&p, 2);
+  Istio__Mcp__V1alpha1__IncrementalMeshConfigRequest *q =
+      iar_feed(&p, "n-1", DR_TYPE, "d");
+  ck_assert_ptr_null(q->error_detail);
+  ck_assert_str_eq(q->type_url, DR_TYPE);
+  iar_free(q);
+  ck_assert_str_eq(mcp_sink_state_version(p.state, DR_TYPE, "d"), "1");
+  ck_assert_uint_eq(mcp_sink_state_count(p.state, VS_TYPE), 0);
+  q = iar_feed(&p, "n-2", NULL, NULL); /* empty: VS_TYPE is unanswered */
+  ck_assert_ptr_null(q->error_detail);
+  ck_assert_str_eq(q->type_url, VS_TYPE);
+  iar_free(q);
+  ck_assert_int_eq(mcp_sink_state_synced(p.state), 1);
+  /* A body type not asked for is an unrequested type. */
+  q = iar_feed(&p, "n-3", "type.googleapis.com/other.Kind", "o");
   ck_assert_ptr_nonnull(q->error_detail);
   ck_assert_int_eq(q->error_detail->code, MCP_CODE_UNIMPLEMENTED);
-  ck_assert_str_eq(q->response_nonce, "7");
-  istio__mcp__v1alpha1__incremental_mesh_config_request__free_unpacked(q, NULL);
-  ck_assert_uint_eq(mcp_sink_state_count(p.state, VS_TYPE), 0);
-  pair_close(&p);
+  ck_assert_str_eq(q->type_url, "type.googleapis.com/other.Kind");
+  iar_free(q);
+  iar_sink_close(&p);
+}
+END_TEST
+
+/* A body type that is not UTF-8 names no type: the response goes to the
+ * first type without answer, and is NACKed for its resource (the stream
+ * goes on); a response without nonce stays unattributed. */
+START_TEST(test_iar_sink_nacks_a_body_type_not_utf8_and_goes_on) {
+  pair p;
+  iar_sink_alone(&p, 2);
+  Istio__Mcp__V1alpha1__IncrementalMeshConfigRequest *q =
+      iar_feed(&p, "n-1", "type.googleapis.com/\xff", "a");
+  ck_assert_ptr_nonnull(q->error_detail);
+  ck_assert_int_eq(q->error_detail->code, MCP_CODE_INVALID_ARGUMENT);
+  ck_assert_str_eq(q->type_url, VS_TYPE);
+  iar_free(q);
+  q = iar_feed(&p, "", NULL, NULL);
+  ck_assert_ptr_nonnull(q->error_detail);
+  ck_assert_int_eq(q->error_detail->code, MCP_CODE_UNIMPLEMENTED);
+  ck_assert_str_eq(q->type_url, "");
+  iar_free(q);
+  q = iar_feed(&p, "n-2", VS_TYPE, "a"); /* and the stream goes on */
+  ck_assert_ptr_null(q->error_detail);
+  iar_free(q);
+  iar_sink_close(&p);
+}
+END_TEST
+
+/* Our form names the type, even on a one-type stream: a type not asked
+ * for is NACKed as an unsupported collection. */
+START_TEST(test_iar_sink_nacks_our_nonce_form_of_an_unrequested_type) {
+  pair p;
+  iar_sink_alone(&p, 1);
+  Istio__Mcp__V1alpha1__IncrementalMeshConfigRequest *q =
+      iar_feed(&p, "3:" DR_TYPE, NULL, NULL);
+  ck_assert_ptr_nonnull(q->error_detail);
+  ck_assert_int_eq(q->error_detail->code, MCP_CODE_UNIMPLEMENTED);
+  ck_assert_str_eq(q->type_url, DR_TYPE);
+  iar_free(q);
+  q = iar_feed(&p, "4:" VS_TYPE, NULL, NULL);
+  ck_assert_ptr_null(q->error_detail);
+  ck_assert_str_eq(q->type_url, VS_TYPE);
+  iar_free(q);
+  iar_sink_close(&p);
 }
 END_TEST
 
@@ -708,7 +837,10 @@ int main(void) {
   tcase_add_test(iar, test_iar_nack_does_not_resend);
   tcase_add_test(iar, test_iar_behind_compaction_asks_to_resync);
   tcase_add_test(iar, test_iar_sink_sends_held_versions_on_reconnect);
-  tcase_add_test(iar, test_iar_sink_nacks_nonce_without_type);
+  tcase_add_test(iar, test_iar_sink_acks_foreign_nonce_on_the_streams_type);
+  tcase_add_test(iar, test_iar_sink_attributes_foreign_nonce_by_body_type);
+  tcase_add_test(iar, test_iar_sink_nacks_our_nonce_form_of_an_unrequested_type);
+  tcase_add_test(iar, test_iar_sink_nacks_a_body_type_not_utf8_and_goes_on);
   suite_add_tcase(s, iar);
   TCase *both = tcase_create("converge");
   tcase_add_loop_test(both, test_aggregated_sink_and_source_converge, 0, 2);

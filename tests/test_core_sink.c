@@ -160,6 +160,8 @@ typedef struct seen {
   mcp_event_type ev_type[MAXE];
   int ev_code[MAXE];
   char ev_coll[MAXE][32], ev_nonce[MAXE][24], ev_msg[MAXE][64];
+  /* The last event's version and lists, each as "x;y;" (dropped sorted). */
+  char ev_version[64], ev_listed[256], ev_removed[256], ev_dropped[256];
 } seen;
 
 static void cpy(char *d, size_t n, const char *s) {
@@ -208,6 +210,8 @@ static int on_apply(const mcp_change *ch, char *msg, size_t msglen, void *ud) {
   return 0;
 }
 
+static int cmp_names(const void *a, const void *b) { return strcmp(a, b); }
+
 static void on_event(const mcp_event *ev, void *ud) {
   seen *s = ud;
   ck_assert_int_lt(s->nev, MAXE);
@@ -217,6 +221,33 @@ static void on_event(const mcp_event *ev, void *ud) {
   cpy(s->ev_nonce[s->nev], 24, ev->nonce);
   cpy(s->ev_msg[s->nev], 64, ev->message);
   s->nev++;
+  cpy(s->ev_version, sizeof(s->ev_version), ev->version);
+  s->ev_listed[0] = s->ev_removed[0] = s->ev_dropped[0] = '\0';
+  ck_assert_uint_le(ev->nlisted, ev->nresources);
+  ck_assert_uint_le(ev->nremoved_listed, ev->nremoved);
+  for (size_t i = 0; i < ev->nlisted; ++i) {
+    ck_assert_uint_lt(strlen(s->ev_listed) + strlen(ev->resources[i].name) +
+                          strlen(ev->resources[i].version) + 3, 256);
+    strcat(s->ev_listed, ev->resources[i].name);
+    strcat(s->ev_listed, "=");
+    strcat(s->ev_listed, ev->resources[i].version);
+    strcat(s->ev_listed, ";");
+  }
+  for (size_t i = 0; i < ev->nremoved_listed; ++i) {
+    ck_assert_uint_lt(strlen(s->ev_removed) + strlen(ev->removed[i]) + 2, 256);
+    strcat(s->ev_removed, ev->removed[i]);
+    strcat(s->ev_removed, ";");
+  }
+  char d[16][32];
+  ck_assert_uint_le(ev->ndropped, 16);
+  for (size_t i = 0; i < ev->ndropped; ++i) {
+    cpy(d[i], 32, ev->dropped[i]);
+  }
+  qsort(d, ev->ndropped, sizeof(d[0]), cmp_names);
+  for (size_t i = 0; i < ev->ndropped; ++i) {
+    strcat(s->ev_dropped, d[i]);
+    strcat(s->ev_dropped, ";");
+  }
 }
 
 /* Index of |name| among the resources / removals apply saw, or -1. */
@@ -1012,8 +1043,96 @@ START_TEST(nack_trigger_collection_with_empty_nonce) {
     ck_assert_str_eq(r->error_detail->message, "unsupported collection");
     istio__mcp__v1alpha1__request_resources__free_unpacked(r, NULL);
     unchanged(&f, &bf, 0, 0, 0);
+    ck_assert_int_eq(f.sn.nev, 1); /* both forms: the trigger */
+    ck_assert_int_eq(f.sn.ev_type[0], MCP_EVENT_TRIGGER_IGNORED);
     fx_close(&f);
   }
+}
+END_TEST
+
+/* The events give the message as it was received, on an ACK and on a
+ * NACK alike; a full state's computed drops come apart (dropped). */
+START_TEST(events_list_what_the_message_carried_and_drops_apart) {
+  fx f;
+  fx_state(&f, 0, 0);
+  fx_open_drained(&f);
+  fx_hold_ab(&f);
+  ck_assert_str_eq(f.sn.ev_listed, "a=va1;b=vb1;");
+  ck_assert_str_eq(f.sn.ev_dropped, "");
+  /* Full state without b: ACKed, b dropped, nothing removed by the
+   * message (its removed_resources, ignored, are still listed). */
+  bb b;
+  bb_push(&b, COLLS[0], "2", 0, "sv-2");
+  bb_good(&b, "a", "va2");
+  bb_removed(&b, "zzz");
+  ck_assert_int_eq(feed(&f, &b), 0);
+  expect_answer(&f, COLLS[0], "2", 0);
+  ck_assert_int_eq(f.sn.ev_type[f.sn.nev - 1], MCP_EVENT_ACK);
+  ck_assert_str_eq(f.sn.ev_version, "sv-2");
+  ck_assert_str_eq(f.sn.ev_listed, "a=va2;");
+  ck_assert_str_eq(f.sn.ev_removed, "zzz;");
+  ck_assert_str_eq(f.sn.ev_dropped, "b;");
+  /* A NACK decided by the core (incremental not asked for): the same. */
+  bb_push(&b, COLLS[0], "3", 1, "sv-3");
+  bb_good(&b, "c", "vc3");
+  bb_good(&b, "d", "vd3");
+  bb_removed(&b, "a");
+  ck_assert_int_eq(feed(&f, &b), 0);
+  expect_answer(&f, COLLS[0], "3", MCP_CODE_INVALID_ARGUMENT);
+  ck_assert_int_eq(f.sn.ev_type[f.sn.nev - 1], MCP_EVENT_NACK);
+  ck_assert_str_eq(f.sn.ev_version, "sv-3");
+  ck_assert_str_eq(f.sn.ev_listed, "c=vc3;d=vd3;");
+  ck_assert_str_eq(f.sn.ev_removed, "a;");
+  ck_assert_str_eq(f.sn.ev_dropped, "");
+  /* A resource that does not decode: those before it are listed. */
+  bb_push(&b, COLLS[0], "4", 0, "sv-4");
+  bb_good(&b, "e", "ve4");
+  bb_field(&b, 3, "\x0a\x05" "ab", 4); /* a metadata cut short */
+  ck_assert_int_eq(feed(&f, &b), 0);
+  expect_answer(&f, COLLS[0], "4", MCP_CODE_INVALID_ARGUMENT);
+  ck_assert_str_eq(f.sn.ev_version, "sv-4");
+  ck_assert_str_eq(f.sn.ev_listed, "e=ve4;");
+  /* Rejected by the application: everything listed, nothing dropped. */
+  f.sn.reject_code = MCP_CODE_FAILED_PRECONDITION;
+  f.sn.reject_msg = "no";
+  bb_push(&b, COLLS[0], "5", 0, "sv-5");
+  bb_good(&b, "f", "vf5");
+  ck_assert_int_eq(feed(&f, &b), 0);
+  expect_answer(&f, COLLS[0], "5", MCP_CODE_FAILED_PRECONDITION);
+  ck_assert_str_eq(f.sn.ev_listed, "f=vf5;");
+  ck_assert_str_eq(f.sn.ev_dropped, "");
+  /* An unrequested collection: its version and resources too. */
+  bb_push(&b, "istio/other", "6", 0, "sv-6");
+  bb_good(&b, "g", "vg6");
+  ck_assert_int_eq(feed(&f, &b), 0);
+  expect_answer(&f, "istio/other", "6", MCP_CODE_UNIMPLEMENTED);
+  ck_assert_int_eq(f.sn.ev_type[f.sn.nev - 1], MCP_EVENT_NACK);
+  ck_assert_str_eq(f.sn.ev_version, "sv-6");
+  ck_assert_str_eq(f.sn.ev_listed, "g=vg6;");
+  fx_close(&f);
+}
+END_TEST
+
+/* Istio's trigger is expected: answered with the NACK Istio's sources
+ * wait for, but reported as the trigger, not as a rejection. */
+START_TEST(trigger_collection_is_reported_as_the_trigger_not_a_nack) {
+  fx f;
+  fx_state(&f, 0, 0);
+  fx_open_drained(&f);
+  bb b;
+  bb_push(&b, MCP_TRIGGER_COLLECTION, "1", 0, "");
+  ck_assert_int_eq(feed(&f, &b), 0);
+  expect_answer(&f, MCP_TRIGGER_COLLECTION, "1", MCP_CODE_UNIMPLEMENTED);
+  ck_assert_int_eq(f.sn.nev, 1);
+  ck_assert_int_eq(f.sn.ev_type[0], MCP_EVENT_TRIGGER_IGNORED);
+  ck_assert_str_eq(f.sn.ev_coll[0], MCP_TRIGGER_COLLECTION);
+  ck_assert_str_eq(f.sn.ev_nonce[0], "1");
+  /* Another unrequested collection is still a NACK. */
+  bb_push(&b, "istio/other", "2", 0, "");
+  ck_assert_int_eq(feed(&f, &b), 0);
+  expect_answer(&f, "istio/other", "2", MCP_CODE_UNIMPLEMENTED);
+  ck_assert_int_eq(f.sn.ev_type[1], MCP_EVENT_NACK);
+  fx_close(&f);
 }
 END_TEST
 
@@ -1484,6 +1603,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, nack_create_time_nanos_out_of_range);
   tcase_add_test(tc, nack_unrequested_collection_unimplemented_echoes_nonce);
   tcase_add_test(tc, nack_trigger_collection_with_empty_nonce);
+  tcase_add_test(tc, events_list_what_the_message_carried_and_drops_apart);
+  tcase_add_test(tc, trigger_collection_is_reported_as_the_trigger_not_a_nack);
   tcase_add_test(tc, apply_rejection_nacks_with_its_code_and_message);
   tcase_add_test(tc, malformed_envelope_is_an_error_and_changes_nothing);
   tcase_add_test(tc, requested_collection_with_empty_nonce_is_a_protocol_error);

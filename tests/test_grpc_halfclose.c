@@ -392,6 +392,73 @@ START_TEST(test_halfclosed_stream_ends_while_store_changes) {
 }
 END_TEST
 
+/* ---- the dialing sink half-closes: mcp_grpc_sink_finish() ---- */
+
+static const char *const two[] = {"c1", "c2"};
+
+static int source_acked_both(void *ud) {
+  (void)ud;
+  return tg_events_get().acks >= 2;
+}
+
+static int both_closed(void *ud) {
+  tg_streams *s = ud;
+  tg_streams a = tg_streams_get(&s[0]), b = tg_streams_get(&s[1]);
+  return a.closed == 1 && b.closed == 1;
+}
+
+/* The sink says it is done after the sync: its ACKs reach the source,
+ * which ends the stream with OK on both sides, and no new stream is
+ * dialed (a cancel would have ended it CANCELLED, perhaps before the last
+ * ACK was read). */
+START_TEST(test_sink_finish_half_closes_and_the_source_ends_ok) {
+  mcp_store *store = tg_store();
+  tg_put(store, "c1", "a", "alpha", mcp_grpc_now());
+  ck_assert_int_eq(mcp_store_add_collection(store, "c2"), 0);
+  tg_streams obs[2]; /* the source's, the sink's */
+  tg_streams_init(&obs[0]);
+  tg_streams_init(&obs[1]);
+  mcp_grpc_options o;
+  mcp_source_options sopts;
+  tg_listen_opts(&o, "127.0.0.1:0", &obs[0]);
+  tg_source_opts(&sopts, store);
+  mcp_grpc_source *src = NULL;
+  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &sopts), 0);
+  mcp_sink_state *state = tg_sink_state(two, 2, 0);
+  char addr[64];
+  tg_dial_opts(&o, addr, sizeof(addr), mcp_grpc_source_port(src), &obs[1]);
+  mcp_grpc_sink *sink = NULL;
+  ck_assert_int_eq(mcp_grpc_sink_new(&sink, &o, state), 0);
+  ck_assert(tg_wait(source_acked_both, NULL, TG_TIMEOUT_MS));
+
+  ck_assert_int_eq(mcp_grpc_sink_finish(sink), 0);
+  ck_assert(tg_wait(both_closed, obs, TG_TIMEOUT_MS));
+  tg_streams a = tg_streams_get(&obs[0]), b = tg_streams_get(&obs[1]);
+  ck_assert_int_eq(a.last_status, GRPC_STATUS_OK);
+  ck_assert_int_eq(b.last_status, GRPC_STATUS_OK);
+  tg_events e = tg_events_get();
+  ck_assert_int_eq(e.acks, 2);
+  ck_assert_int_eq(e.nacks, 0);
+  ck_assert_int_eq(e.sink_acks, 2);
+  /* Ten backoff delays later: still one stream. */
+  tg_sleep_ms(tg_scale(10 * 20));
+  ck_assert_int_eq(tg_streams_get(&obs[1]).opened, 1);
+  ck_assert_int_eq(tg_streams_get(&obs[0]).opened, 1);
+  mcp_grpc_sink_del(sink);
+  mcp_grpc_source_del(src);
+  mcp_sink_state_del(state);
+
+  /* A listening sink has no stream of its own to finish. */
+  tg_listen_opts(&o, "127.0.0.1:0", &obs[1]);
+  state = tg_sink_state(two, 2, 0);
+  ck_assert_int_eq(mcp_grpc_sink_new(&sink, &o, state), 0);
+  ck_assert_int_eq(mcp_grpc_sink_finish(sink), MCP_ERR_INVALID_ARGUMENT);
+  mcp_grpc_sink_del(sink);
+  mcp_sink_state_del(state);
+  mcp_store_del(store);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("grpc_halfclose");
   TCase *tc = tcase_create("halfclose");
@@ -400,6 +467,7 @@ int main(void) {
   tcase_add_test(tc, test_one_request_and_halfclose_get_full_state);
   tcase_add_test(tc, test_several_requests_and_halfclose_get_every_answer);
   tcase_add_test(tc, test_halfclosed_stream_ends_while_store_changes);
+  tcase_add_test(tc, test_sink_finish_half_closes_and_the_source_ends_ok);
   suite_add_tcase(s, tc);
   return tg_run(s);
 }

@@ -98,6 +98,7 @@ typedef struct tg_events {
   int requests, pushes, acks, nacks;     /* source side */
   int incremental_pushes, removed;       /* source PUSH details */
   int sink_acks, sink_nacks;             /* sink side */
+  int sink_triggers;                     /* sink: Istio's trigger answered */
 } tg_events;
 
 static tg_events tg_ev = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -126,6 +127,8 @@ static inline void tg_sink_event(const mcp_event *ev, void *ud) {
     e->sink_acks++;
   if (ev->type == MCP_EVENT_NACK)
     e->sink_nacks++;
+  if (ev->type == MCP_EVENT_TRIGGER_IGNORED)
+    e->sink_triggers++;
   pthread_mutex_unlock(&e->mu);
 }
 
@@ -134,7 +137,7 @@ static inline void tg_reset(void) {
   pthread_mutex_lock(&tg_ev.mu);
   tg_ev.requests = tg_ev.pushes = tg_ev.acks = tg_ev.nacks = 0;
   tg_ev.incremental_pushes = tg_ev.removed = 0;
-  tg_ev.sink_acks = tg_ev.sink_nacks = 0;
+  tg_ev.sink_acks = tg_ev.sink_nacks = tg_ev.sink_triggers = 0;
   pthread_mutex_unlock(&tg_ev.mu);
 }
 

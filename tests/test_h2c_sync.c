@@ -35,6 +35,7 @@ typedef struct env {
   char last_details[256];
   uint64_t last_id;
   int triggers_ignored;
+  int source_acks, source_statuses; /* ACKs seen; closed with OK */
 } env;
 
 static const char *const colls[] = {"c1", "c2"};
@@ -51,6 +52,7 @@ static void on_stream(mcp_h2c_stream_event ev, const mcp_h2c_stream_info *i,
     if (getenv("H2C_DEBUG"))
       fprintf(stderr, "closed %d: %s\n", i->status, i->details);
     e->last_status = i->status;
+    e->source_statuses += i->status == 0;
     snprintf(e->last_details, sizeof(e->last_details), "%s", i->details);
     ck_assert(!i->source && !i->sink);
   }
@@ -60,6 +62,8 @@ static void on_event(const mcp_event *ev, void *ud) {
   env *e = ud;
   if (ev->type == MCP_EVENT_TRIGGER_IGNORED)
     e->triggers_ignored++;
+  if (ev->type == MCP_EVENT_ACK)
+    e->source_acks++;
 }
 
 static void env_init(env *e, int incremental) {
@@ -211,6 +215,36 @@ START_TEST(sink_dials_source) {
       found = 1;
   }
   ck_assert(found);
+  env_fini(&e);
+}
+END_TEST
+
+static int source_acked_both(void *ud) {
+  return ((env *)ud)->source_acks >= 2;
+}
+
+static int closed2(void *ud) { return ((env *)ud)->closed >= 2; }
+
+/* mcp_h2c_sink_finish(): the sink's ACKs reach the source, which ends the
+ * stream with OK (both ends report OK), and no new connection is made. */
+START_TEST(sink_finish_half_closes_and_the_source_ends_ok) {
+  env e;
+  env_init(&e, 0);
+  start_source(&e, MCP_H2C_LISTEN, "127.0.0.1:0");
+  start_sink(&e, MCP_H2C_DIAL, loopback(mcp_h2c_source_port(e.src)));
+  ck_assert(h2t_run_until(&e.loop, source_acked_both, &e, 5000));
+  ck_assert_int_eq(e.opened, 2); /* the source's stream and the sink's */
+  ck_assert_int_eq(mcp_h2c_sink_finish(e.sink), 0);
+  ck_assert(h2t_run_until(&e.loop, closed2, &e, 5000));
+  ck_assert_int_eq(e.source_statuses, 2);
+  ck_assert_int_eq(e.source_acks, 2);
+  h2t_run_for(&e.loop, 10 * 50); /* ten backoff delays: no new stream */
+  ck_assert_int_eq(e.opened, 2);
+  env_fini(&e);
+  /* A listening sink has no stream of its own to finish. */
+  env_init(&e, 0);
+  start_sink(&e, MCP_H2C_LISTEN, "127.0.0.1:0");
+  ck_assert_int_eq(mcp_h2c_sink_finish(e.sink), MCP_ERR_INVALID_ARGUMENT);
   env_fini(&e);
 }
 END_TEST
@@ -656,6 +690,7 @@ Suite *suite(void) {
   tcase_set_timeout(t, 30);
   tcase_add_test(t, sink_dials_source);
   tcase_add_test(t, source_dials_sink);
+  tcase_add_test(t, sink_finish_half_closes_and_the_source_ends_ok);
   tcase_add_test(t, unknown_method_seen_by_client);
   tcase_add_test(t, unix_socket);
   tcase_add_test(t, dial_by_name);

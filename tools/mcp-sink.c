@@ -19,6 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
 #include <jansson.h>
 #include <uv.h>
 
@@ -35,12 +40,12 @@
 /* --exit-after-sync waits at most this long for the last ACK to be sent. */
 #define FLUSH_WAIT_MS 1000
 #define FLUSH_POLL_MS 5
-
-/* What the apply callback saw of the message being answered. */
-typedef struct record {
-  char *collection, *nonce;
-  json_t *resources, *removed;
-} record;
+/* Then at most this long for the source to end the half-closed stream. */
+#define FINISH_WAIT_MS 2000
+/* --sync-warn: seconds without the first response of a collection before
+ * a warning names it. */
+#define DEFAULT_SYNC_WARN_S 10
+#define MAX_SYNC_S 86400
 
 typedef struct sink_app {
   uv_loop_t loop;
@@ -53,17 +58,25 @@ typedef struct sink_app {
   int json, exit_after_sync;
   const char *const *colls;
   size_t ncolls;
+  const char *address; /* --connect or --listen */
+  int cleartext_dial;  /* --connect without TLS: hint when it speaks TLS */
   uv_signal_t sigint, sigterm;
   uv_async_t synced_async;
   uv_timer_t flush;
-  int stopping;
+  uv_timer_t sync_warn, sync_timeout; /* --sync-warn, --sync-timeout */
+  uint64_t sync_warn_ms, sync_timeout_ms, started; /* started: uv_now() */
+  int stopping, timed_out;
+  int dialing;   /* --connect: the exit after sync half-closes */
+  int finishing; /* the stream was half-closed (sink_finish) */
   uint64_t flush_deadline; /* uv_now() */
   atomic_uint_fast64_t answers; /* ACKs and NACKs of the current stream */
+  atomic_int quitting;   /* stop() began: a dial ending now is no failure */
+  atomic_int connected;  /* a stream is connected now */
+  atomic_uchar *acked;   /* per requested collection: ACKed once */
 
   /* Transport thread only. */
-  record rec;
-  unsigned char *acked; /* per requested collection: ACKed once */
   size_t nacked;
+  int probed; /* the TLS probe ran */
   int synced;
   uint64_t stream; /* id of the current stream */
   char *peer;      /* its peer */
@@ -82,6 +95,7 @@ static void usage(FILE *f) {
         "                [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]\n"
         "                [--tls-server-name NAME] [--allow ID]... [--deny ID]...\n"
         "                [--access-list FILE] [--allow-cleartext]\n"
+        "                [--sync-warn SECONDS] [--sync-timeout SECONDS]\n"
         "\n"
         "Subscribes to MCP collections and reports what it receives.\n"
         "\n"
@@ -105,6 +119,10 @@ static void usage(FILE *f) {
         "  --json                print each response as a JSON line on stdout\n"
         "  --exit-after-sync     exit 0 once every collection was received "
         "and ACKed\n"
+        "  --sync-warn SECONDS   warn, naming them, when collections are not\n"
+        "                        received after SECONDS (default 10; 0: "
+        "never)\n"
+        "  --sync-timeout SECONDS  exit 3 when not synced after SECONDS\n"
         "  --log-level LEVEL     error, warn, info (default) or debug\n"
         "  --log-format FORMAT   text (default) or json: one object per line\n"
         "  --debug-listen HOST:PORT  serve /metrics, /debug/syncz,\n"
@@ -131,7 +149,8 @@ static void usage(FILE *f) {
         "  --help                this text\n"
         "\n"
         "Exit status: 0 after SIGINT, SIGTERM or the sync (--exit-after-sync),\n"
-        "1 on a runtime failure, 2 on a usage error.\n",
+        "1 on a runtime failure, 2 on a usage error, 3 when --sync-timeout\n"
+        "expired.\n",
         f);
 }
 
@@ -193,45 +212,62 @@ static void emit(sink_app *a, json_t *obj) {
   json_decref(obj);
 }
 
-static void record_clear(record *r) {
-  free(r->collection);
-  free(r->nonce);
-  json_decref(r->resources);
-  json_decref(r->removed);
-  memset(r, 0, sizeof(*r));
-}
-
-static void record_change(sink_app *a, const mcp_change *ch) {
-  record *r = &a->rec;
-  record_clear(r);
-  r->collection = strdup(ch->collection);
-  r->nonce = strdup(ch->nonce);
-  r->resources = json_array();
-  r->removed = json_array();
-  int ok = r->collection && r->nonce && r->resources && r->removed;
-  for (size_t i = 0; ok && i < ch->nresources; i++) {
-    const mcp_resource *res = &ch->resources[i];
-    ok = json_array_append_new(
-             r->resources,
-             json_pack("{s:s, s:s, s:s}", "name", res->name, "version",
-                       res->version ? res->version : "", "type_url",
-                       res->type_url ? res->type_url : "")) == 0;
-  }
-  for (size_t i = 0; ok && i < ch->nremoved; i++)
-    ok = json_array_append_new(r->removed, json_string(ch->removed[i])) == 0;
-  if (!ok) {
-    log_warn("out of memory: the JSON line of %s nonce %s lists nothing",
-             ch->collection, ch->nonce);
-    record_clear(r);
-  }
-}
-
 static int apply_cb(const mcp_change *ch, char *msg, size_t msglen,
                     void *ud) {
   sink_app *a = ud;
-  if (a->json)
-    record_change(a, ch);
   return a->mirror ? tool_mirror_apply(a->mirror, ch, msg, msglen) : 0;
+}
+
+/* The names of a list as a JSON array (NULL when out of memory). */
+static json_t *names_json(const char *const *v, size_t n) {
+  json_t *arr = json_array();
+  for (size_t i = 0; arr && i < n; i++) {
+    if (json_array_append_new(arr, json_string(v[i])) != 0) {
+      json_decref(arr);
+      return NULL;
+    }
+  }
+  return arr;
+}
+
+/* The "response" line of an answered message: what it carried, as the
+ * core read it (the event's lists), and what we answered. */
+static json_t *response_json(const mcp_event *ev) {
+  int ack = ev->type == MCP_EVENT_ACK;
+  json_t *res = json_array();
+  for (size_t i = 0; res && i < ev->nlisted; i++) {
+    const mcp_resource *r = &ev->resources[i];
+    if (json_array_append_new(
+            res, json_pack("{s:s, s:s, s:s}", "name", r->name, "version",
+                           r->version ? r->version : "", "type_url",
+                           r->type_url ? r->type_url : "")) != 0) {
+      json_decref(res);
+      res = NULL;
+    }
+  }
+  json_t *rem = names_json(ev->removed, ev->nremoved_listed);
+  json_t *drop = names_json(ev->dropped, ev->ndropped);
+  if (!res || !rem || !drop) {
+    json_decref(res);
+    json_decref(rem);
+    json_decref(drop);
+    log_warn("out of memory: no JSON line for %s nonce %s", ev->collection,
+             ev->nonce);
+    return NULL;
+  }
+  json_t *o = json_pack(
+      "{s:s, s:s, s:s, s:b, s:s, s:o, s:o, s:o, s:s}", "event", "response",
+      "collection", ev->collection, "nonce", ev->nonce, "incremental",
+      ev->incremental, "system_version_info", ev->version, "resources", res,
+      "removed", rem, "dropped", drop, "verdict", ack ? "ack" : "nack");
+  if (o && !ack)
+    json_object_set_new(o, "error", json_pack("{s:i, s:s}", "code", ev->code,
+                                              "message", ev->message));
+  if (o && ev->type == MCP_EVENT_TRIGGER_IGNORED)
+    json_object_set_new(o, "trigger", json_true());
+  if (o)
+    json_object_set_new(o, "total", json_integer((json_int_t)ev->held));
+  return o;
 }
 
 static void announce(sink_app *a) {
@@ -239,6 +275,7 @@ static void announce(sink_app *a) {
     return;
   a->announced = 1;
   a->dial_failing = 0;
+  atomic_store(&a->connected, 1);
   log_info("stream %llu: connected to %s", (unsigned long long)a->stream,
            a->peer ? a->peer : "?");
   emit(a, json_pack("{s:s, s:I, s:s}", "event", "connected", "stream",
@@ -250,12 +287,17 @@ static void on_core_event(const mcp_event *ev, void *ud) {
   tool_ops_event(a->ops, ev);
   TOOL_LOG_CONTEXT(.stream = a->stream, .peer = a->peer,
                    .collection = ev->collection);
-  if (ev->type != MCP_EVENT_ACK && ev->type != MCP_EVENT_NACK)
+  int trigger = ev->type == MCP_EVENT_TRIGGER_IGNORED;
+  if (ev->type != MCP_EVENT_ACK && ev->type != MCP_EVENT_NACK && !trigger)
     return;
   int ack = ev->type == MCP_EVENT_ACK;
   atomic_fetch_add(&a->answers, 1);
   announce(a);
-  if (ack) {
+  if (trigger) {
+    /* Istio's dialing source wakes a sink so; expected, not a rejection. */
+    log_debug("%s (nonce %s): the source's wake-up, answered as Istio's "
+              "sinks do", ev->collection, ev->nonce);
+  } else if (ack) {
     log_info("%s: version %s applied: %zu resources, %zu removed%s; %zu held",
              ev->collection, ev->version, ev->nresources, ev->nremoved,
              ev->incremental ? " (incremental)" : "", ev->held);
@@ -264,31 +306,14 @@ static void on_core_event(const mcp_event *ev, void *ud) {
              ev->collection, ev->version[0] ? ev->version : "-", ev->nonce,
              ev->code, ev->message);
   }
-  if (a->json) {
-    record *r = &a->rec;
-    int mine = r->collection && strcmp(r->collection, ev->collection) == 0 &&
-               strcmp(r->nonce, ev->nonce) == 0;
-    json_t *o = json_pack(
-        "{s:s, s:s, s:s, s:b, s:s, s:o, s:o, s:s}", "event", "response",
-        "collection", ev->collection, "nonce", ev->nonce, "incremental",
-        ev->incremental, "system_version_info", ev->version, "resources",
-        mine ? json_incref(r->resources) : json_array(), "removed",
-        mine ? json_incref(r->removed) : json_array(), "verdict",
-        ack ? "ack" : "nack");
-    if (o && !ack)
-      json_object_set_new(o, "error",
-                          json_pack("{s:i, s:s}", "code", ev->code,
-                                    "message", ev->message));
-    if (o)
-      json_object_set_new(o, "total", json_integer((json_int_t)ev->held));
-    emit(a, o);
-  }
-  record_clear(&a->rec);
+  if (a->json)
+    emit(a, response_json(ev));
   if (!ack || a->synced)
     return;
   for (size_t i = 0; i < a->ncolls; i++) {
-    if (!a->acked[i] && strcmp(a->colls[i], ev->collection) == 0) {
-      a->acked[i] = 1;
+    if (!atomic_load(&a->acked[i]) &&
+        strcmp(a->colls[i], ev->collection) == 0) {
+      atomic_store(&a->acked[i], 1);
       a->nacked++;
     }
   }
@@ -325,6 +350,68 @@ static void on_refused(const tool_stream_info *info, void *ud) {
            info->nidentities ? info->identities[0] : "none");
 }
 
+/*
+ * 1 when the server at HOST:PORT answers a TLS ClientHello with a TLS
+ * record (a ServerHello or an alert): a cleartext dial to it fails with
+ * only "Socket closed". Blocks for about a second at most (connect, send,
+ * and each read are bounded); 0 on any doubt.
+ */
+static int speaks_tls(const char *hostport) {
+  static const uint8_t hello[] = {
+      0x16, 0x03, 0x01, 0x00, 0x5d, /* record: handshake, 93 bytes */
+      0x01, 0x00, 0x00, 0x59,       /* ClientHello, 89 bytes */
+      0x03, 0x03,                   /* TLS 1.2 */
+      1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20,
+      21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, /* random */
+      0x00,                                           /* no session id */
+      0x00, 0x08, 0xc0, 0x2f, 0xc0, 0x2b, 0xc0, 0x30, 0xc0, 0x2c, /* suites */
+      0x01, 0x00,                   /* no compression */
+      0x00, 0x28,                   /* extensions, 40 bytes */
+      0x00, 0x0a, 0x00, 0x06, 0x00, 0x04, 0x00, 0x1d, 0x00, 0x17, /* groups */
+      0x00, 0x0b, 0x00, 0x02, 0x01, 0x00, /* point formats */
+      0x00, 0x0d, 0x00, 0x06, 0x00, 0x04, 0x04, 0x01, 0x04, 0x03, /* sigalgs */
+      0x00, 0x10, 0x00, 0x05, 0x00, 0x03, 0x02, 0x68, 0x32, /* ALPN h2 */
+      0xff, 0x01, 0x00, 0x01, 0x00, /* renegotiation_info */
+  };
+  char host[256];
+  const char *colon = strrchr(hostport, ':');
+  size_t hl = colon ? (size_t)(colon - hostport) : 0;
+  if (!colon || hl >= sizeof(host))
+    return 0;
+  memcpy(host, hostport, hl);
+  host[hl] = '\0';
+  if (hl >= 2 && host[0] == '[') { /* [::1] */
+    memmove(host, host + 1, hl - 2);
+    host[hl - 2] = '\0';
+  }
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+  if (getaddrinfo(host, colon + 1, &hints, &ai) != 0 || !ai)
+    return 0;
+  int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int tls = 0;
+  struct timeval tv = {1, 0}; /* Linux: SO_SNDTIMEO bounds connect() too */
+  if (fd >= 0) {
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  }
+  if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+    uint8_t in[2];
+    size_t got = 0;
+    if (send(fd, hello, sizeof(hello), MSG_NOSIGNAL) == (ssize_t)sizeof(hello)) {
+      ssize_t n;
+      while (got < 2 && (n = recv(fd, in + got, 2 - got, 0)) > 0)
+        got += (size_t)n;
+    }
+    /* Handshake (22) or alert (21), major version 3: no HTTP/2 frame
+     * header or HTTP/1 answer starts so. */
+    tls = got == 2 && (in[0] == 0x16 || in[0] == 0x15) && in[1] == 0x03;
+  }
+  if (fd >= 0)
+    close(fd);
+  freeaddrinfo(ai);
+  return tls;
+}
+
 static void on_stream(int opened, const tool_stream_info *info, void *ud) {
   sink_app *a = ud;
   tool_ops_stream(a->ops, opened, info);
@@ -344,20 +431,37 @@ static void on_stream(int opened, const tool_stream_info *info, void *ud) {
   }
   if (!info->dialed) {
     /* Announced when accepted; it may have been replaced by a newer one. */
-    if (info->id == a->stream)
+    if (info->id == a->stream) {
       a->announced = 0;
+      atomic_store(&a->connected, 0);
+    }
     report_closed(a, info);
     return;
   }
   if (info->id != a->stream)
     return; /* one dialed stream at a time: not expected */
+  atomic_store(&a->connected, 0);
   if (a->announced) {
     a->announced = 0;
     report_closed(a, info);
     return;
   }
+  if (atomic_load(&a->quitting)) {
+    /* Our own cancel: no failure, and no retry follows. */
+    log_info("stream %llu: dial to %s abandoned: stopping",
+             (unsigned long long)info->id, info->peer);
+    return;
+  }
   /* A dial that never got an answer. */
+  int first = a->dial_failing != (info->status ? info->status : -1);
   tool_ops_log_dial_failure(info, "the source", &a->dial_failing);
+  if (first && a->cleartext_dial && !a->probed && info->status == 14 &&
+      !strstr(info->details, "refused")) {
+    a->probed = 1; /* once: it blocks this thread for a moment */
+    if (speaks_tls(a->address))
+      log_warn("the source at %s speaks TLS: pass --tls-ca FILE (the CA of "
+               "its certificate) to dial it with TLS", a->address);
+  }
 }
 
 /* ---- the loop (main thread) ---- */
@@ -368,6 +472,7 @@ static void stop(sink_app *a) {
   if (a->stopping)
     return;
   a->stopping = 1;
+  atomic_store(&a->quitting, 1);
   tool_ops_close(a->ops);
   tool_access_close(a->access);
   if (a->ep)
@@ -377,6 +482,66 @@ static void stop(sink_app *a) {
   uv_close((uv_handle_t *)&a->sigterm, NULL);
   uv_close((uv_handle_t *)&a->synced_async, NULL);
   uv_close((uv_handle_t *)&a->flush, NULL);
+  uv_close((uv_handle_t *)&a->sync_warn, NULL);
+  uv_close((uv_handle_t *)&a->sync_timeout, NULL);
+}
+
+/* The requested collections not ACKed yet, "a, b" (at most |len| bytes);
+ * the number of them. Main thread. */
+static size_t missing(sink_app *a, char *buf, size_t len, json_t *arr) {
+  size_t n = 0, at = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < a->ncolls; i++) {
+    if (atomic_load(&a->acked[i]))
+      continue;
+    if (at < len) {
+      int w = snprintf(buf + at, len - at, "%s%s", n ? ", " : "", a->colls[i]);
+      at += w > 0 ? (size_t)w : 0;
+    }
+    if (arr)
+      json_array_append_new(arr, json_string(a->colls[i]));
+    n++;
+  }
+  return n;
+}
+
+/* --sync-warn: names what has not arrived, again at doubling intervals
+ * (at most every 10 minutes) while it has not. */
+static void on_sync_warn(uv_timer_t *t) {
+  sink_app *a = t->data;
+  char names[1024];
+  if (missing(a, names, sizeof(names), NULL) == 0) {
+    uv_timer_stop(t);
+    return;
+  }
+  uint64_t waited = (uv_now(&a->loop) - a->started) / 1000;
+  if (atomic_load(&a->connected))
+    log_warn("nothing received after %llu s for %s: does the source serve "
+             "%s?", (unsigned long long)waited, names,
+             strchr(names, ',') ? "these collections" : "this collection");
+  else
+    log_warn("not synced after %llu s (%s): no source connected",
+             (unsigned long long)waited, names);
+  uint64_t next = uv_timer_get_repeat(t) * 2;
+  if (next > 600000)
+    next = 600000;
+  uv_timer_set_repeat(t, next);
+}
+
+/* --sync-timeout: exit 3 when not synced in time. */
+static void on_sync_timeout(uv_timer_t *t) {
+  sink_app *a = t->data;
+  char names[1024];
+  json_t *arr = json_array();
+  if (missing(a, names, sizeof(names), arr) == 0) {
+    json_decref(arr);
+    return;
+  }
+  log_error("--sync-timeout: not synced after %llu s; nothing ACKed yet for "
+            "%s", (unsigned long long)(a->sync_timeout_ms / 1000), names);
+  emit(a, json_pack("{s:s, s:o*}", "event", "sync_timeout", "missing", arr));
+  a->timed_out = 1;
+  stop(a);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -384,18 +549,34 @@ static void on_signal(uv_signal_t *h, int signum) {
   stop(h->data);
 }
 
-/* Exit after sync once the answers are on the wire: every initial request
- * and every ACK or NACK of the stream sent, nothing left in the session. */
+/* Exit after sync, in two steps. Once the answers are on the wire (every
+ * initial request and every ACK or NACK of the stream sent, nothing left
+ * in the session), a dialed stream is half-closed; then the source, which
+ * reads every answer first, ends it (OK: no failure on its side). A
+ * cancel at once could reach the source before our last ACK. Each step is
+ * bounded: the source may not end the stream. */
 static void on_flush(uv_timer_t *t) {
   sink_app *a = t->data;
   tool_sink_stream_stats st;
-  int done = uv_now(&a->loop) >= a->flush_deadline;
-  if (!done && a->tp->sink_stats(a->ep, &st) == 0) {
-    done = !st.open || (!st.want_write &&
-                        st.sent >= a->ncolls + atomic_load(&a->answers));
+  int late = uv_now(&a->loop) >= a->flush_deadline;
+  int open = 0, flushed = 0;
+  if (a->tp->sink_stats(a->ep, &st) == 0) {
+    open = st.open;
+    flushed = !st.want_write &&
+              st.sent >= a->ncolls + atomic_load(&a->answers);
   }
-  if (done) {
-    log_info("exiting after sync");
+  if (open && a->dialing && !a->finishing && (flushed || late)) {
+    a->finishing = 1;
+    if (a->tp->sink_finish && a->tp->sink_finish(a->ep) == 0) {
+      a->flush_deadline = uv_now(&a->loop) + FINISH_WAIT_MS;
+      log_debug("half-closed the stream: waiting for the source to end it");
+      return;
+    }
+    late = 1; /* cannot half-close: exit now */
+  }
+  if (!open || late || (flushed && !a->dialing)) {
+    log_info("exiting after sync%s",
+             late && open ? " (the stream did not end in time)" : "");
     stop(a);
   }
 }
@@ -414,6 +595,7 @@ int main(int argc, char **argv) {
   const char *transport = NULL, *level = "info"; /* transport: below */
   const char *node_id = DEFAULT_NODE_ID;
   int incremental = 0, json = 0, exit_after_sync = 0, rv, status = 2;
+  unsigned long sync_warn_s = DEFAULT_SYNC_WARN_S, sync_timeout_s = 0;
   const char *api = "resource";
   mcp_service service = MCP_SERVICE_RESOURCE;
   tool_strv colls = {0};
@@ -443,6 +625,22 @@ int main(int argc, char **argv) {
       json = 1;
     } else if (tool_arg_flag(argv, i, "--exit-after-sync")) {
       exit_after_sync = 1;
+    } else if (VALUE("--sync-warn")) {
+      if (rv < 0)
+        goto bad;
+      if (tool_parse_ulong(v, MAX_SYNC_S, &sync_warn_s) != 0) {
+        usage_error("--sync-warn: not a number of seconds: %s", v);
+        goto out;
+      }
+    } else if (VALUE("--sync-timeout")) {
+      if (rv < 0)
+        goto bad;
+      if (tool_parse_ulong(v, MAX_SYNC_S, &sync_timeout_s) != 0 ||
+          sync_timeout_s == 0) {
+        usage_error("--sync-timeout: not a number of seconds (1 or more): %s",
+                    v);
+        goto out;
+      }
     } else if (VALUE("--collection")) {
       if (rv < 0)
         goto bad;
@@ -619,9 +817,12 @@ int main(int argc, char **argv) {
   }
   app.json = json;
   app.exit_after_sync = exit_after_sync;
+  app.address = address;
+  app.cleartext_dial = !listen && !tool_sec_tls(&sec);
+  app.dialing = !listen;
   app.colls = colls.v;
   app.ncolls = colls.n;
-  if (!(app.acked = calloc(colls.n, 1)))
+  if (!(app.acked = calloc(colls.n, sizeof(*app.acked))))
     goto nomem;
   if (out) {
     char err[512];
@@ -663,8 +864,17 @@ int main(int argc, char **argv) {
   uv_signal_init(&app.loop, &app.sigterm);
   uv_async_init(&app.loop, &app.synced_async, on_synced);
   uv_timer_init(&app.loop, &app.flush);
+  uv_timer_init(&app.loop, &app.sync_warn);
+  uv_timer_init(&app.loop, &app.sync_timeout);
   app.sigint.data = app.sigterm.data = app.synced_async.data =
-      app.flush.data = &app;
+      app.flush.data = app.sync_warn.data = app.sync_timeout.data = &app;
+  app.started = uv_now(&app.loop);
+  app.sync_timeout_ms = (uint64_t)sync_timeout_s * 1000;
+  if (sync_warn_s)
+    uv_timer_start(&app.sync_warn, on_sync_warn, (uint64_t)sync_warn_s * 1000,
+                   (uint64_t)sync_warn_s * 1000);
+  if (sync_timeout_s)
+    uv_timer_start(&app.sync_timeout, on_sync_timeout, app.sync_timeout_ms, 0);
   uv_signal_start(&app.sigint, on_signal, SIGINT);
   uv_signal_start(&app.sigterm, on_signal, SIGTERM);
 
@@ -748,7 +958,7 @@ int main(int argc, char **argv) {
   }
   uv_run(&app.loop, UV_RUN_DEFAULT);
   uv_loop_close(&app.loop);
-  status = ops_failed ? 1 : 0;
+  status = ops_failed ? 1 : app.timed_out ? 3 : 0;
   log_info("stopped");
   goto out;
 
@@ -765,7 +975,6 @@ out:
   tool_access_del(app.access);
   tool_sec_args_free(&sec);
   tool_mirror_del(app.mirror);
-  record_clear(&app.rec);
   free(app.acked);
   free(app.peer);
   for (size_t i = 0; i < nannots; i++)

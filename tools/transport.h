@@ -137,6 +137,11 @@ typedef struct tool_transport {
   int (*sink_port)(void *ep);
   /* Fills |st| with what the open stream has sent. */
   int (*sink_stats)(void *ep, tool_sink_stream_stats *st);
+  /* DIAL: ends the stream as a client that is done: what is ready is
+   * sent, then the half-close; the source ends the stream (sink_stats()
+   * then says it is not open) and no new one is dialed. Returns at once;
+   * 0 or the core's error. */
+  int (*sink_finish)(void *ep);
   /* As source_del(): the state is no longer touched when it returns. */
   void (*sink_del)(void *ep);
 

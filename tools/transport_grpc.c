@@ -166,6 +166,10 @@ static void stats_fn(const mcp_grpc_stream_info *info, void *ud) {
   }
 }
 
+static int sink_finish(void *ep) {
+  return mcp_grpc_sink_finish(((grpc_ep *)ep)->sink);
+}
+
 static int sink_stats(void *ep, tool_sink_stream_stats *st) {
   st->open = 0;
   st->want_write = 0;
@@ -259,6 +263,7 @@ const tool_transport tool_transport_grpc = {
     .sink_new = sink_new,
     .sink_port = sink_port,
     .sink_stats = sink_stats,
+    .sink_finish = sink_finish,
     .sink_del = sink_del,
     .source_streams = source_streams,
     .sink_streams = sink_streams,

@@ -30,6 +30,7 @@ typedef struct scoll {
   uint8_t synced;
   /* What the current stream still has to send for this collection. */
   uint8_t out;
+  uint8_t answered; /* the current stream received a response for it */
   char *ans_nonce;
   int ans_code;
   char *ans_msg;
@@ -278,6 +279,7 @@ int mcp_sink_session_new(mcp_sink_session **ps, mcp_sink_state *st,
   for (size_t i = 0; i < st->ncolls; ++i) {
     answer_clear(&st->mem, &st->colls[i]);
     st->colls[i].out = OUT_INITIAL;
+    st->colls[i].answered = 0;
   }
   st->session = s;
   *ps = s;
@@ -301,19 +303,10 @@ void mcp_sink_session_del(mcp_sink_session *s) {
   mcp__free(&st->mem, s);
 }
 
-static void emit(mcp_sink_state *st, mcp_event_type type, const char *coll,
-                 const char *nonce, const char *version, int code,
-                 const char *msg, size_t nres, size_t nrem, int incremental) {
-  if (st->on_event) {
-    scoll *c = coll_of(st, coll);
-    mcp_event ev = {.type = type, .collection = coll, .nonce = nonce,
-                    .version = version, .code = code, .message = msg,
-                    .nresources = nres, .nremoved = nrem,
-                    .incremental = incremental, .held = c ? c->held.n : 0,
-                    .bytes = st->session ? st->session->recv_len : 0};
-    st->on_event(&ev, st->user_data);
-  }
-}
+typedef struct work work;
+static void emit_msg(mcp_sink_state *st, mcp_event_type type,
+                     const char *coll, const work *w, int code,
+                     const char *msg);
 
 /* ---- receiving Resources ---- */
 
@@ -435,15 +428,7 @@ static int parse_envelope(const mcp_mem *m, mcp_service service,
     env->nrem = nrem;
   }
   if (service == MCP_SERVICE_AGGREGATED_INCREMENTAL) {
-    /* Its responses name no type: our sources put it in the nonce,
-     * "<number>:<type_url>". */
-    env->incremental = 1;
-    const uint8_t *colon =
-        env->nonce.n ? memchr(env->nonce.p, ':', env->nonce.n) : NULL;
-    if (colon) {
-      env->collection.p = colon + 1;
-      env->collection.n = env->nonce.n - (size_t)(colon + 1 - env->nonce.p);
-    }
+    env->incremental = 1; /* its type: attribute_type() */
   }
   return 0;
 }
@@ -475,10 +460,17 @@ static char *span_dup(const mcp_mem *m, span s) {
   return mcp__strndup(m, (const char *)s.p, s.n);
 }
 
-static int queue_foreign(mcp_sink_session *s, const envelope *env) {
+static int validate(const mcp_sink_state *st, work *w, char *msg, size_t ml);
+
+static int queue_foreign(mcp_sink_session *s, const envelope *env, work *w) {
   mcp_sink_state *st = s->st;
   if (s->nq == FOREIGN_MAX) {
     return MCP_ERR_LIMIT; /* a source that ignores our NACKs */
+  }
+  char vmsg[8];
+  int rv = validate(st, w, vmsg, sizeof(vmsg)); /* only for the event's lists */
+  if (rv < 0) {
+    return rv;
   }
   char *c = span_dup(&st->mem, env->collection);
   char *n = span_dup(&st->mem, env->nonce);
@@ -490,13 +482,17 @@ static int queue_foreign(mcp_sink_session *s, const envelope *env) {
   s->q[s->nq].collection = c;
   s->q[s->nq].nonce = n;
   s->nq++;
-  emit(st, MCP_EVENT_NACK, c, n, "", MCP_CODE_UNIMPLEMENTED,
-       "unsupported collection", 0, 0, 0);
+  /* Istio's dialing source opens a ResourceSink stream with this (older
+   * versions: collection ""), and its sinks answer it with this NACK:
+   * expected, not a rejection. */
+  int trigger = st->service == MCP_SERVICE_RESOURCE &&
+                (!c[0] || strcmp(c, MCP_TRIGGER_COLLECTION) == 0);
+  emit_msg(st, trigger ? MCP_EVENT_TRIGGER_IGNORED : MCP_EVENT_NACK, c, w,
+           MCP_CODE_UNIMPLEMENTED, "unsupported collection");
   return 0;
 }
 
 /* Everything one received push needs, freed in one place. */
-typedef struct work work;
 static int over_limit(const mcp_sink_state *st, const scoll *c, const work *w,
                       size_t nfresh);
 
@@ -504,7 +500,9 @@ struct work {
   envelope env;
   mcp_resource *res;
   void *arena;         /* the resources' mcp_kv arrays, then their strings */
-  char **rem;          /* NUL-terminated removed names (incremental) */
+  char **rem;          /* NUL-terminated removed names */
+  size_t nlisted;      /* resources read and checked, in order */
+  size_t nrem_listed;  /* names in |rem| */
   const char **gone;   /* full state: names held and now dropped */
   size_t ngone;
   held **fresh;        /* new held entries, one per resource */
@@ -512,6 +510,33 @@ struct work {
   mcp_map next;        /* full state: the new held map */
   char *sysver, *nonce, *coll;
 };
+
+/* An answer's event, with the lists of the message answered (and, for the
+ * ACK of full state, the names it dropped: still held by the caller). */
+static void emit_msg(mcp_sink_state *st, mcp_event_type type,
+                     const char *coll, const work *w, int code,
+                     const char *msg) {
+  if (!st->on_event) {
+    return;
+  }
+  scoll *c = coll_of(st, coll);
+  const envelope *env = &w->env;
+  int ack = type == MCP_EVENT_ACK;
+  mcp_event ev = {
+      .type = type, .collection = coll, .nonce = w->nonce ? w->nonce : "",
+      .version = ack && c->acked_version ? c->acked_version
+                 : w->sysver                ? w->sysver
+                                            : "",
+      .code = code, .message = msg, .nresources = env->nres,
+      .nremoved = env->nrem, .incremental = env->incremental,
+      .held = c ? c->held.n : 0,
+      .bytes = st->session ? st->session->recv_len : 0,
+      .resources = w->res, .nlisted = w->res ? w->nlisted : 0,
+      .removed = (const char *const *)w->rem,
+      .nremoved_listed = w->rem ? w->nrem_listed : 0,
+      .dropped = ack ? w->gone : NULL, .ndropped = ack ? w->ngone : 0};
+  st->on_event(&ev, st->user_data);
+}
 
 /*
  * 1 when the collection would hold more than max_resources after the push
@@ -806,6 +831,21 @@ static int validate(const mcp_sink_state *st, work *w, char *msg, size_t ml) {
     return MCP_ERR_NOMEM;
   }
   filler fl = {.lab = w->arena, .str = (char *)((mcp_kv *)w->arena + nkv)};
+  /* The removed names, all of them first: a NACK's event lists them too.
+   * Full state ignores them (they are only listed when UTF-8). */
+  size_t bad_rem = env->nrem;
+  for (size_t i = 0; i < env->nrem; ++i) {
+    if (!span_valid(env->rem[i])) {
+      if (env->incremental && bad_rem == env->nrem) {
+        bad_rem = i;
+      }
+      continue;
+    }
+    if (!(w->rem[w->nrem_listed] = span_dup(m, env->rem[i]))) {
+      return MCP_ERR_NOMEM;
+    }
+    w->nrem_listed++;
+  }
   /* Second pass: the public views, each checked as it is built. */
   for (size_t i = 0; i < env->nres; ++i) {
     if (i == ndecoded) {
@@ -850,16 +890,14 @@ static int validate(const mcp_sink_state *st, work *w, char *msg, size_t ml) {
     if (mcp__map_put(&w->names, m, o->name, o, &err)) {
       NACK_("resource %s is listed twice", o->name);
     }
+    w->nlisted = i + 1;
   }
   assert(fl.str <= (char *)w->arena + asize);
+  if (bad_rem < env->nrem) {
+    NACK_("removed name %zu is not UTF-8", bad_rem);
+  }
   if (env->incremental) {
     for (size_t i = 0; i < env->nrem; ++i) {
-      if (!span_valid(env->rem[i])) {
-        NACK_("removed name %zu is not UTF-8", i);
-      }
-      if (!(w->rem[i] = span_dup(m, env->rem[i]))) {
-        return MCP_ERR_NOMEM;
-      }
       if (mcp__map_get(&w->names, w->rem[i])) {
         NACK_("resource %s is both updated and removed", w->rem[i]);
       }
@@ -882,6 +920,67 @@ static int validate(const mcp_sink_state *st, work *w, char *msg, size_t ml) {
   return 0;
 }
 
+static scoll *coll_of_span(const mcp_sink_state *st, span sp) {
+  for (size_t i = 0; i < st->ncolls; ++i) {
+    scoll *c = &st->colls[i];
+    if (strlen(c->name) == sp.n && memcmp(c->name, sp.p, sp.n) == 0) {
+      return c;
+    }
+  }
+  return NULL;
+}
+
+/*
+ * IncrementalAggregatedResources responses name no type. Our sources put it
+ * in the nonce, "<number>:<type_url>"; any other nonce is the source's own
+ * business and never a reason to NACK (docs/protocol.md). The type is, in
+ * order: the nonce's, when in our form and requested or a type URL (then
+ * an unrequested type: NACKed); the stream's only type; the body type of
+ * the first resource (NACKed when not requested); else, with no resource,
+ * the first type not answered yet on this stream, or the first type. A
+ * response without nonce is left unattributed (NACKed as unrequested).
+ */
+static void attribute_type(const mcp_sink_session *s, envelope *env) {
+  const mcp_sink_state *st = s->st;
+  if (!env->nonce.n) {
+    return; /* nothing to answer it with: NACKed as unrequested, as ever */
+  }
+  const uint8_t *colon = memchr(env->nonce.p, ':', env->nonce.n);
+  if (colon && colon > env->nonce.p) {
+    int digits = 1;
+    for (const uint8_t *p = env->nonce.p; p < colon; ++p) {
+      digits &= *p >= '0' && *p <= '9';
+    }
+    span t = {colon + 1, env->nonce.n - (size_t)(colon + 1 - env->nonce.p)};
+    if (digits && (coll_of_span(st, t) || memchr(t.p, '/', t.n))) {
+      env->collection = t;
+      return;
+    }
+  }
+  const scoll *c = st->ncolls == 1 ? &st->colls[0] : NULL;
+  if (!c && env->nres) {
+    rview r;
+    memset(&r, 0, sizeof(r));
+    if (read_resource(env->res[0], &r, NULL) == 0 && r.type_url.n &&
+        span_valid(r.type_url)) {
+      env->collection = r.type_url;
+      return;
+    }
+    /* It does not decode (or has no usable type): the validation of
+     * whichever type NACKs it. */
+  }
+  for (size_t i = 0; !c && i < st->ncolls; ++i) {
+    if (!st->colls[i].answered) {
+      c = &st->colls[i];
+    }
+  }
+  if (!c) {
+    c = &st->colls[0];
+  }
+  env->collection.p = (const uint8_t *)c->name;
+  env->collection.n = strlen(c->name);
+}
+
 int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in, size_t len,
                           mcp_tstamp ts) {
   mcp_sink_state *st = s->st;
@@ -896,6 +995,9 @@ int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in, size_t len,
     return rv;
   }
   envelope *env = &w.env;
+  if (st->service == MCP_SERVICE_AGGREGATED_INCREMENTAL) {
+    attribute_type(s, env);
+  }
   if (!span_valid(env->sysver) || !span_valid(env->collection) ||
       !span_valid(env->nonce)) {
     rv = MCP_ERR_MALFORMED;
@@ -910,7 +1012,7 @@ int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in, size_t len,
   scoll *c = coll_of(st, w.coll);
   if (!c) {
     /* Includes Istio's trigger: NACK it as Istio's sinks do. */
-    rv = queue_foreign(s, env);
+    rv = queue_foreign(s, env, &w);
     goto out;
   }
   if (!w.nonce[0]) {
@@ -920,13 +1022,16 @@ int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in, size_t len,
   char msg[256] = "";
   int code = 0;
   c->pushes++;
-  if (env->incremental && !st->incremental) {
-    code = MCP_CODE_INVALID_ARGUMENT;
-    mcp__fmt(msg, sizeof(msg), "incremental push not requested");
-  } else if ((code = validate(st, &w, msg, sizeof(msg))) < 0) {
+  /* Validated even when refused for its flag, so that the NACK's event
+   * lists what the message carried. */
+  if ((code = validate(st, &w, msg, sizeof(msg))) < 0) {
     c->pushes--;
     rv = code;
     goto out;
+  }
+  if (env->incremental && !st->incremental) {
+    code = MCP_CODE_INVALID_ARGUMENT;
+    mcp__fmt(msg, sizeof(msg), "incremental push not requested");
   }
   /* Ready the answer and the new held set, so that nothing can fail once
    * the application has accepted the change. */
@@ -1005,18 +1110,19 @@ int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in, size_t len,
     c->nack_msg = cm;
     c->nack_code = code;
     c->nacks++;
-    emit(st, MCP_EVENT_NACK, c->name, w.nonce, w.sysver, code, msg,
-         env->nres, env->nrem, env->incremental);
+    c->answered = 1;
+    emit_msg(st, MCP_EVENT_NACK, c->name, &w, code, msg);
     goto out;
   }
   /* Accepted: apply. Nothing below fails. */
   int err = 0;
+  mcp_map old = {0}; /* full state: what was held, until the event (gone) */
   if (!env->incremental) {
     for (size_t i = 0; i < env->nres; ++i) {
       mcp__map_put(&w.next, m, w.fresh[i]->name, w.fresh[i], &err);
       w.fresh[i] = NULL;
     }
-    held_free_all(&c->held, m);
+    old = c->held;
     c->held = w.next;
     memset(&w.next, 0, sizeof(w.next));
   } else {
@@ -1036,12 +1142,13 @@ int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in, size_t len,
   c->ans_nonce = ans_nonce;
   c->ans_code = 0;
   c->acks++;
+  c->answered = 1;
   if (!c->synced) {
     c->synced = 1;
     st->nsynced++;
   }
-  emit(st, MCP_EVENT_ACK, c->name, w.nonce, c->acked_version, 0, "",
-       env->nres, env->nrem, env->incremental);
+  emit_msg(st, MCP_EVENT_ACK, c->name, &w, 0, "");
+  held_free_all(&old, m);
 out:
   work_free(m, &w);
   return rv;

@@ -164,15 +164,18 @@ class AggScenarios:
             e = self.wait_response(snk, lambda e: e["collection"] == t,
                                    "the removal in " + t, since=n)
             self.assertEqual(e["verdict"], "ack", e)
-            self.assertEqual(e["removed"], ["bookinfo/gone"], e)
             self.assertEqual(e["total"], left, e)
             if self.incremental:
                 # removed_resources, as received; nothing else.
                 self.assertTrue(e["incremental"], e)
+                self.assertEqual(e["removed"], ["bookinfo/gone"], e)
+                self.assertEqual(e["dropped"], [], e)
                 self.assertEqual(e["resources"], [])
             else:
-                # Full state: what is left; "removed" computed by the sink.
+                # Full state: what is left; the sink computes what went.
                 self.assertFalse(e["incremental"], e)
+                self.assertEqual(e["removed"], [], e)
+                self.assertEqual(e["dropped"], ["bookinfo/gone"], e)
                 self.assertEqual(len(e["resources"]), left)
         self.stop_both()
 
@@ -300,8 +303,9 @@ class AggScenarios:
         else:
             # Full state; the sink computes what went.
             self.assertEqual(len(first[T_VS]["resources"]), 3)
-            self.assertEqual(first[T_VS]["removed"], ["bookinfo/doomed"])
-            self.assertEqual(first[T_CM]["removed"], ["bookinfo/doomed"])
+            self.assertEqual(first[T_VS]["dropped"], ["bookinfo/doomed"])
+            self.assertEqual(first[T_CM]["dropped"], ["bookinfo/doomed"])
+            self.assertEqual(first[T_VS]["removed"], [])
         self.assertEqual(first[T_VS]["total"], 3)
         self.assertEqual(first[T_CM]["total"], 1)
         self.assertTrue(src2.running())

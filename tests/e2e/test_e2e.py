@@ -26,6 +26,7 @@ import os
 import shutil
 import signal
 import socket
+import time
 import unittest
 
 import e2e_common as common
@@ -278,9 +279,11 @@ class Scenarios:
         self.remove("extra.yaml")
         self.wait_mirror(self.COLLS, "the deleted file's resources to go")
         e = self.wait_response(snk, lambda e: e["collection"] == VS and
-                               "bookinfo/gone" in e["removed"],
-                               "a response removing bookinfo/gone")
+                               "bookinfo/gone" in e["dropped"],
+                               "a response dropping bookinfo/gone")
         self.assertEqual(e["verdict"], "ack")
+        # Full state: the message removed nothing; the sink computed it.
+        self.assertEqual(e["removed"], [], e)
         self.assertEqual(e["total"], 2)
         self.assertFalse(os.path.exists(os.path.join(
             self.mirror, VS, "bookinfo", "gone.json")))
@@ -608,7 +611,8 @@ class Scenarios:
         else:
             for e in first.values():
                 self.assertFalse(e["incremental"], e)
-            self.assertIn("bookinfo/doomed", first[VS]["removed"])
+            self.assertIn("bookinfo/doomed", first[VS]["dropped"])
+            self.assertEqual(first[VS]["removed"], [])
         self.assertEqual(first[VS]["total"], 3)
         self.assertEqual(first[CM]["total"], 1)
         # And the versions the sink holds are the new source's.
@@ -680,7 +684,9 @@ class CommandLine(Base):
                      c + ["--connect", "nohost"], c + ["--out"],
                      ["--collection", "../escape", "--out", self.mirror],
                      ["--collection", "a//b", "--out", self.mirror],
-                     c + ["--transport", "carrier-pigeon"]):
+                     c + ["--transport", "carrier-pigeon"],
+                     c + ["--sync-timeout", "0"], c + ["--sync-timeout", "soon"],
+                     c + ["--sync-warn", "-1"], c + ["--sync-warn"]):
             with self.subTest(args=args):
                 self.assert_usage("mcp-sink", args)
 
@@ -745,6 +751,54 @@ class CommandLine(Base):
                       "the failed dial to be reported", p)
         p.signal(signal.SIGTERM)
         self.assertEqual(p.wait(), 0, self.logs())
+
+    def test_sink_names_collections_not_received_then_times_out(self):
+        """A collection the source does not serve is never answered: the
+        sink names it (--sync-warn), then gives up (--sync-timeout: 3)."""
+        self.put("vs.yaml", [vs("reviews", "reviews", "bookinfo")])
+        src = self.start_source()
+        snk = self.start_sink([VS, "istio/unknown"], "--sync-warn", "1",
+                              "--sync-timeout", "4", out=False)
+        self.assertEqual(snk.wait(), 3, self.logs())
+        warned = [l for l in snk.stderr_lines() if "nothing received" in l]
+        self.assertTrue(warned, self.logs())
+        for line in warned:
+            self.assertIn("istio/unknown", line)
+            self.assertNotIn(VS, line)
+        self.assertIn("--sync-timeout: not synced after 4 s", snk.stderr())
+        self.assertEqual(snk.events("sync_timeout"),
+                         [{"event": "sync_timeout",
+                           "missing": ["istio/unknown"]}])
+        self.assertEqual([e["collection"] for e in snk.responses()], [VS])
+        self.assertTrue(src.running())
+
+    def test_sink_synced_in_time_does_not_time_out(self):
+        self.put("vs.yaml", [vs("reviews", "reviews", "bookinfo")])
+        self.start_source()
+        snk = self.start_sink([VS], "--sync-warn", "1", "--sync-timeout",
+                              "2", out=False)
+        self.wait_synced(snk)
+        time.sleep(2.5)  # past both: neither fires once synced
+        self.assertTrue(snk.running(), self.logs())
+        self.assertNotIn("nothing received", snk.stderr())
+        snk.signal(signal.SIGTERM)
+        self.assertEqual(snk.wait(), 0, self.logs())
+
+    def test_sink_sigterm_while_connecting_says_stopping(self):
+        """A dial that SIGTERM abandons is no failure and is not retried."""
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen(8)  # accepts, never answers: the dial hangs
+            addr = "127.0.0.1:%d" % s.getsockname()[1]
+            p = self.start("mcp-sink", ["--collection", VS, "--connect", addr,
+                                        "--log-level", "debug"])
+            self.wait_for(lambda: "stream 1: dialing" in p.stderr(),
+                          "the dial", p)
+            p.signal(signal.SIGTERM)
+            self.assertEqual(p.wait(), 0, self.logs())
+        self.assertIn("abandoned: stopping", p.stderr())
+        self.assertNotIn("retrying", p.stderr())
+        self.assertNotIn("warning", p.stderr())
 
     def test_sink_dialing_nobody_stops_on_sigterm(self):
         p = self.start("mcp-sink", ["--collection", VS, "--connect", self.addr])

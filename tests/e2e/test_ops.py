@@ -534,6 +534,32 @@ class ConfigHealth(Base):
             self.assertRegex(peer, r"^\[::1\]:\d+$")
 
 
+    def test_exit_after_sync_is_clean_at_the_source(self):
+        """--exit-after-sync half-closes and lets the source end the
+        stream: the source counts every ACK and no failed stream (a
+        cancel right after the last ACK could beat it and count one)."""
+        self.standard_files()
+        src, oport = self.start_source(False, "--debounce", "0")
+        for run in range(1, 4):
+            snk, _ = self.start_sink(False, "--exit-after-sync")
+            self.assertEqual(snk.wait(), 0, self.logs())
+            self.assertEqual(snk.events("disconnected")[-1]["status"], 0,
+                             self.logs())
+
+            def counted(run=run):
+                o = self.metrics(oport)
+                return all(value(o, "istio_mcp_request_acks_total",
+                                 collection=c) == run for c in (VS, DR)) \
+                    and value(o, "istio_mcp_clients_total") == 0
+            self.wait_for(counted, "the source to count the ACKs", src)
+            o = self.metrics(oport)
+            fails = [(n, l, v) for n, l, v in o.get(
+                "istio_mcp_recv_failures_total", {"samples": []})["samples"]
+                if v]
+            self.assertEqual(fails, [], self.logs())
+        self.assertNotIn("cancel", " ".join(src.log_messages()).lower())
+
+
 class SourceDialsSink(Base):
 
     def test_listening_sink(self):
@@ -554,12 +580,21 @@ class SourceDialsSink(Base):
                 self.verdicts(snk, c, "ack") ==
                 value(o, "istio_mcp_request_acks_total", collection=c)
                 for c in (VS, DR)) and \
-                value(s, "istio_mcp_request_nacks_total", collection=TRIGGER,
-                      code="Unimplemented") == \
                 self.verdicts(snk, TRIGGER, "nack") == 1 and \
                 value(o, "istio_mcp_clients_total") == 1 and \
                 value(s, "istio_mcp_clients_total") == 1
         self.wait_for(agree, "/metrics to match the JSON lines", snk, src)
+        # Istio's trigger is expected: answered (the NACK Istio's sources
+        # wait for) but no rejection: not counted, not warned, marked.
+        self.assertEqual(value(self.metrics(sport),
+                               "istio_mcp_request_nacks_total",
+                               collection=TRIGGER), 0)
+        trig = snk.responses(TRIGGER, triggers=True)
+        self.assertEqual([e.get("trigger") for e in trig], [True], trig)
+        for line in snk.stderr_lines():
+            if TRIGGER in line and line.startswith("{"):
+                self.assertNotIn(json.loads(line)["level"],
+                                 ("warn", "warning", "error"), line)
         st = self.json_page(oport, "/debug/syncz")["streams"][0]
         self.assertTrue(st["dialed"])
         by = {c["collection"]: c for c in st["collections"]}

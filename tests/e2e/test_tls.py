@@ -32,9 +32,11 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -259,6 +261,58 @@ class MutualTLS(Base):
         self.wait_for(lambda: "no TLS connection" in snk.stderr(),
                       "the sink to refuse the server", snk, src)
         self.assertEqual(snk.events("response"), [])
+
+
+class Cleartext(Base):
+    def test_cleartext_sink_is_told_the_source_speaks_tls(self):
+        """gRPC says only "Socket closed" when a cleartext dial meets TLS:
+        the sink finds out and says what to pass."""
+        src, addr = self.source("--tls-cert", cert("server.pem"), "--tls-key",
+                                cert("server.key"))
+        for t in common.TRANSPORTS:
+            if not common.transport_built(t):
+                continue
+            with self.subTest(transport=t):
+                snk = common.Proc("mcp-sink", [
+                    self.exe("mcp-sink"), "--transport", t, "--collection",
+                    VS, "--json", "--connect", addr])
+                self.procs.append(snk)
+                self.wait_for(lambda: "the source at %s speaks TLS: pass "
+                              "--tls-ca" % addr in snk.stderr(),
+                              "the hint", snk, src)
+                self.assertEqual(snk.events("response"), [])
+                snk.signal(signal.SIGTERM)
+                self.assertEqual(snk.wait(), 0, self.logs())
+
+    def test_no_hint_for_a_server_without_tls(self):
+        """A server that closes every connection at once, without TLS:
+        the dial fails the same way, but no hint."""
+        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        ls.bind(("127.0.0.1", 0))
+        ls.listen(16)
+        addr = "127.0.0.1:%d" % ls.getsockname()[1]
+        accepted = []
+
+        def close_all():
+            while True:
+                try:
+                    c, _ = ls.accept()
+                except OSError:
+                    return
+                accepted.append(1)
+                c.close()
+        t = threading.Thread(target=close_all, daemon=True)
+        t.start()
+        try:
+            snk, _ = self.sink("--log-level", "debug", dial=addr)
+            # The next dial comes after the probe of the first failure.
+            self.wait_for(lambda: "cannot reach" in snk.stderr() and
+                          "stream 2: dialing" in snk.stderr(),
+                          "the failed dial, then the next", snk)
+            self.assertGreaterEqual(len(accepted), 2)  # a dial, the probe
+            self.assertNotIn("speaks TLS", snk.stderr())
+        finally:
+            ls.close()
 
 
 # --------------------------------------------------------------------------

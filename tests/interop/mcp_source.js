@@ -4,7 +4,7 @@
 // sections) and the .proto files only, to test libmcp's sink against.
 //
 //   node mcp_source.js (--listen HOST:PORT | --connect HOST:PORT) --state FILE
-//        [--timeout-ms MS]
+//        [--timeout-ms MS] [--api resource|aggregated-incremental]
 //
 // --listen serves ResourceSource/EstablishResourceStream (the sink dials us);
 // --connect dials ResourceSink/EstablishResourceStream, sends the
@@ -13,6 +13,10 @@
 // body is sent as a google.protobuf.Struct in an Any ({"type_url", "value_b64"}
 // instead of "body" sends raw bytes). Entries go out as listed, duplicates too. SIGHUP re-reads FILE and
 // pushes what changed. A collection the file lacks is served as empty.
+// --api aggregated-incremental (--listen only) serves
+// AggregatedMeshConfigService/IncrementalAggregatedResources instead: FILE's
+// keys are type URLs, and the nonces are plain counters ("1", "2", ...): the
+// protocol leaves their form to the source (libmcp's own carry the type).
 // stdout, one JSON object per line:
 //   {"event":"listening","address":"H:P"}
 //   {"event":"request","collection","nonce","verdict":"new"|"ack"|"nack"|"stale"|"trigger",
@@ -30,7 +34,11 @@ let opts;
 try {
   opts = c.parseArgs(process.argv.slice(2), {
     '--connect': 'string', '--listen': 'string', '--state': 'string', '--timeout-ms': 'string',
+    '--api': 'string',
   });
+  opts['--api'] = opts['--api'] || 'resource';
+  if (!['resource', 'aggregated-incremental'].includes(opts['--api'])) throw new Error('--api: resource or aggregated-incremental');
+  if (opts['--api'] !== 'resource' && !opts['--listen']) throw new Error('--api aggregated-incremental needs --listen');
   if (!opts['--connect'] === !opts['--listen']) throw new Error('give exactly one of --connect, --listen');
   if (!opts['--state']) throw new Error('--state FILE is required');
 } catch (e) {
@@ -97,8 +105,11 @@ function push(st, col, sub, answer) {
   }
   const nonce = String(++st.nonce);
   sub.pending = { nonce, gen: cur.gen, snapshot: new Map(cur.versions) };
-  const msg = {
+  const msg = opts['--api'] === 'resource' ? {
     system_version_info: `${epoch}-${cur.gen}`, collection: col, nonce, incremental: inc,
+    resources: list.map((e) => e.resource), removed_resources: removed,
+  } : { // IncrementalMeshConfigResponse: no type field, the nonce is ours
+    system_version_info: `${epoch}-${cur.gen}`, nonce,
     resources: list.map((e) => e.resource), removed_resources: removed,
   };
   c.emit({ event: 'push', collection: col, nonce, incremental: inc, system_version_info: msg.system_version_info,
@@ -150,7 +161,22 @@ function openStream(send) {
 
 readState(); // before serving: a bad FILE fails at once
 
-if (opts['--listen']) {
+if (opts['--listen'] && opts['--api'] === 'aggregated-incremental') {
+  c.listen(mcp.AggregatedMeshConfigService.service, {
+    IncrementalAggregatedResources(call) {
+      const st = openStream((m) => call.write(m));
+      // The request in RequestResources' shape: the type plays the
+      // collection, and the service is always incremental.
+      call.on('data', (req) => onRequest(st, { ...req, collection: req.type_url, incremental: true }));
+      call.on('end', () => { streams.delete(st); call.end(); });
+      call.on('error', () => streams.delete(st));
+      call.on('cancelled', () => streams.delete(st));
+    },
+    StreamAggregatedResources(call) {
+      call.emit('error', { code: c.grpc.status.UNIMPLEMENTED, details: 'not served here' });
+    },
+  }, opts['--listen']);
+} else if (opts['--listen']) {
   c.listen(mcp.ResourceSource.service, {
     EstablishResourceStream(call) {
       const st = openStream((m) => call.write(m));

@@ -711,6 +711,16 @@ class NodeSourceToOurSink(Base):
             self.assertTrue(req['error']['message'])
             line = sink.wait_for(response(col), f'our sink reports {col}')
             self.assertEqual((line['verdict'], line['total']), ('nack', 0), line)
+            # The line gives what the message carried, NACK or not: the
+            # version, and the resources read before the faulty one (the
+            # duplicate: the first x; the body that does not decode, by the
+            # mirror: gw itself).
+            push = src.wait_for(lambda l, col=col: l.get('event') == 'push' and l['collection'] == col,
+                                f'the push of {col}')
+            self.assertEqual(line['system_version_info'], push['system_version_info'], line)
+            self.assertEqual([r['name'] for r in line['resources']],
+                             {VS: ['default/x'], GW: ['gw']}[col], line)
+            self.assertEqual((line['removed'], line['dropped']), ([], []), line)
         self.check_mirror({VS: [], GW: []})  # nothing written
         good = {VS: [{'name': 'default/x', 'version': '1', 'body': {'a': 1}}], GW: []}
         self.set_state(good)
@@ -749,6 +759,47 @@ class NodeSourceToOurSink(Base):
         self.assert_no_nack(src2)
 
 
+T_VS = 'type.googleapis.com/istio.networking.v1alpha3.VirtualService'
+T_DR = 'type.googleapis.com/istio.networking.v1alpha3.DestinationRule'
+T_GW = 'type.googleapis.com/istio.networking.v1alpha3.Gateway'
+
+
+class NodeAggregatedSourceToOurSink(Base):
+    """(d) the node source serves IncrementalAggregatedResources with nonces
+    of its own form (plain counters); our mcp-sink dials it. The protocol
+    leaves the nonce to the source: a response is never NACKed for it."""
+
+    def sync(self, state, types):
+        src = self.node_source(['--listen', '127.0.0.1:0', '--api', 'aggregated-incremental'], state)
+        addr = self.listening(src)
+        args = [self.sink_bin, '--api', 'aggregated-incremental', '--connect', addr, '--json',
+                '--exit-after-sync']
+        for t in types:
+            args += ['--collection', t]
+        sink = self.ours('mcp-sink', args)
+        self.assertEqual(sink.p.wait(DEADLINE), 0, sink.describe() + '\n' + src.describe())
+        for t, res in state.items():
+            line = sink.wait_for(response(t, verdict='ack'), f'our sink ACKs {t}')
+            self.assertEqual(sorted(r['name'] for r in line['resources']), sorted(r['name'] for r in res))
+            self.assertEqual(replay(sink.lines, t), {r['name']: r['version'] for r in res})
+            src.wait_for(request(t, verdict='ack', nonce=line['nonce']), f'node source sees the ACK of {t}')
+        self.assert_no_nack(src)
+        self.assert_no_nack(sink)
+
+    def test_one_type_with_foreign_nonces(self):
+        # Struct bodies: only the stream's type says which type they are.
+        self.sync({T_VS: [{'name': 'default/a', 'version': '1', 'body': {'hosts': ['a']}}]}, [T_VS])
+
+    def test_several_types_with_foreign_nonces(self):
+        # Bodies of the requested types (as Istio's sources send them); an
+        # empty answer goes to the type not answered yet.
+        state = {T_VS: [{'name': 'default/a', 'version': '1', 'type_url': T_VS, 'value_b64': 'CgFh'}],
+                 T_DR: [{'name': 'default/r', 'version': '2', 'type_url': T_DR, 'value_b64': 'CgFi'},
+                        {'name': 'default/s', 'version': '3', 'type_url': T_DR, 'value_b64': 'CgFj'}],
+                 T_GW: []}
+        self.sync(state, [T_VS, T_DR, T_GW])
+
+
 class Reverse(Base):
     """(c) ResourceSink: the source dials the sink, in both pairings."""
 
@@ -773,6 +824,11 @@ class Reverse(Base):
         src = self.node_source(['--connect', f'127.0.0.1:{port}'], NODE_STATE)
         t = src.wait_for(lambda l: l.get('verdict') == 'trigger', 'our sink NACKs the trigger')
         self.assertEqual(t['error']['code'], 12)
+        # Expected, so no rejection on our side: marked, and not warned.
+        line = sink.wait_for(response('$triggerCollection'), 'our sink reports the trigger')
+        self.assertEqual((line['verdict'], line.get('trigger')), ('nack', True), line)
+        self.assertNotIn('$triggerCollection', ''.join(
+            l for l in sink.stderr().splitlines(True) if 'warning' in l or 'error' in l))
         self.check_our_sink_synced(sink, src, NODE_STATE, True)
         self.check_change_reaches_our_sink(sink, src, True)
         self.assert_no_nack(src)

@@ -205,6 +205,13 @@ int mcp_grpc_sink_stats(mcp_grpc_sink *sink, mcp_grpc_stats *st) {
   return submit(&sink->ep, &job);
 }
 
+int mcp_grpc_sink_finish(mcp_grpc_sink *sink) {
+  if (sink->ep.opts.mode != MCP_GRPC_DIAL)
+    return MCP_ERR_INVALID_ARGUMENT;
+  mcp_grpc_job job = {.kind = MCP_GRPC_JOB_FINISH};
+  return submit(&sink->ep, &job);
+}
+
 int mcp_grpc_sink_reauthorize(mcp_grpc_sink *sink) {
   mcp_grpc_job job = {.kind = MCP_GRPC_JOB_REAUTHORIZE};
   return submit(&sink->ep, &job);

@@ -85,7 +85,7 @@ static void connect_now(mcp_grpc_ep *ep) {
 }
 
 void mcp_grpc_client_tick(mcp_grpc_ep *ep, mcp_tstamp *deadline) {
-  if (ep->stopping || ep->channel) /* an attempt is under way */
+  if (ep->stopping || ep->finished || ep->channel) /* an attempt is under way */
     return;
   if (ep->now >= ep->reconnect_at)
     connect_now(ep);

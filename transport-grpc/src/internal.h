@@ -30,7 +30,8 @@ typedef enum mcp_grpc_job_kind {
   MCP_GRPC_JOB_STATE,
   MCP_GRPC_JOB_STREAMS,
   MCP_GRPC_JOB_STATS,      /* user_data: the mcp_grpc_stats to fill */
-  MCP_GRPC_JOB_REAUTHORIZE
+  MCP_GRPC_JOB_REAUTHORIZE,
+  MCP_GRPC_JOB_FINISH      /* mcp_grpc_sink_finish() */
 } mcp_grpc_job_kind;
 
 typedef struct mcp_grpc_job {
@@ -101,6 +102,9 @@ struct mcp_grpc_stream {
   int md_sent;    /* server: SEND_INITIAL_METADATA started */
   int half_closed; /* server: the client half-closed; the stream ends
                       once the session has nothing more to send now */
+  int client_done; /* dialed: finish asked; half-close once nothing is
+                      left to send now */
+  int close_sent;  /* dialed: SEND_CLOSE_FROM_CLIENT started */
 
   /* Admission (admit.c, LISTEN). */
   int live;               /* counted in ep->nlive */
@@ -145,6 +149,7 @@ struct mcp_grpc_ep {
   size_t nstreams;
   uint64_t next_id;
   mcp_grpc_stream *sink_stream; /* the stream holding the sink session */
+  int finished; /* DIAL: mcp_grpc_sink_finish(): no new stream */
 
   /* LISTEN */
   grpc_server *server;

@@ -132,6 +132,13 @@ static void run_job(mcp_grpc_ep *ep, mcp_grpc_job *job) {
     }
     break;
   }
+  case MCP_GRPC_JOB_FINISH:
+    ep->finished = 1;
+    if (ep->sink_stream && ep->sink_stream->dialed) {
+      ep->sink_stream->client_done = 1;
+      ep->sink_stream->dirty = 1;
+    }
+    break;
   case MCP_GRPC_JOB_STREAMS:
     for (mcp_grpc_stream *s = ep->streams; s; s = s->next) {
       /* Calls waiting for admission have no session yet. */

@@ -368,7 +368,7 @@ void mcp_grpc_stream_pump(mcp_grpc_stream *s) {
     if (rv >= 0 && !s->send_busy)
       rv = mcp_source_session_next(s->src, ep->now, &msg);
     s->expiry = mcp_source_session_get_expiry(s->src);
-  } else if (s->snk && !s->send_busy) {
+  } else if (s->snk && !s->send_busy && !s->close_sent) {
     rv = mcp_sink_session_next(s->snk, &msg);
   }
   if (rv < 0) {
@@ -377,6 +377,16 @@ void mcp_grpc_stream_pump(mcp_grpc_stream *s) {
   }
   if (rv > 0 && msg)
     send_msg(s, msg);
+  /* mcp_grpc_sink_finish(): what was ready went out; now the half-close,
+   * and the source's status ends the call. */
+  if (s->client_done && !s->close_sent && !s->send_busy) {
+    grpc_op op;
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    start_batch(s, &op, 1, &s->send_tag);
+    s->send_busy = 1;
+    s->close_sent = 1;
+  }
   /* The client half-closed: the answers the session has for what it sent
    * go out one by one (on_send pumps again); once a pump finds nothing to
    * send at that moment, the stream ends with OK, as h2c's does. A store

@@ -24,7 +24,7 @@ void mcp_h2c_client_stop(mcp_h2c_ep *ep) {
 }
 
 static void retry_later(mcp_h2c_ep *ep) {
-  if (ep->stopping)
+  if (ep->stopping || ep->finished)
     return;
   mcp_tstamp d = mcp_backoff_next(&ep->backoff);
   uv_timer_start(&ep->retry, on_retry,

@@ -546,6 +546,20 @@ int mcp_h2c_sink_call(mcp_h2c_sink *sink, mcp_h2c_state_fn fn,
   return submit(&sink->ep, &job);
 }
 
+int mcp_h2c_sink_finish(mcp_h2c_sink *sink) {
+  mcp_h2c_ep *ep = &sink->ep;
+  if (ep->opts.mode != MCP_H2C_DIAL)
+    return MCP_ERR_INVALID_ARGUMENT;
+  ep->finished = 1;
+  mcp_h2c_stream *s = ep->sink_stream;
+  if (s && s->dialed) {
+    s->client_done = 1;
+    s->dirty = 1;
+    mcp_h2c_conn_mark(s->c);
+  }
+  return 0;
+}
+
 size_t mcp_h2c_sink_streams(mcp_h2c_sink *sink, mcp_h2c_stream_fn fn,
                             void *user_data) {
   return for_streams(&sink->ep, fn, user_data);

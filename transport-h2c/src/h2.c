@@ -501,7 +501,7 @@ void mcp_h2c_stream_pump(mcp_h2c_stream *s, mcp_tstamp now) {
      * at once, forever, and starve the loop's I/O. */
     if (s->expiry <= now && (s->out || msg || blocked))
       s->expiry = MCP_TSTAMP_MAX;
-  } else if (!s->out && !blocked) {
+  } else if (!s->out && !blocked && !s->local_closed) {
     rv = mcp_sink_session_next(s->snk, &msg);
   }
   if (rv < 0) {
@@ -510,6 +510,17 @@ void mcp_h2c_stream_pump(mcp_h2c_stream *s, mcp_tstamp now) {
   }
   if (msg)
     queue(s, msg);
+  if (s->client_done && s->dialed && !s->out && !s->local_closed) {
+    /* mcp_h2c_sink_finish(): what was ready went out; the data source now
+     * ends our side (END_STREAM) and the source's trailers end the
+     * stream. */
+    s->local_closed = 1;
+    if (s->deferred) {
+      s->deferred = 0;
+      nghttp2_session_resume_data(c->h2, s->id);
+    }
+    c->dirty = 1;
+  }
   if (blocked && !s->out)
     s->dirty = 1; /* pull once the socket drains (the next kick) */
   if (s->remote_closed && !s->dialed && !s->out && !s->finishing) {
@@ -592,6 +603,10 @@ static ssize_t data_read(nghttp2_session *h2, int32_t id, uint8_t *buf,
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
       s->trailers_submitted = 1;
     }
+    return 0;
+  }
+  if (s->local_closed && !s->out) {
+    *flags |= NGHTTP2_DATA_FLAG_EOF; /* the half-close */
     return 0;
   }
   s->deferred = 1;

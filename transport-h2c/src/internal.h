@@ -80,6 +80,9 @@ struct mcp_h2c_stream {
   int finishing;          /* the status is decided (trailers pending) */
   int trailers_submitted;
   int remote_closed;      /* the peer half-closed */
+  int client_done;        /* dialed: finish asked; END_STREAM once nothing
+                             is left to send now */
+  int local_closed;       /* dialed: END_STREAM is (to be) sent */
   int announced;          /* OPENED was reported */
   int dirty;              /* pump at the next kick */
   int status;             /* final status and details (malloc'd) */
@@ -203,6 +206,7 @@ struct mcp_h2c_ep {
   mcp_h2c_conn *conns;
   size_t nconns;
   mcp_h2c_stream *sink_stream; /* the stream holding the sink session */
+  int finished; /* DIAL: mcp_h2c_sink_finish(): no new connection */
   uint64_t next_stream_id;
   mcp_tstamp grace_at;
 

@@ -473,7 +473,9 @@ typedef enum mcp_event_type {
   MCP_EVENT_NACK,               /* source: a push was NACKed; sink: we NACKed */
   MCP_EVENT_STALE,              /* source: a request with a stale nonce */
   MCP_EVENT_UNKNOWN_COLLECTION, /* source: a request for no known collection */
-  MCP_EVENT_TRIGGER_IGNORED     /* source: the $triggerCollection NACK */
+  MCP_EVENT_TRIGGER_IGNORED     /* source: the $triggerCollection NACK;
+                                   sink: Istio's $triggerCollection push,
+                                   answered with the NACK Istio expects */
 } mcp_event_type;
 
 typedef struct mcp_event {
@@ -493,6 +495,19 @@ typedef struct mcp_event {
                                        before the first request) */
   size_t bytes;        /* source PUSH: the message's encoded size; sink
                           ACK/NACK: the size of the message answered */
+  /* Sink ACK, NACK and TRIGGER_IGNORED: the message answered, as it
+   * carried them. |resources|: the first |nlisted| of its |nresources|
+   * (all, unless a NACK for a resource that does not pass the checks:
+   * those before it); |removed|: its removed_resources that are UTF-8,
+   * |nremoved_listed| of |nremoved|, in order. */
+  const mcp_resource *resources;
+  size_t nlisted;
+  const char *const *removed;
+  size_t nremoved_listed;
+  /* Sink ACK of a full-state push: the names held before that it does not
+   * list (computed by the sink, in no given order); else none. */
+  const char *const *dropped;
+  size_t ndropped;
 } mcp_event;
 
 /* Called synchronously from inside the session call that caused the

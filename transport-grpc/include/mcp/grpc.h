@@ -503,6 +503,17 @@ MCP_EXTERN int mcp_grpc_sink_call(mcp_grpc_sink *sink, mcp_grpc_state_fn fn,
 MCP_EXTERN int mcp_grpc_sink_streams(mcp_grpc_sink *sink,
                                      mcp_grpc_stream_fn fn, void *user_data);
 
+/*
+ * DIAL: ends the sink's stream as a client that is done (e.g. exiting
+ * after the sync): what the session has ready is sent, then the stream is
+ * half-closed, so the source reads every answer and ends the stream
+ * itself (with OK, when it follows the half-close rule above); no new
+ * stream is dialed afterwards. Returns at once; the CLOSED event reports
+ * the end. A source that never ends the stream is cancelled by del().
+ * Errors: INVALID_ARGUMENT (LISTEN), NOMEM, LIMIT, CLOSED.
+ */
+MCP_EXTERN int mcp_grpc_sink_finish(mcp_grpc_sink *sink);
+
 /* As mcp_grpc_source_stats() and mcp_grpc_source_reauthorize(). */
 MCP_EXTERN int mcp_grpc_sink_stats(mcp_grpc_sink *sink, mcp_grpc_stats *st);
 MCP_EXTERN int mcp_grpc_sink_reauthorize(mcp_grpc_sink *sink);
