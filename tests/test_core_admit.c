@@ -404,6 +404,21 @@ START_TEST(test_admit_initial_sent_once_first_push_pulled) {
 }
 END_TEST
 
+START_TEST(test_admit_peer_key_drops_the_port) {
+  char b[64];
+  mcp_admit_peer_key("ipv4:127.0.0.1:40000", b, sizeof(b));
+  ck_assert_str_eq(b, "ipv4:127.0.0.1");
+  mcp_admit_peer_key("ipv6:[::1]:40000", b, sizeof(b));
+  ck_assert_str_eq(b, "ipv6:[::1]");
+  mcp_admit_peer_key("unix:/tmp/a:b", b, sizeof(b));
+  ck_assert_str_eq(b, "unix:/tmp/a:b");
+  mcp_admit_peer_key("ipv4:", b, sizeof(b));
+  ck_assert_str_eq(b, "ipv4:");
+  mcp_admit_peer_key("ipv4:127.0.0.1:1", b, 5);
+  ck_assert_str_eq(b, "ipv4");
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("core_admit");
   TCase *tc = tcase_create("admit");
@@ -420,6 +435,7 @@ int main(void) {
   tcase_add_test(tc, test_admit_no_slot_for_streams_that_push_nothing);
   tcase_add_test(tc, test_admit_nomem_changes_nothing);
   tcase_add_test(tc, test_admit_initial_sent_once_first_push_pulled);
+  tcase_add_test(tc, test_admit_peer_key_drops_the_port);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

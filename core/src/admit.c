@@ -617,3 +617,19 @@ int mcp_admit_initial_sent(const mcp_source_session *s, mcp_tstamp ts) {
   }
   return 1;
 }
+
+void mcp_admit_peer_key(const char *peer, char *buf, size_t len) {
+  if (!len)
+    return;
+  const char *p = peer ? peer : "";
+  size_t n = strlen(p);
+  if (strncmp(p, "ipv4:", 5) == 0 || strncmp(p, "ipv6:", 5) == 0) {
+    const char *colon = strrchr(p, ':');
+    if (colon > p + 4)
+      n = (size_t)(colon - p);
+  }
+  if (n >= len)
+    n = len - 1;
+  memcpy(buf, p, n);
+  buf[n] = '\0';
+}

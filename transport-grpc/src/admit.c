@@ -43,22 +43,6 @@ void mcp_grpc_admit_stats(const mcp_grpc_ep *ep, mcp_grpc_stats *st) {
   st->refused_wait_timeout = a.refused_wait_timeout;
 }
 
-/* The peer key: gRPC's peer ("ipv4:127.0.0.1:40000", "ipv6:[::1]:40000")
- * without the port, so that one client's connections share one share. */
-static void peer_key(const char *peer, char *buf, size_t len) {
-  const char *p = peer ? peer : "";
-  size_t n = strlen(p);
-  if (strncmp(p, "ipv4:", 5) == 0 || strncmp(p, "ipv6:", 5) == 0) {
-    const char *colon = strrchr(p, ':');
-    if (colon && colon > p + 4)
-      n = (size_t)(colon - p);
-  }
-  if (n >= len)
-    n = len - 1;
-  memcpy(buf, p, n);
-  buf[n] = '\0';
-}
-
 static void apply(mcp_grpc_stream *s, const mcp_admit_result *r) {
   if (r->verdict == MCP_ADMIT_RUN) {
     s->waiting = 0;
@@ -74,7 +58,7 @@ static void apply(mcp_grpc_stream *s, const mcp_admit_result *r) {
 void mcp_grpc_admit(mcp_grpc_stream *s) {
   mcp_grpc_ep *ep = s->ep;
   char key[160];
-  peer_key(s->peer, key, sizeof(key));
+  mcp_admit_peer_key(s->peer, key, sizeof(key));
   mcp_admit_result r;
   int rv = mcp_admit_stream(ep->admit, key, s->role == MCP_GRPC_ROLE_SOURCE,
                             s, ep->now, &s->ticket, &r);

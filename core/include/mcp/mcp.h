@@ -961,6 +961,12 @@ MCP_EXTERN void mcp_admit_release(mcp_admit *admit, mcp_admit_ticket *ticket);
 MCP_EXTERN void mcp_admit_get_stats(const mcp_admit *admit,
                                     mcp_admit_stats *st);
 
+/* The peer key of a gRPC-style peer name, into |buf| (NUL-terminated,
+ * truncated to |len|): "ipv4:10.0.0.1:40000" and "ipv6:[::1]:40000" lose
+ * their port, so one client's connections share one share; any other
+ * name ("unix:/p") is kept whole. */
+MCP_EXTERN void mcp_admit_peer_key(const char *peer, char *buf, size_t len);
+
 /* 1 when |s| asked for at least one collection and every one its store
  * knows has had its first push pulled by mcp_source_session_next(): the
  * signal for mcp_admit_initial_done(). */
