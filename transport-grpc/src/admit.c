@@ -99,6 +99,7 @@ void mcp_grpc_admit_leave(mcp_grpc_stream *s) {
   if (s->ticket) {
     mcp_admit_release(s->ep->admit, s->ticket);
     s->ticket = NULL;
+    s->ep->admit_dirty = 1; /* what it held may go to a waiting call */
   }
   s->waiting = 0;
 }
