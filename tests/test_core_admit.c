@@ -419,6 +419,108 @@ START_TEST(test_admit_peer_key_drops_the_port) {
 }
 END_TEST
 
+/* A random script of admissions, decisions, pushes, releases and time,
+ * against a model of what the test holds: the bounds hold after every
+ * step, every ticket is accounted for, and releasing all leaves nothing. */
+START_TEST(test_admit_random_script_keeps_bounds) {
+  enum { N = 600, P = 5 };
+  static const char *peers[P] = {"p0", "p1", "p2", "p3", "p4"};
+  mcp_admit_options o;
+  memset(&o, 0, sizeof(o));
+  o.max_streams = 60;
+  o.max_streams_per_peer = 30;
+  o.stream_rate = 50;
+  o.stream_burst = 10;
+  o.max_initial = 6;
+  o.max_initial_per_peer = 2;
+  o.initial_timeout = 400 * MS;
+  o.wait_timeout = 300 * MS;
+  mcp_admit *a = mk(&o);
+  mcp_admit_ticket *t[N];
+  int state[N]; /* 0 none, 1 waiting, 2 running, 3 refused/released */
+  int peer_of[N];
+  memset(state, 0, sizeof(state));
+  uint64_t seed = 12345;
+  mcp_tstamp ts = 0;
+  int next_id = 0;
+  for (int step = 0; step < 20000; step++) {
+    seed = seed * 6364136223846793005u + 1442695040888963407u;
+    unsigned r = (unsigned)(seed >> 33);
+    switch (r % 5) {
+    case 0: /* a new stream */
+      if (next_id < N) {
+        int i = next_id++;
+        mcp_admit_result res;
+        peer_of[i] = (int)((r >> 8) % P);
+        ck_assert_int_eq(mcp_admit_stream(a, peers[peer_of[i]], 1, U(i), ts,
+                                          &t[i], &res),
+                         0);
+        state[i] = res.verdict == MCP_ADMIT_RUN    ? 2
+                   : res.verdict == MCP_ADMIT_WAIT ? 1
+                                                   : 3;
+      }
+      break;
+    case 1: { /* decisions */
+      mcp_admit_result res;
+      while (mcp_admit_next(a, ts, &res)) {
+        int i = IDX(res.user);
+        ck_assert_int_eq(state[i], 1);
+        state[i] = res.verdict == MCP_ADMIT_RUN ? 2 : 3;
+      }
+      break;
+    }
+    case 2: /* a running stream's push went out */
+    case 3: { /* a stream ends */
+      if (!next_id)
+        break;
+      int i = (int)((r >> 8) % (unsigned)next_id);
+      if (r % 5 == 2 && state[i] == 2)
+        mcp_admit_initial_done(a, t[i]);
+      else if (r % 5 == 3 && (state[i] == 1 || state[i] == 2)) {
+        mcp_admit_release(a, t[i]);
+        state[i] = 3;
+      }
+      break;
+    }
+    default:
+      ts += (mcp_tstamp)(r >> 8) % (50 * MS);
+      break;
+    }
+    size_t live = 0, slots = 0, pslots[P] = {0};
+    for (int i = 0; i < next_id; i++) {
+      if (state[i] == 1 || state[i] == 2)
+        live++;
+      if (state[i] == 2 && mcp_admit_ticket_initial(t[i])) {
+        slots++;
+        pslots[peer_of[i]]++;
+      }
+    }
+    mcp_admit_stats s = st(a);
+    ck_assert_uint_eq(s.streams, live);
+    ck_assert_uint_eq(s.initial, slots);
+    ck_assert_uint_le(slots, 6);
+    for (int p = 0; p < P; p++)
+      ck_assert_uint_le(pslots[p], 2);
+    ck_assert_uint_le(live, 60);
+    ck_assert_uint_le(s.waiting_rate, 10);
+    ck_assert(mcp_admit_get_expiry(a) >= ts ||
+              s.waiting_rate + s.waiting_initial + s.initial > 0);
+  }
+  for (int i = 0; i < next_id; i++)
+    if (state[i] == 1 || state[i] == 2)
+      mcp_admit_release(a, t[i]);
+  mcp_admit_stats s = st(a);
+  ck_assert_uint_eq(s.streams + s.peers + s.initial + s.waiting_rate +
+                        s.waiting_initial, 0);
+  ck_assert_uint_gt(s.refused_wait_timeout, 0); /* the script met them all */
+  ck_assert_uint_gt(s.initial_timeouts, 0);
+  ck_assert_uint_gt(s.initial_sent, 0);
+  ck_assert_uint_eq(s.initial_peak, 6); /* the bounds were reached */
+  ck_assert_uint_gt(s.refused_rate, 0);
+  mcp_admit_del(a);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("core_admit");
   TCase *tc = tcase_create("admit");
@@ -436,6 +538,7 @@ int main(void) {
   tcase_add_test(tc, test_admit_nomem_changes_nothing);
   tcase_add_test(tc, test_admit_initial_sent_once_first_push_pulled);
   tcase_add_test(tc, test_admit_peer_key_drops_the_port);
+  tcase_add_test(tc, test_admit_random_script_keeps_bounds);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
