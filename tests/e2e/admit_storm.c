@@ -437,6 +437,7 @@ int main(int argc, char **argv) {
     sconn *p = &c[nc];
     uint64_t pt = now_ns();
     conn_open(p, &to, probe_from, addr, 1, 1);
+    conn_io(p, 0); /* the request goes out now, not at the next poll */
     while (!p->s[0].answered && !p->dead && now_ns() < end)
       poll_all(c, nc + 1, 10);
     if (p->s[0].pushed)
