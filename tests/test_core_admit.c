@@ -118,39 +118,64 @@ START_TEST(test_admit_peer_stream_share_leaves_room_for_others) {
 }
 END_TEST
 
-START_TEST(test_admit_rate_waits_in_order_then_refuses_unavailable) {
+START_TEST(test_admit_rate_waits_in_turn_then_refuses_unavailable) {
   mcp_admit_options o = unlimited();
   o.stream_rate = 10; /* one token per 100 ms */
-  o.stream_burst = 2;
+  o.stream_burst = 8; /* 8 may wait, 2 per peer */
   mcp_admit *a = mk(&o);
-  mcp_admit_ticket *t[5];
-  ck_assert_int_eq(adm(a, "p", 0, 0, &t[0]), MCP_ADMIT_RUN);
-  ck_assert_int_eq(adm(a, "p", 1, 0, &t[1]), MCP_ADMIT_RUN);
-  ck_assert_int_eq(adm(a, "p", 2, 0, &t[2]), MCP_ADMIT_WAIT);
-  ck_assert_int_eq(adm(a, "p", 3, 0, &t[3]), MCP_ADMIT_WAIT);
+  mcp_admit_ticket *t[16];
+  for (int i = 0; i < 8; i++) /* the bucket */
+    ck_assert_int_eq(adm(a, "flood", i, 0, &t[i]), MCP_ADMIT_RUN);
+  ck_assert_int_eq(adm(a, "flood", 8, 0, &t[8]), MCP_ADMIT_WAIT);
+  ck_assert_int_eq(adm(a, "flood", 9, 0, &t[9]), MCP_ADMIT_WAIT);
   mcp_admit_result r;
   mcp_admit_ticket *x;
-  ck_assert_int_eq(mcp_admit_stream(a, "p", 1, U(4), 0, &x, &r), 0);
+  /* The flood's share of the queue is full; another peer still waits. */
+  ck_assert_int_eq(mcp_admit_stream(a, "flood", 1, U(10), 0, &x, &r), 0);
   ck_assert_int_eq(r.verdict, MCP_ADMIT_REFUSE);
   ck_assert_int_eq(r.status, MCP_CODE_UNAVAILABLE);
+  ck_assert_int_eq(r.reason, MCP_ADMIT_RATE);
   ck_assert_str_eq(r.details, "too many new streams; retry later");
+  ck_assert_int_eq(adm(a, "new", 11, 0, &t[11]), MCP_ADMIT_WAIT);
   ck_assert_int_eq(mcp_admit_next(a, 0, &r), 0);
   mcp_tstamp e = mcp_admit_get_expiry(a);
   ck_assert_uint_ge(e, 99 * MS);
   ck_assert_uint_le(e, 101 * MS);
   ck_assert_int_eq(mcp_admit_next(a, 50 * MS, &r), 0);
-  ck_assert_int_eq(mcp_admit_next(a, e, &r), 1);
-  ck_assert_int_eq(r.verdict, MCP_ADMIT_RUN);
-  ck_assert_int_eq(IDX(r.user), 2); /* in order */
-  ck_assert_int_eq(mcp_admit_next(a, e, &r), 0);
-  ck_assert_int_eq(mcp_admit_next(a, 200 * MS + 1, &r), 1);
-  ck_assert_int_eq(IDX(r.user), 3);
+  /* Tokens go round robin across peers: the newcomer's turn comes second
+   * although the flood's streams came first. */
+  int order[3];
+  for (int k = 0; k < 3; k++) {
+    mcp_tstamp at = (mcp_tstamp)(k + 1) * 100 * MS + 1;
+    ck_assert_int_eq(mcp_admit_next(a, at, &r), 1);
+    ck_assert_int_eq(r.verdict, MCP_ADMIT_RUN);
+    order[k] = IDX(r.user);
+    ck_assert_int_eq(mcp_admit_next(a, at, &r), 0);
+  }
+  ck_assert_int_eq(order[0], 8);
+  ck_assert_int_eq(order[1], 11);
+  ck_assert_int_eq(order[2], 9);
   ck_assert_uint_eq(mcp_admit_get_expiry(a), MCP_TSTAMP_MAX);
   ck_assert_uint_eq(st(a).refused_rate, 1);
+  mcp_admit_del(a);
+}
+END_TEST
+
+/* The queue as a whole holds |stream_burst|. */
+START_TEST(test_admit_rate_queue_full_refuses_any_peer) {
+  mcp_admit_options o = unlimited();
+  o.stream_rate = 1;
+  o.stream_burst = 4; /* one waiting per peer */
+  mcp_admit *a = mk(&o);
+  char peer[8];
   for (int i = 0; i < 4; i++)
-    mcp_admit_release(a, t[i]);
-  ck_assert_uint_eq(st(a).streams, 0);
-  ck_assert_uint_eq(st(a).peers, 0);
+    ck_assert_int_eq(adm(a, "x", i, 0, NULL), MCP_ADMIT_RUN);
+  for (int i = 0; i < 4; i++) {
+    snprintf(peer, sizeof(peer), "p%d", i);
+    ck_assert_int_eq(adm(a, peer, 4 + i, 0, NULL), MCP_ADMIT_WAIT);
+  }
+  ck_assert_int_eq(adm(a, "p9", 9, 0, NULL), MCP_ADMIT_REFUSE);
+  ck_assert_uint_eq(st(a).waiting_rate, 4);
   mcp_admit_del(a);
 }
 END_TEST
@@ -527,7 +552,8 @@ int main(void) {
   tcase_add_test(tc, test_admit_defaults_derive_per_peer_shares);
   tcase_add_test(tc, test_admit_refuses_beyond_max_streams_resource_exhausted);
   tcase_add_test(tc, test_admit_peer_stream_share_leaves_room_for_others);
-  tcase_add_test(tc, test_admit_rate_waits_in_order_then_refuses_unavailable);
+  tcase_add_test(tc, test_admit_rate_waits_in_turn_then_refuses_unavailable);
+  tcase_add_test(tc, test_admit_rate_queue_full_refuses_any_peer);
   tcase_add_test(tc, test_admit_slot_freed_when_initial_push_handed_over);
   tcase_add_test(tc, test_admit_slot_times_out_and_stream_goes_on);
   tcase_add_test(tc, test_admit_peer_slot_share_lets_another_peer_run);

@@ -6,6 +6,7 @@
 #include "mcp_int.h"
 
 typedef struct peer peer;
+enum { Q_RATE = 0, Q_SLOT = 1 }; /* the two waiting queues */
 typedef struct ticket_list {
   mcp_admit_ticket *head, *tail;
   size_t n;
@@ -25,17 +26,19 @@ struct mcp_admit_ticket {
   int initial;
   mcp_tstamp arrived, slot_until;
   mcp_admit_ticket *prev, *next;   /* a->rate, a->wait or a->slots */
-  mcp_admit_ticket *pprev, *pnext; /* its peer's waiting list */
+  mcp_admit_ticket *pprev, *pnext; /* its peer's list in that queue */
   mcp_admit_ticket *aprev, *anext; /* every ticket (for mcp_admit_del) */
 };
 
 struct peer {
   char *key;
   size_t nstreams, nslots;
-  ticket_list waiting; /* through pprev/pnext */
-  peer *hnext;         /* hash chain */
-  peer *rprev, *rnext; /* ring of peers with waiting streams */
-  int in_ring;
+  /* Its streams waiting for a token [Q_RATE] or a slot [Q_SLOT] (through
+   * pprev/pnext), and its place in that queue's ring of peers. */
+  ticket_list waiting[2];
+  peer *hnext; /* hash chain */
+  peer *rprev[2], *rnext[2];
+  int in_ring[2];
 };
 
 struct mcp_admit {
@@ -49,7 +52,7 @@ struct mcp_admit {
   mcp_admit_ticket *all;
   peer **buckets;
   size_t nbuckets, npeers;
-  peer *ring; /* the next peer to serve, NULL when none waits */
+  peer *ring[2]; /* the next peer to serve, NULL when none waits */
   mcp_admit_stats stats;
 };
 
@@ -93,6 +96,26 @@ static void l_push(ticket_list *l, mcp_admit_ticket *t) {
   else
     l->head = t;
   l->tail = t;
+  l->n++;
+}
+
+/* Inserts |t| by arrival time: tokens are given round robin across peers,
+ * so a stream may reach the slot queue after a younger one. From the tail,
+ * where it nearly always goes. */
+static void l_insert_by_arrival(ticket_list *l, mcp_admit_ticket *t) {
+  mcp_admit_ticket *after = l->tail;
+  while (after && after->arrived > t->arrived)
+    after = after->prev;
+  t->prev = after;
+  t->next = after ? after->next : l->head;
+  if (t->next)
+    t->next->prev = t;
+  else
+    l->tail = t;
+  if (after)
+    after->next = t;
+  else
+    l->head = t;
   l->n++;
 }
 
@@ -191,41 +214,43 @@ static peer *peer_get(mcp_admit *a, const char *key) {
   return p;
 }
 
-static void ring_add(mcp_admit *a, peer *p) {
-  if (p->in_ring)
+static void ring_add(mcp_admit *a, int q, peer *p) {
+  if (p->in_ring[q])
     return;
-  p->in_ring = 1;
-  if (!a->ring) {
-    p->rprev = p->rnext = p;
-    a->ring = p;
+  p->in_ring[q] = 1;
+  peer *r = a->ring[q];
+  if (!r) {
+    p->rprev[q] = p->rnext[q] = p;
+    a->ring[q] = p;
     return;
   }
   /* Last in the round: just before the next one to serve. */
-  p->rnext = a->ring;
-  p->rprev = a->ring->rprev;
-  p->rprev->rnext = p;
-  a->ring->rprev = p;
+  p->rnext[q] = r;
+  p->rprev[q] = r->rprev[q];
+  p->rprev[q]->rnext[q] = p;
+  r->rprev[q] = p;
 }
 
-static void ring_remove(mcp_admit *a, peer *p) {
-  if (!p->in_ring)
+static void ring_remove(mcp_admit *a, int q, peer *p) {
+  if (!p->in_ring[q])
     return;
-  p->in_ring = 0;
-  if (p->rnext == p) {
-    a->ring = NULL;
+  p->in_ring[q] = 0;
+  if (p->rnext[q] == p) {
+    a->ring[q] = NULL;
   } else {
-    p->rprev->rnext = p->rnext;
-    p->rnext->rprev = p->rprev;
-    if (a->ring == p)
-      a->ring = p->rnext;
+    p->rprev[q]->rnext[q] = p->rnext[q];
+    p->rnext[q]->rprev[q] = p->rprev[q];
+    if (a->ring[q] == p)
+      a->ring[q] = p->rnext[q];
   }
-  p->rprev = p->rnext = NULL;
+  p->rprev[q] = p->rnext[q] = NULL;
 }
 
 static void peer_put(mcp_admit *a, peer *p) {
   if (p->nstreams > 0)
     return;
-  assert(p->waiting.n == 0 && p->nslots == 0 && !p->in_ring);
+  assert(p->waiting[0].n == 0 && p->waiting[1].n == 0 && p->nslots == 0 &&
+         !p->in_ring[0] && !p->in_ring[1]);
   peer **pp = slot_of(a, p->key);
   *pp = p->hnext;
   a->npeers--;
@@ -333,18 +358,29 @@ static int slot_free_for(const mcp_admit *a, const peer *p) {
   return a->slots.n < a->o.max_initial && p->nslots < a->o.max_initial_per_peer;
 }
 
-static void wait_slot(mcp_admit *a, mcp_admit_ticket *t) {
-  t->st = T_WAIT;
-  l_push(&a->wait, t);
-  pl_push(&t->p->waiting, t);
-  ring_add(a, t->p);
+static ticket_list *queue_of(mcp_admit *a, int q) {
+  return q == Q_RATE ? &a->rate : &a->wait;
 }
 
-static void unwait(mcp_admit *a, mcp_admit_ticket *t) {
-  l_remove(&a->wait, t);
-  pl_remove(&t->p->waiting, t);
-  if (t->p->waiting.n == 0)
-    ring_remove(a, t->p);
+/* Queues |t| in |q|: in arrival order (deadlines) and in its peer's list
+ * (round robin). */
+static void enqueue(mcp_admit *a, int q, mcp_admit_ticket *t) {
+  t->st = q == Q_RATE ? T_RATE : T_WAIT;
+  l_insert_by_arrival(queue_of(a, q), t);
+  pl_push(&t->p->waiting[q], t);
+  ring_add(a, q, t->p);
+}
+
+static void dequeue(mcp_admit *a, mcp_admit_ticket *t) {
+  int q = t->st == T_RATE ? Q_RATE : Q_SLOT;
+  l_remove(queue_of(a, q), t);
+  pl_remove(&t->p->waiting[q], t);
+  if (t->p->waiting[q].n == 0)
+    ring_remove(a, q, t->p);
+}
+
+static void wait_slot(mcp_admit *a, mcp_admit_ticket *t) {
+  enqueue(a, Q_SLOT, t);
 }
 
 /* A stream past the rate: it runs, with a slot if it needs one and one is
@@ -422,7 +458,11 @@ int mcp_admit_stream(mcp_admit *a, const char *peer_key, int initial,
       refill(a, ts);
     token = !rate_limited(a) || a->tokens >= 1.0;
   }
-  if (!token && a->rate.n >= a->o.stream_burst) {
+  /* The token queue holds |stream_burst|, a quarter of it per peer, so
+   * one peer's flood cannot keep others from waiting their turn. */
+  size_t share = a->o.stream_burst / 4 ? a->o.stream_burst / 4 : 1;
+  if (!token && (a->rate.n >= a->o.stream_burst ||
+                 (*pp && (*pp)->waiting[Q_RATE].n >= share))) {
     a->stats.refused_rate++;
     refuse(res, MCP_ADMIT_RATE);
     return 0;
@@ -447,8 +487,7 @@ int mcp_admit_stream(mcp_admit *a, const char *peer_key, int initial,
   a->all = t;
   *pticket = t;
   if (!token) {
-    t->st = T_RATE;
-    l_push(&a->rate, t);
+    enqueue(a, Q_RATE, t);
     res->verdict = MCP_ADMIT_WAIT;
     return 0;
   }
@@ -479,21 +518,21 @@ static mcp_tstamp deadline(const mcp_admit *a, const mcp_admit_ticket *t) {
              : t->arrived + a->o.wait_timeout;
 }
 
-/* The next waiting stream whose peer is below its share, round robin
- * across peers; NULL when none. */
-static mcp_admit_ticket *pick(mcp_admit *a) {
-  peer *p = a->ring;
+/* The next waiting stream of |q|, round robin across peers; for slots,
+ * only from a peer below its share. NULL when none. */
+static mcp_admit_ticket *pick(mcp_admit *a, int q) {
+  peer *p = a->ring[q];
   if (!p)
     return NULL;
   do {
-    if (p->nslots < a->o.max_initial_per_peer) {
-      mcp_admit_ticket *t = p->waiting.head;
-      a->ring = p->rnext; /* the next turn is the next peer's */
-      unwait(a, t);
+    if (q == Q_RATE || p->nslots < a->o.max_initial_per_peer) {
+      mcp_admit_ticket *t = p->waiting[q].head;
+      a->ring[q] = p->rnext[q]; /* the next turn is the next peer's */
+      dequeue(a, t);
       return t;
     }
-    p = p->rnext;
-  } while (p != a->ring);
+    p = p->rnext[q];
+  } while (p != a->ring[q]);
   return NULL;
 }
 
@@ -509,10 +548,7 @@ int mcp_admit_next(mcp_admit *a, mcp_tstamp ts, mcp_admit_result *res) {
   for (int i = 0; i < 2; i++) {
     mcp_admit_ticket *t = lists[i]->head;
     if (t && deadline(a, t) <= ts) {
-      if (t->st == T_RATE)
-        l_remove(&a->rate, t);
-      else
-        unwait(a, t);
+      dequeue(a, t);
       a->stats.refused_wait_timeout++;
       memset(res, 0, sizeof(*res));
       refuse(res, MCP_ADMIT_WAIT_TIMEOUT);
@@ -522,15 +558,14 @@ int mcp_admit_next(mcp_admit *a, mcp_tstamp ts, mcp_admit_result *res) {
     }
   }
   while (a->rate.head && take_token(a, ts)) {
-    mcp_admit_ticket *t = a->rate.head;
-    l_remove(&a->rate, t);
+    mcp_admit_ticket *t = pick(a, Q_RATE);
     if (past_rate(a, t, ts) == MCP_ADMIT_RUN) {
       run(res, t->user);
       return 1;
     }
   }
   if (a->wait.n > 0 && a->slots.n < a->o.max_initial) {
-    mcp_admit_ticket *t = pick(a);
+    mcp_admit_ticket *t = pick(a, Q_SLOT);
     if (t) {
       hold_slot(a, t, ts);
       run(res, t->user);
@@ -580,10 +615,8 @@ void mcp_admit_release(mcp_admit *a, mcp_admit_ticket *t) {
     return;
   switch (t->st) {
   case T_RATE:
-    l_remove(&a->rate, t);
-    break;
   case T_WAIT:
-    unwait(a, t);
+    dequeue(a, t);
     break;
   case T_SLOT:
     drop_slot(a, t);

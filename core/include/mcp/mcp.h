@@ -823,8 +823,10 @@ MCP_EXTERN int mcp_sink_state_journal_entry(const mcp_sink_state *state,
  *  1. Streams (running or waiting): at most |max_streams| in all and
  *     |max_streams_per_peer| per peer; beyond, RESOURCE_EXHAUSTED.
  *  2. New-stream rate: a token bucket (|stream_rate| per second, holding
- *     |stream_burst|). A stream finding no token waits for one, in order,
- *     while fewer than |stream_burst| wait; beyond, UNAVAILABLE.
+ *     |stream_burst|). A stream finding no token waits for one while
+ *     fewer than |stream_burst| wait, and fewer than a quarter of them
+ *     from its peer; beyond, UNAVAILABLE. Tokens go round robin across
+ *     the waiting peers (in arrival order within a peer).
  *  3. Initial slots (streams admitted with |initial|, i.e. sources): a
  *     slot pays for the cost of the initial push, so it is held from the
  *     admission until every collection the stream asked for (that its

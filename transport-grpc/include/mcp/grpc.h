@@ -298,10 +298,10 @@ typedef struct mcp_grpc_options {
    *     of max_streams.
    *   stream_rate / stream_burst: a token bucket for new streams (per
    *     second; the bucket holds |stream_burst|). A call finding no token
-   *     waits, in order, for one while fewer than |stream_burst| calls
-   *     wait, without being read from; beyond that it is refused with
-   *     UNAVAILABLE "too many new streams; retry later". Default 1000/s,
-   *     burst 2000.
+   *     waits for one while fewer than |stream_burst| calls wait (a
+   *     quarter of them per peer), without being read from; beyond that it
+   *     is refused with UNAVAILABLE "too many new streams; retry later".
+   *     Tokens go round robin across peers. Default 1000/s, burst 2000.
    *   max_initial_pushes (sources): streams in their initial sync at once.
    *     A stream is initial from its admission until the first push of
    *     every collection it asked for (that the store knows) has been

@@ -260,7 +260,8 @@ typedef struct mcp_h2c_options {
    *   max_streams (100000) / max_streams_per_peer (a quarter of it):
    *     MCP streams open or waiting; beyond, RESOURCE_EXHAUSTED.
    *   stream_rate (1000/s) / stream_burst (2000): new streams; one finding
-   *     no token waits while fewer than |stream_burst| wait; beyond,
+   *     no token waits while fewer than |stream_burst| wait (a quarter of
+   *     them per peer; tokens go round robin across peers); beyond,
    *     UNAVAILABLE "too many new streams; retry later".
    *   max_initial_pushes (64) / max_initial_pushes_per_peer (16), sources:
    *     streams between their admission and the moment the first push of
