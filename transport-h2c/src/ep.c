@@ -333,9 +333,9 @@ static int ep_start(mcp_h2c_ep *ep, uv_loop_t *loop,
     rv = mcp_h2c_admit_init(ep);
     if (rv == 0)
       rv = mcp_h2c_server_start(ep);
-  }
-  else
+  } else {
     mcp_h2c_client_start(ep);
+  }
   if (rv < 0) {
     ep->opts.on_closed = NULL; /* a failed creation reports nothing */
     shutdown_ep(ep);
