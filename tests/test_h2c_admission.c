@@ -209,6 +209,57 @@ START_TEST(test_h2c_waiting_stream_gets_what_it_sent_once_it_runs) {
 }
 END_TEST
 
+static int held_n(void *ud) {
+  aenv *e = ud;
+  for (int i = 0; i < NC; i++)
+    if (e->c[i].fd >= 0)
+      rc_io(&e->c[i]);
+  mcp_h2c_stats st = stats(e);
+  return st.waiting_initial == 3 && st.read_buffered == 65535;
+}
+
+static int none_held(void *ud) {
+  aenv *e = ud;
+  for (int i = 0; i < NC; i++)
+    if (e->c[i].fd >= 0)
+      rc_io(&e->c[i]);
+  mcp_h2c_stats st = stats(e);
+  return st.waiting_initial == 0 && st.read_buffered == 0;
+}
+
+/* Waiting streams that the client resets leave nothing: not their bytes,
+ * not their share of the connection's window (the whole window here: a
+ * request after them still gets through). */
+START_TEST(test_h2c_waiting_streams_reset_give_the_window_back) {
+  aenv e;
+  setup(&e);
+  e.o.max_initial_pushes = 1;
+  e.o.initial_push_timeout = 60 * MCP_SECONDS;
+  e.o.admission_wait_timeout = 60 * MCP_SECONDS;
+  e.o.stream_window_size = 65535;
+  e.o.connection_window_size = 65535;
+  start(&e);
+  open_streams(&e, 0, NULL, 1, 0); /* holds the only slot */
+  rc *c = &e.c[1];
+  rc_connect(c, e.port, 0);
+  static uint8_t junk[21845]; /* 3 x 21845 = the connection's window */
+  for (int i = 0; i < 3; i++) {
+    rc_stream *s = rc_open(c, "POST", SRC_PATH, GRPC, 1, NULL, NULL);
+    rc_send(c, s, junk, sizeof(junk));
+  }
+  ck_assert(h2t_run_until(&e.loop, held_n, &e, 10000));
+  for (int i = 0; i < 3; i++)
+    rc_rst(c, &c->streams[i], NGHTTP2_CANCEL);
+  ck_assert(h2t_run_until(&e.loop, none_held, &e, 10000));
+  open_streams(&e, 1, NULL, 1, 1); /* a request on the same connection */
+  rc_rst(&e.c[0], &e.c[0].streams[0], NGHTTP2_CANCEL); /* frees the slot */
+  cnt k = {&e, 1, 2, PUSHED, 1};
+  ck_assert(h2t_run_until(&e.loop, reached, &k, 10000));
+  ck_assert_uint_eq(stats(&e).streams, 1);
+  finish(&e);
+}
+END_TEST
+
 START_TEST(test_h2c_max_streams_refused_resource_exhausted) {
   aenv e;
   setup(&e);
@@ -234,6 +285,7 @@ int main(void) {
   tcase_add_test(tc, test_h2c_silent_peer_holds_only_its_share);
   tcase_add_test(tc, test_h2c_waiting_stream_gets_what_it_sent_once_it_runs);
   tcase_add_test(tc, test_h2c_max_streams_refused_resource_exhausted);
+  tcase_add_test(tc, test_h2c_waiting_streams_reset_give_the_window_back);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
