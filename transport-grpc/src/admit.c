@@ -43,16 +43,12 @@ void mcp_grpc_admit_stats(const mcp_grpc_ep *ep, mcp_grpc_stats *st) {
   st->refused_wait_timeout = a.refused_wait_timeout;
 }
 
+/* RUN opens the call, REFUSE ends it; WAIT leaves it unread. */
 static void apply(mcp_grpc_stream *s, const mcp_admit_result *r) {
-  if (r->verdict == MCP_ADMIT_RUN) {
-    s->waiting = 0;
+  if (r->verdict == MCP_ADMIT_RUN)
     mcp_grpc_stream_open(s); /* on failure, releases the ticket at once */
-  } else if (r->verdict == MCP_ADMIT_REFUSE) {
-    s->waiting = 0;
+  else if (r->verdict == MCP_ADMIT_REFUSE)
     mcp_grpc_stream_refuse(s, r->status, r->details);
-  } else {
-    s->waiting = 1;
-  }
 }
 
 void mcp_grpc_admit(mcp_grpc_stream *s) {
@@ -101,5 +97,4 @@ void mcp_grpc_admit_leave(mcp_grpc_stream *s) {
     s->ticket = NULL;
     s->ep->admit_dirty = 1; /* what it held may go to a waiting call */
   }
-  s->waiting = 0;
 }

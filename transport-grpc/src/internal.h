@@ -97,9 +97,9 @@ struct mcp_grpc_stream {
                       once the session has nothing more to send now */
 
   /* Admission (admit.c, LISTEN): the stream's place in ep->admit (NULL
-   * when not admitted or gone), and whether it waits to run. */
+   * when not admitted or gone). A call waiting to run has a ticket and no
+   * session. */
   mcp_admit_ticket *ticket;
-  int waiting;
 };
 
 /* The state shared by the four roles: a source or a sink, listening or
