@@ -46,10 +46,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_bench as eb  # noqa: E402
 
 PATH = "/istio.mcp.v1alpha1.ResourceSource/EstablishResourceStream"
-# The gRPC transport admits 1000 new streams/s with a burst of 2000 by
-# default (mcp_grpc_options.stream_rate, stream_burst; mcp-source has no
-# flag for them): a measured run stays within the burst, after a pause
-# that refills the bucket.
+# Both transports admit 1000 new streams/s with a burst of 2000 by
+# default (stream_rate, stream_burst of mcp_grpc_options and
+# mcp_h2c_options; mcp-source has no flag for them): a measured run stays
+# within the burst, after a pause that refills the bucket.
 MAX_STREAMS_PER_RUN = 1800
 REFILL_S = 2.2
 

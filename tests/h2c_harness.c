@@ -195,9 +195,20 @@ static ssize_t read_out(nghttp2_session *h2, int32_t id, uint8_t *buf,
 }
 
 void rc_connect(rc *c, int port, int32_t window) {
+  rc_connect_from(c, port, window, NULL);
+}
+
+void rc_connect_from(rc *c, int port, int32_t window, const char *from) {
   memset(c, 0, sizeof(*c));
   c->fd = socket(AF_INET, SOCK_STREAM, 0);
   ck_assert_int_ge(c->fd, 0);
+  if (from) { /* another loopback address: another peer */
+    struct sockaddr_in b;
+    memset(&b, 0, sizeof(b));
+    b.sin_family = AF_INET;
+    ck_assert_int_eq(inet_pton(AF_INET, from, &b.sin_addr), 1);
+    ck_assert_int_eq(bind(c->fd, (struct sockaddr *)&b, sizeof(b)), 0);
+  }
   struct sockaddr_in a;
   memset(&a, 0, sizeof(a));
   a.sin_family = AF_INET;

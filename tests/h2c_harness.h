@@ -73,6 +73,9 @@ typedef struct rc {
  * initial stream window of |window| (0: nghttp2's default 65535) and, when
  * |window| is large, a matching connection window. */
 void rc_connect(rc *c, int port, int32_t window);
+/* The same from the local address |from| (e.g. "127.0.0.2": another
+ * peer on loopback; NULL: any). */
+void rc_connect_from(rc *c, int port, int32_t window, const char *from);
 /* Opens a stream: POST |path| with content-type |ctype| (NULL: none) and
  * te: trailers when |te|, plus one more header when |xname| is not NULL. */
 rc_stream *rc_open(rc *c, const char *method, const char *path,

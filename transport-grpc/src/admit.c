@@ -1,175 +1,100 @@
-/* Admission on a listening object, after authorization: how many streams
- * there may be, how fast new ones open, and how many sources' streams are
- * in their initial sync at once. Calls that must wait hold no session and
- * are not read from; they wait in FIFO queues, in order of arrival. */
+/* Admission on a listening object, after authorization: the core's policy
+ * (mcp_admit, mcp.h) applied to gRPC calls. Calls that must wait hold no
+ * session and are not read from; the policy says when they run or end. */
 #include <stdint.h>
+#include <string.h>
 
 #include "internal.h"
 
-static void q_push(mcp_grpc_queue *q, mcp_grpc_stream *s) {
-  s->queue = q;
-  s->qnext = NULL;
-  s->qprev = q->tail;
-  if (q->tail)
-    q->tail->qnext = s;
-  else
-    q->head = s;
-  q->tail = s;
-  q->n++;
+int mcp_grpc_admit_init(mcp_grpc_ep *ep) {
+  const mcp_grpc_options *o = &ep->opts;
+  mcp_admit_options ao;
+  memset(&ao, 0, sizeof(ao));
+  ao.max_streams = o->max_streams;
+  ao.max_streams_per_peer = o->max_streams_per_peer;
+  ao.stream_rate = o->stream_rate;
+  ao.stream_burst = o->stream_burst;
+  ao.max_initial = o->max_initial_pushes;
+  ao.max_initial_per_peer = o->max_initial_pushes_per_peer;
+  ao.initial_timeout = o->initial_push_timeout;
+  ao.wait_timeout = o->admission_wait_timeout;
+  return mcp_admit_new(&ep->admit, &ao, NULL, ep->now);
 }
 
-static void q_remove(mcp_grpc_stream *s) {
-  mcp_grpc_queue *q = s->queue;
-  if (s->qprev)
-    s->qprev->qnext = s->qnext;
-  else
-    q->head = s->qnext;
-  if (s->qnext)
-    s->qnext->qprev = s->qprev;
-  else
-    q->tail = s->qprev;
-  q->n--;
-  s->queue = NULL;
-  s->qprev = s->qnext = NULL;
+void mcp_grpc_admit_fini(mcp_grpc_ep *ep) {
+  mcp_admit_del(ep->admit);
+  ep->admit = NULL;
 }
 
-static mcp_grpc_stream *q_pop(mcp_grpc_queue *q) {
-  mcp_grpc_stream *s = q->head;
-  if (s)
-    q_remove(s);
-  return s;
+void mcp_grpc_admit_stats(const mcp_grpc_ep *ep, mcp_grpc_stats *st) {
+  if (!ep->admit)
+    return;
+  mcp_admit_stats a;
+  mcp_admit_get_stats(ep->admit, &a);
+  st->waiting_rate = a.waiting_rate;
+  st->waiting_initial = a.waiting_initial;
+  st->initial = a.initial;
+  st->initial_peak = a.initial_peak;
+  st->initial_timeouts = a.initial_timeouts;
+  st->initial_sent = a.initial_sent;
+  st->refused_max_streams = a.refused_max_streams;
+  st->refused_peer_streams = a.refused_peer_streams;
+  st->refused_rate = a.refused_rate;
+  st->refused_wait_timeout = a.refused_wait_timeout;
 }
 
-static int rate_limited(const mcp_grpc_ep *ep) {
-  return ep->opts.stream_rate != UINT32_MAX;
-}
-
-static void refill(mcp_grpc_ep *ep) {
-  mcp_tstamp dt = ep->now - ep->tokens_at;
-  ep->tokens_at = ep->now;
-  ep->tokens += (double)dt * (double)ep->opts.stream_rate / 1e9;
-  if (ep->tokens > (double)ep->opts.stream_burst)
-    ep->tokens = (double)ep->opts.stream_burst;
-}
-
-static int take_token(mcp_grpc_ep *ep) {
-  if (!rate_limited(ep))
-    return 1;
-  refill(ep);
-  if (ep->tokens < 1.0)
-    return 0;
-  ep->tokens -= 1.0;
-  return 1;
-}
-
-static int wants_slot(const mcp_grpc_stream *s) {
-  return s->role == MCP_GRPC_ROLE_SOURCE &&
-         s->ep->opts.max_initial_pushes != SIZE_MAX;
-}
-
-static void hold_slot(mcp_grpc_stream *s) {
-  mcp_grpc_ep *ep = s->ep;
-  s->initial_until = ep->now + ep->opts.initial_push_timeout;
-  q_push(&ep->initial, s);
-  if (ep->initial.n > ep->stats.initial_peak)
-    ep->stats.initial_peak = ep->initial.n;
-}
-
-/* Past the rate: a source's stream needs an initial slot, then opens. */
-static void admit_slot(mcp_grpc_stream *s) {
-  mcp_grpc_ep *ep = s->ep;
-  if (wants_slot(s)) {
-    if (ep->wait_initial.n > 0 ||
-        ep->initial.n >= ep->opts.max_initial_pushes) {
-      q_push(&ep->wait_initial, s);
-      return;
-    }
-    hold_slot(s);
-  }
-  mcp_grpc_stream_open(s);
+/* RUN opens the call, REFUSE ends it; WAIT leaves it unread. */
+static void apply(mcp_grpc_stream *s, const mcp_admit_result *r) {
+  if (r->verdict == MCP_ADMIT_RUN)
+    mcp_grpc_stream_open(s); /* on failure, releases the ticket at once */
+  else if (r->verdict == MCP_ADMIT_REFUSE)
+    mcp_grpc_stream_refuse(s, r->status, r->details);
 }
 
 void mcp_grpc_admit(mcp_grpc_stream *s) {
   mcp_grpc_ep *ep = s->ep;
-  const mcp_grpc_options *o = &ep->opts;
-  if (o->max_streams != SIZE_MAX && ep->nlive >= o->max_streams) {
-    ep->stats.refused_max_streams++;
+  char key[160];
+  mcp_admit_peer_key(s->peer, key, sizeof(key));
+  mcp_admit_result r;
+  int rv = mcp_admit_stream(ep->admit, key, s->role == MCP_GRPC_ROLE_SOURCE,
+                            s, ep->now, &s->ticket, &r);
+  if (rv < 0) {
     mcp_grpc_stream_refuse(s, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                           "too many streams");
+                           mcp_strerror(rv));
     return;
   }
-  s->live = 1;
-  ep->nlive++;
-  /* Those already waiting go first. */
-  if (ep->wait_rate.n > 0 || !take_token(ep)) {
-    if (ep->wait_rate.n < o->stream_burst) {
-      q_push(&ep->wait_rate, s);
-      return;
-    }
-    ep->stats.refused_rate++;
-    mcp_grpc_stream_refuse(s, GRPC_STATUS_UNAVAILABLE,
-                           "too many new streams; retry later");
-    return;
-  }
-  admit_slot(s);
+  apply(s, &r);
 }
 
 void mcp_grpc_admit_tick(mcp_grpc_ep *ep, mcp_tstamp *deadline) {
-  if (ep->stopping)
+  if (ep->stopping || !ep->admit)
     return;
-  const mcp_grpc_options *o = &ep->opts;
-  if (ep->wait_rate.n > 0) {
-    refill(ep);
-    while (ep->wait_rate.head && ep->tokens >= 1.0) {
-      ep->tokens -= 1.0;
-      admit_slot(q_pop(&ep->wait_rate));
-    }
-    if (ep->wait_rate.head) {
-      double missing = 1.0 - ep->tokens;
-      mcp_tstamp at =
-          ep->now + (mcp_tstamp)(missing * 1e9 / (double)o->stream_rate) + 1;
-      if (at < *deadline)
-        *deadline = at;
-    }
+  mcp_admit_result r;
+  while (mcp_admit_next(ep->admit, ep->now, &r)) {
+    mcp_grpc_stream *s = r.user;
+    if (r.verdict == MCP_ADMIT_REFUSE)
+      s->ticket = NULL; /* freed by the policy */
+    apply(s, &r);
   }
-  /* Slots are held in the order they were given: the oldest times out
-   * first. A stream past its timeout goes on, without a slot. */
-  while (ep->initial.head && ep->initial.head->initial_until <= ep->now) {
-    ep->stats.initial_timeouts++;
-    q_remove(ep->initial.head);
-  }
-  while (ep->wait_initial.head && ep->initial.n < o->max_initial_pushes) {
-    mcp_grpc_stream *s = q_pop(&ep->wait_initial);
-    hold_slot(s);
-    mcp_grpc_stream_open(s); /* on failure, leaves the slot at once */
-  }
-  if (ep->initial.head && ep->initial.head->initial_until < *deadline)
-    *deadline = ep->initial.head->initial_until;
+  mcp_tstamp at = mcp_admit_get_expiry(ep->admit);
+  if (at < *deadline)
+    *deadline = at;
 }
 
 void mcp_grpc_admit_check_initial(mcp_grpc_stream *s) {
   mcp_grpc_ep *ep = s->ep;
-  if (s->queue != &ep->initial || !s->src)
+  if (!mcp_admit_ticket_initial(s->ticket) || !s->src)
     return;
-  size_t n = mcp_source_session_collection_count(s->src);
-  if (n == 0)
-    return; /* nothing asked yet */
-  for (size_t i = 0; i < n; i++) {
-    mcp_collection_status st;
-    if (mcp_source_session_collection_status(s->src, i, ep->now, &st) < 0)
-      return;
-    /* A collection the store does not know gets no push to answer. */
-    if (st.known && st.acks + st.nacks == 0)
-      return;
+  if (mcp_admit_initial_sent(s->src, ep->now)) {
+    mcp_admit_initial_done(ep->admit, s->ticket);
+    ep->admit_dirty = 1; /* the next tick gives the slot to a waiting call */
   }
-  q_remove(s); /* the next tick gives the slot to a waiting stream */
 }
 
 void mcp_grpc_admit_leave(mcp_grpc_stream *s) {
-  if (s->queue)
-    q_remove(s);
-  if (s->live) {
-    s->live = 0;
-    s->ep->nlive--;
+  if (s->ticket) {
+    mcp_admit_release(s->ep->admit, s->ticket);
+    s->ticket = NULL;
+    s->ep->admit_dirty = 1; /* what it held may go to a waiting call */
   }
 }

@@ -48,12 +48,6 @@ typedef struct mcp_grpc_job {
 typedef struct mcp_grpc_ep mcp_grpc_ep;
 typedef struct mcp_grpc_stream mcp_grpc_stream;
 
-/* A FIFO of streams, linked through their |qprev| / |qnext|. */
-typedef struct mcp_grpc_queue {
-  mcp_grpc_stream *head, *tail;
-  size_t n;
-} mcp_grpc_queue;
-
 /* TLS material from files, shared with gRPC's threads (tls.c). */
 typedef struct mcp_grpc_tls mcp_grpc_tls;
 
@@ -106,11 +100,10 @@ struct mcp_grpc_stream {
                       left to send now */
   int close_sent;  /* dialed: SEND_CLOSE_FROM_CLIENT started */
 
-  /* Admission (admit.c, LISTEN). */
-  int live;               /* counted in ep->nlive */
-  mcp_grpc_queue *queue;  /* the queue the stream is in, or NULL */
-  mcp_grpc_stream *qprev, *qnext;
-  mcp_tstamp initial_until; /* holding an initial slot until then */
+  /* Admission (admit.c, LISTEN): the stream's place in ep->admit (NULL
+   * when not admitted or gone). A call waiting to run has a ticket and no
+   * session. */
+  mcp_admit_ticket *ticket;
 };
 
 /* The state shared by the four roles: a source or a sink, listening or
@@ -168,14 +161,9 @@ struct mcp_grpc_ep {
   mcp_grpc_tls *tls;
   mcp_grpc_stats stats;
 
-  /* Admission (LISTEN): streams live (admitted or waiting), the new-stream
-   * token bucket, calls waiting for a token, streams waiting for an
-   * initial slot, and those holding one (in the order they got it, so
-   * also the order of their timeouts). */
-  size_t nlive;
-  double tokens;
-  mcp_tstamp tokens_at;
-  mcp_grpc_queue wait_rate, wait_initial, initial;
+  /* Admission (LISTEN): the core's policy object (admit.c). */
+  mcp_admit *admit;
+  int admit_dirty; /* a slot was freed: run admission without waiting */
 
   /* DIAL */
   grpc_channel *channel;
@@ -213,12 +201,17 @@ int mcp_grpc_stream_authorize(mcp_grpc_stream *s, const char **details);
 void mcp_grpc_stream_identity_free(mcp_grpc_stream *s);
 
 /* admit.c */
+/* LISTEN: creates / frees ep->admit (after the last stream is gone). */
+int mcp_grpc_admit_init(mcp_grpc_ep *ep);
+void mcp_grpc_admit_fini(mcp_grpc_ep *ep);
+/* Fills the admission counters of |st|. */
+void mcp_grpc_admit_stats(const mcp_grpc_ep *ep, mcp_grpc_stats *st);
 /* A call that passed authorization: refused, queued or opened. */
 void mcp_grpc_admit(mcp_grpc_stream *s);
 /* Admits what may go now; lowers |*deadline| to the next admission time. */
 void mcp_grpc_admit_tick(mcp_grpc_ep *ep, mcp_tstamp *deadline);
-/* After a message was delivered to a source stream holding an initial
- * slot: frees the slot once every known collection was answered. */
+/* After a message was handed to gRPC on a source stream holding an
+ * initial slot: frees the slot once every first push went out. */
 void mcp_grpc_admit_check_initial(mcp_grpc_stream *s);
 /* The stream leaves admission: out of its queue, slot and count. */
 void mcp_grpc_admit_leave(mcp_grpc_stream *s);

@@ -99,7 +99,7 @@ void mcp_grpc_stream_info_fill(const mcp_grpc_stream *s,
   info->identities = (const char *const *)s->ids;
   info->nidentities = s->nids;
   info->tls = s->tls;
-  info->initial = s->queue && s->queue == &s->ep->initial;
+  info->initial = mcp_admit_ticket_initial(s->ticket);
 }
 
 static void fill_stats(mcp_grpc_ep *ep, mcp_grpc_stats *st) {
@@ -108,9 +108,7 @@ static void fill_stats(mcp_grpc_ep *ep, mcp_grpc_stats *st) {
   for (mcp_grpc_stream *s = ep->streams; s; s = s->next)
     if (s->src || s->snk)
       st->streams++;
-  st->waiting_rate = ep->wait_rate.n;
-  st->waiting_initial = ep->wait_initial.n;
-  st->initial = ep->initial.n;
+  mcp_grpc_admit_stats(ep, st);
 }
 
 static void run_job(mcp_grpc_ep *ep, mcp_grpc_job *job) {
@@ -212,6 +210,10 @@ static mcp_tstamp tick(mcp_grpc_ep *ep) {
       dl = s->expiry;
   }
   ep->all_dirty = 0;
+  if (ep->admit_dirty) { /* a slot was freed: admit at once */
+    ep->admit_dirty = 0;
+    dl = ep->now;
+  }
   if (ep->stopping && !ep->cq_shut && finished(ep)) {
     grpc_completion_queue_shutdown(ep->cq);
     ep->cq_shut = 1;
@@ -267,8 +269,6 @@ int mcp_grpc_ep_start(mcp_grpc_ep *ep) {
   ep->jobs_tail = &ep->jobs;
   ep->wake_tag.fn = wake_done;
   ep->now = mcp_grpc_now();
-  ep->tokens = (double)ep->opts.stream_burst; /* a full bucket */
-  ep->tokens_at = ep->now;
   if (pthread_mutex_init(&ep->mu, NULL) != 0)
     return MCP_ERR_NOMEM;
   if (pthread_cond_init(&ep->cv, NULL) != 0) {
@@ -280,7 +280,9 @@ int mcp_grpc_ep_start(mcp_grpc_ep *ep) {
       "mcp-grpc-wake", GRPC_STATUS_UNAVAILABLE, "wake-up");
 
   if (ep->opts.mode == MCP_GRPC_LISTEN) {
-    rv = mcp_grpc_server_create(ep);
+    rv = mcp_grpc_admit_init(ep);
+    if (rv == 0)
+      rv = mcp_grpc_server_create(ep);
     if (rv < 0)
       goto fail;
   } else {
@@ -305,6 +307,7 @@ fail:
   if (ep->server) /* bound but never started: may be destroyed as is */
     grpc_server_destroy(ep->server);
   ep->server = NULL;
+  mcp_grpc_admit_fini(ep);
   grpc_channel_destroy(ep->lame);
   cq_destroy(ep->cq);
   pthread_cond_destroy(&ep->cv);
@@ -321,6 +324,7 @@ void mcp_grpc_ep_stop(mcp_grpc_ep *ep) {
   /* The loop left after the queue's shutdown event: it is drained. */
   grpc_completion_queue_destroy(ep->cq);
   grpc_channel_destroy(ep->lame);
+  mcp_grpc_admit_fini(ep); /* every stream is gone */
   pthread_cond_destroy(&ep->cv);
   pthread_mutex_destroy(&ep->mu);
 }

@@ -387,6 +387,8 @@ void mcp_grpc_stream_pump(mcp_grpc_stream *s) {
     s->send_busy = 1;
     s->close_sent = 1;
   }
+  if (s->ticket && s->src)
+    mcp_grpc_admit_check_initial(s);
   /* The client half-closed: the answers the session has for what it sent
    * go out one by one (on_send pumps again); once a pump finds nothing to
    * send at that moment, the stream ends with OK, as h2c's does. A store
@@ -436,8 +438,6 @@ static void on_recv(mcp_grpc_tag *tag, int ok) {
         fail(s, rv);
       } else {
         s->dirty = 1;
-        if (s->queue)
-          mcp_grpc_admit_check_initial(s);
         start_recv(s);
       }
     }

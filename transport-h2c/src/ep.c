@@ -111,6 +111,7 @@ static void stats(const mcp_h2c_ep *ep, mcp_h2c_stats *st) {
   st->write_buffered = ep->write_buffered;
   st->msg_buffered = ep->msg_buffered;
   st->read_buffered = ep->read_buffered;
+  mcp_h2c_admit_stats(ep, st);
 }
 
 /* ------------------------------------------------------------------ */
@@ -121,6 +122,8 @@ static void on_idle(uv_idle_t *h) {
   mcp_h2c_ep *ep = h->data;
   uv_idle_stop(h);
   ep->idle_active = 0;
+  if (ep->admit_dirty)
+    mcp_h2c_admit_run(ep);
   int all = ep->notify_all;
   ep->notify_all = 0;
   mcp_h2c_conn *next;
@@ -224,6 +227,7 @@ static void ep_free(mcp_h2c_ep *ep) {
   free(ep->address);
   free(ep->authority);
   mcp_h2c_addr_free(&ep->addr);
+  mcp_h2c_admit_free(ep);
   free(ep); /* the ep is the first member of the public object */
   if (on_closed)
     on_closed(ud);
@@ -366,10 +370,13 @@ static int ep_start(mcp_h2c_ep *ep, uv_loop_t *loop,
   ep->idle.data = ep;
   ep->refs = 2;
 
-  if (opts->mode == MCP_H2C_LISTEN)
-    rv = mcp_h2c_server_start(ep);
-  else
+  if (opts->mode == MCP_H2C_LISTEN) {
+    rv = mcp_h2c_admit_init(ep);
+    if (rv == 0)
+      rv = mcp_h2c_server_start(ep);
+  } else {
     mcp_h2c_client_start(ep);
+  }
   if (rv < 0) {
     int e = errno; /* why the listener failed, for the caller */
     ep->opts.on_closed = NULL; /* a failed creation reports nothing */
@@ -444,6 +451,7 @@ static void shutdown_ep(mcp_h2c_ep *ep) {
     uv_idle_stop(&ep->idle);
   uv_close((uv_handle_t *)&ep->async, on_handle_closed);
   uv_close((uv_handle_t *)&ep->idle, on_handle_closed);
+  mcp_h2c_admit_close(ep);
 }
 
 static int valid(uv_loop_t *loop, const mcp_h2c_options *opts) {

@@ -77,6 +77,7 @@ static void drop_session(mcp_h2c_stream *s) {
   if (c->ep->sink_stream == s)
     c->ep->sink_stream = NULL;
   s->expiry = MCP_TSTAMP_MAX;
+  mcp_h2c_admit_leave(s);
 }
 
 static void drop_out(mcp_h2c_stream *s) {
@@ -342,6 +343,20 @@ void mcp_h2c_stream_request(mcp_h2c_stream *s) {
     return;
   }
   s->service = (mcp_service)served;
+  if (ep->admit)
+    mcp_h2c_admit(s);
+  else
+    mcp_h2c_stream_start(s);
+}
+
+void mcp_h2c_stream_reject(mcp_h2c_stream *s, int status,
+                           const char *details) {
+  reject(s, 200, status, details);
+}
+
+void mcp_h2c_stream_start(mcp_h2c_stream *s) {
+  mcp_h2c_conn *c = s->c;
+  mcp_h2c_ep *ep = c->ep;
   int rv = mcp_h2c_stream_open_session(s);
   if (rv < 0) {
     reject(s, 200, mcp_error_grpc_status(rv), mcp_strerror(rv));
@@ -358,6 +373,14 @@ void mcp_h2c_stream_request(mcp_h2c_stream *s) {
   s->response_submitted = 1;
   c->dirty = 1;
   mcp_h2c_notify_stream(s, MCP_H2C_STREAM_OPENED);
+  if (s->held.len) { /* what it sent while it waited */
+    mcp_h2c_buf held = s->held;
+    memset(&s->held, 0, sizeof(s->held));
+    ep->read_buffered -= held.len;
+    mcp_h2c_stream_input(s, held.p, held.len);
+    nghttp2_session_consume(c->h2, s->id, held.len);
+    mcp_h2c_buf_free(&held);
+  }
 }
 
 int mcp_h2c_stream_submit_request(mcp_h2c_stream *s) {
@@ -412,7 +435,7 @@ static void deliver(mcp_h2c_stream *s, const uint8_t *p, size_t n) {
 /* Reassembles gRPC messages from DATA payload (deframe.h): a message
  * that lies whole in |p| is delivered from there, the others from the
  * stream's buffer, which is freed once its message is delivered. */
-static void stream_input(mcp_h2c_stream *s, const uint8_t *p, size_t n) {
+void mcp_h2c_stream_input(mcp_h2c_stream *s, const uint8_t *p, size_t n) {
   mcp_h2c_ep *ep = s->c->ep;
   char msg[128];
   while (n > 0 && !s->finishing) {
@@ -521,6 +544,8 @@ void mcp_h2c_stream_pump(mcp_h2c_stream *s, mcp_tstamp now) {
     }
     c->dirty = 1;
   }
+  if (s->ticket)
+    mcp_h2c_admit_check_initial(s, now);
   if (blocked && !s->out)
     s->dirty = 1; /* pull once the socket drains (the next kick) */
   if (s->remote_closed && !s->dialed && !s->out && !s->finishing) {
@@ -848,8 +873,14 @@ static int on_data_chunk(nghttp2_session *h2, uint8_t flags, int32_t id,
   (void)flags;
   (void)user_data;
   mcp_h2c_stream *s = stream_of(h2, id);
-  if (s && s->kind == MCP_H2C_SK_GRPC && !s->finishing)
-    stream_input(s, data, len);
+  if (s && s->waiting && !s->finishing) {
+    if (mcp_h2c_admit_hold(s, data, len) == 0)
+      return 0; /* consumed once the stream runs */
+    mcp_h2c_stream_finish(s, MCP_CODE_RESOURCE_EXHAUSTED,
+                          mcp_strerror(MCP_ERR_NOMEM));
+  } else if (s && s->kind == MCP_H2C_SK_GRPC && !s->finishing) {
+    mcp_h2c_stream_input(s, data, len);
+  }
   /* Taken: delivered to the core, or held in the stream's buffer (bounded
    * by the maximum message size), or dropped. */
   nghttp2_session_consume(h2, id, len);

@@ -87,6 +87,13 @@ struct mcp_h2c_stream {
   int dirty;              /* pump at the next kick */
   int status;             /* final status and details (malloc'd) */
   char *details;
+
+  /* Admission (admit.c, server): the stream's place in ep->admit (NULL
+   * when none), whether it waits to run, and the DATA received while it
+   * waits (not consumed: the stream's window bounds it). */
+  mcp_admit_ticket *ticket;
+  int waiting;
+  mcp_h2c_buf held;
 };
 
 /* ------------------------------------------------------------------ */
@@ -218,6 +225,12 @@ struct mcp_h2c_ep {
   int listening;
   int port;
 
+  /* LISTEN: admission (admit.c): the core's policy, its timer, and a run
+   * of its decisions pending (on the idle handle). */
+  mcp_admit *admit;
+  uv_timer_t admit_timer;
+  int admit_dirty;
+
   /* DIAL */
   uv_timer_t retry;
   mcp_h2c_conn *dial; /* the attempt under way */
@@ -258,6 +271,13 @@ void mcp_h2c_streams_gone(mcp_h2c_conn *c, int status, const char *details);
 int mcp_h2c_stream_open_session(mcp_h2c_stream *s);
 /* server: the request's headers are complete (also after an upgrade). */
 void mcp_h2c_stream_request(mcp_h2c_stream *s);
+/* server: an admitted request starts: session, response, OPENED, and the
+ * DATA held while it waited. */
+void mcp_h2c_stream_start(mcp_h2c_stream *s);
+/* server: a trailers-only gRPC answer (HTTP 200) with |status|. */
+void mcp_h2c_stream_reject(mcp_h2c_stream *s, int status, const char *details);
+/* Feeds DATA payload to a running stream (delivers whole messages). */
+void mcp_h2c_stream_input(mcp_h2c_stream *s, const uint8_t *p, size_t n);
 /* client: submit the request of a dialed stream. */
 int mcp_h2c_stream_submit_request(mcp_h2c_stream *s);
 /* server: answers a complete plain HTTP request. */
@@ -282,6 +302,23 @@ void mcp_h2c_client_stop(mcp_h2c_ep *ep);
 void mcp_h2c_client_conn_gone(mcp_h2c_ep *ep, mcp_h2c_conn *c);
 void mcp_h2c_client_stream_gone(mcp_h2c_ep *ep, mcp_tstamp lived,
                                 uint64_t received);
+
+/* admit.c */
+/* LISTEN: creates ep->admit and its timer (a handle: counts in refs). */
+int mcp_h2c_admit_init(mcp_h2c_ep *ep);
+void mcp_h2c_admit_close(mcp_h2c_ep *ep); /* closes the timer */
+void mcp_h2c_admit_free(mcp_h2c_ep *ep);  /* with the object */
+void mcp_h2c_admit_stats(const mcp_h2c_ep *ep, mcp_h2c_stats *st);
+/* A gRPC request that passed the checks: runs, waits or is refused. */
+void mcp_h2c_admit(mcp_h2c_stream *s);
+/* Applies the policy's decisions now (from the idle handle or timer). */
+void mcp_h2c_admit_run(mcp_h2c_ep *ep);
+/* After a message was taken from a source session holding a slot. */
+void mcp_h2c_admit_check_initial(mcp_h2c_stream *s, mcp_tstamp now);
+/* DATA for a waiting stream: held, not consumed. 0, or NOMEM. */
+int mcp_h2c_admit_hold(mcp_h2c_stream *s, const uint8_t *p, size_t n);
+/* The stream leaves admission (ends or is freed). */
+void mcp_h2c_admit_leave(mcp_h2c_stream *s);
 
 /* server.c */
 int mcp_h2c_server_start(mcp_h2c_ep *ep);

@@ -903,6 +903,173 @@ MCP_EXTERN size_t mcp_sink_state_journal_count(const mcp_sink_state *state);
 MCP_EXTERN int mcp_sink_state_journal_entry(const mcp_sink_state *state,
                                             size_t i, mcp_journal_entry *e);
 
+/* ------------------------------------------------------------------ */
+/* Admission                                                           */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Which new streams a listening transport runs now, which wait (unread,
+ * with no session) and which it refuses: the policy both transports share.
+ * Sans-I/O like the rest: time is an argument, no callback; the transport
+ * admits each new stream with a peer key, pulls the decisions for waiting
+ * streams with mcp_admit_next(), and tells when a stream's initial push
+ * was handed to it and when the stream is gone.
+ *
+ *  1. Streams (running or waiting): at most |max_streams| in all and
+ *     |max_streams_per_peer| per peer; beyond, RESOURCE_EXHAUSTED.
+ *  2. New-stream rate: a token bucket (|stream_rate| per second, holding
+ *     |stream_burst|). A stream finding no token waits for one while
+ *     fewer than |stream_burst| wait, and fewer than a quarter of them
+ *     from its peer; beyond, UNAVAILABLE. Tokens go round robin across
+ *     the waiting peers (in arrival order within a peer).
+ *  3. Initial slots (streams admitted with |initial|, i.e. sources): a
+ *     slot pays for the cost of the initial push, so it is held from the
+ *     admission until every collection the stream asked for (that its
+ *     store knows) has had its first push handed to the transport
+ *     (mcp_admit_initial_sent()), or for |initial_timeout| at most (a
+ *     stream that asks for nothing). At most |max_initial| slots in all
+ *     and |max_initial_per_peer| per peer: a peer whose streams never ask
+ *     cannot hold every slot. Streams waiting for a slot are served round
+ *     robin across peers (in arrival order within a peer).
+ *  4. A stream that waited |wait_timeout| (for a token or a slot) is
+ *     refused with UNAVAILABLE, which gRPC clients retry: a storm gets a
+ *     clean answer in bounded time rather than a queue of minutes.
+ *
+ * The peer key is what the transport says identifies a client (both
+ * transports use the address without the port); compared as bytes.
+ */
+typedef struct mcp_admit mcp_admit;
+/* One admitted stream, running or waiting. Owned by the mcp_admit. */
+typedef struct mcp_admit_ticket mcp_admit_ticket;
+
+/* 0 means the default; the largest value of the type (SIZE_MAX,
+ * UINT32_MAX, MCP_TSTAMP_MAX) means no limit. */
+typedef struct mcp_admit_options {
+  size_t max_streams;          /* default 100000 */
+  size_t max_streams_per_peer; /* default max_streams / 4 */
+  uint32_t stream_rate;        /* per second; default 1000 */
+  uint32_t stream_burst;       /* default 2000 */
+  size_t max_initial;          /* slots; default 64 */
+  size_t max_initial_per_peer; /* default max_initial / 4 (at least 1) */
+  mcp_tstamp initial_timeout;  /* longest a slot is held; default 10 s */
+  mcp_tstamp wait_timeout;     /* longest a stream waits; default 5 s */
+} mcp_admit_options;
+
+#define MCP_ADMIT_DEFAULT_MAX_STREAMS 100000
+#define MCP_ADMIT_DEFAULT_STREAM_RATE 1000
+#define MCP_ADMIT_DEFAULT_STREAM_BURST 2000
+#define MCP_ADMIT_DEFAULT_MAX_INITIAL 64
+#define MCP_ADMIT_DEFAULT_INITIAL_TIMEOUT (10 * MCP_SECONDS)
+#define MCP_ADMIT_DEFAULT_WAIT_TIMEOUT (5 * MCP_SECONDS)
+
+/* Fills |opts| with the defaults (the derived per-peer ones included). */
+MCP_EXTERN void mcp_admit_options_default(mcp_admit_options *opts);
+
+/* Replaces the zeros of |opts| with the defaults, in place. */
+MCP_EXTERN void mcp_admit_options_normalize(mcp_admit_options *opts);
+
+typedef enum mcp_admit_verdict {
+  MCP_ADMIT_RUN = 0,   /* the stream runs now */
+  MCP_ADMIT_WAIT = 1,  /* it waits: a later mcp_admit_next() decides */
+  MCP_ADMIT_REFUSE = 2 /* end it with |status| and |details| */
+} mcp_admit_verdict;
+
+typedef enum mcp_admit_reason {
+  MCP_ADMIT_OK = 0,
+  MCP_ADMIT_MAX_STREAMS,  /* RESOURCE_EXHAUSTED "too many streams" */
+  MCP_ADMIT_PEER_STREAMS, /* RESOURCE_EXHAUSTED, this peer's share */
+  MCP_ADMIT_RATE,         /* UNAVAILABLE, the rate's queue is full */
+  MCP_ADMIT_WAIT_TIMEOUT  /* UNAVAILABLE, waited |wait_timeout| */
+} mcp_admit_reason;
+
+typedef struct mcp_admit_result {
+  mcp_admit_verdict verdict;
+  mcp_admit_reason reason; /* REFUSE: why */
+  void *user;              /* the stream's |user| from mcp_admit_stream() */
+  int status;              /* REFUSE: MCP_CODE_RESOURCE_EXHAUSTED or
+                              MCP_CODE_UNAVAILABLE */
+  const char *details;     /* REFUSE: static text */
+} mcp_admit_result;
+
+typedef struct mcp_admit_stats {
+  size_t streams;         /* running or waiting */
+  size_t waiting_rate;    /* waiting for a token */
+  size_t waiting_initial; /* waiting for a slot */
+  size_t initial;         /* holding a slot */
+  size_t initial_peak;    /* the most |initial| has been */
+  size_t peers;           /* peers with a stream */
+  uint64_t initial_sent;     /* slots freed by mcp_admit_initial_done() */
+  uint64_t initial_timeouts; /* slots freed by |initial_timeout| */
+  uint64_t refused_max_streams, refused_peer_streams, refused_rate,
+      refused_wait_timeout;
+} mcp_admit_stats;
+
+/* Errors: NOMEM; INVALID_ARGUMENT (NULL). |opts| NULL: the defaults; it is
+ * copied and normalized. On failure |*padmit| is untouched. */
+MCP_EXTERN int mcp_admit_new(mcp_admit **padmit, const mcp_admit_options *opts,
+                             const mcp_mem *mem, mcp_tstamp ts);
+
+/* Frees the object and every ticket (the transport drops its pointers).
+ * NULL is a no-op. */
+MCP_EXTERN void mcp_admit_del(mcp_admit *admit);
+
+/* The options in force (normalized). */
+MCP_EXTERN const mcp_admit_options *mcp_admit_get_options(const mcp_admit *admit);
+
+/*
+ * A new stream from |peer| (copied), with |initial| 1 when it needs an
+ * initial slot. Fills |*res| (res->user = |user|): RUN or WAIT, with a
+ * ticket in |*pticket| that the transport gives back to
+ * mcp_admit_release() when the stream ends; or REFUSE, with no ticket
+ * (*pticket = NULL). Errors: NOMEM (nothing changed; refuse the stream
+ * with RESOURCE_EXHAUSTED).
+ */
+MCP_EXTERN int mcp_admit_stream(mcp_admit *admit, const char *peer, int initial,
+                                void *user, mcp_tstamp ts,
+                                mcp_admit_ticket **pticket,
+                                mcp_admit_result *res);
+
+/*
+ * The next decision about a waiting stream, as time |ts| allows: 1 and
+ * |*res| filled (RUN: the ticket stays; REFUSE: the ticket is freed, do
+ * not release it), or 0 when there is none now. Call it until it returns
+ * 0 after mcp_admit_stream() answered WAIT, after mcp_admit_initial_done()
+ * and mcp_admit_release(), and at mcp_admit_get_expiry().
+ */
+MCP_EXTERN int mcp_admit_next(mcp_admit *admit, mcp_tstamp ts,
+                              mcp_admit_result *res);
+
+/* When mcp_admit_next() must be called again at the latest (a token, a
+ * slot timeout, a waiting deadline); MCP_TSTAMP_MAX for never. */
+MCP_EXTERN mcp_tstamp mcp_admit_get_expiry(const mcp_admit *admit);
+
+/* 1 while |ticket|'s stream holds an initial slot. */
+MCP_EXTERN int mcp_admit_ticket_initial(const mcp_admit_ticket *ticket);
+
+/* The stream's initial push was handed to the transport: its slot, if it
+ * holds one, goes back (to a waiting stream, at mcp_admit_next()). */
+MCP_EXTERN void mcp_admit_initial_done(mcp_admit *admit,
+                                       mcp_admit_ticket *ticket);
+
+/* The stream ended (running or waiting): frees |ticket| and what it held.
+ * NULL is a no-op. */
+MCP_EXTERN void mcp_admit_release(mcp_admit *admit, mcp_admit_ticket *ticket);
+
+MCP_EXTERN void mcp_admit_get_stats(const mcp_admit *admit,
+                                    mcp_admit_stats *st);
+
+/* The peer key of a gRPC-style peer name, into |buf| (NUL-terminated,
+ * truncated to |len|): "ipv4:10.0.0.1:40000" and "ipv6:[::1]:40000" lose
+ * their port, so one client's connections share one share; any other
+ * name ("unix:/p") is kept whole. */
+MCP_EXTERN void mcp_admit_peer_key(const char *peer, char *buf, size_t len);
+
+/* 1 when |s| asked for at least one collection and every one its store
+ * knows has had its first push pulled by mcp_source_session_next(): the
+ * signal for mcp_admit_initial_done(). */
+MCP_EXTERN int mcp_admit_initial_sent(const mcp_source_session *s,
+                                      mcp_tstamp ts);
+
 #ifdef __cplusplus
 }
 #endif

@@ -289,23 +289,35 @@ typedef struct mcp_grpc_options {
   void *authorize_user_data;
 
   /*
-   * Admission (LISTEN), after authorization. 0 means the default; the
-   * largest value of the type (SIZE_MAX, UINT32_MAX) means no limit.
+   * Admission (LISTEN), after authorization: the core's policy (mcp.h,
+   * "Admission"; the peer is the address without the port). 0 means the
+   * default; the largest value of the type (SIZE_MAX, UINT32_MAX,
+   * MCP_TSTAMP_MAX) means no limit.
    *   max_streams: streams open or waiting for admission; a call beyond
-   *     it is refused with RESOURCE_EXHAUSTED. Default 100000.
+   *     it is refused with RESOURCE_EXHAUSTED "too many streams". Default
+   *     100000. max_streams_per_peer: the same for one peer (RESOURCE_
+   *     EXHAUSTED "too many streams from this peer"); default a quarter
+   *     of max_streams.
    *   stream_rate / stream_burst: a token bucket for new streams (per
    *     second; the bucket holds |stream_burst|). A call finding no token
-   *     waits, in order, for one while fewer than |stream_burst| calls
-   *     wait (at most burst/rate seconds), without being read from;
-   *     beyond that it is refused with UNAVAILABLE "too many new streams;
-   *     retry later". Default 1000/s, burst 2000.
+   *     waits for one while fewer than |stream_burst| calls wait (a
+   *     quarter of them per peer), without being read from; beyond that it
+   *     is refused with UNAVAILABLE "too many new streams; retry later".
+   *     Tokens go round robin across peers. Default 1000/s, burst 2000.
    *   max_initial_pushes (sources): streams in their initial sync at once.
-   *     A stream is initial from its admission until every collection it
-   *     asked for (that the store knows) has been answered once (ACK or
-   *     NACK), or for |initial_push_timeout| at most. Streams beyond wait
-   *     unread, in order, their session not yet created, until a slot
-   *     frees: a connect storm is served steadily instead of all at once.
-   *     Default 64 streams, timeout 10 s.
+   *     A stream is initial from its admission until the first push of
+   *     every collection it asked for (that the store knows) has been
+   *     handed to gRPC, or for |initial_push_timeout| at most (a stream
+   *     that asks for nothing). Streams beyond wait unread, their session
+   *     not yet created, until a slot frees: a connect storm is served
+   *     steadily instead of all at once. Default 64 streams, timeout 10 s.
+   *     max_initial_pushes_per_peer: the slots one peer may hold, so that
+   *     silent streams from one peer cannot hold them all; waiting
+   *     streams are served round robin across peers. Default a quarter of
+   *     max_initial_pushes (16).
+   *   admission_wait_timeout: a call still waiting (for a token or a
+   *     slot) after this long is refused with UNAVAILABLE "server busy:
+   *     not admitted within the wait timeout; retry later". Default 5 s.
    * Waiting calls count in |max_streams|; each costs gRPC's call (a few
    * KiB plus what the client sent before it was read, within HTTP/2 flow
    * control) and no session.
@@ -315,6 +327,9 @@ typedef struct mcp_grpc_options {
   uint32_t stream_burst;
   size_t max_initial_pushes;
   mcp_tstamp initial_push_timeout;
+  size_t max_streams_per_peer;
+  size_t max_initial_pushes_per_peer;
+  mcp_tstamp admission_wait_timeout;
 
   /*
    * HTTP/2 limits of a listening object, given to gRPC as channel
@@ -373,6 +388,9 @@ typedef struct mcp_grpc_stats {
   uint64_t refused_max_streams;   /* RESOURCE_EXHAUSTED: max_streams */
   uint64_t refused_rate;          /* UNAVAILABLE: the rate's queue full */
   uint64_t revoked; /* streams ended by *_reauthorize() */
+  uint64_t initial_sent;         /* initial slots freed: push handed over */
+  uint64_t refused_peer_streams; /* RESOURCE_EXHAUSTED: max_streams_per_peer */
+  uint64_t refused_wait_timeout; /* UNAVAILABLE: admission_wait_timeout */
 } mcp_grpc_stats;
 
 /* Callbacks run on the transport thread; |ts| is mcp_grpc_now(). */

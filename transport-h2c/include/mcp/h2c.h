@@ -253,6 +253,36 @@ typedef struct mcp_h2c_options {
   /* Most *_update() calls queued and not yet run; more fail with
    * MCP_ERR_LIMIT (0: no limit). Default 65536. */
   size_t max_queued_updates;
+
+  /*
+   * Admission (LISTEN), the same policy and defaults as the gRPC
+   * transport's (mcp/grpc.h; the core's mcp_admit, mcp.h): 0 means the
+   * default, the largest value of the type no limit. The peer is the
+   * address without the port.
+   *   max_streams (100000) / max_streams_per_peer (a quarter of it):
+   *     MCP streams open or waiting; beyond, RESOURCE_EXHAUSTED.
+   *   stream_rate (1000/s) / stream_burst (2000): new streams; one finding
+   *     no token waits while fewer than |stream_burst| wait (a quarter of
+   *     them per peer; tokens go round robin across peers); beyond,
+   *     UNAVAILABLE "too many new streams; retry later".
+   *   max_initial_pushes (64) / max_initial_pushes_per_peer (16), sources:
+   *     streams between their admission and the moment the first push of
+   *     every collection they asked for is taken from the core (at most
+   *     |initial_push_timeout|, 10 s). Others wait, round robin across
+   *     peers, with no session; what they send is held unread (within the
+   *     stream's HTTP/2 window).
+   *   admission_wait_timeout (5 s): a stream still waiting then ends with
+   *     UNAVAILABLE "server busy: not admitted within the wait timeout;
+   *     retry later".
+   */
+  size_t max_streams;
+  size_t max_streams_per_peer;
+  uint32_t stream_rate;
+  uint32_t stream_burst;
+  size_t max_initial_pushes;
+  size_t max_initial_pushes_per_peer;
+  mcp_tstamp initial_push_timeout;
+  mcp_tstamp admission_wait_timeout;
 } mcp_h2c_options;
 
 /* Fills |opts| with the defaults: LISTEN, address NULL (must be set). */
@@ -282,6 +312,15 @@ typedef struct mcp_h2c_stats {
   size_t read_buffered;    /* partial received messages (at most
                               max_recv_message_size per stream), and the
                               first bytes of connections being probed */
+  /* Admission (LISTEN; see the options): */
+  size_t waiting_rate;     /* streams waiting for a new-stream token */
+  size_t waiting_initial;  /* source: waiting for an initial slot */
+  size_t initial;          /* source: holding an initial slot */
+  size_t initial_peak;     /* the most |initial| has been */
+  uint64_t initial_sent;   /* slots freed: the initial pushes taken */
+  uint64_t initial_timeouts; /* slots freed by initial_push_timeout */
+  uint64_t refused_max_streams, refused_peer_streams, refused_rate,
+      refused_wait_timeout;
 } mcp_h2c_stats;
 
 /* ------------------------------------------------------------------ */

@@ -1,0 +1,156 @@
+/* Admission on a listener: the core's policy (mcp_admit, mcp.h) applied to
+ * gRPC requests, as in the gRPC transport. A waiting stream has no session
+ * and no response; what it sends is held unconsumed, so its HTTP/2 window
+ * bounds it. Decisions are applied from the idle handle or the admission
+ * timer, never from inside another connection's nghttp2 callbacks. */
+#include <string.h>
+
+#include "internal.h"
+
+static void on_admit_timer(uv_timer_t *t) { mcp_h2c_admit_run(t->data); }
+
+static void on_timer_closed(uv_handle_t *h) { mcp_h2c_ep_unref(h->data); }
+
+int mcp_h2c_admit_init(mcp_h2c_ep *ep) {
+  const mcp_h2c_options *o = &ep->opts;
+  mcp_admit_options ao;
+  memset(&ao, 0, sizeof(ao));
+  ao.max_streams = o->max_streams;
+  ao.max_streams_per_peer = o->max_streams_per_peer;
+  ao.stream_rate = o->stream_rate;
+  ao.stream_burst = o->stream_burst;
+  ao.max_initial = o->max_initial_pushes;
+  ao.max_initial_per_peer = o->max_initial_pushes_per_peer;
+  ao.initial_timeout = o->initial_push_timeout;
+  ao.wait_timeout = o->admission_wait_timeout;
+  int rv = mcp_admit_new(&ep->admit, &ao, NULL, mcp_h2c_now());
+  if (rv < 0)
+    return rv;
+  uv_timer_init(ep->loop, &ep->admit_timer);
+  ep->admit_timer.data = ep;
+  uv_unref((uv_handle_t *)&ep->admit_timer); /* keeps no loop alive alone */
+  ep->refs++;
+  return 0;
+}
+
+void mcp_h2c_admit_close(mcp_h2c_ep *ep) {
+  if (!ep->admit)
+    return;
+  uv_timer_stop(&ep->admit_timer);
+  uv_close((uv_handle_t *)&ep->admit_timer, on_timer_closed);
+}
+
+void mcp_h2c_admit_free(mcp_h2c_ep *ep) {
+  mcp_admit_del(ep->admit);
+  ep->admit = NULL;
+}
+
+void mcp_h2c_admit_stats(const mcp_h2c_ep *ep, mcp_h2c_stats *st) {
+  if (!ep->admit)
+    return;
+  mcp_admit_stats a;
+  mcp_admit_get_stats(ep->admit, &a);
+  st->waiting_rate = a.waiting_rate;
+  st->waiting_initial = a.waiting_initial;
+  st->initial = a.initial;
+  st->initial_peak = a.initial_peak;
+  st->initial_sent = a.initial_sent;
+  st->initial_timeouts = a.initial_timeouts;
+  st->refused_max_streams = a.refused_max_streams;
+  st->refused_peer_streams = a.refused_peer_streams;
+  st->refused_rate = a.refused_rate;
+  st->refused_wait_timeout = a.refused_wait_timeout;
+}
+
+/* Runs the policy on the next idle turn. */
+static void later(mcp_h2c_ep *ep) {
+  ep->admit_dirty = 1;
+  mcp_h2c_ep_schedule(ep);
+}
+
+static void apply(mcp_h2c_stream *s, const mcp_admit_result *r) {
+  if (r->verdict == MCP_ADMIT_WAIT) {
+    s->waiting = 1;
+    s->kind = MCP_H2C_SK_GRPC; /* a status answers it, if it must end */
+    return;
+  }
+  s->waiting = 0;
+  if (r->verdict == MCP_ADMIT_RUN)
+    mcp_h2c_stream_start(s);
+  else
+    mcp_h2c_stream_reject(s, r->status, r->details);
+  mcp_h2c_conn_mark(s->c);
+}
+
+void mcp_h2c_admit(mcp_h2c_stream *s) {
+  mcp_h2c_ep *ep = s->c->ep;
+  char key[160];
+  mcp_admit_peer_key(s->c->peer, key, sizeof(key));
+  mcp_admit_result r;
+  int rv = mcp_admit_stream(ep->admit, key, ep->role == MCP_H2C_ROLE_SOURCE, s,
+                            mcp_h2c_now(), &s->ticket, &r);
+  if (rv < 0) {
+    mcp_h2c_stream_reject(s, MCP_CODE_RESOURCE_EXHAUSTED, mcp_strerror(rv));
+    return;
+  }
+  apply(s, &r);
+  if (r.verdict == MCP_ADMIT_WAIT)
+    later(ep); /* it may run at once (only peers at their share wait) */
+}
+
+void mcp_h2c_admit_run(mcp_h2c_ep *ep) {
+  ep->admit_dirty = 0;
+  if (!ep->admit || ep->stopping)
+    return;
+  mcp_tstamp now = mcp_h2c_now();
+  mcp_admit_result r;
+  while (mcp_admit_next(ep->admit, now, &r)) {
+    mcp_h2c_stream *s = r.user;
+    if (r.verdict == MCP_ADMIT_REFUSE)
+      s->ticket = NULL; /* freed by the policy */
+    apply(s, &r);
+  }
+  mcp_tstamp at = mcp_admit_get_expiry(ep->admit);
+  if (at == MCP_TSTAMP_MAX) {
+    uv_timer_stop(&ep->admit_timer);
+    return;
+  }
+  uint64_t ms = at > now ? (at - now + MCP_MILLISECONDS - 1) / MCP_MILLISECONDS
+                         : 0;
+  uv_timer_start(&ep->admit_timer, on_admit_timer, ms, 0);
+}
+
+void mcp_h2c_admit_check_initial(mcp_h2c_stream *s, mcp_tstamp now) {
+  mcp_h2c_ep *ep = s->c->ep;
+  if (!s->src || !mcp_admit_ticket_initial(s->ticket))
+    return;
+  if (mcp_admit_initial_sent(s->src, now)) {
+    mcp_admit_initial_done(ep->admit, s->ticket);
+    later(ep);
+  }
+}
+
+int mcp_h2c_admit_hold(mcp_h2c_stream *s, const uint8_t *p, size_t n) {
+  if (mcp_h2c_buf_append(&s->held, p, n) < 0)
+    return MCP_ERR_NOMEM;
+  s->c->ep->read_buffered += n;
+  return 0;
+}
+
+void mcp_h2c_admit_leave(mcp_h2c_stream *s) {
+  mcp_h2c_conn *c = s->c;
+  mcp_h2c_ep *ep = c->ep;
+  if (s->held.len) {
+    /* Never delivered: give the connection's window back. */
+    ep->read_buffered -= s->held.len;
+    if (c->h2)
+      nghttp2_session_consume_connection(c->h2, s->held.len);
+    mcp_h2c_buf_free(&s->held);
+  }
+  s->waiting = 0;
+  if (s->ticket) {
+    mcp_admit_release(ep->admit, s->ticket);
+    s->ticket = NULL;
+    later(ep); /* what it held may go to a waiting stream */
+  }
+}
