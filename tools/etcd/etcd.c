@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
@@ -45,6 +46,45 @@ typedef struct outcome {
   grpc_status_code code;
   char details[200];
 } outcome;
+
+int mcpetcd_nap(pthread_mutex_t *mu, pthread_cond_t *cv, const int *stopping,
+                unsigned ms) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += ms / 1000;
+  until.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_nsec -= 1000000000L;
+    ++until.tv_sec;
+  }
+  pthread_mutex_lock(mu);
+  while (!*stopping && pthread_cond_timedwait(cv, mu, &until) != ETIMEDOUT)
+    ;
+  int v = *stopping;
+  pthread_mutex_unlock(mu);
+  return v;
+}
+
+void mcpetcd_say(void (*log)(int error, const char *message, void *ud),
+                 void *ud, int error, const char *fmt, ...) {
+  if (!log)
+    return;
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  log(error, msg, ud);
+}
+
+/* Shuts |cq| down, drains it and frees it. */
+static void cq_free(grpc_completion_queue *cq) {
+  grpc_completion_queue_shutdown(cq);
+  while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME),
+                                     NULL).type != GRPC_QUEUE_SHUTDOWN)
+    ;
+  grpc_completion_queue_destroy(cq);
+}
 
 const char *mcpetcd_strerror(int err) {
   switch (err) {
@@ -372,11 +412,7 @@ static void unary_once(mcpetcd *c, const char *method,
   grpc_metadata_array_destroy(&trailing);
   if (call)
     grpc_call_unref(call);
-  grpc_completion_queue_shutdown(cq);
-  while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME),
-                                     NULL).type != GRPC_QUEUE_SHUTDOWN)
-    ;
-  grpc_completion_queue_destroy(cq);
+  cq_free(cq);
 }
 
 /* Failures that say "this endpoint cannot serve now": try another. etcd
@@ -889,11 +925,7 @@ out:
   grpc_metadata_array_destroy(&trailing);
   if (call)
     grpc_call_unref(call);
-  grpc_completion_queue_shutdown(cq);
-  while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME),
-                                     NULL).type != GRPC_QUEUE_SHUTDOWN)
-    ;
-  grpc_completion_queue_destroy(cq);
+  cq_free(cq);
   free(end);
   return rv;
 }

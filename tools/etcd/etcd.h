@@ -178,4 +178,21 @@ int mcpetcd_watch(mcpetcd *c, const char *prefix, int64_t start_revision,
 void mcpetcd_watch_cancel(mcpetcd *c);
 void mcpetcd_watch_reset(mcpetcd *c);
 
+/* ---- for the threads built on the client (etcd_source.c, etcd_publish.c) */
+
+#include <pthread.h>
+
+/* Waits |ms| milliseconds or until |*stopping| is set (and |cv| signalled)
+ * under |mu|; returns |*stopping|. */
+int mcpetcd_nap(pthread_mutex_t *mu, pthread_cond_t *cv, const int *stopping,
+                unsigned ms);
+
+/* Formats one line for |log| (when not NULL). */
+void mcpetcd_say(void (*log)(int error, const char *message, void *ud),
+                 void *ud, int error, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
 #endif /* MCPETCD_ETCD_H */

@@ -60,21 +60,6 @@ struct etcdpub {
   int have_loaded;
 };
 
-static void say(etcdpub *p, int error, const char *fmt, ...)
-#if defined(__GNUC__) || defined(__clang__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-static void say(etcdpub *p, int error, const char *fmt, ...) {
-  if (!p->log)
-    return;
-  char msg[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  p->log(error, msg, p->ud);
-}
 
 static int cmp_kh(const void *a, const void *b) {
   return strcmp(((const kh *)a)->key, ((const kh *)b)->key);
@@ -240,23 +225,6 @@ int etcdpub_offer(etcdpub *p, const mcpcfg_loader *l) {
 
 /* ---- the thread ---- */
 
-static int nap(etcdpub *p, unsigned ms) {
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += ms / 1000;
-  until.tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (until.tv_nsec >= 1000000000L) {
-    until.tv_nsec -= 1000000000L;
-    ++until.tv_sec;
-  }
-  pthread_mutex_lock(&p->mu);
-  while (!p->stopping &&
-         pthread_cond_timedwait(&p->cv, &p->mu, &until) != ETIMEDOUT)
-    ;
-  int stopping = p->stopping;
-  pthread_mutex_unlock(&p->mu);
-  return stopping;
-}
 
 /* Reads what etcd holds under the prefix (keys and value hashes). */
 static int load_have(etcdpub *p) {
@@ -365,7 +333,7 @@ static int write_ops(etcdpub *p, const mcpetcd_op *ops, size_t n) {
     p->stats.deletes += k - i - puts;
     p->stats.revision = rev;
     pthread_mutex_unlock(&p->mu);
-    say(p, 0, "published %zu puts and %zu deletes at revision %" PRId64,
+    mcpetcd_say(p->log, p->ud, 0, "published %zu puts and %zu deletes at revision %" PRId64,
         puts, k - i - puts, rev);
     i = k;
   }
@@ -442,9 +410,9 @@ static void *run(void *arg) {
       pthread_mutex_lock(&p->mu);
       p->stats.failures++;
       pthread_mutex_unlock(&p->mu);
-      say(p, 1, "cannot publish into etcd: %s (%s); retrying in %u ms",
+      mcpetcd_say(p->log, p->ud, 1, "cannot publish into etcd: %s (%s); retrying in %u ms",
           mcpetcd_strerror(rv), mcpetcd_last_error(p->client), backoff);
-      if (nap(p, backoff))
+      if (mcpetcd_nap(&p->mu, &p->cv, &p->stopping, backoff))
         break;
       backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
       continue;

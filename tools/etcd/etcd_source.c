@@ -64,21 +64,6 @@ static double mono_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void say(etcdsrc *s, int error, const char *fmt, ...)
-#if defined(__GNUC__) || defined(__clang__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-static void say(etcdsrc *s, int error, const char *fmt, ...) {
-  if (!s->log)
-    return;
-  char msg[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  s->log(error, msg, s->user_data);
-}
 
 /* Queues one change. */
 static int enqueue(etcdsrc *s, int is_delete, mcpcfg_doc *doc, int64_t rev,
@@ -272,23 +257,6 @@ static int on_watch(const mcpetcd_event *evs, size_t n, int64_t revision,
 }
 
 /* Sleeps |ms| or until stopped; returns 1 when stopping. */
-static int nap(etcdsrc *s, unsigned ms) {
-  struct timespec until;
-  clock_gettime(CLOCK_REALTIME, &until);
-  until.tv_sec += ms / 1000;
-  until.tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (until.tv_nsec >= 1000000000L) {
-    until.tv_nsec -= 1000000000L;
-    ++until.tv_sec;
-  }
-  pthread_mutex_lock(&s->mu);
-  while (!s->stopping &&
-         pthread_cond_timedwait(&s->cv, &s->mu, &until) != ETIMEDOUT)
-    ;
-  int stopping = s->stopping;
-  pthread_mutex_unlock(&s->mu);
-  return stopping;
-}
 
 static int stopping(etcdsrc *s) {
   pthread_mutex_lock(&s->mu);
@@ -312,10 +280,10 @@ static void *run(void *arg) {
     int rv = mcpetcd_get_prefix(s->client, s->prefix, 0, &kv);
     update_failovers(s);
     if (rv < 0) {
-      say(s, 1, "cannot read %s from etcd: %s (%s); retrying in %u ms",
+      mcpetcd_say(s->log, s->user_data, 1, "cannot read %s from etcd: %s (%s); retrying in %u ms",
           s->prefix, mcpetcd_strerror(rv), mcpetcd_last_error(s->client),
           backoff);
-      if (nap(s, backoff))
+      if (mcpetcd_nap(&s->mu, &s->cv, &s->stopping, backoff))
         break;
       backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
       continue;
@@ -333,12 +301,12 @@ static void *run(void *arg) {
       s->notify(s->user_data);
     if (rv < 0) {
       mcpetcd_kvs_free(&kv);
-      say(s, 1, "out of memory mirroring etcd; retrying in %u ms", backoff);
-      if (nap(s, backoff))
+      mcpetcd_say(s->log, s->user_data, 1, "out of memory mirroring etcd; retrying in %u ms", backoff);
+      if (mcpetcd_nap(&s->mu, &s->cv, &s->stopping, backoff))
         break;
       continue;
     }
-    say(s, 0, "%s %zu keys under %s at revision %" PRId64 " from %s",
+    mcpetcd_say(s->log, s->user_data, 0, "%s %zu keys under %s at revision %" PRId64 " from %s",
         loaded ? "read again" : "loaded", kv.n, s->prefix, kv.revision,
         mcpetcd_endpoint(s->client));
     loaded = 1;
@@ -349,16 +317,16 @@ static void *run(void *arg) {
     if (rv == MCPETCD_ERR_CANCELLED)
       break;
     if (rv == MCPETCD_ERR_COMPACTED) {
-      say(s, 0, "watch from revision %" PRId64 " compacted (oldest %" PRId64
+      mcpetcd_say(s->log, s->user_data, 0, "watch from revision %" PRId64 " compacted (oldest %" PRId64
                 "): reading everything again",
           start, compact);
       backoff = BACKOFF_MIN_MS;
       continue;
     }
-    say(s, 1, "watch ended: %s (%s); reading again from %s in %u ms",
+    mcpetcd_say(s->log, s->user_data, 1, "watch ended: %s (%s); reading again from %s in %u ms",
         mcpetcd_strerror(rv), mcpetcd_last_error(s->client),
         mcpetcd_endpoint(s->client), backoff);
-    if (nap(s, backoff))
+    if (mcpetcd_nap(&s->mu, &s->cv, &s->stopping, backoff))
       break;
     backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
   }
@@ -447,7 +415,7 @@ int etcdsrc_apply(etcdsrc *s, mcp_store *store, mcp_tstamp ts) {
     if (rv == MCP_ERR_NOMEM)
       break; /* tried again at the next call, in order */
     if (rv < 0) /* the store refuses it (its limits): never will it take it */
-      say(s, 1, "etcd:%s%s/%s: the store refuses it: %s", s->prefix,
+      mcpetcd_say(s->log, s->user_data, 1, "etcd:%s%s/%s: the store refuses it: %s", s->prefix,
           q->doc->collection, q->doc->res.name, mcp_strerror(rv));
     else
       changed += rv;
