@@ -485,6 +485,8 @@ static void feed(world *w, const uint8_t *p, size_t len) {
   int expect;
   if (!utf8_ok) {
     expect = MCP_ERR_MALFORMED;
+  } else if (e.nonce_len > MCP_DEFAULT_MAX_NONCE_LEN) {
+    expect = MCP_ERR_PROTOCOL; /* it could not be answered whole */
   } else if (!c) {
     expect = w->nfq == FOREIGN_MAX ? MCP_ERR_LIMIT : 0;
   } else if (!nonce[0]) {
@@ -720,7 +722,7 @@ static void check_journal_last(world *w, const fz_req *q, int kind, int code) {
            "no journal entry for a request sent");
   FZ_CHECK(strcmp(e.collection, q->key) == 0, "journal collection %s, sent %s",
            e.collection, q->key);
-  FZ_CHECK(strncmp(e.nonce, q->nonce, sizeof(e.nonce) - 1) == 0,
+  FZ_CHECK(strcmp(e.nonce, q->nonce) == 0, /* whole, as sent */
            "journal nonce %s, sent %s", e.nonce, q->nonce);
   FZ_CHECK(e.kind == kind && e.code == code, "journal kind %d code %d", e.kind,
            e.code);
