@@ -770,9 +770,9 @@ MCP_EXTERN void mcp_sink_session_del(mcp_sink_session *s);
  * returned.
  * Errors: MALFORMED (the envelope does not decode: no nonce to NACK; the
  * transport should end the stream), PROTOCOL (a requested collection
- * without nonce, or a nonce longer than max_nonce_len), LIMIT (64 NACKs of unrequested collections are queued
- * and not sent: the peer ignores them), NOMEM (nothing changed, nothing
- * queued).
+ * without nonce, or a nonce longer than max_nonce_len: it cannot be
+ * answered), LIMIT (64 NACKs of unrequested collections are queued and not
+ * sent: the peer ignores them), NOMEM (nothing changed, nothing queued).
  */
 MCP_EXTERN int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in,
                                      size_t len, mcp_tstamp ts);
