@@ -853,8 +853,7 @@ static void introspect(world *w) {
     FZ_CHECK(rv == 0 && strcmp(st.collection, c->name) == 0, "status %zu", i);
     FZ_CHECK(st.held == c->held.n, "%s: status holds %zu, model %zu", c->name,
              st.held, c->held.n);
-    FZ_CHECK(strncmp(st.acked_version, c->acked ? c->acked : "",
-                     sizeof(st.acked_version) - 1) == 0,
+    FZ_CHECK(strcmp(st.acked_version, c->acked ? c->acked : "") == 0, /* whole */
              "%s: acked %s, model %s", c->name, st.acked_version,
              c->acked ? c->acked : "");
     FZ_CHECK(st.acks + st.nacks == st.pushes,
@@ -872,7 +871,8 @@ static void introspect(world *w) {
       break;
     }
     FZ_CHECK(rv == 0 && e.collection && e.message, "journal entry %zu", i);
-    FZ_CHECK(memchr(e.nonce, '\0', sizeof(e.nonce)), "journal nonce unterminated");
+    FZ_CHECK(e.nonce && strlen(e.nonce) <= MCP_DEFAULT_MAX_NONCE_LEN,
+             "journal nonce longer than the limit");
     FZ_CHECK(e.kind == MCP_EVENT_REQUEST || e.kind == MCP_EVENT_ACK ||
                  e.kind == MCP_EVENT_NACK,
              "journal kind %d", e.kind);
