@@ -331,7 +331,14 @@ static void feed(world *w, const uint8_t *p, size_t len) {
                    strcmp(node->annotations[i].value,
                           q.node->annotations[i]->value) == 0,
                "sink node annotation %zu differs from protobuf's", i);
+      /* The limits were checked before anything was kept. */
+      FZ_CHECK(!w->so.max_node_key_len ||
+                   (strlen(node->annotations[i].key) <= w->so.max_node_key_len &&
+                    strlen(node->annotations[i].value) <= w->so.max_node_value_len),
+               "sink node annotation %zu over the limits", i);
     }
+    FZ_CHECK(!w->so.max_node_id_len || strlen(node->id) <= w->so.max_node_id_len,
+             "sink node id of %zu bytes kept", strlen(node->id));
     w->node_taken = 1;
   }
   mcp_collection_status after;
@@ -872,6 +879,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     w->so.max_collections = 3;
     w->so.max_initial_versions = 4;
     w->so.max_node_annotations = 1;
+    w->so.max_node_id_len = 12;
+    w->so.max_node_key_len = 6;
+    w->so.max_node_value_len = 10;
+    w->so.max_node_bytes = 40;
     w->so.max_name_len = 40;
     w->so.max_version_len = 24;
     w->so.request_rate = 5;
