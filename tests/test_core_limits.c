@@ -659,6 +659,9 @@ START_TEST(test_sink_long_nonce_is_whole_in_events_answer_and_journal) {
                        f.st, mcp_sink_state_journal_count(f.st) - 1, &e), 0);
   ck_assert_int_eq(e.kind, MCP_EVENT_ACK);
   ck_assert_str_eq(e.nonce, nonce);
+  mcp_collection_status st;
+  ck_assert_int_eq(mcp_sink_state_collection_status(f.st, 0, f.ts, &st), 0);
+  ck_assert_str_eq(st.last_nonce, nonce);
   /* One byte more: it cannot be answered whole; nothing changes. */
   char *longer = repeat('y', MCP_DEFAULT_MAX_NONCE_LEN + 1);
   size_t n;
@@ -668,6 +671,8 @@ START_TEST(test_sink_long_nonce_is_whole_in_events_answer_and_journal) {
   ck_assert_int_eq(mcp_error_grpc_status(MCP_ERR_PROTOCOL), MCP_CODE_INVALID_ARGUMENT);
   ck_assert_int_eq(mcp_sink_session_want_write(f.s), 0);
   ck_assert_uint_eq(mcp_sink_state_journal_count(f.st), nj);
+  ck_assert_int_eq(mcp_sink_state_collection_status(f.st, 0, f.ts, &st), 0);
+  ck_assert_str_eq(st.last_nonce, nonce);
   free(b);
   /* Also for a collection it did not ask for (it would queue a NACK). */
   b = th_resources(&n, "other", longer, 0, names, versions, NULL);
@@ -689,6 +694,12 @@ START_TEST(test_sink_max_nonce_len_is_an_option) {
   snk_open(&f, &o);
   const char *names[] = {"a", NULL}, *versions[] = {"1", NULL};
   ck_assert_int_eq(push(&f, "1234", 0, names, versions, NULL), 0);
+  /* A NACK's nonce is the last one too. */
+  const char *twice[] = {"a", "a", NULL}, *v2[] = {"1", "2", NULL};
+  ck_assert_int_eq(push(&f, "5678", 0, twice, v2, NULL), MCP_CODE_INVALID_ARGUMENT);
+  mcp_collection_status st;
+  ck_assert_int_eq(mcp_sink_state_collection_status(f.st, 0, f.ts, &st), 0);
+  ck_assert_str_eq(st.last_nonce, "5678");
   size_t n;
   uint8_t *b = th_resources(&n, "c", "12345", 0, names, versions, NULL);
   ck_assert_int_eq(mcp_sink_session_recv(f.s, b, n, ++f.ts), MCP_ERR_PROTOCOL);

@@ -33,6 +33,7 @@ typedef struct scoll {
   char *ans_nonce;
   int ans_code;
   char *ans_msg;
+  char *last_nonce; /* of the last push answered, whole (status) */
 } scoll;
 
 typedef struct jent {
@@ -173,6 +174,7 @@ void mcp_sink_state_del(mcp_sink_state *st) {
     mcp__free(&st->mem, c->name);
     mcp__free(&st->mem, c->acked_version);
     mcp__free(&st->mem, c->nack_msg);
+    mcp__free(&st->mem, c->last_nonce);
   }
   for (size_t i = 0; st->journal && i < st->jcap; ++i) {
     jent_clear(&st->mem, &st->journal[i]);
@@ -1041,6 +1043,9 @@ int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in, size_t len,
     c->nacks++;
     emit(st, MCP_EVENT_NACK, c->name, w.nonce, w.sysver, code, msg,
          env->nres, env->nrem, env->incremental);
+    mcp__free(m, c->last_nonce);
+    c->last_nonce = w.nonce; /* taken from the work: nothing can fail */
+    w.nonce = NULL;
     goto out;
   }
   /* Accepted: apply. Nothing below fails. */
@@ -1076,6 +1081,9 @@ int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in, size_t len,
   }
   emit(st, MCP_EVENT_ACK, c->name, w.nonce, c->acked_version, 0, "",
        env->nres, env->nrem, env->incremental);
+  mcp__free(m, c->last_nonce);
+  c->last_nonce = w.nonce;
+  w.nonce = NULL;
 out:
   work_free(m, &w);
   return rv;
@@ -1280,6 +1288,7 @@ int mcp_sink_state_collection_status(const mcp_sink_state *st, size_t i,
   out->acked_version = c->acked_version ? c->acked_version : "";
   out->pending_version = ""; /* a sink has no push in flight */
   out->pending_nonce = "";
+  out->last_nonce = c->last_nonce ? c->last_nonce : "";
   out->last_nack_code = c->nack_code;
   out->last_nack_message = c->nack_msg ? c->nack_msg : "";
   out->pushes = c->pushes;

@@ -1479,6 +1479,7 @@ int mcp_source_session_collection_status(const mcp_source_session *s,
   st->acked_version = b;
   st->pending_version = b + IBUF_VER;
   st->pending_nonce = b + 2 * IBUF_VER;
+  st->last_nonce = "";
   st->collection = sub_name(u);
   st->type_url = key;
   st->known = (u->flags & F_KNOWN) != 0;

@@ -525,8 +525,10 @@ static json_t *status_json(page *pg, const mcp_collection_status *st,
   json_object_set_new(o, "stale", json_integer((json_int_t)st->stale));
   if (st->type_url)
     json_object_set_new(o, "type_url", pstr(pg, st->type_url));
-  if (sink)
+  if (sink) {
     json_object_set_new(o, "held", json_integer((json_int_t)st->held));
+    json_object_set_new(o, "last_nonce", pstr(pg, st->last_nonce));
+  }
   return o;
 }
 

@@ -812,6 +812,8 @@ typedef struct mcp_collection_status {
   const char *last_nack_message; /* "" if never NACKed */
   uint64_t pushes, acks, nacks, stale;
   size_t held;             /* sink: resources held */
+  const char *last_nonce;  /* sink: of the last push it answered (ACK or
+                              NACK), "" if none; source: "" */
 } mcp_collection_status;
 
 /* Number of collections the stream has asked for (source) or asks for
