@@ -615,6 +615,8 @@ static void feed(world *w, const uint8_t *p, size_t len) {
   int expect;
   if (!utf8_ok) {
     expect = MCP_ERR_MALFORMED;
+  } else if (e.nonce_len > MCP_DEFAULT_MAX_NONCE_LEN) {
+    expect = MCP_ERR_PROTOCOL; /* it could not be answered whole */
   } else if (!c) {
     expect = w->nfq == FOREIGN_MAX ? MCP_ERR_LIMIT : 0;
   } else if (!nonce[0]) {
@@ -851,7 +853,7 @@ static void check_journal_last(world *w, const fz_req *q, int kind, int code) {
            "no journal entry for a request sent");
   FZ_CHECK(strcmp(e.collection, q->key) == 0, "journal collection %s, sent %s",
            e.collection, q->key);
-  FZ_CHECK(strncmp(e.nonce, q->nonce, sizeof(e.nonce) - 1) == 0,
+  FZ_CHECK(strcmp(e.nonce, q->nonce) == 0, /* whole, as sent */
            "journal nonce %s, sent %s", e.nonce, q->nonce);
   FZ_CHECK(e.kind == kind && e.code == code, "journal kind %d code %d", e.kind,
            e.code);
@@ -982,8 +984,7 @@ static void introspect(world *w) {
     FZ_CHECK(rv == 0 && strcmp(st.collection, c->name) == 0, "status %zu", i);
     FZ_CHECK(st.held == c->held.n, "%s: status holds %zu, model %zu", c->name,
              st.held, c->held.n);
-    FZ_CHECK(strncmp(st.acked_version, c->acked ? c->acked : "",
-                     sizeof(st.acked_version) - 1) == 0,
+    FZ_CHECK(strcmp(st.acked_version, c->acked ? c->acked : "") == 0, /* whole */
              "%s: acked %s, model %s", c->name, st.acked_version,
              c->acked ? c->acked : "");
     FZ_CHECK(st.acks + st.nacks == st.pushes,
@@ -1001,7 +1002,8 @@ static void introspect(world *w) {
       break;
     }
     FZ_CHECK(rv == 0 && e.collection && e.message, "journal entry %zu", i);
-    FZ_CHECK(memchr(e.nonce, '\0', sizeof(e.nonce)), "journal nonce unterminated");
+    FZ_CHECK(e.nonce && strlen(e.nonce) <= MCP_DEFAULT_MAX_NONCE_LEN,
+             "journal nonce longer than the limit");
     FZ_CHECK(e.kind == MCP_EVENT_REQUEST || e.kind == MCP_EVENT_ACK ||
                  e.kind == MCP_EVENT_NACK,
              "journal kind %d", e.kind);

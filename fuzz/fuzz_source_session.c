@@ -49,7 +49,7 @@ typedef struct track {
 typedef struct snap1 {
   char coll[80], type_url[80];
   int incremental;
-  char acked[48], pending[48], nonce[24];
+  char acked[48], pending[48], nonce[128];
   int nack_code;
   char nack_msg[64];
   uint64_t pushes, acks, nacks, stale;
@@ -142,8 +142,14 @@ static track *track_of(world *w, const char *key, int create) {
   return t;
 }
 
-/* The status of the subscription named |key| (collection or type URL). */
-static int status_of(world *w, const char *key, mcp_collection_status *st) {
+/* Room for the strings of a status the session writes into its own
+ * buffer (valid until its next call): versions and the nonce. */
+typedef char status_strs[3][128];
+
+/* The status of the subscription named |key| (collection or type URL),
+ * its versions and nonce copied into |keep|. */
+static int status_of(world *w, const char *key, mcp_collection_status *st,
+                     status_strs keep) {
   size_t n = mcp_source_session_collection_count(w->s);
   for (size_t i = 0; i < n; ++i) {
     FZ_CHECK(mcp_source_session_collection_status(w->s, i, w->ts, st) == 0,
@@ -151,6 +157,12 @@ static int status_of(world *w, const char *key, mcp_collection_status *st) {
     const char *k = w->service == MCP_SERVICE_RESOURCE ? st->collection
                                                         : st->type_url;
     if (strcmp(k, key) == 0) {
+      snprintf(keep[0], sizeof(keep[0]), "%s", st->acked_version);
+      snprintf(keep[1], sizeof(keep[1]), "%s", st->pending_version);
+      snprintf(keep[2], sizeof(keep[2]), "%s", st->pending_nonce);
+      st->acked_version = keep[0];
+      st->pending_version = keep[1];
+      st->pending_nonce = keep[2];
       return 1;
     }
   }
@@ -262,12 +274,14 @@ static void feed(world *w, const uint8_t *p, size_t len) {
   fz_req q;
   int decoded = fz_req_decode(w->service, p, len, &q) == 0;
   mcp_collection_status before;
+  status_strs before_strs;
   int had = 0;
   char want_nonce[128] = "";
   if (decoded) {
-    had = status_of(w, q.key, &before);
+    had = status_of(w, q.key, &before, before_strs);
     if (had && before.pending_nonce[0]) {
-      wire_nonce(w, want_nonce, sizeof(want_nonce), before.pending_nonce, q.key);
+      /* The status shows the nonce as it is on the wire. */
+      snprintf(want_nonce, sizeof(want_nonce), "%s", before.pending_nonce);
     }
   }
   snap sa, sb;
@@ -317,11 +331,19 @@ static void feed(world *w, const uint8_t *p, size_t len) {
                    strcmp(node->annotations[i].value,
                           q.node->annotations[i]->value) == 0,
                "sink node annotation %zu differs from protobuf's", i);
+      /* The limits were checked before anything was kept. */
+      FZ_CHECK(!w->so.max_node_key_len ||
+                   (strlen(node->annotations[i].key) <= w->so.max_node_key_len &&
+                    strlen(node->annotations[i].value) <= w->so.max_node_value_len),
+               "sink node annotation %zu over the limits", i);
     }
+    FZ_CHECK(!w->so.max_node_id_len || strlen(node->id) <= w->so.max_node_id_len,
+             "sink node id of %zu bytes kept", strlen(node->id));
     w->node_taken = 1;
   }
   mcp_collection_status after;
-  int has = status_of(w, q.key, &after);
+  status_strs after_strs;
+  int has = status_of(w, q.key, &after, after_strs);
   track *t = track_of(w, q.key, 1);
   if (!q.nonce[0]) {
     /* A new request or a re-request: answered; past NACKs forgotten. */
@@ -592,7 +614,9 @@ static void check_push(world *w, const mcp_msg *msg, const snap *before) {
   w->last_nonce_num = (uint32_t)n;
   /* The subscription: one push in flight at most. */
   mcp_collection_status st;
-  FZ_CHECK(status_of(w, x.key, &st), "push for %s: no subscription", x.key);
+  status_strs st_strs;
+  FZ_CHECK(status_of(w, x.key, &st, st_strs), "push for %s: no subscription",
+           x.key);
   FZ_CHECK(st.known, "push for unknown %s", x.key);
   for (size_t i = 0; i < before->n && i < MAXSNAP; ++i) {
     const snap1 *b = &before->s[i];
@@ -603,9 +627,8 @@ static void check_push(world *w, const mcp_msg *msg, const snap *before) {
       FZ_CHECK(st.pushes == b->pushes + 1, "pushes of %s not counted", x.key);
     }
   }
-  char num[24];
-  snprintf(num, sizeof(num), "%llu", n);
-  FZ_CHECK(strcmp(st.pending_nonce, num) == 0 &&
+  /* One form of the nonce: the status shows it as pushed. */
+  FZ_CHECK(strcmp(st.pending_nonce, x.nonce) == 0 &&
                strcmp(st.pending_version, x.version) == 0,
            "status of %s: pending %s@%s, pushed %s@%s", x.key, st.pending_nonce,
            st.pending_version, x.nonce, x.version);
@@ -856,6 +879,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     w->so.max_collections = 3;
     w->so.max_initial_versions = 4;
     w->so.max_node_annotations = 1;
+    w->so.max_node_id_len = 12;
+    w->so.max_node_key_len = 6;
+    w->so.max_node_value_len = 10;
+    w->so.max_node_bytes = 40;
     w->so.max_name_len = 40;
     w->so.max_version_len = 24;
     w->so.request_rate = 5;

@@ -403,6 +403,57 @@ START_TEST(test_iar_nonce_of_another_type_is_stale) {
 }
 END_TEST
 
+
+/* Issue 12, point 12: the status showed "<number>" where the push and its
+ * events said "<number>:<type_url>", and cut it at 23 bytes. One form,
+ * whole, everywhere. */
+static char push_nonce[1024];
+static void push_nonce_cb(const mcp_event *ev, void *ud) {
+  (void)ud;
+  if (ev->type == MCP_EVENT_PUSH) {
+    snprintf(push_nonce, sizeof(push_nonce), "%s", ev->nonce);
+  }
+}
+
+START_TEST(test_iar_status_nonce_is_the_wire_nonce_whole) {
+  /* A type URL of 300 bytes: within max_name_len, far past 23. */
+  char type_url[320] = "type.googleapis.com/";
+  size_t l = strlen(type_url);
+  while (l < 300) {
+    type_url[l++] = 'a';
+  }
+  type_url[l] = '\0';
+  char coll[512];
+  mcp_collection_for_type_url(type_url, coll, sizeof(coll));
+  mcp_store *store = th_store(NULL);
+  th_put(store, coll, "a", "1", "A", 1);
+  mcp_source_options o;
+  mcp_source_options_default(&o);
+  o.store = store;
+  o.service = MCP_SERVICE_AGGREGATED_INCREMENTAL;
+  o.on_event = push_nonce_cb;
+  fx f = {.store = store, .ts = 1};
+  ck_assert_int_eq(mcp_source_session_new(&f.s, &o, 1), 0);
+  ck_assert_int_eq(send_imc(&f, type_url, "", NULL, 0), 0);
+  IMCResp *r = next_imc(&f);
+  ck_assert_ptr_nonnull(r);
+  ck_assert_uint_gt(strlen(r->nonce), 300);
+  ck_assert_str_eq(push_nonce, r->nonce);
+  mcp_collection_status st;
+  ck_assert_int_eq(mcp_source_session_collection_status(f.s, 0, f.ts, &st), 0);
+  ck_assert_str_eq(st.pending_nonce, r->nonce);
+  ck_assert_str_eq(st.type_url, type_url);
+  /* The sink answers with that form: an ACK. */
+  ck_assert_int_eq(send_imc(&f, type_url, st.pending_nonce, NULL, 0), 0);
+  ck_assert_int_eq(mcp_source_session_collection_status(f.s, 0, f.ts, &st), 0);
+  ck_assert_uint_eq(st.acks, 1);
+  ck_assert_str_eq(st.pending_nonce, "");
+  istio__mcp__v1alpha1__incremental_mesh_config_response__free_unpacked(r, NULL);
+  mcp_source_session_del(f.s);
+  mcp_store_del(store);
+}
+END_TEST
+
 START_TEST(test_iar_nack_does_not_resend) {
   fx *f = fx_open(MCP_SERVICE_AGGREGATED_INCREMENTAL);
   put(f, VS_COLL, "a", "1");
@@ -834,6 +885,7 @@ int main(void) {
   tcase_add_test(iar, test_iar_resumes_from_initial_versions);
   tcase_add_test(iar, test_iar_ack_then_only_changes);
   tcase_add_test(iar, test_iar_nonce_of_another_type_is_stale);
+  tcase_add_test(iar, test_iar_status_nonce_is_the_wire_nonce_whole);
   tcase_add_test(iar, test_iar_nack_does_not_resend);
   tcase_add_test(iar, test_iar_behind_compaction_asks_to_resync);
   tcase_add_test(iar, test_iar_sink_sends_held_versions_on_reconnect);

@@ -393,6 +393,321 @@ START_TEST(test_sink_max_metadata_nacks) {
 }
 END_TEST
 
+
+/* ---- SinkNode (issue 12, point 3) ---- */
+
+/* A request of |service| for "c" (type URL "t/c") with a sink node. */
+static size_t node_request(mcp_service service, const char *id, const char *key,
+                           const char *value, size_t nann, const char *nonce,
+                           uint8_t **out) {
+  Istio__Mcp__V1alpha1__SinkNode node = ISTIO__MCP__V1ALPHA1__SINK_NODE__INIT;
+  Istio__Mcp__V1alpha1__SinkNode__AnnotationsEntry e[80], *ep[80];
+  char keys[80][16];
+  ck_assert_uint_le(nann, 80);
+  for (size_t i = 0; i < nann; ++i) {
+    istio__mcp__v1alpha1__sink_node__annotations_entry__init(&e[i]);
+    snprintf(keys[i], sizeof(keys[i]), "k%zu", i);
+    e[i].key = i == 0 && key ? (char *)key : keys[i];
+    e[i].value = (char *)value;
+    ep[i] = &e[i];
+  }
+  node.id = (char *)id;
+  node.n_annotations = nann;
+  node.annotations = ep;
+  size_t n;
+  switch (service) {
+  case MCP_SERVICE_RESOURCE: {
+    Istio__Mcp__V1alpha1__RequestResources r = ISTIO__MCP__V1ALPHA1__REQUEST_RESOURCES__INIT;
+    r.sink_node = &node;
+    r.collection = "c";
+    r.response_nonce = (char *)nonce;
+    *out = malloc(istio__mcp__v1alpha1__request_resources__get_packed_size(&r));
+    n = istio__mcp__v1alpha1__request_resources__pack(&r, *out);
+    break;
+  }
+  case MCP_SERVICE_AGGREGATED: {
+    Istio__Mcp__V1alpha1__MeshConfigRequest r = ISTIO__MCP__V1ALPHA1__MESH_CONFIG_REQUEST__INIT;
+    r.sink_node = &node;
+    r.type_url = "t/c";
+    r.response_nonce = (char *)nonce;
+    *out = malloc(istio__mcp__v1alpha1__mesh_config_request__get_packed_size(&r));
+    n = istio__mcp__v1alpha1__mesh_config_request__pack(&r, *out);
+    break;
+  }
+  default: {
+    Istio__Mcp__V1alpha1__IncrementalMeshConfigRequest r =
+        ISTIO__MCP__V1ALPHA1__INCREMENTAL_MESH_CONFIG_REQUEST__INIT;
+    r.sink_node = &node;
+    r.type_url = "t/c";
+    r.response_nonce = (char *)nonce;
+    *out = malloc(istio__mcp__v1alpha1__incremental_mesh_config_request__get_packed_size(&r));
+    n = istio__mcp__v1alpha1__incremental_mesh_config_request__pack(&r, *out);
+    break;
+  }
+  }
+  return n;
+}
+
+static int node_recv(src *f, mcp_service service, const char *id, const char *key,
+                     const char *value, size_t nann, const char *nonce) {
+  uint8_t *b;
+  size_t n = node_request(service, id, key, value, nann, nonce, &b);
+  int rv = mcp_source_session_recv(f->s, b, n, ++f->ts);
+  free(b);
+  return rv;
+}
+
+static char *repeat(char c, size_t n) {
+  char *s = malloc(n + 1);
+  memset(s, c, n);
+  s[n] = '\0';
+  return s;
+}
+
+/* Every service: the id, an annotation's key and value and the whole node
+ * are limited; breaking one is INVALID_ARGUMENT and keeps nothing. */
+START_TEST(test_source_node_lengths_are_limited_on_every_service) {
+  mcp_service service = (mcp_service)_i;
+  mcp_source_options o;
+  mcp_source_options_default(&o);
+  o.service = service;
+  o.max_node_id_len = 8;
+  o.max_node_key_len = 4;
+  o.max_node_value_len = 6;
+  o.max_node_bytes = 64;
+  src f;
+  src_open(&f, &o);
+  ck_assert_int_eq(node_recv(&f, service, "123456789", NULL, "v", 0, ""), MCP_ERR_PROTOCOL);
+  ck_assert_int_eq(node_recv(&f, service, "id", "12345", "v", 1, ""), MCP_ERR_PROTOCOL);
+  ck_assert_int_eq(node_recv(&f, service, "id", "k", "1234567", 1, ""), MCP_ERR_PROTOCOL);
+  /* 8 annotations of 2 + 1 + 2 + 6 + 2 bytes: 104 > 64 bytes in all. */
+  ck_assert_int_eq(node_recv(&f, service, "id", NULL, "123456", 8, ""), MCP_ERR_PROTOCOL);
+  ck_assert_int_eq(mcp_error_grpc_status(MCP_ERR_PROTOCOL), MCP_CODE_INVALID_ARGUMENT);
+  ck_assert_str_eq(mcp_source_session_node_id(f.s), "");
+  ck_assert_uint_eq(mcp_source_session_collection_count(f.s), 0);
+  /* At the limits. */
+  ck_assert_int_eq(node_recv(&f, service, "12345678", "1234", "123456", 3, ""), 0);
+  ck_assert_str_eq(mcp_source_session_node_id(f.s), "12345678");
+  ck_assert_uint_eq(mcp_source_session_node(f.s)->nannotations, 3);
+  ck_assert_uint_eq(mcp_source_session_collection_count(f.s), 1);
+  /* Every request is checked, not only the one whose node is kept. */
+  ck_assert_int_eq(node_recv(&f, service, "123456789", NULL, "v", 0, "7"), MCP_ERR_PROTOCOL);
+  src_close(&f);
+}
+END_TEST
+
+/* The defaults: an Istio-like id of 1 KiB passes, one byte more does not;
+ * a 4 MiB id is refused without being copied into the session. */
+START_TEST(test_source_node_default_limits) {
+  src f;
+  src_open(&f, NULL);
+  char *id = repeat('n', MCP_DEFAULT_MAX_NODE_ID_LEN + 1);
+  ck_assert_int_eq(node_recv(&f, MCP_SERVICE_RESOURCE, id, NULL, "", 0, ""), MCP_ERR_PROTOCOL);
+  free(id);
+  char *key = repeat('k', MCP_DEFAULT_MAX_NODE_KEY_LEN + 1);
+  ck_assert_int_eq(node_recv(&f, MCP_SERVICE_RESOURCE, "id", key, "", 1, ""), MCP_ERR_PROTOCOL);
+  free(key);
+  char *value = repeat('v', MCP_DEFAULT_MAX_NODE_VALUE_LEN + 1);
+  ck_assert_int_eq(node_recv(&f, MCP_SERVICE_RESOURCE, "id", NULL, value, 1, ""), MCP_ERR_PROTOCOL);
+  free(value);
+  /* 9 values of 4 KiB: each fits, together they break the 32 KiB. */
+  value = repeat('v', MCP_DEFAULT_MAX_NODE_VALUE_LEN);
+  ck_assert_int_eq(node_recv(&f, MCP_SERVICE_RESOURCE, "id", NULL, value, 9, ""), MCP_ERR_PROTOCOL);
+  free(value);
+  id = repeat('n', 4u << 20);
+  ck_assert_int_eq(node_recv(&f, MCP_SERVICE_RESOURCE, id, NULL, "", 0, ""), MCP_ERR_PROTOCOL);
+  free(id);
+  ck_assert_str_eq(mcp_source_session_node_id(f.s), "");
+  id = repeat('n', MCP_DEFAULT_MAX_NODE_ID_LEN);
+  value = repeat('v', MCP_DEFAULT_MAX_NODE_VALUE_LEN);
+  ck_assert_int_eq(node_recv(&f, MCP_SERVICE_RESOURCE, id, NULL, value, 7, ""), 0);
+  ck_assert_str_eq(mcp_source_session_node_id(f.s), id);
+  free(id);
+  free(value);
+  src_close(&f);
+}
+END_TEST
+
+/* A sink is not created with a node that a source with the default limits
+ * refuses: every stream would end. */
+START_TEST(test_sink_refuses_node_over_the_default_limits) {
+  static const char *colls[] = {"c"};
+  mcp_sink_options o;
+  mcp_sink_options_default(&o);
+  o.collections = colls;
+  o.ncollections = 1;
+  mcp_sink_state *st = NULL;
+  char *id = repeat('n', MCP_DEFAULT_MAX_NODE_ID_LEN + 1);
+  o.node_id = id;
+  ck_assert_int_eq(mcp_sink_state_new(&st, &o), MCP_ERR_INVALID_ARGUMENT);
+  id[MCP_DEFAULT_MAX_NODE_ID_LEN] = '\0';
+  ck_assert_int_eq(mcp_sink_state_new(&st, &o), 0);
+  mcp_sink_state_del(st);
+  st = NULL;
+  char *key = repeat('k', MCP_DEFAULT_MAX_NODE_KEY_LEN + 1);
+  char *value = repeat('v', MCP_DEFAULT_MAX_NODE_VALUE_LEN + 1);
+  mcp_kv kv[MCP_DEFAULT_MAX_NODE_ANNOTATIONS + 1];
+  char keys[MCP_DEFAULT_MAX_NODE_ANNOTATIONS + 1][8];
+  for (size_t i = 0; i <= MCP_DEFAULT_MAX_NODE_ANNOTATIONS; ++i) {
+    snprintf(keys[i], sizeof(keys[i]), "k%zu", i);
+    kv[i].key = keys[i];
+    kv[i].value = "v";
+  }
+  o.node_annotations = kv;
+  o.nnode_annotations = MCP_DEFAULT_MAX_NODE_ANNOTATIONS + 1;
+  ck_assert_int_eq(mcp_sink_state_new(&st, &o), MCP_ERR_INVALID_ARGUMENT);
+  o.nnode_annotations = 1;
+  kv[0].key = key;
+  ck_assert_int_eq(mcp_sink_state_new(&st, &o), MCP_ERR_INVALID_ARGUMENT);
+  kv[0].key = "k";
+  kv[0].value = value;
+  ck_assert_int_eq(mcp_sink_state_new(&st, &o), MCP_ERR_INVALID_ARGUMENT);
+  /* 8 values of 4 KiB: each fits, not all of them. */
+  value[MCP_DEFAULT_MAX_NODE_VALUE_LEN] = '\0';
+  for (size_t i = 0; i < 8; ++i) {
+    kv[i].key = keys[i];
+    kv[i].value = value;
+  }
+  o.nnode_annotations = 8;
+  ck_assert_int_eq(mcp_sink_state_new(&st, &o), MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(st);
+  o.nnode_annotations = 7;
+  ck_assert_int_eq(mcp_sink_state_new(&st, &o), 0);
+  mcp_sink_state_del(st);
+  free(id);
+  free(key);
+  free(value);
+}
+END_TEST
+
+/* What the sink's node may be, a source with the default limits takes:
+ * the largest node a sink can be created with passes a source. */
+START_TEST(test_largest_sink_node_passes_a_default_source) {
+  static const char *colls[] = {"c"};
+  mcp_sink_options o;
+  mcp_sink_options_default(&o);
+  o.collections = colls;
+  o.ncollections = 1;
+  char *id = repeat('n', MCP_DEFAULT_MAX_NODE_ID_LEN);
+  char *value = repeat('v', MCP_DEFAULT_MAX_NODE_VALUE_LEN);
+  char *last = repeat('w', 1800);
+  mcp_kv kv[8];
+  char keys[8][8];
+  for (size_t i = 0; i < 8; ++i) {
+    snprintf(keys[i], sizeof(keys[i]), "k%zu", i);
+    kv[i].key = keys[i];
+    kv[i].value = i < 7 ? value : last;
+  }
+  o.node_id = id;
+  o.node_annotations = kv;
+  o.nnode_annotations = 8;
+  mcp_sink_state *st;
+  ck_assert_int_eq(mcp_sink_state_new(&st, &o), 0);
+  mcp_sink_session *ss;
+  ck_assert_int_eq(mcp_sink_session_new(&ss, st, 0), 0);
+  mcp_msg *m;
+  ck_assert_int_eq(mcp_sink_session_next(ss, &m), 1);
+  src f;
+  src_open(&f, NULL);
+  size_t n = mcp_msg_len(m);
+  uint8_t *b = malloc(n);
+  mcp_msg_flatten(m, b);
+  mcp_msg_free(m);
+  ck_assert_int_eq(mcp_source_session_recv(f.s, b, n, ++f.ts), 0);
+  ck_assert_str_eq(mcp_source_session_node_id(f.s), id);
+  free(b);
+  src_close(&f);
+  mcp_sink_session_del(ss);
+  mcp_sink_state_del(st);
+  free(id);
+  free(value);
+  free(last);
+}
+END_TEST
+
+/* ---- nonces (issue 12, point 12): one form, whole ---- */
+
+typedef struct nonces {
+  char *ack; /* the nonce of the last ACK event, whole */
+} nonces;
+
+static void nonce_ev(const mcp_event *ev, void *ud) {
+  nonces *n = ud;
+  if (ev->type == MCP_EVENT_ACK) {
+    free(n->ack);
+    n->ack = strdup(ev->nonce);
+  }
+}
+
+/* A foreign source's nonce is kept whole in the event, the answer and the
+ * journal, up to max_nonce_len; a longer one ends the stream. */
+START_TEST(test_sink_long_nonce_is_whole_in_events_answer_and_journal) {
+  nonces ev = {0};
+  mcp_sink_options o;
+  mcp_sink_options_default(&o);
+  o.on_event = nonce_ev;
+  o.user_data = &ev;
+  snk f;
+  snk_open(&f, &o);
+  char *nonce = repeat('x', MCP_DEFAULT_MAX_NONCE_LEN);
+  memcpy(nonce, "uuid-", 5);
+  const char *names[] = {"a", NULL}, *versions[] = {"1", NULL};
+  ck_assert_int_eq(push(&f, nonce, 0, names, versions, NULL), 0);
+  ck_assert_str_eq(ev.ack, nonce);
+  mcp_journal_entry e;
+  ck_assert_int_eq(mcp_sink_state_journal_entry(
+                       f.st, mcp_sink_state_journal_count(f.st) - 1, &e), 0);
+  ck_assert_int_eq(e.kind, MCP_EVENT_ACK);
+  ck_assert_str_eq(e.nonce, nonce);
+  mcp_collection_status st;
+  ck_assert_int_eq(mcp_sink_state_collection_status(f.st, 0, f.ts, &st), 0);
+  ck_assert_str_eq(st.last_nonce, nonce);
+  /* One byte more: it cannot be answered whole; nothing changes. */
+  char *longer = repeat('y', MCP_DEFAULT_MAX_NONCE_LEN + 1);
+  size_t n;
+  uint8_t *b = th_resources(&n, "c", longer, 0, names, versions, NULL);
+  size_t nj = mcp_sink_state_journal_count(f.st);
+  ck_assert_int_eq(mcp_sink_session_recv(f.s, b, n, ++f.ts), MCP_ERR_PROTOCOL);
+  ck_assert_int_eq(mcp_error_grpc_status(MCP_ERR_PROTOCOL), MCP_CODE_INVALID_ARGUMENT);
+  ck_assert_int_eq(mcp_sink_session_want_write(f.s), 0);
+  ck_assert_uint_eq(mcp_sink_state_journal_count(f.st), nj);
+  ck_assert_int_eq(mcp_sink_state_collection_status(f.st, 0, f.ts, &st), 0);
+  ck_assert_str_eq(st.last_nonce, nonce);
+  free(b);
+  /* Also for a collection it did not ask for (it would queue a NACK). */
+  b = th_resources(&n, "other", longer, 0, names, versions, NULL);
+  ck_assert_int_eq(mcp_sink_session_recv(f.s, b, n, ++f.ts), MCP_ERR_PROTOCOL);
+  ck_assert_int_eq(mcp_sink_session_want_write(f.s), 0);
+  free(b);
+  free(longer);
+  free(nonce);
+  free(ev.ack);
+  snk_close(&f);
+}
+END_TEST
+
+START_TEST(test_sink_max_nonce_len_is_an_option) {
+  mcp_sink_options o;
+  mcp_sink_options_default(&o);
+  o.max_nonce_len = 4;
+  snk f;
+  snk_open(&f, &o);
+  const char *names[] = {"a", NULL}, *versions[] = {"1", NULL};
+  ck_assert_int_eq(push(&f, "1234", 0, names, versions, NULL), 0);
+  /* A NACK's nonce is the last one too. */
+  const char *twice[] = {"a", "a", NULL}, *v2[] = {"1", "2", NULL};
+  ck_assert_int_eq(push(&f, "5678", 0, twice, v2, NULL), MCP_CODE_INVALID_ARGUMENT);
+  mcp_collection_status st;
+  ck_assert_int_eq(mcp_sink_state_collection_status(f.st, 0, f.ts, &st), 0);
+  ck_assert_str_eq(st.last_nonce, "5678");
+  size_t n;
+  uint8_t *b = th_resources(&n, "c", "12345", 0, names, versions, NULL);
+  ck_assert_int_eq(mcp_sink_session_recv(f.s, b, n, ++f.ts), MCP_ERR_PROTOCOL);
+  free(b);
+  snk_close(&f);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("core_limits");
   TCase *t = tcase_create("limits");
@@ -412,6 +727,13 @@ int main(void) {
   tcase_add_test(t, test_sink_names_versions_and_metadata_are_checked);
   tcase_add_test(t, test_sink_lenient_names_reject_spaces);
   tcase_add_test(t, test_sink_max_metadata_nacks);
+  tcase_add_loop_test(t, test_source_node_lengths_are_limited_on_every_service,
+                      MCP_SERVICE_RESOURCE, MCP_SERVICE_AGGREGATED_INCREMENTAL + 1);
+  tcase_add_test(t, test_source_node_default_limits);
+  tcase_add_test(t, test_sink_refuses_node_over_the_default_limits);
+  tcase_add_test(t, test_largest_sink_node_passes_a_default_source);
+  tcase_add_test(t, test_sink_long_nonce_is_whole_in_events_answer_and_journal);
+  tcase_add_test(t, test_sink_max_nonce_len_is_an_option);
   suite_add_tcase(s, t);
   SRunner *r = srunner_create(s);
   srunner_run_all(r, CK_NORMAL);

@@ -8,6 +8,7 @@
  * resources can be embedded in an otherwise valid message.
  */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -456,6 +457,8 @@ static void fx_hold_ab(fx *f) {
  */
 typedef struct before {
   char held0[512], held1[512];
+  char acked0[512], acked1[512]; /* the statuses' strings last until the
+                                    state changes: copied */
   mcp_collection_status st0, st1;
   int napply, synced;
 } before;
@@ -465,6 +468,11 @@ static void remember(fx *f, before *b) {
   held(f->st, COLLS[1], b->held1, sizeof(b->held1));
   b->st0 = status_of(f, COLLS[0]);
   b->st1 = status_of(f, COLLS[1]);
+  snprintf(b->acked0, sizeof(b->acked0), "%s", b->st0.acked_version);
+  snprintf(b->acked1, sizeof(b->acked1), "%s", b->st1.acked_version);
+  b->st0.acked_version = b->acked0;
+  b->st1.acked_version = b->acked1;
+  b->st0.last_nack_message = b->st1.last_nack_message = NULL;
   b->napply = f->sn.napply;
   b->synced = mcp_sink_state_synced(f->st);
 }

@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "ops/http.h"
 #include "ops/ops.h"
 
@@ -568,6 +570,265 @@ START_TEST(test_router) {
 }
 END_TEST
 
+
+/* ---- bounded debug pages (issue 12, point 3) ---- */
+
+/* Real core sessions behind the transport's introspection table: a test
+ * transport that only lists them, as the gRPC and h2c ones do. */
+#define PAGE_NSTREAMS 300
+static struct {
+  mcp_store *store;
+  mcp_source_session *src[PAGE_NSTREAMS];
+  tool_stream_info info[PAGE_NSTREAMS];
+  mcp_sink_state *sink;
+} pg;
+
+static mcp_tstamp pg_now(void) { return 5 * MCP_SECONDS; }
+
+static int pg_source_streams(void *ep, tool_stream_fn fn, void *ud) {
+  (void)ep;
+  for (size_t i = 0; i < PAGE_NSTREAMS; i++)
+    fn(&pg.info[i], ud);
+  return 0;
+}
+
+static int pg_sink_call(void *ep, tool_state_fn fn, void *ud) {
+  (void)ep;
+  fn(pg.sink, pg_now(), ud);
+  return 0;
+}
+
+static int pg_sink_streams(void *ep, tool_stream_fn fn, void *ud) {
+  (void)ep;
+  (void)fn;
+  (void)ud;
+  return 0;
+}
+
+/* A RequestResources for collection "c" from a node with the largest id and
+ * annotations a default source takes (1 KiB id, 7 values of 4 KiB). */
+static uint8_t *big_node_request(size_t *len) {
+  static char id[MCP_DEFAULT_MAX_NODE_ID_LEN + 1];
+  static char value[MCP_DEFAULT_MAX_NODE_VALUE_LEN + 1];
+  memset(id, 'n', MCP_DEFAULT_MAX_NODE_ID_LEN);
+  memset(value, 'v', MCP_DEFAULT_MAX_NODE_VALUE_LEN);
+  /* SinkNode: id (field 1), annotations (field 2: key 1, value 2). */
+  size_t cap = 64 * 1024, n = 0;
+  uint8_t *node = malloc(cap), *out = malloc(cap);
+#define PUT_LEN_(buf, f, p, l)                                   \
+  do {                                                           \
+    size_t l_ = (l);                                             \
+    buf[n++] = (uint8_t)((f) << 3 | 2);                          \
+    for (size_t v_ = l_; ; v_ >>= 7) {                           \
+      buf[n++] = (uint8_t)((v_ & 0x7f) | (v_ > 0x7f ? 0x80 : 0)); \
+      if (v_ <= 0x7f)                                            \
+        break;                                                   \
+    }                                                            \
+    memcpy(buf + n, p, l_);                                      \
+    n += l_;                                                     \
+  } while (0)
+  PUT_LEN_(node, 1, id, strlen(id));
+  for (int i = 0; i < 7; i++) {
+    uint8_t entry[MCP_DEFAULT_MAX_NODE_VALUE_LEN + 32];
+    size_t save = n;
+    n = 0;
+    char key[8];
+    snprintf(key, sizeof(key), "k%d", i);
+    PUT_LEN_(entry, 1, key, strlen(key));
+    PUT_LEN_(entry, 2, value, strlen(value));
+    size_t el = n;
+    n = save;
+    PUT_LEN_(node, 2, entry, el);
+  }
+  size_t nl = n;
+  n = 0;
+  PUT_LEN_(out, 1, node, nl);
+  PUT_LEN_(out, 2, "c", 1);
+#undef PUT_LEN_
+  free(node);
+  *len = n;
+  return out;
+}
+
+static json_t *page_json(tool_ops *ops, const char *path, size_t *len) {
+  ops_http_reply r = route(ops, "GET", path);
+  ck_assert_int_eq(r.status, 200);
+  *len = strlen(ops_buf_cstr(&r.body));
+  json_error_t err;
+  json_t *j = json_loads(ops_buf_cstr(&r.body), 0, &err);
+  ops_http_reply_free(&r);
+  ck_assert_msg(j != NULL, "not JSON: %s", err.text);
+  return j;
+}
+
+/* Every string of |j| is at most |max| bytes plus the cut marker. */
+static void strings_bounded(json_t *j, size_t max) {
+  const char *k;
+  json_t *v;
+  size_t i;
+  switch (json_typeof(j)) {
+  case JSON_STRING:
+    ck_assert_uint_le(json_string_length(j), max + strlen("...[+99999 bytes]"));
+    break;
+  case JSON_OBJECT:
+    json_object_foreach(j, k, v) {
+      ck_assert_uint_le(strlen(k), max + strlen("...[+99999 bytes]"));
+      strings_bounded(v, max);
+    }
+    break;
+  case JSON_ARRAY:
+    json_array_foreach(j, i, v) strings_bounded(v, max);
+    break;
+  default:
+    break;
+  }
+}
+
+/* 300 streams of sinks with the largest nodes a source takes: 300 x 33 KiB
+ * of node alone. The page lists what fits in its bounds, cuts every long
+ * string with a marker and says what it left out. */
+START_TEST(test_syncz_is_bounded_with_many_large_streams) {
+  memset(&pg, 0, sizeof(pg));
+  mcp_store_options so;
+  mcp_store_options_default(&so);
+  so.epoch = 1;
+  ck_assert_int_eq(mcp_store_new(&pg.store, &so), 0);
+  ck_assert_int_eq(mcp_store_add_collection(pg.store, "c"), 0);
+  size_t len;
+  uint8_t *req = big_node_request(&len);
+  for (size_t i = 0; i < PAGE_NSTREAMS; i++) {
+    mcp_source_options o;
+    mcp_source_options_default(&o);
+    o.store = pg.store;
+    ck_assert_int_eq(mcp_source_session_new(&pg.src[i], &o, 1), 0);
+    ck_assert_int_eq(mcp_source_session_recv(pg.src[i], req, len, 2), 0);
+    pg.info[i].id = i + 1;
+    pg.info[i].peer = "127.0.0.1:1";
+    pg.info[i].source = pg.src[i];
+  }
+  free(req);
+  tool_transport tp;
+  memset(&tp, 0, sizeof(tp));
+  tp.now = pg_now;
+  tp.source_streams = pg_source_streams;
+  tool_ops_options o = {.role = TOOL_OPS_SOURCE, .component = "mcp-source"};
+  tool_ops *ops = NULL;
+  ck_assert_int_eq(tool_ops_new(&ops, &o), 0);
+  tool_ops_attach(ops, &tp, &tp);
+  size_t bytes;
+  json_t *j = page_json(ops, "/debug/syncz", &bytes);
+  json_t *streams = json_object_get(j, "streams");
+  size_t listed = json_array_size(streams);
+  json_int_t omitted = json_integer_value(json_object_get(j, "streams_omitted"));
+  ck_assert_uint_gt(listed, 0);
+  ck_assert_uint_le(listed, 100);
+  ck_assert_int_eq((json_int_t)listed + omitted, PAGE_NSTREAMS);
+  ck_assert(json_is_true(json_object_get(j, "truncated")));
+  ck_assert_uint_le(bytes, (1u << 20) + (64u << 10));
+  strings_bounded(j, 256);
+  /* The id, cut with its marker; the collection as it is. */
+  json_t *s0 = json_array_get(streams, 0);
+  const char *id = json_string_value(json_object_get(json_object_get(s0, "node"), "id"));
+  ck_assert_uint_eq(strlen(id), 256 + strlen("...[+768 bytes]"));
+  ck_assert_str_eq(id + 256, "...[+768 bytes]");
+  json_t *c0 = json_array_get(json_object_get(s0, "collections"), 0);
+  ck_assert_str_eq(json_string_value(json_object_get(c0, "collection")), "c");
+  json_decref(j);
+
+  /* Tighter bounds, as options: 10 streams listed. */
+  tool_ops_del(ops);
+  o.page_streams_max = 10;
+  o.page_field_max = 16;
+  ck_assert_int_eq(tool_ops_new(&ops, &o), 0);
+  tool_ops_attach(ops, &tp, &tp);
+  j = page_json(ops, "/debug/syncz", &bytes);
+  ck_assert_uint_eq(json_array_size(json_object_get(j, "streams")), 10);
+  ck_assert_int_eq(json_integer_value(json_object_get(j, "streams_omitted")),
+                   PAGE_NSTREAMS - 10);
+  strings_bounded(j, 16);
+  ck_assert_uint_lt(bytes, 64u << 10);
+  json_decref(j);
+  tool_ops_del(ops);
+  for (size_t i = 0; i < PAGE_NSTREAMS; i++)
+    mcp_source_session_del(pg.src[i]);
+  mcp_store_del(pg.store);
+}
+END_TEST
+
+/* A sink whose journal holds many long nonces: the page keeps the newest
+ * entries that fit, each nonce cut with a marker. */
+START_TEST(test_journal_is_bounded_and_keeps_the_newest) {
+  memset(&pg, 0, sizeof(pg));
+  static const char *colls[] = {"c"};
+  mcp_sink_options so;
+  mcp_sink_options_default(&so);
+  so.collections = colls;
+  so.ncollections = 1;
+  so.journal_size = 4096;
+  ck_assert_int_eq(mcp_sink_state_new(&pg.sink, &so), 0);
+  mcp_sink_session *ss;
+  ck_assert_int_eq(mcp_sink_session_new(&ss, pg.sink, 0), 0);
+  mcp_msg *m;
+  while (mcp_sink_session_next(ss, &m) == 1)
+    mcp_msg_free(m);
+  char nonce[MCP_DEFAULT_MAX_NONCE_LEN + 1];
+  for (int i = 0; i < 4000; i++) {
+    /* A Resources for "c" with only a nonce: an empty full state. */
+    memset(nonce, 'x', MCP_DEFAULT_MAX_NONCE_LEN);
+    nonce[MCP_DEFAULT_MAX_NONCE_LEN] = '\0';
+    int hl = snprintf(nonce, sizeof(nonce), "%04d", i);
+    nonce[hl] = 'x';
+    uint8_t buf[MCP_DEFAULT_MAX_NONCE_LEN + 16];
+    size_t n = 0;
+    buf[n++] = 2 << 3 | 2;
+    buf[n++] = 1;
+    buf[n++] = 'c';
+    buf[n++] = 5 << 3 | 2;
+    buf[n++] = (uint8_t)(0x80 | (MCP_DEFAULT_MAX_NONCE_LEN & 0x7f));
+    buf[n++] = (uint8_t)(MCP_DEFAULT_MAX_NONCE_LEN >> 7);
+    memcpy(buf + n, nonce, MCP_DEFAULT_MAX_NONCE_LEN);
+    n += MCP_DEFAULT_MAX_NONCE_LEN;
+    ck_assert_int_eq(mcp_sink_session_recv(ss, buf, n, (mcp_tstamp)i + 1), 0);
+    ck_assert_int_eq(mcp_sink_session_next(ss, &m), 1);
+    mcp_msg_free(m);
+  }
+  tool_transport tp;
+  memset(&tp, 0, sizeof(tp));
+  tp.now = pg_now;
+  tp.sink_call = pg_sink_call;
+  tp.sink_streams = pg_sink_streams;
+  tool_ops_options o = {.role = TOOL_OPS_SINK, .component = "mcp-sink",
+                        .page_bytes_max = 256u << 10};
+  tool_ops *ops = NULL;
+  ck_assert_int_eq(tool_ops_new(&ops, &o), 0);
+  tool_ops_attach(ops, &tp, &tp);
+  size_t bytes;
+  json_t *j = page_json(ops, "/debug/journal", &bytes);
+  json_t *jr = json_object_get(j, "journal");
+  size_t listed = json_array_size(jr);
+  ck_assert_uint_gt(listed, 10);
+  ck_assert_int_eq((json_int_t)listed +
+                       json_integer_value(json_object_get(j, "journal_omitted")),
+                   mcp_sink_state_journal_count(pg.sink));
+  ck_assert(json_is_true(json_object_get(j, "truncated")));
+  ck_assert_uint_le(bytes, (256u << 10) + (16u << 10));
+  strings_bounded(j, 256);
+  /* The newest last, its nonce cut with the marker. */
+  const char *last = json_string_value(
+      json_object_get(json_array_get(jr, listed - 1), "nonce"));
+  ck_assert_int_eq(strncmp(last, "3999x", 5), 0);
+  ck_assert_str_eq(last + 256, "...[+768 bytes]");
+  json_decref(j);
+  /* syncz of the sink is bounded the same way. */
+  j = page_json(ops, "/debug/syncz", &bytes);
+  strings_bounded(j, 256);
+  json_decref(j);
+  tool_ops_del(ops);
+  mcp_sink_session_del(ss);
+  mcp_sink_state_del(pg.sink);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("ops_http");
   TCase *t = tcase_create("session");
@@ -589,6 +850,8 @@ int main(void) {
   suite_add_tcase(s, sv);
   TCase *rt = tcase_create("router");
   tcase_add_test(rt, test_router);
+  tcase_add_test(rt, test_syncz_is_bounded_with_many_large_streams);
+  tcase_add_test(rt, test_journal_is_bounded_and_keeps_the_newest);
   suite_add_tcase(s, rt);
   SRunner *r = srunner_create(s);
   srunner_run_all(r, CK_NORMAL);

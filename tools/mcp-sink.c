@@ -848,7 +848,16 @@ int main(int argc, char **argv) {
   so.on_event = on_core_event;
   so.user_data = &app;
   if ((rv = mcp_sink_state_new(&app.state, &so)) < 0) {
-    log_error("cannot create the sink state: %s", mcp_strerror(rv));
+    if (rv == MCP_ERR_INVALID_ARGUMENT)
+      log_error("cannot create the sink state: %s (a source refuses a "
+                "SinkNode over its default limits: --node-id at most %d "
+                "bytes, at most %d --annotation of %d-byte keys and "
+                "%d-byte values, %u bytes in all; docs/security.md)",
+                mcp_strerror(rv), MCP_DEFAULT_MAX_NODE_ID_LEN,
+                MCP_DEFAULT_MAX_NODE_ANNOTATIONS, MCP_DEFAULT_MAX_NODE_KEY_LEN,
+                MCP_DEFAULT_MAX_NODE_VALUE_LEN, MCP_DEFAULT_MAX_NODE_BYTES);
+    else
+      log_error("cannot create the sink state: %s", mcp_strerror(rv));
     goto out;
   }
 

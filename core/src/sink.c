@@ -34,12 +34,13 @@ typedef struct scoll {
   char *ans_nonce;
   int ans_code;
   char *ans_msg;
+  char *last_nonce; /* of the last push answered, whole (status) */
 } scoll;
 
 typedef struct jent {
   mcp_tstamp ts;
   char *collection;
-  char nonce[24];
+  char *nonce; /* whole, as sent */
   int kind, code;
   char *message;
   size_t ninitial;
@@ -52,7 +53,7 @@ struct mcp_sink_state {
   mcp_service service;
   int incremental;
   mcp_name_rules name_rules;
-  size_t max_name, max_version, max_resources, max_metadata;
+  size_t max_name, max_version, max_resources, max_metadata, max_nonce;
   mcp_apply_cb apply;
   mcp_event_cb on_event;
   void *user_data;
@@ -86,6 +87,7 @@ void mcp_sink_options_default(mcp_sink_options *opts) {
   opts->max_version_len = MCP_DEFAULT_MAX_VERSION_LEN;
   opts->max_resources = MCP_DEFAULT_MAX_RESOURCES;
   opts->max_metadata = MCP_DEFAULT_MAX_METADATA;
+  opts->max_nonce_len = MCP_DEFAULT_MAX_NONCE_LEN;
 }
 
 static size_t str_size(const char *s) {
@@ -98,14 +100,31 @@ static uint8_t *put_str(uint8_t *p, uint32_t f, const char *s) {
   return n ? mcp__put_len_field(p, f, s, n) : p;
 }
 
+/* The SinkNode's encoded size, or 0 when it breaks a default limit of a
+ * source (MCP_DEFAULT_MAX_NODE_*): a node no source takes by default would
+ * end every stream. */
+static size_t node_size(const mcp_sink_options *o) {
+  const char *id = o->node_id ? o->node_id : "";
+  size_t body = str_size(id);
+  if (strlen(id) > MCP_DEFAULT_MAX_NODE_ID_LEN ||
+      o->nnode_annotations > MCP_DEFAULT_MAX_NODE_ANNOTATIONS) {
+    return 0;
+  }
+  for (size_t i = 0; i < o->nnode_annotations; ++i) {
+    const mcp_kv *kv = &o->node_annotations[i];
+    if (strlen(kv->key) > MCP_DEFAULT_MAX_NODE_KEY_LEN ||
+        strlen(kv->value) > MCP_DEFAULT_MAX_NODE_VALUE_LEN) {
+      return 0;
+    }
+    body += mcp__len_field_size(str_size(kv->key) + str_size(kv->value));
+  }
+  return body <= MCP_DEFAULT_MAX_NODE_BYTES ? body + 1 : 0;
+}
+
 /* Encodes the SinkNode once; each request embeds it. */
 static int encode_node(mcp_sink_state *st, const mcp_sink_options *o) {
   const char *id = o->node_id ? o->node_id : "";
-  size_t body = str_size(id);
-  for (size_t i = 0; i < o->nnode_annotations; ++i) {
-    body += mcp__len_field_size(str_size(o->node_annotations[i].key) +
-                                str_size(o->node_annotations[i].value));
-  }
+  size_t body = node_size(o) - 1;
   st->node_enc_len = body;
   uint8_t *p = st->node_enc = mcp__malloc(&st->mem, body);
   if (!p) {
@@ -132,6 +151,7 @@ static void held_free_all(mcp_map *m, const mcp_mem *mem) {
 
 static void jent_clear(const mcp_mem *m, jent *j) {
   mcp__free(m, j->collection);
+  mcp__free(m, j->nonce);
   mcp__free(m, j->message);
   memset(j, 0, sizeof(*j));
 }
@@ -155,6 +175,7 @@ void mcp_sink_state_del(mcp_sink_state *st) {
     mcp__free(&st->mem, c->name);
     mcp__free(&st->mem, c->acked_version);
     mcp__free(&st->mem, c->nack_msg);
+    mcp__free(&st->mem, c->last_nonce);
   }
   for (size_t i = 0; st->journal && i < st->jcap; ++i) {
     jent_clear(&st->mem, &st->journal[i]);
@@ -172,7 +193,8 @@ int mcp_sink_state_new(mcp_sink_state **pstate, const mcp_sink_options *o) {
       o->service > MCP_SERVICE_AGGREGATED_INCREMENTAL ||
       o->name_rules > MCP_NAMES_KUBERNETES ||
       (o->node_id && !mcp__str_valid(o->node_id)) ||
-      !mcp__kvs_valid(o->node_annotations, o->nnode_annotations)) {
+      !mcp__kvs_valid(o->node_annotations, o->nnode_annotations) ||
+      !node_size(o)) {
     return MCP_ERR_INVALID_ARGUMENT;
   }
   for (size_t i = 0; i < o->ncollections; ++i) {
@@ -202,6 +224,7 @@ int mcp_sink_state_new(mcp_sink_state **pstate, const mcp_sink_options *o) {
   st->max_version = mcp__limit(o->max_version_len, MCP_DEFAULT_MAX_VERSION_LEN);
   st->max_resources = mcp__limit(o->max_resources, MCP_DEFAULT_MAX_RESOURCES);
   st->max_metadata = mcp__limit(o->max_metadata, MCP_DEFAULT_MAX_METADATA);
+  st->max_nonce = mcp__limit(o->max_nonce_len, MCP_DEFAULT_MAX_NONCE_LEN);
   st->apply = o->apply;
   st->on_event = o->on_event;
   st->user_data = o->user_data;
@@ -1003,6 +1026,11 @@ int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in, size_t len,
     rv = MCP_ERR_MALFORMED;
     goto out;
   }
+  if (env->nonce.n > st->max_nonce) {
+    /* Answering it would echo it, and the journal would keep it. */
+    rv = MCP_ERR_PROTOCOL;
+    goto out;
+  }
   if (!(w.coll = span_dup(m, env->collection)) ||
       !(w.nonce = span_dup(m, env->nonce)) ||
       !(w.sysver = span_dup(m, env->sysver))) {
@@ -1112,6 +1140,9 @@ int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in, size_t len,
     c->nacks++;
     c->answered = 1;
     emit_msg(st, MCP_EVENT_NACK, c->name, &w, code, msg);
+    mcp__free(m, c->last_nonce);
+    c->last_nonce = w.nonce; /* taken from the work: nothing can fail */
+    w.nonce = NULL;
     goto out;
   }
   /* Accepted: apply. Nothing below fails. */
@@ -1149,6 +1180,9 @@ int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in, size_t len,
   }
   emit_msg(st, MCP_EVENT_ACK, c->name, &w, 0, "");
   held_free_all(&old, m);
+  mcp__free(m, c->last_nonce);
+  c->last_nonce = w.nonce;
+  w.nonce = NULL;
 out:
   work_free(m, &w);
   return rv;
@@ -1250,9 +1284,11 @@ static int journal_add(mcp_sink_state *st, mcp_tstamp ts, const char *coll,
   }
   char *c = mcp__strdup(&st->mem, coll);
   char *m = mcp__strdup(&st->mem, msg ? msg : "");
-  if (!c || !m) {
+  char *n = mcp__strdup(&st->mem, nonce);
+  if (!c || !m || !n) {
     mcp__free(&st->mem, c);
     mcp__free(&st->mem, m);
+    mcp__free(&st->mem, n);
     return MCP_ERR_NOMEM;
   }
   jent *j = &st->journal[(st->jhead + st->jcount) % st->jcap];
@@ -1265,12 +1301,7 @@ static int journal_add(mcp_sink_state *st, mcp_tstamp ts, const char *coll,
   j->ts = ts;
   j->collection = c;
   j->message = m;
-  size_t nl = strlen(nonce);
-  if (nl >= sizeof(j->nonce)) {
-    nl = sizeof(j->nonce) - 1;
-  }
-  memcpy(j->nonce, nonce, nl);
-  j->nonce[nl] = '\0';
+  j->nonce = n;
   j->kind = kind;
   j->code = code;
   j->ninitial = ninitial;
@@ -1353,13 +1384,10 @@ int mcp_sink_state_collection_status(const mcp_sink_state *st, size_t i,
   out->collection = c->name;
   out->known = 1;
   out->incremental = st->incremental;
-  if (c->acked_version) {
-    size_t n = strlen(c->acked_version);
-    if (n >= sizeof(out->acked_version)) {
-      n = sizeof(out->acked_version) - 1;
-    }
-    memcpy(out->acked_version, c->acked_version, n);
-  }
+  out->acked_version = c->acked_version ? c->acked_version : "";
+  out->pending_version = ""; /* a sink has no push in flight */
+  out->pending_nonce = "";
+  out->last_nonce = c->last_nonce ? c->last_nonce : "";
   out->last_nack_code = c->nack_code;
   out->last_nack_message = c->nack_msg ? c->nack_msg : "";
   out->pushes = c->pushes;
@@ -1382,7 +1410,7 @@ int mcp_sink_state_journal_entry(const mcp_sink_state *st, size_t i,
   memset(e, 0, sizeof(*e));
   e->ts = j->ts;
   e->collection = j->collection;
-  memcpy(e->nonce, j->nonce, sizeof(e->nonce));
+  e->nonce = j->nonce;
   e->kind = j->kind;
   e->code = j->code;
   e->message = j->message;

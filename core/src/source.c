@@ -93,9 +93,12 @@ struct mcp_source_session {
   size_t seen_ncolls;
   size_t rr; /* round-robin cursor */
   resume *resumes;
+  char *ibuf; /* collection_status() strings; see grow_ibuf() */
+  size_t icap;
   mcp_tstamp last_ts;
   /* Small fields last, packed. */
   uint32_t max_collections, max_initial, max_node_ann, max_name, max_version;
+  uint32_t max_node_id, max_node_key, max_node_value, max_node_bytes;
   uint32_t retry_codes; /* bit per google.rpc code */
   uint32_t next_nonce;
   uint32_t stale_unknown; /* stale requests for collections never asked */
@@ -123,6 +126,13 @@ static void emit(mcp_source_session *s, mcp_event *ev) {
     ev->node = &s->node;
     s->on_event(ev, s->user_data);
   }
+}
+
+/* A limit of the options as kept (0: |def|; more than 32 bits: no limit
+ * smaller than the largest message). */
+static uint32_t limit32(size_t v, size_t def) {
+  v = mcp__limit(v, def);
+  return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
 }
 
 static size_t format_nonce(char *buf, uint32_t n) {
@@ -169,6 +179,10 @@ void mcp_source_options_default(mcp_source_options *opts) {
   opts->max_node_annotations = MCP_DEFAULT_MAX_NODE_ANNOTATIONS;
   opts->max_name_len = MCP_DEFAULT_MAX_NAME_LEN;
   opts->max_version_len = MCP_DEFAULT_MAX_VERSION_LEN;
+  opts->max_node_id_len = MCP_DEFAULT_MAX_NODE_ID_LEN;
+  opts->max_node_key_len = MCP_DEFAULT_MAX_NODE_KEY_LEN;
+  opts->max_node_value_len = MCP_DEFAULT_MAX_NODE_VALUE_LEN;
+  opts->max_node_bytes = MCP_DEFAULT_MAX_NODE_BYTES;
   opts->request_rate = MCP_DEFAULT_REQUEST_RATE;
   opts->request_burst = MCP_DEFAULT_REQUEST_BURST;
 }
@@ -220,6 +234,10 @@ int mcp_source_session_new(mcp_source_session **ps,
   s->max_node_ann = (uint32_t)mcp__limit(opts->max_node_annotations, MCP_DEFAULT_MAX_NODE_ANNOTATIONS);
   s->max_name = (uint32_t)mcp__limit(opts->max_name_len, MCP_DEFAULT_MAX_NAME_LEN);
   s->max_version = (uint32_t)mcp__limit(opts->max_version_len, MCP_DEFAULT_MAX_VERSION_LEN);
+  s->max_node_id = limit32(opts->max_node_id_len, MCP_DEFAULT_MAX_NODE_ID_LEN);
+  s->max_node_key = limit32(opts->max_node_key_len, MCP_DEFAULT_MAX_NODE_KEY_LEN);
+  s->max_node_value = limit32(opts->max_node_value_len, MCP_DEFAULT_MAX_NODE_VALUE_LEN);
+  s->max_node_bytes = limit32(opts->max_node_bytes, MCP_DEFAULT_MAX_NODE_BYTES);
   s->rate = mcp__limit(opts->request_rate, MCP_DEFAULT_REQUEST_RATE);
   s->burst = mcp__limit(opts->request_burst, MCP_DEFAULT_REQUEST_BURST);
   s->tokens = s->burst * 1000;
@@ -279,6 +297,7 @@ void mcp_source_session_del(mcp_source_session *s) {
   mcp__free(&s->mem, s->subs);
   mcp__free(&s->mem, s->keys);
   mcp__free(&s->mem, s->node_arena);
+  mcp__free(&s->mem, s->ibuf);
   mcp_mem m = s->mem;
   mcp__free(&m, s);
 }
@@ -427,6 +446,29 @@ static sub *find_sub(mcp_source_session *s, const char *key, size_t *idx) {
   return NULL;
 }
 
+/*
+ * The strings collection_status() returns are written into ibuf, which
+ * grows with the subscriptions so that reading a status never allocates
+ * (nor fails): two versions ("<epoch hex>-<generation>", at most 37 bytes
+ * each) and the nonce as sent, "<number>" or, on
+ * IncrementalAggregatedResources, "<number>:<type_url>".
+ */
+enum { IBUF_VER = 48, IBUF_FIXED = 2 * IBUF_VER + 16 };
+
+static int grow_ibuf(mcp_source_session *s, const char *key) {
+  size_t n = IBUF_FIXED +
+             (s->service == MCP_SERVICE_AGGREGATED_INCREMENTAL ? strlen(key) + 1 : 0);
+  if (n > s->icap) {
+    char *b = mcp__realloc(&s->mem, s->ibuf, n);
+    if (!b) {
+      return MCP_ERR_NOMEM;
+    }
+    s->ibuf = b;
+    s->icap = n;
+  }
+  return 0;
+}
+
 /* Makes room for one more subscription (and its key). */
 static int grow_subs(mcp_source_session *s) {
   if (s->nsubs < s->cap) {
@@ -487,7 +529,8 @@ static int on_request(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
     char *name = NULL, *key = NULL;
     if ((!c && !(name = mcp__strdup(&s->mem, r->collection))) ||
         (s->service != MCP_SERVICE_RESOURCE && !(key = mcp__strdup(&s->mem, r->key))) ||
-        grow_subs(s) != 0 || (r->resume && !(rs = resume_new(s, r, s->nsubs)))) {
+        grow_subs(s) != 0 || grow_ibuf(s, r->key) != 0 ||
+        (r->resume && !(rs = resume_new(s, r, s->nsubs)))) {
       mcp__free(&s->mem, name);
       mcp__free(&s->mem, key);
       return MCP_ERR_NOMEM;
@@ -897,12 +940,86 @@ static int map_type(mcp_source_session *s, const char *type_url, char **out) {
   return 0;
 }
 
+/* The key (1) and value (2) of one SinkNode annotation entry. */
+static int check_annotation(const mcp_source_session *s, const uint8_t *p,
+                            size_t n) {
+  mcp_wire w = {p, p + n};
+  uint32_t f;
+  int wt, rv;
+  uint64_t v;
+  const uint8_t *d;
+  size_t dl;
+  while ((rv = mcp__wire_next(&w, &f, &wt, &v, &d, &dl)) == 1) {
+    if (wt == MCP_WT_LEN && ((f == 1 && dl > s->max_node_key) ||
+                             (f == 2 && dl > s->max_node_value))) {
+      return MCP_ERR_PROTOCOL;
+    }
+  }
+  return rv < 0 ? MCP_ERR_MALFORMED : 0;
+}
+
+/*
+ * The SinkNode limits, on the request's bytes before anything of it is
+ * copied: protobuf-c, and the node kept by the session, would copy a
+ * 50 MiB id first. The occurrences of sink_node merge, so the annotations
+ * and the bytes of all of them add up. Wire types that do not fit are
+ * left to the decoder (MALFORMED).
+ */
+static int check_node(const mcp_source_session *s, const uint8_t *in,
+                      size_t len) {
+  static const uint32_t node_field[3] = {
+      [MCP_SERVICE_RESOURCE] = 1, /* RequestResources.sink_node */
+      [MCP_SERVICE_AGGREGATED] = 2, /* MeshConfigRequest.sink_node */
+      [MCP_SERVICE_AGGREGATED_INCREMENTAL] = 1};
+  mcp_wire w = {in, in + len};
+  uint32_t f;
+  int wt, rv;
+  uint64_t v;
+  const uint8_t *p;
+  size_t pl, nann = 0, bytes = 0;
+  while ((rv = mcp__wire_next(&w, &f, &wt, &v, &p, &pl)) == 1) {
+    if (f != node_field[s->service] || wt != MCP_WT_LEN) {
+      continue;
+    }
+    if (pl > s->max_node_bytes - bytes) {
+      return MCP_ERR_PROTOCOL;
+    }
+    bytes += pl;
+    mcp_wire nw = {p, p + pl};
+    const uint8_t *d;
+    size_t dl;
+    while ((rv = mcp__wire_next(&nw, &f, &wt, &v, &d, &dl)) == 1) {
+      if (wt != MCP_WT_LEN) {
+        continue;
+      }
+      if (f == 1 && dl > s->max_node_id) {
+        return MCP_ERR_PROTOCOL;
+      }
+      if (f == 2) {
+        if (++nann > s->max_node_ann) {
+          return MCP_ERR_LIMIT;
+        }
+        if ((rv = check_annotation(s, d, dl)) != 0) {
+          return rv;
+        }
+      }
+    }
+    if (rv < 0) {
+      return MCP_ERR_MALFORMED;
+    }
+  }
+  return rv < 0 ? MCP_ERR_MALFORMED : 0;
+}
+
 /* Decodes one request of the session's service into |r|. */
 static int decode(mcp_source_session *s, const uint8_t *in, size_t len,
                   decoded *d, rq *r) {
   const mcp_mem *m = &s->mem;
-  int rv = 0;
+  int rv = check_node(s, in, len);
   memset(r, 0, sizeof(*r));
+  if (rv != 0) {
+    return rv;
+  }
   switch (s->service) {
   case MCP_SERVICE_RESOURCE: {
     if ((rv = decode_rr(s, in, len, d, r)) != DECODE_GENERIC) {
@@ -1386,19 +1503,31 @@ int mcp_source_session_collection_status(const mcp_source_session *s,
     return MCP_ERR_NOT_FOUND;
   }
   const sub *u = &s->subs[i];
+  const char *key = s->keys ? s->keys[i] : "";
+  size_t kl = s->service == MCP_SERVICE_AGGREGATED_INCREMENTAL ? strlen(key) + 1 : 0;
+  char *b = s->ibuf; /* grow_ibuf() made room for every subscription */
+  assert(b && s->icap >= IBUF_FIXED + kl);
   memset(st, 0, sizeof(*st));
+  b[0] = b[IBUF_VER] = b[2 * IBUF_VER] = '\0';
+  st->acked_version = b;
+  st->pending_version = b + IBUF_VER;
+  st->pending_nonce = b + 2 * IBUF_VER;
+  st->last_nonce = "";
   st->collection = sub_name(u);
-  st->type_url = s->keys ? s->keys[i] : "";
+  st->type_url = key;
   st->known = (u->flags & F_KNOWN) != 0;
   st->incremental = (u->flags & F_INCREMENTAL) != 0;
   if (u->flags & F_HELD_GEN) {
-    mcp__format_version(st->acked_version, sizeof(st->acked_version),
-                        s->store->epoch, u->held_gen);
+    mcp__format_version(b, IBUF_VER, s->store->epoch, u->held_gen);
   }
   if (u->flags & F_PENDING) {
-    mcp__format_version(st->pending_version, sizeof(st->pending_version),
-                        s->store->epoch, u->pending_gen);
-    format_nonce(st->pending_nonce, u->pending_nonce);
+    mcp__format_version(b + IBUF_VER, IBUF_VER, s->store->epoch, u->pending_gen);
+    char *nonce = b + 2 * IBUF_VER;
+    size_t nl = format_nonce(nonce, u->pending_nonce);
+    if (kl) { /* the same form as on the wire and in events */
+      nonce[nl] = ':';
+      memcpy(nonce + nl + 1, key, kl);
+    }
     st->pending_age = ts > u->t ? ts - u->t : 0;
   }
   st->last_nack_code = u->nack ? u->nack->code : 0;

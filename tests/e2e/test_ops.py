@@ -723,6 +723,101 @@ class CommandLine(Base):
                                        r"debug): ")
 
 
+# --------------------------------------------------------------------------
+# Large SinkNodes (issue 12, point 3): the source refuses a node over its
+# limits, and /debug/syncz stays bounded however many streams it lists.
+# The sinks are tests/e2e/sinknode_flood.py under Debian's python3 (grpcio).
+# --------------------------------------------------------------------------
+
+FLOOD = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                     "sinknode_flood.py")
+GRPC_PYTHON = "/usr/bin/python3"
+
+
+def grpcio_available():
+    try:
+        return subprocess.run([GRPC_PYTHON, "-c", "import grpc"],
+                              capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+class LargeSinkNodes(Base):
+
+    def setUp(self):
+        if not grpcio_available():
+            self.skipTest("%s has no grpcio" % GRPC_PYTHON)
+        super().setUp()
+
+    def flood(self, *args):
+        """Starts the flood; returns (the process, its summary line). The
+        streams it holds stay open until its stdin is closed."""
+        p = subprocess.Popen([GRPC_PYTHON, FLOOD, "--target", self.addr,
+                              "--timeout", str(self.WAIT)] + list(args),
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        def stop():
+            p.kill()
+            p.wait()
+            for f in (p.stdin, p.stdout, p.stderr):
+                f.close()
+        self.addCleanup(stop)
+        line = p.stdout.readline()
+        if not line:  # (stderr is read only then: it ends with the flood)
+            self.fail("the flood said nothing: %s" % p.stderr.read())
+        return p, json.loads(line)
+
+    def test_node_over_the_limits_ends_the_stream(self):
+        self.standard_files()
+        src, oport = self.start_source()
+        _, r = self.flood("--streams", "3", "--id-bytes", "1025",
+                          "--collection", VS)
+        self.assertEqual(r, {"ok": 0, "ended": {"INVALID_ARGUMENT": 3},
+                             "details": r["details"]})
+        _, r = self.flood("--streams", "1", "--id-bytes", "8",
+                          "--annotations", "9", "--value-bytes", "4096",
+                          "--collection", VS)
+        self.assertEqual(r["ended"], {"INVALID_ARGUMENT": 1})
+        # At the limits: served.
+        _, r = self.flood("--streams", "1", "--id-bytes", "1024",
+                          "--annotations", "7", "--value-bytes", "4096",
+                          "--collection", VS)
+        self.assertEqual(r, {"ok": 1, "ended": {}, "details": []})
+        self.assertTrue(src.running())
+        # And a sink started with such a node is refused at once.
+        snk = self.PROC("mcp-sink", [self.exe("mcp-sink"), "--transport",
+                                     self.transport_for("mcp-sink"),
+                                     "--connect", self.addr,
+                                     "--collection", VS,
+                                     "--node-id", "n" * 1025])
+        self.procs.append(snk)
+        self.assertEqual(snk.wait(timeout=self.WAIT), 1)
+        self.assertIn("--node-id at most 1024 bytes", snk.stderr())
+
+    def test_syncz_stays_bounded_with_many_large_nodes(self):
+        self.standard_files()
+        src, oport = self.start_source()
+        p, r = self.flood("--streams", "150", "--id-bytes", "1024",
+                          "--annotations", "7", "--value-bytes", "4096",
+                          "--collection", VS)
+        self.assertEqual(r["ok"], 150, r)
+        status, _, body = http_get(oport, "/debug/syncz")
+        self.assertEqual(status, 200)
+        # 150 nodes of 33 KiB: 5 MB of node alone, before the page's bounds.
+        self.assertLess(len(body), 1 << 20)
+        syncz = json.loads(body)
+        self.assertEqual((len(syncz["streams"]), syncz["streams_omitted"]),
+                         (100, 50))
+        self.assertTrue(syncz["truncated"])
+        node = syncz["streams"][0]["node"]
+        self.assertEqual(node["id"], "n" * 256 + "...[+768 bytes]")
+        self.assertEqual(len(node["annotations"]), 7)
+        for v in node["annotations"].values():
+            self.assertEqual(v, "v" * 256 + "...[+3840 bytes]")
+        p.stdin.close()
+        self.assertEqual(p.wait(timeout=self.WAIT), 0)
+
+
 def main():
     argv = common.parse_args(__doc__.splitlines()[0])
     unittest.main(argv=argv, verbosity=2)

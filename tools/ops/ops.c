@@ -419,86 +419,202 @@ void tool_ops_close(tool_ops *o) {
 
 /* ---- pages ---- */
 
+#define PAGE_FIELD_MAX 256
+#define PAGE_STREAMS_MAX 100
+#define PAGE_BYTES_MAX ((size_t)1 << 20)
+/* What a JSON member costs besides its strings (name, quotes, indentation),
+ * for the page's budget: an estimate, on the high side. */
+#define PAGE_MEMBER 40
+
 static double seconds(mcp_tstamp t) { return (double)t / (double)MCP_SECONDS; }
 
-static json_t *node_json(const char *id, const mcp_kv *kv, size_t n) {
-  json_t *a = json_object();
-  for (size_t i = 0; a && i < n; i++)
-    json_object_set_new(a, kv[i].key, json_string(kv[i].value));
-  return json_pack("{s:s, s:o}", "id", id ? id : "", "annotations",
-                   a ? a : json_object());
+/* One page being built: its bounds and what it has spent. */
+typedef struct page {
+  size_t field_max, streams_max, bytes_max;
+  size_t bytes;        /* estimated size so far */
+  size_t streams, streams_omitted;
+  int truncated;       /* the byte budget stopped something */
+} page;
+
+static void page_init(page *pg, const tool_ops *o) {
+  memset(pg, 0, sizeof(*pg));
+  pg->field_max = o->o.page_field_max ? o->o.page_field_max : PAGE_FIELD_MAX;
+  pg->streams_max =
+      o->o.page_streams_max ? o->o.page_streams_max : PAGE_STREAMS_MAX;
+  pg->bytes_max = o->o.page_bytes_max ? o->o.page_bytes_max : PAGE_BYTES_MAX;
 }
 
-static json_t *status_json(const mcp_collection_status *st, int sink) {
-  json_t *o = json_pack(
-      "{s:s, s:b, s:b, s:s, s:s, s:s, s:f, s:i, s:s, s:I, s:I, s:I, s:I}",
-      "collection", st->collection ? st->collection : "", "known", st->known,
-      "incremental", st->incremental, "acked_version", st->acked_version,
-      "pending_version", st->pending_version, "pending_nonce",
-      st->pending_nonce, "pending_nonce_age_seconds", seconds(st->pending_age),
-      "last_nack_code", st->last_nack_code, "last_nack_message",
-      st->last_nack_message ? st->last_nack_message : "", "pushes",
-      (json_int_t)st->pushes, "acks", (json_int_t)st->acks, "nacks",
-      (json_int_t)st->nacks, "stale", (json_int_t)st->stale);
-  if (o && st->type_url)
-    json_object_set_new(o, "type_url", json_string(st->type_url));
-  if (o && sink)
+/* 1 when the page may take |n| more bytes (and counts them); else marks
+ * it truncated. */
+static int page_take(page *pg, size_t n) {
+  if (pg->bytes + n > pg->bytes_max) {
+    pg->truncated = 1;
+    return 0;
+  }
+  pg->bytes += n;
+  return 1;
+}
+
+/* A string of the page, cut to field_max bytes (at a UTF-8 boundary) with
+ * "...[+N bytes]" after it, and counted. Strings from the core are UTF-8. */
+static json_t *pstr(page *pg, const char *s) {
+  s = s ? s : "";
+  size_t n = strlen(s);
+  pg->bytes += PAGE_MEMBER;
+  if (n <= pg->field_max) {
+    pg->bytes += n;
+    return json_string(s);
+  }
+  size_t cut = pg->field_max;
+  while (cut > 0 && ((unsigned char)s[cut] & 0xC0) == 0x80)
+    cut--;
+  char tail[48];
+  int tl = snprintf(tail, sizeof(tail), "...[+%zu bytes]", n - cut);
+  char *b = malloc(cut + (size_t)tl + 1);
+  if (!b)
+    return NULL;
+  memcpy(b, s, cut);
+  memcpy(b + cut, tail, (size_t)tl + 1);
+  pg->bytes += cut + (size_t)tl;
+  json_t *j = json_string(b);
+  free(b);
+  return j;
+}
+
+static json_t *node_json(page *pg, const char *id, const mcp_kv *kv,
+                         size_t n) {
+  json_t *a = json_object();
+  json_t *node = json_object();
+  if (!a || !node) {
+    json_decref(a);
+    json_decref(node);
+    return NULL;
+  }
+  json_object_set_new(node, "id", pstr(pg, id));
+  size_t i = 0;
+  for (; i < n && page_take(pg, 0); i++) {
+    json_t *k = pstr(pg, kv[i].key); /* the key, cut as the value is */
+    if (k)
+      json_object_set_new(a, json_string_value(k), pstr(pg, kv[i].value));
+    json_decref(k);
+  }
+  json_object_set_new(node, "annotations", a);
+  if (i < n)
+    json_object_set_new(node, "annotations_omitted",
+                        json_integer((json_int_t)(n - i)));
+  return node;
+}
+
+static json_t *status_json(page *pg, const mcp_collection_status *st,
+                           int sink) {
+  json_t *o = json_object();
+  if (!o)
+    return NULL;
+  pg->bytes += 14 * PAGE_MEMBER;
+  json_object_set_new(o, "collection", pstr(pg, st->collection));
+  json_object_set_new(o, "known", json_boolean(st->known));
+  json_object_set_new(o, "incremental", json_boolean(st->incremental));
+  json_object_set_new(o, "acked_version", pstr(pg, st->acked_version));
+  json_object_set_new(o, "pending_version", pstr(pg, st->pending_version));
+  json_object_set_new(o, "pending_nonce", pstr(pg, st->pending_nonce));
+  json_object_set_new(o, "pending_nonce_age_seconds",
+                      json_real(seconds(st->pending_age)));
+  json_object_set_new(o, "last_nack_code", json_integer(st->last_nack_code));
+  json_object_set_new(o, "last_nack_message",
+                      pstr(pg, st->last_nack_message));
+  json_object_set_new(o, "pushes", json_integer((json_int_t)st->pushes));
+  json_object_set_new(o, "acks", json_integer((json_int_t)st->acks));
+  json_object_set_new(o, "nacks", json_integer((json_int_t)st->nacks));
+  json_object_set_new(o, "stale", json_integer((json_int_t)st->stale));
+  if (st->type_url)
+    json_object_set_new(o, "type_url", pstr(pg, st->type_url));
+  if (sink) {
     json_object_set_new(o, "held", json_integer((json_int_t)st->held));
+    json_object_set_new(o, "last_nonce", pstr(pg, st->last_nonce));
+  }
   return o;
 }
 
 /* What the transport knows of a stream (no session data). */
-static json_t *stream_json(const tool_stream_info *info, mcp_tstamp now) {
+static json_t *stream_json(page *pg, const tool_stream_info *info,
+                           mcp_tstamp now) {
   json_t *ids = json_array();
-  for (size_t i = 0; ids && i < info->nidentities; i++)
-    json_array_append_new(ids, json_string(info->identities[i]));
-  const char *identity = info->nidentities ? info->identities[0] : "";
-  return json_pack("{s:I, s:s, s:b, s:b, s:s, s:o, s:f, s:I, s:I}", "id",
-                   (json_int_t)info->id, "peer", info->peer ? info->peer : "",
-                   "dialed", info->dialed, "tls", info->tls, "identity",
-                   identity, "identities", ids ? ids : json_array(),
-                   "age_seconds",
-                   info->opened && now > info->opened
-                       ? seconds(now - info->opened)
-                       : 0.0,
-                   "received", (json_int_t)info->received, "sent",
-                   (json_int_t)info->sent);
+  for (size_t i = 0; ids && i < info->nidentities && page_take(pg, 0); i++)
+    json_array_append_new(ids, pstr(pg, info->identities[i]));
+  json_t *s = json_object();
+  if (!s) {
+    json_decref(ids);
+    return NULL;
+  }
+  pg->bytes += 9 * PAGE_MEMBER;
+  json_object_set_new(s, "id", json_integer((json_int_t)info->id));
+  json_object_set_new(s, "peer", pstr(pg, info->peer));
+  json_object_set_new(s, "dialed", json_boolean(info->dialed));
+  json_object_set_new(s, "tls", json_boolean(info->tls));
+  json_object_set_new(
+      s, "identity", pstr(pg, info->nidentities ? info->identities[0] : ""));
+  json_object_set_new(s, "identities", ids ? ids : json_array());
+  json_object_set_new(s, "age_seconds",
+                      json_real(info->opened && now > info->opened
+                                    ? seconds(now - info->opened)
+                                    : 0.0));
+  json_object_set_new(s, "received", json_integer((json_int_t)info->received));
+  json_object_set_new(s, "sent", json_integer((json_int_t)info->sent));
+  return s;
 }
 
 typedef struct walk {
   tool_ops *o;
+  page pg;
   json_t *streams;
   json_t *collections; /* sink */
   json_t *journal;     /* sink */
+  size_t journal_omitted;
   int synced;
 } walk;
+
+/* A stream beyond the page's bounds is only counted. */
+static int stream_fits(walk *w) {
+  if (w->pg.streams >= w->pg.streams_max || !page_take(&w->pg, 0)) {
+    w->pg.streams_omitted++;
+    return 0;
+  }
+  w->pg.streams++;
+  return 1;
+}
 
 /* The transport's thread: one source stream. */
 static void source_stream_fn(const tool_stream_info *info, void *ud) {
   walk *w = ud;
+  if (!stream_fits(w))
+    return;
   mcp_tstamp now = w->o->tp->now();
-  json_t *s = stream_json(info, now);
+  json_t *s = stream_json(&w->pg, info, now);
   if (!s)
     return;
   json_t *colls = json_array();
   if (info->source) {
     const mcp_sink_node *n = mcp_source_session_node(info->source);
     json_object_set_new(s, "node",
-                        node_json(n ? n->id : "", n ? n->annotations : NULL,
+                        node_json(&w->pg, n ? n->id : "",
+                                  n ? n->annotations : NULL,
                                   n ? n->nannotations : 0));
     json_object_set_new(
         s, "stale_unknown",
         json_integer((json_int_t)mcp_source_session_stale_unknown(
             info->source)));
-    size_t nc = mcp_source_session_collection_count(info->source);
-    for (size_t i = 0; colls && i < nc; i++) {
+    size_t nc = mcp_source_session_collection_count(info->source), i = 0;
+    for (; colls && i < nc && page_take(&w->pg, 0); i++) {
       mcp_collection_status st;
       if (mcp_source_session_collection_status(info->source, i, now, &st) ==
           0)
-        json_array_append_new(colls, status_json(&st, 0));
+        json_array_append_new(colls, status_json(&w->pg, &st, 0));
     }
+    if (i < nc)
+      json_object_set_new(s, "collections_omitted",
+                          json_integer((json_int_t)(nc - i)));
   } else {
-    json_object_set_new(s, "node", node_json("", NULL, 0));
+    json_object_set_new(s, "node", node_json(&w->pg, "", NULL, 0));
   }
   json_object_set_new(s, "collections", colls ? colls : json_array());
   json_array_append_new(w->streams, s);
@@ -506,7 +622,9 @@ static void source_stream_fn(const tool_stream_info *info, void *ud) {
 
 static void sink_stream_fn(const tool_stream_info *info, void *ud) {
   walk *w = ud;
-  json_t *s = stream_json(info, w->o->tp->now());
+  if (!stream_fits(w))
+    return;
+  json_t *s = stream_json(&w->pg, info, w->o->tp->now());
   if (s) {
     json_object_set_new(s, "session", json_boolean(info->sink != NULL));
     json_array_append_new(w->streams, s);
@@ -528,28 +646,57 @@ static void sink_state_fn(mcp_sink_state *state, mcp_tstamp ts, void *ud) {
   w->synced = mcp_sink_state_synced(state);
   if (w->collections) {
     size_t n = mcp_sink_state_collection_count(state);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n && page_take(&w->pg, 0); i++) {
       mcp_collection_status st;
       if (mcp_sink_state_collection_status(state, i, ts, &st) == 0)
-        json_array_append_new(w->collections, status_json(&st, 1));
+        json_array_append_new(w->collections, status_json(&w->pg, &st, 1));
     }
   }
   if (w->journal) {
-    size_t n = mcp_sink_state_journal_count(state);
-    for (size_t i = 0; i < n; i++) {
+    /* The newest entries matter most: when the page cannot hold them all,
+     * the oldest are left out. */
+    size_t n = mcp_sink_state_journal_count(state), first = 0;
+    size_t each = 7 * PAGE_MEMBER + 3 * w->pg.field_max + 64;
+    size_t room = w->pg.bytes_max > w->pg.bytes
+                      ? (w->pg.bytes_max - w->pg.bytes) / each
+                      : 0;
+    if (n > room) {
+      first = n - room;
+      w->journal_omitted = first;
+      w->pg.truncated = 1;
+    }
+    for (size_t i = first; i < n; i++) {
       mcp_journal_entry e;
       if (mcp_sink_state_journal_entry(state, i, &e) != 0)
         continue;
-      json_array_append_new(
-          w->journal,
-          json_pack("{s:f, s:s, s:s, s:s, s:i, s:s, s:I}", "age_seconds",
-                    ts > e.ts ? seconds(ts - e.ts) : 0.0, "kind",
-                    journal_kind(e.kind), "collection",
-                    e.collection ? e.collection : "", "nonce", e.nonce,
-                    "code", e.code, "message", e.message ? e.message : "",
-                    "initial_versions", (json_int_t)e.ninitial));
+      json_t *j = json_object();
+      if (!j)
+        continue;
+      w->pg.bytes += 7 * PAGE_MEMBER;
+      json_object_set_new(j, "age_seconds",
+                          json_real(ts > e.ts ? seconds(ts - e.ts) : 0.0));
+      json_object_set_new(j, "kind", json_string(journal_kind(e.kind)));
+      json_object_set_new(j, "collection", pstr(&w->pg, e.collection));
+      json_object_set_new(j, "nonce", pstr(&w->pg, e.nonce));
+      json_object_set_new(j, "code", json_integer(e.code));
+      json_object_set_new(j, "message", pstr(&w->pg, e.message));
+      json_object_set_new(j, "initial_versions",
+                          json_integer((json_int_t)e.ninitial));
+      json_array_append_new(w->journal, j);
     }
   }
+}
+
+/* The page's own account of what it left out. */
+static void page_bounds(json_t *j, const page *pg, int streams) {
+  if (!j)
+    return;
+  if (streams) {
+    json_object_set_new(j, "streams_omitted",
+                        json_integer((json_int_t)pg->streams_omitted));
+  }
+  json_object_set_new(j, "truncated",
+                      json_boolean(pg->truncated || pg->streams_omitted));
 }
 
 static void reply_json(ops_http_reply *r, json_t *j) {
@@ -573,6 +720,7 @@ static void page_syncz(tool_ops *o, ops_http_reply *r) {
     return;
   }
   walk w = {.o = o, .streams = json_array()};
+  page_init(&w.pg, o);
   json_t *j;
   int rv = -1;
   if (o->o.role == TOOL_OPS_SOURCE) {
@@ -587,10 +735,11 @@ static void page_syncz(tool_ops *o, ops_http_reply *r) {
         rv = o->tp->sink_call(o->ep, sink_state_fn, &w);
     }
     j = json_pack("{s:s, s:o, s:b, s:o, s:o}", "role", "sink", "node",
-                  node_json(o->node_id, o->annots, o->nannots), "synced",
-                  w.synced, "streams", w.streams, "collections",
+                  node_json(&w.pg, o->node_id, o->annots, o->nannots),
+                  "synced", w.synced, "streams", w.streams, "collections",
                   w.collections);
   }
+  page_bounds(j, &w.pg, 1);
   if (rv < 0) {
     json_decref(j);
     ops_http_reply_text(r, 503, "the transport cannot be read\n");
@@ -605,8 +754,13 @@ static void page_journal(tool_ops *o, ops_http_reply *r) {
     return;
   }
   walk w = {.o = o, .journal = json_array()};
+  page_init(&w.pg, o);
   int rv = o->tp->sink_call(o->ep, sink_state_fn, &w);
   json_t *j = json_pack("{s:o}", "journal", w.journal);
+  if (j && w.journal_omitted)
+    json_object_set_new(j, "journal_omitted",
+                        json_integer((json_int_t)w.journal_omitted));
+  page_bounds(j, &w.pg, 0);
   if (rv < 0) {
     json_decref(j);
     ops_http_reply_text(r, 503, "the transport cannot be read\n");
@@ -621,6 +775,7 @@ static int is_ready(tool_ops *o) {
   if (o->o.role != TOOL_OPS_SINK || !o->tp || !o->ep || !o->tp->sink_call)
     return 0;
   walk w = {.o = o};
+  page_init(&w.pg, o);
   if (o->tp->sink_call(o->ep, sink_state_fn, &w) < 0 || !w.synced)
     return 0;
   atomic_store(&o->ready, 1); /* synced stays synced */

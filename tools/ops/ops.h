@@ -9,6 +9,7 @@
  *                       mcp_source_session_collection_status(); a sink: its
  *                       collections, from mcp_sink_state_collection_status())
  *   GET /debug/journal  sink only, JSON: the recent requests it sent
+ *                       (both pages bounded: tool_ops_options.page_*)
  *   GET /healthz        200 "ok" while running
  *   GET /readyz         200 once ready (a source: its first load applied; a
  *                       sink: every collection received and ACKed once),
@@ -65,6 +66,19 @@ typedef struct tool_ops_options {
   const char *node_id;
   const mcp_kv *node_annotations;
   size_t nnode_annotations;
+  /*
+   * Bounds of /debug/syncz and /debug/journal (0: the default), so that a
+   * request cannot build hundreds of MB on the thread that serves every
+   * stream: a string longer than |page_field_max| bytes is cut and ends
+   * with "...[+N bytes]" (default 256); at most |page_streams_max| streams
+   * are listed (default 100), the others are counted in
+   * "streams_omitted"; once the page holds about |page_bytes_max| bytes
+   * (default 1 MiB) nothing more is added (streams, collections,
+   * annotations, journal entries) and "truncated" is true.
+   */
+  size_t page_field_max;
+  size_t page_streams_max;
+  size_t page_bytes_max;
 } tool_ops_options;
 
 typedef struct tool_ops tool_ops;

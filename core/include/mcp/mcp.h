@@ -283,6 +283,17 @@ MCP_EXTERN const char *mcp_name_rules_str(mcp_name_rules rules);
 #define MCP_DEFAULT_MAX_METADATA 256
 #define MCP_DEFAULT_REQUEST_RATE 100
 #define MCP_DEFAULT_REQUEST_BURST 1000
+/* The SinkNode a sink sends on every request: its id, the key and the
+ * value of one annotation, and all of it as encoded (id, keys, values and
+ * a few bytes of framing each). A source refuses a request that breaks one;
+ * a sink refuses to be created with a node that breaks one. */
+#define MCP_DEFAULT_MAX_NODE_ID_LEN 1024
+#define MCP_DEFAULT_MAX_NODE_KEY_LEN 317
+#define MCP_DEFAULT_MAX_NODE_VALUE_LEN 4096
+#define MCP_DEFAULT_MAX_NODE_BYTES (32u << 10)
+/* The nonce of a push a sink receives (it echoes it, and keeps it in its
+ * journal). */
+#define MCP_DEFAULT_MAX_NONCE_LEN 1024
 
 /*
  * What one resource may be: the sink session NACKs a push holding a
@@ -616,6 +627,10 @@ typedef struct mcp_source_options {
    *   max_collections: collections (or types) on the stream;
    *   max_initial_versions: entries of initial_resource_versions;
    *   max_node_annotations: SinkNode annotations;
+   *   max_node_id_len / max_node_key_len / max_node_value_len /
+   *     max_node_bytes: bytes of the SinkNode's id, of one annotation's
+   *     key / value, of the whole SinkNode as encoded (lengths: PROTOCOL).
+   *     Checked on every request, before anything of it is copied;
    *   max_name_len / max_version_len: bytes of a collection, type URL or
    *     resource name / of a version;
    *   request_rate / request_burst: a token bucket for the requests that
@@ -631,6 +646,10 @@ typedef struct mcp_source_options {
   size_t max_version_len;
   uint32_t request_rate;
   uint32_t request_burst;
+  size_t max_node_id_len;
+  size_t max_node_key_len;
+  size_t max_node_value_len;
+  size_t max_node_bytes;
   /*
    * Replicas (optional): whether this source has reached |version|, which a
    * resuming sink reports holding in |collection| (an entry of
@@ -669,8 +688,10 @@ MCP_EXTERN void mcp_source_session_del(mcp_source_session *s);
  * NACK of the trigger are not errors: they are counted and reported as
  * events, and the stream goes on.
  * Errors: MALFORMED (undecodable, or strings not UTF-8), PROTOCOL (no
- * collection), NOMEM. After MALFORMED or PROTOCOL the session is unchanged
- * and the transport should end the stream with mcp_error_grpc_status().
+ * collection; a name, version or SinkNode field over its limit), LIMIT
+ * (a count or the request rate over its limit), NOMEM. After an error
+ * the session is unchanged and the transport should end the stream with
+ * mcp_error_grpc_status().
  */
 MCP_EXTERN int mcp_source_session_recv(mcp_source_session *s,
                                        const uint8_t *in, size_t len,
@@ -778,13 +799,19 @@ typedef struct mcp_sink_options {
   size_t max_version_len;
   size_t max_resources;
   size_t max_metadata;
+  /* Bytes of a push's nonce: a longer one cannot be answered without
+   * echoing it, so mcp_sink_session_recv() fails with PROTOCOL and the
+   * stream ends (INVALID_ARGUMENT). Default MCP_DEFAULT_MAX_NONCE_LEN. */
+  size_t max_nonce_len;
 } mcp_sink_options;
 
 MCP_EXTERN void mcp_sink_options_default(mcp_sink_options *opts);
 
 /* Creates the state of a sink. Copies everything in |opts|. On failure
  * |*pstate| is untouched. Errors: NOMEM, INVALID_ARGUMENT (no collection,
- * an empty one, or one twice). */
+ * an empty one, or one twice; a node id or annotation that is not UTF-8,
+ * or a node over a source's default limits, MCP_DEFAULT_MAX_NODE_*: such
+ * a node would end every stream). */
 MCP_EXTERN int mcp_sink_state_new(mcp_sink_state **pstate,
                                   const mcp_sink_options *opts);
 
@@ -838,9 +865,9 @@ MCP_EXTERN void mcp_sink_session_del(mcp_sink_session *s);
  * returned.
  * Errors: MALFORMED (the envelope does not decode: no nonce to NACK; the
  * transport should end the stream), PROTOCOL (a requested collection
- * without nonce), LIMIT (64 NACKs of unrequested collections are queued
- * and not sent: the peer ignores them), NOMEM (nothing changed, nothing
- * queued).
+ * without nonce, or a nonce longer than max_nonce_len: it cannot be
+ * answered), LIMIT (64 NACKs of unrequested collections are queued and not
+ * sent: the peer ignores them), NOMEM (nothing changed, nothing queued).
  */
 MCP_EXTERN int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in,
                                      size_t len, mcp_tstamp ts);
@@ -856,27 +883,37 @@ MCP_EXTERN int mcp_sink_session_next(mcp_sink_session *s, mcp_msg **pmsg);
 /* ------------------------------------------------------------------ */
 
 /*
- * The state of one collection on one stream. Strings point into the
- * session (or into |buf| fields here) and are valid until the next call
- * that changes the session.
+ * The state of one collection on one stream. Every string is whole (never
+ * truncated), NUL-terminated and owned by the library:
+ *   - from mcp_source_session_collection_status(): valid until the next
+ *     call on that session, another collection_status included (the
+ *     versions and the nonce are written into one buffer of the session,
+ *     as nghttp2's mem_send output: copy what you keep);
+ *   - from mcp_sink_state_collection_status(): valid until the next call
+ *     that changes the state (a sink session's recv, next, new or del).
+ * A nonce is shown as it is on the wire, as in events and the journal (on
+ * IncrementalAggregatedResources: "<number>:<type_url>").
  */
 typedef struct mcp_collection_status {
   const char *collection;
   const char *type_url;    /* source, aggregated services: as requested */
   int known;               /* source: the store has this collection */
   int incremental;         /* the stream asked for incremental pushes */
-  char acked_version[48];  /* system_version_info last ACKed, "" if none */
-  char pending_version[48];/* of the push in flight, "" if none */
-  char pending_nonce[24];  /* "" if none */
+  const char *acked_version;   /* system_version_info last ACKed, "" if none */
+  const char *pending_version; /* of the push in flight, "" if none */
+  const char *pending_nonce;   /* of the push in flight, "" if none */
   mcp_tstamp pending_age;  /* ts - time the push was produced; 0 if none */
   int last_nack_code;      /* 0 if never NACKed */
   const char *last_nack_message; /* "" if never NACKed */
   uint64_t pushes, acks, nacks, stale;
   size_t held;             /* sink: resources held */
+  const char *last_nonce;  /* sink: of the last push it answered (ACK or
+                              NACK), "" if none; source: "" */
 } mcp_collection_status;
 
 /* Number of collections the stream has asked for (source) or asks for
- * (sink). */
+ * (sink), and the state of the i-th. Never allocates. Errors: NOT_FOUND
+ * (i out of range). */
 MCP_EXTERN size_t mcp_source_session_collection_count(const mcp_source_session *s);
 MCP_EXTERN int mcp_source_session_collection_status(const mcp_source_session *s,
                                                     size_t i, mcp_tstamp ts,
@@ -890,7 +927,7 @@ MCP_EXTERN int mcp_sink_state_collection_status(const mcp_sink_state *state,
 typedef struct mcp_journal_entry {
   mcp_tstamp ts;
   const char *collection;
-  char nonce[24];     /* "" for a new request */
+  const char *nonce;  /* as sent, whole; "" for a new request */
   int kind;           /* MCP_EVENT_REQUEST, MCP_EVENT_ACK or MCP_EVENT_NACK */
   int code;           /* NACK code */
   const char *message;/* NACK message, "" otherwise */
@@ -898,7 +935,8 @@ typedef struct mcp_journal_entry {
 } mcp_journal_entry;
 
 /* Number of journal entries kept (at most journal_size), and the i-th,
- * oldest first. Valid until the next call changing the state. */
+ * oldest first. Its strings are owned by the state, valid until the next
+ * call that changes the state. */
 MCP_EXTERN size_t mcp_sink_state_journal_count(const mcp_sink_state *state);
 MCP_EXTERN int mcp_sink_state_journal_entry(const mcp_sink_state *state,
                                             size_t i, mcp_journal_entry *e);
