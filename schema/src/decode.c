@@ -304,6 +304,8 @@ static int wdouble(dec *d, double x, int single) {
     return ws(d, "\"NaN\"");
   if (isinf(x))
     return ws(d, x > 0 ? "\"Infinity\"" : "\"-Infinity\"");
+  if (x == 0 && signbit(x))
+    return ws(d, "-0.0"); /* "-0" would read back as the integer 0 */
   char b[40];
   for (int prec = 1; prec <= 17; prec++) {
     snprintf(b, sizeof b, "%.*g", prec, x);

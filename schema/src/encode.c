@@ -312,7 +312,8 @@ static int to_double(enc *e, const mcp_schema_value *v, int single, double *out)
   } else {
     return fail(e, v, "a number");
   }
-  if (single && isfinite(d) && fabs(d) > FLT_MAX)
+  /* What rounds to the largest float is still a float. */
+  if (single && isfinite(d) && isinf((float)d))
     return FAILF(e, v, "number %.40s out of range for float", s);
   *out = d;
   return 0;
@@ -562,6 +563,7 @@ static int repeated_value(enc *e, const sc_field *f, const mcp_schema_value *v) 
 /* Map keys, parsed and sortable. */
 typedef struct mkey {
   const mcp_schema_value *key, *val;
+  size_t idx; /* in the document */
   uint64_t bits; /* integers: two's complement; bool: 0/1 */
 } mkey;
 
@@ -617,6 +619,7 @@ static int map_value(enc *e, const sc_field *f, const mcp_schema_value *v) {
     keys[i].key = v->kids[2 * i];
     keys[i].val = v->kids[2 * i + 1];
     keys[i].bits = 0;
+    keys[i].idx = i;
     size_t old = path_push(e, "[%.*s]", keys[i].key->text ? keys[i].key->text : "",
                            keys[i].key->text ? keys[i].key->len : 0);
     rc = map_key(e, kf, keys[i].key, &keys[i]);
@@ -633,8 +636,11 @@ static int map_value(enc *e, const sc_field *f, const mcp_schema_value *v) {
     qsort(keys, v->n, sizeof *keys, cmp);
     for (size_t i = 1; i < v->n && !rc; i++)
       if (cmp(&keys[i - 1], &keys[i]) == 0) {
-        size_t old = path_push(e, "[%.*s]", keys[i].key->text, keys[i].key->len);
-        rc = FAILF(e, keys[i].key, "duplicate map key");
+        /* The later one in the document is the duplicate. */
+        const mcp_schema_value *k =
+            keys[i].idx > keys[i - 1].idx ? keys[i].key : keys[i - 1].key;
+        size_t old = path_push(e, "[%.*s]", k->text, k->len);
+        rc = FAILF(e, k, "duplicate map key");
         path_pop(e, old);
       }
   }
@@ -913,6 +919,7 @@ static int enc_struct(enc *e, const mcp_schema_value *v) {
   for (size_t i = 0; i < v->n && !rc; i++) {
     keys[i].key = v->kids[2 * i];
     keys[i].val = v->kids[2 * i + 1];
+    keys[i].idx = i;
     if (keys[i].key->kind == MCP_SCHEMA_LIST || keys[i].key->kind == MCP_SCHEMA_MAP ||
         !keys[i].key->text)
       rc = fail(e, keys[i].key, "a scalar key");
@@ -923,8 +930,10 @@ static int enc_struct(enc *e, const mcp_schema_value *v) {
     qsort(keys, v->n, sizeof *keys, cmp_mkey_str);
     for (size_t i = 1; i < v->n && !rc; i++)
       if (!cmp_mkey_str(&keys[i - 1], &keys[i])) {
-        size_t old = path_field(e, keys[i].key->text);
-        rc = FAILF(e, keys[i].key, "duplicate key");
+        const mcp_schema_value *k =
+            keys[i].idx > keys[i - 1].idx ? keys[i].key : keys[i - 1].key;
+        size_t old = path_field(e, k->text);
+        rc = FAILF(e, k, "duplicate key");
         path_pop(e, old);
       }
   }

@@ -436,8 +436,20 @@ static int resolve(loader *l, size_t from) {
   return 0;
 }
 
-static void *pb_alloc(void *ud, size_t n) { return sc_malloc(ud, n); }
-static void pb_free(void *ud, void *p) { sc_free(ud, p); }
+/* protobuf-c's allocator, remembering a failure: unpack() returns NULL
+ * both for bad bytes and for a failed allocation. */
+typedef struct pb_bridge {
+  const mcp_mem *mem;
+  int failed;
+} pb_bridge;
+
+static void *pb_alloc(void *ud, size_t n) {
+  pb_bridge *b = ud;
+  void *p = sc_malloc(b->mem, n);
+  b->failed |= !p;
+  return p;
+}
+static void pb_free(void *ud, void *p) { sc_free(((pb_bridge *)ud)->mem, p); }
 
 static int is_wkt_file(const char *name) {
   for (size_t i = 0; i < sizeof wkt_files / sizeof wkt_files[0]; i++)
@@ -448,13 +460,14 @@ static int is_wkt_file(const char *name) {
 
 static int add_set(mcp_schema *s, const uint8_t *data, size_t len,
                    mcp_schema_error *err, int builtin) {
-  ProtobufCAllocator pa = {pb_alloc, pb_free, &s->mem};
+  pb_bridge bridge = {&s->mem, 0};
+  ProtobufCAllocator pa = {pb_alloc, pb_free, &bridge};
   Google__Protobuf__FileDescriptorSet *set =
       google__protobuf__file_descriptor_set__unpack(&pa, len, data);
   if (!set)
-    return sc_error(err, MCP_ERR_MALFORMED, 0, NULL,
-                    "not a serialized google.protobuf.FileDescriptorSet (or out "
-                    "of memory)");
+    return bridge.failed ? sc_error(err, MCP_ERR_NOMEM, 0, NULL, "out of memory")
+                         : sc_error(err, MCP_ERR_MALFORMED, 0, NULL,
+                                    "not a serialized google.protobuf.FileDescriptorSet");
   size_t old_msgs = s->nmsgs, old_enums = s->nenums, old_files = s->nfiles;
   loader l = {s, err, 0};
   int rc = 0;

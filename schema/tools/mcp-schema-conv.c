@@ -3,10 +3,14 @@
  * libmcp-schema (the oracle and round-trip tests drive it).
  *
  *   mcp-schema-conv encode [--json] [--ignore-unknown] [--path P]
- *                   -d SET.pb [-d SET.pb...] TYPE [IN [OUT]]
+ *                   [--doc N] [--select KEY] -d SET.pb [-d SET.pb...] TYPE
+ *                   [IN [OUT]]
  *       IN (default stdin) is YAML (every document is encoded, each output
  *       written as a 4-byte big-endian length and the bytes when there are
  *       several; one document: the bytes alone), or JSON with --json.
+ *       --doc N: only the N-th document (from 0); --select KEY: the value
+ *       under KEY of each document (e.g. spec), which is also the path
+ *       prefix of error messages unless --path is given.
  *   mcp-schema-conv decode [--pretty] [--proto-names] [--unknown-error]
  *                   -d SET.pb... TYPE [IN [OUT]]
  *       IN holds wire bytes; OUT gets the proto3 JSON and a newline.
@@ -58,7 +62,8 @@ static int read_all(const char *path, char **out, size_t *len) {
 
 static int usage(void) {
   fprintf(stderr,
-          "usage: mcp-schema-conv encode [--json] [--ignore-unknown] [--path P] -d SET.pb... TYPE [IN [OUT]]\n"
+          "usage: mcp-schema-conv encode [--json] [--ignore-unknown] [--path P] [--doc N] [--select KEY]\n"
+          "                       -d SET.pb... TYPE [IN [OUT]]\n"
           "       mcp-schema-conv decode [--pretty] [--proto-names] [--unknown-error] -d SET.pb... TYPE [IN [OUT]]\n");
   return 2;
 }
@@ -77,7 +82,9 @@ int main(int argc, char **argv) {
   if (!encode && strcmp(argv[1], "decode"))
     return usage();
   int json = 0;
+  long only_doc = -1;
   unsigned flags = 0;
+  const char *select = NULL;
   const char *path = NULL, *type = NULL, *in = NULL, *outp = NULL;
   mcp_schema *s;
   if (mcp_schema_new(&s, NULL)) {
@@ -99,6 +106,10 @@ int main(int argc, char **argv) {
       flags |= MCP_SCHEMA_JSON_UNKNOWN_ERROR;
     else if (!strcmp(a, "--path") && i + 1 < argc)
       path = argv[++i];
+    else if (!strcmp(a, "--select") && i + 1 < argc)
+      select = argv[++i];
+    else if (!strcmp(a, "--doc") && i + 1 < argc)
+      only_doc = atol(argv[++i]);
     else if (!strcmp(a, "-d") && i + 1 < argc) {
       char *d;
       size_t n;
@@ -149,19 +160,31 @@ int main(int argc, char **argv) {
       report(name, &e);
       rc = 1;
     } else {
-      size_t n = mcp_schema_docs_count(docs);
-      rc = 0;
-      for (size_t i = 0; i < n && !rc; i++) {
+      size_t n = mcp_schema_docs_count(docs), from = 0;
+      if (only_doc >= 0) {
+        from = (size_t)only_doc;
+        n = from < n ? from + 1 : 0;
+        if (!n)
+          fprintf(stderr, "mcp-schema-conv: %s: no document %ld\n", name, only_doc);
+      }
+      rc = n ? 0 : 1;
+      for (size_t i = from; i < n && !rc; i++) {
         uint8_t *bytes;
         size_t blen;
-        r = mcp_schema_encode(s, type, mcp_schema_docs_root(docs, i), path, flags, &bytes,
-                              &blen, &e);
+        const mcp_schema_value *v = mcp_schema_docs_root(docs, i);
+        if (select && !(v = mcp_schema_value_get(v, select))) {
+          fprintf(stderr, "mcp-schema-conv: %s: document %zu has no \"%s\"\n", name, i,
+                  select);
+          rc = 1;
+          break;
+        }
+        r = mcp_schema_encode(s, type, v, path ? path : select, flags, &bytes, &blen, &e);
         if (r) {
           report(name, &e);
           rc = 1;
           break;
         }
-        if (n > 1) {
+        if (n - from > 1) {
           uint8_t h[4] = {(uint8_t)(blen >> 24), (uint8_t)(blen >> 16), (uint8_t)(blen >> 8),
                           (uint8_t)blen};
           fwrite(h, 1, 4, out);
