@@ -20,10 +20,12 @@
 
 #include "args.h"
 #include "config_load.h"
+#include <mcp/schema_istio.h>
 #include "log.h"
 #include "proc.h"
 #include "ops/ops.h"
 #include "rand.h"
+#include "schema_args.h"
 #include "transport.h"
 #include "watch.h"
 
@@ -43,6 +45,8 @@ typedef struct source_app {
   tool_access *access; /* --allow, --deny, --access-list; NULL: none */
   mcp_store *store;
   mcpcfg_loader *loader; /* NULL without --dir */
+  mcp_schema *schema;     /* typed bodies: Istio's types, --descriptor-set */
+  mcpcfg_kind_type *kinds; /* --kind, then Istio's kinds */
   const char *dir;
   tool_watch *watch;
   uv_timer_t settle, rescan;
@@ -65,6 +69,8 @@ static void usage(FILE *f) {
           "                  [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]\n"
           "                  [--tls-server-name NAME] [--allow ID]... [--deny ID]...\n"
           "                  [--access-list FILE] [--allow-cleartext]\n"
+          "                  [--descriptor-set FILE]... [--kind G/V/KIND=MESSAGE]...\n"
+          "                  [--body typed|struct]\n"
           "\n"
           "Serves the YAML files below DIR as MCP collections and pushes every\n"
           "change of them.\n"
@@ -93,6 +99,13 @@ static void usage(FILE *f) {
           "  --access-list FILE rules, one per line (\"allow ID\", \"deny ID\");\n"
           "                     read again when it changes and on SIGHUP\n"
           "  --allow-cleartext  let h2c listen on an address that is not loopback\n"
+          "  --descriptor-set FILE  message types (a FileDescriptorSet: protoc\n"
+          "                     --include_imports --descriptor_set_out=FILE) added\n"
+          "                     to Istio 1.6's, built in; repeatable\n"
+          "  --kind GROUP/VERSION/KIND=full.message.Name  documents of that kind\n"
+          "                     have bodies of that message; repeatable\n"
+          "  --body typed|struct  typed (default): bodies of known kinds are their\n"
+          "                     message; struct: google.protobuf.Struct everywhere\n"
           "  --help             this text\n"
           "\n"
           "Exit status: 0 after SIGINT or SIGTERM, 1 on a runtime failure,\n"
@@ -300,6 +313,40 @@ static void bound_address(char *buf, size_t len, const char *addr, int port) {
   snprintf(buf, len, "%.*s:%d", (int)(colon - addr), addr, port);
 }
 
+/* Typed bodies: the schema (Istio's types and --descriptor-set files) and
+ * the kinds (--kind first, so that it overrides Istio's). 0, or -1
+ * (logged). */
+static int set_typed_bodies(source_app *a, const tool_schema_args *sa,
+                            mcpcfg_options *lo) {
+  char why[600];
+  size_t ni;
+  const mcp_schema_istio_kind *ik = mcp_schema_istio_kinds(&ni);
+  if (tool_schema_load(sa, &a->schema, why, sizeof(why)) != 0) {
+    log_error("%s", why);
+    return -1;
+  }
+  if (!(a->kinds = calloc(sa->nkinds + ni, sizeof(*a->kinds)))) {
+    log_error("out of memory");
+    return -1;
+  }
+  for (size_t i = 0; i < sa->nkinds; i++)
+    a->kinds[i] = (mcpcfg_kind_type){sa->kinds[i].api_version,
+                                     sa->kinds[i].kind, sa->kinds[i].message};
+  for (size_t i = 0; i < ni; i++)
+    a->kinds[sa->nkinds + i] = (mcpcfg_kind_type){
+        ik[i].api_version, ik[i].kind, ik[i].message};
+  lo->schema = a->schema;
+  lo->kinds = a->kinds;
+  lo->nkinds = sa->nkinds + ni;
+  lo->force_struct = sa->body_struct;
+  log_info("bodies: %s (%zu kinds typed, %zu message types)",
+           sa->body_struct ? "google.protobuf.Struct (--body struct)"
+                           : "typed",
+           sa->body_struct ? (size_t)0 : lo->nkinds,
+           mcp_schema_message_count(a->schema));
+  return 0;
+}
+
 /* The command line. */
 typedef struct source_args {
   const char *dir, *address, *transport;
@@ -309,6 +356,7 @@ typedef struct source_args {
   tool_strv colls;
   tool_ops_args ops; /* --debug-listen, --log-format */
   tool_sec_args sec; /* --tls-*, --allow, --deny, --access-list */
+  tool_schema_args schema; /* --descriptor-set, --kind, --body */
 } source_args;
 
 /* Returns -1 to run, or the exit status (0 for --help, 2 for a usage
@@ -353,6 +401,12 @@ static int parse_args(int argc, char **argv, source_args *o) {
         fprintf(stderr, "mcp-source: out of memory\n");
         return 1;
       }
+    } else if ((rv = tool_schema_parse_arg(argc, argv, &i, &o->schema, 1)) !=
+               0) {
+      if (rv == -2) {
+        fprintf(stderr, "mcp-source: out of memory\n");
+        return 1;
+      }
     } else {
       return usage_error("unknown argument: %s", argv[i]);
     }
@@ -384,6 +438,7 @@ int main(int argc, char **argv) {
   if (status >= 0) {
     tool_strv_free(&args.colls);
     tool_sec_args_free(&args.sec);
+    tool_schema_args_free(&args.schema);
     return status;
   }
   tool_log_init("mcp-source", args.level);
@@ -402,11 +457,13 @@ int main(int argc, char **argv) {
             tool_transport_default());
     tool_strv_free(&args.colls);
     tool_sec_args_free(&args.sec);
+    tool_schema_args_free(&args.schema);
     return 2;
   }
   if (rv != 0) {
     tool_strv_free(&args.colls);
     tool_sec_args_free(&args.sec);
+    tool_schema_args_free(&args.schema);
     return usage_error("unknown transport %s (expected grpc or h2c)",
                        args.transport);
   }
@@ -415,6 +472,7 @@ int main(int argc, char **argv) {
                      !connect, address, why, sizeof(why)) != 0) {
     tool_strv_free(&args.colls);
     tool_sec_args_free(&args.sec);
+    tool_schema_args_free(&args.schema);
     return usage_error("%s", why);
   }
   if (tool_sec_acl(&args.sec)) {
@@ -424,6 +482,7 @@ int main(int argc, char **argv) {
     if (rv != 0) {
       tool_strv_free(&args.colls);
       tool_sec_args_free(&args.sec);
+    tool_schema_args_free(&args.schema);
       if (rv == 2)
         return usage_error("%s", why);
       log_error("%s", why);
@@ -450,9 +509,12 @@ int main(int argc, char **argv) {
     log_error("cannot create the store: %s", mcp_strerror(rv));
     goto out;
   }
+  mcpcfg_options lo;
+  mcpcfg_options_default(&lo);
+  /* Even without --dir: a bad --descriptor-set or --kind is an error. */
+  if (set_typed_bodies(&app, &args.schema, &lo) != 0)
+    goto out;
   if (dir) {
-    mcpcfg_options lo;
-    mcpcfg_options_default(&lo);
     lo.report = on_report;
     lo.user_data = &app;
     if ((rv = mcpcfg_loader_new(&app.loader, dir, &lo)) < 0) {
@@ -603,6 +665,9 @@ out:
   tool_access_del(app.access);
   tool_strv_free(&args.colls);
   tool_sec_args_free(&args.sec);
+  tool_schema_args_free(&args.schema);
+  mcp_schema_free(app.schema);
+  free(app.kinds);
   if (status == 0)
     log_info("stopped");
   return status;
