@@ -115,6 +115,8 @@ static int cmp_occ(const void *a, const void *b) {
  * field number then wire order); unknown fields are skipped or refused. */
 static int scan(dec *d, const sc_msg *m, const uint8_t *p, size_t len, occ **pocc,
                 size_t *pn) {
+  if (!p)
+    p = (const uint8_t *)""; /* an absent value: no fields */
   const uint8_t *end = p + len;
   occ *o = NULL;
   size_t n = 0, cap = 0, order = 0;
@@ -309,7 +311,10 @@ static int wdouble(dec *d, double x, int single) {
   char b[40];
   for (int prec = 1; prec <= 17; prec++) {
     snprintf(b, sizeof b, "%.*g", prec, x);
-    if (single ? strtof(b, NULL) == (float)x : strtod(b, NULL) == x)
+    /* A float is read back through a double (the encoder's way): both
+     * roundings must land on it. */
+    if (single ? strtof(b, NULL) == (float)x && (float)strtod(b, NULL) == (float)x
+               : strtod(b, NULL) == x)
       break;
   }
   return ws(d, b);
@@ -583,10 +588,9 @@ static int wmap(dec *d, const sc_field *f, const occ *o, size_t i, size_t j) {
     default:
       snprintf(kb, sizeof kb, "%llu", (unsigned long long)es[k].kv);
     }
-    if (kdup && memchr(es[k].kd, 0, es[k].klen)) {
-      rc = BAD(d, "a map key with a NUL character");
-    } else if (!(rc = item(d, &first)) &&
-               !(rc = wstring(d, (const uint8_t *)key, strlen(key))) &&
+    if (!(rc = item(d, &first)) &&
+        !(rc = kdup ? wstring(d, es[k].kd, es[k].klen)
+                    : wstring(d, (const uint8_t *)key, strlen(key))) &&
                !(rc = ws(d, (d->flags & MCP_SCHEMA_JSON_PRETTY) ? ": " : ":"))) {
       size_t old = dpath(d, "[%s]", key);
       if (vf->type == SC_MESSAGE)

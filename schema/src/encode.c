@@ -712,8 +712,12 @@ static int encode_fields(enc *e, const sc_msg *m, const mcp_schema_value *v,
       rc = fail(e, k, "a field name");
       break;
     }
-    if (skip && !strcmp(name, skip))
+    if (skip && !strcmp(name, skip) && strlen(name) == k->len)
       continue;
+    if (strlen(name) != k->len) {
+      rc = FAILF(e, k, "a field name with a NUL character");
+      break;
+    }
     const sc_field *f = sc_field_by_json(m, name);
     if (!f)
       f = sc_field_by_name(m, name);
@@ -1011,11 +1015,13 @@ static int enc_value(enc *e, const mcp_schema_value *v) {
     break;
   case MCP_SCHEMA_MAP:
   case MCP_SCHEMA_LIST:
-    if (!(rc = put_tag(e, v->kind == MCP_SCHEMA_MAP ? 5 : 6, WT_LEN))) {
+    /* The Struct or ListValue is one more message (as the decoder counts). */
+    if (!(rc = deeper(e, v)) && !(rc = put_tag(e, v->kind == MCP_SCHEMA_MAP ? 5 : 6, WT_LEN))) {
       size_t start = open_len(e);
       if (!(rc = v->kind == MCP_SCHEMA_MAP ? enc_struct(e, v) : enc_list(e, v)))
         rc = close_len(e, start);
     }
+    e->depth--; /* deeper() counted it, failing or not */
     break;
   default:
     rc = fail(e, v, "a JSON value");

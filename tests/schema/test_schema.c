@@ -647,6 +647,43 @@ START_TEST(test_decoder_last_value_and_oneof_member_win) {
 }
 END_TEST
 
+START_TEST(test_decoder_map_entry_without_value_gives_the_default) {
+  /* mMessage {key "a"} (no value), mInt32 {value 5} (no key): found by
+   * fuzz_schema (a NULL value pointer reached the wire reader). */
+  const uint8_t b[] = {0x6a, 0x03, 0x0a, 0x01, 0x61, 0x12, 0x02, 0x10, 0x05};
+  char *js;
+  size_t jl;
+  mcp_schema_error e;
+  ck_assert_int_eq(mcp_schema_to_json(S, T "Maps", b, sizeof b, 0, &js, &jl, &e), 0);
+  ck_assert_str_eq(js, "{\"mInt32\":{\"0\":5},\"mMessage\":{\"a\":{}}}");
+  mcp_schema_free_bytes(S, js);
+}
+END_TEST
+
+START_TEST(test_nul_in_map_keys_round_trips_and_in_field_names_is_refused) {
+  const char *j = "{\"mString\": {\"a\\u0000b\": \"x\"}}";
+  mcp_schema_docs *d;
+  mcp_schema_error e;
+  uint8_t *out;
+  size_t n;
+  char *js;
+  size_t jl;
+  ck_assert_int_eq(mcp_schema_parse_json(NULL, j, strlen(j), &d, &e), 0);
+  ck_assert_int_eq(mcp_schema_encode(S, T "Maps", mcp_schema_docs_root(d, 0), NULL, 0, &out, &n, &e), 0);
+  mcp_schema_docs_free(d);
+  ck_assert_int_eq(mcp_schema_to_json(S, T "Maps", out, n, 0, &js, &jl, &e), 0);
+  ck_assert_str_eq(js, "{\"mString\":{\"a\\u0000b\":\"x\"}}");
+  mcp_schema_free_bytes(S, js);
+  mcp_schema_free_bytes(S, out);
+  const char *f = "{\"fInt32\\u0000x\": 1}";
+  ck_assert_int_eq(mcp_schema_parse_json(NULL, f, strlen(f), &d, &e), 0);
+  ck_assert_int_eq(mcp_schema_encode(S, T "Scalars", mcp_schema_docs_root(d, 0), NULL, 0, &out, &n, &e),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.message, "a field name with a NUL character");
+  mcp_schema_docs_free(d);
+}
+END_TEST
+
 /* ---- allocation failures --------------------------------------------- */
 
 typedef struct fmem {
@@ -789,6 +826,8 @@ int main(void) {
   tcase_add_test(tc, test_decoder_refuses_malformed_bytes);
   tcase_add_test(tc, test_decoder_skips_unknown_fields_unless_told);
   tcase_add_test(tc, test_decoder_last_value_and_oneof_member_win);
+  tcase_add_test(tc, test_decoder_map_entry_without_value_gives_the_default);
+  tcase_add_test(tc, test_nul_in_map_keys_round_trips_and_in_field_names_is_refused);
   suite_add_tcase(s, tc);
   tc = tcase_create("alloc");
   tcase_set_timeout(tc, 300);
