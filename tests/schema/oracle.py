@@ -195,6 +195,76 @@ def corpus():
               {"CapsName": 5}]:
         c.append((n, v, "exact"))
 
+    # One document of each other Istio kind, with its enums, maps and WKTs.
+    net, sec = "istio.networking.v1alpha3.", "istio.security.v1beta1."
+    c.append((net + "DestinationRule", {
+        "host": "reviews.bookinfo.svc.cluster.local",
+        "trafficPolicy": {
+            "loadBalancer": {"simple": "LEAST_CONN"},
+            "connectionPool": {"tcp": {"maxConnections": 100, "connectTimeout": "0.030s",
+                                       "tcpKeepalive": {"time": "7200s", "probes": 9}},
+                               "http": {"http1MaxPendingRequests": 1, "idleTimeout": "1.5s",
+                                        "h2UpgradePolicy": "UPGRADE"}},
+            "outlierDetection": {"consecutiveErrors": 7, "interval": "300s",
+                                 "baseEjectionTime": "900s",
+                                 "maxEjectionPercent": 100},
+            "tls": {"mode": "ISTIO_MUTUAL", "subjectAltNames": ["spiffe://a/b"]},
+            "portLevelSettings": [{"port": {"number": 80},
+                                   "loadBalancer": {"consistentHash": {"httpCookie": {
+                                       "name": "user", "ttl": "0s"}}}}]},
+        "subsets": [{"name": "v1", "labels": {"version": "v1", "app": "reviews"}},
+                    {"name": "v2", "labels": {"version": "v2"},
+                     "trafficPolicy": {"loadBalancer": {"simple": "ROUND_ROBIN"}}}],
+        "exportTo": ["*"]}, "exact"))
+    c.append((net + "Gateway", {
+        "selector": {"istio": "ingressgateway"},
+        "servers": [{"port": {"number": 443, "name": "https", "protocol": "HTTPS"},
+                     "hosts": ["*.example.com"],
+                     "tls": {"mode": "SIMPLE", "credentialName": "cert",
+                             "minProtocolVersion": "TLSV1_2", "httpsRedirect": False}},
+                    {"port": {"number": 80, "name": "http", "protocol": "HTTP"},
+                     "hosts": ["*"], "tls": {"httpsRedirect": True}}]}, "exact"))
+    c.append((net + "ServiceEntry", {
+        "hosts": ["api.example.com"], "addresses": ["192.0.2.0/24"],
+        "ports": [{"number": 443, "name": "tls", "protocol": "TLS"}],
+        "location": "MESH_EXTERNAL", "resolution": "DNS",
+        "endpoints": [{"address": "192.0.2.1", "ports": {"tls": 8443},
+                       "labels": {"zone": "a"}, "weight": 3, "network": "n1"}]}, "exact"))
+    c.append((net + "Sidecar", {
+        "workloadSelector": {"labels": {"app": "ratings"}},
+        "egress": [{"hosts": ["./*", "istio-system/*"]}],
+        "outboundTrafficPolicy": {"mode": "REGISTRY_ONLY"}}, "exact"))
+    c.append((net + "EnvoyFilter", {
+        "workloadSelector": {"labels": {"app": "x"}},
+        "configPatches": [{"applyTo": "HTTP_FILTER",
+                           "match": {"context": "SIDECAR_INBOUND", "listener": {
+                               "portNumber": 8080, "filterChain": {"filter": {
+                                   "name": "envoy.http_connection_manager"}}}},
+                           "patch": {"operation": "INSERT_BEFORE", "value": {
+                               "name": "envoy.lua", "typed_config": {
+                                   "@type": "type.googleapis.com/envoy.Lua",
+                                   "inlineCode": "function f() end", "n": 1.5,
+                                   "list": [True, None]}}}}]}, "exact"))
+    c.append((net + "WorkloadEntry", {"address": "10.0.0.1", "ports": {"http": 8080},
+                                      "labels": {"app": "vm"}, "weight": 2,
+                                      "serviceAccount": "sa"}, "exact"))
+    c.append((sec + "AuthorizationPolicy", {
+        "selector": {"matchLabels": {"app": "httpbin"}}, "action": "DENY",
+        "rules": [{"from": [{"source": {"principals": ["cluster.local/ns/a/sa/b"],
+                                        "notIpBlocks": ["10.0.0.0/8"]}}],
+                   "to": [{"operation": {"methods": ["GET"], "paths": ["/admin*"]}}],
+                   "when": [{"key": "request.auth.claims[iss]", "values": ["x"]}]}]},
+              "exact"))
+    c.append((sec + "PeerAuthentication", {
+        "selector": {"matchLabels": {"app": "db"}}, "mtls": {"mode": "STRICT"},
+        "portLevelMtls": {"5432": {"mode": "DISABLE"}, "80": {"mode": "PERMISSIVE"}}},
+              "exact"))
+    c.append((sec + "RequestAuthentication", {
+        "jwtRules": [{"issuer": "https://issuer", "jwksUri": "https://issuer/jwks",
+                      "audiences": ["a"], "fromHeaders": [{"name": "x-jwt",
+                                                           "prefix": "Bearer "}],
+                      "forwardOriginalToken": True}]}, "exact"))
+
     # Generated VirtualServices: many routes, matches and the WKTs Istio uses.
     for i in range(12):
         c.append((VS, virtual_service(i), "exact"))
@@ -222,7 +292,7 @@ def virtual_service(i):
         "fault": {"delay": {"percentage": {"value": 0.1 * i}, "fixedDelay": "5s"}},
         "mirrorPercentage": {"value": 50.0},
         "corsPolicy": {"allowOrigins": [{"exact": "https://a"}], "allowMethods": ["GET"],
-                       "maxAge": "24h" if False else "86400s", "allowCredentials": True},
+                       "maxAge": "86400s", "allowCredentials": True},
     }
     return {"hosts": ["h%d" % i, "*.example.com"], "gateways": ["mesh"], "http": [http],
             "exportTo": ["."]}
