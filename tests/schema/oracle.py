@@ -31,6 +31,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, json_format
 from google.protobuf import message_factory
 
 T = "mcp.schema.test."
+T2 = "mcp.schema.test2."
 VS = "istio.networking.v1alpha3.VirtualService"
 KINDS = {
     "VirtualService": VS,
@@ -265,6 +266,13 @@ def corpus():
                                                            "prefix": "Bearer "}],
                       "forwardOriginalToken": True}]}, "exact"))
 
+    # proto2: presence for every singular field, closed enums, unpacked.
+    p2 = "mcp.schema.test2.P2"
+    for v in [{"a": 0}, {"s": ""}, {"e": "ZERO"}, {"e": 1}, {"r": [1, 0, -1]},
+              {"rp": [1, 0]}, {"child": {}}, {"child": {"a": 0, "child": {"b": False}}},
+              {"b": True}, {"d": -0.0}, {"a": None}]:
+        c.append((p2, v, "exact"))
+
     # Generated VirtualServices: many routes, matches and the WKTs Istio uses.
     for i in range(12):
         c.append((VS, virtual_service(i), "exact"))
@@ -352,6 +360,8 @@ ERRORS = [
     (T + "Wkt", "struct: [1]\n", "struct: expected an object, got a list", 1),
     (T + "Wkt", "list: {}\n", "list: expected a list, got an object", 1),
     (T + "Wkt", "wInt32: x\n", 'wInt32: expected an integer, got "x"', 1),
+    (T2 + "P2", "e: 7\n", "e: unknown value 7 of enum mcp.schema.test2.Closed", 1),
+    (T2 + "P2", "e: TWO\n", 'e: unknown value "TWO" of enum mcp.schema.test2.Closed', 1),
     (VS, "hosts: [a]\nhttp:\n- route:\n  - destination: {host: a}\n    weight: x\n",
      'spec.http[0].route[0].weight: expected an integer, got "x"', 5),
 ]
@@ -490,17 +500,20 @@ def main():
     if not os.path.isdir(istio):
         istio = "/work/shared/protos/istio"
     kinds_pb = os.path.join(a.work, "kinds.pb")
+    kinds2_pb = os.path.join(a.work, "kinds2.pb")
     istio_pb = os.path.join(a.work, "istio.pb")
     subprocess.check_call([a.protoc, "-I" + os.path.join(a.src, "tests", "schema"),
                            "-I/usr/include", "--include_imports",
                            "--descriptor_set_out=" + kinds_pb, "kinds.proto"])
+    subprocess.check_call([a.protoc, "-I" + os.path.join(a.src, "tests", "schema"),
+                           "--descriptor_set_out=" + kinds2_pb, "kinds2.proto"])
     protos = sorted(os.path.relpath(os.path.join(d, f), istio)
                     for d, _, fs in os.walk(istio) for f in fs
                     if f.endswith(".proto") and not f.startswith("gogo"))
     subprocess.run([a.protoc, "-I" + istio, "-I/usr/include", "--include_imports",
                     "--descriptor_set_out=" + istio_pb] + protos, check=True,
                    stderr=subprocess.DEVNULL)
-    o = Oracle(a.conv, [kinds_pb, istio_pb], a.work)
+    o = Oracle(a.conv, [kinds_pb, kinds2_pb, istio_pb], a.work)
 
     for i, (name, value, mode) in enumerate(corpus()):
         o.check(name, value, mode, "corpus[%d] %s %s" % (i, name, json.dumps(value)[:80]))
