@@ -933,12 +933,12 @@ static int make_doc(builder *b, ynode *root, mcpcfg_doc **out) {
       free(coll);
       return MCPCFG_ERR_NOMEM;
     }
-    int rv = mcpcfg_body_encode(b->o, message, sv, bodyname, &typed,
-                                &body_len, &err);
-    if (rv < 0) {
+    int erv = mcpcfg_body_encode(b->o, message, sv, bodyname, &typed,
+                                 &body_len, &err);
+    if (erv < 0) {
       free(coll);
-      return rv == MCPCFG_ERR_NOMEM
-                 ? rv
+      return erv == MCPCFG_ERR_NOMEM
+                 ? erv
                  : fail(b, err.line ? err.line : line, "%s", err.message);
     }
     tlen = mcp_schema_type_url(message, NULL, 0) + 1;
