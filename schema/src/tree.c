@@ -266,31 +266,60 @@ static node *new_node(yb *b, mcp_schema_kind kind, unsigned long line) {
   return n;
 }
 
+static uint64_t hash_str(const char *s) {
+  uint64_t h = UINT64_C(0xcbf29ce484222325);
+  for (; *s; s++) {
+    h ^= (unsigned char)*s;
+    h *= UINT64_C(0x100000001b3);
+  }
+  return h;
+}
+
+/* Anchors: open addressing on the name (a document may define many and
+ * alias them often: a linear search would be quadratic). A redefined
+ * anchor replaces the old one, as YAML says. */
 static int put_anchor(yb *b, const char *name, node *n) {
-  if (b->nanchors == b->anchors_cap) {
-    if (b->anchors_cap >= 65536)
+  if (b->nanchors * 2 + 2 > b->anchors_cap) {
+    if (b->nanchors >= 65536)
       return sc_error(b->err, MCP_ERR_LIMIT, n->v.line, NULL, "more than 65536 anchors");
-    size_t c = b->anchors_cap ? b->anchors_cap * 2 : 16;
-    anchor *a = sc_realloc(&b->d->mem, b->anchors, c * sizeof *a);
+    size_t c = b->anchors_cap ? b->anchors_cap * 2 : 64;
+    anchor *a = sc_malloc(&b->d->mem, c * sizeof *a);
     if (!a)
       return MCP_ERR_NOMEM;
+    memset(a, 0, c * sizeof *a);
+    for (size_t i = 0; i < b->anchors_cap; i++) {
+      if (!b->anchors[i].name)
+        continue;
+      size_t k = (size_t)hash_str(b->anchors[i].name) & (c - 1);
+      while (a[k].name)
+        k = (k + 1) & (c - 1);
+      a[k] = b->anchors[i];
+    }
+    sc_free(&b->d->mem, b->anchors);
     b->anchors = a;
     b->anchors_cap = c;
   }
-  char *nm = sc_arena_strndup(&b->d->arena, name, strlen(name));
-  if (!nm)
-    return MCP_ERR_NOMEM;
-  b->anchors[b->nanchors].name = nm;
-  b->anchors[b->nanchors].n = n;
-  b->nanchors++;
+  size_t mask = b->anchors_cap - 1, k = (size_t)hash_str(name) & mask;
+  while (b->anchors[k].name && strcmp(b->anchors[k].name, name))
+    k = (k + 1) & mask;
+  if (!b->anchors[k].name) {
+    char *nm = sc_arena_strndup(&b->d->arena, name, strlen(name));
+    if (!nm)
+      return MCP_ERR_NOMEM;
+    b->anchors[k].name = nm;
+    b->nanchors++;
+  }
+  b->anchors[k].n = n;
   return 0;
 }
 
 static node *get_anchor(yb *b, const char *name) {
-  /* The latest definition wins (YAML lets an anchor be redefined). */
-  for (size_t i = b->nanchors; i-- > 0;)
-    if (!strcmp(b->anchors[i].name, name))
-      return b->anchors[i].n;
+  if (!b->anchors_cap)
+    return NULL;
+  size_t mask = b->anchors_cap - 1, k = (size_t)hash_str(name) & mask;
+  for (; b->anchors[k].name; k = (k + 1) & mask)
+    if (!strcmp(b->anchors[k].name, name))
+      return b->anchors[k].n;
   return NULL;
 }
 
@@ -464,7 +493,10 @@ int mcp_schema_parse_yaml(const mcp_schema_parse_options *o, const char *text, s
         break;
       case YAML_DOCUMENT_START_EVENT:
         b.root = NULL;
-        b.nanchors = 0; /* anchors are per document */
+        /* Anchors are per document. */
+        if (b.anchors_cap)
+          memset(b.anchors, 0, b.anchors_cap * sizeof *b.anchors);
+        b.nanchors = 0;
         break;
       case YAML_DOCUMENT_END_EVENT:
         if (b.root)

@@ -467,6 +467,25 @@ START_TEST(test_yaml_aliases_expand_and_bombs_stop) {
   ck_assert_str_eq(h, "9a01030a01619a01030a0161");
   mcp_schema_free_bytes(S, out);
   mcp_schema_docs_free(d);
+  /* A redefined anchor: the latest wins; anchors end with their document. */
+  const char *re = "a: &x 1\nb: &x 2\nc: *x\n---\nd: *x\n";
+  ck_assert_int_eq(mcp_schema_parse_yaml(NULL, re, (size_t)(strstr(re, "---") - re), &d, &e), 0);
+  ck_assert_str_eq(mcp_schema_value_get(mcp_schema_docs_root(d, 0), "c")->text, "2");
+  mcp_schema_docs_free(d);
+  ck_assert_int_eq(mcp_schema_parse_yaml(NULL, re, strlen(re), &d, &e), MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.message, "alias *x: no such anchor before it (or a recursive alias)");
+  ck_assert_uint_eq(e.line, 5);
+  /* many anchors (the table grows), each found again */
+  char many[20000] = "";
+  for (int i = 0; i < 500; i++)
+    sprintf(many + strlen(many), "k%d: &a%d %d\n", i, i, i);
+  strcat(many, "all: [*a0, *a499, *a250]\n");
+  ck_assert_int_eq(mcp_schema_parse_yaml(NULL, many, strlen(many), &d, &e), 0);
+  const mcp_schema_value *all = mcp_schema_value_get(mcp_schema_docs_root(d, 0), "all");
+  ck_assert_str_eq(all->kids[0]->text, "0");
+  ck_assert_str_eq(all->kids[1]->text, "499");
+  ck_assert_str_eq(all->kids[2]->text, "250");
+  mcp_schema_docs_free(d);
   /* a billion laughs */
   const char *bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
                      "b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
