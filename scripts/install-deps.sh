@@ -8,7 +8,7 @@ pkgs=(
   libprotobuf-c-dev protobuf-c-compiler libprotobuf-dev protobuf-compiler
   libgrpc-dev libnghttp2-dev libhttp-parser-dev
   check libyaml-dev libjansson-dev libuv1-dev
-  protobuf-compiler python3-protobuf python3-yaml
+  python3-protobuf python3-yaml
   nghttp2-client curl openssl valgrind python3
 )
 
