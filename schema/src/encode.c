@@ -306,6 +306,8 @@ static int to_double(enc *e, const mcp_schema_value *v, int single, double *out)
     d = (double)mag;
   } else if (decimal_syntax(s, len, &frac)) {
     d = strtod(s, NULL);
+    if (!frac && d == 0)
+      d = 0.0; /* "-0" is the integer 0 (as in YAML and python), not -0.0 */
     if (isinf(d))
       return FAILF(e, v, "number %.40s out of range for %s", s,
                    single ? "float" : "double");
@@ -527,6 +529,12 @@ static int field_value(enc *e, const sc_field *f, const mcp_schema_value *v) {
   return rc;
 }
 
+/* null is a value (not "unset") for a Value and for a NullValue. */
+static int null_is_value(const sc_field *f) {
+  return (f->type == SC_MESSAGE && f->msg->wkt == SC_WKT_VALUE) ||
+         (f->type == SC_ENUM && f->enm->null_value);
+}
+
 static int repeated_value(enc *e, const sc_field *f, const mcp_schema_value *v) {
   if (v->kind != MCP_SCHEMA_LIST)
     return fail(e, v, "a list");
@@ -540,8 +548,7 @@ static int repeated_value(enc *e, const sc_field *f, const mcp_schema_value *v) 
   for (size_t i = 0; i < v->n && !rc; i++) {
     const mcp_schema_value *it = v->kids[i];
     size_t old = path_index(e, i);
-    if (it->kind == MCP_SCHEMA_NULL &&
-        !(f->type == SC_MESSAGE && f->msg->wkt == SC_WKT_VALUE)) {
+    if (it->kind == MCP_SCHEMA_NULL && !null_is_value(f)) {
       rc = FAILF(e, it, "null is not allowed in a list");
     } else if (f->type == SC_MESSAGE || f->type == SC_GROUP) {
       rc = f->type == SC_GROUP ? FAILF(e, it, "groups are not supported")
@@ -647,9 +654,7 @@ static int map_value(enc *e, const sc_field *f, const mcp_schema_value *v) {
   for (size_t i = 0; i < v->n && !rc; i++) {
     size_t old = path_push(e, "[%.*s]", keys[i].key->text, keys[i].key->len);
     const mcp_schema_value *val = keys[i].val;
-    if (val->kind == MCP_SCHEMA_NULL &&
-        !(vf->type == SC_MESSAGE && vf->msg->wkt == SC_WKT_VALUE) &&
-        !(vf->type == SC_ENUM && vf->enm->null_value)) {
+    if (val->kind == MCP_SCHEMA_NULL && !null_is_value(vf)) {
       rc = FAILF(e, val, "null is not allowed as a map value");
       path_pop(e, old);
       break;
@@ -735,7 +740,8 @@ static int encode_fields(enc *e, const sc_msg *m, const mcp_schema_value *v,
         rc = FAILF(e, k, "field set twice (as \"%s\" and \"%s\")", pairs[j].key->text,
                    name);
       else if (f->oneof >= 0 && pairs[j].f->oneof == f->oneof &&
-               val->kind != MCP_SCHEMA_NULL && pairs[j].val->kind != MCP_SCHEMA_NULL)
+               (val->kind != MCP_SCHEMA_NULL || null_is_value(f)) &&
+               (pairs[j].val->kind != MCP_SCHEMA_NULL || null_is_value(pairs[j].f)))
         rc = FAILF(e, k, "\"%s\" and \"%s\" are both members of oneof %s",
                    pairs[j].key->text, name, m->oneofs[f->oneof]);
       path_pop(e, old);

@@ -96,6 +96,7 @@ START_TEST(test_scalar_kinds_encode_as_protobuf_does) {
   expect_hex(T "Scalars", "fSfixed64: -2", "8101feffffffffffffff");
   expect_hex(T "Scalars", "fDouble: 1.5", "09000000000000f83f");
   expect_hex(T "Scalars", "fDouble: -0.0", "090000000000000080");
+  expect_hex(T "Scalars", "fDouble: -0", ""); /* the integer 0 */
   expect_hex(T "Scalars", "fDouble: .inf", "09000000000000f07f");
   expect_hex(T "Scalars", "fDouble: -Infinity", "09000000000000f0ff");
   expect_hex(T "Scalars", "fFloat: 1.5", "150000c03f");
@@ -169,6 +170,8 @@ START_TEST(test_well_known_types_use_their_json_forms) {
   expect_hex(T "Wkt", "struct: {a: x}", "220a0a080a016112031a0178");
   expect_hex(T "Wkt", "mask: 'aB.c,d'", "3a0a0a05615f622e630a0164");
   expect_hex(T "Wkt", "any: {}", "0a00");
+  /* null is NullValue's value, in a list too */
+  expect_hex(T "Wkt", "nulls: [null, NULL_VALUE]", "b201020000");
   expect_hex(T "Wkt", "any: {'@type': type.googleapis.com/mcp.schema.test.Inner, n: 1}",
              "0a2f0a29747970652e676f6f676c65617069732e636f6d2f6d63702e736368656d612e7465"
              "73742e496e6e657212021001");
@@ -242,6 +245,8 @@ static const bad bads[] = {
      "spec.mString: expected an object, got a list"},
     {T "Oneofs", "oString: x\noMessage: {}", MCP_ERR_INVALID_ARGUMENT, 2,
      "spec.oMessage: \"oString\" and \"oMessage\" are both members of oneof choice"},
+    {T "Oneofs", "oString: x\noNull: null", MCP_ERR_INVALID_ARGUMENT, 2,
+     "spec.oNull: \"oString\" and \"oNull\" are both members of oneof choice"},
     {T "Wkt", "duration: '1.5'", MCP_ERR_INVALID_ARGUMENT, 1,
      "spec.duration: expected a duration such as \"1.5s\", got \"1.5\""},
     {T "Wkt", "duration: 0.1234567891s", MCP_ERR_INVALID_ARGUMENT, 1,
@@ -596,6 +601,7 @@ START_TEST(test_decoder_writes_proto3_json) {
               "{\"any\":{\"@type\":\"type.googleapis.com/google.protobuf.Duration\",\"value\":\"3s\"},"
               "\"duration\":\"-0.500s\",\"timestamp\":\"2024-01-01T08:00:00.500Z\","
               "\"struct\":{\"x\":[1,null]},\"mask\":\"aB.c,d\",\"wInt64\":\"0\"}");
+  expect_json(T "Wkt", "nulls: [null, null]", 0, "{\"nulls\":[null,null]}");
   expect_json(T "Oneofs", "{oInt32: 0, optEnum: 0}", 0,
               "{\"oInt32\":0,\"optEnum\":\"COLOR_UNSPECIFIED\"}");
 }
