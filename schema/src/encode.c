@@ -20,6 +20,7 @@ typedef struct enc {
   mcp_schema_error *err;
   unsigned flags;
   unsigned depth;
+  int oom; /* an open_len() failed */
   sc_buf out;
   char path[MCP_SCHEMA_PATH_MAX];
   size_t plen;
@@ -27,25 +28,35 @@ typedef struct enc {
 
 /* ---- paths and errors ---------------------------------------------- */
 
-static size_t path_push(enc *e, const char *fmt, const char *s, size_t n) {
-  size_t old = e->plen;
-  if (e->plen < sizeof e->path - 1) {
-    int k = snprintf(e->path + e->plen, sizeof e->path - e->plen, fmt, (int)n, s);
-    if (k > 0)
-      e->plen += (size_t)k < sizeof e->path - e->plen ? (size_t)k
-                                                      : sizeof e->path - 1 - e->plen;
+/* Appends |pre|, |n| bytes of |s| and |post| to the path (cut at its
+ * end); returns the old length for path_pop(). Runs for every field: no
+ * printf. */
+static size_t path_add(enc *e, const char *pre, const char *s, size_t n, const char *post) {
+  size_t old = e->plen, cap = sizeof e->path - 1;
+  const char *parts[3] = {pre, s, post};
+  size_t lens[3] = {strlen(pre), n, strlen(post)};
+  for (int i = 0; i < 3; i++) {
+    size_t l = lens[i] < cap - e->plen ? lens[i] : cap - e->plen;
+    memcpy(e->path + e->plen, parts[i], l);
+    e->plen += l;
   }
+  e->path[e->plen] = '\0';
   return old;
 }
 
+static size_t path_push(enc *e, const char *s, size_t n) { return path_add(e, "[", s, n, "]"); }
+
 static size_t path_field(enc *e, const char *name) {
-  return path_push(e, e->plen ? ".%.*s" : "%.*s", name, strlen(name));
+  return path_add(e, e->plen ? "." : "", name, strlen(name), "");
 }
 
 static size_t path_index(enc *e, size_t i) {
-  char n[32];
-  snprintf(n, sizeof n, "%zu", i);
-  return path_push(e, "[%.*s]", n, strlen(n));
+  char n[24], *p = n + sizeof n;
+  do {
+    *--p = (char)('0' + i % 10);
+    i /= 10;
+  } while (i);
+  return path_add(e, "[", p, (size_t)(n + sizeof n - p), "]");
 }
 
 static void path_pop(enc *e, size_t old) {
@@ -111,23 +122,36 @@ static int put_le(enc *e, uint64_t v, unsigned n) {
   return sc_buf_put(&e->out, b, n) ? nomem(e) : 0;
 }
 
-/* Length-delimited parts: open() notes where the body starts, close()
- * inserts the body's length before it. */
-static size_t open_len(enc *e) { return e->out.len; }
+/* Length-delimited parts: open_len() leaves one byte for the length and
+ * returns where the body starts; close_len() writes the length there,
+ * moving the body only when the length needs more than one byte (a body
+ * of 128 bytes or more). When open_len() cannot allocate, the failure is
+ * sticky (e->oom): close_len() and mcp_schema_encode() report it. */
+static size_t open_len(enc *e) {
+  if (sc_buf_putc(&e->out, 0)) {
+    e->oom = 1;
+    nomem(e);
+  }
+  return e->out.len;
+}
 
 static int close_len(enc *e, size_t start) {
+  if (e->oom)
+    return MCP_ERR_NOMEM;
   size_t n = e->out.len - start, k = sc_varint_len(n);
-  if (sc_buf_reserve(&e->out, k))
-    return nomem(e);
-  memmove(e->out.p + start + k, e->out.p + start, n);
-  size_t i = start;
+  if (k > 1) {
+    if (sc_buf_reserve(&e->out, k - 1))
+      return nomem(e);
+    memmove(e->out.p + start + k - 1, e->out.p + start, n);
+    e->out.len += k - 1;
+  }
+  size_t i = start - 1;
   uint64_t v = n;
   while (v >= 0x80) {
     e->out.p[i++] = (uint8_t)(v | 0x80);
     v >>= 7;
   }
   e->out.p[i] = (uint8_t)v;
-  e->out.len += k;
   return 0;
 }
 
@@ -627,7 +651,7 @@ static int map_value(enc *e, const sc_field *f, const mcp_schema_value *v) {
     keys[i].val = v->kids[2 * i + 1];
     keys[i].bits = 0;
     keys[i].idx = i;
-    size_t old = path_push(e, "[%.*s]", keys[i].key->text ? keys[i].key->text : "",
+    size_t old = path_push(e, keys[i].key->text ? keys[i].key->text : "",
                            keys[i].key->text ? keys[i].key->len : 0);
     rc = map_key(e, kf, keys[i].key, &keys[i]);
     path_pop(e, old);
@@ -646,13 +670,13 @@ static int map_value(enc *e, const sc_field *f, const mcp_schema_value *v) {
         /* The later one in the document is the duplicate. */
         const mcp_schema_value *k =
             keys[i].idx > keys[i - 1].idx ? keys[i].key : keys[i - 1].key;
-        size_t old = path_push(e, "[%.*s]", k->text, k->len);
+        size_t old = path_push(e, k->text, k->len);
         rc = FAILF(e, k, "duplicate map key");
         path_pop(e, old);
       }
   }
   for (size_t i = 0; i < v->n && !rc; i++) {
-    size_t old = path_push(e, "[%.*s]", keys[i].key->text, keys[i].key->len);
+    size_t old = path_push(e, keys[i].key->text, keys[i].key->len);
     const mcp_schema_value *val = keys[i].val;
     if (val->kind == MCP_SCHEMA_NULL && !null_is_value(vf)) {
       rc = FAILF(e, val, "null is not allowed as a map value");
@@ -1162,9 +1186,11 @@ int mcp_schema_encode(const mcp_schema *s, const char *type_name,
   e.flags = flags;
   e.out.mem = &s->mem;
   if (path)
-    path_push(&e, "%.*s", path, strlen(path));
+    path_add(&e, "", path, strlen(path), "");
   /* A null document is the empty message (as a null field is an unset one). */
   int rc = v->kind == MCP_SCHEMA_NULL && m->wkt != SC_WKT_VALUE ? 0 : encode_body(&e, m, v);
+  if (!rc && e.oom)
+    rc = MCP_ERR_NOMEM;
   if (rc) {
     sc_buf_free(&e.out);
     return rc;
