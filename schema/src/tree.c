@@ -99,6 +99,14 @@ static const mcp_schema_value *dup_key(const mcp_mem *mem, const mcp_schema_valu
   *nomem = 0;
   if (m->n < 2)
     return NULL;
+  if (m->n <= 8) {
+    /* Small maps (most of them): compare every pair, no allocation. */
+    for (size_t i = 1; i < m->n; i++)
+      for (size_t j = 0; j < i; j++)
+        if (!cmp_keyp(&m->kids[2 * j], &m->kids[2 * i]))
+          return m->kids[2 * i]; /* the later one */
+    return NULL;
+  }
   const mcp_schema_value **k = sc_malloc(mem, m->n * sizeof *k);
   if (!k) {
     *nomem = 1;

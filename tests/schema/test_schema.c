@@ -512,6 +512,12 @@ START_TEST(test_yaml_errors_have_lines) {
                    MCP_ERR_INVALID_ARGUMENT);
   ck_assert_str_eq(e.message, "duplicate key \"a\"");
   ck_assert_uint_eq(e.line, 3);
+  /* a larger map (sorted to find them) */
+  const char *dup10 = "{k0: 0, k1: 1, k2: 2, k3: 3, k4: 4, k5: 5, k6: 6, k7: 7, k8: 8,\n k9: 9, k3: x}";
+  ck_assert_int_eq(mcp_schema_parse_yaml(NULL, dup10, strlen(dup10), &d, &e),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.message, "duplicate key \"k3\"");
+  ck_assert_uint_eq(e.line, 2);
   const char *syn = "a: 1\nb: [\n";
   ck_assert_int_eq(mcp_schema_parse_yaml(NULL, syn, strlen(syn), &d, &e),
                    MCP_ERR_INVALID_ARGUMENT);
