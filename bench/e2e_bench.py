@@ -3,7 +3,7 @@
 
     bench/e2e_bench.py --build-dir BUILD [--transport grpc,h2c] [--quick]
                        [--sinks N] [--changes N] [--rounds N] [--keep]
-                       [PART ...]
+                       [--bodies struct|typed] [PART ...]
 
 PART: sync1 (initial sync to one sink, and to bench/raw_sink when built)
 and sinks (the same to N sinks started at once, the source's memory per
@@ -14,7 +14,10 @@ the programs do not have is skipped with a message (not a failure).
 The workload: 20 collections x 1000 resources, each with a 1 KiB body (a
 google.protobuf.Struct of exactly 1024 bytes, the YAML document's spec),
 written as 10 YAML files of 100 documents per collection (200 files, 22.6
-MB). The source serves them with --debounce 0. "N sinks at once": the
+MB). The source serves them with --debounce 0. --bodies typed: the same
+files, the specs sent as a message of their own (bench.v1.Service, compiled
+by protoc here; mcp-source --descriptor-set and --kind per collection)
+instead of a Struct (the figures' names then carry "_typed"). "N sinks at once": the
 source is stopped (SIGSTOP) while the sinks start and dial, then continued.
 
 Clock: time.monotonic_ns() of this driver. The programs print no
@@ -373,6 +376,52 @@ def struct_len(d):
                for k, v in d.items())
 
 
+# --bodies typed: the spec's own message. Field numbers follow the order of
+# Workload.spec(); typed_len() is its encoded size.
+TYPED_PROTO = """syntax = "proto3";
+package bench.v1;
+message Service {
+  repeated string hosts = 1;
+  int32 port = 2;
+  string protocol = 3;
+  int64 revision = 4;
+  string owner = 5;
+  int32 timeout_seconds = 6;
+  int32 retries = 7;
+  string data = 8;
+}
+"""
+TYPED_MESSAGE = "bench.v1.Service"
+
+
+def typed_len(d):
+    n = sum(ld_len(1, len(h.encode())) for h in d["hosts"])
+    for f, k in ((2, "port"), (4, "revision"), (6, "timeoutSeconds"),
+                 (7, "retries")):
+        if d[k]:
+            n += 1 + varint_len(d[k])
+    for f, k in ((3, "protocol"), (5, "owner"), (8, "data")):
+        n += ld_len(f, len(d[k].encode()))
+    return n
+
+
+def typed_source_args(root, colls):
+    """mcp-source's flags for typed bench bodies: the descriptor set
+    (protoc) and a --kind per collection."""
+    proto = os.path.join(root, "bench_service.proto")
+    with open(proto, "w") as f:
+        f.write(TYPED_PROTO)
+    pb = os.path.join(root, "bench_service.pb")
+    subprocess.run(["protoc", "-I", root, "--include_imports",
+                    "--descriptor_set_out=" + pb, "bench_service.proto"],
+                   check=True)
+    args = ["--descriptor-set", pb]
+    for c in range(colls):
+        args += ["--kind", "bench.istio.io/v1alpha1/Kind%02d=%s" % (
+            c, TYPED_MESSAGE)]
+    return args
+
+
 class Workload:
     """20 collections x N resources, YAML files of 100 documents."""
 
@@ -389,6 +438,7 @@ class Workload:
         os.makedirs(self.dir)
         os.makedirs(self.stage)
         self.body_bytes = []
+        self.typed_bytes = []
         for c in range(ncoll):
             for f in range(self.nfiles):
                 with open(self.path(c, f), "w") as fh:
@@ -426,6 +476,8 @@ class Workload:
                 n += self.body - struct_len(sp)
             self.blob[key] = "x" + rnd.randbytes(n).hex()[:n - 1]
             self.body_bytes.append(struct_len(self.spec(c, r,
+                                                        self.blob[key])[1]))
+            self.typed_bytes.append(typed_len(self.spec(c, r,
                                                         self.blob[key])[1]))
         ns, sp = self.spec(c, r, self.blob[key])
         return ("apiVersion: bench.istio.io/v1alpha1\n"
@@ -480,6 +532,9 @@ class Bench:
         tools = os.path.join(args.build_dir, "tools")
         self.src_bin = os.path.join(tools, "mcp-source")
         self.sink_bin = os.path.join(tools, "mcp-sink")
+        # --bodies typed: the data source's extra flags, the names' suffix.
+        self.source_args = []
+        self.sfx = "_typed" if args.bodies == "typed" else ""
         self.raw_bin = os.path.join(args.build_dir, "bench", "raw_sink")
         if not os.access(self.raw_bin, os.X_OK):
             self.raw_bin = None
@@ -612,17 +667,18 @@ class Bench:
              "%.2f ms" % (t, len(colls), med(emp, "dial"), med(emp, "spawn"),
                           med(emp, "sink_cpu"), med(emp, "src_cpu")))
         v = median(dial)
-        result("e2e_initial_sync_1sink_ms_%s" % t, v, "ms",
+        result("e2e_initial_sync_1sink%s_ms_%s" % (self.sfx, t), v, "ms",
                "%s initial sync, 1 sink: from its dial to every collection "
-               "ACKed" % wl.label, "< 50", v < 50)
-        result("e2e_initial_sync_1sink_net_ms_%s" % t,
+               "ACKed%s" % (wl.label, ", typed bodies" if self.sfx else ""),
+               "< 50", v < 50)
+        result("e2e_initial_sync_1sink_net%s_ms_%s" % (self.sfx, t),
                med(full, "spawn") - med(emp, "spawn"), "ms",
                "the same as (spawn->synced) - (spawn->synced with the "
                "collections empty)")
-        result("e2e_initial_sync_1sink_sink_cpu_ms_%s" % t,
+        result("e2e_initial_sync_1sink_sink_cpu%s_ms_%s" % (self.sfx, t),
                med(full, "sink_cpu"), "ms",
                "the sink's CPU time (all threads) from its dial to its sync")
-        result("e2e_initial_sync_1sink_source_cpu_ms_%s" % t,
+        result("e2e_initial_sync_1sink_source_cpu%s_ms_%s" % (self.sfx, t),
                med(full, "src_cpu"), "ms",
                "the source's CPU time (all threads) for that sync")
         if "raw" in runs:
@@ -633,7 +689,7 @@ class Bench:
                      t, med(raw, "dial"), min(x["dial"] for x in raw),
                      max(x["dial"] for x in raw), med(raw, "sink_cpu"),
                      med(raw, "src_cpu")))
-            result("e2e_initial_sync_1sink_raw_ms_%s" % t, med(raw, "dial"),
+            result("e2e_initial_sync_1sink_raw%s_ms_%s" % (self.sfx, t), med(raw, "dial"),
                    "ms", "the same sync to bench/raw_sink, which ACKs "
                    "without decoding: the source and the transport alone")
 
@@ -858,7 +914,8 @@ class Bench:
         colls = [wl.collection(c) for c in range(wl.ncoll)]
         total = wl.ncoll * wl.nres
         r = self.reactor
-        src = self.start_source(t, "source", ["--dir", wl.dir])
+        src = self.start_source(t, "source", ["--dir", wl.dir] +
+                                self.source_args)
         empty = None
         try:
             if sorted(src.collections) != sorted(colls) or \
@@ -898,6 +955,9 @@ def main():
     ap.add_argument("--rounds", type=int)
     ap.add_argument("--keep", action="store_true",
                     help="keep the workload directory")
+    ap.add_argument("--bodies", choices=("struct", "typed"), default="struct",
+                    help="the bodies mcp-source sends: Struct (the default "
+                         "figures) or a message of their own (_typed)")
     ap.add_argument("parts", nargs="*", default=["sync1", "sinks"])
     args = ap.parse_args()
     for p in args.parts:
@@ -939,6 +999,10 @@ def main():
                  wl.ncoll, wl.nres, min(wl.body_bytes), max(wl.body_bytes),
                  wl.ncoll * wl.nfiles, wl.size() / 1e6, root,
                  (now() - t0) / 1e9))
+        if args.bodies == "typed":
+            b.source_args = typed_source_args(root, wl.ncoll)
+            note("typed bodies (%s) of %d to %d bytes" % (
+                TYPED_MESSAGE, min(wl.typed_bytes), max(wl.typed_bytes)))
         for t in args.transport.split(","):
             why = b.available(t)
             if why:

@@ -21,13 +21,14 @@ done
 
 pkgs=(
   meson ninja-build pkg-config gcc
-  libprotobuf-c-dev protobuf-c-compiler libprotobuf-dev
+  libprotobuf-c-dev protobuf-c-compiler libprotobuf-dev protobuf-compiler
   libgrpc-dev libnghttp2-dev libhttp-parser-dev
   libyaml-dev libjansson-dev libuv1-dev
 )
 if [ "$set_name" = test ]; then
   pkgs+=(clang libclang-rt-14-dev check nghttp2-client curl openssl
-         valgrind python3 etcd-server etcd-client python3-grpcio)
+         valgrind python3 python3-protobuf python3-yaml
+         etcd-server etcd-client python3-grpcio)
 fi
 
 if [ $list -eq 1 ]; then

@@ -33,6 +33,7 @@
 #include "mirror.h"
 #include "ops/ops.h"
 #include "rand.h"
+#include "schema_args.h"
 #include "transport.h"
 
 #define DEFAULT_ADDRESS "127.0.0.1:9901"
@@ -55,6 +56,7 @@ typedef struct sink_app {
   tool_ops *ops; /* metrics and debug endpoints (tools/ops) */
   tool_access *access; /* --allow, --deny, --access-list; NULL: none */
   tool_mirror *mirror;
+  mcp_schema *schema; /* --out's typed bodies: Istio's, --descriptor-set */
   int json, exit_after_sync;
   const char *const *colls;
   size_t ncolls;
@@ -96,6 +98,7 @@ static void usage(FILE *f) {
         "                [--tls-server-name NAME] [--allow ID]... [--deny ID]...\n"
         "                [--access-list FILE] [--allow-cleartext]\n"
         "                [--sync-warn SECONDS] [--sync-timeout SECONDS]\n"
+        "                [--descriptor-set FILE]...\n"
         "\n"
         "Subscribes to MCP collections and reports what it receives.\n"
         "\n"
@@ -146,6 +149,10 @@ static void usage(FILE *f) {
         "  --allow-cleartext     let h2c listen on an address that is not "
         "loopback\n"
         "  --version             print the library version and exit\n"
+        "  --descriptor-set FILE message types (a FileDescriptorSet) added to "
+        "Istio 1.6's,\n"
+        "                        built in: --out writes bodies of known types "
+        "as JSON\n"
         "  --help                this text\n"
         "\n"
         "Exit status: 0 after SIGINT, SIGTERM or the sync (--exit-after-sync),\n"
@@ -601,6 +608,7 @@ int main(int argc, char **argv) {
   tool_strv colls = {0};
   tool_ops_args ops_args = {0}; /* --debug-listen, --log-format */
   tool_sec_args sec = {0};       /* --tls-*, --allow, --deny, --access-list */
+  tool_schema_args schema_args = {0}; /* --descriptor-set */
   char why[600];
   mcp_kv *annots = NULL;
   size_t nannots = 0;
@@ -717,6 +725,12 @@ int main(int argc, char **argv) {
         goto nomem;
       if (rv < 0)
         goto bad;
+    } else if ((rv = tool_schema_parse_arg(argc, argv, &i, &schema_args, 0)) !=
+               0) {
+      if (rv == -2)
+        goto nomem;
+      if (rv < 0)
+        goto bad;
     } else {
       usage_error("unknown argument: %s", argv[i]);
       goto out;
@@ -824,6 +838,10 @@ int main(int argc, char **argv) {
   app.ncolls = colls.n;
   if (!(app.acked = calloc(colls.n, sizeof(*app.acked))))
     goto nomem;
+  if (tool_schema_load(&schema_args, &app.schema, why, sizeof(why)) != 0) {
+    log_error("%s", why);
+    goto out;
+  }
   if (out) {
     char err[512];
     if (tool_mirror_new(&app.mirror, out, colls.v, colls.n, err,
@@ -831,6 +849,7 @@ int main(int argc, char **argv) {
       log_error("--out: %s", err);
       goto out;
     }
+    tool_mirror_set_schema(app.mirror, app.schema);
     /* Never full state: the first push of a type is everything. */
     if (service == MCP_SERVICE_AGGREGATED_INCREMENTAL)
       tool_mirror_first_is_full(app.mirror);
@@ -984,6 +1003,8 @@ out:
   tool_access_del(app.access);
   tool_sec_args_free(&sec);
   tool_mirror_del(app.mirror);
+  mcp_schema_free(app.schema);
+  tool_schema_args_free(&schema_args);
   free(app.acked);
   free(app.peer);
   for (size_t i = 0; i < nannots; i++)

@@ -24,10 +24,12 @@
 #include "config_load.h"
 #include "etcd_publish.h"
 #include "etcd_source.h"
+#include <mcp/schema_istio.h>
 #include "log.h"
 #include "proc.h"
 #include "ops/ops.h"
 #include "rand.h"
+#include "schema_args.h"
 #include "transport.h"
 #include "watch.h"
 
@@ -47,6 +49,10 @@ typedef struct source_app {
   tool_access *access; /* --allow, --deny, --access-list; NULL: none */
   mcp_store *store;
   mcpcfg_loader *loader; /* NULL without --dir */
+  mcp_schema *schema;     /* typed bodies: Istio's types, --descriptor-set */
+  mcpcfg_kind_type *kinds; /* --kind, then Istio's kinds */
+  size_t nkinds;          /* entries of |kinds| */
+  int force_struct;       /* --body struct */
   const char *dir;
   tool_watch *watch;
   uv_timer_t settle, rescan;
@@ -85,6 +91,8 @@ static void usage(FILE *f) {
           "                  [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]\n"
           "                  [--tls-server-name NAME] [--allow ID]... [--deny ID]...\n"
           "                  [--access-list FILE] [--allow-cleartext]\n"
+          "                  [--descriptor-set FILE]... [--kind G/V/KIND=MESSAGE]...\n"
+          "                  [--body typed|struct]\n"
           "\n"
           "Serves the YAML files below DIR as MCP collections and pushes every\n"
           "change of them.\n"
@@ -124,6 +132,13 @@ static void usage(FILE *f) {
           "                     read again when it changes and on SIGHUP\n"
           "  --allow-cleartext  let h2c listen on an address that is not loopback\n"
           "  --version          print the library version and exit\n"
+          "  --descriptor-set FILE  message types (a FileDescriptorSet: protoc\n"
+          "                     --include_imports --descriptor_set_out=FILE) added\n"
+          "                     to Istio 1.6's, built in; repeatable\n"
+          "  --kind GROUP/VERSION/KIND=full.message.Name  documents of that kind\n"
+          "                     have bodies of that message; repeatable\n"
+          "  --body typed|struct  typed (default): bodies of known kinds are their\n"
+          "                     message; struct: google.protobuf.Struct everywhere\n"
           "  --help             this text\n"
           "\n"
           "Exit status: 0 after SIGINT or SIGTERM, 1 on a runtime failure,\n"
@@ -497,6 +512,40 @@ static void bound_address(char *buf, size_t len, const char *addr, int port) {
   snprintf(buf, len, "%.*s:%d", (int)(colon - addr), addr, port);
 }
 
+/* Typed bodies: the schema (Istio's types and --descriptor-set files) and
+ * the kinds (--kind first, so that it overrides Istio's). 0, or -1
+ * (logged). */
+static int set_typed_bodies(source_app *a, const tool_schema_args *sa,
+                            mcpcfg_options *lo) {
+  char why[600];
+  size_t ni;
+  const mcp_schema_istio_kind *ik = mcp_schema_istio_kinds(&ni);
+  if (tool_schema_load(sa, &a->schema, why, sizeof(why)) != 0) {
+    log_error("%s", why);
+    return -1;
+  }
+  if (!(a->kinds = calloc(sa->nkinds + ni, sizeof(*a->kinds)))) {
+    log_error("out of memory");
+    return -1;
+  }
+  for (size_t i = 0; i < sa->nkinds; i++)
+    a->kinds[i] = (mcpcfg_kind_type){sa->kinds[i].api_version,
+                                     sa->kinds[i].kind, sa->kinds[i].message};
+  for (size_t i = 0; i < ni; i++)
+    a->kinds[sa->nkinds + i] = (mcpcfg_kind_type){
+        ik[i].api_version, ik[i].kind, ik[i].message};
+  lo->schema = a->schema;
+  lo->kinds = a->kinds;
+  lo->nkinds = a->nkinds = sa->nkinds + ni;
+  lo->force_struct = a->force_struct = sa->body_struct;
+  log_info("bodies: %s (%zu kinds typed, %zu message types)",
+           sa->body_struct ? "google.protobuf.Struct (--body struct)"
+                           : "typed",
+           sa->body_struct ? (size_t)0 : lo->nkinds,
+           mcp_schema_message_count(a->schema));
+  return 0;
+}
+
 /* The command line. */
 typedef struct source_args {
   const char *dir, *address, *transport;
@@ -509,6 +558,7 @@ typedef struct source_args {
   tool_strv colls;
   tool_ops_args ops; /* --debug-listen, --log-format */
   tool_sec_args sec; /* --tls-*, --allow, --deny, --access-list */
+  tool_schema_args schema; /* --descriptor-set, --kind, --body */
 } source_args;
 
 /* Returns -1 to run, or the exit status (0 for --help, 2 for a usage
@@ -580,6 +630,12 @@ static int parse_args(int argc, char **argv, source_args *o) {
     } else if ((rv = tool_ops_parse_arg(argc, argv, &i, &o->ops)) != 0) {
       /* --debug-listen, --log-format */
     } else if ((rv = tool_sec_parse_arg(argc, argv, &i, &o->sec)) != 0) {
+      if (rv == -2) {
+        fprintf(stderr, "mcp-source: out of memory\n");
+        return 1;
+      }
+    } else if ((rv = tool_schema_parse_arg(argc, argv, &i, &o->schema, 1)) !=
+               0) {
       if (rv == -2) {
         fprintf(stderr, "mcp-source: out of memory\n");
         return 1;
@@ -662,6 +718,11 @@ static int start_etcd(source_app *a, const source_args *o) {
   lo.report = on_report;
   lo.user_data = a;
   lo.name_rules = o->names;
+  /* Typed bodies as for files (set_typed_bodies()). */
+  lo.schema = a->schema;
+  lo.kinds = a->kinds;
+  lo.nkinds = a->nkinds;
+  lo.force_struct = a->force_struct;
   etcdsrc_options eo = {
       .etcd = {.endpoints = o->etcd, .ca_file = o->etcd_ca,
                .cert_file = o->etcd_cert, .key_file = o->etcd_key,
@@ -702,6 +763,7 @@ int main(int argc, char **argv) {
   if (status >= 0) {
     tool_strv_free(&args.colls);
     tool_sec_args_free(&args.sec);
+    tool_schema_args_free(&args.schema);
     return status;
   }
   tool_log_init("mcp-source", args.level);
@@ -720,11 +782,13 @@ int main(int argc, char **argv) {
             tool_transport_default());
     tool_strv_free(&args.colls);
     tool_sec_args_free(&args.sec);
+    tool_schema_args_free(&args.schema);
     return 2;
   }
   if (rv != 0) {
     tool_strv_free(&args.colls);
     tool_sec_args_free(&args.sec);
+    tool_schema_args_free(&args.schema);
     return usage_error("unknown transport %s (expected grpc or h2c)",
                        args.transport);
   }
@@ -733,6 +797,7 @@ int main(int argc, char **argv) {
                      !connect, address, why, sizeof(why)) != 0) {
     tool_strv_free(&args.colls);
     tool_sec_args_free(&args.sec);
+    tool_schema_args_free(&args.schema);
     return usage_error("%s", why);
   }
   if (tool_sec_acl(&args.sec)) {
@@ -742,6 +807,7 @@ int main(int argc, char **argv) {
     if (rv != 0) {
       tool_strv_free(&args.colls);
       tool_sec_args_free(&args.sec);
+    tool_schema_args_free(&args.schema);
       if (rv == 2)
         return usage_error("%s", why);
       log_error("%s", why);
@@ -777,9 +843,12 @@ int main(int argc, char **argv) {
   }
   if (dir)
     register_config_metrics(&app);
+  mcpcfg_options lo;
+  mcpcfg_options_default(&lo);
+  /* Even without --dir: a bad --descriptor-set or --kind is an error. */
+  if (set_typed_bodies(&app, &args.schema, &lo) != 0)
+    goto out;
   if (dir) {
-    mcpcfg_options lo;
-    mcpcfg_options_default(&lo);
     lo.report = on_report;
     lo.user_data = &app;
     lo.name_rules = args.names;
@@ -945,6 +1014,9 @@ out:
   tool_access_del(app.access);
   tool_strv_free(&args.colls);
   tool_sec_args_free(&args.sec);
+  tool_schema_args_free(&args.schema);
+  mcp_schema_free(app.schema);
+  free(app.kinds);
   if (status == 0)
     log_info("stopped");
   return status;

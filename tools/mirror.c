@@ -151,9 +151,14 @@ struct tool_mirror {
   mcoll *colls;
   size_t ncolls;
   int first_is_full; /* tool_mirror_first_is_full() */
+  const mcp_schema *schema; /* tool_mirror_set_schema(); NULL: none */
 };
 
 void tool_mirror_first_is_full(tool_mirror *m) { m->first_is_full = 1; }
+
+void tool_mirror_set_schema(tool_mirror *m, const mcp_schema *schema) {
+  m->schema = schema;
+}
 
 static char *join(const char *a, const char *b, const char *suffix) {
   size_t la = strlen(a), lb = strlen(b), ls = strlen(suffix);
@@ -469,7 +474,7 @@ int tool_mirror_apply(tool_mirror *m, const mcp_change *ch, char *msg,
     if (have && strcmp(have, r->version) == 0)
       continue; /* this version is on disk */
     char why[200];
-    if (!(docs[i] = tool_resource_json(r, why, sizeof(why)))) {
+    if (!(docs[i] = tool_resource_json2(r, m->schema, why, sizeof(why)))) {
       snprintf(msg, msglen, "resource %s: %s", r->name, why);
       code = MCP_CODE_INVALID_ARGUMENT;
     }

@@ -36,6 +36,7 @@
 #include <stddef.h>
 
 #include <mcp/mcp.h>
+#include <mcp/schema.h>
 
 typedef struct tool_mirror tool_mirror;
 
@@ -65,6 +66,10 @@ char *tool_mirror_file_of(const char *name);
  * directory (removes what an earlier run left).
  */
 void tool_mirror_first_is_full(tool_mirror *m);
+
+/* Bodies of the message types of |schema| (borrowed; it must outlive the
+ * mirror) are written as their proto3 JSON (tool_resource_json2()). */
+void tool_mirror_set_schema(tool_mirror *m, const mcp_schema *schema);
 
 /*
  * Applies one accepted-to-be change: returns 0 when the files are written

@@ -205,7 +205,34 @@ static json_t *value_json(const Google__Protobuf__Value *v) {
   }
 }
 
-static json_t *body_json(const mcp_resource *r, char *err, size_t errlen) {
+/* A body of a message type |schema| knows: its proto3 JSON. */
+static json_t *typed_json(const mcp_resource *r, const mcp_schema *schema,
+                          const char *type, char *err, size_t errlen) {
+  char *text = NULL;
+  size_t len = 0;
+  mcp_schema_error e;
+  int rv = mcp_schema_to_json(schema, type, r->body, r->body_len, 0, &text,
+                              &len, &e);
+  if (rv < 0) {
+    snprintf(err, errlen, "body is not a valid %s: %s", type,
+             rv == MCP_ERR_NOMEM ? "out of memory" : e.message);
+    return NULL;
+  }
+  json_error_t je;
+  /* DECODE_ANY: a well-known type's JSON may be a string (Duration...). */
+  json_t *j = json_loadb(text, len, JSON_DECODE_ANY, &je);
+  mcp_schema_free_bytes(schema, text);
+  if (!j)
+    snprintf(err, errlen, "body of %s: %s", type, je.text);
+  return j;
+}
+
+static json_t *body_json(const mcp_resource *r, const mcp_schema *schema,
+                         char *err, size_t errlen) {
+  const char *type = r->type_url ? mcp_schema_type_name(r->type_url) : NULL;
+  if (schema && type && strcmp(r->type_url, TOOL_STRUCT_TYPE_URL) != 0 &&
+      mcp_schema_has_message(schema, type))
+    return typed_json(r, schema, type, err, errlen);
   if (!r->type_url || strcmp(r->type_url, TOOL_STRUCT_TYPE_URL) != 0) {
     char *b = r->body_len ? tool_base64(r->body, r->body_len) : strdup("");
     json_t *j = b ? json_string(b) : NULL;
@@ -249,7 +276,12 @@ static json_t *kv_json(const mcp_kv *kv, size_t n) {
 }
 
 json_t *tool_resource_json(const mcp_resource *r, char *err, size_t errlen) {
-  json_t *body = body_json(r, err, errlen);
+  return tool_resource_json2(r, NULL, err, errlen);
+}
+
+json_t *tool_resource_json2(const mcp_resource *r, const mcp_schema *schema,
+                            char *err, size_t errlen) {
+  json_t *body = body_json(r, schema, err, errlen);
   /* json_pack's "o" takes every reference, also when it fails. */
   if (!body)
     return NULL;

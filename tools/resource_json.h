@@ -8,8 +8,10 @@
  * value decoded with protobuf-c and written as the JSON it stands for
  * (numbers that are whole and within +-2^53 as integers, NaN and the
  * infinities as the strings "NaN", "Infinity", "-Infinity", as protobuf's
- * JSON mapping writes doubles); otherwise the bytes in base64 (RFC 4648,
- * padded).
+ * JSON mapping writes doubles); a message type the schema given to
+ * tool_resource_json2() knows (Istio's, --descriptor-set): its proto3 JSON
+ * (mcp_schema_to_json(): lowerCamelCase names, enums by name, 64-bit
+ * integers as strings); otherwise the bytes in base64 (RFC 4648, padded).
  */
 #ifndef TOOLS_RESOURCE_JSON_H
 #define TOOLS_RESOURCE_JSON_H
@@ -19,6 +21,7 @@
 
 #include <jansson.h>
 #include <mcp/mcp.h>
+#include <mcp/schema.h>
 
 #define TOOL_STRUCT_TYPE_URL "type.googleapis.com/google.protobuf.Struct"
 
@@ -32,6 +35,11 @@
  * UTF-8; or out of memory.
  */
 json_t *tool_resource_json(const mcp_resource *r, char *err, size_t errlen);
+
+/* The same, with typed bodies of |schema|'s types as their JSON (NULL:
+ * none). A body of a known type that does not decode as it is an error. */
+json_t *tool_resource_json2(const mcp_resource *r, const mcp_schema *schema,
+                            char *err, size_t errlen);
 
 /* Writes |seconds|.|nanos| as RFC 3339 in UTC ("2024-01-02T03:04:05Z",
  * fractions in 3, 6 or 9 digits as needed). Returns 0, or -1 when the time

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Serves examples/config with mcp-source and subscribes an mcp-sink to every
 # collection the examples define: the sink mirrors them into ./mirror and
-# prints each update as a JSON line. Edit a file under examples/config to see
+# prints each update as a JSON line. The Istio documents travel with typed
+# bodies (their own messages, Istio 1.6's types built into both programs), so
+# the mirror shows them as proto3 JSON, e.g.
+# mirror/istio/networking/v1alpha3/virtualservices/bookinfo/reviews.json. Edit a file under examples/config to see
 # the push live; Ctrl-C stops both.
 #
 # Usage: tools/run-example.sh BUILD_DIR      (what `make run` runs)

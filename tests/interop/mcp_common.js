@@ -75,6 +75,39 @@ function encodeStruct(obj) {
   return Buffer.from(Struct.encode(Struct.fromObject(jsonToStruct(obj))).finish());
 }
 
+// Typed bodies (Istio 1.6's types, issue 15): the message a type URL names,
+// from the Istio protos in proto/istio/ (istio/api release-1.6), loaded with
+// protobufjs, the library @grpc/proto-loader is built on. Returns the body
+// as a plain object (camelCase names, enums by name, 64-bit integers as
+// strings), undefined for a type URL that names no Istio type; throws on
+// bytes that do not decode as it.
+const ISTIO_DIR = path.join(PROTO_DIR, 'istio');
+let istioRoot = null;
+function decodeTyped(typeUrl, buf) {
+  if (!istioRoot) {
+    istioRoot = new protobuf.Root();
+    istioRoot.resolvePath = (_origin, target) => {
+      if (path.isAbsolute(target)) return target;
+      const local = path.join(ISTIO_DIR, target);
+      return require('fs').existsSync(local) ? local : path.join(WKT_INCLUDE, target);
+    };
+    istioRoot.loadSync(['networking/v1alpha3/virtual_service.proto',
+      'networking/v1alpha3/destination_rule.proto', 'networking/v1alpha3/gateway.proto',
+      'networking/v1alpha3/service_entry.proto', 'networking/v1alpha3/sidecar.proto',
+      'networking/v1alpha3/envoy_filter.proto', 'networking/v1alpha3/workload_entry.proto',
+      'security/v1beta1/authorization.proto', 'security/v1beta1/peer_authentication.proto',
+      'security/v1beta1/request_authentication.proto']);
+  }
+  const name = typeUrl.slice(typeUrl.lastIndexOf('/') + 1);
+  if (!name.startsWith('istio.')) return undefined;
+  let T;
+  try { T = istioRoot.lookupType(name); } catch (e) { return undefined; }
+  const m = T.decode(buf);
+  const err = T.verify(m);
+  if (err) throw new Error(err);
+  return T.toObject(m, { longs: String, enums: String, defaults: false });
+}
+
 // Tiny option parser: spec maps '--name' to 'bool' | 'string' | 'list'.
 function parseArgs(argv, spec) {
   const opts = {};
@@ -134,6 +167,6 @@ function dialLoop(ClientCtor, addr, prog, open, method = 'EstablishResourceStrea
 }
 
 module.exports = {
-  grpc, loadMcp, decodeStruct, encodeStruct, parseArgs, emit, log, listen, dialLoop,
+  grpc, loadMcp, decodeStruct, encodeStruct, decodeTyped, parseArgs, emit, log, listen, dialLoop,
   STRUCT_TYPE_URL, TRIGGER_COLLECTION, CODE,
 };

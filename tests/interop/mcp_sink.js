@@ -26,6 +26,7 @@
 //   {"event":"listening","address":"H:P"}             (--listen, once bound)
 //   {"event":"response","collection","nonce","incremental","system_version_info",
 //    "resources":[{"name","version","type_url"[,"body","labels","annotations"]}],
+//    (body: a Struct's JSON, an Istio type's message as an object, else absent)
 //    "removed":[..],"verdict":"ack"|"nack"[,"error":{code,message}],"total":N}
 //   {"event":"sent","collection","response_nonce"[,"version_info"]
 //    [,"initial":{name:version}][,"error_code":N]}  (aggregated APIs: each request)
@@ -178,6 +179,11 @@ function validate(msg) {
     if (r.body.type_url === c.STRUCT_TYPE_URL) {
       try { e.body = c.decodeStruct(r.body.value); } catch (err) {
         return bad(`resource ${name}: Struct body does not decode: ${err.message}`);
+      }
+    } else {
+      // An Istio type (as Pilot would): decoded as that message.
+      try { e.body = c.decodeTyped(r.body.type_url, r.body.value); } catch (err) {
+        return bad(`resource ${name}: ${r.body.type_url} body does not decode: ${err.message}`);
       }
     }
     entries.push(e);

@@ -260,6 +260,7 @@ typedef struct ynode {
   struct ynode **kids; /* seq: items; map: key, value, key, value... */
   size_t nkids;
   Google__Protobuf__Value *pb; /* encoded once, however often aliased */
+  mcp_schema_value *sv;        /* typed bodies: converted once, too */
 } ynode;
 
 typedef struct frame {
@@ -723,6 +724,44 @@ static Google__Protobuf__Value *pb_value(builder *b, ynode *n) {
 }
 
 /* ------------------------------------------------------------------ */
+/* Tree -> mcp_schema_value (typed bodies, config_body.c)              */
+/* ------------------------------------------------------------------ */
+
+/* The same tree as libmcp-schema's nodes, in the arena; an aliased node is
+ * converted once and shared, as the library allows. */
+static const mcp_schema_value *sv_of(builder *b, ynode *n) {
+  if (n->sv)
+    return n->sv;
+  mcp_schema_value *v = arena_alloc(&b->arena, sizeof *v);
+  if (!v)
+    return NULL;
+  memset(v, 0, sizeof *v);
+  v->line = n->line;
+  v->text = n->text ? n->text : "";
+  v->len = n->len;
+  if (n->kind == YSCALAR) {
+    static const mcp_schema_kind kinds[] = {[YSTR] = MCP_SCHEMA_STRING,
+                                            [YNULL] = MCP_SCHEMA_NULL,
+                                            [YBOOL] = MCP_SCHEMA_BOOL,
+                                            [YNUM] = MCP_SCHEMA_NUMBER};
+    v->kind = kinds[n->stype];
+    v->boolean = n->bval;
+  } else {
+    const mcp_schema_value **kids = NULL;
+    v->kind = n->kind == YMAP ? MCP_SCHEMA_MAP : MCP_SCHEMA_LIST;
+    if (n->nkids && !(kids = arena_alloc(&b->arena, n->nkids * sizeof *kids)))
+      return NULL;
+    for (size_t i = 0; i < n->nkids; i++)
+      if (!(kids[i] = sv_of(b, n->kids[i])))
+        return NULL;
+    v->kids = kids;
+    v->n = n->kind == YMAP ? n->nkids / 2 : n->nkids;
+  }
+  n->sv = v;
+  return v;
+}
+
+/* ------------------------------------------------------------------ */
 /* Tree -> document                                                    */
 /* ------------------------------------------------------------------ */
 
@@ -867,23 +906,47 @@ static int make_doc(builder *b, ynode *root, mcpcfg_doc **out) {
                   kind);
   }
 
-  Google__Protobuf__Struct *body =
-      pb_struct(b, is_null_node(bodyn) ? NULL : bodyn);
-  if (!body) {
-    free(coll);
-    return MCPCFG_ERR_NOMEM;
+  /* The body: a message of the kind's type (config_body.c), else a Struct. */
+  const char *message = mcpcfg_body_message(b->o, api, kind);
+  Google__Protobuf__Struct *body = NULL;
+  uint8_t *typed = NULL;
+  size_t body_len = 0, tlen = 0;
+  if (message) {
+    const mcp_schema_value *sv = NULL;
+    mcp_schema_error err;
+    if (!is_null_node(bodyn) && !(sv = sv_of(b, bodyn))) {
+      free(coll);
+      return MCPCFG_ERR_NOMEM;
+    }
+    int erv = mcpcfg_body_encode(b->o, message, sv, bodyname, &typed,
+                                 &body_len, &err);
+    if (erv < 0) {
+      free(coll);
+      return erv == MCPCFG_ERR_NOMEM
+                 ? erv
+                 : fail(b, err.line ? err.line : line, "%s", err.message);
+    }
+    tlen = mcp_schema_type_url(message, NULL, 0) + 1;
+  } else {
+    body = pb_struct(b, is_null_node(bodyn) ? NULL : bodyn);
+    if (!body) {
+      free(coll);
+      return MCPCFG_ERR_NOMEM;
+    }
+    body_len = google__protobuf__struct__get_packed_size(body);
   }
-  size_t body_len = google__protobuf__struct__get_packed_size(body);
   size_t nl = labels ? labels->nkids / 2 : 0;
   size_t na = annots ? annots->nkids / 2 : 0;
   size_t clen = strlen(coll), nslen = ns ? strlen(ns) + 1 : 0;
   size_t nlen = nslen + strlen(name), vlen = rv ? strlen(rv) : 16;
   size_t size = sizeof(mcpcfg_doc) + (nl + na) * sizeof(mcp_kv) + body_len +
                 clen + 1 + nlen + 1 + vlen + 1 + kv_bytes(labels) +
-                kv_bytes(annots);
+                kv_bytes(annots) + tlen;
   mcpcfg_doc *d = malloc(size);
   if (!d) {
     free(coll);
+    if (typed)
+      mcp_schema_free_bytes(b->o->schema, typed);
     return MCPCFG_ERR_NOMEM;
   }
   memset(d, 0, sizeof *d);
@@ -893,10 +956,20 @@ static int make_doc(builder *b, ynode *root, mcpcfg_doc **out) {
   mcp_kv *kv = (mcp_kv *)(d + 1);
   uint8_t *bp = (uint8_t *)(kv + nl + na);
   char *sp = (char *)(bp + body_len);
-  google__protobuf__struct__pack(body, bp);
   r->body = bp;
   r->body_len = body_len;
-  r->type_url = MCPCFG_STRUCT_TYPE_URL;
+  if (message) {
+    if (body_len)
+      memcpy(bp, typed, body_len);
+    if (typed)
+      mcp_schema_free_bytes(b->o->schema, typed);
+    mcp_schema_type_url(message, sp, tlen);
+    r->type_url = sp;
+    sp += tlen;
+  } else {
+    google__protobuf__struct__pack(body, bp);
+    r->type_url = MCPCFG_STRUCT_TYPE_URL;
+  }
   d->collection = memcpy(sp, coll, clen + 1);
   sp += clen + 1;
   free(coll);

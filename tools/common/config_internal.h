@@ -6,7 +6,8 @@
 
 /*
  * One resource, from one document. A single malloc block holds it and all
- * it points to (except the static type_url), so it is freed in one call.
+ * it points to (a typed body's type_url too; a Struct's is static), so it
+ * is freed in one call.
  * Reference counted: a file keeps the documents of its last good content
  * across scans, and an old and a new view of the same file may share them.
  */
@@ -74,5 +75,27 @@ unsigned long mcpcfg_loader_reads(const mcpcfg_loader *loader);
  * given. */
 int mcpcfg_loader_unapplied(const mcpcfg_loader *loader, size_t i);
 void mcpcfg_loader_mark_applied(mcpcfg_loader *loader, size_t i);
+
+/* ---- typed bodies (config_body.c) ---- */
+
+/* 0 when every message of opts->kinds is in opts->schema (or bodies are
+ * all Structs), else MCPCFG_ERR_INVALID_ARGUMENT. */
+int mcpcfg_body_check(const mcpcfg_options *opts);
+
+/* The message the body of a document of |api_version| and |kind| is, or
+ * NULL for a Struct body. */
+const char *mcpcfg_body_message(const mcpcfg_options *opts,
+                                const char *api_version, const char *kind);
+
+/*
+ * Encodes |body| (NULL: no body, an empty message) as |message|, the field
+ * path of its root being |bodyname| ("spec"). Returns 0 with |*out| (free it
+ * with mcp_schema_free_bytes(opts->schema, ..); NULL when empty) and |*outlen|; MCPCFG_ERR_INVALID_ARGUMENT when the body
+ * does not match the message, with |err| (line, path, message) filled;
+ * MCPCFG_ERR_NOMEM. On failure the outputs are untouched.
+ */
+int mcpcfg_body_encode(const mcpcfg_options *opts, const char *message,
+                       const mcp_schema_value *body, const char *bodyname,
+                       uint8_t **out, size_t *outlen, mcp_schema_error *err);
 
 #endif /* MCPCFG_CONFIG_INTERNAL_H */

@@ -137,7 +137,7 @@ static void colls_free(coll *c, size_t n, int fresh_only) {
 
 int mcpcfg_loader_new(mcpcfg_loader **ploader, const char *dir,
                       const mcpcfg_options *opts) {
-  if (!*dir)
+  if (!*dir || mcpcfg_body_check(opts) < 0)
     return MCPCFG_ERR_INVALID_ARGUMENT;
   mcpcfg_loader *l = calloc(1, sizeof *l);
   if (!l || !(l->root = mcpcfg_strdup(dir))) {

@@ -23,7 +23,14 @@
  *   body        google.protobuf.Any of type_url MCPCFG_STRUCT_TYPE_URL whose
  *               value is `spec` encoded as google.protobuf.Struct; without
  *               `spec`, `data` is used (ConfigMaps, Secrets); without either,
- *               an empty Struct.
+ *               an empty Struct. Typed bodies (options.schema): a document
+ *               whose apiVersion and kind are in options.kinds has its body
+ *               encoded as that message by the proto3 JSON mapping
+ *               (libmcp-schema), type_url "type.googleapis.com/<message>";
+ *               a body that does not match the message (unknown field, wrong
+ *               type, number out of range, unknown enum name...) is reported
+ *               with its line and field path ("spec.http[0].route[0].weight:
+ *               expected an integer, got \"x\"") and skips the document.
  * Scalars follow the YAML 1.2 core schema: plain true/false (any of the
  * three casings) are bools, plain null/~/empty are null, plain ints (also
  * 0x.., 0o..) and floats (also .inf, .nan) are numbers, everything else
@@ -109,6 +116,7 @@
 #include <stdint.h>
 
 #include <mcp/mcp.h>
+#include <mcp/schema.h>
 
 #define MCPCFG_ERR_NOMEM MCP_ERR_NOMEM
 #define MCPCFG_ERR_INVALID_ARGUMENT MCP_ERR_INVALID_ARGUMENT
@@ -130,6 +138,13 @@ const char *mcpcfg_strerror(int err);
 typedef void (*mcpcfg_report_fn)(const char *path, unsigned long line,
                                  const char *message, void *user_data);
 
+/* A document kind whose body is a message (typed bodies). */
+typedef struct mcpcfg_kind_type {
+  const char *api_version; /* as written: "networking.istio.io/v1alpha3" */
+  const char *kind;        /* "VirtualService" */
+  const char *message;     /* "istio.networking.v1alpha3.VirtualService" */
+} mcpcfg_kind_type;
+
 typedef struct mcpcfg_options {
   mcpcfg_report_fn report; /* NULL: problems are not reported */
   void *user_data;
@@ -143,6 +158,14 @@ typedef struct mcpcfg_options {
   /* Keep each document's source text (mcpcfg_loader_text()); 0 by
    * default: it doubles what a document costs. */
   int keep_text;
+  /* Typed bodies, borrowed (they must outlive the loader). The first entry
+   * of |kinds| that matches a document's apiVersion and kind gives its
+   * message; every message must be in |schema| (mcpcfg_loader_new() checks
+   * it). No match, |schema| NULL or |force_struct|: a Struct body. */
+  const mcp_schema *schema;
+  const mcpcfg_kind_type *kinds;
+  size_t nkinds;
+  int force_struct;
 } mcpcfg_options;
 
 /* Fills |opts| with the defaults. */
@@ -180,7 +203,7 @@ typedef struct mcpcfg_loader mcpcfg_loader;
  * Creates a loader for the directory |dir| (copied; not read yet). |opts|
  * is copied; NULL means the defaults, and a zero limit means its default.
  * On failure |*ploader| is untouched. Errors: NOMEM, INVALID_ARGUMENT
- * (empty |dir|).
+ * (empty |dir|; a kind's message not in opts->schema).
  */
 int mcpcfg_loader_new(mcpcfg_loader **ploader, const char *dir,
                       const mcpcfg_options *opts);

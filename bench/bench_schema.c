@@ -1,0 +1,173 @@
+/*
+ * bench_schema: libmcp-schema's conversions on 1 KiB Istio VirtualServices
+ * (issue 15): what mcp-source pays per document to send a typed body, and
+ * what mcp-sink pays to mirror one as JSON.
+ *
+ *   typed_encode_docs_per_s       YAML text -> value tree -> wire bytes
+ *   typed_encode_tree_docs_per_s  value tree -> wire bytes (the loader's
+ *                                 share when it builds the tree itself)
+ *   typed_decode_docs_per_s       wire bytes -> proto3 JSON text
+ *
+ * Each: the median of several rounds over a set of distinct documents,
+ * single thread, wall time (CPU time printed beside it).
+ *
+ * Usage: bench_schema [--quick]   (--quick: a smoke test, numbers mean
+ * nothing)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_util.h"
+#include "mcp/schema.h"
+#include "mcp/schema_istio.h"
+
+#define VS "istio.networking.v1alpha3.VirtualService"
+
+/* A VirtualService of about 1 KiB, different for each |i|. */
+static size_t make_vs(char *buf, size_t cap, unsigned i) {
+  int n = snprintf(
+      buf, cap,
+      "hosts:\n- reviews-%u.bookinfo.svc.cluster.local\n- reviews.example.com\n"
+      "gateways: [istio-system/bookinfo-gateway, mesh]\n"
+      "http:\n"
+      "- name: canary-%u\n"
+      "  match:\n"
+      "  - headers:\n"
+      "      end-user: {exact: tester-%u}\n"
+      "    uri: {prefix: /reviews/v%u}\n"
+      "  route:\n"
+      "  - destination: {host: reviews, subset: v3, port: {number: 9080}}\n"
+      "    headers:\n"
+      "      request: {set: {x-canary: \"true\"}}\n"
+      "  timeout: %u.5s\n"
+      "- match:\n"
+      "  - uri: {exact: /productpage}\n"
+      "  - uri: {prefix: /static}\n"
+      "  route:\n"
+      "  - destination: {host: reviews, subset: v1}\n"
+      "    weight: %u\n"
+      "  - destination: {host: reviews, subset: v2}\n"
+      "    weight: %u\n"
+      "  retries:\n"
+      "    attempts: 3\n"
+      "    perTryTimeout: 2s\n"
+      "    retryOn: gateway-error,connect-failure,refused-stream\n"
+      "  fault:\n"
+      "    delay:\n"
+      "      percentage: {value: 0.5}\n"
+      "      fixedDelay: 5s\n"
+      "  corsPolicy:\n"
+      "    allowOrigins: [{exact: \"https://example.com\"}]\n"
+      "    allowMethods: [GET, POST]\n"
+      "    allowHeaders: [x-custom-%u]\n"
+      "    maxAge: 86400s\n"
+      "  mirror: {host: reviews-shadow, subset: v%u}\n"
+      "  mirrorPercentage: {value: 10.0}\n",
+      i, i, i, i % 7, i % 30, i % 101, 100 - i % 101, i, i % 5);
+  return n > 0 && (size_t)n < cap ? (size_t)n : 0;
+}
+
+int main(int argc, char **argv) {
+  int quick = argc > 1 && !strcmp(argv[1], "--quick");
+  const size_t ndocs = quick ? 100 : 2000;
+  const int rounds = quick ? 3 : 9;
+  mcp_schema *s;
+  mcp_schema_error e;
+  if (mcp_schema_new(&s, NULL) || mcp_schema_add_istio(s, &e)) {
+    fprintf(stderr, "bench_schema: cannot load Istio's types\n");
+    return 1;
+  }
+  char **text = calloc(ndocs, sizeof *text);
+  size_t *tlen = calloc(ndocs, sizeof *tlen);
+  mcp_schema_docs **docs = calloc(ndocs, sizeof *docs);
+  uint8_t **wire = calloc(ndocs, sizeof *wire);
+  size_t *wlen = calloc(ndocs, sizeof *wlen);
+  if (!text || !tlen || !docs || !wire || !wlen)
+    return 1;
+  size_t bytes = 0, wbytes = 0;
+  for (size_t i = 0; i < ndocs; i++) {
+    char buf[2048];
+    size_t n = make_vs(buf, sizeof buf, (unsigned)i);
+    if (!n)
+      return 1;
+    text[i] = malloc(n + 1);
+    if (!text[i])
+      return 1;
+    memcpy(text[i], buf, n + 1);
+    tlen[i] = n;
+    bytes += n;
+    if (mcp_schema_parse_yaml(NULL, text[i], n, &docs[i], &e) ||
+        mcp_schema_encode(s, VS, mcp_schema_docs_root(docs[i], 0), "spec", 0, &wire[i],
+                          &wlen[i], &e)) {
+      fprintf(stderr, "bench_schema: document %zu: %lu: %s\n%s", i, e.line, e.message,
+              text[i]);
+      return 1;
+    }
+    wbytes += wlen[i];
+  }
+  bu_note("%zu VirtualServices, %.0f bytes of YAML and %.0f bytes of protobuf each on "
+          "average, %d rounds",
+          ndocs, (double)bytes / (double)ndocs, (double)wbytes / (double)ndocs, rounds);
+
+  double r_enc[16], r_tree[16], r_dec[16], cpu;
+  double c_enc = 0, c_tree = 0, c_dec = 0;
+  for (int r = 0; r < rounds; r++) {
+    bu_sw sw = bu_sw_start();
+    for (size_t i = 0; i < ndocs; i++) {
+      mcp_schema_docs *d;
+      uint8_t *out;
+      size_t n;
+      if (mcp_schema_parse_yaml(NULL, text[i], tlen[i], &d, &e) ||
+          mcp_schema_encode(s, VS, mcp_schema_docs_root(d, 0), "spec", 0, &out, &n, &e))
+        return 1;
+      mcp_schema_free_bytes(s, out);
+      mcp_schema_docs_free(d);
+    }
+    r_enc[r] = (double)ndocs / (bu_sw_ns(&sw, &cpu) / 1e9);
+    c_enc += (double)ndocs / (cpu / 1e9) / rounds;
+
+    sw = bu_sw_start();
+    for (size_t i = 0; i < ndocs; i++) {
+      uint8_t *out;
+      size_t n;
+      if (mcp_schema_encode(s, VS, mcp_schema_docs_root(docs[i], 0), "spec", 0, &out, &n, &e))
+        return 1;
+      mcp_schema_free_bytes(s, out);
+    }
+    r_tree[r] = (double)ndocs / (bu_sw_ns(&sw, &cpu) / 1e9);
+    c_tree += (double)ndocs / (cpu / 1e9) / rounds;
+
+    sw = bu_sw_start();
+    for (size_t i = 0; i < ndocs; i++) {
+      char *js;
+      size_t n;
+      if (mcp_schema_to_json(s, VS, wire[i], wlen[i], 0, &js, &n, &e))
+        return 1;
+      mcp_schema_free_bytes(s, js);
+    }
+    r_dec[r] = (double)ndocs / (bu_sw_ns(&sw, &cpu) / 1e9);
+    c_dec += (double)ndocs / (cpu / 1e9) / rounds;
+  }
+  bu_note("CPU-time rates (mean): encode %.0f, tree %.0f, decode %.0f docs/s", c_enc, c_tree,
+          c_dec);
+  bu_result("typed_encode_docs_per_s", bu_median(r_enc, (size_t)rounds), "docs_per_s",
+            "1 KiB VirtualService: YAML -> tree -> protobuf", NULL, -1);
+  bu_result("typed_encode_tree_docs_per_s", bu_median(r_tree, (size_t)rounds), "docs_per_s",
+            "1 KiB VirtualService: tree -> protobuf", NULL, -1);
+  bu_result("typed_decode_docs_per_s", bu_median(r_dec, (size_t)rounds), "docs_per_s",
+            "1 KiB VirtualService: protobuf -> JSON", NULL, -1);
+  bu_table("libmcp-schema");
+  for (size_t i = 0; i < ndocs; i++) {
+    free(text[i]);
+    mcp_schema_docs_free(docs[i]);
+    mcp_schema_free_bytes(s, wire[i]);
+  }
+  free(text);
+  free(tlen);
+  free(docs);
+  free(wire);
+  free(wlen);
+  mcp_schema_free(s);
+  return 0;
+}

@@ -1,0 +1,260 @@
+/*
+ * libmcp-schema: typed resource bodies. Converts YAML/JSON documents to
+ * protobuf wire bytes and wire bytes to JSON, following the proto3 JSON
+ * mapping, for any message type described by a FileDescriptorSet
+ * (protoc --include_imports --descriptor_set_out=F.pb ...).
+ *
+ * Depends on libc, libprotobuf-c and libyaml; allocation goes through the
+ * core's mcp_mem hook; error codes are the core's (mcp_strerror()).
+ *
+ * Thread safety: an mcp_schema is read-only once loaded: encode/decode
+ * calls on one schema may run concurrently; mcp_schema_add_descriptor_set()
+ * may not run concurrently with anything else on the same schema.
+ *
+ * docs/schema.md gives the exact mapping rules and error messages.
+ * In this tree's meson build: dependency object mcp_schema_dep (defined in
+ * schema/meson.build, which the top-level meson.build includes after core/).
+ */
+#ifndef MCP_SCHEMA_H
+#define MCP_SCHEMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mcp/mcp.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ */
+/* Errors                                                              */
+/* ------------------------------------------------------------------ */
+
+/*
+ * What went wrong with a document, a descriptor set or wire bytes. Every
+ * function taking an mcp_schema_error * (which may be NULL) fills it when
+ * it fails, and leaves it untouched when it succeeds.
+ *
+ * message is complete and ready to log, the field path first:
+ *   spec.http[0].route[0].weight: expected an integer, got "x"
+ * path is the field path alone ("spec.http[0].route[0].weight"; the
+ * caller's prefix for the document root, "" without one). line is the
+ * 1-based line of the offending node in the document (0 when unknown: wire
+ * bytes, descriptor sets, a tree built without lines). The file name is the
+ * caller's to add ("FILE:LINE: message").
+ */
+#define MCP_SCHEMA_PATH_MAX 256
+#define MCP_SCHEMA_MESSAGE_MAX 512
+typedef struct mcp_schema_error {
+  int code; /* MCP_ERR_*: see each function */
+  unsigned long line;
+  char path[MCP_SCHEMA_PATH_MAX];       /* truncated when longer */
+  char message[MCP_SCHEMA_MESSAGE_MAX]; /* truncated when longer */
+} mcp_schema_error;
+
+/* ------------------------------------------------------------------ */
+/* Documents: a generic value tree with line numbers                   */
+/* ------------------------------------------------------------------ */
+
+typedef enum mcp_schema_kind {
+  MCP_SCHEMA_NULL,
+  MCP_SCHEMA_BOOL,
+  MCP_SCHEMA_NUMBER,
+  MCP_SCHEMA_STRING,
+  MCP_SCHEMA_LIST,
+  MCP_SCHEMA_MAP
+} mcp_schema_kind;
+
+/*
+ * One node of a parsed document. The parsers below build these; a program
+ * with its own YAML parser (mcp-source's loader) may build them itself:
+ * the converter only reads them, and a node may be shared (YAML aliases).
+ *
+ *  - Scalars (NULL, BOOL, NUMBER, STRING): text/len is the scalar as
+ *    written (NUL-terminated; STRING may contain NUL bytes, counted in len).
+ *    NUMBER text is a YAML 1.2 core-schema or JSON number: [-+]?digits,
+ *    0x.., 0o.., [-+]?(digits[.digits]|.digits)([eE][-+]?digits),
+ *    [-+]?.inf (any case form YAML allows), .nan. BOOL sets boolean.
+ *    A quoted YAML scalar is a STRING, a plain one resolves by the YAML 1.2
+ *    core schema (null ~ true false, numbers as above, anything else STRING).
+ *  - LIST: kids[0..n-1] are the items.
+ *  - MAP: n pairs, kids[2i] the key (a scalar: its text is the key) and
+ *    kids[2i+1] the value, in document order.
+ */
+typedef struct mcp_schema_value {
+  mcp_schema_kind kind;
+  int boolean;
+  unsigned long line; /* 1-based, 0 when unknown */
+  const char *text;
+  size_t len;
+  const struct mcp_schema_value *const *kids;
+  size_t n;
+} mcp_schema_value;
+
+/* Limits and allocator of the parsers. Initialise with
+ * mcp_schema_parse_options_default(); fields may be appended. */
+typedef struct mcp_schema_parse_options {
+  const mcp_mem *mem; /* NULL: libc */
+  unsigned max_depth; /* nested lists and maps; default 64 */
+  size_t max_nodes;   /* per call, YAML aliases expanded; default 1000000 */
+  size_t max_bytes;   /* scalar bytes per call, aliases expanded; default 64 MiB */
+} mcp_schema_parse_options;
+
+MCP_EXTERN void mcp_schema_parse_options_default(mcp_schema_parse_options *o);
+
+/* Parsed documents, owning their trees. */
+typedef struct mcp_schema_docs mcp_schema_docs;
+
+/*
+ * Parses |len| bytes of YAML (a stream of one or more documents) or of JSON
+ * (exactly one value, RFC 8259, UTF-8) into |*pdocs| (free with
+ * mcp_schema_docs_free()). YAML anchors and aliases are expanded (within
+ * max_nodes/max_bytes); tags other than the core schema's are refused;
+ * duplicate keys are refused. Errors: MCP_ERR_INVALID_ARGUMENT (syntax,
+ * with the line), MCP_ERR_LIMIT (depth, nodes, bytes), MCP_ERR_NOMEM.
+ * On failure |*pdocs| is untouched. |o| NULL: the defaults.
+ */
+MCP_EXTERN int mcp_schema_parse_yaml(const mcp_schema_parse_options *o,
+                                     const char *text, size_t len,
+                                     mcp_schema_docs **pdocs,
+                                     mcp_schema_error *err);
+MCP_EXTERN int mcp_schema_parse_json(const mcp_schema_parse_options *o,
+                                     const char *text, size_t len,
+                                     mcp_schema_docs **pdocs,
+                                     mcp_schema_error *err);
+
+/* The number of documents (JSON: 1; YAML: 0 for an empty stream) and the
+ * root of document |i| (valid until mcp_schema_docs_free()). */
+MCP_EXTERN size_t mcp_schema_docs_count(const mcp_schema_docs *docs);
+MCP_EXTERN const mcp_schema_value *mcp_schema_docs_root(const mcp_schema_docs *docs,
+                                                        size_t i);
+MCP_EXTERN void mcp_schema_docs_free(mcp_schema_docs *docs);
+
+/* A map's value for |key| (the last one if repeated), or NULL. */
+MCP_EXTERN const mcp_schema_value *mcp_schema_value_get(const mcp_schema_value *map,
+                                                        const char *key);
+
+/* ------------------------------------------------------------------ */
+/* Schemas                                                             */
+/* ------------------------------------------------------------------ */
+
+/* A pool of message and enum types. */
+typedef struct mcp_schema mcp_schema;
+
+typedef struct mcp_schema_options {
+  const mcp_mem *mem; /* NULL: libc */
+  unsigned max_depth; /* nested messages in encode and decode; default 100 */
+} mcp_schema_options;
+
+MCP_EXTERN void mcp_schema_options_default(mcp_schema_options *o);
+
+/*
+ * Creates an empty pool that already knows the well-known types
+ * (google/protobuf/{any,duration,timestamp,wrappers,struct,field_mask,empty}
+ * .proto). |o| NULL: the defaults. Errors: MCP_ERR_NOMEM.
+ */
+MCP_EXTERN int mcp_schema_new(mcp_schema **ps, const mcp_schema_options *o);
+MCP_EXTERN void mcp_schema_free(mcp_schema *s);
+
+/*
+ * Adds the files of a serialized google.protobuf.FileDescriptorSet. A file
+ * already in the pool under the same name is skipped when identical (and
+ * always for the well-known types' files); a different one is an error.
+ * Every type a field refers to must be in the pool once the set is added
+ * (use --include_imports). All or nothing: on failure the pool is
+ * unchanged. Errors: MCP_ERR_MALFORMED (not a FileDescriptorSet),
+ * MCP_ERR_INVALID_ARGUMENT (conflicting file, duplicate type, unresolved
+ * type, groups), MCP_ERR_NOMEM.
+ */
+MCP_EXTERN int mcp_schema_add_descriptor_set(mcp_schema *s, const uint8_t *data,
+                                             size_t len, mcp_schema_error *err);
+
+/* 1 when |full_name| ("istio.networking.v1alpha3.VirtualService", no
+ * leading dot) is a message type of the pool, else 0. */
+MCP_EXTERN int mcp_schema_has_message(const mcp_schema *s, const char *full_name);
+
+/* The message types of the pool, in the order they were added: count, and
+ * the full name of the i-th (valid until mcp_schema_free()). */
+MCP_EXTERN size_t mcp_schema_message_count(const mcp_schema *s);
+MCP_EXTERN const char *mcp_schema_message_name(const mcp_schema *s, size_t i);
+
+/* ------------------------------------------------------------------ */
+/* Type URLs                                                           */
+/* ------------------------------------------------------------------ */
+
+#define MCP_SCHEMA_TYPE_URL_PREFIX "type.googleapis.com/"
+
+/* Writes "type.googleapis.com/<full_name>" and a NUL into |buf| when it
+ * fits in |len|; returns the length it needs (without the NUL) either way. */
+MCP_EXTERN size_t mcp_schema_type_url(const char *full_name, char *buf, size_t len);
+
+/* The type name of a type URL: what follows its last '/' (the whole string
+ * without one). Points into |type_url|. */
+MCP_EXTERN const char *mcp_schema_type_name(const char *type_url);
+
+/* ------------------------------------------------------------------ */
+/* Document -> wire bytes                                              */
+/* ------------------------------------------------------------------ */
+
+/* Flags of mcp_schema_encode(). */
+#define MCP_SCHEMA_IGNORE_UNKNOWN_FIELDS 0x1u /* skip them, as JSON parsers may */
+
+/*
+ * Encodes the document |v| as a message of type |type_name| (full name).
+ * The output is deterministic: fields in field-number order, map entries in
+ * key order (as protobuf's deterministic serialization), packed repeated
+ * scalars, default values of fields without presence omitted.
+ *
+ * |path| is the field path of |v| in error messages ("spec"; NULL or "":
+ * none). On success |*out| is a buffer of |*outlen| bytes allocated with the
+ * schema's allocator (free it with mcp_schema_free_bytes(); NULL when the
+ * message is empty, *outlen 0). On failure |*out| and |*outlen| are
+ * untouched and |err| names the line and the field path.
+ *
+ * Errors: MCP_ERR_NOT_FOUND (no such message type), MCP_ERR_INVALID_ARGUMENT
+ * (the document does not match: unknown field, wrong type, out-of-range
+ * number, unknown enum name, two members of a oneof, bad base64, bad
+ * Duration/Timestamp/FieldMask, Any of an unknown type...), MCP_ERR_LIMIT
+ * (nesting beyond max_depth), MCP_ERR_NOMEM.
+ */
+MCP_EXTERN int mcp_schema_encode(const mcp_schema *s, const char *type_name,
+                                 const mcp_schema_value *v, const char *path,
+                                 unsigned flags, uint8_t **out, size_t *outlen,
+                                 mcp_schema_error *err);
+
+MCP_EXTERN void mcp_schema_free_bytes(const mcp_schema *s, void *p);
+
+/* ------------------------------------------------------------------ */
+/* Wire bytes -> JSON                                                  */
+/* ------------------------------------------------------------------ */
+
+/* Flags of mcp_schema_to_json(). */
+#define MCP_SCHEMA_JSON_PRETTY 0x1u      /* two-space indentation, newlines */
+#define MCP_SCHEMA_JSON_PROTO_NAMES 0x2u /* field names as in the .proto */
+#define MCP_SCHEMA_JSON_UNKNOWN_ERROR 0x4u /* unknown fields: an error, not skipped */
+
+/*
+ * Writes the proto3 JSON of the |len| bytes at |wire|, a message of type
+ * |type_name|: lowerCamelCase (json_name) keys, enums by name (by number
+ * when the value has no name), 64-bit integers as strings, bytes in base64,
+ * well-known types in their special forms, fields at their default value
+ * omitted, fields in field-number order. On success |*json| is a
+ * NUL-terminated string of |*json_len| bytes allocated with the schema's
+ * allocator (free it with mcp_schema_free_bytes()).
+ *
+ * Errors: MCP_ERR_NOT_FOUND (no such message type), MCP_ERR_MALFORMED (not
+ * a valid encoding of that type: truncated, wrong wire type for a known
+ * field, invalid UTF-8 in a string, an Any of an unknown type, a Duration
+ * or Timestamp out of range...), MCP_ERR_LIMIT (nesting), MCP_ERR_NOMEM.
+ */
+MCP_EXTERN int mcp_schema_to_json(const mcp_schema *s, const char *type_name,
+                                  const uint8_t *wire, size_t len,
+                                  unsigned flags, char **json, size_t *json_len,
+                                  mcp_schema_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MCP_SCHEMA_H */

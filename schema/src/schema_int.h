@@ -1,0 +1,154 @@
+/* Internals of libmcp-schema, shared between its source files. */
+#ifndef MCP_SCHEMA_INT_H
+#define MCP_SCHEMA_INT_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mcp/schema.h"
+
+#define SC_UNUSED(x) ((void)(x))
+
+/* ---- allocation ---------------------------------------------------- */
+
+void sc_mem_init(mcp_mem *dst, const mcp_mem *src);
+void *sc_malloc(const mcp_mem *m, size_t n);
+void *sc_realloc(const mcp_mem *m, void *p, size_t n);
+void sc_free(const mcp_mem *m, void *p);
+
+/* A bump allocator: everything freed at once. */
+typedef struct sc_chunk sc_chunk;
+typedef struct sc_arena {
+  const mcp_mem *mem;
+  sc_chunk *head;
+} sc_arena;
+void *sc_arena_alloc(sc_arena *a, size_t n);
+char *sc_arena_strndup(sc_arena *a, const char *s, size_t n);
+void sc_arena_free(sc_arena *a);
+
+/* A growing byte buffer. */
+typedef struct sc_buf {
+  uint8_t *p;
+  size_t len, cap;
+  const mcp_mem *mem;
+} sc_buf;
+int sc_buf_reserve(sc_buf *b, size_t extra);
+int sc_buf_put(sc_buf *b, const void *d, size_t n);
+int sc_buf_putc(sc_buf *b, uint8_t c);
+int sc_buf_varint(sc_buf *b, uint64_t v);
+int sc_buf_printf(sc_buf *b, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void sc_buf_free(sc_buf *b);
+size_t sc_varint_len(uint64_t v);
+
+/* ---- errors -------------------------------------------------------- */
+
+/* Fills |err| (if not NULL): code, line, path, and message "path: what"
+ * (just "what" with an empty path). Returns |code|. */
+int sc_error(mcp_schema_error *err, int code, unsigned long line,
+             const char *path, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+
+/* ---- the pool ------------------------------------------------------ */
+
+/* FieldDescriptorProto.Type */
+enum {
+  SC_DOUBLE = 1, SC_FLOAT = 2, SC_INT64 = 3, SC_UINT64 = 4, SC_INT32 = 5,
+  SC_FIXED64 = 6, SC_FIXED32 = 7, SC_BOOL = 8, SC_STRING = 9, SC_GROUP = 10,
+  SC_MESSAGE = 11, SC_BYTES = 12, SC_UINT32 = 13, SC_ENUM = 14,
+  SC_SFIXED32 = 15, SC_SFIXED64 = 16, SC_SINT32 = 17, SC_SINT64 = 18
+};
+
+/* Well-known types with a special JSON form. */
+enum {
+  SC_WKT_NONE, SC_WKT_ANY, SC_WKT_DURATION, SC_WKT_TIMESTAMP, SC_WKT_STRUCT,
+  SC_WKT_VALUE, SC_WKT_LISTVALUE, SC_WKT_FIELDMASK, SC_WKT_WRAPPER
+};
+
+typedef struct sc_enum_value {
+  const char *name;
+  int32_t number;
+} sc_enum_value;
+
+typedef struct sc_enum {
+  const char *full_name;
+  sc_enum_value *values; /* declaration order */
+  size_t nvalues;
+  int open;              /* proto3: unknown numbers allowed */
+  int null_value;        /* google.protobuf.NullValue */
+} sc_enum;
+
+struct sc_msg;
+typedef struct sc_field {
+  const char *name, *json_name;
+  uint32_t number;
+  int type;     /* SC_* */
+  int repeated; /* label repeated */
+  int packed;   /* repeated scalar written packed */
+  int presence; /* written even at its default value when set */
+  int oneof;    /* index of a real (not synthetic) oneof, or -1 */
+  const char *type_name; /* message or enum, without the leading dot */
+  struct sc_msg *msg;
+  sc_enum *enm;
+} sc_field;
+
+typedef struct sc_msg {
+  const char *full_name;
+  sc_field *fields; /* sorted by number */
+  size_t nfields;
+  sc_field **by_name, **by_json; /* sorted by name / json_name */
+  const char **oneofs;
+  size_t noneofs;
+  int map_entry; /* fields[0] key (1), fields[1] value (2) */
+  int wkt;       /* SC_WKT_* */
+} sc_msg;
+
+struct mcp_schema {
+  mcp_mem mem;
+  unsigned max_depth;
+  sc_arena arena;
+  sc_msg **msgs;
+  size_t nmsgs, msgs_cap;
+  sc_enum **enums;
+  size_t nenums, enums_cap;
+  /* Open addressing on full names; messages and enums in one table:
+   * slot value is (index << 1 | is_enum) + 1, 0 meaning empty. */
+  size_t *table;
+  size_t table_cap;
+  struct sc_file *files;
+  size_t nfiles, files_cap;
+};
+
+const sc_msg *sc_find_msg(const mcp_schema *s, const char *full_name);
+const sc_field *sc_field_by_number(const sc_msg *m, uint32_t number);
+const sc_field *sc_field_by_name(const sc_msg *m, const char *name);
+const sc_field *sc_field_by_json(const sc_msg *m, const char *name);
+const sc_enum_value *sc_enum_by_name(const sc_enum *e, const char *name);
+const sc_enum_value *sc_enum_by_number(const sc_enum *e, int32_t number);
+
+/* ---- shared codecs ------------------------------------------------- */
+
+/* Base64 (standard and URL-safe alphabets, padding optional) into |out|
+ * (at least len*3/4+3 bytes). Returns the length or -1. */
+long sc_base64_decode(const char *in, size_t len, uint8_t *out);
+int sc_base64_encode(sc_buf *b, const uint8_t *in, size_t len);
+
+/* Days from 1970-01-01 of a proleptic Gregorian date, and back. */
+int64_t sc_days_from_civil(int64_t y, unsigned m, unsigned d);
+void sc_civil_from_days(int64_t z, int64_t *y, unsigned *m, unsigned *d);
+
+#define SC_DURATION_MAX_SECONDS INT64_C(315576000000)
+#define SC_TIMESTAMP_MIN_SECONDS INT64_C(-62135596800) /* 0001-01-01 */
+#define SC_TIMESTAMP_MAX_SECONDS INT64_C(253402300799) /* 9999-12-31T23:59:59 */
+
+/* Valid UTF-8 (no surrogates, no overlongs)? */
+int sc_utf8_valid(const uint8_t *s, size_t len);
+
+#endif /* MCP_SCHEMA_INT_H */

@@ -1,0 +1,344 @@
+/* Allocation, buffers, errors and small codecs of libmcp-schema. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "schema_int.h"
+
+static void *libc_malloc(size_t n, void *ud) {
+  SC_UNUSED(ud);
+  return malloc(n);
+}
+static void libc_free(void *p, void *ud) {
+  SC_UNUSED(ud);
+  free(p);
+}
+static void *libc_calloc(size_t nmemb, size_t size, void *ud) {
+  SC_UNUSED(ud);
+  return calloc(nmemb, size);
+}
+static void *libc_realloc(void *p, size_t n, void *ud) {
+  SC_UNUSED(ud);
+  return realloc(p, n);
+}
+
+void sc_mem_init(mcp_mem *dst, const mcp_mem *src) {
+  if (src) {
+    *dst = *src;
+    return;
+  }
+  dst->user_data = NULL;
+  dst->malloc = libc_malloc;
+  dst->free = libc_free;
+  dst->calloc = libc_calloc;
+  dst->realloc = libc_realloc;
+}
+
+void *sc_malloc(const mcp_mem *m, size_t n) { return m->malloc(n ? n : 1, m->user_data); }
+void *sc_realloc(const mcp_mem *m, void *p, size_t n) {
+  return m->realloc(p, n ? n : 1, m->user_data);
+}
+void sc_free(const mcp_mem *m, void *p) {
+  if (p)
+    m->free(p, m->user_data);
+}
+
+/* ---- arena ---------------------------------------------------------- */
+
+struct sc_chunk {
+  sc_chunk *next;
+  size_t used, cap;
+  max_align_t data[]; /* aligned for anything */
+};
+
+#define SC_CHUNK 16384
+
+void *sc_arena_alloc(sc_arena *a, size_t n) {
+  n = (n + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
+  if (n == 0)
+    n = sizeof(max_align_t);
+  sc_chunk *c = a->head;
+  if (!c || c->cap - c->used < n) {
+    size_t cap = n > SC_CHUNK ? n : SC_CHUNK;
+    if (cap > SIZE_MAX - sizeof *c)
+      return NULL;
+    c = sc_malloc(a->mem, sizeof *c + cap);
+    if (!c)
+      return NULL;
+    c->used = 0;
+    c->cap = cap;
+    /* A big block goes behind the current chunk, which keeps its room. */
+    if (a->head && n > SC_CHUNK) {
+      c->next = a->head->next;
+      a->head->next = c;
+    } else {
+      c->next = a->head;
+      a->head = c;
+    }
+  }
+  void *p = (char *)c->data + c->used;
+  c->used += n;
+  return p;
+}
+
+char *sc_arena_strndup(sc_arena *a, const char *s, size_t n) {
+  if (n == SIZE_MAX)
+    return NULL;
+  char *d = sc_arena_alloc(a, n + 1);
+  if (d) {
+    if (n)
+      memcpy(d, s, n);
+    d[n] = '\0';
+  }
+  return d;
+}
+
+void sc_arena_free(sc_arena *a) {
+  while (a->head) {
+    sc_chunk *n = a->head->next;
+    sc_free(a->mem, a->head);
+    a->head = n;
+  }
+}
+
+/* ---- buffer --------------------------------------------------------- */
+
+int sc_buf_reserve(sc_buf *b, size_t extra) {
+  if (b->cap - b->len >= extra)
+    return 0;
+  if (extra > SIZE_MAX / 2 - b->len)
+    return MCP_ERR_NOMEM;
+  size_t cap = b->cap ? b->cap : 256;
+  while (cap - b->len < extra)
+    cap *= 2;
+  uint8_t *p = sc_realloc(b->mem, b->p, cap);
+  if (!p)
+    return MCP_ERR_NOMEM;
+  b->p = p;
+  b->cap = cap;
+  return 0;
+}
+
+int sc_buf_put(sc_buf *b, const void *d, size_t n) {
+  if (!n)
+    return 0;
+  if (sc_buf_reserve(b, n))
+    return MCP_ERR_NOMEM;
+  memcpy(b->p + b->len, d, n);
+  b->len += n;
+  return 0;
+}
+
+int sc_buf_putc(sc_buf *b, uint8_t c) {
+  if (b->len == b->cap && sc_buf_reserve(b, 1))
+    return MCP_ERR_NOMEM;
+  b->p[b->len++] = c;
+  return 0;
+}
+
+int sc_buf_varint(sc_buf *b, uint64_t v) {
+  if (sc_buf_reserve(b, 10))
+    return MCP_ERR_NOMEM;
+  while (v >= 0x80) {
+    b->p[b->len++] = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  b->p[b->len++] = (uint8_t)v;
+  return 0;
+}
+
+int sc_buf_printf(sc_buf *b, const char *fmt, ...) {
+  char tmp[64];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  if (n < 0 || (size_t)n >= sizeof tmp)
+    return MCP_ERR_INVALID_ARGUMENT; /* only short numbers go through here */
+  return sc_buf_put(b, tmp, (size_t)n);
+}
+
+void sc_buf_free(sc_buf *b) {
+  sc_free(b->mem, b->p);
+  b->p = NULL;
+  b->len = b->cap = 0;
+}
+
+size_t sc_varint_len(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    n++;
+  }
+  return n;
+}
+
+/* ---- errors --------------------------------------------------------- */
+
+int sc_error(mcp_schema_error *err, int code, unsigned long line,
+             const char *path, const char *fmt, ...) {
+  if (!err)
+    return code;
+  err->code = code;
+  err->line = line;
+  if (!path)
+    path = "";
+  size_t pl = strlen(path) < sizeof err->path - 1 ? strlen(path) : sizeof err->path - 1;
+  memcpy(err->path, path, pl);
+  err->path[pl] = '\0';
+  char what[MCP_SCHEMA_MESSAGE_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  /* "path: what", cut at the buffer's end. */
+  size_t n = 0, cap = sizeof err->message - 1;
+  const char *parts[3] = {path, *path ? ": " : "", what};
+  for (int i = 0; i < 3; i++) {
+    size_t l = strlen(parts[i]);
+    if (l > cap - n)
+      l = cap - n;
+    memcpy(err->message + n, parts[i], l);
+    n += l;
+  }
+  err->message[n] = '\0';
+  return code;
+}
+
+/* ---- base64 --------------------------------------------------------- */
+
+static int b64_val(unsigned char c) {
+  if (c >= 'A' && c <= 'Z')
+    return c - 'A';
+  if (c >= 'a' && c <= 'z')
+    return c - 'a' + 26;
+  if (c >= '0' && c <= '9')
+    return c - '0' + 52;
+  if (c == '+' || c == '-')
+    return 62;
+  if (c == '/' || c == '_')
+    return 63;
+  return -1;
+}
+
+long sc_base64_decode(const char *in, size_t len, uint8_t *out) {
+  /* Padding: only at the end, and only as much as the last group needs. */
+  size_t pad = 0;
+  while (len > 0 && in[len - 1] == '=' && pad < 2) {
+    len--;
+    pad++;
+  }
+  if (pad && (len + pad) % 4 != 0)
+    return -1;
+  if (len % 4 == 1)
+    return -1;
+  long n = 0;
+  uint32_t acc = 0;
+  unsigned bits = 0;
+  for (size_t i = 0; i < len; i++) {
+    int v = b64_val((unsigned char)in[i]);
+    if (v < 0)
+      return -1;
+    acc = (acc << 6) | (uint32_t)v;
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out[n++] = (uint8_t)(acc >> bits);
+    }
+  }
+  /* The bits left over must be zero (a canonical encoding). */
+  if (bits && (acc & ((1u << bits) - 1)))
+    return -1;
+  return n;
+}
+
+int sc_base64_encode(sc_buf *b, const uint8_t *in, size_t len) {
+  static const char tab[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  if (sc_buf_reserve(b, (len + 2) / 3 * 4))
+    return MCP_ERR_NOMEM;
+  size_t i = 0;
+  for (; i + 3 <= len; i += 3) {
+    uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | in[i + 2];
+    b->p[b->len++] = (uint8_t)tab[v >> 18];
+    b->p[b->len++] = (uint8_t)tab[(v >> 12) & 63];
+    b->p[b->len++] = (uint8_t)tab[(v >> 6) & 63];
+    b->p[b->len++] = (uint8_t)tab[v & 63];
+  }
+  if (len - i == 1) {
+    uint32_t v = (uint32_t)in[i] << 16;
+    b->p[b->len++] = (uint8_t)tab[v >> 18];
+    b->p[b->len++] = (uint8_t)tab[(v >> 12) & 63];
+    b->p[b->len++] = '=';
+    b->p[b->len++] = '=';
+  } else if (len - i == 2) {
+    uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8;
+    b->p[b->len++] = (uint8_t)tab[v >> 18];
+    b->p[b->len++] = (uint8_t)tab[(v >> 12) & 63];
+    b->p[b->len++] = (uint8_t)tab[(v >> 6) & 63];
+    b->p[b->len++] = '=';
+  }
+  return 0;
+}
+
+/* ---- dates (Howard Hinnant's algorithms) ---------------------------- */
+
+int64_t sc_days_from_civil(int64_t y, unsigned m, unsigned d) {
+  y -= m <= 2;
+  int64_t era = (y >= 0 ? y : y - 399) / 400;
+  int64_t yoe = y - era * 400;
+  int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return era * 146097 + doe - 719468;
+}
+
+void sc_civil_from_days(int64_t z, int64_t *y, unsigned *m, unsigned *d) {
+  z += 719468;
+  int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+  int64_t doe = z - era * 146097;
+  int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+  int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+  int64_t mp = (5 * doy + 2) / 153;
+  *d = (unsigned)(doy - (153 * mp + 2) / 5 + 1);
+  *m = (unsigned)(mp < 10 ? mp + 3 : mp - 9);
+  *y = yoe + era * 400 + (*m <= 2);
+}
+
+/* ---- UTF-8 ---------------------------------------------------------- */
+
+int sc_utf8_valid(const uint8_t *s, size_t len) {
+  size_t i = 0;
+  while (i < len) {
+    uint8_t c = s[i];
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
+    size_t n;
+    uint32_t cp;
+    if (c >= 0xC2 && c <= 0xDF) {
+      n = 2;
+      cp = c & 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      n = 3;
+      cp = c & 0x0F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      n = 4;
+      cp = c & 0x07;
+    } else {
+      return 0;
+    }
+    if (len - i < n)
+      return 0;
+    for (size_t k = 1; k < n; k++) {
+      if ((s[i + k] & 0xC0) != 0x80)
+        return 0;
+      cp = cp << 6 | (s[i + k] & 0x3F);
+    }
+    if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+      return 0;
+    i += n;
+  }
+  return 1;
+}

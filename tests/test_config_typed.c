@@ -1,0 +1,632 @@
+/*
+ * Tests of the loader's typed bodies (tools/common/config_body.c, issue 15):
+ * a document of a known kind has its spec encoded as its real message
+ * (Istio 1.6's types built in), a body that does not match the message is
+ * reported with the file, the line and the field path and skips the
+ * document, a kind without a schema keeps the Struct body. Bodies are read
+ * back with libmcp-schema's decoder (mcp_schema_to_json). Every test works
+ * on a real temporary directory under /tmp.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <mcp/schema_istio.h>
+
+#include "config_internal.h"
+
+/* ------------------------------------------------------------------ */
+/* Failing allocator (the test is linked with --wrap=malloc etc.)      */
+/* ------------------------------------------------------------------ */
+
+void *__real_malloc(size_t size);
+void *__real_calloc(size_t nmemb, size_t size);
+void *__real_realloc(void *ptr, size_t size);
+void *__wrap_malloc(size_t size);
+void *__wrap_calloc(size_t nmemb, size_t size);
+void *__wrap_realloc(void *ptr, size_t size);
+
+static long alloc_countdown = -1; /* fail when it reaches 0; -1: never */
+
+static int fail_now(void) {
+  if (alloc_countdown < 0)
+    return 0;
+  return alloc_countdown-- == 0;
+}
+void *__wrap_malloc(size_t size) {
+  return fail_now() ? NULL : __real_malloc(size);
+}
+void *__wrap_calloc(size_t nmemb, size_t size) {
+  return fail_now() ? NULL : __real_calloc(nmemb, size);
+}
+void *__wrap_realloc(void *ptr, size_t size) {
+  return fail_now() ? NULL : __real_realloc(ptr, size);
+}
+
+/* ------------------------------------------------------------------ */
+/* Fixture: a temporary directory, the Istio schema, reports           */
+/* ------------------------------------------------------------------ */
+
+typedef struct report {
+  char path[512];
+  unsigned long line;
+  char msg[512];
+} report;
+
+static char dir[64];
+static report reps[64];
+static int nreps;
+static mcp_schema *schema;
+static mcpcfg_kind_type kinds[32];
+static size_t nkinds;
+
+static void on_report(const char *path, unsigned long line, const char *msg,
+                      void *user_data) {
+  (void)user_data;
+  if (nreps < 64) {
+    snprintf(reps[nreps].path, sizeof reps[nreps].path, "%s", path);
+    reps[nreps].line = line;
+    snprintf(reps[nreps].msg, sizeof reps[nreps].msg, "%s", msg);
+  }
+  nreps++;
+}
+
+static void rm_rf(const char *path) {
+  struct stat st;
+  if (lstat(path, &st) != 0)
+    return;
+  if (S_ISDIR(st.st_mode)) {
+    DIR *d = opendir(path);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+      char sub[1024];
+      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+        continue;
+      snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+      rm_rf(sub);
+    }
+    if (d)
+      closedir(d);
+    rmdir(path);
+  } else {
+    unlink(path);
+  }
+}
+
+/* The kinds mcp-source gives the loader by default: Istio 1.6's. */
+static void istio_kinds(void) {
+  size_t n;
+  const mcp_schema_istio_kind *t = mcp_schema_istio_kinds(&n);
+  ck_assert_uint_le(n, 30);
+  for (nkinds = 0; nkinds < n; nkinds++) {
+    kinds[nkinds].api_version = t[nkinds].api_version;
+    kinds[nkinds].kind = t[nkinds].kind;
+    kinds[nkinds].message = t[nkinds].message;
+  }
+}
+
+static void setup(void) {
+  alloc_countdown = -1;
+  nreps = 0;
+  strcpy(dir, "/tmp/mcpcfg-typed-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  mcp_schema_error err;
+  ck_assert_int_eq(mcp_schema_new(&schema, NULL), 0);
+  ck_assert_int_eq(mcp_schema_add_istio(schema, &err), 0);
+  istio_kinds();
+}
+
+static void teardown(void) {
+  alloc_countdown = -1;
+  mcp_schema_free(schema);
+  schema = NULL;
+  rm_rf(dir);
+}
+
+static void path_of(const char *rel, char *out, size_t size) {
+  snprintf(out, size, "%s/%s", dir, rel);
+}
+
+static void put(const char *rel, const char *content) {
+  char p[1024];
+  path_of(rel, p, sizeof p);
+  FILE *f = fopen(p, "w");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_int_eq(fputs(content, f) >= 0, 1);
+  ck_assert_int_eq(fclose(f), 0);
+}
+
+static void typed_options(mcpcfg_options *o) {
+  mcpcfg_options_default(o);
+  o->report = on_report;
+  o->schema = schema;
+  o->kinds = kinds;
+  o->nkinds = nkinds;
+}
+
+static mcpcfg_loader *new_loader(const mcpcfg_options *o) {
+  mcpcfg_loader *l = NULL;
+  ck_assert_int_eq(mcpcfg_loader_new(&l, dir, o), 0);
+  return l;
+}
+
+static mcpcfg_loader *load_typed(void) {
+  mcpcfg_options o;
+  typed_options(&o);
+  mcpcfg_loader *l = new_loader(&o);
+  ck_assert_int_ge(mcpcfg_loader_scan(l), 0);
+  return l;
+}
+
+static int has_report(const char *rel, unsigned long line, const char *text) {
+  char p[1024];
+  path_of(rel, p, sizeof p);
+  for (int i = 0; i < nreps && i < 64; i++)
+    if (!strcmp(reps[i].path, p) && (line == 0 || reps[i].line == line) &&
+        strstr(reps[i].msg, text))
+      return 1;
+  return 0;
+}
+
+static void print_reports(void) {
+  for (int i = 0; i < nreps && i < 64; i++)
+    fprintf(stderr, "report %s:%lu: %s\n", reps[i].path, reps[i].line,
+            reps[i].msg);
+}
+
+/* The body of |r| as compact proto3 JSON of its type URL's message. */
+static char *json_of(const mcp_resource *r) {
+  char *json = NULL;
+  size_t len = 0;
+  mcp_schema_error err;
+  int rv = mcp_schema_to_json(schema, mcp_schema_type_name(r->type_url),
+                              r->body, r->body_len, 0, &json, &len, &err);
+  ck_assert_msg(rv == 0, "to_json: %s", err.message);
+  return json;
+}
+
+static void assert_body_json(const mcp_resource *r, const char *want) {
+  char *json = json_of(r);
+  ck_assert_str_eq(json, want);
+  mcp_schema_free_bytes(schema, json);
+}
+
+#define VS_COLL "istio/networking/v1alpha3/virtualservices"
+#define VS_URL "type.googleapis.com/istio.networking.v1alpha3.VirtualService"
+
+/* A VirtualService with a weighted route: weight 1 on line 13, weight 2
+ * on line 15. */
+#define VS_WEIGHTS(w1, w2)                                                   \
+  "apiVersion: networking.istio.io/v1alpha3\n"                               \
+  "kind: VirtualService\n"                                                   \
+  "metadata:\n"                                                              \
+  "  name: reviews\n"                                                        \
+  "  namespace: bookinfo\n"                                                  \
+  "spec:\n"                                                                  \
+  "  hosts: [reviews]\n"                                                     \
+  "  http:\n"                                                                \
+  "  - route:\n"                                                             \
+  "    - destination:\n"                                                     \
+  "        host: reviews\n"                                                  \
+  "        subset: v1\n"                                                     \
+  "      weight: " w1 "\n"                                                   \
+  "    - destination: {host: reviews, subset: v2}\n"                         \
+  "      weight: " w2 "\n"
+
+/* ------------------------------------------------------------------ */
+/* Typed bodies                                                        */
+/* ------------------------------------------------------------------ */
+
+START_TEST(test_istio_kind_body_is_its_message) {
+  put("vs.yaml", VS_WEIGHTS("75", "25"));
+  mcpcfg_loader *l = load_typed();
+  print_reports();
+  ck_assert_int_eq(nreps, 0);
+  const mcp_resource *r = mcpcfg_loader_find(l, VS_COLL, "bookinfo/reviews");
+  ck_assert_ptr_nonnull(r);
+  ck_assert_str_eq(r->type_url, VS_URL);
+  assert_body_json(r, "{\"hosts\":[\"reviews\"],\"http\":[{\"route\":["
+                      "{\"destination\":{\"host\":\"reviews\",\"subset\":"
+                      "\"v1\"},\"weight\":75},{\"destination\":{\"host\":"
+                      "\"reviews\",\"subset\":\"v2\"},\"weight\":25}]}]}");
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+/* Hand-checked wire bytes: VirtualService.hosts is field 1 (string),
+ * Gateway.selector field 2 (map<string,string>). */
+START_TEST(test_typed_body_bytes_are_the_protobuf_encoding) {
+  put("vs.yaml", "apiVersion: networking.istio.io/v1alpha3\n"
+                 "kind: VirtualService\n"
+                 "metadata: {name: a}\n"
+                 "spec: {hosts: [ab]}\n"
+                 "---\n"
+                 "apiVersion: networking.istio.io/v1alpha3\n"
+                 "kind: Gateway\n"
+                 "metadata: {name: g}\n"
+                 "spec: {selector: {k: v}}\n");
+  mcpcfg_loader *l = load_typed();
+  ck_assert_int_eq(nreps, 0);
+  const mcp_resource *r = mcpcfg_loader_find(l, VS_COLL, "a");
+  static const uint8_t vs[] = {0x0a, 0x02, 'a', 'b'};
+  ck_assert_uint_eq(r->body_len, sizeof vs);
+  ck_assert_mem_eq(r->body, vs, sizeof vs);
+  r = mcpcfg_loader_find(l, "istio/networking/v1alpha3/gateways", "g");
+  ck_assert_str_eq(r->type_url,
+                   "type.googleapis.com/istio.networking.v1alpha3.Gateway");
+  static const uint8_t gw[] = {0x12, 0x06, 0x0a, 0x01, 'k', 0x12, 0x01, 'v'};
+  ck_assert_uint_eq(r->body_len, sizeof gw);
+  ck_assert_mem_eq(r->body, gw, sizeof gw);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+START_TEST(test_every_istio_kind_is_typed_with_its_type_url) {
+  size_t n;
+  const mcp_schema_istio_kind *t = mcp_schema_istio_kinds(&n);
+  char doc[512];
+  for (size_t i = 0; i < n; i++) {
+    snprintf(doc, sizeof doc,
+             "apiVersion: %s\nkind: %s\nmetadata: {name: x, namespace: ns}\n"
+             "spec: {}\n",
+             t[i].api_version, t[i].kind);
+    char rel[64];
+    snprintf(rel, sizeof rel, "k%zu.yaml", i);
+    put(rel, doc);
+  }
+  mcpcfg_loader *l = load_typed();
+  print_reports();
+  ck_assert_int_eq(nreps, 0);
+  for (size_t i = 0; i < n; i++) {
+    const mcp_resource *r = mcpcfg_loader_find(l, t[i].collection, "ns/x");
+    ck_assert_msg(r != NULL, "no %s", t[i].collection);
+    char url[256];
+    snprintf(url, sizeof url, "type.googleapis.com/%s", t[i].message);
+    ck_assert_str_eq(r->type_url, url);
+    ck_assert_uint_eq(r->body_len, 0); /* empty message */
+  }
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+/* The table's collections are those the naming rule gives, and its
+ * messages are in the built-in set. */
+START_TEST(test_istio_table_agrees_with_naming_rule_and_descriptors) {
+  size_t n;
+  const mcp_schema_istio_kind *t = mcp_schema_istio_kinds(&n);
+  ck_assert_uint_eq(n, 10);
+  for (size_t i = 0; i < n; i++) {
+    char *c = NULL;
+    ck_assert_int_eq(mcpcfg_collection_for(t[i].api_version, t[i].kind, &c),
+                     0);
+    ck_assert_str_eq(c, t[i].collection);
+    free(c);
+    ck_assert_msg(mcp_schema_has_message(schema, t[i].message), "%s",
+                  t[i].message);
+  }
+}
+END_TEST
+
+START_TEST(test_wrong_type_is_reported_with_file_line_and_field_path) {
+  put("vs.yaml", VS_WEIGHTS("75", "x"));
+  mcpcfg_loader *l = load_typed();
+  print_reports();
+  ck_assert_int_eq(nreps, 1);
+  ck_assert(has_report("vs.yaml", 15,
+                       "spec.http[0].route[1].weight: expected an integer, "
+                       "got \"x\""));
+  ck_assert(has_report("vs.yaml", 15, "document skipped"));
+  ck_assert_ptr_null(mcpcfg_loader_find(l, VS_COLL, "bookinfo/reviews"));
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+START_TEST(test_unknown_field_enum_and_range_are_reported) {
+  put("dr.yaml", "apiVersion: networking.istio.io/v1alpha3\n"
+                 "kind: DestinationRule\n"
+                 "metadata: {name: a}\n"
+                 "spec:\n"
+                 "  host: reviews\n"
+                 "  trafficPolicy:\n"
+                 "    loadBalancer:\n"
+                 "      simple: FASTEST\n"
+                 "---\n"
+                 "apiVersion: networking.istio.io/v1alpha3\n"
+                 "kind: DestinationRule\n"
+                 "metadata: {name: b}\n"
+                 "spec:\n"
+                 "  host: reviews\n"
+                 "  hostz: typo\n"
+                 "---\n"
+                 "apiVersion: networking.istio.io/v1alpha3\n"
+                 "kind: DestinationRule\n"
+                 "metadata: {name: c}\n"
+                 "spec:\n"
+                 "  host: reviews\n"
+                 "  trafficPolicy:\n"
+                 "    connectionPool: {tcp: {maxConnections: 5000000000}}\n"
+                 "---\n"
+                 "apiVersion: networking.istio.io/v1alpha3\n"
+                 "kind: DestinationRule\n"
+                 "metadata: {name: good}\n"
+                 "spec: {host: reviews}\n");
+  mcpcfg_loader *l = load_typed();
+  print_reports();
+  ck_assert_int_eq(nreps, 3);
+  ck_assert(has_report("dr.yaml", 8,
+                       "spec.trafficPolicy.loadBalancer.simple"));
+  ck_assert(has_report("dr.yaml", 8, "FASTEST"));
+  ck_assert(has_report("dr.yaml", 15, "spec.hostz"));
+  ck_assert(has_report("dr.yaml", 23,
+                       "spec.trafficPolicy.connectionPool.tcp.maxConnections"));
+  const char *coll = "istio/networking/v1alpha3/destinationrules";
+  ck_assert_ptr_null(mcpcfg_loader_find(l, coll, "a"));
+  ck_assert_ptr_null(mcpcfg_loader_find(l, coll, "b"));
+  ck_assert_ptr_null(mcpcfg_loader_find(l, coll, "c"));
+  ck_assert_ptr_nonnull(mcpcfg_loader_find(l, coll, "good"));
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+/* As for a YAML error: a broken edit keeps the last good content. */
+START_TEST(test_bad_edit_keeps_the_last_good_typed_content) {
+  put("vs.yaml", VS_WEIGHTS("75", "25"));
+  mcpcfg_loader *l = load_typed();
+  ck_assert_int_eq(nreps, 0);
+  char v[32];
+  snprintf(v, sizeof v, "%s",
+           mcpcfg_loader_find(l, VS_COLL, "bookinfo/reviews")->version);
+  put("vs.yaml", VS_WEIGHTS("75", "\"lots\""));
+  mcpcfg_loader_set_racy_ns(l, 0);
+  ck_assert_int_ge(mcpcfg_loader_scan(l), 0);
+  print_reports();
+  ck_assert(has_report("vs.yaml", 15, "spec.http[0].route[1].weight"));
+  const mcp_resource *r = mcpcfg_loader_find(l, VS_COLL, "bookinfo/reviews");
+  ck_assert_ptr_nonnull(r);
+  ck_assert_str_eq(r->version, v);
+  ck_assert_str_eq(r->type_url, VS_URL);
+  char *json = json_of(r);
+  ck_assert_ptr_nonnull(strstr(json, "\"weight\":25"));
+  mcp_schema_free_bytes(schema, json);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+START_TEST(test_kind_without_schema_keeps_the_struct_body) {
+  put("cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg}\n"
+                 "data: {anything: goes, n: 1}\n");
+  mcpcfg_loader *l = load_typed();
+  ck_assert_int_eq(nreps, 0);
+  const mcp_resource *r = mcpcfg_loader_find(l, "k8s/core/v1/configmaps", "cfg");
+  ck_assert_str_eq(r->type_url, MCPCFG_STRUCT_TYPE_URL);
+  assert_body_json(r, "{\"anything\":\"goes\",\"n\":1}");
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+START_TEST(test_force_struct_keeps_struct_bodies_for_istio_kinds) {
+  put("vs.yaml", VS_WEIGHTS("75", "x")); /* fine for a Struct */
+  mcpcfg_options o;
+  typed_options(&o);
+  o.force_struct = 1;
+  mcpcfg_loader *l = new_loader(&o);
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  ck_assert_int_eq(nreps, 0);
+  const mcp_resource *r = mcpcfg_loader_find(l, VS_COLL, "bookinfo/reviews");
+  ck_assert_str_eq(r->type_url, MCPCFG_STRUCT_TYPE_URL);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+/* --kind GROUP/VERSION/KIND=message: any kind, any message of the pool;
+ * the first match wins over the built-in table after it. */
+START_TEST(test_user_kind_maps_a_kind_to_a_message) {
+  mcpcfg_kind_type user[2] = {
+      {"example.com/v1", "Door", "istio.networking.v1alpha3.Gateway"},
+      {"networking.istio.io/v1alpha3", "VirtualService",
+       "istio.networking.v1alpha3.Sidecar"}};
+  memmove(kinds + 2, kinds, nkinds * sizeof *kinds);
+  memcpy(kinds, user, sizeof user);
+  nkinds += 2;
+  put("d.yaml", "apiVersion: example.com/v1\nkind: Door\n"
+                "metadata: {name: d}\nspec: {servers: [{hosts: [a]}]}\n"
+                "---\n"
+                "apiVersion: networking.istio.io/v1alpha3\n"
+                "kind: VirtualService\nmetadata: {name: s}\n"
+                "spec: {egress: [{hosts: [\"./*\"]}]}\n");
+  mcpcfg_loader *l = load_typed();
+  print_reports();
+  ck_assert_int_eq(nreps, 0);
+  const mcp_resource *r = mcpcfg_loader_find(l, "k8s/example.com/v1/doors", "d");
+  ck_assert_str_eq(r->type_url,
+                   "type.googleapis.com/istio.networking.v1alpha3.Gateway");
+  assert_body_json(r, "{\"servers\":[{\"hosts\":[\"a\"]}]}");
+  r = mcpcfg_loader_find(l, VS_COLL, "s");
+  ck_assert_str_eq(r->type_url,
+                   "type.googleapis.com/istio.networking.v1alpha3.Sidecar");
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+START_TEST(test_kind_whose_message_is_not_in_the_schema_is_refused) {
+  mcpcfg_kind_type k = {"example.com/v1", "Door", "example.v1.Door"};
+  mcpcfg_options o;
+  typed_options(&o);
+  o.kinds = &k;
+  o.nkinds = 1;
+  mcpcfg_loader *l = NULL;
+  ck_assert_int_eq(mcpcfg_loader_new(&l, dir, &o), MCPCFG_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(l);
+  o.force_struct = 1; /* no typed bodies: nothing to check */
+  ck_assert_int_eq(mcpcfg_loader_new(&l, dir, &o), 0);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+START_TEST(test_typed_version_changes_with_content_not_key_order) {
+  put("vs.yaml", VS_WEIGHTS("75", "25"));
+  mcpcfg_loader *l = load_typed();
+  mcpcfg_loader_set_racy_ns(l, 0);
+  char v1[32], v2[32];
+  snprintf(v1, sizeof v1, "%s",
+           mcpcfg_loader_find(l, VS_COLL, "bookinfo/reviews")->version);
+  put("vs.yaml", VS_WEIGHTS("70", "30"));
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  snprintf(v2, sizeof v2, "%s",
+           mcpcfg_loader_find(l, VS_COLL, "bookinfo/reviews")->version);
+  ck_assert_str_ne(v1, v2);
+  /* The same content, keys reordered and a comment: the same version. */
+  put("vs.yaml", "# reordered\n"
+                 "kind: VirtualService\n"
+                 "apiVersion: networking.istio.io/v1alpha3\n"
+                 "metadata: {namespace: bookinfo, name: reviews}\n"
+                 "spec:\n"
+                 "  http:\n"
+                 "  - route:\n"
+                 "    - weight: 70\n"
+                 "      destination: {subset: v1, host: reviews}\n"
+                 "    - {weight: 30, destination: {host: reviews, subset: v2}}\n"
+                 "  hosts: [reviews]\n");
+  ck_assert_int_ge(mcpcfg_loader_scan(l), 0);
+  ck_assert_int_eq(nreps, 0);
+  ck_assert_str_eq(mcpcfg_loader_find(l, VS_COLL, "bookinfo/reviews")->version,
+                   v2);
+  /* The same spec as a Struct is another resource: another version. */
+  mcpcfg_options o;
+  typed_options(&o);
+  o.force_struct = 1;
+  mcpcfg_loader *ls = new_loader(&o);
+  ck_assert_int_eq(mcpcfg_loader_scan(ls), 1);
+  ck_assert_str_ne(mcpcfg_loader_find(ls, VS_COLL, "bookinfo/reviews")->version,
+                   v2);
+  mcpcfg_loader_del(ls);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+START_TEST(test_aliases_in_a_typed_body_are_expanded) {
+  put("vs.yaml", "apiVersion: networking.istio.io/v1alpha3\n"
+                 "kind: VirtualService\n"
+                 "metadata: {name: a}\n"
+                 "spec:\n"
+                 "  hosts: [reviews]\n"
+                 "  http:\n"
+                 "  - route: &r\n"
+                 "    - destination: {host: reviews}\n"
+                 "  - route: *r\n");
+  mcpcfg_loader *l = load_typed();
+  ck_assert_int_eq(nreps, 0);
+  assert_body_json(mcpcfg_loader_find(l, VS_COLL, "a"),
+                   "{\"hosts\":[\"reviews\"],\"http\":[{\"route\":[{"
+                   "\"destination\":{\"host\":\"reviews\"}}]},{\"route\":[{"
+                   "\"destination\":{\"host\":\"reviews\"}}]}]}");
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+START_TEST(test_document_without_spec_gets_an_empty_typed_body) {
+  put("vs.yaml", "apiVersion: networking.istio.io/v1alpha3\n"
+                 "kind: VirtualService\nmetadata: {name: a}\n"
+                 "---\n"
+                 "apiVersion: networking.istio.io/v1alpha3\n"
+                 "kind: VirtualService\nmetadata: {name: b}\nspec: null\n");
+  mcpcfg_loader *l = load_typed();
+  ck_assert_int_eq(nreps, 0);
+  for (int i = 0; i < 2; i++) {
+    const mcp_resource *r = mcpcfg_loader_find(l, VS_COLL, i ? "b" : "a");
+    ck_assert_str_eq(r->type_url, VS_URL);
+    ck_assert_uint_eq(r->body_len, 0);
+  }
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+START_TEST(test_example_config_loads_typed_without_reports) {
+  mcpcfg_loader *l = NULL;
+  mcpcfg_options o;
+  typed_options(&o);
+  ck_assert_int_eq(mcpcfg_loader_new(&l, MCPCFG_EXAMPLES_DIR, &o), 0);
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  print_reports();
+  ck_assert_int_eq(nreps, 0);
+  size_t typed = 0;
+  for (size_t i = 0; i < mcpcfg_loader_collection_count(l); i++) {
+    const mcp_resource *r;
+    size_t n = mcpcfg_loader_resources(l, i, &r);
+    for (size_t j = 0; j < n; j++)
+      if (strcmp(r[j].type_url, MCPCFG_STRUCT_TYPE_URL) != 0) {
+        typed++;
+        mcp_schema_free_bytes(schema, json_of(&r[j])); /* decodes */
+      }
+  }
+  ck_assert_uint_ge(typed, 7);
+  ck_assert_ptr_nonnull(mcpcfg_loader_find(
+      l, "istio/security/v1beta1/authorizationpolicies", "bookinfo/reviews-viewer"));
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+/* Fail the i-th allocation of a typed scan, for every i. */
+START_TEST(test_typed_scan_allocation_failure_leaks_nothing) {
+  put("vs.yaml", VS_WEIGHTS("75", "25"));
+  put("bad.yaml", VS_WEIGHTS("75", "x"));
+  int done = 0;
+  for (long i = 0; !done; i++) {
+    mcpcfg_options o;
+    typed_options(&o);
+    mcpcfg_loader *l = new_loader(&o);
+    alloc_countdown = i;
+    int rv = mcpcfg_loader_scan(l);
+    done = alloc_countdown >= 0;
+    alloc_countdown = -1;
+    if (rv < 0) {
+      ck_assert_int_eq(rv, MCPCFG_ERR_NOMEM);
+      ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+    }
+    const mcp_resource *r = mcpcfg_loader_find(l, VS_COLL, "bookinfo/reviews");
+    ck_assert_ptr_nonnull(r);
+    ck_assert_str_eq(r->type_url, VS_URL);
+    mcpcfg_loader_del(l);
+  }
+}
+END_TEST
+
+static TCase *tc(Suite *s, const char *name) {
+  TCase *t = tcase_create(name);
+  tcase_add_checked_fixture(t, setup, teardown);
+  suite_add_tcase(s, t);
+  return t;
+}
+
+int main(void) {
+  Suite *s = suite_create("config_typed");
+  TCase *t = tc(s, "typed");
+  tcase_add_test(t, test_istio_kind_body_is_its_message);
+  tcase_add_test(t, test_typed_body_bytes_are_the_protobuf_encoding);
+  tcase_add_test(t, test_every_istio_kind_is_typed_with_its_type_url);
+  tcase_add_test(t, test_istio_table_agrees_with_naming_rule_and_descriptors);
+  tcase_add_test(t, test_kind_without_schema_keeps_the_struct_body);
+  tcase_add_test(t, test_force_struct_keeps_struct_bodies_for_istio_kinds);
+  tcase_add_test(t, test_user_kind_maps_a_kind_to_a_message);
+  tcase_add_test(t, test_kind_whose_message_is_not_in_the_schema_is_refused);
+  tcase_add_test(t, test_typed_version_changes_with_content_not_key_order);
+  tcase_add_test(t, test_aliases_in_a_typed_body_are_expanded);
+  tcase_add_test(t, test_document_without_spec_gets_an_empty_typed_body);
+  tcase_add_test(t, test_example_config_loads_typed_without_reports);
+  t = tc(s, "errors");
+  tcase_add_test(t, test_wrong_type_is_reported_with_file_line_and_field_path);
+  tcase_add_test(t, test_unknown_field_enum_and_range_are_reported);
+  tcase_add_test(t, test_bad_edit_keeps_the_last_good_typed_content);
+  t = tc(s, "alloc");
+  tcase_add_test(t, test_typed_scan_allocation_failure_leaks_nothing);
+
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
