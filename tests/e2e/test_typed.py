@@ -188,6 +188,7 @@ def ap(name, ns="bookinfo"):
 class TypedBodies(common.Base):
     SOURCE_ARGS = ()  # the default: typed bodies
     YAML_INDENT = 2
+    SANITIZER_STOP = 10  # SIGTERM: a sanitizer build's reports fail the test
 
     def setUp(self):
         super().setUp()
