@@ -312,6 +312,8 @@ class EtcdSource(E.Base):
         a, b, c = vs("a", ["a"]), vs("b", ["b"]), vs("c", ["c"])
         self.put("one.yaml", [a, b])
         self.put("two.yaml", [c])
+        d = E.doc("DestinationRule", "d", "default", spec={"host": "d"})
+        self.put("three.yaml", [d])
         src = self.source("--dir", self.config)
         # Another replica serves the same from etcd alone.
         other = "127.0.0.1:%d" % E.free_port()
@@ -339,6 +341,8 @@ class EtcdSource(E.Base):
                       == E.yaml_text([a2]), "a's new text in etcd", src)
         after, _ = self.etcd_keys()
         self.assertEqual(after[key_of(b)][1], keys[key_of(b)][1])
+        # Another collection is not even looked at: its key stays as it was.
+        self.assertEqual(after[key_of(d)][1], keys[key_of(d)][1])
         self.assertEqual(after[key_of(c)][1], keys[key_of(c)][1])
         self.remove("two.yaml")
         self.wait_for(lambda: key_of(c) not in self.etcd_keys()[0],
@@ -346,6 +350,19 @@ class EtcdSource(E.Base):
         self.wait_for(lambda: set(self.held(snk2)) == {"default/a",
                                                        "default/b"},
                       "the other replica's sink", snk2)
+
+    def test_publisher_started_before_etcd_publishes_once_it_comes(self):
+        self.put("one.yaml", [vs("a", ["a"])])
+        src = self.source("--dir", self.config)  # nothing listens yet
+        self.wait_for(lambda: "cannot publish into etcd" in src.stderr(),
+                      "the publisher's retry message", src)
+        self.assertEqual(E.http_get(self.ops, "/readyz")[0], 503)
+        self.etcd.start()
+        snk = self.sink()
+        self.wait_synced(snk, timeout=30)
+        self.wait_for(lambda: set(self.held(snk)) == {"default/a"},
+                      "the document, published then served", src, snk)
+        self.assertEqual(list(self.etcd_keys()[0]), [key_of(vs("a", []))])
 
     def test_restarted_publisher_rewrites_nothing(self):
         self.etcd.start()

@@ -225,6 +225,10 @@ unsigned long mcpcfg_loader_unstable_reads(const mcpcfg_loader *l) {
   return l->unstable;
 }
 
+uint64_t mcpcfg_loader_collection_gen(const mcpcfg_loader *l, size_t i) {
+  return i < l->ncolls ? l->colls[i].gen : 0;
+}
+
 int mcpcfg_loader_unapplied(const mcpcfg_loader *l, size_t i) {
   return l->colls[i].applied != l->colls[i].gen;
 }

@@ -244,6 +244,11 @@ size_t mcpcfg_loader_files_with_errors(const mcpcfg_loader *loader);
  * valid until mcpcfg_loader_del(); an |i| out of range gives NULL.
  */
 size_t mcpcfg_loader_collection_count(const mcpcfg_loader *loader);
+/* A number that changes whenever collection |i|'s resources do (a scan
+ * that left its documents as they were leaves it), for whoever follows the
+ * loader collection by collection (etcdpub). */
+uint64_t mcpcfg_loader_collection_gen(const mcpcfg_loader *loader, size_t i);
+
 const char *mcpcfg_loader_collection_name(const mcpcfg_loader *loader,
                                           size_t i);
 

@@ -42,9 +42,9 @@ struct etcdpub {
   pthread_t thread;
   int started;
 
-  /* Main thread: what was offered last, sorted by key. */
-  kh *offered;
-  size_t noffered;
+  /* Main thread: what was offered last, per collection. */
+  struct pubcoll *colls;
+  size_t ncolls, capcolls;
   int offered_once;
 
   pthread_mutex_t mu; /* guards the queue, |full|, stats and stopping */
@@ -123,104 +123,128 @@ static int changes_append(changes *to, changes *more) {
 
 /* ---- the main thread ---- */
 
-/* One document of the loader's current set. */
-typedef struct doc_ref {
-  char *key;
-  uint64_t hash;
-  const char *text; /* NULL: not kept (nothing to publish) */
-  size_t len;
-} doc_ref;
+/* What was offered of one collection: its loader generation, and its keys
+ * with the hashes of their texts, in the loader's (name) order. */
+typedef struct pubcoll {
+  char *name;
+  uint64_t gen;
+  kh *v;
+  size_t n;
+} pubcoll;
 
-static int cmp_ref(const void *a, const void *b) {
-  return strcmp(((const doc_ref *)a)->key, ((const doc_ref *)b)->key);
-}
+/* A collection whose new list waits for the offer to be taken. */
+typedef struct staged {
+  pubcoll *pc;
+  uint64_t gen;
+  kh *v;
+  size_t n;
+} staged;
 
-static void refs_free(doc_ref *v, size_t n) {
-  for (size_t i = 0; i < n; ++i)
-    free(v[i].key);
-  free(v);
-}
-
-int etcdpub_offer(etcdpub *p, const mcpcfg_loader *l) {
-  size_t total = 0, nc = mcpcfg_loader_collection_count(l), n = 0;
-  for (size_t i = 0; i < nc; ++i) {
-    const mcp_resource *res;
-    total += mcpcfg_loader_resources(l, i, &res);
+static pubcoll *pubcoll_get(etcdpub *p, const char *name) {
+  for (size_t i = 0; i < p->ncolls; ++i)
+    if (!strcmp(p->colls[i].name, name))
+      return &p->colls[i];
+  if (p->ncolls == p->capcolls) {
+    size_t cap = p->capcolls ? 2 * p->capcolls : 16;
+    pubcoll *c = realloc(p->colls, cap * sizeof *c);
+    if (!c)
+      return NULL;
+    p->colls = c;
+    p->capcolls = cap;
   }
-  doc_ref *cur = calloc(total ? total : 1, sizeof *cur);
+  char *n = strdup(name);
+  if (!n)
+    return NULL;
+  /* A generation the loader never gives: the first offer sees a change. */
+  p->colls[p->ncolls] = (pubcoll){n, UINT64_MAX, NULL, 0};
+  return &p->colls[p->ncolls++];
+}
+
+/* The changes of collection |i| against what was offered of it (|pc|),
+ * and its new list in |*st|. Keys share their order with names, the
+ * collection's part of them being the same. */
+static int diff_coll(etcdpub *p, const mcpcfg_loader *l, size_t i,
+                     pubcoll *pc, changes *ch, staged *st) {
+  const char *coll = mcpcfg_loader_collection_name(l, i);
+  const mcp_resource *res;
+  size_t m = mcpcfg_loader_resources(l, i, &res);
+  kh *cur = calloc(m ? m : 1, sizeof *cur);
   if (!cur)
     return MCPETCD_ERR_NOMEM;
   int rv = 0;
-  for (size_t i = 0; !rv && i < nc; ++i) {
-    const char *coll = mcpcfg_loader_collection_name(l, i);
-    const mcp_resource *res;
-    size_t m = mcpcfg_loader_resources(l, i, &res);
-    for (size_t k = 0; k < m; ++k) {
+  size_t k = 0, j = 0;
+  for (; !rv && (k < m || j < pc->n);) {
+    char *key = NULL;
+    if (k < m) {
       size_t kl = strlen(p->prefix) + strlen(coll) + strlen(res[k].name) + 2;
-      doc_ref *d = &cur[n];
-      if (!(d->key = malloc(kl))) {
+      if (!(key = malloc(kl))) {
         rv = MCPETCD_ERR_NOMEM;
         break;
       }
-      snprintf(d->key, kl, "%s%s/%s", p->prefix, coll, res[k].name);
-      d->text = mcpcfg_loader_text(l, i, k, &d->len);
-      d->hash = d->text ? mcpcfg_hash64(d->text, d->len) : 0;
-      ++n;
+      snprintf(key, kl, "%s%s/%s", p->prefix, coll, res[k].name);
     }
-  }
-  if (rv) {
-    refs_free(cur, n);
-    return rv;
-  }
-  qsort(cur, n, sizeof *cur, cmp_ref);
-  /* What changed since the last offer: a merge of two sorted lists. */
-  changes ch = {0};
-  for (size_t i = 0, j = 0; !rv && (i < n || j < p->noffered);) {
-    int cmp = i == n ? 1 : j == p->noffered
-                               ? -1
-                               : strcmp(cur[i].key, p->offered[j].key);
+    int cmp = !key ? 1 : j == pc->n ? -1 : strcmp(key, pc->v[j].key);
     if (cmp > 0) { /* gone */
-      rv = changes_add(&ch, p->offered[j++].key, 0, NULL, 0);
+      free(key);
+      rv = changes_add(ch, pc->v[j++].key, 0, NULL, 0);
       continue;
     }
-    if (cur[i].text && (cmp < 0 || cur[i].hash != p->offered[j].hash))
-      rv = changes_add(&ch, cur[i].key, cur[i].hash, cur[i].text,
-                       cur[i].len);
-    ++i;
+    size_t len;
+    const char *text = mcpcfg_loader_text(l, i, k, &len);
+    uint64_t hash = text ? mcpcfg_hash64(text, len) : 0;
+    if (text && (cmp < 0 || hash != pc->v[j].hash))
+      rv = changes_add(ch, key, hash, text, len);
+    cur[k++] = (kh){key, hash};
     j += cmp == 0;
   }
-  kh *off = rv ? NULL : calloc(n ? n : 1, sizeof *off);
-  if (!off) {
-    changes_clear(&ch);
-    refs_free(cur, n);
-    return MCPETCD_ERR_NOMEM;
-  }
-  size_t nch = ch.n;
-  pthread_mutex_lock(&p->mu);
-  rv = changes_append(&p->queue, &ch);
-  if (!rv) {
-    p->full |= !p->offered_once; /* the first offer is the whole set */
-    p->stats.synced = 0;
-    pthread_cond_broadcast(&p->cv);
-  }
-  pthread_mutex_unlock(&p->mu);
-  changes_clear(&ch);
   if (rv) {
-    free(off);
-    refs_free(cur, n);
+    kh_free(cur, k);
     return rv;
   }
-  /* Taken: that is now what was offered. */
-  for (size_t i = 0; i < n; ++i) {
-    off[i] = (kh){cur[i].key, cur[i].hash};
-    cur[i].key = NULL;
+  *st = (staged){pc, mcpcfg_loader_collection_gen(l, i), cur, m};
+  return 0;
+}
+
+int etcdpub_offer(etcdpub *p, const mcpcfg_loader *l) {
+  size_t nc = mcpcfg_loader_collection_count(l), nst = 0;
+  staged *st = calloc(nc ? nc : 1, sizeof *st);
+  changes ch = {0};
+  int rv = st ? 0 : MCPETCD_ERR_NOMEM;
+  /* Only the collections the loader changed: O(changed collections). */
+  for (size_t i = 0; !rv && i < nc; ++i) {
+    pubcoll *pc = pubcoll_get(p, mcpcfg_loader_collection_name(l, i));
+    if (!pc)
+      rv = MCPETCD_ERR_NOMEM;
+    else if (pc->gen != mcpcfg_loader_collection_gen(l, i) &&
+             (rv = diff_coll(p, l, i, pc, &ch, &st[nst])) == 0)
+      ++nst;
   }
-  kh_free(p->offered, p->noffered);
-  p->offered = off;
-  p->noffered = n;
-  p->offered_once = 1;
-  refs_free(cur, n);
-  return (int)nch;
+  size_t nch = ch.n;
+  if (!rv) {
+    pthread_mutex_lock(&p->mu);
+    rv = changes_append(&p->queue, &ch);
+    if (!rv) {
+      p->full |= !p->offered_once; /* the first offer is the whole set */
+      p->stats.synced = 0;
+      pthread_cond_broadcast(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+  }
+  for (size_t k = 0; k < nst; ++k) {
+    if (rv) { /* not taken: offered as before, the next offer retries */
+      kh_free(st[k].v, st[k].n);
+      continue;
+    }
+    kh_free(st[k].pc->v, st[k].pc->n);
+    st[k].pc->v = st[k].v;
+    st[k].pc->n = st[k].n;
+    st[k].pc->gen = st[k].gen;
+  }
+  if (!rv)
+    p->offered_once = 1;
+  changes_clear(&ch);
+  free(st);
+  return rv ? rv : (int)nch;
 }
 
 /* ---- the thread ---- */
@@ -471,7 +495,11 @@ void etcdpub_stop(etcdpub *p) {
     pthread_join(p->thread, NULL);
   }
   changes_clear(&p->queue);
-  kh_free(p->offered, p->noffered);
+  for (size_t i = 0; i < p->ncolls; ++i) {
+    free(p->colls[i].name);
+    kh_free(p->colls[i].v, p->colls[i].n);
+  }
+  free(p->colls);
   kh_free(p->have, p->nhave);
   mcpetcd_free(p->client);
   pthread_cond_destroy(&p->cv);

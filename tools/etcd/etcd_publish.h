@@ -46,9 +46,10 @@ int etcdpub_start(etcdpub **pp, const mcpetcd_options *etcd,
 
 /*
  * Offers the loader's current documents (after a scan; the loader must
- * have been made with keep_text). Copies the text of what changed since the
- * last offer; O(documents) hashing, O(changed) copying. Returns the number
- * of changes queued, or NOMEM (nothing queued: offer again).
+ * have been made with keep_text). Looks only at the collections the loader
+ * changed since the last offer (mcpcfg_loader_collection_gen()), and copies
+ * the text of the documents that changed in them. Returns the number of
+ * changes queued, or NOMEM (nothing queued: offer again).
  */
 int etcdpub_offer(etcdpub *p, const mcpcfg_loader *l);
 
