@@ -1,0 +1,328 @@
+/*
+ * libmcp engine: what every protocol module shares (MCP, Conduit's
+ * Destination, swarmkit's Dispatcher, and any third-party one).
+ *
+ *   mcp_watch        one subscriber's position in one collection of a
+ *                    store: the generation it has seen, its debounce
+ *                    clock, and the changes since (O(changed)), or the
+ *                    whole state when the change log no longer reaches.
+ *   mcp_msg_builder  builds an mcp_msg from bytes of its own and the
+ *                    stored (encode-once, shared) bodies of items.
+ *   mcp_stream       the transport-neutral stream driver: a protocol
+ *                    session behind a small vtable, plus the policy every
+ *                    transport used to repeat (timers, one message at a
+ *                    time, how a half-close ends a stream, when a stream
+ *                    ends with which status).
+ *   mcp_service_def  a server-side protocol a listening transport serves
+ *                    at one gRPC method path: it opens one mcp_stream per
+ *                    call.
+ *   mcp_client_def   a client-side protocol a dialing transport runs: a
+ *                    fixed number of call slots, each holding at most one
+ *                    call; the protocol says when to open one and hears
+ *                    how each ended. Reconnection policy is the
+ *                    protocol's (use mcp_backoff), never the transport's.
+ *
+ * The conventions of mcp.h hold: sans-I/O, time as an argument, errors as
+ * negative mcp_error codes, one thread at a time per object, callbacks
+ * never re-enter the object that called them.
+ *
+ * A protocol module is a file of its own over these (docs/architecture.md,
+ * "Adding a protocol"): it decodes its requests, chooses the collections
+ * it watches, frames a full state and a difference from mcp_watch_take(),
+ * and fills an mcp_stream_ops. Nothing in the engine or the transports
+ * changes for it.
+ */
+#ifndef MCP_ENGINE_H
+#define MCP_ENGINE_H
+
+#include <mcp/mcp.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ */
+/* Store: what protocol modules need beyond mcp.h                      */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Removes a collection: deletes every resource (as one change, one
+ * generation) and marks it absent, so that mcp_store_has_collection()
+ * answers 0 and watches see it gone. A later upsert, replace or
+ * add_collection brings it back, with a higher generation. Returns 1 when
+ * it existed, 0 when not. The collection keeps its index and name (names
+ * and indexes stay valid as long as the store). Errors: NOMEM (nothing
+ * changed).
+ */
+MCP_EXTERN int mcp_store_remove_collection(mcp_store *store,
+                                           const char *collection,
+                                           mcp_tstamp ts);
+
+/* ------------------------------------------------------------------ */
+/* Watch                                                               */
+/* ------------------------------------------------------------------ */
+
+typedef struct mcp_watch mcp_watch;
+
+/* One resource as a watch reports it. All pointers are valid during the
+ * callback only, except through mcp_msg_builder_body() which keeps the
+ * body's bytes alive in the message. */
+typedef struct mcp_item {
+  const char *name;
+  const char *version;  /* NULL when removed */
+  const char *type_url; /* "" when removed */
+  const uint8_t *body;  /* google.protobuf.Any.value as stored; NULL when
+                           removed or empty */
+  size_t body_len;
+  int removed;          /* 1: deleted since the last take */
+  const void *ref;      /* opaque, for mcp_msg_builder_body() */
+} mcp_item;
+
+typedef struct mcp_watch_options {
+  /* As mcp_source_options: a change is ready once the collection has been
+   * quiet for |debounce|, or |max_delay| after the watch first saw it
+   * (0/0: at once). The first take is never delayed. */
+  mcp_tstamp debounce;
+  mcp_tstamp max_delay;
+} mcp_watch_options;
+
+/*
+ * Creates a watch on |collection| of |store| (which need not exist yet:
+ * a watch sees it appear, change and be removed). Nothing is taken yet:
+ * the first mcp_watch_take() reports the whole state. |opts| NULL: no
+ * debounce. Keeps |store| by pointer (it must outlive the watch) and
+ * copies |collection|. Errors: NOMEM, INVALID_ARGUMENT.
+ */
+MCP_EXTERN int mcp_watch_new(mcp_watch **pw, const mcp_store *store,
+                             const char *collection,
+                             const mcp_watch_options *opts,
+                             const mcp_mem *mem);
+MCP_EXTERN void mcp_watch_del(mcp_watch *w); /* NULL is a no-op */
+
+/* The collection watched (as given). */
+MCP_EXTERN const char *mcp_watch_collection(const mcp_watch *w);
+
+/* 1 when the collection exists in the store now. */
+MCP_EXTERN int mcp_watch_exists(const mcp_watch *w);
+
+/* 1 when the collection differs from what was last taken (never taken,
+ * changed, appeared or removed). Reads only; time-free. */
+MCP_EXTERN int mcp_watch_changed(const mcp_watch *w);
+
+/*
+ * 1 when a take at |ts| is due: changed, and the debounce window allows
+ * it (always for the first take). Notes the time the watch first saw a
+ * change (max_delay counts from then): call it after every change of the
+ * store.
+ */
+MCP_EXTERN int mcp_watch_ready(mcp_watch *w, mcp_tstamp ts);
+
+/* When a pending change becomes ready, or MCP_TSTAMP_MAX (nothing pending
+ * or ready already). Never in the past of the last |ts| seen. */
+MCP_EXTERN mcp_tstamp mcp_watch_get_expiry(const mcp_watch *w);
+
+/* Called for each item of a take; return 0 to go on, a negative mcp_error
+ * to stop (mcp_watch_take() then returns it and the watch does not move).
+ */
+typedef int (*mcp_watch_fn)(const mcp_item *item, void *user_data);
+
+/*
+ * Reports what changed since the last take and moves the watch to the
+ * collection's current state. |*full| = 1 when this is a whole state
+ * (the first take, or the change log no longer reaches the generation
+ * last taken): |fn| gets every live item and none removed, and the caller
+ * drops what it held and is not listed. |*full| = 0: |fn| gets each item
+ * changed or removed since, once, oldest change first (O(changed)). A
+ * collection that does not exist reports nothing, with |*full| = 1.
+ * Returns the number of items reported. Errors: what |fn| returned.
+ */
+MCP_EXTERN int mcp_watch_take(mcp_watch *w, mcp_tstamp ts, mcp_watch_fn fn,
+                              void *user_data, int *full);
+
+/* The store generation last taken (0 before the first take). */
+MCP_EXTERN uint64_t mcp_watch_generation(const mcp_watch *w);
+
+/* Looks one live item up by name now (not a take; the watch does not
+ * move). Returns 1 and fills |*item|, or 0. Valid until the next change of
+ * the store. */
+MCP_EXTERN int mcp_watch_get(const mcp_watch *w, const char *name,
+                             mcp_item *item);
+
+/* Calls |fn| for each live item now (not a take). Stops at the first
+ * non-zero return and returns it. */
+MCP_EXTERN int mcp_watch_foreach(const mcp_watch *w, mcp_watch_fn fn,
+                                 void *user_data);
+
+/* ------------------------------------------------------------------ */
+/* Message builder                                                     */
+/* ------------------------------------------------------------------ */
+
+typedef struct mcp_msg_builder mcp_msg_builder;
+
+/* Errors: NOMEM. */
+MCP_EXTERN int mcp_msg_builder_new(mcp_msg_builder **pb, const mcp_mem *mem);
+MCP_EXTERN void mcp_msg_builder_del(mcp_msg_builder *b); /* NULL: no-op */
+
+/* Appends |len| bytes of the message's own (copied). */
+MCP_EXTERN void mcp_msg_builder_bytes(mcp_msg_builder *b, const void *p,
+                                      size_t len);
+/* Appends a protobuf varint / a field key (number << 3 | wire type) / a
+ * length-delimited field whose payload is |p[0..len)|. */
+MCP_EXTERN void mcp_msg_builder_varint(mcp_msg_builder *b, uint64_t v);
+MCP_EXTERN void mcp_msg_builder_key(mcp_msg_builder *b, uint32_t field,
+                                    int wire_type);
+MCP_EXTERN void mcp_msg_builder_len_field(mcp_msg_builder *b, uint32_t field,
+                                          const void *p, size_t len);
+/* Appends the stored body bytes of |item| without copying them: the
+ * message holds a reference to the store's shared bytes. */
+MCP_EXTERN void mcp_msg_builder_body(mcp_msg_builder *b, const mcp_item *item);
+/* Bytes appended so far. */
+MCP_EXTERN size_t mcp_msg_builder_len(const mcp_msg_builder *b);
+/* Produces the message (owned by the caller) and resets the builder for
+ * the next one. |label| is what mcp_msg_collection() answers (NULL: "").
+ * Errors: NOMEM (any append since the last finish failed; nothing is
+ * produced and the builder is reset). */
+MCP_EXTERN int mcp_msg_builder_finish(mcp_msg_builder *b, const char *label,
+                                      mcp_msg **pmsg);
+
+/* ------------------------------------------------------------------ */
+/* Stream driver                                                       */
+/* ------------------------------------------------------------------ */
+
+/* The operations of one protocol session. |sess| is the protocol's
+ * object; the driver owns it from mcp_stream_new() on. */
+typedef struct mcp_stream_ops {
+  const char *name; /* for logs and metrics: "destination", "assignments" */
+  /* MCP_STREAM_* flags below. */
+  unsigned flags;
+  /* One received message (the protobuf bytes, without gRPC framing).
+   * Negative: end the stream with that error. */
+  int (*recv)(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts);
+  /* The next message to send at |ts|: 1 and *pmsg, 0 for none now, or a
+   * negative error. Called only when the transport can take a message. */
+  int (*next)(void *sess, mcp_tstamp ts, mcp_msg **pmsg);
+  /* When handle_expiry() is due next, or MCP_TSTAMP_MAX. May be NULL. */
+  mcp_tstamp (*get_expiry)(const void *sess);
+  /* Timers; may be NULL. Negative: end the stream with that error. */
+  int (*handle_expiry)(void *sess, mcp_tstamp ts);
+  /* 1 when the session ends the stream now, once next() has nothing more:
+   * |*status| is the gRPC status, |*details| a string valid until del().
+   * 0 while it goes on. May be NULL (never). */
+  int (*end)(const void *sess, int *status, const char **details);
+  /* The peer half-closed (it sends nothing more). May be NULL. */
+  void (*half_close)(void *sess, mcp_tstamp ts);
+  void (*del)(void *sess);
+} mcp_stream_ops;
+
+enum {
+  /* The peer's half-close does not end the stream (server streaming:
+   * Destination/Get, Session, Assignments). Without it, a half-closed
+   * stream ends with OK once next() has nothing to send now (unary calls,
+   * and the MCP rule of mcp/grpc.h "Half-close"). */
+  MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE = 1u << 0,
+  /* Client side: half-close our sending side once next() has given its
+   * first message and has nothing more (unary and server-streaming calls). */
+  MCP_STREAM_CLIENT_HALF_CLOSE_AFTER_FIRST = 1u << 1
+};
+
+typedef struct mcp_stream mcp_stream;
+
+/* Wraps |sess| (taken over: freed with ops->del() by mcp_stream_del(),
+ * also when this fails). |ops| must outlive the stream. Errors: NOMEM. */
+MCP_EXTERN int mcp_stream_new(mcp_stream **pst, const mcp_stream_ops *ops,
+                              void *sess, const mcp_mem *mem, mcp_tstamp ts);
+MCP_EXTERN void mcp_stream_del(mcp_stream *st); /* NULL is a no-op */
+
+MCP_EXTERN const mcp_stream_ops *mcp_stream_get_ops(const mcp_stream *st);
+MCP_EXTERN void *mcp_stream_session(const mcp_stream *st);
+
+/* A message arrived. Errors are kept: the next pump ends the stream. */
+MCP_EXTERN void mcp_stream_recv(mcp_stream *st, const uint8_t *in, size_t len,
+                                mcp_tstamp ts);
+/* The peer half-closed. */
+MCP_EXTERN void mcp_stream_half_close(mcp_stream *st, mcp_tstamp ts);
+
+typedef enum mcp_stream_action {
+  MCP_STREAM_IDLE = 0, /* nothing now: wait for I/O or mcp_stream_get_expiry() */
+  MCP_STREAM_SEND = 1, /* send *pmsg (owned by the caller), pump again after */
+  MCP_STREAM_END = 2,  /* end the stream with *status / *details (valid
+                          until mcp_stream_del()); then delete it */
+  MCP_STREAM_HALF_CLOSE = 3 /* client: half-close our side, pump again */
+} mcp_stream_action;
+
+/*
+ * What the transport does next at |ts|. |can_send| 0 while a send is in
+ * flight (one message at a time): then only timers and the ending are
+ * looked at. Runs due timers first. A session error becomes END with
+ * mcp_error_grpc_status(err) and mcp_strerror(err). A stream whose timers
+ * keep firing without producing anything is not spun: get_expiry() is
+ * never earlier than |ts| + 1 ms after an expiry that did nothing.
+ */
+MCP_EXTERN mcp_stream_action mcp_stream_pump(mcp_stream *st, mcp_tstamp ts,
+                                             int can_send, mcp_msg **pmsg,
+                                             int *status,
+                                             const char **details);
+
+/* When the transport must pump next at the latest (MCP_TSTAMP_MAX: on
+ * I/O only). */
+MCP_EXTERN mcp_tstamp mcp_stream_get_expiry(const mcp_stream *st);
+
+/* Messages received and sent (pumped as SEND) so far. */
+MCP_EXTERN uint64_t mcp_stream_received(const mcp_stream *st);
+MCP_EXTERN uint64_t mcp_stream_sent(const mcp_stream *st);
+
+/* ------------------------------------------------------------------ */
+/* Services (listening side) and clients (dialing side)                */
+/* ------------------------------------------------------------------ */
+
+/* Who is on the other end of a new call. Valid during the call only. */
+typedef struct mcp_peer_info {
+  const char *address;     /* the transport's peer string */
+  int tls;                 /* the connection is TLS */
+  const char *common_name; /* verified client certificate's CN, or NULL */
+  const char *const *identities; /* verified identities (mcp/grpc.h) */
+  size_t nidentities;
+} mcp_peer_info;
+
+/*
+ * A protocol served at one method. For each new call (authorized and
+ * admitted as every other), the transport calls open(); 0 and *pst: the
+ * call runs with that stream; a negative error: the call ends with
+ * mcp_error_grpc_status(). open() runs on the transport's thread, as do
+ * every stream operation and the protocol's own callbacks.
+ */
+typedef struct mcp_service_def {
+  const char *method; /* "/conduit.proxy.destination.Destination/Get" */
+  int (*open)(void *user_data, const mcp_peer_info *peer, mcp_tstamp ts,
+              mcp_stream **pst);
+  void *user_data;
+} mcp_service_def;
+
+/*
+ * A protocol run by a dialing transport: |nslots| call slots, each with
+ * at most one call open. After every event (a message, a send done, a
+ * call ended, a timer) and at get_expiry(), the transport calls open() for
+ * each slot without a call: 1 and *pst: start a call of method(slot) with
+ * that stream; 0: not now. When a call ends (its stream said END, or the
+ * peer or the connection ended it) the transport deletes the stream and
+ * calls ended() with the status seen. The transport dials its address
+ * (list) and reconnects the connection as it likes; whether and when a
+ * call is retried is the protocol's choice, through open().
+ */
+typedef struct mcp_client_def {
+  size_t nslots;
+  const char *(*method)(void *user_data, size_t slot);
+  int (*open)(void *user_data, size_t slot, mcp_tstamp ts, mcp_stream **pst);
+  void (*ended)(void *user_data, size_t slot, int status, const char *details,
+                mcp_tstamp ts);
+  /* When open() should be asked again at the latest (MCP_TSTAMP_MAX: only
+   * after events). May be NULL. */
+  mcp_tstamp (*get_expiry)(void *user_data);
+  void *user_data;
+} mcp_client_def;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MCP_ENGINE_H */
