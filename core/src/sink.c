@@ -7,16 +7,11 @@
  * allocated before the callback runs, so an accepted change cannot fail
  * half way and a rejected one changes nothing.
  */
-#include "mcp_int.h"
+#include "codec.h"
 
 #include <assert.h>
 
 #define FOREIGN_MAX 64 /* NACKs of unrequested collections queued at most */
-
-typedef struct held {
-  const char *version; /* points after the name, in the same block */
-  char name[];
-} held;
 
 enum { OUT_INITIAL = 1, OUT_ANSWER = 2 };
 
@@ -90,57 +85,6 @@ void mcp_sink_options_default(mcp_sink_options *opts) {
   opts->max_nonce_len = MCP_DEFAULT_MAX_NONCE_LEN;
 }
 
-static size_t str_size(const char *s) {
-  size_t n = strlen(s);
-  return n ? mcp__len_field_size(n) : 0;
-}
-
-static uint8_t *put_str(uint8_t *p, uint32_t f, const char *s) {
-  size_t n = strlen(s);
-  return n ? mcp__put_len_field(p, f, s, n) : p;
-}
-
-/* The SinkNode's encoded size, or 0 when it breaks a default limit of a
- * source (MCP_DEFAULT_MAX_NODE_*): a node no source takes by default would
- * end every stream. */
-static size_t node_size(const mcp_sink_options *o) {
-  const char *id = o->node_id ? o->node_id : "";
-  size_t body = str_size(id);
-  if (strlen(id) > MCP_DEFAULT_MAX_NODE_ID_LEN ||
-      o->nnode_annotations > MCP_DEFAULT_MAX_NODE_ANNOTATIONS) {
-    return 0;
-  }
-  for (size_t i = 0; i < o->nnode_annotations; ++i) {
-    const mcp_kv *kv = &o->node_annotations[i];
-    if (strlen(kv->key) > MCP_DEFAULT_MAX_NODE_KEY_LEN ||
-        strlen(kv->value) > MCP_DEFAULT_MAX_NODE_VALUE_LEN) {
-      return 0;
-    }
-    body += mcp__len_field_size(str_size(kv->key) + str_size(kv->value));
-  }
-  return body <= MCP_DEFAULT_MAX_NODE_BYTES ? body + 1 : 0;
-}
-
-/* Encodes the SinkNode once; each request embeds it. */
-static int encode_node(mcp_sink_state *st, const mcp_sink_options *o) {
-  const char *id = o->node_id ? o->node_id : "";
-  size_t body = node_size(o) - 1;
-  st->node_enc_len = body;
-  uint8_t *p = st->node_enc = mcp__malloc(&st->mem, body);
-  if (!p) {
-    return MCP_ERR_NOMEM;
-  }
-  p = put_str(p, 1, id);
-  for (size_t i = 0; i < o->nnode_annotations; ++i) {
-    const mcp_kv *kv = &o->node_annotations[i];
-    *p++ = 2 << 3 | MCP_WT_LEN;
-    p = mcp__put_varint(p, str_size(kv->key) + str_size(kv->value));
-    p = put_str(p, 1, kv->key);
-    p = put_str(p, 2, kv->value);
-  }
-  return 0;
-}
-
 static void held_free_all(mcp_map *m, const mcp_mem *mem) {
   void *v;
   for (size_t i = 0; mcp__map_iter(m, &i, &v);) {
@@ -194,7 +138,7 @@ int mcp_sink_state_new(mcp_sink_state **pstate, const mcp_sink_options *o) {
       o->name_rules > MCP_NAMES_KUBERNETES ||
       (o->node_id && !mcp__str_valid(o->node_id)) ||
       !mcp__kvs_valid(o->node_annotations, o->nnode_annotations) ||
-      !node_size(o)) {
+      !mcp__node_size(o)) {
     return MCP_ERR_INVALID_ARGUMENT;
   }
   for (size_t i = 0; i < o->ncollections; ++i) {
@@ -229,7 +173,7 @@ int mcp_sink_state_new(mcp_sink_state **pstate, const mcp_sink_options *o) {
   st->on_event = o->on_event;
   st->user_data = o->user_data;
   st->jcap = o->journal_size;
-  if (encode_node(st, o) != 0 ||
+  if (mcp__node_encode(&st->mem, o, &st->node_enc, &st->node_enc_len) != 0 ||
       !(st->colls = mcp__calloc(&mem, o->ncollections, sizeof(scoll))) ||
       (st->jcap && !(st->journal = mcp__calloc(&mem, st->jcap, sizeof(jent)))) ||
       mcp__map_reserve(&st->coll_map, &mem, o->ncollections) != 0) {
@@ -333,151 +277,8 @@ static void emit_msg(mcp_sink_state *st, mcp_event_type type,
 
 /* ---- receiving Resources ---- */
 
-/* mcp__wire_next with its common case inline: the end, or a one-byte tag
- * (fields 1 to 15) of a varint or a length of at most nine bytes. */
-static inline int wire_next(mcp_wire *w, uint32_t *f, int *wt, uint64_t *v,
-                            const uint8_t **d, size_t *dl) {
-  const uint8_t *p = w->p;
-  if (p == w->end) {
-    return 0;
-  }
-  if (p[0] >= 8 && p[0] < 0x80 &&
-      ((p[0] & 7) == MCP_WT_VARINT || (p[0] & 7) == MCP_WT_LEN)) {
-    const uint8_t *q = p + 1;
-    uint64_t x = 0;
-    for (unsigned sh = 0; sh < 63 && q != w->end; sh += 7) {
-      uint8_t b = *q++;
-      x |= (uint64_t)(b & 0x7f) << sh;
-      if (b & 0x80) {
-        continue;
-      }
-      if ((p[0] & 7) == MCP_WT_VARINT) {
-        *f = (uint32_t)(p[0] >> 3);
-        *wt = MCP_WT_VARINT;
-        *v = x;
-        *d = NULL;
-        *dl = 0;
-        w->p = q;
-        return 1;
-      }
-      if (x > (uint64_t)(w->end - q)) {
-        break; /* let mcp__wire_next say it */
-      }
-      *f = (uint32_t)(p[0] >> 3);
-      *wt = MCP_WT_LEN;
-      *v = 0;
-      *d = q;
-      *dl = (size_t)x;
-      w->p = q + x;
-      return 1;
-    }
-  }
-  return mcp__wire_next(w, f, wt, v, d, dl);
-}
 
-/* The envelope of a Resources message, read by hand so that a resource
- * that fails to decode can still be NACKed with the message's nonce. */
-typedef struct span {
-  const uint8_t *p;
-  size_t n;
-} span;
 
-typedef struct envelope {
-  span sysver, collection, nonce;
-  int incremental;
-  span *res, *rem;
-  size_t nres, nrem;
-} envelope;
-
-static int parse_envelope(const mcp_mem *m, mcp_service service,
-                          const uint8_t *in, size_t len, envelope *env) {
-  const mcp_codec *cd = &mcp__codecs[service];
-  memset(env, 0, sizeof(*env));
-  for (int pass = 0; pass < 2; ++pass) {
-    mcp_wire w = {in, in + len};
-    size_t nres = 0, nrem = 0;
-    uint32_t f;
-    int wt, rv;
-    uint64_t v;
-    const uint8_t *d;
-    size_t dl;
-    while ((rv = wire_next(&w, &f, &wt, &v, &d, &dl)) == 1) {
-      span sp = {d, dl};
-      if (f == cd->incremental) {
-        if (wt != MCP_WT_VARINT) {
-          return MCP_ERR_MALFORMED;
-        }
-        env->incremental = v != 0;
-        continue;
-      }
-      if (f != cd->version && f != cd->key && f != cd->resources &&
-          f != cd->removed && f != cd->nonce) {
-        continue; /* unknown fields are skipped, as protobuf says */
-      }
-      if (wt != MCP_WT_LEN) {
-        return MCP_ERR_MALFORMED;
-      }
-      if (f == cd->version) {
-        env->sysver = sp;
-      } else if (f == cd->key) {
-        env->collection = sp;
-      } else if (f == cd->nonce) {
-        env->nonce = sp;
-      } else if (f == cd->resources) {
-        if (pass) {
-          env->res[nres] = sp;
-        }
-        nres++;
-      } else {
-        if (pass) {
-          env->rem[nrem] = sp;
-        }
-        nrem++;
-      }
-    }
-    if (rv < 0) {
-      return rv;
-    }
-    if (!pass) {
-      env->res = mcp__malloc(m, (nres ? nres : 1) * sizeof(span));
-      env->rem = mcp__malloc(m, (nrem ? nrem : 1) * sizeof(span));
-      if (!env->res || !env->rem) {
-        mcp__free(m, env->res);
-        mcp__free(m, env->rem);
-        return MCP_ERR_NOMEM;
-      }
-    }
-    env->nres = nres;
-    env->nrem = nrem;
-  }
-  if (service == MCP_SERVICE_AGGREGATED_INCREMENTAL) {
-    env->incremental = 1; /* its type: attribute_type() */
-  }
-  return 0;
-}
-
-/* mcp__utf8_valid, with ASCII without NUL (most strings) checked eight
- * bytes at a time first. */
-static int utf8_ok(const uint8_t *s, size_t n) {
-  const uint64_t ones = 0x0101010101010101u, highs = 0x8080808080808080u;
-  if (!n) {
-    return 1; /* |s| may be NULL */
-  }
-  size_t i = 0;
-  for (; n - i >= 8; i += 8) {
-    uint64_t x;
-    memcpy(&x, s + i, 8);
-    if ((x | ((x - ones) & ~x)) & highs) {
-      break; /* a byte >= 0x80 or a NUL: let the full check decide */
-    }
-  }
-  while (i < n && (uint8_t)(s[i] - 1) < 0x7f) {
-    ++i;
-  }
-  return i == n || mcp__utf8_valid(s + i, n - i);
-}
-
-static int span_valid(span s) { return utf8_ok(s.p, s.n); }
 
 static char *span_dup(const mcp_mem *m, span s) {
   return mcp__strndup(m, (const char *)s.p, s.n);
@@ -610,209 +411,6 @@ static void work_free(const mcp_mem *m, work *w) {
   mcp__free(m, w->env.rem);
 }
 
-/*
- * Reading a Resource by hand:
- *   Resource { Metadata metadata = 1; google.protobuf.Any body = 2; }
- *   Metadata { string name = 1; Timestamp create_time = 2;
- *              string version = 3; map<string, string> labels = 4;
- *              map<string, string> annotations = 5; }
- *   Timestamp { int64 seconds = 1; int32 nanos = 2; }
- *   Any { string type_url = 1; bytes value = 2; }
- * As protobuf (and protobuf-c) say: the last value of a scalar field wins,
- * repeated occurrences of a message field merge (reading them in order
- * does just that), unknown fields are skipped, a known field of the wrong
- * wire type does not decode, a map entry's absent key or value is "".
- *
- * Each resource is read twice: once to check its wire structure and count
- * what it needs (rview), then, once one arena holds all of the push's
- * strings and mcp_kv arrays, to fill its mcp_resource (filler).
- */
-typedef struct rview {
-  span name, version, type_url, body;
-  int has_ct;
-  int64_t ct_seconds;
-  int32_t ct_nanos;
-  size_t nlabels, nannotations;
-  size_t bytes; /* arena bytes for its strings, NULs included */
-} rview;
-
-typedef struct filler {
-  mcp_kv *lab, *ann; /* the next labels' and annotations' slots */
-  char *str;         /* the next string byte */
-  int utf8_ok;       /* 0 once a label or annotation is not UTF-8 */
-} filler;
-
-static size_t span_bytes(span s) { return s.n ? s.n + 1 : 0; }
-
-/* A NUL-terminated copy of |s| in the arena ("" when empty). */
-static const char *fill_str(filler *fl, span s) {
-  if (!s.n) {
-    return "";
-  }
-  char *d = fl->str;
-  memcpy(d, s.p, s.n);
-  d[s.n] = '\0';
-  fl->str += s.n + 1;
-  return d;
-}
-
-static int read_entry(const uint8_t *p, size_t n, rview *r, filler *fl,
-                      mcp_kv *out) {
-  mcp_wire w = {p, p + n};
-  span kv[2] = {{NULL, 0}, {NULL, 0}};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *d;
-  size_t dl;
-  while ((rv = wire_next(&w, &f, &wt, &v, &d, &dl)) == 1) {
-    if (f == 1 || f == 2) {
-      if (wt != MCP_WT_LEN) {
-        return MCP_ERR_MALFORMED;
-      }
-      kv[f - 1].p = d;
-      kv[f - 1].n = dl;
-    }
-  }
-  if (rv < 0) {
-    return rv;
-  }
-  if (!fl) {
-    r->bytes += span_bytes(kv[0]) + span_bytes(kv[1]);
-    return 0;
-  }
-  if (!span_valid(kv[0]) || !span_valid(kv[1])) {
-    fl->utf8_ok = 0;
-  }
-  out->key = fill_str(fl, kv[0]);
-  out->value = fill_str(fl, kv[1]);
-  return 0;
-}
-
-static int read_timestamp(const uint8_t *p, size_t n, rview *r) {
-  mcp_wire w = {p, p + n};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *d;
-  size_t dl;
-  /* protobuf-c merges a repeated Timestamp by taking the latter whole:
-   * proto3 scalars have no presence for its merge. */
-  r->has_ct = 1;
-  r->ct_seconds = 0;
-  r->ct_nanos = 0;
-  while ((rv = wire_next(&w, &f, &wt, &v, &d, &dl)) == 1) {
-    if (f == 1 || f == 2) {
-      if (wt != MCP_WT_VARINT) {
-        return MCP_ERR_MALFORMED;
-      }
-      if (f == 1) {
-        r->ct_seconds = (int64_t)v;
-      } else {
-        r->ct_nanos = (int32_t)(uint32_t)v; /* the low 32 bits, as protobuf */
-      }
-    }
-  }
-  return rv;
-}
-
-static int read_metadata(const uint8_t *p, size_t n, rview *r, filler *fl) {
-  mcp_wire w = {p, p + n};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *d;
-  size_t dl;
-  while ((rv = wire_next(&w, &f, &wt, &v, &d, &dl)) == 1) {
-    if (f < 1 || f > 5) {
-      continue;
-    }
-    if (wt != MCP_WT_LEN) {
-      return MCP_ERR_MALFORMED;
-    }
-    span sp = {d, dl};
-    switch (f) {
-    case 1:
-      r->name = sp;
-      break;
-    case 2:
-      rv = read_timestamp(d, dl, r);
-      break;
-    case 3:
-      r->version = sp;
-      break;
-    case 4:
-      rv = read_entry(d, dl, r, fl, fl ? fl->lab++ : NULL);
-      r->nlabels++;
-      break;
-    default:
-      rv = read_entry(d, dl, r, fl, fl ? fl->ann++ : NULL);
-      r->nannotations++;
-      break;
-    }
-    if (rv < 0) {
-      return rv;
-    }
-  }
-  return rv;
-}
-
-static int read_any(const uint8_t *p, size_t n, rview *r) {
-  mcp_wire w = {p, p + n};
-  span value = {NULL, 0};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *d;
-  size_t dl;
-  while ((rv = wire_next(&w, &f, &wt, &v, &d, &dl)) == 1) {
-    if (f == 1 || f == 2) {
-      if (wt != MCP_WT_LEN) {
-        return MCP_ERR_MALFORMED;
-      }
-      span sp = {d, dl};
-      if (f == 1) {
-        r->type_url = sp;
-      } else {
-        value = sp;
-      }
-    }
-  }
-  /* protobuf-c merges a repeated Any keeping the earlier value when the
-   * latter's is empty. */
-  if (value.n) {
-    r->body = value;
-  }
-  return rv;
-}
-
-/* Reads one Resource into |r| (zeroed by the caller); with |fl|, also
- * fills its labels and annotations. 0 or MCP_ERR_MALFORMED. */
-static int read_resource(span res, rview *r, filler *fl) {
-  mcp_wire w = {res.p, res.p + res.n};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *d;
-  size_t dl;
-  while ((rv = wire_next(&w, &f, &wt, &v, &d, &dl)) == 1) {
-    if (f != 1 && f != 2) {
-      continue;
-    }
-    if (wt != MCP_WT_LEN) {
-      return MCP_ERR_MALFORMED;
-    }
-    if ((rv = f == 1 ? read_metadata(d, dl, r, fl) : read_any(d, dl, r)) < 0) {
-      return rv;
-    }
-  }
-  if (rv < 0) {
-    return rv;
-  }
-  r->bytes += span_bytes(r->name) + span_bytes(r->version) +
-              span_bytes(r->type_url);
-  return 0;
-}
 
 /*
  * Decodes and checks every resource. Returns 0, a NOMEM, or a positive
@@ -840,7 +438,7 @@ static int validate(const mcp_sink_state *st, work *w, char *msg, size_t ml) {
   for (size_t i = 0; i < env->nres; ++i) {
     rview r;
     memset(&r, 0, sizeof(r));
-    if (read_resource(env->res[i], &r, NULL) != 0) {
+    if (mcp__resource_read(env->res[i], &r, NULL) != 0) {
       ndecoded = i;
       break;
     }
@@ -880,7 +478,7 @@ static int validate(const mcp_sink_state *st, work *w, char *msg, size_t ml) {
     o->labels = fl.lab;
     o->annotations = fl.ann = fl.lab + o->nlabels;
     fl.utf8_ok = 1;
-    int rv = read_resource(env->res[i], &r, &fl);
+    int rv = mcp__resource_read(env->res[i], &r, &fl);
     assert(rv == 0 && r.nlabels == o->nlabels &&
            r.nannotations == o->nannotations);
     (void)rv;
@@ -984,7 +582,7 @@ static void attribute_type(const mcp_sink_session *s, envelope *env) {
   if (!c && env->nres) {
     rview r;
     memset(&r, 0, sizeof(r));
-    if (read_resource(env->res[0], &r, NULL) == 0 && r.type_url.n &&
+    if (mcp__resource_read(env->res[0], &r, NULL) == 0 && r.type_url.n &&
         span_valid(r.type_url)) {
       env->collection = r.type_url;
       return;
@@ -1013,7 +611,7 @@ int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in, size_t len,
   s->recv_len = len;
   work w;
   memset(&w, 0, sizeof(w));
-  int rv = parse_envelope(m, st->service, in, len, &w.env);
+  int rv = mcp__push_parse(m, st->service, in, len, &w.env);
   if (rv != 0) {
     return rv;
   }
@@ -1202,80 +800,6 @@ int mcp_sink_session_want_write(mcp_sink_session *s) {
   return 0;
 }
 
-static size_t status_size(int code, const char *msg) {
-  size_t n = strlen(msg);
-  return (code ? 1 + mcp__varint_len((uint64_t)(int64_t)code) : 0) +
-         (n ? mcp__len_field_size(n) : 0);
-}
-
-/* Field numbers of each service's request (RequestResources,
- * MeshConfigRequest, IncrementalMeshConfigRequest); 0: no such field. */
-typedef struct qcodec {
-  uint8_t node, key, initial, nonce, error, incremental, version;
-} qcodec;
-
-static const qcodec qcodecs[] = {
-    [MCP_SERVICE_RESOURCE] = {1, 2, 3, 4, 5, 6, 0},
-    [MCP_SERVICE_AGGREGATED] = {2, 3, 0, 4, 5, 0, 1},
-    [MCP_SERVICE_AGGREGATED_INCREMENTAL] = {1, 2, 3, 4, 5, 0, 0},
-};
-
-/* Encodes one request. |initial| is the held map or NULL; |version| the
- * version last applied (MeshConfigRequest.version_info: on a NACK, the
- * previous good one). */
-static int encode_request(mcp_sink_state *st, const char *coll,
-                          const char *nonce, int code, const char *msg,
-                          const mcp_map *initial, const char *version,
-                          mcp_msg **pmsg) {
-  const qcodec *q = &qcodecs[st->service];
-  mcp_msgb b;
-  mcp__msgb_init(&b, &st->mem);
-  int incr = q->incremental && st->incremental;
-  size_t n = mcp__len_field_size(st->node_enc_len) + mcp__len_field_size(strlen(coll)) +
-             str_size(nonce) + (incr ? 2 : 0) +
-             (q->version ? str_size(version) : 0);
-  size_t ss = 0;
-  if (code) {
-    ss = status_size(code, msg);
-    n += mcp__len_field_size(ss);
-  }
-  void *v;
-  for (size_t i = 0; initial && mcp__map_iter(initial, &i, &v);) {
-    held *h = v;
-    n += mcp__len_field_size(str_size(h->name) + str_size(h->version));
-  }
-  uint8_t *p = mcp__msgb_own(&b, n);
-  if (!p) {
-    mcp__msgb_discard(&b);
-    return MCP_ERR_NOMEM;
-  }
-  p = mcp__put_len_field(p, q->node, st->node_enc, st->node_enc_len);
-  p = mcp__put_len_field(p, q->key, coll, strlen(coll));
-  if (q->version) {
-    p = put_str(p, q->version, version);
-  }
-  for (size_t i = 0; initial && mcp__map_iter(initial, &i, &v);) {
-    held *h = v;
-    *p++ = (uint8_t)(q->initial << 3 | MCP_WT_LEN);
-    p = mcp__put_varint(p, str_size(h->name) + str_size(h->version));
-    p = put_str(p, 1, h->name);
-    p = put_str(p, 2, h->version);
-  }
-  p = put_str(p, q->nonce, nonce);
-  if (code) {
-    *p++ = (uint8_t)(q->error << 3 | MCP_WT_LEN);
-    p = mcp__put_varint(p, ss);
-    *p++ = 1 << 3 | MCP_WT_VARINT;
-    p = mcp__put_varint(p, (uint64_t)(int64_t)code);
-    p = put_str(p, 2, msg);
-  }
-  if (incr) {
-    *p++ = (uint8_t)(q->incremental << 3 | MCP_WT_VARINT);
-    *p++ = 1;
-  }
-  return mcp__msgb_finish(&b, coll, pmsg);
-}
-
 static int journal_add(mcp_sink_state *st, mcp_tstamp ts, const char *coll,
                        const char *nonce, int kind, int code, const char *msg,
                        size_t ninitial) {
@@ -1311,12 +835,14 @@ static int journal_add(mcp_sink_state *st, mcp_tstamp ts, const char *coll,
 int mcp_sink_session_next(mcp_sink_session *s, mcp_msg **pmsg) {
   mcp_sink_state *st = s->st;
   const mcp_mem *m = &st->mem;
+  const mcp_request_out ro = {m, st->service, st->incremental, st->node_enc,
+                              st->node_enc_len};
   int rv;
   if (s->nq) {
     foreign *f = &s->q[0];
     const char *msg = "unsupported collection";
     mcp_msg *out = NULL;
-    if ((rv = encode_request(st, f->collection, f->nonce, MCP_CODE_UNIMPLEMENTED,
+    if ((rv = mcp__request_encode(&ro, f->collection, f->nonce, MCP_CODE_UNIMPLEMENTED,
                              msg, NULL, "", &out)) != 0 ||
         (rv = journal_add(st, s->last_ts, f->collection, f->nonce,
                           MCP_EVENT_NACK, MCP_CODE_UNIMPLEMENTED, msg, 0)) != 0) {
@@ -1337,10 +863,10 @@ int mcp_sink_session_next(mcp_sink_session *s, mcp_msg **pmsg) {
     }
     mcp_msg *msg = NULL;
     if (c->out & OUT_INITIAL) {
-      const mcp_map *init = qcodecs[st->service].initial && st->incremental
+      const mcp_map *init = mcp__request_has_initial(st->service) && st->incremental
                                 ? &c->held : NULL;
       const char *ver = c->acked_version ? c->acked_version : "";
-      if ((rv = encode_request(st, c->name, "", 0, "", init, ver, &msg)) != 0 ||
+      if ((rv = mcp__request_encode(&ro, c->name, "", 0, "", init, ver, &msg)) != 0 ||
           (rv = journal_add(st, s->last_ts, c->name, "", MCP_EVENT_REQUEST, 0,
                             "", init ? init->n : 0)) != 0) {
         mcp_msg_free(msg);
@@ -1350,7 +876,7 @@ int mcp_sink_session_next(mcp_sink_session *s, mcp_msg **pmsg) {
     } else {
       const char *am = c->ans_msg ? c->ans_msg : "";
       const char *ver = c->acked_version ? c->acked_version : "";
-      if ((rv = encode_request(st, c->name, c->ans_nonce, c->ans_code, am,
+      if ((rv = mcp__request_encode(&ro, c->name, c->ans_nonce, c->ans_code, am,
                                NULL, ver, &msg)) != 0 ||
           (rv = journal_add(st, s->last_ts, c->name, c->ans_nonce,
                             c->ans_code ? MCP_EVENT_NACK : MCP_EVENT_ACK,

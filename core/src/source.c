@@ -12,11 +12,9 @@
  * read into one struct (rq), and a push is written through a table of
  * field numbers (codec).
  */
-#include "mcp_int.h"
+#include "codec.h"
 
 #include <assert.h>
-
-#include "mcp/v1alpha1/mcp.pb-c.h"
 
 enum {
   F_INCREMENTAL = 1 << 0, /* the sink asked for incremental pushes */
@@ -61,11 +59,6 @@ typedef struct resume {
   char *arena;
 } resume;
 
-const mcp_codec mcp__codecs[3] = {
-    [MCP_SERVICE_RESOURCE] = {1, 2, 3, 4, 5, 6},       /* Resources */
-    [MCP_SERVICE_AGGREGATED] = {1, 3, 2, 0, 4, 0},     /* MeshConfigResponse */
-    [MCP_SERVICE_AGGREGATED_INCREMENTAL] = {1, 0, 2, 3, 4, 0},
-};
 typedef mcp_codec codec;
 
 struct mcp_source_session {
@@ -324,35 +317,9 @@ static void resolve(mcp_source_session *s) {
 
 /* ---- receiving requests ---- */
 
-/* A request, whichever service carried it. Pointers into the decoded
- * message, valid during mcp_source_session_recv(). */
-typedef struct rq {
-  const char *key;        /* collection, or type_url (aggregated) */
-  const char *collection; /* in the store */
-  const char *nonce;
-  const Google__Rpc__Status *error;
-  const Istio__Mcp__V1alpha1__SinkNode *node;
-  const mcp_kv *initial;
-  size_t ninitial;
-  int incremental;
-  int resume; /* an empty-nonce request resumes from |initial| */
-} rq;
+typedef mcp_request rq;
+typedef mcp_request_buf decoded;
 
-static int node_valid(const Istio__Mcp__V1alpha1__SinkNode *n) {
-  if (!n) {
-    return 1;
-  }
-  if (!mcp__str_valid(n->id)) {
-    return 0;
-  }
-  for (size_t i = 0; i < n->n_annotations; ++i) {
-    if (!mcp__str_valid(n->annotations[i]->key) ||
-        !mcp__str_valid(n->annotations[i]->value)) {
-      return 0;
-    }
-  }
-  return 1;
-}
 
 /* Copies the sink node into one block, into |*node| and |*parena|. */
 static int copy_node(const mcp_mem *m, const Istio__Mcp__V1alpha1__SinkNode *n,
@@ -651,276 +618,7 @@ static int on_answer(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
   return 0;
 }
 
-typedef Istio__Mcp__V1alpha1__RequestResources ReqRR;
-typedef Istio__Mcp__V1alpha1__MeshConfigRequest ReqMC;
-typedef Istio__Mcp__V1alpha1__IncrementalMeshConfigRequest ReqIMC;
 
-/* initial_resource_versions as an mcp_kv array: the two generated entry
- * types differ only in name. */
-#define INITIAL_(r, out, nout, m, rv)                                         \
-  do {                                                                        \
-    (nout) = (r)->n_initial_resource_versions;                                \
-    if ((nout) && !((out) = mcp__malloc((m), (nout) * sizeof(mcp_kv)))) {     \
-      (rv) = MCP_ERR_NOMEM;                                                   \
-      break;                                                                  \
-    }                                                                         \
-    for (size_t k_ = 0; k_ < (nout); ++k_) {                                  \
-      (out)[k_].key = (r)->initial_resource_versions[k_]->key;                \
-      (out)[k_].value = (r)->initial_resource_versions[k_]->value;            \
-      if (!mcp__str_valid((out)[k_].key) || !mcp__str_valid((out)[k_].value)) \
-        (rv) = MCP_ERR_MALFORMED;                                             \
-    }                                                                         \
-  } while (0)
-
-/* The decoded message of any service, and what rq borrows from. */
-typedef struct decoded {
-  mcp_pballoc pa;
-  ProtobufCMessage *msg;
-  mcp_kv *initial;
-  char *collection; /* mapped from a type_url */
-  /* RequestResources, read by hand: strings copied into one arena. */
-  Istio__Mcp__V1alpha1__SinkNode node;
-  Google__Rpc__Status status;
-  char *arena;
-  char stack[512]; /* the arena of small requests (ACKs) */
-} decoded;
-
-static void decoded_free(mcp_source_session *s, decoded *d) {
-  if (d->msg) {
-    protobuf_c_message_free_unpacked(d->msg, &d->pa.a);
-  }
-  if (d->arena != d->stack) {
-    mcp__free(&s->mem, d->arena);
-  }
-  if (!d->arena) {
-    mcp__free(&s->mem, d->initial);
-  }
-  mcp__free(&s->mem, d->collection);
-}
-
-/* ---- RequestResources without protobuf-c: no allocation per field ---- */
-
-typedef struct span_ {
-  const uint8_t *p;
-  size_t n;
-} span_;
-
-/* Checks the wire structure of a nested message whose LEN fields listed
- * in |strs| (bit per field number) must be UTF-8 strings, and counts
- * fields |count|. */
-static int walk(const uint8_t *p, size_t n, uint32_t strs, uint32_t count,
-                uint32_t varints, size_t *ncount, size_t *nbytes) {
-  mcp_wire w = {p, p + n};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *d;
-  size_t dl;
-  while ((rv = mcp__wire_next(&w, &f, &wt, &v, &d, &dl)) == 1) {
-    if (f < 32 && (strs & (1u << f))) {
-      if (wt != MCP_WT_LEN || !mcp__utf8_valid(d, dl)) {
-        return MCP_ERR_MALFORMED;
-      }
-      *nbytes += dl + 1;
-    } else if (f < 32 && (count & (1u << f))) {
-      if (wt != MCP_WT_LEN) {
-        return MCP_ERR_MALFORMED;
-      }
-      (*ncount)++;
-    } else if (f < 32 && (varints & (1u << f)) && wt != MCP_WT_VARINT) {
-      return MCP_ERR_MALFORMED;
-    }
-  }
-  return rv;
-}
-
-static char *put_cstr(char **a, const uint8_t *p, size_t n) {
-  char *s = *a;
-  memcpy(s, p, n);
-  s[n] = '\0';
-  *a += n + 1;
-  return s;
-}
-
-/* Last string field |field| of a message, into the arena ("" if none). */
-static char *get_str(char **a, const uint8_t *p, size_t n, uint32_t field) {
-  mcp_wire w = {p, p + n};
-  uint32_t f;
-  int wt;
-  uint64_t v;
-  const uint8_t *d, *best = NULL;
-  size_t dl, bl = 0;
-  while (mcp__wire_next(&w, &f, &wt, &v, &d, &dl) == 1) {
-    if (f == field && wt == MCP_WT_LEN) {
-      best = d;
-      bl = dl;
-    }
-  }
-  return put_cstr(a, best ? best : (const uint8_t *)"", bl);
-}
-
-/* decode_rr() reads the common shapes of RequestResources by hand; for
- * the rare ones (a nested message repeated, which protobuf merges, or
- * error details) it returns this and protobuf-c decodes the request. */
-#define DECODE_GENERIC 1
-
-static int decode_rr(mcp_source_session *s, const uint8_t *in, size_t len,
-                     decoded *d, rq *r) {
-  span_ node = {0}, status = {0};
-  int has_node = 0, has_status = 0;
-  size_t ninit = 0, nann = 0, bytes = 16;
-  const uint8_t *coll = NULL, *nonce = NULL;
-  size_t coll_n = 0, nonce_n = 0;
-  uint64_t incremental = 0;
-  mcp_wire w = {in, in + len};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *p;
-  size_t pl;
-  while ((rv = mcp__wire_next(&w, &f, &wt, &v, &p, &pl)) == 1) {
-    if (f >= 1 && f <= 5 && wt != MCP_WT_LEN) {
-      return MCP_ERR_MALFORMED;
-    }
-    switch (f) {
-    case 1: /* sink_node: id, annotations (key, value) */
-      if (has_node) {
-        return DECODE_GENERIC; /* occurrences merge: protobuf-c does it */
-      }
-      node.p = p;
-      node.n = pl;
-      has_node = 1;
-      break;
-    case 2:
-      coll = p;
-      coll_n = pl;
-      break;
-    case 3: { /* initial_resource_versions entry: key, value */
-      size_t z = 0;
-      if ((rv = walk(p, pl, 1u << 1 | 1u << 2, 0, 0, &z, &bytes)) < 0) {
-        return MCP_ERR_MALFORMED;
-      }
-      bytes += 2; /* an absent key or value is "" */
-      ninit++;
-      break;
-    }
-    case 4:
-      nonce = p;
-      nonce_n = pl;
-      break;
-    case 5:
-      if (has_status) {
-        return DECODE_GENERIC;
-      }
-      status.p = p;
-      status.n = pl;
-      has_status = 1;
-      break;
-    case 6:
-      if (wt != MCP_WT_VARINT) {
-        return MCP_ERR_MALFORMED;
-      }
-      incremental = v;
-      break;
-    default:
-      break;
-    }
-  }
-  if (rv < 0 || !mcp__utf8_valid(coll, coll_n) || !mcp__utf8_valid(nonce, nonce_n)) {
-    return MCP_ERR_MALFORMED;
-  }
-  bytes += coll_n + nonce_n + 2;
-  if (has_node) {
-    if (walk(node.p, node.n, 1u << 1, 1u << 2, 0, &nann, &bytes) < 0) {
-      return MCP_ERR_MALFORMED;
-    }
-    mcp_wire nw = {node.p, node.p + node.n};
-    while (mcp__wire_next(&nw, &f, &wt, &v, &p, &pl) == 1) {
-      size_t z = 0;
-      if (f == 2 && walk(p, pl, 1u << 1 | 1u << 2, 0, 0, &z, &bytes) < 0) {
-        return MCP_ERR_MALFORMED;
-      }
-    }
-    bytes += 2 * nann + 1;
-  }
-  if (has_status) {
-    size_t nd = 0;
-    if (walk(status.p, status.n, 1u << 2, 1u << 3, 1u << 1, &nd, &bytes) < 0) {
-      return MCP_ERR_MALFORMED;
-    }
-    if (nd) {
-      return DECODE_GENERIC; /* details (Any) are checked by protobuf-c */
-    }
-    bytes += 1;
-  }
-  size_t need = bytes + ninit * sizeof(mcp_kv) +
-                nann * (sizeof(void *) +
-                        sizeof(Istio__Mcp__V1alpha1__SinkNode__AnnotationsEntry)) + 16;
-  d->arena = need <= sizeof(d->stack) ? d->stack : mcp__malloc(&s->mem, need);
-  if (!d->arena) {
-    return MCP_ERR_NOMEM;
-  }
-  /* Arrays first (aligned), strings after. */
-  char *a = d->arena;
-  mcp_kv *kv = (mcp_kv *)(void *)a;
-  a += ninit * sizeof(mcp_kv);
-  Istio__Mcp__V1alpha1__SinkNode__AnnotationsEntry *ents =
-      (Istio__Mcp__V1alpha1__SinkNode__AnnotationsEntry *)(void *)a;
-  a += nann * sizeof(*ents);
-  Istio__Mcp__V1alpha1__SinkNode__AnnotationsEntry **pents =
-      (Istio__Mcp__V1alpha1__SinkNode__AnnotationsEntry **)(void *)a;
-  a += nann * sizeof(*pents);
-  size_t k = 0;
-  w.p = in;
-  while (mcp__wire_next(&w, &f, &wt, &v, &p, &pl) == 1) {
-    if (f == 3) {
-      kv[k].key = get_str(&a, p, pl, 1);
-      kv[k].value = get_str(&a, p, pl, 2);
-      ++k;
-    }
-  }
-  r->key = r->collection = put_cstr(&a, coll ? coll : (const uint8_t *)"", coll_n);
-  r->nonce = put_cstr(&a, nonce ? nonce : (const uint8_t *)"", nonce_n);
-  r->initial = kv;
-  r->ninitial = ninit;
-  r->incremental = incremental != 0;
-  r->resume = r->incremental && ninit > 0;
-  if (has_node) {
-    Istio__Mcp__V1alpha1__SinkNode ni = ISTIO__MCP__V1ALPHA1__SINK_NODE__INIT;
-    d->node = ni;
-    d->node.id = get_str(&a, node.p, node.n, 1);
-    mcp_wire nw = {node.p, node.p + node.n};
-    k = 0;
-    while (mcp__wire_next(&nw, &f, &wt, &v, &p, &pl) == 1) {
-      if (f == 2) {
-        Istio__Mcp__V1alpha1__SinkNode__AnnotationsEntry ei =
-            ISTIO__MCP__V1ALPHA1__SINK_NODE__ANNOTATIONS_ENTRY__INIT;
-        ents[k] = ei;
-        ents[k].key = get_str(&a, p, pl, 1);
-        ents[k].value = get_str(&a, p, pl, 2);
-        pents[k] = &ents[k];
-        ++k;
-      }
-    }
-    d->node.n_annotations = nann;
-    d->node.annotations = pents;
-    r->node = &d->node;
-  }
-  if (has_status) {
-    Google__Rpc__Status si = GOOGLE__RPC__STATUS__INIT;
-    d->status = si;
-    mcp_wire sw = {status.p, status.p + status.n};
-    while (mcp__wire_next(&sw, &f, &wt, &v, &p, &pl) == 1) {
-      if (f == 1 && wt == MCP_WT_VARINT) {
-        d->status.code = (int32_t)v;
-      }
-    }
-    d->status.message = get_str(&a, status.p, status.n, 2);
-    r->error = &d->status;
-  }
-  d->initial = kv;
-  return 0;
-}
 
 /* The collection a type URL names (the application's mapping, or ours). */
 static int map_type(mcp_source_session *s, const char *type_url, char **out) {
@@ -940,176 +638,25 @@ static int map_type(mcp_source_session *s, const char *type_url, char **out) {
   return 0;
 }
 
-/* The key (1) and value (2) of one SinkNode annotation entry. */
-static int check_annotation(const mcp_source_session *s, const uint8_t *p,
-                            size_t n) {
-  mcp_wire w = {p, p + n};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *d;
-  size_t dl;
-  while ((rv = mcp__wire_next(&w, &f, &wt, &v, &d, &dl)) == 1) {
-    if (wt == MCP_WT_LEN && ((f == 1 && dl > s->max_node_key) ||
-                             (f == 2 && dl > s->max_node_value))) {
-      return MCP_ERR_PROTOCOL;
-    }
-  }
-  return rv < 0 ? MCP_ERR_MALFORMED : 0;
-}
 
-/*
- * The SinkNode limits, on the request's bytes before anything of it is
- * copied: protobuf-c, and the node kept by the session, would copy a
- * 50 MiB id first. The occurrences of sink_node merge, so the annotations
- * and the bytes of all of them add up. Wire types that do not fit are
- * left to the decoder (MALFORMED).
- */
-static int check_node(const mcp_source_session *s, const uint8_t *in,
-                      size_t len) {
-  static const uint32_t node_field[3] = {
-      [MCP_SERVICE_RESOURCE] = 1, /* RequestResources.sink_node */
-      [MCP_SERVICE_AGGREGATED] = 2, /* MeshConfigRequest.sink_node */
-      [MCP_SERVICE_AGGREGATED_INCREMENTAL] = 1};
-  mcp_wire w = {in, in + len};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *p;
-  size_t pl, nann = 0, bytes = 0;
-  while ((rv = mcp__wire_next(&w, &f, &wt, &v, &p, &pl)) == 1) {
-    if (f != node_field[s->service] || wt != MCP_WT_LEN) {
-      continue;
-    }
-    if (pl > s->max_node_bytes - bytes) {
-      return MCP_ERR_PROTOCOL;
-    }
-    bytes += pl;
-    mcp_wire nw = {p, p + pl};
-    const uint8_t *d;
-    size_t dl;
-    while ((rv = mcp__wire_next(&nw, &f, &wt, &v, &d, &dl)) == 1) {
-      if (wt != MCP_WT_LEN) {
-        continue;
-      }
-      if (f == 1 && dl > s->max_node_id) {
-        return MCP_ERR_PROTOCOL;
-      }
-      if (f == 2) {
-        if (++nann > s->max_node_ann) {
-          return MCP_ERR_LIMIT;
-        }
-        if ((rv = check_annotation(s, d, dl)) != 0) {
-          return rv;
-        }
-      }
-    }
-    if (rv < 0) {
-      return MCP_ERR_MALFORMED;
-    }
-  }
-  return rv < 0 ? MCP_ERR_MALFORMED : 0;
-}
-
-/* Decodes one request of the session's service into |r|. */
+/* Decodes one request of the session's service into |r|, and maps a type
+ * URL to its collection. */
 static int decode(mcp_source_session *s, const uint8_t *in, size_t len,
                   decoded *d, rq *r) {
-  const mcp_mem *m = &s->mem;
-  int rv = check_node(s, in, len);
-  memset(r, 0, sizeof(*r));
-  if (rv != 0) {
-    return rv;
-  }
-  switch (s->service) {
-  case MCP_SERVICE_RESOURCE: {
-    if ((rv = decode_rr(s, in, len, d, r)) != DECODE_GENERIC) {
-      if (rv != 0) {
-        return rv;
-      }
-      goto limits; /* strings were checked while read */
-    }
-    rv = 0;
-    if (d->arena && d->arena != d->stack) {
-      mcp__free(m, d->arena);
-    }
-    d->arena = NULL;
-    memset(r, 0, sizeof(*r));
-    ReqRR *q = istio__mcp__v1alpha1__request_resources__unpack(&d->pa.a, len, in);
-    if (!(d->msg = (ProtobufCMessage *)q)) {
-      return d->pa.failed ? MCP_ERR_NOMEM : MCP_ERR_MALFORMED;
-    }
-    INITIAL_(q, d->initial, r->ninitial, m, rv);
-    r->key = r->collection = q->collection;
-    r->nonce = q->response_nonce;
-    r->error = q->error_detail;
-    r->node = q->sink_node;
-    r->incremental = q->incremental;
-    r->resume = q->incremental && r->ninitial > 0;
-    break;
-  }
-  case MCP_SERVICE_AGGREGATED: {
-    ReqMC *q = istio__mcp__v1alpha1__mesh_config_request__unpack(&d->pa.a, len, in);
-    if (!(d->msg = (ProtobufCMessage *)q)) {
-      return d->pa.failed ? MCP_ERR_NOMEM : MCP_ERR_MALFORMED;
-    }
-    /* version_info only says what the sink applied: the nonce decides. */
-    if (!mcp__str_valid(q->version_info)) {
-      return MCP_ERR_MALFORMED;
-    }
-    r->key = q->type_url;
-    r->nonce = q->response_nonce;
-    r->error = q->error_detail;
-    r->node = q->sink_node;
-    break;
-  }
-  case MCP_SERVICE_AGGREGATED_INCREMENTAL: {
-    ReqIMC *q = istio__mcp__v1alpha1__incremental_mesh_config_request__unpack(
-        &d->pa.a, len, in);
-    if (!(d->msg = (ProtobufCMessage *)q)) {
-      return d->pa.failed ? MCP_ERR_NOMEM : MCP_ERR_MALFORMED;
-    }
-    INITIAL_(q, d->initial, r->ninitial, m, rv);
-    r->key = q->type_url;
-    r->nonce = q->response_nonce;
-    r->error = q->error_detail;
-    r->node = q->sink_node;
-    r->incremental = 1;
-    /* The first request of a stream always lists what the sink holds,
-     * possibly nothing: every answer is a difference. */
-    r->resume = 1;
-    break;
-  }
-  }
-  if (rv != 0) {
-    return rv;
-  }
-  r->initial = d->initial;
-  if (!mcp__str_valid(r->key) || !mcp__str_valid(r->nonce) ||
-      !node_valid(r->node) ||
-      (r->error && !mcp__str_valid(r->error->message))) {
-    return MCP_ERR_MALFORMED;
-  }
-limits:
-  if (r->ninitial > s->max_initial ||
-      (r->node && r->node->n_annotations > s->max_node_ann)) {
-    return MCP_ERR_LIMIT;
-  }
-  if (strlen(r->key) > s->max_name) {
-    return MCP_ERR_PROTOCOL;
-  }
-  for (size_t k = 0; k < r->ninitial; ++k) {
-    if (strlen(r->initial[k].key) > s->max_name ||
-        strlen(r->initial[k].value) > s->max_version) {
-      return MCP_ERR_PROTOCOL;
-    }
-  }
-  if (s->service != MCP_SERVICE_RESOURCE && r->key[0]) {
+  const mcp_request_limits lim = {
+      .service = s->service, .max_initial = s->max_initial,
+      .max_node_ann = s->max_node_ann, .max_name = s->max_name,
+      .max_version = s->max_version, .max_node_id = s->max_node_id,
+      .max_node_key = s->max_node_key, .max_node_value = s->max_node_value,
+      .max_node_bytes = s->max_node_bytes};
+  int rv = mcp__request_decode(&lim, &s->mem, in, len, d, r);
+  if (rv == 0 && s->service != MCP_SERVICE_RESOURCE && r->key[0]) {
     if ((rv = map_type(s, r->key, &d->collection)) != 0) {
       return rv;
     }
     r->collection = d->collection;
   }
-  return 0;
+  return rv;
 }
 
 int mcp_source_session_recv(mcp_source_session *s, const uint8_t *in,
@@ -1163,7 +710,7 @@ int mcp_source_session_recv(mcp_source_session *s, const uint8_t *in,
     s->seen_ncolls = 0;
   }
 out:
-  decoded_free(s, &d);
+  mcp__request_buf_free(&d, &s->mem);
   return rv;
 }
 
@@ -1278,67 +825,12 @@ int mcp_source_session_handle_expiry(mcp_source_session *s, mcp_tstamp ts) {
 
 /* ---- building pushes ---- */
 
-static size_t str_field(uint8_t f, size_t len) {
-  return f && len ? mcp__len_field_size(len) : 0;
-}
-
-static uint8_t *put_str(uint8_t *p, uint8_t f, const char *s, size_t len) {
-  return f && len ? mcp__put_len_field(p, f, s, len) : p;
-}
-
-static void put_header(mcp_msgb *b, const codec *cd, const char *version,
-                       const char *key, const char *nonce, int incremental) {
-  size_t vl = strlen(version), kl = strlen(key), nl = strlen(nonce);
-  /* The collection is always written, even empty: it is what the message
-   * is about. */
-  size_t n = str_field(cd->version, vl) +
-             (cd->key ? mcp__len_field_size(kl) : 0) + str_field(cd->nonce, nl) +
-             (cd->incremental && incremental ? 2 : 0);
-  uint8_t *p = mcp__msgb_own(b, n);
-  if (!p) {
-    return;
-  }
-  p = put_str(p, cd->version, version, vl);
-  if (cd->key) {
-    p = mcp__put_len_field(p, cd->key, key, kl);
-  }
-  p = put_str(p, cd->nonce, nonce, nl);
-  if (cd->incremental && incremental) {
-    *p++ = (uint8_t)(cd->incremental << 3 | MCP_WT_VARINT);
-    *p++ = 1;
-  }
-}
-
-static void put_removed(mcp_msgb *b, const codec *cd, const char *name) {
-  size_t l = strlen(name);
-  uint8_t *p = mcp__msgb_own(b, mcp__len_field_size(l));
-  if (p) {
-    mcp__put_len_field(p, cd->removed, name, l);
-  }
-}
-
-/* The store encodes each resource as field 3 of Resources: shared as is;
- * other services get their own tag and length before the shared Resource
- * bytes. */
-static void put_resource(mcp_msgb *b, const codec *cd, const mcp_entry *e) {
-  if (cd->resources == 3) {
-    mcp__msgb_shared(b, e->enc, 0, e->enc->len);
-    return;
-  }
-  size_t len = e->enc->len - e->res_off;
-  uint8_t *p = mcp__msgb_own(b, 1 + mcp__varint_len(len));
-  if (p) {
-    *p++ = (uint8_t)(cd->resources << 3 | MCP_WT_LEN);
-    mcp__put_varint(p, len);
-  }
-  mcp__msgb_shared(b, e->enc, e->res_off, len);
-}
 
 /* The Istio trigger: a Resources for $triggerCollection, no nonce. */
 static int next_trigger(mcp_source_session *s, mcp_msg **pmsg) {
   mcp_msgb b;
   mcp__msgb_init(&b, &s->mem);
-  put_header(&b, &mcp__codecs[MCP_SERVICE_RESOURCE], "", MCP_TRIGGER_COLLECTION, "", 0);
+  mcp__push_header(&b, &mcp__codecs[MCP_SERVICE_RESOURCE], "", MCP_TRIGGER_COLLECTION, "", 0);
   int rv = mcp__msgb_finish(&b, MCP_TRIGGER_COLLECTION, pmsg);
   if (rv != 0) {
     return rv;
@@ -1393,7 +885,7 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
   }
   mcp_msgb b;
   mcp__msgb_init(&b, &s->mem);
-  put_header(&b, cd, ver, key, nonce, incremental);
+  mcp__push_header(&b, cd, ver, key, nonce, incremental);
 
   size_t nres = 0, nrem = 0;
   if (rs) {
@@ -1407,7 +899,7 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
       const char *v = mcp__map_get(&rs->map, e->name);
       found += v != NULL;
       if (!v || strcmp(v, e->version) != 0) {
-        put_resource(&b, cd, e);
+        mcp__push_resource(&b, cd, e);
         nres++;
       }
     }
@@ -1420,7 +912,7 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
       }
       mcp_entry *e = mcp__map_get(&c->map, name);
       if (!e || !e->enc) {
-        put_removed(&b, cd, name);
+        mcp__push_removed(&b, cd, name);
         nrem++;
       }
     }
@@ -1432,10 +924,10 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
     }
     for (e = e ? e->next : c->head; e; e = e->next) {
       if (e->enc) {
-        put_resource(&b, cd, e);
+        mcp__push_resource(&b, cd, e);
         nres++;
       } else {
-        put_removed(&b, cd, e->name);
+        mcp__push_removed(&b, cd, e->name);
         nrem++;
       }
     }
@@ -1451,7 +943,7 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
   } else {
     for (mcp_entry *e = c->head; e; e = e->next) {
       if (e->enc) {
-        put_resource(&b, cd, e);
+        mcp__push_resource(&b, cd, e);
         nres++;
       }
     }
