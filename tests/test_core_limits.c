@@ -708,9 +708,36 @@ START_TEST(test_sink_max_nonce_len_is_an_option) {
 }
 END_TEST
 
+/* A stray -1 is no error of ours; the fatal ones end a stream and the
+ * others leave the object usable (issue 13). */
+START_TEST(test_error_codes_are_far_from_minus_one_and_fatal_split) {
+  ck_assert_str_eq(mcp_strerror(-1), "unknown error");
+  ck_assert_int_eq(mcp_err_is_fatal(-1), 0);
+  ck_assert_int_eq(mcp_err_is_fatal(0), 0);
+  const int usable[] = {MCP_ERR_NOMEM, MCP_ERR_INVALID_ARGUMENT,
+                        MCP_ERR_NOT_FOUND, MCP_ERR_UNSUPPORTED};
+  const int fatal[] = {MCP_ERR_MALFORMED, MCP_ERR_PROTOCOL, MCP_ERR_LIMIT,
+                       MCP_ERR_CLOSED,    MCP_ERR_CALLBACK, MCP_ERR_RESYNC,
+                       MCP_ERR_IO};
+  for (size_t i = 0; i < sizeof(usable) / sizeof(usable[0]); ++i) {
+    ck_assert_int_le(usable[i], -500);
+    ck_assert_int_gt(usable[i], MCP_ERR_FATAL);
+    ck_assert_int_eq(mcp_err_is_fatal(usable[i]), 0);
+    ck_assert_str_ne(mcp_strerror(usable[i]), "unknown error");
+  }
+  for (size_t i = 0; i < sizeof(fatal) / sizeof(fatal[0]); ++i) {
+    ck_assert_int_le(fatal[i], MCP_ERR_FATAL);
+    ck_assert_int_eq(mcp_err_is_fatal(fatal[i]), 1);
+    ck_assert_str_ne(mcp_strerror(fatal[i]), "unknown error");
+  }
+  ck_assert_int_eq(mcp_err_is_fatal(MCP_ERR_FATAL - 99), 0); /* not ours */
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("core_limits");
   TCase *t = tcase_create("limits");
+  tcase_add_test(t, test_error_codes_are_far_from_minus_one_and_fatal_split);
   tcase_add_test(t, test_store_lenient_names_by_default);
   tcase_add_test(t, test_store_strict_names_are_dns_labels);
   tcase_add_test(t, test_store_any_names_accepts_utf8);

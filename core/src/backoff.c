@@ -2,8 +2,28 @@
  * to zero after short-lived streams. Pure arithmetic, randomness injected. */
 #include "mcp_int.h"
 
-void mcp_backoff_init(mcp_backoff *b, const mcp_backoff_options *o,
-                      mcp_rand_fn rand, void *rand_user_data) {
+/* What an mcp_backoff holds. The public type is storage only: each call
+ * copies in and out (64 bytes), which keeps the layout private without
+ * breaking C's aliasing rules. */
+typedef struct impl {
+  mcp_backoff_options o;
+  mcp_tstamp nominal;
+  mcp_rand_fn rand;
+  void *rand_user_data;
+  uint64_t state;
+} impl;
+_Static_assert(sizeof(impl) <= sizeof(mcp_backoff), "mcp_backoff too small");
+
+static impl load(const mcp_backoff *b) {
+  impl x;
+  memcpy(&x, b, sizeof(x));
+  return x;
+}
+
+static void store(mcp_backoff *b, const impl *x) { memcpy(b, x, sizeof(*x)); }
+
+static void init(impl *b, const mcp_backoff_options *o, mcp_rand_fn rand,
+                 void *rand_user_data, const void *seed) {
   memset(b, 0, sizeof(*b));
   if (o) {
     b->o = *o;
@@ -26,10 +46,18 @@ void mcp_backoff_init(mcp_backoff *b, const mcp_backoff_options *o,
   b->nominal = b->o.initial;
   b->rand = rand;
   b->rand_user_data = rand_user_data;
-  b->state = (uint64_t)(uintptr_t)b; /* a seed, when no rand was given */
+  b->state = (uint64_t)(uintptr_t)seed; /* a seed, when no rand was given */
 }
 
-static double uniform01(mcp_backoff *b) {
+void mcp_backoff_init(mcp_backoff *b, const mcp_backoff_options *o,
+                      mcp_rand_fn rand, void *rand_user_data) {
+  impl x;
+  init(&x, o, rand, rand_user_data, b);
+  memset(b, 0, sizeof(*b));
+  store(b, &x);
+}
+
+static double uniform01(impl *b) {
   uint8_t r[4];
   if (b->rand) {
     b->rand(r, sizeof(r), b->rand_user_data);
@@ -41,23 +69,29 @@ static double uniform01(mcp_backoff *b) {
   return (double)x / 4294967296.0;
 }
 
-mcp_tstamp mcp_backoff_next(mcp_backoff *b) {
+mcp_tstamp mcp_backoff_next(mcp_backoff *pb) {
+  impl x = load(pb), *b = &x;
   double j = b->o.jitter;
   double d = (double)b->nominal * (1.0 - j + 2.0 * j * uniform01(b));
   mcp_tstamp delay = d >= (double)b->o.max ? b->o.max : (mcp_tstamp)d;
   double grown = (double)b->nominal * b->o.multiplier;
   b->nominal = grown >= (double)b->o.max ? b->o.max : (mcp_tstamp)grown;
+  store(pb, b);
   return delay;
 }
 
-void mcp_backoff_stream_ended(mcp_backoff *b, mcp_tstamp lived,
+void mcp_backoff_stream_ended(mcp_backoff *pb, mcp_tstamp lived,
                               uint64_t received) {
+  impl x = load(pb), *b = &x;
   /* A stream that dies young (even after a message) must not reset the
    * delay, or a peer that fails each stream at once is hammered. */
   if (received > 0 && lived >= b->nominal) {
     b->nominal = b->o.initial;
   }
+  store(pb, b);
 }
+
+mcp_tstamp mcp_backoff_nominal(const mcp_backoff *b) { return load(b).nominal; }
 
 void mcp_rand_splitmix64(uint8_t *dest, size_t len, void *user_data) {
   uint64_t *state = user_data;

@@ -16,6 +16,18 @@ const char *mcp_strerror(int err) {
   }
 }
 
+int mcp_err_is_fatal(int err) {
+  switch (err) {
+#define MCP_ERR_FATAL_(n, v, g, s) \
+  case v:                          \
+    return (v) <= MCP_ERR_FATAL;
+    MCP_ERRNO_MAP(MCP_ERR_FATAL_)
+#undef MCP_ERR_FATAL_
+  default:
+    return 0;
+  }
+}
+
 int mcp_error_grpc_status(int err) {
   switch (err) {
   case 0:

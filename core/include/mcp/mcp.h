@@ -69,25 +69,41 @@ MCP_EXTERN uint32_t mcp_version_num(void);
 /*
  * X(name, value, gRPC status code, description). The gRPC code is the one
  * a transport uses when the error ends a stream.
+ *
+ * The values sit far from -1 (a stray "return -1" is never taken for one
+ * of them), in two ranges as nghttp2's NGHTTP2_ERR_FATAL: from -501 the
+ * errors after which the object that returned them is unchanged and usable
+ * (retry, or fix the argument); at or below MCP_ERR_FATAL (-900) the ones
+ * after which the stream cannot go on: the transport ends it with
+ * mcp_error_grpc_status() (the object itself is still unchanged, and only
+ * to be freed). The values are part of the ABI: new codes get new values.
  */
 #define MCP_ERRNO_MAP(X)                                                     \
-  X(NOMEM, -1, 8, "out of memory")                                           \
-  X(INVALID_ARGUMENT, -2, 3, "invalid argument")                             \
-  X(MALFORMED, -3, 3, "malformed message")                                   \
-  X(PROTOCOL, -4, 3, "protocol violation by the peer")                       \
-  X(NOT_FOUND, -5, 5, "not found")                                           \
-  X(LIMIT, -6, 8, "limit exceeded")                                          \
-  X(CLOSED, -7, 1, "session closed")                                         \
-  X(UNSUPPORTED, -8, 12, "unsupported")                                      \
-  X(CALLBACK, -9, 13, "callback failed")                                    \
-  X(RESYNC, -10, 10, "the stream fell behind the change log; reconnect to resume") \
-  X(IO, -11, 14, "I/O or transport failure")
+  X(NOMEM, -501, 8, "out of memory")                                         \
+  X(INVALID_ARGUMENT, -502, 3, "invalid argument")                           \
+  X(NOT_FOUND, -503, 5, "not found")                                         \
+  X(UNSUPPORTED, -504, 12, "unsupported")                                    \
+  X(MALFORMED, -901, 3, "malformed message")                                 \
+  X(PROTOCOL, -902, 3, "protocol violation by the peer")                     \
+  X(LIMIT, -903, 8, "limit exceeded")                                        \
+  X(CLOSED, -904, 1, "session closed")                                       \
+  X(CALLBACK, -905, 13, "callback failed")                                   \
+  X(RESYNC, -906, 10, "the stream fell behind the change log; reconnect to resume") \
+  X(IO, -907, 14, "I/O or transport failure")
+
+/* Errors at or below this end the stream (mcp_err_is_fatal()). */
+#define MCP_ERR_FATAL (-900)
 
 typedef enum mcp_error {
 #define MCP_ERR_ENUM_(n, v, g, s) MCP_ERR_##n = (v),
   MCP_ERRNO_MAP(MCP_ERR_ENUM_)
 #undef MCP_ERR_ENUM_
 } mcp_error;
+
+/* 1 when |err| is one of ours at or below MCP_ERR_FATAL: the stream (or
+ * the peer) is broken and retrying the same call cannot succeed; 0 for
+ * success, the other errors and unknown values. */
+MCP_EXTERN int mcp_err_is_fatal(int err);
 
 /* A static description of |err| ("unknown error" for an unknown code). */
 MCP_EXTERN const char *mcp_strerror(int err);
@@ -162,13 +178,11 @@ typedef struct mcp_backoff_options {
   mcp_tstamp max;     /* default 120 s */
 } mcp_backoff_options;
 
-/* A value type; its fields are private. */
+/* Opaque, but a value type so that it can be embedded without an
+ * allocation: its bytes are private and may change meaning in any release
+ * (use the functions below). */
 typedef struct mcp_backoff {
-  mcp_backoff_options o;
-  mcp_tstamp nominal;
-  mcp_rand_fn rand;
-  void *rand_user_data;
-  uint64_t state;
+  uint64_t opaque_[8];
 } mcp_backoff;
 
 /* |o| is copied; NULL or zero fields take the defaults. |rand| NULL: a
@@ -182,6 +196,9 @@ MCP_EXTERN mcp_tstamp mcp_backoff_next(mcp_backoff *b);
 /* A stream that lasted |lived| and received |received| messages ended. */
 MCP_EXTERN void mcp_backoff_stream_ended(mcp_backoff *b, mcp_tstamp lived,
                                          uint64_t received);
+
+/* The nominal delay now (before jitter), for logs and tests. */
+MCP_EXTERN mcp_tstamp mcp_backoff_nominal(const mcp_backoff *b);
 
 /* ------------------------------------------------------------------ */
 /* Resources                                                           */
