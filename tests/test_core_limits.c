@@ -734,10 +734,62 @@ START_TEST(test_error_codes_are_far_from_minus_one_and_fatal_split) {
 }
 END_TEST
 
+/* Versioned structs (issue 13): a version the library does not know is
+ * refused for what it must read, and what it writes stays within the
+ * prefix it knows. */
+START_TEST(test_versioned_structs_refuse_unknown_versions_and_write_known_prefix) {
+  mcp_store_options so;
+  mcp_store_options_default(&so);
+  so.epoch = 1;
+  mcp_store *st = NULL;
+  ck_assert_int_eq(mcp_store_new_versioned(&st, 0, &so), MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(mcp_store_new_versioned(&st, MCP_STORE_OPTIONS_VERSION + 1, &so),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(st);
+  ck_assert_int_eq(mcp_store_new_versioned(&st, MCP_STORE_OPTIONS_V1, &so), 0);
+  mcp_store_del(st);
+
+  mcp_source_options o;
+  mcp_source_options_default(&o);
+  mcp_source_session *ss = NULL;
+  ck_assert_int_eq(mcp_source_session_new_versioned(&ss, 7, &o, 0),
+                   MCP_ERR_INVALID_ARGUMENT);
+  mcp_sink_state *sk = NULL;
+  mcp_sink_options ko;
+  mcp_sink_options_default(&ko);
+  ck_assert_int_eq(mcp_sink_state_new_versioned(&sk, -1, &ko),
+                   MCP_ERR_INVALID_ARGUMENT);
+
+  /* A caller built against a newer header: the library fills what it
+   * knows and leaves the rest of the caller's struct alone. */
+  struct {
+    mcp_admit_stats known;
+    unsigned char newer[32];
+  } big;
+  memset(&big, 0xab, sizeof(big));
+  mcp_admit *a = NULL;
+  ck_assert_int_eq(mcp_admit_new(&a, NULL, NULL, 0), 0);
+  mcp_admit_get_stats_versioned(a, MCP_ADMIT_STATS_VERSION + 5, &big.known);
+  ck_assert_uint_eq(big.known.streams, 0);
+  for (size_t i = 0; i < sizeof(big.newer); ++i) {
+    ck_assert_uint_eq(big.newer[i], 0xab);
+  }
+  mcp_admit_del(a);
+
+  mcp_resource_limits lim;
+  memset(&lim, 0, sizeof(lim));
+  mcp_resource_limits_default_versioned(0, &lim); /* writes nothing */
+  ck_assert_uint_eq(lim.max_name_len, 0);
+  mcp_resource_limits_default(&lim);
+  ck_assert_uint_eq(lim.max_name_len, MCP_DEFAULT_MAX_NAME_LEN);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("core_limits");
   TCase *t = tcase_create("limits");
   tcase_add_test(t, test_error_codes_are_far_from_minus_one_and_fatal_split);
+  tcase_add_test(t, test_versioned_structs_refuse_unknown_versions_and_write_known_prefix);
   tcase_add_test(t, test_store_lenient_names_by_default);
   tcase_add_test(t, test_store_strict_names_are_dns_labels);
   tcase_add_test(t, test_store_any_names_accepts_utf8);

@@ -58,7 +58,7 @@ struct mcp_admit {
 
 /* ---- options ---- */
 
-void mcp_admit_options_normalize(mcp_admit_options *o) {
+static void options_normalize(mcp_admit_options *o) {
   if (o->max_streams == 0)
     o->max_streams = MCP_ADMIT_DEFAULT_MAX_STREAMS;
   if (o->max_streams_per_peer == 0)
@@ -81,9 +81,21 @@ void mcp_admit_options_normalize(mcp_admit_options *o) {
     o->wait_timeout = MCP_ADMIT_DEFAULT_WAIT_TIMEOUT;
 }
 
-void mcp_admit_options_default(mcp_admit_options *o) {
-  memset(o, 0, sizeof(*o));
-  mcp_admit_options_normalize(o);
+void mcp_admit_options_normalize_versioned(int version, mcp_admit_options *o) {
+  mcp_admit_options full;
+  memset(&full, 0, sizeof(full));
+  size_t n = mcp__version_size(version, MCP__VSIZES(mcp_admit_options), MCP__VN);
+  memcpy(&full, o, n);
+  options_normalize(&full);
+  memcpy(o, &full, n);
+}
+
+void mcp_admit_options_default_versioned(int version, mcp_admit_options *o) {
+  mcp_admit_options full;
+  memset(&full, 0, sizeof(full));
+  options_normalize(&full);
+  memcpy(o, &full,
+         mcp__version_size(version, MCP__VSIZES(mcp_admit_options), MCP__VN));
 }
 
 /* ---- lists ---- */
@@ -260,8 +272,26 @@ static void peer_put(mcp_admit *a, peer *p) {
 
 /* ---- the object ---- */
 
-int mcp_admit_new(mcp_admit **padmit, const mcp_admit_options *opts,
-                  const mcp_mem *mem, mcp_tstamp ts) {
+static int admit_new(mcp_admit **padmit, const mcp_admit_options *opts,
+                     const mcp_mem *mem, mcp_tstamp ts);
+
+int mcp_admit_new_versioned(mcp_admit **padmit, int version,
+                            const mcp_admit_options *opts, const mcp_mem *mem,
+                            mcp_tstamp ts) {
+  mcp_admit_options o;
+  memset(&o, 0, sizeof(o));
+  if (opts) {
+    if (!mcp__version_known(version, MCP__VN)) {
+      return MCP_ERR_INVALID_ARGUMENT;
+    }
+    memcpy(&o, opts,
+           mcp__version_size(version, MCP__VSIZES(mcp_admit_options), MCP__VN));
+  }
+  return admit_new(padmit, &o, mem, ts);
+}
+
+static int admit_new(mcp_admit **padmit, const mcp_admit_options *opts,
+                     const mcp_mem *mem, mcp_tstamp ts) {
   if (!padmit)
     return MCP_ERR_INVALID_ARGUMENT;
   mcp_mem m;
@@ -627,7 +657,17 @@ void mcp_admit_release(mcp_admit *a, mcp_admit_ticket *t) {
   ticket_free(a, t);
 }
 
-void mcp_admit_get_stats(const mcp_admit *a, mcp_admit_stats *st) {
+static void get_stats(const mcp_admit *a, mcp_admit_stats *st);
+
+void mcp_admit_get_stats_versioned(const mcp_admit *a, int version,
+                                   mcp_admit_stats *out) {
+  mcp_admit_stats st;
+  get_stats(a, &st);
+  memcpy(out, &st,
+         mcp__version_size(version, MCP__VSIZES(mcp_admit_stats), MCP__VN));
+}
+
+static void get_stats(const mcp_admit *a, mcp_admit_stats *st) {
   *st = a->stats;
   st->streams = a->nstreams;
   st->waiting_rate = a->rate.n;

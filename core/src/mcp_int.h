@@ -173,6 +173,29 @@ typedef struct mcp_codec {
 } mcp_codec;
 extern const mcp_codec mcp__codecs[3];
 
+/* ---- versioned structs (mcp.h, "Conventions") ---- */
+
+/*
+ * The bytes of version |version| of a struct whose versions' sizes are
+ * |sizes[1..n)| (append-only: each is a prefix of the next). A version
+ * newer than this library knows gets the newest prefix it knows (the
+ * caller's struct is larger); 0 or less gets 0.
+ */
+static inline size_t mcp__version_size(int version, const size_t *sizes,
+                                       size_t n) {
+  if (version < 1) {
+    return 0;
+  }
+  return (size_t)version < n ? sizes[version] : sizes[n - 1];
+}
+/* 1 when |version| is one this library knows (an input struct of another
+ * version is refused: its fields cannot be read safely). */
+static inline int mcp__version_known(int version, size_t n) {
+  return version >= 1 && (size_t)version < n;
+}
+#define MCP__VSIZES(T) ((const size_t[]){0, sizeof(T)})
+#define MCP__VN 2 /* versions known + 1, for every struct so far */
+
 /* |v| or, when 0, |def|: limits of 0 take their defaults. */
 static inline size_t mcp__limit(size_t v, size_t def) { return v ? v : def; }
 

@@ -182,7 +182,7 @@ const char *mcp_name_rules_str(mcp_name_rules rules) {
   return "unknown";
 }
 
-void mcp_resource_limits_default(mcp_resource_limits *lim) {
+static void limits_default(mcp_resource_limits *lim) {
   memset(lim, 0, sizeof(*lim));
   lim->name_rules = MCP_NAMES_LENIENT;
   lim->max_name_len = MCP_DEFAULT_MAX_NAME_LEN;
@@ -190,8 +190,36 @@ void mcp_resource_limits_default(mcp_resource_limits *lim) {
   lim->max_metadata = MCP_DEFAULT_MAX_METADATA;
 }
 
-int mcp_resource_check(const mcp_resource *r, const mcp_resource_limits *lim,
-                       char *msg, size_t msglen) {
+void mcp_resource_limits_default_versioned(int version,
+                                           mcp_resource_limits *lim) {
+  mcp_resource_limits l;
+  limits_default(&l);
+  memcpy(lim, &l,
+         mcp__version_size(version, MCP__VSIZES(mcp_resource_limits), MCP__VN));
+}
+
+static int resource_check(const mcp_resource *r, const mcp_resource_limits *lim,
+                          char *msg, size_t msglen);
+
+int mcp_resource_check_versioned(const mcp_resource *r, int version,
+                                 const mcp_resource_limits *lim, char *msg,
+                                 size_t msglen) {
+  mcp_resource_limits l;
+  limits_default(&l);
+  if (lim) {
+    if (!mcp__version_known(version, MCP__VN)) {
+      mcp__fmt(msg, msglen, "unknown mcp_resource_limits version");
+      return MCP_ERR_INVALID_ARGUMENT;
+    }
+    memcpy(&l, lim,
+           mcp__version_size(version, MCP__VSIZES(mcp_resource_limits),
+                             MCP__VN));
+  }
+  return resource_check(r, &l, msg, msglen);
+}
+
+static int resource_check(const mcp_resource *r, const mcp_resource_limits *lim,
+                          char *msg, size_t msglen) {
 #define BAD_(...)                      \
   do {                                 \
     mcp__fmt(msg, msglen, __VA_ARGS__); \

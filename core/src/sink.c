@@ -75,7 +75,7 @@ struct mcp_sink_session {
 
 /* ---- state ---- */
 
-void mcp_sink_options_default(mcp_sink_options *opts) {
+static void sink_options_default(mcp_sink_options *opts) {
   memset(opts, 0, sizeof(*opts));
   opts->journal_size = 64;
   opts->max_name_len = MCP_DEFAULT_MAX_NAME_LEN;
@@ -132,7 +132,28 @@ void mcp_sink_state_del(mcp_sink_state *st) {
   mcp__free(&m, st);
 }
 
-int mcp_sink_state_new(mcp_sink_state **pstate, const mcp_sink_options *o) {
+void mcp_sink_options_default_versioned(int version, mcp_sink_options *opts) {
+  mcp_sink_options o;
+  sink_options_default(&o);
+  memcpy(opts, &o,
+         mcp__version_size(version, MCP__VSIZES(mcp_sink_options), MCP__VN));
+}
+
+static int state_new(mcp_sink_state **pstate, const mcp_sink_options *o);
+
+int mcp_sink_state_new_versioned(mcp_sink_state **pstate, int version,
+                                 const mcp_sink_options *opts) {
+  mcp_sink_options o;
+  if (!opts || !mcp__version_known(version, MCP__VN)) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  sink_options_default(&o);
+  memcpy(&o, opts,
+         mcp__version_size(version, MCP__VSIZES(mcp_sink_options), MCP__VN));
+  return state_new(pstate, &o);
+}
+
+static int state_new(mcp_sink_state **pstate, const mcp_sink_options *o) {
   if (!pstate || !o || !o->ncollections || !o->collections ||
       o->service > MCP_SERVICE_AGGREGATED_INCREMENTAL ||
       o->name_rules > MCP_NAMES_KUBERNETES ||
@@ -899,8 +920,25 @@ size_t mcp_sink_state_collection_count(const mcp_sink_state *st) {
   return st->ncolls;
 }
 
-int mcp_sink_state_collection_status(const mcp_sink_state *st, size_t i,
-                                     mcp_tstamp ts, mcp_collection_status *out) {
+static int state_collection_status(const mcp_sink_state *st, size_t i,
+                                   mcp_tstamp ts, mcp_collection_status *out);
+
+int mcp_sink_state_collection_status_versioned(const mcp_sink_state *st,
+                                               size_t i, mcp_tstamp ts,
+                                               int version,
+                                               mcp_collection_status *out) {
+  mcp_collection_status full;
+  int rv = state_collection_status(st, i, ts, &full);
+  if (rv == 0) {
+    memcpy(out, &full,
+           mcp__version_size(version, MCP__VSIZES(mcp_collection_status),
+                             MCP__VN));
+  }
+  return rv;
+}
+
+static int state_collection_status(const mcp_sink_state *st, size_t i,
+                                   mcp_tstamp ts, mcp_collection_status *out) {
   (void)ts;
   if (i >= st->ncolls) {
     return MCP_ERR_NOT_FOUND;
@@ -927,8 +965,22 @@ size_t mcp_sink_state_journal_count(const mcp_sink_state *st) {
   return st->jcount;
 }
 
-int mcp_sink_state_journal_entry(const mcp_sink_state *st, size_t i,
-                                 mcp_journal_entry *e) {
+static int journal_entry(const mcp_sink_state *st, size_t i,
+                         mcp_journal_entry *e);
+
+int mcp_sink_state_journal_entry_versioned(const mcp_sink_state *st, size_t i,
+                                           int version, mcp_journal_entry *out) {
+  mcp_journal_entry e;
+  int rv = journal_entry(st, i, &e);
+  if (rv == 0) {
+    memcpy(out, &e,
+           mcp__version_size(version, MCP__VSIZES(mcp_journal_entry), MCP__VN));
+  }
+  return rv;
+}
+
+static int journal_entry(const mcp_sink_state *st, size_t i,
+                         mcp_journal_entry *e) {
   if (i >= st->jcount) {
     return MCP_ERR_NOT_FOUND;
   }

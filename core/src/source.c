@@ -165,7 +165,7 @@ static uint32_t parse_nonce(const mcp_source_session *s, const char *p,
   return *p ? 0 : (uint32_t)n;
 }
 
-void mcp_source_options_default(mcp_source_options *opts) {
+static void source_options_default(mcp_source_options *opts) {
   memset(opts, 0, sizeof(*opts));
   opts->max_collections = MCP_DEFAULT_MAX_COLLECTIONS;
   opts->max_initial_versions = MCP_DEFAULT_MAX_INITIAL_VERSIONS;
@@ -180,8 +180,32 @@ void mcp_source_options_default(mcp_source_options *opts) {
   opts->request_burst = MCP_DEFAULT_REQUEST_BURST;
 }
 
-int mcp_source_session_new(mcp_source_session **ps,
-                           const mcp_source_options *opts, mcp_tstamp ts) {
+void mcp_source_options_default_versioned(int version,
+                                          mcp_source_options *opts) {
+  mcp_source_options o;
+  source_options_default(&o);
+  memcpy(opts, &o,
+         mcp__version_size(version, MCP__VSIZES(mcp_source_options), MCP__VN));
+}
+
+static int session_new(mcp_source_session **ps, const mcp_source_options *opts,
+                       mcp_tstamp ts);
+
+int mcp_source_session_new_versioned(mcp_source_session **ps, int version,
+                                     const mcp_source_options *opts,
+                                     mcp_tstamp ts) {
+  mcp_source_options o;
+  if (!opts || !mcp__version_known(version, MCP__VN)) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  source_options_default(&o);
+  memcpy(&o, opts,
+         mcp__version_size(version, MCP__VSIZES(mcp_source_options), MCP__VN));
+  return session_new(ps, &o, ts);
+}
+
+static int session_new(mcp_source_session **ps, const mcp_source_options *opts,
+                       mcp_tstamp ts) {
   if (!ps || !opts || (!opts->store && !opts->select_store) ||
       opts->service > MCP_SERVICE_AGGREGATED_INCREMENTAL) {
     return MCP_ERR_INVALID_ARGUMENT;
@@ -988,9 +1012,24 @@ size_t mcp_source_session_collection_count(const mcp_source_session *s) {
   return s->nsubs;
 }
 
-int mcp_source_session_collection_status(const mcp_source_session *s,
-                                         size_t i, mcp_tstamp ts,
-                                         mcp_collection_status *st) {
+static int collection_status(const mcp_source_session *s, size_t i,
+                             mcp_tstamp ts, mcp_collection_status *st);
+
+int mcp_source_session_collection_status_versioned(
+    const mcp_source_session *s, size_t i, mcp_tstamp ts, int version,
+    mcp_collection_status *out) {
+  mcp_collection_status st;
+  int rv = collection_status(s, i, ts, &st);
+  if (rv == 0) {
+    memcpy(out, &st,
+           mcp__version_size(version, MCP__VSIZES(mcp_collection_status),
+                             MCP__VN));
+  }
+  return rv;
+}
+
+static int collection_status(const mcp_source_session *s, size_t i,
+                             mcp_tstamp ts, mcp_collection_status *st) {
   if (i >= s->nsubs) {
     return MCP_ERR_NOT_FOUND;
   }

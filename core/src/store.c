@@ -160,14 +160,35 @@ static int resource_valid(const mcp_store *s, const mcp_resource *r) {
 
 /* ---- store and collections ---- */
 
-void mcp_store_options_default(mcp_store_options *opts) {
+static void store_options_default(mcp_store_options *opts) {
   memset(opts, 0, sizeof(*opts));
   opts->max_name_len = MCP_DEFAULT_MAX_NAME_LEN;
   opts->max_version_len = MCP_DEFAULT_MAX_VERSION_LEN;
   opts->max_resources = MCP_DEFAULT_MAX_RESOURCES;
 }
 
-int mcp_store_new(mcp_store **pstore, const mcp_store_options *opts) {
+void mcp_store_options_default_versioned(int version, mcp_store_options *opts) {
+  mcp_store_options o;
+  store_options_default(&o);
+  memcpy(opts, &o,
+         mcp__version_size(version, MCP__VSIZES(mcp_store_options), MCP__VN));
+}
+
+static int store_new(mcp_store **pstore, const mcp_store_options *opts);
+
+int mcp_store_new_versioned(mcp_store **pstore, int version,
+                            const mcp_store_options *opts) {
+  mcp_store_options o;
+  if (!opts || !mcp__version_known(version, MCP__VN)) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  store_options_default(&o);
+  memcpy(&o, opts,
+         mcp__version_size(version, MCP__VSIZES(mcp_store_options), MCP__VN));
+  return store_new(pstore, &o);
+}
+
+static int store_new(mcp_store **pstore, const mcp_store_options *opts) {
   if (!pstore || !opts || (!opts->epoch && !opts->rand) ||
       opts->name_rules > MCP_NAMES_KUBERNETES) {
     return MCP_ERR_INVALID_ARGUMENT;

@@ -32,6 +32,21 @@
  *     (they may read other objects, and record work to do afterwards).
  *   - Misuse (NULL where an object is required, time going backwards)
  *     trips assert(); peer faults are error codes.
+ *   - Versioned structs, the ngtcp2 way (docs/api.md): each options struct
+ *     the caller fills and each status struct the library fills has a
+ *     version (MCP_<STRUCT>_VERSION). The functions that take or fill one
+ *     are macros over *_versioned() functions that also take the version
+ *     the caller was compiled with, so that a struct that grows in a later
+ *     release (fields are only ever appended) never breaks a program built
+ *     against an older header: the library reads or writes only that
+ *     version's fields, and gives the newer ones their defaults. Structs
+ *     without a version (mcp_resource, mcp_kv, mcp_event, mcp_change,
+ *     mcp_item, the vtables and service definitions of engine.h) are
+ *     frozen: they never grow; a need for more comes as a new struct.
+ *   - The allocator hook (mcp_mem) must be thread-safe when messages are
+ *     freed on another thread than the one using the store: mcp_msg_free()
+ *     of the last reference to a resource's bytes frees them with the
+ *     store's hook. Everything else calls the hook on the object's thread.
  */
 #ifndef MCP_MCP_H
 #define MCP_MCP_H
@@ -328,7 +343,12 @@ typedef struct mcp_resource_limits {
 } mcp_resource_limits;
 
 /* Fills |lim| with what mcp_sink_options_default() applies. */
-MCP_EXTERN void mcp_resource_limits_default(mcp_resource_limits *lim);
+#define MCP_RESOURCE_LIMITS_V1 1
+#define MCP_RESOURCE_LIMITS_VERSION MCP_RESOURCE_LIMITS_V1
+MCP_EXTERN void mcp_resource_limits_default_versioned(int version,
+                                                      mcp_resource_limits *lim);
+#define mcp_resource_limits_default(LIM)                                     \
+  mcp_resource_limits_default_versioned(MCP_RESOURCE_LIMITS_VERSION, (LIM))
 
 /*
  * Checks |res| against |lim|: a name that is present, UTF-8, at most
@@ -339,9 +359,13 @@ MCP_EXTERN void mcp_resource_limits_default(mcp_resource_limits *lim);
  * (naming the resource, truncated to |msglen| bytes with its NUL) in
  * |msg|. Reads |res| only.
  */
-MCP_EXTERN int mcp_resource_check(const mcp_resource *res,
-                                  const mcp_resource_limits *lim, char *msg,
-                                  size_t msglen);
+MCP_EXTERN int mcp_resource_check_versioned(const mcp_resource *res,
+                                            int version,
+                                            const mcp_resource_limits *lim,
+                                            char *msg, size_t msglen);
+#define mcp_resource_check(RES, LIM, MSG, MSGLEN)                             \
+  mcp_resource_check_versioned((RES), MCP_RESOURCE_LIMITS_VERSION, (LIM),     \
+                               (MSG), (MSGLEN))
 
 /* ------------------------------------------------------------------ */
 /* Messages                                                            */
@@ -407,11 +431,19 @@ typedef struct mcp_store_options {
   size_t max_resources;    /* live resources per collection */
 } mcp_store_options;
 
-MCP_EXTERN void mcp_store_options_default(mcp_store_options *opts);
+#define MCP_STORE_OPTIONS_V1 1
+#define MCP_STORE_OPTIONS_VERSION MCP_STORE_OPTIONS_V1
+MCP_EXTERN void mcp_store_options_default_versioned(int version,
+                                                    mcp_store_options *opts);
+#define mcp_store_options_default(OPTS)                                      \
+  mcp_store_options_default_versioned(MCP_STORE_OPTIONS_VERSION, (OPTS))
 
 /* Creates an empty store. On failure |*pstore| is untouched.
- * Errors: NOMEM, INVALID_ARGUMENT. */
-MCP_EXTERN int mcp_store_new(mcp_store **pstore, const mcp_store_options *opts);
+ * Errors: NOMEM, INVALID_ARGUMENT (also an unknown version). */
+MCP_EXTERN int mcp_store_new_versioned(mcp_store **pstore, int version,
+                                       const mcp_store_options *opts);
+#define mcp_store_new(PSTORE, OPTS)                                          \
+  mcp_store_new_versioned((PSTORE), MCP_STORE_OPTIONS_VERSION, (OPTS))
 
 /* Frees the store. Every session using it must have been freed first;
  * messages (mcp_msg) may outlive it. NULL is a no-op. */
@@ -686,14 +718,23 @@ typedef struct mcp_source_options {
   mcp_tstamp catchup_timeout;
 } mcp_source_options;
 
-MCP_EXTERN void mcp_source_options_default(mcp_source_options *opts);
+#define MCP_SOURCE_OPTIONS_V1 1
+#define MCP_SOURCE_OPTIONS_VERSION MCP_SOURCE_OPTIONS_V1
+MCP_EXTERN void mcp_source_options_default_versioned(int version,
+                                                     mcp_source_options *opts);
+#define mcp_source_options_default(OPTS)                                     \
+  mcp_source_options_default_versioned(MCP_SOURCE_OPTIONS_VERSION, (OPTS))
 
 /* Creates a session for one new stream. Keeps |opts->store| (and stores
  * select_store returns) by pointer: they must outlive the session. On
  * failure |*ps| is untouched. Errors: NOMEM, INVALID_ARGUMENT. */
-MCP_EXTERN int mcp_source_session_new(mcp_source_session **ps,
-                                      const mcp_source_options *opts,
-                                      mcp_tstamp ts);
+MCP_EXTERN int mcp_source_session_new_versioned(mcp_source_session **ps,
+                                                int version,
+                                                const mcp_source_options *opts,
+                                                mcp_tstamp ts);
+#define mcp_source_session_new(PS, OPTS, TS)                                 \
+  mcp_source_session_new_versioned((PS), MCP_SOURCE_OPTIONS_VERSION, (OPTS), \
+                                   (TS))
 
 /* Frees the session (pending pushes are forgotten; messages already taken
  * stay valid). NULL is a no-op. */
@@ -822,15 +863,23 @@ typedef struct mcp_sink_options {
   size_t max_nonce_len;
 } mcp_sink_options;
 
-MCP_EXTERN void mcp_sink_options_default(mcp_sink_options *opts);
+#define MCP_SINK_OPTIONS_V1 1
+#define MCP_SINK_OPTIONS_VERSION MCP_SINK_OPTIONS_V1
+MCP_EXTERN void mcp_sink_options_default_versioned(int version,
+                                                   mcp_sink_options *opts);
+#define mcp_sink_options_default(OPTS)                                       \
+  mcp_sink_options_default_versioned(MCP_SINK_OPTIONS_VERSION, (OPTS))
 
 /* Creates the state of a sink. Copies everything in |opts|. On failure
  * |*pstate| is untouched. Errors: NOMEM, INVALID_ARGUMENT (no collection,
  * an empty one, or one twice; a node id or annotation that is not UTF-8,
  * or a node over a source's default limits, MCP_DEFAULT_MAX_NODE_*: such
  * a node would end every stream). */
-MCP_EXTERN int mcp_sink_state_new(mcp_sink_state **pstate,
-                                  const mcp_sink_options *opts);
+MCP_EXTERN int mcp_sink_state_new_versioned(mcp_sink_state **pstate,
+                                            int version,
+                                            const mcp_sink_options *opts);
+#define mcp_sink_state_new(PSTATE, OPTS)                                     \
+  mcp_sink_state_new_versioned((PSTATE), MCP_SINK_OPTIONS_VERSION, (OPTS))
 
 /* Frees the state. Its sessions must have been freed first. */
 MCP_EXTERN void mcp_sink_state_del(mcp_sink_state *state);
@@ -932,13 +981,21 @@ typedef struct mcp_collection_status {
  * (sink), and the state of the i-th. Never allocates. Errors: NOT_FOUND
  * (i out of range). */
 MCP_EXTERN size_t mcp_source_session_collection_count(const mcp_source_session *s);
-MCP_EXTERN int mcp_source_session_collection_status(const mcp_source_session *s,
-                                                    size_t i, mcp_tstamp ts,
-                                                    mcp_collection_status *st);
+#define MCP_COLLECTION_STATUS_V1 1
+#define MCP_COLLECTION_STATUS_VERSION MCP_COLLECTION_STATUS_V1
+MCP_EXTERN int mcp_source_session_collection_status_versioned(
+    const mcp_source_session *s, size_t i, mcp_tstamp ts, int version,
+    mcp_collection_status *st);
+#define mcp_source_session_collection_status(S, I, TS, ST)                   \
+  mcp_source_session_collection_status_versioned(                           \
+      (S), (I), (TS), MCP_COLLECTION_STATUS_VERSION, (ST))
 MCP_EXTERN size_t mcp_sink_state_collection_count(const mcp_sink_state *state);
-MCP_EXTERN int mcp_sink_state_collection_status(const mcp_sink_state *state,
-                                                size_t i, mcp_tstamp ts,
-                                                mcp_collection_status *st);
+MCP_EXTERN int mcp_sink_state_collection_status_versioned(
+    const mcp_sink_state *state, size_t i, mcp_tstamp ts, int version,
+    mcp_collection_status *st);
+#define mcp_sink_state_collection_status(STATE, I, TS, ST)                   \
+  mcp_sink_state_collection_status_versioned(                               \
+      (STATE), (I), (TS), MCP_COLLECTION_STATUS_VERSION, (ST))
 
 /* One request the sink sent, newest last. */
 typedef struct mcp_journal_entry {
@@ -955,8 +1012,13 @@ typedef struct mcp_journal_entry {
  * oldest first. Its strings are owned by the state, valid until the next
  * call that changes the state. */
 MCP_EXTERN size_t mcp_sink_state_journal_count(const mcp_sink_state *state);
-MCP_EXTERN int mcp_sink_state_journal_entry(const mcp_sink_state *state,
-                                            size_t i, mcp_journal_entry *e);
+#define MCP_JOURNAL_ENTRY_V1 1
+#define MCP_JOURNAL_ENTRY_VERSION MCP_JOURNAL_ENTRY_V1
+MCP_EXTERN int mcp_sink_state_journal_entry_versioned(
+    const mcp_sink_state *state, size_t i, int version, mcp_journal_entry *e);
+#define mcp_sink_state_journal_entry(STATE, I, E)                            \
+  mcp_sink_state_journal_entry_versioned((STATE), (I),                       \
+                                         MCP_JOURNAL_ENTRY_VERSION, (E))
 
 /* ------------------------------------------------------------------ */
 /* Admission                                                           */
@@ -1018,10 +1080,18 @@ typedef struct mcp_admit_options {
 #define MCP_ADMIT_DEFAULT_WAIT_TIMEOUT (5 * MCP_SECONDS)
 
 /* Fills |opts| with the defaults (the derived per-peer ones included). */
-MCP_EXTERN void mcp_admit_options_default(mcp_admit_options *opts);
+#define MCP_ADMIT_OPTIONS_V1 1
+#define MCP_ADMIT_OPTIONS_VERSION MCP_ADMIT_OPTIONS_V1
+MCP_EXTERN void mcp_admit_options_default_versioned(int version,
+                                                    mcp_admit_options *opts);
+#define mcp_admit_options_default(OPTS)                                      \
+  mcp_admit_options_default_versioned(MCP_ADMIT_OPTIONS_VERSION, (OPTS))
 
 /* Replaces the zeros of |opts| with the defaults, in place. */
-MCP_EXTERN void mcp_admit_options_normalize(mcp_admit_options *opts);
+MCP_EXTERN void mcp_admit_options_normalize_versioned(int version,
+                                                      mcp_admit_options *opts);
+#define mcp_admit_options_normalize(OPTS)                                    \
+  mcp_admit_options_normalize_versioned(MCP_ADMIT_OPTIONS_VERSION, (OPTS))
 
 typedef enum mcp_admit_verdict {
   MCP_ADMIT_RUN = 0,   /* the stream runs now */
@@ -1061,8 +1131,12 @@ typedef struct mcp_admit_stats {
 
 /* Errors: NOMEM; INVALID_ARGUMENT (NULL). |opts| NULL: the defaults; it is
  * copied and normalized. On failure |*padmit| is untouched. */
-MCP_EXTERN int mcp_admit_new(mcp_admit **padmit, const mcp_admit_options *opts,
-                             const mcp_mem *mem, mcp_tstamp ts);
+MCP_EXTERN int mcp_admit_new_versioned(mcp_admit **padmit, int version,
+                                       const mcp_admit_options *opts,
+                                       const mcp_mem *mem, mcp_tstamp ts);
+#define mcp_admit_new(PADMIT, OPTS, MEM, TS)                                 \
+  mcp_admit_new_versioned((PADMIT), MCP_ADMIT_OPTIONS_VERSION, (OPTS), (MEM), \
+                          (TS))
 
 /* Frees the object and every ticket (the transport drops its pointers).
  * NULL is a no-op. */
@@ -1110,8 +1184,13 @@ MCP_EXTERN void mcp_admit_initial_done(mcp_admit *admit,
  * NULL is a no-op. */
 MCP_EXTERN void mcp_admit_release(mcp_admit *admit, mcp_admit_ticket *ticket);
 
-MCP_EXTERN void mcp_admit_get_stats(const mcp_admit *admit,
-                                    mcp_admit_stats *st);
+#define MCP_ADMIT_STATS_V1 1
+#define MCP_ADMIT_STATS_VERSION MCP_ADMIT_STATS_V1
+MCP_EXTERN void mcp_admit_get_stats_versioned(const mcp_admit *admit,
+                                              int version,
+                                              mcp_admit_stats *st);
+#define mcp_admit_get_stats(ADMIT, ST)                                       \
+  mcp_admit_get_stats_versioned((ADMIT), MCP_ADMIT_STATS_VERSION, (ST))
 
 /* The peer key of a gRPC-style peer name, into |buf| (NUL-terminated,
  * truncated to |len|): "ipv4:10.0.0.1:40000" and "ipv6:[::1]:40000" lose
