@@ -267,6 +267,20 @@ MCP_EXTERN mcp_stream_action mcp_stream_pump(mcp_stream *st, mcp_tstamp ts,
  * I/O only). */
 MCP_EXTERN mcp_tstamp mcp_stream_get_expiry(const mcp_stream *st);
 
+/*
+ * Waking. A protocol module whose stream must be pumped because of
+ * something outside the stream (another call replaced or expired its
+ * session, a registry it reads changed) calls mcp_stream_wake(). The
+ * transport running the stream sets a waker when it takes the stream;
+ * the waker only notes the stream and the transport pumps it soon after,
+ * never from inside mcp_stream_wake() (callbacks do not re-enter). No
+ * waker set: a no-op. Same thread as every other stream call.
+ */
+typedef void (*mcp_stream_waker)(mcp_stream *st, void *user_data);
+MCP_EXTERN void mcp_stream_set_waker(mcp_stream *st, mcp_stream_waker fn,
+                                     void *user_data);
+MCP_EXTERN void mcp_stream_wake(mcp_stream *st);
+
 /* Messages received and sent (pumped as SEND) so far. */
 MCP_EXTERN uint64_t mcp_stream_received(const mcp_stream *st);
 MCP_EXTERN uint64_t mcp_stream_sent(const mcp_stream *st);
