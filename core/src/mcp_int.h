@@ -276,6 +276,8 @@ typedef struct mcp_coll {
   uint64_t gen;
   uint64_t compact_gen;    /* tombstones up to here were dropped */
   mcp_tstamp last_change;
+  int absent;              /* removed (mcp_store_remove_collection) and not
+                              brought back: every entry is a tombstone */
 } mcp_coll;
 
 struct mcp_store {

@@ -291,9 +291,24 @@ static int coll_get_or_add(mcp_store *s, const char *name, mcp_coll **pc) {
   return 0;
 }
 
+/* A removed collection comes back with a generation of its own, so that
+ * watches see it appear even when nothing else changes. */
+static void coll_revive(mcp_coll *c) {
+  if (c->absent) {
+    c->absent = 0;
+    c->gen++;
+    mcp__snap_unref(c->snap);
+    c->snap = NULL;
+  }
+}
+
 int mcp_store_add_collection(mcp_store *s, const char *collection) {
   mcp_coll *c;
-  return coll_get_or_add(s, collection, &c);
+  int rv = coll_get_or_add(s, collection, &c);
+  if (rv == 0) {
+    coll_revive(c);
+  }
+  return rv;
 }
 
 static void list_unlink(mcp_coll *c, mcp_entry *e) {
@@ -564,9 +579,17 @@ static int change(mcp_store *s, const char *collection, const mcp_resource *res,
   if (rv != 0) {
     return rv;
   }
+  int was_absent = c->absent;
   rv = apply(s, c, res, n, replace, ts);
   if (rv < 0 && !existed) {
     coll_undo_add(s, c);
+  } else if (rv >= 0 && was_absent) {
+    if (rv == 0) {
+      coll_revive(c);
+      c->last_change = ts;
+    }
+    c->absent = 0; /* apply() bumped the generation */
+    rv = 1;
   }
   return rv;
 }
@@ -602,13 +625,37 @@ int mcp_store_delete(mcp_store *s, const char *collection, const char *name,
   return 1;
 }
 
+int mcp_store_remove_collection(mcp_store *s, const char *collection,
+                                mcp_tstamp ts) {
+  mcp_coll *c = collection ? mcp__store_coll(s, collection) : NULL;
+  if (!c || c->absent) {
+    return 0;
+  }
+  /* Tombstones only: nothing to allocate, so nothing can fail. */
+  uint64_t gen = ++c->gen;
+  mcp_entry *stop = c->tail;
+  for (mcp_entry *e = c->head, *next; e; e = next) {
+    next = e == stop ? NULL : e->next;
+    if (e->enc) {
+      make_tombstone(&s->mem, c, e, gen);
+    }
+  }
+  c->absent = 1;
+  c->last_change = ts;
+  mcp__snap_unref(c->snap);
+  c->snap = NULL;
+  compact(&s->mem, c);
+  return 1;
+}
+
 uint64_t mcp_store_generation(const mcp_store *s, const char *collection) {
   mcp_coll *c = mcp__store_coll(s, collection);
   return c ? c->gen : 0;
 }
 
 int mcp_store_has_collection(const mcp_store *s, const char *collection) {
-  return mcp__store_coll(s, collection) != NULL;
+  mcp_coll *c = mcp__store_coll(s, collection);
+  return c && !c->absent;
 }
 
 size_t mcp_store_count(const mcp_store *s, const char *collection) {

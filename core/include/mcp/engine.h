@@ -144,7 +144,7 @@ MCP_EXTERN uint64_t mcp_watch_generation(const mcp_watch *w);
 
 /* Looks one live item up by name now (not a take; the watch does not
  * move). Returns 1 and fills |*item|, or 0. Valid until the next change of
- * the store. */
+ * the store or the next call on this watch (type_url is the watch's). */
 MCP_EXTERN int mcp_watch_get(const mcp_watch *w, const char *name,
                              mcp_item *item);
 
@@ -252,11 +252,17 @@ typedef enum mcp_stream_action {
 
 /*
  * What the transport does next at |ts|. |can_send| 0 while a send is in
- * flight (one message at a time): then only timers and the ending are
- * looked at. Runs due timers first. A session error becomes END with
- * mcp_error_grpc_status(err) and mcp_strerror(err). A stream whose timers
- * keep firing without producing anything is not spun: get_expiry() is
- * never earlier than |ts| + 1 ms after an expiry that did nothing.
+ * flight (one message at a time): then only timers and errors are looked
+ * at. Runs due timers first. A session error (from recv, next or
+ * handle_expiry) becomes END at once, also with a send in flight (the
+ * transport then ends the call with the status, as a cancel would), with
+ * mcp_error_grpc_status(err) and mcp_strerror(err). A session that wants
+ * its own status and text (INVALID_ARGUMENT "scheme must be k8s") says so
+ * through end(), which, like the half-close rule and the client's
+ * half-close, is asked only with the sending side free and nothing more
+ * to send. A stream whose timers keep firing without producing anything
+ * is not spun: get_expiry() is never earlier than |ts| + 1 ms after an
+ * expiry that did nothing.
  */
 MCP_EXTERN mcp_stream_action mcp_stream_pump(mcp_stream *st, mcp_tstamp ts,
                                              int can_send, mcp_msg **pmsg,

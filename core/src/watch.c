@@ -1,0 +1,241 @@
+/*
+ * A watch: one subscriber's position in one collection of a store. It
+ * holds the generation it last took and whether the collection existed
+ * then; what changed since is the tail of the collection's change list
+ * (store.c), so a take costs O(changed). When the list no longer reaches
+ * back (tombstones compacted) or the collection was absent, the take is a
+ * whole state and the caller starts over.
+ */
+#include "mcp_int.h"
+
+#include "mcp/engine.h"
+
+struct mcp_watch {
+  mcp_mem mem;
+  const mcp_store *store;
+  char *collection;
+  mcp_tstamp debounce, max_delay;
+  uint64_t gen;     /* generation last taken */
+  int taken;        /* a take happened */
+  int existed;      /* the collection existed at the last take */
+  int dirty;        /* a change was seen by ready() since the last take */
+  mcp_tstamp first_seen; /* when ready() first saw it (max_delay) */
+  mcp_tstamp last_ts;
+  mcp_buf type_url; /* NUL-terminated copy for mcp_item.type_url */
+};
+
+int mcp_watch_new(mcp_watch **pw, const mcp_store *store,
+                  const char *collection, const mcp_watch_options *opts,
+                  const mcp_mem *mem) {
+  if (!pw || !store || !collection || !collection[0]) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  mcp_mem m;
+  mcp__mem_init(&m, mem);
+  mcp_watch *w = mcp__calloc(&m, 1, sizeof(*w));
+  if (!w) {
+    return MCP_ERR_NOMEM;
+  }
+  w->mem = m;
+  w->store = store;
+  if (!(w->collection = mcp__strdup(&m, collection))) {
+    mcp__free(&m, w);
+    return MCP_ERR_NOMEM;
+  }
+  if (opts) {
+    w->debounce = opts->debounce;
+    w->max_delay = opts->max_delay;
+  }
+  *pw = w;
+  return 0;
+}
+
+void mcp_watch_del(mcp_watch *w) {
+  if (!w) {
+    return;
+  }
+  mcp_mem m = w->mem;
+  mcp__buf_free(&w->type_url, &m);
+  mcp__free(&m, w->collection);
+  mcp__free(&m, w);
+}
+
+const char *mcp_watch_collection(const mcp_watch *w) { return w->collection; }
+
+static mcp_coll *live_coll(const mcp_watch *w) {
+  mcp_coll *c = mcp__store_coll(w->store, w->collection);
+  return c && !c->absent ? c : NULL;
+}
+
+int mcp_watch_exists(const mcp_watch *w) { return live_coll(w) != NULL; }
+
+int mcp_watch_changed(const mcp_watch *w) {
+  if (!w->taken) {
+    return 1;
+  }
+  mcp_coll *c = live_coll(w);
+  if (!c) {
+    return w->existed;
+  }
+  return !w->existed || c->gen != w->gen;
+}
+
+/* The time the collection last changed, for the quiet window. */
+static mcp_tstamp last_change(const mcp_watch *w) {
+  mcp_coll *c = mcp__store_coll(w->store, w->collection);
+  return c ? c->last_change : 0;
+}
+
+int mcp_watch_ready(mcp_watch *w, mcp_tstamp ts) {
+  if (ts > w->last_ts) {
+    w->last_ts = ts;
+  }
+  if (!mcp_watch_changed(w)) {
+    return 0;
+  }
+  if (!w->taken || !w->debounce) {
+    return 1;
+  }
+  if (!w->dirty) {
+    w->dirty = 1;
+    w->first_seen = ts;
+  }
+  return ts >= last_change(w) + w->debounce ||
+         (w->max_delay && ts >= w->first_seen + w->max_delay);
+}
+
+mcp_tstamp mcp_watch_get_expiry(const mcp_watch *w) {
+  if (!w->taken || !w->debounce || !mcp_watch_changed(w)) {
+    return MCP_TSTAMP_MAX;
+  }
+  mcp_tstamp d = last_change(w) + w->debounce;
+  if (w->dirty && w->max_delay && w->first_seen + w->max_delay < d) {
+    d = w->first_seen + w->max_delay;
+  }
+  /* Due already: ready() says so; a deadline in the past would make the
+   * caller's timer spin. */
+  return d <= w->last_ts ? MCP_TSTAMP_MAX : d;
+}
+
+/* Fills |it| from a live entry: the Any's type URL and value are found in
+ * the entry's encoded Resource (metadata = 1, body = 2; Any: type_url = 1,
+ * value = 2). */
+static int entry_item(mcp_watch *w, const mcp_entry *e, mcp_item *it) {
+  memset(it, 0, sizeof(*it));
+  it->name = e->name;
+  if (!e->enc) {
+    it->removed = 1;
+    it->type_url = "";
+    return 0;
+  }
+  it->version = e->version;
+  it->ref = e->enc;
+  mcp_wire r = {e->enc->data + e->res_off, e->enc->data + e->enc->len};
+  const uint8_t *tp = NULL;
+  size_t tlen = 0;
+  uint32_t f;
+  int wt, rv;
+  uint64_t v;
+  const uint8_t *d;
+  size_t n;
+  while ((rv = mcp__wire_next(&r, &f, &wt, &v, &d, &n)) == 1) {
+    if (f != 2 || wt != MCP_WT_LEN) {
+      continue;
+    }
+    mcp_wire a = {d, d + n};
+    while ((rv = mcp__wire_next(&a, &f, &wt, &v, &d, &n)) == 1) {
+      if (f == 1 && wt == MCP_WT_LEN) {
+        tp = d;
+        tlen = n;
+      } else if (f == 2 && wt == MCP_WT_LEN) {
+        it->body = n ? d : NULL;
+        it->body_len = n;
+      }
+    }
+  }
+  if (rv < 0) {
+    return rv; /* the store wrote these bytes: cannot happen */
+  }
+  w->type_url.len = 0;
+  if (mcp__buf_reserve(&w->type_url, &w->mem, tlen + 1) != 0) {
+    return MCP_ERR_NOMEM;
+  }
+  if (tlen) {
+    memcpy(w->type_url.p, tp, tlen);
+  }
+  w->type_url.p[tlen] = '\0';
+  it->type_url = (const char *)w->type_url.p;
+  return 0;
+}
+
+static int report(mcp_watch *w, const mcp_entry *e, mcp_watch_fn fn,
+                  void *ud) {
+  mcp_item it;
+  int rv = entry_item(w, e, &it);
+  return rv < 0 ? rv : fn(&it, ud);
+}
+
+int mcp_watch_take(mcp_watch *w, mcp_tstamp ts, mcp_watch_fn fn,
+                   void *user_data, int *full) {
+  if (ts > w->last_ts) {
+    w->last_ts = ts;
+  }
+  mcp_coll *c = live_coll(w);
+  int whole = !w->taken || !w->existed || !c || w->gen < c->compact_gen;
+  int count = 0, rv;
+  if (c && whole) {
+    for (const mcp_entry *e = c->head; e; e = e->next) {
+      if (e->enc) {
+        if ((rv = report(w, e, fn, user_data)) < 0) {
+          return rv;
+        }
+        count++;
+      }
+    }
+  } else if (c && c->gen != w->gen) {
+    /* The entries changed after |w->gen| are the tail of the list. */
+    const mcp_entry *first = NULL;
+    for (const mcp_entry *e = c->tail; e && e->gen > w->gen; e = e->prev) {
+      first = e;
+    }
+    for (const mcp_entry *e = first; e; e = e->next) {
+      if ((rv = report(w, e, fn, user_data)) < 0) {
+        return rv;
+      }
+      count++;
+    }
+  }
+  if (full) {
+    *full = whole;
+  }
+  w->taken = 1;
+  w->existed = c != NULL;
+  w->gen = c ? c->gen : 0;
+  w->dirty = 0;
+  return count;
+}
+
+uint64_t mcp_watch_generation(const mcp_watch *w) { return w->gen; }
+
+int mcp_watch_get(const mcp_watch *w, const char *name, mcp_item *item) {
+  mcp_coll *c = live_coll(w);
+  const mcp_entry *e = c && name ? mcp__map_get(&c->map, name) : NULL;
+  if (!e || !e->enc) {
+    return 0;
+  }
+  /* The type URL buffer is the watch's scratch space, not its state. */
+  return entry_item((mcp_watch *)(uintptr_t)w, e, item) == 0;
+}
+
+int mcp_watch_foreach(const mcp_watch *w, mcp_watch_fn fn, void *user_data) {
+  mcp_coll *c = live_coll(w);
+  for (const mcp_entry *e = c ? c->head : NULL; e; e = e->next) {
+    if (e->enc) {
+      int rv = report((mcp_watch *)(uintptr_t)w, e, fn, user_data);
+      if (rv) {
+        return rv;
+      }
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,652 @@
+/*
+ * The engine every protocol module shares (mcp/engine.h): watches over a
+ * store (full state, O(changed) differences, debounce, a collection that
+ * disappears and comes back), the message builder (shared bodies), and
+ * the stream driver's policy (order of a pump, endings, half-close, the
+ * spin guard, waking).
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helper.h"
+#include "mcp/engine.h"
+
+#define COLL "default/web:80"
+#define MS MCP_MILLISECONDS
+
+/* ---- what a take reported ---- */
+
+typedef struct seen {
+  char names[64][32];
+  char bodies[64][32];
+  int removed[64];
+  int n;
+} seen;
+
+static int record(const mcp_item *it, void *ud) {
+  seen *s = ud;
+  ck_assert_int_lt(s->n, 64);
+  snprintf(s->names[s->n], sizeof(s->names[0]), "%s", it->name);
+  snprintf(s->bodies[s->n], sizeof(s->bodies[0]), "%.*s", (int)it->body_len,
+           it->body ? (const char *)it->body : "");
+  s->removed[s->n] = it->removed;
+  if (!it->removed) {
+    ck_assert_str_eq(it->type_url, "type.googleapis.com/test.Body");
+    ck_assert_ptr_nonnull(it->version);
+  } else {
+    ck_assert_ptr_null(it->version);
+    ck_assert_ptr_null(it->body);
+  }
+  s->n++;
+  return 0;
+}
+
+static int take(mcp_watch *w, mcp_tstamp ts, seen *s, int *full) {
+  memset(s, 0, sizeof(*s));
+  return mcp_watch_take(w, ts, record, s, full);
+}
+
+static mcp_watch *watch_new(mcp_store *st, mcp_tstamp debounce,
+                            mcp_tstamp max_delay) {
+  mcp_watch_options o = {debounce, max_delay};
+  mcp_watch *w = NULL;
+  ck_assert_int_eq(mcp_watch_new(&w, st, COLL, &o, NULL), 0);
+  return w;
+}
+
+START_TEST(test_watch_first_take_is_the_whole_state) {
+  mcp_store *st = th_store(NULL);
+  th_put(st, COLL, "10.0.0.1:80", "v1", "A", 0);
+  th_put(st, COLL, "10.0.0.2:80", "v1", "B", 0);
+  th_put(st, "other", "x", "v1", "X", 0);
+  mcp_watch *w = watch_new(st, 0, 0);
+  ck_assert_str_eq(mcp_watch_collection(w), COLL);
+  ck_assert_int_eq(mcp_watch_exists(w), 1);
+  ck_assert_int_eq(mcp_watch_changed(w), 1);
+  ck_assert_int_eq(mcp_watch_ready(w, 0), 1);
+  seen s;
+  int full = -1;
+  ck_assert_int_eq(take(w, 0, &s, &full), 2);
+  ck_assert_int_eq(full, 1);
+  ck_assert_str_eq(s.names[0], "10.0.0.1:80");
+  ck_assert_str_eq(s.bodies[0], "A");
+  ck_assert_str_eq(s.names[1], "10.0.0.2:80");
+  ck_assert_int_eq(mcp_watch_changed(w), 0);
+  ck_assert_int_eq(mcp_watch_ready(w, 1), 0);
+  ck_assert_uint_eq(mcp_watch_generation(w), mcp_store_generation(st, COLL));
+  /* Another collection's change is not this watch's. */
+  th_put(st, "other", "y", "v1", "Y", 1);
+  ck_assert_int_eq(mcp_watch_changed(w), 0);
+  mcp_watch_del(w);
+  mcp_store_del(st);
+}
+END_TEST
+
+START_TEST(test_watch_reports_only_what_changed_oldest_first) {
+  mcp_store *st = th_store(NULL);
+  for (int i = 0; i < 50; ++i) {
+    char name[32];
+    snprintf(name, sizeof(name), "10.0.0.%d:80", i);
+    th_put(st, COLL, name, "v1", "A", 0);
+  }
+  mcp_watch *w = watch_new(st, 0, 0);
+  seen s;
+  int full;
+  ck_assert_int_eq(take(w, 0, &s, &full), 50);
+  th_put(st, COLL, "10.0.0.7:80", "v2", "B", 1);
+  ck_assert_int_eq(mcp_store_delete(st, COLL, "10.0.0.3:80", 2), 1);
+  th_put(st, COLL, "10.0.0.99:80", "v1", "C", 3);
+  ck_assert_int_eq(mcp_watch_ready(w, 3), 1);
+  ck_assert_int_eq(take(w, 3, &s, &full), 3);
+  ck_assert_int_eq(full, 0);
+  ck_assert_str_eq(s.names[0], "10.0.0.7:80");
+  ck_assert_str_eq(s.bodies[0], "B");
+  ck_assert_str_eq(s.names[1], "10.0.0.3:80");
+  ck_assert_int_eq(s.removed[1], 1);
+  ck_assert_str_eq(s.names[2], "10.0.0.99:80");
+  /* Nothing since: an empty take. */
+  ck_assert_int_eq(take(w, 4, &s, &full), 0);
+  ck_assert_int_eq(full, 0);
+  mcp_watch_del(w);
+  mcp_store_del(st);
+}
+END_TEST
+
+START_TEST(test_watch_sees_a_collection_removed_and_brought_back) {
+  mcp_store *st = th_store(NULL);
+  mcp_watch *w = watch_new(st, 0, 0);
+  seen s;
+  int full = 0;
+  /* Not there at all: a whole state of nothing. */
+  ck_assert_int_eq(mcp_watch_exists(w), 0);
+  ck_assert_int_eq(take(w, 0, &s, &full), 0);
+  ck_assert_int_eq(full, 1);
+  ck_assert_int_eq(mcp_watch_changed(w), 0);
+
+  th_put(st, COLL, "10.0.0.1:80", "v1", "A", 1);
+  ck_assert_int_eq(mcp_watch_changed(w), 1);
+  ck_assert_int_eq(take(w, 1, &s, &full), 1);
+  ck_assert_int_eq(full, 1); /* it appeared: the caller held nothing */
+
+  ck_assert_int_eq(mcp_store_remove_collection(st, COLL, 2), 1);
+  ck_assert_int_eq(mcp_store_remove_collection(st, COLL, 2), 0);
+  ck_assert_int_eq(mcp_store_has_collection(st, COLL), 0);
+  ck_assert_uint_eq(mcp_store_count(st, COLL), 0);
+  ck_assert_int_eq(mcp_watch_exists(w), 0);
+  ck_assert_int_eq(mcp_watch_changed(w), 1);
+  ck_assert_int_eq(take(w, 2, &s, &full), 0);
+  ck_assert_int_eq(full, 1);
+  ck_assert_int_eq(mcp_watch_changed(w), 0);
+
+  /* Back, empty, through add_collection: changed, exists, nothing in it. */
+  uint64_t g = mcp_store_generation(st, COLL);
+  ck_assert_int_eq(mcp_store_add_collection(st, COLL), 0);
+  ck_assert_uint_gt(mcp_store_generation(st, COLL), g);
+  ck_assert_int_eq(mcp_watch_exists(w), 1);
+  ck_assert_int_eq(mcp_watch_changed(w), 1);
+  ck_assert_int_eq(take(w, 3, &s, &full), 0);
+  ck_assert_int_eq(full, 1);
+
+  /* Removed and back within one window: the difference is exact. */
+  th_put(st, COLL, "10.0.0.1:80", "v1", "A", 4);
+  th_put(st, COLL, "10.0.0.2:80", "v1", "B", 4);
+  ck_assert_int_eq(take(w, 4, &s, &full), 2);
+  ck_assert_int_eq(full, 0);
+  ck_assert_int_eq(mcp_store_remove_collection(st, COLL, 5), 1);
+  th_put(st, COLL, "10.0.0.2:80", "v1", "B", 5);
+  ck_assert_int_eq(mcp_store_has_collection(st, COLL), 1);
+  ck_assert_int_eq(take(w, 5, &s, &full), 2);
+  ck_assert_int_eq(full, 0);
+  ck_assert_str_eq(s.names[0], "10.0.0.1:80");
+  ck_assert_int_eq(s.removed[0], 1);
+  ck_assert_str_eq(s.names[1], "10.0.0.2:80");
+  ck_assert_int_eq(s.removed[1], 0);
+  mcp_watch_del(w);
+  mcp_store_del(st);
+}
+END_TEST
+
+START_TEST(test_store_remove_collection_replace_of_nothing_brings_it_back) {
+  mcp_store *st = th_store(NULL);
+  th_put(st, COLL, "a", "v1", "A", 0);
+  ck_assert_int_eq(mcp_store_remove_collection(st, COLL, 1), 1);
+  ck_assert_int_eq(mcp_store_remove_collection(st, "never", 1), 0);
+  uint64_t g = mcp_store_generation(st, COLL);
+  ck_assert_int_eq(mcp_store_replace(st, COLL, NULL, 0, 2), 1);
+  ck_assert_int_eq(mcp_store_has_collection(st, COLL), 1);
+  ck_assert_uint_gt(mcp_store_generation(st, COLL), g);
+  /* Present and unchanged: an empty replace is no change. */
+  ck_assert_int_eq(mcp_store_replace(st, COLL, NULL, 0, 3), 0);
+  mcp_store_del(st);
+}
+END_TEST
+
+START_TEST(test_watch_falls_back_to_whole_state_after_compaction) {
+  mcp_store *st = th_store(NULL);
+  th_put(st, COLL, "keep", "v1", "K", 0);
+  mcp_watch *w = watch_new(st, 0, 0);
+  seen s;
+  int full;
+  take(w, 0, &s, &full);
+  /* Enough deletions for the store to drop tombstones the watch needs. */
+  for (int i = 0; i < 300; ++i) {
+    char name[32];
+    snprintf(name, sizeof(name), "t%d", i);
+    th_put(st, COLL, name, "v1", "T", 1);
+    ck_assert_int_eq(mcp_store_delete(st, COLL, name, 1), 1);
+  }
+  ck_assert_int_eq(take(w, 2, &s, &full), 1);
+  ck_assert_int_eq(full, 1);
+  ck_assert_str_eq(s.names[0], "keep");
+  mcp_watch_del(w);
+  mcp_store_del(st);
+}
+END_TEST
+
+START_TEST(test_watch_debounce_waits_for_quiet_and_max_delay_caps_it) {
+  mcp_store *st = th_store(NULL);
+  th_put(st, COLL, "a", "v1", "A", 0);
+  mcp_watch *w = watch_new(st, 100 * MS, 250 * MS);
+  seen s;
+  int full;
+  /* The first take is never delayed. */
+  ck_assert_int_eq(mcp_watch_ready(w, 0), 1);
+  take(w, 0, &s, &full);
+  ck_assert_uint_eq(mcp_watch_get_expiry(w), MCP_TSTAMP_MAX);
+
+  th_put(st, COLL, "a", "v2", "A2", 10 * MS);
+  ck_assert_int_eq(mcp_watch_ready(w, 10 * MS), 0);
+  ck_assert_uint_eq(mcp_watch_get_expiry(w), 110 * MS);
+  /* Changes keep coming: the quiet window moves, max_delay does not. */
+  for (mcp_tstamp t = 60 * MS; t < 260 * MS; t += 50 * MS) {
+    char v[32];
+    snprintf(v, sizeof(v), "v%d", (int)(t / MS));
+    th_put(st, COLL, "a", v, "A3", t);
+    ck_assert_int_eq(mcp_watch_ready(w, t), 0);
+  }
+  ck_assert_uint_eq(mcp_watch_get_expiry(w), 10 * MS + 250 * MS);
+  ck_assert_int_eq(mcp_watch_ready(w, 259 * MS), 0);
+  ck_assert_int_eq(mcp_watch_ready(w, 260 * MS), 1);
+  /* Ready: no deadline in the past for a timer to spin on. */
+  ck_assert_uint_eq(mcp_watch_get_expiry(w), MCP_TSTAMP_MAX);
+  ck_assert_int_eq(take(w, 260 * MS, &s, &full), 1);
+  mcp_watch_del(w);
+  mcp_store_del(st);
+}
+END_TEST
+
+START_TEST(test_watch_get_and_foreach_do_not_move_the_watch) {
+  mcp_store *st = th_store(NULL);
+  th_put(st, COLL, "a", "v1", "A", 0);
+  th_put(st, COLL, "b", "v1", "B", 0);
+  mcp_watch *w = watch_new(st, 0, 0);
+  mcp_item it;
+  ck_assert_int_eq(mcp_watch_get(w, "b", &it), 1);
+  ck_assert_str_eq(it.name, "b");
+  ck_assert_uint_eq(it.body_len, 1);
+  ck_assert_int_eq(it.body[0], 'B');
+  ck_assert_int_eq(mcp_watch_get(w, "zz", &it), 0);
+  ck_assert_int_eq(mcp_store_delete(st, COLL, "b", 1), 1);
+  ck_assert_int_eq(mcp_watch_get(w, "b", &it), 0);
+  seen s = {0};
+  ck_assert_int_eq(mcp_watch_foreach(w, record, &s), 0);
+  ck_assert_int_eq(s.n, 1);
+  ck_assert_int_eq(mcp_watch_changed(w), 1); /* still never taken */
+  mcp_watch_del(w);
+  mcp_store_del(st);
+}
+END_TEST
+
+static int fail_at_second(const mcp_item *it, void *ud) {
+  (void)it;
+  return ++*(int *)ud == 2 ? MCP_ERR_NOMEM : 0;
+}
+
+START_TEST(test_watch_take_that_fails_does_not_move) {
+  mcp_store *st = th_store(NULL);
+  th_put(st, COLL, "a", "v1", "A", 0);
+  th_put(st, COLL, "b", "v1", "B", 0);
+  mcp_watch *w = watch_new(st, 0, 0);
+  int calls = 0, full;
+  ck_assert_int_eq(mcp_watch_take(w, 0, fail_at_second, &calls, &full),
+                   MCP_ERR_NOMEM);
+  ck_assert_int_eq(mcp_watch_changed(w), 1);
+  seen s;
+  ck_assert_int_eq(take(w, 0, &s, &full), 2);
+  ck_assert_int_eq(full, 1);
+  mcp_watch_del(w);
+  mcp_store_del(st);
+}
+END_TEST
+
+/* ---- message builder ---- */
+
+static int build_from(const mcp_item *it, void *ud) {
+  mcp_msg_builder *b = ud;
+  mcp_msg_builder_len_field(b, 1, it->name, strlen(it->name));
+  mcp_msg_builder_key(b, 2, 2);
+  mcp_msg_builder_varint(b, it->body_len);
+  mcp_msg_builder_body(b, it);
+  return 0;
+}
+
+START_TEST(test_msg_builder_shares_stored_bodies_and_outlives_the_store) {
+  mcp_store *st = th_store(NULL);
+  th_put(st, COLL, "a", "v1", "BODY-A", 0);
+  mcp_watch *w = watch_new(st, 0, 0);
+  mcp_msg_builder *b = NULL;
+  ck_assert_int_eq(mcp_msg_builder_new(&b, NULL), 0);
+  mcp_msg_builder_bytes(b, "\x08\x01", 2);
+  int full;
+  ck_assert_int_eq(mcp_watch_take(w, 0, build_from, b, &full), 1);
+  size_t want = 2 + 3 + 2 + 6;
+  ck_assert_uint_eq(mcp_msg_builder_len(b), want);
+  mcp_msg *msg = NULL;
+  ck_assert_int_eq(mcp_msg_builder_finish(b, "lbl", &msg), 0);
+  ck_assert_uint_eq(mcp_msg_builder_len(b), 0); /* reset for the next */
+  mcp_watch_del(w);
+  mcp_store_del(st); /* the message keeps the body alive */
+  ck_assert_uint_eq(mcp_msg_len(msg), want);
+  ck_assert_str_eq(mcp_msg_collection(msg), "lbl");
+  uint8_t flat[64];
+  mcp_msg_flatten(msg, flat);
+  ck_assert_int_eq(memcmp(flat, "\x08\x01\x0a\x01" "a\x12\x06" "BODY-A", want),
+                   0);
+  mcp_msg_free(msg);
+  mcp_msg_builder_del(b);
+}
+END_TEST
+
+START_TEST(test_msg_builder_out_of_memory_produces_nothing) {
+  for (long fail = 1; fail < 8; ++fail) {
+    th_mem m;
+    th_mem_init(&m, fail);
+    mcp_msg_builder *b = NULL;
+    if (mcp_msg_builder_new(&b, &m.mem) != 0) {
+      continue;
+    }
+    char big[1000];
+    memset(big, 'x', sizeof(big));
+    mcp_msg_builder_bytes(b, big, sizeof(big));
+    mcp_msg_builder_bytes(b, big, sizeof(big));
+    mcp_msg *msg = NULL;
+    int rv = mcp_msg_builder_finish(b, NULL, &msg);
+    if (rv == 0) {
+      ck_assert_uint_eq(mcp_msg_len(msg), 2000);
+      mcp_msg_free(msg);
+    } else {
+      ck_assert_int_eq(rv, MCP_ERR_NOMEM);
+      ck_assert_ptr_null(msg);
+    }
+    mcp_msg_builder_del(b);
+  }
+}
+END_TEST
+
+/* ---- stream driver, with a small scripted session ---- */
+
+typedef struct script {
+  int to_send;       /* messages next() still gives */
+  int recv_error;    /* recv returns it */
+  int next_error;    /* next returns it */
+  int ending;        /* end() says so */
+  mcp_tstamp expiry; /* get_expiry() */
+  int expiry_moves;  /* handle_expiry moves the deadline */
+  int expired, received, half_closed, *deleted;
+} script;
+
+static int s_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
+  (void)in;
+  (void)len;
+  (void)ts;
+  script *s = sess;
+  s->received++;
+  return s->recv_error;
+}
+
+static int s_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
+  (void)ts;
+  script *s = sess;
+  if (s->next_error) {
+    return s->next_error;
+  }
+  if (!s->to_send) {
+    return 0;
+  }
+  s->to_send--;
+  mcp_msg_builder *b;
+  ck_assert_int_eq(mcp_msg_builder_new(&b, NULL), 0);
+  mcp_msg_builder_bytes(b, "m", 1);
+  ck_assert_int_eq(mcp_msg_builder_finish(b, NULL, pmsg), 0);
+  mcp_msg_builder_del(b);
+  return 1;
+}
+
+static mcp_tstamp s_get_expiry(const void *sess) {
+  return ((const script *)sess)->expiry;
+}
+
+static int s_handle_expiry(void *sess, mcp_tstamp ts) {
+  script *s = sess;
+  s->expired++;
+  if (s->expiry_moves) {
+    s->expiry = ts + 10 * MS;
+  }
+  return 0;
+}
+
+static int s_end(const void *sess, int *status, const char **details) {
+  const script *s = sess;
+  if (!s->ending) {
+    return 0;
+  }
+  *status = 3;
+  *details = "scheme must be k8s";
+  return 1;
+}
+
+static void s_half_close(void *sess, mcp_tstamp ts) {
+  (void)ts;
+  ((script *)sess)->half_closed++;
+}
+
+static void s_del(void *sess) { ++*((script *)sess)->deleted; }
+
+static mcp_stream_ops script_ops(unsigned flags) {
+  mcp_stream_ops o = {"script",     flags, s_recv,       s_next,
+                      s_get_expiry, s_handle_expiry,     s_end,
+                      s_half_close, s_del};
+  return o;
+}
+
+static mcp_stream *stream_new(const mcp_stream_ops *ops, script *s,
+                              int *deleted) {
+  s->deleted = deleted;
+  if (!s->expiry) {
+    s->expiry = MCP_TSTAMP_MAX;
+  }
+  mcp_stream *st = NULL;
+  ck_assert_int_eq(mcp_stream_new(&st, ops, s, NULL, 0), 0);
+  return st;
+}
+
+#define PUMP(st, ts, can_send)                                               \
+  mcp_stream_pump((st), (ts), (can_send), &msg, &status, &details)
+
+START_TEST(test_stream_sends_one_message_per_pump_and_only_when_free) {
+  mcp_stream_ops ops = script_ops(0);
+  script s = {.to_send = 2};
+  int deleted = 0, status = -1;
+  const char *details = NULL;
+  mcp_msg *msg = NULL;
+  mcp_stream *st = stream_new(&ops, &s, &deleted);
+  ck_assert_ptr_eq(mcp_stream_get_ops(st), &ops);
+  ck_assert_ptr_eq(mcp_stream_session(st), &s);
+  ck_assert_int_eq(PUMP(st, 0, 0), MCP_STREAM_IDLE);
+  ck_assert_int_eq(s.to_send, 2);
+  ck_assert_int_eq(PUMP(st, 0, 1), MCP_STREAM_SEND);
+  ck_assert_uint_eq(mcp_msg_len(msg), 1);
+  mcp_msg_free(msg);
+  ck_assert_int_eq(PUMP(st, 0, 1), MCP_STREAM_SEND);
+  mcp_msg_free(msg);
+  ck_assert_int_eq(PUMP(st, 0, 1), MCP_STREAM_IDLE);
+  ck_assert_ptr_null(msg);
+  ck_assert_uint_eq(mcp_stream_sent(st), 2);
+  mcp_stream_recv(st, (const uint8_t *)"x", 1, 0);
+  ck_assert_uint_eq(mcp_stream_received(st), 1);
+  ck_assert_int_eq(s.received, 1);
+  mcp_stream_del(st);
+  ck_assert_int_eq(deleted, 1);
+}
+END_TEST
+
+START_TEST(test_stream_session_error_ends_at_once_with_its_status) {
+  mcp_stream_ops ops = script_ops(0);
+  script s = {.recv_error = MCP_ERR_MALFORMED, .to_send = 1};
+  int deleted = 0, status = -1;
+  const char *details = NULL;
+  mcp_msg *msg = NULL;
+  mcp_stream *st = stream_new(&ops, &s, &deleted);
+  mcp_stream_recv(st, (const uint8_t *)"x", 1, 0);
+  ck_assert_uint_eq(mcp_stream_get_expiry(st), 0);
+  /* Also with a send in flight: a broken peer is not waited for. */
+  ck_assert_int_eq(PUMP(st, 0, 0), MCP_STREAM_END);
+  ck_assert_int_eq(status, 3);
+  ck_assert_str_eq(details, mcp_strerror(MCP_ERR_MALFORMED));
+  /* What arrives after is not read. */
+  mcp_stream_recv(st, (const uint8_t *)"x", 1, 0);
+  ck_assert_int_eq(s.received, 1);
+  mcp_stream_del(st);
+
+  script s2 = {.next_error = MCP_ERR_LIMIT};
+  st = stream_new(&ops, &s2, &deleted);
+  ck_assert_int_eq(PUMP(st, 0, 1), MCP_STREAM_END);
+  ck_assert_int_eq(status, 8);
+  mcp_stream_del(st);
+  ck_assert_int_eq(deleted, 2);
+}
+END_TEST
+
+START_TEST(test_stream_session_end_waits_for_the_send_in_flight) {
+  mcp_stream_ops ops = script_ops(MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE);
+  script s = {.to_send = 1, .ending = 1};
+  int deleted = 0, status = -1;
+  const char *details = NULL;
+  mcp_msg *msg = NULL;
+  mcp_stream *st = stream_new(&ops, &s, &deleted);
+  ck_assert_int_eq(PUMP(st, 0, 0), MCP_STREAM_IDLE);
+  /* What it still has to say goes out before the ending. */
+  ck_assert_int_eq(PUMP(st, 0, 1), MCP_STREAM_SEND);
+  mcp_msg_free(msg);
+  ck_assert_int_eq(PUMP(st, 0, 0), MCP_STREAM_IDLE);
+  ck_assert_int_eq(PUMP(st, 0, 1), MCP_STREAM_END);
+  ck_assert_int_eq(status, 3);
+  ck_assert_str_eq(details, "scheme must be k8s");
+  mcp_stream_del(st);
+}
+END_TEST
+
+START_TEST(test_stream_half_close_ends_with_ok_unless_kept_open) {
+  mcp_stream_ops ops = script_ops(0);
+  script s = {.to_send = 1};
+  int deleted = 0, status = -1;
+  const char *details = NULL;
+  mcp_msg *msg = NULL;
+  mcp_stream *st = stream_new(&ops, &s, &deleted);
+  mcp_stream_half_close(st, 0);
+  mcp_stream_half_close(st, 0);
+  ck_assert_int_eq(s.half_closed, 1);
+  /* The answer still due goes out first. */
+  ck_assert_int_eq(PUMP(st, 0, 1), MCP_STREAM_SEND);
+  mcp_msg_free(msg);
+  ck_assert_int_eq(PUMP(st, 0, 1), MCP_STREAM_END);
+  ck_assert_int_eq(status, 0);
+  mcp_stream_del(st);
+
+  mcp_stream_ops kept = script_ops(MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE);
+  script s2 = {0};
+  st = stream_new(&kept, &s2, &deleted);
+  mcp_stream_half_close(st, 0);
+  ck_assert_int_eq(PUMP(st, 0, 1), MCP_STREAM_IDLE);
+  mcp_stream_del(st);
+}
+END_TEST
+
+START_TEST(test_stream_client_half_closes_after_its_first_message) {
+  mcp_stream_ops ops = script_ops(MCP_STREAM_CLIENT_HALF_CLOSE_AFTER_FIRST |
+                                  MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE);
+  script s = {.to_send = 1};
+  int deleted = 0, status = -1;
+  const char *details = NULL;
+  mcp_msg *msg = NULL;
+  mcp_stream *st = stream_new(&ops, &s, &deleted);
+  /* Not before the request went out. */
+  ck_assert_int_eq(PUMP(st, 0, 1), MCP_STREAM_SEND);
+  mcp_msg_free(msg);
+  ck_assert_int_eq(PUMP(st, 0, 0), MCP_STREAM_IDLE);
+  ck_assert_int_eq(PUMP(st, 0, 1), MCP_STREAM_HALF_CLOSE);
+  ck_assert_int_eq(PUMP(st, 0, 1), MCP_STREAM_IDLE);
+  mcp_stream_del(st);
+}
+END_TEST
+
+START_TEST(test_stream_timers_run_when_due_and_never_spin) {
+  mcp_stream_ops ops = script_ops(0);
+  script s = {.expiry = 100 * MS, .expiry_moves = 1};
+  int deleted = 0, status = -1;
+  const char *details = NULL;
+  mcp_msg *msg = NULL;
+  mcp_stream *st = stream_new(&ops, &s, &deleted);
+  ck_assert_uint_eq(mcp_stream_get_expiry(st), 100 * MS);
+  ck_assert_int_eq(PUMP(st, 99 * MS, 1), MCP_STREAM_IDLE);
+  ck_assert_int_eq(s.expired, 0);
+  ck_assert_int_eq(PUMP(st, 100 * MS, 1), MCP_STREAM_IDLE);
+  ck_assert_int_eq(s.expired, 1);
+  ck_assert_uint_eq(mcp_stream_get_expiry(st), 110 * MS);
+
+  /* A deadline that stays in the past: at most one run per millisecond. */
+  s.expiry_moves = 0;
+  s.expiry = 200 * MS;
+  ck_assert_int_eq(PUMP(st, 200 * MS, 0), MCP_STREAM_IDLE);
+  ck_assert_int_eq(s.expired, 2);
+  ck_assert_uint_eq(mcp_stream_get_expiry(st), 201 * MS);
+  ck_assert_int_eq(PUMP(st, 200 * MS + 10, 0), MCP_STREAM_IDLE);
+  ck_assert_int_eq(s.expired, 2);
+  ck_assert_int_eq(PUMP(st, 201 * MS, 0), MCP_STREAM_IDLE);
+  ck_assert_int_eq(s.expired, 3);
+  mcp_stream_del(st);
+}
+END_TEST
+
+static void waker(mcp_stream *st, void *ud) {
+  mcp_stream **woken = ud;
+  *woken = st;
+}
+
+START_TEST(test_stream_wake_calls_the_transports_waker_only) {
+  mcp_stream_ops ops = script_ops(0);
+  script s = {0};
+  int deleted = 0;
+  mcp_stream *st = stream_new(&ops, &s, &deleted);
+  mcp_stream_wake(st); /* no waker: nothing */
+  mcp_stream *woken = NULL;
+  mcp_stream_set_waker(st, waker, &woken);
+  mcp_stream_wake(st);
+  ck_assert_ptr_eq(woken, st);
+  ck_assert_int_eq(s.expired + s.received, 0); /* the session was not run */
+  mcp_stream_del(st);
+}
+END_TEST
+
+START_TEST(test_stream_new_frees_the_session_when_it_fails) {
+  mcp_stream_ops ops = script_ops(0);
+  script s = {0};
+  int deleted = 0;
+  s.deleted = &deleted;
+  th_mem m;
+  th_mem_init(&m, 1);
+  mcp_stream *st = NULL;
+  ck_assert_int_eq(mcp_stream_new(&st, &ops, &s, &m.mem, 0), MCP_ERR_NOMEM);
+  ck_assert_ptr_null(st);
+  ck_assert_int_eq(deleted, 1);
+}
+END_TEST
+
+static Suite *engine_suite(void) {
+  Suite *s = suite_create("core_engine");
+  TCase *tc = tcase_create("watch");
+  tcase_add_test(tc, test_watch_first_take_is_the_whole_state);
+  tcase_add_test(tc, test_watch_reports_only_what_changed_oldest_first);
+  tcase_add_test(tc, test_watch_sees_a_collection_removed_and_brought_back);
+  tcase_add_test(tc, test_store_remove_collection_replace_of_nothing_brings_it_back);
+  tcase_add_test(tc, test_watch_falls_back_to_whole_state_after_compaction);
+  tcase_add_test(tc, test_watch_debounce_waits_for_quiet_and_max_delay_caps_it);
+  tcase_add_test(tc, test_watch_get_and_foreach_do_not_move_the_watch);
+  tcase_add_test(tc, test_watch_take_that_fails_does_not_move);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("builder");
+  tcase_add_test(tc, test_msg_builder_shares_stored_bodies_and_outlives_the_store);
+  tcase_add_test(tc, test_msg_builder_out_of_memory_produces_nothing);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("stream");
+  tcase_add_test(tc, test_stream_sends_one_message_per_pump_and_only_when_free);
+  tcase_add_test(tc, test_stream_session_error_ends_at_once_with_its_status);
+  tcase_add_test(tc, test_stream_session_end_waits_for_the_send_in_flight);
+  tcase_add_test(tc, test_stream_half_close_ends_with_ok_unless_kept_open);
+  tcase_add_test(tc, test_stream_client_half_closes_after_its_first_message);
+  tcase_add_test(tc, test_stream_timers_run_when_due_and_never_spin);
+  tcase_add_test(tc, test_stream_wake_calls_the_transports_waker_only);
+  tcase_add_test(tc, test_stream_new_frees_the_session_when_it_fails);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(engine_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
