@@ -15,6 +15,10 @@ struct mcp_h2c_sink {
   mcp_h2c_ep ep;
 };
 
+struct mcp_h2c_client {
+  mcp_h2c_ep ep;
+};
+
 mcp_tstamp mcp_h2c_now(void) { return (mcp_tstamp)uv_hrtime(); }
 
 void mcp_h2c_options_default(mcp_h2c_options *opts) {
@@ -68,6 +72,9 @@ void mcp_h2c_info_fill(const mcp_h2c_stream *s, mcp_h2c_stream_info *info) {
   info->status = s->status;
   info->details = s->details ? s->details : "";
   info->sending = s->out != NULL;
+  info->stream = s->eng;
+  info->api = s->api;
+  info->method = s->hd.path ? s->hd.path : "";
 }
 
 void mcp_h2c_notify_stream(mcp_h2c_stream *s, mcp_h2c_stream_event ev) {
@@ -87,7 +94,7 @@ static size_t for_streams(mcp_h2c_ep *ep, mcp_h2c_stream_fn fn, void *ud) {
   size_t n = 0;
   for (mcp_h2c_conn *c = ep->conns; c; c = c->next) {
     for (mcp_h2c_stream *s = c->streams; s; s = s->next) {
-      if (!s->src && !s->snk)
+      if (!s->src && !s->snk && !s->eng)
         continue;
       n++;
       if (fn) {
@@ -226,6 +233,7 @@ static void ep_free(mcp_h2c_ep *ep) {
   uv_cond_destroy(&ep->cv);
   free(ep->address);
   free(ep->authority);
+  free(ep->slots);
   mcp_h2c_addr_free(&ep->addr);
   mcp_h2c_admit_free(ep);
   free(ep); /* the ep is the first member of the public object */
@@ -300,6 +308,9 @@ static int ep_start(mcp_h2c_ep *ep, uv_loop_t *loop,
   ep->opts = *opts;
   ep->opts.address = NULL;
   ep->opts.authority = NULL;
+  ep->services = opts->services;
+  ep->nservices = opts->nservices;
+  ep->no_mcp = opts->no_mcp;
   ep->jobs_tail = &ep->jobs;
   ep->loop_thread = uv_thread_self();
   mcp_h2c_options *o = &ep->opts;
@@ -455,20 +466,39 @@ static void shutdown_ep(mcp_h2c_ep *ep) {
 }
 
 static int valid(uv_loop_t *loop, const mcp_h2c_options *opts) {
-  return loop && opts && opts->address && opts->address[0] &&
-         (opts->mode == MCP_H2C_LISTEN || opts->mode == MCP_H2C_DIAL);
+  if (!loop || !opts || !opts->address || !opts->address[0] ||
+      (opts->mode != MCP_H2C_LISTEN && opts->mode != MCP_H2C_DIAL))
+    return 0;
+  if (opts->nservices && !opts->services)
+    return 0;
+  if (opts->mode == MCP_H2C_DIAL && (opts->nservices || opts->no_mcp))
+    return 0; /* services are served, never dialed */
+  for (size_t i = 0; i < opts->nservices; ++i) {
+    const mcp_service_def *d = &opts->services[i];
+    if (!d->method || d->method[0] != '/' || !d->open)
+      return 0;
+  }
+  return 1;
+}
+
+/* LISTEN without MCP: neither store nor state is needed. */
+static int no_mcp(const mcp_h2c_options *opts) {
+  return opts && opts->mode == MCP_H2C_LISTEN && opts->no_mcp;
 }
 
 int mcp_h2c_source_new(mcp_h2c_source **psrc, uv_loop_t *loop,
                        const mcp_h2c_options *opts,
                        const mcp_source_options *session_opts) {
-  if (!psrc || !valid(loop, opts) || !session_opts ||
-      (!session_opts->store && !session_opts->select_store))
+  if (!psrc || !valid(loop, opts) ||
+      (!no_mcp(opts) &&
+       (!session_opts ||
+        (!session_opts->store && !session_opts->select_store))))
     return MCP_ERR_INVALID_ARGUMENT;
   mcp_h2c_source *src = calloc(1, sizeof(*src));
   if (!src)
     return MCP_ERR_NOMEM;
-  src->ep.source_opts = *session_opts;
+  if (session_opts)
+    src->ep.source_opts = *session_opts;
   int freed;
   int rv = ep_start(&src->ep, loop, opts, MCP_H2C_ROLE_SOURCE, &freed);
   if (rv < 0) {
@@ -519,8 +549,8 @@ void mcp_h2c_source_stats(const mcp_h2c_source *src, mcp_h2c_stats *st) {
 
 int mcp_h2c_sink_new(mcp_h2c_sink **psink, uv_loop_t *loop,
                      const mcp_h2c_options *opts, mcp_sink_state *state) {
-  if (!psink || !valid(loop, opts) || !state ||
-      (opts->mode == MCP_H2C_LISTEN &&
+  if (!psink || !valid(loop, opts) || (!state && !no_mcp(opts)) ||
+      (state && opts->mode == MCP_H2C_LISTEN &&
        mcp_sink_state_service(state) != MCP_SERVICE_RESOURCE))
     return MCP_ERR_INVALID_ARGUMENT;
   mcp_h2c_sink *sink = calloc(1, sizeof(*sink));
@@ -575,4 +605,59 @@ size_t mcp_h2c_sink_streams(mcp_h2c_sink *sink, mcp_h2c_stream_fn fn,
 
 void mcp_h2c_sink_stats(const mcp_h2c_sink *sink, mcp_h2c_stats *st) {
   stats(&sink->ep, st);
+}
+
+/* ------------------------------------------------------------------ */
+/* Client                                                              */
+/* ------------------------------------------------------------------ */
+
+int mcp_h2c_client_new(mcp_h2c_client **pc, uv_loop_t *loop,
+                       const mcp_h2c_options *opts,
+                       const mcp_client_def *def) {
+  if (!pc || !opts || !def || def->nslots == 0 || !def->method ||
+      !def->open || !def->ended)
+    return MCP_ERR_INVALID_ARGUMENT;
+  mcp_h2c_options o = *opts;
+  o.mode = MCP_H2C_DIAL;
+  if (!valid(loop, &o))
+    return MCP_ERR_INVALID_ARGUMENT;
+  mcp_h2c_client *c = calloc(1, sizeof(*c));
+  if (!c)
+    return MCP_ERR_NOMEM;
+  c->ep.cdef = *def;
+  c->ep.slots = calloc(def->nslots, sizeof(*c->ep.slots));
+  if (!c->ep.slots) {
+    free(c);
+    return MCP_ERR_NOMEM;
+  }
+  int freed;
+  int rv = ep_start(&c->ep, loop, &o, MCP_H2C_ROLE_CLIENT, &freed);
+  if (rv < 0) {
+    if (!freed) {
+      free(c->ep.slots);
+      free(c);
+    }
+    return rv;
+  }
+  *pc = c;
+  return 0;
+}
+
+void mcp_h2c_client_del(mcp_h2c_client *c) {
+  if (c)
+    shutdown_ep(&c->ep);
+}
+
+void mcp_h2c_client_notify(mcp_h2c_client *c) {
+  c->ep.notify_all = 1;
+  mcp_h2c_ep_schedule(&c->ep);
+}
+
+size_t mcp_h2c_client_streams(mcp_h2c_client *c, mcp_h2c_stream_fn fn,
+                              void *user_data) {
+  return for_streams(&c->ep, fn, user_data);
+}
+
+void mcp_h2c_client_stats(const mcp_h2c_client *c, mcp_h2c_stats *st) {
+  stats(&c->ep, st);
 }
