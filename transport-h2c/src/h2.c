@@ -585,13 +585,21 @@ static void pump_engine(mcp_h2c_stream *s, mcp_tstamp now) {
   int blocked = 0;
   for (int round = 0; round < 16 && s->eng && !s->finishing; ++round) {
     blocked = c->wfill.len >= (size_t)c->ep->opts.write_buffer_size;
-    int can_send = !s->out && !blocked && !s->local_closed;
+    /* After our half-close nothing is in flight either: the driver still
+     * decides the ending then (end(), the half-close rule). */
+    int can_send = !s->out && !blocked;
     mcp_msg *msg = NULL;
     int status = MCP_CODE_OK;
     const char *details = NULL;
     mcp_stream_action a =
         mcp_stream_pump(s->eng, now, can_send, &msg, &status, &details);
     if (a == MCP_STREAM_SEND && msg) {
+      if (s->local_closed) { /* the session broke its own half-close */
+        mcp_msg_free(msg);
+        mcp_h2c_stream_finish(s, MCP_CODE_INTERNAL,
+                              "a message to send after the half-close");
+        return;
+      }
       queue(s, msg);
       continue;
     }
