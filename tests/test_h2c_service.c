@@ -59,6 +59,8 @@ typedef struct tenv {
   int end_status;
   const char *end_details;
   mcp_tstamp echo_delay;
+  size_t big;       /* counter messages of this size (0: the number) */
+  uint64_t nexts;   /* counter messages produced */
   int counter_opens, counter_dels, counter_half_closes;
   int echo_opens, echo_dels;
   mcp_stream *counter_st; /* the newest counter stream alive */
@@ -80,6 +82,10 @@ typedef struct tenv {
   char cdetails[2][256];
   char clast[2][64];
   int cli_opened, cli_closed;
+  const char *cmethod[2]; /* NULL: the counter (slot 0), the echo (1) */
+  int cend_after;         /* the client's counter call ends after this many
+                             messages (0: never) */
+  int ccall_recv;
   char cli_api[32];
 } tenv;
 
@@ -122,7 +128,16 @@ static int counter_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
     return 0;
   char buf[32];
   int n = snprintf(buf, sizeof(buf), "%llu", (unsigned long long)k->next++);
-  return make_msg(buf, (size_t)n, pmsg);
+  k->e->nexts++;
+  if (!k->e->big)
+    return make_msg(buf, (size_t)n, pmsg);
+  uint8_t *p = malloc(k->e->big);
+  ck_assert_ptr_nonnull(p);
+  memset(p, 'x', k->e->big);
+  memcpy(p, buf, (size_t)n);
+  int rv = make_msg(p, k->e->big, pmsg);
+  free(p);
+  return rv;
 }
 
 static int counter_end(const void *sess, int *status, const char **details) {
@@ -687,9 +702,20 @@ static int c_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
   (void)ts;
   csess *s = sess;
   s->e->crecv[s->slot]++;
+  if (s->slot == 0)
+    s->e->ccall_recv++;
   snprintf(s->e->clast[s->slot], sizeof(s->e->clast[0]), "%.*s", (int)len,
            (const char *)in);
   return 0;
+}
+
+static int c_end(const void *sess, int *status, const char **details) {
+  const csess *s = sess;
+  if (s->slot != 0 || !s->e->cend_after || s->e->ccall_recv < s->e->cend_after)
+    return 0;
+  *status = 0;
+  *details = "enough";
+  return 1;
 }
 
 static int c_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
@@ -713,11 +739,14 @@ static const mcp_stream_ops client_ops = {
              MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE,
     .recv = c_recv,
     .next = c_next,
+    .end = c_end,
     .del = c_del,
 };
 
 static const char *c_method(void *ud, size_t slot) {
-  (void)ud;
+  tenv *e = ud;
+  if (e->cmethod[slot])
+    return e->cmethod[slot];
   return slot == 0 ? COUNTER_PATH : ECHO_PATH;
 }
 
@@ -737,6 +766,8 @@ static int c_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
   ck_assert_ptr_nonnull(s);
   s->e = e;
   s->slot = slot;
+  if (slot == 0)
+    e->ccall_recv = 0;
   ck_assert_int_eq(mcp_stream_new(pst, &client_ops, s, NULL, ts), 0);
   e->copens[slot]++;
   e->cactive[slot] = 1;
@@ -953,6 +984,101 @@ START_TEST(client_peer_vanishes) {
 }
 END_TEST
 
+/* A peer that does not read: the stream is not pulled beyond the one
+ * message in flight; then everything arrives, in order. */
+START_TEST(flow_control) {
+  tenv e;
+  setup(&e);
+  e.big = 16 << 10;
+  e.ticks = 199; /* 200 messages of 16 KiB, all ready at once */
+  start(&e);
+  rc_connect(&e.c, e.port, 0); /* 64 KiB windows */
+  rc_stream *k = call(&e, COUNTER_PATH, "go", 1);
+  e.c.no_read = 1;
+  for (int i = 0; i < 30; ++i) {
+    h2t_run_for(&e.loop, 10);
+    rc_io(&e.c);
+  }
+  mcp_h2c_stats st;
+  mcp_h2c_source_stats(e.src, &st);
+  ck_assert_uint_lt(e.nexts, 20); /* held by the window, not pulled */
+  ck_assert_uint_le(st.msg_buffered, e.big + 5);
+  e.c.no_read = 0;
+  wait_msgs(&e, k, 200);
+  for (int i = 0; i < 200; i += 37) {
+    const uint8_t *p;
+    size_t n;
+    char num[16];
+    ck_assert(rc_msg(k, i, &p, &n));
+    ck_assert_uint_eq(n, e.big);
+    int len = snprintf(num, sizeof(num), "%d", i);
+    ck_assert(memcmp(p, num, (size_t)len) == 0);
+  }
+  ck_assert_uint_eq(e.nexts, 200);
+  finish(&e);
+}
+END_TEST
+
+/* grpc-timeout applies to service calls as to MCP ones. */
+START_TEST(deadline) {
+  tenv e;
+  setup(&e);
+  start(&e);
+  rc_connect(&e.c, e.port, 0);
+  rc_stream *k = rc_open(&e.c, "POST", COUNTER_PATH, GRPC, 1, "grpc-timeout",
+                         "100m");
+  rc_send_msg(&e.c, k, 0, "go", 2);
+  rc_io(&e.c);
+  wait_status(&e, k);
+  ck_assert_int_eq(k->grpc_status, 4); /* DEADLINE_EXCEEDED */
+  ck_assert_int_eq(rc_nmsgs(k), 1);
+  ck_assert_int_eq(e.counter_dels, 1);
+  /* Many calls at once on one connection. */
+  rc_stream *x[8];
+  for (int i = 0; i < 8; ++i) {
+    char m[8];
+    snprintf(m, sizeof(m), "m%d", i);
+    x[i] = call(&e, ECHO_PATH, m, 1);
+  }
+  for (int i = 0; i < 8; ++i) {
+    char m[8];
+    snprintf(m, sizeof(m), "m%d", i);
+    wait_status(&e, x[i]);
+    ck_assert_int_eq(x[i]->grpc_status, 0);
+    msg_is(x[i], 0, m);
+  }
+  ck_assert_int_eq(e.echo_dels, 8);
+  finish(&e);
+}
+END_TEST
+
+/* The client's own END resets the call; an unknown method comes back
+ * UNIMPLEMENTED. */
+START_TEST(client_ends_call) {
+  tenv e;
+  setup(&e);
+  start(&e);
+  char addr[64];
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", e.port);
+  e.ticks = 5;
+  e.cend_after = 2;
+  e.cwant[0] = 1;
+  e.cwant[1] = 1;
+  e.cmethod[1] = "/test.Nope/Call";
+  start_client(&e, addr);
+  wait_client(&e, 0, 1, 1);
+  ck_assert_int_eq(e.cstatus[0], 0);
+  ck_assert_str_eq(e.cdetails[0], "enough");
+  ck_assert_int_ge(e.ccall_recv, 2); /* a read may bring more at once */
+  wait_client(&e, 1, 1, 1);
+  ck_assert_int_eq(e.cstatus[1], 12);
+  /* The server saw the reset: its stream is freed, CANCELLED. */
+  wait_int(&e, &e.counter_dels, 1);
+  ck_assert_int_eq(e.svc_last_status, 1);
+  finish(&e);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("h2c_service");
   TCase *tc = tcase_create("service");
@@ -965,6 +1091,9 @@ static Suite *suite(void) {
   tcase_add_test(tc, client_runs_calls);
   tcase_add_test(tc, client_reconnects);
   tcase_add_test(tc, client_peer_vanishes);
+  tcase_add_test(tc, flow_control);
+  tcase_add_test(tc, deadline);
+  tcase_add_test(tc, client_ends_call);
   suite_add_tcase(s, tc);
   return s;
 }
