@@ -170,6 +170,12 @@ static void retry_later(mcp_h2c_ep *ep) {
 void mcp_h2c_client_conn_gone(mcp_h2c_ep *ep, mcp_h2c_conn *c) {
   if (ep->dial == c)
     ep->dial = NULL;
+  /* mcp_h2c_client: a connection that was healthy (it lasted and heard
+   * from the server after connecting) resets the backoff even when it
+   * carried no call; calls also count, one by one. */
+  if (ep->role == MCP_H2C_ROLE_CLIENT && c->connected_at)
+    mcp_backoff_stream_ended(&ep->backoff, mcp_h2c_now() - c->connected_at,
+                             c->last_recv > c->connected_at);
   retry_later(ep);
 }
 
@@ -204,7 +210,7 @@ static void on_connect(uv_connect_t *req, int status) {
                        mcp_strerror(MCP_ERR_NOMEM));
     return;
   }
-  c->last_recv = mcp_h2c_now();
+  c->last_recv = c->connected_at = mcp_h2c_now();
   mcp_h2c_conn_start(c);
   mcp_h2c_conn_kick(c);
 }

@@ -170,6 +170,7 @@ struct mcp_h2c_conn {
   int ping_outstanding, ping_strikes;
 
   /* client */
+  mcp_tstamp connected_at; /* 0 until connected */
   uv_connect_t connect_req;
   uv_getaddrinfo_t gai;
   int resolving;

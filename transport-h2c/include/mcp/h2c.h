@@ -11,11 +11,16 @@
  *   mcp_h2c_sink,   MCP_H2C_LISTEN  ResourceSink server (sources dial us)
  *   mcp_h2c_sink,   MCP_H2C_DIAL    ResourceSource client (we dial a source)
  *
+ * Other protocols need no transport code (mcp/engine.h): a listening
+ * object also serves the mcp_service_defs of options.services beside MCP
+ * ("Services" below), and mcp_h2c_client runs an mcp_client_def ("Client"
+ * below).
+ *
  * The transport holds no protocol rules: each stream is one core session
- * (mcp_source_session or mcp_sink_session); the transport moves messages
- * between HTTP/2 and that session, drives its timers, and ends the stream
- * with mcp_error_grpc_status(err) / mcp_strerror(err) when the core reports
- * an error.
+ * (mcp_source_session or mcp_sink_session) or one protocol stream
+ * (mcp_stream); the transport moves messages between HTTP/2 and it,
+ * drives its timers, and ends the stream with mcp_error_grpc_status(err) /
+ * mcp_strerror(err) when the core reports an error.
  *
  * Wire: requests are POST with content-type application/grpc[+proto|...],
  * te: trailers, and :path one of the methods below; messages are
