@@ -608,6 +608,10 @@ START_TEST(peer_vanishes) {
   }
   ck_assert_uint_eq(st.connections, 0);
   ck_assert_uint_eq(st.streams, 0);
+  /* Every byte it held is released. */
+  ck_assert_uint_eq(st.read_buffered, 0);
+  ck_assert_uint_eq(st.msg_buffered, 0);
+  ck_assert_uint_eq(st.write_buffered, 0);
   ck_assert_int_eq(e.counter_opens, 1);
   ck_assert_int_eq(e.counter_dels, 1);
   ck_assert_ptr_null(e.counter_st);
@@ -1132,6 +1136,25 @@ START_TEST(wake_from_another_call) {
 }
 END_TEST
 
+/* The client over a unix socket. */
+START_TEST(client_unix) {
+  tenv e;
+  setup(&e);
+  char path[64];
+  snprintf(path, sizeof(path), "unix:/tmp/mcp-h2c-svc-%d.sock", (int)getpid());
+  e.o.no_mcp = 1;
+  e.o.address = path;
+  start(&e);
+  e.cwant[1] = 2;
+  start_client(&e, path);
+  wait_client(&e, 1, 1, 2);
+  ck_assert_int_eq(e.cstatus[1], 0);
+  ck_assert_str_eq(e.clast[1], "ping");
+  ck_assert_int_eq(e.echo_dels, 2);
+  finish(&e);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("h2c_service");
   TCase *tc = tcase_create("service");
@@ -1148,6 +1171,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, deadline);
   tcase_add_test(tc, client_ends_call);
   tcase_add_test(tc, wake_from_another_call);
+  tcase_add_test(tc, client_unix);
   suite_add_tcase(s, tc);
   return s;
 }
