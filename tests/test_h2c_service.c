@@ -560,7 +560,19 @@ START_TEST(errors_and_timers) {
   tenv e;
   setup(&e);
   e.echo_delay = 60 * MCP_MILLISECONDS;
+  /* The services are copied: the caller's array and strings may go. */
+  mcp_service_def tmp[3];
+  char paths[3][32];
+  for (int i = 0; i < 3; ++i) {
+    snprintf(paths[i], sizeof(paths[i]), "%s", services[i].method);
+    tmp[i] = services[i];
+    tmp[i].method = paths[i];
+  }
+  e.o.services = tmp;
   start(&e);
+  memset(tmp, 0, sizeof(tmp));
+  memset(paths, 0, sizeof(paths));
+  e.o.services = services;
   rc_connect(&e.c, e.port, 0);
   rc_stream *f = call(&e, ECHO_PATH, "fail", 0);
   wait_status(&e, f);
@@ -689,7 +701,21 @@ START_TEST(bad_arguments) {
   o.nservices = 1;
   ck_assert_int_eq(mcp_h2c_source_new(&src, &e.loop, &o, &so),
                    MCP_ERR_INVALID_ARGUMENT);
+  /* One protocol per method; MCP's methods are MCP's unless no_mcp. */
+  mcp_service_def two[2] = {services[0], services[0]};
+  o.services = two;
+  o.nservices = 2;
+  ck_assert_int_eq(mcp_h2c_source_new(&src, &e.loop, &o, &so),
+                   MCP_ERR_INVALID_ARGUMENT);
+  mcp_service_def mcp = {MCP_H2C_AGGREGATED_METHOD, open_echo, &e};
+  o.services = &mcp;
+  o.nservices = 1;
+  ck_assert_int_eq(mcp_h2c_source_new(&src, &e.loop, &o, &so),
+                   MCP_ERR_INVALID_ARGUMENT);
   ck_assert_ptr_null(src);
+  o.no_mcp = 1; /* then it may be anyone's */
+  ck_assert_int_eq(mcp_h2c_source_new(&src, &e.loop, &o, NULL), 0);
+  e.src = src;
   mcp_h2c_client *cli = NULL;
   mcp_client_def def = {0};
   o = e.o;

@@ -226,6 +226,37 @@ static int submit(mcp_h2c_ep *ep, mcp_h2c_job *tmpl) {
 /* Life cycle                                                          */
 /* ------------------------------------------------------------------ */
 
+/* options.services, copied: the array and the method strings (the
+ * user_data stay the caller's). */
+static int copy_services(mcp_h2c_ep *ep, const mcp_h2c_options *opts) {
+  if (!opts->nservices)
+    return 0;
+  mcp_service_def *d = calloc(opts->nservices, sizeof(*d));
+  if (!d)
+    return MCP_ERR_NOMEM;
+  ep->services = d;
+  ep->nservices = opts->nservices;
+  for (size_t i = 0; i < opts->nservices; ++i) {
+    d[i] = opts->services[i];
+    size_t n = strlen(opts->services[i].method) + 1;
+    char *m = malloc(n);
+    if (!m)
+      return MCP_ERR_NOMEM; /* the caller frees what was copied */
+    memcpy(m, opts->services[i].method, n);
+    d[i].method = m;
+  }
+  return 0;
+}
+
+static void free_services(mcp_h2c_ep *ep) {
+  mcp_service_def *d = (mcp_service_def *)ep->services;
+  for (size_t i = 0; d && i < ep->nservices; ++i)
+    free((char *)d[i].method);
+  free(d);
+  ep->services = NULL;
+  ep->nservices = 0;
+}
+
 static void ep_free(mcp_h2c_ep *ep) {
   void (*on_closed)(void *) = ep->opts.on_closed;
   void *ud = ep->opts.user_data;
@@ -234,6 +265,7 @@ static void ep_free(mcp_h2c_ep *ep) {
   free(ep->address);
   free(ep->authority);
   free(ep->slots);
+  free_services(ep);
   mcp_h2c_addr_free(&ep->addr);
   mcp_h2c_admit_free(ep);
   free(ep); /* the ep is the first member of the public object */
@@ -308,8 +340,7 @@ static int ep_start(mcp_h2c_ep *ep, uv_loop_t *loop,
   ep->opts = *opts;
   ep->opts.address = NULL;
   ep->opts.authority = NULL;
-  ep->services = opts->services;
-  ep->nservices = opts->nservices;
+  ep->opts.services = ep->services; /* the copies (copy_services()) */
   ep->no_mcp = opts->no_mcp;
   ep->jobs_tail = &ep->jobs;
   ep->loop_thread = uv_thread_self();
@@ -477,6 +508,17 @@ static int valid(uv_loop_t *loop, const mcp_h2c_options *opts) {
     const mcp_service_def *d = &opts->services[i];
     if (!d->method || d->method[0] != '/' || !d->open)
       return 0;
+    for (size_t j = 0; j < i; ++j) /* one protocol per method */
+      if (strcmp(opts->services[j].method, d->method) == 0)
+        return 0;
+    /* An MCP method is the MCP sessions' unless MCP is off. */
+    for (int sd = 0; !opts->no_mcp && sd <= 1; ++sd)
+      for (int sv = MCP_SERVICE_RESOURCE;
+           sv <= MCP_SERVICE_AGGREGATED_INCREMENTAL; ++sv) {
+        const char *m = mcp_h2c_method((mcp_service)sv, sd);
+        if (m && strcmp(m, d->method) == 0)
+          return 0;
+      }
   }
   return 1;
 }
@@ -499,11 +541,15 @@ int mcp_h2c_source_new(mcp_h2c_source **psrc, uv_loop_t *loop,
     return MCP_ERR_NOMEM;
   if (session_opts)
     src->ep.source_opts = *session_opts;
-  int freed;
-  int rv = ep_start(&src->ep, loop, opts, MCP_H2C_ROLE_SOURCE, &freed);
+  int freed = 0;
+  int rv = copy_services(&src->ep, opts);
+  if (rv == 0)
+    rv = ep_start(&src->ep, loop, opts, MCP_H2C_ROLE_SOURCE, &freed);
   if (rv < 0) {
-    if (!freed)
+    if (!freed) {
+      free_services(&src->ep);
       free(src);
+    }
     return rv;
   }
   *psrc = src;
@@ -557,11 +603,15 @@ int mcp_h2c_sink_new(mcp_h2c_sink **psink, uv_loop_t *loop,
   if (!sink)
     return MCP_ERR_NOMEM;
   sink->ep.state = state;
-  int freed;
-  int rv = ep_start(&sink->ep, loop, opts, MCP_H2C_ROLE_SINK, &freed);
+  int freed = 0;
+  int rv = copy_services(&sink->ep, opts);
+  if (rv == 0)
+    rv = ep_start(&sink->ep, loop, opts, MCP_H2C_ROLE_SINK, &freed);
   if (rv < 0) {
-    if (!freed)
+    if (!freed) {
+      free_services(&sink->ep);
       free(sink);
+    }
     return rv;
   }
   *psink = sink;

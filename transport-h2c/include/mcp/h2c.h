@@ -303,12 +303,15 @@ typedef struct mcp_h2c_options {
    * Services (LISTEN; see "Services" below): protocols served beside the
    * MCP methods on the same listener, each at its gRPC method path (a
    * :path matching none of them nor an MCP method is answered
-   * UNIMPLEMENTED, as before). The array and the strings it points to are
-   * kept by pointer: they must outlive the object (until on_closed, or
-   * until uv_run() returns after *_del()). |no_mcp| 1: the MCP methods
-   * are not served (UNIMPLEMENTED): a source then needs no store
-   * (session_opts may be NULL), a sink no state. DIAL: both must be
-   * 0/NULL (INVALID_ARGUMENT).
+   * UNIMPLEMENTED, as before). The array and the method strings are
+   * copied by *_new(); each def's user_data is kept as given and must
+   * stay valid until *_del() returns. *_new() fails with
+   * INVALID_ARGUMENT for a method that does not start with '/', appears
+   * twice, or is an MCP method while MCP is served, and for a def
+   * without open(). |no_mcp| 1: the MCP methods are not served
+   * (UNIMPLEMENTED): a source then needs no store (session_opts may be
+   * NULL; *_update() then gives fn a NULL store), a sink no state. DIAL:
+   * both must be 0/NULL (INVALID_ARGUMENT).
    */
   const mcp_service_def *services;
   size_t nservices;
