@@ -25,6 +25,7 @@
 #include <check.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -982,11 +983,14 @@ START_TEST(client_reconnects) {
   ck_assert_int_ge(e.copens[0], 2);
   ck_assert_int_eq(e.cdels[0], e.cended[0]);
 
-  /* Deleting the client frees the open call without ended(). */
+  /* Deleting the client ends the open call: deleted, then ended()
+   * CANCELLED, before it returns. */
   ended = e.cended[0];
   mcp_h2c_client_del(e.cli);
   e.cli = NULL;
-  ck_assert_int_eq(e.cended[0], ended);
+  ck_assert_int_eq(e.cended[0], ended + 1);
+  ck_assert_int_eq(e.cstatus[0], 1);
+  ck_assert_str_eq(e.cdetails[0], "client shutting down");
   ck_assert_int_eq(e.cdels[0], e.copens[0]);
   finish(&e);
   ck_assert_int_eq(e.counter_dels, e.counter_opens);
@@ -1162,6 +1166,43 @@ START_TEST(wake_from_another_call) {
 }
 END_TEST
 
+/* Another thread asks for a call through mcp_h2c_client_call(). */
+static void want_echo(mcp_tstamp ts, void *ud) {
+  (void)ts;
+  ((tenv *)ud)->cwant[1] = 1;
+}
+
+static void *asker(void *ud) {
+  tenv *e = ud;
+  ck_assert_int_eq(mcp_h2c_client_call(e->cli, want_echo, e), 0);
+  return NULL;
+}
+
+static int asked(void *ud) { return ((tenv *)ud)->cended[1] >= 1; }
+
+START_TEST(client_call_from_thread) {
+  tenv e;
+  setup(&e);
+  e.o.no_mcp = 1;
+  start(&e);
+  char addr[64];
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", e.port);
+  start_client(&e, addr);
+  h2t_run_for(&e.loop, 50);
+  ck_assert_int_eq(e.copens[1], 0);
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, asker, &e), 0);
+  ck_assert(h2t_run_until(&e.loop, asked, &e, 5000));
+  pthread_join(t, NULL);
+  ck_assert_int_eq(e.cstatus[1], 0);
+  ck_assert_str_eq(e.clast[1], "ping");
+  /* On the loop thread, _call() is refused. */
+  ck_assert_int_eq(mcp_h2c_client_call(e.cli, want_echo, &e),
+                   MCP_ERR_INVALID_ARGUMENT);
+  finish(&e);
+}
+END_TEST
+
 /* The client over a unix socket. */
 START_TEST(client_unix) {
   tenv e;
@@ -1198,6 +1239,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, client_ends_call);
   tcase_add_test(tc, wake_from_another_call);
   tcase_add_test(tc, client_unix);
+  tcase_add_test(tc, client_call_from_thread);
   suite_add_tcase(s, tc);
   return s;
 }

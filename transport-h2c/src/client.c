@@ -151,6 +151,21 @@ void mcp_h2c_client_call_gone(mcp_h2c_stream *s) {
     mcp_h2c_conn_mark(c); /* open() is asked again */
 }
 
+void mcp_h2c_client_end_all(mcp_h2c_ep *ep) {
+  const mcp_client_def *d = &ep->cdef;
+  mcp_tstamp now = mcp_h2c_now();
+  for (size_t i = 0; i < d->nslots; ++i) {
+    mcp_h2c_stream *s = ep->slots[i];
+    if (!s)
+      continue;
+    /* Its stream was deleted by the finish that ended it. */
+    ep->slots[i] = NULL;
+    s->in_slot = 0;
+    d->ended(d->user_data, i, s->finishing ? s->status : MCP_CODE_CANCELLED,
+             s->details ? s->details : "", now);
+  }
+}
+
 int mcp_h2c_client_connected(mcp_h2c_ep *ep, mcp_h2c_conn *c) {
   (void)ep;
   for (mcp_h2c_stream *s = c->streams; s; s = s->next)

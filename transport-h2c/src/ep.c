@@ -167,6 +167,8 @@ static void run_jobs(mcp_h2c_ep *ep) {
     mcp_tstamp now = mcp_h2c_now();
     if (job->kind == MCP_H2C_JOB_STORE)
       job->store_fn(ep->source_opts.store, now, job->user_data);
+    else if (job->kind == MCP_H2C_JOB_RUN)
+      job->run_fn(now, job->user_data);
     else
       job->state_fn(ep->state, now, job->user_data);
     if (job->sync) {
@@ -459,6 +461,8 @@ static void shutdown_ep(mcp_h2c_ep *ep) {
       s->announced = 0;
     }
   }
+  if (ep->role == MCP_H2C_ROLE_CLIENT)
+    mcp_h2c_client_end_all(ep); /* the protocol hears of each call */
   ep->stopping = 1; /* no callback from here on, but on_closed */
   ep->grace_at = mcp_h2c_now() + ep->opts.shutdown_grace;
   if (listen)
@@ -696,6 +700,22 @@ int mcp_h2c_client_new(mcp_h2c_client **pc, uv_loop_t *loop,
 void mcp_h2c_client_del(mcp_h2c_client *c) {
   if (c)
     shutdown_ep(&c->ep);
+}
+
+int mcp_h2c_client_update(mcp_h2c_client *c, mcp_h2c_run_fn fn,
+                          void *user_data) {
+  mcp_h2c_job job = {
+      .kind = MCP_H2C_JOB_RUN, .run_fn = fn, .user_data = user_data};
+  return submit(&c->ep, &job);
+}
+
+int mcp_h2c_client_call(mcp_h2c_client *c, mcp_h2c_run_fn fn,
+                        void *user_data) {
+  mcp_h2c_job job = {.kind = MCP_H2C_JOB_RUN,
+                     .run_fn = fn,
+                     .user_data = user_data,
+                     .sync = 1};
+  return submit(&c->ep, &job);
 }
 
 void mcp_h2c_client_notify(mcp_h2c_client *c) {

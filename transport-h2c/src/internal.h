@@ -182,7 +182,8 @@ struct mcp_h2c_conn {
 
 typedef enum mcp_h2c_job_kind {
   MCP_H2C_JOB_STORE,
-  MCP_H2C_JOB_STATE
+  MCP_H2C_JOB_STATE,
+  MCP_H2C_JOB_RUN /* mcp_h2c_client_update() / _call() */
 } mcp_h2c_job_kind;
 
 typedef struct mcp_h2c_job {
@@ -190,6 +191,7 @@ typedef struct mcp_h2c_job {
   mcp_h2c_job_kind kind;
   mcp_h2c_store_fn store_fn;
   mcp_h2c_state_fn state_fn;
+  mcp_h2c_run_fn run_fn;
   void *user_data;
   int sync; /* the caller waits for |done|; the job is on its stack */
   int done;
@@ -341,6 +343,8 @@ void mcp_h2c_client_fill(mcp_h2c_ep *ep, mcp_h2c_conn *c);
 /* ROLE_CLIENT: the call of |s| is gone: frees its slot and calls
  * def.ended() (not once the object is stopping). */
 void mcp_h2c_client_call_gone(mcp_h2c_stream *s);
+/* ROLE_CLIENT, *_del(): every call ends CANCELLED for the protocol. */
+void mcp_h2c_client_end_all(mcp_h2c_ep *ep);
 /* ROLE_CLIENT: the connection is up: submits the calls waiting for it. */
 int mcp_h2c_client_connected(mcp_h2c_ep *ep, mcp_h2c_conn *c);
 

@@ -328,6 +328,7 @@ typedef void (*mcp_h2c_state_fn)(mcp_sink_state *state, mcp_tstamp ts,
                                  void *user_data);
 typedef void (*mcp_h2c_stream_fn)(const mcp_h2c_stream_info *info,
                                   void *user_data);
+typedef void (*mcp_h2c_run_fn)(mcp_tstamp ts, void *user_data);
 
 /* Counters of one object (all connections), read on the loop thread. */
 typedef struct mcp_h2c_stats {
@@ -527,8 +528,11 @@ typedef struct mcp_h2c_client mcp_h2c_client;
  * ts); the slot is free again from then on. Whether and when a call is
  * retried is the protocol's choice, through open().
  *
- * Threads and ownership: everything runs on the loop thread; the
- * callbacks of |def| must not call mcp_h2c_client_del(). |def| is
+ * Threads and ownership: everything runs on the loop thread, the
+ * callbacks of |def| included; from other threads, only
+ * mcp_h2c_client_update() and _call(). The callbacks must not call
+ * mcp_h2c_client_del() or _call(); they may call _notify(), _update(),
+ * _streams() and _stats(), and mcp_stream_wake(). |def| is
  * copied, its user_data and the strings method() returns (read at the
  * start of each call) are kept by pointer: they must stay valid until
  * mcp_h2c_client_del() returns. Every stream open() hands over belongs
@@ -542,13 +546,25 @@ MCP_EXTERN int mcp_h2c_client_new(mcp_h2c_client **pc, uv_loop_t *loop,
                                   const mcp_client_def *def);
 
 /*
- * Loop thread, not from a callback of this object. Deletes every call's
- * stream now (ops->del) WITHOUT calling def->ended() (the protocol is
- * being torn down too), resets the calls, closes the connection, and
- * returns: no callback of |def| runs after it. The handles close on the
- * loop as for *_del() above (options.on_closed). NULL is a no-op.
+ * Loop thread, not from a callback of this object. Runs the jobs still
+ * queued, ends every call (its stream deleted, then def->ended() with
+ * CANCELLED "client shutting down", before this returns), resets the
+ * calls, closes the connection, and returns: no callback of |def| runs
+ * after it. The handles close on the loop as for *_del() above
+ * (options.on_closed). NULL is a no-op.
  */
 MCP_EXTERN void mcp_h2c_client_del(mcp_h2c_client *c);
+
+/* Any thread: queues |fn| to run on the loop thread (to touch the
+ * protocol's state), then every call is pumped and open() asked; returns
+ * at once. Errors: NOMEM, LIMIT (max_queued_updates), CLOSED. */
+MCP_EXTERN int mcp_h2c_client_update(mcp_h2c_client *c, mcp_h2c_run_fn fn,
+                                     void *user_data);
+
+/* As mcp_h2c_client_update(), but returns once |fn| has run. Not on the
+ * loop thread. Errors: CLOSED, INVALID_ARGUMENT (on the loop thread). */
+MCP_EXTERN int mcp_h2c_client_call(mcp_h2c_client *c, mcp_h2c_run_fn fn,
+                                   void *user_data);
 
 /* Loop thread: something the protocol reads changed; every call is
  * pumped and open() asked again, on the next loop iteration. */
