@@ -255,6 +255,28 @@ static void on_resolved(uv_getaddrinfo_t *req, int status,
   mcp_h2c_conn_unref(c); /* the resolution's reference */
 }
 
+/* Resolves (TCP) and connects |c| to the address selected. */
+static void dial(mcp_h2c_ep *ep, mcp_h2c_conn *c) {
+  if (ep->addr.is_unix) {
+    uv_pipe_connect(&c->connect_req, &c->h.pipe, ep->addr.path, on_connect);
+    return;
+  }
+  struct addrinfo hints;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  c->refs++;
+  c->resolving = 1;
+  int rv = uv_getaddrinfo(ep->loop, &c->gai, on_resolved, ep->addr.host,
+                          ep->addr.port, &hints);
+  if (rv < 0) {
+    c->resolving = 0;
+    fail(c, "resolve", rv);
+    mcp_h2c_conn_unref(c);
+  }
+}
+
 static void attempt(mcp_h2c_ep *ep) {
   /* A list: each attempt dials the next address (after the backoff). The
    * elements were checked when the endpoint was made; only memory can
@@ -274,9 +296,9 @@ static void attempt(mcp_h2c_ep *ep) {
     /* Calls open on the connection being made; they are sent once it is
      * up, and end with UNAVAILABLE if it cannot be made. */
     mcp_h2c_client_fill(ep, c);
-    if (c->closing)
-      return;
-    goto dial;
+    if (!c->closing)
+      dial(ep, c);
+    return;
   }
   mcp_h2c_stream *s = mcp_h2c_stream_new(c, 0);
   if (!s) {
@@ -293,25 +315,7 @@ static void attempt(mcp_h2c_ep *ep) {
     return;
   }
   mcp_h2c_notify_stream(s, MCP_H2C_STREAM_OPENED);
-dial:
-  if (ep->addr.is_unix) {
-    uv_pipe_connect(&c->connect_req, &c->h.pipe, ep->addr.path, on_connect);
-    return;
-  }
-  struct addrinfo hints;
-  memset(&hints, 0, sizeof(hints));
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  c->refs++;
-  c->resolving = 1;
-  rv = uv_getaddrinfo(ep->loop, &c->gai, on_resolved, ep->addr.host,
-                      ep->addr.port, &hints);
-  if (rv < 0) {
-    c->resolving = 0;
-    fail(c, "resolve", rv);
-    mcp_h2c_conn_unref(c);
-  }
+  dial(ep, c);
 }
 
 static void on_retry(uv_timer_t *t) {
