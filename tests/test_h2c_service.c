@@ -602,6 +602,62 @@ START_TEST(errors_and_timers) {
 }
 END_TEST
 
+/* Bad input on a service call: a clear status, the stream freed once, the
+ * connection and the other calls unharmed. */
+START_TEST(bad_input) {
+  tenv e;
+  setup(&e);
+  e.o.max_recv_message_size = 1024;
+  e.o.max_send_message_size = 2048;
+  start(&e);
+  rc_connect(&e.c, e.port, 0);
+  rc_stream *k = call(&e, COUNTER_PATH, "go", 0);
+  wait_msgs(&e, k, 1);
+  /* Too large. */
+  char big[2000];
+  memset(big, 'b', sizeof(big));
+  rc_stream *x = rc_open(&e.c, "POST", ECHO_PATH, GRPC, 1, NULL, NULL);
+  rc_send_msg(&e.c, x, 0, big, sizeof(big));
+  rc_io(&e.c);
+  wait_status(&e, x);
+  ck_assert_int_eq(x->grpc_status, 8);
+  ck_assert(strstr(x->grpc_message, "larger than max") != NULL);
+  /* Compressed. */
+  rc_stream *z = rc_open(&e.c, "POST", ECHO_PATH, GRPC, 1, NULL, NULL);
+  rc_send_msg(&e.c, z, 1, "zz", 2);
+  rc_io(&e.c);
+  wait_status(&e, z);
+  ck_assert_int_eq(z->grpc_status, 12);
+  /* Not gRPC: a plain HTTP answer, no open(). */
+  int opens = e.echo_opens;
+  rc_stream *h = rc_open(&e.c, "POST", ECHO_PATH, "text/plain", 1, NULL, NULL);
+  rc_end(&e.c, h);
+  rc_io(&e.c);
+  for (int i = 0; i < 100 && !h->closed; ++i) {
+    h2t_run_for(&e.loop, 10);
+    rc_io(&e.c);
+  }
+  ck_assert_int_eq(h->http_status, 415);
+  ck_assert_int_eq(e.echo_opens, opens);
+  /* A message the protocol makes too large for max_send. */
+  e.big = 4096;
+  e.ticks = 1;
+  mcp_stream_wake(e.counter_st);
+  wait_status(&e, k);
+  ck_assert_int_eq(k->grpc_status, 8);
+  ck_assert(strstr(k->grpc_message, "message to send larger") != NULL);
+  ck_assert_int_eq(e.echo_dels, e.echo_opens);
+  ck_assert_int_eq(e.counter_dels, 1);
+  /* The connection still serves. */
+  e.big = 0;
+  rc_stream *ok = call(&e, ECHO_PATH, "still", 1);
+  wait_status(&e, ok);
+  ck_assert_int_eq(ok->grpc_status, 0);
+  msg_is(ok, 0, "still");
+  finish(&e);
+}
+END_TEST
+
 /* The peer goes away mid-stream: the stream is freed, ops->del once. */
 START_TEST(peer_vanishes) {
   tenv e;
@@ -1229,6 +1285,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, served_beside_mcp);
   tcase_add_test(tc, errors_and_timers);
   tcase_add_test(tc, peer_vanishes);
+  tcase_add_test(tc, bad_input);
   tcase_add_test(tc, admission_and_no_mcp);
   tcase_add_test(tc, bad_arguments);
   tcase_add_test(tc, client_runs_calls);
