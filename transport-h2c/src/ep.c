@@ -73,7 +73,7 @@ void mcp_h2c_info_fill(const mcp_h2c_stream *s, mcp_h2c_stream_info *info) {
   info->details = s->details ? s->details : "";
   info->sending = s->out != NULL;
   info->stream = s->eng;
-  info->api = s->api;
+  info->api = s->api ? s->api : (s->svc || s->in_slot ? "" : NULL);
   info->method = s->hd.path ? s->hd.path : "";
 }
 

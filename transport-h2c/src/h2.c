@@ -134,6 +134,7 @@ void mcp_h2c_stream_free(mcp_h2c_stream *s) {
   mcp_h2c_buf_free(&s->body);
   headers_free(&s->hd);
   free(s->details);
+  free(s->api);
   free(s);
   if (mcp_dial)
     mcp_h2c_client_stream_gone(ep, lived, received);
@@ -167,7 +168,12 @@ void mcp_h2c_stream_attach(mcp_h2c_stream *s, mcp_stream *st,
   mcp_h2c_conn *c = s->c;
   const mcp_stream_ops *ops = mcp_stream_get_ops(st);
   s->eng = st;
-  s->api = ops && ops->name ? ops->name : "";
+  const char *name = ops && ops->name ? ops->name : "";
+  size_t n = strlen(name) + 1;
+  free(s->api);
+  s->api = malloc(n);
+  if (s->api)
+    memcpy(s->api, name, n); /* NULL (no memory): reported as "" */
   mcp_stream_set_waker(st, on_wake, s);
   s->expiry = mcp_stream_get_expiry(st);
   c->nmcp++;

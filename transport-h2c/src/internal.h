@@ -68,7 +68,7 @@ struct mcp_h2c_stream {
   size_t slot;
   int in_slot;
   int eng_half_closed;
-  const char *api; /* ops->name */
+  char *api; /* a copy of ops->name (CLOSED reports it after del) */
   mcp_tstamp expiry; /* of the source session or the driver, cached */
   mcp_tstamp opened;
   uint64_t received, sent;

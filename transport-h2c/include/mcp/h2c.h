@@ -159,7 +159,7 @@ typedef struct mcp_h2c_stream_info {
   /* Service and client streams (mcp_service_def, mcp_client_def): the
    * protocol's stream, NULL for MCP streams and once the stream is ending
    * (read-only use during the callback: mcp_stream_get_ops(), counters),
-   * and the protocol's name (ops->name, kept by pointer; NULL for MCP
+   * and the protocol's name (ops->name, also in CLOSED; NULL for MCP
    * streams) so that metrics can count per API. */
   mcp_stream *stream;
   const char *api;
