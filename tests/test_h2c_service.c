@@ -1259,6 +1259,123 @@ START_TEST(client_call_from_thread) {
 }
 END_TEST
 
+/* Many slots at once on one connection, beyond the server's
+ * SETTINGS_MAX_CONCURRENT_STREAMS (the requests wait for a free stream). */
+#define NMANY 40
+
+typedef struct many {
+  tenv *e;
+  int opened[NMANY], ended[NMANY], status[NMANY];
+  int sent[NMANY];
+  char got[NMANY][16];
+  int nended;
+} many;
+
+typedef struct msess {
+  many *m;
+  size_t slot;
+} msess;
+
+static int m_recv(void *p, const uint8_t *in, size_t len, mcp_tstamp ts) {
+  (void)ts;
+  msess *s = p;
+  snprintf(s->m->got[s->slot], sizeof(s->m->got[0]), "%.*s", (int)len,
+           (const char *)in);
+  return 0;
+}
+
+static int m_next(void *p, mcp_tstamp ts, mcp_msg **pmsg) {
+  (void)ts;
+  msess *s = p;
+  if (s->m->sent[s->slot])
+    return 0;
+  s->m->sent[s->slot] = 1;
+  char b[16];
+  int n = snprintf(b, sizeof(b), "slot%zu", s->slot);
+  return make_msg(b, (size_t)n, pmsg);
+}
+
+static void m_del(void *p) { free(p); }
+
+static const mcp_stream_ops many_ops = {
+    .name = "many",
+    .flags = MCP_STREAM_CLIENT_HALF_CLOSE_AFTER_FIRST,
+    .recv = m_recv,
+    .next = m_next,
+    .del = m_del};
+
+static const char *m_method(void *ud, size_t slot) {
+  (void)ud;
+  (void)slot;
+  return ECHO_PATH;
+}
+
+static int m_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
+  many *m = ud;
+  if (m->opened[slot])
+    return 0; /* once per slot */
+  m->opened[slot] = 1;
+  msess *s = calloc(1, sizeof(*s));
+  ck_assert_ptr_nonnull(s);
+  s->m = m;
+  s->slot = slot;
+  return mcp_stream_new(pst, &many_ops, s, NULL, ts) == 0 ? 1 : 0;
+}
+
+static void m_ended(void *ud, size_t slot, int status, const char *details,
+                    mcp_tstamp ts) {
+  (void)details;
+  (void)ts;
+  many *m = ud;
+  m->ended[slot]++;
+  m->status[slot] = status;
+  m->nended++;
+}
+
+static int all_ended(void *ud) { return ((many *)ud)->nended >= NMANY; }
+
+START_TEST(client_many_slots) {
+  tenv e;
+  setup(&e);
+  e.o.no_mcp = 1;
+  e.o.max_concurrent_streams = 8;
+  start(&e);
+  many *m = calloc(1, sizeof(*m));
+  ck_assert_ptr_nonnull(m);
+  m->e = &e;
+  mcp_client_def def = {.nslots = NMANY,
+                        .method = m_method,
+                        .open = m_open,
+                        .ended = m_ended,
+                        .user_data = m};
+  mcp_h2c_options o = e.o;
+  char addr[64];
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", e.port);
+  o.mode = MCP_H2C_DIAL;
+  o.address = addr;
+  o.services = NULL;
+  o.nservices = 0;
+  o.no_mcp = 0;
+  o.on_stream = NULL;
+  ck_assert_int_eq(mcp_h2c_client_new(&e.cli, &e.loop, &o, &def), 0);
+  ck_assert(h2t_run_until(&e.loop, all_ended, m, 10000));
+  for (int i = 0; i < NMANY; ++i) {
+    char want[16];
+    snprintf(want, sizeof(want), "slot%d", i);
+    ck_assert_int_eq(m->ended[i], 1);
+    ck_assert_int_eq(m->status[i], 0);
+    ck_assert_str_eq(m->got[i], want);
+  }
+  ck_assert_int_eq(e.echo_opens, NMANY);
+  ck_assert_int_eq(e.echo_dels, NMANY);
+  mcp_h2c_stats st;
+  mcp_h2c_source_stats(e.src, &st);
+  ck_assert_uint_eq(st.connections, 1);
+  finish(&e);
+  free(m);
+}
+END_TEST
+
 /* The client over a unix socket. */
 START_TEST(client_unix) {
   tenv e;
@@ -1297,6 +1414,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, wake_from_another_call);
   tcase_add_test(tc, client_unix);
   tcase_add_test(tc, client_call_from_thread);
+  tcase_add_test(tc, client_many_slots);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -85,8 +85,8 @@ static void start_call(mcp_h2c_ep *ep, mcp_h2c_conn *c, size_t slot,
     return;
   }
   mcp_h2c_notify_stream(s, MCP_H2C_STREAM_OPENED);
-  /* Connected: the request goes now; otherwise once connected. */
-  if (c->proto == MCP_H2C_PROTO_H2 && c->h2 &&
+  /* Ready: the request goes now; otherwise once ready. */
+  if (c->proto == MCP_H2C_PROTO_H2 && c->h2 && c->peer_settings &&
       mcp_h2c_stream_submit_request(s) < 0)
     call_fail(s, MCP_CODE_RESOURCE_EXHAUSTED, mcp_strerror(MCP_ERR_NOMEM));
 }
@@ -168,6 +168,8 @@ void mcp_h2c_client_end_all(mcp_h2c_ep *ep) {
 
 int mcp_h2c_client_connected(mcp_h2c_ep *ep, mcp_h2c_conn *c) {
   (void)ep;
+  if (c->proto != MCP_H2C_PROTO_H2 || !c->h2 || !c->peer_settings)
+    return 0;
   for (mcp_h2c_stream *s = c->streams; s; s = s->next)
     if (s->id == 0 && !s->finishing && mcp_h2c_stream_submit_request(s) < 0)
       return MCP_ERR_NOMEM;
@@ -217,10 +219,11 @@ static void on_connect(uv_connect_t *req, int status) {
     uv_tcp_nodelay(&c->h.tcp, 1);
   mcp_h2c_conn_name_peer(c);
   mcp_h2c_ep *ep = c->ep;
+  /* mcp_h2c_client: the calls are sent once the server's SETTINGS came
+   * (its stream limit known, as gRPC's READY): the kick does it. */
   if (mcp_h2c_session_new(c, 0) < 0 ||
-      (ep->role == MCP_H2C_ROLE_CLIENT
-           ? mcp_h2c_client_connected(ep, c) < 0
-           : (!c->streams || mcp_h2c_stream_submit_request(c->streams) < 0))) {
+      (ep->role != MCP_H2C_ROLE_CLIENT &&
+       (!c->streams || mcp_h2c_stream_submit_request(c->streams) < 0))) {
     mcp_h2c_conn_close(c, MCP_CODE_RESOURCE_EXHAUSTED,
                        mcp_strerror(MCP_ERR_NOMEM));
     return;

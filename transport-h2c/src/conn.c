@@ -310,8 +310,14 @@ void mcp_h2c_conn_kick(mcp_h2c_conn *c) {
   c->in_kick = 1;
   for (int round = 0; round < 64; ++round) {
     c->dirty = 0;
-    if (c->ep->role == MCP_H2C_ROLE_CLIENT) /* free slots: calls to open */
-      mcp_h2c_client_fill(c->ep, c);
+    if (c->ep->role == MCP_H2C_ROLE_CLIENT) {
+      mcp_h2c_client_fill(c->ep, c); /* free slots: calls to open */
+      if (mcp_h2c_client_connected(c->ep, c) < 0) { /* and to send */
+        mcp_h2c_conn_close(c, MCP_CODE_RESOURCE_EXHAUSTED,
+                           mcp_strerror(MCP_ERR_NOMEM));
+        break;
+      }
+    }
     if (c->proto == MCP_H2C_PROTO_H2) {
       mcp_h2c_stream *s, *next;
       for (s = c->streams; s; s = next) {

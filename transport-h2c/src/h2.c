@@ -975,6 +975,12 @@ static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *frame,
   case NGHTTP2_GOAWAY:
     c->goaway_recv = 1;
     return 0;
+  case NGHTTP2_SETTINGS:
+    if (!(frame->hd.flags & NGHTTP2_FLAG_ACK) && !c->peer_settings) {
+      c->peer_settings = 1;
+      c->dirty = 1; /* mcp_h2c_client: the calls waiting go now */
+    }
+    return 0;
   case NGHTTP2_HEADERS:
   case NGHTTP2_DATA:
     break;

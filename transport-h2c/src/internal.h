@@ -171,6 +171,8 @@ struct mcp_h2c_conn {
 
   /* client */
   mcp_tstamp connected_at; /* 0 until connected */
+  int peer_settings; /* the server's first SETTINGS arrived: its stream
+                        limit is known, calls may be sent */
   uv_connect_t connect_req;
   uv_getaddrinfo_t gai;
   int resolving;
@@ -345,7 +347,8 @@ void mcp_h2c_client_fill(mcp_h2c_ep *ep, mcp_h2c_conn *c);
 void mcp_h2c_client_call_gone(mcp_h2c_stream *s);
 /* ROLE_CLIENT, *_del(): every call ends CANCELLED for the protocol. */
 void mcp_h2c_client_end_all(mcp_h2c_ep *ep);
-/* ROLE_CLIENT: the connection is up: submits the calls waiting for it. */
+/* ROLE_CLIENT: once the connection is ready (the server's SETTINGS
+ * came), submits the calls waiting for it. NOMEM. */
 int mcp_h2c_client_connected(mcp_h2c_ep *ep, mcp_h2c_conn *c);
 
 /* admit.c */

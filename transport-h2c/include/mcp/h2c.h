@@ -519,7 +519,9 @@ typedef struct mcp_h2c_client mcp_h2c_client;
  * timer, a wake, *_notify()) and at def->get_expiry(), def->open(slot)
  * is asked for every slot without a call; 1 and a stream: a call of
  * def->method(slot) starts on that connection (every slot's calls share
- * it, as concurrent HTTP/2 streams). What the stream's pump gives is
+ * it, as concurrent HTTP/2 streams; they are sent once the server's
+ * SETTINGS arrived, so its stream limit holds them back rather than
+ * refusing them). What the stream's pump gives is
  * framed and sent, HALF_CLOSE sends END_STREAM, received messages go to
  * mcp_stream_recv(). When the call ends (the server's trailers: their
  * grpc-status and grpc-message; a reset; a lost or failed connection:
