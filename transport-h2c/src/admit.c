@@ -87,8 +87,11 @@ void mcp_h2c_admit(mcp_h2c_stream *s) {
   char key[160];
   mcp_admit_peer_key(s->c->peer, key, sizeof(key));
   mcp_admit_result r;
-  int rv = mcp_admit_stream(ep->admit, key, ep->role == MCP_H2C_ROLE_SOURCE, s,
-                            mcp_h2c_now(), &s->ticket, &r);
+  /* Only MCP source sessions push an initial state that needs a slot;
+   * service streams are counted and rate-limited, never held for one. */
+  int initial = ep->role == MCP_H2C_ROLE_SOURCE && !s->svc;
+  int rv = mcp_admit_stream(ep->admit, key, initial, s, mcp_h2c_now(),
+                            &s->ticket, &r);
   if (rv < 0) {
     mcp_h2c_stream_reject(s, MCP_CODE_RESOURCE_EXHAUSTED, mcp_strerror(rv));
     return;

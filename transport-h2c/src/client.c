@@ -1,7 +1,10 @@
-/* Dialing: one stream per connection, HTTP/2 with prior knowledge,
- * reconnecting forever with jittered exponential backoff. */
+/* Dialing: one stream per connection (MCP), or the calls of an
+ * mcp_client_def sharing one connection (mcp_h2c_client); HTTP/2 with
+ * prior knowledge, reconnecting forever with jittered exponential
+ * backoff. */
 #include <netdb.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -11,16 +14,166 @@ static void on_retry(uv_timer_t *t);
 
 static void on_retry_closed(uv_handle_t *h) { mcp_h2c_ep_unref(h->data); }
 
+static void on_cexp(uv_timer_t *t);
+
 void mcp_h2c_client_start(mcp_h2c_ep *ep) {
   uv_timer_init(ep->loop, &ep->retry);
   ep->retry.data = ep;
   ep->refs++;
   uv_timer_start(&ep->retry, on_retry, 0, 0); /* the first attempt: now */
+  if (ep->role == MCP_H2C_ROLE_CLIENT) {
+    uv_timer_init(ep->loop, &ep->cexp);
+    ep->cexp.data = ep;
+    ep->refs++;
+  }
 }
 
 void mcp_h2c_client_stop(mcp_h2c_ep *ep) {
   uv_timer_stop(&ep->retry);
   uv_close((uv_handle_t *)&ep->retry, on_retry_closed);
+  if (ep->role == MCP_H2C_ROLE_CLIENT) {
+    uv_timer_stop(&ep->cexp);
+    uv_close((uv_handle_t *)&ep->cexp, on_retry_closed);
+  }
+}
+
+/* ------------------------------------------------------------------ */
+/* mcp_h2c_client: the calls of an mcp_client_def                      */
+/* ------------------------------------------------------------------ */
+
+mcp_h2c_conn *mcp_h2c_client_conn(mcp_h2c_ep *ep) {
+  mcp_h2c_conn *c = ep->dial;
+  if (!c || c->closing || c->goaway_recv || c->draining || ep->stopping)
+    return NULL;
+  return c;
+}
+
+/* A call that could not start: as if it ended at once. */
+static void call_fail(mcp_h2c_stream *s, int status, const char *details) {
+  s->finishing = 1;
+  s->status = status;
+  mcp_h2c_stream_set_details(s, details);
+  mcp_h2c_notify_stream(s, MCP_H2C_STREAM_CLOSED);
+  mcp_h2c_stream_free(s); /* deletes the driver, then ended() */
+}
+
+static void start_call(mcp_h2c_ep *ep, mcp_h2c_conn *c, size_t slot,
+                       mcp_stream *st, mcp_tstamp now) {
+  const mcp_client_def *d = &ep->cdef;
+  mcp_h2c_stream *s = mcp_h2c_stream_new(c, 0);
+  if (!s) {
+    mcp_stream_del(st);
+    d->ended(d->user_data, slot, MCP_CODE_RESOURCE_EXHAUSTED,
+             mcp_strerror(MCP_ERR_NOMEM), now);
+    return;
+  }
+  s->dialed = 1;
+  s->slot = slot;
+  s->in_slot = 1;
+  ep->slots[slot] = s;
+  mcp_h2c_stream_attach(s, st, now);
+  const char *m = d->method(d->user_data, slot);
+  size_t n = strlen(m ? m : "");
+  s->hd.path = malloc(n + 1);
+  if (!s->hd.path) {
+    call_fail(s, MCP_CODE_RESOURCE_EXHAUSTED, mcp_strerror(MCP_ERR_NOMEM));
+    return;
+  }
+  memcpy(s->hd.path, m ? m : "", n + 1);
+  if (n == 0 || s->hd.path[0] != '/') {
+    call_fail(s, MCP_CODE_INTERNAL, "the client's method is not a path");
+    return;
+  }
+  mcp_h2c_notify_stream(s, MCP_H2C_STREAM_OPENED);
+  /* Ready: the request goes now; otherwise once ready. */
+  if (c->proto == MCP_H2C_PROTO_H2 && c->h2 && c->peer_settings &&
+      mcp_h2c_stream_submit_request(s) < 0)
+    call_fail(s, MCP_CODE_RESOURCE_EXHAUSTED, mcp_strerror(MCP_ERR_NOMEM));
+}
+
+static void arm_cexp(mcp_h2c_ep *ep, mcp_tstamp now) {
+  mcp_tstamp t = ep->cdef.get_expiry ? ep->cdef.get_expiry(ep->cdef.user_data)
+                                     : MCP_TSTAMP_MAX;
+  if (t == MCP_TSTAMP_MAX) {
+    uv_timer_stop(&ep->cexp);
+    return;
+  }
+  /* At least 1 ms: an expiry in the past must not spin the loop. */
+  uint64_t delay =
+      t <= now ? 1 : (t - now + MCP_MILLISECONDS - 1) / MCP_MILLISECONDS;
+  uv_timer_start(&ep->cexp, on_cexp, delay, 0);
+}
+
+void mcp_h2c_client_fill(mcp_h2c_ep *ep, mcp_h2c_conn *c) {
+  if (ep->role != MCP_H2C_ROLE_CLIENT || ep->stopping || ep->in_fill)
+    return;
+  if (!c || c != mcp_h2c_client_conn(ep)) {
+    uv_timer_stop(&ep->cexp); /* asked again once a connection exists */
+    return;
+  }
+  ep->in_fill = 1;
+  const mcp_client_def *d = &ep->cdef;
+  mcp_tstamp now = mcp_h2c_now();
+  for (size_t i = 0; i < d->nslots && !c->closing; ++i) {
+    if (ep->slots[i])
+      continue;
+    mcp_stream *st = NULL;
+    int rv = d->open(d->user_data, i, now, &st);
+    if (rv > 0 && st)
+      start_call(ep, c, i, st, now);
+    else if (st) /* a stream with "not now": ours to free */
+      mcp_stream_del(st);
+  }
+  arm_cexp(ep, now);
+  ep->in_fill = 0;
+}
+
+static void on_cexp(uv_timer_t *t) {
+  mcp_h2c_ep *ep = t->data;
+  mcp_h2c_conn *c = mcp_h2c_client_conn(ep);
+  if (c)
+    mcp_h2c_conn_kick(c); /* fills the slots */
+}
+
+void mcp_h2c_client_call_gone(mcp_h2c_stream *s) {
+  mcp_h2c_ep *ep = s->c->ep;
+  s->in_slot = 0;
+  if (ep->slots[s->slot] == s)
+    ep->slots[s->slot] = NULL;
+  if (ep->stopping)
+    return; /* mcp_h2c_client_del(): no callback */
+  const mcp_client_def *d = &ep->cdef;
+  d->ended(d->user_data, s->slot,
+           s->finishing ? s->status : MCP_CODE_UNKNOWN,
+           s->details ? s->details : "", mcp_h2c_now());
+  mcp_h2c_conn *c = mcp_h2c_client_conn(ep);
+  if (c)
+    mcp_h2c_conn_mark(c); /* open() is asked again */
+}
+
+void mcp_h2c_client_end_all(mcp_h2c_ep *ep) {
+  const mcp_client_def *d = &ep->cdef;
+  mcp_tstamp now = mcp_h2c_now();
+  for (size_t i = 0; i < d->nslots; ++i) {
+    mcp_h2c_stream *s = ep->slots[i];
+    if (!s)
+      continue;
+    /* Its stream was deleted by the finish that ended it. */
+    ep->slots[i] = NULL;
+    s->in_slot = 0;
+    d->ended(d->user_data, i, s->finishing ? s->status : MCP_CODE_CANCELLED,
+             s->details ? s->details : "", now);
+  }
+}
+
+int mcp_h2c_client_connected(mcp_h2c_ep *ep, mcp_h2c_conn *c) {
+  (void)ep;
+  if (c->proto != MCP_H2C_PROTO_H2 || !c->h2 || !c->peer_settings)
+    return 0;
+  for (mcp_h2c_stream *s = c->streams; s; s = s->next)
+    if (s->id == 0 && !s->finishing && mcp_h2c_stream_submit_request(s) < 0)
+      return MCP_ERR_NOMEM;
+  return 0;
 }
 
 static void retry_later(mcp_h2c_ep *ep) {
@@ -34,6 +187,12 @@ static void retry_later(mcp_h2c_ep *ep) {
 void mcp_h2c_client_conn_gone(mcp_h2c_ep *ep, mcp_h2c_conn *c) {
   if (ep->dial == c)
     ep->dial = NULL;
+  /* mcp_h2c_client: a connection that was healthy (it lasted and heard
+   * from the server after connecting) resets the backoff even when it
+   * carried no call; calls also count, one by one. */
+  if (ep->role == MCP_H2C_ROLE_CLIENT && c->connected_at)
+    mcp_backoff_stream_ended(&ep->backoff, mcp_h2c_now() - c->connected_at,
+                             c->last_recv > c->connected_at);
   retry_later(ep);
 }
 
@@ -59,13 +218,17 @@ static void on_connect(uv_connect_t *req, int status) {
   if (!c->ep->addr.is_unix)
     uv_tcp_nodelay(&c->h.tcp, 1);
   mcp_h2c_conn_name_peer(c);
-  if (mcp_h2c_session_new(c, 0) < 0 || !c->streams ||
-      mcp_h2c_stream_submit_request(c->streams) < 0) {
+  mcp_h2c_ep *ep = c->ep;
+  /* mcp_h2c_client: the calls are sent once the server's SETTINGS came
+   * (its stream limit known, as gRPC's READY): the kick does it. */
+  if (mcp_h2c_session_new(c, 0) < 0 ||
+      (ep->role != MCP_H2C_ROLE_CLIENT &&
+       (!c->streams || mcp_h2c_stream_submit_request(c->streams) < 0))) {
     mcp_h2c_conn_close(c, MCP_CODE_RESOURCE_EXHAUSTED,
                        mcp_strerror(MCP_ERR_NOMEM));
     return;
   }
-  c->last_recv = mcp_h2c_now();
+  c->last_recv = c->connected_at = mcp_h2c_now();
   mcp_h2c_conn_start(c);
   mcp_h2c_conn_kick(c);
 }
@@ -95,6 +258,28 @@ static void on_resolved(uv_getaddrinfo_t *req, int status,
   mcp_h2c_conn_unref(c); /* the resolution's reference */
 }
 
+/* Resolves (TCP) and connects |c| to the address selected. */
+static void dial(mcp_h2c_ep *ep, mcp_h2c_conn *c) {
+  if (ep->addr.is_unix) {
+    uv_pipe_connect(&c->connect_req, &c->h.pipe, ep->addr.path, on_connect);
+    return;
+  }
+  struct addrinfo hints;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  c->refs++;
+  c->resolving = 1;
+  int rv = uv_getaddrinfo(ep->loop, &c->gai, on_resolved, ep->addr.host,
+                          ep->addr.port, &hints);
+  if (rv < 0) {
+    c->resolving = 0;
+    fail(c, "resolve", rv);
+    mcp_h2c_conn_unref(c);
+  }
+}
+
 static void attempt(mcp_h2c_ep *ep) {
   /* A list: each attempt dials the next address (after the backoff). The
    * elements were checked when the endpoint was made; only memory can
@@ -110,6 +295,14 @@ static void attempt(mcp_h2c_ep *ep) {
   snprintf(c->peer, sizeof(c->peer), "%.*s", (int)sizeof(c->peer) - 1,
            ep->target);
   ep->dial = c;
+  if (ep->role == MCP_H2C_ROLE_CLIENT) {
+    /* Calls open on the connection being made; they are sent once it is
+     * up, and end with UNAVAILABLE if it cannot be made. */
+    mcp_h2c_client_fill(ep, c);
+    if (!c->closing)
+      dial(ep, c);
+    return;
+  }
   mcp_h2c_stream *s = mcp_h2c_stream_new(c, 0);
   if (!s) {
     mcp_h2c_conn_close(c, MCP_CODE_RESOURCE_EXHAUSTED,
@@ -125,24 +318,7 @@ static void attempt(mcp_h2c_ep *ep) {
     return;
   }
   mcp_h2c_notify_stream(s, MCP_H2C_STREAM_OPENED);
-  if (ep->addr.is_unix) {
-    uv_pipe_connect(&c->connect_req, &c->h.pipe, ep->addr.path, on_connect);
-    return;
-  }
-  struct addrinfo hints;
-  memset(&hints, 0, sizeof(hints));
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  c->refs++;
-  c->resolving = 1;
-  rv = uv_getaddrinfo(ep->loop, &c->gai, on_resolved, ep->addr.host,
-                      ep->addr.port, &hints);
-  if (rv < 0) {
-    c->resolving = 0;
-    fail(c, "resolve", rv);
-    mcp_h2c_conn_unref(c);
-  }
+  dial(ep, c);
 }
 
 static void on_retry(uv_timer_t *t) {

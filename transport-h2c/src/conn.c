@@ -310,6 +310,14 @@ void mcp_h2c_conn_kick(mcp_h2c_conn *c) {
   c->in_kick = 1;
   for (int round = 0; round < 64; ++round) {
     c->dirty = 0;
+    if (c->ep->role == MCP_H2C_ROLE_CLIENT) {
+      mcp_h2c_client_fill(c->ep, c); /* free slots: calls to open */
+      if (mcp_h2c_client_connected(c->ep, c) < 0) { /* and to send */
+        mcp_h2c_conn_close(c, MCP_CODE_RESOURCE_EXHAUSTED,
+                           mcp_strerror(MCP_ERR_NOMEM));
+        break;
+      }
+    }
     if (c->proto == MCP_H2C_PROTO_H2) {
       mcp_h2c_stream *s, *next;
       for (s = c->streams; s; s = next) {
@@ -375,7 +383,7 @@ static mcp_tstamp next_deadline(const mcp_h2c_conn *c) {
   const mcp_h2c_options *o = &ep->opts;
   mcp_tstamp t = MCP_TSTAMP_MAX;
   for (const mcp_h2c_stream *s = c->streams; s; s = s->next) {
-    if (s->src && s->expiry < t)
+    if ((s->src || s->eng) && s->expiry < t)
       t = s->expiry;
     if (!s->finishing && s->deadline < t)
       t = s->deadline;
@@ -421,7 +429,7 @@ static void on_timer(uv_timer_t *t) {
   for (mcp_h2c_stream *s = c->streams; s; s = s->next) {
     if (!s->finishing && s->deadline <= now)
       mcp_h2c_stream_finish(s, 4, "deadline exceeded"); /* DEADLINE_EXCEEDED */
-    else if (s->src && s->expiry <= now)
+    else if ((s->src || s->eng) && s->expiry <= now)
       s->dirty = 1;
   }
   if (keepalive_on(c)) {

@@ -15,6 +15,10 @@ struct mcp_h2c_sink {
   mcp_h2c_ep ep;
 };
 
+struct mcp_h2c_client {
+  mcp_h2c_ep ep;
+};
+
 mcp_tstamp mcp_h2c_now(void) { return (mcp_tstamp)uv_hrtime(); }
 
 void mcp_h2c_options_default(mcp_h2c_options *opts) {
@@ -68,6 +72,9 @@ void mcp_h2c_info_fill(const mcp_h2c_stream *s, mcp_h2c_stream_info *info) {
   info->status = s->status;
   info->details = s->details ? s->details : "";
   info->sending = s->out != NULL;
+  info->stream = s->eng;
+  info->api = s->api ? s->api : (s->svc || s->in_slot ? "" : NULL);
+  info->method = s->hd.path ? s->hd.path : "";
 }
 
 void mcp_h2c_notify_stream(mcp_h2c_stream *s, mcp_h2c_stream_event ev) {
@@ -87,7 +94,7 @@ static size_t for_streams(mcp_h2c_ep *ep, mcp_h2c_stream_fn fn, void *ud) {
   size_t n = 0;
   for (mcp_h2c_conn *c = ep->conns; c; c = c->next) {
     for (mcp_h2c_stream *s = c->streams; s; s = s->next) {
-      if (!s->src && !s->snk)
+      if (!s->src && !s->snk && !s->eng)
         continue;
       n++;
       if (fn) {
@@ -160,6 +167,8 @@ static void run_jobs(mcp_h2c_ep *ep) {
     mcp_tstamp now = mcp_h2c_now();
     if (job->kind == MCP_H2C_JOB_STORE)
       job->store_fn(ep->source_opts.store, now, job->user_data);
+    else if (job->kind == MCP_H2C_JOB_RUN)
+      job->run_fn(now, job->user_data);
     else
       job->state_fn(ep->state, now, job->user_data);
     if (job->sync) {
@@ -219,6 +228,37 @@ static int submit(mcp_h2c_ep *ep, mcp_h2c_job *tmpl) {
 /* Life cycle                                                          */
 /* ------------------------------------------------------------------ */
 
+/* options.services, copied: the array and the method strings (the
+ * user_data stay the caller's). */
+static int copy_services(mcp_h2c_ep *ep, const mcp_h2c_options *opts) {
+  if (!opts->nservices)
+    return 0;
+  mcp_service_def *d = calloc(opts->nservices, sizeof(*d));
+  if (!d)
+    return MCP_ERR_NOMEM;
+  ep->services = d;
+  ep->nservices = opts->nservices;
+  for (size_t i = 0; i < opts->nservices; ++i) {
+    d[i] = opts->services[i];
+    size_t n = strlen(opts->services[i].method) + 1;
+    char *m = malloc(n);
+    if (!m)
+      return MCP_ERR_NOMEM; /* the caller frees what was copied */
+    memcpy(m, opts->services[i].method, n);
+    d[i].method = m;
+  }
+  return 0;
+}
+
+static void free_services(mcp_h2c_ep *ep) {
+  mcp_service_def *d = (mcp_service_def *)ep->services;
+  for (size_t i = 0; d && i < ep->nservices; ++i)
+    free((char *)d[i].method);
+  free(d);
+  ep->services = NULL;
+  ep->nservices = 0;
+}
+
 static void ep_free(mcp_h2c_ep *ep) {
   void (*on_closed)(void *) = ep->opts.on_closed;
   void *ud = ep->opts.user_data;
@@ -226,6 +266,8 @@ static void ep_free(mcp_h2c_ep *ep) {
   uv_cond_destroy(&ep->cv);
   free(ep->address);
   free(ep->authority);
+  free(ep->slots);
+  free_services(ep);
   mcp_h2c_addr_free(&ep->addr);
   mcp_h2c_admit_free(ep);
   free(ep); /* the ep is the first member of the public object */
@@ -300,6 +342,8 @@ static int ep_start(mcp_h2c_ep *ep, uv_loop_t *loop,
   ep->opts = *opts;
   ep->opts.address = NULL;
   ep->opts.authority = NULL;
+  ep->opts.services = ep->services; /* the copies (copy_services()) */
+  ep->no_mcp = opts->no_mcp;
   ep->jobs_tail = &ep->jobs;
   ep->loop_thread = uv_thread_self();
   mcp_h2c_options *o = &ep->opts;
@@ -417,6 +461,8 @@ static void shutdown_ep(mcp_h2c_ep *ep) {
       s->announced = 0;
     }
   }
+  if (ep->role == MCP_H2C_ROLE_CLIENT)
+    mcp_h2c_client_end_all(ep); /* the protocol hears of each call */
   ep->stopping = 1; /* no callback from here on, but on_closed */
   ep->grace_at = mcp_h2c_now() + ep->opts.shutdown_grace;
   if (listen)
@@ -455,25 +501,59 @@ static void shutdown_ep(mcp_h2c_ep *ep) {
 }
 
 static int valid(uv_loop_t *loop, const mcp_h2c_options *opts) {
-  return loop && opts && opts->address && opts->address[0] &&
-         (opts->mode == MCP_H2C_LISTEN || opts->mode == MCP_H2C_DIAL);
+  if (!loop || !opts || !opts->address || !opts->address[0] ||
+      (opts->mode != MCP_H2C_LISTEN && opts->mode != MCP_H2C_DIAL))
+    return 0;
+  if (opts->nservices && !opts->services)
+    return 0;
+  if (opts->mode == MCP_H2C_DIAL && (opts->nservices || opts->no_mcp))
+    return 0; /* services are served, never dialed */
+  for (size_t i = 0; i < opts->nservices; ++i) {
+    const mcp_service_def *d = &opts->services[i];
+    if (!d->method || d->method[0] != '/' || !d->open)
+      return 0;
+    for (size_t j = 0; j < i; ++j) /* one protocol per method */
+      if (strcmp(opts->services[j].method, d->method) == 0)
+        return 0;
+    /* An MCP method is the MCP sessions' unless MCP is off. */
+    for (int sd = 0; !opts->no_mcp && sd <= 1; ++sd)
+      for (int sv = MCP_SERVICE_RESOURCE;
+           sv <= MCP_SERVICE_AGGREGATED_INCREMENTAL; ++sv) {
+        const char *m = mcp_h2c_method((mcp_service)sv, sd);
+        if (m && strcmp(m, d->method) == 0)
+          return 0;
+      }
+  }
+  return 1;
+}
+
+/* LISTEN without MCP: neither store nor state is needed. */
+static int no_mcp(const mcp_h2c_options *opts) {
+  return opts && opts->mode == MCP_H2C_LISTEN && opts->no_mcp;
 }
 
 int mcp_h2c_source_new(mcp_h2c_source **psrc, uv_loop_t *loop,
                        const mcp_h2c_options *opts,
                        const mcp_source_options *session_opts) {
-  if (!psrc || !valid(loop, opts) || !session_opts ||
-      (!session_opts->store && !session_opts->select_store))
+  if (!psrc || !valid(loop, opts) ||
+      (!no_mcp(opts) &&
+       (!session_opts ||
+        (!session_opts->store && !session_opts->select_store))))
     return MCP_ERR_INVALID_ARGUMENT;
   mcp_h2c_source *src = calloc(1, sizeof(*src));
   if (!src)
     return MCP_ERR_NOMEM;
-  src->ep.source_opts = *session_opts;
-  int freed;
-  int rv = ep_start(&src->ep, loop, opts, MCP_H2C_ROLE_SOURCE, &freed);
+  if (session_opts)
+    src->ep.source_opts = *session_opts;
+  int freed = 0;
+  int rv = copy_services(&src->ep, opts);
+  if (rv == 0)
+    rv = ep_start(&src->ep, loop, opts, MCP_H2C_ROLE_SOURCE, &freed);
   if (rv < 0) {
-    if (!freed)
+    if (!freed) {
+      free_services(&src->ep);
       free(src);
+    }
     return rv;
   }
   *psrc = src;
@@ -519,19 +599,23 @@ void mcp_h2c_source_stats(const mcp_h2c_source *src, mcp_h2c_stats *st) {
 
 int mcp_h2c_sink_new(mcp_h2c_sink **psink, uv_loop_t *loop,
                      const mcp_h2c_options *opts, mcp_sink_state *state) {
-  if (!psink || !valid(loop, opts) || !state ||
-      (opts->mode == MCP_H2C_LISTEN &&
+  if (!psink || !valid(loop, opts) || (!state && !no_mcp(opts)) ||
+      (state && opts->mode == MCP_H2C_LISTEN &&
        mcp_sink_state_service(state) != MCP_SERVICE_RESOURCE))
     return MCP_ERR_INVALID_ARGUMENT;
   mcp_h2c_sink *sink = calloc(1, sizeof(*sink));
   if (!sink)
     return MCP_ERR_NOMEM;
   sink->ep.state = state;
-  int freed;
-  int rv = ep_start(&sink->ep, loop, opts, MCP_H2C_ROLE_SINK, &freed);
+  int freed = 0;
+  int rv = copy_services(&sink->ep, opts);
+  if (rv == 0)
+    rv = ep_start(&sink->ep, loop, opts, MCP_H2C_ROLE_SINK, &freed);
   if (rv < 0) {
-    if (!freed)
+    if (!freed) {
+      free_services(&sink->ep);
       free(sink);
+    }
     return rv;
   }
   *psink = sink;
@@ -575,4 +659,75 @@ size_t mcp_h2c_sink_streams(mcp_h2c_sink *sink, mcp_h2c_stream_fn fn,
 
 void mcp_h2c_sink_stats(const mcp_h2c_sink *sink, mcp_h2c_stats *st) {
   stats(&sink->ep, st);
+}
+
+/* ------------------------------------------------------------------ */
+/* Client                                                              */
+/* ------------------------------------------------------------------ */
+
+int mcp_h2c_client_new(mcp_h2c_client **pc, uv_loop_t *loop,
+                       const mcp_h2c_options *opts,
+                       const mcp_client_def *def) {
+  if (!pc || !opts || !def || def->nslots == 0 || !def->method ||
+      !def->open || !def->ended)
+    return MCP_ERR_INVALID_ARGUMENT;
+  mcp_h2c_options o = *opts;
+  o.mode = MCP_H2C_DIAL;
+  if (!valid(loop, &o))
+    return MCP_ERR_INVALID_ARGUMENT;
+  mcp_h2c_client *c = calloc(1, sizeof(*c));
+  if (!c)
+    return MCP_ERR_NOMEM;
+  c->ep.cdef = *def;
+  c->ep.slots = calloc(def->nslots, sizeof(*c->ep.slots));
+  if (!c->ep.slots) {
+    free(c);
+    return MCP_ERR_NOMEM;
+  }
+  int freed;
+  int rv = ep_start(&c->ep, loop, &o, MCP_H2C_ROLE_CLIENT, &freed);
+  if (rv < 0) {
+    if (!freed) {
+      free(c->ep.slots);
+      free(c);
+    }
+    return rv;
+  }
+  *pc = c;
+  return 0;
+}
+
+void mcp_h2c_client_del(mcp_h2c_client *c) {
+  if (c)
+    shutdown_ep(&c->ep);
+}
+
+int mcp_h2c_client_update(mcp_h2c_client *c, mcp_h2c_run_fn fn,
+                          void *user_data) {
+  mcp_h2c_job job = {
+      .kind = MCP_H2C_JOB_RUN, .run_fn = fn, .user_data = user_data};
+  return submit(&c->ep, &job);
+}
+
+int mcp_h2c_client_call(mcp_h2c_client *c, mcp_h2c_run_fn fn,
+                        void *user_data) {
+  mcp_h2c_job job = {.kind = MCP_H2C_JOB_RUN,
+                     .run_fn = fn,
+                     .user_data = user_data,
+                     .sync = 1};
+  return submit(&c->ep, &job);
+}
+
+void mcp_h2c_client_notify(mcp_h2c_client *c) {
+  c->ep.notify_all = 1;
+  mcp_h2c_ep_schedule(&c->ep);
+}
+
+size_t mcp_h2c_client_streams(mcp_h2c_client *c, mcp_h2c_stream_fn fn,
+                              void *user_data) {
+  return for_streams(&c->ep, fn, user_data);
+}
+
+void mcp_h2c_client_stats(const mcp_h2c_client *c, mcp_h2c_stats *st) {
+  stats(&c->ep, st);
 }

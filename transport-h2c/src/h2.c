@@ -74,6 +74,12 @@ static void drop_session(mcp_h2c_stream *s) {
     s->snk = NULL;
     c->nmcp--;
   }
+  if (s->eng) {
+    mcp_stream *st = s->eng;
+    s->eng = NULL; /* ops->del may wake other streams, never this one */
+    mcp_stream_del(st);
+    c->nmcp--;
+  }
   if (c->ep->sink_stream == s)
     c->ep->sink_stream = NULL;
   s->expiry = MCP_TSTAMP_MAX;
@@ -111,6 +117,8 @@ void mcp_h2c_stream_free(mcp_h2c_stream *s) {
   mcp_tstamp lived = now - s->opened;
   uint64_t received = s->received;
   drop_session(s);
+  if (s->in_slot) /* the protocol hears of it once its stream is gone */
+    mcp_h2c_client_call_gone(s);
   if (s->prev)
     s->prev->next = s->next;
   else
@@ -126,6 +134,7 @@ void mcp_h2c_stream_free(mcp_h2c_stream *s) {
   mcp_h2c_buf_free(&s->body);
   headers_free(&s->hd);
   free(s->details);
+  free(s->api);
   free(s);
   if (mcp_dial)
     mcp_h2c_client_stream_gone(ep, lived, received);
@@ -145,11 +154,56 @@ void mcp_h2c_streams_gone(mcp_h2c_conn *c, int status, const char *details) {
   }
 }
 
+/* The driver's waker: the stream is pumped from the loop soon after,
+ * never from inside mcp_stream_wake(). */
+static void on_wake(mcp_stream *st, void *user_data) {
+  (void)st;
+  mcp_h2c_stream *s = user_data;
+  s->dirty = 1;
+  mcp_h2c_conn_mark(s->c);
+}
+
+void mcp_h2c_stream_attach(mcp_h2c_stream *s, mcp_stream *st,
+                           mcp_tstamp now) {
+  mcp_h2c_conn *c = s->c;
+  const mcp_stream_ops *ops = mcp_stream_get_ops(st);
+  s->eng = st;
+  const char *name = ops && ops->name ? ops->name : "";
+  size_t n = strlen(name) + 1;
+  free(s->api);
+  s->api = malloc(n);
+  if (s->api)
+    memcpy(s->api, name, n); /* NULL (no memory): reported as "" */
+  mcp_stream_set_waker(st, on_wake, s);
+  s->expiry = mcp_stream_get_expiry(st);
+  c->nmcp++;
+  s->kind = MCP_H2C_SK_GRPC;
+  s->seq = ++c->ep->next_stream_id;
+  s->opened = now;
+  s->dirty = 1;
+}
+
 int mcp_h2c_stream_open_session(mcp_h2c_stream *s) {
   mcp_h2c_conn *c = s->c;
   mcp_h2c_ep *ep = c->ep;
   mcp_tstamp now = mcp_h2c_now();
   int rv;
+  if (s->svc) {
+    /* h2c is cleartext: the peer is its address only. */
+    mcp_peer_info peer;
+    memset(&peer, 0, sizeof(peer));
+    peer.address = c->peer;
+    mcp_stream *st = NULL;
+    rv = s->svc->open(s->svc->user_data, &peer, now, &st);
+    if (rv < 0) {
+      mcp_stream_del(st); /* NULL unless the service misbehaved */
+      return rv;
+    }
+    if (!st)
+      return MCP_ERR_CALLBACK; /* open() gave no stream */
+    mcp_h2c_stream_attach(s, st, now);
+    return 0;
+  }
   if (ep->role == MCP_H2C_ROLE_SOURCE) {
     mcp_source_options o = ep->source_opts;
     o.send_trigger = s->dialed; /* Istio's sinks wait for a first push */
@@ -289,13 +343,21 @@ void mcp_h2c_stream_request(mcp_h2c_stream *s) {
    * dial sources on ResourceSource and the aggregated methods, sources
    * dial sinks on ResourceSink. */
   int known = -1, served = -1;
-  for (int sd = 0; sd <= 1; ++sd) {
+  const mcp_service_def *svc = NULL;
+  for (size_t i = 0; i < ep->nservices; ++i) {
+    if (strcmp(path, ep->services[i].method) == 0) {
+      svc = &ep->services[i];
+      known = served = 0; /* a service is always served here */
+      break;
+    }
+  }
+  for (int sd = 0; !svc && sd <= 1; ++sd) {
     for (int sv = MCP_SERVICE_RESOURCE;
          sv <= MCP_SERVICE_AGGREGATED_INCREMENTAL; ++sv) {
       const char *m = mcp_h2c_method((mcp_service)sv, sd);
       if (m && strcmp(path, m) == 0) {
         known = sv;
-        if (sd == (ep->role == MCP_H2C_ROLE_SOURCE))
+        if (sd == (ep->role == MCP_H2C_ROLE_SOURCE) && !ep->no_mcp)
           served = sv;
       }
     }
@@ -343,6 +405,7 @@ void mcp_h2c_stream_request(mcp_h2c_stream *s) {
     return;
   }
   s->service = (mcp_service)served;
+  s->svc = svc;
   if (ep->admit)
     mcp_h2c_admit(s);
   else
@@ -381,12 +444,25 @@ void mcp_h2c_stream_start(mcp_h2c_stream *s) {
     nghttp2_session_consume(c->h2, s->id, held.len);
     mcp_h2c_buf_free(&held);
   }
+  mcp_h2c_stream_tell_half_close(s);
+}
+
+void mcp_h2c_stream_tell_half_close(mcp_h2c_stream *s) {
+  if (!s->eng || !s->remote_closed || s->eng_half_closed || s->finishing)
+    return;
+  s->eng_half_closed = 1;
+  mcp_stream_half_close(s->eng, mcp_h2c_now());
+  s->dirty = 1;
+  mcp_h2c_conn_mark(s->c);
 }
 
 int mcp_h2c_stream_submit_request(mcp_h2c_stream *s) {
   mcp_h2c_conn *c = s->c;
   mcp_h2c_ep *ep = c->ep;
-  const char *path = mcp_h2c_method(s->service, ep->role == MCP_H2C_ROLE_SINK);
+  const char *path = ep->role == MCP_H2C_ROLE_CLIENT
+                         ? s->hd.path
+                         : mcp_h2c_method(s->service,
+                                          ep->role == MCP_H2C_ROLE_SINK);
   if (!path)
     return MCP_ERR_INVALID_ARGUMENT;
   nghttp2_nv nva[] = {NV(":method", "POST"),
@@ -418,7 +494,11 @@ static void deliver(mcp_h2c_stream *s, const uint8_t *p, size_t n) {
   int rv;
   s->received++;
   ep->msgs_in++;
-  if (s->src) {
+  if (s->eng) {
+    /* An error is kept by the driver: the next pump ends the stream. */
+    mcp_stream_recv(s->eng, p, n, now);
+    rv = 0;
+  } else if (s->src) {
     rv = mcp_source_session_recv(s->src, p, n, now);
     s->expiry = mcp_source_session_get_expiry(s->src);
   } else {
@@ -503,12 +583,71 @@ static void queue(mcp_h2c_stream *s, mcp_msg *msg) {
   }
 }
 
+/* A service or client call: what the driver says, until it has nothing
+ * more now. One message at a time: can_send is 0 while one is queued or
+ * the socket is full, and the end of that send pumps again. */
+static void pump_engine(mcp_h2c_stream *s, mcp_tstamp now) {
+  mcp_h2c_conn *c = s->c;
+  int blocked = 0;
+  for (int round = 0; round < 16 && s->eng && !s->finishing; ++round) {
+    blocked = c->wfill.len >= (size_t)c->ep->opts.write_buffer_size;
+    /* After our half-close nothing is in flight either: the driver still
+     * decides the ending then (end(), the half-close rule). */
+    int can_send = !s->out && !blocked;
+    mcp_msg *msg = NULL;
+    int status = MCP_CODE_OK;
+    const char *details = NULL;
+    mcp_stream_action a =
+        mcp_stream_pump(s->eng, now, can_send, &msg, &status, &details);
+    if (a == MCP_STREAM_SEND && msg) {
+      if (s->local_closed) { /* the session broke its own half-close */
+        mcp_msg_free(msg);
+        mcp_h2c_stream_finish(s, MCP_CODE_INTERNAL,
+                              "a message to send after the half-close");
+        return;
+      }
+      queue(s, msg);
+      continue;
+    }
+    if (a == MCP_STREAM_END) {
+      mcp_h2c_stream_finish(s, status, details ? details : "");
+      return;
+    }
+    if (a == MCP_STREAM_HALF_CLOSE && s->dialed && !s->local_closed) {
+      /* The data source ends our side (END_STREAM) once nothing is
+       * queued. */
+      s->local_closed = 1;
+      if (s->deferred) {
+        s->deferred = 0;
+        nghttp2_session_resume_data(c->h2, s->id);
+      }
+      c->dirty = 1;
+      continue;
+    }
+    break; /* IDLE (or nothing to do with what was said) */
+  }
+  if (!s->eng || s->finishing)
+    return;
+  s->expiry = mcp_stream_get_expiry(s->eng);
+  /* As for source sessions: a due timer that cannot act until the send in
+   * flight ends waits for that end (which marks the stream dirty). */
+  if (s->expiry <= now && (s->out || blocked))
+    s->expiry = MCP_TSTAMP_MAX;
+  if (blocked && !s->out)
+    s->dirty = 1; /* pull once the socket drains (the next kick) */
+}
+
 void mcp_h2c_stream_pump(mcp_h2c_stream *s, mcp_tstamp now) {
   mcp_h2c_conn *c = s->c;
-  if (s->kind != MCP_H2C_SK_GRPC || s->finishing || (!s->src && !s->snk))
+  if (s->kind != MCP_H2C_SK_GRPC || s->finishing ||
+      (!s->src && !s->snk && !s->eng))
     return;
   if (s->id == 0) /* dialed, not connected yet */
     return;
+  if (s->eng) {
+    pump_engine(s, now);
+    return;
+  }
   int blocked = c->wfill.len >= (size_t)c->ep->opts.write_buffer_size;
   mcp_msg *msg = NULL;
   int rv = 0;
@@ -836,6 +975,12 @@ static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *frame,
   case NGHTTP2_GOAWAY:
     c->goaway_recv = 1;
     return 0;
+  case NGHTTP2_SETTINGS:
+    if (!(frame->hd.flags & NGHTTP2_FLAG_ACK) && !c->peer_settings) {
+      c->peer_settings = 1;
+      c->dirty = 1; /* mcp_h2c_client: the calls waiting go now */
+    }
+    return 0;
   case NGHTTP2_HEADERS:
   case NGHTTP2_DATA:
     break;
@@ -859,6 +1004,8 @@ static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *frame,
   if (frame->hd.type == NGHTTP2_HEADERS &&
       frame->headers.cat == NGHTTP2_HCAT_REQUEST)
     mcp_h2c_stream_request(s);
+  if (end)
+    mcp_h2c_stream_tell_half_close(s); /* after every DATA it sent */
   if (s->kind == MCP_H2C_SK_HTTP && s->remote_closed && !s->response_submitted)
     mcp_h2c_stream_http_answer(s);
   if (end) {
@@ -908,11 +1055,11 @@ static int on_stream_close(nghttp2_session *h2, int32_t id, uint32_t code,
     }
     mcp_h2c_stream_set_details(s, d);
   }
-  int dialed = s->dialed;
+  int dialed = s->dialed && c->ep->role != MCP_H2C_ROLE_CLIENT;
   drop_session(s);
   mcp_h2c_notify_stream(s, MCP_H2C_STREAM_CLOSED);
   mcp_h2c_stream_free(s);
-  if (dialed) /* one stream per dialed connection: it is over */
+  if (dialed) /* one MCP stream per dialed connection: it is over */
     nghttp2_session_terminate_session(h2, NGHTTP2_NO_ERROR);
   c->dirty = 1;
   return 0;

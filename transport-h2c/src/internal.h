@@ -22,7 +22,8 @@ typedef struct mcp_h2c_stream mcp_h2c_stream;
 
 typedef enum mcp_h2c_role {
   MCP_H2C_ROLE_SOURCE,
-  MCP_H2C_ROLE_SINK
+  MCP_H2C_ROLE_SINK,
+  MCP_H2C_ROLE_CLIENT /* mcp_h2c_client: runs an mcp_client_def */
 } mcp_h2c_role;
 
 /* ------------------------------------------------------------------ */
@@ -31,7 +32,7 @@ typedef enum mcp_h2c_role {
 
 typedef enum mcp_h2c_stream_kind {
   MCP_H2C_SK_NEW,      /* server: request headers being received */
-  MCP_H2C_SK_GRPC,     /* an MCP stream with a core session */
+  MCP_H2C_SK_GRPC,     /* a gRPC call: a core session or an mcp_stream */
   MCP_H2C_SK_HTTP,     /* server: a plain HTTP request */
   MCP_H2C_SK_REJECTED  /* server: answered at once; input is dropped */
 } mcp_h2c_stream_kind;
@@ -58,7 +59,17 @@ struct mcp_h2c_stream {
 
   mcp_source_session *src;
   mcp_sink_session *snk;
-  mcp_tstamp expiry; /* of the source session, cached */
+  /* Service (server) and client calls: the protocol's stream driver, the
+   * service routed to (server), the call slot (client: |in_slot| while
+   * the slot is this stream's), and whether the peer's half-close was
+   * told to the driver. */
+  mcp_stream *eng;
+  const mcp_service_def *svc;
+  size_t slot;
+  int in_slot;
+  int eng_half_closed;
+  char *api; /* a copy of ops->name (CLOSED reports it after del) */
+  mcp_tstamp expiry; /* of the source session or the driver, cached */
   mcp_tstamp opened;
   uint64_t received, sent;
 
@@ -137,7 +148,8 @@ struct mcp_h2c_conn {
   nghttp2_session *h2;
   mcp_h2c_stream *streams;
   size_t nstreams;      /* every stream object */
-  size_t nmcp;          /* of them, MCP streams (for idleness) */
+  size_t nmcp;          /* of them, streams with a session or a driver
+                           (for keepalive) */
 
   mcp_h2c_buf probe;    /* server: first bytes */
   mcp_h2c_http1 *h1;
@@ -158,6 +170,9 @@ struct mcp_h2c_conn {
   int ping_outstanding, ping_strikes;
 
   /* client */
+  mcp_tstamp connected_at; /* 0 until connected */
+  int peer_settings; /* the server's first SETTINGS arrived: its stream
+                        limit is known, calls may be sent */
   uv_connect_t connect_req;
   uv_getaddrinfo_t gai;
   int resolving;
@@ -169,7 +184,8 @@ struct mcp_h2c_conn {
 
 typedef enum mcp_h2c_job_kind {
   MCP_H2C_JOB_STORE,
-  MCP_H2C_JOB_STATE
+  MCP_H2C_JOB_STATE,
+  MCP_H2C_JOB_RUN /* mcp_h2c_client_update() / _call() */
 } mcp_h2c_job_kind;
 
 typedef struct mcp_h2c_job {
@@ -177,6 +193,7 @@ typedef struct mcp_h2c_job {
   mcp_h2c_job_kind kind;
   mcp_h2c_store_fn store_fn;
   mcp_h2c_state_fn state_fn;
+  mcp_h2c_run_fn run_fn;
   void *user_data;
   int sync; /* the caller waits for |done|; the job is on its stack */
   int done;
@@ -237,6 +254,18 @@ struct mcp_h2c_ep {
   mcp_backoff backoff;
   uint64_t rand_state;
 
+  /* LISTEN: services served beside (or instead of, |no_mcp|) MCP. */
+  const mcp_service_def *services;
+  size_t nservices;
+  int no_mcp;
+
+  /* ROLE_CLIENT: the protocol run, one stream (or NULL) per slot, and the
+   * timer for def.get_expiry(). */
+  mcp_client_def cdef;
+  mcp_h2c_stream **slots;
+  uv_timer_t cexp;
+  int in_fill;
+
   /* counters */
   uint64_t bytes_read, bytes_written, msgs_in, msgs_out;
   size_t write_buffered, msg_buffered, read_buffered;
@@ -269,6 +298,12 @@ void mcp_h2c_stream_pump(mcp_h2c_stream *s, mcp_tstamp now);
 /* The connection is going away: reports and frees every stream. */
 void mcp_h2c_streams_gone(mcp_h2c_conn *c, int status, const char *details);
 int mcp_h2c_stream_open_session(mcp_h2c_stream *s);
+/* Gives |st| (a service's or a client's driver) to |s|: waker, counters,
+ * OPENED-ready. */
+void mcp_h2c_stream_attach(mcp_h2c_stream *s, mcp_stream *st, mcp_tstamp now);
+/* The peer half-closed a driver's stream: tells it once, after the
+ * messages before it. */
+void mcp_h2c_stream_tell_half_close(mcp_h2c_stream *s);
 /* server: the request's headers are complete (also after an upgrade). */
 void mcp_h2c_stream_request(mcp_h2c_stream *s);
 /* server: an admitted request starts: session, response, OPENED, and the
@@ -302,6 +337,19 @@ void mcp_h2c_client_stop(mcp_h2c_ep *ep);
 void mcp_h2c_client_conn_gone(mcp_h2c_ep *ep, mcp_h2c_conn *c);
 void mcp_h2c_client_stream_gone(mcp_h2c_ep *ep, mcp_tstamp lived,
                                 uint64_t received);
+/* ROLE_CLIENT: the connection calls may start on (NULL when none). */
+mcp_h2c_conn *mcp_h2c_client_conn(mcp_h2c_ep *ep);
+/* ROLE_CLIENT: asks def.open() for every free slot; starts the calls on
+ * |c|; arms the expiry timer. Never inside nghttp2 callbacks. */
+void mcp_h2c_client_fill(mcp_h2c_ep *ep, mcp_h2c_conn *c);
+/* ROLE_CLIENT: the call of |s| is gone: frees its slot and calls
+ * def.ended() (not once the object is stopping). */
+void mcp_h2c_client_call_gone(mcp_h2c_stream *s);
+/* ROLE_CLIENT, *_del(): every call ends CANCELLED for the protocol. */
+void mcp_h2c_client_end_all(mcp_h2c_ep *ep);
+/* ROLE_CLIENT: once the connection is ready (the server's SETTINGS
+ * came), submits the calls waiting for it. NOMEM. */
+int mcp_h2c_client_connected(mcp_h2c_ep *ep, mcp_h2c_conn *c);
 
 /* admit.c */
 /* LISTEN: creates ep->admit and its timer (a handle: counts in refs). */

@@ -11,11 +11,16 @@
  *   mcp_h2c_sink,   MCP_H2C_LISTEN  ResourceSink server (sources dial us)
  *   mcp_h2c_sink,   MCP_H2C_DIAL    ResourceSource client (we dial a source)
  *
+ * Other protocols need no transport code (mcp/engine.h): a listening
+ * object also serves the mcp_service_defs of options.services beside MCP
+ * ("Services" below), and mcp_h2c_client runs an mcp_client_def ("Client"
+ * below).
+ *
  * The transport holds no protocol rules: each stream is one core session
- * (mcp_source_session or mcp_sink_session); the transport moves messages
- * between HTTP/2 and that session, drives its timers, and ends the stream
- * with mcp_error_grpc_status(err) / mcp_strerror(err) when the core reports
- * an error.
+ * (mcp_source_session or mcp_sink_session) or one protocol stream
+ * (mcp_stream); the transport moves messages between HTTP/2 and it,
+ * drives its timers, and ends the stream with mcp_error_grpc_status(err) /
+ * mcp_strerror(err) when the core reports an error.
  *
  * Wire: requests are POST with content-type application/grpc[+proto|...],
  * te: trailers, and :path one of the methods below; messages are
@@ -82,6 +87,7 @@
 
 #include <uv.h>
 
+#include <mcp/engine.h>
 #include <mcp/mcp.h>
 
 #ifdef __cplusplus
@@ -150,6 +156,15 @@ typedef struct mcp_h2c_stream_info {
    * in full (with mcp_sink_session_want_write(): an answer is on its
    * way). */
   int sending;
+  /* Service and client streams (mcp_service_def, mcp_client_def): the
+   * protocol's stream, NULL for MCP streams and once the stream is ending
+   * (read-only use during the callback: mcp_stream_get_ops(), counters),
+   * and the protocol's name (ops->name, also in CLOSED; NULL for MCP
+   * streams) so that metrics can count per API. */
+  mcp_stream *stream;
+  const char *api;
+  /* The gRPC method (":path") of the call; "" when unknown. */
+  const char *method;
 } mcp_h2c_stream_info;
 
 typedef enum mcp_h2c_stream_event {
@@ -283,6 +298,24 @@ typedef struct mcp_h2c_options {
   size_t max_initial_pushes_per_peer;
   mcp_tstamp initial_push_timeout;
   mcp_tstamp admission_wait_timeout;
+
+  /*
+   * Services (LISTEN; see "Services" below): protocols served beside the
+   * MCP methods on the same listener, each at its gRPC method path (a
+   * :path matching none of them nor an MCP method is answered
+   * UNIMPLEMENTED, as before). The array and the method strings are
+   * copied by *_new(); each def's user_data is kept as given and must
+   * stay valid until *_del() returns. *_new() fails with
+   * INVALID_ARGUMENT for a method that does not start with '/', appears
+   * twice, or is an MCP method while MCP is served, and for a def
+   * without open(). |no_mcp| 1: the MCP methods are not served
+   * (UNIMPLEMENTED): a source then needs no store (session_opts may be
+   * NULL; *_update() then gives fn a NULL store), a sink no state. DIAL:
+   * both must be 0/NULL (INVALID_ARGUMENT).
+   */
+  const mcp_service_def *services;
+  size_t nservices;
+  int no_mcp;
 } mcp_h2c_options;
 
 /* Fills |opts| with the defaults: LISTEN, address NULL (must be set). */
@@ -295,11 +328,12 @@ typedef void (*mcp_h2c_state_fn)(mcp_sink_state *state, mcp_tstamp ts,
                                  void *user_data);
 typedef void (*mcp_h2c_stream_fn)(const mcp_h2c_stream_info *info,
                                   void *user_data);
+typedef void (*mcp_h2c_run_fn)(mcp_tstamp ts, void *user_data);
 
 /* Counters of one object (all connections), read on the loop thread. */
 typedef struct mcp_h2c_stats {
   size_t connections;      /* open connections (any protocol) */
-  size_t streams;          /* open MCP streams */
+  size_t streams;          /* open MCP, service and client streams */
   uint64_t bytes_read;     /* from sockets */
   uint64_t bytes_written;  /* to sockets (writes completed) */
   uint64_t messages_received;
@@ -343,7 +377,8 @@ typedef struct mcp_h2c_source mcp_h2c_source;
  * loop. Errors: INVALID_ARGUMENT (no loop, no address or a bad one, a
  * name that does not resolve, neither store nor select_store), IO (the
  * address cannot be bound; errno says why, e.g. EADDRINUSE, EACCES,
- * EADDRNOTAVAIL), NOMEM.
+ * EADDRNOTAVAIL), NOMEM. With options.no_mcp (LISTEN), |session_opts|
+ * may be NULL: only the services are served.
  */
 MCP_EXTERN int mcp_h2c_source_new(mcp_h2c_source **psrc, uv_loop_t *loop,
                                   const mcp_h2c_options *opts,
@@ -401,7 +436,7 @@ typedef struct mcp_h2c_sink mcp_h2c_sink;
  * open one, which is ended with ABORTED. On failure |*psink| is
  * untouched. Errors: INVALID_ARGUMENT (no loop, address or state, or the
  * cases of mcp_h2c_source_new()), IO (errno says why the address cannot
- * be bound), NOMEM.
+ * be bound), NOMEM. With options.no_mcp (LISTEN), |state| may be NULL.
  */
 MCP_EXTERN int mcp_h2c_sink_new(mcp_h2c_sink **psink, uv_loop_t *loop,
                                 const mcp_h2c_options *opts,
@@ -432,6 +467,120 @@ MCP_EXTERN size_t mcp_h2c_sink_streams(mcp_h2c_sink *sink,
 /* Loop thread: fills |st|. */
 MCP_EXTERN void mcp_h2c_sink_stats(const mcp_h2c_sink *sink,
                                    mcp_h2c_stats *st);
+
+/* ------------------------------------------------------------------ */
+/* Services (listening side)                                           */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A source or sink created with options.services serves each
+ * mcp_service_def (mcp/engine.h) at its method, on the same listener as
+ * MCP. A call to one goes through exactly what an MCP call goes
+ * through: the gRPC request checks, grpc-timeout, admission and its
+ * limits (a service stream counts as a stream but never takes an initial
+ * push slot), stats, and on_stream events (info.stream, info.api). Then
+ * the transport calls def->open() with the peer ("ipv4:127.0.0.1:40000",
+ * tls 0, no identities: h2c is cleartext) on the loop thread; an error
+ * ends the call at once with mcp_error_grpc_status()/mcp_strerror(), and
+ * 0 gives the transport the stream (it deletes it with
+ * mcp_stream_del(), which calls ops->del once, whenever the call ends:
+ * END, the peer's reset, a lost connection, a deadline, *_del()).
+ *
+ * The transport drives the stream (mcp_stream_*): each received gRPC
+ * message goes to mcp_stream_recv(), the peer's END_STREAM to
+ * mcp_stream_half_close(); it pumps after every event on the call, after
+ * every mcp_h2c_source_notify(), _update() or _call() (so protocols
+ * watching a store push after a change, as MCP sessions do), at
+ * mcp_stream_get_expiry(),
+ * and soon after mcp_stream_wake() (the waker only marks the stream; the
+ * pump runs from the loop, never inside the wake). One message is in
+ * flight at a time (can_send 0 until it is handed to HTTP/2 in full),
+ * so a peer that stops reading stops the pulling. SEND is framed and
+ * sent, END becomes the trailers (grpc-status, grpc-message) after the
+ * last message.
+ */
+
+/* ------------------------------------------------------------------ */
+/* Client (dialing side)                                               */
+/* ------------------------------------------------------------------ */
+
+typedef struct mcp_h2c_client mcp_h2c_client;
+
+/*
+ * Creates a client running |def| (mcp/engine.h) on |loop|: it dials
+ * opts->address ("HOST:PORT", "unix:/path", or several separated by
+ * commas, tried in turn) with HTTP/2 prior knowledge, and keeps one
+ * connection, reconnecting after opts->backoff when it is lost or cannot
+ * be made (the first attempt starts on the next loop iteration).
+ * opts->mode is ignored (a client dials); services/no_mcp must be unset.
+ *
+ * Calls: while a connection exists (connecting or up, and not going
+ * away), after every event (a message, a send done, a call ended, a
+ * timer, a wake, *_notify()) and at def->get_expiry(), def->open(slot)
+ * is asked for every slot without a call; 1 and a stream: a call of
+ * def->method(slot) starts on that connection (every slot's calls share
+ * it, as concurrent HTTP/2 streams; they are sent once the server's
+ * SETTINGS arrived, so its stream limit holds them back rather than
+ * refusing them). What the stream's pump gives is
+ * framed and sent, HALF_CLOSE sends END_STREAM, received messages go to
+ * mcp_stream_recv(). When the call ends (the server's trailers: their
+ * grpc-status and grpc-message; a reset; a lost or failed connection:
+ * UNAVAILABLE; the stream's own END: its status), the transport deletes
+ * the stream (ops->del) and then calls def->ended(slot, status, details,
+ * ts); the slot is free again from then on. Whether and when a call is
+ * retried is the protocol's choice, through open().
+ *
+ * Threads and ownership: everything runs on the loop thread, the
+ * callbacks of |def| included; from other threads, only
+ * mcp_h2c_client_update() and _call(). The callbacks must not call
+ * mcp_h2c_client_del() or _call(); they may call _notify(), _update(),
+ * _streams() and _stats(), and mcp_stream_wake(). |def| is
+ * copied, its user_data and the strings method() returns (read at the
+ * start of each call) are kept by pointer: they must stay valid until
+ * mcp_h2c_client_del() returns. Every stream open() hands over belongs
+ * to the transport from then on. On failure |*pc| is untouched and
+ * nothing is left on the loop. Errors: INVALID_ARGUMENT (no loop,
+ * options, address or def; a def without nslots, method, open or ended;
+ * a bad address; services set), NOMEM.
+ */
+MCP_EXTERN int mcp_h2c_client_new(mcp_h2c_client **pc, uv_loop_t *loop,
+                                  const mcp_h2c_options *opts,
+                                  const mcp_client_def *def);
+
+/*
+ * Loop thread, not from a callback of this object. Runs the jobs still
+ * queued, ends every call (its stream deleted, then def->ended() with
+ * CANCELLED "client shutting down", before this returns), resets the
+ * calls, closes the connection, and returns: no callback of |def| runs
+ * after it. The handles close on the loop as for *_del() above
+ * (options.on_closed). NULL is a no-op.
+ */
+MCP_EXTERN void mcp_h2c_client_del(mcp_h2c_client *c);
+
+/* Any thread: queues |fn| to run on the loop thread (to touch the
+ * protocol's state), then every call is pumped and open() asked; returns
+ * at once. Errors: NOMEM, LIMIT (max_queued_updates), CLOSED. */
+MCP_EXTERN int mcp_h2c_client_update(mcp_h2c_client *c, mcp_h2c_run_fn fn,
+                                     void *user_data);
+
+/* As mcp_h2c_client_update(), but returns once |fn| has run. Not on the
+ * loop thread. Errors: CLOSED, INVALID_ARGUMENT (on the loop thread). */
+MCP_EXTERN int mcp_h2c_client_call(mcp_h2c_client *c, mcp_h2c_run_fn fn,
+                                   void *user_data);
+
+/* Loop thread: something the protocol reads changed; every call is
+ * pumped and open() asked again, on the next loop iteration. */
+MCP_EXTERN void mcp_h2c_client_notify(mcp_h2c_client *c);
+
+/* Loop thread: calls |fn| for each call (info.stream, info.api, and
+ * info.method say which). Returns their number. */
+MCP_EXTERN size_t mcp_h2c_client_streams(mcp_h2c_client *c,
+                                         mcp_h2c_stream_fn fn,
+                                         void *user_data);
+
+/* Loop thread: fills |st| (streams: calls open; connections: 0 or 1). */
+MCP_EXTERN void mcp_h2c_client_stats(const mcp_h2c_client *c,
+                                     mcp_h2c_stats *st);
 
 #ifdef __cplusplus
 }
