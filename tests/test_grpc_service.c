@@ -1,0 +1,1352 @@
+/*
+ * Protocols on the gRPC transport without transport code of their own
+ * (mcp/engine.h): services served beside MCP on a listening object, and
+ * the client object running an mcp_client_def. Real gRPC on 127.0.0.1.
+ *
+ * The protocol is written here, over mcp_stream_ops:
+ *   counter  (server streaming, keeps open on the client's half-close):
+ *            each request byte N > 0 is answered with N messages
+ *            "count <i>"; 0xFE ("kick") wakes every other counter stream,
+ *            each of which then sends "woken"; 0xFF ends the stream with
+ *            FAILED_PRECONDITION "counter stopped by request"; an empty
+ *            message is malformed (INVALID_ARGUMENT). An update of the
+ *            object ("bump") gives every counter one more message.
+ *   echo     (unary rules: the half-close ends it once answered): sends
+ *            back each message.
+ * The peer is gRPC's C core driven by hand (rc_*), independent of the
+ * transport, or the transport's own client object.
+ */
+#include "test_grpc_util.h"
+
+#include <stdatomic.h>
+
+#include <grpc/byte_buffer_reader.h>
+
+#include "mcp/engine.h"
+
+#define COUNTER_METHOD "/test.Counter/Count"
+#define ECHO_METHOD "/test.Echo/Echo"
+
+#define KICK 0xFE
+#define STOP 0xFF
+
+/* ------------------------------------------------------------------ */
+/* The protocol (server side)                                          */
+/* ------------------------------------------------------------------ */
+
+typedef struct psess {
+  int echo; /* 0: counter */
+  mcp_stream *st;
+  mcp_msg_builder *b;
+  int pending, seq, woken, stopping;
+  char echo_buf[8][256];
+  size_t echo_len[8];
+  int echo_head, echo_n;
+  struct psess *next; /* the registry of counter sessions */
+} psess;
+
+/* What the server side saw; the registry is touched on the transport
+ * thread only, the counters read from the test thread. */
+static psess *registry;
+static atomic_int opens, dels, half_closes, kicks;
+static char last_peer[128];
+static int last_peer_tls = -1;
+static pthread_mutex_t peer_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void reset_proto(void) {
+  registry = NULL;
+  atomic_store(&opens, 0);
+  atomic_store(&dels, 0);
+  atomic_store(&half_closes, 0);
+  atomic_store(&kicks, 0);
+  last_peer[0] = 0;
+  last_peer_tls = -1;
+}
+
+static int p_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
+  (void)ts;
+  psess *p = sess;
+  if (len == 0)
+    return MCP_ERR_MALFORMED;
+  if (p->echo) {
+    if (p->echo_n == 8 || len > sizeof(p->echo_buf[0]))
+      return MCP_ERR_LIMIT;
+    int k = (p->echo_head + p->echo_n++) % 8;
+    memcpy(p->echo_buf[k], in, len);
+    p->echo_len[k] = len;
+    return 0;
+  }
+  if (in[0] == STOP) {
+    p->stopping = 1;
+  } else if (in[0] == KICK) {
+    /* Another stream's fate changed: only noted and woken, never pumped
+     * from here. */
+    atomic_fetch_add(&kicks, 1);
+    for (psess *o = registry; o; o = o->next) {
+      if (o != p) {
+        o->woken++;
+        mcp_stream_wake(o->st);
+      }
+    }
+  } else {
+    p->pending += in[0];
+  }
+  return 0;
+}
+
+static int p_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
+  (void)ts;
+  psess *p = sess;
+  char text[300];
+  size_t len;
+  if (p->echo) {
+    if (!p->echo_n)
+      return 0;
+    len = p->echo_len[p->echo_head];
+    memcpy(text, p->echo_buf[p->echo_head], len);
+    p->echo_head = (p->echo_head + 1) % 8;
+    p->echo_n--;
+  } else if (p->woken) {
+    p->woken--;
+    len = (size_t)snprintf(text, sizeof(text), "woken");
+  } else if (p->pending) {
+    p->pending--;
+    len = (size_t)snprintf(text, sizeof(text), "count %d", p->seq++);
+  } else {
+    return 0;
+  }
+  mcp_msg_builder_bytes(p->b, text, len);
+  int rv = mcp_msg_builder_finish(p->b, p->echo ? "echo" : "counter", pmsg);
+  return rv < 0 ? rv : 1;
+}
+
+static int p_end(const void *sess, int *status, const char **details) {
+  const psess *p = sess;
+  if (!p->stopping)
+    return 0;
+  *status = GRPC_STATUS_FAILED_PRECONDITION;
+  *details = "counter stopped by request";
+  return 1;
+}
+
+static void p_half_close(void *sess, mcp_tstamp ts) {
+  (void)sess;
+  (void)ts;
+  atomic_fetch_add(&half_closes, 1);
+}
+
+static void p_del(void *sess) {
+  psess *p = sess;
+  for (psess **pp = &registry; *pp; pp = &(*pp)->next) {
+    if (*pp == p) {
+      *pp = p->next;
+      break;
+    }
+  }
+  mcp_msg_builder_del(p->b);
+  free(p);
+  atomic_fetch_add(&dels, 1);
+}
+
+static const mcp_stream_ops counter_ops = {
+    .name = "counter",
+    .flags = MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE,
+    .recv = p_recv,
+    .next = p_next,
+    .end = p_end,
+    .half_close = p_half_close,
+    .del = p_del,
+};
+
+static const mcp_stream_ops echo_ops = {
+    .name = "echo",
+    .flags = 0,
+    .recv = p_recv,
+    .next = p_next,
+    .end = p_end,
+    .half_close = p_half_close,
+    .del = p_del,
+};
+
+static int p_open(void *user_data, const mcp_peer_info *peer, mcp_tstamp ts,
+                  mcp_stream **pst) {
+  int echo = user_data != NULL;
+  psess *p = calloc(1, sizeof(*p));
+  if (!p)
+    return MCP_ERR_NOMEM;
+  p->echo = echo;
+  if (mcp_msg_builder_new(&p->b, NULL) < 0) {
+    free(p);
+    return MCP_ERR_NOMEM;
+  }
+  int rv = mcp_stream_new(pst, echo ? &echo_ops : &counter_ops, p, NULL, ts);
+  if (rv < 0)
+    return rv; /* p was freed by the driver */
+  p->st = *pst;
+  if (!echo) {
+    p->next = registry;
+    registry = p;
+  }
+  pthread_mutex_lock(&peer_mu);
+  snprintf(last_peer, sizeof(last_peer), "%s", peer->address);
+  last_peer_tls = peer->tls;
+  pthread_mutex_unlock(&peer_mu);
+  atomic_fetch_add(&opens, 1);
+  return 0;
+}
+
+static int echo_tag; /* its address marks the echo service */
+
+static const mcp_service_def services[] = {
+    {COUNTER_METHOD, p_open, NULL},
+    {ECHO_METHOD, p_open, &echo_tag},
+};
+
+/* An update: one more message for every counter stream. */
+static void bump(mcp_store *store, mcp_tstamp ts, void *ud) {
+  (void)store;
+  (void)ts;
+  (void)ud;
+  for (psess *p = registry; p; p = p->next)
+    p->pending++;
+}
+
+/* ------------------------------------------------------------------ */
+/* Stream events, per API                                              */
+/* ------------------------------------------------------------------ */
+
+typedef struct evs {
+  pthread_mutex_t mu;
+  int opened_counter, opened_echo, opened_mcp, closed, refused;
+  int closed_status, refused_status;
+  char closed_details[160];
+} evs;
+
+static void evs_init(evs *e) {
+  memset(e, 0, sizeof(*e));
+  pthread_mutex_init(&e->mu, NULL);
+  e->closed_status = e->refused_status = -1;
+}
+
+static void on_stream(mcp_grpc_stream_event ev,
+                      const mcp_grpc_stream_info *info, void *ud) {
+  evs *e = ud;
+  pthread_mutex_lock(&e->mu);
+  if (ev == MCP_GRPC_STREAM_OPENED) {
+    if (info->stream) {
+      const char *name = mcp_stream_get_ops(info->stream)->name;
+      if (strcmp(name, "counter") == 0)
+        e->opened_counter++;
+      else if (strcmp(name, "echo") == 0)
+        e->opened_echo++;
+      ck_assert(!info->source && !info->sink);
+    } else {
+      ck_assert(info->source || info->sink);
+      e->opened_mcp++;
+    }
+  } else if (ev == MCP_GRPC_STREAM_CLOSED) {
+    ck_assert_ptr_null(info->stream);
+    e->closed++;
+    e->closed_status = info->status;
+    snprintf(e->closed_details, sizeof(e->closed_details), "%s",
+             info->details);
+  } else {
+    ck_assert_ptr_null(info->stream);
+    e->refused++;
+    e->refused_status = info->status;
+  }
+  pthread_mutex_unlock(&e->mu);
+}
+
+static evs evs_get(evs *e) {
+  pthread_mutex_lock(&e->mu);
+  evs c = *e;
+  pthread_mutex_unlock(&e->mu);
+  return c;
+}
+
+/* ------------------------------------------------------------------ */
+/* A raw gRPC client, driven by hand                                   */
+/* ------------------------------------------------------------------ */
+
+#define T_STATUS ((void *)1)
+#define T_RECV ((void *)2)
+#define T_SEND ((void *)3)
+
+typedef struct rc {
+  grpc_channel *ch;
+  grpc_completion_queue *cq;
+  grpc_call *call;
+  grpc_metadata_array im, tm;
+  grpc_status_code status;
+  grpc_slice det;
+  grpc_byte_buffer *rbb;
+  int status_done, recv_busy, send_busy, got_im;
+  int ended; /* a receive found no more messages */
+  char details[256];
+} rc;
+
+static void rc_open(rc *r, int port, const char *method) {
+  memset(r, 0, sizeof(*r));
+  grpc_init();
+  char target[64];
+  snprintf(target, sizeof(target), "127.0.0.1:%d", port);
+  grpc_channel_credentials *cr = grpc_insecure_credentials_create();
+  r->ch = grpc_channel_create(target, cr, NULL);
+  grpc_channel_credentials_release(cr);
+  r->cq = grpc_completion_queue_create_for_next(NULL);
+  r->call = grpc_channel_create_call(
+      r->ch, NULL, GRPC_PROPAGATE_DEFAULTS, r->cq,
+      grpc_slice_from_static_string(method), NULL,
+      gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+  grpc_metadata_array_init(&r->im);
+  grpc_metadata_array_init(&r->tm);
+  r->det = grpc_empty_slice();
+  grpc_op ops[2];
+  memset(ops, 0, sizeof(ops));
+  ops[0].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  ops[0].data.recv_status_on_client.trailing_metadata = &r->tm;
+  ops[0].data.recv_status_on_client.status = &r->status;
+  ops[0].data.recv_status_on_client.status_details = &r->det;
+  ck_assert_int_eq(grpc_call_start_batch(r->call, ops, 1, T_STATUS, NULL),
+                   GRPC_CALL_OK);
+  memset(ops, 0, sizeof(ops));
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ck_assert_int_eq(grpc_call_start_batch(r->call, ops, 1, T_SEND, NULL),
+                   GRPC_CALL_OK);
+  r->send_busy = 1;
+}
+
+/* Runs completions until |*flag| is 0 or |ms| passed; 1 when cleared. */
+static int rc_wait(rc *r, int *flag, long ms) {
+  ms = tg_scale(ms);
+  gpr_timespec dl = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                 gpr_time_from_millis(ms, GPR_TIMESPAN));
+  while (*flag) {
+    grpc_event ev = grpc_completion_queue_next(r->cq, dl, NULL);
+    if (ev.type != GRPC_OP_COMPLETE)
+      return 0;
+    if (ev.tag == T_STATUS) {
+      r->status_done = 1;
+      char *d = grpc_slice_to_c_string(r->det);
+      snprintf(r->details, sizeof(r->details), "%s", d);
+      gpr_free(d);
+    } else if (ev.tag == T_RECV) {
+      r->recv_busy = 0;
+    } else if (ev.tag == T_SEND) {
+      r->send_busy = 0;
+    }
+  }
+  return 1;
+}
+
+/* Sends |len| bytes as one message, with the half-close when |close|. */
+static void rc_send(rc *r, const void *p, size_t len, int close) {
+  ck_assert(rc_wait(r, &r->send_busy, TG_TIMEOUT_MS));
+  grpc_slice s = grpc_slice_from_copied_buffer(p, len);
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+  grpc_slice_unref(s);
+  grpc_op ops[2];
+  memset(ops, 0, sizeof(ops));
+  size_t n = 0;
+  ops[n].op = GRPC_OP_SEND_MESSAGE;
+  ops[n++].data.send_message.send_message = bb;
+  if (close)
+    ops[n++].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  ck_assert_int_eq(grpc_call_start_batch(r->call, ops, n, T_SEND, NULL),
+                   GRPC_CALL_OK);
+  r->send_busy = 1;
+  ck_assert(rc_wait(r, &r->send_busy, TG_TIMEOUT_MS));
+  grpc_byte_buffer_destroy(bb);
+}
+
+static void rc_byte(rc *r, uint8_t b) { rc_send(r, &b, 1, 0); }
+
+static void rc_half_close(rc *r) {
+  ck_assert(rc_wait(r, &r->send_busy, TG_TIMEOUT_MS));
+  grpc_op op;
+  memset(&op, 0, sizeof(op));
+  op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  ck_assert_int_eq(grpc_call_start_batch(r->call, &op, 1, T_SEND, NULL),
+                   GRPC_CALL_OK);
+  r->send_busy = 1;
+  ck_assert(rc_wait(r, &r->send_busy, TG_TIMEOUT_MS));
+}
+
+static void rc_start_recv(rc *r);
+
+/* The next message into |buf| (NUL terminated): its length, -1 when the
+ * call ended without one, -2 when none came within |ms| (the receive then
+ * stays in flight for the next call). */
+static int rc_recv(rc *r, char *buf, size_t cap, long ms) {
+  if (r->ended)
+    return -1;
+  if (!r->recv_busy)
+    rc_start_recv(r);
+  if (!rc_wait(r, &r->recv_busy, ms))
+    return -2;
+  if (!r->rbb) {
+    r->ended = 1;
+    return -1;
+  }
+  grpc_byte_buffer_reader rd;
+  ck_assert(grpc_byte_buffer_reader_init(&rd, r->rbb));
+  grpc_slice s = grpc_byte_buffer_reader_readall(&rd);
+  grpc_byte_buffer_reader_destroy(&rd);
+  size_t len = GRPC_SLICE_LENGTH(s);
+  ck_assert_uint_lt(len, cap);
+  memcpy(buf, GRPC_SLICE_START_PTR(s), len);
+  buf[len] = 0;
+  grpc_slice_unref(s);
+  grpc_byte_buffer_destroy(r->rbb);
+  r->rbb = NULL;
+  return (int)len;
+}
+
+static void rc_start_recv(rc *r) {
+  grpc_op ops[2];
+  memset(ops, 0, sizeof(ops));
+  size_t n = 0;
+  if (!r->got_im) {
+    ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[n++].data.recv_initial_metadata.recv_initial_metadata = &r->im;
+    r->got_im = 1;
+  }
+  ops[n].op = GRPC_OP_RECV_MESSAGE;
+  ops[n++].data.recv_message.recv_message = &r->rbb;
+  ck_assert_int_eq(grpc_call_start_batch(r->call, ops, n, T_RECV, NULL),
+                   GRPC_CALL_OK);
+  r->recv_busy = 1;
+}
+
+/* The call's status (waits up to |ms|), or -1. Messages still coming are
+ * read and dropped: gRPC hands the status over once they are. */
+static int rc_status(rc *r, long ms) {
+  gpr_timespec dl = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                 gpr_time_from_millis(tg_scale(ms),
+                                                      GPR_TIMESPAN));
+  while (!r->status_done) {
+    if (!r->recv_busy && !r->ended)
+      rc_start_recv(r);
+    grpc_event ev = grpc_completion_queue_next(r->cq, dl, NULL);
+    if (ev.type != GRPC_OP_COMPLETE)
+      break;
+    if (ev.tag == T_STATUS) {
+      r->status_done = 1;
+      char *d = grpc_slice_to_c_string(r->det);
+      snprintf(r->details, sizeof(r->details), "%s", d);
+      gpr_free(d);
+    } else if (ev.tag == T_RECV) {
+      r->recv_busy = 0;
+      if (r->rbb) {
+        grpc_byte_buffer_destroy(r->rbb);
+        r->rbb = NULL;
+      } else {
+        r->ended = 1;
+      }
+    } else if (ev.tag == T_SEND) {
+      r->send_busy = 0;
+    }
+  }
+  return r->status_done ? (int)r->status : -1;
+}
+
+static void rc_close(rc *r) {
+  grpc_call_cancel(r->call, NULL);
+  rc_status(r, TG_TIMEOUT_MS);
+  ck_assert(rc_wait(r, &r->recv_busy, TG_TIMEOUT_MS));
+  ck_assert(rc_wait(r, &r->send_busy, TG_TIMEOUT_MS));
+  if (r->rbb)
+    grpc_byte_buffer_destroy(r->rbb);
+  grpc_metadata_array_destroy(&r->im);
+  grpc_metadata_array_destroy(&r->tm);
+  grpc_slice_unref(r->det);
+  grpc_call_unref(r->call);
+  grpc_channel_destroy(r->ch);
+  grpc_completion_queue_shutdown(r->cq);
+  while (grpc_completion_queue_next(r->cq, gpr_inf_future(GPR_CLOCK_REALTIME),
+                                    NULL)
+             .type != GRPC_QUEUE_SHUTDOWN)
+    ;
+  grpc_completion_queue_destroy(r->cq);
+  grpc_shutdown();
+}
+
+/* ------------------------------------------------------------------ */
+/* Servers                                                             */
+/* ------------------------------------------------------------------ */
+
+static mcp_grpc_source *serve(const char *addr, mcp_store *store, evs *e,
+                              mcp_grpc_options *o_out) {
+  mcp_grpc_options o;
+  mcp_grpc_options_default(&o);
+  o.address = addr;
+  o.on_stream = on_stream;
+  o.user_data = e;
+  o.shutdown_grace = MCP_SECONDS;
+  o.services = services;
+  o.nservices = 2;
+  if (o_out)
+    o = *o_out, o.address = addr, o.on_stream = on_stream, o.user_data = e;
+  mcp_source_options so;
+  tg_source_opts(&so, store);
+  mcp_grpc_source *src = NULL;
+  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, store ? &so : NULL), 0);
+  return src;
+}
+
+static void setup(void) {
+  tg_reset();
+  reset_proto();
+}
+
+static int expect(rc *r, const char *want) {
+  char buf[300];
+  int n = rc_recv(r, buf, sizeof(buf), TG_TIMEOUT_MS);
+  ck_assert_msg(n >= 0, "no message, wanted \"%s\" (%d)", want, n);
+  ck_assert_str_eq(buf, want);
+  return n;
+}
+
+/* ------------------------------------------------------------------ */
+/* Tests: listening                                                    */
+/* ------------------------------------------------------------------ */
+
+static void put_b(mcp_store *store, mcp_tstamp ts, void *ud) {
+  (void)ud;
+  tg_put(store, "c1", "b", "body-b", ts);
+}
+
+START_TEST(test_service_beside_mcp) {
+  mcp_store *store = tg_store();
+  tg_put(store, "c1", "a", "body-a", 0);
+  evs e;
+  evs_init(&e);
+  mcp_grpc_source *src = serve("127.0.0.1:0", store, &e, NULL);
+  int port = mcp_grpc_source_port(src);
+
+  /* MCP on the port: a sink syncs. */
+  const char *colls[] = {"c1"};
+  mcp_sink_state *state = tg_sink_state(colls, 1, 0);
+  mcp_grpc_options ko;
+  char addr[64];
+  tg_streams kobs;
+  tg_streams_init(&kobs);
+  tg_dial_opts(&ko, addr, sizeof(addr), port, &kobs);
+  mcp_grpc_sink *sink = NULL;
+  ck_assert_int_eq(mcp_grpc_sink_new(&sink, &ko, state), 0);
+  tg_pair pair = {.src = src, .sink = sink, .coll = "c1"};
+  ck_assert(tg_wait(tg_equal, &pair, TG_TIMEOUT_MS));
+
+  /* The counter on the same port: 3 messages, then the call stays. */
+  rc r;
+  rc_open(&r, port, COUNTER_METHOD);
+  rc_byte(&r, 3);
+  expect(&r, "count 0");
+  expect(&r, "count 1");
+  expect(&r, "count 2");
+  char buf[64];
+  ck_assert_int_eq(rc_recv(&r, buf, sizeof(buf), 200), -2);
+  ck_assert(!r.status_done);
+
+  /* The echo too. */
+  rc r2;
+  rc_open(&r2, port, ECHO_METHOD);
+  rc_send(&r2, "hello", 5, 1);
+  expect(&r2, "hello");
+  ck_assert_int_eq(rc_status(&r2, TG_TIMEOUT_MS), GRPC_STATUS_OK);
+  rc_close(&r2);
+
+  /* An update pumps the service stream, and MCP still works beside it:
+   * the change reaches the sink. */
+  ck_assert_int_eq(mcp_grpc_source_update(src, bump, NULL), 0);
+  expect(&r, "count 3");
+  ck_assert_int_eq(mcp_grpc_source_call(src, put_b, NULL), 0);
+  ck_assert(tg_wait(tg_equal, &pair, TG_TIMEOUT_MS));
+  ck_assert(tg_sink_has(sink, "c1", "b"));
+  rc_close(&r);
+
+  /* Unknown methods keep UNIMPLEMENTED. */
+  char det[128];
+  ck_assert_int_eq(tg_raw_call(port, "/test.Nope/Nope", (const uint8_t *)"x",
+                               1, det, sizeof(det), TG_TIMEOUT_MS),
+                   GRPC_STATUS_UNIMPLEMENTED);
+
+  evs c = evs_get(&e);
+  ck_assert_int_eq(c.opened_counter, 1);
+  ck_assert_int_eq(c.opened_echo, 1);
+  ck_assert_int_ge(c.opened_mcp, 1);
+  ck_assert_int_eq(atomic_load(&opens), 2);
+  ck_assert_int_eq(atomic_load(&dels), 2);
+  pthread_mutex_lock(&peer_mu);
+  ck_assert(strncmp(last_peer, "ipv4:127.0.0.1:", 15) == 0);
+  ck_assert_int_eq(last_peer_tls, 0);
+  pthread_mutex_unlock(&peer_mu);
+
+  mcp_grpc_sink_del(sink);
+  mcp_grpc_source_del(src);
+  mcp_sink_state_del(state);
+  mcp_store_del(store);
+}
+END_TEST
+
+/* Service streams count in the stats and are listed with their stream. */
+typedef struct listed {
+  int counter, mcp;
+} listed;
+
+static void list_one(const mcp_grpc_stream_info *info, void *ud) {
+  listed *l = ud;
+  if (info->stream &&
+      strcmp(mcp_stream_get_ops(info->stream)->name, "counter") == 0)
+    l->counter++;
+  if (info->source)
+    l->mcp++;
+}
+
+START_TEST(test_stats_and_listing) {
+  mcp_store *store = tg_store();
+  evs e;
+  evs_init(&e);
+  mcp_grpc_source *src = serve("127.0.0.1:0", store, &e, NULL);
+  int port = mcp_grpc_source_port(src);
+  rc a, b;
+  rc_open(&a, port, COUNTER_METHOD);
+  rc_open(&b, port, COUNTER_METHOD);
+  rc_byte(&a, 1);
+  rc_byte(&b, 1);
+  expect(&a, "count 0");
+  expect(&b, "count 0");
+  mcp_grpc_stats st;
+  ck_assert_int_eq(mcp_grpc_source_stats(src, &st), 0);
+  ck_assert_uint_eq(st.streams, 2);
+  ck_assert_uint_eq(st.opened, 2);
+  ck_assert_uint_eq(st.initial, 0); /* service streams take no slot */
+  listed l = {0, 0};
+  ck_assert_int_eq(mcp_grpc_source_streams(src, list_one, &l), 0);
+  ck_assert_int_eq(l.counter, 2);
+  ck_assert_int_eq(l.mcp, 0);
+  rc_close(&a);
+  rc_close(&b);
+  mcp_grpc_source_del(src);
+  mcp_store_del(store);
+}
+END_TEST
+
+static int deny_all(const mcp_grpc_peer *peer, void *ud) {
+  (void)peer;
+  (void)ud;
+  return GRPC_STATUS_PERMISSION_DENIED;
+}
+
+START_TEST(test_authorization_refuses_service_as_mcp) {
+  mcp_store *store = tg_store();
+  evs e;
+  evs_init(&e);
+  mcp_grpc_options o;
+  mcp_grpc_options_default(&o);
+  o.shutdown_grace = MCP_SECONDS;
+  o.services = services;
+  o.nservices = 2;
+  o.authorize = deny_all;
+  mcp_grpc_source *src = serve("127.0.0.1:0", store, &e, &o);
+  int port = mcp_grpc_source_port(src);
+
+  char d1[160], d2[160];
+  int mcp_status =
+      tg_raw_call(port, MCP_GRPC_RESOURCE_SOURCE_METHOD, NULL, 0, d1,
+                  sizeof(d1), TG_TIMEOUT_MS);
+  int svc_status = tg_raw_call(port, COUNTER_METHOD, (const uint8_t *)"\1",
+                               1, d2, sizeof(d2), TG_TIMEOUT_MS);
+  ck_assert_int_eq(mcp_status, GRPC_STATUS_PERMISSION_DENIED);
+  ck_assert_int_eq(svc_status, mcp_status);
+  ck_assert_str_eq(d2, d1);
+  ck_assert_int_eq(atomic_load(&opens), 0); /* open() never ran */
+  evs c = evs_get(&e);
+  ck_assert_int_eq(c.refused, 2);
+  ck_assert_int_eq(c.refused_status, GRPC_STATUS_PERMISSION_DENIED);
+  ck_assert_int_eq(c.opened_counter + c.opened_mcp, 0);
+  mcp_grpc_stats st;
+  ck_assert_int_eq(mcp_grpc_source_stats(src, &st), 0);
+  ck_assert_uint_eq(st.refused_denied, 2);
+  mcp_grpc_source_del(src);
+  mcp_store_del(store);
+}
+END_TEST
+
+static int no_streams(void *ud) {
+  mcp_grpc_stats st;
+  ck_assert_int_eq(mcp_grpc_source_stats(ud, &st), 0);
+  return st.streams == 0;
+}
+
+START_TEST(test_admission_and_limits_apply) {
+  evs e;
+  evs_init(&e);
+  mcp_grpc_options o;
+  mcp_grpc_options_default(&o);
+  o.shutdown_grace = MCP_SECONDS;
+  o.services = services;
+  o.nservices = 2;
+  o.no_mcp = 1;
+  o.max_streams = 1;
+  o.max_recv_message_size = 64;
+  mcp_grpc_source *src = serve("127.0.0.1:0", NULL, &e, &o);
+  int port = mcp_grpc_source_port(src);
+
+  rc a;
+  rc_open(&a, port, COUNTER_METHOD);
+  rc_byte(&a, 1);
+  expect(&a, "count 0");
+  /* A second stream: beyond max_streams. */
+  char det[160];
+  ck_assert_int_eq(tg_raw_call(port, ECHO_METHOD, (const uint8_t *)"x", 1,
+                               det, sizeof(det), TG_TIMEOUT_MS),
+                   GRPC_STATUS_RESOURCE_EXHAUSTED);
+  ck_assert_str_eq(det, "too many streams");
+  rc_close(&a);
+
+  /* A message beyond max_recv_message_size ends the call. */
+  ck_assert(tg_wait(no_streams, src, TG_TIMEOUT_MS)); /* a's slot is free */
+  uint8_t big[200];
+  memset(big, 'b', sizeof(big));
+  rc r;
+  rc_open(&r, port, ECHO_METHOD);
+  rc_send(&r, big, sizeof(big), 1);
+  ck_assert_int_eq(rc_status(&r, TG_TIMEOUT_MS),
+                   GRPC_STATUS_RESOURCE_EXHAUSTED);
+  rc_close(&r);
+  mcp_grpc_source_del(src);
+}
+END_TEST
+
+START_TEST(test_session_ends_stream_with_its_status) {
+  evs e;
+  evs_init(&e);
+  mcp_store *store = tg_store();
+  mcp_grpc_source *src = serve("127.0.0.1:0", store, &e, NULL);
+  int port = mcp_grpc_source_port(src);
+
+  /* end(): the protocol's own status and text. */
+  rc r;
+  rc_open(&r, port, COUNTER_METHOD);
+  rc_byte(&r, 2);
+  rc_byte(&r, STOP);
+  expect(&r, "count 0");
+  expect(&r, "count 1"); /* what it had is sent first */
+  ck_assert_int_eq(rc_status(&r, TG_TIMEOUT_MS),
+                   GRPC_STATUS_FAILED_PRECONDITION);
+  ck_assert_str_eq(r.details, "counter stopped by request");
+  rc_close(&r);
+
+  /* recv() failing: the error's status and text. */
+  rc_open(&r, port, COUNTER_METHOD);
+  rc_send(&r, "", 0, 0);
+  ck_assert_int_eq(rc_status(&r, TG_TIMEOUT_MS),
+                   mcp_error_grpc_status(MCP_ERR_MALFORMED));
+  ck_assert_str_eq(r.details, mcp_strerror(MCP_ERR_MALFORMED));
+  rc_close(&r);
+
+  evs c;
+  for (int i = 0; i < 200; i++) {
+    c = evs_get(&e);
+    if (c.closed >= 2)
+      break;
+    tg_sleep_ms(5);
+  }
+  ck_assert_int_eq(c.closed, 2);
+  ck_assert_int_eq(c.closed_status, GRPC_STATUS_INVALID_ARGUMENT);
+  ck_assert_int_eq(atomic_load(&dels), 2);
+  mcp_grpc_source_del(src);
+  mcp_store_del(store);
+}
+END_TEST
+
+START_TEST(test_half_close_follows_the_protocol) {
+  evs e;
+  evs_init(&e);
+  mcp_grpc_options o;
+  mcp_grpc_options_default(&o);
+  o.shutdown_grace = MCP_SECONDS;
+  o.services = services;
+  o.nservices = 2;
+  o.no_mcp = 1;
+  mcp_grpc_source *src = serve("127.0.0.1:0", NULL, &e, &o);
+  int port = mcp_grpc_source_port(src);
+
+  /* Unary rules (no KEEP_OPEN): answered, then OK. Two messages sent
+   * with the half-close in one go: both answers come first. */
+  rc r;
+  rc_open(&r, port, ECHO_METHOD);
+  rc_send(&r, "one", 3, 0);
+  rc_send(&r, "two", 3, 1);
+  expect(&r, "one");
+  expect(&r, "two");
+  ck_assert_int_eq(rc_status(&r, TG_TIMEOUT_MS), GRPC_STATUS_OK);
+  rc_close(&r);
+
+  /* KEEP_OPEN: the half-close does not end it; later news still flows. */
+  rc_open(&r, port, COUNTER_METHOD);
+  rc_send(&r, "\2", 1, 0);
+  rc_half_close(&r);
+  expect(&r, "count 0");
+  expect(&r, "count 1");
+  char buf[64];
+  ck_assert_int_eq(rc_recv(&r, buf, sizeof(buf), 300), -2);
+  ck_assert(!r.status_done);
+  ck_assert_int_ge(atomic_load(&half_closes), 2);
+  ck_assert_int_eq(mcp_grpc_source_update(src, bump, NULL), 0);
+  expect(&r, "count 2");
+  rc_close(&r);
+  mcp_grpc_source_del(src);
+}
+END_TEST
+
+START_TEST(test_wake_pumps_another_stream) {
+  evs e;
+  evs_init(&e);
+  mcp_grpc_options o;
+  mcp_grpc_options_default(&o);
+  o.shutdown_grace = MCP_SECONDS;
+  o.services = services;
+  o.nservices = 2;
+  o.no_mcp = 1;
+  mcp_grpc_source *src = serve("127.0.0.1:0", NULL, &e, &o);
+  int port = mcp_grpc_source_port(src);
+  rc a, b, c;
+  rc_open(&a, port, COUNTER_METHOD);
+  rc_open(&b, port, COUNTER_METHOD);
+  rc_open(&c, port, COUNTER_METHOD);
+  rc_byte(&a, 1);
+  rc_byte(&b, 1);
+  rc_byte(&c, 1);
+  expect(&a, "count 0");
+  expect(&b, "count 0");
+  expect(&c, "count 0");
+  /* A message on a wakes b and c: nothing else happens on them. */
+  rc_byte(&a, KICK);
+  expect(&b, "woken");
+  expect(&c, "woken");
+  char buf[64];
+  ck_assert_int_eq(rc_recv(&a, buf, sizeof(buf), 100), -2);
+  ck_assert_int_eq(atomic_load(&kicks), 1);
+  rc_close(&a);
+  rc_close(&b);
+  rc_close(&c);
+  mcp_grpc_source_del(src);
+}
+END_TEST
+
+START_TEST(test_shutdown_ends_service_streams_unavailable) {
+  evs e;
+  evs_init(&e);
+  mcp_grpc_options o;
+  mcp_grpc_options_default(&o);
+  o.shutdown_grace = MCP_SECONDS;
+  o.services = services;
+  o.nservices = 2;
+  o.no_mcp = 1;
+  mcp_grpc_source *src = serve("127.0.0.1:0", NULL, &e, &o);
+  int port = mcp_grpc_source_port(src);
+  rc r;
+  rc_open(&r, port, COUNTER_METHOD);
+  rc_byte(&r, 1);
+  expect(&r, "count 0");
+  mcp_grpc_source_del(src);
+  ck_assert_int_eq(rc_status(&r, TG_TIMEOUT_MS), GRPC_STATUS_UNAVAILABLE);
+  ck_assert_str_eq(r.details, "server shutting down");
+  ck_assert_int_eq(atomic_load(&dels), 1);
+  evs c = evs_get(&e);
+  ck_assert_int_eq(c.closed, 1);
+  ck_assert_int_eq(c.closed_status, GRPC_STATUS_UNAVAILABLE);
+  rc_close(&r);
+}
+END_TEST
+
+START_TEST(test_no_mcp_serves_only_services) {
+  evs e;
+  evs_init(&e);
+  mcp_grpc_options o;
+  mcp_grpc_options_default(&o);
+  o.shutdown_grace = MCP_SECONDS;
+  o.services = services;
+  o.nservices = 2;
+  o.no_mcp = 1;
+  mcp_grpc_source *src = serve("127.0.0.1:0", NULL, &e, &o);
+  int port = mcp_grpc_source_port(src);
+  char det[128];
+  ck_assert_int_eq(tg_raw_call(port, MCP_GRPC_RESOURCE_SOURCE_METHOD, NULL, 0,
+                               det, sizeof(det), TG_TIMEOUT_MS),
+                   GRPC_STATUS_UNIMPLEMENTED);
+  rc r;
+  rc_open(&r, port, ECHO_METHOD);
+  rc_send(&r, "x", 1, 1);
+  expect(&r, "x");
+  ck_assert_int_eq(rc_status(&r, TG_TIMEOUT_MS), GRPC_STATUS_OK);
+  rc_close(&r);
+  /* An update without a store still runs (fn gets NULL). */
+  ck_assert_int_eq(mcp_grpc_source_call(src, bump, NULL), 0);
+  mcp_grpc_source_del(src);
+}
+END_TEST
+
+static int open_fail(void *ud, const mcp_peer_info *peer, mcp_tstamp ts,
+                     mcp_stream **pst) {
+  (void)ud;
+  (void)peer;
+  (void)ts;
+  (void)pst;
+  return MCP_ERR_UNSUPPORTED;
+}
+
+START_TEST(test_open_error_ends_call) {
+  mcp_service_def d = {"/test.Fail/Fail", open_fail, NULL};
+  evs e;
+  evs_init(&e);
+  mcp_grpc_options o;
+  mcp_grpc_options_default(&o);
+  o.services = &d;
+  o.nservices = 1;
+  o.no_mcp = 1;
+  mcp_grpc_source *src = serve("127.0.0.1:0", NULL, &e, &o);
+  char det[128];
+  ck_assert_int_eq(tg_raw_call(mcp_grpc_source_port(src), "/test.Fail/Fail",
+                               (const uint8_t *)"x", 1, det, sizeof(det),
+                               TG_TIMEOUT_MS),
+                   GRPC_STATUS_UNIMPLEMENTED); /* UNSUPPORTED's status */
+  ck_assert_str_eq(det, mcp_strerror(MCP_ERR_UNSUPPORTED));
+  mcp_grpc_source_del(src);
+}
+END_TEST
+
+START_TEST(test_bad_options) {
+  mcp_store *store = tg_store();
+  mcp_source_options so;
+  tg_source_opts(&so, store);
+  mcp_grpc_options o;
+  mcp_grpc_source *src = NULL;
+  mcp_service_def bad[2] = {{COUNTER_METHOD, p_open, NULL},
+                            {COUNTER_METHOD, p_open, NULL}};
+  mcp_grpc_options_default(&o);
+  o.address = "127.0.0.1:0";
+  o.services = bad;
+  o.nservices = 2; /* twice the same method */
+  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &so),
+                   MCP_ERR_INVALID_ARGUMENT);
+  bad[1].method = "no-slash";
+  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &so),
+                   MCP_ERR_INVALID_ARGUMENT);
+  bad[1].method = MCP_GRPC_RESOURCE_SOURCE_METHOD; /* MCP's own */
+  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &so),
+                   MCP_ERR_INVALID_ARGUMENT);
+  bad[1].method = ECHO_METHOD;
+  bad[1].open = NULL;
+  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &so),
+                   MCP_ERR_INVALID_ARGUMENT);
+  bad[1].open = p_open;
+  /* MCP's method is fine once MCP is not served. */
+  bad[1].method = MCP_GRPC_RESOURCE_SOURCE_METHOD;
+  o.no_mcp = 1;
+  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, NULL), 0);
+  mcp_grpc_source_del(src);
+  src = NULL;
+  /* Without no_mcp a store is needed. */
+  o.no_mcp = 0;
+  o.nservices = 1;
+  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, NULL),
+                   MCP_ERR_INVALID_ARGUMENT);
+  /* Services and no_mcp are for listening. */
+  o.mode = MCP_GRPC_DIAL;
+  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &so),
+                   MCP_ERR_INVALID_ARGUMENT);
+  o.nservices = 0;
+  o.no_mcp = 1;
+  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &so),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(src);
+  mcp_store_del(store);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* The client object                                                   */
+/* ------------------------------------------------------------------ */
+
+/* The client side of the protocol: slot 0 counts (asks for |ask| and
+ * keeps the call), slot 1 echoes once (unary: half-closes after its
+ * request) when |echo| is set. */
+typedef struct cli {
+  pthread_mutex_t mu;
+  int enabled, echo;
+  int ask;        /* counter request */
+  int stop_after; /* slot 0 ends its call after this many messages */
+  int opens[2], ended[2], received[2];
+  int last_status[2];
+  char last_details[2][160];
+  char last_msg[2][64];
+} cli;
+
+typedef struct csess {
+  cli *c;
+  size_t slot;
+  int sent, got, ending;
+  mcp_msg_builder *b;
+} csess;
+
+static int c_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
+  (void)ts;
+  csess *s = sess;
+  s->got++;
+  pthread_mutex_lock(&s->c->mu);
+  s->c->received[s->slot]++;
+  snprintf(s->c->last_msg[s->slot], sizeof(s->c->last_msg[0]), "%.*s",
+           (int)len, (const char *)in);
+  if (s->slot == 0 && s->c->stop_after && s->got >= s->c->stop_after)
+    s->ending = 1;
+  pthread_mutex_unlock(&s->c->mu);
+  return 0;
+}
+
+static int c_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
+  (void)ts;
+  csess *s = sess;
+  if (s->sent)
+    return 0;
+  s->sent = 1;
+  if (s->slot == 0) {
+    uint8_t n = (uint8_t)s->c->ask;
+    mcp_msg_builder_bytes(s->b, &n, 1);
+  } else {
+    mcp_msg_builder_bytes(s->b, "ping", 4);
+  }
+  int rv = mcp_msg_builder_finish(s->b, NULL, pmsg);
+  return rv < 0 ? rv : 1;
+}
+
+static int c_end(const void *sess, int *status, const char **details) {
+  const csess *s = sess;
+  if (!s->ending)
+    return 0;
+  *status = GRPC_STATUS_ABORTED;
+  *details = "client had enough";
+  return 1;
+}
+
+static void c_del(void *sess) {
+  csess *s = sess;
+  mcp_msg_builder_del(s->b);
+  free(s);
+}
+
+static const mcp_stream_ops c_counter_ops = {
+    .name = "counter-client",
+    .recv = c_recv,
+    .next = c_next,
+    .end = c_end,
+    .del = c_del,
+};
+
+static const mcp_stream_ops c_echo_ops = {
+    .name = "echo-client",
+    .flags = MCP_STREAM_CLIENT_HALF_CLOSE_AFTER_FIRST,
+    .recv = c_recv,
+    .next = c_next,
+    .end = c_end,
+    .del = c_del,
+};
+
+static const char *c_method(void *ud, size_t slot) {
+  (void)ud;
+  return slot == 0 ? COUNTER_METHOD : ECHO_METHOD;
+}
+
+static int c_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
+  cli *c = ud;
+  pthread_mutex_lock(&c->mu);
+  int go = c->enabled && (slot == 0 || (c->echo && c->opens[1] == 0));
+  if (go)
+    c->opens[slot]++;
+  pthread_mutex_unlock(&c->mu);
+  if (!go)
+    return 0;
+  csess *s = calloc(1, sizeof(*s));
+  ck_assert_ptr_nonnull(s);
+  s->c = c;
+  s->slot = slot;
+  ck_assert_int_eq(mcp_msg_builder_new(&s->b, NULL), 0);
+  ck_assert_int_eq(
+      mcp_stream_new(pst, slot == 0 ? &c_counter_ops : &c_echo_ops, s, NULL,
+                     ts),
+      0);
+  return 1;
+}
+
+static void c_ended(void *ud, size_t slot, int status, const char *details,
+                    mcp_tstamp ts) {
+  (void)ts;
+  cli *c = ud;
+  pthread_mutex_lock(&c->mu);
+  c->ended[slot]++;
+  c->last_status[slot] = status;
+  snprintf(c->last_details[slot], sizeof(c->last_details[0]), "%s", details);
+  pthread_mutex_unlock(&c->mu);
+}
+
+static cli cl;
+
+static void cli_init(cli *c, int ask) {
+  memset(c, 0, sizeof(*c));
+  pthread_mutex_init(&c->mu, NULL);
+  c->enabled = 1;
+  c->ask = ask;
+  c->last_status[0] = c->last_status[1] = -1;
+}
+
+static cli cli_get(cli *c) {
+  pthread_mutex_lock(&c->mu);
+  cli copy = *c;
+  pthread_mutex_unlock(&c->mu);
+  return copy;
+}
+
+static int cli_received_ge(void *ud) {
+  int *want = ud;
+  return cli_get(&cl).received[0] >= *want;
+}
+
+static int cli_ended_ge(void *ud) {
+  int *want = ud;
+  return cli_get(&cl).ended[0] >= *want;
+}
+
+static int cli_echo_ended(void *ud) {
+  (void)ud;
+  return cli_get(&cl).ended[1] >= 1;
+}
+
+static mcp_client_def cli_def(cli *c) {
+  mcp_client_def d;
+  memset(&d, 0, sizeof(d));
+  d.nslots = 2;
+  d.method = c_method;
+  d.open = c_open;
+  d.ended = c_ended;
+  d.user_data = c;
+  return d;
+}
+
+static mcp_grpc_client *dial(int port, char *addr, size_t alen, evs *e,
+                             mcp_client_def *d) {
+  mcp_grpc_options o;
+  tg_streams unused;
+  tg_streams_init(&unused);
+  tg_dial_opts(&o, addr, alen, port, &unused);
+  o.on_stream = on_stream;
+  o.user_data = e;
+  mcp_grpc_client *c = NULL;
+  ck_assert_int_eq(mcp_grpc_client_new(&c, &o, d), 0);
+  return c;
+}
+
+START_TEST(test_client_runs_calls) {
+  evs se, ce;
+  evs_init(&se);
+  evs_init(&ce);
+  mcp_grpc_source *src = serve("127.0.0.1:0", tg_store(), &se, NULL);
+  int port = mcp_grpc_source_port(src);
+  cli_init(&cl, 3);
+  cl.echo = 1;
+  mcp_client_def d = cli_def(&cl);
+  char addr[64];
+  mcp_grpc_client *c = dial(port, addr, sizeof(addr), &ce, &d);
+
+  int three = 3;
+  ck_assert(tg_wait(cli_received_ge, &three, TG_TIMEOUT_MS));
+  ck_assert(tg_wait(cli_echo_ended, NULL, TG_TIMEOUT_MS));
+  cli k = cli_get(&cl);
+  ck_assert_int_eq(k.received[1], 1);
+  ck_assert_str_eq(k.last_msg[1], "ping");
+  ck_assert_int_eq(k.last_status[1], GRPC_STATUS_OK); /* unary: OK */
+  ck_assert_int_eq(k.opens[0], 1);
+  ck_assert_int_eq(k.ended[0], 0); /* the counter call stays */
+  ck_assert_str_eq(k.last_msg[0], "count 2");
+
+  /* An update of the server reaches the client's call. */
+  ck_assert_int_eq(mcp_grpc_source_update(src, bump, NULL), 0);
+  int four = 4;
+  ck_assert(tg_wait(cli_received_ge, &four, TG_TIMEOUT_MS));
+
+  mcp_grpc_stats st;
+  ck_assert_int_eq(mcp_grpc_client_stats(c, &st), 0);
+  ck_assert_uint_eq(st.streams, 1);
+  ck_assert_uint_eq(st.opened, 2);
+  evs ck = evs_get(&ce);
+  ck_assert_int_eq(ck.opened_counter + ck.opened_echo, 0); /* own names */
+
+  /* del: the open call ends CANCELLED, heard by ended() before return. */
+  mcp_grpc_client_del(c);
+  k = cli_get(&cl);
+  ck_assert_int_eq(k.ended[0], 1);
+  ck_assert_int_eq(k.last_status[0], GRPC_STATUS_CANCELLED);
+  mcp_grpc_source_del(src);
+}
+END_TEST
+
+START_TEST(test_client_end_and_server_status) {
+  evs se, ce;
+  evs_init(&se);
+  evs_init(&ce);
+  mcp_grpc_source *src = serve("127.0.0.1:0", tg_store(), &se, NULL);
+  int port = mcp_grpc_source_port(src);
+  /* The client ends its call after 2 messages (END: cancelled with its
+   * status), and opens a new one each time. */
+  cli_init(&cl, 5);
+  cl.stop_after = 2;
+  mcp_client_def d = cli_def(&cl);
+  char addr[64];
+  mcp_grpc_client *c = dial(port, addr, sizeof(addr), &ce, &d);
+  int two = 2;
+  ck_assert(tg_wait(cli_ended_ge, &two, TG_TIMEOUT_MS));
+  cli k = cli_get(&cl);
+  ck_assert_int_eq(k.last_status[0], GRPC_STATUS_ABORTED);
+  ck_assert_str_eq(k.last_details[0], "client had enough");
+  ck_assert_int_ge(k.opens[0], 2);
+  /* The server saw the client go. */
+  evs s = evs_get(&se);
+  ck_assert_int_ge(s.closed, 1);
+  mcp_grpc_client_del(c);
+
+  /* The server's own status reaches ended(). */
+  cli_init(&cl, STOP);
+  d = cli_def(&cl);
+  c = dial(port, addr, sizeof(addr), &ce, &d);
+  int one = 1;
+  ck_assert(tg_wait(cli_ended_ge, &one, TG_TIMEOUT_MS));
+  k = cli_get(&cl);
+  ck_assert_int_eq(k.last_status[0], GRPC_STATUS_FAILED_PRECONDITION);
+  ck_assert_str_eq(k.last_details[0], "counter stopped by request");
+  mcp_grpc_client_del(c);
+  mcp_grpc_source_del(src);
+}
+END_TEST
+
+START_TEST(test_client_reconnects_after_restart) {
+  evs se, ce;
+  evs_init(&se);
+  evs_init(&ce);
+  mcp_grpc_options o;
+  mcp_grpc_options_default(&o);
+  o.shutdown_grace = MCP_SECONDS;
+  o.services = services;
+  o.nservices = 2;
+  o.no_mcp = 1;
+  mcp_grpc_source *src = serve("127.0.0.1:0", NULL, &se, &o);
+  int port = mcp_grpc_source_port(src);
+  cli_init(&cl, 2);
+  mcp_client_def d = cli_def(&cl);
+  char addr[64];
+  mcp_grpc_client *c = dial(port, addr, sizeof(addr), &ce, &d);
+  int two = 2;
+  ck_assert(tg_wait(cli_received_ge, &two, TG_TIMEOUT_MS));
+
+  /* The server goes: the call ends UNAVAILABLE ("server shutting
+   * down"); the protocol keeps asking, the connection attempts fail
+   * (UNAVAILABLE) with the backoff between them. */
+  mcp_grpc_source_del(src);
+  int one = 1;
+  ck_assert(tg_wait(cli_ended_ge, &one, TG_TIMEOUT_MS));
+  cli k = cli_get(&cl);
+  ck_assert_int_eq(k.last_status[0], GRPC_STATUS_UNAVAILABLE);
+  tg_sleep_ms(300);
+  k = cli_get(&cl);
+  ck_assert_int_eq(k.last_status[0], GRPC_STATUS_UNAVAILABLE);
+  /* Attempts are paced by the backoff (20 ms growing to 200 ms), not a
+   * spin. */
+  ck_assert_int_lt(k.opens[0], 30);
+  int ended_before = k.ended[0];
+
+  /* Back on the same port: a new call, new messages. */
+  char again[64];
+  snprintf(again, sizeof(again), "127.0.0.1:%d", port);
+  mcp_grpc_options o2 = o;
+  o2.address = again;
+  o2.on_stream = on_stream;
+  o2.user_data = &se;
+  int rv = -1;
+  for (int tries = 0; tries < 100 && rv != 0; ++tries)
+    if ((rv = mcp_grpc_source_new(&src, &o2, NULL)) != 0)
+      tg_sleep_ms(20);
+  ck_assert_int_eq(rv, 0);
+  int four = 4;
+  ck_assert(tg_wait(cli_received_ge, &four, TG_TIMEOUT_MS));
+  k = cli_get(&cl);
+  ck_assert_int_ge(k.ended[0], ended_before);
+  mcp_grpc_client_del(c);
+  mcp_grpc_source_del(src);
+}
+END_TEST
+
+START_TEST(test_client_bad_arguments) {
+  mcp_grpc_options o;
+  mcp_grpc_options_default(&o);
+  o.address = "127.0.0.1:1";
+  cli_init(&cl, 1);
+  mcp_client_def d = cli_def(&cl);
+  mcp_grpc_client *c = NULL;
+  /* LISTEN mode */
+  ck_assert_int_eq(mcp_grpc_client_new(&c, &o, &d), MCP_ERR_INVALID_ARGUMENT);
+  o.mode = MCP_GRPC_DIAL;
+  d.nslots = 0;
+  ck_assert_int_eq(mcp_grpc_client_new(&c, &o, &d), MCP_ERR_INVALID_ARGUMENT);
+  d = cli_def(&cl);
+  d.ended = NULL;
+  ck_assert_int_eq(mcp_grpc_client_new(&c, &o, &d), MCP_ERR_INVALID_ARGUMENT);
+  d = cli_def(&cl);
+  ck_assert_int_eq(mcp_grpc_client_new(&c, &o, NULL),
+                   MCP_ERR_INVALID_ARGUMENT);
+  o.services = services;
+  o.nservices = 1;
+  ck_assert_int_eq(mcp_grpc_client_new(&c, &o, &d), MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(c);
+  /* Nobody listens: calls end UNAVAILABLE, paced. */
+  o.services = NULL;
+  o.nservices = 0;
+  o.backoff.initial = 20 * MCP_MILLISECONDS;
+  o.backoff.max = 100 * MCP_MILLISECONDS;
+  ck_assert_int_eq(mcp_grpc_client_new(&c, &o, &d), 0);
+  int one = 1;
+  ck_assert(tg_wait(cli_ended_ge, &one, TG_TIMEOUT_MS));
+  ck_assert_int_eq(cli_get(&cl).last_status[0], GRPC_STATUS_UNAVAILABLE);
+  mcp_grpc_client_del(c);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("grpc_service");
+  TCase *tc = tcase_create("listen");
+  tcase_add_checked_fixture(tc, setup, NULL);
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_service_beside_mcp);
+  tcase_add_test(tc, test_stats_and_listing);
+  tcase_add_test(tc, test_authorization_refuses_service_as_mcp);
+  tcase_add_test(tc, test_admission_and_limits_apply);
+  tcase_add_test(tc, test_session_ends_stream_with_its_status);
+  tcase_add_test(tc, test_half_close_follows_the_protocol);
+  tcase_add_test(tc, test_wake_pumps_another_stream);
+  tcase_add_test(tc, test_shutdown_ends_service_streams_unavailable);
+  tcase_add_test(tc, test_no_mcp_serves_only_services);
+  tcase_add_test(tc, test_open_error_ends_call);
+  tcase_add_test(tc, test_bad_options);
+  suite_add_tcase(s, tc);
+  TCase *tk = tcase_create("client");
+  tcase_add_checked_fixture(tk, setup, NULL);
+  tcase_set_timeout(tk, 60);
+  tcase_add_test(tk, test_client_runs_calls);
+  tcase_add_test(tk, test_client_end_and_server_status);
+  tcase_add_test(tk, test_client_reconnects_after_restart);
+  tcase_add_test(tk, test_client_bad_arguments);
+  suite_add_tcase(s, tk);
+  return s;
+}
+
+int main(void) { return tg_run(suite()); }
