@@ -49,7 +49,7 @@ typedef struct psess {
  * thread only, the counters read from the test thread. */
 static psess *registry;
 static atomic_int opens, dels, half_closes, kicks;
-static char last_peer[128];
+static char last_peer[128], last_id[160], last_cn[64];
 static int last_peer_tls = -1;
 static pthread_mutex_t peer_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -59,7 +59,7 @@ static void reset_proto(void) {
   atomic_store(&dels, 0);
   atomic_store(&half_closes, 0);
   atomic_store(&kicks, 0);
-  last_peer[0] = 0;
+  last_peer[0] = last_id[0] = last_cn[0] = 0;
   last_peer_tls = -1;
 }
 
@@ -190,6 +190,10 @@ static int p_open(void *user_data, const mcp_peer_info *peer, mcp_tstamp ts,
   pthread_mutex_lock(&peer_mu);
   snprintf(last_peer, sizeof(last_peer), "%s", peer->address);
   last_peer_tls = peer->tls;
+  snprintf(last_id, sizeof(last_id), "%s",
+           peer->nidentities ? peer->identities[0] : "");
+  snprintf(last_cn, sizeof(last_cn), "%s",
+           peer->common_name ? peer->common_name : "");
   pthread_mutex_unlock(&peer_mu);
   atomic_fetch_add(&opens, 1);
   return 0;
@@ -1321,6 +1325,119 @@ START_TEST(test_client_bad_arguments) {
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* TLS: the peer's identity reaches open(); each side authorizes        */
+/* ------------------------------------------------------------------ */
+
+static char certdir[64];
+
+static const char *cp(const char *name) {
+  static char buf[8][128];
+  static int k;
+  k = (k + 1) % 8;
+  snprintf(buf[k], sizeof(buf[k]), "%s/%s", certdir, name);
+  return buf[k];
+}
+
+static mcp_grpc_acl *acl_of(const char *pattern) {
+  mcp_grpc_acl *acl = NULL;
+  ck_assert_int_eq(mcp_grpc_acl_new(&acl), 0);
+  ck_assert_int_eq(mcp_grpc_acl_add(acl, MCP_GRPC_ACL_ALLOW, pattern), 0);
+  return acl;
+}
+
+static mcp_grpc_client *dial_tls(int port, char *addr, size_t alen,
+                                 const char *leaf, mcp_grpc_acl *acl,
+                                 mcp_client_def *d) {
+  mcp_grpc_options o;
+  tg_streams unused;
+  tg_streams_init(&unused);
+  tg_dial_opts(&o, addr, alen, port, &unused);
+  o.on_stream = NULL;
+  char cert[32], key[32];
+  snprintf(cert, sizeof(cert), "%s.pem", leaf);
+  snprintf(key, sizeof(key), "%s.key", leaf);
+  o.tls.cert_file = cp(cert);
+  o.tls.key_file = cp(key);
+  o.tls.ca_file = cp("ca.pem");
+  o.authorize = mcp_grpc_acl_authorize;
+  o.authorize_user_data = acl;
+  mcp_grpc_client *c = NULL;
+  ck_assert_int_eq(mcp_grpc_client_new(&c, &o, d), 0);
+  return c;
+}
+
+START_TEST(test_tls_identities_and_authorization) {
+  evs se;
+  evs_init(&se);
+  mcp_grpc_acl *server_acl = acl_of("spiffe://cluster.local/ns/default/*");
+  mcp_grpc_options o;
+  mcp_grpc_options_default(&o);
+  o.shutdown_grace = MCP_SECONDS;
+  o.services = services;
+  o.nservices = 2;
+  o.no_mcp = 1;
+  o.tls.cert_file = cp("server.pem");
+  o.tls.key_file = cp("server.key");
+  o.tls.ca_file = cp("ca.pem");
+  o.authorize = mcp_grpc_acl_authorize;
+  o.authorize_user_data = server_acl;
+  mcp_grpc_source *src = serve("127.0.0.1:0", NULL, &se, &o);
+  int port = mcp_grpc_source_port(src);
+
+  /* Both sides allow each other: the call runs; open() saw who. */
+  mcp_grpc_acl *istiod =
+      acl_of("spiffe://cluster.local/ns/istio-system/sa/istiod");
+  cli_init(&cl, 2);
+  mcp_client_def d = cli_def(&cl);
+  char addr[64];
+  mcp_grpc_client *c = dial_tls(port, addr, sizeof(addr), "client", istiod, &d);
+  int two = 2;
+  ck_assert(tg_wait(cli_received_ge, &two, TG_TIMEOUT_MS));
+  pthread_mutex_lock(&peer_mu);
+  ck_assert_int_eq(last_peer_tls, 1);
+  ck_assert_str_eq(last_id, "spiffe://cluster.local/ns/default/sa/sink-a");
+  ck_assert_str_eq(last_cn, "sink-a");
+  pthread_mutex_unlock(&peer_mu);
+  mcp_grpc_client_del(c);
+
+  /* The client refuses the server's identity: nothing is sent, the call
+   * ends PERMISSION_DENIED. */
+  mcp_grpc_acl *other = acl_of("spiffe://cluster.local/ns/other/*");
+  cli_init(&cl, 2);
+  d = cli_def(&cl);
+  c = dial_tls(port, addr, sizeof(addr), "client", other, &d);
+  int one = 1;
+  ck_assert(tg_wait(cli_ended_ge, &one, TG_TIMEOUT_MS));
+  cli k = cli_get(&cl);
+  ck_assert_int_eq(k.last_status[0], GRPC_STATUS_PERMISSION_DENIED);
+  ck_assert_str_eq(k.last_details[0],
+                   "permission denied: server identity not allowed");
+  ck_assert_int_eq(k.received[0], 0);
+  mcp_grpc_stats st;
+  ck_assert_int_eq(mcp_grpc_client_stats(c, &st), 0);
+  ck_assert_uint_ge(st.refused_denied, 1);
+  mcp_grpc_client_del(c);
+
+  /* The server refuses the client's identity, as it would an MCP sink. */
+  cli_init(&cl, 2);
+  d = cli_def(&cl);
+  c = dial_tls(port, addr, sizeof(addr), "denied", istiod, &d);
+  ck_assert(tg_wait(cli_ended_ge, &one, TG_TIMEOUT_MS));
+  k = cli_get(&cl);
+  ck_assert_int_eq(k.last_status[0], GRPC_STATUS_PERMISSION_DENIED);
+  ck_assert_str_eq(k.last_details[0],
+                   "permission denied: peer identity not allowed");
+  ck_assert_int_eq(k.received[0], 0);
+  mcp_grpc_client_del(c);
+
+  mcp_grpc_source_del(src);
+  mcp_grpc_acl_del(server_acl);
+  mcp_grpc_acl_del(istiod);
+  mcp_grpc_acl_del(other);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("grpc_service");
   TCase *tc = tcase_create("listen");
@@ -1345,8 +1462,26 @@ static Suite *suite(void) {
   tcase_add_test(tk, test_client_end_and_server_status);
   tcase_add_test(tk, test_client_reconnects_after_restart);
   tcase_add_test(tk, test_client_bad_arguments);
+  tcase_add_test(tk, test_tls_identities_and_authorization);
   suite_add_tcase(s, tk);
   return s;
 }
 
-int main(void) { return tg_run(suite()); }
+int main(void) {
+  snprintf(certdir, sizeof(certdir), "/tmp/mcp-svc-tls-XXXXXX");
+  if (!mkdtemp(certdir)) {
+    perror("mkdtemp");
+    return EXIT_FAILURE;
+  }
+  char cmd[512];
+  snprintf(cmd, sizeof(cmd), "sh '%s' '%s'", MCP_GEN_CERTS, certdir);
+  if (system(cmd) != 0) {
+    fprintf(stderr, "%s failed\n", cmd);
+    return EXIT_FAILURE;
+  }
+  int rv = tg_run(suite());
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", certdir);
+  if (system(cmd) != 0)
+    fprintf(stderr, "could not remove %s\n", certdir);
+  return rv;
+}
