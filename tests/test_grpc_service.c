@@ -684,6 +684,42 @@ static int no_streams(void *ud) {
   return st.streams == 0;
 }
 
+static atomic_int deny_now;
+
+static int deny_when_told(const mcp_grpc_peer *peer, void *ud) {
+  (void)peer;
+  (void)ud;
+  return atomic_load(&deny_now) ? GRPC_STATUS_PERMISSION_DENIED : 0;
+}
+
+START_TEST(test_reauthorize_ends_service_streams) {
+  atomic_store(&deny_now, 0);
+  evs e;
+  evs_init(&e);
+  mcp_grpc_options o;
+  mcp_grpc_options_default(&o);
+  o.shutdown_grace = MCP_SECONDS;
+  o.services = services;
+  o.nservices = 2;
+  o.no_mcp = 1;
+  o.authorize = deny_when_told;
+  mcp_grpc_source *src = serve("127.0.0.1:0", NULL, &e, &o);
+  rc r;
+  rc_open(&r, mcp_grpc_source_port(src), COUNTER_METHOD);
+  rc_byte(&r, 1);
+  expect(&r, "count 0");
+  atomic_store(&deny_now, 1);
+  ck_assert_int_eq(mcp_grpc_source_reauthorize(src), 0);
+  ck_assert_int_eq(rc_status(&r, TG_TIMEOUT_MS),
+                   GRPC_STATUS_PERMISSION_DENIED);
+  rc_close(&r);
+  mcp_grpc_stats st;
+  ck_assert_int_eq(mcp_grpc_source_stats(src, &st), 0);
+  ck_assert_uint_eq(st.revoked, 1);
+  mcp_grpc_source_del(src);
+}
+END_TEST
+
 START_TEST(test_admission_and_limits_apply) {
   evs e;
   evs_init(&e);
@@ -1447,6 +1483,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_stats_and_listing);
   tcase_add_test(tc, test_authorization_refuses_service_as_mcp);
   tcase_add_test(tc, test_admission_and_limits_apply);
+  tcase_add_test(tc, test_reauthorize_ends_service_streams);
   tcase_add_test(tc, test_session_ends_stream_with_its_status);
   tcase_add_test(tc, test_half_close_follows_the_protocol);
   tcase_add_test(tc, test_wake_pumps_another_stream);
