@@ -221,7 +221,7 @@ static void bump(mcp_store *store, mcp_tstamp ts, void *ud) {
 
 typedef struct evs {
   pthread_mutex_t mu;
-  int opened_counter, opened_echo, opened_mcp, closed, refused;
+  int opened_counter, opened_echo, opened_mcp, opened_other, closed, refused;
   int closed_status, refused_status;
   char closed_details[160];
 } evs;
@@ -243,6 +243,8 @@ static void on_stream(mcp_grpc_stream_event ev,
         e->opened_counter++;
       else if (strcmp(name, "echo") == 0)
         e->opened_echo++;
+      else
+        e->opened_other++;
       ck_assert(!info->source && !info->sink);
     } else {
       ck_assert(info->source || info->sink);
@@ -1235,8 +1237,9 @@ START_TEST(test_client_runs_calls) {
   ck_assert_int_eq(mcp_grpc_client_stats(c, &st), 0);
   ck_assert_uint_eq(st.streams, 1);
   ck_assert_uint_eq(st.opened, 2);
-  evs ck = evs_get(&ce);
-  ck_assert_int_eq(ck.opened_counter + ck.opened_echo, 0); /* own names */
+  evs ck = evs_get(&ce); /* the client's calls, with their streams */
+  ck_assert_int_eq(ck.opened_other, 2);
+  ck_assert_int_eq(ck.opened_counter + ck.opened_echo + ck.opened_mcp, 0);
 
   /* del: the open call ends CANCELLED, heard by ended() before return. */
   mcp_grpc_client_del(c);
@@ -1338,6 +1341,46 @@ START_TEST(test_client_reconnects_after_restart) {
   ck_assert(tg_wait(cli_received_ge, &four, TG_TIMEOUT_MS));
   k = cli_get(&cl);
   ck_assert_int_ge(k.ended[0], ended_before);
+  mcp_grpc_client_del(c);
+  mcp_grpc_source_del(src);
+}
+END_TEST
+
+/* An address list: the first target is down, the next connection goes
+ * to the second. */
+START_TEST(test_client_address_list) {
+  evs se, ce;
+  evs_init(&se);
+  evs_init(&ce);
+  mcp_grpc_options o;
+  mcp_grpc_options_default(&o);
+  o.services = services;
+  o.nservices = 2;
+  o.no_mcp = 1;
+  /* A port nothing listens on: bind one, note it, free it. */
+  mcp_grpc_source *dead = serve("127.0.0.1:0", NULL, &se, &o);
+  int dead_port = mcp_grpc_source_port(dead);
+  mcp_grpc_source_del(dead);
+  mcp_grpc_source *src = serve("127.0.0.1:0", NULL, &se, &o);
+  int port = mcp_grpc_source_port(src);
+
+  cli_init(&cl, 1);
+  mcp_client_def d = cli_def(&cl);
+  char addr[96];
+  mcp_grpc_options co;
+  tg_streams unused;
+  tg_streams_init(&unused);
+  tg_dial_opts(&co, addr, sizeof(addr), port, &unused);
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d,127.0.0.1:%d", dead_port, port);
+  co.on_stream = on_stream;
+  co.user_data = &ce;
+  mcp_grpc_client *c = NULL;
+  ck_assert_int_eq(mcp_grpc_client_new(&c, &co, &d), 0);
+  int one = 1;
+  ck_assert(tg_wait(cli_received_ge, &one, TG_TIMEOUT_MS));
+  cli k = cli_get(&cl);
+  ck_assert_int_ge(k.ended[0], 1); /* the first target's UNAVAILABLE */
+  ck_assert_int_eq(k.last_status[0], GRPC_STATUS_UNAVAILABLE);
   mcp_grpc_client_del(c);
   mcp_grpc_source_del(src);
 }
@@ -1515,6 +1558,7 @@ static Suite *suite(void) {
   tcase_add_test(tk, test_client_runs_calls);
   tcase_add_test(tk, test_client_end_and_server_status);
   tcase_add_test(tk, test_client_reconnects_after_restart);
+  tcase_add_test(tk, test_client_address_list);
   tcase_add_test(tk, test_client_bad_arguments);
   tcase_add_test(tk, test_tls_identities_and_authorization);
   suite_add_tcase(s, tk);

@@ -29,16 +29,19 @@
  * stream with mcp_error_grpc_status(err) / mcp_strerror(err) when the core
  * reports an error.
  *
- * Threading: each object owns one thread and one gRPC completion queue (the
- * "transport thread"). Every core call on the object's store, sink state and
- * sessions happens on that thread, and so does every callback: the core's
- * apply and event callbacks and this library's stream callback. The
- * application reaches the store or the sink state only through
- * mcp_grpc_source_update() / *_call(), which run a function on the
- * transport thread. All functions below may be called from any thread,
- * except that *_del() must not race with other calls on the same object
- * and the *_call() / *_streams() functions must not be called from the
- * transport thread (from a callback); *_update() may be.
+ * Threading: each object (source, sink, client) owns one thread and one
+ * gRPC completion queue (the "transport thread"). Every core call on the
+ * object's store, sink state and sessions happens on that thread, and so
+ * does every callback: the core's apply and event callbacks, this
+ * library's stream callback, and every engine call (mcp_service_def's
+ * open(), mcp_client_def's callbacks, every mcp_stream_ops operation, the
+ * protocol modules' view-store watches). The application reaches the store,
+ * the sink state or a protocol's state only through *_update() / *_call(),
+ * which run a function on the transport thread. All functions below may
+ * be called from any thread, except that *_del() must not race with other
+ * calls on the same object and the *_call() / *_streams() functions must
+ * not be called from the transport thread (from a callback); *_update()
+ * may be.
  *
  * Half-close (LISTEN): when a client half-closes its side of a stream
  * (it will send nothing more), the server stops reading but still sends
