@@ -27,8 +27,10 @@
 #define COUNTER_METHOD "/test.Counter/Count"
 #define ECHO_METHOD "/test.Echo/Echo"
 
+#define TICKS 0xFD /* three "tick" messages, 50 ms apart (timers) */
 #define KICK 0xFE
 #define STOP 0xFF
+#define TICK_EVERY (50 * MCP_MILLISECONDS)
 
 /* ------------------------------------------------------------------ */
 /* The protocol (server side)                                          */
@@ -39,6 +41,8 @@ typedef struct psess {
   mcp_stream *st;
   mcp_msg_builder *b;
   int pending, seq, woken, stopping;
+  int ticks_left, ticks_due;
+  mcp_tstamp tick_at;
   char echo_buf[8][256];
   size_t echo_len[8];
   int echo_head, echo_n;
@@ -64,7 +68,6 @@ static void reset_proto(void) {
 }
 
 static int p_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
-  (void)ts;
   psess *p = sess;
   if (len == 0)
     return MCP_ERR_MALFORMED;
@@ -78,6 +81,9 @@ static int p_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
   }
   if (in[0] == STOP) {
     p->stopping = 1;
+  } else if (in[0] == TICKS) {
+    p->ticks_left = 3;
+    p->tick_at = ts + TICK_EVERY;
   } else if (in[0] == KICK) {
     /* Another stream's fate changed: only noted and woken, never pumped
      * from here. */
@@ -109,6 +115,9 @@ static int p_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
   } else if (p->woken) {
     p->woken--;
     len = (size_t)snprintf(text, sizeof(text), "woken");
+  } else if (p->ticks_due) {
+    p->ticks_due--;
+    len = (size_t)snprintf(text, sizeof(text), "tick");
   } else if (p->pending) {
     p->pending--;
     len = (size_t)snprintf(text, sizeof(text), "count %d", p->seq++);
@@ -118,6 +127,21 @@ static int p_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
   mcp_msg_builder_bytes(p->b, text, len);
   int rv = mcp_msg_builder_finish(p->b, p->echo ? "echo" : "counter", pmsg);
   return rv < 0 ? rv : 1;
+}
+
+static mcp_tstamp p_get_expiry(const void *sess) {
+  const psess *p = sess;
+  return p->ticks_left ? p->tick_at : MCP_TSTAMP_MAX;
+}
+
+static int p_handle_expiry(void *sess, mcp_tstamp ts) {
+  psess *p = sess;
+  if (p->ticks_left && ts >= p->tick_at) {
+    p->ticks_left--;
+    p->ticks_due++;
+    p->tick_at += TICK_EVERY;
+  }
+  return 0;
 }
 
 static int p_end(const void *sess, int *status, const char **details) {
@@ -153,6 +177,8 @@ static const mcp_stream_ops counter_ops = {
     .flags = MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE,
     .recv = p_recv,
     .next = p_next,
+    .get_expiry = p_get_expiry,
+    .handle_expiry = p_handle_expiry,
     .end = p_end,
     .half_close = p_half_close,
     .del = p_del,
@@ -893,6 +919,34 @@ START_TEST(test_wake_pumps_another_stream) {
 }
 END_TEST
 
+/* Nothing but the stream's timer moves it: the transport pumps at
+ * mcp_stream_get_expiry(). */
+START_TEST(test_timers_pump_service_streams) {
+  evs e;
+  evs_init(&e);
+  mcp_grpc_options o;
+  mcp_grpc_options_default(&o);
+  o.shutdown_grace = MCP_SECONDS;
+  o.services = services;
+  o.nservices = 2;
+  o.no_mcp = 1;
+  mcp_grpc_source *src = serve("127.0.0.1:0", NULL, &e, &o);
+  rc r;
+  rc_open(&r, mcp_grpc_source_port(src), COUNTER_METHOD);
+  mcp_tstamp t0 = mcp_grpc_now();
+  rc_byte(&r, TICKS);
+  expect(&r, "tick");
+  expect(&r, "tick");
+  expect(&r, "tick");
+  mcp_tstamp took = mcp_grpc_now() - t0;
+  ck_assert_uint_ge(took, 3 * TICK_EVERY - 5 * MCP_MILLISECONDS);
+  char buf[64];
+  ck_assert_int_eq(rc_recv(&r, buf, sizeof(buf), 200), -2); /* no more */
+  rc_close(&r);
+  mcp_grpc_source_del(src);
+}
+END_TEST
+
 START_TEST(test_shutdown_ends_service_streams_unavailable) {
   evs e;
   evs_init(&e);
@@ -1077,6 +1131,8 @@ END_TEST
  * request) when |echo| is set. */
 typedef struct cli {
   pthread_mutex_t mu;
+  mcp_tstamp not_before; /* open() says 0 before (get_expiry says when) */
+  mcp_tstamp first_open;
   int enabled, echo;
   int ask;        /* counter request */
   int stop_after; /* slot 0 ends its call after this many messages */
@@ -1163,7 +1219,10 @@ static const char *c_method(void *ud, size_t slot) {
 static int c_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
   cli *c = ud;
   pthread_mutex_lock(&c->mu);
-  int go = c->enabled && (slot == 0 || (c->echo && c->opens[1] == 0));
+  int go = c->enabled && (slot == 0 || (c->echo && c->opens[1] == 0)) &&
+           ts >= c->not_before;
+  if (go && !c->first_open)
+    c->first_open = ts;
   if (go)
     c->opens[slot]++;
   pthread_mutex_unlock(&c->mu);
@@ -1193,6 +1252,14 @@ static void c_ended(void *ud, size_t slot, int status, const char *details,
 }
 
 static cli cl;
+
+static mcp_tstamp c_get_expiry(void *ud) {
+  cli *c = ud;
+  pthread_mutex_lock(&c->mu);
+  mcp_tstamp t = c->first_open ? MCP_TSTAMP_MAX : c->not_before;
+  pthread_mutex_unlock(&c->mu);
+  return t;
+}
 
 static void cli_init(cli *c, int ask) {
   memset(c, 0, sizeof(*c));
@@ -1292,6 +1359,36 @@ START_TEST(test_client_runs_calls) {
   ck_assert_int_eq(k.last_status[0], GRPC_STATUS_CANCELLED);
   mcp_grpc_source_del(src);
   mcp_store_del(store);
+}
+END_TEST
+
+/* open() says "not now" until a time that only get_expiry() tells: the
+ * client asks again then, without any other event. */
+START_TEST(test_client_asks_open_at_expiry) {
+  evs se, ce;
+  evs_init(&se);
+  evs_init(&ce);
+  mcp_grpc_options o;
+  mcp_grpc_options_default(&o);
+  o.services = services;
+  o.nservices = 2;
+  o.no_mcp = 1;
+  mcp_grpc_source *src = serve("127.0.0.1:0", NULL, &se, &o);
+  cli_init(&cl, 1);
+  mcp_tstamp t0 = mcp_grpc_now();
+  cl.not_before = t0 + 300 * MCP_MILLISECONDS;
+  mcp_client_def d = cli_def(&cl);
+  d.get_expiry = c_get_expiry;
+  char addr[64];
+  mcp_grpc_client *c =
+      dial(mcp_grpc_source_port(src), addr, sizeof(addr), &ce, &d);
+  int one = 1;
+  ck_assert(tg_wait(cli_received_ge, &one, TG_TIMEOUT_MS));
+  cli k = cli_get(&cl);
+  ck_assert_uint_ge(k.first_open, cl.not_before);
+  ck_assert_uint_lt(k.first_open - t0, 2 * MCP_SECONDS);
+  mcp_grpc_client_del(c);
+  mcp_grpc_source_del(src);
 }
 END_TEST
 
@@ -1591,6 +1688,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_session_ends_stream_with_its_status);
   tcase_add_test(tc, test_half_close_follows_the_protocol);
   tcase_add_test(tc, test_wake_pumps_another_stream);
+  tcase_add_test(tc, test_timers_pump_service_streams);
   tcase_add_test(tc, test_shutdown_ends_service_streams_unavailable);
   tcase_add_test(tc, test_no_mcp_serves_only_services);
   tcase_add_test(tc, test_open_error_ends_call);
@@ -1602,6 +1700,7 @@ static Suite *suite(void) {
   tcase_set_timeout(tk, 60);
   tcase_add_test(tk, test_client_runs_calls);
   tcase_add_test(tk, test_client_end_and_server_status);
+  tcase_add_test(tk, test_client_asks_open_at_expiry);
   tcase_add_test(tk, test_client_reconnects_after_restart);
   tcase_add_test(tk, test_client_address_list);
   tcase_add_test(tk, test_client_bad_arguments);
