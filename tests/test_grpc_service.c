@@ -973,6 +973,64 @@ START_TEST(test_shutdown_ends_service_streams_unavailable) {
 }
 END_TEST
 
+/* Many streams at once, woken while they send, then a shutdown in the
+ * middle: every one gets all its messages in order and then UNAVAILABLE;
+ * every session is deleted once. */
+#define NSTRESS 16
+static int opens_ge(void *ud) { return atomic_load(&opens) >= *(int *)ud; }
+
+START_TEST(test_many_streams_wakes_and_shutdown) {
+  evs e;
+  evs_init(&e);
+  mcp_grpc_options o;
+  mcp_grpc_options_default(&o);
+  o.shutdown_grace = MCP_SECONDS;
+  o.services = services;
+  o.nservices = 2;
+  o.no_mcp = 1;
+  mcp_grpc_source *src = serve("127.0.0.1:0", NULL, &e, &o);
+  int port = mcp_grpc_source_port(src);
+  static rc r[NSTRESS];
+  for (int i = 0; i < NSTRESS; i++) {
+    rc_open(&r[i], port, COUNTER_METHOD);
+    rc_byte(&r[i], 100);
+  }
+  /* Every session registered before the kicks (each call comes on a
+   * connection of its own, in no particular order). */
+  int all = NSTRESS;
+  ck_assert(tg_wait(opens_ge, &all, TG_TIMEOUT_MS));
+  for (int i = 0; i < NSTRESS; i++)
+    rc_byte(&r[i], KICK); /* each wakes all the others */
+  char buf[64];
+  for (int i = 0; i < NSTRESS; i++) {
+    int seq = 0, woken = 0;
+    while (seq < 100 || woken < NSTRESS - 1) {
+      int n = rc_recv(&r[i], buf, sizeof(buf), TG_TIMEOUT_MS);
+      ck_assert_msg(n > 0, "stream %d: %d after %d counts, %d woken", i, n,
+                    seq, woken);
+      if (strcmp(buf, "woken") == 0) {
+        woken++;
+      } else {
+        char want[32];
+        snprintf(want, sizeof(want), "count %d", seq++);
+        ck_assert_str_eq(buf, want);
+      }
+    }
+    ck_assert_int_eq(woken, NSTRESS - 1);
+  }
+  ck_assert_int_eq(atomic_load(&kicks), NSTRESS);
+  rc_byte(&r[0], 200); /* in flight when the server goes */
+  mcp_grpc_source_del(src);
+  for (int i = 0; i < NSTRESS; i++) {
+    ck_assert_int_eq(rc_status(&r[i], TG_TIMEOUT_MS),
+                     GRPC_STATUS_UNAVAILABLE);
+    rc_close(&r[i]);
+  }
+  ck_assert_int_eq(atomic_load(&opens), NSTRESS);
+  ck_assert_int_eq(atomic_load(&dels), NSTRESS);
+}
+END_TEST
+
 START_TEST(test_no_mcp_serves_only_services) {
   evs e;
   evs_init(&e);
@@ -1691,6 +1749,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_timers_pump_service_streams);
   tcase_add_test(tc, test_shutdown_ends_service_streams_unavailable);
   tcase_add_test(tc, test_no_mcp_serves_only_services);
+  tcase_add_test(tc, test_many_streams_wakes_and_shutdown);
   tcase_add_test(tc, test_open_error_ends_call);
   tcase_add_test(tc, test_listening_sink_serves_services);
   tcase_add_test(tc, test_bad_options);
