@@ -607,9 +607,10 @@ MCP_EXTERN int mcp_grpc_sink_reauthorize(mcp_grpc_sink *sink);
  *   - mcp_stream_pump() runs after every event of the call (a message in,
  *     a send done), after every *_update() / *_call() (all streams of
  *     the object, MCP and service), when the stream is woken
- *     (mcp_stream_wake(), from any callback on the transport thread: the
- *     stream is pumped after that callback returns, before the thread
- *     sleeps) and at mcp_stream_get_expiry();
+ *     (mcp_stream_wake(), from any callback on this object's transport
+ *     thread, never from another thread: the stream is pumped after that
+ *     callback returns, before the thread sleeps) and at
+ *     mcp_stream_get_expiry();
  *   - SEND sends the message (one in flight at a time), END sends the
  *     status and its details (after the send in flight) and deletes the
  *     stream; a message larger than |max_send_message_size| ends the call
