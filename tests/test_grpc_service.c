@@ -242,6 +242,159 @@ static void bump(mcp_store *store, mcp_tstamp ts, void *ud) {
 }
 
 /* ------------------------------------------------------------------ */
+/* snap: a protocol over a view store (mcp_watch, shared bodies)       */
+/* ------------------------------------------------------------------ */
+
+/* After any request, sends the whole collection "c1" of the store, then
+ * each change, one message per take: per item, field 1 the name and
+ * (live items) field 2 the stored body, referenced, not copied. */
+#define SNAP_METHOD "/test.Snap/Snap"
+
+typedef struct snap {
+  mcp_watch *w;
+  mcp_msg_builder *b;
+  int started;
+} snap;
+
+static int snap_recv(void *sess, const uint8_t *in, size_t len,
+                     mcp_tstamp ts) {
+  (void)in;
+  (void)len;
+  (void)ts;
+  ((snap *)sess)->started = 1;
+  return 0;
+}
+
+static int snap_item(const mcp_item *item, void *ud) {
+  snap *s = ud;
+  mcp_msg_builder_len_field(s->b, 1, item->name, strlen(item->name));
+  if (!item->removed) {
+    mcp_msg_builder_key(s->b, 2, 2);
+    mcp_msg_builder_varint(s->b, item->body_len);
+    mcp_msg_builder_body(s->b, item);
+  }
+  return 0;
+}
+
+static int snap_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
+  snap *s = sess;
+  if (!s->started || !mcp_watch_ready(s->w, ts))
+    return 0;
+  int full = 0;
+  int rv = mcp_watch_take(s->w, ts, snap_item, s, &full);
+  if (rv < 0)
+    return rv;
+  rv = mcp_msg_builder_finish(s->b, "snap", pmsg);
+  return rv < 0 ? rv : 1;
+}
+
+static mcp_tstamp snap_get_expiry(const void *sess) {
+  return mcp_watch_get_expiry(((const snap *)sess)->w);
+}
+
+static int snap_handle_expiry(void *sess, mcp_tstamp ts) {
+  (void)sess;
+  (void)ts;
+  return 0; /* next() takes what is ready */
+}
+
+static void snap_del(void *sess) {
+  snap *s = sess;
+  mcp_watch_del(s->w);
+  mcp_msg_builder_del(s->b);
+  free(s);
+}
+
+static const mcp_stream_ops snap_ops = {
+    .name = "snap",
+    .flags = MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE,
+    .recv = snap_recv,
+    .next = snap_next,
+    .get_expiry = snap_get_expiry,
+    .handle_expiry = snap_handle_expiry,
+    .del = snap_del,
+};
+
+static int snap_open(void *user_data, const mcp_peer_info *peer,
+                     mcp_tstamp ts, mcp_stream **pst) {
+  (void)peer;
+  snap *s = calloc(1, sizeof(*s));
+  if (!s)
+    return MCP_ERR_NOMEM;
+  if (mcp_watch_new(&s->w, user_data, "c1", NULL, NULL) < 0 ||
+      mcp_msg_builder_new(&s->b, NULL) < 0) {
+    mcp_watch_del(s->w);
+    free(s);
+    return MCP_ERR_NOMEM;
+  }
+  return mcp_stream_new(pst, &snap_ops, s, NULL, ts);
+}
+
+/* One decoded snap message. */
+typedef struct snap_msg {
+  int n;
+  char name[8][32];
+  long body_len[8]; /* -1: removed */
+  int body_ok[8];   /* the body has tg_put_big's pattern or is "x..." */
+} snap_msg;
+
+static uint64_t snap_varint(const uint8_t **p, const uint8_t *end) {
+  uint64_t v = 0;
+  for (int shift = 0; *p < end && shift < 64; shift += 7) {
+    uint8_t c = *(*p)++;
+    v |= (uint64_t)(c & 0x7f) << shift;
+    if (!(c & 0x80))
+      return v;
+  }
+  ck_abort_msg("bad varint");
+  return 0;
+}
+
+static void snap_parse(const uint8_t *p, size_t len, snap_msg *m) {
+  const uint8_t *end = p + len;
+  memset(m, 0, sizeof(*m));
+  while (p < end) {
+    uint64_t key = snap_varint(&p, end);
+    uint64_t n = snap_varint(&p, end);
+    ck_assert_uint_eq(key & 7, 2);
+    ck_assert_uint_le(n, (uint64_t)(end - p));
+    if (key >> 3 == 1) {
+      ck_assert_int_lt(m->n, 8);
+      snprintf(m->name[m->n], sizeof(m->name[0]), "%.*s", (int)n,
+               (const char *)p);
+      m->body_len[m->n] = -1;
+      m->n++;
+    } else {
+      ck_assert_uint_eq(key >> 3, 2);
+      ck_assert_int_gt(m->n, 0);
+      m->body_len[m->n - 1] = (long)n;
+      int ok = 1;
+      for (uint64_t i = 0; i < n && ok; i++)
+        ok = p[i] == (uint8_t)(i * 7) || p[0] == 'x';
+      m->body_ok[m->n - 1] = ok;
+    }
+    p += n;
+  }
+}
+
+static int snap_index(const snap_msg *m, const char *name) {
+  for (int i = 0; i < m->n; i++)
+    if (strcmp(m->name[i], name) == 0)
+      return i;
+  return -1;
+}
+
+static void put_new(mcp_store *store, mcp_tstamp ts, void *ud) {
+  (void)ud;
+  tg_put(store, "c1", "new", "x-new", ts);
+}
+
+static void delete_small(mcp_store *store, mcp_tstamp ts, void *ud) {
+  (void)ud;
+  ck_assert_int_ge(mcp_store_delete(store, "c1", "small", ts), 0);
+}
+
+/* ------------------------------------------------------------------ */
 /* Stream events, per API                                              */
 /* ------------------------------------------------------------------ */
 
@@ -640,6 +793,62 @@ static void list_one(const mcp_grpc_stream_info *info, void *ud) {
   if (info->source)
     l->mcp++;
 }
+
+/* A protocol over the store, as Destination and Dispatcher are: a large
+ * stored body goes out by reference (several fragments), and a store
+ * change made through *_update() reaches the stream as a difference. */
+START_TEST(test_view_store_protocol) {
+  mcp_store *store = tg_store();
+  tg_put_big(store, "c1", "big", 300000, 0);
+  tg_put(store, "c1", "small", "x-small", 0);
+  mcp_service_def d = {SNAP_METHOD, snap_open, store};
+  evs e;
+  evs_init(&e);
+  mcp_grpc_options o;
+  mcp_grpc_options_default(&o);
+  o.shutdown_grace = MCP_SECONDS;
+  o.services = &d;
+  o.nservices = 1;
+  mcp_grpc_source *src = serve("127.0.0.1:0", store, &e, &o);
+  rc r;
+  rc_open(&r, mcp_grpc_source_port(src), SNAP_METHOD);
+  rc_byte(&r, 1);
+  size_t cap = 400000;
+  char *buf = malloc(cap);
+  ck_assert_ptr_nonnull(buf);
+  int n = rc_recv(&r, buf, cap, TG_TIMEOUT_MS);
+  ck_assert_int_gt(n, 300000);
+  snap_msg m;
+  snap_parse((const uint8_t *)buf, (size_t)n, &m);
+  ck_assert_int_eq(m.n, 2);
+  int big = snap_index(&m, "big"), small = snap_index(&m, "small");
+  ck_assert_int_ge(big, 0);
+  ck_assert_int_ge(small, 0);
+  ck_assert_int_eq(m.body_len[big], 300000);
+  ck_assert(m.body_ok[big]);
+  ck_assert_int_eq(m.body_len[small], 7);
+
+  /* Changes through the transport's update: the difference only. */
+  ck_assert_int_eq(mcp_grpc_source_update(src, put_new, NULL), 0);
+  n = rc_recv(&r, buf, cap, TG_TIMEOUT_MS);
+  ck_assert_int_gt(n, 0);
+  snap_parse((const uint8_t *)buf, (size_t)n, &m);
+  ck_assert_int_eq(m.n, 1);
+  ck_assert_str_eq(m.name[0], "new");
+  ck_assert_int_eq(m.body_len[0], 5);
+  ck_assert_int_eq(mcp_grpc_source_update(src, delete_small, NULL), 0);
+  n = rc_recv(&r, buf, cap, TG_TIMEOUT_MS);
+  ck_assert_int_gt(n, 0);
+  snap_parse((const uint8_t *)buf, (size_t)n, &m);
+  ck_assert_int_eq(m.n, 1);
+  ck_assert_str_eq(m.name[0], "small");
+  ck_assert_int_eq(m.body_len[0], -1); /* removed */
+  free(buf);
+  rc_close(&r);
+  mcp_grpc_source_del(src);
+  mcp_store_del(store);
+}
+END_TEST
 
 START_TEST(test_stats_and_listing) {
   mcp_store *store = tg_store();
@@ -1740,6 +1949,7 @@ static Suite *suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_service_beside_mcp);
   tcase_add_test(tc, test_stats_and_listing);
+  tcase_add_test(tc, test_view_store_protocol);
   tcase_add_test(tc, test_authorization_refuses_service_as_mcp);
   tcase_add_test(tc, test_admission_and_limits_apply);
   tcase_add_test(tc, test_reauthorize_ends_service_streams);
