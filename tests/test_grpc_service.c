@@ -1033,16 +1033,26 @@ START_TEST(test_session_ends_stream_with_its_status) {
   ck_assert_str_eq(r.details, mcp_strerror(MCP_ERR_MALFORMED));
   rc_close(&r);
 
+  /* The same while messages are going out (an error ends the stream even
+   * with a send in flight: the status follows that send). */
+  rc_open(&r, port, COUNTER_METHOD);
+  rc_byte(&r, 250);
+  expect(&r, "count 0");
+  rc_send(&r, "", 0, 0);
+  ck_assert_int_eq(rc_status(&r, TG_TIMEOUT_MS),
+                   mcp_error_grpc_status(MCP_ERR_MALFORMED));
+  rc_close(&r);
+
   evs c;
   for (int i = 0; i < 200; i++) {
     c = evs_get(&e);
-    if (c.closed >= 2)
+    if (c.closed >= 3)
       break;
     tg_sleep_ms(5);
   }
-  ck_assert_int_eq(c.closed, 2);
+  ck_assert_int_eq(c.closed, 3);
   ck_assert_int_eq(c.closed_status, GRPC_STATUS_INVALID_ARGUMENT);
-  ck_assert_int_eq(atomic_load(&dels), 2);
+  ck_assert_int_eq(atomic_load(&dels), 3);
   mcp_grpc_source_del(src);
   mcp_store_del(store);
 }
@@ -1794,6 +1804,39 @@ START_TEST(test_client_address_list) {
 }
 END_TEST
 
+/* A message beyond the client's max_recv_message_size ends its call. */
+START_TEST(test_client_message_limit) {
+  evs se, ce;
+  evs_init(&se);
+  evs_init(&ce);
+  mcp_grpc_options o;
+  mcp_grpc_options_default(&o);
+  o.services = services;
+  o.nservices = 2;
+  o.no_mcp = 1;
+  mcp_grpc_source *src = serve("127.0.0.1:0", NULL, &se, &o);
+  cli_init(&cl, 1);
+  mcp_client_def d = cli_def(&cl);
+  char addr[64];
+  mcp_grpc_options co;
+  tg_streams unused;
+  tg_streams_init(&unused);
+  tg_dial_opts(&co, addr, sizeof(addr), mcp_grpc_source_port(src), &unused);
+  co.on_stream = on_stream;
+  co.user_data = &ce;
+  co.max_recv_message_size = 4; /* "count 0" is 7 bytes */
+  mcp_grpc_client *c = NULL;
+  ck_assert_int_eq(mcp_grpc_client_new(&c, &co, &d), 0);
+  int one = 1;
+  ck_assert(tg_wait(cli_ended_ge, &one, TG_TIMEOUT_MS));
+  cli k = cli_get(&cl);
+  ck_assert_int_eq(k.last_status[0], GRPC_STATUS_RESOURCE_EXHAUSTED);
+  ck_assert_int_eq(k.received[0], 0);
+  mcp_grpc_client_del(c);
+  mcp_grpc_source_del(src);
+}
+END_TEST
+
 START_TEST(test_client_bad_arguments) {
   mcp_grpc_options o;
   mcp_grpc_options_default(&o);
@@ -1972,6 +2015,7 @@ static Suite *suite(void) {
   tcase_add_test(tk, test_client_asks_open_at_expiry);
   tcase_add_test(tk, test_client_reconnects_after_restart);
   tcase_add_test(tk, test_client_address_list);
+  tcase_add_test(tk, test_client_message_limit);
   tcase_add_test(tk, test_client_bad_arguments);
   tcase_add_test(tk, test_tls_identities_and_authorization);
   suite_add_tcase(s, tk);
