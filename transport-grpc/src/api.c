@@ -13,11 +13,42 @@ struct mcp_grpc_sink {
   mcp_grpc_ep ep;
 };
 
+struct mcp_grpc_client {
+  mcp_grpc_ep ep;
+};
+
 static void ep_free_copies(mcp_grpc_ep *ep) {
   mcp_grpc_tls_del(ep->tls);
   ep->tls = NULL;
   free(ep->address);
   free((char *)ep->opts.tls.server_name);
+  free(ep->services);
+  ep->services = NULL;
+}
+
+/* Copies opts.services and their method strings into one block. */
+static int copy_services(mcp_grpc_ep *ep) {
+  size_t n = ep->opts.nservices, bytes = n * sizeof(mcp_service_def);
+  if (n == 0) {
+    ep->opts.services = NULL;
+    return 0;
+  }
+  for (size_t i = 0; i < n; i++)
+    bytes += strlen(ep->opts.services[i].method) + 1;
+  mcp_service_def *v = malloc(bytes);
+  if (!v)
+    return MCP_ERR_NOMEM;
+  char *q = (char *)(v + n);
+  for (size_t i = 0; i < n; i++) {
+    v[i] = ep->opts.services[i];
+    size_t len = strlen(v[i].method) + 1;
+    memcpy(q, v[i].method, len);
+    v[i].method = q;
+    q += len;
+  }
+  ep->services = v;
+  ep->opts.services = v;
+  return 0;
 }
 
 static int ep_init(mcp_grpc_ep *ep, const mcp_grpc_options *opts,
@@ -31,8 +62,8 @@ static int ep_init(mcp_grpc_ep *ep, const mcp_grpc_options *opts,
   if (!ep->address)
     return MCP_ERR_NOMEM;
   ep->opts.address = ep->address;
-  int rv = 0;
-  if (opts->tls.server_name &&
+  int rv = copy_services(ep);
+  if (rv == 0 && opts->tls.server_name &&
       !(ep->opts.tls.server_name = strdup(opts->tls.server_name)))
     rv = MCP_ERR_NOMEM;
   if (rv == 0 && mcp_grpc_tls_wanted(&opts->tls))
@@ -61,6 +92,34 @@ static void ep_fini(mcp_grpc_ep *ep) {
   grpc_shutdown(); /* after every gRPC object of ours is gone */
 }
 
+/* The services of a listening |opts|: each at a method path of its own,
+ * with an open(); none at an MCP method the object serves. */
+static int valid_services(const mcp_grpc_options *opts, mcp_grpc_role role) {
+  if (opts->nservices == 0)
+    return 1;
+  if (!opts->services || opts->mode != MCP_GRPC_LISTEN)
+    return 0;
+  for (size_t i = 0; i < opts->nservices; i++) {
+    const mcp_service_def *d = &opts->services[i];
+    if (!d->open || !d->method || d->method[0] != '/' ||
+        strlen(d->method) > 1024)
+      return 0;
+    for (size_t j = 0; j < i; j++)
+      if (strcmp(opts->services[j].method, d->method) == 0)
+        return 0;
+    if (opts->no_mcp)
+      continue;
+    for (int sv = MCP_SERVICE_RESOURCE;
+         sv <= MCP_SERVICE_AGGREGATED_INCREMENTAL; ++sv) {
+      const char *m =
+          mcp_grpc_method((mcp_service)sv, role == MCP_GRPC_ROLE_SOURCE);
+      if (m && strcmp(m, d->method) == 0)
+        return 0;
+    }
+  }
+  return 1;
+}
+
 static int valid(const mcp_grpc_options *opts) {
   return opts && opts->address && opts->address[0] &&
          (opts->mode == MCP_GRPC_DIAL ||
@@ -86,13 +145,18 @@ static int submit(mcp_grpc_ep *ep, mcp_grpc_job *tmpl) {
 
 int mcp_grpc_source_new(mcp_grpc_source **psrc, const mcp_grpc_options *opts,
                         const mcp_source_options *session_opts) {
-  if (!valid(opts) || !session_opts ||
-      (!session_opts->store && !session_opts->select_store))
+  if (!valid(opts) || !valid_services(opts, MCP_GRPC_ROLE_SOURCE) ||
+      (opts->no_mcp && opts->mode != MCP_GRPC_LISTEN))
+    return MCP_ERR_INVALID_ARGUMENT;
+  /* Without the MCP methods, no session is ever made: no store needed. */
+  if (!opts->no_mcp && (!session_opts || (!session_opts->store &&
+                                          !session_opts->select_store)))
     return MCP_ERR_INVALID_ARGUMENT;
   mcp_grpc_source *src = calloc(1, sizeof(*src));
   if (!src)
     return MCP_ERR_NOMEM;
-  src->ep.source_opts = *session_opts;
+  if (session_opts)
+    src->ep.source_opts = *session_opts;
   int rv = ep_init(&src->ep, opts, MCP_GRPC_ROLE_SOURCE);
   if (rv < 0) {
     free(src);
@@ -153,7 +217,8 @@ int mcp_grpc_source_reauthorize(mcp_grpc_source *src) {
 
 int mcp_grpc_sink_new(mcp_grpc_sink **psink, const mcp_grpc_options *opts,
                       mcp_sink_state *state) {
-  if (!valid(opts) || !state ||
+  if (!valid(opts) || !state || !valid_services(opts, MCP_GRPC_ROLE_SINK) ||
+      opts->no_mcp ||
       (opts->mode == MCP_GRPC_LISTEN &&
        mcp_sink_state_service(state) != MCP_SERVICE_RESOURCE))
     return MCP_ERR_INVALID_ARGUMENT;
@@ -215,4 +280,78 @@ int mcp_grpc_sink_finish(mcp_grpc_sink *sink) {
 int mcp_grpc_sink_reauthorize(mcp_grpc_sink *sink) {
   mcp_grpc_job job = {.kind = MCP_GRPC_JOB_REAUTHORIZE};
   return submit(&sink->ep, &job);
+}
+
+int mcp_grpc_client_new(mcp_grpc_client **pc, const mcp_grpc_options *opts,
+                        const mcp_client_def *def) {
+  if (!pc || !valid(opts) || opts->mode != MCP_GRPC_DIAL || opts->nservices ||
+      opts->no_mcp || !def || def->nslots == 0 ||
+      def->nslots > MCP_GRPC_CLIENT_MAX_SLOTS || !def->method || !def->open ||
+      !def->ended)
+    return MCP_ERR_INVALID_ARGUMENT;
+  mcp_grpc_client *c = calloc(1, sizeof(*c));
+  if (!c)
+    return MCP_ERR_NOMEM;
+  c->ep.client_def = *def;
+  c->ep.slots = calloc(def->nslots, sizeof(*c->ep.slots));
+  if (!c->ep.slots) {
+    free(c);
+    return MCP_ERR_NOMEM;
+  }
+  int rv = ep_init(&c->ep, opts, MCP_GRPC_ROLE_CLIENT);
+  if (rv < 0) {
+    free(c->ep.slots);
+    free(c);
+    return rv;
+  }
+  *pc = c;
+  return 0;
+}
+
+void mcp_grpc_client_del(mcp_grpc_client *c) {
+  if (!c)
+    return;
+  ep_fini(&c->ep);
+  free(c->ep.slots);
+  free(c);
+}
+
+int mcp_grpc_client_update(mcp_grpc_client *c, mcp_grpc_run_fn fn,
+                           void *user_data) {
+  if (!fn)
+    return MCP_ERR_INVALID_ARGUMENT;
+  mcp_grpc_job job = {.kind = MCP_GRPC_JOB_RUN, .run_fn = fn,
+                      .user_data = user_data};
+  return submit(&c->ep, &job);
+}
+
+int mcp_grpc_client_call(mcp_grpc_client *c, mcp_grpc_run_fn fn,
+                         void *user_data) {
+  if (!fn)
+    return MCP_ERR_INVALID_ARGUMENT;
+  mcp_grpc_job job = {.kind = MCP_GRPC_JOB_RUN, .run_fn = fn,
+                      .user_data = user_data, .sync = 1};
+  return submit(&c->ep, &job);
+}
+
+int mcp_grpc_client_streams(mcp_grpc_client *c, mcp_grpc_stream_fn fn,
+                            void *user_data) {
+  if (!fn)
+    return MCP_ERR_INVALID_ARGUMENT;
+  mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STREAMS, .stream_fn = fn,
+                      .user_data = user_data, .sync = 1};
+  return submit(&c->ep, &job);
+}
+
+int mcp_grpc_client_stats(mcp_grpc_client *c, mcp_grpc_stats *st) {
+  if (!st)
+    return MCP_ERR_INVALID_ARGUMENT;
+  mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STATS, .user_data = st,
+                      .sync = 1};
+  return submit(&c->ep, &job);
+}
+
+int mcp_grpc_client_reauthorize(mcp_grpc_client *c) {
+  mcp_grpc_job job = {.kind = MCP_GRPC_JOB_REAUTHORIZE};
+  return submit(&c->ep, &job);
 }

@@ -91,9 +91,11 @@ int mcp_grpc_buffer_bytes(grpc_byte_buffer *bb, const uint8_t **p,
   if (bb->type == GRPC_BB_RAW &&
       bb->data.raw.compression == GRPC_COMPRESS_NONE &&
       bb->data.raw.slice_buffer.count == 1) {
-    grpc_slice s = bb->data.raw.slice_buffer.slices[0];
-    *p = GRPC_SLICE_START_PTR(s);
-    *len = GRPC_SLICE_LENGTH(s);
+    /* By pointer: a small slice holds its bytes inline, in the struct,
+     * so a copy of it would point into this stack frame. */
+    const grpc_slice *s = &bb->data.raw.slice_buffer.slices[0];
+    *p = GRPC_SLICE_START_PTR(*s);
+    *len = GRPC_SLICE_LENGTH(*s);
     return 0;
   }
   grpc_byte_buffer_reader rd;

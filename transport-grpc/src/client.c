@@ -50,13 +50,11 @@ static const char *next_target(mcp_grpc_ep *ep) {
   return ep->target;
 }
 
-static void connect_now(mcp_grpc_ep *ep) {
+grpc_channel *mcp_grpc_channel_new(mcp_grpc_ep *ep) {
   size_t n;
   grpc_arg *a = mcp_grpc_args(ep, 0, &n);
-  if (!a) {
-    retry_later(ep);
-    return;
-  }
+  if (!a)
+    return NULL;
   grpc_channel_args args = {n, a};
   grpc_channel_credentials *creds = ep->opts.channel_credentials;
   grpc_channel_credentials *own = NULL;
@@ -66,15 +64,23 @@ static void connect_now(mcp_grpc_ep *ep) {
     creds = own = grpc_insecure_credentials_create();
   if (!creds) {
     free(a);
-    retry_later(ep);
-    return;
+    return NULL;
   }
-  /* A new channel per attempt: the attempt's timing is ours alone, not
-   * that of a channel's hidden reconnection state. */
-  ep->channel = grpc_channel_create(next_target(ep), creds, &args);
+  grpc_channel *ch = grpc_channel_create(next_target(ep), creds, &args);
   free(a);
   if (own)
     grpc_channel_credentials_release(own);
+  return ch;
+}
+
+static void connect_now(mcp_grpc_ep *ep) {
+  /* A new channel per attempt: the attempt's timing is ours alone, not
+   * that of a channel's hidden reconnection state. */
+  ep->channel = mcp_grpc_channel_new(ep);
+  if (!ep->channel) {
+    retry_later(ep);
+    return;
+  }
   /* Not wait-for-ready: a peer that is down fails the call at once with
    * UNAVAILABLE, and the backoff decides when to try again. */
   grpc_call *call = grpc_channel_create_call(

@@ -7,6 +7,7 @@
 
 #include <grpc/grpc.h>
 
+#include "mcp/engine.h"
 #include "mcp/grpc.h"
 
 #define MCP_GRPC_CONTAINER(ptr, type, member)                                \
@@ -21,7 +22,12 @@ typedef struct mcp_grpc_tag {
 typedef enum mcp_grpc_role {
   MCP_GRPC_ROLE_NONE, /* a call to an unknown method: answered, then closed */
   MCP_GRPC_ROLE_SOURCE,
-  MCP_GRPC_ROLE_SINK
+  MCP_GRPC_ROLE_SINK,
+  /* A stream run by the engine's driver (an mcp_stream): a call to one of
+   * opts.services (LISTEN) or a call of an mcp_grpc_client's slot. */
+  MCP_GRPC_ROLE_SERVICE,
+  /* The object: an mcp_grpc_client (its streams are ROLE_SERVICE). */
+  MCP_GRPC_ROLE_CLIENT
 } mcp_grpc_role;
 
 /* Work handed to the transport thread by other threads. */
@@ -31,7 +37,8 @@ typedef enum mcp_grpc_job_kind {
   MCP_GRPC_JOB_STREAMS,
   MCP_GRPC_JOB_STATS,      /* user_data: the mcp_grpc_stats to fill */
   MCP_GRPC_JOB_REAUTHORIZE,
-  MCP_GRPC_JOB_FINISH      /* mcp_grpc_sink_finish() */
+  MCP_GRPC_JOB_FINISH,     /* mcp_grpc_sink_finish() */
+  MCP_GRPC_JOB_RUN         /* mcp_grpc_client_update() */
 } mcp_grpc_job_kind;
 
 typedef struct mcp_grpc_job {
@@ -40,6 +47,7 @@ typedef struct mcp_grpc_job {
   mcp_grpc_store_fn store_fn;
   mcp_grpc_state_fn state_fn;
   mcp_grpc_stream_fn stream_fn;
+  mcp_grpc_run_fn run_fn;
   void *user_data;
   int sync; /* the caller waits for |done|; the job is on its stack */
   int done;
@@ -47,6 +55,19 @@ typedef struct mcp_grpc_job {
 
 typedef struct mcp_grpc_ep mcp_grpc_ep;
 typedef struct mcp_grpc_stream mcp_grpc_stream;
+
+/* A client object's connection: one gRPC channel that the calls of its
+ * slots share (client_svc.c). It is replaced when a call on it ends with
+ * UNAVAILABLE (the connection failed or was lost); a replaced one lives
+ * on until its last call is gone, so that the calls still running on it
+ * are not cut. */
+typedef struct mcp_grpc_chan {
+  grpc_channel *ch;
+  size_t calls;       /* calls started on it and not yet gone */
+  mcp_tstamp created;
+  uint64_t received;  /* messages its finished calls received */
+  int retired;        /* no new call goes on it */
+} mcp_grpc_chan;
 
 /* TLS material from files, shared with gRPC's threads (tls.c). */
 typedef struct mcp_grpc_tls mcp_grpc_tls;
@@ -68,6 +89,14 @@ struct mcp_grpc_stream {
   int dialed;
   mcp_source_session *src;
   mcp_sink_session *snk;
+  /* ROLE_SERVICE: the engine's stream (owned: mcp_stream_del() in
+   * drop_session()), the service served (LISTEN), or the slot and the
+   * connection of the client's call (dialed). */
+  mcp_stream *st;
+  const mcp_service_def *svc;
+  size_t slot;
+  mcp_grpc_chan *chan;
+  int recv_busy; /* a receive is in flight */
   char *peer; /* gpr_malloc'd by gRPC */
   mcp_tstamp opened;
   mcp_tstamp expiry; /* of the source session, cached */
@@ -142,6 +171,10 @@ struct mcp_grpc_ep {
   size_t nstreams;
   uint64_t next_id;
   mcp_grpc_stream *sink_stream; /* the stream holding the sink session */
+  /* A stream was woken (mcp_stream_wake) during a pass of the tick: the
+   * tick makes another pass, so that it is pumped before the loop
+   * sleeps. */
+  int woken;
   int finished; /* DIAL: mcp_grpc_sink_finish(): no new stream */
 
   /* LISTEN */
@@ -164,6 +197,16 @@ struct mcp_grpc_ep {
   /* Admission (LISTEN): the core's policy object (admit.c). */
   mcp_admit *admit;
   int admit_dirty; /* a slot was freed: run admission without waiting */
+
+  /* LISTEN: opts.services, copied with their method strings in one
+   * block (opts.services points to it). */
+  mcp_service_def *services;
+
+  /* CLIENT (mcp_grpc_client): the protocol and its slots' calls. */
+  mcp_client_def client_def;
+  mcp_grpc_stream **slots; /* the call of each slot, NULL when none */
+  mcp_grpc_chan *chan;     /* where new calls go (NULL: none yet) */
+  size_t nchans;           /* channels alive, current or retired */
 
   /* DIAL */
   grpc_channel *channel;
@@ -230,12 +273,32 @@ void mcp_grpc_server_shutdown(mcp_grpc_ep *ep);
 void mcp_grpc_server_tick(mcp_grpc_ep *ep, mcp_tstamp *deadline);
 
 /* client.c */
+/* A new channel to the next target of the address list (NULL: NOMEM). */
+grpc_channel *mcp_grpc_channel_new(mcp_grpc_ep *ep);
 void mcp_grpc_client_tick(mcp_grpc_ep *ep, mcp_tstamp *deadline);
 void mcp_grpc_client_shutdown(mcp_grpc_ep *ep);
 void mcp_grpc_client_stream_gone(mcp_grpc_ep *ep, mcp_tstamp lived,
                                  uint64_t received);
 
+/* client_svc.c (mcp_grpc_client) */
+void mcp_grpc_svc_client_tick(mcp_grpc_ep *ep, mcp_tstamp *deadline);
+void mcp_grpc_svc_client_shutdown(mcp_grpc_ep *ep);
+/* A slot's call is over and freed (its engine stream deleted, its call
+ * released): frees the slot, releases the connection, and tells the
+ * protocol (ended). */
+void mcp_grpc_svc_client_call_gone(mcp_grpc_ep *ep, size_t slot,
+                                   mcp_grpc_chan *chan, uint64_t received,
+                                   int status, const char *details);
+
 /* stream.c */
+/* Client: starts a call of a slot with |st| (taken over, also on
+ * failure). Errors: NOMEM (the call is cancelled and released). */
+int mcp_grpc_stream_dial_service(mcp_grpc_ep *ep, grpc_call *call,
+                                 size_t slot, mcp_grpc_chan *chan,
+                                 mcp_stream *st);
+/* LISTEN: a call for |svc|. */
+void mcp_grpc_stream_accept_service(mcp_grpc_ep *ep, grpc_call *call,
+                                    const mcp_service_def *svc);
 void mcp_grpc_stream_accept(mcp_grpc_ep *ep, grpc_call *call, mcp_service service,
                             mcp_grpc_role role);
 void mcp_grpc_stream_dial(mcp_grpc_ep *ep, grpc_call *call);

@@ -100,13 +100,14 @@ void mcp_grpc_stream_info_fill(const mcp_grpc_stream *s,
   info->nidentities = s->nids;
   info->tls = s->tls;
   info->initial = mcp_admit_ticket_initial(s->ticket);
+  info->stream = s->st;
 }
 
 static void fill_stats(mcp_grpc_ep *ep, mcp_grpc_stats *st) {
   *st = ep->stats;
   st->streams = 0;
   for (mcp_grpc_stream *s = ep->streams; s; s = s->next)
-    if (s->src || s->snk)
+    if (s->src || s->snk || s->st)
       st->streams++;
   mcp_grpc_admit_stats(ep, st);
 }
@@ -118,6 +119,9 @@ static void run_job(mcp_grpc_ep *ep, mcp_grpc_job *job) {
     break;
   case MCP_GRPC_JOB_STATE:
     job->state_fn(ep->state, ep->now, job->user_data);
+    break;
+  case MCP_GRPC_JOB_RUN:
+    job->run_fn(ep->now, job->user_data);
     break;
   case MCP_GRPC_JOB_STATS:
     fill_stats(ep, job->user_data);
@@ -141,7 +145,7 @@ static void run_job(mcp_grpc_ep *ep, mcp_grpc_job *job) {
     for (mcp_grpc_stream *s = ep->streams; s; s = s->next) {
       /* Calls waiting for admission have no session yet. */
       if (s->role == MCP_GRPC_ROLE_NONE || s->state != MCP_GRPC_ST_OPEN ||
-          (!s->src && !s->snk))
+          (!s->src && !s->snk && !s->st))
         continue;
       mcp_grpc_stream_info info;
       mcp_grpc_stream_info_fill(s, &info);
@@ -181,13 +185,16 @@ static void run_jobs(mcp_grpc_ep *ep) {
     ep->stopping = 1;
     if (ep->opts.mode == MCP_GRPC_LISTEN)
       mcp_grpc_server_shutdown(ep);
+    else if (ep->role == MCP_GRPC_ROLE_CLIENT)
+      mcp_grpc_svc_client_shutdown(ep);
     else
       mcp_grpc_client_shutdown(ep);
   }
 }
 
 static int finished(mcp_grpc_ep *ep) {
-  if (ep->server || ep->channel || ep->streams || ep->accept_pending)
+  if (ep->server || ep->channel || ep->nchans || ep->streams ||
+      ep->accept_pending)
     return 0;
   pthread_mutex_lock(&ep->mu);
   int busy = ep->wake_pending;
@@ -201,15 +208,29 @@ static mcp_tstamp tick(mcp_grpc_ep *ep) {
   if (ep->opts.mode == MCP_GRPC_LISTEN) {
     mcp_grpc_admit_tick(ep, &dl);
     mcp_grpc_server_tick(ep, &dl);
-  } else
+  } else if (ep->role == MCP_GRPC_ROLE_CLIENT) {
+    mcp_grpc_svc_client_tick(ep, &dl);
+  } else {
     mcp_grpc_client_tick(ep, &dl);
-  for (mcp_grpc_stream *s = ep->streams; s; s = s->next) {
-    if (ep->all_dirty || s->dirty || s->expiry <= ep->now)
-      mcp_grpc_stream_pump(s);
-    if (s->expiry < dl)
-      dl = s->expiry;
   }
-  ep->all_dirty = 0;
+  /* A pump may wake streams (mcp_stream_wake: another one's fate
+   * changed): passes go on while it does, so that a woken stream is
+   * pumped before the loop sleeps; a stream that keeps waking is pumped
+   * again at the next turn of the loop. */
+  for (int pass = 0; pass < 8; pass++) {
+    ep->woken = 0;
+    for (mcp_grpc_stream *s = ep->streams; s; s = s->next) {
+      if (ep->all_dirty || s->dirty || s->expiry <= ep->now)
+        mcp_grpc_stream_pump(s);
+      if (s->expiry < dl)
+        dl = s->expiry;
+    }
+    ep->all_dirty = 0;
+    if (!ep->woken)
+      break;
+  }
+  if (ep->woken)
+    dl = ep->now;
   if (ep->admit_dirty) { /* a slot was freed: admit at once */
     ep->admit_dirty = 0;
     dl = ep->now;

@@ -26,6 +26,15 @@ static int served_service(const mcp_grpc_ep *ep, grpc_slice method) {
   return -1;
 }
 
+/* The service of opts.services served on |method|, or NULL. */
+static const mcp_service_def *served_def(const mcp_grpc_ep *ep,
+                                         grpc_slice method) {
+  for (size_t i = 0; i < ep->opts.nservices; i++)
+    if (grpc_slice_str_cmp(method, ep->opts.services[i].method) == 0)
+      return &ep->opts.services[i];
+  return NULL;
+}
+
 static void on_accept(mcp_grpc_tag *tag, int ok);
 
 static void on_shutdown(mcp_grpc_tag *tag, int ok) {
@@ -237,10 +246,16 @@ static void on_accept(mcp_grpc_tag *tag, int ok) {
   mcp_grpc_ep *ep = MCP_GRPC_CONTAINER(tag, mcp_grpc_ep, accept_tag);
   ep->accept_pending = 0;
   if (ok) {
-    int sv = served_service(ep, ep->accept_details.method);
-    mcp_grpc_stream_accept(ep, ep->accept_call,
-                           sv < 0 ? MCP_SERVICE_RESOURCE : (mcp_service)sv,
-                           sv < 0 ? MCP_GRPC_ROLE_NONE : ep->role);
+    const mcp_service_def *def = served_def(ep, ep->accept_details.method);
+    int sv = def || ep->opts.no_mcp
+                 ? -1
+                 : served_service(ep, ep->accept_details.method);
+    if (def)
+      mcp_grpc_stream_accept_service(ep, ep->accept_call, def);
+    else
+      mcp_grpc_stream_accept(ep, ep->accept_call,
+                             sv < 0 ? MCP_SERVICE_RESOURCE : (mcp_service)sv,
+                             sv < 0 ? MCP_GRPC_ROLE_NONE : ep->role);
   }
   grpc_call_details_destroy(&ep->accept_details);
   grpc_metadata_array_destroy(&ep->accept_md);

@@ -41,8 +41,9 @@ static void notify(mcp_grpc_stream *s, mcp_grpc_stream_event ev) {
 }
 
 static void set_details(mcp_grpc_stream *s, const char *details) {
+  char *d = strdup(details ? details : ""); /* |details| may be ours */
   free(s->details);
-  s->details = strdup(details ? details : "");
+  s->details = d;
 }
 
 static void drop_session(mcp_grpc_stream *s) {
@@ -53,6 +54,10 @@ static void drop_session(mcp_grpc_stream *s) {
   if (s->snk) {
     mcp_sink_session_del(s->snk);
     s->snk = NULL;
+  }
+  if (s->st) {
+    mcp_stream_del(s->st);
+    s->st = NULL;
   }
   if (s->ep->sink_stream == s)
     s->ep->sink_stream = NULL;
@@ -115,6 +120,20 @@ static void maybe_free(mcp_grpc_stream *s) {
   mcp_grpc_ep *ep = s->ep;
   drop_session(s);
   notify(s, MCP_GRPC_STREAM_CLOSED);
+  if (s->dialed && s->role == MCP_GRPC_ROLE_SERVICE) {
+    /* The call is released before its channel may be (call_gone). */
+    size_t slot = s->slot;
+    mcp_grpc_chan *chan = s->chan;
+    uint64_t received = s->received;
+    int status = s->status;
+    char *details = s->details;
+    s->details = NULL;
+    stream_free(s);
+    mcp_grpc_svc_client_call_gone(ep, slot, chan, received, status,
+                                  details ? details : "");
+    free(details);
+    return;
+  }
   int dialed = s->dialed;
   mcp_tstamp lived = ep->now - s->opened;
   uint64_t received = s->received;
@@ -123,9 +142,48 @@ static void maybe_free(mcp_grpc_stream *s) {
     mcp_grpc_client_stream_gone(ep, lived, received);
 }
 
+/* The engine asks for |st| to be pumped: only noted here (a waker never
+ * re-enters the stream); the loop's tick pumps it before it sleeps. */
+static void on_wake(mcp_stream *st, void *user_data) {
+  (void)st;
+  mcp_grpc_stream *s = user_data;
+  s->dirty = 1;
+  s->ep->woken = 1;
+}
+
+static void attach(mcp_grpc_stream *s, mcp_stream *st) {
+  s->st = st;
+  mcp_stream_set_waker(st, on_wake, s);
+  s->expiry = mcp_stream_get_expiry(st);
+}
+
+/* A service call: the protocol opens its stream for this peer. */
+static int open_service(mcp_grpc_stream *s) {
+  mcp_grpc_ep *ep = s->ep;
+  mcp_peer_info peer;
+  memset(&peer, 0, sizeof(peer));
+  peer.address = s->peer ? s->peer : "";
+  peer.tls = s->tls;
+  peer.common_name = s->has_cn ? s->ids[s->nids - 1] : NULL;
+  peer.identities = (const char *const *)s->ids;
+  peer.nidentities = s->nids;
+  mcp_stream *st = NULL;
+  int rv = s->svc->open(s->svc->user_data, &peer, ep->now, &st);
+  if (rv < 0) {
+    mcp_stream_del(st); /* a protocol that gave one anyway */
+    return rv;
+  }
+  if (!st)
+    return MCP_ERR_CALLBACK; /* "0 and *pst" is the contract */
+  attach(s, st);
+  return 0;
+}
+
 static int open_session(mcp_grpc_stream *s) {
   mcp_grpc_ep *ep = s->ep;
   int rv;
+  if (s->role == MCP_GRPC_ROLE_SERVICE)
+    return open_service(s);
   if (s->role == MCP_GRPC_ROLE_SOURCE) {
     mcp_source_options o = ep->source_opts;
     o.send_trigger = s->dialed; /* Istio's sinks wait for a first push */
@@ -158,6 +216,7 @@ static void start_recv(mcp_grpc_stream *s) {
   ops[n].data.recv_message.recv_message = &s->recv_bb;
   n++;
   start_batch(s, ops, n, &s->recv_tag);
+  s->recv_busy = 1;
 }
 
 static void send_initial_metadata(mcp_grpc_stream *s) {
@@ -197,9 +256,11 @@ void mcp_grpc_stream_finish(mcp_grpc_stream *s, int status,
                             const char *details) {
   if (s->state != MCP_GRPC_ST_OPEN)
     return;
-  drop_session(s);
+  /* Copied first: |details| may belong to the session (an engine
+   * stream's END), which goes now. */
   s->status = status;
   set_details(s, details);
+  drop_session(s);
   if (s->dialed) {
     s->state = MCP_GRPC_ST_CLOSING;
     grpc_call_cancel_with_status(s->call, (grpc_status_code)status,
@@ -223,13 +284,16 @@ void mcp_grpc_stream_refuse(mcp_grpc_stream *s, int status,
 
 /* A new call: nothing is read from or sent on it (and no session exists)
  * until it is authorized and admitted. The close operation is posted at
- * once, so that a client giving up while its call waits is noticed. */
-void mcp_grpc_stream_accept(mcp_grpc_ep *ep, grpc_call *call,
-                            mcp_service service, mcp_grpc_role role) {
+ * once, so that a client giving up while its call waits is noticed. A
+ * service call goes the same way as an MCP one (authorization, admission
+ * without an initial slot, limits, shutdown): only its session differs. */
+static void accept_call(mcp_grpc_ep *ep, grpc_call *call, mcp_service service,
+                        mcp_grpc_role role, const mcp_service_def *svc) {
   mcp_grpc_stream *s = stream_new(ep, call, role, 0);
   if (!s)
     return;
   s->service = service;
+  s->svc = svc;
   grpc_op op;
   memset(&op, 0, sizeof(op));
   op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
@@ -260,6 +324,16 @@ void mcp_grpc_stream_accept(mcp_grpc_ep *ep, grpc_call *call,
   mcp_grpc_admit(s);
 }
 
+void mcp_grpc_stream_accept(mcp_grpc_ep *ep, grpc_call *call,
+                            mcp_service service, mcp_grpc_role role) {
+  accept_call(ep, call, service, role, NULL);
+}
+
+void mcp_grpc_stream_accept_service(mcp_grpc_ep *ep, grpc_call *call,
+                                    const mcp_service_def *svc) {
+  accept_call(ep, call, MCP_SERVICE_RESOURCE, MCP_GRPC_ROLE_SERVICE, svc);
+}
+
 void mcp_grpc_stream_open(mcp_grpc_stream *s) {
   send_initial_metadata(s);
   int rv = open_session(s);
@@ -282,7 +356,7 @@ void mcp_grpc_stream_reauthorize(mcp_grpc_stream *s) {
   if (!code)
     return;
   s->ep->stats.revoked++;
-  if (!s->dialed && !s->src && !s->snk)
+  if (!s->dialed && !s->src && !s->snk && !s->st)
     mcp_grpc_stream_refuse(s, code, details); /* it was waiting */
   else
     mcp_grpc_stream_finish(s, code, details);
@@ -340,6 +414,38 @@ void mcp_grpc_stream_dial(mcp_grpc_ep *ep, grpc_call *call) {
   notify(s, MCP_GRPC_STREAM_OPENED);
 }
 
+/* As mcp_grpc_stream_dial(), with the protocol's stream: nothing is sent
+ * before the connection is up and the server authorized (dial_connected),
+ * then what the pump gives. */
+int mcp_grpc_stream_dial_service(mcp_grpc_ep *ep, grpc_call *call,
+                                 size_t slot, mcp_grpc_chan *chan,
+                                 mcp_stream *st) {
+  mcp_grpc_stream *s = stream_new(ep, call, MCP_GRPC_ROLE_SERVICE, 1);
+  if (!s) { /* the call is cancelled and released */
+    mcp_stream_del(st);
+    return MCP_ERR_NOMEM;
+  }
+  s->slot = slot;
+  s->chan = chan;
+  ep->slots[slot] = s;
+  attach(s, st);
+  grpc_metadata_array_init(&s->md_initial);
+  grpc_metadata_array_init(&s->md_trailing);
+  send_initial_metadata(s);
+  grpc_op op;
+  memset(&op, 0, sizeof(op));
+  op.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  op.data.recv_status_on_client.trailing_metadata = &s->md_trailing;
+  op.data.recv_status_on_client.status = &s->recv_status;
+  op.data.recv_status_on_client.status_details = &s->recv_details;
+  start_batch(s, &op, 1, &s->close_tag);
+  start_recv(s);
+  s->dirty = 1;
+  ep->stats.opened++;
+  notify(s, MCP_GRPC_STREAM_OPENED);
+  return 0;
+}
+
 static void send_msg(mcp_grpc_stream *s, mcp_msg *msg) {
   grpc_byte_buffer *bb = mcp_grpc_buffer_from_msg(msg);
   if (!bb) {
@@ -355,11 +461,66 @@ static void send_msg(mcp_grpc_stream *s, mcp_msg *msg) {
   s->send_busy = 1;
 }
 
+static void send_close(mcp_grpc_stream *s) {
+  grpc_op op;
+  memset(&op, 0, sizeof(op));
+  op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  start_batch(s, &op, 1, &s->send_tag);
+  s->send_busy = 1;
+  s->close_sent = 1;
+}
+
+/* An engine stream: what the driver says, until it has nothing now. One
+ * message in flight at a time: after a SEND, the next pumps only run
+ * timers and look for the end, until on_send pumps again. */
+static void pump_service(mcp_grpc_stream *s) {
+  mcp_grpc_ep *ep = s->ep;
+  /* Each turn either starts a send (the following ones cannot send) or
+   * ends the loop: a few turns suffice. */
+  for (int turn = 0; turn < 4 && s->st && s->state == MCP_GRPC_ST_OPEN;
+       turn++) {
+    int can_send = !s->send_busy && !s->client_done;
+    mcp_msg *msg = NULL;
+    int status = GRPC_STATUS_OK;
+    const char *details = NULL;
+    mcp_stream_action a =
+        mcp_stream_pump(s->st, ep->now, can_send, &msg, &status, &details);
+    if (a == MCP_STREAM_IDLE)
+      break;
+    if (a == MCP_STREAM_END) {
+      mcp_grpc_stream_finish(s, status, details);
+      return;
+    }
+    if (a == MCP_STREAM_SEND) {
+      if (!can_send) { /* the driver broke its contract */
+        mcp_msg_free(msg);
+        fail(s, MCP_ERR_CALLBACK);
+        return;
+      }
+      if (msg)
+        send_msg(s, msg);
+    } else if (a == MCP_STREAM_HALF_CLOSE) {
+      /* Client only (a server's side ends with its status); it goes out
+       * after the send in flight. */
+      if (s->dialed)
+        s->client_done = 1;
+    }
+  }
+  if (s->dialed && s->client_done && !s->close_sent && !s->send_busy &&
+      s->state == MCP_GRPC_ST_OPEN)
+    send_close(s);
+  s->expiry = s->st ? mcp_stream_get_expiry(s->st) : MCP_TSTAMP_MAX;
+}
+
 void mcp_grpc_stream_pump(mcp_grpc_stream *s) {
   mcp_grpc_ep *ep = s->ep;
   s->dirty = 0;
   if (s->state != MCP_GRPC_ST_OPEN || !s->authorized)
     return;
+  if (s->role == MCP_GRPC_ROLE_SERVICE) {
+    pump_service(s);
+    return;
+  }
   mcp_msg *msg = NULL;
   int rv = 0;
   if (s->src) {
@@ -379,14 +540,8 @@ void mcp_grpc_stream_pump(mcp_grpc_stream *s) {
     send_msg(s, msg);
   /* mcp_grpc_sink_finish(): what was ready went out; now the half-close,
    * and the source's status ends the call. */
-  if (s->client_done && !s->close_sent && !s->send_busy) {
-    grpc_op op;
-    memset(&op, 0, sizeof(op));
-    op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-    start_batch(s, &op, 1, &s->send_tag);
-    s->send_busy = 1;
-    s->close_sent = 1;
-  }
+  if (s->client_done && !s->close_sent && !s->send_busy)
+    send_close(s);
   if (s->ticket && s->src)
     mcp_grpc_admit_check_initial(s);
   /* The client half-closed: the answers the session has for what it sent
@@ -408,7 +563,12 @@ static int deliver(mcp_grpc_stream *s, grpc_byte_buffer *bb) {
   int joined, rv;
   if (mcp_grpc_buffer_bytes(bb, &p, &len, &flat, &joined) < 0)
     return MCP_ERR_MALFORMED;
-  if (s->src) {
+  if (s->st) {
+    /* The driver keeps a session's error for the next pump. */
+    mcp_stream_recv(s->st, p, len, ep->now);
+    s->expiry = mcp_stream_get_expiry(s->st);
+    rv = 0;
+  } else if (s->src) {
     rv = mcp_source_session_recv(s->src, p, len, ep->now);
     s->expiry = mcp_source_session_get_expiry(s->src);
   } else {
@@ -422,6 +582,7 @@ static int deliver(mcp_grpc_stream *s, grpc_byte_buffer *bb) {
 static void on_recv(mcp_grpc_tag *tag, int ok) {
   mcp_grpc_stream *s = MCP_GRPC_CONTAINER(tag, mcp_grpc_stream, recv_tag);
   s->ops--;
+  s->recv_busy = 0;
   grpc_byte_buffer *bb = s->recv_bb;
   s->recv_bb = NULL;
   if (s->dialed && !s->peer_known && ok) {
@@ -432,14 +593,24 @@ static void on_recv(mcp_grpc_tag *tag, int ok) {
   }
   if (ok && bb) {
     s->received++;
-    if (s->state == MCP_GRPC_ST_OPEN) {
+    /* A client's engine stream still hears the server's last message
+     * when the status was seen first (on_close kept its session). */
+    if (s->state == MCP_GRPC_ST_OPEN || (s->st && s->dialed)) {
       int rv = deliver(s, bb);
       if (rv < 0) {
         fail(s, rv);
       } else {
         s->dirty = 1;
-        start_recv(s);
+        if (s->state == MCP_GRPC_ST_OPEN)
+          start_recv(s);
       }
+    }
+  } else if (ok && !s->dialed && s->st) {
+    /* An engine stream: the driver applies the protocol's half-close
+     * rule (MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE or not). */
+    if (s->state == MCP_GRPC_ST_OPEN) {
+      mcp_stream_half_close(s->st, s->ep->now);
+      s->dirty = 1;
     }
   } else if (ok && !s->dialed) {
     /* The client half-closed: nothing more is read, but what the session
@@ -511,7 +682,11 @@ static void on_close(mcp_grpc_tag *tag, int ok) {
     set_details(s, "cancelled");
   }
   if (s->state != MCP_GRPC_ST_CLOSING) {
-    drop_session(s);
+    /* A client's engine stream keeps its session while a receive is in
+     * flight: it may still carry the server's last message (on_recv);
+     * maybe_free() deletes it. */
+    if (!(s->st && s->dialed && s->recv_busy))
+      drop_session(s);
     s->state = MCP_GRPC_ST_CLOSING;
   }
   maybe_free(s);

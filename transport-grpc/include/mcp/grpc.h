@@ -8,22 +8,40 @@
  *   mcp_grpc_sink,   MCP_GRPC_LISTEN  ResourceSink server (sources dial us)
  *   mcp_grpc_sink,   MCP_GRPC_DIAL    ResourceSource client (we dial a source)
  *
+ * Any other protocol (mcp/engine.h) runs on the same transport without
+ * transport code of its own:
+ *
+ *   mcp_grpc_options.services  a listening source or sink also serves
+ *                              these methods (mcp_service_def) on its
+ *                              port; no_mcp = 1 serves only them
+ *   mcp_grpc_client            dials and runs an mcp_client_def: its call
+ *                              slots, on one connection
+ *
+ * Each call of such a protocol is an mcp_stream (the engine's driver); the
+ * transport moves its messages (protobuf bytes; the gRPC framing is
+ * gRPC's), pumps it after every event, every update and at its expiry,
+ * and ends the call with the status the stream gives. See "Services" and
+ * "Client" below.
+ *
  * The transport holds no protocol rules: each stream is one core session
  * (mcp_source_session or mcp_sink_session) and the transport only moves
  * messages between gRPC and that session, drives its timers, and ends the
  * stream with mcp_error_grpc_status(err) / mcp_strerror(err) when the core
  * reports an error.
  *
- * Threading: each object owns one thread and one gRPC completion queue (the
- * "transport thread"). Every core call on the object's store, sink state and
- * sessions happens on that thread, and so does every callback: the core's
- * apply and event callbacks and this library's stream callback. The
- * application reaches the store or the sink state only through
- * mcp_grpc_source_update() / *_call(), which run a function on the
- * transport thread. All functions below may be called from any thread,
- * except that *_del() must not race with other calls on the same object
- * and the *_call() / *_streams() functions must not be called from the
- * transport thread (from a callback); *_update() may be.
+ * Threading: each object (source, sink, client) owns one thread and one
+ * gRPC completion queue (the "transport thread"). Every core call on the
+ * object's store, sink state and sessions happens on that thread, and so
+ * does every callback: the core's apply and event callbacks, this
+ * library's stream callback, and every engine call (mcp_service_def's
+ * open(), mcp_client_def's callbacks, every mcp_stream_ops operation, the
+ * protocol modules' view-store watches). The application reaches the store,
+ * the sink state or a protocol's state only through *_update() / *_call(),
+ * which run a function on the transport thread. All functions below may
+ * be called from any thread, except that *_del() must not race with other
+ * calls on the same object and the *_call() / *_streams() functions must
+ * not be called from the transport thread (from a callback); *_update()
+ * may be.
  *
  * Half-close (LISTEN): when a client half-closes its side of a stream
  * (it will send nothing more), the server stops reading but still sends
@@ -55,6 +73,7 @@
 
 #include <grpc/grpc.h>
 
+#include <mcp/engine.h>
 #include <mcp/mcp.h>
 
 #ifdef __cplusplus
@@ -210,6 +229,11 @@ typedef struct mcp_grpc_stream_info {
   /* LISTEN source: the stream is in its initial sync and holds one of the
    * |max_initial_pushes| slots. */
   int initial;
+  /* A call of a service or of an mcp_grpc_client's slot: its engine
+   * stream, for read-only introspection during the callback (e.g.
+   * mcp_stream_get_ops(stream)->name, to count streams per API). NULL for
+   * MCP streams, and once the stream is ending (CLOSED, REFUSED). */
+  const mcp_stream *stream;
 } mcp_grpc_stream_info;
 
 typedef enum mcp_grpc_stream_event {
@@ -358,6 +382,25 @@ typedef struct mcp_grpc_options {
   int64_t memory_limit;
   int max_ping_strikes;
   int max_connection_idle_ms;
+
+  /*
+   * Services (LISTEN; see "Services" below): protocols served beside the
+   * MCP methods on the same port, each at its method path
+   * ("/conduit.proxy.destination.Destination/Get"). The array and the
+   * method strings are copied by *_new(); each def's |user_data| is kept
+   * as given and open() runs on the transport thread. *_new() fails with
+   * INVALID_ARGUMENT for a method that does not start with '/', is
+   * longer than 1024 bytes, appears twice, or is an MCP method the
+   * object serves; for services on a DIAL object; and for a def without
+   * open().
+   * no_mcp (a LISTEN source only): 1 serves the services alone; the MCP
+   * methods get UNIMPLEMENTED, as unknown ones, and the source needs no
+   * store (|session_opts| may be NULL; *_update() then gives fn a NULL
+   * store).
+   */
+  const mcp_service_def *services;
+  size_t nservices;
+  int no_mcp;
 } mcp_grpc_options;
 
 #define MCP_GRPC_DEFAULT_MAX_STREAMS 100000
@@ -396,6 +439,7 @@ typedef struct mcp_grpc_stats {
 /* Callbacks run on the transport thread; |ts| is mcp_grpc_now(). */
 typedef void (*mcp_grpc_store_fn)(mcp_store *store, mcp_tstamp ts,
                                   void *user_data);
+typedef void (*mcp_grpc_run_fn)(mcp_tstamp ts, void *user_data);
 typedef void (*mcp_grpc_state_fn)(mcp_sink_state *state, mcp_tstamp ts,
                                   void *user_data);
 typedef void (*mcp_grpc_stream_fn)(const mcp_grpc_stream_info *info,
@@ -535,6 +579,139 @@ MCP_EXTERN int mcp_grpc_sink_finish(mcp_grpc_sink *sink);
 /* As mcp_grpc_source_stats() and mcp_grpc_source_reauthorize(). */
 MCP_EXTERN int mcp_grpc_sink_stats(mcp_grpc_sink *sink, mcp_grpc_stats *st);
 MCP_EXTERN int mcp_grpc_sink_reauthorize(mcp_grpc_sink *sink);
+
+/* ------------------------------------------------------------------ */
+/* Services (listening)                                                */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A call to a method of mcp_grpc_options.services goes the way of an MCP
+ * stream on the same object: authorization (|authorize|, with the same
+ * statuses: a refused call is a REFUSED event and never reaches open()),
+ * admission (|max_streams|, per peer, the rate; a service stream never
+ * takes an initial-push slot), the message size limits, TLS, the HTTP/2
+ * limits, *_stats(), *_streams(), *_reauthorize() and the on_stream
+ * events (whose info has |stream| set). Once admitted, the service's
+ * open() gets an mcp_peer_info (gRPC's peer string, TLS, the verified
+ * identities and the certificate's CN; valid during open() only) and
+ * gives an mcp_stream, which the transport then owns: it deletes it when
+ * the call ends, whatever the reason. A negative return from open() ends
+ * the call with mcp_error_grpc_status() and mcp_strerror() of it (no
+ * OPENED event); 0 without a stream, with INTERNAL "callback failed".
+ *
+ * The transport then runs the stream:
+ *   - each message received goes to mcp_stream_recv(), the client's
+ *     half-close to mcp_stream_half_close() (whether it ends the call is
+ *     the protocol's flag MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE, not the
+ *     MCP rule of "Half-close" above);
+ *   - mcp_stream_pump() runs after every event of the call (a message in,
+ *     a send done), after every *_update() / *_call() (all streams of
+ *     the object, MCP and service), when the stream is woken
+ *     (mcp_stream_wake(), from any callback on this object's transport
+ *     thread, never from another thread: the stream is pumped after that
+ *     callback returns, before the thread sleeps) and at
+ *     mcp_stream_get_expiry();
+ *   - SEND sends the message (one in flight at a time), END sends the
+ *     status and its details (after the send in flight) and deletes the
+ *     stream; a message larger than |max_send_message_size| ends the call
+ *     with RESOURCE_EXHAUSTED (gRPC's check).
+ * On *_del(), service calls end as MCP ones: UNAVAILABLE "server shutting
+ * down" after the send in flight, cancelled after |shutdown_grace|.
+ * Protocol modules keep their registries on the transport thread: a
+ * program changes their view stores with *_update().
+ */
+
+/* ------------------------------------------------------------------ */
+/* Client (dialing a protocol)                                         */
+/* ------------------------------------------------------------------ */
+
+/*
+ * An mcp_grpc_client runs an mcp_client_def (mcp/engine.h) against a
+ * server: |nslots| call slots, each with at most one call at a time, on
+ * one connection to |opts->address|.
+ *
+ * Options (mcp_grpc_options, |mode| must be MCP_GRPC_DIAL): |address| (a
+ * list separated by commas: each new connection goes to the next one),
+ * |channel_credentials| or |tls| (the server's certificate is verified;
+ * mutual TLS with cert_file/key_file), |authorize| (called with the
+ * server's identities once each call's connection is up, before anything
+ * is sent on it; a refusal ends that call with its status), keepalive,
+ * message size limits, |channel_args|, |on_stream| (OPENED and CLOSED per
+ * call, info.stream set while open). |backoff| paces the CONNECTION: when
+ * a call ends with UNAVAILABLE (the connection could not be made, was
+ * lost, or the server is shutting down), the connection is dropped and
+ * the next one is made only after the backoff delay (it goes back to its
+ * start after a connection that lasted and received a message). Calls
+ * still running on a dropped connection go on until they end.
+ * |services|, |no_mcp| and the listening options must be unset / are
+ * ignored.
+ *
+ * The protocol, on the transport thread:
+ *   - open(slot) is asked for every slot without a call after every
+ *     event (a message, a send done, a call ended, an update, a timer)
+ *     and at def->get_expiry(), while a connection may be used (not
+ *     during the backoff). 1 and a stream: a call of method(slot) starts
+ *     with that stream (taken over); 0: not now (a stream given anyway is
+ *     deleted).
+ *   - The call sends what mcp_stream_pump() gives (SEND, one at a time;
+ *     nothing before the connection is up and the server authorized),
+ *     half-closes on HALF_CLOSE, and delivers every message received to
+ *     mcp_stream_recv(). The server's half-close is its status.
+ *   - When the call ends (the server's status, END from the stream: the
+ *     call is cancelled with that status, the connection lost:
+ *     UNAVAILABLE, *_del(): CANCELLED), the stream is deleted first, then
+ *     ended(slot, status, details, ts) is called; |details| is valid
+ *     during the call. Retrying is the protocol's choice: it answers 1 to
+ *     a later open().
+ * Callbacks must not call the client's functions except
+ * mcp_grpc_client_update() (they may touch the protocol's own state; the
+ * transport asks open() again after them).
+ *
+ * Ownership: |def| is copied; def->user_data and the strings method()
+ * returns (copied at each call start) stay the caller's.
+ */
+typedef struct mcp_grpc_client mcp_grpc_client;
+
+#define MCP_GRPC_CLIENT_MAX_SLOTS 65536
+
+/*
+ * Creates the client and starts its thread; the first connection is made
+ * for the first call open() gives. On failure |*pc| is untouched.
+ * Errors: INVALID_ARGUMENT (|mode| not DIAL, no address, services or
+ * no_mcp set, |def| NULL, no slot or more than MCP_GRPC_CLIENT_MAX_SLOTS,
+ * method/open/ended NULL, TLS files and credentials both given), IO (a
+ * TLS file cannot be read), NOMEM.
+ */
+MCP_EXTERN int mcp_grpc_client_new(mcp_grpc_client **pc,
+                                   const mcp_grpc_options *opts,
+                                   const mcp_client_def *def);
+
+/* Cancels every call (ended() gets CANCELLED "client shutting down", on
+ * the transport thread, before this returns), stops the thread and frees
+ * the client. Updates queued and not yet run are run first. NULL is a
+ * no-op. Not from the transport thread. */
+MCP_EXTERN void mcp_grpc_client_del(mcp_grpc_client *c);
+
+/* Queues |fn| to run on the transport thread (to touch the protocol's
+ * state) and returns at once; after it, every call is pumped and open()
+ * asked. Errors: as mcp_grpc_source_update(). */
+MCP_EXTERN int mcp_grpc_client_update(mcp_grpc_client *c, mcp_grpc_run_fn fn,
+                                      void *user_data);
+
+/* As mcp_grpc_client_update(), but returns once |fn| has run. Errors:
+ * CLOSED, INVALID_ARGUMENT (called on the transport thread). */
+MCP_EXTERN int mcp_grpc_client_call(mcp_grpc_client *c, mcp_grpc_run_fn fn,
+                                    void *user_data);
+
+/* As mcp_grpc_source_streams(), mcp_grpc_source_stats() (|streams| counts
+ * the calls open; |opened| those started) and
+ * mcp_grpc_source_reauthorize() (the server of each open call is
+ * authorized again). */
+MCP_EXTERN int mcp_grpc_client_streams(mcp_grpc_client *c,
+                                       mcp_grpc_stream_fn fn,
+                                       void *user_data);
+MCP_EXTERN int mcp_grpc_client_stats(mcp_grpc_client *c, mcp_grpc_stats *st);
+MCP_EXTERN int mcp_grpc_client_reauthorize(mcp_grpc_client *c);
 
 /* ------------------------------------------------------------------ */
 /* Access lists                                                        */
