@@ -205,6 +205,54 @@ START_TEST(test_watch_falls_back_to_whole_state_after_compaction) {
 }
 END_TEST
 
+typedef struct tally {
+  int live, removed;
+} tally;
+
+static int count(const mcp_item *it, void *ud) {
+  tally *t = ud;
+  if (it->removed) {
+    t->removed++;
+  } else {
+    t->live++;
+  }
+  return 0;
+}
+
+/* Most of a collection deleted in one change (a service scaled down): a
+ * watch that held the generation before still gets the exact difference. */
+START_TEST(test_watch_keeps_up_through_a_mass_deletion) {
+  mcp_store *st = th_store(NULL);
+  mcp_resource res[200];
+  char names[200][16];
+  for (int i = 0; i < 200; ++i) {
+    snprintf(names[i], sizeof(names[i]), "r%d", i);
+    res[i] = th_res(names[i], "v1", "A");
+  }
+  ck_assert_int_eq(mcp_store_replace(st, COLL, res, 200, 0), 1);
+  mcp_watch *w = watch_new(st, 0, 0);
+  tally t = {0};
+  int full;
+  ck_assert_int_eq(mcp_watch_take(w, 0, count, &t, &full), 200);
+  ck_assert_int_eq(mcp_store_replace(st, COLL, res, 3, 1), 1);
+  memset(&t, 0, sizeof(t));
+  ck_assert_int_eq(mcp_watch_take(w, 1, count, &t, &full), 197);
+  ck_assert_int_eq(full, 0);
+  ck_assert_int_eq(t.removed, 197);
+  /* Later changes drop those tombstones: a watch that did not keep up
+   * gets the whole state. */
+  ck_assert_int_eq(mcp_store_replace(st, COLL, res, 150, 2), 1);
+  ck_assert_int_eq(mcp_store_replace(st, COLL, res, 1, 3), 1);
+  ck_assert_int_eq(mcp_store_replace(st, COLL, res, 2, 4), 1);
+  memset(&t, 0, sizeof(t));
+  ck_assert_int_eq(mcp_watch_take(w, 4, count, &t, &full), 2);
+  ck_assert_int_eq(full, 1);
+  ck_assert_int_eq(t.live, 2);
+  mcp_watch_del(w);
+  mcp_store_del(st);
+}
+END_TEST
+
 START_TEST(test_watch_debounce_waits_for_quiet_and_max_delay_caps_it) {
   mcp_store *st = th_store(NULL);
   th_put(st, COLL, "a", "v1", "A", 0);
@@ -622,6 +670,7 @@ static Suite *engine_suite(void) {
   tcase_add_test(tc, test_watch_sees_a_collection_removed_and_brought_back);
   tcase_add_test(tc, test_store_remove_collection_replace_of_nothing_brings_it_back);
   tcase_add_test(tc, test_watch_falls_back_to_whole_state_after_compaction);
+  tcase_add_test(tc, test_watch_keeps_up_through_a_mass_deletion);
   tcase_add_test(tc, test_watch_debounce_waits_for_quiet_and_max_delay_caps_it);
   tcase_add_test(tc, test_watch_get_and_foreach_do_not_move_the_watch);
   tcase_add_test(tc, test_watch_take_that_fails_does_not_move);

@@ -7,8 +7,9 @@
  * of their last change; a deletion leaves a tombstone at the tail. A
  * stream that holds generation G therefore finds what changed after G by
  * walking back from the tail: O(changed), whatever the collection's size.
- * Tombstones are dropped once they outnumber live entries; a stream older
- * than the newest dropped tombstone (compact_gen) gets a full-state push.
+ * Tombstones are dropped once they outnumber live entries, except those of
+ * the latest change; a stream older than the newest dropped tombstone
+ * (compact_gen) gets a full-state push.
  */
 #include "mcp_int.h"
 
@@ -361,6 +362,13 @@ static void compact(const mcp_mem *m, mcp_coll *c) {
   }
   for (mcp_entry *e = c->head, *next; e && c->ntomb > c->nlive / 2; e = next) {
     next = e->next;
+    if (e->gen == c->gen) {
+      /* The change just made stays expressible as a difference: a stream
+       * that holds the generation before it (every stream keeping up) is
+       * not thrown back to a whole state, which protocols without one
+       * (Destination's removes) could not send. Dropped at the next one. */
+      break;
+    }
     if (e->enc) {
       continue;
     }
