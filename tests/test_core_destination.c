@@ -675,6 +675,28 @@ START_TEST(test_server_change_leaving_the_set_as_it_was_sends_nothing) {
 }
 END_TEST
 
+START_TEST(test_server_empty_or_absent_and_back_within_window_sends_nothing) {
+  mcp_store *view = th_store(NULL);
+  ck_assert_int_eq(mcp_store_add_collection(view, COLL), 0);
+  mcp_dest_server *srv = server(view, 0, 100 * MS);
+  mcp_stream *st = open_req(srv, "k8s", SVC, 0);
+  expect_no_endpoints(pump(st, 0), 1);
+  /* an address comes and goes within one window: still exists, empty */
+  put_addr(view, COLL, "10.0.0.1", 80, NULL, 10 * MS);
+  del_addr(view, COLL, "10.0.0.1:80", 20 * MS);
+  pump_idle(st, 200 * MS);
+  /* removed, then the same within one window again */
+  ck_assert_int_eq(mcp_store_remove_collection(view, COLL, 300 * MS), 1);
+  expect_no_endpoints(pump(st, 400 * MS), 0);
+  put_addr(view, COLL, "10.0.0.1", 80, NULL, 410 * MS);
+  ck_assert_int_eq(mcp_store_remove_collection(view, COLL, 420 * MS), 1);
+  pump_idle(st, 600 * MS);
+  mcp_stream_del(st);
+  mcp_dest_server_del(srv);
+  mcp_store_del(view);
+}
+END_TEST
+
 START_TEST(test_server_add_then_remove_never_empty_in_between) {
   /* every address is replaced in one window: the client must never hold
    * an empty set, so no no_endpoints and the add goes first */
@@ -1390,6 +1412,7 @@ int main(void) {
   tcase_add_test(tc, test_server_vanished_endpoints_remove_exactly_those);
   tcase_add_test(tc, test_server_changed_body_is_sent_again_in_an_add);
   tcase_add_test(tc, test_server_change_leaving_the_set_as_it_was_sends_nothing);
+  tcase_add_test(tc, test_server_empty_or_absent_and_back_within_window_sends_nothing);
   tcase_add_test(tc, test_server_add_then_remove_never_empty_in_between);
   tcase_add_test(tc, test_server_last_vanishing_gives_no_endpoints_true);
   tcase_add_test(tc, test_server_service_deleted_gives_no_endpoints_false);
