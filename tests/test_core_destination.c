@@ -650,6 +650,47 @@ START_TEST(test_server_vanished_endpoints_remove_exactly_those) {
 }
 END_TEST
 
+START_TEST(test_server_ipv6_endpoints_use_first_last_and_remove_by_name) {
+  fixture f = fx_open(0, 0);
+  put_addr(f.view, COLL, "fd00::a:1", 8080, NULL, 1);
+  Update *u = pump(f.st, 1);
+  ck_assert_ptr_nonnull(u);
+  ck_assert_int_eq(u->add->addrs[0]->addr->ip->ip_case,
+                   CONDUIT__COMMON__IPADDRESS__IP_IPV6);
+  ck_assert_uint_eq(u->add->addrs[0]->addr->ip->ipv6->first,
+                    0xfd00000000000000ull);
+  ck_assert_uint_eq(u->add->addrs[0]->addr->ip->ipv6->last, 0xa0001ull);
+  expect_add(u, "[fd00::a:1]:8080");
+  del_addr(f.view, COLL, "[fd00::a:1]:8080", 2);
+  expect_remove(pump(f.st, 2), "[fd00::a:1]:8080");
+  fx_close(&f);
+}
+END_TEST
+
+START_TEST(test_server_view_items_breaking_the_contract_are_skipped) {
+  fixture f = fx_open(0, 0);
+  mcp_resource r;
+  memset(&r, 0, sizeof(r));
+  r.name = "not-an-address"; /* and no body */
+  r.type_url = MCP_DEST_WEIGHTED_ADDR_TYPE_URL;
+  ck_assert_int_eq(mcp_store_upsert(f.view, COLL, &r, 1), 1);
+  r.name = "10.0.0.8:80";
+  r.type_url = "type.googleapis.com/other.Type";
+  r.body = (const uint8_t *)"\x0a\x00";
+  r.body_len = 2;
+  ck_assert_int_eq(mcp_store_upsert(f.view, COLL, &r, 1), 1);
+  put_addr(f.view, COLL, "10.0.0.3", 8080, NULL, 1);
+  expect_add(pump(f.st, 1), "10.0.0.3:8080");
+  del_addr(f.view, COLL, "not-an-address", 2);
+  del_addr(f.view, COLL, "10.0.0.1:8080", 2);
+  expect_remove(pump(f.st, 2), "10.0.0.1:8080");
+  mcp_dest_server_stats s;
+  mcp_dest_server_get_stats(f.srv, &s);
+  ck_assert_uint_eq(s.bad_items, 3);
+  fx_close(&f);
+}
+END_TEST
+
 START_TEST(test_server_changed_body_is_sent_again_in_an_add) {
   fixture f = fx_open(0, 0);
   put_addr(f.view, COLL, "10.0.0.2", 8080, "web-2b", 1); /* new pod */
@@ -1410,6 +1451,8 @@ int main(void) {
   tcase_add_test(tc, test_server_first_add_lists_every_address_with_metric_labels);
   tcase_add_test(tc, test_server_new_endpoints_add_exactly_the_new);
   tcase_add_test(tc, test_server_vanished_endpoints_remove_exactly_those);
+  tcase_add_test(tc, test_server_ipv6_endpoints_use_first_last_and_remove_by_name);
+  tcase_add_test(tc, test_server_view_items_breaking_the_contract_are_skipped);
   tcase_add_test(tc, test_server_changed_body_is_sent_again_in_an_add);
   tcase_add_test(tc, test_server_change_leaving_the_set_as_it_was_sends_nothing);
   tcase_add_test(tc, test_server_empty_or_absent_and_back_within_window_sends_nothing);

@@ -62,7 +62,7 @@ typedef struct dsess {
   size_t nnames;
   mcp_buf removed;
   size_t nremoved;
-  uint64_t bad_names;
+  uint64_t bad_items;
 } dsess;
 
 static const mcp_stream_ops server_ops;
@@ -499,6 +499,14 @@ static int finish_add(dsess *s, mcp_tstamp ts, mcp_msg **out) {
   return rv;
 }
 
+/* A live item as the view contract says: a WeightedAddr body. Anything
+ * else (an adapter's bug) would reach clients as an address-less entry,
+ * which they refuse, so it is skipped and counted. */
+static int item_ok(const mcp_item *it) {
+  return it->body_len > 0 &&
+         strcmp(it->type_url, MCP_DEST_WEIGHTED_ADDR_TYPE_URL) == 0;
+}
+
 typedef struct all_ctx {
   dsess *s;
   size_t inner;
@@ -506,12 +514,18 @@ typedef struct all_ctx {
 
 static int all_size(const mcp_item *it, void *ud) {
   all_ctx *c = ud;
-  c->inner += addr_field_size(it->body_len);
+  if (item_ok(it)) {
+    c->inner += addr_field_size(it->body_len);
+  } else {
+    c->s->srv->st.bad_items++;
+  }
   return 0;
 }
 
 static int all_append(const mcp_item *it, void *ud) {
-  add_item(((all_ctx *)ud)->s, it);
+  if (item_ok(it)) {
+    add_item(((all_ctx *)ud)->s, it);
+  }
   return 0;
 }
 
@@ -531,13 +545,17 @@ static int add_changed(dsess *s, mcp_tstamp ts, mcp_msg **out) {
   const char *name = (const char *)s->names.p;
   for (size_t i = 0; i < s->nnames; i++, name += strlen(name) + 1) {
     if (mcp_watch_get(s->w, name, &it)) {
-      inner += addr_field_size(it.body_len);
+      if (item_ok(&it)) {
+        inner += addr_field_size(it.body_len);
+      } else {
+        s->srv->st.bad_items++;
+      }
     }
   }
   add_header(s, inner);
   name = (const char *)s->names.p;
   for (size_t i = 0; i < s->nnames; i++, name += strlen(name) + 1) {
-    if (mcp_watch_get(s->w, name, &it)) {
+    if (mcp_watch_get(s->w, name, &it) && item_ok(&it)) {
       add_item(s, &it);
     }
   }
@@ -564,7 +582,7 @@ static int collect(const mcp_item *it, void *ud) {
   if (it->removed) {
     mcp_dest_addr a;
     if (mcp_dest_addr_parse(&a, it->name) != 0) {
-      s->bad_names++;
+      s->bad_items++;
       return 0;
     }
     uint8_t tcp[MCP_DEST_TCP_MAX];
@@ -596,13 +614,13 @@ static int take(dsess *s, mcp_tstamp ts, mcp_msg **out) {
   s->collect = s->first_sent && s->sent_exists && s->sent_count > 0;
   s->names.len = s->removed.len = 0;
   s->nnames = s->nremoved = 0;
-  s->bad_names = 0;
+  s->bad_items = 0;
   int full = 0;
   int rv = mcp_watch_take(s->w, ts, collect, s, &full);
   if (rv < 0) {
     return rv;
   }
-  s->srv->st.bad_names += s->bad_names;
+  s->srv->st.bad_items += s->bad_items;
   int exists = mcp_watch_exists(s->w);
   size_t count = exists ? mcp_store_count(s->srv->view, s->coll) : 0;
   if (!exists) {

@@ -269,8 +269,11 @@ typedef struct mcp_dest_server_stats {
   uint64_t heartbeats;    /* messages sent as heartbeats */
   uint64_t invalid;       /* streams ended with INVALID_ARGUMENT */
   uint64_t resyncs;       /* streams ended with RESYNC */
-  uint64_t bad_names;     /* removed view names that are no address
-                             (skipped: the adapter broke the contract) */
+  uint64_t bad_items;     /* view items skipped because the adapter broke
+                             the contract: a removed name that is no
+                             address, a live item whose type is not
+                             WeightedAddr or whose body is empty (counted
+                             at each message that would carry it) */
 } mcp_dest_server_stats;
 
 #define MCP_DEST_SERVER_STATS_V1 1
