@@ -270,9 +270,24 @@ static void deliver(world *w, slot *s, const uint8_t *p, size_t len) {
                u->update_case ==
                    CONDUIT__PROXY__DESTINATION__UPDATE__UPDATE_NO_ENDPOINTS,
            "Update without a member");
+  const char *coll = mcp_dest_server_stream_collection(s->ss);
   if (u->update_case == CONDUIT__PROXY__DESTINATION__UPDATE__UPDATE_ADD &&
-      mcp_dest_server_stream_collection(s->ss)) {
+      coll) {
     FZ_CHECK(u->add->n_metric_labels == 2, "add without its metric labels");
+  }
+  if (coll && w->quiet == 1) {
+    /* Without debounce every message but a pending remove reflects the
+     * view as it is now (the take happened in this very pump). */
+    int exists = mcp_store_has_collection(w->view, coll);
+    size_t n = exists ? mcp_store_count(w->view, coll) : 0;
+    if (u->update_case == CONDUIT__PROXY__DESTINATION__UPDATE__UPDATE_ADD) {
+      FZ_CHECK(exists, "an add for a service that does not exist");
+    } else if (u->update_case ==
+               CONDUIT__PROXY__DESTINATION__UPDATE__UPDATE_NO_ENDPOINTS) {
+      FZ_CHECK(u->no_endpoints->exists ? exists && n == 0 : !exists,
+               "no_endpoints{exists:%d} while the view has %d/%zu",
+               (int)u->no_endpoints->exists, exists, n);
+    }
   }
   conduit__proxy__destination__update__free_unpacked(u, NULL);
   if (!s->cs || s->broken) {
