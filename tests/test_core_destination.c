@@ -525,6 +525,11 @@ START_TEST(test_server_dns_zone_option) {
     ck_assert_int_eq(mcp_dest_server_new(&srv, &o), MCP_ERR_INVALID_ARGUMENT);
   }
   o.dns_zone = NULL;
+  /* a version this library does not know is refused */
+  ck_assert_int_eq(mcp_dest_server_new_versioned(&srv, 99, &o),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(mcp_dest_server_new_versioned(&srv, 0, &o),
+                   MCP_ERR_INVALID_ARGUMENT);
   o.view = NULL;
   ck_assert_int_eq(mcp_dest_server_new(&srv, &o), MCP_ERR_INVALID_ARGUMENT);
   mcp_store_del(view);
@@ -1302,6 +1307,11 @@ START_TEST(test_client_refuses_bad_options) {
   o.set = set;
   o.authority = "";
   ck_assert_int_eq(mcp_dest_client_open(&st, &o, 0), MCP_ERR_INVALID_ARGUMENT);
+  o.authority = "\xff\xfe:80"; /* not UTF-8 */
+  ck_assert_int_eq(mcp_dest_client_open(&st, &o, 0), MCP_ERR_INVALID_ARGUMENT);
+  o.authority = SVC;
+  ck_assert_int_eq(mcp_dest_client_open_versioned(&st, 99, &o, 0),
+                   MCP_ERR_INVALID_ARGUMENT);
   ck_assert_ptr_null(st);
   ck_assert(!mcp_dest_set_stale(set));
   mcp_dest_set_del(set);
