@@ -1,0 +1,366 @@
+/*
+ * Destination/Get, client side: the address set a client holds for one
+ * authority (across reconnections) and the session of one call, behind
+ * the stream driver. Updates are decoded with the protobuf-c code
+ * generated from proto/conduit, checked whole, then applied (so a bad or
+ * unaffordable message changes nothing) by the proto's rules: any order,
+ * redundant messages harmless, no_endpoints clears, and the stale content
+ * of a previous stream lives until the first message of the next.
+ */
+#include <stdlib.h>
+
+#include "destination_int.h"
+#include "proxy/destination/destination.pb-c.h"
+
+struct mcp_dest_set {
+  mcp_mem mem;
+  char **v;        /* sorted by strcmp(), each its own allocation */
+  size_t n, cap;
+  int exists;
+  int stale;       /* a stream started and sent nothing yet */
+  int synced;      /* the current stream sent its first message */
+  uint64_t updates;
+};
+
+int mcp_dest_set_new(mcp_dest_set **pset, const mcp_mem *mem) {
+  if (!pset) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  mcp_mem m;
+  mcp__mem_init(&m, mem);
+  mcp_dest_set *s = mcp__calloc(&m, 1, sizeof(*s));
+  if (!s) {
+    return MCP_ERR_NOMEM;
+  }
+  s->mem = m;
+  *pset = s;
+  return 0;
+}
+
+static void set_clear(mcp_dest_set *s) {
+  for (size_t i = 0; i < s->n; i++) {
+    mcp__free(&s->mem, s->v[i]);
+  }
+  s->n = 0;
+}
+
+void mcp_dest_set_del(mcp_dest_set *s) {
+  if (!s) {
+    return;
+  }
+  set_clear(s);
+  mcp_mem m = s->mem;
+  mcp__free(&m, s->v);
+  mcp__free(&m, s);
+}
+
+size_t mcp_dest_set_count(const mcp_dest_set *s) { return s->n; }
+const char *mcp_dest_set_addr(const mcp_dest_set *s, size_t i) {
+  return i < s->n ? s->v[i] : NULL;
+}
+int mcp_dest_set_exists(const mcp_dest_set *s) { return s->exists; }
+int mcp_dest_set_stale(const mcp_dest_set *s) { return s->stale; }
+int mcp_dest_set_synced(const mcp_dest_set *s) { return s->synced; }
+uint64_t mcp_dest_set_updates(const mcp_dest_set *s) { return s->updates; }
+
+/* Index of |name| in the set, or where it would go (|*found| = 0). */
+static size_t set_find(const mcp_dest_set *s, const char *name, int *found) {
+  size_t lo = 0, hi = s->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int c = strcmp(s->v[mid], name);
+    if (c == 0) {
+      *found = 1;
+      return mid;
+    }
+    if (c < 0) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  *found = 0;
+  return lo;
+}
+
+/* ---- the session ---- */
+
+typedef struct csess {
+  mcp_mem mem;
+  mcp_dest_set *set;
+  char *scheme, *path;
+  mcp_dest_update_fn fn;
+  void *ud;
+  int sent;   /* the request went out */
+  int got;    /* a message came in */
+} csess;
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* An address of a message as the set names it; 0, or MALFORMED. */
+static int tcp_name(const Conduit__Common__TcpAddress *t, char *buf) {
+  mcp_dest_addr a;
+  memset(&a, 0, sizeof(a));
+  if (!t || !t->ip || t->port > 65535) {
+    return MCP_ERR_MALFORMED;
+  }
+  const Conduit__Common__IPAddress *ip = t->ip;
+  if (ip->ip_case == CONDUIT__COMMON__IPADDRESS__IP_IPV4) {
+    a.family = 4;
+    for (int i = 0; i < 4; i++) {
+      a.ip[i] = (uint8_t)(ip->ipv4 >> (24 - 8 * i));
+    }
+  } else if (ip->ip_case == CONDUIT__COMMON__IPADDRESS__IP_IPV6 && ip->ipv6) {
+    a.family = 6;
+    for (int i = 0; i < 8; i++) {
+      a.ip[i] = (uint8_t)(ip->ipv6->first >> (56 - 8 * i));
+      a.ip[8 + i] = (uint8_t)(ip->ipv6->last >> (56 - 8 * i));
+    }
+  } else {
+    return MCP_ERR_MALFORMED;
+  }
+  a.port = (uint16_t)t->port;
+  mcp_dest_addr_name(&a, buf, MCP_DEST_ADDR_NAME_MAX);
+  return 0;
+}
+
+/*
+ * Applies one decoded Update to the set: everything that can fail (names,
+ * the new array, copies) is prepared first, then the set changes without
+ * failing. |names| holds the message's addresses in its order.
+ */
+static int apply(csess *c, const Conduit__Proxy__Destination__Update *u,
+                 char **names, size_t nn, int first) {
+  mcp_dest_set *s = c->set;
+  const mcp_mem *m = &s->mem;
+  size_t base = first ? 0 : s->n; /* the stale content goes first */
+  if (u->update_case == CONDUIT__PROXY__DESTINATION__UPDATE__UPDATE_ADD) {
+    /* Sorted and deduplicated copies, merged with what is held. */
+    char **add = nn ? mcp__calloc(m, nn, sizeof(*add)) : NULL;
+    char **merged = mcp__calloc(m, base + nn ? base + nn : 1, sizeof(*merged));
+    size_t na = 0;
+    int rv = (nn && !add) || !merged ? MCP_ERR_NOMEM : 0;
+    for (size_t i = 0; rv == 0 && i < nn; i++) {
+      if (!(add[na++] = mcp__strdup(m, names[i]))) {
+        rv = MCP_ERR_NOMEM;
+      }
+    }
+    if (rv < 0) {
+      for (size_t i = 0; add && i < na; i++) {
+        mcp__free(m, add[i]);
+      }
+      mcp__free(m, add);
+      mcp__free(m, merged);
+      return rv;
+    }
+    if (na > 1) {
+      qsort(add, na, sizeof(*add), cmp_str);
+    }
+    size_t i = 0, j = 0, k = 0;
+    while (i < base || j < na) {
+      int cmp = i == base ? 1 : j == na ? -1 : strcmp(s->v[i], add[j]);
+      if (cmp < 0) {
+        merged[k++] = s->v[i++];
+      } else if (cmp > 0) {
+        if (k && strcmp(merged[k - 1], add[j]) == 0) {
+          mcp__free(m, add[j++]); /* listed twice in the message */
+        } else {
+          merged[k++] = add[j++];
+        }
+      } else {
+        mcp__free(m, add[j++]); /* held already */
+      }
+    }
+    if (first) {
+      set_clear(s);
+    }
+    mcp__free(m, s->v);
+    mcp__free(m, add);
+    s->v = merged;
+    s->n = k;
+    s->cap = base + nn;
+    s->exists = 1;
+  } else if (u->update_case ==
+             CONDUIT__PROXY__DESTINATION__UPDATE__UPDATE_REMOVE) {
+    if (first) {
+      set_clear(s);
+    }
+    for (size_t i = 0; i < nn; i++) {
+      int found;
+      size_t at = set_find(s, names[i], &found);
+      if (found) { /* an address not held is no error */
+        mcp__free(m, s->v[at]);
+        memmove(s->v + at, s->v + at + 1, (s->n - at - 1) * sizeof(*s->v));
+        s->n--;
+      }
+    }
+  } else {
+    set_clear(s);
+    s->exists = u->no_endpoints->exists ? 1 : 0;
+  }
+  return 0;
+}
+
+static int sess_recv(void *sess, const uint8_t *in, size_t len,
+                     mcp_tstamp ts) {
+  csess *c = sess;
+  MCP_UNUSED(ts);
+  mcp_pballoc pa;
+  mcp__pballoc_init(&pa, &c->mem);
+  Conduit__Proxy__Destination__Update *u =
+      conduit__proxy__destination__update__unpack(&pa.a, len, in);
+  if (!u) {
+    return pa.failed ? MCP_ERR_NOMEM : MCP_ERR_MALFORMED;
+  }
+  int rv = 0;
+  size_t nn = 0;
+  char *buf = NULL, **names = NULL;
+  mcp_dest_update_kind kind;
+  switch (u->update_case) {
+  case CONDUIT__PROXY__DESTINATION__UPDATE__UPDATE_ADD:
+    kind = MCP_DEST_UPDATE_ADD;
+    nn = u->add->n_addrs;
+    break;
+  case CONDUIT__PROXY__DESTINATION__UPDATE__UPDATE_REMOVE:
+    kind = MCP_DEST_UPDATE_REMOVE;
+    nn = u->remove->n_addrs;
+    break;
+  case CONDUIT__PROXY__DESTINATION__UPDATE__UPDATE_NO_ENDPOINTS:
+    kind = MCP_DEST_UPDATE_NO_ENDPOINTS;
+    break;
+  default:
+    /* No oneof member we know: a newer server's kind of update. */
+    conduit__proxy__destination__update__free_unpacked(u, &pa.a);
+    return 0;
+  }
+  if (nn) {
+    buf = mcp__malloc(&c->mem, nn * MCP_DEST_ADDR_NAME_MAX);
+    names = mcp__malloc(&c->mem, nn * sizeof(*names));
+    rv = buf && names ? 0 : MCP_ERR_NOMEM;
+  }
+  for (size_t i = 0; rv == 0 && i < nn; i++) {
+    names[i] = buf + i * MCP_DEST_ADDR_NAME_MAX;
+    if (kind == MCP_DEST_UPDATE_ADD) {
+      const Conduit__Proxy__Destination__WeightedAddr *wa = u->add->addrs[i];
+      rv = tcp_name(wa ? wa->addr : NULL, names[i]);
+    } else {
+      rv = tcp_name(u->remove->addrs[i], names[i]);
+    }
+  }
+  int first = !c->got;
+  if (rv == 0) {
+    rv = apply(c, u, names, nn, first);
+  }
+  if (rv == 0) {
+    mcp_dest_set *s = c->set;
+    c->got = 1;
+    s->stale = 0;
+    s->synced = 1;
+    s->updates++;
+    if (c->fn) {
+      mcp_dest_update up;
+      memset(&up, 0, sizeof(up));
+      up.kind = kind;
+      up.addrs = (const char *const *)names;
+      up.naddrs = nn;
+      up.exists = s->exists;
+      up.total = s->n;
+      up.first = first;
+      c->fn(&up, c->ud);
+    }
+  }
+  mcp__free(&c->mem, names);
+  mcp__free(&c->mem, buf);
+  conduit__proxy__destination__update__free_unpacked(u, &pa.a);
+  return rv;
+}
+
+static int sess_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
+  csess *c = sess;
+  MCP_UNUSED(ts);
+  if (c->sent) {
+    return 0;
+  }
+  mcp_msg_builder *b;
+  int rv = mcp_msg_builder_new(&b, &c->mem);
+  if (rv < 0) {
+    return rv;
+  }
+  /* Destination{scheme = 1, path = 2} */
+  mcp_msg_builder_len_field(b, 1, c->scheme, strlen(c->scheme));
+  mcp_msg_builder_len_field(b, 2, c->path, strlen(c->path));
+  rv = mcp_msg_builder_finish(b, NULL, pmsg);
+  mcp_msg_builder_del(b);
+  if (rv < 0) {
+    return rv;
+  }
+  c->sent = 1;
+  return 1;
+}
+
+static void sess_del(void *sess) {
+  csess *c = sess;
+  mcp_mem m = c->mem;
+  mcp__free(&m, c->scheme);
+  mcp__free(&m, c->path);
+  mcp__free(&m, c);
+}
+
+static const mcp_stream_ops client_ops = {
+    MCP_DEST_API_NAME,
+    MCP_STREAM_CLIENT_HALF_CLOSE_AFTER_FIRST |
+        MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE,
+    sess_recv,
+    sess_next,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+    sess_del,
+};
+
+int mcp_dest_client_open_versioned(mcp_stream **pst, int version,
+                                   const mcp_dest_client_options *opts,
+                                   mcp_tstamp ts) {
+  mcp_dest_client_options o;
+  memset(&o, 0, sizeof(o));
+  if (!pst || !opts || !mcp__version_known(version, MCP__VN)) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  memcpy(&o, opts,
+         mcp__version_size(version, MCP__VSIZES(mcp_dest_client_options),
+                           MCP__VN));
+  const char *scheme = o.scheme ? o.scheme : MCP_DEST_SCHEME;
+  if (!o.set || !o.authority || !o.authority[0] ||
+      !mcp__str_valid(o.authority) || !mcp__str_valid(scheme)) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  mcp_mem m;
+  mcp__mem_init(&m, o.mem);
+  csess *c = mcp__calloc(&m, 1, sizeof(*c));
+  if (!c) {
+    return MCP_ERR_NOMEM;
+  }
+  c->mem = m;
+  c->set = o.set;
+  c->fn = o.on_update;
+  c->ud = o.user_data;
+  if (!(c->scheme = mcp__strdup(&m, scheme)) ||
+      !(c->path = mcp__strdup(&m, o.authority))) {
+    sess_del(c);
+    return MCP_ERR_NOMEM;
+  }
+  mcp_stream *st;
+  int rv = mcp_stream_new(&st, &client_ops, c, &m, ts); /* frees c on error */
+  if (rv < 0) {
+    return rv;
+  }
+  /* Only now, when nothing can fail: the set keeps what it holds, stale
+   * until this stream's first message. */
+  o.set->stale = 1;
+  o.set->synced = 0;
+  *pst = st;
+  return 0;
+}
