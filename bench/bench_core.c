@@ -16,9 +16,15 @@
  *                a sink, full state and incremental.
  *   resume       a stream resuming with 100k initial_resource_versions, 1 %
  *                changed: recv of the request to the answer built.
+ *   destination  Conduit's Destination/Get on the same engine: 1000
+ *                streams watching one service of 1000 endpoints, one
+ *                endpoint changes: pump + iov + free per stream, against
+ *                MCP's incremental push of the same change from the same
+ *                store (next + iov + free + ACK).
  *
  * Usage: bench_core [--quick] [--max-n=N]
- *                   [incremental|streams|fanout|memory|sink|resume ...]
+ *                   [incremental|streams|fanout|memory|sink|resume|
+ *                    destination ...]
  * --quick shrinks every size (a smoke test; its numbers mean nothing).
  */
 #include <inttypes.h>
@@ -28,6 +34,9 @@
 
 #include "bench_util.h"
 #include "mcp/mcp.h"
+#include "conduit/common/common.pb-c.h"
+#include "conduit/proxy/destination/destination.pb-c.h"
+#include "mcp/destination.h"
 #include "mcp/v1alpha1/mcp.pb-c.h"
 
 typedef Istio__Mcp__V1alpha1__RequestResources PbReq;
@@ -1169,6 +1178,176 @@ static void bench_resume(void) {
 
 /* ------------------------------------------------------------------ */
 
+/* ------------------------------------------------------------------ */
+/* 7. Destination fan-out against MCP on the same store                */
+/* ------------------------------------------------------------------ */
+
+#define DEST_COLL "default/web:80"
+#define DEST_PATH "web.default.svc.cluster.local:80"
+
+/* Endpoint |i| (10.x.y.z:8080) with pod label "web-<i>-<gen>", as the view
+ * adapter writes it (empty version: the store's follows the body). */
+static void dest_put(mcp_store *st, uint32_t i, uint64_t gen) {
+  mcp_dest_addr a;
+  char ip[32], name[MCP_DEST_ADDR_NAME_MAX], pod[48];
+  snprintf(ip, sizeof(ip), "10.%u.%u.%u", (i >> 16) & 255, (i >> 8) & 255,
+           i & 255);
+  check(mcp_dest_ip_parse(&a, ip, 8080) == 0, "an IPv4 address");
+  mcp_dest_addr_name(&a, name, sizeof(name));
+  snprintf(pod, sizeof(pod), "web-%u-%" PRIu64, i, gen);
+  uint8_t body[128];
+  size_t n = mcp_dest_weighted_addr_encode(&a, pod, body, sizeof(body));
+  check(n <= sizeof(body), "a WeightedAddr fits");
+  mcp_resource r;
+  memset(&r, 0, sizeof(r));
+  r.name = name;
+  r.type_url = MCP_DEST_WEIGHTED_ADDR_TYPE_URL;
+  r.body = body;
+  r.body_len = n;
+  int rv = mcp_store_upsert(st, DEST_COLL, &r, tick());
+  if (rv != 1) {
+    die("mcp_store_upsert (view)", rv);
+  }
+}
+
+static bytes dest_request(void) {
+  Conduit__Common__Destination d = CONDUIT__COMMON__DESTINATION__INIT;
+  d.scheme = (char *)"k8s";
+  d.path = (char *)DEST_PATH;
+  bytes b;
+  b.len = conduit__common__destination__get_packed_size(&d);
+  b.p = xmalloc(b.len);
+  conduit__common__destination__pack(&d, b.p);
+  return b;
+}
+
+/* One pump that must send; returns the message. */
+static mcp_msg *dest_pump(mcp_stream *st) {
+  mcp_msg *m = NULL;
+  int status;
+  const char *details;
+  if (mcp_stream_pump(st, tick(), 1, &m, &status, &details) != MCP_STREAM_SEND) {
+    die("the Destination stream sent nothing", 0);
+  }
+  return m;
+}
+
+static void bench_destination(void) {
+  const size_t nend = quick ? 100 : 1000, nstreams = quick ? 100 : 1000;
+  const size_t rounds = quick ? 11 : 101;
+  mcp_store *st = store_new(NULL);
+  for (uint32_t i = 0; i < nend; ++i) {
+    dest_put(st, i, 0);
+  }
+  mcp_dest_server_options o;
+  mcp_dest_server_options_default(&o);
+  o.view = st;
+  o.heartbeat = 0;
+  mcp_dest_server *srv = NULL;
+  int rv = mcp_dest_server_new(&srv, &o);
+  if (rv) {
+    die("mcp_dest_server_new", rv);
+  }
+  bytes req = dest_request();
+  mcp_stream **ds = xcalloc(nstreams, sizeof(*ds));
+  double *first = xcalloc(nstreams, sizeof(double));
+  size_t first_bytes = 0;
+  for (size_t i = 0; i < nstreams; ++i) {
+    if ((rv = mcp_dest_server_open(srv, tick(), &ds[i])) != 0) {
+      die("mcp_dest_server_open", rv);
+    }
+    mcp_stream_recv(ds[i], req.p, req.len, tick());
+    uint64_t t0 = bu_now_ns();
+    mcp_msg *m = dest_pump(ds[i]);
+    first_bytes = consume(m);
+    mcp_msg_free(m);
+    first[i] = ns_since(t0);
+  }
+  /* The same collection, watched by MCP streams (incremental, synced). */
+  mcp_source_session **ms = xcalloc(nstreams, sizeof(*ms));
+  bytes mreq = pack_request(DEST_COLL, "", 1, NULL, NULL, 0);
+  uint32_t nonce = 0;
+  for (size_t i = 0; i < nstreams; ++i) {
+    uint32_t n = 0;
+    ms[i] = source_new(st, NULL);
+    source_recv(ms[i], mreq);
+    source_sync(ms[i], &n, 1);
+    nonce = n;
+  }
+  double *dsamp = xcalloc(rounds, sizeof(double));
+  double *msamp = xcalloc(rounds, sizeof(double));
+  size_t sink = 0;
+  for (size_t r = 0; r <= rounds; ++r) {
+    dest_put(st, (uint32_t)((r * 7919 + 13) % nend), 1 + r);
+    if (r == 0) {
+      /* The Update is an add of exactly the changed address. */
+      mcp_msg *m = dest_pump(ds[0]);
+      bytes b = flatten(m);
+      Conduit__Proxy__Destination__Update *u =
+          conduit__proxy__destination__update__unpack(NULL, b.len, b.p);
+      check(u && u->update_case == CONDUIT__PROXY__DESTINATION__UPDATE__UPDATE_ADD &&
+                u->add->n_addrs == 1,
+            "an add of the one changed endpoint");
+      conduit__proxy__destination__update__free_unpacked(u, NULL);
+      free(b.p);
+      mcp_msg_free(m);
+    }
+    bu_sw sw = bu_sw_start();
+    for (size_t i = r == 0 ? 1 : 0; i < nstreams; ++i) {
+      mcp_msg *m = dest_pump(ds[i]);
+      sink += consume(m);
+      mcp_msg_free(m);
+    }
+    double d = bu_sw_ns(&sw, NULL) / (double)nstreams;
+    bytes ack = pack_ack(DEST_COLL, ++nonce, 1);
+    sw = bu_sw_start();
+    for (size_t i = 0; i < nstreams; ++i) {
+      mcp_msg *m = source_next(ms[i]);
+      sink += consume(m);
+      mcp_msg_free(m);
+      source_recv(ms[i], ack);
+    }
+    double mc = bu_sw_ns(&sw, NULL) / (double)nstreams;
+    free(ack.p);
+    if (r > 0) {
+      dsamp[r - 1] = d;
+      msamp[r - 1] = mc;
+    }
+  }
+  check(sink > 0, "updates carried bytes");
+  double *ratio = xcalloc(rounds, sizeof(double));
+  for (size_t r = 0; r < rounds; ++r) {
+    ratio[r] = dsamp[r] / msamp[r];
+  }
+  double dmed = bu_median(dsamp, rounds), mmed = bu_median(msamp, rounds);
+  double fmed = bu_median(first, nstreams);
+  bu_note("destination: %zu streams x %zu endpoints: update %.0f ns/stream "
+          "(MCP %.0f ns), first add %.1f us (%zu bytes)", nstreams, nend, dmed,
+          mmed, fmed / 1e3, first_bytes);
+  bu_result("destination_update_us_per_stream", dmed / 1e3, "us",
+            "1 endpoint of 1000 changes, 1000 Get streams: pump+iov+free",
+            NULL, -1);
+  bu_result("destination_vs_mcp_update", bu_median(ratio, rounds), "x",
+            "the same change as an MCP incremental push (+ACK), same store",
+            NULL, -1);
+  bu_result("destination_first_add_us_per_stream", fmed / 1e3, "us",
+            "a new Get stream's first add of 1000 endpoints", NULL, -1);
+  for (size_t i = 0; i < nstreams; ++i) {
+    mcp_stream_del(ds[i]);
+    mcp_source_session_del(ms[i]);
+  }
+  mcp_dest_server_del(srv);
+  mcp_store_del(st);
+  free(ds);
+  free(ms);
+  free(first);
+  free(dsamp);
+  free(msamp);
+  free(ratio);
+  free(req.p);
+  free(mreq.p);
+}
+
 static const struct {
   const char *name;
   void (*fn)(void);
@@ -1179,6 +1358,7 @@ static const struct {
     {"memory", bench_memory},
     {"sink", bench_sink},
     {"resume", bench_resume},
+    {"destination", bench_destination},
 };
 #define NBENCH (sizeof(benches) / sizeof(benches[0]))
 

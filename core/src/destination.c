@@ -419,6 +419,9 @@ static size_t weighted_addr(const mcp_dest_addr *a, const char *pod,
                             uint8_t *buf, size_t len) {
   uint8_t tcp[MCP_DEST_TCP_MAX];
   size_t tl = mcp__dest_tcp_encode(a, tcp, sizeof(tcp));
+  if (tl > sizeof(tcp)) {
+    tl = sizeof(tcp); /* cannot happen; tells gcc -O3 the bound */
+  }
   mcp_dwr w = {buf, len, 0};
   mcp__dwr_len_field(&w, 1, tcp, tl);
   mcp__dwr_varint(&w, 3 << 3 | MCP_WT_VARINT); /* weight: 1 */
