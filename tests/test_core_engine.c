@@ -114,6 +114,33 @@ START_TEST(test_watch_reports_only_what_changed_oldest_first) {
 }
 END_TEST
 
+/* An address that comes and goes within one debounce window is no news:
+ * the caller never had it, so no removal of it is reported. */
+START_TEST(test_watch_does_not_report_what_came_and_went_since) {
+  mcp_store *st = th_store(NULL);
+  th_put(st, COLL, "a", "v1", "A", 0);
+  mcp_watch *w = watch_new(st, 0, 0);
+  seen s;
+  int full;
+  take(w, 0, &s, &full);
+  th_put(st, COLL, "b", "v1", "B", 1);
+  ck_assert_int_eq(mcp_store_delete(st, COLL, "b", 2), 1);
+  ck_assert_int_eq(mcp_watch_changed(w), 1);
+  ck_assert_int_eq(take(w, 2, &s, &full), 0);
+  ck_assert_int_eq(full, 0);
+  /* One the caller had, removed: reported, also after it came back and
+   * went again. */
+  ck_assert_int_eq(mcp_store_delete(st, COLL, "a", 3), 1);
+  th_put(st, COLL, "a", "v2", "A", 4);
+  ck_assert_int_eq(mcp_store_delete(st, COLL, "a", 5), 1);
+  ck_assert_int_eq(take(w, 5, &s, &full), 1);
+  ck_assert_str_eq(s.names[0], "a");
+  ck_assert_int_eq(s.removed[0], 1);
+  mcp_watch_del(w);
+  mcp_store_del(st);
+}
+END_TEST
+
 START_TEST(test_watch_sees_a_collection_removed_and_brought_back) {
   mcp_store *st = th_store(NULL);
   mcp_watch *w = watch_new(st, 0, 0);
@@ -667,6 +694,7 @@ static Suite *engine_suite(void) {
   TCase *tc = tcase_create("watch");
   tcase_add_test(tc, test_watch_first_take_is_the_whole_state);
   tcase_add_test(tc, test_watch_reports_only_what_changed_oldest_first);
+  tcase_add_test(tc, test_watch_does_not_report_what_came_and_went_since);
   tcase_add_test(tc, test_watch_sees_a_collection_removed_and_brought_back);
   tcase_add_test(tc, test_store_remove_collection_replace_of_nothing_brings_it_back);
   tcase_add_test(tc, test_watch_falls_back_to_whole_state_after_compaction);

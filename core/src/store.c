@@ -461,6 +461,7 @@ static void commit(mcp_store *s, mcp_coll *c, uint64_t gen, prep *p) {
     int err = 0;
     e = p->fresh;
     p->fresh = NULL;
+    e->born = gen;
     mcp__map_put(&c->map, &s->mem, e->name, e, &err); /* reserved */
     list_append(c, e);
     c->nlive++;

@@ -199,6 +199,9 @@ int mcp_watch_take(mcp_watch *w, mcp_tstamp ts, mcp_watch_fn fn,
       first = e;
     }
     for (const mcp_entry *e = first; e; e = e->next) {
+      if (!e->enc && e->born > w->gen) {
+        continue; /* created and removed since: the caller never had it */
+      }
       if ((rv = report(w, e, fn, user_data)) < 0) {
         return rv;
       }

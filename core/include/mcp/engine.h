@@ -132,8 +132,11 @@ typedef int (*mcp_watch_fn)(const mcp_item *item, void *user_data);
  * (the first take, or the change log no longer reaches the generation
  * last taken): |fn| gets every live item and none removed, and the caller
  * drops what it held and is not listed. |*full| = 0: |fn| gets each item
- * changed or removed since, once, oldest change first (O(changed)). A
- * collection that does not exist reports nothing, with |*full| = 1.
+ * changed or removed since, once, oldest change first (O(changed)); an
+ * item created and removed again since is not reported (the caller never
+ * had it), while one that existed before, was removed, came back and was
+ * removed again may be (a redundant removal). A collection that does not
+ * exist reports nothing, with |*full| = 1.
  * Returns the number of items reported. Errors: what |fn| returned.
  */
 MCP_EXTERN int mcp_watch_take(mcp_watch *w, mcp_tstamp ts, mcp_watch_fn fn,
