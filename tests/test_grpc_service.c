@@ -1413,6 +1413,8 @@ typedef struct cli {
   int enabled, echo;
   int ask;        /* counter request */
   int stop_after; /* slot 0 ends its call after this many messages */
+  int half_close; /* slot 0 half-closes after its request (server
+                     streaming, as Destination/Get and Assignments) */
   int opens[2], ended[2], received[2];
   int last_status[2];
   char last_details[2][160];
@@ -1479,6 +1481,16 @@ static const mcp_stream_ops c_counter_ops = {
     .del = c_del,
 };
 
+static const mcp_stream_ops c_counter_hc_ops = {
+    .name = "counter-client",
+    .flags = MCP_STREAM_CLIENT_HALF_CLOSE_AFTER_FIRST |
+             MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE,
+    .recv = c_recv,
+    .next = c_next,
+    .end = c_end,
+    .del = c_del,
+};
+
 static const mcp_stream_ops c_echo_ops = {
     .name = "echo-client",
     .flags = MCP_STREAM_CLIENT_HALF_CLOSE_AFTER_FIRST,
@@ -1511,8 +1523,11 @@ static int c_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
   s->slot = slot;
   ck_assert_int_eq(mcp_msg_builder_new(&s->b, NULL), 0);
   ck_assert_int_eq(
-      mcp_stream_new(pst, slot == 0 ? &c_counter_ops : &c_echo_ops, s, NULL,
-                     ts),
+      mcp_stream_new(pst,
+                     slot == 1        ? &c_echo_ops
+                     : c->half_close ? &c_counter_hc_ops
+                                      : &c_counter_ops,
+                     s, NULL, ts),
       0);
   return 1;
 }
@@ -1702,6 +1717,33 @@ START_TEST(test_client_end_and_server_status) {
   k = cli_get(&cl);
   ck_assert_int_eq(k.last_status[0], GRPC_STATUS_FAILED_PRECONDITION);
   ck_assert_str_eq(k.last_details[0], "counter stopped by request");
+  mcp_grpc_client_del(c);
+  mcp_grpc_source_del(src);
+  mcp_store_del(store);
+}
+END_TEST
+
+/* A server-streaming client half-closes after its request; it must still
+ * be able to end its own call (a broken Assignments chain), which needs
+ * pumps with the sending side free after the close went out. */
+START_TEST(test_client_that_half_closed_can_end_its_call) {
+  evs se, ce;
+  evs_init(&se);
+  evs_init(&ce);
+  mcp_store *store = tg_store();
+  mcp_grpc_source *src = serve("127.0.0.1:0", store, &se, NULL);
+  int port = mcp_grpc_source_port(src);
+  cli_init(&cl, 5);
+  cl.stop_after = 2;
+  cl.half_close = 1;
+  mcp_client_def d = cli_def(&cl);
+  char addr[64];
+  mcp_grpc_client *c = dial(port, addr, sizeof(addr), &ce, &d);
+  int two = 2;
+  ck_assert(tg_wait(cli_ended_ge, &two, TG_TIMEOUT_MS));
+  cli k = cli_get(&cl);
+  ck_assert_int_eq(k.last_status[0], GRPC_STATUS_ABORTED);
+  ck_assert_str_eq(k.last_details[0], "client had enough");
   mcp_grpc_client_del(c);
   mcp_grpc_source_del(src);
   mcp_store_del(store);
@@ -2012,6 +2054,7 @@ static Suite *suite(void) {
   tcase_set_timeout(tk, 60);
   tcase_add_test(tk, test_client_runs_calls);
   tcase_add_test(tk, test_client_end_and_server_status);
+  tcase_add_test(tk, test_client_that_half_closed_can_end_its_call);
   tcase_add_test(tk, test_client_asks_open_at_expiry);
   tcase_add_test(tk, test_client_reconnects_after_restart);
   tcase_add_test(tk, test_client_address_list);

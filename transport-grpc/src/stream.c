@@ -479,7 +479,11 @@ static void pump_service(mcp_grpc_stream *s) {
    * ends the loop: a few turns suffice. */
   for (int turn = 0; turn < 4 && s->st && s->state == MCP_GRPC_ST_OPEN;
        turn++) {
-    int can_send = !s->send_busy && !s->client_done;
+    /* Between the client's HALF_CLOSE and the close going out nothing
+     * may be sent; after it the pump must still run with the sending side
+     * free, or a client session could never end its own call (a broken
+     * Assignments chain). */
+    int can_send = !s->send_busy && !(s->client_done && !s->close_sent);
     mcp_msg *msg = NULL;
     int status = GRPC_STATUS_OK;
     const char *details = NULL;
@@ -492,7 +496,7 @@ static void pump_service(mcp_grpc_stream *s) {
       return;
     }
     if (a == MCP_STREAM_SEND) {
-      if (!can_send) { /* the driver broke its contract */
+      if (!can_send || s->close_sent) { /* the driver broke its contract */
         mcp_msg_free(msg);
         fail(s, MCP_ERR_CALLBACK);
         return;
