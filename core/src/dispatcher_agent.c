@@ -374,10 +374,11 @@ static int parse_msg(mcp_disp_agent *a, const uint8_t *in, size_t len,
   while ((r = mcp__wire_next(&w, &f, &wt, &v, &d, &l)) == 1) {
     const uint8_t *id;
     size_t idlen;
-    pchange *c = &p->ch[p->n];
+    pchange *c;
     if (f != 4 || wt != MCP_WT_LEN) {
       continue;
     }
+    c = &p->ch[p->n]; /* p->ch exists: pass 1 counted this change */
     r = parse_change(d, l, c, &id, &idlen);
     if (!r && c->kind && c->action == MCP_DISP_UPDATE) {
       r = object_check(a, c);
