@@ -50,7 +50,10 @@ static uint8_t *id_bytes(int kind, const char *id, size_t *len) {
   ProtobufCMessage *m;
   Docker__Swarmkit__V1__Secret s = DOCKER__SWARMKIT__V1__SECRET__INIT;
   Docker__Swarmkit__V1__Config c = DOCKER__SWARMKIT__V1__CONFIG__INIT;
-  Docker__Swarmkit__V1__Node n = DOCKER__SWARMKIT__V1__NODE__INIT;
+  Docker__Swarmkit__V1__Node n;
+  /* The function, not the INIT macro: the macro names a deprecated field
+   * (Node.attachment), which clang warns about. */
+  docker__swarmkit__v1__node__init(&n);
   if (kind == MCP_DISP_SECRET) {
     s.id = (char *)id;
     m = &s.base;
