@@ -1246,9 +1246,21 @@ typedef struct agent_rig {
   events e;
 } agent_rig;
 
+static const mcp_mem *rig_mem; /* the agent's allocator (NULL: libc) */
+
 static void rig_open(agent_rig *r) {
   memset(r, 0, sizeof *r);
-  r->a = agent_new("node-a", &r->e, -1);
+  if (rig_mem) {
+    mcp_disp_agent_options o;
+    mcp_disp_agent_options_default(&o);
+    o.node_id = "node-a";
+    o.mem = rig_mem;
+    o.on_message = on_msg;
+    o.user_data = &r->e;
+    ck_assert_int_eq(mcp_disp_agent_new(&r->a, &o, 0), 0);
+  } else {
+    r->a = agent_new("node-a", &r->e, -1);
+  }
   r->def = mcp_disp_agent_client_def(r->a);
   ck_assert_int_eq(r->def->open(r->def->user_data, MCP_DISP_SLOT_SESSION, 0,
                                 &r->sess),
@@ -1519,6 +1531,37 @@ START_TEST(test_manager_survives_every_failed_allocation) {
 }
 END_TEST
 
+START_TEST(test_agent_apply_is_all_or_nothing_under_failed_allocations) {
+  /* Each run fails one allocation from the first message on: a message
+   * either applies whole or leaves the held set and the chain as they
+   * were (and the stream ends NOMEM). */
+  for (long k = 1; k < 200; ++k) {
+    th_mem tm;
+    th_mem_init(&tm, 0);
+    rig_mem = &tm.mem;
+    agent_rig r;
+    rig_open(&r);
+    const char *const c1[] = {"t1", "t2", "t3", NULL};
+    const char *const u2[] = {"t4", "t5", NULL}, *const r2[] = {"t1", NULL};
+    tm.fail_at = tm.count + k;
+    rig_send(&r, MCP_DISP_COMPLETE, "", "1", c1, NULL);
+    size_t n1 = mcp_disp_agent_count(r.a);
+    ck_assert(n1 == 0 || n1 == 3);
+    ck_assert_str_eq(mcp_disp_agent_results_in(r.a), n1 ? "1" : "");
+    if (n1) {
+      rig_send(&r, MCP_DISP_INCREMENTAL, "1", "2", u2, r2);
+      size_t n2 = mcp_disp_agent_count(r.a);
+      const char *ri = mcp_disp_agent_results_in(r.a);
+      ck_assert((n2 == 3 && strcmp(ri, "1") == 0) ||
+                (n2 == 4 && strcmp(ri, "2") == 0));
+    }
+    rig_close(&r);
+    rig_mem = NULL;
+    ck_assert_int_eq(tm.live, 0);
+  }
+}
+END_TEST
+
 static Suite *disp_suite(void) {
   Suite *s = suite_create("dispatcher");
   TCase *tc = tcase_create("manager");
@@ -1548,6 +1591,7 @@ static Suite *disp_suite(void) {
   suite_add_tcase(s, tc);
   tc = tcase_create("alloc");
   tcase_add_test(tc, test_manager_survives_every_failed_allocation);
+  tcase_add_test(tc, test_agent_apply_is_all_or_nothing_under_failed_allocations);
   suite_add_tcase(s, tc);
   return s;
 }
