@@ -1399,6 +1399,10 @@ START_TEST(test_agent_applies_and_checks_the_chain) {
                    0);
   mcp_tstamp t = r.def->get_expiry(r.def->user_data);
   ck_assert_uint_gt(t, 0);
+  /* One failure for the backoff (1 s +- 20%), not one per call ended. */
+  ck_assert_uint_le(t, 1200 * MS);
+  mcp_disp_agent_get_stats(r.a, &as);
+  ck_assert_uint_eq(as.session_errors, 1);
   ck_assert_int_eq(r.def->open(r.def->user_data, MCP_DISP_SLOT_SESSION, t, &s),
                    1);
   mcp_stream_del(s);
@@ -1562,6 +1566,21 @@ START_TEST(test_agent_apply_is_all_or_nothing_under_failed_allocations) {
 }
 END_TEST
 
+START_TEST(test_view_names) {
+  char b[16];
+  ck_assert_uint_eq(mcp_disp_node_collection(b, sizeof b, "node-a"), 11);
+  ck_assert_str_eq(b, "node/node-a");
+  ck_assert_uint_eq(mcp_disp_item_name(b, sizeof b, MCP_DISP_SECRET, "db"), 9);
+  ck_assert_str_eq(b, "secret/db");
+  ck_assert_uint_eq(mcp_disp_item_name(b, 6, MCP_DISP_TASK, "abcdef"), 11);
+  ck_assert_str_eq(b, "task/");
+  ck_assert_uint_eq(mcp_disp_item_name(b, sizeof b, 9, "x"), 0);
+  ck_assert_str_eq(b, "");
+  ck_assert_str_eq(mcp_disp_kind_name(MCP_DISP_CONFIG), "config");
+  ck_assert_ptr_null(mcp_disp_kind_name(4));
+}
+END_TEST
+
 static Suite *disp_suite(void) {
   Suite *s = suite_create("dispatcher");
   TCase *tc = tcase_create("manager");
@@ -1581,6 +1600,7 @@ static Suite *disp_suite(void) {
   tcase_add_test(tc, test_assignments_secret_shared_by_two_tasks);
   tcase_add_test(tc, test_assignments_collection_removed_and_back);
   tcase_add_test(tc, test_tasks_streams_the_full_list_on_every_change);
+  tcase_add_test(tc, test_view_names);
   suite_add_tcase(s, tc);
   tc = tcase_create("agent");
   tcase_add_test(tc, test_agent_against_the_manager);

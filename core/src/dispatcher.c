@@ -126,6 +126,33 @@ const char *mcp_disp_kind_name(int kind) {
   }
 }
 
+static size_t join(char *buf, size_t len, const char *a, const char *b) {
+  size_t na = strlen(a), nb = strlen(b), n = na + nb;
+  if (len) {
+    size_t ca = na < len - 1 ? na : len - 1;
+    size_t cb = nb < len - 1 - ca ? nb : len - 1 - ca;
+    memcpy(buf, a, ca);
+    memcpy(buf + ca, b, cb);
+    buf[ca + cb] = 0;
+  }
+  return n;
+}
+
+size_t mcp_disp_node_collection(char *buf, size_t len, const char *node) {
+  return join(buf, len, MCP_DISP_NODE_PREFIX, node);
+}
+
+size_t mcp_disp_item_name(char *buf, size_t len, int kind, const char *id) {
+  static const char *const prefix[] = {NULL, "task/", "secret/", "config/"};
+  if (!mcp_disp_kind_name(kind)) {
+    if (len) {
+      buf[0] = 0;
+    }
+    return 0;
+  }
+  return join(buf, len, prefix[kind], id);
+}
+
 /* The kind of a view resource from its name, and where its id starts;
  * 0 for a name this protocol does not carry (invisible to the node). */
 static int kind_of_name(const char *name, const char **id) {

@@ -60,6 +60,7 @@ struct mcp_disp_agent {
   mcp_tstamp next_heartbeat;
   mcp_tstamp period;
   int assign_done; /* Assignments ran for this session already */
+  int retry_set;   /* given up on the session; retry_at is the next try */
   int report_dirty;
   mcp_backoff bo;
   mcp_msg_builder *b;
@@ -124,6 +125,14 @@ static void lose_session(mcp_disp_agent *a, mcp_tstamp ts, const char *why) {
   acall *sc = a->calls[MCP_DISP_SLOT_SESSION];
   mcp_tstamp lived = 0;
   uint64_t received = 0;
+  if (a->retry_set) {
+    /* Already given up (the calls ending now are the ones it ended):
+     * the backoff counts one failure, not one per call. */
+    for (int i = 0; i < MCP_DISP_NSLOTS; ++i) {
+      call_end(a->calls[i], MCP_CODE_CANCELLED, why);
+    }
+    return;
+  }
   if (sc) {
     lived = ts - sc->opened;
     received = sc->received;
@@ -139,6 +148,7 @@ static void lose_session(mcp_disp_agent *a, mcp_tstamp ts, const char *why) {
   }
   mcp_backoff_stream_ended(&a->bo, lived, received);
   a->retry_at = ts + mcp_backoff_next(&a->bo);
+  a->retry_set = 1;
 }
 
 /* ------------------------------------------------------------------ */
@@ -747,7 +757,9 @@ static int def_open(void *user_data, size_t slot, mcp_tstamp ts,
   }
   c->st = st;
   a->calls[slot] = c;
-  if (slot == MCP_DISP_SLOT_HEARTBEAT) {
+  if (slot == MCP_DISP_SLOT_SESSION) {
+    a->retry_set = 0;
+  } else if (slot == MCP_DISP_SLOT_HEARTBEAT) {
     /* Not again before the period, even when this one dies silently. */
     a->next_heartbeat = ts + a->period;
   } else if (slot == MCP_DISP_SLOT_ASSIGNMENTS) {

@@ -62,6 +62,15 @@ typedef enum mcp_disp_kind {
 /* "task", "secret", "config" (NULL for another value). Static. */
 MCP_EXTERN const char *mcp_disp_kind_name(int kind);
 
+/* The view's names, so that the adapter and this module agree: writes
+ * "node/<node>" / "<kind>/<id>" into |buf| (|len| bytes with the NUL,
+ * truncating) and returns the length of the whole name, as snprintf. An
+ * unknown kind writes "" and returns 0. */
+MCP_EXTERN size_t mcp_disp_node_collection(char *buf, size_t len,
+                                           const char *node);
+MCP_EXTERN size_t mcp_disp_item_name(char *buf, size_t len, int kind,
+                                     const char *id);
+
 /* AssignmentChange.action and AssignmentsMessage.type values. */
 enum {
   MCP_DISP_UPDATE = 0,
