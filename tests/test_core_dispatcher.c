@@ -1452,6 +1452,47 @@ START_TEST(test_agent_malformed_changes_nothing) {
 }
 END_TEST
 
+START_TEST(test_agent_follows_a_new_session_id) {
+  /* The manager may hand out another id on the Session stream: the
+   * Assignments call of the old id ends and a new one starts, without
+   * losing the session. */
+  agent_rig r;
+  int st;
+  const char *dt;
+  rig_open(&r);
+  Docker__Swarmkit__V1__SessionMessage m =
+      DOCKER__SWARMKIT__V1__SESSION_MESSAGE__INIT;
+  m.session_id = "sid-2";
+  uint8_t b[64];
+  size_t n = docker__swarmkit__v1__session_message__pack(&m, b);
+  mcp_stream_recv(r.sess, b, n, 0);
+  ck_assert_str_eq(mcp_disp_agent_session_id(r.a), "sid-2");
+  ck_assert_int_eq(rig_pump(r.asg, 0, &st, &dt), MCP_STREAM_END);
+  ck_assert_int_eq(st, MCP_CODE_CANCELLED);
+  mcp_stream_del(r.asg);
+  r.asg = NULL;
+  r.def->ended(r.def->user_data, MCP_DISP_SLOT_ASSIGNMENTS, st, dt, 0);
+  ck_assert_str_eq(mcp_disp_agent_session_id(r.a), "sid-2");
+  ck_assert_int_ne(rig_pump(r.sess, 0, &st, &dt), MCP_STREAM_END);
+  mcp_stream *s;
+  ck_assert_int_eq(r.def->open(r.def->user_data, MCP_DISP_SLOT_ASSIGNMENTS,
+                               0, &s),
+                   1);
+  mcp_msg *msg;
+  ck_assert_int_eq(mcp_stream_pump(s, 0, 1, &msg, &st, &dt), MCP_STREAM_SEND);
+  uint8_t rb[64];
+  mcp_msg_flatten(msg, rb);
+  Docker__Swarmkit__V1__AssignmentsRequest *req =
+      docker__swarmkit__v1__assignments_request__unpack(NULL, mcp_msg_len(msg),
+                                                        rb);
+  ck_assert_str_eq(req->session_id, "sid-2");
+  docker__swarmkit__v1__assignments_request__free_unpacked(req, NULL);
+  mcp_msg_free(msg);
+  r.asg = s;
+  rig_close(&r);
+}
+END_TEST
+
 /* ---- allocation failures ---- */
 
 START_TEST(test_manager_survives_every_failed_allocation) {
@@ -1608,6 +1649,7 @@ static Suite *disp_suite(void) {
   tcase_add_test(tc, test_agent_new_session_after_backoff_on_error);
   tcase_add_test(tc, test_agent_applies_and_checks_the_chain);
   tcase_add_test(tc, test_agent_malformed_changes_nothing);
+  tcase_add_test(tc, test_agent_follows_a_new_session_id);
   suite_add_tcase(s, tc);
   tc = tcase_create("alloc");
   tcase_add_test(tc, test_manager_survives_every_failed_allocation);

@@ -61,6 +61,7 @@ struct mcp_disp_agent {
   mcp_tstamp period;
   int assign_done; /* Assignments ran for this session already */
   int retry_set;   /* given up on the session; retry_at is the next try */
+  int assign_restart; /* the Assignments call was ended for a new id */
   int report_dirty;
   mcp_backoff bo;
   mcp_msg_builder *b;
@@ -616,7 +617,11 @@ static int acall_recv(void *sess, const uint8_t *in, size_t len,
         r = MCP_ERR_NOMEM;
       } else {
         if (a->session_id) {
-          /* The manager changed the id: the old calls are stale. */
+          /* The manager changed the id: the old calls are stale, but the
+           * session goes on (ended() reopens Assignments). */
+          if (a->calls[MCP_DISP_SLOT_ASSIGNMENTS]) {
+            a->assign_restart = 1;
+          }
           call_end(a->calls[MCP_DISP_SLOT_ASSIGNMENTS], MCP_CODE_CANCELLED,
                    "session id changed");
           call_end(a->calls[MCP_DISP_SLOT_HEARTBEAT], MCP_CODE_CANCELLED,
@@ -795,6 +800,11 @@ static void def_ended(void *user_data, size_t slot, int status,
     }
     break;
   case MCP_DISP_SLOT_ASSIGNMENTS:
+    if (a->assign_restart) {
+      a->assign_restart = 0;
+      a->assign_done = 0; /* again, with the new id */
+      break;
+    }
     /* The stream is meant to last: its end (a broken chain, a refusal,
      * the session gone) means a new session. */
     lose_session(a, ts, "assignments ended");
