@@ -434,6 +434,14 @@ START_TEST(test_session_without_node_id_is_refused) {
   mcp_stream_recv(c->st, junk, sizeof junk, 0);
   expect_end(c, 0, mcp_error_grpc_status(MCP_ERR_MALFORMED), NULL);
   call_close(c);
+  /* A half-close without a request: INVALID_ARGUMENT, for every method
+   * (the streaming ones would otherwise never end). */
+  for (int k = SESSION; k <= ASSIGN; ++k) {
+    c = call_open(d, k, NULL, 0);
+    mcp_stream_half_close(c->st, 0);
+    expect_end(c, 0, MCP_CODE_INVALID_ARGUMENT, "no request message");
+    call_close(c);
+  }
   /* A second request on a unary call is a protocol violation. */
   char sid[64];
   call *s = session(d, "node-a", NULL, 0, sid);

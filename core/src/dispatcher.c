@@ -418,6 +418,16 @@ static int end_fn(const void *sess, int *status, const char **details) {
   return 0;
 }
 
+/* Every method takes exactly one request: a peer that half-closes without
+ * sending it gets an answer rather than a call that never ends. */
+static void half_close_fn(void *sess, mcp_tstamp ts) {
+  dcall *c = sess;
+  MCP_UNUSED(ts);
+  if (!c->got_request) {
+    call_fail(c, MCP_CODE_INVALID_ARGUMENT, "no request message");
+  }
+}
+
 static mcp_tstamp get_expiry_fn(const void *sess) {
   const dcall *c = sess;
   mcp_tstamp t = MCP_TSTAMP_MAX;
@@ -1154,15 +1164,15 @@ static int assign_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
 
 static const mcp_stream_ops disp_ops[M_N] = {
     {"session", MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE, session_recv,
-     session_next, get_expiry_fn, handle_expiry_fn, end_fn, NULL, del_fn},
+     session_next, get_expiry_fn, handle_expiry_fn, end_fn, half_close_fn, del_fn},
     {"heartbeat", 0, heartbeat_recv, unary_next, get_expiry_fn,
-     handle_expiry_fn, end_fn, NULL, del_fn},
+     handle_expiry_fn, end_fn, half_close_fn, del_fn},
     {"update_task_status", 0, uts_recv, unary_next, get_expiry_fn,
-     handle_expiry_fn, end_fn, NULL, del_fn},
+     handle_expiry_fn, end_fn, half_close_fn, del_fn},
     {"tasks", MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE, watch_recv, tasks_next,
-     get_expiry_fn, handle_expiry_fn, end_fn, NULL, del_fn},
+     get_expiry_fn, handle_expiry_fn, end_fn, half_close_fn, del_fn},
     {"assignments", MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE, watch_recv,
-     assign_next, get_expiry_fn, handle_expiry_fn, end_fn, NULL, del_fn},
+     assign_next, get_expiry_fn, handle_expiry_fn, end_fn, half_close_fn, del_fn},
 };
 
 static int disp_open(void *user_data, const mcp_peer_info *peer,
