@@ -928,6 +928,43 @@ START_TEST(test_assignments_collection_removed_and_back) {
 }
 END_TEST
 
+START_TEST(test_assignments_only_the_node_changed_hears) {
+  /* Many agents on one manager, a change to one node: only that node's
+   * stream sends (nothing for the others: 0 bytes to uninvolved nodes). */
+  enum { N = 300 };
+  mcp_store *view = th_store(NULL);
+  mcp_disp *d = disp_new(view, 0, 0);
+  call *s[N], *a[N];
+  char node[32], sid[64];
+  for (int i = 0; i < N; ++i) {
+    snprintf(node, sizeof node, "node-%d", i);
+    put_task(view, node, "t", "v1", 0);
+    s[i] = session(d, node, NULL, 0, sid);
+    a[i] = by_session(d, ASSIGN, sid, 0);
+    amsg_free(expect_assign(a[i], 0));
+  }
+  put_task(view, "node-7", "t-new", "v1", 1 * SEC);
+  int sent = 0;
+  for (int i = 0; i < N; ++i) {
+    uint8_t *b = NULL;
+    size_t n;
+    if (pump(a[i], 1 * SEC, &b, &n, NULL, NULL) == MCP_STREAM_SEND) {
+      ck_assert_int_eq(i, 7);
+      sent++;
+    }
+    free(b);
+    expect_idle(s[i], 1 * SEC);
+  }
+  ck_assert_int_eq(sent, 1);
+  for (int i = 0; i < N; ++i) {
+    call_close(a[i]);
+    call_close(s[i]);
+  }
+  mcp_disp_del(d);
+  mcp_store_del(view);
+}
+END_TEST
+
 START_TEST(test_tasks_streams_the_full_list_on_every_change) {
   mcp_store *view = th_store(NULL);
   put_task(view, "node-a", "t1", "v1", 0);
@@ -1649,6 +1686,7 @@ static Suite *disp_suite(void) {
   tcase_add_test(tc, test_assignments_secret_shared_by_two_tasks);
   tcase_add_test(tc, test_assignments_collection_removed_and_back);
   tcase_add_test(tc, test_tasks_streams_the_full_list_on_every_change);
+  tcase_add_test(tc, test_assignments_only_the_node_changed_hears);
   tcase_add_test(tc, test_view_names);
   suite_add_tcase(s, tc);
   tc = tcase_create("agent");
