@@ -432,7 +432,8 @@ START_TEST(test_session_without_node_id_is_refused) {
   c = call_open(d, SESSION, NULL, 0);
   static const uint8_t junk[] = {0x0a, 0x05, 0x61, 0x62};
   mcp_stream_recv(c->st, junk, sizeof junk, 0);
-  expect_end(c, 0, mcp_error_grpc_status(MCP_ERR_MALFORMED), NULL);
+  expect_end(c, 0, MCP_CODE_INVALID_ARGUMENT,
+             "malformed docker.swarmkit.v1.SessionRequest");
   call_close(c);
   /* A half-close without a request: INVALID_ARGUMENT, for every method
    * (the streaming ones would otherwise never end). */
@@ -1472,6 +1473,8 @@ START_TEST(test_agent_malformed_changes_nothing) {
   ck_assert_str_eq(mcp_disp_agent_results_in(r.a), "1");
   ck_assert_int_eq(rig_pump(r.asg, 0, &st, &dt), MCP_STREAM_END);
   ck_assert_int_eq(st, mcp_error_grpc_status(MCP_ERR_MALFORMED));
+  ck_assert_str_eq(dt, "malformed AssignmentsMessage: an object that does "
+                       "not decode");
   mcp_disp_agent_stats as;
   mcp_disp_agent_get_stats(r.a, &as);
   ck_assert_uint_eq(as.malformed, 1);
@@ -1492,6 +1495,7 @@ START_TEST(test_agent_malformed_changes_nothing) {
     ck_assert_uint_eq(mcp_disp_agent_count(r.a), 2);
     ck_assert_int_eq(rig_pump(r.asg, 0, &st, &dt), MCP_STREAM_END);
     ck_assert_int_eq(st, mcp_error_grpc_status(MCP_ERR_MALFORMED));
+    ck_assert_ptr_nonnull(strstr(dt, "malformed AssignmentsMessage: "));
     rig_close(&r);
   }
 }

@@ -88,6 +88,7 @@ struct dcall {
   int cur_type;
   int err; /* first error inside a take callback */
   int tasks_changed;
+  char detail_buf[128]; /* |details| when formatted */
 };
 
 typedef struct disp_ctx {
@@ -479,14 +480,20 @@ static void del_fn(void *sess) {
   mcp__free(&d->mem, c);
 }
 
-/* Decodes a request; NULL with *err = NOMEM or MALFORMED. */
-static void *unpack(mcp_disp *d, const ProtobufCMessageDescriptor *desc,
+/* Decodes a request. NULL: *err = NOMEM, or 0 when the bytes are no such
+ * message (the call then ends INVALID_ARGUMENT "malformed <type>"). */
+static void *unpack(dcall *c, const ProtobufCMessageDescriptor *desc,
                     const uint8_t *in, size_t len, int *err) {
   mcp_pballoc pa;
-  mcp__pballoc_init(&pa, &d->mem);
+  mcp__pballoc_init(&pa, &c->d->mem);
   void *m = protobuf_c_message_unpack(desc, &pa.a, len, in);
   if (!m) {
-    *err = pa.failed ? MCP_ERR_NOMEM : MCP_ERR_MALFORMED;
+    *err = pa.failed ? MCP_ERR_NOMEM : 0;
+    if (!pa.failed) {
+      mcp__fmt(c->detail_buf, sizeof c->detail_buf, "malformed %s",
+               desc->name);
+      call_fail(c, MCP_CODE_INVALID_ARGUMENT, c->detail_buf);
+    }
   }
   return m;
 }
@@ -584,7 +591,7 @@ static int session_recv(void *sess, const uint8_t *in, size_t len,
   if (err) {
     return err;
   }
-  req = unpack(d, &docker__swarmkit__v1__session_request__descriptor, in, len,
+  req = unpack(c, &docker__swarmkit__v1__session_request__descriptor, in, len,
                &err);
   if (!req) {
     return err;
@@ -665,7 +672,7 @@ static int heartbeat_recv(void *sess, const uint8_t *in, size_t len,
   if (err) {
     return err;
   }
-  req = unpack(d, &docker__swarmkit__v1__heartbeat_request__descriptor, in,
+  req = unpack(c, &docker__swarmkit__v1__heartbeat_request__descriptor, in,
                len, &err);
   if (!req) {
     return err;
@@ -756,7 +763,7 @@ static int uts_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
   if (err) {
     return err;
   }
-  req = unpack(d, &docker__swarmkit__v1__update_task_status_request__descriptor,
+  req = unpack(c, &docker__swarmkit__v1__update_task_status_request__descriptor,
                in, len, &err);
   if (!req) {
     return err;
@@ -863,7 +870,7 @@ static int watch_recv(void *sess, const uint8_t *in, size_t len,
   if (err) {
     return err;
   }
-  req = unpack(d, desc, in, len, &err);
+  req = unpack(c, desc, in, len, &err);
   if (!req) {
     return err;
   }

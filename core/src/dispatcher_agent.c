@@ -253,12 +253,13 @@ static const ProtobufCMessageDescriptor *kind_desc(int kind) {
 
 /* Decodes the object once: garbage is refused before anything changes;
  * a task's status.state is kept for reporting. */
-static int object_check(mcp_disp_agent *a, pchange *c) {
+static int object_check(mcp_disp_agent *a, pchange *c, const char **why) {
   mcp_pballoc pa;
   ProtobufCMessage *m;
   mcp__pballoc_init(&pa, &a->mem);
   m = protobuf_c_message_unpack(kind_desc(c->kind), &pa.a, c->len, c->obj);
   if (!m) {
+    *why = "an object that does not decode as its type";
     return pa.failed ? MCP_ERR_NOMEM : MCP_ERR_MALFORMED;
   }
   if (c->kind == MCP_DISP_TASK) {
@@ -276,6 +277,7 @@ typedef struct parsed {
   pchange *ch;
   size_t n;
   char *ids; /* arena of NUL-terminated ids */
+  const char *why; /* MALFORMED: what */
 } parsed;
 
 static void parsed_free(mcp_disp_agent *a, parsed *p) {
@@ -286,7 +288,7 @@ static void parsed_free(mcp_disp_agent *a, parsed *p) {
 /* One AssignmentChange: |*kind| 0 for an item this agent does not hold
  * (a volume): skipped. */
 static int parse_change(const uint8_t *p, size_t n, pchange *c,
-                        const uint8_t **id, size_t *idlen) {
+                        const uint8_t **id, size_t *idlen, const char **why) {
   mcp_wire w = {p, p + n};
   uint32_t f;
   int wt, r;
@@ -303,12 +305,14 @@ static int parse_change(const uint8_t *p, size_t n, pchange *c,
       asgl = l;
     } else if (f == 2 && wt == MCP_WT_VARINT) {
       if (v > MCP_DISP_REMOVE) {
+        *why = "an unknown action";
         return MCP_ERR_MALFORMED;
       }
       c->action = (int)v;
     }
   }
   if (r < 0 || !asg) {
+    *why = r < 0 ? "a change that does not decode" : "a change without assignment";
     return MCP_ERR_MALFORMED;
   }
   w.p = asg;
@@ -326,6 +330,7 @@ static int parse_change(const uint8_t *p, size_t n, pchange *c,
     }
   }
   if (r < 0) {
+    *why = "an assignment that does not decode";
     return MCP_ERR_MALFORMED;
   }
   if (!c->kind) {
@@ -335,6 +340,8 @@ static int parse_change(const uint8_t *p, size_t n, pchange *c,
   /* Ids are keys here: bounded, UTF-8, not empty. */
   if (r < 0 || !*id || !*idlen || *idlen > 1024 ||
       !mcp__utf8_valid(*id, *idlen)) {
+    *why = r < 0 ? "an object that does not decode"
+                 : "an object without a valid id (1 to 1024 bytes of UTF-8)";
     return MCP_ERR_MALFORMED;
   }
   return 0;
@@ -354,6 +361,7 @@ static int parse_msg(mcp_disp_agent *a, const uint8_t *in, size_t len,
   while ((r = mcp__wire_next(&w, &f, &wt, &v, &d, &l)) == 1) {
     if (f == 1 && wt == MCP_WT_VARINT) {
       if (v > MCP_DISP_INCREMENTAL) {
+        p->why = "an unknown type";
         return MCP_ERR_MALFORMED;
       }
       p->type = (int)v;
@@ -370,6 +378,8 @@ static int parse_msg(mcp_disp_agent *a, const uint8_t *in, size_t len,
   }
   if (r < 0 || !mcp__utf8_valid(p->applies_to, p->applies_len) ||
       !mcp__utf8_valid(p->results_in, p->results_len)) {
+    p->why = r < 0 ? "bytes that do not decode"
+                   : "applies_to or results_in not UTF-8";
     return MCP_ERR_MALFORMED;
   }
   if (nch) {
@@ -390,12 +400,14 @@ static int parse_msg(mcp_disp_agent *a, const uint8_t *in, size_t len,
       continue;
     }
     c = &p->ch[p->n]; /* p->ch exists: pass 1 counted this change */
-    r = parse_change(d, l, c, &id, &idlen);
+    r = parse_change(d, l, c, &id, &idlen, &p->why);
     if (!r && c->kind && c->action == MCP_DISP_UPDATE) {
-      r = object_check(a, c);
+      r = object_check(a, c, &p->why);
     }
     if (r) {
+      const char *why = p->why;
       parsed_free(a, p);
+      p->why = why;
       return r;
     }
     if (!c->kind) {
@@ -525,10 +537,16 @@ static int assign_recv(acall *c, const uint8_t *in, size_t len,
   int r;
   MCP_UNUSED(ts);
   r = parse_msg(a, in, len, &p);
+  if (r == MCP_ERR_MALFORMED) {
+    /* Said plainly, and the stream ends: nothing held changed. */
+    a->stats.malformed++;
+    c->end = 1;
+    c->status = mcp_error_grpc_status(MCP_ERR_MALFORMED);
+    mcp__fmt(c->details, sizeof c->details,
+             "malformed AssignmentsMessage: %s", p.why ? p.why : "?");
+    return 0;
+  }
   if (r) {
-    if (r == MCP_ERR_MALFORMED) {
-      a->stats.malformed++;
-    }
     return r;
   }
   if (p.type == MCP_DISP_INCREMENTAL &&
