@@ -85,7 +85,15 @@ enum {
  *     ABORTED "node must disconnect", its other streams INVALID_ARGUMENT
  *     "session invalid";
  *   a call naming an unknown, expired or replaced session:
- *     INVALID_ARGUMENT "session invalid" (swarmkit's texts). */
+ *     INVALID_ARGUMENT "session invalid" (swarmkit's texts).
+ * Other endings: a request that does not decode, INVALID_ARGUMENT
+ * "malformed docker.swarmkit.v1.<Request>"; a Session without node id
+ * (no TLS CN, no description.hostname), INVALID_ARGUMENT "no node id: ...";
+ * a half-close without request, INVALID_ARGUMENT "no request message"; a
+ * second request, INVALID_ARGUMENT (PROTOCOL); too many task statuses,
+ * RESOURCE_EXHAUSTED. Unary calls (Heartbeat, UpdateTaskStatus) end OK
+ * after their answer once the peer half-closed; Session, Tasks and
+ * Assignments stay open after the peer's half-close. */
 #define MCP_DISP_ERR_SESSION_INVALID "session invalid"
 #define MCP_DISP_ERR_HEARTBEAT "heartbeat failure"
 #define MCP_DISP_ERR_DISCONNECT "node must disconnect"
@@ -137,7 +145,9 @@ MCP_EXTERN int mcp_disp_new_versioned(mcp_disp **pd, int version,
   mcp_disp_new_versioned((PD), MCP_DISP_OPTIONS_VERSION, (OPTS), (TS))
 
 /* Frees the manager. Every stream it opened must have been deleted first
- * (assert). NULL is a no-op. */
+ * (assert): with a transport whose *_del() only starts the shutdown
+ * (h2c), after its loop has run the close. The view store is not
+ * touched. NULL is a no-op. */
 MCP_EXTERN void mcp_disp_del(mcp_disp *d);
 
 /* The five methods, in the order Session, Heartbeat, UpdateTaskStatus,
@@ -290,8 +300,14 @@ enum {
  * only when applies_to equals the last results_in, else the agent ends
  * every call and starts a new session (after the backoff). A session
  * error (Session or Heartbeat failing, Assignments refused) also starts
- * a new session after the backoff. Malformed messages end the call with
- * MALFORMED and change nothing held. */
+ * a new session after the backoff. A malformed Assignments message ends
+ * the call (INVALID_ARGUMENT "malformed AssignmentsMessage: <what>") and
+ * changes nothing held; a broken chain ends it ABORTED "assignments chain
+ * broken: ...". The held set survives sessions (a COMPLETE replaces it).
+ * Heartbeat and UpdateTaskStatus calls ending INVALID_ARGUMENT also lose
+ * the session. With report_state >= 0, UpdateTaskStatus reports each held
+ * task not yet reported (at most 1000 per call) as {task_id, status:
+ * {state: report_state}}; a call that fails reports them all again. */
 MCP_EXTERN const mcp_client_def *mcp_disp_agent_client_def(mcp_disp_agent *a);
 
 /* The session id now, or NULL. Valid until the next call into |a|. */
