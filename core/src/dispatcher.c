@@ -602,11 +602,16 @@ static int session_recv(void *sess, const uint8_t *in, size_t len,
                ? req->description->hostname
                : "";
   }
-  if (!node_ok(node) || !mcp__str_valid(req->session_id)) {
+  if (!node_ok(node)) {
     unpack_free(d, req);
     call_fail(c, MCP_CODE_INVALID_ARGUMENT,
               "no node id: a TLS client certificate or "
-              "description.hostname is required");
+              "description.hostname (1 to 1024 bytes of UTF-8) is required");
+    return 0;
+  }
+  if (!mcp__str_valid(req->session_id)) {
+    unpack_free(d, req);
+    call_fail(c, MCP_CODE_INVALID_ARGUMENT, "session_id is not UTF-8");
     return 0;
   }
   s = sess_lookup(d, req->session_id, ts);
