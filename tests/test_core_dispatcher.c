@@ -717,6 +717,24 @@ END_TEST
 /* Assignments                                                         */
 /* ------------------------------------------------------------------ */
 
+typedef struct sinfo {
+  int n;
+  char node[32], sid[64], results_in[16];
+  size_t streams;
+  uint64_t messages;
+} sinfo;
+
+static int see_session(const mcp_disp_session_info *s, void *ud) {
+  sinfo *x = ud;
+  x->n++;
+  snprintf(x->node, sizeof x->node, "%s", s->node_id);
+  snprintf(x->sid, sizeof x->sid, "%s", s->session_id);
+  snprintf(x->results_in, sizeof x->results_in, "%s", s->results_in);
+  x->streams = s->streams;
+  x->messages = s->assignments_messages;
+  return 0;
+}
+
 START_TEST(test_assignments_complete_then_incremental_chain) {
   mcp_store *view = th_store(NULL);
   put_task(view, "node-a", "t1", "v1", 0);
@@ -778,6 +796,14 @@ START_TEST(test_assignments_complete_then_incremental_chain) {
   mcp_disp_stats st;
   mcp_disp_get_stats(d, &st);
   ck_assert_uint_eq(st.assignments_messages, 2);
+  sinfo si = {0};
+  ck_assert_int_eq(mcp_disp_sessions(d, see_session, &si), 0);
+  ck_assert_int_eq(si.n, 1);
+  ck_assert_str_eq(si.node, "node-a");
+  ck_assert_str_eq(si.sid, sid);
+  ck_assert_str_eq(si.results_in, "2");
+  ck_assert_uint_eq(si.streams, 2);
+  ck_assert_uint_eq(si.messages, 2);
   ck_assert_uint_eq(st.assignments_changes, 6);
   call_close(a);
   call_close(s);

@@ -364,6 +364,31 @@ void mcp_disp_handle_expiry(mcp_disp *d, mcp_tstamp ts) {
   } while (again);
 }
 
+int mcp_disp_sessions(const mcp_disp *d, mcp_disp_session_fn fn,
+                      void *user_data) {
+  void *v;
+  for (size_t i = 0; mcp__map_iter(&d->by_id, &i, &v);) {
+    const dsess *s = v;
+    mcp_disp_session_info info = {s->node, s->id, s->deadline, 0, "", 0};
+    int seen = 0;
+    /* Calls are attached newest first: the first Assignments call met is
+     * the newest. */
+    for (const dcall *c = s->calls; c; c = c->next) {
+      info.streams++;
+      if (c->method == M_ASSIGN && !seen) {
+        seen = 1;
+        info.results_in = c->applies_to; /* the last results_in framed */
+        info.assignments_messages = c->seq;
+      }
+    }
+    int r = fn(&info, user_data);
+    if (r) {
+      return r;
+    }
+  }
+  return 0;
+}
+
 const char *mcp_disp_node_session(const mcp_disp *d, const char *node,
                                   mcp_tstamp ts) {
   const dsess *s = mcp__map_get(&d->by_node, node);

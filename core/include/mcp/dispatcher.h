@@ -170,6 +170,26 @@ MCP_EXTERN void mcp_disp_handle_expiry(mcp_disp *d, mcp_tstamp ts);
 MCP_EXTERN const char *mcp_disp_node_session(const mcp_disp *d,
                                              const char *node, mcp_tstamp ts);
 
+/* One live session, for /debug/syncz. Pointers valid during the callback
+ * only. Frozen struct. */
+typedef struct mcp_disp_session_info {
+  const char *node_id;
+  const char *session_id;
+  mcp_tstamp expires;       /* 3 periods after the last heartbeat */
+  size_t streams;           /* calls attached (Session, Tasks, Assignments) */
+  const char *results_in;   /* the last results_in framed on its newest
+                               Assignments call ("" for none) */
+  uint64_t assignments_messages; /* framed on that call */
+} mcp_disp_session_info;
+
+typedef int (*mcp_disp_session_fn)(const mcp_disp_session_info *s,
+                                   void *user_data);
+
+/* Calls |fn| for each live session (in no particular order); stops at the
+ * first non-zero return and returns it. |fn| must not call into |d|. */
+MCP_EXTERN int mcp_disp_sessions(const mcp_disp *d, mcp_disp_session_fn fn,
+                                 void *user_data);
+
 /* The latest status an agent reported for one task. Pointers valid during
  * the callback only. */
 typedef struct mcp_disp_task_status {
