@@ -30,7 +30,8 @@
  * applied to a model, give exactly the view's node collection once the
  * call is drained without debounce; the agent changes nothing held on a
  * refused message, and a COMPLETE it accepts holds what protobuf-c reads
- * in it; at the end, nothing is left allocated.
+ * in it; a call ends RESOURCE_EXHAUSTED only after an allocation failed;
+ * at the end, nothing is left allocated.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -211,6 +212,9 @@ static void pump_call(ctx *x, int i) {
     if (a == MCP_STREAM_END) {
       FZ_CHECK(dt != NULL, "an end without details");
       FZ_LOG("call %d ends: %d %s", i, st, dt);
+      /* RESOURCE_EXHAUSTED: NOMEM (the status bound is out of reach). */
+      FZ_CHECK(st != MCP_CODE_RESOURCE_EXHAUSTED || x->fm.fired > 0,
+               "call %d ended %d (%s) with no allocation failed", i, st, dt);
       call_drop(x, i);
       return;
     }
@@ -434,6 +438,9 @@ static void agent_pump(ctx *x, unsigned slot) {
     if (a == MCP_STREAM_SEND) {
       mcp_msg_free(m);
     } else if (a == MCP_STREAM_END) {
+      FZ_CHECK(st != MCP_CODE_RESOURCE_EXHAUSTED || x->fm.fired > 0,
+               "agent call %u ended %d (%s) with no allocation failed", slot,
+               st, dt);
       agent_end(x, slot, st);
     } else if (a == MCP_STREAM_IDLE) {
       break;
