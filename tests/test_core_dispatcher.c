@@ -1233,6 +1233,35 @@ START_TEST(test_agent_against_the_manager) {
 }
 END_TEST
 
+START_TEST(test_agent_reports_every_task_in_calls_of_1000) {
+  mcp_store *view = th_store(NULL);
+  char id[32];
+  for (int i = 0; i < 1203; ++i) {
+    snprintf(id, sizeof id, "t%d", i);
+    put_task(view, "node-a", id, "v1", 0);
+  }
+  mcp_disp *d = disp_new(view, 0, 0);
+  events e = {0};
+  mcp_disp_agent *ag = agent_new("node-a", &e, 256);
+  net n = {d, mcp_disp_agent_client_def(ag), {{0}}, {0}, 0};
+  net_run(&n, 0);
+  ck_assert_uint_eq(mcp_disp_agent_count(ag), 1203);
+  mcp_disp_stats st;
+  mcp_disp_get_stats(d, &st);
+  ck_assert_uint_eq(st.task_statuses, 1203);
+  ck_assert_uint_eq(st.status_updates, 1203);
+  ck_assert_uint_eq(st.assignments_messages, 13); /* 100 per message */
+  mcp_disp_agent_stats as;
+  mcp_disp_agent_get_stats(ag, &as);
+  ck_assert_uint_eq(as.status_reports, 1203);
+  ck_assert_uint_eq(as.messages, 13);
+  net_close(&n);
+  mcp_disp_agent_del(ag);
+  mcp_disp_del(d);
+  mcp_store_del(view);
+}
+END_TEST
+
 START_TEST(test_agent_node_restart_gets_a_new_session) {
   mcp_store *view = th_store(NULL);
   put_task(view, "node-a", "t1", "v1", 0);
@@ -1781,6 +1810,7 @@ static Suite *disp_suite(void) {
   tc = tcase_create("agent");
   tcase_add_test(tc, test_agent_against_the_manager);
   tcase_add_test(tc, test_agent_node_restart_gets_a_new_session);
+  tcase_add_test(tc, test_agent_reports_every_task_in_calls_of_1000);
   tcase_add_test(tc, test_agent_new_session_after_backoff_on_error);
   tcase_add_test(tc, test_agent_applies_and_checks_the_chain);
   tcase_add_test(tc, test_agent_malformed_changes_nothing);

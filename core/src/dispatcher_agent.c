@@ -44,8 +44,6 @@ typedef struct acall {
   char details[200];
   mcp_tstamp opened;
   uint64_t received;
-  char **reported; /* UpdateTaskStatus: the keys it reports */
-  size_t nreported;
 } acall;
 
 struct mcp_disp_agent {
@@ -172,17 +170,13 @@ static int build_session_req(mcp_disp_agent *a, mcp_msg **pmsg) {
   return mcp_msg_builder_finish(a->b, NULL, pmsg);
 }
 
-static int build_uts_req(mcp_disp_agent *a, acall *c, mcp_msg **pmsg) {
+static int build_uts_req(mcp_disp_agent *a, mcp_msg **pmsg) {
   /* UpdateTaskStatusRequest{session_id = 1, updates = 3 {task_id = 1,
    * status = 2 {state = 2}}} for every held task not yet reported. */
   void *v;
   size_t n = 0;
   uint64_t st = (uint64_t)a->o.report_state;
   size_t sl = 1 + mcp__varint_len(st);
-  c->reported = mcp__calloc(&a->mem, AGENT_MAX_REPORTS, sizeof *c->reported);
-  if (!c->reported) {
-    return MCP_ERR_NOMEM;
-  }
   mcp_msg_builder_len_field(a->b, 1, a->session_id, strlen(a->session_id));
   for (size_t i = 0; n < AGENT_MAX_REPORTS && mcp__map_iter(&a->held, &i, &v);) {
     held *h = v;
@@ -199,10 +193,12 @@ static int build_uts_req(mcp_disp_agent *a, acall *c, mcp_msg **pmsg) {
     mcp_msg_builder_varint(a->b, sl);
     mcp_msg_builder_key(a->b, 2, MCP_WT_VARINT);
     mcp_msg_builder_varint(a->b, st);
-    h->reported = 1;
-    c->reported[n++] = h->key;
+    h->reported = 1; /* a call that fails clears them all (ended()) */
+    ++n;
   }
-  c->nreported = n;
+  if (n == AGENT_MAX_REPORTS) {
+    a->report_dirty = 1; /* maybe more: another call after this one */
+  }
   a->stats.status_reports += n;
   return mcp_msg_builder_finish(a->b, NULL, pmsg);
 }
@@ -693,7 +689,7 @@ static int acall_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
     r = build_session_req(a, pmsg);
     break;
   case MCP_DISP_SLOT_UPDATE_TASK_STATUS:
-    r = build_uts_req(a, c, pmsg);
+    r = build_uts_req(a, pmsg);
     break;
   default:
     r = build_session_id_req(a, pmsg);
@@ -722,7 +718,6 @@ static void acall_del(void *sess) {
   if (a->calls[c->slot] == c) {
     a->calls[c->slot] = NULL;
   }
-  mcp__free(&a->mem, c->reported);
   mcp__free(&a->mem, c);
 }
 
