@@ -185,8 +185,10 @@ typedef struct mcp_disp_session_info {
 typedef int (*mcp_disp_session_fn)(const mcp_disp_session_info *s,
                                    void *user_data);
 
-/* Calls |fn| for each live session (in no particular order); stops at the
- * first non-zero return and returns it. |fn| must not call into |d|. */
+/* Calls |fn| for each session in the registry (in no particular order;
+ * call mcp_disp_handle_expiry() first to leave out those past their
+ * expiry); stops at the first non-zero return and returns it. |fn| must
+ * not call into |d|. */
 MCP_EXTERN int mcp_disp_sessions(const mcp_disp *d, mcp_disp_session_fn fn,
                                  void *user_data);
 
@@ -198,7 +200,8 @@ typedef struct mcp_disp_task_status {
   int state;                 /* TaskStatus.state (docker.swarmkit.v1) */
   const char *message;       /* TaskStatus.message */
   const char *err;           /* TaskStatus.err */
-  const uint8_t *status;     /* the encoded TaskStatus as received */
+  const uint8_t *status;     /* the TaskStatus, encoded again from the
+                                request as protobuf-c decoded it */
   size_t status_len;
   mcp_tstamp updated;        /* |ts| of the call */
 } mcp_disp_task_status;
