@@ -958,7 +958,7 @@ END_TEST
 START_TEST(test_assignments_only_the_node_changed_hears) {
   /* Many agents on one manager, a change to one node: only that node's
    * stream sends (nothing for the others: 0 bytes to uninvolved nodes). */
-  enum { N = 300 };
+  enum { N = 1000 };
   mcp_store *view = th_store(NULL);
   mcp_disp *d = disp_new(view, 0, 0);
   call *s[N], *a[N];
