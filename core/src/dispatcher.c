@@ -87,7 +87,7 @@ struct dcall {
   size_t nchg; /* changes in the message being built */
   int cur_type;
   int err; /* first error inside a take callback */
-  int tasks_changed;
+  int hit; /* a take callback saw what the call looks for */
   char detail_buf[128]; /* |details| when formatted */
 };
 
@@ -567,7 +567,7 @@ static int take_nothing(const mcp_item *item, void *user_data) {
 static int take_node(const mcp_item *item, void *user_data) {
   dcall *c = user_data;
   if (c->sess && strcmp(item->name, c->sess->node) == 0) {
-    c->tasks_changed = 1;
+    c->hit = 1;
   }
   return 0;
 }
@@ -675,12 +675,12 @@ static int session_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
   /* swarmkit sends a SessionMessage again when the node object changes. */
   if (c->w && mcp_watch_changed(c->w)) {
     int full, r;
-    c->tasks_changed = 0;
+    c->hit = 0;
     r = mcp_watch_take(c->w, ts, take_node, c, &full);
     if (r < 0) {
       return r;
     }
-    if (c->tasks_changed || (full && r == 0)) {
+    if (c->hit || (full && r == 0)) {
       r = session_message(c, pmsg);
       return r < 0 ? r : 1;
     }
@@ -929,7 +929,7 @@ static int tasks_changed_fn(const mcp_item *item, void *user_data) {
   dcall *c = user_data;
   const char *id;
   if (kind_of_name(item->name, &id) == MCP_DISP_TASK) {
-    c->tasks_changed = 1;
+    c->hit = 1;
   }
   return 0;
 }
@@ -958,12 +958,12 @@ static int tasks_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
   if (c->first_sent && !mcp_watch_ready(c->w, ts)) {
     return 0;
   }
-  c->tasks_changed = 0;
+  c->hit = 0;
   r = mcp_watch_take(c->w, ts, tasks_changed_fn, c, &full);
   if (r < 0) {
     return r;
   }
-  if (c->first_sent && !c->tasks_changed && !(full && r == 0)) {
+  if (c->first_sent && !c->hit && !(full && r == 0)) {
     return 0;
   }
   c->first_sent = 1;
