@@ -1120,30 +1120,43 @@ static int assign_item_fn(const mcp_item *item, void *user_data) {
   return assign_change(c, kind, id, item);
 }
 
-/* After a full take: what was sent and is no longer there goes. */
+/* After a full take: what was sent and is no longer there goes. The
+ * stale entries are collected first (deleting from the map while walking
+ * it would restart the walk: O(n^2)). */
 static int assign_sweep(dcall *c) {
   mcp_disp *d = c->d;
-  int again;
-  do {
-    void *v;
-    again = 0;
-    for (size_t i = 0; mcp__map_iter(&c->sent, &i, &v);) {
-      sent_entry *e = v;
-      if (e->mark != c->mark) {
-        const char *id;
-        int kind = kind_of_name(e->name, &id);
-        int r = assign_change(c, kind, id, NULL);
-        mcp__map_del(&c->sent, e->name);
-        sent_free(d, e);
-        if (r) {
-          return r;
-        }
-        again = 1; /* the map changed under the walk */
-        break;
-      }
+  sent_entry **stale;
+  size_t n = 0;
+  void *v;
+  int r = 0;
+  for (size_t i = 0; mcp__map_iter(&c->sent, &i, &v);) {
+    n += ((sent_entry *)v)->mark != c->mark;
+  }
+  if (!n) {
+    return 0;
+  }
+  stale = mcp__malloc(&d->mem, n * sizeof *stale);
+  if (!stale) {
+    return MCP_ERR_NOMEM;
+  }
+  n = 0;
+  for (size_t i = 0; mcp__map_iter(&c->sent, &i, &v);) {
+    if (((sent_entry *)v)->mark != c->mark) {
+      stale[n++] = v;
     }
-  } while (again);
-  return 0;
+  }
+  for (size_t k = 0; k < n; ++k) {
+    sent_entry *e = stale[k];
+    const char *id;
+    int kind = kind_of_name(e->name, &id);
+    if (!r) {
+      r = assign_change(c, kind, id, NULL); /* copies the id */
+    }
+    mcp__map_del(&c->sent, e->name);
+    sent_free(d, e);
+  }
+  mcp__free(&d->mem, stale);
+  return r;
 }
 
 static int assign_take(dcall *c, mcp_tstamp ts) {
