@@ -721,12 +721,14 @@ static void acall_del(void *sess) {
   mcp__free(&a->mem, c);
 }
 
-static const mcp_stream_ops acall_ops = {
-    "dispatcher_agent", MCP_STREAM_CLIENT_HALF_CLOSE_AFTER_FIRST,
-    acall_recv,         acall_next,
-    NULL,               NULL,
-    acall_end,          NULL,
-    acall_del};
+/* One ops per slot: the name is what logs and metrics show (the method,
+ * as the manager's streams are named). */
+#define ACALL_OPS(NAME)                                                      \
+  {NAME, MCP_STREAM_CLIENT_HALF_CLOSE_AFTER_FIRST, acall_recv, acall_next,    \
+   NULL, NULL, acall_end, NULL, acall_del}
+static const mcp_stream_ops acall_ops[MCP_DISP_NSLOTS] = {
+    ACALL_OPS("session"), ACALL_OPS("heartbeat"), ACALL_OPS("assignments"),
+    ACALL_OPS("update_task_status")};
 
 /* ------------------------------------------------------------------ */
 /* Client def                                                          */
@@ -770,7 +772,7 @@ static int def_open(void *user_data, size_t slot, mcp_tstamp ts,
   c->a = a;
   c->slot = (int)slot;
   c->opened = ts;
-  if (mcp_stream_new(&st, &acall_ops, c, &a->mem, ts)) {
+  if (mcp_stream_new(&st, &acall_ops[slot], c, &a->mem, ts)) {
     return 0; /* acall_del freed |c| */
   }
   c->st = st;
