@@ -154,7 +154,10 @@ MCP_EXTERN void mcp_disp_del(mcp_disp *d);
  * Tasks, Assignments: *defs points into |d| (valid until mcp_disp_del()).
  * Returns 5. Each open() takes the mcp_peer_info: the node is
  * peer->common_name when peer->tls, else SessionRequest.description.
- * hostname; the stream it returns is the caller's (mcp_stream_del()). */
+ * hostname; the stream it returns is the caller's (mcp_stream_del()).
+ * Stream names (mcp_stream_ops.name, for metrics): "session",
+ * "heartbeat", "update_task_status", "tasks", "assignments" (the agent's
+ * calls carry the same names). */
 MCP_EXTERN size_t mcp_disp_services(mcp_disp *d, const mcp_service_def **defs);
 
 /* Registry timers: when a session expires next (MCP_TSTAMP_MAX: none),
