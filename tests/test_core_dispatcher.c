@@ -581,6 +581,21 @@ START_TEST(test_session_without_streams_expires_through_the_registry) {
   ck_assert_ptr_null(mcp_disp_node_session(d, "node-a", 6 * SEC));
   ck_assert_uint_eq(mcp_disp_get_expiry(d), MCP_TSTAMP_MAX);
   expect_invalid(d, HEARTBEAT, sid, 6 * SEC);
+  /* Several at once, one of them with a stream still open. */
+  char s2[64];
+  call *keep = session(d, "node-b", NULL, 7 * SEC, s2);
+  call_close(session(d, "node-c", NULL, 7 * SEC, s2));
+  call_close(session(d, "node-d", NULL, 7 * SEC, s2));
+  call_close(session(d, "node-e", NULL, 8 * SEC, s2));
+  mcp_disp_handle_expiry(d, 10 * SEC);
+  mcp_disp_stats st;
+  mcp_disp_get_stats(d, &st);
+  ck_assert_uint_eq(st.sessions, 1);
+  ck_assert_uint_eq(st.sessions_expired, 4);
+  ck_assert_ptr_nonnull(mcp_disp_node_session(d, "node-e", 10 * SEC));
+  ck_assert_int_ge(keep->wakes, 1);
+  expect_end(keep, 10 * SEC, MCP_CODE_UNAVAILABLE, MCP_DISP_ERR_HEARTBEAT);
+  call_close(keep);
   mcp_disp_del(d);
   mcp_store_del(view);
 }

@@ -347,21 +347,41 @@ mcp_tstamp mcp_disp_get_expiry(const mcp_disp *d) {
 }
 
 void mcp_disp_handle_expiry(mcp_disp *d, mcp_tstamp ts) {
-  int again;
-  do {
-    void *v;
-    again = 0;
-    /* Ending a session deletes it from the map being walked: start over
-     * (sessions expire rarely; the walk is O(sessions)). */
+  dsess **due;
+  size_t n = 0;
+  void *v;
+  for (size_t i = 0; mcp__map_iter(&d->by_id, &i, &v);) {
+    n += sess_due(v, ts);
+  }
+  if (!n) {
+    return;
+  }
+  /* Ending a session deletes it from the map being walked: collect
+   * first. Without memory for the list, walk again after each one. */
+  due = mcp__malloc(&d->mem, n * sizeof *due);
+  if (due) {
+    n = 0;
     for (size_t i = 0; mcp__map_iter(&d->by_id, &i, &v);) {
-      dsess *s = v;
-      if (sess_due(s, ts)) {
-        sess_end(d, s, S_EXPIRED);
+      if (sess_due(v, ts)) {
+        due[n++] = v;
+      }
+    }
+    for (size_t k = 0; k < n; ++k) {
+      sess_end(d, due[k], S_EXPIRED);
+    }
+    mcp__free(&d->mem, due);
+    return;
+  }
+  for (int again = 1; again;) {
+    again = 0;
+    for (size_t i = 0; mcp__map_iter(&d->by_id, &i, &v);) {
+      if (sess_due(v, ts)) {
+        sess_end(d, v, S_EXPIRED);
         again = 1;
         break;
       }
     }
-  } while (again);
+  }
 }
 
 int mcp_disp_sessions(const mcp_disp *d, mcp_disp_session_fn fn,
