@@ -1,0 +1,1384 @@
+/*
+ * swarmkit's Dispatcher, manager side (mcp/dispatcher.h, issue 16).
+ *
+ * The registry maps session ids and node ids to sessions; each call of
+ * the five methods is one mcp_stream whose session object is a dcall.
+ * Sessions are refcounted: the registry holds one reference while the
+ * session is live, every call attached to it another, so that a call of a
+ * replaced or expired session can still say how it ends (its end()) after
+ * the registry forgot the session.
+ *
+ * Assignments messages are written by hand with mcp_msg_builder so that
+ * the objects' stored bodies are shared, never decoded nor re-encoded.
+ * Protobuf fields may come in any order, so each message's changes are
+ * written first and its type/applies_to/results_in last, once known.
+ */
+#include <assert.h>
+#include <stdlib.h>
+
+#include "mcp_int.h"
+#include "mcp/dispatcher.h"
+
+#include "github.com/docker/swarmkit/api/dispatcher.pb-c.h"
+
+#define DISP_DEFAULT_PERIOD (5 * MCP_SECONDS)
+#define DISP_GRACE_MULTIPLIER 3 /* swarmkit's defaultGracePeriodMultiplier */
+#define DISP_DEFAULT_DEBOUNCE (100 * MCP_MILLISECONDS)
+#define DISP_DEFAULT_MAX_DELAY (10 * MCP_SECONDS)
+#define DISP_DEFAULT_MAX_CHANGES 100
+#define DISP_DEFAULT_MAX_STATUSES 65536
+#define DISP_MAX_NODE_LEN 1024
+
+enum { M_SESSION, M_HEARTBEAT, M_UTS, M_TASKS, M_ASSIGN, M_N };
+enum { S_LIVE, S_REPLACED, S_EXPIRED };
+
+typedef struct dcall dcall;
+
+typedef struct dsess {
+  char *id;
+  char *node;
+  mcp_tstamp deadline;
+  int state;
+  size_t refs;
+  dcall *calls;
+} dsess;
+
+/* What an Assignments call has sent: name -> version, so that a full take
+ * (the change log no longer reaches, or the collection went) is turned
+ * into the differences the agent needs, as swarmkit keeps its tasksMap. */
+typedef struct sent_entry {
+  char *name;
+  char *version;
+  uint64_t mark;
+} sent_entry;
+
+typedef struct tstat {
+  char *task_id;
+  char *node;
+  char *message;
+  char *err;
+  uint8_t *status;
+  size_t status_len;
+  int state;
+  mcp_tstamp updated;
+} tstat;
+
+struct dcall {
+  mcp_disp *d;
+  int method;
+  mcp_stream *st;
+  dcall *prev, *next; /* in sess->calls */
+  dsess *sess;
+  char *peer_node; /* verified CN under TLS, else NULL */
+  int got_request;
+  int fail;
+  int status;
+  const char *details;
+  mcp_msg *reply; /* the next message (unary reply, SessionMessage) */
+  mcp_watch *w;   /* Session: "nodes"; Tasks, Assignments: node/<id> */
+  int first_sent;
+  /* Assignments. */
+  mcp_map sent;
+  uint64_t mark;
+  uint64_t seq;
+  char applies_to[24];
+  mcp_msg **q;
+  size_t qhead, qn, qcap;
+  size_t nchg; /* changes in the message being built */
+  int cur_type;
+  int err; /* first error inside a take callback */
+  int hit; /* a take callback saw what the call looks for */
+  char detail_buf[128]; /* |details| when formatted */
+};
+
+typedef struct disp_ctx {
+  mcp_disp *d;
+  int method;
+} disp_ctx;
+
+struct mcp_disp {
+  mcp_mem mem;
+  mcp_disp_options o;
+  char **managers;
+  mcp_map by_id;
+  mcp_map by_node;
+  mcp_map tasks;
+  mcp_msg_builder *b;
+  mcp_service_def defs[M_N];
+  disp_ctx ctx[M_N];
+  mcp_disp_stats stats;
+};
+
+static const char *const method_paths[M_N] = {
+    MCP_DISP_METHOD_SESSION, MCP_DISP_METHOD_HEARTBEAT,
+    MCP_DISP_METHOD_UPDATE_TASK_STATUS, MCP_DISP_METHOD_TASKS,
+    MCP_DISP_METHOD_ASSIGNMENTS};
+
+const char *mcp_disp_kind_name(int kind) {
+  switch (kind) {
+  case MCP_DISP_TASK:
+    return "task";
+  case MCP_DISP_SECRET:
+    return "secret";
+  case MCP_DISP_CONFIG:
+    return "config";
+  default:
+    return NULL;
+  }
+}
+
+static size_t join(char *buf, size_t len, const char *a, const char *b) {
+  size_t na = strlen(a), nb = strlen(b), n = na + nb;
+  if (len) {
+    size_t ca = na < len - 1 ? na : len - 1;
+    size_t cb = nb < len - 1 - ca ? nb : len - 1 - ca;
+    memcpy(buf, a, ca);
+    memcpy(buf + ca, b, cb);
+    buf[ca + cb] = 0;
+  }
+  return n;
+}
+
+size_t mcp_disp_node_collection(char *buf, size_t len, const char *node) {
+  return join(buf, len, MCP_DISP_NODE_PREFIX, node);
+}
+
+size_t mcp_disp_item_name(char *buf, size_t len, int kind, const char *id) {
+  static const char *const prefix[] = {NULL, "task/", "secret/", "config/"};
+  if (!mcp_disp_kind_name(kind)) {
+    if (len) {
+      buf[0] = 0;
+    }
+    return 0;
+  }
+  return join(buf, len, prefix[kind], id);
+}
+
+/* The kind of a view resource from its name, and where its id starts;
+ * 0 for a name this protocol does not carry (invisible to the node). */
+static int kind_of_name(const char *name, const char **id) {
+  static const struct {
+    const char *p;
+    size_t n;
+    int kind;
+  } k[] = {{"task/", 5, MCP_DISP_TASK},
+           {"secret/", 7, MCP_DISP_SECRET},
+           {"config/", 7, MCP_DISP_CONFIG}};
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; ++i) {
+    if (strncmp(name, k[i].p, k[i].n) == 0 && name[k[i].n]) {
+      *id = name + k[i].n;
+      return k[i].kind;
+    }
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Options                                                             */
+/* ------------------------------------------------------------------ */
+
+static void disp_options_default(mcp_disp_options *o) {
+  memset(o, 0, sizeof *o);
+  o->heartbeat_period = DISP_DEFAULT_PERIOD;
+  o->debounce = DISP_DEFAULT_DEBOUNCE;
+  o->max_delay = DISP_DEFAULT_MAX_DELAY;
+  o->max_changes = DISP_DEFAULT_MAX_CHANGES;
+  o->max_task_statuses = DISP_DEFAULT_MAX_STATUSES;
+}
+
+void mcp_disp_options_default_versioned(int version, mcp_disp_options *opts) {
+  mcp_disp_options o;
+  disp_options_default(&o);
+  memcpy(opts, &o,
+         mcp__version_size(version, MCP__VSIZES(mcp_disp_options), MCP__VN));
+}
+
+/* ------------------------------------------------------------------ */
+/* Registry                                                            */
+/* ------------------------------------------------------------------ */
+
+static void sess_unref(mcp_disp *d, dsess *s) {
+  assert(s->refs > 0);
+  if (--s->refs == 0) {
+    assert(!s->calls);
+    mcp__free(&d->mem, s->id);
+    mcp__free(&d->mem, s->node);
+    mcp__free(&d->mem, s);
+  }
+}
+
+/* Takes |s| out of the registry (replaced or expired) and wakes its
+ * calls: their transport pumps them, and their end() reports how. */
+static void sess_end(mcp_disp *d, dsess *s, int state) {
+  assert(s->state == S_LIVE);
+  s->state = state;
+  mcp__map_del(&d->by_id, s->id);
+  if (mcp__map_get(&d->by_node, s->node) == s) {
+    mcp__map_del(&d->by_node, s->node);
+  }
+  if (state == S_EXPIRED) {
+    d->stats.sessions_expired++;
+  } else {
+    d->stats.sessions_replaced++;
+  }
+  d->stats.sessions--;
+  for (dcall *c = s->calls; c; c = c->next) {
+    if (c->st) {
+      mcp_stream_wake(c->st);
+    }
+  }
+  sess_unref(d, s);
+}
+
+static int sess_due(const dsess *s, mcp_tstamp ts) {
+  return s->state == S_LIVE && ts >= s->deadline;
+}
+
+/* The live session |id| at |ts| (expiring it when its time has come). */
+static dsess *sess_lookup(mcp_disp *d, const char *id, mcp_tstamp ts) {
+  dsess *s;
+  if (!id || !*id) {
+    return NULL;
+  }
+  s = mcp__map_get(&d->by_id, id);
+  if (s && sess_due(s, ts)) {
+    sess_end(d, s, S_EXPIRED);
+    return NULL;
+  }
+  return s;
+}
+
+static mcp_tstamp grace(const mcp_disp *d) {
+  return d->o.heartbeat_period * DISP_GRACE_MULTIPLIER;
+}
+
+static mcp_tstamp add_ts(mcp_tstamp a, mcp_tstamp b) {
+  return a > MCP_TSTAMP_MAX - b ? MCP_TSTAMP_MAX : a + b;
+}
+
+/* A new live session for |node|, replacing the node's previous one. */
+static int sess_create(mcp_disp *d, const char *node, mcp_tstamp ts,
+                       dsess **ps) {
+  uint8_t r[16];
+  char hex[33];
+  static const char digits[] = "0123456789abcdef";
+  dsess *s = mcp__calloc(&d->mem, 1, sizeof *s);
+  if (!s) {
+    return MCP_ERR_NOMEM;
+  }
+  /* A collision with a live id is astronomically unlikely, but a weak
+   * test generator may repeat: draw again. */
+  for (int tries = 0;; ++tries) {
+    d->o.rand(r, sizeof r, d->o.rand_user_data);
+    for (size_t i = 0; i < sizeof r; ++i) {
+      hex[2 * i] = digits[r[i] >> 4];
+      hex[2 * i + 1] = digits[r[i] & 15];
+    }
+    hex[32] = 0;
+    if (!mcp__map_get(&d->by_id, hex) || tries > 8) {
+      break;
+    }
+  }
+  s->id = mcp__strdup(&d->mem, hex);
+  s->node = mcp__strdup(&d->mem, node);
+  if (!s->id || !s->node || mcp__map_reserve(&d->by_id, &d->mem, 1) ||
+      mcp__map_reserve(&d->by_node, &d->mem, 1) ||
+      mcp__map_get(&d->by_id, hex)) {
+    mcp__free(&d->mem, s->id);
+    mcp__free(&d->mem, s->node);
+    mcp__free(&d->mem, s);
+    return MCP_ERR_NOMEM;
+  }
+  dsess *old = mcp__map_get(&d->by_node, node);
+  if (old) {
+    /* swarmkit: a node registering again ends its older session. */
+    sess_end(d, old, S_REPLACED);
+  }
+  s->deadline = add_ts(ts, grace(d));
+  s->refs = 1;
+  s->state = S_LIVE;
+  mcp__map_put(&d->by_id, &d->mem, s->id, s, NULL);
+  mcp__map_put(&d->by_node, &d->mem, s->node, s, NULL);
+  d->stats.sessions++;
+  d->stats.sessions_created++;
+  *ps = s;
+  return 0;
+}
+
+static void call_attach(dcall *c, dsess *s) {
+  assert(!c->sess);
+  c->sess = s;
+  s->refs++;
+  c->prev = NULL;
+  c->next = s->calls;
+  if (s->calls) {
+    s->calls->prev = c;
+  }
+  s->calls = c;
+}
+
+static void call_detach(dcall *c) {
+  dsess *s = c->sess;
+  if (!s) {
+    return;
+  }
+  if (c->prev) {
+    c->prev->next = c->next;
+  } else {
+    s->calls = c->next;
+  }
+  if (c->next) {
+    c->next->prev = c->prev;
+  }
+  c->sess = NULL;
+  sess_unref(c->d, s);
+}
+
+mcp_tstamp mcp_disp_get_expiry(const mcp_disp *d) {
+  mcp_tstamp t = MCP_TSTAMP_MAX;
+  void *v;
+  for (size_t i = 0; mcp__map_iter(&d->by_id, &i, &v);) {
+    const dsess *s = v;
+    if (s->deadline < t) {
+      t = s->deadline;
+    }
+  }
+  return t;
+}
+
+void mcp_disp_handle_expiry(mcp_disp *d, mcp_tstamp ts) {
+  dsess **due;
+  size_t n = 0;
+  void *v;
+  for (size_t i = 0; mcp__map_iter(&d->by_id, &i, &v);) {
+    n += sess_due(v, ts);
+  }
+  if (!n) {
+    return;
+  }
+  /* Ending a session deletes it from the map being walked: collect
+   * first. Without memory for the list, walk again after each one. */
+  due = mcp__malloc(&d->mem, n * sizeof *due);
+  if (due) {
+    n = 0;
+    for (size_t i = 0; mcp__map_iter(&d->by_id, &i, &v);) {
+      if (sess_due(v, ts)) {
+        due[n++] = v;
+      }
+    }
+    for (size_t k = 0; k < n; ++k) {
+      sess_end(d, due[k], S_EXPIRED);
+    }
+    mcp__free(&d->mem, due);
+    return;
+  }
+  for (int again = 1; again;) {
+    again = 0;
+    for (size_t i = 0; mcp__map_iter(&d->by_id, &i, &v);) {
+      if (sess_due(v, ts)) {
+        sess_end(d, v, S_EXPIRED);
+        again = 1;
+        break;
+      }
+    }
+  }
+}
+
+int mcp_disp_sessions(const mcp_disp *d, mcp_disp_session_fn fn,
+                      void *user_data) {
+  void *v;
+  for (size_t i = 0; mcp__map_iter(&d->by_id, &i, &v);) {
+    const dsess *s = v;
+    mcp_disp_session_info info = {s->node, s->id, s->deadline, 0, "", 0};
+    int seen = 0;
+    /* Calls are attached newest first: the first Assignments call met is
+     * the newest. */
+    for (const dcall *c = s->calls; c; c = c->next) {
+      info.streams++;
+      if (c->method == M_ASSIGN && !seen) {
+        seen = 1;
+        info.results_in = c->applies_to; /* the last results_in framed */
+        info.assignments_messages = c->seq;
+      }
+    }
+    int r = fn(&info, user_data);
+    if (r) {
+      return r;
+    }
+  }
+  return 0;
+}
+
+const char *mcp_disp_node_session(const mcp_disp *d, const char *node,
+                                  mcp_tstamp ts) {
+  const dsess *s = mcp__map_get(&d->by_node, node);
+  return s && !sess_due(s, ts) ? s->id : NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Calls: common                                                       */
+/* ------------------------------------------------------------------ */
+
+static void call_fail(dcall *c, int status, const char *details) {
+  if (!c->fail) {
+    c->fail = 1;
+    c->status = status;
+    c->details = details;
+  }
+}
+
+static void call_invalid(dcall *c) {
+  c->d->stats.invalid_session_calls++;
+  call_fail(c, MCP_CODE_INVALID_ARGUMENT, MCP_DISP_ERR_SESSION_INVALID);
+}
+
+/* The live session a call names, checked against the TLS identity. */
+static dsess *call_session(dcall *c, const char *id, mcp_tstamp ts) {
+  dsess *s = sess_lookup(c->d, id, ts);
+  if (s && c->peer_node && strcmp(s->node, c->peer_node) != 0) {
+    return NULL;
+  }
+  return s;
+}
+
+static int end_fn(const void *sess, int *status, const char **details) {
+  const dcall *c = sess;
+  if (c->fail) {
+    *status = c->status;
+    *details = c->details;
+    return 1;
+  }
+  if (c->sess && c->sess->state != S_LIVE) {
+    if (c->sess->state == S_EXPIRED) {
+      *status = MCP_CODE_UNAVAILABLE;
+      *details = MCP_DISP_ERR_HEARTBEAT;
+    } else if (c->method == M_SESSION) {
+      *status = 10; /* ABORTED, as swarmkit's disconnectNode */
+      *details = MCP_DISP_ERR_DISCONNECT;
+    } else {
+      *status = MCP_CODE_INVALID_ARGUMENT;
+      *details = MCP_DISP_ERR_SESSION_INVALID;
+    }
+    return 1;
+  }
+  return 0;
+}
+
+/* Every method takes exactly one request: a peer that half-closes without
+ * sending it gets an answer rather than a call that never ends. */
+static void half_close_fn(void *sess, mcp_tstamp ts) {
+  dcall *c = sess;
+  MCP_UNUSED(ts);
+  if (!c->got_request) {
+    call_fail(c, MCP_CODE_INVALID_ARGUMENT, "no request message");
+  }
+}
+
+static mcp_tstamp get_expiry_fn(const void *sess) {
+  const dcall *c = sess;
+  mcp_tstamp t = MCP_TSTAMP_MAX;
+  if (c->sess && c->sess->state == S_LIVE) {
+    t = c->sess->deadline;
+  }
+  if (c->w && c->method != M_SESSION && !c->fail) {
+    mcp_tstamp w = mcp_watch_get_expiry(c->w);
+    if (w < t) {
+      t = w;
+    }
+  }
+  return t;
+}
+
+static int handle_expiry_fn(void *sess, mcp_tstamp ts) {
+  dcall *c = sess;
+  if (c->sess && sess_due(c->sess, ts)) {
+    sess_end(c->d, c->sess, S_EXPIRED);
+  }
+  return 0;
+}
+
+static void queue_clear(dcall *c) {
+  for (size_t i = 0; i < c->qn; ++i) {
+    mcp_msg_free(c->q[(c->qhead + i) % c->qcap]);
+  }
+  c->qhead = c->qn = 0;
+}
+
+static void del_fn(void *sess) {
+  dcall *c = sess;
+  mcp_disp *d = c->d;
+  void *v;
+  call_detach(c);
+  mcp_watch_del(c->w);
+  mcp_msg_free(c->reply);
+  queue_clear(c);
+  mcp__free(&d->mem, c->q);
+  for (size_t i = 0; mcp__map_iter(&c->sent, &i, &v);) {
+    sent_entry *e = v;
+    mcp__free(&d->mem, e->name);
+    mcp__free(&d->mem, e->version);
+    mcp__free(&d->mem, e);
+  }
+  mcp__map_free(&c->sent, &d->mem);
+  mcp__free(&d->mem, c->peer_node);
+  d->stats.streams--;
+  mcp__free(&d->mem, c);
+}
+
+/* Decodes a request. NULL: *err = NOMEM, or 0 when the bytes are no such
+ * message (the call then ends INVALID_ARGUMENT "malformed <type>"). */
+static void *unpack(dcall *c, const ProtobufCMessageDescriptor *desc,
+                    const uint8_t *in, size_t len, int *err) {
+  mcp_pballoc pa;
+  mcp__pballoc_init(&pa, &c->d->mem);
+  void *m = protobuf_c_message_unpack(desc, &pa.a, len, in);
+  if (!m) {
+    *err = pa.failed ? MCP_ERR_NOMEM : 0;
+    if (!pa.failed) {
+      mcp__fmt(c->detail_buf, sizeof c->detail_buf, "malformed %s",
+               desc->name);
+      call_fail(c, MCP_CODE_INVALID_ARGUMENT, c->detail_buf);
+    }
+  }
+  return m;
+}
+
+static void unpack_free(mcp_disp *d, void *m) {
+  mcp_pballoc pa;
+  mcp__pballoc_init(&pa, &d->mem);
+  protobuf_c_message_free_unpacked(m, &pa.a);
+}
+
+static int pop_reply(dcall *c, mcp_msg **pmsg) {
+  if (c->reply) {
+    *pmsg = c->reply;
+    c->reply = NULL;
+    return 1;
+  }
+  return 0;
+}
+
+/* Each method accepts one request message (unary and server streaming). */
+static int second_request(dcall *c) {
+  if (c->got_request) {
+    return MCP_ERR_PROTOCOL;
+  }
+  c->got_request = 1;
+  return 0;
+}
+
+static void put_str_field(mcp_msg_builder *b, uint32_t f, const char *s) {
+  size_t n = strlen(s);
+  if (n) {
+    mcp_msg_builder_len_field(b, f, s, n);
+  }
+}
+
+/* ------------------------------------------------------------------ */
+/* Session                                                             */
+/* ------------------------------------------------------------------ */
+
+static int take_nothing(const mcp_item *item, void *user_data) {
+  MCP_UNUSED(item);
+  MCP_UNUSED(user_data);
+  return 0;
+}
+
+static int take_node(const mcp_item *item, void *user_data) {
+  dcall *c = user_data;
+  if (c->sess && strcmp(item->name, c->sess->node) == 0) {
+    c->hit = 1;
+  }
+  return 0;
+}
+
+/* SessionMessage{session_id, node (from the view, when present),
+ * managers (weight 1)}. */
+static int session_message(dcall *c, mcp_msg **pmsg) {
+  mcp_disp *d = c->d;
+  mcp_msg_builder *b = d->b;
+  mcp_item it;
+  put_str_field(b, 1, c->sess->id);
+  if (c->w && mcp_watch_get(c->w, c->sess->node, &it) && it.body) {
+    mcp_msg_builder_key(b, 2, MCP_WT_LEN);
+    mcp_msg_builder_varint(b, it.body_len);
+    mcp_msg_builder_body(b, &it);
+  }
+  for (size_t i = 0; i < d->o.nmanagers; ++i) {
+    size_t al = strlen(d->managers[i]);
+    size_t peer = 1 + mcp__varint_len(al) + al; /* Peer{addr = 2} */
+    size_t wp = 1 + mcp__varint_len(peer) + peer + 2; /* + weight 1 */
+    mcp_msg_builder_key(b, 3, MCP_WT_LEN);
+    mcp_msg_builder_varint(b, wp);
+    mcp_msg_builder_key(b, 1, MCP_WT_LEN);
+    mcp_msg_builder_varint(b, peer);
+    mcp_msg_builder_len_field(b, 2, d->managers[i], al);
+    mcp_msg_builder_key(b, 2, MCP_WT_VARINT);
+    mcp_msg_builder_varint(b, 1);
+  }
+  return mcp_msg_builder_finish(b, "session", pmsg);
+}
+
+static int node_ok(const char *s) {
+  size_t n = strlen(s);
+  return n > 0 && n <= DISP_MAX_NODE_LEN &&
+         mcp__utf8_valid((const uint8_t *)s, n);
+}
+
+static int session_recv(void *sess, const uint8_t *in, size_t len,
+                        mcp_tstamp ts) {
+  dcall *c = sess;
+  mcp_disp *d = c->d;
+  int err = second_request(c);
+  Docker__Swarmkit__V1__SessionRequest *req;
+  const char *node;
+  dsess *s;
+  if (err) {
+    return err;
+  }
+  req = unpack(c, &docker__swarmkit__v1__session_request__descriptor, in, len,
+               &err);
+  if (!req) {
+    return err;
+  }
+  node = c->peer_node;
+  if (!node) {
+    node = req->description && req->description->hostname
+               ? req->description->hostname
+               : "";
+  }
+  if (!node_ok(node)) {
+    unpack_free(d, req);
+    call_fail(c, MCP_CODE_INVALID_ARGUMENT,
+              "no node id: a TLS client certificate or "
+              "description.hostname (1 to 1024 bytes of UTF-8) is required");
+    return 0;
+  }
+  if (!mcp__str_valid(req->session_id)) {
+    unpack_free(d, req);
+    call_fail(c, MCP_CODE_INVALID_ARGUMENT, "session_id is not UTF-8");
+    return 0;
+  }
+  s = sess_lookup(d, req->session_id, ts);
+  if (s && strcmp(s->node, node) == 0) {
+    /* A live session id is kept (swarmkit resumes it). */
+    s->deadline = add_ts(ts, grace(d));
+  } else {
+    err = sess_create(d, node, ts, &s);
+  }
+  unpack_free(d, req);
+  if (err) {
+    return err;
+  }
+  call_attach(c, s);
+  err = mcp_watch_new(&c->w, d->o.view, MCP_DISP_NODES_COLLECTION, NULL,
+                      &d->mem);
+  if (!err) {
+    int full;
+    err = mcp_watch_take(c->w, ts, take_nothing, NULL, &full);
+    err = err < 0 ? err : 0;
+  }
+  if (!err) {
+    err = session_message(c, &c->reply);
+  }
+  return err;
+}
+
+static int session_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
+  dcall *c = sess;
+  if (c->fail || !c->sess || c->sess->state != S_LIVE) {
+    return 0;
+  }
+  if (pop_reply(c, pmsg)) {
+    return 1;
+  }
+  /* swarmkit sends a SessionMessage again when the node object changes. */
+  if (c->w && mcp_watch_changed(c->w)) {
+    int full, r;
+    c->hit = 0;
+    r = mcp_watch_take(c->w, ts, take_node, c, &full);
+    if (r < 0) {
+      return r;
+    }
+    if (c->hit || (full && r == 0)) {
+      r = session_message(c, pmsg);
+      return r < 0 ? r : 1;
+    }
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Heartbeat                                                           */
+/* ------------------------------------------------------------------ */
+
+static int heartbeat_recv(void *sess, const uint8_t *in, size_t len,
+                          mcp_tstamp ts) {
+  dcall *c = sess;
+  mcp_disp *d = c->d;
+  int err = second_request(c);
+  Docker__Swarmkit__V1__HeartbeatRequest *req;
+  dsess *s;
+  if (err) {
+    return err;
+  }
+  req = unpack(c, &docker__swarmkit__v1__heartbeat_request__descriptor, in,
+               len, &err);
+  if (!req) {
+    return err;
+  }
+  s = call_session(c, req->session_id, ts);
+  unpack_free(d, req);
+  if (!s) {
+    call_invalid(c);
+    return 0;
+  }
+  s->deadline = add_ts(ts, grace(d));
+  d->stats.heartbeats++;
+  {
+    /* HeartbeatResponse{period: Duration{seconds = 1, nanos = 2}} */
+    mcp_msg_builder *b = d->b;
+    uint64_t sec = d->o.heartbeat_period / MCP_SECONDS;
+    uint64_t ns = d->o.heartbeat_period % MCP_SECONDS;
+    size_t dl = (sec ? 1 + mcp__varint_len(sec) : 0) +
+                (ns ? 1 + mcp__varint_len(ns) : 0);
+    mcp_msg_builder_key(b, 1, MCP_WT_LEN);
+    mcp_msg_builder_varint(b, dl);
+    if (sec) {
+      mcp_msg_builder_key(b, 1, MCP_WT_VARINT);
+      mcp_msg_builder_varint(b, sec);
+    }
+    if (ns) {
+      mcp_msg_builder_key(b, 2, MCP_WT_VARINT);
+      mcp_msg_builder_varint(b, ns);
+    }
+    return mcp_msg_builder_finish(b, "heartbeat", &c->reply);
+  }
+}
+
+static int unary_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
+  MCP_UNUSED(ts);
+  return pop_reply(sess, pmsg);
+}
+
+/* ------------------------------------------------------------------ */
+/* UpdateTaskStatus                                                    */
+/* ------------------------------------------------------------------ */
+
+static void tstat_free(mcp_disp *d, tstat *t) {
+  if (t) {
+    mcp__free(&d->mem, t->task_id);
+    mcp__free(&d->mem, t->node);
+    mcp__free(&d->mem, t->message);
+    mcp__free(&d->mem, t->err);
+    mcp__free(&d->mem, t->status);
+    mcp__free(&d->mem, t);
+  }
+}
+
+static tstat *tstat_new(mcp_disp *d, const char *task_id, const char *node,
+                        const Docker__Swarmkit__V1__TaskStatus *st,
+                        mcp_tstamp ts) {
+  tstat *t = mcp__calloc(&d->mem, 1, sizeof *t);
+  size_t n;
+  if (!t) {
+    return NULL;
+  }
+  n = protobuf_c_message_get_packed_size(&st->base);
+  t->task_id = mcp__strdup(&d->mem, task_id);
+  t->node = mcp__strdup(&d->mem, node);
+  t->message = mcp__strdup(&d->mem, st->message ? st->message : "");
+  t->err = mcp__strdup(&d->mem, st->err ? st->err : "");
+  t->status = mcp__malloc(&d->mem, n ? n : 1);
+  if (!t->task_id || !t->node || !t->message || !t->err || !t->status) {
+    tstat_free(d, t);
+    return NULL;
+  }
+  /* Packed again from the decoded form: the request's bytes of it are
+   * not at hand through protobuf-c, and this is the debug view only. */
+  t->status_len = protobuf_c_message_pack(&st->base, t->status);
+  t->state = (int)st->state;
+  t->updated = ts;
+  return t;
+}
+
+static int uts_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
+  dcall *c = sess;
+  mcp_disp *d = c->d;
+  int err = second_request(c);
+  Docker__Swarmkit__V1__UpdateTaskStatusRequest *req;
+  dsess *s;
+  tstat **fresh = NULL;
+  size_t nnew = 0;
+  if (err) {
+    return err;
+  }
+  req = unpack(c, &docker__swarmkit__v1__update_task_status_request__descriptor,
+               in, len, &err);
+  if (!req) {
+    return err;
+  }
+  s = call_session(c, req->session_id, ts);
+  if (!s) {
+    unpack_free(d, req);
+    call_invalid(c);
+    return 0;
+  }
+  for (size_t i = 0; i < req->n_updates; ++i) {
+    const char *id = req->updates[i]->task_id;
+    if (!mcp__str_valid(id) || !*id) {
+      unpack_free(d, req);
+      call_fail(c, MCP_CODE_INVALID_ARGUMENT, "task id missing or not UTF-8");
+      return 0;
+    }
+  }
+  /* All or nothing: build every entry first, then swap them in. */
+  if (req->n_updates) {
+    fresh = mcp__calloc(&d->mem, req->n_updates, sizeof *fresh);
+    if (!fresh) {
+      err = MCP_ERR_NOMEM;
+    }
+  }
+  for (size_t i = 0; !err && i < req->n_updates; ++i) {
+    const Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate *u =
+        req->updates[i];
+    if (!u->status) {
+      continue; /* swarmkit skips an update without a status */
+    }
+    fresh[i] = tstat_new(d, u->task_id, s->node, u->status, ts);
+    if (!fresh[i]) {
+      err = MCP_ERR_NOMEM;
+    } else if (!mcp__map_get(&d->tasks, u->task_id)) {
+      ++nnew;
+    }
+  }
+  if (!err && d->tasks.n + nnew > d->o.max_task_statuses) {
+    err = MCP_ERR_LIMIT;
+  }
+  if (!err && mcp__map_reserve(&d->tasks, &d->mem, nnew)) {
+    err = MCP_ERR_NOMEM;
+  }
+  for (size_t i = 0; i < req->n_updates; ++i) {
+    if (!fresh || !fresh[i]) {
+      continue;
+    }
+    if (err) {
+      tstat_free(d, fresh[i]);
+      continue;
+    }
+    tstat_free(d, mcp__map_put(&d->tasks, &d->mem, fresh[i]->task_id,
+                               fresh[i], NULL));
+    d->stats.status_updates++;
+  }
+  mcp__free(&d->mem, fresh);
+  unpack_free(d, req);
+  if (err == MCP_ERR_LIMIT) {
+    call_fail(c, MCP_CODE_RESOURCE_EXHAUSTED, "too many task statuses kept");
+    return 0;
+  }
+  if (err) {
+    return err;
+  }
+  d->stats.task_statuses = d->tasks.n;
+  /* UpdateTaskStatusResponse{}: no bytes. */
+  return mcp_msg_builder_finish(d->b, "update_task_status", &c->reply);
+}
+
+int mcp_disp_task_statuses(const mcp_disp *d, mcp_disp_task_fn fn,
+                           void *user_data) {
+  void *v;
+  for (size_t i = 0; mcp__map_iter(&d->tasks, &i, &v);) {
+    const tstat *t = v;
+    mcp_disp_task_status st = {t->task_id, t->node,   t->state,
+                               t->message, t->err,    t->status,
+                               t->status_len, t->updated};
+    int r = fn(&st, user_data);
+    if (r) {
+      return r;
+    }
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Tasks and Assignments: the request                                  */
+/* ------------------------------------------------------------------ */
+
+static int watch_recv(void *sess, const uint8_t *in, size_t len,
+                      mcp_tstamp ts) {
+  dcall *c = sess;
+  mcp_disp *d = c->d;
+  int err = second_request(c);
+  const ProtobufCMessageDescriptor *desc =
+      c->method == M_TASKS ? &docker__swarmkit__v1__tasks_request__descriptor
+                           : &docker__swarmkit__v1__assignments_request__descriptor;
+  ProtobufCMessage *req;
+  const char *id;
+  dsess *s;
+  char coll[DISP_MAX_NODE_LEN + 8];
+  mcp_watch_options wo;
+  if (err) {
+    return err;
+  }
+  req = unpack(c, desc, in, len, &err);
+  if (!req) {
+    return err;
+  }
+  /* TasksRequest and AssignmentsRequest: session_id = 1, alone. */
+  id = c->method == M_TASKS
+           ? ((Docker__Swarmkit__V1__TasksRequest *)req)->session_id
+           : ((Docker__Swarmkit__V1__AssignmentsRequest *)req)->session_id;
+  s = call_session(c, id, ts);
+  unpack_free(d, req);
+  if (!s) {
+    call_invalid(c);
+    return 0;
+  }
+  call_attach(c, s);
+  mcp__fmt(coll, sizeof coll, "%s%s", MCP_DISP_NODE_PREFIX, s->node);
+  wo.debounce = d->o.debounce;
+  wo.max_delay = d->o.max_delay;
+  return mcp_watch_new(&c->w, d->o.view, coll, &wo, &d->mem);
+}
+
+/* ------------------------------------------------------------------ */
+/* Tasks (deprecated): the full task list on every change              */
+/* ------------------------------------------------------------------ */
+
+static int tasks_changed_fn(const mcp_item *item, void *user_data) {
+  dcall *c = user_data;
+  const char *id;
+  if (kind_of_name(item->name, &id) == MCP_DISP_TASK) {
+    c->hit = 1;
+  }
+  return 0;
+}
+
+static int tasks_add_fn(const mcp_item *item, void *user_data) {
+  dcall *c = user_data;
+  mcp_msg_builder *b = c->d->b;
+  const char *id;
+  if (kind_of_name(item->name, &id) != MCP_DISP_TASK) {
+    return 0;
+  }
+  mcp_msg_builder_key(b, 1, MCP_WT_LEN);
+  mcp_msg_builder_varint(b, item->body_len);
+  if (item->body_len) {
+    mcp_msg_builder_body(b, item);
+  }
+  return 0;
+}
+
+static int tasks_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
+  dcall *c = sess;
+  int full, r;
+  if (c->fail || !c->sess || c->sess->state != S_LIVE || !c->w) {
+    return 0;
+  }
+  if (c->first_sent && !mcp_watch_ready(c->w, ts)) {
+    return 0;
+  }
+  c->hit = 0;
+  r = mcp_watch_take(c->w, ts, tasks_changed_fn, c, &full);
+  if (r < 0) {
+    return r;
+  }
+  if (c->first_sent && !c->hit && !(full && r == 0)) {
+    return 0;
+  }
+  c->first_sent = 1;
+  r = mcp_watch_foreach(c->w, tasks_add_fn, c);
+  if (r) {
+    return r;
+  }
+  r = mcp_msg_builder_finish(c->d->b, "tasks", pmsg);
+  if (r) {
+    return r;
+  }
+  c->d->stats.tasks_messages++;
+  return 1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Assignments                                                         */
+/* ------------------------------------------------------------------ */
+
+static int queue_push(dcall *c, mcp_msg *m) {
+  if (c->qn == c->qcap) {
+    size_t ncap = c->qcap ? 2 * c->qcap : 4;
+    mcp_msg **nq = mcp__malloc(&c->d->mem, ncap * sizeof *nq);
+    if (!nq) {
+      mcp_msg_free(m);
+      return MCP_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < c->qn; ++i) {
+      nq[i] = c->q[(c->qhead + i) % c->qcap];
+    }
+    mcp__free(&c->d->mem, c->q);
+    c->q = nq;
+    c->qcap = ncap;
+    c->qhead = 0;
+  }
+  c->q[(c->qhead + c->qn) % c->qcap] = m;
+  c->qn++;
+  return 0;
+}
+
+/* Ends the message being built: type, applies_to, results_in (fields 1-3,
+ * after the changes), chained to the previous one. */
+static int assign_finish(dcall *c) {
+  mcp_disp *d = c->d;
+  mcp_msg_builder *b = d->b;
+  char res[24];
+  mcp_msg *m;
+  int r;
+  c->seq++;
+  mcp__fmt(res, sizeof res, "%zu", (size_t)c->seq);
+  if (c->cur_type != MCP_DISP_COMPLETE) {
+    mcp_msg_builder_key(b, 1, MCP_WT_VARINT);
+    mcp_msg_builder_varint(b, (uint64_t)c->cur_type);
+  }
+  put_str_field(b, 2, c->applies_to);
+  put_str_field(b, 3, res);
+  r = mcp_msg_builder_finish(b, "assignments", &m);
+  if (r) {
+    return r;
+  }
+  memcpy(c->applies_to, res, sizeof res);
+  d->stats.assignments_messages++;
+  d->stats.assignments_changes += c->nchg;
+  c->nchg = 0;
+  /* A message split off continues as INCREMENTAL. */
+  c->cur_type = MCP_DISP_INCREMENTAL;
+  return queue_push(c, m);
+}
+
+/* One change: AssignmentsMessage.changes (4) = AssignmentChange{
+ * assignment (1) = Assignment{<kind> = object}, action (2)}. */
+static int assign_change(dcall *c, int kind, const char *id,
+                         const mcp_item *item) {
+  mcp_msg_builder *b = c->d->b;
+  size_t olen, alen, clen, idlen = strlen(id);
+  if (item) {
+    olen = item->body_len;
+  } else {
+    olen = 1 + mcp__varint_len(idlen) + idlen; /* {id = 1} */
+  }
+  alen = 1 + mcp__varint_len(olen) + olen;
+  clen = 1 + mcp__varint_len(alen) + alen + (item ? 0 : 2);
+  mcp_msg_builder_key(b, 4, MCP_WT_LEN);
+  mcp_msg_builder_varint(b, clen);
+  mcp_msg_builder_key(b, 1, MCP_WT_LEN);
+  mcp_msg_builder_varint(b, alen);
+  mcp_msg_builder_key(b, (uint32_t)kind, MCP_WT_LEN);
+  mcp_msg_builder_varint(b, olen);
+  if (item) {
+    if (item->body_len) {
+      mcp_msg_builder_body(b, item);
+    }
+  } else {
+    mcp_msg_builder_len_field(b, 1, id, idlen);
+    mcp_msg_builder_key(b, 2, MCP_WT_VARINT);
+    mcp_msg_builder_varint(b, MCP_DISP_REMOVE);
+  }
+  if (++c->nchg >= c->d->o.max_changes) {
+    return assign_finish(c);
+  }
+  return 0;
+}
+
+static void sent_free(mcp_disp *d, sent_entry *e) {
+  mcp__free(&d->mem, e->name);
+  mcp__free(&d->mem, e->version);
+  mcp__free(&d->mem, e);
+}
+
+static int assign_item_fn(const mcp_item *item, void *user_data) {
+  dcall *c = user_data;
+  mcp_disp *d = c->d;
+  const char *id;
+  int kind = kind_of_name(item->name, &id);
+  sent_entry *e;
+  if (!kind) {
+    return 0; /* invisible to the node */
+  }
+  e = mcp__map_get(&c->sent, item->name);
+  if (item->removed) {
+    if (!e) {
+      return 0; /* never sent: nothing to remove */
+    }
+    mcp__map_del(&c->sent, item->name);
+    sent_free(d, e);
+    return assign_change(c, kind, id, NULL);
+  }
+  if (e) {
+    e->mark = c->mark;
+    if (item->version && strcmp(e->version, item->version) == 0) {
+      return 0; /* a full take re-reporting what the node has */
+    }
+    char *v = mcp__strdup(&d->mem, item->version ? item->version : "");
+    if (!v) {
+      return MCP_ERR_NOMEM;
+    }
+    mcp__free(&d->mem, e->version);
+    e->version = v;
+  } else {
+    e = mcp__calloc(&d->mem, 1, sizeof *e);
+    if (!e || mcp__map_reserve(&c->sent, &d->mem, 1)) {
+      mcp__free(&d->mem, e);
+      return MCP_ERR_NOMEM;
+    }
+    e->name = mcp__strdup(&d->mem, item->name);
+    e->version = mcp__strdup(&d->mem, item->version ? item->version : "");
+    if (!e->name || !e->version) {
+      sent_free(d, e);
+      return MCP_ERR_NOMEM;
+    }
+    e->mark = c->mark;
+    mcp__map_put(&c->sent, &d->mem, e->name, e, NULL);
+  }
+  return assign_change(c, kind, id, item);
+}
+
+/* After a full take: what was sent and is no longer there goes. The
+ * stale entries are collected first (deleting from the map while walking
+ * it would restart the walk: O(n^2)). */
+static int assign_sweep(dcall *c) {
+  mcp_disp *d = c->d;
+  sent_entry **stale;
+  size_t n = 0;
+  void *v;
+  int r = 0;
+  for (size_t i = 0; mcp__map_iter(&c->sent, &i, &v);) {
+    n += ((sent_entry *)v)->mark != c->mark;
+  }
+  if (!n) {
+    return 0;
+  }
+  stale = mcp__malloc(&d->mem, n * sizeof *stale);
+  if (!stale) {
+    return MCP_ERR_NOMEM;
+  }
+  n = 0;
+  for (size_t i = 0; mcp__map_iter(&c->sent, &i, &v);) {
+    if (((sent_entry *)v)->mark != c->mark) {
+      stale[n++] = v;
+    }
+  }
+  for (size_t k = 0; k < n; ++k) {
+    sent_entry *e = stale[k];
+    const char *id;
+    int kind = kind_of_name(e->name, &id);
+    if (!r) {
+      r = assign_change(c, kind, id, NULL); /* copies the id */
+    }
+    mcp__map_del(&c->sent, e->name);
+    sent_free(d, e);
+  }
+  mcp__free(&d->mem, stale);
+  return r;
+}
+
+static int assign_take(dcall *c, mcp_tstamp ts) {
+  int full, r;
+  c->mark++;
+  c->nchg = 0;
+  c->cur_type = c->first_sent ? MCP_DISP_INCREMENTAL : MCP_DISP_COMPLETE;
+  r = mcp_watch_take(c->w, ts, assign_item_fn, c, &full);
+  if (r >= 0 && full) {
+    r = assign_sweep(c);
+  }
+  if (r < 0) {
+    /* Whatever was half built goes; the stream ends with the error. */
+    mcp_msg *m = NULL;
+    if (mcp_msg_builder_finish(c->d->b, NULL, &m) == 0) {
+      mcp_msg_free(m);
+    }
+    return r;
+  }
+  /* The first message goes out even when empty; later, a message only
+   * when something visible changed. */
+  if (c->nchg || !c->first_sent) {
+    r = assign_finish(c);
+    if (r) {
+      return r;
+    }
+  }
+  c->first_sent = 1;
+  return 0;
+}
+
+static int assign_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
+  dcall *c = sess;
+  if (c->fail || !c->sess || c->sess->state != S_LIVE || !c->w) {
+    return 0;
+  }
+  if (!c->qn && (!c->first_sent || mcp_watch_ready(c->w, ts))) {
+    int r = assign_take(c, ts);
+    if (r) {
+      return r;
+    }
+  }
+  if (c->qn) {
+    *pmsg = c->q[c->qhead];
+    c->qhead = (c->qhead + 1) % c->qcap;
+    c->qn--;
+    return 1;
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Ops and open                                                        */
+/* ------------------------------------------------------------------ */
+
+static const mcp_stream_ops disp_ops[M_N] = {
+    {"session", MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE, session_recv,
+     session_next, get_expiry_fn, handle_expiry_fn, end_fn, half_close_fn, del_fn},
+    {"heartbeat", 0, heartbeat_recv, unary_next, get_expiry_fn,
+     handle_expiry_fn, end_fn, half_close_fn, del_fn},
+    {"update_task_status", 0, uts_recv, unary_next, get_expiry_fn,
+     handle_expiry_fn, end_fn, half_close_fn, del_fn},
+    {"tasks", MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE, watch_recv, tasks_next,
+     get_expiry_fn, handle_expiry_fn, end_fn, half_close_fn, del_fn},
+    {"assignments", MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE, watch_recv,
+     assign_next, get_expiry_fn, handle_expiry_fn, end_fn, half_close_fn, del_fn},
+};
+
+static int disp_open(void *user_data, const mcp_peer_info *peer,
+                     mcp_tstamp ts, mcp_stream **pst) {
+  disp_ctx *x = user_data;
+  mcp_disp *d = x->d;
+  dcall *c = mcp__calloc(&d->mem, 1, sizeof *c);
+  mcp_stream *st;
+  int r;
+  if (!c) {
+    return MCP_ERR_NOMEM;
+  }
+  c->d = d;
+  c->method = x->method;
+  if (peer && peer->tls && peer->common_name) {
+    /* swarmkit: the node is who the certificate says. */
+    c->peer_node = mcp__strdup(&d->mem, peer->common_name);
+    if (!c->peer_node) {
+      mcp__free(&d->mem, c);
+      return MCP_ERR_NOMEM;
+    }
+  }
+  d->stats.streams++;
+  r = mcp_stream_new(&st, &disp_ops[x->method], c, &d->mem, ts);
+  if (r) {
+    return r; /* del_fn freed |c| */
+  }
+  c->st = st;
+  *pst = st;
+  return 0;
+}
+
+size_t mcp_disp_services(mcp_disp *d, const mcp_service_def **defs) {
+  *defs = d->defs;
+  return M_N;
+}
+
+/* ------------------------------------------------------------------ */
+/* Manager object                                                      */
+/* ------------------------------------------------------------------ */
+
+int mcp_disp_new_versioned(mcp_disp **pd, int version,
+                           const mcp_disp_options *opts, mcp_tstamp ts) {
+  mcp_disp_options o;
+  mcp_mem mem;
+  mcp_disp *d;
+  MCP_UNUSED(ts);
+  if (!pd || !opts || !mcp__version_known(version, MCP__VN)) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  disp_options_default(&o);
+  memcpy(&o, opts,
+         mcp__version_size(version, MCP__VSIZES(mcp_disp_options), MCP__VN));
+  if (!o.view || !o.rand || (o.nmanagers && !o.managers)) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  for (size_t i = 0; i < o.nmanagers; ++i) {
+    if (!mcp__str_valid(o.managers[i])) {
+      return MCP_ERR_INVALID_ARGUMENT;
+    }
+  }
+  o.heartbeat_period = o.heartbeat_period ? o.heartbeat_period
+                                          : DISP_DEFAULT_PERIOD;
+  o.max_changes = mcp__limit(o.max_changes, DISP_DEFAULT_MAX_CHANGES);
+  o.max_task_statuses =
+      mcp__limit(o.max_task_statuses, DISP_DEFAULT_MAX_STATUSES);
+  mcp__mem_init(&mem, o.mem);
+  d = mcp__calloc(&mem, 1, sizeof *d);
+  if (!d) {
+    return MCP_ERR_NOMEM;
+  }
+  d->mem = mem;
+  d->o = o;
+  d->o.mem = &d->mem;
+  d->o.managers = NULL;
+  if (o.nmanagers) {
+    d->managers = mcp__calloc(&mem, o.nmanagers, sizeof *d->managers);
+    if (!d->managers) {
+      mcp__free(&mem, d);
+      return MCP_ERR_NOMEM;
+    }
+  }
+  for (size_t i = 0; i < o.nmanagers; ++i) {
+    d->managers[i] = mcp__strdup(&mem, o.managers[i]);
+    if (!d->managers[i]) {
+      d->o.nmanagers = i;
+      mcp_disp_del(d);
+      return MCP_ERR_NOMEM;
+    }
+  }
+  if (mcp_msg_builder_new(&d->b, &d->mem)) {
+    mcp_disp_del(d);
+    return MCP_ERR_NOMEM;
+  }
+  for (int m = 0; m < M_N; ++m) {
+    d->ctx[m].d = d;
+    d->ctx[m].method = m;
+    d->defs[m].method = method_paths[m];
+    d->defs[m].open = disp_open;
+    d->defs[m].user_data = &d->ctx[m];
+  }
+  *pd = d;
+  return 0;
+}
+
+void mcp_disp_del(mcp_disp *d) {
+  void *v;
+  if (!d) {
+    return;
+  }
+  assert(d->stats.streams == 0);
+  for (size_t i = 0; mcp__map_iter(&d->by_id, &i, &v);) {
+    dsess *s = v;
+    s->state = S_REPLACED;
+    sess_unref(d, s);
+  }
+  mcp__map_free(&d->by_id, &d->mem);
+  mcp__map_free(&d->by_node, &d->mem);
+  for (size_t i = 0; mcp__map_iter(&d->tasks, &i, &v);) {
+    tstat_free(d, v);
+  }
+  mcp__map_free(&d->tasks, &d->mem);
+  for (size_t i = 0; d->managers && i < d->o.nmanagers; ++i) {
+    mcp__free(&d->mem, d->managers[i]);
+  }
+  mcp__free(&d->mem, d->managers);
+  mcp_msg_builder_del(d->b);
+  mcp__free(&d->mem, d);
+}
+
+int mcp_disp_get_stats_versioned(const mcp_disp *d, int version,
+                                 mcp_disp_stats *st) {
+  if (!d || !st || version < 1) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  memcpy(st, &d->stats,
+         mcp__version_size(version, MCP__VSIZES(mcp_disp_stats), MCP__VN));
+  return 0;
+}
