@@ -21,10 +21,14 @@
  *                endpoint changes: pump + iov + free per stream, against
  *                MCP's incremental push of the same change from the same
  *                store (next + iov + free + ACK).
+ *   dispatcher   swarmkit's Dispatcher: 1000 agents (a Session and an
+ *                Assignments stream each) on one manager; one task of one
+ *                node changes: the view's upsert and a pump of all 2000
+ *                streams, and the bytes sent to the 999 other nodes.
  *
  * Usage: bench_core [--quick] [--max-n=N]
  *                   [incremental|streams|fanout|memory|sink|resume|
- *                    destination ...]
+ *                    destination|dispatcher ...]
  * --quick shrinks every size (a smoke test; its numbers mean nothing).
  */
 #include <inttypes.h>
@@ -36,6 +40,8 @@
 #include "mcp/mcp.h"
 #include "conduit/common/common.pb-c.h"
 #include "conduit/proxy/destination/destination.pb-c.h"
+#include "github.com/docker/swarmkit/api/dispatcher.pb-c.h"
+#include "mcp/dispatcher.h"
 #include "mcp/destination.h"
 #include "mcp/v1alpha1/mcp.pb-c.h"
 
@@ -1348,6 +1354,203 @@ static void bench_destination(void) {
   free(mreq.p);
 }
 
+/* ------------------------------------------------------------------ */
+/* 8. Dispatcher: one node's change among 1000 agents                  */
+/* ------------------------------------------------------------------ */
+
+typedef struct disp_call {
+  mcp_stream *st;
+} disp_call;
+
+/* One encoded Task assigned to |node| (RUNNING) with image |gen|. */
+static bytes disp_task(const char *id, const char *node, uint64_t gen) {
+  Docker__Swarmkit__V1__Task t = DOCKER__SWARMKIT__V1__TASK__INIT;
+  Docker__Swarmkit__V1__TaskStatus st = DOCKER__SWARMKIT__V1__TASK_STATUS__INIT;
+  Docker__Swarmkit__V1__TaskSpec spec = DOCKER__SWARMKIT__V1__TASK_SPEC__INIT;
+  Docker__Swarmkit__V1__ContainerSpec c =
+      DOCKER__SWARMKIT__V1__CONTAINER_SPEC__INIT;
+  char image[48];
+  snprintf(image, sizeof(image), "nginx:1.%" PRIu64, gen);
+  t.id = (char *)id;
+  t.node_id = (char *)node;
+  st.state = DOCKER__SWARMKIT__V1__TASK_STATE__RUNNING;
+  t.status = &st;
+  c.image = image;
+  spec.runtime_case = DOCKER__SWARMKIT__V1__TASK_SPEC__RUNTIME_CONTAINER;
+  spec.container = &c;
+  t.spec = &spec;
+  bytes b;
+  b.len = docker__swarmkit__v1__task__get_packed_size(&t);
+  b.p = xmalloc(b.len);
+  docker__swarmkit__v1__task__pack(&t, b.p);
+  return b;
+}
+
+static void disp_put(mcp_store *st, size_t node, size_t task, uint64_t gen) {
+  char nid[32], tid[48], coll[64], name[64];
+  snprintf(nid, sizeof(nid), "node-%zu", node);
+  snprintf(tid, sizeof(tid), "task-%zu-%zu", node, task);
+  mcp_disp_node_collection(coll, sizeof(coll), nid);
+  mcp_disp_item_name(name, sizeof(name), MCP_DISP_TASK, tid);
+  bytes b = disp_task(tid, nid, gen);
+  mcp_resource r;
+  memset(&r, 0, sizeof(r));
+  r.name = name;
+  r.type_url = MCP_DISP_TYPE_TASK;
+  r.body = b.p;
+  r.body_len = b.len;
+  int rv = mcp_store_upsert(st, coll, &r, tick());
+  if (rv != 1) {
+    die("mcp_store_upsert (dispatcher view)", rv);
+  }
+  free(b.p);
+}
+
+static mcp_stream *disp_open(const mcp_service_def *def,
+                             const ProtobufCMessage *req) {
+  mcp_peer_info peer = {"127.0.0.1:5555", 0, NULL, NULL, 0};
+  mcp_stream *st = NULL;
+  int rv = def->open(def->user_data, &peer, tick(), &st);
+  if (rv) {
+    die("Dispatcher open", rv);
+  }
+  size_t n = protobuf_c_message_get_packed_size(req);
+  uint8_t *b = xmalloc(n);
+  protobuf_c_message_pack(req, b);
+  mcp_stream_recv(st, b, n, tick());
+  mcp_stream_half_close(st, tick());
+  free(b);
+  return st;
+}
+
+/* Pumps until idle; returns the bytes sent (the last message in |*last|
+ * when wanted, else freed). */
+static size_t disp_drain(mcp_stream *st, bytes *last) {
+  size_t sent = 0;
+  for (;;) {
+    mcp_msg *m = NULL;
+    int status;
+    const char *details;
+    mcp_stream_action a = mcp_stream_pump(st, tick(), 1, &m, &status, &details);
+    if (a == MCP_STREAM_END) {
+      die("a Dispatcher stream ended", status);
+    }
+    if (a != MCP_STREAM_SEND) {
+      return sent;
+    }
+    sent += consume(m);
+    if (last) {
+      free(last->p);
+      *last = flatten(m);
+    }
+    mcp_msg_free(m);
+  }
+}
+
+static void bench_dispatcher(void) {
+  const size_t nodes = quick ? 100 : 1000, tasks = 10;
+  const size_t rounds = quick ? 11 : 101;
+  mcp_store *st = store_new(NULL);
+  for (size_t n = 0; n < nodes; ++n) {
+    for (size_t t = 0; t < tasks; ++t) {
+      disp_put(st, n, t, 0);
+    }
+  }
+  static uint64_t seed = 7;
+  mcp_disp_options o;
+  mcp_disp_options_default(&o);
+  o.view = st;
+  o.rand = mcp_rand_splitmix64;
+  o.rand_user_data = &seed;
+  o.debounce = 0; /* at once: the cost of a change, not of a timer */
+  o.max_delay = 0;
+  o.heartbeat_period = 3600 * MCP_SECONDS;
+  mcp_disp *d = NULL;
+  int rv = mcp_disp_new(&d, &o, tick());
+  if (rv) {
+    die("mcp_disp_new", rv);
+  }
+  const mcp_service_def *defs;
+  check(mcp_disp_services(d, &defs) == 5, "five Dispatcher methods");
+  mcp_stream **sess = xcalloc(nodes, sizeof(*sess));
+  mcp_stream **asg = xcalloc(nodes, sizeof(*asg));
+  for (size_t n = 0; n < nodes; ++n) {
+    char nid[32];
+    snprintf(nid, sizeof(nid), "node-%zu", n);
+    Docker__Swarmkit__V1__SessionRequest r =
+        DOCKER__SWARMKIT__V1__SESSION_REQUEST__INIT;
+    Docker__Swarmkit__V1__NodeDescription desc =
+        DOCKER__SWARMKIT__V1__NODE_DESCRIPTION__INIT;
+    desc.hostname = nid;
+    r.description = &desc;
+    sess[n] = disp_open(&defs[0], &r.base);
+    bytes first = {NULL, 0};
+    disp_drain(sess[n], &first);
+    Docker__Swarmkit__V1__SessionMessage *m =
+        docker__swarmkit__v1__session_message__unpack(NULL, first.len, first.p);
+    check(m && m->session_id && m->session_id[0], "a session id");
+    Docker__Swarmkit__V1__AssignmentsRequest ar =
+        DOCKER__SWARMKIT__V1__ASSIGNMENTS_REQUEST__INIT;
+    ar.session_id = m->session_id;
+    asg[n] = disp_open(&defs[4], &ar.base);
+    docker__swarmkit__v1__session_message__free_unpacked(m, NULL);
+    free(first.p);
+    disp_drain(asg[n], NULL); /* the COMPLETE */
+  }
+  double *samp = xcalloc(rounds, sizeof(double));
+  size_t others = 0, mine = 0;
+  for (size_t r = 0; r <= rounds; ++r) {
+    size_t node = (r * 7919 + 13) % nodes;
+    bu_sw sw = bu_sw_start();
+    disp_put(st, node, r % tasks, 1 + r);
+    size_t got = 0;
+    bytes last = {NULL, 0};
+    for (size_t n = 0; n < nodes; ++n) {
+      size_t b = disp_drain(sess[n], NULL);
+      b += disp_drain(asg[n], n == node && r == 0 ? &last : NULL);
+      if (n == node) {
+        got += b;
+      } else {
+        others += b;
+      }
+    }
+    double ns = bu_sw_ns(&sw, NULL);
+    check(got > 0, "the changed node got its INCREMENTAL");
+    mine += got;
+    if (r == 0) {
+      Docker__Swarmkit__V1__AssignmentsMessage *m =
+          docker__swarmkit__v1__assignments_message__unpack(NULL, last.len,
+                                                            last.p);
+      check(m && m->type == DOCKER__SWARMKIT__V1__ASSIGNMENTS_MESSAGE__TYPE__INCREMENTAL &&
+                m->n_changes == 1,
+            "one INCREMENTAL change");
+      docker__swarmkit__v1__assignments_message__free_unpacked(m, NULL);
+      free(last.p);
+    } else {
+      samp[r - 1] = ns;
+    }
+  }
+  double med = bu_median(samp, rounds);
+  bu_note("dispatcher: %zu agents x %zu tasks: a change to one node %.1f us "
+          "(upsert + %zu stream pumps), %zu bytes to it, %zu to the others",
+          nodes, tasks, med / 1e3, 2 * nodes, mine / (rounds + 1), others);
+  bu_result("dispatcher_change_us", med / 1e3, "us",
+            "one task of one node of 1000 changes: upsert + pump 2000 streams",
+            NULL, -1);
+  bu_result("dispatcher_bytes_to_uninvolved_nodes", (double)others, "bytes",
+            "sent to the 999 other nodes' streams over all rounds", "0",
+            others == 0);
+  for (size_t n = 0; n < nodes; ++n) {
+    mcp_stream_del(asg[n]);
+    mcp_stream_del(sess[n]);
+  }
+  mcp_disp_del(d);
+  mcp_store_del(st);
+  free(sess);
+  free(asg);
+  free(samp);
+}
+
 static const struct {
   const char *name;
   void (*fn)(void);
@@ -1359,6 +1562,7 @@ static const struct {
     {"sink", bench_sink},
     {"resume", bench_resume},
     {"destination", bench_destination},
+    {"dispatcher", bench_dispatcher},
 };
 #define NBENCH (sizeof(benches) / sizeof(benches[0]))
 

@@ -1167,7 +1167,7 @@ static int assign_sweep(dcall *c) {
   }
   for (size_t k = 0; k < n; ++k) {
     sent_entry *e = stale[k];
-    const char *id;
+    const char *id = "";
     int kind = kind_of_name(e->name, &id);
     if (!r) {
       r = assign_change(c, kind, id, NULL); /* copies the id */
