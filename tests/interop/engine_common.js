@@ -53,8 +53,10 @@ let swarmkitCache = null;
 function loadSwarmkit() {
   if (!swarmkitCache) {
     const root = protoRoot('swarmkit', 'github.com/docker/swarmkit/api/dispatcher.proto');
+    // defaults: false here: swarmkit's objects are large and mostly empty;
+    // printed and compared, they should show what was on the wire.
     const def = protoLoader.loadSync('github.com/docker/swarmkit/api/dispatcher.proto',
-      { ...LOAD_OPTS, includeDirs: [root, WKT_INCLUDE] });
+      { ...LOAD_OPTS, defaults: false, includeDirs: [root, WKT_INCLUDE] });
     swarmkitCache = { pkg: grpc.loadPackageDefinition(def).docker.swarmkit.v1, root };
   }
   return swarmkitCache;
@@ -190,6 +192,25 @@ function redialLoop(open, handlers, prog) {
   return () => { stopped = true; clearTimeout(timer); if (call) call.cancel(); };
 }
 
+// A decoded message as JSON-ready data: bytes as base64 (proto3 JSON's
+// form), the oneof-name properties proto-loader adds dropped.
+function plain(v, oneofNames = ONEOF_NAMES) {
+  if (Buffer.isBuffer(v) || v instanceof Uint8Array) return Buffer.from(v).toString('base64');
+  if (Array.isArray(v)) return v.map((x) => plain(x, oneofNames));
+  if (v && typeof v === 'object') {
+    const out = {};
+    for (const [k, x] of Object.entries(v)) {
+      if (typeof x === 'string' && oneofNames.has(k) && Object.prototype.hasOwnProperty.call(v, x)) continue;
+      out[k] = plain(x, oneofNames);
+    }
+    return out;
+  }
+  return v;
+}
+// swarmkit's oneof names in the objects we print (Task, Secret, Config, Node).
+const ONEOF_NAMES = new Set(['runtime', 'target', 'item', 'mode', 'kind', 'config', 'ip', 'update', 'resource',
+  'access_type', 'details', 'message', 'Provider', 'provider', 'spec', 'runtime_data', 'value', 'source']);
+
 // A stable JSON text (object keys sorted) to compare objects by content.
 function stable(v) {
   if (Array.isArray(v)) return `[${v.map(stable).join(',')}]`;
@@ -202,5 +223,5 @@ function stable(v) {
 
 module.exports = {
   grpc, c, loadConduit, loadSwarmkit, protoRoot, parseIpv4, ipv4Text, parseIpv6, ipv6Text,
-  hextetsFromHalves, halvesFromHextets, tcpText, tcpFromText, parseAuthority, redialLoop, stable,
+  hextetsFromHalves, halvesFromHextets, tcpText, tcpFromText, parseAuthority, redialLoop, stable, plain,
 };
