@@ -232,11 +232,13 @@ class OurSourceToNodeClient(EngineBase):
 
     def test_heartbeat(self):
         self.need('mcp-source', '--destination-heartbeat')
-        cl = self.start(['--destination-heartbeat', '300'], [f'{WEB}:80', 'nope.default.svc.cluster.local'])
+        cl = self.start(['--destination-heartbeat', '300'], [f'{WEB}:80', 'empty.default.svc.cluster.local'])
         cl.wait_for(lambda l: l.get('event') == 'synced', 'synced')
-        for a, total in ((f'{WEB}:80', 3), ('nope.default.svc.cluster.local', 0)):
+        t0 = time.monotonic()
+        for a, total in ((f'{WEB}:80', 3), ('empty.default.svc.cluster.local', 0)):
             hb = cl.wait_for(lambda l, a=a: l.get('authority') == a and not l['first'], f'a heartbeat on {a}')
             self.assertEqual((hb['update'], hb['addrs'], hb['total']), ('add', [], total), hb)
+        self.assertGreater(time.monotonic() - t0, 0.15, 'a heartbeat long before the period')
 
     def test_no_heartbeat_when_off(self):
         self.need('mcp-source', '--destination-heartbeat')
@@ -363,16 +365,17 @@ class NodeServerToOurSink(EngineBase):
         self.out_file(f'{WEB}:80', {'exists': True, 'addrs': ['10.0.0.7:8080']}, 'replaced by the first message')
 
     def test_heartbeats_change_nothing(self):
-        sink = self.start([f'{WEB}:80', 'nope.x'], server_args=['--heartbeat-ms', '200'])
+        sink = self.start([f'{WEB}:80', 'empty.default.svc.cluster.local'], server_args=['--heartbeat-ms', '200'])
         self.line(f'{WEB}:80')
-        self.line('nope.x')
+        self.line('empty.default.svc.cluster.local')
         mark = sink.mark()
         hb = self.line(f'{WEB}:80', mark, update='add')
         self.assertEqual((hb['addrs'], hb['total']), ([], 2))
-        self.line('nope.x', mark, update='add')
+        hb = self.line('empty.default.svc.cluster.local', mark, update='add')
+        self.assertEqual((hb['addrs'], hb['total']), ([], 0))
         time.sleep(0.5)
         self.out_file(f'{WEB}:80', {'exists': True, 'addrs': ['10.0.0.1:8080', '[fd00::1]:8080']}, 'after heartbeats')
-        self.out_file('nope.x', {'exists': False, 'addrs': []}, 'an empty add does not make it exist')
+        self.out_file('empty.default.svc.cluster.local', {'exists': True, 'addrs': []}, 'after heartbeats')
 
     def test_exit_after_sync(self):
         self.write_state(NODE_STATE)

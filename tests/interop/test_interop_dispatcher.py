@@ -201,8 +201,9 @@ class OurSourceToNodeAgent(EngineBase):
         t2 = json.loads(json.dumps(TASKS['t-web-2']))
         t2['spec']['container']['image'] = 'other'
         tb['spec']['container']['image'] = 'busybox:2'
+        mb = b.mark()
         self.edit(**{'t-web-2': t2, 't-b-1': tb})
-        b.wait_for(lambda l: l.get('event') == 'assignments', 'node-b gets its second change', mb + 1)
+        b.wait_for(lambda l: l.get('event') == 'assignments', 'node-b gets its second change', mb)
         self.quiet(a, lambda l: l.get('event') == 'assignments', ma, 0.4, 'a PENDING task was sent')
         self.check_chain(a)
         self.check_chain(b)
