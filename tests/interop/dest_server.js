@@ -4,7 +4,7 @@
 // written from conduit's destination.proto and its comments only, to test
 // libmcp's mcp-sink --api destination against.
 //
-//   node dest_server.js --listen HOST:PORT --state FILE [--heartbeat-ms MS]
+//   node dest_server.js --listen HOST:PORT --state FILE [--heartbeat-ms MS] [--repeat]
 //
 // FILE (JSON; SIGHUP re-reads it and pushes what changed to every stream):
 //   {"services": {"<host>[:port]": null | {"addrs": [ADDR, ...], "labels": {..}}}}
@@ -22,6 +22,8 @@
 // when the last one goes, no_endpoints{exists:false} when the service goes;
 // nothing for a reload that leaves a stream's set as it was. Every
 // --heartbeat-ms (default 0 = off) without an update, an empty `add`.
+// --repeat sends every update twice (clients must cope with redundant
+// messages, says the proto).
 // stdout, one JSON object per line:
 //   {"event":"listening","address":"H:P"}
 //   {"event":"get","scheme","path","key"}            a stream opened (key: normalized)
@@ -37,7 +39,9 @@ const { c, grpc } = e;
 const PROG = 'dest_server.js';
 let opts;
 try {
-  opts = c.parseArgs(process.argv.slice(2), { '--listen': 'string', '--state': 'string', '--heartbeat-ms': 'string' });
+  opts = c.parseArgs(process.argv.slice(2), {
+    '--listen': 'string', '--state': 'string', '--heartbeat-ms': 'string', '--repeat': 'bool',
+  });
   if (!opts['--listen']) throw new Error('--listen HOST:PORT is required');
   if (!opts['--state']) throw new Error('--state FILE is required');
 } catch (err) {
@@ -85,9 +89,14 @@ const streams = new Set();
 function send(st, update, items, extra = {}) {
   c.emit({ event: 'sent', path: st.path, update, addrs: items.map(([t]) => t), ...extra });
   st.lastSent = Date.now();
-  st.call.write(update === 'add' ? { add: { addrs: items.map(([, w]) => w), metric_labels: st.labels } }
+  const msg = update === 'add' ? { add: { addrs: items.map(([, w]) => w), metric_labels: st.labels } }
     : update === 'remove' ? { remove: { addrs: items.map(([, w]) => w.addr) } }
-      : { no_endpoints: { exists: extra.exists } });
+      : { no_endpoints: { exists: extra.exists } };
+  st.call.write(msg);
+  if (opts['--repeat'] && !extra.heartbeat) {
+    c.emit({ event: 'sent', path: st.path, update, addrs: items.map(([t]) => t), ...extra, repeated: true });
+    st.call.write(msg);
+  }
 }
 
 // Bring one stream's client to the current state of its service. st.held:

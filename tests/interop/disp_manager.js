@@ -34,11 +34,12 @@
 //   (default 100) changes per INCREMENTAL message (a COMPLETE goes whole);
 //   nothing when nothing visible changed.
 //   SIGUSR1: the next INCREMENTAL carries a wrong applies_to (a broken chain).
+//   SIGUSR2: every session ends UNAVAILABLE ("dispatcher is stopped").
 // - Tasks (deprecated): the full task list on every change.
 // stdout, one JSON object per line:
 //   {"event":"listening","address"}
 //   {"event":"session","node","session_id","resumed":BOOL}
-//   {"event":"session_end","node","session_id","why"}     replaced | expired | closed
+//   {"event":"session_end","node","session_id","why"}     replaced | expired | dropped
 //   {"event":"heartbeat","node","session_id"}
 //   {"event":"rejected","method","session_id","code","details"}
 //   {"event":"task_status","node","session_id","task_id","state"}
@@ -287,5 +288,9 @@ process.on('SIGHUP', () => {
   }
 });
 process.on('SIGUSR1', () => { breakNext = true; c.emit({ event: 'break_next' }); });
+// SIGUSR2: every session ends (UNAVAILABLE), as when a manager steps down.
+process.on('SIGUSR2', () => {
+  for (const s of [...sessions.values()]) endSession(s, 'dropped', { code: grpc.status.UNAVAILABLE, details: 'dispatcher is stopped' });
+});
 process.on('SIGTERM', () => process.exit(0));
 process.on('SIGINT', () => process.exit(0));

@@ -290,3 +290,35 @@ test('dispatcher: a second session for the node ends the first; Tasks streams fu
   await stop(a2);
   await stop(mgr);
 });
+
+test('destination: redundant messages (--repeat) are harmless to the client', async () => {
+  const f = stateFile(DEST_STATE);
+  const srv = run('dest_server.js', ['--listen', '127.0.0.1:0', '--state', f, '--repeat']);
+  const cl = run('dest_client.js', ['--connect', await address(srv), '--authority', `${WEB}:8080`]);
+  await waitFor(cl, (l) => l.event === 'synced', 'synced');
+  const st = JSON.parse(JSON.stringify(DEST_STATE));
+  st.services[`${WEB}:8080`].addrs = ['10.0.0.1:8080'];
+  const m = cl.lines.length;
+  rewrite(f, st, srv);
+  await waitFor(cl, (l) => l.update === 'remove', 'remove', m);
+  await sleep(200);
+  const ls = cl.lines.filter((l) => l.event === 'destination');
+  assert.deepStrictEqual(ls.map((l) => [l.update, l.total]), [['add', 2], ['add', 2], ['remove', 1], ['remove', 1]]);
+  await stop(cl);
+  await stop(srv);
+});
+
+test('dispatcher: the manager drops every session (SIGUSR2): the agent starts a new one', async () => {
+  const f = stateFile(DISP_STATE);
+  const mgr = run('disp_manager.js', ['--listen', '127.0.0.1:0', '--state', f]);
+  const ag = run('disp_agent.js', ['--connect', await address(mgr), '--node-id', 'node-a']);
+  await waitFor(ag, (l) => l.event === 'synced', 'synced');
+  const m = ag.lines.length;
+  mgr.p.kill('SIGUSR2');
+  const end = await waitFor(ag, (l) => l.event === 'session_end', 'dropped', m);
+  assert.deepStrictEqual([end.code, end.details], [14, 'dispatcher is stopped']);
+  const c = await waitFor(ag, (l) => l.event === 'assignments', 'COMPLETE on a new session', m);
+  assert.deepStrictEqual([c.type, c.total], ['COMPLETE', 4]);
+  await stop(ag);
+  await stop(mgr);
+});

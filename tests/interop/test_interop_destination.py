@@ -349,6 +349,34 @@ class NodeServerToOurSink(EngineBase):
         self.out_file(f'{WEB}:80', {'exists': True, 'addrs': []}, 'emptied')
         self.out_file('nope.default.svc.cluster.local', {'exists': False, 'addrs': []}, 'gone')
 
+    def test_ipv6_text_and_redundant_messages(self):
+        # RFC 5952 text from IPv6{first,last}; every update sent twice: the
+        # set and the totals must not move on the repeats.
+        state = {'services': {V6: {'addrs': ['[2001:db8:0:0:1:0:0:1]:8080', '[fd00:0:0:1::]:80', '[::1]:1']}}}
+        sink = self.start([V6, f'{WEB}:80'], state=state, server_args=['--repeat'])
+        first = self.line(V6)
+        for a in (V6, f'{WEB}:80'):  # each first message and its repeat
+            sink.wait_for(lambda l, a=a: len(dest_lines(sink, a)) >= 2, f'{a}: the first message twice')
+        self.assertEqual(dest_lines(sink, V6)[1]['total'], 3, 'a repeated add changed the total')
+        self.assertEqual(sorted(first['addrs']), ['[2001:db8::1:0:0:1]:8080', '[::1]:1', '[fd00:0:0:1::]:80'], first)
+        self.assertEqual(first['total'], 3)
+        self.out_file(V6, {'exists': True, 'addrs': sorted(['[2001:db8::1:0:0:1]:8080', '[::1]:1', '[fd00:0:0:1::]:80'])},
+                      'IPv6 set')
+        mark = sink.mark()
+        state['services'][V6]['addrs'] = ['[::1]:1', '[fd00::9]:80']
+        state['services'][f'{WEB}:80'] = {'addrs': ['10.0.0.1:80']}
+        self.write_state(state, self.srv)
+        self.line(f'{WEB}:80', mark, update='add')
+        self.line(V6, mark, update='remove')
+        time.sleep(0.5)
+        ls = [l for l in sink.lines[mark:] if l.get('event') == 'destination' and l['authority'] == V6]
+        self.assertEqual(sorted((l['update'], tuple(sorted(l['addrs'])), l['total']) for l in ls),
+                         [('add', ('[fd00::9]:80',), 4), ('add', ('[fd00::9]:80',), 4),
+                          ('remove', ('[2001:db8::1:0:0:1]:8080', '[fd00:0:0:1::]:80'), 2),
+                          ('remove', ('[2001:db8::1:0:0:1]:8080', '[fd00:0:0:1::]:80'), 2)], ls)
+        self.out_file(V6, {'exists': True, 'addrs': ['[::1]:1', '[fd00::9]:80']}, 'after the repeats')
+        self.out_file(f'{WEB}:80', {'exists': True, 'addrs': ['10.0.0.1:80']}, 'web appeared (twice)')
+
     def test_stale_set_until_first_message(self):
         sink = self.start([f'{WEB}:80'])
         self.line(f'{WEB}:80')

@@ -442,12 +442,32 @@ class NodeManagerToOurSink(EngineBase):
         self.assertEqual((change_set([c]), c['total']), (['UPDATE task/t9'], 1))
         self.wait_out(['tasks/t9'], 'the new manager\'s state (the old objects removed)')
 
+    def test_session_dropped_by_the_manager(self):
+        sink = self.start()
+        sink.wait_for(lambda l: l.get('event') == 'assignments', 'COMPLETE')
+        self.wait_out(['tasks/t1', 'tasks/t3', 'secrets/s1', 'configs/c1'], 'the first state')
+        mark, mmark = sink.mark(), self.mgr.mark()
+        self.mgr.signal(signal.SIGUSR2)  # every session ends UNAVAILABLE
+        self.mgr.wait_for(lambda l: l.get('event') == 'session_end' and l['why'] == 'dropped', 'dropped', mmark)
+        s = self.mgr.wait_for(lambda l: l.get('event') == 'session', 'our sink starts a new session', mmark)
+        self.assertEqual(s['node'], 'node-a')
+        c = sink.wait_for(lambda l: l.get('event') == 'assignments', 'COMPLETE on the new session', mark)
+        self.assertEqual((c['type'], c['total']), ('COMPLETE', 4), c)
+        self.wait_out(['tasks/t1', 'tasks/t3', 'secrets/s1', 'configs/c1'], 'the same state')
+        # The new session heartbeats with its own id.
+        hb = self.mgr.wait_for(lambda l: l.get('event') == 'heartbeat' and l['session_id'] == s['session_id'],
+                               'a heartbeat of the new session', mmark)
+        self.assertTrue(hb)
+        self.assertEqual([l for l in self.mgr.lines if l.get('event') == 'rejected'], [], self.mgr.describe())
+
     def test_heartbeat_at_the_period(self):
         self.start(period=150)
         self.mgr.wait_for(lambda l: l.get('event') == 'session', 'session')
         time.sleep(1.5)
         n = len([l for l in self.mgr.lines if l.get('event') == 'heartbeat'])
         self.assertGreaterEqual(n, 4, f'{n} heartbeats in 1.5 s at a 150 ms period\n{self.mgr.describe()}')
+        self.assertLessEqual(n, 25, f'{n} heartbeats in 1.5 s at a 150 ms period: faster than asked')
+        self.assertEqual([l for l in self.mgr.lines if l.get('event') == 'rejected'], [], self.mgr.describe())
         self.assertEqual([l for l in self.mgr.lines if l.get('event') == 'session_end'], [], 'the session expired')
 
     def test_report_status(self):
