@@ -410,7 +410,9 @@ class NodeManagerToOurSink(EngineBase):
         self.assertEqual(len([l for l in self.mgr.lines if l.get('event') == 'session']), 1, 'one session throughout')
 
     def test_chain_broken_on_purpose(self):
-        sink = self.start()
+        # A long period (expiry after 30 s): the re-sync must come from our
+        # sink noticing the broken chain, not from the manager expiring it.
+        sink = self.start(period=10000)
         sink.wait_for(lambda l: l.get('event') == 'assignments', 'COMPLETE')
         mgr_mark = self.mgr.mark()
         self.mgr.signal(signal.SIGUSR1)
@@ -426,6 +428,8 @@ class NodeManagerToOurSink(EngineBase):
                                            'UPDATE task/t2', 'UPDATE task/t3'])
         self.mgr.wait_for(lambda l: l.get('event') == 'session' and l['node'] == 'node-a', 'a new session', mgr_mark)
         self.wait_out(['tasks/t1', 'tasks/t2', 'tasks/t3', 'secrets/s1', 'configs/c1'], 'after the re-sync')
+        # The broken increment was not applied: no line for it.
+        self.assertEqual([l for l in assign_lines(sink) if l['type'] == 'INCREMENTAL'], [], sink.describe())
 
     def test_manager_restarted(self):
         sink = self.start()
