@@ -6,7 +6,7 @@
 //
 //   node disp_agent.js --connect HOST:PORT[,HOST:PORT...] --node-id NODE
 //        [--api assignments|tasks] [--bodies] [--report-status STATE]
-//        [--exit-after-sync] [--timeout-ms MS]
+//        [--exit-after-sync] [--timeout-ms MS] [--probe-invalid]
 //
 // Session (description.hostname = NODE); on its first SessionMessage, the
 // session id, then Heartbeat at once and again after each answer's period,
@@ -19,6 +19,9 @@
 // --report-status STATE: after each message, every held task not yet
 // reported in STATE is reported in STATE through UpdateTaskStatus.
 // SIGUSR1 pauses the heartbeats (to let the session expire), SIGUSR2 resumes.
+// --probe-invalid: once a session starts, Heartbeat, UpdateTaskStatus and
+// Assignments with an id no one was given; once a session ends, the same
+// with its id; each answer is a "probe" line.
 // stdout, one JSON object per line:
 //   {"event":"session","session_id","node":{..}|null,"managers":[{"addr","weight"}],"connect"}
 //   {"event":"heartbeat","session_id","period_ms"}          (each answer)
@@ -29,6 +32,7 @@
 //   {"event":"chain_broken","expected","applies_to"}
 //   {"event":"reported","state","tasks":[ids],"code","details"}
 //   {"event":"session_end","session_id","stream","code","details"}
+//   {"event":"probe","why":"unknown"|"ended","session_id","method","code","details"}
 //   {"event":"synced"}                                      first COMPLETE (or Tasks) applied
 //   {"event":"state","session_id","held":{"task":[ids],"secret":[..],"config":[..]}}  on SIGTERM
 // Exit: 0 on SIGTERM or after --exit-after-sync, 2 at --timeout-ms, 64 on bad options.
@@ -42,6 +46,7 @@ try {
   opts = c.parseArgs(process.argv.slice(2), {
     '--connect': 'string', '--node-id': 'string', '--api': 'string', '--bodies': 'bool',
     '--report-status': 'string', '--exit-after-sync': 'bool', '--timeout-ms': 'string',
+    '--probe-invalid': 'bool',
   });
   if (!opts['--connect']) throw new Error('--connect HOST:PORT[,...] is required');
   if (!opts['--node-id']) throw new Error('--node-id NODE is required');
@@ -85,6 +90,21 @@ function markSynced() {
   if (opts['--exit-after-sync']) { stateLine(); process.exit(0); }
 }
 
+// Calls with a session id that is not (or no longer) valid: each answer.
+function probe(addr, sid, why) {
+  const client = new pkg.Dispatcher(addr, grpc.credentials.createInsecure());
+  const out = (method, err) => c.emit({ event: 'probe', why, session_id: sid, method,
+    code: err ? err.code : 0, details: err ? err.details : '' });
+  client.Heartbeat({ session_id: sid }, (err) => out('Heartbeat', err));
+  client.UpdateTaskStatus({ session_id: sid, updates: [{ task_id: 'probe', status: { state: 'RUNNING' } }] },
+    (err) => out('UpdateTaskStatus', err));
+  const call = client.Assignments({ session_id: sid });
+  let got = false;
+  call.on('data', () => { if (!got) { got = true; out('Assignments', null); call.cancel(); } });
+  call.on('error', (err) => { if (!got) { got = true; out('Assignments', err); } });
+  call.on('status', (st) => { if (!got) { got = true; out('Assignments', st.code ? st : null); } });
+}
+
 function endSession(s, stream, st) {
   if (s.dead) return;
   s.dead = true;
@@ -92,6 +112,7 @@ function endSession(s, stream, st) {
   clearTimeout(s.hbTimer);
   for (const call of s.calls) call.cancel();
   s.client.close();
+  if (opts['--probe-invalid'] && s.id) probe(s.addr, s.id, 'ended');
   if (cur === s) setTimeout(startSession, 250);
 }
 
@@ -213,7 +234,7 @@ function openAssignments(s) {
 function startSession() {
   addrIndex = (addrIndex + 1) % addrs.length;
   const client = new pkg.Dispatcher(addrs[addrIndex], grpc.credentials.createInsecure());
-  const s = { id: null, client, calls: new Set(), hbTimer: null, lastResultsIn: null, dead: false };
+  const s = { id: null, client, calls: new Set(), hbTimer: null, lastResultsIn: null, dead: false, addr: addrs[addrIndex] };
   cur = s;
   const call = client.Session({ description: { hostname: NODE }, session_id: '' });
   s.calls.add(call);
@@ -228,6 +249,7 @@ function startSession() {
       if (!s.id) { endSession(s, 'session', { code: -1, details: 'first SessionMessage without session_id' }); return; }
       heartbeat(s);
       openAssignments(s);
+      if (opts['--probe-invalid']) probe(s.addr, `${s.id}-not-given`, 'unknown');
     } else {
       c.emit({ event: 'session_message', session_id: m.session_id || '', managers });
     }

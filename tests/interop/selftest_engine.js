@@ -322,3 +322,20 @@ test('dispatcher: the manager drops every session (SIGUSR2): the agent starts a 
   await stop(ag);
   await stop(mgr);
 });
+
+test('dispatcher: calls with an unknown or expired session id get INVALID_ARGUMENT', async () => {
+  const f = stateFile(DISP_STATE);
+  const mgr = run('disp_manager.js', ['--listen', '127.0.0.1:0', '--state', f, '--heartbeat-period', '100']);
+  const ag = run('disp_agent.js', ['--connect', await address(mgr), '--node-id', 'node-a', '--probe-invalid']);
+  for (const method of ['Heartbeat', 'UpdateTaskStatus', 'Assignments']) {
+    const p = await waitFor(ag, (l) => l.event === 'probe' && l.why === 'unknown' && l.method === method, method);
+    assert.deepStrictEqual([p.code, p.details], [3, 'session invalid']);
+  }
+  ag.p.kill('SIGUSR1');
+  for (const method of ['Heartbeat', 'UpdateTaskStatus', 'Assignments']) {
+    const p = await waitFor(ag, (l) => l.event === 'probe' && l.why === 'ended' && l.method === method, `${method} after expiry`);
+    assert.deepStrictEqual([p.code, p.details], [3, 'session invalid']);
+  }
+  await stop(ag);
+  await stop(mgr);
+});

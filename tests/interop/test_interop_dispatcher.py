@@ -240,6 +240,42 @@ class OurSourceToNodeAgent(EngineBase):
         c = ag.wait_for(lambda l: l.get('event') == 'assignments', 'COMPLETE again', mark)
         self.assertEqual((c['type'], c['total']), ('COMPLETE', 4))
 
+    def test_unknown_and_expired_session_ids(self):
+        # Later calls with an expired id get INVALID_ARGUMENT ("session
+        # invalid"), as for an id never given.
+        self.start(period=200)
+        ag = self.agent('node-a', '--probe-invalid')
+        for method in ('Heartbeat', 'UpdateTaskStatus', 'Assignments'):
+            p = ag.wait_for(lambda l, m=method: l.get('event') == 'probe' and l['why'] == 'unknown' and
+                            l['method'] == m, f'{method} with an unknown id')
+            self.assertEqual(p['code'], 3, p)
+            self.assertIn('session invalid', p['details'], p)
+        ag.signal(signal.SIGUSR1)  # heartbeats stop: the session expires
+        for method in ('Heartbeat', 'UpdateTaskStatus', 'Assignments'):
+            p = ag.wait_for(lambda l, m=method: l.get('event') == 'probe' and l['why'] == 'ended' and
+                            l['method'] == m, f'{method} with the expired id')
+            self.assertEqual(p['code'], 3, p)
+            self.assertIn('session invalid', p['details'], p)
+        ag.signal(signal.SIGUSR2)
+
+    def test_agent_restarted(self):
+        # A node restarted: a new process, a new session, the state as it is now.
+        self.start()
+        a1 = self.agent('node-a')
+        a1.wait_for(lambda l: l.get('event') == 'synced', 'synced')
+        sid = a1.lines[0]['session_id']
+        a1.stop()
+        t2 = json.loads(json.dumps(TASKS['t-web-2']))
+        t2['status']['state'] = 'ASSIGNED'
+        self.edit(**{'t-web-2': t2, 't-web-3': None})
+        time.sleep(0.2)
+        a2 = self.agent('node-a')
+        s = a2.wait_for(lambda l: l.get('event') == 'session', 'session')
+        self.assertNotEqual(s['session_id'], sid)
+        c = a2.wait_for(lambda l: l.get('event') == 'assignments', 'COMPLETE')
+        self.assertEqual(change_set([c]), ['UPDATE config/web-conf', 'UPDATE secret/db-pass',
+                                           'UPDATE task/t-web-1', 'UPDATE task/t-web-2'])
+
     def test_second_session_ends_first(self):
         self.start()
         a1 = self.agent('node-a')
