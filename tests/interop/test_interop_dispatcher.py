@@ -208,6 +208,33 @@ class OurSourceToNodeAgent(EngineBase):
         self.check_chain(a)
         self.check_chain(b)
 
+    def test_secrets_appear_and_change(self):
+        self.start()
+        a = self.agent('node-a', '--bodies')
+        b = self.agent('node-b')
+        for ag in (a, b):
+            ag.wait_for(lambda l: l.get('event') == 'synced', 'synced')
+        # The secret t-web-3 references appears; db-pass changes; b-secret
+        # (node-b's only) changes.
+        ma, mb = a.mark(), b.mark()
+        nt = base64.b64encode(b'now').decode()
+        self.write_yaml('swarm/others.yaml', docs(
+            OTHERS_YAML,
+            doc('Secret', 'not-there', {'spec': {'annotations': {'name': 'not-there'}, 'data': nt}}))
+            .replace(B64['db-pass'], base64.b64encode(b'rotated').decode())
+            .replace(B64['b-secret'], base64.b64encode(b'b2').decode()))
+        a.wait_for(lambda l: l.get('event') == 'assignments' and l['total'] == 5, 'node-a: the new secret', ma)
+        time.sleep(0.2)
+        ls = assign_lines(a, ma)
+        self.assertEqual(change_set(ls), ['UPDATE secret/db-pass', 'UPDATE secret/not-there'], ls)
+        objs = {c['id']: c['object'] for l in ls for c in l['changes']}
+        self.assertEqual(objs['not-there']['spec']['data'], nt)
+        self.assertEqual(objs['db-pass']['spec']['data'], base64.b64encode(b'rotated').decode())
+        l = b.wait_for(lambda l: l.get('event') == 'assignments', 'node-b: its secret', mb)
+        self.assertEqual(change_set([l]), ['UPDATE secret/b-secret'])
+        self.check_chain(a)
+        self.check_chain(b)
+
     def test_batches_of_at_most_100(self):
         self.start()
         ag = self.agent('node-a')
