@@ -6,6 +6,7 @@
 //
 //   node dest_client.js --connect HOST:PORT --authority A [--authority A ...]
 //        [--scheme k8s] [--no-redial] [--exit-after-sync] [--timeout-ms MS]
+//        [--tls-ca PEM [--tls-cert PEM --tls-key PEM]]
 //
 // One Destination/Get stream per authority (path = A as given, scheme "k8s"
 // unless --scheme), redialled 250 ms after it ends (not with --no-redial).
@@ -34,7 +35,7 @@ let opts;
 try {
   opts = c.parseArgs(process.argv.slice(2), {
     '--connect': 'string', '--authority': 'list', '--scheme': 'string', '--no-redial': 'bool',
-    '--exit-after-sync': 'bool', '--timeout-ms': 'string',
+    '--exit-after-sync': 'bool', '--timeout-ms': 'string', ...e.TLS_ARGS,
   });
   if (!opts['--connect']) throw new Error('--connect HOST:PORT is required');
   if (opts['--authority'].length === 0) throw new Error('at least one --authority');
@@ -45,7 +46,7 @@ try {
 }
 
 const { pkg } = e.loadConduit();
-const client = new pkg.proxy.destination.Destination(opts['--connect'], e.grpc.credentials.createInsecure());
+const client = new pkg.proxy.destination.Destination(opts['--connect'], e.clientCreds(opts));
 
 // authority -> {exists: true|false|null (not known yet), addrs: Set, synced, streamFirst}
 const sets = new Map();

@@ -5,6 +5,7 @@
 // libmcp's mcp-sink --api destination against.
 //
 //   node dest_server.js --listen HOST:PORT --state FILE [--heartbeat-ms MS] [--repeat]
+//        [--tls-cert PEM --tls-key PEM [--tls-ca PEM]]
 //
 // FILE (JSON; SIGHUP re-reads it and pushes what changed to every stream):
 //   {"services": {"<host>[:port]": null | {"addrs": [ADDR, ...], "labels": {..}}}}
@@ -40,7 +41,7 @@ const PROG = 'dest_server.js';
 let opts;
 try {
   opts = c.parseArgs(process.argv.slice(2), {
-    '--listen': 'string', '--state': 'string', '--heartbeat-ms': 'string', '--repeat': 'bool',
+    '--listen': 'string', '--state': 'string', '--heartbeat-ms': 'string', '--repeat': 'bool', ...e.TLS_ARGS,
   });
   if (!opts['--listen']) throw new Error('--listen HOST:PORT is required');
   if (!opts['--state']) throw new Error('--state FILE is required');
@@ -152,7 +153,7 @@ function get(call) {
 }
 
 readState(); // before serving: a bad FILE fails at once
-c.listen(pkg.proxy.destination.Destination.service, { Get: get }, opts['--listen']);
+e.listenWith(pkg.proxy.destination.Destination.service, { Get: get }, opts['--listen'], e.serverCreds(opts));
 
 if (HEARTBEAT_MS > 0) {
   setInterval(() => {

@@ -7,6 +7,7 @@
 //   node disp_agent.js --connect HOST:PORT[,HOST:PORT...] --node-id NODE
 //        [--api assignments|tasks] [--bodies] [--report-status STATE]
 //        [--exit-after-sync] [--timeout-ms MS] [--probe-invalid]
+//        [--tls-ca PEM [--tls-cert PEM --tls-key PEM]]
 //
 // Session (description.hostname = NODE); on its first SessionMessage, the
 // session id, then Heartbeat at once and again after each answer's period,
@@ -46,7 +47,7 @@ try {
   opts = c.parseArgs(process.argv.slice(2), {
     '--connect': 'string', '--node-id': 'string', '--api': 'string', '--bodies': 'bool',
     '--report-status': 'string', '--exit-after-sync': 'bool', '--timeout-ms': 'string',
-    '--probe-invalid': 'bool',
+    '--probe-invalid': 'bool', ...e.TLS_ARGS,
   });
   if (!opts['--connect']) throw new Error('--connect HOST:PORT[,...] is required');
   if (!opts['--node-id']) throw new Error('--node-id NODE is required');
@@ -92,7 +93,7 @@ function markSynced() {
 
 // Calls with a session id that is not (or no longer) valid: each answer.
 function probe(addr, sid, why) {
-  const client = new pkg.Dispatcher(addr, grpc.credentials.createInsecure());
+  const client = new pkg.Dispatcher(addr, e.clientCreds(opts));
   const out = (method, err) => c.emit({ event: 'probe', why, session_id: sid, method,
     code: err ? err.code : 0, details: err ? err.details : '' });
   client.Heartbeat({ session_id: sid }, (err) => out('Heartbeat', err));
@@ -233,7 +234,7 @@ function openAssignments(s) {
 
 function startSession() {
   addrIndex = (addrIndex + 1) % addrs.length;
-  const client = new pkg.Dispatcher(addrs[addrIndex], grpc.credentials.createInsecure());
+  const client = new pkg.Dispatcher(addrs[addrIndex], e.clientCreds(opts));
   const s = { id: null, client, calls: new Set(), hbTimer: null, lastResultsIn: null, dead: false, addr: addrs[addrIndex] };
   cur = s;
   const call = client.Session({ description: { hostname: NODE }, session_id: '' });

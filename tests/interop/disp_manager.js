@@ -6,13 +6,14 @@
 // mcp-sink --api dispatcher against.
 //
 //   node disp_manager.js --listen HOST:PORT --state FILE [--heartbeat-period MS]
-//        [--manager ADDR ...] [--batch N]
+//        [--manager ADDR ...] [--batch N] [--tls-cert PEM --tls-key PEM [--tls-ca PEM]]
 //
 // FILE (JSON; SIGHUP re-reads it and pushes what changed):
 //   {"tasks": [Task], "secrets": [Secret], "configs": [Config], "nodes": [Node]}
 // objects in the .proto's field names (snake_case; enums by name; bytes as
 // base64), each with its "id".
-// - Session: node = description.hostname (INVALID_ARGUMENT when empty); a
+// - Session: node = the verified client certificate's CN with --tls-ca (as
+//   swarmkit), else description.hostname (INVALID_ARGUMENT when empty); a
 //   session_id still live for that node is kept, else a new random one; a new
 //   session for a node ends its older one's streams (INVALID_ARGUMENT
 //   "session invalid", as swarmkit's session check). First SessionMessage:
@@ -58,6 +59,7 @@ let opts;
 try {
   opts = c.parseArgs(process.argv.slice(2), {
     '--listen': 'string', '--state': 'string', '--heartbeat-period': 'string', '--manager': 'list', '--batch': 'string',
+    ...e.TLS_ARGS,
   });
   if (!opts['--listen']) throw new Error('--listen HOST:PORT is required');
   if (!opts['--state']) throw new Error('--state FILE is required');
@@ -143,7 +145,8 @@ function track(s, call) {
 }
 
 function Session(call) {
-  const node = (call.request.description && call.request.description.hostname) || '';
+  const node = (opts['--tls-ca'] && e.peerCn(call)) ||
+    (call.request.description && call.request.description.hostname) || '';
   if (!node) {
     c.emit({ event: 'rejected', method: 'Session', session_id: '', code: grpc.status.INVALID_ARGUMENT, details: 'no hostname' });
     call.emit('error', { code: grpc.status.INVALID_ARGUMENT, details: 'SessionRequest.description.hostname is required in cleartext' });
@@ -276,8 +279,8 @@ function Tasks(call) {
 }
 
 readState(); // before serving: a bad FILE fails at once
-c.listen(pkg.Dispatcher.service, { Session, Heartbeat, UpdateTaskStatus, UpdateVolumeStatus, Tasks, Assignments },
-  opts['--listen'], (port) => { listenAddr = `${opts['--listen'].slice(0, opts['--listen'].lastIndexOf(':'))}:${port}`; });
+e.listenWith(pkg.Dispatcher.service, { Session, Heartbeat, UpdateTaskStatus, UpdateVolumeStatus, Tasks, Assignments },
+  opts['--listen'], e.serverCreds(opts), (port) => { listenAddr = `${opts['--listen'].slice(0, opts['--listen'].lastIndexOf(':'))}:${port}`; });
 
 process.on('SIGHUP', () => {
   try { readState(); } catch (err) { c.log(PROG, `reload failed: ${err.message}`); return; }

@@ -192,6 +192,51 @@ function redialLoop(open, handlers, prog) {
   return () => { stopped = true; clearTimeout(timer); if (call) call.cancel(); };
 }
 
+// --- TLS (--tls-ca, --tls-cert, --tls-key: PEM files) ---------------------
+
+// A client's credentials: TLS when --tls-ca is given (with a client
+// certificate when --tls-cert/--tls-key are), else cleartext.
+function clientCreds(opts) {
+  if (!opts['--tls-ca']) return grpc.credentials.createInsecure();
+  const rd = (k) => (opts[k] ? fs.readFileSync(opts[k]) : null);
+  return grpc.credentials.createSsl(rd('--tls-ca'), rd('--tls-key'), rd('--tls-cert'));
+}
+
+// A server's credentials: TLS when --tls-cert/--tls-key are given; with
+// --tls-ca, clients must present a certificate it verifies.
+function serverCreds(opts) {
+  if (!opts['--tls-cert']) return grpc.ServerCredentials.createInsecure();
+  const ca = opts['--tls-ca'] ? fs.readFileSync(opts['--tls-ca']) : null;
+  return grpc.ServerCredentials.createSsl(ca,
+    [{ private_key: fs.readFileSync(opts['--tls-key']), cert_chain: fs.readFileSync(opts['--tls-cert']) }], !!ca);
+}
+
+// The verified client certificate's CN of a server call, or ''.
+function peerCn(call) {
+  try {
+    const cert = call.getAuthContext().sslPeerCertificate;
+    return (cert && cert.subject && cert.subject.CN) || '';
+  } catch (err) {
+    return '';
+  }
+}
+
+// Serve one service on HOST:PORT (PORT may be 0) with |creds|; reports the
+// bound address as mcp_common's listen() does.
+function listenWith(service, impl, addr, creds, onBound) {
+  const server = new grpc.Server();
+  server.addService(service, impl);
+  server.bindAsync(addr, creds, (err, port) => {
+    if (err) { process.stderr.write(`bind ${addr}: ${err.message}\n`); process.exit(1); }
+    const host = addr.slice(0, addr.lastIndexOf(':'));
+    if (onBound) onBound(port);
+    c.emit({ event: 'listening', address: `${host}:${port}` });
+  });
+  return server;
+}
+
+const TLS_ARGS = { '--tls-ca': 'string', '--tls-cert': 'string', '--tls-key': 'string' };
+
 // A decoded message as JSON-ready data: bytes as base64 (proto3 JSON's
 // form), the oneof-name properties proto-loader adds dropped.
 function plain(v, oneofNames = ONEOF_NAMES) {
@@ -224,4 +269,5 @@ function stable(v) {
 module.exports = {
   grpc, c, loadConduit, loadSwarmkit, protoRoot, parseIpv4, ipv4Text, parseIpv6, ipv6Text,
   hextetsFromHalves, halvesFromHextets, tcpText, tcpFromText, parseAuthority, redialLoop, stable, plain,
+  clientCreds, serverCreds, peerCn, listenWith, TLS_ARGS,
 };

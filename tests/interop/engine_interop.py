@@ -157,6 +157,17 @@ class EngineBase(unittest.TestCase):
             peer.signal(__import__('signal').SIGHUP)
             peer.wait_for(lambda l: l.get('event') == 'reloaded', 'the peer reloads its state', since=mark)
 
+    def certs(self):
+        """tests/gen_certs.sh's certificates in a temp dir (gRPC only: our
+        h2c is cleartext); skips without openssl."""
+        if OPTS.transport != 'grpc':
+            self.skipTest('TLS: our programs offer it over gRPC only')
+        d = os.path.join(self.tmp, 'certs')
+        p = subprocess.run(['sh', os.path.join(HERE, '..', 'gen_certs.sh'), d], capture_output=True, text=True)
+        if p.returncode != 0:
+            self.skipTest(f'gen_certs.sh failed (openssl?): {p.stderr[-300:]}')
+        return lambda name: os.path.join(d, name)
+
     def quiet(self, p, pred, since, seconds, what):
         """Nothing matching pred from |since| for |seconds|."""
         time.sleep(seconds)

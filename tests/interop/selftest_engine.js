@@ -339,3 +339,24 @@ test('dispatcher: calls with an unknown or expired session id get INVALID_ARGUME
   await stop(ag);
   await stop(mgr);
 });
+
+test('TLS: a Destination client and a worker over TLS; the manager takes the certificate CN as the node', async (t) => {
+  const certs = fs.mkdtempSync(path.join(os.tmpdir(), 'engine-selftest-certs-'));
+  const gen = require('child_process').spawnSync('sh', [path.join(__dirname, '..', 'gen_certs.sh'), certs]);
+  if (gen.status !== 0) { t.skip(`gen_certs.sh failed (openssl?): ${gen.stderr}`); return; }
+  const c = (n) => path.join(certs, n);
+  const srv = run('dest_server.js', ['--listen', '127.0.0.1:0', '--state', stateFile(DEST_STATE),
+    '--tls-cert', c('server.pem'), '--tls-key', c('server.key')]);
+  const cl = run('dest_client.js', ['--connect', await address(srv), '--authority', `${WEB}:8080`, '--tls-ca', c('ca.pem')]);
+  assert.strictEqual((await waitFor(cl, (l) => l.event === 'destination', 'add over TLS')).total, 2);
+  const st = JSON.parse(JSON.stringify(DISP_STATE));
+  st.tasks.push(task('tl', 'legacy-client', 'ASSIGNED'));
+  const mgr = run('disp_manager.js', ['--listen', '127.0.0.1:0', '--state', stateFile(st),
+    '--tls-cert', c('server.pem'), '--tls-key', c('server.key'), '--tls-ca', c('ca.pem')]);
+  const ag = run('disp_agent.js', ['--connect', await address(mgr), '--node-id', 'node-a',
+    '--tls-ca', c('ca.pem'), '--tls-cert', c('cn.pem'), '--tls-key', c('cn.key')]);
+  const a = await waitFor(ag, (l) => l.event === 'assignments', 'COMPLETE over TLS');
+  assert.deepStrictEqual(ids(a), ['UPDATE task/tl']);
+  assert.strictEqual((await waitFor(mgr, (l) => l.event === 'session', 'session')).node, 'legacy-client');
+  for (const ch of [cl, srv, ag, mgr]) await stop(ch);
+});

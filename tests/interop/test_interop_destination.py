@@ -255,6 +255,26 @@ class OurSourceToNodeClient(EngineBase):
         o = self.first(f'{WEB}:80')
         self.assertEqual((o['update'], o.get('exists')), ('no_endpoints', False))
 
+    def test_tls(self):
+        c = self.certs()
+        self.write_yaml('default/services.yaml', SERVICES_YAML)
+        self.write_yaml('default/endpoints.yaml', endpoints_yaml(WEB3))
+        port = ti.free_port()
+        self.ours('mcp-source', [self.src_bin, '--api', 'destination', '--dir', self.conf,
+                                 '--listen', f'127.0.0.1:{port}', '--tls-cert', c('server.pem'),
+                                 '--tls-key', c('server.key'), '--tls-ca', c('ca.pem')], port)
+        cl = self.node_peer('dest_client.js', ['--connect', f'127.0.0.1:{port}', '--authority', f'{WEB}:80',
+                                               '--tls-ca', c('ca.pem'), '--tls-cert', c('client.pem'),
+                                               '--tls-key', c('client.key')])
+        w = cl.wait_for(lambda l: l.get('event') == 'destination', 'the first message over TLS')
+        self.assertEqual(sorted(w['addrs']), [f'{ip}:8080' for ip in WEB3])
+        # Without a client certificate the handshake fails: nothing arrives.
+        bad = self.node_peer('dest_client.js', ['--connect', f'127.0.0.1:{port}', '--authority', f'{WEB}:80',
+                                                '--tls-ca', c('ca.pem'), '--no-redial'])
+        st = bad.wait_for(lambda l: l.get('event') == 'status', 'refused')
+        self.assertNotEqual(st['code'], 0, st)
+        self.assertEqual([l for l in bad.lines if l.get('event') == 'destination'], [])
+
     def test_api_mcp_only_serves_no_destination(self):
         self.write_yaml('default/services.yaml', SERVICES_YAML)
         port = ti.free_port()
@@ -404,6 +424,19 @@ class NodeServerToOurSink(EngineBase):
         time.sleep(0.5)
         self.out_file(f'{WEB}:80', {'exists': True, 'addrs': ['10.0.0.1:8080', '[fd00::1]:8080']}, 'after heartbeats')
         self.out_file('empty.default.svc.cluster.local', {'exists': True, 'addrs': []}, 'after heartbeats')
+
+    def test_tls(self):
+        c = self.certs()
+        self.write_state(NODE_STATE)
+        self.srv = self.node_peer('dest_server.js', ['--listen', '127.0.0.1:0', '--state', self.state_file,
+                                                     '--tls-cert', c('server.pem'), '--tls-key', c('server.key'),
+                                                     '--tls-ca', c('ca.pem')])
+        addr = self.listening(self.srv)
+        self.sink = self.ours('mcp-sink', [self.sink_bin, '--api', 'destination', '--connect', addr, '--json',
+                                           '--destination', f'{WEB}:80', '--tls-ca', c('ca.pem'),
+                                           '--tls-cert', c('client.pem'), '--tls-key', c('client.key')])
+        w = self.line(f'{WEB}:80', what='the first message over TLS')
+        self.assertEqual(sorted(w['addrs']), ['10.0.0.1:8080', '[fd00::1]:8080'])
 
     def test_exit_after_sync(self):
         self.write_state(NODE_STATE)

@@ -349,6 +349,18 @@ class OurSourceToNodeAgent(EngineBase):
         self.quiet(ag, lambda l: l.get('event') == 'assignments' and l['type'] == 'INCREMENTAL', 0, 0.4,
                    'a status report changed what was served')
 
+    def test_tls_node_is_the_certificate_cn(self):
+        # With TLS the node is the verified client certificate's CN
+        # (legacy-client), whatever description.hostname claims.
+        c = self.certs()
+        tasks = dict(TASKS)
+        tasks['t-cn'] = y_task('legacy-client', 'ASSIGNED')
+        self.start(['--tls-cert', c('server.pem'), '--tls-key', c('server.key'), '--tls-ca', c('ca.pem')],
+                   tasks=tasks)
+        ag = self.agent('node-a', '--tls-ca', c('ca.pem'), '--tls-cert', c('cn.pem'), '--tls-key', c('cn.key'))
+        m = ag.wait_for(lambda l: l.get('event') == 'assignments', 'COMPLETE over TLS')
+        self.assertEqual(change_set([m]), ['UPDATE task/t-cn'])
+
     def test_managers_flag(self):
         self.need('mcp-source', '--manager')
         self.start(['--manager', '10.0.0.1:4242', '--manager', '10.0.0.2:4242'])
@@ -556,6 +568,23 @@ class NodeManagerToOurSink(EngineBase):
                                       '--connect', f'{dead},{addr}', '--json'])
         c = sink.wait_for(lambda l: l.get('event') == 'assignments', 'COMPLETE through the second address')
         self.assertEqual(c['total'], 4)
+
+    def test_tls(self):
+        c = self.certs()
+        self.write_state(MGR_STATE)
+        self.mgr = self.node_peer('disp_manager.js', ['--listen', '127.0.0.1:0', '--state', self.state_file,
+                                                      '--tls-cert', c('server.pem'), '--tls-key', c('server.key'),
+                                                      '--tls-ca', c('ca.pem')])
+        addr = self.listening(self.mgr)
+        tasks = MGR_STATE['tasks'] + [m_task('t-cn', 'legacy-client', 'ASSIGNED')]
+        self.write_state(dict(MGR_STATE, tasks=tasks), self.mgr)
+        sink = self.ours('mcp-sink', [self.sink_bin, '--api', 'dispatcher', '--node-id', 'node-a', '--connect', addr,
+                                      '--json', '--tls-ca', c('ca.pem'), '--tls-cert', c('cn.pem'),
+                                      '--tls-key', c('cn.key')])
+        m = sink.wait_for(lambda l: l.get('event') == 'assignments', 'COMPLETE over TLS')
+        # The manager (as swarmkit's) took the certificate's CN as the node.
+        self.assertEqual(change_set([m]), ['UPDATE task/t-cn'])
+        self.assertEqual(self.mgr.wait_for(lambda l: l.get('event') == 'session', 'session')['node'], 'legacy-client')
 
     def test_exit_after_sync(self):
         self.write_state(MGR_STATE)
