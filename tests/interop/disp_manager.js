@@ -7,6 +7,7 @@
 //
 //   node disp_manager.js --listen HOST:PORT --state FILE [--heartbeat-period MS]
 //        [--manager ADDR ...] [--batch N] [--tls-cert PEM --tls-key PEM [--tls-ca PEM]]
+//        [--forget-silently]
 //
 // FILE (JSON; SIGHUP re-reads it and pushes what changed):
 //   {"tasks": [Task], "secrets": [Secret], "configs": [Config], "nodes": [Node]}
@@ -35,12 +36,13 @@
 //   (default 100) changes per INCREMENTAL message (a COMPLETE goes whole);
 //   nothing when nothing visible changed.
 //   SIGUSR1: the next INCREMENTAL carries a wrong applies_to (a broken chain).
-//   SIGUSR2: every session ends UNAVAILABLE ("dispatcher is stopped").
+//   SIGUSR2: every session ends UNAVAILABLE ("dispatcher is stopped"); with
+//   --forget-silently, sessions are only forgotten (streams left open).
 // - Tasks (deprecated): the full task list on every change.
 // stdout, one JSON object per line:
 //   {"event":"listening","address"}
 //   {"event":"session","node","session_id","resumed":BOOL}
-//   {"event":"session_end","node","session_id","why"}     replaced | expired | dropped
+//   {"event":"session_end","node","session_id","why"}     replaced | expired | dropped | forgotten
 //   {"event":"heartbeat","node","session_id"}
 //   {"event":"rejected","method","session_id","code","details"}
 //   {"event":"task_status","node","session_id","task_id","state"}
@@ -59,7 +61,7 @@ let opts;
 try {
   opts = c.parseArgs(process.argv.slice(2), {
     '--listen': 'string', '--state': 'string', '--heartbeat-period': 'string', '--manager': 'list', '--batch': 'string',
-    ...e.TLS_ARGS,
+    '--forget-silently': 'bool', ...e.TLS_ARGS,
   });
   if (!opts['--listen']) throw new Error('--listen HOST:PORT is required');
   if (!opts['--state']) throw new Error('--state FILE is required');
@@ -291,9 +293,20 @@ process.on('SIGHUP', () => {
   }
 });
 process.on('SIGUSR1', () => { breakNext = true; c.emit({ event: 'break_next' }); });
-// SIGUSR2: every session ends (UNAVAILABLE), as when a manager steps down.
+// SIGUSR2: every session ends (UNAVAILABLE), as when a manager steps down;
+// with --forget-silently it is only forgotten: its streams stay open, and
+// the next call with its id (a Heartbeat) gets INVALID_ARGUMENT.
 process.on('SIGUSR2', () => {
-  for (const s of [...sessions.values()]) endSession(s, 'dropped', { code: grpc.status.UNAVAILABLE, details: 'dispatcher is stopped' });
+  for (const s of [...sessions.values()]) {
+    if (opts['--forget-silently']) {
+      sessions.delete(s.id);
+      if (byNode.get(s.node) === s) byNode.delete(s.node);
+      clearTimeout(s.timer);
+      c.emit({ event: 'session_end', node: s.node, session_id: s.id, why: 'forgotten' });
+    } else {
+      endSession(s, 'dropped', { code: grpc.status.UNAVAILABLE, details: 'dispatcher is stopped' });
+    }
+  }
 });
 process.on('SIGTERM', () => process.exit(0));
 process.on('SIGINT', () => process.exit(0));

@@ -360,3 +360,18 @@ test('TLS: a Destination client and a worker over TLS; the manager takes the cer
   assert.strictEqual((await waitFor(mgr, (l) => l.event === 'session', 'session')).node, 'legacy-client');
   for (const ch of [cl, srv, ag, mgr]) await stop(ch);
 });
+
+test('dispatcher: a session forgotten by the manager: the heartbeat fails, the agent starts a new session', async () => {
+  const f = stateFile(DISP_STATE);
+  const mgr = run('disp_manager.js', ['--listen', '127.0.0.1:0', '--state', f, '--heartbeat-period', '100', '--forget-silently']);
+  const ag = run('disp_agent.js', ['--connect', await address(mgr), '--node-id', 'node-a']);
+  await waitFor(ag, (l) => l.event === 'synced', 'synced');
+  const m = ag.lines.length;
+  mgr.p.kill('SIGUSR2');
+  const end = await waitFor(ag, (l) => l.event === 'session_end', 'heartbeat refused', m);
+  assert.deepStrictEqual([end.stream, end.code, end.details], ['heartbeat', 3, 'session invalid']);
+  const c = await waitFor(ag, (l) => l.event === 'assignments', 'COMPLETE on a new session', m);
+  assert.strictEqual(c.type, 'COMPLETE');
+  await stop(ag);
+  await stop(mgr);
+});

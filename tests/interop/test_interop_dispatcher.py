@@ -539,6 +539,29 @@ class NodeManagerToOurSink(EngineBase):
         self.assertTrue(hb)
         self.assertEqual([l for l in self.mgr.lines if l.get('event') == 'rejected'], [], self.mgr.describe())
 
+    def test_session_forgotten_heartbeat_refused(self):
+        # The manager forgets the session but leaves its streams open: the
+        # next Heartbeat gets INVALID_ARGUMENT ("session invalid"), and our
+        # sink must open a new session by itself (issue 16: "on a session
+        # error, a new session").
+        sink = self.start(extra=(), period=200)
+        self.mgr.stop()
+        self.mgr = self.node_peer('disp_manager.js', ['--listen', self.addr, '--state', self.state_file,
+                                                      '--heartbeat-period', '200', '--forget-silently'])
+        self.mgr.wait_for(lambda l: l.get('event') == 'session', 'our sink comes to the new manager')
+        mark = sink.mark()
+        self.mgr.wait_for(lambda l: l.get('event') == 'heartbeat', 'a heartbeat')
+        mmark = self.mgr.mark()
+        self.mgr.signal(signal.SIGUSR2)
+        self.mgr.wait_for(lambda l: l.get('event') == 'session_end' and l['why'] == 'forgotten', 'forgotten', mmark)
+        self.mgr.wait_for(lambda l: l.get('event') == 'rejected' and l['method'] == 'Heartbeat',
+                          'our sink\'s next heartbeat refused', mmark)
+        s = self.mgr.wait_for(lambda l: l.get('event') == 'session', 'a new session after the refusal', mmark)
+        self.assertEqual(s['node'], 'node-a')
+        c = sink.wait_for(lambda l: l.get('event') == 'assignments' and l['type'] == 'COMPLETE',
+                          'COMPLETE on the new session', mark)
+        self.assertEqual(c['total'], 4)
+
     def test_heartbeat_at_the_period(self):
         self.start(period=150)
         self.mgr.wait_for(lambda l: l.get('event') == 'session', 'session')
