@@ -218,6 +218,42 @@ class OurSourceToNodeClient(EngineBase):
         # The empty service got an endpoint nowhere: still nothing for it.
         self.assertEqual(len(dest_lines(cl, 'empty.default.svc.cluster.local')), 1)
 
+    def test_changes_coalesce_within_the_debounce(self):
+        # Three edits 30 ms apart inside a 500 ms debounce: the client hears
+        # the net change only (10.1.0.5 came and went: never sent).
+        self.write_yaml('default/services.yaml', SERVICES_YAML)
+        self.write_yaml('default/endpoints.yaml', endpoints_yaml(WEB3))
+        port = ti.free_port()
+        self.ours('mcp-source', [self.src_bin, '--api', 'destination', '--dir', self.conf,
+                                 '--listen', f'127.0.0.1:{port}', '--debounce', '500'], port)
+        cl = self.node_peer('dest_client.js', ['--connect', f'127.0.0.1:{port}', '--authority', f'{WEB}:80'])
+        cl.wait_for(lambda l: l.get('event') == 'synced', 'synced')
+        mark = cl.mark()
+        for addrs in (WEB3 + ['10.1.0.5'], WEB3, WEB3 + ['10.1.0.6']):
+            self.write_yaml('default/endpoints.yaml', endpoints_yaml(addrs))
+            time.sleep(0.03)
+        cl.wait_for(lambda l: l.get('event') == 'destination', 'the coalesced change', mark)
+        time.sleep(0.8)
+        ls = dest_lines(cl, f'{WEB}:80', mark)
+        self.assertEqual([(l['update'], l['addrs'], l['total']) for l in ls], [('add', ['10.1.0.6:8080'], 4)], ls)
+
+    def test_a_change_undone_within_the_debounce_sends_nothing(self):
+        # 10.1.0.7 comes and goes inside the window: the set is as it was,
+        # so nothing is sent (issue 14).
+        self.write_yaml('default/services.yaml', SERVICES_YAML)
+        self.write_yaml('default/endpoints.yaml', endpoints_yaml(WEB3))
+        port = ti.free_port()
+        self.ours('mcp-source', [self.src_bin, '--api', 'destination', '--dir', self.conf,
+                                 '--listen', f'127.0.0.1:{port}', '--debounce', '500'], port)
+        cl = self.node_peer('dest_client.js', ['--connect', f'127.0.0.1:{port}', '--authority', f'{WEB}:80'])
+        cl.wait_for(lambda l: l.get('event') == 'synced', 'synced')
+        mark = cl.mark()
+        self.write_yaml('default/endpoints.yaml', endpoints_yaml(WEB3 + ['10.1.0.7']))
+        time.sleep(0.03)
+        self.write_yaml('default/endpoints.yaml', endpoints_yaml(WEB3))
+        self.quiet(cl, lambda l: l.get('event') == 'destination', mark, 1.5,
+                   'a change undone within the debounce window was sent')
+
     def test_invalid_requests(self):
         self.start(authorities=[f'{WEB}:80'])
         self.cl.wait_for(lambda l: l.get('event') == 'synced', 'synced')

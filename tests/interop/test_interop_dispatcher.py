@@ -235,6 +235,26 @@ class OurSourceToNodeAgent(EngineBase):
         self.check_chain(a)
         self.check_chain(b)
 
+    def test_a_task_added_and_removed_within_the_debounce_sends_nothing(self):
+        # t-new comes and goes inside a 500 ms window: the node's set is as
+        # it was, so nothing is sent (issue 16: "nothing for a change
+        # invisible to that node").
+        self.tasks = json.loads(json.dumps(TASKS))
+        self.write_yaml('swarm/tasks.yaml', tasks_yaml(self.tasks))
+        self.write_yaml('swarm/others.yaml', OTHERS_YAML)
+        port = ti.free_port()
+        self.src = self.ours('mcp-source', [self.src_bin, '--api', 'dispatcher', '--dir', self.conf,
+                                            '--listen', f'127.0.0.1:{port}', '--debounce', '500'], port)
+        self.addr = f'127.0.0.1:{port}'
+        ag = self.agent('node-a')
+        ag.wait_for(lambda l: l.get('event') == 'synced', 'synced')
+        mark = ag.mark()
+        self.edit(**{'t-new': y_task('node-a', 'ASSIGNED')})
+        time.sleep(0.03)
+        self.edit(**{'t-new': None})
+        self.quiet(ag, lambda l: l.get('event') == 'assignments', mark, 1.5,
+                   'a task added and removed within the debounce window was sent')
+
     def test_batches_of_at_most_100(self):
         self.start()
         ag = self.agent('node-a')
