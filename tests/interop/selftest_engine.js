@@ -47,8 +47,16 @@ function waitFor(ch, pred, what, from = 0) {
 const address = async (ch) => (await waitFor(ch, (l) => l.event === 'listening', 'listening')).address;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+const tmpDirs = [];
+function tmpDir(prefix) {
+  const d = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  tmpDirs.push(d);
+  return d;
+}
+test.after(() => { for (const d of tmpDirs) fs.rmSync(d, { recursive: true, force: true }); });
+
 function stateFile(obj) {
-  const f = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'engine-selftest-')), 'state.json');
+  const f = path.join(tmpDir('engine-selftest-'), 'state.json');
   fs.writeFileSync(f, JSON.stringify(obj));
   return f;
 }
@@ -341,7 +349,7 @@ test('dispatcher: calls with an unknown or expired session id get INVALID_ARGUME
 });
 
 test('TLS: a Destination client and a worker over TLS; the manager takes the certificate CN as the node', async (t) => {
-  const certs = fs.mkdtempSync(path.join(os.tmpdir(), 'engine-selftest-certs-'));
+  const certs = tmpDir('engine-selftest-certs-');
   const gen = require('child_process').spawnSync('sh', [path.join(__dirname, '..', 'gen_certs.sh'), certs]);
   if (gen.status !== 0) { t.skip(`gen_certs.sh failed (openssl?): ${gen.stderr}`); return; }
   const c = (n) => path.join(certs, n);
