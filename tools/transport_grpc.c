@@ -41,6 +41,10 @@ static tool_stream_info stream_info(const mcp_grpc_stream_info *info,
       .nidentities = info->nidentities,
       .tls = info->tls,
   };
+#ifdef TOOLS_GRPC_SERVICES
+  if (info->stream)
+    ti.api = mcp_stream_get_ops(info->stream)->name;
+#endif
   return ti;
 }
 
@@ -70,7 +74,7 @@ static mcp_grpc_tls_options tls_opts(const tool_tls_options *t) {
 }
 
 static void fill_opts(mcp_grpc_options *go, const tool_endpoint_options *o,
-                      grpc_ep *ep) {
+                      ep_ctx *ctx) {
   mcp_grpc_options_default(go);
   go->mode = o->mode == TOOL_DIAL ? MCP_GRPC_DIAL : MCP_GRPC_LISTEN;
   go->address = o->address;
@@ -78,7 +82,7 @@ static void fill_opts(mcp_grpc_options *go, const tool_endpoint_options *o,
   go->backoff.max = TOOL_BACKOFF_MAX;
   go->shutdown_grace = TOOL_SHUTDOWN_GRACE;
   go->on_stream = on_stream;
-  go->user_data = &ep->ctx;
+  go->user_data = ctx;
   /* TLS when any file is set (the programs ran tls_check() first); the
    * access list decides on the peer's verified identities. */
   go->tls = tls_opts(&o->tls);
@@ -86,6 +90,13 @@ static void fill_opts(mcp_grpc_options *go, const tool_endpoint_options *o,
     go->authorize = mcp_grpc_acl_authorize;
     go->authorize_user_data = o->acl;
   }
+#ifdef TOOLS_GRPC_SERVICES
+  if (o->mode == TOOL_LISTEN) {
+    go->services = o->services;
+    go->nservices = o->nservices;
+    go->no_mcp = o->no_mcp;
+  }
+#endif
 }
 
 static grpc_ep *ep_alloc(const tool_endpoint_options *o) {
@@ -106,7 +117,7 @@ static int source_new(void **pep, uv_loop_t *loop,
   if (!ep)
     return MCP_ERR_NOMEM;
   mcp_grpc_options go;
-  fill_opts(&go, o, ep);
+  fill_opts(&go, o, &ep->ctx);
   int rv = mcp_grpc_source_new(&ep->src, &go, so);
   if (rv < 0) {
     free(ep);
@@ -143,7 +154,7 @@ static int sink_new(void **pep, uv_loop_t *loop,
   if (!ep)
     return MCP_ERR_NOMEM;
   mcp_grpc_options go;
-  fill_opts(&go, o, ep);
+  fill_opts(&go, o, &ep->ctx);
   int rv = mcp_grpc_sink_new(&ep->sink, &go, state);
   if (rv < 0) {
     free(ep);
@@ -253,6 +264,50 @@ static int sink_reauthorize(void *ep) {
   return mcp_grpc_sink_reauthorize(((grpc_ep *)ep)->sink);
 }
 
+/* ---- clients (mcp_client_def) ---- */
+
+#ifdef TOOLS_GRPC_SERVICES
+typedef struct grpc_client {
+  ep_ctx ctx; /* first: the callback's user_data */
+  mcp_grpc_client *c;
+} grpc_client;
+
+static int client_new(void **pc, uv_loop_t *loop,
+                      const tool_endpoint_options *o,
+                      const mcp_client_def *def) {
+  (void)loop; /* a thread of its own */
+  grpc_client *c = calloc(1, sizeof(*c));
+  if (!c)
+    return MCP_ERR_NOMEM;
+  c->ctx.on_stream = o->on_stream;
+  c->ctx.on_refused = o->on_refused;
+  c->ctx.user_data = o->user_data;
+  tool_endpoint_options d = *o;
+  d.mode = TOOL_DIAL;
+  mcp_grpc_options go;
+  fill_opts(&go, &d, &c->ctx);
+  int rv = mcp_grpc_client_new(&c->c, &go, def);
+  if (rv < 0) {
+    free(c);
+    return rv;
+  }
+  *pc = c;
+  return 0;
+}
+
+static int client_run(void *c, tool_run_fn fn, void *ud) {
+  return mcp_grpc_client_call(((grpc_client *)c)->c, fn, ud);
+}
+
+static void client_del(void *p) {
+  grpc_client *c = p;
+  if (c) {
+    mcp_grpc_client_del(c->c);
+    free(c);
+  }
+}
+#endif
+
 const tool_transport tool_transport_grpc = {
     .name = "grpc",
     .now = mcp_grpc_now,
@@ -277,4 +332,10 @@ const tool_transport tool_transport_grpc = {
     .acl_del = acl_del,
     .source_reauthorize = source_reauthorize,
     .sink_reauthorize = sink_reauthorize,
+#ifdef TOOLS_GRPC_SERVICES
+    .services = 1,
+    .client_new = client_new,
+    .client_run = client_run,
+    .client_del = client_del,
+#endif
 };
