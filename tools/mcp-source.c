@@ -296,12 +296,18 @@ static void on_stream(int opened, const tool_stream_info *info, void *ud) {
   }
   if (info->api) {
     /* Another protocol's call: the MCP stream metrics are not its. */
+    /* Unary calls (Heartbeat every period) and clean ends: debug. */
+    int quiet = opened || info->status == 0 ||
+                !strcmp(info->api, "heartbeat") ||
+                !strcmp(info->api, "update_task_status");
     if (opened)
-      log_info("stream %llu: %s %s call from %s", (unsigned long long)info->id,
-               api_of(info), info->api, info->peer);
+      log_debug("stream %llu: %s call (%s) from %s",
+                (unsigned long long)info->id, info->api, api_of(info),
+                info->peer);
     else
-      log_info("stream %llu: %s %s call from %s closed: status %d%s%s",
-               (unsigned long long)info->id, api_of(info), info->api,
+      tool_log(quiet ? TOOL_LOG_DEBUG : TOOL_LOG_INFO,
+               "stream %llu: %s call (%s) from %s closed: status %d%s%s",
+               (unsigned long long)info->id, info->api, api_of(info),
                info->peer, info->status, info->details[0] ? ": " : "",
                info->details);
     return;
@@ -999,8 +1005,14 @@ static int setup_apis(source_app *a, const source_args *o) {
       "Updates sent, per API: MCP pushes, Destination Update messages, "
       "Dispatcher Assignments and Tasks messages.",
       api, 1);
-  static const char *const mcpv[] = {"mcp"};
-  ops_metric_add(a->m_api_updates, mcpv, 0);
+  static const char *const names[] = {"mcp", "destination", "dispatcher"};
+  for (int i = 0; i < 3; i++)
+    if (a->apis & (1u << i)) { /* the series exist from the start */
+      const char *lv[] = {names[i]};
+      ops_metric_add(a->m_api_updates, lv, 0);
+      ops_metric_add(a->m_api_streams, lv, 0);
+      ops_metric_add(a->m_api_open, lv, 0);
+    }
   if (a->apis & (API_DEST | API_DISP)) {
     a->m_view_bad = ops_metrics_counter(
         m, "mcp_view_bad_inputs_total",
@@ -1035,8 +1047,6 @@ static int setup_apis(source_app *a, const source_args *o) {
       return -1;
     }
     a->services[a->nservices++] = *mcp_dest_server_service(a->dsrv);
-    const char *lv[] = {"destination"};
-    ops_metric_add(a->m_api_updates, lv, 0);
   }
 #endif
 #ifdef TOOLS_HAVE_DISP
@@ -1077,8 +1087,6 @@ static int setup_apis(source_app *a, const source_args *o) {
     a->m_disp_task_statuses = ops_metrics_gauge(
         m, "mcp_dispatcher_task_statuses",
         "Tasks with a status kept (/debug/tasks).", NULL, 0);
-    const char *lv[] = {"dispatcher"};
-    ops_metric_add(a->m_api_updates, lv, 0);
   }
 #endif
   (void)o;
