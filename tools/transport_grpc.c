@@ -1,4 +1,5 @@
 /* The gRPC transport (transport-grpc) behind the tools' transport table. */
+#include <stdint.h>
 #include <stdlib.h>
 
 #include <mcp/grpc.h>
@@ -11,10 +12,74 @@
 /* On stop, streams get this long to finish their send in flight. */
 #define TOOL_SHUTDOWN_GRACE (1 * MCP_SECONDS)
 
+/* The protocol name of each open service or client call, by stream id:
+ * gRPC's info no longer has the stream once it is ending, and the programs
+ * count per API at CLOSED too. Open addressing; the transport thread only.
+ * Names are the protocols' static ops->name strings. */
+typedef struct api_slot {
+  uint64_t id; /* 0: empty; UINT64_MAX: deleted */
+  const char *api;
+} api_slot;
+
+typedef struct api_map {
+  api_slot *slots;
+  size_t cap, used;
+} api_map;
+
+static size_t api_hash(uint64_t id, size_t cap) {
+  id *= 0x9e3779b97f4a7c15ull;
+  return (size_t)(id >> 17) & (cap - 1);
+}
+
+static void api_put(api_map *m, uint64_t id, const char *api) {
+  if ((m->used + 1) * 4 > m->cap * 3) {
+    size_t cap = m->cap ? m->cap * 2 : 64;
+    api_slot *s = calloc(cap, sizeof(*s));
+    if (!s)
+      return; /* then counted as MCP at its end: metrics only */
+    for (size_t i = 0; i < m->cap; i++) {
+      if (!m->slots[i].id || m->slots[i].id == UINT64_MAX)
+        continue;
+      size_t j = api_hash(m->slots[i].id, cap);
+      while (s[j].id)
+        j = (j + 1) & (cap - 1);
+      s[j] = m->slots[i];
+    }
+    size_t live = 0;
+    for (size_t i = 0; i < cap; i++)
+      live += s[i].id != 0;
+    free(m->slots);
+    m->slots = s;
+    m->cap = cap;
+    m->used = live;
+  }
+  size_t j = api_hash(id, m->cap);
+  while (m->slots[j].id && m->slots[j].id != UINT64_MAX)
+    j = (j + 1) & (m->cap - 1);
+  if (!m->slots[j].id)
+    m->used++;
+  m->slots[j].id = id;
+  m->slots[j].api = api;
+}
+
+/* Removes |id| and returns its name, or NULL. */
+static const char *api_take(api_map *m, uint64_t id) {
+  if (!m->cap)
+    return NULL;
+  for (size_t j = api_hash(id, m->cap); m->slots[j].id;
+       j = (j + 1) & (m->cap - 1))
+    if (m->slots[j].id == id) {
+      m->slots[j].id = UINT64_MAX;
+      return m->slots[j].api;
+    }
+  return NULL;
+}
+
 typedef struct ep_ctx {
   tool_stream_cb on_stream;
   tool_refused_cb on_refused;
   void *user_data;
+  api_map apis;
 } ep_ctx;
 
 typedef struct grpc_ep {
@@ -53,6 +118,13 @@ static void on_stream(mcp_grpc_stream_event ev,
   ep_ctx *ctx = ud;
   char peer[TOOL_PEER_MAX];
   tool_stream_info ti = stream_info(info, peer, sizeof(peer));
+  if (ev == MCP_GRPC_STREAM_OPENED && ti.api)
+    api_put(&ctx->apis, info->id, ti.api);
+  else if (ev == MCP_GRPC_STREAM_CLOSED) {
+    const char *api = api_take(&ctx->apis, info->id);
+    if (!ti.api)
+      ti.api = api;
+  }
   /* A refused call never was a stream: no OPENED came before it. */
   if (ev == MCP_GRPC_STREAM_REFUSED) {
     if (ctx->on_refused)
@@ -143,6 +215,7 @@ static void source_del(void *p) {
   grpc_ep *ep = p;
   if (ep) {
     mcp_grpc_source_del(ep->src);
+    free(ep->ctx.apis.slots);
     free(ep);
   }
 }
@@ -220,6 +293,7 @@ static void sink_del(void *p) {
   grpc_ep *ep = p;
   if (ep) {
     mcp_grpc_sink_del(ep->sink);
+    free(ep->ctx.apis.slots);
     free(ep);
   }
 }
@@ -303,6 +377,7 @@ static void client_del(void *p) {
   grpc_client *c = p;
   if (c) {
     mcp_grpc_client_del(c->c);
+    free(c->ctx.apis.slots);
     free(c);
   }
 }
