@@ -576,6 +576,18 @@ int tool_sink_proto_main(int argc, char **argv) {
   tool_log_init("mcp-sink", lvl);
   tool_log_set_format(log_format);
   app.api = api && !strcmp(api, "destination") ? P_DEST : P_DISP;
+#ifndef TOOLS_HAVE_DEST
+  if (app.api == P_DEST) {
+    status = usage_error("--api destination is not built into this program");
+    goto out;
+  }
+#endif
+#ifndef TOOLS_HAVE_DISP
+  if (app.api == P_DISP) {
+    status = usage_error("--api dispatcher is not built into this program");
+    goto out;
+  }
+#endif
   if (app.api == P_DEST) {
     if (!auths.n) {
       status = usage_error("--api destination needs --destination "
@@ -625,18 +637,6 @@ int tool_sink_proto_main(int argc, char **argv) {
                          "clients", api, app.tp->name);
     goto out;
   }
-#ifndef TOOLS_HAVE_DEST
-  if (app.api == P_DEST) {
-    status = usage_error("--api destination is not built into this program");
-    goto out;
-  }
-#endif
-#ifndef TOOLS_HAVE_DISP
-  if (app.api == P_DISP) {
-    status = usage_error("--api dispatcher is not built into this program");
-    goto out;
-  }
-#endif
   if (tool_sec_check(&sec, app.tp->tls_check != NULL, app.tp->name, 0,
                      address, why, sizeof why) != 0) {
     status = usage_error("%s", why);
