@@ -8,6 +8,11 @@
 
 #include "google/protobuf/struct.pb-c.h"
 #include "view_util.h"
+#ifdef TOOLS_HAVE_DEST
+/* The Destination module's helpers, so that the adapter and the sessions
+ * agree on names and bodies (mcp/destination.h, "View helpers"). */
+#include <mcp/destination.h>
+#endif
 
 #define STRUCT_URL "type.googleapis.com/google.protobuf.Struct"
 
@@ -126,19 +131,40 @@ void dest_view_get_stats(const dest_view *v, dest_view_stats *st) {
 
 int dest_view_collection(char *buf, size_t len, const char *ns,
                          const char *svc, uint32_t port) {
+#ifdef TOOLS_HAVE_DEST
+  return (int)mcp_dest_view_collection(buf, len, ns, svc, port);
+#else
   return snprintf(buf, len, "%s/%s:%u", ns, svc, (unsigned)port);
+#endif
 }
 
 /* Parses |ip|: 4 (|a4| set) or 6 (|a6| set), 0 when not an address. */
 static int parse_ip(const char *ip, struct in_addr *a4, struct in6_addr *a6) {
+#ifdef TOOLS_HAVE_DEST
+  mcp_dest_addr a;
+  if (mcp_dest_ip_parse(&a, ip, 0) < 0)
+    return 0;
+  if (a.family == 4)
+    memcpy(&a4->s_addr, a.ip, 4);
+  else
+    memcpy(a6->s6_addr, a.ip, 16);
+  return a.family;
+#else
   if (inet_pton(AF_INET, ip, a4) == 1)
     return 4;
   if (inet_pton(AF_INET6, ip, a6) == 1)
     return 6;
   return 0;
+#endif
 }
 
 int dest_view_addr_name(char *buf, size_t len, const char *ip, uint32_t port) {
+#ifdef TOOLS_HAVE_DEST
+  mcp_dest_addr a;
+  if (port > 65535 || mcp_dest_ip_parse(&a, ip, (uint16_t)port) < 0)
+    return -1;
+  return (int)mcp_dest_addr_name(&a, buf, len);
+#else
   struct in_addr a4;
   struct in6_addr a6;
   char text[INET6_ADDRSTRLEN];
@@ -154,12 +180,30 @@ int dest_view_addr_name(char *buf, size_t len, const char *ip, uint32_t port) {
   default:
     return -1;
   }
+#endif
 }
 
 /* conduit.proxy.destination.WeightedAddr{addr = TcpAddress{ip = IPAddress
  * {ipv4 | ipv6{first, last}}, port}, weight = 1, metric_labels{k8s_pod}}. */
 static int weighted_addr(vbuf *b, const char *ip, uint32_t port,
                          const char *pod) {
+#ifdef TOOLS_HAVE_DEST
+  mcp_dest_addr a;
+  if (port > 65535 || mcp_dest_ip_parse(&a, ip, (uint16_t)port) < 0)
+    return -1;
+  size_t n = mcp_dest_weighted_addr_encode(&a, pod, NULL, 0);
+  vbuf_reset(b);
+  if (b->cap < n) {
+    uint8_t *p = realloc(b->p, n);
+    if (!p)
+      return MCP_ERR_NOMEM;
+    b->p = p;
+    b->cap = n;
+  }
+  mcp_dest_weighted_addr_encode(&a, pod, b->p, n);
+  b->len = n;
+  return 0;
+#else
   struct in_addr a4;
   struct in6_addr a6;
   int fam = parse_ip(ip, &a4, &a6);
@@ -192,6 +236,7 @@ static int weighted_addr(vbuf *b, const char *ip, uint32_t port,
     pbw_end(b, e);
   }
   return b->failed ? MCP_ERR_NOMEM : 0;
+#endif
 }
 
 /* ------------------------------------------------------------------ */

@@ -7,6 +7,10 @@
 
 #include "google/protobuf/struct.pb-c.h"
 #include "view_util.h"
+#ifdef TOOLS_HAVE_DISP
+/* The Dispatcher module's names, so that both sides agree. */
+#include <mcp/dispatcher.h>
+#endif
 
 #define STRUCT_URL "type.googleapis.com/google.protobuf.Struct"
 
@@ -726,8 +730,8 @@ typedef struct res_list {
   size_t n, cap;
 } res_list;
 
-static int res_add(res_list *l, const char *prefix, const char *id,
-                   const char *type, const uint8_t *body, size_t len) {
+static int res_add(res_list *l, int kind, const char *id, const char *type,
+                   const uint8_t *body, size_t len) {
   if (l->n == l->cap) {
     size_t cap = l->cap ? 2 * l->cap : 16;
     mcp_resource *r = realloc(l->r, cap * sizeof *r);
@@ -743,7 +747,13 @@ static int res_add(res_list *l, const char *prefix, const char *id,
     l->cap = cap;
   }
   /* Names are re-pointed once the arrays stop moving (recompute()). */
-  snprintf(l->names[l->n], sizeof l->names[l->n], "%s/%s", prefix, id);
+#ifdef TOOLS_HAVE_DISP
+  static const int kinds[] = {MCP_DISP_TASK, MCP_DISP_SECRET, MCP_DISP_CONFIG};
+  mcp_disp_item_name(l->names[l->n], sizeof l->names[l->n], kinds[kind], id);
+#else
+  static const char *const prefix[] = {"task", "secret", "config"};
+  snprintf(l->names[l->n], sizeof l->names[l->n], "%s/%s", prefix[kind], id);
+#endif
   view_version(body, len, l->vers[l->n]);
   mcp_resource *r = &l->r[l->n++];
   memset(r, 0, sizeof *r);
@@ -798,7 +808,7 @@ static int recompute(disp_view *v, const char *node, mcp_tstamp ts) {
                memcmp(t->served, t->body, t->len) != 0) {
       v->st.kept++;
     }
-    rv = res_add(&l, "task", t->id, DISP_VIEW_URL_PREFIX "Task", t->served,
+    rv = res_add(&l, K_TASK, t->id, DISP_VIEW_URL_PREFIX "Task", t->served,
                  t->served_len);
     for (size_t j = 0; rv == 0 && j < t->secrets.n; j++)
       rv = strv_add(&sec, (const uint8_t *)t->secrets.v[j],
@@ -812,7 +822,7 @@ static int recompute(disp_view *v, const char *node, mcp_tstamp ts) {
     for (size_t j = 0; rv == 0 && j < ids->n; j++) {
       dp_obj *o = vmap_get(&v->objs[k], ids->v[j]);
       if (o)
-        rv = res_add(&l, k ? "config" : "secret", ids->v[j],
+        rv = res_add(&l, k ? K_CONFIG : K_SECRET, ids->v[j],
                      k ? DISP_VIEW_URL_PREFIX "Config"
                        : DISP_VIEW_URL_PREFIX "Secret",
                      o->body, o->len);
@@ -824,7 +834,11 @@ static int recompute(disp_view *v, const char *node, mcp_tstamp ts) {
       l.r[j].version = l.vers[j];
     }
     char coll[300];
+#ifdef TOOLS_HAVE_DISP
+    mcp_disp_node_collection(coll, sizeof coll, node);
+#else
     snprintf(coll, sizeof coll, "node/%s", node);
+#endif
     /* A node never given anything has no collection (the session reads
      * absent and empty alike); one that had keeps an empty one. */
     if (l.n || vmap_get(&v->published, node)) {
