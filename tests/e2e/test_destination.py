@@ -268,6 +268,11 @@ class DestRules(DestBase):
                                 ',api="destination"}'), 2)
         self.assertEqual(metric('mcp_api_streams{component="mcp-source",'
                                 'api="destination"}'), 2)
+        # /debug/syncz lists the Destination calls with their API.
+        st, _, body = http_get(dport, "/debug/syncz")
+        self.assertEqual(st, 200)
+        apis = [x.get("api") for x in json.loads(body)["streams"]]
+        self.assertEqual(apis.count("destination"), 2, body)
 
 
 class DestFlags(DestBase):

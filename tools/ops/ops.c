@@ -597,6 +597,9 @@ static void source_stream_fn(const tool_stream_info *info, void *ud) {
   if (!s)
     return;
   json_t *colls = json_array();
+  /* The protocol of the call: "mcp", or another API's (engine.h) method
+   * name ("destination", "assignments", ...). */
+  json_object_set_new(s, "api", json_string(info->api ? info->api : "mcp"));
   if (info->source) {
     const mcp_sink_node *n = mcp_source_session_node(info->source);
     json_object_set_new(s, "node",
