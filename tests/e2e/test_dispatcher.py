@@ -18,6 +18,7 @@ Standard library only (e2e_common.py).
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 import unittest
@@ -247,6 +248,34 @@ class DispRules(DispBase):
                                            ("UPDATE", "task", "t1")])
         with open(os.path.join(out, "secrets", "s1.json")) as f:
             self.assertEqual(json.load(f)["id"], "s1")
+
+
+class DispTLS(DispBase):
+    """With TLS the node is the client certificate's CN, whatever the
+    agent's description says (gRPC only; certificates of
+    tests/gen_certs.sh, skipped without openssl)."""
+
+    def setUp(self):
+        if common.TRANSPORT != "grpc":
+            self.skipTest("TLS: gRPC only")
+        super().setUp()
+        self.certs = os.path.join(self.tmp, "certs")
+        here = os.path.dirname(os.path.abspath(__file__))
+        p = subprocess.run(["sh", os.path.join(here, "..", "gen_certs.sh"),
+                            self.certs], capture_output=True, text=True)
+        if p.returncode != 0:
+            self.skipTest("gen_certs.sh failed (openssl?): " + p.stderr)
+
+    def test_node_is_the_certificates_cn(self):
+        c = lambda n: os.path.join(self.certs, n)
+        self.put("a.yaml", [task("t1", "legacy-client"),
+                            task("t2", "claimed")])
+        self.source("--tls-cert", c("server.pem"), "--tls-key",
+                    c("server.key"), "--tls-ca", c("ca.pem"))
+        a = self.agent("claimed", "--tls-cert", c("cn.pem"), "--tls-key",
+                       c("cn.key"), "--tls-ca", c("ca.pem"))
+        m = self.wait_msgs(a, 1)[0]
+        self.assertEqual(self.changes(m), [("UPDATE", "task", "t1")])
 
 
 class DispFlags(DispBase):
