@@ -150,7 +150,8 @@ static char *names(const char *coll) {
   static char buf[4096];
   names_ctx c = {0};
   mcp_store_foreach(view, coll, on_name, &c);
-  qsort(c.v, c.n, sizeof *c.v, cmp);
+  if (c.n)
+    qsort(c.v, c.n, sizeof *c.v, cmp);
   buf[0] = '\0';
   for (size_t i = 0; i < c.n; i++) {
     if (i)

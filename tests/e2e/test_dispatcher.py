@@ -62,6 +62,7 @@ def node(nid):
 class DispBase(common.Base):
     SOURCE_ARGS = ()
     TMP_PREFIX = "mcp-e2e-disp-"
+    SANITIZER_STOP = 10  # SIGTERM first: sanitizer builds report leaks
 
     def source(self, *extra):
         src = self.start("mcp-source", ["--dir", self.config, "--listen",
