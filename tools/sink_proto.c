@@ -110,6 +110,10 @@ static int usage_error(const char *fmt, ...) {
 }
 
 int tool_sink_proto_wanted(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) /* mcp-sink's own answer */
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h") ||
+        !strcmp(argv[i], "--version"))
+      return 0;
   for (int i = 1; i < argc; i++) {
     const char *v = NULL;
     if (!strcmp(argv[i], "--api") && i + 1 < argc)
