@@ -276,6 +276,40 @@ class DestRules(DestBase):
         self.assertEqual(apis.count("destination"), 2, body)
 
 
+class DestEtcd(DestBase):
+    """--etcd: the directory is published into etcd and served from it; the
+    view follows the store on that path too."""
+
+    def setUp(self):
+        import test_etcd
+        if not (test_etcd.ETCD and test_etcd.ETCDCTL):
+            self.skipTest("etcd-server and etcd-client needed")
+        super().setUp()
+        self.etcd = test_etcd.Etcd(self.tmp)
+        self.etcd.start()
+
+    def tearDown(self):
+        super().tearDown()
+        self.etcd.kill()
+
+    def test_served_from_etcd(self):
+        self.put("web.yaml", [service("web", "default", WEB_PORTS),
+                              endpoints("web", "default", READY3)])
+        src = self.start("mcp-source", ["--dir", self.config, "--etcd",
+                                        self.etcd.endpoint, "--listen",
+                                        self.addr, "--debounce", "0"])
+        self.wait_for(lambda: "is served" in src.stderr(),
+                      "the etcd revision to be served", src)
+        s = self.sink([WEB])
+        u = self.wait_updates(s, WEB, 1)[0]
+        self.assertEqual(u["total"], 3)
+        self.put("web.yaml", [service("web", "default", WEB_PORTS),
+                              endpoints("web", "default", READY3[:2])])
+        u = self.wait_updates(s, WEB, 2)[1]
+        self.assertEqual((u["update"], u["addrs"], u["total"]),
+                         ("remove", ["10.1.0.3:8080"], 2))
+
+
 class DestFlags(DestBase):
     def test_api_flag(self):
         mk = [self.exe("mcp-source"), "--transport", common.TRANSPORT]
