@@ -6,6 +6,7 @@
  * proto3 JSON with Conduit's and swarmkit's own descriptors.
  */
 #include <check.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "dest_view.h"
 #include "disp_view.h"
 #include "schema_swarmkit.h"
+#include "view_util.h"
 
 #define SVC "k8s/core/v1/services"
 #define EP "k8s/core/v1/endpoints"
@@ -568,6 +570,69 @@ START_TEST(test_dest_collection_removed_drops_everything) {
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* view_util                                                           */
+/* ------------------------------------------------------------------ */
+
+START_TEST(test_util_nested_lengths_are_canonical_and_read_back) {
+  vbuf b = {0};
+  for (size_t n = 0; n < 20000; n = n * 3 + 1) {
+    vbuf_reset(&b);
+    size_t m = pbw_begin(&b, 7);
+    for (size_t i = 0; i < n; i++)
+      vbuf_put(&b, "x", 1);
+    pbw_end(&b, m);
+    ck_assert(!b.failed);
+    /* key, then the shortest varint of n */
+    size_t vlen = n < 128 ? 1 : n < 16384 ? 2 : 3;
+    ck_assert_uint_eq(b.len, 1 + vlen + n);
+    const uint8_t *d;
+    size_t dl;
+    ck_assert_int_eq(pbr_get_bytes(b.p, b.len, 7, &d, &dl), 1);
+    ck_assert_uint_eq(dl, n);
+  }
+  /* Truncated and group wire types are refused. */
+  const uint8_t bad1[] = {0x0a, 0x05, 'a'}, bad2[] = {0x0b};
+  const uint8_t *d;
+  size_t dl;
+  ck_assert_int_eq(pbr_get_bytes(bad1, sizeof bad1, 1, &d, &dl), -1);
+  ck_assert_int_eq(pbr_get_bytes(bad2, sizeof bad2, 1, &d, &dl), -1);
+  vbuf_free(&b);
+}
+END_TEST
+
+START_TEST(test_util_map_survives_churn) {
+  vmap m = {0};
+  char k[32];
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < 5000; i++) {
+      snprintf(k, sizeof k, "k%d", i);
+      ck_assert_int_eq(vmap_put(&m, k, (void *)(intptr_t)(i + 1)), 0);
+    }
+    for (int i = 0; i < 5000; i += 2) {
+      snprintf(k, sizeof k, "k%d", i);
+      ck_assert_ptr_eq(vmap_del(&m, k), (void *)(intptr_t)(i + 1));
+    }
+    ck_assert_uint_eq(m.n, 2500);
+    size_t it = 0, seen = 0;
+    const char *key;
+    void *val;
+    while (vmap_next(&m, &it, &key, &val)) {
+      ck_assert_int_eq(atoi(key + 1) % 2, 1);
+      seen++;
+    }
+    ck_assert_uint_eq(seen, 2500);
+    for (int i = 1; i < 5000; i += 2) {
+      snprintf(k, sizeof k, "k%d", i);
+      ck_assert_ptr_eq(vmap_get(&m, k), (void *)(intptr_t)(i + 1));
+      vmap_del(&m, k);
+    }
+    ck_assert_uint_eq(m.n, 0);
+  }
+  vmap_free(&m);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("tools_views");
   TCase *t = tcase_create("dest");
@@ -587,6 +652,10 @@ int main(void) {
   tcase_add_test(t, test_disp_task_past_running_keeps_its_bytes);
   tcase_add_test(t, test_disp_nodes_and_struct_bodies);
   tcase_add_test(t, test_disp_collection_removed_drops_everything);
+  suite_add_tcase(s, t);
+  t = tcase_create("util");
+  tcase_add_test(t, test_util_nested_lengths_are_canonical_and_read_back);
+  tcase_add_test(t, test_util_map_survives_churn);
   suite_add_tcase(s, t);
   SRunner *r = srunner_create(s);
   srunner_run_all(r, CK_NORMAL);
