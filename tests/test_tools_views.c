@@ -20,6 +20,35 @@
 #include "schema_swarmkit.h"
 #include "view_util.h"
 
+/* ------------------------------------------------------------------ */
+/* Failing allocator (the test is linked with --wrap=malloc etc.): the  */
+/* i-th allocation fails, once.                                        */
+/* ------------------------------------------------------------------ */
+
+void *__real_malloc(size_t size);
+void *__real_calloc(size_t nmemb, size_t size);
+void *__real_realloc(void *ptr, size_t size);
+void *__wrap_malloc(size_t size);
+void *__wrap_calloc(size_t nmemb, size_t size);
+void *__wrap_realloc(void *ptr, size_t size);
+
+static long alloc_countdown = -1; /* fail when it reaches 0; -1: never */
+
+static int fail_now(void) {
+  if (alloc_countdown < 0)
+    return 0;
+  return alloc_countdown-- == 0;
+}
+void *__wrap_malloc(size_t size) {
+  return fail_now() ? NULL : __real_malloc(size);
+}
+void *__wrap_calloc(size_t nmemb, size_t size) {
+  return fail_now() ? NULL : __real_calloc(nmemb, size);
+}
+void *__wrap_realloc(void *ptr, size_t size) {
+  return fail_now() ? NULL : __real_realloc(ptr, size);
+}
+
 #define SVC "k8s/core/v1/services"
 #define EP "k8s/core/v1/endpoints"
 #define STRUCT "google.protobuf.Struct"
@@ -571,6 +600,117 @@ START_TEST(test_dest_collection_removed_drops_everything) {
 END_TEST
 
 /* ------------------------------------------------------------------ */
+/* Allocation failures: each one fails the sync with NOMEM at most, and */
+/* the next syncs finish the change: the view ends as without failure.  */
+/* ------------------------------------------------------------------ */
+
+/* Everything the view holds, as text. */
+static void view_text(char *out, size_t len) {
+  out[0] = '\0';
+  for (size_t i = 0; i < mcp_store_collection_count(view); i++) {
+    const char *c = mcp_store_collection_name(view, i);
+    if (!mcp_store_has_collection(view, c))
+      continue;
+    char line[4200];
+    snprintf(line, sizeof line, "%s=[%s]\n", c, names(c));
+    strncat(out, line, len - strlen(out) - 1);
+  }
+}
+
+/* The view after |steps| (each a source change then a sync), every sync
+ * run with the i-th allocation failing, for every i. */
+typedef void (*step_fn)(int step);
+
+static void oom_loop(int dest, step_fn step, int nsteps) {
+  static char want[16384], got[16384];
+  /* Without failure. */
+  for (int pass = 0;; pass++) {
+    mcp_store_del(src);
+    mcp_store_del(view);
+    src = new_store();
+    view = new_store();
+    dest_view *d = NULL;
+    disp_view *p = NULL;
+    if (dest)
+      ck_assert_int_eq(dest_view_new(&d, src, view, NULL, NULL), 0);
+    else
+      ck_assert_int_eq(disp_view_new(&p, src, view, NULL), 0);
+    int failed_any = 0;
+    for (int k = 0; k < nsteps; k++) {
+      step(k);
+      now += MCP_MILLISECONDS;
+      alloc_countdown = pass == 0 ? -1 : pass - 1;
+      int rv = dest ? dest_view_sync(d, now) : disp_view_sync(p, now);
+      failed_any |= alloc_countdown < 0 && pass > 0;
+      alloc_countdown = -1;
+      if (rv < 0)
+        ck_assert_int_eq(rv, MCP_ERR_NOMEM);
+      /* Later syncs finish what a failure left. */
+      for (int tries = 0; rv < 0 && tries < 3; tries++)
+        rv = dest ? dest_view_sync(d, ++now) : disp_view_sync(p, ++now);
+      ck_assert_int_ge(rv, 0);
+    }
+    view_text(pass == 0 ? want : got, sizeof want);
+    if (pass > 0)
+      ck_assert_msg(strcmp(want, got) == 0, "allocation %d failed:\n%s\nwant\n%s",
+                    pass - 1, got, want);
+    dest_view_del(d);
+    disp_view_del(p);
+    if (pass > 0 && !failed_any)
+      break; /* no allocation left to fail */
+  }
+}
+
+static void dest_step(int k) {
+  switch (k) {
+  case 0:
+    put(SVC, "default/web", STRUCT, WEB_SVC);
+    put(EP, "default/web", STRUCT, WEB_EP);
+    put(SVC, "ns2/db", STRUCT, "ports: [{port: 5432}]\n");
+    break;
+  case 1:
+    put(EP, "default/web", STRUCT,
+        "subsets: [{addresses: [{ip: '2001:db8::1'}, {ip: 10.1.0.7}], "
+        "ports: [{name: http, port: 8080}]}]\n");
+    break;
+  default:
+    put(SVC, "default/web", STRUCT, "ports: [{name: grpc, port: 90}]\n");
+    del(SVC, "ns2/db");
+    break;
+  }
+}
+
+START_TEST(test_dest_allocation_failures) {
+  oom_loop(1, dest_step, 3);
+}
+END_TEST
+
+static void disp_step(int k) {
+  switch (k) {
+  case 0:
+    put(TASKS, "t1", TASK, task("node-a", "ASSIGNED", "nginx", S1));
+    put(TASKS, "t2", TASK, task("node-b", "RUNNING", "nginx", S1));
+    put_secret("s1");
+    put(NODES, "node-a", "docker.swarmkit.v1.Node", "spec: {}\n");
+    break;
+  case 1:
+    put(TASKS, "t1", TASK, task("node-b", "ASSIGNED", "nginx", S1));
+    put(CONFIGS, "conf", "docker.swarmkit.v1.Config", "spec: {data: eA==}\n");
+    break;
+  default:
+    put(TASKS, "t2", TASK, task("node-b", "COMPLETE", "nginx", S1));
+    del(SECRETS, "s1");
+    del(NODES, "node-a");
+    break;
+  }
+}
+
+START_TEST(test_disp_allocation_failures) {
+  oom_loop(0, disp_step, 3);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
 /* view_util                                                           */
 /* ------------------------------------------------------------------ */
 
@@ -652,6 +792,12 @@ int main(void) {
   tcase_add_test(t, test_disp_task_past_running_keeps_its_bytes);
   tcase_add_test(t, test_disp_nodes_and_struct_bodies);
   tcase_add_test(t, test_disp_collection_removed_drops_everything);
+  suite_add_tcase(s, t);
+  t = tcase_create("alloc");
+  tcase_add_checked_fixture(t, setup, teardown);
+  tcase_set_timeout(t, 300);
+  tcase_add_test(t, test_dest_allocation_failures);
+  tcase_add_test(t, test_disp_allocation_failures);
   suite_add_tcase(s, t);
   t = tcase_create("util");
   tcase_add_test(t, test_util_nested_lengths_are_canonical_and_read_back);
