@@ -1452,6 +1452,22 @@ int main(int argc, char **argv) {
   log_info("%zu resource%s in %zu collection%s, epoch %016llx", total,
            total == 1 ? "" : "s", ncoll, ncoll == 1 ? "" : "s",
            (unsigned long long)mcp_store_epoch(app.store));
+  /* What the other APIs serve from it. */
+  for (int v = 0; v < 2; v++) {
+    mcp_store *vs = v ? app.disp_store : app.dest_store;
+    size_t colls = 0, items = 0;
+    for (size_t i = 0; vs && i < mcp_store_collection_count(vs); i++) {
+      const char *c = mcp_store_collection_name(vs, i);
+      if (!mcp_store_has_collection(vs, c) || (v && !strcmp(c, "nodes")))
+        continue;
+      colls++;
+      items += mcp_store_count(vs, c);
+    }
+    if (vs)
+      log_info(v ? "Dispatcher: %zu node%s with %zu assigned object%s"
+                 : "Destination: %zu service port%s with %zu endpoint%s",
+               colls, colls == 1 ? "" : "s", items, items == 1 ? "" : "s");
+  }
 
   mcp_source_options sopts;
   mcp_source_options_default(&sopts);
