@@ -1149,7 +1149,10 @@ static void on_proto_tick(uv_timer_t *t) {
     return;
   proto_counts c = {0};
   void *ud[2] = {a, &c};
-  if (a->tp->source_apply(a->ep, proto_tick_fn, ud) < 0)
+  /* (Every stream is pumped after it: only when there is something to
+   * read there.) */
+  if ((a->apis & (API_DEST | API_DISP)) &&
+      a->tp->source_apply(a->ep, proto_tick_fn, ud) < 0)
     return;
   add_delta(a->m_api_updates, "mcp", atomic_load(&a->mcp_pushes),
             &a->mcp_pushes_seen);
