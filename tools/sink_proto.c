@@ -224,20 +224,7 @@ static void on_dest_update(const mcp_dest_update *u, void *ud) {
   dest_cb *cb = ud;
   proto_app *a = cb->a;
   dest_slot *s = &a->slots[cb->slot];
-  if (a->json) {
-    json_t *addrs = json_array();
-    for (size_t i = 0; addrs && i < u->naddrs; i++)
-      json_array_append_new(addrs, json_string(u->addrs[i]));
-    json_t *o = json_pack("{s:s, s:s, s:s, s:o}", "event", "destination",
-                          "authority", s->authority, "update",
-                          update_name(u->kind), "addrs",
-                          addrs ? addrs : json_array());
-    if (o && u->kind == MCP_DEST_UPDATE_NO_ENDPOINTS)
-      json_object_set_new(o, "exists", json_boolean(u->exists));
-    if (o)
-      json_object_set_new(o, "total", json_integer((json_int_t)u->total));
-    emit(a, o);
-  }
+  /* The file first: whoever reads the line finds it written. */
   if (s->file) {
     json_t *addrs = json_array();
     size_t n = mcp_dest_set_count(s->set);
@@ -251,6 +238,20 @@ static void on_dest_update(const mcp_dest_update *u, void *ud) {
     if (!text || write_atomic(s->file, text, strlen(text)) != 0)
       a->failed = 1;
     free(text);
+  }
+  if (a->json) {
+    json_t *addrs = json_array();
+    for (size_t i = 0; addrs && i < u->naddrs; i++)
+      json_array_append_new(addrs, json_string(u->addrs[i]));
+    json_t *o = json_pack("{s:s, s:s, s:s, s:o}", "event", "destination",
+                          "authority", s->authority, "update",
+                          update_name(u->kind), "addrs",
+                          addrs ? addrs : json_array());
+    if (o && u->kind == MCP_DEST_UPDATE_NO_ENDPOINTS)
+      json_object_set_new(o, "exists", json_boolean(u->exists));
+    if (o)
+      json_object_set_new(o, "total", json_integer((json_int_t)u->total));
+    emit(a, o);
   }
   if (u->first && !s->synced) {
     s->synced = 1;
@@ -375,25 +376,7 @@ static void out_remove(proto_app *a, int kind_num, const char *id) {
 
 static void on_assignments(const mcp_disp_event *ev, void *ud) {
   proto_app *a = ud;
-  if (a->json) {
-    json_t *ch = json_array();
-    for (size_t i = 0; ch && i < ev->nchanges; i++) {
-      const mcp_disp_change *c = &ev->changes[i];
-      const char *kind = mcp_disp_kind_name(c->kind);
-      json_array_append_new(
-          ch, json_pack("{s:s, s:s, s:s}", "action",
-                        c->action == MCP_DISP_REMOVE ? "REMOVE" : "UPDATE",
-                        "kind", kind ? kind : "unknown", "id", c->id));
-    }
-    emit(a, json_pack("{s:s, s:s, s:s, s:s, s:o, s:I}", "event",
-                      "assignments", "type",
-                      ev->type == MCP_DISP_COMPLETE ? "COMPLETE"
-                                                    : "INCREMENTAL",
-                      "applies_to", ev->applies_to ? ev->applies_to : "",
-                      "results_in", ev->results_in ? ev->results_in : "",
-                      "changes", ch ? ch : json_array(), "total",
-                      (json_int_t)ev->total));
-  }
+  /* The files first: whoever reads the line finds them written. */
   if (a->out) {
     vmap now = {0};
     int complete = ev->type == MCP_DISP_COMPLETE;
@@ -440,6 +423,25 @@ static void on_assignments(const mcp_disp_event *ev, void *ud) {
       free(gone);
     }
     vmap_free(&now);
+  }
+  if (a->json) {
+    json_t *ch = json_array();
+    for (size_t i = 0; ch && i < ev->nchanges; i++) {
+      const mcp_disp_change *c = &ev->changes[i];
+      const char *kind = mcp_disp_kind_name(c->kind);
+      json_array_append_new(
+          ch, json_pack("{s:s, s:s, s:s}", "action",
+                        c->action == MCP_DISP_REMOVE ? "REMOVE" : "UPDATE",
+                        "kind", kind ? kind : "unknown", "id", c->id));
+    }
+    emit(a, json_pack("{s:s, s:s, s:s, s:s, s:o, s:I}", "event",
+                      "assignments", "type",
+                      ev->type == MCP_DISP_COMPLETE ? "COMPLETE"
+                                                    : "INCREMENTAL",
+                      "applies_to", ev->applies_to ? ev->applies_to : "",
+                      "results_in", ev->results_in ? ev->results_in : "",
+                      "changes", ch ? ch : json_array(), "total",
+                      (json_int_t)ev->total));
   }
   if (a->exit_after_sync)
     note_synced(a);
