@@ -767,7 +767,7 @@ int tool_sink_proto_main(int argc, char **argv) {
              auths.n == 1 ? "y" : "ies");
   else
     log_info("dialing docker.swarmkit.v1.Dispatcher at %s (%s) as node %s",
-             address, app.tp->name, node_id);
+             address, app.tp->name, node_id ? node_id : "");
   if (app.tp->tls_check) {
     tool_sec_describe(&sec, 0, why, sizeof why);
     log_info("security: %s", why);
