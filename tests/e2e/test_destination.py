@@ -199,6 +199,23 @@ class DestRules(DestBase):
         time.sleep(0.3)
         self.assertEqual(len(self.updates(s, WEB)), 7, self.updates(s, WEB))
 
+    def test_mcp_and_destination_on_one_listener(self):
+        self.put("web.yaml", [service("web", "default", WEB_PORTS),
+                              endpoints("web", "default", READY3)])
+        self.source()
+        m = self.start("mcp-sink", ["--connect", self.addr, "--collection",
+                                    "k8s/core/v1/endpoints", "--json"])
+        s = self.sink([WEB])
+        self.wait_updates(s, WEB, 1)
+        self.wait_synced(m)
+        # One edit reaches both: the MCP resource and the address set.
+        self.put("web.yaml", [service("web", "default", WEB_PORTS),
+                              endpoints("web", "default", READY3[:1])])
+        u = self.wait_updates(s, WEB, 2)[1]
+        self.assertEqual((u["update"], u["total"]), ("remove", 1))
+        self.wait_for(lambda: len(m.responses("k8s/core/v1/endpoints")) >= 2,
+                      "the MCP push of the Endpoints", m)
+
     def test_ipv6_endpoints(self):
         self.put("v6.yaml", [service("v6", "default", [{"port": 443}]),
                              endpoints("v6", "default",
