@@ -243,6 +243,61 @@ START_TEST(test_api_version_without_group_gives_core_group) {
 }
 END_TEST
 
+/* Kubernetes writes some kinds without a spec (Endpoints: `subsets` at the
+ * top level): their top-level fields other than apiVersion, kind and
+ * metadata are the body. spec, then data, still win when present. */
+START_TEST(test_document_without_spec_keeps_its_top_level_fields) {
+  put("ep.yaml", "apiVersion: v1\nkind: Endpoints\n"
+                 "metadata: {name: web, namespace: default}\n"
+                 "subsets:\n"
+                 "- addresses: [{ip: 10.0.0.1}]\n"
+                 "  ports: [{name: http, port: 8080}]\n"
+                 "extra: 7\n"
+                 "---\n"
+                 "apiVersion: v1\nkind: Service\nmetadata: {name: web}\n"
+                 "spec: {ports: [{port: 80}]}\nstatus: {x: 1}\n"
+                 "---\n"
+                 "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n"
+                 "data: {k: v}\nimmutable: true\n"
+                 "---\n"
+                 "apiVersion: v1\nkind: Namespace\nmetadata: {name: n}\n");
+  mcpcfg_loader *l = load();
+  ck_assert_int_eq(nreps, 0);
+  const mcp_resource *r =
+      mcpcfg_loader_find(l, "k8s/core/v1/endpoints", "default/web");
+  ck_assert_ptr_nonnull(r);
+  Google__Protobuf__Struct *s = body_of(r);
+  ck_assert_uint_eq(s->n_fields, 2);
+  const Google__Protobuf__Value *sub = sfield(s, "subsets");
+  ck_assert_int_eq(sub->kind_case, GOOGLE__PROTOBUF__VALUE__KIND_LIST_VALUE);
+  ck_assert_uint_eq(sub->list_value->n_values, 1);
+  const Google__Protobuf__Struct *s0 = sub->list_value->values[0]->struct_value;
+  ck_assert_ptr_nonnull(s0);
+  const Google__Protobuf__Value *addrs = sfield(s0, "addresses");
+  ck_assert_str_eq(sfield(addrs->list_value->values[0]->struct_value, "ip")
+                       ->string_value,
+                   "10.0.0.1");
+  ck_assert(sfield(s, "extra")->number_value == 7);
+  google__protobuf__struct__free_unpacked(s, NULL);
+  /* With a spec, only the spec (status is not part of the body). */
+  r = mcpcfg_loader_find(l, "k8s/core/v1/services", "web");
+  s = body_of(r);
+  ck_assert_uint_eq(s->n_fields, 1);
+  sfield(s, "ports");
+  google__protobuf__struct__free_unpacked(s, NULL);
+  /* With data, only the data. */
+  s = body_of(mcpcfg_loader_find(l, CM_COLL, "c"));
+  ck_assert_uint_eq(s->n_fields, 1);
+  ck_assert_str_eq(sfield(s, "k")->string_value, "v");
+  google__protobuf__struct__free_unpacked(s, NULL);
+  /* Nothing but the header: an empty body, as before. */
+  s = body_of(mcpcfg_loader_find(l, "k8s/core/v1/namespaces", "n"));
+  ck_assert_uint_eq(s->n_fields, 0);
+  google__protobuf__struct__free_unpacked(s, NULL);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
 START_TEST(test_collection_annotation_overrides_api_version) {
   put("x.yaml", "apiVersion: networking.istio.io/v1alpha3\n"
                 "kind: VirtualService\n"
@@ -322,6 +377,7 @@ START_TEST(test_plural_s_x_z_ch_sh_give_es) {
   check_plural("Box", "boxes");
   check_plural("Quiz", "quizes");
   check_plural("Match", "matches");
+  check_plural("Endpoints", "endpoints"); /* plural already (Kubernetes) */
   check_plural("Mesh", "meshes");
 }
 END_TEST
@@ -1434,6 +1490,13 @@ START_TEST(test_example_config_loads_without_reports) {
   ck_assert_uint_ge(count(l, "istio/networking/v1alpha3/gateways"), 1);
   ck_assert_uint_ge(count(l, "istio/networking/v1alpha3/serviceentries"), 1);
   ck_assert_uint_ge(count(l, CM_COLL), 1);
+  /* Destination (issue 14) and Dispatcher (issue 16) data. */
+  ck_assert_uint_eq(count(l, "k8s/core/v1/services"), 1);
+  ck_assert_uint_eq(count(l, "k8s/core/v1/endpoints"), 1);
+  ck_assert_uint_eq(count(l, "k8s/swarmkit.docker.com/v1/tasks"), 2);
+  ck_assert_uint_eq(count(l, "k8s/swarmkit.docker.com/v1/secrets"), 1);
+  ck_assert_uint_eq(count(l, "k8s/swarmkit.docker.com/v1/configs"), 1);
+  ck_assert_uint_eq(count(l, "k8s/swarmkit.docker.com/v1/nodes"), 1);
   mcpcfg_loader_del(l);
 }
 END_TEST
@@ -2034,6 +2097,7 @@ int main(void) {
   tcase_add_test(t, test_other_group_gives_k8s_group_collection);
   tcase_add_test(t, test_api_version_without_group_gives_core_group);
   tcase_add_test(t, test_collection_annotation_overrides_api_version);
+  tcase_add_test(t, test_document_without_spec_keeps_its_top_level_fields);
   tcase_add_test(t, test_collection_for_maps_and_rejects);
   tcase_add_test(t, test_bad_api_version_is_reported_and_skipped);
   tcase_add_test(t, test_plural_consonant_y_gives_ies);

@@ -34,6 +34,7 @@
 #include "ops/ops.h"
 #include "rand.h"
 #include "schema_args.h"
+#include "sink_proto.h"
 #include "transport.h"
 
 #define DEFAULT_ADDRESS "127.0.0.1:9901"
@@ -99,6 +100,15 @@ static void usage(FILE *f) {
         "                [--access-list FILE] [--allow-cleartext]\n"
         "                [--sync-warn SECONDS] [--sync-timeout SECONDS]\n"
         "                [--descriptor-set FILE]...\n"
+        "       mcp-sink --api destination --destination AUTHORITY... "
+        "[--connect HOST:PORT[,...]]\n"
+        "                [--transport grpc|h2c] [--json] [--out DIR] "
+        "[--exit-after-sync]\n"
+        "       mcp-sink --api dispatcher --node-id NODE [--connect "
+        "HOST:PORT[,...]]\n"
+        "                [--report-status STATE] [--transport grpc|h2c] "
+        "[--json] [--out DIR]\n"
+        "                [--exit-after-sync]\n"
         "\n"
         "Subscribes to MCP collections and reports what it receives.\n"
         "\n"
@@ -114,7 +124,17 @@ static void usage(FILE *f) {
         "  --api API             resource (default): ResourceSource/ResourceSink;\n"
         "                        aggregated, aggregated-incremental: dial the\n"
         "                        AggregatedMeshConfigService (--connect only);\n"
-        "                        each --collection is then a type URL\n"
+        "                        each --collection is then a type URL;\n"
+        "                        destination: Conduit's Destination/Get, one\n"
+        "                        stream per --destination AUTHORITY (host[:port])\n"
+        "                        --json: {\"event\":\"destination\",\"authority\",\n"
+        "                        \"update\",\"addrs\",\"exists\",\"total\"}; --out DIR:\n"
+        "                        DIR/<authority>.json {\"exists\",\"addrs\"};\n"
+        "                        dispatcher: a swarmkit worker --node-id NODE\n"
+        "                        (Session, Heartbeat, Assignments); --json: one\n"
+        "                        {\"event\":\"assignments\",...} per message; --out\n"
+        "                        DIR: DIR/<kind>s/<id>.json; --report-status STATE\n"
+        "                        reports every task held in STATE\n"
         "  --node-id ID          SinkNode.id (default " DEFAULT_NODE_ID ")\n"
         "  --annotation KEY=VALUE  a SinkNode annotation (repeatable)\n"
         "  --out DIR             mirror what is held into "
@@ -122,6 +142,8 @@ static void usage(FILE *f) {
         "  --json                print each response as a JSON line on stdout\n"
         "  --exit-after-sync     exit 0 once every collection was received "
         "and ACKed\n"
+        , f);
+  fputs(
         "  --sync-warn SECONDS   warn, naming them, when collections are not\n"
         "                        received after SECONDS (default 10; 0: "
         "never)\n"
@@ -598,6 +620,10 @@ static void on_synced(uv_async_t *h) {
 
 int main(int argc, char **argv) {
   tool_log_init("mcp-sink", TOOL_LOG_INFO);
+  /* The engine's other protocols: Conduit's Destination, swarmkit's
+   * Dispatcher (sink_proto.c). */
+  if (tool_sink_proto_wanted(argc, argv))
+    return tool_sink_proto_main(argc, argv);
   const char *listen = NULL, *connect = NULL, *out = NULL, *v = NULL;
   const char *transport = NULL, *level = "info"; /* transport: below */
   const char *node_id = DEFAULT_NODE_ID;

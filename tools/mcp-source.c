@@ -31,7 +31,18 @@
 #include "rand.h"
 #include "schema_args.h"
 #include "transport.h"
+#include "views/dest_view.h"
+#include "views/disp_view.h"
+#include "views/schema_swarmkit.h"
 #include "watch.h"
+#ifdef TOOLS_HAVE_DEST
+#include <mcp/destination.h>
+#endif
+#ifdef TOOLS_HAVE_DISP
+#include <mcp/dispatcher.h>
+#endif
+#include <jansson.h>
+#include <stdatomic.h>
 
 #define DEFAULT_ADDRESS "127.0.0.1:9901"
 #define DEFAULT_DEBOUNCE_MS 100
@@ -40,6 +51,16 @@
 #define SETTLE_MS 5
 /* Rescan period: catches what inotify cannot see. */
 #define RESCAN_MS 1000
+/* The engine's other protocols (--api). */
+#define DEFAULT_DEST_HEARTBEAT_MS 10000
+#define DEFAULT_HEARTBEAT_PERIOD_MS 5000
+/* How often the protocols' counters reach the metrics and the
+ * Dispatcher's registry drops expired sessions. */
+#define PROTO_TICK_MS 1000
+
+/* The APIs mcp-source can serve (--api). */
+enum { API_MCP = 1u << 0, API_DEST = 1u << 1, API_DISP = 1u << 2 };
+#define MAX_SERVICES 8
 
 typedef struct source_app {
   uv_loop_t loop;
@@ -78,6 +99,29 @@ typedef struct source_app {
   int dial_failing; /* the status the failing dials end with, 0: none */
   /* The health of the configuration (registered on ops; any thread). */
   ops_metric *files_with_errors, *last_load, *resources;
+  /* The engine's protocols (--api), beside MCP. Their view stores and
+   * adapters are changed where the MCP store is, in the same update
+   * (apply_fn, etcd_apply_fn); the modules run on the transport. */
+  unsigned apis;
+  mcp_store *dest_store, *disp_store;
+  dest_view *dview;
+  disp_view *pview;
+#ifdef TOOLS_HAVE_DEST
+  mcp_dest_server *dsrv;
+#endif
+#ifdef TOOLS_HAVE_DISP
+  mcp_disp *disp;
+#endif
+  mcp_service_def services[MAX_SERVICES];
+  size_t nservices;
+  uv_timer_t proto_tick;
+  int proto_tick_init;
+  /* Metrics per API (docs/tools.md): streams and updates. */
+  ops_metric *m_api_streams, *m_api_open, *m_api_updates, *m_disp_sessions,
+      *m_disp_status_updates, *m_disp_task_statuses, *m_view_bad;
+  atomic_uint_fast64_t mcp_pushes; /* transport thread */
+  uint64_t dest_updates_seen, disp_updates_seen, status_updates_seen,
+      mcp_pushes_seen, view_bad_seen;
 } source_app;
 
 static void usage(FILE *f) {
@@ -93,9 +137,14 @@ static void usage(FILE *f) {
           "                  [--access-list FILE] [--allow-cleartext]\n"
           "                  [--descriptor-set FILE]... [--kind G/V/KIND=MESSAGE]...\n"
           "                  [--body typed|struct]\n"
+          "                  [--api LIST] [--dns-zone ZONE]\n"
+          "                  [--destination-heartbeat MS]\n"
+          "                  [--heartbeat-period MS] [--manager ADDR]...\n"
           "\n"
           "Serves the YAML files below DIR as MCP collections and pushes every\n"
-          "change of them.\n"
+          "change of them; when listening, also Conduit's Destination API\n"
+          "(Services and Endpoints) and swarmkit's Dispatcher (Tasks, Secrets,\n"
+          "Configs and Nodes of apiVersion swarmkit.docker.com/v1).\n"
           "\n"
           "  --dir DIR          YAML files to serve, watched for changes\n"
           "  --etcd ENDPOINTS   serve what etcd holds (host:port,...): key\n"
@@ -137,13 +186,28 @@ static void usage(FILE *f) {
           "                     to Istio 1.6's, built in; repeatable\n"
           "  --kind GROUP/VERSION/KIND=full.message.Name  documents of that kind\n"
           "                     have bodies of that message; repeatable\n"
+          , DEFAULT_DEBOUNCE_MS);
+  fprintf(f,
           "  --body typed|struct  typed (default): bodies of known kinds are their\n"
           "                     message; struct: google.protobuf.Struct everywhere\n"
+          "  --api LIST         the APIs served, comma-separated, from mcp,\n"
+          "                     destination, dispatcher (default: all this\n"
+          "                     program supports; --connect: mcp only)\n"
+          "  --dns-zone ZONE    Destination: the cluster's DNS zone of\n"
+          "                     <svc>.<ns>.svc.ZONE (default cluster.local)\n"
+          "  --destination-heartbeat MS  Destination: an empty update after MS\n"
+          "                     milliseconds without one (default %d; 0: off)\n"
+          "  --heartbeat-period MS  Dispatcher: the heartbeat period answered\n"
+          "                     (default %d); a node silent for 3 periods\n"
+          "                     loses its session\n"
+          "  --manager ADDR     Dispatcher: a manager address sent to agents\n"
+          "                     (repeatable; default: the --listen address)\n"
           "  --help             this text\n"
           "\n"
           "Exit status: 0 after SIGINT or SIGTERM, 1 on a runtime failure,\n"
           "2 on a usage error.\n",
-          DEFAULT_DEBOUNCE_MS);
+          DEFAULT_DEST_HEARTBEAT_MS,
+          DEFAULT_HEARTBEAT_PERIOD_MS);
 }
 
 static int usage_error(const char *fmt, ...) TOOL_PRINTF(1, 2);
@@ -169,6 +233,7 @@ static void on_core_event(const mcp_event *ev, void *ud) {
     log_debug("request for %s", ev->collection);
     break;
   case MCP_EVENT_PUSH:
+    atomic_fetch_add(&a->mcp_pushes, 1);
     log_debug("push %s nonce %s version %s: %zu resources, %zu removed%s",
               ev->collection, ev->nonce, ev->version, ev->nresources,
               ev->nremoved, ev->incremental ? " (incremental)" : "");
@@ -213,10 +278,41 @@ static void on_refused(const tool_stream_info *info, void *ud) {
            info->details, first_identity(info));
 }
 
+/* The API a stream belongs to, for metrics and logs. */
+static const char *api_of(const tool_stream_info *info) {
+  if (!info->api)
+    return "mcp";
+  return strcmp(info->api, "destination") == 0 ? "destination" : "dispatcher";
+}
+
 static void on_stream(int opened, const tool_stream_info *info, void *ud) {
   source_app *a = ud;
-  tool_ops_stream(a->ops, opened, info);
   TOOL_LOG_CONTEXT(.stream = info->id, .peer = info->peer);
+  if (!info->dialed) {
+    const char *lv[] = {api_of(info)};
+    if (opened)
+      ops_metric_add(a->m_api_streams, lv, 1);
+    ops_metric_add(a->m_api_open, lv, opened ? 1 : -1);
+  }
+  if (info->api) {
+    /* Another protocol's call: the MCP stream metrics are not its. */
+    /* Unary calls (Heartbeat every period) and clean ends: debug. */
+    int quiet = opened || info->status == 0 ||
+                !strcmp(info->api, "heartbeat") ||
+                !strcmp(info->api, "update_task_status");
+    if (opened)
+      log_debug("stream %llu: %s call (%s) from %s",
+                (unsigned long long)info->id, info->api, api_of(info),
+                info->peer);
+    else
+      tool_log(quiet ? TOOL_LOG_DEBUG : TOOL_LOG_INFO,
+               "stream %llu: %s call (%s) from %s closed: status %d%s%s",
+               (unsigned long long)info->id, info->api, api_of(info),
+               info->peer, info->status, info->details[0] ? ": " : "",
+               info->details);
+    return;
+  }
+  tool_ops_stream(a->ops, opened, info);
   if (opened) {
     if (info->dialed)
       log_debug("stream %llu: dialing %s", (unsigned long long)info->id,
@@ -279,12 +375,38 @@ static void loaded(source_app *a) {
                  (double)now.tv_sec + (double)now.tv_nsec / 1e9);
 }
 
+/* Where the stores live, in the update that changed the MCP store: the
+ * view stores of the other APIs follow it (only the Services and nodes a
+ * change touches are recomputed). A failure (memory) is finished by the
+ * next update. */
+static void views_sync(source_app *a, mcp_tstamp ts) {
+  if (a->dview) {
+    int rv = dest_view_sync(a->dview, ts);
+    if (rv < 0)
+      log_error("Destination view: %s (finished at the next change)",
+                mcp_strerror(rv));
+    else if (rv > 0)
+      log_debug("Destination view: %d service%s recomputed", rv,
+                rv == 1 ? "" : "s");
+  }
+  if (a->pview) {
+    int rv = disp_view_sync(a->pview, ts);
+    if (rv < 0)
+      log_error("Dispatcher view: %s (finished at the next change)",
+                mcp_strerror(rv));
+    else if (rv > 0)
+      log_debug("Dispatcher view: %d collection%s rewritten", rv,
+                rv == 1 ? "" : "s");
+  }
+}
+
 /* Where the store lives (or on the main thread before the endpoint
  * exists): the loader's current set into the store. */
 static void apply_fn(mcp_store *store, mcp_tstamp ts, void *ud) {
   source_app *a = ud;
   size_t n = mcpcfg_loader_collection_count(a->loader);
   int rv = mcpcfg_loader_apply(a->loader, store, ts);
+  views_sync(a, ts); /* also what an earlier failure left */
   if (rv < 0) {
     log_error("cannot update the store: %s (retrying at the next scan)",
               mcpcfg_strerror(rv));
@@ -357,6 +479,7 @@ static void etcd_apply_fn(mcp_store *store, mcp_tstamp ts, void *ud) {
   if (rv < 0)
     log_error("cannot update the store: %s (retrying at the next change)",
               mcp_strerror(rv));
+  views_sync(a, ts);
   etcdsrc_stats st;
   etcdsrc_stats_get(a->etcd, &st);
   a->etcd_applied = st.applied;
@@ -488,6 +611,9 @@ static void stop(source_app *a) {
     uv_close((uv_handle_t *)&a->etcd_async, NULL);
   tool_ops_close(a->ops);
   tool_access_close(a->access);
+  if (a->proto_tick_init)
+    uv_close((uv_handle_t *)&a->proto_tick, NULL);
+  a->proto_tick_init = 0;
   a->tp->source_del(a->ep);
   a->ep = NULL;
   uv_close((uv_handle_t *)&a->sigint, NULL);
@@ -524,7 +650,16 @@ static int set_typed_bodies(source_app *a, const tool_schema_args *sa,
     log_error("%s", why);
     return -1;
   }
-  if (!(a->kinds = calloc(sa->nkinds + ni, sizeof(*a->kinds)))) {
+  /* swarmkit's types, built in too: the Dispatcher's objects are typed
+   * bodies (a --descriptor-set holding the same files is a no-op). */
+  size_t nsk;
+  const tool_swarmkit_kind *sk = tool_swarmkit_kinds(&nsk);
+  mcp_schema_error serr;
+  if (tool_schema_add_swarmkit(a->schema, &serr) < 0) {
+    log_error("swarmkit's types: %s", serr.message);
+    return -1;
+  }
+  if (!(a->kinds = calloc(sa->nkinds + ni + nsk, sizeof(*a->kinds)))) {
     log_error("out of memory");
     return -1;
   }
@@ -534,9 +669,12 @@ static int set_typed_bodies(source_app *a, const tool_schema_args *sa,
   for (size_t i = 0; i < ni; i++)
     a->kinds[sa->nkinds + i] = (mcpcfg_kind_type){
         ik[i].api_version, ik[i].kind, ik[i].message};
+  for (size_t i = 0; i < nsk; i++)
+    a->kinds[sa->nkinds + ni + i] =
+        (mcpcfg_kind_type){sk[i].api_version, sk[i].kind, sk[i].message};
   lo->schema = a->schema;
   lo->kinds = a->kinds;
-  lo->nkinds = a->nkinds = sa->nkinds + ni;
+  lo->nkinds = a->nkinds = sa->nkinds + ni + nsk;
   lo->force_struct = a->force_struct = sa->body_struct;
   log_info("bodies: %s (%zu kinds typed, %zu message types)",
            sa->body_struct ? "google.protobuf.Struct (--body struct)"
@@ -559,7 +697,57 @@ typedef struct source_args {
   tool_ops_args ops; /* --debug-listen, --log-format */
   tool_sec_args sec; /* --tls-*, --allow, --deny, --access-list */
   tool_schema_args schema; /* --descriptor-set, --kind, --body */
+  unsigned apis;           /* --api; 0: the default */
+  const char *dns_zone;    /* --dns-zone */
+  unsigned long dest_heartbeat_ms, heartbeat_period_ms;
+  tool_strv managers;      /* --manager */
 } source_args;
+
+/* The APIs this build can serve on |tp|. */
+static unsigned apis_supported(const tool_transport *tp) {
+  unsigned s = API_MCP;
+#ifdef TOOLS_HAVE_DEST
+  if (tp->services)
+    s |= API_DEST;
+#endif
+#ifdef TOOLS_HAVE_DISP
+  if (tp->services)
+    s |= API_DISP;
+#endif
+  (void)tp;
+  return s;
+}
+
+/* "mcp,destination" -> API_* bits; 0 with |*bad| the part not known. */
+static unsigned parse_apis(const char *list, char *bad, size_t badlen) {
+  unsigned apis = 0;
+  const char *p = list;
+  for (;;) {
+    size_t n = strcspn(p, ",");
+    if (n == 3 && !strncmp(p, "mcp", 3))
+      apis |= API_MCP;
+    else if (n == 11 && !strncmp(p, "destination", 11))
+      apis |= API_DEST;
+    else if (n == 10 && !strncmp(p, "dispatcher", 10))
+      apis |= API_DISP;
+    else {
+      snprintf(bad, badlen, "%.*s", (int)(n > 64 ? 64 : n), p);
+      return 0;
+    }
+    if (!p[n])
+      return apis;
+    p += n + 1;
+  }
+}
+
+static const char *api_names(unsigned apis, char *buf, size_t len) {
+  snprintf(buf, len, "%s%s%s%s%s", apis & API_MCP ? "mcp" : "",
+           (apis & API_MCP) && (apis & ~API_MCP) ? "," : "",
+           apis & API_DEST ? "destination" : "",
+           (apis & API_DEST) && (apis & API_DISP) ? "," : "",
+           apis & API_DISP ? "dispatcher" : "");
+  return buf;
+}
 
 /* Returns -1 to run, or the exit status (0 for --help, 2 for a usage
  * error, reported). */
@@ -568,6 +756,8 @@ static int parse_args(int argc, char **argv, source_args *o) {
   o->transport = NULL; /* by the role and the flags, below */
   o->debounce_ms = DEFAULT_DEBOUNCE_MS;
   o->names = MCP_NAMES_KUBERNETES;
+  o->dest_heartbeat_ms = DEFAULT_DEST_HEARTBEAT_MS;
+  o->heartbeat_period_ms = DEFAULT_HEARTBEAT_PERIOD_MS;
   for (int i = 1; i < argc; i++) {
     int rv;
     if (tool_arg_flag(argv, i, "--version")) {
@@ -627,6 +817,37 @@ static int parse_args(int argc, char **argv, source_args *o) {
         return usage_error("--debounce: not a number of milliseconds: %s", v);
     } else if (VALUE("--log-level")) {
       level = v;
+    } else if (VALUE("--api")) {
+      char bad[80];
+      if (rv > 0 && !(o->apis = parse_apis(v, bad, sizeof bad)))
+        return usage_error("--api: expected a comma-separated list of mcp, "
+                           "destination, dispatcher; not '%s'", bad);
+    } else if (VALUE("--dns-zone")) {
+      if (rv > 0 && (!v[0] || strspn(v, "abcdefghijklmnopqrstuvwxyz"
+                                        "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                        "0123456789.-") != strlen(v)))
+        return usage_error("--dns-zone: not a DNS name: '%s'", v);
+      o->dns_zone = v;
+    } else if (VALUE("--destination-heartbeat")) {
+      if (rv > 0 &&
+          tool_parse_ulong(v, MAX_DEBOUNCE_MS, &o->dest_heartbeat_ms) != 0)
+        return usage_error("--destination-heartbeat: not a number of "
+                           "milliseconds: %s", v);
+    } else if (VALUE("--heartbeat-period")) {
+      if (rv > 0 &&
+          (tool_parse_ulong(v, MAX_DEBOUNCE_MS, &o->heartbeat_period_ms) !=
+               0 ||
+           o->heartbeat_period_ms == 0))
+        return usage_error("--heartbeat-period: not a positive number of "
+                           "milliseconds: %s", v);
+    } else if (VALUE("--manager")) {
+      const char *why;
+      if (rv > 0 && tool_check_hostport(v, 1, &why) != 0)
+        return usage_error("--manager %s: %s", v, why);
+      if (rv > 0 && tool_strv_add(&o->managers, v, 1) != 0) {
+        fprintf(stderr, "mcp-source: out of memory\n");
+        return 1;
+      }
     } else if ((rv = tool_ops_parse_arg(argc, argv, &i, &o->ops)) != 0) {
       /* --debug-listen, --log-format */
     } else if ((rv = tool_sec_parse_arg(argc, argv, &i, &o->sec)) != 0) {
@@ -755,6 +976,317 @@ static int start_etcd(source_app *a, const source_args *o) {
   return 0;
 }
 
+/* ---- the engine's other protocols (--api) ---- */
+
+#if defined(TOOLS_HAVE_DEST) || defined(TOOLS_HAVE_DISP)
+static mcp_store *new_view_store(void) {
+  mcp_store_options so;
+  mcp_store_options_default(&so);
+  so.rand = tool_rand;
+  so.name_rules = MCP_NAMES_ANY; /* "IP:PORT", "task/<id>": the adapters' */
+  mcp_store *s = NULL;
+  return mcp_store_new(&s, &so) < 0 ? NULL : s;
+}
+#endif
+
+/* Views, modules and their services, before the first load (main thread,
+ * no transport yet). 0, or -1 (logged). */
+static int setup_apis(source_app *a, const source_args *o) {
+  ops_metrics *m = tool_ops_metrics(a->ops);
+  static const char *const api[] = {"api"};
+  a->m_api_streams = ops_metrics_counter(
+      m, "mcp_api_streams_total",
+      "Streams (calls) accepted, per API: mcp, destination, dispatcher.", api,
+      1);
+  a->m_api_open = ops_metrics_gauge(
+      m, "mcp_api_streams", "Streams (calls) open now, per API.", api, 1);
+  a->m_api_updates = ops_metrics_counter(
+      m, "mcp_api_updates_total",
+      "Updates sent, per API: MCP pushes, Destination Update messages, "
+      "Dispatcher Assignments and Tasks messages.",
+      api, 1);
+  static const char *const names[] = {"mcp", "destination", "dispatcher"};
+  for (int i = 0; i < 3; i++)
+    if (a->apis & (1u << i)) { /* the series exist from the start */
+      const char *lv[] = {names[i]};
+      ops_metric_add(a->m_api_updates, lv, 0);
+      ops_metric_add(a->m_api_streams, lv, 0);
+      ops_metric_add(a->m_api_open, lv, 0);
+    }
+  if (a->apis & (API_DEST | API_DISP)) {
+    a->m_view_bad = ops_metrics_counter(
+        m, "mcp_view_bad_inputs_total",
+        "Documents or values the Destination and Dispatcher views could not "
+        "use (not a Struct or swarmkit object, a bad address or port).",
+        NULL, 0);
+  }
+#ifdef TOOLS_HAVE_DEST
+  if (a->apis & API_DEST) {
+    int rv;
+    if (!(a->dest_store = new_view_store())) {
+      log_error("out of memory");
+      return -1;
+    }
+    if ((rv = dest_view_new(&a->dview, a->store, a->dest_store, NULL,
+                            NULL)) < 0) {
+      log_error("Destination view: %s", mcp_strerror(rv));
+      return -1;
+    }
+    mcp_dest_server_options d;
+    mcp_dest_server_options_default(&d);
+    d.view = a->dest_store;
+    d.dns_zone = o->dns_zone;
+    d.heartbeat = (mcp_tstamp)o->dest_heartbeat_ms * MCP_MILLISECONDS;
+    if (o->debounce_ms > 0) { /* coalesce as MCP pushes do */
+      d.debounce = (mcp_tstamp)o->debounce_ms * MCP_MILLISECONDS;
+      d.max_delay = d.debounce * 10 < MCP_SECONDS ? MCP_SECONDS
+                                                  : d.debounce * 10;
+    }
+    if ((rv = mcp_dest_server_new(&a->dsrv, &d)) < 0) {
+      log_error("Destination: %s", mcp_strerror(rv));
+      return -1;
+    }
+    a->services[a->nservices++] = *mcp_dest_server_service(a->dsrv);
+  }
+#endif
+#ifdef TOOLS_HAVE_DISP
+  if (a->apis & API_DISP) {
+    int rv;
+    if (!(a->disp_store = new_view_store())) {
+      log_error("out of memory");
+      return -1;
+    }
+    disp_view_options vo = {.schema = a->schema};
+    if ((rv = disp_view_new(&a->pview, a->store, a->disp_store, &vo)) < 0) {
+      log_error("Dispatcher view: %s", mcp_strerror(rv));
+      return -1;
+    }
+    mcp_disp_options d;
+    mcp_disp_options_default(&d);
+    d.view = a->disp_store;
+    d.heartbeat_period = (mcp_tstamp)o->heartbeat_period_ms * MCP_MILLISECONDS;
+    /* SessionMessage.managers: --manager, else where we listen. */
+    const char *self = o->address;
+    d.managers = o->managers.n ? o->managers.v : &self;
+    d.nmanagers = o->managers.n ? o->managers.n : 1;
+    d.rand = tool_rand;
+    if ((rv = mcp_disp_new(&a->disp, &d, a->tp->now())) < 0) {
+      log_error("Dispatcher: %s", mcp_strerror(rv));
+      return -1;
+    }
+    const mcp_service_def *defs;
+    size_t n = mcp_disp_services(a->disp, &defs);
+    for (size_t i = 0; i < n && a->nservices < MAX_SERVICES; i++)
+      a->services[a->nservices++] = defs[i];
+    a->m_disp_sessions = ops_metrics_gauge(
+        m, "mcp_dispatcher_sessions", "Dispatcher sessions live now.", NULL,
+        0);
+    a->m_disp_status_updates = ops_metrics_counter(
+        m, "mcp_dispatcher_task_status_updates_total",
+        "Task statuses agents reported through UpdateTaskStatus.", NULL, 0);
+    a->m_disp_task_statuses = ops_metrics_gauge(
+        m, "mcp_dispatcher_task_statuses",
+        "Tasks with a status kept (/debug/tasks).", NULL, 0);
+  }
+#endif
+  (void)o;
+  return 0;
+}
+
+/* What the protocols counted, read where they live. */
+typedef struct proto_counts {
+  uint64_t dest_updates, disp_updates, status_updates, task_statuses,
+      sessions, view_bad;
+} proto_counts;
+
+static void proto_tick_fn(mcp_store *store, mcp_tstamp ts, void *ud) {
+  source_app *a = ((void **)ud)[0];
+  proto_counts *c = ((void **)ud)[1];
+  (void)store;
+  (void)ts;
+  if (a->dview) {
+    dest_view_stats st;
+    dest_view_get_stats(a->dview, &st);
+    c->view_bad += st.bad_bodies + st.bad_addresses;
+  }
+  if (a->pview) {
+    disp_view_stats st;
+    disp_view_get_stats(a->pview, &st);
+    c->view_bad += st.bad_bodies;
+  }
+#ifdef TOOLS_HAVE_DEST
+  if (a->dsrv) {
+    mcp_dest_server_stats st;
+    mcp_dest_server_get_stats(a->dsrv, &st);
+    c->dest_updates = st.updates;
+  }
+#endif
+#ifdef TOOLS_HAVE_DISP
+  if (a->disp) {
+    mcp_disp_handle_expiry(a->disp, ts); /* frees expired sessions sooner */
+    mcp_disp_stats st;
+    mcp_disp_get_stats(a->disp, &st);
+    c->disp_updates = st.assignments_messages + st.tasks_messages;
+    c->status_updates = st.status_updates;
+    c->task_statuses = st.task_statuses;
+    c->sessions = st.sessions;
+  }
+#endif
+}
+
+static void add_delta(ops_metric *m, const char *label, uint64_t now,
+                      uint64_t *seen) {
+  const char *lv[] = {label};
+  if (now > *seen)
+    ops_metric_add(m, label ? lv : NULL, (double)(now - *seen));
+  *seen = now;
+}
+
+/* Every PROTO_TICK_MS: the counters into the metrics. */
+static void on_proto_tick(uv_timer_t *t) {
+  source_app *a = t->data;
+  if (a->stopping || !a->ep)
+    return;
+  proto_counts c = {0};
+  void *ud[2] = {a, &c};
+  /* (Every stream is pumped after it: only when there is something to
+   * read there.) */
+  if ((a->apis & (API_DEST | API_DISP)) &&
+      a->tp->source_apply(a->ep, proto_tick_fn, ud) < 0)
+    return;
+  add_delta(a->m_api_updates, "mcp", atomic_load(&a->mcp_pushes),
+            &a->mcp_pushes_seen);
+  if (a->apis & API_DEST)
+    add_delta(a->m_api_updates, "destination", c.dest_updates,
+              &a->dest_updates_seen);
+  if (a->apis & API_DISP) {
+    add_delta(a->m_api_updates, "dispatcher", c.disp_updates,
+              &a->disp_updates_seen);
+    add_delta(a->m_disp_status_updates, NULL, c.status_updates,
+              &a->status_updates_seen);
+    ops_metric_set(a->m_disp_task_statuses, NULL, (double)c.task_statuses);
+    ops_metric_set(a->m_disp_sessions, NULL, (double)c.sessions);
+  }
+  if (a->m_view_bad)
+    add_delta(a->m_view_bad, NULL, c.view_bad, &a->view_bad_seen);
+}
+
+#ifdef TOOLS_HAVE_DISP
+/* swarmkit's TaskState names (types.proto). */
+static const char *task_state_name(int s) {
+  static const struct {
+    int v;
+    const char *n;
+  } names[] = {{0, "NEW"},        {64, "PENDING"},   {192, "ASSIGNED"},
+               {256, "ACCEPTED"}, {320, "PREPARING"}, {384, "READY"},
+               {448, "STARTING"}, {512, "RUNNING"},   {576, "COMPLETE"},
+               {640, "SHUTDOWN"}, {704, "FAILED"},    {768, "REJECTED"},
+               {832, "REMOVE"},   {896, "ORPHANED"}};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+    if (names[i].v == s)
+      return names[i].n;
+  return NULL;
+}
+
+typedef struct tasks_page {
+  json_t *tasks;
+  mcp_tstamp now;
+  int failed;
+} tasks_page;
+
+static int task_status_fn(const mcp_disp_task_status *st, void *ud) {
+  tasks_page *p = ud;
+  const char *name = task_state_name(st->state);
+  json_t *o = json_pack(
+      "{s:s, s:s, s:o, s:i, s:s, s:s, s:f}", "task_id", st->task_id,
+      "node_id", st->node_id ? st->node_id : "", "state",
+      name ? json_string(name) : json_integer(st->state), "state_code",
+      st->state, "message", st->message ? st->message : "", "err",
+      st->err ? st->err : "", "age_seconds",
+      p->now >= st->updated ? (double)(p->now - st->updated) / 1e9 : 0.0);
+  if (!o || json_array_append_new(p->tasks, o) != 0)
+    p->failed = 1;
+  return 0;
+}
+
+static void tasks_fn(mcp_store *store, mcp_tstamp ts, void *ud) {
+  source_app *a = ((void **)ud)[0];
+  tasks_page *p = ((void **)ud)[1];
+  (void)store;
+  p->now = ts;
+  mcp_disp_task_statuses(a->disp, task_status_fn, p);
+}
+
+static int cmp_task(const void *x, const void *y) {
+  const char *a = json_string_value(
+      json_object_get(*(json_t *const *)x, "task_id"));
+  const char *b = json_string_value(
+      json_object_get(*(json_t *const *)y, "task_id"));
+  return strcmp(a ? a : "", b ? b : "");
+}
+
+/* GET /debug/tasks: the latest status each task's agent reported
+ * (UpdateTaskStatus), sorted by task id. */
+static void page_tasks(const char *method, const char *path,
+                       ops_http_reply *r, void *ud) {
+  source_app *a = ud;
+  (void)method;
+  (void)path;
+  tasks_page p = {json_array(), 0, 0};
+  void *arg[2] = {a, &p};
+  if (!p.tasks || !a->ep || a->tp->source_apply(a->ep, tasks_fn, arg) < 0 ||
+      p.failed) {
+    json_decref(p.tasks);
+    ops_http_reply_text(r, 503, "not available\n");
+    return;
+  }
+  size_t n = json_array_size(p.tasks);
+  json_t **v = n ? calloc(n, sizeof *v) : NULL;
+  for (size_t i = 0; v && i < n; i++)
+    v[i] = json_incref(json_array_get(p.tasks, i));
+  if (v) {
+    qsort(v, n, sizeof *v, cmp_task);
+    json_array_clear(p.tasks);
+    for (size_t i = 0; i < n; i++)
+      json_array_append_new(p.tasks, v[i]);
+    free(v);
+  }
+  json_t *page = json_pack("{s:o, s:I}", "tasks", p.tasks, "count",
+                           (json_int_t)n);
+  char *text = page ? json_dumps(page, JSON_COMPACT) : NULL;
+  json_decref(page);
+  if (!text) {
+    ops_http_reply_text(r, 500, "out of memory\n");
+    return;
+  }
+  r->status = 200;
+  r->content_type = "application/json";
+  ops_buf_str(&r->body, text);
+  ops_buf_str(&r->body, "\n");
+  free(text);
+}
+#endif
+
+/* After the endpoint is gone (no stream left): the modules, views and
+ * their stores. */
+static void teardown_apis(source_app *a) {
+#ifdef TOOLS_HAVE_DEST
+  mcp_dest_server_del(a->dsrv);
+  a->dsrv = NULL;
+#endif
+#ifdef TOOLS_HAVE_DISP
+  mcp_disp_del(a->disp);
+  a->disp = NULL;
+#endif
+  dest_view_del(a->dview);
+  disp_view_del(a->pview);
+  a->dview = NULL;
+  a->pview = NULL;
+  mcp_store_del(a->dest_store);
+  mcp_store_del(a->disp_store);
+  a->dest_store = a->disp_store = NULL;
+}
+
 int main(int argc, char **argv) {
   tool_log_init("mcp-source", TOOL_LOG_INFO);
   source_args args;
@@ -764,6 +1296,7 @@ int main(int argc, char **argv) {
     tool_strv_free(&args.colls);
     tool_sec_args_free(&args.sec);
     tool_schema_args_free(&args.schema);
+    tool_strv_free(&args.managers);
     return status;
   }
   tool_log_init("mcp-source", args.level);
@@ -783,14 +1316,39 @@ int main(int argc, char **argv) {
     tool_strv_free(&args.colls);
     tool_sec_args_free(&args.sec);
     tool_schema_args_free(&args.schema);
+    tool_strv_free(&args.managers);
     return 2;
   }
   if (rv != 0) {
     tool_strv_free(&args.colls);
     tool_sec_args_free(&args.sec);
     tool_schema_args_free(&args.schema);
+    tool_strv_free(&args.managers);
     return usage_error("unknown transport %s (expected grpc or h2c)",
                        args.transport);
+  }
+  /* --api: what this build and transport serve; --connect dials a
+   * ResourceSink, MCP only. */
+  {
+    unsigned sup = apis_supported(app.tp);
+    char names[64];
+    app.apis = args.apis ? args.apis : connect ? API_MCP : sup;
+    const char *bad = NULL;
+    if (app.apis & ~sup)
+      bad = "is not served by this program";
+    else if (connect && app.apis != API_MCP)
+      bad = "needs --listen (--connect dials a ResourceSink: mcp only)";
+    if (bad) {
+      api_names(app.apis & (connect ? ~(unsigned)API_MCP : ~sup), names,
+                sizeof names);
+      tool_strv_free(&args.colls);
+      tool_sec_args_free(&args.sec);
+      tool_schema_args_free(&args.schema);
+      tool_strv_free(&args.managers);
+      return usage_error("--api %s %s%s%s", names, bad,
+                         (app.apis & ~sup) ? " over " : "",
+                         (app.apis & ~sup) ? app.tp->name : "");
+    }
   }
   char why[600];
   if (tool_sec_check(&args.sec, app.tp->tls_check != NULL, app.tp->name,
@@ -798,6 +1356,7 @@ int main(int argc, char **argv) {
     tool_strv_free(&args.colls);
     tool_sec_args_free(&args.sec);
     tool_schema_args_free(&args.schema);
+    tool_strv_free(&args.managers);
     return usage_error("%s", why);
   }
   if (tool_sec_acl(&args.sec)) {
@@ -808,6 +1367,7 @@ int main(int argc, char **argv) {
       tool_strv_free(&args.colls);
       tool_sec_args_free(&args.sec);
     tool_schema_args_free(&args.schema);
+    tool_strv_free(&args.managers);
       if (rv == 2)
         return usage_error("%s", why);
       log_error("%s", why);
@@ -847,6 +1407,9 @@ int main(int argc, char **argv) {
   mcpcfg_options_default(&lo);
   /* Even without --dir: a bad --descriptor-set or --kind is an error. */
   if (set_typed_bodies(&app, &args.schema, &lo) != 0)
+    goto out;
+  /* Before the first load: the views follow the store from its start. */
+  if (setup_apis(&app, &args) != 0)
     goto out;
   if (dir) {
     lo.report = on_report;
@@ -892,6 +1455,22 @@ int main(int argc, char **argv) {
   log_info("%zu resource%s in %zu collection%s, epoch %016llx", total,
            total == 1 ? "" : "s", ncoll, ncoll == 1 ? "" : "s",
            (unsigned long long)mcp_store_epoch(app.store));
+  /* What the other APIs serve from it. */
+  for (int v = 0; v < 2; v++) {
+    mcp_store *vs = v ? app.disp_store : app.dest_store;
+    size_t colls = 0, items = 0;
+    for (size_t i = 0; vs && i < mcp_store_collection_count(vs); i++) {
+      const char *c = mcp_store_collection_name(vs, i);
+      if (!mcp_store_has_collection(vs, c) || (v && !strcmp(c, "nodes")))
+        continue;
+      colls++;
+      items += mcp_store_count(vs, c);
+    }
+    if (vs)
+      log_info(v ? "Dispatcher: %zu node%s with %zu assigned object%s"
+                 : "Destination: %zu service port%s with %zu endpoint%s",
+               colls, colls == 1 ? "" : "s", items, items == 1 ? "" : "s");
+  }
 
   mcp_source_options sopts;
   mcp_source_options_default(&sopts);
@@ -920,6 +1499,9 @@ int main(int argc, char **argv) {
               args.sec.tls_server_name},
       .acl = tool_access_acl(app.access),
       .on_refused = on_refused,
+      .services = app.nservices ? app.services : NULL,
+      .nservices = app.nservices,
+      .no_mcp = !(app.apis & API_MCP),
   };
   uv_loop_init(&app.loop);
   errno = 0; /* the transport sets it when it cannot bind */
@@ -944,8 +1526,26 @@ int main(int argc, char **argv) {
   } else {
     char buf[300];
     bound_address(buf, sizeof(buf), address, app.tp->source_port(app.ep));
-    log_info("serving ResourceSource on %s (%s)", buf, app.tp->name);
+    char names[64];
+    if (app.apis & API_MCP)
+      log_info("serving ResourceSource on %s (%s)", buf, app.tp->name);
+    if (app.apis & API_DEST)
+      log_info("serving conduit.proxy.destination.Destination on %s (%s), "
+               "zone %s", buf, app.tp->name,
+               args.dns_zone ? args.dns_zone : "cluster.local");
+    if (app.apis & API_DISP)
+      log_info("serving docker.swarmkit.v1.Dispatcher on %s (%s), heartbeat "
+               "period %lu ms", buf, app.tp->name, args.heartbeat_period_ms);
+    log_info("APIs: %s", api_names(app.apis, names, sizeof names));
   }
+  uv_timer_init(&app.loop, &app.proto_tick);
+  app.proto_tick.data = &app;
+  app.proto_tick_init = 1;
+  uv_timer_start(&app.proto_tick, on_proto_tick, PROTO_TICK_MS, PROTO_TICK_MS);
+#ifdef TOOLS_HAVE_DISP
+  if (app.apis & API_DISP)
+    tool_ops_set_page(app.ops, "/debug/tasks", page_tasks, &app);
+#endif
   if (app.tp->tls_check) {
     tool_sec_describe(&args.sec, !connect, why, sizeof(why));
     log_info("security: %s", why);
@@ -1008,6 +1608,7 @@ int main(int argc, char **argv) {
     log_debug("loop close: %s", uv_strerror(rv));
 
 out:
+  teardown_apis(&app); /* the endpoint is gone: no stream uses them */
   mcpcfg_loader_del(app.loader);
   mcp_store_del(app.store);
   tool_ops_del(app.ops);
@@ -1015,6 +1616,7 @@ out:
   tool_strv_free(&args.colls);
   tool_sec_args_free(&args.sec);
   tool_schema_args_free(&args.schema);
+  tool_strv_free(&args.managers);
   mcp_schema_free(app.schema);
   free(app.kinds);
   if (status == 0)

@@ -39,6 +39,7 @@ collections() {
       }
       function plural(k,   l) {
         k = tolower(k); l = substr(k, length(k), 1)
+        if (k == "endpoints") return k
         if (k ~ /[^aeiou]y$/) return substr(k, 1, length(k) - 1) "ies"
         if (k ~ /(s|x|z|ch|sh)$/) return k "es"
         return k "s"

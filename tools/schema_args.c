@@ -9,6 +9,7 @@
 #include <mcp/schema_istio.h>
 
 #include "log.h"
+#include "views/schema_swarmkit.h"
 
 /* Descriptor sets are small (Istio's is 40 KiB); this bounds a mistake
  * such as a multi-gigabyte file given by error. */
@@ -160,6 +161,11 @@ int tool_schema_load(const tool_schema_args *a, mcp_schema **ps, char *why,
   }
   if ((rv = mcp_schema_add_istio(s, &err)) < 0) {
     snprintf(why, whylen, "Istio's built-in types: %s", err.message);
+    goto fail;
+  }
+  /* swarmkit's, for the Dispatcher's objects (issue 16). */
+  if ((rv = tool_schema_add_swarmkit(s, &err)) < 0) {
+    snprintf(why, whylen, "swarmkit's built-in types: %s", err.message);
     goto fail;
   }
   for (size_t i = 0; i < a->sets.n; i++) {

@@ -44,7 +44,8 @@ int tool_schema_parse_arg(int argc, char **argv, int *i, tool_schema_args *a,
 void tool_schema_args_free(tool_schema_args *a);
 
 /*
- * The schema: Istio 1.6's types, then each --descriptor-set file in order,
+ * The schema: Istio 1.6's types, swarmkit's (tools/views/schema_swarmkit.h),
+ * then each --descriptor-set file in order,
  * then a check that every --kind names a message it has. Returns 0 with
  * |*ps| (free with mcp_schema_free()), or -1 with the reason in |why|
  * ("--descriptor-set F: ..."; "--kind K: no message M in the schema").

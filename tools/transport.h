@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <mcp/engine.h>
 #include <mcp/mcp.h>
 #include <uv.h>
 
@@ -44,6 +45,11 @@ typedef struct tool_stream_info {
   const char *const *identities;
   size_t nidentities;
   int tls;
+  /* A stream of a protocol served beside MCP (tool_endpoint_options.
+   * services) or of a client (client_new): the protocol's name
+   * (mcp_stream_ops.name: "destination", "session", "assignments"...),
+   * NULL for MCP streams and where the transport cannot tell. */
+  const char *api;
 } tool_stream_info;
 
 /* Runs on the transport's thread. |opened| 1: a stream started (a dialed one
@@ -94,7 +100,17 @@ typedef struct tool_endpoint_options {
    * connected). It must outlive the endpoint. */
   void *acl;
   tool_refused_cb on_refused; /* optional; user_data as on_stream */
+  /* LISTEN (transports with services: tool_transport.services set): the
+   * protocols served beside MCP on the same port (mcp/engine.h; copied by
+   * the transport, each def's user_data kept), and |no_mcp| 1 to serve
+   * them alone (the MCP methods then answer UNIMPLEMENTED). */
+  const mcp_service_def *services;
+  size_t nservices;
+  int no_mcp;
 } tool_endpoint_options;
+
+/* A function run where a client's protocol lives (client_run). */
+typedef void (*tool_run_fn)(mcp_tstamp ts, void *ud);
 
 typedef void (*tool_store_fn)(mcp_store *store, mcp_tstamp ts, void *ud);
 
@@ -181,6 +197,24 @@ typedef struct tool_transport {
   void (*acl_del)(void *acl);
   int (*source_reauthorize)(void *ep);
   int (*sink_reauthorize)(void *ep);
+
+  /* 1 when source_new() takes tool_endpoint_options.services. */
+  int services;
+  /*
+   * Clients (NULL in a transport without them): client_new() dials
+   * |o->address| (a comma-separated list) and runs |def| (mcp/engine.h)
+   * with the TLS, access list, rand and on_stream of |o| (its services
+   * and http are ignored); |def| is copied, its user_data kept (it must
+   * outlive the client). The protocol's callbacks run on the transport's
+   * thread (gRPC: its own; h2c: |loop|'s). client_run() runs |fn| there,
+   * returns once it ran, and then the client's calls are pumped and open()
+   * asked again. client_del(): no callback of |def| runs once it returns
+   * (h2c: the loop must run on to close the sockets).
+   */
+  int (*client_new)(void **pc, uv_loop_t *loop, const tool_endpoint_options *o,
+                    const mcp_client_def *def);
+  int (*client_run)(void *c, tool_run_fn fn, void *ud);
+  void (*client_del)(void *c);
 } tool_transport;
 
 /*

@@ -1,4 +1,5 @@
 /* The gRPC transport (transport-grpc) behind the tools' transport table. */
+#include <stdint.h>
 #include <stdlib.h>
 
 #include <mcp/grpc.h>
@@ -11,10 +12,74 @@
 /* On stop, streams get this long to finish their send in flight. */
 #define TOOL_SHUTDOWN_GRACE (1 * MCP_SECONDS)
 
+/* The protocol name of each open service or client call, by stream id:
+ * gRPC's info no longer has the stream once it is ending, and the programs
+ * count per API at CLOSED too. Open addressing; the transport thread only.
+ * Names are the protocols' static ops->name strings. */
+typedef struct api_slot {
+  uint64_t id; /* 0: empty; UINT64_MAX: deleted */
+  const char *api;
+} api_slot;
+
+typedef struct api_map {
+  api_slot *slots;
+  size_t cap, used;
+} api_map;
+
+static size_t api_hash(uint64_t id, size_t cap) {
+  id *= 0x9e3779b97f4a7c15ull;
+  return (size_t)(id >> 17) & (cap - 1);
+}
+
+static void api_put(api_map *m, uint64_t id, const char *api) {
+  if ((m->used + 1) * 4 > m->cap * 3) {
+    size_t cap = m->cap ? m->cap * 2 : 64;
+    api_slot *s = calloc(cap, sizeof(*s));
+    if (!s)
+      return; /* then counted as MCP at its end: metrics only */
+    for (size_t i = 0; i < m->cap; i++) {
+      if (!m->slots[i].id || m->slots[i].id == UINT64_MAX)
+        continue;
+      size_t j = api_hash(m->slots[i].id, cap);
+      while (s[j].id)
+        j = (j + 1) & (cap - 1);
+      s[j] = m->slots[i];
+    }
+    size_t live = 0;
+    for (size_t i = 0; i < cap; i++)
+      live += s[i].id != 0;
+    free(m->slots);
+    m->slots = s;
+    m->cap = cap;
+    m->used = live;
+  }
+  size_t j = api_hash(id, m->cap);
+  while (m->slots[j].id && m->slots[j].id != UINT64_MAX)
+    j = (j + 1) & (m->cap - 1);
+  if (!m->slots[j].id)
+    m->used++;
+  m->slots[j].id = id;
+  m->slots[j].api = api;
+}
+
+/* Removes |id| and returns its name, or NULL. */
+static const char *api_take(api_map *m, uint64_t id) {
+  if (!m->cap)
+    return NULL;
+  for (size_t j = api_hash(id, m->cap); m->slots[j].id;
+       j = (j + 1) & (m->cap - 1))
+    if (m->slots[j].id == id) {
+      m->slots[j].id = UINT64_MAX;
+      return m->slots[j].api;
+    }
+  return NULL;
+}
+
 typedef struct ep_ctx {
   tool_stream_cb on_stream;
   tool_refused_cb on_refused;
   void *user_data;
+  api_map apis;
 } ep_ctx;
 
 typedef struct grpc_ep {
@@ -41,6 +106,10 @@ static tool_stream_info stream_info(const mcp_grpc_stream_info *info,
       .nidentities = info->nidentities,
       .tls = info->tls,
   };
+#ifdef TOOLS_GRPC_SERVICES
+  if (info->stream)
+    ti.api = mcp_stream_get_ops(info->stream)->name;
+#endif
   return ti;
 }
 
@@ -49,6 +118,13 @@ static void on_stream(mcp_grpc_stream_event ev,
   ep_ctx *ctx = ud;
   char peer[TOOL_PEER_MAX];
   tool_stream_info ti = stream_info(info, peer, sizeof(peer));
+  if (ev == MCP_GRPC_STREAM_OPENED && ti.api)
+    api_put(&ctx->apis, info->id, ti.api);
+  else if (ev == MCP_GRPC_STREAM_CLOSED) {
+    const char *api = api_take(&ctx->apis, info->id);
+    if (!ti.api)
+      ti.api = api;
+  }
   /* A refused call never was a stream: no OPENED came before it. */
   if (ev == MCP_GRPC_STREAM_REFUSED) {
     if (ctx->on_refused)
@@ -70,7 +146,7 @@ static mcp_grpc_tls_options tls_opts(const tool_tls_options *t) {
 }
 
 static void fill_opts(mcp_grpc_options *go, const tool_endpoint_options *o,
-                      grpc_ep *ep) {
+                      ep_ctx *ctx) {
   mcp_grpc_options_default(go);
   go->mode = o->mode == TOOL_DIAL ? MCP_GRPC_DIAL : MCP_GRPC_LISTEN;
   go->address = o->address;
@@ -78,7 +154,7 @@ static void fill_opts(mcp_grpc_options *go, const tool_endpoint_options *o,
   go->backoff.max = TOOL_BACKOFF_MAX;
   go->shutdown_grace = TOOL_SHUTDOWN_GRACE;
   go->on_stream = on_stream;
-  go->user_data = &ep->ctx;
+  go->user_data = ctx;
   /* TLS when any file is set (the programs ran tls_check() first); the
    * access list decides on the peer's verified identities. */
   go->tls = tls_opts(&o->tls);
@@ -86,6 +162,13 @@ static void fill_opts(mcp_grpc_options *go, const tool_endpoint_options *o,
     go->authorize = mcp_grpc_acl_authorize;
     go->authorize_user_data = o->acl;
   }
+#ifdef TOOLS_GRPC_SERVICES
+  if (o->mode == TOOL_LISTEN) {
+    go->services = o->services;
+    go->nservices = o->nservices;
+    go->no_mcp = o->no_mcp;
+  }
+#endif
 }
 
 static grpc_ep *ep_alloc(const tool_endpoint_options *o) {
@@ -106,7 +189,7 @@ static int source_new(void **pep, uv_loop_t *loop,
   if (!ep)
     return MCP_ERR_NOMEM;
   mcp_grpc_options go;
-  fill_opts(&go, o, ep);
+  fill_opts(&go, o, &ep->ctx);
   int rv = mcp_grpc_source_new(&ep->src, &go, so);
   if (rv < 0) {
     free(ep);
@@ -132,6 +215,7 @@ static void source_del(void *p) {
   grpc_ep *ep = p;
   if (ep) {
     mcp_grpc_source_del(ep->src);
+    free(ep->ctx.apis.slots);
     free(ep);
   }
 }
@@ -143,7 +227,7 @@ static int sink_new(void **pep, uv_loop_t *loop,
   if (!ep)
     return MCP_ERR_NOMEM;
   mcp_grpc_options go;
-  fill_opts(&go, o, ep);
+  fill_opts(&go, o, &ep->ctx);
   int rv = mcp_grpc_sink_new(&ep->sink, &go, state);
   if (rv < 0) {
     free(ep);
@@ -209,6 +293,7 @@ static void sink_del(void *p) {
   grpc_ep *ep = p;
   if (ep) {
     mcp_grpc_sink_del(ep->sink);
+    free(ep->ctx.apis.slots);
     free(ep);
   }
 }
@@ -253,6 +338,51 @@ static int sink_reauthorize(void *ep) {
   return mcp_grpc_sink_reauthorize(((grpc_ep *)ep)->sink);
 }
 
+/* ---- clients (mcp_client_def) ---- */
+
+#ifdef TOOLS_GRPC_SERVICES
+typedef struct grpc_client {
+  ep_ctx ctx; /* first: the callback's user_data */
+  mcp_grpc_client *c;
+} grpc_client;
+
+static int client_new(void **pc, uv_loop_t *loop,
+                      const tool_endpoint_options *o,
+                      const mcp_client_def *def) {
+  (void)loop; /* a thread of its own */
+  grpc_client *c = calloc(1, sizeof(*c));
+  if (!c)
+    return MCP_ERR_NOMEM;
+  c->ctx.on_stream = o->on_stream;
+  c->ctx.on_refused = o->on_refused;
+  c->ctx.user_data = o->user_data;
+  tool_endpoint_options d = *o;
+  d.mode = TOOL_DIAL;
+  mcp_grpc_options go;
+  fill_opts(&go, &d, &c->ctx);
+  int rv = mcp_grpc_client_new(&c->c, &go, def);
+  if (rv < 0) {
+    free(c);
+    return rv;
+  }
+  *pc = c;
+  return 0;
+}
+
+static int client_run(void *c, tool_run_fn fn, void *ud) {
+  return mcp_grpc_client_call(((grpc_client *)c)->c, fn, ud);
+}
+
+static void client_del(void *p) {
+  grpc_client *c = p;
+  if (c) {
+    mcp_grpc_client_del(c->c);
+    free(c->ctx.apis.slots);
+    free(c);
+  }
+}
+#endif
+
 const tool_transport tool_transport_grpc = {
     .name = "grpc",
     .now = mcp_grpc_now,
@@ -277,4 +407,10 @@ const tool_transport tool_transport_grpc = {
     .acl_del = acl_del,
     .source_reauthorize = source_reauthorize,
     .sink_reauthorize = sink_reauthorize,
+#ifdef TOOLS_GRPC_SERVICES
+    .services = 1,
+    .client_new = client_new,
+    .client_run = client_run,
+    .client_del = client_del,
+#endif
 };

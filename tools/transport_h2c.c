@@ -27,6 +27,9 @@ typedef struct h2c_ep {
   mcp_sink_state *state; /* sink: the state its streams share */
   ops_http_fn http;      /* plain HTTP requests on our port (tools/ops) */
   void *http_user_data;
+#ifdef TOOLS_H2C_SERVICES
+  mcp_h2c_client *client; /* client_new() */
+#endif
 } h2c_ep;
 
 /* |peer| holds the peer in the programs' one form (tool_peer_format). */
@@ -44,6 +47,9 @@ static tool_stream_info stream_info(const mcp_h2c_stream_info *info,
       .sink = info->sink,
       .opened = info->opened,
   };
+#ifdef TOOLS_H2C_SERVICES
+  ti.api = info->api;
+#endif
   return ti;
 }
 
@@ -94,6 +100,13 @@ static void fill_opts(mcp_h2c_options *ho, const tool_endpoint_options *o,
   }
   /* No on_closed: the endpoint is freed right after *_del(), after which
    * the library calls nothing else. */
+#ifdef TOOLS_H2C_SERVICES
+  if (o->mode == TOOL_LISTEN) {
+    ho->services = o->services;
+    ho->nservices = o->nservices;
+    ho->no_mcp = o->no_mcp;
+  }
+#endif
 }
 
 static h2c_ep *ep_alloc(const tool_endpoint_options *o) {
@@ -225,6 +238,47 @@ static void sink_del(void *p) {
   }
 }
 
+/* ---- clients (mcp_client_def), on the loop ---- */
+
+#ifdef TOOLS_H2C_SERVICES
+static int client_new(void **pc, uv_loop_t *loop,
+                      const tool_endpoint_options *o,
+                      const mcp_client_def *def) {
+  h2c_ep *ep = ep_alloc(o);
+  if (!ep)
+    return MCP_ERR_NOMEM;
+  tool_endpoint_options d = *o;
+  d.mode = TOOL_DIAL;
+  d.http = NULL;
+  mcp_h2c_options ho;
+  fill_opts(&ho, &d, ep);
+  int rv = mcp_h2c_client_new(&ep->client, loop, &ho, def);
+  if (rv < 0) {
+    free(ep);
+    return rv;
+  }
+  *pc = ep;
+  return 0;
+}
+
+/* The protocol lives on this thread: run |fn| now, then have the calls
+ * pumped and open() asked on the next loop iteration. */
+static int client_run(void *p, tool_run_fn fn, void *ud) {
+  h2c_ep *ep = p;
+  fn(mcp_h2c_now(), ud);
+  mcp_h2c_client_notify(ep->client);
+  return 0;
+}
+
+static void client_del(void *p) {
+  h2c_ep *ep = p;
+  if (ep) {
+    mcp_h2c_client_del(ep->client);
+    free(ep);
+  }
+}
+#endif
+
 const tool_transport tool_transport_h2c = {
     .name = "h2c",
     .now = mcp_h2c_now,
@@ -242,4 +296,10 @@ const tool_transport tool_transport_h2c = {
     .sink_call = sink_call,
     /* Cleartext by definition: no tls_check, acl_* or *_reauthorize (the
      * programs refuse the TLS and access flags with this transport). */
+#ifdef TOOLS_H2C_SERVICES
+    .services = 1,
+    .client_new = client_new,
+    .client_run = client_run,
+    .client_del = client_del,
+#endif
 };

@@ -67,7 +67,29 @@ static int is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <=
 /* Collections and times                                               */
 /* ------------------------------------------------------------------ */
 
+/* Kinds whose name is already plural: Kubernetes' RESTMapper knows them as
+ * irregular, and its resource (so the collection issue 14 names,
+ * k8s/core/v1/endpoints) is the kind lower-cased. */
+static int plural_kind(const char *kind) {
+  static const char *const irregular[] = {"endpoints"};
+  for (size_t i = 0; i < sizeof irregular / sizeof *irregular; i++) {
+    const char *a = kind, *b = irregular[i];
+    while (*a && *b && lower(*a) == *b)
+      a++, b++;
+    if (!*a && !*b)
+      return 1;
+  }
+  return 0;
+}
+
 char *mcpcfg_plural(const char *kind) {
+  if (plural_kind(kind)) {
+    size_t n = strlen(kind);
+    char *p = malloc(n + 1);
+    for (size_t i = 0; p && i <= n; i++)
+      p[i] = lower(kind[i]);
+    return p;
+  }
   /* The rule belongs to the protocol's collection naming: the core has it. */
   size_t n = mcp_kind_plural(kind, NULL, 0);
   char *p = malloc(n + 1);
@@ -782,6 +804,12 @@ static int is_null_node(const ynode *n) {
   return !n || (n->kind == YSCALAR && n->stype == YNULL);
 }
 
+/* The keys of a document that are not part of its body. */
+static int is_header_key(const char *k) {
+  return !strcmp(k, "apiVersion") || !strcmp(k, "kind") ||
+         !strcmp(k, "metadata");
+}
+
 /* Checks an optional map of strings (labels, annotations). */
 static int string_map(builder *b, ynode *m, const char *what, ynode **out) {
   *out = NULL;
@@ -888,6 +916,31 @@ static int make_doc(builder *b, ynode *root, mcpcfg_doc **out) {
   if (!bodyn && field(root, "data")) {
     bodyn = field(root, "data");
     bodyname = "data";
+  }
+  if (!bodyn) {
+    /* Neither: the top-level fields other than apiVersion, kind and
+     * metadata are the body, as Kubernetes writes kinds without a spec
+     * (Endpoints: `subsets`). Same line and budget as the root's. */
+    size_t keep = 0;
+    for (size_t i = 0; i < root->nkids; i += 2)
+      if (!is_header_key(root->kids[i]->text))
+        keep++;
+    if (keep) {
+      ynode *m = new_node(b, YMAP, root->line);
+      if (!m || !(m->kids = arena_alloc(&b->arena,
+                                        2 * keep * sizeof *m->kids)))
+        return MCPCFG_ERR_NOMEM;
+      for (size_t i = 0; i < root->nkids; i += 2)
+        if (!is_header_key(root->kids[i]->text)) {
+          m->kids[m->nkids++] = root->kids[i];
+          m->kids[m->nkids++] = root->kids[i + 1];
+        }
+      m->height = root->height;
+      m->weight = root->weight;
+      m->bytes = root->bytes;
+      bodyn = m;
+      bodyname = ""; /* field paths start at the top */
+    }
   }
   if (!is_null_node(bodyn) && bodyn->kind != YMAP)
     return fail(b, bodyn->line, "%s is not a mapping", bodyname);

@@ -23,7 +23,10 @@
  *   body        google.protobuf.Any of type_url MCPCFG_STRUCT_TYPE_URL whose
  *               value is `spec` encoded as google.protobuf.Struct; without
  *               `spec`, `data` is used (ConfigMaps, Secrets); without either,
- *               an empty Struct. Typed bodies (options.schema): a document
+ *               the document's top-level fields other than apiVersion, kind
+ *               and metadata, as one mapping (Kubernetes kinds without a
+ *               spec: Endpoints' `subsets`); with none of them, an empty
+ *               Struct. Typed bodies (options.schema): a document
  *               whose apiVersion and kind are in options.kinds has its body
  *               encoded as that message by the proto3 JSON mapping
  *               (libmcp-schema), type_url "type.googleapis.com/<message>";
@@ -173,7 +176,8 @@ void mcpcfg_options_default(mcpcfg_options *opts);
 
 /*
  * The plural of |kind| used in collection names: lower-cased; consonant +
- * "y" -> "ies"; ending in s, x, z, ch or sh -> + "es"; else + "s".
+ * "y" -> "ies"; ending in s, x, z, ch or sh -> + "es"; else + "s"; a kind
+ * that is plural already (Kubernetes' Endpoints) is only lower-cased.
  * Returns a string the caller frees with free(), or NULL when out of memory.
  */
 char *mcpcfg_plural(const char *kind);

@@ -31,6 +31,10 @@ struct tool_ops {
   /* Main thread. */
   const tool_transport *tp;
   void *ep;
+  /* A page of the program's own (tool_ops_set_page). */
+  const char *page_path;
+  ops_http_fn page_fn;
+  void *page_ud;
   ops_http_server *http;
   int port;
   /* Where the callbacks run (the transport's thread). */
@@ -593,6 +597,9 @@ static void source_stream_fn(const tool_stream_info *info, void *ud) {
   if (!s)
     return;
   json_t *colls = json_array();
+  /* The protocol of the call: "mcp", or another API's (engine.h) method
+   * name ("destination", "assignments", ...). */
+  json_object_set_new(s, "api", json_string(info->api ? info->api : "mcp"));
   if (info->source) {
     const mcp_sink_node *n = mcp_source_session_node(info->source);
     json_object_set_new(s, "node",
@@ -788,6 +795,13 @@ static const struct route {
 } routes[] = {{"/metrics", 0},   {"/debug/syncz", 0}, {"/debug/journal", 1},
               {"/healthz", 0},   {"/readyz", 0},      {"/", 0}};
 
+void tool_ops_set_page(tool_ops *o, const char *path, ops_http_fn fn,
+                       void *ud) {
+  o->page_path = path;
+  o->page_fn = fn;
+  o->page_ud = ud;
+}
+
 void tool_ops_http(const char *method, const char *path, ops_http_reply *r,
                    void *ud) {
   tool_ops *o = ud;
@@ -798,6 +812,16 @@ void tool_ops_http(const char *method, const char *path, ops_http_reply *r,
         memcmp(routes[i].path, path, plen) == 0 &&
         (!routes[i].sink_only || o->o.role == TOOL_OPS_SINK))
       rt = &routes[i];
+  }
+  if (!rt && o->page_path && strlen(o->page_path) == plen &&
+      memcmp(o->page_path, path, plen) == 0) {
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+      ops_http_reply_text(r, 405, "method not allowed\n");
+      r->allow = "GET, HEAD";
+      return;
+    }
+    o->page_fn(method, path, r, o->page_ud);
+    return;
   }
   if (!rt) {
     ops_http_reply_text(r, 404, "not found\n");

@@ -120,6 +120,12 @@ int tool_ops_port(const tool_ops *ops);
 /* Detaches and closes the listener (its handles close as the loop runs). */
 void tool_ops_close(tool_ops *ops);
 
+/* A page of the program's own beside the others ("/debug/tasks"): GET and
+ * HEAD of |path| (kept by pointer) call |fn| with |user_data|, on the main
+ * thread. One page; a later call replaces it. */
+void tool_ops_set_page(tool_ops *ops, const char *path, ops_http_fn fn,
+                       void *user_data);
+
 /* The HTTP handler (an ops_http_fn; |user_data| is the tool_ops): for
  * tool_endpoint_options.http and tests. Main thread. */
 void tool_ops_http(const char *method, const char *path,

@@ -1,0 +1,45 @@
+/*
+ * mcp-sink's clients of the engine's other protocols (issues 14 and 16):
+ *
+ *   mcp-sink --api destination --destination AUTHORITY... --connect
+ *            HOST:PORT[,...] [--transport grpc|h2c] [--json] [--out DIR]
+ *            [--exit-after-sync]
+ *     One conduit.proxy.destination.Destination/Get stream per AUTHORITY
+ *     ("host[:port]", scheme k8s), each reconnecting with backoff.
+ *     --json: one line per Update received:
+ *       {"event":"destination","authority":A,"update":"add"|"remove"|
+ *        "no_endpoints","addrs":["IP:PORT",...],"exists":BOOL (no_endpoints
+ *        only),"total":N}
+ *     --out DIR: DIR/<authority>.json = {"exists":BOOL,"addrs":[sorted]},
+ *     written atomically after each Update.
+ *     --exit-after-sync: exit 0 once every authority got its first message.
+ *
+ *   mcp-sink --api dispatcher --node-id NODE --connect HOST:PORT[,...]
+ *            [--report-status STATE] [--json] [--out DIR]
+ *            [--exit-after-sync]
+ *     A swarmkit worker: Session (description.hostname = NODE), Heartbeat
+ *     at the period answered, Assignments; a new session on a chain
+ *     mismatch or a session error.
+ *     --json: one line per Assignments message:
+ *       {"event":"assignments","type":"COMPLETE"|"INCREMENTAL",
+ *        "applies_to":..,"results_in":..,"changes":[{"action":"UPDATE"|
+ *        "REMOVE","kind":"task"|"secret"|"config","id":..}],"total":N}
+ *     --out DIR: DIR/<kind>s/<id>.json, the object in proto3 JSON, written
+ *     atomically, removed on REMOVE (and when a COMPLETE no longer holds it).
+ *     --report-status STATE: every task held is reported in that state
+ *     (UpdateTaskStatus). --exit-after-sync: exit 0 after the first message.
+ *
+ * Both also take --transport, --log-level, --log-format and the TLS and
+ * access flags of the MCP sink (--tls-*, --allow, --deny, --access-list).
+ */
+#ifndef TOOLS_SINK_PROTO_H
+#define TOOLS_SINK_PROTO_H
+
+/* 1 when argv asks for one of these APIs (--api destination|dispatcher). */
+int tool_sink_proto_wanted(int argc, char **argv);
+
+/* Runs mcp-sink for them; returns the exit status (0, 1 runtime failure,
+ * 2 usage error). */
+int tool_sink_proto_main(int argc, char **argv);
+
+#endif /* TOOLS_SINK_PROTO_H */

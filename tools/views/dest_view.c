@@ -1,0 +1,670 @@
+/* The Destination view from Services and Endpoints: dest_view.h. */
+#include "dest_view.h"
+
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "google/protobuf/struct.pb-c.h"
+#include "view_util.h"
+#ifdef TOOLS_HAVE_DEST
+/* The Destination module's helpers, so that the adapter and the sessions
+ * agree on names and bodies (mcp/destination.h, "View helpers"). */
+#include <mcp/destination.h>
+#endif
+
+#define STRUCT_URL "type.googleapis.com/google.protobuf.Struct"
+
+typedef struct dv_port {
+  char *name; /* "" when unnamed */
+  uint32_t port;
+} dv_port;
+
+typedef struct dv_addr {
+  char *ip;  /* as written */
+  char *pod; /* targetRef.name when targetRef.kind == Pod, else NULL */
+} dv_addr;
+
+typedef struct dv_subset {
+  dv_addr *addrs;
+  size_t naddrs;
+  dv_port *ports;
+  size_t nports;
+} dv_subset;
+
+/* One "<ns>/<svc>": what its Service and its Endpoints say, and the view
+ * collections published for it. */
+typedef struct dv_svc {
+  char *ns, *name;
+  int has_svc;
+  dv_port *ports;
+  size_t nports;
+  int has_ep;
+  dv_subset *subsets;
+  size_t nsubsets;
+  uint32_t *published; /* port numbers whose collection exists */
+  size_t npublished;
+  int dirty;
+} dv_svc;
+
+struct dest_view {
+  const mcp_store *src;
+  mcp_store *view;
+  mcp_watch *wsvc, *wep;
+  vmap svcs; /* "<ns>/<svc>" -> dv_svc */
+  dest_view_stats st;
+  vbuf body;
+};
+
+static void free_ports(dv_port *p, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    free(p[i].name);
+  free(p);
+}
+
+static void free_subsets(dv_subset *s, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    for (size_t j = 0; j < s[i].naddrs; j++) {
+      free(s[i].addrs[j].ip);
+      free(s[i].addrs[j].pod);
+    }
+    free(s[i].addrs);
+    free_ports(s[i].ports, s[i].nports);
+  }
+  free(s);
+}
+
+static void svc_free(dv_svc *s) {
+  if (!s)
+    return;
+  free(s->ns);
+  free(s->name);
+  free_ports(s->ports, s->nports);
+  free_subsets(s->subsets, s->nsubsets);
+  free(s->published);
+  free(s);
+}
+
+int dest_view_new(dest_view **pv, const mcp_store *src, mcp_store *view,
+                  const char *services, const char *endpoints) {
+  dest_view *v = calloc(1, sizeof *v);
+  if (!v)
+    return MCP_ERR_NOMEM;
+  v->src = src;
+  v->view = view;
+  int rv = mcp_watch_new(&v->wsvc, src, services ? services : DEST_VIEW_SERVICES,
+                         NULL, NULL);
+  if (rv == 0)
+    rv = mcp_watch_new(&v->wep, src,
+                       endpoints ? endpoints : DEST_VIEW_ENDPOINTS, NULL, NULL);
+  if (rv < 0) {
+    dest_view_del(v);
+    return rv;
+  }
+  *pv = v;
+  return 0;
+}
+
+void dest_view_del(dest_view *v) {
+  if (!v)
+    return;
+  size_t i = 0;
+  const char *k;
+  void *val;
+  while (vmap_next(&v->svcs, &i, &k, &val))
+    svc_free(val);
+  vmap_free(&v->svcs);
+  mcp_watch_del(v->wsvc);
+  mcp_watch_del(v->wep);
+  vbuf_free(&v->body);
+  free(v);
+}
+
+void dest_view_get_stats(const dest_view *v, dest_view_stats *st) {
+  *st = v->st;
+}
+
+/* ------------------------------------------------------------------ */
+/* Names and bodies                                                    */
+/* ------------------------------------------------------------------ */
+
+int dest_view_collection(char *buf, size_t len, const char *ns,
+                         const char *svc, uint32_t port) {
+#ifdef TOOLS_HAVE_DEST
+  return (int)mcp_dest_view_collection(buf, len, ns, svc, port);
+#else
+  return snprintf(buf, len, "%s/%s:%u", ns, svc, (unsigned)port);
+#endif
+}
+
+/* Parses |ip|: 4 (|a4| set) or 6 (|a6| set), 0 when not an address. */
+static int parse_ip(const char *ip, struct in_addr *a4, struct in6_addr *a6) {
+#ifdef TOOLS_HAVE_DEST
+  mcp_dest_addr a;
+  if (mcp_dest_ip_parse(&a, ip, 0) < 0)
+    return 0;
+  if (a.family == 4)
+    memcpy(&a4->s_addr, a.ip, 4);
+  else
+    memcpy(a6->s6_addr, a.ip, 16);
+  return a.family;
+#else
+  if (inet_pton(AF_INET, ip, a4) == 1)
+    return 4;
+  if (inet_pton(AF_INET6, ip, a6) == 1)
+    return 6;
+  return 0;
+#endif
+}
+
+int dest_view_addr_name(char *buf, size_t len, const char *ip, uint32_t port) {
+#ifdef TOOLS_HAVE_DEST
+  mcp_dest_addr a;
+  if (port > 65535 || mcp_dest_ip_parse(&a, ip, (uint16_t)port) < 0)
+    return -1;
+  return (int)mcp_dest_addr_name(&a, buf, len);
+#else
+  struct in_addr a4;
+  struct in6_addr a6;
+  char text[INET6_ADDRSTRLEN];
+  switch (parse_ip(ip, &a4, &a6)) {
+  case 4:
+    inet_ntop(AF_INET, &a4, text, sizeof text);
+    return snprintf(buf, len, "%s:%u", text, (unsigned)port);
+  case 6:
+    /* glibc prints RFC 5952 text: lower case, the longest run of two or
+     * more zero groups as "::". */
+    inet_ntop(AF_INET6, &a6, text, sizeof text);
+    return snprintf(buf, len, "[%s]:%u", text, (unsigned)port);
+  default:
+    return -1;
+  }
+#endif
+}
+
+/* conduit.proxy.destination.WeightedAddr{addr = TcpAddress{ip = IPAddress
+ * {ipv4 | ipv6{first, last}}, port}, weight = 1, metric_labels{k8s_pod}}. */
+static int weighted_addr(vbuf *b, const char *ip, uint32_t port,
+                         const char *pod) {
+#ifdef TOOLS_HAVE_DEST
+  mcp_dest_addr a;
+  if (port > 65535 || mcp_dest_ip_parse(&a, ip, (uint16_t)port) < 0)
+    return -1;
+  size_t n = mcp_dest_weighted_addr_encode(&a, pod, NULL, 0);
+  vbuf_reset(b);
+  if (b->cap < n) {
+    uint8_t *p = realloc(b->p, n);
+    if (!p)
+      return MCP_ERR_NOMEM;
+    b->p = p;
+    b->cap = n;
+  }
+  mcp_dest_weighted_addr_encode(&a, pod, b->p, n);
+  b->len = n;
+  return 0;
+#else
+  struct in_addr a4;
+  struct in6_addr a6;
+  int fam = parse_ip(ip, &a4, &a6);
+  if (!fam)
+    return -1;
+  vbuf_reset(b);
+  size_t addr = pbw_begin(b, 1); /* WeightedAddr.addr: TcpAddress */
+  size_t ipm = pbw_begin(b, 1);  /* TcpAddress.ip: IPAddress */
+  if (fam == 4) {
+    pbw_fixed32(b, 1, ntohl(a4.s_addr)); /* 10.0.0.1 = 0x0A000001 */
+  } else {
+    uint64_t first = 0, last = 0;
+    for (int i = 0; i < 8; i++) {
+      first = first << 8 | a6.s6_addr[i];
+      last = last << 8 | a6.s6_addr[8 + i];
+    }
+    size_t v6 = pbw_begin(b, 2); /* IPAddress.ipv6 */
+    pbw_fixed64(b, 1, first);
+    pbw_fixed64(b, 2, last);
+    pbw_end(b, v6);
+  }
+  pbw_end(b, ipm);
+  pbw_uint(b, 2, port); /* TcpAddress.port */
+  pbw_end(b, addr);
+  pbw_uint(b, 3, 1); /* weight */
+  if (pod && *pod) {
+    size_t e = pbw_begin(b, 4); /* metric_labels entry */
+    pbw_str(b, 1, "k8s_pod");
+    pbw_str(b, 2, pod);
+    pbw_end(b, e);
+  }
+  return b->failed ? MCP_ERR_NOMEM : 0;
+#endif
+}
+
+/* ------------------------------------------------------------------ */
+/* Struct bodies                                                       */
+/* ------------------------------------------------------------------ */
+
+static const Google__Protobuf__Value *sget(const Google__Protobuf__Struct *s,
+                                           const char *key) {
+  for (size_t i = 0; s && i < s->n_fields; i++)
+    if (s->fields[i]->key && !strcmp(s->fields[i]->key, key))
+      return s->fields[i]->value;
+  return NULL;
+}
+
+static const char *sstr(const Google__Protobuf__Struct *s, const char *key) {
+  const Google__Protobuf__Value *v = sget(s, key);
+  return v && v->kind_case == GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE
+             ? v->string_value
+             : NULL;
+}
+
+static const Google__Protobuf__ListValue *
+slist(const Google__Protobuf__Struct *s, const char *key) {
+  const Google__Protobuf__Value *v = sget(s, key);
+  return v && v->kind_case == GOOGLE__PROTOBUF__VALUE__KIND_LIST_VALUE
+             ? v->list_value
+             : NULL;
+}
+
+static const Google__Protobuf__Struct *
+sstruct_of(const Google__Protobuf__Value *v) {
+  return v && v->kind_case == GOOGLE__PROTOBUF__VALUE__KIND_STRUCT_VALUE
+             ? v->struct_value
+             : NULL;
+}
+
+/* A port number: an integral number in 1..65535 (YAML may quote it). */
+static int sport(const Google__Protobuf__Struct *s, uint32_t *port) {
+  const Google__Protobuf__Value *v = sget(s, "port");
+  double d;
+  if (!v)
+    return 0;
+  if (v->kind_case == GOOGLE__PROTOBUF__VALUE__KIND_NUMBER_VALUE) {
+    d = v->number_value;
+  } else if (v->kind_case == GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE) {
+    char *end;
+    d = strtod(v->string_value, &end);
+    if (end == v->string_value || *end)
+      return 0;
+  } else {
+    return 0;
+  }
+  if (!(d >= 1 && d <= 65535) || d != (double)(uint32_t)d)
+    return 0;
+  *port = (uint32_t)d;
+  return 1;
+}
+
+static char *dupnul(const char *s) { return strdup(s ? s : ""); }
+
+/* ports: [{name, port}] -> |*pp|; skips bad entries (counted). */
+static int parse_ports(dest_view *v, const Google__Protobuf__ListValue *l,
+                       dv_port **pp, size_t *pn) {
+  *pp = NULL;
+  *pn = 0;
+  if (!l || !l->n_values)
+    return 0;
+  dv_port *p = calloc(l->n_values, sizeof *p);
+  if (!p)
+    return MCP_ERR_NOMEM;
+  size_t n = 0;
+  for (size_t i = 0; i < l->n_values; i++) {
+    const Google__Protobuf__Struct *e = sstruct_of(l->values[i]);
+    uint32_t port;
+    if (!e || !sport(e, &port)) {
+      v->st.bad_addresses++;
+      continue;
+    }
+    if (!(p[n].name = dupnul(sstr(e, "name")))) {
+      free_ports(p, n);
+      return MCP_ERR_NOMEM;
+    }
+    p[n++].port = port;
+  }
+  *pp = p;
+  *pn = n;
+  return 0;
+}
+
+static Google__Protobuf__Struct *unpack(dest_view *v, const mcp_item *it) {
+  if (!it->type_url || strcmp(it->type_url, STRUCT_URL) != 0) {
+    v->st.bad_bodies++;
+    return NULL;
+  }
+  Google__Protobuf__Struct *s =
+      google__protobuf__struct__unpack(NULL, it->body_len, it->body);
+  if (!s)
+    v->st.bad_bodies++;
+  return s;
+}
+
+/* Service spec -> ports. A body that is not a Struct: no ports. */
+static int set_service(dest_view *v, dv_svc *s, const mcp_item *it) {
+  Google__Protobuf__Struct *b = unpack(v, it);
+  dv_port *p = NULL;
+  size_t n = 0;
+  int rv = parse_ports(v, slist(b, "ports"), &p, &n);
+  if (b)
+    google__protobuf__struct__free_unpacked(b, NULL);
+  if (rv < 0)
+    return rv;
+  free_ports(s->ports, s->nports);
+  s->ports = p;
+  s->nports = n;
+  s->has_svc = 1;
+  return 0;
+}
+
+static int parse_subset(dest_view *v, const Google__Protobuf__Struct *e,
+                        dv_subset *out) {
+  memset(out, 0, sizeof *out);
+  int rv = parse_ports(v, slist(e, "ports"), &out->ports, &out->nports);
+  if (rv < 0)
+    return rv;
+  const Google__Protobuf__ListValue *a = slist(e, "addresses");
+  if (!a || !a->n_values)
+    return 0;
+  if (!(out->addrs = calloc(a->n_values, sizeof *out->addrs)))
+    return MCP_ERR_NOMEM;
+  for (size_t i = 0; i < a->n_values; i++) {
+    const Google__Protobuf__Struct *ad = sstruct_of(a->values[i]);
+    const char *ip = sstr(ad, "ip");
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (!ip || !parse_ip(ip, &a4, &a6)) {
+      v->st.bad_addresses++;
+      continue;
+    }
+    const Google__Protobuf__Struct *ref =
+        sstruct_of(sget(ad, "targetRef"));
+    const char *kind = sstr(ref, "kind"), *pod = sstr(ref, "name");
+    dv_addr *d = &out->addrs[out->naddrs];
+    if (!(d->ip = strdup(ip)))
+      return MCP_ERR_NOMEM;
+    out->naddrs++;
+    if (kind && !strcmp(kind, "Pod") && pod && !(d->pod = strdup(pod)))
+      return MCP_ERR_NOMEM;
+  }
+  return 0;
+}
+
+static int set_endpoints(dest_view *v, dv_svc *s, const mcp_item *it) {
+  Google__Protobuf__Struct *b = unpack(v, it);
+  const Google__Protobuf__ListValue *l = slist(b, "subsets");
+  dv_subset *sub = NULL;
+  size_t n = 0;
+  int rv = 0;
+  if (l && l->n_values) {
+    if (!(sub = calloc(l->n_values, sizeof *sub)))
+      rv = MCP_ERR_NOMEM;
+    for (size_t i = 0; rv == 0 && i < l->n_values; i++) {
+      const Google__Protobuf__Struct *e = sstruct_of(l->values[i]);
+      if (!e)
+        continue;
+      rv = parse_subset(v, e, &sub[n]);
+      n++;
+    }
+  }
+  if (b)
+    google__protobuf__struct__free_unpacked(b, NULL);
+  if (rv < 0) {
+    free_subsets(sub, n);
+    return rv;
+  }
+  free_subsets(s->subsets, s->nsubsets);
+  s->subsets = sub;
+  s->nsubsets = n;
+  s->has_ep = 1;
+  return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Changes                                                             */
+/* ------------------------------------------------------------------ */
+
+static dv_svc *svc_get(dest_view *v, const char *name, int create) {
+  dv_svc *s = vmap_get(&v->svcs, name);
+  if (s || !create)
+    return s;
+  if (!(s = calloc(1, sizeof *s)))
+    return NULL;
+  const char *slash = strrchr(name, '/');
+  s->ns = slash ? strndup(name, (size_t)(slash - name)) : strdup("default");
+  s->name = strdup(slash ? slash + 1 : name);
+  if (!s->ns || !s->name || vmap_put(&v->svcs, name, s) < 0) {
+    svc_free(s);
+    return NULL;
+  }
+  return s;
+}
+
+typedef struct take_ctx {
+  dest_view *v;
+  int endpoints;
+} take_ctx;
+
+static int on_item(const mcp_item *it, void *ud) {
+  take_ctx *c = ud;
+  dv_svc *s = svc_get(c->v, it->name, !it->removed);
+  if (!s)
+    return it->removed ? 0 : MCP_ERR_NOMEM;
+  s->dirty = 1;
+  if (it->removed) {
+    if (c->endpoints) {
+      free_subsets(s->subsets, s->nsubsets);
+      s->subsets = NULL;
+      s->nsubsets = 0;
+      s->has_ep = 0;
+    } else {
+      free_ports(s->ports, s->nports);
+      s->ports = NULL;
+      s->nports = 0;
+      s->has_svc = 0;
+    }
+    return 0;
+  }
+  return c->endpoints ? set_endpoints(c->v, s, it) : set_service(c->v, s, it);
+}
+
+/* ------------------------------------------------------------------ */
+/* Recomputing one Service                                             */
+/* ------------------------------------------------------------------ */
+
+static const dv_port *subset_port(const dv_subset *sub, const dv_port *sp) {
+  if (sp->name[0]) {
+    for (size_t i = 0; i < sub->nports; i++)
+      if (!strcmp(sub->ports[i].name, sp->name))
+        return &sub->ports[i];
+    return NULL;
+  }
+  if (sub->nports == 1)
+    return &sub->ports[0];
+  for (size_t i = 0; i < sub->nports; i++)
+    if (!sub->ports[i].name[0])
+      return &sub->ports[i];
+  return NULL;
+}
+
+typedef struct dv_res {
+  char name[INET6_ADDRSTRLEN + 16];
+  char version[17];
+  uint8_t *body;
+  size_t len;
+} dv_res;
+
+static int cmp_res(const void *a, const void *b) {
+  return strcmp(((const dv_res *)a)->name, ((const dv_res *)b)->name);
+}
+
+/* The resources of service port |sp|, sorted and without duplicates. */
+static int port_resources(dest_view *v, const dv_svc *s, const dv_port *sp,
+                          dv_res **pres, size_t *pn) {
+  size_t max = 0, n = 0;
+  for (size_t i = 0; i < s->nsubsets; i++)
+    max += s->subsets[i].naddrs;
+  *pres = NULL;
+  *pn = 0;
+  if (!max)
+    return 0;
+  dv_res *res = calloc(max, sizeof *res);
+  if (!res)
+    return MCP_ERR_NOMEM;
+  for (size_t i = 0; i < s->nsubsets; i++) {
+    const dv_subset *sub = &s->subsets[i];
+    const dv_port *ep = subset_port(sub, sp);
+    if (!ep)
+      continue;
+    for (size_t j = 0; j < sub->naddrs; j++) {
+      dv_res *r = &res[n];
+      if (dest_view_addr_name(r->name, sizeof r->name, sub->addrs[j].ip,
+                              ep->port) < 0)
+        continue;
+      int rv = weighted_addr(&v->body, sub->addrs[j].ip, ep->port,
+                             sub->addrs[j].pod);
+      if (rv == 0 && !(r->body = malloc(v->body.len ? v->body.len : 1)))
+        rv = MCP_ERR_NOMEM;
+      if (rv < 0) {
+        for (size_t k = 0; k < n; k++)
+          free(res[k].body);
+        free(res);
+        return rv;
+      }
+      memcpy(r->body, v->body.p, v->body.len);
+      r->len = v->body.len;
+      view_version(r->body, r->len, r->version);
+      n++;
+    }
+  }
+  qsort(res, n, sizeof *res, cmp_res);
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (k && !strcmp(res[k - 1].name, res[i].name)) {
+      free(res[i].body); /* the first listed wins */
+      continue;
+    }
+    res[k++] = res[i];
+  }
+  *pres = res;
+  *pn = k;
+  return 0;
+}
+
+static int has_port(const uint32_t *p, size_t n, uint32_t port) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i] == port)
+      return 1;
+  return 0;
+}
+
+static int recompute(dest_view *v, dv_svc *s, mcp_tstamp ts) {
+  char coll[1024];
+  uint32_t *now = NULL;
+  size_t nnow = 0;
+  int rv = 0;
+  if (s->has_svc && s->nports &&
+      !(now = malloc(s->nports * sizeof *now)))
+    return MCP_ERR_NOMEM;
+  for (size_t i = 0; s->has_svc && i < s->nports && rv == 0; i++) {
+    const dv_port *sp = &s->ports[i];
+    if (has_port(now, nnow, sp->port))
+      continue; /* the first entry with that number wins */
+    dv_res *res;
+    size_t n;
+    if ((rv = port_resources(v, s, sp, &res, &n)) < 0)
+      break;
+    mcp_resource *r = n ? calloc(n, sizeof *r) : NULL;
+    if (n && !r) {
+      rv = MCP_ERR_NOMEM;
+    } else {
+      for (size_t k = 0; k < n; k++) {
+        r[k].name = res[k].name;
+        r[k].version = res[k].version;
+        r[k].type_url = DEST_VIEW_TYPE_URL;
+        r[k].body = res[k].body;
+        r[k].body_len = res[k].len;
+      }
+      dest_view_collection(coll, sizeof coll, s->ns, s->name, sp->port);
+      rv = mcp_store_add_collection(v->view, coll);
+      if (rv >= 0)
+        rv = mcp_store_replace(v->view, coll, r, n, ts);
+      if (rv >= 0) {
+        rv = 0;
+        now[nnow++] = sp->port;
+      }
+    }
+    free(r);
+    for (size_t k = 0; k < n; k++)
+      free(res[k].body);
+    free(res);
+  }
+  if (rv < 0) {
+    free(now);
+    return rv;
+  }
+  for (size_t i = 0; i < s->npublished; i++) {
+    if (has_port(now, nnow, s->published[i]))
+      continue;
+    dest_view_collection(coll, sizeof coll, s->ns, s->name, s->published[i]);
+    if ((rv = mcp_store_remove_collection(v->view, coll, ts)) < 0) {
+      free(now);
+      return rv;
+    }
+  }
+  free(s->published);
+  s->published = now;
+  s->npublished = nnow;
+  s->dirty = 0;
+  v->st.services++;
+  return 0;
+}
+
+int dest_view_sync(dest_view *v, mcp_tstamp ts) {
+  int rv;
+  /* A whole state (the first take, or the change log no longer reaches)
+   * lists only what is live: what it does not list is gone. Whether a take
+   * is whole is known only once it ran: every record is marked unseen
+   * (bit 2 of |dirty|; on_item() clears it), and after a whole take the
+   * unseen ones lose what that collection gave them. */
+  for (int ep = 0; ep < 2; ep++) {
+    mcp_watch *w = ep ? v->wep : v->wsvc;
+    if (!mcp_watch_changed(w))
+      continue;
+    take_ctx c = {v, ep};
+    size_t i = 0;
+    const char *k;
+    void *val;
+    while (vmap_next(&v->svcs, &i, &k, &val))
+      ((dv_svc *)val)->dirty |= 2;
+    int full = 0;
+    rv = mcp_watch_take(w, ts, on_item, &c, &full);
+    i = 0;
+    while (vmap_next(&v->svcs, &i, &k, &val)) {
+      dv_svc *s = val;
+      int unseen = s->dirty & 2;
+      s->dirty &= ~2;
+      if (rv >= 0 && full && unseen && (ep ? s->has_ep : s->has_svc)) {
+        mcp_item gone = {.name = k, .removed = 1};
+        on_item(&gone, &c);
+      }
+    }
+    if (rv < 0)
+      return rv;
+  }
+  int n = 0;
+  size_t i = 0;
+  const char *k;
+  void *val;
+  while (vmap_next(&v->svcs, &i, &k, &val)) {
+    dv_svc *s = val;
+    if (!s->dirty)
+      continue;
+    if ((rv = recompute(v, s, ts)) < 0)
+      return rv;
+    n++;
+    if (!s->has_svc && !s->has_ep && !s->npublished)
+      svc_free(vmap_del(&v->svcs, k));
+  }
+  if (n)
+    v->st.syncs++;
+  return n;
+}

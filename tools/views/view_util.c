@@ -1,0 +1,332 @@
+/* Buffers, protobuf wire writing and reading, a string map: view_util.h. */
+#include "view_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void vbuf_free(vbuf *b) {
+  free(b->p);
+  memset(b, 0, sizeof *b);
+}
+
+void vbuf_reset(vbuf *b) {
+  b->len = 0;
+  b->failed = 0;
+}
+
+static int vbuf_room(vbuf *b, size_t n) {
+  if (b->failed)
+    return 0;
+  if (b->cap - b->len >= n)
+    return 1;
+  size_t cap = b->cap ? b->cap : 64;
+  while (cap - b->len < n) {
+    if (cap > SIZE_MAX / 2) {
+      b->failed = 1;
+      return 0;
+    }
+    cap *= 2;
+  }
+  uint8_t *p = realloc(b->p, cap);
+  if (!p) {
+    b->failed = 1;
+    return 0;
+  }
+  b->p = p;
+  b->cap = cap;
+  return 1;
+}
+
+void vbuf_put(vbuf *b, const void *p, size_t n) {
+  if (n && vbuf_room(b, n)) {
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+  }
+}
+
+void pbw_varint(vbuf *b, uint64_t v) {
+  uint8_t t[10];
+  size_t n = 0;
+  do {
+    t[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+    v >>= 7;
+  } while (v);
+  vbuf_put(b, t, n);
+}
+
+void pbw_key(vbuf *b, uint32_t field, int wire_type) {
+  pbw_varint(b, ((uint64_t)field << 3) | (uint64_t)wire_type);
+}
+
+void pbw_bytes(vbuf *b, uint32_t field, const void *p, size_t n) {
+  pbw_key(b, field, 2);
+  pbw_varint(b, n);
+  vbuf_put(b, p, n);
+}
+
+void pbw_str(vbuf *b, uint32_t field, const char *s) {
+  if (s && *s)
+    pbw_bytes(b, field, s, strlen(s));
+}
+
+void pbw_uint(vbuf *b, uint32_t field, uint64_t v) {
+  if (v) {
+    pbw_key(b, field, 0);
+    pbw_varint(b, v);
+  }
+}
+
+void pbw_fixed32(vbuf *b, uint32_t field, uint32_t v) {
+  uint8_t t[4];
+  for (int i = 0; i < 4; i++)
+    t[i] = (uint8_t)(v >> (8 * i));
+  pbw_key(b, field, 5);
+  vbuf_put(b, t, 4);
+}
+
+void pbw_fixed64(vbuf *b, uint32_t field, uint64_t v) {
+  uint8_t t[8];
+  for (int i = 0; i < 8; i++)
+    t[i] = (uint8_t)(v >> (8 * i));
+  pbw_key(b, field, 1);
+  vbuf_put(b, t, 8);
+}
+
+/* Room for the longest length (5 bytes) is kept; pbw_end() writes the
+ * canonical varint and moves the content back, so encodings stay
+ * byte-identical to what any protobuf encoder writes. */
+size_t pbw_begin(vbuf *b, uint32_t field) {
+  static const uint8_t pad[5] = {0};
+  pbw_key(b, field, 2);
+  size_t mark = b->len;
+  vbuf_put(b, pad, 5);
+  return mark;
+}
+
+void pbw_end(vbuf *b, size_t mark) {
+  if (b->failed)
+    return;
+  uint64_t n = b->len - mark - 5;
+  uint8_t t[5];
+  size_t k = 0;
+  uint64_t v = n;
+  do {
+    t[k++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+    v >>= 7;
+  } while (v);
+  memcpy(b->p + mark, t, k);
+  memmove(b->p + mark + k, b->p + mark + 5, (size_t)n);
+  b->len -= 5 - k;
+}
+
+static int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+  uint64_t r = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (*p >= end)
+      return -1;
+    uint8_t c = *(*p)++;
+    r |= (uint64_t)(c & 0x7f) << shift;
+    if (!(c & 0x80)) {
+      *v = r;
+      return 0;
+    }
+  }
+  return -1;
+}
+
+int pbr_next(const uint8_t **p, const uint8_t *end, pbr_field *f) {
+  if (*p >= end)
+    return 0;
+  const uint8_t *start = *p;
+  uint64_t key;
+  if (read_varint(p, end, &key) < 0 || (key >> 3) == 0 || (key >> 3) > 0x1fffffff)
+    return -1;
+  f->field = (uint32_t)(key >> 3);
+  f->wire_type = (int)(key & 7);
+  f->data = NULL;
+  f->len = 0;
+  f->v = 0;
+  switch (f->wire_type) {
+  case 0:
+    if (read_varint(p, end, &f->v) < 0)
+      return -1;
+    break;
+  case 1:
+  case 5: {
+    size_t n = f->wire_type == 1 ? 8 : 4;
+    if ((size_t)(end - *p) < n)
+      return -1;
+    for (size_t i = 0; i < n; i++)
+      f->v |= (uint64_t)(*p)[i] << (8 * i);
+    *p += n;
+    break;
+  }
+  case 2: {
+    uint64_t n;
+    if (read_varint(p, end, &n) < 0 || n > (uint64_t)(end - *p))
+      return -1;
+    f->data = *p;
+    f->len = (size_t)n;
+    *p += n;
+    break;
+  }
+  default:
+    return -1; /* groups (3, 4) are not in proto3 messages */
+  }
+  f->start = start;
+  f->total = (size_t)(*p - start);
+  return 1;
+}
+
+int pbr_get_bytes(const uint8_t *msg, size_t len, uint32_t field,
+                  const uint8_t **data, size_t *dlen) {
+  const uint8_t *p = msg, *end = msg + len;
+  pbr_field f;
+  int r, found = 0;
+  while ((r = pbr_next(&p, end, &f)) > 0)
+    if (f.field == field && f.wire_type == 2) {
+      *data = f.data;
+      *dlen = f.len;
+      found = 1;
+    }
+  return r < 0 ? -1 : found;
+}
+
+int pbr_get_varint(const uint8_t *msg, size_t len, uint32_t field,
+                   uint64_t *v) {
+  const uint8_t *p = msg, *end = msg + len;
+  pbr_field f;
+  int r, found = 0;
+  while ((r = pbr_next(&p, end, &f)) > 0)
+    if (f.field == field && f.wire_type == 0) {
+      *v = f.v;
+      found = 1;
+    }
+  return r < 0 ? -1 : found;
+}
+
+/* ------------------------------------------------------------------ */
+
+struct vmap_slot {
+  char *key; /* NULL: empty; &tomb: deleted */
+  void *val;
+  uint64_t h;
+};
+
+static char tomb;
+
+static uint64_t hash_str(const char *s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (; *s; s++) {
+    h ^= (uint8_t)*s;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+void vmap_free(vmap *m) {
+  for (size_t i = 0; i < m->cap; i++)
+    if (m->slots[i].key && m->slots[i].key != &tomb)
+      free(m->slots[i].key);
+  free(m->slots);
+  memset(m, 0, sizeof *m);
+}
+
+static struct vmap_slot *find(const vmap *m, const char *key, uint64_t h) {
+  if (!m->cap)
+    return NULL;
+  for (size_t i = h & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+    struct vmap_slot *s = &m->slots[i];
+    if (!s->key)
+      return NULL;
+    if (s->key != &tomb && s->h == h && !strcmp(s->key, key))
+      return s;
+  }
+}
+
+void *vmap_get(const vmap *m, const char *key) {
+  struct vmap_slot *s = find(m, key, hash_str(key));
+  return s ? s->val : NULL;
+}
+
+static int grow(vmap *m) {
+  size_t cap = m->cap ? m->cap : 8;
+  while ((m->n + 1) * 2 > cap)
+    cap *= 2;
+  struct vmap_slot *slots = calloc(cap, sizeof *slots);
+  if (!slots)
+    return -1;
+  for (size_t i = 0; i < m->cap; i++) {
+    struct vmap_slot *s = &m->slots[i];
+    if (!s->key || s->key == &tomb)
+      continue;
+    size_t j = s->h & (cap - 1);
+    while (slots[j].key)
+      j = (j + 1) & (cap - 1);
+    slots[j] = *s;
+  }
+  free(m->slots);
+  m->slots = slots;
+  m->cap = cap;
+  m->used = m->n;
+  return 0;
+}
+
+int vmap_put(vmap *m, const char *key, void *val) {
+  uint64_t h = hash_str(key);
+  struct vmap_slot *s = find(m, key, h);
+  if (s) {
+    s->val = val;
+    return 0;
+  }
+  if ((m->used + 1) * 4 > m->cap * 3 && grow(m) < 0)
+    return -1;
+  char *k = strdup(key);
+  if (!k)
+    return -1;
+  size_t i = h & (m->cap - 1);
+  while (m->slots[i].key && m->slots[i].key != &tomb)
+    i = (i + 1) & (m->cap - 1);
+  if (!m->slots[i].key)
+    m->used++;
+  m->slots[i].key = k;
+  m->slots[i].val = val;
+  m->slots[i].h = h;
+  m->n++;
+  return 0;
+}
+
+void *vmap_del(vmap *m, const char *key) {
+  struct vmap_slot *s = find(m, key, hash_str(key));
+  if (!s)
+    return NULL;
+  void *v = s->val;
+  free(s->key);
+  s->key = &tomb;
+  s->val = NULL;
+  m->n--;
+  return v;
+}
+
+int vmap_next(const vmap *m, size_t *i, const char **key, void **val) {
+  for (; *i < m->cap; (*i)++) {
+    struct vmap_slot *s = &m->slots[*i];
+    if (s->key && s->key != &tomb) {
+      *key = s->key;
+      *val = s->val;
+      (*i)++;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+void view_version(const void *p, size_t n, char out[17]) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; i++) {
+    h ^= ((const uint8_t *)p)[i];
+    h *= 0x100000001b3ull;
+  }
+  snprintf(out, 17, "%016llx", (unsigned long long)h);
+}
