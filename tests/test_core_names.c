@@ -33,6 +33,22 @@ START_TEST(test_plural_sibilants_give_es) {
 }
 END_TEST
 
+/* Kubernetes' Endpoints is plural already (k8s/core/v1/endpoints). */
+START_TEST(test_plural_of_a_plural_kind_is_itself) {
+  ck_assert_str_eq(plural("Endpoints"), "endpoints");
+  ck_assert_str_eq(plural("endpoints"), "endpoints");
+  ck_assert_str_eq(plural("Endpoint"), "endpoints");
+  ck_assert_str_eq(plural("EndpointsX"), "endpointsxes");
+  char buf[4];
+  ck_assert_uint_eq(mcp_kind_plural("Endpoints", buf, sizeof(buf)), 9);
+  ck_assert_str_eq(buf, "end");
+  char tu[64];
+  mcp_collection_for_type_url("type.googleapis.com/k8s.io.api.core.v1.Endpoints",
+                              tu, sizeof(tu));
+  ck_assert_str_eq(tu, "k8s/core/v1/endpoints");
+}
+END_TEST
+
 START_TEST(test_type_url_maps_istio_package) {
   char buf[128];
   mcp_collection_for_type_url(
@@ -224,6 +240,7 @@ int main(void) {
   tcase_add_test(t, test_plural_lowercases_and_adds_s);
   tcase_add_test(t, test_plural_consonant_y_gives_ies);
   tcase_add_test(t, test_plural_sibilants_give_es);
+  tcase_add_test(t, test_plural_of_a_plural_kind_is_itself);
   tcase_add_test(t, test_type_url_maps_istio_package);
   tcase_add_test(t, test_type_url_maps_k8s_package);
   tcase_add_test(t, test_type_url_truncates_like_snprintf);

@@ -22,8 +22,26 @@ static size_t finish(char *buf, size_t len, size_t k) {
   return k;
 }
 
+/* 1 when |kind| equals |word| (lower case) ignoring case. */
+static int same_word(const char *kind, size_t n, const char *word) {
+  size_t i = 0;
+  for (; i < n && word[i] && lower(kind[i]) == word[i]; ++i) {
+  }
+  return i == n && !word[i];
+}
+
 static void put_plural(char *buf, size_t len, size_t *k, const char *kind,
                        size_t n) {
+  /* Kinds that are plural already: Kubernetes' RESTMapper knows them as
+   * irregular, and their resource is the kind lower-cased
+   * (k8s/core/v1/endpoints). */
+  static const char *const irregular[] = {"endpoints"};
+  for (size_t j = 0; j < sizeof(irregular) / sizeof(irregular[0]); ++j) {
+    if (same_word(kind, n, irregular[j])) {
+      put(buf, len, k, irregular[j], n);
+      return;
+    }
+  }
   char last = n ? lower(kind[n - 1]) : '\0';
   char prev = n > 1 ? lower(kind[n - 2]) : '\0';
   for (size_t i = 0; i + (last == 'y' && is_alpha(prev) && !strchr("aeiou", prev)) < n; ++i) {

@@ -67,29 +67,7 @@ static int is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <=
 /* Collections and times                                               */
 /* ------------------------------------------------------------------ */
 
-/* Kinds whose name is already plural: Kubernetes' RESTMapper knows them as
- * irregular, and its resource (so the collection issue 14 names,
- * k8s/core/v1/endpoints) is the kind lower-cased. */
-static int plural_kind(const char *kind) {
-  static const char *const irregular[] = {"endpoints"};
-  for (size_t i = 0; i < sizeof irregular / sizeof *irregular; i++) {
-    const char *a = kind, *b = irregular[i];
-    while (*a && *b && lower(*a) == *b)
-      a++, b++;
-    if (!*a && !*b)
-      return 1;
-  }
-  return 0;
-}
-
 char *mcpcfg_plural(const char *kind) {
-  if (plural_kind(kind)) {
-    size_t n = strlen(kind);
-    char *p = malloc(n + 1);
-    for (size_t i = 0; p && i <= n; i++)
-      p[i] = lower(kind[i]);
-    return p;
-  }
   /* The rule belongs to the protocol's collection naming: the core has it. */
   size_t n = mcp_kind_plural(kind, NULL, 0);
   char *p = malloc(n + 1);

@@ -250,8 +250,8 @@ typedef struct mcp_resource {
 
 /*
  * The plural of a Kubernetes kind as collection names use it: lower-cased;
- * consonant + "y" -> "ies"; ending in s, x, z, ch or sh -> + "es"; else
- * + "s". Writes at most |len| bytes including the NUL (truncating) and
+ * a kind plural already (Endpoints) unchanged; consonant + "y" -> "ies";
+ * ending in s, x, z, ch or sh -> + "es"; else + "s". Writes at most |len| bytes including the NUL (truncating) and
  * returns the length of the whole result, as snprintf does.
  */
 MCP_EXTERN size_t mcp_kind_plural(const char *kind, char *buf, size_t len);
