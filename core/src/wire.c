@@ -8,6 +8,12 @@ static int get_varint(mcp_wire *w, uint64_t *v) {
       return MCP_ERR_MALFORMED;
     }
     uint8_t b = *w->p++;
+    if (shift == 63 && b > 1) {
+      /* Bits beyond 64 (or an 11th byte): refused, as Go's protowire
+       * does, rather than silently truncated: protobuf-c reads such a bool
+       * as true where the truncated value says false. */
+      return MCP_ERR_MALFORMED;
+    }
     r |= (uint64_t)(b & 0x7f) << shift;
     if (!(b & 0x80)) {
       *v = r;
