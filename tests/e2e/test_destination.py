@@ -318,11 +318,17 @@ class DestEtcd(DestBase):
         self.wait_for(lambda: "is served" in src.stderr(),
                       "the etcd revision to be served", src)
         s = self.sink([WEB])
-        u = self.wait_updates(s, WEB, 1)[0]
-        self.assertEqual(u["total"], 3)
+        # The first revision served may predate the publishing of the
+        # directory (the sink then first hears of an absent service): wait
+        # for the state the directory describes.
+        self.wait_for(lambda: any(u["total"] == 3
+                                  for u in self.updates(s, WEB)),
+                      lambda: "the 3 endpoints (have %s)" %
+                      self.updates(s, WEB), s)
+        n = len(self.updates(s, WEB))
         self.put("web.yaml", [service("web", "default", WEB_PORTS),
                               endpoints("web", "default", READY3[:2])])
-        u = self.wait_updates(s, WEB, 2)[1]
+        u = self.wait_updates(s, WEB, n + 1)[n]
         self.assertEqual((u["update"], u["addrs"], u["total"]),
                          ("remove", ["10.1.0.3:8080"], 2))
 
