@@ -312,6 +312,35 @@ START_TEST(test_watch_debounce_waits_for_quiet_and_max_delay_caps_it) {
 }
 END_TEST
 
+/* Bodies of every size come back whole, with their type: the empty one
+ * (no value field), a one-byte length and a two-byte length. */
+START_TEST(test_watch_items_carry_type_and_body_of_any_size) {
+  mcp_store *st = th_store(NULL);
+  static char big[300];
+  memset(big, 'b', sizeof(big) - 1);
+  mcp_resource r = th_res("empty", "v1", NULL);
+  ck_assert_int_eq(mcp_store_upsert(st, COLL, &r, 0), 1);
+  th_put(st, COLL, "small", "v1", "S", 0);
+  th_put(st, COLL, "big", "v1", big, 0);
+  mcp_watch *w = watch_new(st, 0, 0);
+  mcp_item it;
+  ck_assert_int_eq(mcp_watch_get(w, "empty", &it), 1);
+  ck_assert_str_eq(it.type_url, "type.googleapis.com/test.Body");
+  ck_assert_ptr_null(it.body);
+  ck_assert_uint_eq(it.body_len, 0);
+  ck_assert_int_eq(mcp_watch_get(w, "small", &it), 1);
+  ck_assert_str_eq(it.type_url, "type.googleapis.com/test.Body");
+  ck_assert_uint_eq(it.body_len, 1);
+  ck_assert_int_eq(it.body[0], 'S');
+  ck_assert_int_eq(mcp_watch_get(w, "big", &it), 1);
+  ck_assert_str_eq(it.type_url, "type.googleapis.com/test.Body");
+  ck_assert_uint_eq(it.body_len, strlen(big));
+  ck_assert_int_eq(memcmp(it.body, big, it.body_len), 0);
+  mcp_watch_del(w);
+  mcp_store_del(st);
+}
+END_TEST
+
 START_TEST(test_watch_get_and_foreach_do_not_move_the_watch) {
   mcp_store *st = th_store(NULL);
   th_put(st, COLL, "a", "v1", "A", 0);
@@ -700,6 +729,7 @@ static Suite *engine_suite(void) {
   tcase_add_test(tc, test_watch_falls_back_to_whole_state_after_compaction);
   tcase_add_test(tc, test_watch_keeps_up_through_a_mass_deletion);
   tcase_add_test(tc, test_watch_debounce_waits_for_quiet_and_max_delay_caps_it);
+  tcase_add_test(tc, test_watch_items_carry_type_and_body_of_any_size);
   tcase_add_test(tc, test_watch_get_and_foreach_do_not_move_the_watch);
   tcase_add_test(tc, test_watch_take_that_fails_does_not_move);
   suite_add_tcase(s, tc);

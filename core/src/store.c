@@ -102,8 +102,12 @@ static void resource_sizes(const mcp_resource *r, const char *version,
 
 /* Encodes |r| with |version| as [tag 3][len][Resource] into new shared
  * bytes. */
+typedef struct enc_offs {
+  uint32_t res, type, body; /* see mcp_entry */
+} enc_offs;
+
 static mcp_rcbuf *encode_resource(const mcp_mem *m, const mcp_resource *r,
-                                  const char *version, uint32_t *res_off) {
+                                  const char *version, enc_offs *offs) {
   res_sizes sz;
   resource_sizes(r, version, &sz);
   size_t pre = 1 + mcp__varint_len(sz.res);
@@ -114,7 +118,7 @@ static mcp_rcbuf *encode_resource(const mcp_mem *m, const mcp_resource *r,
   uint8_t *p = b->data;
   *p++ = 3 << 3 | MCP_WT_LEN;
   p = mcp__put_varint(p, sz.res);
-  *res_off = (uint32_t)pre;
+  offs->res = (uint32_t)pre;
 
   *p++ = 1 << 3 | MCP_WT_LEN; /* metadata */
   p = mcp__put_varint(p, sz.md);
@@ -138,11 +142,14 @@ static mcp_rcbuf *encode_resource(const mcp_mem *m, const mcp_resource *r,
     *p++ = 2 << 3 | MCP_WT_LEN; /* body */
     p = mcp__put_varint(p, sz.any);
     p = put_str(p, 1, r->type_url);
+    offs->type = (uint32_t)(p - b->data - (r->type_url ? strlen(r->type_url) : 0));
     if (r->body_len) {
       p = mcp__put_len_field(p, 2, r->body, r->body_len);
     }
+  } else {
+    offs->type = (uint32_t)(p - b->data);
   }
-  (void)p;
+  offs->body = (uint32_t)(p - b->data - r->body_len);
   return b;
 }
 
@@ -387,7 +394,7 @@ typedef struct prep {
   mcp_entry *e;     /* the entry held, live or tombstone, or NULL */
   mcp_entry *fresh; /* a new entry, when e == NULL */
   mcp_rcbuf *enc;   /* new bytes; NULL: unchanged */
-  uint32_t res_off;
+  enc_offs offs;
   char *version;
   uint8_t gen_version;
 } prep;
@@ -418,7 +425,7 @@ static int prepare(mcp_store *s, mcp_coll *c, uint64_t gen, prep *p) {
     /* A generated version must stay the same while the content does, so
      * first compare with the version generated before. */
     if (live && p->e->gen_version) {
-      p->enc = encode_resource(m, r, p->e->version, &p->res_off);
+      p->enc = encode_resource(m, r, p->e->version, &p->offs);
       if (!p->enc) {
         return MCP_ERR_NOMEM;
       }
@@ -434,7 +441,7 @@ static int prepare(mcp_store *s, mcp_coll *c, uint64_t gen, prep *p) {
     v = genver;
     p->gen_version = 1;
   }
-  p->enc = encode_resource(m, r, v, &p->res_off);
+  p->enc = encode_resource(m, r, v, &p->offs);
   if (!p->enc) {
     return MCP_ERR_NOMEM;
   }
@@ -472,7 +479,9 @@ static void commit(mcp_store *s, mcp_coll *c, uint64_t gen, prep *p) {
   mcp__rcbuf_unref(e->enc);
   mcp__free(&s->mem, e->version);
   e->enc = p->enc;
-  e->res_off = p->res_off;
+  e->res_off = p->offs.res;
+  e->type_off = p->offs.type;
+  e->body_off = p->offs.body;
   e->version = p->version;
   e->gen_version = p->gen_version;
   p->enc = NULL;

@@ -117,9 +117,7 @@ mcp_tstamp mcp_watch_get_expiry(const mcp_watch *w) {
   return d <= w->last_ts ? MCP_TSTAMP_MAX : d;
 }
 
-/* Fills |it| from a live entry: the Any's type URL and value are found in
- * the entry's encoded Resource (metadata = 1, body = 2; Any: type_url = 1,
- * value = 2). */
+/* Fills |it| from an entry; the type URL is copied to make it a string. */
 static int entry_item(mcp_watch *w, const mcp_entry *e, mcp_item *it) {
   memset(it, 0, sizeof(*it));
   it->name = e->name;
@@ -130,39 +128,14 @@ static int entry_item(mcp_watch *w, const mcp_entry *e, mcp_item *it) {
   }
   it->version = e->version;
   it->ref = e->enc;
-  mcp_wire r = {e->enc->data + e->res_off, e->enc->data + e->enc->len};
-  const uint8_t *tp = NULL;
-  size_t tlen = 0;
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *d;
-  size_t n;
-  while ((rv = mcp__wire_next(&r, &f, &wt, &v, &d, &n)) == 1) {
-    if (f != 2 || wt != MCP_WT_LEN) {
-      continue;
-    }
-    mcp_wire a = {d, d + n};
-    while ((rv = mcp__wire_next(&a, &f, &wt, &v, &d, &n)) == 1) {
-      if (f == 1 && wt == MCP_WT_LEN) {
-        tp = d;
-        tlen = n;
-      } else if (f == 2 && wt == MCP_WT_LEN) {
-        it->body = n ? d : NULL;
-        it->body_len = n;
-      }
-    }
-  }
-  if (rv < 0) {
-    return rv; /* the store wrote these bytes: cannot happen */
-  }
+  const uint8_t *tp;
+  size_t tlen;
+  mcp__entry_body(e, &tp, &tlen, &it->body, &it->body_len);
   w->type_url.len = 0;
   if (mcp__buf_reserve(&w->type_url, &w->mem, tlen + 1) != 0) {
     return MCP_ERR_NOMEM;
   }
-  if (tlen) {
-    memcpy(w->type_url.p, tp, tlen);
-  }
+  memcpy(w->type_url.p, tp, tlen);
   w->type_url.p[tlen] = '\0';
   it->type_url = (const char *)w->type_url.p;
   return 0;
