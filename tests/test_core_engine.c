@@ -341,6 +341,40 @@ START_TEST(test_watch_items_carry_type_and_body_of_any_size) {
 }
 END_TEST
 
+/* A watch looks for its collection until it exists (a first change that
+ * fails leaves none behind) and then keeps it. */
+START_TEST(test_watch_finds_its_collection_after_a_failed_first_change) {
+  for (long fail = 2; fail < 12; ++fail) {
+    th_mem m;
+    th_mem_init(&m, 0);
+    mcp_store *st = th_store(&m.mem);
+    mcp_watch *w = watch_new(st, 0, 0);
+    ck_assert_int_eq(mcp_watch_ready(w, 0), 1);
+    m.count = 0;
+    m.fail_at = fail;
+    m.sticky = 1;
+    mcp_resource r = th_res("a", "v1", "A");
+    int rv = mcp_store_upsert(st, COLL, &r, 1);
+    ck_assert(rv == 1 || rv == MCP_ERR_NOMEM);
+    ck_assert_int_eq(mcp_watch_exists(w), rv == 1);
+    m.fail_at = 0;
+    ck_assert_int_ge(mcp_store_upsert(st, COLL, &r, 2), 0);
+    tally t = {0};
+    int full;
+    ck_assert_int_eq(mcp_watch_take(w, 2, count, &t, &full), 1);
+    ck_assert_int_eq(full, 1);
+    th_put(st, COLL, "b", "v1", "B", 3);
+    ck_assert_int_eq(mcp_watch_ready(w, 3), 1);
+    memset(&t, 0, sizeof(t));
+    ck_assert_int_eq(mcp_watch_take(w, 3, count, &t, &full), 1);
+    ck_assert_int_eq(full, 0);
+    mcp_watch_del(w);
+    mcp_store_del(st);
+    ck_assert_int_eq(m.live, 0);
+  }
+}
+END_TEST
+
 START_TEST(test_watch_get_and_foreach_do_not_move_the_watch) {
   mcp_store *st = th_store(NULL);
   th_put(st, COLL, "a", "v1", "A", 0);
@@ -730,6 +764,7 @@ static Suite *engine_suite(void) {
   tcase_add_test(tc, test_watch_keeps_up_through_a_mass_deletion);
   tcase_add_test(tc, test_watch_debounce_waits_for_quiet_and_max_delay_caps_it);
   tcase_add_test(tc, test_watch_items_carry_type_and_body_of_any_size);
+  tcase_add_test(tc, test_watch_finds_its_collection_after_a_failed_first_change);
   tcase_add_test(tc, test_watch_get_and_foreach_do_not_move_the_watch);
   tcase_add_test(tc, test_watch_take_that_fails_does_not_move);
   suite_add_tcase(s, tc);

@@ -22,6 +22,10 @@ struct mcp_watch {
   mcp_tstamp first_seen; /* when ready() first saw it (max_delay) */
   mcp_tstamp last_ts;
   mcp_buf type_url; /* NUL-terminated copy for mcp_item.type_url */
+  /* The collection once it exists: a store frees collections only with
+   * itself (a failed first change undoes its collection within the same
+   * call), so the pointer stays good and pumps skip the name's lookup. */
+  mcp_coll *coll;
 };
 
 int mcp_watch_new(mcp_watch **pw, const mcp_store *store,
@@ -62,8 +66,20 @@ void mcp_watch_del(mcp_watch *w) {
 
 const char *mcp_watch_collection(const mcp_watch *w) { return w->collection; }
 
+static mcp_coll *find_coll(const mcp_watch *w) {
+  return w->coll ? w->coll : mcp__store_coll(w->store, w->collection);
+}
+
+/* find_coll() for the calls that may keep what they found. */
+static mcp_coll *cache_coll(mcp_watch *w) {
+  if (!w->coll) {
+    w->coll = mcp__store_coll(w->store, w->collection);
+  }
+  return w->coll;
+}
+
 static mcp_coll *live_coll(const mcp_watch *w) {
-  mcp_coll *c = mcp__store_coll(w->store, w->collection);
+  mcp_coll *c = find_coll(w);
   return c && !c->absent ? c : NULL;
 }
 
@@ -82,7 +98,7 @@ int mcp_watch_changed(const mcp_watch *w) {
 
 /* The time the collection last changed, for the quiet window. */
 static mcp_tstamp last_change(const mcp_watch *w) {
-  mcp_coll *c = mcp__store_coll(w->store, w->collection);
+  mcp_coll *c = find_coll(w);
   return c ? c->last_change : 0;
 }
 
@@ -90,6 +106,7 @@ int mcp_watch_ready(mcp_watch *w, mcp_tstamp ts) {
   if (ts > w->last_ts) {
     w->last_ts = ts;
   }
+  cache_coll(w);
   if (!mcp_watch_changed(w)) {
     return 0;
   }
@@ -153,6 +170,7 @@ int mcp_watch_take(mcp_watch *w, mcp_tstamp ts, mcp_watch_fn fn,
   if (ts > w->last_ts) {
     w->last_ts = ts;
   }
+  cache_coll(w);
   mcp_coll *c = live_coll(w);
   int whole = !w->taken || !w->existed || !c || w->gen < c->compact_gen;
   int count = 0, rv;
