@@ -1358,10 +1358,6 @@ static void bench_destination(void) {
 /* 8. Dispatcher: one node's change among 1000 agents                  */
 /* ------------------------------------------------------------------ */
 
-typedef struct disp_call {
-  mcp_stream *st;
-} disp_call;
-
 /* One encoded Task assigned to |node| (RUNNING) with image |gen|. */
 static bytes disp_task(const char *id, const char *node, uint64_t gen) {
   Docker__Swarmkit__V1__Task t = DOCKER__SWARMKIT__V1__TASK__INIT;
