@@ -689,9 +689,14 @@ START_TEST(test_server_view_items_breaking_the_contract_are_skipped) {
   del_addr(f.view, COLL, "not-an-address", 2);
   del_addr(f.view, COLL, "10.0.0.1:8080", 2);
   expect_remove(pump(f.st, 2), "10.0.0.1:8080");
+  /* a change of a bad item alone changes nothing the client holds: no
+   * message (not an empty add) */
+  r.name = "10.0.0.9:80";
+  ck_assert_int_eq(mcp_store_upsert(f.view, COLL, &r, 3), 1);
+  pump_idle(f.st, 3);
   mcp_dest_server_stats s;
   mcp_dest_server_get_stats(f.srv, &s);
-  ck_assert_uint_eq(s.bad_items, 3);
+  ck_assert_uint_eq(s.bad_items, 4);
   fx_close(&f);
 }
 END_TEST
