@@ -1280,6 +1280,86 @@ START_TEST(test_client_malformed_update_ends_stream_and_keeps_set) {
 }
 END_TEST
 
+/* A bad address anywhere in an Update of a synced stream (not only the
+ * first, on a stale set): the whole message is refused, none of its good
+ * addresses is applied, the set stays synced with what it held. */
+START_TEST(test_client_bad_address_mid_stream_changes_nothing) {
+  Conduit__Common__IPAddress good_ip = CONDUIT__COMMON__IPADDRESS__INIT;
+  good_ip.ip_case = CONDUIT__COMMON__IPADDRESS__IP_IPV4;
+  good_ip.ipv4 = 0x0A000002u; /* 10.0.0.2 */
+  Conduit__Common__IPAddress no_member = CONDUIT__COMMON__IPADDRESS__INIT;
+  Conduit__Common__TcpAddress good = CONDUIT__COMMON__TCP_ADDRESS__INIT;
+  good.ip = &good_ip;
+  good.port = 80;
+  Conduit__Common__TcpAddress held = good; /* 10.0.0.1:80, held */
+  Conduit__Common__IPAddress held_ip = good_ip;
+  held_ip.ipv4 = 0x0A000001u;
+  held.ip = &held_ip;
+  Conduit__Common__TcpAddress bad[3];
+  for (int i = 0; i < 3; i++) {
+    bad[i] = good;
+  }
+  bad[0].ip = NULL;       /* no ip */
+  bad[1].ip = &no_member; /* ip without a member */
+  bad[2].port = 70000;    /* port over 65535 */
+  for (int k = 0; k < 7; k++) {
+    mcp_dest_set *set;
+    ck_assert_int_eq(mcp_dest_set_new(&set, NULL), 0);
+    rec r = {0};
+    mcp_stream *st = client(set, &r, SVC);
+    feed(st, 1, (const char *[]){"10.0.0.1", NULL}, 80, 0);
+    ck_assert_int_eq(r.n, 1);
+
+    Update u = CONDUIT__PROXY__DESTINATION__UPDATE__INIT;
+    Conduit__Proxy__Destination__WeightedAddr wa[2];
+    Conduit__Proxy__Destination__WeightedAddr *pwa[2] = {&wa[0], &wa[1]};
+    Conduit__Proxy__Destination__WeightedAddrSet was =
+        CONDUIT__PROXY__DESTINATION__WEIGHTED_ADDR_SET__INIT;
+    Conduit__Common__TcpAddress *ptcp[2];
+    Conduit__Proxy__Destination__AddrSet as =
+        CONDUIT__PROXY__DESTINATION__ADDR_SET__INIT;
+    if (k < 4) { /* add: a new good address, then a bad one */
+      conduit__proxy__destination__weighted_addr__init(&wa[0]);
+      conduit__proxy__destination__weighted_addr__init(&wa[1]);
+      wa[0].addr = &good;
+      wa[0].weight = wa[1].weight = 1;
+      wa[1].addr = k == 3 ? NULL : &bad[k]; /* k == 3: no addr at all */
+      was.n_addrs = 2;
+      was.addrs = pwa;
+      u.update_case = UPD_ADD;
+      u.add = &was;
+    } else { /* remove: the held address, then a bad one */
+      ptcp[0] = &held;
+      ptcp[1] = &bad[k - 4];
+      as.n_addrs = 2;
+      as.addrs = ptcp;
+      u.update_case = UPD_REMOVE;
+      u.remove = &as;
+    }
+    size_t len = conduit__proxy__destination__update__get_packed_size(&u);
+    uint8_t *b = malloc(len);
+    conduit__proxy__destination__update__pack(&u, b);
+    mcp_stream_recv(st, b, len, 0);
+    free(b);
+
+    int status;
+    const char *details;
+    mcp_msg *msg;
+    ck_assert_int_eq(mcp_stream_pump(st, 0, 1, &msg, &status, &details),
+                     MCP_STREAM_END);
+    ck_assert_int_eq(status, mcp_error_grpc_status(MCP_ERR_MALFORMED));
+    set_is(set, "10.0.0.1:80");
+    ck_assert(mcp_dest_set_synced(set));
+    ck_assert(!mcp_dest_set_stale(set));
+    ck_assert(mcp_dest_set_exists(set));
+    ck_assert_uint_eq(mcp_dest_set_updates(set), 1);
+    ck_assert_int_eq(r.n, 1);
+    mcp_stream_del(st);
+    mcp_dest_set_del(set);
+  }
+}
+END_TEST
+
 START_TEST(test_client_update_without_member_is_ignored) {
   mcp_dest_set *set;
   ck_assert_int_eq(mcp_dest_set_new(&set, NULL), 0);
@@ -1490,6 +1570,7 @@ int main(void) {
   tcase_add_test(tc, test_client_applies_add_remove_no_endpoints_in_any_order);
   tcase_add_test(tc, test_client_keeps_stale_set_until_first_message_of_new_stream);
   tcase_add_test(tc, test_client_malformed_update_ends_stream_and_keeps_set);
+  tcase_add_test(tc, test_client_bad_address_mid_stream_changes_nothing);
   tcase_add_test(tc, test_client_update_without_member_is_ignored);
   tcase_add_test(tc, test_client_refuses_bad_options);
   tcase_add_test(tc, test_client_allocation_failures_change_nothing);
