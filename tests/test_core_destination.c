@@ -571,6 +571,85 @@ START_TEST(test_server_nothing_before_the_request) {
 }
 END_TEST
 
+/* Appends a LEN field |f| of |s[0..n)| to |b| (short fields only). */
+static size_t raw_field(uint8_t *b, size_t k, uint8_t f, const char *s,
+                        size_t n) {
+  b[k++] = (uint8_t)(f << 3 | 2);
+  b[k++] = (uint8_t)n;
+  memcpy(b + k, s, n);
+  return k + n;
+}
+
+/* The request is read as protobuf: a string that is not UTF-8 (or holds
+ * a NUL) or a group does not decode; unknown fields are skipped and the
+ * last of a repeated scalar wins. */
+START_TEST(test_server_request_read_as_protobuf) {
+  mcp_store *view = th_store(NULL);
+  put_addr(view, COLL, "10.0.0.1", 8080, NULL, 0);
+  mcp_dest_server *srv = server(view, 0, 0);
+  uint8_t b[128];
+  for (int k = 0; k < 5; k++) {
+    size_t n = 0;
+    switch (k) {
+    case 0: /* path not UTF-8 */
+      n = raw_field(b, n, 1, "k8s", 3);
+      n = raw_field(b, n, 2, "web\xff", 4);
+      break;
+    case 1: /* a NUL in the path */
+      n = raw_field(b, n, 1, "k8s", 3);
+      n = raw_field(b, n, 2, SVC "\0x", strlen(SVC) + 2);
+      break;
+    case 2: /* scheme not UTF-8 */
+      n = raw_field(b, n, 1, "k8\xc3", 3);
+      n = raw_field(b, n, 2, SVC, strlen(SVC));
+      break;
+    case 3: /* a group (wire type 3) */
+      n = raw_field(b, n, 1, "k8s", 3);
+      b[n++] = 3 << 3 | 3;
+      n = raw_field(b, n, 2, SVC, strlen(SVC));
+      break;
+    case 4: /* a length past the end */
+      n = raw_field(b, n, 1, "k8s", 3);
+      n = raw_field(b, n, 2, SVC, strlen(SVC));
+      b[n - strlen(SVC) - 1] = 100;
+      break;
+    }
+    mcp_stream *st = NULL;
+    ck_assert_int_eq(mcp_dest_server_open(srv, 0, &st), 0);
+    mcp_stream_recv(st, b, n, 0);
+    int a, status;
+    Update *u = pump_ex(st, 0, &a, &status);
+    ck_assert_msg(!u && a == MCP_STREAM_END && status == 3, "case %d", k);
+    ck_assert_ptr_null(mcp_dest_server_stream_collection(st));
+    mcp_stream_del(st);
+  }
+  /* unknown fields of any type skipped; scheme and path: the last wins */
+  size_t n = 0;
+  b[n++] = 3 << 3 | 0; /* field 3, varint */
+  b[n++] = 0x96;
+  b[n++] = 0x01;
+  n = raw_field(b, n, 1, "dns", 3);
+  n = raw_field(b, n, 2, "example.com", 11);
+  n = raw_field(b, n, 7, "x", 1);
+  b[n++] = 4 << 3 | 5; /* field 4, fixed32 */
+  memset(b + n, 0, 4);
+  n += 4;
+  n = raw_field(b, n, 1, "k8s", 3);
+  n = raw_field(b, n, 2, SVC, strlen(SVC));
+  mcp_stream *st = NULL;
+  ck_assert_int_eq(mcp_dest_server_open(srv, 0, &st), 0);
+  mcp_stream_recv(st, b, n, 0);
+  expect_add(pump(st, 0), "10.0.0.1:8080");
+  ck_assert_str_eq(mcp_dest_server_stream_path(st), SVC);
+  mcp_stream_del(st);
+  mcp_dest_server_stats s;
+  mcp_dest_server_get_stats(srv, &s);
+  ck_assert_uint_eq(s.invalid, 5);
+  mcp_dest_server_del(srv);
+  mcp_store_del(view);
+}
+END_TEST
+
 /* ---- server: the first message ---- */
 
 START_TEST(test_server_absent_service_gets_no_endpoints_false_at_once) {
@@ -1536,6 +1615,7 @@ int main(void) {
   tcase_add_test(tc, test_server_other_host_no_endpoints_false_then_nothing);
   tcase_add_test(tc, test_server_service_host_any_case_and_trailing_dot);
   tcase_add_test(tc, test_server_dns_zone_option);
+  tcase_add_test(tc, test_server_request_read_as_protobuf);
   tcase_add_test(tc, test_server_second_request_ends_invalid_argument);
   tcase_add_test(tc, test_server_half_close_keeps_stream_open);
   tcase_add_test(tc, test_server_nothing_before_the_request);
