@@ -541,8 +541,14 @@ START_TEST(test_server_second_request_ends_invalid_argument) {
   size_t len;
   uint8_t *b = encode_request("k8s", SVC, &len);
   mcp_stream_recv(f.st, b, len, 1);
-  free(b);
   pump_end(f.st, 1, 3);
+  /* more after the refusal: still ended, refused once */
+  mcp_stream_recv(f.st, b, len, 2);
+  free(b);
+  pump_end(f.st, 2, 3);
+  mcp_dest_server_stats s;
+  mcp_dest_server_get_stats(f.srv, &s);
+  ck_assert_uint_eq(s.invalid, 1);
   fx_close(&f);
 }
 END_TEST
