@@ -541,8 +541,14 @@ START_TEST(test_server_second_request_ends_invalid_argument) {
   size_t len;
   uint8_t *b = encode_request("k8s", SVC, &len);
   mcp_stream_recv(f.st, b, len, 1);
-  free(b);
   pump_end(f.st, 1, 3);
+  /* more after the refusal: still ended, refused once */
+  mcp_stream_recv(f.st, b, len, 2);
+  free(b);
+  pump_end(f.st, 2, 3);
+  mcp_dest_server_stats s;
+  mcp_dest_server_get_stats(f.srv, &s);
+  ck_assert_uint_eq(s.invalid, 1);
   fx_close(&f);
 }
 END_TEST
@@ -566,6 +572,85 @@ START_TEST(test_server_nothing_before_the_request) {
   pump_idle(st, 0);
   pump_idle(st, 60 * MCP_SECONDS);
   mcp_stream_del(st);
+  mcp_dest_server_del(srv);
+  mcp_store_del(view);
+}
+END_TEST
+
+/* Appends a LEN field |f| of |s[0..n)| to |b| (short fields only). */
+static size_t raw_field(uint8_t *b, size_t k, uint8_t f, const char *s,
+                        size_t n) {
+  b[k++] = (uint8_t)(f << 3 | 2);
+  b[k++] = (uint8_t)n;
+  memcpy(b + k, s, n);
+  return k + n;
+}
+
+/* The request is read as protobuf: a string that is not UTF-8 (or holds
+ * a NUL) or a group does not decode; unknown fields are skipped and the
+ * last of a repeated scalar wins. */
+START_TEST(test_server_request_read_as_protobuf) {
+  mcp_store *view = th_store(NULL);
+  put_addr(view, COLL, "10.0.0.1", 8080, NULL, 0);
+  mcp_dest_server *srv = server(view, 0, 0);
+  uint8_t b[128];
+  for (int k = 0; k < 5; k++) {
+    size_t n = 0;
+    switch (k) {
+    case 0: /* path not UTF-8 */
+      n = raw_field(b, n, 1, "k8s", 3);
+      n = raw_field(b, n, 2, "web\xff", 4);
+      break;
+    case 1: /* a NUL in the path */
+      n = raw_field(b, n, 1, "k8s", 3);
+      n = raw_field(b, n, 2, SVC "\0x", strlen(SVC) + 2);
+      break;
+    case 2: /* scheme not UTF-8 */
+      n = raw_field(b, n, 1, "k8\xc3", 3);
+      n = raw_field(b, n, 2, SVC, strlen(SVC));
+      break;
+    case 3: /* a group (wire type 3) */
+      n = raw_field(b, n, 1, "k8s", 3);
+      b[n++] = 3 << 3 | 3;
+      n = raw_field(b, n, 2, SVC, strlen(SVC));
+      break;
+    case 4: /* a length past the end */
+      n = raw_field(b, n, 1, "k8s", 3);
+      n = raw_field(b, n, 2, SVC, strlen(SVC));
+      b[n - strlen(SVC) - 1] = 100;
+      break;
+    }
+    mcp_stream *st = NULL;
+    ck_assert_int_eq(mcp_dest_server_open(srv, 0, &st), 0);
+    mcp_stream_recv(st, b, n, 0);
+    int a, status;
+    Update *u = pump_ex(st, 0, &a, &status);
+    ck_assert_msg(!u && a == MCP_STREAM_END && status == 3, "case %d", k);
+    ck_assert_ptr_null(mcp_dest_server_stream_collection(st));
+    mcp_stream_del(st);
+  }
+  /* unknown fields of any type skipped; scheme and path: the last wins */
+  size_t n = 0;
+  b[n++] = 3 << 3 | 0; /* field 3, varint */
+  b[n++] = 0x96;
+  b[n++] = 0x01;
+  n = raw_field(b, n, 1, "dns", 3);
+  n = raw_field(b, n, 2, "example.com", 11);
+  n = raw_field(b, n, 7, "x", 1);
+  b[n++] = 4 << 3 | 5; /* field 4, fixed32 */
+  memset(b + n, 0, 4);
+  n += 4;
+  n = raw_field(b, n, 1, "k8s", 3);
+  n = raw_field(b, n, 2, SVC, strlen(SVC));
+  mcp_stream *st = NULL;
+  ck_assert_int_eq(mcp_dest_server_open(srv, 0, &st), 0);
+  mcp_stream_recv(st, b, n, 0);
+  expect_add(pump(st, 0), "10.0.0.1:8080");
+  ck_assert_str_eq(mcp_dest_server_stream_path(st), SVC);
+  mcp_stream_del(st);
+  mcp_dest_server_stats s;
+  mcp_dest_server_get_stats(srv, &s);
+  ck_assert_uint_eq(s.invalid, 5);
   mcp_dest_server_del(srv);
   mcp_store_del(view);
 }
@@ -689,9 +774,14 @@ START_TEST(test_server_view_items_breaking_the_contract_are_skipped) {
   del_addr(f.view, COLL, "not-an-address", 2);
   del_addr(f.view, COLL, "10.0.0.1:8080", 2);
   expect_remove(pump(f.st, 2), "10.0.0.1:8080");
+  /* a change of a bad item alone changes nothing the client holds: no
+   * message (not an empty add) */
+  r.name = "10.0.0.9:80";
+  ck_assert_int_eq(mcp_store_upsert(f.view, COLL, &r, 3), 1);
+  pump_idle(f.st, 3);
   mcp_dest_server_stats s;
   mcp_dest_server_get_stats(f.srv, &s);
-  ck_assert_uint_eq(s.bad_items, 3);
+  ck_assert_uint_eq(s.bad_items, 4);
   fx_close(&f);
 }
 END_TEST
@@ -1275,6 +1365,86 @@ START_TEST(test_client_malformed_update_ends_stream_and_keeps_set) {
 }
 END_TEST
 
+/* A bad address anywhere in an Update of a synced stream (not only the
+ * first, on a stale set): the whole message is refused, none of its good
+ * addresses is applied, the set stays synced with what it held. */
+START_TEST(test_client_bad_address_mid_stream_changes_nothing) {
+  Conduit__Common__IPAddress good_ip = CONDUIT__COMMON__IPADDRESS__INIT;
+  good_ip.ip_case = CONDUIT__COMMON__IPADDRESS__IP_IPV4;
+  good_ip.ipv4 = 0x0A000002u; /* 10.0.0.2 */
+  Conduit__Common__IPAddress no_member = CONDUIT__COMMON__IPADDRESS__INIT;
+  Conduit__Common__TcpAddress good = CONDUIT__COMMON__TCP_ADDRESS__INIT;
+  good.ip = &good_ip;
+  good.port = 80;
+  Conduit__Common__TcpAddress held = good; /* 10.0.0.1:80, held */
+  Conduit__Common__IPAddress held_ip = good_ip;
+  held_ip.ipv4 = 0x0A000001u;
+  held.ip = &held_ip;
+  Conduit__Common__TcpAddress bad[3];
+  for (int i = 0; i < 3; i++) {
+    bad[i] = good;
+  }
+  bad[0].ip = NULL;       /* no ip */
+  bad[1].ip = &no_member; /* ip without a member */
+  bad[2].port = 70000;    /* port over 65535 */
+  for (int k = 0; k < 7; k++) {
+    mcp_dest_set *set;
+    ck_assert_int_eq(mcp_dest_set_new(&set, NULL), 0);
+    rec r = {0};
+    mcp_stream *st = client(set, &r, SVC);
+    feed(st, 1, (const char *[]){"10.0.0.1", NULL}, 80, 0);
+    ck_assert_int_eq(r.n, 1);
+
+    Update u = CONDUIT__PROXY__DESTINATION__UPDATE__INIT;
+    Conduit__Proxy__Destination__WeightedAddr wa[2];
+    Conduit__Proxy__Destination__WeightedAddr *pwa[2] = {&wa[0], &wa[1]};
+    Conduit__Proxy__Destination__WeightedAddrSet was =
+        CONDUIT__PROXY__DESTINATION__WEIGHTED_ADDR_SET__INIT;
+    Conduit__Common__TcpAddress *ptcp[2];
+    Conduit__Proxy__Destination__AddrSet as =
+        CONDUIT__PROXY__DESTINATION__ADDR_SET__INIT;
+    if (k < 4) { /* add: a new good address, then a bad one */
+      conduit__proxy__destination__weighted_addr__init(&wa[0]);
+      conduit__proxy__destination__weighted_addr__init(&wa[1]);
+      wa[0].addr = &good;
+      wa[0].weight = wa[1].weight = 1;
+      wa[1].addr = k == 3 ? NULL : &bad[k]; /* k == 3: no addr at all */
+      was.n_addrs = 2;
+      was.addrs = pwa;
+      u.update_case = UPD_ADD;
+      u.add = &was;
+    } else { /* remove: the held address, then a bad one */
+      ptcp[0] = &held;
+      ptcp[1] = &bad[k - 4];
+      as.n_addrs = 2;
+      as.addrs = ptcp;
+      u.update_case = UPD_REMOVE;
+      u.remove = &as;
+    }
+    size_t len = conduit__proxy__destination__update__get_packed_size(&u);
+    uint8_t *b = malloc(len);
+    conduit__proxy__destination__update__pack(&u, b);
+    mcp_stream_recv(st, b, len, 0);
+    free(b);
+
+    int status;
+    const char *details;
+    mcp_msg *msg;
+    ck_assert_int_eq(mcp_stream_pump(st, 0, 1, &msg, &status, &details),
+                     MCP_STREAM_END);
+    ck_assert_int_eq(status, mcp_error_grpc_status(MCP_ERR_MALFORMED));
+    set_is(set, "10.0.0.1:80");
+    ck_assert(mcp_dest_set_synced(set));
+    ck_assert(!mcp_dest_set_stale(set));
+    ck_assert(mcp_dest_set_exists(set));
+    ck_assert_uint_eq(mcp_dest_set_updates(set), 1);
+    ck_assert_int_eq(r.n, 1);
+    mcp_stream_del(st);
+    mcp_dest_set_del(set);
+  }
+}
+END_TEST
+
 START_TEST(test_client_update_without_member_is_ignored) {
   mcp_dest_set *set;
   ck_assert_int_eq(mcp_dest_set_new(&set, NULL), 0);
@@ -1451,6 +1621,7 @@ int main(void) {
   tcase_add_test(tc, test_server_other_host_no_endpoints_false_then_nothing);
   tcase_add_test(tc, test_server_service_host_any_case_and_trailing_dot);
   tcase_add_test(tc, test_server_dns_zone_option);
+  tcase_add_test(tc, test_server_request_read_as_protobuf);
   tcase_add_test(tc, test_server_second_request_ends_invalid_argument);
   tcase_add_test(tc, test_server_half_close_keeps_stream_open);
   tcase_add_test(tc, test_server_nothing_before_the_request);
@@ -1485,6 +1656,7 @@ int main(void) {
   tcase_add_test(tc, test_client_applies_add_remove_no_endpoints_in_any_order);
   tcase_add_test(tc, test_client_keeps_stale_set_until_first_message_of_new_stream);
   tcase_add_test(tc, test_client_malformed_update_ends_stream_and_keeps_set);
+  tcase_add_test(tc, test_client_bad_address_mid_stream_changes_nothing);
   tcase_add_test(tc, test_client_update_without_member_is_ignored);
   tcase_add_test(tc, test_client_refuses_bad_options);
   tcase_add_test(tc, test_client_allocation_failures_change_nothing);

@@ -39,7 +39,7 @@ static void put_fixed(mcp_dwr *w, uint32_t field, int wt, uint64_t v,
 void mcp__dest_map_entry(mcp_dwr *w, uint32_t field, const char *key,
                          const char *value) {
   size_t kl = strlen(key), vl = strlen(value);
-  size_t entry = mcp__len_field_size(kl) + 1 + mcp__varint_len(vl) + vl;
+  size_t entry = mcp__len_field_size(kl) + mcp__len_field_size(vl);
   mcp__dwr_varint(w, (uint64_t)field << 3 | MCP_WT_LEN);
   mcp__dwr_varint(w, entry);
   mcp__dwr_len_field(w, 1, key, kl);

@@ -15,7 +15,7 @@
 struct mcp_dest_set {
   mcp_mem mem;
   char **v;        /* sorted by strcmp(), each its own allocation */
-  size_t n, cap;
+  size_t n;
   int exists;
   int stale;       /* a stream started and sent nothing yet */
   int synced;      /* the current stream sent its first message */
@@ -180,7 +180,6 @@ static int apply(csess *c, const Conduit__Proxy__Destination__Update *u,
     mcp__free(m, add);
     s->v = merged;
     s->n = k;
-    s->cap = base + nn;
     s->exists = 1;
   } else if (u->update_case ==
              CONDUIT__PROXY__DESTINATION__UPDATE__UPDATE_REMOVE) {

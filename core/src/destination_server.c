@@ -55,11 +55,13 @@ typedef struct dsess {
   mcp_tstamp last_sent;
   int hb_due;
   mcp_msg *pending;    /* a remove that follows the add just sent */
-  /* A diff being taken: names of the live items changed (NUL-separated)
-   * and the removed ones as encoded AddrSet.addrs fields. */
+  /* A diff being taken: names of the live items changed (NUL-separated),
+   * the bytes of their addrs fields, and the removed ones as encoded
+   * AddrSet.addrs fields. */
   int collect;
   mcp_buf names;
   size_t nnames;
+  size_t names_inner;
   mcp_buf removed;
   size_t nremoved;
   uint64_t bad_items;
@@ -480,10 +482,6 @@ static void add_header(dsess *s, size_t inner) {
   mcp_msg_builder_varint(s->b, inner + s->labels_len);
 }
 
-static size_t addr_field_size(size_t body_len) {
-  return 1 + mcp__varint_len(body_len) + body_len;
-}
-
 static void add_item(dsess *s, const mcp_item *it) {
   mcp_msg_builder_key(s->b, 1, MCP_WT_LEN);
   mcp_msg_builder_varint(s->b, it->body_len);
@@ -515,7 +513,7 @@ typedef struct all_ctx {
 static int all_size(const mcp_item *it, void *ud) {
   all_ctx *c = ud;
   if (item_ok(it)) {
-    c->inner += addr_field_size(it->body_len);
+    c->inner += mcp__len_field_size(it->body_len);
   } else {
     c->s->srv->st.bad_items++;
   }
@@ -538,24 +536,14 @@ static int add_all(dsess *s, mcp_tstamp ts, mcp_msg **out) {
   return finish_add(s, ts, out);
 }
 
-/* add with the live items whose names the take collected. */
+/* add with the live items whose names the take collected (and sized):
+ * one lookup each, for the reference to the stored body. */
 static int add_changed(dsess *s, mcp_tstamp ts, mcp_msg **out) {
-  size_t inner = 0;
   mcp_item it;
+  add_header(s, s->names_inner);
   const char *name = (const char *)s->names.p;
   for (size_t i = 0; i < s->nnames; i++, name += strlen(name) + 1) {
     if (mcp_watch_get(s->w, name, &it)) {
-      if (item_ok(&it)) {
-        inner += addr_field_size(it.body_len);
-      } else {
-        s->srv->st.bad_items++;
-      }
-    }
-  }
-  add_header(s, inner);
-  name = (const char *)s->names.p;
-  for (size_t i = 0; i < s->nnames; i++, name += strlen(name) + 1) {
-    if (mcp_watch_get(s->w, name, &it) && item_ok(&it)) {
       add_item(s, &it);
     }
   }
@@ -596,6 +584,10 @@ static int collect(const mcp_item *it, void *ud) {
     s->nremoved++;
     return 0;
   }
+  if (!item_ok(it)) {
+    s->bad_items++;
+    return 0;
+  }
   size_t n = strlen(it->name) + 1;
   if (mcp__buf_reserve(&s->names, m, n) != 0) {
     return MCP_ERR_NOMEM;
@@ -603,6 +595,7 @@ static int collect(const mcp_item *it, void *ud) {
   memcpy(s->names.p + s->names.len, it->name, n);
   s->names.len += n;
   s->nnames++;
+  s->names_inner += mcp__len_field_size(it->body_len);
   return 0;
 }
 
@@ -613,7 +606,7 @@ static int take(dsess *s, mcp_tstamp ts, mcp_msg **out) {
    * keeps some: otherwise the answer is an add of all or a no_endpoints. */
   s->collect = s->first_sent && s->sent_exists && s->sent_count > 0;
   s->names.len = s->removed.len = 0;
-  s->nnames = s->nremoved = 0;
+  s->nnames = s->nremoved = s->names_inner = 0;
   s->bad_items = 0;
   int full = 0;
   int rv = mcp_watch_take(s->w, ts, collect, s, &full);
@@ -687,7 +680,7 @@ static int sess_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
     uint8_t wa[64];
     size_t n = mcp_dest_weighted_addr_encode(&s->v4, NULL, wa, sizeof(wa));
     mcp_msg_builder_key(s->b, 1, MCP_WT_LEN);
-    mcp_msg_builder_varint(s->b, addr_field_size(n));
+    mcp_msg_builder_varint(s->b, mcp__len_field_size(n));
     mcp_msg_builder_len_field(s->b, 1, wa, n);
     rv = mcp_msg_builder_finish(s->b, NULL, pmsg);
     if (rv == 0) {
