@@ -1,18 +1,15 @@
 /* The Destination view from Services and Endpoints: dest_view.h. */
 #include "dest_view.h"
 
-#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "google/protobuf/struct.pb-c.h"
 #include "view_util.h"
-#ifdef TOOLS_HAVE_DEST
 /* The Destination module's helpers, so that the adapter and the sessions
  * agree on names and bodies (mcp/destination.h, "View helpers"). */
 #include <mcp/destination.h>
-#endif
 
 #define STRUCT_URL "type.googleapis.com/google.protobuf.Struct"
 
@@ -22,7 +19,7 @@ typedef struct dv_port {
 } dv_port;
 
 typedef struct dv_addr {
-  char *ip;  /* as written */
+  mcp_dest_addr a; /* the ip, parsed once (port set per service port) */
   char *pod; /* targetRef.name when targetRef.kind == Pod, else NULL */
 } dv_addr;
 
@@ -65,10 +62,8 @@ static void free_ports(dv_port *p, size_t n) {
 
 static void free_subsets(dv_subset *s, size_t n) {
   for (size_t i = 0; i < n; i++) {
-    for (size_t j = 0; j < s[i].naddrs; j++) {
-      free(s[i].addrs[j].ip);
+    for (size_t j = 0; j < s[i].naddrs; j++)
       free(s[i].addrs[j].pod);
-    }
     free(s[i].addrs);
     free_ports(s[i].ports, s[i].nports);
   }
@@ -131,67 +126,20 @@ void dest_view_get_stats(const dest_view *v, dest_view_stats *st) {
 
 int dest_view_collection(char *buf, size_t len, const char *ns,
                          const char *svc, uint32_t port) {
-#ifdef TOOLS_HAVE_DEST
   return (int)mcp_dest_view_collection(buf, len, ns, svc, port);
-#else
-  return snprintf(buf, len, "%s/%s:%u", ns, svc, (unsigned)port);
-#endif
-}
-
-/* Parses |ip|: 4 (|a4| set) or 6 (|a6| set), 0 when not an address. */
-static int parse_ip(const char *ip, struct in_addr *a4, struct in6_addr *a6) {
-#ifdef TOOLS_HAVE_DEST
-  mcp_dest_addr a;
-  if (mcp_dest_ip_parse(&a, ip, 0) < 0)
-    return 0;
-  if (a.family == 4)
-    memcpy(&a4->s_addr, a.ip, 4);
-  else
-    memcpy(a6->s6_addr, a.ip, 16);
-  return a.family;
-#else
-  if (inet_pton(AF_INET, ip, a4) == 1)
-    return 4;
-  if (inet_pton(AF_INET6, ip, a6) == 1)
-    return 6;
-  return 0;
-#endif
 }
 
 int dest_view_addr_name(char *buf, size_t len, const char *ip, uint32_t port) {
-#ifdef TOOLS_HAVE_DEST
   mcp_dest_addr a;
   if (port > 65535 || mcp_dest_ip_parse(&a, ip, (uint16_t)port) < 0)
     return -1;
   return (int)mcp_dest_addr_name(&a, buf, len);
-#else
-  struct in_addr a4;
-  struct in6_addr a6;
-  char text[INET6_ADDRSTRLEN];
-  switch (parse_ip(ip, &a4, &a6)) {
-  case 4:
-    inet_ntop(AF_INET, &a4, text, sizeof text);
-    return snprintf(buf, len, "%s:%u", text, (unsigned)port);
-  case 6:
-    /* glibc prints RFC 5952 text: lower case, the longest run of two or
-     * more zero groups as "::". */
-    inet_ntop(AF_INET6, &a6, text, sizeof text);
-    return snprintf(buf, len, "[%s]:%u", text, (unsigned)port);
-  default:
-    return -1;
-  }
-#endif
 }
 
-/* conduit.proxy.destination.WeightedAddr{addr = TcpAddress{ip = IPAddress
- * {ipv4 | ipv6{first, last}}, port}, weight = 1, metric_labels{k8s_pod}}. */
-static int weighted_addr(vbuf *b, const char *ip, uint32_t port,
-                         const char *pod) {
-#ifdef TOOLS_HAVE_DEST
-  mcp_dest_addr a;
-  if (port > 65535 || mcp_dest_ip_parse(&a, ip, (uint16_t)port) < 0)
-    return -1;
-  size_t n = mcp_dest_weighted_addr_encode(&a, pod, NULL, 0);
+/* The encoded WeightedAddr of |a| (mcp_dest_weighted_addr_encode()) into
+ * |b|. */
+static int weighted_addr(vbuf *b, const mcp_dest_addr *a, const char *pod) {
+  size_t n = mcp_dest_weighted_addr_encode(a, pod, NULL, 0);
   vbuf_reset(b);
   if (b->cap < n) {
     uint8_t *p = realloc(b->p, n);
@@ -200,43 +148,8 @@ static int weighted_addr(vbuf *b, const char *ip, uint32_t port,
     b->p = p;
     b->cap = n;
   }
-  mcp_dest_weighted_addr_encode(&a, pod, b->p, n);
-  b->len = n;
+  b->len = mcp_dest_weighted_addr_encode(a, pod, b->p, n);
   return 0;
-#else
-  struct in_addr a4;
-  struct in6_addr a6;
-  int fam = parse_ip(ip, &a4, &a6);
-  if (!fam)
-    return -1;
-  vbuf_reset(b);
-  size_t addr = pbw_begin(b, 1); /* WeightedAddr.addr: TcpAddress */
-  size_t ipm = pbw_begin(b, 1);  /* TcpAddress.ip: IPAddress */
-  if (fam == 4) {
-    pbw_fixed32(b, 1, ntohl(a4.s_addr)); /* 10.0.0.1 = 0x0A000001 */
-  } else {
-    uint64_t first = 0, last = 0;
-    for (int i = 0; i < 8; i++) {
-      first = first << 8 | a6.s6_addr[i];
-      last = last << 8 | a6.s6_addr[8 + i];
-    }
-    size_t v6 = pbw_begin(b, 2); /* IPAddress.ipv6 */
-    pbw_fixed64(b, 1, first);
-    pbw_fixed64(b, 2, last);
-    pbw_end(b, v6);
-  }
-  pbw_end(b, ipm);
-  pbw_uint(b, 2, port); /* TcpAddress.port */
-  pbw_end(b, addr);
-  pbw_uint(b, 3, 1); /* weight */
-  if (pod && *pod) {
-    size_t e = pbw_begin(b, 4); /* metric_labels entry */
-    pbw_str(b, 1, "k8s_pod");
-    pbw_str(b, 2, pod);
-    pbw_end(b, e);
-  }
-  return b->failed ? MCP_ERR_NOMEM : 0;
-#endif
 }
 
 /* ------------------------------------------------------------------ */
@@ -369,18 +282,14 @@ static int parse_subset(dest_view *v, const Google__Protobuf__Struct *e,
   for (size_t i = 0; i < a->n_values; i++) {
     const Google__Protobuf__Struct *ad = sstruct_of(a->values[i]);
     const char *ip = sstr(ad, "ip");
-    struct in_addr a4;
-    struct in6_addr a6;
-    if (!ip || !parse_ip(ip, &a4, &a6)) {
+    dv_addr *d = &out->addrs[out->naddrs];
+    if (!ip || mcp_dest_ip_parse(&d->a, ip, 0) < 0) {
       v->st.bad_addresses++;
       continue;
     }
     const Google__Protobuf__Struct *ref =
         sstruct_of(sget(ad, "targetRef"));
     const char *kind = sstr(ref, "kind"), *pod = sstr(ref, "name");
-    dv_addr *d = &out->addrs[out->naddrs];
-    if (!(d->ip = strdup(ip)))
-      return MCP_ERR_NOMEM;
     out->naddrs++;
     if (kind && !strcmp(kind, "Pod") && pod && !(d->pod = strdup(pod)))
       return MCP_ERR_NOMEM;
@@ -486,7 +395,7 @@ static const dv_port *subset_port(const dv_subset *sub, const dv_port *sp) {
 }
 
 typedef struct dv_res {
-  char name[INET6_ADDRSTRLEN + 16];
+  char name[MCP_DEST_ADDR_NAME_MAX];
   char version[17];
   uint8_t *body;
   size_t len;
@@ -516,11 +425,10 @@ static int port_resources(dest_view *v, const dv_svc *s, const dv_port *sp,
       continue;
     for (size_t j = 0; j < sub->naddrs; j++) {
       dv_res *r = &res[n];
-      if (dest_view_addr_name(r->name, sizeof r->name, sub->addrs[j].ip,
-                              ep->port) < 0)
-        continue;
-      int rv = weighted_addr(&v->body, sub->addrs[j].ip, ep->port,
-                             sub->addrs[j].pod);
+      mcp_dest_addr a = sub->addrs[j].a;
+      a.port = (uint16_t)ep->port; /* 1..65535 (sport()) */
+      mcp_dest_addr_name(&a, r->name, sizeof r->name);
+      int rv = weighted_addr(&v->body, &a, sub->addrs[j].pod);
       if (rv == 0 && !(r->body = malloc(v->body.len ? v->body.len : 1)))
         rv = MCP_ERR_NOMEM;
       if (rv < 0) {

@@ -36,10 +36,10 @@
 #include <stdint.h>
 
 #include <mcp/engine.h>
+#include <mcp/destination.h>
 #include <mcp/mcp.h>
 
-#define DEST_VIEW_TYPE_URL                                                   \
-  "type.googleapis.com/conduit.proxy.destination.WeightedAddr"
+#define DEST_VIEW_TYPE_URL MCP_DEST_WEIGHTED_ADDR_TYPE_URL
 #define DEST_VIEW_SERVICES "k8s/core/v1/services"
 #define DEST_VIEW_ENDPOINTS "k8s/core/v1/endpoints"
 
