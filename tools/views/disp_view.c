@@ -7,10 +7,8 @@
 
 #include "google/protobuf/struct.pb-c.h"
 #include "view_util.h"
-#ifdef TOOLS_HAVE_DISP
 /* The Dispatcher module's names, so that both sides agree. */
 #include <mcp/dispatcher.h>
-#endif
 
 #define STRUCT_URL "type.googleapis.com/google.protobuf.Struct"
 
@@ -747,13 +745,8 @@ static int res_add(res_list *l, int kind, const char *id, const char *type,
     l->cap = cap;
   }
   /* Names are re-pointed once the arrays stop moving (recompute()). */
-#ifdef TOOLS_HAVE_DISP
   static const int kinds[] = {MCP_DISP_TASK, MCP_DISP_SECRET, MCP_DISP_CONFIG};
   mcp_disp_item_name(l->names[l->n], sizeof l->names[l->n], kinds[kind], id);
-#else
-  static const char *const prefix[] = {"task", "secret", "config"};
-  snprintf(l->names[l->n], sizeof l->names[l->n], "%s/%s", prefix[kind], id);
-#endif
   view_version(body, len, l->vers[l->n]);
   mcp_resource *r = &l->r[l->n++];
   memset(r, 0, sizeof *r);
@@ -834,11 +827,7 @@ static int recompute(disp_view *v, const char *node, mcp_tstamp ts) {
       l.r[j].version = l.vers[j];
     }
     char coll[300];
-#ifdef TOOLS_HAVE_DISP
     mcp_disp_node_collection(coll, sizeof coll, node);
-#else
-    snprintf(coll, sizeof coll, "node/%s", node);
-#endif
     /* A node never given anything has no collection (the session reads
      * absent and empty alike); one that had keeps an empty one. */
     if (l.n || vmap_get(&v->published, node)) {
