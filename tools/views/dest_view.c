@@ -42,14 +42,14 @@ typedef struct dv_svc {
   size_t nsubsets;
   uint32_t *published; /* port numbers whose collection exists */
   size_t npublished;
-  int dirty;
 } dv_svc;
 
 struct dest_view {
   const mcp_store *src;
   mcp_store *view;
   mcp_watch *wsvc, *wep;
-  vmap svcs; /* "<ns>/<svc>" -> dv_svc */
+  vmap svcs;  /* "<ns>/<svc>" -> dv_svc */
+  vmap dirty; /* names of the svcs to recompute -> (void *)1 */
   dest_view_stats st;
   vbuf body;
 };
@@ -110,6 +110,7 @@ void dest_view_del(dest_view *v) {
   while (vmap_next(&v->svcs, &i, &k, &val))
     svc_free(val);
   vmap_free(&v->svcs);
+  vmap_free(&v->dirty);
   mcp_watch_del(v->wsvc);
   mcp_watch_del(v->wep);
   vbuf_free(&v->body);
@@ -350,14 +351,18 @@ static dv_svc *svc_get(dest_view *v, const char *name, int create) {
 typedef struct take_ctx {
   dest_view *v;
   int endpoints;
+  vmap *seen; /* names listed by this take */
 } take_ctx;
 
 static int on_item(const mcp_item *it, void *ud) {
   take_ctx *c = ud;
+  if (c->seen && vmap_put(c->seen, it->name, (void *)1) < 0)
+    return MCP_ERR_NOMEM;
   dv_svc *s = svc_get(c->v, it->name, !it->removed);
   if (!s)
     return it->removed ? 0 : MCP_ERR_NOMEM;
-  s->dirty = 1;
+  if (vmap_put(&c->v->dirty, it->name, (void *)1) < 0)
+    return MCP_ERR_NOMEM;
   if (it->removed) {
     if (c->endpoints) {
       free_subsets(s->subsets, s->nsubsets);
@@ -521,40 +526,46 @@ static int recompute(dest_view *v, dv_svc *s, mcp_tstamp ts) {
   free(s->published);
   s->published = now;
   s->npublished = nnow;
-  s->dirty = 0;
   v->st.services++;
+  return 0;
+}
+
+/* After a whole take of the Services (|endpoints| 0) or the Endpoints:
+ * what it did not list is gone. */
+static int drop_unseen(dest_view *v, int endpoints, const vmap *seen) {
+  take_ctx c = {v, endpoints, NULL};
+  size_t i = 0;
+  const char *k;
+  void *val;
+  while (vmap_next(&v->svcs, &i, &k, &val)) {
+    dv_svc *s = val;
+    if ((endpoints ? s->has_ep : s->has_svc) && !vmap_get(seen, k)) {
+      mcp_item gone = {.name = k, .removed = 1};
+      int rv = on_item(&gone, &c);
+      if (rv < 0)
+        return rv;
+    }
+  }
   return 0;
 }
 
 int dest_view_sync(dest_view *v, mcp_tstamp ts) {
   int rv;
-  /* A whole state (the first take, or the change log no longer reaches)
-   * lists only what is live: what it does not list is gone. Whether a take
-   * is whole is known only once it ran: every record is marked unseen
-   * (bit 2 of |dirty|; on_item() clears it), and after a whole take the
-   * unseen ones lose what that collection gave them. */
+  /* O(changed): each take reports what changed, and only the Services it
+   * names are recomputed. A whole state (the first take, or the change log
+   * no longer reaches) lists only what is live: what it does not list is
+   * gone. */
   for (int ep = 0; ep < 2; ep++) {
     mcp_watch *w = ep ? v->wep : v->wsvc;
     if (!mcp_watch_changed(w))
       continue;
-    take_ctx c = {v, ep};
-    size_t i = 0;
-    const char *k;
-    void *val;
-    while (vmap_next(&v->svcs, &i, &k, &val))
-      ((dv_svc *)val)->dirty |= 2;
+    vmap seen = {0};
+    take_ctx c = {v, ep, &seen};
     int full = 0;
     rv = mcp_watch_take(w, ts, on_item, &c, &full);
-    i = 0;
-    while (vmap_next(&v->svcs, &i, &k, &val)) {
-      dv_svc *s = val;
-      int unseen = s->dirty & 2;
-      s->dirty &= ~2;
-      if (rv >= 0 && full && unseen && (ep ? s->has_ep : s->has_svc)) {
-        mcp_item gone = {.name = k, .removed = 1};
-        on_item(&gone, &c);
-      }
-    }
+    if (rv >= 0 && full)
+      rv = drop_unseen(v, ep, &seen);
+    vmap_free(&seen);
     if (rv < 0)
       return rv;
   }
@@ -562,15 +573,16 @@ int dest_view_sync(dest_view *v, mcp_tstamp ts) {
   size_t i = 0;
   const char *k;
   void *val;
-  while (vmap_next(&v->svcs, &i, &k, &val)) {
-    dv_svc *s = val;
-    if (!s->dirty)
-      continue;
-    if ((rv = recompute(v, s, ts)) < 0)
-      return rv;
-    n++;
-    if (!s->has_svc && !s->has_ep && !s->npublished)
-      svc_free(vmap_del(&v->svcs, k));
+  while (vmap_next(&v->dirty, &i, &k, &val)) {
+    dv_svc *s = vmap_get(&v->svcs, k);
+    if (s) {
+      if ((rv = recompute(v, s, ts)) < 0)
+        return rv;
+      n++;
+      if (!s->has_svc && !s->has_ep && !s->npublished)
+        svc_free(vmap_del(&v->svcs, k));
+    }
+    vmap_del(&v->dirty, k);
   }
   if (n)
     v->st.syncs++;
