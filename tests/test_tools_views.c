@@ -357,6 +357,41 @@ START_TEST(test_dest_ipv6_unnamed_ports_and_bad_input) {
 }
 END_TEST
 
+START_TEST(test_dest_wrong_shapes_are_skipped_and_said) {
+  /* A Service whose ports is not a list has no ports (no collection); an
+   * Endpoints whose subsets is a map, or a subset that is a string, gives
+   * no address; each is counted and dest_view_why() names it. */
+  put(SVC, "default/flat", STRUCT, "ports: 80\n");
+  dest_view *d = new_dest();
+  ck_assert_str_eq(dest_view_why(d), "");
+  dsync(d);
+  ck_assert_int_eq(mcp_store_has_collection(view, "default/flat:80"), 0);
+  ck_assert_str_eq(dest_view_why(d),
+                   "default/flat: not a list, ignored: 'ports'");
+  dest_view_stats st;
+  dest_view_get_stats(d, &st);
+  ck_assert_uint_eq(st.bad_addresses, 1);
+  put(SVC, "default/web", STRUCT, WEB_SVC);
+  put(EP, "default/web", STRUCT, "subsets: {addresses: [{ip: 10.0.0.1}]}\n");
+  dsync(d);
+  ck_assert_str_eq(dest_view_why(d),
+                   "default/web: not a list, ignored: 'subsets'");
+  ck_assert_int_eq(mcp_store_has_collection(view, "default/web:80"), 1);
+  ck_assert_uint_eq(mcp_store_count(view, "default/web:80"), 0);
+  put(EP, "default/web", STRUCT,
+      "subsets:\n- just-a-string\n"
+      "- addresses: [{ip: 10.0.0.256}, {ip: 10.1.0.1}]\n"
+      "  ports: [{name: http, port: 8080}]\n");
+  dsync(d);
+  ck_assert_str_eq(names("default/web:80"), "10.1.0.1:8080");
+  ck_assert_str_eq(dest_view_why(d),
+                   "default/web: not an IP address, skipped: '10.0.0.256'");
+  dest_view_get_stats(d, &st);
+  ck_assert_uint_eq(st.bad_addresses, 4);
+  dest_view_del(d);
+}
+END_TEST
+
 START_TEST(test_dest_names_and_collections) {
   char b[64];
   ck_assert_int_eq(dest_view_collection(b, sizeof b, "default", "web", 80), 14);
@@ -782,6 +817,7 @@ int main(void) {
   tcase_add_test(t, test_dest_only_the_services_changed_are_recomputed);
   tcase_add_test(t, test_dest_port_or_service_gone_removes_the_collection);
   tcase_add_test(t, test_dest_ipv6_unnamed_ports_and_bad_input);
+  tcase_add_test(t, test_dest_wrong_shapes_are_skipped_and_said);
   tcase_add_test(t, test_dest_names_and_collections);
   tcase_add_test(t, test_dest_collection_removed_drops_everything);
   suite_add_tcase(s, t);

@@ -52,7 +52,19 @@ struct dest_view {
   vmap dirty; /* names of the svcs to recompute -> (void *)1 */
   dest_view_stats st;
   vbuf body;
+  const char *cur; /* the document being read (for why) */
+  char why[256];   /* the last input skipped, and why */
 };
+
+/* Counts one input skipped in |*counter| and says why (dest_view_why()). */
+static void bad(dest_view *v, uint64_t *counter, const char *what,
+                const char *detail) {
+  (*counter)++;
+  snprintf(v->why, sizeof v->why, "%s: %s%s%s%s", v->cur ? v->cur : "?",
+           what, detail ? " '" : "", detail ? detail : "", detail ? "'" : "");
+}
+
+const char *dest_view_why(const dest_view *v) { return v->why; }
 
 static void free_ports(dv_port *p, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -172,12 +184,16 @@ static const char *sstr(const Google__Protobuf__Struct *s, const char *key) {
              : NULL;
 }
 
+/* The list |key| of |s|; NULL when absent, or when it is not a list
+ * (counted: the document's field is ignored). */
 static const Google__Protobuf__ListValue *
-slist(const Google__Protobuf__Struct *s, const char *key) {
+slist(dest_view *dv, const Google__Protobuf__Struct *s, const char *key) {
   const Google__Protobuf__Value *v = sget(s, key);
-  return v && v->kind_case == GOOGLE__PROTOBUF__VALUE__KIND_LIST_VALUE
-             ? v->list_value
-             : NULL;
+  if (v && v->kind_case == GOOGLE__PROTOBUF__VALUE__KIND_LIST_VALUE)
+    return v->list_value;
+  if (v && v->kind_case != GOOGLE__PROTOBUF__VALUE__KIND_NULL_VALUE)
+    bad(dv, &dv->st.bad_addresses, "not a list, ignored:", key);
+  return NULL;
 }
 
 static const Google__Protobuf__Struct *
@@ -226,7 +242,8 @@ static int parse_ports(dest_view *v, const Google__Protobuf__ListValue *l,
     const Google__Protobuf__Struct *e = sstruct_of(l->values[i]);
     uint32_t port;
     if (!e || !sport(e, &port)) {
-      v->st.bad_addresses++;
+      bad(v, &v->st.bad_addresses,
+          "a port without a number in 1..65535, skipped", NULL);
       continue;
     }
     if (!(p[n].name = dupnul(sstr(e, "name")))) {
@@ -242,13 +259,13 @@ static int parse_ports(dest_view *v, const Google__Protobuf__ListValue *l,
 
 static Google__Protobuf__Struct *unpack(dest_view *v, const mcp_item *it) {
   if (!it->type_url || strcmp(it->type_url, STRUCT_URL) != 0) {
-    v->st.bad_bodies++;
+    bad(v, &v->st.bad_bodies, "the body is not a", STRUCT_URL);
     return NULL;
   }
   Google__Protobuf__Struct *s =
       google__protobuf__struct__unpack(NULL, it->body_len, it->body);
   if (!s)
-    v->st.bad_bodies++;
+    bad(v, &v->st.bad_bodies, "the body does not decode as a Struct", NULL);
   return s;
 }
 
@@ -257,7 +274,7 @@ static int set_service(dest_view *v, dv_svc *s, const mcp_item *it) {
   Google__Protobuf__Struct *b = unpack(v, it);
   dv_port *p = NULL;
   size_t n = 0;
-  int rv = parse_ports(v, slist(b, "ports"), &p, &n);
+  int rv = parse_ports(v, slist(v, b, "ports"), &p, &n);
   if (b)
     google__protobuf__struct__free_unpacked(b, NULL);
   if (rv < 0)
@@ -272,10 +289,10 @@ static int set_service(dest_view *v, dv_svc *s, const mcp_item *it) {
 static int parse_subset(dest_view *v, const Google__Protobuf__Struct *e,
                         dv_subset *out) {
   memset(out, 0, sizeof *out);
-  int rv = parse_ports(v, slist(e, "ports"), &out->ports, &out->nports);
+  int rv = parse_ports(v, slist(v, e, "ports"), &out->ports, &out->nports);
   if (rv < 0)
     return rv;
-  const Google__Protobuf__ListValue *a = slist(e, "addresses");
+  const Google__Protobuf__ListValue *a = slist(v, e, "addresses");
   if (!a || !a->n_values)
     return 0;
   if (!(out->addrs = calloc(a->n_values, sizeof *out->addrs)))
@@ -285,7 +302,9 @@ static int parse_subset(dest_view *v, const Google__Protobuf__Struct *e,
     const char *ip = sstr(ad, "ip");
     dv_addr *d = &out->addrs[out->naddrs];
     if (!ip || mcp_dest_ip_parse(&d->a, ip, 0) < 0) {
-      v->st.bad_addresses++;
+      bad(v, &v->st.bad_addresses,
+          ip ? "not an IP address, skipped:" : "an address without ip, skipped",
+          ip);
       continue;
     }
     const Google__Protobuf__Struct *ref =
@@ -300,7 +319,7 @@ static int parse_subset(dest_view *v, const Google__Protobuf__Struct *e,
 
 static int set_endpoints(dest_view *v, dv_svc *s, const mcp_item *it) {
   Google__Protobuf__Struct *b = unpack(v, it);
-  const Google__Protobuf__ListValue *l = slist(b, "subsets");
+  const Google__Protobuf__ListValue *l = slist(v, b, "subsets");
   dv_subset *sub = NULL;
   size_t n = 0;
   int rv = 0;
@@ -309,8 +328,11 @@ static int set_endpoints(dest_view *v, dv_svc *s, const mcp_item *it) {
       rv = MCP_ERR_NOMEM;
     for (size_t i = 0; rv == 0 && i < l->n_values; i++) {
       const Google__Protobuf__Struct *e = sstruct_of(l->values[i]);
-      if (!e)
+      if (!e) {
+        bad(v, &v->st.bad_addresses, "a subset that is not a map, skipped",
+            NULL);
         continue;
+      }
       rv = parse_subset(v, e, &sub[n]);
       n++;
     }
@@ -363,6 +385,7 @@ static int on_item(const mcp_item *it, void *ud) {
     return it->removed ? 0 : MCP_ERR_NOMEM;
   if (vmap_put(&c->v->dirty, it->name, (void *)1) < 0)
     return MCP_ERR_NOMEM;
+  c->v->cur = it->name; /* (valid during the call) */
   if (it->removed) {
     if (c->endpoints) {
       free_subsets(s->subsets, s->nsubsets);

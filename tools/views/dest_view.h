@@ -74,6 +74,11 @@ int dest_view_sync(dest_view *v, mcp_tstamp ts);
 
 void dest_view_get_stats(const dest_view *v, dest_view_stats *st);
 
+/* What the last input counted in bad_bodies or bad_addresses was, and
+ * why: "<ns>/<name>: <reason>" ("" before any). Valid until the next
+ * dest_view_sync(). */
+const char *dest_view_why(const dest_view *v);
+
 /* The view's helpers, also for tests (and the same rules as the
  * Destination module's): the collection of a service port, the resource
  * name of an address ("10.0.0.1:8080", "[2001:db8::1]:80"; |ip| is
