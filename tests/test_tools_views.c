@@ -602,6 +602,36 @@ START_TEST(test_disp_nodes_and_struct_bodies) {
 }
 END_TEST
 
+START_TEST(test_disp_wrong_shapes_are_skipped_and_said) {
+  /* A Task in a state swarmkit does not have, or a Struct body that is not
+   * a Task, is skipped as absent, counted, and disp_view_why() names it. */
+  put(TASKS, "t1", TASK, task("node-a", "ASSIGNED", "nginx", ""));
+  disp_view *d = new_disp(schema);
+  ck_assert_str_eq(disp_view_why(d), "");
+  psync(d);
+  ck_assert_str_eq(names("node/node-a"), "task/t1");
+  put(TASKS, "t1", TASK, task("node-a", "999", "nginx", ""));
+  psync(d);
+  ck_assert_str_eq(names("node/node-a"), "");
+  ck_assert_str_eq(disp_view_why(d),
+                   "t1: a Task in an unknown status.state: 999");
+  put(TASKS, "t2", STRUCT,
+      "nodeId: node-a\nstatus: {state: SLEEPING}\n");
+  psync(d);
+  ck_assert_str_eq(names("node/node-a"), "");
+  ck_assert_msg(!strncmp(disp_view_why(d), "t2: not a valid object: ", 24),
+                "%s", disp_view_why(d));
+  put(TASKS, "t3", STRUCT, "nodeId: node-a\nstatus: [1, 2]\n");
+  psync(d);
+  ck_assert_msg(!strncmp(disp_view_why(d), "t3: not a valid object: ", 24),
+                "%s", disp_view_why(d));
+  disp_view_stats st;
+  disp_view_get_stats(d, &st);
+  ck_assert_uint_eq(st.bad_bodies, 3);
+  disp_view_del(d);
+}
+END_TEST
+
 START_TEST(test_disp_collection_removed_drops_everything) {
   put(TASKS, "t1", TASK, task("node-a", "ASSIGNED", "nginx", S1));
   put_secret("s1");
@@ -827,6 +857,7 @@ int main(void) {
   tcase_add_test(t, test_disp_task_moves_and_shared_secret);
   tcase_add_test(t, test_disp_task_past_running_keeps_its_bytes);
   tcase_add_test(t, test_disp_nodes_and_struct_bodies);
+  tcase_add_test(t, test_disp_wrong_shapes_are_skipped_and_said);
   tcase_add_test(t, test_disp_collection_removed_drops_everything);
   suite_add_tcase(s, t);
   t = tcase_create("alloc");
