@@ -357,6 +357,41 @@ START_TEST(test_dest_ipv6_unnamed_ports_and_bad_input) {
 }
 END_TEST
 
+START_TEST(test_dest_wrong_shapes_are_skipped_and_said) {
+  /* A Service whose ports is not a list has no ports (no collection); an
+   * Endpoints whose subsets is a map, or a subset that is a string, gives
+   * no address; each is counted and dest_view_why() names it. */
+  put(SVC, "default/flat", STRUCT, "ports: 80\n");
+  dest_view *d = new_dest();
+  ck_assert_str_eq(dest_view_why(d), "");
+  dsync(d);
+  ck_assert_int_eq(mcp_store_has_collection(view, "default/flat:80"), 0);
+  ck_assert_str_eq(dest_view_why(d),
+                   "default/flat: not a list, ignored: 'ports'");
+  dest_view_stats st;
+  dest_view_get_stats(d, &st);
+  ck_assert_uint_eq(st.bad_addresses, 1);
+  put(SVC, "default/web", STRUCT, WEB_SVC);
+  put(EP, "default/web", STRUCT, "subsets: {addresses: [{ip: 10.0.0.1}]}\n");
+  dsync(d);
+  ck_assert_str_eq(dest_view_why(d),
+                   "default/web: not a list, ignored: 'subsets'");
+  ck_assert_int_eq(mcp_store_has_collection(view, "default/web:80"), 1);
+  ck_assert_uint_eq(mcp_store_count(view, "default/web:80"), 0);
+  put(EP, "default/web", STRUCT,
+      "subsets:\n- just-a-string\n"
+      "- addresses: [{ip: 10.0.0.256}, {ip: 10.1.0.1}]\n"
+      "  ports: [{name: http, port: 8080}]\n");
+  dsync(d);
+  ck_assert_str_eq(names("default/web:80"), "10.1.0.1:8080");
+  ck_assert_str_eq(dest_view_why(d),
+                   "default/web: not an IP address, skipped: '10.0.0.256'");
+  dest_view_get_stats(d, &st);
+  ck_assert_uint_eq(st.bad_addresses, 4);
+  dest_view_del(d);
+}
+END_TEST
+
 START_TEST(test_dest_names_and_collections) {
   char b[64];
   ck_assert_int_eq(dest_view_collection(b, sizeof b, "default", "web", 80), 14);
@@ -563,6 +598,36 @@ START_TEST(test_disp_nodes_and_struct_bodies) {
   ck_assert_int_eq(mcp_store_upsert(src, TASKS, &r, ++now), 1);
   psync(d);
   ck_assert_str_eq(names("node/node-a"), "");
+  disp_view_del(d);
+}
+END_TEST
+
+START_TEST(test_disp_wrong_shapes_are_skipped_and_said) {
+  /* A Task in a state swarmkit does not have, or a Struct body that is not
+   * a Task, is skipped as absent, counted, and disp_view_why() names it. */
+  put(TASKS, "t1", TASK, task("node-a", "ASSIGNED", "nginx", ""));
+  disp_view *d = new_disp(schema);
+  ck_assert_str_eq(disp_view_why(d), "");
+  psync(d);
+  ck_assert_str_eq(names("node/node-a"), "task/t1");
+  put(TASKS, "t1", TASK, task("node-a", "999", "nginx", ""));
+  psync(d);
+  ck_assert_str_eq(names("node/node-a"), "");
+  ck_assert_str_eq(disp_view_why(d),
+                   "t1: a Task in an unknown status.state: 999");
+  put(TASKS, "t2", STRUCT,
+      "nodeId: node-a\nstatus: {state: SLEEPING}\n");
+  psync(d);
+  ck_assert_str_eq(names("node/node-a"), "");
+  ck_assert_msg(!strncmp(disp_view_why(d), "t2: not a valid object: ", 24),
+                "%s", disp_view_why(d));
+  put(TASKS, "t3", STRUCT, "nodeId: node-a\nstatus: [1, 2]\n");
+  psync(d);
+  ck_assert_msg(!strncmp(disp_view_why(d), "t3: not a valid object: ", 24),
+                "%s", disp_view_why(d));
+  disp_view_stats st;
+  disp_view_get_stats(d, &st);
+  ck_assert_uint_eq(st.bad_bodies, 3);
   disp_view_del(d);
 }
 END_TEST
@@ -782,6 +847,7 @@ int main(void) {
   tcase_add_test(t, test_dest_only_the_services_changed_are_recomputed);
   tcase_add_test(t, test_dest_port_or_service_gone_removes_the_collection);
   tcase_add_test(t, test_dest_ipv6_unnamed_ports_and_bad_input);
+  tcase_add_test(t, test_dest_wrong_shapes_are_skipped_and_said);
   tcase_add_test(t, test_dest_names_and_collections);
   tcase_add_test(t, test_dest_collection_removed_drops_everything);
   suite_add_tcase(s, t);
@@ -791,6 +857,7 @@ int main(void) {
   tcase_add_test(t, test_disp_task_moves_and_shared_secret);
   tcase_add_test(t, test_disp_task_past_running_keeps_its_bytes);
   tcase_add_test(t, test_disp_nodes_and_struct_bodies);
+  tcase_add_test(t, test_disp_wrong_shapes_are_skipped_and_said);
   tcase_add_test(t, test_disp_collection_removed_drops_everything);
   suite_add_tcase(s, t);
   t = tcase_create("alloc");

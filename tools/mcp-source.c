@@ -381,7 +381,16 @@ static void loaded(source_app *a) {
  * next update. */
 static void views_sync(source_app *a, mcp_tstamp ts) {
   if (a->dview) {
+    dest_view_stats before, after;
+    dest_view_get_stats(a->dview, &before);
     int rv = dest_view_sync(a->dview, ts);
+    dest_view_get_stats(a->dview, &after);
+    uint64_t skipped = after.bad_bodies + after.bad_addresses -
+                       before.bad_bodies - before.bad_addresses;
+    if (skipped)
+      log_warn("Destination view: %llu input%s skipped, the last: %s",
+               (unsigned long long)skipped, skipped == 1 ? "" : "s",
+               dest_view_why(a->dview));
     if (rv < 0)
       log_error("Destination view: %s (finished at the next change)",
                 mcp_strerror(rv));
@@ -390,7 +399,15 @@ static void views_sync(source_app *a, mcp_tstamp ts) {
                 rv == 1 ? "" : "s");
   }
   if (a->pview) {
+    disp_view_stats before, after;
+    disp_view_get_stats(a->pview, &before);
     int rv = disp_view_sync(a->pview, ts);
+    disp_view_get_stats(a->pview, &after);
+    uint64_t skipped = after.bad_bodies - before.bad_bodies;
+    if (skipped)
+      log_warn("Dispatcher view: %llu object%s skipped, the last: %s",
+               (unsigned long long)skipped, skipped == 1 ? "" : "s",
+               disp_view_why(a->pview));
     if (rv < 0)
       log_error("Dispatcher view: %s (finished at the next change)",
                 mcp_strerror(rv));

@@ -95,16 +95,7 @@ static int usage_error(const char *fmt, ...) {
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
   va_end(ap);
-  fputs("usage: mcp-sink --api destination --destination AUTHORITY... "
-        "[--connect HOST:PORT[,...]]\n"
-        "                [--transport grpc|h2c] [--json] [--out DIR] "
-        "[--exit-after-sync]\n"
-        "       mcp-sink --api dispatcher --node-id NODE [--connect "
-        "HOST:PORT[,...]]\n"
-        "                [--report-status STATE] [--transport grpc|h2c] "
-        "[--json] [--out DIR]\n"
-        "                [--exit-after-sync]\n"
-        "(mcp-sink --help: every flag)\n",
+  fputs("usage: " TOOL_SINK_PROTO_SYNOPSIS "(mcp-sink --help: every flag)\n",
         stderr);
   return 2;
 }

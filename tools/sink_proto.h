@@ -35,6 +35,19 @@
 #ifndef TOOLS_SINK_PROTO_H
 #define TOOLS_SINK_PROTO_H
 
+/* The synopsis lines of these APIs (the first without its "usage: " or
+ * its indent, each further one indented by 7), for both usage texts. */
+#define TOOL_SINK_PROTO_SYNOPSIS                                             \
+  "mcp-sink --api destination --destination AUTHORITY... "                   \
+  "[--connect HOST:PORT[,...]]\n"                                            \
+  "                [--transport grpc|h2c] [--json] [--out DIR] "             \
+  "[--exit-after-sync]\n"                                                    \
+  "       mcp-sink --api dispatcher --node-id NODE [--connect "              \
+  "HOST:PORT[,...]]\n"                                                       \
+  "                [--report-status STATE] [--transport grpc|h2c] "          \
+  "[--json] [--out DIR]\n"                                                   \
+  "                [--exit-after-sync]\n"
+
 /* 1 when argv asks for one of these APIs (--api destination|dispatcher). */
 int tool_sink_proto_wanted(int argc, char **argv);
 

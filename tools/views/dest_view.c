@@ -1,18 +1,15 @@
 /* The Destination view from Services and Endpoints: dest_view.h. */
 #include "dest_view.h"
 
-#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "google/protobuf/struct.pb-c.h"
 #include "view_util.h"
-#ifdef TOOLS_HAVE_DEST
 /* The Destination module's helpers, so that the adapter and the sessions
  * agree on names and bodies (mcp/destination.h, "View helpers"). */
 #include <mcp/destination.h>
-#endif
 
 #define STRUCT_URL "type.googleapis.com/google.protobuf.Struct"
 
@@ -22,7 +19,7 @@ typedef struct dv_port {
 } dv_port;
 
 typedef struct dv_addr {
-  char *ip;  /* as written */
+  mcp_dest_addr a; /* the ip, parsed once (port set per service port) */
   char *pod; /* targetRef.name when targetRef.kind == Pod, else NULL */
 } dv_addr;
 
@@ -45,17 +42,29 @@ typedef struct dv_svc {
   size_t nsubsets;
   uint32_t *published; /* port numbers whose collection exists */
   size_t npublished;
-  int dirty;
 } dv_svc;
 
 struct dest_view {
   const mcp_store *src;
   mcp_store *view;
   mcp_watch *wsvc, *wep;
-  vmap svcs; /* "<ns>/<svc>" -> dv_svc */
+  vmap svcs;  /* "<ns>/<svc>" -> dv_svc */
+  vmap dirty; /* names of the svcs to recompute -> (void *)1 */
   dest_view_stats st;
   vbuf body;
+  const char *cur; /* the document being read (for why) */
+  char why[256];   /* the last input skipped, and why */
 };
+
+/* Counts one input skipped in |*counter| and says why (dest_view_why()). */
+static void bad(dest_view *v, uint64_t *counter, const char *what,
+                const char *detail) {
+  (*counter)++;
+  snprintf(v->why, sizeof v->why, "%s: %s%s%s%s", v->cur ? v->cur : "?",
+           what, detail ? " '" : "", detail ? detail : "", detail ? "'" : "");
+}
+
+const char *dest_view_why(const dest_view *v) { return v->why; }
 
 static void free_ports(dv_port *p, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -65,10 +74,8 @@ static void free_ports(dv_port *p, size_t n) {
 
 static void free_subsets(dv_subset *s, size_t n) {
   for (size_t i = 0; i < n; i++) {
-    for (size_t j = 0; j < s[i].naddrs; j++) {
-      free(s[i].addrs[j].ip);
+    for (size_t j = 0; j < s[i].naddrs; j++)
       free(s[i].addrs[j].pod);
-    }
     free(s[i].addrs);
     free_ports(s[i].ports, s[i].nports);
   }
@@ -115,6 +122,7 @@ void dest_view_del(dest_view *v) {
   while (vmap_next(&v->svcs, &i, &k, &val))
     svc_free(val);
   vmap_free(&v->svcs);
+  vmap_free(&v->dirty);
   mcp_watch_del(v->wsvc);
   mcp_watch_del(v->wep);
   vbuf_free(&v->body);
@@ -131,67 +139,20 @@ void dest_view_get_stats(const dest_view *v, dest_view_stats *st) {
 
 int dest_view_collection(char *buf, size_t len, const char *ns,
                          const char *svc, uint32_t port) {
-#ifdef TOOLS_HAVE_DEST
   return (int)mcp_dest_view_collection(buf, len, ns, svc, port);
-#else
-  return snprintf(buf, len, "%s/%s:%u", ns, svc, (unsigned)port);
-#endif
-}
-
-/* Parses |ip|: 4 (|a4| set) or 6 (|a6| set), 0 when not an address. */
-static int parse_ip(const char *ip, struct in_addr *a4, struct in6_addr *a6) {
-#ifdef TOOLS_HAVE_DEST
-  mcp_dest_addr a;
-  if (mcp_dest_ip_parse(&a, ip, 0) < 0)
-    return 0;
-  if (a.family == 4)
-    memcpy(&a4->s_addr, a.ip, 4);
-  else
-    memcpy(a6->s6_addr, a.ip, 16);
-  return a.family;
-#else
-  if (inet_pton(AF_INET, ip, a4) == 1)
-    return 4;
-  if (inet_pton(AF_INET6, ip, a6) == 1)
-    return 6;
-  return 0;
-#endif
 }
 
 int dest_view_addr_name(char *buf, size_t len, const char *ip, uint32_t port) {
-#ifdef TOOLS_HAVE_DEST
   mcp_dest_addr a;
   if (port > 65535 || mcp_dest_ip_parse(&a, ip, (uint16_t)port) < 0)
     return -1;
   return (int)mcp_dest_addr_name(&a, buf, len);
-#else
-  struct in_addr a4;
-  struct in6_addr a6;
-  char text[INET6_ADDRSTRLEN];
-  switch (parse_ip(ip, &a4, &a6)) {
-  case 4:
-    inet_ntop(AF_INET, &a4, text, sizeof text);
-    return snprintf(buf, len, "%s:%u", text, (unsigned)port);
-  case 6:
-    /* glibc prints RFC 5952 text: lower case, the longest run of two or
-     * more zero groups as "::". */
-    inet_ntop(AF_INET6, &a6, text, sizeof text);
-    return snprintf(buf, len, "[%s]:%u", text, (unsigned)port);
-  default:
-    return -1;
-  }
-#endif
 }
 
-/* conduit.proxy.destination.WeightedAddr{addr = TcpAddress{ip = IPAddress
- * {ipv4 | ipv6{first, last}}, port}, weight = 1, metric_labels{k8s_pod}}. */
-static int weighted_addr(vbuf *b, const char *ip, uint32_t port,
-                         const char *pod) {
-#ifdef TOOLS_HAVE_DEST
-  mcp_dest_addr a;
-  if (port > 65535 || mcp_dest_ip_parse(&a, ip, (uint16_t)port) < 0)
-    return -1;
-  size_t n = mcp_dest_weighted_addr_encode(&a, pod, NULL, 0);
+/* The encoded WeightedAddr of |a| (mcp_dest_weighted_addr_encode()) into
+ * |b|. */
+static int weighted_addr(vbuf *b, const mcp_dest_addr *a, const char *pod) {
+  size_t n = mcp_dest_weighted_addr_encode(a, pod, NULL, 0);
   vbuf_reset(b);
   if (b->cap < n) {
     uint8_t *p = realloc(b->p, n);
@@ -200,43 +161,8 @@ static int weighted_addr(vbuf *b, const char *ip, uint32_t port,
     b->p = p;
     b->cap = n;
   }
-  mcp_dest_weighted_addr_encode(&a, pod, b->p, n);
-  b->len = n;
+  b->len = mcp_dest_weighted_addr_encode(a, pod, b->p, n);
   return 0;
-#else
-  struct in_addr a4;
-  struct in6_addr a6;
-  int fam = parse_ip(ip, &a4, &a6);
-  if (!fam)
-    return -1;
-  vbuf_reset(b);
-  size_t addr = pbw_begin(b, 1); /* WeightedAddr.addr: TcpAddress */
-  size_t ipm = pbw_begin(b, 1);  /* TcpAddress.ip: IPAddress */
-  if (fam == 4) {
-    pbw_fixed32(b, 1, ntohl(a4.s_addr)); /* 10.0.0.1 = 0x0A000001 */
-  } else {
-    uint64_t first = 0, last = 0;
-    for (int i = 0; i < 8; i++) {
-      first = first << 8 | a6.s6_addr[i];
-      last = last << 8 | a6.s6_addr[8 + i];
-    }
-    size_t v6 = pbw_begin(b, 2); /* IPAddress.ipv6 */
-    pbw_fixed64(b, 1, first);
-    pbw_fixed64(b, 2, last);
-    pbw_end(b, v6);
-  }
-  pbw_end(b, ipm);
-  pbw_uint(b, 2, port); /* TcpAddress.port */
-  pbw_end(b, addr);
-  pbw_uint(b, 3, 1); /* weight */
-  if (pod && *pod) {
-    size_t e = pbw_begin(b, 4); /* metric_labels entry */
-    pbw_str(b, 1, "k8s_pod");
-    pbw_str(b, 2, pod);
-    pbw_end(b, e);
-  }
-  return b->failed ? MCP_ERR_NOMEM : 0;
-#endif
 }
 
 /* ------------------------------------------------------------------ */
@@ -258,12 +184,16 @@ static const char *sstr(const Google__Protobuf__Struct *s, const char *key) {
              : NULL;
 }
 
+/* The list |key| of |s|; NULL when absent, or when it is not a list
+ * (counted: the document's field is ignored). */
 static const Google__Protobuf__ListValue *
-slist(const Google__Protobuf__Struct *s, const char *key) {
+slist(dest_view *dv, const Google__Protobuf__Struct *s, const char *key) {
   const Google__Protobuf__Value *v = sget(s, key);
-  return v && v->kind_case == GOOGLE__PROTOBUF__VALUE__KIND_LIST_VALUE
-             ? v->list_value
-             : NULL;
+  if (v && v->kind_case == GOOGLE__PROTOBUF__VALUE__KIND_LIST_VALUE)
+    return v->list_value;
+  if (v && v->kind_case != GOOGLE__PROTOBUF__VALUE__KIND_NULL_VALUE)
+    bad(dv, &dv->st.bad_addresses, "not a list, ignored:", key);
+  return NULL;
 }
 
 static const Google__Protobuf__Struct *
@@ -312,7 +242,8 @@ static int parse_ports(dest_view *v, const Google__Protobuf__ListValue *l,
     const Google__Protobuf__Struct *e = sstruct_of(l->values[i]);
     uint32_t port;
     if (!e || !sport(e, &port)) {
-      v->st.bad_addresses++;
+      bad(v, &v->st.bad_addresses,
+          "a port without a number in 1..65535, skipped", NULL);
       continue;
     }
     if (!(p[n].name = dupnul(sstr(e, "name")))) {
@@ -328,13 +259,13 @@ static int parse_ports(dest_view *v, const Google__Protobuf__ListValue *l,
 
 static Google__Protobuf__Struct *unpack(dest_view *v, const mcp_item *it) {
   if (!it->type_url || strcmp(it->type_url, STRUCT_URL) != 0) {
-    v->st.bad_bodies++;
+    bad(v, &v->st.bad_bodies, "the body is not a", STRUCT_URL);
     return NULL;
   }
   Google__Protobuf__Struct *s =
       google__protobuf__struct__unpack(NULL, it->body_len, it->body);
   if (!s)
-    v->st.bad_bodies++;
+    bad(v, &v->st.bad_bodies, "the body does not decode as a Struct", NULL);
   return s;
 }
 
@@ -343,7 +274,7 @@ static int set_service(dest_view *v, dv_svc *s, const mcp_item *it) {
   Google__Protobuf__Struct *b = unpack(v, it);
   dv_port *p = NULL;
   size_t n = 0;
-  int rv = parse_ports(v, slist(b, "ports"), &p, &n);
+  int rv = parse_ports(v, slist(v, b, "ports"), &p, &n);
   if (b)
     google__protobuf__struct__free_unpacked(b, NULL);
   if (rv < 0)
@@ -358,10 +289,10 @@ static int set_service(dest_view *v, dv_svc *s, const mcp_item *it) {
 static int parse_subset(dest_view *v, const Google__Protobuf__Struct *e,
                         dv_subset *out) {
   memset(out, 0, sizeof *out);
-  int rv = parse_ports(v, slist(e, "ports"), &out->ports, &out->nports);
+  int rv = parse_ports(v, slist(v, e, "ports"), &out->ports, &out->nports);
   if (rv < 0)
     return rv;
-  const Google__Protobuf__ListValue *a = slist(e, "addresses");
+  const Google__Protobuf__ListValue *a = slist(v, e, "addresses");
   if (!a || !a->n_values)
     return 0;
   if (!(out->addrs = calloc(a->n_values, sizeof *out->addrs)))
@@ -369,18 +300,16 @@ static int parse_subset(dest_view *v, const Google__Protobuf__Struct *e,
   for (size_t i = 0; i < a->n_values; i++) {
     const Google__Protobuf__Struct *ad = sstruct_of(a->values[i]);
     const char *ip = sstr(ad, "ip");
-    struct in_addr a4;
-    struct in6_addr a6;
-    if (!ip || !parse_ip(ip, &a4, &a6)) {
-      v->st.bad_addresses++;
+    dv_addr *d = &out->addrs[out->naddrs];
+    if (!ip || mcp_dest_ip_parse(&d->a, ip, 0) < 0) {
+      bad(v, &v->st.bad_addresses,
+          ip ? "not an IP address, skipped:" : "an address without ip, skipped",
+          ip);
       continue;
     }
     const Google__Protobuf__Struct *ref =
         sstruct_of(sget(ad, "targetRef"));
     const char *kind = sstr(ref, "kind"), *pod = sstr(ref, "name");
-    dv_addr *d = &out->addrs[out->naddrs];
-    if (!(d->ip = strdup(ip)))
-      return MCP_ERR_NOMEM;
     out->naddrs++;
     if (kind && !strcmp(kind, "Pod") && pod && !(d->pod = strdup(pod)))
       return MCP_ERR_NOMEM;
@@ -390,7 +319,7 @@ static int parse_subset(dest_view *v, const Google__Protobuf__Struct *e,
 
 static int set_endpoints(dest_view *v, dv_svc *s, const mcp_item *it) {
   Google__Protobuf__Struct *b = unpack(v, it);
-  const Google__Protobuf__ListValue *l = slist(b, "subsets");
+  const Google__Protobuf__ListValue *l = slist(v, b, "subsets");
   dv_subset *sub = NULL;
   size_t n = 0;
   int rv = 0;
@@ -399,8 +328,11 @@ static int set_endpoints(dest_view *v, dv_svc *s, const mcp_item *it) {
       rv = MCP_ERR_NOMEM;
     for (size_t i = 0; rv == 0 && i < l->n_values; i++) {
       const Google__Protobuf__Struct *e = sstruct_of(l->values[i]);
-      if (!e)
+      if (!e) {
+        bad(v, &v->st.bad_addresses, "a subset that is not a map, skipped",
+            NULL);
         continue;
+      }
       rv = parse_subset(v, e, &sub[n]);
       n++;
     }
@@ -441,14 +373,19 @@ static dv_svc *svc_get(dest_view *v, const char *name, int create) {
 typedef struct take_ctx {
   dest_view *v;
   int endpoints;
+  vmap *seen; /* names listed by this take */
 } take_ctx;
 
 static int on_item(const mcp_item *it, void *ud) {
   take_ctx *c = ud;
+  if (c->seen && vmap_put(c->seen, it->name, (void *)1) < 0)
+    return MCP_ERR_NOMEM;
   dv_svc *s = svc_get(c->v, it->name, !it->removed);
   if (!s)
     return it->removed ? 0 : MCP_ERR_NOMEM;
-  s->dirty = 1;
+  if (vmap_put(&c->v->dirty, it->name, (void *)1) < 0)
+    return MCP_ERR_NOMEM;
+  c->v->cur = it->name; /* (valid during the call) */
   if (it->removed) {
     if (c->endpoints) {
       free_subsets(s->subsets, s->nsubsets);
@@ -486,7 +423,7 @@ static const dv_port *subset_port(const dv_subset *sub, const dv_port *sp) {
 }
 
 typedef struct dv_res {
-  char name[INET6_ADDRSTRLEN + 16];
+  char name[MCP_DEST_ADDR_NAME_MAX];
   char version[17];
   uint8_t *body;
   size_t len;
@@ -516,11 +453,10 @@ static int port_resources(dest_view *v, const dv_svc *s, const dv_port *sp,
       continue;
     for (size_t j = 0; j < sub->naddrs; j++) {
       dv_res *r = &res[n];
-      if (dest_view_addr_name(r->name, sizeof r->name, sub->addrs[j].ip,
-                              ep->port) < 0)
-        continue;
-      int rv = weighted_addr(&v->body, sub->addrs[j].ip, ep->port,
-                             sub->addrs[j].pod);
+      mcp_dest_addr a = sub->addrs[j].a;
+      a.port = (uint16_t)ep->port; /* 1..65535 (sport()) */
+      mcp_dest_addr_name(&a, r->name, sizeof r->name);
+      int rv = weighted_addr(&v->body, &a, sub->addrs[j].pod);
       if (rv == 0 && !(r->body = malloc(v->body.len ? v->body.len : 1)))
         rv = MCP_ERR_NOMEM;
       if (rv < 0) {
@@ -613,40 +549,46 @@ static int recompute(dest_view *v, dv_svc *s, mcp_tstamp ts) {
   free(s->published);
   s->published = now;
   s->npublished = nnow;
-  s->dirty = 0;
   v->st.services++;
+  return 0;
+}
+
+/* After a whole take of the Services (|endpoints| 0) or the Endpoints:
+ * what it did not list is gone. */
+static int drop_unseen(dest_view *v, int endpoints, const vmap *seen) {
+  take_ctx c = {v, endpoints, NULL};
+  size_t i = 0;
+  const char *k;
+  void *val;
+  while (vmap_next(&v->svcs, &i, &k, &val)) {
+    dv_svc *s = val;
+    if ((endpoints ? s->has_ep : s->has_svc) && !vmap_get(seen, k)) {
+      mcp_item gone = {.name = k, .removed = 1};
+      int rv = on_item(&gone, &c);
+      if (rv < 0)
+        return rv;
+    }
+  }
   return 0;
 }
 
 int dest_view_sync(dest_view *v, mcp_tstamp ts) {
   int rv;
-  /* A whole state (the first take, or the change log no longer reaches)
-   * lists only what is live: what it does not list is gone. Whether a take
-   * is whole is known only once it ran: every record is marked unseen
-   * (bit 2 of |dirty|; on_item() clears it), and after a whole take the
-   * unseen ones lose what that collection gave them. */
+  /* O(changed): each take reports what changed, and only the Services it
+   * names are recomputed. A whole state (the first take, or the change log
+   * no longer reaches) lists only what is live: what it does not list is
+   * gone. */
   for (int ep = 0; ep < 2; ep++) {
     mcp_watch *w = ep ? v->wep : v->wsvc;
     if (!mcp_watch_changed(w))
       continue;
-    take_ctx c = {v, ep};
-    size_t i = 0;
-    const char *k;
-    void *val;
-    while (vmap_next(&v->svcs, &i, &k, &val))
-      ((dv_svc *)val)->dirty |= 2;
+    vmap seen = {0};
+    take_ctx c = {v, ep, &seen};
     int full = 0;
     rv = mcp_watch_take(w, ts, on_item, &c, &full);
-    i = 0;
-    while (vmap_next(&v->svcs, &i, &k, &val)) {
-      dv_svc *s = val;
-      int unseen = s->dirty & 2;
-      s->dirty &= ~2;
-      if (rv >= 0 && full && unseen && (ep ? s->has_ep : s->has_svc)) {
-        mcp_item gone = {.name = k, .removed = 1};
-        on_item(&gone, &c);
-      }
-    }
+    if (rv >= 0 && full)
+      rv = drop_unseen(v, ep, &seen);
+    vmap_free(&seen);
     if (rv < 0)
       return rv;
   }
@@ -654,15 +596,16 @@ int dest_view_sync(dest_view *v, mcp_tstamp ts) {
   size_t i = 0;
   const char *k;
   void *val;
-  while (vmap_next(&v->svcs, &i, &k, &val)) {
-    dv_svc *s = val;
-    if (!s->dirty)
-      continue;
-    if ((rv = recompute(v, s, ts)) < 0)
-      return rv;
-    n++;
-    if (!s->has_svc && !s->has_ep && !s->npublished)
-      svc_free(vmap_del(&v->svcs, k));
+  while (vmap_next(&v->dirty, &i, &k, &val)) {
+    dv_svc *s = vmap_get(&v->svcs, k);
+    if (s) {
+      if ((rv = recompute(v, s, ts)) < 0)
+        return rv;
+      n++;
+      if (!s->has_svc && !s->has_ep && !s->npublished)
+        svc_free(vmap_del(&v->svcs, k));
+    }
+    vmap_del(&v->dirty, k);
   }
   if (n)
     v->st.syncs++;

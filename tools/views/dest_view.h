@@ -36,10 +36,10 @@
 #include <stdint.h>
 
 #include <mcp/engine.h>
+#include <mcp/destination.h>
 #include <mcp/mcp.h>
 
-#define DEST_VIEW_TYPE_URL                                                   \
-  "type.googleapis.com/conduit.proxy.destination.WeightedAddr"
+#define DEST_VIEW_TYPE_URL MCP_DEST_WEIGHTED_ADDR_TYPE_URL
 #define DEST_VIEW_SERVICES "k8s/core/v1/services"
 #define DEST_VIEW_ENDPOINTS "k8s/core/v1/endpoints"
 
@@ -73,6 +73,11 @@ void dest_view_del(dest_view *v); /* NULL is a no-op */
 int dest_view_sync(dest_view *v, mcp_tstamp ts);
 
 void dest_view_get_stats(const dest_view *v, dest_view_stats *st);
+
+/* What the last input counted in bad_bodies or bad_addresses was, and
+ * why: "<ns>/<name>: <reason>" ("" before any). Valid until the next
+ * dest_view_sync(). */
+const char *dest_view_why(const dest_view *v);
 
 /* The view's helpers, also for tests (and the same rules as the
  * Destination module's): the collection of a service port, the resource

@@ -7,10 +7,8 @@
 
 #include "google/protobuf/struct.pb-c.h"
 #include "view_util.h"
-#ifdef TOOLS_HAVE_DISP
 /* The Dispatcher module's names, so that both sides agree. */
 #include <mcp/dispatcher.h>
-#endif
 
 #define STRUCT_URL "type.googleapis.com/google.protobuf.Struct"
 
@@ -89,7 +87,28 @@ struct disp_view {
   vmap published;     /* node ids whose collection exists -> (void *)1 */
   int nodes_changed;
   disp_view_stats st;
+  const char *cur; /* the document being read (for why) */
+  char why[256];   /* the last body skipped, and why */
 };
+
+/* Counts one body skipped and says why (disp_view_why()). */
+static void bad(disp_view *v, const char *what, const char *detail) {
+  v->st.bad_bodies++;
+  snprintf(v->why, sizeof v->why, "%s: %s%s%.160s", v->cur ? v->cur : "?",
+           what, detail ? ": " : "", detail ? detail : "");
+}
+
+const char *disp_view_why(const disp_view *v) { return v->why; }
+
+/* 1 when |s| is one of swarmkit's TaskState values (types.proto). */
+static int known_state(uint64_t s) {
+  static const uint16_t states[] = {0,   64,  192, 256, 320, 384, 448,
+                                    512, 576, 640, 704, 768, 800, 832};
+  for (size_t i = 0; i < sizeof states / sizeof *states; i++)
+    if (s == states[i])
+      return 1;
+  return 0;
+}
 
 static void task_free(dp_task *t) {
   if (!t)
@@ -307,26 +326,27 @@ static int object_bytes(disp_view *v, int k, const mcp_item *it,
     Google__Protobuf__Struct *s =
         google__protobuf__struct__unpack(NULL, it->body_len, it->body);
     if (!s) {
-      v->st.bad_bodies++;
+      bad(v, "the body does not decode as a Struct", NULL);
       return 1;
     }
+    mcp_schema_error err = {0};
     sv_pool pl = {0};
     const mcp_schema_value *sv = sv_struct(&pl, s);
     int rv = MCP_ERR_NOMEM;
     if (sv)
       rv = mcp_schema_encode(v->schema, url + strlen("type.googleapis.com/"),
-                             sv, "spec", 0, &typed, &len, NULL);
+                             sv, "spec", 0, &typed, &len, &err);
     pool_free(&pl);
     google__protobuf__struct__free_unpacked(s, NULL);
     if (rv == MCP_ERR_NOMEM)
       return rv;
     if (rv < 0) {
-      v->st.bad_bodies++;
+      bad(v, "not a valid object", err.message);
       return 1;
     }
     body = typed;
   } else if (!it->type_url || strcmp(it->type_url, url) != 0) {
-    v->st.bad_bodies++;
+    bad(v, "the body is not a", url);
     return 1;
   }
   vbuf b = {0};
@@ -341,7 +361,7 @@ static int object_bytes(disp_view *v, int k, const mcp_item *it,
     mcp_schema_free_bytes(v->schema, typed);
   if (r < 0) {
     vbuf_free(&b);
-    v->st.bad_bodies++;
+    bad(v, "the body is not protobuf", NULL);
     return 1;
   }
   if (b.failed) {
@@ -359,9 +379,8 @@ static const char *id_of(const char *name) {
   return s ? s + 1 : name;
 }
 
-/* Reads node_id, status.state and the references of a Task. 0, 1 when
- * malformed, NOMEM. */
-static int read_task(dp_task *t) {
+/* The fields read_task() reads: 0, 1 when malformed, NOMEM. */
+static int read_task_fields(dp_task *t) {
   const uint8_t *d;
   size_t n;
   int r = pbr_get_bytes(t->body, t->len, TASK_NODE_ID, &d, &n);
@@ -400,6 +419,21 @@ static int read_task(dp_task *t) {
       return MCP_ERR_NOMEM;
   }
   return r < 0;
+}
+
+/* Reads node_id, status.state (one of swarmkit's) and the references of
+ * a Task. 0, 1 when malformed (counted), NOMEM. */
+static int read_task(disp_view *v, dp_task *t) {
+  int r = read_task_fields(t);
+  if (r > 0)
+    bad(v, "a Task that does not decode", NULL);
+  else if (r == 0 && !known_state(t->state)) {
+    char n[32];
+    snprintf(n, sizeof n, "%llu", (unsigned long long)t->state);
+    bad(v, "a Task in an unknown status.state", n);
+    r = 1;
+  }
+  return r;
 }
 
 /* swarmkit's TasksEqualStable: equal but for status and meta. */
@@ -516,16 +550,14 @@ static int task_set(disp_view *v, const mcp_item *it) {
   int rv = object_bytes(v, K_TASK, it, id, &nt.body, &nt.len);
   if (rv != 0)
     return rv < 0 ? rv : task_gone(v, id); /* unreadable: as absent */
-  if ((rv = read_task(&nt)) != 0) {
+  if ((rv = read_task(v, &nt)) != 0) {
     task_free_fields:
     free(nt.body);
     free(nt.node);
     strv_free(&nt.secrets);
     strv_free(&nt.configs);
-    if (rv > 0) {
-      v->st.bad_bodies++;
+    if (rv > 0)
       return task_gone(v, id);
-    }
     return rv;
   }
   dp_task *t = vmap_get(&v->tasks, id);
@@ -634,6 +666,7 @@ typedef struct take_ctx {
 
 static int on_item(const mcp_item *it, void *ud) {
   take_ctx *c = ud;
+  c->v->cur = it->name; /* (valid during the call) */
   if (c->seen && vmap_put(c->seen, id_of(it->name), (void *)1) < 0)
     return MCP_ERR_NOMEM;
   switch (c->k) {
@@ -747,13 +780,8 @@ static int res_add(res_list *l, int kind, const char *id, const char *type,
     l->cap = cap;
   }
   /* Names are re-pointed once the arrays stop moving (recompute()). */
-#ifdef TOOLS_HAVE_DISP
   static const int kinds[] = {MCP_DISP_TASK, MCP_DISP_SECRET, MCP_DISP_CONFIG};
   mcp_disp_item_name(l->names[l->n], sizeof l->names[l->n], kinds[kind], id);
-#else
-  static const char *const prefix[] = {"task", "secret", "config"};
-  snprintf(l->names[l->n], sizeof l->names[l->n], "%s/%s", prefix[kind], id);
-#endif
   view_version(body, len, l->vers[l->n]);
   mcp_resource *r = &l->r[l->n++];
   memset(r, 0, sizeof *r);
@@ -834,11 +862,7 @@ static int recompute(disp_view *v, const char *node, mcp_tstamp ts) {
       l.r[j].version = l.vers[j];
     }
     char coll[300];
-#ifdef TOOLS_HAVE_DISP
     mcp_disp_node_collection(coll, sizeof coll, node);
-#else
-    snprintf(coll, sizeof coll, "node/%s", node);
-#endif
     /* A node never given anything has no collection (the session reads
      * absent and empty alike); one that had keeps an empty one. */
     if (l.n || vmap_get(&v->published, node)) {

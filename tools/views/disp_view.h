@@ -85,4 +85,8 @@ int disp_view_sync(disp_view *v, mcp_tstamp ts);
 
 void disp_view_get_stats(const disp_view *v, disp_view_stats *st);
 
+/* What the last body counted in bad_bodies was, and why: "<name>:
+ * <reason>" ("" before any). Valid until the next disp_view_sync(). */
+const char *disp_view_why(const disp_view *v);
+
 #endif /* TOOLS_DISP_VIEW_H */
