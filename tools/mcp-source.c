@@ -35,12 +35,8 @@
 #include "views/disp_view.h"
 #include "views/schema_swarmkit.h"
 #include "watch.h"
-#ifdef TOOLS_HAVE_DEST
 #include <mcp/destination.h>
-#endif
-#ifdef TOOLS_HAVE_DISP
 #include <mcp/dispatcher.h>
-#endif
 #include <jansson.h>
 #include <stdatomic.h>
 
@@ -106,12 +102,8 @@ typedef struct source_app {
   mcp_store *dest_store, *disp_store;
   dest_view *dview;
   disp_view *pview;
-#ifdef TOOLS_HAVE_DEST
   mcp_dest_server *dsrv;
-#endif
-#ifdef TOOLS_HAVE_DISP
   mcp_disp *disp;
-#endif
   mcp_service_def services[MAX_SERVICES];
   size_t nservices;
   uv_timer_t proto_tick;
@@ -723,14 +715,10 @@ typedef struct source_args {
 /* The APIs this build can serve on |tp|. */
 static unsigned apis_supported(const tool_transport *tp) {
   unsigned s = API_MCP;
-#ifdef TOOLS_HAVE_DEST
   if (tp->services)
     s |= API_DEST;
-#endif
-#ifdef TOOLS_HAVE_DISP
   if (tp->services)
     s |= API_DISP;
-#endif
   (void)tp;
   return s;
 }
@@ -995,7 +983,6 @@ static int start_etcd(source_app *a, const source_args *o) {
 
 /* ---- the engine's other protocols (--api) ---- */
 
-#if defined(TOOLS_HAVE_DEST) || defined(TOOLS_HAVE_DISP)
 static mcp_store *new_view_store(void) {
   mcp_store_options so;
   mcp_store_options_default(&so);
@@ -1004,7 +991,6 @@ static mcp_store *new_view_store(void) {
   mcp_store *s = NULL;
   return mcp_store_new(&s, &so) < 0 ? NULL : s;
 }
-#endif
 
 /* Views, modules and their services, before the first load (main thread,
  * no transport yet). 0, or -1 (logged). */
@@ -1037,7 +1023,6 @@ static int setup_apis(source_app *a, const source_args *o) {
         "use (not a Struct or swarmkit object, a bad address or port).",
         NULL, 0);
   }
-#ifdef TOOLS_HAVE_DEST
   if (a->apis & API_DEST) {
     int rv;
     if (!(a->dest_store = new_view_store())) {
@@ -1065,8 +1050,6 @@ static int setup_apis(source_app *a, const source_args *o) {
     }
     a->services[a->nservices++] = *mcp_dest_server_service(a->dsrv);
   }
-#endif
-#ifdef TOOLS_HAVE_DISP
   if (a->apis & API_DISP) {
     int rv;
     if (!(a->disp_store = new_view_store())) {
@@ -1105,7 +1088,6 @@ static int setup_apis(source_app *a, const source_args *o) {
         m, "mcp_dispatcher_task_statuses",
         "Tasks with a status kept (/debug/tasks).", NULL, 0);
   }
-#endif
   (void)o;
   return 0;
 }
@@ -1131,14 +1113,11 @@ static void proto_tick_fn(mcp_store *store, mcp_tstamp ts, void *ud) {
     disp_view_get_stats(a->pview, &st);
     c->view_bad += st.bad_bodies;
   }
-#ifdef TOOLS_HAVE_DEST
   if (a->dsrv) {
     mcp_dest_server_stats st;
     mcp_dest_server_get_stats(a->dsrv, &st);
     c->dest_updates = st.updates;
   }
-#endif
-#ifdef TOOLS_HAVE_DISP
   if (a->disp) {
     mcp_disp_handle_expiry(a->disp, ts); /* frees expired sessions sooner */
     mcp_disp_stats st;
@@ -1148,7 +1127,6 @@ static void proto_tick_fn(mcp_store *store, mcp_tstamp ts, void *ud) {
     c->task_statuses = st.task_statuses;
     c->sessions = st.sessions;
   }
-#endif
 }
 
 static void add_delta(ops_metric *m, const char *label, uint64_t now,
@@ -1188,7 +1166,6 @@ static void on_proto_tick(uv_timer_t *t) {
     add_delta(a->m_view_bad, NULL, c.view_bad, &a->view_bad_seen);
 }
 
-#ifdef TOOLS_HAVE_DISP
 /* swarmkit's TaskState names (types.proto). */
 static const char *task_state_name(int s) {
   static const struct {
@@ -1282,19 +1259,14 @@ static void page_tasks(const char *method, const char *path,
   ops_buf_str(&r->body, "\n");
   free(text);
 }
-#endif
 
 /* After the endpoint is gone (no stream left): the modules, views and
  * their stores. */
 static void teardown_apis(source_app *a) {
-#ifdef TOOLS_HAVE_DEST
   mcp_dest_server_del(a->dsrv);
   a->dsrv = NULL;
-#endif
-#ifdef TOOLS_HAVE_DISP
   mcp_disp_del(a->disp);
   a->disp = NULL;
-#endif
   dest_view_del(a->dview);
   disp_view_del(a->pview);
   a->dview = NULL;
@@ -1559,10 +1531,8 @@ int main(int argc, char **argv) {
   app.proto_tick.data = &app;
   app.proto_tick_init = 1;
   uv_timer_start(&app.proto_tick, on_proto_tick, PROTO_TICK_MS, PROTO_TICK_MS);
-#ifdef TOOLS_HAVE_DISP
   if (app.apis & API_DISP)
     tool_ops_set_page(app.ops, "/debug/tasks", page_tasks, &app);
-#endif
   if (app.tp->tls_check) {
     tool_sec_describe(&args.sec, !connect, why, sizeof(why));
     log_info("security: %s", why);

@@ -27,12 +27,8 @@
 #include <mcp/engine.h>
 #include <mcp/mcp.h>
 #include <mcp/schema.h>
-#ifdef TOOLS_HAVE_DEST
 #include <mcp/destination.h>
-#endif
-#ifdef TOOLS_HAVE_DISP
 #include <mcp/dispatcher.h>
-#endif
 
 #include "args.h"
 #include "log.h"
@@ -46,18 +42,9 @@
 
 enum { P_DEST = 1, P_DISP = 2 };
 
-/* Helpers only the protocols built in use. */
-#if defined(__GNUC__) || defined(__clang__)
-#define SP_MAYBE_UNUSED __attribute__((unused))
-#else
-#define SP_MAYBE_UNUSED
-#endif
-
 typedef struct dest_slot {
   const char *authority;
-#ifdef TOOLS_HAVE_DEST
   mcp_dest_set *set;
-#endif
   mcp_backoff backoff;
   mcp_tstamp retry_at, opened_at;
   uint64_t updates_at_open;
@@ -79,9 +66,7 @@ typedef struct proto_app {
   /* Transport thread. */
   dest_slot *slots;
   size_t nslots, nsynced;
-#ifdef TOOLS_HAVE_DISP
   mcp_disp_agent *agent;
-#endif
   mcp_schema *schema; /* swarmkit's types, for --out */
   vmap held;          /* --out, dispatcher: "<kind>/<id>" -> (void *)1 */
   int failed;         /* an output could not be written */
@@ -119,7 +104,7 @@ int tool_sink_proto_wanted(int argc, char **argv) {
 
 /* ---- output ---- */
 
-SP_MAYBE_UNUSED static void emit(proto_app *a, json_t *obj) {
+static void emit(proto_app *a, json_t *obj) {
   if (a->json && obj) {
     char *s = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
     if (s)
@@ -148,7 +133,7 @@ static int make_parents(const char *path) {
 
 /* Writes |len| bytes to |path| atomically: a temporary file beside it,
  * then rename(). 0, or -1 (logged). */
-SP_MAYBE_UNUSED static int write_atomic(const char *path, const char *data,
+static int write_atomic(const char *path, const char *data,
                                         size_t len) {
   size_t n = strlen(path) + 16;
   char *tmp = malloc(n);
@@ -190,14 +175,13 @@ static int add_copy(tool_strv *sv, const char *p, size_t n) {
   return sv->n > before || sv->v ? 0 : -1;
 }
 
-SP_MAYBE_UNUSED static void note_synced(proto_app *a) {
+static void note_synced(proto_app *a) {
   if (!atomic_exchange(&a->synced, 1))
     uv_async_send(&a->synced_async);
 }
 
 /* ---- Destination ---- */
 
-#ifdef TOOLS_HAVE_DEST
 static const char *update_name(mcp_dest_update_kind k) {
   return k == MCP_DEST_UPDATE_ADD      ? "add"
          : k == MCP_DEST_UPDATE_REMOVE ? "remove"
@@ -309,11 +293,9 @@ static mcp_tstamp dest_expiry(void *ud) {
       t = a->slots[i].retry_at;
   return t;
 }
-#endif
 
 /* ---- Dispatcher ---- */
 
-#ifdef TOOLS_HAVE_DISP
 static const char *kind_msg(int kind) {
   return kind == MCP_DISP_TASK     ? "docker.swarmkit.v1.Task"
          : kind == MCP_DISP_SECRET ? "docker.swarmkit.v1.Secret"
@@ -453,7 +435,6 @@ static int task_state(const char *s) {
       return names[i].v;
   return -1;
 }
-#endif
 
 /* ---- the loop (main thread) ---- */
 
@@ -573,18 +554,6 @@ int tool_sink_proto_main(int argc, char **argv) {
   tool_log_init("mcp-sink", lvl);
   tool_log_set_format(log_format);
   app.api = api && !strcmp(api, "destination") ? P_DEST : P_DISP;
-#ifndef TOOLS_HAVE_DEST
-  if (app.api == P_DEST) {
-    status = usage_error("--api destination is not built into this program");
-    goto out;
-  }
-#endif
-#ifndef TOOLS_HAVE_DISP
-  if (app.api == P_DISP) {
-    status = usage_error("--api dispatcher is not built into this program");
-    goto out;
-  }
-#endif
   if (app.api == P_DEST) {
     if (!auths.n) {
       status = usage_error("--api destination needs --destination "
@@ -661,7 +630,6 @@ int tool_sink_proto_main(int argc, char **argv) {
 
   const mcp_client_def *def = NULL;
   mcp_tstamp now = app.tp->now();
-#ifdef TOOLS_HAVE_DEST
   mcp_client_def ddef;
   if (app.api == P_DEST) {
     app.nslots = auths.n;
@@ -691,8 +659,6 @@ int tool_sink_proto_main(int argc, char **argv) {
                             .user_data = &app};
     def = &ddef;
   }
-#endif
-#ifdef TOOLS_HAVE_DISP
   if (app.api == P_DISP) {
     mcp_disp_agent_options o;
     mcp_disp_agent_options_default(&o);
@@ -718,12 +684,6 @@ int tool_sink_proto_main(int argc, char **argv) {
       goto nomem_run;
     def = mcp_disp_agent_client_def(app.agent);
   }
-#endif
-  (void)now;
-#if !defined(TOOLS_HAVE_DEST) && !defined(TOOLS_HAVE_DISP)
-  if (!def)
-    goto nomem_run; /* not reached: refused above */
-#endif
   if (!def)
     goto out_access;
 
@@ -773,17 +733,13 @@ nomem_run:
   log_error("out of memory");
   status = 1;
 out_objects:
-#ifdef TOOLS_HAVE_DEST
   for (size_t i = 0; app.slots && i < app.nslots; i++) {
     mcp_dest_set_del(app.slots[i].set);
     free(app.slots[i].file);
   }
   free(dest_cbs);
   dest_cbs = NULL;
-#endif
-#ifdef TOOLS_HAVE_DISP
   mcp_disp_agent_del(app.agent);
-#endif
   free(app.slots);
   mcp_schema_free(app.schema);
   vmap_free(&app.held);

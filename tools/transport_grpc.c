@@ -106,10 +106,8 @@ static tool_stream_info stream_info(const mcp_grpc_stream_info *info,
       .nidentities = info->nidentities,
       .tls = info->tls,
   };
-#ifdef TOOLS_GRPC_SERVICES
   if (info->stream)
     ti.api = mcp_stream_get_ops(info->stream)->name;
-#endif
   return ti;
 }
 
@@ -162,13 +160,11 @@ static void fill_opts(mcp_grpc_options *go, const tool_endpoint_options *o,
     go->authorize = mcp_grpc_acl_authorize;
     go->authorize_user_data = o->acl;
   }
-#ifdef TOOLS_GRPC_SERVICES
   if (o->mode == TOOL_LISTEN) {
     go->services = o->services;
     go->nservices = o->nservices;
     go->no_mcp = o->no_mcp;
   }
-#endif
 }
 
 static grpc_ep *ep_alloc(const tool_endpoint_options *o) {
@@ -340,7 +336,6 @@ static int sink_reauthorize(void *ep) {
 
 /* ---- clients (mcp_client_def) ---- */
 
-#ifdef TOOLS_GRPC_SERVICES
 typedef struct grpc_client {
   ep_ctx ctx; /* first: the callback's user_data */
   mcp_grpc_client *c;
@@ -381,7 +376,6 @@ static void client_del(void *p) {
     free(c);
   }
 }
-#endif
 
 const tool_transport tool_transport_grpc = {
     .name = "grpc",
@@ -407,10 +401,8 @@ const tool_transport tool_transport_grpc = {
     .acl_del = acl_del,
     .source_reauthorize = source_reauthorize,
     .sink_reauthorize = sink_reauthorize,
-#ifdef TOOLS_GRPC_SERVICES
     .services = 1,
     .client_new = client_new,
     .client_run = client_run,
     .client_del = client_del,
-#endif
 };

@@ -27,9 +27,7 @@ typedef struct h2c_ep {
   mcp_sink_state *state; /* sink: the state its streams share */
   ops_http_fn http;      /* plain HTTP requests on our port (tools/ops) */
   void *http_user_data;
-#ifdef TOOLS_H2C_SERVICES
   mcp_h2c_client *client; /* client_new() */
-#endif
 } h2c_ep;
 
 /* |peer| holds the peer in the programs' one form (tool_peer_format). */
@@ -47,9 +45,7 @@ static tool_stream_info stream_info(const mcp_h2c_stream_info *info,
       .sink = info->sink,
       .opened = info->opened,
   };
-#ifdef TOOLS_H2C_SERVICES
   ti.api = info->api;
-#endif
   return ti;
 }
 
@@ -100,13 +96,11 @@ static void fill_opts(mcp_h2c_options *ho, const tool_endpoint_options *o,
   }
   /* No on_closed: the endpoint is freed right after *_del(), after which
    * the library calls nothing else. */
-#ifdef TOOLS_H2C_SERVICES
   if (o->mode == TOOL_LISTEN) {
     ho->services = o->services;
     ho->nservices = o->nservices;
     ho->no_mcp = o->no_mcp;
   }
-#endif
 }
 
 static h2c_ep *ep_alloc(const tool_endpoint_options *o) {
@@ -240,7 +234,6 @@ static void sink_del(void *p) {
 
 /* ---- clients (mcp_client_def), on the loop ---- */
 
-#ifdef TOOLS_H2C_SERVICES
 static int client_new(void **pc, uv_loop_t *loop,
                       const tool_endpoint_options *o,
                       const mcp_client_def *def) {
@@ -277,7 +270,6 @@ static void client_del(void *p) {
     free(ep);
   }
 }
-#endif
 
 const tool_transport tool_transport_h2c = {
     .name = "h2c",
@@ -296,10 +288,8 @@ const tool_transport tool_transport_h2c = {
     .sink_call = sink_call,
     /* Cleartext by definition: no tls_check, acl_* or *_reauthorize (the
      * programs refuse the TLS and access flags with this transport). */
-#ifdef TOOLS_H2C_SERVICES
     .services = 1,
     .client_new = client_new,
     .client_run = client_run,
     .client_del = client_del,
-#endif
 };
