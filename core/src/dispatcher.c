@@ -606,8 +606,8 @@ static int session_message(dcall *c, mcp_msg **pmsg) {
   }
   for (size_t i = 0; i < d->o.nmanagers; ++i) {
     size_t al = strlen(d->managers[i]);
-    size_t peer = 1 + mcp__varint_len(al) + al; /* Peer{addr = 2} */
-    size_t wp = 1 + mcp__varint_len(peer) + peer + 2; /* + weight 1 */
+    size_t peer = mcp__len_field_size(al); /* Peer{addr = 2} */
+    size_t wp = mcp__len_field_size(peer) + 2; /* + weight 1 */
     mcp_msg_builder_key(b, 3, MCP_WT_LEN);
     mcp_msg_builder_varint(b, wp);
     mcp_msg_builder_key(b, 1, MCP_WT_LEN);
@@ -1062,10 +1062,10 @@ static int assign_change(dcall *c, int kind, const char *id,
   if (item) {
     olen = item->body_len;
   } else {
-    olen = 1 + mcp__varint_len(idlen) + idlen; /* {id = 1} */
+    olen = mcp__len_field_size(idlen); /* {id = 1} */
   }
-  alen = 1 + mcp__varint_len(olen) + olen;
-  clen = 1 + mcp__varint_len(alen) + alen + (item ? 0 : 2);
+  alen = mcp__len_field_size(olen);
+  clen = mcp__len_field_size(alen) + (item ? 0 : 2);
   mcp_msg_builder_key(b, 4, MCP_WT_LEN);
   mcp_msg_builder_varint(b, clen);
   mcp_msg_builder_key(b, 1, MCP_WT_LEN);
