@@ -613,6 +613,111 @@ START_TEST(test_unknown_session_is_invalid_argument) {
 }
 END_TEST
 
+/* Bytes that are no request, for every method: the call ends
+ * INVALID_ARGUMENT "malformed <Request>" and nothing else changes. */
+START_TEST(test_malformed_request_of_every_method) {
+  static const char *const names[] = {
+      "SessionRequest", "HeartbeatRequest", "UpdateTaskStatusRequest",
+      "TasksRequest", "AssignmentsRequest"};
+  static const uint8_t junk[] = {0x0a, 0x05, 0x61, 0x62};
+  mcp_store *view = th_store(NULL);
+  put_task(view, "node-a", "t1", "v1", 0);
+  mcp_disp *d = disp_new(view, 0, 0);
+  char sid[64], want[80];
+  call *s = session(d, "node-a", NULL, 0, sid);
+  for (int k = SESSION; k <= ASSIGN; ++k) {
+    call *c = call_open(d, k, NULL, 0);
+    mcp_stream_recv(c->st, junk, sizeof junk, 0);
+    snprintf(want, sizeof want, "malformed docker.swarmkit.v1.%s", names[k]);
+    expect_end(c, 0, MCP_CODE_INVALID_ARGUMENT, want);
+    call_close(c);
+  }
+  ck_assert_str_eq(mcp_disp_node_session(d, "node-a", 0), sid);
+  mcp_disp_stats st;
+  mcp_disp_get_stats(d, &st);
+  ck_assert_uint_eq(st.sessions, 1);
+  ck_assert_uint_eq(st.streams, 1);
+  call_close(s);
+  mcp_disp_del(d);
+  mcp_store_del(view);
+}
+END_TEST
+
+/* Requests that decode but cannot be served. */
+START_TEST(test_session_request_fields_are_checked) {
+  mcp_store *view = th_store(NULL);
+  mcp_disp *d = disp_new(view, 0, 0);
+  /* A hostname past 1024 bytes is no node id. */
+  char big[1100];
+  memset(big, 'n', sizeof big - 1);
+  big[sizeof big - 1] = 0;
+  Docker__Swarmkit__V1__SessionRequest r =
+      DOCKER__SWARMKIT__V1__SESSION_REQUEST__INIT;
+  Docker__Swarmkit__V1__NodeDescription desc =
+      DOCKER__SWARMKIT__V1__NODE_DESCRIPTION__INIT;
+  desc.hostname = big;
+  r.description = &desc;
+  call *c = call_open(d, SESSION, NULL, 0);
+  call_send(c, &r.base, 0);
+  expect_end(c, 0, MCP_CODE_INVALID_ARGUMENT, NULL);
+  call_close(c);
+  /* A session_id that is not UTF-8 (description {hostname "n"},
+   * session_id "\xff"). */
+  static const uint8_t badsid[] = {0x0a, 0x03, 0x0a, 0x01, 'n',
+                                   0x12, 0x01, 0xff};
+  c = call_open(d, SESSION, NULL, 0);
+  mcp_stream_recv(c->st, badsid, sizeof badsid, 0);
+  expect_end(c, 0, MCP_CODE_INVALID_ARGUMENT, "session_id is not UTF-8");
+  call_close(c);
+  ck_assert_ptr_null(mcp_disp_node_session(d, "n", 0));
+  /* Naming the live session of another node does not take it over: a
+   * session of its own. */
+  char sa[64], sb[64];
+  call *a = session(d, "node-a", NULL, 0, sa);
+  call *b = session(d, "node-b", sa, 0, sb);
+  ck_assert_str_ne(sa, sb);
+  ck_assert_str_eq(mcp_disp_node_session(d, "node-a", 0), sa);
+  ck_assert_str_eq(mcp_disp_node_session(d, "node-b", 0), sb);
+  expect_idle(a, 0);
+  call_close(a);
+  call_close(b);
+  mcp_disp_del(d);
+  mcp_store_del(view);
+}
+END_TEST
+
+/* An Assignments call whose peer goes away with split messages still
+ * queued, and one whose session is replaced meanwhile: the queue goes
+ * with the call. */
+START_TEST(test_assignments_queue_dropped_with_the_call) {
+  mcp_store *view = th_store(NULL);
+  char id[32];
+  for (int i = 0; i < 250; ++i) {
+    snprintf(id, sizeof id, "t%03d", i);
+    put_task(view, "node-a", id, "v1", 0);
+  }
+  mcp_disp *d = disp_new(view, 0, 0);
+  char sid[64], sid2[64];
+  call *s = session(d, "node-a", NULL, 0, sid);
+  call *a = by_session(d, ASSIGN, sid, 0);
+  amsg_free(expect_assign(a, 0)); /* 2 more are queued */
+  call_close(a);                  /* the peer vanished */
+  a = by_session(d, ASSIGN, sid, 0);
+  amsg_free(expect_assign(a, 0));
+  call *s2 = session(d, "node-a", NULL, 1 * SEC, sid2);
+  expect_end(a, 1 * SEC, MCP_CODE_INVALID_ARGUMENT,
+             MCP_DISP_ERR_SESSION_INVALID);
+  call_close(a);
+  call_close(s);
+  mcp_disp_stats st;
+  mcp_disp_get_stats(d, &st);
+  ck_assert_uint_eq(st.streams, 1);
+  call_close(s2);
+  mcp_disp_del(d);
+  mcp_store_del(view);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ */
 /* UpdateTaskStatus                                                    */
 /* ------------------------------------------------------------------ */
@@ -697,6 +802,58 @@ START_TEST(test_update_task_status_keeps_the_latest_per_task) {
   report(d, "nope", "t2", 512, "x", 3, MCP_CODE_INVALID_ARGUMENT);
   mcp_disp_get_stats(d, &st);
   ck_assert_uint_eq(st.task_statuses, 2);
+  call_close(s);
+  mcp_disp_del(d);
+  mcp_store_del(view);
+}
+END_TEST
+
+/* UpdateTaskStatus: a missing task id refuses the whole call (nothing
+ * kept); an update without a status is skipped, as swarmkit does. */
+START_TEST(test_update_task_status_bad_updates) {
+  mcp_store *view = th_store(NULL);
+  mcp_disp *d = disp_new(view, 0, 0);
+  char sid[64];
+  call *s = session(d, "node-a", NULL, 0, sid);
+  Docker__Swarmkit__V1__UpdateTaskStatusRequest r =
+      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__INIT;
+  Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate u[2] = {
+      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__TASK_STATUS_UPDATE__INIT,
+      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__TASK_STATUS_UPDATE__INIT};
+  Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate *up[2] = {
+      &u[0], &u[1]};
+  Docker__Swarmkit__V1__TaskStatus ts = DOCKER__SWARMKIT__V1__TASK_STATUS__INIT;
+  ts.state = (Docker__Swarmkit__V1__TaskState)512;
+  u[0].task_id = "t1";
+  u[0].status = &ts;
+  u[1].task_id = ""; /* missing */
+  u[1].status = &ts;
+  r.session_id = sid;
+  r.n_updates = 2;
+  r.updates = up;
+  call *c = call_open(d, UTS, NULL, 0);
+  call_send(c, &r.base, 0);
+  expect_end(c, 0, MCP_CODE_INVALID_ARGUMENT, "task id missing or not UTF-8");
+  call_close(c);
+  mcp_disp_stats st;
+  mcp_disp_get_stats(d, &st);
+  ck_assert_uint_eq(st.task_statuses, 0);
+  ck_assert_uint_eq(st.status_updates, 0);
+  /* t2 without a status: skipped; t1 kept. */
+  u[1].task_id = "t2";
+  u[1].status = NULL;
+  c = call_open(d, UTS, NULL, 0);
+  call_send(c, &r.base, 0);
+  mcp_stream_half_close(c->st, 0);
+  Docker__Swarmkit__V1__UpdateTaskStatusResponse *m = expect_msg(
+      c, 0, &docker__swarmkit__v1__update_task_status_response__descriptor);
+  docker__swarmkit__v1__update_task_status_response__free_unpacked(m, NULL);
+  expect_end(c, 0, 0, NULL);
+  call_close(c);
+  tseen seen = {0};
+  ck_assert_int_eq(mcp_disp_task_statuses(d, tsee, &seen), 0);
+  ck_assert_int_eq(seen.n, 1);
+  ck_assert_str_eq(seen.ids[0], "t1");
   call_close(s);
   mcp_disp_del(d);
   mcp_store_del(view);
@@ -1811,6 +1968,10 @@ static Suite *disp_suite(void) {
   tcase_add_test(tc, test_session_expires_after_three_periods_without_heartbeat);
   tcase_add_test(tc, test_session_without_streams_expires_through_the_registry);
   tcase_add_test(tc, test_unknown_session_is_invalid_argument);
+  tcase_add_test(tc, test_malformed_request_of_every_method);
+  tcase_add_test(tc, test_session_request_fields_are_checked);
+  tcase_add_test(tc, test_assignments_queue_dropped_with_the_call);
+  tcase_add_test(tc, test_update_task_status_bad_updates);
   tcase_add_test(tc, test_update_task_status_keeps_the_latest_per_task);
   tcase_add_test(tc, test_update_task_status_is_bounded);
   tcase_add_test(tc, test_assignments_complete_then_incremental_chain);
