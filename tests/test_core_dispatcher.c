@@ -1728,6 +1728,159 @@ START_TEST(test_agent_malformed_changes_nothing) {
 }
 END_TEST
 
+/* One Heartbeat call of the rig's agent at |ts|, answered with |in|:
+ * the pump after the answer (its status in *st). */
+static int rig_heartbeat(agent_rig *r, mcp_tstamp ts, const uint8_t *in,
+                         size_t n, int *st) {
+  mcp_stream *h;
+  mcp_msg *msg = NULL;
+  const char *dt;
+  ck_assert_int_eq(
+      r->def->open(r->def->user_data, MCP_DISP_SLOT_HEARTBEAT, ts, &h), 1);
+  ck_assert_int_eq(mcp_stream_pump(h, ts, 1, &msg, st, &dt), MCP_STREAM_SEND);
+  mcp_msg_free(msg);
+  mcp_stream_recv(h, in, n, ts);
+  int a;
+  do {
+    a = rig_pump(h, ts, st, &dt);
+  } while (a == MCP_STREAM_HALF_CLOSE);
+  mcp_stream_del(h);
+  r->def->ended(r->def->user_data, MCP_DISP_SLOT_HEARTBEAT,
+                a == MCP_STREAM_END ? *st : MCP_CODE_OK, "", ts);
+  return a;
+}
+
+/* What the manager answers that cannot be used: a period out of range is
+ * ignored; a HeartbeatResponse or SessionMessage that does not decode, or
+ * a SessionMessage without id, loses the session (the held set stays). */
+START_TEST(test_agent_bad_session_and_heartbeat_replies) {
+  agent_rig r;
+  int st;
+  const char *dt;
+  rig_open(&r);
+  const char *const c1[] = {"t1", NULL};
+  rig_send(&r, MCP_DISP_COMPLETE, "", "1", c1, NULL);
+  Docker__Swarmkit__V1__HeartbeatResponse hr =
+      DOCKER__SWARMKIT__V1__HEARTBEAT_RESPONSE__INIT;
+  Google__Protobuf__Duration per = GOOGLE__PROTOBUF__DURATION__INIT;
+  hr.period = &per;
+  const int64_t secs[] = {-1, 0, 86400LL * 365 * 2, 7};
+  const int32_t nanos[] = {0, -5, 0, 0};
+  uint8_t b[64];
+  for (int k = 0; k < 4; ++k) {
+    per.seconds = secs[k];
+    per.nanos = nanos[k];
+    size_t n = docker__swarmkit__v1__heartbeat_response__pack(&hr, b);
+    rig_heartbeat(&r, (mcp_tstamp)k * 100 * SEC, b, n, &st);
+    ck_assert_uint_eq(mcp_disp_agent_period(r.a), k < 3 ? 5 * SEC : 7 * SEC);
+  }
+  ck_assert_str_eq(mcp_disp_agent_session_id(r.a), "sid-1");
+  /* A HeartbeatResponse that does not decode. */
+  static const uint8_t junk[] = {0x0a, 0x05, 0x08};
+  ck_assert_int_eq(rig_heartbeat(&r, 400 * SEC, junk, sizeof junk, &st),
+                   MCP_STREAM_END);
+  ck_assert_int_eq(st, mcp_error_grpc_status(MCP_ERR_MALFORMED));
+  ck_assert_ptr_null(mcp_disp_agent_session_id(r.a));
+  ck_assert_int_eq(rig_pump(r.asg, 400 * SEC, &st, &dt), MCP_STREAM_END);
+  ck_assert_int_eq(st, MCP_CODE_CANCELLED);
+  ck_assert_uint_eq(mcp_disp_agent_count(r.a), 1);
+  rig_close(&r);
+  /* SessionMessages: bytes that do not decode, no id, an id not UTF-8. */
+  static const uint8_t nosid[] = {0x1a, 0x00};
+  static const uint8_t badsid[] = {0x0a, 0x01, 0xff};
+  const struct {
+    const uint8_t *p;
+    size_t n;
+  } cases[] = {{junk, sizeof junk}, {nosid, sizeof nosid},
+               {badsid, sizeof badsid}};
+  for (size_t i = 0; i < 3; ++i) {
+    rig_open(&r);
+    rig_send(&r, MCP_DISP_COMPLETE, "", "1", c1, NULL);
+    mcp_stream_recv(r.sess, cases[i].p, cases[i].n, 0);
+    ck_assert_int_eq(rig_pump(r.sess, 0, &st, &dt), MCP_STREAM_END);
+    ck_assert_int_eq(st, mcp_error_grpc_status(MCP_ERR_MALFORMED));
+    mcp_stream_del(r.sess);
+    r.sess = NULL;
+    r.def->ended(r.def->user_data, MCP_DISP_SLOT_SESSION, st, dt, 0);
+    ck_assert_ptr_null(mcp_disp_agent_session_id(r.a));
+    ck_assert_int_eq(rig_pump(r.asg, 0, &st, &dt), MCP_STREAM_END);
+    ck_assert_uint_eq(mcp_disp_agent_count(r.a), 1);
+    mcp_disp_agent_stats as;
+    mcp_disp_agent_get_stats(r.a, &as);
+    ck_assert_uint_eq(as.session_errors, 1);
+    rig_close(&r);
+  }
+}
+END_TEST
+
+/* AssignmentsMessages that decode but are not what the agent holds: an
+ * unknown action, a change without assignment, applies_to not UTF-8, an
+ * id past 1024 bytes, all refused; a VolumeAssignment is skipped. */
+START_TEST(test_agent_refuses_bad_changes_and_skips_volumes) {
+  agent_rig r;
+  int st;
+  const char *dt;
+  const char *const c1[] = {"t1", "t2", NULL};
+  /* changes {assignment {task {id "x"}}, action 7} */
+  static const uint8_t action7[] = {0x22, 0x09, 0x0a, 0x05, 0x0a, 0x03,
+                                    0x0a, 0x01, 'x',  0x10, 0x07};
+  /* changes {action REMOVE} */
+  static const uint8_t noasg[] = {0x22, 0x02, 0x10, 0x01};
+  /* type INCREMENTAL, applies_to "\xff" */
+  static const uint8_t badap[] = {0x08, 0x01, 0x12, 0x01, 0xff};
+  uint8_t longid[1100];
+  size_t il = 1025;
+  /* changes {assignment {task {id <1025 x>}}}: 3 bytes of lengths each */
+  size_t tl = 1 + 2 + il, al = 1 + 2 + tl, cl = 1 + 2 + al;
+  size_t p = 0;
+  longid[p++] = 0x22;
+  longid[p++] = (uint8_t)(0x80 | (cl & 0x7f));
+  longid[p++] = (uint8_t)(cl >> 7);
+  longid[p++] = 0x0a;
+  longid[p++] = (uint8_t)(0x80 | (al & 0x7f));
+  longid[p++] = (uint8_t)(al >> 7);
+  longid[p++] = 0x0a;
+  longid[p++] = (uint8_t)(0x80 | (tl & 0x7f));
+  longid[p++] = (uint8_t)(tl >> 7);
+  longid[p++] = 0x0a;
+  longid[p++] = (uint8_t)(0x80 | (il & 0x7f));
+  longid[p++] = (uint8_t)(il >> 7);
+  memset(longid + p, 'x', il);
+  p += il;
+  const struct {
+    const uint8_t *p;
+    size_t n;
+    const char *why;
+  } cases[] = {{action7, sizeof action7, "an unknown action"},
+               {noasg, sizeof noasg, "a change without assignment"},
+               {badap, sizeof badap, "applies_to or results_in not UTF-8"},
+               {longid, p, "an object without a valid id"}};
+  for (size_t i = 0; i < 4; ++i) {
+    rig_open(&r);
+    rig_send(&r, MCP_DISP_COMPLETE, "", "1", c1, NULL);
+    mcp_stream_recv(r.asg, cases[i].p, cases[i].n, 0);
+    ck_assert_uint_eq(mcp_disp_agent_count(r.a), 2);
+    ck_assert_str_eq(mcp_disp_agent_results_in(r.a), "1");
+    ck_assert_int_eq(rig_pump(r.asg, 0, &st, &dt), MCP_STREAM_END);
+    ck_assert_int_eq(st, mcp_error_grpc_status(MCP_ERR_MALFORMED));
+    ck_assert_ptr_nonnull(strstr(dt, cases[i].why));
+    rig_close(&r);
+  }
+  /* INCREMENTAL 1 -> 2: changes {assignment {volume (4) {id "v"}}}. */
+  rig_open(&r);
+  rig_send(&r, MCP_DISP_COMPLETE, "", "1", c1, NULL);
+  static const uint8_t vol[] = {0x08, 0x01, 0x12, 0x01, '1', 0x1a, 0x01, '2',
+                                0x22, 0x07, 0x0a, 0x05, 0x22, 0x03, 0x0a,
+                                0x01, 'v'};
+  mcp_stream_recv(r.asg, vol, sizeof vol, 0);
+  ck_assert_int_ne(rig_pump(r.asg, 0, &st, &dt), MCP_STREAM_END);
+  ck_assert_str_eq(mcp_disp_agent_results_in(r.a), "2");
+  ck_assert_uint_eq(mcp_disp_agent_count(r.a), 2);
+  ck_assert_int_eq(r.e.n, 2);
+  rig_close(&r);
+}
+END_TEST
+
 START_TEST(test_agent_follows_a_new_session_id) {
   /* The manager may hand out another id on the Session stream: the
    * Assignments call of the old id ends and a new one starts, without
@@ -1991,6 +2144,8 @@ static Suite *disp_suite(void) {
   tcase_add_test(tc, test_agent_applies_and_checks_the_chain);
   tcase_add_test(tc, test_agent_malformed_changes_nothing);
   tcase_add_test(tc, test_agent_follows_a_new_session_id);
+  tcase_add_test(tc, test_agent_bad_session_and_heartbeat_replies);
+  tcase_add_test(tc, test_agent_refuses_bad_changes_and_skips_volumes);
   suite_add_tcase(s, tc);
   tc = tcase_create("alloc");
   tcase_add_test(tc, test_manager_survives_every_failed_allocation);
