@@ -613,6 +613,111 @@ START_TEST(test_unknown_session_is_invalid_argument) {
 }
 END_TEST
 
+/* Bytes that are no request, for every method: the call ends
+ * INVALID_ARGUMENT "malformed <Request>" and nothing else changes. */
+START_TEST(test_malformed_request_of_every_method) {
+  static const char *const names[] = {
+      "SessionRequest", "HeartbeatRequest", "UpdateTaskStatusRequest",
+      "TasksRequest", "AssignmentsRequest"};
+  static const uint8_t junk[] = {0x0a, 0x05, 0x61, 0x62};
+  mcp_store *view = th_store(NULL);
+  put_task(view, "node-a", "t1", "v1", 0);
+  mcp_disp *d = disp_new(view, 0, 0);
+  char sid[64], want[80];
+  call *s = session(d, "node-a", NULL, 0, sid);
+  for (int k = SESSION; k <= ASSIGN; ++k) {
+    call *c = call_open(d, k, NULL, 0);
+    mcp_stream_recv(c->st, junk, sizeof junk, 0);
+    snprintf(want, sizeof want, "malformed docker.swarmkit.v1.%s", names[k]);
+    expect_end(c, 0, MCP_CODE_INVALID_ARGUMENT, want);
+    call_close(c);
+  }
+  ck_assert_str_eq(mcp_disp_node_session(d, "node-a", 0), sid);
+  mcp_disp_stats st;
+  mcp_disp_get_stats(d, &st);
+  ck_assert_uint_eq(st.sessions, 1);
+  ck_assert_uint_eq(st.streams, 1);
+  call_close(s);
+  mcp_disp_del(d);
+  mcp_store_del(view);
+}
+END_TEST
+
+/* Requests that decode but cannot be served. */
+START_TEST(test_session_request_fields_are_checked) {
+  mcp_store *view = th_store(NULL);
+  mcp_disp *d = disp_new(view, 0, 0);
+  /* A hostname past 1024 bytes is no node id. */
+  char big[1100];
+  memset(big, 'n', sizeof big - 1);
+  big[sizeof big - 1] = 0;
+  Docker__Swarmkit__V1__SessionRequest r =
+      DOCKER__SWARMKIT__V1__SESSION_REQUEST__INIT;
+  Docker__Swarmkit__V1__NodeDescription desc =
+      DOCKER__SWARMKIT__V1__NODE_DESCRIPTION__INIT;
+  desc.hostname = big;
+  r.description = &desc;
+  call *c = call_open(d, SESSION, NULL, 0);
+  call_send(c, &r.base, 0);
+  expect_end(c, 0, MCP_CODE_INVALID_ARGUMENT, NULL);
+  call_close(c);
+  /* A session_id that is not UTF-8 (description {hostname "n"},
+   * session_id "\xff"). */
+  static const uint8_t badsid[] = {0x0a, 0x03, 0x0a, 0x01, 'n',
+                                   0x12, 0x01, 0xff};
+  c = call_open(d, SESSION, NULL, 0);
+  mcp_stream_recv(c->st, badsid, sizeof badsid, 0);
+  expect_end(c, 0, MCP_CODE_INVALID_ARGUMENT, "session_id is not UTF-8");
+  call_close(c);
+  ck_assert_ptr_null(mcp_disp_node_session(d, "n", 0));
+  /* Naming the live session of another node does not take it over: a
+   * session of its own. */
+  char sa[64], sb[64];
+  call *a = session(d, "node-a", NULL, 0, sa);
+  call *b = session(d, "node-b", sa, 0, sb);
+  ck_assert_str_ne(sa, sb);
+  ck_assert_str_eq(mcp_disp_node_session(d, "node-a", 0), sa);
+  ck_assert_str_eq(mcp_disp_node_session(d, "node-b", 0), sb);
+  expect_idle(a, 0);
+  call_close(a);
+  call_close(b);
+  mcp_disp_del(d);
+  mcp_store_del(view);
+}
+END_TEST
+
+/* An Assignments call whose peer goes away with split messages still
+ * queued, and one whose session is replaced meanwhile: the queue goes
+ * with the call. */
+START_TEST(test_assignments_queue_dropped_with_the_call) {
+  mcp_store *view = th_store(NULL);
+  char id[32];
+  for (int i = 0; i < 250; ++i) {
+    snprintf(id, sizeof id, "t%03d", i);
+    put_task(view, "node-a", id, "v1", 0);
+  }
+  mcp_disp *d = disp_new(view, 0, 0);
+  char sid[64], sid2[64];
+  call *s = session(d, "node-a", NULL, 0, sid);
+  call *a = by_session(d, ASSIGN, sid, 0);
+  amsg_free(expect_assign(a, 0)); /* 2 more are queued */
+  call_close(a);                  /* the peer vanished */
+  a = by_session(d, ASSIGN, sid, 0);
+  amsg_free(expect_assign(a, 0));
+  call *s2 = session(d, "node-a", NULL, 1 * SEC, sid2);
+  expect_end(a, 1 * SEC, MCP_CODE_INVALID_ARGUMENT,
+             MCP_DISP_ERR_SESSION_INVALID);
+  call_close(a);
+  call_close(s);
+  mcp_disp_stats st;
+  mcp_disp_get_stats(d, &st);
+  ck_assert_uint_eq(st.streams, 1);
+  call_close(s2);
+  mcp_disp_del(d);
+  mcp_store_del(view);
+}
+END_TEST
+
 /* ------------------------------------------------------------------ */
 /* UpdateTaskStatus                                                    */
 /* ------------------------------------------------------------------ */
@@ -697,6 +802,58 @@ START_TEST(test_update_task_status_keeps_the_latest_per_task) {
   report(d, "nope", "t2", 512, "x", 3, MCP_CODE_INVALID_ARGUMENT);
   mcp_disp_get_stats(d, &st);
   ck_assert_uint_eq(st.task_statuses, 2);
+  call_close(s);
+  mcp_disp_del(d);
+  mcp_store_del(view);
+}
+END_TEST
+
+/* UpdateTaskStatus: a missing task id refuses the whole call (nothing
+ * kept); an update without a status is skipped, as swarmkit does. */
+START_TEST(test_update_task_status_bad_updates) {
+  mcp_store *view = th_store(NULL);
+  mcp_disp *d = disp_new(view, 0, 0);
+  char sid[64];
+  call *s = session(d, "node-a", NULL, 0, sid);
+  Docker__Swarmkit__V1__UpdateTaskStatusRequest r =
+      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__INIT;
+  Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate u[2] = {
+      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__TASK_STATUS_UPDATE__INIT,
+      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__TASK_STATUS_UPDATE__INIT};
+  Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate *up[2] = {
+      &u[0], &u[1]};
+  Docker__Swarmkit__V1__TaskStatus ts = DOCKER__SWARMKIT__V1__TASK_STATUS__INIT;
+  ts.state = (Docker__Swarmkit__V1__TaskState)512;
+  u[0].task_id = "t1";
+  u[0].status = &ts;
+  u[1].task_id = ""; /* missing */
+  u[1].status = &ts;
+  r.session_id = sid;
+  r.n_updates = 2;
+  r.updates = up;
+  call *c = call_open(d, UTS, NULL, 0);
+  call_send(c, &r.base, 0);
+  expect_end(c, 0, MCP_CODE_INVALID_ARGUMENT, "task id missing or not UTF-8");
+  call_close(c);
+  mcp_disp_stats st;
+  mcp_disp_get_stats(d, &st);
+  ck_assert_uint_eq(st.task_statuses, 0);
+  ck_assert_uint_eq(st.status_updates, 0);
+  /* t2 without a status: skipped; t1 kept. */
+  u[1].task_id = "t2";
+  u[1].status = NULL;
+  c = call_open(d, UTS, NULL, 0);
+  call_send(c, &r.base, 0);
+  mcp_stream_half_close(c->st, 0);
+  Docker__Swarmkit__V1__UpdateTaskStatusResponse *m = expect_msg(
+      c, 0, &docker__swarmkit__v1__update_task_status_response__descriptor);
+  docker__swarmkit__v1__update_task_status_response__free_unpacked(m, NULL);
+  expect_end(c, 0, 0, NULL);
+  call_close(c);
+  tseen seen = {0};
+  ck_assert_int_eq(mcp_disp_task_statuses(d, tsee, &seen), 0);
+  ck_assert_int_eq(seen.n, 1);
+  ck_assert_str_eq(seen.ids[0], "t1");
   call_close(s);
   mcp_disp_del(d);
   mcp_store_del(view);
@@ -1571,6 +1728,159 @@ START_TEST(test_agent_malformed_changes_nothing) {
 }
 END_TEST
 
+/* One Heartbeat call of the rig's agent at |ts|, answered with |in|:
+ * the pump after the answer (its status in *st). */
+static int rig_heartbeat(agent_rig *r, mcp_tstamp ts, const uint8_t *in,
+                         size_t n, int *st) {
+  mcp_stream *h;
+  mcp_msg *msg = NULL;
+  const char *dt;
+  ck_assert_int_eq(
+      r->def->open(r->def->user_data, MCP_DISP_SLOT_HEARTBEAT, ts, &h), 1);
+  ck_assert_int_eq(mcp_stream_pump(h, ts, 1, &msg, st, &dt), MCP_STREAM_SEND);
+  mcp_msg_free(msg);
+  mcp_stream_recv(h, in, n, ts);
+  int a;
+  do {
+    a = rig_pump(h, ts, st, &dt);
+  } while (a == MCP_STREAM_HALF_CLOSE);
+  mcp_stream_del(h);
+  r->def->ended(r->def->user_data, MCP_DISP_SLOT_HEARTBEAT,
+                a == MCP_STREAM_END ? *st : MCP_CODE_OK, "", ts);
+  return a;
+}
+
+/* What the manager answers that cannot be used: a period out of range is
+ * ignored; a HeartbeatResponse or SessionMessage that does not decode, or
+ * a SessionMessage without id, loses the session (the held set stays). */
+START_TEST(test_agent_bad_session_and_heartbeat_replies) {
+  agent_rig r;
+  int st;
+  const char *dt;
+  rig_open(&r);
+  const char *const c1[] = {"t1", NULL};
+  rig_send(&r, MCP_DISP_COMPLETE, "", "1", c1, NULL);
+  Docker__Swarmkit__V1__HeartbeatResponse hr =
+      DOCKER__SWARMKIT__V1__HEARTBEAT_RESPONSE__INIT;
+  Google__Protobuf__Duration per = GOOGLE__PROTOBUF__DURATION__INIT;
+  hr.period = &per;
+  const int64_t secs[] = {-1, 0, 86400LL * 365 * 2, 7};
+  const int32_t nanos[] = {0, -5, 0, 0};
+  uint8_t b[64];
+  for (int k = 0; k < 4; ++k) {
+    per.seconds = secs[k];
+    per.nanos = nanos[k];
+    size_t n = docker__swarmkit__v1__heartbeat_response__pack(&hr, b);
+    rig_heartbeat(&r, (mcp_tstamp)k * 100 * SEC, b, n, &st);
+    ck_assert_uint_eq(mcp_disp_agent_period(r.a), k < 3 ? 5 * SEC : 7 * SEC);
+  }
+  ck_assert_str_eq(mcp_disp_agent_session_id(r.a), "sid-1");
+  /* A HeartbeatResponse that does not decode. */
+  static const uint8_t junk[] = {0x0a, 0x05, 0x08};
+  ck_assert_int_eq(rig_heartbeat(&r, 400 * SEC, junk, sizeof junk, &st),
+                   MCP_STREAM_END);
+  ck_assert_int_eq(st, mcp_error_grpc_status(MCP_ERR_MALFORMED));
+  ck_assert_ptr_null(mcp_disp_agent_session_id(r.a));
+  ck_assert_int_eq(rig_pump(r.asg, 400 * SEC, &st, &dt), MCP_STREAM_END);
+  ck_assert_int_eq(st, MCP_CODE_CANCELLED);
+  ck_assert_uint_eq(mcp_disp_agent_count(r.a), 1);
+  rig_close(&r);
+  /* SessionMessages: bytes that do not decode, no id, an id not UTF-8. */
+  static const uint8_t nosid[] = {0x1a, 0x00};
+  static const uint8_t badsid[] = {0x0a, 0x01, 0xff};
+  const struct {
+    const uint8_t *p;
+    size_t n;
+  } cases[] = {{junk, sizeof junk}, {nosid, sizeof nosid},
+               {badsid, sizeof badsid}};
+  for (size_t i = 0; i < 3; ++i) {
+    rig_open(&r);
+    rig_send(&r, MCP_DISP_COMPLETE, "", "1", c1, NULL);
+    mcp_stream_recv(r.sess, cases[i].p, cases[i].n, 0);
+    ck_assert_int_eq(rig_pump(r.sess, 0, &st, &dt), MCP_STREAM_END);
+    ck_assert_int_eq(st, mcp_error_grpc_status(MCP_ERR_MALFORMED));
+    mcp_stream_del(r.sess);
+    r.sess = NULL;
+    r.def->ended(r.def->user_data, MCP_DISP_SLOT_SESSION, st, dt, 0);
+    ck_assert_ptr_null(mcp_disp_agent_session_id(r.a));
+    ck_assert_int_eq(rig_pump(r.asg, 0, &st, &dt), MCP_STREAM_END);
+    ck_assert_uint_eq(mcp_disp_agent_count(r.a), 1);
+    mcp_disp_agent_stats as;
+    mcp_disp_agent_get_stats(r.a, &as);
+    ck_assert_uint_eq(as.session_errors, 1);
+    rig_close(&r);
+  }
+}
+END_TEST
+
+/* AssignmentsMessages that decode but are not what the agent holds: an
+ * unknown action, a change without assignment, applies_to not UTF-8, an
+ * id past 1024 bytes, all refused; a VolumeAssignment is skipped. */
+START_TEST(test_agent_refuses_bad_changes_and_skips_volumes) {
+  agent_rig r;
+  int st;
+  const char *dt;
+  const char *const c1[] = {"t1", "t2", NULL};
+  /* changes {assignment {task {id "x"}}, action 7} */
+  static const uint8_t action7[] = {0x22, 0x09, 0x0a, 0x05, 0x0a, 0x03,
+                                    0x0a, 0x01, 'x',  0x10, 0x07};
+  /* changes {action REMOVE} */
+  static const uint8_t noasg[] = {0x22, 0x02, 0x10, 0x01};
+  /* type INCREMENTAL, applies_to "\xff" */
+  static const uint8_t badap[] = {0x08, 0x01, 0x12, 0x01, 0xff};
+  uint8_t longid[1100];
+  size_t il = 1025;
+  /* changes {assignment {task {id <1025 x>}}}: 3 bytes of lengths each */
+  size_t tl = 1 + 2 + il, al = 1 + 2 + tl, cl = 1 + 2 + al;
+  size_t p = 0;
+  longid[p++] = 0x22;
+  longid[p++] = (uint8_t)(0x80 | (cl & 0x7f));
+  longid[p++] = (uint8_t)(cl >> 7);
+  longid[p++] = 0x0a;
+  longid[p++] = (uint8_t)(0x80 | (al & 0x7f));
+  longid[p++] = (uint8_t)(al >> 7);
+  longid[p++] = 0x0a;
+  longid[p++] = (uint8_t)(0x80 | (tl & 0x7f));
+  longid[p++] = (uint8_t)(tl >> 7);
+  longid[p++] = 0x0a;
+  longid[p++] = (uint8_t)(0x80 | (il & 0x7f));
+  longid[p++] = (uint8_t)(il >> 7);
+  memset(longid + p, 'x', il);
+  p += il;
+  const struct {
+    const uint8_t *p;
+    size_t n;
+    const char *why;
+  } cases[] = {{action7, sizeof action7, "an unknown action"},
+               {noasg, sizeof noasg, "a change without assignment"},
+               {badap, sizeof badap, "applies_to or results_in not UTF-8"},
+               {longid, p, "an object without a valid id"}};
+  for (size_t i = 0; i < 4; ++i) {
+    rig_open(&r);
+    rig_send(&r, MCP_DISP_COMPLETE, "", "1", c1, NULL);
+    mcp_stream_recv(r.asg, cases[i].p, cases[i].n, 0);
+    ck_assert_uint_eq(mcp_disp_agent_count(r.a), 2);
+    ck_assert_str_eq(mcp_disp_agent_results_in(r.a), "1");
+    ck_assert_int_eq(rig_pump(r.asg, 0, &st, &dt), MCP_STREAM_END);
+    ck_assert_int_eq(st, mcp_error_grpc_status(MCP_ERR_MALFORMED));
+    ck_assert_ptr_nonnull(strstr(dt, cases[i].why));
+    rig_close(&r);
+  }
+  /* INCREMENTAL 1 -> 2: changes {assignment {volume (4) {id "v"}}}. */
+  rig_open(&r);
+  rig_send(&r, MCP_DISP_COMPLETE, "", "1", c1, NULL);
+  static const uint8_t vol[] = {0x08, 0x01, 0x12, 0x01, '1', 0x1a, 0x01, '2',
+                                0x22, 0x07, 0x0a, 0x05, 0x22, 0x03, 0x0a,
+                                0x01, 'v'};
+  mcp_stream_recv(r.asg, vol, sizeof vol, 0);
+  ck_assert_int_ne(rig_pump(r.asg, 0, &st, &dt), MCP_STREAM_END);
+  ck_assert_str_eq(mcp_disp_agent_results_in(r.a), "2");
+  ck_assert_uint_eq(mcp_disp_agent_count(r.a), 2);
+  ck_assert_int_eq(r.e.n, 2);
+  rig_close(&r);
+}
+END_TEST
+
 START_TEST(test_agent_follows_a_new_session_id) {
   /* The manager may hand out another id on the Session stream: the
    * Assignments call of the old id ends and a new one starts, without
@@ -1811,6 +2121,10 @@ static Suite *disp_suite(void) {
   tcase_add_test(tc, test_session_expires_after_three_periods_without_heartbeat);
   tcase_add_test(tc, test_session_without_streams_expires_through_the_registry);
   tcase_add_test(tc, test_unknown_session_is_invalid_argument);
+  tcase_add_test(tc, test_malformed_request_of_every_method);
+  tcase_add_test(tc, test_session_request_fields_are_checked);
+  tcase_add_test(tc, test_assignments_queue_dropped_with_the_call);
+  tcase_add_test(tc, test_update_task_status_bad_updates);
   tcase_add_test(tc, test_update_task_status_keeps_the_latest_per_task);
   tcase_add_test(tc, test_update_task_status_is_bounded);
   tcase_add_test(tc, test_assignments_complete_then_incremental_chain);
@@ -1830,6 +2144,8 @@ static Suite *disp_suite(void) {
   tcase_add_test(tc, test_agent_applies_and_checks_the_chain);
   tcase_add_test(tc, test_agent_malformed_changes_nothing);
   tcase_add_test(tc, test_agent_follows_a_new_session_id);
+  tcase_add_test(tc, test_agent_bad_session_and_heartbeat_replies);
+  tcase_add_test(tc, test_agent_refuses_bad_changes_and_skips_volumes);
   suite_add_tcase(s, tc);
   tc = tcase_create("alloc");
   tcase_add_test(tc, test_manager_survives_every_failed_allocation);

@@ -432,13 +432,22 @@ static void call_invalid(dcall *c) {
   call_fail(c, MCP_CODE_INVALID_ARGUMENT, MCP_DISP_ERR_SESSION_INVALID);
 }
 
-/* The live session a call names, checked against the TLS identity. */
+/* The live session a call names, checked against the TLS identity; NULL
+ * ends the call "session invalid". */
 static dsess *call_session(dcall *c, const char *id, mcp_tstamp ts) {
   dsess *s = sess_lookup(c->d, id, ts);
   if (s && c->peer_node && strcmp(s->node, c->peer_node) != 0) {
-    return NULL;
+    s = NULL;
+  }
+  if (!s) {
+    call_invalid(c);
   }
   return s;
+}
+
+/* The call's session is live and the call has not failed. */
+static int call_live(const dcall *c) {
+  return !c->fail && c->sess && c->sess->state == S_LIVE;
 }
 
 static int end_fn(const void *sess, int *status, const char **details) {
@@ -504,6 +513,12 @@ static void queue_clear(dcall *c) {
   c->qhead = c->qn = 0;
 }
 
+static void sent_free(mcp_disp *d, sent_entry *e) {
+  mcp__free(&d->mem, e->name);
+  mcp__free(&d->mem, e->version);
+  mcp__free(&d->mem, e);
+}
+
 static void del_fn(void *sess) {
   dcall *c = sess;
   mcp_disp *d = c->d;
@@ -514,10 +529,7 @@ static void del_fn(void *sess) {
   queue_clear(c);
   mcp__free(&d->mem, c->q);
   for (size_t i = 0; mcp__map_iter(&c->sent, &i, &v);) {
-    sent_entry *e = v;
-    mcp__free(&d->mem, e->name);
-    mcp__free(&d->mem, e->version);
-    mcp__free(&d->mem, e);
+    sent_free(d, v);
   }
   mcp__map_free(&c->sent, &d->mem);
   mcp__free(&d->mem, c->peer_node);
@@ -525,11 +537,25 @@ static void del_fn(void *sess) {
   mcp__free(&d->mem, c);
 }
 
-/* Decodes a request. NULL: *err = NOMEM, or 0 when the bytes are no such
- * message (the call then ends INVALID_ARGUMENT "malformed <type>"). */
+/* Each method accepts one request message (unary and server streaming). */
+static int second_request(dcall *c) {
+  if (c->got_request) {
+    return MCP_ERR_PROTOCOL;
+  }
+  c->got_request = 1;
+  return 0;
+}
+
+/* Decodes the call's one request. NULL: *err = PROTOCOL (a second
+ * request), NOMEM, or 0 when the bytes are no such message (the call then
+ * ends INVALID_ARGUMENT "malformed <type>"). */
 static void *unpack(dcall *c, const ProtobufCMessageDescriptor *desc,
                     const uint8_t *in, size_t len, int *err) {
   mcp_pballoc pa;
+  *err = second_request(c);
+  if (*err) {
+    return NULL;
+  }
   mcp__pballoc_init(&pa, &c->d->mem);
   void *m = protobuf_c_message_unpack(desc, &pa.a, len, in);
   if (!m) {
@@ -555,15 +581,6 @@ static int pop_reply(dcall *c, mcp_msg **pmsg) {
     c->reply = NULL;
     return 1;
   }
-  return 0;
-}
-
-/* Each method accepts one request message (unary and server streaming). */
-static int second_request(dcall *c) {
-  if (c->got_request) {
-    return MCP_ERR_PROTOCOL;
-  }
-  c->got_request = 1;
   return 0;
 }
 
@@ -606,8 +623,8 @@ static int session_message(dcall *c, mcp_msg **pmsg) {
   }
   for (size_t i = 0; i < d->o.nmanagers; ++i) {
     size_t al = strlen(d->managers[i]);
-    size_t peer = 1 + mcp__varint_len(al) + al; /* Peer{addr = 2} */
-    size_t wp = 1 + mcp__varint_len(peer) + peer + 2; /* + weight 1 */
+    size_t peer = mcp__len_field_size(al); /* Peer{addr = 2} */
+    size_t wp = mcp__len_field_size(peer) + 2; /* + weight 1 */
     mcp_msg_builder_key(b, 3, MCP_WT_LEN);
     mcp_msg_builder_varint(b, wp);
     mcp_msg_builder_key(b, 1, MCP_WT_LEN);
@@ -629,13 +646,10 @@ static int session_recv(void *sess, const uint8_t *in, size_t len,
                         mcp_tstamp ts) {
   dcall *c = sess;
   mcp_disp *d = c->d;
-  int err = second_request(c);
+  int err;
   Docker__Swarmkit__V1__SessionRequest *req;
   const char *node;
   dsess *s;
-  if (err) {
-    return err;
-  }
   req = unpack(c, &docker__swarmkit__v1__session_request__descriptor, in, len,
                &err);
   if (!req) {
@@ -686,7 +700,7 @@ static int session_recv(void *sess, const uint8_t *in, size_t len,
 
 static int session_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
   dcall *c = sess;
-  if (c->fail || !c->sess || c->sess->state != S_LIVE) {
+  if (!call_live(c)) {
     return 0;
   }
   if (pop_reply(c, pmsg)) {
@@ -716,12 +730,9 @@ static int heartbeat_recv(void *sess, const uint8_t *in, size_t len,
                           mcp_tstamp ts) {
   dcall *c = sess;
   mcp_disp *d = c->d;
-  int err = second_request(c);
+  int err;
   Docker__Swarmkit__V1__HeartbeatRequest *req;
   dsess *s;
-  if (err) {
-    return err;
-  }
   req = unpack(c, &docker__swarmkit__v1__heartbeat_request__descriptor, in,
                len, &err);
   if (!req) {
@@ -730,7 +741,6 @@ static int heartbeat_recv(void *sess, const uint8_t *in, size_t len,
   s = call_session(c, req->session_id, ts);
   unpack_free(d, req);
   if (!s) {
-    call_invalid(c);
     return 0;
   }
   s->deadline = add_ts(ts, grace(d));
@@ -805,14 +815,11 @@ static tstat *tstat_new(mcp_disp *d, const char *task_id, const char *node,
 static int uts_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
   dcall *c = sess;
   mcp_disp *d = c->d;
-  int err = second_request(c);
+  int err;
   Docker__Swarmkit__V1__UpdateTaskStatusRequest *req;
   dsess *s;
   tstat **fresh = NULL;
   size_t nnew = 0;
-  if (err) {
-    return err;
-  }
   req = unpack(c, &docker__swarmkit__v1__update_task_status_request__descriptor,
                in, len, &err);
   if (!req) {
@@ -821,7 +828,6 @@ static int uts_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
   s = call_session(c, req->session_id, ts);
   if (!s) {
     unpack_free(d, req);
-    call_invalid(c);
     return 0;
   }
   for (size_t i = 0; i < req->n_updates; ++i) {
@@ -908,7 +914,7 @@ static int watch_recv(void *sess, const uint8_t *in, size_t len,
                       mcp_tstamp ts) {
   dcall *c = sess;
   mcp_disp *d = c->d;
-  int err = second_request(c);
+  int err;
   const ProtobufCMessageDescriptor *desc =
       c->method == M_TASKS ? &docker__swarmkit__v1__tasks_request__descriptor
                            : &docker__swarmkit__v1__assignments_request__descriptor;
@@ -917,9 +923,6 @@ static int watch_recv(void *sess, const uint8_t *in, size_t len,
   dsess *s;
   char coll[DISP_MAX_NODE_LEN + 8];
   mcp_watch_options wo;
-  if (err) {
-    return err;
-  }
   req = unpack(c, desc, in, len, &err);
   if (!req) {
     return err;
@@ -931,7 +934,6 @@ static int watch_recv(void *sess, const uint8_t *in, size_t len,
   s = call_session(c, id, ts);
   unpack_free(d, req);
   if (!s) {
-    call_invalid(c);
     return 0;
   }
   call_attach(c, s);
@@ -972,7 +974,7 @@ static int tasks_add_fn(const mcp_item *item, void *user_data) {
 static int tasks_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
   dcall *c = sess;
   int full, r;
-  if (c->fail || !c->sess || c->sess->state != S_LIVE || !c->w) {
+  if (!call_live(c) || !c->w) {
     return 0;
   }
   if (c->first_sent && !mcp_watch_ready(c->w, ts)) {
@@ -1062,10 +1064,10 @@ static int assign_change(dcall *c, int kind, const char *id,
   if (item) {
     olen = item->body_len;
   } else {
-    olen = 1 + mcp__varint_len(idlen) + idlen; /* {id = 1} */
+    olen = mcp__len_field_size(idlen); /* {id = 1} */
   }
-  alen = 1 + mcp__varint_len(olen) + olen;
-  clen = 1 + mcp__varint_len(alen) + alen + (item ? 0 : 2);
+  alen = mcp__len_field_size(olen);
+  clen = mcp__len_field_size(alen) + (item ? 0 : 2);
   mcp_msg_builder_key(b, 4, MCP_WT_LEN);
   mcp_msg_builder_varint(b, clen);
   mcp_msg_builder_key(b, 1, MCP_WT_LEN);
@@ -1085,12 +1087,6 @@ static int assign_change(dcall *c, int kind, const char *id,
     return assign_finish(c);
   }
   return 0;
-}
-
-static void sent_free(mcp_disp *d, sent_entry *e) {
-  mcp__free(&d->mem, e->name);
-  mcp__free(&d->mem, e->version);
-  mcp__free(&d->mem, e);
 }
 
 static int assign_item_fn(const mcp_item *item, void *user_data) {
@@ -1210,7 +1206,7 @@ static int assign_take(dcall *c, mcp_tstamp ts) {
 
 static int assign_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
   dcall *c = sess;
-  if (c->fail || !c->sess || c->sess->state != S_LIVE || !c->w) {
+  if (!call_live(c) || !c->w) {
     return 0;
   }
   if (!c->qn && (!c->first_sent || mcp_watch_ready(c->w, ts))) {

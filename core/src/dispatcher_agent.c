@@ -165,7 +165,7 @@ static int build_session_req(mcp_disp_agent *a, mcp_msg **pmsg) {
    * session (swarmkit's agent never reuses an id). */
   size_t n = strlen(a->node);
   mcp_msg_builder_key(a->b, 1, MCP_WT_LEN);
-  mcp_msg_builder_varint(a->b, 1 + mcp__varint_len(n) + n);
+  mcp_msg_builder_varint(a->b, mcp__len_field_size(n));
   mcp_msg_builder_len_field(a->b, 1, a->node, n);
   return mcp_msg_builder_finish(a->b, NULL, pmsg);
 }
@@ -185,7 +185,7 @@ static int build_uts_req(mcp_disp_agent *a, mcp_msg **pmsg) {
       continue;
     }
     il = strlen(h->id);
-    ul = 1 + mcp__varint_len(il) + il + 1 + mcp__varint_len(sl) + sl;
+    ul = mcp__len_field_size(il) + mcp__len_field_size(sl);
     mcp_msg_builder_key(a->b, 3, MCP_WT_LEN);
     mcp_msg_builder_varint(a->b, ul);
     mcp_msg_builder_len_field(a->b, 1, h->id, il);
