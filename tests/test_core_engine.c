@@ -375,6 +375,35 @@ START_TEST(test_watch_finds_its_collection_after_a_failed_first_change) {
 }
 END_TEST
 
+START_TEST(test_watch_skip_moves_without_reporting) {
+  mcp_store *st = th_store(NULL);
+  th_put(st, COLL, "a", "v1", "A", 0);
+  th_put(st, COLL, "b", "v1", "B", 0);
+  mcp_watch *w = watch_new(st, 0, 0);
+  mcp_watch_skip(w, 0);
+  ck_assert_int_eq(mcp_watch_changed(w), 0);
+  ck_assert_uint_eq(mcp_watch_generation(w), mcp_store_generation(st, COLL));
+  th_put(st, COLL, "b", "v2", "B2", 1);
+  seen s;
+  int full;
+  ck_assert_int_eq(take(w, 1, &s, &full), 1);
+  ck_assert_int_eq(full, 0);
+  ck_assert_str_eq(s.names[0], "b");
+  /* Skipped while absent: its appearance is a whole state. */
+  mcp_watch *w2 = NULL;
+  ck_assert_int_eq(mcp_watch_new(&w2, st, "later", NULL, NULL), 0);
+  mcp_watch_skip(w2, 1);
+  ck_assert_int_eq(mcp_watch_changed(w2), 0);
+  th_put(st, "later", "x", "v1", "X", 2);
+  ck_assert_int_eq(mcp_watch_changed(w2), 1);
+  ck_assert_int_eq(mcp_watch_take(w2, 2, record, &s, &full), 1);
+  ck_assert_int_eq(full, 1);
+  mcp_watch_del(w2);
+  mcp_watch_del(w);
+  mcp_store_del(st);
+}
+END_TEST
+
 START_TEST(test_watch_get_and_foreach_do_not_move_the_watch) {
   mcp_store *st = th_store(NULL);
   th_put(st, COLL, "a", "v1", "A", 0);
@@ -765,6 +794,7 @@ static Suite *engine_suite(void) {
   tcase_add_test(tc, test_watch_debounce_waits_for_quiet_and_max_delay_caps_it);
   tcase_add_test(tc, test_watch_items_carry_type_and_body_of_any_size);
   tcase_add_test(tc, test_watch_finds_its_collection_after_a_failed_first_change);
+  tcase_add_test(tc, test_watch_skip_moves_without_reporting);
   tcase_add_test(tc, test_watch_get_and_foreach_do_not_move_the_watch);
   tcase_add_test(tc, test_watch_take_that_fails_does_not_move);
   suite_add_tcase(s, tc);

@@ -165,6 +165,14 @@ static int report(mcp_watch *w, const mcp_entry *e, mcp_watch_fn fn,
   return rv < 0 ? rv : fn(&it, ud);
 }
 
+/* The watch now holds |c|'s current state (NULL: absent). */
+static void move_to(mcp_watch *w, const mcp_coll *c) {
+  w->taken = 1;
+  w->existed = c != NULL;
+  w->gen = c ? c->gen : 0;
+  w->dirty = 0;
+}
+
 int mcp_watch_take(mcp_watch *w, mcp_tstamp ts, mcp_watch_fn fn,
                    void *user_data, int *full) {
   if (ts > w->last_ts) {
@@ -202,11 +210,16 @@ int mcp_watch_take(mcp_watch *w, mcp_tstamp ts, mcp_watch_fn fn,
   if (full) {
     *full = whole;
   }
-  w->taken = 1;
-  w->existed = c != NULL;
-  w->gen = c ? c->gen : 0;
-  w->dirty = 0;
+  move_to(w, c);
   return count;
+}
+
+void mcp_watch_skip(mcp_watch *w, mcp_tstamp ts) {
+  if (ts > w->last_ts) {
+    w->last_ts = ts;
+  }
+  cache_coll(w);
+  move_to(w, live_coll(w));
 }
 
 uint64_t mcp_watch_generation(const mcp_watch *w) { return w->gen; }

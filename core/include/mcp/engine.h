@@ -142,6 +142,12 @@ typedef int (*mcp_watch_fn)(const mcp_item *item, void *user_data);
 MCP_EXTERN int mcp_watch_take(mcp_watch *w, mcp_tstamp ts, mcp_watch_fn fn,
                               void *user_data, int *full);
 
+/* Moves the watch to the collection's current state as a take would, but
+ * reports nothing, in O(1): for a caller that learns the state another way
+ * (mcp_watch_get() of the one item it cares about) and wants only what
+ * changes from now on. */
+MCP_EXTERN void mcp_watch_skip(mcp_watch *w, mcp_tstamp ts);
+
 /* The store generation last taken (0 before the first take). */
 MCP_EXTERN uint64_t mcp_watch_generation(const mcp_watch *w);
 
