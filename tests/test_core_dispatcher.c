@@ -2110,9 +2110,153 @@ START_TEST(test_view_names) {
 }
 END_TEST
 
+/* ---- swarmkit's task rules (mcp_disp_task_*) ---- */
+
+static uint8_t *task_with_refs(const char *node, int state, const char *image,
+                               const char *meta_name, size_t *len) {
+  Docker__Swarmkit__V1__Task t = DOCKER__SWARMKIT__V1__TASK__INIT;
+  Docker__Swarmkit__V1__TaskStatus st = DOCKER__SWARMKIT__V1__TASK_STATUS__INIT;
+  Docker__Swarmkit__V1__TaskSpec spec = DOCKER__SWARMKIT__V1__TASK_SPEC__INIT;
+  Docker__Swarmkit__V1__ContainerSpec c =
+      DOCKER__SWARMKIT__V1__CONTAINER_SPEC__INIT;
+  Docker__Swarmkit__V1__SecretReference s1 =
+      DOCKER__SWARMKIT__V1__SECRET_REFERENCE__INIT;
+  Docker__Swarmkit__V1__SecretReference s2 =
+      DOCKER__SWARMKIT__V1__SECRET_REFERENCE__INIT;
+  Docker__Swarmkit__V1__ConfigReference c1 =
+      DOCKER__SWARMKIT__V1__CONFIG_REFERENCE__INIT;
+  Docker__Swarmkit__V1__Meta meta = DOCKER__SWARMKIT__V1__META__INIT;
+  Docker__Swarmkit__V1__SecretReference *ss[] = {&s1, &s2};
+  Docker__Swarmkit__V1__ConfigReference *cs[] = {&c1};
+  s1.secret_id = (char *)"db-pass";
+  s2.secret_id = (char *)""; /* an empty id references nothing */
+  c1.config_id = (char *)"web-conf";
+  c.image = (char *)image;
+  c.n_secrets = 2;
+  c.secrets = ss;
+  c.n_configs = 1;
+  c.configs = cs;
+  spec.runtime_case = DOCKER__SWARMKIT__V1__TASK_SPEC__RUNTIME_CONTAINER;
+  spec.container = &c;
+  t.id = (char *)"t1";
+  t.node_id = (char *)node;
+  st.state = (Docker__Swarmkit__V1__TaskState)state;
+  t.status = &st;
+  t.spec = &spec;
+  Docker__Swarmkit__V1__Version v = DOCKER__SWARMKIT__V1__VERSION__INIT;
+  if (meta_name) {
+    v.index = (uint64_t)strlen(meta_name);
+    meta.version = &v;
+    t.meta = &meta;
+  }
+  *len = docker__swarmkit__v1__task__get_packed_size(&t);
+  uint8_t *p = malloc(*len);
+  docker__swarmkit__v1__task__pack(&t, p);
+  return p;
+}
+
+typedef struct refs_seen {
+  char s[4][32];
+  int n;
+} refs_seen;
+
+static int see_ref(int kind, const char *id, size_t len, void *ud) {
+  refs_seen *r = ud;
+  ck_assert_int_lt(r->n, 4);
+  snprintf(r->s[r->n++], sizeof(r->s[0]), "%s/%.*s", mcp_disp_kind_name(kind),
+           (int)len, id);
+  return 0;
+}
+
+static int stop_ref(int kind, const char *id, size_t len, void *ud) {
+  (void)kind;
+  (void)id;
+  (void)len;
+  (void)ud;
+  return MCP_ERR_NOMEM;
+}
+
+START_TEST(test_task_state_names_are_swarmkits) {
+  ck_assert_str_eq(mcp_disp_task_state_name(0), "NEW");
+  ck_assert_str_eq(mcp_disp_task_state_name(192), "ASSIGNED");
+  ck_assert_str_eq(mcp_disp_task_state_name(800), "REMOVE");
+  ck_assert_str_eq(mcp_disp_task_state_name(832), "ORPHANED");
+  ck_assert_ptr_null(mcp_disp_task_state_name(896));
+  ck_assert_ptr_null(mcp_disp_task_state_name(-1));
+  ck_assert_int_eq(mcp_disp_task_state_parse("REMOVE"),
+                   DOCKER__SWARMKIT__V1__TASK_STATE__REMOVE);
+  ck_assert_int_eq(mcp_disp_task_state_parse("ORPHANED"),
+                   DOCKER__SWARMKIT__V1__TASK_STATE__ORPHANED);
+  ck_assert_int_eq(mcp_disp_task_state_parse("running"), -1);
+  ck_assert_int_eq(mcp_disp_task_state_parse(NULL), -1);
+  ck_assert_int_eq(mcp_disp_task_assigned(64), 0);
+  ck_assert_int_eq(mcp_disp_task_assigned(MCP_DISP_TASK_ASSIGNED), 1);
+  ck_assert_int_eq(mcp_disp_task_assigned(704), 1);
+}
+END_TEST
+
+START_TEST(test_task_read_gives_node_state_and_references) {
+  size_t n;
+  uint8_t *b = task_with_refs("node-a", 512, "nginx", NULL, &n);
+  mcp_disp_task_info info;
+  refs_seen r = {0};
+  ck_assert_int_eq(mcp_disp_task_read(b, n, &info, see_ref, &r), 0);
+  ck_assert_uint_eq(info.node_id_len, 6);
+  ck_assert_int_eq(memcmp(info.node_id, "node-a", 6), 0);
+  ck_assert_int_eq(info.state, 512);
+  ck_assert_int_eq(r.n, 2);
+  ck_assert_str_eq(r.s[0], "secret/db-pass");
+  ck_assert_str_eq(r.s[1], "config/web-conf");
+  /* The callback's error stops the read. */
+  ck_assert_int_eq(mcp_disp_task_read(b, n, &info, stop_ref, NULL),
+                   MCP_ERR_NOMEM);
+  free(b);
+  /* A state swarmkit does not have; bytes that do not decode. */
+  b = task_with_refs("node-a", 999, "nginx", NULL, &n);
+  ck_assert_int_eq(mcp_disp_task_read(b, n, &info, NULL, NULL),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(info.state, 999);
+  ck_assert_int_eq(mcp_disp_task_read(b, n - 1, &info, NULL, NULL),
+                   MCP_ERR_MALFORMED);
+  free(b);
+  const uint8_t wrong_type[] = {0x32, 0x01, 'x', 0x4a, 0x02, 0x12, 0x01};
+  ck_assert_int_eq(mcp_disp_task_read(wrong_type, sizeof wrong_type, &info,
+                                      NULL, NULL),
+                   MCP_ERR_MALFORMED);
+  /* No node, no status: NEW on no node. */
+  ck_assert_int_eq(mcp_disp_task_read(NULL, 0, &info, NULL, NULL), 0);
+  ck_assert_uint_eq(info.node_id_len, 0);
+  ck_assert_int_eq(info.state, 0);
+}
+END_TEST
+
+START_TEST(test_task_past_running_with_only_status_changed_keeps_held) {
+  size_t hn, nn;
+  uint8_t *held = task_with_refs("node-a", 512, "nginx", NULL, &hn);
+  /* Past RUNNING, status (and meta) changed only: kept. */
+  uint8_t *now = task_with_refs("node-a", 576, "nginx", "meta", &nn);
+  ck_assert_int_eq(mcp_disp_task_keeps_held(held, hn, now, nn, 576), 1);
+  free(now);
+  /* Not past RUNNING: sent. */
+  now = task_with_refs("node-a", 512, "nginx", "meta", &nn);
+  ck_assert_int_eq(mcp_disp_task_keeps_held(held, hn, now, nn, 512), 0);
+  free(now);
+  /* The spec changed: sent. */
+  now = task_with_refs("node-a", 576, "nginx:2", NULL, &nn);
+  ck_assert_int_eq(mcp_disp_task_keeps_held(held, hn, now, nn, 576), 0);
+  free(now);
+  /* Malformed bytes are never "the same". */
+  ck_assert_int_eq(mcp_disp_task_keeps_held(held, hn - 1, held, hn, 576), 0);
+  free(held);
+}
+END_TEST
+
 static Suite *disp_suite(void) {
   Suite *s = suite_create("dispatcher");
   TCase *tc = tcase_create("manager");
+  tcase_add_test(tc, test_task_state_names_are_swarmkits);
+  tcase_add_test(tc, test_task_read_gives_node_state_and_references);
+  tcase_add_test(tc, test_task_past_running_with_only_status_changed_keeps_held);
   tcase_add_test(tc, test_session_first_message_and_stays_open);
   tcase_add_test(tc, test_session_node_is_the_certificate_cn_under_tls);
   tcase_add_test(tc, test_session_without_node_id_is_refused);

@@ -1167,21 +1167,6 @@ static void on_proto_tick(uv_timer_t *t) {
 }
 
 /* swarmkit's TaskState names (types.proto). */
-static const char *task_state_name(int s) {
-  static const struct {
-    int v;
-    const char *n;
-  } names[] = {{0, "NEW"},        {64, "PENDING"},   {192, "ASSIGNED"},
-               {256, "ACCEPTED"}, {320, "PREPARING"}, {384, "READY"},
-               {448, "STARTING"}, {512, "RUNNING"},   {576, "COMPLETE"},
-               {640, "SHUTDOWN"}, {704, "FAILED"},    {768, "REJECTED"},
-               {832, "REMOVE"},   {896, "ORPHANED"}};
-  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-    if (names[i].v == s)
-      return names[i].n;
-  return NULL;
-}
-
 typedef struct tasks_page {
   json_t *tasks;
   mcp_tstamp now;
@@ -1190,7 +1175,7 @@ typedef struct tasks_page {
 
 static int task_status_fn(const mcp_disp_task_status *st, void *ud) {
   tasks_page *p = ud;
-  const char *name = task_state_name(st->state);
+  const char *name = mcp_disp_task_state_name(st->state);
   json_t *o = json_pack(
       "{s:s, s:s, s:o, s:i, s:s, s:s, s:f}", "task_id", st->task_id,
       "node_id", st->node_id ? st->node_id : "", "state",

@@ -420,21 +420,6 @@ static void on_assignments(const mcp_disp_event *ev, void *ud) {
     note_synced(a);
 }
 
-/* swarmkit's TaskState names (types.proto). -1 when unknown. */
-static int task_state(const char *s) {
-  static const struct {
-    const char *n;
-    int v;
-  } names[] = {{"NEW", 0},        {"PENDING", 64},   {"ASSIGNED", 192},
-               {"ACCEPTED", 256}, {"PREPARING", 320}, {"READY", 384},
-               {"STARTING", 448}, {"RUNNING", 512},   {"COMPLETE", 576},
-               {"SHUTDOWN", 640}, {"FAILED", 704},    {"REJECTED", 768},
-               {"REMOVE", 832},   {"ORPHANED", 896}};
-  for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-    if (!strcmp(names[i].n, s))
-      return names[i].v;
-  return -1;
-}
 
 /* ---- the loop (main thread) ---- */
 
@@ -666,7 +651,7 @@ int tool_sink_proto_main(int argc, char **argv) {
     o.on_message = on_assignments;
     o.user_data = &app;
     o.rand = tool_rand;
-    if (report && (o.report_state = task_state(report)) < 0) {
+    if (report && (o.report_state = mcp_disp_task_state_parse(report)) < 0) {
       status = usage_error("--report-status: not a swarmkit TaskState "
                            "(NEW, PENDING, ASSIGNED, ACCEPTED, PREPARING, "
                            "READY, STARTING, RUNNING, COMPLETE, SHUTDOWN, "

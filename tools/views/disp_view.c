@@ -17,17 +17,8 @@ static const char *const kind_msg[K_N] = {"Task", "Secret", "Config", "Node"};
 static const char *const kind_def[K_N] = {DISP_VIEW_TASKS, DISP_VIEW_SECRETS,
                                           DISP_VIEW_CONFIGS, DISP_VIEW_NODES};
 
-/* Task fields (objects.proto, types.proto, specs.proto). */
+/* Task.id (objects.proto): set from the document's name. */
 #define TASK_ID 1
-#define TASK_META 2
-#define TASK_SPEC 3
-#define TASK_NODE_ID 6
-#define TASK_STATUS 9
-#define STATUS_STATE 2
-#define SPEC_CONTAINER 1
-#define CONTAINER_SECRETS 12
-#define CONTAINER_CONFIGS 21
-#define REF_ID 1 /* SecretReference.secret_id, ConfigReference.config_id */
 
 typedef struct strv {
   char **v;
@@ -59,7 +50,7 @@ static int strv_add(strv *s, const uint8_t *p, size_t n) {
 typedef struct dp_task {
   char *id;
   char *node; /* node_id, "" when none */
-  uint64_t state;
+  int state;
   uint8_t *body; /* the Task, id set */
   size_t len;
   strv secrets, configs; /* referenced ids */
@@ -99,16 +90,6 @@ static void bad(disp_view *v, const char *what, const char *detail) {
 }
 
 const char *disp_view_why(const disp_view *v) { return v->why; }
-
-/* 1 when |s| is one of swarmkit's TaskState values (types.proto). */
-static int known_state(uint64_t s) {
-  static const uint16_t states[] = {0,   64,  192, 256, 320, 384, 448,
-                                    512, 576, 640, 704, 768, 800, 832};
-  for (size_t i = 0; i < sizeof states / sizeof *states; i++)
-    if (s == states[i])
-      return 1;
-  return 0;
-}
 
 static void task_free(dp_task *t) {
   if (!t)
@@ -379,83 +360,39 @@ static const char *id_of(const char *name) {
   return s ? s + 1 : name;
 }
 
-/* The fields read_task() reads: 0, 1 when malformed, NOMEM. */
-static int read_task_fields(dp_task *t) {
-  const uint8_t *d;
-  size_t n;
-  int r = pbr_get_bytes(t->body, t->len, TASK_NODE_ID, &d, &n);
-  if (r < 0)
-    return 1;
-  free(t->node);
-  if (!(t->node = r ? strndup((const char *)d, n) : strdup("")))
-    return MCP_ERR_NOMEM;
-  t->state = 0;
-  if ((r = pbr_get_bytes(t->body, t->len, TASK_STATUS, &d, &n)) < 0)
-    return 1;
-  if (r && pbr_get_varint(d, n, STATUS_STATE, &t->state) < 0)
-    return 1;
+static int add_ref(int kind, const char *id, size_t len, void *ud) {
+  dp_task *t = ud;
+  return strv_add(kind == MCP_DISP_SECRET ? &t->secrets : &t->configs,
+                  (const uint8_t *)id, len) < 0
+             ? MCP_ERR_NOMEM
+             : 0;
+}
+
+/* Reads node_id, status.state and the references of a Task through the
+ * core's rules (mcp_disp_task_read). 0, 1 when malformed (counted),
+ * NOMEM. */
+static int read_task(disp_view *v, dp_task *t) {
+  mcp_disp_task_info info;
   strv_free(&t->secrets);
   strv_free(&t->configs);
-  const uint8_t *spec, *cont;
-  size_t slen, clen;
-  if ((r = pbr_get_bytes(t->body, t->len, TASK_SPEC, &spec, &slen)) <= 0)
-    return r < 0;
-  if ((r = pbr_get_bytes(spec, slen, SPEC_CONTAINER, &cont, &clen)) <= 0)
-    return r < 0;
-  const uint8_t *p = cont, *end = cont + clen;
-  pbr_field f;
-  while ((r = pbr_next(&p, end, &f)) > 0) {
-    if (f.wire_type != 2 ||
-        (f.field != CONTAINER_SECRETS && f.field != CONTAINER_CONFIGS))
-      continue;
-    const uint8_t *id;
-    size_t idlen;
-    int q = pbr_get_bytes(f.data, f.len, REF_ID, &id, &idlen);
-    if (q < 0)
-      return 1;
-    if (q && idlen &&
-        strv_add(f.field == CONTAINER_SECRETS ? &t->secrets : &t->configs, id,
-                 idlen) < 0)
-      return MCP_ERR_NOMEM;
-  }
-  return r < 0;
-}
-
-/* Reads node_id, status.state (one of swarmkit's) and the references of
- * a Task. 0, 1 when malformed (counted), NOMEM. */
-static int read_task(disp_view *v, dp_task *t) {
-  int r = read_task_fields(t);
-  if (r > 0)
-    bad(v, "a Task that does not decode", NULL);
-  else if (r == 0 && !known_state(t->state)) {
-    char n[32];
-    snprintf(n, sizeof n, "%llu", (unsigned long long)t->state);
+  int r = mcp_disp_task_read(t->body, t->len, &info, add_ref, t);
+  if (r == MCP_ERR_NOMEM)
+    return r;
+  if (r == MCP_ERR_INVALID_ARGUMENT) {
+    char n[16];
+    snprintf(n, sizeof n, "%d", info.state);
     bad(v, "a Task in an unknown status.state", n);
-    r = 1;
+    return 1;
   }
-  return r;
-}
-
-/* swarmkit's TasksEqualStable: equal but for status and meta. */
-static int stable_equal(const uint8_t *a, size_t alen, const uint8_t *b,
-                        size_t blen) {
-  const uint8_t *pa = a, *ea = a + alen, *pb = b, *eb = b + blen;
-  pbr_field fa, fb;
-  for (;;) {
-    int ra, rb;
-    while ((ra = pbr_next(&pa, ea, &fa)) > 0 &&
-           (fa.field == TASK_STATUS || fa.field == TASK_META))
-      ;
-    while ((rb = pbr_next(&pb, eb, &fb)) > 0 &&
-           (fb.field == TASK_STATUS || fb.field == TASK_META))
-      ;
-    if (ra < 0 || rb < 0 || ra != rb)
-      return 0;
-    if (ra == 0)
-      return 1;
-    if (fa.total != fb.total || memcmp(fa.start, fb.start, fa.total))
-      return 0;
+  if (r < 0) {
+    bad(v, "a Task that does not decode", NULL);
+    return 1;
   }
+  free(t->node);
+  if (!(t->node = strndup(info.node_id, info.node_id_len)))
+    return MCP_ERR_NOMEM;
+  t->state = info.state;
+  return 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -801,7 +738,7 @@ static int recompute(disp_view *v, const char *node, mcp_tstamp ts) {
   void *val;
   while (rv == 0 && m && vmap_next(m, &i, &tid, &val)) {
     dp_task *t = val;
-    if (t->state < DISP_TASK_ASSIGNED) {
+    if (!mcp_disp_task_assigned(t->state)) {
       free(t->served_node); /* not on the node (any more) */
       free(t->served);
       t->served_node = NULL;
@@ -810,8 +747,8 @@ static int recompute(disp_view *v, const char *node, mcp_tstamp ts) {
       continue;
     }
     if (!(t->served_node && !strcmp(t->served_node, node) && t->served &&
-          t->state > DISP_TASK_RUNNING &&
-          stable_equal(t->served, t->served_len, t->body, t->len))) {
+          mcp_disp_task_keeps_held(t->served, t->served_len, t->body, t->len,
+                                   t->state))) {
       /* Published as it is now (swarmkit keeps the old bytes only for a
        * task past RUNNING whose update changed nothing but its status). */
       uint8_t *copy = malloc(t->len ? t->len : 1);

@@ -47,10 +47,6 @@
 #define DISP_VIEW_NODES "k8s/swarmkit.docker.com/v1/nodes"
 #define DISP_VIEW_URL_PREFIX "type.googleapis.com/docker.swarmkit.v1."
 
-/* swarmkit's TaskState values used here (types.proto). */
-#define DISP_TASK_ASSIGNED 192
-#define DISP_TASK_RUNNING 512
-
 typedef struct disp_view disp_view;
 
 typedef struct disp_view_options {

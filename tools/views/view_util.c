@@ -70,56 +70,6 @@ void pbw_str(vbuf *b, uint32_t field, const char *s) {
     pbw_bytes(b, field, s, strlen(s));
 }
 
-void pbw_uint(vbuf *b, uint32_t field, uint64_t v) {
-  if (v) {
-    pbw_key(b, field, 0);
-    pbw_varint(b, v);
-  }
-}
-
-void pbw_fixed32(vbuf *b, uint32_t field, uint32_t v) {
-  uint8_t t[4];
-  for (int i = 0; i < 4; i++)
-    t[i] = (uint8_t)(v >> (8 * i));
-  pbw_key(b, field, 5);
-  vbuf_put(b, t, 4);
-}
-
-void pbw_fixed64(vbuf *b, uint32_t field, uint64_t v) {
-  uint8_t t[8];
-  for (int i = 0; i < 8; i++)
-    t[i] = (uint8_t)(v >> (8 * i));
-  pbw_key(b, field, 1);
-  vbuf_put(b, t, 8);
-}
-
-/* Room for the longest length (5 bytes) is kept; pbw_end() writes the
- * canonical varint and moves the content back, so encodings stay
- * byte-identical to what any protobuf encoder writes. */
-size_t pbw_begin(vbuf *b, uint32_t field) {
-  static const uint8_t pad[5] = {0};
-  pbw_key(b, field, 2);
-  size_t mark = b->len;
-  vbuf_put(b, pad, 5);
-  return mark;
-}
-
-void pbw_end(vbuf *b, size_t mark) {
-  if (b->failed)
-    return;
-  uint64_t n = b->len - mark - 5;
-  uint8_t t[5];
-  size_t k = 0;
-  uint64_t v = n;
-  do {
-    t[k++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
-    v >>= 7;
-  } while (v);
-  memcpy(b->p + mark, t, k);
-  memmove(b->p + mark + k, b->p + mark + 5, (size_t)n);
-  b->len -= 5 - k;
-}
-
 static int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
   uint64_t r = 0;
   for (int shift = 0; shift < 64; shift += 7) {
@@ -177,33 +127,6 @@ int pbr_next(const uint8_t **p, const uint8_t *end, pbr_field *f) {
   f->start = start;
   f->total = (size_t)(*p - start);
   return 1;
-}
-
-int pbr_get_bytes(const uint8_t *msg, size_t len, uint32_t field,
-                  const uint8_t **data, size_t *dlen) {
-  const uint8_t *p = msg, *end = msg + len;
-  pbr_field f;
-  int r, found = 0;
-  while ((r = pbr_next(&p, end, &f)) > 0)
-    if (f.field == field && f.wire_type == 2) {
-      *data = f.data;
-      *dlen = f.len;
-      found = 1;
-    }
-  return r < 0 ? -1 : found;
-}
-
-int pbr_get_varint(const uint8_t *msg, size_t len, uint32_t field,
-                   uint64_t *v) {
-  const uint8_t *p = msg, *end = msg + len;
-  pbr_field f;
-  int r, found = 0;
-  while ((r = pbr_next(&p, end, &f)) > 0)
-    if (f.field == field && f.wire_type == 0) {
-      *v = f.v;
-      found = 1;
-    }
-  return r < 0 ? -1 : found;
 }
 
 /* ------------------------------------------------------------------ */

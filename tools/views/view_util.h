@@ -29,13 +29,6 @@ void pbw_varint(vbuf *b, uint64_t v);
 void pbw_key(vbuf *b, uint32_t field, int wire_type);
 void pbw_bytes(vbuf *b, uint32_t field, const void *p, size_t n);
 void pbw_str(vbuf *b, uint32_t field, const char *s); /* nothing for "" */
-void pbw_uint(vbuf *b, uint32_t field, uint64_t v);   /* nothing for 0 */
-void pbw_fixed32(vbuf *b, uint32_t field, uint32_t v);
-void pbw_fixed64(vbuf *b, uint32_t field, uint64_t v);
-/* Starts a length-delimited field whose length is not known yet: returns
- * the position to hand to pbw_end() once its content is written. */
-size_t pbw_begin(vbuf *b, uint32_t field);
-void pbw_end(vbuf *b, size_t mark);
 
 /* ------------------------------------------------------------------ */
 /* Protobuf reader                                                     */
@@ -54,15 +47,6 @@ typedef struct pbr_field {
 /* The next field of |*p .. end|: 1 and |*f| (and |*p| moved past it), 0 at
  * the end, -1 when the bytes are not protobuf (groups included). */
 int pbr_next(const uint8_t **p, const uint8_t *end, pbr_field *f);
-
-/* The payload of the last field |field| of wire type 2 in |msg| (last one
- * wins, as protobuf merges): 1 and |*data|/|*len|, 0 when absent, -1 when
- * malformed. */
-int pbr_get_bytes(const uint8_t *msg, size_t len, uint32_t field,
-                  const uint8_t **data, size_t *dlen);
-/* The same for a varint field. */
-int pbr_get_varint(const uint8_t *msg, size_t len, uint32_t field,
-                   uint64_t *v);
 
 /* ------------------------------------------------------------------ */
 /* String map                                                          */

@@ -71,6 +71,52 @@ MCP_EXTERN size_t mcp_disp_node_collection(char *buf, size_t len,
 MCP_EXTERN size_t mcp_disp_item_name(char *buf, size_t len, int kind,
                                      const char *id);
 
+/* ------------------------------------------------------------------ */
+/* Tasks: swarmkit's assignment rules, for the view's adapter          */
+/* ------------------------------------------------------------------ */
+
+/* swarmkit's TaskState values (types.proto) the rules name. */
+#define MCP_DISP_TASK_ASSIGNED 192
+#define MCP_DISP_TASK_RUNNING 512
+
+/* The name of a TaskState ("RUNNING"), NULL when it is not one of
+ * swarmkit's; and the state of a name (as types.proto spells it), or -1. */
+MCP_EXTERN const char *mcp_disp_task_state_name(int state);
+MCP_EXTERN int mcp_disp_task_state_parse(const char *name);
+
+/* What the rules read of an encoded docker.swarmkit.v1.Task. */
+typedef struct mcp_disp_task_info {
+  const char *node_id; /* into the Task's bytes, not NUL-terminated */
+  size_t node_id_len;
+  int state;           /* status.state, one of swarmkit's */
+} mcp_disp_task_info;
+
+/* Called for each secret (spec.container.secrets[].secretId) and config
+ * (configs[].configId) a Task references: |kind| MCP_DISP_SECRET or
+ * MCP_DISP_CONFIG, |id| into the Task's bytes (|len| bytes, not
+ * NUL-terminated, never empty). Non-zero stops and is returned. */
+typedef int (*mcp_disp_ref_fn)(int kind, const char *id, size_t len,
+                               void *user_data);
+
+/* Reads |task|: fills |*info| and calls |fn| (may be NULL) for each
+ * reference. Errors: MALFORMED (the bytes do not decode),
+ * INVALID_ARGUMENT (status.state, in info->state, is not one of
+ * swarmkit's), what |fn| returned. */
+MCP_EXTERN int mcp_disp_task_read(const uint8_t *task, size_t len,
+                                  mcp_disp_task_info *info,
+                                  mcp_disp_ref_fn fn, void *user_data);
+
+/* 1 when a task in |state| belongs to its node's assignments
+ * (status.state >= ASSIGNED). */
+MCP_EXTERN int mcp_disp_task_assigned(int state);
+
+/* 1 when a node holding |held| of a task keeps it rather than receiving
+ * |now|, whose state is |now_state|: swarmkit re-sends a task past RUNNING
+ * only when more than its status and meta changed (TasksEqualStable). */
+MCP_EXTERN int mcp_disp_task_keeps_held(const uint8_t *held, size_t held_len,
+                                        const uint8_t *now, size_t now_len,
+                                        int now_state);
+
 /* AssignmentChange.action and AssignmentsMessage.type values. */
 enum {
   MCP_DISP_UPDATE = 0,
