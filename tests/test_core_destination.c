@@ -1605,9 +1605,27 @@ START_TEST(test_client_and_server_converge_on_the_view) {
 }
 END_TEST
 
+/* Kubernetes' pairing of a Service port with an Endpoints subset's port. */
+START_TEST(test_view_endpoints_port_by_name_only_or_unnamed) {
+  const mcp_dest_port named = {"http", 80}, unnamed = {"", 80};
+  const mcp_dest_port two[] = {{"metrics", 9090}, {"http", 8080}};
+  const mcp_dest_port one[] = {{"whatever", 8080}};
+  const mcp_dest_port mixed[] = {{"metrics", 9090}, {"", 8080}};
+  ck_assert_ptr_eq(mcp_dest_endpoints_port(&named, two, 2), &two[1]);
+  /* A named service port is served only by the port of its name. */
+  ck_assert_ptr_null(mcp_dest_endpoints_port(&named, one, 1));
+  ck_assert_ptr_null(mcp_dest_endpoints_port(&named, two, 0));
+  /* An unnamed one: the only port, else the unnamed one. */
+  ck_assert_ptr_eq(mcp_dest_endpoints_port(&unnamed, one, 1), &one[0]);
+  ck_assert_ptr_eq(mcp_dest_endpoints_port(&unnamed, mixed, 2), &mixed[1]);
+  ck_assert_ptr_null(mcp_dest_endpoints_port(&unnamed, two, 2));
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("core_destination");
   TCase *tc = tcase_create("view");
+  tcase_add_test(tc, test_view_endpoints_port_by_name_only_or_unnamed);
   tcase_add_test(tc, test_view_collection_is_ns_slash_svc_colon_port);
   tcase_add_test(tc, test_addr_names_ipv4_and_rfc5952_ipv6_round_trip);
   tcase_add_test(tc, test_addr_parse_refuses_malformed);

@@ -441,3 +441,26 @@ size_t mcp_dest_weighted_addr_encode(const mcp_dest_addr *a, const char *pod,
   }
   return n;
 }
+
+const mcp_dest_port *mcp_dest_endpoints_port(const mcp_dest_port *service_port,
+                                             const mcp_dest_port *ports,
+                                             size_t nports) {
+  const char *want = service_port->name ? service_port->name : "";
+  if (want[0]) {
+    for (size_t i = 0; i < nports; ++i) {
+      if (ports[i].name && strcmp(ports[i].name, want) == 0) {
+        return &ports[i];
+      }
+    }
+    return NULL;
+  }
+  if (nports == 1) {
+    return &ports[0];
+  }
+  for (size_t i = 0; i < nports; ++i) {
+    if (!ports[i].name || !ports[i].name[0]) {
+      return &ports[i];
+    }
+  }
+  return NULL;
+}

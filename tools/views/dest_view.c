@@ -13,10 +13,8 @@
 
 #define STRUCT_URL "type.googleapis.com/google.protobuf.Struct"
 
-typedef struct dv_port {
-  char *name; /* "" when unnamed */
-  uint32_t port;
-} dv_port;
+/* The name is ours (malloc'd), "" when unnamed. */
+typedef mcp_dest_port dv_port;
 
 typedef struct dv_addr {
   mcp_dest_addr a; /* the ip, parsed once (port set per service port) */
@@ -68,7 +66,7 @@ const char *dest_view_why(const dest_view *v) { return v->why; }
 
 static void free_ports(dv_port *p, size_t n) {
   for (size_t i = 0; i < n; i++)
-    free(p[i].name);
+    free((char *)(uintptr_t)p[i].name);
   free(p);
 }
 
@@ -407,21 +405,6 @@ static int on_item(const mcp_item *it, void *ud) {
 /* Recomputing one Service                                             */
 /* ------------------------------------------------------------------ */
 
-static const dv_port *subset_port(const dv_subset *sub, const dv_port *sp) {
-  if (sp->name[0]) {
-    for (size_t i = 0; i < sub->nports; i++)
-      if (!strcmp(sub->ports[i].name, sp->name))
-        return &sub->ports[i];
-    return NULL;
-  }
-  if (sub->nports == 1)
-    return &sub->ports[0];
-  for (size_t i = 0; i < sub->nports; i++)
-    if (!sub->ports[i].name[0])
-      return &sub->ports[i];
-  return NULL;
-}
-
 typedef struct dv_res {
   char name[MCP_DEST_ADDR_NAME_MAX];
   char version[17];
@@ -448,7 +431,7 @@ static int port_resources(dest_view *v, const dv_svc *s, const dv_port *sp,
     return MCP_ERR_NOMEM;
   for (size_t i = 0; i < s->nsubsets; i++) {
     const dv_subset *sub = &s->subsets[i];
-    const dv_port *ep = subset_port(sub, sp);
+    const dv_port *ep = mcp_dest_endpoints_port(sp, sub->ports, sub->nports);
     if (!ep)
       continue;
     for (size_t j = 0; j < sub->naddrs; j++) {

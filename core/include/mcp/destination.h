@@ -133,6 +133,24 @@ MCP_EXTERN size_t mcp_dest_weighted_addr_encode(const mcp_dest_addr *a,
                                                 const char *pod, uint8_t *buf,
                                                 size_t len);
 
+/* A port of a Kubernetes Service or Endpoints subset. Frozen. */
+typedef struct mcp_dest_port {
+  const char *name; /* "" when unnamed */
+  uint32_t port;
+} mcp_dest_port;
+
+/*
+ * Which port of an Endpoints subset serves Service port |service_port|
+ * (issue 14, as Kubernetes' endpoints controller pairs them): the one
+ * whose name equals the service port's name; for an unnamed service port,
+ * the subset's only port, else its unnamed one. Returns it (a pointer into
+ * |ports|), or NULL when the subset has none: its addresses do not serve
+ * that port.
+ */
+MCP_EXTERN const mcp_dest_port *
+mcp_dest_endpoints_port(const mcp_dest_port *service_port,
+                        const mcp_dest_port *ports, size_t nports);
+
 /* ------------------------------------------------------------------ */
 /* Server                                                              */
 /* ------------------------------------------------------------------ */
