@@ -1226,6 +1226,31 @@ START_TEST(client_ends_call) {
 }
 END_TEST
 
+/* A method that is not a path: the call ends at once, never sent, with
+ * INTERNAL; a protocol that asks again at once is asked again at the next
+ * event, not in a loop of its own. */
+START_TEST(client_bad_method) {
+  tenv e;
+  setup(&e);
+  start(&e);
+  char addr[64];
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", e.port);
+  e.cwant[1] = 1000000;
+  e.cmethod[1] = "test.Echo/Echo";
+  start_client(&e, addr);
+  wait_client(&e, 1, 1, 1);
+  ck_assert_int_eq(e.cstatus[1], 13);
+  ck_assert_str_eq(e.cdetails[1], "the client's method is not a path");
+  int opens = e.copens[1];
+  h2t_run_for(&e.loop, 200);
+  ck_assert_int_lt(e.copens[1], opens + 20);
+  ck_assert_int_eq(e.cdels[1], e.copens[1]);
+  ck_assert_int_eq(e.cended[1], e.copens[1]);
+  e.cwant[1] = 0;
+  finish(&e);
+}
+END_TEST
+
 /* A new call ends an older one through a wake; a sink object serves
  * services with no state (no_mcp). */
 START_TEST(wake_from_another_call) {
@@ -1442,6 +1467,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, client_runs_calls);
   tcase_add_test(tc, client_reconnects);
   tcase_add_test(tc, client_peer_vanishes);
+  tcase_add_test(tc, client_bad_method);
   tcase_add_test(tc, flow_control);
   tcase_add_test(tc, deadline);
   tcase_add_test(tc, client_ends_call);
