@@ -1455,6 +1455,7 @@ typedef struct cli {
   int stop_after; /* slot 0 ends its call after this many messages */
   int half_close; /* slot 0 half-closes after its request (server
                      streaming, as Destination/Get and Assignments) */
+  const char *method1; /* slot 1 only, at this method, again and again */
   int opens[2], ended[2], received[2];
   int last_status[2];
   char last_details[2][160];
@@ -1541,7 +1542,9 @@ static const mcp_stream_ops c_echo_ops = {
 };
 
 static const char *c_method(void *ud, size_t slot) {
-  (void)ud;
+  cli *c = ud;
+  if (slot == 1 && c->method1)
+    return c->method1;
   return slot == 0 ? COUNTER_METHOD : ECHO_METHOD;
 }
 
@@ -1550,6 +1553,8 @@ static int c_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
   pthread_mutex_lock(&c->mu);
   int go = c->enabled && (slot == 0 || (c->echo && c->opens[1] == 0)) &&
            ts >= c->not_before;
+  if (c->method1)
+    go = slot == 1;
   if (go && !c->first_open)
     c->first_open = ts;
   if (go)
@@ -1917,6 +1922,36 @@ START_TEST(test_client_server_vanishes_mid_call) {
 }
 END_TEST
 
+/* A method that is not a path: the call ends at once with
+ * INVALID_ARGUMENT, nothing dialed; a protocol that asks again at once is
+ * asked at the next event, not in a loop. */
+static int cli_slot1_ended(void *ud) {
+  (void)ud;
+  return cli_get(&cl).ended[1] >= 1;
+}
+
+START_TEST(test_client_bad_method) {
+  evs ce;
+  evs_init(&ce);
+  cli_init(&cl, 1);
+  cl.method1 = "test.Echo/Echo";
+  mcp_client_def d = cli_def(&cl);
+  char addr[64];
+  mcp_grpc_client *c = dial(1, addr, sizeof(addr), &ce, &d);
+  ck_assert(tg_wait(cli_slot1_ended, NULL, TG_TIMEOUT_MS));
+  tg_sleep_ms(200);
+  cli k = cli_get(&cl);
+  ck_assert_int_eq(k.last_status[1], GRPC_STATUS_INVALID_ARGUMENT);
+  ck_assert_int_lt(k.opens[1], 20);
+  ck_assert_int_eq(k.ended[1], k.opens[1]);
+  ck_assert_int_eq(k.opens[0], 0);
+  mcp_grpc_stats st;
+  ck_assert_int_eq(mcp_grpc_client_stats(c, &st), 0);
+  ck_assert_uint_eq(st.opened, 0);
+  mcp_grpc_client_del(c);
+}
+END_TEST
+
 /* An address list: the first target is down, the next connection goes
  * to the second. */
 START_TEST(test_client_address_list) {
@@ -2170,6 +2205,7 @@ static Suite *suite(void) {
   tcase_add_test(tk, test_client_asks_open_at_expiry);
   tcase_add_test(tk, test_client_reconnects_after_restart);
   tcase_add_test(tk, test_client_server_vanishes_mid_call);
+  tcase_add_test(tk, test_client_bad_method);
   tcase_add_test(tk, test_client_address_list);
   tcase_add_test(tk, test_client_message_limit);
   tcase_add_test(tk, test_client_bad_arguments);
