@@ -20,6 +20,12 @@
 
 #include <stdatomic.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
 #include <grpc/byte_buffer_reader.h>
 
 #include "mcp/engine.h"
@@ -1250,6 +1256,40 @@ START_TEST(test_many_streams_wakes_and_shutdown) {
 }
 END_TEST
 
+/* A peer that resets its call (RST_STREAM: a cancel) while the service
+ * is sending: the stream is deleted once, CLOSED says CANCELLED, and
+ * nothing of the call is left. */
+START_TEST(test_reset_mid_send) {
+  evs e;
+  evs_init(&e);
+  mcp_grpc_options o;
+  mcp_grpc_options_default(&o);
+  o.shutdown_grace = MCP_SECONDS;
+  o.services = services;
+  o.nservices = 2;
+  o.no_mcp = 1;
+  mcp_grpc_source *src = serve("127.0.0.1:0", NULL, &e, &o);
+  int port = mcp_grpc_source_port(src);
+  rc r;
+  rc_open(&r, port, COUNTER_METHOD);
+  rc_byte(&r, 200);
+  expect(&r, "count 0"); /* 199 more to send: the reset comes mid-send */
+  rc_close(&r);
+  int one = 1;
+  ck_assert(tg_wait(dels_ge, &one, TG_TIMEOUT_MS));
+  ck_assert(tg_wait(closed_ge1, &e, TG_TIMEOUT_MS));
+  evs c = evs_get(&e);
+  ck_assert_int_eq(c.closed, 1);
+  ck_assert_int_eq(c.closed_status, GRPC_STATUS_CANCELLED);
+  mcp_grpc_stats st;
+  ck_assert_int_eq(mcp_grpc_source_stats(src, &st), 0);
+  ck_assert_uint_eq(st.streams, 0);
+  mcp_grpc_source_del(src);
+  ck_assert_int_eq(atomic_load(&opens), 1);
+  ck_assert_int_eq(atomic_load(&dels), 1);
+}
+END_TEST
+
 START_TEST(test_no_mcp_serves_only_services) {
   evs e;
   evs_init(&e);
@@ -1415,6 +1455,7 @@ typedef struct cli {
   int stop_after; /* slot 0 ends its call after this many messages */
   int half_close; /* slot 0 half-closes after its request (server
                      streaming, as Destination/Get and Assignments) */
+  const char *method1; /* slot 1 only, at this method, again and again */
   int opens[2], ended[2], received[2];
   int last_status[2];
   char last_details[2][160];
@@ -1501,7 +1542,9 @@ static const mcp_stream_ops c_echo_ops = {
 };
 
 static const char *c_method(void *ud, size_t slot) {
-  (void)ud;
+  cli *c = ud;
+  if (slot == 1 && c->method1)
+    return c->method1;
   return slot == 0 ? COUNTER_METHOD : ECHO_METHOD;
 }
 
@@ -1510,6 +1553,8 @@ static int c_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
   pthread_mutex_lock(&c->mu);
   int go = c->enabled && (slot == 0 || (c->echo && c->opens[1] == 0)) &&
            ts >= c->not_before;
+  if (c->method1)
+    go = slot == 1;
   if (go && !c->first_open)
     c->first_open = ts;
   if (go)
@@ -1806,6 +1851,107 @@ START_TEST(test_client_reconnects_after_restart) {
 }
 END_TEST
 
+/* A server that vanishes with the client's call in flight: a bare
+ * HTTP/2 peer (raw socket) answers the preface with SETTINGS, takes the
+ * call's HEADERS and closes the connection. The call ends UNAVAILABLE
+ * (its stream deleted first), the next one waits for a connection that
+ * never comes up, and *_del() ends it CANCELLED. */
+static int frame_seen(const uint8_t *b, size_t n, uint8_t type) {
+  size_t at = 24; /* the client preface */
+  while (at + 9 <= n) {
+    size_t len = ((size_t)b[at] << 16) | ((size_t)b[at + 1] << 8) | b[at + 2];
+    if (b[at + 3] == type)
+      return 1;
+    at += 9 + len;
+  }
+  return 0;
+}
+
+START_TEST(test_client_server_vanishes_mid_call) {
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  ck_assert_int_ge(lfd, 0);
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof(a));
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ck_assert_int_eq(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+  ck_assert_int_eq(listen(lfd, 4), 0);
+  socklen_t alen = sizeof(a);
+  ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&a, &alen), 0);
+  evs ce;
+  evs_init(&ce);
+  cli_init(&cl, 2);
+  mcp_client_def d = cli_def(&cl);
+  char addr[64];
+  mcp_grpc_client *c = dial(ntohs(a.sin_port), addr, sizeof(addr), &ce, &d);
+  int afd = accept(lfd, NULL, NULL);
+  ck_assert_int_ge(afd, 0);
+  static const uint8_t settings[9] = {0, 0, 0, 4, 0, 0, 0, 0, 0};
+  ck_assert_int_eq(write(afd, settings, sizeof(settings)), 9);
+  static uint8_t in[65536];
+  size_t got = 0;
+  struct timeval tv = {.tv_sec = 0, .tv_usec = 100000};
+  ck_assert_int_eq(setsockopt(afd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)),
+                   0);
+  for (int i = 0; i < 100 && !frame_seen(in, got, 1 /* HEADERS */); i++) {
+    ssize_t n = read(afd, in + got, sizeof(in) - got);
+    if (n > 0)
+      got += (size_t)n;
+  }
+  ck_assert(frame_seen(in, got, 1));
+  cli k = cli_get(&cl);
+  ck_assert_int_eq(k.opens[0], 1);
+  ck_assert_int_eq(k.ended[0], 0);
+  close(afd); /* gone, without GOAWAY or RST_STREAM */
+  int one = 1;
+  ck_assert(tg_wait(cli_ended_ge, &one, TG_TIMEOUT_MS));
+  k = cli_get(&cl);
+  ck_assert_int_eq(k.last_status[0], GRPC_STATUS_UNAVAILABLE);
+  /* The protocol asks again (after the backoff); that call waits for a
+   * connection the listener never serves. */
+  for (int i = 0; i < 200 && cli_get(&cl).opens[0] < 2; i++)
+    tg_sleep_ms(10);
+  k = cli_get(&cl);
+  ck_assert_int_ge(k.opens[0], 2);
+  mcp_grpc_client_del(c);
+  k = cli_get(&cl);
+  ck_assert_int_eq(k.ended[0], k.opens[0]);
+  ck_assert_int_eq(k.last_status[0], GRPC_STATUS_CANCELLED);
+  ck_assert_str_eq(k.last_details[0], "client shutting down");
+  close(lfd);
+}
+END_TEST
+
+/* A method that is not a path: the call ends at once with
+ * INVALID_ARGUMENT, nothing dialed; a protocol that asks again at once is
+ * asked at the next event, not in a loop. */
+static int cli_slot1_ended(void *ud) {
+  (void)ud;
+  return cli_get(&cl).ended[1] >= 1;
+}
+
+START_TEST(test_client_bad_method) {
+  evs ce;
+  evs_init(&ce);
+  cli_init(&cl, 1);
+  cl.method1 = "test.Echo/Echo";
+  mcp_client_def d = cli_def(&cl);
+  char addr[64];
+  mcp_grpc_client *c = dial(1, addr, sizeof(addr), &ce, &d);
+  ck_assert(tg_wait(cli_slot1_ended, NULL, TG_TIMEOUT_MS));
+  tg_sleep_ms(200);
+  cli k = cli_get(&cl);
+  ck_assert_int_eq(k.last_status[1], GRPC_STATUS_INVALID_ARGUMENT);
+  ck_assert_int_lt(k.opens[1], 20);
+  ck_assert_int_eq(k.ended[1], k.opens[1]);
+  ck_assert_int_eq(k.opens[0], 0);
+  mcp_grpc_stats st;
+  ck_assert_int_eq(mcp_grpc_client_stats(c, &st), 0);
+  ck_assert_uint_eq(st.opened, 0);
+  mcp_grpc_client_del(c);
+}
+END_TEST
+
 /* An address list: the first target is down, the next connection goes
  * to the second. */
 START_TEST(test_client_address_list) {
@@ -2044,6 +2190,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_timers_pump_service_streams);
   tcase_add_test(tc, test_shutdown_ends_service_streams_unavailable);
   tcase_add_test(tc, test_no_mcp_serves_only_services);
+  tcase_add_test(tc, test_reset_mid_send);
   tcase_add_test(tc, test_many_streams_wakes_and_shutdown);
   tcase_add_test(tc, test_open_error_ends_call);
   tcase_add_test(tc, test_listening_sink_serves_services);
@@ -2057,6 +2204,8 @@ static Suite *suite(void) {
   tcase_add_test(tk, test_client_that_half_closed_can_end_its_call);
   tcase_add_test(tk, test_client_asks_open_at_expiry);
   tcase_add_test(tk, test_client_reconnects_after_restart);
+  tcase_add_test(tk, test_client_server_vanishes_mid_call);
+  tcase_add_test(tk, test_client_bad_method);
   tcase_add_test(tk, test_client_address_list);
   tcase_add_test(tk, test_client_message_limit);
   tcase_add_test(tk, test_client_bad_arguments);

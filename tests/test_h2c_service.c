@@ -1053,6 +1053,18 @@ START_TEST(client_reconnects) {
 }
 END_TEST
 
+/* Whether a frame of |type| follows the client preface in |b|. */
+static int frame_seen(const uint8_t *b, size_t n, uint8_t type) {
+  size_t at = 24;
+  while (at + 9 <= n) {
+    size_t len = ((size_t)b[at] << 16) | ((size_t)b[at + 1] << 8) | b[at + 2];
+    if (b[at + 3] == type)
+      return 1;
+    at += 9 + len;
+  }
+  return 0;
+}
+
 /* A peer vanishing under the client: its calls end UNAVAILABLE. */
 START_TEST(client_peer_vanishes) {
   tenv e;
@@ -1079,19 +1091,41 @@ START_TEST(client_peer_vanishes) {
     afd = accept(lfd, NULL, NULL);
   }
   ck_assert_int_ge(afd, 0);
-  h2t_run_for(&e.loop, 50); /* the preface and the request go out */
+  /* Our SETTINGS: the call goes out; the peer takes its HEADERS. */
+  ck_assert_int_eq(fcntl(afd, F_SETFL, O_NONBLOCK), 0);
+  static const uint8_t settings[9] = {0, 0, 0, 4, 0, 0, 0, 0, 0};
+  ck_assert_int_eq(write(afd, settings, sizeof(settings)), 9);
+  static uint8_t in[65536];
+  size_t got = 0;
+  for (int i = 0; i < 500 && !frame_seen(in, got, 1 /* HEADERS */); ++i) {
+    h2t_run_for(&e.loop, 10);
+    ssize_t n = read(afd, in + got, sizeof(in) - got);
+    if (n > 0)
+      got += (size_t)n;
+  }
+  ck_assert(frame_seen(in, got, 1));
   ck_assert_int_eq(e.copens[0], 1);
   ck_assert_int_eq(e.cended[0], 0);
   mcp_h2c_stats st;
   mcp_h2c_client_stats(e.cli, &st);
   ck_assert_uint_eq(st.streams, 1);
   ck_assert_uint_gt(st.bytes_written, 24);
-  close(afd); /* the peer vanishes */
+  close(afd); /* the peer vanishes, mid-call */
   wait_client(&e, 0, 1, 1);
   ck_assert_int_eq(e.cstatus[0], 14);
   ck_assert_int_eq(e.cdels[0], 1);
   mcp_h2c_client_stats(e.cli, &st);
   ck_assert_uint_eq(st.streams, 0);
+  /* The next call opens on a connection the listener never serves; the
+   * client's del ends it CANCELLED, once, its stream deleted first. */
+  e.cwant[0] = 1;
+  wait_client(&e, 0, 2, 2);
+  ck_assert_int_eq(e.cended[0], 1);
+  mcp_h2c_client_del(e.cli);
+  e.cli = NULL;
+  ck_assert_int_eq(e.cended[0], 2);
+  ck_assert_int_eq(e.cdels[0], 2);
+  ck_assert_int_eq(e.cstatus[0], 1); /* CANCELLED */
   close(lfd);
   finish(&e);
 }
@@ -1188,6 +1222,31 @@ START_TEST(client_ends_call) {
   /* The server saw the reset: its stream is freed, CANCELLED. */
   wait_int(&e, &e.counter_dels, 1);
   ck_assert_int_eq(e.svc_last_status, 1);
+  finish(&e);
+}
+END_TEST
+
+/* A method that is not a path: the call ends at once, never sent, with
+ * INTERNAL; a protocol that asks again at once is asked again at the next
+ * event, not in a loop of its own. */
+START_TEST(client_bad_method) {
+  tenv e;
+  setup(&e);
+  start(&e);
+  char addr[64];
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", e.port);
+  e.cwant[1] = 1000000;
+  e.cmethod[1] = "test.Echo/Echo";
+  start_client(&e, addr);
+  wait_client(&e, 1, 1, 1);
+  ck_assert_int_eq(e.cstatus[1], 13);
+  ck_assert_str_eq(e.cdetails[1], "the client's method is not a path");
+  int opens = e.copens[1];
+  h2t_run_for(&e.loop, 200);
+  ck_assert_int_lt(e.copens[1], opens + 20);
+  ck_assert_int_eq(e.cdels[1], e.copens[1]);
+  ck_assert_int_eq(e.cended[1], e.copens[1]);
+  e.cwant[1] = 0;
   finish(&e);
 }
 END_TEST
@@ -1408,6 +1467,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, client_runs_calls);
   tcase_add_test(tc, client_reconnects);
   tcase_add_test(tc, client_peer_vanishes);
+  tcase_add_test(tc, client_bad_method);
   tcase_add_test(tc, flow_control);
   tcase_add_test(tc, deadline);
   tcase_add_test(tc, client_ends_call);

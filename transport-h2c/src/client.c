@@ -146,9 +146,13 @@ void mcp_h2c_client_call_gone(mcp_h2c_stream *s) {
   d->ended(d->user_data, s->slot,
            s->finishing ? s->status : MCP_CODE_UNKNOWN,
            s->details ? s->details : "", mcp_h2c_now());
+  /* open() is asked again; not for a call that never went out (a method
+   * that is not a path, no memory: call_fail()), which waits for the
+   * next event as on the gRPC transport: a protocol answering 1 at once
+   * would otherwise spin the loop. */
   mcp_h2c_conn *c = mcp_h2c_client_conn(ep);
-  if (c)
-    mcp_h2c_conn_mark(c); /* open() is asked again */
+  if (c && s->id != 0)
+    mcp_h2c_conn_mark(c);
 }
 
 void mcp_h2c_client_end_all(mcp_h2c_ep *ep) {

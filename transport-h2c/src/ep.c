@@ -240,6 +240,7 @@ static int copy_services(mcp_h2c_ep *ep, const mcp_h2c_options *opts) {
   ep->nservices = opts->nservices;
   for (size_t i = 0; i < opts->nservices; ++i) {
     d[i] = opts->services[i];
+    d[i].method = NULL; /* until copied: free_services() frees ours only */
     size_t n = strlen(opts->services[i].method) + 1;
     char *m = malloc(n);
     if (!m)
