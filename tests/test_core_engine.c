@@ -781,6 +781,51 @@ START_TEST(test_stream_new_frees_the_session_when_it_fails) {
 }
 END_TEST
 
+static int open_none(void *ud, const mcp_peer_info *peer, mcp_tstamp ts,
+                     mcp_stream **pst) {
+  (void)ud;
+  (void)peer;
+  (void)ts;
+  (void)pst;
+  return MCP_ERR_UNSUPPORTED;
+}
+
+START_TEST(test_service_defs_check_is_one_rule_for_every_transport) {
+  static char long_method[MCP_SERVICE_METHOD_MAX + 2];
+  memset(long_method, 'm', sizeof(long_method) - 1);
+  long_method[0] = '/';
+  const char *reserved[] = {"/istio.mcp.v1alpha1.ResourceSource/"
+                            "EstablishResourceStream"};
+  mcp_service_def d[2] = {{"/a.B/C", open_none, NULL},
+                          {"/a.B/D", open_none, NULL}};
+  ck_assert_int_eq(mcp_service_defs_check(d, 2, reserved, 1), 0);
+  ck_assert_int_eq(mcp_service_defs_check(NULL, 0, NULL, 0), 0);
+  ck_assert_int_eq(mcp_service_defs_check(NULL, 1, NULL, 0),
+                   MCP_ERR_INVALID_ARGUMENT);
+  d[1].method = "/a.B/C"; /* twice */
+  ck_assert_int_eq(mcp_service_defs_check(d, 2, NULL, 0),
+                   MCP_ERR_INVALID_ARGUMENT);
+  d[1].method = "a.B/D"; /* not a path */
+  ck_assert_int_eq(mcp_service_defs_check(d, 2, NULL, 0),
+                   MCP_ERR_INVALID_ARGUMENT);
+  d[1].method = NULL;
+  ck_assert_int_eq(mcp_service_defs_check(d, 2, NULL, 0),
+                   MCP_ERR_INVALID_ARGUMENT);
+  d[1].method = long_method;
+  ck_assert_int_eq(mcp_service_defs_check(d, 2, NULL, 0),
+                   MCP_ERR_INVALID_ARGUMENT);
+  long_method[MCP_SERVICE_METHOD_MAX] = '\0'; /* exactly the limit */
+  ck_assert_int_eq(mcp_service_defs_check(d, 2, NULL, 0), 0);
+  d[1].method = reserved[0];
+  ck_assert_int_eq(mcp_service_defs_check(d, 2, reserved, 1),
+                   MCP_ERR_INVALID_ARGUMENT);
+  d[1].method = "/a.B/D";
+  d[1].open = NULL;
+  ck_assert_int_eq(mcp_service_defs_check(d, 2, NULL, 0),
+                   MCP_ERR_INVALID_ARGUMENT);
+}
+END_TEST
+
 static Suite *engine_suite(void) {
   Suite *s = suite_create("core_engine");
   TCase *tc = tcase_create("watch");
@@ -811,6 +856,7 @@ static Suite *engine_suite(void) {
   tcase_add_test(tc, test_stream_timers_run_when_due_and_never_spin);
   tcase_add_test(tc, test_stream_wake_calls_the_transports_waker_only);
   tcase_add_test(tc, test_stream_new_frees_the_session_when_it_fails);
+  tcase_add_test(tc, test_service_defs_check_is_one_rule_for_every_transport);
   suite_add_tcase(s, tc);
   return s;
 }

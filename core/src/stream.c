@@ -183,3 +183,34 @@ void mcp_stream_wake(mcp_stream *st) {
     st->waker(st, st->waker_user_data);
   }
 }
+
+/* ---- services (what a listening transport is given) ---- */
+
+static int method_ok(const char *m) {
+  size_t n = m ? strlen(m) : 0;
+  return n && m[0] == '/' && n <= MCP_SERVICE_METHOD_MAX;
+}
+
+int mcp_service_defs_check(const mcp_service_def *defs, size_t n,
+                           const char *const *reserved, size_t nreserved) {
+  if (n && !defs) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const char *m = defs[i].method;
+    if (!defs[i].open || !method_ok(m)) {
+      return MCP_ERR_INVALID_ARGUMENT;
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (strcmp(defs[j].method, m) == 0) {
+        return MCP_ERR_INVALID_ARGUMENT;
+      }
+    }
+    for (size_t j = 0; j < nreserved; ++j) {
+      if (reserved[j] && strcmp(reserved[j], m) == 0) {
+        return MCP_ERR_INVALID_ARGUMENT;
+      }
+    }
+  }
+  return 0;
+}

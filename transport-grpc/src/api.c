@@ -97,27 +97,18 @@ static void ep_fini(mcp_grpc_ep *ep) {
 static int valid_services(const mcp_grpc_options *opts, mcp_grpc_role role) {
   if (opts->nservices == 0)
     return 1;
-  if (!opts->services || opts->mode != MCP_GRPC_LISTEN)
+  if (opts->mode != MCP_GRPC_LISTEN)
     return 0;
-  for (size_t i = 0; i < opts->nservices; i++) {
-    const mcp_service_def *d = &opts->services[i];
-    if (!d->open || !d->method || d->method[0] != '/' ||
-        strlen(d->method) > 1024)
-      return 0;
-    for (size_t j = 0; j < i; j++)
-      if (strcmp(opts->services[j].method, d->method) == 0)
-        return 0;
-    if (opts->no_mcp)
-      continue;
-    for (int sv = MCP_SERVICE_RESOURCE;
-         sv <= MCP_SERVICE_AGGREGATED_INCREMENTAL; ++sv) {
-      const char *m =
-          mcp_grpc_method((mcp_service)sv, role == MCP_GRPC_ROLE_SOURCE);
-      if (m && strcmp(m, d->method) == 0)
-        return 0;
-    }
+  /* The MCP methods this object serves are its own. */
+  const char *mcp[3];
+  size_t nmcp = 0;
+  for (int sv = MCP_SERVICE_RESOURCE;
+       !opts->no_mcp && sv <= MCP_SERVICE_AGGREGATED_INCREMENTAL; ++sv) {
+    const char *m = mcp_grpc_method((mcp_service)sv, role == MCP_GRPC_ROLE_SOURCE);
+    if (m)
+      mcp[nmcp++] = m;
   }
-  return 1;
+  return mcp_service_defs_check(opts->services, opts->nservices, mcp, nmcp) == 0;
 }
 
 static int valid(const mcp_grpc_options *opts) {

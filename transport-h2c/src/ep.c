@@ -505,26 +505,20 @@ static int valid(uv_loop_t *loop, const mcp_h2c_options *opts) {
   if (!loop || !opts || !opts->address || !opts->address[0] ||
       (opts->mode != MCP_H2C_LISTEN && opts->mode != MCP_H2C_DIAL))
     return 0;
-  if (opts->nservices && !opts->services)
-    return 0;
   if (opts->mode == MCP_H2C_DIAL && (opts->nservices || opts->no_mcp))
     return 0; /* services are served, never dialed */
-  for (size_t i = 0; i < opts->nservices; ++i) {
-    const mcp_service_def *d = &opts->services[i];
-    if (!d->method || d->method[0] != '/' || !d->open)
-      return 0;
-    for (size_t j = 0; j < i; ++j) /* one protocol per method */
-      if (strcmp(opts->services[j].method, d->method) == 0)
-        return 0;
-    /* An MCP method is the MCP sessions' unless MCP is off. */
-    for (int sd = 0; !opts->no_mcp && sd <= 1; ++sd)
-      for (int sv = MCP_SERVICE_RESOURCE;
-           sv <= MCP_SERVICE_AGGREGATED_INCREMENTAL; ++sv) {
-        const char *m = mcp_h2c_method((mcp_service)sv, sd);
-        if (m && strcmp(m, d->method) == 0)
-          return 0;
-      }
-  }
+  /* An MCP method is the MCP sessions' unless MCP is off. */
+  const char *mcp[6];
+  size_t nmcp = 0;
+  for (int sd = 0; !opts->no_mcp && sd <= 1; ++sd)
+    for (int sv = MCP_SERVICE_RESOURCE;
+         sv <= MCP_SERVICE_AGGREGATED_INCREMENTAL; ++sv) {
+      const char *m = mcp_h2c_method((mcp_service)sv, sd);
+      if (m)
+        mcp[nmcp++] = m;
+    }
+  if (mcp_service_defs_check(opts->services, opts->nservices, mcp, nmcp) != 0)
+    return 0;
   return 1;
 }
 

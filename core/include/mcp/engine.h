@@ -327,6 +327,21 @@ typedef struct mcp_service_def {
   void *user_data;
 } mcp_service_def;
 
+/* The longest method path a service may have, in bytes. */
+#define MCP_SERVICE_METHOD_MAX 1024
+
+/*
+ * Checks the services given to a listening transport, the same way for
+ * every transport: each def has open() and a method that starts with '/',
+ * is at most MCP_SERVICE_METHOD_MAX bytes, appears once, and is none of
+ * |reserved[0..nreserved)| (the methods the transport serves itself, e.g.
+ * MCP's). Reads only. Returns 0, or INVALID_ARGUMENT (also |defs| NULL
+ * with |n| > 0).
+ */
+MCP_EXTERN int mcp_service_defs_check(const mcp_service_def *defs, size_t n,
+                                      const char *const *reserved,
+                                      size_t nreserved);
+
 /*
  * A protocol run by a dialing transport: |nslots| call slots, each with
  * at most one call open. After every event (a message, a send done, a
