@@ -407,7 +407,6 @@ static int on_item(const mcp_item *it, void *ud) {
 
 typedef struct dv_res {
   char name[MCP_DEST_ADDR_NAME_MAX];
-  char version[17];
   uint8_t *body;
   size_t len;
 } dv_res;
@@ -450,7 +449,6 @@ static int port_resources(dest_view *v, const dv_svc *s, const dv_port *sp,
       }
       memcpy(r->body, v->body.p, v->body.len);
       r->len = v->body.len;
-      view_version(r->body, r->len, r->version);
       n++;
     }
   }
@@ -497,7 +495,6 @@ static int recompute(dest_view *v, dv_svc *s, mcp_tstamp ts) {
     } else {
       for (size_t k = 0; k < n; k++) {
         r[k].name = res[k].name;
-        r[k].version = res[k].version;
         r[k].type_url = DEST_VIEW_TYPE_URL;
         r[k].body = res[k].body;
         r[k].body_len = res[k].len;

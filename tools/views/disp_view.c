@@ -579,10 +579,7 @@ static int node_set(disp_view *v, const mcp_item *it, mcp_tstamp ts) {
                                                             : 0;
     if (rv < 0)
       return rv;
-    char ver[17];
-    view_version(b, len, ver);
     mcp_resource r = {.name = id,
-                      .version = ver,
                       .type_url = DISP_VIEW_URL_PREFIX "Node",
                       .body = b,
                       .body_len = len};
@@ -696,7 +693,6 @@ static int drop_unseen_nodes(disp_view *v, const vmap *seen, mcp_tstamp ts) {
 typedef struct res_list {
   mcp_resource *r;
   char (*names)[300];
-  char (*vers)[17];
   size_t n, cap;
 } res_list;
 
@@ -708,18 +704,14 @@ static int res_add(res_list *l, int kind, const char *id, const char *type,
     if (r)
       l->r = r;
     char(*nm)[300] = r ? realloc(l->names, cap * sizeof *nm) : NULL;
-    if (nm)
-      l->names = nm;
-    char(*vs)[17] = nm ? realloc(l->vers, cap * sizeof *vs) : NULL;
-    if (!vs)
+    if (!nm)
       return MCP_ERR_NOMEM;
-    l->vers = vs;
+    l->names = nm;
     l->cap = cap;
   }
   /* Names are re-pointed once the arrays stop moving (recompute()). */
   static const int kinds[] = {MCP_DISP_TASK, MCP_DISP_SECRET, MCP_DISP_CONFIG};
   mcp_disp_item_name(l->names[l->n], sizeof l->names[l->n], kinds[kind], id);
-  view_version(body, len, l->vers[l->n]);
   mcp_resource *r = &l->r[l->n++];
   memset(r, 0, sizeof *r);
   r->type_url = type;
@@ -796,7 +788,6 @@ static int recompute(disp_view *v, const char *node, mcp_tstamp ts) {
   if (rv == 0) {
     for (size_t j = 0; j < l.n; j++) {
       l.r[j].name = l.names[j];
-      l.r[j].version = l.vers[j];
     }
     char coll[300];
     mcp_disp_node_collection(coll, sizeof coll, node);
@@ -813,7 +804,6 @@ static int recompute(disp_view *v, const char *node, mcp_tstamp ts) {
   }
   free(l.r);
   free(l.names);
-  free(l.vers);
   strv_free(&sec);
   strv_free(&cfg);
   if (rv == 0)

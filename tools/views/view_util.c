@@ -245,11 +245,3 @@ int vmap_next(const vmap *m, size_t *i, const char **key, void **val) {
   return 0;
 }
 
-void view_version(const void *p, size_t n, char out[17]) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < n; i++) {
-    h ^= ((const uint8_t *)p)[i];
-    h *= 0x100000001b3ull;
-  }
-  snprintf(out, 17, "%016llx", (unsigned long long)h);
-}

@@ -70,12 +70,4 @@ void *vmap_del(vmap *m, const char *key);
  * through vmap_del() of the entry just returned). */
 int vmap_next(const vmap *m, size_t *i, const char **key, void **val);
 
-/* ------------------------------------------------------------------ */
-/* Versions                                                            */
-/* ------------------------------------------------------------------ */
-
-/* 16 hex digits of FNV-1a 64 over |p[0..n)| into |out| (17 bytes): a
- * version that changes when the body does. */
-void view_version(const void *p, size_t n, char out[17]);
-
 #endif /* TOOLS_VIEW_UTIL_H */
