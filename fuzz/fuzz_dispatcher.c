@@ -449,12 +449,37 @@ static void agent_pump(ctx *x, unsigned slot) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+/* swarmkit's task rules read arbitrary bytes as a Task (the adapter feeds
+ * them documents' encodings): they must never misread or crash. */
+static int count_ref(int kind, const char *id, size_t len, void *ud) {
+  FZ_CHECK((kind == MCP_DISP_SECRET || kind == MCP_DISP_CONFIG) && id && len,
+           "a reference without kind or id");
+  ++*(size_t *)ud;
+  return 0;
+}
+
+static void task_rules(const uint8_t *data, size_t size) {
+  mcp_disp_task_info info;
+  size_t refs = 0;
+  int rv = mcp_disp_task_read(data, size, &info, count_ref, &refs);
+  FZ_CHECK(rv == 0 || rv == MCP_ERR_MALFORMED || rv == MCP_ERR_INVALID_ARGUMENT,
+           "task_read: %d", rv);
+  if (rv == 0) {
+    FZ_CHECK(mcp_disp_task_state_name(info.state) != NULL, "unknown state read");
+    FZ_CHECK(mcp_disp_task_keeps_held(data, size, data, size, 640),
+             "a task past RUNNING differs from itself");
+  }
+  size_t half = size / 2;
+  (void)mcp_disp_task_keeps_held(data, half, data + half, size - half, 640);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static const size_t maxch[4] = {1, 2, 3, 100};
   static const unsigned periods[4] = {1, 2, 5, 7};
   fz_in in = {data, size};
   ctx x;
   fz_init_verbose();
+  task_rules(data, size);
   uint64_t seed = 7, seed2 = 9;
   memset(&x, 0, sizeof x);
   fz_mem_init(&x.fm);

@@ -55,6 +55,9 @@ int mcp_disp_task_assigned(int state) { return state >= MCP_DISP_TASK_ASSIGNED; 
  * writes): 1 and its payload, 0 when absent, MALFORMED. */
 static int get_len(const uint8_t *msg, size_t len, uint32_t field,
                    const uint8_t **d, size_t *n) {
+  if (!len) {
+    return 0; /* (msg may be NULL: no arithmetic on it) */
+  }
   mcp_wire w = {msg, msg + len};
   uint32_t f;
   int wt, rv, found = 0;
@@ -76,6 +79,9 @@ static int get_len(const uint8_t *msg, size_t len, uint32_t field,
 
 static int get_varint(const uint8_t *msg, size_t len, uint32_t field,
                       uint64_t *out) {
+  if (!len) {
+    return 0;
+  }
   mcp_wire w = {msg, msg + len};
   uint32_t f;
   int wt, rv;
@@ -173,6 +179,9 @@ int mcp_disp_task_keeps_held(const uint8_t *held, size_t held_len,
                              int now_state) {
   if (now_state <= MCP_DISP_TASK_RUNNING) {
     return 0;
+  }
+  if (!held_len || !now_len) {
+    return held_len == now_len; /* two empty Tasks are the same */
   }
   mcp_wire a = {held, held + held_len}, b = {now, now + now_len};
   for (;;) {
