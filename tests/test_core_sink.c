@@ -146,7 +146,7 @@ typedef struct seen {
   /* apply */
   int napply;
   char coll[64], sysver[64], nonce[32];
-  int incremental;
+  int incremental, complete;
   size_t nres, nremoved;
   char names[MAXR][32], versions[MAXR][32], removed[MAXR][32];
   char type_url[MAXR][64], body[MAXR][64];
@@ -159,7 +159,7 @@ typedef struct seen {
   /* events */
   int nev;
   mcp_event_type ev_type[MAXE];
-  int ev_code[MAXE];
+  int ev_code[MAXE], ev_synced[MAXE];
   char ev_coll[MAXE][32], ev_nonce[MAXE][24], ev_msg[MAXE][64];
   /* The last event's version and lists, each as "x;y;" (dropped sorted). */
   char ev_version[64], ev_listed[256], ev_removed[256], ev_dropped[256];
@@ -179,6 +179,7 @@ static int on_apply(const mcp_change *ch, char *msg, size_t msglen, void *ud) {
   cpy(s->sysver, sizeof(s->sysver), ch->system_version_info);
   cpy(s->nonce, sizeof(s->nonce), ch->nonce);
   s->incremental = ch->incremental;
+  s->complete = ch->complete;
   ck_assert_uint_le(ch->nresources, MAXR);
   ck_assert_uint_le(ch->nremoved, MAXR);
   s->nres = ch->nresources;
@@ -218,6 +219,7 @@ static void on_event(const mcp_event *ev, void *ud) {
   ck_assert_int_lt(s->nev, MAXE);
   s->ev_type[s->nev] = ev->type;
   s->ev_code[s->nev] = ev->code;
+  s->ev_synced[s->nev] = ev->synced;
   cpy(s->ev_coll[s->nev], 32, ev->collection);
   cpy(s->ev_nonce[s->nev], 24, ev->nonce);
   cpy(s->ev_msg[s->nev], 64, ev->message);
@@ -1247,6 +1249,55 @@ END_TEST
 /* Synced, journal, status, events                                     */
 /* ------------------------------------------------------------------ */
 
+START_TEST(change_is_complete_for_full_state_and_incremental_into_nothing) {
+  fx f;
+  fx_state(&f, 1, 0);
+  fx_open_drained(&f);
+  /* Nothing held: an incremental push is everything there is. */
+  bb b;
+  bb_push(&b, COLLS[0], "1", 1, "sv-1");
+  bb_good(&b, "a", "va1");
+  ck_assert_int_eq(feed(&f, &b), 0);
+  expect_answer(&f, COLLS[0], "1", 0);
+  ck_assert_int_eq(f.sn.incremental, 1);
+  ck_assert_int_eq(f.sn.complete, 1);
+  /* Something held: an incremental push is a difference. */
+  bb_push(&b, COLLS[0], "2", 1, "sv-2");
+  bb_good(&b, "b", "vb1");
+  ck_assert_int_eq(feed(&f, &b), 0);
+  expect_answer(&f, COLLS[0], "2", 0);
+  ck_assert_int_eq(f.sn.complete, 0);
+  /* A full state always is. */
+  bb_push(&b, COLLS[0], "3", 0, "sv-3");
+  bb_good(&b, "c", "vc1");
+  ck_assert_int_eq(feed(&f, &b), 0);
+  expect_answer(&f, COLLS[0], "3", 0);
+  ck_assert_int_eq(f.sn.incremental, 0);
+  ck_assert_int_eq(f.sn.complete, 1);
+  fx_close(&f);
+}
+END_TEST
+
+START_TEST(event_says_synced_from_the_ack_that_syncs) {
+  fx f;
+  fx_state(&f, 0, 0);
+  fx_open_drained(&f);
+  bb b;
+  bb_push(&b, COLLS[0], "1", 0, "sv-1");
+  ck_assert_int_eq(feed(&f, &b), 0);
+  expect_answer(&f, COLLS[0], "1", 0);
+  ck_assert_int_eq(f.sn.ev_type[f.sn.nev - 1], MCP_EVENT_ACK);
+  ck_assert_int_eq(f.sn.ev_synced[f.sn.nev - 1], 0);
+  bb_push(&b, COLLS[1], "2", 0, "sv-2");
+  ck_assert_int_eq(feed(&f, &b), 0);
+  expect_answer(&f, COLLS[1], "2", 0);
+  ck_assert_int_eq(f.sn.ev_type[f.sn.nev - 1], MCP_EVENT_ACK);
+  ck_assert_int_eq(f.sn.ev_synced[f.sn.nev - 1], 1);
+  ck_assert_int_eq(mcp_sink_state_synced(f.st), 1);
+  fx_close(&f);
+}
+END_TEST
+
 START_TEST(synced_once_every_collection_was_acked) {
   fx f;
   fx_state(&f, 0, 0);
@@ -1617,6 +1668,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, malformed_envelope_is_an_error_and_changes_nothing);
   tcase_add_test(tc, requested_collection_with_empty_nonce_is_a_protocol_error);
   tcase_add_test(tc, synced_once_every_collection_was_acked);
+  tcase_add_test(tc, change_is_complete_for_full_state_and_incremental_into_nothing);
+  tcase_add_test(tc, event_says_synced_from_the_ack_that_syncs);
   tcase_add_test(tc, journal_records_requests_acks_and_nacks);
   tcase_add_test(tc, journal_is_a_ring_bounded_by_journal_size);
   tcase_add_test(tc, status_counts_pushes_acks_nacks_held_and_acked_version);

@@ -70,6 +70,7 @@ static int full_state(tool_mirror *m, const mcp_resource *r, size_t n,
   ch.nonce = "1";
   ch.resources = r;
   ch.nresources = n;
+  ch.complete = 1; /* as the core says of every full state */
   msg[0] = '\0';
   return tool_mirror_apply(m, &ch, msg, msglen);
 }

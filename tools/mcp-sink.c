@@ -78,7 +78,6 @@ typedef struct sink_app {
   atomic_uchar *acked;   /* per requested collection: ACKed once */
 
   /* Transport thread only. */
-  size_t nacked;
   int probed; /* the TLS probe ran */
   int synced;
   uint64_t stream; /* id of the current stream */
@@ -331,14 +330,12 @@ static void on_core_event(const mcp_event *ev, void *ud) {
     emit(a, response_json(ev));
   if (!ack || a->synced)
     return;
-  for (size_t i = 0; i < a->ncolls; i++) {
-    if (!atomic_load(&a->acked[i]) &&
-        strcmp(a->colls[i], ev->collection) == 0) {
+  /* Only to name what is missing (--sync-warn): the core says when the
+   * state is synced. */
+  for (size_t i = 0; i < a->ncolls; i++)
+    if (strcmp(a->colls[i], ev->collection) == 0)
       atomic_store(&a->acked[i], 1);
-      a->nacked++;
-    }
-  }
-  if (a->nacked == a->ncolls) {
+  if (ev->synced) {
     a->synced = 1;
     log_info("synced: every collection received and ACKed");
     emit(a, json_pack("{s:s}", "event", "synced"));
@@ -868,9 +865,6 @@ int main(int argc, char **argv) {
       goto out;
     }
     tool_mirror_set_schema(app.mirror, app.schema);
-    /* Never full state: the first push of a type is everything. */
-    if (service == MCP_SERVICE_AGGREGATED_INCREMENTAL)
-      tool_mirror_first_is_full(app.mirror);
   }
   mcp_sink_options so;
   mcp_sink_options_default(&so);

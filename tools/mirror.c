@@ -150,11 +150,9 @@ struct tool_mirror {
   char *root;
   mcoll *colls;
   size_t ncolls;
-  int first_is_full; /* tool_mirror_first_is_full() */
   const mcp_schema *schema; /* tool_mirror_set_schema(); NULL: none */
 };
 
-void tool_mirror_first_is_full(tool_mirror *m) { m->first_is_full = 1; }
 
 void tool_mirror_set_schema(tool_mirror *m, const mcp_schema *schema) {
   m->schema = schema;
@@ -520,8 +518,8 @@ int tool_mirror_apply(tool_mirror *m, const mcp_change *ch, char *msg,
       free(key);
     }
   }
-  /* The whole content: full state, or the first change when it is. */
-  int whole = !ch->incremental || (m->first_is_full && !c->reconciled);
+  /* The whole content (the core says when: mcp_change.complete). */
+  int whole = ch->complete;
   if (!code && whole)
     code = remove_others(c, ch, keys, msg, msglen);
   if (!code && whole && !c->reconciled) {

@@ -9,9 +9,9 @@
  * the one last written is not rewritten. A removed resource's file is
  * deleted, with the directories its name created once they are empty.
  *
- * The first full-state push of a collection after start (or its first
- * change, after tool_mirror_first_is_full()) also deletes every
- * other *.json file below DIR/<collection> (what an earlier run left), except
+ * The first complete change of a collection after start (mcp_change.complete:
+ * a full state, or the first push of a sink that held nothing) also deletes
+ * every other *.json file below DIR/<collection> (what an earlier run left), except
  * below the directory of another requested collection: from then on the
  * directory holds exactly the collection.
  *
@@ -57,15 +57,6 @@ void tool_mirror_del(tool_mirror *m);
  * mapped as above. malloc'd, or NULL when out of memory.
  */
 char *tool_mirror_file_of(const char *name);
-
-/*
- * Declares that the first change of each collection carries its whole
- * content even when it is incremental, as on IncrementalAggregatedResources
- * (never full state): a new sink holds nothing and says so, so the first
- * push it accepts is everything. That change then also reconciles the
- * directory (removes what an earlier run left).
- */
-void tool_mirror_first_is_full(tool_mirror *m);
 
 /* Bodies of the message types of |schema| (borrowed; it must outlive the
  * mirror) are written as their proto3 JSON (tool_resource_json2()). */

@@ -379,7 +379,8 @@ static void emit_msg(mcp_sink_state *st, mcp_event_type type,
       .resources = w->res, .nlisted = w->res ? w->nlisted : 0,
       .removed = (const char *const *)w->rem,
       .nremoved_listed = w->rem ? w->nrem_listed : 0,
-      .dropped = ack ? w->gone : NULL, .ndropped = ack ? w->ngone : 0};
+      .dropped = ack ? w->gone : NULL, .ndropped = ack ? w->ngone : 0,
+      .synced = st->nsynced == st->ncolls};
   st->on_event(&ev, st->user_data);
 }
 
@@ -729,7 +730,8 @@ int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in, size_t len,
         .nonce = w.nonce, .incremental = env->incremental,
         .resources = w.res, .nresources = env->nres,
         .removed = env->incremental ? (const char *const *)w.rem : w.gone,
-        .nremoved = env->incremental ? env->nrem : w.ngone};
+        .nremoved = env->incremental ? env->nrem : w.ngone,
+        .complete = !env->incremental || c->held.n == 0};
     if (st->apply) {
       code = st->apply(&ch, msg, sizeof(msg), st->user_data);
       msg[sizeof(msg) - 1] = '\0';

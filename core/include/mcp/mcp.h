@@ -42,7 +42,10 @@
  *     version's fields, and gives the newer ones their defaults. Structs
  *     without a version (mcp_resource, mcp_kv, mcp_event, mcp_change,
  *     mcp_item, the vtables and service definitions of engine.h) are
- *     frozen: they never grow; a need for more comes as a new struct.
+ *     frozen when the caller allocates or fills them: they never grow; a
+ *     need for more comes as a new struct. The ones only the library fills
+ *     and lends to a callback (mcp_change, mcp_event, mcp_item) may gain
+ *     fields at their end, since no caller allocates them.
  *   - The allocator hook (mcp_mem) must be thread-safe when messages are
  *     freed on another thread than the one using the store: mcp_msg_free()
  *     of the last reference to a resource's bytes frees them with the
@@ -568,6 +571,9 @@ typedef struct mcp_event {
    * list (computed by the sink, in no given order); else none. */
   const char *const *dropped;
   size_t ndropped;
+  /* Sink events: 1 when the state is synced after this event
+   * (mcp_sink_state_synced()), which a callback may not ask the state. */
+  int synced;
 } mcp_event;
 
 /* Called synchronously from inside the session call that caused the
@@ -820,6 +826,13 @@ typedef struct mcp_change {
   size_t nresources;
   const char *const *removed;
   size_t nremoved;
+  /* 1 when, once applied, the collection holds exactly |resources| and
+   * nothing else: a full-state push, or an incremental one while nothing
+   * was held (a new state's first push on IncrementalAggregatedResources,
+   * which has no full state: the source was told that nothing is held, so
+   * it sent everything). An application may then drop whatever it kept of
+   * the collection that is not listed (files an earlier run left). */
+  int complete;
 } mcp_change;
 
 /*
