@@ -875,7 +875,7 @@ START_TEST(test_stats_and_listing) {
   ck_assert_uint_eq(st.opened, 2);
   ck_assert_uint_eq(st.initial, 0); /* service streams take no slot */
   listed l = {0, 0};
-  ck_assert_int_eq(mcp_grpc_source_streams(src, list_one, &l), 0);
+  ck_assert_int_eq(mcp_grpc_source_streams(src, list_one, &l), 2);
   ck_assert_int_eq(l.counter, 2);
   ck_assert_int_eq(l.mcp, 0);
   rc_close(&a);

@@ -194,7 +194,7 @@ static void count_stream(const mcp_grpc_stream_info *info, void *ud) {
 
 static int two_streams(void *ud) {
   int n = 0;
-  ck_assert_int_eq(mcp_grpc_source_streams(ud, count_stream, &n), 0);
+  ck_assert_int_ge(mcp_grpc_source_streams(ud, count_stream, &n), n);
   return n == 2;
 }
 

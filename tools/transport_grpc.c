@@ -254,7 +254,8 @@ static int sink_stats(void *ep, tool_sink_stream_stats *st) {
   st->open = 0;
   st->want_write = 0;
   st->sent = 0;
-  return mcp_grpc_sink_streams(((grpc_ep *)ep)->sink, stats_fn, st);
+  int rv = mcp_grpc_sink_streams(((grpc_ep *)ep)->sink, stats_fn, st);
+  return rv < 0 ? rv : 0; /* the count is not asked for */
 }
 
 /* Introspection (tools/ops): the gRPC calls run |fn| on the transport

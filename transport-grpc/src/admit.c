@@ -18,7 +18,7 @@ int mcp_grpc_admit_init(mcp_grpc_ep *ep) {
   ao.max_initial_per_peer = o->max_initial_pushes_per_peer;
   ao.initial_timeout = o->initial_push_timeout;
   ao.wait_timeout = o->admission_wait_timeout;
-  return mcp_admit_new(&ep->admit, &ao, NULL, ep->now);
+  return mcp_admit_new(&ep->admit, &ao, &ep->mem, ep->now);
 }
 
 void mcp_grpc_admit_fini(mcp_grpc_ep *ep) {

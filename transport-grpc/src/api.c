@@ -20,9 +20,11 @@ struct mcp_grpc_client {
 static void ep_free_copies(mcp_grpc_ep *ep) {
   mcp_grpc_tls_del(ep->tls);
   ep->tls = NULL;
-  free(ep->address);
-  free((char *)ep->opts.tls.server_name);
-  free(ep->services);
+  mcp_grpc_free(&ep->mem, ep->address);
+  ep->address = NULL;
+  mcp_grpc_free(&ep->mem, (char *)ep->opts.tls.server_name);
+  ep->opts.tls.server_name = NULL;
+  mcp_grpc_free(&ep->mem, ep->services);
   ep->services = NULL;
 }
 
@@ -35,7 +37,7 @@ static int copy_services(mcp_grpc_ep *ep) {
   }
   for (size_t i = 0; i < n; i++)
     bytes += strlen(ep->opts.services[i].method) + 1;
-  mcp_service_def *v = malloc(bytes);
+  mcp_service_def *v = mcp_grpc_malloc(&ep->mem, bytes);
   if (!v)
     return MCP_ERR_NOMEM;
   char *q = (char *)(v + n);
@@ -51,24 +53,27 @@ static int copy_services(mcp_grpc_ep *ep) {
   return 0;
 }
 
+/* |ep->mem| is set. */
 static int ep_init(mcp_grpc_ep *ep, const mcp_grpc_options *opts,
                    mcp_grpc_role role) {
   ep->role = role;
   ep->opts = *opts;
+  ep->opts.mem = NULL; /* |ep->mem| is the copy */
   mcp_grpc_options_normalize(&ep->opts);
   /* The file paths are copied by the TLS object; the name is kept. */
   memset(&ep->opts.tls, 0, sizeof(ep->opts.tls));
-  ep->address = strdup(opts->address);
+  ep->address = mcp_grpc_strdup(&ep->mem, opts->address);
   if (!ep->address)
     return MCP_ERR_NOMEM;
   ep->opts.address = ep->address;
   int rv = copy_services(ep);
   if (rv == 0 && opts->tls.server_name &&
-      !(ep->opts.tls.server_name = strdup(opts->tls.server_name)))
+      !(ep->opts.tls.server_name =
+            mcp_grpc_strdup(&ep->mem, opts->tls.server_name)))
     rv = MCP_ERR_NOMEM;
   if (rv == 0 && mcp_grpc_tls_wanted(&opts->tls))
     rv = mcp_grpc_tls_new(&ep->tls, &opts->tls,
-                          opts->mode == MCP_GRPC_LISTEN);
+                          opts->mode == MCP_GRPC_LISTEN, &ep->mem);
   if (rv < 0) {
     ep_free_copies(ep);
     return rv;
@@ -124,18 +129,67 @@ static int valid(const mcp_grpc_options *opts) {
 static int submit(mcp_grpc_ep *ep, mcp_grpc_job *tmpl) {
   if (tmpl->sync)
     return mcp_grpc_ep_submit(ep, tmpl);
-  mcp_grpc_job *job = malloc(sizeof(*job));
+  mcp_grpc_job *job = mcp_grpc_malloc(&ep->mem, sizeof(*job));
   if (!job)
     return MCP_ERR_NOMEM;
   *job = *tmpl;
   int rv = mcp_grpc_ep_submit(ep, job);
   if (rv < 0)
-    free(job);
+    mcp_grpc_free(&ep->mem, job);
   return rv;
 }
 
-int mcp_grpc_source_new(mcp_grpc_source **psrc, const mcp_grpc_options *opts,
-                        const mcp_source_options *session_opts) {
+/* *_streams(): the user's function, run through a counter. */
+typedef struct stream_count {
+  mcp_grpc_stream_fn fn;
+  void *user_data;
+  int n;
+} stream_count;
+
+static void count_stream(const mcp_grpc_stream_info *info, void *ud) {
+  stream_count *c = ud;
+  c->n++;
+  if (c->fn)
+    c->fn(info, c->user_data);
+}
+
+static int streams(mcp_grpc_ep *ep, mcp_grpc_stream_fn fn, void *user_data) {
+  stream_count c = {fn, user_data, 0};
+  mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STREAMS, .stream_fn = count_stream,
+                      .user_data = &c, .sync = 1};
+  int rv = submit(ep, &job);
+  return rv < 0 ? rv : c.n;
+}
+
+static int stats(mcp_grpc_ep *ep, int version, mcp_grpc_stats *st) {
+  if (!st || version < 1)
+    return MCP_ERR_INVALID_ARGUMENT;
+  mcp_grpc_stats full;
+  memset(&full, 0, sizeof(full));
+  mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STATS, .user_data = &full,
+                      .sync = 1};
+  int rv = submit(ep, &job);
+  return rv < 0 ? rv : mcp_grpc_stats_write(st, version, &full);
+}
+
+/* Reads the caller's options into |o| and makes the object's allocator:
+ * the object is allocated with it. */
+static int read_options(mcp_grpc_options *o, mcp_mem *mem, int version,
+                        const mcp_grpc_options *opts) {
+  int rv = mcp_grpc_options_read(o, version, opts);
+  if (rv == 0)
+    mcp_grpc_mem_init(mem, o->mem);
+  return rv;
+}
+
+int mcp_grpc_source_new_versioned(mcp_grpc_source **psrc, int version,
+                                  const mcp_grpc_options *caller_opts,
+                                  const mcp_source_options *session_opts) {
+  mcp_grpc_options o;
+  mcp_mem mem;
+  if (!psrc || read_options(&o, &mem, version, caller_opts) < 0)
+    return MCP_ERR_INVALID_ARGUMENT;
+  const mcp_grpc_options *opts = &o;
   if (!valid(opts) || !valid_services(opts, MCP_GRPC_ROLE_SOURCE) ||
       (opts->no_mcp && opts->mode != MCP_GRPC_LISTEN))
     return MCP_ERR_INVALID_ARGUMENT;
@@ -143,14 +197,15 @@ int mcp_grpc_source_new(mcp_grpc_source **psrc, const mcp_grpc_options *opts,
   if (!opts->no_mcp && (!session_opts || (!session_opts->store &&
                                           !session_opts->select_store)))
     return MCP_ERR_INVALID_ARGUMENT;
-  mcp_grpc_source *src = calloc(1, sizeof(*src));
+  mcp_grpc_source *src = mcp_grpc_calloc(&mem, 1, sizeof(*src));
   if (!src)
     return MCP_ERR_NOMEM;
+  src->ep.mem = mem;
   if (session_opts)
     src->ep.source_opts = *session_opts;
   int rv = ep_init(&src->ep, opts, MCP_GRPC_ROLE_SOURCE);
   if (rv < 0) {
-    free(src);
+    mcp_grpc_free(&mem, src);
     return rv;
   }
   *psrc = src;
@@ -160,8 +215,9 @@ int mcp_grpc_source_new(mcp_grpc_source **psrc, const mcp_grpc_options *opts,
 void mcp_grpc_source_del(mcp_grpc_source *src) {
   if (!src)
     return;
+  mcp_mem mem = src->ep.mem;
   ep_fini(&src->ep);
-  free(src);
+  mcp_grpc_free(&mem, src);
 }
 
 int mcp_grpc_source_port(const mcp_grpc_source *src) { return src->ep.port; }
@@ -186,19 +242,12 @@ int mcp_grpc_source_call(mcp_grpc_source *src, mcp_grpc_store_fn fn,
 
 int mcp_grpc_source_streams(mcp_grpc_source *src, mcp_grpc_stream_fn fn,
                             void *user_data) {
-  if (!fn)
-    return MCP_ERR_INVALID_ARGUMENT;
-  mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STREAMS, .stream_fn = fn,
-                      .user_data = user_data, .sync = 1};
-  return submit(&src->ep, &job);
+  return streams(&src->ep, fn, user_data);
 }
 
-int mcp_grpc_source_stats(mcp_grpc_source *src, mcp_grpc_stats *st) {
-  if (!st)
-    return MCP_ERR_INVALID_ARGUMENT;
-  mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STATS, .user_data = st,
-                      .sync = 1};
-  return submit(&src->ep, &job);
+int mcp_grpc_source_stats_versioned(mcp_grpc_source *src, int version,
+                                    mcp_grpc_stats *st) {
+  return stats(&src->ep, version, st);
 }
 
 int mcp_grpc_source_reauthorize(mcp_grpc_source *src) {
@@ -206,20 +255,27 @@ int mcp_grpc_source_reauthorize(mcp_grpc_source *src) {
   return submit(&src->ep, &job);
 }
 
-int mcp_grpc_sink_new(mcp_grpc_sink **psink, const mcp_grpc_options *opts,
-                      mcp_sink_state *state) {
+int mcp_grpc_sink_new_versioned(mcp_grpc_sink **psink, int version,
+                                const mcp_grpc_options *caller_opts,
+                                mcp_sink_state *state) {
+  mcp_grpc_options o;
+  mcp_mem mem;
+  if (!psink || read_options(&o, &mem, version, caller_opts) < 0)
+    return MCP_ERR_INVALID_ARGUMENT;
+  const mcp_grpc_options *opts = &o;
   if (!valid(opts) || !state || !valid_services(opts, MCP_GRPC_ROLE_SINK) ||
       opts->no_mcp ||
       (opts->mode == MCP_GRPC_LISTEN &&
        mcp_sink_state_service(state) != MCP_SERVICE_RESOURCE))
     return MCP_ERR_INVALID_ARGUMENT;
-  mcp_grpc_sink *sink = calloc(1, sizeof(*sink));
+  mcp_grpc_sink *sink = mcp_grpc_calloc(&mem, 1, sizeof(*sink));
   if (!sink)
     return MCP_ERR_NOMEM;
+  sink->ep.mem = mem;
   sink->ep.state = state;
   int rv = ep_init(&sink->ep, opts, MCP_GRPC_ROLE_SINK);
   if (rv < 0) {
-    free(sink);
+    mcp_grpc_free(&mem, sink);
     return rv;
   }
   *psink = sink;
@@ -229,8 +285,9 @@ int mcp_grpc_sink_new(mcp_grpc_sink **psink, const mcp_grpc_options *opts,
 void mcp_grpc_sink_del(mcp_grpc_sink *sink) {
   if (!sink)
     return;
+  mcp_mem mem = sink->ep.mem;
   ep_fini(&sink->ep);
-  free(sink);
+  mcp_grpc_free(&mem, sink);
 }
 
 int mcp_grpc_sink_port(const mcp_grpc_sink *sink) { return sink->ep.port; }
@@ -246,19 +303,12 @@ int mcp_grpc_sink_call(mcp_grpc_sink *sink, mcp_grpc_state_fn fn,
 
 int mcp_grpc_sink_streams(mcp_grpc_sink *sink, mcp_grpc_stream_fn fn,
                           void *user_data) {
-  if (!fn)
-    return MCP_ERR_INVALID_ARGUMENT;
-  mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STREAMS, .stream_fn = fn,
-                      .user_data = user_data, .sync = 1};
-  return submit(&sink->ep, &job);
+  return streams(&sink->ep, fn, user_data);
 }
 
-int mcp_grpc_sink_stats(mcp_grpc_sink *sink, mcp_grpc_stats *st) {
-  if (!st)
-    return MCP_ERR_INVALID_ARGUMENT;
-  mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STATS, .user_data = st,
-                      .sync = 1};
-  return submit(&sink->ep, &job);
+int mcp_grpc_sink_stats_versioned(mcp_grpc_sink *sink, int version,
+                                  mcp_grpc_stats *st) {
+  return stats(&sink->ep, version, st);
 }
 
 int mcp_grpc_sink_finish(mcp_grpc_sink *sink) {
@@ -273,26 +323,33 @@ int mcp_grpc_sink_reauthorize(mcp_grpc_sink *sink) {
   return submit(&sink->ep, &job);
 }
 
-int mcp_grpc_client_new(mcp_grpc_client **pc, const mcp_grpc_options *opts,
-                        const mcp_client_def *def) {
-  if (!pc || !valid(opts) || opts->mode != MCP_GRPC_DIAL || opts->nservices ||
+int mcp_grpc_client_new_versioned(mcp_grpc_client **pc, int version,
+                                  const mcp_grpc_options *caller_opts,
+                                  const mcp_client_def *def) {
+  mcp_grpc_options o;
+  mcp_mem mem;
+  if (!pc || read_options(&o, &mem, version, caller_opts) < 0)
+    return MCP_ERR_INVALID_ARGUMENT;
+  const mcp_grpc_options *opts = &o;
+  if (!valid(opts) || opts->mode != MCP_GRPC_DIAL || opts->nservices ||
       opts->no_mcp || !def || def->nslots == 0 ||
       def->nslots > MCP_GRPC_CLIENT_MAX_SLOTS || !def->method || !def->open ||
       !def->ended)
     return MCP_ERR_INVALID_ARGUMENT;
-  mcp_grpc_client *c = calloc(1, sizeof(*c));
+  mcp_grpc_client *c = mcp_grpc_calloc(&mem, 1, sizeof(*c));
   if (!c)
     return MCP_ERR_NOMEM;
+  c->ep.mem = mem;
   c->ep.client_def = *def;
-  c->ep.slots = calloc(def->nslots, sizeof(*c->ep.slots));
+  c->ep.slots = mcp_grpc_calloc(&mem, def->nslots, sizeof(*c->ep.slots));
   if (!c->ep.slots) {
-    free(c);
+    mcp_grpc_free(&mem, c);
     return MCP_ERR_NOMEM;
   }
   int rv = ep_init(&c->ep, opts, MCP_GRPC_ROLE_CLIENT);
   if (rv < 0) {
-    free(c->ep.slots);
-    free(c);
+    mcp_grpc_free(&mem, c->ep.slots);
+    mcp_grpc_free(&mem, c);
     return rv;
   }
   *pc = c;
@@ -302,9 +359,10 @@ int mcp_grpc_client_new(mcp_grpc_client **pc, const mcp_grpc_options *opts,
 void mcp_grpc_client_del(mcp_grpc_client *c) {
   if (!c)
     return;
+  mcp_mem mem = c->ep.mem;
   ep_fini(&c->ep);
-  free(c->ep.slots);
-  free(c);
+  mcp_grpc_free(&mem, c->ep.slots);
+  mcp_grpc_free(&mem, c);
 }
 
 int mcp_grpc_client_update(mcp_grpc_client *c, mcp_grpc_run_fn fn,
@@ -327,19 +385,12 @@ int mcp_grpc_client_call(mcp_grpc_client *c, mcp_grpc_run_fn fn,
 
 int mcp_grpc_client_streams(mcp_grpc_client *c, mcp_grpc_stream_fn fn,
                             void *user_data) {
-  if (!fn)
-    return MCP_ERR_INVALID_ARGUMENT;
-  mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STREAMS, .stream_fn = fn,
-                      .user_data = user_data, .sync = 1};
-  return submit(&c->ep, &job);
+  return streams(&c->ep, fn, user_data);
 }
 
-int mcp_grpc_client_stats(mcp_grpc_client *c, mcp_grpc_stats *st) {
-  if (!st)
-    return MCP_ERR_INVALID_ARGUMENT;
-  mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STATS, .user_data = st,
-                      .sync = 1};
-  return submit(&c->ep, &job);
+int mcp_grpc_client_stats_versioned(mcp_grpc_client *c, int version,
+                                    mcp_grpc_stats *st) {
+  return stats(&c->ep, version, st);
 }
 
 int mcp_grpc_client_reauthorize(mcp_grpc_client *c) {

@@ -55,7 +55,7 @@ static int has_scheme(const char *v, size_t len) {
 }
 
 void mcp_grpc_stream_identity_free(mcp_grpc_stream *s) {
-  free(s->ids);
+  mcp_grpc_free(&s->ep->mem, s->ids);
   s->ids = NULL;
   s->nids = s->nuris = s->ndns = 0;
   s->has_cn = 0;
@@ -115,7 +115,7 @@ void mcp_grpc_stream_identify(mcp_grpc_stream *s) {
   size_t n = uris.n + dns.n + cn.n;
   if (n > 0) {
     size_t bytes = n * sizeof(char *) + uris.bytes + dns.bytes + cn.bytes;
-    char **ids = malloc(bytes);
+    char **ids = mcp_grpc_malloc(&s->ep->mem, bytes);
     if (ids) { /* without memory, the peer has no identity: fail closed */
       char *q = (char *)(ids + n);
       size_t k = 0;

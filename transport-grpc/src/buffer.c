@@ -20,13 +20,15 @@
 typedef struct msg_ref {
   atomic_size_t refs;
   mcp_msg *msg;
+  mcp_mem mem; /* a copy: the ref may outlive the object */
 } msg_ref;
 
 static void msg_ref_release(void *p) {
   msg_ref *r = p;
   if (atomic_fetch_sub(&r->refs, 1) == 1) {
     mcp_msg_free(r->msg);
-    free(r);
+    mcp_mem mem = r->mem;
+    mcp_grpc_free(&mem, r);
   }
 }
 
@@ -41,21 +43,23 @@ static grpc_slice copy_run(const mcp_iovec *iov, size_t n, size_t len) {
   return s;
 }
 
-grpc_byte_buffer *mcp_grpc_buffer_from_msg(mcp_msg *msg) {
+grpc_byte_buffer *mcp_grpc_buffer_from_msg(const mcp_mem *mem, mcp_msg *msg) {
   const mcp_iovec *iov;
   size_t n = mcp_msg_iov(msg, &iov);
-  msg_ref *r = malloc(sizeof(*r));
+  msg_ref *r = mcp_grpc_malloc(mem, sizeof(*r));
   grpc_slice stack[16];
-  grpc_slice *slices = n <= 16 ? stack : malloc(n * sizeof(*slices));
+  grpc_slice *slices =
+      n <= 16 ? stack : mcp_grpc_malloc(mem, n * sizeof(*slices));
   if (!r || !slices) {
-    free(r);
-    if (slices != stack)
-      free(slices);
+    mcp_grpc_free(mem, r);
+    if (slices && slices != stack)
+      mcp_grpc_free(mem, slices);
     mcp_msg_free(msg);
     return NULL;
   }
   atomic_init(&r->refs, 1); /* ours, dropped below */
   r->msg = msg;
+  r->mem = *mem;
 
   size_t k = 0, run = 0, runlen = 0;
   for (size_t i = 0; i < n; i++) {
@@ -80,7 +84,7 @@ grpc_byte_buffer *mcp_grpc_buffer_from_msg(mcp_msg *msg) {
   for (size_t i = 0; i < k; i++)
     grpc_slice_unref(slices[i]); /* the buffer took its own references */
   if (slices != stack)
-    free(slices);
+    mcp_grpc_free(mem, slices);
   msg_ref_release(r);
   return bb;
 }

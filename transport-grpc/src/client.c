@@ -63,11 +63,11 @@ grpc_channel *mcp_grpc_channel_new(mcp_grpc_ep *ep) {
   else if (!creds)
     creds = own = grpc_insecure_credentials_create();
   if (!creds) {
-    free(a);
+    mcp_grpc_free(&ep->mem, a);
     return NULL;
   }
   grpc_channel *ch = grpc_channel_create(next_target(ep), creds, &args);
-  free(a);
+  mcp_grpc_free(&ep->mem, a);
   if (own)
     grpc_channel_credentials_release(own);
   return ch;

@@ -15,7 +15,7 @@ static void chan_release(mcp_grpc_ep *ep, mcp_grpc_chan *c) {
   if (!c->retired || c->calls > 0)
     return;
   grpc_channel_destroy(c->ch);
-  free(c);
+  mcp_grpc_free(&ep->mem, c);
   ep->nchans--;
 }
 
@@ -34,12 +34,12 @@ static void chan_retire(mcp_grpc_ep *ep) {
 static mcp_grpc_chan *chan_get(mcp_grpc_ep *ep) {
   if (ep->chan)
     return ep->chan;
-  mcp_grpc_chan *c = calloc(1, sizeof(*c));
+  mcp_grpc_chan *c = mcp_grpc_calloc(&ep->mem, 1, sizeof(*c));
   if (!c)
     return NULL;
   c->ch = mcp_grpc_channel_new(ep);
   if (!c->ch) {
-    free(c);
+    mcp_grpc_free(&ep->mem, c);
     return NULL;
   }
   c->created = ep->now;

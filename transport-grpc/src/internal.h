@@ -13,6 +13,16 @@
 #define MCP_GRPC_CONTAINER(ptr, type, member)                                \
   ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
 
+/* mem.c: allocation through an object's hook (opts.mem, copied into
+ * |ep->mem|; the C library when NULL). Every allocation of ours goes
+ * through these; gRPC's own do not. */
+void mcp_grpc_mem_init(mcp_mem *dst, const mcp_mem *src);
+void *mcp_grpc_malloc(const mcp_mem *m, size_t n);
+void *mcp_grpc_calloc(const mcp_mem *m, size_t nmemb, size_t size);
+void *mcp_grpc_realloc(const mcp_mem *m, void *p, size_t n);
+void mcp_grpc_free(const mcp_mem *m, void *p); /* NULL is a no-op */
+char *mcp_grpc_strdup(const mcp_mem *m, const char *s);
+
 /* Every completion-queue tag is one of these, embedded in the object that
  * started the operation; the loop calls |fn| with the op's success bit. */
 typedef struct mcp_grpc_tag {
@@ -139,6 +149,7 @@ struct mcp_grpc_stream {
  * dialing, with its thread and completion queue. */
 struct mcp_grpc_ep {
   mcp_grpc_role role;
+  mcp_mem mem;           /* opts.mem, copied (libc when NULL) */
   mcp_grpc_options opts; /* opts.address points to |address| */
   char *address;
   /* DIAL: |address| may list several, dialed in turn (client.c). */
@@ -220,13 +231,21 @@ struct mcp_grpc_ep {
 grpc_arg *mcp_grpc_args(const mcp_grpc_ep *ep, int server, size_t *nargs);
 /* Replaces 0 (the default) in the admission limits of |o|. */
 void mcp_grpc_options_normalize(mcp_grpc_options *o);
+/* Reads the caller's |opts| of |version| into |out| (the defaults for the
+ * fields of later versions). INVALID_ARGUMENT for an unknown version. */
+int mcp_grpc_options_read(mcp_grpc_options *out, int version,
+                          const mcp_grpc_options *opts);
+/* Writes the fields of |version| of |full| into |out|. INVALID_ARGUMENT
+ * for a version below 1. */
+int mcp_grpc_stats_write(mcp_grpc_stats *out, int version,
+                         const mcp_grpc_stats *full);
 
 /* tls.c */
 /* 1 when |o| asks for TLS (one of the files is set). */
 int mcp_grpc_tls_wanted(const mcp_grpc_tls_options *o);
 /* Reads the files of |o| (checked for the mode) into a new object. */
 int mcp_grpc_tls_new(mcp_grpc_tls **pt, const mcp_grpc_tls_options *o,
-                     int listen);
+                     int listen, const mcp_mem *mem);
 /* Frees it; gRPC must hold no credentials made from it any more. */
 void mcp_grpc_tls_del(mcp_grpc_tls *t);
 /* Server credentials whose certificates follow the files (NULL: NOMEM). */
@@ -317,7 +336,7 @@ void mcp_grpc_stream_reauthorize(mcp_grpc_stream *s);
 /* Wraps |msg| into a byte buffer, referencing its large fragments (the
  * message is freed when gRPC drops the last of them). Consumes |msg|, also
  * on failure (NULL). */
-grpc_byte_buffer *mcp_grpc_buffer_from_msg(mcp_msg *msg);
+grpc_byte_buffer *mcp_grpc_buffer_from_msg(const mcp_mem *mem, mcp_msg *msg);
 
 /* The bytes of |bb|: its single slice, or a joined copy kept in |*flat|
  * (release with grpc_slice_unref when |*joined|). 0, or -1 when |bb|

@@ -175,7 +175,7 @@ static void run_jobs(mcp_grpc_ep *ep) {
       pthread_cond_broadcast(&ep->cv);
       pthread_mutex_unlock(&ep->mu);
     } else {
-      free(job);
+      mcp_grpc_free(&ep->mem, job);
     }
     job = next;
   }

@@ -1,4 +1,5 @@
 /* Option defaults and their translation into gRPC channel arguments. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -13,7 +14,47 @@ mcp_tstamp mcp_grpc_now(void) {
   return (mcp_tstamp)t.tv_sec * MCP_SECONDS + (mcp_tstamp)t.tv_nsec;
 }
 
-void mcp_grpc_options_default(mcp_grpc_options *opts) {
+/* The bytes of each version of the structs (append-only: each a prefix of
+ * the next), indexed by version; docs/api.md, "Versioned structs". */
+static const size_t options_sizes[] = {
+    0, offsetof(mcp_grpc_options, mem), sizeof(mcp_grpc_options)};
+static const size_t stats_sizes[] = {0, sizeof(mcp_grpc_stats)};
+#define NVERSIONS(a) (sizeof(a) / sizeof((a)[0]))
+
+/* The bytes of |version| (0 below 1; the newest known above it). */
+static size_t version_size(int version, const size_t *sizes, size_t n) {
+  if (version < 1)
+    return 0;
+  return (size_t)version < n ? sizes[version] : sizes[n - 1];
+}
+
+static void options_default(mcp_grpc_options *opts);
+
+void mcp_grpc_options_default_versioned(int version, mcp_grpc_options *opts) {
+  mcp_grpc_options o;
+  options_default(&o);
+  memcpy(opts, &o,
+         version_size(version, options_sizes, NVERSIONS(options_sizes)));
+}
+
+int mcp_grpc_options_read(mcp_grpc_options *out, int version,
+                          const mcp_grpc_options *opts) {
+  if (!opts || version < 1 || (size_t)version >= NVERSIONS(options_sizes))
+    return MCP_ERR_INVALID_ARGUMENT;
+  options_default(out);
+  memcpy(out, opts, options_sizes[version]);
+  return 0;
+}
+
+int mcp_grpc_stats_write(mcp_grpc_stats *out, int version,
+                         const mcp_grpc_stats *full) {
+  if (!out || version < 1)
+    return MCP_ERR_INVALID_ARGUMENT;
+  memcpy(out, full, version_size(version, stats_sizes, NVERSIONS(stats_sizes)));
+  return 0;
+}
+
+static void options_default(mcp_grpc_options *opts) {
   memset(opts, 0, sizeof(*opts));
   opts->mode = MCP_GRPC_LISTEN;
   opts->max_recv_message_size = MCP_GRPC_DEFAULT_MAX_MESSAGE;
@@ -74,7 +115,7 @@ static void set_int(grpc_arg *a, const char *key, int value) {
 grpc_arg *mcp_grpc_args(const mcp_grpc_ep *ep, int server, size_t *nargs) {
   const mcp_grpc_options *o = &ep->opts;
   size_t extra = o->channel_args ? o->channel_args->num_args : 0;
-  grpc_arg *a = malloc((16 + extra) * sizeof(*a));
+  grpc_arg *a = mcp_grpc_malloc(&ep->mem, (16 + extra) * sizeof(*a));
   if (!a)
     return NULL;
   size_t n = 0;

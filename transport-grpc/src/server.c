@@ -184,9 +184,9 @@ int mcp_grpc_server_create(mcp_grpc_ep *ep) {
   grpc_resource_quota *quota = NULL;
   grpc_arg *all = a;
   if (ep->opts.memory_limit > 0) {
-    all = malloc((n + 1) * sizeof(*all));
+    all = mcp_grpc_malloc(&ep->mem, (n + 1) * sizeof(*all));
     if (!all) {
-      free(a);
+      mcp_grpc_free(&ep->mem, a);
       return MCP_ERR_NOMEM;
     }
     memcpy(all, a, n * sizeof(*all));
@@ -203,8 +203,8 @@ int mcp_grpc_server_create(mcp_grpc_ep *ep) {
   if (quota)
     grpc_resource_quota_unref(quota); /* the server holds its own ref */
   if (all != a)
-    free(all);
-  free(a);
+    mcp_grpc_free(&ep->mem, all);
+  mcp_grpc_free(&ep->mem, a);
   grpc_server_register_completion_queue(ep->server, ep->cq, NULL);
   grpc_server_credentials *creds = ep->opts.server_credentials;
   grpc_server_credentials *own = NULL;

@@ -41,8 +41,8 @@ static void notify(mcp_grpc_stream *s, mcp_grpc_stream_event ev) {
 }
 
 static void set_details(mcp_grpc_stream *s, const char *details) {
-  char *d = strdup(details ? details : ""); /* |details| may be ours */
-  free(s->details);
+  char *d = mcp_grpc_strdup(&s->ep->mem, details ? details : ""); /* |details| may be ours */
+  mcp_grpc_free(&s->ep->mem, s->details);
   s->details = d;
 }
 
@@ -67,7 +67,7 @@ static void drop_session(mcp_grpc_stream *s) {
 
 static mcp_grpc_stream *stream_new(mcp_grpc_ep *ep, grpc_call *call,
                                    mcp_grpc_role role, int dialed) {
-  mcp_grpc_stream *s = calloc(1, sizeof(*s));
+  mcp_grpc_stream *s = mcp_grpc_calloc(&ep->mem, 1, sizeof(*s));
   if (!s) {
     grpc_call_cancel_with_status(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
                                  mcp_strerror(MCP_ERR_NOMEM), NULL);
@@ -105,11 +105,11 @@ static void stream_free(mcp_grpc_stream *s) {
   ep->nstreams--;
   grpc_call_unref(s->call);
   gpr_free(s->peer);
-  free(s->details);
+  mcp_grpc_free(&ep->mem, s->details);
   mcp_grpc_stream_identity_free(s);
   if (s->dialed)
     grpc_metadata_array_destroy(&s->md_initial);
-  free(s);
+  mcp_grpc_free(&ep->mem, s);
 }
 
 /* Frees the stream once no operation is in flight (the close operation
@@ -131,7 +131,7 @@ static void maybe_free(mcp_grpc_stream *s) {
     stream_free(s);
     mcp_grpc_svc_client_call_gone(ep, slot, chan, received, status,
                                   details ? details : "");
-    free(details);
+    mcp_grpc_free(&ep->mem, details);
     return;
   }
   int dialed = s->dialed;
@@ -447,7 +447,7 @@ int mcp_grpc_stream_dial_service(mcp_grpc_ep *ep, grpc_call *call,
 }
 
 static void send_msg(mcp_grpc_stream *s, mcp_msg *msg) {
-  grpc_byte_buffer *bb = mcp_grpc_buffer_from_msg(msg);
+  grpc_byte_buffer *bb = mcp_grpc_buffer_from_msg(&s->ep->mem, msg);
   if (!bb) {
     fail(s, MCP_ERR_NOMEM);
     return;
@@ -667,11 +667,11 @@ static void on_close(mcp_grpc_tag *tag, int ok) {
       static const char pre[] =
           "no TLS connection (handshake failed or server unreachable): ";
       size_t n = sizeof(pre) + strlen(d);
-      char *full = malloc(n);
+      char *full = mcp_grpc_malloc(&s->ep->mem, n);
       if (full) {
         snprintf(full, n, "%s%s", pre, d);
         set_details(s, full);
-        free(full);
+        mcp_grpc_free(&s->ep->mem, full);
       } else {
         set_details(s, d);
       }

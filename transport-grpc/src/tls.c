@@ -26,6 +26,7 @@ typedef struct tls_sig {
 } tls_sig;
 
 struct mcp_grpc_tls {
+  mcp_mem mem; /* the object's (gRPC's threads use it too) */
   pthread_mutex_t mu; /* gRPC's threads call the fetcher */
   char *path[TLS_NFILES]; /* NULL when not set */
   tls_sig sig[TLS_NFILES];
@@ -56,7 +57,7 @@ static int sig_eq(const tls_sig *a, const tls_sig *b) {
 }
 
 /* Reads a whole PEM file into a malloc'd NUL-terminated string. */
-static int read_pem(const char *path, char **out, tls_sig *sig, char *err,
+static int read_pem(const mcp_mem *mem, const char *path, char **out, tls_sig *sig, char *err,
                     size_t errlen) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -72,7 +73,7 @@ static int read_pem(const char *path, char **out, tls_sig *sig, char *err,
   size_t cap = (size_t)st.st_size + 1, len = 0;
   if (cap > TLS_MAX_FILE + 1)
     cap = TLS_MAX_FILE + 1;
-  char *buf = malloc(cap);
+  char *buf = mcp_grpc_malloc(mem, cap);
   if (!buf) {
     close(fd);
     return MCP_ERR_NOMEM;
@@ -81,13 +82,13 @@ static int read_pem(const char *path, char **out, tls_sig *sig, char *err,
     if (len + 1 >= cap) { /* the file grew while being read */
       if (cap > TLS_MAX_FILE) {
         errf(err, errlen, "cannot read", path, "larger than 1 MiB");
-        free(buf);
+        mcp_grpc_free(mem, buf);
         close(fd);
         return MCP_ERR_INVALID_ARGUMENT;
       }
-      char *nb = realloc(buf, cap * 2);
+      char *nb = mcp_grpc_realloc(mem, buf, cap * 2);
       if (!nb) {
-        free(buf);
+        mcp_grpc_free(mem, buf);
         close(fd);
         return MCP_ERR_NOMEM;
       }
@@ -99,7 +100,7 @@ static int read_pem(const char *path, char **out, tls_sig *sig, char *err,
       continue;
     if (r < 0) {
       errf(err, errlen, "cannot read", path, strerror(errno));
-      free(buf);
+      mcp_grpc_free(mem, buf);
       close(fd);
       return MCP_ERR_IO;
     }
@@ -111,7 +112,7 @@ static int read_pem(const char *path, char **out, tls_sig *sig, char *err,
   buf[len] = '\0';
   if (!strstr(buf, "-----BEGIN ") || strlen(buf) != len) {
     errf(err, errlen, "no PEM data in", path, "expected \"-----BEGIN \"");
-    free(buf);
+    mcp_grpc_free(mem, buf);
     return MCP_ERR_INVALID_ARGUMENT;
   }
   sig_of(&st, sig);
@@ -146,15 +147,15 @@ static int load(mcp_grpc_tls *t, char *err, size_t errlen) {
   for (int i = 0; i < TLS_NFILES; i++) {
     if (!t->path[i])
       continue;
-    int rv = read_pem(t->path[i], &pem[i], &sig[i], err, errlen);
+    int rv = read_pem(&t->mem, t->path[i], &pem[i], &sig[i], err, errlen);
     if (rv < 0) {
       for (int j = 0; j < i; j++)
-        free(pem[j]);
+        mcp_grpc_free(&t->mem, pem[j]);
       return rv;
     }
   }
   for (int i = 0; i < TLS_NFILES; i++) {
-    free(t->pem[i]);
+    mcp_grpc_free(&t->mem, t->pem[i]);
     t->pem[i] = pem[i];
     t->sig[i] = sig[i];
   }
@@ -191,30 +192,32 @@ void mcp_grpc_tls_del(mcp_grpc_tls *t) {
   if (!t)
     return;
   for (int i = 0; i < TLS_NFILES; i++) {
-    free(t->path[i]);
+    mcp_grpc_free(&t->mem, t->path[i]);
     if (t->pem[i] && i == TLS_KEY)
       memset(t->pem[i], 0, strlen(t->pem[i]));
-    free(t->pem[i]);
+    mcp_grpc_free(&t->mem, t->pem[i]);
   }
   pthread_mutex_destroy(&t->mu);
-  free(t);
+  mcp_mem mem = t->mem;
+  mcp_grpc_free(&mem, t);
 }
 
 int mcp_grpc_tls_new(mcp_grpc_tls **pt, const mcp_grpc_tls_options *o,
-                     int listen) {
+                     int listen, const mcp_mem *mem) {
   int rv = check_combination(o, listen, NULL, 0);
   if (rv < 0)
     return rv;
-  mcp_grpc_tls *t = calloc(1, sizeof(*t));
+  mcp_grpc_tls *t = mcp_grpc_calloc(mem, 1, sizeof(*t));
   if (!t)
     return MCP_ERR_NOMEM;
+  t->mem = *mem;
   if (pthread_mutex_init(&t->mu, NULL) != 0) {
-    free(t);
+    mcp_grpc_free(mem, t);
     return MCP_ERR_NOMEM;
   }
   const char *paths[TLS_NFILES] = {o->cert_file, o->key_file, o->ca_file};
   for (int i = 0; i < TLS_NFILES; i++) {
-    if (paths[i] && !(t->path[i] = strdup(paths[i]))) {
+    if (paths[i] && !(t->path[i] = mcp_grpc_strdup(&t->mem, paths[i]))) {
       mcp_grpc_tls_del(t);
       return MCP_ERR_NOMEM;
     }
@@ -239,15 +242,17 @@ int mcp_grpc_tls_check(const mcp_grpc_tls_options *o, char *err,
   if (rv < 0)
     return rv;
   const char *paths[TLS_NFILES] = {o->cert_file, o->key_file, o->ca_file};
+  mcp_mem libc; /* no object: the C library */
+  mcp_grpc_mem_init(&libc, NULL);
   for (int i = 0; i < TLS_NFILES; i++) {
     char *pem = NULL;
     tls_sig sig;
     if (!paths[i])
       continue;
-    rv = read_pem(paths[i], &pem, &sig, err, errlen);
+    rv = read_pem(&libc, paths[i], &pem, &sig, err, errlen);
     if (pem)
       memset(pem, 0, strlen(pem));
-    free(pem);
+    mcp_grpc_free(&libc, pem);
     if (rv < 0)
       return rv;
   }

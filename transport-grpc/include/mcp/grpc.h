@@ -54,6 +54,33 @@
  * transports behave so (mcp/h2c.h): a request sent in one body with the
  * half-close (curl, h2load) gets its whole answer, then OK.
  *
+ * One shape with mcp/h2c.h (docs/api.md, "The transport API: one
+ * shape", lists both side by side): the same functions, in the same
+ * argument order, returning int (0, or a count, or a negative mcp_error),
+ * with versioned options and stats (MCP_GRPC_OPTIONS_VERSION,
+ * MCP_GRPC_STATS_VERSION; the *_new(), *_options_default() and *_stats()
+ * names are macros over *_versioned() functions, as in mcp/mcp.h). What
+ * differs, and why: this transport runs its own thread, so every function
+ * may be called from any thread (with the exceptions above) and a
+ * function that reads the object's state (*_streams(), *_stats())
+ * blocks until the transport thread has answered; h2c runs on the
+ * caller's loop, so its functions are loop-thread only, answer at once,
+ * and it has *_notify() where this one has only *_update().
+ *
+ * Memory: mcp_grpc_options.mem (NULL: the C library) is copied at
+ * creation, and every allocation this library makes for its own objects
+ * (the objects, their streams, strings, queued jobs, channel argument
+ * arrays, TLS material, the references that keep a message alive while
+ * gRPC sends it) goes through it. gRPC's own allocations (its calls,
+ * channels, slices, completion queue, threads) do not: gRPC has no
+ * per-object allocator. The sessions' allocations go through the core
+ * options' hooks (mcp_source_options.mem, the sink state's). Access lists
+ * (mcp_grpc_acl) take no options and use the C library. The hook must be
+ * thread-safe: it is called from the caller's thread (in *_new(), *_del()
+ * and when queuing an update), from the transport thread, and from
+ * gRPC's own threads (a message's last slice, freed wherever gRPC drops
+ * it; certificate files re-read by gRPC's credential watchers).
+ *
  * Time: mcp_grpc_now(), CLOCK_MONOTONIC in nanoseconds, is the mcp_tstamp
  * given to every core call.
  *
@@ -401,7 +428,22 @@ typedef struct mcp_grpc_options {
   const mcp_service_def *services;
   size_t nservices;
   int no_mcp;
+
+  /* --- MCP_GRPC_OPTIONS_V2 --- */
+
+  /* The allocator of this library's own objects (see "Memory" above;
+   * NULL: the C library). The struct is copied at creation. Must be
+   * thread-safe. */
+  const mcp_mem *mem;
 } mcp_grpc_options;
+
+/*
+ * Versions of mcp_grpc_options (docs/api.md, "Versioned structs"): V1 is
+ * the struct up to |no_mcp| (0.2.0); V2 appends |mem|.
+ */
+#define MCP_GRPC_OPTIONS_V1 1
+#define MCP_GRPC_OPTIONS_V2 2
+#define MCP_GRPC_OPTIONS_VERSION MCP_GRPC_OPTIONS_V2
 
 #define MCP_GRPC_DEFAULT_MAX_STREAMS 100000
 #define MCP_GRPC_DEFAULT_STREAM_RATE 1000
@@ -413,8 +455,13 @@ typedef struct mcp_grpc_options {
 #define MCP_GRPC_DEFAULT_MEMORY_LIMIT ((int64_t)256 << 20)
 #define MCP_GRPC_DEFAULT_MAX_PING_STRIKES 2
 
-/* Fills |opts| with the defaults: LISTEN, address NULL (must be set). */
-MCP_EXTERN void mcp_grpc_options_default(mcp_grpc_options *opts);
+/* Fills |opts| with the defaults: LISTEN, address NULL (must be set).
+ * Writes only the fields of |version| (nothing for a version below 1; the
+ * newest this library knows for a newer one). */
+MCP_EXTERN void mcp_grpc_options_default_versioned(int version,
+                                                   mcp_grpc_options *opts);
+#define mcp_grpc_options_default(OPTS)                                       \
+  mcp_grpc_options_default_versioned(MCP_GRPC_OPTIONS_VERSION, (OPTS))
 
 /* What a transport object has done and holds, for metrics and tests.
  * Counters count from the object's creation. */
@@ -435,6 +482,11 @@ typedef struct mcp_grpc_stats {
   uint64_t refused_peer_streams; /* RESOURCE_EXHAUSTED: max_streams_per_peer */
   uint64_t refused_wait_timeout; /* UNAVAILABLE: admission_wait_timeout */
 } mcp_grpc_stats;
+
+/* Versions of mcp_grpc_stats (filled by the library: only the caller's
+ * version's fields are written). */
+#define MCP_GRPC_STATS_V1 1
+#define MCP_GRPC_STATS_VERSION MCP_GRPC_STATS_V1
 
 /* Callbacks run on the transport thread; |ts| is mcp_grpc_now(). */
 typedef void (*mcp_grpc_store_fn)(mcp_store *store, mcp_tstamp ts,
@@ -469,11 +521,17 @@ typedef struct mcp_grpc_source mcp_grpc_source;
  * and credentials both given, or (LISTEN) a key that does not match the
  * certificate), IO (a TLS file cannot be read: mcp_grpc_tls_check() says
  * which and why; or the address cannot be bound: errno says why, e.g.
- * EADDRINUSE, EACCES, EADDRNOTAVAIL), NOMEM.
+ * EADDRINUSE, EACCES, EADDRNOTAVAIL), NOMEM; INVALID_ARGUMENT also for
+ * a |version| of mcp_grpc_options this library does not know (below 1 or
+ * newer than it). Of an older version, only that version's fields are
+ * read; the newer ones take their defaults.
  */
-MCP_EXTERN int mcp_grpc_source_new(mcp_grpc_source **psrc,
-                                   const mcp_grpc_options *opts,
-                                   const mcp_source_options *session_opts);
+MCP_EXTERN int mcp_grpc_source_new_versioned(
+    mcp_grpc_source **psrc, int version, const mcp_grpc_options *opts,
+    const mcp_source_options *session_opts);
+#define mcp_grpc_source_new(PSRC, OPTS, SESSION_OPTS)                        \
+  mcp_grpc_source_new_versioned((PSRC), MCP_GRPC_OPTIONS_VERSION, (OPTS),   \
+                                (SESSION_OPTS))
 
 /*
  * Shuts the source down and frees it; blocks until done. LISTEN: stops
@@ -502,16 +560,22 @@ MCP_EXTERN int mcp_grpc_source_update(mcp_grpc_source *src,
 MCP_EXTERN int mcp_grpc_source_call(mcp_grpc_source *src,
                                     mcp_grpc_store_fn fn, void *user_data);
 
-/* Calls |fn| on the transport thread for each open stream, and returns
- * when done. Errors: as mcp_grpc_source_call(). */
+/* Calls |fn| (NULL: none, to count) on the transport thread for each
+ * open stream, and returns their number when done. Errors: as
+ * mcp_grpc_source_call(). */
 MCP_EXTERN int mcp_grpc_source_streams(mcp_grpc_source *src,
                                        mcp_grpc_stream_fn fn,
                                        void *user_data);
 
-/* Fills |st| (on the transport thread) and returns when done. Errors: as
- * mcp_grpc_source_call(). */
-MCP_EXTERN int mcp_grpc_source_stats(mcp_grpc_source *src,
-                                     mcp_grpc_stats *st);
+/* Fills the fields of |version| of |st| (on the transport thread) and
+ * returns 0 when done. Errors: as mcp_grpc_source_call(), and
+ * INVALID_ARGUMENT for a version below 1 (a newer one than this library
+ * knows gets the fields it knows). */
+MCP_EXTERN int mcp_grpc_source_stats_versioned(mcp_grpc_source *src,
+                                               int version,
+                                               mcp_grpc_stats *st);
+#define mcp_grpc_source_stats(SRC, ST)                                       \
+  mcp_grpc_source_stats_versioned((SRC), MCP_GRPC_STATS_VERSION, (ST))
 
 /*
  * Queues a new authorization of every stream (call it after the policy
@@ -540,12 +604,17 @@ typedef struct mcp_grpc_sink mcp_grpc_sink;
  * time: when LISTENing, a new stream replaces the open one, which is ended
  * with ABORTED. On failure |*psink| is untouched.
  * Errors: INVALID_ARGUMENT (no address or state, or the cases of
- * mcp_grpc_source_new()), IO (as mcp_grpc_source_new(): errno says why
- * the address cannot be bound), NOMEM.
+ * mcp_grpc_source_new(), an unknown |version|), IO (as
+ * mcp_grpc_source_new(): errno says why the address cannot be bound),
+ * NOMEM.
  */
-MCP_EXTERN int mcp_grpc_sink_new(mcp_grpc_sink **psink,
-                                 const mcp_grpc_options *opts,
-                                 mcp_sink_state *state);
+MCP_EXTERN int mcp_grpc_sink_new_versioned(mcp_grpc_sink **psink,
+                                           int version,
+                                           const mcp_grpc_options *opts,
+                                           mcp_sink_state *state);
+#define mcp_grpc_sink_new(PSINK, OPTS, STATE)                                \
+  mcp_grpc_sink_new_versioned((PSINK), MCP_GRPC_OPTIONS_VERSION, (OPTS),    \
+                              (STATE))
 
 /* Shuts down and frees, as mcp_grpc_source_del(). The state is not freed.
  * NULL is a no-op. */
@@ -560,8 +629,8 @@ MCP_EXTERN int mcp_grpc_sink_port(const mcp_grpc_sink *sink);
 MCP_EXTERN int mcp_grpc_sink_call(mcp_grpc_sink *sink, mcp_grpc_state_fn fn,
                                   void *user_data);
 
-/* Calls |fn| on the transport thread for each open stream, and returns
- * when done. Errors: as mcp_grpc_sink_call(). */
+/* As mcp_grpc_source_streams(): returns the number of open streams.
+ * Errors: as mcp_grpc_sink_call(). */
 MCP_EXTERN int mcp_grpc_sink_streams(mcp_grpc_sink *sink,
                                      mcp_grpc_stream_fn fn, void *user_data);
 
@@ -577,7 +646,11 @@ MCP_EXTERN int mcp_grpc_sink_streams(mcp_grpc_sink *sink,
 MCP_EXTERN int mcp_grpc_sink_finish(mcp_grpc_sink *sink);
 
 /* As mcp_grpc_source_stats() and mcp_grpc_source_reauthorize(). */
-MCP_EXTERN int mcp_grpc_sink_stats(mcp_grpc_sink *sink, mcp_grpc_stats *st);
+MCP_EXTERN int mcp_grpc_sink_stats_versioned(mcp_grpc_sink *sink,
+                                             int version,
+                                             mcp_grpc_stats *st);
+#define mcp_grpc_sink_stats(SINK, ST)                                        \
+  mcp_grpc_sink_stats_versioned((SINK), MCP_GRPC_STATS_VERSION, (ST))
 MCP_EXTERN int mcp_grpc_sink_reauthorize(mcp_grpc_sink *sink);
 
 /* ------------------------------------------------------------------ */
@@ -679,12 +752,15 @@ typedef struct mcp_grpc_client mcp_grpc_client;
  * for the first call open() gives. On failure |*pc| is untouched.
  * Errors: INVALID_ARGUMENT (|mode| not DIAL, no address, services or
  * no_mcp set, |def| NULL, no slot or more than MCP_GRPC_CLIENT_MAX_SLOTS,
- * method/open/ended NULL, TLS files and credentials both given), IO (a
- * TLS file cannot be read), NOMEM.
+ * method/open/ended NULL, TLS files and credentials both given, an
+ * unknown |version|), IO (a TLS file cannot be read), NOMEM.
  */
-MCP_EXTERN int mcp_grpc_client_new(mcp_grpc_client **pc,
-                                   const mcp_grpc_options *opts,
-                                   const mcp_client_def *def);
+MCP_EXTERN int mcp_grpc_client_new_versioned(mcp_grpc_client **pc,
+                                             int version,
+                                             const mcp_grpc_options *opts,
+                                             const mcp_client_def *def);
+#define mcp_grpc_client_new(PC, OPTS, DEF)                                   \
+  mcp_grpc_client_new_versioned((PC), MCP_GRPC_OPTIONS_VERSION, (OPTS), (DEF))
 
 /* Cancels every call (ended() gets CANCELLED "client shutting down", on
  * the transport thread, before this returns), stops the thread and frees
@@ -710,7 +786,11 @@ MCP_EXTERN int mcp_grpc_client_call(mcp_grpc_client *c, mcp_grpc_run_fn fn,
 MCP_EXTERN int mcp_grpc_client_streams(mcp_grpc_client *c,
                                        mcp_grpc_stream_fn fn,
                                        void *user_data);
-MCP_EXTERN int mcp_grpc_client_stats(mcp_grpc_client *c, mcp_grpc_stats *st);
+MCP_EXTERN int mcp_grpc_client_stats_versioned(mcp_grpc_client *c,
+                                               int version,
+                                               mcp_grpc_stats *st);
+#define mcp_grpc_client_stats(C, ST)                                         \
+  mcp_grpc_client_stats_versioned((C), MCP_GRPC_STATS_VERSION, (ST))
 MCP_EXTERN int mcp_grpc_client_reauthorize(mcp_grpc_client *c);
 
 /* ------------------------------------------------------------------ */
