@@ -40,7 +40,7 @@ static int handler(const char *method, const char *path,
     return 0;
   e->handled++;
   char body[64];
-  int n = snprintf(body, sizeof(body), "{\"streams\":%zu,\"method\":\"%s\"}\n",
+  int n = snprintf(body, sizeof(body), "{\"streams\":%d,\"method\":\"%s\"}\n",
                    mcp_h2c_source_streams(e->src, NULL, NULL), method);
   mcp_h2c_http_respond(resp, 200, "application/json");
   ck_assert_int_eq(mcp_h2c_http_append(resp, body, (size_t)n), 0);

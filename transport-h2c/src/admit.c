@@ -23,7 +23,7 @@ int mcp_h2c_admit_init(mcp_h2c_ep *ep) {
   ao.max_initial_per_peer = o->max_initial_pushes_per_peer;
   ao.initial_timeout = o->initial_push_timeout;
   ao.wait_timeout = o->admission_wait_timeout;
-  int rv = mcp_admit_new(&ep->admit, &ao, NULL, mcp_h2c_now());
+  int rv = mcp_admit_new(&ep->admit, &ao, &ep->mem, mcp_h2c_now());
   if (rv < 0)
     return rv;
   uv_timer_init(ep->loop, &ep->admit_timer);

@@ -74,7 +74,7 @@ static void start_call(mcp_h2c_ep *ep, mcp_h2c_conn *c, size_t slot,
   mcp_h2c_stream_attach(s, st, now);
   const char *m = d->method(d->user_data, slot);
   size_t n = strlen(m ? m : "");
-  s->hd.path = malloc(n + 1);
+  s->hd.path = mcp_h2c_malloc(&ep->mem, n + 1);
   if (!s->hd.path) {
     call_fail(s, MCP_CODE_RESOURCE_EXHAUSTED, mcp_strerror(MCP_ERR_NOMEM));
     return;

@@ -17,9 +17,10 @@ static void on_timer(uv_timer_t *t);
 static void on_closed(uv_handle_t *h);
 
 mcp_h2c_conn *mcp_h2c_conn_new(mcp_h2c_ep *ep, int dialed) {
-  mcp_h2c_conn *c = calloc(1, sizeof(*c));
+  mcp_h2c_conn *c = mcp_h2c_calloc(&ep->mem, 1, sizeof(*c));
   if (!c)
     return NULL;
+  c->probe.mem = c->wfill.mem = c->wflight.mem = &ep->mem;
   c->ep = ep;
   c->dialed = dialed;
   c->proto = dialed ? MCP_H2C_PROTO_DIALING : MCP_H2C_PROTO_PROBE;
@@ -78,7 +79,7 @@ void mcp_h2c_conn_unref(mcp_h2c_conn *c) {
   ep->write_buffered -= c->wfill.len + c->wflight.len;
   mcp_h2c_buf_free(&c->wfill);
   mcp_h2c_buf_free(&c->wflight);
-  free(c);
+  mcp_h2c_free(&ep->mem, c);
   mcp_h2c_ep_unref(ep);
 }
 
@@ -237,7 +238,7 @@ static void probe(mcp_h2c_conn *c, const uint8_t *p, size_t n) {
     else if (mcp_h2c_http1_feed(c, b.p, b.len) < 0)
       c->draining = 1;
   }
-  free(b.p);
+  mcp_h2c_free(b.mem, b.p);
 }
 
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {

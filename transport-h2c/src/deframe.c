@@ -4,9 +4,15 @@
 
 #include "deframe.h"
 
-void mcp_h2c_deframer_init(mcp_h2c_deframer *d, size_t max) {
+void mcp_h2c_deframer_init_mem(mcp_h2c_deframer *d, size_t max,
+                               const mcp_mem *mem) {
   memset(d, 0, sizeof(*d));
   d->max = max;
+  d->body.mem = mem;
+}
+
+void mcp_h2c_deframer_init(mcp_h2c_deframer *d, size_t max) {
+  mcp_h2c_deframer_init_mem(d, max, NULL);
 }
 
 size_t mcp_h2c_deframer_held(const mcp_h2c_deframer *d) { return d->body.cap; }
@@ -38,7 +44,7 @@ static int grow(mcp_h2c_deframer *d, size_t k) {
     want = 4096;
   if (want > d->msg_len)
     want = d->msg_len;
-  uint8_t *np = realloc(b->p, want);
+  uint8_t *np = mcp_h2c_realloc(b->mem, b->p, want);
   if (!np)
     return -1;
   b->p = np;

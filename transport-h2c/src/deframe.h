@@ -24,8 +24,12 @@ typedef struct mcp_h2c_deframer {
   int err;
 } mcp_h2c_deframer;
 
-/* Starts empty; nothing is allocated until a message spans two calls. */
+/* Starts empty; nothing is allocated until a message spans two calls.
+ * The buffer is allocated with |mem| (NULL, or mcp_h2c_deframer_init():
+ * the C library). */
 void mcp_h2c_deframer_init(mcp_h2c_deframer *d, size_t max);
+void mcp_h2c_deframer_init_mem(mcp_h2c_deframer *d, size_t max,
+                               const mcp_mem *mem);
 
 /* Reads from *p (*n bytes), advancing both, until one message is complete
  * or the input is used up. Returns 1 with the message in *msg and *len,

@@ -21,25 +21,6 @@ struct mcp_h2c_client {
 
 mcp_tstamp mcp_h2c_now(void) { return (mcp_tstamp)uv_hrtime(); }
 
-void mcp_h2c_options_default(mcp_h2c_options *opts) {
-  memset(opts, 0, sizeof(*opts));
-  opts->mode = MCP_H2C_LISTEN;
-  opts->max_recv_message_size = 64 << 20;
-  opts->max_send_message_size = 64 << 20;
-  opts->keepalive_timeout_ms = 20000;
-  opts->idle_timeout_ms = 300000;
-  opts->stream_window_size = 1 << 20;
-  opts->connection_window_size = 16 << 20;
-  opts->max_concurrent_streams = 100;
-  opts->write_buffer_size = 64 << 10;
-  opts->backoff.initial = MCP_SECONDS;
-  opts->backoff.multiplier = 1.6;
-  opts->backoff.jitter = 0.2;
-  opts->backoff.max = 120 * MCP_SECONDS;
-  opts->shutdown_grace = 5 * MCP_SECONDS;
-  opts->max_queued_updates = 65536;
-}
-
 const char *mcp_h2c_method(mcp_service service, int sink_dials) {
   if (!sink_dials)
     return service == MCP_SERVICE_RESOURCE ? MCP_H2C_RESOURCE_SINK_METHOD
@@ -177,7 +158,7 @@ static void run_jobs(mcp_h2c_ep *ep) {
       uv_cond_broadcast(&ep->cv);
       uv_mutex_unlock(&ep->mu);
     } else {
-      free(job);
+      mcp_h2c_free(&ep->mem, job);
     }
     job = next;
   }
@@ -193,7 +174,7 @@ static int submit(mcp_h2c_ep *ep, mcp_h2c_job *tmpl) {
     return MCP_ERR_INVALID_ARGUMENT;
   mcp_h2c_job *job = tmpl;
   if (!tmpl->sync) {
-    job = malloc(sizeof(*job));
+    job = mcp_h2c_malloc(&ep->mem, sizeof(*job));
     if (!job)
       return MCP_ERR_NOMEM;
     *job = *tmpl;
@@ -208,7 +189,7 @@ static int submit(mcp_h2c_ep *ep, mcp_h2c_job *tmpl) {
   if (err) {
     uv_mutex_unlock(&ep->mu);
     if (job != tmpl)
-      free(job);
+      mcp_h2c_free(&ep->mem, job);
     return err;
   }
   if (!job->sync)
@@ -233,7 +214,7 @@ static int submit(mcp_h2c_ep *ep, mcp_h2c_job *tmpl) {
 static int copy_services(mcp_h2c_ep *ep, const mcp_h2c_options *opts) {
   if (!opts->nservices)
     return 0;
-  mcp_service_def *d = calloc(opts->nservices, sizeof(*d));
+  mcp_service_def *d = mcp_h2c_calloc(&ep->mem, opts->nservices, sizeof(*d));
   if (!d)
     return MCP_ERR_NOMEM;
   ep->services = d;
@@ -242,7 +223,7 @@ static int copy_services(mcp_h2c_ep *ep, const mcp_h2c_options *opts) {
     d[i] = opts->services[i];
     d[i].method = NULL; /* until copied: free_services() frees ours only */
     size_t n = strlen(opts->services[i].method) + 1;
-    char *m = malloc(n);
+    char *m = mcp_h2c_malloc(&ep->mem, n);
     if (!m)
       return MCP_ERR_NOMEM; /* the caller frees what was copied */
     memcpy(m, opts->services[i].method, n);
@@ -254,8 +235,8 @@ static int copy_services(mcp_h2c_ep *ep, const mcp_h2c_options *opts) {
 static void free_services(mcp_h2c_ep *ep) {
   mcp_service_def *d = (mcp_service_def *)ep->services;
   for (size_t i = 0; d && i < ep->nservices; ++i)
-    free((char *)d[i].method);
-  free(d);
+    mcp_h2c_free(&ep->mem, (char *)d[i].method);
+  mcp_h2c_free(&ep->mem, d);
   ep->services = NULL;
   ep->nservices = 0;
 }
@@ -265,13 +246,14 @@ static void ep_free(mcp_h2c_ep *ep) {
   void *ud = ep->opts.user_data;
   uv_mutex_destroy(&ep->mu);
   uv_cond_destroy(&ep->cv);
-  free(ep->address);
-  free(ep->authority);
-  free(ep->slots);
+  mcp_h2c_free(&ep->mem, ep->address);
+  mcp_h2c_free(&ep->mem, ep->authority);
+  mcp_h2c_free(&ep->mem, ep->slots);
   free_services(ep);
   mcp_h2c_addr_free(&ep->addr);
   mcp_h2c_admit_free(ep);
-  free(ep); /* the ep is the first member of the public object */
+  mcp_mem mem = ep->mem;
+  mcp_h2c_free(&mem, ep); /* the ep is the first member of the public object */
   if (on_closed)
     on_closed(ud);
 }
@@ -283,12 +265,8 @@ void mcp_h2c_ep_unref(mcp_h2c_ep *ep) {
 
 static void on_handle_closed(uv_handle_t *h) { mcp_h2c_ep_unref(h->data); }
 
-static char *dup_str(const char *s) {
-  size_t n = strlen(s) + 1;
-  char *d = malloc(n);
-  if (d)
-    memcpy(d, s, n);
-  return d;
+static char *dup_str(mcp_h2c_ep *ep, const char *s) {
+  return mcp_h2c_strdup(&ep->mem, s);
 }
 
 static void shutdown_ep(mcp_h2c_ep *ep);
@@ -304,7 +282,7 @@ int mcp_h2c_ep_select_addr(mcp_h2c_ep *ep, size_t i) {
   memcpy(one, s, n);
   one[n] = '\0';
   mcp_h2c_addr a;
-  int rv = mcp_h2c_addr_parse(one, &a);
+  int rv = mcp_h2c_addr_parse_mem(one, &a, &ep->mem);
   if (rv < 0)
     return rv;
   if (!ep->fixed_authority) {
@@ -316,12 +294,12 @@ int mcp_h2c_ep_select_addr(mcp_h2c_ep *ep, size_t i) {
       snprintf(au, sizeof(au), "[%.256s]:%s", a.host, a.port);
     else
       snprintf(au, sizeof(au), "%.256s:%s", a.host, a.port);
-    char *d = dup_str(au);
+    char *d = dup_str(ep, au);
     if (!d) {
       mcp_h2c_addr_free(&a);
       return MCP_ERR_NOMEM;
     }
-    free(ep->authority);
+    mcp_h2c_free(&ep->mem, ep->authority);
     ep->authority = d;
   }
   mcp_h2c_addr_free(&ep->addr);
@@ -371,13 +349,13 @@ static int ep_start(mcp_h2c_ep *ep, uv_loop_t *loop,
 
   /* DIAL: a comma-separated list, dialed in turn (client.c); every
    * element must parse now. LISTEN: one address. */
-  ep->address = dup_str(opts->address);
+  ep->address = dup_str(ep, opts->address);
   ep->fixed_authority = opts->authority != NULL;
   if (opts->authority)
-    ep->authority = dup_str(opts->authority);
+    ep->authority = dup_str(ep, opts->authority);
   if (!ep->address || (opts->authority && !ep->authority)) {
-    free(ep->address);
-    free(ep->authority);
+    mcp_h2c_free(&ep->mem, ep->address);
+    mcp_h2c_free(&ep->mem, ep->authority);
     return MCP_ERR_NOMEM;
   }
   ep->naddrs = 1;
@@ -390,8 +368,8 @@ static int ep_start(mcp_h2c_ep *ep, uv_loop_t *loop,
     rv = mcp_h2c_ep_select_addr(ep, i);
   if (rv < 0) {
     mcp_h2c_addr_free(&ep->addr);
-    free(ep->address);
-    free(ep->authority);
+    mcp_h2c_free(&ep->mem, ep->address);
+    mcp_h2c_free(&ep->mem, ep->authority);
     return rv;
   }
   ep->opts.address = ep->address;
@@ -437,8 +415,8 @@ fail_mutex:
   uv_mutex_destroy(&ep->mu);
 fail_strings:
   mcp_h2c_addr_free(&ep->addr);
-  free(ep->address);
-  free(ep->authority);
+  mcp_h2c_free(&ep->mem, ep->address);
+  mcp_h2c_free(&ep->mem, ep->authority);
   return MCP_ERR_NOMEM;
 }
 
@@ -527,17 +505,25 @@ static int no_mcp(const mcp_h2c_options *opts) {
   return opts && opts->mode == MCP_H2C_LISTEN && opts->no_mcp;
 }
 
-int mcp_h2c_source_new(mcp_h2c_source **psrc, uv_loop_t *loop,
-                       const mcp_h2c_options *opts,
-                       const mcp_source_options *session_opts) {
+int mcp_h2c_source_new_versioned(mcp_h2c_source **psrc, uv_loop_t *loop,
+                                 int version,
+                                 const mcp_h2c_options *caller_opts,
+                                 const mcp_source_options *session_opts) {
+  mcp_h2c_options o;
+  if (mcp_h2c_options_read(&o, version, caller_opts) < 0)
+    return MCP_ERR_INVALID_ARGUMENT;
+  const mcp_h2c_options *opts = &o;
+  mcp_mem mem;
+  mcp_h2c_mem_init(&mem, opts->mem);
   if (!psrc || !valid(loop, opts) ||
       (!no_mcp(opts) &&
        (!session_opts ||
         (!session_opts->store && !session_opts->select_store))))
     return MCP_ERR_INVALID_ARGUMENT;
-  mcp_h2c_source *src = calloc(1, sizeof(*src));
+  mcp_h2c_source *src = mcp_h2c_calloc(&mem, 1, sizeof(*src));
   if (!src)
     return MCP_ERR_NOMEM;
+  mcp_h2c_ep_mem_init(&src->ep, opts->mem);
   if (session_opts)
     src->ep.source_opts = *session_opts;
   int freed = 0;
@@ -547,7 +533,7 @@ int mcp_h2c_source_new(mcp_h2c_source **psrc, uv_loop_t *loop,
   if (rv < 0) {
     if (!freed) {
       free_services(&src->ep);
-      free(src);
+      mcp_h2c_free(&mem, src);
     }
     return rv;
   }
@@ -569,6 +555,8 @@ void mcp_h2c_source_notify(mcp_h2c_source *src) {
 
 int mcp_h2c_source_update(mcp_h2c_source *src, mcp_h2c_store_fn fn,
                           void *user_data) {
+  if (!fn)
+    return MCP_ERR_INVALID_ARGUMENT;
   mcp_h2c_job job = {
       .kind = MCP_H2C_JOB_STORE, .store_fn = fn, .user_data = user_data};
   return submit(&src->ep, &job);
@@ -576,6 +564,8 @@ int mcp_h2c_source_update(mcp_h2c_source *src, mcp_h2c_store_fn fn,
 
 int mcp_h2c_source_call(mcp_h2c_source *src, mcp_h2c_store_fn fn,
                         void *user_data) {
+  if (!fn)
+    return MCP_ERR_INVALID_ARGUMENT;
   mcp_h2c_job job = {.kind = MCP_H2C_JOB_STORE,
                      .store_fn = fn,
                      .user_data = user_data,
@@ -583,24 +573,50 @@ int mcp_h2c_source_call(mcp_h2c_source *src, mcp_h2c_store_fn fn,
   return submit(&src->ep, &job);
 }
 
-size_t mcp_h2c_source_streams(mcp_h2c_source *src, mcp_h2c_stream_fn fn,
-                              void *user_data) {
-  return for_streams(&src->ep, fn, user_data);
+/* *_streams() and *_stats(), loop thread only. */
+static int streams(mcp_h2c_ep *ep, mcp_h2c_stream_fn fn, void *user_data) {
+  if (!mcp_h2c_on_loop_thread(ep))
+    return MCP_ERR_INVALID_ARGUMENT;
+  size_t n = for_streams(ep, fn, user_data);
+  return n > INT32_MAX ? INT32_MAX : (int)n;
 }
 
-void mcp_h2c_source_stats(const mcp_h2c_source *src, mcp_h2c_stats *st) {
-  stats(&src->ep, st);
+static int stats_versioned(const mcp_h2c_ep *ep, int version,
+                           mcp_h2c_stats *st) {
+  if (!st || version < 1 || !mcp_h2c_on_loop_thread(ep))
+    return MCP_ERR_INVALID_ARGUMENT;
+  mcp_h2c_stats full;
+  stats(ep, &full);
+  return mcp_h2c_stats_write(st, version, &full);
 }
 
-int mcp_h2c_sink_new(mcp_h2c_sink **psink, uv_loop_t *loop,
-                     const mcp_h2c_options *opts, mcp_sink_state *state) {
+int mcp_h2c_source_streams(mcp_h2c_source *src, mcp_h2c_stream_fn fn,
+                           void *user_data) {
+  return streams(&src->ep, fn, user_data);
+}
+
+int mcp_h2c_source_stats_versioned(mcp_h2c_source *src, int version,
+                                   mcp_h2c_stats *st) {
+  return stats_versioned(&src->ep, version, st);
+}
+
+int mcp_h2c_sink_new_versioned(mcp_h2c_sink **psink, uv_loop_t *loop,
+                               int version, const mcp_h2c_options *caller_opts,
+                               mcp_sink_state *state) {
+  mcp_h2c_options o;
+  if (mcp_h2c_options_read(&o, version, caller_opts) < 0)
+    return MCP_ERR_INVALID_ARGUMENT;
+  const mcp_h2c_options *opts = &o;
+  mcp_mem mem;
+  mcp_h2c_mem_init(&mem, opts->mem);
   if (!psink || !valid(loop, opts) || (!state && !no_mcp(opts)) ||
       (state && opts->mode == MCP_H2C_LISTEN &&
        mcp_sink_state_service(state) != MCP_SERVICE_RESOURCE))
     return MCP_ERR_INVALID_ARGUMENT;
-  mcp_h2c_sink *sink = calloc(1, sizeof(*sink));
+  mcp_h2c_sink *sink = mcp_h2c_calloc(&mem, 1, sizeof(*sink));
   if (!sink)
     return MCP_ERR_NOMEM;
+  mcp_h2c_ep_mem_init(&sink->ep, opts->mem);
   sink->ep.state = state;
   int freed = 0;
   int rv = copy_services(&sink->ep, opts);
@@ -609,7 +625,7 @@ int mcp_h2c_sink_new(mcp_h2c_sink **psink, uv_loop_t *loop,
   if (rv < 0) {
     if (!freed) {
       free_services(&sink->ep);
-      free(sink);
+      mcp_h2c_free(&mem, sink);
     }
     return rv;
   }
@@ -626,6 +642,8 @@ int mcp_h2c_sink_port(const mcp_h2c_sink *sink) { return sink->ep.port; }
 
 int mcp_h2c_sink_call(mcp_h2c_sink *sink, mcp_h2c_state_fn fn,
                       void *user_data) {
+  if (!fn)
+    return MCP_ERR_INVALID_ARGUMENT;
   mcp_h2c_job job = {.kind = MCP_H2C_JOB_STATE,
                      .state_fn = fn,
                      .user_data = user_data,
@@ -647,44 +665,49 @@ int mcp_h2c_sink_finish(mcp_h2c_sink *sink) {
   return 0;
 }
 
-size_t mcp_h2c_sink_streams(mcp_h2c_sink *sink, mcp_h2c_stream_fn fn,
-                            void *user_data) {
-  return for_streams(&sink->ep, fn, user_data);
+int mcp_h2c_sink_streams(mcp_h2c_sink *sink, mcp_h2c_stream_fn fn,
+                         void *user_data) {
+  return streams(&sink->ep, fn, user_data);
 }
 
-void mcp_h2c_sink_stats(const mcp_h2c_sink *sink, mcp_h2c_stats *st) {
-  stats(&sink->ep, st);
+int mcp_h2c_sink_stats_versioned(mcp_h2c_sink *sink, int version,
+                                 mcp_h2c_stats *st) {
+  return stats_versioned(&sink->ep, version, st);
 }
 
 /* ------------------------------------------------------------------ */
 /* Client                                                              */
 /* ------------------------------------------------------------------ */
 
-int mcp_h2c_client_new(mcp_h2c_client **pc, uv_loop_t *loop,
-                       const mcp_h2c_options *opts,
-                       const mcp_client_def *def) {
-  if (!pc || !opts || !def || def->nslots == 0 || !def->method ||
-      !def->open || !def->ended)
+int mcp_h2c_client_new_versioned(mcp_h2c_client **pc, uv_loop_t *loop,
+                                 int version,
+                                 const mcp_h2c_options *caller_opts,
+                                 const mcp_client_def *def) {
+  mcp_h2c_options o;
+  if (!pc || mcp_h2c_options_read(&o, version, caller_opts) < 0 || !def ||
+      def->nslots == 0 || !def->method || !def->open || !def->ended)
     return MCP_ERR_INVALID_ARGUMENT;
-  mcp_h2c_options o = *opts;
   o.mode = MCP_H2C_DIAL;
   if (!valid(loop, &o))
     return MCP_ERR_INVALID_ARGUMENT;
-  mcp_h2c_client *c = calloc(1, sizeof(*c));
+  mcp_mem mem;
+  mcp_h2c_mem_init(&mem, o.mem);
+  mcp_h2c_client *c = mcp_h2c_calloc(&mem, 1, sizeof(*c));
   if (!c)
     return MCP_ERR_NOMEM;
+  mcp_h2c_ep_mem_init(&c->ep, o.mem);
   c->ep.cdef = *def;
-  c->ep.slots = calloc(def->nslots, sizeof(*c->ep.slots));
+  c->ep.slots = mcp_h2c_calloc(&mem, def->nslots, sizeof(*c->ep.slots));
   if (!c->ep.slots) {
-    free(c);
+    mcp_h2c_free(&mem, c);
     return MCP_ERR_NOMEM;
   }
   int freed;
   int rv = ep_start(&c->ep, loop, &o, MCP_H2C_ROLE_CLIENT, &freed);
   if (rv < 0) {
     if (!freed) {
-      free(c->ep.slots);
-      free(c);
+      mcp_h2c_free(&mem, c->ep.slots);
+      mcp_h2c_free(&mem, c);
     }
     return rv;
   }
@@ -699,6 +722,8 @@ void mcp_h2c_client_del(mcp_h2c_client *c) {
 
 int mcp_h2c_client_update(mcp_h2c_client *c, mcp_h2c_run_fn fn,
                           void *user_data) {
+  if (!fn)
+    return MCP_ERR_INVALID_ARGUMENT;
   mcp_h2c_job job = {
       .kind = MCP_H2C_JOB_RUN, .run_fn = fn, .user_data = user_data};
   return submit(&c->ep, &job);
@@ -706,6 +731,8 @@ int mcp_h2c_client_update(mcp_h2c_client *c, mcp_h2c_run_fn fn,
 
 int mcp_h2c_client_call(mcp_h2c_client *c, mcp_h2c_run_fn fn,
                         void *user_data) {
+  if (!fn)
+    return MCP_ERR_INVALID_ARGUMENT;
   mcp_h2c_job job = {.kind = MCP_H2C_JOB_RUN,
                      .run_fn = fn,
                      .user_data = user_data,
@@ -718,11 +745,12 @@ void mcp_h2c_client_notify(mcp_h2c_client *c) {
   mcp_h2c_ep_schedule(&c->ep);
 }
 
-size_t mcp_h2c_client_streams(mcp_h2c_client *c, mcp_h2c_stream_fn fn,
-                              void *user_data) {
-  return for_streams(&c->ep, fn, user_data);
+int mcp_h2c_client_streams(mcp_h2c_client *c, mcp_h2c_stream_fn fn,
+                           void *user_data) {
+  return streams(&c->ep, fn, user_data);
 }
 
-void mcp_h2c_client_stats(const mcp_h2c_client *c, mcp_h2c_stats *st) {
-  stats(&c->ep, st);
+int mcp_h2c_client_stats_versioned(mcp_h2c_client *c, int version,
+                                   mcp_h2c_stats *st) {
+  return stats_versioned(&c->ep, version, st);
 }

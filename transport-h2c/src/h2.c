@@ -35,16 +35,17 @@ static size_t max_send(const mcp_h2c_ep *ep) {
 /* ------------------------------------------------------------------ */
 
 mcp_h2c_stream *mcp_h2c_stream_new(mcp_h2c_conn *c, int32_t id) {
-  mcp_h2c_stream *s = calloc(1, sizeof(*s));
+  mcp_h2c_stream *s = mcp_h2c_calloc(&c->ep->mem, 1, sizeof(*s));
   if (!s)
     return NULL;
+  s->body.mem = s->held.mem = &c->ep->mem;
   s->c = c;
   s->id = id;
   s->kind = MCP_H2C_SK_NEW;
   s->hd.grpc_status = -1;
   s->deadline = MCP_TSTAMP_MAX;
   s->expiry = MCP_TSTAMP_MAX;
-  mcp_h2c_deframer_init(&s->in, max_recv(c->ep));
+  mcp_h2c_deframer_init_mem(&s->in, max_recv(c->ep), &c->ep->mem);
   s->next = c->streams;
   if (c->streams)
     c->streams->prev = s;
@@ -55,10 +56,10 @@ mcp_h2c_stream *mcp_h2c_stream_new(mcp_h2c_conn *c, int32_t id) {
 
 void mcp_h2c_stream_set_details(mcp_h2c_stream *s, const char *details) {
   size_t n = strlen(details ? details : "");
-  char *d = malloc(n + 1);
+  char *d = mcp_h2c_malloc(&s->c->ep->mem, n + 1);
   if (d)
     memcpy(d, details ? details : "", n + 1);
-  free(s->details);
+  mcp_h2c_free(&s->c->ep->mem, s->details);
   s->details = d;
 }
 
@@ -99,14 +100,14 @@ static void drop_in(mcp_h2c_stream *s) {
   mcp_h2c_deframer_free(&s->in);
 }
 
-static void headers_free(mcp_h2c_headers *h) {
-  free(h->method);
-  free(h->path);
-  free(h->content_type);
-  free(h->te);
-  free(h->timeout);
-  free(h->encoding);
-  free(h->grpc_message);
+static void headers_free(const mcp_mem *m, mcp_h2c_headers *h) {
+  mcp_h2c_free(m, h->method);
+  mcp_h2c_free(m, h->path);
+  mcp_h2c_free(m, h->content_type);
+  mcp_h2c_free(m, h->te);
+  mcp_h2c_free(m, h->timeout);
+  mcp_h2c_free(m, h->encoding);
+  mcp_h2c_free(m, h->grpc_message);
 }
 
 void mcp_h2c_stream_free(mcp_h2c_stream *s) {
@@ -132,10 +133,10 @@ void mcp_h2c_stream_free(mcp_h2c_stream *s) {
   drop_out(s);
   drop_in(s);
   mcp_h2c_buf_free(&s->body);
-  headers_free(&s->hd);
-  free(s->details);
-  free(s->api);
-  free(s);
+  headers_free(&ep->mem, &s->hd);
+  mcp_h2c_free(&ep->mem, s->details);
+  mcp_h2c_free(&ep->mem, s->api);
+  mcp_h2c_free(&ep->mem, s);
   if (mcp_dial)
     mcp_h2c_client_stream_gone(ep, lived, received);
 }
@@ -170,8 +171,8 @@ void mcp_h2c_stream_attach(mcp_h2c_stream *s, mcp_stream *st,
   s->eng = st;
   const char *name = ops && ops->name ? ops->name : "";
   size_t n = strlen(name) + 1;
-  free(s->api);
-  s->api = malloc(n);
+  mcp_h2c_free(&c->ep->mem, s->api);
+  s->api = mcp_h2c_malloc(&c->ep->mem, n);
   if (s->api)
     memcpy(s->api, name, n); /* NULL (no memory): reported as "" */
   mcp_stream_set_waker(st, on_wake, s);
@@ -259,7 +260,7 @@ static void reject(mcp_h2c_stream *s, int http, int status,
   s->status = status;
   mcp_h2c_stream_set_details(s, details);
   char hs[12], code[12];
-  mcp_h2c_buf msg = {0};
+  mcp_h2c_buf msg = {.mem = &c->ep->mem};
   snprintf(hs, sizeof(hs), "%d", http);
   nghttp2_nv nva[4] = {NV(":status", hs),
                        NV("content-type", "application/grpc")};
@@ -292,7 +293,7 @@ void mcp_h2c_stream_http_answer(mcp_h2c_stream *s) {
   nghttp2_data_provider prd = {.source.ptr = s, .read_callback = data_read};
   int body = !head && s->body.len > 0;
   nghttp2_submit_response(c->h2, s->id, nva, 3, body ? &prd : NULL);
-  free(ctype);
+  mcp_h2c_free(&c->ep->mem, ctype);
   s->response_submitted = 1;
   c->dirty = 1;
 }
@@ -758,7 +759,7 @@ static ssize_t data_read(nghttp2_session *h2, int32_t id, uint8_t *buf,
     if (!s->dialed) {
       *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
       char code[12];
-      mcp_h2c_buf msg = {0};
+      mcp_h2c_buf msg = {.mem = &s->c->ep->mem};
       nghttp2_nv nva[2];
       size_t n = status_fields(s, nva, code, &msg);
       int rv = nghttp2_submit_trailer(h2, id, nva, n);
@@ -849,13 +850,14 @@ static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *frame,
   return 0;
 }
 
-static int set_field(char **field, const uint8_t *v, size_t n) {
-  char *d = malloc(n + 1);
+static int set_field(const mcp_mem *m, char **field, const uint8_t *v,
+                     size_t n) {
+  char *d = mcp_h2c_malloc(m, n + 1);
   if (!d)
     return -1;
   memcpy(d, v, n);
   d[n] = '\0';
-  free(*field);
+  mcp_h2c_free(m, *field);
   *field = d;
   return 0;
 }
@@ -902,11 +904,11 @@ static int on_header(nghttp2_session *h2, const nghttp2_frame *frame,
                                                : 1000;
     hd->grpc_status = valuelen > 0 && v < 1000 ? v : MCP_CODE_UNKNOWN;
   } else if (IS("grpc-message")) {
-    if (set_field(&hd->grpc_message, value, valuelen) < 0)
+    if (set_field(&s->c->ep->mem, &hd->grpc_message, value, valuelen) < 0)
       return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     mcp_h2c_percent_decode(hd->grpc_message);
   }
-  if (field && set_field(field, value, valuelen) < 0)
+  if (field && set_field(&s->c->ep->mem, field, value, valuelen) < 0)
     return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
   return 0;
 }
@@ -1108,8 +1110,10 @@ int mcp_h2c_session_new(mcp_h2c_conn *c, int server) {
   nghttp2_session_callbacks_set_on_frame_send_callback(cb, on_frame_send);
   /* Memory stays bounded: the peer's window opens only as we take data. */
   nghttp2_option_set_no_auto_window_update(opt, 1);
-  int rv = server ? nghttp2_session_server_new2(&c->h2, cb, c, opt)
-                  : nghttp2_session_client_new2(&c->h2, cb, c, opt);
+  int rv = server ? nghttp2_session_server_new3(&c->h2, cb, c, opt,
+                                                &c->ep->ngmem)
+                  : nghttp2_session_client_new3(&c->h2, cb, c, opt,
+                                                &c->ep->ngmem);
   nghttp2_session_callbacks_del(cb);
   nghttp2_option_del(opt);
   if (rv != 0)

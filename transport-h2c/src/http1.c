@@ -20,19 +20,16 @@ struct mcp_h2c_http_response {
   int status;
   char *content_type;
   mcp_h2c_buf body;
+  const mcp_mem *mem; /* the object's */
 };
 
 void mcp_h2c_http_respond(mcp_h2c_http_response *resp, int status,
                           const char *content_type) {
   resp->status = status >= 100 && status <= 599 ? status : 500;
-  free(resp->content_type);
+  mcp_h2c_free(resp->mem, resp->content_type);
   resp->content_type = NULL;
-  if (content_type) {
-    size_t n = strlen(content_type);
-    resp->content_type = malloc(n + 1);
-    if (resp->content_type)
-      memcpy(resp->content_type, content_type, n + 1);
-  }
+  if (content_type)
+    resp->content_type = mcp_h2c_strdup(resp->mem, content_type);
 }
 
 int mcp_h2c_http_append(mcp_h2c_http_response *resp, const void *data,
@@ -49,14 +46,16 @@ static int path_is(const char *path, const char *want) {
 
 void mcp_h2c_http_answer(mcp_h2c_ep *ep, const char *method, const char *path,
                          int *status, char **content_type, mcp_h2c_buf *body) {
-  mcp_h2c_http_response r = {.status = 200};
+  mcp_h2c_http_response r = {
+      .status = 200, .body = {.mem = &ep->mem}, .mem = &ep->mem};
   int handled = 0;
   if (ep->opts.http_handler && !ep->stopping)
     handled = ep->opts.http_handler(method, path, &r, ep->opts.user_data);
   if (!handled) {
-    free(r.content_type);
+    mcp_h2c_free(&ep->mem, r.content_type);
     mcp_h2c_buf_free(&r.body);
-    r = (mcp_h2c_http_response){.status = 200};
+    r.content_type = NULL;
+    r.status = 200;
     int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
     if (get && path_is(path, "/healthz")) {
       mcp_h2c_buf_puts(&r.body, "ok\n");
@@ -83,11 +82,11 @@ static void request_reset(mcp_h2c_http1 *h) {
   h->field.len = 0;
   h->value.len = 0;
   h->in_value = 0;
-  free(h->upgrade);
-  free(h->connection);
-  free(h->settings);
-  free(h->content_type);
-  free(h->te);
+  mcp_h2c_free(h->mem, h->upgrade);
+  mcp_h2c_free(h->mem, h->connection);
+  mcp_h2c_free(h->mem, h->settings);
+  mcp_h2c_free(h->mem, h->content_type);
+  mcp_h2c_free(h->mem, h->te);
   h->upgrade = h->connection = h->settings = h->content_type = h->te = NULL;
   h->header_bytes = 0;
   h->has_body = 0;
@@ -112,7 +111,7 @@ static int on_url(http_parser *p, const char *at, size_t n) {
 }
 
 static char *take_value(mcp_h2c_http1 *h) {
-  char *v = malloc(h->value.len + 1);
+  char *v = mcp_h2c_malloc(h->mem, h->value.len + 1);
   if (v) {
     if (h->value.len) /* an empty value has no buffer yet */
       memcpy(v, h->value.p, h->value.len);
@@ -133,7 +132,7 @@ static void header_done(mcp_h2c_http1 *h) {
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
     if (h->field.len == strlen(names[i]) &&
         strncasecmp((const char *)h->field.p, names[i], h->field.len) == 0) {
-      free(*slots[i]);
+      mcp_h2c_free(h->mem, *slots[i]);
       *slots[i] = take_value(h);
       if (!*slots[i])
         h->bad = 503;
@@ -194,9 +193,10 @@ static const http_parser_settings settings = {
 };
 
 int mcp_h2c_http1_start(mcp_h2c_conn *c) {
-  mcp_h2c_http1 *h = calloc(1, sizeof(*h));
+  mcp_h2c_http1 *h = mcp_h2c_calloc(&c->ep->mem, 1, sizeof(*h));
   if (!h)
     return MCP_ERR_NOMEM;
+  h->mem = h->url.mem = h->field.mem = h->value.mem = &c->ep->mem;
   http_parser_init(&h->parser, HTTP_REQUEST);
   c->h1 = h;
   c->proto = MCP_H2C_PROTO_HTTP1;
@@ -211,7 +211,7 @@ void mcp_h2c_http1_free(mcp_h2c_conn *c) {
   mcp_h2c_buf_free(&h->url);
   mcp_h2c_buf_free(&h->field);
   mcp_h2c_buf_free(&h->value);
-  free(h);
+  mcp_h2c_free(h->mem, h);
   c->h1 = NULL;
 }
 
@@ -239,7 +239,7 @@ static int write_answer(mcp_h2c_conn *c, int status, const char *ctype,
 }
 
 static int simple_answer(mcp_h2c_conn *c, int status, int close) {
-  mcp_h2c_buf b = {0};
+  mcp_h2c_buf b = {.mem = &c->ep->mem};
   mcp_h2c_buf_puts(&b, mcp_h2c_reason(status));
   mcp_h2c_buf_puts(&b, "\n");
   int rv = write_answer(c, status, NULL, &b, 1, close);
@@ -253,12 +253,12 @@ static int simple_answer(mcp_h2c_conn *c, int status, int close) {
 static int upgrade(mcp_h2c_conn *c, const uint8_t *rest, size_t nrest) {
   mcp_h2c_http1 *h = c->h1;
   size_t slen = strlen(h->settings);
-  uint8_t *payload = malloc(slen * 3 / 4 + 4);
+  uint8_t *payload = mcp_h2c_malloc(&c->ep->mem, slen * 3 / 4 + 4);
   if (!payload)
     return MCP_ERR_NOMEM;
   long plen = mcp_h2c_base64url_decode(h->settings, slen, payload);
   if (plen < 0 || plen % 6 != 0) {
-    free(payload);
+    mcp_h2c_free(&c->ep->mem, payload);
     simple_answer(c, 400, 1);
     return -1;
   }
@@ -276,7 +276,7 @@ static int upgrade(mcp_h2c_conn *c, const uint8_t *rest, size_t nrest) {
   if (rv == 0 &&
       nghttp2_session_upgrade2(c->h2, payload, (size_t)plen, head, s) != 0)
     rv = -1;
-  free(payload);
+  mcp_h2c_free(&c->ep->mem, payload);
   if (rv < 0) {
     if (c->proto == MCP_H2C_PROTO_H2) /* half switched: give up */
       mcp_h2c_conn_close(c, MCP_CODE_INTERNAL, "HTTP/2 upgrade failed");
@@ -284,15 +284,13 @@ static int upgrade(mcp_h2c_conn *c, const uint8_t *rest, size_t nrest) {
   }
   /* The server side ignores the user data given to upgrade2. */
   nghttp2_session_set_stream_user_data(c->h2, 1, s);
-  s->hd.method = malloc(strlen(method) + 1);
-  if (s->hd.method)
-    strcpy(s->hd.method, method);
+  s->hd.method = mcp_h2c_strdup(&c->ep->mem, method);
   if (mcp_h2c_buf_append(&h->url, "", 1) < 0) {
     mcp_h2c_conn_close(c, MCP_CODE_RESOURCE_EXHAUSTED, "out of memory");
     return -1;
   }
   s->hd.path = (char *)h->url.p;
-  h->url = (mcp_h2c_buf){0};
+  h->url = (mcp_h2c_buf){.mem = h->mem};
   s->hd.content_type = h->content_type;
   s->hd.te = h->te;
   h->content_type = h->te = NULL;
@@ -337,7 +335,7 @@ static int handle(mcp_h2c_conn *c, const uint8_t *rest, size_t nrest) {
                       &body);
   int rv = write_answer(c, status, ctype, &body, h->parser.method != HTTP_HEAD,
                         !keep);
-  free(ctype);
+  mcp_h2c_free(&ep->mem, ctype);
   mcp_h2c_buf_free(&body);
   if (rv < 0 || !keep)
     return -1;

@@ -129,6 +129,7 @@ typedef struct mcp_h2c_http1 {
   int has_body;
   int bad; /* an HTTP status (414, 431) to answer instead */
   int complete; /* a request was read: answer it */
+  const mcp_mem *mem; /* the object's */
 } mcp_h2c_http1;
 
 struct mcp_h2c_conn {
@@ -201,6 +202,10 @@ typedef struct mcp_h2c_job {
 
 struct mcp_h2c_ep {
   mcp_h2c_role role;
+  /* opts.mem, copied (libc when NULL); every allocation of the object
+   * goes through it, nghttp2's sessions' through |ngmem| (the same). */
+  mcp_mem mem;
+  nghttp2_mem ngmem;
   uv_loop_t *loop;
   mcp_h2c_options opts; /* strings point to the copies below */
   char *address, *authority;
@@ -270,6 +275,20 @@ struct mcp_h2c_ep {
   uint64_t bytes_read, bytes_written, msgs_in, msgs_out;
   size_t write_buffered, msg_buffered, read_buffered;
 };
+
+/* api.c */
+/* Reads the caller's |opts| of |version| into |out| (the defaults for the
+ * fields of later versions). INVALID_ARGUMENT for an unknown version. */
+int mcp_h2c_options_read(mcp_h2c_options *out, int version,
+                         const mcp_h2c_options *opts);
+/* Writes the fields of |version| of |full| into |out|. INVALID_ARGUMENT
+ * for a version below 1 or |out| NULL. */
+int mcp_h2c_stats_write(mcp_h2c_stats *out, int version,
+                        const mcp_h2c_stats *full);
+/* 1 when called on |ep|'s loop thread. */
+int mcp_h2c_on_loop_thread(const mcp_h2c_ep *ep);
+/* Makes |ep->mem| and |ep->ngmem| from |mem| (NULL: the C library). */
+void mcp_h2c_ep_mem_init(mcp_h2c_ep *ep, const mcp_mem *mem);
 
 /* ep.c */
 void mcp_h2c_ep_schedule(mcp_h2c_ep *ep); /* kick dirty connections soon */

@@ -5,6 +5,76 @@
 #include <string.h>
 #include <strings.h>
 
+static void *libc_malloc(size_t n, void *ud) {
+  (void)ud;
+  return malloc(n);
+}
+
+static void libc_free(void *p, void *ud) {
+  (void)ud;
+  free(p);
+}
+
+static void *libc_calloc(size_t nmemb, size_t size, void *ud) {
+  (void)ud;
+  return calloc(nmemb, size);
+}
+
+static void *libc_realloc(void *p, size_t n, void *ud) {
+  (void)ud;
+  return realloc(p, n);
+}
+
+void mcp_h2c_mem_init(mcp_mem *dst, const mcp_mem *src) {
+  if (src) {
+    *dst = *src;
+    return;
+  }
+  dst->user_data = NULL;
+  dst->malloc = libc_malloc;
+  dst->free = libc_free;
+  dst->calloc = libc_calloc;
+  dst->realloc = libc_realloc;
+}
+
+void *mcp_h2c_malloc(const mcp_mem *m, size_t n) {
+  n = n ? n : 1;
+  return m ? m->malloc(n, m->user_data) : malloc(n);
+}
+
+void *mcp_h2c_calloc(const mcp_mem *m, size_t nmemb, size_t size) {
+  if (nmemb == 0 || size == 0)
+    nmemb = size = 1;
+  return m ? m->calloc(nmemb, size, m->user_data) : calloc(nmemb, size);
+}
+
+void *mcp_h2c_realloc(const mcp_mem *m, void *p, size_t n) {
+  n = n ? n : 1;
+  return m ? m->realloc(p, n, m->user_data) : realloc(p, n);
+}
+
+void mcp_h2c_free(const mcp_mem *m, void *p) {
+  if (!p)
+    return;
+  if (m)
+    m->free(p, m->user_data);
+  else
+    free(p);
+}
+
+char *mcp_h2c_strndup(const mcp_mem *m, const char *s, size_t n) {
+  char *d = mcp_h2c_malloc(m, n + 1);
+  if (d) {
+    memcpy(d, s, n);
+    d[n] = '\0';
+  }
+  return d;
+}
+
+char *mcp_h2c_strdup(const mcp_mem *m, const char *s) {
+  return mcp_h2c_strndup(m, s, strlen(s));
+}
+
 int mcp_h2c_buf_reserve(mcp_h2c_buf *b, size_t n) {
   if (b->cap - b->len >= n)
     return 0;
@@ -13,7 +83,7 @@ int mcp_h2c_buf_reserve(mcp_h2c_buf *b, size_t n) {
   size_t cap = b->cap ? b->cap : 256;
   while (cap - b->len < n)
     cap *= 2;
-  uint8_t *p = realloc(b->p, cap);
+  uint8_t *p = mcp_h2c_realloc(b->mem, b->p, cap);
   if (!p)
     return MCP_ERR_NOMEM;
   b->p = p;
@@ -36,28 +106,24 @@ int mcp_h2c_buf_puts(mcp_h2c_buf *b, const char *s) {
 }
 
 void mcp_h2c_buf_free(mcp_h2c_buf *b) {
-  free(b->p);
+  mcp_h2c_free(b->mem, b->p);
   b->p = NULL;
   b->len = b->cap = 0;
 }
 
-static char *dup_n(const char *s, size_t n) {
-  char *d = malloc(n + 1);
-  if (d) {
-    memcpy(d, s, n);
-    d[n] = '\0';
-  }
-  return d;
-}
-
 void mcp_h2c_addr_free(mcp_h2c_addr *a) {
-  free(a->host);
-  free(a->port);
-  free(a->path);
+  mcp_h2c_free(a->mem, a->host);
+  mcp_h2c_free(a->mem, a->port);
+  mcp_h2c_free(a->mem, a->path);
   memset(a, 0, sizeof(*a));
 }
 
 int mcp_h2c_addr_parse(const char *s, mcp_h2c_addr *a) {
+  return mcp_h2c_addr_parse_mem(s, a, NULL);
+}
+
+int mcp_h2c_addr_parse_mem(const char *s, mcp_h2c_addr *a,
+                           const mcp_mem *mem) {
   memset(a, 0, sizeof(*a));
   if (!s)
     return MCP_ERR_INVALID_ARGUMENT;
@@ -72,7 +138,8 @@ int mcp_h2c_addr_parse(const char *s, mcp_h2c_addr *a) {
     if (!*s)
       return MCP_ERR_INVALID_ARGUMENT;
     a->is_unix = 1;
-    a->path = dup_n(s, strlen(s));
+    a->mem = mem;
+    a->path = mcp_h2c_strdup(mem, s);
     return a->path ? 0 : MCP_ERR_NOMEM;
   }
   const char *host = s, *host_end, *port;
@@ -99,8 +166,9 @@ int mcp_h2c_addr_parse(const char *s, mcp_h2c_addr *a) {
   }
   if (v > 65535)
     return MCP_ERR_INVALID_ARGUMENT;
-  a->host = dup_n(host, (size_t)(host_end - host));
-  a->port = dup_n(port, plen);
+  a->mem = mem;
+  a->host = mcp_h2c_strndup(mem, host, (size_t)(host_end - host));
+  a->port = mcp_h2c_strndup(mem, port, plen);
   if (!a->host || !a->port) {
     mcp_h2c_addr_free(a);
     return MCP_ERR_NOMEM;

@@ -8,10 +8,22 @@
 
 #include "mcp/mcp.h"
 
-/* A growable byte buffer (libc allocation). */
+/* Allocation through an object's hook; |m| NULL: the C library. Every
+ * allocation of the transport goes through these. */
+void mcp_h2c_mem_init(mcp_mem *dst, const mcp_mem *src); /* libc if NULL */
+void *mcp_h2c_malloc(const mcp_mem *m, size_t n);
+void *mcp_h2c_calloc(const mcp_mem *m, size_t nmemb, size_t size);
+void *mcp_h2c_realloc(const mcp_mem *m, void *p, size_t n);
+void mcp_h2c_free(const mcp_mem *m, void *p); /* NULL |p| is a no-op */
+char *mcp_h2c_strdup(const mcp_mem *m, const char *s);
+char *mcp_h2c_strndup(const mcp_mem *m, const char *s, size_t n);
+
+/* A growable byte buffer, allocated with |mem| (NULL: the C library; set
+ * it while the buffer is empty). */
 typedef struct mcp_h2c_buf {
   uint8_t *p;
   size_t len, cap;
+  const mcp_mem *mem;
 } mcp_h2c_buf;
 
 /* Makes room for |n| more bytes. 0 or MCP_ERR_NOMEM. */
@@ -22,17 +34,22 @@ int mcp_h2c_buf_puts(mcp_h2c_buf *b, const char *s);
 void mcp_h2c_buf_free(mcp_h2c_buf *b);
 
 /* A parsed address: "HOST:PORT", "[V6]:PORT", "unix:PATH", with an
- * optional "dns:///" or "http://" prefix. Strings are malloc'd. */
+ * optional "dns:///" or "http://" prefix. Strings are allocated with
+ * |mem|. */
 typedef struct mcp_h2c_addr {
   int is_unix;
   char *host; /* without brackets */
   char *port; /* decimal */
   char *path; /* unix */
+  const mcp_mem *mem;
 } mcp_h2c_addr;
 
 /* 0, MCP_ERR_INVALID_ARGUMENT (bad syntax), MCP_ERR_NOMEM. On failure
- * |a| is left zeroed. */
-int mcp_h2c_addr_parse(const char *s, mcp_h2c_addr *a);
+ * |a| is left zeroed. The strings are allocated with |mem| (NULL: the C
+ * library), which |a| keeps for mcp_h2c_addr_free(). */
+int mcp_h2c_addr_parse_mem(const char *s, mcp_h2c_addr *a,
+                           const mcp_mem *mem);
+int mcp_h2c_addr_parse(const char *s, mcp_h2c_addr *a); /* the C library */
 void mcp_h2c_addr_free(mcp_h2c_addr *a);
 
 /* grpc-timeout ("1..8 digits" and one of H M S m u n) in nanoseconds

@@ -54,6 +54,35 @@
  * Callbacks must not call *_del() or *_call(); they may call *_notify(),
  * *_update(), *_streams() and *_stats().
  *
+ * One shape with mcp/grpc.h (docs/api.md, "The transport API: one
+ * shape", lists both side by side): the same functions, in the same
+ * argument order, returning int (0, or a count, or a negative mcp_error),
+ * with versioned options and stats (MCP_H2C_OPTIONS_VERSION,
+ * MCP_H2C_STATS_VERSION; the *_new(), *_options_default() and *_stats()
+ * names are macros over *_versioned() functions, as in mcp/mcp.h). What
+ * differs, and why: this transport runs on the caller's loop, so *_new()
+ * takes the loop, and every function but *_update() and *_call() is
+ * loop-thread only and answers at once (*_streams() and *_stats() called
+ * from another thread return INVALID_ARGUMENT); *_del() returns before
+ * the last handles are closed (on_closed). The gRPC transport runs a
+ * thread of its own: its functions may be called from any thread, and
+ * *_streams() / *_stats() block until that thread has answered. Only
+ * h2c has *_notify() (the store is the caller's, on the loop thread); only
+ * gRPC has *_reauthorize() (h2c is cleartext: no identities).
+ *
+ * Memory: mcp_h2c_options.mem (NULL: the C library) is copied at
+ * creation, and every allocation this library makes for its own objects
+ * goes through it: the objects, connections, streams, header strings,
+ * buffers (read, write, messages being gathered, plain HTTP bodies),
+ * queued jobs, and nghttp2's sessions (bridged as an nghttp2_mem). The
+ * sessions' allocations go through the core options' hooks
+ * (mcp_source_options.mem, the sink state's). libuv's own allocations
+ * (getaddrinfo results; libuv's allocator is process-global,
+ * uv_replace_allocator(), which this library leaves alone) and
+ * http_parser's (none) are not covered. The hook is called on the loop
+ * thread, and on the calling thread in *_update() (the queued job); it
+ * must be thread-safe when *_update() is used from another thread.
+ *
  * Shutdown: *_del() runs the jobs still queued, frees every session at
  * once (the store and the sink state are no longer touched when it
  * returns), reports the streams CLOSED (UNAVAILABLE for a listener,
@@ -316,10 +345,29 @@ typedef struct mcp_h2c_options {
   const mcp_service_def *services;
   size_t nservices;
   int no_mcp;
+
+  /* --- MCP_H2C_OPTIONS_V2 --- */
+
+  /* The allocator of this library's own objects (see "Memory" above;
+   * NULL: the C library). The struct is copied at creation. */
+  const mcp_mem *mem;
 } mcp_h2c_options;
 
-/* Fills |opts| with the defaults: LISTEN, address NULL (must be set). */
-MCP_EXTERN void mcp_h2c_options_default(mcp_h2c_options *opts);
+/*
+ * Versions of mcp_h2c_options (docs/api.md, "Versioned structs"): V1 is
+ * the struct up to |no_mcp| (0.2.0); V2 appends |mem|.
+ */
+#define MCP_H2C_OPTIONS_V1 1
+#define MCP_H2C_OPTIONS_V2 2
+#define MCP_H2C_OPTIONS_VERSION MCP_H2C_OPTIONS_V2
+
+/* Fills |opts| with the defaults: LISTEN, address NULL (must be set).
+ * Writes only the fields of |version| (nothing for a version below 1; the
+ * newest this library knows for a newer one). */
+MCP_EXTERN void mcp_h2c_options_default_versioned(int version,
+                                                  mcp_h2c_options *opts);
+#define mcp_h2c_options_default(OPTS)                                        \
+  mcp_h2c_options_default_versioned(MCP_H2C_OPTIONS_VERSION, (OPTS))
 
 /* Functions run on the loop thread; |ts| is mcp_h2c_now(). */
 typedef void (*mcp_h2c_store_fn)(mcp_store *store, mcp_tstamp ts,
@@ -357,6 +405,11 @@ typedef struct mcp_h2c_stats {
       refused_wait_timeout;
 } mcp_h2c_stats;
 
+/* Versions of mcp_h2c_stats (filled by the library: only the caller's
+ * version's fields are written). */
+#define MCP_H2C_STATS_V1 1
+#define MCP_H2C_STATS_VERSION MCP_H2C_STATS_V1
+
 /* ------------------------------------------------------------------ */
 /* Source                                                              */
 /* ------------------------------------------------------------------ */
@@ -377,12 +430,18 @@ typedef struct mcp_h2c_source mcp_h2c_source;
  * loop. Errors: INVALID_ARGUMENT (no loop, no address or a bad one, a
  * name that does not resolve, neither store nor select_store), IO (the
  * address cannot be bound; errno says why, e.g. EADDRINUSE, EACCES,
- * EADDRNOTAVAIL), NOMEM. With options.no_mcp (LISTEN), |session_opts|
+ * EADDRNOTAVAIL), NOMEM; INVALID_ARGUMENT also for a |version| of
+ * mcp_h2c_options this library does not know (below 1 or newer than it).
+ * Of an older version, only that version's fields are read; the newer
+ * ones take their defaults. With options.no_mcp (LISTEN), |session_opts|
  * may be NULL: only the services are served.
  */
-MCP_EXTERN int mcp_h2c_source_new(mcp_h2c_source **psrc, uv_loop_t *loop,
-                                  const mcp_h2c_options *opts,
-                                  const mcp_source_options *session_opts);
+MCP_EXTERN int mcp_h2c_source_new_versioned(
+    mcp_h2c_source **psrc, uv_loop_t *loop, int version,
+    const mcp_h2c_options *opts, const mcp_source_options *session_opts);
+#define mcp_h2c_source_new(PSRC, LOOP, OPTS, SESSION_OPTS)                   \
+  mcp_h2c_source_new_versioned((PSRC), (LOOP), MCP_H2C_OPTIONS_VERSION,     \
+                               (OPTS), (SESSION_OPTS))
 
 /* Starts the shutdown (see the top of this file) and returns. Loop thread
  * only, not from a callback of this object. NULL is a no-op. */
@@ -392,7 +451,8 @@ MCP_EXTERN void mcp_h2c_source_del(mcp_h2c_source *src);
 MCP_EXTERN int mcp_h2c_source_port(const mcp_h2c_source *src);
 
 /* The store changed (on the loop thread): every stream pushes what it may,
- * on the next loop iteration. */
+ * on the next loop iteration. (h2c only: with the gRPC transport the
+ * store is changed through *_update().) */
 MCP_EXTERN void mcp_h2c_source_notify(mcp_h2c_source *src);
 
 /*
@@ -410,14 +470,20 @@ MCP_EXTERN int mcp_h2c_source_update(mcp_h2c_source *src, mcp_h2c_store_fn fn,
 MCP_EXTERN int mcp_h2c_source_call(mcp_h2c_source *src, mcp_h2c_store_fn fn,
                                    void *user_data);
 
-/* Loop thread: calls |fn| for each open stream. Returns their number. */
-MCP_EXTERN size_t mcp_h2c_source_streams(mcp_h2c_source *src,
-                                         mcp_h2c_stream_fn fn,
-                                         void *user_data);
+/* Loop thread: calls |fn| (NULL: none, to count) for each open stream.
+ * Returns their number. Errors: INVALID_ARGUMENT (not on the loop
+ * thread). */
+MCP_EXTERN int mcp_h2c_source_streams(mcp_h2c_source *src,
+                                      mcp_h2c_stream_fn fn, void *user_data);
 
-/* Loop thread: fills |st|. */
-MCP_EXTERN void mcp_h2c_source_stats(const mcp_h2c_source *src,
-                                     mcp_h2c_stats *st);
+/* Loop thread: fills the fields of |version| of |st| and returns 0.
+ * Errors: INVALID_ARGUMENT (not on the loop thread, |st| NULL, a version
+ * below 1; a newer one than this library knows gets the fields it
+ * knows). */
+MCP_EXTERN int mcp_h2c_source_stats_versioned(mcp_h2c_source *src,
+                                              int version, mcp_h2c_stats *st);
+#define mcp_h2c_source_stats(SRC, ST)                                        \
+  mcp_h2c_source_stats_versioned((SRC), MCP_H2C_STATS_VERSION, (ST))
 
 /* ------------------------------------------------------------------ */
 /* Sink                                                                */
@@ -438,13 +504,18 @@ typedef struct mcp_h2c_sink mcp_h2c_sink;
  * cases of mcp_h2c_source_new()), IO (errno says why the address cannot
  * be bound), NOMEM. With options.no_mcp (LISTEN), |state| may be NULL.
  */
-MCP_EXTERN int mcp_h2c_sink_new(mcp_h2c_sink **psink, uv_loop_t *loop,
-                                const mcp_h2c_options *opts,
-                                mcp_sink_state *state);
+MCP_EXTERN int mcp_h2c_sink_new_versioned(mcp_h2c_sink **psink,
+                                          uv_loop_t *loop, int version,
+                                          const mcp_h2c_options *opts,
+                                          mcp_sink_state *state);
+#define mcp_h2c_sink_new(PSINK, LOOP, OPTS, STATE)                           \
+  mcp_h2c_sink_new_versioned((PSINK), (LOOP), MCP_H2C_OPTIONS_VERSION,      \
+                             (OPTS), (STATE))
 
 /* As mcp_h2c_source_del(). The state is not freed. */
 MCP_EXTERN void mcp_h2c_sink_del(mcp_h2c_sink *sink);
 
+/* LISTEN on TCP: the bound port. Otherwise 0. */
 MCP_EXTERN int mcp_h2c_sink_port(const mcp_h2c_sink *sink);
 
 /* Any thread but the loop thread: runs |fn| with the state on the loop
@@ -460,13 +531,15 @@ MCP_EXTERN int mcp_h2c_sink_call(mcp_h2c_sink *sink, mcp_h2c_state_fn fn,
 MCP_EXTERN int mcp_h2c_sink_finish(mcp_h2c_sink *sink);
 
 /* Loop thread: calls |fn| for each open stream (at most one holds the
- * sink session). Returns their number. */
-MCP_EXTERN size_t mcp_h2c_sink_streams(mcp_h2c_sink *sink,
-                                       mcp_h2c_stream_fn fn, void *user_data);
+ * sink session). As mcp_h2c_source_streams(). */
+MCP_EXTERN int mcp_h2c_sink_streams(mcp_h2c_sink *sink, mcp_h2c_stream_fn fn,
+                                    void *user_data);
 
-/* Loop thread: fills |st|. */
-MCP_EXTERN void mcp_h2c_sink_stats(const mcp_h2c_sink *sink,
-                                   mcp_h2c_stats *st);
+/* As mcp_h2c_source_stats(). */
+MCP_EXTERN int mcp_h2c_sink_stats_versioned(mcp_h2c_sink *sink, int version,
+                                            mcp_h2c_stats *st);
+#define mcp_h2c_sink_stats(SINK, ST)                                         \
+  mcp_h2c_sink_stats_versioned((SINK), MCP_H2C_STATS_VERSION, (ST))
 
 /* ------------------------------------------------------------------ */
 /* Services (listening side)                                           */
@@ -541,11 +614,15 @@ typedef struct mcp_h2c_client mcp_h2c_client;
  * to the transport from then on. On failure |*pc| is untouched and
  * nothing is left on the loop. Errors: INVALID_ARGUMENT (no loop,
  * options, address or def; a def without nslots, method, open or ended;
- * a bad address; services set), NOMEM.
+ * a bad address; services set; an unknown |version|), NOMEM.
  */
-MCP_EXTERN int mcp_h2c_client_new(mcp_h2c_client **pc, uv_loop_t *loop,
-                                  const mcp_h2c_options *opts,
-                                  const mcp_client_def *def);
+MCP_EXTERN int mcp_h2c_client_new_versioned(mcp_h2c_client **pc,
+                                            uv_loop_t *loop, int version,
+                                            const mcp_h2c_options *opts,
+                                            const mcp_client_def *def);
+#define mcp_h2c_client_new(PC, LOOP, OPTS, DEF)                              \
+  mcp_h2c_client_new_versioned((PC), (LOOP), MCP_H2C_OPTIONS_VERSION,       \
+                               (OPTS), (DEF))
 
 /*
  * Loop thread, not from a callback of this object. Runs the jobs still
@@ -573,14 +650,15 @@ MCP_EXTERN int mcp_h2c_client_call(mcp_h2c_client *c, mcp_h2c_run_fn fn,
 MCP_EXTERN void mcp_h2c_client_notify(mcp_h2c_client *c);
 
 /* Loop thread: calls |fn| for each call (info.stream, info.api, and
- * info.method say which). Returns their number. */
-MCP_EXTERN size_t mcp_h2c_client_streams(mcp_h2c_client *c,
-                                         mcp_h2c_stream_fn fn,
-                                         void *user_data);
+ * info.method say which). As mcp_h2c_source_streams(). */
+MCP_EXTERN int mcp_h2c_client_streams(mcp_h2c_client *c,
+                                      mcp_h2c_stream_fn fn, void *user_data);
 
-/* Loop thread: fills |st| (streams: calls open; connections: 0 or 1). */
-MCP_EXTERN void mcp_h2c_client_stats(const mcp_h2c_client *c,
-                                     mcp_h2c_stats *st);
+/* As mcp_h2c_source_stats() (streams: calls open; connections: 0 or 1). */
+MCP_EXTERN int mcp_h2c_client_stats_versioned(mcp_h2c_client *c, int version,
+                                              mcp_h2c_stats *st);
+#define mcp_h2c_client_stats(C, ST)                                          \
+  mcp_h2c_client_stats_versioned((C), MCP_H2C_STATS_VERSION, (ST))
 
 #ifdef __cplusplus
 }
