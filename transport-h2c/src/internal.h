@@ -246,6 +246,7 @@ struct mcp_h2c_ep {
   } lis;
   int listening;
   int port;
+  uv_timer_t accept_retry; /* an accept that found no memory */
 
   /* LISTEN: admission (admit.c): the core's policy, its timer, and a run
    * of its decisions pending (on the idle handle). */

@@ -15,13 +15,31 @@
 
 static void on_listener_closed(uv_handle_t *h) { mcp_h2c_ep_unref(h->data); }
 
+static void accept_one(mcp_h2c_ep *ep);
+
+static void on_accept_retry(uv_timer_t *t) { accept_one(t->data); }
+
 static void on_connection(uv_stream_t *lis, int status) {
   mcp_h2c_ep *ep = lis->data;
   if (status < 0 || ep->stopping)
     return;
+  accept_one(ep);
+}
+
+/* Accepts the connection libuv holds. */
+static void accept_one(mcp_h2c_ep *ep) {
+  if (ep->stopping || !ep->listening)
+    return;
+  uv_stream_t *lis = ep->addr.is_unix ? (uv_stream_t *)&ep->lis.pipe
+                                      : (uv_stream_t *)&ep->lis.tcp;
   mcp_h2c_conn *c = mcp_h2c_conn_new(ep, 0);
-  if (!c)
-    return; /* the connection waits in the backlog */
+  if (!c) {
+    /* libuv keeps the connection and stops watching the listener until
+     * it is accepted: without a retry, one failed allocation would stop
+     * the listener for good. */
+    uv_timer_start(&ep->accept_retry, on_accept_retry, 10, 0);
+    return;
+  }
   if (uv_accept(lis, c->sock) != 0) {
     mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE, "accept failed");
     return;
@@ -120,6 +138,9 @@ int mcp_h2c_server_start(mcp_h2c_ep *ep) {
   }
   ep->refs++;
   ep->listening = 1; /* closed by mcp_h2c_server_stop(), also on failure */
+  uv_timer_init(ep->loop, &ep->accept_retry);
+  ep->accept_retry.data = ep;
+  ep->refs++;
   if (rv != 0) {
     close(fd); /* not the handle's */
     errno = -rv; /* libuv's codes are negated errnos on Unix */
@@ -141,6 +162,7 @@ void mcp_h2c_server_stop(mcp_h2c_ep *ep) {
     uv_close((uv_handle_t *)&ep->lis.pipe, on_listener_closed);
   else
     uv_close((uv_handle_t *)&ep->lis.tcp, on_listener_closed);
+  uv_close((uv_handle_t *)&ep->accept_retry, on_listener_closed);
   if (ep->addr.is_unix)
     unlink(ep->addr.path);
 }
