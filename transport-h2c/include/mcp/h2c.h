@@ -189,8 +189,9 @@ typedef struct mcp_h2c_stream_info {
    * protocol's stream, NULL for MCP streams and once the stream is ending
    * (read-only use during the callback: mcp_stream_get_ops(), counters),
    * and the protocol's name (ops->name, also in CLOSED; NULL for MCP
-   * streams) so that metrics can count per API. */
-  mcp_stream *stream;
+   * streams) so that metrics can count per API. Const, as gRPC's: the
+   * transport owns and drives it. */
+  const mcp_stream *stream;
   const char *api;
   /* The gRPC method (":path") of the call; "" when unknown. */
   const char *method;
