@@ -191,8 +191,8 @@ static int sink_stats(void *ep, tool_sink_stream_stats *st) {
   st->open = 0;
   st->want_write = 0;
   st->sent = 0;
-  mcp_h2c_sink_streams(((h2c_ep *)ep)->sink, stats_fn, st);
-  return 0;
+  int rv = mcp_h2c_sink_streams(((h2c_ep *)ep)->sink, stats_fn, st);
+  return rv < 0 ? rv : 0; /* the count is not asked for */
 }
 
 /* Introspection (tools/ops): everything lives on this thread. */
@@ -210,12 +210,12 @@ static void walk_fn(const mcp_h2c_stream_info *info, void *ud) {
 
 static int source_streams(void *ep, tool_stream_fn fn, void *ud) {
   walk_ctx w = {fn, ud};
-  return (int)mcp_h2c_source_streams(((h2c_ep *)ep)->src, walk_fn, &w);
+  return mcp_h2c_source_streams(((h2c_ep *)ep)->src, walk_fn, &w);
 }
 
 static int sink_streams(void *ep, tool_stream_fn fn, void *ud) {
   walk_ctx w = {fn, ud};
-  return (int)mcp_h2c_sink_streams(((h2c_ep *)ep)->sink, walk_fn, &w);
+  return mcp_h2c_sink_streams(((h2c_ep *)ep)->sink, walk_fn, &w);
 }
 
 /* mcp_h2c_sink_call() is for other threads: here the state is ours. */
