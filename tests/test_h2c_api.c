@@ -242,7 +242,7 @@ END_TEST
 
 typedef struct off_thread {
   env *e;
-  int streams, stats, sink_streams, sink_stats;
+  int streams, stats, sink_streams, sink_stats, finish;
 } off_thread;
 
 static void *call_from_other_thread(void *ud) {
@@ -252,6 +252,7 @@ static void *call_from_other_thread(void *ud) {
   t->stats = mcp_h2c_source_stats(t->e->src, &st);
   t->sink_streams = mcp_h2c_sink_streams(t->e->sink, NULL, NULL);
   t->sink_stats = mcp_h2c_sink_stats(t->e->sink, &st);
+  t->finish = mcp_h2c_sink_finish(t->e->sink);
   return NULL;
 }
 
@@ -296,6 +297,8 @@ START_TEST(stats_and_streams_shape) {
   ck_assert_int_eq(t.stats, MCP_ERR_INVALID_ARGUMENT);
   ck_assert_int_eq(t.sink_streams, MCP_ERR_INVALID_ARGUMENT);
   ck_assert_int_eq(t.sink_stats, MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(t.finish, MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(mcp_h2c_sink_streams(e.sink, NULL, NULL), 1); /* still */
   env_fini(&e);
 }
 END_TEST

@@ -653,7 +653,7 @@ int mcp_h2c_sink_call(mcp_h2c_sink *sink, mcp_h2c_state_fn fn,
 
 int mcp_h2c_sink_finish(mcp_h2c_sink *sink) {
   mcp_h2c_ep *ep = &sink->ep;
-  if (ep->opts.mode != MCP_H2C_DIAL)
+  if (ep->opts.mode != MCP_H2C_DIAL || !mcp_h2c_on_loop_thread(ep))
     return MCP_ERR_INVALID_ARGUMENT;
   ep->finished = 1;
   mcp_h2c_stream *s = ep->sink_stream;

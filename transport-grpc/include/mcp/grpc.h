@@ -39,9 +39,9 @@
  * the sink state or a protocol's state only through *_update() / *_call(),
  * which run a function on the transport thread. All functions below may
  * be called from any thread, except that *_del() must not race with other
- * calls on the same object and the *_call() / *_streams() functions must
- * not be called from the transport thread (from a callback); *_update()
- * may be.
+ * calls on the same object and the *_call() / *_streams() / *_stats()
+ * functions must not be called from the transport thread (from a
+ * callback: they return INVALID_ARGUMENT); *_update() may be.
  *
  * Half-close (LISTEN): when a client half-closes its side of a stream
  * (it will send nothing more), the server stops reading but still sends
