@@ -798,10 +798,10 @@ int mcp_source_session_want_write(mcp_source_session *s, mcp_tstamp ts) {
   return 0;
 }
 
-mcp_tstamp mcp_source_session_get_expiry(mcp_source_session *s) {
+mcp_tstamp mcp_source_session_get_expiry(const mcp_source_session *s) {
   mcp_tstamp t = MCP_TSTAMP_MAX;
   for (size_t i = 0; i < s->nsubs; ++i) {
-    sub *u = &s->subs[i];
+    const sub *u = &s->subs[i];
     if (s->version_reached && (u->flags & F_KNOWN) &&
         (u->flags & (F_ANSWER | F_RESUME)) == (F_ANSWER | F_RESUME) &&
         u->t + s->catchup_timeout > s->last_ts &&
