@@ -762,9 +762,10 @@ MCP_EXTERN int mcp_source_session_recv(mcp_source_session *s,
                                        const uint8_t *in, size_t len,
                                        mcp_tstamp ts);
 
-/* 1 when mcp_source_session_next() would produce a message at |ts|. Also
- * notes when the stream first saw a change waiting (max_delay counts from
- * then): call it after every change of the store. */
+/* 1 when mcp_source_session_next() would produce a message at |ts|.
+ * Changes nothing observable: the time-dependent work (the max_delay clock
+ * of a change starts when next() or handle_expiry() first sees it) is
+ * theirs. */
 MCP_EXTERN int mcp_source_session_want_write(mcp_source_session *s,
                                              mcp_tstamp ts);
 
@@ -791,7 +792,8 @@ MCP_EXTERN int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
  * acted on it. */
 MCP_EXTERN mcp_tstamp mcp_source_session_get_expiry(const mcp_source_session *s);
 
-/* Acts on expired timers. After it, check want_write(). */
+/* Acts on expired timers, and starts the max_delay clock of changes not
+ * seen yet. After it, check want_write(). */
 MCP_EXTERN int mcp_source_session_handle_expiry(mcp_source_session *s,
                                                 mcp_tstamp ts);
 
