@@ -272,6 +272,20 @@ void mcp_grpc_stream_refuse(mcp_grpc_stream *s, int status,
   notify(s, MCP_GRPC_STREAM_REFUSED);
 }
 
+/* Reads the peer's identities and asks the authorizer: 0 (the stream is
+ * authorized) or the status to end it with, counted in the stats. */
+static int identify_and_authorize(mcp_grpc_stream *s, const char **details) {
+  mcp_grpc_stream_identify(s);
+  int code = mcp_grpc_stream_authorize(s, details);
+  if (code == GRPC_STATUS_UNAUTHENTICATED)
+    s->ep->stats.refused_unauthenticated++;
+  else if (code)
+    s->ep->stats.refused_denied++;
+  else
+    s->authorized = 1;
+  return code;
+}
+
 /* A new call: nothing is read from or sent on it (and no session exists)
  * until it is authorized and admitted. The close operation is posted at
  * once, so that a client giving up while its call waits is noticed. A
@@ -299,18 +313,12 @@ static void accept_call(mcp_grpc_ep *ep, grpc_call *call, mcp_service service,
                            "server shutting down");
     return;
   }
-  mcp_grpc_stream_identify(s);
   const char *details = NULL;
-  int code = mcp_grpc_stream_authorize(s, &details);
+  int code = identify_and_authorize(s, &details);
   if (code) {
-    if (code == GRPC_STATUS_UNAUTHENTICATED)
-      ep->stats.refused_unauthenticated++;
-    else
-      ep->stats.refused_denied++;
     mcp_grpc_stream_refuse(s, code, details);
     return;
   }
-  s->authorized = 1;
   mcp_grpc_admit(s);
 }
 
@@ -356,22 +364,13 @@ void mcp_grpc_stream_reauthorize(mcp_grpc_stream *s) {
  * handshake) is up and the server's identity is known. Nothing has been
  * sent yet: the server is authorized first. */
 static void dial_connected(mcp_grpc_stream *s) {
-  mcp_grpc_ep *ep = s->ep;
   s->connected = 1;
   gpr_free(s->peer);
   s->peer = grpc_call_get_peer(s->call);
-  mcp_grpc_stream_identify(s);
   const char *details = NULL;
-  int code = mcp_grpc_stream_authorize(s, &details);
-  if (code) {
-    if (code == GRPC_STATUS_UNAUTHENTICATED)
-      ep->stats.refused_unauthenticated++;
-    else
-      ep->stats.refused_denied++;
+  int code = identify_and_authorize(s, &details);
+  if (code)
     mcp_grpc_stream_finish(s, code, details);
-    return;
-  }
-  s->authorized = 1;
 }
 
 void mcp_grpc_stream_dial(mcp_grpc_ep *ep, grpc_call *call) {
