@@ -11,7 +11,7 @@ BENCH_BUILD  ?= build-bench
 FUZZ_SECONDS ?= 60
 MESON_OPTS   ?=
 
-.PHONY: all deps deps-run build test test-asan test-valgrind run fuzz bench clean
+.PHONY: all deps deps-run build test test-asan test-valgrind run fuzz bench bench-smoke clean
 
 all: build
 
@@ -62,6 +62,14 @@ fuzz: deps
 # Optimised build, every benchmark; BENCH lines and tables on stdout.
 bench: deps
 	bench/run.sh $(BENCH_BUILD)
+
+# The optimised build (-O3 finds warnings -O0 does not) and the benchmarks'
+# smoke tests (reduced sizes: they check the benchmarks run, not speed).
+bench-smoke: deps
+	[ -f $(BENCH_BUILD)/build.ninja ] || meson setup $(BENCH_BUILD) \
+	  -Dbench=true --buildtype=release $(MESON_OPTS)
+	ninja -C $(BENCH_BUILD)
+	meson test -C $(BENCH_BUILD) --suite bench --print-errorlogs
 
 clean:
 	rm -rf $(BUILD) $(RUN_BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(BENCH_BUILD)

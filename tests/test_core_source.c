@@ -1442,6 +1442,36 @@ START_TEST(test_source_max_delay_caps_continuous_churn) {
 }
 END_TEST
 
+/* want_write() reads only: the max_delay clock of a change starts at the
+ * first next() or handle_expiry() that sees it, never at want_write(). */
+START_TEST(test_source_want_write_has_no_side_effects) {
+  for (int noted = 0; noted < 2; ++noted) {
+    fx *f = fx_new();
+    f->opts.debounce = 100 * MS;
+    f->opts.max_delay = 250 * MS;
+    fx_start(f);
+    put(f, "c", "a", "v1", "A");
+    sync_coll(f, "c", 0);
+    char body[16];
+    for (int i = 0; i < 5; ++i) { /* a change every 50 ms from 10 ms */
+      f->ts = (mcp_tstamp)(10 + 50 * i) * MS;
+      snprintf(body, sizeof(body), "A%d", i);
+      put(f, "c", "a", NULL, body);
+      if (i == 0 && noted) {
+        ck_assert_int_eq(mcp_source_session_handle_expiry(f->s, f->ts), 0);
+      }
+      ck_assert_int_eq(mcp_source_session_want_write(f->s, f->ts), 0);
+    }
+    f->ts = 260 * MS;
+    /* Only handle_expiry() at 10 ms started the clock: 250 ms later the
+     * push is due; want_write() alone started nothing. */
+    ck_assert_int_eq(mcp_source_session_want_write(f->s, f->ts), noted);
+    ck_assert_int_eq(mcp_source_session_want_write(f->s, f->ts), noted);
+    fx_free(f);
+  }
+}
+END_TEST
+
 /* ---- NACK retry ---- */
 
 START_TEST(test_source_nack_retry_pushes_same_content_after_backoff) {
@@ -2068,6 +2098,7 @@ static Suite *source_suite(void) {
   tcase_add_test(tc, test_source_debounce_never_delays_answer);
   tcase_add_test(tc, test_source_debounce_after_ack_counts_from_change);
   tcase_add_test(tc, test_source_max_delay_caps_continuous_churn);
+  tcase_add_test(tc, test_source_want_write_has_no_side_effects);
   tcase_add_test(tc, test_source_expiry_never_in_the_past_for_a_due_push);
   suite_add_tcase(s, tc);
 

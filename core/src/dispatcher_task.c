@@ -137,8 +137,8 @@ int mcp_disp_task_read(const uint8_t *task, size_t len,
     if (f != CONTAINER_SECRETS && f != CONTAINER_CONFIGS) {
       continue;
     }
-    const uint8_t *id;
-    size_t idlen;
+    const uint8_t *id = NULL; /* set when get_len() answers 1 */
+    size_t idlen = 0;
     int q = wt == MCP_WT_LEN ? get_len(d, n, REF_ID, &id, &idlen)
                              : MCP_ERR_MALFORMED;
     if (q < 0) {

@@ -317,6 +317,12 @@ mcp_snap *mcp__store_snap(const mcp_store *s, mcp_coll *c);
 /* Formats "<epoch hex>-<gen>" into |buf| (at least 40 bytes). */
 void mcp__format_version(char *buf, size_t n, uint64_t epoch, uint64_t gen);
 
+/* The sink state's allocator, and the engine stream running its session
+ * (mcp_stream.c: the newest stream wins), or NULL. */
+const mcp_mem *mcp__sink_state_mem(const mcp_sink_state *st);
+void *mcp__sink_state_stream(const mcp_sink_state *st);
+void mcp__sink_state_set_stream(mcp_sink_state *st, void *stream);
+
 /* Decoding a Resource into the public view (sink.c, tests). */
 
 #endif /* MCP_INT_H */

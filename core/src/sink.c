@@ -58,6 +58,7 @@ struct mcp_sink_state {
   jent *journal;
   size_t jcap, jhead, jcount;
   mcp_sink_session *session;
+  void *stream; /* the engine stream running |session| (mcp_stream.c) */
 };
 
 typedef struct foreign {
@@ -252,6 +253,14 @@ int mcp_sink_state_synced(const mcp_sink_state *st) {
 }
 
 /* ---- session ---- */
+
+const mcp_mem *mcp__sink_state_mem(const mcp_sink_state *st) {
+  return &st->mem;
+}
+void *mcp__sink_state_stream(const mcp_sink_state *st) { return st->stream; }
+void mcp__sink_state_set_stream(mcp_sink_state *st, void *stream) {
+  st->stream = stream;
+}
 
 int mcp_sink_session_new(mcp_sink_session **ps, mcp_sink_state *st,
                          mcp_tstamp ts) {

@@ -273,7 +273,7 @@ static void resume_free(mcp_source_session *s, resume *r) {
   mcp__free(&s->mem, r);
 }
 
-static resume *resume_find(mcp_source_session *s, size_t i) {
+static resume *resume_find(const mcp_source_session *s, size_t i) {
   for (resume *r = s->resumes; r; r = r->next) {
     if (r->sub == i) {
       return r;
@@ -743,13 +743,14 @@ out:
 /* 1 while the answer to a resuming request waits for this source to reach
  * the versions the sink holds (a replica that lags: version_reached), until
  * catchup_timeout after the request. */
-static int catching_up(mcp_source_session *s, sub *u, mcp_tstamp ts) {
+static int catching_up(const mcp_source_session *s, const sub *u,
+                       mcp_tstamp ts) {
   if (!s->version_reached || (u->flags & (F_ANSWER | F_RESUME)) !=
                                  (F_ANSWER | F_RESUME) ||
       ts >= u->t + s->catchup_timeout) {
     return 0;
   }
-  resume *r = resume_find(s, (size_t)(u - s->subs));
+  const resume *r = resume_find(s, (size_t)(u - s->subs));
   void *version;
   for (size_t i = 0; r && mcp__map_iter(&r->map, &i, &version);) {
     if (!s->version_reached(sub_name(u), version, s->version_reached_ud)) {
@@ -759,37 +760,57 @@ static int catching_up(mcp_source_session *s, sub *u, mcp_tstamp ts) {
   return 0;
 }
 
-/* 1 when |u| has something to push at |ts|. Records when a waiting change
- * was first seen, for max_delay. */
-static int ready(mcp_source_session *s, sub *u, mcp_tstamp ts) {
+/* 1 when |u| is known, idle, and its collection is not what the sink
+ * holds nor exactly what it rejected: a change waits. */
+static int change_waits(const sub *u) {
+  if (!(u->flags & F_KNOWN) ||
+      (u->flags & (F_PENDING | F_ANSWER | F_RETRY_DUE))) {
+    return 0;
+  }
+  uint64_t gen = u->u.coll->gen;
+  return !(((u->flags & F_HELD_GEN) && u->held_gen == gen) ||
+           ((u->flags & F_NACKED) && u->nack->gen == gen));
+}
+
+/* The time-dependent part, done by next() and handle_expiry() only (never
+ * by want_write()): the first time a waiting change is seen, its max_delay
+ * clock starts, and a NACK retry waiting for old content is dropped. */
+static void note_changes(mcp_source_session *s, mcp_tstamp ts) {
+  for (size_t i = 0; i < s->nsubs; ++i) {
+    sub *u = &s->subs[i];
+    if (!(u->flags & F_DIRTY) && change_waits(u)) {
+      u->flags = (uint16_t)((u->flags | F_DIRTY) & ~F_RETRY);
+      u->t = ts;
+    }
+  }
+}
+
+/* 1 when |u| has something to push at |ts|. Reads only: a change not
+ * noted yet counts as first seen at |ts|. */
+static int ready(const mcp_source_session *s, const sub *u, mcp_tstamp ts) {
   if (!(u->flags & F_KNOWN) || (u->flags & F_PENDING)) {
     return 0;
   }
   if (u->flags & (F_ANSWER | F_RETRY_DUE)) {
     return !catching_up(s, u, ts);
   }
-  uint64_t gen = u->u.coll->gen;
-  if (((u->flags & F_HELD_GEN) && u->held_gen == gen) ||
-      ((u->flags & F_NACKED) && u->nack->gen == gen)) {
+  if (!change_waits(u)) {
     return 0; /* up to date, or exactly what was rejected */
-  }
-  if (!(u->flags & F_DIRTY)) {
-    u->flags = (uint16_t)((u->flags | F_DIRTY) & ~F_RETRY);
-    u->t = ts;
   }
   if (!s->debounce) {
     return 1;
   }
+  mcp_tstamp seen = (u->flags & F_DIRTY) ? u->t : ts;
   return ts >= u->u.coll->last_change + s->debounce ||
-         (s->max_delay && ts >= u->t + s->max_delay);
+         (s->max_delay && ts >= seen + s->max_delay);
 }
 
 int mcp_source_session_want_write(mcp_source_session *s, mcp_tstamp ts) {
-  check_ts(s, ts);
+  assert(ts >= s->last_ts && "time went backwards");
   if (s->trigger_pending) {
     return 1;
   }
-  resolve(s);
+  resolve(s); /* a lookup cache: nothing observable changes */
   for (size_t i = 0; i < s->nsubs; ++i) {
     if (ready(s, &s->subs[i], ts)) {
       return 1;
@@ -798,10 +819,10 @@ int mcp_source_session_want_write(mcp_source_session *s, mcp_tstamp ts) {
   return 0;
 }
 
-mcp_tstamp mcp_source_session_get_expiry(mcp_source_session *s) {
+mcp_tstamp mcp_source_session_get_expiry(const mcp_source_session *s) {
   mcp_tstamp t = MCP_TSTAMP_MAX;
   for (size_t i = 0; i < s->nsubs; ++i) {
-    sub *u = &s->subs[i];
+    const sub *u = &s->subs[i];
     if (s->version_reached && (u->flags & F_KNOWN) &&
         (u->flags & (F_ANSWER | F_RESUME)) == (F_ANSWER | F_RESUME) &&
         u->t + s->catchup_timeout > s->last_ts &&
@@ -838,6 +859,8 @@ mcp_tstamp mcp_source_session_get_expiry(mcp_source_session *s) {
 
 int mcp_source_session_handle_expiry(mcp_source_session *s, mcp_tstamp ts) {
   check_ts(s, ts);
+  resolve(s);
+  note_changes(s, ts);
   for (size_t i = 0; i < s->nsubs; ++i) {
     sub *u = &s->subs[i];
     if ((u->flags & F_RETRY) && u->t <= ts) {
@@ -870,6 +893,7 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
     return next_trigger(s, pmsg);
   }
   resolve(s);
+  note_changes(s, ts);
   size_t idx = s->nsubs;
   for (size_t k = 0; k < s->nsubs; ++k) {
     size_t i = (s->rr + k) % s->nsubs;

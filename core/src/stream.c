@@ -23,6 +23,7 @@ struct mcp_stream {
   int err;              /* kept error: the next pump ends the stream */
   int peer_half_closed; /* the peer sends nothing more */
   int half_closed;      /* client: our side is half-closed */
+  int finish;           /* client: mcp_stream_finish() was called */
   mcp_tstamp not_before; /* spin guard for timers */
   uint64_t received, sent;
   mcp_stream_waker waker;
@@ -153,8 +154,10 @@ mcp_stream_action mcp_stream_pump(mcp_stream *st, mcp_tstamp ts, int can_send,
     *details = "";
     return MCP_STREAM_END;
   }
-  if ((st->ops->flags & MCP_STREAM_CLIENT_HALF_CLOSE_AFTER_FIRST) &&
-      !st->half_closed && st->sent > 0) {
+  if (!st->half_closed &&
+      (st->finish ||
+       ((st->ops->flags & MCP_STREAM_CLIENT_HALF_CLOSE_AFTER_FIRST) &&
+        st->sent > 0))) {
     st->half_closed = 1;
     return MCP_STREAM_HALF_CLOSE;
   }
@@ -168,6 +171,8 @@ mcp_tstamp mcp_stream_get_expiry(const mcp_stream *st) {
   mcp_tstamp e = session_expiry(st);
   return e < st->not_before ? st->not_before : e;
 }
+
+void mcp_stream_finish(mcp_stream *st) { st->finish = 1; }
 
 uint64_t mcp_stream_received(const mcp_stream *st) { return st->received; }
 uint64_t mcp_stream_sent(const mcp_stream *st) { return st->sent; }

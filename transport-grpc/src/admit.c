@@ -83,9 +83,11 @@ void mcp_grpc_admit_tick(mcp_grpc_ep *ep, mcp_tstamp *deadline) {
 
 void mcp_grpc_admit_check_initial(mcp_grpc_stream *s) {
   mcp_grpc_ep *ep = s->ep;
-  if (!mcp_admit_ticket_initial(s->ticket) || !s->src)
+  const mcp_source_session *src =
+      s->st ? mcp_stream_source_session(s->st) : NULL;
+  if (!mcp_admit_ticket_initial(s->ticket) || !src)
     return;
-  if (mcp_admit_initial_sent(s->src, ep->now)) {
+  if (mcp_admit_initial_sent(src, ep->now)) {
     mcp_admit_initial_done(ep->admit, s->ticket);
     ep->admit_dirty = 1; /* the next tick gives the slot to a waiting call */
   }

@@ -97,11 +97,11 @@ struct mcp_grpc_stream {
   mcp_grpc_role role;
   mcp_service service; /* from the method */
   int dialed;
-  mcp_source_session *src;
-  mcp_sink_session *snk;
-  /* ROLE_SERVICE: the engine's stream (owned: mcp_stream_del() in
-   * drop_session()), the service served (LISTEN), or the slot and the
-   * connection of the client's call (dialed). */
+  /* The engine's stream, MCP's (mcp_source_stream_new(),
+   * mcp_sink_stream_new()) or a service's or client's: owned,
+   * mcp_stream_del() in drop_session(). ROLE_SERVICE: the service served
+   * (LISTEN), or the slot and the connection of the client's call
+   * (dialed). */
   mcp_stream *st;
   const mcp_service_def *svc;
   size_t slot;
@@ -109,7 +109,7 @@ struct mcp_grpc_stream {
   int recv_busy; /* a receive is in flight */
   char *peer; /* gpr_malloc'd by gRPC */
   mcp_tstamp opened;
-  mcp_tstamp expiry; /* of the source session, cached */
+  mcp_tstamp expiry; /* of the engine's stream, cached */
   uint64_t received, sent;
   mcp_grpc_stream_state state;
   int dirty;  /* pump at the end of this loop iteration */
@@ -133,10 +133,8 @@ struct mcp_grpc_stream {
   int authorized; /* may send: admitted, or (dialed) the server allowed */
   int connected;  /* dialed: the initial metadata went out */
   int md_sent;    /* server: SEND_INITIAL_METADATA started */
-  int half_closed; /* server: the client half-closed; the stream ends
-                      once the session has nothing more to send now */
-  int client_done; /* dialed: finish asked; half-close once nothing is
-                      left to send now */
+  int client_done; /* dialed: the driver said HALF_CLOSE; the close goes
+                      out after the send in flight */
   int close_sent;  /* dialed: SEND_CLOSE_FROM_CLIENT started */
 
   /* Admission (admit.c, LISTEN): the stream's place in ep->admit (NULL
@@ -181,7 +179,7 @@ struct mcp_grpc_ep {
   mcp_grpc_stream *streams;
   size_t nstreams;
   uint64_t next_id;
-  mcp_grpc_stream *sink_stream; /* the stream holding the sink session */
+  mcp_grpc_stream *sink_stream; /* the newest sink stream (finish) */
   /* A stream was woken (mcp_stream_wake) during a pass of the tick: the
    * tick makes another pass, so that it is pumped before the loop
    * sleeps. */

@@ -89,8 +89,10 @@ void mcp_grpc_stream_info_fill(const mcp_grpc_stream *s,
   info->id = s->id;
   info->peer = s->peer ? s->peer : "";
   info->dialed = s->dialed;
-  info->source = s->src;
-  info->sink = s->snk;
+  /* MCP's streams show their session; the others their engine stream. */
+  int mcp = s->role != MCP_GRPC_ROLE_SERVICE;
+  info->source = s->st && mcp ? mcp_stream_source_session(s->st) : NULL;
+  info->sink = s->st && mcp ? mcp_stream_sink_session(s->st) : NULL;
   info->opened = s->opened;
   info->received = s->received;
   info->sent = s->sent;
@@ -100,14 +102,14 @@ void mcp_grpc_stream_info_fill(const mcp_grpc_stream *s,
   info->nidentities = s->nids;
   info->tls = s->tls;
   info->initial = mcp_admit_ticket_initial(s->ticket);
-  info->stream = s->st;
+  info->stream = mcp ? NULL : s->st;
 }
 
 static void fill_stats(mcp_grpc_ep *ep, mcp_grpc_stats *st) {
   *st = ep->stats;
   st->streams = 0;
   for (mcp_grpc_stream *s = ep->streams; s; s = s->next)
-    if (s->src || s->snk || s->st)
+    if (s->st)
       st->streams++;
   mcp_grpc_admit_stats(ep, st);
 }
@@ -136,8 +138,9 @@ static void run_job(mcp_grpc_ep *ep, mcp_grpc_job *job) {
   }
   case MCP_GRPC_JOB_FINISH:
     ep->finished = 1;
-    if (ep->sink_stream && ep->sink_stream->dialed) {
-      ep->sink_stream->client_done = 1;
+    if (ep->sink_stream && ep->sink_stream->dialed &&
+        ep->sink_stream->st) {
+      mcp_stream_finish(ep->sink_stream->st);
       ep->sink_stream->dirty = 1;
     }
     break;
@@ -145,7 +148,7 @@ static void run_job(mcp_grpc_ep *ep, mcp_grpc_job *job) {
     for (mcp_grpc_stream *s = ep->streams; s; s = s->next) {
       /* Calls waiting for admission have no session yet. */
       if (s->role == MCP_GRPC_ROLE_NONE || s->state != MCP_GRPC_ST_OPEN ||
-          (!s->src && !s->snk && !s->st))
+          !s->st)
         continue;
       mcp_grpc_stream_info info;
       mcp_grpc_stream_info_fill(s, &info);

@@ -47,14 +47,6 @@ static void set_details(mcp_grpc_stream *s, const char *details) {
 }
 
 static void drop_session(mcp_grpc_stream *s) {
-  if (s->src) {
-    mcp_source_session_del(s->src);
-    s->src = NULL;
-  }
-  if (s->snk) {
-    mcp_sink_session_del(s->snk);
-    s->snk = NULL;
-  }
   if (s->st) {
     mcp_stream_del(s->st);
     s->st = NULL;
@@ -179,28 +171,26 @@ static int open_service(mcp_grpc_stream *s) {
   return 0;
 }
 
+/* MCP's own streams run on the driver as every other protocol; the core
+ * holds MCP's rules (the dialing source's trigger, the newest sink stream
+ * wins). */
 static int open_session(mcp_grpc_stream *s) {
   mcp_grpc_ep *ep = s->ep;
+  mcp_stream *st = NULL;
   int rv;
   if (s->role == MCP_GRPC_ROLE_SERVICE)
     return open_service(s);
-  if (s->role == MCP_GRPC_ROLE_SOURCE) {
-    mcp_source_options o = ep->source_opts;
-    o.send_trigger = s->dialed; /* Istio's sinks wait for a first push */
-    o.service = s->service;
-    rv = mcp_source_session_new(&s->src, &o, ep->now);
-    if (rv == 0)
-      s->expiry = mcp_source_session_get_expiry(s->src);
+  if (s->role == MCP_GRPC_ROLE_SOURCE)
+    rv = mcp_source_stream_new(&st, &ep->source_opts, s->service, s->dialed,
+                               ep->now);
+  else
+    rv = mcp_sink_stream_new(&st, ep->state, ep->now);
+  if (rv < 0)
     return rv;
-  }
-  /* The state takes one session at a time: the newest stream wins. */
-  if (ep->sink_stream)
-    mcp_grpc_stream_finish(ep->sink_stream, GRPC_STATUS_ABORTED,
-                           "replaced by a newer stream");
-  rv = mcp_sink_session_new(&s->snk, ep->state, ep->now);
-  if (rv == 0)
+  attach(s, st);
+  if (s->role == MCP_GRPC_ROLE_SINK)
     ep->sink_stream = s;
-  return rv;
+  return 0;
 }
 
 static void start_recv(mcp_grpc_stream *s) {
@@ -282,6 +272,20 @@ void mcp_grpc_stream_refuse(mcp_grpc_stream *s, int status,
   notify(s, MCP_GRPC_STREAM_REFUSED);
 }
 
+/* Reads the peer's identities and asks the authorizer: 0 (the stream is
+ * authorized) or the status to end it with, counted in the stats. */
+static int identify_and_authorize(mcp_grpc_stream *s, const char **details) {
+  mcp_grpc_stream_identify(s);
+  int code = mcp_grpc_stream_authorize(s, details);
+  if (code == GRPC_STATUS_UNAUTHENTICATED)
+    s->ep->stats.refused_unauthenticated++;
+  else if (code)
+    s->ep->stats.refused_denied++;
+  else
+    s->authorized = 1;
+  return code;
+}
+
 /* A new call: nothing is read from or sent on it (and no session exists)
  * until it is authorized and admitted. The close operation is posted at
  * once, so that a client giving up while its call waits is noticed. A
@@ -309,18 +313,12 @@ static void accept_call(mcp_grpc_ep *ep, grpc_call *call, mcp_service service,
                            "server shutting down");
     return;
   }
-  mcp_grpc_stream_identify(s);
   const char *details = NULL;
-  int code = mcp_grpc_stream_authorize(s, &details);
+  int code = identify_and_authorize(s, &details);
   if (code) {
-    if (code == GRPC_STATUS_UNAUTHENTICATED)
-      ep->stats.refused_unauthenticated++;
-    else
-      ep->stats.refused_denied++;
     mcp_grpc_stream_refuse(s, code, details);
     return;
   }
-  s->authorized = 1;
   mcp_grpc_admit(s);
 }
 
@@ -356,7 +354,7 @@ void mcp_grpc_stream_reauthorize(mcp_grpc_stream *s) {
   if (!code)
     return;
   s->ep->stats.revoked++;
-  if (!s->dialed && !s->src && !s->snk && !s->st)
+  if (!s->dialed && !s->st)
     mcp_grpc_stream_refuse(s, code, details); /* it was waiting */
   else
     mcp_grpc_stream_finish(s, code, details);
@@ -366,22 +364,13 @@ void mcp_grpc_stream_reauthorize(mcp_grpc_stream *s) {
  * handshake) is up and the server's identity is known. Nothing has been
  * sent yet: the server is authorized first. */
 static void dial_connected(mcp_grpc_stream *s) {
-  mcp_grpc_ep *ep = s->ep;
   s->connected = 1;
   gpr_free(s->peer);
   s->peer = grpc_call_get_peer(s->call);
-  mcp_grpc_stream_identify(s);
   const char *details = NULL;
-  int code = mcp_grpc_stream_authorize(s, &details);
-  if (code) {
-    if (code == GRPC_STATUS_UNAUTHENTICATED)
-      ep->stats.refused_unauthenticated++;
-    else
-      ep->stats.refused_denied++;
+  int code = identify_and_authorize(s, &details);
+  if (code)
     mcp_grpc_stream_finish(s, code, details);
-    return;
-  }
-  s->authorized = 1;
 }
 
 void mcp_grpc_stream_dial(mcp_grpc_ep *ep, grpc_call *call) {
@@ -470,11 +459,14 @@ static void send_close(mcp_grpc_stream *s) {
   s->close_sent = 1;
 }
 
-/* An engine stream: what the driver says, until it has nothing now. One
- * message in flight at a time: after a SEND, the next pumps only run
- * timers and look for the end, until on_send pumps again. */
-static void pump_service(mcp_grpc_stream *s) {
+/* What the driver says, until it has nothing now. One message in flight
+ * at a time: after a SEND, the next pumps only run timers and look for
+ * the end, until on_send pumps again. */
+void mcp_grpc_stream_pump(mcp_grpc_stream *s) {
   mcp_grpc_ep *ep = s->ep;
+  s->dirty = 0;
+  if (s->state != MCP_GRPC_ST_OPEN || !s->authorized)
+    return;
   /* Each turn either starts a send (the following ones cannot send) or
    * ends the loop: a few turns suffice. */
   for (int turn = 0; turn < 4 && s->st && s->state == MCP_GRPC_ST_OPEN;
@@ -513,49 +505,9 @@ static void pump_service(mcp_grpc_stream *s) {
   if (s->dialed && s->client_done && !s->close_sent && !s->send_busy &&
       s->state == MCP_GRPC_ST_OPEN)
     send_close(s);
-  s->expiry = s->st ? mcp_stream_get_expiry(s->st) : MCP_TSTAMP_MAX;
-}
-
-void mcp_grpc_stream_pump(mcp_grpc_stream *s) {
-  mcp_grpc_ep *ep = s->ep;
-  s->dirty = 0;
-  if (s->state != MCP_GRPC_ST_OPEN || !s->authorized)
-    return;
-  if (s->role == MCP_GRPC_ROLE_SERVICE) {
-    pump_service(s);
-    return;
-  }
-  mcp_msg *msg = NULL;
-  int rv = 0;
-  if (s->src) {
-    if (s->expiry <= ep->now)
-      rv = mcp_source_session_handle_expiry(s->src, ep->now);
-    if (rv >= 0 && !s->send_busy)
-      rv = mcp_source_session_next(s->src, ep->now, &msg);
-    s->expiry = mcp_source_session_get_expiry(s->src);
-  } else if (s->snk && !s->send_busy && !s->close_sent) {
-    rv = mcp_sink_session_next(s->snk, &msg);
-  }
-  if (rv < 0) {
-    fail(s, rv);
-    return;
-  }
-  if (rv > 0 && msg)
-    send_msg(s, msg);
-  /* mcp_grpc_sink_finish(): what was ready went out; now the half-close,
-   * and the source's status ends the call. */
-  if (s->client_done && !s->close_sent && !s->send_busy)
-    send_close(s);
-  if (s->ticket && s->src)
+  if (s->ticket && s->st)
     mcp_grpc_admit_check_initial(s);
-  /* The client half-closed: the answers the session has for what it sent
-   * go out one by one (on_send pumps again); once a pump finds nothing to
-   * send at that moment, the stream ends with OK, as h2c's does. A store
-   * that keeps changing does not hold the stream open: what is pending
-   * for a later time (a debounce window, a push waiting for an ACK that
-   * will never come) is not waited for. */
-  if (s->half_closed && s->state == MCP_GRPC_ST_OPEN && !s->send_busy)
-    mcp_grpc_stream_finish(s, GRPC_STATUS_OK, "");
+  s->expiry = s->st ? mcp_stream_get_expiry(s->st) : MCP_TSTAMP_MAX;
 }
 
 /* Hands one received message to the session. */
@@ -564,23 +516,22 @@ static int deliver(mcp_grpc_stream *s, grpc_byte_buffer *bb) {
   const uint8_t *p;
   size_t len;
   grpc_slice flat;
-  int joined, rv;
+  int joined;
   if (mcp_grpc_buffer_bytes(bb, &p, &len, &flat, &joined) < 0)
     return MCP_ERR_MALFORMED;
-  if (s->st) {
-    /* The driver keeps a session's error for the next pump. */
-    mcp_stream_recv(s->st, p, len, ep->now);
-    s->expiry = mcp_stream_get_expiry(s->st);
-    rv = 0;
-  } else if (s->src) {
-    rv = mcp_source_session_recv(s->src, p, len, ep->now);
-    s->expiry = mcp_source_session_get_expiry(s->src);
-  } else {
-    rv = mcp_sink_session_recv(s->snk, p, len, ep->now);
-  }
+  /* The driver keeps a session's error for the next pump. */
+  mcp_stream_recv(s->st, p, len, ep->now);
+  s->expiry = mcp_stream_get_expiry(s->st);
   if (joined)
     grpc_slice_unref(flat);
-  return rv;
+  return 0;
+}
+
+/* A protocol client's call (unary, server streaming) hears the server's
+ * last message even when the status came first; MCP's streams end with
+ * their status. */
+static int keeps_last(const mcp_grpc_stream *s) {
+  return s->st && s->dialed && s->role == MCP_GRPC_ROLE_SERVICE;
 }
 
 static void on_recv(mcp_grpc_tag *tag, int ok) {
@@ -597,9 +548,9 @@ static void on_recv(mcp_grpc_tag *tag, int ok) {
   }
   if (ok && bb) {
     s->received++;
-    /* A client's engine stream still hears the server's last message
-     * when the status was seen first (on_close kept its session). */
-    if (s->state == MCP_GRPC_ST_OPEN || (s->st && s->dialed)) {
+    /* A client call still hears the server's last message when the
+     * status was seen first (on_close kept its session). */
+    if (s->state == MCP_GRPC_ST_OPEN || keeps_last(s)) {
       int rv = deliver(s, bb);
       if (rv < 0) {
         fail(s, rv);
@@ -610,18 +561,11 @@ static void on_recv(mcp_grpc_tag *tag, int ok) {
       }
     }
   } else if (ok && !s->dialed && s->st) {
-    /* An engine stream: the driver applies the protocol's half-close
-     * rule (MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE or not). */
+    /* The client half-closed: nothing more is read; the driver applies
+     * the protocol's half-close rule (MCP's: what is ready now, the
+     * answers to what it sent, still goes out, then OK). */
     if (s->state == MCP_GRPC_ST_OPEN) {
       mcp_stream_half_close(s->st, s->ep->now);
-      s->dirty = 1;
-    }
-  } else if (ok && !s->dialed) {
-    /* The client half-closed: nothing more is read, but what the session
-     * has ready (the answers to what it sent) is still sent; the pump
-     * ends the stream with OK once there is nothing left now. */
-    if (s->state == MCP_GRPC_ST_OPEN) {
-      s->half_closed = 1;
       s->dirty = 1;
     }
   }
@@ -686,10 +630,10 @@ static void on_close(mcp_grpc_tag *tag, int ok) {
     set_details(s, "cancelled");
   }
   if (s->state != MCP_GRPC_ST_CLOSING) {
-    /* A client's engine stream keeps its session while a receive is in
-     * flight: it may still carry the server's last message (on_recv);
-     * maybe_free() deletes it. */
-    if (!(s->st && s->dialed && s->recv_busy))
+    /* A client call keeps its session while a receive is in flight: it
+     * may still carry the server's last message (on_recv); maybe_free()
+     * deletes it. */
+    if (!(keeps_last(s) && s->recv_busy))
       drop_session(s);
     s->state = MCP_GRPC_ST_CLOSING;
   }

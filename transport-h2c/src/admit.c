@@ -125,9 +125,11 @@ void mcp_h2c_admit_run(mcp_h2c_ep *ep) {
 
 void mcp_h2c_admit_check_initial(mcp_h2c_stream *s, mcp_tstamp now) {
   mcp_h2c_ep *ep = s->c->ep;
-  if (!s->src || !mcp_admit_ticket_initial(s->ticket))
+  const mcp_source_session *src =
+      s->eng ? mcp_stream_source_session(s->eng) : NULL;
+  if (!src || !mcp_admit_ticket_initial(s->ticket))
     return;
-  if (mcp_admit_initial_sent(s->src, now)) {
+  if (mcp_admit_initial_sent(src, now)) {
     mcp_admit_initial_done(ep->admit, s->ticket);
     later(ep);
   }

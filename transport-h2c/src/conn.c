@@ -384,7 +384,7 @@ static mcp_tstamp next_deadline(const mcp_h2c_conn *c) {
   const mcp_h2c_options *o = &ep->opts;
   mcp_tstamp t = MCP_TSTAMP_MAX;
   for (const mcp_h2c_stream *s = c->streams; s; s = s->next) {
-    if ((s->src || s->eng) && s->expiry < t)
+    if (s->eng && s->expiry < t)
       t = s->expiry;
     if (!s->finishing && s->deadline < t)
       t = s->deadline;
@@ -430,7 +430,7 @@ static void on_timer(uv_timer_t *t) {
   for (mcp_h2c_stream *s = c->streams; s; s = s->next) {
     if (!s->finishing && s->deadline <= now)
       mcp_h2c_stream_finish(s, 4, "deadline exceeded"); /* DEADLINE_EXCEEDED */
-    else if ((s->src || s->eng) && s->expiry <= now)
+    else if (s->eng && s->expiry <= now)
       s->dirty = 1;
   }
   if (keepalive_on(c)) {

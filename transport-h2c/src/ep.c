@@ -45,15 +45,16 @@ void mcp_h2c_info_fill(const mcp_h2c_stream *s, mcp_h2c_stream_info *info) {
   info->id = s->seq;
   info->peer = s->c->peer;
   info->dialed = s->dialed;
-  info->source = s->src;
-  info->sink = s->snk;
+  /* MCP's streams show their session; the others their engine stream. */
+  info->source = s->eng && s->mcp ? mcp_stream_source_session(s->eng) : NULL;
+  info->sink = s->eng && s->mcp ? mcp_stream_sink_session(s->eng) : NULL;
   info->opened = s->opened;
   info->received = s->received;
   info->sent = s->sent;
   info->status = s->status;
   info->details = s->details ? s->details : "";
   info->sending = s->out != NULL;
-  info->stream = s->eng;
+  info->stream = s->mcp ? NULL : s->eng;
   info->api = s->api ? s->api : (s->svc || s->in_slot ? "" : NULL);
   info->method = s->hd.path ? s->hd.path : "";
 }
@@ -75,7 +76,7 @@ static size_t for_streams(mcp_h2c_ep *ep, mcp_h2c_stream_fn fn, void *ud) {
   size_t n = 0;
   for (mcp_h2c_conn *c = ep->conns; c; c = c->next) {
     for (mcp_h2c_stream *s = c->streams; s; s = s->next) {
-      if (!s->src && !s->snk && !s->eng)
+      if (!s->eng)
         continue;
       n++;
       if (fn) {
@@ -657,8 +658,8 @@ int mcp_h2c_sink_finish(mcp_h2c_sink *sink) {
     return MCP_ERR_INVALID_ARGUMENT;
   ep->finished = 1;
   mcp_h2c_stream *s = ep->sink_stream;
-  if (s && s->dialed) {
-    s->client_done = 1;
+  if (s && s->dialed && s->eng) {
+    mcp_stream_finish(s->eng);
     s->dirty = 1;
     mcp_h2c_conn_mark(s->c);
   }

@@ -65,16 +65,6 @@ void mcp_h2c_stream_set_details(mcp_h2c_stream *s, const char *details) {
 
 static void drop_session(mcp_h2c_stream *s) {
   mcp_h2c_conn *c = s->c;
-  if (s->src) {
-    mcp_source_session_del(s->src);
-    s->src = NULL;
-    c->nmcp--;
-  }
-  if (s->snk) {
-    mcp_sink_session_del(s->snk);
-    s->snk = NULL;
-    c->nmcp--;
-  }
   if (s->eng) {
     mcp_stream *st = s->eng;
     s->eng = NULL; /* ops->del may wake other streams, never this one */
@@ -169,12 +159,14 @@ void mcp_h2c_stream_attach(mcp_h2c_stream *s, mcp_stream *st,
   mcp_h2c_conn *c = s->c;
   const mcp_stream_ops *ops = mcp_stream_get_ops(st);
   s->eng = st;
-  const char *name = ops && ops->name ? ops->name : "";
-  size_t n = strlen(name) + 1;
-  mcp_h2c_free(&c->ep->mem, s->api);
-  s->api = mcp_h2c_malloc(&c->ep->mem, n);
-  if (s->api)
-    memcpy(s->api, name, n); /* NULL (no memory): reported as "" */
+  if (!s->mcp) { /* MCP's own streams report no API (info.api NULL) */
+    const char *name = ops && ops->name ? ops->name : "";
+    size_t n = strlen(name) + 1;
+    mcp_h2c_free(&c->ep->mem, s->api);
+    s->api = mcp_h2c_malloc(&c->ep->mem, n);
+    if (s->api)
+      memcpy(s->api, name, n); /* NULL (no memory): reported as "" */
+  }
   mcp_stream_set_waker(st, on_wake, s);
   s->expiry = mcp_stream_get_expiry(st);
   c->nmcp++;
@@ -205,30 +197,21 @@ int mcp_h2c_stream_open_session(mcp_h2c_stream *s) {
     mcp_h2c_stream_attach(s, st, now);
     return 0;
   }
-  if (ep->role == MCP_H2C_ROLE_SOURCE) {
-    mcp_source_options o = ep->source_opts;
-    o.send_trigger = s->dialed; /* Istio's sinks wait for a first push */
-    o.service = s->service;
-    rv = mcp_source_session_new(&s->src, &o, now);
-    if (rv < 0)
-      return rv;
-    s->expiry = mcp_source_session_get_expiry(s->src);
-  } else {
-    /* The state takes one session at a time: the newest stream wins. */
-    mcp_h2c_stream *old = ep->sink_stream;
-    if (old && old != s)
-      mcp_h2c_stream_finish(old, 10,
-                            "replaced by a newer stream"); /* ABORTED */
-    rv = mcp_sink_session_new(&s->snk, ep->state, now);
-    if (rv < 0)
-      return rv;
+  /* MCP's own streams run on the driver as every other protocol; the
+   * core holds MCP's rules (the dialing source's trigger, the newest sink
+   * stream wins). */
+  mcp_stream *st = NULL;
+  if (ep->role == MCP_H2C_ROLE_SOURCE)
+    rv = mcp_source_stream_new(&st, &ep->source_opts, s->service, s->dialed,
+                               now);
+  else
+    rv = mcp_sink_stream_new(&st, ep->state, now);
+  if (rv < 0)
+    return rv;
+  s->mcp = 1;
+  mcp_h2c_stream_attach(s, st, now);
+  if (ep->role != MCP_H2C_ROLE_SOURCE)
     ep->sink_stream = s;
-  }
-  c->nmcp++;
-  s->kind = MCP_H2C_SK_GRPC;
-  s->seq = ++ep->next_stream_id;
-  s->opened = now;
-  s->dirty = 1;
   return 0;
 }
 
@@ -492,23 +475,10 @@ int mcp_h2c_stream_submit_request(mcp_h2c_stream *s) {
 static void deliver(mcp_h2c_stream *s, const uint8_t *p, size_t n) {
   mcp_h2c_ep *ep = s->c->ep;
   mcp_tstamp now = mcp_h2c_now();
-  int rv;
   s->received++;
   ep->msgs_in++;
-  if (s->eng) {
-    /* An error is kept by the driver: the next pump ends the stream. */
-    mcp_stream_recv(s->eng, p, n, now);
-    rv = 0;
-  } else if (s->src) {
-    rv = mcp_source_session_recv(s->src, p, n, now);
-    s->expiry = mcp_source_session_get_expiry(s->src);
-  } else {
-    rv = mcp_sink_session_recv(s->snk, p, n, now);
-  }
-  if (rv < 0) {
-    mcp_h2c_stream_finish(s, mcp_error_grpc_status(rv), mcp_strerror(rv));
-    return;
-  }
+  /* An error is kept by the driver: the next pump ends the stream. */
+  mcp_stream_recv(s->eng, p, n, now);
   s->dirty = 1;
   s->c->dirty = 1;
 }
@@ -584,12 +554,16 @@ static void queue(mcp_h2c_stream *s, mcp_msg *msg) {
   }
 }
 
-/* A service or client call: what the driver says, until it has nothing
- * more now. One message at a time: can_send is 0 while one is queued or
- * the socket is full, and the end of that send pumps again. */
-static void pump_engine(mcp_h2c_stream *s, mcp_tstamp now) {
+/* What the driver says, until it has nothing more now. One message at a
+ * time: can_send is 0 while one is queued or the socket is full, and the
+ * end of that send pumps again. */
+void mcp_h2c_stream_pump(mcp_h2c_stream *s, mcp_tstamp now) {
   mcp_h2c_conn *c = s->c;
   int blocked = 0;
+  if (s->kind != MCP_H2C_SK_GRPC || s->finishing || !s->eng)
+    return;
+  if (s->id == 0) /* dialed, not connected yet */
+    return;
   for (int round = 0; round < 16 && s->eng && !s->finishing; ++round) {
     blocked = c->wfill.len >= (size_t)c->ep->opts.write_buffer_size;
     /* After our half-close nothing is in flight either: the driver still
@@ -629,75 +603,16 @@ static void pump_engine(mcp_h2c_stream *s, mcp_tstamp now) {
   }
   if (!s->eng || s->finishing)
     return;
+  if (s->ticket)
+    mcp_h2c_admit_check_initial(s, now);
   s->expiry = mcp_stream_get_expiry(s->eng);
-  /* As for source sessions: a due timer that cannot act until the send in
-   * flight ends waits for that end (which marks the stream dirty). */
+  /* A due timer that cannot act until the send in flight ends waits for
+   * that end (which marks the stream dirty): a timer for a time already
+   * past would fire at once, forever, and starve the loop's I/O. */
   if (s->expiry <= now && (s->out || blocked))
     s->expiry = MCP_TSTAMP_MAX;
   if (blocked && !s->out)
     s->dirty = 1; /* pull once the socket drains (the next kick) */
-}
-
-void mcp_h2c_stream_pump(mcp_h2c_stream *s, mcp_tstamp now) {
-  mcp_h2c_conn *c = s->c;
-  if (s->kind != MCP_H2C_SK_GRPC || s->finishing ||
-      (!s->src && !s->snk && !s->eng))
-    return;
-  if (s->id == 0) /* dialed, not connected yet */
-    return;
-  if (s->eng) {
-    pump_engine(s, now);
-    return;
-  }
-  int blocked = c->wfill.len >= (size_t)c->ep->opts.write_buffer_size;
-  mcp_msg *msg = NULL;
-  int rv = 0;
-  if (s->src) {
-    if (s->expiry <= now)
-      rv = mcp_source_session_handle_expiry(s->src, now);
-    if (rv >= 0 && !s->out && !blocked)
-      rv = mcp_source_session_next(s->src, now, &msg);
-    s->expiry = mcp_source_session_get_expiry(s->src);
-    /* A push that is due but cannot be pulled yet (a message still being
-     * sent, or the socket full) waits for that send to end, which marks
-     * the stream dirty again: a timer for a time already past would fire
-     * at once, forever, and starve the loop's I/O. */
-    if (s->expiry <= now && (s->out || msg || blocked))
-      s->expiry = MCP_TSTAMP_MAX;
-  } else if (!s->out && !blocked && !s->local_closed) {
-    rv = mcp_sink_session_next(s->snk, &msg);
-  }
-  if (rv < 0) {
-    mcp_h2c_stream_finish(s, mcp_error_grpc_status(rv), mcp_strerror(rv));
-    return;
-  }
-  if (msg)
-    queue(s, msg);
-  if (s->client_done && s->dialed && !s->out && !s->local_closed) {
-    /* mcp_h2c_sink_finish(): what was ready went out; the data source now
-     * ends our side (END_STREAM) and the source's trailers end the
-     * stream. */
-    s->local_closed = 1;
-    if (s->deferred) {
-      s->deferred = 0;
-      nghttp2_session_resume_data(c->h2, s->id);
-    }
-    c->dirty = 1;
-  }
-  if (s->ticket)
-    mcp_h2c_admit_check_initial(s, now);
-  if (blocked && !s->out)
-    s->dirty = 1; /* pull once the socket drains (the next kick) */
-  if (s->remote_closed && !s->dialed && !s->out && !s->finishing) {
-    /* The client half-closed: send what the session has ready now (the
-     * answers to what it sent), then end with OK. */
-    int more = s->src ? mcp_source_session_want_write(s->src, now)
-                      : mcp_sink_session_want_write(s->snk);
-    if (!more)
-      mcp_h2c_stream_finish(s, MCP_CODE_OK, "");
-    else
-      s->dirty = 1;
-  }
 }
 
 /* Copies |n| bytes of the outgoing message from |out_sent| on. */

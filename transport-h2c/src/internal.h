@@ -57,19 +57,18 @@ struct mcp_h2c_stream {
   mcp_h2c_headers hd;
   mcp_tstamp deadline; /* grpc-timeout, MCP_TSTAMP_MAX when none */
 
-  mcp_source_session *src;
-  mcp_sink_session *snk;
-  /* Service (server) and client calls: the protocol's stream driver, the
-   * service routed to (server), the call slot (client: |in_slot| while
-   * the slot is this stream's), and whether the peer's half-close was
-   * told to the driver. */
+  /* Every gRPC call: the protocol's stream driver (MCP's own, |mcp|, or
+   * a service's or client's), the service routed to (server), the call
+   * slot (client: |in_slot| while the slot is this stream's), and whether
+   * the peer's half-close was told to the driver. */
   mcp_stream *eng;
+  int mcp;
   const mcp_service_def *svc;
   size_t slot;
   int in_slot;
   int eng_half_closed;
   char *api; /* a copy of ops->name (CLOSED reports it after del) */
-  mcp_tstamp expiry; /* of the source session or the driver, cached */
+  mcp_tstamp expiry; /* of the driver, cached */
   mcp_tstamp opened;
   uint64_t received, sent;
 
@@ -91,8 +90,6 @@ struct mcp_h2c_stream {
   int finishing;          /* the status is decided (trailers pending) */
   int trailers_submitted;
   int remote_closed;      /* the peer half-closed */
-  int client_done;        /* dialed: finish asked; END_STREAM once nothing
-                             is left to send now */
   int local_closed;       /* dialed: END_STREAM is (to be) sent */
   int announced;          /* OPENED was reported */
   int dirty;              /* pump at the next kick */
@@ -234,7 +231,7 @@ struct mcp_h2c_ep {
   int refs;     /* open handles (the object's and its connections') */
   mcp_h2c_conn *conns;
   size_t nconns;
-  mcp_h2c_stream *sink_stream; /* the stream holding the sink session */
+  mcp_h2c_stream *sink_stream; /* the newest sink stream (finish) */
   int finished; /* DIAL: mcp_h2c_sink_finish(): no new connection */
   uint64_t next_stream_id;
   mcp_tstamp grace_at;

@@ -296,9 +296,58 @@ MCP_EXTERN void mcp_stream_set_waker(mcp_stream *st, mcp_stream_waker fn,
                                      void *user_data);
 MCP_EXTERN void mcp_stream_wake(mcp_stream *st);
 
+/* Client side: the application is done sending. Once next() has nothing
+ * more to send now, the pump says HALF_CLOSE (once); the peer's status then
+ * ends the call. Ignored by a server-side transport. */
+MCP_EXTERN void mcp_stream_finish(mcp_stream *st);
+
 /* Messages received and sent (pumped as SEND) so far. */
 MCP_EXTERN uint64_t mcp_stream_received(const mcp_stream *st);
 MCP_EXTERN uint64_t mcp_stream_sent(const mcp_stream *st);
+
+/* ------------------------------------------------------------------ */
+/* MCP's own sessions on the driver                                    */
+/* ------------------------------------------------------------------ */
+
+/*
+ * How both transports run MCP: the same driver as any other protocol, and
+ * the MCP rules a transport would otherwise repeat.
+ *
+ * mcp_source_stream_new(): a stream over a new mcp_source_session made
+ * from a copy of |opts| (versioned as mcp_source_session_new()), speaking
+ * |service|. |dialed|: this side opened the call (a source dialing
+ * ResourceSink); the session then sends Istio's trigger first, since
+ * Istio's sinks wait for a first push (|opts->send_trigger| and
+ * |opts->service| are overridden). The peer's half-close ends the stream
+ * with OK once what is ready now has gone out. Errors: as
+ * mcp_source_session_new().
+ */
+MCP_EXTERN int mcp_source_stream_new_versioned(mcp_stream **pst, int version,
+                                               const mcp_source_options *opts,
+                                               mcp_service service,
+                                               int dialed, mcp_tstamp ts);
+#define mcp_source_stream_new(PST, OPTS, SERVICE, DIALED, TS)                \
+  mcp_source_stream_new_versioned((PST), MCP_SOURCE_OPTIONS_VERSION, (OPTS), \
+                                  (SERVICE), (DIALED), (TS))
+
+/*
+ * A stream over a new mcp_sink_session of |state| (kept by pointer: it
+ * must outlive the stream). A state takes one session at a time and the
+ * newest stream wins: when another stream made here runs the state's
+ * session, that session is deleted now (what the state holds stays) and
+ * that stream is woken; its next pump ends it with ABORTED "replaced by a
+ * newer stream". Errors: NOMEM (an older stream is replaced all the same),
+ * INVALID_ARGUMENT (the state's session was made with
+ * mcp_sink_session_new(), not here).
+ */
+MCP_EXTERN int mcp_sink_stream_new(mcp_stream **pst, mcp_sink_state *state,
+                                   mcp_tstamp ts);
+
+/* The MCP session behind |st|: NULL when |st| runs another protocol, or
+ * (sink) once a newer stream replaced it. Borrowed, valid until the next
+ * call on |st|: for reading (stream info, admission, metrics). */
+MCP_EXTERN mcp_source_session *mcp_stream_source_session(const mcp_stream *st);
+MCP_EXTERN mcp_sink_session *mcp_stream_sink_session(const mcp_stream *st);
 
 /* ------------------------------------------------------------------ */
 /* Services (listening side) and clients (dialing side)                */

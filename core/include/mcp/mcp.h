@@ -139,6 +139,7 @@ enum {
   MCP_CODE_NOT_FOUND = 5,
   MCP_CODE_RESOURCE_EXHAUSTED = 8,
   MCP_CODE_FAILED_PRECONDITION = 9,
+  MCP_CODE_ABORTED = 10,
   MCP_CODE_UNIMPLEMENTED = 12,
   MCP_CODE_INTERNAL = 13,
   MCP_CODE_UNAVAILABLE = 14
@@ -761,9 +762,10 @@ MCP_EXTERN int mcp_source_session_recv(mcp_source_session *s,
                                        const uint8_t *in, size_t len,
                                        mcp_tstamp ts);
 
-/* 1 when mcp_source_session_next() would produce a message at |ts|. Also
- * notes when the stream first saw a change waiting (max_delay counts from
- * then): call it after every change of the store. */
+/* 1 when mcp_source_session_next() would produce a message at |ts|.
+ * Changes nothing observable: the time-dependent work (the max_delay clock
+ * of a change starts when next() or handle_expiry() first sees it) is
+ * theirs. */
 MCP_EXTERN int mcp_source_session_want_write(mcp_source_session *s,
                                              mcp_tstamp ts);
 
@@ -788,9 +790,10 @@ MCP_EXTERN int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
  * transport that cannot take the push yet waits for its own send to end,
  * not for a timer). A NACK retry's time stays until handle_expiry() has
  * acted on it. */
-MCP_EXTERN mcp_tstamp mcp_source_session_get_expiry(mcp_source_session *s);
+MCP_EXTERN mcp_tstamp mcp_source_session_get_expiry(const mcp_source_session *s);
 
-/* Acts on expired timers. After it, check want_write(). */
+/* Acts on expired timers, and starts the max_delay clock of changes not
+ * seen yet. After it, check want_write(). */
 MCP_EXTERN int mcp_source_session_handle_expiry(mcp_source_session *s,
                                                 mcp_tstamp ts);
 

@@ -1,0 +1,260 @@
+/*
+ * MCP's own sessions on the stream driver (mcp/engine.h, "MCP's own
+ * sessions on the driver"): the rules both transports used to carry each
+ * on their own, now in the core: a dialing source speaks first with
+ * Istio's trigger, a half-closed stream ends with OK once its answers went
+ * out, the newest sink stream of a state wins and the older one ends
+ * ABORTED, and a client's finish half-closes after what is ready.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helper.h"
+#include "mcp/engine.h"
+
+#define COLL "istio/networking/v1alpha3/gateways"
+
+static mcp_msg *msg;
+static int status;
+static const char *details;
+
+#define PUMP(st, ts, can_send)                                               \
+  mcp_stream_pump((st), (ts), (can_send), &msg, &status, &details)
+
+static mcp_store *store_with_one(void) {
+  mcp_store *st = th_store(NULL);
+  th_put(st, COLL, "a", "v1", "body-a", 1);
+  return st;
+}
+
+static mcp_stream *source_stream(mcp_store *store, int dialed,
+                                 const mcp_mem *mem, int *rv) {
+  mcp_source_options o;
+  mcp_source_options_default(&o);
+  o.store = store;
+  o.mem = mem;
+  o.send_trigger = !dialed; /* overridden by the rule */
+  mcp_stream *st = NULL;
+  *rv = mcp_source_stream_new(&st, &o, MCP_SERVICE_RESOURCE, dialed, 1);
+  return st;
+}
+
+START_TEST(test_source_stream_that_dialed_speaks_first_with_the_trigger) {
+  mcp_store *store = store_with_one();
+  int rv;
+  mcp_stream *st = source_stream(store, 1, NULL, &rv);
+  ck_assert_int_eq(rv, 0);
+  ck_assert_ptr_nonnull(mcp_stream_source_session(st));
+  ck_assert_ptr_null(mcp_stream_sink_session(st));
+  ck_assert_int_eq(PUMP(st, 2, 1), MCP_STREAM_SEND);
+  Istio__Mcp__V1alpha1__Resources *r = th_decode_resources(msg);
+  ck_assert_str_eq(r->collection, MCP_TRIGGER_COLLECTION);
+  ck_assert_str_eq(r->nonce, "");
+  th_resources_free(r);
+  mcp_msg_free(msg);
+  ck_assert_int_eq(PUMP(st, 2, 1), MCP_STREAM_IDLE);
+  mcp_stream_del(st);
+
+  /* A listening source waits for the sink's request. */
+  st = source_stream(store, 0, NULL, &rv);
+  ck_assert_int_eq(rv, 0);
+  ck_assert_int_eq(PUMP(st, 2, 1), MCP_STREAM_IDLE);
+  mcp_stream_del(st);
+  mcp_store_del(store);
+}
+END_TEST
+
+START_TEST(test_source_stream_answers_then_ends_ok_on_half_close) {
+  mcp_store *store = store_with_one();
+  int rv;
+  mcp_stream *st = source_stream(store, 0, NULL, &rv);
+  ck_assert_int_eq(rv, 0);
+  size_t len;
+  uint8_t *req = th_request(&len, "node", COLL, "", 0, NULL, 0, NULL);
+  mcp_stream_recv(st, req, len, 2);
+  free(req);
+  mcp_stream_half_close(st, 2);
+  /* The answer to what it asked still goes out, one at a time... */
+  ck_assert_int_eq(PUMP(st, 3, 0), MCP_STREAM_IDLE);
+  ck_assert_int_eq(PUMP(st, 3, 1), MCP_STREAM_SEND);
+  Istio__Mcp__V1alpha1__Resources *r = th_decode_resources(msg);
+  ck_assert_str_eq(r->collection, COLL);
+  ck_assert_int_ge(th_find(r, "a"), 0);
+  th_resources_free(r);
+  mcp_msg_free(msg);
+  /* ...then the stream ends with OK. */
+  ck_assert_int_eq(PUMP(st, 3, 1), MCP_STREAM_END);
+  ck_assert_int_eq(status, MCP_CODE_OK);
+  mcp_stream_del(st);
+  mcp_store_del(store);
+}
+END_TEST
+
+START_TEST(test_source_stream_malformed_request_ends_the_stream) {
+  mcp_store *store = store_with_one();
+  int rv;
+  mcp_stream *st = source_stream(store, 0, NULL, &rv);
+  ck_assert_int_eq(rv, 0);
+  static const uint8_t junk[] = {0x0a, 0x7f, 0x01}; /* a length past the end */
+  mcp_stream_recv(st, junk, sizeof(junk), 2);
+  ck_assert_int_eq(PUMP(st, 2, 0), MCP_STREAM_END);
+  ck_assert_int_eq(status, mcp_error_grpc_status(MCP_ERR_MALFORMED));
+  ck_assert_str_eq(details, mcp_strerror(MCP_ERR_MALFORMED));
+  mcp_stream_del(st);
+  mcp_store_del(store);
+}
+END_TEST
+
+static const char *const COLLS[] = {COLL};
+
+static mcp_sink_state *sink_state(const mcp_mem *mem) {
+  mcp_sink_options o;
+  mcp_sink_options_default(&o);
+  o.mem = mem;
+  o.node_id = "sink";
+  o.collections = COLLS;
+  o.ncollections = 1;
+  mcp_sink_state *state = NULL;
+  ck_assert_int_eq(mcp_sink_state_new(&state, &o), 0);
+  return state;
+}
+
+static void count_wake(mcp_stream *st, void *ud) {
+  (void)st;
+  ++*(int *)ud;
+}
+
+START_TEST(test_sink_stream_newest_wins_and_the_older_ends_aborted) {
+  mcp_sink_state *state = sink_state(NULL);
+  mcp_stream *older = NULL, *newer = NULL;
+  int woken = 0;
+  ck_assert_int_eq(mcp_sink_stream_new(&older, state, 1), 0);
+  mcp_stream_set_waker(older, count_wake, &woken);
+  ck_assert_ptr_nonnull(mcp_stream_sink_session(older));
+  ck_assert_ptr_null(mcp_stream_source_session(older));
+  ck_assert_int_eq(PUMP(older, 1, 1), MCP_STREAM_SEND); /* its request */
+  mcp_msg_free(msg);
+
+  ck_assert_int_eq(mcp_sink_stream_new(&newer, state, 2), 0);
+  ck_assert_int_eq(woken, 1);
+  ck_assert_ptr_null(mcp_stream_sink_session(older));
+  ck_assert_ptr_nonnull(mcp_stream_sink_session(newer));
+  /* What still arrives on the older stream is not read. */
+  size_t len;
+  uint8_t *push = th_resources(&len, COLL, "n1", 0, NULL, NULL, NULL);
+  mcp_stream_recv(older, push, len, 3);
+  ck_assert_int_eq(mcp_sink_state_synced(state), 0);
+  /* It ends once its sending side is free. */
+  ck_assert_int_eq(PUMP(older, 3, 0), MCP_STREAM_IDLE);
+  ck_assert_int_eq(PUMP(older, 3, 1), MCP_STREAM_END);
+  ck_assert_int_eq(status, MCP_CODE_ABORTED);
+  ck_assert_str_eq(details, "replaced by a newer stream");
+  mcp_stream_del(older);
+
+  /* The newer one runs the state: its request, then it applies a push. */
+  ck_assert_int_eq(PUMP(newer, 3, 1), MCP_STREAM_SEND);
+  Istio__Mcp__V1alpha1__RequestResources *q = th_decode_request(msg);
+  ck_assert_str_eq(q->collection, COLL);
+  istio__mcp__v1alpha1__request_resources__free_unpacked(q, NULL);
+  mcp_msg_free(msg);
+  mcp_stream_recv(newer, push, len, 4);
+  free(push);
+  ck_assert_int_eq(mcp_sink_state_synced(state), 1);
+  ck_assert_int_eq(PUMP(newer, 4, 1), MCP_STREAM_SEND); /* the ACK */
+  mcp_msg_free(msg);
+  mcp_stream_del(newer);
+  mcp_sink_state_del(state); /* no session left behind */
+}
+END_TEST
+
+START_TEST(test_sink_stream_refuses_a_state_whose_session_is_not_a_stream) {
+  mcp_sink_state *state = sink_state(NULL);
+  mcp_sink_session *s = NULL;
+  ck_assert_int_eq(mcp_sink_session_new(&s, state, 1), 0);
+  mcp_stream *st = NULL;
+  ck_assert_int_eq(mcp_sink_stream_new(&st, state, 1),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(st);
+  mcp_sink_session_del(s);
+  mcp_sink_state_del(state);
+}
+END_TEST
+
+START_TEST(test_stream_finish_half_closes_after_what_is_ready) {
+  mcp_sink_state *state = sink_state(NULL);
+  mcp_stream *st = NULL;
+  ck_assert_int_eq(mcp_sink_stream_new(&st, state, 1), 0);
+  mcp_stream_finish(st);
+  ck_assert_int_eq(PUMP(st, 1, 0), MCP_STREAM_IDLE); /* a send in flight */
+  ck_assert_int_eq(PUMP(st, 1, 1), MCP_STREAM_SEND); /* what was ready */
+  mcp_msg_free(msg);
+  ck_assert_int_eq(PUMP(st, 1, 1), MCP_STREAM_HALF_CLOSE);
+  ck_assert_int_eq(PUMP(st, 1, 1), MCP_STREAM_IDLE); /* once */
+  mcp_stream_del(st);
+  mcp_sink_state_del(state);
+}
+END_TEST
+
+START_TEST(test_mcp_streams_out_of_memory_leave_nothing) {
+  for (long at = 1; at < 64; ++at) {
+    th_mem m;
+    th_mem_init(&m, at);
+    mcp_store *store = store_with_one();
+    int rv;
+    mcp_stream *st = source_stream(store, 1, &m.mem, &rv);
+    if (rv == 0) {
+      mcp_stream_del(st);
+    } else {
+      ck_assert_int_eq(rv, MCP_ERR_NOMEM);
+      ck_assert_ptr_null(st);
+    }
+    ck_assert_int_eq(m.live, 0);
+    mcp_store_del(store);
+
+    th_mem_init(&m, 0);
+    mcp_sink_state *state = sink_state(&m.mem);
+    mcp_stream *older = NULL;
+    ck_assert_int_eq(mcp_sink_stream_new(&older, state, 1), 0);
+    long base = m.live;
+    m.fail_at = m.count + at;
+    st = NULL;
+    rv = mcp_sink_stream_new(&st, state, 2);
+    if (rv == 0) {
+      mcp_stream_del(st);
+    } else {
+      ck_assert_int_eq(rv, MCP_ERR_NOMEM);
+      ck_assert_ptr_null(st);
+    }
+    mcp_stream_del(older);
+    ck_assert_int_le(m.live, base);
+    mcp_sink_state_del(state);
+    ck_assert_int_eq(m.live, 0);
+  }
+}
+END_TEST
+
+static Suite *mcp_stream_suite(void) {
+  Suite *s = suite_create("core_mcp_stream");
+  TCase *tc = tcase_create("source");
+  tcase_add_test(tc, test_source_stream_that_dialed_speaks_first_with_the_trigger);
+  tcase_add_test(tc, test_source_stream_answers_then_ends_ok_on_half_close);
+  tcase_add_test(tc, test_source_stream_malformed_request_ends_the_stream);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("sink");
+  tcase_add_test(tc, test_sink_stream_newest_wins_and_the_older_ends_aborted);
+  tcase_add_test(tc, test_sink_stream_refuses_a_state_whose_session_is_not_a_stream);
+  tcase_add_test(tc, test_stream_finish_half_closes_after_what_is_ready);
+  tcase_add_test(tc, test_mcp_streams_out_of_memory_leave_nothing);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(mcp_stream_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
