@@ -8,6 +8,7 @@
  * *_new() is NOMEM with nothing leaked.
  */
 #include <stdint.h>
+#include <unistd.h>
 
 #include "mem_count.h"
 #include "test_grpc_util.h"
@@ -418,6 +419,73 @@ START_TEST(test_sync_survives_each_failing_allocation) {
 }
 END_TEST
 
+/* ---- access lists ---- */
+
+static const char acl_text[] =
+    "allow spiffe://cluster.local/ns/istio-system/*\n"
+    "deny spiffe://cluster.local/ns/istio-system/sa/bad\n";
+
+/* The list's life through each of its allocating calls; stops at the
+ * first error, which must be NOMEM. */
+static int acl_life(const mcp_mem *mem, const char *path) {
+  mcp_grpc_acl *acl = NULL;
+  int rv = mcp_grpc_acl_new2(&acl, mem);
+  if (rv < 0) {
+    ck_assert_ptr_null(acl);
+    return rv;
+  }
+  rv = mcp_grpc_acl_add(acl, MCP_GRPC_ACL_ALLOW, "istiod.istio-system.svc");
+  if (rv == 0)
+    rv = mcp_grpc_acl_parse(acl, acl_text, sizeof(acl_text) - 1, NULL, 0);
+  if (rv == 0)
+    rv = mcp_grpc_acl_load_file(acl, path, NULL, 0);
+  if (rv == 0) {
+    FILE *f = fopen(path, "a");
+    ck_assert_ptr_nonnull(f);
+    fputs("allow spiffe://other/*\n", f);
+    fclose(f);
+    rv = mcp_grpc_acl_reload(acl, NULL, 0);
+    if (rv == 1) {
+      ck_assert_uint_eq(mcp_grpc_acl_count(acl), 4);
+      rv = 0;
+    }
+  }
+  const char *ids[] = {"spiffe://cluster.local/ns/istio-system/sa/bad"};
+  mcp_grpc_peer peer = {.identities = ids, .nidentities = 1,
+                        .authenticated = 1};
+  int verdict = mcp_grpc_acl_check(acl, &peer);
+  ck_assert(verdict == 0 || verdict == GRPC_STATUS_PERMISSION_DENIED);
+  mcp_grpc_acl_del(acl);
+  return rv;
+}
+
+START_TEST(test_acl_allocations_go_through_its_hook) {
+  char path[] = "/tmp/mcp-acl-XXXXXX";
+  int done = 0;
+  for (long n = 0; n < 200 && !done; n++) {
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, acl_text, sizeof(acl_text) - 1),
+                     (ssize_t)sizeof(acl_text) - 1);
+    close(fd);
+    tm_mem m;
+    tm_init(&m, n); /* n == 0: no failure, the counts alone */
+    int rv = acl_life(&m.mem, path);
+    tm_counts c = tm_get(&m);
+    ck_assert_msg(rv == 0 || rv == MCP_ERR_NOMEM, "allocation %ld: %d", n,
+                  rv);
+    ck_assert_msg(c.live == 0, "allocation %ld: %ld leaked", n, c.live);
+    if (n == 0)
+      ck_assert_int_gt(c.allocs, 4);
+    done = n > 0 && c.failed == 0;
+    tm_fini(&m);
+    unlink(path);
+    memcpy(path + sizeof(path) - 7, "XXXXXX", 6);
+  }
+  ck_assert(done);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("grpc_api");
   TCase *tc = tcase_create("versions");
@@ -436,6 +504,7 @@ int main(void) {
   tcase_add_test(tc, test_failing_allocations_sink);
   tcase_add_test(tc, test_failing_allocations_client);
   tcase_add_test(tc, test_sync_survives_each_failing_allocation);
+  tcase_add_test(tc, test_acl_allocations_go_through_its_hook);
   suite_add_tcase(s, tc);
   return tg_run(s);
 }

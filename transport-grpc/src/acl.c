@@ -22,6 +22,7 @@ typedef struct acl_rule {
 typedef struct acl_rules {
   acl_rule *v;
   size_t n, cap;
+  const mcp_mem *mem; /* the list's */
 } acl_rules;
 
 /* One version of the file, to notice changes. */
@@ -34,6 +35,7 @@ typedef struct acl_sig {
 } acl_sig;
 
 struct mcp_grpc_acl {
+  mcp_mem mem;        /* copied at creation; libc by default */
   pthread_mutex_t mu; /* guards everything below */
   acl_rules fixed;    /* mcp_grpc_acl_add() */
   acl_rules loaded;   /* the last parse or load */
@@ -42,10 +44,20 @@ struct mcp_grpc_acl {
 };
 
 static void rules_free(acl_rules *r) {
+  const mcp_mem *mem = r->mem;
   for (size_t i = 0; i < r->n; i++)
-    free(r->v[i].pattern);
-  free(r->v);
+    mcp_grpc_free(mem, r->v[i].pattern);
+  mcp_grpc_free(mem, r->v);
   memset(r, 0, sizeof(*r));
+  r->mem = mem;
+}
+
+/* Empty rules allocated with |acl|'s hook. */
+static acl_rules rules_empty(const mcp_grpc_acl *acl) {
+  acl_rules r;
+  memset(&r, 0, sizeof(r));
+  r.mem = &acl->mem;
+  return r;
 }
 
 /* 1 when |p| (|len| bytes) is a valid pattern. */
@@ -67,7 +79,7 @@ static int rules_add(acl_rules *r, int deny, const char *p, size_t len) {
     return MCP_ERR_INVALID_ARGUMENT;
   if (r->n == r->cap) {
     size_t cap = r->cap ? r->cap * 2 : 8;
-    acl_rule *v = realloc(r->v, cap * sizeof(*v));
+    acl_rule *v = mcp_grpc_realloc(r->mem, r->v, cap * sizeof(*v));
     if (!v)
       return MCP_ERR_NOMEM;
     r->v = v;
@@ -77,7 +89,7 @@ static int rules_add(acl_rules *r, int deny, const char *p, size_t len) {
   rule->deny = deny;
   rule->prefix = p[len - 1] == '*';
   rule->len = len - (size_t)rule->prefix;
-  rule->pattern = malloc(rule->len + 1);
+  rule->pattern = mcp_grpc_malloc(r->mem, rule->len + 1);
   if (!rule->pattern)
     return MCP_ERR_NOMEM;
   memcpy(rule->pattern, p, rule->len);
@@ -87,15 +99,24 @@ static int rules_add(acl_rules *r, int deny, const char *p, size_t len) {
 }
 
 int mcp_grpc_acl_new(mcp_grpc_acl **pacl) {
+  return mcp_grpc_acl_new2(pacl, NULL);
+}
+
+int mcp_grpc_acl_new2(mcp_grpc_acl **pacl, const mcp_mem *mem) {
   if (!pacl)
     return MCP_ERR_INVALID_ARGUMENT;
-  mcp_grpc_acl *acl = calloc(1, sizeof(*acl));
+  mcp_mem m;
+  mcp_grpc_mem_init(&m, mem);
+  mcp_grpc_acl *acl = mcp_grpc_calloc(&m, 1, sizeof(*acl));
   if (!acl)
     return MCP_ERR_NOMEM;
+  acl->mem = m;
   if (pthread_mutex_init(&acl->mu, NULL) != 0) {
-    free(acl);
+    mcp_grpc_free(&m, acl);
     return MCP_ERR_NOMEM;
   }
+  acl->fixed = rules_empty(acl);
+  acl->loaded = rules_empty(acl);
   *pacl = acl;
   return 0;
 }
@@ -105,9 +126,10 @@ void mcp_grpc_acl_del(mcp_grpc_acl *acl) {
     return;
   rules_free(&acl->fixed);
   rules_free(&acl->loaded);
-  free(acl->path);
+  mcp_grpc_free(&acl->mem, acl->path);
   pthread_mutex_destroy(&acl->mu);
-  free(acl);
+  mcp_mem m = acl->mem;
+  mcp_grpc_free(&m, acl);
 }
 
 int mcp_grpc_acl_add(mcp_grpc_acl *acl, mcp_grpc_acl_action action,
@@ -214,8 +236,7 @@ int mcp_grpc_acl_parse(mcp_grpc_acl *acl, const char *text, size_t len,
     err[0] = '\0';
   if (!acl || (!text && len))
     return MCP_ERR_INVALID_ARGUMENT;
-  acl_rules r;
-  memset(&r, 0, sizeof(r));
+  acl_rules r = rules_empty(acl);
   int rv = parse(&r, text, len, err, errlen);
   if (rv < 0) {
     rules_free(&r);
@@ -266,7 +287,7 @@ static int load(const char *path, acl_rules *out, acl_sig *sig, char *err,
     return MCP_ERR_IO;
   }
   sig_of(&st, sig);
-  char *buf = malloc(ACL_MAX_FILE + 1);
+  char *buf = mcp_grpc_malloc(out->mem, ACL_MAX_FILE + 1);
   if (!buf) {
     fclose(f);
     return MCP_ERR_NOMEM;
@@ -282,7 +303,7 @@ static int load(const char *path, acl_rules *out, acl_sig *sig, char *err,
   } else {
     rv = parse(out, buf, len, err, errlen);
   }
-  free(buf);
+  mcp_grpc_free(out->mem, buf);
   return rv;
 }
 
@@ -292,22 +313,21 @@ int mcp_grpc_acl_load_file(mcp_grpc_acl *acl, const char *path, char *err,
     err[0] = '\0';
   if (!acl || !path)
     return MCP_ERR_INVALID_ARGUMENT;
-  char *copy = strdup(path);
+  char *copy = mcp_grpc_strdup(&acl->mem, path);
   if (!copy)
     return MCP_ERR_NOMEM;
-  acl_rules r;
+  acl_rules r = rules_empty(acl);
   acl_sig sig;
-  memset(&r, 0, sizeof(r));
   int rv = load(path, &r, &sig, err, errlen);
   if (rv < 0) {
     rules_free(&r);
-    free(copy);
+    mcp_grpc_free(&acl->mem, copy);
     return rv;
   }
   pthread_mutex_lock(&acl->mu);
   acl_rules old = acl->loaded;
   acl->loaded = r;
-  free(acl->path);
+  mcp_grpc_free(&acl->mem, acl->path);
   acl->path = copy;
   acl->seen = sig;
   pthread_mutex_unlock(&acl->mu);
@@ -323,7 +343,7 @@ int mcp_grpc_acl_reload(mcp_grpc_acl *acl, char *err, size_t errlen) {
   /* One reloader at a time is the caller's business; the lock is not
    * held while reading, so that checks go on meanwhile. */
   pthread_mutex_lock(&acl->mu);
-  char *path = acl->path ? strdup(acl->path) : NULL;
+  char *path = acl->path ? mcp_grpc_strdup(&acl->mem, acl->path) : NULL;
   int had_path = acl->path != NULL;
   acl_sig seen = acl->seen;
   pthread_mutex_unlock(&acl->mu);
@@ -338,12 +358,11 @@ int mcp_grpc_acl_reload(mcp_grpc_acl *acl, char *err, size_t errlen) {
   if (stat(path, &st) == 0)
     sig_of(&st, &now);
   if (sig_eq(&now, &seen)) {
-    free(path);
+    mcp_grpc_free(&acl->mem, path);
     return 0;
   }
-  acl_rules r;
+  acl_rules r = rules_empty(acl);
   acl_sig sig;
-  memset(&r, 0, sizeof(r));
   int rv = load(path, &r, &sig, err, errlen);
   pthread_mutex_lock(&acl->mu);
   /* A version that fails is reported once: the next change is read. */
@@ -355,7 +374,7 @@ int mcp_grpc_acl_reload(mcp_grpc_acl *acl, char *err, size_t errlen) {
   }
   pthread_mutex_unlock(&acl->mu);
   rules_free(&r);
-  free(path);
+  mcp_grpc_free(&acl->mem, path);
   return rv < 0 ? rv : 1;
 }
 

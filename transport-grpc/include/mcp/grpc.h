@@ -75,7 +75,7 @@
  * channels, slices, completion queue, threads) do not: gRPC has no
  * per-object allocator. The sessions' allocations go through the core
  * options' hooks (mcp_source_options.mem, the sink state's). Access lists
- * (mcp_grpc_acl) take no options and use the C library. The hook must be
+ * take theirs at creation (mcp_grpc_acl_new2()). The hook must be
  * thread-safe: it is called from the caller's thread (in *_new(), *_del()
  * and when queuing an update), from the transport thread, and from
  * gRPC's own threads (a message's last slice, freed wherever gRPC drops
@@ -836,6 +836,12 @@ typedef enum mcp_grpc_acl_action {
 
 /* Creates an empty list (it allows nobody). Errors: NOMEM. */
 MCP_EXTERN int mcp_grpc_acl_new(mcp_grpc_acl **pacl);
+
+/* As mcp_grpc_acl_new(), allocating the list and its rules with |mem|
+ * (NULL: the C library; copied). The hook is called by whichever thread
+ * changes the rules (add, parse, load, reload) and by *_del(): it must be
+ * thread-safe when they run on different threads. */
+MCP_EXTERN int mcp_grpc_acl_new2(mcp_grpc_acl **pacl, const mcp_mem *mem);
 
 /* Frees the list. No object may still use it. NULL is a no-op. */
 MCP_EXTERN void mcp_grpc_acl_del(mcp_grpc_acl *acl);
