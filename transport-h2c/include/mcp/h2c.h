@@ -73,8 +73,10 @@
  * Memory: mcp_h2c_options.mem (NULL: the C library) is copied at
  * creation, and every allocation this library makes for its own objects
  * goes through it: the objects, connections, streams, header strings,
- * buffers (read, write, messages being gathered, plain HTTP bodies),
- * queued jobs, and nghttp2's sessions (bridged as an nghttp2_mem). The
+ * buffers (frames to write, partial messages received, the first bytes of
+ * a connection, plain HTTP bodies), queued jobs, and nghttp2's sessions
+ * (bridged as an nghttp2_mem). Socket reads land in one static buffer per
+ * thread, allocated by nobody. The
  * sessions' allocations go through the core options' hooks
  * (mcp_source_options.mem, the sink state's). libuv's own allocations
  * (getaddrinfo results; libuv's allocator is process-global,
