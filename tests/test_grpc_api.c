@@ -373,9 +373,10 @@ END_TEST
 START_TEST(test_failing_allocations_client) { fail_each_allocation(K_CLIENT); }
 END_TEST
 
-/* Fails the n-th allocation of the source after its creation, for every
- * n a sync needs: a failure costs at most the stream (never a crash or a
- * leak), and the sink's reconnection syncs anyway. */
+/* Fails the n-th allocation of one side after its creation (_i: 0 the
+ * listening source, 1 the dialing sink), for every n a sync needs: a
+ * failure costs at most the stream (never a crash or a leak), and the
+ * sink's reconnection syncs anyway. */
 START_TEST(test_sync_survives_each_failing_allocation) {
   int done = 0;
   for (long n = 1; n < 1000 && !done; n++) {
@@ -392,25 +393,34 @@ START_TEST(test_sync_survives_each_failing_allocation) {
     tg_streams_init(&kobs);
     mcp_grpc_options o;
     tg_listen_opts(&o, "127.0.0.1:0", &obs);
-    o.mem = &m.mem;
+    o.mem = _i == 0 ? &m.mem : NULL;
     mcp_grpc_source *src = NULL;
     ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &so), 0);
-    pthread_mutex_lock(&m.mu);
-    m.fail_at = m.count + n; /* counted from here */
-    pthread_mutex_unlock(&m.mu);
+    if (_i == 0) {
+      pthread_mutex_lock(&m.mu);
+      m.fail_at = m.count + n; /* counted from here */
+      pthread_mutex_unlock(&m.mu);
+    }
     mcp_sink_state *state = tg_sink_state(colls, 1, 0);
     char addr[64];
     tg_dial_opts(&o, addr, sizeof(addr), mcp_grpc_source_port(src), &kobs);
+    o.mem = _i == 1 ? &m.mem : NULL;
     mcp_grpc_sink *sink = NULL;
     ck_assert_int_eq(mcp_grpc_sink_new(&sink, &o, state), 0);
+    if (_i == 1) {
+      pthread_mutex_lock(&m.mu);
+      m.fail_at = m.count + n; /* its thread may have begun: about here */
+      pthread_mutex_unlock(&m.mu);
+    }
     tg_pair p = {src, NULL, sink, "c1"};
-    ck_assert_msg(tg_wait(tg_equal, &p, TG_TIMEOUT_MS), "allocation %ld", n);
+    ck_assert_msg(tg_wait(tg_equal, &p, TG_TIMEOUT_MS),
+                  "side %d, allocation %ld", _i, n);
     mcp_grpc_sink_del(sink);
     mcp_grpc_source_del(src);
     assert_balanced(&m);
     done = tm_get(&m).failed == 0; /* the sync and del needed fewer */
     if (done && getenv("TM_DEBUG"))
-      fprintf(stderr, "sync: %ld allocations\n", n - 1);
+      fprintf(stderr, "sync, side %d: %ld allocations\n", _i, n - 1);
     mcp_sink_state_del(state);
     mcp_store_del(store);
     tm_fini(&m);
@@ -503,7 +513,7 @@ int main(void) {
   tcase_add_test(tc, test_failing_allocations_source);
   tcase_add_test(tc, test_failing_allocations_sink);
   tcase_add_test(tc, test_failing_allocations_client);
-  tcase_add_test(tc, test_sync_survives_each_failing_allocation);
+  tcase_add_loop_test(tc, test_sync_survives_each_failing_allocation, 0, 2);
   tcase_add_test(tc, test_acl_allocations_go_through_its_hook);
   suite_add_tcase(s, tc);
   return tg_run(s);

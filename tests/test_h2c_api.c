@@ -516,9 +516,10 @@ END_TEST
 START_TEST(failing_allocations_client) { fail_each_allocation(K_CLIENT); }
 END_TEST
 
-/* Fails the n-th allocation of the source after its creation, for every
- * n a sync needs: a failure costs at most the stream or the connection
- * (never a crash or a leak), and the sink's reconnection syncs anyway. */
+/* Fails the n-th allocation of one side after its creation (_i: 0 the
+ * listening source, 1 the dialing sink), for every n a sync needs: a
+ * failure costs at most the stream or the connection (never a crash or a
+ * leak), and the sink's reconnection syncs anyway. */
 START_TEST(sync_survives_each_failing_allocation) {
   int done = 0;
   for (long n = 1; n < 2000 && !done; n++) {
@@ -526,19 +527,27 @@ START_TEST(sync_survives_each_failing_allocation) {
     tm_init(&m, 0);
     env e;
     env_init(&e);
-    start_source(&e, &m.mem);
-    pthread_mutex_lock(&m.mu);
-    m.fail_at = m.count + n; /* counted from here */
-    pthread_mutex_unlock(&m.mu);
-    start_sink(&e, NULL);
+    start_source(&e, _i == 0 ? &m.mem : NULL);
+    if (_i == 0) {
+      pthread_mutex_lock(&m.mu);
+      m.fail_at = m.count + n; /* counted from here */
+      pthread_mutex_unlock(&m.mu);
+    }
+    start_sink(&e, _i == 1 ? &m.mem : NULL);
+    if (_i == 1) {
+      pthread_mutex_lock(&m.mu);
+      m.fail_at = m.count + n; /* the first attempt is on the loop */
+      pthread_mutex_unlock(&m.mu);
+    }
     ck_assert_msg(h2t_run_until(&e.loop, synced, &e, 5000),
-                  "allocation %ld: no sync", n);
+                  "side %d, allocation %ld: no sync", _i, n);
     env_fini(&e);
     done = tm_get(&m).failed == 0; /* the sync and del needed fewer */
     if (done && getenv("TM_DEBUG"))
-      fprintf(stderr, "sync: %ld allocations\n", n - 1);
-    ck_assert_msg(tm_get(&m).live == 0, "allocation %ld: %ld blocks leaked",
-                  n, tm_get(&m).live);
+      fprintf(stderr, "sync, side %d: %ld allocations\n", _i, n - 1);
+    ck_assert_msg(tm_get(&m).live == 0,
+                  "side %d, allocation %ld: %ld blocks leaked", _i, n,
+                  tm_get(&m).live);
     tm_fini(&m);
   }
   ck_assert(done);
@@ -562,7 +571,7 @@ int main(void) {
   tcase_add_test(tc, failing_allocations_source);
   tcase_add_test(tc, failing_allocations_sink);
   tcase_add_test(tc, failing_allocations_client);
-  tcase_add_test(tc, sync_survives_each_failing_allocation);
+  tcase_add_loop_test(tc, sync_survives_each_failing_allocation, 0, 2);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
