@@ -429,6 +429,101 @@ START_TEST(test_sync_survives_each_failing_allocation) {
 }
 END_TEST
 
+/* ---- TLS from files ---- */
+
+#ifndef MCP_GEN_CERTS
+#define MCP_GEN_CERTS "tests/gen_certs.sh"
+#endif
+
+static char certdir[64]; /* made by main() with tests/gen_certs.sh */
+static char certpath[6][128];
+
+static const char *cert(int i, const char *name) {
+  snprintf(certpath[i], sizeof(certpath[i]), "%s/%s", certdir, name);
+  return certpath[i];
+}
+
+/* Mutual TLS, both sides with a counting allocator: the TLS material
+ * (paths, PEM buffers, read again by gRPC's credential callbacks on its
+ * threads) goes through the hooks, and every block comes back. */
+START_TEST(test_tls_material_goes_through_the_hook) {
+  tm_mem sm, km;
+  tm_init(&sm, 0);
+  tm_init(&km, 0);
+  mcp_store *store = tg_store();
+  tg_put(store, "c1", "a", "alpha", mcp_grpc_now());
+  mcp_source_options so;
+  tg_source_opts(&so, store);
+  tg_streams obs, kobs;
+  tg_streams_init(&obs);
+  tg_streams_init(&kobs);
+  mcp_grpc_options o;
+  tg_listen_opts(&o, "127.0.0.1:0", &obs);
+  o.tls.cert_file = cert(0, "server.pem");
+  o.tls.key_file = cert(1, "server.key");
+  o.tls.ca_file = cert(2, "ca.pem");
+  o.mem = &sm.mem;
+  mcp_grpc_source *src = NULL;
+  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &so), 0);
+  tm_counts c = tm_get(&sm);
+  ck_assert_int_ge(c.allocs, 7); /* paths and PEMs among them */
+
+  mcp_sink_state *state = tg_sink_state(colls, 1, 0);
+  char addr[64];
+  tg_dial_opts(&o, addr, sizeof(addr), mcp_grpc_source_port(src), &kobs);
+  o.tls.cert_file = cert(3, "client.pem");
+  o.tls.key_file = cert(4, "client.key");
+  o.tls.ca_file = cert(5, "ca.pem");
+  o.tls.server_name = "localhost";
+  o.mem = &km.mem;
+  mcp_grpc_sink *sink = NULL;
+  ck_assert_int_eq(mcp_grpc_sink_new(&sink, &o, state), 0);
+  tg_pair p = {src, NULL, sink, "c1"};
+  ck_assert(tg_wait(tg_equal, &p, TG_TIMEOUT_MS));
+  mcp_grpc_sink_del(sink);
+  mcp_grpc_source_del(src);
+  assert_balanced(&sm);
+  assert_balanced(&km);
+  mcp_sink_state_del(state);
+  mcp_store_del(store);
+  tm_fini(&sm);
+  tm_fini(&km);
+}
+END_TEST
+
+/* Each allocation of a TLS source's creation fails in turn: NOMEM, and
+ * nothing leaked. */
+START_TEST(test_tls_failing_allocations) {
+  mcp_store *store = tg_store();
+  mcp_source_options so;
+  tg_source_opts(&so, store);
+  int done = 0;
+  for (long n = 1; n < 400 && !done; n++) {
+    tm_mem m;
+    tm_init(&m, n);
+    mcp_grpc_options o;
+    mcp_grpc_options_default(&o);
+    o.address = "127.0.0.1:0";
+    o.tls.cert_file = cert(0, "server.pem");
+    o.tls.key_file = cert(1, "server.key");
+    o.tls.ca_file = cert(2, "ca.pem");
+    o.mem = &m.mem;
+    mcp_grpc_source *src = NULL;
+    int rv = mcp_grpc_source_new(&src, &o, &so);
+    ck_assert_msg(rv == 0 || rv == MCP_ERR_NOMEM, "allocation %ld: %d", n, rv);
+    if (rv == 0)
+      mcp_grpc_source_del(src);
+    assert_balanced(&m);
+    done = tm_get(&m).failed == 0;
+    if (done && getenv("TM_DEBUG"))
+      fprintf(stderr, "tls source: %ld allocations\n", n - 1);
+    tm_fini(&m);
+  }
+  ck_assert(done);
+  mcp_store_del(store);
+}
+END_TEST
+
 /* ---- access lists ---- */
 
 static const char acl_text[] =
@@ -497,6 +592,17 @@ START_TEST(test_acl_allocations_go_through_its_hook) {
 END_TEST
 
 int main(void) {
+  char cmd[256];
+  snprintf(certdir, sizeof(certdir), "/tmp/mcp-api-XXXXXX");
+  if (!mkdtemp(certdir)) {
+    perror("mkdtemp");
+    return EXIT_FAILURE;
+  }
+  snprintf(cmd, sizeof(cmd), "sh '%s' '%s'", MCP_GEN_CERTS, certdir);
+  if (system(cmd) != 0) {
+    fprintf(stderr, "%s failed\n", cmd);
+    return EXIT_FAILURE;
+  }
   Suite *s = suite_create("grpc_api");
   TCase *tc = tcase_create("versions");
   tcase_set_timeout(tc, 30);
@@ -515,6 +621,12 @@ int main(void) {
   tcase_add_test(tc, test_failing_allocations_client);
   tcase_add_loop_test(tc, test_sync_survives_each_failing_allocation, 0, 2);
   tcase_add_test(tc, test_acl_allocations_go_through_its_hook);
+  tcase_add_test(tc, test_tls_material_goes_through_the_hook);
+  tcase_add_test(tc, test_tls_failing_allocations);
   suite_add_tcase(s, tc);
-  return tg_run(s);
+  int rv = tg_run(s);
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", certdir);
+  if (system(cmd) != 0)
+    fprintf(stderr, "could not remove %s\n", certdir);
+  return rv;
 }
