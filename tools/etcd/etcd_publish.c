@@ -1,5 +1,5 @@
 /* etcdpub (etcd_publish.h): the loader's documents into etcd. */
-#include "etcd_publish.h"
+#include "etcd/etcd_publish.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "config_internal.h"
+#include "loader/config_internal.h"
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000

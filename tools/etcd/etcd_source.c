@@ -1,6 +1,6 @@
 /* etcdsrc (etcd_source.h): a thread that mirrors an etcd prefix into a
  * queue of store changes. */
-#include "etcd_source.h"
+#include "etcd/etcd_source.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "config_internal.h"
+#include "loader/config_internal.h"
 
 #define DEFAULT_PREFIX "/mcp/"
 #define BACKOFF_MIN_MS 100

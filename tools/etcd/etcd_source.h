@@ -28,8 +28,8 @@
 
 #include <mcp/mcp.h>
 
-#include "config_load.h"
-#include "etcd.h"
+#include "loader/loader.h"
+#include "etcd/etcd.h"
 
 typedef struct etcdsrc etcdsrc;
 

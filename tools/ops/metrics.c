@@ -1,6 +1,6 @@
 /* The metrics registry and the Prometheus text format (0.0.4). */
-#include "metrics.h"
-#include "../utf8.h"
+#include "ops/metrics.h"
+#include "util/utf8.h"
 
 #include <math.h>
 #include <pthread.h>

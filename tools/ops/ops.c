@@ -1,5 +1,5 @@
 /* Metrics from events and streams, and the debug endpoints. */
-#include "ops.h"
+#include "ops/ops.h"
 
 #include <stdatomic.h>
 #include <stdint.h>

@@ -34,10 +34,10 @@
 #include <mcp/mcp.h>
 #include <uv.h>
 
-#include "../log.h"
-#include "../transport.h"
-#include "http.h"
-#include "metrics.h"
+#include "util/log.h"
+#include "transport/transport.h"
+#include "ops/http.h"
+#include "ops/metrics.h"
 
 /* The command-line flags both programs take for operations. */
 typedef struct tool_ops_args {

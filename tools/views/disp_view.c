@@ -1,12 +1,12 @@
 /* The Dispatcher view from swarmkit objects: disp_view.h. */
-#include "disp_view.h"
+#include "views/disp_view.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "google/protobuf/struct.pb-c.h"
-#include "view_util.h"
+#include "views/view_util.h"
 /* The Dispatcher module's names, so that both sides agree. */
 #include <mcp/dispatcher.h>
 

@@ -1,5 +1,5 @@
 /* Command-line helpers. */
-#include "args.h"
+#include "cli/args.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "log.h"
+#include "util/log.h"
 
 int tool_arg_value(int argc, char **argv, int *i, const char *name,
                    const char **value) {

@@ -27,15 +27,15 @@
 #include <jansson.h>
 #include <uv.h>
 
-#include "args.h"
-#include "log.h"
-#include "proc.h"
-#include "mirror.h"
+#include "cli/args.h"
+#include "util/log.h"
+#include "cli/proc.h"
+#include "mcp-sink/mirror.h"
 #include "ops/ops.h"
-#include "rand.h"
-#include "schema_args.h"
-#include "sink_proto.h"
-#include "transport.h"
+#include "util/rand.h"
+#include "cli/schema_args.h"
+#include "mcp-sink/sink_proto.h"
+#include "transport/transport.h"
 
 #define DEFAULT_ADDRESS "127.0.0.1:9901"
 #define DEFAULT_NODE_ID "mcp-sink"

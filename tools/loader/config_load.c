@@ -11,7 +11,7 @@
  * A rescan costs a stat() per file: a file is read only when its stat
  * changed or its last read was racy (config_load.h, "Change detection").
  */
-#include "config_internal.h"
+#include "loader/config_internal.h"
 
 #include <dirent.h>
 #include <errno.h>

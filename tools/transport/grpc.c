@@ -4,7 +4,7 @@
 
 #include <mcp/grpc.h>
 
-#include "transport.h"
+#include "transport/transport.h"
 
 /* Reconnection: gRPC's defaults except a shorter ceiling, so that a tool
  * left waiting for its peer notices it within half a minute. */

@@ -11,7 +11,7 @@
 
 #include <mcp/h2c.h>
 
-#include "transport.h"
+#include "transport/transport.h"
 
 /* As the gRPC row: reconnect from 1 s up to 30 s, and give streams 1 s to
  * finish their send in flight when stopping. */

@@ -6,7 +6,7 @@
  * node of its anchor, so aliases cost no memory, and an anchor is only
  * registered once its node is finished, so the tree can have no cycle.
  */
-#include "config_internal.h"
+#include "loader/config_internal.h"
 
 #include <math.h>
 #include <stdarg.h>

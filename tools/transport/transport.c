@@ -1,7 +1,7 @@
 /* The table of transports. A new transport adds a row (and its file). The
  * build defines TOOLS_HAVE_<NAME> for each transport it links in. Also the
  * programs' access list (tool_access), on the table's acl_* functions. */
-#include "transport.h"
+#include "transport/transport.h"
 
 #include <signal.h>
 #include <stddef.h>
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
+#include "util/log.h"
 
 static const struct {
   const char *name;

@@ -20,21 +20,21 @@
 
 #include <uv.h>
 
-#include "args.h"
-#include "config_load.h"
-#include "etcd_publish.h"
-#include "etcd_source.h"
+#include "cli/args.h"
+#include "loader/loader.h"
+#include "etcd/etcd_publish.h"
+#include "etcd/etcd_source.h"
 #include <mcp/schema_istio.h>
-#include "log.h"
-#include "proc.h"
+#include "util/log.h"
+#include "cli/proc.h"
 #include "ops/ops.h"
-#include "rand.h"
-#include "schema_args.h"
-#include "transport.h"
+#include "util/rand.h"
+#include "cli/schema_args.h"
+#include "transport/transport.h"
 #include "views/dest_view.h"
 #include "views/disp_view.h"
 #include "views/schema_swarmkit.h"
-#include "watch.h"
+#include "mcp-source/watch.h"
 #include <mcp/destination.h>
 #include <mcp/dispatcher.h>
 #include <jansson.h>

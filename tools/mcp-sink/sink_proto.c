@@ -8,7 +8,7 @@
  * (JSON lines through tool_out_line(), files); they tell the main loop
  * about the sync through a uv_async_t.
  */
-#include "sink_proto.h"
+#include "mcp-sink/sink_proto.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,11 +30,11 @@
 #include <mcp/destination.h>
 #include <mcp/dispatcher.h>
 
-#include "args.h"
-#include "log.h"
-#include "proc.h"
-#include "rand.h"
-#include "transport.h"
+#include "cli/args.h"
+#include "util/log.h"
+#include "cli/proc.h"
+#include "util/rand.h"
+#include "transport/transport.h"
 #include "views/schema_swarmkit.h"
 #include "views/view_util.h"
 
