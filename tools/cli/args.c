@@ -3,12 +3,25 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "util/log.h"
+
+int tool_usage_error(const char *prog, void (*usage)(FILE *f),
+                     const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "%s: ", prog);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  usage(stderr);
+  return 2;
+}
 
 int tool_arg_value(int argc, char **argv, int *i, const char *name,
                    const char **value) {

@@ -12,6 +12,7 @@
  * changed or its last read was racy (config_load.h, "Change detection").
  */
 #include "loader/config_internal.h"
+#include "util/sorted.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -176,21 +177,8 @@ void mcpcfg_loader_del(mcpcfg_loader *l) {
 
 /* Index of |name| in the collections, or of where it would go. */
 static size_t coll_pos(const mcpcfg_loader *l, const char *name, int *found) {
-  size_t lo = 0, hi = l->ncolls;
-  *found = 0;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    int c = strcmp(l->colls[mid].name, name);
-    if (c == 0) {
-      *found = 1;
-      return mid;
-    }
-    if (c < 0)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
+  return tool_sorted_find(l->colls, l->ncolls, sizeof(coll),
+                          offsetof(coll, name), name, found);
 }
 
 int mcpcfg_loader_declare(mcpcfg_loader *l, const char *collection) {

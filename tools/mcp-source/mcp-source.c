@@ -202,17 +202,7 @@ static void usage(FILE *f) {
           DEFAULT_HEARTBEAT_PERIOD_MS);
 }
 
-static int usage_error(const char *fmt, ...) TOOL_PRINTF(1, 2);
-static int usage_error(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fputs("mcp-source: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  usage(stderr);
-  return 2;
-}
+#define usage_error(...) tool_usage_error("mcp-source", usage, __VA_ARGS__)
 
 /* ---- events (the transport's thread) ---- */
 
@@ -251,23 +241,11 @@ static void on_core_event(const mcp_event *ev, void *ud) {
   }
 }
 
-/* The first identity of a peer, for the logs. */
-static const char *first_identity(const tool_stream_info *info) {
-  return info->nidentities ? info->identities[0] : "none";
-}
-
 /* A call refused before it became a stream (the transport's thread). */
 static void on_refused(const tool_stream_info *info, void *ud) {
   source_app *a = ud;
   tool_ops_refused(a->ops, info);
-  TOOL_LOG_CONTEXT(.stream = info->id, .peer = info->peer);
-  char name[24];
-  tool_log(info->status == 7 || info->status == 16 ? TOOL_LOG_WARN
-                                                   : TOOL_LOG_INFO,
-           "refused %s: status %d (%s): %s; identity %s", info->peer,
-           info->status,
-           tool_ops_code_name(info->status, name, sizeof(name)),
-           info->details, first_identity(info));
+  tool_ops_log_refused(info);
 }
 
 /* The API a stream belongs to, for metrics and logs. */
@@ -1232,17 +1210,7 @@ static void page_tasks(const char *method, const char *path,
   }
   json_t *page = json_pack("{s:o, s:I}", "tasks", p.tasks, "count",
                            (json_int_t)n);
-  char *text = page ? json_dumps(page, JSON_COMPACT) : NULL;
-  json_decref(page);
-  if (!text) {
-    ops_http_reply_text(r, 500, "out of memory\n");
-    return;
-  }
-  r->status = 200;
-  r->content_type = "application/json";
-  ops_buf_str(&r->body, text);
-  ops_buf_str(&r->body, "\n");
-  free(text);
+  tool_ops_reply_json(r, page, JSON_COMPACT);
 }
 
 /* After the endpoint is gone (no stream left): the modules, views and
