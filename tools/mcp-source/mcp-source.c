@@ -349,41 +349,42 @@ static void loaded(source_app *a) {
  * view stores of the other APIs follow it (only the Services and nodes a
  * change touches are recomputed). A failure (memory) is finished by the
  * next update. */
+/* Logs what a view's sync did: |skipped| inputs (|inputs|) skipped since
+ * the last sync (the last one: |why|), the sync's failure (|rv| < 0), or
+ * the |rv| |units| it |did|. */
+static void view_synced(const char *view, int rv, uint64_t skipped,
+                        const char *inputs, const char *why,
+                        const char *units, const char *did) {
+  if (skipped)
+    log_warn("%s view: %llu %s%s skipped, the last: %s", view,
+             (unsigned long long)skipped, inputs, skipped == 1 ? "" : "s",
+             why);
+  if (rv < 0)
+    log_error("%s view: %s (finished at the next change)", view,
+              mcp_strerror(rv));
+  else if (rv > 0)
+    log_debug("%s view: %d %s%s %s", view, rv, units, rv == 1 ? "" : "s",
+              did);
+}
+
 static void views_sync(source_app *a, mcp_tstamp ts) {
   if (a->dview) {
     dest_view_stats before, after;
     dest_view_get_stats(a->dview, &before);
     int rv = dest_view_sync(a->dview, ts);
     dest_view_get_stats(a->dview, &after);
-    uint64_t skipped = after.bad_bodies + after.bad_addresses -
-                       before.bad_bodies - before.bad_addresses;
-    if (skipped)
-      log_warn("Destination view: %llu input%s skipped, the last: %s",
-               (unsigned long long)skipped, skipped == 1 ? "" : "s",
-               dest_view_why(a->dview));
-    if (rv < 0)
-      log_error("Destination view: %s (finished at the next change)",
-                mcp_strerror(rv));
-    else if (rv > 0)
-      log_debug("Destination view: %d service%s recomputed", rv,
-                rv == 1 ? "" : "s");
+    view_synced("Destination", rv,
+                after.bad_bodies + after.bad_addresses - before.bad_bodies -
+                    before.bad_addresses,
+                "input", dest_view_why(a->dview), "service", "recomputed");
   }
   if (a->pview) {
     disp_view_stats before, after;
     disp_view_get_stats(a->pview, &before);
     int rv = disp_view_sync(a->pview, ts);
     disp_view_get_stats(a->pview, &after);
-    uint64_t skipped = after.bad_bodies - before.bad_bodies;
-    if (skipped)
-      log_warn("Dispatcher view: %llu object%s skipped, the last: %s",
-               (unsigned long long)skipped, skipped == 1 ? "" : "s",
-               disp_view_why(a->pview));
-    if (rv < 0)
-      log_error("Dispatcher view: %s (finished at the next change)",
-                mcp_strerror(rv));
-    else if (rv > 0)
-      log_debug("Dispatcher view: %d collection%s rewritten", rv,
-                rv == 1 ? "" : "s");
+    view_synced("Dispatcher", rv, after.bad_bodies - before.bad_bodies,
+                "object", disp_view_why(a->pview), "collection", "rewritten");
   }
 }
 
