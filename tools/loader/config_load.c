@@ -9,7 +9,7 @@
  * content, with the old one until the swap.
  *
  * A rescan costs a stat() per file: a file is read only when its stat
- * changed or its last read was racy (config_load.h, "Change detection").
+ * changed or its last read was racy (loader.h, "Change detection").
  */
 #include "loader/config_internal.h"
 #include "util/sorted.h"
