@@ -10,6 +10,7 @@
 #include <strings.h>
 
 #include "util/log.h"
+#include "util/grow.h"
 
 int tool_usage_error(const char *prog, void (*usage)(FILE *f),
                      const char *fmt, ...) {
@@ -122,14 +123,10 @@ int tool_strv_add(tool_strv *sv, const char *s, int unique) {
         return 0;
     }
   }
-  if (sv->n == sv->cap) {
-    size_t cap = sv->cap ? 2 * sv->cap : 8;
-    const char **v = realloc(sv->v, cap * sizeof(*v));
-    if (!v)
-      return -1;
-    sv->v = v;
-    sv->cap = cap;
-  }
+  const char **v = tool_grow(sv->v, sv->n, &sv->cap, sizeof(*v), 8);
+  if (!v)
+    return -1;
+  sv->v = v;
   sv->v[sv->n++] = s;
   return 0;
 }

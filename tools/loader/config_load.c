@@ -12,6 +12,7 @@
  * changed or its last read was racy (loader.h, "Change detection").
  */
 #include "loader/config_internal.h"
+#include "util/grow.h"
 #include "util/sorted.h"
 
 #include <dirent.h>
@@ -95,16 +96,12 @@ void mcpcfg_options_default(mcpcfg_options *opts) {
 static int strvec_push(strvec *sv, char *s) {
   if (!s)
     return MCPCFG_ERR_NOMEM;
-  if (sv->n == sv->cap) {
-    size_t cap = sv->cap ? 2 * sv->cap : 32;
-    char **v = realloc(sv->v, cap * sizeof *v);
-    if (!v) {
-      free(s);
-      return MCPCFG_ERR_NOMEM;
-    }
-    sv->v = v;
-    sv->cap = cap;
+  char **v = tool_grow(sv->v, sv->n, &sv->cap, sizeof *v, 32);
+  if (!v) {
+    free(s);
+    return MCPCFG_ERR_NOMEM;
   }
+  sv->v = v;
   sv->v[sv->n++] = s;
   return 0;
 }
@@ -341,16 +338,12 @@ static int stamp_eq(const fstamp *a, const fstamp *b) {
 
 /* Takes |p| (freed on failure). */
 static int push_found(walk *w, char *p, const struct stat *st) {
-  if (w->paths.n == w->paths.cap) {
-    size_t cap = w->paths.cap ? 2 * w->paths.cap : 32;
-    found *v = realloc(w->paths.v, cap * sizeof *v);
-    if (!v) {
-      free(p);
-      return MCPCFG_ERR_NOMEM;
-    }
-    w->paths.v = v;
-    w->paths.cap = cap;
+  found *v = tool_grow(w->paths.v, w->paths.n, &w->paths.cap, sizeof *v, 32);
+  if (!v) {
+    free(p);
+    return MCPCFG_ERR_NOMEM;
   }
+  w->paths.v = v;
   w->paths.v[w->paths.n].path = p;
   stamp_of(st, &w->paths.v[w->paths.n].st);
   w->paths.n++;
