@@ -1,5 +1,5 @@
 /*
- * fuzz_config_parse: the YAML loader of mcp-source (tools/common), through
+ * fuzz_config_parse: the YAML loader of mcp-source (tools/loader), through
  * its in-memory entry point mcpcfg_parse() (one file's bytes), and its small
  * parsers (RFC 3339 times, apiVersion/kind to collection).
  *
@@ -22,7 +22,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "config_internal.h"
+#include "loader/config_internal.h"
 #include "fuzz_util.h"
 #include "fuzz_wire.h"
 #include "google/protobuf/struct.pb-c.h"

@@ -1,5 +1,5 @@
 /*
- * Tests of tools/common/config_load.h: a YAML directory -> MCP resources.
+ * Tests of tools/loader/loader.h: a YAML directory -> MCP resources.
  * Every test works on a real temporary directory under /tmp.
  */
 #include <check.h>
@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "config_internal.h" /* mcpcfg_hash64, read counter, racy window */
+#include "loader/config_internal.h" /* mcpcfg_hash64, read counter, racy window */
 #include "google/protobuf/struct.pb-c.h"
 
 /* ------------------------------------------------------------------ */

@@ -1,5 +1,5 @@
 /*
- * Tests of the loader's typed bodies (tools/common/config_body.c, issue 15):
+ * Tests of the loader's typed bodies (tools/loader/config_body.c, issue 15):
  * a document of a known kind has its spec encoded as its real message
  * (Istio 1.6's types built in), a body that does not match the message is
  * reported with the file, the line and the field path and skips the
@@ -17,7 +17,7 @@
 
 #include <mcp/schema_istio.h>
 
-#include "config_internal.h"
+#include "loader/config_internal.h"
 
 /* ------------------------------------------------------------------ */
 /* Failing allocator (the test is linked with --wrap=malloc etc.)      */

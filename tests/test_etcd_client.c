@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "etcd.h"
+#include "etcd/etcd.h"
 
 extern char **environ;
 

@@ -1,5 +1,5 @@
 /*
- * Tests of tools/log.h: the text format unchanged, the JSON lines (every
+ * Tests of tools/util/log.h: the text format unchanged, the JSON lines (every
  * line parses, context fields, escaping, truncation) and the context
  * nesting. stderr is redirected to a temporary file.
  */
@@ -11,7 +11,7 @@
 
 #include <jansson.h>
 
-#include "log.h"
+#include "util/log.h"
 
 static FILE *capture_file;
 static int saved_stderr = -1;

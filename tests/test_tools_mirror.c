@@ -1,5 +1,5 @@
 /*
- * Tests of tools/mirror.c, mcp-sink's --out mirror: file names of long
+ * Tests of tools/mcp-sink/mirror.c, mcp-sink's --out mirror: file names of long
  * resource name segments (issue 12, point 4). Real files in a temporary
  * directory.
  */
@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "mirror.h"
+#include "mcp-sink/mirror.h"
 
 static char dir[64];
 

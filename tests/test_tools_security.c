@@ -1,11 +1,11 @@
-/* The programs' security flags (tools/args.c): parsing, the checks of
+/* The programs' security flags (tools/cli/args.c): parsing, the checks of
  * their combinations, and what counts as loopback for cleartext h2c. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "args.h"
-#include "log.h"
+#include "cli/args.h"
+#include "util/log.h"
 
 START_TEST(test_loopback) {
   static const char *const yes[] = {

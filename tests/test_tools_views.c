@@ -15,10 +15,10 @@
 #include <mcp/mcp.h>
 #include <mcp/schema.h>
 
-#include "dest_view.h"
-#include "disp_view.h"
-#include "schema_swarmkit.h"
-#include "view_util.h"
+#include "views/dest_view.h"
+#include "views/disp_view.h"
+#include "views/schema_swarmkit.h"
+#include "views/view_util.h"
 
 /* ------------------------------------------------------------------ */
 /* Failing allocator (the test is linked with --wrap=malloc etc.): the  */

@@ -28,7 +28,7 @@ for b in "$source_bin" "$sink_bin"; do
 done
 
 # The collections of the examples, computed as mcp-source names them
-# (tools/common/config_load.h): the annotation mcp.istio.io/collection, else
+# (tools/loader/loader.h): the annotation mcp.istio.io/collection, else
 # GROUP.istio.io/V Kind -> istio/GROUP/V/plural, GROUP/V -> k8s/GROUP/V/plural,
 # V -> k8s/core/V/plural. Only top-level apiVersion and kind are read.
 collections() {

@@ -2,7 +2,7 @@
  * mcp-load-sink: many MCP sinks in one process, for the fault tests
  * (tests/e2e/test_faults.py): N streams to one source, each with its own
  * sink state and endpoint, on any transport of the programs' table
- * (tools/transport.h). What 1000 mcp-sink processes would do, at a fraction
+ * (tools/transport/transport.h). What 1000 mcp-sink processes would do, at a fraction
  * of the cost (no process, no mirror, no JSON bodies).
  *
  *   mcp-load-sink --streams N --collection NAME... [--connect HOST:PORT[,...]]
@@ -29,10 +29,10 @@
 
 #include <uv.h>
 
-#include "args.h"
-#include "log.h"
-#include "rand.h"
-#include "transport.h"
+#include "cli/args.h"
+#include "util/log.h"
+#include "util/rand.h"
+#include "transport/transport.h"
 
 typedef struct load_stream {
   size_t index;

@@ -157,7 +157,7 @@ def request(collection, **kw):
 
 
 # ---------------------------------------------------------------------------
-# The YAML our mcp-source serves (mapping: tools/common/config_load.h).
+# The YAML our mcp-source serves (mapping: tools/loader/loader.h).
 # ---------------------------------------------------------------------------
 VS_YAML = """\
 apiVersion: networking.istio.io/v1alpha3

@@ -1,6 +1,6 @@
 /* The etcd v3 client (etcd.h): unary calls and one watch stream on gRPC's C
  * core, each on its own pluck completion queue. */
-#include "etcd.h"
+#include "etcd/etcd.h"
 
 #include <errno.h>
 #include <pthread.h>

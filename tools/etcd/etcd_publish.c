@@ -1,5 +1,5 @@
 /* etcdpub (etcd_publish.h): the loader's documents into etcd. */
-#include "etcd_publish.h"
+#include "etcd/etcd_publish.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -10,7 +10,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "config_internal.h"
+#include "loader/config_internal.h"
+#include "util/grow.h"
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
@@ -82,14 +83,10 @@ static void changes_clear(changes *c) {
 
 static int changes_add(changes *c, const char *key, uint64_t hash,
                        const char *text, size_t len) {
-  if (c->n == c->cap) {
-    size_t cap = c->cap ? 2 * c->cap : 64;
-    change *v = realloc(c->v, cap * sizeof *v);
-    if (!v)
-      return MCPETCD_ERR_NOMEM;
-    c->v = v;
-    c->cap = cap;
-  }
+  change *v = tool_grow(c->v, c->n, &c->cap, sizeof *v, 64);
+  if (!v)
+    return MCPETCD_ERR_NOMEM;
+  c->v = v;
   change *x = &c->v[c->n];
   *x = (change){strdup(key), hash, NULL, len};
   if (text && (x->text = malloc(len ? len : 1)))
@@ -144,14 +141,10 @@ static pubcoll *pubcoll_get(etcdpub *p, const char *name) {
   for (size_t i = 0; i < p->ncolls; ++i)
     if (!strcmp(p->colls[i].name, name))
       return &p->colls[i];
-  if (p->ncolls == p->capcolls) {
-    size_t cap = p->capcolls ? 2 * p->capcolls : 16;
-    pubcoll *c = realloc(p->colls, cap * sizeof *c);
-    if (!c)
-      return NULL;
-    p->colls = c;
-    p->capcolls = cap;
-  }
+  pubcoll *c = tool_grow(p->colls, p->ncolls, &p->capcolls, sizeof *c, 16);
+  if (!c)
+    return NULL;
+  p->colls = c;
   char *n = strdup(name);
   if (!n)
     return NULL;

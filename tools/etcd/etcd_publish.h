@@ -20,8 +20,8 @@
 
 #include <stdint.h>
 
-#include "config_load.h"
-#include "etcd.h"
+#include "loader/loader.h"
+#include "etcd/etcd.h"
 
 #define MCPETCD_TXN_OPS 128
 #define MCPETCD_TXN_BYTES (1u << 20)

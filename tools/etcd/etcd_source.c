@@ -1,6 +1,6 @@
 /* etcdsrc (etcd_source.h): a thread that mirrors an etcd prefix into a
  * queue of store changes. */
-#include "etcd_source.h"
+#include "etcd/etcd_source.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -11,7 +11,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "config_internal.h"
+#include "loader/config_internal.h"
+#include "util/sorted.h"
 
 #define DEFAULT_PREFIX "/mcp/"
 #define BACKOFF_MIN_MS 100
@@ -137,21 +138,8 @@ static mcpcfg_doc *convert(etcdsrc *s, const char *key, const uint8_t *value,
 
 /* Binary search: the index of |key| in held, or where it would go. */
 static size_t find(const etcdsrc *s, const char *key, int *found) {
-  size_t lo = 0, hi = s->nheld;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    int c = strcmp(s->held[mid].key, key);
-    if (c == 0) {
-      *found = 1;
-      return mid;
-    }
-    if (c < 0)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  *found = 0;
-  return lo;
+  return tool_sorted_find(s->held, s->nheld, sizeof(entry),
+                          offsetof(entry, key), key, found);
 }
 
 /* A put of |key| at |rev|. The entry at |i| exists (found) or is inserted

@@ -3,7 +3,7 @@
  * mcp-source --etcd (docs/operations.md). Internal to tools/.
  *
  * Layout: key PREFIX<collection>/<name> holds one document (YAML or JSON),
- * converted exactly as a file's document (tools/common/config_load.h); the
+ * converted exactly as a file's document (tools/loader/loader.h); the
  * key must be the one its document names, so that two keys can never define
  * one resource. The resource version is the key's mod_revision in decimal:
  * the same on every replica.
@@ -28,8 +28,8 @@
 
 #include <mcp/mcp.h>
 
-#include "config_load.h"
-#include "etcd.h"
+#include "loader/loader.h"
+#include "etcd/etcd.h"
 
 typedef struct etcdsrc etcdsrc;
 

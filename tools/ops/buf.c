@@ -1,5 +1,5 @@
 /* Growable byte buffer with a sticky failure. */
-#include "buf.h"
+#include "ops/buf.h"
 
 #include <stdarg.h>
 #include <stdio.h>

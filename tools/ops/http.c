@@ -1,5 +1,5 @@
 /* The debug HTTP/1.1 server: sessions (http-parser) and libuv glue. */
-#include "http.h"
+#include "ops/http.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>

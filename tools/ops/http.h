@@ -35,7 +35,7 @@
 
 #include <uv.h>
 
-#include "buf.h"
+#include "ops/buf.h"
 
 #define OPS_HTTP_DEFAULT_MAX_HEADER 8192
 #define OPS_HTTP_DEFAULT_MAX_BODY 65536

@@ -1,6 +1,7 @@
 /* The metrics registry and the Prometheus text format (0.0.4). */
-#include "metrics.h"
-#include "../utf8.h"
+#include "ops/metrics.h"
+#include "util/grow.h"
+#include "util/utf8.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -135,14 +136,10 @@ void ops_metrics_set_max_series(ops_metrics *m, size_t max) {
 
 /* Adds a series (lock held). NULL when out of memory. */
 static series *series_add(ops_metric *f, const char *const *values) {
-  if (f->ns == f->cap) {
-    size_t cap = f->cap ? 2 * f->cap : 4;
-    series *s = realloc(f->s, cap * sizeof(*s));
-    if (!s)
-      return NULL;
-    f->s = s;
-    f->cap = cap;
-  }
+  series *v = tool_grow(f->s, f->ns, &f->cap, sizeof(*v), 4);
+  if (!v)
+    return NULL;
+  f->s = v;
   series *s = &f->s[f->ns];
   memset(s, 0, sizeof(*s));
   if (f->nlabels) {
@@ -218,14 +215,11 @@ static ops_metric *family_add(ops_metrics *m, ops_metric_type type,
   pthread_mutex_lock(&m->lock);
   for (size_t i = 0; ok && i < m->nf; i++)
     ok = strcmp(m->f[i]->name, name) != 0;
-  if (ok && m->nf == m->fcap) {
-    size_t cap = m->fcap ? 2 * m->fcap : 16;
-    ops_metric **nf = realloc(m->f, cap * sizeof(*nf));
+  if (ok) {
+    ops_metric **nf = tool_grow(m->f, m->nf, &m->fcap, sizeof(*nf), 16);
     ok = nf != NULL;
-    if (ok) {
+    if (ok)
       m->f = nf;
-      m->fcap = cap;
-    }
   }
   if (ok)
     m->f[m->nf++] = f;

@@ -23,7 +23,7 @@
 
 #include <stddef.h>
 
-#include "buf.h"
+#include "ops/buf.h"
 
 #define OPS_METRICS_MAX_LABELS 4
 #define OPS_METRICS_DEFAULT_MAX_SERIES 500

@@ -1,5 +1,5 @@
 /* Metrics from events and streams, and the debug endpoints. */
-#include "ops.h"
+#include "ops/ops.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
@@ -60,6 +60,18 @@ const char *tool_ops_code_name(int code, char *buf, size_t len) {
   else
     snprintf(buf, len, "Code(%d)", code);
   return buf;
+}
+
+void tool_ops_log_refused(const tool_stream_info *info) {
+  TOOL_LOG_CONTEXT(.stream = info->id, .peer = info->peer);
+  char name[24];
+  tool_log(info->status == 7 || info->status == 16 ? TOOL_LOG_WARN
+                                                   : TOOL_LOG_INFO,
+           "refused %s: status %d (%s): %s; identity %s", info->peer,
+           info->status,
+           tool_ops_code_name(info->status, name, sizeof(name)),
+           info->details,
+           info->nidentities ? info->identities[0] : "none");
 }
 
 void tool_ops_log_dial_failure(const tool_stream_info *info,
@@ -706,8 +718,8 @@ static void page_bounds(json_t *j, const page *pg, int streams) {
                       json_boolean(pg->truncated || pg->streams_omitted));
 }
 
-static void reply_json(ops_http_reply *r, json_t *j) {
-  char *s = j ? json_dumps(j, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
+void tool_ops_reply_json(ops_http_reply *r, json_t *j, size_t flags) {
+  char *s = j ? json_dumps(j, flags) : NULL;
   json_decref(j);
   if (!s) {
     ops_http_reply_text(r, 500, "out of memory\n");
@@ -752,7 +764,7 @@ static void page_syncz(tool_ops *o, ops_http_reply *r) {
     ops_http_reply_text(r, 503, "the transport cannot be read\n");
     return;
   }
-  reply_json(r, j);
+  tool_ops_reply_json(r, j, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
 }
 
 static void page_journal(tool_ops *o, ops_http_reply *r) {
@@ -773,7 +785,7 @@ static void page_journal(tool_ops *o, ops_http_reply *r) {
     ops_http_reply_text(r, 503, "the transport cannot be read\n");
     return;
   }
-  reply_json(r, j);
+  tool_ops_reply_json(r, j, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
 }
 
 static int is_ready(tool_ops *o) {

@@ -31,13 +31,14 @@
 
 #include <stddef.h>
 
+#include <jansson.h>
 #include <mcp/mcp.h>
 #include <uv.h>
 
-#include "../log.h"
-#include "../transport.h"
-#include "http.h"
-#include "metrics.h"
+#include "util/log.h"
+#include "transport/transport.h"
+#include "ops/http.h"
+#include "ops/metrics.h"
 
 /* The command-line flags both programs take for operations. */
 typedef struct tool_ops_args {
@@ -126,6 +127,12 @@ void tool_ops_close(tool_ops *ops);
 void tool_ops_set_page(tool_ops *ops, const char *path, ops_http_fn fn,
                        void *user_data);
 
+/* A JSON page's answer: 200, application/json, the body |j| (consumed;
+ * NULL when it could not be built) as jansson's json_dumps(|flags|) writes
+ * it, and a newline; 500 "out of memory" when it cannot be written. For
+ * the pages of this router and of tool_ops_set_page(). */
+void tool_ops_reply_json(ops_http_reply *r, json_t *j, size_t flags);
+
 /* The HTTP handler (an ops_http_fn; |user_data| is the tool_ops): for
  * tool_endpoint_options.http and tests. Main thread. */
 void tool_ops_http(const char *method, const char *path,
@@ -138,6 +145,11 @@ ops_metrics *tool_ops_metrics(tool_ops *ops);
  * beyond 16), as Istio's istio_mcp_request_nacks_total{code} uses it.
  * Writes at most |len| bytes. */
 const char *tool_ops_code_name(int code, char *buf, size_t len);
+
+/* Logs a call refused before it became a stream (a tool_refused_cb's
+ * |info|), in the stream's log context: a warning for PERMISSION_DENIED
+ * and UNAUTHENTICATED, else info (admission). */
+void tool_ops_log_refused(const tool_stream_info *info);
 
 /* Logs a dialed stream that ended before any answer, to |peer_role| ("the
  * source", "the sink"): a warning the first time for each kind of failure

@@ -1,12 +1,12 @@
 /* The Destination view from Services and Endpoints: dest_view.h. */
-#include "dest_view.h"
+#include "views/dest_view.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "google/protobuf/struct.pb-c.h"
-#include "view_util.h"
+#include "views/view_util.h"
 /* The Destination module's helpers, so that the adapter and the sessions
  * agree on names and bodies (mcp/destination.h, "View helpers"). */
 #include <mcp/destination.h>

@@ -1,12 +1,13 @@
 /* The Dispatcher view from swarmkit objects: disp_view.h. */
-#include "disp_view.h"
+#include "views/disp_view.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "google/protobuf/struct.pb-c.h"
-#include "view_util.h"
+#include "views/view_util.h"
+#include "util/grow.h"
 /* The Dispatcher module's names, so that both sides agree. */
 #include <mcp/dispatcher.h>
 
@@ -188,16 +189,12 @@ typedef struct sv_pool {
 static void *pool_alloc(sv_pool *pl, size_t size) {
   if (pl->failed)
     return NULL;
-  if (pl->n == pl->cap) {
-    size_t cap = pl->cap ? 2 * pl->cap : 32;
-    void **p = realloc(pl->p, cap * sizeof *p);
-    if (!p) {
-      pl->failed = 1;
-      return NULL;
-    }
-    pl->p = p;
-    pl->cap = cap;
+  void **p = tool_grow(pl->p, pl->n, &pl->cap, sizeof *p, 32);
+  if (!p) {
+    pl->failed = 1;
+    return NULL;
   }
+  pl->p = p;
   void *x = calloc(1, size ? size : 1);
   if (!x) {
     pl->failed = 1;

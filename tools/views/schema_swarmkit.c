@@ -1,5 +1,5 @@
 /* swarmkit's types, built in: schema_swarmkit.h. */
-#include "schema_swarmkit.h"
+#include "views/schema_swarmkit.h"
 
 #include <stdint.h>
 

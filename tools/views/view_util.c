@@ -1,5 +1,5 @@
 /* Buffers, protobuf wire writing and reading, a string map: view_util.h. */
-#include "view_util.h"
+#include "views/view_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>

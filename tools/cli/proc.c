@@ -1,12 +1,12 @@
 /* Process set-up: see proc.h. */
-#include "proc.h"
+#include "cli/proc.h"
 
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/resource.h>
 
-#include "log.h"
+#include "util/log.h"
 
 /* The kernel refuses more than fs.nr_open (1048576 by default), so an
  * unlimited hard limit is not a value to copy. */

@@ -2,7 +2,7 @@
 #ifndef MCPCFG_CONFIG_INTERNAL_H
 #define MCPCFG_CONFIG_INTERNAL_H
 
-#include "config_load.h"
+#include "loader/loader.h"
 
 /*
  * One resource, from one document. A single malloc block holds it and all

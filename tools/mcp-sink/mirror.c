@@ -1,5 +1,5 @@
 /* The --out mirror of mcp-sink. */
-#include "mirror.h"
+#include "mcp-sink/mirror.h"
 
 #include <dirent.h>
 #include <stdint.h>
@@ -12,9 +12,9 @@
 
 #include <jansson.h>
 
-#include "args.h"
-#include "log.h"
-#include "resource_json.h"
+#include "cli/args.h"
+#include "util/log.h"
+#include "mcp-sink/resource_json.h"
 
 #define TMP_PREFIX ".mcp-sink-tmp-"
 /* Segments longer than this are mapped (mirror.h); the mapped form is

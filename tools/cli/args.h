@@ -7,6 +7,17 @@
 #define TOOLS_ARGS_H
 
 #include <stddef.h>
+#include <stdio.h>
+
+#include "util/log.h" /* TOOL_PRINTF */
+
+/*
+ * Reports a usage error the programs' way: "PROG: ", the message and a
+ * newline on stderr, then |usage|(stderr). Returns 2, the exit status of a
+ * usage error. Each program wraps it as usage_error(fmt, ...).
+ */
+int tool_usage_error(const char *prog, void (*usage)(FILE *f),
+                     const char *fmt, ...) TOOL_PRINTF(3, 4);
 
 /*
  * If argv[*i] is the option |name| taking a value ("--name VALUE" or

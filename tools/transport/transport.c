@@ -1,7 +1,8 @@
 /* The table of transports. A new transport adds a row (and its file). The
- * build defines TOOLS_HAVE_<NAME> for each transport it links in. Also the
- * programs' access list (tool_access), on the table's acl_* functions. */
-#include "transport.h"
+ * build defines TOOLS_HAVE_<NAME> for each transport it links in. Also what
+ * the shims share (shim.h) and the programs' access list (tool_access), on
+ * the table's acl_* functions. */
+#include "transport/transport.h"
 
 #include <signal.h>
 #include <stddef.h>
@@ -9,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
+#include "transport/shim.h"
+#include "util/log.h"
 
 static const struct {
   const char *name;
@@ -83,6 +85,48 @@ const char *tool_transport_default(void) {
       return transports[i].name;
   }
   return transports[0].name; /* none built: refused when looked up */
+}
+
+/* ---- what the shims share (shim.h) ---- */
+
+void *tool_shim_alloc(size_t size, const tool_endpoint_options *o) {
+  tool_shim_cb *cb = calloc(1, size);
+  if (cb) {
+    cb->on_stream = o->on_stream;
+    cb->on_refused = o->on_refused;
+    cb->user_data = o->user_data;
+  }
+  return cb;
+}
+
+int tool_shim_created(void **pobj, void *obj, int rv) {
+  if (rv < 0) {
+    free(obj);
+    return rv;
+  }
+  *pobj = obj;
+  return 0;
+}
+
+void tool_shim_report(const tool_shim_cb *cb, int opened,
+                      const tool_stream_info *ti) {
+  if (cb->on_stream)
+    cb->on_stream(opened, ti, cb->user_data);
+}
+
+void tool_shim_stats_clear(tool_sink_stream_stats *st) {
+  st->open = 0;
+  st->want_write = 0;
+  st->sent = 0;
+}
+
+void tool_shim_stats_add(tool_sink_stream_stats *st, mcp_sink_session *sink,
+                         uint64_t sent, int sending) {
+  if (sink) {
+    st->open = 1;
+    st->want_write = mcp_sink_session_want_write(sink) || sending;
+    st->sent = sent;
+  }
 }
 
 /* ---- access lists (--allow, --deny, --access-list) ---- */

@@ -3,7 +3,7 @@
  * as that message by libmcp-schema (the proto3 JSON mapping). The loader's
  * own YAML tree is handed over as mcp_schema_value nodes (config_doc.c).
  */
-#include "config_internal.h"
+#include "loader/config_internal.h"
 
 #include <string.h>
 

@@ -27,15 +27,15 @@
 #include <jansson.h>
 #include <uv.h>
 
-#include "args.h"
-#include "log.h"
-#include "proc.h"
-#include "mirror.h"
+#include "cli/args.h"
+#include "util/log.h"
+#include "cli/proc.h"
+#include "mcp-sink/mirror.h"
 #include "ops/ops.h"
-#include "rand.h"
-#include "schema_args.h"
-#include "sink_proto.h"
-#include "transport.h"
+#include "util/rand.h"
+#include "cli/schema_args.h"
+#include "mcp-sink/sink_proto.h"
+#include "transport/transport.h"
 
 #define DEFAULT_ADDRESS "127.0.0.1:9901"
 #define DEFAULT_NODE_ID "mcp-sink"
@@ -206,17 +206,7 @@ static const char *service_name(mcp_service s) {
   return "ResourceSource";
 }
 
-static int usage_error(const char *fmt, ...) TOOL_PRINTF(1, 2);
-static int usage_error(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fputs("mcp-sink: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  usage(stderr);
-  return 2;
-}
+#define usage_error(...) tool_usage_error("mcp-sink", usage, __VA_ARGS__)
 
 /* ---- output (the transport's thread) ---- */
 
@@ -357,15 +347,7 @@ static void report_closed(sink_app *a, const tool_stream_info *info) {
 static void on_refused(const tool_stream_info *info, void *ud) {
   sink_app *a = ud;
   tool_ops_refused(a->ops, info);
-  TOOL_LOG_CONTEXT(.stream = info->id, .peer = info->peer);
-  char name[24];
-  tool_log(info->status == 7 || info->status == 16 ? TOOL_LOG_WARN
-                                                   : TOOL_LOG_INFO,
-           "refused %s: status %d (%s): %s; identity %s", info->peer,
-           info->status,
-           tool_ops_code_name(info->status, name, sizeof(name)),
-           info->details,
-           info->nidentities ? info->identities[0] : "none");
+  tool_ops_log_refused(info);
 }
 
 /*

@@ -1,6 +1,6 @@
 /* Logging on stderr and line output on stdout, safe from any thread. */
-#include "log.h"
-#include "utf8.h"
+#include "util/log.h"
+#include "util/utf8.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -4,13 +4,8 @@
 
 #include <mcp/grpc.h>
 
-#include "transport.h"
-
-/* Reconnection: gRPC's defaults except a shorter ceiling, so that a tool
- * left waiting for its peer notices it within half a minute. */
-#define TOOL_BACKOFF_MAX (30 * MCP_SECONDS)
-/* On stop, streams get this long to finish their send in flight. */
-#define TOOL_SHUTDOWN_GRACE (1 * MCP_SECONDS)
+#include "transport/shim.h"
+#include "transport/transport.h"
 
 /* The protocol name of each open service or client call, by stream id:
  * gRPC's info no longer has the stream once it is ending, and the programs
@@ -76,9 +71,7 @@ static const char *api_take(api_map *m, uint64_t id) {
 }
 
 typedef struct ep_ctx {
-  tool_stream_cb on_stream;
-  tool_refused_cb on_refused;
-  void *user_data;
+  tool_shim_cb cb; /* first: tool_shim_alloc() */
   api_map apis;
 } ep_ctx;
 
@@ -92,16 +85,7 @@ typedef struct grpc_ep {
 static tool_stream_info stream_info(const mcp_grpc_stream_info *info,
                                     char *peer, size_t len) {
   tool_stream_info ti = {
-      .id = info->id,
-      .peer = tool_peer_format(info->peer, peer, len),
-      .dialed = info->dialed,
-      .received = info->received,
-      .sent = info->sent,
-      .status = info->status,
-      .details = info->details ? info->details : "",
-      .source = info->source,
-      .sink = info->sink,
-      .opened = info->opened,
+      TOOL_SHIM_STREAM_INFO(info, peer, len),
       .identities = info->identities,
       .nidentities = info->nidentities,
       .tls = info->tls,
@@ -125,12 +109,11 @@ static void on_stream(mcp_grpc_stream_event ev,
   }
   /* A refused call never was a stream: no OPENED came before it. */
   if (ev == MCP_GRPC_STREAM_REFUSED) {
-    if (ctx->on_refused)
-      ctx->on_refused(&ti, ctx->user_data);
+    if (ctx->cb.on_refused)
+      ctx->cb.on_refused(&ti, ctx->cb.user_data);
     return;
   }
-  if (ctx->on_stream)
-    ctx->on_stream(ev == MCP_GRPC_STREAM_OPENED, &ti, ctx->user_data);
+  tool_shim_report(&ctx->cb, ev == MCP_GRPC_STREAM_OPENED, &ti);
 }
 
 static mcp_grpc_tls_options tls_opts(const tool_tls_options *t) {
@@ -146,11 +129,7 @@ static mcp_grpc_tls_options tls_opts(const tool_tls_options *t) {
 static void fill_opts(mcp_grpc_options *go, const tool_endpoint_options *o,
                       ep_ctx *ctx) {
   mcp_grpc_options_default(go);
-  go->mode = o->mode == TOOL_DIAL ? MCP_GRPC_DIAL : MCP_GRPC_LISTEN;
-  go->address = o->address;
-  go->rand = o->rand;
-  go->backoff.max = TOOL_BACKOFF_MAX;
-  go->shutdown_grace = TOOL_SHUTDOWN_GRACE;
+  TOOL_SHIM_OPTIONS(go, o, MCP_GRPC_DIAL, MCP_GRPC_LISTEN);
   go->on_stream = on_stream;
   go->user_data = ctx;
   /* TLS when any file is set (the programs ran tls_check() first); the
@@ -160,20 +139,13 @@ static void fill_opts(mcp_grpc_options *go, const tool_endpoint_options *o,
     go->authorize = mcp_grpc_acl_authorize;
     go->authorize_user_data = o->acl;
   }
-  if (o->mode == TOOL_LISTEN) {
-    go->services = o->services;
-    go->nservices = o->nservices;
-    go->no_mcp = o->no_mcp;
-  }
 }
 
-static grpc_ep *ep_alloc(const tool_endpoint_options *o) {
-  grpc_ep *ep = calloc(1, sizeof(*ep));
-  if (ep) {
-    ep->ctx.on_stream = o->on_stream;
-    ep->ctx.on_refused = o->on_refused;
-    ep->ctx.user_data = o->user_data;
-  }
+/* An endpoint with the callbacks of |o|, and |go| filled for it. */
+static grpc_ep *ep_new(const tool_endpoint_options *o, mcp_grpc_options *go) {
+  grpc_ep *ep = tool_shim_alloc(sizeof(*ep), o);
+  if (ep)
+    fill_opts(go, o, &ep->ctx);
   return ep;
 }
 
@@ -181,18 +153,11 @@ static int source_new(void **pep, uv_loop_t *loop,
                       const tool_endpoint_options *o,
                       const mcp_source_options *so) {
   (void)loop; /* gRPC runs on a thread of its own */
-  grpc_ep *ep = ep_alloc(o);
+  mcp_grpc_options go;
+  grpc_ep *ep = ep_new(o, &go);
   if (!ep)
     return MCP_ERR_NOMEM;
-  mcp_grpc_options go;
-  fill_opts(&go, o, &ep->ctx);
-  int rv = mcp_grpc_source_new(&ep->src, &go, so);
-  if (rv < 0) {
-    free(ep);
-    return rv;
-  }
-  *pep = ep;
-  return 0;
+  return tool_shim_created(pep, ep, mcp_grpc_source_new(&ep->src, &go, so));
 }
 
 static int source_port(void *ep) {
@@ -219,18 +184,11 @@ static void source_del(void *p) {
 static int sink_new(void **pep, uv_loop_t *loop,
                     const tool_endpoint_options *o, mcp_sink_state *state) {
   (void)loop;
-  grpc_ep *ep = ep_alloc(o);
+  mcp_grpc_options go;
+  grpc_ep *ep = ep_new(o, &go);
   if (!ep)
     return MCP_ERR_NOMEM;
-  mcp_grpc_options go;
-  fill_opts(&go, o, &ep->ctx);
-  int rv = mcp_grpc_sink_new(&ep->sink, &go, state);
-  if (rv < 0) {
-    free(ep);
-    return rv;
-  }
-  *pep = ep;
-  return 0;
+  return tool_shim_created(pep, ep, mcp_grpc_sink_new(&ep->sink, &go, state));
 }
 
 static int sink_port(void *ep) {
@@ -238,12 +196,7 @@ static int sink_port(void *ep) {
 }
 
 static void stats_fn(const mcp_grpc_stream_info *info, void *ud) {
-  tool_sink_stream_stats *st = ud;
-  if (info->sink) {
-    st->open = 1;
-    st->want_write = mcp_sink_session_want_write(info->sink);
-    st->sent = info->sent;
-  }
+  tool_shim_stats_add(ud, info->sink, info->sent, 0);
 }
 
 static int sink_finish(void *ep) {
@@ -251,34 +204,22 @@ static int sink_finish(void *ep) {
 }
 
 static int sink_stats(void *ep, tool_sink_stream_stats *st) {
-  st->open = 0;
-  st->want_write = 0;
-  st->sent = 0;
+  tool_shim_stats_clear(st);
   int rv = mcp_grpc_sink_streams(((grpc_ep *)ep)->sink, stats_fn, st);
   return rv < 0 ? rv : 0; /* the count is not asked for */
 }
 
 /* Introspection (tools/ops): the gRPC calls run |fn| on the transport
  * thread and return once done. */
-typedef struct walk_ctx {
-  tool_stream_fn fn;
-  void *ud;
-} walk_ctx;
-
-static void walk_fn(const mcp_grpc_stream_info *info, void *ud) {
-  walk_ctx *w = ud;
-  char peer[TOOL_PEER_MAX];
-  tool_stream_info ti = stream_info(info, peer, sizeof(peer));
-  w->fn(&ti, w->ud);
-}
+TOOL_SHIM_DEFINE_WALK(walk_fn, mcp_grpc_stream_info, stream_info)
 
 static int source_streams(void *ep, tool_stream_fn fn, void *ud) {
-  walk_ctx w = {fn, ud};
+  tool_shim_walk w = {fn, ud};
   return mcp_grpc_source_streams(((grpc_ep *)ep)->src, walk_fn, &w);
 }
 
 static int sink_streams(void *ep, tool_stream_fn fn, void *ud) {
-  walk_ctx w = {fn, ud};
+  tool_shim_walk w = {fn, ud};
   return mcp_grpc_sink_streams(((grpc_ep *)ep)->sink, walk_fn, &w);
 }
 
@@ -346,23 +287,14 @@ static int client_new(void **pc, uv_loop_t *loop,
                       const tool_endpoint_options *o,
                       const mcp_client_def *def) {
   (void)loop; /* a thread of its own */
-  grpc_client *c = calloc(1, sizeof(*c));
+  grpc_client *c = tool_shim_alloc(sizeof(*c), o);
   if (!c)
     return MCP_ERR_NOMEM;
-  c->ctx.on_stream = o->on_stream;
-  c->ctx.on_refused = o->on_refused;
-  c->ctx.user_data = o->user_data;
   tool_endpoint_options d = *o;
   d.mode = TOOL_DIAL;
   mcp_grpc_options go;
   fill_opts(&go, &d, &c->ctx);
-  int rv = mcp_grpc_client_new(&c->c, &go, def);
-  if (rv < 0) {
-    free(c);
-    return rv;
-  }
-  *pc = c;
-  return 0;
+  return tool_shim_created(pc, c, mcp_grpc_client_new(&c->c, &go, def));
 }
 
 static int client_run(void *c, tool_run_fn fn, void *ud) {
@@ -381,18 +313,7 @@ static void client_del(void *p) {
 const tool_transport tool_transport_grpc = {
     .name = "grpc",
     .now = mcp_grpc_now,
-    .source_new = source_new,
-    .source_port = source_port,
-    .source_apply = source_apply,
-    .source_del = source_del,
-    .sink_new = sink_new,
-    .sink_port = sink_port,
-    .sink_stats = sink_stats,
-    .sink_finish = sink_finish,
-    .sink_del = sink_del,
-    .source_streams = source_streams,
-    .sink_streams = sink_streams,
-    .sink_call = sink_call,
+    TOOL_SHIM_ENDPOINT_ROWS,
     .tls_check = tls_check,
     .acl_new = acl_new,
     .acl_add = acl_add,
@@ -403,7 +324,5 @@ const tool_transport tool_transport_grpc = {
     .source_reauthorize = source_reauthorize,
     .sink_reauthorize = sink_reauthorize,
     .services = 1,
-    .client_new = client_new,
-    .client_run = client_run,
-    .client_del = client_del,
+    TOOL_SHIM_CLIENT_ROWS,
 };

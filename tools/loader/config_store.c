@@ -1,6 +1,6 @@
 /* The part of mcpcfg that calls the core: kept apart so that the loader
  * itself depends on the core's header only. */
-#include "config_internal.h"
+#include "loader/config_internal.h"
 
 const char *mcpcfg_strerror(int err) {
   if (err == MCPCFG_ERR_IO)

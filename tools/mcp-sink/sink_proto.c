@@ -8,7 +8,7 @@
  * (JSON lines through tool_out_line(), files); they tell the main loop
  * about the sync through a uv_async_t.
  */
-#include "sink_proto.h"
+#include "mcp-sink/sink_proto.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,11 +30,11 @@
 #include <mcp/destination.h>
 #include <mcp/dispatcher.h>
 
-#include "args.h"
-#include "log.h"
-#include "proc.h"
-#include "rand.h"
-#include "transport.h"
+#include "cli/args.h"
+#include "util/log.h"
+#include "cli/proc.h"
+#include "util/rand.h"
+#include "transport/transport.h"
 #include "views/schema_swarmkit.h"
 #include "views/view_util.h"
 
@@ -72,18 +72,13 @@ typedef struct proto_app {
   int failed;         /* an output could not be written */
 } proto_app;
 
-static int usage_error(const char *fmt, ...) TOOL_PRINTF(1, 2);
-static int usage_error(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fputs("mcp-sink: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
+/* The short usage: mcp-sink's --help has every flag. */
+static void usage(FILE *f) {
   fputs("usage: " TOOL_SINK_PROTO_SYNOPSIS "(mcp-sink --help: every flag)\n",
-        stderr);
-  return 2;
+        f);
 }
+
+#define usage_error(...) tool_usage_error("mcp-sink", usage, __VA_ARGS__)
 
 int tool_sink_proto_wanted(int argc, char **argv) {
   for (int i = 1; i < argc; i++) /* mcp-sink's own answer */

@@ -1,5 +1,5 @@
 /* Received resources as JSON, with google.protobuf.Struct bodies decoded. */
-#include "resource_json.h"
+#include "mcp-sink/resource_json.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -16,7 +16,7 @@
 
 #include <mcp/schema.h>
 
-#include "args.h"
+#include "cli/args.h"
 
 /* One --kind. */
 typedef struct tool_kind {

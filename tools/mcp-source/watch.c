@@ -1,5 +1,5 @@
 /* Recursive directory watching on top of uv_fs_event. */
-#include "watch.h"
+#include "mcp-source/watch.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "log.h"
+#include "util/log.h"
 
 typedef struct wdir {
   struct wdir *next;

@@ -1,5 +1,5 @@
 /* getrandom(2) as a mcp_rand_fn. */
-#include "rand.h"
+#include "util/rand.h"
 
 #include <errno.h>
 #include <stdatomic.h>

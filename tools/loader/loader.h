@@ -1,6 +1,8 @@
 /*
- * mcpcfg: loads a directory of Kubernetes-style YAML files as MCP resources,
- * for the mcp-source program. Internal to tools/ (not installed).
+ * The loader (mcpcfg; tools/loader/): loads a directory of Kubernetes-style
+ * YAML files as MCP resources, for the mcp-source program (and, through
+ * config_internal.h, the document format of tools/etcd/). Internal to
+ * tools/ (not installed).
  *
  * Directory: every regular file named *.yaml or *.yml below the root,
  * recursively (symbolic links followed, loops skipped); names starting with

@@ -6,7 +6,7 @@
  * node of its anchor, so aliases cost no memory, and an anchor is only
  * registered once its node is finished, so the tree can have no cycle.
  */
-#include "config_internal.h"
+#include "loader/config_internal.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -17,6 +17,7 @@
 #include <yaml.h>
 
 #include "google/protobuf/struct.pb-c.h"
+#include "util/grow.h"
 
 /* ------------------------------------------------------------------ */
 /* Small helpers                                                       */
@@ -384,14 +385,10 @@ static int add(builder *b, ynode *n) {
     return 0;
   }
   frame *f = &b->stack[b->depth - 1];
-  if (f->n == f->cap) {
-    size_t cap = f->cap ? 2 * f->cap : 16;
-    ynode **k = realloc(f->kids, cap * sizeof *k);
-    if (!k)
-      return MCPCFG_ERR_NOMEM;
-    f->kids = k;
-    f->cap = cap;
-  }
+  ynode **k = tool_grow(f->kids, f->n, &f->cap, sizeof *k, 16);
+  if (!k)
+    return MCPCFG_ERR_NOMEM;
+  f->kids = k;
   f->kids[f->n++] = n;
   return 0;
 }
@@ -1079,16 +1076,12 @@ static int on_document_end(builder *b) {
     }
     memcpy(d->text, b->buf + b->text_start, d->text_len);
   }
-  if (b->ndocs == b->docs_cap) {
-    size_t cap = b->docs_cap ? 2 * b->docs_cap : 8;
-    mcpcfg_doc **p = realloc(b->docs, cap * sizeof *p);
-    if (!p) {
-      mcpcfg_doc_unref(d);
-      return MCPCFG_ERR_NOMEM;
-    }
-    b->docs = p;
-    b->docs_cap = cap;
+  mcpcfg_doc **p = tool_grow(b->docs, b->ndocs, &b->docs_cap, sizeof *p, 8);
+  if (!p) {
+    mcpcfg_doc_unref(d);
+    return MCPCFG_ERR_NOMEM;
   }
+  b->docs = p;
   b->docs[b->ndocs++] = d;
   return 0;
 }

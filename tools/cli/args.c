@@ -1,14 +1,28 @@
 /* Command-line helpers. */
-#include "args.h"
+#include "cli/args.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#include "log.h"
+#include "util/log.h"
+#include "util/grow.h"
+
+int tool_usage_error(const char *prog, void (*usage)(FILE *f),
+                     const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "%s: ", prog);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  usage(stderr);
+  return 2;
+}
 
 int tool_arg_value(int argc, char **argv, int *i, const char *name,
                    const char **value) {
@@ -109,14 +123,10 @@ int tool_strv_add(tool_strv *sv, const char *s, int unique) {
         return 0;
     }
   }
-  if (sv->n == sv->cap) {
-    size_t cap = sv->cap ? 2 * sv->cap : 8;
-    const char **v = realloc(sv->v, cap * sizeof(*v));
-    if (!v)
-      return -1;
-    sv->v = v;
-    sv->cap = cap;
-  }
+  const char **v = tool_grow(sv->v, sv->n, &sv->cap, sizeof(*v), 8);
+  if (!v)
+    return -1;
+  sv->v = v;
   sv->v[sv->n++] = s;
   return 0;
 }

@@ -20,21 +20,21 @@
 
 #include <uv.h>
 
-#include "args.h"
-#include "config_load.h"
-#include "etcd_publish.h"
-#include "etcd_source.h"
+#include "cli/args.h"
+#include "loader/loader.h"
+#include "etcd/etcd_publish.h"
+#include "etcd/etcd_source.h"
 #include <mcp/schema_istio.h>
-#include "log.h"
-#include "proc.h"
+#include "util/log.h"
+#include "cli/proc.h"
 #include "ops/ops.h"
-#include "rand.h"
-#include "schema_args.h"
-#include "transport.h"
+#include "util/rand.h"
+#include "cli/schema_args.h"
+#include "transport/transport.h"
 #include "views/dest_view.h"
 #include "views/disp_view.h"
 #include "views/schema_swarmkit.h"
-#include "watch.h"
+#include "mcp-source/watch.h"
 #include <mcp/destination.h>
 #include <mcp/dispatcher.h>
 #include <jansson.h>
@@ -202,17 +202,7 @@ static void usage(FILE *f) {
           DEFAULT_HEARTBEAT_PERIOD_MS);
 }
 
-static int usage_error(const char *fmt, ...) TOOL_PRINTF(1, 2);
-static int usage_error(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fputs("mcp-source: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  usage(stderr);
-  return 2;
-}
+#define usage_error(...) tool_usage_error("mcp-source", usage, __VA_ARGS__)
 
 /* ---- events (the transport's thread) ---- */
 
@@ -251,23 +241,11 @@ static void on_core_event(const mcp_event *ev, void *ud) {
   }
 }
 
-/* The first identity of a peer, for the logs. */
-static const char *first_identity(const tool_stream_info *info) {
-  return info->nidentities ? info->identities[0] : "none";
-}
-
 /* A call refused before it became a stream (the transport's thread). */
 static void on_refused(const tool_stream_info *info, void *ud) {
   source_app *a = ud;
   tool_ops_refused(a->ops, info);
-  TOOL_LOG_CONTEXT(.stream = info->id, .peer = info->peer);
-  char name[24];
-  tool_log(info->status == 7 || info->status == 16 ? TOOL_LOG_WARN
-                                                   : TOOL_LOG_INFO,
-           "refused %s: status %d (%s): %s; identity %s", info->peer,
-           info->status,
-           tool_ops_code_name(info->status, name, sizeof(name)),
-           info->details, first_identity(info));
+  tool_ops_log_refused(info);
 }
 
 /* The API a stream belongs to, for metrics and logs. */
@@ -371,41 +349,42 @@ static void loaded(source_app *a) {
  * view stores of the other APIs follow it (only the Services and nodes a
  * change touches are recomputed). A failure (memory) is finished by the
  * next update. */
+/* Logs what a view's sync did: |skipped| inputs (|inputs|) skipped since
+ * the last sync (the last one: |why|), the sync's failure (|rv| < 0), or
+ * the |rv| |units| it |did|. */
+static void view_synced(const char *view, int rv, uint64_t skipped,
+                        const char *inputs, const char *why,
+                        const char *units, const char *did) {
+  if (skipped)
+    log_warn("%s view: %llu %s%s skipped, the last: %s", view,
+             (unsigned long long)skipped, inputs, skipped == 1 ? "" : "s",
+             why);
+  if (rv < 0)
+    log_error("%s view: %s (finished at the next change)", view,
+              mcp_strerror(rv));
+  else if (rv > 0)
+    log_debug("%s view: %d %s%s %s", view, rv, units, rv == 1 ? "" : "s",
+              did);
+}
+
 static void views_sync(source_app *a, mcp_tstamp ts) {
   if (a->dview) {
     dest_view_stats before, after;
     dest_view_get_stats(a->dview, &before);
     int rv = dest_view_sync(a->dview, ts);
     dest_view_get_stats(a->dview, &after);
-    uint64_t skipped = after.bad_bodies + after.bad_addresses -
-                       before.bad_bodies - before.bad_addresses;
-    if (skipped)
-      log_warn("Destination view: %llu input%s skipped, the last: %s",
-               (unsigned long long)skipped, skipped == 1 ? "" : "s",
-               dest_view_why(a->dview));
-    if (rv < 0)
-      log_error("Destination view: %s (finished at the next change)",
-                mcp_strerror(rv));
-    else if (rv > 0)
-      log_debug("Destination view: %d service%s recomputed", rv,
-                rv == 1 ? "" : "s");
+    view_synced("Destination", rv,
+                after.bad_bodies + after.bad_addresses - before.bad_bodies -
+                    before.bad_addresses,
+                "input", dest_view_why(a->dview), "service", "recomputed");
   }
   if (a->pview) {
     disp_view_stats before, after;
     disp_view_get_stats(a->pview, &before);
     int rv = disp_view_sync(a->pview, ts);
     disp_view_get_stats(a->pview, &after);
-    uint64_t skipped = after.bad_bodies - before.bad_bodies;
-    if (skipped)
-      log_warn("Dispatcher view: %llu object%s skipped, the last: %s",
-               (unsigned long long)skipped, skipped == 1 ? "" : "s",
-               disp_view_why(a->pview));
-    if (rv < 0)
-      log_error("Dispatcher view: %s (finished at the next change)",
-                mcp_strerror(rv));
-    else if (rv > 0)
-      log_debug("Dispatcher view: %d collection%s rewritten", rv,
-                rv == 1 ? "" : "s");
+    view_synced("Dispatcher", rv, after.bad_bodies - before.bad_bodies,
+                "object", disp_view_why(a->pview), "collection", "rewritten");
   }
 }
 
@@ -1232,17 +1211,7 @@ static void page_tasks(const char *method, const char *path,
   }
   json_t *page = json_pack("{s:o, s:I}", "tasks", p.tasks, "count",
                            (json_int_t)n);
-  char *text = page ? json_dumps(page, JSON_COMPACT) : NULL;
-  json_decref(page);
-  if (!text) {
-    ops_http_reply_text(r, 500, "out of memory\n");
-    return;
-  }
-  r->status = 200;
-  r->content_type = "application/json";
-  ops_buf_str(&r->body, text);
-  ops_buf_str(&r->body, "\n");
-  free(text);
+  tool_ops_reply_json(r, page, JSON_COMPACT);
 }
 
 /* After the endpoint is gone (no stream left): the modules, views and

@@ -11,16 +11,11 @@
 
 #include <mcp/h2c.h>
 
-#include "transport.h"
-
-/* As the gRPC row: reconnect from 1 s up to 30 s, and give streams 1 s to
- * finish their send in flight when stopping. */
-#define TOOL_BACKOFF_MAX (30 * MCP_SECONDS)
-#define TOOL_SHUTDOWN_GRACE (1 * MCP_SECONDS)
+#include "transport/shim.h"
+#include "transport/transport.h"
 
 typedef struct h2c_ep {
-  tool_stream_cb on_stream;
-  void *user_data;
+  tool_shim_cb cb;  /* first: tool_shim_alloc() */
   mcp_store *store; /* source: the store the streams serve */
   mcp_h2c_source *src;
   mcp_h2c_sink *sink;
@@ -34,18 +29,9 @@ typedef struct h2c_ep {
 static tool_stream_info stream_info(const mcp_h2c_stream_info *info,
                                     char *peer, size_t len) {
   tool_stream_info ti = {
-      .id = info->id,
-      .peer = tool_peer_format(info->peer, peer, len),
-      .dialed = info->dialed,
-      .received = info->received,
-      .sent = info->sent,
-      .status = info->status,
-      .details = info->details ? info->details : "",
-      .source = info->source,
-      .sink = info->sink,
-      .opened = info->opened,
+      TOOL_SHIM_STREAM_INFO(info, peer, len),
+      .api = info->api,
   };
-  ti.api = info->api;
   return ti;
 }
 
@@ -72,21 +58,17 @@ static int http_fn(const char *method, const char *path,
 static void on_stream(mcp_h2c_stream_event ev, const mcp_h2c_stream_info *info,
                       void *ud) {
   h2c_ep *ep = ud;
-  if (!ep->on_stream)
+  if (!ep->cb.on_stream)
     return;
   char peer[TOOL_PEER_MAX];
   tool_stream_info ti = stream_info(info, peer, sizeof(peer));
-  ep->on_stream(ev == MCP_H2C_STREAM_OPENED, &ti, ep->user_data);
+  tool_shim_report(&ep->cb, ev == MCP_H2C_STREAM_OPENED, &ti);
 }
 
 static void fill_opts(mcp_h2c_options *ho, const tool_endpoint_options *o,
                       h2c_ep *ep) {
   mcp_h2c_options_default(ho);
-  ho->mode = o->mode == TOOL_DIAL ? MCP_H2C_DIAL : MCP_H2C_LISTEN;
-  ho->address = o->address;
-  ho->rand = o->rand;
-  ho->backoff.max = TOOL_BACKOFF_MAX;
-  ho->shutdown_grace = TOOL_SHUTDOWN_GRACE;
+  TOOL_SHIM_OPTIONS(ho, o, MCP_H2C_DIAL, MCP_H2C_LISTEN);
   ho->on_stream = on_stream;
   ho->user_data = ep;
   if (o->mode == TOOL_LISTEN && o->http) {
@@ -96,38 +78,19 @@ static void fill_opts(mcp_h2c_options *ho, const tool_endpoint_options *o,
   }
   /* No on_closed: the endpoint is freed right after *_del(), after which
    * the library calls nothing else. */
-  if (o->mode == TOOL_LISTEN) {
-    ho->services = o->services;
-    ho->nservices = o->nservices;
-    ho->no_mcp = o->no_mcp;
-  }
-}
-
-static h2c_ep *ep_alloc(const tool_endpoint_options *o) {
-  h2c_ep *ep = calloc(1, sizeof(*ep));
-  if (ep) {
-    ep->on_stream = o->on_stream;
-    ep->user_data = o->user_data;
-  }
-  return ep;
 }
 
 static int source_new(void **pep, uv_loop_t *loop,
                       const tool_endpoint_options *o,
                       const mcp_source_options *so) {
-  h2c_ep *ep = ep_alloc(o);
+  h2c_ep *ep = tool_shim_alloc(sizeof(*ep), o);
   if (!ep)
     return MCP_ERR_NOMEM;
   mcp_h2c_options ho;
   fill_opts(&ho, o, ep);
   ep->store = so->store;
-  int rv = mcp_h2c_source_new(&ep->src, loop, &ho, so);
-  if (rv < 0) {
-    free(ep);
-    return rv;
-  }
-  *pep = ep;
-  return 0;
+  return tool_shim_created(pep, ep,
+                           mcp_h2c_source_new(&ep->src, loop, &ho, so));
 }
 
 static int source_port(void *ep) {
@@ -154,33 +117,23 @@ static void source_del(void *p) {
 
 static int sink_new(void **pep, uv_loop_t *loop,
                     const tool_endpoint_options *o, mcp_sink_state *state) {
-  h2c_ep *ep = ep_alloc(o);
+  h2c_ep *ep = tool_shim_alloc(sizeof(*ep), o);
   if (!ep)
     return MCP_ERR_NOMEM;
   mcp_h2c_options ho;
   fill_opts(&ho, o, ep);
   ep->state = state;
-  int rv = mcp_h2c_sink_new(&ep->sink, loop, &ho, state);
-  if (rv < 0) {
-    free(ep);
-    return rv;
-  }
-  *pep = ep;
-  return 0;
+  return tool_shim_created(pep, ep,
+                           mcp_h2c_sink_new(&ep->sink, loop, &ho, state));
 }
 
 static int sink_port(void *ep) {
   return mcp_h2c_sink_port(((h2c_ep *)ep)->sink);
 }
 
+/* An answer still being framed (sending) is not sent yet either. */
 static void stats_fn(const mcp_h2c_stream_info *info, void *ud) {
-  tool_sink_stream_stats *st = ud;
-  if (info->sink) {
-    st->open = 1;
-    /* An answer still being framed is not sent yet either. */
-    st->want_write = mcp_sink_session_want_write(info->sink) || info->sending;
-    st->sent = info->sent;
-  }
+  tool_shim_stats_add(ud, info->sink, info->sent, info->sending);
 }
 
 static int sink_finish(void *ep) {
@@ -188,33 +141,21 @@ static int sink_finish(void *ep) {
 }
 
 static int sink_stats(void *ep, tool_sink_stream_stats *st) {
-  st->open = 0;
-  st->want_write = 0;
-  st->sent = 0;
+  tool_shim_stats_clear(st);
   int rv = mcp_h2c_sink_streams(((h2c_ep *)ep)->sink, stats_fn, st);
   return rv < 0 ? rv : 0; /* the count is not asked for */
 }
 
 /* Introspection (tools/ops): everything lives on this thread. */
-typedef struct walk_ctx {
-  tool_stream_fn fn;
-  void *ud;
-} walk_ctx;
-
-static void walk_fn(const mcp_h2c_stream_info *info, void *ud) {
-  walk_ctx *w = ud;
-  char peer[TOOL_PEER_MAX];
-  tool_stream_info ti = stream_info(info, peer, sizeof(peer));
-  w->fn(&ti, w->ud);
-}
+TOOL_SHIM_DEFINE_WALK(walk_fn, mcp_h2c_stream_info, stream_info)
 
 static int source_streams(void *ep, tool_stream_fn fn, void *ud) {
-  walk_ctx w = {fn, ud};
+  tool_shim_walk w = {fn, ud};
   return mcp_h2c_source_streams(((h2c_ep *)ep)->src, walk_fn, &w);
 }
 
 static int sink_streams(void *ep, tool_stream_fn fn, void *ud) {
-  walk_ctx w = {fn, ud};
+  tool_shim_walk w = {fn, ud};
   return mcp_h2c_sink_streams(((h2c_ep *)ep)->sink, walk_fn, &w);
 }
 
@@ -237,7 +178,7 @@ static void sink_del(void *p) {
 static int client_new(void **pc, uv_loop_t *loop,
                       const tool_endpoint_options *o,
                       const mcp_client_def *def) {
-  h2c_ep *ep = ep_alloc(o);
+  h2c_ep *ep = tool_shim_alloc(sizeof(*ep), o);
   if (!ep)
     return MCP_ERR_NOMEM;
   tool_endpoint_options d = *o;
@@ -245,13 +186,8 @@ static int client_new(void **pc, uv_loop_t *loop,
   d.http = NULL;
   mcp_h2c_options ho;
   fill_opts(&ho, &d, ep);
-  int rv = mcp_h2c_client_new(&ep->client, loop, &ho, def);
-  if (rv < 0) {
-    free(ep);
-    return rv;
-  }
-  *pc = ep;
-  return 0;
+  return tool_shim_created(pc, ep,
+                           mcp_h2c_client_new(&ep->client, loop, &ho, def));
 }
 
 /* The protocol lives on this thread: run |fn| now, then have the calls
@@ -274,22 +210,9 @@ static void client_del(void *p) {
 const tool_transport tool_transport_h2c = {
     .name = "h2c",
     .now = mcp_h2c_now,
-    .source_new = source_new,
-    .source_port = source_port,
-    .source_apply = source_apply,
-    .source_del = source_del,
-    .sink_new = sink_new,
-    .sink_port = sink_port,
-    .sink_stats = sink_stats,
-    .sink_finish = sink_finish,
-    .sink_del = sink_del,
-    .source_streams = source_streams,
-    .sink_streams = sink_streams,
-    .sink_call = sink_call,
+    TOOL_SHIM_ENDPOINT_ROWS,
     /* Cleartext by definition: no tls_check, acl_* or *_reauthorize (the
      * programs refuse the TLS and access flags with this transport). */
     .services = 1,
-    .client_new = client_new,
-    .client_run = client_run,
-    .client_del = client_del,
+    TOOL_SHIM_CLIENT_ROWS,
 };

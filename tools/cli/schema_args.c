@@ -1,5 +1,5 @@
 /* --descriptor-set, --kind, --body: typed bodies on the command line. */
-#include "schema_args.h"
+#include "cli/schema_args.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -8,7 +8,7 @@
 
 #include <mcp/schema_istio.h>
 
-#include "log.h"
+#include "util/log.h"
 #include "views/schema_swarmkit.h"
 
 /* Descriptor sets are small (Istio's is 40 KiB); this bounds a mistake

@@ -9,9 +9,11 @@
  * content, with the old one until the swap.
  *
  * A rescan costs a stat() per file: a file is read only when its stat
- * changed or its last read was racy (config_load.h, "Change detection").
+ * changed or its last read was racy (loader.h, "Change detection").
  */
-#include "config_internal.h"
+#include "loader/config_internal.h"
+#include "util/grow.h"
+#include "util/sorted.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -94,16 +96,12 @@ void mcpcfg_options_default(mcpcfg_options *opts) {
 static int strvec_push(strvec *sv, char *s) {
   if (!s)
     return MCPCFG_ERR_NOMEM;
-  if (sv->n == sv->cap) {
-    size_t cap = sv->cap ? 2 * sv->cap : 32;
-    char **v = realloc(sv->v, cap * sizeof *v);
-    if (!v) {
-      free(s);
-      return MCPCFG_ERR_NOMEM;
-    }
-    sv->v = v;
-    sv->cap = cap;
+  char **v = tool_grow(sv->v, sv->n, &sv->cap, sizeof *v, 32);
+  if (!v) {
+    free(s);
+    return MCPCFG_ERR_NOMEM;
   }
+  sv->v = v;
   sv->v[sv->n++] = s;
   return 0;
 }
@@ -176,21 +174,8 @@ void mcpcfg_loader_del(mcpcfg_loader *l) {
 
 /* Index of |name| in the collections, or of where it would go. */
 static size_t coll_pos(const mcpcfg_loader *l, const char *name, int *found) {
-  size_t lo = 0, hi = l->ncolls;
-  *found = 0;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    int c = strcmp(l->colls[mid].name, name);
-    if (c == 0) {
-      *found = 1;
-      return mid;
-    }
-    if (c < 0)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
+  return tool_sorted_find(l->colls, l->ncolls, sizeof(coll),
+                          offsetof(coll, name), name, found);
 }
 
 int mcpcfg_loader_declare(mcpcfg_loader *l, const char *collection) {
@@ -353,16 +338,12 @@ static int stamp_eq(const fstamp *a, const fstamp *b) {
 
 /* Takes |p| (freed on failure). */
 static int push_found(walk *w, char *p, const struct stat *st) {
-  if (w->paths.n == w->paths.cap) {
-    size_t cap = w->paths.cap ? 2 * w->paths.cap : 32;
-    found *v = realloc(w->paths.v, cap * sizeof *v);
-    if (!v) {
-      free(p);
-      return MCPCFG_ERR_NOMEM;
-    }
-    w->paths.v = v;
-    w->paths.cap = cap;
+  found *v = tool_grow(w->paths.v, w->paths.n, &w->paths.cap, sizeof *v, 32);
+  if (!v) {
+    free(p);
+    return MCPCFG_ERR_NOMEM;
   }
+  w->paths.v = v;
   w->paths.v[w->paths.n].path = p;
   stamp_of(st, &w->paths.v[w->paths.n].st);
   w->paths.n++;
