@@ -775,13 +775,10 @@ static int change_waits(const sub *u) {
 /* The time-dependent part, done by next() and handle_expiry() only (never
  * by want_write()): the first time a waiting change is seen, its max_delay
  * clock starts, and a NACK retry waiting for old content is dropped. */
-static void note_changes(mcp_source_session *s, mcp_tstamp ts) {
-  for (size_t i = 0; i < s->nsubs; ++i) {
-    sub *u = &s->subs[i];
-    if (!(u->flags & F_DIRTY) && change_waits(u)) {
-      u->flags = (uint16_t)((u->flags | F_DIRTY) & ~F_RETRY);
-      u->t = ts;
-    }
+static void note_change(sub *u, mcp_tstamp ts) {
+  if (!(u->flags & F_DIRTY) && change_waits(u)) {
+    u->flags = (uint16_t)((u->flags | F_DIRTY) & ~F_RETRY);
+    u->t = ts;
   }
 }
 
@@ -794,7 +791,9 @@ static int ready(const mcp_source_session *s, const sub *u, mcp_tstamp ts) {
   if (u->flags & (F_ANSWER | F_RETRY_DUE)) {
     return !catching_up(s, u, ts);
   }
-  if (!change_waits(u)) {
+  uint64_t gen = u->u.coll->gen;
+  if (((u->flags & F_HELD_GEN) && u->held_gen == gen) ||
+      ((u->flags & F_NACKED) && u->nack->gen == gen)) {
     return 0; /* up to date, or exactly what was rejected */
   }
   if (!s->debounce) {
@@ -860,7 +859,9 @@ mcp_tstamp mcp_source_session_get_expiry(const mcp_source_session *s) {
 int mcp_source_session_handle_expiry(mcp_source_session *s, mcp_tstamp ts) {
   check_ts(s, ts);
   resolve(s);
-  note_changes(s, ts);
+  for (size_t i = 0; i < s->nsubs; ++i) {
+    note_change(&s->subs[i], ts);
+  }
   for (size_t i = 0; i < s->nsubs; ++i) {
     sub *u = &s->subs[i];
     if ((u->flags & F_RETRY) && u->t <= ts) {
@@ -893,10 +894,10 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
     return next_trigger(s, pmsg);
   }
   resolve(s);
-  note_changes(s, ts);
   size_t idx = s->nsubs;
   for (size_t k = 0; k < s->nsubs; ++k) {
     size_t i = (s->rr + k) % s->nsubs;
+    note_change(&s->subs[i], ts);
     if (ready(s, &s->subs[i], ts)) {
       idx = i;
       break;
