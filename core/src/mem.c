@@ -19,16 +19,13 @@ static void *libc_realloc(void *p, size_t n, void *ud) {
   return realloc(p, n);
 }
 
+static const mcp_mem libc_mem = {NULL, libc_malloc, libc_free, libc_calloc,
+                                  libc_realloc};
+
+const mcp_mem *mcp_mem_default(void) { return &libc_mem; }
+
 void mcp__mem_init(mcp_mem *dst, const mcp_mem *src) {
-  if (src) {
-    *dst = *src;
-    return;
-  }
-  dst->user_data = NULL;
-  dst->malloc = libc_malloc;
-  dst->free = libc_free;
-  dst->calloc = libc_calloc;
-  dst->realloc = libc_realloc;
+  *dst = src ? *src : libc_mem;
 }
 
 void *mcp__malloc(const mcp_mem *m, size_t n) {

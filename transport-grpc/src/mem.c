@@ -5,36 +5,8 @@
 
 #include "internal.h"
 
-static void *libc_malloc(size_t n, void *ud) {
-  (void)ud;
-  return malloc(n);
-}
-
-static void libc_free(void *p, void *ud) {
-  (void)ud;
-  free(p);
-}
-
-static void *libc_calloc(size_t nmemb, size_t size, void *ud) {
-  (void)ud;
-  return calloc(nmemb, size);
-}
-
-static void *libc_realloc(void *p, size_t n, void *ud) {
-  (void)ud;
-  return realloc(p, n);
-}
-
 void mcp_grpc_mem_init(mcp_mem *dst, const mcp_mem *src) {
-  if (src) {
-    *dst = *src;
-    return;
-  }
-  dst->user_data = NULL;
-  dst->malloc = libc_malloc;
-  dst->free = libc_free;
-  dst->calloc = libc_calloc;
-  dst->realloc = libc_realloc;
+  *dst = src ? *src : *mcp_mem_default();
 }
 
 void *mcp_grpc_malloc(const mcp_mem *m, size_t n) {

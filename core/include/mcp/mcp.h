@@ -168,6 +168,11 @@ typedef struct mcp_mem {
   void *(*realloc)(void *ptr, size_t size, void *user_data);
 } mcp_mem;
 
+/* The C library's malloc, free, calloc and realloc as an mcp_mem (what
+ * NULL means): for a library built on this one that keeps its own copy of
+ * a caller's hook. Static, never NULL. */
+MCP_EXTERN const mcp_mem *mcp_mem_default(void);
+
 /* Fills |dest| with |len| random bytes. Used once per store, for its
  * epoch. Tests and fuzzers pass a deterministic one. */
 typedef void (*mcp_rand_fn)(uint8_t *dest, size_t len, void *user_data);
