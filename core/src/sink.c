@@ -820,7 +820,7 @@ out:
 
 /* ---- sending requests ---- */
 
-int mcp_sink_session_want_write(mcp_sink_session *s) {
+int mcp_sink_session_want_write(const mcp_sink_session *s) {
   if (s->nq) {
     return 1;
   }

@@ -959,7 +959,7 @@ MCP_EXTERN void mcp_sink_session_del(mcp_sink_session *s);
 MCP_EXTERN int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in,
                                      size_t len, mcp_tstamp ts);
 
-MCP_EXTERN int mcp_sink_session_want_write(mcp_sink_session *s);
+MCP_EXTERN int mcp_sink_session_want_write(const mcp_sink_session *s);
 
 /* Produces the next RequestResources to send. Returns 1 and sets |*pmsg|
  * (owned by the caller), or 0 when nothing is queued. Errors: NOMEM. */
