@@ -55,10 +55,8 @@ mcp_h2c_stream *mcp_h2c_stream_new(mcp_h2c_conn *c, int32_t id) {
 }
 
 void mcp_h2c_stream_set_details(mcp_h2c_stream *s, const char *details) {
-  size_t n = strlen(details ? details : "");
-  char *d = mcp_h2c_malloc(&s->c->ep->mem, n + 1);
-  if (d)
-    memcpy(d, details ? details : "", n + 1);
+  /* Copied first: |details| may be the old string's owner's. */
+  char *d = mcp_h2c_strdup(&s->c->ep->mem, details ? details : "");
   mcp_h2c_free(&s->c->ep->mem, s->details);
   s->details = d;
 }
@@ -160,12 +158,9 @@ void mcp_h2c_stream_attach(mcp_h2c_stream *s, mcp_stream *st,
   const mcp_stream_ops *ops = mcp_stream_get_ops(st);
   s->eng = st;
   if (!s->mcp) { /* MCP's own streams report no API (info.api NULL) */
-    const char *name = ops && ops->name ? ops->name : "";
-    size_t n = strlen(name) + 1;
     mcp_h2c_free(&c->ep->mem, s->api);
-    s->api = mcp_h2c_malloc(&c->ep->mem, n);
-    if (s->api)
-      memcpy(s->api, name, n); /* NULL (no memory): reported as "" */
+    /* NULL (no memory): reported as "" */
+    s->api = mcp_h2c_strdup(&c->ep->mem, ops && ops->name ? ops->name : "");
   }
   mcp_stream_set_waker(st, on_wake, s);
   s->expiry = mcp_stream_get_expiry(st);
