@@ -55,7 +55,7 @@ mcp_h2c_stream *mcp_h2c_stream_new(mcp_h2c_conn *c, int32_t id) {
 }
 
 void mcp_h2c_stream_set_details(mcp_h2c_stream *s, const char *details) {
-  /* Copied first: |details| may be the old string's owner's. */
+  /* Copied before the old one is freed: |details| may be it. */
   char *d = mcp_h2c_strdup(&s->c->ep->mem, details ? details : "");
   mcp_h2c_free(&s->c->ep->mem, s->details);
   s->details = d;
