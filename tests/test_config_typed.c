@@ -237,6 +237,45 @@ START_TEST(test_istio_kind_body_is_its_message) {
 }
 END_TEST
 
+/* Istio's newer API versions are the same types (issue 24 item 3):
+ * typed, and in the canonical collection, where MCP and xDS clients of
+ * either spelling find them. */
+START_TEST(test_newer_istio_versions_are_typed_in_the_canonical_collection) {
+  put("v1.yaml", "apiVersion: networking.istio.io/v1\n"
+                 "kind: VirtualService\n"
+                 "metadata: {name: a, namespace: ns}\n"
+                 "spec: {hosts: [ab]}\n"
+                 "---\n"
+                 "apiVersion: networking.istio.io/v1beta1\n"
+                 "kind: Gateway\n"
+                 "metadata: {name: g, namespace: ns}\n"
+                 "spec: {selector: {k: v}}\n"
+                 "---\n"
+                 "apiVersion: security.istio.io/v1\n"
+                 "kind: AuthorizationPolicy\n"
+                 "metadata: {name: p, namespace: ns}\n"
+                 "spec: {action: DENY}\n");
+  mcpcfg_loader *l = load_typed();
+  print_reports();
+  ck_assert_int_eq(nreps, 0);
+  const mcp_resource *r = mcpcfg_loader_find(l, VS_COLL, "ns/a");
+  ck_assert_ptr_nonnull(r);
+  ck_assert_str_eq(r->type_url, VS_URL);
+  assert_body_json(r, "{\"hosts\":[\"ab\"]}");
+  r = mcpcfg_loader_find(l, "istio/networking/v1alpha3/gateways", "ns/g");
+  ck_assert_ptr_nonnull(r);
+  ck_assert_str_eq(r->type_url,
+                   "type.googleapis.com/istio.networking.v1alpha3.Gateway");
+  r = mcpcfg_loader_find(l, "istio/security/v1beta1/authorizationpolicies",
+                         "ns/p");
+  ck_assert_ptr_nonnull(r);
+  ck_assert_str_eq(r->type_url, "type.googleapis.com/"
+                                "istio.security.v1beta1.AuthorizationPolicy");
+  assert_body_json(r, "{\"action\":\"DENY\"}");
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
 /* Hand-checked wire bytes: VirtualService.hosts is field 1 (string),
  * Gateway.selector field 2 (map<string,string>). */
 START_TEST(test_typed_body_bytes_are_the_protobuf_encoding) {
@@ -620,6 +659,7 @@ int main(void) {
   t = tc(s, "errors");
   tcase_add_test(t, test_wrong_type_is_reported_with_file_line_and_field_path);
   tcase_add_test(t, test_unknown_field_enum_and_range_are_reported);
+  tcase_add_test(t, test_newer_istio_versions_are_typed_in_the_canonical_collection);
   tcase_add_test(t, test_bad_edit_keeps_the_last_good_typed_content);
   t = tc(s, "alloc");
   tcase_add_test(t, test_typed_scan_allocation_failure_leaks_nothing);

@@ -2,6 +2,8 @@
  * The public face of the message builder of buf.c: protocol modules frame
  * their messages with it, own bytes copied and stored bodies shared.
  */
+#include <assert.h>
+
 #include "mcp_int.h"
 
 #include "mcp/engine.h"
@@ -74,4 +76,36 @@ size_t mcp_msg_builder_len(const mcp_msg_builder *b) { return b->b.len; }
 int mcp_msg_builder_finish(mcp_msg_builder *b, const char *label,
                            mcp_msg **pmsg) {
   return mcp__msgb_finish(&b->b, label, pmsg);
+}
+
+int mcp_item_resource(const mcp_item *item, const uint8_t **p, size_t *len) {
+  const mcp_rcbuf *rc = item ? item->ref : NULL;
+  if (!rc || item->removed || rc->len < 2) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  /* A store entry's bytes are [tag 3][len][Resource] (store.c). */
+  mcp_wire w = {rc->data, rc->data + rc->len};
+  uint32_t f;
+  int wt;
+  uint64_t v;
+  const uint8_t *d;
+  size_t n;
+  if (mcp__wire_next(&w, &f, &wt, &v, &d, &n) != 1 || f != 3 ||
+      wt != MCP_WT_LEN) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  *p = d;
+  *len = n;
+  return 0;
+}
+
+void mcp_msg_builder_item_bytes(mcp_msg_builder *b, const mcp_item *item,
+                                const uint8_t *p, size_t len) {
+  mcp_rcbuf *rc = (mcp_rcbuf *)(uintptr_t)item->ref;
+  if (!rc || !len) {
+    return;
+  }
+  /* A range outside the stored bytes is a caller's bug. */
+  assert(p >= rc->data && (size_t)(p - rc->data) + len <= rc->len);
+  mcp__msgb_shared(&b->b, rc, (size_t)(p - rc->data), len);
 }

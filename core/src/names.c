@@ -297,3 +297,137 @@ int mcp__kvs_valid(const mcp_kv *kv, size_t n) {
   }
   return 1;
 }
+
+/* ---- apiVersion and kind, xDS type URLs ---- */
+
+/* Non-empty and only [A-Za-z0-9._-]: the parts end up in a '/'-separated
+ * collection name. */
+static int kind_part(const char *s, size_t n) {
+  if (n == 0) {
+    return 0;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    char c = s[i];
+    if (!is_alpha(c) && !(c >= '0' && c <= '9') && c != '.' && c != '_' &&
+        c != '-') {
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* Istio renamed the versions of its own types (1.22: networking v1,
+ * security v1); the types stayed. Each alias names the version whose
+ * collection holds them, and the kinds it covers (those the canonical
+ * version has: networking v1beta1's ProxyConfig is not an alias). */
+typedef struct kind_alias {
+  const char *api_version, *canonical;
+  const char *const *kinds;
+} kind_alias;
+static const char *const net_kinds[] = {
+    "DestinationRule", "EnvoyFilter",  "Gateway",       "ServiceEntry",
+    "Sidecar",         "VirtualService", "WorkloadEntry", "WorkloadGroup",
+    NULL};
+static const char *const sec_kinds[] = {
+    "AuthorizationPolicy", "PeerAuthentication", "RequestAuthentication",
+    NULL};
+static const kind_alias aliases[] = {
+    {"networking.istio.io/v1beta1", "networking.istio.io/v1alpha3", net_kinds},
+    {"networking.istio.io/v1", "networking.istio.io/v1alpha3", net_kinds},
+    {"security.istio.io/v1", "security.istio.io/v1beta1", sec_kinds},
+};
+
+static const char *canonical_n(const char *api_version, size_t alen,
+                               const char *kind, size_t klen) {
+  for (size_t i = 0; i < sizeof(aliases) / sizeof(aliases[0]); ++i) {
+    const kind_alias *a = &aliases[i];
+    if (strlen(a->api_version) != alen ||
+        memcmp(a->api_version, api_version, alen) != 0) {
+      continue;
+    }
+    for (const char *const *k = a->kinds; *k; ++k) {
+      if (strlen(*k) == klen && memcmp(*k, kind, klen) == 0) {
+        return a->canonical;
+      }
+    }
+  }
+  return NULL;
+}
+
+const char *mcp_kind_canonical_api_version(const char *api_version,
+                                           const char *kind) {
+  const char *c = canonical_n(api_version, strlen(api_version), kind,
+                              strlen(kind));
+  return c ? c : api_version;
+}
+
+/* mcp_collection_for_kind() over counted strings. */
+static int collection_for(const char *api, size_t alen, const char *kind,
+                          size_t klen, char *buf, size_t len) {
+  const char *canon = canonical_n(api, alen, kind, klen);
+  if (canon) {
+    api = canon;
+    alen = strlen(canon);
+  }
+  const char *slash = memchr(api, '/', alen);
+  const char *group = "core", *version = api;
+  size_t glen = 4, vlen = alen;
+  if (slash) {
+    group = api;
+    glen = (size_t)(slash - api);
+    version = slash + 1;
+    vlen = alen - glen - 1;
+    if (memchr(version, '/', vlen)) {
+      return MCP_ERR_INVALID_ARGUMENT;
+    }
+  }
+  if (!kind_part(group, glen) || !kind_part(version, vlen) ||
+      !kind_part(kind, klen) || alen > 4096 || klen > 4096) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  static const char istio[] = ".istio.io";
+  const char *prefix = "k8s/";
+  size_t ilen = sizeof(istio) - 1;
+  if (glen > ilen && memcmp(group + glen - ilen, istio, ilen) == 0) {
+    prefix = "istio/";
+    glen = (size_t)((const char *)memchr(group, '.', glen) - group);
+    if (glen == 0) {
+      return MCP_ERR_INVALID_ARGUMENT; /* ".x.istio.io" */
+    }
+  }
+  size_t k = 0;
+  put(buf, len, &k, prefix, strlen(prefix));
+  put(buf, len, &k, group, glen);
+  put(buf, len, &k, "/", 1);
+  put(buf, len, &k, version, vlen);
+  put(buf, len, &k, "/", 1);
+  put_plural(buf, len, &k, kind, klen);
+  return (int)finish(buf, len, k);
+}
+
+int mcp_collection_for_kind(const char *api_version, const char *kind,
+                            char *buf, size_t len) {
+  if (!api_version || !kind) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  return collection_for(api_version, strlen(api_version), kind, strlen(kind),
+                        buf, len);
+}
+
+int mcp_collection_for_gvk(const char *type_url, char *buf, size_t len) {
+  if (!type_url) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  const char *s1 = strchr(type_url, '/');
+  const char *s2 = s1 ? strchr(s1 + 1, '/') : NULL;
+  if (!s2 || strchr(s2 + 1, '/')) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  const char *kind = s2 + 1;
+  if (s1 == type_url) { /* "/v1/Kind": the core group */
+    return collection_for(s1 + 1, (size_t)(s2 - s1 - 1), kind, strlen(kind),
+                          buf, len);
+  }
+  return collection_for(type_url, (size_t)(s2 - type_url), kind, strlen(kind),
+                        buf, len);
+}

@@ -30,6 +30,11 @@ const char *mcpcfg_body_message(const mcpcfg_options *o,
     if (!strcmp(o->kinds[i].kind, kind) &&
         !strcmp(o->kinds[i].api_version, api_version))
       return o->kinds[i].message;
+  /* A newer Istio version of an Istio type (networking.istio.io/v1
+   * VirtualService) is that type: typed as its canonical version. */
+  const char *canon = mcp_kind_canonical_api_version(api_version, kind);
+  if (canon != api_version)
+    return mcpcfg_body_message(o, canon, kind);
   return NULL;
 }
 

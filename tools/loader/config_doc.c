@@ -62,7 +62,6 @@ void mcpcfg_doc_unref(mcpcfg_doc *doc) {
 /* ASCII only: the C library's versions depend on the locale. */
 static char lower(char c) { return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c; }
 static int is_digit(char c) { return c >= '0' && c <= '9'; }
-static int is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 
 /* ------------------------------------------------------------------ */
 /* Collections and times                                               */
@@ -77,53 +76,17 @@ char *mcpcfg_plural(const char *kind) {
   return p;
 }
 
-/* Non-empty and only [A-Za-z0-9._-]: the parts end up in a '/'-separated
- * collection name. */
-static int valid_part(const char *s, size_t n) {
-  if (n == 0)
-    return 0;
-  for (size_t i = 0; i < n; i++)
-    if (!is_alpha(s[i]) && !is_digit(s[i]) && !strchr("._-", s[i]))
-      return 0;
-  return 1;
-}
-
 int mcpcfg_collection_for(const char *api_version, const char *kind,
                           char **pcollection) {
-  static const char istio[] = ".istio.io";
-  const char *slash = strchr(api_version, '/');
-  const char *group = "core", *version = api_version;
-  size_t glen = 4;
-  if (slash) {
-    if (strchr(slash + 1, '/'))
-      return MCPCFG_ERR_INVALID_ARGUMENT;
-    group = api_version;
-    glen = (size_t)(slash - api_version);
-    version = slash + 1;
-  }
-  if (!valid_part(group, glen) || !valid_part(version, strlen(version)) ||
-      !valid_part(kind, strlen(kind)))
+  /* The naming rule (with Istio's version aliases) is the core's, shared
+   * with xDS's type URLs. */
+  int n = mcp_collection_for_kind(api_version, kind, NULL, 0);
+  if (n < 0)
     return MCPCFG_ERR_INVALID_ARGUMENT;
-
-  const char *prefix = "k8s";
-  size_t ilen = sizeof istio - 1;
-  if (glen > ilen && memcmp(group + glen - ilen, istio, ilen) == 0) {
-    prefix = "istio";
-    glen = (size_t)(strchr(group, '.') - group); /* first label */
-    if (glen == 0)
-      return MCPCFG_ERR_INVALID_ARGUMENT;
-  }
-  char *plural = mcpcfg_plural(kind);
-  if (!plural)
+  char *c = malloc((size_t)n + 1);
+  if (!c)
     return MCPCFG_ERR_NOMEM;
-  size_t n = strlen(prefix) + glen + strlen(version) + strlen(plural) + 4;
-  char *c = malloc(n);
-  if (!c) {
-    free(plural);
-    return MCPCFG_ERR_NOMEM;
-  }
-  snprintf(c, n, "%s/%.*s/%s/%s", prefix, (int)glen, group, version, plural);
-  free(plural);
+  mcp_collection_for_kind(api_version, kind, c, (size_t)n + 1);
   *pcollection = c;
   return 0;
 }

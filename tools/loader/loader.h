@@ -186,7 +186,10 @@ char *mcpcfg_plural(const char *kind);
 
 /*
  * Sets |*pcollection| to the collection of |api_version| and |kind| (rules
- * above); the caller frees it with free(). On failure |*pcollection| is
+ * above: the core's mcp_collection_for_kind(), which also maps Istio's newer
+ * versions of its types to their canonical collections, e.g.
+ * networking.istio.io/v1 VirtualService to
+ * istio/networking/v1alpha3/virtualservices); the caller frees it with free(). On failure |*pcollection| is
  * untouched. Errors: NOMEM; INVALID_ARGUMENT when an argument is empty, the
  * apiVersion has more than one '/', or a part has a character outside
  * [A-Za-z0-9._-].

@@ -185,6 +185,19 @@ MCP_EXTERN void mcp_msg_builder_len_field(mcp_msg_builder *b, uint32_t field,
 /* Appends the stored body bytes of |item| without copying them: the
  * message holds a reference to the store's shared bytes. */
 MCP_EXTERN void mcp_msg_builder_body(mcp_msg_builder *b, const mcp_item *item);
+/* The whole stored istio.mcp.v1alpha1.Resource of a live |item|
+ * (metadata and body, the bytes the store encoded once): sets |*p| and
+ * |*len|, valid as |item| is. Returns 0, or INVALID_ARGUMENT for a removed
+ * item or one not from a store. */
+MCP_EXTERN int mcp_item_resource(const mcp_item *item, const uint8_t **p,
+                                 size_t *len);
+/* Appends |p[0..len)|, a range of the stored bytes of |item| (within what
+ * mcp_item_resource() gives), without copying them: the message holds a
+ * reference to the store's shared bytes. A protocol that wraps whole
+ * stored Resources (xDS's Any) frames them with this. */
+MCP_EXTERN void mcp_msg_builder_item_bytes(mcp_msg_builder *b,
+                                           const mcp_item *item,
+                                           const uint8_t *p, size_t len);
 /* Bytes appended so far. */
 MCP_EXTERN size_t mcp_msg_builder_len(const mcp_msg_builder *b);
 /* Produces the message (owned by the caller) and resets the builder for

@@ -278,6 +278,46 @@ MCP_EXTERN size_t mcp_collection_for_type_url(const char *type_url, char *buf,
                                               size_t len);
 
 /*
+ * The collection of a document's apiVersion and kind, the one naming rule
+ * (the loader's and xDS's):
+ *   GROUP.istio.io/V Kind -> istio/GROUP/V/plural  (GROUP: the first label)
+ *   GROUP/V Kind          -> k8s/GROUP/V/plural
+ *   V Kind (no group)     -> k8s/core/V/plural
+ * Newer Istio versions of Istio's own types are the same types (docs/
+ * schema.md): networking.istio.io/v1beta1 and /v1 of a kind that
+ * networking.istio.io/v1alpha3 has land in istio/networking/v1alpha3;
+ * security.istio.io/v1 of a security.istio.io/v1beta1 kind in
+ * istio/security/v1beta1 (mcp_kind_canonical_api_version()). Group,
+ * version and kind must be non-empty and of [A-Za-z0-9._-]; at most one
+ * '/' in |api_version|. Writes as mcp_kind_plural() and returns the length
+ * of the whole result, or MCP_ERR_INVALID_ARGUMENT (|buf| untouched).
+ */
+MCP_EXTERN int mcp_collection_for_kind(const char *api_version,
+                                       const char *kind, char *buf,
+                                       size_t len);
+
+/*
+ * The apiVersion whose collection |api_version| + |kind| lands in: the
+ * canonical version of an alias above ("networking.istio.io/v1alpha3" for
+ * "networking.istio.io/v1" VirtualService), else |api_version| itself.
+ * Static storage or |api_version|.
+ */
+MCP_EXTERN const char *mcp_kind_canonical_api_version(const char *api_version,
+                                                      const char *kind);
+
+/*
+ * The collection of an xDS type URL in Istio's GROUP/VERSION/KIND form
+ * ("networking.istio.io/v1/VirtualService", "core/v1/ConfigMap": group
+ * "core" or "" is Kubernetes' core group): mcp_collection_for_kind() of
+ * GROUP/VERSION and KIND, aliases included. Exactly three parts. Writes
+ * and returns as mcp_collection_for_kind(); MCP_ERR_INVALID_ARGUMENT for
+ * anything else (an Envoy type URL such as
+ * "type.googleapis.com/envoy.config.cluster.v3.Cluster").
+ */
+MCP_EXTERN int mcp_collection_for_gvk(const char *type_url, char *buf,
+                                      size_t len);
+
+/*
  * 1 when |name| follows the resource naming rules: segments separated by
  * "/" (one leading "/" allowed). |strict|: every segment is an RFC 1123 DNS
  * label (1-63 of [a-z0-9-], alphanumeric at both ends), as the MCP

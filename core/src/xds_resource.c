@@ -1,0 +1,135 @@
+/*
+ * Framing a stored resource for xDS: the Any of istio.mcp.v1alpha1.Resource
+ * (SotW) or a discovery.v3.Resource around it (delta), around the store's
+ * encoded-once Resource bytes, shared. A bare store name is sent as
+ * "/name": only the metadata header and the name field are written anew
+ * (a few bytes of the message's own); the rest of the Resource stays the
+ * store's.
+ */
+#include "xds_int.h"
+
+static const char any_type[] = MCP_XDS_RESOURCE_TYPE_URL;
+
+size_t mcp__xds_name(const char *store_name, char *buf, size_t len) {
+  size_t n = strlen(store_name), k = 0;
+  int bare = strchr(store_name, '/') == NULL;
+  size_t total = n + (size_t)bare;
+  if (len) {
+    if (bare && k + 1 < len) {
+      buf[k++] = '/';
+    }
+    for (size_t i = 0; i < n && k + 1 < len; ++i) {
+      buf[k++] = store_name[i];
+    }
+    buf[k] = '\0';
+  }
+  return total;
+}
+
+/* The Resource to send: |head| bytes of our own (empty when the stored
+ * bytes are sent as they are) then the shared |tail|. */
+typedef struct rsplit {
+  uint8_t head[2 * 10 + 2];
+  size_t head_len;    /* metadata key and length, name key and length */
+  int slash;          /* a '/' follows head, then the name */
+  const uint8_t *name;
+  size_t name_len;
+  const uint8_t *tail;
+  size_t tail_len;
+  size_t total;       /* bytes of the Resource sent */
+} rsplit;
+
+static int split(const mcp_item *it, rsplit *s) {
+  const uint8_t *r;
+  size_t rlen;
+  if (mcp_item_resource(it, &r, &rlen) != 0) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  memset(s, 0, sizeof(*s));
+  s->tail = r;
+  s->tail_len = s->total = rlen;
+  if (strchr(it->name, '/')) {
+    return 0;
+  }
+  /* store.c writes metadata first and its name first: [1][md][1][name] */
+  mcp_wire w = {r, r + rlen};
+  uint32_t f;
+  int wt;
+  uint64_t v;
+  const uint8_t *md, *nm;
+  size_t mdlen, nmlen;
+  if (mcp__wire_next(&w, &f, &wt, &v, &md, &mdlen) != 1 || f != 1 ||
+      wt != MCP_WT_LEN) {
+    return 0;
+  }
+  mcp_wire mw = {md, md + mdlen};
+  if (mcp__wire_next(&mw, &f, &wt, &v, &nm, &nmlen) != 1 || f != 1 ||
+      wt != MCP_WT_LEN) {
+    return 0;
+  }
+  size_t name_field = (size_t)(mw.p - md);
+  size_t new_name_field = 1 + mcp__varint_len(nmlen + 1) + nmlen + 1;
+  size_t new_md = mdlen - name_field + new_name_field;
+  uint8_t *p = s->head;
+  *p++ = 1 << 3 | MCP_WT_LEN;
+  p = mcp__put_varint(p, new_md);
+  *p++ = 1 << 3 | MCP_WT_LEN;
+  p = mcp__put_varint(p, nmlen + 1);
+  s->head_len = (size_t)(p - s->head);
+  s->slash = 1;
+  s->name = nm;
+  s->name_len = nmlen;
+  s->tail = mw.p; /* the rest of the metadata, then the body */
+  s->tail_len = (size_t)(r + rlen - mw.p);
+  s->total = s->head_len + 1 + nmlen + s->tail_len;
+  return 0;
+}
+
+static void put_split(mcp_msg_builder *b, const mcp_item *it,
+                      const rsplit *s) {
+  if (s->slash) {
+    mcp_msg_builder_bytes(b, s->head, s->head_len);
+    mcp_msg_builder_bytes(b, "/", 1);
+    mcp_msg_builder_item_bytes(b, it, s->name, s->name_len);
+  }
+  mcp_msg_builder_item_bytes(b, it, s->tail, s->tail_len);
+}
+
+static size_t len_field(size_t n) { return 1 + mcp__varint_len(n) + n; }
+
+int mcp__xds_put_resource(mcp_msg_builder *b, uint32_t field, int delta,
+                          const mcp_item *it) {
+  rsplit s;
+  int rv = split(it, &s);
+  if (rv < 0) {
+    return rv;
+  }
+  size_t any = len_field(sizeof(any_type) - 1) + len_field(s.total);
+  if (delta) {
+    size_t name_len = mcp__xds_name(it->name, NULL, 0);
+    size_t vlen = it->version ? strlen(it->version) : 0;
+    size_t res = len_field(name_len) + (vlen ? len_field(vlen) : 0) +
+                 len_field(any);
+    mcp_msg_builder_key(b, field, MCP_WT_LEN);
+    mcp_msg_builder_varint(b, res);
+    /* name = 3, version = 1, resource = 2 */
+    mcp_msg_builder_key(b, 3, MCP_WT_LEN);
+    mcp_msg_builder_varint(b, name_len);
+    if (!strchr(it->name, '/')) {
+      mcp_msg_builder_bytes(b, "/", 1);
+    }
+    mcp_msg_builder_bytes(b, it->name, strlen(it->name));
+    if (vlen) {
+      mcp_msg_builder_len_field(b, 1, it->version, vlen);
+    }
+    mcp_msg_builder_key(b, 2, MCP_WT_LEN);
+  } else {
+    mcp_msg_builder_key(b, field, MCP_WT_LEN);
+  }
+  mcp_msg_builder_varint(b, any);
+  mcp_msg_builder_len_field(b, 1, any_type, sizeof(any_type) - 1);
+  mcp_msg_builder_key(b, 2, MCP_WT_LEN);
+  mcp_msg_builder_varint(b, s.total);
+  put_split(b, it, &s);
+  return 0;
+}
