@@ -37,6 +37,7 @@
 #include "mcp-source/watch.h"
 #include <mcp/destination.h>
 #include <mcp/dispatcher.h>
+#include <mcp/xds.h>
 #include <jansson.h>
 #include <stdatomic.h>
 
@@ -55,7 +56,15 @@
 #define PROTO_TICK_MS 1000
 
 /* The APIs mcp-source can serve (--api). */
-enum { API_MCP = 1u << 0, API_DEST = 1u << 1, API_DISP = 1u << 2 };
+enum {
+  API_MCP = 1u << 0,
+  API_DEST = 1u << 1,
+  API_DISP = 1u << 2,
+  API_XDS = 1u << 3
+};
+#define NAPIS 4
+static const char *const api_name[NAPIS] = {"mcp", "destination",
+                                            "dispatcher", "xds"};
 #define MAX_SERVICES 8
 
 typedef struct source_app {
@@ -104,6 +113,9 @@ typedef struct source_app {
   disp_view *pview;
   mcp_dest_server *dsrv;
   mcp_disp *disp;
+  mcp_xds_server *xsrv; /* --api xds: serves |store| itself */
+  ops_metric *m_xds_nacks;
+  uint64_t xds_updates_seen;
   mcp_service_def services[MAX_SERVICES];
   size_t nservices;
   uv_timer_t proto_tick;
@@ -132,6 +144,7 @@ static void usage(FILE *f) {
           "                  [--api LIST] [--dns-zone ZONE]\n"
           "                  [--destination-heartbeat MS]\n"
           "                  [--heartbeat-period MS] [--manager ADDR]...\n"
+          "                  [--xds-require-identity PATTERN]\n"
           "\n"
           "Serves the YAML files below DIR as MCP collections and pushes every\n"
           "change of them; when listening, also Conduit's Destination API\n"
@@ -183,8 +196,11 @@ static void usage(FILE *f) {
           "  --body typed|struct  typed (default): bodies of known kinds are their\n"
           "                     message; struct: google.protobuf.Struct everywhere\n"
           "  --api LIST         the APIs served, comma-separated, from mcp,\n"
-          "                     destination, dispatcher (default: all this\n"
+          "                     destination, dispatcher, xds (default: all this\n"
           "                     program supports; --connect: mcp only)\n"
+          "  --xds-require-identity PATTERN  xds: serve only peers with a\n"
+          "                     verified identity matching PATTERN ('*' any\n"
+          "                     run), e.g. spiffe://cluster.local/ns/istio-system/sa/*\n"
           "  --dns-zone ZONE    Destination: the cluster's DNS zone of\n"
           "                     <svc>.<ns>.svc.ZONE (default cluster.local)\n"
           "  --destination-heartbeat MS  Destination: an empty update after MS\n"
@@ -252,6 +268,8 @@ static void on_refused(const tool_stream_info *info, void *ud) {
 static const char *api_of(const tool_stream_info *info) {
   if (!info->api)
     return "mcp";
+  if (strcmp(info->api, MCP_XDS_API_NAME) == 0)
+    return "xds";
   return strcmp(info->api, "destination") == 0 ? "destination" : "dispatcher";
 }
 
@@ -689,6 +707,7 @@ typedef struct source_args {
   const char *dns_zone;    /* --dns-zone */
   unsigned long dest_heartbeat_ms, heartbeat_period_ms;
   tool_strv managers;      /* --manager */
+  const char *xds_require_identity; /* --xds-require-identity */
 } source_args;
 
 /* The APIs this build can serve on |tp|. */
@@ -697,8 +716,7 @@ static unsigned apis_supported(const tool_transport *tp) {
   if (tp->services)
     s |= API_DEST;
   if (tp->services)
-    s |= API_DISP;
-  (void)tp;
+    s |= API_DISP | API_XDS;
   return s;
 }
 
@@ -714,6 +732,8 @@ static unsigned parse_apis(const char *list, char *bad, size_t badlen) {
       apis |= API_DEST;
     else if (n == 10 && !strncmp(p, "dispatcher", 10))
       apis |= API_DISP;
+    else if (n == 3 && !strncmp(p, "xds", 3))
+      apis |= API_XDS;
     else {
       snprintf(bad, badlen, "%.*s", (int)(n > 64 ? 64 : n), p);
       return 0;
@@ -725,11 +745,13 @@ static unsigned parse_apis(const char *list, char *bad, size_t badlen) {
 }
 
 static const char *api_names(unsigned apis, char *buf, size_t len) {
-  snprintf(buf, len, "%s%s%s%s%s", apis & API_MCP ? "mcp" : "",
-           (apis & API_MCP) && (apis & ~API_MCP) ? "," : "",
-           apis & API_DEST ? "destination" : "",
-           (apis & API_DEST) && (apis & API_DISP) ? "," : "",
-           apis & API_DISP ? "dispatcher" : "");
+  size_t k = 0;
+  if (len)
+    buf[0] = '\0';
+  for (int i = 0; i < NAPIS; i++)
+    if ((apis & (1u << i)) && k < len)
+      k += (size_t)snprintf(buf + k, len - k, "%s%s", k ? "," : "",
+                            api_name[i]);
   return buf;
 }
 
@@ -805,7 +827,11 @@ static int parse_args(int argc, char **argv, source_args *o) {
       char bad[80];
       if (rv > 0 && !(o->apis = parse_apis(v, bad, sizeof bad)))
         return usage_error("--api: expected a comma-separated list of mcp, "
-                           "destination, dispatcher; not '%s'", bad);
+                           "destination, dispatcher, xds; not '%s'", bad);
+    } else if (VALUE("--xds-require-identity")) {
+      if (rv > 0 && !v[0])
+        return usage_error("--xds-require-identity: an empty pattern");
+      o->xds_require_identity = v;
     } else if (VALUE("--dns-zone")) {
       if (rv > 0 && (!v[0] || strspn(v, "abcdefghijklmnopqrstuvwxyz"
                                         "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -962,6 +988,35 @@ static int start_etcd(source_app *a, const source_args *o) {
 
 /* ---- the engine's other protocols (--api) ---- */
 
+/* The xDS sessions' events (the transport's thread): logged with the
+ * client's node id, NACKs counted. */
+static void on_xds_event(const mcp_xds_event *ev, void *ud) {
+  source_app *a = ud;
+  TOOL_LOG_CONTEXT(.node = ev->node_id);
+  const char *how = ev->delta ? "delta" : "sotw";
+  switch (ev->kind) {
+  case MCP_XDS_EVENT_NACK: {
+    const char *lv[] = {ev->type_url};
+    ops_metric_add(a->m_xds_nacks, lv, 1);
+    log_warn("xDS (%s) client %s rejected %s version %s (nonce %s): code %d: "
+             "%s", how, ev->node_id, ev->type_url, ev->version, ev->nonce,
+             ev->code, ev->message);
+    break;
+  }
+  case MCP_XDS_EVENT_UNKNOWN_TYPE:
+    log_info("xDS (%s) client %s asked for %s: no such type, answered empty",
+             how, ev->node_id, ev->type_url);
+    break;
+  case MCP_XDS_EVENT_REFUSED:
+    log_warn("xDS (%s) call refused: %s", how, ev->message);
+    break;
+  case MCP_XDS_EVENT_STALE:
+    log_debug("xDS (%s) client %s: stale nonce %s for %s", how, ev->node_id,
+              ev->nonce, ev->type_url);
+    break;
+  }
+}
+
 static mcp_store *new_view_store(void) {
   mcp_store_options so;
   mcp_store_options_default(&so);
@@ -978,19 +1033,19 @@ static int setup_apis(source_app *a, const source_args *o) {
   static const char *const api[] = {"api"};
   a->m_api_streams = ops_metrics_counter(
       m, "mcp_api_streams_total",
-      "Streams (calls) accepted, per API: mcp, destination, dispatcher.", api,
+      "Streams (calls) accepted, per API: mcp, destination, dispatcher, xds.",
+      api,
       1);
   a->m_api_open = ops_metrics_gauge(
       m, "mcp_api_streams", "Streams (calls) open now, per API.", api, 1);
   a->m_api_updates = ops_metrics_counter(
       m, "mcp_api_updates_total",
       "Updates sent, per API: MCP pushes, Destination Update messages, "
-      "Dispatcher Assignments and Tasks messages.",
+      "Dispatcher Assignments and Tasks messages, xDS responses.",
       api, 1);
-  static const char *const names[] = {"mcp", "destination", "dispatcher"};
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < NAPIS; i++)
     if (a->apis & (1u << i)) { /* the series exist from the start */
-      const char *lv[] = {names[i]};
+      const char *lv[] = {api_name[i]};
       ops_metric_add(a->m_api_updates, lv, 0);
       ops_metric_add(a->m_api_streams, lv, 0);
       ops_metric_add(a->m_api_open, lv, 0);
@@ -1067,14 +1122,40 @@ static int setup_apis(source_app *a, const source_args *o) {
         m, "mcp_dispatcher_task_statuses",
         "Tasks with a status kept (/debug/tasks).", NULL, 0);
   }
-  (void)o;
+  if (a->apis & API_XDS) {
+    /* xDS serves the MCP store itself: its collections are the types. */
+    mcp_xds_server_options x;
+    mcp_xds_server_options_default(&x);
+    x.store = a->store;
+    if (o->debounce_ms > 0) { /* coalesce as MCP pushes do */
+      x.debounce = (mcp_tstamp)o->debounce_ms * MCP_MILLISECONDS;
+      x.max_delay = x.debounce * 10 < MCP_SECONDS ? MCP_SECONDS
+                                                  : x.debounce * 10;
+    }
+    x.require_identity = o->xds_require_identity;
+    x.on_event = on_xds_event;
+    x.user_data = a;
+    int rv;
+    if ((rv = mcp_xds_server_new(&a->xsrv, &x)) < 0) {
+      log_error("xDS: %s", mcp_strerror(rv));
+      return -1;
+    }
+    const mcp_service_def *defs;
+    size_t n = mcp_xds_server_services(a->xsrv, &defs);
+    for (size_t i = 0; i < n && a->nservices < MAX_SERVICES; i++)
+      a->services[a->nservices++] = defs[i];
+    a->m_xds_nacks = ops_metrics_counter(
+        m, "mcp_xds_nacks_total",
+        "xDS responses a client rejected (NACK), per type URL.",
+        (const char *const[]){"type_url"}, 1);
+  }
   return 0;
 }
 
 /* What the protocols counted, read where they live. */
 typedef struct proto_counts {
   uint64_t dest_updates, disp_updates, status_updates, task_statuses,
-      sessions, view_bad;
+      sessions, view_bad, xds_updates;
 } proto_counts;
 
 static void proto_tick_fn(mcp_store *store, mcp_tstamp ts, void *ud) {
@@ -1096,6 +1177,11 @@ static void proto_tick_fn(mcp_store *store, mcp_tstamp ts, void *ud) {
     mcp_dest_server_stats st;
     mcp_dest_server_get_stats(a->dsrv, &st);
     c->dest_updates = st.updates;
+  }
+  if (a->xsrv) {
+    mcp_xds_server_stats st;
+    mcp_xds_server_get_stats(a->xsrv, &st);
+    c->xds_updates = st.responses;
   }
   if (a->disp) {
     mcp_disp_handle_expiry(a->disp, ts); /* frees expired sessions sooner */
@@ -1125,9 +1211,11 @@ static void on_proto_tick(uv_timer_t *t) {
   void *ud[2] = {a, &c};
   /* (Every stream is pumped after it: only when there is something to
    * read there.) */
-  if ((a->apis & (API_DEST | API_DISP)) &&
+  if ((a->apis & (API_DEST | API_DISP | API_XDS)) &&
       a->tp->source_apply(a->ep, proto_tick_fn, ud) < 0)
     return;
+  if (a->apis & API_XDS)
+    add_delta(a->m_api_updates, "xds", c.xds_updates, &a->xds_updates_seen);
   add_delta(a->m_api_updates, "mcp", atomic_load(&a->mcp_pushes),
             &a->mcp_pushes_seen);
   if (a->apis & API_DEST)
@@ -1221,6 +1309,8 @@ static void teardown_apis(source_app *a) {
   a->dsrv = NULL;
   mcp_disp_del(a->disp);
   a->disp = NULL;
+  mcp_xds_server_del(a->xsrv);
+  a->xsrv = NULL;
   dest_view_del(a->dview);
   disp_view_del(a->pview);
   a->dview = NULL;
@@ -1281,6 +1371,13 @@ int main(int argc, char **argv) {
       bad = "is not served by this program";
     else if (connect && app.apis != API_MCP)
       bad = "needs --listen (--connect dials a ResourceSink: mcp only)";
+    if (!bad && args.xds_require_identity && !(app.apis & API_XDS)) {
+      tool_strv_free(&args.colls);
+      tool_sec_args_free(&args.sec);
+      tool_schema_args_free(&args.schema);
+      tool_strv_free(&args.managers);
+      return usage_error("--xds-require-identity needs xds in --api");
+    }
     if (bad) {
       api_names(app.apis & (connect ? ~(unsigned)API_MCP : ~sup), names,
                 sizeof names);
@@ -1479,6 +1576,11 @@ int main(int argc, char **argv) {
     if (app.apis & API_DISP)
       log_info("serving docker.swarmkit.v1.Dispatcher on %s (%s), heartbeat "
                "period %lu ms", buf, app.tp->name, args.heartbeat_period_ms);
+    if (app.apis & API_XDS)
+      log_info("serving " MCP_XDS_SERVICE " (MCP over xDS, state of the world "
+               "and delta) on %s (%s)%s%s", buf, app.tp->name,
+               args.xds_require_identity ? ", identity " : "",
+               args.xds_require_identity ? args.xds_require_identity : "");
     log_info("APIs: %s", api_names(app.apis, names, sizeof names));
   }
   uv_timer_init(&app.loop, &app.proto_tick);

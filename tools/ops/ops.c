@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include <jansson.h>
+#include <mcp/xds.h>
 
 /* Istio's buckets for istio_mcp_message_sizes_bytes: powers of 4. */
 static const double size_buckets[] = {
@@ -579,6 +580,45 @@ static json_t *stream_json(page *pg, const tool_stream_info *info,
   return s;
 }
 
+/* An xDS stream (mcp/xds.h): the node istiod sent (id, metadata) and one
+ * entry per type subscribed, in "collections". */
+static void xds_stream_json(page *pg, json_t *s, json_t *colls,
+                            const mcp_stream *st) {
+  mcp_xds_stream_info xi;
+  mcp_xds_stream_info_get(st, &xi);
+  json_object_set_new(s, "node", node_json(pg, xi.node_id, xi.node_metadata,
+                                           xi.nnode_metadata));
+  json_object_set_new(s, "delta", json_boolean(xi.delta));
+  json_object_set_new(s, "acks", json_integer((json_int_t)xi.acks));
+  json_object_set_new(s, "nacks", json_integer((json_int_t)xi.nacks));
+  json_object_set_new(s, "stale", json_integer((json_int_t)xi.stale));
+  size_t i = 0;
+  for (; colls && i < xi.ntypes && page_take(pg, 0); i++) {
+    mcp_xds_type_info ti;
+    if (mcp_xds_stream_type_get(st, i, &ti) != 0)
+      continue;
+    json_t *c = json_object();
+    if (!c)
+      continue;
+    pg->bytes += 9 * PAGE_MEMBER;
+    json_object_set_new(c, "type_url", pstr(pg, ti.type_url));
+    json_object_set_new(c, "collection", ti.collection
+                                             ? pstr(pg, ti.collection)
+                                             : json_null());
+    json_object_set_new(c, "version_sent", pstr(pg, ti.version_sent));
+    json_object_set_new(c, "version_acked", pstr(pg, ti.version_acked));
+    json_object_set_new(c, "pending_nonce", pstr(pg, ti.pending_nonce));
+    json_object_set_new(c, "nacks", json_integer((json_int_t)ti.nacks));
+    json_object_set_new(c, "last_nack", pstr(pg, ti.last_nack));
+    json_object_set_new(c, "wildcard", json_boolean(ti.wildcard));
+    json_object_set_new(c, "names", json_integer((json_int_t)ti.nnames));
+    json_array_append_new(colls, c);
+  }
+  if (i < xi.ntypes)
+    json_object_set_new(s, "collections_omitted",
+                        json_integer((json_int_t)(xi.ntypes - i)));
+}
+
 typedef struct walk {
   tool_ops *o;
   page pg;
@@ -612,7 +652,9 @@ static void source_stream_fn(const tool_stream_info *info, void *ud) {
   /* The protocol of the call: "mcp", or another API's (engine.h) method
    * name ("destination", "assignments", ...). */
   json_object_set_new(s, "api", json_string(info->api ? info->api : "mcp"));
-  if (info->source) {
+  if (info->stream && mcp_xds_stream_is(info->stream)) {
+    xds_stream_json(&w->pg, s, colls, info->stream);
+  } else if (info->source) {
     const mcp_sink_node *n = mcp_source_session_node(info->source);
     json_object_set_new(s, "node",
                         node_json(&w->pg, n ? n->id : "",

@@ -78,7 +78,8 @@ void tool_shim_report(const tool_shim_cb *cb, int opened,
   .dialed = (info)->dialed, .received = (info)->received,                     \
   .sent = (info)->sent, .status = (info)->status,                             \
   .details = (info)->details ? (info)->details : "",                          \
-  .source = (info)->source, .sink = (info)->sink, .opened = (info)->opened
+  .source = (info)->source, .sink = (info)->sink, .opened = (info)->opened,  \
+  .stream = (info)->stream
 
 /* source_streams(), sink_streams(): the program's function, the user_data
  * of the library's walk. */

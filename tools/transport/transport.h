@@ -50,6 +50,10 @@ typedef struct tool_stream_info {
    * (mcp_stream_ops.name: "destination", "session", "assignments"...),
    * NULL for MCP streams and where the transport cannot tell. */
   const char *api;
+  /* Such a stream's engine stream (read-only, during the call; NULL for
+   * MCP streams and once it is ending): /debug/syncz reads a protocol's
+   * own introspection from it (mcp_xds_stream_info_get()). */
+  const mcp_stream *stream;
 } tool_stream_info;
 
 /* Runs on the transport's thread. |opened| 1: a stream started (a dialed one
