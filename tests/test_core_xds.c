@@ -138,7 +138,8 @@ typedef struct res {
   char *name;     /* metadata.name (SotW) or Resource.name (delta) */
   char *version;  /* metadata.version */
   char *body_type;
-  char *md_name;  /* metadata.name of the Any's Resource */
+  char *md_name;  /* metadata.name of the Any's Resource (raw: the body) */
+  int raw;        /* the Any is no Resource */
 } res;
 
 typedef struct resp {
@@ -204,8 +205,14 @@ static void any_fn(uint32_t f, const uint8_t *d, size_t n, void *ud) {
   res *r = ud;
   if (f == 1) {
     char *t = dupn(d, n);
-    ck_assert_str_eq(t, MCP_XDS_RESOURCE_TYPE_URL);
-    free(t);
+    r->raw = strcmp(t, MCP_XDS_RESOURCE_TYPE_URL) != 0;
+    if (r->raw) {
+      r->body_type = t; /* a body sent as itself (MeshConfig) */
+    } else {
+      free(t);
+    }
+  } else if (f == 2 && r->raw) {
+    r->md_name = dupn(d, n); /* the body's bytes */
   } else if (f == 2) {
     Istio__Mcp__V1alpha1__Resource *m =
         istio__mcp__v1alpha1__resource__unpack(NULL, n, d);
@@ -255,9 +262,11 @@ static void resp_fn(uint32_t f, const uint8_t *d, size_t n, void *ud) {
       each_len(d, n, dres_fn, x);
     } else {
       each_len(d, n, any_fn, x);
-      x->name = strdup(x->md_name);
+      x->name = strdup(x->raw ? "" : x->md_name);
     }
-    ck_assert_str_eq(x->name, x->md_name);
+    if (!x->raw) {
+      ck_assert_str_eq(x->name, x->md_name);
+    }
   }
 }
 
@@ -553,6 +562,35 @@ START_TEST(test_sotw_every_type_answered_even_unknown_or_empty) {
   ck_assert_int_eq(ev.unknown, 1);
   pump_idle(st, 0, 0);
   mcp_stream_del(st);
+  mcp_xds_server_del(srv);
+  mcp_store_del(s);
+}
+END_TEST
+
+/* istiod's apigen sends the MeshConfig as its own Any, and adsc reads
+ * Resources[0].Value as a MeshConfig: no Resource around it. */
+START_TEST(test_meshconfig_is_sent_as_its_body) {
+  mcp_store *s = th_store(NULL);
+  mcp_resource r = th_res("istio-system/mesh", NULL, "MESH");
+  r.type_url = "type.googleapis.com/istio.mesh.v1alpha1.MeshConfig";
+  ck_assert_int_ge(
+      mcp_store_upsert(s, "istio/mesh/v1alpha1/meshconfigs", &r, 0), 0);
+  mcp_xds_server *srv = server(s, 0, NULL);
+  for (int delta = 0; delta < 2; delta++) {
+    mcp_stream *st = open_st(srv, delta, 0);
+    req q = {.type_url = MESH};
+    send_req(st, delta, &q, 0);
+    resp *p = pump(st, delta, 0);
+    ck_assert_uint_eq(p->n, 1);
+    ck_assert_int_eq(p->r[0].raw, 1);
+    ck_assert_str_eq(p->r[0].body_type, r.type_url);
+    ck_assert_str_eq(p->r[0].md_name, "MESH");
+    if (delta) {
+      ck_assert_str_eq(p->r[0].name, "istio-system/mesh");
+    }
+    resp_free(p);
+    mcp_stream_del(st);
+  }
   mcp_xds_server_del(srv);
   mcp_store_del(s);
 }
@@ -1068,6 +1106,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_sotw_first_request_answered_whatever_its_nonce);
   tcase_add_test(tc, test_sotw_every_type_answered_even_unknown_or_empty);
   tcase_add_test(tc, test_sotw_both_version_spellings_see_the_same_resources);
+  tcase_add_test(tc, test_meshconfig_is_sent_as_its_body);
   tcase_add_test(tc, test_sotw_ack_then_change_pushes_full_state_once);
   tcase_add_test(tc, test_sotw_nack_never_resends_the_same_version);
   tcase_add_test(tc, test_sotw_stale_nonce_ignored_and_counted);

@@ -60,10 +60,12 @@ size_t mcp__xds_name(const char *store_name, char *buf, size_t len);
 /* Appends |it| (live) to |b| as field |field| of its message:
  *   SotW   Any{MCP_XDS_RESOURCE_TYPE_URL, Resource}
  *   delta  discovery.v3.Resource{name, version, resource: that Any}
+ * |body_only|: the Any is the resource's body itself (MeshConfig, as
+ * istiod's apigen sends it), not the Resource around it.
  * The Resource is the store's bytes, shared; a bare store name is renamed
  * "/name" with a few bytes of the message's own (mcp__xds_name()).
  * Returns 0, or MCP_ERR_INVALID_ARGUMENT for an item not from a store. */
 int mcp__xds_put_resource(mcp_msg_builder *b, uint32_t field, int delta,
-                          const mcp_item *it);
+                          int body_only, const mcp_item *it);
 
 #endif /* MCP_XDS_INT_H */

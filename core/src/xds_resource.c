@@ -98,13 +98,17 @@ static void put_split(mcp_msg_builder *b, const mcp_item *it,
 static size_t len_field(size_t n) { return 1 + mcp__varint_len(n) + n; }
 
 int mcp__xds_put_resource(mcp_msg_builder *b, uint32_t field, int delta,
-                          const mcp_item *it) {
+                          int body_only, const mcp_item *it) {
   rsplit s;
   int rv = split(it, &s);
   if (rv < 0) {
     return rv;
   }
-  size_t any = len_field(sizeof(any_type) - 1) + len_field(s.total);
+  size_t tlen = strlen(it->type_url);
+  size_t any = body_only ? len_field(tlen) + (it->body_len
+                                                  ? len_field(it->body_len)
+                                                  : 0)
+                         : len_field(sizeof(any_type) - 1) + len_field(s.total);
   if (delta) {
     size_t name_len = mcp__xds_name(it->name, NULL, 0);
     size_t vlen = it->version ? strlen(it->version) : 0;
@@ -127,6 +131,17 @@ int mcp__xds_put_resource(mcp_msg_builder *b, uint32_t field, int delta,
     mcp_msg_builder_key(b, field, MCP_WT_LEN);
   }
   mcp_msg_builder_varint(b, any);
+  if (body_only) {
+    /* The body's own Any, shared: what istiod's apigen sends for its
+     * MeshConfig and adsc reads. */
+    mcp_msg_builder_len_field(b, 1, it->type_url, tlen);
+    if (it->body_len) {
+      mcp_msg_builder_key(b, 2, MCP_WT_LEN);
+      mcp_msg_builder_varint(b, it->body_len);
+      mcp_msg_builder_body(b, it);
+    }
+    return 0;
+  }
   mcp_msg_builder_len_field(b, 1, any_type, sizeof(any_type) - 1);
   mcp_msg_builder_key(b, 2, MCP_WT_LEN);
   mcp_msg_builder_varint(b, s.total);

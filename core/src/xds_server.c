@@ -37,6 +37,7 @@ typedef struct xtype {
   char *coll;     /* NULL: unknown type */
   mcp_watch *w;   /* NULL: unknown type */
   int wildcard;
+  int mesh;       /* MCP_XDS_MESH_TYPE: bodies sent as they are */
   mcp_map names;  /* subscribed xDS names; key and value: one allocation */
   mcp_map fresh;  /* delta: names subscribed since the last response */
   mcp_map initial; /* delta: "name\0version" blocks until the first answer */
@@ -448,6 +449,7 @@ static int type_new(xsess *s, const xds_str *url, xtype **pt) {
     type_free(m, t);
     return MCP_ERR_NOMEM;
   }
+  t->mesh = strcmp(t->type_url, MCP_XDS_MESH_TYPE) == 0;
   int n = mcp_collection_for_gvk(t->type_url, NULL, 0);
   if (n >= 0) {
     mcp_watch_options wo = {s->srv->debounce, s->srv->max_delay};
@@ -594,7 +596,7 @@ static void start(xsess *s, xtype *t) {
 }
 
 static int put_item(xsess *s, const mcp_item *it) {
-  if (mcp__xds_put_resource(s->b, 2, s->delta, it) < 0) {
+  if (mcp__xds_put_resource(s->b, 2, s->delta, s->cur->mesh, it) < 0) {
     return MCP_ERR_INVALID_ARGUMENT;
   }
   s->count++;

@@ -16,6 +16,7 @@
  *     (istiod's encoding of the empty namespace); only that name field is
  *     written per message, the rest of the Resource stays shared.
  *   - Delta: discovery.v3.Resource{name, version, resource: the Any above}.
+ *   - MCP_XDS_MESH_TYPE: the Any is the body itself (see there).
  *
  * One session per call; the rules are in mcp_xds_server_open().
  *
@@ -44,6 +45,10 @@ extern "C" {
 /* The type URL of every resource's Any (istiod's apigen, adsc). */
 #define MCP_XDS_RESOURCE_TYPE_URL                                            \
   "type.googleapis.com/istio.mcp.v1alpha1.Resource"
+/* istiod's MeshConfig type: its resources are sent as their bodies' own
+ * Any (type.googleapis.com/istio.mesh.v1alpha1.MeshConfig when typed), not
+ * wrapped in a Resource: istiod's apigen does so and adsc reads it so. */
+#define MCP_XDS_MESH_TYPE "mesh.istio.io/v1alpha1/MeshConfig"
 /* Limits on one stream: types subscribed, names in one request. Beyond
  * them the stream ends with RESOURCE_EXHAUSTED (MCP_ERR_LIMIT). */
 #define MCP_XDS_MAX_TYPES 512
@@ -152,13 +157,16 @@ MCP_EXTERN size_t mcp_xds_server_services(const mcp_xds_server *srv,
  *     resource_names filter: empty is a wildcard); version_info and a new
  *     nonce each time; type_url as requested.
  *   - A request with an empty response_nonce for a type already known
- *     (a re-subscription) is answered with full state once the response in
- *     flight, if any, is answered; a changed resource_names list in an ACK
- *     too.
+ *     (a re-subscription) is answered with full state at once; it
+ *     supersedes the response in flight, if any (its answer is then
+ *     stale). A changed resource_names list in an ACK is answered with
+ *     full state too.
  * Delta (DeltaAggregatedResources):
  *   - The first request of a type subscribes to resource_names_subscribe;
  *     none, or "*", is the wildcard; later requests add and remove names
  *     ("*" included). A name newly subscribed is sent when it exists.
+ *     Subscription changes hold whatever the request's nonce (a stale one
+ *     included): they are not answers.
  *   - initial_resource_versions (first request of a type): what the client
  *     holds; the first response then sends only resources whose version
  *     differs or that the client lacks, and removes those it holds that no
