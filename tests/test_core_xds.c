@@ -1051,6 +1051,194 @@ START_TEST(test_delta_compacted_log_ends_with_resync) {
 }
 END_TEST
 
+/* ---- the client against the server, in memory ---- */
+
+/* Moves every message between the two streams until both are idle.
+ * Returns the messages moved. */
+static int shuttle(mcp_stream *srv, mcp_stream *cli, mcp_tstamp ts) {
+  int moved = 0;
+  for (int round = 0; round < 1000; round++) {
+    int any = 0;
+    mcp_stream *from[2] = {srv, cli}, *to[2] = {cli, srv};
+    for (int k = 0; k < 2; k++) {
+      mcp_msg *msg = NULL;
+      int status;
+      const char *d;
+      mcp_stream_action a = mcp_stream_pump(from[k], ts, 1, &msg, &status, &d);
+      ck_assert_int_ne(a, MCP_STREAM_END);
+      if (a == MCP_STREAM_SEND) {
+        size_t len = mcp_msg_len(msg);
+        uint8_t *flat = malloc(len ? len : 1);
+        mcp_msg_flatten(msg, flat);
+        mcp_msg_free(msg);
+        mcp_stream_recv(to[k], flat, len, ts);
+        free(flat);
+        any = 1;
+        moved++;
+      }
+    }
+    if (!any) {
+      return moved;
+    }
+  }
+  ck_abort_msg("the streams never went idle");
+  return moved;
+}
+
+typedef struct seen {
+  int responses, nacks, complete;
+  char last_type[128];
+  size_t last_n, last_removed;
+  char names[8][64];
+  int reject; /* NACK the next response */
+} seen;
+
+static int on_resp(const mcp_xds_response *r, const char *rejected, char *msg,
+                   size_t msglen, void *ud) {
+  seen *s = ud;
+  s->responses++;
+  snprintf(s->last_type, sizeof s->last_type, "%s", r->type_url);
+  s->last_n = r->nresources;
+  s->last_removed = r->nremoved;
+  s->complete = r->complete;
+  for (size_t i = 0; i < r->nresources && i < 8; i++) {
+    snprintf(s->names[i], sizeof s->names[i], "%s", r->resources[i].name);
+  }
+  if (rejected || s->reject) {
+    s->nacks++;
+    s->reject = 0;
+    snprintf(msg, msglen, "rejected by the test");
+    return 3;
+  }
+  return 0;
+}
+
+START_TEST(test_client_syncs_acks_and_resumes_delta_with_held_versions) {
+  mcp_store *s = store2();
+  mcp_xds_server *srv = server(s, 0, NULL);
+  mcp_xds_held *held = NULL;
+  ck_assert_int_eq(mcp_xds_held_new(&held, NULL), 0);
+  for (int delta = 0; delta < 2; delta++) {
+    seen sn = {0};
+    const char *types[] = {VS, AP};
+    mcp_kv md[] = {{"GENERATOR", "api"}};
+    mcp_xds_client_options o = {.held = held, .delta = delta,
+                                .type_urls = types, .ntypes = 2,
+                                .node_id = "istiod~1", .node_metadata = md,
+                                .nnode_metadata = 1,
+                                .initial_nonce = "2026-11-27 16:00:00",
+                                .on_response = on_resp, .user_data = &sn};
+    mcp_stream *cli = NULL, *st = open_st(srv, delta, 0);
+    ck_assert_int_eq(mcp_xds_client_open(&cli, &o, 0), 0);
+    ck_assert(mcp_xds_client_stream_is(cli));
+    shuttle(st, cli, 0);
+    ck_assert_int_eq(sn.responses, 2);
+    ck_assert_uint_eq(mcp_xds_held_count(held, VS), 2);
+    ck_assert_ptr_nonnull(mcp_xds_held_version(held, VS, "/b"));
+    mcp_xds_stream_info info;
+    mcp_xds_stream_info_get(st, &info);
+    ck_assert_str_eq(info.node_id, "istiod~1");
+    ck_assert_uint_eq(info.acks, 2);
+    /* An edit arrives and is ACKed; a NACKed one changes nothing held. */
+    put_vs(s, "ns/a", delta ? "A3" : "A2", 1 * MS);
+    shuttle(st, cli, 1 * MS);
+    ck_assert_int_eq(sn.responses, 3);
+    ck_assert_str_eq(sn.last_type, VS);
+    ck_assert_uint_eq(sn.last_n, delta ? 1 : 2);
+    char v[64];
+    snprintf(v, sizeof v, "%s", mcp_xds_held_version(held, VS, "ns/a"));
+    sn.reject = 1;
+    put_vs(s, "ns/a", delta ? "A4" : "A5", 2 * MS);
+    shuttle(st, cli, 2 * MS);
+    ck_assert_int_eq(sn.nacks, 1);
+    ck_assert_str_eq(mcp_xds_held_version(held, VS, "ns/a"), v);
+    mcp_xds_stream_info_get(st, &info);
+    ck_assert_uint_eq(info.nacks, 1);
+    mcp_stream_del(cli);
+    mcp_stream_del(st);
+  }
+  /* Delta again, after b went: the resumed stream removes it and sends
+   * nothing held in its version. */
+  ck_assert_int_eq(mcp_store_delete(s, VS_COLL, "b", 3 * MS), 1);
+  seen sn = {0};
+  const char *types[] = {VS};
+  mcp_xds_client_options o = {.held = held, .delta = 1, .type_urls = types,
+                              .ntypes = 1, .on_response = on_resp,
+                              .user_data = &sn};
+  mcp_stream *cli = NULL, *st = open_st(srv, 1, 3 * MS);
+  ck_assert_int_eq(mcp_xds_client_open(&cli, &o, 3 * MS), 0);
+  shuttle(st, cli, 3 * MS);
+  ck_assert_int_eq(sn.responses, 1);
+  ck_assert_uint_eq(sn.last_removed, 1);
+  /* ns/a was held in an older version (the NACK kept it): sent again. */
+  ck_assert_uint_eq(sn.last_n, 1);
+  ck_assert_str_eq(sn.names[0], "ns/a");
+  ck_assert_int_eq(sn.complete, 0);
+  ck_assert_uint_eq(mcp_xds_held_count(held, VS), 1);
+  mcp_stream_del(cli);
+  mcp_stream_del(st);
+  mcp_xds_held_del(held);
+  mcp_xds_server_del(srv);
+  mcp_store_del(s);
+}
+END_TEST
+
+START_TEST(test_client_nacks_what_it_cannot_accept) {
+  mcp_xds_held *held = NULL;
+  ck_assert_int_eq(mcp_xds_held_new(&held, NULL), 0);
+  seen sn = {0};
+  const char *types[] = {VS};
+  mcp_xds_client_options o = {.held = held, .type_urls = types, .ntypes = 1,
+                              .on_response = on_resp, .user_data = &sn};
+  mcp_stream *cli = NULL;
+  ck_assert_int_eq(mcp_xds_client_open(&cli, &o, 0), 0);
+  mcp_msg *msg = NULL;
+  int status;
+  const char *d;
+  ck_assert_int_eq(mcp_stream_pump(cli, 0, 1, &msg, &status, &d),
+                   MCP_STREAM_SEND);
+  mcp_msg_free(msg);
+  /* A response whose Any is something else, and one with a name twice. */
+  for (int k = 0; k < 2; k++) {
+    wbuf b = {0}, any = {0};
+    w_str(&b, 4, VS);
+    w_str(&b, 5, k ? "n2" : "n1");
+    if (!k) {
+      w_str(&any, 1, "type.googleapis.com/envoy.config.cluster.v3.Cluster");
+      w_sub(&b, 2, &any);
+    } else {
+      for (int j = 0; j < 2; j++) {
+        Istio__Mcp__V1alpha1__Metadata md = ISTIO__MCP__V1ALPHA1__METADATA__INIT;
+        md.name = "ns/x";
+        Istio__Mcp__V1alpha1__Resource r = ISTIO__MCP__V1ALPHA1__RESOURCE__INIT;
+        r.metadata = &md;
+        Google__Protobuf__Any body = GOOGLE__PROTOBUF__ANY__INIT;
+        body.type_url = "type.googleapis.com/x.Y";
+        r.body = &body;
+        uint8_t buf[256];
+        size_t n = istio__mcp__v1alpha1__resource__pack(&r, buf);
+        w_str(&any, 1, MCP_XDS_RESOURCE_TYPE_URL);
+        w_len(&any, 2, buf, n);
+        w_sub(&b, 2, &any);
+      }
+    }
+    mcp_stream_recv(cli, b.p, b.len, 0);
+    free(b.p);
+    ck_assert_int_eq(mcp_stream_pump(cli, 0, 1, &msg, &status, &d),
+                     MCP_STREAM_SEND);
+    mcp_msg_free(msg);
+  }
+  ck_assert_int_eq(sn.nacks, 2);
+  ck_assert_uint_eq(mcp_xds_held_count(held, VS), 0);
+  /* An envelope that does not decode ends the stream. */
+  mcp_stream_recv(cli, (const uint8_t *)"\x22\xff", 2, 0);
+  ck_assert_int_eq(mcp_stream_pump(cli, 0, 1, &msg, &status, &d),
+                   MCP_STREAM_END);
+  mcp_stream_del(cli);
+  mcp_xds_held_del(held);
+}
+END_TEST
+
 /* Every allocation failing in turn: the server and its streams fail
  * cleanly (no leak, no crash); ASan and th_mem count. */
 START_TEST(test_allocation_failures_leave_nothing_behind) {
@@ -1121,6 +1309,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_delta_named_subscribe_and_unsubscribe);
   tcase_add_test(tc, test_delta_nack_counted_and_not_resent);
   tcase_add_test(tc, test_delta_compacted_log_ends_with_resync);
+  tcase_add_test(tc, test_client_syncs_acks_and_resumes_delta_with_held_versions);
+  tcase_add_test(tc, test_client_nacks_what_it_cannot_accept);
   tcase_add_test(tc, test_allocation_failures_leave_nothing_behind);
   suite_add_tcase(s, tc);
   return s;

@@ -238,6 +238,99 @@ MCP_EXTERN void mcp_xds_server_get_stats_versioned(const mcp_xds_server *srv,
   mcp_xds_server_get_stats_versioned((SRV), MCP_XDS_SERVER_STATS_VERSION,     \
                                      (ST))
 
+/* ------------------------------------------------------------------ */
+/* Client (an istiod-like ADS client: mcp-sink --api xds)              */
+/* ------------------------------------------------------------------ */
+
+/* What a client holds, per type URL: name -> version, across the streams
+ * (reconnections) that feed it. */
+typedef struct mcp_xds_held mcp_xds_held;
+/* Errors: NOMEM. */
+MCP_EXTERN int mcp_xds_held_new(mcp_xds_held **ph, const mcp_mem *mem);
+/* NULL is a no-op. No stream may use it any more. */
+MCP_EXTERN void mcp_xds_held_del(mcp_xds_held *h);
+/* Resources held of |type_url|. */
+MCP_EXTERN size_t mcp_xds_held_count(const mcp_xds_held *h,
+                                     const char *type_url);
+/* The version held of |name|, or NULL. Valid until the next change. */
+MCP_EXTERN const char *mcp_xds_held_version(const mcp_xds_held *h,
+                                            const char *type_url,
+                                            const char *name);
+
+/* One response as received. Valid during the callback only. Frozen. */
+typedef struct mcp_xds_response {
+  int delta;
+  const char *type_url, *version, *nonce; /* version: (system_)version_info */
+  const char *collection; /* mcp_collection_for_gvk(type_url), or NULL */
+  /* The resources, each the decoded istio.mcp.v1alpha1.Resource (name,
+   * version, labels, annotations, create time, body type and bytes); for
+   * MCP_XDS_MESH_TYPE the Any itself (named by delta, else "mesh"). None
+   * when the client rejects the response itself. */
+  const mcp_resource *resources;
+  size_t nresources;
+  const char *const *removed; /* delta's removed_resources */
+  size_t nremoved;
+  /* 1 when, once applied, the type holds exactly |resources| (SotW; a
+   * delta stream's first response of a type nothing was held of). */
+  int complete;
+} mcp_xds_response;
+
+/*
+ * Called for each response. |rejected|: the client NACKs it (a string
+ * that is not UTF-8, an Any that is no istio.mcp.v1alpha1.Resource, a
+ * Resource that does not decode or breaks mcp_resource_check(), a name
+ * twice) and says why; the return value is then ignored. Else return 0 to
+ * accept (what is held changes, an ACK goes out) or a google.rpc code > 0
+ * to NACK with the message written into |msg| (at most |msglen| bytes,
+ * NUL-terminated); nothing held changes. Must not call into the stream.
+ */
+typedef int (*mcp_xds_response_fn)(const mcp_xds_response *r,
+                                   const char *rejected, char *msg,
+                                   size_t msglen, void *user_data);
+
+typedef struct mcp_xds_client_options {
+  mcp_xds_held *held; /* required; kept by pointer */
+  int delta;          /* DeltaAggregatedResources */
+  /* The types to subscribe to (wildcard), in this order; copied. */
+  const char *const *type_urls;
+  size_t ntypes;
+  /* The node sent on the first request; copied. */
+  const char *node_id;
+  const mcp_kv *node_metadata; /* string values of node.metadata */
+  size_t nnode_metadata;
+  /* SotW: the response_nonce of the initial requests (adsc puts a
+   * timestamp there; the core reads no clock). NULL: none. */
+  const char *initial_nonce;
+  mcp_xds_response_fn on_response;
+  void *user_data;
+  const mcp_mem *mem; /* NULL: libc */
+} mcp_xds_client_options;
+
+#define MCP_XDS_CLIENT_OPTIONS_V1 1
+#define MCP_XDS_CLIENT_OPTIONS_VERSION MCP_XDS_CLIENT_OPTIONS_V1
+
+/*
+ * Opens the client side of one ADS call (method MCP_XDS_METHOD_DELTA with
+ * |delta|, else MCP_XDS_METHOD_SOTW), for mcp_client_def.open(): a stream
+ * (ops name MCP_XDS_API_NAME) owned by the caller. It sends one request
+ * per type (delta: with initial_resource_versions = what |held| holds of
+ * it), then answers every response, in order: ACK (version and nonce
+ * echoed) or NACK (error_detail: code and message). A response whose
+ * envelope does not decode (or has no type_url) ends the stream with
+ * MALFORMED: it cannot be answered. On failure |*pst| is untouched.
+ * Errors: NOMEM, INVALID_ARGUMENT (no held, no type, a type not UTF-8).
+ */
+MCP_EXTERN int
+mcp_xds_client_open_versioned(mcp_stream **pst, int version,
+                              const mcp_xds_client_options *opts,
+                              mcp_tstamp ts);
+#define mcp_xds_client_open(PST, OPTS, TS)                                   \
+  mcp_xds_client_open_versioned((PST), MCP_XDS_CLIENT_OPTIONS_VERSION, (OPTS), \
+                                (TS))
+
+/* 1 when |st| is an xDS client stream. */
+MCP_EXTERN int mcp_xds_client_stream_is(const mcp_stream *st);
+
 /* 1 when |identity| matches |pattern| ('*': any run of characters, also
  * empty; everything else literal). */
 MCP_EXTERN int mcp_xds_identity_match(const char *pattern,
