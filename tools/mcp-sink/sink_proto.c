@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -29,6 +30,8 @@
 #include <mcp/schema.h>
 #include <mcp/destination.h>
 #include <mcp/dispatcher.h>
+#include <mcp/schema_istio.h>
+#include <mcp/xds.h>
 
 #include "cli/args.h"
 #include "util/log.h"
@@ -37,10 +40,11 @@
 #include "transport/transport.h"
 #include "views/schema_swarmkit.h"
 #include "views/view_util.h"
+#include "mcp-sink/mirror.h"
 
 #define DEFAULT_ADDRESS "127.0.0.1:9901"
 
-enum { P_DEST = 1, P_DISP = 2 };
+enum { P_DEST = 1, P_DISP = 2, P_XDS = 3 };
 
 typedef struct dest_slot {
   const char *authority;
@@ -70,6 +74,18 @@ typedef struct proto_app {
   mcp_schema *schema; /* swarmkit's types, for --out */
   vmap held;          /* --out, dispatcher: "<kind>/<id>" -> (void *)1 */
   int failed;         /* an output could not be written */
+  /* xDS (transport thread): one ADS call at a time. */
+  int delta;
+  tool_strv types;    /* --type, else adsc's: MeshConfig, Istio's kinds */
+  const char *node_id;
+  mcp_xds_held *xheld;
+  tool_mirror *mirror; /* --out */
+  unsigned char *xsynced; /* per type: a response came */
+  size_t nxsynced;
+  mcp_backoff xbackoff;
+  mcp_tstamp xretry_at, xopened_at;
+  uint64_t xresponses, xresponses_at_open;
+  int xopen;
 } proto_app;
 
 /* The short usage: mcp-sink's --help has every flag. */
@@ -91,7 +107,8 @@ int tool_sink_proto_wanted(int argc, char **argv) {
       v = argv[i + 1];
     else if (!strncmp(argv[i], "--api=", 6))
       v = argv[i] + 6;
-    if (v && (!strcmp(v, "destination") || !strcmp(v, "dispatcher")))
+    if (v && (!strcmp(v, "destination") || !strcmp(v, "dispatcher") ||
+              !strcmp(v, "xds")))
       return 1;
   }
   return 0;
@@ -416,6 +433,167 @@ static void on_assignments(const mcp_disp_event *ev, void *ud) {
 }
 
 
+/* ---- xDS (an istiod-like client, mcp/xds.h) ---- */
+
+/* The file first, then the line: whoever reads the line finds the files. */
+static int on_xds_response(const mcp_xds_response *r, const char *rejected,
+                           char *msg, size_t msglen, void *ud) {
+  proto_app *a = ud;
+  int code = 0;
+  if (rejected) {
+    snprintf(msg, msglen, "%s", rejected);
+    code = MCP_CODE_INVALID_ARGUMENT;
+  } else if (a->mirror && r->collection) {
+    mcp_change ch = {.collection = r->collection,
+                     .system_version_info = r->version,
+                     .nonce = r->nonce,
+                     .incremental = r->delta,
+                     .resources = r->resources,
+                     .nresources = r->nresources,
+                     .removed = r->removed,
+                     .nremoved = r->nremoved,
+                     .complete = r->complete};
+    code = tool_mirror_apply(a->mirror, &ch, msg, msglen);
+  }
+  if (code)
+    log_warn("%s version %s (nonce %s) rejected: %s", r->type_url, r->version,
+             r->nonce, msg);
+  if (a->json) {
+    json_t *res = json_array(), *rem = json_array();
+    for (size_t i = 0; res && i < r->nresources; i++)
+      json_array_append_new(
+          res, json_pack("{s:s, s:s, s:s}", "name", r->resources[i].name,
+                         "version", r->resources[i].version
+                                        ? r->resources[i].version
+                                        : "",
+                         "type_url", r->resources[i].type_url));
+    for (size_t i = 0; rem && i < r->nremoved; i++)
+      json_array_append_new(rem, json_string(r->removed[i]));
+    emit(a, json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:s}", "event",
+                      "response", "type_url", r->type_url, "version_info",
+                      r->version, "nonce", r->nonce, "resources",
+                      res ? res : json_array(), "removed",
+                      rem ? rem : json_array(), "verdict",
+                      code ? "nack" : "ack"));
+  }
+  a->xresponses++;
+  for (size_t i = 0; i < a->types.n; i++)
+    if (!a->xsynced[i] && !strcmp(a->types.v[i], r->type_url)) {
+      a->xsynced[i] = 1;
+      if (++a->nxsynced == a->types.n) {
+        log_info("every type was answered (%zu)", a->types.n);
+        if (a->exit_after_sync)
+          note_synced(a);
+      }
+    }
+  return code;
+}
+
+static const char *xds_method(void *ud, size_t slot) {
+  proto_app *a = ud;
+  (void)slot;
+  return a->delta ? MCP_XDS_METHOD_DELTA : MCP_XDS_METHOD_SOTW;
+}
+
+static int xds_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
+  proto_app *a = ud;
+  (void)slot;
+  if (a->xopen || ts < a->xretry_at)
+    return 0;
+  /* adsc's initial nonce: the time, as Go's time.Now().String() starts. */
+  char nonce[64];
+  time_t t = time(NULL);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  strftime(nonce, sizeof nonce, "%Y-%m-%d %H:%M:%S +0000 UTC", &tm);
+  static const mcp_kv md[] = {{"GENERATOR", "api"},
+                              {"ISTIO_VERSION", "65536.65536.65536"}};
+  mcp_xds_client_options o = {.held = a->xheld,
+                              .delta = a->delta,
+                              .type_urls = a->types.v,
+                              .ntypes = a->types.n,
+                              .node_id = a->node_id,
+                              .node_metadata = md,
+                              .nnode_metadata = 2,
+                              .initial_nonce = nonce,
+                              .on_response = on_xds_response,
+                              .user_data = a};
+  int rv = mcp_xds_client_open(pst, &o, ts);
+  if (rv < 0) {
+    log_error("cannot open an xDS stream: %s", mcp_strerror(rv));
+    a->xretry_at = ts + mcp_backoff_next(&a->xbackoff);
+    return 0;
+  }
+  a->xopen = 1;
+  a->xopened_at = ts;
+  a->xresponses_at_open = a->xresponses;
+  return 1;
+}
+
+static void xds_ended(void *ud, size_t slot, int status, const char *details,
+                      mcp_tstamp ts) {
+  proto_app *a = ud;
+  (void)slot;
+  a->xopen = 0;
+  uint64_t received = a->xresponses - a->xresponses_at_open;
+  mcp_backoff_stream_ended(&a->xbackoff, ts - a->xopened_at, received);
+  mcp_tstamp delay = mcp_backoff_next(&a->xbackoff);
+  a->xretry_at = ts + delay;
+  if (!a->stopping)
+    tool_log(received ? TOOL_LOG_INFO : TOOL_LOG_DEBUG,
+             "xDS stream ended: status %d%s%s (after %llu response%s); "
+             "reconnecting in %llu ms%s",
+             status, details && details[0] ? ": " : "", details ? details : "",
+             (unsigned long long)received, received == 1 ? "" : "s",
+             (unsigned long long)(delay / MCP_MILLISECONDS),
+             a->delta ? " with what is held" : "");
+}
+
+static mcp_tstamp xds_expiry(void *ud) {
+  proto_app *a = ud;
+  return a->xopen ? MCP_TSTAMP_MAX : a->xretry_at;
+}
+
+/* adsc's ConfigInitialRequests: MeshConfig, then every Istio type the
+ * schema knows. 0, or -1 (out of memory). */
+static int default_types(tool_strv *types) {
+  size_t n;
+  const mcp_schema_istio_kind *k = mcp_schema_istio_kinds(&n);
+  if (add_copy(types, MCP_XDS_MESH_TYPE, strlen(MCP_XDS_MESH_TYPE)) != 0)
+    return -1;
+  for (size_t i = 0; i < n; i++) {
+    char buf[256];
+    int l = snprintf(buf, sizeof buf, "%s/%s", k[i].api_version, k[i].kind);
+    if (l < 0 || (size_t)l >= sizeof buf || add_copy(types, buf, (size_t)l))
+      return -1;
+  }
+  return 0;
+}
+
+/* --out: the mirror of the types' collections (MCP's layout). */
+static int xds_mirror(proto_app *a, const char *out) {
+  tool_strv colls = {0};
+  int rv = 0;
+  for (size_t i = 0; rv == 0 && i < a->types.n; i++) {
+    char c[512];
+    int n = mcp_collection_for_gvk(a->types.v[i], c, sizeof c);
+    if (n > 0 && (size_t)n < sizeof c)
+      rv = add_copy(&colls, c, (size_t)n);
+  }
+  char err[300] = "";
+  if (rv == 0 && tool_mirror_new(&a->mirror, out, colls.v, colls.n, err,
+                                 sizeof err) != 0) {
+    log_error("--out: %s", err[0] ? err : "out of memory");
+    rv = -1;
+  }
+  for (size_t i = 0; i < colls.n; i++)
+    free((char *)colls.v[i]);
+  tool_strv_free(&colls);
+  if (rv == 0 && a->schema)
+    tool_mirror_set_schema(a->mirror, a->schema);
+  return rv;
+}
+
 /* ---- the loop (main thread) ---- */
 
 static void stop(proto_app *a) {
@@ -496,6 +674,12 @@ int tool_sink_proto_main(int argc, char **argv) {
       transport = v;
     } else if (VALUE("--node-id")) {
       node_id = v;
+    } else if (tool_arg_flag(argv, i, "--delta")) {
+      app.delta = 1;
+    } else if (VALUE("--type")) {
+      /* GROUP/VERSION/KIND..., repeatable. */
+      if (rv > 0 && add_copy(&app.types, v, strlen(v)) != 0)
+        goto nomem;
     } else if (VALUE("--report-status")) {
       report = v;
     } else if (VALUE("--out")) {
@@ -516,7 +700,7 @@ int tool_sink_proto_main(int argc, char **argv) {
         goto nomem;
     } else {
       status = usage_error("unknown argument for --api %s: %s",
-                           api ? api : "destination|dispatcher", argv[i]);
+                           api ? api : "destination|dispatcher|xds", argv[i]);
       goto out;
     }
 #undef VALUE
@@ -533,8 +717,30 @@ int tool_sink_proto_main(int argc, char **argv) {
   }
   tool_log_init("mcp-sink", lvl);
   tool_log_set_format(log_format);
-  app.api = api && !strcmp(api, "destination") ? P_DEST : P_DISP;
-  if (app.api == P_DEST) {
+  app.api = api && !strcmp(api, "destination") ? P_DEST
+            : api && !strcmp(api, "xds")       ? P_XDS
+                                               : P_DISP;
+  if (app.api != P_XDS && (app.delta || app.types.n)) {
+    status = usage_error("--delta and --type are for --api xds");
+    goto out;
+  }
+  if (app.api == P_XDS) {
+    if (auths.n || report) {
+      status = usage_error("--destination and --report-status are not for "
+                           "--api xds");
+      goto out;
+    }
+    for (size_t i = 0; i < app.types.n; i++)
+      if (mcp_collection_for_gvk(app.types.v[i], NULL, 0) < 0) {
+        status = usage_error("--type %s: not GROUP/VERSION/KIND (e.g. "
+                             "networking.istio.io/v1/VirtualService)",
+                             app.types.v[i]);
+        goto out;
+      }
+    if (!app.types.n && default_types(&app.types) != 0)
+      goto nomem;
+    app.node_id = node_id && node_id[0] ? node_id : "mcp-sink";
+  } else if (app.api == P_DEST) {
     if (!auths.n) {
       status = usage_error("--api destination needs --destination "
                            "AUTHORITY (host[:port]), one or more");
@@ -664,6 +870,28 @@ int tool_sink_proto_main(int argc, char **argv) {
       goto nomem_run;
     def = mcp_disp_agent_client_def(app.agent);
   }
+  mcp_client_def xdef;
+  if (app.api == P_XDS) {
+    mcp_backoff_init(&app.xbackoff, NULL, tool_rand, NULL);
+    if (mcp_xds_held_new(&app.xheld, NULL) < 0 ||
+        !(app.xsynced = calloc(app.types.n, 1)))
+      goto nomem_run;
+    if (out) {
+      mcp_schema_error err;
+      if (mcp_schema_new(&app.schema, NULL) < 0 ||
+          mcp_schema_add_istio(app.schema, &err) < 0)
+        goto nomem_run;
+      if (xds_mirror(&app, out) != 0)
+        goto out_objects;
+    }
+    xdef = (mcp_client_def){.nslots = 1,
+                            .method = xds_method,
+                            .open = xds_open,
+                            .ended = xds_ended,
+                            .get_expiry = xds_expiry,
+                            .user_data = &app};
+    def = &xdef;
+  }
   if (!def)
     goto out_access;
 
@@ -696,6 +924,11 @@ int tool_sink_proto_main(int argc, char **argv) {
     log_info("dialing conduit.proxy.destination.Destination at %s (%s) for "
              "%zu authorit%s", address, app.tp->name, auths.n,
              auths.n == 1 ? "y" : "ies");
+  else if (app.api == P_XDS)
+    log_info("dialing " MCP_XDS_SERVICE " (%s) at %s (%s) as node %s for %zu "
+             "type%s", app.delta ? "delta" : "state of the world", address,
+             app.tp->name, app.node_id, app.types.n,
+             app.types.n == 1 ? "" : "s");
   else
     log_info("dialing docker.swarmkit.v1.Dispatcher at %s (%s) as node %s",
              address, app.tp->name, node_id ? node_id : "");
@@ -720,6 +953,9 @@ out_objects:
   free(dest_cbs);
   dest_cbs = NULL;
   mcp_disp_agent_del(app.agent);
+  mcp_xds_held_del(app.xheld);
+  tool_mirror_del(app.mirror);
+  free(app.xsynced);
   free(app.slots);
   mcp_schema_free(app.schema);
   vmap_free(&app.held);
@@ -733,6 +969,9 @@ out:
   for (size_t i = 0; i < auths.n; i++)
     free((char *)auths.v[i]);
   tool_strv_free(&auths);
+  for (size_t i = 0; i < app.types.n; i++)
+    free((char *)app.types.v[i]);
+  tool_strv_free(&app.types);
   tool_sec_args_free(&sec);
   return status;
 }

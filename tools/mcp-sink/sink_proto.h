@@ -29,7 +29,22 @@
  *     --report-status STATE: every task held is reported in that state
  *     (UpdateTaskStatus). --exit-after-sync: exit 0 after the first message.
  *
- * Both also take --transport, --log-level, --log-format and the TLS and
+ *   mcp-sink --api xds [--connect HOST:PORT[,...]] [--delta] [--type GVK]...
+ *            [--node-id ID] [--json] [--out DIR] [--exit-after-sync]
+ *     An istiod-like client of MCP over xDS (issue 22; mcp/xds.h): one
+ *     StreamAggregatedResources (--delta: DeltaAggregatedResources) call
+ *     subscribing to every --type (default: MeshConfig, then every Istio
+ *     type the schema knows, as adsc.ConfigInitialRequests), ACKing each
+ *     response, NACKing what cannot be decoded or written; reconnecting
+ *     with backoff, across the --connect list (delta: resuming with
+ *     initial_resource_versions). --json: one line per response:
+ *       {"event":"response","type_url":..,"version_info":..,"nonce":..,
+ *        "resources":[{"name","version","type_url"}],"removed":[..],
+ *        "verdict":"ack"|"nack"}
+ *     --out DIR: MCP's mirror layout, DIR/<collection>/<name>.json.
+ *     --exit-after-sync: exit 0 once every type was answered.
+ *
+ * All also take --transport, --log-level, --log-format and the TLS and
  * access flags of the MCP sink (--tls-*, --allow, --deny, --access-list).
  */
 #ifndef TOOLS_SINK_PROTO_H
@@ -46,9 +61,14 @@
   "HOST:PORT[,...]]\n"                                                       \
   "                [--report-status STATE] [--transport grpc|h2c] "          \
   "[--json] [--out DIR]\n"                                                   \
+  "                [--exit-after-sync]\n"                                   \
+  "       mcp-sink --api xds [--connect HOST:PORT[,...]] [--delta] "          \
+  "[--type GVK]...\n"                                                       \
+  "                [--node-id ID] [--transport grpc|h2c] [--json] "          \
+  "[--out DIR]\n"                                                           \
   "                [--exit-after-sync]\n"
 
-/* 1 when argv asks for one of these APIs (--api destination|dispatcher). */
+/* 1 when argv asks for one of these APIs (--api destination|dispatcher|xds). */
 int tool_sink_proto_wanted(int argc, char **argv);
 
 /* Runs mcp-sink for them; returns the exit status (0, 1 runtime failure,
