@@ -25,10 +25,14 @@
  *                Assignments stream each) on one manager; one task of one
  *                node changes: the view's upsert and a pump of all 2000
  *                streams, and the bytes sent to the 999 other nodes.
+ *   xds          MCP over xDS: 10k VirtualServices, one changes; 1000
+ *                state-of-the-world streams (the whole set, the stored
+ *                Resource bytes shared) and 1000 delta streams (the one
+ *                resource): pump + iov + free per stream.
  *
  * Usage: bench_core [--quick] [--max-n=N]
  *                   [incremental|streams|fanout|memory|sink|resume|
- *                    destination|dispatcher ...]
+ *                    destination|dispatcher|xds ...]
  * --quick shrinks every size (a smoke test; its numbers mean nothing).
  */
 #include <inttypes.h>
@@ -43,6 +47,7 @@
 #include "github.com/docker/swarmkit/api/dispatcher.pb-c.h"
 #include "mcp/dispatcher.h"
 #include "mcp/destination.h"
+#include "mcp/xds.h"
 #include "mcp/v1alpha1/mcp.pb-c.h"
 
 typedef Istio__Mcp__V1alpha1__RequestResources PbReq;
@@ -1547,6 +1552,149 @@ static void bench_dispatcher(void) {
   free(samp);
 }
 
+/* ------------------------------------------------------------------ */
+/* 9. xDS: one changed resource of 10k, 1000 streams                    */
+/* ------------------------------------------------------------------ */
+
+#define XDS_VS "networking.istio.io/v1alpha3/VirtualService"
+#define XDS_COLL "istio/networking/v1alpha3/virtualservices"
+
+static void xds_put(mcp_store *st, size_t i, uint64_t gen) {
+  char name[48];
+  uint8_t body[256];
+  snprintf(name, sizeof(name), "ns-%zu/vs-%zu", i % 100, i);
+  bu_fill(body, sizeof(body), i * 1000003u + gen);
+  mcp_resource r;
+  memset(&r, 0, sizeof(r));
+  r.name = name;
+  r.type_url = "type.googleapis.com/istio.networking.v1alpha3.VirtualService";
+  r.body = body;
+  r.body_len = sizeof(body);
+  int rv = mcp_store_upsert(st, XDS_COLL, &r, tick());
+  if (rv != 1) {
+    die("mcp_store_upsert (xds)", rv);
+  }
+}
+
+/* A DiscoveryRequest (|delta| 0) or DeltaDiscoveryRequest for XDS_VS with
+ * |nonce| (0: none), by hand. */
+static bytes xds_request(int delta, uint32_t nonce) {
+  char n[16] = "";
+  if (nonce) {
+    snprintf(n, sizeof(n), "%u", nonce);
+  }
+  size_t tl = strlen(XDS_VS), nl = strlen(n);
+  bytes b;
+  b.p = xmalloc(8 + tl + nl);
+  uint8_t *p = b.p;
+  *p++ = (uint8_t)((delta ? 2 : 4) << 3 | 2);
+  *p++ = (uint8_t)tl;
+  memcpy(p, XDS_VS, tl);
+  p += tl;
+  if (nl) {
+    *p++ = (uint8_t)((delta ? 6 : 5) << 3 | 2);
+    *p++ = (uint8_t)nl;
+    memcpy(p, n, nl);
+    p += nl;
+  }
+  b.len = (size_t)(p - b.p);
+  return b;
+}
+
+static mcp_msg *xds_pump(mcp_stream *st) {
+  mcp_msg *m = NULL;
+  int status;
+  const char *details;
+  mcp_stream_action a = mcp_stream_pump(st, tick(), 1, &m, &status, &details);
+  if (a != MCP_STREAM_SEND) {
+    die("an xDS stream did not answer", a == MCP_STREAM_END ? status : 0);
+  }
+  return m;
+}
+
+static void bench_xds(void) {
+  const size_t nres = quick ? 1000 : 10000, nstreams = quick ? 100 : 1000;
+  const size_t rounds[2] = {quick ? 3 : 11, quick ? 11 : 101};
+  mcp_store *st = store_new(NULL);
+  for (size_t i = 0; i < nres; ++i) {
+    xds_put(st, i, 0);
+  }
+  mcp_xds_server_options o;
+  mcp_xds_server_options_default(&o);
+  o.store = st;
+  mcp_xds_server *srv = NULL;
+  int rv = mcp_xds_server_new(&srv, &o);
+  if (rv) {
+    die("mcp_xds_server_new", rv);
+  }
+  static const char *const names[2] = {"xds_sotw_push_us_per_stream",
+                                       "xds_delta_push_us_per_stream"};
+  double med[2] = {0, 0};
+  size_t bytes_per[2] = {0, 0};
+  uint64_t gen = 0;
+  for (int delta = 0; delta < 2; ++delta) {
+    mcp_stream **ss = xcalloc(nstreams, sizeof(*ss));
+    bytes first = xds_request(delta, 0);
+    for (size_t i = 0; i < nstreams; ++i) {
+      if ((rv = mcp_xds_server_open(srv, delta, NULL, tick(), &ss[i])) != 0) {
+        die("mcp_xds_server_open", rv);
+      }
+      mcp_stream_recv(ss[i], first.p, first.len, tick());
+      mcp_msg *m = xds_pump(ss[i]);
+      mcp_msg_free(m);
+    }
+    free(first.p);
+    double *samp = xcalloc(rounds[delta], sizeof(double));
+    uint32_t nonce = 1; /* every stream's counter moves alike */
+    size_t sink = 0;
+    for (size_t r = 0; r <= rounds[delta]; ++r) {
+      /* The ACK of the response each stream holds (not timed: the
+       * previous round's answer), then one changed resource. */
+      bytes ack = xds_request(delta, nonce++);
+      for (size_t i = 0; i < nstreams; ++i) {
+        mcp_stream_recv(ss[i], ack.p, ack.len, tick());
+      }
+      free(ack.p);
+      xds_put(st, (r * 7919 + 13) % nres, ++gen);
+      bu_sw sw = bu_sw_start();
+      for (size_t i = 0; i < nstreams; ++i) {
+        mcp_msg *m = xds_pump(ss[i]);
+        size_t b = consume(m);
+        sink += b;
+        if (i == 0) {
+          bytes_per[delta] = b;
+        }
+        mcp_msg_free(m);
+      }
+      double d = bu_sw_ns(&sw, NULL) / (double)nstreams;
+      if (r > 0) {
+        samp[r - 1] = d;
+      }
+    }
+    check(sink > 0, "xDS responses carried bytes");
+    med[delta] = bu_median(samp, rounds[delta]);
+    for (size_t i = 0; i < nstreams; ++i) {
+      mcp_stream_del(ss[i]);
+    }
+    free(ss);
+    free(samp);
+  }
+  /* SotW carries the whole set, delta the one resource. */
+  check(bytes_per[0] > 100 * bytes_per[1], "SotW full state, delta one");
+  bu_note("xds: %zu streams x %zu resources: SotW %.1f us/stream (%zu bytes), "
+          "delta %.2f us/stream (%zu bytes)", nstreams, nres, med[0] / 1e3,
+          bytes_per[0], med[1] / 1e3, bytes_per[1]);
+  bu_result(names[0], med[0] / 1e3, "us",
+            "1 of 10k VirtualServices changes, 1000 SotW streams: the whole "
+            "set, shared Resource bytes (pump+iov+free)",
+            NULL, -1);
+  bu_result(names[1], med[1] / 1e3, "us",
+            "the same change, 1000 delta streams: the one resource",
+            NULL, -1);
+  mcp_xds_server_del(srv);
+  mcp_store_del(st);
+}
+
 static const struct {
   const char *name;
   void (*fn)(void);
@@ -1559,6 +1707,7 @@ static const struct {
     {"resume", bench_resume},
     {"destination", bench_destination},
     {"dispatcher", bench_dispatcher},
+    {"xds", bench_xds},
 };
 #define NBENCH (sizeof(benches) / sizeof(benches[0]))
 
