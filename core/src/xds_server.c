@@ -706,11 +706,41 @@ static void drop(xsess *s) {
   }
 }
 
+/* MeshConfig over SotW: its Any carries no name, and istiod reads one
+ * (Resources[0]): the one whose name sorts first. */
+static int mesh_min_fn(const mcp_item *it, void *ud) {
+  xsess *s = ud;
+  const char *cur = (const char *)s->scratch.p;
+  if (s->scratch.len && strcmp(it->name, cur) >= 0) {
+    return 0;
+  }
+  size_t n = strlen(it->name) + 1;
+  s->scratch.len = 0;
+  if (mcp__buf_reserve(&s->scratch, &s->srv->mem, n) != 0) {
+    return MCP_ERR_NOMEM;
+  }
+  memcpy(s->scratch.p, it->name, n);
+  s->scratch.len = n;
+  return 0;
+}
+
+static int put_mesh(xsess *s, xtype *t) {
+  s->scratch.len = 0;
+  int rv = mcp_watch_foreach(t->w, mesh_min_fn, s);
+  mcp_item it;
+  if (rv == 0 && s->scratch.len &&
+      mcp_watch_get(t->w, (const char *)s->scratch.p, &it)) {
+    rv = put_item(s, &it);
+  }
+  return rv;
+}
+
 static int build_sotw(xsess *s, xtype *t, mcp_tstamp ts, mcp_msg **pmsg) {
   start(s, t);
   if (t->w) {
     mcp_watch_skip(t->w, ts);
-    int rv = mcp_watch_foreach(t->w, sotw_fn, s);
+    int rv = t->mesh && t->wildcard ? put_mesh(s, t)
+                                    : mcp_watch_foreach(t->w, sotw_fn, s);
     if (rv < 0) {
       drop(s);
       return rv;

@@ -47,7 +47,9 @@ extern "C" {
   "type.googleapis.com/istio.mcp.v1alpha1.Resource"
 /* istiod's MeshConfig type: its resources are sent as their bodies' own
  * Any (type.googleapis.com/istio.mesh.v1alpha1.MeshConfig when typed), not
- * wrapped in a Resource: istiod's apigen does so and adsc reads it so. */
+ * wrapped in a Resource: istiod's apigen does so and adsc reads it so
+ * (Resources[0]). A SotW wildcard response carries one: the MeshConfig
+ * whose name sorts first (the Any has no name to tell several apart). */
 #define MCP_XDS_MESH_TYPE "mesh.istio.io/v1alpha1/MeshConfig"
 /* Limits on one stream: types subscribed, names in one request. Beyond
  * them the stream ends with RESOURCE_EXHAUSTED (MCP_ERR_LIMIT). */
