@@ -314,6 +314,9 @@ static inline void mcp__entry_body(const mcp_entry *e, const uint8_t **type,
 /* The full state of |c| now (built if needed; owned by |c|), or NULL for
  * NOMEM. */
 mcp_snap *mcp__store_snap(const mcp_store *s, mcp_coll *c);
+/* mcp__msgb_snap() for a protocol module's builder (msg_builder.c). */
+struct mcp_msg_builder;
+void mcp__msg_builder_snap(struct mcp_msg_builder *b, mcp_snap *sn);
 /* Formats "<epoch hex>-<gen>" into |buf| (at least 40 bytes). */
 void mcp__format_version(char *buf, size_t n, uint64_t epoch, uint64_t gen);
 

@@ -109,3 +109,7 @@ void mcp_msg_builder_item_bytes(mcp_msg_builder *b, const mcp_item *item,
   assert(p >= rc->data && (size_t)(p - rc->data) + len <= rc->len);
   mcp__msgb_shared(&b->b, rc, (size_t)(p - rc->data), len);
 }
+
+void mcp__msg_builder_snap(mcp_msg_builder *b, mcp_snap *sn) {
+  mcp__msgb_snap(&b->b, sn);
+}

@@ -68,4 +68,13 @@ size_t mcp__xds_name(const char *store_name, char *buf, size_t len);
 int mcp__xds_put_resource(mcp_msg_builder *b, uint32_t field, int delta,
                           int body_only, const mcp_item *it);
 
+/* The whole state of |w|'s collection now (generation |gen|) as the
+ * |resources| fields of a SotW response: each item's Any header (and a
+ * renamed name) written once into one shared buffer, its stored Resource
+ * bytes referenced. Shared by every wildcard stream of that generation
+ * (mcp__msg_builder_snap()). Returns 0 and |*psn| (one reference), or
+ * NOMEM, INVALID_ARGUMENT. */
+int mcp__xds_snap(const mcp_watch *w, const mcp_mem *m, uint64_t gen,
+                  mcp_snap **psn);
+
 #endif /* MCP_XDS_INT_H */

@@ -24,6 +24,13 @@ struct mcp_xds_server {
   mcp_xds_event_fn on_event;
   void *user_data;
   mcp_service_def defs[2];
+  /* Per collection, its whole state framed once for SotW wildcard
+   * responses (mcp__xds_snap()), at the generation it was built. */
+  struct xds_snap_cache {
+    char *coll;
+    mcp_snap *sn;
+  } *snaps;
+  size_t nsnaps;
   struct xds_open_ctx {
     mcp_xds_server *srv;
     int delta;
@@ -167,6 +174,11 @@ void mcp_xds_server_del(mcp_xds_server *srv) {
   }
   assert(srv->st.active == 0);
   mcp_mem m = srv->mem;
+  for (size_t i = 0; i < srv->nsnaps; ++i) {
+    mcp__snap_unref(srv->snaps[i].sn);
+    mcp__free(&m, srv->snaps[i].coll);
+  }
+  mcp__free(&m, srv->snaps);
   mcp__free(&m, srv->require);
   mcp__free(&m, srv);
 }
@@ -735,9 +747,62 @@ static int put_mesh(xsess *s, xtype *t) {
   return rv;
 }
 
+/* The framed whole state of |t|'s collection at the watch's generation:
+ * built by the first wildcard stream that needs it, shared by the others
+ * (the server holds one per collection). Borrowed; NULL with NOMEM. */
+static int server_snap(mcp_xds_server *srv, const xtype *t, mcp_snap **psn) {
+  uint64_t gen = mcp_watch_generation(t->w);
+  struct xds_snap_cache *c = NULL;
+  for (size_t i = 0; i < srv->nsnaps && !c; ++i) {
+    if (strcmp(srv->snaps[i].coll, t->coll) == 0) {
+      c = &srv->snaps[i];
+    }
+  }
+  if (c && c->sn && c->sn->gen == gen) {
+    *psn = c->sn;
+    return 0;
+  }
+  if (!c) {
+    struct xds_snap_cache *n =
+        mcp__realloc(&srv->mem, srv->snaps, (srv->nsnaps + 1) * sizeof(*n));
+    if (!n) {
+      return MCP_ERR_NOMEM;
+    }
+    srv->snaps = n;
+    c = &n[srv->nsnaps];
+    c->sn = NULL;
+    if (!(c->coll = mcp__strdup(&srv->mem, t->coll))) {
+      return MCP_ERR_NOMEM;
+    }
+    srv->nsnaps++;
+  }
+  mcp_snap *sn = NULL;
+  int rv = mcp__xds_snap(t->w, &srv->mem, gen, &sn);
+  if (rv < 0) {
+    return rv;
+  }
+  mcp__snap_unref(c->sn);
+  c->sn = sn;
+  *psn = sn;
+  return 0;
+}
+
 static int build_sotw(xsess *s, xtype *t, mcp_tstamp ts, mcp_msg **pmsg) {
   start(s, t);
-  if (t->w) {
+  if (t->w && t->wildcard && !t->mesh) {
+    /* The common case (istiod subscribes with wildcards): the same bytes
+     * for every stream, framed once per generation. */
+    mcp_watch_skip(t->w, ts);
+    mcp_snap *sn = NULL;
+    int rv = server_snap(s->srv, t, &sn);
+    if (rv < 0) {
+      return rv;
+    }
+    if (sn->n) {
+      mcp__msg_builder_snap(s->b, sn);
+      s->count = sn->n / 2;
+    }
+  } else if (t->w) {
     mcp_watch_skip(t->w, ts);
     int rv = t->mesh && t->wildcard ? put_mesh(s, t)
                                     : mcp_watch_foreach(t->w, sotw_fn, s);
