@@ -328,6 +328,12 @@ static resp *pump(mcp_stream *st, int delta, mcp_tstamp ts) {
   return r;
 }
 
+/* Sends |r| at time 0 and returns the response it gets. */
+static resp *ask(mcp_stream *st, int delta, const req *r) {
+  send_req(st, delta, r, 0);
+  return pump(st, delta, 0);
+}
+
 static void pump_idle(mcp_stream *st, int delta, mcp_tstamp ts) {
   int a;
   resp *r = pump_ex(st, delta, ts, &a, NULL, NULL);
@@ -430,6 +436,20 @@ static mcp_store *store2(void) {
   return s;
 }
 
+/* The fixture of most tests: store2(), a server without debounce, one
+ * stream; and its teardown. */
+#define FX(DELTA)                                                            \
+  mcp_store *s = store2();                                                   \
+  mcp_xds_server *srv = server(s, 0, NULL);                                  \
+  mcp_stream *st = open_st(srv, (DELTA), 0)
+#define FX_END()                                                             \
+  do {                                                                       \
+    mcp_stream_del(st);                                                      \
+    mcp_xds_server_del(srv);                                                 \
+    mcp_store_del(s);                                                        \
+  } while (0)
+
+
 /* ---- names ---- */
 
 START_TEST(test_gvk_maps_to_the_loaders_collection_with_version_aliases) {
@@ -503,9 +523,7 @@ END_TEST
 /* ---- state of the world ---- */
 
 START_TEST(test_sotw_first_request_answered_whatever_its_nonce) {
-  mcp_store *s = store2();
-  mcp_xds_server *srv = server(s, 0, NULL);
-  mcp_stream *st = open_st(srv, 0, 0);
+  FX(0);
   pump_idle(st, 0, 0);
   /* adsc's initial requests carry a timestamp the server never issued. */
   req r = {.type_url = VS, .nonce = "2026-11-27 16:00:00.123", .node_id =
@@ -531,16 +549,12 @@ START_TEST(test_sotw_first_request_answered_whatever_its_nonce) {
   ck_assert_str_eq(info.node_metadata[2].value, "3");
   resp_free(p);
   pump_idle(st, 0, 0);
-  mcp_stream_del(st);
-  mcp_xds_server_del(srv);
-  mcp_store_del(s);
+  FX_END();
 }
 END_TEST
 
 START_TEST(test_sotw_every_type_answered_even_unknown_or_empty) {
-  mcp_store *s = store2();
-  mcp_xds_server *srv = server(s, 0, NULL);
-  mcp_stream *st = open_st(srv, 0, 0);
+  FX(0);
   const char *types[] = {VS, AP, MESH,
                          "type.googleapis.com/envoy.config.cluster.v3.Cluster"};
   for (int i = 0; i < 4; i++) {
@@ -561,9 +575,7 @@ START_TEST(test_sotw_every_type_answered_even_unknown_or_empty) {
   ck_assert(seen[0] == 1 && seen[1] == 1 && seen[2] == 1 && seen[3] == 1);
   ck_assert_int_eq(ev.unknown, 1);
   pump_idle(st, 0, 0);
-  mcp_stream_del(st);
-  mcp_xds_server_del(srv);
-  mcp_store_del(s);
+  FX_END();
 }
 END_TEST
 
@@ -597,9 +609,7 @@ START_TEST(test_meshconfig_is_sent_as_its_body) {
 END_TEST
 
 START_TEST(test_sotw_both_version_spellings_see_the_same_resources) {
-  mcp_store *s = store2();
-  mcp_xds_server *srv = server(s, 0, NULL);
-  mcp_stream *st = open_st(srv, 0, 0);
+  FX(0);
   req r1 = {.type_url = VS}, r2 = {.type_url = VS_V1};
   send_req(st, 0, &r1, 0);
   send_req(st, 0, &r2, 0);
@@ -614,19 +624,14 @@ START_TEST(test_sotw_both_version_spellings_see_the_same_resources) {
                    "VirtualService");
   resp_free(a);
   resp_free(b);
-  mcp_stream_del(st);
-  mcp_xds_server_del(srv);
-  mcp_store_del(s);
+  FX_END();
 }
 END_TEST
 
 START_TEST(test_sotw_ack_then_change_pushes_full_state_once) {
-  mcp_store *s = store2();
-  mcp_xds_server *srv = server(s, 0, NULL);
-  mcp_stream *st = open_st(srv, 0, 0);
+  FX(0);
   req r = {.type_url = VS};
-  send_req(st, 0, &r, 0);
-  resp *p = pump(st, 0, 0);
+  resp *p = ask(st, 0, &r);
   /* One response in flight: a change waits for the ACK. */
   put_vs(s, "ns/c", "C1", 1 * MS);
   pump_idle(st, 0, 1 * MS);
@@ -653,19 +658,14 @@ START_TEST(test_sotw_ack_then_change_pushes_full_state_once) {
   ck_assert_uint_eq(ss.responses, 2);
   resp_free(p);
   resp_free(q);
-  mcp_stream_del(st);
-  mcp_xds_server_del(srv);
-  mcp_store_del(s);
+  FX_END();
 }
 END_TEST
 
 START_TEST(test_sotw_nack_never_resends_the_same_version) {
-  mcp_store *s = store2();
-  mcp_xds_server *srv = server(s, 0, NULL);
-  mcp_stream *st = open_st(srv, 0, 0);
+  FX(0);
   req r = {.type_url = VS};
-  send_req(st, 0, &r, 0);
-  resp *p = pump(st, 0, 0);
+  resp *p = ask(st, 0, &r);
   req nack = {.type_url = VS, .nonce = p->nonce, .nack = 1,
               .nack_msg = "cannot decode"};
   send_req(st, 0, &nack, 1 * MS);
@@ -687,19 +687,14 @@ START_TEST(test_sotw_nack_never_resends_the_same_version) {
   ck_assert_str_ne(q->version, p->version);
   resp_free(p);
   resp_free(q);
-  mcp_stream_del(st);
-  mcp_xds_server_del(srv);
-  mcp_store_del(s);
+  FX_END();
 }
 END_TEST
 
 START_TEST(test_sotw_stale_nonce_ignored_and_counted) {
-  mcp_store *s = store2();
-  mcp_xds_server *srv = server(s, 0, NULL);
-  mcp_stream *st = open_st(srv, 0, 0);
+  FX(0);
   req r = {.type_url = VS};
-  send_req(st, 0, &r, 0);
-  resp *p = pump(st, 0, 0);
+  resp *p = ask(st, 0, &r);
   put_vs(s, "ns/c", "C1", 1 * MS);
   req stale = {.type_url = VS, .nonce = "999"};
   send_req(st, 0, &stale, 1 * MS);
@@ -715,16 +710,12 @@ START_TEST(test_sotw_stale_nonce_ignored_and_counted) {
   ck_assert_uint_eq(q->n, 3);
   resp_free(p);
   resp_free(q);
-  mcp_stream_del(st);
-  mcp_xds_server_del(srv);
-  mcp_store_del(s);
+  FX_END();
 }
 END_TEST
 
 START_TEST(test_sotw_resource_names_filter_and_wildcard) {
-  mcp_store *s = store2();
-  mcp_xds_server *srv = server(s, 0, NULL);
-  mcp_stream *st = open_st(srv, 0, 0);
+  FX(0);
   const char *names[] = {"/b", "ns/missing"};
   req r = {.type_url = VS, .names = names, .nnames = 2};
   send_req(st, 0, &r, 0);
@@ -738,9 +729,7 @@ START_TEST(test_sotw_resource_names_filter_and_wildcard) {
   ck_assert_uint_eq(q->n, 2);
   resp_free(p);
   resp_free(q);
-  mcp_stream_del(st);
-  mcp_xds_server_del(srv);
-  mcp_store_del(s);
+  FX_END();
 }
 END_TEST
 
@@ -762,27 +751,20 @@ START_TEST(test_sotw_changes_coalesce_within_debounce) {
   ck_assert_uint_eq(q->n, 4);
   resp_free(p);
   resp_free(q);
-  mcp_stream_del(st);
-  mcp_xds_server_del(srv);
-  mcp_store_del(s);
+  FX_END();
 }
 END_TEST
 
 START_TEST(test_sotw_resubscribe_with_empty_nonce_gets_full_state) {
-  mcp_store *s = store2();
-  mcp_xds_server *srv = server(s, 0, NULL);
-  mcp_stream *st = open_st(srv, 0, 0);
+  FX(0);
   req r = {.type_url = VS};
-  send_req(st, 0, &r, 0);
-  resp *p = pump(st, 0, 0);
+  resp *p = ask(st, 0, &r);
   send_req(st, 0, &r, 1 * MS);
   resp *q = pump(st, 0, 1 * MS);
   ck_assert_uint_eq(q->n, 2);
   resp_free(p);
   resp_free(q);
-  mcp_stream_del(st);
-  mcp_xds_server_del(srv);
-  mcp_store_del(s);
+  FX_END();
 }
 END_TEST
 
@@ -848,9 +830,7 @@ START_TEST(test_require_identity_refuses_other_callers) {
   resp *p = pump(st, 0, 0);
   ck_assert_uint_eq(p->n, 2);
   resp_free(p);
-  mcp_stream_del(st);
-  mcp_xds_server_del(srv);
-  mcp_store_del(s);
+  FX_END();
 }
 END_TEST
 
@@ -869,18 +849,14 @@ START_TEST(test_services_are_both_ads_methods) {
   mcp_xds_stream_info_get(st, &info);
   ck_assert_int_eq(info.delta, 1);
   ck_assert_str_eq(mcp_stream_get_ops(st)->name, MCP_XDS_API_NAME);
-  mcp_stream_del(st);
-  mcp_xds_server_del(srv);
-  mcp_store_del(s);
+  FX_END();
 }
 END_TEST
 
 /* ---- delta ---- */
 
 START_TEST(test_delta_wildcard_first_then_only_changes_and_removals) {
-  mcp_store *s = store2();
-  mcp_xds_server *srv = server(s, 0, NULL);
-  mcp_stream *st = open_st(srv, 1, 0);
+  FX(1);
   req r = {.type_url = VS, .node_id = "istiod"};
   send_req(st, 1, &r, 0);
   resp *p = pump(st, 1, 0);
@@ -900,9 +876,7 @@ START_TEST(test_delta_wildcard_first_then_only_changes_and_removals) {
   ck_assert_str_ne(q->version, p->version); /* system_version_info */
   resp_free(p);
   resp_free(q);
-  mcp_stream_del(st);
-  mcp_xds_server_del(srv);
-  mcp_store_del(s);
+  FX_END();
 }
 END_TEST
 
@@ -913,8 +887,7 @@ START_TEST(test_delta_initial_versions_send_only_the_difference) {
   /* What a first stream sent, held by the client. */
   mcp_stream *st = open_st(srv, 1, 0);
   req r = {.type_url = VS};
-  send_req(st, 1, &r, 0);
-  resp *p = pump(st, 1, 0);
+  resp *p = ask(st, 1, &r);
   ck_assert_uint_eq(p->n, 3);
   const char *va = find(p, "ns/a")->version, *vb = find(p, "/b")->version;
   char iv_a[64], iv_b[64];
@@ -937,16 +910,12 @@ START_TEST(test_delta_initial_versions_send_only_the_difference) {
   ck_assert(removed(q, "ns/c"));
   resp_free(p);
   resp_free(q);
-  mcp_stream_del(st);
-  mcp_xds_server_del(srv);
-  mcp_store_del(s);
+  FX_END();
 }
 END_TEST
 
 START_TEST(test_delta_named_subscribe_and_unsubscribe) {
-  mcp_store *s = store2();
-  mcp_xds_server *srv = server(s, 0, NULL);
-  mcp_stream *st = open_st(srv, 1, 0);
+  FX(1);
   const char *sub[] = {"ns/a"};
   req r = {.type_url = VS, .names = sub, .nnames = 1};
   send_req(st, 1, &r, 0);
@@ -983,19 +952,14 @@ START_TEST(test_delta_named_subscribe_and_unsubscribe) {
   resp_free(p);
   resp_free(q);
   resp_free(x);
-  mcp_stream_del(st);
-  mcp_xds_server_del(srv);
-  mcp_store_del(s);
+  FX_END();
 }
 END_TEST
 
 START_TEST(test_delta_nack_counted_and_not_resent) {
-  mcp_store *s = store2();
-  mcp_xds_server *srv = server(s, 0, NULL);
-  mcp_stream *st = open_st(srv, 1, 0);
+  FX(1);
   req r = {.type_url = AP};
-  send_req(st, 1, &r, 0);
-  resp *p = pump(st, 1, 0);
+  resp *p = ask(st, 1, &r);
   ck_assert_uint_eq(p->n, 0); /* empty, yet answered */
   req ack = {.type_url = AP, .nonce = p->nonce};
   send_req(st, 1, &ack, 0);
@@ -1013,19 +977,14 @@ START_TEST(test_delta_nack_counted_and_not_resent) {
   ck_assert_uint_eq(info.ntypes, 2);
   resp_free(p);
   resp_free(q);
-  mcp_stream_del(st);
-  mcp_xds_server_del(srv);
-  mcp_store_del(s);
+  FX_END();
 }
 END_TEST
 
 START_TEST(test_delta_compacted_log_ends_with_resync) {
-  mcp_store *s = store2();
-  mcp_xds_server *srv = server(s, 0, NULL);
-  mcp_stream *st = open_st(srv, 1, 0);
+  FX(1);
   req r = {.type_url = VS};
-  send_req(st, 1, &r, 0);
-  resp *p = pump(st, 1, 0);
+  resp *p = ask(st, 1, &r);
   /* Many creations and deletions while the response is in flight: the
    * store compacts the tombstones the stream would need. */
   char name[32];
@@ -1045,9 +1004,7 @@ START_TEST(test_delta_compacted_log_ends_with_resync) {
   mcp_xds_server_get_stats(srv, &ss);
   ck_assert_uint_eq(ss.resyncs, 1);
   resp_free(p);
-  mcp_stream_del(st);
-  mcp_xds_server_del(srv);
-  mcp_store_del(s);
+  FX_END();
 }
 END_TEST
 
