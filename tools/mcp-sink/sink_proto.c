@@ -278,15 +278,25 @@ static int dest_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
   return 1;
 }
 
+/* A client call ended after |received| messages: the backoff learns how
+ * it went and says when to open the next (|*retry_at|); returns the delay. */
+static mcp_tstamp call_ended(mcp_backoff *b, mcp_tstamp opened_at,
+                             uint64_t received, mcp_tstamp ts,
+                             mcp_tstamp *retry_at) {
+  mcp_backoff_stream_ended(b, ts - opened_at, received);
+  mcp_tstamp delay = mcp_backoff_next(b);
+  *retry_at = ts + delay;
+  return delay;
+}
+
 static void dest_ended(void *ud, size_t slot, int status, const char *details,
                        mcp_tstamp ts) {
   proto_app *a = ud;
   dest_slot *s = &a->slots[slot];
   s->open = 0;
   uint64_t received = mcp_dest_set_updates(s->set) - s->updates_at_open;
-  mcp_backoff_stream_ended(&s->backoff, ts - s->opened_at, received);
-  mcp_tstamp delay = mcp_backoff_next(&s->backoff);
-  s->retry_at = ts + delay;
+  mcp_tstamp delay =
+      call_ended(&s->backoff, s->opened_at, received, ts, &s->retry_at);
   if (!a->stopping)
     tool_log(received ? TOOL_LOG_INFO : TOOL_LOG_DEBUG,
              "%s: stream ended: status %d%s%s (after %llu update%s); "
@@ -536,9 +546,8 @@ static void xds_ended(void *ud, size_t slot, int status, const char *details,
   (void)slot;
   a->xopen = 0;
   uint64_t received = a->xresponses - a->xresponses_at_open;
-  mcp_backoff_stream_ended(&a->xbackoff, ts - a->xopened_at, received);
-  mcp_tstamp delay = mcp_backoff_next(&a->xbackoff);
-  a->xretry_at = ts + delay;
+  mcp_tstamp delay =
+      call_ended(&a->xbackoff, a->xopened_at, received, ts, &a->xretry_at);
   if (!a->stopping)
     tool_log(received ? TOOL_LOG_INFO : TOOL_LOG_DEBUG,
              "xDS stream ended: status %d%s%s (after %llu response%s); "
