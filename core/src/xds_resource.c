@@ -240,7 +240,9 @@ int mcp__xds_snap(const mcp_watch *w, const mcp_mem *m, uint64_t gen,
     rv = hdr ? 0 : MCP_ERR_NOMEM;
   }
   if (rv == 0) {
-    memcpy(hdr->data, sb.hdr.p, sb.hdr.len);
+    if (sb.hdr.len) { /* an empty collection has no header bytes */
+      memcpy(hdr->data, sb.hdr.p, sb.hdr.len);
+    }
     atomic_init(&sn->ref, 1);
     sn->mem = *m;
     sn->gen = gen;
