@@ -17,6 +17,11 @@ types, names, Istio documents) and every document of examples/:
 Every error case must fail in python and in mcp-schema-conv, the latter with
 the expected message (field path first) and line.
 
+Go's duration strings (go_durations.txt, written by Go's own
+time.ParseDuration, the parser behind Istio's YAML): what Go reads, ours
+must encode to the bytes python gives for the same duration in proto3's
+form; what Go refuses, ours must refuse.
+
 usage: oracle.py --conv BIN --protoc BIN --src SRCDIR --work DIR
 """
 import argparse
@@ -351,9 +356,9 @@ ERRORS = [
     (T + "Oneofs", "oString: x\noInt32: 1\n",
      'oInt32: "oString" and "oInt32" are both members of oneof choice', 2),
     (T + "Wkt", "duration: 1.5\n",
-     'duration: expected a duration such as "1.5s", got 1.5', 1),
-    (T + "Wkt", "duration: 1.5m\n",
-     'duration: expected a duration such as "1.5s", got "1.5m"', 1),
+     'duration: expected a duration such as "1.5s" or "300ms", got 1.5', 1),
+    (T + "Wkt", "duration: 1.5x\n",
+     'duration: unknown unit "x" in duration 1.5x (ns, us, ms, s, m, h)', 1),
     (T + "Wkt", "duration: 315576000001s\n",
      "duration: duration 315576000001s out of range (at most 315576000000s)", 1),
     (T + "Wkt", "timestamp: '2024-13-01T00:00:00Z'\n",
@@ -373,6 +378,18 @@ ERRORS = [
     (VS, "hosts: [a]\nhttp:\n- route:\n  - destination: {host: a}\n    weight: x\n",
      'spec.http[0].route[0].weight: expected an integer, got "x"', 5),
 ]
+
+
+def go_durations(path):
+    """(input, proto3 form or "error") of go_durations.txt."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if line and not line.startswith("#"):
+                a, b = line.split("\t")
+                out.append((a, b))
+    return out
 
 
 def load_pool(paths):
@@ -472,6 +489,21 @@ class Oracle:
         if not self.same(name, back.SerializeToString(deterministic=True), want, mode):
             self.fail(label + " (python reads our JSON)", js.decode())
 
+    def check_go_duration(self, text, want):
+        self.checked += 1
+        label = "Go duration %r" % text
+        data = ("duration: %s\n" % json.dumps(text, ensure_ascii=False)).encode()
+        r = self.run(["encode", T + "Wkt"], data)
+        if want == "error":
+            if r.returncode != 1 or not r.stderr.startswith(b"<stdin>:1: duration: "):
+                self.fail(label, "Go refuses it; ours: exit %d, %r" %
+                          (r.returncode, r.stderr))
+            return
+        _, expect = self.expect(T + "Wkt", {"duration": want})
+        if r.returncode != 0 or r.stdout != expect:
+            self.fail(label, "Go reads %s; ours: exit %d, %r, bytes %s, python's %s" %
+                      (want, r.returncode, r.stderr, r.stdout.hex(), expect.hex()))
+
     def check_error(self, name, text, message, line, lax=None):
         self.checked += 1
         label = "error %r" % message
@@ -548,8 +580,13 @@ def main():
     for e in ERRORS:
         o.check_error(*e)
 
-    print("oracle: %d corpus cases, %d example documents, %d error cases; %d failures" %
-          (ncorpus, nex, len(ERRORS), o.failures))
+    gd = go_durations(os.path.join(a.src, "tests", "schema", "go_durations.txt"))
+    for text, want in gd:
+        o.check_go_duration(text, want)
+
+    print("oracle: %d corpus cases, %d example documents, %d error cases, "
+          "%d Go durations; %d failures" %
+          (ncorpus, nex, len(ERRORS), len(gd), o.failures))
     if nex == 0:
         print("oracle: no Istio document found in examples/")
         return 1
