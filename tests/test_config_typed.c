@@ -17,6 +17,7 @@
 
 #include <mcp/schema_istio.h>
 
+#include "config_notes.h"
 #include "loader/config_internal.h"
 
 /* ------------------------------------------------------------------ */
@@ -73,23 +74,6 @@ static void on_report(const char *path, unsigned long line, const char *msg,
     snprintf(reps[nreps].msg, sizeof reps[nreps].msg, "%s", msg);
   }
   nreps++;
-}
-
-/* The loader's news (mcpcfg_options.note), apart from the problems. */
-static report notes[8];
-static int notes_what[8];
-static int nnotes;
-
-static void on_note(int what, const char *path, unsigned long line,
-                    const char *msg, void *user_data) {
-  (void)user_data;
-  if (nnotes < 8) {
-    snprintf(notes[nnotes].path, sizeof notes[nnotes].path, "%s", path);
-    notes[nnotes].line = line;
-    snprintf(notes[nnotes].msg, sizeof notes[nnotes].msg, "%s", msg);
-    notes_what[nnotes] = what;
-  }
-  nnotes++;
 }
 
 static void rm_rf(const char *path) {
@@ -592,15 +576,19 @@ START_TEST(test_example_config_loads_typed_without_reports) {
 }
 END_TEST
 
+/* A DestinationRule's head, up to its trafficPolicy (line 6). */
+#define DR_REVIEWS_POLICY                                                    \
+  "apiVersion: networking.istio.io/v1alpha3\n"                               \
+  "kind: DestinationRule\n"                                                  \
+  "metadata: {name: reviews}\n"                                              \
+  "spec:\n"                                                                  \
+  "  host: reviews\n"                                                        \
+  "  trafficPolicy:\n"
+
 /* Istio's documentation writes Go durations (30ms, 5m, 15m, 1.5h): they
  * load as the Durations Istio reads, in proto3's form. */
 START_TEST(test_go_durations_load_as_istio_reads_them) {
-  put("dr.yaml", "apiVersion: networking.istio.io/v1alpha3\n"
-                 "kind: DestinationRule\n"
-                 "metadata: {name: reviews}\n"
-                 "spec:\n"
-                 "  host: reviews\n"
-                 "  trafficPolicy:\n"
+  put("dr.yaml", DR_REVIEWS_POLICY
                  "    connectionPool:\n"
                  "      tcp: {connectTimeout: 30ms}\n"
                  "      http: {idleTimeout: 1.5h}\n"
@@ -622,12 +610,7 @@ END_TEST
 /* Three bad durations, one report each at its line, in line order, the
  * last saying the document is skipped: one edit fixes them all. */
 START_TEST(test_every_error_of_a_document_is_reported_at_once) {
-  put("dr.yaml", "apiVersion: networking.istio.io/v1alpha3\n"
-                 "kind: DestinationRule\n"
-                 "metadata: {name: reviews}\n"
-                 "spec:\n"
-                 "  host: reviews\n"
-                 "  trafficPolicy:\n"
+  put("dr.yaml", DR_REVIEWS_POLICY
                  "    outlierDetection:\n"
                  "      baseEjectionTime: 15 m\n"
                  "      interval: 5mins\n"
@@ -723,11 +706,11 @@ START_TEST(test_unknown_kind_in_a_builtin_group_is_warned) {
   print_reports();
   ck_assert_int_eq(nreps, 0);
   ck_assert_int_eq(nnotes, 2);
-  ck_assert_int_eq(notes_what[0], MCPCFG_NOTE_UNKNOWN_KIND);
+  ck_assert_int_eq(notes[0].what, MCPCFG_NOTE_UNKNOWN_KIND);
   ck_assert_uint_eq(notes[0].line, 2);
   ck_assert_str_eq(notes[0].msg, "no kind VirtualServce in networking.istio.io/v1alpha3; "
                                  "did you mean VirtualService? served as an untyped collection");
-  ck_assert_int_eq(notes_what[1], MCPCFG_NOTE_UNKNOWN_KIND);
+  ck_assert_int_eq(notes[1].what, MCPCFG_NOTE_UNKNOWN_KIND);
   ck_assert_uint_eq(notes[1].line, 7);
   ck_assert_str_eq(notes[1].msg,
                    "no kind Banana in security.istio.io/v1beta1; served as an untyped collection");

@@ -23,28 +23,33 @@
 /* Small helpers                                                       */
 /* ------------------------------------------------------------------ */
 
+/* A problem (|what| 0) to opts->report, or news to opts->note. */
+static void deliver(const mcpcfg_options *opts, int what, const char *path,
+                    unsigned long line, const char *fmt, va_list ap) {
+  char msg[512];
+  if (what ? !opts->note : !opts->report)
+    return;
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  if (what)
+    opts->note(what, path, line, msg, opts->user_data);
+  else
+    opts->report(path, line, msg, opts->user_data);
+}
+
 void mcpcfg_report(const mcpcfg_options *opts, const char *path,
                    unsigned long line, const char *fmt, ...) {
-  char msg[512];
   va_list ap;
-  if (!opts->report)
-    return;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  deliver(opts, 0, path, line, fmt, ap);
   va_end(ap);
-  opts->report(path, line, msg, opts->user_data);
 }
 
 void mcpcfg_note(const mcpcfg_options *opts, int what, const char *path,
                  unsigned long line, const char *fmt, ...) {
-  char msg[512];
   va_list ap;
-  if (!opts->note)
-    return;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  deliver(opts, what, path, line, fmt, ap);
   va_end(ap);
-  opts->note(what, path, line, msg, opts->user_data);
 }
 
 char *mcpcfg_strdup(const char *s) {
