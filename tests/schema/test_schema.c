@@ -954,6 +954,23 @@ static int whole_path(const mcp_mem *mem) {
   js = NULL;
   out = NULL;
   d = NULL;
+  /* Every error of a bad document: three, or out of memory. */
+  const char *bad = "fString: 1\nfInt32: x\nfMessage: {child: {n: y}, name: [a]}\n";
+  if (!rc && !(rc = mcp_schema_parse_yaml(&po, bad, strlen(bad), &d, &e))) {
+    mcp_schema_error errs[4];
+    size_t nerr = 0;
+    rc = mcp_schema_encode_all(s, T "Scalars", mcp_schema_docs_root(d, 0), "spec", 0, &out, &n,
+                               errs, 4, &nerr);
+    ck_assert_uint_eq(nerr, rc == MCP_ERR_NOMEM ? 1 : 4);
+    if (rc == MCP_ERR_NOMEM) {
+      ck_assert_int_eq(errs[0].code, MCP_ERR_NOMEM);
+    } else {
+      ck_assert_int_eq(rc, MCP_ERR_INVALID_ARGUMENT);
+      rc = 0;
+    }
+    mcp_schema_docs_free(d);
+    d = NULL;
+  }
   for (int k = 0; k < 2 && !rc; k++) {
     const char *t = k ? w : j;
     if (!(rc = mcp_schema_parse_json(&po, t, strlen(t), &d, &e)) &&
