@@ -74,7 +74,9 @@
  *   - a document that is not a mapping, lacks apiVersion, kind or
  *     metadata.name, breaks a limit above, or has a bad value (timestamp,
  *     label, spec, tag, NUL character, alias too deep or too large,
- *     duplicate key) is skipped; its
+ *     duplicate key) is skipped, every problem of its metadata and body
+ *     reported (line order, at most MCP_SCHEMA_ERRORS_SHOWN, then
+ *     "... and N more"; the last one ends "; document skipped"); its
  *     file's other documents load, and a resource the file had before that
  *     no valid document provides any more is kept (a broken edit never
  *     deletes anything); once the file is fully valid it provides exactly
