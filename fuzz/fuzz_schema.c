@@ -111,6 +111,37 @@ static void round_trip(const mcp_schema *s, const char *type, const uint8_t *b, 
   mcp_schema_free_bytes(s, js);
 }
 
+/* mcp_schema_encode_all() agrees with mcp_schema_encode() (|rc|, |first|,
+ * |b|): the same bytes; the same first mismatch among the errors kept
+ * (the same walk finds it first), in line order, each well formed; a later
+ * nesting error may stop a walk that goes on. */
+static void all_errors(const mcp_schema *s, const char *type, const mcp_schema_value *v, int rc,
+                       const mcp_schema_error *first, const uint8_t *b, size_t bn,
+                       unsigned long lines) {
+  mcp_schema_error errs[4];
+  size_t nerr = 99;
+  uint8_t *b2 = NULL;
+  size_t bn2 = 0;
+  int rc2 = mcp_schema_encode_all(s, type, v, "spec", 0, &b2, &bn2, errs, 4, &nerr);
+  if (!rc) {
+    FZ_CHECK(!rc2 && nerr == 0, "encode_all: %d, %zu errors, encode: 0", rc2, nerr);
+    FZ_CHECK(bn2 == bn && (!bn || !memcmp(b, b2, bn)), "encode_all: other bytes");
+    mcp_schema_free_bytes(s, b2);
+    return;
+  }
+  FZ_CHECK(rc2 == rc || (rc == MCP_ERR_INVALID_ARGUMENT && rc2 == MCP_ERR_LIMIT),
+           "encode_all: %d, encode: %d", rc2, rc);
+  FZ_CHECK(nerr >= 1, "encode_all failed without an error");
+  int found = 0;
+  for (size_t k = 0; k < nerr && k < 4; k++) {
+    check_error(&errs[k], errs[k].code, lines);
+    FZ_CHECK(k == 0 || errs[k - 1].line <= errs[k].line, "errors out of line order");
+    found |= !strcmp(errs[k].message, first->message) && errs[k].line == first->line;
+  }
+  FZ_CHECK(found || nerr > 4 || rc2 != rc, "encode's error %s not among encode_all's",
+           first->message);
+}
+
 static void run_docs(const mcp_schema *s, const mcp_mem *mem, const char *type, int json,
                      const uint8_t *p, size_t n, long fired_before) {
   mcp_schema_parse_options po = popts(mem);
@@ -134,6 +165,8 @@ static void run_docs(const mcp_schema *s, const mcp_mem *mem, const char *type, 
     rc = mcp_schema_encode(s, type, mcp_schema_docs_root(d, i), "spec", 0, &b, &bn, &e);
     if (mem)
       fz_check_nomem(&g_mem, before, rc, "encode");
+    if (!mem)
+      all_errors(s, type, mcp_schema_docs_root(d, i), rc, &e, b, bn, lines);
     if (rc) {
       check_error(&e, rc, lines);
       FZ_CHECK(bn == 99 && b[0] == 'x', "a failed encode changed its outputs");

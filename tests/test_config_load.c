@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "config_notes.h"
 #include "loader/config_internal.h" /* mcpcfg_hash64, read counter, racy window */
 #include "google/protobuf/struct.pb-c.h"
 
@@ -95,6 +96,7 @@ static void rm_rf(const char *path) {
 static void setup(void) {
   alloc_countdown = -1;
   nreps = 0;
+  nnotes = 0;
   strcpy(dir, "/tmp/mcpcfg-test-XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(dir));
 }
@@ -137,6 +139,7 @@ static mcpcfg_loader *new_loader(const mcpcfg_options *o) {
   else
     mcpcfg_options_default(&opts);
   opts.report = on_report;
+  opts.note = on_note;
   ck_assert_int_eq(mcpcfg_loader_new(&l, dir, &opts), 0);
   return l;
 }
@@ -1205,6 +1208,53 @@ START_TEST(test_broken_file_is_reported_with_path_and_line_others_load) {
 }
 END_TEST
 
+/* The first load of a broken file has nothing that could stay: it does
+ * not claim otherwise. Once it served something, a broken edit says that
+ * stays; fixed, it says so, with what it serves now. */
+START_TEST(test_fixed_file_says_loaded_again_and_first_load_claims_nothing) {
+  put("bad.yaml", VS("a", "ns", "a") "spec: [oops\n");
+  mcpcfg_loader *l = load();
+  ck_assert_int_eq(nreps, 1);
+  ck_assert(has_report("bad.yaml", 0, "YAML error"));
+  ck_assert_ptr_nonnull(strstr(reps[0].msg, "; file not loaded"));
+  ck_assert_ptr_null(strstr(reps[0].msg, "loaded before"));
+  ck_assert_int_eq(nnotes, 0);
+  mcpcfg_loader_set_racy_ns(l, 0);
+  /* Fixed: "loaded again, 2 resources", once. */
+  put("bad.yaml", VS("a", "ns", "a") "---\n" VS("b", "ns", "b"));
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  ck_assert_int_eq(nnotes, 1);
+  char p[1024];
+  path_of("bad.yaml", p, sizeof p);
+  ck_assert_str_eq(notes[0].path, p);
+  ck_assert_uint_eq(notes[0].line, 0);
+  ck_assert_int_eq(notes[0].what, MCPCFG_NOTE_LOADED_AGAIN);
+  ck_assert_str_eq(notes[0].msg, "loaded again, 2 resources");
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 0);
+  ck_assert_int_eq(nnotes, 1);
+  /* Broken after serving: what it loaded before stays. */
+  put("bad.yaml", VS("a", "ns", "a") "spec: [oops\n");
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  ck_assert_int_eq(nreps, 2);
+  ck_assert_ptr_nonnull(strstr(reps[1].msg, "; file not loaded (what it loaded before stays)"));
+  ck_assert_uint_eq(count(l, VS_COLL), 2);
+  /* A bad document, then fixed: one resource now. */
+  put("bad.yaml", VS("a", "ns", "a") "---\nkind: ConfigMap\n");
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  ck_assert_int_eq(nreps, 3);
+  ck_assert_int_eq(nnotes, 1);
+  put("bad.yaml", VS("a", "ns", "a"));
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  ck_assert_int_eq(nnotes, 2);
+  ck_assert_str_eq(notes[1].msg, "loaded again, 1 resource");
+  /* A good file edited: no news. */
+  put("bad.yaml", VS("a", "ns", "a2"));
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  ck_assert_int_eq(nnotes, 2);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
 START_TEST(test_invalid_utf8_is_reported_with_its_line) {
   put("bad.yaml", "apiVersion: v1\nkind: ConfigMap\n"
                   "metadata: {name: \"\xff\"}\n");
@@ -2143,6 +2193,7 @@ int main(void) {
   tcase_add_test(t, test_configmap_mount_symlinks_are_followed_once);
   tcase_add_test(t, test_broken_file_is_reported_with_path_and_line_others_load);
   tcase_add_test(t, test_invalid_utf8_is_reported_with_its_line);
+  tcase_add_test(t, test_fixed_file_says_loaded_again_and_first_load_claims_nothing);
   tcase_add_test(t, test_document_without_api_version_kind_or_name_is_reported);
   tcase_add_test(t, test_file_that_turns_bad_keeps_its_last_good_content);
   tcase_add_test(t, test_bad_document_keeps_the_previous_version_of_its_resource);

@@ -17,6 +17,7 @@
 
 #include <mcp/schema_istio.h>
 
+#include "config_notes.h"
 #include "loader/config_internal.h"
 
 /* ------------------------------------------------------------------ */
@@ -112,6 +113,7 @@ static void istio_kinds(void) {
 static void setup(void) {
   alloc_countdown = -1;
   nreps = 0;
+  nnotes = 0;
   strcpy(dir, "/tmp/mcpcfg-typed-XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(dir));
   mcp_schema_error err;
@@ -146,6 +148,9 @@ static void typed_options(mcpcfg_options *o) {
   o->schema = schema;
   o->kinds = kinds;
   o->nkinds = nkinds;
+  o->note = on_note;
+  o->builtin = kinds; /* Istio's groups, as mcp-source says */
+  o->nbuiltin = nkinds;
 }
 
 static mcpcfg_loader *new_loader(const mcpcfg_options *o) {
@@ -592,6 +597,7 @@ START_TEST(test_example_config_loads_typed_without_reports) {
   ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
   print_reports();
   ck_assert_int_eq(nreps, 0);
+  ck_assert_int_eq(nnotes, 0); /* no kind taken for a typo */
   size_t typed = 0;
   for (size_t i = 0; i < mcpcfg_loader_collection_count(l); i++) {
     const mcp_resource *r;
@@ -605,6 +611,166 @@ START_TEST(test_example_config_loads_typed_without_reports) {
   ck_assert_uint_ge(typed, 7);
   ck_assert_ptr_nonnull(mcpcfg_loader_find(
       l, "istio/security/v1beta1/authorizationpolicies", "bookinfo/reviews-viewer"));
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+/* A DestinationRule's head, up to its trafficPolicy (line 6). */
+#define DR_REVIEWS_POLICY                                                    \
+  "apiVersion: networking.istio.io/v1alpha3\n"                               \
+  "kind: DestinationRule\n"                                                  \
+  "metadata: {name: reviews}\n"                                              \
+  "spec:\n"                                                                  \
+  "  host: reviews\n"                                                        \
+  "  trafficPolicy:\n"
+
+/* Istio's documentation writes Go durations (30ms, 5m, 15m, 1.5h): they
+ * load as the Durations Istio reads, in proto3's form. */
+START_TEST(test_go_durations_load_as_istio_reads_them) {
+  put("dr.yaml", DR_REVIEWS_POLICY
+                 "    connectionPool:\n"
+                 "      tcp: {connectTimeout: 30ms}\n"
+                 "      http: {idleTimeout: 1.5h}\n"
+                 "    outlierDetection: {interval: 5m, baseEjectionTime: 15m}\n");
+  mcpcfg_loader *l = load_typed();
+  print_reports();
+  ck_assert_int_eq(nreps, 0);
+  const mcp_resource *r =
+      mcpcfg_loader_find(l, "istio/networking/v1alpha3/destinationrules", "reviews");
+  ck_assert_ptr_nonnull(r);
+  assert_body_json(r, "{\"host\":\"reviews\",\"trafficPolicy\":{\"connectionPool\":"
+                      "{\"tcp\":{\"connectTimeout\":\"0.030s\"},\"http\":{\"idleTimeout\":"
+                      "\"5400s\"}},\"outlierDetection\":{\"interval\":\"300s\","
+                      "\"baseEjectionTime\":\"900s\"}}}");
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+/* Three bad durations, one report each at its line, in line order, the
+ * last saying the document is skipped: one edit fixes them all. */
+START_TEST(test_every_error_of_a_document_is_reported_at_once) {
+  put("dr.yaml", DR_REVIEWS_POLICY
+                 "    outlierDetection:\n"
+                 "      baseEjectionTime: 15 m\n"
+                 "      interval: 5mins\n"
+                 "    connectionPool:\n"
+                 "      tcp: {connectTimeout: 30}\n");
+  mcpcfg_loader *l = load_typed();
+  print_reports();
+  ck_assert_int_eq(nreps, 3);
+  ck_assert_uint_eq(reps[0].line, 8);
+  ck_assert_str_eq(reps[0].msg, "spec.trafficPolicy.outlierDetection.baseEjectionTime: "
+                                "unknown unit \" m\" in duration 15 m (ns, us, ms, s, m, h)");
+  ck_assert_uint_eq(reps[1].line, 9);
+  ck_assert_str_eq(reps[1].msg, "spec.trafficPolicy.outlierDetection.interval: unknown unit "
+                                "\"mins\" in duration 5mins (ns, us, ms, s, m, h)");
+  ck_assert_uint_eq(reps[2].line, 11);
+  ck_assert_str_eq(reps[2].msg, "spec.trafficPolicy.connectionPool.tcp.connectTimeout: "
+                                "expected a duration such as \"1.5s\" or \"300ms\", got 30; "
+                                "document skipped");
+  ck_assert_ptr_null(
+      mcpcfg_loader_find(l, "istio/networking/v1alpha3/destinationrules", "reviews"));
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+/* Metadata and body problems of one document come together too. */
+START_TEST(test_metadata_and_body_errors_are_reported_together) {
+  put("vs.yaml", "apiVersion: networking.istio.io/v1alpha3\n"
+                 "kind: VirtualService\n"
+                 "metadata:\n"
+                 "  name: reviews\n"
+                 "  labels: {app: [x]}\n"
+                 "  creationTimestamp: yesterday\n"
+                 "spec:\n"
+                 "  hosts: reviews\n");
+  mcpcfg_loader *l = load_typed();
+  print_reports();
+  ck_assert_int_eq(nreps, 3);
+  ck_assert(has_report("vs.yaml", 5, "labels 'app' is not a scalar"));
+  ck_assert(has_report("vs.yaml", 6, "bad metadata.creationTimestamp 'yesterday'"));
+  ck_assert(has_report("vs.yaml", 8, "spec.hosts: expected a list, got \"reviews\"; "
+                                     "document skipped"));
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+/* Beyond 20 errors: the first 20 by line, then "... and N more". */
+START_TEST(test_more_than_twenty_errors_end_with_and_n_more) {
+  char y[2048] = "apiVersion: networking.istio.io/v1alpha3\n"
+                 "kind: VirtualService\n"
+                 "metadata: {name: many}\n"
+                 "spec:\n"
+                 "  hosts:\n";
+  for (int i = 0; i < 23; i++)
+    strcat(y, "  - 1\n"); /* lines 6 to 28 */
+  put("vs.yaml", y);
+  mcpcfg_loader *l = load_typed();
+  print_reports();
+  ck_assert_int_eq(nreps, 21);
+  for (int i = 0; i < 20; i++) {
+    char want[64];
+    snprintf(want, sizeof want, "spec.hosts[%d]: expected a string, got 1", i);
+    ck_assert_uint_eq(reps[i].line, (unsigned long)i + 6);
+    ck_assert_str_eq(reps[i].msg, want);
+  }
+  ck_assert_uint_eq(reps[20].line, 1);
+  ck_assert_str_eq(reps[20].msg, "... and 3 more; document skipped");
+  ck_assert_ptr_null(mcpcfg_loader_find(l, VS_COLL, "many"));
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+/* A kind that is not one of its built-in group's: served (untyped, as
+ * before) with a warning naming the closest kind; not for other groups,
+ * nor for a known kind under another version of its group. */
+START_TEST(test_unknown_kind_in_a_builtin_group_is_warned) {
+  put("a.yaml", "apiVersion: networking.istio.io/v1alpha3\n"
+                "kind: VirtualServce\n"
+                "metadata: {name: typo}\n"
+                "spec: {hosts: [a]}\n"
+                "---\n"
+                "apiVersion: security.istio.io/v1beta1\n"
+                "kind: Banana\n"
+                "metadata: {name: far}\n"
+                "---\n"
+                "apiVersion: example.com/v1\n"
+                "kind: VirtualServce\n"
+                "metadata: {name: other-group}\n"
+                "---\n"
+                "apiVersion: networking.istio.io/v1beta1\n"
+                "kind: Gateway\n"
+                "metadata: {name: other-version}\n");
+  mcpcfg_loader *l = load_typed();
+  print_reports();
+  ck_assert_int_eq(nreps, 0);
+  ck_assert_int_eq(nnotes, 2);
+  ck_assert_int_eq(notes[0].what, MCPCFG_NOTE_UNKNOWN_KIND);
+  ck_assert_uint_eq(notes[0].line, 2);
+  ck_assert_str_eq(notes[0].msg, "no kind VirtualServce in networking.istio.io/v1alpha3; "
+                                 "did you mean VirtualService? served as an untyped collection");
+  ck_assert_int_eq(notes[1].what, MCPCFG_NOTE_UNKNOWN_KIND);
+  ck_assert_uint_eq(notes[1].line, 7);
+  ck_assert_str_eq(notes[1].msg,
+                   "no kind Banana in security.istio.io/v1beta1; served as an untyped collection");
+  const mcp_resource *r =
+      mcpcfg_loader_find(l, "istio/networking/v1alpha3/virtualservces", "typo");
+  ck_assert_ptr_nonnull(r);
+  ck_assert_str_eq(r->type_url, MCPCFG_STRUCT_TYPE_URL);
+  ck_assert_ptr_nonnull(mcpcfg_loader_find(l, "k8s/example.com/v1/virtualservces", "other-group"));
+  mcpcfg_loader_del(l);
+  /* A case slip is a typo too; the same bytes read again say nothing. */
+  nnotes = 0;
+  put("a.yaml", "apiVersion: networking.istio.io/v1alpha3\n"
+                "kind: Virtualservice\n"
+                "metadata: {name: typo}\n");
+  l = load_typed();
+  ck_assert_int_eq(nnotes, 1);
+  ck_assert_str_eq(notes[0].msg, "no kind Virtualservice in networking.istio.io/v1alpha3; "
+                                 "did you mean VirtualService? served as an untyped collection");
+  mcpcfg_loader_set_racy_ns(l, 0);
+  ck_assert_int_ge(mcpcfg_loader_scan(l), 0);
+  ck_assert_int_eq(nnotes, 1);
   mcpcfg_loader_del(l);
 }
 END_TEST
@@ -661,6 +827,11 @@ int main(void) {
   tcase_add_test(t, test_unknown_field_enum_and_range_are_reported);
   tcase_add_test(t, test_newer_istio_versions_are_typed_in_the_canonical_collection);
   tcase_add_test(t, test_bad_edit_keeps_the_last_good_typed_content);
+  tcase_add_test(t, test_go_durations_load_as_istio_reads_them);
+  tcase_add_test(t, test_every_error_of_a_document_is_reported_at_once);
+  tcase_add_test(t, test_metadata_and_body_errors_are_reported_together);
+  tcase_add_test(t, test_more_than_twenty_errors_end_with_and_n_more);
+  tcase_add_test(t, test_unknown_kind_in_a_builtin_group_is_warned);
   t = tc(s, "alloc");
   tcase_add_test(t, test_typed_scan_allocation_failure_leaks_nothing);
 

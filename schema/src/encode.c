@@ -24,6 +24,12 @@ typedef struct enc {
   sc_buf out;
   char path[MCP_SCHEMA_PATH_MAX];
   size_t plen;
+  /* mcp_schema_encode_all(): a mismatch is kept in errs (the first
+   * max_errs by line) and encoding goes on with the next field, item or
+   * entry; nerrs counts them all. err then points at |cur|. */
+  int all;
+  mcp_schema_error cur, *errs;
+  size_t max_errs, nerrs;
 } enc;
 
 /* ---- paths and errors ---------------------------------------------- */
@@ -103,6 +109,27 @@ static int fail(enc *e, const mcp_schema_value *v, const char *what) {
 
 static int nomem(enc *e) {
   return sc_error(e->err, MCP_ERR_NOMEM, 0, e->path, "out of memory");
+}
+
+/* |rc| of one field, item or entry: when collecting, a mismatch is kept
+ * (in line order, a later line dropped when the list is full) and 0
+ * returned so that the caller goes on; other errors stop everything. The
+ * bytes written so far are then garbage: mcp_schema_encode_all() drops
+ * them. */
+static int keep_going(enc *e, int rc) {
+  if (!e->all || rc != MCP_ERR_INVALID_ARGUMENT)
+    return rc;
+  size_t held = e->nerrs < e->max_errs ? e->nerrs : e->max_errs;
+  size_t pos = held;
+  e->nerrs++;
+  while (pos > 0 && e->errs[pos - 1].line > e->cur.line)
+    pos--;
+  if (pos < e->max_errs) {
+    size_t move = held < e->max_errs ? held - pos : held - pos - 1;
+    memmove(&e->errs[pos + 1], &e->errs[pos], move * sizeof *e->errs);
+    e->errs[pos] = e->cur;
+  }
+  return 0;
 }
 
 /* ---- output -------------------------------------------------------- */
@@ -584,6 +611,7 @@ static int repeated_value(enc *e, const sc_field *f, const mcp_schema_value *v) 
         rc = f->packed ? put_scalar_value(e, f->type, &x) : put_scalar(e, f, &x);
       sc_free(&e->s->mem, x.owned);
     }
+    rc = keep_going(e, rc);
     path_pop(e, old);
   }
   if (!rc && f->packed && v->n)
@@ -596,6 +624,7 @@ typedef struct mkey {
   const mcp_schema_value *key, *val;
   size_t idx; /* in the document */
   uint64_t bits; /* integers: two's complement; bool: 0/1 */
+  int bad;       /* the key was refused (errors collected) */
 } mkey;
 
 static int cmp_mkey_s(const void *a, const void *b) {
@@ -645,7 +674,7 @@ static int map_value(enc *e, const sc_field *f, const mcp_schema_value *v) {
   mkey *keys = v->n ? sc_malloc(&e->s->mem, v->n * sizeof *keys) : NULL;
   if (v->n && !keys)
     return nomem(e);
-  int rc = 0;
+  int rc = 0, badkeys = 0;
   for (size_t i = 0; i < v->n && !rc; i++) {
     keys[i].key = v->kids[2 * i];
     keys[i].val = v->kids[2 * i + 1];
@@ -654,9 +683,14 @@ static int map_value(enc *e, const sc_field *f, const mcp_schema_value *v) {
     size_t old = path_push(e, keys[i].key->text ? keys[i].key->text : "",
                            keys[i].key->text ? keys[i].key->len : 0);
     rc = map_key(e, kf, keys[i].key, &keys[i]);
+    keys[i].bad = rc != 0;
+    badkeys += rc != 0;
+    rc = keep_going(e, rc);
     path_pop(e, old);
   }
-  if (!rc && v->n > 1) {
+  /* With a refused key the order is moot (nothing is written): values
+   * are still checked, in document order. */
+  if (!rc && !badkeys && v->n > 1) {
     int (*cmp)(const void *, const void *) =
         kf->type == SC_STRING ? cmp_mkey_str
         : kf->type == SC_INT32 || kf->type == SC_INT64 || kf->type == SC_SINT32 ||
@@ -671,17 +705,19 @@ static int map_value(enc *e, const sc_field *f, const mcp_schema_value *v) {
         const mcp_schema_value *k =
             keys[i].idx > keys[i - 1].idx ? keys[i].key : keys[i - 1].key;
         size_t old = path_push(e, k->text, k->len);
-        rc = FAILF(e, k, "duplicate map key");
+        rc = keep_going(e, FAILF(e, k, "duplicate map key"));
         path_pop(e, old);
       }
   }
   for (size_t i = 0; i < v->n && !rc; i++) {
+    if (keys[i].bad)
+      continue;
     size_t old = path_push(e, keys[i].key->text, keys[i].key->len);
     const mcp_schema_value *val = keys[i].val;
     if (val->kind == MCP_SCHEMA_NULL && !null_is_value(vf)) {
-      rc = FAILF(e, val, "null is not allowed as a map value");
+      rc = keep_going(e, FAILF(e, val, "null is not allowed as a map value"));
       path_pop(e, old);
-      break;
+      continue;
     }
     if (!(rc = put_tag(e, f->number, WT_LEN))) {
       size_t start = open_len(e);
@@ -707,6 +743,7 @@ static int map_value(enc *e, const sc_field *f, const mcp_schema_value *v) {
       if (!rc)
         rc = close_len(e, start);
     }
+    rc = keep_going(e, rc);
     path_pop(e, old);
   }
   sc_free(&e->s->mem, keys);
@@ -738,14 +775,14 @@ static int encode_fields(enc *e, const sc_msg *m, const mcp_schema_value *v,
     const mcp_schema_value *k = v->kids[2 * i], *val = v->kids[2 * i + 1];
     const char *name = k->text ? k->text : "";
     if (k->kind == MCP_SCHEMA_LIST || k->kind == MCP_SCHEMA_MAP || !k->text) {
-      rc = fail(e, k, "a field name");
-      break;
+      rc = keep_going(e, fail(e, k, "a field name"));
+      continue;
     }
     if (skip && !strcmp(name, skip) && strlen(name) == k->len)
       continue;
     if (strlen(name) != k->len) {
-      rc = FAILF(e, k, "a field name with a NUL character");
-      break;
+      rc = keep_going(e, FAILF(e, k, "a field name with a NUL character"));
+      continue;
     }
     const sc_field *f = sc_field_by_json(m, name);
     if (!f)
@@ -754,23 +791,26 @@ static int encode_fields(enc *e, const sc_msg *m, const mcp_schema_value *v,
       if (e->flags & MCP_SCHEMA_IGNORE_UNKNOWN_FIELDS)
         continue;
       size_t old = path_field(e, name);
-      rc = FAILF(e, k, "unknown field (%s has no field \"%.60s\")", m->full_name, name);
+      rc = keep_going(e, FAILF(e, k, "unknown field (%s has no field \"%.60s\")",
+                               m->full_name, name));
       path_pop(e, old);
-      break;
+      continue;
     }
-    for (size_t j = 0; j < np && !rc; j++) {
+    int clash = 0;
+    for (size_t j = 0; j < np && !rc && !clash; j++) {
       size_t old = path_field(e, name);
       if (pairs[j].f == f)
-        rc = FAILF(e, k, "field set twice (as \"%s\" and \"%s\")", pairs[j].key->text,
-                   name);
+        clash = FAILF(e, k, "field set twice (as \"%s\" and \"%s\")", pairs[j].key->text,
+                      name);
       else if (f->oneof >= 0 && pairs[j].f->oneof == f->oneof &&
                (val->kind != MCP_SCHEMA_NULL || null_is_value(f)) &&
                (pairs[j].val->kind != MCP_SCHEMA_NULL || null_is_value(pairs[j].f)))
-        rc = FAILF(e, k, "\"%s\" and \"%s\" are both members of oneof %s",
-                   pairs[j].key->text, name, m->oneofs[f->oneof]);
+        clash = FAILF(e, k, "\"%s\" and \"%s\" are both members of oneof %s",
+                      pairs[j].key->text, name, m->oneofs[f->oneof]);
+      rc = keep_going(e, clash);
       path_pop(e, old);
     }
-    if (!rc) {
+    if (!rc && !clash) {
       pairs[np].f = f;
       pairs[np].key = k;
       pairs[np].val = val;
@@ -797,6 +837,7 @@ static int encode_fields(enc *e, const sc_msg *m, const mcp_schema_value *v,
     } else {
       rc = field_value(e, f, val);
     }
+    rc = keep_going(e, rc);
     path_pop(e, old);
   }
   if (pairs != local)
@@ -847,26 +888,29 @@ static int put_secs_nanos(enc *e, int64_t secs, int32_t nanos) {
 }
 
 static int enc_duration(enc *e, const mcp_schema_value *v) {
-  static const char want[] = "a duration such as \"1.5s\"";
+  static const char want[] = "a duration such as \"1.5s\" or \"300ms\"";
   if (v->kind != MCP_SCHEMA_STRING || !v->text)
     return fail(e, v, want);
-  const char *p = v->text;
-  int neg = *p == '-';
-  p += neg;
-  const char *d0 = p;
-  uint64_t secs = 0;
-  while (is_digit(*p)) {
-    if (secs > (uint64_t)SC_DURATION_MAX_SECONDS)
-      break;
-    secs = secs * 10 + (uint64_t)(*p++ - '0');
-  }
-  int32_t nanos;
-  if (p == d0 || !fraction(&p, &nanos) || *p != 's' || p[1] || (size_t)(p + 1 - v->text) != v->len)
-    return fail(e, v, want);
-  if (secs > (uint64_t)SC_DURATION_MAX_SECONDS)
+  int64_t secs = 0;
+  int32_t nanos = 0;
+  size_t at = 0, n = 0;
+  switch (sc_duration_parse(v->text, v->len, &secs, &nanos, &at, &n)) {
+  case 0:
+    return put_secs_nanos(e, secs, nanos);
+  case SC_DUR_RANGE:
     return FAILF(e, v, "duration %.40s out of range (at most 315576000000s)", v->text);
-  int64_t s = neg ? -(int64_t)secs : (int64_t)secs;
-  return put_secs_nanos(e, s, neg ? -nanos : nanos);
+  case SC_DUR_GO_RANGE:
+    return FAILF(e, v, "duration %.40s out of range (at most 2562047h47m16.854775807s "
+                       "in Go's form; up to 315576000000s in seconds alone)", v->text);
+  case SC_DUR_NO_UNIT:
+    return FAILF(e, v, "duration %.40s has a number without a unit (ns, us, ms, "
+                       "s, m, h)", v->text);
+  case SC_DUR_UNIT:
+    return FAILF(e, v, "unknown unit \"%.*s\" in duration %.40s (ns, us, ms, s, m, h)",
+                 (int)(n < 20 ? n : 20), v->text + at, v->text);
+  default:
+    return fail(e, v, want);
+  }
 }
 
 static int enc_timestamp(enc *e, const mcp_schema_value *v) {
@@ -949,7 +993,7 @@ static int enc_struct(enc *e, const mcp_schema_value *v) {
   mkey *keys = v->n ? sc_malloc(&e->s->mem, v->n * sizeof *keys) : NULL;
   if (v->n && !keys)
     return nomem(e);
-  int rc = 0;
+  int rc = 0, badkeys = 0;
   for (size_t i = 0; i < v->n && !rc; i++) {
     keys[i].key = v->kids[2 * i];
     keys[i].val = v->kids[2 * i + 1];
@@ -959,19 +1003,24 @@ static int enc_struct(enc *e, const mcp_schema_value *v) {
       rc = fail(e, keys[i].key, "a scalar key");
     else if (!sc_utf8_valid((const uint8_t *)keys[i].key->text, keys[i].key->len))
       rc = FAILF(e, keys[i].key, "a key that is not valid UTF-8");
+    keys[i].bad = rc != 0;
+    badkeys += rc != 0;
+    rc = keep_going(e, rc);
   }
-  if (!rc && v->n > 1) {
+  if (!rc && !badkeys && v->n > 1) {
     qsort(keys, v->n, sizeof *keys, cmp_mkey_str);
     for (size_t i = 1; i < v->n && !rc; i++)
       if (!cmp_mkey_str(&keys[i - 1], &keys[i])) {
         const mcp_schema_value *k =
             keys[i].idx > keys[i - 1].idx ? keys[i].key : keys[i - 1].key;
         size_t old = path_field(e, k->text);
-        rc = FAILF(e, k, "duplicate key");
+        rc = keep_going(e, FAILF(e, k, "duplicate key"));
         path_pop(e, old);
       }
   }
   for (size_t i = 0; i < v->n && !rc; i++) {
+    if (keys[i].bad)
+      continue;
     size_t old = path_field(e, keys[i].key->text);
     if (!(rc = put_tag(e, 1, WT_LEN))) {
       size_t start = open_len(e);
@@ -982,6 +1031,7 @@ static int enc_struct(enc *e, const mcp_schema_value *v) {
           rc = close_len(e, start);
       }
     }
+    rc = keep_going(e, rc);
     path_pop(e, old);
   }
   sc_free(&e->s->mem, keys);
@@ -999,6 +1049,7 @@ static int enc_list(enc *e, const mcp_schema_value *v) {
       if (!(rc = enc_value(e, v->kids[i])))
         rc = close_len(e, start);
     }
+    rc = keep_going(e, rc);
     path_pop(e, old);
   }
   return rc;
@@ -1101,8 +1152,8 @@ static int enc_any(enc *e, const mcp_schema_value *v) {
         continue;
       }
       size_t old = path_field(e, k->text ? k->text : "?");
-      rc = FAILF(e, k, "unknown field (an Any of %s has only \"@type\" and \"value\")",
-                 m->full_name);
+      rc = keep_going(e, FAILF(e, k, "unknown field (an Any of %s has only \"@type\" and "
+                                     "\"value\")", m->full_name));
       path_pop(e, old);
     }
     if (rc)
@@ -1170,9 +1221,11 @@ static int encode_body(enc *e, const sc_msg *m, const mcp_schema_value *v) {
   return rc;
 }
 
-int mcp_schema_encode(const mcp_schema *s, const char *type_name,
-                      const mcp_schema_value *v, const char *path, unsigned flags,
-                      uint8_t **out, size_t *outlen, mcp_schema_error *err) {
+/* mcp_schema_encode(), or with |errs| (collect) mcp_schema_encode_all(). */
+static int encode(const mcp_schema *s, const char *type_name, const mcp_schema_value *v,
+                  const char *path, unsigned flags, uint8_t **out, size_t *outlen,
+                  mcp_schema_error *err, int all, mcp_schema_error *errs,
+                  size_t max_errs, size_t *nerrs) {
   if (!s || !type_name || !v || !out || !outlen)
     return sc_error(err, MCP_ERR_INVALID_ARGUMENT, 0, path, "invalid argument");
   const sc_msg *m = sc_find_msg(s, type_name);
@@ -1182,15 +1235,29 @@ int mcp_schema_encode(const mcp_schema *s, const char *type_name,
   enc e;
   memset(&e, 0, sizeof e);
   e.s = s;
-  e.err = err;
+  e.err = all ? &e.cur : err;
   e.flags = flags;
   e.out.mem = &s->mem;
+  e.all = all;
+  e.errs = errs;
+  e.max_errs = errs ? max_errs : 0;
   if (path)
     path_add(&e, "", path, strlen(path), "");
   /* A null document is the empty message (as a null field is an unset one). */
   int rc = v->kind == MCP_SCHEMA_NULL && m->wkt != SC_WKT_VALUE ? 0 : encode_body(&e, m, v);
+  rc = keep_going(&e, rc); /* a mismatch of the root itself */
   if (!rc && e.oom)
-    rc = MCP_ERR_NOMEM;
+    rc = sc_error(e.err, MCP_ERR_NOMEM, 0, path, "out of memory");
+  if (all) {
+    if (rc) { /* out of memory, too deep: that error alone */
+      if (e.max_errs)
+        errs[0] = e.cur;
+      e.nerrs = 1;
+    } else if (e.nerrs) {
+      rc = MCP_ERR_INVALID_ARGUMENT;
+    }
+    *nerrs = e.nerrs;
+  }
   if (rc) {
     sc_buf_free(&e.out);
     return rc;
@@ -1204,4 +1271,22 @@ int mcp_schema_encode(const mcp_schema *s, const char *type_name,
   *out = e.out.p;
   *outlen = e.out.len;
   return 0;
+}
+
+int mcp_schema_encode(const mcp_schema *s, const char *type_name,
+                      const mcp_schema_value *v, const char *path, unsigned flags,
+                      uint8_t **out, size_t *outlen, mcp_schema_error *err) {
+  return encode(s, type_name, v, path, flags, out, outlen, err, 0, NULL, 0, NULL);
+}
+
+int mcp_schema_encode_all(const mcp_schema *s, const char *type_name,
+                          const mcp_schema_value *v, const char *path, unsigned flags,
+                          uint8_t **out, size_t *outlen, mcp_schema_error *errs,
+                          size_t max_errs, size_t *nerrs) {
+  size_t n = 0;
+  int rc = encode(s, type_name, v, path, flags, out, outlen,
+                  errs && max_errs ? errs : NULL, 1, errs, max_errs, &n);
+  if (nerrs)
+    *nerrs = rc && !n ? 1 : n; /* argument and type errors: in errs[0] */
+  return rc;
 }

@@ -148,6 +148,18 @@ void sc_civil_from_days(int64_t z, int64_t *y, unsigned *m, unsigned *d);
 #define SC_TIMESTAMP_MIN_SECONDS INT64_C(-62135596800) /* 0001-01-01 */
 #define SC_TIMESTAMP_MAX_SECONDS INT64_C(253402300799) /* 9999-12-31T23:59:59 */
 
+/*
+ * A google.protobuf.Duration from its text (duration.c): proto3's JSON form
+ * "-1.5s" (up to 315576000000 s) or Go's time.ParseDuration form "2h45m",
+ * "300ms", "1µs", "0" (up to 2^63-1 ns). 0 with |*secs| and |*nanos| (same
+ * sign), or SC_DUR_SYNTAX, SC_DUR_RANGE (proto3's form beyond its range),
+ * SC_DUR_GO_RANGE (Go's form beyond its range), SC_DUR_NO_UNIT, or
+ * SC_DUR_UNIT with the unknown unit at |*unit_at|, |*unit_len| bytes.
+ */
+enum { SC_DUR_SYNTAX = 1, SC_DUR_RANGE, SC_DUR_GO_RANGE, SC_DUR_NO_UNIT, SC_DUR_UNIT };
+int sc_duration_parse(const char *s, size_t len, int64_t *secs, int32_t *nanos,
+                      size_t *unit_at, size_t *unit_len);
+
 /* Valid UTF-8 (no surrogates, no overlongs)? */
 int sc_utf8_valid(const uint8_t *s, size_t len);
 

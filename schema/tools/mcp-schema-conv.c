@@ -178,9 +178,16 @@ int main(int argc, char **argv) {
           rc = 1;
           break;
         }
-        r = mcp_schema_encode(s, type, v, path ? path : select, flags, &bytes, &blen, &e);
+        /* Every mismatch of the document at once, up to a cap. */
+        mcp_schema_error errs[MCP_SCHEMA_ERRORS_SHOWN];
+        size_t nerr = 0;
+        r = mcp_schema_encode_all(s, type, v, path ? path : select, flags, &bytes, &blen,
+                                  errs, MCP_SCHEMA_ERRORS_SHOWN, &nerr);
         if (r) {
-          report(name, &e);
+          for (size_t k = 0; k < nerr && k < MCP_SCHEMA_ERRORS_SHOWN; k++)
+            report(name, &errs[k]);
+          if (nerr > MCP_SCHEMA_ERRORS_SHOWN)
+            fprintf(stderr, "%s: ... and %zu more\n", name, nerr - MCP_SCHEMA_ERRORS_SHOWN);
           rc = 1;
           break;
         }

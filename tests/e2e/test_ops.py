@@ -452,6 +452,37 @@ class ConfigHealth(Base):
                             collection=DR) == 1,
                       "the fixed file loaded", src)
 
+    def test_unknown_kind_is_warned_and_counted(self):
+        """A kind its built-in group does not have (VirtualServce): served,
+        warned with the closest kind, counted in
+        mcp_config_unknown_kinds_total."""
+        self.standard_files()
+        typo = vs("typo", "typo")
+        typo["kind"] = "VirtualServce"
+        self.put("typo.yaml", [typo])
+        src, oport = self.start_source(False, "--debounce", "0")
+        m = self.metrics(oport)
+        self.assertEqual(m["mcp_config_unknown_kinds_total"]["type"], "counter")
+        self.assertEqual(value(m, "mcp_config_unknown_kinds_total"), 1)
+        want = ("no kind VirtualServce in networking.istio.io/v1alpha3; did "
+                "you mean VirtualService? served as an untyped collection")
+        lines = [json.loads(l) for l in src.stderr_lines()
+                 if l.startswith("{") and want in l]
+        self.assertEqual(len(lines), 1, src.stderr())
+        self.assertEqual(lines[0]["level"], "warning")
+        self.assertRegex(lines[0]["msg"], "^%s:[0-9]+: %s$" % (
+            re.escape(os.path.join(self.config, "typo.yaml")), re.escape(want)))
+        # Not an error: the files count as good.
+        self.assertEqual(value(m, "mcp_config_files_with_errors"), 0)
+        self.assertEqual(value(m, "mcp_config_resources",
+                               collection="istio/networking/v1alpha3/"
+                                          "virtualservces"), 1)
+        # Another one read later: counted too.
+        self.put("typo2.yaml", [dict(typo, kind="DestinationRul")])
+        self.wait_for(lambda: value(self.metrics(oport),
+                                    "mcp_config_unknown_kinds_total") == 2,
+                      "the second typo counted", src)
+
     def test_clean_sink_exit_is_not_a_failure(self):
         self.standard_files()
         src, oport = self.start_source(False, "--debounce", "0")

@@ -317,6 +317,75 @@ class TypedBodies(common.Base):
                        ["http"][0]["route"]] == [50, 50],
             "the fixed weights", src, snk, collections=[VS])
 
+    # Istio's documentation writes durations as Go does (30ms, 5m, 1.5h).
+    GO_DR = ("apiVersion: networking.istio.io/v1alpha3\n"
+             "kind: DestinationRule\n"
+             "metadata: {name: reviews, namespace: bookinfo}\n"
+             "spec:\n"
+             "  host: reviews\n"
+             "  trafficPolicy:\n"
+             "    connectionPool:\n"
+             "      tcp: {connectTimeout: %s}\n"
+             "      http: {idleTimeout: %s}\n"
+             "    outlierDetection: {interval: %s, baseEjectionTime: 15m}\n")
+
+    def test_go_durations_are_served_as_istio_reads_them(self):
+        """Go duration strings load; on the wire they are the Durations
+        Istio reads (python's message from proto3's form, byte for byte);
+        the mirror shows proto3's canonical form."""
+        common.write_atomic(os.path.join(self.config, "dr.yaml"),
+                            self.GO_DR % ("30ms", "1.5h", "5m"))
+        src = self.source()
+        want = self.types.from_json(TYPE_OF[DR], {
+            "host": "reviews", "trafficPolicy": {
+                "connectionPool": {"tcp": {"connectTimeout": "0.030s"},
+                                   "http": {"idleTimeout": "5400s"}},
+                "outlierDetection": {"interval": "300s",
+                                     "baseEjectionTime": "900s"}}})
+        got = subscribe(self.types, self.addr, [DR])[DR]
+        self.assertEqual(len(got), 1)
+        self.assertEqual(got[0].body.value,
+                         want.SerializeToString(deterministic=True))
+        snk = self.sink([DR])
+        self.wait_synced(snk)
+        body = self.mirror_of([DR])[DR]["bookinfo/reviews"]["body"]
+        self.assertEqual(body["trafficPolicy"]["connectionPool"]["tcp"],
+                         {"connectTimeout": "0.030s"})
+        self.assertNotIn("error", src.stderr())
+
+    def test_every_error_at_once_then_loaded_again(self):
+        """Three bad durations: three lines at once, the last saying the
+        document is skipped (a first load claims nothing stays); fixed, the
+        file says it loaded again and its resource is pushed."""
+        path = os.path.join(self.config, "dr.yaml")
+        common.write_atomic(path, self.GO_DR % ("30 ms", "1.5", "5mins"))
+        self.put("other.yaml", [dr("ratings")])
+        src = self.source()
+        snk = self.sink([DR])
+        self.wait_synced(snk)
+        p = "spec.trafficPolicy."
+        want = [
+            '%s:8: %sconnectionPool.tcp.connectTimeout: unknown unit " ms" '
+            'in duration 30 ms (ns, us, ms, s, m, h)' % (path, p),
+            '%s:9: %sconnectionPool.http.idleTimeout: expected a duration '
+            'such as "1.5s" or "300ms", got 1.5' % (path, p),
+            '%s:10: %soutlierDetection.interval: unknown unit "mins" in '
+            'duration 5mins (ns, us, ms, s, m, h); document skipped'
+            % (path, p)]
+        self.wait_for(lambda: want[-1] in src.stderr(), "the third error",
+                      src)
+        errs = [l.split("error: ", 1)[1] for l in src.stderr_lines()
+                if path in l and "error: " in l]
+        self.assertEqual(errs, want)
+        self.assertEqual(list(self.mirror_of([DR])[DR]), ["bookinfo/ratings"])
+        common.write_atomic(path, self.GO_DR % ("30ms", "1.5h", "5m"))
+        fixed = "%s: loaded again, 1 resource" % path
+        self.wait_for(lambda: fixed in src.stderr(), fixed, src)
+        self.assertIn("info: " + fixed, src.stderr())
+        self.wait_mirror(lambda m: "bookinfo/reviews" in m.get(DR, {}),
+                         "the fixed resource", src, snk, collections=[DR])
+        self.assertNotIn("loaded before", src.stderr())
+
     def test_unknown_field_enum_and_range_are_reported(self):
         d1 = dr("a")
         d1["spec"]["trafficPolicy"]["loadBalancer"]["simple"] = "FASTEST"

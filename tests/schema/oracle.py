@@ -17,12 +17,18 @@ types, names, Istio documents) and every document of examples/:
 Every error case must fail in python and in mcp-schema-conv, the latter with
 the expected message (field path first) and line.
 
+Go's duration strings (go_durations.txt, written by Go's own
+time.ParseDuration, the parser behind Istio's YAML): what Go reads, ours
+must encode to the bytes python gives for the same duration in proto3's
+form; what Go refuses, ours must refuse.
+
 usage: oracle.py --conv BIN --protoc BIN --src SRCDIR --work DIR
 """
 import argparse
 import base64
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -351,9 +357,9 @@ ERRORS = [
     (T + "Oneofs", "oString: x\noInt32: 1\n",
      'oInt32: "oString" and "oInt32" are both members of oneof choice', 2),
     (T + "Wkt", "duration: 1.5\n",
-     'duration: expected a duration such as "1.5s", got 1.5', 1),
-    (T + "Wkt", "duration: 1.5m\n",
-     'duration: expected a duration such as "1.5s", got "1.5m"', 1),
+     'duration: expected a duration such as "1.5s" or "300ms", got 1.5', 1),
+    (T + "Wkt", "duration: 1.5x\n",
+     'duration: unknown unit "x" in duration 1.5x (ns, us, ms, s, m, h)', 1),
     (T + "Wkt", "duration: 315576000001s\n",
      "duration: duration 315576000001s out of range (at most 315576000000s)", 1),
     (T + "Wkt", "timestamp: '2024-13-01T00:00:00Z'\n",
@@ -373,6 +379,18 @@ ERRORS = [
     (VS, "hosts: [a]\nhttp:\n- route:\n  - destination: {host: a}\n    weight: x\n",
      'spec.http[0].route[0].weight: expected an integer, got "x"', 5),
 ]
+
+
+def go_durations(path):
+    """(input, proto3 form or "error") of go_durations.txt."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if line and not line.startswith("#"):
+                a, b = line.split("\t")
+                out.append((a, b))
+    return out
 
 
 def load_pool(paths):
@@ -472,6 +490,43 @@ class Oracle:
         if not self.same(name, back.SerializeToString(deterministic=True), want, mode):
             self.fail(label + " (python reads our JSON)", js.decode())
 
+    def check_go_durations(self, cases):
+        """Two runs for all the cases (a run costs much under ASan): the
+        ones Go reads as one map of durations, which must give python's
+        bytes for Go's values; the ones Go refuses as another, which must
+        fail with one error per entry (every error of a document is
+        reported: 20 lines, then "... and N more")."""
+        good = [(t, w) for t, w in cases if w != "error"]
+        bad = [t for t, w in cases if w == "error"]
+        self.checked += 2
+
+        def doc(texts):
+            return "mDuration:\n" + "".join(
+                "  k%03d: %s\n" % (i, json.dumps(t, ensure_ascii=False))
+                for i, t in enumerate(texts))
+
+        r = self.run(["encode", T + "Maps"], doc([t for t, _ in good]).encode())
+        _, expect = self.expect(T + "Maps", {"mDuration": {
+            "k%03d" % i: w for i, (_, w) in enumerate(good)}})
+        if r.returncode != 0 or r.stdout != expect:
+            self.fail("Go durations (%d that Go reads)" % len(good),
+                      "exit %d, %r; bytes %s, python's %s" %
+                      (r.returncode, r.stderr, r.stdout.hex(), expect.hex()))
+        r = self.run(["encode", T + "Maps"], doc(bad).encode())
+        lines = r.stderr.decode(errors="replace").splitlines()
+        keys = set()
+        for l in lines:
+            m = re.match(r"<stdin>:\d+: mDuration\[(k\d+)\]: ", l)
+            if m:
+                keys.add(m.group(1))
+        more = re.match(r"<stdin>: \.\.\. and (\d+) more$", lines[-1]) if lines else None
+        total = len(keys) + (int(more.group(1)) if more else 0)
+        # One error at most per entry: as many errors as entries means
+        # each entry was refused.
+        if r.returncode != 1 or total != len(bad) or len(keys) != min(20, len(bad)):
+            self.fail("Go durations (%d that Go refuses)" % len(bad),
+                      "exit %d, %d refused: %r" % (r.returncode, total, lines))
+
     def check_error(self, name, text, message, line, lax=None):
         self.checked += 1
         label = "error %r" % message
@@ -548,8 +603,12 @@ def main():
     for e in ERRORS:
         o.check_error(*e)
 
-    print("oracle: %d corpus cases, %d example documents, %d error cases; %d failures" %
-          (ncorpus, nex, len(ERRORS), o.failures))
+    gd = go_durations(os.path.join(a.src, "tests", "schema", "go_durations.txt"))
+    o.check_go_durations(gd)
+
+    print("oracle: %d corpus cases, %d example documents, %d error cases, "
+          "%d Go durations; %d failures" %
+          (ncorpus, nex, len(ERRORS), len(gd), o.failures))
     if nex == 0:
         print("oracle: no Istio document found in examples/")
         return 1

@@ -248,9 +248,28 @@ static const bad bads[] = {
     {T "Oneofs", "oString: x\noNull: null", MCP_ERR_INVALID_ARGUMENT, 2,
      "spec.oNull: \"oString\" and \"oNull\" are both members of oneof choice"},
     {T "Wkt", "duration: '1.5'", MCP_ERR_INVALID_ARGUMENT, 1,
-     "spec.duration: expected a duration such as \"1.5s\", got \"1.5\""},
-    {T "Wkt", "duration: 0.1234567891s", MCP_ERR_INVALID_ARGUMENT, 1,
-     "spec.duration: expected a duration such as \"1.5s\", got \"0.1234567891s\""},
+     "spec.duration: duration 1.5 has a number without a unit (ns, us, ms, s, m, h)"},
+    {T "Wkt", "duration: 1.5", MCP_ERR_INVALID_ARGUMENT, 1,
+     "spec.duration: expected a duration such as \"1.5s\" or \"300ms\", got 1.5"},
+    {T "Wkt", "duration: 0", MCP_ERR_INVALID_ARGUMENT, 1, /* a number: Go's jsonpb too */
+     "spec.duration: expected a duration such as \"1.5s\" or \"300ms\", got 0"},
+    {T "Wkt", "duration: 1h 30m", MCP_ERR_INVALID_ARGUMENT, 1,
+     "spec.duration: unknown unit \"h \" in duration 1h 30m (ns, us, ms, s, m, h)"},
+    {T "Wkt", "duration: 5sec", MCP_ERR_INVALID_ARGUMENT, 1,
+     "spec.duration: unknown unit \"sec\" in duration 5sec (ns, us, ms, s, m, h)"},
+    {T "Wkt", "duration: 1D", MCP_ERR_INVALID_ARGUMENT, 1,
+     "spec.duration: unknown unit \"D\" in duration 1D (ns, us, ms, s, m, h)"},
+    {T "Wkt", "duration: 1h-5m", MCP_ERR_INVALID_ARGUMENT, 1, /* as Go says it */
+     "spec.duration: unknown unit \"h-\" in duration 1h-5m (ns, us, ms, s, m, h)"},
+    {T "Wkt", "duration: '--1s'", MCP_ERR_INVALID_ARGUMENT, 1,
+     "spec.duration: expected a duration such as \"1.5s\" or \"300ms\", got \"--1s\""},
+    {T "Wkt", "duration: ''", MCP_ERR_INVALID_ARGUMENT, 1,
+     "spec.duration: expected a duration such as \"1.5s\" or \"300ms\", got \"\""},
+    {T "Wkt", "duration: 2562048h", MCP_ERR_INVALID_ARGUMENT, 1,
+     "spec.duration: duration 2562048h out of range (at most 2562047h47m16.854775807s in "
+     "Go's form; up to 315576000000s in seconds alone)"},
+    {T "Wkt", "duration: 315576000001s", MCP_ERR_INVALID_ARGUMENT, 1,
+     "spec.duration: duration 315576000001s out of range (at most 315576000000s)"},
     {T "Wkt", "timestamp: '2023-02-29T00:00:00Z'", MCP_ERR_INVALID_ARGUMENT, 1,
      "spec.timestamp: not a valid date and time: \"2023-02-29T00:00:00Z\""},
     {T "Wkt", "timestamp: '0000-12-31T00:00:00Z'", MCP_ERR_INVALID_ARGUMENT, 1,
@@ -295,6 +314,158 @@ START_TEST(test_bad_document_error_names_path_and_line) {
   ck_assert_int_eq(strncmp(e.message, e.path, strlen(e.path)), 0);
   ck_assert_str_eq((const char *)out, "untouched");
   ck_assert_uint_eq(n, 12345);
+  /* Collecting them all finds the same one error. */
+  mcp_schema_docs *d;
+  ck_assert_int_eq(mcp_schema_parse_yaml(NULL, b->yaml, strlen(b->yaml), &d, &e), 0);
+  mcp_schema_error all[4];
+  size_t nerr = 99;
+  rc = mcp_schema_encode_all(S, b->type, mcp_schema_docs_root(d, 0), "spec", 0, &out, &n, all,
+                             4, &nerr);
+  mcp_schema_docs_free(d);
+  ck_assert_int_eq(rc, b->code);
+  ck_assert_uint_eq(nerr, 1);
+  ck_assert_str_eq(all[0].message, b->message);
+  ck_assert_uint_eq(all[0].line, b->line);
+}
+END_TEST
+
+/* Go's time.ParseDuration forms (Istio's YAML), read as Go reads them;
+ * written back in proto3's canonical form. tests/schema/go_durations.txt
+ * has many more, checked against Go itself and by oracle.py. */
+START_TEST(test_go_durations_are_read_as_go_reads_them) {
+  static const char *const cases[][2] = {
+      {"300ms", "0.300s"},  {"1.5h", "5400s"},     {"2h45m", "9900s"},
+      {"-1.5s", "-1.500s"}, {"1us", "0.000001s"},  {"1\xc2\xb5s", "0.000001s"},
+      {"1\xce\xbcs", "0.000001s"}, {"1ns", "0.000000001s"}, {"'0'", "0s"},
+      {"'-0'", "0s"},      {"+5s", "5s"},        {".5s", "0.500s"},
+      {"1.1h", "3960s"},   {"0.3333333333h", "1199.999999880s"},
+      {"1.0000000001s", "1s"}, /* Go truncates beyond nanoseconds */
+      {"-2562047h47m16.854775808s", "-9223372036.854775808s"},
+      {"315576000000s", "315576000000s"}, /* proto3's range, beyond Go's */
+      {"9223372036854775808ns9223372036854775808ns", "0s"}, /* Go's sum wraps */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char yaml[128], want[128];
+    snprintf(yaml, sizeof yaml, "duration: \"%s\"", cases[i][0]);
+    if (cases[i][0][0] == '\'')
+      snprintf(yaml, sizeof yaml, "duration: %s", cases[i][0]);
+    snprintf(want, sizeof want, "{\"duration\":\"%s\"}", cases[i][1]);
+    uint8_t *out = NULL;
+    size_t n = 0;
+    mcp_schema_error e;
+    int rc = enc(T "Wkt", yaml, NULL, 0, &out, &n, &e);
+    ck_assert_msg(rc == 0, "%s: %s", yaml, e.message);
+    char *js;
+    size_t jl;
+    ck_assert_int_eq(mcp_schema_to_json(S, T "Wkt", out, n, 0, &js, &jl, &e), 0);
+    ck_assert_msg(!strcmp(js, want), "%s: got %s, want %s", yaml, js, want);
+    mcp_schema_free_bytes(S, js);
+    mcp_schema_free_bytes(S, out);
+  }
+}
+END_TEST
+
+/* Encodes |yaml| as |type| collecting errors into |errs| (|max|). */
+static int enc_all(const char *type, const char *yaml, mcp_schema_error *errs, size_t max,
+                   size_t *nerr) {
+  mcp_schema_docs *d;
+  mcp_schema_error e;
+  ck_assert_int_eq(mcp_schema_parse_yaml(NULL, yaml, strlen(yaml), &d, &e), 0);
+  uint8_t *out = (uint8_t *)"untouched";
+  size_t n = 7;
+  int rc = mcp_schema_encode_all(S, type, mcp_schema_docs_root(d, 0), "spec", 0, &out, &n, errs,
+                                 max, nerr);
+  mcp_schema_docs_free(d);
+  if (rc) {
+    ck_assert_str_eq((const char *)out, "untouched");
+    ck_assert_uint_eq(n, 7);
+  } else {
+    mcp_schema_free_bytes(S, out);
+  }
+  return rc;
+}
+
+START_TEST(test_encode_all_reports_every_mismatch_in_line_order) {
+  /* Fields are encoded in number order (fInt32 before fString), errors
+   * come in line order; a bad field, list item, map entry and nested
+   * field each count; what follows a bad one is still checked. */
+  const char *y = "fString: 12\n"
+                  "fInt32: x\n"
+                  "nope: 1\n"
+                  "fMessage:\n"
+                  "  child: {n: y}\n"
+                  "fBool: true\n";
+  mcp_schema_error errs[8];
+  size_t nerr = 0;
+  ck_assert_int_eq(enc_all(T "Scalars", y, errs, 8, &nerr), MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_uint_eq(nerr, 4);
+  ck_assert_str_eq(errs[0].message, "spec.fString: expected a string, got 12");
+  ck_assert_str_eq(errs[1].message, "spec.fInt32: expected an integer, got \"x\"");
+  ck_assert_str_eq(errs[2].message,
+                   "spec.nope: unknown field (mcp.schema.test.Scalars has no field \"nope\")");
+  ck_assert_str_eq(errs[3].message, "spec.fMessage.child.n: expected an integer, got \"y\"");
+  for (size_t i = 0; i < 4; i++) {
+    ck_assert_uint_eq(errs[i].line, i + 1 + (i == 3));
+    ck_assert_int_eq(errs[i].code, MCP_ERR_INVALID_ARGUMENT);
+  }
+  ck_assert_int_eq(enc_all(T "Repeated", "rInt32: [x, 1, y]\nrMessage: [{n: a}, {n: 2}]\n",
+                           errs, 8, &nerr),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_uint_eq(nerr, 3);
+  ck_assert_str_eq(errs[0].path, "spec.rInt32[0]");
+  ck_assert_str_eq(errs[1].path, "spec.rInt32[2]");
+  ck_assert_str_eq(errs[2].path, "spec.rMessage[0].n");
+  ck_assert_int_eq(enc_all(T "Maps", "mInt32: {a: 1, '2': x, '3': z}\nmString: {k: null}\n",
+                           errs, 8, &nerr),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_uint_eq(nerr, 4);
+  ck_assert_str_eq(errs[0].message, "spec.mInt32[a]: expected an integer, got \"a\"");
+  ck_assert_str_eq(errs[1].path, "spec.mInt32[2]");
+  ck_assert_str_eq(errs[2].path, "spec.mInt32[3]");
+  ck_assert_str_eq(errs[3].message, "spec.mString[k]: null is not allowed as a map value");
+  /* Three bad durations: three errors, one edit. */
+  ck_assert_int_eq(enc_all(T "Maps", "mDuration:\n  a: 30 ms\n  b: 1s\n  c: 5x\n  d: '1.5'\n",
+                           errs, 8, &nerr),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_uint_eq(nerr, 3);
+  ck_assert_uint_eq(errs[0].line, 2);
+  ck_assert_uint_eq(errs[1].line, 4);
+  ck_assert_uint_eq(errs[2].line, 5);
+  /* A good document: 0 errors, errs untouched. */
+  strcpy(errs[0].message, "mark");
+  nerr = 5;
+  ck_assert_int_eq(enc_all(T "Scalars", "fInt32: 1\n", errs, 8, &nerr), 0);
+  ck_assert_uint_eq(nerr, 0);
+  ck_assert_str_eq(errs[0].message, "mark");
+}
+END_TEST
+
+START_TEST(test_encode_all_keeps_the_first_by_line_and_counts_the_rest) {
+  /* 25 bad items: the first 20 by line kept, 25 counted. */
+  char y[1024] = "rInt32:\n";
+  for (int i = 0; i < 25; i++)
+    strcat(y, "- x\n");
+  mcp_schema_error errs[MCP_SCHEMA_ERRORS_SHOWN];
+  size_t nerr = 0;
+  ck_assert_int_eq(enc_all(T "Repeated", y, errs, MCP_SCHEMA_ERRORS_SHOWN, &nerr),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_uint_eq(nerr, 25);
+  for (size_t i = 0; i < MCP_SCHEMA_ERRORS_SHOWN; i++)
+    ck_assert_uint_eq(errs[i].line, i + 2);
+  /* Found out of line order (fields by number): still the first lines. */
+  ck_assert_int_eq(enc_all(T "Scalars", "fString: 1\nfInt32: x\nfBool: 0\n", errs, 2, &nerr),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_uint_eq(nerr, 3);
+  ck_assert_uint_eq(errs[0].line, 1);
+  ck_assert_uint_eq(errs[1].line, 2);
+  /* No room at all: counted only. */
+  ck_assert_int_eq(enc_all(T "Scalars", "fString: 1\nfInt32: x\n", NULL, 0, &nerr),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_uint_eq(nerr, 2);
+  /* A type that does not exist: that error alone. */
+  ck_assert_int_eq(enc_all(T "Nope", "a: 1\n", errs, 2, &nerr), MCP_ERR_NOT_FOUND);
+  ck_assert_uint_eq(nerr, 1);
+  ck_assert_int_eq(errs[0].code, MCP_ERR_NOT_FOUND);
 }
 END_TEST
 
@@ -783,6 +954,23 @@ static int whole_path(const mcp_mem *mem) {
   js = NULL;
   out = NULL;
   d = NULL;
+  /* Every error of a bad document: three, or out of memory. */
+  const char *bad = "fString: 1\nfInt32: x\nfMessage: {child: {n: y}, name: [a]}\n";
+  if (!rc && !(rc = mcp_schema_parse_yaml(&po, bad, strlen(bad), &d, &e))) {
+    mcp_schema_error errs[4];
+    size_t nerr = 0;
+    rc = mcp_schema_encode_all(s, T "Scalars", mcp_schema_docs_root(d, 0), "spec", 0, &out, &n,
+                               errs, 4, &nerr);
+    ck_assert_uint_eq(nerr, rc == MCP_ERR_NOMEM ? 1 : 4);
+    if (rc == MCP_ERR_NOMEM) {
+      ck_assert_int_eq(errs[0].code, MCP_ERR_NOMEM);
+    } else {
+      ck_assert_int_eq(rc, MCP_ERR_INVALID_ARGUMENT);
+      rc = 0;
+    }
+    mcp_schema_docs_free(d);
+    d = NULL;
+  }
   for (int k = 0; k < 2 && !rc; k++) {
     const char *t = k ? w : j;
     if (!(rc = mcp_schema_parse_json(&po, t, strlen(t), &d, &e)) &&
@@ -834,6 +1022,9 @@ int main(void) {
   tcase_add_test(tc, test_well_known_types_use_their_json_forms);
   tcase_add_loop_test(tc, test_bad_document_error_names_path_and_line, 0,
                       (int)(sizeof bads / sizeof bads[0]));
+  tcase_add_test(tc, test_go_durations_are_read_as_go_reads_them);
+  tcase_add_test(tc, test_encode_all_reports_every_mismatch_in_line_order);
+  tcase_add_test(tc, test_encode_all_keeps_the_first_by_line_and_counts_the_rest);
   tcase_add_test(tc, test_unknown_fields_ignored_on_request);
   tcase_add_test(tc, test_unknown_type_is_not_found);
   tcase_add_test(tc, test_nesting_beyond_max_depth_is_a_limit_error);

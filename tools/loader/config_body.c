@@ -40,13 +40,16 @@ const char *mcpcfg_body_message(const mcpcfg_options *o,
 
 int mcpcfg_body_encode(const mcpcfg_options *o, const char *message,
                        const mcp_schema_value *body, const char *bodyname,
-                       uint8_t **out, size_t *outlen, mcp_schema_error *err) {
+                       uint8_t **out, size_t *outlen, mcp_schema_error *errs,
+                       size_t max_errs, size_t *nerrs) {
   /* No body (absent or null): the message with every field unset. */
   static const mcp_schema_value empty = {.kind = MCP_SCHEMA_MAP};
   uint8_t *wire = NULL;
   size_t len = 0;
-  int rv = mcp_schema_encode(o->schema, message, body ? body : &empty,
-                             bodyname, 0, &wire, &len, err);
+  *nerrs = 0;
+  int rv = mcp_schema_encode_all(o->schema, message, body ? body : &empty,
+                                 bodyname, 0, &wire, &len, errs, max_errs,
+                                 nerrs);
   if (rv == MCP_ERR_NOMEM)
     return MCPCFG_ERR_NOMEM;
   if (rv < 0)

@@ -23,16 +23,33 @@
 /* Small helpers                                                       */
 /* ------------------------------------------------------------------ */
 
+/* A problem (|what| 0) to opts->report, or news to opts->note. */
+static void deliver(const mcpcfg_options *opts, int what, const char *path,
+                    unsigned long line, const char *fmt, va_list ap) {
+  char msg[512];
+  if (what ? !opts->note : !opts->report)
+    return;
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  if (what)
+    opts->note(what, path, line, msg, opts->user_data);
+  else
+    opts->report(path, line, msg, opts->user_data);
+}
+
 void mcpcfg_report(const mcpcfg_options *opts, const char *path,
                    unsigned long line, const char *fmt, ...) {
-  char msg[512];
   va_list ap;
-  if (!opts->report)
-    return;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  deliver(opts, 0, path, line, fmt, ap);
   va_end(ap);
-  opts->report(path, line, msg, opts->user_data);
+}
+
+void mcpcfg_note(const mcpcfg_options *opts, int what, const char *path,
+                 unsigned long line, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  deliver(opts, what, path, line, fmt, ap);
+  va_end(ap);
 }
 
 char *mcpcfg_strdup(const char *s) {
@@ -252,6 +269,7 @@ typedef struct builder {
   size_t nodes, bytes;
   int failed;
   int stop; /* give up on the whole file */
+  int kept; /* the file had documents before: they stay when it fails */
   unsigned long doc_line;
   /* keep_text: the file, and where the document's text starts and ends.
    * libyaml's marks count characters: |at_char| is the character that
@@ -260,6 +278,10 @@ typedef struct builder {
   size_t len, at_char, at_byte, text_start, text_end;
   mcpcfg_doc **docs;
   size_t ndocs, docs_cap, nbad;
+  /* The problems of the document being made (make_doc()), reported all at
+   * once: the first MCP_SCHEMA_ERRORS_SHOWN kept, |nprob| counts all. */
+  mcp_schema_error prob[MCP_SCHEMA_ERRORS_SHOWN];
+  size_t nprob;
 } builder;
 
 /* Reports a problem of the current document, which is then skipped.
@@ -279,6 +301,54 @@ static int fail(builder *b, unsigned long line, const char *fmt, ...) {
   b->failed = 1;
   b->nbad++;
   return 0;
+}
+
+/* Notes a problem of the current document; make_doc() goes on to find the
+ * others, then skip_doc() reports them. */
+static void problem(builder *b, unsigned long line, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static void problem(builder *b, unsigned long line, const char *fmt, ...) {
+  if (b->nprob < MCP_SCHEMA_ERRORS_SHOWN) {
+    mcp_schema_error *e = &b->prob[b->nprob];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    e->line = line;
+  }
+  b->nprob++;
+}
+
+/* Reports the problems noted, in line order, the last one saying the
+ * document is skipped; beyond MCP_SCHEMA_ERRORS_SHOWN, "... and N more".
+ * One problem reads as fail()'s. Returns 0, as fail(). */
+static int skip_doc(builder *b) {
+  size_t shown = b->nprob < MCP_SCHEMA_ERRORS_SHOWN ? b->nprob : MCP_SCHEMA_ERRORS_SHOWN;
+  for (size_t i = 1; i < shown; i++) /* insertion sort: stable, tiny */
+    for (size_t j = i; j > 0 && b->prob[j - 1].line > b->prob[j].line; j--) {
+      mcp_schema_error t = b->prob[j];
+      b->prob[j] = b->prob[j - 1];
+      b->prob[j - 1] = t;
+    }
+  for (size_t i = 0; i < shown; i++)
+    mcpcfg_report(b->o, b->path, b->prob[i].line ? b->prob[i].line : b->doc_line,
+                  "%s%s", b->prob[i].message,
+                  i + 1 == b->nprob ? "; document skipped" : "");
+  if (b->nprob > shown)
+    mcpcfg_report(b->o, b->path, b->doc_line, "... and %zu more; document skipped",
+                  b->nprob - shown);
+  b->nprob = 0;
+  b->failed = 1;
+  b->nbad++;
+  return 0;
+}
+
+/* What a file that fails to load leaves served, for its report. */
+static const char *kept_note(const builder *b) {
+  return b->kept ? " (what it loaded before stays)" : "";
 }
 
 static ynode *anchor_get(builder *b, const char *name) {
@@ -534,10 +604,8 @@ static int on_start(builder *b, const yaml_event_t *ev, int kind) {
   if (b->depth >= b->o->max_depth) {
     /* Stop reading: libyaml's time grows with the square of the nesting
      * (50000 levels take 10 s), so it must not go on through the rest. */
-    mcpcfg_report(b->o, b->path, line,
-                  "nested deeper than %u levels; file not loaded (what it "
-                  "loaded before stays)",
-                  b->o->max_depth);
+    mcpcfg_report(b->o, b->path, line, "nested deeper than %u levels; file not loaded%s",
+                  b->o->max_depth, kept_note(b));
     b->stop = 1;
     return 0;
   }
@@ -748,19 +816,23 @@ static int is_header_key(const char *k) {
          !strcmp(k, "metadata");
 }
 
-/* Checks an optional map of strings (labels, annotations). */
-static int string_map(builder *b, ynode *m, const char *what, ynode **out) {
+/* Checks an optional map of strings (labels, annotations); a problem is
+ * noted (problem()) and leaves |*out| NULL. */
+static void string_map(builder *b, ynode *m, const char *what, ynode **out) {
   *out = NULL;
   if (is_null_node(m))
-    return 1;
-  if (m->kind != YMAP)
-    return fail(b, m->line, "metadata.%s is not a mapping", what);
+    return;
+  if (m->kind != YMAP) {
+    problem(b, m->line, "metadata.%s is not a mapping", what);
+    return;
+  }
+  size_t before = b->nprob;
   for (size_t i = 1; i < m->nkids; i += 2)
     if (m->kids[i]->kind != YSCALAR)
-      return fail(b, m->kids[i]->line, "%s '%.100s' is not a scalar", what,
-                  m->kids[i - 1]->text);
-  *out = m;
-  return 1;
+      problem(b, m->kids[i]->line, "%s '%.100s' is not a scalar", what,
+              m->kids[i - 1]->text);
+  if (b->nprob == before)
+    *out = m;
 }
 
 static uint64_t hash_len(uint64_t h, size_t n) {
@@ -804,6 +876,72 @@ static size_t kv_bytes(const ynode *m) {
   return n;
 }
 
+/* Levenshtein distance of |a| and |b|, ASCII case ignored ("Virtualservice"
+ * is VirtualService); both at most 64 bytes, else a large number. */
+static size_t distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b), row[65];
+  if (la > 64 || lb > 64)
+    return (size_t)-1;
+  for (size_t j = 0; j <= lb; j++)
+    row[j] = j;
+  for (size_t i = 1; i <= la; i++) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= lb; j++) {
+      size_t up = row[j];
+      size_t sub = diag + (lower(a[i - 1]) != lower(b[j - 1]));
+      size_t best = up + 1 < row[j - 1] + 1 ? up + 1 : row[j - 1] + 1;
+      row[j] = sub < best ? sub : best;
+      diag = up;
+    }
+  }
+  return row[lb];
+}
+
+/* The group of an apiVersion: what comes before its '/' ("" for "v1"). */
+static size_t group_len(const char *api_version) {
+  const char *slash = strchr(api_version, '/');
+  return slash ? (size_t)(slash - api_version) : 0;
+}
+
+/* A kind its built-in group does not have is most likely a typo that would
+ * quietly make a new collection: warn, with the closest kind of the group. */
+static void check_kind(builder *b, const char *api, const char *kind,
+                       unsigned long line) {
+  const mcpcfg_options *o = b->o;
+  size_t gl = group_len(api), best_d = (size_t)-1;
+  const char *best = NULL;
+  int in_group = 0;
+  if (!gl || !o->note)
+    return;
+  for (size_t i = 0; i < o->nbuiltin; i++) {
+    const mcpcfg_kind_type *k = &o->builtin[i];
+    if (group_len(k->api_version) != gl ||
+        memcmp(k->api_version, api, gl) != 0)
+      continue;
+    if (!strcmp(k->kind, kind))
+      return; /* known (perhaps under another version: not a typo) */
+    in_group = 1;
+    size_t d = distance(kind, k->kind);
+    if (d < best_d) {
+      best_d = d;
+      best = k->kind;
+    }
+  }
+  if (!in_group)
+    return;
+  /* Close: a few edits, or a third of the name. */
+  if (best && (best_d <= 2 || best_d * 3 <= strlen(kind)))
+    mcpcfg_note(o, MCPCFG_NOTE_UNKNOWN_KIND, b->path, line,
+                "no kind %.60s in %.100s; did you mean %s? served as an "
+                "untyped collection",
+                kind, api, best);
+  else
+    mcpcfg_note(o, MCPCFG_NOTE_UNKNOWN_KIND, b->path, line,
+                "no kind %.60s in %.100s; served as an untyped collection",
+                kind, api);
+}
+
 /* Builds the document of |root|; *out stays NULL when it is skipped
  * (empty, or reported). */
 static int make_doc(builder *b, ynode *root, mcpcfg_doc **out) {
@@ -822,22 +960,24 @@ static int make_doc(builder *b, ynode *root, mcpcfg_doc **out) {
     return fail(b, line, "no kind");
   if (!meta || meta->kind != YMAP)
     return fail(b, line, "no metadata mapping");
+  /* From here on, every problem of the document is noted and reported
+   * together (skip_doc()): one edit fixes them all. */
+  b->nprob = 0;
   const char *name = text_of(field(meta, "name"));
   if (!name)
-    return fail(b, line, "no metadata.name");
+    problem(b, line, "no metadata.name");
   ynode *nsn = field(meta, "namespace");
   if (nsn && nsn->kind != YSCALAR)
-    return fail(b, nsn->line, "metadata.namespace is not a scalar");
+    problem(b, nsn->line, "metadata.namespace is not a scalar");
   const char *ns = text_of(nsn);
   ynode *rvn = field(meta, "resourceVersion");
   if (rvn && rvn->kind != YSCALAR)
-    return fail(b, rvn->line, "metadata.resourceVersion is not a scalar");
+    problem(b, rvn->line, "metadata.resourceVersion is not a scalar");
   const char *rv = text_of(rvn);
 
   ynode *labels, *annots;
-  if (!string_map(b, field(meta, "labels"), "labels", &labels) ||
-      !string_map(b, field(meta, "annotations"), "annotations", &annots))
-    return 0;
+  string_map(b, field(meta, "labels"), "labels", &labels);
+  string_map(b, field(meta, "annotations"), "annotations", &annots);
 
   int64_t secs = 0;
   int32_t nanos = 0;
@@ -845,8 +985,8 @@ static int make_doc(builder *b, ynode *root, mcpcfg_doc **out) {
   int has_time = !is_null_node(ctn); /* kubectl writes `null` */
   if (has_time && (ctn->kind != YSCALAR ||
                    mcpcfg_parse_time(ctn->text, &secs, &nanos) < 0))
-    return fail(b, ctn->line, "bad metadata.creationTimestamp '%.60s'",
-                ctn->kind == YSCALAR ? ctn->text : "(not a scalar)");
+    problem(b, ctn->line, "bad metadata.creationTimestamp '%.60s'",
+            ctn->kind == YSCALAR ? ctn->text : "(not a scalar)");
 
   /* Without spec, `data` (ConfigMaps, Secrets) is the body. */
   ynode *bodyn = field(root, "spec");
@@ -880,8 +1020,10 @@ static int make_doc(builder *b, ynode *root, mcpcfg_doc **out) {
       bodyname = ""; /* field paths start at the top */
     }
   }
-  if (!is_null_node(bodyn) && bodyn->kind != YMAP)
-    return fail(b, bodyn->line, "%s is not a mapping", bodyname);
+  if (!is_null_node(bodyn) && bodyn->kind != YMAP) {
+    problem(b, bodyn->line, "%s is not a mapping", bodyname);
+    bodyn = NULL; /* nothing more to check in it */
+  }
 
   char *coll = NULL;
   const char *ann = text_of(field(annots, MCPCFG_COLLECTION_ANNOTATION));
@@ -893,8 +1035,7 @@ static int make_doc(builder *b, ynode *root, mcpcfg_doc **out) {
     if (r == MCPCFG_ERR_NOMEM)
       return r;
     if (r < 0)
-      return fail(b, line, "bad apiVersion '%.60s' or kind '%.60s'", api,
-                  kind);
+      problem(b, line, "bad apiVersion '%.60s' or kind '%.60s'", api, kind);
   }
 
   /* The body: a message of the kind's type (config_body.c), else a Struct. */
@@ -904,21 +1045,30 @@ static int make_doc(builder *b, ynode *root, mcpcfg_doc **out) {
   size_t body_len = 0, tlen = 0;
   if (message) {
     const mcp_schema_value *sv = NULL;
-    mcp_schema_error err;
     if (!is_null_node(bodyn) && !(sv = sv_of(b, bodyn))) {
       free(coll);
       return MCPCFG_ERR_NOMEM;
     }
-    int erv = mcpcfg_body_encode(b->o, message, sv, bodyname, &typed,
-                                 &body_len, &err);
-    if (erv < 0) {
+    /* The body's errors join the ones noted, in the room left. */
+    size_t held = b->nprob < MCP_SCHEMA_ERRORS_SHOWN ? b->nprob : MCP_SCHEMA_ERRORS_SHOWN;
+    size_t nerr = 0;
+    int erv = mcpcfg_body_encode(b->o, message, sv, bodyname, &typed, &body_len,
+                                 b->prob + held, MCP_SCHEMA_ERRORS_SHOWN - held,
+                                 &nerr);
+    if (erv == MCPCFG_ERR_NOMEM) {
       free(coll);
-      return erv == MCPCFG_ERR_NOMEM
-                 ? erv
-                 : fail(b, err.line ? err.line : line, "%s", err.message);
+      return erv;
     }
+    b->nprob += nerr;
     tlen = mcp_schema_type_url(message, NULL, 0) + 1;
-  } else {
+  }
+  if (b->nprob) {
+    free(coll);
+    if (typed)
+      mcp_schema_free_bytes(b->o->schema, typed);
+    return skip_doc(b);
+  }
+  if (!message) {
     body = pb_struct(b, is_null_node(bodyn) ? NULL : bodyn);
     if (!body) {
       free(coll);
@@ -1007,6 +1157,8 @@ static int make_doc(builder *b, ynode *root, mcpcfg_doc **out) {
     mcpcfg_doc_unref(d);
     return fail(b, line, "%s", why);
   }
+  if (!message)
+    check_kind(b, api, kind, field(root, "kind")->line);
   *out = d;
   return 0;
 }
@@ -1103,27 +1255,31 @@ static int syntax_error(builder *b, const yaml_parser_t *yp,
   }
   if (yp->context) /* e.g. "while parsing a flow mapping" (line 5) */
     mcpcfg_report(b->o, b->path, line,
-                  "YAML error: %s (line %lu): %s; file not loaded (what it "
-                  "loaded before stays)",
+                  "YAML error: %s (line %lu): %s; file not loaded%s",
                   yp->context, (unsigned long)yp->context_mark.line + 1,
-                  yp->problem ? yp->problem : "unknown");
+                  yp->problem ? yp->problem : "unknown", kept_note(b));
   else
-    mcpcfg_report(b->o, b->path, line,
-                  "YAML error: %s; file not loaded (what it loaded before "
-                  "stays)",
-                  yp->problem ? yp->problem : "unknown");
+    mcpcfg_report(b->o, b->path, line, "YAML error: %s; file not loaded%s",
+                  yp->problem ? yp->problem : "unknown", kept_note(b));
   return 1;
 }
 
 int mcpcfg_parse(const mcpcfg_options *opts, const char *path,
                  const unsigned char *buf, size_t len, mcpcfg_doc ***pdocs,
                  size_t *pndocs, size_t *pbad) {
+  return mcpcfg_parse2(opts, path, buf, len, 1, pdocs, pndocs, pbad);
+}
+
+int mcpcfg_parse2(const mcpcfg_options *opts, const char *path,
+                  const unsigned char *buf, size_t len, int kept,
+                  mcpcfg_doc ***pdocs, size_t *pndocs, size_t *pbad) {
   builder b;
   yaml_parser_t yp;
   int rv = 0;
   memset(&b, 0, sizeof b);
   b.o = opts;
   b.path = path;
+  b.kept = kept;
   b.buf = buf;
   /* UTF-16 (a byte order mark): character and byte offsets differ in ways
    * the cursor does not follow: no text kept. */

@@ -33,6 +33,20 @@ void mcpcfg_doc_unref(mcpcfg_doc *doc);
 int mcpcfg_parse(const mcpcfg_options *opts, const char *path,
                  const unsigned char *buf, size_t len, mcpcfg_doc ***pdocs,
                  size_t *pndocs, size_t *pbad);
+/* The same; |kept| 0 when nothing of the file is served yet (its first
+ * load): a file that fails then does not say "(what it loaded before
+ * stays)". mcpcfg_parse() is mcpcfg_parse2() with |kept| 1. */
+int mcpcfg_parse2(const mcpcfg_options *opts, const char *path,
+                  const unsigned char *buf, size_t len, int kept,
+                  mcpcfg_doc ***pdocs, size_t *pndocs, size_t *pbad);
+
+/* Formats news and hands it to opts->note (when set). */
+void mcpcfg_note(const mcpcfg_options *opts, int what, const char *path,
+                 unsigned long line, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
 
 /* Formats a problem and hands it to opts->report (when set). */
 void mcpcfg_report(const mcpcfg_options *opts, const char *path,
@@ -90,12 +104,15 @@ const char *mcpcfg_body_message(const mcpcfg_options *opts,
 /*
  * Encodes |body| (NULL: no body, an empty message) as |message|, the field
  * path of its root being |bodyname| ("spec"). Returns 0 with |*out| (free it
- * with mcp_schema_free_bytes(opts->schema, ..); NULL when empty) and |*outlen|; MCPCFG_ERR_INVALID_ARGUMENT when the body
- * does not match the message, with |err| (line, path, message) filled;
- * MCPCFG_ERR_NOMEM. On failure the outputs are untouched.
+ * with mcp_schema_free_bytes(opts->schema, ..); NULL when empty), |*outlen|
+ * and |*nerrs| 0; MCPCFG_ERR_INVALID_ARGUMENT when the body does not match
+ * the message, with every mismatch counted in |*nerrs| and the first
+ * |max_errs| (in line order) in |errs| (mcp_schema_encode_all());
+ * MCPCFG_ERR_NOMEM. On failure |*out| and |*outlen| are untouched.
  */
 int mcpcfg_body_encode(const mcpcfg_options *opts, const char *message,
                        const mcp_schema_value *body, const char *bodyname,
-                       uint8_t **out, size_t *outlen, mcp_schema_error *err);
+                       uint8_t **out, size_t *outlen, mcp_schema_error *errs,
+                       size_t max_errs, size_t *nerrs);
 
 #endif /* MCPCFG_CONFIG_INTERNAL_H */

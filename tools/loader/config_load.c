@@ -689,12 +689,17 @@ static int load_file(mcpcfg_loader *l, const char *path, const fstamp *cur,
     f->stamp = stamp;
   if (kind == FP_CONTENT) {
     size_t nbad = 0;
-    rv = mcpcfg_parse(&l->o, path, buf, len, &f->docs, &f->ndocs, &nbad);
+    rv = mcpcfg_parse2(&l->o, path, buf, len, old && old->ndocs, &f->docs,
+                       &f->ndocs, &nbad);
     /* A file that is not YAML keeps all it had; one with bad documents
      * keeps what its good ones do not replace. */
     f->bad = rv == 1 || (rv == 0 && nbad);
     if (rv == 1 || (rv == 0 && nbad))
       rv = keep_old(f, old, rv == 1);
+    else if (rv == 0 && old && old->bad) /* the user's fix worked: say so */
+      mcpcfg_note(&l->o, MCPCFG_NOTE_LOADED_AGAIN, path, 0,
+                  "loaded again, %zu resource%s", f->ndocs,
+                  f->ndocs == 1 ? "" : "s");
   } else {
     /* Says exactly what stays: the documents of the file's last whole,
      * consistent read (reads of a file being written are never used). */

@@ -74,7 +74,9 @@
  *   - a document that is not a mapping, lacks apiVersion, kind or
  *     metadata.name, breaks a limit above, or has a bad value (timestamp,
  *     label, spec, tag, NUL character, alias too deep or too large,
- *     duplicate key) is skipped; its
+ *     duplicate key) is skipped, every problem of its metadata and body
+ *     reported (line order, at most MCP_SCHEMA_ERRORS_SHOWN, then
+ *     "... and N more"; the last one ends "; document skipped"); its
  *     file's other documents load, and a resource the file had before that
  *     no valid document provides any more is kept (a broken edit never
  *     deletes anything); once the file is fully valid it provides exactly
@@ -143,6 +145,21 @@ const char *mcpcfg_strerror(int err);
 typedef void (*mcpcfg_report_fn)(const char *path, unsigned long line,
                                  const char *message, void *user_data);
 
+/*
+ * News that is not a problem (mcpcfg_options.note), one line each:
+ *  - MCPCFG_NOTE_UNKNOWN_KIND (a warning): a document whose apiVersion is
+ *    in a built-in group (mcpcfg_options.builtin) but whose kind is none
+ *    of that group's: "no kind VirtualServce in networking.istio.io/v1alpha3;
+ *    did you mean VirtualService? served as an untyped collection" (the
+ *    suggestion when a kind of the group is close); the document loads;
+ *  - MCPCFG_NOTE_LOADED_AGAIN: a file whose previous read reported a
+ *    problem read whole and clean: "loaded again, 2 resources".
+ * Same contract as mcpcfg_report_fn.
+ */
+enum { MCPCFG_NOTE_UNKNOWN_KIND = 1, MCPCFG_NOTE_LOADED_AGAIN = 2 };
+typedef void (*mcpcfg_note_fn)(int what, const char *path, unsigned long line,
+                               const char *message, void *user_data);
+
 /* A document kind whose body is a message (typed bodies). */
 typedef struct mcpcfg_kind_type {
   const char *api_version; /* as written: "networking.istio.io/v1alpha3" */
@@ -171,6 +188,13 @@ typedef struct mcpcfg_options {
   const mcpcfg_kind_type *kinds;
   size_t nkinds;
   int force_struct;
+  mcpcfg_note_fn note; /* NULL: news is not reported */
+  /* The kinds of the built-in groups (Istio's, swarmkit's), borrowed: all
+   * the kinds those groups have. A document of one of these groups (any
+   * version) whose kind is none of theirs is a MCPCFG_NOTE_UNKNOWN_KIND,
+   * most likely a typo. NULL: no such warning. */
+  const mcpcfg_kind_type *builtin;
+  size_t nbuiltin;
 } mcpcfg_options;
 
 /* Fills |opts| with the defaults. */

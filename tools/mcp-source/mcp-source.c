@@ -78,6 +78,7 @@ typedef struct source_app {
   mcp_schema *schema;     /* typed bodies: Istio's types, --descriptor-set */
   mcpcfg_kind_type *kinds; /* --kind, then Istio's kinds */
   size_t nkinds;          /* entries of |kinds| */
+  size_t nbuiltin;        /* the last of them: Istio's and swarmkit's */
   int force_struct;       /* --body struct */
   const char *dir;
   tool_watch *watch;
@@ -103,7 +104,7 @@ typedef struct source_app {
   /* Transport thread only. */
   int dial_failing; /* the status the failing dials end with, 0: none */
   /* The health of the configuration (registered on ops; any thread). */
-  ops_metric *files_with_errors, *last_load, *resources;
+  ops_metric *files_with_errors, *last_load, *resources, *unknown_kinds;
   /* The engine's protocols (--api), beside MCP. Their view stores and
    * adapters are changed where the MCP store is, in the same update
    * (apply_fn, etcd_apply_fn); the modules run on the transport. */
@@ -335,6 +336,22 @@ static void on_report(const char *path, unsigned long line,
     log_error("%s: %s", path, message);
 }
 
+/* The loader's news: a likely typo in a kind (a warning, counted), a
+ * broken file fixed (info: the user sees the error is gone). */
+static void on_note(int what, const char *path, unsigned long line,
+                    const char *message, void *ud) {
+  source_app *a = ud;
+  tool_log_level level = TOOL_LOG_INFO;
+  if (what == MCPCFG_NOTE_UNKNOWN_KIND) {
+    level = TOOL_LOG_WARN;
+    ops_metric_inc(a->unknown_kinds, NULL);
+  }
+  if (line)
+    tool_log(level, "%s:%lu: %s", path, line, message);
+  else
+    tool_log(level, "%s: %s", path, message);
+}
+
 /* The configuration metrics (docs/operations.md); NULL families (no
  * registry) are no-ops. */
 static void register_config_metrics(source_app *a) {
@@ -353,6 +370,11 @@ static void register_config_metrics(source_app *a) {
   a->resources = ops_metrics_gauge(
       m, "mcp_config_resources",
       "Resources served, per collection, as of the last load.", coll, 1);
+  a->unknown_kinds = ops_metrics_counter(
+      m, "mcp_config_unknown_kinds_total",
+      "Documents read whose kind is none of its built-in group's (a typo "
+      "such as VirtualServce), served as an untyped collection.",
+      NULL, 0);
 }
 
 /* A scan read the directory and the store holds all it found. */
@@ -682,6 +704,10 @@ static int set_typed_bodies(source_app *a, const tool_schema_args *sa,
   lo->kinds = a->kinds;
   lo->nkinds = a->nkinds = sa->nkinds + ni + nsk;
   lo->force_struct = a->force_struct = sa->body_struct;
+  /* Istio's and swarmkit's groups are built in: another kind in them is a
+   * typo the loader warns about (MCPCFG_NOTE_UNKNOWN_KIND). */
+  lo->builtin = a->kinds + sa->nkinds;
+  lo->nbuiltin = a->nbuiltin = ni + nsk;
   log_info("bodies: %s (%zu kinds typed, %zu message types)",
            sa->body_struct ? "google.protobuf.Struct (--body struct)"
                            : "typed",
@@ -947,6 +973,7 @@ static int start_etcd(source_app *a, const source_args *o) {
   mcpcfg_options lo;
   mcpcfg_options_default(&lo);
   lo.report = on_report;
+  lo.note = on_note;
   lo.user_data = a;
   lo.name_rules = o->names;
   /* Typed bodies as for files (set_typed_bodies()). */
@@ -954,6 +981,8 @@ static int start_etcd(source_app *a, const source_args *o) {
   lo.kinds = a->kinds;
   lo.nkinds = a->nkinds;
   lo.force_struct = a->force_struct;
+  lo.builtin = a->kinds + (a->nkinds - a->nbuiltin);
+  lo.nbuiltin = a->nbuiltin;
   etcdsrc_options eo = {
       .etcd = {.endpoints = o->etcd, .ca_file = o->etcd_ca,
                .cert_file = o->etcd_cert, .key_file = o->etcd_key,
@@ -1453,6 +1482,7 @@ int main(int argc, char **argv) {
     goto out;
   if (dir) {
     lo.report = on_report;
+    lo.note = on_note;
     lo.user_data = &app;
     lo.name_rules = args.names;
     lo.keep_text = args.etcd != NULL; /* published as written */

@@ -223,6 +223,35 @@ MCP_EXTERN int mcp_schema_encode(const mcp_schema *s, const char *type_name,
                                  unsigned flags, uint8_t **out, size_t *outlen,
                                  mcp_schema_error *err);
 
+/*
+ * The same, reporting every mismatch of the document rather than the first
+ * (a DestinationRule with three bad durations: three errors at once).
+ * Encoding goes on after a mismatch with the next field, list item or map
+ * entry; the errors of one node are still one error (a field that is not
+ * an object reports that, not what is inside it).
+ *
+ * |errs| (an array of |max_errs|, may be NULL with 0) receives the first
+ * |max_errs| errors in line order (document order within a line), each
+ * as mcp_schema_encode() would report it; |*nerrs| (may be NULL) is the
+ * number found, which may exceed |max_errs| ("... and N more": see
+ * MCP_SCHEMA_ERRORS_SHOWN). On success *nerrs is 0 and |errs| untouched.
+ *
+ * Errors: MCP_ERR_INVALID_ARGUMENT (the document does not match: *nerrs
+ * >= 1; or bad arguments: *nerrs 1), MCP_ERR_NOT_FOUND, MCP_ERR_LIMIT,
+ * MCP_ERR_NOMEM: these three stop the encoding; *nerrs is 1 and errs[0]
+ * says what (mismatches found before are dropped). On failure |*out| and
+ * |*outlen| are untouched.
+ */
+MCP_EXTERN int mcp_schema_encode_all(const mcp_schema *s, const char *type_name,
+                                     const mcp_schema_value *v, const char *path,
+                                     unsigned flags, uint8_t **out, size_t *outlen,
+                                     mcp_schema_error *errs, size_t max_errs,
+                                     size_t *nerrs);
+
+/* How many errors of one document the project's programs show before
+ * "... and N more" (mcp-source, mcp-schema-conv). */
+#define MCP_SCHEMA_ERRORS_SHOWN 20
+
 MCP_EXTERN void mcp_schema_free_bytes(const mcp_schema *s, void *p);
 
 /* ------------------------------------------------------------------ */
