@@ -118,6 +118,7 @@ static uint64_t seed = 42;
 static mcp_disp *disp_new(mcp_store *view, mcp_tstamp period,
                           mcp_tstamp debounce) {
   static const char *const mgrs[] = {"10.0.0.1:4242", "10.0.0.2:4242"};
+  static const char *const ids[] = {"manager-1", NULL};
   mcp_disp_options o;
   mcp_disp *d = NULL;
   mcp_disp_options_default(&o);
@@ -125,8 +126,10 @@ static mcp_disp *disp_new(mcp_store *view, mcp_tstamp period,
   o.rand = mcp_rand_splitmix64;
   o.rand_user_data = &seed;
   o.managers = mgrs;
+  o.manager_ids = ids;
   o.nmanagers = 2;
   o.heartbeat_period = period;
+  o.heartbeat_epsilon = 0; /* exact periods; jitter has its own test */
   o.debounce = debounce;
   o.max_delay = debounce ? 10 * debounce : 0;
   ck_assert_int_eq(mcp_disp_new(&d, &o, 0), 0);
@@ -146,7 +149,7 @@ static void waker(mcp_stream *st, void *ud) {
 static call *call_open(mcp_disp *d, int method, const char *cn,
                        mcp_tstamp ts) {
   const mcp_service_def *defs;
-  mcp_peer_info peer = {"127.0.0.1:5555", cn != NULL, cn, NULL, 0};
+  mcp_peer_info peer = {"ipv4:127.0.0.1:5555", cn != NULL, cn, NULL, 0};
   call *c = calloc(1, sizeof *c);
   ck_assert_uint_eq(mcp_disp_services(d, &defs), 5);
   ck_assert_int_eq(defs[method].open(defs[method].user_data, &peer, ts, &c->st),
@@ -225,6 +228,16 @@ static void expect_end(call *c, mcp_tstamp ts, int status,
   if (details) {
     ck_assert_str_eq(dt, details);
   }
+}
+
+typedef Docker__Swarmkit__V1__SessionMessage smsg;
+
+static smsg *expect_smsg(call *c, mcp_tstamp ts) {
+  return expect_msg(c, ts, &docker__swarmkit__v1__session_message__descriptor);
+}
+
+static void smsg_free(smsg *m) {
+  docker__swarmkit__v1__session_message__free_unpacked(m, NULL);
 }
 
 /* Opens Session for |node| (hostname) and returns the call; *sid gets the
@@ -358,9 +371,21 @@ START_TEST(test_session_first_message_and_stays_open) {
   ck_assert_ptr_nonnull(m->node);
   ck_assert_str_eq(m->node->id, "node-a");
   ck_assert_uint_eq(m->n_managers, 2);
+  /* Issue 24 item 9: the manager's node id and weight 10
+   * (dispatcher.go:204,211, remotes.DefaultObservationWeight). */
   ck_assert_str_eq(m->managers[0]->peer->addr, "10.0.0.1:4242");
-  ck_assert_int_eq(m->managers[0]->weight, 1);
+  ck_assert_str_eq(m->managers[0]->peer->node_id, "manager-1");
+  ck_assert_int_eq(m->managers[0]->weight, 10);
   ck_assert_str_eq(m->managers[1]->peer->addr, "10.0.0.2:4242");
+  ck_assert_str_eq(m->managers[1]->peer->node_id, "");
+  ck_assert_int_eq(m->managers[1]->weight, 10);
+  /* The node as markNodeReady leaves it (dispatcher.go:500-510): the
+   * description the agent sent, READY, the agent's IP. */
+  ck_assert_ptr_nonnull(m->node->description);
+  ck_assert_str_eq(m->node->description->hostname, "node-a");
+  ck_assert_ptr_nonnull(m->node->status);
+  ck_assert_int_eq(m->node->status->state, 2);
+  ck_assert_str_eq(m->node->status->addr, "127.0.0.1");
   ck_assert_str_eq(mcp_disp_node_session(d, "node-a", 0), m->session_id);
   docker__swarmkit__v1__session_message__free_unpacked(m, NULL);
   /* The stream stays open after the peer's half-close. */
@@ -404,11 +429,18 @@ START_TEST(test_session_node_is_the_certificate_cn_under_tls) {
       expect_msg(c, 0, &docker__swarmkit__v1__session_message__descriptor);
   ck_assert_ptr_null(mcp_disp_node_session(d, "liar", 0));
   ck_assert_str_eq(mcp_disp_node_session(d, "node-cn", 0), m->session_id);
-  /* Another certificate cannot use that session. */
+  /* Another certificate cannot use that session: that node has none
+   * (swarmkit's GetWithSession: NotFound "node not registered")... */
   call *h = call_open(d, HEARTBEAT, "node-other", 0);
   Docker__Swarmkit__V1__HeartbeatRequest hr =
       DOCKER__SWARMKIT__V1__HEARTBEAT_REQUEST__INIT;
   hr.session_id = m->session_id;
+  call_send(h, &hr.base, 0);
+  expect_end(h, 0, MCP_CODE_NOT_FOUND, MCP_DISP_ERR_NOT_REGISTERED);
+  call_close(h);
+  /* ...while the registered node naming another id is InvalidArgument. */
+  h = call_open(d, HEARTBEAT, "node-cn", 0);
+  hr.session_id = "not-its-session";
   call_send(h, &hr.base, 0);
   expect_end(h, 0, MCP_CODE_INVALID_ARGUMENT, MCP_DISP_ERR_SESSION_INVALID);
   call_close(h);
@@ -475,23 +507,41 @@ START_TEST(test_session_second_session_replaces_the_older) {
   call *s2 = session(d, "node-a", NULL, 1 * SEC, sid2);
   ck_assert_str_ne(sid1, sid2);
   ck_assert_str_eq(mcp_disp_node_session(d, "node-a", 1 * SEC), sid2);
-  /* Every stream of the older one was woken and ends. */
+  /* Issue 24 item 8: every stream of the older one was woken. Its Session
+   * stream gets one more SessionMessage (its id, the node as the newer
+   * session described it), then InvalidArgument "session invalid", as
+   * swarmkit's Session loop (dispatcher.go:1455). */
   ck_assert_int_ge(s1->wakes, 1);
   ck_assert_int_ge(a1->wakes, 1);
   ck_assert_int_ge(t1->wakes, 1);
-  expect_end(s1, 1 * SEC, 10, MCP_DISP_ERR_DISCONNECT);
-  expect_end(a1, 1 * SEC, MCP_CODE_INVALID_ARGUMENT,
-             MCP_DISP_ERR_SESSION_INVALID);
-  expect_end(t1, 1 * SEC, MCP_CODE_INVALID_ARGUMENT,
+  smsg *sm = expect_smsg(s1, 1 * SEC);
+  ck_assert_str_eq(sm->session_id, sid1);
+  ck_assert_int_eq(sm->node->status->state, 2);
+  smsg_free(sm);
+  expect_end(s1, 1 * SEC, MCP_CODE_INVALID_ARGUMENT,
              MCP_DISP_ERR_SESSION_INVALID);
   call_close(s1);
+  /* Assignments and Tasks end at their next event, not at once
+   * (dispatcher.go:1124): Assignments sends it first, Tasks does not. */
+  expect_idle(a1, 1 * SEC);
+  expect_idle(t1, 1 * SEC);
+  put_task(view, "node-a", "t1", "v1", 1500 * MS);
+  m = expect_assign(a1, 1500 * MS);
+  ck_assert_int_eq(m->type, MCP_DISP_INCREMENTAL);
+  ck_assert_uint_eq(m->n_changes, 1);
+  amsg_free(m);
+  expect_end(a1, 1500 * MS, MCP_CODE_INVALID_ARGUMENT,
+             MCP_DISP_ERR_SESSION_INVALID);
+  expect_end(t1, 1500 * MS, MCP_CODE_INVALID_ARGUMENT,
+             MCP_DISP_ERR_SESSION_INVALID);
   call_close(a1);
   call_close(t1);
   /* The old id is refused; the new one works. */
   expect_invalid(d, HEARTBEAT, sid1, 1 * SEC);
   expect_invalid(d, ASSIGN, sid1, 1 * SEC);
   ck_assert_uint_eq(heartbeat(d, sid2, 1 * SEC), 5 * SEC);
-  expect_idle(s2, 1 * SEC);
+  /* The new session's own stream heard the task too (node unchanged). */
+  expect_idle(s2, 1500 * MS);
   /* A Session naming its live id keeps it. */
   char sid3[64];
   call *s3 = session(d, "node-a", sid2, 2 * SEC, sid3);
@@ -528,6 +578,60 @@ START_TEST(test_heartbeat_answers_the_period) {
 }
 END_TEST
 
+/* Issue 24 item 9: swarmkit's periodChooser (period.go) answers period +
+ * a uniform draw in [-epsilon, epsilon) (default 500 ms), from the
+ * injected generator, and expires 3 of those periods later. */
+START_TEST(test_heartbeat_period_is_jittered) {
+  mcp_store *view = th_store(NULL);
+  mcp_disp_options o;
+  mcp_disp *d = NULL;
+  uint64_t s0 = 7;
+  mcp_disp_options_default(&o);
+  ck_assert_uint_eq(o.heartbeat_epsilon, 500 * MS);
+  o.view = view;
+  o.rand = mcp_rand_splitmix64;
+  o.rand_user_data = &s0;
+  o.heartbeat_period = 5 * SEC;
+  ck_assert_int_eq(mcp_disp_new(&d, &o, 0), 0);
+  char sid[64];
+  call *s = session(d, "node-a", NULL, 0, sid);
+  mcp_tstamp lo = MCP_TSTAMP_MAX, hi = 0;
+  for (int i = 0; i < 200; ++i) {
+    mcp_tstamp p = heartbeat(d, sid, (mcp_tstamp)i * MS);
+    ck_assert_uint_ge(p, 4500 * MS);
+    ck_assert_uint_lt(p, 5500 * MS);
+    /* The session lives exactly 3 of the periods just answered. */
+    ck_assert_uint_eq(mcp_disp_get_expiry(d), (mcp_tstamp)i * MS + 3 * p);
+    lo = p < lo ? p : lo;
+    hi = p > hi ? p : hi;
+  }
+  /* Spread over the window, not one value. */
+  ck_assert_uint_lt(lo, 4700 * MS);
+  ck_assert_uint_gt(hi, 5300 * MS);
+  call_close(s);
+  mcp_disp_del(d);
+  /* An epsilon above half the period is clamped to it; 0 is none. */
+  o.heartbeat_period = 100 * MS;
+  o.heartbeat_epsilon = 10 * SEC;
+  ck_assert_int_eq(mcp_disp_new(&d, &o, 0), 0);
+  s = session(d, "node-a", NULL, 0, sid);
+  for (int i = 0; i < 50; ++i) {
+    mcp_tstamp p = heartbeat(d, sid, 0);
+    ck_assert_uint_ge(p, 50 * MS);
+    ck_assert_uint_lt(p, 150 * MS);
+  }
+  call_close(s);
+  mcp_disp_del(d);
+  o.heartbeat_epsilon = 0;
+  ck_assert_int_eq(mcp_disp_new(&d, &o, 0), 0);
+  s = session(d, "node-a", NULL, 0, sid);
+  ck_assert_uint_eq(heartbeat(d, sid, 0), 100 * MS);
+  call_close(s);
+  mcp_disp_del(d);
+  mcp_store_del(view);
+}
+END_TEST
+
 START_TEST(test_session_expires_after_three_periods_without_heartbeat) {
   mcp_store *view = th_store(NULL);
   mcp_disp *d = disp_new(view, 1 * SEC, 0);
@@ -543,13 +647,35 @@ START_TEST(test_session_expires_after_three_periods_without_heartbeat) {
   ck_assert_uint_eq(mcp_disp_get_expiry(d), 8800 * MS);
   expect_idle(s, 8799 * MS);
   expect_idle(a, 8799 * MS);
-  /* 3 periods after the last one: the streams end UNAVAILABLE. */
-  expect_end(s, 8800 * MS, MCP_CODE_UNAVAILABLE, MCP_DISP_ERR_HEARTBEAT);
+  /* Issue 24 item 8: 3 periods after the last one the Session stream sends
+   * the node DOWN "heartbeat failure", then ends NotFound "node not
+   * registered" (markNodeNotReady, nodes.go:148). */
+  smsg *sm = expect_smsg(s, 8800 * MS);
+  ck_assert_str_eq(sm->session_id, sid);
+  ck_assert_int_eq(sm->node->status->state, 1);
+  ck_assert_str_eq(sm->node->status->message, MCP_DISP_ERR_HEARTBEAT);
+  ck_assert_str_eq(sm->node->status->addr, "");
+  ck_assert_str_eq(sm->node->description->hostname, "node-a");
+  smsg_free(sm);
+  expect_end(s, 8800 * MS, MCP_CODE_NOT_FOUND, MCP_DISP_ERR_NOT_REGISTERED);
   ck_assert_int_ge(a->wakes, 1); /* the Session stream's timer woke it */
-  expect_end(a, 8800 * MS, MCP_CODE_UNAVAILABLE, MCP_DISP_ERR_HEARTBEAT);
+  /* Assignments: at its next message. */
+  expect_idle(a, 8800 * MS);
+  put_task(view, "node-a", "t1", "v1", 8900 * MS);
+  amsg_free(expect_assign(a, 8900 * MS));
+  expect_end(a, 8900 * MS, MCP_CODE_NOT_FOUND, MCP_DISP_ERR_NOT_REGISTERED);
   call_close(s);
   call_close(a);
-  /* Later calls with that id: INVALID_ARGUMENT "session invalid". */
+  /* Under TLS the node is known: NotFound for any id. */
+  call *h = call_open(d, HEARTBEAT, "node-a", 9 * SEC);
+  Docker__Swarmkit__V1__HeartbeatRequest hr =
+      DOCKER__SWARMKIT__V1__HEARTBEAT_REQUEST__INIT;
+  hr.session_id = sid;
+  call_send(h, &hr.base, 9 * SEC);
+  expect_end(h, 9 * SEC, MCP_CODE_NOT_FOUND, MCP_DISP_ERR_NOT_REGISTERED);
+  call_close(h);
+  /* Without TLS, the node of an id it forgot is unknown: INVALID_ARGUMENT
+   * "session invalid". */
   expect_invalid(d, HEARTBEAT, sid, 9 * SEC);
   expect_invalid(d, ASSIGN, sid, 9 * SEC);
   expect_invalid(d, TASKS, sid, 9 * SEC);
@@ -558,7 +684,7 @@ START_TEST(test_session_expires_after_three_periods_without_heartbeat) {
   mcp_disp_get_stats(d, &st);
   ck_assert_uint_eq(st.sessions, 0);
   ck_assert_uint_eq(st.sessions_expired, 1);
-  ck_assert_uint_eq(st.invalid_session_calls, 4);
+  ck_assert_uint_eq(st.invalid_session_calls, 5);
   ck_assert_uint_eq(st.streams, 0);
   mcp_disp_del(d);
   mcp_store_del(view);
@@ -594,7 +720,8 @@ START_TEST(test_session_without_streams_expires_through_the_registry) {
   ck_assert_uint_eq(st.sessions_expired, 4);
   ck_assert_ptr_nonnull(mcp_disp_node_session(d, "node-e", 10 * SEC));
   ck_assert_int_ge(keep->wakes, 1);
-  expect_end(keep, 10 * SEC, MCP_CODE_UNAVAILABLE, MCP_DISP_ERR_HEARTBEAT);
+  smsg_free(expect_smsg(keep, 10 * SEC));
+  expect_end(keep, 10 * SEC, MCP_CODE_NOT_FOUND, MCP_DISP_ERR_NOT_REGISTERED);
   call_close(keep);
   mcp_disp_del(d);
   mcp_store_del(view);
@@ -705,6 +832,10 @@ START_TEST(test_assignments_queue_dropped_with_the_call) {
   a = by_session(d, ASSIGN, sid, 0);
   amsg_free(expect_assign(a, 0));
   call *s2 = session(d, "node-a", NULL, 1 * SEC, sid2);
+  /* Replaced: the queued rest goes out (the next message and what was
+   * split off with it), then the call ends. */
+  amsg_free(expect_assign(a, 1 * SEC));
+  amsg_free(expect_assign(a, 1 * SEC));
   expect_end(a, 1 * SEC, MCP_CODE_INVALID_ARGUMENT,
              MCP_DISP_ERR_SESSION_INVALID);
   call_close(a);
@@ -776,12 +907,14 @@ static void report(mcp_disp *d, const char *sid, const char *task, int state,
 
 START_TEST(test_update_task_status_keeps_the_latest_per_task) {
   mcp_store *view = th_store(NULL);
+  put_task(view, "node-a", "t1", "v1", 0);
+  put_task(view, "node-a", "t2", "v1", 0);
   mcp_disp *d = disp_new(view, 0, 0);
   char sid[64];
   call *s = session(d, "node-a", NULL, 0, sid);
   report(d, sid, "t1", 256, "accepted", 0, 0);
   report(d, sid, "t1", 512, "running", 1, 0);
-  report(d, sid, "unknown-task", 704, "failed", 2, 0); /* accepted too */
+  report(d, sid, "t2", 704, "failed", 2, 0);
   tseen seen = {0};
   ck_assert_int_eq(mcp_disp_task_statuses(d, tsee, &seen), 0);
   ck_assert_int_eq(seen.n, 2);
@@ -790,7 +923,7 @@ START_TEST(test_update_task_status_keeps_the_latest_per_task) {
       ck_assert_int_eq(seen.states[i], 512);
       ck_assert_str_eq(seen.msgs[i], "running");
     } else {
-      ck_assert_str_eq(seen.ids[i], "unknown-task");
+      ck_assert_str_eq(seen.ids[i], "t2");
       ck_assert_int_eq(seen.states[i], 704);
     }
   }
@@ -808,10 +941,72 @@ START_TEST(test_update_task_status_keeps_the_latest_per_task) {
 }
 END_TEST
 
+/* Issue 24 item 7: swarmkit's UpdateTaskStatus (dispatcher.go:640-657)
+ * skips a task it does not know and refuses the whole call,
+ * PermissionDenied, for a task assigned to another node. */
+START_TEST(test_update_task_status_for_another_nodes_task_is_denied) {
+  mcp_store *view = th_store(NULL);
+  put_task(view, "node-a", "t1", "v1", 0);
+  put_task(view, "node-b", "tb", "v1", 0);
+  mcp_disp *d = disp_new(view, 0, 0);
+  char sid[64], sidb[64];
+  call *s = session(d, "node-a", NULL, 0, sid);
+  call *sb = session(d, "node-b", NULL, 0, sidb);
+  /* node-a reports node-b's task, together with its own: all refused. */
+  Docker__Swarmkit__V1__UpdateTaskStatusRequest r =
+      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__INIT;
+  Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate u[2] = {
+      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__TASK_STATUS_UPDATE__INIT,
+      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__TASK_STATUS_UPDATE__INIT};
+  Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate *up[2] = {
+      &u[0], &u[1]};
+  Docker__Swarmkit__V1__TaskStatus ts = DOCKER__SWARMKIT__V1__TASK_STATUS__INIT;
+  ts.state = (Docker__Swarmkit__V1__TaskState)704;
+  u[0].task_id = "t1";
+  u[0].status = &ts;
+  u[1].task_id = "tb";
+  u[1].status = &ts;
+  r.session_id = sid;
+  r.n_updates = 2;
+  r.updates = up;
+  call *c = call_open(d, UTS, NULL, 0);
+  call_send(c, &r.base, 0);
+  mcp_stream_half_close(c->st, 0);
+  expect_end(c, 0, MCP_CODE_PERMISSION_DENIED, MCP_DISP_ERR_NOT_ASSIGNED);
+  call_close(c);
+  mcp_disp_stats st;
+  mcp_disp_get_stats(d, &st);
+  ck_assert_uint_eq(st.task_statuses, 0);
+  ck_assert_uint_eq(st.status_updates, 0);
+  /* A task nobody has (deleted meanwhile): skipped, the call is OK. */
+  report(d, sid, "gone", 512, "", 1, 0);
+  report(d, sid, "t1", 512, "", 1, 0);
+  mcp_disp_get_stats(d, &st);
+  ck_assert_uint_eq(st.task_statuses, 1);
+  ck_assert_uint_eq(st.status_updates, 1);
+  tseen seen = {0};
+  ck_assert_int_eq(mcp_disp_task_statuses(d, tsee, &seen), 0);
+  ck_assert_int_eq(seen.n, 1);
+  ck_assert_str_eq(seen.ids[0], "t1");
+  /* Once the task moved to node-a, node-a may report it. */
+  del(view, "node-b", "task/tb", 2);
+  put_task(view, "node-a", "tb", "v2", 2);
+  report(d, sid, "tb", 512, "", 3, 0);
+  mcp_disp_get_stats(d, &st);
+  ck_assert_uint_eq(st.task_statuses, 2);
+  call_close(s);
+  call_close(sb);
+  mcp_disp_del(d);
+  mcp_store_del(view);
+}
+END_TEST
+
 /* UpdateTaskStatus: a missing task id refuses the whole call (nothing
  * kept); an update without a status is skipped, as swarmkit does. */
 START_TEST(test_update_task_status_bad_updates) {
   mcp_store *view = th_store(NULL);
+  put_task(view, "node-a", "t1", "v1", 0);
+  put_task(view, "node-a", "t2", "v1", 0);
   mcp_disp *d = disp_new(view, 0, 0);
   char sid[64];
   call *s = session(d, "node-a", NULL, 0, sid);
@@ -870,6 +1065,9 @@ START_TEST(test_update_task_status_is_bounded) {
   o.rand_user_data = &seed;
   o.max_task_statuses = 2;
   ck_assert_int_eq(mcp_disp_new(&d, &o, 0), 0);
+  put_task(view, "node-a", "t1", "v1", 0);
+  put_task(view, "node-a", "t2", "v1", 0);
+  put_task(view, "node-a", "t3", "v1", 0);
   char sid[64];
   call *s = session(d, "node-a", NULL, 0, sid);
   report(d, sid, "t1", 512, "", 0, 0);
@@ -1454,7 +1652,8 @@ START_TEST(test_agent_node_restart_gets_a_new_session) {
   ck_assert_uint_eq(e2.total[0], 1);
   /* The old agent's calls end; it starts over after its backoff. */
   net_run(&n1, 1 * SEC);
-  ck_assert_int_eq(n1.ended_status[MCP_DISP_SLOT_SESSION], 10);
+  ck_assert_int_eq(n1.ended_status[MCP_DISP_SLOT_SESSION],
+                   MCP_CODE_INVALID_ARGUMENT);
   ck_assert_ptr_null(mcp_disp_agent_session_id(a1));
   mcp_disp_agent_stats st;
   mcp_disp_agent_get_stats(a1, &st);
@@ -2237,9 +2436,14 @@ START_TEST(test_task_past_running_with_only_status_changed_keeps_held) {
   uint8_t *now = task_with_refs("node-a", 576, "nginx", "meta", &nn);
   ck_assert_int_eq(mcp_disp_task_keeps_held(held, hn, now, nn, 576), 1);
   free(now);
-  /* Not past RUNNING: sent. */
+  /* Issue 24 item 6: past ASSIGNED, at or below RUNNING, too
+   * (assignments.go:268, TasksEqualStable && State > ASSIGNED)... */
   now = task_with_refs("node-a", 512, "nginx", "meta", &nn);
-  ck_assert_int_eq(mcp_disp_task_keeps_held(held, hn, now, nn, 512), 0);
+  ck_assert_int_eq(mcp_disp_task_keeps_held(held, hn, now, nn, 512), 1);
+  ck_assert_int_eq(mcp_disp_task_keeps_held(held, hn, now, nn, 256), 1);
+  /* ...but at ASSIGNED or below (the scheduler's states): sent. */
+  ck_assert_int_eq(mcp_disp_task_keeps_held(held, hn, now, nn, 192), 0);
+  ck_assert_int_eq(mcp_disp_task_keeps_held(held, hn, now, nn, 64), 0);
   free(now);
   /* The spec changed: sent. */
   now = task_with_refs("node-a", 576, "nginx:2", NULL, &nn);
@@ -2262,6 +2466,7 @@ static Suite *disp_suite(void) {
   tcase_add_test(tc, test_session_without_node_id_is_refused);
   tcase_add_test(tc, test_session_second_session_replaces_the_older);
   tcase_add_test(tc, test_heartbeat_answers_the_period);
+  tcase_add_test(tc, test_heartbeat_period_is_jittered);
   tcase_add_test(tc, test_session_expires_after_three_periods_without_heartbeat);
   tcase_add_test(tc, test_session_without_streams_expires_through_the_registry);
   tcase_add_test(tc, test_unknown_session_is_invalid_argument);
@@ -2269,6 +2474,7 @@ static Suite *disp_suite(void) {
   tcase_add_test(tc, test_session_request_fields_are_checked);
   tcase_add_test(tc, test_assignments_queue_dropped_with_the_call);
   tcase_add_test(tc, test_update_task_status_bad_updates);
+  tcase_add_test(tc, test_update_task_status_for_another_nodes_task_is_denied);
   tcase_add_test(tc, test_update_task_status_keeps_the_latest_per_task);
   tcase_add_test(tc, test_update_task_status_is_bounded);
   tcase_add_test(tc, test_assignments_complete_then_incremental_chain);

@@ -17,8 +17,8 @@
  *     "config/<id>", body = the encoded docker.swarmkit.v1.Task / Secret /
  *     Config with its id set. Which objects a node gets (tasks assigned to
  *     it with status.state >= ASSIGNED, the secrets and configs they
- *     reference, swarmkit's "a task past RUNNING whose spec did not change
- *     keeps its old bytes") is the adapter's decision; this module sends
+ *     reference while at RUNNING or below, swarmkit's "a task past ASSIGNED
+ *     whose spec did not change keeps its old bytes") is the adapter's decision; this module sends
  *     what the collection holds. Absent and empty both mean "nothing".
  *   collection "nodes": resource "<node-id>", body = the encoded
  *     docker.swarmkit.v1.Node (optional: fills SessionMessage.node).
@@ -111,8 +111,10 @@ MCP_EXTERN int mcp_disp_task_read(const uint8_t *task, size_t len,
 MCP_EXTERN int mcp_disp_task_assigned(int state);
 
 /* 1 when a node holding |held| of a task keeps it rather than receiving
- * |now|, whose state is |now_state|: swarmkit re-sends a task past RUNNING
- * only when more than its status and meta changed (TasksEqualStable). */
+ * |now|, whose state is |now_state|: swarmkit re-sends a task past
+ * ASSIGNED only when more than its status and meta changed
+ * (TasksEqualStable and State > ASSIGNED, assignments.go:268); at ASSIGNED
+ * and below every change goes out. */
 MCP_EXTERN int mcp_disp_task_keeps_held(const uint8_t *held, size_t held_len,
                                         const uint8_t *now, size_t now_len,
                                         int now_state);
@@ -125,13 +127,25 @@ enum {
   MCP_DISP_INCREMENTAL = 1
 };
 
-/* How streams end when their session goes (gRPC status / details):
- *   expired (no heartbeat for 3 periods): UNAVAILABLE "heartbeat failure";
- *   replaced by a newer Session of the node: the older Session stream
- *     ABORTED "node must disconnect", its other streams INVALID_ARGUMENT
- *     "session invalid";
+/* How streams end when their session goes (gRPC status / details), as
+ * swarmkit's loops do at their next turn (dispatcher.go:1124,1455):
+ *   the Session stream first sends one more SessionMessage (replaced: the
+ *     node as the newer session described it; expired: node.status DOWN
+ *     "heartbeat failure"), an Assignments stream its next message (when
+ *     the node's collection next changes), a Tasks stream nothing (it ends
+ *     at the node's next change); then each ends
+ *   expired (no heartbeat for 3 periods) and the node has no newer
+ *     session: NOT_FOUND "node not registered";
+ *   replaced by a newer Session of the node (or expired, then the node
+ *     registered again): INVALID_ARGUMENT "session invalid";
  *   a call naming an unknown, expired or replaced session:
- *     INVALID_ARGUMENT "session invalid" (swarmkit's texts).
+ *     INVALID_ARGUMENT "session invalid"; under TLS, when the certificate's
+ *     node has no session at all, NOT_FOUND "node not registered".
+ * UpdateTaskStatus for a task in another node's collection of the view:
+ * PERMISSION_DENIED "cannot update a task not assigned this node", nothing
+ * kept; an update for a task in no node's collection is skipped.
+ * ABORTED "node must disconnect" is not used (swarmkit: only a node marked
+ * disconnected, which its manager never does, or a stopping dispatcher).
  * Other endings: a request that does not decode, INVALID_ARGUMENT
  * "malformed docker.swarmkit.v1.<Request>"; a Session without node id
  * (no TLS CN, no description.hostname), INVALID_ARGUMENT "no node id: ...";
@@ -143,6 +157,8 @@ enum {
 #define MCP_DISP_ERR_SESSION_INVALID "session invalid"
 #define MCP_DISP_ERR_HEARTBEAT "heartbeat failure"
 #define MCP_DISP_ERR_DISCONNECT "node must disconnect"
+#define MCP_DISP_ERR_NOT_REGISTERED "node not registered"
+#define MCP_DISP_ERR_NOT_ASSIGNED "cannot update a task not assigned this node"
 
 /* ------------------------------------------------------------------ */
 /* Manager side                                                        */
@@ -154,9 +170,10 @@ typedef struct mcp_disp_options {
   const mcp_mem *mem;      /* NULL: libc */
   const mcp_store *view;   /* required; kept by pointer, must outlive */
   /* HeartbeatResponse.period; a session expires 3 periods after its last
-   * heartbeat (or its start). 0: 5 s. */
+   * heartbeat (or its start). 0: 5 s. Jittered by heartbeat_epsilon. */
   mcp_tstamp heartbeat_period;
-  /* SessionMessage.managers, each with weight 1 (copied). */
+  /* SessionMessage.managers: addresses (Peer.addr), each with weight 10
+   * (swarmkit's DefaultObservationWeight); copied. */
   const char *const *managers;
   size_t nmanagers;
   /* Session ids (required: 16 random bytes per session, as hex). */
@@ -173,10 +190,21 @@ typedef struct mcp_disp_options {
   /* Task statuses kept from UpdateTaskStatus (a flood bound: more new ids
    * fail the call with RESOURCE_EXHAUSTED). 0: 65536. */
   size_t max_task_statuses;
+  /* ---- V2 (issue 24) ---- */
+  /* Peer.node_id of each manager, parallel to |managers| (NULL, or a NULL
+   * entry: none); copied. swarmkit sends the raft members' node ids. */
+  const char *const *manager_ids;
+  /* Each period answered (and each session's first deadline) is
+   * heartbeat_period plus a uniform draw in [-epsilon, +epsilon) from
+   * |rand|, as swarmkit's periodChooser, so that agents do not beat in
+   * step. Default 500 ms (swarmkit's); 0: no jitter; at most half the
+   * period (larger is clamped). */
+  mcp_tstamp heartbeat_epsilon;
 } mcp_disp_options;
 
 #define MCP_DISP_OPTIONS_V1 1
-#define MCP_DISP_OPTIONS_VERSION MCP_DISP_OPTIONS_V1
+#define MCP_DISP_OPTIONS_V2 2
+#define MCP_DISP_OPTIONS_VERSION MCP_DISP_OPTIONS_V2
 MCP_EXTERN void mcp_disp_options_default_versioned(int version,
                                                    mcp_disp_options *opts);
 #define mcp_disp_options_default(OPTS)                                       \
@@ -189,6 +217,11 @@ MCP_EXTERN int mcp_disp_new_versioned(mcp_disp **pd, int version,
                                       mcp_tstamp ts);
 #define mcp_disp_new(PD, OPTS, TS)                                           \
   mcp_disp_new_versioned((PD), MCP_DISP_OPTIONS_VERSION, (OPTS), (TS))
+
+/* SessionMessage.node: the view's Node for the session's node (or one
+ * with only its id), its description replaced by the one the agent's
+ * SessionRequest carried and its status by {READY, addr = the agent's IP
+ * from mcp_peer_info.address} (swarmkit's markNodeReady). */
 
 /* Frees the manager. Every stream it opened must have been deleted first
  * (assert): with a transport whose *_del() only starts the shutdown
