@@ -34,6 +34,7 @@ static uint8_t *task_bytes(const char *id, const char *node, int state,
       DOCKER__SWARMKIT__V1__CONTAINER_SPEC__INIT;
   t.id = (char *)id;
   t.node_id = (char *)node;
+  t.desired_state = (Docker__Swarmkit__V1__TaskState)512; /* RUNNING */
   st.state = (Docker__Swarmkit__V1__TaskState)state;
   t.status = &st;
   c.image = (char *)(image ? image : "nginx");
@@ -857,6 +858,7 @@ typedef struct tseen {
   char ids[8][32];
   int states[8];
   char msgs[8][32];
+  int64_t secs[8];
   int n;
 } tseen;
 
@@ -872,6 +874,7 @@ static int tsee(const mcp_disp_task_status *st, void *ud) {
                                                 st->status);
   ck_assert_ptr_nonnull(ts);
   ck_assert_int_eq((int)ts->state, st->state);
+  s->secs[s->n] = ts->timestamp ? ts->timestamp->seconds : 0;
   docker__swarmkit__v1__task_status__free_unpacked(ts, NULL);
   s->n++;
   return 0;
@@ -1540,6 +1543,7 @@ static mcp_disp_agent *agent_new(const char *node, events *e, int report) {
   o.report_state = report;
   o.rand = mcp_rand_splitmix64;
   o.rand_user_data = &seed;
+  o.wall_offset = (int64_t)1700000000 * (int64_t)SEC;
   ck_assert_int_eq(mcp_disp_agent_new(&a, &o, 0), 0);
   return a;
 }
@@ -1569,12 +1573,19 @@ START_TEST(test_agent_against_the_manager) {
       docker__swarmkit__v1__task__unpack(NULL, len, obj);
   ck_assert_str_eq(t->node_id, "node-a");
   docker__swarmkit__v1__task__free_unpacked(t, NULL);
-  /* --report-status RUNNING closed the loop. */
+  /* --report-status RUNNING closed the loop: issue 24 item 10, every state
+   * the controller passes (ACCEPTED, PREPARING, READY, STARTING, RUNNING),
+   * one call each, with its message and the agent's wall clock. */
   tseen seen = {0};
   mcp_disp_task_statuses(d, tsee, &seen);
   ck_assert_int_eq(seen.n, 1);
   ck_assert_str_eq(seen.ids[0], "t1");
   ck_assert_int_eq(seen.states[0], 512);
+  ck_assert_str_eq(seen.msgs[0], "started");
+  ck_assert_int_eq(seen.secs[0], 1700000000);
+  mcp_disp_stats ds;
+  mcp_disp_get_stats(d, &ds);
+  ck_assert_uint_eq(ds.status_updates, 5);
   /* A change flows as INCREMENTAL. */
   put_task(view, "node-a", "t2", "v1", 1 * SEC);
   net_run(&n, 1 * SEC);
@@ -1595,7 +1606,48 @@ START_TEST(test_agent_against_the_manager) {
   mcp_disp_agent_get_stats(ag, &as);
   ck_assert_uint_ge(as.heartbeats, 29);
   ck_assert_uint_eq(as.sessions, 1);
-  ck_assert_uint_eq(as.status_reports, 2);
+  ck_assert_uint_eq(as.status_reports, 10);
+  net_close(&n);
+  mcp_disp_agent_del(ag);
+  mcp_disp_del(d);
+  mcp_store_del(view);
+}
+END_TEST
+
+/* Issue 24 item 10: --report-status walks swarmkit's controller
+ * (controller.go:230-330) one state per call, stops at the target, and the
+ * states the agent reached survive the manager re-sending the task. */
+START_TEST(test_agent_reports_each_controller_state) {
+  mcp_store *view = th_store(NULL);
+  put_task(view, "node-a", "t1", "v1", 0);
+  mcp_disp *d = disp_new(view, 2 * SEC, 0);
+  events e = {0};
+  mcp_disp_agent *ag = agent_new("node-a", &e, 576); /* COMPLETE */
+  net n = {d, mcp_disp_agent_client_def(ag), {{0}}, {0}, 0};
+  net_run(&n, 0);
+  mcp_disp_stats ds;
+  mcp_disp_get_stats(d, &ds);
+  ck_assert_uint_eq(ds.status_updates, 6);
+  tseen seen = {0};
+  mcp_disp_task_statuses(d, tsee, &seen);
+  ck_assert_int_eq(seen.states[0], 576);
+  ck_assert_str_eq(seen.msgs[0], "finished");
+  /* The manager re-sends t1 (a new spec, its own status ASSIGNED): the
+   * agent does not walk it again. */
+  size_t len;
+  uint8_t *b = task_bytes("t1", "node-a", 192, "nginx:2", &len);
+  put(view, "node/node-a", "task/t1", "v2", MCP_DISP_TYPE_TASK, b, len,
+      1 * SEC);
+  free(b);
+  net_run(&n, 1 * SEC);
+  ck_assert_int_eq(e.n, 2);
+  mcp_disp_get_stats(d, &ds);
+  ck_assert_uint_eq(ds.status_updates, 6);
+  /* A new task is walked in its turn. */
+  put_task(view, "node-a", "t2", "v1", 2 * SEC);
+  net_run(&n, 2 * SEC);
+  mcp_disp_get_stats(d, &ds);
+  ck_assert_uint_eq(ds.status_updates, 12);
   net_close(&n);
   mcp_disp_agent_del(ag);
   mcp_disp_del(d);
@@ -1841,27 +1893,54 @@ START_TEST(test_agent_applies_and_checks_the_chain) {
   const char *const c3[] = {"t9", NULL};
   rig_send(&r, MCP_DISP_COMPLETE, "", "3", c3, NULL);
   ck_assert_uint_eq(mcp_disp_agent_count(r.a), 1);
-  /* A message that does not chain: nothing applied, the stream ends and
-   * the agent asks for a new session. */
+  /* Issue 24 item 10: a message that does not chain. swarmkit's agent
+   * (session.go:352) hands it to the worker all the same (the code; the
+   * issue's summary said "without applying") and calls Assignments again
+   * at once on the same session; the last results_in stays. */
   const char *const u4[] = {"t5", NULL};
   rig_send(&r, MCP_DISP_INCREMENTAL, "7", "8", u4, NULL);
-  ck_assert_uint_eq(mcp_disp_agent_count(r.a), 1);
+  ck_assert_uint_eq(mcp_disp_agent_count(r.a), 2);
   ck_assert_str_eq(mcp_disp_agent_results_in(r.a), "3");
-  ck_assert_int_eq(r.e.n, 3);
+  ck_assert_int_eq(r.e.n, 4);
   ck_assert_int_eq(rig_pump(r.asg, 0, &st, &dt), MCP_STREAM_END);
-  ck_assert_int_eq(st, 10);
-  ck_assert_ptr_nonnull(strstr(dt, "chain broken"));
+  ck_assert_int_eq(st, MCP_CODE_CANCELLED);
+  ck_assert_ptr_nonnull(strstr(dt, "assignments gap"));
   mcp_stream_del(r.asg);
   r.asg = NULL;
   r.def->ended(r.def->user_data, MCP_DISP_SLOT_ASSIGNMENTS, st, "", 0);
+  ck_assert_str_eq(mcp_disp_agent_session_id(r.a), "sid-1");
+  ck_assert_int_eq(r.def->open(r.def->user_data, MCP_DISP_SLOT_ASSIGNMENTS, 0,
+                               &r.asg),
+                   1);
+  /* The new call's COMPLETE restarts the chain. */
+  mcp_msg *rq;
+  ck_assert_int_eq(mcp_stream_pump(r.asg, 0, 1, &rq, &st, &dt),
+                   MCP_STREAM_SEND);
+  mcp_msg_free(rq);
+  rig_send(&r, MCP_DISP_COMPLETE, "", "1", c3, NULL);
+  ck_assert_uint_eq(mcp_disp_agent_count(r.a), 1);
+  ck_assert_str_eq(mcp_disp_agent_results_in(r.a), "1");
+  const char *const u5[] = {"t6", NULL};
+  rig_send(&r, MCP_DISP_INCREMENTAL, "1", "2", u5, NULL);
+  ck_assert_uint_eq(mcp_disp_agent_count(r.a), 2);
+  ck_assert_str_eq(mcp_disp_agent_results_in(r.a), "2");
+  mcp_disp_agent_stats as;
+  mcp_disp_agent_get_stats(r.a, &as);
+  ck_assert_uint_eq(as.chain_mismatches, 1);
+  ck_assert_uint_eq(as.session_errors, 0);
+  /* The session lost otherwise (its stream ends): a new one after the
+   * backoff. */
+  ck_assert_int_ne(rig_pump(r.asg, 0, &st, &dt), MCP_STREAM_END);
+  mcp_stream_del(r.asg);
+  r.asg = NULL;
+  r.def->ended(r.def->user_data, MCP_DISP_SLOT_ASSIGNMENTS, 14, "", 0);
   ck_assert_ptr_null(mcp_disp_agent_session_id(r.a));
   /* Its Session call ends too (the transport would cancel it). */
   ck_assert_int_eq(rig_pump(r.sess, 0, &st, &dt), MCP_STREAM_END);
   ck_assert_int_eq(st, MCP_CODE_CANCELLED);
-  mcp_disp_agent_stats as;
   mcp_disp_agent_get_stats(r.a, &as);
   ck_assert_uint_eq(as.chain_mismatches, 1);
-  ck_assert_uint_eq(as.completes, 2);
+  ck_assert_uint_eq(as.completes, 3);
   mcp_stream_del(r.sess);
   r.sess = NULL;
   r.def->ended(r.def->user_data, MCP_DISP_SLOT_SESSION, st, "", 0);
@@ -2490,6 +2569,7 @@ static Suite *disp_suite(void) {
   tcase_add_test(tc, test_agent_against_the_manager);
   tcase_add_test(tc, test_agent_node_restart_gets_a_new_session);
   tcase_add_test(tc, test_agent_reports_every_task_in_calls_of_1000);
+  tcase_add_test(tc, test_agent_reports_each_controller_state);
   tcase_add_test(tc, test_agent_new_session_after_backoff_on_error);
   tcase_add_test(tc, test_agent_applies_and_checks_the_chain);
   tcase_add_test(tc, test_agent_malformed_changes_nothing);

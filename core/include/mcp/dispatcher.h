@@ -357,18 +357,30 @@ typedef struct mcp_disp_agent_options {
   mcp_backoff_options backoff;
   mcp_rand_fn rand;         /* backoff jitter; NULL: mcp_backoff's own */
   void *rand_user_data;
-  /* >= 0: report every held task with this TaskState through
-   * UpdateTaskStatus (once per task version). -1 (the default): never. */
+  /* >= 0: run every held task through swarmkit's controller states up to
+   * this TaskState (a fake executor whose every step succeeds) and report
+   * each state passed through UpdateTaskStatus, with its message and
+   * timestamp, as agent/exec/controller.go does: ACCEPTED "accepted",
+   * PREPARING "preparing", READY "prepared", STARTING "starting", RUNNING
+   * "started", COMPLETE "finished"; a task whose desired_state is SHUTDOWN
+   * or beyond goes to SHUTDOWN "shutdown" (unless COMPLETE or beyond);
+   * none goes past its desired_state but where the controller does
+   * (PREPARING, STARTING, RUNNING). -1 (the default): never. */
   int report_state;
   /* Heartbeat period used until the manager answers one. 0: 5 s. */
   mcp_tstamp heartbeat_period;
   /* Objects held at most (a flood bound: a message that would hold more
    * is refused). 0: 1 << 20. */
   size_t max_held;
+  /* ---- V2 (issue 24) ---- */
+  /* Added to |ts| to give TaskStatus.timestamp (nanoseconds since the Unix
+   * epoch): the program's wall clock minus its monotonic one. 0: |ts|. */
+  int64_t wall_offset;
 } mcp_disp_agent_options;
 
 #define MCP_DISP_AGENT_OPTIONS_V1 1
-#define MCP_DISP_AGENT_OPTIONS_VERSION MCP_DISP_AGENT_OPTIONS_V1
+#define MCP_DISP_AGENT_OPTIONS_V2 2
+#define MCP_DISP_AGENT_OPTIONS_VERSION MCP_DISP_AGENT_OPTIONS_V2
 MCP_EXTERN void mcp_disp_agent_options_default_versioned(
     int version, mcp_disp_agent_options *opts);
 #define mcp_disp_agent_options_default(OPTS)                                 \
@@ -401,18 +413,20 @@ enum {
  * until mcp_disp_agent_del()). Behaviour: Session (description.hostname =
  * node) whenever there is none; once a SessionMessage gave an id,
  * Heartbeat at once and then every period answered, and Assignments.
- * A COMPLETE message replaces the held set; an INCREMENTAL one applies
- * only when applies_to equals the last results_in, else the agent ends
- * every call and starts a new session (after the backoff). A session
- * error (Session or Heartbeat failing, Assignments refused) also starts
- * a new session after the backoff. A malformed Assignments message ends
- * the call (INVALID_ARGUMENT "malformed AssignmentsMessage: <what>") and
- * changes nothing held; a broken chain ends it ABORTED "assignments chain
- * broken: ...". The held set survives sessions (a COMPLETE replaces it).
- * Heartbeat and UpdateTaskStatus calls ending INVALID_ARGUMENT also lose
- * the session. With report_state >= 0, UpdateTaskStatus reports each held
- * task not yet reported (at most 1000 per call) as {task_id, status:
- * {state: report_state}}; a call that fails reports them all again. */
+ * A COMPLETE message replaces the held set; an INCREMENTAL one whose
+ * applies_to is not the last results_in (a gap) is applied all the same
+ * (the last results_in stays), its call ends CANCELLED "assignments gap:
+ * ..." and Assignments is called again at once on the same session, as
+ * swarmkit's agent (agent/session.go:352). A session error (Session or
+ * Heartbeat failing, Assignments refused) starts a new session after the
+ * backoff. A malformed Assignments message ends the call
+ * (INVALID_ARGUMENT "malformed AssignmentsMessage: <what>") and changes
+ * nothing held. The held set survives sessions (a COMPLETE replaces it).
+ * Heartbeat and UpdateTaskStatus calls ending INVALID_ARGUMENT or
+ * NOT_FOUND also lose the session. With report_state >= 0 (see there),
+ * each UpdateTaskStatus call moves every held task one state (at most
+ * 1000 tasks per call) and the next call follows when one has more to
+ * go; a call that fails is sent again after the next heartbeat. */
 MCP_EXTERN const mcp_client_def *mcp_disp_agent_client_def(mcp_disp_agent *a);
 
 /* The session id now, or NULL. Valid until the next call into |a|. */
