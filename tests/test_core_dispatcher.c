@@ -1548,6 +1548,20 @@ static mcp_disp_agent *agent_new(const char *node, events *e, int report) {
   return a;
 }
 
+/* t<id> on node-a, desired SHUTDOWN, the manager's status ASSIGNED. */
+static uint8_t *task_shutdown_bytes(const char *id, size_t *len) {
+  uint8_t *b = task_bytes(id, "node-a", 192, "nginx:2", len);
+  Docker__Swarmkit__V1__Task *t =
+      docker__swarmkit__v1__task__unpack(NULL, *len, b);
+  free(b);
+  t->desired_state = (Docker__Swarmkit__V1__TaskState)640;
+  *len = docker__swarmkit__v1__task__get_packed_size(t);
+  b = malloc(*len);
+  docker__swarmkit__v1__task__pack(t, b);
+  docker__swarmkit__v1__task__free_unpacked(t, NULL);
+  return b;
+}
+
 START_TEST(test_agent_against_the_manager) {
   mcp_store *view = th_store(NULL);
   put_task(view, "node-a", "t1", "v1", 0);
@@ -1607,6 +1621,24 @@ START_TEST(test_agent_against_the_manager) {
   ck_assert_uint_ge(as.heartbeats, 29);
   ck_assert_uint_eq(as.sessions, 1);
   ck_assert_uint_eq(as.status_reports, 10);
+  /* Desired SHUTDOWN of a RUNNING task: SHUTDOWN "shutdown", whatever the
+   * manager's copy of its status says (controller.go:295). */
+  size_t sl;
+  uint8_t *sb = task_shutdown_bytes("t1", &sl);
+  put(view, "node/node-a", "task/t1", "v3", MCP_DISP_TYPE_TASK, sb, sl,
+      61 * SEC);
+  free(sb);
+  net_run(&n, 61 * SEC);
+  memset(&seen, 0, sizeof seen);
+  mcp_disp_task_statuses(d, tsee, &seen);
+  for (int i = 0; i < seen.n; ++i) {
+    if (strcmp(seen.ids[i], "t1") == 0) {
+      ck_assert_int_eq(seen.states[i], 640);
+      ck_assert_str_eq(seen.msgs[i], "shutdown");
+    }
+  }
+  mcp_disp_agent_get_stats(ag, &as);
+  ck_assert_uint_eq(as.status_reports, 11);
   net_close(&n);
   mcp_disp_agent_del(ag);
   mcp_disp_del(d);
@@ -1633,7 +1665,8 @@ START_TEST(test_agent_reports_each_controller_state) {
   ck_assert_int_eq(seen.states[0], 576);
   ck_assert_str_eq(seen.msgs[0], "finished");
   /* The manager re-sends t1 (a new spec, its own status ASSIGNED): the
-   * agent does not walk it again. */
+   * agent's status is canonical (agent/task.go:205); nothing moves it, so
+   * it is reported again as it stands, with the time it was reached. */
   size_t len;
   uint8_t *b = task_bytes("t1", "node-a", 192, "nginx:2", &len);
   put(view, "node/node-a", "task/t1", "v2", MCP_DISP_TYPE_TASK, b, len,
@@ -1642,12 +1675,29 @@ START_TEST(test_agent_reports_each_controller_state) {
   net_run(&n, 1 * SEC);
   ck_assert_int_eq(e.n, 2);
   mcp_disp_get_stats(d, &ds);
-  ck_assert_uint_eq(ds.status_updates, 6);
+  ck_assert_uint_eq(ds.status_updates, 7);
+  memset(&seen, 0, sizeof seen);
+  mcp_disp_task_statuses(d, tsee, &seen);
+  ck_assert_int_eq(seen.states[0], 576);
+  ck_assert_str_eq(seen.msgs[0], "finished");
+  ck_assert_int_eq(seen.secs[0], 1700000000); /* reached at ts 0 */
+  /* Desired SHUTDOWN of a COMPLETE task: the controller does nothing
+   * (controller.go:305), the status is reported as it stands. */
+  b = task_shutdown_bytes("t1", &len);
+  put(view, "node/node-a", "task/t1", "v3", MCP_DISP_TYPE_TASK, b, len,
+      1500 * MS);
+  free(b);
+  net_run(&n, 1500 * MS);
+  memset(&seen, 0, sizeof seen);
+  mcp_disp_task_statuses(d, tsee, &seen);
+  ck_assert_int_eq(seen.states[0], 576);
+  mcp_disp_get_stats(d, &ds);
+  ck_assert_uint_eq(ds.status_updates, 8);
   /* A new task is walked in its turn. */
   put_task(view, "node-a", "t2", "v1", 2 * SEC);
   net_run(&n, 2 * SEC);
   mcp_disp_get_stats(d, &ds);
-  ck_assert_uint_eq(ds.status_updates, 12);
+  ck_assert_uint_eq(ds.status_updates, 14);
   net_close(&n);
   mcp_disp_agent_del(ag);
   mcp_disp_del(d);

@@ -35,6 +35,9 @@ typedef struct held {
   int desired;    /* Task: desired_state */
   int at;         /* Task: the state reported (or in the call in flight) */
   int acked;      /* Task: the state the manager acknowledged */
+  int own;        /* Task: |at| is this agent's (it moved the task) */
+  int reassert;   /* Task: re-sent by the manager: report |at| again */
+  uint64_t at_wall; /* Task: when it reached |at| (TaskStatus.timestamp) */
 } held;
 
 typedef struct acall {
@@ -224,6 +227,28 @@ static int next_state(int state, int desired, int target, const char **msg) {
   return next && next <= target ? next : 0;
 }
 
+/* The message the controller gave the state it moved a task to. */
+static const char *state_message(int state) {
+  switch (state) {
+  case TS_ACCEPTED:
+    return "accepted";
+  case TS_PREPARING:
+    return "preparing";
+  case TS_READY:
+    return "prepared";
+  case TS_STARTING:
+    return "starting";
+  case TS_RUNNING:
+    return "started";
+  case TS_COMPLETE:
+    return "finished";
+  case TS_SHUTDOWN:
+    return "shutdown";
+  default:
+    return "";
+  }
+}
+
 static size_t status_len(uint64_t secs, uint64_t nanos, uint64_t state,
                          size_t ml, size_t *tl) {
   *tl = (secs ? 1 + mcp__varint_len(secs) : 0) +
@@ -240,23 +265,36 @@ static int build_uts_req(mcp_disp_agent *a, mcp_tstamp ts, mcp_msg **pmsg) {
    * every transition, not only the last). */
   void *v;
   size_t n = 0;
-  uint64_t wall = ts + (uint64_t)a->o.wall_offset;
-  uint64_t secs = wall / MCP_SECONDS, nanos = wall % MCP_SECONDS;
+  uint64_t now = ts + (uint64_t)a->o.wall_offset;
   int more = 0;
   mcp_msg_builder_len_field(a->b, 1, a->session_id, strlen(a->session_id));
   for (size_t i = 0; mcp__map_iter(&a->held, &i, &v);) {
     held *h = v;
     const char *msg = "";
+    uint64_t wall = now, secs, nanos;
     int next;
     size_t il, sl, tl, ml;
-    if (h->kind != MCP_DISP_TASK ||
-        !(next = next_state(h->at, h->desired, a->o.report_state, &msg))) {
+    if (h->kind != MCP_DISP_TASK) {
+      continue;
+    }
+    next = next_state(h->at, h->desired, a->o.report_state, &msg);
+    if (!next && h->reassert) {
+      /* The manager re-sent the task and the controller had nothing new:
+       * its status as it stands, with the time it was reached (the task
+       * manager reports what Do returns, agent/task.go:140). */
+      next = h->at;
+      msg = state_message(next);
+      wall = h->at_wall;
+    }
+    if (!next) {
       continue;
     }
     if (n == AGENT_MAX_REPORTS) {
       more = 1; /* the rest with the next call */
       break;
     }
+    secs = wall / MCP_SECONDS;
+    nanos = wall % MCP_SECONDS;
     il = strlen(h->id);
     ml = strlen(msg);
     sl = status_len(secs, nanos, (uint64_t)next, ml, &tl);
@@ -279,7 +317,12 @@ static int build_uts_req(mcp_disp_agent *a, mcp_tstamp ts, mcp_msg **pmsg) {
     mcp_msg_builder_key(a->b, 2, MCP_WT_VARINT);
     mcp_msg_builder_varint(a->b, (uint64_t)next);
     mcp_msg_builder_len_field(a->b, 3, msg, ml);
-    h->at = next; /* acknowledged when the call ends OK (ended()) */
+    if (next != h->at) {
+      h->at = next; /* acknowledged when the call ends OK (ended()) */
+      h->at_wall = wall;
+      h->own = 1;
+    }
+    h->reassert = 0;
     if (next_state(next, h->desired, a->o.report_state, &msg)) {
       more = 1;
     }
@@ -300,7 +343,8 @@ static int reports_due(const mcp_disp_agent *a) {
   for (size_t i = 0; mcp__map_iter(&a->held, &i, &v);) {
     const held *h = v;
     if (h->kind == MCP_DISP_TASK &&
-        next_state(h->at, h->desired, a->o.report_state, &msg)) {
+        (h->reassert ||
+         next_state(h->at, h->desired, a->o.report_state, &msg))) {
       return 1;
     }
   }
@@ -631,12 +675,15 @@ static int apply(mcp_disp_agent *a, const parsed *p, int chained) {
     const pchange *c = &p->ch[i];
     if (c->action == MCP_DISP_UPDATE) {
       const held *old = mcp__map_get(&a->held, fresh[i]->key);
-      if (old && old->kind == MCP_DISP_TASK) {
-        /* The manager does not re-send status-only changes: the states
-         * this agent reported stay its own. */
-        fresh[i]->at = old->at > fresh[i]->at ? old->at : fresh[i]->at;
-        fresh[i]->acked =
-            old->acked > fresh[i]->acked ? old->acked : fresh[i]->acked;
+      if (old && old->kind == MCP_DISP_TASK && old->own) {
+        /* The status the agent gave a task is canonical: the manager's
+         * copy of it does not replace it (agent/task.go:205); the task
+         * is reported again when nothing else moves it. */
+        fresh[i]->at = old->at;
+        fresh[i]->acked = old->acked;
+        fresh[i]->at_wall = old->at_wall;
+        fresh[i]->own = 1;
+        fresh[i]->reassert = a->o.report_state >= 0;
       }
       held_free(a, mcp__map_put(m, &a->mem, fresh[i]->key, fresh[i], NULL));
       if (c->kind == MCP_DISP_TASK) {

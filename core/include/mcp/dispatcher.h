@@ -365,7 +365,10 @@ typedef struct mcp_disp_agent_options {
    * "started", COMPLETE "finished"; a task whose desired_state is SHUTDOWN
    * or beyond goes to SHUTDOWN "shutdown" (unless COMPLETE or beyond);
    * none goes past its desired_state but where the controller does
-   * (PREPARING, STARTING, RUNNING). -1 (the default): never. */
+   * (PREPARING, STARTING, RUNNING). The agent's status is canonical: a
+   * task the manager re-sends keeps it, and is reported again as it
+   * stands (its timestamp unchanged) when no state follows. -1 (the
+   * default): never. */
   int report_state;
   /* Heartbeat period used until the manager answers one. 0: 5 s. */
   mcp_tstamp heartbeat_period;
