@@ -582,6 +582,33 @@ END_TEST
 /* Issue 24 item 9: swarmkit's periodChooser (period.go) answers period +
  * a uniform draw in [-epsilon, epsilon) (default 500 ms), from the
  * injected generator, and expires 3 of those periods later. */
+/* A manager id that is not UTF-8 is refused at creation. */
+START_TEST(test_manager_ids_are_checked) {
+  mcp_store *view = th_store(NULL);
+  static const char *const mgrs[] = {"10.0.0.1:4242"};
+  static const char *const bad[] = {"\xff"};
+  mcp_disp_options o;
+  mcp_disp *d = NULL;
+  mcp_disp_options_default(&o);
+  o.view = view;
+  o.rand = mcp_rand_splitmix64;
+  o.rand_user_data = &seed;
+  o.managers = mgrs;
+  o.nmanagers = 1;
+  o.manager_ids = bad;
+  ck_assert_int_eq(mcp_disp_new(&d, &o, 0), MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(d);
+  /* A V1 caller (no manager_ids, no epsilon) still works. */
+  mcp_disp_options_default_versioned(MCP_DISP_OPTIONS_V1, &o);
+  o.view = view;
+  o.rand = mcp_rand_splitmix64;
+  o.rand_user_data = &seed;
+  ck_assert_int_eq(mcp_disp_new_versioned(&d, MCP_DISP_OPTIONS_V1, &o, 0), 0);
+  mcp_disp_del(d);
+  mcp_store_del(view);
+}
+END_TEST
+
 START_TEST(test_heartbeat_period_is_jittered) {
   mcp_store *view = th_store(NULL);
   mcp_disp_options o;
@@ -1821,6 +1848,7 @@ typedef struct agent_rig {
 } agent_rig;
 
 static const mcp_mem *rig_mem; /* the agent's allocator (NULL: libc) */
+static int rig_report = -1;    /* the agent's report_state */
 
 static void rig_open(agent_rig *r) {
   memset(r, 0, sizeof *r);
@@ -1833,7 +1861,7 @@ static void rig_open(agent_rig *r) {
     o.user_data = &r->e;
     ck_assert_int_eq(mcp_disp_agent_new(&r->a, &o, 0), 0);
   } else {
-    r->a = agent_new("node-a", &r->e, -1);
+    r->a = agent_new("node-a", &r->e, rig_report);
   }
   r->def = mcp_disp_agent_client_def(r->a);
   ck_assert_int_eq(r->def->open(r->def->user_data, MCP_DISP_SLOT_SESSION, 0,
@@ -1893,6 +1921,7 @@ static void rig_send(agent_rig *r, int type, const char *applies,
       docker__swarmkit__v1__task__init(&t[n]);
       t[n].id = (char *)ids[i];
       t[n].node_id = k ? "" : "node-a";
+      t[n].desired_state = (Docker__Swarmkit__V1__TaskState)512;
       as[n].item_case = DOCKER__SWARMKIT__V1__ASSIGNMENT__ITEM_TASK;
       as[n].task = &t[n];
       ch[n].assignment = &as[n];
@@ -2077,6 +2106,70 @@ static int rig_heartbeat(agent_rig *r, mcp_tstamp ts, const uint8_t *in,
                 a == MCP_STREAM_END ? *st : MCP_CODE_OK, "", ts);
   return a;
 }
+
+/* A status report the manager refuses (PermissionDenied, an error of
+ * the call) is not sent again at once, which would spin, but after the
+ * next heartbeat answered; the same state goes again. */
+START_TEST(test_agent_refused_report_is_retried_after_the_next_heartbeat) {
+  agent_rig r;
+  int st;
+  const char *dt;
+  mcp_stream *u;
+  mcp_msg *msg;
+  rig_report = 256; /* ACCEPTED: one state to report */
+  rig_open(&r);
+  rig_report = -1;
+  const char *const c1[] = {"t1", NULL};
+  rig_send(&r, MCP_DISP_COMPLETE, "", "1", c1, NULL);
+  ck_assert_int_eq(
+      r.def->open(r.def->user_data, MCP_DISP_SLOT_UPDATE_TASK_STATUS, 0, &u), 1);
+  ck_assert_int_eq(mcp_stream_pump(u, 0, 1, &msg, &st, &dt), MCP_STREAM_SEND);
+  uint8_t b[256];
+  mcp_msg_flatten(msg, b);
+  Docker__Swarmkit__V1__UpdateTaskStatusRequest *req =
+      docker__swarmkit__v1__update_task_status_request__unpack(
+          NULL, mcp_msg_len(msg), b);
+  ck_assert_uint_eq(req->n_updates, 1);
+  ck_assert_str_eq(req->updates[0]->task_id, "t1");
+  ck_assert_int_eq(req->updates[0]->status->state, 256);
+  ck_assert_str_eq(req->updates[0]->status->message, "accepted");
+  ck_assert_ptr_nonnull(req->updates[0]->status->timestamp);
+  docker__swarmkit__v1__update_task_status_request__free_unpacked(req, NULL);
+  mcp_msg_free(msg);
+  mcp_stream_del(u);
+  r.def->ended(r.def->user_data, MCP_DISP_SLOT_UPDATE_TASK_STATUS,
+               MCP_CODE_PERMISSION_DENIED, MCP_DISP_ERR_NOT_ASSIGNED, 0);
+  /* Not at once; the session stays. */
+  ck_assert_int_eq(
+      r.def->open(r.def->user_data, MCP_DISP_SLOT_UPDATE_TASK_STATUS, 0, &u), 0);
+  ck_assert_str_eq(mcp_disp_agent_session_id(r.a), "sid-1");
+  /* A heartbeat answered: the same report again. */
+  Docker__Swarmkit__V1__HeartbeatResponse hr =
+      DOCKER__SWARMKIT__V1__HEARTBEAT_RESPONSE__INIT;
+  size_t n = docker__swarmkit__v1__heartbeat_response__pack(&hr, b);
+  rig_heartbeat(&r, 1 * SEC, b, n, &st);
+  ck_assert_int_eq(r.def->open(r.def->user_data,
+                               MCP_DISP_SLOT_UPDATE_TASK_STATUS, 1 * SEC, &u),
+                   1);
+  ck_assert_int_eq(mcp_stream_pump(u, 1 * SEC, 1, &msg, &st, &dt),
+                   MCP_STREAM_SEND);
+  mcp_msg_flatten(msg, b);
+  req = docker__swarmkit__v1__update_task_status_request__unpack(
+      NULL, mcp_msg_len(msg), b);
+  ck_assert_uint_eq(req->n_updates, 1);
+  ck_assert_int_eq(req->updates[0]->status->state, 256);
+  docker__swarmkit__v1__update_task_status_request__free_unpacked(req, NULL);
+  mcp_msg_free(msg);
+  mcp_stream_del(u);
+  r.def->ended(r.def->user_data, MCP_DISP_SLOT_UPDATE_TASK_STATUS,
+               MCP_CODE_OK, "", 1 * SEC);
+  /* Acknowledged: nothing more to report. */
+  ck_assert_int_eq(r.def->open(r.def->user_data,
+                               MCP_DISP_SLOT_UPDATE_TASK_STATUS, 1 * SEC, &u),
+                   0);
+  rig_close(&r);
+}
+END_TEST
 
 /* What the manager answers that cannot be used: a period out of range is
  * ignored; a HeartbeatResponse or SessionMessage that does not decode, or
@@ -2596,6 +2689,7 @@ static Suite *disp_suite(void) {
   tcase_add_test(tc, test_session_second_session_replaces_the_older);
   tcase_add_test(tc, test_heartbeat_answers_the_period);
   tcase_add_test(tc, test_heartbeat_period_is_jittered);
+  tcase_add_test(tc, test_manager_ids_are_checked);
   tcase_add_test(tc, test_session_expires_after_three_periods_without_heartbeat);
   tcase_add_test(tc, test_session_without_streams_expires_through_the_registry);
   tcase_add_test(tc, test_unknown_session_is_invalid_argument);
@@ -2620,6 +2714,7 @@ static Suite *disp_suite(void) {
   tcase_add_test(tc, test_agent_node_restart_gets_a_new_session);
   tcase_add_test(tc, test_agent_reports_every_task_in_calls_of_1000);
   tcase_add_test(tc, test_agent_reports_each_controller_state);
+  tcase_add_test(tc, test_agent_refused_report_is_retried_after_the_next_heartbeat);
   tcase_add_test(tc, test_agent_new_session_after_backoff_on_error);
   tcase_add_test(tc, test_agent_applies_and_checks_the_chain);
   tcase_add_test(tc, test_agent_malformed_changes_nothing);

@@ -345,6 +345,15 @@ class DispFlags(DispBase):
         self.assertEqual(rc, 2, err)
         rc, _, err = run([self.exe("mcp-source"), "--manager", "nohost"])
         self.assertEqual(rc, 2, err)
+        # --manager [ID=]ADDR: an empty id, or a bad address after it.
+        rc, _, err = run([self.exe("mcp-source"), "--manager",
+                          "=10.0.0.1:4242"])
+        self.assertEqual(rc, 2, err)
+        self.assertIn("empty node id", err)
+        rc, _, err = run([self.exe("mcp-source"), "--manager", "m1=nohost"])
+        self.assertEqual(rc, 2, err)
+        rc, _, err = run([self.exe("mcp-source"), "--manager-id", ""])
+        self.assertEqual(rc, 2, err)
 
 
 class CrossDispRules(common.OtherTransportSink, DispRules):
