@@ -971,6 +971,33 @@ START_TEST(test_update_task_status_keeps_the_latest_per_task) {
 }
 END_TEST
 
+/* Opens UpdateTaskStatus with two updates, both in |state|, the second
+ * without a status when |second_status| is 0; sends and half-closes. */
+static call *report_two(mcp_disp *d, const char *sid, const char *id0,
+                        const char *id1, int state, int second_status,
+                        mcp_tstamp ts) {
+  Docker__Swarmkit__V1__UpdateTaskStatusRequest r =
+      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__INIT;
+  Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate u[2] = {
+      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__TASK_STATUS_UPDATE__INIT,
+      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__TASK_STATUS_UPDATE__INIT};
+  Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate *up[2] = {
+      &u[0], &u[1]};
+  Docker__Swarmkit__V1__TaskStatus st = DOCKER__SWARMKIT__V1__TASK_STATUS__INIT;
+  st.state = (Docker__Swarmkit__V1__TaskState)state;
+  u[0].task_id = (char *)id0;
+  u[0].status = &st;
+  u[1].task_id = (char *)id1;
+  u[1].status = second_status ? &st : NULL;
+  r.session_id = (char *)sid;
+  r.n_updates = 2;
+  r.updates = up;
+  call *c = call_open(d, UTS, NULL, ts);
+  call_send(c, &r.base, ts);
+  mcp_stream_half_close(c->st, ts);
+  return c;
+}
+
 /* Issue 24 item 7: swarmkit's UpdateTaskStatus (dispatcher.go:640-657)
  * skips a task it does not know and refuses the whole call,
  * PermissionDenied, for a task assigned to another node. */
@@ -983,25 +1010,7 @@ START_TEST(test_update_task_status_for_another_nodes_task_is_denied) {
   call *s = session(d, "node-a", NULL, 0, sid);
   call *sb = session(d, "node-b", NULL, 0, sidb);
   /* node-a reports node-b's task, together with its own: all refused. */
-  Docker__Swarmkit__V1__UpdateTaskStatusRequest r =
-      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__INIT;
-  Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate u[2] = {
-      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__TASK_STATUS_UPDATE__INIT,
-      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__TASK_STATUS_UPDATE__INIT};
-  Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate *up[2] = {
-      &u[0], &u[1]};
-  Docker__Swarmkit__V1__TaskStatus ts = DOCKER__SWARMKIT__V1__TASK_STATUS__INIT;
-  ts.state = (Docker__Swarmkit__V1__TaskState)704;
-  u[0].task_id = "t1";
-  u[0].status = &ts;
-  u[1].task_id = "tb";
-  u[1].status = &ts;
-  r.session_id = sid;
-  r.n_updates = 2;
-  r.updates = up;
-  call *c = call_open(d, UTS, NULL, 0);
-  call_send(c, &r.base, 0);
-  mcp_stream_half_close(c->st, 0);
+  call *c = report_two(d, sid, "t1", "tb", 704, 1, 0);
   expect_end(c, 0, MCP_CODE_PERMISSION_DENIED, MCP_DISP_ERR_NOT_ASSIGNED);
   call_close(c);
   mcp_disp_stats st;
@@ -1040,24 +1049,7 @@ START_TEST(test_update_task_status_bad_updates) {
   mcp_disp *d = disp_new(view, 0, 0);
   char sid[64];
   call *s = session(d, "node-a", NULL, 0, sid);
-  Docker__Swarmkit__V1__UpdateTaskStatusRequest r =
-      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__INIT;
-  Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate u[2] = {
-      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__TASK_STATUS_UPDATE__INIT,
-      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__TASK_STATUS_UPDATE__INIT};
-  Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate *up[2] = {
-      &u[0], &u[1]};
-  Docker__Swarmkit__V1__TaskStatus ts = DOCKER__SWARMKIT__V1__TASK_STATUS__INIT;
-  ts.state = (Docker__Swarmkit__V1__TaskState)512;
-  u[0].task_id = "t1";
-  u[0].status = &ts;
-  u[1].task_id = ""; /* missing */
-  u[1].status = &ts;
-  r.session_id = sid;
-  r.n_updates = 2;
-  r.updates = up;
-  call *c = call_open(d, UTS, NULL, 0);
-  call_send(c, &r.base, 0);
+  call *c = report_two(d, sid, "t1", "", 512, 1, 0); /* "": missing */
   expect_end(c, 0, MCP_CODE_INVALID_ARGUMENT, "task id missing or not UTF-8");
   call_close(c);
   mcp_disp_stats st;
@@ -1065,11 +1057,7 @@ START_TEST(test_update_task_status_bad_updates) {
   ck_assert_uint_eq(st.task_statuses, 0);
   ck_assert_uint_eq(st.status_updates, 0);
   /* t2 without a status: skipped; t1 kept. */
-  u[1].task_id = "t2";
-  u[1].status = NULL;
-  c = call_open(d, UTS, NULL, 0);
-  call_send(c, &r.base, 0);
-  mcp_stream_half_close(c->st, 0);
+  c = report_two(d, sid, "t1", "t2", 512, 0, 0);
   Docker__Swarmkit__V1__UpdateTaskStatusResponse *m = expect_msg(
       c, 0, &docker__swarmkit__v1__update_task_status_response__descriptor);
   docker__swarmkit__v1__update_task_status_response__free_unpacked(m, NULL);

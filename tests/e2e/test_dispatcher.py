@@ -193,14 +193,16 @@ class DispRules(DispBase):
         # Issue 24 item 5: past RUNNING, a task's secrets and configs that no
         # live task uses go (INCREMENTAL REMOVE, assignments.go:268-277); a
         # task first seen past RUNNING brings none (:281).
-        self.put("a.yaml", [task("t1", "node-a", state="RUNNING",
-                                 secrets=["s1"], configs=["c1"]),
-                            task("t2", "node-a", state="RUNNING",
-                                 secrets=["s2"]),
-                            task("t3", "node-a", state="COMPLETE",
-                                 secrets=["s3"]),
-                            secret("s1"), secret("s2"), secret("s3"),
-                            config("c1")])
+        def put(t1_state):
+            self.put("a.yaml", [task("t1", "node-a", state=t1_state,
+                                     secrets=["s1"], configs=["c1"]),
+                                task("t2", "node-a", state="RUNNING",
+                                     secrets=["s2"]),
+                                task("t3", "node-a", state="COMPLETE",
+                                     secrets=["s3"]),
+                                secret("s1"), secret("s2"), secret("s3"),
+                                config("c1")])
+        put("RUNNING")
         self.source()
         out = os.path.join(self.tmp, "out")
         a = self.agent("node-a", "--out", out)
@@ -211,14 +213,7 @@ class DispRules(DispBase):
                                            ("UPDATE", "task", "t1"),
                                            ("UPDATE", "task", "t2"),
                                            ("UPDATE", "task", "t3")])
-        self.put("a.yaml", [task("t1", "node-a", state="COMPLETE",
-                                 secrets=["s1"], configs=["c1"]),
-                            task("t2", "node-a", state="RUNNING",
-                                 secrets=["s2"]),
-                            task("t3", "node-a", state="COMPLETE",
-                                 secrets=["s3"]),
-                            secret("s1"), secret("s2"), secret("s3"),
-                            config("c1")])
+        put("COMPLETE")
         m2 = self.wait_msgs(a, 2)[1]
         self.assertEqual(m2["type"], "INCREMENTAL")
         self.assertEqual(self.changes(m2), [("REMOVE", "config", "c1"),
