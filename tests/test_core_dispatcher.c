@@ -2104,7 +2104,7 @@ START_TEST(test_agent_refused_report_is_retried_after_the_next_heartbeat) {
   const char *dt;
   mcp_stream *u;
   mcp_msg *msg;
-  rig_report = 256; /* ACCEPTED: one state to report */
+  rig_report = 512; /* RUNNING: five states, ACCEPTED first */
   rig_open(&r);
   rig_report = -1;
   const char *const c1[] = {"t1", NULL};
@@ -2151,10 +2151,22 @@ START_TEST(test_agent_refused_report_is_retried_after_the_next_heartbeat) {
   mcp_stream_del(u);
   r.def->ended(r.def->user_data, MCP_DISP_SLOT_UPDATE_TASK_STATUS,
                MCP_CODE_OK, "", 1 * SEC);
-  /* Acknowledged: nothing more to report. */
+  /* Acknowledged: the next state follows at once. */
   ck_assert_int_eq(r.def->open(r.def->user_data,
                                MCP_DISP_SLOT_UPDATE_TASK_STATUS, 1 * SEC, &u),
-                   0);
+                   1);
+  ck_assert_int_eq(mcp_stream_pump(u, 1 * SEC, 1, &msg, &st, &dt),
+                   MCP_STREAM_SEND);
+  mcp_msg_flatten(msg, b);
+  req = docker__swarmkit__v1__update_task_status_request__unpack(
+      NULL, mcp_msg_len(msg), b);
+  ck_assert_int_eq(req->updates[0]->status->state, 320);
+  ck_assert_str_eq(req->updates[0]->status->message, "preparing");
+  docker__swarmkit__v1__update_task_status_request__free_unpacked(req, NULL);
+  mcp_msg_free(msg);
+  mcp_stream_del(u);
+  r.def->ended(r.def->user_data, MCP_DISP_SLOT_UPDATE_TASK_STATUS,
+               MCP_CODE_OK, "", 1 * SEC);
   rig_close(&r);
 }
 END_TEST

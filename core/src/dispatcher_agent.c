@@ -993,6 +993,7 @@ static void def_ended(void *user_data, size_t slot, int status,
        * refusal retried at once would spin). */
       reports_settle(a, status == MCP_CODE_OK);
       if (status != MCP_CODE_OK) {
+        a->report_dirty = 0;
         a->report_retry = 1;
       }
     }
