@@ -10,13 +10,16 @@
   INCREMENTAL chained by applies_to/results_in with exact UPDATE/REMOVE (a
   secret shared by two tasks goes only with the second), nothing for a
   change invisible to the node or a task past RUNNING with the same spec, at
-  most 100 changes per message; session expiry (UNAVAILABLE) and a new
-  session; a second session for the node ends the first; Tasks (deprecated);
-  UpdateTaskStatus reaching /debug/tasks; --manager.
+  most 100 changes per message; session expiry (the node DOWN, then
+  NOT_FOUND) and a new session; a second session for the node ends the first
+  (one more SessionMessage, then INVALID_ARGUMENT); Tasks (deprecated);
+  UpdateTaskStatus reaching /debug/tasks, PERMISSION_DENIED for another
+  node's task; --manager [ID=]ADDR and --manager-id (weight 10).
 - NodeManagerToOurSink: disp_manager.js against our `mcp-sink --api dispatcher
   --node-id NODE`: the --json lines (issue 16's shape), --out files written
   and removed, heartbeats at the period answered, a chain broken on purpose
-  (a new session and a COMPLETE), a manager restarted, --report-status,
+  (Assignments again on the same session, a COMPLETE), a manager restarted,
+  --report-status (each controller state, message and timestamp),
   --connect lists, --exit-after-sync.
 Both --transport grpc and h2c (one per run). See engine_interop.py for skips.
 """
