@@ -34,6 +34,7 @@ static uint8_t *task_bytes(const char *id, const char *node, int state,
       DOCKER__SWARMKIT__V1__CONTAINER_SPEC__INIT;
   t.id = (char *)id;
   t.node_id = (char *)node;
+  t.desired_state = (Docker__Swarmkit__V1__TaskState)512; /* RUNNING */
   st.state = (Docker__Swarmkit__V1__TaskState)state;
   t.status = &st;
   c.image = (char *)(image ? image : "nginx");
@@ -118,6 +119,7 @@ static uint64_t seed = 42;
 static mcp_disp *disp_new(mcp_store *view, mcp_tstamp period,
                           mcp_tstamp debounce) {
   static const char *const mgrs[] = {"10.0.0.1:4242", "10.0.0.2:4242"};
+  static const char *const ids[] = {"manager-1", NULL};
   mcp_disp_options o;
   mcp_disp *d = NULL;
   mcp_disp_options_default(&o);
@@ -125,8 +127,10 @@ static mcp_disp *disp_new(mcp_store *view, mcp_tstamp period,
   o.rand = mcp_rand_splitmix64;
   o.rand_user_data = &seed;
   o.managers = mgrs;
+  o.manager_ids = ids;
   o.nmanagers = 2;
   o.heartbeat_period = period;
+  o.heartbeat_epsilon = 0; /* exact periods; jitter has its own test */
   o.debounce = debounce;
   o.max_delay = debounce ? 10 * debounce : 0;
   ck_assert_int_eq(mcp_disp_new(&d, &o, 0), 0);
@@ -146,7 +150,7 @@ static void waker(mcp_stream *st, void *ud) {
 static call *call_open(mcp_disp *d, int method, const char *cn,
                        mcp_tstamp ts) {
   const mcp_service_def *defs;
-  mcp_peer_info peer = {"127.0.0.1:5555", cn != NULL, cn, NULL, 0};
+  mcp_peer_info peer = {"ipv4:127.0.0.1:5555", cn != NULL, cn, NULL, 0};
   call *c = calloc(1, sizeof *c);
   ck_assert_uint_eq(mcp_disp_services(d, &defs), 5);
   ck_assert_int_eq(defs[method].open(defs[method].user_data, &peer, ts, &c->st),
@@ -225,6 +229,16 @@ static void expect_end(call *c, mcp_tstamp ts, int status,
   if (details) {
     ck_assert_str_eq(dt, details);
   }
+}
+
+typedef Docker__Swarmkit__V1__SessionMessage smsg;
+
+static smsg *expect_smsg(call *c, mcp_tstamp ts) {
+  return expect_msg(c, ts, &docker__swarmkit__v1__session_message__descriptor);
+}
+
+static void smsg_free(smsg *m) {
+  docker__swarmkit__v1__session_message__free_unpacked(m, NULL);
 }
 
 /* Opens Session for |node| (hostname) and returns the call; *sid gets the
@@ -358,9 +372,21 @@ START_TEST(test_session_first_message_and_stays_open) {
   ck_assert_ptr_nonnull(m->node);
   ck_assert_str_eq(m->node->id, "node-a");
   ck_assert_uint_eq(m->n_managers, 2);
+  /* Issue 24 item 9: the manager's node id and weight 10
+   * (dispatcher.go:204,211, remotes.DefaultObservationWeight). */
   ck_assert_str_eq(m->managers[0]->peer->addr, "10.0.0.1:4242");
-  ck_assert_int_eq(m->managers[0]->weight, 1);
+  ck_assert_str_eq(m->managers[0]->peer->node_id, "manager-1");
+  ck_assert_int_eq(m->managers[0]->weight, 10);
   ck_assert_str_eq(m->managers[1]->peer->addr, "10.0.0.2:4242");
+  ck_assert_str_eq(m->managers[1]->peer->node_id, "");
+  ck_assert_int_eq(m->managers[1]->weight, 10);
+  /* The node as markNodeReady leaves it (dispatcher.go:500-510): the
+   * description the agent sent, READY, the agent's IP. */
+  ck_assert_ptr_nonnull(m->node->description);
+  ck_assert_str_eq(m->node->description->hostname, "node-a");
+  ck_assert_ptr_nonnull(m->node->status);
+  ck_assert_int_eq(m->node->status->state, 2);
+  ck_assert_str_eq(m->node->status->addr, "127.0.0.1");
   ck_assert_str_eq(mcp_disp_node_session(d, "node-a", 0), m->session_id);
   docker__swarmkit__v1__session_message__free_unpacked(m, NULL);
   /* The stream stays open after the peer's half-close. */
@@ -404,11 +430,18 @@ START_TEST(test_session_node_is_the_certificate_cn_under_tls) {
       expect_msg(c, 0, &docker__swarmkit__v1__session_message__descriptor);
   ck_assert_ptr_null(mcp_disp_node_session(d, "liar", 0));
   ck_assert_str_eq(mcp_disp_node_session(d, "node-cn", 0), m->session_id);
-  /* Another certificate cannot use that session. */
+  /* Another certificate cannot use that session: that node has none
+   * (swarmkit's GetWithSession: NotFound "node not registered")... */
   call *h = call_open(d, HEARTBEAT, "node-other", 0);
   Docker__Swarmkit__V1__HeartbeatRequest hr =
       DOCKER__SWARMKIT__V1__HEARTBEAT_REQUEST__INIT;
   hr.session_id = m->session_id;
+  call_send(h, &hr.base, 0);
+  expect_end(h, 0, MCP_CODE_NOT_FOUND, MCP_DISP_ERR_NOT_REGISTERED);
+  call_close(h);
+  /* ...while the registered node naming another id is InvalidArgument. */
+  h = call_open(d, HEARTBEAT, "node-cn", 0);
+  hr.session_id = "not-its-session";
   call_send(h, &hr.base, 0);
   expect_end(h, 0, MCP_CODE_INVALID_ARGUMENT, MCP_DISP_ERR_SESSION_INVALID);
   call_close(h);
@@ -475,23 +508,41 @@ START_TEST(test_session_second_session_replaces_the_older) {
   call *s2 = session(d, "node-a", NULL, 1 * SEC, sid2);
   ck_assert_str_ne(sid1, sid2);
   ck_assert_str_eq(mcp_disp_node_session(d, "node-a", 1 * SEC), sid2);
-  /* Every stream of the older one was woken and ends. */
+  /* Issue 24 item 8: every stream of the older one was woken. Its Session
+   * stream gets one more SessionMessage (its id, the node as the newer
+   * session described it), then InvalidArgument "session invalid", as
+   * swarmkit's Session loop (dispatcher.go:1455). */
   ck_assert_int_ge(s1->wakes, 1);
   ck_assert_int_ge(a1->wakes, 1);
   ck_assert_int_ge(t1->wakes, 1);
-  expect_end(s1, 1 * SEC, 10, MCP_DISP_ERR_DISCONNECT);
-  expect_end(a1, 1 * SEC, MCP_CODE_INVALID_ARGUMENT,
-             MCP_DISP_ERR_SESSION_INVALID);
-  expect_end(t1, 1 * SEC, MCP_CODE_INVALID_ARGUMENT,
+  smsg *sm = expect_smsg(s1, 1 * SEC);
+  ck_assert_str_eq(sm->session_id, sid1);
+  ck_assert_int_eq(sm->node->status->state, 2);
+  smsg_free(sm);
+  expect_end(s1, 1 * SEC, MCP_CODE_INVALID_ARGUMENT,
              MCP_DISP_ERR_SESSION_INVALID);
   call_close(s1);
+  /* Assignments and Tasks end at their next event, not at once
+   * (dispatcher.go:1124): Assignments sends it first, Tasks does not. */
+  expect_idle(a1, 1 * SEC);
+  expect_idle(t1, 1 * SEC);
+  put_task(view, "node-a", "t1", "v1", 1500 * MS);
+  m = expect_assign(a1, 1500 * MS);
+  ck_assert_int_eq(m->type, MCP_DISP_INCREMENTAL);
+  ck_assert_uint_eq(m->n_changes, 1);
+  amsg_free(m);
+  expect_end(a1, 1500 * MS, MCP_CODE_INVALID_ARGUMENT,
+             MCP_DISP_ERR_SESSION_INVALID);
+  expect_end(t1, 1500 * MS, MCP_CODE_INVALID_ARGUMENT,
+             MCP_DISP_ERR_SESSION_INVALID);
   call_close(a1);
   call_close(t1);
   /* The old id is refused; the new one works. */
   expect_invalid(d, HEARTBEAT, sid1, 1 * SEC);
   expect_invalid(d, ASSIGN, sid1, 1 * SEC);
   ck_assert_uint_eq(heartbeat(d, sid2, 1 * SEC), 5 * SEC);
-  expect_idle(s2, 1 * SEC);
+  /* The new session's own stream heard the task too (node unchanged). */
+  expect_idle(s2, 1500 * MS);
   /* A Session naming its live id keeps it. */
   char sid3[64];
   call *s3 = session(d, "node-a", sid2, 2 * SEC, sid3);
@@ -528,6 +579,87 @@ START_TEST(test_heartbeat_answers_the_period) {
 }
 END_TEST
 
+/* Issue 24 item 9: swarmkit's periodChooser (period.go) answers period +
+ * a uniform draw in [-epsilon, epsilon) (default 500 ms), from the
+ * injected generator, and expires 3 of those periods later. */
+/* A manager id that is not UTF-8 is refused at creation. */
+START_TEST(test_manager_ids_are_checked) {
+  mcp_store *view = th_store(NULL);
+  static const char *const mgrs[] = {"10.0.0.1:4242"};
+  static const char *const bad[] = {"\xff"};
+  mcp_disp_options o;
+  mcp_disp *d = NULL;
+  mcp_disp_options_default(&o);
+  o.view = view;
+  o.rand = mcp_rand_splitmix64;
+  o.rand_user_data = &seed;
+  o.managers = mgrs;
+  o.nmanagers = 1;
+  o.manager_ids = bad;
+  ck_assert_int_eq(mcp_disp_new(&d, &o, 0), MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(d);
+  /* A V1 caller (no manager_ids, no epsilon) still works. */
+  mcp_disp_options_default_versioned(MCP_DISP_OPTIONS_V1, &o);
+  o.view = view;
+  o.rand = mcp_rand_splitmix64;
+  o.rand_user_data = &seed;
+  ck_assert_int_eq(mcp_disp_new_versioned(&d, MCP_DISP_OPTIONS_V1, &o, 0), 0);
+  mcp_disp_del(d);
+  mcp_store_del(view);
+}
+END_TEST
+
+START_TEST(test_heartbeat_period_is_jittered) {
+  mcp_store *view = th_store(NULL);
+  mcp_disp_options o;
+  mcp_disp *d = NULL;
+  uint64_t s0 = 7;
+  mcp_disp_options_default(&o);
+  ck_assert_uint_eq(o.heartbeat_epsilon, 500 * MS);
+  o.view = view;
+  o.rand = mcp_rand_splitmix64;
+  o.rand_user_data = &s0;
+  o.heartbeat_period = 5 * SEC;
+  ck_assert_int_eq(mcp_disp_new(&d, &o, 0), 0);
+  char sid[64];
+  call *s = session(d, "node-a", NULL, 0, sid);
+  mcp_tstamp lo = MCP_TSTAMP_MAX, hi = 0;
+  for (int i = 0; i < 200; ++i) {
+    mcp_tstamp p = heartbeat(d, sid, (mcp_tstamp)i * MS);
+    ck_assert_uint_ge(p, 4500 * MS);
+    ck_assert_uint_lt(p, 5500 * MS);
+    /* The session lives exactly 3 of the periods just answered. */
+    ck_assert_uint_eq(mcp_disp_get_expiry(d), (mcp_tstamp)i * MS + 3 * p);
+    lo = p < lo ? p : lo;
+    hi = p > hi ? p : hi;
+  }
+  /* Spread over the window, not one value. */
+  ck_assert_uint_lt(lo, 4700 * MS);
+  ck_assert_uint_gt(hi, 5300 * MS);
+  call_close(s);
+  mcp_disp_del(d);
+  /* An epsilon above half the period is clamped to it; 0 is none. */
+  o.heartbeat_period = 100 * MS;
+  o.heartbeat_epsilon = 10 * SEC;
+  ck_assert_int_eq(mcp_disp_new(&d, &o, 0), 0);
+  s = session(d, "node-a", NULL, 0, sid);
+  for (int i = 0; i < 50; ++i) {
+    mcp_tstamp p = heartbeat(d, sid, 0);
+    ck_assert_uint_ge(p, 50 * MS);
+    ck_assert_uint_lt(p, 150 * MS);
+  }
+  call_close(s);
+  mcp_disp_del(d);
+  o.heartbeat_epsilon = 0;
+  ck_assert_int_eq(mcp_disp_new(&d, &o, 0), 0);
+  s = session(d, "node-a", NULL, 0, sid);
+  ck_assert_uint_eq(heartbeat(d, sid, 0), 100 * MS);
+  call_close(s);
+  mcp_disp_del(d);
+  mcp_store_del(view);
+}
+END_TEST
+
 START_TEST(test_session_expires_after_three_periods_without_heartbeat) {
   mcp_store *view = th_store(NULL);
   mcp_disp *d = disp_new(view, 1 * SEC, 0);
@@ -543,13 +675,35 @@ START_TEST(test_session_expires_after_three_periods_without_heartbeat) {
   ck_assert_uint_eq(mcp_disp_get_expiry(d), 8800 * MS);
   expect_idle(s, 8799 * MS);
   expect_idle(a, 8799 * MS);
-  /* 3 periods after the last one: the streams end UNAVAILABLE. */
-  expect_end(s, 8800 * MS, MCP_CODE_UNAVAILABLE, MCP_DISP_ERR_HEARTBEAT);
+  /* Issue 24 item 8: 3 periods after the last one the Session stream sends
+   * the node DOWN "heartbeat failure", then ends NotFound "node not
+   * registered" (markNodeNotReady, nodes.go:148). */
+  smsg *sm = expect_smsg(s, 8800 * MS);
+  ck_assert_str_eq(sm->session_id, sid);
+  ck_assert_int_eq(sm->node->status->state, 1);
+  ck_assert_str_eq(sm->node->status->message, MCP_DISP_ERR_HEARTBEAT);
+  ck_assert_str_eq(sm->node->status->addr, "");
+  ck_assert_str_eq(sm->node->description->hostname, "node-a");
+  smsg_free(sm);
+  expect_end(s, 8800 * MS, MCP_CODE_NOT_FOUND, MCP_DISP_ERR_NOT_REGISTERED);
   ck_assert_int_ge(a->wakes, 1); /* the Session stream's timer woke it */
-  expect_end(a, 8800 * MS, MCP_CODE_UNAVAILABLE, MCP_DISP_ERR_HEARTBEAT);
+  /* Assignments: at its next message. */
+  expect_idle(a, 8800 * MS);
+  put_task(view, "node-a", "t1", "v1", 8900 * MS);
+  amsg_free(expect_assign(a, 8900 * MS));
+  expect_end(a, 8900 * MS, MCP_CODE_NOT_FOUND, MCP_DISP_ERR_NOT_REGISTERED);
   call_close(s);
   call_close(a);
-  /* Later calls with that id: INVALID_ARGUMENT "session invalid". */
+  /* Under TLS the node is known: NotFound for any id. */
+  call *h = call_open(d, HEARTBEAT, "node-a", 9 * SEC);
+  Docker__Swarmkit__V1__HeartbeatRequest hr =
+      DOCKER__SWARMKIT__V1__HEARTBEAT_REQUEST__INIT;
+  hr.session_id = sid;
+  call_send(h, &hr.base, 9 * SEC);
+  expect_end(h, 9 * SEC, MCP_CODE_NOT_FOUND, MCP_DISP_ERR_NOT_REGISTERED);
+  call_close(h);
+  /* Without TLS, the node of an id it forgot is unknown: INVALID_ARGUMENT
+   * "session invalid". */
   expect_invalid(d, HEARTBEAT, sid, 9 * SEC);
   expect_invalid(d, ASSIGN, sid, 9 * SEC);
   expect_invalid(d, TASKS, sid, 9 * SEC);
@@ -558,7 +712,7 @@ START_TEST(test_session_expires_after_three_periods_without_heartbeat) {
   mcp_disp_get_stats(d, &st);
   ck_assert_uint_eq(st.sessions, 0);
   ck_assert_uint_eq(st.sessions_expired, 1);
-  ck_assert_uint_eq(st.invalid_session_calls, 4);
+  ck_assert_uint_eq(st.invalid_session_calls, 5);
   ck_assert_uint_eq(st.streams, 0);
   mcp_disp_del(d);
   mcp_store_del(view);
@@ -594,7 +748,8 @@ START_TEST(test_session_without_streams_expires_through_the_registry) {
   ck_assert_uint_eq(st.sessions_expired, 4);
   ck_assert_ptr_nonnull(mcp_disp_node_session(d, "node-e", 10 * SEC));
   ck_assert_int_ge(keep->wakes, 1);
-  expect_end(keep, 10 * SEC, MCP_CODE_UNAVAILABLE, MCP_DISP_ERR_HEARTBEAT);
+  smsg_free(expect_smsg(keep, 10 * SEC));
+  expect_end(keep, 10 * SEC, MCP_CODE_NOT_FOUND, MCP_DISP_ERR_NOT_REGISTERED);
   call_close(keep);
   mcp_disp_del(d);
   mcp_store_del(view);
@@ -705,6 +860,10 @@ START_TEST(test_assignments_queue_dropped_with_the_call) {
   a = by_session(d, ASSIGN, sid, 0);
   amsg_free(expect_assign(a, 0));
   call *s2 = session(d, "node-a", NULL, 1 * SEC, sid2);
+  /* Replaced: the queued rest goes out (the next message and what was
+   * split off with it), then the call ends. */
+  amsg_free(expect_assign(a, 1 * SEC));
+  amsg_free(expect_assign(a, 1 * SEC));
   expect_end(a, 1 * SEC, MCP_CODE_INVALID_ARGUMENT,
              MCP_DISP_ERR_SESSION_INVALID);
   call_close(a);
@@ -726,6 +885,7 @@ typedef struct tseen {
   char ids[8][32];
   int states[8];
   char msgs[8][32];
+  int64_t secs[8];
   int n;
 } tseen;
 
@@ -741,6 +901,7 @@ static int tsee(const mcp_disp_task_status *st, void *ud) {
                                                 st->status);
   ck_assert_ptr_nonnull(ts);
   ck_assert_int_eq((int)ts->state, st->state);
+  s->secs[s->n] = ts->timestamp ? ts->timestamp->seconds : 0;
   docker__swarmkit__v1__task_status__free_unpacked(ts, NULL);
   s->n++;
   return 0;
@@ -776,12 +937,14 @@ static void report(mcp_disp *d, const char *sid, const char *task, int state,
 
 START_TEST(test_update_task_status_keeps_the_latest_per_task) {
   mcp_store *view = th_store(NULL);
+  put_task(view, "node-a", "t1", "v1", 0);
+  put_task(view, "node-a", "t2", "v1", 0);
   mcp_disp *d = disp_new(view, 0, 0);
   char sid[64];
   call *s = session(d, "node-a", NULL, 0, sid);
   report(d, sid, "t1", 256, "accepted", 0, 0);
   report(d, sid, "t1", 512, "running", 1, 0);
-  report(d, sid, "unknown-task", 704, "failed", 2, 0); /* accepted too */
+  report(d, sid, "t2", 704, "failed", 2, 0);
   tseen seen = {0};
   ck_assert_int_eq(mcp_disp_task_statuses(d, tsee, &seen), 0);
   ck_assert_int_eq(seen.n, 2);
@@ -790,7 +953,7 @@ START_TEST(test_update_task_status_keeps_the_latest_per_task) {
       ck_assert_int_eq(seen.states[i], 512);
       ck_assert_str_eq(seen.msgs[i], "running");
     } else {
-      ck_assert_str_eq(seen.ids[i], "unknown-task");
+      ck_assert_str_eq(seen.ids[i], "t2");
       ck_assert_int_eq(seen.states[i], 704);
     }
   }
@@ -808,13 +971,11 @@ START_TEST(test_update_task_status_keeps_the_latest_per_task) {
 }
 END_TEST
 
-/* UpdateTaskStatus: a missing task id refuses the whole call (nothing
- * kept); an update without a status is skipped, as swarmkit does. */
-START_TEST(test_update_task_status_bad_updates) {
-  mcp_store *view = th_store(NULL);
-  mcp_disp *d = disp_new(view, 0, 0);
-  char sid[64];
-  call *s = session(d, "node-a", NULL, 0, sid);
+/* Opens UpdateTaskStatus with two updates, both in |state|, the second
+ * without a status when |second_status| is 0; sends and half-closes. */
+static call *report_two(mcp_disp *d, const char *sid, const char *id0,
+                        const char *id1, int state, int second_status,
+                        mcp_tstamp ts) {
   Docker__Swarmkit__V1__UpdateTaskStatusRequest r =
       DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__INIT;
   Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate u[2] = {
@@ -822,17 +983,73 @@ START_TEST(test_update_task_status_bad_updates) {
       DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__TASK_STATUS_UPDATE__INIT};
   Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate *up[2] = {
       &u[0], &u[1]};
-  Docker__Swarmkit__V1__TaskStatus ts = DOCKER__SWARMKIT__V1__TASK_STATUS__INIT;
-  ts.state = (Docker__Swarmkit__V1__TaskState)512;
-  u[0].task_id = "t1";
-  u[0].status = &ts;
-  u[1].task_id = ""; /* missing */
-  u[1].status = &ts;
-  r.session_id = sid;
+  Docker__Swarmkit__V1__TaskStatus st = DOCKER__SWARMKIT__V1__TASK_STATUS__INIT;
+  st.state = (Docker__Swarmkit__V1__TaskState)state;
+  u[0].task_id = (char *)id0;
+  u[0].status = &st;
+  u[1].task_id = (char *)id1;
+  u[1].status = second_status ? &st : NULL;
+  r.session_id = (char *)sid;
   r.n_updates = 2;
   r.updates = up;
-  call *c = call_open(d, UTS, NULL, 0);
-  call_send(c, &r.base, 0);
+  call *c = call_open(d, UTS, NULL, ts);
+  call_send(c, &r.base, ts);
+  mcp_stream_half_close(c->st, ts);
+  return c;
+}
+
+/* Issue 24 item 7: swarmkit's UpdateTaskStatus (dispatcher.go:640-657)
+ * skips a task it does not know and refuses the whole call,
+ * PermissionDenied, for a task assigned to another node. */
+START_TEST(test_update_task_status_for_another_nodes_task_is_denied) {
+  mcp_store *view = th_store(NULL);
+  put_task(view, "node-a", "t1", "v1", 0);
+  put_task(view, "node-b", "tb", "v1", 0);
+  mcp_disp *d = disp_new(view, 0, 0);
+  char sid[64], sidb[64];
+  call *s = session(d, "node-a", NULL, 0, sid);
+  call *sb = session(d, "node-b", NULL, 0, sidb);
+  /* node-a reports node-b's task, together with its own: all refused. */
+  call *c = report_two(d, sid, "t1", "tb", 704, 1, 0);
+  expect_end(c, 0, MCP_CODE_PERMISSION_DENIED, MCP_DISP_ERR_NOT_ASSIGNED);
+  call_close(c);
+  mcp_disp_stats st;
+  mcp_disp_get_stats(d, &st);
+  ck_assert_uint_eq(st.task_statuses, 0);
+  ck_assert_uint_eq(st.status_updates, 0);
+  /* A task nobody has (deleted meanwhile): skipped, the call is OK. */
+  report(d, sid, "gone", 512, "", 1, 0);
+  report(d, sid, "t1", 512, "", 1, 0);
+  mcp_disp_get_stats(d, &st);
+  ck_assert_uint_eq(st.task_statuses, 1);
+  ck_assert_uint_eq(st.status_updates, 1);
+  tseen seen = {0};
+  ck_assert_int_eq(mcp_disp_task_statuses(d, tsee, &seen), 0);
+  ck_assert_int_eq(seen.n, 1);
+  ck_assert_str_eq(seen.ids[0], "t1");
+  /* Once the task moved to node-a, node-a may report it. */
+  del(view, "node-b", "task/tb", 2);
+  put_task(view, "node-a", "tb", "v2", 2);
+  report(d, sid, "tb", 512, "", 3, 0);
+  mcp_disp_get_stats(d, &st);
+  ck_assert_uint_eq(st.task_statuses, 2);
+  call_close(s);
+  call_close(sb);
+  mcp_disp_del(d);
+  mcp_store_del(view);
+}
+END_TEST
+
+/* UpdateTaskStatus: a missing task id refuses the whole call (nothing
+ * kept); an update without a status is skipped, as swarmkit does. */
+START_TEST(test_update_task_status_bad_updates) {
+  mcp_store *view = th_store(NULL);
+  put_task(view, "node-a", "t1", "v1", 0);
+  put_task(view, "node-a", "t2", "v1", 0);
+  mcp_disp *d = disp_new(view, 0, 0);
+  char sid[64];
+  call *s = session(d, "node-a", NULL, 0, sid);
+  call *c = report_two(d, sid, "t1", "", 512, 1, 0); /* "": missing */
   expect_end(c, 0, MCP_CODE_INVALID_ARGUMENT, "task id missing or not UTF-8");
   call_close(c);
   mcp_disp_stats st;
@@ -840,11 +1057,7 @@ START_TEST(test_update_task_status_bad_updates) {
   ck_assert_uint_eq(st.task_statuses, 0);
   ck_assert_uint_eq(st.status_updates, 0);
   /* t2 without a status: skipped; t1 kept. */
-  u[1].task_id = "t2";
-  u[1].status = NULL;
-  c = call_open(d, UTS, NULL, 0);
-  call_send(c, &r.base, 0);
-  mcp_stream_half_close(c->st, 0);
+  c = report_two(d, sid, "t1", "t2", 512, 0, 0);
   Docker__Swarmkit__V1__UpdateTaskStatusResponse *m = expect_msg(
       c, 0, &docker__swarmkit__v1__update_task_status_response__descriptor);
   docker__swarmkit__v1__update_task_status_response__free_unpacked(m, NULL);
@@ -870,6 +1083,9 @@ START_TEST(test_update_task_status_is_bounded) {
   o.rand_user_data = &seed;
   o.max_task_statuses = 2;
   ck_assert_int_eq(mcp_disp_new(&d, &o, 0), 0);
+  put_task(view, "node-a", "t1", "v1", 0);
+  put_task(view, "node-a", "t2", "v1", 0);
+  put_task(view, "node-a", "t3", "v1", 0);
   char sid[64];
   call *s = session(d, "node-a", NULL, 0, sid);
   report(d, sid, "t1", 512, "", 0, 0);
@@ -1342,8 +1558,23 @@ static mcp_disp_agent *agent_new(const char *node, events *e, int report) {
   o.report_state = report;
   o.rand = mcp_rand_splitmix64;
   o.rand_user_data = &seed;
+  o.wall_offset = (int64_t)1700000000 * (int64_t)SEC;
   ck_assert_int_eq(mcp_disp_agent_new(&a, &o, 0), 0);
   return a;
+}
+
+/* t<id> on node-a, desired SHUTDOWN, the manager's status ASSIGNED. */
+static uint8_t *task_shutdown_bytes(const char *id, size_t *len) {
+  uint8_t *b = task_bytes(id, "node-a", 192, "nginx:2", len);
+  Docker__Swarmkit__V1__Task *t =
+      docker__swarmkit__v1__task__unpack(NULL, *len, b);
+  free(b);
+  t->desired_state = (Docker__Swarmkit__V1__TaskState)640;
+  *len = docker__swarmkit__v1__task__get_packed_size(t);
+  b = malloc(*len);
+  docker__swarmkit__v1__task__pack(t, b);
+  docker__swarmkit__v1__task__free_unpacked(t, NULL);
+  return b;
 }
 
 START_TEST(test_agent_against_the_manager) {
@@ -1371,12 +1602,19 @@ START_TEST(test_agent_against_the_manager) {
       docker__swarmkit__v1__task__unpack(NULL, len, obj);
   ck_assert_str_eq(t->node_id, "node-a");
   docker__swarmkit__v1__task__free_unpacked(t, NULL);
-  /* --report-status RUNNING closed the loop. */
+  /* --report-status RUNNING closed the loop: issue 24 item 10, every state
+   * the controller passes (ACCEPTED, PREPARING, READY, STARTING, RUNNING),
+   * one call each, with its message and the agent's wall clock. */
   tseen seen = {0};
   mcp_disp_task_statuses(d, tsee, &seen);
   ck_assert_int_eq(seen.n, 1);
   ck_assert_str_eq(seen.ids[0], "t1");
   ck_assert_int_eq(seen.states[0], 512);
+  ck_assert_str_eq(seen.msgs[0], "started");
+  ck_assert_int_eq(seen.secs[0], 1700000000);
+  mcp_disp_stats ds;
+  mcp_disp_get_stats(d, &ds);
+  ck_assert_uint_eq(ds.status_updates, 5);
   /* A change flows as INCREMENTAL. */
   put_task(view, "node-a", "t2", "v1", 1 * SEC);
   net_run(&n, 1 * SEC);
@@ -1397,7 +1635,84 @@ START_TEST(test_agent_against_the_manager) {
   mcp_disp_agent_get_stats(ag, &as);
   ck_assert_uint_ge(as.heartbeats, 29);
   ck_assert_uint_eq(as.sessions, 1);
-  ck_assert_uint_eq(as.status_reports, 2);
+  ck_assert_uint_eq(as.status_reports, 10);
+  /* Desired SHUTDOWN of a RUNNING task: SHUTDOWN "shutdown", whatever the
+   * manager's copy of its status says (controller.go:295). */
+  size_t sl;
+  uint8_t *sb = task_shutdown_bytes("t1", &sl);
+  put(view, "node/node-a", "task/t1", "v3", MCP_DISP_TYPE_TASK, sb, sl,
+      61 * SEC);
+  free(sb);
+  net_run(&n, 61 * SEC);
+  memset(&seen, 0, sizeof seen);
+  mcp_disp_task_statuses(d, tsee, &seen);
+  for (int i = 0; i < seen.n; ++i) {
+    if (strcmp(seen.ids[i], "t1") == 0) {
+      ck_assert_int_eq(seen.states[i], 640);
+      ck_assert_str_eq(seen.msgs[i], "shutdown");
+    }
+  }
+  mcp_disp_agent_get_stats(ag, &as);
+  ck_assert_uint_eq(as.status_reports, 11);
+  net_close(&n);
+  mcp_disp_agent_del(ag);
+  mcp_disp_del(d);
+  mcp_store_del(view);
+}
+END_TEST
+
+/* Issue 24 item 10: --report-status walks swarmkit's controller
+ * (controller.go:230-330) one state per call, stops at the target, and the
+ * states the agent reached survive the manager re-sending the task. */
+START_TEST(test_agent_reports_each_controller_state) {
+  mcp_store *view = th_store(NULL);
+  put_task(view, "node-a", "t1", "v1", 0);
+  mcp_disp *d = disp_new(view, 2 * SEC, 0);
+  events e = {0};
+  mcp_disp_agent *ag = agent_new("node-a", &e, 576); /* COMPLETE */
+  net n = {d, mcp_disp_agent_client_def(ag), {{0}}, {0}, 0};
+  net_run(&n, 0);
+  mcp_disp_stats ds;
+  mcp_disp_get_stats(d, &ds);
+  ck_assert_uint_eq(ds.status_updates, 6);
+  tseen seen = {0};
+  mcp_disp_task_statuses(d, tsee, &seen);
+  ck_assert_int_eq(seen.states[0], 576);
+  ck_assert_str_eq(seen.msgs[0], "finished");
+  /* The manager re-sends t1 (a new spec, its own status ASSIGNED): the
+   * agent's status is canonical (agent/task.go:205); nothing moves it, so
+   * it is reported again as it stands, with the time it was reached. */
+  size_t len;
+  uint8_t *b = task_bytes("t1", "node-a", 192, "nginx:2", &len);
+  put(view, "node/node-a", "task/t1", "v2", MCP_DISP_TYPE_TASK, b, len,
+      1 * SEC);
+  free(b);
+  net_run(&n, 1 * SEC);
+  ck_assert_int_eq(e.n, 2);
+  mcp_disp_get_stats(d, &ds);
+  ck_assert_uint_eq(ds.status_updates, 7);
+  memset(&seen, 0, sizeof seen);
+  mcp_disp_task_statuses(d, tsee, &seen);
+  ck_assert_int_eq(seen.states[0], 576);
+  ck_assert_str_eq(seen.msgs[0], "finished");
+  ck_assert_int_eq(seen.secs[0], 1700000000); /* reached at ts 0 */
+  /* Desired SHUTDOWN of a COMPLETE task: the controller does nothing
+   * (controller.go:305), the status is reported as it stands. */
+  b = task_shutdown_bytes("t1", &len);
+  put(view, "node/node-a", "task/t1", "v3", MCP_DISP_TYPE_TASK, b, len,
+      1500 * MS);
+  free(b);
+  net_run(&n, 1500 * MS);
+  memset(&seen, 0, sizeof seen);
+  mcp_disp_task_statuses(d, tsee, &seen);
+  ck_assert_int_eq(seen.states[0], 576);
+  mcp_disp_get_stats(d, &ds);
+  ck_assert_uint_eq(ds.status_updates, 8);
+  /* A new task is walked in its turn. */
+  put_task(view, "node-a", "t2", "v1", 2 * SEC);
+  net_run(&n, 2 * SEC);
+  mcp_disp_get_stats(d, &ds);
+  ck_assert_uint_eq(ds.status_updates, 14);
   net_close(&n);
   mcp_disp_agent_del(ag);
   mcp_disp_del(d);
@@ -1454,7 +1769,8 @@ START_TEST(test_agent_node_restart_gets_a_new_session) {
   ck_assert_uint_eq(e2.total[0], 1);
   /* The old agent's calls end; it starts over after its backoff. */
   net_run(&n1, 1 * SEC);
-  ck_assert_int_eq(n1.ended_status[MCP_DISP_SLOT_SESSION], 10);
+  ck_assert_int_eq(n1.ended_status[MCP_DISP_SLOT_SESSION],
+                   MCP_CODE_INVALID_ARGUMENT);
   ck_assert_ptr_null(mcp_disp_agent_session_id(a1));
   mcp_disp_agent_stats st;
   mcp_disp_agent_get_stats(a1, &st);
@@ -1520,6 +1836,7 @@ typedef struct agent_rig {
 } agent_rig;
 
 static const mcp_mem *rig_mem; /* the agent's allocator (NULL: libc) */
+static int rig_report = -1;    /* the agent's report_state */
 
 static void rig_open(agent_rig *r) {
   memset(r, 0, sizeof *r);
@@ -1532,7 +1849,7 @@ static void rig_open(agent_rig *r) {
     o.user_data = &r->e;
     ck_assert_int_eq(mcp_disp_agent_new(&r->a, &o, 0), 0);
   } else {
-    r->a = agent_new("node-a", &r->e, -1);
+    r->a = agent_new("node-a", &r->e, rig_report);
   }
   r->def = mcp_disp_agent_client_def(r->a);
   ck_assert_int_eq(r->def->open(r->def->user_data, MCP_DISP_SLOT_SESSION, 0,
@@ -1592,6 +1909,7 @@ static void rig_send(agent_rig *r, int type, const char *applies,
       docker__swarmkit__v1__task__init(&t[n]);
       t[n].id = (char *)ids[i];
       t[n].node_id = k ? "" : "node-a";
+      t[n].desired_state = (Docker__Swarmkit__V1__TaskState)512;
       as[n].item_case = DOCKER__SWARMKIT__V1__ASSIGNMENT__ITEM_TASK;
       as[n].task = &t[n];
       ch[n].assignment = &as[n];
@@ -1642,27 +1960,54 @@ START_TEST(test_agent_applies_and_checks_the_chain) {
   const char *const c3[] = {"t9", NULL};
   rig_send(&r, MCP_DISP_COMPLETE, "", "3", c3, NULL);
   ck_assert_uint_eq(mcp_disp_agent_count(r.a), 1);
-  /* A message that does not chain: nothing applied, the stream ends and
-   * the agent asks for a new session. */
+  /* Issue 24 item 10: a message that does not chain. swarmkit's agent
+   * (session.go:352) hands it to the worker all the same (the code; the
+   * issue's summary said "without applying") and calls Assignments again
+   * at once on the same session; the last results_in stays. */
   const char *const u4[] = {"t5", NULL};
   rig_send(&r, MCP_DISP_INCREMENTAL, "7", "8", u4, NULL);
-  ck_assert_uint_eq(mcp_disp_agent_count(r.a), 1);
+  ck_assert_uint_eq(mcp_disp_agent_count(r.a), 2);
   ck_assert_str_eq(mcp_disp_agent_results_in(r.a), "3");
-  ck_assert_int_eq(r.e.n, 3);
+  ck_assert_int_eq(r.e.n, 4);
   ck_assert_int_eq(rig_pump(r.asg, 0, &st, &dt), MCP_STREAM_END);
-  ck_assert_int_eq(st, 10);
-  ck_assert_ptr_nonnull(strstr(dt, "chain broken"));
+  ck_assert_int_eq(st, MCP_CODE_CANCELLED);
+  ck_assert_ptr_nonnull(strstr(dt, "assignments gap"));
   mcp_stream_del(r.asg);
   r.asg = NULL;
   r.def->ended(r.def->user_data, MCP_DISP_SLOT_ASSIGNMENTS, st, "", 0);
+  ck_assert_str_eq(mcp_disp_agent_session_id(r.a), "sid-1");
+  ck_assert_int_eq(r.def->open(r.def->user_data, MCP_DISP_SLOT_ASSIGNMENTS, 0,
+                               &r.asg),
+                   1);
+  /* The new call's COMPLETE restarts the chain. */
+  mcp_msg *rq;
+  ck_assert_int_eq(mcp_stream_pump(r.asg, 0, 1, &rq, &st, &dt),
+                   MCP_STREAM_SEND);
+  mcp_msg_free(rq);
+  rig_send(&r, MCP_DISP_COMPLETE, "", "1", c3, NULL);
+  ck_assert_uint_eq(mcp_disp_agent_count(r.a), 1);
+  ck_assert_str_eq(mcp_disp_agent_results_in(r.a), "1");
+  const char *const u5[] = {"t6", NULL};
+  rig_send(&r, MCP_DISP_INCREMENTAL, "1", "2", u5, NULL);
+  ck_assert_uint_eq(mcp_disp_agent_count(r.a), 2);
+  ck_assert_str_eq(mcp_disp_agent_results_in(r.a), "2");
+  mcp_disp_agent_stats as;
+  mcp_disp_agent_get_stats(r.a, &as);
+  ck_assert_uint_eq(as.chain_mismatches, 1);
+  ck_assert_uint_eq(as.session_errors, 0);
+  /* The session lost otherwise (its stream ends): a new one after the
+   * backoff. */
+  ck_assert_int_ne(rig_pump(r.asg, 0, &st, &dt), MCP_STREAM_END);
+  mcp_stream_del(r.asg);
+  r.asg = NULL;
+  r.def->ended(r.def->user_data, MCP_DISP_SLOT_ASSIGNMENTS, 14, "", 0);
   ck_assert_ptr_null(mcp_disp_agent_session_id(r.a));
   /* Its Session call ends too (the transport would cancel it). */
   ck_assert_int_eq(rig_pump(r.sess, 0, &st, &dt), MCP_STREAM_END);
   ck_assert_int_eq(st, MCP_CODE_CANCELLED);
-  mcp_disp_agent_stats as;
   mcp_disp_agent_get_stats(r.a, &as);
   ck_assert_uint_eq(as.chain_mismatches, 1);
-  ck_assert_uint_eq(as.completes, 2);
+  ck_assert_uint_eq(as.completes, 3);
   mcp_stream_del(r.sess);
   r.sess = NULL;
   r.def->ended(r.def->user_data, MCP_DISP_SLOT_SESSION, st, "", 0);
@@ -1749,6 +2094,82 @@ static int rig_heartbeat(agent_rig *r, mcp_tstamp ts, const uint8_t *in,
                 a == MCP_STREAM_END ? *st : MCP_CODE_OK, "", ts);
   return a;
 }
+
+/* A status report the manager refuses (PermissionDenied, an error of
+ * the call) is not sent again at once, which would spin, but after the
+ * next heartbeat answered; the same state goes again. */
+START_TEST(test_agent_refused_report_is_retried_after_the_next_heartbeat) {
+  agent_rig r;
+  int st;
+  const char *dt;
+  mcp_stream *u;
+  mcp_msg *msg;
+  rig_report = 512; /* RUNNING: five states, ACCEPTED first */
+  rig_open(&r);
+  rig_report = -1;
+  const char *const c1[] = {"t1", NULL};
+  rig_send(&r, MCP_DISP_COMPLETE, "", "1", c1, NULL);
+  ck_assert_int_eq(
+      r.def->open(r.def->user_data, MCP_DISP_SLOT_UPDATE_TASK_STATUS, 0, &u), 1);
+  ck_assert_int_eq(mcp_stream_pump(u, 0, 1, &msg, &st, &dt), MCP_STREAM_SEND);
+  uint8_t b[256];
+  mcp_msg_flatten(msg, b);
+  Docker__Swarmkit__V1__UpdateTaskStatusRequest *req =
+      docker__swarmkit__v1__update_task_status_request__unpack(
+          NULL, mcp_msg_len(msg), b);
+  ck_assert_uint_eq(req->n_updates, 1);
+  ck_assert_str_eq(req->updates[0]->task_id, "t1");
+  ck_assert_int_eq(req->updates[0]->status->state, 256);
+  ck_assert_str_eq(req->updates[0]->status->message, "accepted");
+  ck_assert_ptr_nonnull(req->updates[0]->status->timestamp);
+  docker__swarmkit__v1__update_task_status_request__free_unpacked(req, NULL);
+  mcp_msg_free(msg);
+  mcp_stream_del(u);
+  r.def->ended(r.def->user_data, MCP_DISP_SLOT_UPDATE_TASK_STATUS,
+               MCP_CODE_PERMISSION_DENIED, MCP_DISP_ERR_NOT_ASSIGNED, 0);
+  /* Not at once; the session stays. */
+  ck_assert_int_eq(
+      r.def->open(r.def->user_data, MCP_DISP_SLOT_UPDATE_TASK_STATUS, 0, &u), 0);
+  ck_assert_str_eq(mcp_disp_agent_session_id(r.a), "sid-1");
+  /* A heartbeat answered: the same report again. */
+  Docker__Swarmkit__V1__HeartbeatResponse hr =
+      DOCKER__SWARMKIT__V1__HEARTBEAT_RESPONSE__INIT;
+  size_t n = docker__swarmkit__v1__heartbeat_response__pack(&hr, b);
+  rig_heartbeat(&r, 1 * SEC, b, n, &st);
+  ck_assert_int_eq(r.def->open(r.def->user_data,
+                               MCP_DISP_SLOT_UPDATE_TASK_STATUS, 1 * SEC, &u),
+                   1);
+  ck_assert_int_eq(mcp_stream_pump(u, 1 * SEC, 1, &msg, &st, &dt),
+                   MCP_STREAM_SEND);
+  mcp_msg_flatten(msg, b);
+  req = docker__swarmkit__v1__update_task_status_request__unpack(
+      NULL, mcp_msg_len(msg), b);
+  ck_assert_uint_eq(req->n_updates, 1);
+  ck_assert_int_eq(req->updates[0]->status->state, 256);
+  docker__swarmkit__v1__update_task_status_request__free_unpacked(req, NULL);
+  mcp_msg_free(msg);
+  mcp_stream_del(u);
+  r.def->ended(r.def->user_data, MCP_DISP_SLOT_UPDATE_TASK_STATUS,
+               MCP_CODE_OK, "", 1 * SEC);
+  /* Acknowledged: the next state follows at once. */
+  ck_assert_int_eq(r.def->open(r.def->user_data,
+                               MCP_DISP_SLOT_UPDATE_TASK_STATUS, 1 * SEC, &u),
+                   1);
+  ck_assert_int_eq(mcp_stream_pump(u, 1 * SEC, 1, &msg, &st, &dt),
+                   MCP_STREAM_SEND);
+  mcp_msg_flatten(msg, b);
+  req = docker__swarmkit__v1__update_task_status_request__unpack(
+      NULL, mcp_msg_len(msg), b);
+  ck_assert_int_eq(req->updates[0]->status->state, 320);
+  ck_assert_str_eq(req->updates[0]->status->message, "preparing");
+  docker__swarmkit__v1__update_task_status_request__free_unpacked(req, NULL);
+  mcp_msg_free(msg);
+  mcp_stream_del(u);
+  r.def->ended(r.def->user_data, MCP_DISP_SLOT_UPDATE_TASK_STATUS,
+               MCP_CODE_OK, "", 1 * SEC);
+  rig_close(&r);
+}
+END_TEST
 
 /* What the manager answers that cannot be used: a period out of range is
  * ignored; a HeartbeatResponse or SessionMessage that does not decode, or
@@ -2237,9 +2658,14 @@ START_TEST(test_task_past_running_with_only_status_changed_keeps_held) {
   uint8_t *now = task_with_refs("node-a", 576, "nginx", "meta", &nn);
   ck_assert_int_eq(mcp_disp_task_keeps_held(held, hn, now, nn, 576), 1);
   free(now);
-  /* Not past RUNNING: sent. */
+  /* Issue 24 item 6: past ASSIGNED, at or below RUNNING, too
+   * (assignments.go:268, TasksEqualStable && State > ASSIGNED)... */
   now = task_with_refs("node-a", 512, "nginx", "meta", &nn);
-  ck_assert_int_eq(mcp_disp_task_keeps_held(held, hn, now, nn, 512), 0);
+  ck_assert_int_eq(mcp_disp_task_keeps_held(held, hn, now, nn, 512), 1);
+  ck_assert_int_eq(mcp_disp_task_keeps_held(held, hn, now, nn, 256), 1);
+  /* ...but at ASSIGNED or below (the scheduler's states): sent. */
+  ck_assert_int_eq(mcp_disp_task_keeps_held(held, hn, now, nn, 192), 0);
+  ck_assert_int_eq(mcp_disp_task_keeps_held(held, hn, now, nn, 64), 0);
   free(now);
   /* The spec changed: sent. */
   now = task_with_refs("node-a", 576, "nginx:2", NULL, &nn);
@@ -2262,6 +2688,8 @@ static Suite *disp_suite(void) {
   tcase_add_test(tc, test_session_without_node_id_is_refused);
   tcase_add_test(tc, test_session_second_session_replaces_the_older);
   tcase_add_test(tc, test_heartbeat_answers_the_period);
+  tcase_add_test(tc, test_heartbeat_period_is_jittered);
+  tcase_add_test(tc, test_manager_ids_are_checked);
   tcase_add_test(tc, test_session_expires_after_three_periods_without_heartbeat);
   tcase_add_test(tc, test_session_without_streams_expires_through_the_registry);
   tcase_add_test(tc, test_unknown_session_is_invalid_argument);
@@ -2269,6 +2697,7 @@ static Suite *disp_suite(void) {
   tcase_add_test(tc, test_session_request_fields_are_checked);
   tcase_add_test(tc, test_assignments_queue_dropped_with_the_call);
   tcase_add_test(tc, test_update_task_status_bad_updates);
+  tcase_add_test(tc, test_update_task_status_for_another_nodes_task_is_denied);
   tcase_add_test(tc, test_update_task_status_keeps_the_latest_per_task);
   tcase_add_test(tc, test_update_task_status_is_bounded);
   tcase_add_test(tc, test_assignments_complete_then_incremental_chain);
@@ -2284,6 +2713,8 @@ static Suite *disp_suite(void) {
   tcase_add_test(tc, test_agent_against_the_manager);
   tcase_add_test(tc, test_agent_node_restart_gets_a_new_session);
   tcase_add_test(tc, test_agent_reports_every_task_in_calls_of_1000);
+  tcase_add_test(tc, test_agent_reports_each_controller_state);
+  tcase_add_test(tc, test_agent_refused_report_is_retried_after_the_next_heartbeat);
   tcase_add_test(tc, test_agent_new_session_after_backoff_on_error);
   tcase_add_test(tc, test_agent_applies_and_checks_the_chain);
   tcase_add_test(tc, test_agent_malformed_changes_nothing);

@@ -548,18 +548,60 @@ START_TEST(test_disp_task_past_running_keeps_its_bytes) {
   ck_assert_str_ne(v1, v2);
   ck_assert_ptr_nonnull(strstr(j, "\"FAILED\""));
   free(j);
-  /* A state change up to RUNNING is published. */
+  /* Issue 24 item 6: a status-only change past ASSIGNED is not published
+   * either (assignments.go:268, TasksEqualStable && State > ASSIGNED)... */
   put(TASKS, "t2", TASK, task("node-a", "ASSIGNED", "nginx", ""));
   psync(d);
   put(TASKS, "t2", TASK, task("node-a", "STARTING", "nginx", ""));
   psync(d);
   j = body_json("node/node-a", "task/t2", TASK, NULL);
-  ck_assert_ptr_nonnull(strstr(j, "\"STARTING\""));
+  ck_assert_ptr_nonnull(strstr(j, "\"ASSIGNED\""));
+  free(j);
+  disp_view_get_stats(d, &st);
+  ck_assert_uint_eq(st.kept, 2);
+  /* ...but one with a new spec is, with its status as it is now. */
+  put(TASKS, "t2", TASK, task("node-a", "RUNNING", "nginx:2", ""));
+  psync(d);
+  j = body_json("node/node-a", "task/t2", TASK, NULL);
+  ck_assert_ptr_nonnull(strstr(j, "\"RUNNING\""));
   free(j);
   /* Back below ASSIGNED: it leaves the node. */
   put(TASKS, "t2", TASK, task("node-a", "PENDING", "nginx", ""));
   psync(d);
   ck_assert_str_eq(names("node/node-a"), "task/t1");
+  disp_view_del(d);
+}
+END_TEST
+
+/* Issue 24 item 5: swarmkit releases the secrets and configs of a task
+ * past RUNNING (assignments.go:268-277) and never adds those of a task first
+ * seen past RUNNING (:281); a dependency another live task uses stays. */
+START_TEST(test_disp_finished_task_releases_its_dependencies) {
+  put(TASKS, "t1", TASK, task("node-a", "RUNNING", "nginx", S1));
+  put(TASKS, "t2", TASK, task("node-a", "RUNNING", "redis", S1));
+  put(TASKS, "t3", TASK, task("node-b", "COMPLETE", "nginx", S1));
+  put(TASKS, "t4", TASK, task("node-b", "SHUTDOWN", "nginx", S1));
+  put_secret("s1");
+  put(CONFIGS, "conf", "docker.swarmkit.v1.Config", "spec: {data: eA==}\n");
+  disp_view *d = new_disp(NULL);
+  psync(d);
+  ck_assert_str_eq(names("node/node-a"),
+                   "config/conf,secret/s1,task/t1,task/t2");
+  ck_assert_str_eq(names("node/node-b"), "task/t3,task/t4");
+  /* t1 finishes: t2 still uses s1 and conf. */
+  put(TASKS, "t1", TASK, task("node-a", "COMPLETE", "nginx", S1));
+  psync(d);
+  ck_assert_str_eq(names("node/node-a"),
+                   "config/conf,secret/s1,task/t1,task/t2");
+  /* t2 fails: nothing live uses them any more; the tasks stay. */
+  put(TASKS, "t2", TASK, task("node-a", "FAILED", "redis", S1));
+  psync(d);
+  ck_assert_str_eq(names("node/node-a"), "task/t1,task/t2");
+  /* A new task up to RUNNING brings them back. */
+  put(TASKS, "t5", TASK, task("node-a", "ASSIGNED", "nginx", S1));
+  psync(d);
+  ck_assert_str_eq(names("node/node-a"),
+                   "config/conf,secret/s1,task/t1,task/t2,task/t5");
   disp_view_del(d);
 }
 END_TEST
@@ -848,6 +890,7 @@ int main(void) {
   tcase_add_test(t, test_disp_assigned_tasks_and_what_they_reference);
   tcase_add_test(t, test_disp_task_moves_and_shared_secret);
   tcase_add_test(t, test_disp_task_past_running_keeps_its_bytes);
+  tcase_add_test(t, test_disp_finished_task_releases_its_dependencies);
   tcase_add_test(t, test_disp_nodes_and_struct_bodies);
   tcase_add_test(t, test_disp_wrong_shapes_are_skipped_and_said);
   tcase_add_test(t, test_disp_collection_removed_drops_everything);

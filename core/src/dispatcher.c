@@ -14,6 +14,7 @@
  * written first and its type/applies_to/results_in last, once known.
  */
 #include <assert.h>
+#include <stddef.h>
 #include <stdlib.h>
 
 #include "mcp_int.h"
@@ -22,6 +23,9 @@
 #include "github.com/docker/swarmkit/api/dispatcher.pb-c.h"
 
 #define DISP_DEFAULT_PERIOD (5 * MCP_SECONDS)
+#define DISP_DEFAULT_EPSILON (500 * MCP_MILLISECONDS) /* swarmkit's */
+#define DISP_PEER_WEIGHT 10 /* remotes.DefaultObservationWeight */
+#define DISP_MAX_ADDR_LEN 128
 #define DISP_GRACE_MULTIPLIER 3 /* swarmkit's defaultGracePeriodMultiplier */
 #define DISP_DEFAULT_DEBOUNCE (100 * MCP_MILLISECONDS)
 #define DISP_DEFAULT_MAX_DELAY (10 * MCP_SECONDS)
@@ -37,6 +41,9 @@ typedef struct dcall dcall;
 typedef struct dsess {
   char *id;
   char *node;
+  uint8_t *desc;   /* SessionRequest.description as sent (NULL: none) */
+  size_t desc_len;
+  char *addr;      /* the agent's IP ("" unknown) */
   mcp_tstamp deadline;
   int state;
   size_t refs;
@@ -70,7 +77,12 @@ struct dcall {
   dcall *prev, *next; /* in sess->calls */
   dsess *sess;
   char *peer_node; /* verified CN under TLS, else NULL */
+  char peer_addr[DISP_MAX_ADDR_LEN]; /* the peer's IP, "" unknown */
   int got_request;
+  /* After the session ended: Session sent its last SessionMessage;
+   * Assignments sent its next message; Tasks saw its next change (then the
+   * call ends, as swarmkit's loops notice at their next turn). */
+  int tail_done;
   int fail;
   int status;
   const char *details;
@@ -100,6 +112,7 @@ struct mcp_disp {
   mcp_mem mem;
   mcp_disp_options o;
   char **managers;
+  char **manager_ids;
   mcp_map by_id;
   mcp_map by_node;
   mcp_map tasks;
@@ -177,9 +190,14 @@ static int kind_of_name(const char *name, const char **id) {
 /* Options                                                             */
 /* ------------------------------------------------------------------ */
 
+static const size_t disp_opt_sizes[] = {
+    0, offsetof(mcp_disp_options, manager_ids), sizeof(mcp_disp_options)};
+#define DISP_OPT_VN (sizeof disp_opt_sizes / sizeof disp_opt_sizes[0])
+
 static void disp_options_default(mcp_disp_options *o) {
   memset(o, 0, sizeof *o);
   o->heartbeat_period = DISP_DEFAULT_PERIOD;
+  o->heartbeat_epsilon = DISP_DEFAULT_EPSILON;
   o->debounce = DISP_DEFAULT_DEBOUNCE;
   o->max_delay = DISP_DEFAULT_MAX_DELAY;
   o->max_changes = DISP_DEFAULT_MAX_CHANGES;
@@ -189,8 +207,7 @@ static void disp_options_default(mcp_disp_options *o) {
 void mcp_disp_options_default_versioned(int version, mcp_disp_options *opts) {
   mcp_disp_options o;
   disp_options_default(&o);
-  memcpy(opts, &o,
-         mcp__version_size(version, MCP__VSIZES(mcp_disp_options), MCP__VN));
+  memcpy(opts, &o, mcp__version_size(version, disp_opt_sizes, DISP_OPT_VN));
 }
 
 /* ------------------------------------------------------------------ */
@@ -203,6 +220,8 @@ static void sess_unref(mcp_disp *d, dsess *s) {
     assert(!s->calls);
     mcp__free(&d->mem, s->id);
     mcp__free(&d->mem, s->node);
+    mcp__free(&d->mem, s->desc);
+    mcp__free(&d->mem, s->addr);
     mcp__free(&d->mem, s);
   }
 }
@@ -248,8 +267,26 @@ static dsess *sess_lookup(mcp_disp *d, const char *id, mcp_tstamp ts) {
   return s;
 }
 
-static mcp_tstamp grace(const mcp_disp *d) {
-  return d->o.heartbeat_period * DISP_GRACE_MULTIPLIER;
+/* A heartbeat period, jittered as swarmkit's periodChooser (period.go):
+ * uniform in [period - epsilon, period + epsilon), so that the agents of
+ * a restarted manager do not beat in step. */
+static mcp_tstamp choose_period(mcp_disp *d) {
+  mcp_tstamp eps = d->o.heartbeat_epsilon;
+  uint8_t r[8];
+  uint64_t u = 0;
+  if (!eps) {
+    return d->o.heartbeat_period;
+  }
+  d->o.rand(r, sizeof r, d->o.rand_user_data);
+  for (size_t i = 0; i < sizeof r; ++i) {
+    u = u << 8 | r[i];
+  }
+  return d->o.heartbeat_period - eps + u % (2 * eps);
+}
+
+/* The deadline a period gives: swarmkit expires a node after 3 of them. */
+static mcp_tstamp grace(mcp_tstamp period) {
+  return period * DISP_GRACE_MULTIPLIER;
 }
 
 static mcp_tstamp add_ts(mcp_tstamp a, mcp_tstamp b) {
@@ -281,11 +318,14 @@ static int sess_create(mcp_disp *d, const char *node, mcp_tstamp ts,
   }
   s->id = mcp__strdup(&d->mem, hex);
   s->node = mcp__strdup(&d->mem, node);
-  if (!s->id || !s->node || mcp__map_reserve(&d->by_id, &d->mem, 1) ||
+  s->addr = mcp__strdup(&d->mem, "");
+  if (!s->id || !s->node || !s->addr ||
+      mcp__map_reserve(&d->by_id, &d->mem, 1) ||
       mcp__map_reserve(&d->by_node, &d->mem, 1) ||
       mcp__map_get(&d->by_id, hex)) {
     mcp__free(&d->mem, s->id);
     mcp__free(&d->mem, s->node);
+    mcp__free(&d->mem, s->addr);
     mcp__free(&d->mem, s);
     return MCP_ERR_NOMEM;
   }
@@ -294,7 +334,7 @@ static int sess_create(mcp_disp *d, const char *node, mcp_tstamp ts,
     /* swarmkit: a node registering again ends its older session. */
     sess_end(d, old, S_REPLACED);
   }
-  s->deadline = add_ts(ts, grace(d));
+  s->deadline = add_ts(ts, grace(choose_period(d)));
   s->refs = 1;
   s->state = S_LIVE;
   mcp__map_put(&d->by_id, &d->mem, s->id, s, NULL);
@@ -439,15 +479,39 @@ static dsess *call_session(dcall *c, const char *id, mcp_tstamp ts) {
   if (s && c->peer_node && strcmp(s->node, c->peer_node) != 0) {
     s = NULL;
   }
+  if (!s && c->peer_node &&
+      !mcp_disp_node_session(c->d, c->peer_node, ts)) {
+    /* swarmkit's GetWithSession: a node without a session at all is
+     * NotFound; one whose session differs, InvalidArgument. Without TLS
+     * the node of an unknown id is unknown: InvalidArgument. */
+    c->d->stats.invalid_session_calls++;
+    call_fail(c, MCP_CODE_NOT_FOUND, MCP_DISP_ERR_NOT_REGISTERED);
+    return NULL;
+  }
   if (!s) {
     call_invalid(c);
   }
   return s;
 }
 
-/* The call's session is live and the call has not failed. */
-static int call_live(const dcall *c) {
-  return !c->fail && c->sess && c->sess->state == S_LIVE;
+/* The call watches the node: it has not failed and, if its session
+ * ended, has not yet reached the turn at which it ends. */
+static int call_watching(const dcall *c) {
+  return !c->fail && c->sess && c->w && !c->tail_done;
+}
+
+/* How a call of a session that ended ends: swarmkit's GetWithSession at
+ * the call's next turn. An expired node is deregistered (NotFound) unless
+ * it registered again meanwhile (its session differs: InvalidArgument). */
+static void ended_status(const dcall *c, int *status, const char **details) {
+  const dsess *live = mcp__map_get(&c->d->by_node, c->sess->node);
+  if (c->sess->state == S_EXPIRED && !live) {
+    *status = MCP_CODE_NOT_FOUND;
+    *details = MCP_DISP_ERR_NOT_REGISTERED;
+  } else {
+    *status = MCP_CODE_INVALID_ARGUMENT;
+    *details = MCP_DISP_ERR_SESSION_INVALID;
+  }
 }
 
 static int end_fn(const void *sess, int *status, const char **details) {
@@ -457,17 +521,8 @@ static int end_fn(const void *sess, int *status, const char **details) {
     *details = c->details;
     return 1;
   }
-  if (c->sess && c->sess->state != S_LIVE) {
-    if (c->sess->state == S_EXPIRED) {
-      *status = MCP_CODE_UNAVAILABLE;
-      *details = MCP_DISP_ERR_HEARTBEAT;
-    } else if (c->method == M_SESSION) {
-      *status = 10; /* ABORTED, as swarmkit's disconnectNode */
-      *details = MCP_DISP_ERR_DISCONNECT;
-    } else {
-      *status = MCP_CODE_INVALID_ARGUMENT;
-      *details = MCP_DISP_ERR_SESSION_INVALID;
-    }
+  if (c->sess && c->sess->state != S_LIVE && c->tail_done) {
+    ended_status(c, status, details);
     return 1;
   }
   return 0;
@@ -489,7 +544,7 @@ static mcp_tstamp get_expiry_fn(const void *sess) {
   if (c->sess && c->sess->state == S_LIVE) {
     t = c->sess->deadline;
   }
-  if (c->w && c->method != M_SESSION && !c->fail) {
+  if (c->w && c->method != M_SESSION && !c->fail && !c->tail_done) {
     mcp_tstamp w = mcp_watch_get_expiry(c->w);
     if (w < t) {
       t = w;
@@ -603,31 +658,144 @@ static int take_node(const mcp_item *item, void *user_data) {
   return 0;
 }
 
-/* SessionMessage{session_id, node (from the view, when present),
- * managers (weight 1)}. */
+enum { NODE_DESCRIPTION = 4, NODE_STATUS = 5 }; /* Node (objects.proto) */
+enum { NS_DOWN = 1, NS_READY = 2 };              /* NodeStatus.State */
+
+/* The view's Node without its description and status (the session says
+ * those): calls |put| for each field kept, returns the bytes kept. A
+ * body that does not parse is dropped from where it stops. */
+static size_t node_kept(const mcp_item *it, mcp_msg_builder *b) {
+  mcp_wire w = {it->body, it->body + it->body_len};
+  size_t n = 0;
+  for (;;) {
+    const uint8_t *st = w.p, *dp;
+    uint32_t f;
+    int wt;
+    uint64_t v;
+    size_t dl;
+    if (mcp__wire_next(&w, &f, &wt, &v, &dp, &dl) != 1) {
+      return n;
+    }
+    if (f != NODE_DESCRIPTION && f != NODE_STATUS) {
+      n += (size_t)(w.p - st);
+      if (b) {
+        mcp_msg_builder_bytes(b, st, (size_t)(w.p - st));
+      }
+    }
+  }
+}
+
+/* SessionMessage{session_id, node, managers}. node: the view's Node (or
+ * one with only its id) with the description the agent sent and the
+ * status swarmkit's markNodeReady/markNodeNotReady write: READY and the
+ * agent's address while live, DOWN "heartbeat failure" once expired; a
+ * replaced session's last message shows the node as its newer session
+ * left it (dispatcher.go:500-510, 1256-1300). */
 static int session_message(dcall *c, mcp_msg **pmsg) {
   mcp_disp *d = c->d;
   mcp_msg_builder *b = d->b;
+  const dsess *s = c->sess, *who = s;
   mcp_item it;
-  put_str_field(b, 1, c->sess->id);
-  if (c->w && mcp_watch_get(c->w, c->sess->node, &it) && it.body) {
-    mcp_msg_builder_key(b, 2, MCP_WT_LEN);
-    mcp_msg_builder_varint(b, it.body_len);
-    mcp_msg_builder_body(b, &it);
+  int have = c->w && mcp_watch_get(c->w, s->node, &it) && it.body;
+  int state = NS_READY;
+  const char *msg = "", *addr;
+  size_t idl = strlen(s->node), kept, stl, nl;
+  if (s->state == S_EXPIRED) {
+    state = NS_DOWN;
+    msg = MCP_DISP_ERR_HEARTBEAT;
+  } else if (s->state == S_REPLACED) {
+    const dsess *now = mcp__map_get(&d->by_node, s->node);
+    who = now ? now : s;
   }
+  addr = state == NS_DOWN ? "" : who->addr;
+  kept = have ? node_kept(&it, NULL) : mcp__len_field_size(idl);
+  stl = 2 + (*msg ? mcp__len_field_size(strlen(msg)) : 0) +
+        (*addr ? mcp__len_field_size(strlen(addr)) : 0);
+  nl = kept + mcp__len_field_size(stl) +
+       (who->desc ? mcp__len_field_size(who->desc_len) : 0);
+  put_str_field(b, 1, s->id);
+  mcp_msg_builder_key(b, 2, MCP_WT_LEN);
+  mcp_msg_builder_varint(b, nl);
+  if (have) {
+    node_kept(&it, b);
+  } else {
+    mcp_msg_builder_len_field(b, 1, s->node, idl);
+  }
+  if (who->desc) {
+    mcp_msg_builder_len_field(b, NODE_DESCRIPTION, who->desc, who->desc_len);
+  }
+  mcp_msg_builder_key(b, NODE_STATUS, MCP_WT_LEN);
+  mcp_msg_builder_varint(b, stl);
+  mcp_msg_builder_key(b, 1, MCP_WT_VARINT);
+  mcp_msg_builder_varint(b, (uint64_t)state);
+  put_str_field(b, 2, msg);
+  put_str_field(b, 3, addr);
   for (size_t i = 0; i < d->o.nmanagers; ++i) {
-    size_t al = strlen(d->managers[i]);
-    size_t peer = mcp__len_field_size(al); /* Peer{addr = 2} */
-    size_t wp = mcp__len_field_size(peer) + 2; /* + weight 1 */
+    /* WeightedPeer{peer = 1 Peer{node_id = 1, addr = 2}, weight = 2} */
+    const char *mid = d->manager_ids[i];
+    size_t al = strlen(d->managers[i]), il = strlen(mid);
+    size_t peer = mcp__len_field_size(al) + (il ? mcp__len_field_size(il) : 0);
+    size_t wp = mcp__len_field_size(peer) + 2;
     mcp_msg_builder_key(b, 3, MCP_WT_LEN);
     mcp_msg_builder_varint(b, wp);
     mcp_msg_builder_key(b, 1, MCP_WT_LEN);
     mcp_msg_builder_varint(b, peer);
+    put_str_field(b, 1, mid);
     mcp_msg_builder_len_field(b, 2, d->managers[i], al);
     mcp_msg_builder_key(b, 2, MCP_WT_VARINT);
-    mcp_msg_builder_varint(b, 1);
+    mcp_msg_builder_varint(b, DISP_PEER_WEIGHT);
   }
   return mcp_msg_builder_finish(b, "session", pmsg);
+}
+
+/* SessionRequest.description (field 1) as the agent encoded it: 1 and its
+ * bytes, 0 when absent. The request decoded already: no error here. */
+static int request_description(const uint8_t *in, size_t len,
+                               const uint8_t **d, size_t *n) {
+  mcp_wire w = {in, in + len};
+  uint32_t f;
+  int wt, found = 0;
+  uint64_t v;
+  const uint8_t *p;
+  size_t pl;
+  while (mcp__wire_next(&w, &f, &wt, &v, &p, &pl) == 1) {
+    if (f == 1 && wt == MCP_WT_LEN) {
+      *d = p;
+      *n = pl;
+      found = 1;
+    }
+  }
+  return found;
+}
+
+/* The session now describes the node as this request did (swarmkit's
+ * markNodeReady on every Session call). All or nothing. */
+static int sess_describe(mcp_disp *d, dsess *s, const uint8_t *in,
+                         size_t len, const char *addr) {
+  const uint8_t *dp = NULL;
+  size_t dl = 0;
+  uint8_t *desc = NULL;
+  char *a;
+  if (request_description(in, len, &dp, &dl)) {
+    desc = mcp__malloc(&d->mem, dl ? dl : 1);
+    if (!desc) {
+      return MCP_ERR_NOMEM;
+    }
+    if (dl) {
+      memcpy(desc, dp, dl);
+    }
+  }
+  a = mcp__strdup(&d->mem, addr);
+  if (!a) {
+    mcp__free(&d->mem, desc);
+    return MCP_ERR_NOMEM;
+  }
+  mcp__free(&d->mem, s->desc);
+  mcp__free(&d->mem, s->addr);
+  s->desc = desc;
+  s->desc_len = dl;
+  s->addr = a;
+  return 0;
 }
 
 static int node_ok(const char *s) {
@@ -670,11 +838,14 @@ static int session_recv(void *sess, const uint8_t *in, size_t len,
   s = sess_lookup(d, req->session_id, ts);
   if (s && strcmp(s->node, node) == 0) {
     /* A live session id is kept (swarmkit resumes it). */
-    s->deadline = add_ts(ts, grace(d));
+    s->deadline = add_ts(ts, grace(choose_period(d)));
   } else {
     err = sess_create(d, node, ts, &s);
   }
   unpack_free(d, req);
+  if (!err) {
+    err = sess_describe(d, s, in, len, c->peer_addr);
+  }
   if (err) {
     return err;
   }
@@ -694,11 +865,22 @@ static int session_recv(void *sess, const uint8_t *in, size_t len,
 
 static int session_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
   dcall *c = sess;
-  if (!call_live(c)) {
+  if (c->fail || !c->sess) {
     return 0;
   }
   if (pop_reply(c, pmsg)) {
     return 1;
+  }
+  if (c->sess->state != S_LIVE) {
+    /* swarmkit's Session loop sends the node update that ended the
+     * session (the newer registration, or DOWN) before it notices. */
+    int r;
+    if (c->tail_done) {
+      return 0;
+    }
+    c->tail_done = 1;
+    r = session_message(c, pmsg);
+    return r < 0 ? r : 1;
   }
   /* swarmkit sends a SessionMessage again when the node object changes. */
   if (c->w && mcp_watch_changed(c->w)) {
@@ -737,13 +919,14 @@ static int heartbeat_recv(void *sess, const uint8_t *in, size_t len,
   if (!s) {
     return 0;
   }
-  s->deadline = add_ts(ts, grace(d));
+  mcp_tstamp period = choose_period(d);
+  s->deadline = add_ts(ts, grace(period));
   d->stats.heartbeats++;
   {
     /* HeartbeatResponse{period: Duration{seconds = 1, nanos = 2}} */
     mcp_msg_builder *b = d->b;
-    uint64_t sec = d->o.heartbeat_period / MCP_SECONDS;
-    uint64_t ns = d->o.heartbeat_period % MCP_SECONDS;
+    uint64_t sec = period / MCP_SECONDS;
+    uint64_t ns = period % MCP_SECONDS;
     size_t dl = (sec ? 1 + mcp__varint_len(sec) : 0) +
                 (ns ? 1 + mcp__varint_len(ns) : 0);
     mcp_msg_builder_key(b, 1, MCP_WT_LEN);
@@ -806,6 +989,32 @@ static tstat *tstat_new(mcp_disp *d, const char *task_id, const char *node,
   return t;
 }
 
+enum { TASK_UNKNOWN, TASK_MINE, TASK_OTHERS };
+
+/* Whose task |id| is, by the view: in "node/<node>" it is the caller's; in
+ * another node's collection, another node's; else unknown. Only a task not
+ * on the caller's node costs a look at every node collection. */
+static int task_owner(const mcp_disp *d, const char *node, const char *id) {
+  char coll[DISP_MAX_NODE_LEN + 8], name[DISP_MAX_NODE_LEN + 8];
+  size_t n = mcp_disp_item_name(name, sizeof name, MCP_DISP_TASK, id);
+  if (n >= sizeof name) {
+    return TASK_UNKNOWN; /* longer than any name the view can hold */
+  }
+  mcp__fmt(coll, sizeof coll, "%s%s", MCP_DISP_NODE_PREFIX, node);
+  if (mcp_store_version(d->o.view, coll, name)) {
+    return TASK_MINE;
+  }
+  for (size_t i = 0, k = mcp_store_collection_count(d->o.view); i < k; ++i) {
+    const char *cn = mcp_store_collection_name(d->o.view, i);
+    if (cn && strncmp(cn, MCP_DISP_NODE_PREFIX,
+                      sizeof MCP_DISP_NODE_PREFIX - 1) == 0 &&
+        mcp_store_version(d->o.view, cn, name)) {
+      return TASK_OTHERS;
+    }
+  }
+  return TASK_UNKNOWN;
+}
+
 static int uts_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
   dcall *c = sess;
   mcp_disp *d = c->d;
@@ -832,6 +1041,17 @@ static int uts_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
       return 0;
     }
   }
+  /* swarmkit (dispatcher.go:640-657): an update without status or for a
+   * task it does not know is skipped; one for another node's task refuses
+   * the whole call. */
+  for (size_t i = 0; i < req->n_updates; ++i) {
+    const char *id = req->updates[i]->task_id;
+    if (req->updates[i]->status && task_owner(d, s->node, id) == TASK_OTHERS) {
+      unpack_free(d, req);
+      call_fail(c, MCP_CODE_PERMISSION_DENIED, MCP_DISP_ERR_NOT_ASSIGNED);
+      return 0;
+    }
+  }
   /* All or nothing: build every entry first, then swap them in. */
   if (req->n_updates) {
     fresh = mcp__calloc(&d->mem, req->n_updates, sizeof *fresh);
@@ -842,8 +1062,8 @@ static int uts_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
   for (size_t i = 0; !err && i < req->n_updates; ++i) {
     const Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate *u =
         req->updates[i];
-    if (!u->status) {
-      continue; /* swarmkit skips an update without a status */
+    if (!u->status || task_owner(d, s->node, u->task_id) != TASK_MINE) {
+      continue; /* swarmkit skips these (see above) */
     }
     fresh[i] = tstat_new(d, u->task_id, s->node, u->status, ts);
     if (!fresh[i]) {
@@ -968,7 +1188,7 @@ static int tasks_add_fn(const mcp_item *item, void *user_data) {
 static int tasks_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
   dcall *c = sess;
   int full, r;
-  if (!call_live(c) || !c->w) {
+  if (!call_watching(c)) {
     return 0;
   }
   if (c->first_sent && !mcp_watch_ready(c->w, ts)) {
@@ -980,6 +1200,11 @@ static int tasks_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
     return r;
   }
   if (c->first_sent && !c->hit && !(full && r == 0)) {
+    return 0;
+  }
+  if (c->sess->state != S_LIVE) {
+    /* swarmkit's Tasks loop checks the session before it sends. */
+    c->tail_done = 1;
     return 0;
   }
   c->first_sent = 1;
@@ -1200,7 +1425,7 @@ static int assign_take(dcall *c, mcp_tstamp ts) {
 
 static int assign_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
   dcall *c = sess;
-  if (!call_live(c) || !c->w) {
+  if (!call_watching(c)) {
     return 0;
   }
   if (!c->qn && (!c->first_sent || mcp_watch_ready(c->w, ts))) {
@@ -1213,6 +1438,9 @@ static int assign_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
     *pmsg = c->q[c->qhead];
     c->qhead = (c->qhead + 1) % c->qcap;
     c->qn--;
+    /* swarmkit's Assignments loop sends its next message, then checks
+     * the session (the changes it split off go with it). */
+    c->tail_done = c->sess->state != S_LIVE && !c->qn;
     return 1;
   }
   return 0;
@@ -1247,6 +1475,33 @@ static int disp_open(void *user_data, const mcp_peer_info *peer,
   }
   c->d = d;
   c->method = x->method;
+  if (peer && peer->address) {
+    /* swarmkit's nodeIPFromContext: the host part of the peer address. */
+    char key[DISP_MAX_ADDR_LEN];
+    const char *h = key;
+    size_t n;
+    mcp_admit_peer_key(peer->address, key, sizeof key);
+    if (strncmp(h, "ipv4:", 5) == 0 || strncmp(h, "ipv6:", 5) == 0) {
+      h += 5;
+      n = strlen(h);
+      if (n >= 2 && h[0] == '[' && h[n - 1] == ']') {
+        ++h;
+        n -= 2;
+      } else if (n >= 6 && strncmp(h, "%5B", 3) == 0 &&
+                 strcmp(h + n - 3, "%5D") == 0) {
+        h += 3;
+        n -= 6;
+      }
+      memcpy(c->peer_addr, h, n);
+      c->peer_addr[n] = 0;
+    } else if (strchr(h, ':') && strchr(h, ':') == strrchr(h, ':') &&
+               strncmp(h, "unix:", 5) != 0) {
+      /* "host:port" (mcp_admit_peer_key kept it whole). */
+      n = (size_t)(strchr(h, ':') - h);
+      memcpy(c->peer_addr, h, n);
+      c->peer_addr[n] = 0;
+    }
+  }
   if (peer && peer->tls && peer->common_name) {
     /* swarmkit: the node is who the certificate says. */
     c->peer_node = mcp__strdup(&d->mem, peer->common_name);
@@ -1280,22 +1535,26 @@ int mcp_disp_new_versioned(mcp_disp **pd, int version,
   mcp_mem mem;
   mcp_disp *d;
   MCP_UNUSED(ts);
-  if (!pd || !opts || !mcp__version_known(version, MCP__VN)) {
+  if (!pd || !opts || !mcp__version_known(version, DISP_OPT_VN)) {
     return MCP_ERR_INVALID_ARGUMENT;
   }
   disp_options_default(&o);
-  memcpy(&o, opts,
-         mcp__version_size(version, MCP__VSIZES(mcp_disp_options), MCP__VN));
+  memcpy(&o, opts, mcp__version_size(version, disp_opt_sizes, DISP_OPT_VN));
   if (!o.view || !o.rand || (o.nmanagers && !o.managers)) {
     return MCP_ERR_INVALID_ARGUMENT;
   }
   for (size_t i = 0; i < o.nmanagers; ++i) {
-    if (!mcp__str_valid(o.managers[i])) {
+    if (!mcp__str_valid(o.managers[i]) ||
+        (o.manager_ids && o.manager_ids[i] &&
+         !mcp__str_valid(o.manager_ids[i]))) {
       return MCP_ERR_INVALID_ARGUMENT;
     }
   }
   o.heartbeat_period = o.heartbeat_period ? o.heartbeat_period
                                           : DISP_DEFAULT_PERIOD;
+  if (o.heartbeat_epsilon > o.heartbeat_period / 2) {
+    o.heartbeat_epsilon = o.heartbeat_period / 2;
+  }
   o.max_changes = mcp__limit(o.max_changes, DISP_DEFAULT_MAX_CHANGES);
   o.max_task_statuses =
       mcp__limit(o.max_task_statuses, DISP_DEFAULT_MAX_STATUSES);
@@ -1308,17 +1567,22 @@ int mcp_disp_new_versioned(mcp_disp **pd, int version,
   d->o = o;
   d->o.mem = &d->mem;
   d->o.managers = NULL;
+  d->o.manager_ids = NULL;
   if (o.nmanagers) {
     d->managers = mcp__calloc(&mem, o.nmanagers, sizeof *d->managers);
-    if (!d->managers) {
-      mcp__free(&mem, d);
+    d->manager_ids = mcp__calloc(&mem, o.nmanagers, sizeof *d->manager_ids);
+    if (!d->managers || !d->manager_ids) {
+      d->o.nmanagers = 0;
+      mcp_disp_del(d);
       return MCP_ERR_NOMEM;
     }
   }
   for (size_t i = 0; i < o.nmanagers; ++i) {
+    const char *id = o.manager_ids && o.manager_ids[i] ? o.manager_ids[i] : "";
     d->managers[i] = mcp__strdup(&mem, o.managers[i]);
-    if (!d->managers[i]) {
-      d->o.nmanagers = i;
+    d->manager_ids[i] = mcp__strdup(&mem, id);
+    if (!d->managers[i] || !d->manager_ids[i]) {
+      d->o.nmanagers = i + 1; /* frees what was copied (NULL is fine) */
       mcp_disp_del(d);
       return MCP_ERR_NOMEM;
     }
@@ -1355,10 +1619,12 @@ void mcp_disp_del(mcp_disp *d) {
     tstat_free(d, v);
   }
   mcp__map_free(&d->tasks, &d->mem);
-  for (size_t i = 0; d->managers && i < d->o.nmanagers; ++i) {
-    mcp__free(&d->mem, d->managers[i]);
+  for (size_t i = 0; i < d->o.nmanagers; ++i) {
+    mcp__free(&d->mem, d->managers ? d->managers[i] : NULL);
+    mcp__free(&d->mem, d->manager_ids ? d->manager_ids[i] : NULL);
   }
   mcp__free(&d->mem, d->managers);
+  mcp__free(&d->mem, d->manager_ids);
   mcp_msg_builder_del(d->b);
   mcp__free(&d->mem, d);
 }

@@ -14,6 +14,7 @@
  * anything held changes.
  */
 #include <assert.h>
+#include <stddef.h>
 
 #include "mcp_int.h"
 #include "mcp/dispatcher.h"
@@ -30,8 +31,13 @@ typedef struct held {
   int kind;
   uint8_t *obj;
   size_t len;
-  int state;      /* Task: status.state */
-  int reported;
+  int state;      /* Task: status.state as the manager sent it */
+  int desired;    /* Task: desired_state */
+  int at;         /* Task: the state reported (or in the call in flight) */
+  int acked;      /* Task: the state the manager acknowledged */
+  int own;        /* Task: |at| is this agent's (it moved the task) */
+  int reassert;   /* Task: re-sent by the manager: report |at| again */
+  uint64_t at_wall; /* Task: when it reached |at| (TaskStatus.timestamp) */
 } held;
 
 typedef struct acall {
@@ -61,6 +67,7 @@ struct mcp_disp_agent {
   int retry_set;   /* given up on the session; retry_at is the next try */
   int assign_restart; /* the Assignments call was ended for a new id */
   int report_dirty;
+  int report_retry; /* a report failed: again at the next heartbeat */
   mcp_backoff bo;
   mcp_msg_builder *b;
   mcp_client_def def;
@@ -70,6 +77,11 @@ struct mcp_disp_agent {
 static const char *const slot_paths[MCP_DISP_NSLOTS] = {
     MCP_DISP_METHOD_SESSION, MCP_DISP_METHOD_HEARTBEAT,
     MCP_DISP_METHOD_ASSIGNMENTS, MCP_DISP_METHOD_UPDATE_TASK_STATUS};
+
+static const size_t agent_opt_sizes[] = {
+    0, offsetof(mcp_disp_agent_options, wall_offset),
+    sizeof(mcp_disp_agent_options)};
+#define AGENT_OPT_VN (sizeof agent_opt_sizes / sizeof agent_opt_sizes[0])
 
 static void agent_options_default(mcp_disp_agent_options *o) {
   memset(o, 0, sizeof *o);
@@ -82,9 +94,7 @@ void mcp_disp_agent_options_default_versioned(int version,
                                               mcp_disp_agent_options *opts) {
   mcp_disp_agent_options o;
   agent_options_default(&o);
-  memcpy(opts, &o,
-         mcp__version_size(version, MCP__VSIZES(mcp_disp_agent_options),
-                           MCP__VN));
+  memcpy(opts, &o, mcp__version_size(version, agent_opt_sizes, AGENT_OPT_VN));
 }
 
 static void held_free(mcp_disp_agent *a, held *h) {
@@ -170,37 +180,189 @@ static int build_session_req(mcp_disp_agent *a, mcp_msg **pmsg) {
   return mcp_msg_builder_finish(a->b, NULL, pmsg);
 }
 
-static int build_uts_req(mcp_disp_agent *a, mcp_msg **pmsg) {
+/* swarmkit's TaskState values the controller walks through. */
+enum {
+  TS_ASSIGNED = 192,
+  TS_ACCEPTED = 256,
+  TS_PREPARING = 320,
+  TS_READY = 384,
+  TS_STARTING = 448,
+  TS_RUNNING = 512,
+  TS_COMPLETE = 576,
+  TS_SHUTDOWN = 640
+};
+
+/* The next state swarmkit's controller (agent/exec/controller.go Do,
+ * :230-330) moves a task in |state| with |desired| to, with its message;
+ * 0 when it stays. A fake executor whose every step succeeds: Prepare,
+ * Start, and Wait (to COMPLETE) only up to |target|. */
+static int next_state(int state, int desired, int target, const char **msg) {
+  int next = 0;
+  if (desired >= TS_SHUTDOWN) {
+    if (state >= TS_COMPLETE) {
+      return 0;
+    }
+    *msg = "shutdown";
+    return TS_SHUTDOWN;
+  }
+  if (state > desired) {
+    return 0; /* way beyond desired state, pause */
+  }
+  /* The states that may proceed past desired. */
+  if (state == TS_PREPARING) {
+    next = TS_READY, *msg = "prepared";
+  } else if (state == TS_STARTING) {
+    next = TS_RUNNING, *msg = "started";
+  } else if (state == TS_RUNNING) {
+    next = TS_COMPLETE, *msg = "finished";
+  } else if (state >= desired) {
+    return 0;
+  } else if (state <= TS_ASSIGNED) {
+    next = TS_ACCEPTED, *msg = "accepted";
+  } else if (state == TS_ACCEPTED) {
+    next = TS_PREPARING, *msg = "preparing";
+  } else if (state == TS_READY) {
+    next = TS_STARTING, *msg = "starting";
+  }
+  return next && next <= target ? next : 0;
+}
+
+/* The message the controller gave the state it moved a task to. */
+static const char *state_message(int state) {
+  switch (state) {
+  case TS_ACCEPTED:
+    return "accepted";
+  case TS_PREPARING:
+    return "preparing";
+  case TS_READY:
+    return "prepared";
+  case TS_STARTING:
+    return "starting";
+  case TS_RUNNING:
+    return "started";
+  case TS_COMPLETE:
+    return "finished";
+  case TS_SHUTDOWN:
+    return "shutdown";
+  default:
+    return "";
+  }
+}
+
+static size_t status_len(uint64_t secs, uint64_t nanos, uint64_t state,
+                         size_t ml, size_t *tl) {
+  *tl = (secs ? 1 + mcp__varint_len(secs) : 0) +
+        (nanos ? 1 + mcp__varint_len(nanos) : 0);
+  return mcp__len_field_size(*tl) + 1 + mcp__varint_len(state) +
+         mcp__len_field_size(ml);
+}
+
+static int build_uts_req(mcp_disp_agent *a, mcp_tstamp ts, mcp_msg **pmsg) {
   /* UpdateTaskStatusRequest{session_id = 1, updates = 3 {task_id = 1,
-   * status = 2 {state = 2}}} for every held task not yet reported. */
+   * status = 2 TaskStatus{timestamp = 1, state = 2, message = 3}}}: each
+   * held task moves one state, as the controller's Do, with the time it
+   * did; the next call carries the next state (swarmkit's agent reports
+   * every transition, not only the last). */
   void *v;
   size_t n = 0;
-  uint64_t st = (uint64_t)a->o.report_state;
-  size_t sl = 1 + mcp__varint_len(st);
+  uint64_t now = ts + (uint64_t)a->o.wall_offset;
+  int more = 0;
   mcp_msg_builder_len_field(a->b, 1, a->session_id, strlen(a->session_id));
-  for (size_t i = 0; n < AGENT_MAX_REPORTS && mcp__map_iter(&a->held, &i, &v);) {
+  for (size_t i = 0; mcp__map_iter(&a->held, &i, &v);) {
     held *h = v;
-    size_t il, ul;
-    if (h->kind != MCP_DISP_TASK || h->reported) {
+    const char *msg = "";
+    uint64_t wall = now, secs, nanos;
+    int next;
+    size_t il, sl, tl, ml;
+    if (h->kind != MCP_DISP_TASK) {
       continue;
     }
+    next = next_state(h->at, h->desired, a->o.report_state, &msg);
+    if (!next && h->reassert) {
+      /* The manager re-sent the task and the controller had nothing new:
+       * its status as it stands, with the time it was reached (the task
+       * manager reports what Do returns, agent/task.go:140). */
+      next = h->at;
+      msg = state_message(next);
+      wall = h->at_wall;
+    }
+    if (!next) {
+      continue;
+    }
+    if (n == AGENT_MAX_REPORTS) {
+      more = 1; /* the rest with the next call */
+      break;
+    }
+    secs = wall / MCP_SECONDS;
+    nanos = wall % MCP_SECONDS;
     il = strlen(h->id);
-    ul = mcp__len_field_size(il) + mcp__len_field_size(sl);
+    ml = strlen(msg);
+    sl = status_len(secs, nanos, (uint64_t)next, ml, &tl);
     mcp_msg_builder_key(a->b, 3, MCP_WT_LEN);
-    mcp_msg_builder_varint(a->b, ul);
+    mcp_msg_builder_varint(a->b, mcp__len_field_size(il) +
+                                     mcp__len_field_size(sl));
     mcp_msg_builder_len_field(a->b, 1, h->id, il);
     mcp_msg_builder_key(a->b, 2, MCP_WT_LEN);
     mcp_msg_builder_varint(a->b, sl);
+    mcp_msg_builder_key(a->b, 1, MCP_WT_LEN);
+    mcp_msg_builder_varint(a->b, tl);
+    if (secs) {
+      mcp_msg_builder_key(a->b, 1, MCP_WT_VARINT);
+      mcp_msg_builder_varint(a->b, secs);
+    }
+    if (nanos) {
+      mcp_msg_builder_key(a->b, 2, MCP_WT_VARINT);
+      mcp_msg_builder_varint(a->b, nanos);
+    }
     mcp_msg_builder_key(a->b, 2, MCP_WT_VARINT);
-    mcp_msg_builder_varint(a->b, st);
-    h->reported = 1; /* a call that fails clears them all (ended()) */
+    mcp_msg_builder_varint(a->b, (uint64_t)next);
+    mcp_msg_builder_len_field(a->b, 3, msg, ml);
+    if (next != h->at) {
+      h->at = next; /* acknowledged when the call ends OK (ended()) */
+      h->at_wall = wall;
+      h->own = 1;
+    }
+    h->reassert = 0;
+    if (next_state(next, h->desired, a->o.report_state, &msg)) {
+      more = 1;
+    }
     ++n;
   }
-  if (n == AGENT_MAX_REPORTS) {
-    a->report_dirty = 1; /* maybe more: another call after this one */
-  }
+  a->report_dirty = more;
   a->stats.status_reports += n;
   return mcp_msg_builder_finish(a->b, NULL, pmsg);
+}
+
+/* Whether any held task has a state to report. */
+static int reports_due(const mcp_disp_agent *a) {
+  void *v;
+  const char *msg;
+  if (a->o.report_state < 0) {
+    return 0;
+  }
+  for (size_t i = 0; mcp__map_iter(&a->held, &i, &v);) {
+    const held *h = v;
+    if (h->kind == MCP_DISP_TASK &&
+        (h->reassert ||
+         next_state(h->at, h->desired, a->o.report_state, &msg))) {
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* The UpdateTaskStatus call ended: what it carried is acknowledged (OK)
+ * or goes again (an error). */
+static void reports_settle(mcp_disp_agent *a, int ok) {
+  void *v;
+  for (size_t i = 0; mcp__map_iter(&a->held, &i, &v);) {
+    held *h = v;
+    if (ok) {
+      h->acked = h->at;
+    } else {
+      h->at = h->acked;
+    }
+  }
 }
 
 /* ------------------------------------------------------------------ */
@@ -214,6 +376,7 @@ typedef struct pchange {
   const uint8_t *obj;     /* in the input */
   size_t len;
   int state;
+  int desired;
 } pchange;
 
 /* The id (field 1) of an encoded Task/Secret/Config. */
@@ -261,6 +424,7 @@ static int object_check(mcp_disp_agent *a, pchange *c, const char **why) {
   if (c->kind == MCP_DISP_TASK) {
     Docker__Swarmkit__V1__Task *t = (Docker__Swarmkit__V1__Task *)m;
     c->state = t->status ? (int)t->status->state : 0;
+    c->desired = (int)t->desired_state;
   }
   protobuf_c_message_free_unpacked(m, &pa.a);
   return 0;
@@ -445,6 +609,8 @@ static held *held_new(mcp_disp_agent *a, const pchange *c) {
   }
   h->len = c->len;
   h->state = c->state;
+  h->desired = c->desired;
+  h->at = h->acked = c->state;
   return h;
 }
 
@@ -452,15 +618,19 @@ static void held_key(char *buf, size_t n, int kind, const char *id) {
   mcp__fmt(buf, n, "%s/%s", mcp_disp_kind_name(kind), id);
 }
 
-/* Applies a parsed message: all or nothing. */
-static int apply(mcp_disp_agent *a, const parsed *p) {
+/* Applies a parsed message: all or nothing. |chained| 0: a message that
+ * did not chain, applied as swarmkit's agent does, but the chain's last
+ * results_in stays (session.go watch: streamReference). */
+static int apply(mcp_disp_agent *a, const parsed *p, int chained) {
   held **fresh = NULL;
   size_t nup = 0, nnew = 0;
   char *res;
   mcp_map complete = {0};
   mcp_map *m = p->type == MCP_DISP_COMPLETE ? &complete : &a->held;
   int err = 0;
-  res = mcp__strndup(&a->mem, (const char *)p->results_in, p->results_len);
+  res = chained ? mcp__strndup(&a->mem, (const char *)p->results_in,
+                               p->results_len)
+                : mcp__strdup(&a->mem, a->results_in);
   if (!res) {
     return MCP_ERR_NOMEM;
   }
@@ -504,6 +674,17 @@ static int apply(mcp_disp_agent *a, const parsed *p) {
   for (size_t i = 0; i < p->n; ++i) {
     const pchange *c = &p->ch[i];
     if (c->action == MCP_DISP_UPDATE) {
+      const held *old = mcp__map_get(&a->held, fresh[i]->key);
+      if (old && old->kind == MCP_DISP_TASK && old->own) {
+        /* The status the agent gave a task is canonical: the manager's
+         * copy of it does not replace it (agent/task.go:205); the task
+         * is reported again when nothing else moves it. */
+        fresh[i]->at = old->at;
+        fresh[i]->acked = old->acked;
+        fresh[i]->at_wall = old->at_wall;
+        fresh[i]->own = 1;
+        fresh[i]->reassert = a->o.report_state >= 0;
+      }
       held_free(a, mcp__map_put(m, &a->mem, fresh[i]->key, fresh[i], NULL));
       if (c->kind == MCP_DISP_TASK) {
         a->report_dirty = 1;
@@ -545,24 +726,27 @@ static int assign_recv(acall *c, const uint8_t *in, size_t len,
   if (r) {
     return r;
   }
-  if (p.type == MCP_DISP_INCREMENTAL &&
-      (p.applies_len != strlen(a->results_in) ||
-       memcmp(p.applies_to, a->results_in, p.applies_len) != 0)) {
-    /* A message was missed: this stream cannot be trusted any more. */
+  int chained = p.type != MCP_DISP_INCREMENTAL ||
+                (p.applies_len == strlen(a->results_in) &&
+                 memcmp(p.applies_to, a->results_in, p.applies_len) == 0);
+  if (!chained) {
+    /* A message was missed. swarmkit's agent (session.go:352) hands this
+     * one to the worker all the same and calls Assignments again at once
+     * on the same session, whose COMPLETE then sets everything right. */
     char got[64];
+    size_t gl = p.applies_len < 63 ? p.applies_len : 63;
     a->stats.chain_mismatches++;
-    memcpy(got, p.applies_to, p.applies_len < 63 ? p.applies_len : 63);
-    got[p.applies_len < 63 ? p.applies_len : 63] = 0;
-    parsed_free(a, &p);
+    memcpy(got, p.applies_to, gl);
+    got[gl] = 0;
     c->end = 1;
-    c->status = 10; /* ABORTED */
+    c->status = MCP_CODE_CANCELLED;
     mcp__fmt(c->details, sizeof c->details,
-             "assignments chain broken: applies_to \"%s\", last results_in "
-             "\"%s\"",
+             "assignments gap: applies_to \"%s\", last results_in \"%s\"; "
+             "calling Assignments again",
              got, a->results_in);
-    return 0;
+    a->assign_restart = 1;
   }
-  r = apply(a, &p);
+  r = apply(a, &p, chained);
   if (r) {
     parsed_free(a, &p);
     return r;
@@ -666,6 +850,10 @@ static int acall_recv(void *sess, const uint8_t *in, size_t len,
     }
     a->next_heartbeat = ts + a->period;
     a->stats.heartbeats++;
+    if (a->report_retry) {
+      a->report_retry = 0;
+      a->report_dirty = 1;
+    }
     docker__swarmkit__v1__heartbeat_response__free_unpacked(m, &pa.a);
     return 0;
   }
@@ -680,7 +868,6 @@ static int acall_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
   acall *c = sess;
   mcp_disp_agent *a = c->a;
   int r;
-  MCP_UNUSED(ts);
   if (c->sent || c->end) {
     return 0;
   }
@@ -689,7 +876,7 @@ static int acall_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
     r = build_session_req(a, pmsg);
     break;
   case MCP_DISP_SLOT_UPDATE_TASK_STATUS:
-    r = build_uts_req(a, pmsg);
+    r = build_uts_req(a, ts, pmsg);
     break;
   default:
     r = build_session_id_req(a, pmsg);
@@ -751,7 +938,8 @@ static int want_open(const mcp_disp_agent *a, size_t slot, mcp_tstamp ts) {
   case MCP_DISP_SLOT_ASSIGNMENTS:
     return a->session_id && !a->assign_done;
   case MCP_DISP_SLOT_UPDATE_TASK_STATUS:
-    return a->session_id && a->o.report_state >= 0 && a->report_dirty;
+    return a->session_id && a->o.report_state >= 0 && a->report_dirty &&
+           reports_due(a);
   default:
     return 0;
   }
@@ -784,8 +972,6 @@ static int def_open(void *user_data, size_t slot, mcp_tstamp ts,
     a->next_heartbeat = ts + a->period;
   } else if (slot == MCP_DISP_SLOT_ASSIGNMENTS) {
     a->assign_done = 1;
-  } else if (slot == MCP_DISP_SLOT_UPDATE_TASK_STATUS) {
-    a->report_dirty = 0;
   }
   *pst = st;
   return 1;
@@ -802,16 +988,19 @@ static void def_ended(void *user_data, size_t slot, int status,
     break;
   case MCP_DISP_SLOT_HEARTBEAT:
   case MCP_DISP_SLOT_UPDATE_TASK_STATUS:
-    if (status == MCP_CODE_INVALID_ARGUMENT) {
-      lose_session(a, ts, "session invalid");
-    } else if (status != MCP_CODE_OK &&
-               slot == MCP_DISP_SLOT_UPDATE_TASK_STATUS) {
-      /* Not delivered: report everything again with the next call. */
-      void *v;
-      for (size_t i = 0; mcp__map_iter(&a->held, &i, &v);) {
-        ((held *)v)->reported = 0;
+    if (slot == MCP_DISP_SLOT_UPDATE_TASK_STATUS) {
+      /* Not delivered: the same states again, at the next heartbeat (a
+       * refusal retried at once would spin). */
+      reports_settle(a, status == MCP_CODE_OK);
+      if (status != MCP_CODE_OK) {
+        a->report_dirty = 0;
+        a->report_retry = 1;
       }
-      a->report_dirty = 1;
+    }
+    if (status == MCP_CODE_INVALID_ARGUMENT ||
+        status == MCP_CODE_NOT_FOUND) {
+      /* swarmkit's "session invalid" and "node not registered". */
+      lose_session(a, ts, "session invalid");
     }
     break;
   case MCP_DISP_SLOT_ASSIGNMENTS:
@@ -852,13 +1041,11 @@ int mcp_disp_agent_new_versioned(mcp_disp_agent **pa, int version,
   mcp_disp_agent_options o;
   mcp_mem mem;
   mcp_disp_agent *a;
-  if (!pa || !opts || !mcp__version_known(version, MCP__VN)) {
+  if (!pa || !opts || !mcp__version_known(version, AGENT_OPT_VN)) {
     return MCP_ERR_INVALID_ARGUMENT;
   }
   agent_options_default(&o);
-  memcpy(&o, opts,
-         mcp__version_size(version, MCP__VSIZES(mcp_disp_agent_options),
-                           MCP__VN));
+  memcpy(&o, opts, mcp__version_size(version, agent_opt_sizes, AGENT_OPT_VN));
   if (!o.node_id || !*o.node_id || !mcp__str_valid(o.node_id)) {
     return MCP_ERR_INVALID_ARGUMENT;
   }

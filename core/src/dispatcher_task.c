@@ -177,7 +177,10 @@ static int next_stable(mcp_wire *w, const uint8_t **start, size_t *n) {
 int mcp_disp_task_keeps_held(const uint8_t *held, size_t held_len,
                              const uint8_t *now, size_t now_len,
                              int now_state) {
-  if (now_state <= MCP_DISP_TASK_RUNNING) {
+  /* swarmkit (assignments.go addOrUpdateTask, dispatcher.go Tasks): states
+   * up to ASSIGNED are the scheduler's and always go out; past it, only a
+   * change beyond status and meta does (TasksEqualStable). */
+  if (now_state <= MCP_DISP_TASK_ASSIGNED) {
     return 0;
   }
   if (!held_len || !now_len) {

@@ -174,11 +174,54 @@ class DispRules(DispBase):
         self.put("a.yaml", [task("t1", "node-a", state="COMPLETE")])
         time.sleep(0.6)
         self.assertEqual(len(self.msgs(a)), 1, self.msgs(a))
+        # Issue 24 item 6: nor past ASSIGNED, at or below RUNNING.
+        self.put("a.yaml", [task("t1", "node-a", state="COMPLETE"),
+                            task("t2", "node-a")])
+        self.wait_msgs(a, 2)
+        self.put("a.yaml", [task("t1", "node-a", state="COMPLETE"),
+                            task("t2", "node-a", state="STARTING")])
+        time.sleep(0.6)
+        self.assertEqual(len(self.msgs(a)), 2, self.msgs(a))
         # A new spec is sent, past RUNNING or not.
         self.put("a.yaml", [task("t1", "node-a", state="FAILED",
-                                 image="nginx:2")])
-        m = self.wait_msgs(a, 2)[1]
+                                 image="nginx:2"),
+                            task("t2", "node-a", state="STARTING")])
+        m = self.wait_msgs(a, 3)[2]
         self.assertEqual(self.changes(m), [("UPDATE", "task", "t1")])
+
+    def test_finished_task_releases_its_secret(self):
+        # Issue 24 item 5: past RUNNING, a task's secrets and configs that no
+        # live task uses go (INCREMENTAL REMOVE, assignments.go:268-277); a
+        # task first seen past RUNNING brings none (:281).
+        def put(t1_state):
+            self.put("a.yaml", [task("t1", "node-a", state=t1_state,
+                                     secrets=["s1"], configs=["c1"]),
+                                task("t2", "node-a", state="RUNNING",
+                                     secrets=["s2"]),
+                                task("t3", "node-a", state="COMPLETE",
+                                     secrets=["s3"]),
+                                secret("s1"), secret("s2"), secret("s3"),
+                                config("c1")])
+        put("RUNNING")
+        self.source()
+        out = os.path.join(self.tmp, "out")
+        a = self.agent("node-a", "--out", out)
+        m = self.wait_msgs(a, 1)[0]
+        self.assertEqual(self.changes(m), [("UPDATE", "config", "c1"),
+                                           ("UPDATE", "secret", "s1"),
+                                           ("UPDATE", "secret", "s2"),
+                                           ("UPDATE", "task", "t1"),
+                                           ("UPDATE", "task", "t2"),
+                                           ("UPDATE", "task", "t3")])
+        put("COMPLETE")
+        m2 = self.wait_msgs(a, 2)[1]
+        self.assertEqual(m2["type"], "INCREMENTAL")
+        self.assertEqual(self.changes(m2), [("REMOVE", "config", "c1"),
+                                            ("REMOVE", "secret", "s1")])
+        self.wait_for(lambda: not os.path.exists(
+            os.path.join(out, "secrets", "s1.json")), "s1.json removed", a)
+        self.assertTrue(os.path.exists(os.path.join(out, "tasks", "t1.json")))
+        self.assertTrue(os.path.exists(os.path.join(out, "secrets", "s2.json")))
 
     def test_report_status_reaches_debug_tasks(self):
         self.put("a.yaml", [task("t1", "node-a"), task("t2", "node-a")])
@@ -192,10 +235,15 @@ class DispRules(DispBase):
             return st == 200 and json.loads(body)
         page = self.wait_for(lambda: (tasks() or {}).get("count") == 2 and
                              tasks(), "/debug/tasks to list both", a)
-        self.assertEqual([(t["task_id"], t["node_id"], t["state"])
-                          for t in page["tasks"]],
-                         [("t1", "node-a", "RUNNING"),
-                          ("t2", "node-a", "RUNNING")])
+        page = self.wait_for(
+            lambda: all(t["state"] == "RUNNING" for t in tasks()["tasks"])
+            and tasks(), "both tasks RUNNING", a)
+        # Issue 24 item 10: the last of the controller's states, with its
+        # message ("started", controller.go:230).
+        self.assertEqual([(t["task_id"], t["node_id"], t["state"],
+                           t["message"]) for t in page["tasks"]],
+                         [("t1", "node-a", "RUNNING", "started"),
+                          ("t2", "node-a", "RUNNING", "started")])
         st, _, body = http_get(dport, "/metrics")
         self.assertIn('mcp_api_streams_total{component="mcp-source",'
                       'api="dispatcher"}', body)
@@ -291,6 +339,15 @@ class DispFlags(DispBase):
         rc, _, err = run([self.exe("mcp-source"), "--heartbeat-period", "0"])
         self.assertEqual(rc, 2, err)
         rc, _, err = run([self.exe("mcp-source"), "--manager", "nohost"])
+        self.assertEqual(rc, 2, err)
+        # --manager [ID=]ADDR: an empty id, or a bad address after it.
+        rc, _, err = run([self.exe("mcp-source"), "--manager",
+                          "=10.0.0.1:4242"])
+        self.assertEqual(rc, 2, err)
+        self.assertIn("empty node id", err)
+        rc, _, err = run([self.exe("mcp-source"), "--manager", "m1=nohost"])
+        self.assertEqual(rc, 2, err)
+        rc, _, err = run([self.exe("mcp-source"), "--manager-id", ""])
         self.assertEqual(rc, 2, err)
 
 

@@ -25,6 +25,7 @@
 // with its id; each answer is a "probe" line.
 // stdout, one JSON object per line:
 //   {"event":"session","session_id","node":{..}|null,"managers":[{"addr","weight"}],"connect"}
+//   {"event":"session_message","session_id","managers","node"}  (each later SessionMessage)
 //   {"event":"heartbeat","session_id","period_ms"}          (each answer)
 //   {"event":"assignments","type":"COMPLETE"|"INCREMENTAL","applies_to","results_in",
 //    "changes":[{"action":"UPDATE"|"REMOVE","kind":"task"|"secret"|"config"|"volume","id"
@@ -34,6 +35,7 @@
 //   {"event":"reported","state","tasks":[ids],"code","details"}
 //   {"event":"session_end","session_id","stream","code","details"}
 //   {"event":"probe","why":"unknown"|"ended","session_id","method","code","details"}
+//   {"event":"probe","why":"foreign","session_id","method","tasks","code","details"}  (--probe-foreign IDS)
 //   {"event":"synced"}                                      first COMPLETE (or Tasks) applied
 //   {"event":"state","session_id","held":{"task":[ids],"secret":[..],"config":[..]}}  on SIGTERM
 // Exit: 0 on SIGTERM or after --exit-after-sync, 2 at --timeout-ms, 64 on bad options.
@@ -47,7 +49,7 @@ try {
   opts = c.parseArgs(process.argv.slice(2), {
     '--connect': 'string', '--node-id': 'string', '--api': 'string', '--bodies': 'bool',
     '--report-status': 'string', '--exit-after-sync': 'bool', '--timeout-ms': 'string',
-    '--probe-invalid': 'bool', ...e.TLS_ARGS,
+    '--probe-invalid': 'bool', '--probe-foreign': 'string', ...e.TLS_ARGS,
   });
   if (!opts['--connect']) throw new Error('--connect HOST:PORT[,...] is required');
   if (!opts['--node-id']) throw new Error('--node-id NODE is required');
@@ -104,6 +106,16 @@ function probe(addr, sid, why) {
   call.on('data', () => { if (!got) { got = true; out('Assignments', null); call.cancel(); } });
   call.on('error', (err) => { if (!got) { got = true; out('Assignments', err); } });
   call.on('status', (st) => { if (!got) { got = true; out('Assignments', st.code ? st : null); } });
+}
+
+// UpdateTaskStatus, on the live session, for the tasks --probe-foreign
+// names (comma-separated: another node's, an unknown one): the answer.
+function probeForeign(s) {
+  const ids = opts['--probe-foreign'].split(',');
+  s.client.UpdateTaskStatus({ session_id: s.id, updates: ids.map((id) => ({ task_id: id,
+    status: { state: 'RUNNING', message: 'probe' } })) }, (err) => c.emit({ event: 'probe', why: 'foreign',
+    session_id: s.id, method: 'UpdateTaskStatus', tasks: ids, code: err ? err.code : 0,
+    details: err ? err.details : '' }));
 }
 
 function endSession(s, stream, st) {
@@ -251,8 +263,10 @@ function startSession() {
       heartbeat(s);
       openAssignments(s);
       if (opts['--probe-invalid']) probe(s.addr, `${s.id}-not-given`, 'unknown');
+      if (opts['--probe-foreign']) probeForeign(s);
     } else {
-      c.emit({ event: 'session_message', session_id: m.session_id || '', managers });
+      c.emit({ event: 'session_message', session_id: m.session_id || '', managers,
+        node: m.node ? e.plain(m.node) : null });
     }
   });
   watchEnd(call, (st) => endSession(s, 'session', st));

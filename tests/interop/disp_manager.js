@@ -45,7 +45,7 @@
 //   {"event":"session_end","node","session_id","why"}     replaced | expired | dropped | forgotten
 //   {"event":"heartbeat","node","session_id"}
 //   {"event":"rejected","method","session_id","code","details"}
-//   {"event":"task_status","node","session_id","task_id","state"}
+//   {"event":"task_status","node","session_id","task_id","state","message","timestamp"}
 //   {"event":"sent","node","session_id","type","applies_to","results_in",
 //    "changes":[{"action","kind","id"}]}
 //   {"event":"tasks_sent","node","ids":[..]}
@@ -186,8 +186,10 @@ function UpdateTaskStatus(call, cb) {
   if (!s) return;
   for (const u of call.request.updates || []) {
     taskStatus.set(u.task_id, u.status || {});
+    const ts = u.status && u.status.timestamp;
     c.emit({ event: 'task_status', node: s.node, session_id: s.id, task_id: u.task_id,
-      state: (u.status && u.status.state) || 'NEW' });
+      state: (u.status && u.status.state) || 'NEW', message: (u.status && u.status.message) || '',
+      timestamp: ts ? Number(ts.seconds || 0) : 0 });
   }
   cb(null, {});
 }

@@ -861,6 +861,13 @@ int tool_sink_proto_main(int argc, char **argv) {
     o.on_message = on_assignments;
     o.user_data = &app;
     o.rand = tool_rand;
+    {
+      /* TaskStatus.timestamp: the wall clock, from the transport's clock. */
+      struct timespec wall;
+      if (clock_gettime(CLOCK_REALTIME, &wall) == 0)
+        o.wall_offset = (int64_t)wall.tv_sec * (int64_t)MCP_SECONDS +
+                        wall.tv_nsec - (int64_t)now;
+    }
     if (report && (o.report_state = mcp_disp_task_state_parse(report)) < 0) {
       status = usage_error("--report-status: not a swarmkit TaskState "
                            "(NEW, PENDING, ASSIGNED, ACCEPTED, PREPARING, "

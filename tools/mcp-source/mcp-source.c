@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <uv.h>
 
@@ -144,8 +145,8 @@ static void usage(FILE *f) {
           "                  [--body typed|struct]\n"
           "                  [--api LIST] [--dns-zone ZONE]\n"
           "                  [--destination-heartbeat MS]\n"
-          "                  [--heartbeat-period MS] [--manager ADDR]...\n"
-          "                  [--xds-require-identity PATTERN]\n"
+          "                  [--heartbeat-period MS] [--manager [ID=]ADDR]...\n"
+          "                  [--manager-id ID] [--xds-require-identity PATTERN]\n"
           "\n"
           "Serves the YAML files below DIR as MCP collections and pushes every\n"
           "change of them; when listening, also Conduit's Destination API\n"
@@ -209,8 +210,11 @@ static void usage(FILE *f) {
           "  --heartbeat-period MS  Dispatcher: the heartbeat period answered\n"
           "                     (default %d); a node silent for 3 periods\n"
           "                     loses its session\n"
-          "  --manager ADDR     Dispatcher: a manager address sent to agents\n"
-          "                     (repeatable; default: the --listen address)\n"
+          "  --manager [ID=]ADDR  Dispatcher: a manager (node id and address)\n"
+          "                     sent to agents, weight 10 (repeatable;\n"
+          "                     default: this one, at the --listen address)\n"
+          "  --manager-id ID    Dispatcher: this manager's node id in that\n"
+          "                     default (default: the host name)\n"
           "  --help             this text\n"
           "\n"
           "Exit status: 0 after SIGINT or SIGTERM, 1 on a runtime failure,\n"
@@ -732,7 +736,8 @@ typedef struct source_args {
   unsigned apis;           /* --api; 0: the default */
   const char *dns_zone;    /* --dns-zone */
   unsigned long dest_heartbeat_ms, heartbeat_period_ms;
-  tool_strv managers;      /* --manager */
+  tool_strv managers;      /* --manager, as given ([ID=]ADDR) */
+  const char *manager_id;  /* --manager-id (argv) */
   const char *xds_require_identity; /* --xds-require-identity */
 } source_args;
 
@@ -876,9 +881,17 @@ static int parse_args(int argc, char **argv, source_args *o) {
            o->heartbeat_period_ms == 0))
         return usage_error("--heartbeat-period: not a positive number of "
                            "milliseconds: %s", v);
+    } else if (VALUE("--manager-id")) {
+      if (rv > 0 && !*v)
+        return usage_error("--manager-id: empty");
+      if (rv > 0)
+        o->manager_id = v;
     } else if (VALUE("--manager")) {
       const char *why;
-      if (rv > 0 && tool_check_hostport(v, 1, &why) != 0)
+      const char *eq = rv > 0 ? strchr(v, '=') : NULL;
+      if (eq == v)
+        return usage_error("--manager %s: an empty node id before '='", v);
+      if (rv > 0 && tool_check_hostport(eq ? eq + 1 : v, 1, &why) != 0)
         return usage_error("--manager %s: %s", v, why);
       if (rv > 0 && tool_strv_add(&o->managers, v, 1) != 0) {
         fprintf(stderr, "mcp-source: out of memory\n");
@@ -1128,12 +1141,37 @@ static int setup_apis(source_app *a, const source_args *o) {
     mcp_disp_options_default(&d);
     d.view = a->disp_store;
     d.heartbeat_period = (mcp_tstamp)o->heartbeat_period_ms * MCP_MILLISECONDS;
-    /* SessionMessage.managers: --manager, else where we listen. */
-    const char *self = o->address;
-    d.managers = o->managers.n ? o->managers.v : &self;
-    d.nmanagers = o->managers.n ? o->managers.n : 1;
+    /* SessionMessage.managers: --manager, else this one where it listens
+     * (swarmkit sends the raft members: node id and address). */
+    size_t nm = o->managers.n ? o->managers.n : 1;
+    char **maddr = calloc(nm, sizeof *maddr), **mid = calloc(nm, sizeof *mid);
+    char host[256] = "";
+    if (!o->manager_id && gethostname(host, sizeof host - 1) != 0)
+      host[0] = 0;
+    rv = maddr && mid ? 0 : MCP_ERR_NOMEM;
+    for (size_t i = 0; rv == 0 && i < nm; i++) {
+      const char *v = o->managers.n ? o->managers.v[i] : o->address;
+      const char *eq = o->managers.n ? strchr(v, '=') : NULL;
+      mid[i] = eq ? strndup(v, (size_t)(eq - v))
+                  : strdup(o->managers.n ? ""
+                           : o->manager_id ? o->manager_id : host);
+      maddr[i] = strdup(eq ? eq + 1 : v);
+      if (!mid[i] || !maddr[i])
+        rv = MCP_ERR_NOMEM;
+    }
+    d.managers = (const char *const *)maddr;
+    d.manager_ids = (const char *const *)mid;
+    d.nmanagers = nm;
     d.rand = tool_rand;
-    if ((rv = mcp_disp_new(&a->disp, &d, a->tp->now())) < 0) {
+    if (rv == 0)
+      rv = mcp_disp_new(&a->disp, &d, a->tp->now()); /* copies them */
+    for (size_t i = 0; i < nm && maddr && mid; i++) {
+      free(maddr[i]);
+      free(mid[i]);
+    }
+    free(maddr);
+    free(mid);
+    if (rv < 0) {
       log_error("Dispatcher: %s", mcp_strerror(rv));
       return -1;
     }

@@ -738,8 +738,8 @@ static int recompute(disp_view *v, const char *node, mcp_tstamp ts) {
     if (!(t->served_node && !strcmp(t->served_node, node) && t->served &&
           mcp_disp_task_keeps_held(t->served, t->served_len, t->body, t->len,
                                    t->state))) {
-      /* Published as it is now (swarmkit keeps the old bytes only for a
-       * task past RUNNING whose update changed nothing but its status). */
+      /* Published as it is now (swarmkit keeps the old bytes for a task
+       * past ASSIGNED whose update changed nothing but its status). */
       uint8_t *copy = malloc(t->len ? t->len : 1);
       char *sn = t->served_node && !strcmp(t->served_node, node)
                      ? t->served_node
@@ -764,6 +764,11 @@ static int recompute(disp_view *v, const char *node, mcp_tstamp ts) {
     }
     rv = res_add(&l, K_TASK, t->id, DISP_VIEW_URL_PREFIX "Task", t->served,
                  t->served_len);
+    /* swarmkit releases the secrets and configs of a task past RUNNING
+     * (assignments.go releaseTaskDependencies) and never adds them for one
+     * first seen there: the node keeps only what a live task uses. */
+    if (t->state > MCP_DISP_TASK_RUNNING)
+      continue;
     for (size_t j = 0; rv == 0 && j < t->secrets.n; j++)
       rv = strv_add(&sec, (const uint8_t *)t->secrets.v[j],
                     strlen(t->secrets.v[j]));

@@ -17,9 +17,11 @@
  *     status.state >= ASSIGNED, "task/<id>" (the Task with `id` set); for
  *     every secret and config such a task references
  *     (spec.container.secrets[].secretId, configs[].configId) and present,
- *     "secret/<id>", "config/<id>". swarmkit's rule: a task published on a
- *     node whose new status.state > RUNNING and which changed in nothing
- *     but its status and meta keeps the bytes published (no upsert). A node
+ *     while the task's state is RUNNING or below, "secret/<id>",
+ *     "config/<id>" (swarmkit releases a finished task's dependencies).
+ *     swarmkit's rule: a task published on a node whose new status.state >
+ *     ASSIGNED and which changed in nothing but its status and meta keeps
+ *     the bytes published (no upsert). A node
  *     that had something and has nothing left keeps an empty collection.
  *   "nodes": "<node-id>" -> the Node with `id` set.
  * type_urls "type.googleapis.com/docker.swarmkit.v1.Task|Secret|Config|
@@ -59,7 +61,7 @@ typedef struct disp_view_options {
 typedef struct disp_view_stats {
   uint64_t syncs;      /* disp_view_sync() calls that changed the view */
   uint64_t nodes;      /* node collections recomputed */
-  uint64_t kept;       /* task updates not published (past RUNNING) */
+  uint64_t kept;       /* task updates not published (past ASSIGNED) */
   uint64_t bad_bodies; /* bodies that could not be read (ignored) */
 } disp_view_stats;
 

@@ -17,8 +17,8 @@
  *     "config/<id>", body = the encoded docker.swarmkit.v1.Task / Secret /
  *     Config with its id set. Which objects a node gets (tasks assigned to
  *     it with status.state >= ASSIGNED, the secrets and configs they
- *     reference, swarmkit's "a task past RUNNING whose spec did not change
- *     keeps its old bytes") is the adapter's decision; this module sends
+ *     reference while at RUNNING or below, swarmkit's "a task past ASSIGNED
+ *     whose spec did not change keeps its old bytes") is the adapter's decision; this module sends
  *     what the collection holds. Absent and empty both mean "nothing".
  *   collection "nodes": resource "<node-id>", body = the encoded
  *     docker.swarmkit.v1.Node (optional: fills SessionMessage.node).
@@ -111,8 +111,10 @@ MCP_EXTERN int mcp_disp_task_read(const uint8_t *task, size_t len,
 MCP_EXTERN int mcp_disp_task_assigned(int state);
 
 /* 1 when a node holding |held| of a task keeps it rather than receiving
- * |now|, whose state is |now_state|: swarmkit re-sends a task past RUNNING
- * only when more than its status and meta changed (TasksEqualStable). */
+ * |now|, whose state is |now_state|: swarmkit re-sends a task past
+ * ASSIGNED only when more than its status and meta changed
+ * (TasksEqualStable and State > ASSIGNED, assignments.go:268); at ASSIGNED
+ * and below every change goes out. */
 MCP_EXTERN int mcp_disp_task_keeps_held(const uint8_t *held, size_t held_len,
                                         const uint8_t *now, size_t now_len,
                                         int now_state);
@@ -125,13 +127,25 @@ enum {
   MCP_DISP_INCREMENTAL = 1
 };
 
-/* How streams end when their session goes (gRPC status / details):
- *   expired (no heartbeat for 3 periods): UNAVAILABLE "heartbeat failure";
- *   replaced by a newer Session of the node: the older Session stream
- *     ABORTED "node must disconnect", its other streams INVALID_ARGUMENT
- *     "session invalid";
+/* How streams end when their session goes (gRPC status / details), as
+ * swarmkit's loops do at their next turn (dispatcher.go:1124,1455):
+ *   the Session stream first sends one more SessionMessage (replaced: the
+ *     node as the newer session described it; expired: node.status DOWN
+ *     "heartbeat failure"), an Assignments stream its next message (when
+ *     the node's collection next changes), a Tasks stream nothing (it ends
+ *     at the node's next change); then each ends
+ *   expired (no heartbeat for 3 periods) and the node has no newer
+ *     session: NOT_FOUND "node not registered";
+ *   replaced by a newer Session of the node (or expired, then the node
+ *     registered again): INVALID_ARGUMENT "session invalid";
  *   a call naming an unknown, expired or replaced session:
- *     INVALID_ARGUMENT "session invalid" (swarmkit's texts).
+ *     INVALID_ARGUMENT "session invalid"; under TLS, when the certificate's
+ *     node has no session at all, NOT_FOUND "node not registered".
+ * UpdateTaskStatus for a task in another node's collection of the view:
+ * PERMISSION_DENIED "cannot update a task not assigned this node", nothing
+ * kept; an update for a task in no node's collection is skipped.
+ * ABORTED "node must disconnect" is not used (swarmkit: only a node marked
+ * disconnected, which its manager never does, or a stopping dispatcher).
  * Other endings: a request that does not decode, INVALID_ARGUMENT
  * "malformed docker.swarmkit.v1.<Request>"; a Session without node id
  * (no TLS CN, no description.hostname), INVALID_ARGUMENT "no node id: ...";
@@ -143,6 +157,8 @@ enum {
 #define MCP_DISP_ERR_SESSION_INVALID "session invalid"
 #define MCP_DISP_ERR_HEARTBEAT "heartbeat failure"
 #define MCP_DISP_ERR_DISCONNECT "node must disconnect"
+#define MCP_DISP_ERR_NOT_REGISTERED "node not registered"
+#define MCP_DISP_ERR_NOT_ASSIGNED "cannot update a task not assigned this node"
 
 /* ------------------------------------------------------------------ */
 /* Manager side                                                        */
@@ -154,9 +170,10 @@ typedef struct mcp_disp_options {
   const mcp_mem *mem;      /* NULL: libc */
   const mcp_store *view;   /* required; kept by pointer, must outlive */
   /* HeartbeatResponse.period; a session expires 3 periods after its last
-   * heartbeat (or its start). 0: 5 s. */
+   * heartbeat (or its start). 0: 5 s. Jittered by heartbeat_epsilon. */
   mcp_tstamp heartbeat_period;
-  /* SessionMessage.managers, each with weight 1 (copied). */
+  /* SessionMessage.managers: addresses (Peer.addr), each with weight 10
+   * (swarmkit's DefaultObservationWeight); copied. */
   const char *const *managers;
   size_t nmanagers;
   /* Session ids (required: 16 random bytes per session, as hex). */
@@ -173,10 +190,21 @@ typedef struct mcp_disp_options {
   /* Task statuses kept from UpdateTaskStatus (a flood bound: more new ids
    * fail the call with RESOURCE_EXHAUSTED). 0: 65536. */
   size_t max_task_statuses;
+  /* ---- V2 (issue 24) ---- */
+  /* Peer.node_id of each manager, parallel to |managers| (NULL, or a NULL
+   * entry: none); copied. swarmkit sends the raft members' node ids. */
+  const char *const *manager_ids;
+  /* Each period answered (and each session's first deadline) is
+   * heartbeat_period plus a uniform draw in [-epsilon, +epsilon) from
+   * |rand|, as swarmkit's periodChooser, so that agents do not beat in
+   * step. Default 500 ms (swarmkit's); 0: no jitter; at most half the
+   * period (larger is clamped). */
+  mcp_tstamp heartbeat_epsilon;
 } mcp_disp_options;
 
 #define MCP_DISP_OPTIONS_V1 1
-#define MCP_DISP_OPTIONS_VERSION MCP_DISP_OPTIONS_V1
+#define MCP_DISP_OPTIONS_V2 2
+#define MCP_DISP_OPTIONS_VERSION MCP_DISP_OPTIONS_V2
 MCP_EXTERN void mcp_disp_options_default_versioned(int version,
                                                    mcp_disp_options *opts);
 #define mcp_disp_options_default(OPTS)                                       \
@@ -189,6 +217,11 @@ MCP_EXTERN int mcp_disp_new_versioned(mcp_disp **pd, int version,
                                       mcp_tstamp ts);
 #define mcp_disp_new(PD, OPTS, TS)                                           \
   mcp_disp_new_versioned((PD), MCP_DISP_OPTIONS_VERSION, (OPTS), (TS))
+
+/* SessionMessage.node: the view's Node for the session's node (or one
+ * with only its id), its description replaced by the one the agent's
+ * SessionRequest carried and its status by {READY, addr = the agent's IP
+ * from mcp_peer_info.address} (swarmkit's markNodeReady). */
 
 /* Frees the manager. Every stream it opened must have been deleted first
  * (assert): with a transport whose *_del() only starts the shutdown
@@ -324,18 +357,33 @@ typedef struct mcp_disp_agent_options {
   mcp_backoff_options backoff;
   mcp_rand_fn rand;         /* backoff jitter; NULL: mcp_backoff's own */
   void *rand_user_data;
-  /* >= 0: report every held task with this TaskState through
-   * UpdateTaskStatus (once per task version). -1 (the default): never. */
+  /* >= 0: run every held task through swarmkit's controller states up to
+   * this TaskState (a fake executor whose every step succeeds) and report
+   * each state passed through UpdateTaskStatus, with its message and
+   * timestamp, as agent/exec/controller.go does: ACCEPTED "accepted",
+   * PREPARING "preparing", READY "prepared", STARTING "starting", RUNNING
+   * "started", COMPLETE "finished"; a task whose desired_state is SHUTDOWN
+   * or beyond goes to SHUTDOWN "shutdown" (unless COMPLETE or beyond);
+   * none goes past its desired_state but where the controller does
+   * (PREPARING, STARTING, RUNNING). The agent's status is canonical: a
+   * task the manager re-sends keeps it, and is reported again as it
+   * stands (its timestamp unchanged) when no state follows. -1 (the
+   * default): never. */
   int report_state;
   /* Heartbeat period used until the manager answers one. 0: 5 s. */
   mcp_tstamp heartbeat_period;
   /* Objects held at most (a flood bound: a message that would hold more
    * is refused). 0: 1 << 20. */
   size_t max_held;
+  /* ---- V2 (issue 24) ---- */
+  /* Added to |ts| to give TaskStatus.timestamp (nanoseconds since the Unix
+   * epoch): the program's wall clock minus its monotonic one. 0: |ts|. */
+  int64_t wall_offset;
 } mcp_disp_agent_options;
 
 #define MCP_DISP_AGENT_OPTIONS_V1 1
-#define MCP_DISP_AGENT_OPTIONS_VERSION MCP_DISP_AGENT_OPTIONS_V1
+#define MCP_DISP_AGENT_OPTIONS_V2 2
+#define MCP_DISP_AGENT_OPTIONS_VERSION MCP_DISP_AGENT_OPTIONS_V2
 MCP_EXTERN void mcp_disp_agent_options_default_versioned(
     int version, mcp_disp_agent_options *opts);
 #define mcp_disp_agent_options_default(OPTS)                                 \
@@ -368,18 +416,20 @@ enum {
  * until mcp_disp_agent_del()). Behaviour: Session (description.hostname =
  * node) whenever there is none; once a SessionMessage gave an id,
  * Heartbeat at once and then every period answered, and Assignments.
- * A COMPLETE message replaces the held set; an INCREMENTAL one applies
- * only when applies_to equals the last results_in, else the agent ends
- * every call and starts a new session (after the backoff). A session
- * error (Session or Heartbeat failing, Assignments refused) also starts
- * a new session after the backoff. A malformed Assignments message ends
- * the call (INVALID_ARGUMENT "malformed AssignmentsMessage: <what>") and
- * changes nothing held; a broken chain ends it ABORTED "assignments chain
- * broken: ...". The held set survives sessions (a COMPLETE replaces it).
- * Heartbeat and UpdateTaskStatus calls ending INVALID_ARGUMENT also lose
- * the session. With report_state >= 0, UpdateTaskStatus reports each held
- * task not yet reported (at most 1000 per call) as {task_id, status:
- * {state: report_state}}; a call that fails reports them all again. */
+ * A COMPLETE message replaces the held set; an INCREMENTAL one whose
+ * applies_to is not the last results_in (a gap) is applied all the same
+ * (the last results_in stays), its call ends CANCELLED "assignments gap:
+ * ..." and Assignments is called again at once on the same session, as
+ * swarmkit's agent (agent/session.go:352). A session error (Session or
+ * Heartbeat failing, Assignments refused) starts a new session after the
+ * backoff. A malformed Assignments message ends the call
+ * (INVALID_ARGUMENT "malformed AssignmentsMessage: <what>") and changes
+ * nothing held. The held set survives sessions (a COMPLETE replaces it).
+ * Heartbeat and UpdateTaskStatus calls ending INVALID_ARGUMENT or
+ * NOT_FOUND also lose the session. With report_state >= 0 (see there),
+ * each UpdateTaskStatus call moves every held task one state (at most
+ * 1000 tasks per call) and the next call follows when one has more to
+ * go; a call that fails is sent again after the next heartbeat. */
 MCP_EXTERN const mcp_client_def *mcp_disp_agent_client_def(mcp_disp_agent *a);
 
 /* The session id now, or NULL. Valid until the next call into |a|. */
