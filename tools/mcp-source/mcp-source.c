@@ -846,13 +846,12 @@ static int parse_args(int argc, char **argv, source_args *o) {
         return 1;
       }
     } else {
-      return usage_error("unknown argument: %s", argv[i]);
+      return tool_unknown_arg("mcp-source", usage, "unknown argument",
+                              argv[i]);
     }
 #undef VALUE
-    if (rv < 0) { /* a value is missing: reported */
-      usage(stderr);
-      return 2;
-    }
+    if (rv < 0) /* a value is missing: reported */
+      return tool_see_help("mcp-source");
   }
   if (tool_log_parse_level(level, &o->level) != 0)
     return usage_error("--log-level: expected error, warn, info or debug, "
