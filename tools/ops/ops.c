@@ -442,7 +442,11 @@ void tool_ops_close(tool_ops *o) {
  * for the page's budget: an estimate, on the high side. */
 #define PAGE_MEMBER 40
 
-static double seconds(mcp_tstamp t) { return (double)t / (double)MCP_SECONDS; }
+/* Seconds to the millisecond: a debug page's ages say 1.99, not
+ * 1.990079501 (tool_ops_reply_json() writes them shortest). */
+static double seconds(mcp_tstamp t) {
+  return (double)((t + MCP_MILLISECONDS / 2) / MCP_MILLISECONDS) / 1000.0;
+}
 
 /* One page being built: its bounds and what it has spent. */
 typedef struct page {
@@ -719,6 +723,11 @@ static void page_bounds(json_t *j, const page *pg, int streams) {
 }
 
 void tool_ops_reply_json(ops_http_reply *r, json_t *j, size_t flags) {
+  /* jansson writes reals with 17 digits (1.99 as 1.9899999999999999); 15
+   * is the shortest form that reads back the same for every number of at
+   * most 15 significant digits, such as our millisecond ages. */
+  if (!(flags & JSON_REAL_PRECISION(31)))
+    flags |= JSON_REAL_PRECISION(15);
   char *s = j ? json_dumps(j, flags) : NULL;
   json_decref(j);
   if (!s) {
