@@ -1160,7 +1160,7 @@ static int task_status_fn(const mcp_disp_task_status *st, void *ud) {
       name ? json_string(name) : json_integer(st->state), "state_code",
       st->state, "message", st->message ? st->message : "", "err",
       st->err ? st->err : "", "age_seconds",
-      p->now >= st->updated ? (double)(p->now - st->updated) / 1e9 : 0.0);
+      p->now >= st->updated ? tool_ops_seconds(p->now - st->updated) : 0.0);
   if (!o || json_array_append_new(p->tasks, o) != 0)
     p->failed = 1;
   return 0;

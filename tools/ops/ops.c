@@ -442,9 +442,7 @@ void tool_ops_close(tool_ops *o) {
  * for the page's budget: an estimate, on the high side. */
 #define PAGE_MEMBER 40
 
-/* Seconds to the millisecond: a debug page's ages say 1.99, not
- * 1.990079501 (tool_ops_reply_json() writes them shortest). */
-static double seconds(mcp_tstamp t) {
+double tool_ops_seconds(mcp_tstamp t) {
   return (double)((t + MCP_MILLISECONDS / 2) / MCP_MILLISECONDS) / 1000.0;
 }
 
@@ -538,7 +536,7 @@ static json_t *status_json(page *pg, const mcp_collection_status *st,
   json_object_set_new(o, "pending_version", pstr(pg, st->pending_version));
   json_object_set_new(o, "pending_nonce", pstr(pg, st->pending_nonce));
   json_object_set_new(o, "pending_nonce_age_seconds",
-                      json_real(seconds(st->pending_age)));
+                      json_real(tool_ops_seconds(st->pending_age)));
   json_object_set_new(o, "last_nack_code", json_integer(st->last_nack_code));
   json_object_set_new(o, "last_nack_message",
                       pstr(pg, st->last_nack_message));
@@ -576,7 +574,7 @@ static json_t *stream_json(page *pg, const tool_stream_info *info,
   json_object_set_new(s, "identities", ids ? ids : json_array());
   json_object_set_new(s, "age_seconds",
                       json_real(info->opened && now > info->opened
-                                    ? seconds(now - info->opened)
+                                    ? tool_ops_seconds(now - info->opened)
                                     : 0.0));
   json_object_set_new(s, "received", json_integer((json_int_t)info->received));
   json_object_set_new(s, "sent", json_integer((json_int_t)info->sent));
@@ -696,8 +694,9 @@ static void sink_state_fn(mcp_sink_state *state, mcp_tstamp ts, void *ud) {
       if (!j)
         continue;
       w->pg.bytes += 7 * PAGE_MEMBER;
-      json_object_set_new(j, "age_seconds",
-                          json_real(ts > e.ts ? seconds(ts - e.ts) : 0.0));
+      json_object_set_new(
+          j, "age_seconds",
+          json_real(ts > e.ts ? tool_ops_seconds(ts - e.ts) : 0.0));
       json_object_set_new(j, "kind", json_string(journal_kind(e.kind)));
       json_object_set_new(j, "collection", pstr(&w->pg, e.collection));
       json_object_set_new(j, "nonce", pstr(&w->pg, e.nonce));

@@ -127,6 +127,10 @@ void tool_ops_close(tool_ops *ops);
 void tool_ops_set_page(tool_ops *ops, const char *path, ops_http_fn fn,
                        void *user_data);
 
+/* |t| in seconds, to the millisecond, as the debug pages give ages: 1.99
+ * for 1.990079501 s (tool_ops_reply_json() writes it so). */
+double tool_ops_seconds(mcp_tstamp t);
+
 /* A JSON page's answer: 200, application/json, the body |j| (consumed;
  * NULL when it could not be built) as jansson's json_dumps(|flags|) writes
  * it, and a newline; 500 "out of memory" when it cannot be written. For
