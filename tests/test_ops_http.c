@@ -755,6 +755,26 @@ START_TEST(test_syncz_is_bounded_with_many_large_streams) {
 }
 END_TEST
 
+/* pg.sink: a sink state of collection "c" (|journal_size| 0: the default)
+ * and its session, whose first requests are taken (journaled at 0). */
+static mcp_sink_session *pg_sink_new(size_t journal_size) {
+  memset(&pg, 0, sizeof(pg));
+  static const char *colls[] = {"c"};
+  mcp_sink_options so;
+  mcp_sink_options_default(&so);
+  so.collections = colls;
+  so.ncollections = 1;
+  if (journal_size)
+    so.journal_size = journal_size;
+  ck_assert_int_eq(mcp_sink_state_new(&pg.sink, &so), 0);
+  mcp_sink_session *ss;
+  ck_assert_int_eq(mcp_sink_session_new(&ss, pg.sink, 0), 0);
+  mcp_msg *m;
+  while (mcp_sink_session_next(ss, &m) == 1)
+    mcp_msg_free(m);
+  return ss;
+}
+
 /* Issue 24 item 13: the debug pages' ages are seconds to the millisecond
  * in the shortest form that reads back the same: 1.99 for 1.990079501 s,
  * not jansson's 1.9900795010000001. */
@@ -767,18 +787,7 @@ static int ages_sink_call(void *ep, tool_state_fn fn, void *ud) {
 }
 
 START_TEST(test_debug_ages_are_milliseconds_written_shortest) {
-  memset(&pg, 0, sizeof(pg));
-  static const char *colls[] = {"c"};
-  mcp_sink_options so;
-  mcp_sink_options_default(&so);
-  so.collections = colls;
-  so.ncollections = 1;
-  ck_assert_int_eq(mcp_sink_state_new(&pg.sink, &so), 0);
-  mcp_sink_session *ss;
-  ck_assert_int_eq(mcp_sink_session_new(&ss, pg.sink, 0), 0);
-  mcp_msg *m;
-  while (mcp_sink_session_next(ss, &m) == 1) /* journaled at 0 */
-    mcp_msg_free(m);
+  mcp_sink_session *ss = pg_sink_new(0);
   tool_transport tp;
   memset(&tp, 0, sizeof(tp));
   tp.now = ages_now;
@@ -812,19 +821,8 @@ END_TEST
 /* A sink whose journal holds many long nonces: the page keeps the newest
  * entries that fit, each nonce cut with a marker. */
 START_TEST(test_journal_is_bounded_and_keeps_the_newest) {
-  memset(&pg, 0, sizeof(pg));
-  static const char *colls[] = {"c"};
-  mcp_sink_options so;
-  mcp_sink_options_default(&so);
-  so.collections = colls;
-  so.ncollections = 1;
-  so.journal_size = 4096;
-  ck_assert_int_eq(mcp_sink_state_new(&pg.sink, &so), 0);
-  mcp_sink_session *ss;
-  ck_assert_int_eq(mcp_sink_session_new(&ss, pg.sink, 0), 0);
+  mcp_sink_session *ss = pg_sink_new(4096);
   mcp_msg *m;
-  while (mcp_sink_session_next(ss, &m) == 1)
-    mcp_msg_free(m);
   char nonce[MCP_DEFAULT_MAX_NONCE_LEN + 1];
   for (int i = 0; i < 4000; i++) {
     /* A Resources for "c" with only a nonce: an empty full state. */
