@@ -1170,6 +1170,47 @@ START_TEST(nack_lists_every_resource_duplicates_included) {
 }
 END_TEST
 
+/* The same NACK under every allocation failure of its receive: NOMEM and
+ * nothing leaked (the hidden resources' marks included), or the NACK. */
+START_TEST(nack_lists_survive_every_allocation_failure) {
+  for (long k = 1;; ++k) {
+    th_mem m;
+    th_mem_init(&m, 0);
+    mcp_sink_options o;
+    mcp_sink_options_default(&o);
+    o.collections = COLLS;
+    o.ncollections = 2;
+    o.mem = &m.mem;
+    mcp_sink_state *st;
+    ck_assert_int_eq(mcp_sink_state_new(&st, &o), 0);
+    mcp_sink_session *s;
+    ck_assert_int_eq(mcp_sink_session_new(&s, st, 1), 0);
+    mcp_msg *msg;
+    while (mcp_sink_session_next(s, &msg) == 1)
+      mcp_msg_free(msg);
+    bb b;
+    bb_push(&b, COLLS[0], "1", 0, "sv-1");
+    bb_good(&b, "a", "2");
+    bb_field(&b, 3, "\x0a\x05" "ab", 4); /* does not decode */
+    rspec bad8 = {.name = "f\xff", .version = "v", .type_url = "t/x",
+                  .body = "b"};
+    bb_resource(&b, &bad8);
+    bb_good(&b, "a", "3");
+    m.fail_at = m.count + k; /* the k-th allocation of the receive */
+    int rv = mcp_sink_session_recv(s, b.p, b.n, 2);
+    int failed = m.failed;
+    m.fail_at = 0;
+    free(b.p);
+    ck_assert_int_eq(rv, failed ? MCP_ERR_NOMEM : 0);
+    mcp_sink_session_del(s);
+    mcp_sink_state_del(st);
+    ck_assert_int_eq(m.live, 0);
+    if (!failed)
+      break;
+  }
+}
+END_TEST
+
 /* Istio's trigger is expected: answered with the NACK Istio's sources
  * wait for, but reported as the trigger, not as a rejection. */
 START_TEST(trigger_collection_is_reported_as_the_trigger_not_a_nack) {
@@ -1711,6 +1752,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, nack_trigger_collection_with_empty_nonce);
   tcase_add_test(tc, events_list_what_the_message_carried_and_drops_apart);
   tcase_add_test(tc, nack_lists_every_resource_duplicates_included);
+  tcase_add_test(tc, nack_lists_survive_every_allocation_failure);
   tcase_add_test(tc, trigger_collection_is_reported_as_the_trigger_not_a_nack);
   tcase_add_test(tc, apply_rejection_nacks_with_its_code_and_message);
   tcase_add_test(tc, malformed_envelope_is_an_error_and_changes_nothing);
