@@ -706,7 +706,7 @@ class CommandLine(Base):
                 self.assertIn("%s: address already in use" % busy, err)
                 self.assertNotIn("invalid argument", err)
                 for line in err.splitlines():  # only our own lines
-                    self.assertRegex(line, r"^%s: (info|error): " % prog)
+                    self.assertRegex(line, r"^\S+Z %s: (info|error): " % prog)
 
     def test_text_logs_carry_a_timestamp(self):
         p = Proc("mcp-source", [self.exe("mcp-source"), "--transport",
