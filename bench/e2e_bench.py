@@ -247,12 +247,14 @@ class Proc:
         return self.p.poll() is not None
 
 
+# Text log lines start with the time (issue 24 item 13).
+STAMP = r"^\S+Z "
 RE_SERVING = re.compile(r"serving ResourceSource on (\S+):(\d+) \((\S+)\)")
-RE_COLL = re.compile(r"^mcp-source: info: collection (\S+): (\d+) resources?$")
-RE_CHANGED = re.compile(r"^mcp-source: info: (\d+) collections? changed")
-RE_SRC_CONN = re.compile(r"^mcp-source: info: stream \d+: sink .* connected")
-RE_SRC_CLOSED = re.compile(r"^mcp-source: info: stream \d+: .* closed")
-RE_APPLIED = re.compile(r"^mcp-sink: info: (\S+): version (\S+) applied: "
+RE_COLL = re.compile(STAMP + r"mcp-source: info: collection (\S+): (\d+) resources?$")
+RE_CHANGED = re.compile(STAMP + r"mcp-source: info: (\d+) collections? changed")
+RE_SRC_CONN = re.compile(STAMP + r"mcp-source: info: stream \d+: sink .* connected")
+RE_SRC_CLOSED = re.compile(STAMP + r"mcp-source: info: stream \d+: .* closed")
+RE_APPLIED = re.compile(STAMP + r"mcp-sink: info: (\S+): version (\S+) applied: "
                         r"(\d+) resources, (\d+) removed")
 
 

@@ -1202,7 +1202,7 @@ START_TEST(test_broken_file_is_reported_with_path_and_line_others_load) {
   ck_assert_uint_eq(count(l, VS_COLL), 2);
   ck_assert_ptr_null(mcpcfg_loader_find(l, CM_COLL, "x"));
   ck_assert_int_eq(nreps, 1);
-  ck_assert_msg(has_report("bad.yaml", 6, "YAML error"), "%s:%lu: %s",
+  ck_assert_msg(has_report("bad.yaml", 5, "YAML error"), "%s:%lu: %s",
                 reps[0].path, reps[0].line, reps[0].msg);
   mcpcfg_loader_del(l);
 }
@@ -1252,6 +1252,48 @@ START_TEST(test_fixed_file_says_loaded_again_and_first_load_claims_nothing) {
   ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
   ck_assert_int_eq(nnotes, 2);
   mcpcfg_loader_del(l);
+}
+END_TEST
+
+/* Issue 24 item 13: a YAML error names one line, not two ("bad.yaml:6:
+ * YAML error: while parsing a flow mapping (line 5): ..."): the line of
+ * the problem, or, when that is the end of the file (something left
+ * open), the line where what is left open begins. */
+START_TEST(test_yaml_error_names_one_line) {
+  static const struct {
+    const char *text;
+    unsigned long line;
+    const char *msg;
+  } cases[] = {
+      /* Open at the end: where the "{" is. */
+      {"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n"
+       "  labels: {a: b\n",
+       5,
+       "YAML error: did not find expected ',' or '}' while parsing a flow "
+       "mapping; file not loaded"},
+      {"apiVersion: v1\nkind: ConfigMap\ndata:\n  k: [1, 2\n\n\n",
+       4, "while parsing a flow sequence"},
+      /* A bad line inside a mapping begun earlier: the bad line. */
+      {"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n"
+       " namespace: y\n",
+       5, "YAML error: did not find expected key while parsing a block "
+       "mapping; file not loaded"},
+      {"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n"
+       "data:\n  a: b\n  - c\n",
+       7, "while parsing a block mapping"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    nreps = 0;
+    put("bad.yaml", cases[i].text);
+    mcpcfg_loader *l = load();
+    ck_assert_int_eq(nreps, 1);
+    ck_assert_msg(has_report("bad.yaml", cases[i].line, cases[i].msg),
+                  "case %zu: %s:%lu: %s", i, reps[0].path, reps[0].line,
+                  reps[0].msg);
+    /* One line number: the report's, none in the message. */
+    ck_assert_msg(!strstr(reps[0].msg, "line"), "%s", reps[0].msg);
+    mcpcfg_loader_del(l);
+  }
 }
 END_TEST
 
@@ -2192,6 +2234,7 @@ int main(void) {
   tcase_add_test(t, test_non_yaml_and_hidden_files_are_ignored);
   tcase_add_test(t, test_configmap_mount_symlinks_are_followed_once);
   tcase_add_test(t, test_broken_file_is_reported_with_path_and_line_others_load);
+  tcase_add_test(t, test_yaml_error_names_one_line);
   tcase_add_test(t, test_invalid_utf8_is_reported_with_its_line);
   tcase_add_test(t, test_fixed_file_says_loaded_again_and_first_load_claims_nothing);
   tcase_add_test(t, test_document_without_api_version_kind_or_name_is_reported);

@@ -1094,14 +1094,16 @@ START_TEST(events_list_what_the_message_carried_and_drops_apart) {
   ck_assert_str_eq(f.sn.ev_listed, "c=vc3;d=vd3;");
   ck_assert_str_eq(f.sn.ev_removed, "a;");
   ck_assert_str_eq(f.sn.ev_dropped, "");
-  /* A resource that does not decode: those before it are listed. */
+  /* A resource that does not decode: every other one is listed. */
   bb_push(&b, COLLS[0], "4", 0, "sv-4");
   bb_good(&b, "e", "ve4");
   bb_field(&b, 3, "\x0a\x05" "ab", 4); /* a metadata cut short */
+  bb_good(&b, "e2", "ve4");
   ck_assert_int_eq(feed(&f, &b), 0);
   expect_answer(&f, COLLS[0], "4", MCP_CODE_INVALID_ARGUMENT);
   ck_assert_str_eq(f.sn.ev_version, "sv-4");
-  ck_assert_str_eq(f.sn.ev_listed, "e=ve4;");
+  ck_assert_str_eq(f.sn.ev_listed, "e=ve4;e2=ve4;");
+  ck_assert_str_eq(f.sn.ev_msg[f.sn.nev - 1], "resource 1 does not decode");
   /* Rejected by the application: everything listed, nothing dropped. */
   f.sn.reject_code = MCP_CODE_FAILED_PRECONDITION;
   f.sn.reject_msg = "no";
@@ -1120,6 +1122,92 @@ START_TEST(events_list_what_the_message_carried_and_drops_apart) {
   ck_assert_str_eq(f.sn.ev_version, "sv-6");
   ck_assert_str_eq(f.sn.ev_listed, "g=vg6;");
   fx_close(&f);
+}
+END_TEST
+
+/* Issue 24 item 11: a NACK lists every resource the message carried, the
+ * duplicate and what follows it included (a@2, a@3, b@1 listed only a@2),
+ * and those failing any other check; the NACK names the first problem. */
+START_TEST(nack_lists_every_resource_duplicates_included) {
+  for (int inc = 0; inc < 2; ++inc) {
+    fx f;
+    fx_state(&f, inc, 0);
+    fx_open_drained(&f);
+    before bf;
+    remember(&f, &bf);
+    bb b;
+    bb_push(&b, COLLS[0], "1", inc, "sv-1");
+    bb_good(&b, "a", "2");
+    bb_good(&b, "a", "3");
+    bb_good(&b, "b", "1");
+    ck_assert_int_eq(feed(&f, &b), 0);
+    expect_answer(&f, COLLS[0], "1", MCP_CODE_INVALID_ARGUMENT);
+    ck_assert_int_eq(f.sn.ev_type[f.sn.nev - 1], MCP_EVENT_NACK);
+    ck_assert_str_eq(f.sn.ev_listed, "a=2;a=3;b=1;");
+    ck_assert_str_eq(f.sn.ev_msg[f.sn.nev - 1], "resource a is listed twice");
+    unchanged(&f, &bf, 1, 1, 0);
+    /* Not UTF-8, unnamed, untyped, a bad time: all but the first are
+     * listed (a string that is not UTF-8 cannot be shown). */
+    rspec noname = {.name = "", .version = "v", .type_url = "t/x", .body = "b"};
+    rspec notype = {.name = "c", .version = "v"};
+    rspec badtime = {.name = "d", .version = "v", .type_url = "t/x",
+                     .body = "b", .has_ct = 1, .ct_nanos = -1};
+    rspec bad8 = {.name = "f\xff", .version = "v", .type_url = "t/x",
+                  .body = "b"};
+    bb_push(&b, COLLS[0], "2", inc, "sv-2");
+    bb_resource(&b, &bad8);
+    bb_resource(&b, &noname);
+    bb_resource(&b, &notype);
+    bb_resource(&b, &badtime);
+    bb_good(&b, "g", "1");
+    ck_assert_int_eq(feed(&f, &b), 0);
+    expect_answer(&f, COLLS[0], "2", MCP_CODE_INVALID_ARGUMENT);
+    ck_assert_str_eq(f.sn.ev_listed, "=v;c=v;d=v;g=1;");
+    ck_assert_str_eq(f.sn.ev_msg[f.sn.nev - 1],
+                     "resource 0 has a string that is not UTF-8");
+    fx_close(&f);
+  }
+}
+END_TEST
+
+/* The same NACK under every allocation failure of its receive: NOMEM and
+ * nothing leaked (the hidden resources' marks included), or the NACK. */
+START_TEST(nack_lists_survive_every_allocation_failure) {
+  for (long k = 1;; ++k) {
+    th_mem m;
+    th_mem_init(&m, 0);
+    mcp_sink_options o;
+    mcp_sink_options_default(&o);
+    o.collections = COLLS;
+    o.ncollections = 2;
+    o.mem = &m.mem;
+    mcp_sink_state *st;
+    ck_assert_int_eq(mcp_sink_state_new(&st, &o), 0);
+    mcp_sink_session *s;
+    ck_assert_int_eq(mcp_sink_session_new(&s, st, 1), 0);
+    mcp_msg *msg;
+    while (mcp_sink_session_next(s, &msg) == 1)
+      mcp_msg_free(msg);
+    bb b;
+    bb_push(&b, COLLS[0], "1", 0, "sv-1");
+    bb_good(&b, "a", "2");
+    bb_field(&b, 3, "\x0a\x05" "ab", 4); /* does not decode */
+    rspec bad8 = {.name = "f\xff", .version = "v", .type_url = "t/x",
+                  .body = "b"};
+    bb_resource(&b, &bad8);
+    bb_good(&b, "a", "3");
+    m.fail_at = m.count + k; /* the k-th allocation of the receive */
+    int rv = mcp_sink_session_recv(s, b.p, b.n, 2);
+    int failed = m.failed;
+    m.fail_at = 0;
+    free(b.p);
+    ck_assert_int_eq(rv, failed ? MCP_ERR_NOMEM : 0);
+    mcp_sink_session_del(s);
+    mcp_sink_state_del(st);
+    ck_assert_int_eq(m.live, 0);
+    if (!failed)
+      break;
+  }
 }
 END_TEST
 
@@ -1663,6 +1751,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, nack_unrequested_collection_unimplemented_echoes_nonce);
   tcase_add_test(tc, nack_trigger_collection_with_empty_nonce);
   tcase_add_test(tc, events_list_what_the_message_carried_and_drops_apart);
+  tcase_add_test(tc, nack_lists_every_resource_duplicates_included);
+  tcase_add_test(tc, nack_lists_survive_every_allocation_failure);
   tcase_add_test(tc, trigger_collection_is_reported_as_the_trigger_not_a_nack);
   tcase_add_test(tc, apply_rejection_nacks_with_its_code_and_message);
   tcase_add_test(tc, malformed_envelope_is_an_error_and_changes_nothing);

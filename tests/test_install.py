@@ -10,13 +10,24 @@ transport's library needs libmcp.so.SOVERSION (not a private copy of the
 core), only mcp_* symbols are exported, and the static libraries and the
 headers are installed too.
 
-Usage: test_install.py --build-dir B --version V --soversion S --cc CC...
-       [--transport grpc]... [--cflag FLAG]...
+Issue 24 item 12: libmcp-schema-istio (Istio's types built in) is installed
+with its header, its pkg-config file and Istio's descriptor set (the path
+`pkg-config --variable=descriptor_set` gives): a program built against it
+encodes a VirtualService and its built-in set is the installed file's
+bytes, which the installed mcp-schema-conv reads. And README.md's staged
+install is run exactly as written (a shell script of its lines, with only
+the build directory and the compiler put in), in a fresh directory: its
+program must build and run.
+
+Usage: test_install.py --build-dir B --version V --soversion S
+       --source-root DIR --cc CC... [--transport grpc]... [--cflag FLAG]...
 """
 
 import argparse
 import glob
+import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -79,6 +90,152 @@ def dynamic(path):
     return soname, needed
 
 
+SCHEMA_SOURCE = """#include <stdio.h>
+#include <string.h>
+#include <mcp/schema_istio.h>
+
+static const char yaml[] =
+    "apiVersion: networking.istio.io/v1alpha3\\n"
+    "kind: VirtualService\\n"
+    "metadata: {name: reviews, namespace: default}\\n"
+    "spec:\\n"
+    "  hosts: [reviews]\\n"
+    "  http:\\n"
+    "  - route:\\n"
+    "    - destination: {host: reviews, subset: v2}\\n"
+    "      weight: 100\\n";
+
+/* Encodes the VirtualService's spec by Istio's type (from the kinds
+ * table), prints it back as JSON, and writes the built-in descriptor set
+ * to argv[1]. */
+int main(int argc, char **argv) {
+  mcp_schema *s = NULL;
+  mcp_schema_error err;
+  if (argc != 2 || mcp_schema_new(&s, NULL) != 0) return 2;
+  if (mcp_schema_add_istio(s, &err) != 0) {
+    fprintf(stderr, "%s\\n", err.message);
+    return 3;
+  }
+  size_t nk;
+  const mcp_schema_istio_kind *k = mcp_schema_istio_kinds(&nk);
+  const char *type = NULL;
+  for (size_t i = 0; i < nk; i++)
+    if (!strcmp(k[i].kind, "VirtualService")) type = k[i].message;
+  mcp_schema_docs *docs = NULL;
+  uint8_t *bytes = NULL;
+  char *json = NULL;
+  size_t n = 0, jl = 0, pl = 0;
+  if (!type || mcp_schema_parse_yaml(NULL, yaml, sizeof yaml - 1, &docs, &err) ||
+      mcp_schema_encode(s, type,
+                        mcp_schema_value_get(mcp_schema_docs_root(docs, 0), "spec"),
+                        "spec", 0, &bytes, &n, &err) ||
+      mcp_schema_to_json(s, type, bytes, n, 0, &json, &jl, &err)) {
+    fprintf(stderr, "%s: %s\\n", type ? type : "no VirtualService", err.message);
+    return 4;
+  }
+  printf("%s %s\\n", type, json);
+  const uint8_t *pb = mcp_schema_istio_descriptor_set(&pl);
+  FILE *f = fopen(argv[1], "wb");
+  if (!f || fwrite(pb, 1, pl, f) != pl || fclose(f) != 0) return 5;
+  mcp_schema_free_bytes(s, json);
+  mcp_schema_free_bytes(s, bytes);
+  mcp_schema_docs_free(docs);
+  mcp_schema_free(s);
+  return 0;
+}
+"""
+
+VS_SPEC = {"hosts": ["reviews"],
+           "http": [{"route": [{"destination": {"host": "reviews",
+                                                "subset": "v2"},
+                                "weight": 100}]}]}
+
+
+def check_schema_istio(a, tmp, dest, pcdir, libdir, env):
+    """libmcp-schema-istio and Istio's descriptor set, installed and used."""
+    pc = "libmcp-schema-istio"
+    check(os.path.isfile(os.path.join(pcdir, pc + ".pc")), pc + ".pc installed")
+    check(os.path.isfile(os.path.join(libdir, "libmcp-schema-istio.a")),
+          "libmcp-schema-istio.a installed")
+    check(glob.glob(os.path.join(dest, "**", "mcp", "schema_istio.h"),
+                    recursive=True), "mcp/schema_istio.h installed")
+    got = run(["pkg-config", "--modversion", pc], env=env).strip()
+    check(got == a.version, "%s --modversion %s" % (pc, got))
+    # The sysroot is put in front of a variable's path too (pkgconf).
+    pb = run(["pkg-config", "--variable=descriptor_set", pc], env=env).strip()
+    check(pb.startswith(dest + os.sep) and os.path.isfile(pb),
+          "the descriptor set is where %s says: %s" % (pc, pb))
+    flags = shlex.split(run(["pkg-config", "--cflags", "--libs", pc], env=env))
+    src = os.path.join(tmp, "schema_istio.c")
+    exe = os.path.join(tmp, "schema_istio")
+    with open(src, "w") as f:
+        f.write(SCHEMA_SOURCE)
+    run(a.cc + a.cflag + [src, "-o", exe] + flags, env=env)
+    built_in = os.path.join(tmp, "built-in.pb")
+    out = run([exe, built_in], env=env).strip()
+    typ, _, body = out.partition(" ")
+    check(typ == "istio.networking.v1alpha3.VirtualService" and
+          json.loads(body) == VS_SPEC,
+          "a program built against %s encodes a VirtualService: %s" % (pc, out))
+    with open(built_in, "rb") as f, open(pb, "rb") as g:
+        check(f.read() == g.read(),
+              "the installed descriptor set is the built-in one")
+    # The installed mcp-schema-conv reads it (its documented use).
+    conv = glob.glob(os.path.join(dest, "**", "bin", "mcp-schema-conv"),
+                     recursive=True)
+    check(len(conv) == 1, "mcp-schema-conv installed")
+    vs = os.path.join(tmp, "vs.yaml")
+    with open(vs, "w") as f:
+        f.write("spec:\n  hosts: [reviews]\n  http:\n  - route:\n"
+                "    - destination: {host: reviews, subset: v2}\n"
+                "      weight: 100\n")
+    wire = os.path.join(tmp, "vs.pb")
+    run([conv[0], "encode", "--select", "spec", "-d", pb, typ, vs, wire])
+    back = run([conv[0], "decode", "-d", pb, typ, wire]).strip()
+    check(json.loads(back) == VS_SPEC,
+          "mcp-schema-conv -d <installed set> encodes and decodes: %s" % back)
+
+
+def readme_staged_block(root):
+    """README.md's staged install: the indented block with --destdir."""
+    with open(os.path.join(root, "README.md")) as f:
+        text = f.read()
+    blocks = re.findall(r"(?:^    \S.*\n)+", text, re.M)
+    staged = [b for b in blocks if "--destdir" in b]
+    check(len(staged) == 1, "README.md has one staged-install block")
+    return [l[4:] for l in staged[0].splitlines()]
+
+
+def check_readme_staged(a, tmp, want):
+    """README.md's staged install run as written: meson install --destdir,
+    pkg-config through the variables it exports, the program built and run
+    with the LD_LIBRARY_PATH it gives. Only the build directory
+    (build-release) and the compiler (cc: this build's, with its
+    sanitizer) are put in."""
+    lines = readme_staged_block(a.source_root)
+    cc = shlex.join(a.cc + a.cflag)
+    script = []
+    for l in lines:
+        l = l.replace("build-release", shlex.quote(os.path.abspath(a.build_dir)))
+        if l.startswith("cc "):
+            l = cc + l[2:]
+        script.append(l)
+    work = os.path.join(tmp, "readme")
+    os.makedirs(work)
+    lib, header, extra = PROGRAMS["libmcp-h2c"]
+    with open(os.path.join(work, "app.c"), "w") as f:
+        f.write(SOURCE % {"header": header, "extra": extra})
+    # A clean environment for what the block sets: nothing of ours leaks in.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PKG_CONFIG_PATH", "PKG_CONFIG_SYSROOT_DIR",
+                        "LD_LIBRARY_PATH")}
+    out = run(["bash", "-euo", "pipefail", "-c", "\n".join(script)],
+              env=env, cwd=work).strip().splitlines()
+    check(out and out[-1] == want,
+          "README.md's staged install, run as written, builds and runs its "
+          "program: %r\n%s" % (out[-1:] if out else out, "\n".join(script)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build-dir", required=True)
@@ -87,6 +244,7 @@ def main():
     ap.add_argument("--cc", required=True, nargs="+")
     ap.add_argument("--transport", action="append", default=[])
     ap.add_argument("--cflag", action="append", default=[])
+    ap.add_argument("--source-root", required=True)
     a = ap.parse_args()
     major, minor, patch = (int(x) for x in a.version.split("."))
     want = "%s %06x" % (a.version, major << 16 | minor << 8 | patch)
@@ -150,6 +308,12 @@ def main():
                                                                    needed))
             out = run([exe], env=env).strip()
             check(out == want, "mcp_version() via %s: %r" % (pc, out))
+        check_schema_istio(a, tmp, dest, pcdir, libdir, env)
+        if "h2c" in a.transport:
+            check_readme_staged(a, tmp, want)
+        else:
+            print("skip: README.md's staged install builds an h2c program "
+                  "(h2c not built)")
     return 0
 
 

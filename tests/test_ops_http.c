@@ -755,22 +755,74 @@ START_TEST(test_syncz_is_bounded_with_many_large_streams) {
 }
 END_TEST
 
-/* A sink whose journal holds many long nonces: the page keeps the newest
- * entries that fit, each nonce cut with a marker. */
-START_TEST(test_journal_is_bounded_and_keeps_the_newest) {
+/* pg.sink: a sink state of collection "c" (|journal_size| 0: the default)
+ * and its session, whose first requests are taken (journaled at 0). */
+static mcp_sink_session *pg_sink_new(size_t journal_size) {
   memset(&pg, 0, sizeof(pg));
   static const char *colls[] = {"c"};
   mcp_sink_options so;
   mcp_sink_options_default(&so);
   so.collections = colls;
   so.ncollections = 1;
-  so.journal_size = 4096;
+  if (journal_size)
+    so.journal_size = journal_size;
   ck_assert_int_eq(mcp_sink_state_new(&pg.sink, &so), 0);
   mcp_sink_session *ss;
   ck_assert_int_eq(mcp_sink_session_new(&ss, pg.sink, 0), 0);
   mcp_msg *m;
   while (mcp_sink_session_next(ss, &m) == 1)
     mcp_msg_free(m);
+  return ss;
+}
+
+/* Issue 24 item 13: the debug pages' ages are seconds to the millisecond
+ * in the shortest form that reads back the same: 1.99 for 1.990079501 s,
+ * not jansson's 1.9900795010000001. */
+static mcp_tstamp ages_now(void) { return 1990079501; }
+
+static int ages_sink_call(void *ep, tool_state_fn fn, void *ud) {
+  (void)ep;
+  fn(pg.sink, ages_now(), ud);
+  return 0;
+}
+
+START_TEST(test_debug_ages_are_milliseconds_written_shortest) {
+  mcp_sink_session *ss = pg_sink_new(0);
+  tool_transport tp;
+  memset(&tp, 0, sizeof(tp));
+  tp.now = ages_now;
+  tp.sink_call = ages_sink_call;
+  tp.sink_streams = pg_sink_streams;
+  tool_ops_options o = {.role = TOOL_OPS_SINK, .component = "mcp-sink"};
+  tool_ops *ops = NULL;
+  ck_assert_int_eq(tool_ops_new(&ops, &o), 0);
+  tool_ops_attach(ops, &tp, &tp);
+  ops_http_reply r = route(ops, "GET", "/debug/journal");
+  ck_assert_int_eq(r.status, 200);
+  const char *body = ops_buf_cstr(&r.body);
+  ck_assert_msg(strstr(body, "\"age_seconds\": 1.99,") != NULL, "%s", body);
+  ck_assert_msg(strstr(body, "1.99000") == NULL &&
+                    strstr(body, "1.98999") == NULL &&
+                    strstr(body, "1.990079") == NULL,
+                "%s", body);
+  json_error_t err;
+  json_t *j = json_loads(body, 0, &err);
+  ck_assert_ptr_nonnull(j);
+  json_t *e0 = json_array_get(json_object_get(j, "journal"), 0);
+  ck_assert(json_real_value(json_object_get(e0, "age_seconds")) == 1.99);
+  json_decref(j);
+  ops_http_reply_free(&r);
+  tool_ops_del(ops);
+  mcp_sink_session_del(ss);
+  mcp_sink_state_del(pg.sink);
+}
+END_TEST
+
+/* A sink whose journal holds many long nonces: the page keeps the newest
+ * entries that fit, each nonce cut with a marker. */
+START_TEST(test_journal_is_bounded_and_keeps_the_newest) {
+  mcp_sink_session *ss = pg_sink_new(4096);
+  mcp_msg *m;
   char nonce[MCP_DEFAULT_MAX_NONCE_LEN + 1];
   for (int i = 0; i < 4000; i++) {
     /* A Resources for "c" with only a nonce: an empty full state. */
@@ -851,6 +903,7 @@ int main(void) {
   TCase *rt = tcase_create("router");
   tcase_add_test(rt, test_router);
   tcase_add_test(rt, test_syncz_is_bounded_with_many_large_streams);
+  tcase_add_test(rt, test_debug_ages_are_milliseconds_written_shortest);
   tcase_add_test(rt, test_journal_is_bounded_and_keeps_the_newest);
   suite_add_tcase(s, rt);
   SRunner *r = srunner_create(s);

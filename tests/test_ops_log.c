@@ -1,12 +1,13 @@
 /*
- * Tests of tools/util/log.h: the text format unchanged, the JSON lines (every
- * line parses, context fields, escaping, truncation) and the context
- * nesting. stderr is redirected to a temporary file.
+ * Tests of tools/util/log.h: the text format (a time stamp first), the
+ * JSON lines (every line parses, context fields, escaping, truncation) and
+ * the context nesting. stderr is redirected to a temporary file.
  */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -60,9 +61,19 @@ static const char *str(json_t *o, const char *key) {
   return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
-START_TEST(test_text_format_unchanged) {
+/* |t| as a log stamp's seconds, "YYYY-MM-DDTHH:MM:SS" (UTC). */
+static void iso(time_t t, char out[32]) {
+  struct tm tm;
+  ck_assert_ptr_nonnull(gmtime_r(&t, &tm));
+  ck_assert_uint_eq(strftime(out, 32, "%Y-%m-%dT%H:%M:%S", &tm), 19);
+}
+
+/* Issue 24 item 13: text lines carry the time as JSON lines do, then the
+ * program, the level and the message as before; no context fields. */
+START_TEST(test_text_lines_carry_a_timestamp) {
   tool_log_init("mcp-test", TOOL_LOG_INFO);
   tool_log_set_format(TOOL_LOG_TEXT);
+  time_t before = time(NULL);
   capture_start();
   {
     TOOL_LOG_CONTEXT(.stream = 3, .collection = "c");
@@ -71,8 +82,29 @@ START_TEST(test_text_format_unchanged) {
   log_warn("careful");
   log_debug("dropped");
   char *out = capture_end();
-  ck_assert_str_eq(out, "mcp-test: info: hello 42\n"
-                        "mcp-test: warning: careful\n");
+  time_t after = time(NULL);
+  const char *l2 = strchr(out, '\n');
+  ck_assert_ptr_nonnull(l2);
+  l2++;
+  const char *rest[] = {"mcp-test: info: hello 42\n",
+                        "mcp-test: warning: careful\n"};
+  const char *lines[] = {out, l2};
+  size_t stamp = strlen("2024-01-02T03:04:05.123456Z ");
+  char lo[32], hi[32];
+  iso(before, lo);
+  iso(after, hi);
+  for (int i = 0; i < 2; i++) {
+    /* ISO 8601 in UTC sorts as text: between the times around the calls. */
+    const char *p = lines[i];
+    ck_assert_msg(strncmp(p, lo, 19) >= 0 && strncmp(p, hi, 19) <= 0,
+                  "stamp not between %s and %s: %s", lo, hi, p);
+    for (int k = 20; k < 26; k++)
+      ck_assert_msg(p[k] >= '0' && p[k] <= '9', "no microseconds: %s", p);
+    ck_assert_msg(p[19] == '.' && p[26] == 'Z' && p[27] == ' ',
+                  "not a UTC stamp: %s", p);
+    ck_assert_int_eq(strncmp(p + stamp, rest[i], strlen(rest[i])), 0);
+  }
+  ck_assert_str_eq(l2 + stamp, rest[1]);
   free(out);
 }
 END_TEST
@@ -184,7 +216,7 @@ END_TEST
 int main(void) {
   Suite *s = suite_create("ops_log");
   TCase *t = tcase_create("log");
-  tcase_add_test(t, test_text_format_unchanged);
+  tcase_add_test(t, test_text_lines_carry_a_timestamp);
   tcase_add_test(t, test_json_lines_and_context);
   tcase_add_test(t, test_json_escaping_and_truncation);
   tcase_add_test(t, test_parse_format);

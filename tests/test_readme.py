@@ -4,8 +4,9 @@
 Both C blocks of README.md (the source loop, the sink loop) are compiled
 with the project's warnings, with stubs for the application's functions
 they call (now(), send_grpc_message(), ...). And the set-up section shows
-what a user needs: `meson install`, the pkg-config names installed, and
-what mcp_store_upsert() returns.
+what a user needs: the system install with ldconfig and the staged one
+with its pkg-config variables (issue 24 item 12), the pkg-config names
+installed, and what mcp_store_upsert() returns.
 
 Usage: test_readme.py --source-root DIR --cc CC...
 """
@@ -48,11 +49,24 @@ def main():
     a = ap.parse_args()
     with open(os.path.join(a.source_root, "README.md")) as f:
         text = f.read()
-    for needle in ("meson install", "pkg-config --cflags --libs libmcp)",
-                   "pkg-config --cflags --libs libmcp-grpc)",
-                   "pkg-config --cflags --libs libmcp-h2c)",
+    for needle in ("meson install", "pkg-config --cflags --libs libmcp-h2c)",
+                   "`libmcp`", "`libmcp-grpc`", "`libmcp-h2c`",
+                   "`libmcp-schema`", "`libmcp-schema-istio`",
+                   "--variable=descriptor_set libmcp-schema-istio",
                    "mcp_sink_session_next", "mcp_version()"):
         check(needle in text, "README shows %s" % needle)
+    # Issue 24 item 12: both installs. System-wide, ldconfig right after
+    # (else the program cannot load libmcp_h2c.so.1); staged, the pkg-config
+    # variables and LD_LIBRARY_PATH (test_install.py runs that block).
+    check(re.search(r"^    sudo meson install -C build-release\n"
+                    r"    sudo ldconfig\n", text, re.M),
+          "README shows the system install followed by ldconfig")
+    check(re.search(r"^    meson install -C build-release --destdir .*\n"
+                    r"(    .*\n)*    export .*PKG_CONFIG_PATH=.*"
+                    r"PKG_CONFIG_SYSROOT_DIR=.*\n(    .*\n)*"
+                    r"    LD_LIBRARY_PATH=\S+ \./app\n", text, re.M),
+          "README shows the staged install with PKG_CONFIG_PATH, "
+          "PKG_CONFIG_SYSROOT_DIR and LD_LIBRARY_PATH")
     check(re.search(r"int rv = mcp_store_upsert\(", text) and
           re.search(r"1: the collection changed", text),
           "README shows mcp_store_upsert()'s return value")

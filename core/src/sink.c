@@ -355,7 +355,8 @@ struct work {
   mcp_resource *res;
   void *arena;         /* the resources' mcp_kv arrays, then their strings */
   char **rem;          /* NUL-terminated removed names */
-  size_t nlisted;      /* resources read and checked, in order */
+  size_t nlisted;      /* resources the event lists, in order */
+  unsigned char *hidden; /* per resource: not listed (NULL: none is) */
   size_t nrem_listed;  /* names in |rem| */
   const char **gone;   /* full state: names held and now dropped */
   size_t ngone;
@@ -429,6 +430,7 @@ static void work_free(const mcp_mem *m, work *w) {
     mcp__free(m, w->fresh[i]);
   }
   mcp__free(m, w->res);
+  mcp__free(m, w->hidden);
   mcp__free(m, w->arena);
   mcp__free(m, w->rem);
   mcp__free(m, w->gone);
@@ -443,17 +445,35 @@ static void work_free(const mcp_mem *m, work *w) {
 }
 
 
+/* Marks resource |i| of |w| as one the event cannot list (it does not
+ * decode, or a string is not UTF-8); 0 or NOMEM. */
+static int hide(const mcp_mem *m, work *w, size_t i) {
+  if (!w->hidden && !(w->hidden = mcp__calloc(m, w->env.nres, 1))) {
+    return MCP_ERR_NOMEM;
+  }
+  w->hidden[i] = 1;
+  return 0;
+}
+
 /*
  * Decodes and checks every resource. Returns 0, a NOMEM, or a positive
- * google.rpc code with |msg| filled for a NACK.
+ * google.rpc code with |msg| filled for a NACK: the first problem, in
+ * message order. A NACK still lists every resource that can be shown
+ * (duplicates and resources that fail a check included), so that its event
+ * gives what the message carried; only one that does not decode or holds
+ * a string that is not UTF-8 is left out.
  */
 static int validate(const mcp_sink_state *st, work *w, char *msg, size_t ml) {
   const mcp_mem *m = &st->mem;
   envelope *env = &w->env;
-#define NACK_(...)                     \
-  do {                                 \
-    mcp__fmt(msg, ml, __VA_ARGS__); \
-    return MCP_CODE_INVALID_ARGUMENT;  \
+  int code = 0;
+  /* The first problem names the NACK; the checks go on for the lists. */
+#define NACK_(...)                      \
+  do {                                  \
+    if (!code) {                        \
+      mcp__fmt(msg, ml, __VA_ARGS__);   \
+      code = MCP_CODE_INVALID_ARGUMENT; \
+    }                                   \
   } while (0)
   w->res = mcp__calloc(m, env->nres ? env->nres : 1, sizeof(*w->res));
   w->rem = mcp__calloc(m, env->nrem ? env->nrem : 1, sizeof(*w->rem));
@@ -462,16 +482,17 @@ static int validate(const mcp_sink_state *st, work *w, char *msg, size_t ml) {
       mcp__map_reserve(&w->names, m, env->nres) != 0) {
     return MCP_ERR_NOMEM;
   }
-  /* First pass: the wire structure, and what the views need, up to the
-   * first resource that does not decode (the checks of the ones before it
-   * come first, in order). */
-  size_t ndecoded = env->nres, nkv = 0, bytes = 0;
+  /* First pass: the wire structure, and what the views need. A resource
+   * that does not decode is hidden from the lists. */
+  size_t nkv = 0, bytes = 0;
   for (size_t i = 0; i < env->nres; ++i) {
     rview r;
     memset(&r, 0, sizeof(r));
     if (mcp__resource_read(env->res[i], &r, NULL) != 0) {
-      ndecoded = i;
-      break;
+      if (hide(m, w, i) != 0) {
+        return MCP_ERR_NOMEM;
+      }
+      continue;
     }
     w->res[i].nlabels = r.nlabels;
     w->res[i].nannotations = r.nannotations;
@@ -499,11 +520,14 @@ static int validate(const mcp_sink_state *st, work *w, char *msg, size_t ml) {
     w->nrem_listed++;
   }
   /* Second pass: the public views, each checked as it is built. */
+  size_t nhidden = 0;
   for (size_t i = 0; i < env->nres; ++i) {
-    if (i == ndecoded) {
-      NACK_("resource %zu does not decode", i);
-    }
     mcp_resource *o = &w->res[i];
+    if (w->hidden && w->hidden[i]) {
+      NACK_("resource %zu does not decode", i);
+      nhidden++;
+      continue;
+    }
     rview r;
     memset(&r, 0, sizeof(r));
     o->labels = fl.lab;
@@ -519,11 +543,23 @@ static int validate(const mcp_sink_state *st, work *w, char *msg, size_t ml) {
     }
     if (!fl.utf8_ok || !span_valid(r.name) || !span_valid(r.version)) {
       NACK_("resource %zu has a string that is not UTF-8", i);
+      if (hide(m, w, i) != 0) {
+        return MCP_ERR_NOMEM;
+      }
+      nhidden++; /* cannot be shown */
+      continue;
     }
     o->name = fill_str(&fl, r.name);
     o->version = fill_str(&fl, r.version);
     if (!r.type_url.n || !span_valid(r.type_url)) {
       NACK_("resource %s has no body type", o->name);
+      if (r.type_url.n) {
+        if (hide(m, w, i) != 0) {
+          return MCP_ERR_NOMEM;
+        }
+        nhidden++; /* not UTF-8: cannot be shown */
+        continue;
+      }
     }
     o->type_url = fill_str(&fl, r.type_url);
     o->has_create_time = r.has_ct;
@@ -532,8 +568,9 @@ static int validate(const mcp_sink_state *st, work *w, char *msg, size_t ml) {
     /* The rule sources check too (mcp_resource_check(): one home). */
     mcp_resource_limits lim = {st->name_rules, st->max_name, st->max_version,
                                st->max_metadata};
-    if (mcp_resource_check(o, &lim, msg, ml) != 0) {
-      return MCP_CODE_INVALID_ARGUMENT;
+    if (mcp_resource_check(o, &lim, code ? NULL : msg, code ? 0 : ml) != 0 &&
+        !code) {
+      code = MCP_CODE_INVALID_ARGUMENT;
     }
     /* Into the received bytes: valid while the apply callback runs. */
     o->body = r.body.n ? r.body.p : NULL;
@@ -542,18 +579,29 @@ static int validate(const mcp_sink_state *st, work *w, char *msg, size_t ml) {
     if (mcp__map_put(&w->names, m, o->name, o, &err)) {
       NACK_("resource %s is listed twice", o->name);
     }
-    w->nlisted = i + 1;
   }
   assert(fl.str <= (char *)w->arena + asize);
+  /* The listed views, in order (only a NACK hides any: the names map's
+   * pointers, which moving them breaks, are not used after one). */
+  w->nlisted = env->nres - nhidden;
+  for (size_t i = 0, j = 0; nhidden && i < env->nres; ++i) {
+    if (!w->hidden[i]) {
+      w->res[j++] = w->res[i];
+    }
+  }
   if (bad_rem < env->nrem) {
     NACK_("removed name %zu is not UTF-8", bad_rem);
   }
-  if (env->incremental) {
+  if (env->incremental && !code) {
     for (size_t i = 0; i < env->nrem; ++i) {
       if (mcp__map_get(&w->names, w->rem[i])) {
         NACK_("resource %s is both updated and removed", w->rem[i]);
+        break;
       }
     }
+  }
+  if (code) {
+    return code;
   }
   /* The entries the resources will be held as. */
   for (size_t i = 0; i < env->nres; ++i) {

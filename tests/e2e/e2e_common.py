@@ -291,6 +291,17 @@ class Base(unittest.TestCase):
     def exe(self, name):
         return exe(name)
 
+    def assert_usage_error(self, prog, err):
+        """|err| is a usage error as the programs report one (issue 24,
+        item 13): the error, then one line pointing to --help; not the
+        whole usage, which hid the error."""
+        lines = err.splitlines()
+        self.assertTrue(lines, err)
+        self.assertEqual(lines[-1], "%s: see %s --help for every option" %
+                         (prog, prog), err)
+        self.assertNotIn("usage:", err, err)
+        self.assertLessEqual(len(lines), 3, err)
+
     def transport_for(self, name):
         """The --transport start() gives program |name|."""
         return TRANSPORT

@@ -378,7 +378,7 @@ class CommandLine(AggBase):
         rc, out, err = common.run([self.exe("mcp-sink"), "--transport",
                                    common.TRANSPORT] + args)
         self.assertEqual(rc, 2, "%s: %s" % (args, err))
-        self.assertIn("usage:", err, err)
+        self.assert_usage_error("mcp-sink", err)
         self.assertIn(needle, err, err)
 
     def test_listen_is_a_usage_error(self):

@@ -661,7 +661,7 @@ class CommandLine(Base):
     def assert_usage(self, prog, args, needle=None):
         rc, out, err = run([self.exe(prog)] + args)
         self.assertEqual(rc, 2, "%s %s: %s" % (prog, args, err))
-        self.assertIn("usage:", err, err)
+        self.assert_usage_error(prog, err)
         if needle:
             self.assertIn(needle, err)
 
@@ -689,6 +689,40 @@ class CommandLine(Base):
                      c + ["--sync-warn", "-1"], c + ["--sync-warn"]):
             with self.subTest(args=args):
                 self.assert_usage("mcp-sink", args)
+
+    def test_mistyped_flag_says_did_you_mean_and_see_help(self):
+        """Issue 24 item 13: the error, "did you mean --X?" and where the
+        options are; not the 79 lines of usage after the error."""
+        c = ["--collection", VS]
+        for prog, args, bad, hint in (
+                ("mcp-sink", c, "--colection", "did you mean --collection?"),
+                ("mcp-sink", c, "--exit-after-synk",
+                 "did you mean --exit-after-sync?"),
+                ("mcp-sink", c, "--incremntal", "did you mean --incremental?"),
+                ("mcp-sink", c, "-json", "did you mean --json?"),
+                ("mcp-sink", c, "--coll", "did you mean --collection?"),
+                ("mcp-sink", c, "--json=yes", "--json takes no value"),
+                ("mcp-source", [], "--drr", "did you mean --dir?"),
+                ("mcp-source", [], "--debounse=5", "did you mean --debounce?"),
+                ("mcp-source", [], "listen", "did you mean --listen?"),
+                ("mcp-sink", ["--api", "dispatcher", "--node-id", "n"],
+                 "--report-statu", "did you mean --report-status?"),
+                # Nothing close: no guess.
+                ("mcp-sink", c, "--bogus", None),
+                ("mcp-source", [], "positional", None)):
+            with self.subTest(prog=prog, bad=bad):
+                rc, out, err = run([self.exe(prog)] + args + [bad])
+                self.assertEqual(rc, 2, err)
+                self.assert_usage_error(prog, err)
+                first = err.splitlines()[0]
+                self.assertTrue(first.startswith(prog + ": unknown argument"),
+                                err)
+                self.assertIn(bad, first)
+                if hint:
+                    self.assertTrue(first.endswith("; " + hint), err)
+                else:
+                    self.assertNotIn("did you mean", err)
+                self.assertEqual(len(err.splitlines()), 2, err)
 
     def test_help(self):
         for prog in ("mcp-source", "mcp-sink"):

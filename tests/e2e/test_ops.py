@@ -696,7 +696,7 @@ class CommandLine(Base):
                         ["--log-format", "xml"]):
                 rc, out, err = run([self.exe(prog)] + extra + bad)
                 self.assertEqual(rc, 2, (prog, bad, err))
-                self.assertIn("usage:", err)
+                self.assert_usage_error(prog, err)
 
     def test_debug_port_in_use(self):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -737,9 +737,9 @@ class CommandLine(Base):
                 self.assertIn("%s: address already in use" % busy, err)
                 self.assertNotIn("invalid argument", err)
                 for line in err.splitlines():  # only our own lines
-                    self.assertRegex(line, r"^%s: (info|error): " % prog)
+                    self.assertRegex(line, r"^\S+Z %s: (info|error): " % prog)
 
-    def test_text_logs_unchanged(self):
+    def test_text_logs_carry_a_timestamp(self):
         p = Proc("mcp-source", [self.exe("mcp-source"), "--transport",
                                 common.TRANSPORT, "--listen", self.addr])
         self.procs.append(p)
@@ -750,7 +750,9 @@ class CommandLine(Base):
         self.assertEqual(p.wait(), 0)
         for line in p.stderr_lines():
             if not re.match(r"^[EWID]\d{4} ", line):
-                self.assertRegex(line, r"^mcp-source: (info|warning|error|"
+                # Issue 24 item 13: the time first, as in the JSON logs.
+                self.assertRegex(line, r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z "
+                                       r"mcp-source: (info|warning|error|"
                                        r"debug): ")
 
 

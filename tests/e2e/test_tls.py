@@ -451,7 +451,7 @@ class CommandLine(Base):
         rc, _, err = run([self.exe(prog)] + args)
         self.assertEqual(rc, 2, "%s %s: %s" % (prog, args, err))
         self.assertIn(needle, err)
-        self.assertIn("usage:", err)
+        self.assert_usage_error(prog, err)
 
     def test_h2c_refuses_security_flags(self):
         if not common.transport_built("h2c", timeout=WAIT):

@@ -754,8 +754,10 @@ class NodeSourceToOurSink(Base):
     def test_our_sink_nacks_bad_content(self):
         # docs/protocol.md, Sink validation: duplicate names and a body that
         # does not decode are NACKed with INVALID_ARGUMENT; nothing changes.
-        bad = {VS: [{'name': 'default/x', 'version': '1', 'body': {}},
-                    {'name': 'default/x', 'version': '1', 'body': {}}],
+        # VS: a@2, a@3, b@1 (issue 24 item 11: every one is listed).
+        bad = {VS: [{'name': 'default/a', 'version': '2', 'body': {}},
+                    {'name': 'default/a', 'version': '3', 'body': {}},
+                    {'name': 'default/b', 'version': '1', 'body': {}}],
                GW: [{'name': 'gw', 'version': '1', 'type_url': STRUCT, 'value_b64': '/////w=='}]}
         src = self.node_source(['--listen', '127.0.0.1:0'], bad)
         self.out = os.path.join(self.tmp, 'mirror')
@@ -768,14 +770,15 @@ class NodeSourceToOurSink(Base):
             line = sink.wait_for(response(col), f'our sink reports {col}')
             self.assertEqual((line['verdict'], line['total']), ('nack', 0), line)
             # The line gives what the message carried, NACK or not: the
-            # version, and the resources read before the faulty one (the
-            # duplicate: the first x; the body that does not decode, by the
-            # mirror: gw itself).
+            # version, and every resource, the duplicate and those after it
+            # included (the body that does not decode, by the mirror: gw
+            # itself).
             push = src.wait_for(lambda l, col=col: l.get('event') == 'push' and l['collection'] == col,
                                 f'the push of {col}')
             self.assertEqual(line['system_version_info'], push['system_version_info'], line)
-            self.assertEqual([r['name'] for r in line['resources']],
-                             {VS: ['default/x'], GW: ['gw']}[col], line)
+            self.assertEqual([(r['name'], r['version']) for r in line['resources']],
+                             {VS: [('default/a', '2'), ('default/a', '3'), ('default/b', '1')],
+                              GW: [('gw', '1')]}[col], line)
             self.assertEqual((line['removed'], line['dropped']), ([], []), line)
         self.check_mirror({VS: [], GW: []})  # nothing written
         good = {VS: [{'name': 'default/x', 'version': '1', 'body': {'a': 1}}], GW: []}

@@ -12,15 +12,141 @@
 #include "util/log.h"
 #include "util/grow.h"
 
+int tool_see_help(const char *prog) {
+  fprintf(stderr, "%s: see %s --help for every option\n", prog, prog);
+  return 2;
+}
+
 int tool_usage_error(const char *prog, void (*usage)(FILE *f),
                      const char *fmt, ...) {
+  (void)usage;
   va_list ap;
   va_start(ap, fmt);
+  flockfile(stderr);
   fprintf(stderr, "%s: ", prog);
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
+  tool_see_help(prog);
+  funlockfile(stderr);
   va_end(ap);
-  usage(stderr);
+  return 2;
+}
+
+/* Edit distance of |a| and |b| (optimal string alignment: insertions,
+ * deletions, substitutions and swaps of neighbours cost 1), at most 64
+ * bytes each; larger: SIZE_MAX. */
+static size_t edit_distance(const char *a, size_t n, const char *b,
+                            size_t m) {
+  enum { MAX = 64 };
+  if (n > MAX || m > MAX)
+    return (size_t)-1;
+  size_t d[MAX + 1][MAX + 1];
+  for (size_t i = 0; i <= n; i++)
+    d[i][0] = i;
+  for (size_t j = 0; j <= m; j++)
+    d[0][j] = j;
+  for (size_t i = 1; i <= n; i++) {
+    for (size_t j = 1; j <= m; j++) {
+      size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      if (d[i - 1][j] + 1 < best)
+        best = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < best)
+        best = d[i][j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+          d[i - 2][j - 2] + 1 < best)
+        best = d[i - 2][j - 2] + 1;
+      d[i][j] = best;
+    }
+  }
+  return d[n][m];
+}
+
+int tool_suggest_option(void (*usage)(FILE *f), const char *arg, char *out,
+                        size_t outlen) {
+  /* The options are the "--name" words of the usage text: one list, which
+   * grows with every option documented. */
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f)
+    return 0;
+  usage(f);
+  if (fclose(f) != 0 || !text) {
+    free(text);
+    return 0;
+  }
+  /* What was typed, without its dashes and its "=VALUE". */
+  const char *typed = arg;
+  while (*typed == '-')
+    typed++;
+  size_t tn = strcspn(typed, "=");
+  int dashed = typed > arg;
+  size_t best = (size_t)-1, nprefix = 0;
+  const char *pick = NULL, *prefix = NULL;
+  size_t pickn = 0, prefixn = 0;
+  for (const char *p = text; (p = strstr(p, "--")) != NULL;) {
+    int word_start = p == text || strchr(" \t\n[|(,", p[-1]) != NULL;
+    const char *name = p + 2;
+    size_t n = 0;
+    while ((name[n] >= 'a' && name[n] <= 'z') ||
+           (name[n] >= '0' && name[n] <= '9') || name[n] == '-')
+      n++;
+    p = name + n;
+    if (!word_start || n < 2 || name[0] == '-')
+      continue;
+    /* The same option again in the text: counted once. */
+    if ((pick && n == pickn && memcmp(name, pick, n) == 0) ||
+        (prefix && n == prefixn && memcmp(name, prefix, n) == 0))
+      continue;
+    if (dashed && tn >= 3 && tn < n && memcmp(typed, name, tn) == 0) {
+      nprefix++;
+      prefix = name;
+      prefixn = n;
+    }
+    size_t d = n == tn && memcmp(typed, name, n) == 0
+                   ? 0
+                   : edit_distance(typed, tn, name, n);
+    if (d < best) {
+      best = d;
+      pick = name;
+      pickn = n;
+    }
+  }
+  /* Close enough to be a slip: one edit in a short name, two in a longer
+   * one; a word without dashes only when it is the option's very name
+   * ("collection" for --collection); else an unambiguous abbreviation. */
+  size_t allowed = dashed ? (tn >= 6 ? 2 : 1) : 0;
+  if (!pick || best > allowed) {
+    pick = nprefix == 1 ? prefix : NULL;
+    pickn = prefixn;
+  }
+  /* Never the argument itself ("--json=1" to a flag: the value is wrong). */
+  int found = pick && !(arg[0] == '-' && arg[1] == '-' &&
+                        strlen(arg + 2) == pickn &&
+                        memcmp(arg + 2, pick, pickn) == 0);
+  if (found)
+    snprintf(out, outlen, "--%.*s", (int)pickn, pick);
+  free(text);
+  return found;
+}
+
+int tool_unknown_arg(const char *prog, void (*usage)(FILE *f),
+                     const char *what, const char *arg) {
+  char hint[128];
+  flockfile(stderr);
+  if (tool_suggest_option(usage, arg, hint, sizeof(hint))) {
+    /* "--json=1": the option is right, the value is not. */
+    size_t n = strcspn(arg, "=");
+    if (arg[n] == '=' && strlen(hint) == n && memcmp(hint, arg, n) == 0)
+      fprintf(stderr, "%s: %s: %s; %s takes no value\n", prog, what, arg,
+              hint);
+    else
+      fprintf(stderr, "%s: %s: %s; did you mean %s?\n", prog, what, arg,
+              hint);
+  } else
+    fprintf(stderr, "%s: %s: %s\n", prog, what, arg);
+  tool_see_help(prog);
+  funlockfile(stderr);
   return 2;
 }
 

@@ -1,7 +1,8 @@
 /*
  * Command-line helpers shared by mcp-source and mcp-sink. Long options only,
  * written "--name VALUE" or "--name=VALUE". A parse error is reported on
- * stderr by the caller with the program's usage, and exits 2.
+ * stderr by the caller, then "see PROG --help" (not the whole usage: it hid
+ * the error), and exits 2.
  */
 #ifndef TOOLS_ARGS_H
 #define TOOLS_ARGS_H
@@ -12,12 +13,37 @@
 #include "util/log.h" /* TOOL_PRINTF */
 
 /*
- * Reports a usage error the programs' way: "PROG: ", the message and a
- * newline on stderr, then |usage|(stderr). Returns 2, the exit status of a
- * usage error. Each program wraps it as usage_error(fmt, ...).
+ * Reports a usage error the programs' way on stderr: "PROG: ", the message
+ * and a newline, then "PROG: see PROG --help for every option". Returns 2,
+ * the exit status of a usage error. Each program wraps it as
+ * usage_error(fmt, ...). |usage| is unused (the signature every caller
+ * has); --help prints it.
  */
 int tool_usage_error(const char *prog, void (*usage)(FILE *f),
                      const char *fmt, ...) TOOL_PRINTF(3, 4);
+
+/* Writes the line that ends a usage error reported otherwise ("PROG: see
+ * PROG --help for every option") on stderr; returns 2. */
+int tool_see_help(const char *prog);
+
+/*
+ * The option a mistyped |arg| most likely meant, among the "--name" words
+ * of the text |usage| writes: the nearest by edit distance (at most one
+ * edit for names under 6 bytes, two for longer ones; dashes and "=VALUE"
+ * aside), else the only option |arg| abbreviates (3 bytes or more). A word
+ * without dashes is matched only to an option's exact name. Writes "--name"
+ * into |out| and returns 1; 0 when none is close (or out of memory).
+ */
+int tool_suggest_option(void (*usage)(FILE *f), const char *arg, char *out,
+                        size_t outlen);
+
+/*
+ * Reports an argument no option takes: "PROG: WHAT: ARG", with "; did you
+ * mean --X?" when tool_suggest_option() finds one, then the "see --help"
+ * line. Returns 2.
+ */
+int tool_unknown_arg(const char *prog, void (*usage)(FILE *f),
+                     const char *what, const char *arg);
 
 /*
  * If argv[*i] is the option |name| taking a value ("--name VALUE" or

@@ -1242,7 +1242,13 @@ static int on_event(builder *b, const yaml_event_t *ev) {
   }
 }
 
-/* Reports a libyaml error; 1, or NOMEM. */
+/*
+ * Reports a libyaml error on one line; 1, or NOMEM. libyaml gives two: where
+ * it noticed the problem and where the construct it was in began ("while
+ * parsing a flow mapping"). The first is named, unless it is the end of the
+ * input (an unclosed "{", "[" or quote), where there is nothing to see: then
+ * the line the construct began on.
+ */
 static int syntax_error(builder *b, const yaml_parser_t *yp,
                         const unsigned char *buf, size_t len) {
   unsigned long line = yp->problem_mark.line + 1;
@@ -1252,12 +1258,14 @@ static int syntax_error(builder *b, const yaml_parser_t *yp,
     line = 1;
     for (size_t i = 0; i < yp->problem_offset && i < len; i++)
       line += buf[i] == '\n';
+  } else if (yp->context && yp->problem_mark.index >= len) {
+    line = yp->context_mark.line + 1;
   }
-  if (yp->context) /* e.g. "while parsing a flow mapping" (line 5) */
+  if (yp->context) /* e.g. "while parsing a flow mapping" */
     mcpcfg_report(b->o, b->path, line,
-                  "YAML error: %s (line %lu): %s; file not loaded%s",
-                  yp->context, (unsigned long)yp->context_mark.line + 1,
-                  yp->problem ? yp->problem : "unknown", kept_note(b));
+                  "YAML error: %s %s; file not loaded%s",
+                  yp->problem ? yp->problem : "unknown", yp->context,
+                  kept_note(b));
   else
     mcpcfg_report(b->o, b->path, line, "YAML error: %s; file not loaded%s",
                   yp->problem ? yp->problem : "unknown", kept_note(b));

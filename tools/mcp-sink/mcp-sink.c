@@ -737,7 +737,7 @@ int main(int argc, char **argv) {
       if (rv < 0)
         goto bad;
     } else {
-      usage_error("unknown argument: %s", argv[i]);
+      tool_unknown_arg("mcp-sink", usage, "unknown argument", argv[i]);
       goto out;
     }
 #undef VALUE
@@ -997,8 +997,7 @@ nomem:
   status = 1;
   goto out;
 bad:
-  usage(stderr);
-  status = 2;
+  status = tool_see_help("mcp-sink");
 out:
   mcp_sink_state_del(app.state);
   tool_ops_del(app.ops);

@@ -708,8 +708,10 @@ int tool_sink_proto_main(int argc, char **argv) {
       if (rv == -2)
         goto nomem;
     } else {
-      status = usage_error("unknown argument for --api %s: %s",
-                           api ? api : "destination|dispatcher|xds", argv[i]);
+      char what[64];
+      snprintf(what, sizeof(what), "unknown argument for --api %s",
+               api ? api : "destination|dispatcher|xds");
+      status = tool_unknown_arg("mcp-sink", usage, what, argv[i]);
       goto out;
     }
 #undef VALUE

@@ -911,13 +911,12 @@ static int parse_args(int argc, char **argv, source_args *o) {
         return 1;
       }
     } else {
-      return usage_error("unknown argument: %s", argv[i]);
+      return tool_unknown_arg("mcp-source", usage, "unknown argument",
+                              argv[i]);
     }
 #undef VALUE
-    if (rv < 0) { /* a value is missing: reported */
-      usage(stderr);
-      return 2;
-    }
+    if (rv < 0) /* a value is missing: reported */
+      return tool_see_help("mcp-source");
   }
   if (tool_log_parse_level(level, &o->level) != 0)
     return usage_error("--log-level: expected error, warn, info or debug, "
@@ -1316,7 +1315,7 @@ static int task_status_fn(const mcp_disp_task_status *st, void *ud) {
       name ? json_string(name) : json_integer(st->state), "state_code",
       st->state, "message", st->message ? st->message : "", "err",
       st->err ? st->err : "", "age_seconds",
-      p->now >= st->updated ? (double)(p->now - st->updated) / 1e9 : 0.0);
+      p->now >= st->updated ? tool_ops_seconds(p->now - st->updated) : 0.0);
   if (!o || json_array_append_new(p->tasks, o) != 0)
     p->failed = 1;
   return 0;

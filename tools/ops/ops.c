@@ -443,7 +443,9 @@ void tool_ops_close(tool_ops *o) {
  * for the page's budget: an estimate, on the high side. */
 #define PAGE_MEMBER 40
 
-static double seconds(mcp_tstamp t) { return (double)t / (double)MCP_SECONDS; }
+double tool_ops_seconds(mcp_tstamp t) {
+  return (double)((t + MCP_MILLISECONDS / 2) / MCP_MILLISECONDS) / 1000.0;
+}
 
 /* One page being built: its bounds and what it has spent. */
 typedef struct page {
@@ -535,7 +537,7 @@ static json_t *status_json(page *pg, const mcp_collection_status *st,
   json_object_set_new(o, "pending_version", pstr(pg, st->pending_version));
   json_object_set_new(o, "pending_nonce", pstr(pg, st->pending_nonce));
   json_object_set_new(o, "pending_nonce_age_seconds",
-                      json_real(seconds(st->pending_age)));
+                      json_real(tool_ops_seconds(st->pending_age)));
   json_object_set_new(o, "last_nack_code", json_integer(st->last_nack_code));
   json_object_set_new(o, "last_nack_message",
                       pstr(pg, st->last_nack_message));
@@ -573,7 +575,7 @@ static json_t *stream_json(page *pg, const tool_stream_info *info,
   json_object_set_new(s, "identities", ids ? ids : json_array());
   json_object_set_new(s, "age_seconds",
                       json_real(info->opened && now > info->opened
-                                    ? seconds(now - info->opened)
+                                    ? tool_ops_seconds(now - info->opened)
                                     : 0.0));
   json_object_set_new(s, "received", json_integer((json_int_t)info->received));
   json_object_set_new(s, "sent", json_integer((json_int_t)info->sent));
@@ -734,8 +736,9 @@ static void sink_state_fn(mcp_sink_state *state, mcp_tstamp ts, void *ud) {
       if (!j)
         continue;
       w->pg.bytes += 7 * PAGE_MEMBER;
-      json_object_set_new(j, "age_seconds",
-                          json_real(ts > e.ts ? seconds(ts - e.ts) : 0.0));
+      json_object_set_new(
+          j, "age_seconds",
+          json_real(ts > e.ts ? tool_ops_seconds(ts - e.ts) : 0.0));
       json_object_set_new(j, "kind", json_string(journal_kind(e.kind)));
       json_object_set_new(j, "collection", pstr(&w->pg, e.collection));
       json_object_set_new(j, "nonce", pstr(&w->pg, e.nonce));
@@ -761,6 +764,11 @@ static void page_bounds(json_t *j, const page *pg, int streams) {
 }
 
 void tool_ops_reply_json(ops_http_reply *r, json_t *j, size_t flags) {
+  /* jansson writes reals with 17 digits (1.99 as 1.9899999999999999); 15
+   * is the shortest form that reads back the same for every number of at
+   * most 15 significant digits, such as our millisecond ages. */
+  if (!(flags & JSON_REAL_PRECISION(31)))
+    flags |= JSON_REAL_PRECISION(15);
   char *s = j ? json_dumps(j, flags) : NULL;
   json_decref(j);
   if (!s) {

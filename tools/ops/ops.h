@@ -127,10 +127,17 @@ void tool_ops_close(tool_ops *ops);
 void tool_ops_set_page(tool_ops *ops, const char *path, ops_http_fn fn,
                        void *user_data);
 
+/* |t| in seconds, to the millisecond, as the debug pages give ages: 1.99
+ * for 1.990079501 s (tool_ops_reply_json() writes it so). */
+double tool_ops_seconds(mcp_tstamp t);
+
 /* A JSON page's answer: 200, application/json, the body |j| (consumed;
  * NULL when it could not be built) as jansson's json_dumps(|flags|) writes
  * it, and a newline; 500 "out of memory" when it cannot be written. For
- * the pages of this router and of tool_ops_set_page(). */
+ * the pages of this router and of tool_ops_set_page(). Reals are written
+ * with 15 significant digits unless |flags| set JSON_REAL_PRECISION: the
+ * shortest form for numbers of up to 15 digits (1.99), which every real of
+ * a page must be (the ages are to the millisecond). */
 void tool_ops_reply_json(ops_http_reply *r, json_t *j, size_t flags);
 
 /* The HTTP handler (an ops_http_fn; |user_data| is the tool_ops): for

@@ -108,17 +108,24 @@ static void put_string(line *l, const char *s, size_t max) {
   put(l, "\"", 1);
 }
 
+/* Now, in UTC, to the microsecond: "2024-01-02T03:04:05.123456Z" (both
+ * formats; |when| holds 40 bytes). */
+static void stamp(char *when, size_t len) {
+  struct timespec ts;
+  struct tm tm;
+  when[0] = '\0';
+  clock_gettime(CLOCK_REALTIME, &ts);
+  if (gmtime_r(&ts.tv_sec, &tm)) {
+    size_t k = strftime(when, len, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(when + k, len - k, ".%06ldZ", ts.tv_nsec / 1000);
+  }
+}
+
 static void log_json(tool_log_level level, const char *msg, int truncated) {
   char buf[16384];
   line l = {buf, 0, sizeof(buf) - 8}; /* room for "}\n" */
-  struct timespec ts;
-  struct tm tm;
-  char when[40] = "";
-  clock_gettime(CLOCK_REALTIME, &ts);
-  if (gmtime_r(&ts.tv_sec, &tm)) {
-    size_t k = strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(when + k, sizeof(when) - k, ".%06ldZ", ts.tv_nsec / 1000);
-  }
+  char when[40];
+  stamp(when, sizeof(when));
   puts_(&l, "{\"ts\":\"");
   puts_(&l, when);
   puts_(&l, "\",\"level\":\"");
@@ -185,7 +192,9 @@ void tool_log(tool_log_level level, const char *fmt, ...) {
     return;
   }
   /* One fprintf per line: stdio locks the stream for the whole call. */
-  fprintf(stderr, "%s: %s: %s%s\n", g_prog, level_names[level], buf,
+  char when[40];
+  stamp(when, sizeof(when));
+  fprintf(stderr, "%s %s: %s: %s%s\n", when, g_prog, level_names[level], buf,
           (size_t)n >= sizeof(buf) ? "..." : "");
 }
 

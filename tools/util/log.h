@@ -1,7 +1,8 @@
 /*
  * Logging for the mcp-source and mcp-sink programs: one line per message on
  * stderr, filtered by a level set once at start, in one of two formats:
- *   text (default): "PROGRAM: LEVEL: message";
+ *   text (default): "TIME PROGRAM: LEVEL: message", TIME as in json
+ *     ("2024-01-02T03:04:05.123456Z", UTC);
  *   json: one object per line, {"ts":"2024-01-02T03:04:05.123456Z",
  *     "level":"info","prog":"mcp-sink","msg":"...", then the fields of the
  *     thread's log context when set: "stream" (number), "peer", "node",

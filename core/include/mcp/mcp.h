@@ -606,9 +606,10 @@ typedef struct mcp_event {
   size_t bytes;        /* source PUSH: the message's encoded size; sink
                           ACK/NACK: the size of the message answered */
   /* Sink ACK, NACK and TRIGGER_IGNORED: the message answered, as it
-   * carried them. |resources|: the first |nlisted| of its |nresources|
-   * (all, unless a NACK for a resource that does not pass the checks:
-   * those before it); |removed|: its removed_resources that are UTF-8,
+   * carried them. |resources|: |nlisted| of its |nresources|, in order:
+   * every one, duplicates and resources that fail a check included, except
+   * (in a NACK) a resource that does not decode or holds a string that is
+   * not UTF-8; |removed|: its removed_resources that are UTF-8,
    * |nremoved_listed| of |nremoved|, in order. */
   const mcp_resource *resources;
   size_t nlisted;
