@@ -107,9 +107,12 @@ class Etcd:
 
 
 def vs_doc(name, i, pad=0):
-    spec = {"hosts": ["%s.example" % name], "gen": i}
+    # Fields of Istio's VirtualService only: the replicas type its bodies
+    # (an unknown field skips the document). The generation is a host,
+    # the padding an exportTo entry.
+    spec = {"hosts": ["%s.example" % name, "gen-%d.example" % i]}
     if pad:
-        spec["pad"] = "x" * pad
+        spec["exportTo"] = ["x" * pad]
     return json.dumps({"apiVersion": "networking.istio.io/v1alpha3",
                        "kind": "VirtualService",
                        "metadata": {"name": name, "namespace": "default"},
