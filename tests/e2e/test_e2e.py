@@ -766,6 +766,11 @@ class CommandLine(Base):
                      ["positional"]):
             with self.subTest(args=args):
                 self.assert_usage("mcp-source", args)
+        for v in ("0", "soon", "3600001", "-5"):
+            with self.subTest(write_settle=v):
+                self.assert_usage("mcp-source", ["--write-settle", v],
+                                  "--write-settle: not a number of "
+                                  "milliseconds from 1 to 3600000: " + v)
 
     def test_bad_flags_sink(self):
         c = ["--collection", VS]

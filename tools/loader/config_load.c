@@ -388,7 +388,7 @@ static int push_found(walk *w, char *p, const struct stat *st) {
   return 0;
 }
 
-static int is_yaml_name(const char *n) {
+int mcpcfg_is_yaml_name(const char *n) {
   size_t l = strlen(n);
   return (l > 5 && !strcmp(n + l - 5, ".yaml")) ||
          (l > 4 && !strcmp(n + l - 4, ".yml"));
@@ -466,7 +466,7 @@ static int walk_dir(walk *w, const char *dir, const struct stat *st,
     } else if (S_ISDIR(s.st_mode)) {
       rv = walk_dir(w, p, &s, 0);
       free(p);
-    } else if (S_ISREG(s.st_mode) && is_yaml_name(e->d_name)) {
+    } else if (S_ISREG(s.st_mode) && mcpcfg_is_yaml_name(e->d_name)) {
       rv = push_found(w, p, &s);
     } else {
       free(p);
@@ -1241,7 +1241,7 @@ int mcpcfg_loader_update(mcpcfg_loader *l, const char *const *paths,
     /* Only what the walk would find: below the root, a YAML name, no
      * hidden component (the watcher never names anything else). */
     if (strncmp(path, l->root, rootlen) != 0 || path[rootlen] != '/' ||
-        strstr(path + rootlen, "/.") || !is_yaml_name(base + 1))
+        strstr(path + rootlen, "/.") || !mcpcfg_is_yaml_name(base + 1))
       continue;
     struct stat st;
     cfile *old = find_file(l, path), *f = NULL;
@@ -1279,19 +1279,28 @@ int mcpcfg_loader_update(mcpcfg_loader *l, const char *const *paths,
     rv = MCPCFG_ERR_NOMEM;
     goto out;
   }
-  for (size_t i = 0, j = 0; i < l->nfiles || j < nch;) {
-    int c = i == l->nfiles ? 1
-            : j == nch     ? -1
-                           : strcmp(l->files[i]->path, ch[j].path);
-    if (c < 0) {
-      files[nfiles++] = l->files[i++];
-      continue;
+  /* Runs of unchanged files are copied whole: a binary search per
+   * change, not a comparison per file. */
+  size_t i = 0;
+  for (size_t j = 0; j < nch; j++) {
+    size_t lo = i, hi = l->nfiles;
+    while (lo < hi) {
+      size_t mid = lo + (hi - lo) / 2;
+      if (strcmp(l->files[mid]->path, ch[j].path) < 0)
+        lo = mid + 1;
+      else
+        hi = mid;
     }
-    i += c == 0;
+    if (lo > i) /* (l->files is NULL when empty: no memcpy of it) */
+      memcpy(files + nfiles, l->files + i, (lo - i) * sizeof *files);
+    nfiles += lo - i;
+    i = lo + (lo < l->nfiles && l->files[lo] == ch[j].old && ch[j].old);
     if (ch[j].f)
       files[nfiles++] = ch[j].f;
-    j++;
   }
+  if (l->nfiles > i)
+    memcpy(files + nfiles, l->files + i, (l->nfiles - i) * sizeof *files);
+  nfiles += l->nfiles - i;
   if ((rv = merge_changes(l, ch, nch)) < 0)
     goto out;
   if (rv == 0) { /* duplicates or a new collection: merge everything */

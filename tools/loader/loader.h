@@ -131,6 +131,10 @@
 #define MCPCFG_STRUCT_TYPE_URL "type.googleapis.com/google.protobuf.Struct"
 #define MCPCFG_COLLECTION_ANNOTATION "mcp.istio.io/collection"
 
+/* 1 when a file named |name| is loaded (it ends in .yaml or .yml), 0 if
+ * not. */
+int mcpcfg_is_yaml_name(const char *name);
+
 /* A static description of |err|: MCPCFG_ERR_IO here, the core's otherwise. */
 const char *mcpcfg_strerror(int err);
 

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "loader/loader.h"
 #include "util/log.h"
 
 /* What a directory watch asks for: every change of a file in it, and of
@@ -91,12 +92,6 @@ static void on_closed(uv_handle_t *h) {
   tool_watch *w = h->data;
   w->handles--;
   maybe_free(w);
-}
-
-static int is_yaml_name(const char *n) {
-  size_t l = strlen(n);
-  return (l > 5 && !strcmp(n + l - 5, ".yaml")) ||
-         (l > 4 && !strcmp(n + l - 4, ".yml"));
 }
 
 static char *join(const char *dir, const char *name) {
@@ -270,7 +265,7 @@ static void on_event(tool_watch *w, const struct inotify_event *ev) {
     return;
   }
   struct stat st;
-  if (name[0] == '.' || !is_yaml_name(name)) {
+  if (name[0] == '.' || !mcpcfg_is_yaml_name(name)) {
     /* Not loaded itself, but a link to a directory is walked (ConfigMap
      * "..data" renamed over), and a walked directory may have gone. */
     if (ev->mask & (IN_CREATE | IN_MOVED_TO)) {
@@ -451,13 +446,13 @@ static void walk(tool_watch *w, const char *path, const struct stat *st,
     if (!child)
       break;
     struct stat cst;
-    if (de->d_type == DT_LNK && is_yaml_name(de->d_name))
+    if (de->d_type == DT_LNK && mcpcfg_is_yaml_name(de->d_name))
       w->aliased = 1; /* a file with two names */
     if ((de->d_type == DT_DIR || de->d_type == DT_LNK ||
          de->d_type == DT_UNKNOWN) &&
         stat(child, &cst) == 0 && S_ISDIR(cst.st_mode))
       walk(w, child, &cst, v);
-    else if (de->d_type == DT_UNKNOWN && is_yaml_name(de->d_name) &&
+    else if (de->d_type == DT_UNKNOWN && mcpcfg_is_yaml_name(de->d_name) &&
              lstat(child, &cst) == 0 && S_ISLNK(cst.st_mode))
       w->aliased = 1;
     free(child);
