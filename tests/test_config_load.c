@@ -2288,6 +2288,36 @@ START_TEST(test_update_allocation_failure_changes_nothing) {
 }
 END_TEST
 
+/* One edit in a file of many documents is one change: the others, parsed
+ * again, are equal to what is served. */
+START_TEST(test_update_of_a_many_document_file_records_only_the_edit) {
+  put("many.yaml", VS("a", "ns", "a") "---\n" VS("b", "ns", "b") "---\n"
+                   VS("c", "ns", "c"));
+  mcpcfg_loader *l = load();
+  mcp_store *s = new_store();
+  ck_assert_int_eq(mcpcfg_loader_apply(l, s, 1), 1);
+  uint64_t g = mcp_store_generation(s, VS_COLL);
+  put("many.yaml", VS("a", "ns", "a") "---\n" VS("b", "ns", "edited") "---\n"
+                   VS("c", "ns", "c"));
+  ck_assert_int_eq(UPDATE(l, "many.yaml"), 1);
+  const char *const *names;
+  ck_assert_uint_eq(mcpcfg_loader_delta(l, 0, &names), 1);
+  ck_assert_str_eq(names[0], "ns/b");
+  ck_assert_int_eq(mcpcfg_loader_apply(l, s, 2), 1);
+  ck_assert_uint_eq(mcp_store_generation(s, VS_COLL), g + 1);
+  ck_assert_str_eq(mcp_store_version(s, VS_COLL, "ns/b"),
+                   mcpcfg_loader_find(l, VS_COLL, "ns/b")->version);
+  /* Only comments changed: nothing to apply. */
+  put("many.yaml", "# a comment\n" VS("a", "ns", "a") "---\n"
+                   VS("b", "ns", "edited") "---\n" VS("c", "ns", "c"));
+  ck_assert_int_eq(UPDATE(l, "many.yaml"), 1);
+  ck_assert_int_eq(mcpcfg_loader_apply(l, s, 3), 0);
+  ck_assert_uint_eq(mcp_store_generation(s, VS_COLL), g + 1);
+  mcp_store_del(s);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
 /* After an update the store gets the resources that changed, not the
  * collection: a resource put straight into the store stays. */
 START_TEST(test_apply_after_update_changes_only_what_changed) {
@@ -2429,6 +2459,7 @@ int main(void) {
   tcase_add_test(t, test_file_being_written_keeps_what_it_had);
   tcase_add_test(t, test_update_allocation_failure_changes_nothing);
   tcase_add_test(t, test_apply_after_update_changes_only_what_changed);
+  tcase_add_test(t, test_update_of_a_many_document_file_records_only_the_edit);
 
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

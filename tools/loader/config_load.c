@@ -1067,6 +1067,41 @@ static size_t name_pos(const coll *c, const char *name, int *found) {
   return lo;
 }
 
+static int str_eq(const char *a, const char *b) {
+  return !strcmp(a ? a : "", b ? b : "");
+}
+
+static int kvs_eq(const mcp_kv *a, size_t na, const mcp_kv *b, size_t nb) {
+  if (na != nb)
+    return 0;
+  for (size_t i = 0; i < na; i++)
+    if (strcmp(a[i].key, b[i].key) || strcmp(a[i].value, b[i].value))
+      return 0;
+  return 1;
+}
+
+/* Everything the store compares: a document re-parsed from a file whose
+ * other documents changed is not a change of its own (a 100-document file
+ * with one edit is one upsert, not 100). */
+static int res_eq(const mcp_resource *a, const mcp_resource *b) {
+  return str_eq(a->version, b->version) && str_eq(a->type_url, b->type_url) &&
+         a->body_len == b->body_len &&
+         (!a->body_len || !memcmp(a->body, b->body, a->body_len)) &&
+         a->has_create_time == b->has_create_time &&
+         a->create_time_seconds == b->create_time_seconds &&
+         a->create_time_nanos == b->create_time_nanos &&
+         kvs_eq(a->labels, a->nlabels, b->labels, b->nlabels) &&
+         kvs_eq(a->annotations, a->nannotations, b->annotations,
+                b->nannotations);
+}
+
+/* The same source text (opts.keep_text: etcdpub publishes it; NULL
+ * otherwise). */
+static int text_eq(const mcpcfg_doc *a, const mcpcfg_doc *b) {
+  return a->text_len == b->text_len &&
+         (!a->text_len || !memcmp(a->text, b->text, a->text_len));
+}
+
 /* Records |name| as changed in |c| since its last apply; past a few,
  * replacing the whole collection is as cheap. */
 static void delta_note(coll *c, const char *name) {
@@ -1201,9 +1236,13 @@ static int merge_changes(mcpcfg_loader *l, const change *ch, size_t nch) {
         memmove(c->ndef + at + 1, c->ndef + at,
                 (c->n - at) * sizeof *c->ndef);
         c->n++;
-      } else if (c->doc[at] == nw->d) {
-        /* The same document (kept from a bad read): only the owner's
-         * string is the new file's. */
+      } else if (c->doc[at] == nw->d ||
+                 (res_eq(&c->res[at], &nw->d->res) &&
+                  text_eq(c->doc[at], nw->d))) {
+        /* The same document (kept from a bad read), or the same content
+         * re-parsed: the new file's objects, no change. */
+        c->res[at] = nw->d->res;
+        c->doc[at] = nw->d;
         c->owner[at] = ch[nw->ch].path;
         continue;
       }
