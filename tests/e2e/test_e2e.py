@@ -343,18 +343,24 @@ class Scenarios:
                 "  namespace: bookinfo\nspec:\n  hosts:\n  - %s\n" % host)
         return d, text
 
+    def start_watched(self, settle_ms):
+        """The standard files served with --write-settle |settle_ms| and
+        metrics; (source, sink, metrics port) once the mirror has them."""
+        self.standard_files()
+        dport = common.free_port()
+        src, snk = self.start_pair(self.COLLS, source_args=[
+            "--debug-listen", "127.0.0.1:%d" % dport,
+            "--write-settle", settle_ms])
+        self.wait_mirror(self.COLLS)
+        return src, snk, dport
+
     def test_half_written_file_is_never_pushed(self):
         """A writer rewrites a file in place, writes half, pauses with it
         open, then writes the rest: only the whole file is pushed, at its
         close (not after a settle time: --write-settle is made long)."""
-        self.standard_files()
         d, _ = self.half_doc("old.example")
         self.put("bookinfo/half.yaml", [d])
-        dport = common.free_port()
-        src, snk = self.start_pair(self.COLLS, source_args=[
-            "--debug-listen", "127.0.0.1:%d" % dport,
-            "--write-settle", "3600000"])
-        self.wait_mirror(self.COLLS)
+        src, snk, dport = self.start_watched("3600000")
         d, text = self.half_doc(self.HALF_HOST)
         cut = text.index(self.HALF_HOST) + len("reviews.book")
         path = os.path.join(self.config, "bookinfo", "half.yaml")
@@ -394,12 +400,7 @@ class Scenarios:
     def test_file_modified_without_close_is_read_once_settled(self):
         """A writer that keeps the file open (no close comes): read once
         its size and mtime have not changed for --write-settle."""
-        self.standard_files()
-        dport = common.free_port()
-        src, snk = self.start_pair(self.COLLS, source_args=[
-            "--debug-listen", "127.0.0.1:%d" % dport,
-            "--write-settle", "300"])
-        self.wait_mirror(self.COLLS)
+        src, snk, dport = self.start_watched("300")
         d, text = self.half_doc(self.HALF_HOST)
         with open(os.path.join(self.config, "bookinfo", "half.yaml"),
                   "w") as f:

@@ -1050,21 +1050,8 @@ static int cmp_change(const void *a, const void *b) {
 
 /* Position of |name| in |c| (found or where it goes). */
 static size_t name_pos(const coll *c, const char *name, int *found) {
-  size_t lo = 0, hi = c->n;
-  *found = 0;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    int r = strcmp(c->res[mid].name, name);
-    if (r == 0) {
-      *found = 1;
-      return mid;
-    }
-    if (r < 0)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
+  return tool_sorted_find(c->res, c->n, sizeof *c->res,
+                          offsetof(mcp_resource, name), name, found);
 }
 
 static int str_eq(const char *a, const char *b) {
