@@ -3,11 +3,12 @@
 replicas and sinks on 127.0.0.1.
 
     bench/etcd_bench.py --build-dir BUILD [--transport grpc|h2c] [--quick]
+                        [--streams N] [--rounds N] [--resources N] [PART ...]
 
   propagation  one write to etcd reaching 300 sink streams spread over 3
-               replicas (mcp-load-sink, 100 streams per replica): from the
-               Put RPC to each stream's ACK of the push carrying it,
-               p50/p99 over the rounds
+               replicas (mcp-load-sink, 100 streams per replica, or
+               --streams): from the Put RPC to each stream's ACK of the
+               push carrying it, p50/p99 over the rounds
   failover     a sink synced from replica A (1000 resources of 1 KiB) moves
                to replica B after A is killed while 10 resources change:
                the bytes B sends it against the bytes of the full sync A
@@ -16,6 +17,9 @@ replicas and sinks on 127.0.0.1.
 Prints "BENCH <name> <value> <unit>" lines (docs/benchmarks.md). Writes go
 straight to etcd's gRPC API through Debian's python3-grpcio (PutRequest
 encoded by hand: key = 1, value = 2), so no process start is timed.
+Waits are driven by the children's output: a wait fails when a child
+exits, or when no child has printed anything for a minute (a busy machine
+is slow, not stuck), never after a fixed total time.
 """
 
 import argparse
@@ -103,9 +107,12 @@ class Etcd:
 
 
 def vs_doc(name, i, pad=0):
-    spec = {"hosts": ["%s.example" % name], "gen": i}
+    # Fields of Istio's VirtualService only: the replicas type its bodies
+    # (an unknown field skips the document). The generation is a host,
+    # the padding an exportTo entry.
+    spec = {"hosts": ["%s.example" % name, "gen-%d.example" % i]}
     if pad:
-        spec["pad"] = "x" * pad
+        spec["exportTo"] = ["x" * pad]
     return json.dumps({"apiVersion": "networking.istio.io/v1alpha3",
                        "kind": "VirtualService",
                        "metadata": {"name": name, "namespace": "default"},
@@ -116,24 +123,36 @@ def key(name):
     return "/mcp/%s/default/%s" % (VS, name)
 
 
+# Every line read by any child, and every child's end, notifies this:
+# wait() sleeps on it instead of polling (the machine may be busy).
+EVENTS = threading.Condition()
+PROGRESS = [0]  # lines read so far, by all children
+
+
 class Lines:
     """A child's stdout lines, each stamped when read."""
 
     def __init__(self, argv):
+        self.argv = argv
         self.p = subprocess.Popen(argv, stdout=subprocess.PIPE,
                                   stderr=subprocess.DEVNULL, text=True,
                                   bufsize=1)
-        self.lines, self.lock = [], threading.Lock()
+        self.lines, self.eof = [], False
         threading.Thread(target=self.read, daemon=True).start()
 
     def read(self):
         for line in self.p.stdout:
             t = time.monotonic_ns()
-            with self.lock:
+            with EVENTS:
                 self.lines.append((t, line))
+                PROGRESS[0] += 1
+                EVENTS.notify_all()
+        with EVENTS:
+            self.eof = True
+            EVENTS.notify_all()
 
     def since(self, k):
-        with self.lock:
+        with EVENTS:
             return self.lines[k:], len(self.lines)
 
     def stop(self):
@@ -150,12 +169,31 @@ def metric(port, name):
     return 0.0
 
 
-def wait(cond, what, timeout=60):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise RuntimeError("timed out: " + what)
-        time.sleep(0.01)
+def wait(cond, what, stall=60, children=(), procs=()):
+    """Waits for cond(), re-checked whenever a child prints a line. Fails
+    when a child ends, or when |stall| seconds pass without any child
+    printing anything: a busy machine is slow, not stuck, so the limit is
+    on silence, not on the whole wait."""
+    with EVENTS:
+        seen, quiet_since = PROGRESS[0], time.monotonic()
+        while not cond():
+            for c in children:
+                if c.eof or c.p.poll() is not None:
+                    raise RuntimeError("%s: %s exited (%s)" % (
+                        what, os.path.basename(c.argv[0]), c.p.poll()))
+            for p in procs:
+                if p.poll() is not None:
+                    raise RuntimeError("%s: a replica exited (%s)" % (
+                        what, p.returncode))
+            if PROGRESS[0] != seen:
+                seen, quiet_since = PROGRESS[0], time.monotonic()
+            left = quiet_since + stall - time.monotonic()
+            if left <= 0:
+                raise RuntimeError("timed out: %s (nothing new for %d s)" % (
+                    what, stall))
+            # Woken by every line; the timeout only bounds how late a
+            # replica's exit is noticed.
+            EVENTS.wait(min(left, 1.0))
 
 
 def replica(build, transport, endpoints, addr, ops, tmp, name):
@@ -167,9 +205,30 @@ def replica(build, transport, endpoints, addr, ops, tmp, name):
         stdout=log, stderr=log)
 
 
+class Acks:
+    """The streams of |loads| that ACKed a push matching |tag| since
+    start(), read incrementally (each line parsed once)."""
+
+    def __init__(self, loads):
+        self.loads = loads
+
+    def start(self, tag=None):
+        self.tag = tag
+        self.k = [l.since(0)[1] for l in self.loads]
+        self.got = {}  # (load, stream) -> time of its first matching ACK
+
+    def count(self):
+        for li, l in enumerate(self.loads):
+            new, self.k[li] = l.since(self.k[li])
+            for t, line in new:
+                if '"ack"' in line and (not self.tag or self.tag in line):
+                    self.got.setdefault((li, json.loads(line)["s"]), t)
+        return len(self.got)
+
+
 def propagation(args, tmp, etcd):
-    streams = 30 if args.quick else 100
-    rounds = 5 if args.quick else 20
+    streams = args.streams or (30 if args.quick else 100)
+    rounds = args.rounds or (5 if args.quick else 20)
     for i in range(100):
         etcd.put(key("p%03d" % i), vs_doc("p%03d" % i, 0))
     reps, loads = [], []
@@ -184,33 +243,19 @@ def propagation(args, tmp, etcd):
                             str(streams), "--collection", VS, "--connect",
                             addr, "--incremental"]))
     total = 3 * streams
-
-    def acked_all(k0s, tag):
-        seen = set()
-        for li, l in enumerate(loads):
-            for _, line in l.since(k0s[li])[0]:
-                if '"ack"' in line and tag in line:
-                    seen.add((li, json.loads(line)["s"]))
-        return len(seen) == total
+    acks = Acks(loads)
     # Everyone synced: each stream ACKed a push of 100 resources.
-    wait(lambda: acked_all([0, 0, 0], '"n":100'), "300 streams synced", 120)
+    acks.start('"n":100')
+    wait(lambda: acks.count() == total, "%d streams synced" % total,
+         children=loads, procs=reps)
     lat = []
     for rnd in range(rounds):
-        k0s = [l.since(0)[1] for l in loads]
+        acks.start()
         t0 = time.monotonic_ns()
         etcd.put(key("p%03d" % rnd), vs_doc("p%03d" % rnd, rnd + 1))
-        got = {}
-
-        def done():
-            for li, l in enumerate(loads):
-                for t, line in l.since(k0s[li])[0]:
-                    if '"ack"' in line:
-                        s = (li, json.loads(line)["s"])
-                        got.setdefault(s, t)
-            return len(got) == total
-        wait(done, "round %d at every stream" % rnd)
-        lat += [(t - t0) / 1e6 for t in got.values()]
-        time.sleep(0.1)
+        wait(lambda: acks.count() == total, "round %d at every stream" % rnd,
+             children=loads, procs=reps)
+        lat += [(t - t0) / 1e6 for t in acks.got.values()]
     lat.sort()
     p50, p99 = lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * .99))]
     note("propagation: %d writes x %d streams over 3 replicas" %
@@ -225,7 +270,7 @@ def propagation(args, tmp, etcd):
 
 
 def failover(args, tmp, etcd):
-    n = 200 if args.quick else 1000
+    n = args.resources or (200 if args.quick else 1000)
     for i in range(n):
         etcd.put(key("f%04d" % i), vs_doc("f%04d" % i, 0, pad=1000))
     a_addr, a_ops = "127.0.0.1:%d" % free_port(), free_port()
@@ -239,7 +284,7 @@ def failover(args, tmp, etcd):
                   a_addr + "," + b_addr, "--incremental", "--json",
                   "--collection", VS])
     wait(lambda: any('"synced"' in line for _, line in sink.since(0)[0]),
-         "the sink synced")
+         "the sink synced", children=[sink], procs=[a, b])
     full = metric(a_ops, "mcp_sent_bytes_total")
     a.kill()
     a.wait()
@@ -254,7 +299,8 @@ def failover(args, tmp, etcd):
                 got |= {r["name"] for r in e["resources"]
                         if r["version"] and e["incremental"]}
         return all("default/f%04d" % i in got for i in range(10))
-    wait(moved, "the sink got the 10 changes from B")
+    wait(moved, "the sink got the 10 changes from B", children=[sink],
+         procs=[b])
     time.sleep(0.2)
     moved_bytes = metric(b_ops, "mcp_sent_bytes_total")
     note("failover: full sync %d bytes from A; after the move %d bytes from "
@@ -271,7 +317,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build-dir", required=True)
     ap.add_argument("--transport", default="grpc")
-    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--quick", action="store_true",
+                    help="30 streams per replica, 5 rounds, 200 resources")
+    ap.add_argument("--streams", type=int, default=0,
+                    help="propagation: sink streams per replica")
+    ap.add_argument("--rounds", type=int, default=0,
+                    help="propagation: writes measured")
+    ap.add_argument("--resources", type=int, default=0,
+                    help="failover: resources of 1 KiB")
     ap.add_argument("parts", nargs="*", default=["propagation", "failover"])
     args = ap.parse_args()
     if not shutil.which("etcd"):

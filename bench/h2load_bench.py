@@ -176,6 +176,7 @@ def main():
         pass
     a = A()
     a.build_dir = args.build_dir
+    a.bodies = "struct"  # e2e_bench.Bench's --bodies: the default
     b = eb.Bench(a)
     root = tempfile.mkdtemp(prefix="mcp-h2load-bench-")
     skipped, failed = [], []

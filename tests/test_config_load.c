@@ -2175,6 +2175,279 @@ START_TEST(test_version_hash_is_still_fnv1a) {
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* Updating the files a watcher named (issue 25: O(changed))           */
+/* ------------------------------------------------------------------ */
+
+/* mcpcfg_loader_update() of |n| relative paths. */
+static int update(mcpcfg_loader *l, size_t n, const char *const *rel) {
+  char p[8][1024];
+  const char *v[8];
+  if (n > 8) /* no ck_assert: it may allocate, and allocations can fail */
+    abort();
+  for (size_t i = 0; i < n; i++) {
+    path_of(rel[i], p[i], sizeof p[i]);
+    v[i] = p[i];
+  }
+  return mcpcfg_loader_update(l, v, n);
+}
+#define UPDATE(l, ...)                                                       \
+  update((l), sizeof((const char *[]){__VA_ARGS__}) / sizeof(const char *), \
+         (const char *const[]){__VA_ARGS__})
+
+/* |l| holds what a new loader's walk of the directory gives: the same
+ * collections, names and versions. */
+static void same_as_a_scan(const mcpcfg_loader *l) {
+  int n0 = nreps;
+  mcpcfg_loader *fresh = load();
+  nreps = n0; /* its reports are the same ones again */
+  ck_assert_uint_eq(mcpcfg_loader_collection_count(l),
+                    mcpcfg_loader_collection_count(fresh));
+  for (size_t i = 0; i < mcpcfg_loader_collection_count(l); i++) {
+    ck_assert_str_eq(mcpcfg_loader_collection_name(l, i),
+                     mcpcfg_loader_collection_name(fresh, i));
+    const mcp_resource *a, *b;
+    size_t na = mcpcfg_loader_resources(l, i, &a),
+           nb = mcpcfg_loader_resources(fresh, i, &b);
+    ck_assert_uint_eq(na, nb);
+    for (size_t k = 0; k < na; k++) {
+      ck_assert_str_eq(a[k].name, b[k].name);
+      ck_assert_str_eq(a[k].version, b[k].version);
+    }
+  }
+  mcpcfg_loader_del(fresh);
+}
+
+START_TEST(test_update_reads_only_the_named_file) {
+  put("a.yaml", VS("a", "ns", "a"));
+  put("b.yaml", VS("b", "ns", "b"));
+  put("sub/cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n");
+  mcpcfg_loader *l = load();
+  char before[64];
+  snprintf(before, sizeof before, "%s",
+           mcpcfg_loader_find(l, VS_COLL, "ns/a")->version);
+  unsigned long reads = mcpcfg_loader_reads(l);
+  put("a.yaml", VS("a", "ns", "a2") "---\n" VS("a3", "ns", "x"));
+  ck_assert_int_eq(UPDATE(l, "a.yaml"), 1);
+  ck_assert_uint_eq(mcpcfg_loader_reads(l), reads + 1);
+  ck_assert_str_ne(mcpcfg_loader_find(l, VS_COLL, "ns/a")->version, before);
+  ck_assert_ptr_nonnull(mcpcfg_loader_find(l, VS_COLL, "ns/a3"));
+  same_as_a_scan(l);
+  /* Named again, unchanged: nothing to do. */
+  ck_assert_int_eq(UPDATE(l, "a.yaml"), 0);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+START_TEST(test_update_sees_new_deleted_and_renamed_files) {
+  put("a.yaml", VS("a", "ns", "a"));
+  put("b.yaml", VS("b", "ns", "b"));
+  mcpcfg_loader *l = load();
+  put("sub/d.yaml", VS("d", "ns", "d"));
+  ck_assert_int_eq(UPDATE(l, "sub/d.yaml"), 1);
+  ck_assert_ptr_nonnull(mcpcfg_loader_find(l, VS_COLL, "ns/d"));
+  same_as_a_scan(l);
+  del("b.yaml");
+  ck_assert_int_eq(UPDATE(l, "b.yaml"), 1);
+  ck_assert_ptr_null(mcpcfg_loader_find(l, VS_COLL, "ns/b"));
+  same_as_a_scan(l);
+  /* A rename: the name moves from one file to another in one update. */
+  char from[1024], to[1024];
+  path_of("a.yaml", from, sizeof from);
+  path_of("e.yaml", to, sizeof to);
+  ck_assert_int_eq(rename(from, to), 0);
+  ck_assert_int_eq(UPDATE(l, "a.yaml", "e.yaml"), 1);
+  ck_assert_ptr_nonnull(mcpcfg_loader_find(l, VS_COLL, "ns/a"));
+  same_as_a_scan(l);
+  /* A document of a collection never seen before. */
+  put("cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n");
+  ck_assert_int_eq(UPDATE(l, "cm.yaml"), 1);
+  ck_assert(listed(l, CM_COLL));
+  same_as_a_scan(l);
+  ck_assert_int_eq(nreps, 0);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+/* Names defined by two files follow the scan's rules (the served one keeps
+ * its file, then the lexically first path), reported once. */
+START_TEST(test_update_follows_the_duplicate_rules) {
+  put("b.yaml", VS("same", "ns", "from-b"));
+  mcpcfg_loader *l = load();
+  put("a.yaml", VS("same", "ns", "from-a"));
+  ck_assert_int_eq(UPDATE(l, "a.yaml"), 0 + 1);
+  Google__Protobuf__Struct *s = body_of(mcpcfg_loader_find(l, VS_COLL, "ns/same"));
+  ck_assert_str_eq(sfield(s, "hosts")->list_value->values[0]->string_value,
+                   "from-b"); /* the newcomer does not take it over */
+  google__protobuf__struct__free_unpacked(s, NULL);
+  ck_assert(has_report("a.yaml", 1, "duplicate resource"));
+  del("b.yaml");
+  ck_assert_int_eq(UPDATE(l, "b.yaml"), 1);
+  s = body_of(mcpcfg_loader_find(l, VS_COLL, "ns/same"));
+  ck_assert_str_eq(sfield(s, "hosts")->list_value->values[0]->string_value,
+                   "from-a");
+  google__protobuf__struct__free_unpacked(s, NULL);
+  /* Two documents of one file: the first wins, as in a scan. */
+  put("a.yaml", VS("same", "ns", "first") "---\n" VS("same", "ns", "second"));
+  ck_assert_int_eq(UPDATE(l, "a.yaml"), 1);
+  s = body_of(mcpcfg_loader_find(l, VS_COLL, "ns/same"));
+  ck_assert_str_eq(sfield(s, "hosts")->list_value->values[0]->string_value,
+                   "first");
+  google__protobuf__struct__free_unpacked(s, NULL);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+START_TEST(test_update_ignores_what_a_walk_would_not_read) {
+  put("a.yaml", VS("a", "ns", "a"));
+  mcpcfg_loader *l = load();
+  put(".hidden/x.yaml", VS("h", "ns", "h"));
+  put("notes.txt", VS("t", "ns", "t"));
+  ck_assert_int_eq(UPDATE(l, ".hidden/x.yaml", "notes.txt"), 0);
+  const char *outside[] = {"/etc/hostname", "relative.yaml"};
+  ck_assert_int_eq(mcpcfg_loader_update(l, outside, 2), 0);
+  ck_assert_uint_eq(count(l, VS_COLL), 1);
+  /* A bad edit keeps what the file had, as in a scan. */
+  put("a.yaml", "bad: [");
+  ck_assert_int_eq(UPDATE(l, "a.yaml"), 1);
+  ck_assert_ptr_nonnull(mcpcfg_loader_find(l, VS_COLL, "ns/a"));
+  ck_assert(has_report("a.yaml", 0, ""));
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+static int hold_a(const char *path, void *ud) {
+  const char *suffix = ud;
+  size_t n = strlen(path), k = strlen(suffix);
+  return n >= k && !strcmp(path + n - k, suffix);
+}
+
+/* Issue 24, point 15: a file whose writer is still at work (the watcher
+ * saw a modify and no close) is not read, by a walk or an update: it
+ * keeps what it had; a new one has nothing yet. */
+START_TEST(test_file_being_written_keeps_what_it_had) {
+  put("a.yaml", VS("a", "ns", "whole"));
+  mcpcfg_loader *l = load();
+  const char *v = mcpcfg_loader_find(l, VS_COLL, "ns/a")->version;
+  char before[64];
+  snprintf(before, sizeof before, "%s", v);
+  mcpcfg_loader_set_hold(l, hold_a, "/a.yaml");
+  put("a.yaml", VS("a", "ns", "ha")); /* "half" of a longer value */
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 0);
+  ck_assert_str_eq(mcpcfg_loader_find(l, VS_COLL, "ns/a")->version, before);
+  mcpcfg_loader_set_hold(l, hold_a, "/n.yaml");
+  put("n.yaml", VS("n", "ns", "n"));
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1); /* a.yaml: done, read */
+  ck_assert_str_ne(mcpcfg_loader_find(l, VS_COLL, "ns/a")->version, before);
+  ck_assert_ptr_null(mcpcfg_loader_find(l, VS_COLL, "ns/n"));
+  mcpcfg_loader_set_hold(l, NULL, NULL);
+  ck_assert_int_eq(UPDATE(l, "n.yaml"), 1);
+  ck_assert_ptr_nonnull(mcpcfg_loader_find(l, VS_COLL, "ns/n"));
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+START_TEST(test_update_allocation_failure_changes_nothing) {
+  int done = 0;
+  for (long i = 0; !done; i++) {
+    nreps = 0;
+    put("a.yaml", VS("a", "ns", "a"));
+    put("b.yaml", VS("b", "ns", "b"));
+    put("d.yaml", VS("d", "ns", "d"));
+    mcpcfg_loader *l = load();
+    char v[64];
+    snprintf(v, sizeof v, "%s", mcpcfg_loader_find(l, VS_COLL, "ns/a")->version);
+    put("a.yaml", VS("a", "ns", "a2") "---\n" VS("c", "ns", "c"));
+    del("d.yaml");
+    alloc_countdown = i;
+    int rv = UPDATE(l, "a.yaml", "d.yaml");
+    done = alloc_countdown >= 0;
+    alloc_countdown = -1;
+    if (rv < 0) {
+      ck_assert_int_eq(rv, MCPCFG_ERR_NOMEM);
+      ck_assert_str_eq(mcpcfg_loader_find(l, VS_COLL, "ns/a")->version, v);
+      ck_assert_ptr_null(mcpcfg_loader_find(l, VS_COLL, "ns/c"));
+      ck_assert_ptr_nonnull(mcpcfg_loader_find(l, VS_COLL, "ns/d"));
+      ck_assert_int_eq(UPDATE(l, "a.yaml", "d.yaml"), 1);
+    } else {
+      ck_assert_int_eq(rv, 1);
+    }
+    ck_assert_ptr_nonnull(mcpcfg_loader_find(l, VS_COLL, "ns/c"));
+    ck_assert_ptr_null(mcpcfg_loader_find(l, VS_COLL, "ns/d"));
+    same_as_a_scan(l);
+    mcpcfg_loader_del(l);
+  }
+}
+END_TEST
+
+/* One edit in a file of many documents is one change: the others, parsed
+ * again, are equal to what is served. */
+START_TEST(test_update_of_a_many_document_file_records_only_the_edit) {
+  put("many.yaml", VS("a", "ns", "a") "---\n" VS("b", "ns", "b") "---\n"
+                   VS("c", "ns", "c"));
+  mcpcfg_loader *l = load();
+  mcp_store *s = new_store();
+  ck_assert_int_eq(mcpcfg_loader_apply(l, s, 1), 1);
+  uint64_t g = mcp_store_generation(s, VS_COLL);
+  put("many.yaml", VS("a", "ns", "a") "---\n" VS("b", "ns", "edited") "---\n"
+                   VS("c", "ns", "c"));
+  ck_assert_int_eq(UPDATE(l, "many.yaml"), 1);
+  const char *const *names;
+  ck_assert_uint_eq(mcpcfg_loader_delta(l, 0, &names), 1);
+  ck_assert_str_eq(names[0], "ns/b");
+  ck_assert_int_eq(mcpcfg_loader_apply(l, s, 2), 1);
+  ck_assert_uint_eq(mcp_store_generation(s, VS_COLL), g + 1);
+  ck_assert_str_eq(mcp_store_version(s, VS_COLL, "ns/b"),
+                   mcpcfg_loader_find(l, VS_COLL, "ns/b")->version);
+  /* Only comments changed: nothing to apply. */
+  put("many.yaml", "# a comment\n" VS("a", "ns", "a") "---\n"
+                   VS("b", "ns", "edited") "---\n" VS("c", "ns", "c"));
+  ck_assert_int_eq(UPDATE(l, "many.yaml"), 1);
+  ck_assert_int_eq(mcpcfg_loader_apply(l, s, 3), 0);
+  ck_assert_uint_eq(mcp_store_generation(s, VS_COLL), g + 1);
+  mcp_store_del(s);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
+/* After an update the store gets the resources that changed, not the
+ * collection: a resource put straight into the store stays. */
+START_TEST(test_apply_after_update_changes_only_what_changed) {
+  put("a.yaml", VS("a", "ns", "a"));
+  put("b.yaml", VS("b", "ns", "b"));
+  mcpcfg_loader *l = load();
+  mcp_store *s = new_store();
+  ck_assert_int_eq(mcpcfg_loader_apply(l, s, 1), 1);
+  mcp_resource extra = {.name = "ns/marker", .version = "1",
+                        .type_url = "type.googleapis.com/google.protobuf.Struct",
+                        .body = (const uint8_t *)"", .body_len = 0};
+  ck_assert_int_ge(mcp_store_upsert(s, VS_COLL, &extra, 2), 0);
+  uint64_t g = mcp_store_generation(s, VS_COLL);
+  put("a.yaml", VS("a", "ns", "changed"));
+  ck_assert_int_eq(UPDATE(l, "a.yaml"), 1);
+  ck_assert_int_eq(mcpcfg_loader_apply(l, s, 3), 1);
+  ck_assert_uint_gt(mcp_store_generation(s, VS_COLL), g);
+  ck_assert_str_eq(mcp_store_version(s, VS_COLL, "ns/a"),
+                   mcpcfg_loader_find(l, VS_COLL, "ns/a")->version);
+  ck_assert_uint_eq(mcp_store_count(s, VS_COLL), 3); /* marker kept */
+  del("b.yaml");
+  ck_assert_int_eq(UPDATE(l, "b.yaml"), 1);
+  ck_assert_int_eq(mcpcfg_loader_apply(l, s, 4), 1);
+  ck_assert_ptr_null(mcp_store_version(s, VS_COLL, "ns/b"));
+  ck_assert_uint_eq(mcp_store_count(s, VS_COLL), 2);
+  /* Same bytes again: nothing. */
+  ck_assert_int_eq(UPDATE(l, "a.yaml"), 0);
+  ck_assert_int_eq(mcpcfg_loader_apply(l, s, 5), 0);
+  /* A scan in between (whole collection): replaced, marker gone. */
+  put("a.yaml", VS("a", "ns", "again"));
+  ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
+  ck_assert_int_eq(mcpcfg_loader_apply(l, s, 6), 1);
+  ck_assert_uint_eq(mcp_store_count(s, VS_COLL), 1);
+  mcp_store_del(s);
+  mcpcfg_loader_del(l);
+}
+END_TEST
+
 static TCase *tc(Suite *s, const char *name) {
   TCase *t = tcase_create(name);
   tcase_add_checked_fixture(t, setup, teardown);
@@ -2272,6 +2545,15 @@ int main(void) {
   tcase_add_test(t, test_apply_after_delete_empties_the_collection);
   tcase_add_test(t, test_apply_touches_only_changed_collections);
   tcase_add_test(t, test_apply_refused_collection_is_retried);
+  t = tc(s, "update");
+  tcase_add_test(t, test_update_reads_only_the_named_file);
+  tcase_add_test(t, test_update_sees_new_deleted_and_renamed_files);
+  tcase_add_test(t, test_update_follows_the_duplicate_rules);
+  tcase_add_test(t, test_update_ignores_what_a_walk_would_not_read);
+  tcase_add_test(t, test_file_being_written_keeps_what_it_had);
+  tcase_add_test(t, test_update_allocation_failure_changes_nothing);
+  tcase_add_test(t, test_apply_after_update_changes_only_what_changed);
+  tcase_add_test(t, test_update_of_a_many_document_file_records_only_the_edit);
 
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

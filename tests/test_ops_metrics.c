@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
+#include "ops/buf.h"
 #include "ops/metrics.h"
 #include "ops/ops.h"
 
@@ -479,12 +482,41 @@ START_TEST(test_code_names) {
 }
 END_TEST
 
+/* mcp-sink --json writes its response lines with ops_buf_json(): the
+ * strings must come out exactly as jansson's json_dumps() wrote them. */
+START_TEST(test_json_string_is_what_jansson_writes) {
+  static const char *const cases[] = {
+      "", "plain/name-1.2", "quote\" backslash\\ slash/",
+      "\b\f\n\r\t\x01\x1f\x7f", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80",
+      "ns/name@v1:type.googleapis.com/x.Y"};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    ops_buf b;
+    ops_buf_init(&b);
+    ck_assert_int_eq(ops_buf_json(&b, cases[i]), 0);
+    json_t *j = json_string(cases[i]);
+    ck_assert_ptr_nonnull(j);
+    char *want = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
+    ck_assert_str_eq(ops_buf_cstr(&b), want);
+    free(want);
+    json_decref(j);
+    ops_buf_free(&b);
+  }
+  /* Not UTF-8 (jansson refuses it): each bad byte is U+FFFD. */
+  ops_buf b;
+  ops_buf_init(&b);
+  ck_assert_int_eq(ops_buf_json(&b, "a\xff" "b\xc3"), 0);
+  ck_assert_str_eq(ops_buf_cstr(&b), "\"a\\ufffdb\\ufffd\"");
+  ops_buf_free(&b);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("ops_metrics");
   TCase *t = tcase_create("registry");
   tcase_add_test(t, test_counter_exposition_exact);
   tcase_add_test(t, test_const_labels_come_first);
   tcase_add_test(t, test_escaping);
+  tcase_add_test(t, test_json_string_is_what_jansson_writes);
   tcase_add_test(t, test_histogram_buckets);
   tcase_add_test(t, test_histogram_labels_and_fractions);
   tcase_add_test(t, test_bad_registrations);

@@ -318,6 +318,99 @@ class Scenarios:
                            "the DR response emptying the collection")
         self.stop_both()
 
+    # -- writers (issue 24, point 15) --
+
+    def metric(self, dport, name, label=""):
+        """The sum of metric |name|'s series (those with |label|, such as
+        'event="closed"', when given)."""
+        status, _, body = common.http_get(dport, "/metrics")
+        self.assertEqual(status, 200)
+        total = 0.0
+        for line in body.splitlines():
+            if ((line.startswith(name + " ") or line.startswith(name + "{"))
+                    and label in line):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    HALF_HOST = "reviews.bookinfo.svc.cluster.local"
+
+    def half_doc(self, host):
+        """A VirtualService in block style, so that a cut inside the host
+        still parses (as the issue's truncated file did)."""
+        d = doc("VirtualService", "half", "bookinfo", {"hosts": [host]})
+        text = ("apiVersion: networking.istio.io/v1alpha3\n"
+                "kind: VirtualService\nmetadata:\n  name: half\n"
+                "  namespace: bookinfo\nspec:\n  hosts:\n  - %s\n" % host)
+        return d, text
+
+    def start_watched(self, settle_ms):
+        """The standard files served with --write-settle |settle_ms| and
+        metrics; (source, sink, metrics port) once the mirror has them."""
+        self.standard_files()
+        dport = common.free_port()
+        src, snk = self.start_pair(self.COLLS, source_args=[
+            "--debug-listen", "127.0.0.1:%d" % dport,
+            "--write-settle", settle_ms])
+        self.wait_mirror(self.COLLS)
+        return src, snk, dport
+
+    def test_half_written_file_is_never_pushed(self):
+        """A writer rewrites a file in place, writes half, pauses with it
+        open, then writes the rest: only the whole file is pushed, at its
+        close (not after a settle time: --write-settle is made long)."""
+        d, _ = self.half_doc("old.example")
+        self.put("bookinfo/half.yaml", [d])
+        src, snk, dport = self.start_watched("3600000")
+        d, text = self.half_doc(self.HALF_HOST)
+        cut = text.index(self.HALF_HOST) + len("reviews.book")
+        path = os.path.join(self.config, "bookinfo", "half.yaml")
+        n = len(snk.responses())
+        with open(path, "w") as f:
+            f.write(text[:cut])
+            f.flush()
+            self.wait_for(lambda: self.metric(
+                dport, "mcp_config_files_being_written") == 1,
+                "the source to see the file being written", src)
+            # Two walks of the directory since (one a second): neither
+            # reads it.
+            for i in range(2):
+                t = self.metric(
+                    dport, "mcp_config_last_load_success_timestamp_seconds")
+                self.wait_for(lambda: self.metric(
+                    dport, "mcp_config_last_load_success_timestamp_seconds")
+                    > t, "walk %d of the directory" % (i + 1), src)
+            self.assertEqual([e for e in snk.responses()[n:]
+                              if e["collection"] == VS], [],
+                             "a push of the half-written file")
+            f.write(text[cut:])
+        self.files["bookinfo/half.yaml"] = [d]
+        e = self.wait_response(snk, lambda e: e["collection"] == VS and
+                               "bookinfo/half" in [r["name"] for r in
+                                                   e["resources"]] and
+                               e["verdict"] == "ack",
+                               "the push of the closed file", since=n)
+        self.assertEqual(len([x for x in snk.responses()[n:]
+                              if x["collection"] == VS]), 1, e)
+        self.wait_mirror(self.COLLS, "the whole file's content")
+        self.assertEqual(self.metric(dport, "mcp_config_files_being_written"),
+                         0)
+        self.assertGreaterEqual(self.metric(
+            dport, "mcp_config_file_events_total", 'event="closed"'), 1)
+
+    def test_file_modified_without_close_is_read_once_settled(self):
+        """A writer that keeps the file open (no close comes): read once
+        its size and mtime have not changed for --write-settle."""
+        src, snk, dport = self.start_watched("300")
+        d, text = self.half_doc(self.HALF_HOST)
+        with open(os.path.join(self.config, "bookinfo", "half.yaml"),
+                  "w") as f:
+            f.write(text)
+            f.flush()
+            self.files["bookinfo/half.yaml"] = [d]
+            self.wait_mirror(self.COLLS, "the settled file's content")
+            self.assertEqual(self.metric(
+                dport, "mcp_config_file_events_total", 'event="settled"'), 1)
+
     def test_incremental_updates(self):
         self.standard_files()
         src, snk = self.start_pair(self.COLLS, sink_args=["--incremental"])
@@ -674,6 +767,11 @@ class CommandLine(Base):
                      ["positional"]):
             with self.subTest(args=args):
                 self.assert_usage("mcp-source", args)
+        for v in ("0", "soon", "3600001", "-5"):
+            with self.subTest(write_settle=v):
+                self.assert_usage("mcp-source", ["--write-settle", v],
+                                  "--write-settle: not a number of "
+                                  "milliseconds from 1 to 3600000: " + v)
 
     def test_bad_flags_sink(self):
         c = ["--collection", VS]

@@ -90,6 +90,13 @@ unsigned long mcpcfg_loader_reads(const mcpcfg_loader *loader);
 int mcpcfg_loader_unapplied(const mcpcfg_loader *loader, size_t i);
 void mcpcfg_loader_mark_applied(mcpcfg_loader *loader, size_t i);
 
+/* The names of collection |i| changed since it was last applied, when
+ * mcpcfg_loader_update() alone changed it (and only a few names): their
+ * number, |*names| valid until the next scan, update or apply; (size_t)-1
+ * when the whole collection is to be replaced. */
+size_t mcpcfg_loader_delta(const mcpcfg_loader *loader, size_t i,
+                           const char *const **names);
+
 /* ---- typed bodies (config_body.c) ---- */
 
 /* 0 when every message of opts->kinds is in opts->schema (or bodies are

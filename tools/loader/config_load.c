@@ -58,8 +58,17 @@ typedef struct coll {
    * its file when another file defines the same name. */
   const char **owner;
   const mcpcfg_doc **doc; /* doc[i]: the document res[i] comes from */
+  unsigned *ndef; /* ndef[i]: documents defining res[i]'s name (> 1:
+                   * duplicates, which only a full merge settles) */
   size_t n;
   int fresh; /* during a merge: name allocated by it */
+  /* The names changed since generation |delta_base| (mcpcfg_loader_update
+   * records them), valid when |delta_ok|: applying them costs what
+   * changed, not the collection. */
+  char **delta;
+  size_t ndelta;
+  int delta_ok;
+  uint64_t delta_base;
   /* Bumped by a merge that changed |res|; |applied| is the generation
    * mcpcfg_loader_apply() last gave the store, so that a scan which
    * changed one file applies one collection, not all. */
@@ -80,6 +89,8 @@ struct mcpcfg_loader {
   coll *colls; /* sorted by name */
   size_t ncolls;
   int64_t racy_ns;     /* see mcpcfg_loader_set_racy_ns() */
+  mcpcfg_hold_fn hold; /* files being written: not read */
+  void *hold_ud;
   unsigned long reads; /* files opened to be read */
   unsigned long unstable; /* reads dropped: the file changed meanwhile */
 };
@@ -122,11 +133,22 @@ static void file_unref(cfile *f) {
   free(f);
 }
 
+static void delta_clear(coll *c) {
+  for (size_t i = 0; i < c->ndelta; i++)
+    free(c->delta[i]);
+  free(c->delta);
+  c->delta = NULL;
+  c->ndelta = 0;
+  c->delta_ok = 0;
+}
+
 static void colls_free(coll *c, size_t n, int fresh_only) {
   for (size_t i = 0; i < n; i++) {
     free(c[i].res);
     free(c[i].owner);
     free(c[i].doc);
+    free(c[i].ndef);
+    delta_clear(&c[i]);
     if (!fresh_only || c[i].fresh)
       free(c[i].name);
   }
@@ -200,6 +222,21 @@ int mcpcfg_loader_declare(mcpcfg_loader *l, const char *collection) {
   return 0;
 }
 
+void mcpcfg_loader_set_hold(mcpcfg_loader *l, mcpcfg_hold_fn fn,
+                            void *user_data) {
+  l->hold = fn;
+  l->hold_ud = user_data;
+}
+
+size_t mcpcfg_loader_delta(const mcpcfg_loader *l, size_t i,
+                           const char *const **names) {
+  const coll *c = &l->colls[i];
+  if (!c->delta_ok || c->delta_base != c->applied)
+    return (size_t)-1;
+  *names = (const char *const *)c->delta;
+  return c->ndelta;
+}
+
 void mcpcfg_loader_set_racy_ns(mcpcfg_loader *l, int64_t racy_ns) {
   l->racy_ns = racy_ns < 0 ? 0 : racy_ns;
 }
@@ -220,6 +257,7 @@ int mcpcfg_loader_unapplied(const mcpcfg_loader *l, size_t i) {
 
 void mcpcfg_loader_mark_applied(mcpcfg_loader *l, size_t i) {
   l->colls[i].applied = l->colls[i].gen;
+  delta_clear(&l->colls[i]); /* the store has it all */
 }
 
 size_t mcpcfg_loader_files_with_errors(const mcpcfg_loader *l) {
@@ -350,7 +388,7 @@ static int push_found(walk *w, char *p, const struct stat *st) {
   return 0;
 }
 
-static int is_yaml_name(const char *n) {
+int mcpcfg_is_yaml_name(const char *n) {
   size_t l = strlen(n);
   return (l > 5 && !strcmp(n + l - 5, ".yaml")) ||
          (l > 4 && !strcmp(n + l - 4, ".yml"));
@@ -428,7 +466,7 @@ static int walk_dir(walk *w, const char *dir, const struct stat *st,
     } else if (S_ISDIR(s.st_mode)) {
       rv = walk_dir(w, p, &s, 0);
       free(p);
-    } else if (S_ISREG(s.st_mode) && is_yaml_name(e->d_name)) {
+    } else if (S_ISREG(s.st_mode) && mcpcfg_is_yaml_name(e->d_name)) {
       rv = push_found(w, p, &s);
     } else {
       free(p);
@@ -628,6 +666,16 @@ static int load_file(mcpcfg_loader *l, const char *path, const fstamp *cur,
     *out = old;
     return 0;
   }
+  if (l->hold && l->hold(path, l->hold_ud)) {
+    /* Its writer is at work: what it had stays (a new file has nothing
+     * yet), and it is read once the writer is done. */
+    if (old) {
+      old->racy = 1;
+      old->refs++;
+    }
+    *out = old;
+    return 0;
+  }
   /* Before the read: a change made after it has a later timestamp. */
   if (clock_gettime(CLOCK_REALTIME, &now) != 0)
     clock = 0;
@@ -811,6 +859,7 @@ static int merge(const mcpcfg_loader *l, cfile **files, size_t nfiles,
       e[j].d->dup_reported = 1;
     }
     e[win].d->dup_reported = 0; /* if it loses again later, say so again */
+    e[win].idx = k - i; /* from here on: how many define the name */
     e[w++] = e[win];
   }
   /* Merge the known names with those of the winners, both sorted. */
@@ -832,9 +881,11 @@ static int merge(const mcpcfg_loader *l, cfile **files, size_t nfiles,
       k++;
     if (k > j && (!(c[n].res = malloc((k - j) * sizeof *c[n].res)) ||
                   !(c[n].owner = malloc((k - j) * sizeof *c[n].owner)) ||
-                  !(c[n].doc = malloc((k - j) * sizeof *c[n].doc))))
+                  !(c[n].doc = malloc((k - j) * sizeof *c[n].doc)) ||
+                  !(c[n].ndef = malloc((k - j) * sizeof *c[n].ndef))))
       goto nomem;
     for (; j < k; j++) {
+      c[n].ndef[c[n].n] = (unsigned)e[j].idx;
       c[n].owner[c[n].n] = files[e[j].file]->path;
       c[n].doc[c[n].n] = e[j].d;
       c[n].res[c[n].n++] = e[j].d->res;
@@ -969,5 +1020,343 @@ out:
   free(w.paths.v);
   strvec_free(&w.skipped);
   strvec_free(&w.problems);
+  return rv;
+}
+
+/* ------------------------------------------------------------------ */
+/* Update: the files a watcher named                                   */
+/* ------------------------------------------------------------------ */
+
+typedef struct change {
+  const char *path;
+  cfile *old, *f; /* before and after; NULL: no such file */
+} change;
+
+/* A document of a change, for sorting by (collection, name). */
+typedef struct dref {
+  mcpcfg_doc *d;
+  size_t ch;  /* the change */
+  int is_new; /* from |f|, else from |old| */
+} dref;
+
+static int cmp_dref(const void *pa, const void *pb) {
+  const dref *a = pa, *b = pb;
+  int c = strcmp(a->d->collection, b->d->collection);
+  if (!c)
+    c = strcmp(a->d->res.name, b->d->res.name);
+  if (!c)
+    c = a->ch != b->ch ? (a->ch < b->ch ? -1 : 1) : a->is_new - b->is_new;
+  return c;
+}
+
+static int cmp_change(const void *a, const void *b) {
+  return strcmp(((const change *)a)->path, ((const change *)b)->path);
+}
+
+/* Position of |name| in |c| (found or where it goes). */
+static size_t name_pos(const coll *c, const char *name, int *found) {
+  return tool_sorted_find(c->res, c->n, sizeof *c->res,
+                          offsetof(mcp_resource, name), name, found);
+}
+
+static int str_eq(const char *a, const char *b) {
+  return !strcmp(a ? a : "", b ? b : "");
+}
+
+static int kvs_eq(const mcp_kv *a, size_t na, const mcp_kv *b, size_t nb) {
+  if (na != nb)
+    return 0;
+  for (size_t i = 0; i < na; i++)
+    if (strcmp(a[i].key, b[i].key) || strcmp(a[i].value, b[i].value))
+      return 0;
+  return 1;
+}
+
+/* Everything the store compares: a document re-parsed from a file whose
+ * other documents changed is not a change of its own (a 100-document file
+ * with one edit is one upsert, not 100). */
+static int res_eq(const mcp_resource *a, const mcp_resource *b) {
+  return str_eq(a->version, b->version) && str_eq(a->type_url, b->type_url) &&
+         a->body_len == b->body_len &&
+         (!a->body_len || !memcmp(a->body, b->body, a->body_len)) &&
+         a->has_create_time == b->has_create_time &&
+         a->create_time_seconds == b->create_time_seconds &&
+         a->create_time_nanos == b->create_time_nanos &&
+         kvs_eq(a->labels, a->nlabels, b->labels, b->nlabels) &&
+         kvs_eq(a->annotations, a->nannotations, b->annotations,
+                b->nannotations);
+}
+
+/* The same source text (opts.keep_text: etcdpub publishes it; NULL
+ * otherwise). */
+static int text_eq(const mcpcfg_doc *a, const mcpcfg_doc *b) {
+  return a->text_len == b->text_len &&
+         (!a->text_len || !memcmp(a->text, b->text, a->text_len));
+}
+
+/* Records |name| as changed in |c| since its last apply; past a few,
+ * replacing the whole collection is as cheap. */
+static void delta_note(coll *c, const char *name) {
+  if (c->gen == c->applied && !c->delta_ok) { /* a fresh delta */
+    delta_clear(c);
+    c->delta_ok = 1;
+    c->delta_base = c->applied;
+  }
+  if (!c->delta_ok)
+    return;
+  for (size_t i = 0; i < c->ndelta; i++)
+    if (!strcmp(c->delta[i], name))
+      return;
+  char **v = c->ndelta < 64 ? realloc(c->delta, (c->ndelta + 1) * sizeof *v)
+                            : NULL;
+  char *s = v ? mcpcfg_strdup(name) : NULL;
+  if (v)
+    c->delta = v;
+  if (!s) {
+    delta_clear(c); /* apply replaces the collection */
+    return;
+  }
+  c->delta[c->ndelta++] = s;
+}
+
+/*
+ * Brings the collections up to date with |ch| in place, in O(documents of
+ * the changed files + the size of each collection they touch), when every
+ * name those files define or defined is defined by that file only, in
+ * collections that exist, and no name is in two changes. Returns 1 when
+ * done, 0 when it does not apply (nothing changed: the caller merges
+ * everything), or NOMEM (nothing changed but spare capacity).
+ */
+static int merge_changes(mcpcfg_loader *l, const change *ch, size_t nch) {
+  size_t total = 0, k;
+  for (size_t i = 0; i < nch; i++)
+    total += (ch[i].old ? ch[i].old->ndocs : 0) + (ch[i].f ? ch[i].f->ndocs : 0);
+  dref *r = malloc((total ? total : 1) * sizeof *r);
+  size_t *grow = calloc(l->ncolls + 1, sizeof *grow);
+  int rv = 0;
+  if (!r || !grow) {
+    rv = MCPCFG_ERR_NOMEM;
+    goto out;
+  }
+  k = 0;
+  for (size_t i = 0; i < nch; i++) {
+    for (int side = 0; side < 2; side++) {
+      const cfile *f = side ? ch[i].f : ch[i].old;
+      for (size_t j = 0; f && j < f->ndocs; j++) {
+        r[k].d = f->docs[j];
+        r[k].ch = i;
+        r[k++].is_new = side;
+      }
+    }
+  }
+  qsort(r, total, sizeof *r, cmp_dref);
+  /* Check: per name, at most one old and one new document, of one change;
+   * an old one is what the view serves, from that file alone; a new one
+   * without an old one is a name the view does not have. */
+  for (size_t i = 0, j; i < total; i = j) {
+    for (j = i + 1; j < total && !strcmp(r[j].d->collection, r[i].d->collection) &&
+                    !strcmp(r[j].d->res.name, r[i].d->res.name);
+         j++)
+      ;
+    if (j - i > 2 || (j - i == 2 && (r[i].ch != r[i + 1].ch ||
+                                     r[i].is_new == r[i + 1].is_new)))
+      goto out; /* duplicates, or a name moving between files */
+    int found;
+    size_t ci = coll_pos(l, r[i].d->collection, &found);
+    if (!found)
+      goto out; /* a new collection */
+    const coll *c = &l->colls[ci];
+    size_t at = name_pos(c, r[i].d->res.name, &found);
+    if (!r[i].is_new) {
+      if (!found || c->ndef[at] != 1 ||
+          strcmp(c->owner[at], ch[r[i].ch].path) != 0)
+        goto out; /* the old document was not the one served */
+    } else if (found) {
+      goto out; /* served from another file */
+    } else {
+      grow[ci]++;
+    }
+  }
+  /* Room for the insertions first: from here on nothing fails. */
+  for (size_t ci = 0; ci < l->ncolls; ci++) {
+    coll *c = &l->colls[ci];
+    size_t n = c->n + grow[ci];
+    if (!grow[ci])
+      continue;
+    mcp_resource *res = realloc(c->res, n * sizeof *res);
+    if (res)
+      c->res = res;
+    const char **owner = res ? realloc(c->owner, n * sizeof *owner) : NULL;
+    if (owner)
+      c->owner = owner;
+    const mcpcfg_doc **doc = owner ? realloc(c->doc, n * sizeof *doc) : NULL;
+    if (doc)
+      c->doc = doc;
+    unsigned *ndef = doc ? realloc(c->ndef, n * sizeof *ndef) : NULL;
+    if (ndef)
+      c->ndef = ndef;
+    if (!ndef) {
+      rv = MCPCFG_ERR_NOMEM;
+      goto out;
+    }
+  }
+  memset(grow, 0, (l->ncolls + 1) * sizeof *grow); /* now: "changed" */
+  for (size_t i = 0, j; i < total; i = j) {
+    j = i + 1;
+    if (j < total && !strcmp(r[j].d->collection, r[i].d->collection) &&
+        !strcmp(r[j].d->res.name, r[i].d->res.name))
+      j++;
+    const dref *nw = r[j - 1].is_new ? &r[j - 1] : NULL; /* new sorts last */
+    int found;
+    size_t ci = coll_pos(l, r[i].d->collection, &found);
+    coll *c = &l->colls[ci];
+    size_t at = name_pos(c, r[i].d->res.name, &found);
+    if (!nw) { /* gone from its file */
+      memmove(c->res + at, c->res + at + 1, (c->n - at - 1) * sizeof *c->res);
+      memmove(c->owner + at, c->owner + at + 1,
+              (c->n - at - 1) * sizeof *c->owner);
+      memmove(c->doc + at, c->doc + at + 1, (c->n - at - 1) * sizeof *c->doc);
+      memmove(c->ndef + at, c->ndef + at + 1,
+              (c->n - at - 1) * sizeof *c->ndef);
+      c->n--;
+    } else {
+      if (!found) {
+        memmove(c->res + at + 1, c->res + at, (c->n - at) * sizeof *c->res);
+        memmove(c->owner + at + 1, c->owner + at,
+                (c->n - at) * sizeof *c->owner);
+        memmove(c->doc + at + 1, c->doc + at, (c->n - at) * sizeof *c->doc);
+        memmove(c->ndef + at + 1, c->ndef + at,
+                (c->n - at) * sizeof *c->ndef);
+        c->n++;
+      } else if (c->doc[at] == nw->d ||
+                 (res_eq(&c->res[at], &nw->d->res) &&
+                  text_eq(c->doc[at], nw->d))) {
+        /* The same document (kept from a bad read), or the same content
+         * re-parsed: the new file's objects, no change. */
+        c->res[at] = nw->d->res;
+        c->doc[at] = nw->d;
+        c->owner[at] = ch[nw->ch].path;
+        continue;
+      }
+      c->res[at] = nw->d->res;
+      c->doc[at] = nw->d;
+      c->owner[at] = ch[nw->ch].path;
+      c->ndef[at] = 1;
+    }
+    delta_note(c, r[i].d->res.name); /* before the bump: fresh or not */
+    if (!grow[ci]) {
+      grow[ci] = 1;
+      c->gen++;
+    }
+  }
+  rv = 1;
+out:
+  free(r);
+  free(grow);
+  return rv;
+}
+
+int mcpcfg_loader_update(mcpcfg_loader *l, const char *const *paths,
+                         size_t n) {
+  change *ch = malloc((n ? n : 1) * sizeof *ch);
+  cfile **files = NULL;
+  size_t nch = 0, nfiles = 0;
+  size_t rootlen = strlen(l->root);
+  coll *colls = NULL;
+  size_t ncolls = 0;
+  int rv = 0;
+  if (!ch)
+    return MCPCFG_ERR_NOMEM;
+  for (size_t i = 0; i < n; i++) {
+    const char *path = paths[i], *base = strrchr(path, '/');
+    /* Only what the walk would find: below the root, a YAML name, no
+     * hidden component (the watcher never names anything else). */
+    if (strncmp(path, l->root, rootlen) != 0 || path[rootlen] != '/' ||
+        strstr(path + rootlen, "/.") || !mcpcfg_is_yaml_name(base + 1))
+      continue;
+    struct stat st;
+    cfile *old = find_file(l, path), *f = NULL;
+    if (stat(path, &st) == 0) {
+      if (S_ISDIR(st.st_mode)) { /* a directory now: only a walk knows */
+        for (size_t j = 0; j < nch; j++)
+          file_unref(ch[j].f);
+        free(ch);
+        return mcpcfg_loader_scan(l);
+      }
+      if (S_ISREG(st.st_mode)) {
+        fstamp cur;
+        stamp_of(&st, &cur);
+        if ((rv = load_file(l, path, &cur, old, &f)) < 0)
+          goto out;
+      }
+    } else if (errno != ENOENT && errno != ENOTDIR) {
+      continue; /* as the walk's skip(): what it had stays */
+    }
+    if (f == old) {
+      file_unref(f); /* load_file's reference: nothing changed */
+      continue;
+    }
+    ch[nch].path = f ? f->path : path;
+    ch[nch].old = old;
+    ch[nch++].f = f;
+  }
+  if (!nch) {
+    rv = 0;
+    goto out;
+  }
+  /* The file list with the changes in place (sorted by path). */
+  qsort(ch, nch, sizeof *ch, cmp_change);
+  if (!(files = malloc((l->nfiles + nch) * sizeof *files))) {
+    rv = MCPCFG_ERR_NOMEM;
+    goto out;
+  }
+  /* Runs of unchanged files are copied whole: a binary search per
+   * change, not a comparison per file. */
+  size_t i = 0;
+  for (size_t j = 0; j < nch; j++) {
+    size_t lo = i, hi = l->nfiles;
+    while (lo < hi) {
+      size_t mid = lo + (hi - lo) / 2;
+      if (strcmp(l->files[mid]->path, ch[j].path) < 0)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    if (lo > i) /* (l->files is NULL when empty: no memcpy of it) */
+      memcpy(files + nfiles, l->files + i, (lo - i) * sizeof *files);
+    nfiles += lo - i;
+    i = lo + (lo < l->nfiles && l->files[lo] == ch[j].old && ch[j].old);
+    if (ch[j].f)
+      files[nfiles++] = ch[j].f;
+  }
+  if (l->nfiles > i)
+    memcpy(files + nfiles, l->files + i, (l->nfiles - i) * sizeof *files);
+  nfiles += l->nfiles - i;
+  if ((rv = merge_changes(l, ch, nch)) < 0)
+    goto out;
+  if (rv == 0) { /* duplicates or a new collection: merge everything */
+    if ((rv = merge(l, files, nfiles, &colls, &ncolls)) < 0)
+      goto out;
+    colls_free(l->colls, l->ncolls, 1); /* names moved to |colls| */
+    l->colls = colls;
+    l->ncolls = ncolls;
+    for (size_t i = 0; i < ncolls; i++)
+      colls[i].fresh = 0;
+  }
+  /* Commit: the new list holds the new files' references. */
+  for (size_t j = 0; j < nch; j++) {
+    file_unref(ch[j].old);
+    ch[j].f = NULL;
+  }
+  free(l->files);
+  l->files = files;
+  l->nfiles = nfiles;
+  files = NULL;
+  rv = 1;
+out:
+  for (size_t j = 0; j < nch; j++)
+    file_unref(ch[j].f);
+  free(files);
+  free(ch);
   return rv;
 }

@@ -133,6 +133,10 @@
 #define MCPCFG_STRUCT_TYPE_URL "type.googleapis.com/google.protobuf.Struct"
 #define MCPCFG_COLLECTION_ANNOTATION "mcp.istio.io/collection"
 
+/* 1 when a file named |name| is loaded (it ends in .yaml or .yml), 0 if
+ * not. */
+int mcpcfg_is_yaml_name(const char *name);
+
 /* A static description of |err|: MCPCFG_ERR_IO here, the core's otherwise. */
 const char *mcpcfg_strerror(int err);
 
@@ -264,6 +268,31 @@ int mcpcfg_loader_declare(mcpcfg_loader *loader, const char *collection);
  */
 int mcpcfg_loader_scan(mcpcfg_loader *loader);
 
+/*
+ * What mcpcfg_loader_scan() does, for the files |paths| only (|n| distinct
+ * paths, each spelt as the walk spells it: the root as given, '/', the
+ * names below it), without walking the directory: a watcher's report that
+ * these files changed (created, written, renamed, deleted). A path that is
+ * not below the root, not a YAML name or has a hidden component is
+ * ignored; a path that is now a directory makes it a full scan. Costs the
+ * changed files and the collections their documents are in (a duplicate
+ * name or a new collection: a merge of every file, as a scan). Same
+ * returns, reports and failure atomicity as mcpcfg_loader_scan(), whose
+ * periodic walks are still needed for what no watcher reports.
+ */
+int mcpcfg_loader_update(mcpcfg_loader *loader, const char *const *paths,
+                         size_t n);
+
+/*
+ * Files being written (a watcher saw them modified and not yet closed):
+ * while |fn| returns 1 for a file's path, scans and updates do not read it
+ * and it keeps what it had (a new file has nothing yet), so that a file is
+ * never served half-written. NULL: none (the default).
+ */
+typedef int (*mcpcfg_hold_fn)(const char *path, void *user_data);
+void mcpcfg_loader_set_hold(mcpcfg_loader *loader, mcpcfg_hold_fn fn,
+                            void *user_data);
+
 /* The files of the current set whose last read reported a problem (could
  * not be read, too large, not YAML, or a document skipped), until their
  * bytes change and read clean. Duplicates and directory problems are not
@@ -312,7 +341,10 @@ const mcp_resource *mcpcfg_loader_find(const mcpcfg_loader *loader,
  * since the last successful apply (all of them the first time),
  * mcp_store_add_collection() then mcp_store_replace() with its resources
  * (none for a collection whose documents went away). So a scan that
- * changed one file costs one collection, not the whole tree; the loader
+ * changed one file costs one collection, not the whole tree, and a
+ * collection that only mcpcfg_loader_update() changed since the last apply
+ * costs the resources it changed (mcp_store_upsert()/mcp_store_delete()
+ * each, not a replace of the collection); the loader
  * therefore feeds one store, which nothing else changes. Unchanged content
  * leaves the store unchanged. Returns the number of collections that
  * changed. Errors: those of the core (NOMEM, INVALID_ARGUMENT); on failure

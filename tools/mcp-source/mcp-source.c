@@ -45,8 +45,10 @@
 #define DEFAULT_ADDRESS "127.0.0.1:9901"
 #define DEFAULT_DEBOUNCE_MS 100
 #define MAX_DEBOUNCE_MS 3600000ul
-/* A burst of file events is scanned this long after its first event. */
-#define SETTLE_MS 5
+/* A file modified and not closed is read once its size and mtime have
+ * not changed for this long (--write-settle; tools/mcp-source/watch.h). */
+#define DEFAULT_WRITE_SETTLE_MS 1000
+#define MAX_WRITE_SETTLE_MS 3600000ul
 /* Rescan period: catches what inotify cannot see. */
 #define RESCAN_MS 1000
 /* The engine's other protocols (--api). */
@@ -83,9 +85,9 @@ typedef struct source_app {
   int force_struct;       /* --body struct */
   const char *dir;
   tool_watch *watch;
-  uv_timer_t settle, rescan;
+  uv_timer_t rescan;
   uv_signal_t sigint, sigterm;
-  int timers; /* settle and rescan initialised */
+  int timers; /* rescan initialised */
   int stopping;
   int io_error;      /* the last scan could not read the directory */
   int apply_pending; /* the loader holds changes the store lacks */
@@ -106,6 +108,8 @@ typedef struct source_app {
   int dial_failing; /* the status the failing dials end with, 0: none */
   /* The health of the configuration (registered on ops; any thread). */
   ops_metric *files_with_errors, *last_load, *resources, *unknown_kinds;
+  ops_metric *m_being_written, *m_file_events; /* the watcher's */
+  tool_watch_stats watch_seen; /* its counters as last exported */
   /* The engine's protocols (--api), beside MCP. Their view stores and
    * adapters are changed where the MCP store is, in the same update
    * (apply_fn, etcd_apply_fn); the modules run on the transport. */
@@ -135,6 +139,7 @@ static void usage(FILE *f) {
           "usage: mcp-source [--dir DIR] [--etcd ENDPOINTS] [--collection NAME]...\n"
           "                  [--listen HOST:PORT | --connect HOST:PORT]\n"
           "                  [--transport grpc|h2c] [--debounce MS]\n"
+          "                  [--write-settle MS]\n"
           "                  [--names kubernetes|permissive]\n"
           "                  [--log-level LEVEL] [--log-format text|json]\n"
           "                  [--debug-listen HOST:PORT]\n"
@@ -171,6 +176,9 @@ static void usage(FILE *f) {
           "                     to listen without TLS flags, else grpc\n"
           "  --debounce MS      push a change once its collection has been\n"
           "                     quiet for MS milliseconds (default %d; 0: at once)\n"
+          "  --write-settle MS  --dir: a file modified but not closed is read\n"
+          "                     once unchanged for MS milliseconds (default\n"
+          "                     %d); closed or renamed files are read at once\n"
           "  --log-level LEVEL  error, warn, info (default) or debug\n"
           "  --log-format FORMAT text (default) or json: one object per line\n"
           "  --debug-listen HOST:PORT serve /metrics, /debug/syncz, /healthz\n"
@@ -193,7 +201,7 @@ static void usage(FILE *f) {
           "                     to Istio 1.6's, built in; repeatable\n"
           "  --kind GROUP/VERSION/KIND=full.message.Name  documents of that kind\n"
           "                     have bodies of that message; repeatable\n"
-          , DEFAULT_DEBOUNCE_MS);
+          , DEFAULT_DEBOUNCE_MS, DEFAULT_WRITE_SETTLE_MS);
   fprintf(f,
           "  --body typed|struct  typed (default): bodies of known kinds are their\n"
           "                     message; struct: google.protobuf.Struct everywhere\n"
@@ -379,6 +387,42 @@ static void register_config_metrics(source_app *a) {
       "Documents read whose kind is none of its built-in group's (a typo "
       "such as VirtualServce), served as an untyped collection.",
       NULL, 0);
+  static const char *const ev[] = {"event"};
+  a->m_being_written = ops_metrics_gauge(
+      m, "mcp_config_files_being_written",
+      "Files under --dir modified and not yet closed: not read until their "
+      "writer closes or renames them, or they stay unchanged for "
+      "--write-settle.",
+      NULL, 0);
+  a->m_file_events = ops_metrics_counter(
+      m, "mcp_config_file_events_total",
+      "File events of --dir by what they did: closed (read at once), "
+      "renamed (read at once), modified (held until closed or settled), "
+      "settled (read after --write-settle without a close), rescan (a "
+      "walk of the whole directory).",
+      ev, 1);
+}
+
+/* The watcher's counters into the metrics. */
+static void watch_metrics(source_app *a) {
+  if (!a->watch)
+    return;
+  tool_watch_stats st;
+  tool_watch_get_stats(a->watch, &st);
+  static const char *const names[] = {"closed", "renamed", "modified",
+                                      "settled", "rescan"};
+  unsigned long long now[] = {st.closed, st.moved, st.modified, st.settled,
+                              st.rescans},
+                     was[] = {a->watch_seen.closed, a->watch_seen.moved,
+                              a->watch_seen.modified, a->watch_seen.settled,
+                              a->watch_seen.rescans};
+  for (size_t i = 0; i < sizeof now / sizeof *now; i++) {
+    const char *lv[] = {names[i]};
+    if (now[i] != was[i])
+      ops_metric_add(a->m_file_events, lv, (double)(now[i] - was[i]));
+  }
+  ops_metric_set(a->m_being_written, NULL, (double)st.writing);
+  a->watch_seen = st;
 }
 
 /* A scan read the directory and the store holds all it found. */
@@ -459,10 +503,8 @@ static void apply_fn(mcp_store *store, mcp_tstamp ts, void *ud) {
   log_info("%d collection%s changed", rv, rv == 1 ? "" : "s");
 }
 
-static void scan(source_app *a) {
-  int rv = mcpcfg_loader_scan(a->loader);
-  if (a->watch)
-    tool_watch_sync(a->watch);
+/* After a scan or an update (|rv| is its result): into the store. */
+static void scanned(source_app *a, int rv) {
   if (rv < 0) {
     if (rv != MCPCFG_ERR_IO)
       log_error("scan of %s failed: %s", a->dir, mcpcfg_strerror(rv));
@@ -500,6 +542,16 @@ static void scan(source_app *a) {
   rv = a->tp->source_apply(a->ep, apply_fn, a);
   if (rv < 0)
     log_error("cannot update the store: %s", mcp_strerror(rv));
+}
+
+/* A walk of the whole directory. */
+static void scan(source_app *a) {
+  int rv = mcpcfg_loader_scan(a->loader);
+  if (a->watch) {
+    tool_watch_sync(a->watch);
+    watch_metrics(a);
+  }
+  scanned(a, rv);
 }
 
 /* ---- etcd (--etcd) ---- */
@@ -617,16 +669,28 @@ static void etcd_metrics(source_app *a) {
 
 /* ---- the loop (main thread) ---- */
 
-static void on_settle(uv_timer_t *t) { scan(t->data); }
-
 static void on_rescan(uv_timer_t *t) { scan(t->data); }
 
-static void on_fs_change(void *ud) {
+/* The watcher's batch: the files its writers are done with are read at
+ * once, alone; what only a walk can tell walks. */
+static void on_fs_change(const char *const *paths, size_t n, int rescan,
+                         void *ud) {
   source_app *a = ud;
-  /* Not restarted by later events: a steady stream of writes cannot
-   * starve the scan. */
-  if (!a->stopping && !uv_is_active((uv_handle_t *)&a->settle))
-    uv_timer_start(&a->settle, on_settle, SETTLE_MS, 0);
+  if (a->stopping)
+    return;
+  if (rescan) {
+    scan(a);
+    return;
+  }
+  watch_metrics(a);
+  if (n)
+    scanned(a, mcpcfg_loader_update(a->loader, paths, n));
+}
+
+/* The loader's hold: a file being written is not read. */
+static int being_written(const char *path, void *ud) {
+  source_app *a = ud;
+  return a->watch && tool_watch_writing(a->watch, path);
 }
 
 /* Stops the endpoint (the store is ours again when it returns) and closes
@@ -650,10 +714,8 @@ static void stop(source_app *a) {
   a->ep = NULL;
   uv_close((uv_handle_t *)&a->sigint, NULL);
   uv_close((uv_handle_t *)&a->sigterm, NULL);
-  if (a->timers) {
-    uv_close((uv_handle_t *)&a->settle, NULL);
+  if (a->timers)
     uv_close((uv_handle_t *)&a->rescan, NULL);
-  }
   tool_watch_close(a->watch);
   a->watch = NULL;
 }
@@ -728,6 +790,7 @@ typedef struct source_args {
   int dial;
   mcp_name_rules names; /* --names */
   unsigned long debounce_ms;
+  unsigned long write_settle_ms; /* --write-settle */
   tool_log_level level;
   tool_strv colls;
   tool_ops_args ops; /* --debug-listen, --log-format */
@@ -792,6 +855,7 @@ static int parse_args(int argc, char **argv, source_args *o) {
   const char *listen = NULL, *connect = NULL, *level = "info", *v = NULL;
   o->transport = NULL; /* by the role and the flags, below */
   o->debounce_ms = DEFAULT_DEBOUNCE_MS;
+  o->write_settle_ms = DEFAULT_WRITE_SETTLE_MS;
   o->names = MCP_NAMES_KUBERNETES;
   o->dest_heartbeat_ms = DEFAULT_DEST_HEARTBEAT_MS;
   o->heartbeat_period_ms = DEFAULT_HEARTBEAT_PERIOD_MS;
@@ -852,6 +916,12 @@ static int parse_args(int argc, char **argv, source_args *o) {
     } else if (VALUE("--debounce")) {
       if (rv > 0 && tool_parse_ulong(v, MAX_DEBOUNCE_MS, &o->debounce_ms) != 0)
         return usage_error("--debounce: not a number of milliseconds: %s", v);
+    } else if (VALUE("--write-settle")) {
+      if (rv > 0 && (tool_parse_ulong(v, MAX_WRITE_SETTLE_MS,
+                                      &o->write_settle_ms) != 0 ||
+                     o->write_settle_ms == 0))
+        return usage_error("--write-settle: not a number of milliseconds "
+                           "from 1 to %lu: %s", MAX_WRITE_SETTLE_MS, v);
     } else if (VALUE("--log-level")) {
       level = v;
     } else if (VALUE("--api")) {
@@ -1677,16 +1747,21 @@ int main(int argc, char **argv) {
   tool_ops_set_ready(app.ops, !args.etcd);
 
   if (app.loader) {
-    uv_timer_init(&app.loop, &app.settle);
     uv_timer_init(&app.loop, &app.rescan);
-    app.settle.data = app.rescan.data = &app;
+    app.rescan.data = &app;
     app.timers = 1;
     uv_timer_start(&app.rescan, on_rescan, RESCAN_MS, RESCAN_MS);
-    if (tool_watch_new(&app.watch, &app.loop, dir, on_fs_change, &app) != 0)
-      log_warn("cannot watch %s: out of memory (rescanning every %d ms)",
-               dir, RESCAN_MS);
-    else
+    int wrv = tool_watch_new(&app.watch, &app.loop, dir,
+                             (unsigned)args.write_settle_ms, on_fs_change,
+                             &app);
+    if (wrv != 0) {
+      app.watch = NULL;
+      log_warn("cannot watch %s: %s (rescanning every %d ms)", dir,
+               wrv == -1 ? "out of memory" : strerror(-wrv), RESCAN_MS);
+    } else {
       tool_watch_sync(app.watch);
+      mcpcfg_loader_set_hold(app.loader, being_written, &app);
+    }
   }
   /* Runs until a signal: stop() deletes the endpoint and closes the
    * handles, and the loop ends once the transport's are closed too. */

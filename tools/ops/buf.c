@@ -1,5 +1,6 @@
 /* Growable byte buffer with a sticky failure. */
 #include "ops/buf.h"
+#include "util/utf8.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -81,3 +82,55 @@ int ops_buf_printf(ops_buf *b, const char *fmt, ...) {
 }
 
 const char *ops_buf_cstr(ops_buf *b) { return b->p ? b->p : ""; }
+
+int ops_buf_json(ops_buf *b, const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
+  size_t n = strlen(s);
+  if (reserve(b, n + 2) != 0) /* the common case: nothing to escape */
+    return -1;
+  b->p[b->len++] = '"';
+  while (n > 0) {
+    /* A run that needs no escape, copied at once. */
+    size_t k = 0;
+    while (k < n && p[k] >= 0x20 && p[k] < 0x80 && p[k] != '"' &&
+           p[k] != '\\')
+      k++;
+    if (k && ops_buf_add(b, p, k) != 0)
+      return -1;
+    p += k;
+    n -= k;
+    if (!n)
+      break;
+    char esc[8];
+    size_t len = 2;
+    esc[0] = '\\';
+    switch (*p) {
+    case '"': esc[1] = '"'; break;
+    case '\\': esc[1] = '\\'; break;
+    case '\b': esc[1] = 'b'; break;
+    case '\f': esc[1] = 'f'; break;
+    case '\n': esc[1] = 'n'; break;
+    case '\r': esc[1] = 'r'; break;
+    case '\t': esc[1] = 't'; break;
+    default:
+      if (*p < 0x20) {
+        snprintf(esc, sizeof esc, "\\u%04X", *p);
+        len = 6;
+      } else if ((k = tool_utf8_len(p, n)) > 0) {
+        if (ops_buf_add(b, p, k) != 0)
+          return -1;
+        p += k;
+        n -= k;
+        continue;
+      } else {
+        memcpy(esc, "\\ufffd", 6);
+        len = 6;
+      }
+    }
+    if (ops_buf_add(b, esc, len) != 0)
+      return -1;
+    p++;
+    n--;
+  }
+  return ops_buf_add(b, "\"", 1);
+}

@@ -31,6 +31,11 @@ void ops_buf_reset(ops_buf *b);
 int ops_buf_add(ops_buf *b, const void *data, size_t len);
 int ops_buf_str(ops_buf *b, const char *s);
 int ops_buf_printf(ops_buf *b, const char *fmt, ...) OPS_PRINTF(2, 3);
+/* Appends |s| as a JSON string (quoted) as jansson's json_dumps() writes
+ * it without JSON_ENSURE_ASCII: UTF-8 as is; '"', '\\' and control
+ * characters escaped (\b \f \n \r \t, else \u00XX); a byte that is not
+ * UTF-8 as \ufffd. 0, or -1 as ops_buf_add(). */
+int ops_buf_json(ops_buf *b, const char *s);
 /* The content as a C string ("" when empty or failed to allocate). */
 const char *ops_buf_cstr(ops_buf *b);
 
