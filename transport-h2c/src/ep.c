@@ -57,16 +57,20 @@ void mcp_h2c_info_fill(const mcp_h2c_stream *s, mcp_h2c_stream_info *info) {
   info->stream = s->mcp ? NULL : s->eng;
   info->api = s->api ? s->api : (s->svc || s->in_slot ? "" : NULL);
   info->method = s->hd.path ? s->hd.path : "";
+  info->tls = s->c->ssl != NULL;
+  info->identities = (const char *const *)s->c->ids.v;
+  info->nidentities = s->c->ids.n;
 }
 
 void mcp_h2c_notify_stream(mcp_h2c_stream *s, mcp_h2c_stream_event ev) {
   mcp_h2c_ep *ep = s->c->ep;
   if (!ep->opts.on_stream || ep->stopping)
     return;
-  /* CLOSED only pairs with an OPENED. */
+  /* CLOSED only pairs with an OPENED; REFUSED pairs with nothing. */
   if (ev == MCP_H2C_STREAM_CLOSED && !s->announced)
     return;
-  s->announced = ev == MCP_H2C_STREAM_OPENED;
+  if (ev != MCP_H2C_STREAM_REFUSED)
+    s->announced = ev == MCP_H2C_STREAM_OPENED;
   mcp_h2c_stream_info info;
   mcp_h2c_info_fill(s, &info);
   ep->opts.on_stream(ev, &info, ep->opts.user_data);
@@ -101,6 +105,14 @@ static void stats(const mcp_h2c_ep *ep, mcp_h2c_stats *st) {
   st->msg_buffered = ep->msg_buffered;
   st->read_buffered = ep->read_buffered;
   mcp_h2c_admit_stats(ep, st);
+  st->tls_handshakes = ep->tls_handshakes;
+  st->tls_handshake_failures = ep->tls_handshake_failures;
+  st->tls_handshake_timeouts = ep->tls_handshake_timeouts;
+  st->refused_handshakes = ep->refused_handshakes;
+  st->handshaking = ep->handshaking;
+  st->refused_unauthenticated = ep->refused_unauthenticated;
+  st->refused_denied = ep->refused_denied;
+  mcp_h2c_tls_stats(ep, st);
 }
 
 /* ------------------------------------------------------------------ */
@@ -242,6 +254,33 @@ static void free_services(mcp_h2c_ep *ep) {
   ep->nservices = 0;
 }
 
+static void free_tls(mcp_h2c_ep *ep) {
+  mcp_h2c_tls_free(ep);
+  for (int i = 0; i < 4; i++) {
+    mcp_h2c_free(&ep->mem, ep->tls_paths[i]);
+    ep->tls_paths[i] = NULL;
+  }
+}
+
+/* TLS: the paths copied, the files read (before any handle exists). */
+static int start_tls(mcp_h2c_ep *ep, const mcp_h2c_options *opts) {
+  mcp_h2c_tls_options *t = &ep->opts.tls;
+  if (!mcp_h2c_tls_wanted(&opts->tls)) {
+    memset(t, 0, sizeof(*t)); /* a server_name alone means nothing */
+    return 0;
+  }
+  const char *in[4] = {opts->tls.cert_file, opts->tls.key_file,
+                       opts->tls.ca_file, opts->tls.server_name};
+  for (int i = 0; i < 4; i++)
+    if (in[i] && !(ep->tls_paths[i] = mcp_h2c_strdup(&ep->mem, in[i])))
+      return MCP_ERR_NOMEM;
+  t->cert_file = ep->tls_paths[0];
+  t->key_file = ep->tls_paths[1];
+  t->ca_file = ep->tls_paths[2];
+  t->server_name = ep->tls_paths[3];
+  return mcp_h2c_tls_new(ep, opts->mode == MCP_H2C_LISTEN);
+}
+
 static void ep_free(mcp_h2c_ep *ep) {
   void (*on_closed)(void *) = ep->opts.on_closed;
   void *ud = ep->opts.user_data;
@@ -253,6 +292,7 @@ static void ep_free(mcp_h2c_ep *ep) {
   free_services(ep);
   mcp_h2c_addr_free(&ep->addr);
   mcp_h2c_admit_free(ep);
+  free_tls(ep);
   mcp_mem mem = ep->mem;
   mcp_h2c_free(&mem, ep); /* the ep is the first member of the public object */
   if (on_closed)
@@ -347,6 +387,12 @@ static int ep_start(mcp_h2c_ep *ep, uv_loop_t *loop,
     o->write_buffer_size = 64 << 10;
   if (o->write_buffer_size < 16 << 10)
     o->write_buffer_size = 16 << 10;
+  if (o->handshake_timeout_ms <= 0)
+    o->handshake_timeout_ms = 10000;
+  if (o->max_handshakes <= 0)
+    o->max_handshakes = 1024;
+  if (o->max_handshakes_per_peer <= 0)
+    o->max_handshakes_per_peer = 32;
 
   /* DIAL: a comma-separated list, dialed in turn (client.c); every
    * element must parse now. LISTEN: one address. */
@@ -375,6 +421,14 @@ static int ep_start(mcp_h2c_ep *ep, uv_loop_t *loop,
   }
   ep->opts.address = ep->address;
   ep->opts.authority = ep->authority;
+  rv = start_tls(ep, opts);
+  if (rv < 0) {
+    free_tls(ep);
+    mcp_h2c_addr_free(&ep->addr);
+    mcp_h2c_free(&ep->mem, ep->address);
+    mcp_h2c_free(&ep->mem, ep->authority);
+    return rv;
+  }
   if (!o->rand) {
     ep->rand_state = uv_hrtime() ^ (uint64_t)(uintptr_t)ep;
     o->rand = mcp_rand_splitmix64;
@@ -415,6 +469,7 @@ fail_cond:
 fail_mutex:
   uv_mutex_destroy(&ep->mu);
 fail_strings:
+  free_tls(ep);
   mcp_h2c_addr_free(&ep->addr);
   mcp_h2c_free(&ep->mem, ep->address);
   mcp_h2c_free(&ep->mem, ep->authority);

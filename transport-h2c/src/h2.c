@@ -171,16 +171,30 @@ void mcp_h2c_stream_attach(mcp_h2c_stream *s, mcp_stream *st,
   s->dirty = 1;
 }
 
+/* The connection's peer as authorization sees it. */
+static void conn_peer(const mcp_h2c_conn *c, mcp_peer *peer) {
+  memset(peer, 0, sizeof(*peer));
+  peer->address = c->peer;
+  peer->dialed = c->dialed;
+  peer->tls = c->ssl != NULL;
+  mcp_identities_peer(&c->ids, peer);
+}
+
 int mcp_h2c_stream_open_session(mcp_h2c_stream *s) {
   mcp_h2c_conn *c = s->c;
   mcp_h2c_ep *ep = c->ep;
   mcp_tstamp now = mcp_h2c_now();
   int rv;
   if (s->svc) {
-    /* h2c is cleartext: the peer is its address only. */
+    mcp_peer who;
+    conn_peer(c, &who);
     mcp_peer_info peer;
     memset(&peer, 0, sizeof(peer));
     peer.address = c->peer;
+    peer.tls = who.tls;
+    peer.common_name = who.common_name;
+    peer.identities = who.identities;
+    peer.nidentities = who.nidentities;
     mcp_stream *st = NULL;
     rv = s->svc->open(s->svc->user_data, &peer, now, &st);
     if (rv < 0) {
@@ -312,6 +326,26 @@ void mcp_h2c_stream_finish(mcp_h2c_stream *s, int status, const char *details) {
 /* Requests (server)                                                   */
 /* ------------------------------------------------------------------ */
 
+/* LISTEN: asks the authorization hook about the call's peer; a refusal
+ * answers the call at once and is reported (REFUSED). 1 when refused. */
+static int refuse_unauthorized(mcp_h2c_stream *s) {
+  mcp_h2c_ep *ep = s->c->ep;
+  mcp_peer peer;
+  conn_peer(s->c, &peer);
+  const char *details = NULL;
+  int code = mcp_authorize(ep->opts.authorize, ep->opts.authorize_user_data,
+                           &peer, &details);
+  if (code == 0)
+    return 0;
+  if (code == MCP_CODE_UNAUTHENTICATED)
+    ep->refused_unauthenticated++;
+  else
+    ep->refused_denied++;
+  reject(s, 200, code, details);
+  mcp_h2c_notify_stream(s, MCP_H2C_STREAM_REFUSED);
+  return 1;
+}
+
 void mcp_h2c_stream_request(mcp_h2c_stream *s) {
   mcp_h2c_conn *c = s->c;
   mcp_h2c_ep *ep = c->ep;
@@ -383,6 +417,8 @@ void mcp_h2c_stream_request(mcp_h2c_stream *s) {
     reject(s, 200, MCP_CODE_UNAVAILABLE, "server shutting down");
     return;
   }
+  if (ep->opts.authorize && refuse_unauthorized(s))
+    return;
   s->service = (mcp_service)served;
   s->svc = svc;
   if (ep->admit)
