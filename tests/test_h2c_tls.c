@@ -364,6 +364,35 @@ START_TEST(test_server_name_override) {
 }
 END_TEST
 
+/* The list changes while a sink is synced: *_reauthorize() ends its call
+ * with PERMISSION_DENIED; the sink's next attempt is refused. */
+START_TEST(test_access_list_replaced_while_running) {
+  env e;
+  env_init(&e);
+  mcp_acl *acl = acl_of("allow " SINK_A "\n");
+  ck_assert_int_eq(
+      start_source(&e, MCP_H2C_LISTEN, "127.0.0.1:0", "server", "ca", acl), 0);
+  int port = mcp_h2c_source_port(e.src);
+  ck_assert_int_eq(start_sink(&e, MCP_H2C_DIAL, loopback(port), "client", "ca",
+                              NULL, NULL),
+                   0);
+  ck_assert(h2t_run_until(&e.loop, synced, &e, 10000));
+  char err[64];
+  const char *text = "allow spiffe://cluster.local/ns/other/*\n";
+  ck_assert_int_eq(mcp_acl_parse(acl, text, strlen(text), err, sizeof(err)), 0);
+  ck_assert_int_eq(mcp_h2c_source_reauthorize(e.src), 0);
+  ck_assert(h2t_run_until(&e.loop, dial_closed, &e, 10000));
+  ck_assert_int_eq(e.last_status[1], MCP_CODE_PERMISSION_DENIED);
+  ck_assert(h2t_run_until(&e.loop, listen_refused, &e, 10000));
+  mcp_h2c_stats st;
+  ck_assert_int_eq(mcp_h2c_source_stats(e.src, &st), 0);
+  ck_assert_uint_eq(st.revoked, 1);
+  ck_assert_uint_ge(st.refused_denied, 1);
+  env_fini(&e);
+  mcp_acl_del(acl);
+}
+END_TEST
+
 static void write_text(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
   ck_assert_ptr_nonnull(f);
@@ -541,6 +570,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_no_client_identity_is_unauthenticated);
   tcase_add_test(tc, test_denied_identity_gets_nothing);
   tcase_add_test(tc, test_dialing_side_refuses_server_identity);
+  tcase_add_test(tc, test_access_list_replaced_while_running);
   tcase_add_test(tc, test_handshakes_that_must_fail);
   tcase_add_test(tc, test_server_name_override);
   tcase_add_test(tc, test_bad_files_are_clear_errors);

@@ -292,21 +292,10 @@ static int handshake_done(mcp_h2c_conn *c) {
   ep->tls_handshakes++;
   if (!c->dialed)
     return 0;
-  mcp_peer peer;
-  memset(&peer, 0, sizeof(peer));
-  peer.address = c->peer;
-  peer.dialed = 1;
-  peer.tls = 1;
-  mcp_identities_peer(&c->ids, &peer);
   const char *details = NULL;
-  int code = mcp_authorize(ep->opts.authorize, ep->opts.authorize_user_data,
-                           &peer, &details);
+  int code = mcp_h2c_conn_authorize(c, &details);
   if (code == 0)
     return 0;
-  if (code == MCP_CODE_UNAUTHENTICATED)
-    ep->refused_unauthenticated++;
-  else
-    ep->refused_denied++;
   mcp_h2c_conn_close(c, code, details);
   return -1;
 }

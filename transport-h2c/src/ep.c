@@ -112,6 +112,7 @@ static void stats(const mcp_h2c_ep *ep, mcp_h2c_stats *st) {
   st->handshaking = ep->handshaking;
   st->refused_unauthenticated = ep->refused_unauthenticated;
   st->refused_denied = ep->refused_denied;
+  st->revoked = ep->revoked;
   mcp_h2c_tls_stats(ep, st);
 }
 
@@ -630,6 +631,55 @@ int mcp_h2c_source_call(mcp_h2c_source *src, mcp_h2c_store_fn fn,
 }
 
 /* *_streams() and *_stats(), loop thread only. */
+/* Asks the authorization hook again about every open call's peer (LISTEN)
+ * or every connection's server (DIAL); ends what it now refuses. */
+static int reauthorize(mcp_h2c_ep *ep) {
+  if (!mcp_h2c_on_loop_thread(ep) || ep->stopping)
+    return MCP_ERR_INVALID_ARGUMENT;
+  if (!ep->opts.authorize)
+    return 0;
+  mcp_h2c_conn *next;
+  for (mcp_h2c_conn *c = ep->conns; c; c = next) {
+    next = c->next;
+    if (c->closing || (c->ssl && !c->tls_done))
+      continue;
+    if (c->dialed) {
+      if (!c->ssl && c->proto == MCP_H2C_PROTO_DIALING)
+        continue; /* not connected: authorized once it is */
+      const char *details = NULL;
+      int code = mcp_h2c_conn_authorize(c, &details);
+      if (code != 0) {
+        ep->revoked += c->nstreams;
+        mcp_h2c_conn_close(c, code, details);
+      }
+      continue;
+    }
+    for (mcp_h2c_stream *s = c->streams; s; s = s->next) {
+      if (s->kind != MCP_H2C_SK_GRPC || s->finishing)
+        continue;
+      const char *details = NULL;
+      int code = mcp_h2c_conn_authorize(c, &details);
+      if (code != 0) {
+        ep->revoked++;
+        mcp_h2c_stream_finish(s, code, details);
+      }
+    }
+  }
+  return 0;
+}
+
+int mcp_h2c_source_reauthorize(mcp_h2c_source *src) {
+  return reauthorize(&src->ep);
+}
+
+int mcp_h2c_sink_reauthorize(mcp_h2c_sink *sink) {
+  return reauthorize(&sink->ep);
+}
+
+int mcp_h2c_client_reauthorize(mcp_h2c_client *c) {
+  return reauthorize(&c->ep);
+}
+
 static int streams(mcp_h2c_ep *ep, mcp_h2c_stream_fn fn, void *user_data) {
   if (!mcp_h2c_on_loop_thread(ep))
     return MCP_ERR_INVALID_ARGUMENT;

@@ -171,13 +171,25 @@ void mcp_h2c_stream_attach(mcp_h2c_stream *s, mcp_stream *st,
   s->dirty = 1;
 }
 
-/* The connection's peer as authorization sees it. */
-static void conn_peer(const mcp_h2c_conn *c, mcp_peer *peer) {
+void mcp_h2c_conn_peer(const mcp_h2c_conn *c, mcp_peer *peer) {
   memset(peer, 0, sizeof(*peer));
   peer->address = c->peer;
   peer->dialed = c->dialed;
   peer->tls = c->ssl != NULL;
   mcp_identities_peer(&c->ids, peer);
+}
+
+int mcp_h2c_conn_authorize(mcp_h2c_conn *c, const char **details) {
+  mcp_h2c_ep *ep = c->ep;
+  mcp_peer peer;
+  mcp_h2c_conn_peer(c, &peer);
+  int code = mcp_authorize(ep->opts.authorize, ep->opts.authorize_user_data,
+                           &peer, details);
+  if (code == MCP_CODE_UNAUTHENTICATED)
+    ep->refused_unauthenticated++;
+  else if (code != 0)
+    ep->refused_denied++;
+  return code;
 }
 
 int mcp_h2c_stream_open_session(mcp_h2c_stream *s) {
@@ -187,7 +199,7 @@ int mcp_h2c_stream_open_session(mcp_h2c_stream *s) {
   int rv;
   if (s->svc) {
     mcp_peer who;
-    conn_peer(c, &who);
+    mcp_h2c_conn_peer(c, &who);
     mcp_peer_info peer;
     memset(&peer, 0, sizeof(peer));
     peer.address = c->peer;
@@ -329,18 +341,10 @@ void mcp_h2c_stream_finish(mcp_h2c_stream *s, int status, const char *details) {
 /* LISTEN: asks the authorization hook about the call's peer; a refusal
  * answers the call at once and is reported (REFUSED). 1 when refused. */
 static int refuse_unauthorized(mcp_h2c_stream *s) {
-  mcp_h2c_ep *ep = s->c->ep;
-  mcp_peer peer;
-  conn_peer(s->c, &peer);
   const char *details = NULL;
-  int code = mcp_authorize(ep->opts.authorize, ep->opts.authorize_user_data,
-                           &peer, &details);
+  int code = mcp_h2c_conn_authorize(s->c, &details);
   if (code == 0)
     return 0;
-  if (code == MCP_CODE_UNAUTHENTICATED)
-    ep->refused_unauthenticated++;
-  else
-    ep->refused_denied++;
   reject(s, 200, code, details);
   mcp_h2c_notify_stream(s, MCP_H2C_STREAM_REFUSED);
   return 1;

@@ -286,7 +286,7 @@ struct mcp_h2c_ep {
   char *tls_paths[4];
   size_t handshaking;
   uint64_t tls_handshakes, tls_handshake_failures, tls_handshake_timeouts,
-      refused_handshakes, refused_unauthenticated, refused_denied;
+      refused_handshakes, refused_unauthenticated, refused_denied, revoked;
 
   /* counters */
   uint64_t bytes_read, bytes_written, msgs_in, msgs_out;
@@ -347,6 +347,11 @@ void mcp_h2c_stream_request(mcp_h2c_stream *s);
 /* server: an admitted request starts: session, response, OPENED, and the
  * DATA held while it waited. */
 void mcp_h2c_stream_start(mcp_h2c_stream *s);
+/* The connection's peer as authorization sees it (valid while |c| is). */
+void mcp_h2c_conn_peer(const mcp_h2c_conn *c, mcp_peer *peer);
+/* Asks options.authorize about |c|'s peer: 0, or the status to refuse
+ * with (|*details| set), counted in the stats. */
+int mcp_h2c_conn_authorize(mcp_h2c_conn *c, const char **details);
 /* server: a trailers-only gRPC answer (HTTP 200) with |status|. */
 void mcp_h2c_stream_reject(mcp_h2c_stream *s, int status, const char *details);
 /* Feeds DATA payload to a running stream (delivers whole messages). */

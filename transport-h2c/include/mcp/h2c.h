@@ -75,8 +75,8 @@
  * thread of its own: its functions may be called from any thread, and
  * *_streams() / *_stats() block until that thread has answered. Only
  * h2c has *_notify() (the store is the caller's, on the loop thread); only
- * gRPC has *_reauthorize() (here a changed access list applies to new
- * calls; the gRPC transport also ends open ones).
+ * gRPC has its own thread-safe access list (mcp_grpc_acl; here the core's
+ * mcp_acl, changed on the loop thread).
  *
  * Memory: mcp_h2c_options.mem (NULL: the C library) is copied at
  * creation, and every allocation this library makes for its own objects
@@ -518,8 +518,9 @@ typedef struct mcp_h2c_stats {
       refused_handshakes;
   size_t handshaking;
   uint64_t tls_reloads, tls_reload_failures;
-  /* Authorization (LISTEN: calls refused; DIAL: servers refused). */
-  uint64_t refused_unauthenticated, refused_denied;
+  /* Authorization (LISTEN: calls refused; DIAL: servers refused), and
+   * streams ended by *_reauthorize(). */
+  uint64_t refused_unauthenticated, refused_denied, revoked;
 } mcp_h2c_stats;
 
 /* Versions of mcp_h2c_stats (filled by the library: only the caller's
@@ -567,6 +568,17 @@ MCP_EXTERN void mcp_h2c_source_del(mcp_h2c_source *src);
 
 /* LISTEN on TCP: the bound port. Otherwise 0. */
 MCP_EXTERN int mcp_h2c_source_port(const mcp_h2c_source *src);
+
+/*
+ * Loop thread: asks options.authorize again (after the policy changed,
+ * e.g. an access list reloaded) about the peer of every open call
+ * (LISTEN: each refused call ends with the status, e.g.
+ * PERMISSION_DENIED, counted in stats.revoked) or the server of every
+ * connection (DIAL: a refused server's connection closes, its streams
+ * end with the status). Returns 0 (also without authorize). Errors:
+ * INVALID_ARGUMENT (not on the loop thread, or after *_del()).
+ */
+MCP_EXTERN int mcp_h2c_source_reauthorize(mcp_h2c_source *src);
 
 /* The store changed (on the loop thread): every stream pushes what it may,
  * on the next loop iteration. (h2c only: with the gRPC transport the
@@ -653,6 +665,9 @@ MCP_EXTERN int mcp_h2c_sink_finish(mcp_h2c_sink *sink);
  * sink session). As mcp_h2c_source_streams(). */
 MCP_EXTERN int mcp_h2c_sink_streams(mcp_h2c_sink *sink, mcp_h2c_stream_fn fn,
                                     void *user_data);
+
+/* As mcp_h2c_source_reauthorize(). */
+MCP_EXTERN int mcp_h2c_sink_reauthorize(mcp_h2c_sink *sink);
 
 /* As mcp_h2c_source_stats(). */
 MCP_EXTERN int mcp_h2c_sink_stats_versioned(mcp_h2c_sink *sink, int version,
@@ -772,6 +787,9 @@ MCP_EXTERN void mcp_h2c_client_notify(mcp_h2c_client *c);
  * info.method say which). As mcp_h2c_source_streams(). */
 MCP_EXTERN int mcp_h2c_client_streams(mcp_h2c_client *c,
                                       mcp_h2c_stream_fn fn, void *user_data);
+
+/* As mcp_h2c_source_reauthorize() (the server of the connection). */
+MCP_EXTERN int mcp_h2c_client_reauthorize(mcp_h2c_client *c);
 
 /* As mcp_h2c_source_stats() (streams: calls open; connections: 0 or 1). */
 MCP_EXTERN int mcp_h2c_client_stats_versioned(mcp_h2c_client *c, int version,
