@@ -120,7 +120,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: mcp-source [--dir DIR] [--etcd ENDPOINTS] [--collection NAME]...\n"
           "                  [--listen HOST:PORT | --connect HOST:PORT]\n"
-          "                  [--transport grpc|h2c] [--debounce MS]\n"
+          "                  [--transport h2|grpc] [--debounce MS]\n"
           "                  [--names kubernetes|permissive]\n"
           "                  [--log-level LEVEL] [--log-format text|json]\n"
           "                  [--debug-listen HOST:PORT]\n"
@@ -152,15 +152,20 @@ static void usage(FILE *f) {
           "  --listen HOST:PORT serve ResourceSource: sinks dial us\n"
           "                     (default " DEFAULT_ADDRESS ")\n"
           "  --connect HOST:PORT dial a ResourceSink, reconnecting forever\n"
-          "  --transport NAME   grpc or h2c (HTTP/2 without TLS); default: h2c\n"
-          "                     to listen without TLS flags, else grpc\n"
+          "  --transport NAME   h2 (nghttp2; TLS with the --tls-* flags, else\n"
+          "                     cleartext h2c; also named h2c) or grpc (gRPC\n"
+          "                     core); default: h2 to listen, grpc to --connect.\n"
+          "                     Expose only h2: a gRPC core 1.51 listener is\n"
+          "                     still open to rapid reset, CONTINUATION floods\n"
+          "                     and rapid reset after a TLS handshake\n"
+          "                     (docs/security.md)\n"
           "  --debounce MS      push a change once its collection has been\n"
           "                     quiet for MS milliseconds (default %d; 0: at once)\n"
           "  --log-level LEVEL  error, warn, info (default) or debug\n"
           "  --log-format FORMAT text (default) or json: one object per line\n"
           "  --debug-listen HOST:PORT serve /metrics, /debug/syncz, /healthz\n"
           "                     and /readyz over HTTP\n"
-          "  --tls-cert FILE    our certificate chain (PEM; grpc only)\n"
+          "  --tls-cert FILE    our certificate chain (PEM)\n"
           "  --tls-key FILE     its private key (PEM)\n"
           "  --tls-ca FILE      CA certificates (PEM) that verify the peer; when\n"
           "                     listening, clients must present a certificate\n"
@@ -171,7 +176,8 @@ static void usage(FILE *f) {
           "  --deny ID          deny a peer identity; repeatable\n"
           "  --access-list FILE rules, one per line (\"allow ID\", \"deny ID\");\n"
           "                     read again when it changes and on SIGHUP\n"
-          "  --allow-cleartext  let h2c listen on an address that is not loopback\n"
+          "  --allow-cleartext  let h2 listen without TLS on an address that is\n"
+          "                     not loopback\n"
           "  --version          print the library version and exit\n"
           "  --descriptor-set FILE  message types (a FileDescriptorSet: protoc\n"
           "                     --include_imports --descriptor_set_out=FILE) added\n"
@@ -1267,7 +1273,7 @@ int main(int argc, char **argv) {
     tool_sec_args_free(&args.sec);
     tool_schema_args_free(&args.schema);
     tool_strv_free(&args.managers);
-    return usage_error("unknown transport %s (expected grpc or h2c)",
+    return usage_error("unknown transport %s (expected h2, h2c or grpc)",
                        args.transport);
   }
   /* --api: what this build and transport serve; --connect dials a
@@ -1294,7 +1300,7 @@ int main(int argc, char **argv) {
     }
   }
   char why[600];
-  if (tool_sec_check(&args.sec, app.tp->tls_check != NULL, app.tp->name,
+  if (tool_sec_check(&args.sec, tool_transport_sec(app.tp), app.tp->name,
                      !connect, address, why, sizeof(why)) != 0) {
     tool_strv_free(&args.colls);
     tool_sec_args_free(&args.sec);

@@ -345,6 +345,7 @@ static void tls_recv(mcp_h2c_conn *c, const uint8_t *p, size_t n) {
       mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE, why);
       return;
     }
+    c->tls_data = 1;
     deliver(c, plain, (size_t)k);
   }
 }

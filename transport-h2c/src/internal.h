@@ -174,6 +174,7 @@ struct mcp_h2c_conn {
    * ep->handshaking, and the peer's verified identities. */
   SSL *ssl;
   int tls_done;
+  int tls_data; /* plaintext came through */
   mcp_tstamp hs_started;
   int hs_counted;
   mcp_identities ids;

@@ -430,10 +430,12 @@ ssize_t mcp_h2c_tls_read(mcp_h2c_conn *c, uint8_t *buf, size_t cap,
     snprintf(why, len, "connection closed by the peer");
     return MCP_ERR_CLOSED;
   }
-  /* E.g. TLS 1.3's client learns here that the server refused its
-   * certificate ("tlsv13 alert certificate required"). */
+  /* E.g. TLS 1.3's client learns here, after its side of the handshake,
+   * that the server refused its certificate ("tlsv13 alert certificate
+   * required"): before anything came through, there was no connection. */
   char buf2[200];
-  snprintf(why, len, "TLS connection failed: %s",
+  snprintf(why, len, "%s: %s",
+           c->tls_data ? "TLS connection failed" : "no TLS connection",
            ossl_reason(buf2, sizeof(buf2)));
   return MCP_ERR_PROTOCOL;
 }
