@@ -390,6 +390,77 @@ START_TEST(test_access_list_replaced_while_running) {
 }
 END_TEST
 
+/* A second sink (its own state) dialing |port| with certificate |leaf|. */
+typedef struct extra_sink {
+  mcp_sink_state *state;
+  mcp_h2c_sink *sink;
+  int closed, last_status;
+} extra_sink;
+
+static void extra_on_stream(mcp_h2c_stream_event ev,
+                            const mcp_h2c_stream_info *in, void *ud) {
+  extra_sink *x = ud;
+  if (ev == MCP_H2C_STREAM_CLOSED) {
+    x->closed++;
+    x->last_status = in->status;
+  }
+}
+
+static void extra_start(env *e, extra_sink *x, int port, const char *leaf) {
+  memset(x, 0, sizeof(*x));
+  mcp_sink_options so;
+  mcp_sink_options_default(&so);
+  so.node_id = leaf;
+  so.collections = colls;
+  so.ncollections = 1;
+  ck_assert_int_eq(mcp_sink_state_new(&x->state, &so), 0);
+  mcp_h2c_options o = options(e, MCP_H2C_DIAL, loopback(port), 1);
+  set_tls(&o, leaf, "ca");
+  o.on_stream = extra_on_stream;
+  o.user_data = x;
+  ck_assert_int_eq(mcp_h2c_sink_new(&x->sink, &e->loop, &o, x->state), 0);
+}
+
+static int extra_synced(void *ud) {
+  return mcp_sink_state_synced(((extra_sink *)ud)->state);
+}
+static int extra_closed(void *ud) { return ((extra_sink *)ud)->closed >= 1; }
+
+/* Admission is keyed by verified identity first, then address: with one
+ * stream per peer, two identities from 127.0.0.1 both run; a second
+ * stream of one identity is refused as its peer's. */
+START_TEST(test_admission_keyed_by_identity) {
+  env e;
+  env_init(&e);
+  mcp_h2c_options o = options(&e, MCP_H2C_LISTEN, "127.0.0.1:0", 0);
+  set_tls(&o, "server", "ca");
+  o.max_streams_per_peer = 1;
+  mcp_source_options so;
+  mcp_source_options_default(&so);
+  so.store = e.store;
+  ck_assert_int_eq(mcp_h2c_source_new(&e.src, &e.loop, &o, &so), 0);
+  int port = mcp_h2c_source_port(e.src);
+  extra_sink a, b, a2;
+  extra_start(&e, &a, port, "client");
+  ck_assert(h2t_run_until(&e.loop, extra_synced, &a, 10000));
+  extra_start(&e, &b, port, "denied"); /* another identity, same address */
+  ck_assert(h2t_run_until(&e.loop, extra_synced, &b, 10000));
+  extra_start(&e, &a2, port, "client"); /* the first identity again */
+  ck_assert(h2t_run_until(&e.loop, extra_closed, &a2, 10000));
+  ck_assert_int_eq(a2.last_status, MCP_CODE_RESOURCE_EXHAUSTED);
+  mcp_h2c_stats st;
+  ck_assert_int_eq(mcp_h2c_source_stats(e.src, &st), 0);
+  ck_assert_uint_eq(st.streams, 2);
+  ck_assert_uint_ge(st.refused_peer_streams, 1);
+  extra_sink *xs[3] = {&a, &b, &a2};
+  for (int i = 0; i < 3; i++)
+    mcp_h2c_sink_del(xs[i]->sink);
+  env_fini(&e);
+  for (int i = 0; i < 3; i++)
+    mcp_sink_state_del(xs[i]->state);
+}
+END_TEST
+
 static void write_text(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
   ck_assert_ptr_nonnull(f);
@@ -568,6 +639,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_denied_identity_gets_nothing);
   tcase_add_test(tc, test_dialing_side_refuses_server_identity);
   tcase_add_test(tc, test_access_list_replaced_while_running);
+  tcase_add_test(tc, test_admission_keyed_by_identity);
   tcase_add_test(tc, test_handshakes_that_must_fail);
   tcase_add_test(tc, test_server_name_override);
   tcase_add_test(tc, test_bad_files_are_clear_errors);

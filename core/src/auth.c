@@ -26,6 +26,17 @@ int mcp_authorize(mcp_authorize_fn fn, void *user_data, const mcp_peer *peer,
   return code;
 }
 
+void mcp_peer_admit_key(const mcp_peer *peer, char *buf, size_t len) {
+  if (!len)
+    return;
+  if (peer->nidentities == 0) {
+    mcp_admit_peer_key(peer->address, buf, len);
+    return;
+  }
+  /* "id:" can begin no address form ("ipv4:", "ipv6:", "unix:"). */
+  mcp__fmt(buf, len, "id:%s", peer->identities[0]);
+}
+
 /* An IP SAN as an untyped SAN shows it: digits and dots, or an IPv6
  * address (':' and hex digits). */
 static int looks_like_ip(const char *v, size_t len) {

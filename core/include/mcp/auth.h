@@ -68,6 +68,21 @@ typedef int (*mcp_authorize_fn)(const mcp_peer *peer, void *user_data);
 MCP_EXTERN int mcp_authorize(mcp_authorize_fn fn, void *user_data,
                              const mcp_peer *peer, const char **details);
 
+/*
+ * The admission key of |peer| (mcp_admit_stream()'s |peer_key|) into |buf|
+ * (NUL-terminated, truncated to |len|): "id:" and its first verified
+ * identity when it has one, else its address without the port
+ * (mcp_admit_peer_key()). So a peer with a verified identity has its own
+ * share of streams and slots, and anonymous streams from the same address
+ * (400 idle ones, say) cannot starve it; peers presenting one identity
+ * share one share, wherever they connect from. Use a |len| of at least
+ * MCP_ADMIT_KEY_MAX: identities longer than that share a key with those
+ * of the same prefix.
+ */
+#define MCP_ADMIT_KEY_MAX 512
+MCP_EXTERN void mcp_peer_admit_key(const mcp_peer *peer, char *buf,
+                                   size_t len);
+
 /* ------------------------------------------------------------------ */
 /* Identities of a certificate                                         */
 /* ------------------------------------------------------------------ */
