@@ -49,7 +49,7 @@ START_TEST(test_parse) {
                         "istiod",         "--allow",  "spiffe://a/*",
                         "--allow",        "spiffe://a/*", "--deny=x",
                         "--access-list",  "acl",      "--allow-cleartext",
-                        NULL};
+                        "--max-streams-per-connection", "2048", NULL};
   ck_assert_int_eq(parse(&a, args), 1);
   ck_assert_str_eq(a.tls_cert, "c.pem");
   ck_assert_str_eq(a.tls_key, "k.pem");
@@ -59,6 +59,7 @@ START_TEST(test_parse) {
   ck_assert_uint_eq(a.deny.n, 1);
   ck_assert_str_eq(a.access_list, "acl");
   ck_assert_int_eq(a.allow_cleartext, 1);
+  ck_assert_uint_eq(a.max_streams_per_connection, 2048);
   ck_assert(tool_sec_tls(&a));
   ck_assert(tool_sec_acl(&a));
   tool_sec_args_free(&a);
@@ -70,6 +71,10 @@ START_TEST(test_parse) {
   ck_assert_int_eq(parse(&a, missing), -1);
   const char *empty[] = {"--allow=", NULL};
   ck_assert_int_eq(parse(&a, empty), -1);
+  const char *zero[] = {"--max-streams-per-connection", "0", NULL};
+  ck_assert_int_eq(parse(&a, zero), -1);
+  const char *word[] = {"--max-streams-per-connection=many", NULL};
+  ck_assert_int_eq(parse(&a, word), -1);
   /* --allow is not a prefix of --allow-cleartext, nor the reverse. */
   const char *prefix[] = {"--allowx", "y", NULL};
   ck_assert_int_eq(parse(&a, prefix), 0);

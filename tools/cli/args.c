@@ -167,6 +167,18 @@ int tool_sec_parse_arg(int argc, char **argv, int *i, tool_sec_args *a) {
     a->allow_cleartext = 1;
     return 1;
   }
+  const char *n;
+  int nrv = tool_arg_value(argc, argv, i, "--max-streams-per-connection", &n);
+  if (nrv != 0) {
+    if (nrv < 0 || tool_parse_ulong(n, 1u << 20,
+                                    &a->max_streams_per_connection) != 0 ||
+        a->max_streams_per_connection == 0) {
+      fprintf(stderr, "%s: --max-streams-per-connection needs a number from "
+                      "1 to 1048576\n", tool_log_prog());
+      return -1;
+    }
+    return 1;
+  }
   for (size_t k = 0; k < sizeof(files) / sizeof(files[0]); k++) {
     const char *v;
     int rv = tool_arg_value(argc, argv, i, files[k].name, &v);

@@ -68,14 +68,17 @@ int tool_path_safe(const char *rel);
 
 /*
  * --tls-cert FILE, --tls-key FILE, --tls-ca FILE, --tls-server-name NAME,
- * --allow ID, --deny ID (repeatable), --access-list FILE and
- * --allow-cleartext. Strings are borrowed from argv.
+ * --allow ID, --deny ID (repeatable), --access-list FILE,
+ * --allow-cleartext and --max-streams-per-connection N (a listener's
+ * limit on one connection's concurrent calls; 0: the transport's default,
+ * 1024). Strings are borrowed from argv.
  */
 typedef struct tool_sec_args {
   const char *tls_cert, *tls_key, *tls_ca, *tls_server_name;
   tool_strv allow, deny;
   const char *access_list;
   int allow_cleartext;
+  unsigned long max_streams_per_connection;
 } tool_sec_args;
 
 /*

@@ -97,6 +97,7 @@ static void usage(FILE *f) {
         "                [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]\n"
         "                [--tls-server-name NAME] [--allow ID]... [--deny ID]...\n"
         "                [--access-list FILE] [--allow-cleartext]\n"
+        "                [--max-streams-per-connection N]\n"
         "                [--sync-warn SECONDS] [--sync-timeout SECONDS]\n"
         "                [--descriptor-set FILE]...\n"
         "       " TOOL_SINK_PROTO_SYNOPSIS
@@ -163,8 +164,12 @@ static void usage(FILE *f) {
         "  --access-list FILE    rules, one per line (\"allow ID\", \"deny "
         "ID\");\n"
         "                        read again when it changes and on SIGHUP\n"
-        "  --allow-cleartext     let h2c listen on an address that is not "
-        "loopback\n"
+        "  --allow-cleartext     let h2 listen without TLS on an address that "
+        "is not loopback\n"
+        "  --max-streams-per-connection N  --listen: calls one connection\n"
+        "                        may hold at once (default 1024; h2 refuses\n"
+        "                        more with RESOURCE_EXHAUSTED, gRPC core\n"
+        "                        queues them)\n"
         "  --version             print the library version and exit\n"
         "  --descriptor-set FILE message types (a FileDescriptorSet) added to "
         "Istio 1.6's,\n"
@@ -915,6 +920,7 @@ int main(int argc, char **argv) {
       .tls = {sec.tls_cert, sec.tls_key, sec.tls_ca, sec.tls_server_name},
       .acl = tool_access_acl(app.access),
       .on_refused = on_refused,
+      .max_streams_per_connection = (int)sec.max_streams_per_connection,
   };
   errno = 0; /* the transport sets it when it cannot bind */
   if ((rv = app.tp->sink_new(&app.ep, &app.loop, &eo, app.state)) < 0) {

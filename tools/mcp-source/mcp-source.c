@@ -127,6 +127,7 @@ static void usage(FILE *f) {
           "                  [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]\n"
           "                  [--tls-server-name NAME] [--allow ID]... [--deny ID]...\n"
           "                  [--access-list FILE] [--allow-cleartext]\n"
+          "                  [--max-streams-per-connection N]\n"
           "                  [--descriptor-set FILE]... [--kind G/V/KIND=MESSAGE]...\n"
           "                  [--body typed|struct]\n"
           "                  [--api LIST] [--dns-zone ZONE]\n"
@@ -200,6 +201,9 @@ static void usage(FILE *f) {
           "                     loses its session\n"
           "  --manager ADDR     Dispatcher: a manager address sent to agents\n"
           "                     (repeatable; default: the --listen address)\n"
+          "  --max-streams-per-connection N  calls one connection may hold\n"
+          "                     at once (default 1024; h2 refuses more with\n"
+          "                     RESOURCE_EXHAUSTED, gRPC core queues them)\n"
           "  --help             this text\n"
           "\n"
           "Exit status: 0 after SIGINT or SIGTERM, 1 on a runtime failure,\n"
@@ -1447,6 +1451,7 @@ int main(int argc, char **argv) {
       .tls = {args.sec.tls_cert, args.sec.tls_key, args.sec.tls_ca,
               args.sec.tls_server_name},
       .acl = tool_access_acl(app.access),
+      .max_streams_per_connection = (int)args.sec.max_streams_per_connection,
       .on_refused = on_refused,
       .services = app.nservices ? app.services : NULL,
       .nservices = app.nservices,

@@ -132,6 +132,8 @@ static void fill_opts(mcp_grpc_options *go, const tool_endpoint_options *o,
   TOOL_SHIM_OPTIONS(go, o, MCP_GRPC_DIAL, MCP_GRPC_LISTEN);
   go->on_stream = on_stream;
   go->user_data = ctx;
+  if (o->max_streams_per_connection > 0)
+    go->max_concurrent_streams = o->max_streams_per_connection;
   /* TLS when any file is set (the programs ran tls_check() first); the
    * access list decides on the peer's verified identities. */
   go->tls = tls_opts(&o->tls);

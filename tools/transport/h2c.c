@@ -207,6 +207,8 @@ static void fill_opts(mcp_h2c_options *ho, const tool_endpoint_options *o,
   TOOL_SHIM_OPTIONS(ho, o, MCP_H2C_DIAL, MCP_H2C_LISTEN);
   ho->on_stream = on_stream;
   ho->user_data = ep;
+  if (o->max_streams_per_connection > 0)
+    ho->max_streams_per_connection = o->max_streams_per_connection;
   /* TLS when any file is set (the programs ran tls_check() first); the
    * access list decides on the peer's verified identities. */
   ho->tls.cert_file = o->tls.cert_file;

@@ -107,6 +107,10 @@ typedef struct tool_endpoint_options {
   const mcp_service_def *services;
   size_t nservices;
   int no_mcp;
+  /* LISTEN: concurrent calls on one connection (0: the default, 1024).
+   * h2 refuses a call beyond with RESOURCE_EXHAUSTED; gRPC core announces
+   * it as SETTINGS_MAX_CONCURRENT_STREAMS, past which clients queue. */
+  int max_streams_per_connection;
 } tool_endpoint_options;
 
 /* A function run where a client's protocol lives (client_run). */

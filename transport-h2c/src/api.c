@@ -30,7 +30,7 @@ static void options_default(mcp_h2c_options *opts) {
   opts->idle_timeout_ms = 300000;
   opts->stream_window_size = 1 << 20;
   opts->connection_window_size = 16 << 20;
-  opts->max_concurrent_streams = 100;
+  opts->max_concurrent_streams = 0; /* twice max_streams_per_connection */
   opts->write_buffer_size = 64 << 10;
   opts->backoff.initial = MCP_SECONDS;
   opts->backoff.multiplier = 1.6;
@@ -41,6 +41,7 @@ static void options_default(mcp_h2c_options *opts) {
   opts->handshake_timeout_ms = 10000;
   opts->max_handshakes = 1024;
   opts->max_handshakes_per_peer = 32;
+  opts->max_streams_per_connection = 1024;
 }
 
 void mcp_h2c_options_default_versioned(int version, mcp_h2c_options *opts) {

@@ -113,6 +113,7 @@ static void stats(const mcp_h2c_ep *ep, mcp_h2c_stats *st) {
   st->refused_unauthenticated = ep->refused_unauthenticated;
   st->refused_denied = ep->refused_denied;
   st->revoked = ep->revoked;
+  st->refused_connection_streams = ep->refused_connection_streams;
   mcp_h2c_tls_stats(ep, st);
 }
 
@@ -382,8 +383,12 @@ static int ep_start(mcp_h2c_ep *ep, uv_loop_t *loop,
     o->stream_window_size = 1 << 20;
   if (o->connection_window_size < o->stream_window_size)
     o->connection_window_size = o->stream_window_size;
+  if (o->max_streams_per_connection <= 0)
+    o->max_streams_per_connection = 1024;
   if (o->max_concurrent_streams <= 0)
-    o->max_concurrent_streams = 100;
+    o->max_concurrent_streams = o->max_streams_per_connection > INT32_MAX / 2
+                                    ? INT32_MAX
+                                    : 2 * o->max_streams_per_connection;
   if (o->write_buffer_size <= 0)
     o->write_buffer_size = 64 << 10;
   if (o->write_buffer_size < 16 << 10)

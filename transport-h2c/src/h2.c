@@ -116,6 +116,8 @@ void mcp_h2c_stream_free(mcp_h2c_stream *s) {
     s->next->prev = s->prev;
   if (--c->nstreams == 0)
     c->idle_since = now;
+  if (s->counted)
+    c->ncalls--;
   if (c->h2 && s->id > 0)
     nghttp2_session_set_stream_user_data(c->h2, s->id, NULL);
   drop_out(s);
@@ -423,6 +425,19 @@ void mcp_h2c_stream_request(mcp_h2c_stream *s) {
   }
   if (ep->opts.authorize && refuse_unauthorized(s))
     return;
+  /* Refused, not queued: a client past the announced limit would leave
+   * its call unstarted; past ours it hears why (the announced one is
+   * higher). */
+  if (c->ncalls >= (size_t)ep->opts.max_streams_per_connection) {
+    ep->refused_connection_streams++;
+    snprintf(msg, sizeof(msg),
+             "too many concurrent streams on this connection (limit %d)",
+             ep->opts.max_streams_per_connection);
+    reject(s, 200, MCP_CODE_RESOURCE_EXHAUSTED, msg);
+    return;
+  }
+  s->counted = 1;
+  c->ncalls++;
   s->service = (mcp_service)served;
   s->svc = svc;
   if (ep->admit)

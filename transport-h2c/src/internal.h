@@ -103,6 +103,7 @@ struct mcp_h2c_stream {
    * waits (not consumed: the stream's window bounds it). */
   mcp_admit_ticket *ticket;
   int waiting;
+  int counted; /* counts in c->ncalls */
   mcp_h2c_buf held;
 };
 
@@ -150,6 +151,8 @@ struct mcp_h2c_conn {
   size_t nstreams;      /* every stream object */
   size_t nmcp;          /* of them, streams with a session or a driver
                            (for keepalive) */
+  size_t ncalls;        /* server: gRPC calls counted against
+                           max_streams_per_connection */
 
   mcp_h2c_buf probe;    /* server: first bytes */
   mcp_h2c_http1 *h1;
@@ -287,7 +290,8 @@ struct mcp_h2c_ep {
   char *tls_paths[4];
   size_t handshaking;
   uint64_t tls_handshakes, tls_handshake_failures, tls_handshake_timeouts,
-      refused_handshakes, refused_unauthenticated, refused_denied, revoked;
+      refused_handshakes, refused_unauthenticated, refused_denied, revoked,
+      refused_connection_streams;
 
   /* counters */
   uint64_t bytes_read, bytes_written, msgs_in, msgs_out;

@@ -371,7 +371,10 @@ typedef struct mcp_grpc_options {
    * leaves gRPC's own behaviour (no argument set).
    *   max_concurrent_streams: streams open at once on one connection
    *     (GRPC_ARG_MAX_CONCURRENT_STREAMS; gRPC's own: unlimited). Default
-   *     100: a sink needs one stream per service.
+   *     1024 (issue 23: a Conduit proxy holds one Get per destination on
+   *     one connection). gRPC clients queue calls past it, unstarted:
+   *     gRPC core gives no way to refuse them (the h2c transport does,
+   *     with RESOURCE_EXHAUSTED).
    *   max_metadata_size: bytes of a request's headers
    *     (GRPC_ARG_MAX_METADATA_SIZE); beyond, the call is refused.
    *     Default 8 KiB (gRPC's own).
@@ -432,7 +435,7 @@ typedef struct mcp_grpc_options {
 #define MCP_GRPC_DEFAULT_STREAM_BURST 2000
 #define MCP_GRPC_DEFAULT_MAX_INITIAL_PUSHES 64
 #define MCP_GRPC_DEFAULT_INITIAL_PUSH_TIMEOUT (10 * MCP_SECONDS)
-#define MCP_GRPC_DEFAULT_MAX_CONCURRENT_STREAMS 100
+#define MCP_GRPC_DEFAULT_MAX_CONCURRENT_STREAMS 1024
 #define MCP_GRPC_DEFAULT_MAX_METADATA_SIZE (8 << 10)
 #define MCP_GRPC_DEFAULT_MEMORY_LIMIT ((int64_t)256 << 20)
 #define MCP_GRPC_DEFAULT_MAX_PING_STRIKES 2

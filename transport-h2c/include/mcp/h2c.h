@@ -343,7 +343,11 @@ typedef struct mcp_h2c_options {
    * 1 MiB) and of each connection (default 16 MiB). */
   int stream_window_size;
   int connection_window_size;
-  /* LISTEN: SETTINGS_MAX_CONCURRENT_STREAMS, default 100. */
+  /* LISTEN: SETTINGS_MAX_CONCURRENT_STREAMS. Default (0): twice
+   * |max_streams_per_connection| (V3), so that a client past that limit
+   * sends its call and hears RESOURCE_EXHAUSTED rather than queueing it
+   * unstarted, as gRPC clients do at the announced limit. (Before V3 the
+   * default was 100 and also the only limit.) */
   int max_concurrent_streams;
   /* Bytes of encoded frames a connection buffers before it stops taking
    * more from nghttp2 (and so from the core) until the socket drains.
@@ -453,6 +457,15 @@ typedef struct mcp_h2c_options {
   int handshake_timeout_ms;
   int max_handshakes;
   int max_handshakes_per_peer;
+  /*
+   * LISTEN: gRPC calls served at once on one connection (default 1024: a
+   * Conduit proxy multiplexes one Destination Get per destination over
+   * one connection, and grpc-go and Envoy set no limit; 1024 idle calls
+   * hold about 1 MiB). A call beyond ends at once with RESOURCE_EXHAUSTED
+   * "too many concurrent streams on this connection" (stats:
+   * refused_connection_streams).
+   */
+  int max_streams_per_connection;
 } mcp_h2c_options;
 
 /*
@@ -521,6 +534,8 @@ typedef struct mcp_h2c_stats {
   /* Authorization (LISTEN: calls refused; DIAL: servers refused), and
    * streams ended by *_reauthorize(). */
   uint64_t refused_unauthenticated, refused_denied, revoked;
+  /* Calls refused past max_streams_per_connection. */
+  uint64_t refused_connection_streams;
 } mcp_h2c_stats;
 
 /* Versions of mcp_h2c_stats (filled by the library: only the caller's
