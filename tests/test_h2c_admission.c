@@ -315,6 +315,43 @@ START_TEST(test_h2c_streams_per_connection_refused_not_queued) {
 }
 END_TEST
 
+static int goaway_seen(void *ud) {
+  rc *c = ud;
+  rc_io(c);
+  return c->goaway || c->eof;
+}
+
+/* Issue 23, item 5: a client resetting streams faster than the bucket
+ * allows gets GOAWAY ENHANCE_YOUR_CALM (as nghttp2's own servers answer);
+ * another connection is not affected. */
+START_TEST(test_h2c_rapid_reset_gets_enhance_your_calm) {
+  aenv e;
+  setup(&e);
+  e.o.stream_reset_burst = 20;
+  e.o.stream_reset_rate = 1;
+  start(&e);
+  rc *c = &e.c[0];
+  rc_connect_from(c, e.port, 1 << 20, NULL);
+  for (int round = 0; round < 4 && !c->goaway; round++) {
+    c->nstreams = 0; /* the harness keeps 16: reuse the slots */
+    for (int i = 0; i < 10; i++) {
+      rc_stream *st = rc_open(c, "POST", SRC_PATH, GRPC, 1, NULL, NULL);
+      rc_rst(c, st, NGHTTP2_CANCEL);
+    }
+    rc_io(c);
+    h2t_run_for(&e.loop, 20);
+  }
+  ck_assert(h2t_run_until(&e.loop, goaway_seen, c, 10000));
+  ck_assert(c->goaway);
+  ck_assert_uint_eq(c->goaway_code, NGHTTP2_ENHANCE_YOUR_CALM);
+  ck_assert_uint_eq(stats(&e).rapid_resets, 1);
+  open_streams(&e, 1, NULL, 1, 1);
+  cnt q = {&e, 1, 2, PUSHED, 1};
+  ck_assert(h2t_run_until(&e.loop, reached, &q, 10000));
+  finish(&e);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("h2c_admission");
   TCase *tc = tcase_create("admission");
@@ -324,6 +361,7 @@ int main(void) {
   tcase_add_test(tc, test_h2c_waiting_stream_gets_what_it_sent_once_it_runs);
   tcase_add_test(tc, test_h2c_max_streams_refused_resource_exhausted);
   tcase_add_test(tc, test_h2c_streams_per_connection_refused_not_queued);
+  tcase_add_test(tc, test_h2c_rapid_reset_gets_enhance_your_calm);
   tcase_add_test(tc, test_h2c_waiting_streams_reset_give_the_window_back);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

@@ -42,6 +42,8 @@ static void options_default(mcp_h2c_options *opts) {
   opts->max_handshakes = 1024;
   opts->max_handshakes_per_peer = 32;
   opts->max_streams_per_connection = 1024;
+  opts->stream_reset_rate = 33;
+  opts->stream_reset_burst = 1000;
 }
 
 void mcp_h2c_options_default_versioned(int version, mcp_h2c_options *opts) {

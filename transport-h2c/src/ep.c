@@ -114,6 +114,7 @@ static void stats(const mcp_h2c_ep *ep, mcp_h2c_stats *st) {
   st->refused_denied = ep->refused_denied;
   st->revoked = ep->revoked;
   st->refused_connection_streams = ep->refused_connection_streams;
+  st->rapid_resets = ep->rapid_resets;
   mcp_h2c_tls_stats(ep, st);
 }
 
@@ -383,6 +384,10 @@ static int ep_start(mcp_h2c_ep *ep, uv_loop_t *loop,
     o->stream_window_size = 1 << 20;
   if (o->connection_window_size < o->stream_window_size)
     o->connection_window_size = o->stream_window_size;
+  if (o->stream_reset_rate == 0)
+    o->stream_reset_rate = 33;
+  if (o->stream_reset_burst == 0)
+    o->stream_reset_burst = 1000;
   if (o->max_streams_per_connection <= 0)
     o->max_streams_per_connection = 1024;
   if (o->max_concurrent_streams <= 0)

@@ -929,10 +929,44 @@ static void police_ping(mcp_h2c_conn *c) {
   c->last_ping_recv = now;
 }
 
+/* Rapid reset (CVE-2023-44487): a token bucket of streams the client may
+ * reset; past it, GOAWAY ENHANCE_YOUR_CALM and the connection drains, as
+ * nghttp2's own servers answer (nghttp2 1.57's defaults: 1000, 33/s). */
+static void police_reset(mcp_h2c_conn *c) {
+  const mcp_h2c_options *o = &c->ep->opts;
+  if (c->dialed || c->goaway)
+    return;
+  mcp_tstamp now = mcp_h2c_now();
+  if (c->resets == 0)
+    c->reset_tokens = (double)o->stream_reset_burst;
+  else
+    c->reset_tokens += (double)(now - c->reset_at) *
+                       (double)o->stream_reset_rate / 1e9;
+  if (c->reset_tokens > (double)o->stream_reset_burst)
+    c->reset_tokens = (double)o->stream_reset_burst;
+  c->reset_at = now;
+  c->resets++;
+  if (c->reset_tokens >= 1.0) {
+    c->reset_tokens -= 1.0;
+    return;
+  }
+  static const char why[] = "too many streams reset";
+  nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE,
+                        nghttp2_session_get_last_proc_stream_id(c->h2),
+                        NGHTTP2_ENHANCE_YOUR_CALM, (const uint8_t *)why,
+                        sizeof(why) - 1);
+  c->goaway = 1;
+  c->draining = 1;
+  c->ep->rapid_resets++;
+}
+
 static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *frame,
                          void *user_data) {
   mcp_h2c_conn *c = user_data;
   switch (frame->hd.type) {
+  case NGHTTP2_RST_STREAM:
+    police_reset(c);
+    return 0;
   case NGHTTP2_PING:
     if (frame->hd.flags & NGHTTP2_FLAG_ACK)
       c->ping_outstanding = 0;

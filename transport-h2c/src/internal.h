@@ -171,6 +171,10 @@ struct mcp_h2c_conn {
   int eof;
   mcp_tstamp last_recv, ping_sent_at, idle_since, last_ping_recv;
   int ping_outstanding, ping_strikes;
+  /* server: streams the client reset, and its token bucket (h2.c) */
+  uint64_t resets;
+  double reset_tokens;
+  mcp_tstamp reset_at;
 
   /* TLS (tls.c): the connection's SSL object (NULL: cleartext), whether
    * its handshake is done, since when it runs, whether it counts in
@@ -291,7 +295,7 @@ struct mcp_h2c_ep {
   size_t handshaking;
   uint64_t tls_handshakes, tls_handshake_failures, tls_handshake_timeouts,
       refused_handshakes, refused_unauthenticated, refused_denied, revoked,
-      refused_connection_streams;
+      refused_connection_streams, rapid_resets;
 
   /* counters */
   uint64_t bytes_read, bytes_written, msgs_in, msgs_out;

@@ -466,6 +466,16 @@ typedef struct mcp_h2c_options {
    * refused_connection_streams).
    */
   int max_streams_per_connection;
+  /*
+   * LISTEN, rapid reset (CVE-2023-44487): streams a client may reset on
+   * one connection, a token bucket of |stream_reset_burst| (default 1000)
+   * refilled at |stream_reset_rate| per second (default 33; nghttp2
+   * 1.57's own). Past it the connection gets GOAWAY ENHANCE_YOUR_CALM
+   * "too many streams reset" and closes once its streams are gone
+   * (stats: rapid_resets). 0: the default; UINT32_MAX: no limit.
+   */
+  uint32_t stream_reset_rate;
+  uint32_t stream_reset_burst;
 } mcp_h2c_options;
 
 /*
@@ -534,8 +544,9 @@ typedef struct mcp_h2c_stats {
   /* Authorization (LISTEN: calls refused; DIAL: servers refused), and
    * streams ended by *_reauthorize(). */
   uint64_t refused_unauthenticated, refused_denied, revoked;
-  /* Calls refused past max_streams_per_connection. */
-  uint64_t refused_connection_streams;
+  /* Calls refused past max_streams_per_connection; connections told
+   * ENHANCE_YOUR_CALM for resetting too many streams. */
+  uint64_t refused_connection_streams, rapid_resets;
 } mcp_h2c_stats;
 
 /* Versions of mcp_h2c_stats (filled by the library: only the caller's
