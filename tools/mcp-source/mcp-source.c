@@ -31,6 +31,7 @@
 #include "util/rand.h"
 #include "cli/schema_args.h"
 #include "transport/transport.h"
+#include "util/peerlog.h"
 #include "views/dest_view.h"
 #include "views/disp_view.h"
 #include "views/schema_swarmkit.h"
@@ -112,6 +113,9 @@ typedef struct source_app {
   ops_metric *m_api_streams, *m_api_open, *m_api_updates, *m_disp_sessions,
       *m_disp_status_updates, *m_disp_task_statuses, *m_view_bad;
   atomic_uint_fast64_t mcp_pushes; /* transport thread */
+  /* Stream lines per peer: a few per window, then a summary (issue 23:
+   * a rapid reset wrote two info lines per stream). */
+  tool_peerlog *peerlog;
   uint64_t dest_updates_seen, disp_updates_seen, status_updates_seen,
       mcp_pushes_seen, view_bad_seen;
 } source_app;
@@ -293,9 +297,17 @@ static void on_stream(int opened, const tool_stream_info *info, void *ud) {
     return;
   }
   tool_ops_stream(a->ops, opened, info);
+  /* Accepted streams log a few lines per peer and window (peerlog.h). */
+  int quiet = !info->dialed &&
+              !tool_peerlog_stream(a->peerlog, info->peer, opened,
+                                   info->status == 1 /* CANCELLED */,
+                                   a->tp->now());
   if (opened) {
     if (info->dialed)
       log_debug("stream %llu: dialing %s", (unsigned long long)info->id,
+                info->peer);
+    else if (quiet)
+      log_debug("stream %llu: sink %s connected", (unsigned long long)info->id,
                 info->peer);
     else if (info->nidentities)
       log_info("stream %llu: sink %s connected (identity %s)",
@@ -311,7 +323,8 @@ static void on_stream(int opened, const tool_stream_info *info, void *ud) {
     return;
   }
   a->dial_failing = 0;
-  log_info("stream %llu: %s closed: status %d%s%s",
+  tool_log(quiet ? TOOL_LOG_DEBUG : TOOL_LOG_INFO,
+           "stream %llu: %s closed: status %d%s%s",
            (unsigned long long)info->id, info->peer, info->status,
            info->details[0] ? ": " : "", info->details);
 }
@@ -1131,6 +1144,7 @@ static void on_proto_tick(uv_timer_t *t) {
   source_app *a = t->data;
   if (a->stopping || !a->ep)
     return;
+  tool_peerlog_flush(a->peerlog, a->tp->now());
   proto_counts c = {0};
   void *ud[2] = {a, &c};
   /* (Every stream is pumped after it: only when there is something to
@@ -1339,6 +1353,9 @@ int main(int argc, char **argv) {
       goto out;
     }
   }
+
+  /* 50 stream lines per peer in 10 s, then one summary (NULL: all). */
+  app.peerlog = tool_peerlog_new(50, 10 * MCP_SECONDS);
 
   mcp_store_options so;
   mcp_store_options_default(&so);
@@ -1564,6 +1581,7 @@ out:
   mcpcfg_loader_del(app.loader);
   mcp_store_del(app.store);
   tool_ops_del(app.ops);
+  tool_peerlog_del(app.peerlog);
   tool_access_del(app.access);
   tool_strv_free(&args.colls);
   tool_sec_args_free(&args.sec);
