@@ -29,6 +29,10 @@ unfinished header field ("literal" CONTINUATION) syncs within 10 s. h2c
 ends that connection at once; gRPC 1.51 spends a core on the unfinished
 field and serves nobody while it lasts: an expected failure there.
 
+And, with --tls on h2c, a TLS handshake flood: 2,000 connections that
+never send a byte; the listener closes those past its per-address limit
+at once and keeps its memory; a sink syncs meanwhile.
+
 With --tls the source listens with mutual TLS (tests/gen_certs.sh's
 certificates, made with openssl) and every attacking connection completes
 its handshake with a valid client certificate first: the attacks an
@@ -268,6 +272,57 @@ class Attacks(unittest.TestCase):
         if TRANSPORT == "h2c":  # answered as nghttp2's own servers do
             self.assertEqual(res.goaway and res.goaway[1], 11,  # CALM
                              "no GOAWAY ENHANCE_YOUR_CALM: %r" % res)
+
+    def test_handshake_flood_is_bounded(self):
+        """--tls on h2c: many connections that never finish their
+        handshake. The listener closes those past its per-address limit
+        (32 in progress) at once and the others at its handshake timeout;
+        its memory stays bounded and a sink that connects meanwhile
+        syncs."""
+        if not CERTS or TRANSPORT != "h2c":
+            self.skipTest("the TLS listener of h2c (--tls)")
+        import resource
+        import socket
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        n = min(2000, hard - 100)
+        if soft < n + 100:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (n + 100, hard))
+        time.sleep(0.5)
+        sampler = h2attack.RssSampler(self.src.p.pid,
+                                      limit_kib=BOUND["h2c"]["rapid_reset"]
+                                      // 1024)
+        socks = []
+        host, port = self.addr.rsplit(":", 1)
+        try:
+            for _ in range(n):  # connect, then never say a word
+                socks.append(socket.create_connection((host, int(port))))
+            closed = 0
+            deadline = time.monotonic() + WAIT
+            # Those past the limit are closed at once: wait for most.
+            while closed < n - 64 and time.monotonic() < deadline:
+                closed = 0
+                for s in socks:
+                    s.setblocking(False)
+                    try:
+                        closed += s.recv(1) == b""
+                    except BlockingIOError:
+                        pass
+                    except OSError:
+                        closed += 1
+                time.sleep(0.1)
+            self.assertGreaterEqual(closed, n - 64, "connections past the "
+                                    "per-address handshake limit stay open")
+            self.assert_serves_sink()  # while 32 still hold their slots
+        finally:
+            sampler.stop()
+            for s in socks:
+                s.close()
+        growth = (sampler.peak - sampler.baseline) * 1024
+        sys.stderr.write("handshake flood on h2c: %d connections, %d closed "
+                         "at once; RSS +%.1f MiB\n" % (n, closed,
+                                                      growth / MIB))
+        self.assertLessEqual(growth, BOUND["h2c"]["rapid_reset"])
+        self.assertTrue(self.src.running())
 
     def test_sink_syncs_during_endless_continuation_literal(self):
         """One connection sending an unfinished header field must not
