@@ -480,7 +480,7 @@ typedef struct mcp_h2c_options {
 
 /*
  * Versions of mcp_h2c_options (docs/api.md, "Versioned structs"): V1 is
- * the struct up to |no_mcp| (0.2.0); V2 appends |mem|; V3 (0.4.0) TLS,
+ * the struct up to |no_mcp| (0.2.0); V2 appends |mem|; V3 (issue 23) TLS,
  * authorization and the handshake limits.
  */
 #define MCP_H2C_OPTIONS_V1 1
@@ -550,7 +550,7 @@ typedef struct mcp_h2c_stats {
 } mcp_h2c_stats;
 
 /* Versions of mcp_h2c_stats (filled by the library: only the caller's
- * version's fields are written). V2 (0.4.0): TLS and authorization. */
+ * version's fields are written). V2 (issue 23): TLS, authorization, stream limits. */
 #define MCP_H2C_STATS_V1 1
 #define MCP_H2C_STATS_V2 2
 #define MCP_H2C_STATS_VERSION MCP_H2C_STATS_V2
