@@ -11,9 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <unistd.h>
-
 #include "h2c_harness.h"
+#include "test_certs.h"
 #include "helper.h"
 #include "mcp/grpc.h"
 #include "mcp/h2c.h"
@@ -228,19 +227,14 @@ END_TEST
 
 /* ---- mutual TLS with gRPC core ---- */
 
-#ifndef MCP_GEN_CERTS
-#define MCP_GEN_CERTS "tests/gen_certs.sh"
-#endif
 #define SINK_A "spiffe://cluster.local/ns/default/sa/sink-a"
 #define ISTIOD "spiffe://cluster.local/ns/istio-system/sa/istiod"
 
-static char certdir[64];
-static char paths[5][160];
+static const char *paths[5];
 
-/* "<certdir>/<name>" in slot |i| (main() made the certificates). */
+/* "<dir>/<name>", kept in slot |i| (main() made the certificates). */
 static const char *cert(int i, const char *name) {
-  snprintf(paths[i], sizeof(paths[i]), "%s/%s", certdir, name);
-  return paths[i];
+  return paths[i] = test_cert(name);
 }
 
 static mcp_acl *acl_of(const char *rule) {
@@ -343,20 +337,12 @@ Suite *suite(void) {
 
 int main(void) {
   signal(SIGPIPE, SIG_IGN); /* libuv writes with write(2) */
-  snprintf(certdir, sizeof(certdir), "/tmp/mcp-h2i-XXXXXX");
-  char cmd[512];
-  int made = mkdtemp(certdir) != NULL;
-  snprintf(cmd, sizeof(cmd), "sh '%s' '%s'", MCP_GEN_CERTS, certdir);
-  if (!made || system(cmd) != 0) {
-    fprintf(stderr, "cannot make certificates with %s\n", MCP_GEN_CERTS);
+  if (test_certs_make() != 0)
     return EXIT_FAILURE;
-  }
   SRunner *sr = srunner_create(suite());
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);
-  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", certdir);
-  if (system(cmd) != 0)
-    fprintf(stderr, "cannot remove %s\n", certdir);
+  test_certs_remove();
   return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -24,23 +24,12 @@
 #include "helper.h"
 #include "mcp/h2c.h"
 
-#ifndef MCP_GEN_CERTS
-#define MCP_GEN_CERTS "tests/gen_certs.sh"
-#endif
+#include "test_certs.h"
 
 #define ISTIOD "spiffe://cluster.local/ns/istio-system/sa/istiod"
 #define SINK_A "spiffe://cluster.local/ns/default/sa/sink-a"
 
-static char certdir[64];
-
-/* "<certdir>/<name>" from a ring of buffers (the options copy them). */
-static const char *cp(const char *name) {
-  static char ring[16][160];
-  static int next;
-  char *b = ring[next++ % 16];
-  snprintf(b, sizeof(ring[0]), "%s/%s", certdir, name);
-  return b;
-}
+#define cp test_cert
 
 /* Certificate |leaf| (NULL: none) and CA |ca| (NULL: none). */
 static void set_tls(mcp_h2c_options *o, const char *leaf, const char *ca) {
@@ -651,23 +640,12 @@ static Suite *suite(void) {
 
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
-  snprintf(certdir, sizeof(certdir), "/tmp/mcp-h2tls-XXXXXX");
-  if (!mkdtemp(certdir)) {
-    perror("mkdtemp");
+  if (test_certs_make() != 0)
     return 1;
-  }
-  char cmd[512];
-  snprintf(cmd, sizeof(cmd), "sh '%s' '%s'", MCP_GEN_CERTS, certdir);
-  if (system(cmd) != 0) {
-    fprintf(stderr, "cannot make certificates with %s\n", MCP_GEN_CERTS);
-    return 1;
-  }
   SRunner *sr = srunner_create(suite());
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);
-  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", certdir);
-  if (system(cmd) != 0)
-    fprintf(stderr, "cannot remove %s\n", certdir);
+  test_certs_remove();
   return failed ? 1 : 0;
 }

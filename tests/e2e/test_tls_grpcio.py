@@ -23,10 +23,7 @@ transport.
 
 import os
 import queue
-import shutil
-import subprocess
 import sys
-import tempfile
 import threading
 import unittest
 from concurrent import futures
@@ -258,31 +255,18 @@ class WeDialGrpcio(Base):
 
 
 def main():
-    global CERTS
     argv = common.parse_args(__doc__.splitlines()[0])
     if grpc is None:
         print("python3-grpcio is not installed")
         return SKIP
-    if not shutil.which("openssl"):
-        print("openssl not found: cannot make the test certificates")
-        return SKIP
     if not common.transport_built(common.TRANSPORT, timeout=WAIT):
         print("the programs have no %s transport" % common.TRANSPORT)
         return SKIP
-    here = os.path.dirname(os.path.abspath(__file__))
-    top = tempfile.mkdtemp(prefix="mcp-tls-grpcio-certs-")
-    try:
-        CERTS = os.path.join(top, "certs")
-        p = subprocess.run(["sh", os.path.join(here, "..", "gen_certs.sh"),
-                            CERTS], capture_output=True, text=True,
-                           timeout=120)
-        if p.returncode != 0:
-            print("gen_certs.sh failed:\n" + p.stderr)
-            return 1
-        prog = unittest.main(argv=argv, exit=False)
-        return 0 if prog.result.wasSuccessful() else 1
-    finally:
-        shutil.rmtree(top, ignore_errors=True)
+
+    def use(d):
+        global CERTS
+        CERTS = d
+    return common.run_with_certs(argv, use)
 
 
 if __name__ == "__main__":

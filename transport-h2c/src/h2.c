@@ -910,6 +910,15 @@ static void client_headers(mcp_h2c_stream *s, nghttp2_headers_category cat,
   }
 }
 
+/* GOAWAY ENHANCE_YOUR_CALM with |why| (a literal); the connection drains. */
+static void calm_down(mcp_h2c_conn *c, const char *why, size_t len) {
+  nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE,
+                        nghttp2_session_get_last_proc_stream_id(c->h2),
+                        NGHTTP2_ENHANCE_YOUR_CALM, (const uint8_t *)why, len);
+  c->goaway = 1;
+  c->draining = 1;
+}
+
 static void police_ping(mcp_h2c_conn *c) {
   int min = c->ep->opts.min_recv_ping_interval_ms;
   if (c->dialed || min <= 0)
@@ -919,12 +928,7 @@ static void police_ping(mcp_h2c_conn *c) {
       now - c->last_ping_recv < (mcp_tstamp)min * MCP_MILLISECONDS &&
       ++c->ping_strikes > 2 && !c->goaway) {
     static const char why[] = "too_many_pings";
-    nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE,
-                          nghttp2_session_get_last_proc_stream_id(c->h2),
-                          NGHTTP2_ENHANCE_YOUR_CALM, (const uint8_t *)why,
-                          sizeof(why) - 1);
-    c->goaway = 1;
-    c->draining = 1;
+    calm_down(c, why, sizeof(why) - 1);
   }
   c->last_ping_recv = now;
 }
@@ -951,12 +955,7 @@ static void police_reset(mcp_h2c_conn *c) {
     return;
   }
   static const char why[] = "too many streams reset";
-  nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE,
-                        nghttp2_session_get_last_proc_stream_id(c->h2),
-                        NGHTTP2_ENHANCE_YOUR_CALM, (const uint8_t *)why,
-                        sizeof(why) - 1);
-  c->goaway = 1;
-  c->draining = 1;
+  calm_down(c, why, sizeof(why) - 1);
   c->ep->rapid_resets++;
 }
 
