@@ -1354,8 +1354,9 @@ int main(int argc, char **argv) {
     }
   }
 
-  /* 50 stream lines per peer in 10 s, then one summary (NULL: all). */
-  app.peerlog = tool_peerlog_new(50, 10 * MCP_SECONDS);
+  /* 1,000 stream lines per peer in 10 s (100/s: 100 sinks connecting
+   * at once still log each), then one summary (NULL: all). */
+  app.peerlog = tool_peerlog_new(1000, 10 * MCP_SECONDS);
 
   mcp_store_options so;
   mcp_store_options_default(&so);
