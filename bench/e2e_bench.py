@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """End-to-end benchmarks: the real mcp-source and mcp-sink over 127.0.0.1.
 
-    bench/e2e_bench.py --build-dir BUILD [--transport grpc,h2c] [--quick]
+    bench/e2e_bench.py --build-dir BUILD [--transport grpc,h2c,h2c_tls,grpc_tls]
+                       [--quick]
                        [--sinks N] [--changes N] [--rounds N] [--keep]
                        [--bodies struct|typed] [--per-file N] [PART ...]
 
@@ -9,7 +10,12 @@ PART: sync1 (initial sync to one sink, and to bench/raw_sink when built)
 and sinks (the same to N sinks started at once, the source's memory per
 sink, propagation of a file change to N sinks, full-state then
 incremental); default: both. Every transport listed is measured; one that
-the programs do not have is skipped with a message (not a failure).
+the programs do not have is skipped with a message (not a failure). A
+transport named NAME_tls (h2c_tls, grpc_tls) is NAME over mutual TLS
+(tests/gen_certs.sh's certificates, P-256, made with openssl): the source
+listens with --tls-cert/--tls-key/--tls-ca, each sink presents a client
+certificate; every connection makes a full handshake. raw_sink is
+cleartext: not run over TLS.
 
 The workload: 20 collections x 1000 resources, each with a 1 KiB body (a
 google.protobuf.Struct of exactly 1024 bytes, the YAML document's spec),
@@ -550,14 +556,32 @@ class Bench:
         if not os.access(self.raw_bin, os.X_OK):
             self.raw_bin = None
         self.failed = []
+        self.certs = None  # the first *_tls transport makes them
+
+    # ---- NAME_tls: NAME over mutual TLS ----
+
+    def tls_args(self, t, leaf):
+        """(the transport's own name, the flags presenting |leaf|)."""
+        if not t.endswith("_tls"):
+            return t, []
+        if self.certs is None:
+            self.certs = tempfile.mkdtemp(prefix="mcp-bench-certs-")
+            here = os.path.dirname(os.path.abspath(__file__))
+            subprocess.run(["sh", os.path.join(here, "..", "tests",
+                                               "gen_certs.sh"), self.certs],
+                           check=True, capture_output=True, timeout=120)
+        c = lambda n: os.path.join(self.certs, n)  # noqa: E731
+        return t[:-4], ["--tls-cert", c(leaf + ".pem"), "--tls-key",
+                        c(leaf + ".key"), "--tls-ca", c("ca.pem")]
 
     # ---- programs ----
 
     def start_source(self, t, name, extra):
         s = Source(name)
-        self.reactor.spawn(s, [self.src_bin, "--transport", t, "--listen",
+        base, tls = self.tls_args(t, "server")
+        self.reactor.spawn(s, [self.src_bin, "--transport", base, "--listen",
                                "127.0.0.1:0", "--debounce", "0",
-                               "--log-level", "info"] + extra)
+                               "--log-level", "info"] + tls + extra)
         self.reactor.wait(lambda: s.port is not None or s.exited(), 120,
                           "%s to listen" % name)
         if s.port is None:
@@ -568,8 +592,9 @@ class Bench:
 
     def sink_argv(self, t, port, colls, exit_after_sync=False,
                   incremental=False):
-        argv = [self.sink_bin, "--transport", t, "--connect",
-                "127.0.0.1:%d" % port, "--log-level", "info"]
+        base, tls = self.tls_args(t, "client")
+        argv = [self.sink_bin, "--transport", base, "--connect",
+                "127.0.0.1:%d" % port, "--log-level", "info"] + tls
         for c in colls:
             argv += ["--collection", c]
         if exit_after_sync:
@@ -581,8 +606,9 @@ class Bench:
     def available(self, t):
         """None when both programs run transport t, else why not."""
         s = Source("probe source")
-        self.reactor.spawn(s, [self.src_bin, "--transport", t, "--listen",
-                               "127.0.0.1:0", "--collection", "probe"])
+        base, tls = self.tls_args(t, "server")
+        self.reactor.spawn(s, [self.src_bin, "--transport", base, "--listen",
+                               "127.0.0.1:0", "--collection", "probe"] + tls)
         try:
             self.reactor.wait(lambda: s.port is not None or s.exited(), 10,
                               "the probe source")
@@ -655,7 +681,7 @@ class Bench:
                     continue
                 runs[kind].append(run)
                 r.idle(0.05)
-            if self.raw_bin:
+            if self.raw_bin and not t.endswith("_tls"):
                 raw = self.raw_sync(src, colls, total)
                 if rnd > 0:
                     runs.setdefault("raw", []).append(raw)
@@ -1040,6 +1066,8 @@ def main():
             note("%s: %.0f s" % (t, (now() - t1) / 1e9))
     finally:
         b.reactor.kill_all()
+        if b.certs:
+            shutil.rmtree(b.certs, ignore_errors=True)
         if args.keep:
             note("workload kept in %s" % root)
         else:

@@ -22,7 +22,7 @@ done
 pkgs=(
   meson ninja-build pkg-config gcc
   libprotobuf-c-dev protobuf-c-compiler libprotobuf-dev protobuf-compiler
-  libgrpc-dev libnghttp2-dev libhttp-parser-dev
+  libgrpc-dev libnghttp2-dev libhttp-parser-dev libssl-dev
   libyaml-dev libjansson-dev libuv1-dev
 )
 if [ "$set_name" = test ]; then

@@ -9,26 +9,14 @@
 
 #include "test_grpc_util.h"
 
-#ifndef MCP_GEN_CERTS
-#define MCP_GEN_CERTS "tests/gen_certs.sh"
-#endif
+#include "test_certs.h"
 
 #define ISTIOD "spiffe://cluster.local/ns/istio-system/sa/istiod"
 #define SINK_A "spiffe://cluster.local/ns/default/sa/sink-a"
 #define SINK_B "spiffe://cluster.local/ns/evil/sa/sink-b"
 
 static const char *const colls[] = {"c1"};
-static char certdir[64];
-
-/* "<certdir>/<name>": from a small ring of buffers, enough for the paths
- * of one object's options (they are copied by *_new()). */
-static const char *cp(const char *name) {
-  static char ring[16][160];
-  static int next;
-  char *b = ring[next++ % 16];
-  snprintf(b, sizeof(ring[0]), "%s/%s", certdir, name);
-  return b;
-}
+#define cp test_cert
 
 /* Certificate |leaf| ("server", "client", ...; NULL: none) and CA |ca|
  * ("ca", "other-ca"; NULL: none). */
@@ -542,17 +530,8 @@ START_TEST(test_rotated_server_certificate_is_picked_up) {
 END_TEST
 
 int main(void) {
-  snprintf(certdir, sizeof(certdir), "/tmp/mcp-tls-XXXXXX");
-  if (!mkdtemp(certdir)) {
-    perror("mkdtemp");
+  if (test_certs_make() != 0)
     return EXIT_FAILURE;
-  }
-  char cmd[512];
-  snprintf(cmd, sizeof(cmd), "sh '%s' '%s'", MCP_GEN_CERTS, certdir);
-  if (system(cmd) != 0) {
-    fprintf(stderr, "%s failed\n", cmd);
-    return EXIT_FAILURE;
-  }
   Suite *s = suite_create("grpc_tls");
   TCase *tc = tcase_create("tls");
   tcase_set_timeout(tc, 30);
@@ -573,8 +552,6 @@ int main(void) {
   tcase_add_test(tc, test_rotated_server_certificate_is_picked_up);
   suite_add_tcase(s, tc);
   int rv = tg_run(s);
-  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", certdir);
-  if (system(cmd) != 0)
-    fprintf(stderr, "could not remove %s\n", certdir);
+  test_certs_remove();
   return rv;
 }

@@ -277,6 +277,81 @@ START_TEST(test_h2c_max_streams_refused_resource_exhausted) {
 }
 END_TEST
 
+/* Issue 23, item 7: past max_streams_per_connection a call is refused
+ * with RESOURCE_EXHAUSTED (the announced SETTINGS limit is twice as high,
+ * so the client sends it rather than queueing it unstarted); a call on
+ * another connection still runs, and so does one once a stream ends. */
+static int streams_down_to_3(void *ud) {
+  aenv *e = ud;
+  for (int i = 0; i < 2; i++)
+    rc_io(&e->c[i]);
+  return stats(e).streams == 3;
+}
+
+START_TEST(test_h2c_streams_per_connection_refused_not_queued) {
+  aenv e;
+  setup(&e);
+  e.o.max_streams_per_connection = 3;
+  start(&e);
+  open_streams(&e, 0, NULL, 4, 1);
+  cnt k = {&e, 0, 1, MCP_CODE_RESOURCE_EXHAUSTED, 1};
+  ck_assert(h2t_run_until(&e.loop, reached, &k, 10000));
+  cnt p = {&e, 0, 1, PUSHED, 3};
+  ck_assert(h2t_run_until(&e.loop, reached, &p, 10000));
+  ck_assert_str_eq(e.c[0].streams[3].grpc_message,
+                   "too many concurrent streams on this connection (limit 3)");
+  ck_assert_uint_eq(stats(&e).refused_connection_streams, 1);
+  open_streams(&e, 1, NULL, 1, 1); /* another connection */
+  cnt q = {&e, 1, 2, PUSHED, 1};
+  ck_assert(h2t_run_until(&e.loop, reached, &q, 10000));
+  rc_rst(&e.c[0], &e.c[0].streams[0], NGHTTP2_CANCEL);
+  rc_io(&e.c[0]);
+  ck_assert(h2t_run_until(&e.loop, streams_down_to_3, &e, 10000));
+  open_streams(&e, 0, NULL, 1, 1); /* room again on the first */
+  cnt r = {&e, 0, 1, PUSHED, 4};
+  ck_assert(h2t_run_until(&e.loop, reached, &r, 10000));
+  ck_assert_uint_eq(stats(&e).refused_connection_streams, 1);
+  finish(&e);
+}
+END_TEST
+
+static int goaway_seen(void *ud) {
+  rc *c = ud;
+  rc_io(c);
+  return c->goaway || c->eof;
+}
+
+/* Issue 23, item 5: a client resetting streams faster than the bucket
+ * allows gets GOAWAY ENHANCE_YOUR_CALM (as nghttp2's own servers answer);
+ * another connection is not affected. */
+START_TEST(test_h2c_rapid_reset_gets_enhance_your_calm) {
+  aenv e;
+  setup(&e);
+  e.o.stream_reset_burst = 20;
+  e.o.stream_reset_rate = 1;
+  start(&e);
+  rc *c = &e.c[0];
+  rc_connect_from(c, e.port, 1 << 20, NULL);
+  for (int round = 0; round < 4 && !c->goaway; round++) {
+    c->nstreams = 0; /* the harness keeps 16: reuse the slots */
+    for (int i = 0; i < 10; i++) {
+      rc_stream *st = rc_open(c, "POST", SRC_PATH, GRPC, 1, NULL, NULL);
+      rc_rst(c, st, NGHTTP2_CANCEL);
+    }
+    rc_io(c);
+    h2t_run_for(&e.loop, 20);
+  }
+  ck_assert(h2t_run_until(&e.loop, goaway_seen, c, 10000));
+  ck_assert(c->goaway);
+  ck_assert_uint_eq(c->goaway_code, NGHTTP2_ENHANCE_YOUR_CALM);
+  ck_assert_uint_eq(stats(&e).rapid_resets, 1);
+  open_streams(&e, 1, NULL, 1, 1);
+  cnt q = {&e, 1, 2, PUSHED, 1};
+  ck_assert(h2t_run_until(&e.loop, reached, &q, 10000));
+  finish(&e);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("h2c_admission");
   TCase *tc = tcase_create("admission");
@@ -285,6 +360,8 @@ int main(void) {
   tcase_add_test(tc, test_h2c_silent_peer_holds_only_its_share);
   tcase_add_test(tc, test_h2c_waiting_stream_gets_what_it_sent_once_it_runs);
   tcase_add_test(tc, test_h2c_max_streams_refused_resource_exhausted);
+  tcase_add_test(tc, test_h2c_streams_per_connection_refused_not_queued);
+  tcase_add_test(tc, test_h2c_rapid_reset_gets_enhance_your_calm);
   tcase_add_test(tc, test_h2c_waiting_streams_reset_give_the_window_back);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);

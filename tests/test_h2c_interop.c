@@ -1,8 +1,9 @@
 /*
  * h2c transport against gRPC's C core (the gRPC transport): each of our
- * four roles with the gRPC transport's opposite role. Our objects run on
- * the test's libuv loop; the gRPC objects on their own threads, read
- * through their synchronous calls.
+ * four roles with the gRPC transport's opposite role, and mutual TLS with
+ * access lists both ways (certificates from tests/gen_certs.sh). Our
+ * objects run on the test's libuv loop; the gRPC objects on their own
+ * threads, read through their synchronous calls.
  */
 #include <check.h>
 #include <signal.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 
 #include "h2c_harness.h"
+#include "test_certs.h"
 #include "helper.h"
 #include "mcp/grpc.h"
 #include "mcp/h2c.h"
@@ -223,6 +225,102 @@ START_TEST(h2c_source_dials_grpc_sink) {
 }
 END_TEST
 
+/* ---- mutual TLS with gRPC core ---- */
+
+#define SINK_A "spiffe://cluster.local/ns/default/sa/sink-a"
+#define ISTIOD "spiffe://cluster.local/ns/istio-system/sa/istiod"
+
+static const char *paths[5];
+
+/* "<dir>/<name>", kept in slot |i| (main() made the certificates). */
+static const char *cert(int i, const char *name) {
+  return paths[i] = test_cert(name);
+}
+
+static mcp_acl *acl_of(const char *rule) {
+  mcp_acl *acl = NULL;
+  ck_assert_int_eq(mcp_acl_new(&acl, NULL), 0);
+  ck_assert_int_eq(mcp_acl_add(acl, MCP_ACL_ALLOW, rule), 0);
+  return acl;
+}
+
+/* gRPC core dials our TLS listener, each presenting a certificate the
+ * other's CA verifies, each checking the other's SPIFFE identity. */
+START_TEST(grpc_sink_dials_h2c_source_mtls) {
+  ienv e;
+  setup(&e, 1);
+  mcp_h2c_options o = h2c_opts(&e, MCP_H2C_LISTEN, "127.0.0.1:0");
+  o.tls.cert_file = cert(0, "server.pem");
+  o.tls.key_file = cert(1, "server.key");
+  o.tls.ca_file = cert(2, "ca.pem");
+  mcp_acl *acl = acl_of(SINK_A);
+  o.authorize = mcp_acl_authorize;
+  o.authorize_user_data = acl;
+  mcp_source_options so = source_opts(&e);
+  mcp_h2c_source *src;
+  ck_assert_int_eq(mcp_h2c_source_new(&src, &e.loop, &o, &so), 0);
+  snprintf(e.addr, sizeof(e.addr), "127.0.0.1:%d", mcp_h2c_source_port(src));
+  mcp_grpc_options go = grpc_opts(&e, MCP_GRPC_DIAL, e.addr);
+  go.tls.cert_file = cert(3, "client.pem");
+  go.tls.key_file = cert(4, "client.key");
+  go.tls.ca_file = paths[2];
+  mcp_grpc_acl *gacl;
+  ck_assert_int_eq(mcp_grpc_acl_new(&gacl), 0);
+  ck_assert_int_eq(mcp_grpc_acl_add(gacl, MCP_GRPC_ACL_ALLOW, ISTIOD), 0);
+  go.authorize = mcp_grpc_acl_authorize;
+  go.authorize_user_data = gacl;
+  mcp_grpc_sink *sink;
+  ck_assert_int_eq(mcp_grpc_sink_new(&sink, &go, e.state), 0);
+  gsink_want w = {sink, 0};
+  ck_assert(h2t_run_until(&e.loop, grpc_sink_has, &w, 10000));
+  mcp_h2c_stats st;
+  ck_assert_int_eq(mcp_h2c_source_stats(src, &st), 0);
+  ck_assert_uint_ge(st.tls_handshakes, 1);
+  mcp_grpc_sink_del(sink);
+  mcp_h2c_source_del(src);
+  teardown(&e);
+  mcp_acl_del(acl);
+  mcp_grpc_acl_del(gacl);
+}
+END_TEST
+
+/* Our TLS dialer against gRPC core's TLS listener (mutual TLS). */
+START_TEST(h2c_sink_dials_grpc_source_mtls) {
+  ienv e;
+  setup(&e, 1);
+  mcp_grpc_options go = grpc_opts(&e, MCP_GRPC_LISTEN, "127.0.0.1:0");
+  go.tls.cert_file = cert(0, "server.pem");
+  go.tls.key_file = cert(1, "server.key");
+  go.tls.ca_file = cert(2, "ca.pem");
+  mcp_grpc_acl *gacl;
+  ck_assert_int_eq(mcp_grpc_acl_new(&gacl), 0);
+  ck_assert_int_eq(mcp_grpc_acl_add(gacl, MCP_GRPC_ACL_ALLOW, SINK_A), 0);
+  go.authorize = mcp_grpc_acl_authorize;
+  go.authorize_user_data = gacl;
+  mcp_source_options so = source_opts(&e);
+  mcp_grpc_source *src;
+  ck_assert_int_eq(mcp_grpc_source_new(&src, &go, &so), 0);
+  snprintf(e.addr, sizeof(e.addr), "127.0.0.1:%d", mcp_grpc_source_port(src));
+  mcp_h2c_options o = h2c_opts(&e, MCP_H2C_DIAL, e.addr);
+  o.tls.cert_file = cert(3, "client.pem");
+  o.tls.key_file = cert(4, "client.key");
+  o.tls.ca_file = paths[2];
+  mcp_acl *acl = acl_of(ISTIOD);
+  o.authorize = mcp_acl_authorize;
+  o.authorize_user_data = acl;
+  mcp_h2c_sink *sink;
+  ck_assert_int_eq(mcp_h2c_sink_new(&sink, &e.loop, &o, e.state), 0);
+  hsink_want w = {&e, 0};
+  ck_assert(h2t_run_until(&e.loop, h2c_sink_has, &w, 10000));
+  mcp_grpc_source_del(src);
+  h2t_run_for(&e.loop, 100);
+  mcp_h2c_sink_del(sink);
+  teardown(&e);
+  mcp_acl_del(acl);
+  mcp_grpc_acl_del(gacl);
+}
+END_TEST
+
 Suite *suite(void) {
   Suite *s = suite_create("h2c_interop");
   TCase *t = tcase_create("all");
@@ -231,15 +329,20 @@ Suite *suite(void) {
   tcase_add_test(t, h2c_sink_dials_grpc_source);
   tcase_add_test(t, grpc_source_dials_h2c_sink);
   tcase_add_test(t, h2c_source_dials_grpc_sink);
+  tcase_add_test(t, grpc_sink_dials_h2c_source_mtls);
+  tcase_add_test(t, h2c_sink_dials_grpc_source_mtls);
   suite_add_tcase(s, t);
   return s;
 }
 
 int main(void) {
   signal(SIGPIPE, SIG_IGN); /* libuv writes with write(2) */
+  if (test_certs_make() != 0)
+    return EXIT_FAILURE;
   SRunner *sr = srunner_create(suite());
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);
+  test_certs_remove();
   return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

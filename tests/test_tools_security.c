@@ -49,7 +49,7 @@ START_TEST(test_parse) {
                         "istiod",         "--allow",  "spiffe://a/*",
                         "--allow",        "spiffe://a/*", "--deny=x",
                         "--access-list",  "acl",      "--allow-cleartext",
-                        NULL};
+                        "--max-streams-per-connection", "2048", NULL};
   ck_assert_int_eq(parse(&a, args), 1);
   ck_assert_str_eq(a.tls_cert, "c.pem");
   ck_assert_str_eq(a.tls_key, "k.pem");
@@ -59,6 +59,7 @@ START_TEST(test_parse) {
   ck_assert_uint_eq(a.deny.n, 1);
   ck_assert_str_eq(a.access_list, "acl");
   ck_assert_int_eq(a.allow_cleartext, 1);
+  ck_assert_uint_eq(a.max_streams_per_connection, 2048);
   ck_assert(tool_sec_tls(&a));
   ck_assert(tool_sec_acl(&a));
   tool_sec_args_free(&a);
@@ -70,6 +71,10 @@ START_TEST(test_parse) {
   ck_assert_int_eq(parse(&a, missing), -1);
   const char *empty[] = {"--allow=", NULL};
   ck_assert_int_eq(parse(&a, empty), -1);
+  const char *zero[] = {"--max-streams-per-connection", "0", NULL};
+  ck_assert_int_eq(parse(&a, zero), -1);
+  const char *word[] = {"--max-streams-per-connection=many", NULL};
+  ck_assert_int_eq(parse(&a, word), -1);
   /* --allow is not a prefix of --allow-cleartext, nor the reverse. */
   const char *prefix[] = {"--allowx", "y", NULL};
   ck_assert_int_eq(parse(&a, prefix), 0);
@@ -85,8 +90,9 @@ static void check(const char **args, int tls_capable, int listen,
   memset(&a, 0, sizeof(a));
   ck_assert_int_ge(parse(&a, args), 0);
   char why[600] = "";
-  int rv = tool_sec_check(&a, tls_capable, tls_capable ? "grpc" : "h2c",
-                          listen, address, why, sizeof(why));
+  static const char *const names[] = {"plain", "grpc", "h2"};
+  int rv = tool_sec_check(&a, tls_capable, names[tls_capable], listen,
+                          address, why, sizeof(why));
   ck_assert_msg(rv == want, "%s: %d, want %d (%s)", args[0] ? args[0] : "-",
                 rv, want, why);
   if (needle)
@@ -94,7 +100,9 @@ static void check(const char **args, int tls_capable, int listen,
   tool_sec_args_free(&a);
 }
 
-START_TEST(test_check_h2c) {
+/* A transport without TLS: every security flag is refused, and it
+ * listens on loopback only. */
+START_TEST(test_check_without_tls) {
   const char *none[] = {NULL};
   const char *tls[] = {"--tls-ca", "ca.pem", NULL};
   const char *name[] = {"--tls-server-name", "x", NULL};
@@ -111,6 +119,29 @@ START_TEST(test_check_h2c) {
   check(name, 0, 0, "127.0.0.1:1", -1, "--tls-server-name");
   check(allow, 0, 1, "127.0.0.1:1", -1, "access lists");
   check(acl, 0, 0, "127.0.0.1:1", -1, "--access-list");
+}
+END_TEST
+
+/* The nghttp2 transport: TLS as gRPC, and without TLS flags it stays on
+ * loopback unless --allow-cleartext (it was h2c). */
+START_TEST(test_check_h2) {
+  const char *none[] = {NULL};
+  const char *clear[] = {"--allow-cleartext", NULL};
+  const char *server[] = {"--tls-cert", "c", "--tls-key", "k", NULL};
+  const char *mutual_acl[] = {"--tls-cert", "c", "--tls-key", "k",
+                              "--tls-ca", "ca", "--access-list", "f", NULL};
+  const char *ca[] = {"--tls-ca", "ca", NULL};
+  const char *allow[] = {"--allow", "x", NULL};
+  check(none, 2, 1, "127.0.0.1:1", 0, NULL);
+  check(none, 2, 1, "0.0.0.0:1", -1, "--allow-cleartext");
+  check(clear, 2, 1, "0.0.0.0:1", 0, NULL);
+  check(server, 2, 1, "0.0.0.0:1", 0, NULL);
+  check(mutual_acl, 2, 1, "0.0.0.0:1", 0, NULL);
+  check(ca, 2, 1, "0.0.0.0:1", -1, "--tls-cert and --tls-key");
+  check(allow, 2, 1, "127.0.0.1:1", -1, "--tls-ca");
+  check(none, 2, 0, "10.0.0.1:1", 0, NULL); /* dialing: no check */
+  check(ca, 2, 0, "istiod:15010", 0, NULL);
+  check(allow, 2, 0, "istiod:15010", -1, "server's identity");
 }
 END_TEST
 
@@ -160,10 +191,9 @@ START_TEST(test_check_grpc) {
 }
 END_TEST
 
-/* Without --transport: h2c to listen in cleartext (gRPC 1.51's server
- * cannot bound a rapid reset), grpc whenever a TLS or access flag asks for
- * what only it has, and grpc to dial. */
-START_TEST(test_default_transport_listens_on_h2c_unless_tls) {
+/* Without --transport: h2 (nghttp2) to listen, TLS or not (gRPC 1.51's
+ * server cannot bound a rapid reset), and grpc to dial. */
+START_TEST(test_default_transport_listens_on_h2_tls_included) {
   const char *none[] = {NULL};
   const char *cert[] = {"--tls-cert", "c.pem", "--tls-key", "k.pem", NULL};
   const char *ca[] = {"--tls-ca", "ca.pem", NULL};
@@ -176,9 +206,9 @@ START_TEST(test_default_transport_listens_on_h2c_unless_tls) {
     int listen;
     const char *want;
   } cases[] = {
-      {none, 1, "h2c"},  {clear, 1, "h2c"}, {cert, 1, "grpc"},
-      {ca, 1, "grpc"},   {deny, 1, "grpc"}, {acl, 1, "grpc"},
-      {name, 1, "grpc"}, {none, 0, "grpc"}, {cert, 0, "grpc"},
+      {none, 1, "h2"}, {clear, 1, "h2"}, {cert, 1, "h2"},
+      {ca, 1, "h2"},   {deny, 1, "h2"},  {acl, 1, "h2"},
+      {name, 1, "h2"}, {none, 0, "grpc"}, {cert, 0, "grpc"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     tool_sec_args a;
@@ -221,9 +251,10 @@ int main(void) {
   TCase *t = tcase_create("args");
   tcase_add_test(t, test_loopback);
   tcase_add_test(t, test_parse);
-  tcase_add_test(t, test_check_h2c);
+  tcase_add_test(t, test_check_without_tls);
+  tcase_add_test(t, test_check_h2);
   tcase_add_test(t, test_check_grpc);
-  tcase_add_test(t, test_default_transport_listens_on_h2c_unless_tls);
+  tcase_add_test(t, test_default_transport_listens_on_h2_tls_included);
   tcase_add_test(t, test_describe);
   suite_add_tcase(s, t);
   SRunner *r = srunner_create(s);

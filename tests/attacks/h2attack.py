@@ -20,12 +20,18 @@ to send an endless CONTINUATION sequence, and building frames by hand keeps
 200,000 streams within seconds. Header blocks use HPACK literals without
 indexing, so one encoded block serves every stream.
 
+Over TLS (set_tls()): each connection first completes a TLS handshake
+(ALPN h2, a client certificate for mutual TLS), then attacks as above: the
+attacks a listener must hold after authentication.
+
 Run as a script for numbers: python3 h2attack.py ATTACK HOST:PORT [--pid N]
+  [--tls-ca FILE [--tls-cert FILE --tls-key FILE]]
 """
 
 import argparse
 import select
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -42,6 +48,24 @@ CANCEL = 8
 
 METHOD = "/istio.mcp.v1alpha1.ResourceSource/EstablishResourceStream"
 MIB = 1 << 20
+
+_tls = None  # an ssl.SSLContext: every Conn shakes hands first
+
+
+def set_tls(ca, cert=None, key=None):
+    """Every connection from now on is TLS, verifying the server with |ca|
+    (its name not checked: the tests dial 127.0.0.1) and presenting
+    |cert| and |key| when given. None: cleartext again."""
+    global _tls
+    if ca is None:
+        _tls = None
+        return
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
+    ctx.check_hostname = False
+    ctx.set_alpn_protocols(["h2"])
+    if cert:
+        ctx.load_cert_chain(cert, key)
+    _tls = ctx
 
 
 def frame(ftype, flags, sid, payload=b""):
@@ -116,6 +140,10 @@ class Conn:
         self.sock = socket.create_connection((host, int(port)),
                                              timeout=connect_timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if _tls is not None:  # the handshake, blocking (connect_timeout)
+            self.sock = _tls.wrap_socket(self.sock)
+            if self.sock.selected_alpn_protocol() != "h2":
+                raise OSError("the server did not select h2 (ALPN)")
         self.sock.setblocking(False)
         self.result = result
         self.out = bytearray()
@@ -161,9 +189,11 @@ class Conn:
                 self._read()
             if w and self.out:
                 try:
-                    n = self.sock.send(self.out)
+                    # TLS: at most one record's worth, re-sent as is.
+                    n = self.sock.send(self.out[:16384] if _tls else self.out)
                     del self.out[:n]
-                except BlockingIOError:
+                except (BlockingIOError, ssl.SSLWantReadError,
+                        ssl.SSLWantWriteError):
                     pass
                 except OSError:
                     self.closed = True
@@ -174,8 +204,9 @@ class Conn:
         for something to arrive."""
         if self.closed:
             return
-        r, _, _ = select.select([self.sock], [], [], timeout)
-        if r:
+        pending = _tls is not None and self.sock.pending()
+        r, _, _ = select.select([self.sock], [], [], 0 if pending else timeout)
+        if r or pending:
             self._read()
 
     def _read(self):
@@ -186,9 +217,9 @@ class Conn:
                     self.closed = True
                     break
                 self.inbuf += b
-                if len(b) < (1 << 20):
+                if len(b) < (1 << 20) and _tls is None:
                     break
-        except BlockingIOError:
+        except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             pass
         except OSError:
             self.closed = True
@@ -490,7 +521,11 @@ def main():
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--settle", type=float, default=2.0,
                     help="seconds after the attack before the last RSS")
+    ap.add_argument("--tls-ca", help="TLS: the CA that verifies the server")
+    ap.add_argument("--tls-cert", help="TLS: our certificate (mutual TLS)")
+    ap.add_argument("--tls-key", help="TLS: its key")
     args = ap.parse_args()
+    set_tls(args.tls_ca, args.tls_cert, args.tls_key)
     kw = {"seconds": args.seconds}
     if args.attack == "rapid_reset":
         kw["streams"] = args.streams

@@ -29,7 +29,17 @@ unfinished header field ("literal" CONTINUATION) syncs within 10 s. h2c
 ends that connection at once; gRPC 1.51 spends a core on the unfinished
 field and serves nobody while it lasts: an expected failure there.
 
-Usage: test_grpc_attacks.py --build-dir DIR --transport grpc|h2c
+And, with --tls on h2c, a TLS handshake flood: 2,000 connections that
+never send a byte; the listener closes those past its per-address limit
+at once and keeps its memory; a sink syncs meanwhile.
+
+With --tls the source listens with mutual TLS (tests/gen_certs.sh's
+certificates, made with openssl) and every attacking connection completes
+its handshake with a valid client certificate first: the attacks an
+authenticated peer can make. The healthy sink dials with TLS too. The
+bounds are the same.
+
+Usage: test_grpc_attacks.py --build-dir DIR --transport grpc|h2c [--tls]
 Standard library only (tests/attacks/h2attack.py).
 """
 
@@ -50,6 +60,7 @@ import h2attack  # noqa: E402
 MIB = 1 << 20
 BUILD_DIR = None
 TRANSPORT = None
+CERTS = None  # --tls: gen_certs.sh's directory
 WAIT = 20.0
 
 VS = "istio/networking/v1alpha3/virtualservices"
@@ -68,6 +79,15 @@ kind: VirtualService
 metadata: {name: reviews, namespace: default}
 spec: {hosts: [reviews]}
 """
+
+
+def tls_flags(leaf):
+    """The mutual TLS flags of |leaf| (none without --tls)."""
+    if not CERTS:
+        return []
+    c = lambda n: os.path.join(CERTS, n)  # noqa: E731
+    return ["--tls-cert", c(leaf + ".pem"), "--tls-key", c(leaf + ".key"),
+            "--tls-ca", c("ca.pem")]
 
 
 def free_port():
@@ -150,7 +170,7 @@ class Attacks(unittest.TestCase):
         self.src = self.start([
             os.path.join(BUILD_DIR, "tools", "mcp-source"),
             "--transport", TRANSPORT, "--listen", self.addr,
-            "--dir", cfg])
+            "--dir", cfg] + tls_flags("server"))
         self.wait_for(lambda: "serving ResourceSource on" in self.src.text(),
                       "the source to listen")
 
@@ -201,18 +221,22 @@ class Attacks(unittest.TestCase):
                              "%d MiB): %r" % (name, growth / MIB,
                                               bound // MIB, res))
         self.assert_serves_sink()
+        return res
 
     def assert_serves_sink(self):
         sink = self.start([os.path.join(BUILD_DIR, "tools", "mcp-sink"),
                            "--transport", TRANSPORT, "--connect", self.addr,
-                           "--collection", VS, "--json"])
+                           "--collection", VS, "--json"] +
+                          tls_flags("client"))
         self.wait_for(lambda: '"event":"synced"' in sink.text(),
                       "a sink to sync after the attack", timeout=30)
 
     def test_settings_limit_streams_and_headers_per_connection(self):
-        """The server announces at most 100 concurrent streams per
-        connection and a bounded header list (gRPC's own defaults are
-        unlimited streams and 8 KiB of headers)."""
+        """The server announces a bounded number of concurrent streams per
+        connection (gRPC: 1024; h2: twice its limit of 1024, so that calls
+        past the limit are refused rather than queued) and a bounded
+        header list (gRPC's own defaults are unlimited streams and 8 KiB
+        of headers)."""
         res = h2attack.Result("settings")
         c = h2attack.Conn(self.addr, res)
         try:
@@ -223,7 +247,8 @@ class Attacks(unittest.TestCase):
                 self.assertLess(time.monotonic(), deadline, c.settings)
                 c.pump(0.1)
             self.assertEqual(
-                c.settings[h2attack.SETTINGS_MAX_CONCURRENT_STREAMS], 100)
+                c.settings[h2attack.SETTINGS_MAX_CONCURRENT_STREAMS],
+                1024 if TRANSPORT == "grpc" else 2048)
             self.assertLessEqual(
                 c.settings.get(h2attack.SETTINGS_MAX_HEADER_LIST_SIZE,
                                1 << 32), 64 << 10)
@@ -243,7 +268,61 @@ class Attacks(unittest.TestCase):
         self.check("continuation_fields", budget=1536 * MIB)
 
     def test_rapid_reset_is_bounded(self):
-        self.check("rapid_reset", streams=200000)
+        res = self.check("rapid_reset", streams=200000)
+        if TRANSPORT == "h2c":  # answered as nghttp2's own servers do
+            self.assertEqual(res.goaway and res.goaway[1], 11,  # CALM
+                             "no GOAWAY ENHANCE_YOUR_CALM: %r" % res)
+
+    def test_handshake_flood_is_bounded(self):
+        """--tls on h2c: many connections that never finish their
+        handshake. The listener closes those past its per-address limit
+        (32 in progress) at once and the others at its handshake timeout;
+        its memory stays bounded and a sink that connects meanwhile
+        syncs."""
+        if not CERTS or TRANSPORT != "h2c":
+            self.skipTest("the TLS listener of h2c (--tls)")
+        import resource
+        import socket
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        n = min(2000, hard - 100)
+        if soft < n + 100:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (n + 100, hard))
+        time.sleep(0.5)
+        sampler = h2attack.RssSampler(self.src.p.pid,
+                                      limit_kib=BOUND["h2c"]["rapid_reset"]
+                                      // 1024)
+        socks = []
+        host, port = self.addr.rsplit(":", 1)
+        try:
+            for _ in range(n):  # connect, then never say a word
+                socks.append(socket.create_connection((host, int(port))))
+            closed = 0
+            deadline = time.monotonic() + WAIT
+            # Those past the limit are closed at once: wait for most.
+            while closed < n - 64 and time.monotonic() < deadline:
+                closed = 0
+                for s in socks:
+                    s.setblocking(False)
+                    try:
+                        closed += s.recv(1) == b""
+                    except BlockingIOError:
+                        pass
+                    except OSError:
+                        closed += 1
+                time.sleep(0.1)
+            self.assertGreaterEqual(closed, n - 64, "connections past the "
+                                    "per-address handshake limit stay open")
+            self.assert_serves_sink()  # while 32 still hold their slots
+        finally:
+            sampler.stop()
+            for s in socks:
+                s.close()
+        growth = (sampler.peak - sampler.baseline) * 1024
+        sys.stderr.write("handshake flood on h2c: %d connections, %d closed "
+                         "at once; RSS +%.1f MiB\n" % (n, closed,
+                                                      growth / MIB))
+        self.assertLessEqual(growth, BOUND["h2c"]["rapid_reset"])
+        self.assertTrue(self.src.running())
 
     def test_sink_syncs_during_endless_continuation_literal(self):
         """One connection sending an unfinished header field must not
@@ -258,7 +337,8 @@ class Attacks(unittest.TestCase):
             time.sleep(1.0)
             sink = self.start([os.path.join(BUILD_DIR, "tools", "mcp-sink"),
                                "--transport", TRANSPORT, "--connect",
-                               self.addr, "--collection", VS, "--json"])
+                               self.addr, "--collection", VS, "--json"] +
+                              tls_flags("client"))
             t0 = time.monotonic()
             while '"event":"synced"' not in sink.text():
                 self.assertLess(time.monotonic() - t0, 10.0,
@@ -273,16 +353,18 @@ class Attacks(unittest.TestCase):
 
 class DefaultTransport(unittest.TestCase):
     """Because of the attacks above, a program that listens without
-    --transport and without TLS flags uses h2c (run with --transport
-    h2c only: both transports must be built)."""
+    --transport uses the nghttp2 transport, "h2", TLS included (run with
+    --transport h2c only: both transports must be built)."""
 
-    def test_listening_without_transport_flag_is_h2c(self):
+    def test_listening_without_transport_flag_is_h2(self):
         if TRANSPORT != "h2c":
             self.skipTest("checked once, by the h2c run")
         tmp = tempfile.mkdtemp(prefix="mcp-attacks-")
         self.addCleanup(shutil.rmtree, tmp, True)
-        for prog, extra in (("mcp-source", ["--dir", tmp]),
-                            ("mcp-sink", ["--collection", VS])):
+        for prog, extra in (("mcp-source", ["--dir", tmp] +
+                             tls_flags("server")),
+                            ("mcp-sink", ["--collection", VS] +
+                             tls_flags("server"))):
             c = Child([os.path.join(BUILD_DIR, "tools", prog), "--listen",
                        "127.0.0.1:0"] + extra, env=child_env())
             try:
@@ -292,7 +374,7 @@ class DefaultTransport(unittest.TestCase):
                     self.assertLess(time.monotonic(), deadline, c.text())
                     time.sleep(0.05)
                 self.assertRegex(c.text(), r"serving Resource\w+ on "
-                                 r"127\.0\.0\.1:\d+ \(h2c\)")
+                                 r"127\.0\.0\.1:\d+ \(h2\)")
             finally:
                 c.stop()
 
@@ -302,9 +384,25 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build-dir", required=True)
     ap.add_argument("--transport", required=True, choices=("grpc", "h2c"))
+    ap.add_argument("--tls", action="store_true",
+                    help="mutual TLS: the attackers shake hands first")
     args, rest = ap.parse_known_args()
     BUILD_DIR = os.path.abspath(args.build_dir)
     TRANSPORT = args.transport
+    if args.tls:
+        global CERTS
+        if not shutil.which("openssl"):
+            print("openssl not found: cannot make the test certificates")
+            sys.exit(77)
+        top = tempfile.mkdtemp(prefix="mcp-attacks-certs-")
+        CERTS = os.path.join(top, "certs")
+        here = os.path.dirname(os.path.abspath(__file__))
+        subprocess.run(["sh", os.path.join(here, "..", "gen_certs.sh"), CERTS],
+                       check=True, capture_output=True, timeout=120)
+        import atexit
+        atexit.register(shutil.rmtree, top, True)
+        c = lambda n: os.path.join(CERTS, n)  # noqa: E731
+        h2attack.set_tls(c("ca.pem"), c("client.pem"), c("client.key"))
     if TRANSPORT == "grpc":
         # gRPC 1.51 has no defence against rapid reset (CVE-2023-44487;
         # gRPC C core's mitigations came in later releases, 1.60 lists

@@ -101,6 +101,31 @@ def transport_built(t, timeout=WAIT):
     return _built[t]
 
 
+def run_with_certs(argv, use):
+    """For the TLS scripts: makes tests/gen_certs.sh's certificates (openssl)
+    in a temporary directory, calls use(directory), runs unittest with
+    |argv| and removes the directory. Returns the exit status: 77 (meson's
+    SKIP) without openssl, 1 when the certificates or a test fail."""
+    if not shutil.which("openssl"):
+        print("openssl not found: cannot make the test certificates")
+        return 77
+    here = os.path.dirname(os.path.abspath(__file__))
+    top = tempfile.mkdtemp(prefix="mcp-tls-certs-")
+    try:
+        certs = os.path.join(top, "certs")
+        p = subprocess.run(["sh", os.path.join(here, "..", "gen_certs.sh"),
+                            certs], capture_output=True, text=True,
+                           timeout=120)
+        if p.returncode != 0:
+            print("gen_certs.sh failed:\n" + p.stderr)
+            return 1
+        use(certs)
+        prog = unittest.main(argv=argv, exit=False)
+        return 0 if prog.result.wasSuccessful() else 1
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
 def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

@@ -158,10 +158,8 @@ class EngineBase(unittest.TestCase):
             peer.wait_for(lambda l: l.get('event') == 'reloaded', 'the peer reloads its state', since=mark)
 
     def certs(self):
-        """tests/gen_certs.sh's certificates in a temp dir (gRPC only: our
-        h2c is cleartext); skips without openssl."""
-        if OPTS.transport != 'grpc':
-            self.skipTest('TLS: our programs offer it over gRPC only')
+        """tests/gen_certs.sh's certificates in a temp dir (both transports
+        have TLS); skips without openssl."""
         d = os.path.join(self.tmp, 'certs')
         p = subprocess.run(['sh', os.path.join(HERE, '..', 'gen_certs.sh'), d], capture_output=True, text=True)
         if p.returncode != 0:

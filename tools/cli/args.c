@@ -293,6 +293,18 @@ int tool_sec_parse_arg(int argc, char **argv, int *i, tool_sec_args *a) {
     a->allow_cleartext = 1;
     return 1;
   }
+  const char *n;
+  int nrv = tool_arg_value(argc, argv, i, "--max-streams-per-connection", &n);
+  if (nrv != 0) {
+    if (nrv < 0 || tool_parse_ulong(n, 1u << 20,
+                                    &a->max_streams_per_connection) != 0 ||
+        a->max_streams_per_connection == 0) {
+      fprintf(stderr, "%s: --max-streams-per-connection needs a number from "
+                      "1 to 1048576\n", tool_log_prog());
+      return -1;
+    }
+    return 1;
+  }
   for (size_t k = 0; k < sizeof(files) / sizeof(files[0]); k++) {
     const char *v;
     int rv = tool_arg_value(argc, argv, i, files[k].name, &v);
@@ -333,10 +345,29 @@ static const char *acl_flag(const tool_sec_args *a) {
   return a->allow.n ? "--allow" : a->deny.n ? "--deny" : "--access-list";
 }
 
+/* Cleartext listening stays on loopback unless --allow-cleartext. */
+static int cleartext_refused(const tool_sec_args *a, const char *transport,
+                             int listen, const char *address, char *why,
+                             size_t len) {
+  if (!listen || a->allow_cleartext || tool_addr_is_loopback(address))
+    return 0;
+  snprintf(why, len,
+           "--listen %s: the %s transport without TLS is cleartext (no "
+           "encryption, no authentication of peers), so it listens only on "
+           "loopback (127.0.0.0/8, ::1, localhost) unless --allow-cleartext "
+           "says the network is protected otherwise (a mesh with mTLS, a "
+           "private link); or give --tls-cert and --tls-key",
+           address, transport);
+  return -1;
+}
+
 int tool_sec_check(const tool_sec_args *a, int tls_capable,
                    const char *transport, int listen, const char *address,
                    char *why, size_t len) {
   int tls = tool_sec_tls(a);
+  if (tls_capable == TOOL_SEC_TLS_GUARDED && !tls &&
+      cleartext_refused(a, transport, listen, address, why, len))
+    return -1;
   if (!tls_capable) {
     if (tls || a->tls_server_name) {
       snprintf(why, len,
@@ -355,17 +386,7 @@ int tool_sec_check(const tool_sec_args *a, int tls_capable,
                acl_flag(a), transport);
       return -1;
     }
-    if (listen && !a->allow_cleartext && !tool_addr_is_loopback(address)) {
-      snprintf(why, len,
-               "--listen %s: the %s transport is cleartext (no encryption, "
-               "no authentication of peers), so it listens only on loopback "
-               "(127.0.0.0/8, ::1, localhost) unless --allow-cleartext says "
-               "the network is protected otherwise (a mesh with mTLS, a "
-               "private link); or use --transport grpc with TLS",
-               address, transport);
-      return -1;
-    }
-    return 0;
+    return cleartext_refused(a, transport, listen, address, why, len);
   }
   if (listen) {
     if (a->tls_server_name) {
@@ -411,9 +432,8 @@ int tool_sec_check(const tool_sec_args *a, int tls_capable,
 }
 
 const char *tool_sec_default_transport(const tool_sec_args *a, int listen) {
-  if (listen && !tool_sec_tls(a) && !tool_sec_acl(a) && !a->tls_server_name)
-    return "h2c";
-  return "grpc";
+  (void)a; /* TLS or not: the nghttp2 transport has both */
+  return listen ? "h2" : "grpc";
 }
 
 void tool_sec_describe(const tool_sec_args *a, int listen, char *buf,

@@ -94,14 +94,17 @@ int tool_path_safe(const char *rel);
 
 /*
  * --tls-cert FILE, --tls-key FILE, --tls-ca FILE, --tls-server-name NAME,
- * --allow ID, --deny ID (repeatable), --access-list FILE and
- * --allow-cleartext. Strings are borrowed from argv.
+ * --allow ID, --deny ID (repeatable), --access-list FILE,
+ * --allow-cleartext and --max-streams-per-connection N (a listener's
+ * limit on one connection's concurrent calls; 0: the transport's default,
+ * 1024). Strings are borrowed from argv.
  */
 typedef struct tool_sec_args {
   const char *tls_cert, *tls_key, *tls_ca, *tls_server_name;
   tool_strv allow, deny;
   const char *access_list;
   int allow_cleartext;
+  unsigned long max_streams_per_connection;
 } tool_sec_args;
 
 /*
@@ -117,14 +120,20 @@ int tool_sec_tls(const tool_sec_args *a);
 /* Any of --allow, --deny, --access-list given. */
 int tool_sec_acl(const tool_sec_args *a);
 
+/* What a transport offers, for tool_sec_check(). */
+#define TOOL_SEC_NO_TLS 0
+#define TOOL_SEC_TLS 1         /* TLS (gRPC: cleartext listens anywhere) */
+#define TOOL_SEC_TLS_GUARDED 2 /* TLS, and cleartext only on loopback (h2) */
+
 /*
  * Checks the flags against the transport and the role, for |address|
- * (HOST:PORT) listened on (|listen|) or dialed. |tls_capable|: the
- * transport has TLS (gRPC); |transport| its name, for the messages.
+ * (HOST:PORT) listened on (|listen|) or dialed. |tls_capable|: one of
+ * TOOL_SEC_*; |transport| its name, for the messages.
  * 0 when they go together; -1 with the reason in |why| (a usage error):
- *   - TLS or access flags with a transport without TLS (h2c);
- *   - listening cleartext (h2c) on an address that is not loopback,
- *     without --allow-cleartext;
+ *   - TLS or access flags with a transport without TLS;
+ *   - listening cleartext (TOOL_SEC_NO_TLS, or TOOL_SEC_TLS_GUARDED
+ *     without TLS flags) on an address that is not loopback, without
+ *     --allow-cleartext;
  *   - listening with TLS without --tls-cert and --tls-key; dialing with
  *     only one of them; --tls-server-name when listening or without TLS;
  *   - an access list without identities to check: listening without
@@ -135,12 +144,12 @@ int tool_sec_check(const tool_sec_args *a, int tls_capable,
                    char *why, size_t len);
 
 /*
- * The transport a program uses when no --transport is given: "h2c" when it
- * listens (|listen|) with none of the TLS or access flags, "grpc"
- * otherwise (h2c has no TLS). gRPC 1.51's HTTP/2 server cannot bound a
- * rapid-reset flood (docs/security.md, "gRPC 1.51 under attack"), so a
- * listener uses h2c unless TLS asks for gRPC; dialing keeps gRPC, which
- * talks to both.
+ * The transport a program uses when no --transport is given: "h2" (the
+ * nghttp2 transport, with TLS when the flags ask) when it listens
+ * (|listen|), "grpc" when it dials. gRPC 1.51's HTTP/2 server cannot bound
+ * a rapid-reset flood (docs/security.md, "gRPC 1.51 under attack"), so
+ * every listener uses the nghttp2 one, TLS included; dialing keeps gRPC,
+ * which talks to both.
  */
 const char *tool_sec_default_transport(const tool_sec_args *a, int listen);
 

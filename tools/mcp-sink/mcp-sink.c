@@ -90,7 +90,7 @@ typedef struct sink_app {
 static void usage(FILE *f) {
   fputs("usage: mcp-sink --collection NAME... [--connect HOST:PORT[,...] | --listen "
         "HOST:PORT]\n"
-        "                [--transport grpc|h2c] [--incremental] [--node-id ID]\n"
+        "                [--transport h2|grpc] [--incremental] [--node-id ID]\n"
         "                [--annotation KEY=VALUE]... [--out DIR] [--json]\n"
         "                [--exit-after-sync] [--log-level LEVEL]\n"
         "                [--api resource|aggregated|aggregated-incremental]\n"
@@ -98,6 +98,7 @@ static void usage(FILE *f) {
         "                [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]\n"
         "                [--tls-server-name NAME] [--allow ID]... [--deny ID]...\n"
         "                [--access-list FILE] [--allow-cleartext]\n"
+        "                [--max-streams-per-connection N]\n"
         "                [--sync-warn SECONDS] [--sync-timeout SECONDS]\n"
         "                [--descriptor-set FILE]...\n"
         "       " TOOL_SINK_PROTO_SYNOPSIS
@@ -110,8 +111,12 @@ static void usage(FILE *f) {
         "                        a list A,B,C (replicas) is dialed in turn\n"
         "                        (default " DEFAULT_ADDRESS ")\n"
         "  --listen HOST:PORT    serve ResourceSink: sources dial us\n"
-        "  --transport NAME      grpc or h2c (HTTP/2 without TLS); default:\n"
-        "                        h2c to --listen without TLS flags, else grpc\n"
+        "  --transport NAME      h2 (nghttp2; TLS with the --tls-* flags,\n"
+        "                        else cleartext h2c; also named h2c) or grpc\n"
+        "                        (gRPC core); default: h2 to --listen, grpc\n"
+        "                        to dial. Expose only h2: a gRPC core 1.51\n"
+        "                        listener is still open to rapid reset and\n"
+        "                        CONTINUATION floods (docs/security.md)\n"
         "  --incremental         ask for incremental pushes\n"
         "  --api API             resource (default): ResourceSource/ResourceSink;\n"
         "                        aggregated, aggregated-incremental: dial the\n"
@@ -152,7 +157,7 @@ static void usage(FILE *f) {
         "  --log-format FORMAT   text (default) or json: one object per line\n"
         "  --debug-listen HOST:PORT  serve /metrics, /debug/syncz,\n"
         "                        /debug/journal, /healthz and /readyz over HTTP\n"
-        "  --tls-cert FILE       our certificate chain (PEM; grpc only)\n"
+        "  --tls-cert FILE       our certificate chain (PEM)\n"
         "  --tls-key FILE        its private key (PEM)\n"
         "  --tls-ca FILE         CA certificates (PEM) that verify the peer; "
         "when\n"
@@ -168,8 +173,12 @@ static void usage(FILE *f) {
         "  --access-list FILE    rules, one per line (\"allow ID\", \"deny "
         "ID\");\n"
         "                        read again when it changes and on SIGHUP\n"
-        "  --allow-cleartext     let h2c listen on an address that is not "
-        "loopback\n"
+        "  --allow-cleartext     let h2 listen without TLS on an address that "
+        "is not loopback\n"
+        "  --max-streams-per-connection N  --listen: calls one connection\n"
+        "                        may hold at once (default 1024; h2 refuses\n"
+        "                        more with RESOURCE_EXHAUSTED, gRPC core\n"
+        "                        queues them)\n"
         "  --version             print the library version and exit\n"
         "  --descriptor-set FILE message types (a FileDescriptorSet) added to "
         "Istio 1.6's,\n"
@@ -816,10 +825,10 @@ int main(int argc, char **argv) {
     goto out;
   }
   if (rv != 0) {
-    usage_error("unknown transport %s (expected grpc or h2c)", transport);
+    usage_error("unknown transport %s (expected h2, h2c or grpc)", transport);
     goto out;
   }
-  if (tool_sec_check(&sec, app.tp->tls_check != NULL, app.tp->name,
+  if (tool_sec_check(&sec, tool_transport_sec(app.tp), app.tp->name,
                      listen != NULL, address, why, sizeof(why)) != 0) {
     usage_error("%s", why);
     goto out;
@@ -934,6 +943,7 @@ int main(int argc, char **argv) {
       .tls = {sec.tls_cert, sec.tls_key, sec.tls_ca, sec.tls_server_name},
       .acl = tool_access_acl(app.access),
       .on_refused = on_refused,
+      .max_streams_per_connection = (int)sec.max_streams_per_connection,
   };
   errno = 0; /* the transport sets it when it cannot bind */
   if ((rv = app.tp->sink_new(&app.ep, &app.loop, &eo, app.state)) < 0) {

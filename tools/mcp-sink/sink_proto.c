@@ -791,7 +791,7 @@ int tool_sink_proto_main(int argc, char **argv) {
   }
   rv = tool_transport_find(transport, &app.tp);
   if (rv != 0) {
-    status = usage_error("unknown transport %s (expected grpc or h2c)",
+    status = usage_error("unknown transport %s (expected h2, h2c or grpc)",
                          transport);
     goto out;
   }
@@ -800,7 +800,7 @@ int tool_sink_proto_main(int argc, char **argv) {
                          "clients", api, app.tp->name);
     goto out;
   }
-  if (tool_sec_check(&sec, app.tp->tls_check != NULL, app.tp->name, 0,
+  if (tool_sec_check(&sec, tool_transport_sec(app.tp), app.tp->name, 0,
                      address, why, sizeof why) != 0) {
     status = usage_error("%s", why);
     goto out;

@@ -32,6 +32,7 @@
 #include "util/rand.h"
 #include "cli/schema_args.h"
 #include "transport/transport.h"
+#include "util/peerlog.h"
 #include "views/dest_view.h"
 #include "views/disp_view.h"
 #include "views/schema_swarmkit.h"
@@ -130,6 +131,9 @@ typedef struct source_app {
   ops_metric *m_api_streams, *m_api_open, *m_api_updates, *m_disp_sessions,
       *m_disp_status_updates, *m_disp_task_statuses, *m_view_bad;
   atomic_uint_fast64_t mcp_pushes; /* transport thread */
+  /* Stream lines per peer: a few per window, then a summary (issue 23:
+   * a rapid reset wrote two info lines per stream). */
+  tool_peerlog *peerlog;
   uint64_t dest_updates_seen, disp_updates_seen, status_updates_seen,
       mcp_pushes_seen, view_bad_seen;
 } source_app;
@@ -138,7 +142,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: mcp-source [--dir DIR] [--etcd ENDPOINTS] [--collection NAME]...\n"
           "                  [--listen HOST:PORT | --connect HOST:PORT]\n"
-          "                  [--transport grpc|h2c] [--debounce MS]\n"
+          "                  [--transport h2|grpc] [--debounce MS]\n"
           "                  [--write-settle MS]\n"
           "                  [--names kubernetes|permissive]\n"
           "                  [--log-level LEVEL] [--log-format text|json]\n"
@@ -146,6 +150,7 @@ static void usage(FILE *f) {
           "                  [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]\n"
           "                  [--tls-server-name NAME] [--allow ID]... [--deny ID]...\n"
           "                  [--access-list FILE] [--allow-cleartext]\n"
+          "                  [--max-streams-per-connection N]\n"
           "                  [--descriptor-set FILE]... [--kind G/V/KIND=MESSAGE]...\n"
           "                  [--body typed|struct]\n"
           "                  [--api LIST] [--dns-zone ZONE]\n"
@@ -172,18 +177,25 @@ static void usage(FILE *f) {
           "  --listen HOST:PORT serve ResourceSource: sinks dial us\n"
           "                     (default " DEFAULT_ADDRESS ")\n"
           "  --connect HOST:PORT dial a ResourceSink, reconnecting forever\n"
-          "  --transport NAME   grpc or h2c (HTTP/2 without TLS); default: h2c\n"
-          "                     to listen without TLS flags, else grpc\n"
+          "  --transport NAME   h2 (nghttp2; TLS with the --tls-* flags, else\n"
+          "                     cleartext h2c; also named h2c) or grpc (gRPC\n"
+          "                     core); default: h2 to listen, grpc to --connect.\n"
+          "                     Expose only h2: a gRPC core 1.51 listener is\n"
+          "                     still open to rapid reset, CONTINUATION floods\n"
+          "                     and rapid reset after a TLS handshake\n"
+          "                     (docs/security.md)\n"
           "  --debounce MS      push a change once its collection has been\n"
           "                     quiet for MS milliseconds (default %d; 0: at once)\n"
           "  --write-settle MS  --dir: a file modified but not closed is read\n"
           "                     once unchanged for MS milliseconds (default\n"
           "                     %d); closed or renamed files are read at once\n"
+          , DEFAULT_DEBOUNCE_MS, DEFAULT_WRITE_SETTLE_MS);
+  fputs(
           "  --log-level LEVEL  error, warn, info (default) or debug\n"
           "  --log-format FORMAT text (default) or json: one object per line\n"
           "  --debug-listen HOST:PORT serve /metrics, /debug/syncz, /healthz\n"
           "                     and /readyz over HTTP\n"
-          "  --tls-cert FILE    our certificate chain (PEM; grpc only)\n"
+          "  --tls-cert FILE    our certificate chain (PEM)\n"
           "  --tls-key FILE     its private key (PEM)\n"
           "  --tls-ca FILE      CA certificates (PEM) that verify the peer; when\n"
           "                     listening, clients must present a certificate\n"
@@ -194,14 +206,15 @@ static void usage(FILE *f) {
           "  --deny ID          deny a peer identity; repeatable\n"
           "  --access-list FILE rules, one per line (\"allow ID\", \"deny ID\");\n"
           "                     read again when it changes and on SIGHUP\n"
-          "  --allow-cleartext  let h2c listen on an address that is not loopback\n"
+          "  --allow-cleartext  let h2 listen without TLS on an address that is\n"
+          "                     not loopback\n"
           "  --version          print the library version and exit\n"
           "  --descriptor-set FILE  message types (a FileDescriptorSet: protoc\n"
           "                     --include_imports --descriptor_set_out=FILE) added\n"
           "                     to Istio 1.6's, built in; repeatable\n"
           "  --kind GROUP/VERSION/KIND=full.message.Name  documents of that kind\n"
-          "                     have bodies of that message; repeatable\n"
-          , DEFAULT_DEBOUNCE_MS, DEFAULT_WRITE_SETTLE_MS);
+          "                     have bodies of that message; repeatable\n",
+        f);
   fprintf(f,
           "  --body typed|struct  typed (default): bodies of known kinds are their\n"
           "                     message; struct: google.protobuf.Struct everywhere\n"
@@ -223,6 +236,9 @@ static void usage(FILE *f) {
           "                     default: this one, at the --listen address)\n"
           "  --manager-id ID    Dispatcher: this manager's node id in that\n"
           "                     default (default: the host name)\n"
+          "  --max-streams-per-connection N  calls one connection may hold\n"
+          "                     at once (default 1024; h2 refuses more with\n"
+          "                     RESOURCE_EXHAUSTED, gRPC core queues them)\n"
           "  --help             this text\n"
           "\n"
           "Exit status: 0 after SIGINT or SIGTERM, 1 on a runtime failure,\n"
@@ -314,9 +330,17 @@ static void on_stream(int opened, const tool_stream_info *info, void *ud) {
     return;
   }
   tool_ops_stream(a->ops, opened, info);
+  /* Accepted streams log a few lines per peer and window (peerlog.h). */
+  int quiet = !info->dialed &&
+              !tool_peerlog_stream(a->peerlog, info->peer, opened,
+                                   info->status == 1 /* CANCELLED */,
+                                   a->tp->now());
   if (opened) {
     if (info->dialed)
       log_debug("stream %llu: dialing %s", (unsigned long long)info->id,
+                info->peer);
+    else if (quiet)
+      log_debug("stream %llu: sink %s connected", (unsigned long long)info->id,
                 info->peer);
     else if (info->nidentities)
       log_info("stream %llu: sink %s connected (identity %s)",
@@ -332,7 +356,8 @@ static void on_stream(int opened, const tool_stream_info *info, void *ud) {
     return;
   }
   a->dial_failing = 0;
-  log_info("stream %llu: %s closed: status %d%s%s",
+  tool_log(quiet ? TOOL_LOG_DEBUG : TOOL_LOG_INFO,
+           "stream %llu: %s closed: status %d%s%s",
            (unsigned long long)info->id, info->peer, info->status,
            info->details[0] ? ": " : "", info->details);
 }
@@ -1343,6 +1368,7 @@ static void on_proto_tick(uv_timer_t *t) {
   source_app *a = t->data;
   if (a->stopping || !a->ep)
     return;
+  tool_peerlog_flush(a->peerlog, a->tp->now());
   proto_counts c = {0};
   void *ud[2] = {a, &c};
   /* (Every stream is pumped after it: only when there is something to
@@ -1493,7 +1519,7 @@ int main(int argc, char **argv) {
     tool_sec_args_free(&args.sec);
     tool_schema_args_free(&args.schema);
     tool_strv_free(&args.managers);
-    return usage_error("unknown transport %s (expected grpc or h2c)",
+    return usage_error("unknown transport %s (expected h2, h2c or grpc)",
                        args.transport);
   }
   /* --api: what this build and transport serve; --connect dials a
@@ -1527,7 +1553,7 @@ int main(int argc, char **argv) {
     }
   }
   char why[600];
-  if (tool_sec_check(&args.sec, app.tp->tls_check != NULL, app.tp->name,
+  if (tool_sec_check(&args.sec, tool_transport_sec(app.tp), app.tp->name,
                      !connect, address, why, sizeof(why)) != 0) {
     tool_strv_free(&args.colls);
     tool_sec_args_free(&args.sec);
@@ -1562,6 +1588,10 @@ int main(int argc, char **argv) {
       goto out;
     }
   }
+
+  /* 1,000 stream lines per peer in 10 s (100/s: 100 sinks connecting
+   * at once still log each), then one summary (NULL: all). */
+  app.peerlog = tool_peerlog_new(1000, 10 * MCP_SECONDS);
 
   mcp_store_options so;
   mcp_store_options_default(&so);
@@ -1675,6 +1705,7 @@ int main(int argc, char **argv) {
       .tls = {args.sec.tls_cert, args.sec.tls_key, args.sec.tls_ca,
               args.sec.tls_server_name},
       .acl = tool_access_acl(app.access),
+      .max_streams_per_connection = (int)args.sec.max_streams_per_connection,
       .on_refused = on_refused,
       .services = app.nservices ? app.services : NULL,
       .nservices = app.nservices,
@@ -1797,6 +1828,7 @@ out:
   mcpcfg_loader_del(app.loader);
   mcp_store_del(app.store);
   tool_ops_del(app.ops);
+  tool_peerlog_del(app.peerlog);
   tool_access_del(app.access);
   tool_strv_free(&args.colls);
   tool_sec_args_free(&args.sec);

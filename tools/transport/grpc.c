@@ -132,6 +132,8 @@ static void fill_opts(mcp_grpc_options *go, const tool_endpoint_options *o,
   TOOL_SHIM_OPTIONS(go, o, MCP_GRPC_DIAL, MCP_GRPC_LISTEN);
   go->on_stream = on_stream;
   go->user_data = ctx;
+  if (o->max_streams_per_connection > 0)
+    go->max_concurrent_streams = o->max_streams_per_connection;
   /* TLS when any file is set (the programs ran tls_check() first); the
    * access list decides on the peer's verified identities. */
   go->tls = tls_opts(&o->tls);
@@ -314,15 +316,7 @@ const tool_transport tool_transport_grpc = {
     .name = "grpc",
     .now = mcp_grpc_now,
     TOOL_SHIM_ENDPOINT_ROWS,
-    .tls_check = tls_check,
-    .acl_new = acl_new,
-    .acl_add = acl_add,
-    .acl_load = acl_load,
-    .acl_reload = acl_reload,
-    .acl_count = acl_count,
-    .acl_del = acl_del,
-    .source_reauthorize = source_reauthorize,
-    .sink_reauthorize = sink_reauthorize,
+    TOOL_SHIM_SECURITY_ROWS,
     .services = 1,
     TOOL_SHIM_CLIENT_ROWS,
 };

@@ -1,5 +1,7 @@
 /*
- * The h2c transport (transport-h2c) behind the tools' transport table.
+ * The nghttp2 transport (transport-h2c) behind the tools' transport table,
+ * as "h2" (TLS with the --tls-* flags, cleartext h2c without) and "h2c"
+ * (the same; its name before it had TLS).
  *
  * The h2c objects run on the program's libuv loop: no thread of their own.
  * Every function of the table, every core callback and on_stream run on
@@ -7,8 +9,12 @@
  * the sink's streams are read directly. Deleting an object starts its
  * shutdown; the program's loop then runs until the sockets are closed.
  */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include <mcp/auth.h>
 #include <mcp/h2c.h>
 
 #include "transport/shim.h"
@@ -31,6 +37,9 @@ static tool_stream_info stream_info(const mcp_h2c_stream_info *info,
   tool_stream_info ti = {
       TOOL_SHIM_STREAM_INFO(info, peer, len),
       .api = info->api,
+      .identities = info->identities,
+      .nidentities = info->nidentities,
+      .tls = info->tls,
   };
   return ti;
 }
@@ -62,7 +71,134 @@ static void on_stream(mcp_h2c_stream_event ev, const mcp_h2c_stream_info *info,
     return;
   char peer[TOOL_PEER_MAX];
   tool_stream_info ti = stream_info(info, peer, sizeof(peer));
+  /* A refused call never was a stream: no OPENED came before it. */
+  if (ev == MCP_H2C_STREAM_REFUSED) {
+    if (ep->cb.on_refused)
+      ep->cb.on_refused(&ti, ep->cb.user_data);
+    return;
+  }
   tool_shim_report(&ep->cb, ev == MCP_H2C_STREAM_OPENED, &ti);
+}
+
+/* ---- access lists: the core's rules, the file read again when its
+ * bytes change (everything runs on the main thread: no lock) ---- */
+
+#define ACL_MAX_FILE (1 << 20)
+
+typedef struct h2c_acl {
+  mcp_acl *rules;
+  char *path;   /* the file of the last load, or NULL */
+  char *seen;   /* its content last read (NULL: missing), reported once */
+  size_t seen_len;
+} h2c_acl;
+
+/* The whole of |path| (at most 1 MiB and one byte: parse says "larger"). */
+static int read_all(const char *path, char **out, size_t *len, char *err,
+                    size_t errlen) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+    return MCP_ERR_IO;
+  }
+  char *buf = malloc(ACL_MAX_FILE + 1);
+  if (!buf) {
+    fclose(f);
+    return MCP_ERR_NOMEM;
+  }
+  *len = fread(buf, 1, ACL_MAX_FILE + 1, f);
+  int bad = ferror(f);
+  fclose(f);
+  if (bad) {
+    snprintf(err, errlen, "cannot read %s", path);
+    free(buf);
+    return MCP_ERR_IO;
+  }
+  *out = buf;
+  return 0;
+}
+
+static int acl_new(void **pacl) {
+  h2c_acl *a = calloc(1, sizeof(*a));
+  if (!a)
+    return MCP_ERR_NOMEM;
+  int rv = mcp_acl_new(&a->rules, NULL);
+  if (rv < 0) {
+    free(a);
+    return rv;
+  }
+  *pacl = a;
+  return 0;
+}
+
+static int acl_add(void *p, int deny, const char *pattern) {
+  return mcp_acl_add(((h2c_acl *)p)->rules, deny ? MCP_ACL_DENY : MCP_ACL_ALLOW,
+                     pattern);
+}
+
+/* Reads |path|, remembers what was read, and parses it: 1 when the rules
+ * were replaced, 0 when the content is the one last read (|changed_only|),
+ * negative with |err| set. */
+static int acl_read(h2c_acl *a, const char *path, int changed_only, char *err,
+                    size_t errlen) {
+  err[0] = '\0';
+  char *text = NULL;
+  size_t len = 0;
+  int rv = read_all(path, &text, &len, err, errlen);
+  if (changed_only && (rv < 0 ? !a->seen
+                              : a->seen && len == a->seen_len &&
+                                    memcmp(text, a->seen, len) == 0)) {
+    free(text);
+    return 0; /* unchanged, or still missing (reported once) */
+  }
+  free(a->seen);
+  a->seen = text; /* this version is reported once, good or bad */
+  a->seen_len = len;
+  if (rv < 0)
+    return rv;
+  rv = mcp_acl_parse(a->rules, text, len, err, errlen);
+  return rv < 0 ? rv : 1;
+}
+
+static int acl_load(void *p, const char *path, char *err, size_t errlen) {
+  h2c_acl *a = p;
+  char *copy = strdup(path);
+  if (!copy)
+    return MCP_ERR_NOMEM;
+  int rv = acl_read(a, path, 0, err, errlen);
+  if (rv < 0) {
+    free(copy);
+    return rv;
+  }
+  free(a->path);
+  a->path = copy;
+  return 0;
+}
+
+static int acl_reload(void *p, char *err, size_t errlen) {
+  h2c_acl *a = p;
+  if (!a->path)
+    return MCP_ERR_NOT_FOUND;
+  return acl_read(a, a->path, 1, err, errlen);
+}
+
+static size_t acl_count(void *p) { return mcp_acl_count(((h2c_acl *)p)->rules); }
+
+static void acl_del(void *p) {
+  h2c_acl *a = p;
+  if (!a)
+    return;
+  mcp_acl_del(a->rules);
+  free(a->path);
+  free(a->seen);
+  free(a);
+}
+
+/* Checks the files as a dialer would (the programs checked which files a
+ * listener needs). */
+static int tls_check(const tool_tls_options *t, char *err, size_t errlen) {
+  mcp_h2c_tls_options h = {t->cert_file, t->key_file, t->ca_file,
+                           t->server_name};
+  return mcp_h2c_tls_check(&h, 0, err, errlen);
 }
 
 static void fill_opts(mcp_h2c_options *ho, const tool_endpoint_options *o,
@@ -71,6 +207,18 @@ static void fill_opts(mcp_h2c_options *ho, const tool_endpoint_options *o,
   TOOL_SHIM_OPTIONS(ho, o, MCP_H2C_DIAL, MCP_H2C_LISTEN);
   ho->on_stream = on_stream;
   ho->user_data = ep;
+  if (o->max_streams_per_connection > 0)
+    ho->max_streams_per_connection = o->max_streams_per_connection;
+  /* TLS when any file is set (the programs ran tls_check() first); the
+   * access list decides on the peer's verified identities. */
+  ho->tls.cert_file = o->tls.cert_file;
+  ho->tls.key_file = o->tls.key_file;
+  ho->tls.ca_file = o->tls.ca_file;
+  ho->tls.server_name = o->tls.server_name;
+  if (o->acl) {
+    ho->authorize = mcp_acl_authorize;
+    ho->authorize_user_data = ((h2c_acl *)o->acl)->rules;
+  }
   if (o->mode == TOOL_LISTEN && o->http) {
     ep->http = o->http;
     ep->http_user_data = o->http_user_data;
@@ -165,6 +313,14 @@ static int sink_call(void *p, tool_state_fn fn, void *ud) {
   return 0;
 }
 
+static int source_reauthorize(void *ep) {
+  return mcp_h2c_source_reauthorize(((h2c_ep *)ep)->src);
+}
+
+static int sink_reauthorize(void *ep) {
+  return mcp_h2c_sink_reauthorize(((h2c_ep *)ep)->sink);
+}
+
 static void sink_del(void *p) {
   h2c_ep *ep = p;
   if (ep) {
@@ -208,11 +364,11 @@ static void client_del(void *p) {
 }
 
 const tool_transport tool_transport_h2c = {
-    .name = "h2c",
+    .name = "h2",
     .now = mcp_h2c_now,
     TOOL_SHIM_ENDPOINT_ROWS,
-    /* Cleartext by definition: no tls_check, acl_* or *_reauthorize (the
-     * programs refuse the TLS and access flags with this transport). */
+    TOOL_SHIM_SECURITY_ROWS,
     .services = 1,
+    .cleartext_listen_loopback = 1,
     TOOL_SHIM_CLIENT_ROWS,
 };

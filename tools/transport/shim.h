@@ -117,6 +117,13 @@ void tool_shim_stats_add(tool_sink_stream_stats *st, mcp_sink_session *sink,
   .sink_finish = sink_finish, .sink_del = sink_del,                           \
   .source_streams = source_streams, .sink_streams = sink_streams,             \
   .sink_call = sink_call
+/* The security rows of a transport with TLS (static functions of these
+ * names in the shim). */
+#define TOOL_SHIM_SECURITY_ROWS                                               \
+  .tls_check = tls_check, .acl_new = acl_new, .acl_add = acl_add,             \
+  .acl_load = acl_load, .acl_reload = acl_reload, .acl_count = acl_count,     \
+  .acl_del = acl_del, .source_reauthorize = source_reauthorize,               \
+  .sink_reauthorize = sink_reauthorize
 #define TOOL_SHIM_CLIENT_ROWS                                                 \
   .client_new = client_new, .client_run = client_run, .client_del = client_del
 

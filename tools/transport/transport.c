@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "transport/shim.h"
 #include "util/log.h"
 
@@ -23,8 +24,10 @@ static const struct {
     {"grpc", NULL},
 #endif
 #ifdef TOOLS_HAVE_H2C
-    {"h2c", &tool_transport_h2c},
+    {"h2", &tool_transport_h2c},
+    {"h2c", &tool_transport_h2c}, /* its name before it had TLS */
 #else
+    {"h2", NULL},
     {"h2c", NULL},
 #endif
 };
@@ -77,6 +80,12 @@ const char *tool_endpoint_strerror(int rv, int err) {
   if (rv == MCP_ERR_IO && err > 0)
     return uv_strerror(uv_translate_sys_error(err));
   return mcp_strerror(rv);
+}
+
+int tool_transport_sec(const tool_transport *tp) {
+  if (!tp->tls_check)
+    return TOOL_SEC_NO_TLS;
+  return tp->cleartext_listen_loopback ? TOOL_SEC_TLS_GUARDED : TOOL_SEC_TLS;
 }
 
 const char *tool_transport_default(void) {

@@ -111,6 +111,10 @@ typedef struct tool_endpoint_options {
   const mcp_service_def *services;
   size_t nservices;
   int no_mcp;
+  /* LISTEN: concurrent calls on one connection (0: the default, 1024).
+   * h2 refuses a call beyond with RESOURCE_EXHAUSTED; gRPC core announces
+   * it as SETTINGS_MAX_CONCURRENT_STREAMS, past which clients queue. */
+  int max_streams_per_connection;
 } tool_endpoint_options;
 
 /* A function run where a client's protocol lives (client_run). */
@@ -204,6 +208,9 @@ typedef struct tool_transport {
 
   /* 1 when source_new() takes tool_endpoint_options.services. */
   int services;
+  /* 1: without TLS, a listener stays on loopback unless the program says
+   * --allow-cleartext (the nghttp2 transport: cleartext is h2c). */
+  int cleartext_listen_loopback;
   /*
    * Clients (NULL in a transport without them): client_new() dials
    * |o->address| (a comma-separated list) and runs |def| (mcp/engine.h)
@@ -227,6 +234,10 @@ typedef struct tool_transport {
  * program (|*pt| untouched).
  */
 int tool_transport_find(const char *name, const tool_transport **pt);
+
+/* What |tp| offers for tool_sec_check(): TOOL_SEC_NO_TLS, TOOL_SEC_TLS or
+ * TOOL_SEC_TLS_GUARDED (cli/args.h). */
+int tool_transport_sec(const tool_transport *tp);
 
 /* The name of the default transport: "grpc" when it is built in, else the
  * first one built in. */

@@ -53,8 +53,13 @@ static void apply(mcp_grpc_stream *s, const mcp_admit_result *r) {
 
 void mcp_grpc_admit(mcp_grpc_stream *s) {
   mcp_grpc_ep *ep = s->ep;
-  char key[160];
-  mcp_admit_peer_key(s->peer, key, sizeof(key));
+  /* Verified identity first, then address (issue 23). */
+  char key[MCP_ADMIT_KEY_MAX];
+  mcp_peer peer;
+  memset(&peer, 0, sizeof(peer));
+  peer.address = s->peer;
+  mcp_identities_peer(&s->ids, &peer);
+  mcp_peer_admit_key(&peer, key, sizeof(key));
   mcp_admit_result r;
   int rv = mcp_admit_stream(ep->admit, key, s->role == MCP_GRPC_ROLE_SOURCE,
                             s, ep->now, &s->ticket, &r);

@@ -125,11 +125,10 @@ struct mcp_grpc_stream {
   grpc_slice recv_details;
   int cancelled; /* server: RECV_CLOSE_ON_SERVER output */
 
-  /* Identity (auth.c): the peer's verified identities, URIs then DNS
-   * names then the CN, in one malloc'd block; NULL when none. */
-  char **ids;
-  size_t nids, nuris, ndns;
-  int has_cn, tls;
+  /* Identity (auth.c): the peer's verified identities (mcp/auth.h's
+   * order and rules), allocated with the object's hook. */
+  mcp_identities ids;
+  int tls;
   int authorized; /* may send: admitted, or (dialed) the server allowed */
   int connected;  /* dialed: the initial metadata went out */
   int md_sent;    /* server: SEND_INITIAL_METADATA started */

@@ -98,8 +98,8 @@ void mcp_grpc_stream_info_fill(const mcp_grpc_stream *s,
   info->sent = s->sent;
   info->status = s->status;
   info->details = s->details ? s->details : "";
-  info->identities = (const char *const *)s->ids;
-  info->nidentities = s->nids;
+  info->identities = (const char *const *)s->ids.v;
+  info->nidentities = s->ids.n;
   info->tls = s->tls;
   info->initial = mcp_admit_ticket_initial(s->ticket);
   info->stream = mcp ? NULL : s->st;

@@ -156,9 +156,12 @@ static int open_service(mcp_grpc_stream *s) {
   memset(&peer, 0, sizeof(peer));
   peer.address = s->peer ? s->peer : "";
   peer.tls = s->tls;
-  peer.common_name = s->has_cn ? s->ids[s->nids - 1] : NULL;
-  peer.identities = (const char *const *)s->ids;
-  peer.nidentities = s->nids;
+  mcp_peer who;
+  memset(&who, 0, sizeof(who));
+  mcp_identities_peer(&s->ids, &who);
+  peer.common_name = who.common_name;
+  peer.identities = who.identities;
+  peer.nidentities = who.nidentities;
   mcp_stream *st = NULL;
   int rv = s->svc->open(s->svc->user_data, &peer, ep->now, &st);
   if (rv < 0) {

@@ -84,8 +84,11 @@ static void apply(mcp_h2c_stream *s, const mcp_admit_result *r) {
 
 void mcp_h2c_admit(mcp_h2c_stream *s) {
   mcp_h2c_ep *ep = s->c->ep;
-  char key[160];
-  mcp_admit_peer_key(s->c->peer, key, sizeof(key));
+  /* Verified identity first, then address (issue 23). */
+  char key[MCP_ADMIT_KEY_MAX];
+  mcp_peer peer;
+  mcp_h2c_conn_peer(s->c, &peer);
+  mcp_peer_admit_key(&peer, key, sizeof(key));
   mcp_admit_result r;
   /* Only MCP source sessions push an initial state that needs a slot;
    * service streams are counted and rate-limited, never held for one. */

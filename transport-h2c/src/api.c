@@ -8,8 +8,10 @@
 /* The bytes of each version (append-only: each a prefix of the next),
  * indexed by version. */
 static const size_t options_sizes[] = {
-    0, offsetof(mcp_h2c_options, mem), sizeof(mcp_h2c_options)};
-static const size_t stats_sizes[] = {0, sizeof(mcp_h2c_stats)};
+    0, offsetof(mcp_h2c_options, mem), offsetof(mcp_h2c_options, tls),
+    sizeof(mcp_h2c_options)};
+static const size_t stats_sizes[] = {0, offsetof(mcp_h2c_stats, tls_handshakes),
+                                     sizeof(mcp_h2c_stats)};
 #define NVERSIONS(a) (sizeof(a) / sizeof((a)[0]))
 
 /* The bytes of |version| (0 below 1; the newest known above it). */
@@ -28,7 +30,7 @@ static void options_default(mcp_h2c_options *opts) {
   opts->idle_timeout_ms = 300000;
   opts->stream_window_size = 1 << 20;
   opts->connection_window_size = 16 << 20;
-  opts->max_concurrent_streams = 100;
+  opts->max_concurrent_streams = 0; /* twice max_streams_per_connection */
   opts->write_buffer_size = 64 << 10;
   opts->backoff.initial = MCP_SECONDS;
   opts->backoff.multiplier = 1.6;
@@ -36,6 +38,12 @@ static void options_default(mcp_h2c_options *opts) {
   opts->backoff.max = 120 * MCP_SECONDS;
   opts->shutdown_grace = 5 * MCP_SECONDS;
   opts->max_queued_updates = 65536;
+  opts->handshake_timeout_ms = 10000;
+  opts->max_handshakes = 1024;
+  opts->max_handshakes_per_peer = 32;
+  opts->max_streams_per_connection = 1024;
+  opts->stream_reset_rate = 33;
+  opts->stream_reset_burst = 1000;
 }
 
 void mcp_h2c_options_default_versioned(int version, mcp_h2c_options *opts) {

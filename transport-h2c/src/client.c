@@ -223,6 +223,22 @@ static void on_connect(uv_connect_t *req, int status) {
     uv_tcp_nodelay(&c->h.tcp, 1);
   mcp_h2c_conn_name_peer(c);
   mcp_h2c_ep *ep = c->ep;
+  /* TLS: the frames below wait in the write buffer until the handshake
+   * is done and the server authorized (conn.c); the ClientHello goes
+   * first. */
+  if (ep->tls) {
+    char why[256];
+    if (mcp_h2c_tls_conn_start(c) < 0) {
+      mcp_h2c_conn_close(c, MCP_CODE_RESOURCE_EXHAUSTED,
+                         mcp_strerror(MCP_ERR_NOMEM));
+      return;
+    }
+    if (mcp_h2c_tls_handshake(c, why, sizeof(why)) < 0) {
+      ep->tls_handshake_failures++;
+      mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE, why);
+      return;
+    }
+  }
   /* mcp_h2c_client: the calls are sent once the server's SETTINGS came
    * (its stream limit known, as gRPC's READY): the kick does it. */
   if (mcp_h2c_session_new(c, 0) < 0 ||

@@ -15,6 +15,7 @@ static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 static void on_timer(uv_timer_t *t);
 static void on_closed(uv_handle_t *h);
+static void tls_recv(mcp_h2c_conn *c, const uint8_t *p, size_t n);
 
 mcp_h2c_conn *mcp_h2c_conn_new(mcp_h2c_ep *ep, int dialed) {
   mcp_h2c_conn *c = mcp_h2c_calloc(&ep->mem, 1, sizeof(*c));
@@ -98,6 +99,8 @@ void mcp_h2c_conn_close(mcp_h2c_conn *c, int status, const char *details) {
     c->h2 = NULL;
   }
   mcp_h2c_http1_free(c);
+  mcp_h2c_conn_handshake_over(c);
+  mcp_h2c_tls_conn_free(c);
   ep->read_buffered -= c->probe.cap;
   mcp_h2c_buf_free(&c->probe);
   if (c->prev)
@@ -136,12 +139,25 @@ int mcp_h2c_conn_write(mcp_h2c_conn *c, const void *p, size_t n) {
 static void on_write(uv_write_t *req, int status);
 
 static void start_write(mcp_h2c_conn *c) {
-  if (c->writing || c->wfill.len == 0 || c->closing)
+  if (c->writing || c->closing)
     return;
-  mcp_h2c_buf t = c->wflight;
-  c->wflight = c->wfill;
-  c->wfill = t;
-  c->wfill.len = 0;
+  if (c->ssl) {
+    /* The frames are encrypted into the flight buffer (after the
+     * handshake; until then only the handshake's own records go). */
+    if (mcp_h2c_tls_output(c, &c->wfill, &c->wflight) < 0) {
+      mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE, "TLS write failed");
+      return;
+    }
+    if (c->wflight.len == 0)
+      return;
+  } else {
+    if (c->wfill.len == 0)
+      return;
+    mcp_h2c_buf t = c->wflight;
+    c->wflight = c->wfill;
+    c->wfill = t;
+    c->wfill.len = 0;
+  }
   uv_buf_t b = uv_buf_init((char *)c->wflight.p, (unsigned)c->wflight.len);
   int rv = uv_write(&c->wreq, c->sock, &b, 1, on_write);
   if (rv < 0) {
@@ -172,6 +188,8 @@ static void on_write(uv_write_t *req, int status) {
   if (c->read_paused && c->wfill.len < write_limit(c)) {
     c->read_paused = 0;
     mcp_h2c_conn_start(c);
+    if (c->ssl && c->tls_done)
+      tls_recv(c, NULL, 0); /* what was decrypted but not read */
   }
   mcp_h2c_conn_kick(c);
 }
@@ -241,6 +259,97 @@ static void probe(mcp_h2c_conn *c, const uint8_t *p, size_t n) {
   mcp_h2c_free(b.mem, b.p);
 }
 
+/* Plaintext from the peer, to the protocol the connection speaks. */
+static void deliver(mcp_h2c_conn *c, const uint8_t *p, size_t n) {
+  switch (c->proto) {
+  case MCP_H2C_PROTO_PROBE:
+    probe(c, p, n);
+    break;
+  case MCP_H2C_PROTO_HTTP1:
+    if (!c->draining && mcp_h2c_http1_feed(c, p, n) < 0)
+      c->draining = 1;
+    break;
+  case MCP_H2C_PROTO_H2:
+    feed_h2(c, p, n);
+    break;
+  case MCP_H2C_PROTO_DIALING:
+    break;
+  }
+}
+
+void mcp_h2c_conn_handshake_over(mcp_h2c_conn *c) {
+  if (c->hs_counted) {
+    c->hs_counted = 0;
+    c->ep->handshaking--;
+  }
+}
+
+/* The handshake is done: a dialed connection authorizes the server
+ * before anything of its own is encrypted. */
+static int handshake_done(mcp_h2c_conn *c) {
+  mcp_h2c_ep *ep = c->ep;
+  mcp_h2c_conn_handshake_over(c);
+  ep->tls_handshakes++;
+  if (!c->dialed)
+    return 0;
+  const char *details = NULL;
+  int code = mcp_h2c_conn_authorize(c, &details);
+  if (code == 0)
+    return 0;
+  mcp_h2c_conn_close(c, code, details);
+  return -1;
+}
+
+/* Ciphertext in: the handshake, then the plaintext to the protocol. */
+static void tls_recv(mcp_h2c_conn *c, const uint8_t *p, size_t n) {
+  if (mcp_h2c_tls_input(c, p, n) < 0) {
+    mcp_h2c_conn_close(c, MCP_CODE_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  if (!c->tls_done) {
+    char why[256];
+    int rv = mcp_h2c_tls_handshake(c, why, sizeof(why));
+    if (rv == 0)
+      return;
+    if (rv < 0) {
+      c->ep->tls_handshake_failures++;
+      if (c->dialed) {
+        mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE, why);
+        return;
+      }
+      /* The client hears why (the alert is written), then the
+       * connection closes (draining: nothing more is read). */
+      mcp_h2c_conn_handshake_over(c);
+      uv_read_stop(c->sock);
+      c->reading = 0;
+      c->eof = 1;
+      c->draining = 1;
+      return;
+    }
+    if (handshake_done(c) < 0)
+      return;
+    c->tls_done = 1;
+  }
+  /* Records are at most 16 KiB: one buffer per thread, as for reads. */
+  static _Thread_local uint8_t plain[16 << 10];
+  char why[256];
+  while (!c->closing && !c->read_paused) {
+    ssize_t k = mcp_h2c_tls_read(c, plain, sizeof(plain), why, sizeof(why));
+    if (k == 0)
+      break;
+    if (k < 0) {
+      if (k == MCP_ERR_CLOSED && c->proto == MCP_H2C_PROTO_HTTP1) {
+        c->draining = 1; /* answer what was asked, then close */
+        break;
+      }
+      mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE, why);
+      return;
+    }
+    c->tls_data = 1;
+    deliver(c, plain, (size_t)k);
+  }
+}
+
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   mcp_h2c_conn *c = st->data;
   if (c->closing || nread == 0)
@@ -265,20 +374,10 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   c->ping_outstanding = 0; /* the peer is alive */
   const uint8_t *p = (const uint8_t *)buf->base;
   size_t n = (size_t)nread;
-  switch (c->proto) {
-  case MCP_H2C_PROTO_PROBE:
-    probe(c, p, n);
-    break;
-  case MCP_H2C_PROTO_HTTP1:
-    if (!c->draining && mcp_h2c_http1_feed(c, p, n) < 0)
-      c->draining = 1;
-    break;
-  case MCP_H2C_PROTO_H2:
-    feed_h2(c, p, n);
-    break;
-  case MCP_H2C_PROTO_DIALING:
-    break;
-  }
+  if (c->ssl)
+    tls_recv(c, p, n);
+  else
+    deliver(c, p, n);
   mcp_h2c_conn_kick(c);
 }
 
@@ -398,6 +497,8 @@ static mcp_tstamp next_deadline(const mcp_h2c_conn *c) {
   }
   if (idle_on(c) && c->idle_since + ms(o->idle_timeout_ms) < t)
     t = c->idle_since + ms(o->idle_timeout_ms);
+  if (c->ssl && !c->tls_done && c->hs_started + ms(o->handshake_timeout_ms) < t)
+    t = c->hs_started + ms(o->handshake_timeout_ms);
   if (ep->stopping && ep->grace_at < t)
     t = ep->grace_at;
   return t;
@@ -425,6 +526,13 @@ static void on_timer(uv_timer_t *t) {
   mcp_tstamp now = mcp_h2c_now();
   if (ep->stopping && now >= ep->grace_at) {
     mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE, "shutdown grace expired");
+    return;
+  }
+  if (c->ssl && !c->tls_done &&
+      now >= c->hs_started + ms(o->handshake_timeout_ms)) {
+    ep->tls_handshake_timeouts++;
+    mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE,
+                       "no TLS connection: handshake timed out");
     return;
   }
   for (mcp_h2c_stream *s = c->streams; s; s = s->next) {

@@ -57,16 +57,20 @@ void mcp_h2c_info_fill(const mcp_h2c_stream *s, mcp_h2c_stream_info *info) {
   info->stream = s->mcp ? NULL : s->eng;
   info->api = s->api ? s->api : (s->svc || s->in_slot ? "" : NULL);
   info->method = s->hd.path ? s->hd.path : "";
+  info->tls = s->c->ssl != NULL;
+  info->identities = (const char *const *)s->c->ids.v;
+  info->nidentities = s->c->ids.n;
 }
 
 void mcp_h2c_notify_stream(mcp_h2c_stream *s, mcp_h2c_stream_event ev) {
   mcp_h2c_ep *ep = s->c->ep;
   if (!ep->opts.on_stream || ep->stopping)
     return;
-  /* CLOSED only pairs with an OPENED. */
+  /* CLOSED only pairs with an OPENED; REFUSED pairs with nothing. */
   if (ev == MCP_H2C_STREAM_CLOSED && !s->announced)
     return;
-  s->announced = ev == MCP_H2C_STREAM_OPENED;
+  if (ev != MCP_H2C_STREAM_REFUSED)
+    s->announced = ev == MCP_H2C_STREAM_OPENED;
   mcp_h2c_stream_info info;
   mcp_h2c_info_fill(s, &info);
   ep->opts.on_stream(ev, &info, ep->opts.user_data);
@@ -101,6 +105,17 @@ static void stats(const mcp_h2c_ep *ep, mcp_h2c_stats *st) {
   st->msg_buffered = ep->msg_buffered;
   st->read_buffered = ep->read_buffered;
   mcp_h2c_admit_stats(ep, st);
+  st->tls_handshakes = ep->tls_handshakes;
+  st->tls_handshake_failures = ep->tls_handshake_failures;
+  st->tls_handshake_timeouts = ep->tls_handshake_timeouts;
+  st->refused_handshakes = ep->refused_handshakes;
+  st->handshaking = ep->handshaking;
+  st->refused_unauthenticated = ep->refused_unauthenticated;
+  st->refused_denied = ep->refused_denied;
+  st->revoked = ep->revoked;
+  st->refused_connection_streams = ep->refused_connection_streams;
+  st->rapid_resets = ep->rapid_resets;
+  mcp_h2c_tls_stats(ep, st);
 }
 
 /* ------------------------------------------------------------------ */
@@ -242,6 +257,33 @@ static void free_services(mcp_h2c_ep *ep) {
   ep->nservices = 0;
 }
 
+static void free_tls(mcp_h2c_ep *ep) {
+  mcp_h2c_tls_free(ep);
+  for (int i = 0; i < 4; i++) {
+    mcp_h2c_free(&ep->mem, ep->tls_paths[i]);
+    ep->tls_paths[i] = NULL;
+  }
+}
+
+/* TLS: the paths copied, the files read (before any handle exists). */
+static int start_tls(mcp_h2c_ep *ep, const mcp_h2c_options *opts) {
+  mcp_h2c_tls_options *t = &ep->opts.tls;
+  if (!mcp_h2c_tls_wanted(&opts->tls)) {
+    memset(t, 0, sizeof(*t)); /* a server_name alone means nothing */
+    return 0;
+  }
+  const char *in[4] = {opts->tls.cert_file, opts->tls.key_file,
+                       opts->tls.ca_file, opts->tls.server_name};
+  for (int i = 0; i < 4; i++)
+    if (in[i] && !(ep->tls_paths[i] = mcp_h2c_strdup(&ep->mem, in[i])))
+      return MCP_ERR_NOMEM;
+  t->cert_file = ep->tls_paths[0];
+  t->key_file = ep->tls_paths[1];
+  t->ca_file = ep->tls_paths[2];
+  t->server_name = ep->tls_paths[3];
+  return mcp_h2c_tls_new(ep, opts->mode == MCP_H2C_LISTEN);
+}
+
 static void ep_free(mcp_h2c_ep *ep) {
   void (*on_closed)(void *) = ep->opts.on_closed;
   void *ud = ep->opts.user_data;
@@ -253,6 +295,7 @@ static void ep_free(mcp_h2c_ep *ep) {
   free_services(ep);
   mcp_h2c_addr_free(&ep->addr);
   mcp_h2c_admit_free(ep);
+  free_tls(ep);
   mcp_mem mem = ep->mem;
   mcp_h2c_free(&mem, ep); /* the ep is the first member of the public object */
   if (on_closed)
@@ -341,12 +384,26 @@ static int ep_start(mcp_h2c_ep *ep, uv_loop_t *loop,
     o->stream_window_size = 1 << 20;
   if (o->connection_window_size < o->stream_window_size)
     o->connection_window_size = o->stream_window_size;
+  if (o->stream_reset_rate == 0)
+    o->stream_reset_rate = 33;
+  if (o->stream_reset_burst == 0)
+    o->stream_reset_burst = 1000;
+  if (o->max_streams_per_connection <= 0)
+    o->max_streams_per_connection = 1024;
   if (o->max_concurrent_streams <= 0)
-    o->max_concurrent_streams = 100;
+    o->max_concurrent_streams = o->max_streams_per_connection > INT32_MAX / 2
+                                    ? INT32_MAX
+                                    : 2 * o->max_streams_per_connection;
   if (o->write_buffer_size <= 0)
     o->write_buffer_size = 64 << 10;
   if (o->write_buffer_size < 16 << 10)
     o->write_buffer_size = 16 << 10;
+  if (o->handshake_timeout_ms <= 0)
+    o->handshake_timeout_ms = 10000;
+  if (o->max_handshakes <= 0)
+    o->max_handshakes = 1024;
+  if (o->max_handshakes_per_peer <= 0)
+    o->max_handshakes_per_peer = 32;
 
   /* DIAL: a comma-separated list, dialed in turn (client.c); every
    * element must parse now. LISTEN: one address. */
@@ -375,6 +432,14 @@ static int ep_start(mcp_h2c_ep *ep, uv_loop_t *loop,
   }
   ep->opts.address = ep->address;
   ep->opts.authority = ep->authority;
+  rv = start_tls(ep, opts);
+  if (rv < 0) {
+    free_tls(ep);
+    mcp_h2c_addr_free(&ep->addr);
+    mcp_h2c_free(&ep->mem, ep->address);
+    mcp_h2c_free(&ep->mem, ep->authority);
+    return rv;
+  }
   if (!o->rand) {
     ep->rand_state = uv_hrtime() ^ (uint64_t)(uintptr_t)ep;
     o->rand = mcp_rand_splitmix64;
@@ -415,6 +480,7 @@ fail_cond:
 fail_mutex:
   uv_mutex_destroy(&ep->mu);
 fail_strings:
+  free_tls(ep);
   mcp_h2c_addr_free(&ep->addr);
   mcp_h2c_free(&ep->mem, ep->address);
   mcp_h2c_free(&ep->mem, ep->authority);
@@ -575,6 +641,55 @@ int mcp_h2c_source_call(mcp_h2c_source *src, mcp_h2c_store_fn fn,
 }
 
 /* *_streams() and *_stats(), loop thread only. */
+/* Asks the authorization hook again about every open call's peer (LISTEN)
+ * or every connection's server (DIAL); ends what it now refuses. */
+static int reauthorize(mcp_h2c_ep *ep) {
+  if (!mcp_h2c_on_loop_thread(ep) || ep->stopping)
+    return MCP_ERR_INVALID_ARGUMENT;
+  if (!ep->opts.authorize)
+    return 0;
+  mcp_h2c_conn *next;
+  for (mcp_h2c_conn *c = ep->conns; c; c = next) {
+    next = c->next;
+    if (c->closing || (c->ssl && !c->tls_done))
+      continue;
+    if (c->dialed) {
+      if (!c->ssl && c->proto == MCP_H2C_PROTO_DIALING)
+        continue; /* not connected: authorized once it is */
+      const char *details = NULL;
+      int code = mcp_h2c_conn_authorize(c, &details);
+      if (code != 0) {
+        ep->revoked += c->nstreams;
+        mcp_h2c_conn_close(c, code, details);
+      }
+      continue;
+    }
+    for (mcp_h2c_stream *s = c->streams; s; s = s->next) {
+      if (s->kind != MCP_H2C_SK_GRPC || s->finishing)
+        continue;
+      const char *details = NULL;
+      int code = mcp_h2c_conn_authorize(c, &details);
+      if (code != 0) {
+        ep->revoked++;
+        mcp_h2c_stream_finish(s, code, details);
+      }
+    }
+  }
+  return 0;
+}
+
+int mcp_h2c_source_reauthorize(mcp_h2c_source *src) {
+  return reauthorize(&src->ep);
+}
+
+int mcp_h2c_sink_reauthorize(mcp_h2c_sink *sink) {
+  return reauthorize(&sink->ep);
+}
+
+int mcp_h2c_client_reauthorize(mcp_h2c_client *c) {
+  return reauthorize(&c->ep);
+}
+
 static int streams(mcp_h2c_ep *ep, mcp_h2c_stream_fn fn, void *user_data) {
   if (!mcp_h2c_on_loop_thread(ep))
     return MCP_ERR_INVALID_ARGUMENT;

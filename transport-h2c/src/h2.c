@@ -116,6 +116,8 @@ void mcp_h2c_stream_free(mcp_h2c_stream *s) {
     s->next->prev = s->prev;
   if (--c->nstreams == 0)
     c->idle_since = now;
+  if (s->counted)
+    c->ncalls--;
   if (c->h2 && s->id > 0)
     nghttp2_session_set_stream_user_data(c->h2, s->id, NULL);
   drop_out(s);
@@ -171,16 +173,42 @@ void mcp_h2c_stream_attach(mcp_h2c_stream *s, mcp_stream *st,
   s->dirty = 1;
 }
 
+void mcp_h2c_conn_peer(const mcp_h2c_conn *c, mcp_peer *peer) {
+  memset(peer, 0, sizeof(*peer));
+  peer->address = c->peer;
+  peer->dialed = c->dialed;
+  peer->tls = c->ssl != NULL;
+  mcp_identities_peer(&c->ids, peer);
+}
+
+int mcp_h2c_conn_authorize(mcp_h2c_conn *c, const char **details) {
+  mcp_h2c_ep *ep = c->ep;
+  mcp_peer peer;
+  mcp_h2c_conn_peer(c, &peer);
+  int code = mcp_authorize(ep->opts.authorize, ep->opts.authorize_user_data,
+                           &peer, details);
+  if (code == MCP_CODE_UNAUTHENTICATED)
+    ep->refused_unauthenticated++;
+  else if (code != 0)
+    ep->refused_denied++;
+  return code;
+}
+
 int mcp_h2c_stream_open_session(mcp_h2c_stream *s) {
   mcp_h2c_conn *c = s->c;
   mcp_h2c_ep *ep = c->ep;
   mcp_tstamp now = mcp_h2c_now();
   int rv;
   if (s->svc) {
-    /* h2c is cleartext: the peer is its address only. */
+    mcp_peer who;
+    mcp_h2c_conn_peer(c, &who);
     mcp_peer_info peer;
     memset(&peer, 0, sizeof(peer));
     peer.address = c->peer;
+    peer.tls = who.tls;
+    peer.common_name = who.common_name;
+    peer.identities = who.identities;
+    peer.nidentities = who.nidentities;
     mcp_stream *st = NULL;
     rv = s->svc->open(s->svc->user_data, &peer, now, &st);
     if (rv < 0) {
@@ -312,6 +340,18 @@ void mcp_h2c_stream_finish(mcp_h2c_stream *s, int status, const char *details) {
 /* Requests (server)                                                   */
 /* ------------------------------------------------------------------ */
 
+/* LISTEN: asks the authorization hook about the call's peer; a refusal
+ * answers the call at once and is reported (REFUSED). 1 when refused. */
+static int refuse_unauthorized(mcp_h2c_stream *s) {
+  const char *details = NULL;
+  int code = mcp_h2c_conn_authorize(s->c, &details);
+  if (code == 0)
+    return 0;
+  reject(s, 200, code, details);
+  mcp_h2c_notify_stream(s, MCP_H2C_STREAM_REFUSED);
+  return 1;
+}
+
 void mcp_h2c_stream_request(mcp_h2c_stream *s) {
   mcp_h2c_conn *c = s->c;
   mcp_h2c_ep *ep = c->ep;
@@ -383,6 +423,21 @@ void mcp_h2c_stream_request(mcp_h2c_stream *s) {
     reject(s, 200, MCP_CODE_UNAVAILABLE, "server shutting down");
     return;
   }
+  if (ep->opts.authorize && refuse_unauthorized(s))
+    return;
+  /* Refused, not queued: a client past the announced limit would leave
+   * its call unstarted; past ours it hears why (the announced one is
+   * higher). */
+  if (c->ncalls >= (size_t)ep->opts.max_streams_per_connection) {
+    ep->refused_connection_streams++;
+    snprintf(msg, sizeof(msg),
+             "too many concurrent streams on this connection (limit %d)",
+             ep->opts.max_streams_per_connection);
+    reject(s, 200, MCP_CODE_RESOURCE_EXHAUSTED, msg);
+    return;
+  }
+  s->counted = 1;
+  c->ncalls++;
   s->service = (mcp_service)served;
   s->svc = svc;
   if (ep->admit)
@@ -855,6 +910,15 @@ static void client_headers(mcp_h2c_stream *s, nghttp2_headers_category cat,
   }
 }
 
+/* GOAWAY ENHANCE_YOUR_CALM with |why| (a literal); the connection drains. */
+static void calm_down(mcp_h2c_conn *c, const char *why, size_t len) {
+  nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE,
+                        nghttp2_session_get_last_proc_stream_id(c->h2),
+                        NGHTTP2_ENHANCE_YOUR_CALM, (const uint8_t *)why, len);
+  c->goaway = 1;
+  c->draining = 1;
+}
+
 static void police_ping(mcp_h2c_conn *c) {
   int min = c->ep->opts.min_recv_ping_interval_ms;
   if (c->dialed || min <= 0)
@@ -864,20 +928,44 @@ static void police_ping(mcp_h2c_conn *c) {
       now - c->last_ping_recv < (mcp_tstamp)min * MCP_MILLISECONDS &&
       ++c->ping_strikes > 2 && !c->goaway) {
     static const char why[] = "too_many_pings";
-    nghttp2_submit_goaway(c->h2, NGHTTP2_FLAG_NONE,
-                          nghttp2_session_get_last_proc_stream_id(c->h2),
-                          NGHTTP2_ENHANCE_YOUR_CALM, (const uint8_t *)why,
-                          sizeof(why) - 1);
-    c->goaway = 1;
-    c->draining = 1;
+    calm_down(c, why, sizeof(why) - 1);
   }
   c->last_ping_recv = now;
+}
+
+/* Rapid reset (CVE-2023-44487): a token bucket of streams the client may
+ * reset; past it, GOAWAY ENHANCE_YOUR_CALM and the connection drains, as
+ * nghttp2's own servers answer (nghttp2 1.57's defaults: 1000, 33/s). */
+static void police_reset(mcp_h2c_conn *c) {
+  const mcp_h2c_options *o = &c->ep->opts;
+  if (c->dialed || c->goaway)
+    return;
+  mcp_tstamp now = mcp_h2c_now();
+  if (c->resets == 0)
+    c->reset_tokens = (double)o->stream_reset_burst;
+  else
+    c->reset_tokens += (double)(now - c->reset_at) *
+                       (double)o->stream_reset_rate / 1e9;
+  if (c->reset_tokens > (double)o->stream_reset_burst)
+    c->reset_tokens = (double)o->stream_reset_burst;
+  c->reset_at = now;
+  c->resets++;
+  if (c->reset_tokens >= 1.0) {
+    c->reset_tokens -= 1.0;
+    return;
+  }
+  static const char why[] = "too many streams reset";
+  calm_down(c, why, sizeof(why) - 1);
+  c->ep->rapid_resets++;
 }
 
 static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *frame,
                          void *user_data) {
   mcp_h2c_conn *c = user_data;
   switch (frame->hd.type) {
+  case NGHTTP2_RST_STREAM:
+    police_reset(c);
+    return 0;
   case NGHTTP2_PING:
     if (frame->hd.flags & NGHTTP2_FLAG_ACK)
       c->ping_outstanding = 0;

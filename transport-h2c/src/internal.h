@@ -7,6 +7,7 @@
 
 #include <http_parser.h>
 #include <nghttp2/nghttp2.h>
+#include <openssl/ssl.h>
 #include <uv.h>
 
 #include "mcp/h2c.h"
@@ -19,6 +20,7 @@
 typedef struct mcp_h2c_ep mcp_h2c_ep;
 typedef struct mcp_h2c_conn mcp_h2c_conn;
 typedef struct mcp_h2c_stream mcp_h2c_stream;
+typedef struct mcp_h2c_tls mcp_h2c_tls;
 
 typedef enum mcp_h2c_role {
   MCP_H2C_ROLE_SOURCE,
@@ -101,6 +103,7 @@ struct mcp_h2c_stream {
    * waits (not consumed: the stream's window bounds it). */
   mcp_admit_ticket *ticket;
   int waiting;
+  int counted; /* counts in c->ncalls */
   mcp_h2c_buf held;
 };
 
@@ -148,6 +151,8 @@ struct mcp_h2c_conn {
   size_t nstreams;      /* every stream object */
   size_t nmcp;          /* of them, streams with a session or a driver
                            (for keepalive) */
+  size_t ncalls;        /* server: gRPC calls counted against
+                           max_streams_per_connection */
 
   mcp_h2c_buf probe;    /* server: first bytes */
   mcp_h2c_http1 *h1;
@@ -166,6 +171,20 @@ struct mcp_h2c_conn {
   int eof;
   mcp_tstamp last_recv, ping_sent_at, idle_since, last_ping_recv;
   int ping_outstanding, ping_strikes;
+  /* server: streams the client reset, and its token bucket (h2.c) */
+  uint64_t resets;
+  double reset_tokens;
+  mcp_tstamp reset_at;
+
+  /* TLS (tls.c): the connection's SSL object (NULL: cleartext), whether
+   * its handshake is done, since when it runs, whether it counts in
+   * ep->handshaking, and the peer's verified identities. */
+  SSL *ssl;
+  int tls_done;
+  int tls_data; /* plaintext came through */
+  mcp_tstamp hs_started;
+  int hs_counted;
+  mcp_identities ids;
 
   /* client */
   mcp_tstamp connected_at; /* 0 until connected */
@@ -269,6 +288,15 @@ struct mcp_h2c_ep {
   uv_timer_t cexp;
   int in_fill;
 
+  /* TLS (tls.c; NULL: cleartext): the context and its files (copies of
+   * opts.tls's paths), handshakes in progress, counters. */
+  mcp_h2c_tls *tls;
+  char *tls_paths[4];
+  size_t handshaking;
+  uint64_t tls_handshakes, tls_handshake_failures, tls_handshake_timeouts,
+      refused_handshakes, refused_unauthenticated, refused_denied, revoked,
+      refused_connection_streams, rapid_resets;
+
   /* counters */
   uint64_t bytes_read, bytes_written, msgs_in, msgs_out;
   size_t write_buffered, msg_buffered, read_buffered;
@@ -304,6 +332,8 @@ int mcp_h2c_conn_write(mcp_h2c_conn *c, const void *p, size_t n);
 void mcp_h2c_conn_arm(mcp_h2c_conn *c);
 void mcp_h2c_conn_unref(mcp_h2c_conn *c); /* a handle or request is done */
 void mcp_h2c_conn_name_peer(mcp_h2c_conn *c);
+/* TLS: |c| no longer counts as a handshake in progress. */
+void mcp_h2c_conn_handshake_over(mcp_h2c_conn *c);
 
 /* h2.c */
 int mcp_h2c_session_new(mcp_h2c_conn *c, int server);
@@ -326,6 +356,11 @@ void mcp_h2c_stream_request(mcp_h2c_stream *s);
 /* server: an admitted request starts: session, response, OPENED, and the
  * DATA held while it waited. */
 void mcp_h2c_stream_start(mcp_h2c_stream *s);
+/* The connection's peer as authorization sees it (valid while |c| is). */
+void mcp_h2c_conn_peer(const mcp_h2c_conn *c, mcp_peer *peer);
+/* Asks options.authorize about |c|'s peer: 0, or the status to refuse
+ * with (|*details| set), counted in the stats. */
+int mcp_h2c_conn_authorize(mcp_h2c_conn *c, const char **details);
 /* server: a trailers-only gRPC answer (HTTP 200) with |status|. */
 void mcp_h2c_stream_reject(mcp_h2c_stream *s, int status, const char *details);
 /* Feeds DATA payload to a running stream (delivers whole messages). */
@@ -384,6 +419,30 @@ void mcp_h2c_admit_check_initial(mcp_h2c_stream *s, mcp_tstamp now);
 int mcp_h2c_admit_hold(mcp_h2c_stream *s, const uint8_t *p, size_t n);
 /* The stream leaves admission (ends or is freed). */
 void mcp_h2c_admit_leave(mcp_h2c_stream *s);
+
+/* tls.c */
+int mcp_h2c_tls_wanted(const mcp_h2c_tls_options *o);
+/* Makes ep->tls from ep->opts.tls (|listen|: a server's context).
+ * INVALID_ARGUMENT, IO, NOMEM. */
+int mcp_h2c_tls_new(mcp_h2c_ep *ep, int listen);
+void mcp_h2c_tls_free(mcp_h2c_ep *ep);
+void mcp_h2c_tls_stats(const mcp_h2c_ep *ep, mcp_h2c_stats *st);
+/* A connection's SSL object (the context reloaded first if its files
+ * changed). NOMEM. */
+int mcp_h2c_tls_conn_start(mcp_h2c_conn *c);
+void mcp_h2c_tls_conn_free(mcp_h2c_conn *c);
+/* Ciphertext from the socket. NOMEM. */
+int mcp_h2c_tls_input(mcp_h2c_conn *c, const uint8_t *p, size_t n);
+/* Advances the handshake: 1 done (identities read), 0 more to come, or
+ * PROTOCOL with |why| ("no TLS connection: ..."). */
+int mcp_h2c_tls_handshake(mcp_h2c_conn *c, char *why, size_t len);
+/* Plaintext received: >0 bytes, 0 none now, CLOSED (close_notify),
+ * PROTOCOL. */
+ssize_t mcp_h2c_tls_read(mcp_h2c_conn *c, uint8_t *buf, size_t cap,
+                         char *why, size_t len);
+/* Encrypts |plain| (emptied; once the handshake is done) and appends
+ * what the SSL object has to send to |out|. NOMEM, PROTOCOL. */
+int mcp_h2c_tls_output(mcp_h2c_conn *c, mcp_h2c_buf *plain, mcp_h2c_buf *out);
 
 /* server.c */
 int mcp_h2c_server_start(mcp_h2c_ep *ep);

@@ -19,6 +19,31 @@ static void accept_one(mcp_h2c_ep *ep);
 
 static void on_accept_retry(uv_timer_t *t) { accept_one(t->data); }
 
+/* TLS: 1 when |c| may start a handshake now (the limits on handshakes in
+ * progress, in all and from its address), and then it counts. */
+static int handshake_admit(mcp_h2c_ep *ep, mcp_h2c_conn *c) {
+  const mcp_h2c_options *o = &ep->opts;
+  if (ep->handshaking >= (size_t)o->max_handshakes)
+    return 0;
+  char key[160], other[160]; /* the address without the port */
+  mcp_admit_peer_key(c->peer, key, sizeof(key));
+  size_t same = 0, seen = 0;
+  /* New connections are at the head: the handshaking ones are near it. */
+  for (const mcp_h2c_conn *d = ep->conns; d && seen < ep->handshaking;
+       d = d->next) {
+    if (!d->hs_counted)
+      continue;
+    seen++;
+    mcp_admit_peer_key(d->peer, other, sizeof(other));
+    if (strcmp(key, other) == 0 &&
+        ++same >= (size_t)o->max_handshakes_per_peer)
+      return 0;
+  }
+  c->hs_counted = 1;
+  ep->handshaking++;
+  return 1;
+}
+
 static void on_connection(uv_stream_t *lis, int status) {
   mcp_h2c_ep *ep = lis->data;
   if (status < 0 || ep->stopping)
@@ -47,6 +72,18 @@ static void accept_one(mcp_h2c_ep *ep) {
   if (!ep->addr.is_unix)
     uv_tcp_nodelay(&c->h.tcp, 1);
   mcp_h2c_conn_name_peer(c);
+  if (ep->tls) {
+    if (!handshake_admit(ep, c)) {
+      ep->refused_handshakes++;
+      mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE,
+                         "too many TLS handshakes in progress");
+      return;
+    }
+    if (mcp_h2c_tls_conn_start(c) < 0) {
+      mcp_h2c_conn_close(c, MCP_CODE_RESOURCE_EXHAUSTED, "out of memory");
+      return;
+    }
+  }
   mcp_h2c_conn_start(c);
   mcp_h2c_conn_arm(c);
 }

@@ -100,6 +100,7 @@
 
 #include <grpc/grpc.h>
 
+#include <mcp/auth.h>
 #include <mcp/engine.h>
 #include <mcp/mcp.h>
 
@@ -189,45 +190,26 @@ MCP_EXTERN int mcp_grpc_tls_check(const mcp_grpc_tls_options *tls,
                                   char *err, size_t errlen);
 
 /*
- * The peer of a stream, as authorization sees it. Identities come from the
- * peer's certificate, only once it was verified: the client's
- * certificate when a listening object has a CA (mutual TLS), the server's
- * certificate when dialing over TLS. URI SANs first (SPIFFE IDs such as
- * "spiffe://cluster.local/ns/istio-system/sa/istiod"), then DNS SANs,
- * then the subject's common name. IP and e-mail SANs are not identities.
- * Pointers are valid during the call only.
+ * The peer of a stream, as authorization sees it: mcp_peer (mcp/auth.h),
+ * whose identity rules every transport shares. Identities come from the
+ * peer's certificate, only once it was verified: the client's certificate
+ * when a listening object has a CA (mutual TLS), the server's certificate
+ * when dialing over TLS. |address| is gRPC's peer string.
  */
-typedef struct mcp_grpc_peer {
-  const char *address; /* gRPC's peer string, e.g. "ipv4:127.0.0.1:40000" */
-  int dialed;          /* 1: the peer is the server this object dialed */
-  int tls;             /* the connection is TLS */
-  int authenticated;   /* a certificate was verified: nidentities > 0 */
-  const char *const *identities; /* all of them, in the order above */
-  size_t nidentities;
-  const char *const *uris; /* the URI SANs: identities[0..nuris) */
-  size_t nuris;
-  const char *const *dns_names; /* the DNS SANs, after the URIs */
-  size_t ndns_names;
-  const char *common_name; /* the subject's CN (also the last identity),
-                              NULL when none */
-} mcp_grpc_peer;
+typedef mcp_peer mcp_grpc_peer;
 
 /*
- * Decides whether |peer| may hold a stream: 0 allows; a gRPC status code
- * refuses, and the stream ends with it before any message is read or
- * sent: GRPC_STATUS_UNAUTHENTICATED (16) when the peer has no verified
- * identity, GRPC_STATUS_PERMISSION_DENIED (7) when its identity is
- * refused (any other code is sent as given; a value outside 1..16 as
- * PERMISSION_DENIED). LISTEN: called for each new call, before admission
- * and before a session exists; a refused call is reported as
+ * Decides whether |peer| may hold a stream (mcp_authorize_fn: 0 allows; a
+ * gRPC status code refuses, and the stream ends with it before any
+ * message is read or sent). LISTEN: called for each new call, before
+ * admission and before a session exists; a refused call is reported as
  * MCP_GRPC_STREAM_REFUSED. DIAL: called once the connection is up, with
  * the server's identities, before the session's first message is sent; a
  * refused server's stream closes with the status. Runs on the transport
  * thread; must not call into the object (it may use an mcp_grpc_acl or
  * any thread-safe state of its own).
  */
-typedef int (*mcp_grpc_authorize_fn)(const mcp_grpc_peer *peer,
-                                     void *user_data);
+typedef mcp_authorize_fn mcp_grpc_authorize_fn;
 
 /* What the transport knows of one stream. Strings are valid during the
  * callback only. */
@@ -389,7 +371,10 @@ typedef struct mcp_grpc_options {
    * leaves gRPC's own behaviour (no argument set).
    *   max_concurrent_streams: streams open at once on one connection
    *     (GRPC_ARG_MAX_CONCURRENT_STREAMS; gRPC's own: unlimited). Default
-   *     100: a sink needs one stream per service.
+   *     1024 (issue 23: a Conduit proxy holds one Get per destination on
+   *     one connection). gRPC clients queue calls past it, unstarted:
+   *     gRPC core gives no way to refuse them (the h2c transport does,
+   *     with RESOURCE_EXHAUSTED).
    *   max_metadata_size: bytes of a request's headers
    *     (GRPC_ARG_MAX_METADATA_SIZE); beyond, the call is refused.
    *     Default 8 KiB (gRPC's own).
@@ -450,7 +435,7 @@ typedef struct mcp_grpc_options {
 #define MCP_GRPC_DEFAULT_STREAM_BURST 2000
 #define MCP_GRPC_DEFAULT_MAX_INITIAL_PUSHES 64
 #define MCP_GRPC_DEFAULT_INITIAL_PUSH_TIMEOUT (10 * MCP_SECONDS)
-#define MCP_GRPC_DEFAULT_MAX_CONCURRENT_STREAMS 100
+#define MCP_GRPC_DEFAULT_MAX_CONCURRENT_STREAMS 1024
 #define MCP_GRPC_DEFAULT_MAX_METADATA_SIZE (8 << 10)
 #define MCP_GRPC_DEFAULT_MEMORY_LIMIT ((int64_t)256 << 20)
 #define MCP_GRPC_DEFAULT_MAX_PING_STRIKES 2
@@ -802,30 +787,16 @@ MCP_EXTERN int mcp_grpc_client_reauthorize(mcp_grpc_client *c);
  * objects and threads at once, whose rules can be replaced while it is in
  * use (e.g. reloaded from a file).
  *
- * A rule is an action (allow or deny) and a pattern: an exact identity
- * ("spiffe://cluster.local/ns/istio-system/sa/istiod",
- * "istiod.istio-system.svc"), or a prefix ending in '*' (a namespace's
- * SPIFFE IDs: "spiffe://cluster.local/ns/istio-system/" then '*'; "*"
- * alone is any identity). Matching is byte for byte (case-sensitive).
- * A peer is:
- *   1. refused with UNAUTHENTICATED when it has no verified identity;
- *   2. refused with PERMISSION_DENIED when any of its identities matches
- *      a deny rule (deny wins);
- *   3. allowed when any of its identities matches an allow rule;
- *   4. otherwise allowed if the list has no allow rule at all (it is a
- *      deny list) but at least one deny rule, and refused with
- *      PERMISSION_DENIED if not (an allow list, or an empty list: fail
- *      closed).
+ * The rules, their matching and the decision are mcp_acl's (mcp/auth.h),
+ * shared by every transport; this object adds a lock (so that any thread
+ * may check while another replaces the rules) and a file it can reload.
  *
  * Rules come from two places, evaluated together: those added with
  * mcp_grpc_acl_add() (e.g. from command-line flags), kept for the list's
  * life, and those of the last mcp_grpc_acl_parse() / _load_file() /
  * _reload(), which replace the previous ones as a whole.
  *
- * File format: one rule per line, "allow PATTERN" or "deny PATTERN"; a
- * bare PATTERN is an allow rule. '#' starts a comment (at the start of a
- * line or after a blank); blank lines are ignored; at most 1 MiB.
- * docs/security.md has an example.
+ * File format: mcp_acl's text format; docs/security.md has an example.
  */
 typedef struct mcp_grpc_acl mcp_grpc_acl;
 

@@ -33,8 +33,15 @@
  * "Upgrade: h2c"; other HTTP/1.1 requests (and HTTP/2 requests that are
  * not gRPC) get a plain HTTP answer: 200 "ok" on GET /healthz, 404 for
  * anything else, or what the application's http_handler says. Dialing is
- * HTTP/2 with prior knowledge. Cleartext only: use it on loopback, in a
- * sidecar, or where the mesh provides mTLS.
+ * HTTP/2 with prior knowledge.
+ *
+ * TLS (options.tls, "TLS" below): the same listener and dialer over TLS
+ * 1.2 or 1.3 (OpenSSL), ALPN "h2", mutual TLS with a CA, certificates
+ * reloaded when their files change, the peer's SPIFFE and DNS identities,
+ * and an authorization hook (mcp/auth.h: the same rules and access lists
+ * as the gRPC transport). Without options.tls the connection is cleartext
+ * (h2c): use that on loopback, in a sidecar, or where the mesh provides
+ * mTLS. The library keeps its name (mcp_h2c, libmcp-h2c) for both.
  *
  * Threading: every object lives on the uv_loop_t given at creation and is
  * single-threaded on that loop. "The loop thread" is the thread that runs
@@ -68,7 +75,8 @@
  * thread of its own: its functions may be called from any thread, and
  * *_streams() / *_stats() block until that thread has answered. Only
  * h2c has *_notify() (the store is the caller's, on the loop thread); only
- * gRPC has *_reauthorize() (h2c is cleartext: no identities).
+ * gRPC has its own thread-safe access list (mcp_grpc_acl; here the core's
+ * mcp_acl, changed on the loop thread).
  *
  * Memory: mcp_h2c_options.mem (NULL: the C library) is copied at
  * creation, and every allocation this library makes for its own objects
@@ -118,6 +126,7 @@
 
 #include <uv.h>
 
+#include <mcp/auth.h>
 #include <mcp/engine.h>
 #include <mcp/mcp.h>
 
@@ -197,6 +206,12 @@ typedef struct mcp_h2c_stream_info {
   const char *api;
   /* The gRPC method (":path") of the call; "" when unknown. */
   const char *method;
+  /* TLS: whether the connection is TLS, and the peer's verified
+   * identities (mcp_peer's order; none without a verified certificate;
+   * a dialed stream knows them once the handshake is done). */
+  int tls;
+  const char *const *identities;
+  size_t nidentities;
 } mcp_h2c_stream_info;
 
 typedef enum mcp_h2c_stream_event {
@@ -204,7 +219,12 @@ typedef enum mcp_h2c_stream_event {
    * started; a dialed stream that cannot connect then closes with
    * UNAVAILABLE. */
   MCP_H2C_STREAM_OPENED,
-  MCP_H2C_STREAM_CLOSED /* it ended; its session is already freed */
+  MCP_H2C_STREAM_CLOSED, /* it ended; its session is already freed */
+  /* LISTEN, options of version 3 or later only: a call refused before it
+   * became a stream (authorization: UNAUTHENTICATED or PERMISSION_DENIED),
+   * with status, details and the peer's identities. No OPENED or CLOSED
+   * comes for it. */
+  MCP_H2C_STREAM_REFUSED
 } mcp_h2c_stream_event;
 
 typedef void (*mcp_h2c_stream_cb)(mcp_h2c_stream_event ev,
@@ -237,6 +257,52 @@ MCP_EXTERN int mcp_h2c_http_append(mcp_h2c_http_response *resp,
  */
 typedef int (*mcp_h2c_http_fn)(const char *method, const char *path,
                                mcp_h2c_http_response *resp, void *user_data);
+
+/*
+ * TLS from PEM files (the paths are copied). TLS is on when any of the
+ * three files is set. The files are read by *_new() (errors: IO when one
+ * cannot be read, INVALID_ARGUMENT when it holds no certificate or key, or
+ * the key does not match) and read again when one of them changes (size,
+ * modification time or inode; checked at most once a second, LISTEN on
+ * each new connection, DIAL before each connection attempt); a set that
+ * fails to load keeps the previous one in use (stats: tls_reload_failures).
+ *
+ * LISTEN: |cert_file| and |key_file| are required. With |ca_file|, every
+ *   client must present a certificate that |ca_file| verifies (mutual
+ *   TLS): its identities are then known. Without, the server is
+ *   authenticated only and clients have no identity. ALPN: h2, else
+ *   http/1.1 (plain HTTP answers, e.g. /healthz); a client offering
+ *   neither fails the handshake. No session resumption: every connection
+ *   verifies its certificate.
+ * DIAL: the server's certificate is verified against |ca_file| (NULL: the
+ *   system's roots) and must name the host dialed (an IP address: an IP
+ *   SAN) or |server_name|; the server must select ALPN h2. |cert_file| and
+ *   |key_file|, given together or not at all, are presented (mutual TLS).
+ *   A connection that fails its handshake ends its streams with
+ *   UNAVAILABLE and details starting "no TLS connection".
+ *
+ * TLS 1.2 is the least accepted (with ECDHE and AEAD ciphers only, as
+ * HTTP/2 requires); TLS 1.3 is chosen whenever both sides have it.
+ * OpenSSL's own allocations are process-global and do not go through
+ * options.mem.
+ */
+typedef struct mcp_h2c_tls_options {
+  const char *cert_file; /* PEM certificate chain, leaf first */
+  const char *key_file;  /* PEM private key of |cert_file| */
+  const char *ca_file;   /* PEM CA certificates that verify the peer */
+  const char *server_name; /* DIAL: the name the server's certificate must
+                              carry instead of the host dialed */
+} mcp_h2c_tls_options;
+
+/*
+ * Checks that the files of |tls| can be read and make a TLS context, as
+ * *_new() will (|listen| 1: a listener's rules, 0: a dialer's), and writes
+ * what is wrong into |err| (NUL terminated, at most |errlen| bytes; may be
+ * NULL), e.g. "cannot read /etc/mcp/key.pem: No such file or directory".
+ * 0 when no file is set. Errors: IO, INVALID_ARGUMENT, NOMEM.
+ */
+MCP_EXTERN int mcp_h2c_tls_check(const mcp_h2c_tls_options *tls, int listen,
+                                 char *err, size_t errlen);
 
 typedef struct mcp_h2c_options {
   mcp_h2c_mode mode;
@@ -277,7 +343,11 @@ typedef struct mcp_h2c_options {
    * 1 MiB) and of each connection (default 16 MiB). */
   int stream_window_size;
   int connection_window_size;
-  /* LISTEN: SETTINGS_MAX_CONCURRENT_STREAMS, default 100. */
+  /* LISTEN: SETTINGS_MAX_CONCURRENT_STREAMS. Default (0): twice
+   * |max_streams_per_connection| (V3), so that a client past that limit
+   * sends its call and hears RESOURCE_EXHAUSTED rather than queueing it
+   * unstarted, as gRPC clients do at the announced limit. (Before V3 the
+   * default was 100 and also the only limit.) */
   int max_concurrent_streams;
   /* Bytes of encoded frames a connection buffers before it stops taking
    * more from nghttp2 (and so from the core) until the socket drains.
@@ -354,15 +424,69 @@ typedef struct mcp_h2c_options {
   /* The allocator of this library's own objects (see "Memory" above;
    * NULL: the C library). The struct is copied at creation. */
   const mcp_mem *mem;
+
+  /* --- MCP_H2C_OPTIONS_V3 --- */
+
+  /* TLS (see mcp_h2c_tls_options); all NULL: cleartext. */
+  mcp_h2c_tls_options tls;
+  /*
+   * Authorization of the peer (mcp/auth.h; NULL: everyone; for an access
+   * list: mcp_acl_authorize with the mcp_acl as user data, which must
+   * outlive the object and change only on the loop thread). LISTEN:
+   * called for each new gRPC call with the connection's peer, before
+   * admission and before a session exists; a refused call is answered
+   * with the status at once (trailers only) and reported as
+   * MCP_H2C_STREAM_REFUSED. DIAL: called once the handshake is done, with
+   * the server's identities, before anything is sent on the connection;
+   * a refused server's connection closes and its streams end with the
+   * status. Runs on the loop thread; must not call into the object.
+   * Cleartext connections have no identity: an access list refuses them
+   * (UNAUTHENTICATED).
+   */
+  mcp_authorize_fn authorize;
+  void *authorize_user_data;
+  /*
+   * TLS handshakes (LISTEN): a connection whose handshake is not done
+   * |handshake_timeout_ms| after it was accepted is closed (default
+   * 10000); at most |max_handshakes| (default 1024) are in progress at
+   * once, |max_handshakes_per_peer| (default 32) from one address: a
+   * connection beyond is closed at once (stats: refused_handshakes).
+   * DIAL: the same timeout ends an attempt. 0: the default; the largest
+   * int: no limit.
+   */
+  int handshake_timeout_ms;
+  int max_handshakes;
+  int max_handshakes_per_peer;
+  /*
+   * LISTEN: gRPC calls served at once on one connection (default 1024: a
+   * Conduit proxy multiplexes one Destination Get per destination over
+   * one connection, and grpc-go and Envoy set no limit; 1024 idle calls
+   * hold about 1 MiB). A call beyond ends at once with RESOURCE_EXHAUSTED
+   * "too many concurrent streams on this connection" (stats:
+   * refused_connection_streams).
+   */
+  int max_streams_per_connection;
+  /*
+   * LISTEN, rapid reset (CVE-2023-44487): streams a client may reset on
+   * one connection, a token bucket of |stream_reset_burst| (default 1000)
+   * refilled at |stream_reset_rate| per second (default 33; nghttp2
+   * 1.57's own). Past it the connection gets GOAWAY ENHANCE_YOUR_CALM
+   * "too many streams reset" and closes once its streams are gone
+   * (stats: rapid_resets). 0: the default; UINT32_MAX: no limit.
+   */
+  uint32_t stream_reset_rate;
+  uint32_t stream_reset_burst;
 } mcp_h2c_options;
 
 /*
  * Versions of mcp_h2c_options (docs/api.md, "Versioned structs"): V1 is
- * the struct up to |no_mcp| (0.2.0); V2 appends |mem|.
+ * the struct up to |no_mcp| (0.2.0); V2 appends |mem|; V3 (issue 23) TLS,
+ * authorization and the handshake limits.
  */
 #define MCP_H2C_OPTIONS_V1 1
 #define MCP_H2C_OPTIONS_V2 2
-#define MCP_H2C_OPTIONS_VERSION MCP_H2C_OPTIONS_V2
+#define MCP_H2C_OPTIONS_V3 3
+#define MCP_H2C_OPTIONS_VERSION MCP_H2C_OPTIONS_V3
 
 /* Fills |opts| with the defaults: LISTEN, address NULL (must be set).
  * Writes only the fields of |version| (nothing for a version below 1; the
@@ -406,12 +530,30 @@ typedef struct mcp_h2c_stats {
   uint64_t initial_timeouts; /* slots freed by initial_push_timeout */
   uint64_t refused_max_streams, refused_peer_streams, refused_rate,
       refused_wait_timeout;
+
+  /* --- MCP_H2C_STATS_V2 --- */
+  /* TLS: handshakes completed, failed (a bad certificate, no common
+   * protocol, a peer that is not TLS), timed out, and connections closed
+   * at accept because too many handshakes were in progress (in all or
+   * from that address); handshakes in progress now; certificate sets
+   * reloaded and reloads that failed (the previous set stayed). */
+  uint64_t tls_handshakes, tls_handshake_failures, tls_handshake_timeouts,
+      refused_handshakes;
+  size_t handshaking;
+  uint64_t tls_reloads, tls_reload_failures;
+  /* Authorization (LISTEN: calls refused; DIAL: servers refused), and
+   * streams ended by *_reauthorize(). */
+  uint64_t refused_unauthenticated, refused_denied, revoked;
+  /* Calls refused past max_streams_per_connection; connections told
+   * ENHANCE_YOUR_CALM for resetting too many streams. */
+  uint64_t refused_connection_streams, rapid_resets;
 } mcp_h2c_stats;
 
 /* Versions of mcp_h2c_stats (filled by the library: only the caller's
- * version's fields are written). */
+ * version's fields are written). V2 (issue 23): TLS, authorization, stream limits. */
 #define MCP_H2C_STATS_V1 1
-#define MCP_H2C_STATS_VERSION MCP_H2C_STATS_V1
+#define MCP_H2C_STATS_V2 2
+#define MCP_H2C_STATS_VERSION MCP_H2C_STATS_V2
 
 /* ------------------------------------------------------------------ */
 /* Source                                                              */
@@ -452,6 +594,17 @@ MCP_EXTERN void mcp_h2c_source_del(mcp_h2c_source *src);
 
 /* LISTEN on TCP: the bound port. Otherwise 0. */
 MCP_EXTERN int mcp_h2c_source_port(const mcp_h2c_source *src);
+
+/*
+ * Loop thread: asks options.authorize again (after the policy changed,
+ * e.g. an access list reloaded) about the peer of every open call
+ * (LISTEN: each refused call ends with the status, e.g.
+ * PERMISSION_DENIED, counted in stats.revoked) or the server of every
+ * connection (DIAL: a refused server's connection closes, its streams
+ * end with the status). Returns 0 (also without authorize). Errors:
+ * INVALID_ARGUMENT (not on the loop thread, or after *_del()).
+ */
+MCP_EXTERN int mcp_h2c_source_reauthorize(mcp_h2c_source *src);
 
 /* The store changed (on the loop thread): every stream pushes what it may,
  * on the next loop iteration. (h2c only: with the gRPC transport the
@@ -538,6 +691,9 @@ MCP_EXTERN int mcp_h2c_sink_finish(mcp_h2c_sink *sink);
  * sink session). As mcp_h2c_source_streams(). */
 MCP_EXTERN int mcp_h2c_sink_streams(mcp_h2c_sink *sink, mcp_h2c_stream_fn fn,
                                     void *user_data);
+
+/* As mcp_h2c_source_reauthorize(). */
+MCP_EXTERN int mcp_h2c_sink_reauthorize(mcp_h2c_sink *sink);
 
 /* As mcp_h2c_source_stats(). */
 MCP_EXTERN int mcp_h2c_sink_stats_versioned(mcp_h2c_sink *sink, int version,
@@ -657,6 +813,9 @@ MCP_EXTERN void mcp_h2c_client_notify(mcp_h2c_client *c);
  * info.method say which). As mcp_h2c_source_streams(). */
 MCP_EXTERN int mcp_h2c_client_streams(mcp_h2c_client *c,
                                       mcp_h2c_stream_fn fn, void *user_data);
+
+/* As mcp_h2c_source_reauthorize() (the server of the connection). */
+MCP_EXTERN int mcp_h2c_client_reauthorize(mcp_h2c_client *c);
 
 /* As mcp_h2c_source_stats() (streams: calls open; connections: 0 or 1). */
 MCP_EXTERN int mcp_h2c_client_stats_versioned(mcp_h2c_client *c, int version,

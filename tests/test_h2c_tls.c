@@ -1,0 +1,651 @@
+/*
+ * TLS on the nghttp2 transport, over real sockets on 127.0.0.1 with
+ * certificates made at run time by tests/gen_certs.sh: mutual TLS both
+ * ways (the sink dials, the source dials), identities read from SANs and
+ * the CN, the handshakes that must fail (no client certificate, an
+ * unknown CA, the wrong server name), authorization by access list on
+ * both sides, clear errors for bad files, a handshake that never finishes
+ * (timed out) and too many handshakes from one address (refused at
+ * accept), and a rotated server certificate picked up without a restart.
+ */
+#include <arpa/inet.h>
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "h2c_harness.h"
+#include "helper.h"
+#include "mcp/h2c.h"
+
+#include "test_certs.h"
+
+#define ISTIOD "spiffe://cluster.local/ns/istio-system/sa/istiod"
+#define SINK_A "spiffe://cluster.local/ns/default/sa/sink-a"
+
+#define cp test_cert
+
+/* Certificate |leaf| (NULL: none) and CA |ca| (NULL: none). */
+static void set_tls(mcp_h2c_options *o, const char *leaf, const char *ca) {
+  char name[64];
+  memset(&o->tls, 0, sizeof(o->tls));
+  if (leaf) {
+    snprintf(name, sizeof(name), "%s.pem", leaf);
+    o->tls.cert_file = cp(name);
+    snprintf(name, sizeof(name), "%s.key", leaf);
+    o->tls.key_file = cp(name);
+  }
+  if (ca) {
+    snprintf(name, sizeof(name), "%s.pem", ca);
+    o->tls.ca_file = cp(name);
+  }
+}
+
+static const char *const colls[] = {"c1"};
+
+typedef struct env {
+  uv_loop_t loop;
+  mcp_store *store;
+  mcp_sink_state *state;
+  mcp_h2c_source *src;
+  mcp_h2c_sink *sink;
+  uint64_t seed;
+  /* the listener's and the dialer's events */
+  int opened[2], closed[2], refused[2];
+  int last_status[2];
+  char last_details[2][256];
+  char ids[2][512]; /* the identities of the last OPENED, ' '-joined */
+  int tls[2];
+} env;
+
+/* Which side an event came from: 0 the listener, 1 the dialer. */
+typedef struct side {
+  env *e;
+  int i;
+} side;
+static side sides[2];
+
+static void on_stream(mcp_h2c_stream_event ev, const mcp_h2c_stream_info *in,
+                      void *ud) {
+  side *sd = ud;
+  env *e = sd->e;
+  int k = sd->i;
+  if (ev == MCP_H2C_STREAM_OPENED) {
+    e->opened[k]++;
+  } else if (ev == MCP_H2C_STREAM_REFUSED) {
+    e->refused[k]++;
+    e->last_status[k] = in->status;
+  } else {
+    e->closed[k]++;
+    e->last_status[k] = in->status;
+    snprintf(e->last_details[k], sizeof(e->last_details[k]), "%s",
+             in->details);
+  }
+  if (ev != MCP_H2C_STREAM_CLOSED) {
+    e->ids[k][0] = '\0';
+    for (size_t j = 0; j < in->nidentities; j++) {
+      size_t l = strlen(e->ids[k]);
+      snprintf(e->ids[k] + l, sizeof(e->ids[k]) - l, "%s%s", j ? " " : "",
+               in->identities[j]);
+    }
+    e->tls[k] = in->tls;
+  }
+}
+
+static void env_init(env *e) {
+  memset(e, 0, sizeof(*e));
+  e->seed = 11;
+  ck_assert_int_eq(uv_loop_init(&e->loop), 0);
+  e->store = th_store(NULL);
+  th_put(e->store, "c1", "a", "1", "A", mcp_h2c_now());
+  mcp_sink_options so;
+  mcp_sink_options_default(&so);
+  so.node_id = "sink-1";
+  so.collections = colls;
+  so.ncollections = 1;
+  ck_assert_int_eq(mcp_sink_state_new(&e->state, &so), 0);
+  for (int i = 0; i < 2; i++)
+    sides[i] = (side){e, i};
+}
+
+static void env_fini(env *e) {
+  mcp_h2c_source_del(e->src);
+  mcp_h2c_sink_del(e->sink);
+  h2t_loop_finish(&e->loop);
+  mcp_sink_state_del(e->state);
+  mcp_store_del(e->store);
+}
+
+static mcp_h2c_options options(env *e, mcp_h2c_mode mode, const char *addr,
+                               int k) {
+  mcp_h2c_options o;
+  mcp_h2c_options_default(&o);
+  o.mode = mode;
+  o.address = addr;
+  o.backoff.initial = 50 * MCP_MILLISECONDS;
+  o.backoff.max = 200 * MCP_MILLISECONDS;
+  o.rand = th_rand;
+  o.rand_user_data = &e->seed;
+  o.shutdown_grace = MCP_SECONDS;
+  o.on_stream = on_stream;
+  o.user_data = &sides[k];
+  return o;
+}
+
+static int start_source(env *e, mcp_h2c_mode mode, const char *addr,
+                        const char *leaf, const char *ca, mcp_acl *acl) {
+  mcp_h2c_options o = options(e, mode, addr, mode == MCP_H2C_DIAL);
+  set_tls(&o, leaf, ca);
+  o.authorize = acl ? mcp_acl_authorize : NULL;
+  o.authorize_user_data = acl;
+  if (mode == MCP_H2C_DIAL)
+    o.tls.server_name = "localhost";
+  mcp_source_options so;
+  mcp_source_options_default(&so);
+  so.store = e->store;
+  return mcp_h2c_source_new(&e->src, &e->loop, &o, &so);
+}
+
+static int start_sink(env *e, mcp_h2c_mode mode, const char *addr,
+                      const char *leaf, const char *ca, mcp_acl *acl,
+                      const char *server_name) {
+  mcp_h2c_options o = options(e, mode, addr, mode == MCP_H2C_DIAL);
+  set_tls(&o, leaf, ca);
+  o.tls.server_name = server_name;
+  o.authorize = acl ? mcp_acl_authorize : NULL;
+  o.authorize_user_data = acl;
+  return mcp_h2c_sink_new(&e->sink, &e->loop, &o, e->state);
+}
+
+static char abuf[64];
+static const char *loopback(int port) {
+  snprintf(abuf, sizeof(abuf), "127.0.0.1:%d", port);
+  return abuf;
+}
+
+static int synced(void *ud) {
+  return mcp_sink_state_synced(((env *)ud)->state);
+}
+static int dial_closed(void *ud) { return ((env *)ud)->closed[1] >= 1; }
+static int listen_refused(void *ud) { return ((env *)ud)->refused[0] >= 1; }
+
+static mcp_acl *acl_of(const char *text) {
+  mcp_acl *acl = NULL;
+  ck_assert_int_eq(mcp_acl_new(&acl, NULL), 0);
+  char err[128];
+  ck_assert_int_eq(mcp_acl_parse(acl, text, strlen(text), err, sizeof(err)),
+                   0);
+  return acl;
+}
+
+START_TEST(test_mtls_sink_dials_source) {
+  env e;
+  env_init(&e);
+  mcp_acl *acl = acl_of("allow " SINK_A "\n");
+  ck_assert_int_eq(start_source(&e, MCP_H2C_LISTEN, "127.0.0.1:0", "server",
+                                "ca", acl),
+                   0);
+  int port = mcp_h2c_source_port(e.src);
+  /* The sink checks the source's SPIFFE identity in turn. */
+  mcp_acl *sacl = acl_of("allow " ISTIOD "\n");
+  ck_assert_int_eq(start_sink(&e, MCP_H2C_DIAL, loopback(port), "client",
+                              "ca", sacl, NULL),
+                   0);
+  ck_assert(h2t_run_until(&e.loop, synced, &e, 10000));
+  ck_assert_uint_eq(mcp_sink_state_count(e.state, "c1"), 1);
+  ck_assert_int_eq(e.tls[0], 1);
+  /* The client's URI SAN, then its CN. */
+  ck_assert_str_eq(e.ids[0], SINK_A " sink-a");
+  mcp_h2c_stats st;
+  ck_assert_int_eq(mcp_h2c_source_stats(e.src, &st), 0);
+  ck_assert_uint_eq(st.tls_handshakes, 1);
+  ck_assert_uint_eq(st.handshaking, 0);
+  ck_assert_int_eq(mcp_h2c_sink_stats(e.sink, &st), 0);
+  ck_assert_uint_eq(st.tls_handshakes, 1);
+  env_fini(&e);
+  mcp_acl_del(acl);
+  mcp_acl_del(sacl);
+}
+END_TEST
+
+/* The source dials a listening sink (ResourceSink) over mutual TLS: the
+ * dialer reads the server's identities (URI, DNS, CN). */
+START_TEST(test_mtls_source_dials_sink) {
+  env e;
+  env_init(&e);
+  ck_assert_int_eq(start_sink(&e, MCP_H2C_LISTEN, "127.0.0.1:0", "server",
+                              "ca", NULL, NULL),
+                   0);
+  int port = mcp_h2c_sink_port(e.sink);
+  ck_assert_int_eq(
+      start_source(&e, MCP_H2C_DIAL, loopback(port), "client", "ca", NULL), 0);
+  ck_assert(h2t_run_until(&e.loop, synced, &e, 10000));
+  ck_assert_str_eq(e.ids[0], SINK_A " sink-a");
+  env_fini(&e);
+}
+END_TEST
+
+/* Server-only TLS: the client has no identity, an access list refuses it
+ * with UNAUTHENTICATED (reported as REFUSED, counted). */
+START_TEST(test_no_client_identity_is_unauthenticated) {
+  env e;
+  env_init(&e);
+  mcp_acl *acl = acl_of("allow *\n");
+  ck_assert_int_eq(
+      start_source(&e, MCP_H2C_LISTEN, "127.0.0.1:0", "server", NULL, acl), 0);
+  int port = mcp_h2c_source_port(e.src);
+  ck_assert_int_eq(start_sink(&e, MCP_H2C_DIAL, loopback(port), NULL, "ca",
+                              NULL, NULL),
+                   0);
+  ck_assert(h2t_run_until(&e.loop, listen_refused, &e, 10000));
+  ck_assert_int_eq(e.last_status[0], MCP_CODE_UNAUTHENTICATED);
+  ck_assert_int_eq(e.tls[0], 1);
+  ck_assert(h2t_run_until(&e.loop, dial_closed, &e, 10000));
+  ck_assert_int_eq(e.last_status[1], MCP_CODE_UNAUTHENTICATED);
+  ck_assert_int_eq(mcp_sink_state_synced(e.state), 0);
+  mcp_h2c_stats st;
+  ck_assert_int_eq(mcp_h2c_source_stats(e.src, &st), 0);
+  ck_assert_uint_ge(st.refused_unauthenticated, 1);
+  ck_assert_uint_eq(st.streams, 0);
+  env_fini(&e);
+  mcp_acl_del(acl);
+}
+END_TEST
+
+START_TEST(test_denied_identity_gets_nothing) {
+  env e;
+  env_init(&e);
+  mcp_acl *acl = acl_of("deny spiffe://cluster.local/ns/evil/*\n");
+  ck_assert_int_eq(
+      start_source(&e, MCP_H2C_LISTEN, "127.0.0.1:0", "server", "ca", acl), 0);
+  int port = mcp_h2c_source_port(e.src);
+  ck_assert_int_eq(start_sink(&e, MCP_H2C_DIAL, loopback(port), "denied", "ca",
+                              NULL, NULL),
+                   0);
+  ck_assert(h2t_run_until(&e.loop, dial_closed, &e, 10000));
+  ck_assert_int_eq(e.last_status[1], MCP_CODE_PERMISSION_DENIED);
+  ck_assert_str_eq(e.last_details[1],
+                   "permission denied: peer identity not allowed");
+  ck_assert_uint_eq(mcp_sink_state_count(e.state, "c1"), 0);
+  env_fini(&e);
+  mcp_acl_del(acl);
+}
+END_TEST
+
+/* The dialer refuses a server whose identity its list does not allow:
+ * nothing of its own is sent. */
+START_TEST(test_dialing_side_refuses_server_identity) {
+  env e;
+  env_init(&e);
+  ck_assert_int_eq(
+      start_source(&e, MCP_H2C_LISTEN, "127.0.0.1:0", "server", "ca", NULL),
+      0);
+  int port = mcp_h2c_source_port(e.src);
+  mcp_acl *acl = acl_of("allow spiffe://cluster.local/ns/other/*\n");
+  ck_assert_int_eq(start_sink(&e, MCP_H2C_DIAL, loopback(port), "client", "ca",
+                              acl, NULL),
+                   0);
+  ck_assert(h2t_run_until(&e.loop, dial_closed, &e, 10000));
+  ck_assert_int_eq(e.last_status[1], MCP_CODE_PERMISSION_DENIED);
+  ck_assert_str_eq(e.last_details[1],
+                   "permission denied: server identity not allowed");
+  ck_assert_int_eq(e.opened[0], 0); /* no call reached the source */
+  env_fini(&e);
+  mcp_acl_del(acl);
+}
+END_TEST
+
+/* Handshakes that must fail, each with "no TLS connection" on the dialer:
+ * no client certificate where one is required, a client certificate from
+ * another CA, a server certificate from another CA, the wrong name. */
+static void expect_no_tls(const char *srv_leaf, const char *srv_ca,
+                          const char *cli_leaf, const char *cli_ca,
+                          const char *server_name) {
+  env e;
+  env_init(&e);
+  ck_assert_int_eq(start_source(&e, MCP_H2C_LISTEN, "127.0.0.1:0", srv_leaf,
+                                srv_ca, NULL),
+                   0);
+  int port = mcp_h2c_source_port(e.src);
+  ck_assert_int_eq(start_sink(&e, MCP_H2C_DIAL, loopback(port), cli_leaf,
+                              cli_ca, NULL, server_name),
+                   0);
+  ck_assert(h2t_run_until(&e.loop, dial_closed, &e, 10000));
+  ck_assert_int_eq(e.last_status[1], MCP_CODE_UNAVAILABLE);
+  ck_assert_msg(strncmp(e.last_details[1], "no TLS connection", 17) == 0,
+                "details: %s", e.last_details[1]);
+  ck_assert_int_eq(e.opened[0], 0);
+  mcp_h2c_stats st;
+  ck_assert_int_eq(mcp_h2c_source_stats(e.src, &st), 0);
+  ck_assert_uint_eq(st.tls_handshakes, 0);
+  env_fini(&e);
+}
+
+START_TEST(test_handshakes_that_must_fail) {
+  expect_no_tls("server", "ca", NULL, "ca", NULL);
+  expect_no_tls("server", "ca", "stranger", "ca", NULL);
+  expect_no_tls("server", "ca", "client", "other-ca", NULL);
+  expect_no_tls("wrongname", NULL, NULL, "ca", NULL);
+}
+END_TEST
+
+START_TEST(test_server_name_override) {
+  env e;
+  env_init(&e);
+  ck_assert_int_eq(
+      start_source(&e, MCP_H2C_LISTEN, "127.0.0.1:0", "wrongname", NULL, NULL),
+      0);
+  int port = mcp_h2c_source_port(e.src);
+  ck_assert_int_eq(start_sink(&e, MCP_H2C_DIAL, loopback(port), NULL, "ca",
+                              NULL, "other.example"),
+                   0);
+  ck_assert(h2t_run_until(&e.loop, synced, &e, 10000));
+  env_fini(&e);
+}
+END_TEST
+
+/* The list changes while a sink is synced: *_reauthorize() ends its call
+ * with PERMISSION_DENIED; the sink's next attempt is refused. */
+START_TEST(test_access_list_replaced_while_running) {
+  env e;
+  env_init(&e);
+  mcp_acl *acl = acl_of("allow " SINK_A "\n");
+  ck_assert_int_eq(
+      start_source(&e, MCP_H2C_LISTEN, "127.0.0.1:0", "server", "ca", acl), 0);
+  int port = mcp_h2c_source_port(e.src);
+  ck_assert_int_eq(start_sink(&e, MCP_H2C_DIAL, loopback(port), "client", "ca",
+                              NULL, NULL),
+                   0);
+  ck_assert(h2t_run_until(&e.loop, synced, &e, 10000));
+  char err[64];
+  const char *text = "allow spiffe://cluster.local/ns/other/*\n";
+  ck_assert_int_eq(mcp_acl_parse(acl, text, strlen(text), err, sizeof(err)), 0);
+  ck_assert_int_eq(mcp_h2c_source_reauthorize(e.src), 0);
+  ck_assert(h2t_run_until(&e.loop, dial_closed, &e, 10000));
+  ck_assert_int_eq(e.last_status[1], MCP_CODE_PERMISSION_DENIED);
+  ck_assert(h2t_run_until(&e.loop, listen_refused, &e, 10000));
+  mcp_h2c_stats st;
+  ck_assert_int_eq(mcp_h2c_source_stats(e.src, &st), 0);
+  ck_assert_uint_eq(st.revoked, 1);
+  ck_assert_uint_ge(st.refused_denied, 1);
+  env_fini(&e);
+  mcp_acl_del(acl);
+}
+END_TEST
+
+/* A second sink (its own state) dialing |port| with certificate |leaf|. */
+typedef struct extra_sink {
+  mcp_sink_state *state;
+  mcp_h2c_sink *sink;
+  int closed, last_status;
+} extra_sink;
+
+static void extra_on_stream(mcp_h2c_stream_event ev,
+                            const mcp_h2c_stream_info *in, void *ud) {
+  extra_sink *x = ud;
+  if (ev == MCP_H2C_STREAM_CLOSED) {
+    x->closed++;
+    x->last_status = in->status;
+  }
+}
+
+static void extra_start(env *e, extra_sink *x, int port, const char *leaf) {
+  memset(x, 0, sizeof(*x));
+  mcp_sink_options so;
+  mcp_sink_options_default(&so);
+  so.node_id = leaf;
+  so.collections = colls;
+  so.ncollections = 1;
+  ck_assert_int_eq(mcp_sink_state_new(&x->state, &so), 0);
+  mcp_h2c_options o = options(e, MCP_H2C_DIAL, loopback(port), 1);
+  set_tls(&o, leaf, "ca");
+  o.on_stream = extra_on_stream;
+  o.user_data = x;
+  ck_assert_int_eq(mcp_h2c_sink_new(&x->sink, &e->loop, &o, x->state), 0);
+}
+
+static int extra_synced(void *ud) {
+  return mcp_sink_state_synced(((extra_sink *)ud)->state);
+}
+static int extra_closed(void *ud) { return ((extra_sink *)ud)->closed >= 1; }
+
+/* Admission is keyed by verified identity first, then address: with one
+ * stream per peer, two identities from 127.0.0.1 both run; a second
+ * stream of one identity is refused as its peer's. */
+START_TEST(test_admission_keyed_by_identity) {
+  env e;
+  env_init(&e);
+  mcp_h2c_options o = options(&e, MCP_H2C_LISTEN, "127.0.0.1:0", 0);
+  set_tls(&o, "server", "ca");
+  o.max_streams_per_peer = 1;
+  mcp_source_options so;
+  mcp_source_options_default(&so);
+  so.store = e.store;
+  ck_assert_int_eq(mcp_h2c_source_new(&e.src, &e.loop, &o, &so), 0);
+  int port = mcp_h2c_source_port(e.src);
+  extra_sink a, b, a2;
+  extra_start(&e, &a, port, "client");
+  ck_assert(h2t_run_until(&e.loop, extra_synced, &a, 10000));
+  extra_start(&e, &b, port, "denied"); /* another identity, same address */
+  ck_assert(h2t_run_until(&e.loop, extra_synced, &b, 10000));
+  extra_start(&e, &a2, port, "client"); /* the first identity again */
+  ck_assert(h2t_run_until(&e.loop, extra_closed, &a2, 10000));
+  ck_assert_int_eq(a2.last_status, MCP_CODE_RESOURCE_EXHAUSTED);
+  mcp_h2c_stats st;
+  ck_assert_int_eq(mcp_h2c_source_stats(e.src, &st), 0);
+  ck_assert_uint_eq(st.streams, 2);
+  ck_assert_uint_ge(st.refused_peer_streams, 1);
+  extra_sink *xs[3] = {&a, &b, &a2};
+  for (int i = 0; i < 3; i++)
+    mcp_h2c_sink_del(xs[i]->sink);
+  env_fini(&e);
+  for (int i = 0; i < 3; i++)
+    mcp_sink_state_del(xs[i]->state);
+}
+END_TEST
+
+static void write_text(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+START_TEST(test_bad_files_are_clear_errors) {
+  char err[256];
+  mcp_h2c_tls_options t;
+  memset(&t, 0, sizeof(t));
+  t.cert_file = cp("missing.pem");
+  t.key_file = cp("server.key");
+  ck_assert_int_eq(mcp_h2c_tls_check(&t, 1, err, sizeof(err)), MCP_ERR_IO);
+  ck_assert_msg(strstr(err, "cannot read") && strstr(err, "missing.pem") &&
+                    strstr(err, "No such file"),
+                "%s", err);
+  const char *junk = cp("junk.pem");
+  write_text(junk, "not a certificate\n");
+  t.cert_file = junk;
+  ck_assert_int_eq(mcp_h2c_tls_check(&t, 1, err, sizeof(err)),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err, "no certificate in") != NULL, "%s", err);
+  t.cert_file = cp("server.pem");
+  t.key_file = cp("client.key");
+  ck_assert_int_eq(mcp_h2c_tls_check(&t, 1, err, sizeof(err)),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err, "does not match") != NULL, "%s", err);
+  t.key_file = NULL;
+  ck_assert_int_eq(mcp_h2c_tls_check(&t, 1, err, sizeof(err)),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err, "needs its key") != NULL, "%s", err);
+  memset(&t, 0, sizeof(t));
+  t.ca_file = cp("ca.pem");
+  ck_assert_int_eq(mcp_h2c_tls_check(&t, 1, err, sizeof(err)),
+                   MCP_ERR_INVALID_ARGUMENT); /* a listener needs a cert */
+  ck_assert_int_eq(mcp_h2c_tls_check(&t, 0, err, sizeof(err)), 0);
+
+  /* *_new() fails the same way and leaves nothing on the loop. */
+  env e;
+  env_init(&e);
+  mcp_h2c_options o = options(&e, MCP_H2C_LISTEN, "127.0.0.1:0", 0);
+  o.tls.cert_file = junk;
+  o.tls.key_file = cp("server.key");
+  mcp_source_options so;
+  mcp_source_options_default(&so);
+  so.store = e.store;
+  ck_assert_int_eq(mcp_h2c_source_new(&e.src, &e.loop, &o, &so),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(e.src);
+  env_fini(&e);
+}
+END_TEST
+
+/* A raw TCP connection to the listener (it sends nothing). */
+static int raw_connect(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ck_assert_int_ge(fd, 0);
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof(a));
+  a.sin_family = AF_INET;
+  a.sin_port = htons((uint16_t)port);
+  a.sin_addr.s_addr = htonl(0x7f000001);
+  ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+  return fd;
+}
+
+typedef struct hs_wait {
+  env *e;
+  uint64_t refused, timeouts;
+} hs_wait;
+
+static int hs_refused(void *ud) {
+  hs_wait *w = ud;
+  mcp_h2c_stats st;
+  mcp_h2c_source_stats(w->e->src, &st);
+  return st.refused_handshakes >= w->refused &&
+         st.tls_handshake_timeouts >= w->timeouts;
+}
+
+/* Connections that never start their handshake: beyond the per-address
+ * limit they are closed at accept, the others when the handshake times
+ * out; a healthy client then still gets through. */
+START_TEST(test_handshake_flood_is_bounded) {
+  env e;
+  env_init(&e);
+  mcp_h2c_options o = options(&e, MCP_H2C_LISTEN, "127.0.0.1:0", 0);
+  set_tls(&o, "server", "ca");
+  o.handshake_timeout_ms = 300;
+  o.max_handshakes_per_peer = 4;
+  mcp_source_options so;
+  mcp_source_options_default(&so);
+  so.store = e.store;
+  ck_assert_int_eq(mcp_h2c_source_new(&e.src, &e.loop, &o, &so), 0);
+  int port = mcp_h2c_source_port(e.src);
+  int fds[6];
+  for (int i = 0; i < 6; i++)
+    fds[i] = raw_connect(port);
+  hs_wait w = {&e, 2, 4};
+  ck_assert(h2t_run_until(&e.loop, hs_refused, &w, 10000));
+  mcp_h2c_stats st;
+  mcp_h2c_source_stats(e.src, &st);
+  ck_assert_uint_eq(st.refused_handshakes, 2);
+  ck_assert_uint_eq(st.tls_handshake_timeouts, 4);
+  ck_assert_uint_eq(st.handshaking, 0);
+  for (int i = 0; i < 6; i++)
+    close(fds[i]);
+  ck_assert_int_eq(start_sink(&e, MCP_H2C_DIAL, loopback(port), "client",
+                              "ca", NULL, NULL),
+                   0);
+  ck_assert(h2t_run_until(&e.loop, synced, &e, 10000));
+  env_fini(&e);
+}
+END_TEST
+
+static int copy_file(const char *from, const char *to) {
+  char cmd[512];
+  snprintf(cmd, sizeof(cmd), "cp '%s' '%s.tmp' && mv '%s.tmp' '%s'", from, to,
+           to, to);
+  return system(cmd);
+}
+
+typedef struct rot {
+  env *e;
+  uint64_t reloads;
+} rot;
+
+static int reloaded(void *ud) {
+  rot *r = ud;
+  mcp_h2c_stats st;
+  mcp_h2c_source_stats(r->e->src, &st);
+  return st.tls_reloads >= r->reloads;
+}
+
+/* The listener's certificate files are replaced (the wrong name first,
+ * then the right one again): a new connection after the change gets the
+ * new certificate, without a restart. */
+START_TEST(test_rotated_server_certificate_is_picked_up) {
+  env e;
+  env_init(&e);
+  const char *cert = cp("live.pem"), *key = cp("live.key");
+  ck_assert_int_eq(copy_file(cp("wrongname.pem"), cert), 0);
+  ck_assert_int_eq(copy_file(cp("wrongname.key"), key), 0);
+  mcp_h2c_options o = options(&e, MCP_H2C_LISTEN, "127.0.0.1:0", 0);
+  o.tls.cert_file = cert;
+  o.tls.key_file = key;
+  mcp_source_options so;
+  mcp_source_options_default(&so);
+  so.store = e.store;
+  ck_assert_int_eq(mcp_h2c_source_new(&e.src, &e.loop, &o, &so), 0);
+  int port = mcp_h2c_source_port(e.src);
+  ck_assert_int_eq(start_sink(&e, MCP_H2C_DIAL, loopback(port), NULL, "ca",
+                              NULL, NULL),
+                   0);
+  ck_assert(h2t_run_until(&e.loop, dial_closed, &e, 10000));
+  ck_assert_msg(strstr(e.last_details[1], "no TLS connection") != NULL, "%s",
+                e.last_details[1]);
+  ck_assert_int_eq(copy_file(cp("server.pem"), cert), 0);
+  ck_assert_int_eq(copy_file(cp("server.key"), key), 0);
+  /* The dialer keeps retrying; one of its connections finds the files
+   * changed (checked at most once a second) and succeeds. */
+  rot r = {&e, 1};
+  ck_assert(h2t_run_until(&e.loop, reloaded, &r, 15000));
+  ck_assert(h2t_run_until(&e.loop, synced, &e, 15000));
+  env_fini(&e);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("h2c_tls");
+  TCase *tc = tcase_create("tls");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_mtls_sink_dials_source);
+  tcase_add_test(tc, test_mtls_source_dials_sink);
+  tcase_add_test(tc, test_no_client_identity_is_unauthenticated);
+  tcase_add_test(tc, test_denied_identity_gets_nothing);
+  tcase_add_test(tc, test_dialing_side_refuses_server_identity);
+  tcase_add_test(tc, test_access_list_replaced_while_running);
+  tcase_add_test(tc, test_admission_keyed_by_identity);
+  tcase_add_test(tc, test_handshakes_that_must_fail);
+  tcase_add_test(tc, test_server_name_override);
+  tcase_add_test(tc, test_bad_files_are_clear_errors);
+  tcase_add_test(tc, test_handshake_flood_is_bounded);
+  tcase_add_test(tc, test_rotated_server_certificate_is_picked_up);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  if (test_certs_make() != 0)
+    return 1;
+  SRunner *sr = srunner_create(suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  test_certs_remove();
+  return failed ? 1 : 0;
+}

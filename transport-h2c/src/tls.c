@@ -1,0 +1,473 @@
+/* TLS on a connection with OpenSSL 3, the way nghttp2's own servers do it:
+ * memory BIOs between the socket and the SSL object, ALPN "h2", TLS 1.2
+ * at least (1.3 preferred by the negotiation). The certificate files are
+ * read when the object is made and again when they change (checked at
+ * most once a second, on a new connection or a dial attempt); a set that
+ * fails to load keeps the previous one in use. The peer's identities come
+ * from its verified certificate by the core's rules (mcp/auth.h). */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include "internal.h"
+
+#define TLS_CHECK_EVERY MCP_SECONDS
+
+enum { TLS_CERT, TLS_KEY, TLS_CA, TLS_NFILES };
+
+/* What identifies one version of a file. */
+typedef struct tls_sig {
+  dev_t dev;
+  ino_t ino;
+  off_t size;
+  struct timespec mtime;
+} tls_sig;
+
+struct mcp_h2c_tls {
+  int listen;
+  const char *path[TLS_NFILES]; /* the copies in ep->opts.tls, or NULL */
+  tls_sig sig[TLS_NFILES];
+  SSL_CTX *ctx;       /* the set in use; each SSL holds a reference */
+  mcp_tstamp checked; /* when the files were last looked at */
+  uint64_t reloads, reload_failures;
+};
+
+static void errf(char *err, size_t errlen, const char *fmt, const char *a,
+                 const char *b) {
+  if (err && errlen)
+    snprintf(err, errlen, fmt, a, b);
+}
+
+/* OpenSSL's reason for the last failure, and its queue emptied. */
+static const char *ossl_reason(char *buf, size_t len) {
+  unsigned long e = ERR_peek_last_error();
+  if (!e)
+    snprintf(buf, len, "unknown error");
+  else
+    ERR_error_string_n(e, buf, len);
+  ERR_clear_error();
+  return buf;
+}
+
+static int stat_file(const char *path, tls_sig *sig, char *err,
+                     size_t errlen) {
+  struct stat st;
+  if (stat(path, &st) != 0) {
+    errf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+    return MCP_ERR_IO;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    errf(err, errlen, "cannot read %s: %s", path, "not a regular file");
+    return MCP_ERR_IO;
+  }
+  memset(sig, 0, sizeof(*sig));
+  sig->dev = st.st_dev;
+  sig->ino = st.st_ino;
+  sig->size = st.st_size;
+  sig->mtime = st.st_mtim;
+  return 0;
+}
+
+static int sig_eq(const tls_sig *a, const tls_sig *b) {
+  return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+         a->mtime.tv_sec == b->mtime.tv_sec &&
+         a->mtime.tv_nsec == b->mtime.tv_nsec;
+}
+
+/* The server picks h2 (gRPC), else http/1.1 (plain HTTP: /healthz); a
+ * client that offers neither is refused. */
+static int alpn_select(SSL *ssl, const unsigned char **out,
+                       unsigned char *outlen, const unsigned char *in,
+                       unsigned int inlen, void *arg) {
+  (void)ssl;
+  (void)arg;
+  static const unsigned char prefs[] = "\x02h2\x08http/1.1";
+  if (SSL_select_next_proto((unsigned char **)out, outlen, prefs,
+                            sizeof(prefs) - 1, in,
+                            inlen) == OPENSSL_NPN_NEGOTIATED)
+    return SSL_TLSEXT_ERR_OK;
+  return SSL_TLSEXT_ERR_ALERT_FATAL;
+}
+
+/* A context from the files of |o| (as read now). */
+static int make_ctx(const mcp_h2c_tls_options *o, int listen, SSL_CTX **out,
+                    char *err, size_t errlen) {
+  SSL_CTX *ctx = SSL_CTX_new(listen ? TLS_server_method() : TLS_client_method());
+  if (!ctx)
+    return MCP_ERR_NOMEM;
+  char why[256];
+  int rv = MCP_ERR_INVALID_ARGUMENT;
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  /* HTTP/2 (RFC 9113 9.2): no compression, no renegotiation, and TLS 1.2
+   * only with ephemeral key exchange and AEAD ciphers. */
+  SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION |
+                               SSL_OP_CIPHER_SERVER_PREFERENCE);
+  if (!SSL_CTX_set_cipher_list(ctx, "ECDHE+AESGCM:ECDHE+CHACHA20"))
+    goto fail_ossl;
+  SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+  if (o->cert_file) {
+    if (SSL_CTX_use_certificate_chain_file(ctx, o->cert_file) != 1) {
+      errf(err, errlen, "no certificate in %s: %s", o->cert_file,
+           ossl_reason(why, sizeof(why)));
+      goto fail;
+    }
+    if (SSL_CTX_use_PrivateKey_file(ctx, o->key_file, SSL_FILETYPE_PEM) != 1) {
+      if (ERR_GET_REASON(ERR_peek_last_error()) == X509_R_KEY_VALUES_MISMATCH)
+        goto mismatch;
+      errf(err, errlen, "no private key in %s: %s", o->key_file,
+           ossl_reason(why, sizeof(why)));
+      goto fail;
+    }
+    if (SSL_CTX_check_private_key(ctx) != 1) {
+    mismatch:
+      errf(err, errlen, "the key %s does not match the certificate %s",
+           o->key_file, o->cert_file);
+      ERR_clear_error();
+      goto fail;
+    }
+  }
+  if (o->ca_file) {
+    if (SSL_CTX_load_verify_locations(ctx, o->ca_file, NULL) != 1) {
+      errf(err, errlen, "no CA certificate in %s: %s", o->ca_file,
+           ossl_reason(why, sizeof(why)));
+      goto fail;
+    }
+  } else if (!listen && SSL_CTX_set_default_verify_paths(ctx) != 1) {
+    ERR_clear_error(); /* no system roots: nothing verifies then */
+  }
+  if (listen) {
+    SSL_CTX_set_alpn_select_cb(ctx, alpn_select, NULL);
+    /* Mutual TLS when a CA is given: a client without a certificate the
+     * CA verifies fails the handshake. */
+    if (o->ca_file)
+      SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
+                         NULL);
+    /* Resumption tickets would let a client skip the certificate check
+     * the identities come from after a CA or list change: full
+     * handshakes only (their cost is measured in bench/). */
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+    SSL_CTX_set_num_tickets(ctx, 0);
+  } else {
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    if (SSL_CTX_set_alpn_protos(ctx, (const unsigned char *)"\x02h2", 3) != 0)
+      goto fail_ossl;
+  }
+  *out = ctx;
+  return 0;
+fail_ossl:
+  errf(err, errlen, "%s%s", "TLS: ", ossl_reason(why, sizeof(why)));
+  rv = MCP_ERR_NOMEM;
+fail:
+  SSL_CTX_free(ctx);
+  return rv;
+}
+
+static int check_combination(const mcp_h2c_tls_options *o, int listen,
+                             char *err, size_t errlen) {
+  const char *why = NULL;
+  if (!o->cert_file != !o->key_file)
+    why = "a certificate needs its key, and a key its certificate";
+  else if (listen && !o->cert_file)
+    why = "a listening object needs a certificate and its key";
+  if (!why)
+    return 0;
+  errf(err, errlen, "%s%s", "TLS: ", why);
+  return MCP_ERR_INVALID_ARGUMENT;
+}
+
+/* Reads the files of |o| into a new context; |sig| gets their versions. */
+static int load(const mcp_h2c_tls_options *o, int listen, SSL_CTX **out,
+                tls_sig sig[TLS_NFILES], char *err, size_t errlen) {
+  const char *paths[TLS_NFILES] = {o->cert_file, o->key_file, o->ca_file};
+  for (int i = 0; i < TLS_NFILES; i++) {
+    if (!paths[i])
+      continue;
+    int rv = stat_file(paths[i], &sig[i], err, errlen);
+    if (rv < 0)
+      return rv;
+  }
+  return make_ctx(o, listen, out, err, errlen);
+}
+
+int mcp_h2c_tls_wanted(const mcp_h2c_tls_options *o) {
+  return o->cert_file || o->key_file || o->ca_file;
+}
+
+int mcp_h2c_tls_check(const mcp_h2c_tls_options *tls, int listen, char *err,
+                      size_t errlen) {
+  if (err && errlen)
+    err[0] = '\0';
+  if (!tls)
+    return MCP_ERR_INVALID_ARGUMENT;
+  if (!mcp_h2c_tls_wanted(tls))
+    return 0;
+  int rv = check_combination(tls, listen, err, errlen);
+  if (rv < 0)
+    return rv;
+  SSL_CTX *ctx = NULL;
+  tls_sig sig[TLS_NFILES];
+  rv = load(tls, listen, &ctx, sig, err, errlen);
+  SSL_CTX_free(ctx);
+  return rv;
+}
+
+int mcp_h2c_tls_new(mcp_h2c_ep *ep, int listen) {
+  const mcp_h2c_tls_options *o = &ep->opts.tls;
+  int rv = check_combination(o, listen, NULL, 0);
+  if (rv < 0)
+    return rv;
+  mcp_h2c_tls *t = mcp_h2c_calloc(&ep->mem, 1, sizeof(*t));
+  if (!t)
+    return MCP_ERR_NOMEM;
+  t->listen = listen;
+  t->path[TLS_CERT] = o->cert_file;
+  t->path[TLS_KEY] = o->key_file;
+  t->path[TLS_CA] = o->ca_file;
+  rv = load(o, listen, &t->ctx, t->sig, NULL, 0);
+  if (rv < 0) {
+    mcp_h2c_free(&ep->mem, t);
+    return rv;
+  }
+  t->checked = mcp_h2c_now();
+  ep->tls = t;
+  return 0;
+}
+
+void mcp_h2c_tls_free(mcp_h2c_ep *ep) {
+  if (!ep->tls)
+    return;
+  SSL_CTX_free(ep->tls->ctx);
+  mcp_h2c_free(&ep->mem, ep->tls);
+  ep->tls = NULL;
+}
+
+/* Rotated certificates: a new context once the files changed. */
+static void refresh(mcp_h2c_ep *ep) {
+  mcp_h2c_tls *t = ep->tls;
+  mcp_tstamp now = mcp_h2c_now();
+  if (now - t->checked < TLS_CHECK_EVERY)
+    return;
+  t->checked = now;
+  int changed = 0;
+  for (int i = 0; i < TLS_NFILES; i++) {
+    tls_sig s;
+    if (t->path[i] &&
+        (stat_file(t->path[i], &s, NULL, 0) < 0 || !sig_eq(&s, &t->sig[i])))
+      changed = 1;
+  }
+  if (!changed)
+    return;
+  SSL_CTX *ctx = NULL;
+  tls_sig sig[TLS_NFILES];
+  memset(sig, 0, sizeof(sig));
+  if (load(&ep->opts.tls, t->listen, &ctx, sig, NULL, 0) < 0) {
+    /* A half-written rotation: the set in use stays, and the next
+     * change (or this one, a second later) is read again. */
+    t->reload_failures++;
+    return;
+  }
+  SSL_CTX_free(t->ctx); /* connections keep their own reference */
+  t->ctx = ctx;
+  memcpy(t->sig, sig, sizeof(sig));
+  t->reloads++;
+}
+
+void mcp_h2c_tls_stats(const mcp_h2c_ep *ep, mcp_h2c_stats *st) {
+  if (!ep->tls)
+    return;
+  st->tls_reloads = ep->tls->reloads;
+  st->tls_reload_failures = ep->tls->reload_failures;
+}
+
+/* 1 when |host| is an IP address (checked against IP SANs). */
+static int is_ip(const char *host) {
+  ASN1_OCTET_STRING *ip = a2i_IPADDRESS(host);
+  if (!ip)
+    return 0;
+  ASN1_OCTET_STRING_free(ip);
+  return 1;
+}
+
+int mcp_h2c_tls_conn_start(mcp_h2c_conn *c) {
+  mcp_h2c_ep *ep = c->ep;
+  refresh(ep);
+  SSL *ssl = SSL_new(ep->tls->ctx);
+  if (!ssl)
+    return MCP_ERR_NOMEM;
+  BIO *rb = BIO_new(BIO_s_mem()), *wb = BIO_new(BIO_s_mem());
+  if (!rb || !wb) {
+    BIO_free(rb);
+    BIO_free(wb);
+    SSL_free(ssl);
+    return MCP_ERR_NOMEM;
+  }
+  /* An empty memory BIO means "no data yet", not end of file. */
+  BIO_set_mem_eof_return(rb, -1);
+  SSL_set_bio(ssl, rb, wb);
+  if (c->dialed) {
+    const char *name = ep->opts.tls.server_name ? ep->opts.tls.server_name
+                                                : ep->addr.host;
+    if (name && !ep->addr.is_unix) {
+      if (is_ip(name)) {
+        if (X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name) != 1)
+          goto nomem;
+      } else if (SSL_set_tlsext_host_name(ssl, name) != 1 ||
+                 SSL_set1_host(ssl, name) != 1) {
+        goto nomem;
+      }
+    }
+    SSL_set_connect_state(ssl);
+  } else {
+    SSL_set_accept_state(ssl);
+  }
+  c->ssl = ssl;
+  c->hs_started = mcp_h2c_now();
+  return 0;
+nomem:
+  ERR_clear_error();
+  SSL_free(ssl);
+  return MCP_ERR_NOMEM;
+}
+
+void mcp_h2c_tls_conn_free(mcp_h2c_conn *c) {
+  if (c->ssl) {
+    SSL_free(c->ssl);
+    c->ssl = NULL;
+  }
+  mcp_identities_free(&c->ids, &c->ep->mem);
+}
+
+int mcp_h2c_tls_input(mcp_h2c_conn *c, const uint8_t *p, size_t n) {
+  if (n == 0)
+    return 0;
+  if (n > INT_MAX || BIO_write(SSL_get_rbio(c->ssl), p, (int)n) != (int)n)
+    return MCP_ERR_NOMEM;
+  return 0;
+}
+
+/* The verified certificate's identities (mcp/auth.h's rules). */
+static void identify(mcp_h2c_conn *c) {
+  X509 *x = SSL_get0_peer_certificate(c->ssl);
+  if (!x || SSL_get_verify_result(c->ssl) != X509_V_OK)
+    return;
+  /* A server without a CA asks for no certificate: none to trust. */
+  if (!c->dialed && !c->ep->opts.tls.ca_file)
+    return;
+  mcp_identity_builder b;
+  memset(&b, 0, sizeof(b));
+  GENERAL_NAMES *gens = X509_get_ext_d2i(x, NID_subject_alt_name, NULL, NULL);
+  int n = gens ? sk_GENERAL_NAME_num(gens) : 0;
+  for (int i = 0; i < n; i++) {
+    const GENERAL_NAME *g = sk_GENERAL_NAME_value(gens, i);
+    if (g->type == GEN_URI)
+      mcp_identity_add(&b, MCP_IDENTITY_URI,
+                       (const char *)ASN1_STRING_get0_data(
+                           g->d.uniformResourceIdentifier),
+                       (size_t)ASN1_STRING_length(g->d.uniformResourceIdentifier));
+    else if (g->type == GEN_DNS)
+      mcp_identity_add(&b, MCP_IDENTITY_DNS,
+                       (const char *)ASN1_STRING_get0_data(g->d.dNSName),
+                       (size_t)ASN1_STRING_length(g->d.dNSName));
+  }
+  X509_NAME *subj = X509_get_subject_name(x);
+  int k = subj ? X509_NAME_get_index_by_NID(subj, NID_commonName, -1) : -1;
+  if (k >= 0) {
+    ASN1_STRING *cn = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subj, k));
+    mcp_identity_add(&b, MCP_IDENTITY_CN,
+                     (const char *)ASN1_STRING_get0_data(cn),
+                     (size_t)ASN1_STRING_length(cn));
+  }
+  /* Without memory the peer has no identity: fail closed. */
+  (void)mcp_identities_build(&b, &c->ep->mem, &c->ids);
+  GENERAL_NAMES_free(gens);
+}
+
+int mcp_h2c_tls_handshake(mcp_h2c_conn *c, char *why, size_t len) {
+  ERR_clear_error();
+  int r = SSL_do_handshake(c->ssl);
+  if (r == 1) {
+    const unsigned char *alpn = NULL;
+    unsigned int alen = 0;
+    SSL_get0_alpn_selected(c->ssl, &alpn, &alen);
+    if (c->dialed && !(alen == 2 && memcmp(alpn, "h2", 2) == 0)) {
+      snprintf(why, len, "no TLS connection: the server did not select h2 "
+                         "(ALPN)");
+      return MCP_ERR_PROTOCOL;
+    }
+    identify(c);
+    return 1;
+  }
+  int e = SSL_get_error(c->ssl, r);
+  if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
+    return 0;
+  char buf[200];
+  long v = SSL_get_verify_result(c->ssl);
+  if (v != X509_V_OK)
+    snprintf(why, len, "no TLS connection: certificate verify failed: %s",
+             X509_verify_cert_error_string(v));
+  else
+    snprintf(why, len, "no TLS connection: %s", ossl_reason(buf, sizeof(buf)));
+  ERR_clear_error();
+  return MCP_ERR_PROTOCOL;
+}
+
+ssize_t mcp_h2c_tls_read(mcp_h2c_conn *c, uint8_t *buf, size_t cap,
+                         char *why, size_t len) {
+  ERR_clear_error();
+  int r = SSL_read(c->ssl, buf, cap > INT_MAX ? INT_MAX : (int)cap);
+  if (r > 0)
+    return r;
+  int e = SSL_get_error(c->ssl, r);
+  if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
+    return 0;
+  if (e == SSL_ERROR_ZERO_RETURN) {
+    snprintf(why, len, "connection closed by the peer");
+    return MCP_ERR_CLOSED;
+  }
+  /* E.g. TLS 1.3's client learns here, after its side of the handshake,
+   * that the server refused its certificate ("tlsv13 alert certificate
+   * required"): before anything came through, there was no connection. */
+  char buf2[200];
+  snprintf(why, len, "%s: %s",
+           c->tls_data ? "TLS connection failed" : "no TLS connection",
+           ossl_reason(buf2, sizeof(buf2)));
+  return MCP_ERR_PROTOCOL;
+}
+
+int mcp_h2c_tls_output(mcp_h2c_conn *c, mcp_h2c_buf *plain, mcp_h2c_buf *out) {
+  mcp_h2c_ep *ep = c->ep;
+  if (c->tls_done && plain->len > 0) {
+    /* A memory BIO takes everything: the write never stops halfway. */
+    size_t off = 0;
+    while (off < plain->len) {
+      size_t n = plain->len - off;
+      int r = SSL_write(c->ssl, plain->p + off, n > INT_MAX ? INT_MAX : (int)n);
+      if (r <= 0) {
+        ERR_clear_error();
+        return MCP_ERR_PROTOCOL;
+      }
+      off += (size_t)r;
+    }
+    ep->write_buffered -= plain->len;
+    plain->len = 0;
+  }
+  BIO *wb = SSL_get_wbio(c->ssl);
+  size_t pending = BIO_ctrl_pending(wb);
+  if (pending == 0)
+    return 0;
+  size_t had = out->len;
+  if (mcp_h2c_buf_reserve(out, pending) < 0)
+    return MCP_ERR_NOMEM;
+  int r = BIO_read(wb, out->p + had, (int)pending);
+  if (r > 0) {
+    out->len = had + (size_t)r;
+    ep->write_buffered += (size_t)r;
+  }
+  return 0;
+}
