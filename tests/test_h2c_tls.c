@@ -565,6 +565,73 @@ START_TEST(test_handshake_flood_is_bounded) {
 }
 END_TEST
 
+/* A server that reads the ClientHello and hangs up. */
+typedef struct vanish {
+  uv_tcp_t lis, peer;
+  int accepted, read, closed;
+} vanish;
+
+static void vanish_alloc(uv_handle_t *h, size_t size, uv_buf_t *b) {
+  (void)h;
+  static char buf[4096];
+  (void)size;
+  *b = uv_buf_init(buf, sizeof(buf));
+}
+
+static void vanish_closed(uv_handle_t *h) {
+  vanish *v = h->data;
+  v->closed++;
+}
+
+static void vanish_read(uv_stream_t *st, ssize_t n, const uv_buf_t *b) {
+  (void)b;
+  vanish *v = st->data;
+  if (n == 0)
+    return;
+  v->read = n > 0;
+  uv_read_stop(st);
+  uv_close((uv_handle_t *)st, vanish_closed);
+}
+
+static void vanish_conn(uv_stream_t *lis, int status) {
+  vanish *v = lis->data;
+  if (status < 0 || v->accepted)
+    return;
+  uv_tcp_init(lis->loop, &v->peer);
+  v->peer.data = v;
+  ck_assert_int_eq(uv_accept(lis, (uv_stream_t *)&v->peer), 0);
+  v->accepted = 1;
+  uv_read_start((uv_stream_t *)&v->peer, vanish_alloc, vanish_read);
+}
+
+/* The dialer's handshake ends with the server gone: its stream closes
+ * UNAVAILABLE as a failed handshake ("no TLS connection"), never a call. */
+START_TEST(test_server_vanishing_mid_handshake_is_no_tls_connection) {
+  env e;
+  env_init(&e);
+  vanish v;
+  memset(&v, 0, sizeof(v));
+  ck_assert_int_eq(uv_tcp_init(&e.loop, &v.lis), 0);
+  v.lis.data = &v;
+  struct sockaddr_in a;
+  uv_ip4_addr("127.0.0.1", 0, &a);
+  ck_assert_int_eq(uv_tcp_bind(&v.lis, (struct sockaddr *)&a, 0), 0);
+  ck_assert_int_eq(uv_listen((uv_stream_t *)&v.lis, 8, vanish_conn), 0);
+  int len = sizeof(a);
+  ck_assert_int_eq(uv_tcp_getsockname(&v.lis, (struct sockaddr *)&a, &len), 0);
+  ck_assert_int_eq(start_sink(&e, MCP_H2C_DIAL, loopback(ntohs(a.sin_port)),
+                              "client", "ca", NULL, NULL),
+                   0);
+  ck_assert(h2t_run_until(&e.loop, dial_closed, &e, 10000));
+  ck_assert(v.read);
+  ck_assert_int_eq(e.last_status[1], MCP_CODE_UNAVAILABLE);
+  ck_assert_msg(strncmp(e.last_details[1], "no TLS connection", 17) == 0,
+                "details: %s", e.last_details[1]);
+  uv_close((uv_handle_t *)&v.lis, NULL);
+  env_fini(&e);
+}
+END_TEST
+
 static int copy_file(const char *from, const char *to) {
   char cmd[512];
   snprintf(cmd, sizeof(cmd), "cp '%s' '%s.tmp' && mv '%s.tmp' '%s'", from, to,
@@ -634,6 +701,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_bad_files_are_clear_errors);
   tcase_add_test(tc, test_handshake_flood_is_bounded);
   tcase_add_test(tc, test_rotated_server_certificate_is_picked_up);
+  tcase_add_test(tc, test_server_vanishing_mid_handshake_is_no_tls_connection);
   suite_add_tcase(s, tc);
   return s;
 }

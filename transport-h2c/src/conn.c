@@ -363,9 +363,14 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
       mcp_h2c_conn_kick(c);
       return;
     }
-    mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE,
-                       nread == UV_EOF ? "connection closed by the peer"
-                                       : uv_strerror((int)nread));
+    /* Mid-handshake it is a handshake that failed (h2c.h: "no TLS
+     * connection"), not a connection that ended. */
+    char why[128];
+    snprintf(why, sizeof(why), "%s%s",
+             c->ssl && !c->tls_done ? "no TLS connection: " : "",
+             nread == UV_EOF ? "connection closed by the peer"
+                             : uv_strerror((int)nread));
+    mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE, why);
     return;
   }
   mcp_h2c_ep *ep = c->ep;
