@@ -24,6 +24,8 @@
 #include "helper.h"
 #include "mcp/h2c.h"
 
+#include <openssl/ssl.h>
+
 #include "test_certs.h"
 
 #define ISTIOD "spiffe://cluster.local/ns/istio-system/sa/istiod"
@@ -565,6 +567,121 @@ START_TEST(test_handshake_flood_is_bounded) {
 }
 END_TEST
 
+/* The first bytes a real TLS client sends: its ClientHello. */
+static size_t client_hello(uint8_t *buf, size_t cap) {
+  SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+  ck_assert_ptr_nonnull(ctx);
+  SSL *ssl = SSL_new(ctx);
+  ck_assert_ptr_nonnull(ssl);
+  BIO *rb = BIO_new(BIO_s_mem()), *wb = BIO_new(BIO_s_mem());
+  SSL_set_bio(ssl, rb, wb);
+  SSL_set_connect_state(ssl);
+  ck_assert_int_le(SSL_do_handshake(ssl), 0); /* waits for the server */
+  int n = BIO_read(wb, buf, (int)cap);
+  ck_assert_int_gt(n, 10);
+  SSL_free(ssl);
+  SSL_CTX_free(ctx);
+  return (size_t)n;
+}
+
+typedef struct conn_wait {
+  env *e;
+  uint64_t bytes, failures;
+} conn_wait;
+
+/* The listener read |bytes|, counted |failures| failed handshakes, and
+ * has no connection left. */
+static int conns_gone(void *ud) {
+  conn_wait *w = ud;
+  mcp_h2c_stats st;
+  mcp_h2c_source_stats(w->e->src, &st);
+  return st.bytes_read >= w->bytes &&
+         st.tls_handshake_failures >= w->failures && st.connections == 0;
+}
+
+static void listen_tls(env *e) {
+  mcp_h2c_options o = options(e, MCP_H2C_LISTEN, "127.0.0.1:0", 0);
+  set_tls(&o, "server", "ca");
+  o.handshake_timeout_ms = 60000; /* never what ends these connections */
+  mcp_source_options so;
+  mcp_source_options_default(&so);
+  so.store = e->store;
+  ck_assert_int_eq(mcp_h2c_source_new(&e->src, &e->loop, &o, &so), 0);
+}
+
+/* A client that sends half its ClientHello and vanishes: the listener
+ * frees the connection and its handshake slot at once (no timeout), and
+ * serves the next client. */
+START_TEST(test_client_vanishing_mid_handshake_frees_its_slot) {
+  env e;
+  env_init(&e);
+  listen_tls(&e);
+  int port = mcp_h2c_source_port(e.src);
+  uint8_t hello[4096];
+  size_t n = client_hello(hello, sizeof(hello));
+  int fd = raw_connect(port);
+  ck_assert_int_eq(write(fd, hello, n / 2), (ssize_t)(n / 2));
+  close(fd);
+  conn_wait w = {&e, n / 2, 0};
+  ck_assert(h2t_run_until(&e.loop, conns_gone, &w, 10000));
+  mcp_h2c_stats st;
+  mcp_h2c_source_stats(e.src, &st);
+  ck_assert_uint_eq(st.handshaking, 0);
+  ck_assert_uint_eq(st.tls_handshakes, 0);
+  ck_assert_uint_eq(st.tls_handshake_timeouts, 0);
+  ck_assert_int_eq(start_sink(&e, MCP_H2C_DIAL, loopback(port), "client",
+                              "ca", NULL, NULL),
+                   0);
+  ck_assert(h2t_run_until(&e.loop, synced, &e, 10000));
+  env_fini(&e);
+}
+END_TEST
+
+/* Bytes that are no ClientHello (plain HTTP on the TLS port, and a TLS
+ * record holding a handshake message that is not one): each is a failed
+ * handshake, the connection is closed, and nothing else is disturbed. */
+START_TEST(test_garbage_client_hello_is_a_failed_handshake) {
+  static const char http[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+  static const uint8_t bogus[] = {0x16, 0x03, 0x01, 0x00, 0x08, 0x01, 0x00,
+                                  0x00, 0x04, 0xde, 0xad, 0xbe, 0xef};
+  const struct {
+    const void *p;
+    size_t n;
+  } sends[] = {{http, sizeof(http) - 1}, {bogus, sizeof(bogus)}};
+  env e;
+  env_init(&e);
+  listen_tls(&e);
+  int port = mcp_h2c_source_port(e.src);
+  uint64_t bytes = 0;
+  for (int i = 0; i < 2; i++) {
+    int fd = raw_connect(port);
+    ck_assert_int_eq(write(fd, sends[i].p, sends[i].n), (ssize_t)sends[i].n);
+    bytes += sends[i].n;
+    conn_wait w = {&e, bytes, (uint64_t)i + 1};
+    ck_assert(h2t_run_until(&e.loop, conns_gone, &w, 10000));
+    /* The listener closed it: what is left to read ends (an alert at
+     * most, never an HTTP answer). */
+    uint8_t buf[512];
+    ssize_t r, got = 0;
+    while ((r = read(fd, buf + got, sizeof(buf) - (size_t)got)) > 0)
+      got += r;
+    ck_assert_int_eq(r, 0);
+    ck_assert(got == 0 || buf[0] == 0x15); /* a TLS alert record */
+    close(fd);
+  }
+  mcp_h2c_stats st;
+  mcp_h2c_source_stats(e.src, &st);
+  ck_assert_uint_eq(st.tls_handshake_failures, 2);
+  ck_assert_uint_eq(st.handshaking, 0);
+  ck_assert_uint_eq(st.tls_handshakes, 0);
+  ck_assert_int_eq(start_sink(&e, MCP_H2C_DIAL, loopback(port), "client",
+                              "ca", NULL, NULL),
+                   0);
+  ck_assert(h2t_run_until(&e.loop, synced, &e, 10000));
+  env_fini(&e);
+}
+END_TEST
+
 /* A server that reads the ClientHello and hangs up. */
 typedef struct vanish {
   uv_tcp_t lis, peer;
@@ -701,6 +818,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_bad_files_are_clear_errors);
   tcase_add_test(tc, test_handshake_flood_is_bounded);
   tcase_add_test(tc, test_rotated_server_certificate_is_picked_up);
+  tcase_add_test(tc, test_client_vanishing_mid_handshake_frees_its_slot);
+  tcase_add_test(tc, test_garbage_client_hello_is_a_failed_handshake);
   tcase_add_test(tc, test_server_vanishing_mid_handshake_is_no_tls_connection);
   suite_add_tcase(s, tc);
   return s;
