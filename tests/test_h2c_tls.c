@@ -802,6 +802,63 @@ START_TEST(test_rotated_server_certificate_is_picked_up) {
 }
 END_TEST
 
+typedef struct reload_wait {
+  env *e;
+  uint64_t failures;
+} reload_wait;
+
+static int reload_failed(void *ud) {
+  reload_wait *r = ud;
+  mcp_h2c_stats st;
+  mcp_h2c_source_stats(r->e->src, &st);
+  return st.tls_reload_failures >= r->failures;
+}
+
+/* The listener's certificate file is replaced by one that holds no
+ * certificate: the reload fails and says so (tls_reload_failures), the
+ * set in use stays, and a new client still gets through with it. */
+START_TEST(test_broken_certificate_reload_keeps_the_previous_set) {
+  env e;
+  env_init(&e);
+  const char *cert = cp("keep.pem"), *key = cp("keep.key");
+  ck_assert_int_eq(copy_file(cp("server.pem"), cert), 0);
+  ck_assert_int_eq(copy_file(cp("server.key"), key), 0);
+  mcp_h2c_options o = options(&e, MCP_H2C_LISTEN, "127.0.0.1:0", 0);
+  o.tls.cert_file = cert;
+  o.tls.key_file = key;
+  o.tls.ca_file = cp("ca.pem");
+  mcp_source_options so;
+  mcp_source_options_default(&so);
+  so.store = e.store;
+  ck_assert_int_eq(mcp_h2c_source_new(&e.src, &e.loop, &o, &so), 0);
+  int port = mcp_h2c_source_port(e.src);
+  extra_sink a, b;
+  extra_start(&e, &a, port, "client");
+  ck_assert(h2t_run_until(&e.loop, extra_synced, &a, 10000));
+  const char *junk = cp("keep-junk.pem");
+  write_text(junk, "-----BEGIN CERTIFICATE-----\nbroken\n");
+  ck_assert_int_eq(copy_file(junk, cert), 0);
+  /* A dialer that trusts another CA keeps making new connections; one of
+   * them finds the file changed (looked at most once a second). */
+  ck_assert_int_eq(start_sink(&e, MCP_H2C_DIAL, loopback(port), "client",
+                              "other-ca", NULL, NULL),
+                   0);
+  reload_wait r = {&e, 1};
+  ck_assert(h2t_run_until(&e.loop, reload_failed, &r, 15000));
+  extra_start(&e, &b, port, "client");
+  ck_assert(h2t_run_until(&e.loop, extra_synced, &b, 10000));
+  mcp_h2c_stats st;
+  ck_assert_int_eq(mcp_h2c_source_stats(e.src, &st), 0);
+  ck_assert_uint_eq(st.tls_reloads, 0);
+  ck_assert(mcp_sink_state_synced(a.state)); /* its connection stayed */
+  mcp_h2c_sink_del(a.sink);
+  mcp_h2c_sink_del(b.sink);
+  env_fini(&e);
+  mcp_sink_state_del(a.state);
+  mcp_sink_state_del(b.state);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("h2c_tls");
   TCase *tc = tcase_create("tls");
@@ -821,6 +878,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_client_vanishing_mid_handshake_frees_its_slot);
   tcase_add_test(tc, test_garbage_client_hello_is_a_failed_handshake);
   tcase_add_test(tc, test_server_vanishing_mid_handshake_is_no_tls_connection);
+  tcase_add_test(tc, test_broken_certificate_reload_keeps_the_previous_set);
   suite_add_tcase(s, tc);
   return s;
 }
