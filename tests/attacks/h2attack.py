@@ -390,12 +390,14 @@ def rapid_reset(addr, streams=200000, seconds=20.0, batch=500, stop=None):
 
 
 def continuation(addr, budget=256 * MIB, seconds=20.0, mode="literal",
-                 stop=None):
+                 stop=None, started=None):
     """A HEADERS frame without END_HEADERS, then CONTINUATION frames up to
     |budget| bytes or |seconds|. |mode| "literal": one header whose value
     declares 1 GiB, its bytes spread over the frames (a parser that waits
     for whole fields holds them all); "fields": a stream of small distinct
-    header fields (a parser that counts metadata sees each)."""
+    header fields (a parser that counts metadata sees each). |started| (a
+    threading.Event) is set once the first burst is on the wire, or when
+    the attack ends before."""
     res = Result("continuation_" + mode)
     c = Conn(addr, res)
     t0 = time.monotonic()
@@ -442,11 +444,15 @@ def continuation(addr, budget=256 * MIB, seconds=20.0, mode="literal",
                 # (contained).
                 res.ended = "connection closed" if c.closed else "stall"
                 break
+            if started is not None:
+                started.set()
             c.pump(0.0)
         c.pump(0.2)
     finally:
         res.seconds = time.monotonic() - t0
         c.close()
+        if started is not None:
+            started.set()
     return res
 
 

@@ -287,7 +287,8 @@ class Attacks(unittest.TestCase):
         n = min(2000, hard - 100)
         if soft < n + 100:
             resource.setrlimit(resource.RLIMIT_NOFILE, (n + 100, hard))
-        time.sleep(0.5)
+        # No settling: the source logged "serving" after its first scan,
+        # and the nghttp2 transport starts no threads.
         sampler = h2attack.RssSampler(self.src.p.pid,
                                       limit_kib=BOUND["h2c"]["rapid_reset"]
                                       // 1024)
@@ -329,12 +330,16 @@ class Attacks(unittest.TestCase):
         starve the others: a sink that connects meanwhile syncs within
         10 s (it takes well under 1 s unloaded)."""
         stop = threading.Event()
+        started = threading.Event()
         out = {}
         t = threading.Thread(target=lambda: out.update(res=h2attack.continuation(
-            self.addr, budget=256 * MIB, seconds=20.0, stop=stop)))
+            self.addr, budget=256 * MIB, seconds=20.0, stop=stop,
+            started=started)))
         t.start()
         try:
-            time.sleep(1.0)
+            # The sink dials once the attack is on the wire (or over).
+            self.assertTrue(started.wait(WAIT), "the attack never started")
+            t_started = time.monotonic()
             sink = self.start([os.path.join(BUILD_DIR, "tools", "mcp-sink"),
                                "--transport", TRANSPORT, "--connect",
                                self.addr, "--collection", VS, "--json"] +
@@ -345,7 +350,7 @@ class Attacks(unittest.TestCase):
                                 "no sync within 10 s during the attack")
                 time.sleep(0.05)
             sys.stderr.write("sink synced %.2f s into the attack on %s\n" % (
-                time.monotonic() - t0 + 1.0, TRANSPORT))
+                time.monotonic() - t_started, TRANSPORT))
         finally:
             stop.set()
             t.join()
