@@ -140,6 +140,14 @@ static mcp_h2c_options options(env *e, mcp_h2c_mode mode, const char *addr,
   return o;
 }
 
+/* A source on |o| serving the env's store. */
+static int source_with(env *e, const mcp_h2c_options *o) {
+  mcp_source_options so;
+  mcp_source_options_default(&so);
+  so.store = e->store;
+  return mcp_h2c_source_new(&e->src, &e->loop, o, &so);
+}
+
 static int start_source(env *e, mcp_h2c_mode mode, const char *addr,
                         const char *leaf, const char *ca, mcp_acl *acl) {
   mcp_h2c_options o = options(e, mode, addr, mode == MCP_H2C_DIAL);
@@ -148,10 +156,7 @@ static int start_source(env *e, mcp_h2c_mode mode, const char *addr,
   o.authorize_user_data = acl;
   if (mode == MCP_H2C_DIAL)
     o.tls.server_name = "localhost";
-  mcp_source_options so;
-  mcp_source_options_default(&so);
-  so.store = e->store;
-  return mcp_h2c_source_new(&e->src, &e->loop, &o, &so);
+  return source_with(e, &o);
 }
 
 static int start_sink(env *e, mcp_h2c_mode mode, const char *addr,
@@ -426,10 +431,7 @@ START_TEST(test_admission_keyed_by_identity) {
   mcp_h2c_options o = options(&e, MCP_H2C_LISTEN, "127.0.0.1:0", 0);
   set_tls(&o, "server", "ca");
   o.max_streams_per_peer = 1;
-  mcp_source_options so;
-  mcp_source_options_default(&so);
-  so.store = e.store;
-  ck_assert_int_eq(mcp_h2c_source_new(&e.src, &e.loop, &o, &so), 0);
+  ck_assert_int_eq(source_with(&e, &o), 0);
   int port = mcp_h2c_source_port(e.src);
   extra_sink a, b, a2;
   extra_start(&e, &a, port, "client");
@@ -496,11 +498,7 @@ START_TEST(test_bad_files_are_clear_errors) {
   mcp_h2c_options o = options(&e, MCP_H2C_LISTEN, "127.0.0.1:0", 0);
   o.tls.cert_file = junk;
   o.tls.key_file = cp("server.key");
-  mcp_source_options so;
-  mcp_source_options_default(&so);
-  so.store = e.store;
-  ck_assert_int_eq(mcp_h2c_source_new(&e.src, &e.loop, &o, &so),
-                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(source_with(&e, &o), MCP_ERR_INVALID_ARGUMENT);
   ck_assert_ptr_null(e.src);
   env_fini(&e);
 }
@@ -542,10 +540,7 @@ START_TEST(test_handshake_flood_is_bounded) {
   set_tls(&o, "server", "ca");
   o.handshake_timeout_ms = 300;
   o.max_handshakes_per_peer = 4;
-  mcp_source_options so;
-  mcp_source_options_default(&so);
-  so.store = e.store;
-  ck_assert_int_eq(mcp_h2c_source_new(&e.src, &e.loop, &o, &so), 0);
+  ck_assert_int_eq(source_with(&e, &o), 0);
   int port = mcp_h2c_source_port(e.src);
   int fds[6];
   for (int i = 0; i < 6; i++)
@@ -603,10 +598,7 @@ static void listen_tls(env *e) {
   mcp_h2c_options o = options(e, MCP_H2C_LISTEN, "127.0.0.1:0", 0);
   set_tls(&o, "server", "ca");
   o.handshake_timeout_ms = 60000; /* never what ends these connections */
-  mcp_source_options so;
-  mcp_source_options_default(&so);
-  so.store = e->store;
-  ck_assert_int_eq(mcp_h2c_source_new(&e->src, &e->loop, &o, &so), 0);
+  ck_assert_int_eq(source_with(e, &o), 0);
 }
 
 /* A client that sends half its ClientHello and vanishes: the listener
@@ -780,10 +772,7 @@ START_TEST(test_rotated_server_certificate_is_picked_up) {
   mcp_h2c_options o = options(&e, MCP_H2C_LISTEN, "127.0.0.1:0", 0);
   o.tls.cert_file = cert;
   o.tls.key_file = key;
-  mcp_source_options so;
-  mcp_source_options_default(&so);
-  so.store = e.store;
-  ck_assert_int_eq(mcp_h2c_source_new(&e.src, &e.loop, &o, &so), 0);
+  ck_assert_int_eq(source_with(&e, &o), 0);
   int port = mcp_h2c_source_port(e.src);
   ck_assert_int_eq(start_sink(&e, MCP_H2C_DIAL, loopback(port), NULL, "ca",
                               NULL, NULL),
@@ -827,10 +816,7 @@ START_TEST(test_broken_certificate_reload_keeps_the_previous_set) {
   o.tls.cert_file = cert;
   o.tls.key_file = key;
   o.tls.ca_file = cp("ca.pem");
-  mcp_source_options so;
-  mcp_source_options_default(&so);
-  so.store = e.store;
-  ck_assert_int_eq(mcp_h2c_source_new(&e.src, &e.loop, &o, &so), 0);
+  ck_assert_int_eq(source_with(&e, &o), 0);
   int port = mcp_h2c_source_port(e.src);
   extra_sink a, b;
   extra_start(&e, &a, port, "client");
