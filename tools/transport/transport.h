@@ -179,13 +179,14 @@ typedef struct tool_transport {
   int (*sink_call)(void *ep, tool_state_fn fn, void *ud);
 
   /*
-   * Security (NULL in a transport without TLS: h2c). From the main thread.
+   * Security (NULL in a transport without TLS; both have it now). From
+   * the main thread.
    *   tls_check: reads the files of |tls| as *_new() will and writes what
    *     is wrong into |err| ("cannot read /etc/mcp/key.pem: No such file or
    *     directory"). 0, or the core's error.
    *   acl_*: an access list of peer identities (rules "allow"/"deny" of
    *     exact identities or prefixes ending in '*'; the file format of
-   *     mcp_grpc_acl). acl_add: a lasting rule (|deny| 0: allow). acl_load:
+   *     mcp_acl, mcp/auth.h). acl_add: a lasting rule (|deny| 0: allow). acl_load:
    *     (re)reads |path| now, replacing the rules of the previous file
    *     (on failure nothing changes). acl_reload: reads the file again if
    *     it changed: 1 reloaded, 0 unchanged, negative (|err| set) when the
