@@ -31,8 +31,7 @@ typedef struct tls_sig {
 
 struct mcp_h2c_tls {
   int listen;
-  const char *path[TLS_NFILES]; /* the copies in ep->opts.tls, or NULL */
-  tls_sig sig[TLS_NFILES];
+  tls_sig sig[TLS_NFILES]; /* of the files of ep->opts.tls (paths_of()) */
   SSL_CTX *ctx;       /* the set in use; each SSL holds a reference */
   mcp_tstamp checked; /* when the files were last looked at */
   uint64_t reloads, reload_failures;
@@ -181,10 +180,19 @@ static int check_combination(const mcp_h2c_tls_options *o, int listen,
   return MCP_ERR_INVALID_ARGUMENT;
 }
 
+/* The files of |o| by TLS_CERT, TLS_KEY, TLS_CA (NULL: not set). */
+static void paths_of(const mcp_h2c_tls_options *o,
+                     const char *paths[TLS_NFILES]) {
+  paths[TLS_CERT] = o->cert_file;
+  paths[TLS_KEY] = o->key_file;
+  paths[TLS_CA] = o->ca_file;
+}
+
 /* Reads the files of |o| into a new context; |sig| gets their versions. */
 static int load(const mcp_h2c_tls_options *o, int listen, SSL_CTX **out,
                 tls_sig sig[TLS_NFILES], char *err, size_t errlen) {
-  const char *paths[TLS_NFILES] = {o->cert_file, o->key_file, o->ca_file};
+  const char *paths[TLS_NFILES];
+  paths_of(o, paths);
   for (int i = 0; i < TLS_NFILES; i++) {
     if (!paths[i])
       continue;
@@ -226,9 +234,6 @@ int mcp_h2c_tls_new(mcp_h2c_ep *ep, int listen) {
   if (!t)
     return MCP_ERR_NOMEM;
   t->listen = listen;
-  t->path[TLS_CERT] = o->cert_file;
-  t->path[TLS_KEY] = o->key_file;
-  t->path[TLS_CA] = o->ca_file;
   rv = load(o, listen, &t->ctx, t->sig, NULL, 0);
   if (rv < 0) {
     mcp_h2c_free(&ep->mem, t);
@@ -254,11 +259,13 @@ static void refresh(mcp_h2c_ep *ep) {
   if (now - t->checked < TLS_CHECK_EVERY)
     return;
   t->checked = now;
+  const char *paths[TLS_NFILES];
+  paths_of(&ep->opts.tls, paths);
   int changed = 0;
-  for (int i = 0; i < TLS_NFILES; i++) {
+  for (int i = 0; i < TLS_NFILES && !changed; i++) {
     tls_sig s;
-    if (t->path[i] &&
-        (stat_file(t->path[i], &s, NULL, 0) < 0 || !sig_eq(&s, &t->sig[i])))
+    if (paths[i] &&
+        (stat_file(paths[i], &s, NULL, 0) < 0 || !sig_eq(&s, &t->sig[i])))
       changed = 1;
   }
   if (!changed)
