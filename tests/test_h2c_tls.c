@@ -517,17 +517,24 @@ static int raw_connect(int port) {
   return fd;
 }
 
-typedef struct hs_wait {
+/* What the listener's counters must reach (at least), and whether all
+ * its connections must be gone. */
+typedef struct want {
   env *e;
-  uint64_t refused, timeouts;
-} hs_wait;
+  uint64_t refused, timeouts, failures, bytes, reloads, reload_failures;
+  int no_connections;
+} want;
 
-static int hs_refused(void *ud) {
-  hs_wait *w = ud;
+static int stats_reached(void *ud) {
+  want *w = ud;
   mcp_h2c_stats st;
   mcp_h2c_source_stats(w->e->src, &st);
   return st.refused_handshakes >= w->refused &&
-         st.tls_handshake_timeouts >= w->timeouts;
+         st.tls_handshake_timeouts >= w->timeouts &&
+         st.tls_handshake_failures >= w->failures &&
+         st.bytes_read >= w->bytes && st.tls_reloads >= w->reloads &&
+         st.tls_reload_failures >= w->reload_failures &&
+         (!w->no_connections || st.connections == 0);
 }
 
 /* Connections that never start their handshake: beyond the per-address
@@ -545,8 +552,8 @@ START_TEST(test_handshake_flood_is_bounded) {
   int fds[6];
   for (int i = 0; i < 6; i++)
     fds[i] = raw_connect(port);
-  hs_wait w = {&e, 2, 4};
-  ck_assert(h2t_run_until(&e.loop, hs_refused, &w, 10000));
+  want w = {.e = &e, .refused = 2, .timeouts = 4};
+  ck_assert(h2t_run_until(&e.loop, stats_reached, &w, 10000));
   mcp_h2c_stats st;
   mcp_h2c_source_stats(e.src, &st);
   ck_assert_uint_eq(st.refused_handshakes, 2);
@@ -579,26 +586,24 @@ static size_t client_hello(uint8_t *buf, size_t cap) {
   return (size_t)n;
 }
 
-typedef struct conn_wait {
-  env *e;
-  uint64_t bytes, failures;
-} conn_wait;
-
-/* The listener read |bytes|, counted |failures| failed handshakes, and
- * has no connection left. */
-static int conns_gone(void *ud) {
-  conn_wait *w = ud;
-  mcp_h2c_stats st;
-  mcp_h2c_source_stats(w->e->src, &st);
-  return st.bytes_read >= w->bytes &&
-         st.tls_handshake_failures >= w->failures && st.connections == 0;
-}
-
 static void listen_tls(env *e) {
   mcp_h2c_options o = options(e, MCP_H2C_LISTEN, "127.0.0.1:0", 0);
   set_tls(&o, "server", "ca");
   o.handshake_timeout_ms = 60000; /* never what ends these connections */
   ck_assert_int_eq(source_with(e, &o), 0);
+}
+
+/* No handshake is left in progress, none was completed, and a healthy
+ * client then syncs. */
+static void assert_clean_and_serving(env *e, int port) {
+  mcp_h2c_stats st;
+  mcp_h2c_source_stats(e->src, &st);
+  ck_assert_uint_eq(st.handshaking, 0);
+  ck_assert_uint_eq(st.tls_handshakes, 0);
+  ck_assert_int_eq(start_sink(e, MCP_H2C_DIAL, loopback(port), "client",
+                              "ca", NULL, NULL),
+                   0);
+  ck_assert(h2t_run_until(&e->loop, synced, e, 10000));
 }
 
 /* A client that sends half its ClientHello and vanishes: the listener
@@ -614,17 +619,12 @@ START_TEST(test_client_vanishing_mid_handshake_frees_its_slot) {
   int fd = raw_connect(port);
   ck_assert_int_eq(write(fd, hello, n / 2), (ssize_t)(n / 2));
   close(fd);
-  conn_wait w = {&e, n / 2, 0};
-  ck_assert(h2t_run_until(&e.loop, conns_gone, &w, 10000));
+  want w = {.e = &e, .bytes = n / 2, .no_connections = 1};
+  ck_assert(h2t_run_until(&e.loop, stats_reached, &w, 10000));
   mcp_h2c_stats st;
   mcp_h2c_source_stats(e.src, &st);
-  ck_assert_uint_eq(st.handshaking, 0);
-  ck_assert_uint_eq(st.tls_handshakes, 0);
   ck_assert_uint_eq(st.tls_handshake_timeouts, 0);
-  ck_assert_int_eq(start_sink(&e, MCP_H2C_DIAL, loopback(port), "client",
-                              "ca", NULL, NULL),
-                   0);
-  ck_assert(h2t_run_until(&e.loop, synced, &e, 10000));
+  assert_clean_and_serving(&e, port);
   env_fini(&e);
 }
 END_TEST
@@ -649,8 +649,9 @@ START_TEST(test_garbage_client_hello_is_a_failed_handshake) {
     int fd = raw_connect(port);
     ck_assert_int_eq(write(fd, sends[i].p, sends[i].n), (ssize_t)sends[i].n);
     bytes += sends[i].n;
-    conn_wait w = {&e, bytes, (uint64_t)i + 1};
-    ck_assert(h2t_run_until(&e.loop, conns_gone, &w, 10000));
+    want w = {.e = &e, .bytes = bytes, .failures = (uint64_t)i + 1,
+              .no_connections = 1};
+    ck_assert(h2t_run_until(&e.loop, stats_reached, &w, 10000));
     /* The listener closed it: what is left to read ends (an alert at
      * most, never an HTTP answer). */
     uint8_t buf[512];
@@ -664,12 +665,7 @@ START_TEST(test_garbage_client_hello_is_a_failed_handshake) {
   mcp_h2c_stats st;
   mcp_h2c_source_stats(e.src, &st);
   ck_assert_uint_eq(st.tls_handshake_failures, 2);
-  ck_assert_uint_eq(st.handshaking, 0);
-  ck_assert_uint_eq(st.tls_handshakes, 0);
-  ck_assert_int_eq(start_sink(&e, MCP_H2C_DIAL, loopback(port), "client",
-                              "ca", NULL, NULL),
-                   0);
-  ck_assert(h2t_run_until(&e.loop, synced, &e, 10000));
+  assert_clean_and_serving(&e, port);
   env_fini(&e);
 }
 END_TEST
@@ -748,16 +744,27 @@ static int copy_file(const char *from, const char *to) {
   return system(cmd);
 }
 
-typedef struct rot {
-  env *e;
-  uint64_t reloads;
-} rot;
-
-static int reloaded(void *ud) {
-  rot *r = ud;
-  mcp_h2c_stats st;
-  mcp_h2c_source_stats(r->e->src, &st);
-  return st.tls_reloads >= r->reloads;
+/* A listener on copies of |leaf|'s files, |name|.pem and |name|.key (to
+ * be replaced while it runs), with CA |ca| (NULL: none). Returns its
+ * port; |cert| and |key| get the copies' paths. */
+static int listen_on_copies(env *e, const char *name, const char *leaf,
+                            const char *ca, const char **cert,
+                            const char **key) {
+  char n[64];
+  snprintf(n, sizeof(n), "%s.pem", name);
+  *cert = cp(n);
+  snprintf(n, sizeof(n), "%s.key", name);
+  *key = cp(n);
+  snprintf(n, sizeof(n), "%s.pem", leaf);
+  ck_assert_int_eq(copy_file(cp(n), *cert), 0);
+  snprintf(n, sizeof(n), "%s.key", leaf);
+  ck_assert_int_eq(copy_file(cp(n), *key), 0);
+  mcp_h2c_options o = options(e, MCP_H2C_LISTEN, "127.0.0.1:0", 0);
+  set_tls(&o, NULL, ca);
+  o.tls.cert_file = *cert;
+  o.tls.key_file = *key;
+  ck_assert_int_eq(source_with(e, &o), 0);
+  return mcp_h2c_source_port(e->src);
 }
 
 /* The listener's certificate files are replaced (the wrong name first,
@@ -766,14 +773,8 @@ static int reloaded(void *ud) {
 START_TEST(test_rotated_server_certificate_is_picked_up) {
   env e;
   env_init(&e);
-  const char *cert = cp("live.pem"), *key = cp("live.key");
-  ck_assert_int_eq(copy_file(cp("wrongname.pem"), cert), 0);
-  ck_assert_int_eq(copy_file(cp("wrongname.key"), key), 0);
-  mcp_h2c_options o = options(&e, MCP_H2C_LISTEN, "127.0.0.1:0", 0);
-  o.tls.cert_file = cert;
-  o.tls.key_file = key;
-  ck_assert_int_eq(source_with(&e, &o), 0);
-  int port = mcp_h2c_source_port(e.src);
+  const char *cert, *key;
+  int port = listen_on_copies(&e, "live", "wrongname", NULL, &cert, &key);
   ck_assert_int_eq(start_sink(&e, MCP_H2C_DIAL, loopback(port), NULL, "ca",
                               NULL, NULL),
                    0);
@@ -784,24 +785,12 @@ START_TEST(test_rotated_server_certificate_is_picked_up) {
   ck_assert_int_eq(copy_file(cp("server.key"), key), 0);
   /* The dialer keeps retrying; one of its connections finds the files
    * changed (checked at most once a second) and succeeds. */
-  rot r = {&e, 1};
-  ck_assert(h2t_run_until(&e.loop, reloaded, &r, 15000));
+  want r = {.e = &e, .reloads = 1};
+  ck_assert(h2t_run_until(&e.loop, stats_reached, &r, 15000));
   ck_assert(h2t_run_until(&e.loop, synced, &e, 15000));
   env_fini(&e);
 }
 END_TEST
-
-typedef struct reload_wait {
-  env *e;
-  uint64_t failures;
-} reload_wait;
-
-static int reload_failed(void *ud) {
-  reload_wait *r = ud;
-  mcp_h2c_stats st;
-  mcp_h2c_source_stats(r->e->src, &st);
-  return st.tls_reload_failures >= r->failures;
-}
 
 /* The listener's certificate file is replaced by one that holds no
  * certificate: the reload fails and says so (tls_reload_failures), the
@@ -809,15 +798,9 @@ static int reload_failed(void *ud) {
 START_TEST(test_broken_certificate_reload_keeps_the_previous_set) {
   env e;
   env_init(&e);
-  const char *cert = cp("keep.pem"), *key = cp("keep.key");
-  ck_assert_int_eq(copy_file(cp("server.pem"), cert), 0);
-  ck_assert_int_eq(copy_file(cp("server.key"), key), 0);
-  mcp_h2c_options o = options(&e, MCP_H2C_LISTEN, "127.0.0.1:0", 0);
-  o.tls.cert_file = cert;
-  o.tls.key_file = key;
-  o.tls.ca_file = cp("ca.pem");
-  ck_assert_int_eq(source_with(&e, &o), 0);
-  int port = mcp_h2c_source_port(e.src);
+  const char *cert, *key;
+  int port = listen_on_copies(&e, "keep", "server", "ca", &cert, &key);
+  (void)key; /* only the certificate breaks */
   extra_sink a, b;
   extra_start(&e, &a, port, "client");
   ck_assert(h2t_run_until(&e.loop, extra_synced, &a, 10000));
@@ -829,8 +812,8 @@ START_TEST(test_broken_certificate_reload_keeps_the_previous_set) {
   ck_assert_int_eq(start_sink(&e, MCP_H2C_DIAL, loopback(port), "client",
                               "other-ca", NULL, NULL),
                    0);
-  reload_wait r = {&e, 1};
-  ck_assert(h2t_run_until(&e.loop, reload_failed, &r, 15000));
+  want r = {.e = &e, .reload_failures = 1};
+  ck_assert(h2t_run_until(&e.loop, stats_reached, &r, 15000));
   extra_start(&e, &b, port, "client");
   ck_assert(h2t_run_until(&e.loop, extra_synced, &b, 10000));
   mcp_h2c_stats st;
