@@ -6,7 +6,9 @@
  * unknown CA, the wrong server name), authorization by access list on
  * both sides, clear errors for bad files, a handshake that never finishes
  * (timed out) and too many handshakes from one address (refused at
- * accept), and a rotated server certificate picked up without a restart.
+ * accept), a peer gone mid-handshake (either side), garbage for a
+ * ClientHello, a rotated server certificate picked up without a restart
+ * and a broken one that leaves the set in use.
  */
 #include <arpa/inet.h>
 #include <check.h>
