@@ -40,13 +40,7 @@ START_TEST(test_identities_in_order_by_the_rules) {
   add(&b, MCP_IDENTITY_SAN, "fd00::1");
   add(&b, MCP_IDENTITY_SAN, "a@b.example");  /* e-mail: neither */
   add(&b, MCP_IDENTITY_SAN, "web.example");  /* untyped: DNS */
-  mcp_identity_add(&b, MCP_IDENTITY_DNS, "bad\0name", 8); /* NUL inside */
-  add(&b, MCP_IDENTITY_DNS, "");
-  char *big = malloc(MCP_IDENTITY_MAX_LEN + 2);
-  memset(big, 'a', MCP_IDENTITY_MAX_LEN + 1);
-  big[MCP_IDENTITY_MAX_LEN + 1] = '\0';
-  add(&b, MCP_IDENTITY_URI, big); /* too long */
-  free(big);
+  add(&b, MCP_IDENTITY_DNS, "");             /* empty: ignored */
   mcp_identities ids;
   memset(&ids, 0, sizeof(ids));
   ck_assert_int_eq(mcp_identities_build(&b, NULL, &ids), 0);
@@ -67,6 +61,44 @@ START_TEST(test_identities_in_order_by_the_rules) {
   mcp_identities_free(&ids, NULL);
   ck_assert_ptr_null(ids.v);
   ck_assert_uint_eq(ids.n, 0);
+}
+END_TEST
+
+/* A denied identity that could not be kept must not leave the others to
+ * pass a deny list: the certificate then has no identity at all. */
+START_TEST(test_unusable_identity_leaves_the_peer_without_any) {
+  mcp_acl *acl = NULL;
+  ck_assert_int_eq(mcp_acl_new(&acl, NULL), 0);
+  ck_assert_int_eq(mcp_acl_add(acl, MCP_ACL_DENY, "spiffe://evil/*"), 0);
+  char *big = malloc(MCP_IDENTITY_MAX_LEN + 2);
+  memset(big, 'a', MCP_IDENTITY_MAX_LEN + 1);
+  big[MCP_IDENTITY_MAX_LEN + 1] = '\0';
+  memcpy(big, "spiffe://evil/", 14);
+  for (int c = 0; c < 3; c++) {
+    mcp_identity_builder b;
+    memset(&b, 0, sizeof(b));
+    add(&b, MCP_IDENTITY_DNS, "fine.example");
+    if (c == 0) /* NUL inside */
+      mcp_identity_add(&b, MCP_IDENTITY_URI, "spiffe://evil/x\0y", 17);
+    else if (c == 1) /* too long */
+      add(&b, MCP_IDENTITY_URI, big);
+    else /* one more than are kept */
+      for (int i = 0; i <= MCP_IDENTITY_MAX; i++)
+        add(&b, MCP_IDENTITY_URI,
+            i < MCP_IDENTITY_MAX ? "spiffe://ok/x" : "spiffe://evil/x");
+    mcp_identities ids;
+    memset(&ids, 0, sizeof(ids));
+    ck_assert_int_eq(mcp_identities_build(&b, NULL, &ids), 0);
+    ck_assert_uint_eq(ids.n, 0);
+    mcp_peer p = peer_of(NULL, 0);
+    p.tls = 1;
+    mcp_identities_peer(&ids, &p);
+    ck_assert_int_eq(p.authenticated, 0);
+    ck_assert_int_eq(mcp_acl_check(acl, &p), MCP_CODE_UNAUTHENTICATED);
+    mcp_identities_free(&ids, NULL);
+  }
+  free(big);
+  mcp_acl_del(acl);
 }
 END_TEST
 
@@ -163,6 +195,7 @@ int main(void) {
   Suite *s = suite_create("core_auth");
   TCase *tc = tcase_create("auth");
   tcase_add_test(tc, test_identities_in_order_by_the_rules);
+  tcase_add_test(tc, test_unusable_identity_leaves_the_peer_without_any);
   tcase_add_test(tc, test_authorize_statuses);
   tcase_add_test(tc, test_acl_decisions);
   tcase_add_test(tc, test_admit_key_identity_first);

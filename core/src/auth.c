@@ -62,9 +62,13 @@ static int has_scheme(const char *v, size_t len) {
 
 void mcp_identity_add(mcp_identity_builder *b, mcp_identity_kind kind,
                       const char *v, size_t len) {
-  /* A value with a NUL inside could match what it does not say. */
-  if (!v || len == 0 || len > MCP_IDENTITY_MAX_LEN || memchr(v, '\0', len))
+  if (!v || len == 0)
     return;
+  /* A value with a NUL inside could match what it does not say. */
+  if (len > MCP_IDENTITY_MAX_LEN || memchr(v, '\0', len)) {
+    b->unusable = 1;
+    return;
+  }
   if (kind == MCP_IDENTITY_SAN) {
     if (has_scheme(v, len))
       kind = MCP_IDENTITY_URI;
@@ -76,8 +80,12 @@ void mcp_identity_add(mcp_identity_builder *b, mcp_identity_kind kind,
   if ((unsigned)kind > MCP_IDENTITY_CN)
     return;
   size_t k = (size_t)kind;
-  if (b->n[k] == MCP_IDENTITY_MAX || (kind == MCP_IDENTITY_CN && b->n[k]))
+  if (kind == MCP_IDENTITY_CN && b->n[k])
+    return; /* the first CN only */
+  if (b->n[k] == MCP_IDENTITY_MAX) {
+    b->unusable = 1;
     return;
+  }
   b->v[k][b->n[k]] = v;
   b->len[k][b->n[k]] = len;
   b->n[k]++;
@@ -94,7 +102,7 @@ int mcp_identities_build(const mcp_identity_builder *b, const mcp_mem *mem,
                          mcp_identities *out) {
   mcp_identities_free(out, mem);
   size_t n = b->n[0] + b->n[1] + b->n[2];
-  if (n == 0)
+  if (n == 0 || b->unusable)
     return 0;
   size_t bytes = n * sizeof(char *);
   for (int k = 0; k < 3; k++)

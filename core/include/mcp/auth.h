@@ -87,9 +87,12 @@ MCP_EXTERN void mcp_peer_admit_key(const mcp_peer *peer, char *buf,
 /* Identities of a certificate                                         */
 /* ------------------------------------------------------------------ */
 
-/* At most this many identities of each kind are kept, each at most this
- * many bytes; longer values, empty ones and values with a NUL inside
- * (which could match what they do not say) are not identities. */
+/* At most this many identities of each kind, each at most this many
+ * bytes. A certificate with a value past either limit, or with a NUL
+ * inside one (which could match what it does not say), has no identity at
+ * all (fail closed): dropping only that value could let a peer whose
+ * denied identity was the one dropped pass a deny list on another.
+ * Empty values are ignored. */
 #define MCP_IDENTITY_MAX 64
 #define MCP_IDENTITY_MAX_LEN 4096
 
@@ -109,10 +112,11 @@ typedef struct mcp_identity_builder {
   const char *v[3][MCP_IDENTITY_MAX];
   size_t len[3][MCP_IDENTITY_MAX];
   size_t n[3];
+  int unusable; /* a value broke the limits above: no identity at all */
 } mcp_identity_builder;
 
 /* Adds a candidate of |kind| (|len| bytes at |v|), or drops it by the
- * rules above. */
+ * rules above (an unusable value marks the whole builder). */
 MCP_EXTERN void mcp_identity_add(mcp_identity_builder *b,
                                  mcp_identity_kind kind, const char *v,
                                  size_t len);
@@ -127,8 +131,9 @@ typedef struct mcp_identities {
 
 /*
  * Copies the candidates of |b| into |*out| (freed first), allocated with
- * |mem| (NULL: the C library). Errors: NOMEM, and then |*out| is empty:
- * a peer whose identities cannot be kept has none (fail closed).
+ * |mem| (NULL: the C library); none when |b| saw an unusable value.
+ * Errors: NOMEM, and then |*out| is empty: a peer whose identities cannot
+ * be kept has none (fail closed).
  */
 MCP_EXTERN int mcp_identities_build(const mcp_identity_builder *b,
                                     const mcp_mem *mem, mcp_identities *out);
