@@ -228,6 +228,39 @@ class MutualTLS(Base):
         self.assertTrue(streams[0]["dialed"])
         self.assertEqual(streams[0]["identity"], ISTIOD)
 
+    def test_broken_certificate_change_is_reported_and_the_old_one_kept(self):
+        # Copies the program can watch being replaced.
+        d = os.path.join(self.tmp, "tls")
+        os.mkdir(d)
+        files = {}
+        for f in ("server.pem", "server.key", "ca.pem"):
+            with open(cert(f), "rb") as i:
+                files[f] = i.read()
+            with open(os.path.join(d, f), "wb") as o:
+                o.write(files[f])
+        own = ["--tls-cert", os.path.join(d, "server.pem"),
+               "--tls-key", os.path.join(d, "server.key"),
+               "--tls-ca", os.path.join(d, "ca.pem")]
+        src, addr = self.source(*own)
+        snk, _ = self.sink(*mtls("client"), dial=addr)
+        self.wait_synced(snk)
+
+        write_atomic(os.path.join(d, "server.pem"), "not a certificate\n")
+        self.wait_for(lambda: "TLS files changed and cannot be used" in
+                      src.stderr(), "the broken certificate to be reported",
+                      src)
+        self.assertIn("the certificate in use stays", src.stderr())
+        # A new sink is served with the certificate in use.
+        snk2, _ = self.sink(*mtls("client"), dial=addr)
+        self.wait_synced(snk2)
+        self.assertTrue(src.running())
+
+        write_atomic(os.path.join(d, "server.pem"),
+                     files["server.pem"].decode())
+        self.wait_for(lambda: "TLS files changed and are usable again" in
+                      src.stderr(), "the fixed certificate to be reported",
+                      src)
+
     def test_server_name(self):
         # wrongname.pem names other.example only: dialing 127.0.0.1 fails
         # the name check, --tls-server-name other.example passes it.
@@ -405,7 +438,8 @@ class Authorization(Base):
         write_atomic(acl, "alow spiffe://cluster.local/ns/default/*\n")
         self.wait_for(lambda: "unknown keyword" in src.stderr(),
                       "the broken file to be reported", src)
-        time.sleep(1.5)
+        # The report is the reload's answer: nothing was reauthorized.
+        self.assertNotIn("checking the open streams again", src.stderr())
         self.assertEqual(len(snk.events("disconnected")), 0, self.logs())
 
         # Denied: the open stream is ended, reconnections are refused.

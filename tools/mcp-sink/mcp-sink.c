@@ -57,6 +57,7 @@ typedef struct sink_app {
   mcp_sink_state *state;
   tool_ops *ops; /* metrics and debug endpoints (tools/ops) */
   tool_access *access; /* --allow, --deny, --access-list; NULL: none */
+  tool_tls_watch *tls_watch; /* a broken replacement of the TLS files is said */
   tool_mirror *mirror;
   mcp_schema *schema; /* --out's typed bodies: Istio's, --descriptor-set */
   int json, exit_after_sync;
@@ -507,6 +508,8 @@ static void stop(sink_app *a) {
   atomic_store(&a->quitting, 1);
   tool_ops_close(a->ops);
   tool_access_close(a->access);
+  tool_tls_watch_close(a->tls_watch);
+  a->tls_watch = NULL;
   if (a->ep)
     a->tp->sink_del(a->ep);
   a->ep = NULL;
@@ -958,6 +961,13 @@ int main(int argc, char **argv) {
   tool_ops_attach(app.ops, app.tp, app.ep);
   /* SIGHUP is ours before the address is announced. */
   tool_access_watch(app.access, &app.loop, app.ep, 1);
+  if (tool_sec_tls(&sec)) {
+    const tool_tls_options t = {sec.tls_cert, sec.tls_key, sec.tls_ca,
+                                sec.tls_server_name};
+    if (tool_tls_watch_start(&app.tls_watch, app.tp, &t, &app.loop) != 0)
+      log_warn("out of memory: a broken change of the TLS files will not "
+               "be reported");
+  }
   if (listen) {
     const char *colon = strrchr(address, ':');
     char buf[300];

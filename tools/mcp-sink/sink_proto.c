@@ -60,6 +60,7 @@ typedef struct proto_app {
   uv_loop_t loop;
   const tool_transport *tp;
   void *client;
+  tool_tls_watch *tls_watch; /* a broken replacement of the TLS files is said */
   int api;
   int json, exit_after_sync;
   const char *out;
@@ -612,6 +613,8 @@ static void stop(proto_app *a) {
   if (a->client)
     a->tp->client_del(a->client); /* no protocol callback after it */
   a->client = NULL;
+  tool_tls_watch_close(a->tls_watch);
+  a->tls_watch = NULL;
   uv_close((uv_handle_t *)&a->sigint, NULL);
   uv_close((uv_handle_t *)&a->sigterm, NULL);
   uv_close((uv_handle_t *)&a->synced_async, NULL);
@@ -954,6 +957,10 @@ int tool_sink_proto_main(int argc, char **argv) {
     tool_sec_describe(&sec, 0, why, sizeof why);
     log_info("security: %s", why);
   }
+  if (tool_sec_tls(&sec) &&
+      tool_tls_watch_start(&app.tls_watch, app.tp, &eo.tls, &app.loop) != 0)
+    log_warn("out of memory: a broken change of the TLS files will not be "
+             "reported");
   uv_run(&app.loop, UV_RUN_DEFAULT);
   uv_loop_close(&app.loop);
   status = app.failed ? 1 : 0;

@@ -77,6 +77,7 @@ typedef struct source_app {
   void *ep;
   tool_ops *ops; /* metrics and debug endpoints (tools/ops) */
   tool_access *access; /* --allow, --deny, --access-list; NULL: none */
+  tool_tls_watch *tls_watch; /* a broken replacement of the TLS files is said */
   mcp_store *store;
   mcpcfg_loader *loader; /* NULL without --dir */
   mcp_schema *schema;     /* typed bodies: Istio's types, --descriptor-set */
@@ -732,6 +733,8 @@ static void stop(source_app *a) {
     uv_close((uv_handle_t *)&a->etcd_async, NULL);
   tool_ops_close(a->ops);
   tool_access_close(a->access);
+  tool_tls_watch_close(a->tls_watch);
+  a->tls_watch = NULL;
   if (a->proto_tick_init)
     uv_close((uv_handle_t *)&a->proto_tick, NULL);
   a->proto_tick_init = 0;
@@ -1729,6 +1732,13 @@ int main(int argc, char **argv) {
   uv_signal_start(&app.sigint, on_signal, SIGINT);
   uv_signal_start(&app.sigterm, on_signal, SIGTERM);
   tool_access_watch(app.access, &app.loop, app.ep, 0); /* and SIGHUP */
+  if (tool_sec_tls(&args.sec)) {
+    const tool_tls_options t = {args.sec.tls_cert, args.sec.tls_key,
+                                args.sec.tls_ca, args.sec.tls_server_name};
+    if (tool_tls_watch_start(&app.tls_watch, app.tp, &t, &app.loop) != 0)
+      log_warn("out of memory: a broken change of the TLS files will not "
+               "be reported");
+  }
   if (connect) {
     log_info("dialing the ResourceSink at %s (%s)", address, app.tp->name);
   } else {

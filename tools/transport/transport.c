@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/args.h"
 #include "transport/shim.h"
@@ -270,4 +271,91 @@ void tool_access_del(tool_access *a) {
   if (a->acl)
     a->tp->acl_del(a->acl);
   free(a);
+}
+
+/* ---- TLS files ---- */
+
+struct tool_tls_watch {
+  const tool_transport *tp;
+  tool_tls_options tls;
+  struct {
+    int ok; /* stat() succeeded */
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime;
+  } sig[3];
+  int broken; /* the files as last seen cannot be used */
+  uv_timer_t timer;
+};
+
+#define TLS_WATCH_MS 1000
+
+/* Notes the files' signatures; 1 when one differs from the last seen. */
+static int tls_files_changed(tool_tls_watch *w) {
+  const char *f[3] = {w->tls.cert_file, w->tls.key_file, w->tls.ca_file};
+  int changed = 0;
+  for (int i = 0; i < 3; i++) {
+    struct stat st;
+    int ok = f[i] && stat(f[i], &st) == 0;
+    if (!f[i])
+      continue;
+    if (ok != w->sig[i].ok ||
+        (ok && (st.st_dev != w->sig[i].dev || st.st_ino != w->sig[i].ino ||
+                st.st_size != w->sig[i].size ||
+                st.st_mtim.tv_sec != w->sig[i].mtime.tv_sec ||
+                st.st_mtim.tv_nsec != w->sig[i].mtime.tv_nsec)))
+      changed = 1;
+    w->sig[i].ok = ok;
+    if (ok) {
+      w->sig[i].dev = st.st_dev;
+      w->sig[i].ino = st.st_ino;
+      w->sig[i].size = st.st_size;
+      w->sig[i].mtime = st.st_mtim;
+    }
+  }
+  return changed;
+}
+
+static void on_tls_timer(uv_timer_t *t) {
+  tool_tls_watch *w = t->data;
+  if (!tls_files_changed(w))
+    return;
+  char why[512] = "";
+  int rv = w->tp->tls_check(&w->tls, why, sizeof(why));
+  if (rv < 0) {
+    log_error("TLS files changed and cannot be used: %s; the certificate "
+              "in use stays",
+              why[0] ? why : mcp_strerror(rv));
+    w->broken = 1;
+  } else {
+    log_info("TLS files changed%s: new connections use them",
+             w->broken ? " and are usable again" : "");
+    w->broken = 0;
+  }
+}
+
+int tool_tls_watch_start(tool_tls_watch **pw, const tool_transport *tp,
+                         const tool_tls_options *tls, uv_loop_t *loop) {
+  *pw = NULL;
+  if (!tp->tls_check)
+    return 0;
+  tool_tls_watch *w = calloc(1, sizeof(*w));
+  if (!w)
+    return 1;
+  w->tp = tp;
+  w->tls = *tls;
+  tls_files_changed(w); /* the files as the endpoint read them */
+  uv_timer_init(loop, &w->timer);
+  w->timer.data = w;
+  uv_timer_start(&w->timer, on_tls_timer, TLS_WATCH_MS, TLS_WATCH_MS);
+  *pw = w;
+  return 0;
+}
+
+static void tls_watch_closed(uv_handle_t *h) { free(h->data); }
+
+void tool_tls_watch_close(tool_tls_watch *w) {
+  if (w)
+    uv_close((uv_handle_t *)&w->timer, tls_watch_closed);
 }

@@ -294,6 +294,28 @@ void tool_access_close(tool_access *a);
  * the handles. NULL is a no-op. */
 void tool_access_del(tool_access *a);
 
+/*
+ * The TLS files of a program, watched so that a broken replacement is said
+ * and not silent: both transports read the files again when they change
+ * and keep the set in use when the new one fails, but only the program can
+ * tell a person. Every second, when a file's size, modification time or
+ * inode changed, the files are read as the transport will (tls_check) and
+ * a broken version is logged once as an error ("TLS files changed and
+ * cannot be used: ...; the certificate in use stays"), a good one after a
+ * change at info. Main thread.
+ */
+typedef struct tool_tls_watch tool_tls_watch;
+
+/* Starts watching the files of |tls| (the strings must outlive the watch)
+ * on |loop| with |tp|'s tls_check. Returns 0, or 1 when memory runs out
+ * (nothing is watched). A transport without tls_check: 0, and |*pw| NULL. */
+int tool_tls_watch_start(tool_tls_watch **pw, const tool_transport *tp,
+                         const tool_tls_options *tls, uv_loop_t *loop);
+
+/* Stops watching: the handle closes when the loop runs, then the watch is
+ * freed. NULL is a no-op. */
+void tool_tls_watch_close(tool_tls_watch *w);
+
 /* The transports linked in (TOOLS_HAVE_GRPC, TOOLS_HAVE_H2C). */
 extern const tool_transport tool_transport_grpc;
 extern const tool_transport tool_transport_h2c;
