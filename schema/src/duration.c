@@ -9,6 +9,22 @@
 
 static int is_digit(char c) { return c >= '0' && c <= '9'; }
 
+int sc_fraction(const char *s, size_t len, int32_t *nanos) {
+  *nanos = 0;
+  if (!len || s[0] != '.')
+    return 0;
+  size_t i = 1;
+  int32_t v = 0;
+  while (i < len && is_digit(s[i]) && i <= 9)
+    v = v * 10 + (s[i++] - '0');
+  if (i == 1 || (i < len && is_digit(s[i])))
+    return -1;
+  for (size_t k = i; k <= 9; k++)
+    v *= 10;
+  *nanos = v;
+  return (int)i;
+}
+
 /* proto3: -?digits(.digits{1,9})?s, within +-315576000000 s. */
 static int proto3_form(const char *s, size_t len, int64_t *secs, int32_t *nanos) {
   size_t i = s[0] == '-';
@@ -20,16 +36,11 @@ static int proto3_form(const char *s, size_t len, int64_t *secs, int32_t *nanos)
       v = v * 10 + (uint64_t)(s[i] - '0');
   if (i == d0)
     return SC_DUR_SYNTAX;
-  int32_t ns = 0;
-  if (i < len && s[i] == '.') {
-    size_t f0 = ++i;
-    while (i < len && is_digit(s[i]) && i - f0 < 9)
-      ns = ns * 10 + (s[i++] - '0');
-    if (i == f0 || (i < len && is_digit(s[i])))
-      return SC_DUR_SYNTAX;
-    for (size_t k = i - f0; k < 9; k++)
-      ns *= 10;
-  }
+  int32_t ns;
+  int k = sc_fraction(s + i, len - i, &ns);
+  if (k < 0)
+    return SC_DUR_SYNTAX;
+  i += (size_t)k;
   if (i + 1 != len || s[i] != 's')
     return SC_DUR_SYNTAX;
   if (v > (uint64_t)SC_DURATION_MAX_SECONDS)

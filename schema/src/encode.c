@@ -857,27 +857,6 @@ static int digits_n(const char *s, unsigned n, unsigned *v) {
   return 1;
 }
 
-/* ".f{1,9}" at |*p|: nanoseconds; advances |*p|. */
-static int fraction(const char **p, int32_t *nanos) {
-  *nanos = 0;
-  if (**p != '.')
-    return 1;
-  (*p)++;
-  unsigned n = 0;
-  int32_t v = 0;
-  while (is_digit(**p) && n < 9) {
-    v = v * 10 + (**p - '0');
-    (*p)++;
-    n++;
-  }
-  if (!n || is_digit(**p))
-    return 0;
-  while (n++ < 9)
-    v *= 10;
-  *nanos = v;
-  return 1;
-}
-
 static int put_secs_nanos(enc *e, int64_t secs, int32_t nanos) {
   int rc = 0;
   if (secs && !(rc = put_tag(e, 1, WT_VARINT)))
@@ -926,8 +905,10 @@ static int enc_timestamp(enc *e, const mcp_schema_value *v) {
     return fail(e, v, want);
   const char *p = s + 19;
   int32_t nanos;
-  if (!fraction(&p, &nanos))
+  int k = sc_fraction(p, v->len - (size_t)(p - s), &nanos);
+  if (k < 0)
     return fail(e, v, want);
+  p += k;
   int64_t off = 0;
   if (*p == 'Z') {
     p++;

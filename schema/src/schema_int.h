@@ -160,6 +160,11 @@ enum { SC_DUR_SYNTAX = 1, SC_DUR_RANGE, SC_DUR_GO_RANGE, SC_DUR_NO_UNIT, SC_DUR_
 int sc_duration_parse(const char *s, size_t len, int64_t *secs, int32_t *nanos,
                       size_t *unit_at, size_t *unit_len);
 
+/* ".f{1,9}" at |s| (|len| bytes), as Durations and Timestamps end: the
+ * nanoseconds in |*nanos| (0 without a '.'); the bytes taken, or -1 when
+ * a '.' has no digit or more than nine (duration.c). */
+int sc_fraction(const char *s, size_t len, int32_t *nanos);
+
 /* Valid UTF-8 (no surrogates, no overlongs)? */
 int sc_utf8_valid(const uint8_t *s, size_t len);
 

@@ -26,7 +26,6 @@ import os
 import shutil
 import signal
 import socket
-import time
 import unittest
 
 import e2e_common as common
@@ -910,9 +909,13 @@ class CommandLine(Base):
         self.put("vs.yaml", [vs("reviews", "reviews", "bookinfo")])
         self.start_source()
         snk = self.start_sink([VS], "--sync-warn", "1", "--sync-timeout",
-                              "2", out=False)
+                              "2", "--log-level", "debug", out=False)
         self.wait_synced(snk)
-        time.sleep(2.5)  # past both: neither fires once synced
+        # Both timers fire after the sync, and find nothing missing.
+        self.wait_for(lambda: "--sync-warn: every collection received" in
+                      snk.stderr() and "--sync-timeout: synced in time" in
+                      snk.stderr(), "both timers to find the sink synced",
+                      snk)
         self.assertTrue(snk.running(), self.logs())
         self.assertNotIn("nothing received", snk.stderr())
         snk.signal(signal.SIGTERM)

@@ -270,6 +270,14 @@ static const bad bads[] = {
      "Go's form; up to 315576000000s in seconds alone)"},
     {T "Wkt", "duration: 315576000001s", MCP_ERR_INVALID_ARGUMENT, 1,
      "spec.duration: duration 315576000001s out of range (at most 315576000000s)"},
+    /* A fraction of one to nine digits (sc_fraction, shared with Durations,
+     * where Go's form then reads "1.s" and ten digits). */
+    {T "Wkt", "timestamp: '1970-01-01T00:00:01.0000000001Z'", MCP_ERR_INVALID_ARGUMENT, 1,
+     "spec.timestamp: expected an RFC 3339 time such as \"2024-01-02T03:04:05Z\", got "
+     "\"1970-01-01T00:00:01.0000000001Z\""},
+    {T "Wkt", "timestamp: '1970-01-01T00:00:01.Z'", MCP_ERR_INVALID_ARGUMENT, 1,
+     "spec.timestamp: expected an RFC 3339 time such as \"2024-01-02T03:04:05Z\", got "
+     "\"1970-01-01T00:00:01.Z\""},
     {T "Wkt", "timestamp: '2023-02-29T00:00:00Z'", MCP_ERR_INVALID_ARGUMENT, 1,
      "spec.timestamp: not a valid date and time: \"2023-02-29T00:00:00Z\""},
     {T "Wkt", "timestamp: '0000-12-31T00:00:00Z'", MCP_ERR_INVALID_ARGUMENT, 1,

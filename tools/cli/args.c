@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "util/edit.h"
 #include "util/log.h"
 #include "util/grow.h"
 
@@ -30,35 +31,6 @@ int tool_usage_error(const char *prog, void (*usage)(FILE *f),
   funlockfile(stderr);
   va_end(ap);
   return 2;
-}
-
-/* Edit distance of |a| and |b| (optimal string alignment: insertions,
- * deletions, substitutions and swaps of neighbours cost 1), at most 64
- * bytes each; larger: SIZE_MAX. */
-static size_t edit_distance(const char *a, size_t n, const char *b,
-                            size_t m) {
-  enum { MAX = 64 };
-  if (n > MAX || m > MAX)
-    return (size_t)-1;
-  size_t d[MAX + 1][MAX + 1];
-  for (size_t i = 0; i <= n; i++)
-    d[i][0] = i;
-  for (size_t j = 0; j <= m; j++)
-    d[0][j] = j;
-  for (size_t i = 1; i <= n; i++) {
-    for (size_t j = 1; j <= m; j++) {
-      size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
-      if (d[i - 1][j] + 1 < best)
-        best = d[i - 1][j] + 1;
-      if (d[i][j - 1] + 1 < best)
-        best = d[i][j - 1] + 1;
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
-          d[i - 2][j - 2] + 1 < best)
-        best = d[i - 2][j - 2] + 1;
-      d[i][j] = best;
-    }
-  }
-  return d[n][m];
 }
 
 int tool_suggest_option(void (*usage)(FILE *f), const char *arg, char *out,
@@ -105,7 +77,7 @@ int tool_suggest_option(void (*usage)(FILE *f), const char *arg, char *out,
     }
     size_t d = n == tn && memcmp(typed, name, n) == 0
                    ? 0
-                   : edit_distance(typed, tn, name, n);
+                   : tool_edit_distance(typed, tn, name, n, 0);
     if (d < best) {
       best = d;
       pick = name;

@@ -17,6 +17,7 @@
 #include <yaml.h>
 
 #include "google/protobuf/struct.pb-c.h"
+#include "util/edit.h"
 #include "util/grow.h"
 
 /* ------------------------------------------------------------------ */
@@ -876,28 +877,6 @@ static size_t kv_bytes(const ynode *m) {
   return n;
 }
 
-/* Levenshtein distance of |a| and |b|, ASCII case ignored ("Virtualservice"
- * is VirtualService); both at most 64 bytes, else a large number. */
-static size_t distance(const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b), row[65];
-  if (la > 64 || lb > 64)
-    return (size_t)-1;
-  for (size_t j = 0; j <= lb; j++)
-    row[j] = j;
-  for (size_t i = 1; i <= la; i++) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= lb; j++) {
-      size_t up = row[j];
-      size_t sub = diag + (lower(a[i - 1]) != lower(b[j - 1]));
-      size_t best = up + 1 < row[j - 1] + 1 ? up + 1 : row[j - 1] + 1;
-      row[j] = sub < best ? sub : best;
-      diag = up;
-    }
-  }
-  return row[lb];
-}
-
 /* The group of an apiVersion: what comes before its '/' ("" for "v1"). */
 static size_t group_len(const char *api_version) {
   const char *slash = strchr(api_version, '/');
@@ -922,7 +901,9 @@ static void check_kind(builder *b, const char *api, const char *kind,
     if (!strcmp(k->kind, kind))
       return; /* known (perhaps under another version: not a typo) */
     in_group = 1;
-    size_t d = distance(kind, k->kind);
+    /* Case ignored: "Virtualservice" is VirtualService. */
+    size_t d = tool_edit_distance(kind, strlen(kind), k->kind,
+                                  strlen(k->kind), 1);
     if (d < best_d) {
       best_d = d;
       best = k->kind;

@@ -787,11 +787,15 @@ typedef struct entry {
   size_t file, idx; /* files are sorted by path: this is the precedence */
 } entry;
 
+/* Documents in (collection, name) order. */
+static int cmp_key(const mcpcfg_doc *a, const mcpcfg_doc *b) {
+  int c = strcmp(a->collection, b->collection);
+  return c ? c : strcmp(a->res.name, b->res.name);
+}
+
 static int cmp_entry(const void *pa, const void *pb) {
   const entry *a = pa, *b = pb;
-  int c = strcmp(a->d->collection, b->d->collection);
-  if (!c)
-    c = strcmp(a->d->res.name, b->d->res.name);
+  int c = cmp_key(a->d, b->d);
   if (!c)
     c = a->file != b->file ? (a->file < b->file ? -1 : 1)
                            : (a->idx < b->idx ? -1 : a->idx > b->idx);
@@ -836,9 +840,7 @@ static int merge(const mcpcfg_loader *l, cfile **files, size_t nfiles,
    * Report the others. */
   for (size_t i = 0, k; i < total; i = k) {
     mcpcfg_doc *d = e[i].d;
-    for (k = i + 1; k < total && !strcmp(e[k].d->collection, d->collection) &&
-                    !strcmp(e[k].d->res.name, d->res.name);
-         k++)
+    for (k = i + 1; k < total && !cmp_key(e[k].d, d); k++)
       ;
     size_t win = i;
     const coll *oc;
@@ -1041,9 +1043,7 @@ typedef struct dref {
 
 static int cmp_dref(const void *pa, const void *pb) {
   const dref *a = pa, *b = pb;
-  int c = strcmp(a->d->collection, b->d->collection);
-  if (!c)
-    c = strcmp(a->d->res.name, b->d->res.name);
+  int c = cmp_key(a->d, b->d);
   if (!c)
     c = a->ch != b->ch ? (a->ch < b->ch ? -1 : 1) : a->is_new - b->is_new;
   return c;
@@ -1127,6 +1127,16 @@ static void delta_note(coll *c, const char *name) {
  * done, 0 when it does not apply (nothing changed: the caller merges
  * everything), or NOMEM (nothing changed but spare capacity).
  */
+/* Moves entries |from|.. of |c|'s parallel arrays to |to|.. (one up to
+ * open a slot, one down to close one; |c->n| is the caller's). */
+static void coll_shift(coll *c, size_t from, size_t to) {
+  size_t k = c->n - from;
+  memmove(c->res + to, c->res + from, k * sizeof *c->res);
+  memmove(c->owner + to, c->owner + from, k * sizeof *c->owner);
+  memmove(c->doc + to, c->doc + from, k * sizeof *c->doc);
+  memmove(c->ndef + to, c->ndef + from, k * sizeof *c->ndef);
+}
+
 static int merge_changes(mcpcfg_loader *l, const change *ch, size_t nch) {
   size_t total = 0, k;
   for (size_t i = 0; i < nch; i++)
@@ -1154,9 +1164,7 @@ static int merge_changes(mcpcfg_loader *l, const change *ch, size_t nch) {
    * an old one is what the view serves, from that file alone; a new one
    * without an old one is a name the view does not have. */
   for (size_t i = 0, j; i < total; i = j) {
-    for (j = i + 1; j < total && !strcmp(r[j].d->collection, r[i].d->collection) &&
-                    !strcmp(r[j].d->res.name, r[i].d->res.name);
-         j++)
+    for (j = i + 1; j < total && !cmp_key(r[j].d, r[i].d); j++)
       ;
     if (j - i > 2 || (j - i == 2 && (r[i].ch != r[i + 1].ch ||
                                      r[i].is_new == r[i + 1].is_new)))
@@ -1203,8 +1211,7 @@ static int merge_changes(mcpcfg_loader *l, const change *ch, size_t nch) {
   memset(grow, 0, (l->ncolls + 1) * sizeof *grow); /* now: "changed" */
   for (size_t i = 0, j; i < total; i = j) {
     j = i + 1;
-    if (j < total && !strcmp(r[j].d->collection, r[i].d->collection) &&
-        !strcmp(r[j].d->res.name, r[i].d->res.name))
+    if (j < total && !cmp_key(r[j].d, r[i].d))
       j++;
     const dref *nw = r[j - 1].is_new ? &r[j - 1] : NULL; /* new sorts last */
     int found;
@@ -1212,21 +1219,11 @@ static int merge_changes(mcpcfg_loader *l, const change *ch, size_t nch) {
     coll *c = &l->colls[ci];
     size_t at = name_pos(c, r[i].d->res.name, &found);
     if (!nw) { /* gone from its file */
-      memmove(c->res + at, c->res + at + 1, (c->n - at - 1) * sizeof *c->res);
-      memmove(c->owner + at, c->owner + at + 1,
-              (c->n - at - 1) * sizeof *c->owner);
-      memmove(c->doc + at, c->doc + at + 1, (c->n - at - 1) * sizeof *c->doc);
-      memmove(c->ndef + at, c->ndef + at + 1,
-              (c->n - at - 1) * sizeof *c->ndef);
+      coll_shift(c, at + 1, at);
       c->n--;
     } else {
       if (!found) {
-        memmove(c->res + at + 1, c->res + at, (c->n - at) * sizeof *c->res);
-        memmove(c->owner + at + 1, c->owner + at,
-                (c->n - at) * sizeof *c->owner);
-        memmove(c->doc + at + 1, c->doc + at, (c->n - at) * sizeof *c->doc);
-        memmove(c->ndef + at + 1, c->ndef + at,
-                (c->n - at) * sizeof *c->ndef);
+        coll_shift(c, at, at + 1);
         c->n++;
       } else if (c->doc[at] == nw->d ||
                  (res_eq(&c->res[at], &nw->d->res) &&

@@ -546,6 +546,7 @@ static void on_sync_warn(uv_timer_t *t) {
   sink_app *a = t->data;
   char names[1024];
   if (missing(a, names, sizeof(names), NULL) == 0) {
+    log_debug("--sync-warn: every collection received");
     uv_timer_stop(t);
     return;
   }
@@ -569,6 +570,7 @@ static void on_sync_timeout(uv_timer_t *t) {
   char names[1024];
   json_t *arr = json_array();
   if (missing(a, names, sizeof(names), arr) == 0) {
+    log_debug("--sync-timeout: synced in time");
     json_decref(arr);
     return;
   }

@@ -1165,6 +1165,24 @@ static mcp_store *new_view_store(void) {
   return mcp_store_new(&s, &so) < 0 ? NULL : s;
 }
 
+/* --debounce MS (0: none) as every server's debounce and max_delay: a
+ * change waits for its collection to be quiet MS, at most ten times that
+ * (one second at least). */
+static void coalesce(unsigned long ms, mcp_tstamp *debounce,
+                     mcp_tstamp *max_delay) {
+  if (ms == 0)
+    return;
+  *debounce = (mcp_tstamp)ms * MCP_MILLISECONDS;
+  *max_delay = *debounce * 10 < MCP_SECONDS ? MCP_SECONDS : *debounce * 10;
+}
+
+/* A module's services, served next to MCP's. */
+static void add_services(source_app *a, const mcp_service_def *defs,
+                         size_t n) {
+  for (size_t i = 0; i < n && a->nservices < MAX_SERVICES; i++)
+    a->services[a->nservices++] = defs[i];
+}
+
 /* Views, modules and their services, before the first load (main thread,
  * no transport yet). 0, or -1 (logged). */
 static int setup_apis(source_app *a, const source_args *o) {
@@ -1212,16 +1230,12 @@ static int setup_apis(source_app *a, const source_args *o) {
     d.view = a->dest_store;
     d.dns_zone = o->dns_zone;
     d.heartbeat = (mcp_tstamp)o->dest_heartbeat_ms * MCP_MILLISECONDS;
-    if (o->debounce_ms > 0) { /* coalesce as MCP pushes do */
-      d.debounce = (mcp_tstamp)o->debounce_ms * MCP_MILLISECONDS;
-      d.max_delay = d.debounce * 10 < MCP_SECONDS ? MCP_SECONDS
-                                                  : d.debounce * 10;
-    }
+    coalesce(o->debounce_ms, &d.debounce, &d.max_delay); /* as MCP's */
     if ((rv = mcp_dest_server_new(&a->dsrv, &d)) < 0) {
       log_error("Destination: %s", mcp_strerror(rv));
       return -1;
     }
-    a->services[a->nservices++] = *mcp_dest_server_service(a->dsrv);
+    add_services(a, mcp_dest_server_service(a->dsrv), 1);
   }
   if (a->apis & API_DISP) {
     int rv;
@@ -1274,8 +1288,7 @@ static int setup_apis(source_app *a, const source_args *o) {
     }
     const mcp_service_def *defs;
     size_t n = mcp_disp_services(a->disp, &defs);
-    for (size_t i = 0; i < n && a->nservices < MAX_SERVICES; i++)
-      a->services[a->nservices++] = defs[i];
+    add_services(a, defs, n);
     a->m_disp_sessions = ops_metrics_gauge(
         m, "mcp_dispatcher_sessions", "Dispatcher sessions live now.", NULL,
         0);
@@ -1291,11 +1304,7 @@ static int setup_apis(source_app *a, const source_args *o) {
     mcp_xds_server_options x;
     mcp_xds_server_options_default(&x);
     x.store = a->store;
-    if (o->debounce_ms > 0) { /* coalesce as MCP pushes do */
-      x.debounce = (mcp_tstamp)o->debounce_ms * MCP_MILLISECONDS;
-      x.max_delay = x.debounce * 10 < MCP_SECONDS ? MCP_SECONDS
-                                                  : x.debounce * 10;
-    }
+    coalesce(o->debounce_ms, &x.debounce, &x.max_delay); /* as MCP's */
     x.require_identity = o->xds_require_identity;
     x.on_event = on_xds_event;
     x.user_data = a;
@@ -1306,8 +1315,7 @@ static int setup_apis(source_app *a, const source_args *o) {
     }
     const mcp_service_def *defs;
     size_t n = mcp_xds_server_services(a->xsrv, &defs);
-    for (size_t i = 0; i < n && a->nservices < MAX_SERVICES; i++)
-      a->services[a->nservices++] = defs[i];
+    add_services(a, defs, n);
     a->m_xds_nacks = ops_metrics_counter(
         m, "mcp_xds_nacks_total",
         "xDS responses a client rejected (NACK), per type URL.",
@@ -1691,12 +1699,7 @@ int main(int argc, char **argv) {
     sopts.version_reached = etcd_version_reached;
     sopts.version_reached_user_data = &app;
   }
-  if (debounce_ms > 0) {
-    sopts.debounce = (mcp_tstamp)debounce_ms * MCP_MILLISECONDS;
-    sopts.max_delay = sopts.debounce * 10;
-    if (sopts.max_delay < MCP_SECONDS)
-      sopts.max_delay = MCP_SECONDS;
-  }
+  coalesce(debounce_ms, &sopts.debounce, &sopts.max_delay);
   tool_endpoint_options eo = {
       .mode = connect ? TOOL_DIAL : TOOL_LISTEN,
       .address = address,

@@ -105,17 +105,13 @@ static char *join(const char *dir, const char *name) {
   return p;
 }
 
-/* Adds |path| (taken) to the batch; a walk when out of memory. */
+/* Adds |path| (taken) to the batch; a walk when out of memory. Repeats
+ * are dropped at the flush: a batch of a tree's checkout holds thousands of
+ * paths, too many to compare each with all before it. */
 static void batch_add(tool_watch *w, char *path) {
   if (!path) {
     w->rescan = 1;
     return;
-  }
-  for (size_t i = 0; i < w->npaths; i++) {
-    if (!strcmp(w->paths[i], path)) {
-      free(path);
-      return;
-    }
   }
   if (w->npaths == w->cap) {
     size_t cap = w->cap ? 2 * w->cap : 8;
@@ -133,10 +129,24 @@ static void batch_add(tool_watch *w, char *path) {
     w->rescan = 1;
 }
 
+static int cmp_path(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 static void batch_flush(tool_watch *w) {
   if (w->closing || (!w->npaths && !w->rescan && !w->began))
     return;
   w->began = 0;
+  /* Distinct paths, as mcpcfg_loader_update() takes them. */
+  qsort(w->paths, w->npaths, sizeof *w->paths, cmp_path);
+  size_t k = 0;
+  for (size_t i = 0; i < w->npaths; i++) {
+    if (k && !strcmp(w->paths[k - 1], w->paths[i]))
+      free(w->paths[i]);
+    else
+      w->paths[k++] = w->paths[i];
+  }
+  w->npaths = k;
   w->st.rescans += w->rescan != 0;
   w->cb((const char *const *)w->paths, w->npaths, w->rescan, w->user_data);
   for (size_t i = 0; i < w->npaths; i++)

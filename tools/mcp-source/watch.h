@@ -39,8 +39,8 @@
 typedef struct tool_watch tool_watch;
 
 /* One batch of events (all those one read of the inotify queue returned,
- * or one settle tick): |paths| (|n|, each "DIR/NAME" as the walk from the
- * root spells it) are final and to be read again; |rescan| asks for a walk
+ * or one settle tick): |paths| (|n|, distinct, sorted, each "DIR/NAME" as
+ * the walk from the root spells it) are final and to be read again; |rescan| asks for a walk
  * of the whole tree. A batch with neither says that a file began being
  * written (for metrics). Pointers are valid during the call only. Called on
  * the loop's thread; may call tool_watch_sync() and tool_watch_writing(). */

@@ -102,35 +102,13 @@ int ops_buf_json(ops_buf *b, const char *s) {
     if (!n)
       break;
     char esc[8];
-    size_t len = 2;
-    esc[0] = '\\';
-    switch (*p) {
-    case '"': esc[1] = '"'; break;
-    case '\\': esc[1] = '\\'; break;
-    case '\b': esc[1] = 'b'; break;
-    case '\f': esc[1] = 'f'; break;
-    case '\n': esc[1] = 'n'; break;
-    case '\r': esc[1] = 'r'; break;
-    case '\t': esc[1] = 't'; break;
-    default:
-      if (*p < 0x20) {
-        snprintf(esc, sizeof esc, "\\u%04X", *p);
-        len = 6;
-      } else if ((k = tool_utf8_len(p, n)) > 0) {
-        if (ops_buf_add(b, p, k) != 0)
-          return -1;
-        p += k;
-        n -= k;
-        continue;
-      } else {
-        memcpy(esc, "\\ufffd", 6);
-        len = 6;
-      }
-    }
-    if (ops_buf_add(b, esc, len) != 0)
+    const char *text;
+    size_t len;
+    k = tool_json_char(p, n, esc, &text, &len);
+    if (ops_buf_add(b, text, len) != 0)
       return -1;
-    p++;
-    n--;
+    p += k;
+    n -= k;
   }
   return ops_buf_add(b, "\"", 1);
 }

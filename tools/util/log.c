@@ -85,23 +85,10 @@ static void put_string(line *l, const char *s, size_t max) {
   /* Stops early rather than leave no room for the rest of the object
    * (the closing quote, the field names after it: under 128 bytes). */
   while (n > 0 && l->len + 16 + 128 < l->cap) {
-    size_t k;
     char esc[8];
-    if (*p == '"' || *p == '\\') {
-      esc[0] = '\\';
-      esc[1] = (char)*p;
-      put(l, esc, 2);
-      k = 1;
-    } else if (*p < 0x20) {
-      snprintf(esc, sizeof(esc), "\\u%04x", *p);
-      puts_(l, esc);
-      k = 1;
-    } else if ((k = tool_utf8_len(p, n)) > 0) {
-      put(l, (const char *)p, k);
-    } else {
-      puts_(l, "\\ufffd");
-      k = 1;
-    }
+    const char *text;
+    size_t len, k = tool_json_char(p, n, esc, &text, &len);
+    put(l, text, len);
     p += k;
     n -= k;
   }

@@ -1,0 +1,103 @@
+/*
+ * Tests of tools/mcp-source/watch.c, mcp-source's inotify watcher: what a
+ * batch of events hands the loader. Real files in a temporary directory,
+ * a real libuv loop; the writes are done before the loop runs, so that one
+ * read of the inotify queue returns them all (one batch).
+ */
+#include <check.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <uv.h>
+
+#include "mcp-source/watch.h"
+
+enum { NFILES = 40 };
+
+typedef struct got {
+  int batches, rescans;
+  size_t n;
+  char *paths[4 * NFILES];
+} got;
+
+static void on_batch(const char *const *paths, size_t n, int rescan,
+                     void *ud) {
+  got *g = ud;
+  g->batches++;
+  g->rescans += rescan != 0;
+  for (size_t i = 0; i < n && g->n < 4 * NFILES; i++)
+    g->paths[g->n++] = strdup(paths[i]);
+}
+
+static void write_file(const char *path, const char *text) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  ck_assert_int_eq(close(fd), 0);
+}
+
+/* Each file closed after writing three times, in descending order, and a
+ * file that is not YAML: the batch names each YAML file once, sorted (as
+ * mcpcfg_loader_update() takes them: distinct). */
+START_TEST(test_batch_names_each_file_once_sorted) {
+  char root[] = "/tmp/test_tools_watch.XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(root));
+  char ns[64], path[128];
+  snprintf(ns, sizeof ns, "%s/ns", root);
+  ck_assert_int_eq(mkdir(ns, 0755), 0);
+  uv_loop_t loop;
+  ck_assert_int_eq(uv_loop_init(&loop), 0);
+  got g = {0};
+  tool_watch *w = NULL;
+  ck_assert_int_eq(tool_watch_new(&w, &loop, root, 3600000, on_batch, &g), 0);
+  tool_watch_sync(w);
+  for (int round = 0; round < 3; round++)
+    for (int i = NFILES - 1; i >= 0; i--) {
+      snprintf(path, sizeof path, "%s/f%02d.yaml", ns, i);
+      write_file(path, round ? "kind: X\n" : "kind: Y\n");
+    }
+  snprintf(path, sizeof path, "%s/notes.txt", ns);
+  write_file(path, "not YAML\n");
+  while (g.n < NFILES && uv_run(&loop, UV_RUN_ONCE))
+    ;
+  ck_assert_int_eq(g.batches, 1);
+  ck_assert_int_eq(g.rescans, 0);
+  ck_assert_uint_eq(g.n, NFILES);
+  for (size_t i = 0; i < g.n; i++) {
+    snprintf(path, sizeof path, "%s/f%02zu.yaml", ns, i);
+    ck_assert_str_eq(g.paths[i], path);
+    free(g.paths[i]);
+  }
+  tool_watch_stats st;
+  tool_watch_get_stats(w, &st);
+  ck_assert_uint_eq(st.closed, 3 * NFILES);
+  ck_assert_uint_eq(st.writing, 0);
+  tool_watch_close(w);
+  ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+  ck_assert_int_eq(uv_loop_close(&loop), 0);
+  for (int i = 0; i < NFILES; i++) {
+    snprintf(path, sizeof path, "%s/f%02d.yaml", ns, i);
+    unlink(path);
+  }
+  snprintf(path, sizeof path, "%s/notes.txt", ns);
+  unlink(path);
+  rmdir(ns);
+  rmdir(root);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("tools_watch");
+  TCase *t = tcase_create("batch");
+  tcase_add_test(t, test_batch_names_each_file_once_sorted);
+  suite_add_tcase(s, t);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
