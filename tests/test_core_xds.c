@@ -806,6 +806,109 @@ START_TEST(test_bad_requests_end_the_stream_invalid_argument) {
 }
 END_TEST
 
+/* |b| (taken) as the one request of a new stream, which ends with
+ * |status| and sends nothing. */
+static void ends_with(mcp_xds_server *srv, int delta, wbuf *b, int status) {
+  mcp_stream *st = open_st(srv, delta, 0);
+  mcp_stream_recv(st, b->p ? b->p : (uint8_t *)"", b->len, 0);
+  free(b->p);
+  memset(b, 0, sizeof(*b));
+  pump_end(st, delta, 0, status);
+  mcp_stream_del(st);
+}
+
+START_TEST(test_each_bad_field_and_each_limit_ends_the_stream) {
+  mcp_store *s = store2();
+  mcp_xds_server *srv = server(s, 0, NULL);
+  char big[MCP_XDS_MAX_STRING + 2];
+  memset(big, 'n', sizeof(big) - 1);
+  big[sizeof(big) - 1] = '\0';
+  uint64_t invalid = 0;
+  for (int delta = 0; delta < 2; delta++) {
+    const uint32_t f_node = delta ? 1 : 2, f_type = delta ? 2 : 4,
+                   f_nonce = delta ? 6 : 5, f_err = delta ? 7 : 6;
+    wbuf b = {0}, sub = {0};
+    /* response_nonce not UTF-8. */
+    w_str(&b, f_type, VS);
+    w_str(&b, f_nonce, "1\xff");
+    ends_with(srv, delta, &b, 3);
+    /* A resource name one byte too long. */
+    w_str(&b, f_type, VS);
+    w_str(&b, 3, big);
+    ends_with(srv, delta, &b, 3);
+    /* A type URL one byte too long. */
+    w_str(&b, f_type, big);
+    ends_with(srv, delta, &b, 3);
+    /* error_detail.message not UTF-8. */
+    w_str(&sub, 2, "bad \xc3");
+    w_str(&b, f_type, VS);
+    w_sub(&b, f_err, &sub);
+    ends_with(srv, delta, &b, 3);
+    /* A node whose id is not UTF-8. */
+    w_str(&sub, 1, "istiod\xff");
+    w_str(&b, f_type, VS);
+    w_sub(&b, f_node, &sub);
+    ends_with(srv, delta, &b, 3);
+    /* A node that does not decode (a truncated field inside). */
+    w_bytes(&sub, "\x0a\x05id", 4); /* id: 5 bytes said, 2 there */
+    w_str(&b, f_type, VS);
+    w_sub(&b, f_node, &sub);
+    ends_with(srv, delta, &b, 3);
+    invalid += 6;
+    if (!delta) {
+      /* version_info not UTF-8. */
+      w_str(&b, 4, VS);
+      w_str(&b, 1, "v\xff");
+      ends_with(srv, delta, &b, 3);
+      invalid++;
+    } else {
+      /* resource_names_unsubscribe, an initial version's name, its
+       * version: not UTF-8. */
+      w_str(&b, 2, VS);
+      w_str(&b, 4, "ns/\xfe");
+      ends_with(srv, delta, &b, 3);
+      for (int k = 0; k < 2; k++) {
+        w_str(&sub, 1, k ? "ns/a" : "ns/\xfe");
+        w_str(&sub, 2, k ? "v\xfe" : "v");
+        w_str(&b, 2, VS);
+        w_sub(&b, 5, &sub);
+        ends_with(srv, delta, &b, 3);
+      }
+      invalid += 3;
+    }
+    /* One name more than MCP_XDS_MAX_NAMES: RESOURCE_EXHAUSTED. */
+    w_str(&b, f_type, VS);
+    for (size_t i = 0; i <= MCP_XDS_MAX_NAMES; i++) {
+      w_str(&b, 3, "x");
+    }
+    ends_with(srv, delta, &b, 8);
+    /* One type more than MCP_XDS_MAX_TYPES on one stream: each new type
+     * is answered until the one beyond the limit ends the stream. */
+    mcp_stream *st = open_st(srv, delta, 0);
+    for (int i = 0; i <= MCP_XDS_MAX_TYPES; i++) {
+      char url[64];
+      snprintf(url, sizeof(url), "x.io/v1/Kind%d", i);
+      req r = {.type_url = url};
+      send_req(st, delta, &r, 0);
+      if (i < MCP_XDS_MAX_TYPES) {
+        resp *q = pump(st, delta, 0);
+        ck_assert_str_eq(q->type_url, url);
+        ck_assert_uint_eq(q->n, 0);
+        resp_free(q);
+      }
+    }
+    pump_end(st, delta, 0, 8);
+    mcp_stream_del(st);
+  }
+  mcp_xds_server_stats ss;
+  mcp_xds_server_get_stats(srv, &ss);
+  ck_assert_uint_eq(ss.invalid, invalid);
+  ck_assert_uint_eq(ss.active, 0);
+  mcp_xds_server_del(srv);
+  mcp_store_del(s);
+}
+END_TEST
+
 START_TEST(test_require_identity_refuses_other_callers) {
   mcp_store *s = store2();
   mcp_xds_server *srv =
@@ -1259,6 +1362,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_sotw_changes_coalesce_within_debounce);
   tcase_add_test(tc, test_sotw_resubscribe_with_empty_nonce_gets_full_state);
   tcase_add_test(tc, test_bad_requests_end_the_stream_invalid_argument);
+  tcase_add_test(tc, test_each_bad_field_and_each_limit_ends_the_stream);
   tcase_add_test(tc, test_require_identity_refuses_other_callers);
   tcase_add_test(tc, test_services_are_both_ads_methods);
   tcase_add_test(tc, test_delta_wildcard_first_then_only_changes_and_removals);
