@@ -716,8 +716,9 @@ END_TEST
 
 START_TEST(test_sotw_resource_names_filter_and_wildcard) {
   FX(0);
-  const char *names[] = {"/b", "ns/missing"};
-  req r = {.type_url = VS, .names = names, .nnames = 2};
+  /* The bare store name "b" is "/b" in xDS: "b" names nothing. */
+  const char *names[] = {"/b", "ns/missing", "b"};
+  req r = {.type_url = VS, .names = names, .nnames = 3};
   send_req(st, 0, &r, 0);
   resp *p = pump(st, 0, 0);
   ck_assert_uint_eq(p->n, 1);
@@ -1030,9 +1031,9 @@ START_TEST(test_delta_named_subscribe_and_unsubscribe) {
   send_req(st, 1, &ack, 1 * MS);
   put_vs(s, "b", "B2", 2 * MS);
   pump_idle(st, 1, 2 * MS);
-  /* Subscribing to /b sends it now. */
-  const char *sub2[] = {"/b"};
-  req r2 = {.type_url = VS, .names = sub2, .nnames = 1, .nonce = p->nonce};
+  /* Subscribing to /b sends it now, once: "b" names nothing. */
+  const char *sub2[] = {"/b", "b"};
+  req r2 = {.type_url = VS, .names = sub2, .nnames = 2, .nonce = p->nonce};
   send_req(st, 1, &r2, 3 * MS);
   resp *q = pump(st, 1, 3 * MS);
   ck_assert_uint_eq(q->n, 1);

@@ -616,18 +616,27 @@ static int put_item(xsess *s, const mcp_item *it) {
   return 0;
 }
 
-static int sotw_fn(const mcp_item *it, void *ud) {
-  xsess *s = ud;
-  if (!s->cur->wildcard) {
-    const char *xn = xname(s, it->name);
-    if (!xn) {
-      return MCP_ERR_NOMEM;
-    }
-    if (!mcp__map_get(&s->cur->names, xn)) {
-      return 0;
+/* The live item whose xDS name (mcp__xds_name()) is |xn|: a bare store
+ * name is "/name" here, and a name without '/' is no store's. */
+static int get_xname(const xtype *t, const char *xn, mcp_item *it) {
+  const char *slash = strchr(xn, '/');
+  return slash && ((slash == xn && !strchr(xn + 1, '/') &&
+                    mcp_watch_get(t->w, xn + 1, it)) ||
+                   mcp_watch_get(t->w, xn, it));
+}
+
+/* SotW by names: each subscribed name looked up, O(names) and not
+ * O(collection) per response. */
+static int put_named(xsess *s, xtype *t) {
+  void *v;
+  int rv = 0;
+  for (size_t i = 0; rv == 0 && mcp__map_iter(&t->names, &i, &v);) {
+    mcp_item it;
+    if (get_xname(t, v, &it)) {
+      rv = put_item(s, &it);
     }
   }
-  return put_item(s, it);
+  return rv;
 }
 
 static void put_removed(xsess *s, const char *xn) {
@@ -804,8 +813,7 @@ static int build_sotw(xsess *s, xtype *t, mcp_tstamp ts, mcp_msg **pmsg) {
     }
   } else if (t->w) {
     mcp_watch_skip(t->w, ts);
-    int rv = t->mesh && t->wildcard ? put_mesh(s, t)
-                                    : mcp_watch_foreach(t->w, sotw_fn, s);
+    int rv = t->wildcard ? put_mesh(s, t) : put_named(s, t);
     if (rv < 0) {
       drop(s);
       return rv;
@@ -845,12 +853,8 @@ static int build_delta(xsess *s, xtype *t, mcp_tstamp ts, mcp_msg **pmsg) {
     }
     void *v;
     for (size_t i = 0; rv == 0 && t->w && mcp__map_iter(&t->fresh, &i, &v);) {
-      /* Newly subscribed names: a bare store name is "/name" here. */
-      const char *xn = v;
-      mcp_item it;
-      if ((xn[0] == '/' && !strchr(xn + 1, '/') &&
-           mcp_watch_get(t->w, xn + 1, &it)) ||
-          mcp_watch_get(t->w, xn, &it)) {
+      mcp_item it; /* newly subscribed names */
+      if (get_xname(t, v, &it)) {
         rv = put_item(s, &it);
       }
     }
