@@ -1300,6 +1300,120 @@ START_TEST(test_client_nacks_what_it_cannot_accept) {
 }
 END_TEST
 
+/* A stored-shape Resource{metadata{name}, body Any{type_url}} packed. */
+static void w_mcp_resource(wbuf *b, uint32_t f, const char *name,
+                           const char *body_type) {
+  Istio__Mcp__V1alpha1__Metadata md = ISTIO__MCP__V1ALPHA1__METADATA__INIT;
+  md.name = (char *)name;
+  Istio__Mcp__V1alpha1__Resource r = ISTIO__MCP__V1ALPHA1__RESOURCE__INIT;
+  r.metadata = &md;
+  Google__Protobuf__Any body = GOOGLE__PROTOBUF__ANY__INIT;
+  body.type_url = (char *)body_type;
+  r.body = &body;
+  uint8_t buf[256];
+  size_t n = istio__mcp__v1alpha1__resource__pack(&r, buf);
+  w_len(b, f, buf, n);
+}
+
+static void nack_fn(uint32_t f, const uint8_t *d, size_t n, void *ud) {
+  char **msg = ud;
+  if (f == 2) {
+    free(*msg);
+    *msg = dupn(d, n);
+  }
+}
+
+static void answer_fn(uint32_t f, const uint8_t *d, size_t n, void *ud) {
+  if (f == 7) { /* delta error_detail */
+    each_len(d, n, nack_fn, ud);
+  }
+}
+
+START_TEST(test_client_nacks_each_bad_resource_and_ends_on_a_bad_envelope) {
+  mcp_xds_held *held = NULL;
+  ck_assert_int_eq(mcp_xds_held_new(&held, NULL), 0);
+  seen sn = {0};
+  const char *types[] = {VS};
+  mcp_xds_client_options o = {.held = held, .delta = 1, .type_urls = types,
+                              .ntypes = 1, .on_response = on_resp,
+                              .user_data = &sn};
+  mcp_stream *cli = NULL;
+  ck_assert_int_eq(mcp_xds_client_open(&cli, &o, 0), 0);
+  mcp_msg *msg = NULL;
+  int status;
+  const char *d;
+  ck_assert_int_eq(mcp_stream_pump(cli, 0, 1, &msg, &status, &d),
+                   MCP_STREAM_SEND);
+  mcp_msg_free(msg);
+  static const char *const why[] = {
+      "a removed name is not UTF-8",
+      "resource 0: a string is not UTF-8", /* the Any's type_url */
+      "resource 0: a string is not UTF-8", /* the envelope's name */
+      "resource 0 does not decode",
+      "resource 0: its name is not its metadata.name ns/x",
+      "resource 0: a string is not UTF-8", /* metadata.name */
+      "resource has no name",
+  };
+  for (size_t k = 0; k < sizeof(why) / sizeof(why[0]); k++) {
+    wbuf b = {0}, res = {0}, any = {0};
+    w_str(&b, 4, VS);
+    w_str(&b, 5, "n");
+    if (k == 0) {
+      w_str(&b, 6, "ns/\xff");
+    } else {
+      w_str(&any, 1, k == 1 ? "type.googleapis.com/\xff"
+                            : MCP_XDS_RESOURCE_TYPE_URL);
+      if (k == 3) {
+        w_str(&any, 2, "\xff\xff");
+      } else {
+        w_mcp_resource(&any, 2, k == 5 ? "ns/\xfe" : k == 6 ? "" : "ns/x",
+                       "type.googleapis.com/x.Y");
+      }
+      w_str(&res, 3, k == 2 ? "ns/\xff" : k == 4 ? "ns/y" : k == 6 ? "" : NULL);
+      w_sub(&res, 2, &any);
+      w_sub(&b, 2, &res);
+    }
+    mcp_stream_recv(cli, b.p, b.len, 0);
+    free(b.p);
+    ck_assert_int_eq(mcp_stream_pump(cli, 0, 1, &msg, &status, &d),
+                     MCP_STREAM_SEND);
+    size_t len = mcp_msg_len(msg);
+    uint8_t *flat = malloc(len);
+    mcp_msg_flatten(msg, flat);
+    mcp_msg_free(msg);
+    char *nack = NULL;
+    each_len(flat, len, answer_fn, &nack);
+    free(flat);
+    ck_assert_ptr_nonnull(nack);
+    ck_assert_str_eq(nack, why[k]);
+    free(nack);
+    ck_assert_int_eq(sn.nacks, (int)k + 1);
+  }
+  ck_assert_uint_eq(mcp_xds_held_count(held, VS), 0);
+  mcp_stream_del(cli);
+  /* An envelope with nothing to NACK it by ends the stream: no type_url,
+   * or a type_url, nonce or version that is not UTF-8. */
+  for (int k = 0; k < 4; k++) {
+    o.delta = 0;
+    ck_assert_int_eq(mcp_xds_client_open(&cli, &o, 0), 0);
+    ck_assert_int_eq(mcp_stream_pump(cli, 0, 1, &msg, &status, &d),
+                     MCP_STREAM_SEND);
+    mcp_msg_free(msg);
+    wbuf b = {0};
+    w_str(&b, 4, k == 0 ? NULL : k == 1 ? "x.io/v1/\xff" : VS);
+    w_str(&b, 5, k == 2 ? "n\xff" : "n");
+    w_str(&b, 1, k == 3 ? "v\xff" : "v");
+    mcp_stream_recv(cli, b.p, b.len, 0);
+    free(b.p);
+    ck_assert_int_eq(mcp_stream_pump(cli, 0, 1, &msg, &status, &d),
+                     MCP_STREAM_END);
+    mcp_stream_del(cli);
+  }
+  ck_assert_int_eq(sn.nacks, 7);
+  mcp_xds_held_del(held);
+}
+END_TEST
+
 /* Every allocation failing in turn: the server and its streams fail
  * cleanly (no leak, no crash); ASan and th_mem count. */
 START_TEST(test_allocation_failures_leave_nothing_behind) {
@@ -1373,6 +1487,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_delta_compacted_log_ends_with_resync);
   tcase_add_test(tc, test_client_syncs_acks_and_resumes_delta_with_held_versions);
   tcase_add_test(tc, test_client_nacks_what_it_cannot_accept);
+  tcase_add_test(tc, test_client_nacks_each_bad_resource_and_ends_on_a_bad_envelope);
   tcase_add_test(tc, test_allocation_failures_leave_nothing_behind);
   suite_add_tcase(s, tc);
   return s;
