@@ -1244,62 +1244,6 @@ START_TEST(test_client_syncs_acks_and_resumes_delta_with_held_versions) {
 }
 END_TEST
 
-START_TEST(test_client_nacks_what_it_cannot_accept) {
-  mcp_xds_held *held = NULL;
-  ck_assert_int_eq(mcp_xds_held_new(&held, NULL), 0);
-  seen sn = {0};
-  const char *types[] = {VS};
-  mcp_xds_client_options o = {.held = held, .type_urls = types, .ntypes = 1,
-                              .on_response = on_resp, .user_data = &sn};
-  mcp_stream *cli = NULL;
-  ck_assert_int_eq(mcp_xds_client_open(&cli, &o, 0), 0);
-  mcp_msg *msg = NULL;
-  int status;
-  const char *d;
-  ck_assert_int_eq(mcp_stream_pump(cli, 0, 1, &msg, &status, &d),
-                   MCP_STREAM_SEND);
-  mcp_msg_free(msg);
-  /* A response whose Any is something else, and one with a name twice. */
-  for (int k = 0; k < 2; k++) {
-    wbuf b = {0}, any = {0};
-    w_str(&b, 4, VS);
-    w_str(&b, 5, k ? "n2" : "n1");
-    if (!k) {
-      w_str(&any, 1, "type.googleapis.com/envoy.config.cluster.v3.Cluster");
-      w_sub(&b, 2, &any);
-    } else {
-      for (int j = 0; j < 2; j++) {
-        Istio__Mcp__V1alpha1__Metadata md = ISTIO__MCP__V1ALPHA1__METADATA__INIT;
-        md.name = "ns/x";
-        Istio__Mcp__V1alpha1__Resource r = ISTIO__MCP__V1ALPHA1__RESOURCE__INIT;
-        r.metadata = &md;
-        Google__Protobuf__Any body = GOOGLE__PROTOBUF__ANY__INIT;
-        body.type_url = "type.googleapis.com/x.Y";
-        r.body = &body;
-        uint8_t buf[256];
-        size_t n = istio__mcp__v1alpha1__resource__pack(&r, buf);
-        w_str(&any, 1, MCP_XDS_RESOURCE_TYPE_URL);
-        w_len(&any, 2, buf, n);
-        w_sub(&b, 2, &any);
-      }
-    }
-    mcp_stream_recv(cli, b.p, b.len, 0);
-    free(b.p);
-    ck_assert_int_eq(mcp_stream_pump(cli, 0, 1, &msg, &status, &d),
-                     MCP_STREAM_SEND);
-    mcp_msg_free(msg);
-  }
-  ck_assert_int_eq(sn.nacks, 2);
-  ck_assert_uint_eq(mcp_xds_held_count(held, VS), 0);
-  /* An envelope that does not decode ends the stream. */
-  mcp_stream_recv(cli, (const uint8_t *)"\x22\xff", 2, 0);
-  ck_assert_int_eq(mcp_stream_pump(cli, 0, 1, &msg, &status, &d),
-                   MCP_STREAM_END);
-  mcp_stream_del(cli);
-  mcp_xds_held_del(held);
-}
-END_TEST
-
 /* A stored-shape Resource{metadata{name}, body Any{type_url}} packed. */
 static void w_mcp_resource(wbuf *b, uint32_t f, const char *name,
                            const char *body_type) {
@@ -1329,6 +1273,62 @@ static void answer_fn(uint32_t f, const uint8_t *d, size_t n, void *ud) {
   }
 }
 
+/* A client stream opened with |o|, its initial request sent. */
+static mcp_stream *cli_open(const mcp_xds_client_options *o) {
+  mcp_stream *cli = NULL;
+  ck_assert_int_eq(mcp_xds_client_open(&cli, o, 0), 0);
+  mcp_msg *msg = NULL;
+  int status;
+  const char *d;
+  ck_assert_int_eq(mcp_stream_pump(cli, 0, 1, &msg, &status, &d),
+                   MCP_STREAM_SEND);
+  mcp_msg_free(msg);
+  return cli;
+}
+
+START_TEST(test_client_nacks_what_it_cannot_accept) {
+  mcp_xds_held *held = NULL;
+  ck_assert_int_eq(mcp_xds_held_new(&held, NULL), 0);
+  seen sn = {0};
+  const char *types[] = {VS};
+  mcp_xds_client_options o = {.held = held, .type_urls = types, .ntypes = 1,
+                              .on_response = on_resp, .user_data = &sn};
+  mcp_stream *cli = cli_open(&o);
+  mcp_msg *msg = NULL;
+  int status;
+  const char *d;
+  /* A response whose Any is something else, and one with a name twice. */
+  for (int k = 0; k < 2; k++) {
+    wbuf b = {0}, any = {0};
+    w_str(&b, 4, VS);
+    w_str(&b, 5, k ? "n2" : "n1");
+    if (!k) {
+      w_str(&any, 1, "type.googleapis.com/envoy.config.cluster.v3.Cluster");
+      w_sub(&b, 2, &any);
+    } else {
+      for (int j = 0; j < 2; j++) {
+        w_str(&any, 1, MCP_XDS_RESOURCE_TYPE_URL);
+        w_mcp_resource(&any, 2, "ns/x", "type.googleapis.com/x.Y");
+        w_sub(&b, 2, &any);
+      }
+    }
+    mcp_stream_recv(cli, b.p, b.len, 0);
+    free(b.p);
+    ck_assert_int_eq(mcp_stream_pump(cli, 0, 1, &msg, &status, &d),
+                     MCP_STREAM_SEND);
+    mcp_msg_free(msg);
+  }
+  ck_assert_int_eq(sn.nacks, 2);
+  ck_assert_uint_eq(mcp_xds_held_count(held, VS), 0);
+  /* An envelope that does not decode ends the stream. */
+  mcp_stream_recv(cli, (const uint8_t *)"\x22\xff", 2, 0);
+  ck_assert_int_eq(mcp_stream_pump(cli, 0, 1, &msg, &status, &d),
+                   MCP_STREAM_END);
+  mcp_stream_del(cli);
+  mcp_xds_held_del(held);
+}
+END_TEST
+
 START_TEST(test_client_nacks_each_bad_resource_and_ends_on_a_bad_envelope) {
   mcp_xds_held *held = NULL;
   ck_assert_int_eq(mcp_xds_held_new(&held, NULL), 0);
@@ -1337,14 +1337,10 @@ START_TEST(test_client_nacks_each_bad_resource_and_ends_on_a_bad_envelope) {
   mcp_xds_client_options o = {.held = held, .delta = 1, .type_urls = types,
                               .ntypes = 1, .on_response = on_resp,
                               .user_data = &sn};
-  mcp_stream *cli = NULL;
-  ck_assert_int_eq(mcp_xds_client_open(&cli, &o, 0), 0);
+  mcp_stream *cli = cli_open(&o);
   mcp_msg *msg = NULL;
   int status;
   const char *d;
-  ck_assert_int_eq(mcp_stream_pump(cli, 0, 1, &msg, &status, &d),
-                   MCP_STREAM_SEND);
-  mcp_msg_free(msg);
   static const char *const why[] = {
       "a removed name is not UTF-8",
       "resource 0: a string is not UTF-8", /* the Any's type_url */
@@ -1395,10 +1391,7 @@ START_TEST(test_client_nacks_each_bad_resource_and_ends_on_a_bad_envelope) {
    * or a type_url, nonce or version that is not UTF-8. */
   for (int k = 0; k < 4; k++) {
     o.delta = 0;
-    ck_assert_int_eq(mcp_xds_client_open(&cli, &o, 0), 0);
-    ck_assert_int_eq(mcp_stream_pump(cli, 0, 1, &msg, &status, &d),
-                     MCP_STREAM_SEND);
-    mcp_msg_free(msg);
+    cli = cli_open(&o);
     wbuf b = {0};
     w_str(&b, 4, k == 0 ? NULL : k == 1 ? "x.io/v1/\xff" : VS);
     w_str(&b, 5, k == 2 ? "n\xff" : "n");
