@@ -734,6 +734,47 @@ START_TEST(test_sotw_resource_names_filter_and_wildcard) {
 }
 END_TEST
 
+START_TEST(test_sotw_shared_state_let_go_when_its_last_stream_leaves) {
+  mcp_store *s = store2();
+  th_mem tm;
+  th_mem_init(&tm, 0);
+  mcp_xds_server_options o;
+  mcp_xds_server_options_default(&o);
+  o.store = s;
+  o.mem = &tm.mem;
+  mcp_xds_server *srv = NULL;
+  ck_assert_int_eq(mcp_xds_server_new(&srv, &o), 0);
+  long base = tm.live;
+  mcp_stream *a = open_st(srv, 0, 0), *b = open_st(srv, 0, 0);
+  req r = {.type_url = VS};
+  resp *p = ask(a, 0, &r), *q = ask(b, 0, &r);
+  ck_assert_uint_eq(p->n, 2);
+  ck_assert_uint_eq(q->n, 2);
+  mcp_stream_del(a);
+  long one_left = tm.live;
+  mcp_stream_del(b);
+  /* The framed state (and the Resources it holds) went with the last
+   * stream; the cache keeps only its entry: the array and the name. */
+  ck_assert_int_eq(tm.live, base + 2);
+  ck_assert_int_lt(tm.live, one_left);
+  /* A new stream frames it again, from the store as it is now. */
+  put_vs(s, "ns/a", "A2", 1 * MS);
+  mcp_stream *c = open_st(srv, 0, 1 * MS);
+  send_req(c, 0, &r, 1 * MS);
+  resp *x = pump(c, 0, 1 * MS);
+  ck_assert_uint_eq(x->n, 2);
+  ck_assert_str_ne(x->version, p->version);
+  mcp_stream_del(c);
+  ck_assert_int_eq(tm.live, base + 2);
+  resp_free(p);
+  resp_free(q);
+  resp_free(x);
+  mcp_xds_server_del(srv);
+  ck_assert_int_eq(tm.live, 0);
+  mcp_store_del(s);
+}
+END_TEST
+
 START_TEST(test_sotw_changes_coalesce_within_debounce) {
   mcp_store *s = store2();
   mcp_xds_server *srv = server(s, 100 * MS, NULL);
@@ -1467,6 +1508,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_sotw_nack_never_resends_the_same_version);
   tcase_add_test(tc, test_sotw_stale_nonce_ignored_and_counted);
   tcase_add_test(tc, test_sotw_resource_names_filter_and_wildcard);
+  tcase_add_test(tc, test_sotw_shared_state_let_go_when_its_last_stream_leaves);
   tcase_add_test(tc, test_sotw_changes_coalesce_within_debounce);
   tcase_add_test(tc, test_sotw_resubscribe_with_empty_nonce_gets_full_state);
   tcase_add_test(tc, test_bad_requests_end_the_stream_invalid_argument);
