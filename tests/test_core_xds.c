@@ -716,8 +716,9 @@ END_TEST
 
 START_TEST(test_sotw_resource_names_filter_and_wildcard) {
   FX(0);
-  const char *names[] = {"/b", "ns/missing"};
-  req r = {.type_url = VS, .names = names, .nnames = 2};
+  /* The bare store name "b" is "/b" in xDS: "b" names nothing. */
+  const char *names[] = {"/b", "ns/missing", "b"};
+  req r = {.type_url = VS, .names = names, .nnames = 3};
   send_req(st, 0, &r, 0);
   resp *p = pump(st, 0, 0);
   ck_assert_uint_eq(p->n, 1);
@@ -730,6 +731,47 @@ START_TEST(test_sotw_resource_names_filter_and_wildcard) {
   resp_free(p);
   resp_free(q);
   FX_END();
+}
+END_TEST
+
+START_TEST(test_sotw_shared_state_let_go_when_its_last_stream_leaves) {
+  mcp_store *s = store2();
+  th_mem tm;
+  th_mem_init(&tm, 0);
+  mcp_xds_server_options o;
+  mcp_xds_server_options_default(&o);
+  o.store = s;
+  o.mem = &tm.mem;
+  mcp_xds_server *srv = NULL;
+  ck_assert_int_eq(mcp_xds_server_new(&srv, &o), 0);
+  long base = tm.live;
+  mcp_stream *a = open_st(srv, 0, 0), *b = open_st(srv, 0, 0);
+  req r = {.type_url = VS};
+  resp *p = ask(a, 0, &r), *q = ask(b, 0, &r);
+  ck_assert_uint_eq(p->n, 2);
+  ck_assert_uint_eq(q->n, 2);
+  mcp_stream_del(a);
+  long one_left = tm.live;
+  mcp_stream_del(b);
+  /* The framed state (and the Resources it holds) went with the last
+   * stream; the cache keeps only its entry: the array and the name. */
+  ck_assert_int_eq(tm.live, base + 2);
+  ck_assert_int_lt(tm.live, one_left);
+  /* A new stream frames it again, from the store as it is now. */
+  put_vs(s, "ns/a", "A2", 1 * MS);
+  mcp_stream *c = open_st(srv, 0, 1 * MS);
+  send_req(c, 0, &r, 1 * MS);
+  resp *x = pump(c, 0, 1 * MS);
+  ck_assert_uint_eq(x->n, 2);
+  ck_assert_str_ne(x->version, p->version);
+  mcp_stream_del(c);
+  ck_assert_int_eq(tm.live, base + 2);
+  resp_free(p);
+  resp_free(q);
+  resp_free(x);
+  mcp_xds_server_del(srv);
+  ck_assert_int_eq(tm.live, 0);
+  mcp_store_del(s);
 }
 END_TEST
 
@@ -800,6 +842,109 @@ START_TEST(test_bad_requests_end_the_stream_invalid_argument) {
   mcp_xds_server_stats ss;
   mcp_xds_server_get_stats(srv, &ss);
   ck_assert_uint_eq(ss.invalid, 8);
+  ck_assert_uint_eq(ss.active, 0);
+  mcp_xds_server_del(srv);
+  mcp_store_del(s);
+}
+END_TEST
+
+/* |b| (taken) as the one request of a new stream, which ends with
+ * |status| and sends nothing. */
+static void ends_with(mcp_xds_server *srv, int delta, wbuf *b, int status) {
+  mcp_stream *st = open_st(srv, delta, 0);
+  mcp_stream_recv(st, b->p ? b->p : (uint8_t *)"", b->len, 0);
+  free(b->p);
+  memset(b, 0, sizeof(*b));
+  pump_end(st, delta, 0, status);
+  mcp_stream_del(st);
+}
+
+START_TEST(test_each_bad_field_and_each_limit_ends_the_stream) {
+  mcp_store *s = store2();
+  mcp_xds_server *srv = server(s, 0, NULL);
+  char big[MCP_XDS_MAX_STRING + 2];
+  memset(big, 'n', sizeof(big) - 1);
+  big[sizeof(big) - 1] = '\0';
+  uint64_t invalid = 0;
+  for (int delta = 0; delta < 2; delta++) {
+    const uint32_t f_node = delta ? 1 : 2, f_type = delta ? 2 : 4,
+                   f_nonce = delta ? 6 : 5, f_err = delta ? 7 : 6;
+    wbuf b = {0}, sub = {0};
+    /* response_nonce not UTF-8. */
+    w_str(&b, f_type, VS);
+    w_str(&b, f_nonce, "1\xff");
+    ends_with(srv, delta, &b, 3);
+    /* A resource name one byte too long. */
+    w_str(&b, f_type, VS);
+    w_str(&b, 3, big);
+    ends_with(srv, delta, &b, 3);
+    /* A type URL one byte too long. */
+    w_str(&b, f_type, big);
+    ends_with(srv, delta, &b, 3);
+    /* error_detail.message not UTF-8. */
+    w_str(&sub, 2, "bad \xc3");
+    w_str(&b, f_type, VS);
+    w_sub(&b, f_err, &sub);
+    ends_with(srv, delta, &b, 3);
+    /* A node whose id is not UTF-8. */
+    w_str(&sub, 1, "istiod\xff");
+    w_str(&b, f_type, VS);
+    w_sub(&b, f_node, &sub);
+    ends_with(srv, delta, &b, 3);
+    /* A node that does not decode (a truncated field inside). */
+    w_bytes(&sub, "\x0a\x05id", 4); /* id: 5 bytes said, 2 there */
+    w_str(&b, f_type, VS);
+    w_sub(&b, f_node, &sub);
+    ends_with(srv, delta, &b, 3);
+    invalid += 6;
+    if (!delta) {
+      /* version_info not UTF-8. */
+      w_str(&b, 4, VS);
+      w_str(&b, 1, "v\xff");
+      ends_with(srv, delta, &b, 3);
+      invalid++;
+    } else {
+      /* resource_names_unsubscribe, an initial version's name, its
+       * version: not UTF-8. */
+      w_str(&b, 2, VS);
+      w_str(&b, 4, "ns/\xfe");
+      ends_with(srv, delta, &b, 3);
+      for (int k = 0; k < 2; k++) {
+        w_str(&sub, 1, k ? "ns/a" : "ns/\xfe");
+        w_str(&sub, 2, k ? "v\xfe" : "v");
+        w_str(&b, 2, VS);
+        w_sub(&b, 5, &sub);
+        ends_with(srv, delta, &b, 3);
+      }
+      invalid += 3;
+    }
+    /* One name more than MCP_XDS_MAX_NAMES: RESOURCE_EXHAUSTED. */
+    w_str(&b, f_type, VS);
+    for (size_t i = 0; i <= MCP_XDS_MAX_NAMES; i++) {
+      w_str(&b, 3, "x");
+    }
+    ends_with(srv, delta, &b, 8);
+    /* One type more than MCP_XDS_MAX_TYPES on one stream: each new type
+     * is answered until the one beyond the limit ends the stream. */
+    mcp_stream *st = open_st(srv, delta, 0);
+    for (int i = 0; i <= MCP_XDS_MAX_TYPES; i++) {
+      char url[64];
+      snprintf(url, sizeof(url), "x.io/v1/Kind%d", i);
+      req r = {.type_url = url};
+      send_req(st, delta, &r, 0);
+      if (i < MCP_XDS_MAX_TYPES) {
+        resp *q = pump(st, delta, 0);
+        ck_assert_str_eq(q->type_url, url);
+        ck_assert_uint_eq(q->n, 0);
+        resp_free(q);
+      }
+    }
+    pump_end(st, delta, 0, 8);
+    mcp_stream_del(st);
+  }
+  mcp_xds_server_stats ss;
+  mcp_xds_server_get_stats(srv, &ss);
+  ck_assert_uint_eq(ss.invalid, invalid);
   ck_assert_uint_eq(ss.active, 0);
   mcp_xds_server_del(srv);
   mcp_store_del(s);
@@ -927,9 +1072,9 @@ START_TEST(test_delta_named_subscribe_and_unsubscribe) {
   send_req(st, 1, &ack, 1 * MS);
   put_vs(s, "b", "B2", 2 * MS);
   pump_idle(st, 1, 2 * MS);
-  /* Subscribing to /b sends it now. */
-  const char *sub2[] = {"/b"};
-  req r2 = {.type_url = VS, .names = sub2, .nnames = 1, .nonce = p->nonce};
+  /* Subscribing to /b sends it now, once: "b" names nothing. */
+  const char *sub2[] = {"/b", "b"};
+  req r2 = {.type_url = VS, .names = sub2, .nnames = 2, .nonce = p->nonce};
   send_req(st, 1, &r2, 3 * MS);
   resp *q = pump(st, 1, 3 * MS);
   ck_assert_uint_eq(q->n, 1);
@@ -1140,6 +1285,48 @@ START_TEST(test_client_syncs_acks_and_resumes_delta_with_held_versions) {
 }
 END_TEST
 
+/* A stored-shape Resource{metadata{name}, body Any{type_url}} packed. */
+static void w_mcp_resource(wbuf *b, uint32_t f, const char *name,
+                           const char *body_type) {
+  Istio__Mcp__V1alpha1__Metadata md = ISTIO__MCP__V1ALPHA1__METADATA__INIT;
+  md.name = (char *)name;
+  Istio__Mcp__V1alpha1__Resource r = ISTIO__MCP__V1ALPHA1__RESOURCE__INIT;
+  r.metadata = &md;
+  Google__Protobuf__Any body = GOOGLE__PROTOBUF__ANY__INIT;
+  body.type_url = (char *)body_type;
+  r.body = &body;
+  uint8_t buf[256];
+  size_t n = istio__mcp__v1alpha1__resource__pack(&r, buf);
+  w_len(b, f, buf, n);
+}
+
+static void nack_fn(uint32_t f, const uint8_t *d, size_t n, void *ud) {
+  char **msg = ud;
+  if (f == 2) {
+    free(*msg);
+    *msg = dupn(d, n);
+  }
+}
+
+static void answer_fn(uint32_t f, const uint8_t *d, size_t n, void *ud) {
+  if (f == 7) { /* delta error_detail */
+    each_len(d, n, nack_fn, ud);
+  }
+}
+
+/* A client stream opened with |o|, its initial request sent. */
+static mcp_stream *cli_open(const mcp_xds_client_options *o) {
+  mcp_stream *cli = NULL;
+  ck_assert_int_eq(mcp_xds_client_open(&cli, o, 0), 0);
+  mcp_msg *msg = NULL;
+  int status;
+  const char *d;
+  ck_assert_int_eq(mcp_stream_pump(cli, 0, 1, &msg, &status, &d),
+                   MCP_STREAM_SEND);
+  mcp_msg_free(msg);
+  return cli;
+}
+
 START_TEST(test_client_nacks_what_it_cannot_accept) {
   mcp_xds_held *held = NULL;
   ck_assert_int_eq(mcp_xds_held_new(&held, NULL), 0);
@@ -1147,14 +1334,10 @@ START_TEST(test_client_nacks_what_it_cannot_accept) {
   const char *types[] = {VS};
   mcp_xds_client_options o = {.held = held, .type_urls = types, .ntypes = 1,
                               .on_response = on_resp, .user_data = &sn};
-  mcp_stream *cli = NULL;
-  ck_assert_int_eq(mcp_xds_client_open(&cli, &o, 0), 0);
+  mcp_stream *cli = cli_open(&o);
   mcp_msg *msg = NULL;
   int status;
   const char *d;
-  ck_assert_int_eq(mcp_stream_pump(cli, 0, 1, &msg, &status, &d),
-                   MCP_STREAM_SEND);
-  mcp_msg_free(msg);
   /* A response whose Any is something else, and one with a name twice. */
   for (int k = 0; k < 2; k++) {
     wbuf b = {0}, any = {0};
@@ -1165,17 +1348,8 @@ START_TEST(test_client_nacks_what_it_cannot_accept) {
       w_sub(&b, 2, &any);
     } else {
       for (int j = 0; j < 2; j++) {
-        Istio__Mcp__V1alpha1__Metadata md = ISTIO__MCP__V1ALPHA1__METADATA__INIT;
-        md.name = "ns/x";
-        Istio__Mcp__V1alpha1__Resource r = ISTIO__MCP__V1ALPHA1__RESOURCE__INIT;
-        r.metadata = &md;
-        Google__Protobuf__Any body = GOOGLE__PROTOBUF__ANY__INIT;
-        body.type_url = "type.googleapis.com/x.Y";
-        r.body = &body;
-        uint8_t buf[256];
-        size_t n = istio__mcp__v1alpha1__resource__pack(&r, buf);
         w_str(&any, 1, MCP_XDS_RESOURCE_TYPE_URL);
-        w_len(&any, 2, buf, n);
+        w_mcp_resource(&any, 2, "ns/x", "type.googleapis.com/x.Y");
         w_sub(&b, 2, &any);
       }
     }
@@ -1192,6 +1366,84 @@ START_TEST(test_client_nacks_what_it_cannot_accept) {
   ck_assert_int_eq(mcp_stream_pump(cli, 0, 1, &msg, &status, &d),
                    MCP_STREAM_END);
   mcp_stream_del(cli);
+  mcp_xds_held_del(held);
+}
+END_TEST
+
+START_TEST(test_client_nacks_each_bad_resource_and_ends_on_a_bad_envelope) {
+  mcp_xds_held *held = NULL;
+  ck_assert_int_eq(mcp_xds_held_new(&held, NULL), 0);
+  seen sn = {0};
+  const char *types[] = {VS};
+  mcp_xds_client_options o = {.held = held, .delta = 1, .type_urls = types,
+                              .ntypes = 1, .on_response = on_resp,
+                              .user_data = &sn};
+  mcp_stream *cli = cli_open(&o);
+  mcp_msg *msg = NULL;
+  int status;
+  const char *d;
+  static const char *const why[] = {
+      "a removed name is not UTF-8",
+      "resource 0: a string is not UTF-8", /* the Any's type_url */
+      "resource 0: a string is not UTF-8", /* the envelope's name */
+      "resource 0 does not decode",
+      "resource 0: its name is not its metadata.name ns/x",
+      "resource 0: a string is not UTF-8", /* metadata.name */
+      "resource has no name",
+  };
+  for (size_t k = 0; k < sizeof(why) / sizeof(why[0]); k++) {
+    wbuf b = {0}, res = {0}, any = {0};
+    w_str(&b, 4, VS);
+    w_str(&b, 5, "n");
+    if (k == 0) {
+      w_str(&b, 6, "ns/\xff");
+    } else {
+      w_str(&any, 1, k == 1 ? "type.googleapis.com/\xff"
+                            : MCP_XDS_RESOURCE_TYPE_URL);
+      if (k == 3) {
+        w_str(&any, 2, "\xff\xff");
+      } else {
+        w_mcp_resource(&any, 2, k == 5 ? "ns/\xfe" : k == 6 ? "" : "ns/x",
+                       "type.googleapis.com/x.Y");
+      }
+      w_str(&res, 3, k == 2 ? "ns/\xff" : k == 4 ? "ns/y" : k == 6 ? "" : NULL);
+      w_sub(&res, 2, &any);
+      w_sub(&b, 2, &res);
+    }
+    mcp_stream_recv(cli, b.p, b.len, 0);
+    free(b.p);
+    ck_assert_int_eq(mcp_stream_pump(cli, 0, 1, &msg, &status, &d),
+                     MCP_STREAM_SEND);
+    size_t len = mcp_msg_len(msg);
+    uint8_t *flat = malloc(len);
+    mcp_msg_flatten(msg, flat);
+    mcp_msg_free(msg);
+    char *nack = NULL;
+    each_len(flat, len, answer_fn, &nack);
+    free(flat);
+    ck_assert_ptr_nonnull(nack);
+    ck_assert_str_eq(nack, why[k]);
+    free(nack);
+    ck_assert_int_eq(sn.nacks, (int)k + 1);
+  }
+  ck_assert_uint_eq(mcp_xds_held_count(held, VS), 0);
+  mcp_stream_del(cli);
+  /* An envelope with nothing to NACK it by ends the stream: no type_url,
+   * or a type_url, nonce or version that is not UTF-8. */
+  for (int k = 0; k < 4; k++) {
+    o.delta = 0;
+    cli = cli_open(&o);
+    wbuf b = {0};
+    w_str(&b, 4, k == 0 ? NULL : k == 1 ? "x.io/v1/\xff" : VS);
+    w_str(&b, 5, k == 2 ? "n\xff" : "n");
+    w_str(&b, 1, k == 3 ? "v\xff" : "v");
+    mcp_stream_recv(cli, b.p, b.len, 0);
+    free(b.p);
+    ck_assert_int_eq(mcp_stream_pump(cli, 0, 1, &msg, &status, &d),
+                     MCP_STREAM_END);
+    mcp_stream_del(cli);
+  }
+  ck_assert_int_eq(sn.nacks, 7);
   mcp_xds_held_del(held);
 }
 END_TEST
@@ -1256,9 +1508,11 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_sotw_nack_never_resends_the_same_version);
   tcase_add_test(tc, test_sotw_stale_nonce_ignored_and_counted);
   tcase_add_test(tc, test_sotw_resource_names_filter_and_wildcard);
+  tcase_add_test(tc, test_sotw_shared_state_let_go_when_its_last_stream_leaves);
   tcase_add_test(tc, test_sotw_changes_coalesce_within_debounce);
   tcase_add_test(tc, test_sotw_resubscribe_with_empty_nonce_gets_full_state);
   tcase_add_test(tc, test_bad_requests_end_the_stream_invalid_argument);
+  tcase_add_test(tc, test_each_bad_field_and_each_limit_ends_the_stream);
   tcase_add_test(tc, test_require_identity_refuses_other_callers);
   tcase_add_test(tc, test_services_are_both_ads_methods);
   tcase_add_test(tc, test_delta_wildcard_first_then_only_changes_and_removals);
@@ -1268,6 +1522,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_delta_compacted_log_ends_with_resync);
   tcase_add_test(tc, test_client_syncs_acks_and_resumes_delta_with_held_versions);
   tcase_add_test(tc, test_client_nacks_what_it_cannot_accept);
+  tcase_add_test(tc, test_client_nacks_each_bad_resource_and_ends_on_a_bad_envelope);
   tcase_add_test(tc, test_allocation_failures_leave_nothing_behind);
   suite_add_tcase(s, tc);
   return s;

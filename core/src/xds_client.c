@@ -457,15 +457,20 @@ static int decode(xclient *c, const parsed *p, int mesh, mcp_resource *out,
       return 0;
     }
   }
-  /* One name once. */
+  /* One name once: a map, not a pairwise scan (O(n), not O(n^2), for a
+   * large SotW set). */
+  mcp_map seen = {0};
+  if (mcp__map_reserve(&seen, m, p->nres) != 0) {
+    return MCP_ERR_NOMEM;
+  }
   for (size_t i = 0; i < p->nres; ++i) {
-    for (size_t j = 0; j < i; ++j) {
-      if (strcmp(out[i].name, out[j].name) == 0) {
-        mcp__fmt(why, wl, "resource %s listed twice", out[i].name);
-        return 0;
-      }
+    int err = 0;
+    if (mcp__map_put(&seen, m, out[i].name, &out[i], &err)) {
+      mcp__fmt(why, wl, "resource %s listed twice", out[i].name);
+      break;
     }
   }
+  mcp__map_free(&seen, m);
   return 0;
 }
 

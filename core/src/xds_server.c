@@ -25,10 +25,13 @@ struct mcp_xds_server {
   void *user_data;
   mcp_service_def defs[2];
   /* Per collection, its whole state framed once for SotW wildcard
-   * responses (mcp__xds_snap()), at the generation it was built. */
+   * responses (mcp__xds_snap()), at the generation it was built; let go
+   * when no SotW stream watches the collection any more (|users|), so
+   * that replaced Resources are not held for streams that left. */
   struct xds_snap_cache {
     char *coll;
     mcp_snap *sn;
+    size_t users;
   } *snaps;
   size_t nsnaps;
   struct xds_open_ctx {
@@ -43,6 +46,7 @@ typedef struct xtype {
   char *type_url;
   char *coll;     /* NULL: unknown type */
   mcp_watch *w;   /* NULL: unknown type */
+  size_t snap;    /* SotW: 1 + its server's snaps[] entry, or 0 */
   int wildcard;
   int mesh;       /* MCP_XDS_MESH_TYPE: bodies sent as they are */
   mcp_map names;  /* subscribed xDS names; key and value: one allocation */
@@ -429,9 +433,14 @@ static int delta_initial(xsess *s, xtype *t, const xds_request *rq) {
 
 /* ---- types ---- */
 
-static void type_free(const mcp_mem *m, xtype *t) {
+static void type_free(mcp_xds_server *srv, xtype *t) {
+  const mcp_mem *m = &srv->mem;
   if (!t) {
     return;
+  }
+  if (t->snap && --srv->snaps[t->snap - 1].users == 0) {
+    mcp__snap_unref(srv->snaps[t->snap - 1].sn);
+    srv->snaps[t->snap - 1].sn = NULL;
   }
   mcp_watch_del(t->w);
   names_clear(&t->names, m);
@@ -441,6 +450,32 @@ static void type_free(const mcp_mem *m, xtype *t) {
   mcp__free(m, t->coll);
   mcp__free(m, t->type_url);
   mcp__free(m, t);
+}
+
+/* Counts |t| (SotW, a collection) as a user of its collection's entry in
+ * the server's snapshot cache, added if new. */
+static int snap_use(mcp_xds_server *srv, xtype *t) {
+  size_t i = 0;
+  while (i < srv->nsnaps && strcmp(srv->snaps[i].coll, t->coll) != 0) {
+    ++i;
+  }
+  if (i == srv->nsnaps) {
+    struct xds_snap_cache *n =
+        mcp__realloc(&srv->mem, srv->snaps, (srv->nsnaps + 1) * sizeof(*n));
+    if (!n) {
+      return MCP_ERR_NOMEM;
+    }
+    srv->snaps = n;
+    if (!(n[i].coll = mcp__strdup(&srv->mem, t->coll))) {
+      return MCP_ERR_NOMEM;
+    }
+    n[i].sn = NULL;
+    n[i].users = 0;
+    srv->nsnaps++;
+  }
+  srv->snaps[i].users++;
+  t->snap = i + 1;
+  return 0;
 }
 
 static int type_new(xsess *s, const xds_str *url, xtype **pt) {
@@ -458,7 +493,7 @@ static int type_new(xsess *s, const xds_str *url, xtype **pt) {
   s->types = nt;
   if (!(t->type_url = mcp__strndup(m, url->p, url->n)) ||
       mcp__map_reserve(&s->by_url, m, 1) != 0) {
-    type_free(m, t);
+    type_free(s->srv, t);
     return MCP_ERR_NOMEM;
   }
   t->mesh = strcmp(t->type_url, MCP_XDS_MESH_TYPE) == 0;
@@ -467,8 +502,9 @@ static int type_new(xsess *s, const xds_str *url, xtype **pt) {
     mcp_watch_options wo = {s->srv->debounce, s->srv->max_delay};
     if (!(t->coll = mcp__malloc(m, (size_t)n + 1)) ||
         (mcp_collection_for_gvk(t->type_url, t->coll, (size_t)n + 1),
-         mcp_watch_new(&t->w, s->srv->store, t->coll, &wo, m) != 0)) {
-      type_free(m, t);
+         mcp_watch_new(&t->w, s->srv->store, t->coll, &wo, m) != 0) ||
+        (!s->delta && snap_use(s->srv, t) != 0)) {
+      type_free(s->srv, t);
       return MCP_ERR_NOMEM;
     }
   }
@@ -616,18 +652,27 @@ static int put_item(xsess *s, const mcp_item *it) {
   return 0;
 }
 
-static int sotw_fn(const mcp_item *it, void *ud) {
-  xsess *s = ud;
-  if (!s->cur->wildcard) {
-    const char *xn = xname(s, it->name);
-    if (!xn) {
-      return MCP_ERR_NOMEM;
-    }
-    if (!mcp__map_get(&s->cur->names, xn)) {
-      return 0;
+/* The live item whose xDS name (mcp__xds_name()) is |xn|: a bare store
+ * name is "/name" here, and a name without '/' is no store's. */
+static int get_xname(const xtype *t, const char *xn, mcp_item *it) {
+  const char *slash = strchr(xn, '/');
+  return slash && ((slash == xn && !strchr(xn + 1, '/') &&
+                    mcp_watch_get(t->w, xn + 1, it)) ||
+                   mcp_watch_get(t->w, xn, it));
+}
+
+/* SotW by names: each subscribed name looked up, O(names) and not
+ * O(collection) per response. */
+static int put_named(xsess *s, xtype *t) {
+  void *v;
+  int rv = 0;
+  for (size_t i = 0; rv == 0 && mcp__map_iter(&t->names, &i, &v);) {
+    mcp_item it;
+    if (get_xname(t, v, &it)) {
+      rv = put_item(s, &it);
     }
   }
-  return put_item(s, it);
+  return rv;
 }
 
 static void put_removed(xsess *s, const char *xn) {
@@ -749,41 +794,20 @@ static int put_mesh(xsess *s, xtype *t) {
 
 /* The framed whole state of |t|'s collection at the watch's generation:
  * built by the first wildcard stream that needs it, shared by the others
- * (the server holds one per collection). Borrowed; NULL with NOMEM. */
+ * (the server holds one per collection). Borrowed. */
 static int server_snap(mcp_xds_server *srv, const xtype *t, mcp_snap **psn) {
   uint64_t gen = mcp_watch_generation(t->w);
-  struct xds_snap_cache *c = NULL;
-  for (size_t i = 0; i < srv->nsnaps && !c; ++i) {
-    if (strcmp(srv->snaps[i].coll, t->coll) == 0) {
-      c = &srv->snaps[i];
+  struct xds_snap_cache *c = &srv->snaps[t->snap - 1];
+  if (!c->sn || c->sn->gen != gen) {
+    mcp_snap *sn = NULL;
+    int rv = mcp__xds_snap(t->w, &srv->mem, gen, &sn);
+    if (rv < 0) {
+      return rv;
     }
+    mcp__snap_unref(c->sn);
+    c->sn = sn;
   }
-  if (c && c->sn && c->sn->gen == gen) {
-    *psn = c->sn;
-    return 0;
-  }
-  if (!c) {
-    struct xds_snap_cache *n =
-        mcp__realloc(&srv->mem, srv->snaps, (srv->nsnaps + 1) * sizeof(*n));
-    if (!n) {
-      return MCP_ERR_NOMEM;
-    }
-    srv->snaps = n;
-    c = &n[srv->nsnaps];
-    c->sn = NULL;
-    if (!(c->coll = mcp__strdup(&srv->mem, t->coll))) {
-      return MCP_ERR_NOMEM;
-    }
-    srv->nsnaps++;
-  }
-  mcp_snap *sn = NULL;
-  int rv = mcp__xds_snap(t->w, &srv->mem, gen, &sn);
-  if (rv < 0) {
-    return rv;
-  }
-  mcp__snap_unref(c->sn);
-  c->sn = sn;
-  *psn = sn;
+  *psn = c->sn;
   return 0;
 }
 
@@ -804,8 +828,7 @@ static int build_sotw(xsess *s, xtype *t, mcp_tstamp ts, mcp_msg **pmsg) {
     }
   } else if (t->w) {
     mcp_watch_skip(t->w, ts);
-    int rv = t->mesh && t->wildcard ? put_mesh(s, t)
-                                    : mcp_watch_foreach(t->w, sotw_fn, s);
+    int rv = t->wildcard ? put_mesh(s, t) : put_named(s, t);
     if (rv < 0) {
       drop(s);
       return rv;
@@ -845,12 +868,8 @@ static int build_delta(xsess *s, xtype *t, mcp_tstamp ts, mcp_msg **pmsg) {
     }
     void *v;
     for (size_t i = 0; rv == 0 && t->w && mcp__map_iter(&t->fresh, &i, &v);) {
-      /* Newly subscribed names: a bare store name is "/name" here. */
-      const char *xn = v;
-      mcp_item it;
-      if ((xn[0] == '/' && !strchr(xn + 1, '/') &&
-           mcp_watch_get(t->w, xn + 1, &it)) ||
-          mcp_watch_get(t->w, xn, &it)) {
+      mcp_item it; /* newly subscribed names */
+      if (get_xname(t, v, &it)) {
         rv = put_item(s, &it);
       }
     }
@@ -929,7 +948,7 @@ static void sess_del(void *sess) {
   xsess *s = sess;
   const mcp_mem *m = &s->srv->mem;
   for (size_t i = 0; i < s->ntypes; ++i) {
-    type_free(m, s->types[i]);
+    type_free(s->srv, s->types[i]);
   }
   mcp__free(m, s->types);
   mcp__map_free(&s->by_url, m);
