@@ -1125,6 +1125,19 @@ START_TEST(events_list_what_the_message_carried_and_drops_apart) {
 }
 END_TEST
 
+/* Feeds |b| (a push of COLLS[0]) and expects its NACK, INVALID_ARGUMENT
+ * with |msg| (NULL: any), whose event lists |listed|. */
+static void expect_nack_listing(fx *f, bb *b, const char *nonce,
+                                const char *listed, const char *msg) {
+  ck_assert_int_eq(feed(f, b), 0);
+  expect_answer(f, COLLS[0], nonce, MCP_CODE_INVALID_ARGUMENT);
+  ck_assert_int_eq(f->sn.ev_type[f->sn.nev - 1], MCP_EVENT_NACK);
+  ck_assert_str_eq(f->sn.ev_listed, listed);
+  if (msg) {
+    ck_assert_str_eq(f->sn.ev_msg[f->sn.nev - 1], msg);
+  }
+}
+
 /* Issue 24 item 11: a NACK lists every resource the message carried, the
  * duplicate and what follows it included (a@2, a@3, b@1 listed only a@2),
  * and those failing any other check; the NACK names the first problem. */
@@ -1140,11 +1153,8 @@ START_TEST(nack_lists_every_resource_duplicates_included) {
     bb_good(&b, "a", "2");
     bb_good(&b, "a", "3");
     bb_good(&b, "b", "1");
-    ck_assert_int_eq(feed(&f, &b), 0);
-    expect_answer(&f, COLLS[0], "1", MCP_CODE_INVALID_ARGUMENT);
-    ck_assert_int_eq(f.sn.ev_type[f.sn.nev - 1], MCP_EVENT_NACK);
-    ck_assert_str_eq(f.sn.ev_listed, "a=2;a=3;b=1;");
-    ck_assert_str_eq(f.sn.ev_msg[f.sn.nev - 1], "resource a is listed twice");
+    expect_nack_listing(&f, &b, "1", "a=2;a=3;b=1;",
+                        "resource a is listed twice");
     unchanged(&f, &bf, 1, 1, 0);
     /* Not UTF-8, unnamed, untyped, a bad time: all but the first are
      * listed (a string that is not UTF-8 cannot be shown). */
@@ -1160,11 +1170,8 @@ START_TEST(nack_lists_every_resource_duplicates_included) {
     bb_resource(&b, &notype);
     bb_resource(&b, &badtime);
     bb_good(&b, "g", "1");
-    ck_assert_int_eq(feed(&f, &b), 0);
-    expect_answer(&f, COLLS[0], "2", MCP_CODE_INVALID_ARGUMENT);
-    ck_assert_str_eq(f.sn.ev_listed, "=v;c=v;d=v;g=1;");
-    ck_assert_str_eq(f.sn.ev_msg[f.sn.nev - 1],
-                     "resource 0 has a string that is not UTF-8");
+    expect_nack_listing(&f, &b, "2", "=v;c=v;d=v;g=1;",
+                        "resource 0 has a string that is not UTF-8");
     fx_close(&f);
   }
 }
@@ -1195,19 +1202,14 @@ START_TEST(nack_lists_leave_out_only_what_cannot_be_shown) {
   bb_resource(&b, &badver);
   bb_resource(&b, &badrule);
   bb_good(&b, "g", "1");
-  ck_assert_int_eq(feed(&f, &b), 0);
-  expect_answer(&f, COLLS[0], "1", MCP_CODE_INVALID_ARGUMENT);
-  ck_assert_int_eq(f.sn.ev_type[f.sn.nev - 1], MCP_EVENT_NACK);
-  ck_assert_str_eq(f.sn.ev_listed, "a//b=v;g=1;");
-  ck_assert_str_eq(f.sn.ev_msg[f.sn.nev - 1], "resource h1 has no body type");
+  expect_nack_listing(&f, &b, "1", "a//b=v;g=1;",
+                      "resource h1 has no body type");
   /* The name rule first: its message, every resource listed. */
   bb_push(&b, COLLS[0], "2", 0, "sv-2");
   bb_resource(&b, &badrule);
   bb_good(&b, "g", "1");
   bb_good(&b, "g", "2");
-  ck_assert_int_eq(feed(&f, &b), 0);
-  expect_answer(&f, COLLS[0], "2", MCP_CODE_INVALID_ARGUMENT);
-  ck_assert_str_eq(f.sn.ev_listed, "a//b=v;g=1;g=2;");
+  expect_nack_listing(&f, &b, "2", "a//b=v;g=1;g=2;", NULL);
   ck_assert_msg(strstr(f.sn.ev_msg[f.sn.nev - 1], "a//b") != NULL, "%s",
                 f.sn.ev_msg[f.sn.nev - 1]);
   /* Incremental: a removed name that is not UTF-8 is left out, the others
@@ -1217,21 +1219,15 @@ START_TEST(nack_lists_leave_out_only_what_cannot_be_shown) {
   bb_good(&b, "d", "1");
   bb_removed(&b, "e");
   bb_removed(&b, "x\xfe");
-  ck_assert_int_eq(feed(&f, &b), 0);
-  expect_answer(&f, COLLS[0], "3", MCP_CODE_INVALID_ARGUMENT);
-  ck_assert_str_eq(f.sn.ev_listed, "c=1;d=1;");
+  expect_nack_listing(&f, &b, "3", "c=1;d=1;", "removed name 1 is not UTF-8");
   ck_assert_str_eq(f.sn.ev_removed, "e;");
-  ck_assert_str_eq(f.sn.ev_msg[f.sn.nev - 1], "removed name 1 is not UTF-8");
   bb_push(&b, COLLS[0], "4", 1, "sv-4");
   bb_good(&b, "c", "1");
   bb_good(&b, "d", "1");
   bb_removed(&b, "c");
-  ck_assert_int_eq(feed(&f, &b), 0);
-  expect_answer(&f, COLLS[0], "4", MCP_CODE_INVALID_ARGUMENT);
-  ck_assert_str_eq(f.sn.ev_listed, "c=1;d=1;");
+  expect_nack_listing(&f, &b, "4", "c=1;d=1;",
+                      "resource c is both updated and removed");
   ck_assert_str_eq(f.sn.ev_removed, "c;");
-  ck_assert_str_eq(f.sn.ev_msg[f.sn.nev - 1],
-                   "resource c is both updated and removed");
   unchanged(&f, &bf, 4, 4, 0);
   fx_close(&f);
 }
