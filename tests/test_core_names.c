@@ -234,6 +234,48 @@ START_TEST(test_resource_check_reports_each_limit) {
 }
 END_TEST
 
+/* mcp_collection_for_kind(): every part it refuses is INVALID_ARGUMENT
+ * and leaves |buf| as it was. */
+START_TEST(test_collection_for_kind_refuses_bad_parts_buf_untouched) {
+  char buf[64];
+  ck_assert_int_eq(mcp_collection_for_kind("networking.istio.io/v1",
+                                           "VirtualService", buf, sizeof buf),
+                   (int)strlen("istio/networking/v1alpha3/virtualservices"));
+  ck_assert_str_eq(buf, "istio/networking/v1alpha3/virtualservices");
+  ck_assert_int_eq(mcp_collection_for_kind("v1", "Service", buf, sizeof buf),
+                   (int)strlen("k8s/core/v1/services"));
+  static char big[4200];
+  memset(big, 'a', sizeof big - 1);
+  const char *bad[][2] = {
+      {NULL, "Kind"},         {"v1", NULL},        {".x.istio.io/v1", "K"},
+      {"a/b/c", "Kind"},      {"/v1", "Kind"},     {"apps/", "Kind"},
+      {"", "Kind"},           {"v1", ""},          {"v1", "Bad Kind"},
+      {"gr\xc3\xa9/v1", "K"}, {"v1", "K/ind"},     {big, "Kind"},
+      {"v1", big},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    memcpy(buf, "unchanged", 10);
+    ck_assert_int_eq(mcp_collection_for_kind(bad[i][0], bad[i][1], buf,
+                                             sizeof buf),
+                     MCP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(buf, "unchanged");
+  }
+}
+END_TEST
+
+/* The sink checks on after its NACK's first problem with no message
+ * buffer: mcp_resource_check() takes NULL with a length of 0. */
+START_TEST(test_resource_check_takes_no_message_buffer) {
+  mcp_resource r = good_resource();
+  mcp_resource_limits lim;
+  mcp_resource_limits_default(&lim);
+  ck_assert_int_eq(mcp_resource_check(&r, &lim, NULL, 0), 0);
+  r.name = "a//b";
+  ck_assert_int_eq(mcp_resource_check(&r, &lim, NULL, 0),
+                   MCP_ERR_INVALID_ARGUMENT);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("core_names");
   TCase *t = tcase_create("names");
@@ -251,6 +293,8 @@ int main(void) {
   tcase_add_test(t, test_name_kubernetes_rejects_what_kubernetes_rejects);
   tcase_add_test(t, test_resource_check_applies_the_sink_defaults);
   tcase_add_test(t, test_resource_check_reports_each_limit);
+  tcase_add_test(t, test_collection_for_kind_refuses_bad_parts_buf_untouched);
+  tcase_add_test(t, test_resource_check_takes_no_message_buffer);
   suite_add_tcase(s, t);
   SRunner *r = srunner_create(s);
   srunner_run_all(r, CK_NORMAL);

@@ -160,7 +160,7 @@ typedef struct seen {
   int nev;
   mcp_event_type ev_type[MAXE];
   int ev_code[MAXE], ev_synced[MAXE];
-  char ev_coll[MAXE][32], ev_nonce[MAXE][24], ev_msg[MAXE][64];
+  char ev_coll[MAXE][32], ev_nonce[MAXE][24], ev_msg[MAXE][160];
   /* The last event's version and lists, each as "x;y;" (dropped sorted). */
   char ev_version[64], ev_listed[256], ev_removed[256], ev_dropped[256];
 } seen;
@@ -222,7 +222,7 @@ static void on_event(const mcp_event *ev, void *ud) {
   s->ev_synced[s->nev] = ev->synced;
   cpy(s->ev_coll[s->nev], 32, ev->collection);
   cpy(s->ev_nonce[s->nev], 24, ev->nonce);
-  cpy(s->ev_msg[s->nev], 64, ev->message);
+  cpy(s->ev_msg[s->nev], sizeof(s->ev_msg[0]), ev->message);
   s->nev++;
   cpy(s->ev_version, sizeof(s->ev_version), ev->version);
   s->ev_listed[0] = s->ev_removed[0] = s->ev_dropped[0] = '\0';
@@ -1125,6 +1125,19 @@ START_TEST(events_list_what_the_message_carried_and_drops_apart) {
 }
 END_TEST
 
+/* Feeds |b| (a push of COLLS[0]) and expects its NACK, INVALID_ARGUMENT
+ * with |msg| (NULL: any), whose event lists |listed|. */
+static void expect_nack_listing(fx *f, bb *b, const char *nonce,
+                                const char *listed, const char *msg) {
+  ck_assert_int_eq(feed(f, b), 0);
+  expect_answer(f, COLLS[0], nonce, MCP_CODE_INVALID_ARGUMENT);
+  ck_assert_int_eq(f->sn.ev_type[f->sn.nev - 1], MCP_EVENT_NACK);
+  ck_assert_str_eq(f->sn.ev_listed, listed);
+  if (msg) {
+    ck_assert_str_eq(f->sn.ev_msg[f->sn.nev - 1], msg);
+  }
+}
+
 /* Issue 24 item 11: a NACK lists every resource the message carried, the
  * duplicate and what follows it included (a@2, a@3, b@1 listed only a@2),
  * and those failing any other check; the NACK names the first problem. */
@@ -1140,11 +1153,8 @@ START_TEST(nack_lists_every_resource_duplicates_included) {
     bb_good(&b, "a", "2");
     bb_good(&b, "a", "3");
     bb_good(&b, "b", "1");
-    ck_assert_int_eq(feed(&f, &b), 0);
-    expect_answer(&f, COLLS[0], "1", MCP_CODE_INVALID_ARGUMENT);
-    ck_assert_int_eq(f.sn.ev_type[f.sn.nev - 1], MCP_EVENT_NACK);
-    ck_assert_str_eq(f.sn.ev_listed, "a=2;a=3;b=1;");
-    ck_assert_str_eq(f.sn.ev_msg[f.sn.nev - 1], "resource a is listed twice");
+    expect_nack_listing(&f, &b, "1", "a=2;a=3;b=1;",
+                        "resource a is listed twice");
     unchanged(&f, &bf, 1, 1, 0);
     /* Not UTF-8, unnamed, untyped, a bad time: all but the first are
      * listed (a string that is not UTF-8 cannot be shown). */
@@ -1160,13 +1170,66 @@ START_TEST(nack_lists_every_resource_duplicates_included) {
     bb_resource(&b, &notype);
     bb_resource(&b, &badtime);
     bb_good(&b, "g", "1");
-    ck_assert_int_eq(feed(&f, &b), 0);
-    expect_answer(&f, COLLS[0], "2", MCP_CODE_INVALID_ARGUMENT);
-    ck_assert_str_eq(f.sn.ev_listed, "=v;c=v;d=v;g=1;");
-    ck_assert_str_eq(f.sn.ev_msg[f.sn.nev - 1],
-                     "resource 0 has a string that is not UTF-8");
+    expect_nack_listing(&f, &b, "2", "=v;c=v;d=v;g=1;",
+                        "resource 0 has a string that is not UTF-8");
     fx_close(&f);
   }
+}
+END_TEST
+
+/* Only what cannot be shown is left out of a NACK's list: a body type,
+ * label or version that is not UTF-8; a name the rules refuse is listed,
+ * and a later problem never replaces the first one's message. Removed
+ * names are listed in an incremental NACK as well. */
+START_TEST(nack_lists_leave_out_only_what_cannot_be_shown) {
+  fx f;
+  fx_state(&f, 1, 0);
+  fx_open_drained(&f);
+  before bf;
+  remember(&f, &bf);
+  bb b;
+  rspec badtype = {.name = "h1", .version = "v", .type_url = "t/\xc0\xaf",
+                   .body = "b"};
+  rspec badlabel = {.name = "h2", .version = "v", .type_url = "t/x",
+                    .body = "b", .label_key = "k", .label_val = "\xed\xa0\x80"};
+  rspec badver = {.name = "h3", .version = "v\xc3", .type_url = "t/x",
+                  .body = "b"};
+  rspec badrule = {.name = "a//b", .version = "v", .type_url = "t/x",
+                   .body = "b"};
+  bb_push(&b, COLLS[0], "1", 0, "sv-1");
+  bb_resource(&b, &badtype);
+  bb_resource(&b, &badlabel);
+  bb_resource(&b, &badver);
+  bb_resource(&b, &badrule);
+  bb_good(&b, "g", "1");
+  expect_nack_listing(&f, &b, "1", "a//b=v;g=1;",
+                      "resource h1 has no body type");
+  /* The name rule first: its message, every resource listed. */
+  bb_push(&b, COLLS[0], "2", 0, "sv-2");
+  bb_resource(&b, &badrule);
+  bb_good(&b, "g", "1");
+  bb_good(&b, "g", "2");
+  expect_nack_listing(&f, &b, "2", "a//b=v;g=1;g=2;", NULL);
+  ck_assert_msg(strstr(f.sn.ev_msg[f.sn.nev - 1], "a//b") != NULL, "%s",
+                f.sn.ev_msg[f.sn.nev - 1]);
+  /* Incremental: a removed name that is not UTF-8 is left out, the others
+   * and every resource are listed; then updated and removed at once. */
+  bb_push(&b, COLLS[0], "3", 1, "sv-3");
+  bb_good(&b, "c", "1");
+  bb_good(&b, "d", "1");
+  bb_removed(&b, "e");
+  bb_removed(&b, "x\xfe");
+  expect_nack_listing(&f, &b, "3", "c=1;d=1;", "removed name 1 is not UTF-8");
+  ck_assert_str_eq(f.sn.ev_removed, "e;");
+  bb_push(&b, COLLS[0], "4", 1, "sv-4");
+  bb_good(&b, "c", "1");
+  bb_good(&b, "d", "1");
+  bb_removed(&b, "c");
+  expect_nack_listing(&f, &b, "4", "c=1;d=1;",
+                      "resource c is both updated and removed");
+  ck_assert_str_eq(f.sn.ev_removed, "c;");
+  unchanged(&f, &bf, 4, 4, 0);
+  fx_close(&f);
 }
 END_TEST
 
@@ -1752,6 +1815,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, nack_trigger_collection_with_empty_nonce);
   tcase_add_test(tc, events_list_what_the_message_carried_and_drops_apart);
   tcase_add_test(tc, nack_lists_every_resource_duplicates_included);
+  tcase_add_test(tc, nack_lists_leave_out_only_what_cannot_be_shown);
   tcase_add_test(tc, nack_lists_survive_every_allocation_failure);
   tcase_add_test(tc, trigger_collection_is_reported_as_the_trigger_not_a_nack);
   tcase_add_test(tc, apply_rejection_nacks_with_its_code_and_message);

@@ -26,7 +26,6 @@ it is not built in).
 
 import os
 import signal
-import time
 import unittest
 
 import e2e_common as common
@@ -41,9 +40,6 @@ T_SECRET = "type.googleapis.com/k8s.io.api.core.v1.Secret"
 SECRETS = "k8s/core/v1/secrets"
 TYPE_OF = {VS: T_VS, DR: T_DR, CM: T_CM}
 TYPES = [T_VS, T_DR, T_CM]
-
-# How long "nothing is pushed" is watched for (the source's debounce is 0).
-QUIET = 1.5
 
 
 def by_type(state):
@@ -202,8 +198,10 @@ class AggScenarios:
         self.check_nonce(e)
         self.wait_for(lambda: "rejected" in src.stderr(),
                       "the source to log the NACK", src)
-        # Nothing more: no response, no push, while the files stay put.
-        time.sleep(QUIET)
+        # Nothing more so far. Stream order is the witness, not a window of
+        # wall-clock time: a repush of the rejected content would come
+        # before the pushes of the two changes below, which are waited for
+        # (and checked to be the only responses after the NACK).
         self.assertEqual(len(snk.responses(T_VS)), 2, snk.responses(T_VS))
         self.assertEqual(self.pushes(src, VS), pushes0 + 1, src.stderr())
         self.assertEqual(src.stderr().count("sink rejected " + VS), 1)
@@ -228,8 +226,19 @@ class AggScenarios:
             self.assertEqual(e["removed"], ["bookinfo/x..y"])
         self.assertEqual(e["total"], 3)
         self.wait_mirror(TYPES)
-        time.sleep(QUIET / 3)
-        self.assertEqual(len(snk.responses(T_VS)), 3, snk.responses(T_VS))
+        # One more change: nothing was pushed between the last two.
+        n = len(snk.responses())
+        self.put("sentinel.yaml", [vs("sentinel", "s", "bookinfo")])
+        e = self.wait_response(snk, lambda e: e["collection"] == T_VS,
+                               "the sentinel's push", since=n)
+        self.assertIn("bookinfo/sentinel", [x["name"] for x in e["resources"]])
+        self.assertEqual([(r["verdict"], r["total"])
+                          for r in snk.responses(T_VS)],
+                         [("ack", 2), ("nack", 2), ("ack", 3), ("ack", 4)],
+                         snk.responses(T_VS))
+        self.assertEqual(self.pushes(src, VS), pushes0 + 3, src.stderr())
+        self.assertEqual(src.stderr().count("sink rejected " + VS), 1)
+        self.wait_mirror(TYPES)
         self.stop_both()
 
     def test_declared_empty_type_exit_after_sync(self):
@@ -253,13 +262,15 @@ class AggScenarios:
         snk = self.start_agg_sink([T_VS, T_SECRET])
         self.wait_response(snk, lambda e: e["collection"] == T_VS and
                            e["verdict"] == "ack", "the known type")
-        time.sleep(QUIET / 3)
         self.assertEqual(snk.responses(T_SECRET), [])
         self.put("secret.yaml", [doc("Secret", "s", "bookinfo", api="v1",
                                      data={"k": "dg=="})])
         e = self.wait_response(snk, lambda e: e["collection"] == T_SECRET,
                                "the type once its collection exists")
         self.assertEqual((e["verdict"], e["total"]), ("ack", 1), e)
+        # Its first and only response (no wall-clock window: one sent
+        # before the collection existed would come before this one).
+        self.assertEqual(snk.responses(T_SECRET), [e])
         self.wait_synced(snk)
         self.stop_both()
 

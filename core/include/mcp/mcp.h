@@ -407,7 +407,7 @@ MCP_EXTERN void mcp_resource_limits_default_versioned(int version,
  * annotations, all UTF-8; a body type; a create time with nanoseconds in
  * [0, 1e9). Returns 0, or MCP_ERR_INVALID_ARGUMENT with a one-line reason
  * (naming the resource, truncated to |msglen| bytes with its NUL) in
- * |msg|. Reads |res| only.
+ * |msg| (NULL when |msglen| is 0: no reason written). Reads |res| only.
  */
 MCP_EXTERN int mcp_resource_check_versioned(const mcp_resource *res,
                                             int version,
