@@ -138,7 +138,8 @@ static void batch_flush(tool_watch *w) {
     return;
   w->began = 0;
   /* Distinct paths, as mcpcfg_loader_update() takes them. */
-  qsort(w->paths, w->npaths, sizeof *w->paths, cmp_path);
+  if (w->npaths > 1) /* qsort's base may not be NULL, even for none */
+    qsort(w->paths, w->npaths, sizeof *w->paths, cmp_path);
   size_t k = 0;
   for (size_t i = 0; i < w->npaths; i++) {
     if (k && !strcmp(w->paths[k - 1], w->paths[i]))
