@@ -147,16 +147,23 @@ static void waker(mcp_stream *st, void *ud) {
   ((call *)ud)->wakes++;
 }
 
-static call *call_open(mcp_disp *d, int method, const char *cn,
-                       mcp_tstamp ts) {
+/* Opens |method| from the transport peer |addr| (|cn|: its certificate's
+ * CN under TLS, NULL without). */
+static call *call_open_from(mcp_disp *d, int method, const char *cn,
+                            const char *addr, mcp_tstamp ts) {
   const mcp_service_def *defs;
-  mcp_peer_info peer = {"ipv4:127.0.0.1:5555", cn != NULL, cn, NULL, 0};
+  mcp_peer_info peer = {addr, cn != NULL, cn, NULL, 0};
   call *c = calloc(1, sizeof *c);
   ck_assert_uint_eq(mcp_disp_services(d, &defs), 5);
   ck_assert_int_eq(defs[method].open(defs[method].user_data, &peer, ts, &c->st),
                    0);
   mcp_stream_set_waker(c->st, waker, c);
   return c;
+}
+
+static call *call_open(mcp_disp *d, int method, const char *cn,
+                       mcp_tstamp ts) {
+  return call_open_from(d, method, cn, "ipv4:127.0.0.1:5555", ts);
 }
 
 static void call_close(call *c) {
@@ -410,6 +417,46 @@ START_TEST(test_session_first_message_and_stays_open) {
   ck_assert_uint_eq(st.sessions, 1);
   ck_assert_uint_eq(st.streams, 1);
   call_close(c);
+  mcp_disp_del(d);
+  mcp_store_del(view);
+}
+END_TEST
+
+/* Issue 24 item 9: the node's status addr is the host of the peer
+ * address (swarmkit's nodeIPFromContext) in every form the transports
+ * give; a peer without an IP host (a Unix socket, an unknown form) leaves
+ * it empty. */
+START_TEST(test_session_node_addr_is_the_peer_host) {
+  static const char *const cases[][2] = {
+      {"ipv4:10.1.2.3:40000", "10.1.2.3"},
+      {"ipv6:[::1]:40000", "::1"},
+      {"ipv6:%5B::1%5D:40000", "::1"},    /* gRPC core's URI form */
+      {"10.1.2.4:40000", "10.1.2.4"},     /* host:port, no scheme */
+      {"unix:/run/mcp.sock", ""},
+      {"[::1]:40000", ""},                /* not a form a transport gives */
+      {"", ""},
+      {NULL, ""},
+  };
+  mcp_store *view = th_store(NULL);
+  mcp_disp *d = disp_new(view, 0, 0);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+    Docker__Swarmkit__V1__SessionRequest r =
+        DOCKER__SWARMKIT__V1__SESSION_REQUEST__INIT;
+    Docker__Swarmkit__V1__NodeDescription desc =
+        DOCKER__SWARMKIT__V1__NODE_DESCRIPTION__INIT;
+    desc.hostname = "node-a";
+    r.description = &desc;
+    call *c = call_open_from(d, SESSION, NULL, cases[i][0], 0);
+    call_send(c, &r.base, 0);
+    smsg *m = expect_smsg(c, 0);
+    ck_assert_ptr_nonnull(m->node->status);
+    ck_assert_msg(strcmp(m->node->status->addr, cases[i][1]) == 0,
+                  "peer %s: addr \"%s\", want \"%s\"",
+                  cases[i][0] ? cases[i][0] : "(null)", m->node->status->addr,
+                  cases[i][1]);
+    smsg_free(m);
+    call_close(c);
+  }
   mcp_disp_del(d);
   mcp_store_del(view);
 }
@@ -2684,6 +2731,7 @@ static Suite *disp_suite(void) {
   tcase_add_test(tc, test_task_read_gives_node_state_and_references);
   tcase_add_test(tc, test_task_past_running_with_only_status_changed_keeps_held);
   tcase_add_test(tc, test_session_first_message_and_stays_open);
+  tcase_add_test(tc, test_session_node_addr_is_the_peer_host);
   tcase_add_test(tc, test_session_node_is_the_certificate_cn_under_tls);
   tcase_add_test(tc, test_session_without_node_id_is_refused);
   tcase_add_test(tc, test_session_second_session_replaces_the_older);
