@@ -954,25 +954,46 @@ static int tsee(const mcp_disp_task_status *st, void *ud) {
   return 0;
 }
 
-static void report(mcp_disp *d, const char *sid, const char *task, int state,
-                   const char *msg, mcp_tstamp ts, int expect_status) {
+/* The manager's task statuses now, into |s| (cleared first). */
+static void statuses(mcp_disp *d, tseen *s) {
+  memset(s, 0, sizeof *s);
+  ck_assert_int_eq(mcp_disp_task_statuses(d, tsee, s), 0);
+}
+
+/* Opens UpdateTaskStatus with one update per id of |ids| (|n| of them,
+ * at most 2), each {state, msg}, but the one at |statusless| (-1: none)
+ * without a status; sends and half-closes. */
+static call *report_open(mcp_disp *d, const char *sid, const char *const *ids,
+                         size_t n, int state, const char *msg, int statusless,
+                         mcp_tstamp ts) {
   Docker__Swarmkit__V1__UpdateTaskStatusRequest r =
       DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__INIT;
-  Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate u =
-      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__TASK_STATUS_UPDATE__INIT;
-  Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate *up[1] = {
-      &u};
+  Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate u[2] = {
+      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__TASK_STATUS_UPDATE__INIT,
+      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__TASK_STATUS_UPDATE__INIT};
+  Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate *up[2] = {
+      &u[0], &u[1]};
   Docker__Swarmkit__V1__TaskStatus st = DOCKER__SWARMKIT__V1__TASK_STATUS__INIT;
+  ck_assert_uint_le(n, 2);
   st.state = (Docker__Swarmkit__V1__TaskState)state;
   st.message = (char *)msg;
-  u.task_id = (char *)task;
-  u.status = &st;
+  for (size_t i = 0; i < n; ++i) {
+    u[i].task_id = (char *)ids[i];
+    u[i].status = (int)i == statusless ? NULL : &st;
+  }
   r.session_id = (char *)sid;
-  r.n_updates = 1;
+  r.n_updates = n;
   r.updates = up;
   call *c = call_open(d, UTS, NULL, ts);
   call_send(c, &r.base, ts);
   mcp_stream_half_close(c->st, ts);
+  return c;
+}
+
+/* Reports |task| in {state, msg}; the call ends with |expect_status|. */
+static void report(mcp_disp *d, const char *sid, const char *task, int state,
+                   const char *msg, mcp_tstamp ts, int expect_status) {
+  call *c = report_open(d, sid, &task, 1, state, msg, -1, ts);
   if (expect_status == 0) {
     Docker__Swarmkit__V1__UpdateTaskStatusResponse *m = expect_msg(
         c, ts, &docker__swarmkit__v1__update_task_status_response__descriptor);
@@ -992,8 +1013,8 @@ START_TEST(test_update_task_status_keeps_the_latest_per_task) {
   report(d, sid, "t1", 256, "accepted", 0, 0);
   report(d, sid, "t1", 512, "running", 1, 0);
   report(d, sid, "t2", 704, "failed", 2, 0);
-  tseen seen = {0};
-  ck_assert_int_eq(mcp_disp_task_statuses(d, tsee, &seen), 0);
+  tseen seen;
+  statuses(d, &seen);
   ck_assert_int_eq(seen.n, 2);
   for (int i = 0; i < 2; ++i) {
     if (strcmp(seen.ids[i], "t1") == 0) {
@@ -1023,26 +1044,8 @@ END_TEST
 static call *report_two(mcp_disp *d, const char *sid, const char *id0,
                         const char *id1, int state, int second_status,
                         mcp_tstamp ts) {
-  Docker__Swarmkit__V1__UpdateTaskStatusRequest r =
-      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__INIT;
-  Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate u[2] = {
-      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__TASK_STATUS_UPDATE__INIT,
-      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__TASK_STATUS_UPDATE__INIT};
-  Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate *up[2] = {
-      &u[0], &u[1]};
-  Docker__Swarmkit__V1__TaskStatus st = DOCKER__SWARMKIT__V1__TASK_STATUS__INIT;
-  st.state = (Docker__Swarmkit__V1__TaskState)state;
-  u[0].task_id = (char *)id0;
-  u[0].status = &st;
-  u[1].task_id = (char *)id1;
-  u[1].status = second_status ? &st : NULL;
-  r.session_id = (char *)sid;
-  r.n_updates = 2;
-  r.updates = up;
-  call *c = call_open(d, UTS, NULL, ts);
-  call_send(c, &r.base, ts);
-  mcp_stream_half_close(c->st, ts);
-  return c;
+  const char *const ids[] = {id0, id1};
+  return report_open(d, sid, ids, 2, state, "", second_status ? -1 : 1, ts);
 }
 
 /* Issue 24 item 7: swarmkit's UpdateTaskStatus (dispatcher.go:640-657)
@@ -1070,8 +1073,8 @@ START_TEST(test_update_task_status_for_another_nodes_task_is_denied) {
   mcp_disp_get_stats(d, &st);
   ck_assert_uint_eq(st.task_statuses, 1);
   ck_assert_uint_eq(st.status_updates, 1);
-  tseen seen = {0};
-  ck_assert_int_eq(mcp_disp_task_statuses(d, tsee, &seen), 0);
+  tseen seen;
+  statuses(d, &seen);
   ck_assert_int_eq(seen.n, 1);
   ck_assert_str_eq(seen.ids[0], "t1");
   /* Once the task moved to node-a, node-a may report it. */
@@ -1110,8 +1113,8 @@ START_TEST(test_update_task_status_bad_updates) {
   docker__swarmkit__v1__update_task_status_response__free_unpacked(m, NULL);
   expect_end(c, 0, 0, NULL);
   call_close(c);
-  tseen seen = {0};
-  ck_assert_int_eq(mcp_disp_task_statuses(d, tsee, &seen), 0);
+  tseen seen;
+  statuses(d, &seen);
   ck_assert_int_eq(seen.n, 1);
   ck_assert_str_eq(seen.ids[0], "t1");
   call_close(s);
@@ -1652,8 +1655,8 @@ START_TEST(test_agent_against_the_manager) {
   /* --report-status RUNNING closed the loop: issue 24 item 10, every state
    * the controller passes (ACCEPTED, PREPARING, READY, STARTING, RUNNING),
    * one call each, with its message and the agent's wall clock. */
-  tseen seen = {0};
-  mcp_disp_task_statuses(d, tsee, &seen);
+  tseen seen;
+  statuses(d, &seen);
   ck_assert_int_eq(seen.n, 1);
   ck_assert_str_eq(seen.ids[0], "t1");
   ck_assert_int_eq(seen.states[0], 512);
@@ -1691,8 +1694,7 @@ START_TEST(test_agent_against_the_manager) {
       61 * SEC);
   free(sb);
   net_run(&n, 61 * SEC);
-  memset(&seen, 0, sizeof seen);
-  mcp_disp_task_statuses(d, tsee, &seen);
+  statuses(d, &seen);
   for (int i = 0; i < seen.n; ++i) {
     if (strcmp(seen.ids[i], "t1") == 0) {
       ck_assert_int_eq(seen.states[i], 640);
@@ -1722,8 +1724,8 @@ START_TEST(test_agent_reports_each_controller_state) {
   mcp_disp_stats ds;
   mcp_disp_get_stats(d, &ds);
   ck_assert_uint_eq(ds.status_updates, 6);
-  tseen seen = {0};
-  mcp_disp_task_statuses(d, tsee, &seen);
+  tseen seen;
+  statuses(d, &seen);
   ck_assert_int_eq(seen.states[0], 576);
   ck_assert_str_eq(seen.msgs[0], "finished");
   /* The manager re-sends t1 (a new spec, its own status ASSIGNED): the
@@ -1738,8 +1740,7 @@ START_TEST(test_agent_reports_each_controller_state) {
   ck_assert_int_eq(e.n, 2);
   mcp_disp_get_stats(d, &ds);
   ck_assert_uint_eq(ds.status_updates, 7);
-  memset(&seen, 0, sizeof seen);
-  mcp_disp_task_statuses(d, tsee, &seen);
+  statuses(d, &seen);
   ck_assert_int_eq(seen.states[0], 576);
   ck_assert_str_eq(seen.msgs[0], "finished");
   ck_assert_int_eq(seen.secs[0], 1700000000); /* reached at ts 0 */
@@ -1750,8 +1751,7 @@ START_TEST(test_agent_reports_each_controller_state) {
       1500 * MS);
   free(b);
   net_run(&n, 1500 * MS);
-  memset(&seen, 0, sizeof seen);
-  mcp_disp_task_statuses(d, tsee, &seen);
+  statuses(d, &seen);
   ck_assert_int_eq(seen.states[0], 576);
   mcp_disp_get_stats(d, &ds);
   ck_assert_uint_eq(ds.status_updates, 8);
