@@ -1063,6 +1063,16 @@ START_TEST(test_update_task_status_for_another_nodes_task_is_denied) {
   call *c = report_two(d, sid, "t1", "tb", 704, 1, 0);
   expect_end(c, 0, MCP_CODE_PERMISSION_DENIED, MCP_DISP_ERR_NOT_ASSIGNED);
   call_close(c);
+  /* In either order, and past an update without status. */
+  c = report_two(d, sid, "tb", "t1", 704, 1, 0);
+  expect_end(c, 0, MCP_CODE_PERMISSION_DENIED, MCP_DISP_ERR_NOT_ASSIGNED);
+  call_close(c);
+  {
+    const char *const ids[] = {"t1", "tb"};
+    c = report_open(d, sid, ids, 2, 704, "", 0, 0);
+    expect_end(c, 0, MCP_CODE_PERMISSION_DENIED, MCP_DISP_ERR_NOT_ASSIGNED);
+    call_close(c);
+  }
   mcp_disp_stats st;
   mcp_disp_get_stats(d, &st);
   ck_assert_uint_eq(st.task_statuses, 0);
