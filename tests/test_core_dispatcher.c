@@ -248,10 +248,10 @@ static void smsg_free(smsg *m) {
   docker__swarmkit__v1__session_message__free_unpacked(m, NULL);
 }
 
-/* Opens Session for |node| (hostname) and returns the call; *sid gets the
- * session id of the first SessionMessage. */
-static call *session(mcp_disp *d, const char *node, const char *resume,
-                     mcp_tstamp ts, char *sid) {
+/* Sends SessionRequest{description.hostname = |node|, session_id =
+ * |resume| (NULL: none)} on |c|. */
+static void session_send(call *c, const char *node, const char *resume,
+                         mcp_tstamp ts) {
   Docker__Swarmkit__V1__SessionRequest r =
       DOCKER__SWARMKIT__V1__SESSION_REQUEST__INIT;
   Docker__Swarmkit__V1__NodeDescription desc =
@@ -261,8 +261,15 @@ static call *session(mcp_disp *d, const char *node, const char *resume,
   if (resume) {
     r.session_id = (char *)resume;
   }
-  call *c = call_open(d, SESSION, NULL, ts);
   call_send(c, &r.base, ts);
+}
+
+/* Opens Session for |node| (hostname) and returns the call; *sid gets the
+ * session id of the first SessionMessage. */
+static call *session(mcp_disp *d, const char *node, const char *resume,
+                     mcp_tstamp ts, char *sid) {
+  call *c = call_open(d, SESSION, NULL, ts);
+  session_send(c, node, resume, ts);
   mcp_stream_half_close(c->st, ts);
   Docker__Swarmkit__V1__SessionMessage *m =
       expect_msg(c, ts, &docker__swarmkit__v1__session_message__descriptor);
@@ -440,14 +447,8 @@ START_TEST(test_session_node_addr_is_the_peer_host) {
   mcp_store *view = th_store(NULL);
   mcp_disp *d = disp_new(view, 0, 0);
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
-    Docker__Swarmkit__V1__SessionRequest r =
-        DOCKER__SWARMKIT__V1__SESSION_REQUEST__INIT;
-    Docker__Swarmkit__V1__NodeDescription desc =
-        DOCKER__SWARMKIT__V1__NODE_DESCRIPTION__INIT;
-    desc.hostname = "node-a";
-    r.description = &desc;
     call *c = call_open_from(d, SESSION, NULL, cases[i][0], 0);
-    call_send(c, &r.base, 0);
+    session_send(c, "node-a", NULL, 0);
     smsg *m = expect_smsg(c, 0);
     ck_assert_ptr_nonnull(m->node->status);
     ck_assert_msg(strcmp(m->node->status->addr, cases[i][1]) == 0,
