@@ -147,16 +147,23 @@ static void waker(mcp_stream *st, void *ud) {
   ((call *)ud)->wakes++;
 }
 
-static call *call_open(mcp_disp *d, int method, const char *cn,
-                       mcp_tstamp ts) {
+/* Opens |method| from the transport peer |addr| (|cn|: its certificate's
+ * CN under TLS, NULL without). */
+static call *call_open_from(mcp_disp *d, int method, const char *cn,
+                            const char *addr, mcp_tstamp ts) {
   const mcp_service_def *defs;
-  mcp_peer_info peer = {"ipv4:127.0.0.1:5555", cn != NULL, cn, NULL, 0};
+  mcp_peer_info peer = {addr, cn != NULL, cn, NULL, 0};
   call *c = calloc(1, sizeof *c);
   ck_assert_uint_eq(mcp_disp_services(d, &defs), 5);
   ck_assert_int_eq(defs[method].open(defs[method].user_data, &peer, ts, &c->st),
                    0);
   mcp_stream_set_waker(c->st, waker, c);
   return c;
+}
+
+static call *call_open(mcp_disp *d, int method, const char *cn,
+                       mcp_tstamp ts) {
+  return call_open_from(d, method, cn, "ipv4:127.0.0.1:5555", ts);
 }
 
 static void call_close(call *c) {
@@ -241,10 +248,10 @@ static void smsg_free(smsg *m) {
   docker__swarmkit__v1__session_message__free_unpacked(m, NULL);
 }
 
-/* Opens Session for |node| (hostname) and returns the call; *sid gets the
- * session id of the first SessionMessage. */
-static call *session(mcp_disp *d, const char *node, const char *resume,
-                     mcp_tstamp ts, char *sid) {
+/* Sends SessionRequest{description.hostname = |node|, session_id =
+ * |resume| (NULL: none)} on |c|. */
+static void session_send(call *c, const char *node, const char *resume,
+                         mcp_tstamp ts) {
   Docker__Swarmkit__V1__SessionRequest r =
       DOCKER__SWARMKIT__V1__SESSION_REQUEST__INIT;
   Docker__Swarmkit__V1__NodeDescription desc =
@@ -254,8 +261,15 @@ static call *session(mcp_disp *d, const char *node, const char *resume,
   if (resume) {
     r.session_id = (char *)resume;
   }
-  call *c = call_open(d, SESSION, NULL, ts);
   call_send(c, &r.base, ts);
+}
+
+/* Opens Session for |node| (hostname) and returns the call; *sid gets the
+ * session id of the first SessionMessage. */
+static call *session(mcp_disp *d, const char *node, const char *resume,
+                     mcp_tstamp ts, char *sid) {
+  call *c = call_open(d, SESSION, NULL, ts);
+  session_send(c, node, resume, ts);
   mcp_stream_half_close(c->st, ts);
   Docker__Swarmkit__V1__SessionMessage *m =
       expect_msg(c, ts, &docker__swarmkit__v1__session_message__descriptor);
@@ -410,6 +424,40 @@ START_TEST(test_session_first_message_and_stays_open) {
   ck_assert_uint_eq(st.sessions, 1);
   ck_assert_uint_eq(st.streams, 1);
   call_close(c);
+  mcp_disp_del(d);
+  mcp_store_del(view);
+}
+END_TEST
+
+/* Issue 24 item 9: the node's status addr is the host of the peer
+ * address (swarmkit's nodeIPFromContext) in every form the transports
+ * give; a peer without an IP host (a Unix socket, an unknown form) leaves
+ * it empty. */
+START_TEST(test_session_node_addr_is_the_peer_host) {
+  static const char *const cases[][2] = {
+      {"ipv4:10.1.2.3:40000", "10.1.2.3"},
+      {"ipv6:[::1]:40000", "::1"},
+      {"ipv6:%5B::1%5D:40000", "::1"},    /* gRPC core's URI form */
+      {"10.1.2.4:40000", "10.1.2.4"},     /* host:port, no scheme */
+      {"unix:/run/mcp.sock", ""},
+      {"[::1]:40000", ""},                /* not a form a transport gives */
+      {"", ""},
+      {NULL, ""},
+  };
+  mcp_store *view = th_store(NULL);
+  mcp_disp *d = disp_new(view, 0, 0);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+    call *c = call_open_from(d, SESSION, NULL, cases[i][0], 0);
+    session_send(c, "node-a", NULL, 0);
+    smsg *m = expect_smsg(c, 0);
+    ck_assert_ptr_nonnull(m->node->status);
+    ck_assert_msg(strcmp(m->node->status->addr, cases[i][1]) == 0,
+                  "peer %s: addr \"%s\", want \"%s\"",
+                  cases[i][0] ? cases[i][0] : "(null)", m->node->status->addr,
+                  cases[i][1]);
+    smsg_free(m);
+    call_close(c);
+  }
   mcp_disp_del(d);
   mcp_store_del(view);
 }
@@ -907,25 +955,46 @@ static int tsee(const mcp_disp_task_status *st, void *ud) {
   return 0;
 }
 
-static void report(mcp_disp *d, const char *sid, const char *task, int state,
-                   const char *msg, mcp_tstamp ts, int expect_status) {
+/* The manager's task statuses now, into |s| (cleared first). */
+static void statuses(mcp_disp *d, tseen *s) {
+  memset(s, 0, sizeof *s);
+  ck_assert_int_eq(mcp_disp_task_statuses(d, tsee, s), 0);
+}
+
+/* Opens UpdateTaskStatus with one update per id of |ids| (|n| of them,
+ * at most 2), each {state, msg}, but the one at |statusless| (-1: none)
+ * without a status; sends and half-closes. */
+static call *report_open(mcp_disp *d, const char *sid, const char *const *ids,
+                         size_t n, int state, const char *msg, int statusless,
+                         mcp_tstamp ts) {
   Docker__Swarmkit__V1__UpdateTaskStatusRequest r =
       DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__INIT;
-  Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate u =
-      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__TASK_STATUS_UPDATE__INIT;
-  Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate *up[1] = {
-      &u};
+  Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate u[2] = {
+      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__TASK_STATUS_UPDATE__INIT,
+      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__TASK_STATUS_UPDATE__INIT};
+  Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate *up[2] = {
+      &u[0], &u[1]};
   Docker__Swarmkit__V1__TaskStatus st = DOCKER__SWARMKIT__V1__TASK_STATUS__INIT;
+  ck_assert_uint_le(n, 2);
   st.state = (Docker__Swarmkit__V1__TaskState)state;
   st.message = (char *)msg;
-  u.task_id = (char *)task;
-  u.status = &st;
+  for (size_t i = 0; i < n; ++i) {
+    u[i].task_id = (char *)ids[i];
+    u[i].status = (int)i == statusless ? NULL : &st;
+  }
   r.session_id = (char *)sid;
-  r.n_updates = 1;
+  r.n_updates = n;
   r.updates = up;
   call *c = call_open(d, UTS, NULL, ts);
   call_send(c, &r.base, ts);
   mcp_stream_half_close(c->st, ts);
+  return c;
+}
+
+/* Reports |task| in {state, msg}; the call ends with |expect_status|. */
+static void report(mcp_disp *d, const char *sid, const char *task, int state,
+                   const char *msg, mcp_tstamp ts, int expect_status) {
+  call *c = report_open(d, sid, &task, 1, state, msg, -1, ts);
   if (expect_status == 0) {
     Docker__Swarmkit__V1__UpdateTaskStatusResponse *m = expect_msg(
         c, ts, &docker__swarmkit__v1__update_task_status_response__descriptor);
@@ -945,8 +1014,8 @@ START_TEST(test_update_task_status_keeps_the_latest_per_task) {
   report(d, sid, "t1", 256, "accepted", 0, 0);
   report(d, sid, "t1", 512, "running", 1, 0);
   report(d, sid, "t2", 704, "failed", 2, 0);
-  tseen seen = {0};
-  ck_assert_int_eq(mcp_disp_task_statuses(d, tsee, &seen), 0);
+  tseen seen;
+  statuses(d, &seen);
   ck_assert_int_eq(seen.n, 2);
   for (int i = 0; i < 2; ++i) {
     if (strcmp(seen.ids[i], "t1") == 0) {
@@ -976,26 +1045,8 @@ END_TEST
 static call *report_two(mcp_disp *d, const char *sid, const char *id0,
                         const char *id1, int state, int second_status,
                         mcp_tstamp ts) {
-  Docker__Swarmkit__V1__UpdateTaskStatusRequest r =
-      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__INIT;
-  Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate u[2] = {
-      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__TASK_STATUS_UPDATE__INIT,
-      DOCKER__SWARMKIT__V1__UPDATE_TASK_STATUS_REQUEST__TASK_STATUS_UPDATE__INIT};
-  Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate *up[2] = {
-      &u[0], &u[1]};
-  Docker__Swarmkit__V1__TaskStatus st = DOCKER__SWARMKIT__V1__TASK_STATUS__INIT;
-  st.state = (Docker__Swarmkit__V1__TaskState)state;
-  u[0].task_id = (char *)id0;
-  u[0].status = &st;
-  u[1].task_id = (char *)id1;
-  u[1].status = second_status ? &st : NULL;
-  r.session_id = (char *)sid;
-  r.n_updates = 2;
-  r.updates = up;
-  call *c = call_open(d, UTS, NULL, ts);
-  call_send(c, &r.base, ts);
-  mcp_stream_half_close(c->st, ts);
-  return c;
+  const char *const ids[] = {id0, id1};
+  return report_open(d, sid, ids, 2, state, "", second_status ? -1 : 1, ts);
 }
 
 /* Issue 24 item 7: swarmkit's UpdateTaskStatus (dispatcher.go:640-657)
@@ -1013,6 +1064,16 @@ START_TEST(test_update_task_status_for_another_nodes_task_is_denied) {
   call *c = report_two(d, sid, "t1", "tb", 704, 1, 0);
   expect_end(c, 0, MCP_CODE_PERMISSION_DENIED, MCP_DISP_ERR_NOT_ASSIGNED);
   call_close(c);
+  /* In either order, and past an update without status. */
+  c = report_two(d, sid, "tb", "t1", 704, 1, 0);
+  expect_end(c, 0, MCP_CODE_PERMISSION_DENIED, MCP_DISP_ERR_NOT_ASSIGNED);
+  call_close(c);
+  {
+    const char *const ids[] = {"t1", "tb"};
+    c = report_open(d, sid, ids, 2, 704, "", 0, 0);
+    expect_end(c, 0, MCP_CODE_PERMISSION_DENIED, MCP_DISP_ERR_NOT_ASSIGNED);
+    call_close(c);
+  }
   mcp_disp_stats st;
   mcp_disp_get_stats(d, &st);
   ck_assert_uint_eq(st.task_statuses, 0);
@@ -1023,8 +1084,8 @@ START_TEST(test_update_task_status_for_another_nodes_task_is_denied) {
   mcp_disp_get_stats(d, &st);
   ck_assert_uint_eq(st.task_statuses, 1);
   ck_assert_uint_eq(st.status_updates, 1);
-  tseen seen = {0};
-  ck_assert_int_eq(mcp_disp_task_statuses(d, tsee, &seen), 0);
+  tseen seen;
+  statuses(d, &seen);
   ck_assert_int_eq(seen.n, 1);
   ck_assert_str_eq(seen.ids[0], "t1");
   /* Once the task moved to node-a, node-a may report it. */
@@ -1063,8 +1124,8 @@ START_TEST(test_update_task_status_bad_updates) {
   docker__swarmkit__v1__update_task_status_response__free_unpacked(m, NULL);
   expect_end(c, 0, 0, NULL);
   call_close(c);
-  tseen seen = {0};
-  ck_assert_int_eq(mcp_disp_task_statuses(d, tsee, &seen), 0);
+  tseen seen;
+  statuses(d, &seen);
   ck_assert_int_eq(seen.n, 1);
   ck_assert_str_eq(seen.ids[0], "t1");
   call_close(s);
@@ -1605,8 +1666,8 @@ START_TEST(test_agent_against_the_manager) {
   /* --report-status RUNNING closed the loop: issue 24 item 10, every state
    * the controller passes (ACCEPTED, PREPARING, READY, STARTING, RUNNING),
    * one call each, with its message and the agent's wall clock. */
-  tseen seen = {0};
-  mcp_disp_task_statuses(d, tsee, &seen);
+  tseen seen;
+  statuses(d, &seen);
   ck_assert_int_eq(seen.n, 1);
   ck_assert_str_eq(seen.ids[0], "t1");
   ck_assert_int_eq(seen.states[0], 512);
@@ -1644,8 +1705,7 @@ START_TEST(test_agent_against_the_manager) {
       61 * SEC);
   free(sb);
   net_run(&n, 61 * SEC);
-  memset(&seen, 0, sizeof seen);
-  mcp_disp_task_statuses(d, tsee, &seen);
+  statuses(d, &seen);
   for (int i = 0; i < seen.n; ++i) {
     if (strcmp(seen.ids[i], "t1") == 0) {
       ck_assert_int_eq(seen.states[i], 640);
@@ -1675,8 +1735,8 @@ START_TEST(test_agent_reports_each_controller_state) {
   mcp_disp_stats ds;
   mcp_disp_get_stats(d, &ds);
   ck_assert_uint_eq(ds.status_updates, 6);
-  tseen seen = {0};
-  mcp_disp_task_statuses(d, tsee, &seen);
+  tseen seen;
+  statuses(d, &seen);
   ck_assert_int_eq(seen.states[0], 576);
   ck_assert_str_eq(seen.msgs[0], "finished");
   /* The manager re-sends t1 (a new spec, its own status ASSIGNED): the
@@ -1691,8 +1751,7 @@ START_TEST(test_agent_reports_each_controller_state) {
   ck_assert_int_eq(e.n, 2);
   mcp_disp_get_stats(d, &ds);
   ck_assert_uint_eq(ds.status_updates, 7);
-  memset(&seen, 0, sizeof seen);
-  mcp_disp_task_statuses(d, tsee, &seen);
+  statuses(d, &seen);
   ck_assert_int_eq(seen.states[0], 576);
   ck_assert_str_eq(seen.msgs[0], "finished");
   ck_assert_int_eq(seen.secs[0], 1700000000); /* reached at ts 0 */
@@ -1703,8 +1762,7 @@ START_TEST(test_agent_reports_each_controller_state) {
       1500 * MS);
   free(b);
   net_run(&n, 1500 * MS);
-  memset(&seen, 0, sizeof seen);
-  mcp_disp_task_statuses(d, tsee, &seen);
+  statuses(d, &seen);
   ck_assert_int_eq(seen.states[0], 576);
   mcp_disp_get_stats(d, &ds);
   ck_assert_uint_eq(ds.status_updates, 8);
@@ -2684,6 +2742,7 @@ static Suite *disp_suite(void) {
   tcase_add_test(tc, test_task_read_gives_node_state_and_references);
   tcase_add_test(tc, test_task_past_running_with_only_status_changed_keeps_held);
   tcase_add_test(tc, test_session_first_message_and_stays_open);
+  tcase_add_test(tc, test_session_node_addr_is_the_peer_host);
   tcase_add_test(tc, test_session_node_is_the_certificate_cn_under_tls);
   tcase_add_test(tc, test_session_without_node_id_is_refused);
   tcase_add_test(tc, test_session_second_session_replaces_the_older);

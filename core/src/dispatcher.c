@@ -1023,6 +1023,7 @@ static int uts_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
   dsess *s;
   tstat **fresh = NULL;
   size_t nnew = 0;
+  int denied = 0;
   req = unpack(c, &docker__swarmkit__v1__update_task_status_request__descriptor,
                in, len, &err);
   if (!req) {
@@ -1041,17 +1042,6 @@ static int uts_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
       return 0;
     }
   }
-  /* swarmkit (dispatcher.go:640-657): an update without status or for a
-   * task it does not know is skipped; one for another node's task refuses
-   * the whole call. */
-  for (size_t i = 0; i < req->n_updates; ++i) {
-    const char *id = req->updates[i]->task_id;
-    if (req->updates[i]->status && task_owner(d, s->node, id) == TASK_OTHERS) {
-      unpack_free(d, req);
-      call_fail(c, MCP_CODE_PERMISSION_DENIED, MCP_DISP_ERR_NOT_ASSIGNED);
-      return 0;
-    }
-  }
   /* All or nothing: build every entry first, then swap them in. */
   if (req->n_updates) {
     fresh = mcp__calloc(&d->mem, req->n_updates, sizeof *fresh);
@@ -1059,11 +1049,20 @@ static int uts_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
       err = MCP_ERR_NOMEM;
     }
   }
-  for (size_t i = 0; !err && i < req->n_updates; ++i) {
+  for (size_t i = 0; !err && !denied && i < req->n_updates; ++i) {
     const Docker__Swarmkit__V1__UpdateTaskStatusRequest__TaskStatusUpdate *u =
         req->updates[i];
-    if (!u->status || task_owner(d, s->node, u->task_id) != TASK_MINE) {
-      continue; /* swarmkit skips these (see above) */
+    int owner;
+    /* swarmkit (dispatcher.go:640-657): an update without status or for a
+     * task it does not know is skipped; one for another node's task
+     * refuses the whole call. */
+    if (!u->status) {
+      continue;
+    }
+    owner = task_owner(d, s->node, u->task_id);
+    denied = owner == TASK_OTHERS;
+    if (owner != TASK_MINE) {
+      continue;
     }
     fresh[i] = tstat_new(d, u->task_id, s->node, u->status, ts);
     if (!fresh[i]) {
@@ -1072,17 +1071,17 @@ static int uts_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
       ++nnew;
     }
   }
-  if (!err && d->tasks.n + nnew > d->o.max_task_statuses) {
+  if (!err && !denied && d->tasks.n + nnew > d->o.max_task_statuses) {
     err = MCP_ERR_LIMIT;
   }
-  if (!err && mcp__map_reserve(&d->tasks, &d->mem, nnew)) {
+  if (!err && !denied && mcp__map_reserve(&d->tasks, &d->mem, nnew)) {
     err = MCP_ERR_NOMEM;
   }
   for (size_t i = 0; i < req->n_updates; ++i) {
     if (!fresh || !fresh[i]) {
       continue;
     }
-    if (err) {
+    if (err || denied) {
       tstat_free(d, fresh[i]);
       continue;
     }
@@ -1094,6 +1093,10 @@ static int uts_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
   unpack_free(d, req);
   if (err == MCP_ERR_LIMIT) {
     call_fail(c, MCP_CODE_RESOURCE_EXHAUSTED, "too many task statuses kept");
+    return 0;
+  }
+  if (denied) {
+    call_fail(c, MCP_CODE_PERMISSION_DENIED, MCP_DISP_ERR_NOT_ASSIGNED);
     return 0;
   }
   if (err) {

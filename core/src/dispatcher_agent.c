@@ -192,42 +192,8 @@ enum {
   TS_SHUTDOWN = 640
 };
 
-/* The next state swarmkit's controller (agent/exec/controller.go Do,
- * :230-330) moves a task in |state| with |desired| to, with its message;
- * 0 when it stays. A fake executor whose every step succeeds: Prepare,
- * Start, and Wait (to COMPLETE) only up to |target|. */
-static int next_state(int state, int desired, int target, const char **msg) {
-  int next = 0;
-  if (desired >= TS_SHUTDOWN) {
-    if (state >= TS_COMPLETE) {
-      return 0;
-    }
-    *msg = "shutdown";
-    return TS_SHUTDOWN;
-  }
-  if (state > desired) {
-    return 0; /* way beyond desired state, pause */
-  }
-  /* The states that may proceed past desired. */
-  if (state == TS_PREPARING) {
-    next = TS_READY, *msg = "prepared";
-  } else if (state == TS_STARTING) {
-    next = TS_RUNNING, *msg = "started";
-  } else if (state == TS_RUNNING) {
-    next = TS_COMPLETE, *msg = "finished";
-  } else if (state >= desired) {
-    return 0;
-  } else if (state <= TS_ASSIGNED) {
-    next = TS_ACCEPTED, *msg = "accepted";
-  } else if (state == TS_ACCEPTED) {
-    next = TS_PREPARING, *msg = "preparing";
-  } else if (state == TS_READY) {
-    next = TS_STARTING, *msg = "starting";
-  }
-  return next && next <= target ? next : 0;
-}
-
-/* The message the controller gave the state it moved a task to. */
+/* The message the controller gives the state it moves a task to
+ * (agent/exec/controller.go Do, :230-330). */
 static const char *state_message(int state) {
   switch (state) {
   case TS_ACCEPTED:
@@ -247,6 +213,37 @@ static const char *state_message(int state) {
   default:
     return "";
   }
+}
+
+/* The next state swarmkit's controller (agent/exec/controller.go Do,
+ * :230-330) moves a task in |state| with |desired| to (its message:
+ * state_message()); 0 when it stays. A fake executor whose every step
+ * succeeds: Prepare, Start, and Wait (to COMPLETE) only up to |target|. */
+static int next_state(int state, int desired, int target) {
+  int next = 0;
+  if (desired >= TS_SHUTDOWN) {
+    return state >= TS_COMPLETE ? 0 : TS_SHUTDOWN;
+  }
+  if (state > desired) {
+    return 0; /* way beyond desired state, pause */
+  }
+  /* The states that may proceed past desired. */
+  if (state == TS_PREPARING) {
+    next = TS_READY;
+  } else if (state == TS_STARTING) {
+    next = TS_RUNNING;
+  } else if (state == TS_RUNNING) {
+    next = TS_COMPLETE;
+  } else if (state >= desired) {
+    return 0;
+  } else if (state <= TS_ASSIGNED) {
+    next = TS_ACCEPTED;
+  } else if (state == TS_ACCEPTED) {
+    next = TS_PREPARING;
+  } else if (state == TS_READY) {
+    next = TS_STARTING;
+  }
+  return next && next <= target ? next : 0;
 }
 
 static size_t status_len(uint64_t secs, uint64_t nanos, uint64_t state,
@@ -270,20 +267,19 @@ static int build_uts_req(mcp_disp_agent *a, mcp_tstamp ts, mcp_msg **pmsg) {
   mcp_msg_builder_len_field(a->b, 1, a->session_id, strlen(a->session_id));
   for (size_t i = 0; mcp__map_iter(&a->held, &i, &v);) {
     held *h = v;
-    const char *msg = "";
+    const char *msg;
     uint64_t wall = now, secs, nanos;
     int next;
     size_t il, sl, tl, ml;
     if (h->kind != MCP_DISP_TASK) {
       continue;
     }
-    next = next_state(h->at, h->desired, a->o.report_state, &msg);
+    next = next_state(h->at, h->desired, a->o.report_state);
     if (!next && h->reassert) {
       /* The manager re-sent the task and the controller had nothing new:
        * its status as it stands, with the time it was reached (the task
        * manager reports what Do returns, agent/task.go:140). */
       next = h->at;
-      msg = state_message(next);
       wall = h->at_wall;
     }
     if (!next) {
@@ -296,6 +292,7 @@ static int build_uts_req(mcp_disp_agent *a, mcp_tstamp ts, mcp_msg **pmsg) {
     secs = wall / MCP_SECONDS;
     nanos = wall % MCP_SECONDS;
     il = strlen(h->id);
+    msg = state_message(next);
     ml = strlen(msg);
     sl = status_len(secs, nanos, (uint64_t)next, ml, &tl);
     mcp_msg_builder_key(a->b, 3, MCP_WT_LEN);
@@ -323,7 +320,7 @@ static int build_uts_req(mcp_disp_agent *a, mcp_tstamp ts, mcp_msg **pmsg) {
       h->own = 1;
     }
     h->reassert = 0;
-    if (next_state(next, h->desired, a->o.report_state, &msg)) {
+    if (next_state(next, h->desired, a->o.report_state)) {
       more = 1;
     }
     ++n;
@@ -336,7 +333,6 @@ static int build_uts_req(mcp_disp_agent *a, mcp_tstamp ts, mcp_msg **pmsg) {
 /* Whether any held task has a state to report. */
 static int reports_due(const mcp_disp_agent *a) {
   void *v;
-  const char *msg;
   if (a->o.report_state < 0) {
     return 0;
   }
@@ -344,7 +340,7 @@ static int reports_due(const mcp_disp_agent *a) {
     const held *h = v;
     if (h->kind == MCP_DISP_TASK &&
         (h->reassert ||
-         next_state(h->at, h->desired, a->o.report_state, &msg))) {
+         next_state(h->at, h->desired, a->o.report_state))) {
       return 1;
     }
   }

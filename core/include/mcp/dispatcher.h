@@ -18,8 +18,9 @@
  *     Config with its id set. Which objects a node gets (tasks assigned to
  *     it with status.state >= ASSIGNED, the secrets and configs they
  *     reference while at RUNNING or below, swarmkit's "a task past ASSIGNED
- *     whose spec did not change keeps its old bytes") is the adapter's decision; this module sends
- *     what the collection holds. Absent and empty both mean "nothing".
+ *     whose spec did not change keeps its old bytes") is the adapter's
+ *     decision; this module sends what the collection holds. Absent and
+ *     empty both mean "nothing".
  *   collection "nodes": resource "<node-id>", body = the encoded
  *     docker.swarmkit.v1.Node (optional: fills SessionMessage.node).
  *
