@@ -905,6 +905,32 @@ class CommandLine(Base):
         self.assertEqual([e["collection"] for e in snk.responses()], [VS])
         self.assertTrue(src.running())
 
+    def test_sink_names_a_rejected_collection_as_rejected_not_missing(self):
+        """A collection that came and was NACKed is named as rejected by
+        --sync-warn, one never answered as not received: each its own
+        cause, so neither sends the user to the wrong place."""
+        # x..y is no Kubernetes name: the mirror refuses the whole push.
+        self.put("vs.yaml", [vs("x..y", "evil", "bookinfo")])
+        src = self.start_source("--names", "permissive")
+        snk = self.start_sink([VS, "istio/unknown"], "--sync-warn", "1",
+                              "--sync-timeout", "4")
+        self.assertEqual(snk.wait(), 3, self.logs())
+        rejected = [l for l in snk.stderr_lines()
+                    if "received but rejected" in l]
+        nothing = [l for l in snk.stderr_lines() if "nothing received" in l]
+        self.assertTrue(rejected and nothing, self.logs())
+        for line in rejected:
+            self.assertIn(VS, line)
+            self.assertNotIn("istio/unknown", line)
+        for line in nothing:
+            self.assertIn("istio/unknown", line)
+            self.assertNotIn(VS, line)
+        self.assertEqual([(e["collection"], e["verdict"])
+                          for e in snk.responses()], [(VS, "nack")])
+        self.assertEqual(sorted(snk.events("sync_timeout")[0]["missing"]),
+                         sorted([VS, "istio/unknown"]))
+        self.assertTrue(src.running())
+
     def test_sink_synced_in_time_does_not_time_out(self):
         self.put("vs.yaml", [vs("reviews", "reviews", "bookinfo")])
         self.start_source()

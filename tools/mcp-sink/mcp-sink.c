@@ -77,7 +77,7 @@ typedef struct sink_app {
   atomic_uint_fast64_t answers; /* ACKs and NACKs of the current stream */
   atomic_int quitting;   /* stop() began: a dial ending now is no failure */
   atomic_int connected;  /* a stream is connected now */
-  atomic_uchar *acked;   /* per requested collection: ACKed once */
+  atomic_uchar *acked;   /* per requested collection: an ACKED_* */
 
   /* Transport thread only. */
   int probed; /* the TLS probe ran */
@@ -320,6 +320,9 @@ static void announce(sink_app *a) {
                     (json_int_t)a->stream, "peer", a->peer ? a->peer : ""));
 }
 
+/* What arrived of a requested collection, for naming what is missing. */
+enum { ACKED_NOTHING = 0, ACKED_ONCE = 1, ACKED_REJECTED_ONLY = 2 };
+
 static void on_core_event(const mcp_event *ev, void *ud) {
   sink_app *a = ud;
   tool_ops_event(a->ops, ev);
@@ -351,13 +354,19 @@ static void on_core_event(const mcp_event *ev, void *ud) {
       tool_out_line(ops_buf_cstr(&b));
     ops_buf_free(&b);
   }
-  if (!ack || a->synced)
+  if (a->synced || trigger)
     return;
   /* Only to name what is missing (--sync-warn): the core says when the
    * state is synced. */
   for (size_t i = 0; i < a->ncolls; i++)
-    if (strcmp(a->colls[i], ev->collection) == 0)
-      atomic_store(&a->acked[i], 1);
+    if (strcmp(a->colls[i], ev->collection) == 0) {
+      if (ack)
+        atomic_store(&a->acked[i], ACKED_ONCE);
+      else if (atomic_load(&a->acked[i]) == ACKED_NOTHING)
+        atomic_store(&a->acked[i], ACKED_REJECTED_ONLY);
+    }
+  if (!ack)
+    return;
   if (ev->synced) {
     a->synced = 1;
     log_info("synced: every collection received and ACKed");
@@ -521,13 +530,15 @@ static void stop(sink_app *a) {
   uv_close((uv_handle_t *)&a->sync_timeout, NULL);
 }
 
-/* The requested collections not ACKed yet, "a, b" (at most |len| bytes);
- * the number of them. Main thread. */
-static size_t missing(sink_app *a, char *buf, size_t len, json_t *arr) {
+/* The requested collections whose ACKED_* state is in |states| (a mask of
+ * 1 << state), "a, b" (at most |len| bytes); the number of them. Main
+ * thread. */
+static size_t collections_in(sink_app *a, unsigned states, char *buf,
+                             size_t len, json_t *arr) {
   size_t n = 0, at = 0;
   buf[0] = '\0';
   for (size_t i = 0; i < a->ncolls; i++) {
-    if (atomic_load(&a->acked[i]))
+    if (!(states & (1u << atomic_load(&a->acked[i]))))
       continue;
     if (at < len) {
       int w = snprintf(buf + at, len - at, "%s%s", n ? ", " : "", a->colls[i]);
@@ -538,6 +549,12 @@ static size_t missing(sink_app *a, char *buf, size_t len, json_t *arr) {
     n++;
   }
   return n;
+}
+
+/* Not ACKed yet: nothing came, or only what was rejected. */
+static size_t missing(sink_app *a, char *buf, size_t len, json_t *arr) {
+  return collections_in(a, 1u << ACKED_NOTHING | 1u << ACKED_REJECTED_ONLY,
+                        buf, len, arr);
 }
 
 /* --sync-warn: names what has not arrived, again at doubling intervals
@@ -551,11 +568,20 @@ static void on_sync_warn(uv_timer_t *t) {
     return;
   }
   uint64_t waited = (uv_now(&a->loop) - a->started) / 1000;
-  if (atomic_load(&a->connected))
+  /* A rejected collection did arrive: "nothing received" would send the
+   * user looking at the source's configuration instead of the NACK. */
+  if (collections_in(a, 1u << ACKED_REJECTED_ONLY, names, sizeof(names),
+                     NULL) > 0)
+    log_warn("not synced after %llu s: %s received but rejected (the NACK "
+             "logged above says why)",
+             (unsigned long long)waited, names);
+  size_t none = collections_in(a, 1u << ACKED_NOTHING, names, sizeof(names),
+                               NULL);
+  if (none > 0 && atomic_load(&a->connected))
     log_warn("nothing received after %llu s for %s: does the source serve "
              "%s?", (unsigned long long)waited, names,
-             strchr(names, ',') ? "these collections" : "this collection");
-  else
+             none > 1 ? "these collections" : "this collection");
+  else if (none > 0)
     log_warn("not synced after %llu s (%s): no source connected",
              (unsigned long long)waited, names);
   uint64_t next = uv_timer_get_repeat(t) * 2;
