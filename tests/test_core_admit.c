@@ -26,6 +26,7 @@ static mcp_admit_options unlimited(void) {
   o.max_initial_per_peer = SIZE_MAX;
   o.initial_timeout = MCP_TSTAMP_MAX;
   o.wait_timeout = MCP_TSTAMP_MAX;
+  o.peer_stream_rate = UINT32_MAX;
   return o;
 }
 
@@ -66,6 +67,20 @@ START_TEST(test_admit_defaults_derive_per_peer_shares) {
   ck_assert_uint_eq(o.max_initial_per_peer, 16);
   ck_assert_uint_eq(o.wait_timeout, 5 * S);
   ck_assert_uint_eq(o.initial_timeout, 10 * S);
+  ck_assert_uint_eq(o.peer_stream_rate, 100);
+  ck_assert_uint_eq(o.peer_stream_burst, 100);
+  ck_assert_uint_eq(o.max_rate_peers, 4096);
+  /* A V1 caller's struct ends before them; it gets them at the defaults. */
+  mcp_admit_options v1;
+  memset(&v1, 0xab, sizeof(v1));
+  mcp_admit_options_default_versioned(MCP_ADMIT_OPTIONS_V1, &v1);
+  ck_assert_uint_eq(v1.wait_timeout, 5 * S);
+  ck_assert_uint_eq(v1.peer_stream_rate, 0xabababab); /* not written */
+  mcp_admit *av1 = NULL;
+  ck_assert_int_eq(
+      mcp_admit_new_versioned(&av1, MCP_ADMIT_OPTIONS_V1, &v1, NULL, 0), 0);
+  ck_assert_uint_eq(mcp_admit_get_options(av1)->peer_stream_burst, 100);
+  mcp_admit_del(av1);
   memset(&o, 0, sizeof(o));
   o.max_initial = 2;
   o.max_streams = SIZE_MAX;
@@ -444,6 +459,180 @@ START_TEST(test_admit_peer_key_drops_the_port) {
 }
 END_TEST
 
+/* ---- the per-peer bucket (rule 5, issue 23) ---- */
+
+/* Only the per-peer bucket on: |burst| at once, |rate| per second. */
+static mcp_admit_options peer_rate(uint32_t rate, uint32_t burst) {
+  mcp_admit_options o = unlimited();
+  o.peer_stream_rate = rate;
+  o.peer_stream_burst = burst;
+  return o;
+}
+
+/* The burst runs, the next stream waits for the refill (a quarter of the
+ * burst may wait), one more is refused RESOURCE_EXHAUSTED saying why. */
+START_TEST(test_admit_peer_rate_burst_then_waits_then_refuses) {
+  mcp_admit_options o = peer_rate(10, 4); /* a token per 100 ms, 1 waits */
+  mcp_admit *a = mk(&o);
+  for (int i = 0; i < 4; i++)
+    ck_assert_int_eq(adm(a, "p", i, 0, NULL), MCP_ADMIT_RUN);
+  ck_assert_int_eq(adm(a, "p", 4, 0, NULL), MCP_ADMIT_WAIT);
+  mcp_admit_result r;
+  mcp_admit_ticket *x;
+  ck_assert_int_eq(mcp_admit_stream(a, "p", 1, U(5), 0, &x, &r), 0);
+  ck_assert_int_eq(r.verdict, MCP_ADMIT_REFUSE);
+  ck_assert_int_eq(r.reason, MCP_ADMIT_PEER_RATE);
+  ck_assert_int_eq(r.status, MCP_CODE_RESOURCE_EXHAUSTED);
+  ck_assert_str_eq(r.details,
+                   "too many new streams from this peer: more than 10 per "
+                   "second after a burst of 4; retry with backoff");
+  mcp_tstamp e = mcp_admit_get_expiry(a);
+  ck_assert_uint_ge(e, 99 * MS);
+  ck_assert_uint_le(e, 101 * MS);
+  ck_assert_int_eq(mcp_admit_next(a, 99 * MS, &r), 0);
+  ck_assert_int_eq(mcp_admit_next(a, e, &r), 1);
+  ck_assert_int_eq(r.verdict, MCP_ADMIT_RUN);
+  ck_assert_int_eq(IDX(r.user), 4);
+  ck_assert_uint_eq(mcp_admit_get_expiry(a), MCP_TSTAMP_MAX);
+  /* The bucket refills to the burst, no further. */
+  for (int i = 0; i < 4; i++)
+    ck_assert_int_eq(adm(a, "p", 10 + i, 10 * S, NULL), MCP_ADMIT_RUN);
+  ck_assert_int_eq(adm(a, "p", 14, 10 * S, NULL), MCP_ADMIT_WAIT);
+  mcp_admit_stats s = st(a);
+  ck_assert_uint_eq(s.peer_rate_delayed, 2);
+  ck_assert_uint_eq(s.refused_peer_rate, 1);
+  ck_assert_uint_eq(s.refused_rate, 0);
+  mcp_admit_del(a);
+}
+END_TEST
+
+/* One peer's empty bucket and waiting streams leave another peer alone:
+ * it runs at once, and the waiting one still gets its token. */
+START_TEST(test_admit_peer_rate_keys_are_isolated) {
+  mcp_admit_options o = peer_rate(1, 2);
+  o.stream_rate = 1000; /* the listener's bucket on too, far from empty */
+  o.stream_burst = 1000;
+  mcp_admit *a = mk(&o);
+  ck_assert_int_eq(adm(a, "id:spiffe://x/flood", 0, 0, NULL), MCP_ADMIT_RUN);
+  ck_assert_int_eq(adm(a, "id:spiffe://x/flood", 1, 0, NULL), MCP_ADMIT_RUN);
+  ck_assert_int_eq(adm(a, "id:spiffe://x/flood", 2, 0, NULL), MCP_ADMIT_WAIT);
+  for (int i = 0; i < 50; i++) {
+    char peer[32];
+    snprintf(peer, sizeof(peer), "10.0.0.%d", i);
+    ck_assert_int_eq(adm(a, peer, 100 + 2 * i, 1 * MS, NULL), MCP_ADMIT_RUN);
+    ck_assert_int_eq(adm(a, peer, 101 + 2 * i, 1 * MS, NULL), MCP_ADMIT_RUN);
+  }
+  mcp_admit_result r;
+  ck_assert_int_eq(mcp_admit_next(a, 2 * MS, &r), 0);
+  ck_assert_int_eq(mcp_admit_next(a, 1 * S + 1, &r), 1);
+  ck_assert_int_eq(IDX(r.user), 2);
+  ck_assert_uint_eq(st(a).peer_rate_delayed, 1);
+  mcp_admit_del(a);
+}
+END_TEST
+
+/* The failing Istio 1.6 sink: one stream at a time, redialed the moment
+ * the last one ends. Its bucket outlives each stream, so it is paced at
+ * burst + rate * t (Istio's own source: 100 + 1/s, 105 in 5 s). */
+START_TEST(test_admit_peer_rate_paces_a_client_that_redials_at_once) {
+  static const struct {
+    uint32_t rate, burst;
+    int want;
+  } cases[] = {{1, 100, 105}, {100, 100, 600}};
+  for (size_t c = 0; c < 2; c++) {
+    mcp_admit_options o = peer_rate(cases[c].rate, cases[c].burst);
+    o.wait_timeout = 5 * S;
+    mcp_admit *a = mk(&o);
+    mcp_tstamp ts = 0;
+    int opened = 0, ran = 0;
+    while (ts < 5 * S) {
+      mcp_admit_ticket *t;
+      opened++;
+      mcp_admit_verdict v = adm(a, "127.0.0.1", 0, ts, &t);
+      if (v == MCP_ADMIT_WAIT) {
+        mcp_admit_result r;
+        ts = mcp_admit_get_expiry(a);
+        if (ts >= 5 * S) {
+          mcp_admit_release(a, t);
+          break;
+        }
+        ck_assert_int_eq(mcp_admit_next(a, ts, &r), 1);
+        ck_assert_int_eq(r.verdict, MCP_ADMIT_RUN);
+      }
+      ck_assert_int_ne(v, MCP_ADMIT_REFUSE);
+      ran++;
+      ts += 100000; /* the push, and the sink's reset: 0.1 ms */
+      mcp_admit_release(a, t);
+      ck_assert_uint_eq(st(a).rate_peers, 1); /* remembered */
+    }
+    ck_assert_int_ge(ran, cases[c].want - 1);
+    ck_assert_int_le(ran, cases[c].want + 1);
+    ck_assert_int_le(opened, cases[c].want + 2);
+    mcp_admit_del(a);
+  }
+}
+END_TEST
+
+/* A peer without a stream is remembered while its bucket is not full,
+ * forgotten once it is (nothing to remember). */
+START_TEST(test_admit_peer_bucket_forgotten_once_full) {
+  mcp_admit_options o = peer_rate(10, 4);
+  mcp_admit *a = mk(&o);
+  mcp_admit_ticket *t[4];
+  for (int i = 0; i < 4; i++)
+    ck_assert_int_eq(adm(a, "p", i, 0, &t[i]), MCP_ADMIT_RUN);
+  for (int i = 0; i < 4; i++)
+    mcp_admit_release(a, t[i]);
+  mcp_admit_stats s = st(a);
+  ck_assert_uint_eq(s.peers, 0);
+  ck_assert_uint_eq(s.rate_peers, 1);
+  ck_assert_int_eq(adm(a, "p", 5, 1 * MS, &t[0]), MCP_ADMIT_WAIT);
+  mcp_admit_release(a, t[0]);
+  mcp_admit_result r;
+  ck_assert_int_eq(mcp_admit_next(a, 399 * MS, &r), 0);
+  ck_assert_uint_eq(st(a).rate_peers, 1);
+  ck_assert_int_eq(mcp_admit_next(a, 400 * MS, &r), 0); /* 4 tokens again */
+  ck_assert_uint_eq(st(a).rate_peers, 0);
+  ck_assert_uint_eq(st(a).rate_peers_forgotten, 0);
+  mcp_admit_del(a);
+}
+END_TEST
+
+/* An attacker with many addresses, each opening and closing a stream:
+ * at most |max_rate_peers| are remembered, the oldest forgotten first,
+ * and memory stays flat however many addresses come. */
+START_TEST(test_admit_peer_table_bounded_against_many_addresses) {
+  th_mem m;
+  th_mem_init(&m, 0);
+  mcp_admit_options o = peer_rate(1, 10);
+  o.max_rate_peers = 64;
+  mcp_admit *a = NULL;
+  ck_assert_int_eq(mcp_admit_new(&a, &o, &m.mem, 0), 0);
+  long live_at_1000 = 0;
+  for (int i = 0; i < 20000; i++) {
+    char peer[32];
+    snprintf(peer, sizeof(peer), "10.%d.%d.%d", i >> 16, (i >> 8) & 255,
+             i & 255);
+    mcp_admit_ticket *t;
+    ck_assert_int_eq(adm(a, peer, 0, (mcp_tstamp)i, &t), MCP_ADMIT_RUN);
+    mcp_admit_release(a, t);
+    ck_assert_uint_le(st(a).rate_peers, 64);
+    if (i == 1000)
+      live_at_1000 = m.live;
+  }
+  mcp_admit_stats s = st(a);
+  ck_assert_uint_eq(s.rate_peers, 64);
+  ck_assert_uint_eq(s.rate_peers_forgotten, 20000 - 64);
+  ck_assert_int_le(m.live, live_at_1000); /* flat: no growth */
+  ck_assert_int_le(m.live, 2 * 64 + 8);   /* a peer and its key each */
+  /* The newest is still remembered: its bucket is not full. */
+  ck_assert_int_eq(adm(a, "10.0.78.31", 1, 20000, NULL), MCP_ADMIT_RUN);
+  ck_assert_uint_eq(st(a).rate_peers, 63);
+  mcp_admit_del(a);
+  ck_assert_int_eq(m.live, 0);
+}
+END_TEST
+
 /* A random script of admissions, decisions, pushes, releases and time,
  * against a model of what the test holds: the bounds hold after every
  * step, every ticket is accounted for, and releasing all leaves nothing. */
@@ -565,6 +754,11 @@ int main(void) {
   tcase_add_test(tc, test_admit_initial_sent_once_first_push_pulled);
   tcase_add_test(tc, test_admit_peer_key_drops_the_port);
   tcase_add_test(tc, test_admit_random_script_keeps_bounds);
+  tcase_add_test(tc, test_admit_peer_rate_burst_then_waits_then_refuses);
+  tcase_add_test(tc, test_admit_peer_rate_keys_are_isolated);
+  tcase_add_test(tc, test_admit_peer_rate_paces_a_client_that_redials_at_once);
+  tcase_add_test(tc, test_admit_peer_bucket_forgotten_once_full);
+  tcase_add_test(tc, test_admit_peer_table_bounded_against_many_addresses);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -1,7 +1,10 @@
 /* Admission policy shared by the transports (mcp.h, "Admission"): stream
- * limits, the new-stream token bucket, and initial slots with per-peer
- * shares and round-robin across peers. No I/O, time is an argument. */
+ * limits, the new-stream token buckets (the listener's and each peer's),
+ * and initial slots with per-peer shares and round-robin across peers. No
+ * I/O, time is an argument. */
 #include <assert.h>
+#include <stddef.h>
+#include <stdio.h>
 
 #include "mcp_int.h"
 
@@ -33,6 +36,13 @@ struct mcp_admit_ticket {
 struct peer {
   char *key;
   size_t nstreams, nslots;
+  /* Its new-stream bucket (rule 5): |tokens| at |tokens_at|. */
+  double tokens;
+  mcp_tstamp tokens_at;
+  /* Without a stream and remembered for its bucket: in a->idle, oldest
+   * first. */
+  int idle;
+  peer *iprev, *inext;
   /* Its streams waiting for a token [Q_RATE] or a slot [Q_SLOT] (through
    * pprev/pnext), and its place in that queue's ring of peers. */
   ticket_list waiting[2];
@@ -51,10 +61,20 @@ struct mcp_admit {
   ticket_list rate, wait, slots;
   mcp_admit_ticket *all;
   peer **buckets;
-  size_t nbuckets, npeers;
+  size_t nbuckets, npeers; /* every peer in the table, idle ones included */
+  peer *idle_head, *idle_tail;
+  size_t nidle;
   peer *ring[2]; /* the next peer to serve, NULL when none waits */
   mcp_admit_stats stats;
+  char peer_rate_details[160]; /* MCP_ADMIT_PEER_RATE's details */
 };
+
+/* The versions of the structs (mcp.h): each a prefix of the next. */
+static const size_t options_sizes[] = {
+    0, offsetof(mcp_admit_options, peer_stream_rate), sizeof(mcp_admit_options)};
+static const size_t stats_sizes[] = {
+    0, offsetof(mcp_admit_stats, peer_rate_delayed), sizeof(mcp_admit_stats)};
+#define NV 3
 
 /* ---- options ---- */
 
@@ -79,12 +99,18 @@ static void options_normalize(mcp_admit_options *o) {
     o->initial_timeout = MCP_ADMIT_DEFAULT_INITIAL_TIMEOUT;
   if (o->wait_timeout == 0)
     o->wait_timeout = MCP_ADMIT_DEFAULT_WAIT_TIMEOUT;
+  if (o->peer_stream_rate == 0)
+    o->peer_stream_rate = MCP_ADMIT_DEFAULT_PEER_STREAM_RATE;
+  if (o->peer_stream_burst == 0)
+    o->peer_stream_burst = MCP_ADMIT_DEFAULT_PEER_STREAM_BURST;
+  if (o->max_rate_peers == 0)
+    o->max_rate_peers = MCP_ADMIT_DEFAULT_MAX_RATE_PEERS;
 }
 
 void mcp_admit_options_normalize_versioned(int version, mcp_admit_options *o) {
   mcp_admit_options full;
   memset(&full, 0, sizeof(full));
-  size_t n = mcp__version_size(version, MCP__VSIZES(mcp_admit_options), MCP__VN);
+  size_t n = mcp__version_size(version, options_sizes, NV);
   memcpy(&full, o, n);
   options_normalize(&full);
   memcpy(o, &full, n);
@@ -95,7 +121,7 @@ void mcp_admit_options_default_versioned(int version, mcp_admit_options *o) {
   memset(&full, 0, sizeof(full));
   options_normalize(&full);
   memcpy(o, &full,
-         mcp__version_size(version, MCP__VSIZES(mcp_admit_options), MCP__VN));
+         mcp__version_size(version, options_sizes, NV));
 }
 
 /* ---- lists ---- */
@@ -207,10 +233,94 @@ static void grow(mcp_admit *a) {
   a->nbuckets = n;
 }
 
-static peer *peer_get(mcp_admit *a, const char *key) {
+/* ---- the per-peer buckets (rule 5) ---- */
+
+static int peer_rate_limited(const mcp_admit *a) {
+  return a->o.peer_stream_rate != UINT32_MAX;
+}
+
+/* |p|'s tokens at |ts| (not stored). */
+static double peer_tokens_at(const mcp_admit *a, const peer *p,
+                             mcp_tstamp ts) {
+  double t = p->tokens + (double)(ts - p->tokens_at) *
+                             (double)a->o.peer_stream_rate / 1e9;
+  return t > (double)a->o.peer_stream_burst ? (double)a->o.peer_stream_burst
+                                            : t;
+}
+
+static void peer_refill(const mcp_admit *a, peer *p, mcp_tstamp ts) {
+  p->tokens = peer_tokens_at(a, p, ts);
+  p->tokens_at = ts;
+}
+
+static int peer_has_token(const mcp_admit *a, peer *p, mcp_tstamp ts) {
+  if (!peer_rate_limited(a))
+    return 1;
+  peer_refill(a, p, ts);
+  return p->tokens >= 1.0;
+}
+
+static void peer_take_token(const mcp_admit *a, peer *p) {
+  if (peer_rate_limited(a))
+    p->tokens -= 1.0;
+}
+
+/* When |p| has its next token. */
+static mcp_tstamp peer_token_time(const mcp_admit *a, const peer *p) {
+  double missing = 1.0 - p->tokens;
+  if (missing <= 0)
+    return p->tokens_at;
+  return p->tokens_at +
+         (mcp_tstamp)(missing * 1e9 / (double)a->o.peer_stream_rate) + 1;
+}
+
+static void idle_unlink(mcp_admit *a, peer *p) {
+  if (p->iprev)
+    p->iprev->inext = p->inext;
+  else
+    a->idle_head = p->inext;
+  if (p->inext)
+    p->inext->iprev = p->iprev;
+  else
+    a->idle_tail = p->iprev;
+  p->iprev = p->inext = NULL;
+  p->idle = 0;
+  a->nidle--;
+}
+
+static void peer_free(mcp_admit *a, peer *p) {
+  peer **pp = slot_of(a, p->key);
+  *pp = p->hnext;
+  a->npeers--;
+  mcp__free(&a->mem, p->key);
+  mcp__free(&a->mem, p);
+}
+
+/* Forgets peers without a stream whose bucket is full again (as if never
+ * seen) and, past |max_rate_peers|, the oldest. The list is in the order
+ * they went idle, and every bucket refills at the same rate, so the full
+ * ones are mostly at its head; one behind a fuller one waits its turn (at
+ * most burst / rate longer). */
+static void forget_idle(mcp_admit *a, mcp_tstamp ts) {
+  while (a->idle_head &&
+         (a->nidle > a->o.max_rate_peers ||
+          peer_tokens_at(a, a->idle_head, ts) >=
+              (double)a->o.peer_stream_burst)) {
+    peer *p = a->idle_head;
+    if (a->nidle > a->o.max_rate_peers)
+      a->stats.rate_peers_forgotten++;
+    idle_unlink(a, p);
+    peer_free(a, p);
+  }
+}
+
+static peer *peer_get(mcp_admit *a, const char *key, mcp_tstamp ts) {
   peer **pp = slot_of(a, key);
-  if (*pp)
+  if (*pp) {
+    if ((*pp)->idle)
+      idle_unlink(a, *pp);
     return *pp;
+  }
   peer *p = mcp__calloc(&a->mem, 1, sizeof(*p));
   if (!p)
     return NULL;
@@ -219,6 +329,8 @@ static peer *peer_get(mcp_admit *a, const char *key) {
     mcp__free(&a->mem, p);
     return NULL;
   }
+  p->tokens = (double)a->o.peer_stream_burst;
+  p->tokens_at = ts;
   *pp = p;
   a->npeers++;
   if (a->npeers > a->nbuckets)
@@ -258,16 +370,29 @@ static void ring_remove(mcp_admit *a, int q, peer *p) {
   p->rprev[q] = p->rnext[q] = NULL;
 }
 
+/* |p| lost a stream: a peer with none left is forgotten, or remembered
+ * while its bucket is not full (else a client that redials after each
+ * failure would get a full bucket each time). */
 static void peer_put(mcp_admit *a, peer *p) {
   if (p->nstreams > 0)
     return;
   assert(p->waiting[0].n == 0 && p->waiting[1].n == 0 && p->nslots == 0 &&
-         !p->in_ring[0] && !p->in_ring[1]);
-  peer **pp = slot_of(a, p->key);
-  *pp = p->hnext;
-  a->npeers--;
-  mcp__free(&a->mem, p->key);
-  mcp__free(&a->mem, p);
+         !p->in_ring[0] && !p->in_ring[1] && !p->idle);
+  if (!peer_rate_limited(a) ||
+      peer_tokens_at(a, p, a->last_ts) >= (double)a->o.peer_stream_burst) {
+    peer_free(a, p);
+    return;
+  }
+  p->idle = 1;
+  p->inext = NULL;
+  p->iprev = a->idle_tail;
+  if (a->idle_tail)
+    a->idle_tail->inext = p;
+  else
+    a->idle_head = p;
+  a->idle_tail = p;
+  a->nidle++;
+  forget_idle(a, a->last_ts);
 }
 
 /* ---- the object ---- */
@@ -281,11 +406,11 @@ int mcp_admit_new_versioned(mcp_admit **padmit, int version,
   mcp_admit_options o;
   memset(&o, 0, sizeof(o));
   if (opts) {
-    if (!mcp__version_known(version, MCP__VN)) {
+    if (!mcp__version_known(version, NV)) {
       return MCP_ERR_INVALID_ARGUMENT;
     }
     memcpy(&o, opts,
-           mcp__version_size(version, MCP__VSIZES(mcp_admit_options), MCP__VN));
+           mcp__version_size(version, options_sizes, NV));
   }
   return admit_new(padmit, &o, mem, ts);
 }
@@ -312,6 +437,11 @@ static int admit_new(mcp_admit **padmit, const mcp_admit_options *opts,
   a->tokens = (double)a->o.stream_burst;
   a->tokens_at = ts;
   a->last_ts = ts;
+  snprintf(a->peer_rate_details, sizeof(a->peer_rate_details),
+           "too many new streams from this peer: more than %lu per second "
+           "after a burst of %lu; retry with backoff",
+           (unsigned long)a->o.peer_stream_rate,
+           (unsigned long)a->o.peer_stream_burst);
   *padmit = a;
   return 0;
 }
@@ -343,10 +473,29 @@ const mcp_admit_options *mcp_admit_get_options(const mcp_admit *a) {
 static void advance(mcp_admit *a, mcp_tstamp ts) {
   assert(ts >= a->last_ts && "time went backwards");
   a->last_ts = ts;
+  forget_idle(a, ts);
 }
 
 static int rate_limited(const mcp_admit *a) {
   return a->o.stream_rate != UINT32_MAX;
+}
+
+/* 1 when a stream waiting for a token could take the listener's next one
+ * now (its peer has a token): a new stream then waits behind it. Those
+ * waiting only for their peer's token do not hold up other peers. At most
+ * |stream_burst| peers wait. */
+static int global_waiting(mcp_admit *a, mcp_tstamp ts) {
+  if (a->rate.n == 0)
+    return 0;
+  if (!peer_rate_limited(a))
+    return 1;
+  peer *p = a->ring[Q_RATE];
+  do {
+    if (peer_has_token(a, p, ts))
+      return 1;
+    p = p->rnext[Q_RATE];
+  } while (p != a->ring[Q_RATE]);
+  return 0;
 }
 
 static void refill(mcp_admit *a, mcp_tstamp ts) {
@@ -357,15 +506,6 @@ static void refill(mcp_admit *a, mcp_tstamp ts) {
     a->tokens = (double)a->o.stream_burst;
 }
 
-static int take_token(mcp_admit *a, mcp_tstamp ts) {
-  if (!rate_limited(a))
-    return 1;
-  refill(a, ts);
-  if (a->tokens < 1.0)
-    return 0;
-  a->tokens -= 1.0;
-  return 1;
-}
 
 static void hold_slot(mcp_admit *a, mcp_admit_ticket *t, mcp_tstamp ts) {
   t->st = T_SLOT;
@@ -430,10 +570,15 @@ static mcp_admit_verdict past_rate(mcp_admit *a, mcp_admit_ticket *t,
   return MCP_ADMIT_WAIT;
 }
 
-static void refuse(mcp_admit_result *res, mcp_admit_reason why) {
+static void refuse(const mcp_admit *a, mcp_admit_result *res,
+                   mcp_admit_reason why) {
   res->verdict = MCP_ADMIT_REFUSE;
   res->reason = why;
   switch (why) {
+  case MCP_ADMIT_PEER_RATE:
+    res->status = MCP_CODE_RESOURCE_EXHAUSTED;
+    res->details = a->peer_rate_details;
+    break;
   case MCP_ADMIT_MAX_STREAMS:
     res->status = MCP_CODE_RESOURCE_EXHAUSTED;
     res->details = "too many streams";
@@ -471,36 +616,49 @@ int mcp_admit_stream(mcp_admit *a, const char *peer_key, int initial,
   const char *key = peer_key ? peer_key : "";
   if (a->o.max_streams != SIZE_MAX && a->nstreams >= a->o.max_streams) {
     a->stats.refused_max_streams++;
-    refuse(res, MCP_ADMIT_MAX_STREAMS);
+    refuse(a, res, MCP_ADMIT_MAX_STREAMS);
     return 0;
   }
   peer **pp = slot_of(a, key);
   if (*pp && a->o.max_streams_per_peer != SIZE_MAX &&
       (*pp)->nstreams >= a->o.max_streams_per_peer) {
     a->stats.refused_peer_streams++;
-    refuse(res, MCP_ADMIT_PEER_STREAMS);
+    refuse(a, res, MCP_ADMIT_PEER_STREAMS);
     return 0;
   }
-  /* Decided before anything is allocated, so that NOMEM changes nothing. */
+  /* Decided before anything is allocated, so that NOMEM changes nothing.
+   * A token of the listener's bucket (and none of its streams waiting for
+   * one: they come first) and one of the peer's (a peer not in the table
+   * has a full bucket), with none of its own streams waiting before it. */
+  size_t pwaiting = *pp ? (*pp)->waiting[Q_RATE].n : 0;
+  int ptoken = !*pp || peer_has_token(a, *pp, ts);
   int token = 0;
-  if (a->rate.n == 0) {
+  if (pwaiting == 0 && ptoken && !global_waiting(a, ts)) {
     if (rate_limited(a))
       refill(a, ts);
     token = !rate_limited(a) || a->tokens >= 1.0;
   }
+  /* The peer's queue holds a quarter of its burst: a client redialing
+   * after each failure waits its turn, a flood is refused at once. */
+  size_t pshare =
+      a->o.peer_stream_burst / 4 ? a->o.peer_stream_burst / 4 : 1;
+  if (!token && !ptoken && pwaiting >= pshare) {
+    a->stats.refused_peer_rate++;
+    refuse(a, res, MCP_ADMIT_PEER_RATE);
+    return 0;
+  }
   /* The token queue holds |stream_burst|, a quarter of it per peer, so
    * one peer's flood cannot keep others from waiting their turn. */
   size_t share = a->o.stream_burst / 4 ? a->o.stream_burst / 4 : 1;
-  if (!token && (a->rate.n >= a->o.stream_burst ||
-                 (*pp && (*pp)->waiting[Q_RATE].n >= share))) {
+  if (!token && (a->rate.n >= a->o.stream_burst || pwaiting >= share)) {
     a->stats.refused_rate++;
-    refuse(res, MCP_ADMIT_RATE);
+    refuse(a, res, MCP_ADMIT_RATE);
     return 0;
   }
   mcp_admit_ticket *t = mcp__calloc(&a->mem, 1, sizeof(*t));
   if (!t)
     return MCP_ERR_NOMEM;
-  peer *p = peer_get(a, key);
+  peer *p = peer_get(a, key, ts);
   if (!p) {
     mcp__free(&a->mem, t);
     return MCP_ERR_NOMEM;
@@ -517,12 +675,15 @@ int mcp_admit_stream(mcp_admit *a, const char *peer_key, int initial,
   a->all = t;
   *pticket = t;
   if (!token) {
+    if (!ptoken)
+      a->stats.peer_rate_delayed++;
     enqueue(a, Q_RATE, t);
     res->verdict = MCP_ADMIT_WAIT;
     return 0;
   }
   if (rate_limited(a))
     a->tokens -= 1.0;
+  peer_take_token(a, p);
   res->verdict = past_rate(a, t, ts);
   return 0;
 }
@@ -550,12 +711,13 @@ static mcp_tstamp deadline(const mcp_admit *a, const mcp_admit_ticket *t) {
 
 /* The next waiting stream of |q|, round robin across peers; for slots,
  * only from a peer below its share. NULL when none. */
-static mcp_admit_ticket *pick(mcp_admit *a, int q) {
+static mcp_admit_ticket *pick(mcp_admit *a, int q, mcp_tstamp ts) {
   peer *p = a->ring[q];
   if (!p)
     return NULL;
   do {
-    if (q == Q_RATE || p->nslots < a->o.max_initial_per_peer) {
+    if (q == Q_RATE ? peer_has_token(a, p, ts)
+                    : p->nslots < a->o.max_initial_per_peer) {
       mcp_admit_ticket *t = p->waiting[q].head;
       a->ring[q] = p->rnext[q]; /* the next turn is the next peer's */
       dequeue(a, t);
@@ -581,21 +743,31 @@ int mcp_admit_next(mcp_admit *a, mcp_tstamp ts, mcp_admit_result *res) {
       dequeue(a, t);
       a->stats.refused_wait_timeout++;
       memset(res, 0, sizeof(*res));
-      refuse(res, MCP_ADMIT_WAIT_TIMEOUT);
+      refuse(a, res, MCP_ADMIT_WAIT_TIMEOUT);
       res->user = t->user;
       ticket_free(a, t);
       return 1;
     }
   }
-  while (a->rate.head && take_token(a, ts)) {
-    mcp_admit_ticket *t = pick(a, Q_RATE);
+  while (a->rate.head) {
+    if (rate_limited(a)) {
+      refill(a, ts);
+      if (a->tokens < 1.0)
+        break;
+    }
+    mcp_admit_ticket *t = pick(a, Q_RATE, ts); /* one with a peer token */
+    if (!t)
+      break;
+    if (rate_limited(a))
+      a->tokens -= 1.0;
+    peer_take_token(a, t->p);
     if (past_rate(a, t, ts) == MCP_ADMIT_RUN) {
       run(res, t->user);
       return 1;
     }
   }
   if (a->wait.n > 0 && a->slots.n < a->o.max_initial) {
-    mcp_admit_ticket *t = pick(a, Q_SLOT);
+    mcp_admit_ticket *t = pick(a, Q_SLOT, ts);
     if (t) {
       hold_slot(a, t, ts);
       run(res, t->user);
@@ -613,11 +785,26 @@ mcp_tstamp mcp_admit_get_expiry(const mcp_admit *a) {
     mcp_tstamp d = deadline(a, a->rate.head);
     if (d < at)
       at = d;
-    /* When the next token is there. */
-    double missing = 1.0 - a->tokens;
+    /* When the listener's next token is there and a waiting peer has one
+     * of its own (the later of the two). */
     mcp_tstamp tok = a->tokens_at;
-    if (missing > 0)
-      tok += (mcp_tstamp)(missing * 1e9 / (double)a->o.stream_rate) + 1;
+    if (rate_limited(a)) {
+      double missing = 1.0 - a->tokens;
+      if (missing > 0)
+        tok += (mcp_tstamp)(missing * 1e9 / (double)a->o.stream_rate) + 1;
+    }
+    if (peer_rate_limited(a)) {
+      mcp_tstamp ptok = MCP_TSTAMP_MAX;
+      const peer *p = a->ring[Q_RATE];
+      do { /* at most |stream_burst| waiting peers */
+        mcp_tstamp pt = peer_token_time(a, p);
+        if (pt < ptok)
+          ptok = pt;
+        p = p->rnext[Q_RATE];
+      } while (p != a->ring[Q_RATE]);
+      if (ptok > tok)
+        tok = ptok;
+    }
     if (tok < at)
       at = tok;
   }
@@ -664,7 +851,7 @@ void mcp_admit_get_stats_versioned(const mcp_admit *a, int version,
   mcp_admit_stats st;
   get_stats(a, &st);
   memcpy(out, &st,
-         mcp__version_size(version, MCP__VSIZES(mcp_admit_stats), MCP__VN));
+         mcp__version_size(version, stats_sizes, NV));
 }
 
 static void get_stats(const mcp_admit *a, mcp_admit_stats *st) {
@@ -673,7 +860,8 @@ static void get_stats(const mcp_admit *a, mcp_admit_stats *st) {
   st->waiting_rate = a->rate.n;
   st->waiting_initial = a->wait.n;
   st->initial = a->slots.n;
-  st->peers = a->npeers;
+  st->peers = a->npeers - a->nidle;
+  st->rate_peers = a->nidle;
 }
 
 int mcp_admit_initial_sent(const mcp_source_session *s, mcp_tstamp ts) {

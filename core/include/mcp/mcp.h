@@ -1114,6 +1114,20 @@ MCP_EXTERN int mcp_sink_state_journal_entry_versioned(
  *  4. A stream that waited |wait_timeout| (for a token or a slot) is
  *     refused with UNAVAILABLE, which gRPC clients retry: a storm gets a
  *     clean answer in bounded time rather than a queue of minutes.
+ *  5. New-stream rate per peer (issue 23): a token bucket per peer key
+ *     (|peer_stream_rate| per second, holding |peer_stream_burst|), on top
+ *     of rule 2; a stream needs a token of both. One finding no token of
+ *     its peer's waits for one (as Istio's source waits for its limiter's
+ *     token), in arrival order, while fewer than a quarter of
+ *     |peer_stream_burst| of its peer's streams wait; beyond,
+ *     RESOURCE_EXHAUSTED (MCP_ADMIT_PEER_RATE). So a client that redials
+ *     at once after every failure is paced at the peer rate, and one that
+ *     opens streams in a flood is refused at once. A peer's bucket
+ *     outlives its streams until it is full again (that is what stops a
+ *     redialing client); at most |max_rate_peers| such peers without a
+ *     stream are remembered, the oldest forgotten first, so many
+ *     addresses cannot grow memory without bound (a forgotten peer starts
+ *     again with a full bucket; rule 2 still bounds the whole).
  *
  * The peer key is what the transport says identifies a client (both
  * transports use the address without the port); compared as bytes.
@@ -1133,6 +1147,11 @@ typedef struct mcp_admit_options {
   size_t max_initial_per_peer; /* default max_initial / 4 (at least 1) */
   mcp_tstamp initial_timeout;  /* longest a slot is held; default 10 s */
   mcp_tstamp wait_timeout;     /* longest a stream waits; default 5 s */
+  /* --- MCP_ADMIT_OPTIONS_V2 (issue 23): rule 5 --- */
+  uint32_t peer_stream_rate;   /* per second and peer; default 100 */
+  uint32_t peer_stream_burst;  /* default 100 */
+  size_t max_rate_peers;       /* peers without a stream remembered for
+                                  their bucket; default 4096 */
 } mcp_admit_options;
 
 #define MCP_ADMIT_DEFAULT_MAX_STREAMS 100000
@@ -1141,10 +1160,16 @@ typedef struct mcp_admit_options {
 #define MCP_ADMIT_DEFAULT_MAX_INITIAL 64
 #define MCP_ADMIT_DEFAULT_INITIAL_TIMEOUT (10 * MCP_SECONDS)
 #define MCP_ADMIT_DEFAULT_WAIT_TIMEOUT (5 * MCP_SECONDS)
+#define MCP_ADMIT_DEFAULT_PEER_STREAM_RATE 100
+#define MCP_ADMIT_DEFAULT_PEER_STREAM_BURST 100
+#define MCP_ADMIT_DEFAULT_MAX_RATE_PEERS 4096
 
-/* Fills |opts| with the defaults (the derived per-peer ones included). */
+/* Fills |opts| with the defaults (the derived per-peer ones included).
+ * V1 is the struct up to |wait_timeout|; a V1 caller gets rule 5 at its
+ * defaults. */
 #define MCP_ADMIT_OPTIONS_V1 1
-#define MCP_ADMIT_OPTIONS_VERSION MCP_ADMIT_OPTIONS_V1
+#define MCP_ADMIT_OPTIONS_V2 2
+#define MCP_ADMIT_OPTIONS_VERSION MCP_ADMIT_OPTIONS_V2
 MCP_EXTERN void mcp_admit_options_default_versioned(int version,
                                                     mcp_admit_options *opts);
 #define mcp_admit_options_default(OPTS)                                      \
@@ -1167,7 +1192,8 @@ typedef enum mcp_admit_reason {
   MCP_ADMIT_MAX_STREAMS,  /* RESOURCE_EXHAUSTED "too many streams" */
   MCP_ADMIT_PEER_STREAMS, /* RESOURCE_EXHAUSTED, this peer's share */
   MCP_ADMIT_RATE,         /* UNAVAILABLE, the rate's queue is full */
-  MCP_ADMIT_WAIT_TIMEOUT  /* UNAVAILABLE, waited |wait_timeout| */
+  MCP_ADMIT_WAIT_TIMEOUT, /* UNAVAILABLE, waited |wait_timeout| */
+  MCP_ADMIT_PEER_RATE     /* RESOURCE_EXHAUSTED, the peer's rate (rule 5) */
 } mcp_admit_reason;
 
 typedef struct mcp_admit_result {
@@ -1176,7 +1202,10 @@ typedef struct mcp_admit_result {
   void *user;              /* the stream's |user| from mcp_admit_stream() */
   int status;              /* REFUSE: MCP_CODE_RESOURCE_EXHAUSTED or
                               MCP_CODE_UNAVAILABLE */
-  const char *details;     /* REFUSE: static text */
+  const char *details;     /* REFUSE: valid while the mcp_admit lives
+                              ("too many new streams from this peer: more
+                              than 100 per second after a burst of 100;
+                              retry with backoff") */
 } mcp_admit_result;
 
 typedef struct mcp_admit_stats {
@@ -1190,6 +1219,11 @@ typedef struct mcp_admit_stats {
   uint64_t initial_timeouts; /* slots freed by |initial_timeout| */
   uint64_t refused_max_streams, refused_peer_streams, refused_rate,
       refused_wait_timeout;
+  /* --- MCP_ADMIT_STATS_V2 (issue 23): rule 5 --- */
+  uint64_t peer_rate_delayed;  /* streams that waited for their peer's token */
+  uint64_t refused_peer_rate;  /* refused: MCP_ADMIT_PEER_RATE */
+  size_t rate_peers;           /* peers without a stream still remembered */
+  uint64_t rate_peers_forgotten; /* dropped past |max_rate_peers| */
 } mcp_admit_stats;
 
 /* Errors: NOMEM; INVALID_ARGUMENT (NULL). |opts| NULL: the defaults; it is
@@ -1248,7 +1282,8 @@ MCP_EXTERN void mcp_admit_initial_done(mcp_admit *admit,
 MCP_EXTERN void mcp_admit_release(mcp_admit *admit, mcp_admit_ticket *ticket);
 
 #define MCP_ADMIT_STATS_V1 1
-#define MCP_ADMIT_STATS_VERSION MCP_ADMIT_STATS_V1
+#define MCP_ADMIT_STATS_V2 2
+#define MCP_ADMIT_STATS_VERSION MCP_ADMIT_STATS_V2
 MCP_EXTERN void mcp_admit_get_stats_versioned(const mcp_admit *admit,
                                               int version,
                                               mcp_admit_stats *st);
