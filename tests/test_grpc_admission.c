@@ -345,6 +345,9 @@ static void listen_opts(mcp_grpc_options *o) {
   /* The storms multiplex 500 streams on each of 4 connections; the
    * default allows 100 per connection. */
   o->max_concurrent_streams = 1000;
+  /* The storms come from one loopback peer and test the other rules; the
+   * per-peer rate has its own test (test_peer_stream_rate_...). */
+  o->peer_stream_rate = UINT32_MAX;
 }
 
 static mcp_grpc_stats stats(mcp_grpc_source *src) {
@@ -623,6 +626,52 @@ START_TEST(test_silent_peer_holds_only_its_share) {
 }
 END_TEST
 
+/* ---- issue 23, item 6: new streams per peer. A peer opening 20 streams
+ * at once gets its burst (4), one more waits for its bucket's refill, the
+ * other 15 are refused RESOURCE_EXHAUSTED saying why; another peer (::1)
+ * is served at once meanwhile; the waiting one then runs. ---- */
+
+START_TEST(test_peer_stream_rate_refuses_past_burst_healthy_peer_runs) {
+  iw_reset();
+  mcp_store *store = small_store();
+  mcp_grpc_options o;
+  listen_opts(&o);
+  o.address = "[::]:0"; /* ::1 and 127.0.0.1: two peers */
+  o.peer_stream_rate = 1;
+  o.peer_stream_burst = 4;
+  mcp_grpc_source *src = source(store, &o);
+  int port = mcp_grpc_source_port(src);
+
+  storm fast;
+  storm_host = "127.0.0.1";
+  storm_start(&fast, port, 20, 1, 0);
+  int want = 15;
+  ck_assert_msg(storm_run(&fast, ended_n, &want, 10000), "ended %d",
+                fast.done);
+  ck_assert_int_eq(fast.by_status[GRPC_STATUS_RESOURCE_EXHAUSTED], 15);
+  ck_assert_str_eq(fast.details[GRPC_STATUS_RESOURCE_EXHAUSTED],
+                   "too many new streams from this peer: more than 1 per "
+                   "second after a burst of 4; retry with backoff");
+  storm healthy;
+  storm_host = "[::1]";
+  storm_start(&healthy, port, 2, 1, 0);
+  storm_host = "127.0.0.1";
+  want = 2;
+  ck_assert(storm_run(&healthy, synced_n, &want, 10000));
+  want = 5; /* the burst, then the one that waited for a token */
+  ck_assert_msg(storm_run(&fast, synced_n, &want, 10000), "synced %d",
+                fast.synced);
+  mcp_grpc_stats s = stats(src);
+  ck_assert_uint_eq(s.refused_peer_rate, 15);
+  ck_assert_uint_eq(s.peer_rate_delayed, 1);
+  ck_assert_uint_eq(s.opened, 7);
+  storm_end(&healthy);
+  storm_end(&fast);
+  mcp_grpc_source_del(src);
+  mcp_store_del(store);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("grpc_admission");
   TCase *tc = tcase_create("admission");
@@ -634,6 +683,7 @@ int main(void) {
   tcase_add_test(tc, test_waiting_calls_cancelled);
   tcase_add_test(tc, test_mute_streams_free_their_slots_at_push);
   tcase_add_test(tc, test_silent_peer_holds_only_its_share);
+  tcase_add_test(tc, test_peer_stream_rate_refuses_past_burst_healthy_peer_runs);
   suite_add_tcase(s, tc);
   return tg_run(s);
 }

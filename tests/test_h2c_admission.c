@@ -352,6 +352,37 @@ START_TEST(test_h2c_rapid_reset_gets_enhance_your_calm) {
 }
 END_TEST
 
+/* Issue 23, item 6: new streams per peer. A peer opening streams fast gets
+ * its burst, one more waits for the refill (a quarter of the burst may
+ * wait), the rest are refused RESOURCE_EXHAUSTED saying why; a peer from
+ * another address is served at once meanwhile, and the waiting stream
+ * runs once its peer's bucket has a token again. */
+START_TEST(test_h2c_peer_stream_rate_refuses_past_burst_healthy_peer_runs) {
+  aenv e;
+  setup(&e);
+  e.o.peer_stream_rate = 1;
+  e.o.peer_stream_burst = 4;
+  start(&e);
+  open_streams(&e, 0, "127.0.0.2", 8, 1);
+  cnt k = {&e, 0, 1, MCP_CODE_RESOURCE_EXHAUSTED, 3};
+  ck_assert(h2t_run_until(&e.loop, reached, &k, 10000));
+  ck_assert_int_ge(count(&e, 0, 1, PUSHED), 4);
+  open_streams(&e, 1, "127.0.0.1", 2, 1); /* the healthy peer */
+  cnt q = {&e, 1, 2, PUSHED, 2};
+  ck_assert(h2t_run_until(&e.loop, reached, &q, 10000));
+  cnt w = {&e, 0, 1, PUSHED, 5}; /* the waiting one, once refilled */
+  ck_assert(h2t_run_until(&e.loop, reached, &w, 10000));
+  ck_assert_int_eq(count(&e, 0, 1, MCP_CODE_RESOURCE_EXHAUSTED), 3);
+  ck_assert_str_eq(e.c[0].streams[7].grpc_message,
+                   "too many new streams from this peer: more than 1 per "
+                   "second after a burst of 4; retry with backoff");
+  mcp_h2c_stats st = stats(&e);
+  ck_assert_uint_eq(st.refused_peer_rate, 3);
+  ck_assert_uint_eq(st.peer_rate_delayed, 1);
+  finish(&e);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("h2c_admission");
   TCase *tc = tcase_create("admission");
@@ -363,6 +394,8 @@ int main(void) {
   tcase_add_test(tc, test_h2c_streams_per_connection_refused_not_queued);
   tcase_add_test(tc, test_h2c_rapid_reset_gets_enhance_your_calm);
   tcase_add_test(tc, test_h2c_waiting_streams_reset_give_the_window_back);
+  tcase_add_test(tc,
+                 test_h2c_peer_stream_rate_refuses_past_burst_healthy_peer_runs);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -18,6 +18,8 @@ int mcp_grpc_admit_init(mcp_grpc_ep *ep) {
   ao.max_initial_per_peer = o->max_initial_pushes_per_peer;
   ao.initial_timeout = o->initial_push_timeout;
   ao.wait_timeout = o->admission_wait_timeout;
+  ao.peer_stream_rate = o->peer_stream_rate;
+  ao.peer_stream_burst = o->peer_stream_burst;
   return mcp_admit_new(&ep->admit, &ao, &ep->mem, ep->now);
 }
 
@@ -41,6 +43,8 @@ void mcp_grpc_admit_stats(const mcp_grpc_ep *ep, mcp_grpc_stats *st) {
   st->refused_peer_streams = a.refused_peer_streams;
   st->refused_rate = a.refused_rate;
   st->refused_wait_timeout = a.refused_wait_timeout;
+  st->peer_rate_delayed = a.peer_rate_delayed;
+  st->refused_peer_rate = a.refused_peer_rate;
 }
 
 /* RUN opens the call, REFUSE ends it; WAIT leaves it unread. */

@@ -17,8 +17,10 @@ mcp_tstamp mcp_grpc_now(void) {
 /* The bytes of each version of the structs (append-only: each a prefix of
  * the next), indexed by version; docs/api.md, "Versioned structs". */
 static const size_t options_sizes[] = {
-    0, offsetof(mcp_grpc_options, mem), sizeof(mcp_grpc_options)};
-static const size_t stats_sizes[] = {0, sizeof(mcp_grpc_stats)};
+    0, offsetof(mcp_grpc_options, mem),
+    offsetof(mcp_grpc_options, peer_stream_rate), sizeof(mcp_grpc_options)};
+static const size_t stats_sizes[] = {
+    0, offsetof(mcp_grpc_stats, peer_rate_delayed), sizeof(mcp_grpc_stats)};
 #define NVERSIONS(a) (sizeof(a) / sizeof((a)[0]))
 
 /* The bytes of |version| (0 below 1; the newest known above it). */
@@ -68,6 +70,8 @@ static void options_default(mcp_grpc_options *opts) {
   opts->max_streams = MCP_GRPC_DEFAULT_MAX_STREAMS;
   opts->stream_rate = MCP_GRPC_DEFAULT_STREAM_RATE;
   opts->stream_burst = MCP_GRPC_DEFAULT_STREAM_BURST;
+  opts->peer_stream_rate = MCP_ADMIT_DEFAULT_PEER_STREAM_RATE;
+  opts->peer_stream_burst = MCP_ADMIT_DEFAULT_PEER_STREAM_BURST;
   opts->max_initial_pushes = MCP_GRPC_DEFAULT_MAX_INITIAL_PUSHES;
   opts->initial_push_timeout = MCP_GRPC_DEFAULT_INITIAL_PUSH_TIMEOUT;
   opts->max_concurrent_streams = MCP_GRPC_DEFAULT_MAX_CONCURRENT_STREAMS;

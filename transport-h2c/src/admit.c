@@ -23,6 +23,8 @@ int mcp_h2c_admit_init(mcp_h2c_ep *ep) {
   ao.max_initial_per_peer = o->max_initial_pushes_per_peer;
   ao.initial_timeout = o->initial_push_timeout;
   ao.wait_timeout = o->admission_wait_timeout;
+  ao.peer_stream_rate = o->peer_stream_rate;
+  ao.peer_stream_burst = o->peer_stream_burst;
   int rv = mcp_admit_new(&ep->admit, &ao, &ep->mem, mcp_h2c_now());
   if (rv < 0)
     return rv;
@@ -60,6 +62,8 @@ void mcp_h2c_admit_stats(const mcp_h2c_ep *ep, mcp_h2c_stats *st) {
   st->refused_peer_streams = a.refused_peer_streams;
   st->refused_rate = a.refused_rate;
   st->refused_wait_timeout = a.refused_wait_timeout;
+  st->peer_rate_delayed = a.peer_rate_delayed;
+  st->refused_peer_rate = a.refused_peer_rate;
 }
 
 /* Runs the policy on the next idle turn. */

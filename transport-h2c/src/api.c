@@ -44,6 +44,8 @@ static void options_default(mcp_h2c_options *opts) {
   opts->max_streams_per_connection = 1024;
   opts->stream_reset_rate = 33;
   opts->stream_reset_burst = 1000;
+  opts->peer_stream_rate = MCP_ADMIT_DEFAULT_PEER_STREAM_RATE;
+  opts->peer_stream_burst = MCP_ADMIT_DEFAULT_PEER_STREAM_BURST;
 }
 
 void mcp_h2c_options_default_versioned(int version, mcp_h2c_options *opts) {

@@ -351,6 +351,8 @@ typedef struct mcp_grpc_options {
    *   admission_wait_timeout: a call still waiting (for a token or a
    *     slot) after this long is refused with UNAVAILABLE "server busy:
    *     not admitted within the wait timeout; retry later". Default 5 s.
+   * New streams per peer: |peer_stream_rate| / |peer_stream_burst| (V3,
+   *   below).
    * Waiting calls count in |max_streams|; each costs gRPC's call (a few
    * KiB plus what the client sent before it was read, within HTTP/2 flow
    * control) and no session.
@@ -420,15 +422,35 @@ typedef struct mcp_grpc_options {
    * NULL: the C library). The struct is copied at creation. Must be
    * thread-safe. */
   const mcp_mem *mem;
+
+  /* --- MCP_GRPC_OPTIONS_V3 --- */
+
+  /*
+   * LISTEN (issue 23): new streams per peer (its verified identity, else
+   * its address without the port), a token bucket of |peer_stream_burst|
+   * (default 100) refilled at |peer_stream_rate| per second (default
+   * 100), on top of |stream_rate|. A call finding its peer's bucket empty
+   * waits for a token, unread, while fewer than a quarter of the burst of
+   * that peer's calls wait (so a client that redials at once after every
+   * failure is paced, as Istio 1.6's source paces it); beyond, it is
+   * refused with RESOURCE_EXHAUSTED "too many new streams from this peer:
+   * more than R per second after a burst of B; retry with backoff". Stats:
+   * peer_rate_delayed, refused_peer_rate. 0: the default; UINT32_MAX for
+   * the rate: no limit (mcp.h, "Admission", rule 5).
+   */
+  uint32_t peer_stream_rate;
+  uint32_t peer_stream_burst;
 } mcp_grpc_options;
 
 /*
  * Versions of mcp_grpc_options (docs/api.md, "Versioned structs"): V1 is
- * the struct up to |no_mcp| (0.2.0); V2 appends |mem|.
+ * the struct up to |no_mcp| (0.2.0); V2 appends |mem|; V3 (issue 23) the
+ * per-peer stream rate.
  */
 #define MCP_GRPC_OPTIONS_V1 1
 #define MCP_GRPC_OPTIONS_V2 2
-#define MCP_GRPC_OPTIONS_VERSION MCP_GRPC_OPTIONS_V2
+#define MCP_GRPC_OPTIONS_V3 3
+#define MCP_GRPC_OPTIONS_VERSION MCP_GRPC_OPTIONS_V3
 
 #define MCP_GRPC_DEFAULT_MAX_STREAMS 100000
 #define MCP_GRPC_DEFAULT_STREAM_RATE 1000
@@ -466,12 +488,16 @@ typedef struct mcp_grpc_stats {
   uint64_t initial_sent;         /* initial slots freed: push handed over */
   uint64_t refused_peer_streams; /* RESOURCE_EXHAUSTED: max_streams_per_peer */
   uint64_t refused_wait_timeout; /* UNAVAILABLE: admission_wait_timeout */
+  /* --- MCP_GRPC_STATS_V2 (issue 23) --- */
+  uint64_t peer_rate_delayed; /* calls that waited for their peer's token */
+  uint64_t refused_peer_rate; /* RESOURCE_EXHAUSTED: the peer's rate */
 } mcp_grpc_stats;
 
 /* Versions of mcp_grpc_stats (filled by the library: only the caller's
- * version's fields are written). */
+ * version's fields are written). V2 (issue 23): the per-peer rate. */
 #define MCP_GRPC_STATS_V1 1
-#define MCP_GRPC_STATS_VERSION MCP_GRPC_STATS_V1
+#define MCP_GRPC_STATS_V2 2
+#define MCP_GRPC_STATS_VERSION MCP_GRPC_STATS_V2
 
 /* Callbacks run on the transport thread; |ts| is mcp_grpc_now(). */
 typedef void (*mcp_grpc_store_fn)(mcp_store *store, mcp_tstamp ts,

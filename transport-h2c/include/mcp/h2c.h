@@ -476,6 +476,21 @@ typedef struct mcp_h2c_options {
    */
   uint32_t stream_reset_rate;
   uint32_t stream_reset_burst;
+  /*
+   * LISTEN: new streams per peer (its verified identity, else its
+   * address), a token bucket of |peer_stream_burst| (default 100)
+   * refilled at |peer_stream_rate| per second (default 100), on top of
+   * |stream_rate|. A call finding its peer's bucket empty waits for a
+   * token, unread, while fewer than a quarter of the burst of that peer's
+   * calls wait (a client that redials at once after every failure is
+   * paced, as Istio 1.6's source paces it); beyond, RESOURCE_EXHAUSTED
+   * "too many new streams from this peer: more than R per second after a
+   * burst of B; retry with backoff" (stats: peer_rate_delayed,
+   * refused_peer_rate). 0: the default; UINT32_MAX for the rate: no limit
+   * (mcp.h, "Admission", rule 5).
+   */
+  uint32_t peer_stream_rate;
+  uint32_t peer_stream_burst;
 } mcp_h2c_options;
 
 /*
@@ -547,6 +562,9 @@ typedef struct mcp_h2c_stats {
   /* Calls refused past max_streams_per_connection; connections told
    * ENHANCE_YOUR_CALM for resetting too many streams. */
   uint64_t refused_connection_streams, rapid_resets;
+  /* Calls that waited for their peer's new-stream token, and calls
+   * refused past it (RESOURCE_EXHAUSTED). */
+  uint64_t peer_rate_delayed, refused_peer_rate;
 } mcp_h2c_stats;
 
 /* Versions of mcp_h2c_stats (filled by the library: only the caller's
