@@ -103,11 +103,67 @@ START_TEST(test_many_peers) {
 }
 END_TEST
 
+/* Issue 23, item 6: a sink that resets each stream after asking (its
+ * receive limit is below the push) gets one warning naming the largest
+ * push and the likely cause, once per peer; a smaller push, or streams
+ * reset before asking, say no such thing. */
+START_TEST(test_failing_streams_warned_once_with_the_likely_cause) {
+  tool_log_init("test", TOOL_LOG_WARN);
+  tool_peerlog *pl = tool_peerlog_new(1000, 10 * SEC);
+  const char *vs = "istio/networking/v1alpha3/virtualservices";
+  capture_start();
+  tool_peerlog_push(pl, "small", 100, 0);
+  tool_peerlog_push(pl, vs, 21268956, 0);
+  tool_peerlog_push(pl, "small", 100, 1); /* smaller: the largest stays */
+  int flags = TOOL_PEERLOG_RESET | TOOL_PEERLOG_ASKED;
+  for (int i = 0; i < 57; i++) {
+    uint64_t t = (uint64_t)i * SEC / 12; /* 57 in under 5 s */
+    tool_peerlog_stream(pl, "ipv4:127.0.0.1:4000", 1, 0, t);
+    tool_peerlog_stream(pl, "ipv4:127.0.0.1:4000", 0, flags, t);
+    /* Reset before asking: a rapid reset, not this. */
+    tool_peerlog_stream(pl, "ipv4:127.0.0.2:4000", 0, TOOL_PEERLOG_RESET, t);
+  }
+  char *out = capture_end();
+  ck_assert_int_eq(count(out, "\n"), 1);
+  ck_assert_msg(
+      strstr(out, "peer 127.0.0.1: 20 streams in 2 s were reset by the "
+                  "client after asking; the largest push lately was "
+                  "istio/networking/v1alpha3/virtualservices (21.3 MB): a "
+                  "gRPC receive limit (4 MiB by default) below that is the "
+                  "likely cause; raise it on the sink (Istio: "
+                  "--mcpMaxMsgSize). Its new streams are paced at "
+                  "--stream-rate.") != NULL,
+      "%s", out);
+  free(out);
+  /* Once per peer, also in a later window. */
+  capture_start();
+  for (int i = 0; i < 40; i++)
+    tool_peerlog_stream(pl, "127.0.0.1:1", 0, flags, 20 * SEC);
+  out = capture_end();
+  ck_assert_str_eq(out, "");
+  free(out);
+  /* Pushes below gRPC's default limit: no guess at the cause. */
+  capture_start();
+  tool_peerlog_push(pl, "small", 1000, 40 * SEC); /* a new window */
+  for (int i = 0; i < 20; i++)
+    tool_peerlog_stream(pl, "10.0.0.9:1", 0, flags, 40 * SEC);
+  out = capture_end();
+  ck_assert_msg(strstr(out, "peer 10.0.0.9: 20 streams in 1 s were reset by "
+                            "the client after asking; the largest push "
+                            "lately was small (1000 bytes); the sink's log "
+                            "says why it fails") != NULL,
+                "%s", out);
+  free(out);
+  tool_peerlog_del(pl);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("ops_peerlog");
   TCase *tc = tcase_create("peerlog");
   tcase_add_test(tc, test_limits_and_summarises_per_peer);
   tcase_add_test(tc, test_many_peers);
+  tcase_add_test(tc, test_failing_streams_warned_once_with_the_likely_cause);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK); /* stderr redirection */

@@ -75,6 +75,27 @@ START_TEST(test_parse) {
   ck_assert_int_eq(parse(&a, zero), -1);
   const char *word[] = {"--max-streams-per-connection=many", NULL};
   ck_assert_int_eq(parse(&a, word), -1);
+  /* --stream-rate PER_S[,BURST] | off (issue 23, item 6). */
+  const char *rate[] = {"--stream-rate", "5", NULL};
+  ck_assert_int_eq(parse(&a, rate), 1);
+  ck_assert_uint_eq(a.stream_rate, 5);
+  ck_assert_uint_eq(a.stream_burst, 0); /* the default burst */
+  const char *rate_burst[] = {"--stream-rate=20,300", NULL};
+  ck_assert_int_eq(parse(&a, rate_burst), 1);
+  ck_assert_uint_eq(a.stream_rate, 20);
+  ck_assert_uint_eq(a.stream_burst, 300);
+  ck_assert_int_eq(a.stream_rate_off, 0);
+  const char *off[] = {"--stream-rate", "off", NULL};
+  ck_assert_int_eq(parse(&a, off), 1);
+  ck_assert_int_eq(a.stream_rate_off, 1);
+  static const char *const bad_rates[] = {
+      "0", "10,0", "-1", "1.5", "10,", ",10", "many", "10,20,30",
+      "1000001", "", "10,x"};
+  for (size_t k = 0; k < sizeof(bad_rates) / sizeof(bad_rates[0]); k++) {
+    const char *bad[] = {"--stream-rate", bad_rates[k], NULL};
+    ck_assert_msg(parse(&a, bad) == -1, "accepted --stream-rate %s",
+                  bad_rates[k]);
+  }
   /* --allow is not a prefix of --allow-cleartext, nor the reverse. */
   const char *prefix[] = {"--allowx", "y", NULL};
   ck_assert_int_eq(parse(&a, prefix), 0);

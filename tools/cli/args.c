@@ -251,6 +251,46 @@ int tool_path_safe(const char *rel) {
 
 /* ---- security flags ---- */
 
+#define STREAM_RATE_MAX 1000000ul
+
+void tool_sec_stream_rate(const tool_sec_args *a, uint32_t *rate,
+                          uint32_t *burst) {
+  *rate = a->stream_rate_off ? UINT32_MAX : (uint32_t)a->stream_rate;
+  *burst = (uint32_t)a->stream_burst;
+}
+
+/* --stream-rate PER_S[,BURST] | off: 1 or -1 (said on stderr). */
+static int parse_stream_rate(const char *v, tool_sec_args *a) {
+  if (strcmp(v, "off") == 0) {
+    a->stream_rate_off = 1;
+    a->stream_rate = a->stream_burst = 0;
+    return 1;
+  }
+  char rate[32];
+  const char *comma = strchr(v, ',');
+  size_t n = comma ? (size_t)(comma - v) : strlen(v);
+  unsigned long r = 0, b = 0;
+  int ok = n < sizeof(rate);
+  if (ok) {
+    memcpy(rate, v, n);
+    rate[n] = '\0';
+    ok = tool_parse_ulong(rate, STREAM_RATE_MAX, &r) == 0 && r > 0 &&
+         (!comma ||
+          (tool_parse_ulong(comma + 1, STREAM_RATE_MAX, &b) == 0 && b > 0));
+  }
+  if (!ok) {
+    fprintf(stderr,
+            "%s: --stream-rate needs PER_SECOND[,BURST] (new streams per "
+            "peer, each from 1 to %lu) or off, not \"%s\"\n",
+            tool_log_prog(), STREAM_RATE_MAX, v);
+    return -1;
+  }
+  a->stream_rate = r;
+  a->stream_burst = b;
+  a->stream_rate_off = 0;
+  return 1;
+}
+
 int tool_sec_parse_arg(int argc, char **argv, int *i, tool_sec_args *a) {
   static const struct {
     const char *name, *what;
@@ -277,6 +317,9 @@ int tool_sec_parse_arg(int argc, char **argv, int *i, tool_sec_args *a) {
     }
     return 1;
   }
+  nrv = tool_arg_value(argc, argv, i, "--stream-rate", &n);
+  if (nrv != 0)
+    return nrv < 0 ? -1 : parse_stream_rate(n, a);
   for (size_t k = 0; k < sizeof(files) / sizeof(files[0]); k++) {
     const char *v;
     int rv = tool_arg_value(argc, argv, i, files[k].name, &v);

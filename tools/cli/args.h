@@ -8,6 +8,7 @@
 #define TOOLS_ARGS_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "util/log.h" /* TOOL_PRINTF */
@@ -97,7 +98,10 @@ int tool_path_safe(const char *rel);
  * --allow ID, --deny ID (repeatable), --access-list FILE,
  * --allow-cleartext and --max-streams-per-connection N (a listener's
  * limit on one connection's concurrent calls; 0: the transport's default,
- * 1024). Strings are borrowed from argv.
+ * 1024), --stream-rate PER_S[,BURST] or "off" (a listener's new streams
+ * per peer: 0 each is the default, 100/s after a burst of 100;
+ * |stream_rate_off| 1: no per-peer limit). Strings are borrowed from
+ * argv.
  */
 typedef struct tool_sec_args {
   const char *tls_cert, *tls_key, *tls_ca, *tls_server_name;
@@ -105,6 +109,8 @@ typedef struct tool_sec_args {
   const char *access_list;
   int allow_cleartext;
   unsigned long max_streams_per_connection;
+  unsigned long stream_rate, stream_burst;
+  int stream_rate_off;
 } tool_sec_args;
 
 /*
@@ -113,6 +119,11 @@ typedef struct tool_sec_args {
  * error (reported on stderr as "PROG: ..."), -2 when out of memory.
  */
 int tool_sec_parse_arg(int argc, char **argv, int *i, tool_sec_args *a);
+
+/* The library's per-peer stream rate options of --stream-rate: 0 (the
+ * default) each, or the values given; "off": a rate of UINT32_MAX. */
+void tool_sec_stream_rate(const tool_sec_args *a, uint32_t *rate,
+                          uint32_t *burst);
 
 /* Any --tls-* file given. */
 int tool_sec_tls(const tool_sec_args *a);

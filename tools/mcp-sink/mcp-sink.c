@@ -100,6 +100,7 @@ static void usage(FILE *f) {
         "                [--tls-server-name NAME] [--allow ID]... [--deny ID]...\n"
         "                [--access-list FILE] [--allow-cleartext]\n"
         "                [--max-streams-per-connection N]\n"
+        "                [--stream-rate PER_S[,BURST]|off]\n"
         "                [--sync-warn SECONDS] [--sync-timeout SECONDS]\n"
         "                [--descriptor-set FILE]...\n"
         "       " TOOL_SINK_PROTO_SYNOPSIS
@@ -180,6 +181,13 @@ static void usage(FILE *f) {
         "                        may hold at once (default 1024; h2 refuses\n"
         "                        more with RESOURCE_EXHAUSTED, gRPC core\n"
         "                        queues them)\n"
+        "  --stream-rate PER_S[,BURST]  --listen: new streams one peer (its\n"
+        "                        verified identity, else its address) may\n"
+        "                        open: PER_S a second after a burst of\n"
+        "                        BURST (default 100,100); past it a stream\n"
+        "                        waits for a token, or past a quarter of the\n"
+        "                        burst waiting is refused RESOURCE_EXHAUSTED;\n"
+        "                        off: no per-peer limit\n"
         "  --version             print the library version and exit\n"
         "  --descriptor-set FILE message types (a FileDescriptorSet) added to "
         "Istio 1.6's,\n"
@@ -976,6 +984,7 @@ int main(int argc, char **argv) {
       .on_refused = on_refused,
       .max_streams_per_connection = (int)sec.max_streams_per_connection,
   };
+  tool_sec_stream_rate(&sec, &eo.peer_stream_rate, &eo.peer_stream_burst);
   errno = 0; /* the transport sets it when it cannot bind */
   if ((rv = app.tp->sink_new(&app.ep, &app.loop, &eo, app.state)) < 0) {
     log_error("cannot %s %s: %s", listen ? "listen on" : "dial", address,

@@ -152,6 +152,7 @@ static void usage(FILE *f) {
           "                  [--tls-server-name NAME] [--allow ID]... [--deny ID]...\n"
           "                  [--access-list FILE] [--allow-cleartext]\n"
           "                  [--max-streams-per-connection N]\n"
+          "                  [--stream-rate PER_S[,BURST]|off]\n"
           "                  [--descriptor-set FILE]... [--kind G/V/KIND=MESSAGE]...\n"
           "                  [--body typed|struct]\n"
           "                  [--api LIST] [--dns-zone ZONE]\n"
@@ -240,6 +241,13 @@ static void usage(FILE *f) {
           "  --max-streams-per-connection N  calls one connection may hold\n"
           "                     at once (default 1024; h2 refuses more with\n"
           "                     RESOURCE_EXHAUSTED, gRPC core queues them)\n"
+          "  --stream-rate PER_S[,BURST]  new streams one peer (its\n"
+          "                     verified identity, else its address) may\n"
+          "                     open: PER_S a second after a burst of BURST\n"
+          "                     (default 100,100); a stream past it waits\n"
+          "                     for a token, or past a quarter of the burst\n"
+          "                     waiting is refused RESOURCE_EXHAUSTED; off:\n"
+          "                     no per-peer limit\n"
           "  --help             this text\n"
           "\n"
           "Exit status: 0 after SIGINT or SIGTERM, 1 on a runtime failure,\n"
@@ -262,6 +270,7 @@ static void on_core_event(const mcp_event *ev, void *ud) {
     break;
   case MCP_EVENT_PUSH:
     atomic_fetch_add(&a->mcp_pushes, 1);
+    tool_peerlog_push(a->peerlog, ev->collection, ev->bytes, a->tp->now());
     log_debug("push %s nonce %s version %s: %zu resources, %zu removed%s",
               ev->collection, ev->nonce, ev->version, ev->nresources,
               ev->nremoved, ev->incremental ? " (incremental)" : "");
@@ -332,10 +341,13 @@ static void on_stream(int opened, const tool_stream_info *info, void *ud) {
   }
   tool_ops_stream(a->ops, opened, info);
   /* Accepted streams log a few lines per peer and window (peerlog.h). */
+  int reset = !opened && info->status == 1; /* CANCELLED */
   int quiet = !info->dialed &&
-              !tool_peerlog_stream(a->peerlog, info->peer, opened,
-                                   info->status == 1 /* CANCELLED */,
-                                   a->tp->now());
+              !tool_peerlog_stream(
+                  a->peerlog, info->peer, opened,
+                  (reset ? TOOL_PEERLOG_RESET : 0) |
+                      (reset && info->received ? TOOL_PEERLOG_ASKED : 0),
+                  a->tp->now());
   if (opened) {
     if (info->dialed)
       log_debug("stream %llu: dialing %s", (unsigned long long)info->id,
@@ -1717,6 +1729,7 @@ int main(int argc, char **argv) {
       .nservices = app.nservices,
       .no_mcp = !(app.apis & API_MCP),
   };
+  tool_sec_stream_rate(&args.sec, &eo.peer_stream_rate, &eo.peer_stream_burst);
   uv_loop_init(&app.loop);
   errno = 0; /* the transport sets it when it cannot bind */
   if ((rv = app.tp->source_new(&app.ep, &app.loop, &eo, &sopts)) < 0) {

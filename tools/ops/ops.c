@@ -27,7 +27,8 @@ struct tool_ops {
   ops_metrics *m;
   ops_metric *clients, *acks, *nacks, *send_failures, *recv_failures,
       *reconnections, *sizes, *stale, *pushes, *latency, *sent_bytes,
-      *streams, *refused;
+      *streams, *refused, *rate_limited;
+  uint64_t rate_seen[2]; /* delayed, refused: counted so far (main thread) */
   atomic_int ready;
   /* Main thread. */
   const tool_transport *tp;
@@ -47,6 +48,7 @@ struct tool_ops {
 static const char *const L_COLLECTION[] = {"collection"};
 static const char *const L_COLLECTION_CODE[] = {"collection", "code"};
 static const char *const L_CODE[] = {"code"};
+static const char *const L_OUTCOME[] = {"outcome"};
 
 const char *tool_ops_code_name(int code, char *buf, size_t len) {
   static const char *const names[] = {
@@ -143,9 +145,15 @@ static int register_metrics(tool_ops *o) {
       "authorization 16 UNAUTHENTICATED, 7 PERMISSION_DENIED; admission), "
       "per gRPC status code.",
       L_CODE, 1);
+  o->rate_limited = ops_metrics_counter(
+      m, "mcp_streams_rate_limited_total",
+      "New streams past their peer's rate (--stream-rate; listening side): "
+      "outcome=\"delayed\" waited for a token, outcome=\"refused\" ended "
+      "with RESOURCE_EXHAUSTED.",
+      L_OUTCOME, 1);
   if (!(o->clients && o->acks && o->nacks && o->send_failures &&
         o->recv_failures && o->reconnections && o->sizes && o->pushes &&
-        o->streams && o->refused))
+        o->streams && o->refused && o->rate_limited))
     return -1;
   if (!source)
     return 0;
@@ -857,6 +865,23 @@ static const struct route {
 } routes[] = {{"/metrics", 0},   {"/debug/syncz", 0}, {"/debug/journal", 1},
               {"/healthz", 0},   {"/readyz", 0},      {"/", 0}};
 
+/* The transport's per-peer rate counters into the metric, at each scrape
+ * (main thread). */
+static void rate_limited_update(tool_ops *o) {
+  uint64_t now[2];
+  if (!o->tp || !o->ep || !o->tp->rate_limited ||
+      o->tp->rate_limited(o->ep, &now[0], &now[1]) < 0)
+    return;
+  static const char *const outcome[2] = {"delayed", "refused"};
+  for (int i = 0; i < 2; i++) {
+    if (now[i] > o->rate_seen[i]) {
+      const char *lv[] = {outcome[i]};
+      ops_metric_add(o->rate_limited, lv, (double)(now[i] - o->rate_seen[i]));
+      o->rate_seen[i] = now[i];
+    }
+  }
+}
+
 void tool_ops_set_page(tool_ops *o, const char *path, ops_http_fn fn,
                        void *ud) {
   o->page_path = path;
@@ -895,6 +920,7 @@ void tool_ops_http(const char *method, const char *path, ops_http_reply *r,
     return;
   }
   if (strcmp(rt->path, "/metrics") == 0) {
+    rate_limited_update(o);
     r->status = 200;
     r->content_type = OPS_METRICS_CONTENT_TYPE;
     if (ops_metrics_render(o->m, &r->body) != 0)

@@ -134,6 +134,10 @@ static void fill_opts(mcp_grpc_options *go, const tool_endpoint_options *o,
   go->user_data = ctx;
   if (o->max_streams_per_connection > 0)
     go->max_concurrent_streams = o->max_streams_per_connection;
+  if (o->peer_stream_rate)
+    go->peer_stream_rate = o->peer_stream_rate;
+  if (o->peer_stream_burst)
+    go->peer_stream_burst = o->peer_stream_burst;
   /* TLS when any file is set (the programs ran tls_check() first); the
    * access list decides on the peer's verified identities. */
   go->tls = tls_opts(&o->tls);
@@ -223,6 +227,18 @@ static int source_streams(void *ep, tool_stream_fn fn, void *ud) {
 static int sink_streams(void *ep, tool_stream_fn fn, void *ud) {
   tool_shim_walk w = {fn, ud};
   return mcp_grpc_sink_streams(((grpc_ep *)ep)->sink, walk_fn, &w);
+}
+
+static int rate_limited(void *p, uint64_t *delayed, uint64_t *refused) {
+  grpc_ep *ep = p;
+  mcp_grpc_stats st;
+  int rv = ep->src ? mcp_grpc_source_stats(ep->src, &st)
+                   : mcp_grpc_sink_stats(ep->sink, &st);
+  if (rv < 0)
+    return rv;
+  *delayed = st.peer_rate_delayed;
+  *refused = st.refused_peer_rate;
+  return 0;
 }
 
 static int sink_call(void *ep, tool_state_fn fn, void *ud) {

@@ -209,6 +209,10 @@ static void fill_opts(mcp_h2c_options *ho, const tool_endpoint_options *o,
   ho->user_data = ep;
   if (o->max_streams_per_connection > 0)
     ho->max_streams_per_connection = o->max_streams_per_connection;
+  if (o->peer_stream_rate)
+    ho->peer_stream_rate = o->peer_stream_rate;
+  if (o->peer_stream_burst)
+    ho->peer_stream_burst = o->peer_stream_burst;
   /* TLS when any file is set (the programs ran tls_check() first); the
    * access list decides on the peer's verified identities. */
   ho->tls.cert_file = o->tls.cert_file;
@@ -305,6 +309,18 @@ static int source_streams(void *ep, tool_stream_fn fn, void *ud) {
 static int sink_streams(void *ep, tool_stream_fn fn, void *ud) {
   tool_shim_walk w = {fn, ud};
   return mcp_h2c_sink_streams(((h2c_ep *)ep)->sink, walk_fn, &w);
+}
+
+static int rate_limited(void *p, uint64_t *delayed, uint64_t *refused) {
+  h2c_ep *ep = p;
+  mcp_h2c_stats st;
+  int rv = ep->src ? mcp_h2c_source_stats(ep->src, &st)
+                   : mcp_h2c_sink_stats(ep->sink, &st);
+  if (rv < 0)
+    return rv;
+  *delayed = st.peer_rate_delayed;
+  *refused = st.refused_peer_rate;
+  return 0;
 }
 
 /* mcp_h2c_sink_call() is for other threads: here the state is ours. */

@@ -116,7 +116,7 @@ void tool_shim_stats_add(tool_sink_stream_stats *st, mcp_sink_session *sink,
   .sink_new = sink_new, .sink_port = sink_port, .sink_stats = sink_stats,     \
   .sink_finish = sink_finish, .sink_del = sink_del,                           \
   .source_streams = source_streams, .sink_streams = sink_streams,             \
-  .sink_call = sink_call
+  .sink_call = sink_call, .rate_limited = rate_limited
 /* The security rows of a transport with TLS (static functions of these
  * names in the shim). */
 #define TOOL_SHIM_SECURITY_ROWS                                               \

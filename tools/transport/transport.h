@@ -115,6 +115,10 @@ typedef struct tool_endpoint_options {
    * h2 refuses a call beyond with RESOURCE_EXHAUSTED; gRPC core announces
    * it as SETTINGS_MAX_CONCURRENT_STREAMS, past which clients queue. */
   int max_streams_per_connection;
+  /* LISTEN: new streams per peer (the transports' peer_stream_rate /
+   * peer_stream_burst; 0: the default, 100/s after a burst of 100;
+   * UINT32_MAX rate: no limit). */
+  uint32_t peer_stream_rate, peer_stream_burst;
 } tool_endpoint_options;
 
 /* A function run where a client's protocol lives (client_run). */
@@ -177,6 +181,10 @@ typedef struct tool_transport {
   int (*source_streams)(void *ep, tool_stream_fn fn, void *ud);
   int (*sink_streams)(void *ep, tool_stream_fn fn, void *ud);
   int (*sink_call)(void *ep, tool_state_fn fn, void *ud);
+  /* LISTEN, from the main thread: new streams that waited for their
+   * peer's token and those refused past it so far (the transports'
+   * peer_rate_delayed / refused_peer_rate). Negative on failure. */
+  int (*rate_limited)(void *ep, uint64_t *delayed, uint64_t *refused);
 
   /*
    * Security (NULL in a transport without TLS; both have it now). From

@@ -4,6 +4,7 @@
 #include "util/peerlog.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,11 +12,13 @@
 
 #define KEY_MAX 200
 #define MAX_PEERS 4096 /* beyond, new peers log as if unlimited */
+#define TOLD_MAX 4096  /* peers warned of failing streams, remembered */
+#define GRPC_DEFAULT_RECV_MAX (4u << 20)
 
 typedef struct entry {
   char key[KEY_MAX]; /* "" when free */
   uint64_t start;    /* the window's start */
-  uint64_t opened, closed, reset, logged, suppressed;
+  uint64_t opened, closed, reset, failing, logged, suppressed;
 } entry;
 
 struct tool_peerlog {
@@ -24,6 +27,14 @@ struct tool_peerlog {
   uint64_t window;
   entry *v;
   size_t cap, n;
+  /* The largest push of the current window. */
+  char big_coll[KEY_MAX];
+  size_t big_bytes;
+  uint64_t big_at;
+  /* Hashes of the peers warned of failing streams (0: free); cleared
+   * when full. */
+  uint64_t told[TOLD_MAX];
+  size_t ntold;
 };
 
 tool_peerlog *tool_peerlog_new(size_t per_window, uint64_t window) {
@@ -71,6 +82,59 @@ static size_t hash(const char *s) {
   for (; *s; s++)
     h = (h ^ (unsigned char)*s) * 1099511628211u;
   return h;
+}
+
+/* 1 the first time |key| is seen (it is then remembered). */
+static int tell_once(tool_peerlog *pl, const char *key) {
+  uint64_t h = (uint64_t)hash(key) | 1; /* never 0 */
+  if (pl->ntold * 2 >= TOLD_MAX) {
+    memset(pl->told, 0, sizeof(pl->told));
+    pl->ntold = 0;
+  }
+  size_t i = (size_t)(h % TOLD_MAX);
+  for (; pl->told[i]; i = (i + 1) % TOLD_MAX)
+    if (pl->told[i] == h)
+      return 0;
+  pl->told[i] = h;
+  pl->ntold++;
+  return 1;
+}
+
+/* The warning of tool_peerlog_stream() (peerlog.h). */
+static void warn_failing(tool_peerlog *pl, const entry *e, uint64_t now) {
+  unsigned long long secs = (now - e->start) / 1000000000u + 1;
+  if (!pl->big_bytes)
+    log_warn("peer %s: %llu streams in %llu s were reset by the client "
+             "after asking; the sink's log says why it fails",
+             e->key, (unsigned long long)e->failing, secs);
+  else if (pl->big_bytes > GRPC_DEFAULT_RECV_MAX)
+    log_warn("peer %s: %llu streams in %llu s were reset by the client "
+             "after asking; the largest push lately was %s (%.1f MB): a "
+             "gRPC receive limit (4 MiB by default) below that is the "
+             "likely cause; raise it on the sink (Istio: --mcpMaxMsgSize). "
+             "Its new streams are paced at --stream-rate.",
+             e->key, (unsigned long long)e->failing, secs, pl->big_coll,
+             (double)pl->big_bytes / 1e6);
+  else
+    log_warn("peer %s: %llu streams in %llu s were reset by the client "
+             "after asking; the largest push lately was %s (%zu bytes); "
+             "the sink's log says why it fails",
+             e->key, (unsigned long long)e->failing, secs, pl->big_coll,
+             pl->big_bytes);
+}
+
+void tool_peerlog_push(tool_peerlog *pl, const char *collection,
+                       size_t bytes, uint64_t now) {
+  if (!pl)
+    return;
+  pthread_mutex_lock(&pl->mu);
+  if (bytes >= pl->big_bytes || now - pl->big_at >= pl->window) {
+    snprintf(pl->big_coll, sizeof(pl->big_coll), "%s",
+             collection ? collection : "");
+    pl->big_bytes = bytes;
+    pl->big_at = now;
+  }
+  pthread_mutex_unlock(&pl->mu);
 }
 
 static void summarise(tool_peerlog *pl, const entry *e) {
@@ -131,7 +195,7 @@ static int grow(tool_peerlog *pl) {
 }
 
 int tool_peerlog_stream(tool_peerlog *pl, const char *peer, int opened,
-                        int reset, uint64_t now) {
+                        int flags, uint64_t now) {
   if (!pl)
     return 1;
   char key[KEY_MAX];
@@ -168,7 +232,11 @@ int tool_peerlog_stream(tool_peerlog *pl, const char *peer, int opened,
     e->opened++;
   else {
     e->closed++;
-    e->reset += reset != 0;
+    e->reset += (flags & TOOL_PEERLOG_RESET) != 0;
+    if ((flags & (TOOL_PEERLOG_RESET | TOOL_PEERLOG_ASKED)) ==
+            (TOOL_PEERLOG_RESET | TOOL_PEERLOG_ASKED) &&
+        ++e->failing == TOOL_PEERLOG_FAILING_MIN && tell_once(pl, key))
+      warn_failing(pl, e, now);
   }
   if (e->logged < pl->per_window)
     e->logged++;
