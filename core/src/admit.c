@@ -265,13 +265,13 @@ static void peer_take_token(const mcp_admit *a, peer *p) {
     p->tokens -= 1.0;
 }
 
-/* When |p| has its next token. */
-static mcp_tstamp peer_token_time(const mcp_admit *a, const peer *p) {
-  double missing = 1.0 - p->tokens;
+/* When a bucket holding |tokens| at |at|, refilled at |rate| per second,
+ * has a whole one. */
+static mcp_tstamp token_time(double tokens, mcp_tstamp at, uint32_t rate) {
+  double missing = 1.0 - tokens;
   if (missing <= 0)
-    return p->tokens_at;
-  return p->tokens_at +
-         (mcp_tstamp)(missing * 1e9 / (double)a->o.peer_stream_rate) + 1;
+    return at;
+  return at + (mcp_tstamp)(missing * 1e9 / (double)rate) + 1;
 }
 
 static void idle_unlink(mcp_admit *a, peer *p) {
@@ -787,17 +787,15 @@ mcp_tstamp mcp_admit_get_expiry(const mcp_admit *a) {
       at = d;
     /* When the listener's next token is there and a waiting peer has one
      * of its own (the later of the two). */
-    mcp_tstamp tok = a->tokens_at;
-    if (rate_limited(a)) {
-      double missing = 1.0 - a->tokens;
-      if (missing > 0)
-        tok += (mcp_tstamp)(missing * 1e9 / (double)a->o.stream_rate) + 1;
-    }
+    mcp_tstamp tok =
+        rate_limited(a) ? token_time(a->tokens, a->tokens_at, a->o.stream_rate)
+                        : a->tokens_at;
     if (peer_rate_limited(a)) {
       mcp_tstamp ptok = MCP_TSTAMP_MAX;
       const peer *p = a->ring[Q_RATE];
       do { /* at most |stream_burst| waiting peers */
-        mcp_tstamp pt = peer_token_time(a, p);
+        mcp_tstamp pt =
+            token_time(p->tokens, p->tokens_at, a->o.peer_stream_rate);
         if (pt < ptok)
           ptok = pt;
         p = p->rnext[Q_RATE];

@@ -229,17 +229,9 @@ static int sink_streams(void *ep, tool_stream_fn fn, void *ud) {
   return mcp_grpc_sink_streams(((grpc_ep *)ep)->sink, walk_fn, &w);
 }
 
-static int rate_limited(void *p, uint64_t *delayed, uint64_t *refused) {
-  grpc_ep *ep = p;
-  mcp_grpc_stats st;
-  int rv = ep->src ? mcp_grpc_source_stats(ep->src, &st)
-                   : mcp_grpc_sink_stats(ep->sink, &st);
-  if (rv < 0)
-    return rv;
-  *delayed = st.peer_rate_delayed;
-  *refused = st.refused_peer_rate;
-  return 0;
-}
+/* The per-peer rate's counters (tools/ops' metric). */
+TOOL_SHIM_DEFINE_RATE_LIMITED(grpc_ep, mcp_grpc_stats, mcp_grpc_source_stats,
+                              mcp_grpc_sink_stats)
 
 static int sink_call(void *ep, tool_state_fn fn, void *ud) {
   return mcp_grpc_sink_call(((grpc_ep *)ep)->sink, fn, ud);

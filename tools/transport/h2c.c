@@ -311,17 +311,9 @@ static int sink_streams(void *ep, tool_stream_fn fn, void *ud) {
   return mcp_h2c_sink_streams(((h2c_ep *)ep)->sink, walk_fn, &w);
 }
 
-static int rate_limited(void *p, uint64_t *delayed, uint64_t *refused) {
-  h2c_ep *ep = p;
-  mcp_h2c_stats st;
-  int rv = ep->src ? mcp_h2c_source_stats(ep->src, &st)
-                   : mcp_h2c_sink_stats(ep->sink, &st);
-  if (rv < 0)
-    return rv;
-  *delayed = st.peer_rate_delayed;
-  *refused = st.refused_peer_rate;
-  return 0;
-}
+/* The per-peer rate's counters (tools/ops' metric). */
+TOOL_SHIM_DEFINE_RATE_LIMITED(h2c_ep, mcp_h2c_stats, mcp_h2c_source_stats,
+                              mcp_h2c_sink_stats)
 
 /* mcp_h2c_sink_call() is for other threads: here the state is ours. */
 static int sink_call(void *p, tool_state_fn fn, void *ud) {

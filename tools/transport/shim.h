@@ -100,6 +100,21 @@ typedef struct tool_shim_walk {
     w->fn(&ti, w->ud);                                                        \
   }
 
+/* rate_limited() of a shim whose endpoint type |ep_type| holds |src| or
+ * |sink|, read with the library's stats functions. */
+#define TOOL_SHIM_DEFINE_RATE_LIMITED(ep_type, stats_type, src_stats,         \
+                                      sink_stats_fn)                          \
+  static int rate_limited(void *p, uint64_t *delayed, uint64_t *refused) {    \
+    ep_type *ep = p;                                                          \
+    stats_type st;                                                            \
+    int rv = ep->src ? src_stats(ep->src, &st) : sink_stats_fn(ep->sink, &st); \
+    if (rv < 0)                                                               \
+      return rv;                                                              \
+    *delayed = st.peer_rate_delayed;                                          \
+    *refused = st.refused_peer_rate;                                          \
+    return 0;                                                                 \
+  }
+
 /* sink_stats(): |st| says no stream is open, then the walk over the sink's
  * streams adds the one that holds the sink session (|sink| set): what it
  * has sent and whether an answer is still to go (the session wants to
