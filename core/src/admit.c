@@ -4,7 +4,6 @@
  * I/O, time is an argument. */
 #include <assert.h>
 #include <stddef.h>
-#include <stdio.h>
 
 #include "mcp_int.h"
 
@@ -397,6 +396,38 @@ static void peer_put(mcp_admit *a, peer *p) {
 
 /* ---- the object ---- */
 
+/* Appends |s| to |buf| at |*n| (the buffer is large enough: 160 bytes for
+ * the text and two 10-digit numbers). */
+static void put(char *buf, size_t *n, const char *s) {
+  size_t k = strlen(s);
+  memcpy(buf + *n, s, k);
+  *n += k;
+}
+
+static void put_u32(char *buf, size_t *n, uint32_t v) {
+  char d[10];
+  int k = 0;
+  do {
+    d[k++] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v);
+  while (k)
+    buf[(*n)++] = d[--k];
+}
+
+/* MCP_ADMIT_PEER_RATE's details, with the numbers in force (the core has
+ * no stdio). */
+static void peer_rate_details(mcp_admit *a) {
+  char *b = a->peer_rate_details;
+  size_t n = 0;
+  put(b, &n, "too many new streams from this peer: more than ");
+  put_u32(b, &n, a->o.peer_stream_rate);
+  put(b, &n, " per second after a burst of ");
+  put_u32(b, &n, a->o.peer_stream_burst);
+  put(b, &n, "; retry with backoff");
+  b[n] = '\0';
+}
+
 static int admit_new(mcp_admit **padmit, const mcp_admit_options *opts,
                      const mcp_mem *mem, mcp_tstamp ts);
 
@@ -437,11 +468,7 @@ static int admit_new(mcp_admit **padmit, const mcp_admit_options *opts,
   a->tokens = (double)a->o.stream_burst;
   a->tokens_at = ts;
   a->last_ts = ts;
-  snprintf(a->peer_rate_details, sizeof(a->peer_rate_details),
-           "too many new streams from this peer: more than %lu per second "
-           "after a burst of %lu; retry with backoff",
-           (unsigned long)a->o.peer_stream_rate,
-           (unsigned long)a->o.peer_stream_burst);
+  peer_rate_details(a);
   *padmit = a;
   return 0;
 }
