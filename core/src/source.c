@@ -39,7 +39,8 @@ typedef struct sub {
   uint64_t held_gen, pending_gen;
   mcp_tstamp t; /* push time when PENDING, else DIRTY since, else RETRY at */
   uint32_t coll; /* F_KNOWN: the collection's index in the store (a store
-                    frees its collections only with itself) */
+                    frees its collections only with itself; 2^32 of them
+                    would take a terabyte) */
   uint32_t pending_nonce;
   uint32_t pushes; /* acks = pushes - nacks - abandoned - (PENDING ? 1 : 0) */
   uint16_t flags;
@@ -102,9 +103,9 @@ typedef struct cfg {
  * never allocates (nor fails): two versions ("<epoch hex>-<generation>",
  * at most 37 bytes each) and the nonce as sent, "<number>" (at most 10).
  * On IncrementalAggregatedResources the nonce is "<number>:<type_url>":
- * then ibig, grown with the subscriptions, holds all three.
+ * then ibig, grown with the subscriptions, holds the nonce.
  */
-enum { IBUF_VER = 38, IBUF_FIXED = 2 * IBUF_VER + 12 };
+enum { IBUF_VER = 38, IBUF_FIXED = 2 * IBUF_VER + 11 };
 
 struct mcp_source_session {
   const cfg *c;
