@@ -934,8 +934,8 @@ static void bench_memory(void) {
           "(glibc chunks)", inflight);
 
   bu_result("stream_state_bytes", chunk > plus16 ? chunk : plus16, "bytes",
-            "per synced stream, 10 colls, incl. malloc overhead", "< 1024",
-            (chunk > plus16 ? chunk : plus16) < 1024.0);
+            "per synced stream, 10 colls, incl. malloc overhead", "<= 512",
+            (chunk > plus16 ? chunk : plus16) <= 512.0);
   bu_result("stream_state_bytes_requested", req, "bytes",
             "per synced stream, bytes requested (exact)", NULL, -1);
   bu_result("stream_state_blocks", blocks, "blocks",

@@ -1037,6 +1037,40 @@ START_TEST(nack_unrequested_collection_unimplemented_echoes_nonce) {
 }
 END_TEST
 
+/* NACKs of unrequested collections queue up to 64, are answered in order,
+ * and the queue works again once drained; a source that sends more before
+ * reading them ends the stream (LIMIT). */
+START_TEST(nack_queue_of_unrequested_collections_is_bounded_and_reusable) {
+  fx f;
+  fx_state(&f, 1, 0);
+  fx_open_drained(&f);
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < 64; ++i) {
+      char nonce[16];
+      snprintf(nonce, sizeof(nonce), "%d", round * 100 + i);
+      bb b;
+      bb_push(&b, "istio/other", nonce, 0, "sv");
+      f.sn.nev = 0; /* events are not what this test reads */
+      ck_assert_int_eq(feed(&f, &b), 0);
+    }
+    if (round == 0) {
+      bb b;
+      bb_push(&b, "istio/other", "65", 0, "sv");
+      ck_assert_int_eq(feed(&f, &b), MCP_ERR_LIMIT);
+    }
+    Req *r[64];
+    ck_assert_uint_eq(take(&f, r, 64), 64);
+    for (int i = 0; i < 64; ++i) {
+      char nonce[16];
+      snprintf(nonce, sizeof(nonce), "%d", round * 100 + i);
+      check_answer(r[i], "istio/other", nonce, MCP_CODE_UNIMPLEMENTED);
+    }
+    free_reqs(r, 64);
+  }
+  fx_close(&f);
+}
+END_TEST
+
 START_TEST(nack_trigger_collection_with_empty_nonce) {
   static const char *const trig[] = {MCP_TRIGGER_COLLECTION, ""};
   for (int k = 0; k < 2; ++k) {
@@ -1812,6 +1846,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, nack_string_not_utf8);
   tcase_add_test(tc, nack_create_time_nanos_out_of_range);
   tcase_add_test(tc, nack_unrequested_collection_unimplemented_echoes_nonce);
+  tcase_add_test(tc, nack_queue_of_unrequested_collections_is_bounded_and_reusable);
   tcase_add_test(tc, nack_trigger_collection_with_empty_nonce);
   tcase_add_test(tc, events_list_what_the_message_carried_and_drops_apart);
   tcase_add_test(tc, nack_lists_every_resource_duplicates_included);

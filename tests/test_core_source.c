@@ -1730,6 +1730,104 @@ START_TEST(test_source_status_reports_pending_and_acked) {
 }
 END_TEST
 
+/* A push the sink never answered because it asked again is counted once,
+ * as a push: neither ACKed nor NACKed. */
+START_TEST(test_source_status_counts_an_abandoned_push_as_neither_ack_nor_nack) {
+  fx *f = fx_open();
+  put(f, "c", "a", "v1", "A");
+  subscribe(f, "c", 0);
+  Res *r = push(f);
+  th_resources_free(r);
+  subscribe(f, "c", 0); /* asks again: push 1 is abandoned */
+  mcp_collection_status st = status(f, "c");
+  ck_assert_uint_eq(st.pushes, 1);
+  ck_assert_uint_eq(st.acks, 0);
+  ck_assert_uint_eq(st.nacks, 0);
+  ck_assert_str_eq(st.pending_nonce, "");
+  r = push(f);
+  ck_assert_str_eq(r->nonce, "2");
+  th_resources_free(r);
+  ack(f, "c", "1"); /* the abandoned one: stale */
+  ack(f, "c", "2");
+  st = status(f, "c");
+  ck_assert_uint_eq(st.pushes, 2);
+  ck_assert_uint_eq(st.acks, 1);
+  ck_assert_uint_eq(st.nacks, 0);
+  ck_assert_uint_eq(st.stale, 1);
+  fx_free(f);
+}
+END_TEST
+
+/* Counts live bytes, for the test below. */
+typedef struct live_mem {
+  mcp_mem mem;
+  size_t bytes;
+} live_mem;
+typedef struct live_hdr {
+  size_t n;
+  max_align_t pad;
+} live_hdr;
+static void *live_malloc(size_t n, void *ud) {
+  live_hdr *h = malloc(sizeof(live_hdr) + n);
+  if (!h) {
+    return NULL;
+  }
+  h->n = n;
+  ((live_mem *)ud)->bytes += n;
+  return h + 1;
+}
+static void live_free(void *p, void *ud) {
+  if (p) {
+    live_hdr *h = (live_hdr *)p - 1;
+    ((live_mem *)ud)->bytes -= h->n;
+    free(h);
+  }
+}
+static void *live_calloc(size_t k, size_t n, void *ud) {
+  void *p = live_malloc(k * n, ud);
+  return p ? memset(p, 0, k * n) : NULL;
+}
+static void *live_realloc(void *p, size_t n, void *ud) {
+  void *q = live_malloc(n, ud);
+  if (q && p) {
+    size_t old = ((live_hdr *)p - 1)->n;
+    memcpy(q, p, old < n ? old : n);
+    live_free(p, ud);
+  }
+  return q;
+}
+
+/* Streams made alike keep one copy of their options, in their store: a
+ * session adds nothing to the store's memory but the first of a kind, and
+ * the copy goes with the last session that uses it. */
+START_TEST(test_source_sessions_of_a_store_share_their_options) {
+  live_mem lm = {{&lm, live_malloc, live_free, live_calloc, live_realloc}, 0};
+  mcp_store *st = th_store(&lm.mem);
+  ck_assert_ptr_nonnull(st);
+  size_t base = lm.bytes;
+  mcp_source_options o;
+  mcp_source_options_default(&o);
+  o.store = st;
+  mcp_source_session *a, *b, *c;
+  ck_assert_int_eq(mcp_source_session_new(&a, &o, 0), 0);
+  size_t one = lm.bytes;
+  ck_assert_uint_gt(one, base);
+  ck_assert_int_eq(mcp_source_session_new(&b, &o, 0), 0);
+  ck_assert_uint_eq(lm.bytes, one); /* the same options: shared */
+  o.debounce = 5 * MS;
+  ck_assert_int_eq(mcp_source_session_new(&c, &o, 0), 0);
+  ck_assert_uint_eq(lm.bytes, 2 * one - base); /* other options: a copy */
+  mcp_source_session_del(a);
+  ck_assert_uint_eq(lm.bytes, 2 * one - base); /* b still uses it */
+  mcp_source_session_del(c);
+  ck_assert_uint_eq(lm.bytes, one);
+  mcp_source_session_del(b);
+  ck_assert_uint_eq(lm.bytes, base);
+  mcp_store_del(st);
+  ck_assert_uint_eq(lm.bytes, 0);
+}
+END_TEST
+
 START_TEST(test_source_events_report_request_push_ack_nack) {
   fx *f = fx_open();
   put(f, "c", "a", "v1", "A");
@@ -2117,6 +2215,8 @@ static Suite *source_suite(void) {
 
   tc = tcase_create("introspection");
   tcase_add_test(tc, test_source_status_reports_pending_and_acked);
+  tcase_add_test(tc, test_source_status_counts_an_abandoned_push_as_neither_ack_nor_nack);
+  tcase_add_test(tc, test_source_sessions_of_a_store_share_their_options);
   tcase_add_test(tc, test_source_events_report_request_push_ack_nack);
   suite_add_tcase(s, tc);
 

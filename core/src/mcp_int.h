@@ -295,9 +295,19 @@ struct mcp_store {
   mcp_coll **colls;
   size_t ncolls, cap;
   mcp_map coll_map;
+  struct mcp_shared *shared; /* mcp__store_share() */
 };
 
 mcp_coll *mcp__store_coll(const mcp_store *s, const char *name);
+/*
+ * Immutable blobs shared by the objects that use a store (the options of
+ * its source sessions): one refcounted copy per distinct content, so that
+ * a thousand streams made alike keep one. Returns the copy equal to
+ * |blob[0..len)| (8-byte aligned), or NULL for NOMEM. Same thread as the
+ * store; every share is paired with an unshare before mcp_store_del().
+ */
+const void *mcp__store_share(mcp_store *s, const void *blob, size_t len);
+void mcp__store_unshare(mcp_store *s, const void *p);
 /* The Any of a live entry: its type URL (|*tlen| bytes, not NUL-terminated)
  * and value (NULL when empty). */
 static inline void mcp__entry_body(const mcp_entry *e, const uint8_t **type,

@@ -68,7 +68,8 @@ typedef struct foreign {
 struct mcp_sink_session {
   mcp_sink_state *st;
   size_t recv_len; /* of the message being answered, for events */
-  foreign q[FOREIGN_MAX];
+  foreign *q; /* FOREIGN_MAX, while some are queued (rare: 1 KiB a stream
+                 would otherwise hold for nothing) */
   size_t nq;
   size_t rr;
   mcp_tstamp last_ts;
@@ -292,6 +293,7 @@ void mcp_sink_session_del(mcp_sink_session *s) {
     mcp__free(&st->mem, s->q[i].collection);
     mcp__free(&st->mem, s->q[i].nonce);
   }
+  mcp__free(&st->mem, s->q);
   for (size_t i = 0; i < st->ncolls; ++i) {
     answer_clear(&st->mem, &st->colls[i]);
     st->colls[i].out = 0;
@@ -320,6 +322,9 @@ static int queue_foreign(mcp_sink_session *s, const envelope *env, work *w) {
   mcp_sink_state *st = s->st;
   if (s->nq == FOREIGN_MAX) {
     return MCP_ERR_LIMIT; /* a source that ignores our NACKs */
+  }
+  if (!s->q && !(s->q = mcp__malloc(&st->mem, FOREIGN_MAX * sizeof(foreign)))) {
+    return MCP_ERR_NOMEM;
   }
   char vmsg[8];
   int rv = validate(st, w, vmsg, sizeof(vmsg)); /* only for the event's lists */
@@ -933,6 +938,10 @@ int mcp_sink_session_next(mcp_sink_session *s, mcp_msg **pmsg) {
     mcp__free(m, f->collection);
     mcp__free(m, f->nonce);
     memmove(&s->q[0], &s->q[1], --s->nq * sizeof(foreign));
+    if (!s->nq) {
+      mcp__free(m, s->q);
+      s->q = NULL;
+    }
     return 1;
   }
   for (size_t k = 0; k < st->ncolls; ++k) {

@@ -29,18 +29,20 @@ enum {
   F_KNOWN = 1 << 9        /* u.coll is set; else u.name is ours */
 };
 
-/* One collection on this stream. Kept small: a synced stream is mostly an
- * array of these. */
+/*
+ * One collection on this stream: 40 bytes, since a synced stream is mostly
+ * an array of these. What most subscriptions never need (a NACK, stale
+ * answers, an abandoned push, the name of a collection the store lacks)
+ * lives in an xsub, allocated at the first such event.
+ */
 typedef struct sub {
-  union {
-    mcp_coll *coll;
-    char *name;
-  } u;
   uint64_t held_gen, pending_gen;
   mcp_tstamp t; /* push time when PENDING, else DIRTY since, else RETRY at */
-  struct nack *nack; /* the last NACK, allocated at the first */
+  uint32_t coll; /* F_KNOWN: the collection's index in the store (a store
+                    frees its collections only with itself; 2^32 of them
+                    would take a terabyte) */
   uint32_t pending_nonce;
-  uint32_t pushes, acks, nacks, stale;
+  uint32_t pushes; /* acks = pushes - nacks - abandoned - (PENDING ? 1 : 0) */
   uint16_t flags;
   uint8_t retries;
 } sub;
@@ -50,6 +52,15 @@ typedef struct nack {
   int32_t code;
   char msg[];
 } nack;
+
+/* The rarer state of subscription |sub|, in a list (few per stream). */
+typedef struct xsub {
+  struct xsub *next;
+  uint32_t sub;
+  uint32_t nacks, stale, abandoned;
+  char *name;  /* !F_KNOWN: the collection's name (ours) */
+  nack *nack;  /* the last NACK, or NULL */
+} xsub;
 
 /* The versions a resuming sink holds, until it ACKs a push. */
 typedef struct resume {
@@ -61,9 +72,13 @@ typedef struct resume {
 
 typedef mcp_codec codec;
 
-struct mcp_source_session {
+/*
+ * The options as kept: every session made with the same options shares
+ * one copy, interned in the default store (mcp__store_share); a session
+ * without a default store has its own.
+ */
+typedef struct cfg {
   mcp_mem mem;
-  mcp_store *store; /* chosen at the first request */
   mcp_store *default_store;
   mcp_select_store_cb select_store;
   void *select_ud;
@@ -73,40 +88,83 @@ struct mcp_source_session {
   int (*version_reached)(const char *, const char *, void *);
   void *version_reached_ud;
   mcp_tstamp catchup_timeout;
-  uint64_t rate, burst;   /* requests per second; bucket size */
-  uint64_t tokens;        /* in thousandths of a request */
-  mcp_tstamp tokens_ts;   /* when |tokens| was last refilled */
+  uint64_t rate, burst; /* requests per second; bucket size */
   mcp_event_cb on_event;
   void *user_data;
-  mcp_sink_node node; /* strings in node_arena */
-  char *node_arena;
-  sub *subs;
-  char **keys; /* aggregated services: the type_url of each sub */
-  size_t nsubs, cap;
-  size_t seen_ncolls;
-  size_t rr; /* round-robin cursor */
-  resume *resumes;
-  char *ibuf; /* collection_status() strings; see grow_ibuf() */
-  size_t icap;
-  mcp_tstamp last_ts;
-  /* Small fields last, packed. */
   uint32_t max_collections, max_initial, max_node_ann, max_name, max_version;
   uint32_t max_node_id, max_node_key, max_node_value, max_node_bytes;
   uint32_t retry_codes; /* bit per google.rpc code */
+  uint32_t service;     /* mcp_service */
+  uint32_t send_trigger;
+} cfg;
+
+/*
+ * collection_status() writes its strings here, so that reading a status
+ * never allocates (nor fails): two versions ("<epoch hex>-<generation>",
+ * at most 37 bytes each) and the nonce as sent, "<number>" (at most 10).
+ * On IncrementalAggregatedResources the nonce is "<number>:<type_url>":
+ * then ibig, grown with the subscriptions, holds the nonce.
+ */
+enum { IBUF_VER = 38, IBUF_FIXED = 2 * IBUF_VER + 11 };
+
+struct mcp_source_session {
+  const cfg *c;
+  mcp_store *store;    /* chosen at the first request */
+  mcp_sink_node *node; /* and its strings, one block; NULL before */
+  sub *subs;
+  char **keys; /* aggregated services: the type_url of each sub */
+  xsub *xs;
+  resume *resumes;
+  char *ibig; /* see IBUF_FIXED */
+  uint64_t tokens;      /* in thousandths of a request */
+  mcp_tstamp tokens_ts; /* when |tokens| was last refilled */
+  mcp_tstamp last_ts;
+  uint32_t nsubs, seen_ncolls, rr; /* rr: round-robin cursor */
   uint32_t next_nonce;
   uint32_t stale_unknown; /* stale requests for collections never asked */
-  mcp_service service;
+  uint32_t ibig_cap;
   uint8_t trigger_pending;
-  uint8_t have_node;
+  char ibuf[IBUF_FIXED];
 };
 
-static const char *sub_name(const sub *u) {
-  return u->flags & F_KNOWN ? u->u.coll->name : u->u.name;
+static const mcp_sink_node empty_node = {.id = ""};
+
+static mcp_coll *sub_coll(const mcp_source_session *s, const sub *u) {
+  return s->store->colls[u->coll];
+}
+
+static xsub *x_find(const mcp_source_session *s, size_t i) {
+  xsub *x = s->xs;
+  while (x && x->sub != i) {
+    x = x->next;
+  }
+  return x;
+}
+
+/* The xsub of subscription |i|, made if needed; NULL: NOMEM. */
+static xsub *x_get(mcp_source_session *s, size_t i) {
+  xsub *x = x_find(s, i);
+  if (!x && (x = mcp__calloc(&s->c->mem, 1, sizeof(*x)))) {
+    x->sub = (uint32_t)i;
+    x->next = s->xs;
+    s->xs = x;
+  }
+  return x;
+}
+
+/* The generation |u| last had NACKed (F_NACKED only). */
+static uint64_t nacked_gen(const mcp_source_session *s, const sub *u) {
+  return x_find(s, (size_t)(u - s->subs))->nack->gen;
+}
+
+static const char *sub_name(const mcp_source_session *s, const sub *u) {
+  return u->flags & F_KNOWN ? sub_coll(s, u)->name
+                            : x_find(s, (size_t)(u - s->subs))->name;
 }
 
 /* What the sink calls the subscription: the collection, or the type_url. */
 static const char *sub_key(const mcp_source_session *s, size_t i) {
-  return s->keys ? s->keys[i] : sub_name(&s->subs[i]);
+  return s->keys ? s->keys[i] : sub_name(s, &s->subs[i]);
 }
 
 static void check_ts(mcp_source_session *s, mcp_tstamp ts) {
@@ -115,9 +173,9 @@ static void check_ts(mcp_source_session *s, mcp_tstamp ts) {
 }
 
 static void emit(mcp_source_session *s, mcp_event *ev) {
-  if (s->on_event) {
-    ev->node = &s->node;
-    s->on_event(ev, s->user_data);
+  if (s->c->on_event) {
+    ev->node = s->node ? s->node : &empty_node;
+    s->c->on_event(ev, s->c->user_data);
   }
 }
 
@@ -159,7 +217,7 @@ static uint32_t parse_nonce(const mcp_source_session *s, const char *p,
       return 0;
     }
   }
-  if (s->service == MCP_SERVICE_AGGREGATED_INCREMENTAL) {
+  if (s->c->service == MCP_SERVICE_AGGREGATED_INCREMENTAL) {
     return *p == ':' && strcmp(p + 1, key) == 0 ? (uint32_t)n : 0;
   }
   return *p ? 0 : (uint32_t)n;
@@ -190,6 +248,19 @@ void mcp_source_options_default_versioned(int version,
 
 static int session_new(mcp_source_session **ps, const mcp_source_options *opts,
                        mcp_tstamp ts);
+
+/* Drops a session's hold on its options (NULL: none). */
+static void cfg_release(const cfg *c) {
+  if (!c) {
+    return;
+  }
+  if (c->default_store) {
+    mcp__store_unshare(c->default_store, c);
+  } else {
+    mcp_mem m = c->mem;
+    mcp__free(&m, (void *)(uintptr_t)c);
+  }
+}
 
 int mcp_source_session_new_versioned(mcp_source_session **ps, int version,
                                      const mcp_source_options *opts,
@@ -222,55 +293,67 @@ static int session_new(mcp_source_session **ps, const mcp_source_options *opts,
   } else {
     codes = 1u << MCP_CODE_UNAVAILABLE;
   }
-  mcp_mem mem;
-  mcp__mem_init(&mem, opts->mem);
-  mcp_source_session *s = mcp__calloc(&mem, 1, sizeof(*s));
+  cfg k;
+  memset(&k, 0, sizeof(k)); /* padding too: configs are compared whole */
+  mcp__mem_init(&k.mem, opts->mem);
+  k.service = opts->service;
+  k.send_trigger = opts->send_trigger != 0;
+  k.default_store = opts->store;
+  k.select_store = opts->select_store;
+  k.select_ud = opts->select_store_user_data;
+  k.collection_for_type = opts->collection_for_type;
+  k.collection_for_type_ud = opts->collection_for_type_user_data;
+  k.debounce = opts->debounce;
+  k.max_delay = opts->max_delay;
+  k.retry_initial = opts->nack_retry_initial;
+  k.retry_max = opts->nack_retry_max ? opts->nack_retry_max : opts->nack_retry_initial;
+  k.retry_codes = codes;
+  k.version_reached = opts->version_reached;
+  k.version_reached_ud = opts->version_reached_user_data;
+  k.catchup_timeout = opts->catchup_timeout ? opts->catchup_timeout
+                                            : 30 * MCP_SECONDS;
+  k.on_event = opts->on_event;
+  k.user_data = opts->user_data;
+  k.max_collections = (uint32_t)mcp__limit(opts->max_collections, MCP_DEFAULT_MAX_COLLECTIONS);
+  k.max_initial = (uint32_t)mcp__limit(opts->max_initial_versions, MCP_DEFAULT_MAX_INITIAL_VERSIONS);
+  k.max_node_ann = (uint32_t)mcp__limit(opts->max_node_annotations, MCP_DEFAULT_MAX_NODE_ANNOTATIONS);
+  k.max_name = (uint32_t)mcp__limit(opts->max_name_len, MCP_DEFAULT_MAX_NAME_LEN);
+  k.max_version = (uint32_t)mcp__limit(opts->max_version_len, MCP_DEFAULT_MAX_VERSION_LEN);
+  k.max_node_id = limit32(opts->max_node_id_len, MCP_DEFAULT_MAX_NODE_ID_LEN);
+  k.max_node_key = limit32(opts->max_node_key_len, MCP_DEFAULT_MAX_NODE_KEY_LEN);
+  k.max_node_value = limit32(opts->max_node_value_len, MCP_DEFAULT_MAX_NODE_VALUE_LEN);
+  k.max_node_bytes = limit32(opts->max_node_bytes, MCP_DEFAULT_MAX_NODE_BYTES);
+  k.rate = mcp__limit(opts->request_rate, MCP_DEFAULT_REQUEST_RATE);
+  k.burst = mcp__limit(opts->request_burst, MCP_DEFAULT_REQUEST_BURST);
+  const cfg *c;
+  if (k.default_store) {
+    c = mcp__store_share(k.default_store, &k, sizeof(k));
+  } else {
+    cfg *own = mcp__malloc(&k.mem, sizeof(k));
+    if (own) {
+      *own = k;
+    }
+    c = own;
+  }
+  mcp_source_session *s = c ? mcp__calloc(&k.mem, 1, sizeof(*s)) : NULL;
   if (!s) {
+    cfg_release(c);
     return MCP_ERR_NOMEM;
   }
-  s->mem = mem;
-  s->service = opts->service;
-  s->default_store = opts->store;
-  s->select_store = opts->select_store;
-  s->select_ud = opts->select_store_user_data;
-  s->collection_for_type = opts->collection_for_type;
-  s->collection_for_type_ud = opts->collection_for_type_user_data;
-  s->debounce = opts->debounce;
-  s->max_delay = opts->max_delay;
-  s->retry_initial = opts->nack_retry_initial;
-  s->retry_max = opts->nack_retry_max ? opts->nack_retry_max : opts->nack_retry_initial;
-  s->retry_codes = codes;
-  s->version_reached = opts->version_reached;
-  s->version_reached_ud = opts->version_reached_user_data;
-  s->catchup_timeout = opts->catchup_timeout ? opts->catchup_timeout
-                                             : 30 * MCP_SECONDS;
-  s->on_event = opts->on_event;
-  s->user_data = opts->user_data;
-  s->max_collections = (uint32_t)mcp__limit(opts->max_collections, MCP_DEFAULT_MAX_COLLECTIONS);
-  s->max_initial = (uint32_t)mcp__limit(opts->max_initial_versions, MCP_DEFAULT_MAX_INITIAL_VERSIONS);
-  s->max_node_ann = (uint32_t)mcp__limit(opts->max_node_annotations, MCP_DEFAULT_MAX_NODE_ANNOTATIONS);
-  s->max_name = (uint32_t)mcp__limit(opts->max_name_len, MCP_DEFAULT_MAX_NAME_LEN);
-  s->max_version = (uint32_t)mcp__limit(opts->max_version_len, MCP_DEFAULT_MAX_VERSION_LEN);
-  s->max_node_id = limit32(opts->max_node_id_len, MCP_DEFAULT_MAX_NODE_ID_LEN);
-  s->max_node_key = limit32(opts->max_node_key_len, MCP_DEFAULT_MAX_NODE_KEY_LEN);
-  s->max_node_value = limit32(opts->max_node_value_len, MCP_DEFAULT_MAX_NODE_VALUE_LEN);
-  s->max_node_bytes = limit32(opts->max_node_bytes, MCP_DEFAULT_MAX_NODE_BYTES);
-  s->rate = mcp__limit(opts->request_rate, MCP_DEFAULT_REQUEST_RATE);
-  s->burst = mcp__limit(opts->request_burst, MCP_DEFAULT_REQUEST_BURST);
-  s->tokens = s->burst * 1000;
+  s->c = c;
+  s->tokens = c->burst * 1000;
   s->tokens_ts = ts;
   /* Only ResourceSink has a dialing source. */
-  s->trigger_pending = opts->send_trigger && opts->service == MCP_SERVICE_RESOURCE;
-  s->node.id = "";
+  s->trigger_pending = c->send_trigger && c->service == MCP_SERVICE_RESOURCE;
   s->last_ts = ts;
   *ps = s;
   return 0;
 }
 
 static void resume_free(mcp_source_session *s, resume *r) {
-  mcp__map_free(&r->map, &s->mem);
-  mcp__free(&s->mem, r->arena);
-  mcp__free(&s->mem, r);
+  mcp__map_free(&r->map, &s->c->mem);
+  mcp__free(&s->c->mem, r->arena);
+  mcp__free(&s->c->mem, r);
 }
 
 static resume *resume_find(const mcp_source_session *s, size_t i) {
@@ -293,30 +376,37 @@ static void resume_drop(mcp_source_session *s, size_t i) {
   }
 }
 
+static void x_free(mcp_source_session *s, xsub *x) {
+  mcp__free(&s->c->mem, x->name);
+  mcp__free(&s->c->mem, x->nack);
+  mcp__free(&s->c->mem, x);
+}
+
 void mcp_source_session_del(mcp_source_session *s) {
   if (!s) {
     return;
   }
-  for (size_t i = 0; i < s->nsubs; ++i) {
-    if (!(s->subs[i].flags & F_KNOWN)) {
-      mcp__free(&s->mem, s->subs[i].u.name);
-    }
-    mcp__free(&s->mem, s->subs[i].nack);
-    if (s->keys) {
-      mcp__free(&s->mem, s->keys[i]);
-    }
+  for (size_t i = 0; s->keys && i < s->nsubs; ++i) {
+    mcp__free(&s->c->mem, s->keys[i]);
+  }
+  while (s->xs) {
+    xsub *x = s->xs;
+    s->xs = x->next;
+    x_free(s, x);
   }
   while (s->resumes) {
     resume *r = s->resumes;
     s->resumes = r->next;
     resume_free(s, r);
   }
-  mcp__free(&s->mem, s->subs);
-  mcp__free(&s->mem, s->keys);
-  mcp__free(&s->mem, s->node_arena);
-  mcp__free(&s->mem, s->ibuf);
-  mcp_mem m = s->mem;
+  mcp__free(&s->c->mem, s->subs);
+  mcp__free(&s->c->mem, s->keys);
+  mcp__free(&s->c->mem, s->node);
+  mcp__free(&s->c->mem, s->ibig);
+  const cfg *c = s->c;
+  mcp_mem m = c->mem;
   mcp__free(&m, s);
+  cfg_release(c);
 }
 
 /* Binds subscriptions to collections the store gained since last time. */
@@ -324,17 +414,14 @@ static void resolve(mcp_source_session *s) {
   if (!s->store || s->seen_ncolls == s->store->ncolls) {
     return;
   }
-  s->seen_ncolls = s->store->ncolls;
-  for (size_t i = 0; i < s->nsubs; ++i) {
-    sub *u = &s->subs[i];
-    if (u->flags & F_KNOWN) {
-      continue;
-    }
-    mcp_coll *c = mcp__store_coll(s->store, u->u.name);
+  s->seen_ncolls = (uint32_t)s->store->ncolls;
+  for (xsub *x = s->xs; x; x = x->next) {
+    mcp_coll *c = x->name ? mcp__store_coll(s->store, x->name) : NULL;
     if (c) {
-      mcp__free(&s->mem, u->u.name);
-      u->u.coll = c;
-      u->flags |= F_KNOWN;
+      mcp__free(&s->c->mem, x->name);
+      x->name = NULL;
+      s->subs[x->sub].coll = (uint32_t)c->index;
+      s->subs[x->sub].flags |= F_KNOWN;
     }
   }
 }
@@ -345,20 +432,22 @@ typedef mcp_request rq;
 typedef mcp_request_buf decoded;
 
 
-/* Copies the sink node into one block, into |*node| and |*parena|. */
+/* Copies the sink node into one block: the struct, its annotations and
+ * strings. */
 static int copy_node(const mcp_mem *m, const Istio__Mcp__V1alpha1__SinkNode *n,
-                     mcp_sink_node *node, char **parena) {
+                     mcp_sink_node **pnode) {
   size_t na = n ? n->n_annotations : 0;
-  size_t sz = sizeof(mcp_kv) * na + (n ? strlen(n->id) : 0) + 1;
+  size_t sz = sizeof(mcp_sink_node) + sizeof(mcp_kv) * na +
+              (n ? strlen(n->id) : 0) + 1;
   for (size_t i = 0; i < na; ++i) {
     sz += strlen(n->annotations[i]->key) + strlen(n->annotations[i]->value) + 2;
   }
-  char *arena = mcp__malloc(m, sz);
-  if (!arena) {
+  mcp_sink_node *node = mcp__malloc(m, sz);
+  if (!node) {
     return MCP_ERR_NOMEM;
   }
-  mcp_kv *kv = (mcp_kv *)(void *)arena;
-  char *p = arena + sizeof(mcp_kv) * na;
+  mcp_kv *kv = (mcp_kv *)(void *)(node + 1);
+  char *p = (char *)(kv + na);
 #define COPY_(dst, src)              \
   do {                               \
     size_t l_ = strlen(src) + 1;     \
@@ -374,28 +463,27 @@ static int copy_node(const mcp_mem *m, const Istio__Mcp__V1alpha1__SinkNode *n,
 #undef COPY_
   node->annotations = na ? kv : NULL;
   node->nannotations = na;
-  *parena = arena;
+  *pnode = node;
   return 0;
 }
 
 /* The first request names the sink: keep its node and choose its store.
  * Nothing is kept when no store serves it. */
 static int take_node(mcp_source_session *s, const rq *r) {
-  mcp_sink_node node;
-  char *arena;
-  int rv = copy_node(&s->mem, r->node, &node, &arena);
+  mcp_sink_node *node;
+  int rv = copy_node(&s->c->mem, r->node, &node);
   if (rv != 0) {
     return rv;
   }
-  mcp_store *st = s->select_store ? s->select_store(&node, s->select_ud) : NULL;
-  if (!st && !(st = s->default_store)) {
-    mcp__free(&s->mem, arena);
+  mcp_store *st = s->c->select_store
+                      ? s->c->select_store(node, s->c->select_ud)
+                      : NULL;
+  if (!st && !(st = s->c->default_store)) {
+    mcp__free(&s->c->mem, node);
     return MCP_ERR_PROTOCOL;
   }
   s->node = node;
-  s->node_arena = arena;
   s->store = st;
-  s->have_node = 1;
   return 0;
 }
 
@@ -404,9 +492,9 @@ static resume *resume_new(mcp_source_session *s, const rq *r, size_t i) {
   for (size_t k = 0; k < r->ninitial; ++k) {
     sz += strlen(r->initial[k].key) + strlen(r->initial[k].value) + 2;
   }
-  resume *rs = mcp__calloc(&s->mem, 1, sizeof(*rs));
-  if (!rs || !(rs->arena = mcp__malloc(&s->mem, sz)) ||
-      mcp__map_reserve(&rs->map, &s->mem, r->ninitial) != 0) {
+  resume *rs = mcp__calloc(&s->c->mem, 1, sizeof(*rs));
+  if (!rs || !(rs->arena = mcp__malloc(&s->c->mem, sz)) ||
+      mcp__map_reserve(&rs->map, &s->c->mem, r->ninitial) != 0) {
     if (rs) {
       resume_free(s, rs);
     }
@@ -421,7 +509,7 @@ static resume *resume_new(mcp_source_session *s, const rq *r, size_t i) {
     int err = 0;
     /* Duplicate keys: protobuf-c keeps them all; the last one wins, as in
      * every other protobuf implementation. */
-    mcp__map_put(&rs->map, &s->mem, p, p + kl, &err);
+    mcp__map_put(&rs->map, &s->c->mem, p, p + kl, &err);
     p += kl + vl;
   }
   return rs;
@@ -437,50 +525,39 @@ static sub *find_sub(mcp_source_session *s, const char *key, size_t *idx) {
   return NULL;
 }
 
-/*
- * The strings collection_status() returns are written into ibuf, which
- * grows with the subscriptions so that reading a status never allocates
- * (nor fails): two versions ("<epoch hex>-<generation>", at most 37 bytes
- * each) and the nonce as sent, "<number>" or, on
- * IncrementalAggregatedResources, "<number>:<type_url>".
- */
-enum { IBUF_VER = 48, IBUF_FIXED = 2 * IBUF_VER + 16 };
-
-static int grow_ibuf(mcp_source_session *s, const char *key) {
-  size_t n = IBUF_FIXED +
-             (s->service == MCP_SERVICE_AGGREGATED_INCREMENTAL ? strlen(key) + 1 : 0);
-  if (n > s->icap) {
-    char *b = mcp__realloc(&s->mem, s->ibuf, n);
-    if (!b) {
-      return MCP_ERR_NOMEM;
-    }
-    s->ibuf = b;
-    s->icap = n;
+/* On IncrementalAggregatedResources, room in ibig for the nonce of
+ * |key|'s status ("<number>:<type_url>"). */
+static int grow_ibig(mcp_source_session *s, const char *key) {
+  size_t n = 12 + strlen(key);
+  if (s->c->service != MCP_SERVICE_AGGREGATED_INCREMENTAL || n <= s->ibig_cap) {
+    return 0;
   }
+  char *b = mcp__realloc(&s->c->mem, s->ibig, n);
+  if (!b) {
+    return MCP_ERR_NOMEM;
+  }
+  s->ibig = b;
+  s->ibig_cap = (uint32_t)n;
   return 0;
 }
 
-/* Makes room for one more subscription (and its key). */
+/* Makes room for one more subscription (and its key). One at a time: a
+ * stream subscribes once per collection, and a synced stream is mostly
+ * this array. */
 static int grow_subs(mcp_source_session *s) {
-  if (s->nsubs < s->cap) {
-    return 0;
-  }
-  /* One at a time: a stream subscribes once per collection, and a synced
-   * stream is mostly this array. */
-  size_t cap = s->cap + 1;
-  sub *subs = mcp__realloc(&s->mem, s->subs, cap * sizeof(*subs));
+  size_t n = (size_t)s->nsubs + 1;
+  sub *subs = mcp__realloc(&s->c->mem, s->subs, n * sizeof(*subs));
   if (!subs) {
     return MCP_ERR_NOMEM;
   }
   s->subs = subs;
-  if (s->service != MCP_SERVICE_RESOURCE) {
-    char **keys = mcp__realloc(&s->mem, s->keys, cap * sizeof(*keys));
+  if (s->c->service != MCP_SERVICE_RESOURCE) {
+    char **keys = mcp__realloc(&s->c->mem, s->keys, n * sizeof(*keys));
     if (!keys) {
       return MCP_ERR_NOMEM; /* the larger subs array is harmless */
     }
     s->keys = keys;
   }
-  s->cap = cap;
   return 0;
 }
 
@@ -490,12 +567,12 @@ static int grow_subs(mcp_source_session *s) {
  */
 static int take_token(mcp_source_session *s, mcp_tstamp ts) {
   mcp_tstamp dt = ts - s->tokens_ts;
-  mcp_tstamp full = s->burst * MCP_SECONDS / s->rate + 1; /* refill time */
-  uint64_t cap = s->burst * 1000;
+  mcp_tstamp full = s->c->burst * MCP_SECONDS / s->c->rate + 1; /* refill time */
+  uint64_t cap = s->c->burst * 1000;
   s->tokens_ts = ts;
   /* ns * requests/s / 1e9 * 1000 thousandths; dt is capped first so the
    * product cannot overflow. */
-  s->tokens += (dt < full ? dt : full) * s->rate / 1000000;
+  s->tokens += (dt < full ? dt : full) * s->c->rate / 1000000;
   if (s->tokens > cap) {
     s->tokens = cap;
   }
@@ -508,22 +585,26 @@ static int take_token(mcp_source_session *s, mcp_tstamp ts) {
 
 /* A new or repeated subscription (empty nonce). */
 static int on_request(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
-  size_t i;
+  size_t i = 0;
   sub *u = find_sub(s, r->key, &i);
   resume *rs = NULL;
 
-  if (!u && s->nsubs >= s->max_collections) {
+  if (!u && s->nsubs >= s->c->max_collections) {
     return MCP_ERR_LIMIT;
   }
   if (!u) {
     mcp_coll *c = mcp__store_coll(s->store, r->collection);
     char *name = NULL, *key = NULL;
-    if ((!c && !(name = mcp__strdup(&s->mem, r->collection))) ||
-        (s->service != MCP_SERVICE_RESOURCE && !(key = mcp__strdup(&s->mem, r->key))) ||
-        grow_subs(s) != 0 || grow_ibuf(s, r->key) != 0 ||
+    xsub *x = NULL;
+    if ((!c && (!(name = mcp__strdup(&s->c->mem, r->collection)) ||
+                !(x = mcp__calloc(&s->c->mem, 1, sizeof(*x))))) ||
+        (s->c->service != MCP_SERVICE_RESOURCE &&
+         !(key = mcp__strdup(&s->c->mem, r->key))) ||
+        grow_subs(s) != 0 || grow_ibig(s, r->key) != 0 ||
         (r->resume && !(rs = resume_new(s, r, s->nsubs)))) {
-      mcp__free(&s->mem, name);
-      mcp__free(&s->mem, key);
+      mcp__free(&s->c->mem, name);
+      mcp__free(&s->c->mem, x);
+      mcp__free(&s->c->mem, key);
       return MCP_ERR_NOMEM;
     }
     i = s->nsubs++;
@@ -533,14 +614,24 @@ static int on_request(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
       s->keys[i] = key;
     }
     if (c) {
-      u->u.coll = c;
+      u->coll = (uint32_t)c->index;
       u->flags = F_KNOWN;
     } else {
-      u->u.name = name;
+      x->sub = (uint32_t)i;
+      x->name = name;
+      x->next = s->xs;
+      s->xs = x;
     }
   } else {
-    if (r->resume && !(rs = resume_new(s, r, i))) {
+    /* A push in flight is abandoned: counted, so that acks stay
+     * pushes - nacks - abandoned. */
+    xsub *x = (u->flags & F_PENDING) ? x_get(s, i) : NULL;
+    if (((u->flags & F_PENDING) && !x) ||
+        (r->resume && !(rs = resume_new(s, r, i)))) {
       return MCP_ERR_NOMEM;
+    }
+    if (x) {
+      x->abandoned++;
     }
     resume_drop(s, i);
   }
@@ -555,7 +646,7 @@ static int on_request(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
     rs->next = s->resumes;
     s->resumes = rs;
   }
-  mcp_event ev = {.type = MCP_EVENT_REQUEST, .collection = sub_name(u),
+  mcp_event ev = {.type = MCP_EVENT_REQUEST, .collection = sub_name(s, u),
                   .nonce = "", .version = "", .message = "",
                   .incremental = r->incremental};
   emit(s, &ev);
@@ -567,26 +658,30 @@ static int on_request(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
 }
 
 static mcp_tstamp retry_delay(const mcp_source_session *s, unsigned retries) {
-  mcp_tstamp d = s->retry_initial;
-  for (unsigned k = 0; k < retries && d < s->retry_max; ++k) {
+  mcp_tstamp d = s->c->retry_initial;
+  for (unsigned k = 0; k < retries && d < s->c->retry_max; ++k) {
     d *= 2;
   }
-  return d < s->retry_max ? d : s->retry_max;
+  return d < s->c->retry_max ? d : s->c->retry_max;
 }
 
 static int on_answer(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
-  size_t i;
+  size_t i = 0;
   sub *u = find_sub(s, r->key, &i);
   uint32_t nonce = parse_nonce(s, r->nonce, r->key);
-  mcp_event ev = {.collection = u ? sub_name(u) : r->collection,
+  mcp_event ev = {.collection = u ? sub_name(s, u) : r->collection,
                   .nonce = r->nonce, .version = "", .message = ""};
   if (!u || !(u->flags & F_PENDING) || nonce != u->pending_nonce) {
+    xsub *x = u ? x_get(s, i) : NULL;
+    if (u && !x) {
+      return MCP_ERR_NOMEM; /* an xsub left empty is harmless */
+    }
     int rv = take_token(s, ts);
     if (rv != 0) {
       return rv;
     }
-    if (u) {
-      u->stale++;
+    if (x) {
+      x->stale++;
     } else {
       s->stale_unknown++;
     }
@@ -595,7 +690,7 @@ static int on_answer(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
     return 0;
   }
   char ver[48] = "";
-  if (s->on_event) { /* only events need the version as text */
+  if (s->c->on_event) { /* only events need the version as text */
     mcp__format_version(ver, sizeof(ver), s->store->epoch, u->pending_gen);
   }
   ev.version = ver;
@@ -603,21 +698,22 @@ static int on_answer(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
   if (r->error) {
     const char *msg = r->error->message ? r->error->message : "";
     size_t ml = strlen(msg) + 1;
-    nack *copy = mcp__malloc(&s->mem, sizeof(nack) + ml);
+    xsub *x = x_get(s, i);
+    nack *copy = x ? mcp__malloc(&s->c->mem, sizeof(nack) + ml) : NULL;
     if (!copy) {
-      return MCP_ERR_NOMEM; /* nothing changed */
+      return MCP_ERR_NOMEM; /* nothing changed (an empty xsub is harmless) */
     }
     memcpy(copy->msg, msg, ml);
     copy->code = r->error->code;
     copy->gen = u->pending_gen;
     u->flags &= (uint16_t)~F_PENDING;
-    mcp__free(&s->mem, u->nack);
-    u->nack = copy;
-    u->nacks++;
+    mcp__free(&s->c->mem, x->nack);
+    x->nack = copy;
+    x->nacks++;
     u->flags |= F_NACKED;
     int code = r->error->code;
-    if (s->retry_initial && code > 0 && code < 32 &&
-        (s->retry_codes & (1u << code))) {
+    if (s->c->retry_initial && code > 0 && code < 32 &&
+        (s->c->retry_codes & (1u << code))) {
       u->t = ts + retry_delay(s, u->retries);
       if (u->retries < 63) {
         u->retries++;
@@ -631,7 +727,6 @@ static int on_answer(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
     /* The sink now holds the pushed generation: what it held before (and
      * a resumption's versions) no longer matters. */
     resume_drop(s, i);
-    u->acks++;
     u->flags = (uint16_t)((u->flags & ~(F_PENDING | F_NACKED | F_RESUME)) |
                           F_HELD_GEN);
     u->held_gen = u->pending_gen;
@@ -646,15 +741,15 @@ static int on_answer(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
 
 /* The collection a type URL names (the application's mapping, or ours). */
 static int map_type(mcp_source_session *s, const char *type_url, char **out) {
-  size_t n = s->collection_for_type
-                 ? s->collection_for_type(type_url, NULL, 0, s->collection_for_type_ud)
+  size_t n = s->c->collection_for_type
+                 ? s->c->collection_for_type(type_url, NULL, 0, s->c->collection_for_type_ud)
                  : mcp_collection_for_type_url(type_url, NULL, 0);
-  char *c = mcp__malloc(&s->mem, n + 1);
+  char *c = mcp__malloc(&s->c->mem, n + 1);
   if (!c) {
     return MCP_ERR_NOMEM;
   }
-  if (s->collection_for_type) {
-    s->collection_for_type(type_url, c, n + 1, s->collection_for_type_ud);
+  if (s->c->collection_for_type) {
+    s->c->collection_for_type(type_url, c, n + 1, s->c->collection_for_type_ud);
   } else {
     mcp_collection_for_type_url(type_url, c, n + 1);
   }
@@ -668,13 +763,13 @@ static int map_type(mcp_source_session *s, const char *type_url, char **out) {
 static int decode(mcp_source_session *s, const uint8_t *in, size_t len,
                   decoded *d, rq *r) {
   const mcp_request_limits lim = {
-      .service = s->service, .max_initial = s->max_initial,
-      .max_node_ann = s->max_node_ann, .max_name = s->max_name,
-      .max_version = s->max_version, .max_node_id = s->max_node_id,
-      .max_node_key = s->max_node_key, .max_node_value = s->max_node_value,
-      .max_node_bytes = s->max_node_bytes};
-  int rv = mcp__request_decode(&lim, &s->mem, in, len, d, r);
-  if (rv == 0 && s->service != MCP_SERVICE_RESOURCE && r->key[0]) {
+      .service = s->c->service, .max_initial = s->c->max_initial,
+      .max_node_ann = s->c->max_node_ann, .max_name = s->c->max_name,
+      .max_version = s->c->max_version, .max_node_id = s->c->max_node_id,
+      .max_node_key = s->c->max_node_key, .max_node_value = s->c->max_node_value,
+      .max_node_bytes = s->c->max_node_bytes};
+  int rv = mcp__request_decode(&lim, &s->c->mem, in, len, d, r);
+  if (rv == 0 && s->c->service != MCP_SERVICE_RESOURCE && r->key[0]) {
     if ((rv = map_type(s, r->key, &d->collection)) != 0) {
       return rv;
     }
@@ -688,7 +783,7 @@ int mcp_source_session_recv(mcp_source_session *s, const uint8_t *in,
   check_ts(s, ts);
   decoded d;
   memset(&d, 0, offsetof(decoded, stack));
-  mcp__pballoc_init(&d.pa, &s->mem);
+  mcp__pballoc_init(&d.pa, &s->c->mem);
   rq r;
   int rv = decode(s, in, len, &d, &r);
   if (rv != 0) {
@@ -696,7 +791,7 @@ int mcp_source_session_recv(mcp_source_session *s, const uint8_t *in,
   }
   /* Istio's dialing source opens with a Resources for no collection, which
    * sinks NACK with UNIMPLEMENTED: that NACK is expected, not a fault. */
-  if (s->service == MCP_SERVICE_RESOURCE &&
+  if (s->c->service == MCP_SERVICE_RESOURCE &&
       (r.key[0] == '\0' || strcmp(r.key, MCP_TRIGGER_COLLECTION) == 0) &&
       r.error && r.error->code == MCP_CODE_UNIMPLEMENTED) {
     mcp_event ev = {.type = MCP_EVENT_TRIGGER_IGNORED, .collection = r.key,
@@ -710,7 +805,7 @@ int mcp_source_session_recv(mcp_source_session *s, const uint8_t *in,
     goto out;
   }
   int took = 0;
-  if (!s->have_node) {
+  if (!s->node) {
     if ((rv = take_node(s, &r)) != 0) {
       goto out;
     }
@@ -724,17 +819,13 @@ int mcp_source_session_recv(mcp_source_session *s, const uint8_t *in,
     rv = on_answer(s, &r, ts);
   }
   if (rv < 0 && took) { /* a failed call changes nothing */
-    mcp__free(&s->mem, s->node_arena);
-    s->node_arena = NULL;
-    s->node.id = "";
-    s->node.annotations = NULL;
-    s->node.nannotations = 0;
+    mcp__free(&s->c->mem, s->node);
+    s->node = NULL;
     s->store = NULL;
-    s->have_node = 0;
     s->seen_ncolls = 0;
   }
 out:
-  mcp__request_buf_free(&d, &s->mem);
+  mcp__request_buf_free(&d, &s->c->mem);
   return rv;
 }
 
@@ -745,15 +836,15 @@ out:
  * catchup_timeout after the request. */
 static int catching_up(const mcp_source_session *s, const sub *u,
                        mcp_tstamp ts) {
-  if (!s->version_reached || (u->flags & (F_ANSWER | F_RESUME)) !=
+  if (!s->c->version_reached || (u->flags & (F_ANSWER | F_RESUME)) !=
                                  (F_ANSWER | F_RESUME) ||
-      ts >= u->t + s->catchup_timeout) {
+      ts >= u->t + s->c->catchup_timeout) {
     return 0;
   }
   const resume *r = resume_find(s, (size_t)(u - s->subs));
   void *version;
   for (size_t i = 0; r && mcp__map_iter(&r->map, &i, &version);) {
-    if (!s->version_reached(sub_name(u), version, s->version_reached_ud)) {
+    if (!s->c->version_reached(sub_name(s, u), version, s->c->version_reached_ud)) {
       return 1;
     }
   }
@@ -762,21 +853,21 @@ static int catching_up(const mcp_source_session *s, const sub *u,
 
 /* 1 when |u| is known, idle, and its collection is not what the sink
  * holds nor exactly what it rejected: a change waits. */
-static int change_waits(const sub *u) {
+static int change_waits(const mcp_source_session *s, const sub *u) {
   if (!(u->flags & F_KNOWN) ||
       (u->flags & (F_PENDING | F_ANSWER | F_RETRY_DUE))) {
     return 0;
   }
-  uint64_t gen = u->u.coll->gen;
+  uint64_t gen = sub_coll(s, u)->gen;
   return !(((u->flags & F_HELD_GEN) && u->held_gen == gen) ||
-           ((u->flags & F_NACKED) && u->nack->gen == gen));
+           ((u->flags & F_NACKED) && nacked_gen(s, u) == gen));
 }
 
 /* The time-dependent part, done by next() and handle_expiry() only (never
  * by want_write()): the first time a waiting change is seen, its max_delay
  * clock starts, and a NACK retry waiting for old content is dropped. */
-static void note_change(sub *u, mcp_tstamp ts) {
-  if (!(u->flags & F_DIRTY) && change_waits(u)) {
+static void note_change(const mcp_source_session *s, sub *u, mcp_tstamp ts) {
+  if (!(u->flags & F_DIRTY) && change_waits(s, u)) {
     u->flags = (uint16_t)((u->flags | F_DIRTY) & ~F_RETRY);
     u->t = ts;
   }
@@ -791,17 +882,17 @@ static int ready(const mcp_source_session *s, const sub *u, mcp_tstamp ts) {
   if (u->flags & (F_ANSWER | F_RETRY_DUE)) {
     return !catching_up(s, u, ts);
   }
-  uint64_t gen = u->u.coll->gen;
+  uint64_t gen = sub_coll(s, u)->gen;
   if (((u->flags & F_HELD_GEN) && u->held_gen == gen) ||
-      ((u->flags & F_NACKED) && u->nack->gen == gen)) {
+      ((u->flags & F_NACKED) && nacked_gen(s, u) == gen)) {
     return 0; /* up to date, or exactly what was rejected */
   }
-  if (!s->debounce) {
+  if (!s->c->debounce) {
     return 1;
   }
   mcp_tstamp seen = (u->flags & F_DIRTY) ? u->t : ts;
-  return ts >= u->u.coll->last_change + s->debounce ||
-         (s->max_delay && ts >= seen + s->max_delay);
+  return ts >= sub_coll(s, u)->last_change + s->c->debounce ||
+         (s->c->max_delay && ts >= seen + s->c->max_delay);
 }
 
 int mcp_source_session_want_write(mcp_source_session *s, mcp_tstamp ts) {
@@ -822,25 +913,25 @@ mcp_tstamp mcp_source_session_get_expiry(const mcp_source_session *s) {
   mcp_tstamp t = MCP_TSTAMP_MAX;
   for (size_t i = 0; i < s->nsubs; ++i) {
     const sub *u = &s->subs[i];
-    if (s->version_reached && (u->flags & F_KNOWN) &&
+    if (s->c->version_reached && (u->flags & F_KNOWN) &&
         (u->flags & (F_ANSWER | F_RESUME)) == (F_ANSWER | F_RESUME) &&
-        u->t + s->catchup_timeout > s->last_ts &&
-        u->t + s->catchup_timeout < t) {
-      t = u->t + s->catchup_timeout; /* a catch-up's end, if it waits */
+        u->t + s->c->catchup_timeout > s->last_ts &&
+        u->t + s->c->catchup_timeout < t) {
+      t = u->t + s->c->catchup_timeout; /* a catch-up's end, if it waits */
     }
     if (!(u->flags & F_KNOWN) || (u->flags & (F_PENDING | F_ANSWER | F_RETRY_DUE))) {
       continue;
     }
     mcp_tstamp d = MCP_TSTAMP_MAX;
-    uint64_t gen = u->u.coll->gen;
-    if ((u->flags & F_NACKED) && u->nack->gen == gen) {
+    uint64_t gen = sub_coll(s, u)->gen;
+    if ((u->flags & F_NACKED) && nacked_gen(s, u) == gen) {
       if (u->flags & F_RETRY) {
         d = u->t;
       }
-    } else if (!((u->flags & F_HELD_GEN) && u->held_gen == gen) && s->debounce) {
-      d = u->u.coll->last_change + s->debounce;
-      if ((u->flags & F_DIRTY) && s->max_delay && u->t + s->max_delay < d) {
-        d = u->t + s->max_delay;
+    } else if (!((u->flags & F_HELD_GEN) && u->held_gen == gen) && s->c->debounce) {
+      d = sub_coll(s, u)->last_change + s->c->debounce;
+      if ((u->flags & F_DIRTY) && s->c->max_delay && u->t + s->c->max_delay < d) {
+        d = u->t + s->c->max_delay;
       }
       if (d <= s->last_ts) {
         /* Due already: want_write() says so. A time in the past would
@@ -860,7 +951,7 @@ int mcp_source_session_handle_expiry(mcp_source_session *s, mcp_tstamp ts) {
   check_ts(s, ts);
   resolve(s);
   for (size_t i = 0; i < s->nsubs; ++i) {
-    note_change(&s->subs[i], ts);
+    note_change(s, &s->subs[i], ts);
   }
   for (size_t i = 0; i < s->nsubs; ++i) {
     sub *u = &s->subs[i];
@@ -877,7 +968,7 @@ int mcp_source_session_handle_expiry(mcp_source_session *s, mcp_tstamp ts) {
 /* The Istio trigger: a Resources for $triggerCollection, no nonce. */
 static int next_trigger(mcp_source_session *s, mcp_msg **pmsg) {
   mcp_msgb b;
-  mcp__msgb_init(&b, &s->mem);
+  mcp__msgb_init(&b, &s->c->mem);
   mcp__push_header(&b, &mcp__codecs[MCP_SERVICE_RESOURCE], "", MCP_TRIGGER_COLLECTION, "", 0);
   int rv = mcp__msgb_finish(&b, MCP_TRIGGER_COLLECTION, pmsg);
   if (rv != 0) {
@@ -897,7 +988,7 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
   size_t idx = s->nsubs;
   for (size_t k = 0; k < s->nsubs; ++k) {
     size_t i = (s->rr + k) % s->nsubs;
-    note_change(&s->subs[i], ts);
+    note_change(s, &s->subs[i], ts);
     if (ready(s, &s->subs[i], ts)) {
       idx = i;
       break;
@@ -906,9 +997,9 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
   if (idx == s->nsubs) {
     return 0;
   }
-  const codec *cd = &mcp__codecs[s->service];
+  const codec *cd = &mcp__codecs[s->c->service];
   sub *u = &s->subs[idx];
-  mcp_coll *c = u->u.coll;
+  mcp_coll *c = sub_coll(s, u);
   const char *key = sub_key(s, idx);
   resume *rs = (u->flags & F_RESUME) ? resume_find(s, idx) : NULL;
   int incremental = (u->flags & F_INCREMENTAL) &&
@@ -923,9 +1014,9 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
   mcp__format_version(ver, sizeof(ver), s->store->epoch, c->gen);
   size_t nl = format_nonce(nonce_num, n);
   char *nonce = nonce_num;
-  if (s->service == MCP_SERVICE_AGGREGATED_INCREMENTAL) {
+  if (s->c->service == MCP_SERVICE_AGGREGATED_INCREMENTAL) {
     size_t kl = strlen(key);
-    if (!(nonce = mcp__malloc(&s->mem, nl + kl + 2))) {
+    if (!(nonce = mcp__malloc(&s->c->mem, nl + kl + 2))) {
       return MCP_ERR_NOMEM;
     }
     memcpy(nonce, nonce_num, nl);
@@ -933,7 +1024,7 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
     memcpy(nonce + nl + 1, key, kl + 1);
   }
   mcp_msgb b;
-  mcp__msgb_init(&b, &s->mem);
+  mcp__msgb_init(&b, &s->c->mem);
   mcp__push_header(&b, cd, ver, key, nonce, incremental);
 
   size_t nres = 0, nrem = 0;
@@ -1014,7 +1105,7 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
     emit(s, &ev);
   }
   if (nonce != nonce_num) {
-    mcp__free(&s->mem, nonce);
+    mcp__free(&s->c->mem, nonce);
   }
   return rv ? rv : 1;
 }
@@ -1022,11 +1113,11 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
 /* ---- introspection ---- */
 
 const char *mcp_source_session_node_id(const mcp_source_session *s) {
-  return s->node.id;
+  return s->node ? s->node->id : "";
 }
 
 const mcp_sink_node *mcp_source_session_node(const mcp_source_session *s) {
-  return &s->node;
+  return s->node ? s->node : &empty_node;
 }
 
 uint64_t mcp_source_session_stale_unknown(const mcp_source_session *s) {
@@ -1060,16 +1151,19 @@ static int collection_status(const mcp_source_session *s, size_t i,
   }
   const sub *u = &s->subs[i];
   const char *key = s->keys ? s->keys[i] : "";
-  size_t kl = s->service == MCP_SERVICE_AGGREGATED_INCREMENTAL ? strlen(key) + 1 : 0;
-  char *b = s->ibuf; /* grow_ibuf() made room for every subscription */
-  assert(b && s->icap >= IBUF_FIXED + kl);
+  size_t kl = s->c->service == MCP_SERVICE_AGGREGATED_INCREMENTAL ? strlen(key) + 1 : 0;
+  /* The session's own buffers (never a const object: the status is what
+   * is read, the buffers are scratch, as nghttp2's mem_send output). */
+  char *b = (char *)(uintptr_t)s->ibuf;
+  char *nonce = kl ? s->ibig : b + 2 * IBUF_VER;
+  assert(!kl || (s->ibig && s->ibig_cap >= 11 + kl)); /* grow_ibig() */
   memset(st, 0, sizeof(*st));
-  b[0] = b[IBUF_VER] = b[2 * IBUF_VER] = '\0';
+  b[0] = b[IBUF_VER] = nonce[0] = '\0';
   st->acked_version = b;
   st->pending_version = b + IBUF_VER;
-  st->pending_nonce = b + 2 * IBUF_VER;
+  st->pending_nonce = nonce;
   st->last_nonce = "";
-  st->collection = sub_name(u);
+  st->collection = sub_name(s, u);
   st->type_url = key;
   st->known = (u->flags & F_KNOWN) != 0;
   st->incremental = (u->flags & F_INCREMENTAL) != 0;
@@ -1078,7 +1172,6 @@ static int collection_status(const mcp_source_session *s, size_t i,
   }
   if (u->flags & F_PENDING) {
     mcp__format_version(b + IBUF_VER, IBUF_VER, s->store->epoch, u->pending_gen);
-    char *nonce = b + 2 * IBUF_VER;
     size_t nl = format_nonce(nonce, u->pending_nonce);
     if (kl) { /* the same form as on the wire and in events */
       nonce[nl] = ':';
@@ -1086,11 +1179,14 @@ static int collection_status(const mcp_source_session *s, size_t i,
     }
     st->pending_age = ts > u->t ? ts - u->t : 0;
   }
-  st->last_nack_code = u->nack ? u->nack->code : 0;
-  st->last_nack_message = u->nack ? u->nack->msg : "";
+  const xsub *x = x_find(s, i);
+  const nack *nk = x ? x->nack : NULL;
+  st->last_nack_code = nk ? nk->code : 0;
+  st->last_nack_message = nk ? nk->msg : "";
   st->pushes = u->pushes;
-  st->acks = u->acks;
-  st->nacks = u->nacks;
-  st->stale = u->stale;
+  st->nacks = x ? x->nacks : 0;
+  st->stale = x ? x->stale : 0;
+  st->acks = u->pushes - (uint32_t)st->nacks - (x ? x->abandoned : 0) -
+             ((u->flags & F_PENDING) ? 1u : 0u);
   return 0;
 }

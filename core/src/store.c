@@ -11,6 +11,8 @@
  * the latest change; a stream older than the newest dropped tombstone
  * (compact_gen) gets a full-state push.
  */
+#include <assert.h>
+
 #include "mcp_int.h"
 
 /* Tombstones are kept until they are this many and more than live ones. */
@@ -245,9 +247,56 @@ static void coll_free(const mcp_mem *m, mcp_coll *c) {
   mcp__free(m, c);
 }
 
+/* ---- shared blobs ---- */
+
+typedef struct mcp_shared {
+  struct mcp_shared *next;
+  size_t refs, len;
+  uint64_t data[]; /* len bytes */
+} mcp_shared;
+
+const void *mcp__store_share(mcp_store *s, const void *blob, size_t len) {
+  for (mcp_shared *sh = s->shared; sh; sh = sh->next) {
+    if (sh->len == len && memcmp(sh->data, blob, len) == 0) {
+      sh->refs++;
+      return sh->data;
+    }
+  }
+  mcp_shared *sh = mcp__malloc(&s->mem, sizeof(*sh) + len);
+  if (!sh) {
+    return NULL;
+  }
+  memcpy(sh->data, blob, len);
+  sh->refs = 1;
+  sh->len = len;
+  sh->next = s->shared;
+  s->shared = sh;
+  return sh->data;
+}
+
+void mcp__store_unshare(mcp_store *s, const void *p) {
+  for (mcp_shared **pp = &s->shared; *pp; pp = &(*pp)->next) {
+    mcp_shared *sh = *pp;
+    if ((const void *)sh->data == p) {
+      if (--sh->refs == 0) {
+        *pp = sh->next;
+        mcp__free(&s->mem, sh);
+      }
+      return;
+    }
+  }
+  assert(0 && "not shared by this store");
+}
+
 void mcp_store_del(mcp_store *s) {
   if (!s) {
     return;
+  }
+  /* Left only by sessions that outlive their store (misuse). */
+  while (s->shared) {
+    mcp_shared *sh = s->shared;
+    s->shared = sh->next;
+    mcp__free(&s->mem, sh);
   }
   for (size_t i = 0; i < s->ncolls; ++i) {
     coll_free(&s->mem, s->colls[i]);

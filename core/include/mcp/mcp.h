@@ -780,8 +780,11 @@ MCP_EXTERN void mcp_source_options_default_versioned(int version,
   mcp_source_options_default_versioned(MCP_SOURCE_OPTIONS_VERSION, (OPTS))
 
 /* Creates a session for one new stream. Keeps |opts->store| (and stores
- * select_store returns) by pointer: they must outlive the session. On
- * failure |*ps| is untouched. Errors: NOMEM, INVALID_ARGUMENT. */
+ * select_store returns) by pointer: they must outlive the session. The
+ * options are copied once per distinct content into |opts->store| (with
+ * the store's hook) and shared by the sessions made alike; without a
+ * store, each session has its own copy. On failure |*ps| is untouched.
+ * Errors: NOMEM, INVALID_ARGUMENT. */
 MCP_EXTERN int mcp_source_session_new_versioned(mcp_source_session **ps,
                                                 int version,
                                                 const mcp_source_options *opts,
