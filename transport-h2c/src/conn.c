@@ -117,6 +117,8 @@ void mcp_h2c_conn_close(mcp_h2c_conn *c, int status, const char *details) {
   uv_close((uv_handle_t *)c->sock, on_closed); /* cancels a pending write */
   if (c->dialed)
     mcp_h2c_client_conn_gone(ep, c);
+  else
+    mcp_h2c_server_conn_gone(ep);
 }
 
 void mcp_h2c_conn_mark(mcp_h2c_conn *c) {
