@@ -157,7 +157,9 @@ struct mcp_h2c_conn {
   mcp_h2c_buf probe;    /* server: first bytes */
   mcp_h2c_http1 *h1;
 
-  mcp_h2c_buf wfill, wflight; /* frames being gathered / being written */
+  mcp_h2c_buf wfill, wflight; /* frames being gathered / being written;
+                                 freed after a second without writes */
+  mcp_tstamp last_write;      /* the last write's completion */
   uv_write_t wreq;
   int writing;
   int reading;
