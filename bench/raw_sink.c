@@ -12,7 +12,7 @@
  *
  *     raw_sink HOST:PORT [--rounds N] COLLECTION...
  *     raw_sink HOST:PORT --conns N [--incremental] [--connecting K]
- *              COLLECTION...
+ *              [--first I] COLLECTION...
  *
  * One connection per round: prints one line per round on stdout:
  *     RAW <ns from connect to synced> <messages> <bytes of gRPC messages>
@@ -22,11 +22,16 @@
  * --conns N: N connections (one stream each) on one epoll loop, at most K
  * (default 256) connecting at once, each asking for incremental pushes
  * with --incremental; they stay until the process is killed (SIGTERM).
+ * Connection i dials from its own loopback address, 127.1.X.Y for
+ * I + i (X = (I + i) / 250, Y = (I + i) % 250 + 1): 64,000 sinks at most,
+ * each its own peer. A stream the source refuses before its sync
+ * (UNAVAILABLE or RESOURCE_EXHAUSTED: admission) asks again on the same
+ * connection after 0.5 to 1.5 s, as a sink's backoff would.
  * Times are CLOCK_MONOTONIC (what Python's time.monotonic_ns() reads), so
  * that the driver compares them with its own. Once every connection has
  * its first push of every collection ACKed:
  *     SYNCED <first connect ns> <last synced ns> <conns> <messages>
- *            <bytes> <resources>
+ *            <bytes> <resources> <streams refused and asked again>
  * and then, for each later version (system_version_info) of a collection,
  * once every connection has received and ACKed it:
  *     CHANGE <collection> <version> <resources> <n> <ns> ...
@@ -141,8 +146,10 @@ typedef struct conn {
   size_t ncolls, nmsgs, nres;
   uint64_t bytes;
   int closed;
+  int status;     /* grpc-status of the stream, -1 none yet */
   int synced;
   uint64_t t_synced;
+  uint64_t retry_at; /* --conns: a refused stream asks again then (0: no) */
 } conn;
 
 /* --conns: what every connection had of one version of a collection. */
@@ -156,6 +163,8 @@ typedef struct change {
 static struct {
   conn *c;
   size_t n, nsynced, connected;
+  size_t first;   /* --first: the index of connection 0 (its address) */
+  size_t refused; /* streams refused (UNAVAILABLE, RESOURCE_EXHAUSTED) */
   int incremental;
   uint64_t t_first;
   change ch[64];
@@ -357,9 +366,12 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f,
   (void)s;
   (void)f;
   (void)flags;
-  (void)ud;
-  if (namelen == 11 && memcmp(name, "grpc-status", 11) == 0 &&
-      !(valuelen == 1 && value[0] == '0'))
+  conn *c = ud;
+  if (namelen != 11 || memcmp(name, "grpc-status", 11) != 0)
+    return 0;
+  c->status = atoi((const char *)value);
+  /* --conns: admission's refusals are retried (see retry()). */
+  if (c->status != 0 && !(many.n && (c->status == 14 || c->status == 8)))
     fprintf(stderr, "raw_sink: grpc-status %.*s\n", (int)valuelen, value);
   return 0;
 }
@@ -409,6 +421,9 @@ static void flush(conn *c) {
   }
 }
 
+static void submit(conn *c, const char *authority, char **colls,
+                   size_t ncolls);
+
 /* The session and the request of a connected |c|. */
 static void start(conn *c, const char *authority, char **colls,
                   size_t ncolls) {
@@ -433,8 +448,22 @@ static void start(conn *c, const char *authority, char **colls,
   };
   nghttp2_submit_settings(c->s, NGHTTP2_FLAG_NONE, iv, 2);
   nghttp2_session_set_local_window_size(c->s, NGHTTP2_FLAG_NONE, 0, WINDOW);
+  submit(c, authority, colls, ncolls);
+}
 
+/* A new EstablishResourceStream on |c|'s session, asking for |colls|. */
+static void submit(conn *c, const char *authority, char **colls,
+                   size_t ncolls) {
   c->ncolls = ncolls;
+  c->nmsgs = c->nres = 0;
+  c->bytes = 0;
+  c->out.len = c->out_off = 0;
+  c->deferred = 0;
+  c->in_body = 0;
+  c->hdr_got = 0;
+  c->closed = 0;
+  c->status = -1;
+  c->sid = 0;
   for (size_t i = 0; i < ncolls; i++)
     put_request(c, colls[i], strlen(colls[i]), NULL, 0);
   const nghttp2_nv hdrs[] = {
@@ -539,6 +568,17 @@ static void dial(int ep, conn *c, const struct sockaddr_in *sa) {
   c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (c->fd < 0)
     die(errno == EMFILE ? "out of file descriptors" : "socket failed");
+  /* Each sink from its own address, as sinks on as many hosts: 127.1.X.Y
+   * (loopback is 127/8), so that limits per peer see 10,000 peers, not
+   * one, and the ports of one address do not run out. */
+  size_t k = many.first + c->index;
+  struct sockaddr_in from;
+  memset(&from, 0, sizeof(from));
+  from.sin_family = AF_INET;
+  from.sin_addr.s_addr =
+      htonl(0x7f010000u | (uint32_t)(k / 250 % 256) << 8 | (uint32_t)(k % 250 + 1));
+  if (bind(c->fd, (const struct sockaddr *)&from, sizeof(from)) != 0)
+    die("cannot bind a 127.1.x.y address");
   if (connect(c->fd, (const struct sockaddr *)sa, sizeof(*sa)) != 0 &&
       errno != EINPROGRESS)
     die("cannot connect");
@@ -575,6 +615,7 @@ static void run_many(const struct sockaddr_in *sa, const char *authority,
   many.t_first = now_ns();
   struct epoll_event evs[256];
   int reported = 0;
+  uint64_t due = 0; /* the earliest retry_at, 0 when none */
   for (;;) {
     while (next < n && connecting < window) {
       conn *c = &many.c[next];
@@ -594,19 +635,39 @@ static void run_many(const struct sockaddr_in *sa, const char *authority,
         bytes += c->bytes;
         res += c->nres;
       }
-      printf("SYNCED %llu %llu %zu %zu %llu %zu\n",
+      printf("SYNCED %llu %llu %zu %zu %llu %zu %zu\n",
              (unsigned long long)many.t_first, (unsigned long long)last, n,
-             msgs, (unsigned long long)bytes, res);
+             msgs, (unsigned long long)bytes, res, many.refused);
       fflush(stdout);
       reported = 1;
     }
-    int k = epoll_wait(ep, evs, sizeof(evs) / sizeof(evs[0]),
-                       reported ? -1 : TIMEOUT_MS);
+    if (due && now_ns() >= due) {
+      uint64_t t = now_ns();
+      due = 0;
+      for (size_t i = 0; i < n; i++) {
+        conn *c = &many.c[i];
+        if (!c->retry_at)
+          continue;
+        if (c->retry_at <= t) {
+          c->retry_at = 0;
+          submit(c, authority, colls, ncolls);
+          watch(ep, c, EPOLL_CTL_MOD, EPOLLIN | (flush_nb(c) ? EPOLLOUT : 0));
+        } else if (!due || c->retry_at < due) {
+          due = c->retry_at;
+        }
+      }
+    }
+    int wait_ms = reported ? -1 : TIMEOUT_MS;
+    if (due) {
+      uint64_t t = now_ns();
+      wait_ms = due <= t ? 0 : (int)((due - t) / 1000000u + 1);
+    }
+    int k = epoll_wait(ep, evs, sizeof(evs) / sizeof(evs[0]), wait_ms);
     if (k < 0 && errno == EINTR)
       continue;
     if (k < 0)
       die("epoll_wait failed");
-    if (k == 0)
+    if (k == 0 && !due)
       die("timed out: no progress for 60 s");
     for (int i = 0; i < k; i++) {
       conn *c = evs[i].data.ptr;
@@ -640,9 +701,20 @@ static void run_many(const struct sockaddr_in *sa, const char *authority,
           if ((size_t)r < sizeof(rb))
             break;
         }
-        if (c->closed) {
-          fprintf(stderr, "raw_sink: stream %zu ended\n", c->index);
-          exit(1);
+        if (c->closed && !c->retry_at) {
+          if (c->synced || (c->status != 14 && c->status != 8)) {
+            fprintf(stderr, "raw_sink: stream %zu ended (grpc-status %d)\n",
+                    c->index, c->status);
+            exit(1);
+          }
+          /* Refused by admission (UNAVAILABLE "retry later", or
+           * RESOURCE_EXHAUSTED): ask again on the same connection after
+           * 0.5 to 1.5 s, as a sink's jittered backoff would. */
+          many.refused++;
+          c->retry_at = now_ns() + 500000000u +
+                        (uint64_t)(rand() % 1000) * 1000000u;
+          if (!due || c->retry_at < due)
+            due = c->retry_at;
         }
       }
       watch(ep, c, EPOLL_CTL_MOD, EPOLLIN | (flush_nb(c) ? EPOLLOUT : 0));
@@ -654,7 +726,7 @@ int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: raw_sink HOST:PORT [--rounds N] COLLECTION...\n"
                     "       raw_sink HOST:PORT --conns N [--incremental] "
-                    "[--connecting K] COLLECTION...\n");
+                    "[--connecting K] [--first I] COLLECTION...\n");
     return 2;
   }
   char host[64];
@@ -678,6 +750,8 @@ int main(int argc, char **argv) {
       conns = atol(argv[i + 1]);
     else if (strcmp(argv[i], "--connecting") == 0)
       window = atol(argv[i + 1]);
+    else if (strcmp(argv[i], "--first") == 0)
+      many.first = (size_t)atol(argv[i + 1]);
     else if (strcmp(argv[i], "--incremental") == 0) {
       many.incremental = 1;
       i++;
