@@ -9,7 +9,14 @@
 PART: sync1 (initial sync to one sink, and to bench/raw_sink when built)
 and sinks (the same to N sinks started at once, the source's memory per
 sink, propagation of a file change to N sinks, full-state then
-incremental); default: both. Every transport listed is measured; one that
+incremental); default: both. sinks10k (issue 25, target 6; not in the
+default): --many sinks (10,000) of a 1 MB configuration (10 collections x
+100 resources x 1 KiB), as bench/raw_sink --conns processes (--many-procs,
+4) of many connections each, every connection from its own 127.1.x.y
+address: the initial sync of them all, the source's RSS per idle sink,
+and one changed resource reaching all of them (incremental), p50/p99
+("sinks10k_*" BENCH lines; "sinksN_*" for another N). The driver raises
+its soft RLIMIT_NOFILE to the hard limit for its children. Every transport listed is measured; one that
 the programs do not have is skipped with a message (not a failure). A
 transport named NAME_tls (h2c_tls, grpc_tls) is NAME over mutual TLS
 (tests/gen_certs.sh's certificates, P-256, made with openssl): the source
@@ -144,14 +151,18 @@ class Reactor:
         # The driver runs at a raised priority; its children do not.
         os.setpriority(os.PRIO_PROCESS, 0, Reactor.base_nice)
 
-    def spawn(self, proc, argv):
+    def spawn(self, proc, argv, stdout=False):
+        """Starts |proc|; its stderr lines (with |stdout|: stdout and
+        stderr, merged) come to proc.on_line()."""
         proc.t_spawn = now()
         proc.p = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            argv, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if stdout else subprocess.DEVNULL,
+            stderr=subprocess.STDOUT if stdout else subprocess.PIPE,
             preexec_fn=self._preexec if self.lower_children else None)
         proc.pid = proc.p.pid
-        proc.fd = proc.p.stderr.fileno()
+        proc.out = proc.p.stdout if stdout else proc.p.stderr
+        proc.fd = proc.out.fileno()
         os.set_blocking(proc.fd, False)
         self.sel.register(proc.fd, selectors.EVENT_READ, proc)
         self.procs.append(proc)
@@ -196,7 +207,7 @@ class Reactor:
             except (KeyError, ValueError):
                 pass
             proc.eof = True
-        proc.p.stderr.close()
+        proc.out.close()
         if proc in self.procs:
             self.procs.remove(proc)
 
@@ -323,6 +334,39 @@ class Sink(Proc):
                 self.cpu_synced = cpu_ns(self.pid)
 
 
+class RawMany(Proc):
+    """A bench/raw_sink --conns process: its SYNCED and CHANGE lines."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.synced = None   # (first connect ns, last synced ns, conns, ...)
+        self.changes = []    # (collection, version, resources, [ns, ...])
+
+    def on_line(self, line, t):
+        f = line.split()
+        if not f:
+            return
+        if f[0] == "SYNCED":
+            self.synced = [int(x) for x in f[1:]]
+        elif f[0] == "CHANGE":
+            self.changes.append((f[1], f[2], int(f[3]),
+                                 [int(x) for x in f[5:]]))
+
+
+def raise_nofile(need):
+    """Raises the soft RLIMIT_NOFILE to the hard limit (the children
+    inherit it); BenchError when the hard limit is below |need|."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY
+                                           or soft < hard):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        soft = hard
+    if soft != resource.RLIM_INFINITY and soft < need:
+        raise BenchError("open files: the hard limit is %d, %d needed "
+                         "(ulimit -Hn)" % (soft, need))
+    return soft
+
+
 def proc_status(pid):
     """VmRSS and VmHWM of |pid| in bytes."""
     out = {}
@@ -338,6 +382,11 @@ def reset_hwm(pid):
     """Resets VmHWM to the current RSS (Linux >= 4.0)."""
     with open("/proc/%d/clear_refs" % pid, "w") as f:
         f.write("5")
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
 
 
 def cpu_ns(pid):
@@ -948,6 +997,135 @@ class Bench:
             result("e2e_propagation_source_p99_ms_%s" % t,
                    percentile(at_src, 99), "ms", "the same, p99")
 
+    # ---- part 3: thousands of sinks (bench/raw_sink --conns) ----
+
+    def many_name(self, n, t, what):
+        k = "10k" if n == 10000 else str(n)
+        return "sinks%s_%s%s" % (k, what, "" if t == "h2c" else "_" + t)
+
+    def sinks_many(self, t, wl):
+        """N incremental sinks of the 1 MB workload, in a few raw_sink
+        processes of many connections each: the initial sync of them all,
+        the source's memory per idle sink, then one changed resource at a
+        time to every one of them."""
+        if t.endswith("_tls"):
+            note("%s: sinks%d: raw_sink is cleartext: skipped" % (
+                t, self.args.many))
+            return
+        if not self.raw_bin:
+            raise BenchError("bench/raw_sink is not built")
+        r = self.reactor
+        n = self.args.many
+        procs = max(1, min(self.args.many_procs, n))
+        colls = [wl.collection(c) for c in range(wl.ncoll)]
+        total = wl.ncoll * wl.nres
+        src = self.start_source(t, "source (%d sinks)" % n,
+                                ["--dir", wl.dir])
+        sinks = []
+        try:
+            if sum(src.collections.values()) != total:
+                raise BenchError("the source serves %s" % src.collections)
+            r.idle(0.3)
+            rss0, _ = proc_status(src.pid)
+            reset_hwm(src.pid)
+            cpu0 = cpu_ns(src.pid)
+            first = 0
+            for i in range(procs):
+                k = RawMany("raw_sink %d" % i)
+                share = n // procs + (1 if i < n % procs else 0)
+                r.spawn(k, [self.raw_bin, "127.0.0.1:%d" % src.port,
+                            "--conns", str(share), "--first", str(first),
+                            "--incremental"] + colls, stdout=True)
+                first += share
+                sinks.append(k)
+            r.wait(lambda: all(k.synced or k.exited() for k in sinks), 600,
+                   "%d sinks to sync" % n)
+            dead = [k for k in sinks if not k.synced]
+            if dead:
+                raise BenchError("%s: %s" % (dead[0].name,
+                                             " | ".join(dead[0].tail[-3:])))
+            cpu1 = cpu_ns(src.pid)
+            t_sync = (max(k.synced[1] for k in sinks) -
+                      min(k.synced[0] for k in sinks)) / 1e9
+            msgs = sum(k.synced[3] for k in sinks)
+            nbytes = sum(k.synced[4] for k in sinks)
+            nres = sum(k.synced[5] for k in sinks)
+            refused = sum(k.synced[6] for k in sinks)
+            if msgs != n * len(colls) or nres != n * total:
+                raise BenchError("%d sinks got %d messages, %d resources; "
+                                 "expected %d, %d" % (n, msgs, nres,
+                                                      n * len(colls),
+                                                      n * total))
+            _, hwm1 = proc_status(src.pid)
+            # Every sink idle, nothing in flight, and the h2c transport's
+            # write buffers freed (a second after a connection's last write).
+            r.idle(1.5)
+            rss1, _ = proc_status(src.pid)
+            note("%s %d sinks (%d raw_sink processes): synced in %.2f s, "
+                 "%.0f MB delivered, %d streams refused by admission and "
+                 "asked again; source CPU %.2f s; source RSS %.1f MB "
+                 "idle -> %.1f MB with the sinks idle (peak %.1f); load "
+                 "average %s" % (
+                     t, n, procs, t_sync, nbytes / 1e6, refused,
+                     (cpu1 - cpu0) / 1e9,
+                     rss0 / 1e6, rss1 / 1e6, hwm1 / 1e6, loadavg()))
+            result(self.many_name(n, t, "initial_sync_s"), t_sync, "s",
+                   "%s (%d collections) to %d incremental raw sinks: first "
+                   "connect to the last one synced" % (wl.label, wl.ncoll, n),
+                   "< 10", t_sync < 10)
+            result(self.many_name(n, t, "source_cpu_s"), (cpu1 - cpu0) / 1e9,
+                   "s", "the source's CPU time (all threads) for that sync")
+            per = round((rss1 - rss0) / n)
+            result(self.many_name(n, t, "source_bytes_per_idle_sink"), per,
+                   "bytes", "(source RSS with the %d synced sinks idle - "
+                   "RSS before) / %d" % (n, n), "<= 51200", per <= 51200)
+            result(self.many_name(n, t, "source_peak_bytes_per_sink"),
+                   round((hwm1 - rss0) / n), "bytes",
+                   "(source VmHWM during the sync - RSS before) / %d" % n)
+
+            every, last = [], []
+            for i in range(self.args.many_changes):
+                c = (i * 7) % wl.ncoll
+                res = (i * 37 + 11) % wl.nres
+                coll = wl.collection(c)
+                staged, final = wl.stage_change(c, res)
+                r.idle(0.1)
+                marks = [len(k.changes) for k in sinks]
+                t0 = now()
+                os.rename(staged, final)
+                r.wait(lambda: all(any(e[0] == coll for e in k.changes[m:])
+                                   for k, m in zip(sinks, marks)), 60,
+                       "change %d to reach %d sinks" % (i, n))
+                lat = []
+                for k, m in zip(sinks, marks):
+                    e = [e for e in k.changes[m:] if e[0] == coll][0]
+                    if e[2] != 1:
+                        raise BenchError("%s: change %d carried %d resources"
+                                         % (k.name, i, e[2]))
+                    lat += [(x - t0) / MS for x in e[3]]
+                every += lat
+                last.append(max(lat))
+            note("%s change to %d sinks (%d changes): p50 %.1f p90 %.1f p99 "
+                 "%.1f max %.1f ms; the last sink per change: median %.1f "
+                 "ms; load average %s" % (
+                     t, n, len(last), percentile(every, 50),
+                     percentile(every, 90), percentile(every, 99),
+                     max(every), median(last), loadavg()))
+            result(self.many_name(n, t, "change_p50_ms"),
+                   percentile(every, 50), "ms",
+                   "one resource changed (file renamed into place) -> a "
+                   "sink has it (raw_sink: message received, ACK queued); "
+                   "p50 over %d sinks x %d changes" % (n, len(last)))
+            result(self.many_name(n, t, "change_p99_ms"),
+                   percentile(every, 99), "ms", "the same, p99", "< 1000",
+                   percentile(every, 99) < 1000)
+            result(self.many_name(n, t, "change_last_ms"), median(last),
+                   "ms", "the same, per change until the last sink: median")
+            if src.problems:
+                note("%s source warnings: %s" % (t, src.problems[:5]))
+        finally:
+            r.stop(sinks + [src])
+
     # ---- one transport ----
 
     def transport(self, t, wl, parts):
@@ -989,7 +1167,9 @@ def main():
                     help="comma-separated (default grpc,h2c)")
     ap.add_argument("--quick", action="store_true",
                     help="50 resources per collection, 5 sinks, 5 changes, "
-                         "3 rounds: a smoke test, its numbers mean nothing")
+                         "2 rounds; sinks10k: 200 sinks, 3 changes, h2c "
+                         "(or the first transport) only: a smoke test, its numbers "
+                         "mean nothing")
     ap.add_argument("--sinks", type=int)
     ap.add_argument("--changes", type=int)
     ap.add_argument("--rounds", type=int)
@@ -1002,11 +1182,16 @@ def main():
                     help="resources per YAML file (default 100, --quick "
                          "10); 1 gives 20,000 files (names tagged "
                          "e2e_filesN_)")
+    ap.add_argument("--many", type=int,
+                    help="sinks of the sinks10k part (default 10000, "
+                         "--quick 200)")
+    ap.add_argument("--many-procs", type=int, default=4,
+                    help="raw_sink processes sharing them (default 4)")
     ap.add_argument("parts", nargs="*", default=["sync1", "sinks"])
     args = ap.parse_args()
     for p in args.parts:
-        if p not in ("sync1", "sinks"):
-            ap.error("unknown part %s (sync1, sinks)" % p)
+        if p not in ("sync1", "sinks", "sinks10k"):
+            ap.error("unknown part %s (sync1, sinks, sinks10k)" % p)
     nres = 50 if args.quick else 1000
     per_file = args.per_file or (10 if args.quick else 100)
     if args.per_file:
@@ -1014,7 +1199,9 @@ def main():
         RESULT_TAG = "files%d" % (20 * nres // per_file)
     args.sinks = args.sinks or (5 if args.quick else 100)
     args.changes = args.changes or (5 if args.quick else 20)
-    args.rounds = args.rounds or (3 if args.quick else 9)
+    args.rounds = args.rounds or (2 if args.quick else 9)
+    args.many = args.many or (200 if args.quick else 10000)
+    args.many_changes = 3 if args.quick else args.changes
 
     def on_term(signum, frame):
         raise SystemExit("signal %d" % signum)
@@ -1040,17 +1227,36 @@ def main():
     skipped = []
     try:
         t0 = now()
-        wl = Workload(root, 20, nres, per_file, 1024)
-        note("workload: %d collections x %d resources, bodies (Struct) of "
-             "%d to %d bytes, %d YAML files, %.1f MB, in %s (%.1f s)" % (
-                 wl.ncoll, wl.nres, min(wl.body_bytes), max(wl.body_bytes),
-                 wl.ncoll * wl.nfiles, wl.size() / 1e6, root,
-                 (now() - t0) / 1e9))
-        if args.bodies == "typed":
+        many = None
+        if "sinks10k" in args.parts:
+            # Each sink takes a descriptor in the source and one in a
+            # raw_sink process; the source adds its own (listener, loop,
+            # watches: about 30) and the files it reads.
+            lim = raise_nofile(args.many // args.many_procs + 64)
+            note("open files: limit %s (the source needs %d: a socket per "
+                 "sink, about 30 of its own, and its YAML files while it "
+                 "reads them; mcp-source raises its soft limit to the hard "
+                 "one)" % (lim, args.many + 64))
+            # About 1 MB: 10 collections x 100 resources of 1 KiB, one
+            # YAML file per collection.
+            many = Workload(os.path.join(root, "many"), 10, 100, 100, 1024)
+            note("sinks10k workload: %d collections x %d resources, %.2f MB"
+                 % (many.ncoll, many.nres, many.size() / 1e6))
+        wl = None
+        if "sync1" in args.parts or "sinks" in args.parts:
+            wl = Workload(root, 20, nres, per_file, 1024)
+            note("workload: %d collections x %d resources, bodies (Struct) "
+                 "of %d to %d bytes, %d YAML files, %.1f MB, in %s (%.1f s)"
+                 % (wl.ncoll, wl.nres, min(wl.body_bytes),
+                    max(wl.body_bytes), wl.ncoll * wl.nfiles,
+                    wl.size() / 1e6, root, (now() - t0) / 1e9))
+        if wl and args.bodies == "typed":
             b.source_args = typed_source_args(root, wl.ncoll)
             note("typed bodies (%s) of %d to %d bytes" % (
                 TYPED_MESSAGE, min(wl.typed_bytes), max(wl.typed_bytes)))
-        for t in args.transport.split(","):
+        ts = args.transport.split(",")
+        quick_t = "h2c" if "h2c" in ts else ts[0]
+        for t in ts:
             why = b.available(t)
             if why:
                 note("%s: SKIPPED: %s" % (t, why))
@@ -1058,7 +1264,12 @@ def main():
                 continue
             t1 = now()
             try:
-                b.transport(t, wl, args.parts)
+                if wl:
+                    b.transport(t, wl, args.parts)
+                # --quick (CI's bench-smoke): one transport only (h2c, the
+                # default, when listed), to keep the smoke test's time flat.
+                if many and not (args.quick and t != quick_t):
+                    b.sinks_many(t, many)
             except BenchError as e:
                 note("%s: FAILED: %s" % (t, e))
                 b.failed.append(t)

@@ -5,6 +5,9 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/resource.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "util/log.h"
 
@@ -12,8 +15,18 @@
  * unlimited hard limit is not a value to copy. */
 #define NOFILE_CAP ((rlim_t)1 << 20)
 
+/* Allocations of this size and more get their own mapping, returned to
+ * the system when freed: a connection's write buffers (about twice the
+ * h2c transport's 64 KiB write_buffer_size while a sync goes out, freed
+ * when it is done). In glibc's heap they would stay in the process's RSS
+ * after ten thousand sinks synced (140 KB per idle sink instead of 50). */
+#define MMAP_THRESHOLD (64 << 10)
+
 void tool_proc_init(void) {
   signal(SIGPIPE, SIG_IGN);
+#ifdef __GLIBC__
+  mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+#endif
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
     log_warn("open files: getrlimit: %s", strerror(errno));

@@ -7,8 +7,10 @@
  * death) and raises the soft limit of open files to the hard limit: each
  * stream costs a descriptor, and the usual soft limit of 1024 stops a
  * source at about 1000 sinks. Logs a raise (info), a failure to raise
- * (warning) or the limit as it was (debug). Call once, after
- * tool_log_init().
+ * (warning) or the limit as it was (debug). With glibc, allocations of
+ * 64 KiB and more are mapped on their own (M_MMAP_THRESHOLD), so that the
+ * memory of buffers freed after a sync leaves the process. Call once,
+ * after tool_log_init().
  */
 void tool_proc_init(void);
 

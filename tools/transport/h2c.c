@@ -13,12 +13,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include <mcp/auth.h>
 #include <mcp/h2c.h>
 
 #include "transport/shim.h"
 #include "transport/transport.h"
+#include "util/log.h"
 
 typedef struct h2c_ep {
   tool_shim_cb cb;  /* first: tool_shim_alloc() */
@@ -201,11 +203,33 @@ static int tls_check(const tool_tls_options *t, char *err, size_t errlen) {
   return mcp_h2c_tls_check(&h, 0, err, errlen);
 }
 
+/* The listener out of descriptors (or memory): said once per pause, as
+ * a warning naming the limit, and once when it accepts again. */
+static void on_listener(mcp_h2c_listener_event ev, int err, void *ud) {
+  (void)ud;
+  if (ev == MCP_H2C_LISTENER_RESUMED) {
+    log_info("accepting connections again");
+    return;
+  }
+  if (err == EMFILE || err == ENFILE) {
+    struct rlimit rl;
+    char lim[64] = "";
+    if (err == EMFILE && getrlimit(RLIMIT_NOFILE, &rl) == 0)
+      snprintf(lim, sizeof(lim), " (limit %llu)",
+               (unsigned long long)rl.rlim_cur);
+    log_warn("out of file descriptors%s: new connections wait until "
+             "streams end (raise the hard limit, ulimit -Hn)", lim);
+  } else {
+    log_warn("cannot accept connections: %s; trying again", strerror(err));
+  }
+}
+
 static void fill_opts(mcp_h2c_options *ho, const tool_endpoint_options *o,
                       h2c_ep *ep) {
   mcp_h2c_options_default(ho);
   TOOL_SHIM_OPTIONS(ho, o, MCP_H2C_DIAL, MCP_H2C_LISTEN);
   ho->on_stream = on_stream;
+  ho->on_listener = on_listener;
   ho->user_data = ep;
   if (o->max_streams_per_connection > 0)
     ho->max_streams_per_connection = o->max_streams_per_connection;

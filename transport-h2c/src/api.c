@@ -9,8 +9,9 @@
  * indexed by version. */
 static const size_t options_sizes[] = {
     0, offsetof(mcp_h2c_options, mem), offsetof(mcp_h2c_options, tls),
-    sizeof(mcp_h2c_options)};
+    offsetof(mcp_h2c_options, on_listener), sizeof(mcp_h2c_options)};
 static const size_t stats_sizes[] = {0, offsetof(mcp_h2c_stats, tls_handshakes),
+                                     offsetof(mcp_h2c_stats, accept_pauses),
                                      sizeof(mcp_h2c_stats)};
 #define NVERSIONS(a) (sizeof(a) / sizeof((a)[0]))
 

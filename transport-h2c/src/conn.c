@@ -117,6 +117,8 @@ void mcp_h2c_conn_close(mcp_h2c_conn *c, int status, const char *details) {
   uv_close((uv_handle_t *)c->sock, on_closed); /* cancels a pending write */
   if (c->dialed)
     mcp_h2c_client_conn_gone(ep, c);
+  else
+    mcp_h2c_server_conn_gone(ep);
 }
 
 void mcp_h2c_conn_mark(mcp_h2c_conn *c) {
@@ -191,7 +193,19 @@ static void on_write(uv_write_t *req, int status) {
     if (c->ssl && c->tls_done)
       tls_recv(c, NULL, 0); /* what was decrypted but not read */
   }
+  c->last_write = mcp_h2c_now(); /* (the idle buffers' deadline) */
   mcp_h2c_conn_kick(c);
+}
+
+/* The write buffers, once nothing was written for WBUF_IDLE_MS, are
+ * freed: a sync grows them to about twice write_buffer_size each, and ten
+ * thousand idle sinks would keep 2.5 GB. Not at once: during a sync a
+ * connection often has nothing to write for a moment, and allocating
+ * them again each time costs more than the copy they serve. */
+#define WBUF_IDLE_MS 1000
+
+static int wbuf_idle(const mcp_h2c_conn *c) {
+  return !c->writing && c->wfill.len == 0 && (c->wfill.cap || c->wflight.cap);
 }
 
 /* Moves frames from nghttp2 into the write buffer (up to its limit) and
@@ -506,6 +520,8 @@ static mcp_tstamp next_deadline(const mcp_h2c_conn *c) {
     t = c->hs_started + ms(o->handshake_timeout_ms);
   if (ep->stopping && ep->grace_at < t)
     t = ep->grace_at;
+  if (wbuf_idle(c) && c->last_write + ms(WBUF_IDLE_MS) < t)
+    t = c->last_write + ms(WBUF_IDLE_MS);
   return t;
 }
 
@@ -559,6 +575,10 @@ static void on_timer(uv_timer_t *t) {
         c->ping_sent_at = now;
       }
     }
+  }
+  if (wbuf_idle(c) && now >= c->last_write + ms(WBUF_IDLE_MS)) {
+    mcp_h2c_buf_free(&c->wfill);
+    mcp_h2c_buf_free(&c->wflight);
   }
   if (idle_on(c) && now >= c->idle_since + ms(o->idle_timeout_ms)) {
     if (c->proto == MCP_H2C_PROTO_H2 && c->h2 && !c->goaway) {

@@ -115,6 +115,8 @@ static void stats(const mcp_h2c_ep *ep, mcp_h2c_stats *st) {
   st->revoked = ep->revoked;
   st->refused_connection_streams = ep->refused_connection_streams;
   st->rapid_resets = ep->rapid_resets;
+  st->accept_pauses = ep->accept_pauses;
+  st->accept_paused = ep->accept_paused;
   mcp_h2c_tls_stats(ep, st);
 }
 

@@ -157,7 +157,9 @@ struct mcp_h2c_conn {
   mcp_h2c_buf probe;    /* server: first bytes */
   mcp_h2c_http1 *h1;
 
-  mcp_h2c_buf wfill, wflight; /* frames being gathered / being written */
+  mcp_h2c_buf wfill, wflight; /* frames being gathered / being written;
+                                 freed after a second without writes */
+  mcp_tstamp last_write;      /* the last write's completion */
   uv_write_t wreq;
   int writing;
   int reading;
@@ -255,14 +257,16 @@ struct mcp_h2c_ep {
   uint64_t next_stream_id;
   mcp_tstamp grace_at;
 
-  /* LISTEN */
-  union {
-    uv_tcp_t tcp;
-    uv_pipe_t pipe;
-  } lis;
+  /* LISTEN (server.c): the listening descriptor, polled; whether
+   * accepting is paused (out of descriptors or memory) and how often it
+   * was; the timer that tries again. */
+  uv_poll_t lis;
+  int lis_fd;
   int listening;
   int port;
-  uv_timer_t accept_retry; /* an accept that found no memory */
+  int accept_paused;
+  uint64_t accept_pauses;
+  uv_timer_t accept_retry;
 
   /* LISTEN: admission (admit.c): the core's policy, its timer, and a run
    * of its decisions pending (on the idle handle). */
@@ -447,5 +451,8 @@ int mcp_h2c_tls_output(mcp_h2c_conn *c, mcp_h2c_buf *plain, mcp_h2c_buf *out);
 /* server.c */
 int mcp_h2c_server_start(mcp_h2c_ep *ep);
 void mcp_h2c_server_stop(mcp_h2c_ep *ep);
+/* An accepted connection closed: a descriptor is free, so a paused
+ * listener tries again now. */
+void mcp_h2c_server_conn_gone(mcp_h2c_ep *ep);
 
 #endif

@@ -1,4 +1,5 @@
 /* Listening: bind, accept, and name the peer of each connection. */
+#define _GNU_SOURCE /* accept4() */
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -15,9 +16,9 @@
 
 static void on_listener_closed(uv_handle_t *h) { mcp_h2c_ep_unref(h->data); }
 
-static void accept_one(mcp_h2c_ep *ep);
+static void accept_some(mcp_h2c_ep *ep);
 
-static void on_accept_retry(uv_timer_t *t) { accept_one(t->data); }
+static void on_accept_retry(uv_timer_t *t) { accept_some(t->data); }
 
 /* TLS: 1 when |c| may start a handshake now (the limits on handshakes in
  * progress, in all and from its address), and then it counts. */
@@ -44,28 +45,67 @@ static int handshake_admit(mcp_h2c_ep *ep, mcp_h2c_conn *c) {
   return 1;
 }
 
-static void on_connection(uv_stream_t *lis, int status) {
-  mcp_h2c_ep *ep = lis->data;
-  if (status < 0 || ep->stopping)
-    return;
-  accept_one(ep);
+/*
+ * Accepting. The listener is our own descriptor under a uv_poll_t, not
+ * uv_listen(): out of descriptors, libuv accepts and closes the waiting
+ * connections without telling anyone. Here accept() failing stops the
+ * polling (nothing spins: the listener stays readable while connections
+ * wait), the application hears it once (on_listener), and accepting
+ * resumes when one of our connections closes (a descriptor is free) or,
+ * failing that, after a second. The waiting connections stay in the
+ * listen backlog and are served then; beyond the backlog the kernel
+ * drops SYNs and the clients retransmit.
+ */
+#define ACCEPT_RETRY_MS 1000
+/* Connections the kernel completes before we accept them (it caps this
+ * at net.core.somaxconn, 4096 by default): thousands of sinks that dial
+ * at once, or that wait while we are out of descriptors. */
+#define LISTEN_BACKLOG 4096
+#define ACCEPT_BATCH 64 /* per loop iteration: reads of others go on */
+
+static void on_listener_event(mcp_h2c_ep *ep, mcp_h2c_listener_event ev,
+                              int err) {
+  if (ep->opts.on_listener && !ep->stopping)
+    ep->opts.on_listener(ev, err, ep->opts.user_data);
 }
 
-/* Accepts the connection libuv holds. */
-static void accept_one(mcp_h2c_ep *ep) {
-  if (ep->stopping || !ep->listening)
-    return;
-  uv_stream_t *lis = ep->addr.is_unix ? (uv_stream_t *)&ep->lis.pipe
-                                      : (uv_stream_t *)&ep->lis.tcp;
-  mcp_h2c_conn *c = mcp_h2c_conn_new(ep, 0);
-  if (!c) {
-    /* libuv keeps the connection and stops watching the listener until
-     * it is accepted: without a retry, one failed allocation would stop
-     * the listener for good. */
-    uv_timer_start(&ep->accept_retry, on_accept_retry, 10, 0);
+static void accept_pause(mcp_h2c_ep *ep, int err, uint64_t retry_ms) {
+  uv_poll_stop(&ep->lis);
+  uv_timer_start(&ep->accept_retry, on_accept_retry, retry_ms, 0);
+  if (!ep->accept_paused) {
+    ep->accept_paused = 1;
+    ep->accept_pauses++;
+    on_listener_event(ep, MCP_H2C_LISTENER_PAUSED, err);
+  }
+}
+
+static void on_listen_ready(uv_poll_t *p, int status, int events) {
+  (void)events;
+  mcp_h2c_ep *ep = p->data;
+  if (status < 0) { /* the descriptor failed: try again later */
+    accept_pause(ep, -status, ACCEPT_RETRY_MS);
     return;
   }
-  if (uv_accept(lis, c->sock) != 0) {
+  accept_some(ep);
+}
+
+void mcp_h2c_server_conn_gone(mcp_h2c_ep *ep) {
+  if (ep->accept_paused && ep->listening && !ep->stopping)
+    uv_timer_start(&ep->accept_retry, on_accept_retry, 0, 0);
+}
+
+/* Takes the connection |fd| (accepted, non-blocking). */
+static void serve(mcp_h2c_ep *ep, int fd) {
+  mcp_h2c_conn *c = mcp_h2c_conn_new(ep, 0);
+  if (!c) {
+    close(fd); /* this one is lost; the next wait a little */
+    accept_pause(ep, ENOMEM, 10);
+    return;
+  }
+  int rv = ep->addr.is_unix ? uv_pipe_open(&c->h.pipe, fd)
+                            : uv_tcp_open(&c->h.tcp, fd);
+  if (rv != 0) {
+    close(fd);
     mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE, "accept failed");
     return;
   }
@@ -86,6 +126,33 @@ static void accept_one(mcp_h2c_ep *ep) {
   }
   mcp_h2c_conn_start(c);
   mcp_h2c_conn_arm(c);
+}
+
+static void accept_some(mcp_h2c_ep *ep) {
+  if (ep->stopping || !ep->listening)
+    return;
+  for (int i = 0; i < ACCEPT_BATCH; i++) {
+    int fd = accept4(ep->lis_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+      serve(ep, fd);
+      continue;
+    }
+    if (errno == EINTR || errno == ECONNABORTED)
+      continue; /* nothing we can do for that one */
+    if (errno == EAGAIN || errno == EWOULDBLOCK)
+      break;
+    /* EMFILE, ENFILE (out of descriptors), ENOBUFS, ENOMEM, or worse:
+     * the same again at once would spin. */
+    accept_pause(ep, errno, ACCEPT_RETRY_MS);
+    return;
+  }
+  if (ep->accept_paused) {
+    ep->accept_paused = 0;
+    uv_timer_stop(&ep->accept_retry);
+    on_listener_event(ep, MCP_H2C_LISTENER_RESUMED, 0);
+  }
+  if (!uv_is_active((uv_handle_t *)&ep->lis))
+    uv_poll_start(&ep->lis, UV_READABLE, on_listen_ready);
 }
 
 /* Opens a listening socket with plain system calls, so that a failure
@@ -110,7 +177,7 @@ static int listen_fd(mcp_h2c_ep *ep) {
     if (fd < 0)
       return MCP_ERR_IO;
     if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) != 0 ||
-        listen(fd, 511) != 0) {
+        listen(fd, LISTEN_BACKLOG) != 0) {
       int e = errno;
       close(fd);
       errno = e;
@@ -138,7 +205,7 @@ static int listen_fd(mcp_h2c_ep *ep) {
   int one = 1;
   if (fd < 0 ||
       setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-      bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 511) != 0) {
+      bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, LISTEN_BACKLOG) != 0) {
     int e = errno;
     if (fd >= 0)
       close(fd);
@@ -160,31 +227,20 @@ int mcp_h2c_server_start(mcp_h2c_ep *ep) {
   int fd = listen_fd(ep);
   if (fd < 0)
     return fd;
-  int rv;
-  uv_stream_t *lis;
-  if (ep->addr.is_unix) {
-    uv_pipe_init(ep->loop, &ep->lis.pipe, 0);
-    ep->lis.pipe.data = ep;
-    lis = (uv_stream_t *)&ep->lis.pipe;
-    rv = uv_pipe_open(&ep->lis.pipe, fd);
-  } else {
-    uv_tcp_init(ep->loop, &ep->lis.tcp);
-    ep->lis.tcp.data = ep;
-    lis = (uv_stream_t *)&ep->lis.tcp;
-    rv = uv_tcp_open(&ep->lis.tcp, fd);
+  int rv = uv_poll_init(ep->loop, &ep->lis, fd);
+  if (rv != 0) {
+    close(fd);
+    errno = -rv; /* libuv's codes are negated errnos on Unix */
+    return MCP_ERR_IO;
   }
+  ep->lis.data = ep;
+  ep->lis_fd = fd; /* ours: closed by mcp_h2c_server_stop() */
   ep->refs++;
   ep->listening = 1; /* closed by mcp_h2c_server_stop(), also on failure */
   uv_timer_init(ep->loop, &ep->accept_retry);
   ep->accept_retry.data = ep;
   ep->refs++;
-  if (rv != 0) {
-    close(fd); /* not the handle's */
-    errno = -rv; /* libuv's codes are negated errnos on Unix */
-    return MCP_ERR_IO;
-  }
-  /* From here on the handle owns the descriptor. */
-  if ((rv = uv_listen(lis, 511, on_connection)) != 0) {
+  if ((rv = uv_poll_start(&ep->lis, UV_READABLE, on_listen_ready)) != 0) {
     errno = -rv;
     return MCP_ERR_IO;
   }
@@ -195,10 +251,9 @@ void mcp_h2c_server_stop(mcp_h2c_ep *ep) {
   if (!ep->listening)
     return;
   ep->listening = 0;
-  if (ep->addr.is_unix)
-    uv_close((uv_handle_t *)&ep->lis.pipe, on_listener_closed);
-  else
-    uv_close((uv_handle_t *)&ep->lis.tcp, on_listener_closed);
+  uv_close((uv_handle_t *)&ep->lis, on_listener_closed);
+  close(ep->lis_fd); /* the poll handle is stopped by uv_close() */
+  ep->lis_fd = -1;
   uv_close((uv_handle_t *)&ep->accept_retry, on_listener_closed);
   if (ep->addr.is_unix)
     unlink(ep->addr.path);

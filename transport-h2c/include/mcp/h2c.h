@@ -231,6 +231,20 @@ typedef void (*mcp_h2c_stream_cb)(mcp_h2c_stream_event ev,
                                   const mcp_h2c_stream_info *info,
                                   void *user_data);
 
+/* What a listener tells of itself (options.on_listener). */
+typedef enum mcp_h2c_listener_event {
+  /* accept() failed and accepting stopped: |err| is the errno, EMFILE or
+   * ENFILE when out of file descriptors (also ENOBUFS, ENOMEM). New
+   * connections wait in the listen backlog. Reported once per pause. */
+  MCP_H2C_LISTENER_PAUSED,
+  /* Accepting again (|err| 0): tried when one of the listener's
+   * connections closes, else once a second. */
+  MCP_H2C_LISTENER_RESUMED
+} mcp_h2c_listener_event;
+
+typedef void (*mcp_h2c_listener_cb)(mcp_h2c_listener_event ev, int err,
+                                    void *user_data);
+
 /*
  * A plain HTTP answer being built (HTTP/1.1, or HTTP/2 requests that are
  * not gRPC calls). Owned by the transport; valid during the handler only.
@@ -491,17 +505,25 @@ typedef struct mcp_h2c_options {
    */
   uint32_t peer_stream_rate;
   uint32_t peer_stream_burst;
+
+  /* --- MCP_H2C_OPTIONS_V4 --- */
+
+  /* LISTEN, optional: the listener paused (out of file descriptors) or
+   * resumed (mcp_h2c_listener_event), with options.user_data; on the loop
+   * thread. Without it a pause is only counted (stats: accept_pauses). */
+  mcp_h2c_listener_cb on_listener;
 } mcp_h2c_options;
 
 /*
  * Versions of mcp_h2c_options (docs/api.md, "Versioned structs"): V1 is
  * the struct up to |no_mcp| (0.2.0); V2 appends |mem|; V3 (issue 23) TLS,
- * authorization and the handshake limits.
+ * authorization and the handshake limits; V4 (issue 25) on_listener.
  */
 #define MCP_H2C_OPTIONS_V1 1
 #define MCP_H2C_OPTIONS_V2 2
 #define MCP_H2C_OPTIONS_V3 3
-#define MCP_H2C_OPTIONS_VERSION MCP_H2C_OPTIONS_V3
+#define MCP_H2C_OPTIONS_V4 4
+#define MCP_H2C_OPTIONS_VERSION MCP_H2C_OPTIONS_V4
 
 /* Fills |opts| with the defaults: LISTEN, address NULL (must be set).
  * Writes only the fields of |version| (nothing for a version below 1; the
@@ -565,13 +587,20 @@ typedef struct mcp_h2c_stats {
   /* Calls that waited for their peer's new-stream token, and calls
    * refused past it (RESOURCE_EXHAUSTED). */
   uint64_t peer_rate_delayed, refused_peer_rate;
+
+  /* --- MCP_H2C_STATS_V3 --- */
+  /* LISTEN: times accepting paused (out of file descriptors or memory);
+   * whether it is paused now. */
+  uint64_t accept_pauses;
+  int accept_paused;
 } mcp_h2c_stats;
 
 /* Versions of mcp_h2c_stats (filled by the library: only the caller's
  * version's fields are written). V2 (issue 23): TLS, authorization, stream limits. */
 #define MCP_H2C_STATS_V1 1
 #define MCP_H2C_STATS_V2 2
-#define MCP_H2C_STATS_VERSION MCP_H2C_STATS_V2
+#define MCP_H2C_STATS_V3 3
+#define MCP_H2C_STATS_VERSION MCP_H2C_STATS_V3
 
 /* ------------------------------------------------------------------ */
 /* Source                                                              */
