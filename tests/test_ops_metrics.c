@@ -501,6 +501,28 @@ START_TEST(test_json_string_is_what_jansson_writes) {
     json_decref(j);
     ops_buf_free(&b);
   }
+  /* Eight bytes at a time (issue 25): each byte that needs care at each
+   * place of a 24-byte string, in every word and at its edges. */
+  static const char *const special[] = {"\"", "\\", "\x01", "\x1f", "\x7f",
+                                        "\xc3\xa9", "\n"};
+  for (size_t sp = 0; sp < sizeof special / sizeof *special; sp++)
+    for (size_t at = 0; at < 24; at++) {
+      char str[40];
+      memset(str, 'a' + (int)(at % 26), sizeof(str));
+      size_t k = strlen(special[sp]);
+      memcpy(str + at, special[sp], k);
+      str[24 + k] = '\0';
+      ops_buf b;
+      ops_buf_init(&b);
+      ck_assert_int_eq(ops_buf_json(&b, str), 0);
+      json_t *j = json_string(str);
+      ck_assert_ptr_nonnull(j);
+      char *want = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
+      ck_assert_str_eq(ops_buf_cstr(&b), want);
+      free(want);
+      json_decref(j);
+      ops_buf_free(&b);
+    }
   /* Not UTF-8 (jansson refuses it): each bad byte is U+FFFD. */
   ops_buf b;
   ops_buf_init(&b);
