@@ -225,6 +225,54 @@ START_TEST(deframe_buffer_bounded_and_zero_copy) {
 }
 END_TEST
 
+/* A message of megabytes: the buffer doubles while under MCP_H2C_LARGE,
+ * never above twice what arrived, then is sized once to the announced length
+ * (huge pages, issue 25); the bytes come out as they went in. */
+START_TEST(deframe_large_message_sized_once) {
+  const size_t msg = (size_t)12 << 20, step = 16384;
+  uint8_t *in = malloc(5 + msg);
+  ck_assert_ptr_nonnull(in);
+  in[0] = 0;
+  in[1] = (uint8_t)(msg >> 24);
+  in[2] = (uint8_t)(msg >> 16);
+  in[3] = (uint8_t)(msg >> 8);
+  in[4] = (uint8_t)msg;
+  for (size_t i = 0; i < msg; i++)
+    in[5 + i] = (uint8_t)(i * 131 + (i >> 12));
+  mcp_h2c_deframer d;
+  mcp_h2c_deframer_init(&d, 16 << 20);
+  size_t off = 0, grew = 0, last_held = 0;
+  const uint8_t *m = NULL;
+  size_t len = 0;
+  int rv = 0;
+  while (off < 5 + msg && rv == 0) {
+    const uint8_t *p = in + off;
+    size_t n = 5 + msg - off < step ? 5 + msg - off : step, k = n;
+    rv = mcp_h2c_deframe(&d, &p, &k, &m, &len);
+    ck_assert_int_ge(rv, 0);
+    off += n - k;
+    size_t held = mcp_h2c_deframer_held(&d);
+    size_t got = off > 5 ? off - 5 : 0;
+    if (held != last_held)
+      grew++;
+    last_held = held;
+    if (held < msg) { /* doubling: at most twice what arrived */
+      ck_assert_uint_le(held, got * 2 > 4096 ? got * 2 : 4096);
+      ck_assert_uint_lt(held, MCP_H2C_LARGE);
+    } else { /* then the announced length at once */
+      ck_assert_uint_eq(held, msg);
+    }
+  }
+  ck_assert_int_eq(rv, 1);
+  ck_assert_uint_eq(len, msg);
+  ck_assert_mem_eq(m, in + 5, msg);
+  /* 16 KiB .. 4 MiB by doubling, then the one jump. */
+  ck_assert_uint_le(grew, 10);
+  mcp_h2c_deframer_free(&d);
+  free(in);
+}
+END_TEST
+
 Suite *suite(void) {
   Suite *s = suite_create("h2c_unit");
   TCase *t = tcase_create("all");
@@ -237,6 +285,7 @@ Suite *suite(void) {
   tcase_add_test(t, deframe_prefix_ends_input);
   tcase_add_test(t, deframe_errors_are_sticky);
   tcase_add_test(t, deframe_buffer_bounded_and_zero_copy);
+  tcase_add_test(t, deframe_large_message_sized_once);
   suite_add_tcase(s, t);
   return s;
 }

@@ -482,6 +482,20 @@ START_TEST(test_code_names) {
 }
 END_TEST
 
+/* ops_buf_json(|s|) is what jansson's json_dumps() writes of |s|. */
+static void check_json_string(const char *s) {
+  ops_buf b;
+  ops_buf_init(&b);
+  ck_assert_int_eq(ops_buf_json(&b, s), 0);
+  json_t *j = json_string(s);
+  ck_assert_ptr_nonnull(j);
+  char *want = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
+  ck_assert_str_eq(ops_buf_cstr(&b), want);
+  free(want);
+  json_decref(j);
+  ops_buf_free(&b);
+}
+
 /* mcp-sink --json writes its response lines with ops_buf_json(): the
  * strings must come out exactly as jansson's json_dumps() wrote them. */
 START_TEST(test_json_string_is_what_jansson_writes) {
@@ -489,18 +503,21 @@ START_TEST(test_json_string_is_what_jansson_writes) {
       "", "plain/name-1.2", "quote\" backslash\\ slash/",
       "\b\f\n\r\t\x01\x1f\x7f", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80",
       "ns/name@v1:type.googleapis.com/x.Y"};
-  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-    ops_buf b;
-    ops_buf_init(&b);
-    ck_assert_int_eq(ops_buf_json(&b, cases[i]), 0);
-    json_t *j = json_string(cases[i]);
-    ck_assert_ptr_nonnull(j);
-    char *want = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
-    ck_assert_str_eq(ops_buf_cstr(&b), want);
-    free(want);
-    json_decref(j);
-    ops_buf_free(&b);
-  }
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+    check_json_string(cases[i]);
+  /* Eight bytes at a time (issue 25): each byte that needs care at each
+   * place of a 24-byte string, in every word and at its edges. */
+  static const char *const special[] = {"\"", "\\", "\x01", "\x1f", "\x7f",
+                                        "\xc3\xa9", "\n"};
+  for (size_t sp = 0; sp < sizeof special / sizeof *special; sp++)
+    for (size_t at = 0; at < 24; at++) {
+      char str[40];
+      memset(str, 'a' + (int)(at % 26), sizeof(str));
+      size_t k = strlen(special[sp]);
+      memcpy(str + at, special[sp], k);
+      str[24 + k] = '\0';
+      check_json_string(str);
+    }
   /* Not UTF-8 (jansson refuses it): each bad byte is U+FFFD. */
   ops_buf b;
   ops_buf_init(&b);

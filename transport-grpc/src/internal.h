@@ -22,6 +22,11 @@ void *mcp_grpc_calloc(const mcp_mem *m, size_t nmemb, size_t size);
 void *mcp_grpc_realloc(const mcp_mem *m, void *p, size_t n);
 void mcp_grpc_free(const mcp_mem *m, void *p); /* NULL is a no-op */
 char *mcp_grpc_strdup(const mcp_mem *m, const char *s);
+/* As mcp_h2c_hint_large(): transparent huge pages for a buffer of |len|
+ * bytes at |p| about to be written whole (a received message joined);
+ * nothing observable changes; nothing below MCP_GRPC_LARGE bytes. */
+#define MCP_GRPC_LARGE ((size_t)4 << 20)
+void mcp_grpc_hint_large(void *p, size_t len);
 
 /* Every completion-queue tag is one of these, embedded in the object that
  * started the operation; the loop calls |fn| with the op's success bit. */
