@@ -122,6 +122,48 @@ class Child:
     def running(self):
         return self.p.poll() is None
 
+    def death(self, tail=40):
+        """Why the program is no longer running, for a failure message:
+        its exit status or the signal that ended it, what the kernel said
+        about its pid (the OOM killer, a segfault: dmesg, when readable),
+        the machine's memory then, and its last |tail| output lines."""
+        rc = self.p.poll()
+        if rc is None:
+            why = "still running"
+        elif rc < 0:
+            try:
+                why = "killed by %s" % signal.Signals(-rc).name
+            except ValueError:
+                why = "killed by signal %d" % -rc
+        else:
+            why = "exited with status %d" % rc
+        out = ["pid %d %s" % (self.p.pid, why)]
+        try:
+            k = subprocess.run(["dmesg"], capture_output=True, text=True,
+                               errors="replace", timeout=10)
+            pid = str(self.p.pid)
+            hits = [ln for ln in k.stdout.splitlines()
+                    if "[%s]" % pid in ln or "pid=%s," % pid in ln or
+                    "process %s " % pid in ln or "pid %s " % pid in ln]
+            out.append("dmesg about it: " + ("\n  ".join(hits) if hits else
+                                             "nothing") if k.returncode == 0
+                       else "dmesg not readable: " + k.stderr.strip())
+        except (OSError, subprocess.SubprocessError) as e:
+            out.append("dmesg: %s" % e)
+        try:
+            with open("/proc/meminfo") as f:
+                out.append("now: " + ", ".join(
+                    ln.split(":")[0] + " " + ln.split(":")[1].strip()
+                    for ln in f if ln.startswith(("MemTotal", "MemAvailable",
+                                                  "Committed_AS"))))
+        except OSError:
+            pass
+        with self.lock:
+            lines = self.lines[-tail:]
+        out.append("its last %d output lines:\n%s" % (len(lines),
+                                                         "\n".join(lines)))
+        return "\n".join(out)
+
     def stop(self):
         if self.running():
             self.p.send_signal(signal.SIGTERM)
@@ -188,8 +230,8 @@ class Attacks(unittest.TestCase):
         deadline = time.monotonic() + timeout
         while not cond():
             if not self.src.running():
-                self.fail("mcp-source exited (%s) waiting for %s\n%s" % (
-                    self.src.p.poll(), what, self.src.text()))
+                self.fail("mcp-source died waiting for %s: %s" % (
+                    what, self.src.death()))
             if time.monotonic() > deadline:
                 self.fail("timed out waiting for %s\n%s" % (
                     what, self.src.text()))
@@ -216,7 +258,7 @@ class Attacks(unittest.TestCase):
     def check(self, name, **kw):
         res, growth, bound = self.attack(name, **kw)
         self.assertTrue(self.src.running(), "mcp-source died: %r\n%s"
-                        % (res, self.src.text()))
+                        % (res, self.src.death()))
         self.assertLessEqual(growth, bound, "%s: RSS grew %.1f MiB (bound "
                              "%d MiB): %r" % (name, growth / MIB,
                                               bound // MIB, res))
@@ -323,7 +365,7 @@ class Attacks(unittest.TestCase):
                          "at once; RSS +%.1f MiB\n" % (n, closed,
                                                       growth / MIB))
         self.assertLessEqual(growth, BOUND["h2c"]["rapid_reset"])
-        self.assertTrue(self.src.running())
+        self.assertTrue(self.src.running(), self.src.death())
 
     def test_sink_syncs_during_endless_continuation_literal(self):
         """One connection sending an unfinished header field must not
