@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #ifndef MCP_GEN_CERTS
@@ -41,6 +42,15 @@ static inline int test_certs_make(void) {
     return -1;
   }
   return 0;
+}
+
+/* The mode of a transport's behaviour suite (issue 23: "the transport
+ * suite runs over TLS too"): 1 when MCP_TEST_TLS is set and not "0" (the
+ * *_tls tests of meson.build), and the same tests then run with mutual TLS
+ * on every connection they make; 0: cleartext. */
+static inline int test_tls_mode(void) {
+  const char *v = getenv("MCP_TEST_TLS");
+  return v && *v && strcmp(v, "0") != 0;
 }
 
 static inline void test_certs_remove(void) {

@@ -1,5 +1,6 @@
 /* Both directions over real gRPC: initial sync, pushed updates and their
- * ACKs, and the sink ending with exactly the store's state. */
+ * ACKs, and the sink ending with exactly the store's state. With
+ * MCP_TEST_TLS=1 (test grpc_sync_tls), over mutual TLS. */
 #include "test_grpc_util.h"
 
 static const char *const colls[] = {"c1", "c2"};
@@ -188,6 +189,7 @@ static void count_stream(const mcp_grpc_stream_info *info, void *ud) {
   ck_assert_ptr_nonnull(info->source);
   ck_assert_ptr_null(info->sink);
   ck_assert_int_eq(strncmp(info->peer, "ipv4:127.0.0.1:", 15), 0);
+  ck_assert_int_eq(info->tls, test_tls_mode()); /* the mode holds */
   if (mcp_source_session_collection_count(info->source) > 0)
     (*n)++;
 }
@@ -376,7 +378,7 @@ START_TEST(test_keepalive_pings_keep_stream_open) {
 END_TEST
 
 int main(void) {
-  Suite *s = suite_create("grpc_sync");
+  Suite *s = suite_create(test_tls_mode() ? "grpc_sync_tls" : "grpc_sync");
   TCase *tc = tcase_create("sync");
   tcase_set_timeout(tc, 30);
   tcase_add_checked_fixture(tc, tg_reset, NULL);

@@ -21,6 +21,7 @@
 
 #include "mcp/grpc.h"
 #include "mcp/mcp.h"
+#include "test_certs.h"
 
 #define TG_TYPE_URL "type.googleapis.com/test.Body"
 #define TG_TIMEOUT_MS 5000
@@ -234,6 +235,11 @@ static inline void tg_listen_opts(mcp_grpc_options *o, const char *addr,
   o->on_stream = tg_on_stream;
   o->user_data = obs;
   o->shutdown_grace = MCP_SECONDS;
+  if (test_tls_mode()) { /* the *_tls variant: mutual TLS */
+    o->tls.cert_file = test_cert("server.pem");
+    o->tls.key_file = test_cert("server.key");
+    o->tls.ca_file = test_cert("ca.pem");
+  }
 }
 
 /* Dialing with short delays, so that a reconnection takes milliseconds. */
@@ -247,6 +253,11 @@ static inline void tg_dial_opts(mcp_grpc_options *o, char *buf, size_t len,
   o->backoff.max = 200 * MCP_MILLISECONDS;
   o->on_stream = tg_on_stream;
   o->user_data = obs;
+  if (test_tls_mode()) {
+    o->tls.cert_file = test_cert("client.pem");
+    o->tls.key_file = test_cert("client.key");
+    o->tls.ca_file = test_cert("ca.pem");
+  }
 }
 
 /* ---- comparing what the sink holds with what the store has ---- */
@@ -391,11 +402,19 @@ static inline int tg_raw_call(int port, const char *method,
   return rv;
 }
 
+/* Runs |s|; with MCP_TEST_TLS=1 (the *_tls tests of meson.build), makes
+ * the certificates that tg_listen_opts()/tg_dial_opts() then use first,
+ * and removes them after. */
 static inline int tg_run(Suite *s) {
+  int certs = test_tls_mode();
+  if (certs && test_certs_make() != 0)
+    return EXIT_FAILURE;
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);
+  if (certs)
+    test_certs_remove();
   return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 

@@ -8,7 +8,9 @@
  * done, through a sync with HTTP/2 and HTTP/1.1 traffic), a failure of any
  * one allocation in *_new() is NOMEM with nothing leaked, and a failure of
  * any one allocation during a sync costs at most a stream, which the
- * dialer's reconnection replaces.
+ * dialer's reconnection replaces. With MCP_TEST_TLS=1 (test h2c_api_tls)
+ * the same over mutual TLS: the TLS code's own allocations go through the
+ * hook too (OpenSSL's do not: they are process-global).
  */
 #define _GNU_SOURCE /* dladdr */
 #include <arpa/inet.h>
@@ -28,6 +30,7 @@
 
 #include "h2c_harness.h"
 #include "helper.h"
+#include "test_certs.h"
 #include "mcp/h2c.h"
 #include "mem_count.h"
 
@@ -88,6 +91,12 @@ static void env_options(env *e, mcp_h2c_options *o, mcp_h2c_mode mode,
   o->rand_user_data = &e->seed;
   o->shutdown_grace = MCP_SECONDS;
   o->mem = mem;
+  if (test_tls_mode()) {
+    int listen = mode == MCP_H2C_LISTEN;
+    o->tls.cert_file = test_cert(listen ? "server.pem" : "client.pem");
+    o->tls.key_file = test_cert(listen ? "server.key" : "client.key");
+    o->tls.ca_file = test_cert("ca.pem");
+  }
 }
 
 static void start_source(env *e, const mcp_mem *mem) {
@@ -355,7 +364,14 @@ START_TEST(hook_sees_every_allocation_through_a_sync) {
   start_source(&e, &sm.mem);
   start_sink(&e, &km.mem);
   ck_assert(h2t_run_until(&e.loop, synced, &e, 5000));
-  http1_get(&e, mcp_h2c_source_port(e.src));
+  mcp_h2c_stats st;
+  memset(&st, 0, sizeof(st));
+  ck_assert_int_eq(mcp_h2c_source_stats(e.src, &st), 0);
+  ck_assert_uint_eq(st.tls_handshakes, test_tls_mode() ? 1 : 0);
+  /* Cleartext HTTP/1.1 on the same port (over TLS, ALPN http/1.1 is
+   * test_h2c_tls's). */
+  if (!test_tls_mode())
+    http1_get(&e, mcp_h2c_source_port(e.src));
   tm_counts sc = tm_get(&sm), kc = tm_get(&km);
   /* Beyond the objects: connections, streams, nghttp2's session. */
   ck_assert_int_gt(sc.allocs, 10);
@@ -556,7 +572,9 @@ END_TEST
 
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
-  Suite *s = suite_create("h2c_api");
+  if (test_tls_mode() && test_certs_make() != 0)
+    return EXIT_FAILURE;
+  Suite *s = suite_create(test_tls_mode() ? "h2c_api_tls" : "h2c_api");
   TCase *tc = tcase_create("versions");
   tcase_set_timeout(tc, 30);
   tcase_add_test(tc, options_default_writes_its_version_only);
@@ -577,5 +595,7 @@ int main(void) {
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);
+  if (test_tls_mode())
+    test_certs_remove();
   return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -5,6 +5,8 @@
  * store update pushed and ACKed, reconnection and resumption after a server
  * restart, routing errors seen by a client, unix sockets, updates from
  * other threads, and the reconnection backoff against a closed port.
+ * With MCP_TEST_TLS=1 (test h2c_sync_tls) every connection of these tests
+ * is mutual TLS instead (tests/gen_certs.sh's certificates).
  */
 #include <arpa/inet.h>
 #include <check.h>
@@ -21,6 +23,7 @@
 #include "h2c_harness.h"
 #include "helper.h"
 #include "mcp/h2c.h"
+#include "test_certs.h"
 
 typedef struct env {
   uv_loop_t loop;
@@ -106,6 +109,15 @@ static mcp_h2c_options options(env *e, mcp_h2c_mode mode, const char *addr) {
   o.shutdown_grace = MCP_SECONDS;
   o.on_stream = on_stream;
   o.user_data = e;
+  if (test_tls_mode()) {
+    int listen = mode == MCP_H2C_LISTEN;
+    o.tls.cert_file = test_cert(listen ? "server.pem" : "client.pem");
+    o.tls.key_file = test_cert(listen ? "server.key" : "client.key");
+    o.tls.ca_file = test_cert("ca.pem");
+    /* A unix socket has no host to verify: the server's DNS name. */
+    if (!listen && strncmp(addr, "unix:", 5) == 0)
+      o.tls.server_name = "localhost";
+  }
   return o;
 }
 
@@ -194,6 +206,11 @@ START_TEST(sink_dials_source) {
   ck_assert_uint_eq(st.streams, 1);
   ck_assert_uint_ge(st.messages_sent, 3); /* c1, c2, the update */
   ck_assert_uint_ge(st.messages_received, 4);
+  /* The mode is what it says: TLS handshakes, or none. */
+  if (test_tls_mode())
+    ck_assert_uint_eq(st.tls_handshakes, 1);
+  else
+    ck_assert_uint_eq(st.tls_handshakes, 0);
 
   /* The source restarts; meanwhile "a" is deleted and "d" added. */
   mcp_h2c_source_del(e.src);
@@ -685,7 +702,7 @@ START_TEST(queue_limit_and_on_closed) {
 END_TEST
 
 Suite *suite(void) {
-  Suite *s = suite_create("h2c_sync");
+  Suite *s = suite_create(test_tls_mode() ? "h2c_sync_tls" : "h2c_sync");
   TCase *t = tcase_create("all");
   tcase_set_timeout(t, 30);
   tcase_add_test(t, sink_dials_source);
@@ -710,9 +727,13 @@ Suite *suite(void) {
 
 int main(void) {
   signal(SIGPIPE, SIG_IGN); /* libuv writes with write(2) */
+  if (test_tls_mode() && test_certs_make() != 0)
+    return EXIT_FAILURE;
   SRunner *sr = srunner_create(suite());
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);
+  if (test_tls_mode())
+    test_certs_remove();
   return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
