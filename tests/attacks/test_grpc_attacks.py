@@ -278,8 +278,13 @@ class Attacks(unittest.TestCase):
                              bound // MIB))
         return res, growth, bound
 
-    def check(self, name, **kw):
+    def check(self, name, inconclusive_if_timed_out=False, **kw):
         res, growth, bound = self.attack(name, **kw)
+        if (inconclusive_if_timed_out and res.ended == "time" and
+                growth <= bound and self.src.running()):
+            self.skipTest("inconclusive on this machine: %r, RSS grew %.1f "
+                          "MiB (bound %d MiB)" % (res, growth / MIB,
+                                                  bound // MIB))
         self.assertTrue(self.src.running(), "mcp-source died: %r\n%s"
                         % (res, self.src.death()))
         self.assertLessEqual(growth, bound, "%s: RSS grew %.1f MiB (bound "
@@ -338,7 +343,13 @@ class Attacks(unittest.TestCase):
         self.check("continuation_fields", budget=1536 * MIB)
 
     def test_rapid_reset_is_bounded(self):
-        res = self.check("rapid_reset", streams=200000)
+        # An expected failure on gRPC: a pass there must mean the attack
+        # had its full say. On a slow or busy machine 20 s may end it
+        # before gRPC holds the bound; such a run shows nothing either way,
+        # and an "unexpected success" would fail the suite for the
+        # machine's speed.
+        res = self.check("rapid_reset", streams=200000,
+                         inconclusive_if_timed_out=TRANSPORT == "grpc")
         if TRANSPORT == "h2c":  # answered as nghttp2's own servers do
             self.assertEqual(res.goaway and res.goaway[1], 11,  # CALM
                              "no GOAWAY ENHANCE_YOUR_CALM: %r" % res)
