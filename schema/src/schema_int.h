@@ -165,6 +165,49 @@ int sc_duration_parse(const char *s, size_t len, int64_t *secs, int32_t *nanos,
  * a '.' has no digit or more than nine (duration.c). */
 int sc_fraction(const char *s, size_t len, int32_t *nanos);
 
+/* ---- the fast YAML scanner (yaml_fast.c) ----------------------------- */
+
+/* Its events: libyaml's, for the subset it reads. line is 0-based (as
+ * libyaml's marks); a scalar's text is valid during the callback only and
+ * is not NUL-terminated. */
+enum { SC_YF_DOC_START = 1, SC_YF_DOC_END, SC_YF_SCALAR, SC_YF_SEQ_START,
+       SC_YF_SEQ_END, SC_YF_MAP_START, SC_YF_MAP_END };
+enum { SC_YF_PLAIN = 1, SC_YF_SINGLE, SC_YF_DOUBLE };
+typedef struct sc_yf_event {
+  int type;
+  unsigned long line;
+  const char *text;
+  size_t len;
+  int style;
+} sc_yf_event;
+/* Returns 0 to go on, anything else to stop (sc_yaml_fast() returns it). */
+typedef int (*sc_yf_emit_fn)(void *ctx, const sc_yf_event *ev);
+
+/* Not an error: the input is outside what the scanner reads for sure;
+ * parse it with libyaml. Distinct from every MCP_ERR_* code. */
+#define SC_YF_BAIL 1
+
+/*
+ * Scans |len| bytes of YAML, calling |fn| for each event. 0 when the whole
+ * stream was read; SC_YF_BAIL (events may have been delivered: drop what
+ * they built); MCP_ERR_NOMEM; or what |fn| returned. Collections nested
+ * |max_depth| deep or more are left to libyaml too.
+ */
+int sc_yaml_fast(const mcp_mem *mem, const char *text, size_t len, unsigned max_depth,
+                 sc_yf_emit_fn fn, void *ctx);
+
+/* mcp_schema_parse_yaml() with the parser chosen: SC_YAML_AUTO (the fast
+ * scanner, libyaml when it bails), SC_YAML_LIBYAML, SC_YAML_FAST (returns
+ * SC_YF_BAIL where AUTO would use libyaml). For the tests and fuzzers that
+ * compare the two. */
+enum { SC_YAML_AUTO, SC_YAML_LIBYAML, SC_YAML_FAST };
+int sc_parse_yaml(const mcp_schema_parse_options *o, const char *text, size_t len,
+                  mcp_schema_docs **pdocs, mcp_schema_error *err, int mode);
+
+/* The first node where two trees differ (kind, boolean, line, text, length,
+ * number of kids), as a node of |a|; NULL when they are the same. */
+const mcp_schema_value *sc_value_differ(const mcp_schema_value *a, const mcp_schema_value *b);
+
 /* Valid UTF-8 (no surrogates, no overlongs)? */
 int sc_utf8_valid(const uint8_t *s, size_t len);
 
