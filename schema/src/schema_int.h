@@ -167,32 +167,18 @@ int sc_fraction(const char *s, size_t len, int32_t *nanos);
 
 /* ---- the fast YAML scanner (yaml_fast.c) ----------------------------- */
 
-/* Its events: libyaml's, for the subset it reads. line is 0-based (as
- * libyaml's marks); a scalar's text is valid during the callback only and
- * is not NUL-terminated. */
-enum { SC_YF_DOC_START = 1, SC_YF_DOC_END, SC_YF_SCALAR, SC_YF_SEQ_START,
-       SC_YF_SEQ_END, SC_YF_MAP_START, SC_YF_MAP_END };
-enum { SC_YF_PLAIN = 1, SC_YF_SINGLE, SC_YF_DOUBLE };
-typedef struct sc_yf_event {
-  int type;
-  unsigned long line;
-  const char *text;
-  size_t len;
-  int style;
-} sc_yf_event;
-/* Returns 0 to go on, anything else to stop (sc_yaml_fast() returns it). */
-typedef int (*sc_yf_emit_fn)(void *ctx, const sc_yf_event *ev);
+/* The public events (mcp/schema.h), by shorter names. */
+enum { SC_YF_DOC_START = MCP_SCHEMA_YAML_DOC_START, SC_YF_DOC_END = MCP_SCHEMA_YAML_DOC_END,
+       SC_YF_SCALAR = MCP_SCHEMA_YAML_SCALAR, SC_YF_SEQ_START = MCP_SCHEMA_YAML_SEQ_START,
+       SC_YF_SEQ_END = MCP_SCHEMA_YAML_SEQ_END, SC_YF_MAP_START = MCP_SCHEMA_YAML_MAP_START,
+       SC_YF_MAP_END = MCP_SCHEMA_YAML_MAP_END };
+enum { SC_YF_PLAIN = MCP_SCHEMA_YAML_PLAIN, SC_YF_SINGLE = MCP_SCHEMA_YAML_SINGLE_QUOTED,
+       SC_YF_DOUBLE = MCP_SCHEMA_YAML_DOUBLE_QUOTED };
+typedef mcp_schema_yaml_event sc_yf_event;
+typedef mcp_schema_yaml_event_fn sc_yf_emit_fn;
+#define SC_YF_BAIL MCP_SCHEMA_YAML_UNSURE
 
-/* Not an error: the input is outside what the scanner reads for sure;
- * parse it with libyaml. Distinct from every MCP_ERR_* code. */
-#define SC_YF_BAIL 1
-
-/*
- * Scans |len| bytes of YAML, calling |fn| for each event. 0 when the whole
- * stream was read; SC_YF_BAIL (events may have been delivered: drop what
- * they built); MCP_ERR_NOMEM; or what |fn| returned. Collections nested
- * |max_depth| deep or more are left to libyaml too.
- */
+/* mcp_schema_yaml_scan() with an initialised |mem| (yaml_fast.c). */
 int sc_yaml_fast(const mcp_mem *mem, const char *text, size_t len, unsigned max_depth,
                  sc_yf_emit_fn fn, void *ctx);
 

@@ -219,6 +219,16 @@ static const char *resolve(mcp_schema_value *v, const char *tag, int plain) {
   if (!tag) {
     if (!plain)
       return NULL;
+    /* Most plain scalars are words: only these first bytes can start a
+     * null, a boolean or a number. */
+    switch (s[0]) {
+    case '\0': case '~': case 'n': case 'N': case 't': case 'T': case 'f': case 'F':
+    case '-': case '+': case '.': case '0': case '1': case '2': case '3': case '4':
+    case '5': case '6': case '7': case '8': case '9':
+      break;
+    default:
+      return NULL;
+    }
     if (is_null_text(s))
       v->kind = MCP_SCHEMA_NULL;
     else if (is_bool_text(s, &v->boolean))
@@ -556,7 +566,7 @@ static int y_fast_event(void *ctx, const sc_yf_event *ev) {
   case SC_YF_DOC_END:
     return y_doc_end(b);
   case SC_YF_SCALAR:
-    return y_scalar(b, ev->line, ev->text, ev->len, NULL, NULL, ev->style == SC_YF_PLAIN);
+    return y_scalar(b, ev->line, ev->text, ev->len, NULL, NULL, ev->style == MCP_SCHEMA_YAML_PLAIN);
   case SC_YF_SEQ_START:
     return y_start(b, ev->line, MCP_SCHEMA_LIST, NULL, NULL);
   case SC_YF_MAP_START:

@@ -17,7 +17,7 @@
 #include "schema_int.h"
 
 typedef struct yf {
-  const char *p, *end;
+  const char *s, *p, *end;
   const char *bol; /* start of the line p is on */
   unsigned long line;
   unsigned depth, max_depth;
@@ -36,15 +36,21 @@ static int bail(yf *y) {
   return -1;
 }
 
-static int emit(yf *y, int type, unsigned long line, const char *text, size_t len,
-                int style) {
-  sc_yf_event ev = {type, line, text, len, style};
+static int emit_at(yf *y, int type, unsigned long line, size_t offset, const char *text,
+                   size_t len, int style) {
+  sc_yf_event ev = {(mcp_schema_yaml_event_type)type, line, offset, text, len,
+                    (mcp_schema_yaml_style)style};
   int rc = y->emit(y->ctx, &ev);
   if (rc) {
     y->rc = rc;
     return -1;
   }
   return 0;
+}
+
+static int emit(yf *y, int type, unsigned long line, const char *text, size_t len,
+                int style) {
+  return emit_at(y, type, line, 0, text, len, style);
 }
 
 static int at_eol(const yf *y) { return y->p >= y->end || *y->p == '\n'; }
@@ -135,6 +141,27 @@ typedef struct tok {
 
 static int flow_ind(char c) { return c == ',' || c == '[' || c == ']' || c == '{' || c == '}'; }
 
+/* Bytes plain() looks at: 1 in any context (controls, non-ASCII, ':', '#'),
+ * 2 in flow context only (",[]{}"). */
+static const unsigned char special[256] = {
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 2, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0, 2, 0, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+};
+
 /* A plain scalar at y->p. Block context: up to ": ", " #" or the end of
  * the line; flow: also up to ",[]{}". *colon is set when it stopped at a
  * ':' that makes it a key. */
@@ -149,6 +176,8 @@ static int plain(yf *y, int flow, tok *t, int *colon) {
     return bail(y);
   for (; q < y->end && *q != '\n'; q++) {
     unsigned char b = (unsigned char)*q;
+    if (!special[b] || (!flow && special[b] == 2))
+      continue; /* most bytes: one look-up */
     if (!plain_byte(b))
       return bail(y);
     if (b == ':') {
@@ -509,18 +538,22 @@ static int stream(yf *y) {
     return -1;
   if (next == PK_EOF)
     return 0;
-  if (next == PK_DOC) {
-    y->p += 3;
-    if (end_line(y))
-      return -1;
-    next = peek(y);
-    if (y->rc)
-      return -1;
-  }
   for (;;) {
+    /* Where libyaml puts the document's start: its "---", else its first
+     * content. */
+    unsigned long line = y->line;
+    size_t at = (size_t)(y->p - y->s);
+    if (next == PK_DOC) {
+      y->p += 3;
+      if (end_line(y))
+        return -1;
+      next = peek(y);
+      if (y->rc)
+        return -1;
+    }
     if (next < 0) /* an empty document */
       return bail(y);
-    if (emit(y, SC_YF_DOC_START, y->line, NULL, 0, 0))
+    if (emit_at(y, SC_YF_DOC_START, line, at, NULL, 0, 0))
       return -1;
     /* The root: a mapping or a sequence (a lone scalar is rare: libyaml). */
     if (*y->p == '-' && blank_at(y, y->p + 1)) {
@@ -542,24 +575,26 @@ static int stream(yf *y) {
       return -1;
     if (next >= 0)
       return bail(y); /* content less indented than the root, but not at 0 */
-    if (emit(y, SC_YF_DOC_END, y->line, NULL, 0, 0))
+    /* It ends where the next "---" starts, or at the end of the input. */
+    if (emit_at(y, SC_YF_DOC_END, y->line, (size_t)(y->p - y->s), NULL, 0, 0))
       return -1;
     if (next == PK_EOF)
       return 0;
-    y->p += 3;
-    if (end_line(y))
-      return -1;
-    next = peek(y);
-    if (y->rc)
-      return -1;
   }
+}
+
+int mcp_schema_yaml_scan(const mcp_mem *mem, const char *text, size_t len,
+                         unsigned max_depth, mcp_schema_yaml_event_fn fn, void *ctx) {
+  mcp_mem m;
+  sc_mem_init(&m, mem);
+  return sc_yaml_fast(&m, text, len, max_depth, fn, ctx);
 }
 
 int sc_yaml_fast(const mcp_mem *mem, const char *text, size_t len, unsigned max_depth,
                  sc_yf_emit_fn fn, void *ctx) {
   yf y;
   memset(&y, 0, sizeof y);
-  y.p = y.bol = text ? text : "";
+  y.s = y.p = y.bol = text ? text : "";
   y.end = y.p + len;
   y.line = 0;
   y.max_depth = max_depth;

@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <yaml.h>
+
 #include "schema_int.h"
 
 static int g_fail;
@@ -31,6 +33,103 @@ static size_t g_same, g_bailed, g_errors;
     }                                                                    \
   } while (0)
 
+/* An event stream as text, one event a line: what mcp-source's loader
+ * reads of libyaml's events (type, line, document offsets, scalar text
+ * and style). */
+typedef struct trace {
+  char *p;
+  size_t len, cap;
+} trace;
+
+static void tput(trace *t, int type, unsigned long line, size_t off, const char *text,
+                 size_t len, int style) {
+  char head[96];
+  if (type == MCP_SCHEMA_YAML_DOC_END || type == MCP_SCHEMA_YAML_SEQ_END ||
+      type == MCP_SCHEMA_YAML_MAP_END)
+    line = 0; /* not given for ends (mcp/schema.h) */
+  int n = snprintf(head, sizeof head, "%d %lu %zu %d %zu:", type, line, off, style, len);
+  size_t need = (size_t)n + len + 1;
+  if (t->len + need > t->cap) {
+    t->cap = (t->len + need) * 2;
+    if (!(t->p = realloc(t->p, t->cap)))
+      abort();
+  }
+  memcpy(t->p + t->len, head, (size_t)n);
+  if (len)
+    memcpy(t->p + t->len + (size_t)n, text, len);
+  t->p[t->len + (size_t)n + len] = '\n';
+  t->len += need;
+}
+
+static int fast_trace(void *ctx, const mcp_schema_yaml_event *ev) {
+  tput(ctx, (int)ev->type, ev->line,
+       ev->type == MCP_SCHEMA_YAML_DOC_START || ev->type == MCP_SCHEMA_YAML_DOC_END ? ev->offset
+                                                                                    : 0,
+       ev->text, ev->len, ev->type == MCP_SCHEMA_YAML_SCALAR ? (int)ev->style : 0);
+  return 0;
+}
+
+/* libyaml's events in the same form; 0 when it failed. */
+static int libyaml_trace(const char *text, size_t len, trace *t) {
+  yaml_parser_t p;
+  if (!yaml_parser_initialize(&p))
+    abort();
+  yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+  int ok = 1;
+  for (int done = 0; !done;) {
+    yaml_event_t e;
+    if (!yaml_parser_parse(&p, &e)) {
+      ok = 0;
+      break;
+    }
+    static const int types[] = {
+        [YAML_DOCUMENT_START_EVENT] = MCP_SCHEMA_YAML_DOC_START,
+        [YAML_DOCUMENT_END_EVENT] = MCP_SCHEMA_YAML_DOC_END,
+        [YAML_SCALAR_EVENT] = MCP_SCHEMA_YAML_SCALAR,
+        [YAML_SEQUENCE_START_EVENT] = MCP_SCHEMA_YAML_SEQ_START,
+        [YAML_SEQUENCE_END_EVENT] = MCP_SCHEMA_YAML_SEQ_END,
+        [YAML_MAPPING_START_EVENT] = MCP_SCHEMA_YAML_MAP_START,
+        [YAML_MAPPING_END_EVENT] = MCP_SCHEMA_YAML_MAP_END,
+        [YAML_ALIAS_EVENT] = 99};
+    done = e.type == YAML_STREAM_END_EVENT;
+    if (e.type != YAML_STREAM_START_EVENT && !done) {
+      int style = 0;
+      if (e.type == YAML_SCALAR_EVENT)
+        style = e.data.scalar.style == YAML_PLAIN_SCALAR_STYLE ? MCP_SCHEMA_YAML_PLAIN
+                : e.data.scalar.style == YAML_SINGLE_QUOTED_SCALAR_STYLE
+                    ? MCP_SCHEMA_YAML_SINGLE_QUOTED
+                : e.data.scalar.style == YAML_DOUBLE_QUOTED_SCALAR_STYLE
+                    ? MCP_SCHEMA_YAML_DOUBLE_QUOTED
+                    : 9;
+      size_t off = e.type == YAML_DOCUMENT_START_EVENT ? e.start_mark.index
+                   : e.type == YAML_DOCUMENT_END_EVENT ? e.end_mark.index
+                                                       : 0;
+      tput(t, types[e.type], e.start_mark.line, off,
+           e.type == YAML_SCALAR_EVENT ? (const char *)e.data.scalar.value : NULL,
+           e.type == YAML_SCALAR_EVENT ? e.data.scalar.length : 0, style);
+    }
+    yaml_event_delete(&e);
+  }
+  yaml_parser_delete(&p);
+  return ok;
+}
+
+/* The public scanner's events equal libyaml's wherever it reads the input. */
+static void compare_events(const char *what, const char *text, size_t len) {
+  trace f = {0}, l = {0};
+  int rc = mcp_schema_yaml_scan(NULL, text, len, 16, fast_trace, &f);
+  CHECK(rc == 0 || rc == MCP_SCHEMA_YAML_UNSURE, "%s: scan returned %d", what, rc);
+  if (rc == 0) {
+    int ok = libyaml_trace(text, len, &l);
+    CHECK(ok, "%s: the fast scanner read what libyaml refuses\n%.*s", what, (int)len, text);
+    CHECK(!ok || (f.len == l.len && !memcmp(f.p, l.p, f.len)),
+          "%s: events differ\nfast:\n%.*s\nlibyaml:\n%.*s", what, (int)f.len, f.p,
+          (int)l.len, l.p);
+  }
+  free(f.p);
+  free(l.p);
+}
+
 /* Compares the two parsers on one input; returns 1 when the fast one read it. */
 static int compare(const char *what, const char *text, size_t len) {
   mcp_schema_parse_options o;
@@ -44,6 +143,7 @@ static int compare(const char *what, const char *text, size_t len) {
   int rs = sc_parse_yaml(&o, text, len, &slow, &es, SC_YAML_LIBYAML);
   int rf = sc_parse_yaml(&o, text, len, &fast, &ef, SC_YAML_FAST);
   int read = rf != SC_YF_BAIL;
+  compare_events(what, text, len);
   if (!read) {
     g_bailed++;
   } else {
