@@ -219,16 +219,10 @@ static const char *resolve(mcp_schema_value *v, const char *tag, int plain) {
   if (!tag) {
     if (!plain)
       return NULL;
-    /* Most plain scalars are words: only these first bytes can start a
-     * null, a boolean or a number. */
-    switch (s[0]) {
-    case '\0': case '~': case 'n': case 'N': case 't': case 'T': case 'f': case 'F':
-    case '-': case '+': case '.': case '0': case '1': case '2': case '3': case '4':
-    case '5': case '6': case '7': case '8': case '9':
-      break;
-    default:
+    /* Most plain scalars are words: only these first bytes (or none) can
+     * start a null, a boolean or a number. */
+    if (!strchr("~nNtTfF-+.0123456789", s[0]))
       return NULL;
-    }
     if (is_null_text(s))
       v->kind = MCP_SCHEMA_NULL;
     else if (is_bool_text(s, &v->boolean))

@@ -520,6 +520,10 @@ static const char *resolve(ynode *n, const char *tag, int plain) {
   if (!tag) {
     if (!plain)
       return NULL;
+    /* Most plain scalars are words: only these first bytes (or none) can
+     * start a null, a boolean or a number. */
+    if (!strchr("~nNtTfF-+.0123456789", s[0]))
+      return NULL;
     if (is_null(s))
       n->stype = YNULL;
     else if (is_bool(s, &n->bval))
@@ -651,8 +655,22 @@ static int on_end(builder *b) {
         return fail(b, n->kids[i]->line, "a mapping key is not a scalar");
     /* Sorted keys make the encoding canonical (key order is not content)
      * and duplicates adjacent. */
-    if (n->nkids > 2) /* qsort() wants a non-NULL base even for 0 */
+    if (n->nkids > 32) { /* qsort() wants a non-NULL base even for 0 */
       qsort(n->kids, n->nkids / 2, 2 * sizeof *n->kids, cmp_key);
+    } else {
+      /* Most maps are small: an insertion sort, stable as glibc's qsort()
+       * (a merge sort), so the same duplicate is named. */
+      for (size_t i = 2; i < n->nkids; i += 2) {
+        ynode *k = n->kids[i], *v = n->kids[i + 1];
+        size_t j = i;
+        for (; j > 0 && strcmp(n->kids[j - 2]->text, k->text) > 0; j -= 2) {
+          n->kids[j] = n->kids[j - 2];
+          n->kids[j + 1] = n->kids[j - 1];
+        }
+        n->kids[j] = k;
+        n->kids[j + 1] = v;
+      }
+    }
     for (size_t i = 2; i < n->nkids; i += 2)
       if (!strcmp(n->kids[i]->text, n->kids[i - 2]->text))
         return fail(b, n->kids[i]->line, "duplicate key '%.100s'",
@@ -1274,12 +1292,17 @@ static int on_fast_event(void *ctx, const mcp_schema_yaml_event *fe) {
       [MCP_SCHEMA_YAML_SEQ_END] = YAML_SEQUENCE_END_EVENT,
       [MCP_SCHEMA_YAML_MAP_START] = YAML_MAPPING_START_EVENT,
       [MCP_SCHEMA_YAML_MAP_END] = YAML_MAPPING_END_EVENT};
+  /* Only what on_event() reads is set (no memset: this runs per node). */
   yaml_event_t ev;
-  memset(&ev, 0, sizeof ev);
   ev.type = types[fe->type];
   ev.start_mark.line = ev.end_mark.line = fe->line;
   ev.start_mark.index = ev.end_mark.index = fe->offset;
-  if (fe->type == MCP_SCHEMA_YAML_SCALAR) {
+  if (fe->type == MCP_SCHEMA_YAML_MAP_START) {
+    ev.data.mapping_start.tag = ev.data.mapping_start.anchor = NULL;
+  } else if (fe->type == MCP_SCHEMA_YAML_SEQ_START) {
+    ev.data.sequence_start.tag = ev.data.sequence_start.anchor = NULL;
+  } else if (fe->type == MCP_SCHEMA_YAML_SCALAR) {
+    ev.data.scalar.tag = ev.data.scalar.anchor = NULL;
     /* on_scalar() copies the text, never writes it. */
     ev.data.scalar.value = (yaml_char_t *)(uintptr_t)fe->text;
     ev.data.scalar.length = fe->len;
