@@ -56,6 +56,9 @@ static int emit(yf *y, int type, unsigned long line, const char *text, size_t le
 static int at_eol(const yf *y) { return y->p >= y->end || *y->p == '\n'; }
 static int blank_at(const yf *y, const char *q) { return q >= y->end || *q == ' ' || *q == '\n'; }
 
+/* A block sequence entry ("- ", "-" at the end of the line) at y->p? */
+static int dash_at(const yf *y) { return *y->p == '-' && blank_at(y, y->p + 1); }
+
 /* Printable ASCII, the only bytes a scalar may hold here. */
 static int plain_byte(unsigned char c) { return c >= 0x20 && c < 0x7f; }
 
@@ -92,6 +95,14 @@ static int end_line(yf *y) {
 }
 
 enum { PK_EOF = -1, PK_DOC = -2 };
+
+static int peek(yf *y);
+
+/* peek() into |*col|; -1 when it bailed. */
+static int next_line(yf *y, int *col) {
+  *col = peek(y);
+  return y->rc ? -1 : 0;
+}
 
 /* From a line start: skips blank and comment lines; returns the column of
  * the next content (y->p on it), PK_EOF, or PK_DOC on a "---" line (y->p
@@ -405,8 +416,8 @@ static int inline_value(yf *y, int col) {
   }
   if (end_line(y))
     return -1;
-  int next = peek(y);
-  if (y->rc)
+  int next;
+  if (next_line(y, &next))
     return -1;
   return next > col ? bail(y) : 0;
 }
@@ -417,7 +428,7 @@ static int key_at(yf *y, tok *k, int *is_key) {
   const char *save = y->p;
   int colon = 0;
   *is_key = 0;
-  if (*y->p == '[' || *y->p == '{' || (*y->p == '-' && blank_at(y, y->p + 1)))
+  if (*y->p == '[' || *y->p == '{' || dash_at(y))
     return 0;
   if (scalar_tok(y, 0, k, &colon))
     return -1;
@@ -434,7 +445,7 @@ static int key_at(yf *y, tok *k, int *is_key) {
 
 /* A node that starts a line at column |col|, under a parent at |pcol|. */
 static int block_node(yf *y, int col, int pcol) {
-  if (*y->p == '-' && blank_at(y, y->p + 1))
+  if (dash_at(y))
     return block_seq(y, col, 0);
   tok k;
   int is_key;
@@ -455,7 +466,7 @@ static int entry_value(yf *y, int col, unsigned long line, int in_map) {
     q++;
   if (q < y->end && *q != '\n' && *q != '#') {
     y->p = q;
-    if (*y->p == '-' && blank_at(y, y->p + 1))
+    if (dash_at(y))
       return bail(y); /* "- - x", "k: - x" */
     if (!in_map) {
       /* "- k: v": a mapping whose column is that of k. */
@@ -472,12 +483,12 @@ static int entry_value(yf *y, int col, unsigned long line, int in_map) {
   }
   if (end_line(y))
     return -1;
-  int next = peek(y);
-  if (y->rc)
+  int next;
+  if (next_line(y, &next))
     return -1;
   if (next > col)
     return block_node(y, next, col);
-  if (in_map && next == col && *y->p == '-' && blank_at(y, y->p + 1))
+  if (in_map && next == col && dash_at(y))
     return block_seq(y, col, 1);
   return emit(y, SC_YF_SCALAR, line, "", 0, SC_YF_PLAIN); /* null */
 }
@@ -495,12 +506,12 @@ static int block_map(yf *y, int col) {
     if (emit_tok(y, &k) || entry_value(y, col, k.line, 1))
       return -1;
     /* entry_value() ends on the next content line (or the end). */
-    int next = peek(y);
-    if (y->rc)
+    int next;
+    if (next_line(y, &next))
       return -1;
     if (next != col)
       break;
-    if (*y->p == '-' && blank_at(y, y->p + 1))
+    if (dash_at(y))
       return bail(y);
   }
   y->depth--;
@@ -515,12 +526,12 @@ static int block_seq(yf *y, int col, int indentless) {
     y->p++; /* the '-' */
     if (entry_value(y, col, line, 0))
       return -1;
-    int next = peek(y);
-    if (y->rc)
+    int next;
+    if (next_line(y, &next))
       return -1;
     if (next != col)
       break;
-    if (!(*y->p == '-' && blank_at(y, y->p + 1))) {
+    if (!dash_at(y)) {
       if (indentless)
         break; /* the mapping's next key */
       return bail(y);
@@ -533,8 +544,8 @@ static int block_seq(yf *y, int col, int indentless) {
 /* ---- documents ------------------------------------------------------ */
 
 static int stream(yf *y) {
-  int next = peek(y);
-  if (y->rc)
+  int next;
+  if (next_line(y, &next))
     return -1;
   if (next == PK_EOF)
     return 0;
@@ -547,8 +558,7 @@ static int stream(yf *y) {
       y->p += 3;
       if (end_line(y))
         return -1;
-      next = peek(y);
-      if (y->rc)
+      if (next_line(y, &next))
         return -1;
     }
     if (next < 0) /* an empty document */
@@ -556,7 +566,7 @@ static int stream(yf *y) {
     if (emit_at(y, SC_YF_DOC_START, line, at, NULL, 0, 0))
       return -1;
     /* The root: a mapping or a sequence (a lone scalar is rare: libyaml). */
-    if (*y->p == '-' && blank_at(y, y->p + 1)) {
+    if (dash_at(y)) {
       if (block_seq(y, next, 0))
         return -1;
     } else {
@@ -570,8 +580,7 @@ static int stream(yf *y) {
       if (block_map(y, next))
         return -1;
     }
-    next = peek(y);
-    if (y->rc)
+    if (next_line(y, &next))
       return -1;
     if (next >= 0)
       return bail(y); /* content less indented than the root, but not at 0 */
