@@ -7,9 +7,15 @@
  *   typed_encode_tree_docs_per_s  value tree -> wire bytes (the loader's
  *                                 share when it builds the tree itself)
  *   typed_decode_docs_per_s       wire bytes -> proto3 JSON text
+ *   typed_dir_load_20000_s        mcp-source's loader (tools/loader) reading
+ *                                 a directory of 20,000 such documents, one
+ *                                 a file with apiVersion, kind, metadata,
+ *                                 into a store, typed (issue 25 target 4)
  *
  * Each: the median of several rounds over a set of distinct documents,
- * single thread, wall time (CPU time printed beside it).
+ * single thread, wall time (CPU time printed beside it). The FNV-1a hash
+ * of every document's wire bytes is printed too: equal hashes before and
+ * after a change to the encoder mean byte-identical output.
  *
  * Usage: bench_schema [--quick]   (--quick: a smoke test, numbers mean
  * nothing)
@@ -17,10 +23,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "bench_util.h"
 #include "mcp/schema.h"
 #include "mcp/schema_istio.h"
+#ifdef BENCH_LOADER
+#include "loader/config_internal.h"
+#endif
 
 #define VS "istio.networking.v1alpha3.VirtualService"
 
@@ -68,6 +79,87 @@ static size_t make_vs(char *buf, size_t cap, unsigned i) {
   return n > 0 && (size_t)n < cap ? (size_t)n : 0;
 }
 
+#ifdef BENCH_LOADER
+/* mcp-source's start on a directory of |n| typed VirtualServices, one a
+ * file (written once to a temporary directory): a new loader's scan and
+ * its apply into a new store, |rounds| times; the median in seconds. */
+static double dir_load(const mcp_schema *s, unsigned n, int rounds) {
+  char dir[] = "/tmp/mcp-bench-schema-XXXXXX", path[128];
+  if (!mkdtemp(dir))
+    return -1;
+  for (unsigned i = 0; i < n; i++) {
+    char vs[2048], doc[4096];
+    size_t vn = make_vs(vs, sizeof vs, i);
+    int k = snprintf(doc, sizeof doc,
+                     "apiVersion: networking.istio.io/v1alpha3\nkind: VirtualService\n"
+                     "metadata:\n  name: reviews-%u\n  namespace: bench\nspec:\n",
+                     i);
+    /* The body, indented under spec. */
+    for (size_t j = 0; j < vn && k > 0 && (size_t)k + 4 < sizeof doc; j++) {
+      if (j == 0 || vs[j - 1] == '\n')
+        doc[k++] = ' ', doc[k++] = ' ';
+      doc[k++] = vs[j];
+    }
+    snprintf(path, sizeof path, "%s/vs-%06u.yaml", dir, i);
+    FILE *f = fopen(path, "w");
+    if (!f || fwrite(doc, 1, (size_t)k, f) != (size_t)k || fclose(f))
+      return -1;
+  }
+  size_t ni;
+  const mcp_schema_istio_kind *ik = mcp_schema_istio_kinds(&ni);
+  mcpcfg_kind_type *kinds = calloc(ni, sizeof *kinds);
+  double r[16];
+  if (!kinds)
+    return -1;
+  for (size_t i = 0; i < ni; i++)
+    kinds[i] = (mcpcfg_kind_type){ik[i].api_version, ik[i].kind, ik[i].message};
+  mcpcfg_options lo;
+  mcpcfg_options_default(&lo);
+  lo.schema = s;
+  lo.kinds = kinds;
+  lo.nkinds = ni;
+  for (int round = 0; round < rounds; round++) {
+    mcpcfg_loader *l;
+    mcp_store *st;
+    mcp_store_options so;
+    mcp_store_options_default(&so);
+    so.epoch = 1;
+    bu_sw sw = bu_sw_start();
+    if (mcpcfg_loader_new(&l, dir, &lo) < 0 || mcp_store_new(&st, &so) < 0)
+      return -1;
+    mcpcfg_loader_set_racy_ns(l, 0); /* files written a moment ago: read once */
+    if (mcpcfg_loader_scan(l) < 0 || mcpcfg_loader_apply(l, st, 1) < 0)
+      return -1;
+    double cpu;
+    r[round] = bu_sw_ns(&sw, &cpu) / 1e9;
+    bu_note("directory load %d: %.3f s wall, %.3f s CPU", round + 1, r[round], cpu / 1e9);
+    /* Every document loaded, typed. */
+    size_t nres = 0, typed = 0;
+    for (size_t c = 0; c < mcpcfg_loader_collection_count(l); c++) {
+      const mcp_resource *res;
+      size_t k = mcpcfg_loader_resources(l, c, &res);
+      nres += k;
+      for (size_t j = 0; j < k; j++)
+        typed += strstr(res[j].type_url, VS) != NULL;
+    }
+    if (typed != n || mcpcfg_loader_files_with_errors(l)) {
+      fprintf(stderr, "bench_schema: %zu of %u resources loaded, %zu typed\n", nres, n,
+              typed);
+      return -1;
+    }
+    mcpcfg_loader_del(l);
+    mcp_store_del(st);
+  }
+  free(kinds);
+  for (unsigned i = 0; i < n; i++) {
+    snprintf(path, sizeof path, "%s/vs-%06u.yaml", dir, i);
+    unlink(path);
+  }
+  rmdir(dir);
+  return bu_median(r, (size_t)rounds);
+}
+#endif
+
 int main(int argc, char **argv) {
   int quick = argc > 1 && !strcmp(argv[1], "--quick");
   const size_t ndocs = quick ? 100 : 2000;
@@ -109,6 +201,11 @@ int main(int argc, char **argv) {
   bu_note("%zu VirtualServices, %.0f bytes of YAML and %.0f bytes of protobuf each on "
           "average, %d rounds",
           ndocs, (double)bytes / (double)ndocs, (double)wbytes / (double)ndocs, rounds);
+  uint64_t h = UINT64_C(0xcbf29ce484222325);
+  for (size_t i = 0; i < ndocs; i++)
+    for (size_t j = 0; j < wlen[i]; j++)
+      h = (h ^ wire[i][j]) * UINT64_C(0x100000001b3);
+  bu_note("FNV-1a of the %zu documents' wire bytes: %016llx", ndocs, (unsigned long long)h);
 
   double r_enc[16], r_tree[16], r_dec[16], cpu;
   double c_enc = 0, c_tree = 0, c_dec = 0;
@@ -157,6 +254,17 @@ int main(int argc, char **argv) {
             "1 KiB VirtualService: tree -> protobuf", NULL, -1);
   bu_result("typed_decode_docs_per_s", bu_median(r_dec, (size_t)rounds), "docs_per_s",
             "1 KiB VirtualService: protobuf -> JSON", NULL, -1);
+#ifdef BENCH_LOADER
+  unsigned nfiles = quick ? 200 : 20000;
+  double load = dir_load(s, nfiles, quick ? 1 : 3);
+  if (load < 0) {
+    fprintf(stderr, "bench_schema: the directory load failed\n");
+    return 1;
+  }
+  bu_result("typed_dir_load_20000_s", load, "s",
+            quick ? "200 files (quick)" : "20,000 typed VirtualService files: scan + apply",
+            "< 0.3 s", quick ? -1 : load < 0.3);
+#endif
   bu_table("libmcp-schema");
   for (size_t i = 0; i < ndocs; i++) {
     free(text[i]);

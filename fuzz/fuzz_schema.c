@@ -22,6 +22,7 @@
 #include "fuzz_util.h"
 #include "mcp/schema.h"
 #include "mcp/schema_istio.h"
+#include "schema_int.h" /* sc_parse_yaml(): libyaml alone, to compare */
 
 static mcp_schema *g_s;   /* libc allocator */
 static mcp_schema *g_fs;  /* the counting, failing one */
@@ -142,6 +143,29 @@ static void all_errors(const mcp_schema *s, const char *type, const mcp_schema_v
            first->message);
 }
 
+/* The fast YAML scanner changes nothing: libyaml alone gives the same
+ * documents, or the same error. */
+static void same_as_libyaml(const mcp_schema_parse_options *po, const uint8_t *p, size_t n,
+                            int rc, const mcp_schema_error *e, const mcp_schema_docs *d) {
+  mcp_schema_docs *ref = NULL;
+  mcp_schema_error re;
+  int rr = sc_parse_yaml(po, (const char *)p, n, &ref, &re, SC_YAML_LIBYAML);
+  FZ_CHECK(rr == rc, "libyaml alone: %d, with the fast scanner: %d", rr, rc);
+  if (rc) {
+    FZ_CHECK(re.line == e->line && !strcmp(re.message, e->message),
+             "libyaml alone: %lu: %s, with the fast scanner: %lu: %s", re.line, re.message,
+             e->line, e->message);
+    return;
+  }
+  size_t nd = mcp_schema_docs_count(d);
+  FZ_CHECK(mcp_schema_docs_count(ref) == nd, "libyaml alone: %zu documents, fast: %zu",
+           mcp_schema_docs_count(ref), nd);
+  for (size_t i = 0; i < nd; i++)
+    FZ_CHECK(!sc_value_differ(mcp_schema_docs_root(ref, i), mcp_schema_docs_root(d, i)),
+             "document %zu differs from libyaml's", i);
+  mcp_schema_docs_free(ref);
+}
+
 static void run_docs(const mcp_schema *s, const mcp_mem *mem, const char *type, int json,
                      const uint8_t *p, size_t n, long fired_before) {
   mcp_schema_parse_options po = popts(mem);
@@ -152,6 +176,8 @@ static void run_docs(const mcp_schema *s, const mcp_mem *mem, const char *type, 
                 : mcp_schema_parse_yaml(&po, (const char *)p, n, &d, &e);
   if (mem)
     fz_check_nomem(&g_mem, fired_before, rc, "parse");
+  if (!json && !mem)
+    same_as_libyaml(&po, p, n, rc, &e, d);
   if (rc) {
     check_error(&e, rc, lines);
     return;

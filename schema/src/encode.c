@@ -755,11 +755,6 @@ typedef struct fpair {
   const mcp_schema_value *key, *val;
 } fpair;
 
-static int cmp_fpair(const void *a, const void *b) {
-  uint32_t x = ((const fpair *)a)->f->number, y = ((const fpair *)b)->f->number;
-  return x < y ? -1 : x > y;
-}
-
 /* A regular message from an object; |skip| is a key to ignore (Any's
  * "@type"). */
 static int encode_fields(enc *e, const sc_msg *m, const mcp_schema_value *v,
@@ -798,13 +793,16 @@ static int encode_fields(enc *e, const sc_msg *m, const mcp_schema_value *v,
     }
     int clash = 0;
     for (size_t j = 0; j < np && !rc && !clash; j++) {
+      int twice = pairs[j].f == f;
+      if (!twice && !(f->oneof >= 0 && pairs[j].f->oneof == f->oneof &&
+                      (val->kind != MCP_SCHEMA_NULL || null_is_value(f)) &&
+                      (pairs[j].val->kind != MCP_SCHEMA_NULL || null_is_value(pairs[j].f))))
+        continue; /* the path is written for an error only: this runs n^2 times */
       size_t old = path_field(e, name);
-      if (pairs[j].f == f)
+      if (twice)
         clash = FAILF(e, k, "field set twice (as \"%s\" and \"%s\")", pairs[j].key->text,
                       name);
-      else if (f->oneof >= 0 && pairs[j].f->oneof == f->oneof &&
-               (val->kind != MCP_SCHEMA_NULL || null_is_value(f)) &&
-               (pairs[j].val->kind != MCP_SCHEMA_NULL || null_is_value(pairs[j].f)))
+      else
         clash = FAILF(e, k, "\"%s\" and \"%s\" are both members of oneof %s",
                       pairs[j].key->text, name, m->oneofs[f->oneof]);
       rc = keep_going(e, clash);
@@ -817,8 +815,15 @@ static int encode_fields(enc *e, const sc_msg *m, const mcp_schema_value *v,
       np++;
     }
   }
-  if (!rc && np > 1)
-    qsort(pairs, np, sizeof *pairs, cmp_fpair);
+  /* Into field-number order: an insertion sort (few fields, often in
+   * order already); field numbers are distinct (a field twice is refused). */
+  for (size_t i = 1; i < np && !rc; i++) {
+    fpair t = pairs[i];
+    size_t j = i;
+    for (; j > 0 && pairs[j - 1].f->number > t.f->number; j--)
+      pairs[j] = pairs[j - 1];
+    pairs[j] = t;
+  }
   for (size_t i = 0; i < np && !rc; i++) {
     const sc_field *f = pairs[i].f;
     const mcp_schema_value *val = pairs[i].val;

@@ -165,6 +165,35 @@ int sc_duration_parse(const char *s, size_t len, int64_t *secs, int32_t *nanos,
  * a '.' has no digit or more than nine (duration.c). */
 int sc_fraction(const char *s, size_t len, int32_t *nanos);
 
+/* ---- the fast YAML scanner (yaml_fast.c) ----------------------------- */
+
+/* The public events (mcp/schema.h), by shorter names. */
+enum { SC_YF_DOC_START = MCP_SCHEMA_YAML_DOC_START, SC_YF_DOC_END = MCP_SCHEMA_YAML_DOC_END,
+       SC_YF_SCALAR = MCP_SCHEMA_YAML_SCALAR, SC_YF_SEQ_START = MCP_SCHEMA_YAML_SEQ_START,
+       SC_YF_SEQ_END = MCP_SCHEMA_YAML_SEQ_END, SC_YF_MAP_START = MCP_SCHEMA_YAML_MAP_START,
+       SC_YF_MAP_END = MCP_SCHEMA_YAML_MAP_END };
+enum { SC_YF_PLAIN = MCP_SCHEMA_YAML_PLAIN, SC_YF_SINGLE = MCP_SCHEMA_YAML_SINGLE_QUOTED,
+       SC_YF_DOUBLE = MCP_SCHEMA_YAML_DOUBLE_QUOTED };
+typedef mcp_schema_yaml_event sc_yf_event;
+typedef mcp_schema_yaml_event_fn sc_yf_emit_fn;
+#define SC_YF_BAIL MCP_SCHEMA_YAML_UNSURE
+
+/* mcp_schema_yaml_scan() with an initialised |mem| (yaml_fast.c). */
+int sc_yaml_fast(const mcp_mem *mem, const char *text, size_t len, unsigned max_depth,
+                 sc_yf_emit_fn fn, void *ctx);
+
+/* mcp_schema_parse_yaml() with the parser chosen: SC_YAML_AUTO (the fast
+ * scanner, libyaml when it bails), SC_YAML_LIBYAML, SC_YAML_FAST (returns
+ * SC_YF_BAIL where AUTO would use libyaml). For the tests and fuzzers that
+ * compare the two. */
+enum { SC_YAML_AUTO, SC_YAML_LIBYAML, SC_YAML_FAST };
+int sc_parse_yaml(const mcp_schema_parse_options *o, const char *text, size_t len,
+                  mcp_schema_docs **pdocs, mcp_schema_error *err, int mode);
+
+/* The first node where two trees differ (kind, boolean, line, text, length,
+ * number of kids), as a node of |a|; NULL when they are the same. */
+const mcp_schema_value *sc_value_differ(const mcp_schema_value *a, const mcp_schema_value *b);
+
 /* Valid UTF-8 (no surrogates, no overlongs)? */
 int sc_utf8_valid(const uint8_t *s, size_t len);
 

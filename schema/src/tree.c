@@ -219,6 +219,10 @@ static const char *resolve(mcp_schema_value *v, const char *tag, int plain) {
   if (!tag) {
     if (!plain)
       return NULL;
+    /* Most plain scalars are words: only these first bytes (or none) can
+     * start a null, a boolean or a number. */
+    if (!strchr("~nNtTfF-+.0123456789", s[0]))
+      return NULL;
     if (is_null_text(s))
       v->kind = MCP_SCHEMA_NULL;
     else if (is_bool_text(s, &v->boolean))
@@ -350,36 +354,31 @@ static int attach(yb *b, node *n) {
   return 0;
 }
 
-static int y_scalar(yb *b, const yaml_event_t *ev) {
-  unsigned long line = ev->start_mark.line + 1;
-  size_t len = ev->data.scalar.length;
+/* A scalar event (libyaml's or the fast scanner's): |line| 0-based. */
+static int y_scalar(yb *b, unsigned long line0, const char *value, size_t len,
+                    const char *tag, const char *anchor, int plain) {
+  unsigned long line = line0 + 1;
   int rc = budget(b, line, 1, len);
   if (rc)
     return rc;
   node *n = new_node(b, MCP_SCHEMA_STRING, line);
-  char *t = n ? sc_arena_strndup(&b->d->arena, (const char *)ev->data.scalar.value, len)
-              : NULL;
+  char *t = n ? sc_arena_strndup(&b->d->arena, value, len) : NULL;
   if (!t)
     return MCP_ERR_NOMEM;
   n->v.text = t;
   n->v.len = len;
   n->bytes = len;
-  const char *e = resolve(&n->v, (const char *)ev->data.scalar.tag,
-                          ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE);
+  const char *e = resolve(&n->v, tag, plain);
   if (e)
-    return sc_error(b->err, MCP_ERR_INVALID_ARGUMENT, line, NULL, "%s (%.100s)", e,
-                    (const char *)ev->data.scalar.tag);
-  if (ev->data.scalar.anchor && (rc = put_anchor(b, (const char *)ev->data.scalar.anchor, n)))
+    return sc_error(b->err, MCP_ERR_INVALID_ARGUMENT, line, NULL, "%s (%.100s)", e, tag);
+  if (anchor && (rc = put_anchor(b, anchor, n)))
     return rc;
   return attach(b, n);
 }
 
-static int y_start(yb *b, const yaml_event_t *ev, mcp_schema_kind kind) {
-  unsigned long line = ev->start_mark.line + 1;
-  const char *tag = (const char *)(kind == MCP_SCHEMA_MAP ? ev->data.mapping_start.tag
-                                                         : ev->data.sequence_start.tag);
-  const char *an = (const char *)(kind == MCP_SCHEMA_MAP ? ev->data.mapping_start.anchor
-                                                        : ev->data.sequence_start.anchor);
+static int y_start(yb *b, unsigned long line0, mcp_schema_kind kind, const char *tag,
+                   const char *an) {
+  unsigned long line = line0 + 1;
   if (tag && strcmp(tag, "!") &&
       strcmp(tag, kind == MCP_SCHEMA_MAP ? YAML_MAP_TAG : YAML_SEQ_TAG))
     return sc_error(b->err, MCP_ERR_INVALID_ARGUMENT, line, NULL,
@@ -458,8 +457,121 @@ static int y_alias(yb *b, const yaml_event_t *ev) {
   return rc ? rc : attach(b, n);
 }
 
-int mcp_schema_parse_yaml(const mcp_schema_parse_options *o, const char *text, size_t len,
-                          mcp_schema_docs **pdocs, mcp_schema_error *err) {
+/* Starts a parse: a new docs object and an empty stack. */
+static int yb_init(yb *b, const mcp_schema_parse_options *o, mcp_schema_error *err) {
+  memset(b, 0, sizeof *b);
+  b->o = o;
+  b->err = err;
+  if (!(b->d = docs_new(o)))
+    return MCP_ERR_NOMEM;
+  b->stack = sc_malloc(&b->d->mem, ((size_t)o->max_depth + 1) * sizeof *b->stack);
+  if (!b->stack) {
+    mcp_schema_docs_free(b->d);
+    b->d = NULL;
+    return MCP_ERR_NOMEM;
+  }
+  memset(b->stack, 0, ((size_t)o->max_depth + 1) * sizeof *b->stack);
+  return 0;
+}
+
+/* Ends a parse: the docs are freed too unless |keep|. */
+static void yb_done(yb *b, int keep) {
+  for (size_t i = 0; i <= b->o->max_depth; i++)
+    sc_free(&b->d->mem, b->stack[i].kids);
+  sc_free(&b->d->mem, b->stack);
+  sc_free(&b->d->mem, b->anchors);
+  if (!keep)
+    mcp_schema_docs_free(b->d);
+}
+
+static void y_doc_start(yb *b) {
+  b->root = NULL;
+  /* Anchors are per document. */
+  if (b->anchors_cap)
+    memset(b->anchors, 0, b->anchors_cap * sizeof *b->anchors);
+  b->nanchors = 0;
+}
+
+static int y_doc_end(yb *b) { return b->root ? docs_add(b->d, &b->root->v) : 0; }
+
+static int y_libyaml(yb *b, const char *text, size_t len) {
+  yaml_parser_t yp;
+  int rc = 0;
+  if (!yaml_parser_initialize(&yp))
+    return MCP_ERR_NOMEM;
+  yaml_parser_set_input_string(&yp, (const unsigned char *)(text ? text : ""), len);
+  for (int done = 0; !done && !rc;) {
+    yaml_event_t ev;
+    if (!yaml_parser_parse(&yp, &ev)) {
+      rc = yp.error == YAML_MEMORY_ERROR
+               ? MCP_ERR_NOMEM
+               : sc_error(b->err, MCP_ERR_INVALID_ARGUMENT, yp.problem_mark.line + 1, NULL,
+                          "YAML: %s%s%s", yp.problem ? yp.problem : "syntax error",
+                          yp.context ? " " : "", yp.context ? yp.context : "");
+      break;
+    }
+    unsigned long line0 = ev.start_mark.line;
+    switch (ev.type) {
+    case YAML_STREAM_END_EVENT:
+      done = 1;
+      break;
+    case YAML_DOCUMENT_START_EVENT:
+      y_doc_start(b);
+      break;
+    case YAML_DOCUMENT_END_EVENT:
+      rc = y_doc_end(b);
+      break;
+    case YAML_SCALAR_EVENT:
+      rc = y_scalar(b, line0, (const char *)ev.data.scalar.value, ev.data.scalar.length,
+                    (const char *)ev.data.scalar.tag, (const char *)ev.data.scalar.anchor,
+                    ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE);
+      break;
+    case YAML_SEQUENCE_START_EVENT:
+      rc = y_start(b, line0, MCP_SCHEMA_LIST, (const char *)ev.data.sequence_start.tag,
+                   (const char *)ev.data.sequence_start.anchor);
+      break;
+    case YAML_MAPPING_START_EVENT:
+      rc = y_start(b, line0, MCP_SCHEMA_MAP, (const char *)ev.data.mapping_start.tag,
+                   (const char *)ev.data.mapping_start.anchor);
+      break;
+    case YAML_SEQUENCE_END_EVENT:
+    case YAML_MAPPING_END_EVENT:
+      rc = y_end(b);
+      break;
+    case YAML_ALIAS_EVENT:
+      rc = y_alias(b, &ev);
+      break;
+    default:
+      break;
+    }
+    yaml_event_delete(&ev);
+  }
+  yaml_parser_delete(&yp);
+  return rc;
+}
+
+/* The fast scanner's events into the same builder: the same checks. */
+static int y_fast_event(void *ctx, const sc_yf_event *ev) {
+  yb *b = ctx;
+  switch (ev->type) {
+  case SC_YF_DOC_START:
+    y_doc_start(b);
+    return 0;
+  case SC_YF_DOC_END:
+    return y_doc_end(b);
+  case SC_YF_SCALAR:
+    return y_scalar(b, ev->line, ev->text, ev->len, NULL, NULL, ev->style == MCP_SCHEMA_YAML_PLAIN);
+  case SC_YF_SEQ_START:
+    return y_start(b, ev->line, MCP_SCHEMA_LIST, NULL, NULL);
+  case SC_YF_MAP_START:
+    return y_start(b, ev->line, MCP_SCHEMA_MAP, NULL, NULL);
+  default:
+    return y_end(b);
+  }
+}
+
+int sc_parse_yaml(const mcp_schema_parse_options *o, const char *text, size_t len,
+                  mcp_schema_docs **pdocs, mcp_schema_error *err, int mode) {
   mcp_schema_parse_options def;
   if (!o) {
     mcp_schema_parse_options_default(&def);
@@ -468,83 +580,39 @@ int mcp_schema_parse_yaml(const mcp_schema_parse_options *o, const char *text, s
   if (!pdocs || (!text && len))
     return sc_error(err, MCP_ERR_INVALID_ARGUMENT, 0, NULL, "invalid argument");
   yb b;
-  memset(&b, 0, sizeof b);
-  b.o = o;
-  b.err = err;
-  if (!(b.d = docs_new(o)))
-    return sc_error(err, MCP_ERR_NOMEM, 0, NULL, "out of memory");
-  b.stack = sc_malloc(&b.d->mem, ((size_t)o->max_depth + 1) * sizeof *b.stack);
-  if (!b.stack) {
-    mcp_schema_docs_free(b.d);
-    return sc_error(err, MCP_ERR_NOMEM, 0, NULL, "out of memory");
-  }
-  memset(b.stack, 0, ((size_t)o->max_depth + 1) * sizeof *b.stack);
-  yaml_parser_t yp;
-  int rc = 0;
-  if (!yaml_parser_initialize(&yp)) {
-    rc = MCP_ERR_NOMEM;
-  } else {
-    yaml_parser_set_input_string(&yp, (const unsigned char *)(text ? text : ""), len);
-    for (int done = 0; !done && !rc;) {
-      yaml_event_t ev;
-      if (!yaml_parser_parse(&yp, &ev)) {
-        rc = yp.error == YAML_MEMORY_ERROR
-                 ? MCP_ERR_NOMEM
-                 : sc_error(err, MCP_ERR_INVALID_ARGUMENT, yp.problem_mark.line + 1, NULL,
-                            "YAML: %s%s%s", yp.problem ? yp.problem : "syntax error",
-                            yp.context ? " " : "", yp.context ? yp.context : "");
-        break;
-      }
-      switch (ev.type) {
-      case YAML_STREAM_END_EVENT:
-        done = 1;
-        break;
-      case YAML_DOCUMENT_START_EVENT:
-        b.root = NULL;
-        /* Anchors are per document. */
-        if (b.anchors_cap)
-          memset(b.anchors, 0, b.anchors_cap * sizeof *b.anchors);
-        b.nanchors = 0;
-        break;
-      case YAML_DOCUMENT_END_EVENT:
-        if (b.root)
-          rc = docs_add(b.d, &b.root->v);
-        break;
-      case YAML_SCALAR_EVENT:
-        rc = y_scalar(&b, &ev);
-        break;
-      case YAML_SEQUENCE_START_EVENT:
-        rc = y_start(&b, &ev, MCP_SCHEMA_LIST);
-        break;
-      case YAML_MAPPING_START_EVENT:
-        rc = y_start(&b, &ev, MCP_SCHEMA_MAP);
-        break;
-      case YAML_SEQUENCE_END_EVENT:
-      case YAML_MAPPING_END_EVENT:
-        rc = y_end(&b);
-        break;
-      case YAML_ALIAS_EVENT:
-        rc = y_alias(&b, &ev);
-        break;
-      default:
-        break;
-      }
-      yaml_event_delete(&ev);
+  int rc = yb_init(&b, o, err);
+  if (!rc && mode != SC_YAML_LIBYAML) {
+    /* Most configuration files are read by the fast scanner alone. When
+     * it bails, or the document is refused (libyaml may see a syntax
+     * error before the mismatch), libyaml reads the input again from the
+     * start and has the last word. */
+    rc = sc_yaml_fast(&b.d->mem, text, len, o->max_depth, y_fast_event, &b);
+    if (rc && rc != MCP_ERR_NOMEM) {
+      yb_done(&b, 0);
+      if (mode == SC_YAML_FAST)
+        return rc > 0 ? SC_YF_BAIL : rc;
+      rc = yb_init(&b, o, err);
+      if (!rc)
+        rc = y_libyaml(&b, text, len);
     }
-    yaml_parser_delete(&yp);
+  } else if (!rc) {
+    rc = y_libyaml(&b, text, len);
   }
-  for (size_t i = 0; i <= o->max_depth; i++)
-    sc_free(&b.d->mem, b.stack[i].kids);
-  sc_free(&b.d->mem, b.stack);
-  sc_free(&b.d->mem, b.anchors);
   if (rc) {
     if (rc == MCP_ERR_NOMEM)
       sc_error(err, rc, 0, NULL, "out of memory");
-    mcp_schema_docs_free(b.d);
+    if (b.d)
+      yb_done(&b, 0);
     return rc;
   }
+  yb_done(&b, 1);
   *pdocs = b.d;
   return 0;
+}
+
+int mcp_schema_parse_yaml(const mcp_schema_parse_options *o, const char *text, size_t len,
+                          mcp_schema_docs **pdocs, mcp_schema_error *err) {
+  return sc_parse_yaml(o, text, len, pdocs, err, SC_YAML_AUTO);
 }
 
 /* ================================================================== */

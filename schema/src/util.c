@@ -342,3 +342,17 @@ int sc_utf8_valid(const uint8_t *s, size_t len) {
   }
   return 1;
 }
+
+const mcp_schema_value *sc_value_differ(const mcp_schema_value *a, const mcp_schema_value *b) {
+  if (a->kind != b->kind || a->line != b->line || a->n != b->n || a->len != b->len ||
+      (a->kind == MCP_SCHEMA_BOOL && a->boolean != b->boolean) || !a->text != !b->text ||
+      (a->text && memcmp(a->text, b->text, a->len + 1)))
+    return a;
+  size_t kids = a->kind == MCP_SCHEMA_MAP ? 2 * a->n : a->kind == MCP_SCHEMA_LIST ? a->n : 0;
+  for (size_t i = 0; i < kids; i++) {
+    const mcp_schema_value *d = sc_value_differ(a->kids[i], b->kids[i]);
+    if (d)
+      return d;
+  }
+  return NULL;
+}

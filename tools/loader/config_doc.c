@@ -10,6 +10,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -519,6 +520,10 @@ static const char *resolve(ynode *n, const char *tag, int plain) {
   if (!tag) {
     if (!plain)
       return NULL;
+    /* Most plain scalars are words: only these first bytes (or none) can
+     * start a null, a boolean or a number. */
+    if (!strchr("~nNtTfF-+.0123456789", s[0]))
+      return NULL;
     if (is_null(s))
       n->stype = YNULL;
     else if (is_bool(s, &n->bval))
@@ -650,8 +655,22 @@ static int on_end(builder *b) {
         return fail(b, n->kids[i]->line, "a mapping key is not a scalar");
     /* Sorted keys make the encoding canonical (key order is not content)
      * and duplicates adjacent. */
-    if (n->nkids > 2) /* qsort() wants a non-NULL base even for 0 */
+    if (n->nkids > 32) { /* qsort() wants a non-NULL base even for 0 */
       qsort(n->kids, n->nkids / 2, 2 * sizeof *n->kids, cmp_key);
+    } else {
+      /* Most maps are small: an insertion sort, stable as glibc's qsort()
+       * (a merge sort), so the same duplicate is named. */
+      for (size_t i = 2; i < n->nkids; i += 2) {
+        ynode *k = n->kids[i], *v = n->kids[i + 1];
+        size_t j = i;
+        for (; j > 0 && strcmp(n->kids[j - 2]->text, k->text) > 0; j -= 2) {
+          n->kids[j] = n->kids[j - 2];
+          n->kids[j + 1] = n->kids[j - 1];
+        }
+        n->kids[j] = k;
+        n->kids[j + 1] = v;
+      }
+    }
     for (size_t i = 2; i < n->nkids; i += 2)
       if (!strcmp(n->kids[i]->text, n->kids[i - 2]->text))
         return fail(b, n->kids[i]->line, "duplicate key '%.100s'",
@@ -1253,6 +1272,49 @@ static int syntax_error(builder *b, const yaml_parser_t *yp,
   return 1;
 }
 
+/* The fast scanner of libmcp-schema (mcp_schema_yaml_scan()): the events
+ * libyaml would give, for the files it reads (most). */
+static int scan_nothing(void *ctx, const mcp_schema_yaml_event *ev) {
+  (void)ctx;
+  (void)ev;
+  return 0;
+}
+
+enum { FAST_STOP = 2 }; /* on_event()'s 1 (b->stop), apart from UNSURE */
+
+static int on_fast_event(void *ctx, const mcp_schema_yaml_event *fe) {
+  builder *b = ctx;
+  static const yaml_event_type_t types[] = {
+      [MCP_SCHEMA_YAML_DOC_START] = YAML_DOCUMENT_START_EVENT,
+      [MCP_SCHEMA_YAML_DOC_END] = YAML_DOCUMENT_END_EVENT,
+      [MCP_SCHEMA_YAML_SCALAR] = YAML_SCALAR_EVENT,
+      [MCP_SCHEMA_YAML_SEQ_START] = YAML_SEQUENCE_START_EVENT,
+      [MCP_SCHEMA_YAML_SEQ_END] = YAML_SEQUENCE_END_EVENT,
+      [MCP_SCHEMA_YAML_MAP_START] = YAML_MAPPING_START_EVENT,
+      [MCP_SCHEMA_YAML_MAP_END] = YAML_MAPPING_END_EVENT};
+  /* Only what on_event() reads is set (no memset: this runs per node). */
+  yaml_event_t ev;
+  ev.type = types[fe->type];
+  ev.start_mark.line = ev.end_mark.line = fe->line;
+  ev.start_mark.index = ev.end_mark.index = fe->offset;
+  if (fe->type == MCP_SCHEMA_YAML_MAP_START) {
+    ev.data.mapping_start.tag = ev.data.mapping_start.anchor = NULL;
+  } else if (fe->type == MCP_SCHEMA_YAML_SEQ_START) {
+    ev.data.sequence_start.tag = ev.data.sequence_start.anchor = NULL;
+  } else if (fe->type == MCP_SCHEMA_YAML_SCALAR) {
+    ev.data.scalar.tag = ev.data.scalar.anchor = NULL;
+    /* on_scalar() copies the text, never writes it. */
+    ev.data.scalar.value = (yaml_char_t *)(uintptr_t)fe->text;
+    ev.data.scalar.length = fe->len;
+    ev.data.scalar.style = fe->style == MCP_SCHEMA_YAML_PLAIN ? YAML_PLAIN_SCALAR_STYLE
+                           : fe->style == MCP_SCHEMA_YAML_SINGLE_QUOTED
+                               ? YAML_SINGLE_QUOTED_SCALAR_STYLE
+                               : YAML_DOUBLE_QUOTED_SCALAR_STYLE;
+  }
+  int rv = on_event(b, &ev);
+  return rv == 0 && b->stop ? FAST_STOP : rv == 1 ? FAST_STOP : rv;
+}
+
 int mcpcfg_parse(const mcpcfg_options *opts, const char *path,
                  const unsigned char *buf, size_t len, mcpcfg_doc ***pdocs,
                  size_t *pndocs, size_t *pbad) {
@@ -1278,6 +1340,22 @@ int mcpcfg_parse2(const mcpcfg_options *opts, const char *path,
               : len;
   if (!(b.stack = calloc((size_t)opts->max_depth + 1, sizeof *b.stack)))
     return MCPCFG_ERR_NOMEM;
+  /* The fast scanner reads the whole file once doing nothing, so that a
+   * file it is unsure of is read by libyaml alone (nothing reported
+   * twice); then it delivers the same events libyaml would (issue 25). */
+  int fast = mcp_schema_yaml_scan(NULL, (const char *)buf, len, opts->max_depth,
+                                  scan_nothing, NULL);
+  if (fast == 0) {
+    rv = mcp_schema_yaml_scan(NULL, (const char *)buf, len, opts->max_depth,
+                              on_fast_event, &b);
+    if (rv == FAST_STOP)
+      rv = 1;
+    goto done;
+  }
+  if (fast == MCP_ERR_NOMEM) {
+    rv = MCPCFG_ERR_NOMEM;
+    goto done;
+  }
   if (!yaml_parser_initialize(&yp)) {
     free(b.stack);
     return MCPCFG_ERR_NOMEM;
@@ -1299,6 +1377,7 @@ int mcpcfg_parse2(const mcpcfg_options *opts, const char *path,
       break;
   }
   yaml_parser_delete(&yp);
+done:
   arena_free(&b.arena);
   free(b.anchors);
   for (size_t i = 0; i <= opts->max_depth; i++)

@@ -135,6 +135,69 @@ MCP_EXTERN void mcp_schema_docs_free(mcp_schema_docs *docs);
 MCP_EXTERN const mcp_schema_value *mcp_schema_value_get(const mcp_schema_value *map,
                                                         const char *key);
 
+/*
+ * The fast YAML scanner under mcp_schema_parse_yaml(), for a program with
+ * its own YAML builder (mcp-source's loader). It reads the common shape of
+ * configuration files (block mappings and sequences; plain and quoted
+ * scalars and flow collections on one line; comments; "---" between
+ * documents; ASCII) and produces the events libyaml produces for them:
+ * same order, lines, offsets, text and style. Anything else (anchors,
+ * tags, block and multi-line scalars, tabs, CR, non-ASCII, directives, an
+ * empty document, any syntax error) stops it with MCP_SCHEMA_YAML_UNSURE:
+ * parse that input with libyaml instead, which has the last word.
+ */
+typedef enum mcp_schema_yaml_event_type {
+  MCP_SCHEMA_YAML_DOC_START = 1,
+  MCP_SCHEMA_YAML_DOC_END,
+  MCP_SCHEMA_YAML_SCALAR,
+  MCP_SCHEMA_YAML_SEQ_START,
+  MCP_SCHEMA_YAML_SEQ_END,
+  MCP_SCHEMA_YAML_MAP_START,
+  MCP_SCHEMA_YAML_MAP_END
+} mcp_schema_yaml_event_type;
+
+typedef enum mcp_schema_yaml_style {
+  MCP_SCHEMA_YAML_PLAIN = 1,
+  MCP_SCHEMA_YAML_SINGLE_QUOTED,
+  MCP_SCHEMA_YAML_DOUBLE_QUOTED
+} mcp_schema_yaml_style;
+
+/*
+ * One event. line: 0-based, as libyaml's start_mark.line (not given for
+ * the three ..._END events: whatever it is, do not use it). offset: as
+ * libyaml's marks' index (ASCII: bytes) for DOC_START (start_mark: the
+ * "---" or the first content) and DOC_END (end_mark: the next "---" or the
+ * end of the input); 0 for the others. SCALAR: |len| bytes at |text|
+ * (unescaped, not NUL-terminated, valid during the callback only) in
+ * |style|; an empty value ("key:") is an empty plain scalar.
+ */
+typedef struct mcp_schema_yaml_event {
+  mcp_schema_yaml_event_type type;
+  unsigned long line;
+  size_t offset;
+  const char *text;
+  size_t len;
+  mcp_schema_yaml_style style;
+} mcp_schema_yaml_event;
+
+/* Returns 0 to go on; anything else stops the scan, which returns it. */
+typedef int (*mcp_schema_yaml_event_fn)(void *ctx, const mcp_schema_yaml_event *ev);
+
+/* mcp_schema_yaml_scan() did not read the input (not an error). */
+#define MCP_SCHEMA_YAML_UNSURE 1
+
+/*
+ * Scans |len| bytes at |text|, calling |fn| for each event. Returns 0 (all
+ * read), MCP_SCHEMA_YAML_UNSURE (events may have been delivered already:
+ * drop what they built; a caller that cannot drops nothing by scanning
+ * once with a callback that does nothing first), MCP_ERR_NOMEM, or what
+ * |fn| returned. Collections nested |max_depth| deep or deeper are left to
+ * libyaml too. |mem| NULL: libc. Reentrant; no state kept between calls.
+ */
+MCP_EXTERN int mcp_schema_yaml_scan(const mcp_mem *mem, const char *text, size_t len,
+                                    unsigned max_depth, mcp_schema_yaml_event_fn fn,
+                                    void *ctx);
+
 /* ------------------------------------------------------------------ */
 /* Schemas                                                             */
 /* ------------------------------------------------------------------ */
