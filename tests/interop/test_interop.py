@@ -75,8 +75,16 @@ class Proc:
             self.cond.notify_all()
 
     def stderr(self):
-        self.err.seek(0)
-        return self.err.read().decode('utf-8', 'replace')
+        # pread, never seek: the child writes through the same open file
+        # (one shared offset), and a seek(0) racing its write would make it
+        # overwrite the start of its own log.
+        fd, out, at = self.err.fileno(), [], 0
+        while True:
+            b = os.pread(fd, 1 << 20, at)
+            if not b:
+                return b''.join(out).decode('utf-8', 'replace')
+            out.append(b)
+            at += len(b)
 
     def describe(self):
         return (f'--- {self.name}: {" ".join(self.argv)} (rc={self.p.poll()})\n'
