@@ -285,7 +285,15 @@ def failover(args, tmp, etcd):
                   "--collection", VS])
     wait(lambda: any('"synced"' in line for _, line in sink.since(0)[0]),
          "the sink synced", children=[sink], procs=[a, b])
+    # The counter is the transport's, published at the source's next
+    # metrics refresh: a scrape right after the sync may still read 0.
+    deadline = time.monotonic() + 30
     full = metric(a_ops, "mcp_sent_bytes_total")
+    while not full and time.monotonic() < deadline:
+        time.sleep(0.05)
+        full = metric(a_ops, "mcp_sent_bytes_total")
+    if not full:
+        sys.exit("A's mcp_sent_bytes_total stayed 0 after the sink synced")
     a.kill()
     a.wait()
     for i in range(10):
