@@ -285,15 +285,22 @@ def failover(args, tmp, etcd):
                   "--collection", VS])
     wait(lambda: any('"synced"' in line for _, line in sink.since(0)[0]),
          "the sink synced", children=[sink], procs=[a, b])
-    # The counter is the transport's, published at the source's next
-    # metrics refresh: a scrape right after the sync may still read 0.
+    # The sink picks either replica: the one that sent is the one to
+    # kill. Its counter is the transport's, published at the source's next
+    # metrics refresh, so a scrape right after the sync may still read 0.
     deadline = time.monotonic() + 30
-    full = metric(a_ops, "mcp_sent_bytes_total")
-    while not full and time.monotonic() < deadline:
+    while True:
+        sent = {r: metric(ops, "mcp_sent_bytes_total")
+                for r, ops in ((a, a_ops), (b, b_ops))}
+        if any(sent.values()) or time.monotonic() > deadline:
+            break
         time.sleep(0.05)
-        full = metric(a_ops, "mcp_sent_bytes_total")
-    if not full:
-        sys.exit("A's mcp_sent_bytes_total stayed 0 after the sink synced")
+    if not any(sent.values()):
+        sys.exit("neither replica's mcp_sent_bytes_total moved after the "
+                 "sink synced")
+    if not sent[a]:
+        a, b, a_ops, b_ops = b, a, b_ops, a_ops
+    full = sent[a]
     a.kill()
     a.wait()
     for i in range(10):

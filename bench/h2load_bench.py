@@ -202,7 +202,11 @@ def main():
             srcs[t] = {}
             for name, wl in (("small", small), ("large", large)):
                 srcs[t][name] = b.start_source(t, "%s %s source" % (t, name),
-                                               ["--dir", wl.dir])
+                                               ["--dir", wl.dir,
+                                                # h2load's clients are one
+                                                # peer: the per-peer rate
+                                                # would pace them
+                                                "--stream-rate", "off"])
         log = os.path.join(root, "h2load.log")
         for name, shape, c, m in runs:
             # Size the runs on a warm-up of each transport.
