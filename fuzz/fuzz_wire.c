@@ -462,6 +462,9 @@ static int rd_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
       return -1;
     }
     uint8_t b = *(*p)++;
+    if (i == 9 && b > 1) {
+      return -1; /* bits beyond 64: malformed, as the core and Go say */
+    }
     *v |= (uint64_t)(b & 0x7f) << (7 * i);
     if (!(b & 0x80)) {
       return 0;
