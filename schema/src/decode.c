@@ -300,7 +300,18 @@ static int wkey(dec *d, const char *k, int *first) {
   return rc;
 }
 
-/* Shortest text that reads back to the same value. */
+/* The shortest text of a finite |x| that reads back to the same value. */
+static void shortest(char b[40], double x, int single) {
+  for (int prec = 1; prec <= 17; prec++) {
+    snprintf(b, 40, "%.*g", prec, x);
+    /* A float is read back through a double (the encoder's way): both
+     * roundings must land on it. */
+    if (single ? strtof(b, NULL) == (float)x && (float)strtod(b, NULL) == (float)x
+               : strtod(b, NULL) == x)
+      break;
+  }
+}
+
 static int wdouble(dec *d, double x, int single) {
   if (isnan(x))
     return ws(d, "\"NaN\"");
@@ -309,13 +320,24 @@ static int wdouble(dec *d, double x, int single) {
   if (x == 0 && signbit(x))
     return ws(d, "-0.0"); /* "-0" would read back as the integer 0 */
   char b[40];
-  for (int prec = 1; prec <= 17; prec++) {
-    snprintf(b, sizeof b, "%.*g", prec, x);
-    /* A float is read back through a double (the encoder's way): both
-     * roundings must land on it. */
-    if (single ? strtof(b, NULL) == (float)x && (float)strtod(b, NULL) == (float)x
-               : strtod(b, NULL) == x)
-      break;
+  shortest(b, x, single);
+  return ws(d, b);
+}
+
+/* A Value's number under MCP_SCHEMA_JSON_LOOSE_VALUES: whole numbers a
+ * double holds exactly (|x| <= 2^53) as integers, any other with a '.' or
+ * an exponent, so that a reader keeping integers apart reads what the
+ * number is; NaN and the infinities as protobuf's strings. */
+static int wloose_number(dec *d, double x) {
+  if (!isfinite(x))
+    return wdouble(d, x, 0);
+  char b[44];
+  if (x == floor(x) && fabs(x) <= 9007199254740992.0) {
+    snprintf(b, sizeof b, "%lld", (long long)x);
+  } else {
+    shortest(b, x, 0);
+    if (!strpbrk(b, ".e"))
+      strcat(b, ".0");
   }
   return ws(d, b);
 }
@@ -461,8 +483,8 @@ typedef struct entry {
   uint64_t kv;
   const uint8_t *kd;
   size_t klen;
-  const occ *val; /* NULL: the default value */
-  occ vo;
+  occ vo;         /* the value, when has_val */
+  int has_val;    /* not a pointer to vo: qsort moves the entries */
   size_t order;
   int ktype;
 } entry;
@@ -494,7 +516,21 @@ static int cmp_entry(const void *a, const void *b) {
   return c ? c : (x->order < y->order ? -1 : x->order > y->order);
 }
 
-static int wmap(dec *d, const sc_field *f, const occ *o, size_t i, size_t j) {
+static int same_key(const entry *x, const entry *y) {
+  entry a = *x, b = *y;
+  a.order = b.order = 0;
+  return !cmp_entry(&a, &b);
+}
+
+static int cmp_order(const void *a, const void *b) {
+  const entry *x = a, *y = b;
+  return x->order < y->order ? -1 : x->order > y->order;
+}
+
+/* A map field's occurrences [i, j): in key order, or with |wire_order| in
+ * the order each key first appears on the wire. */
+static int wmap(dec *d, const sc_field *f, const occ *o, size_t i, size_t j,
+                int wire_order) {
   const sc_msg *em = f->msg;
   const sc_field *kf = &em->fields[0], *vf = &em->fields[1];
   entry *es = sc_malloc(&d->s->mem, (j - i) * sizeof *es);
@@ -531,8 +567,7 @@ static int wmap(dec *d, const sc_field *f, const occ *o, size_t i, size_t j) {
       nv += eo[q].f == vf;
     if (!rc && nv > 1 && vf->type == SC_MESSAGE)
       rc = BAD(d, "a map entry with its value twice");
-    if (nv)
-      e->val = &e->vo;
+    e->has_val = nv > 0;
     /* vo.data points into the input, which outlives |eo|. */
     sc_free(&d->s->mem, eo);
     if (!rc && kf->type == SC_STRING && e->klen && !sc_utf8_valid(e->kd, e->klen))
@@ -540,17 +575,27 @@ static int wmap(dec *d, const sc_field *f, const occ *o, size_t i, size_t j) {
   }
   if (!rc && n > 1)
     qsort(es, n, sizeof *es, cmp_entry);
+  /* Equal keys: the last on the wire wins (sorted after the others), in
+   * the place of the first. */
+  size_t kept = 0;
+  for (size_t k = 0; k < n && !rc;) {
+    size_t g = k + 1;
+    while (g < n && same_key(&es[k], &es[g]))
+      g++;
+    entry e = es[g - 1];
+    e.order = es[k].order;
+    es[kept++] = e;
+    k = g;
+  }
+  if (!rc) {
+    n = kept;
+    if (wire_order && n > 1)
+      qsort(es, n, sizeof *es, cmp_order);
+  }
   int first = 1;
   if (!rc)
     rc = open_c(d, '{');
   for (size_t k = 0; k < n && !rc; k++) {
-    /* Equal keys: the last on the wire wins (sorted after the others). */
-    if (k + 1 < n) {
-      entry a = es[k], b = es[k + 1];
-      a.order = b.order = 0;
-      if (!cmp_entry(&a, &b))
-        continue;
-    }
     char kb[32];
     const char *key = kb;
     char *kdup = NULL;
@@ -594,10 +639,10 @@ static int wmap(dec *d, const sc_field *f, const occ *o, size_t i, size_t j) {
                !(rc = ws(d, (d->flags & MCP_SCHEMA_JSON_PRETTY) ? ": " : ":"))) {
       size_t old = dpath(d, "[%s]", key);
       if (vf->type == SC_MESSAGE)
-        rc = wmessage(d, vf->msg, es[k].val ? es[k].val->data : NULL,
-                      es[k].val ? es[k].val->len : 0);
-      else if (es[k].val)
-        rc = wscalar(d, vf, es[k].val->v, es[k].val->data, es[k].val->len);
+        rc = wmessage(d, vf->msg, es[k].has_val ? es[k].vo.data : NULL,
+                      es[k].has_val ? es[k].vo.len : 0);
+      else if (es[k].has_val)
+        rc = wscalar(d, vf, es[k].vo.v, es[k].vo.data, es[k].vo.len);
       else
         rc = wscalar(d, vf, 0, (const uint8_t *)"", 0);
       dpop(d, old);
@@ -642,7 +687,7 @@ static int members(dec *d, const sc_msg *m, const uint8_t *p, size_t len, int *f
     size_t old = dpath(d, d->plen ? ".%s" : "%s", key);
     if (f->repeated && f->type == SC_MESSAGE && f->msg->map_entry) {
       if (!(rc = wkey(d, key, first)))
-        rc = wmap(d, f, o, i, j);
+        rc = wmap(d, f, o, i, j, 0);
     } else if (f->repeated) {
       int fi = 1;
       if (!(rc = wkey(d, key, first)) && !(rc = open_c(d, '[')))
@@ -716,16 +761,22 @@ static int secs_nanos(dec *d, const sc_msg *m, const uint8_t *p, size_t len, int
   return 0;
 }
 
+/* The fraction of a second as proto3 JSON writes it: none, or 3, 6 or 9
+ * digits, whichever is exact. |nanos| in 0..999999999. */
+static void frac_text(char b[16], int32_t nanos) {
+  if (!nanos)
+    b[0] = '\0';
+  else if (nanos % 1000000 == 0)
+    snprintf(b, 16, ".%03d", (int)(nanos / 1000000));
+  else if (nanos % 1000 == 0)
+    snprintf(b, 16, ".%06d", (int)(nanos / 1000));
+  else
+    snprintf(b, 16, ".%09d", (int)nanos);
+}
+
 static int wfrac(dec *d, int32_t nanos) {
   char b[16];
-  if (!nanos)
-    return 0;
-  if (nanos % 1000000 == 0)
-    snprintf(b, sizeof b, ".%03d", (int)(nanos / 1000000));
-  else if (nanos % 1000 == 0)
-    snprintf(b, sizeof b, ".%06d", (int)(nanos / 1000));
-  else
-    snprintf(b, sizeof b, ".%09d", (int)nanos);
+  frac_text(b, nanos);
   return ws(d, b);
 }
 
@@ -752,19 +803,45 @@ static int wtimestamp(dec *d, const sc_msg *m, const uint8_t *p, size_t len) {
   int rc = secs_nanos(d, m, p, len, &s, &ns);
   if (rc)
     return rc;
-  if (s < SC_TIMESTAMP_MIN_SECONDS || s > SC_TIMESTAMP_MAX_SECONDS || ns < 0 ||
-      ns > 999999999)
+  char b[MCP_SCHEMA_TIMESTAMP_TEXT_MAX + 2];
+  b[0] = '"';
+  if (mcp_schema_timestamp_text(s, ns, b + 1, sizeof b - 2) < 0)
     return BAD(d, "Timestamp out of range (%lld s, %ld ns)", (long long)s, (long)ns);
+  strcat(b, "\"");
+  return ws(d, b);
+}
+
+int mcp_schema_timestamp_text(int64_t s, int32_t ns, char *buf, size_t len) {
+  if (!buf || s < SC_TIMESTAMP_MIN_SECONDS || s > SC_TIMESTAMP_MAX_SECONDS || ns < 0 ||
+      ns > 999999999)
+    return MCP_ERR_INVALID_ARGUMENT;
   int64_t days = s >= 0 ? s / 86400 : -((-s + 86399) / 86400);
   int64_t rem = s - days * 86400, y;
   unsigned mo, dd;
   sc_civil_from_days(days, &y, &mo, &dd);
-  char b[48];
-  snprintf(b, sizeof b, "\"%04lld-%02u-%02uT%02u:%02u:%02u", (long long)y, mo, dd,
-           (unsigned)(rem / 3600), (unsigned)(rem / 60 % 60), (unsigned)(rem % 60));
-  if ((rc = ws(d, b)) || (rc = wfrac(d, ns)))
-    return rc;
-  return ws(d, "Z\"");
+  char frac[16];
+  frac_text(frac, ns);
+  int n = snprintf(buf, len, "%04lld-%02u-%02uT%02u:%02u:%02u%sZ", (long long)y, mo, dd,
+                   (unsigned)(rem / 3600), (unsigned)(rem / 60 % 60),
+                   (unsigned)(rem % 60), frac);
+  return n < 0 || (size_t)n >= len ? MCP_ERR_LIMIT : n;
+}
+
+int mcp_schema_base64(const mcp_schema *s, const uint8_t *p, size_t n, char **out,
+                      size_t *out_len) {
+  if (!s || (!p && n) || !out)
+    return MCP_ERR_INVALID_ARGUMENT;
+  sc_buf b;
+  memset(&b, 0, sizeof b);
+  b.mem = &s->mem;
+  if ((n && sc_base64_encode(&b, p, n)) || sc_buf_putc(&b, '\0')) {
+    sc_buf_free(&b);
+    return MCP_ERR_NOMEM;
+  }
+  *out = (char *)b.p;
+  if (out_len)
+    *out_len = b.len - 1;
+  return 0;
 }
 
 static int wfieldmask(dec *d, const sc_msg *m, const uint8_t *p, size_t len) {
@@ -871,7 +948,9 @@ static int wvalue(dec *d, const sc_msg *m, const uint8_t *p, size_t len) {
     if (o[i].f->oneof >= 0 && (!k || o[i].order > k->order))
       k = &o[i];
   if (!k) {
-    rc = BAD(d, "a google.protobuf.Value with no kind set");
+    rc = (d->flags & MCP_SCHEMA_JSON_LOOSE_VALUES)
+             ? ws(d, "null")
+             : BAD(d, "a google.protobuf.Value with no kind set");
   } else if (k->f->type == SC_MESSAGE) {
     /* struct_value or list_value: merge every occurrence of that field. */
     size_t i = 0, j;
@@ -889,7 +968,10 @@ static int wvalue(dec *d, const sc_msg *m, const uint8_t *p, size_t len) {
   } else if (k->f->type == SC_DOUBLE) {
     double x;
     memcpy(&x, &k->v, 8);
-    rc = isfinite(x) ? wdouble(d, x, 0) : BAD(d, "a Value holding %f", x);
+    if (d->flags & MCP_SCHEMA_JSON_LOOSE_VALUES)
+      rc = wloose_number(d, x);
+    else
+      rc = isfinite(x) ? wdouble(d, x, 0) : BAD(d, "a Value holding %f", x);
   } else if (k->f->type == SC_ENUM) {
     rc = ws(d, "null");
   } else {
@@ -957,7 +1039,7 @@ static int wmessage(dec *d, const sc_msg *m, const uint8_t *p, size_t len) {
       rc = (open_c(d, m->wkt == SC_WKT_STRUCT ? '{' : '[') ? MCP_ERR_NOMEM
               : close_c(d, m->wkt == SC_WKT_STRUCT ? '}' : ']', 1));
     else if (m->wkt == SC_WKT_STRUCT)
-      rc = wmap(d, f, o, 0, n);
+      rc = wmap(d, f, o, 0, n, !!(d->flags & MCP_SCHEMA_JSON_LOOSE_VALUES));
     else {
       int fi = 1;
       rc = open_c(d, '[');

@@ -870,6 +870,70 @@ START_TEST(test_decoder_map_entry_without_value_gives_the_default) {
 }
 END_TEST
 
+START_TEST(test_decoder_map_out_of_key_order_keeps_each_value_with_its_key) {
+  /* mString {"b": "2"}, {"c": "3"}, {"a": "1"}: a peer other than our
+   * encoder may send any order; sorting must move the values along. */
+  const uint8_t b[] = {0x0a, 0x06, 0x0a, 0x01, 'b', 0x12, 0x01, '2',
+                       0x0a, 0x06, 0x0a, 0x01, 'c', 0x12, 0x01, '3',
+                       0x0a, 0x06, 0x0a, 0x01, 'a', 0x12, 0x01, '1'};
+  char *js;
+  size_t jl;
+  mcp_schema_error e;
+  ck_assert_int_eq(mcp_schema_to_json(S, T "Maps", b, sizeof b, 0, &js, &jl, &e), 0);
+  ck_assert_str_eq(js, "{\"mString\":{\"a\":\"1\",\"b\":\"2\",\"c\":\"3\"}}");
+  mcp_schema_free_bytes(S, js);
+}
+END_TEST
+
+START_TEST(test_loose_values_write_what_strict_refuses_and_keep_struct_wire_order) {
+  /* Struct {"b": NaN, "a": <no kind>, "b": 2^54, "c": -0.0}. */
+  const uint8_t b[] = {
+      0x0a, 0x0e, 0x0a, 0x01, 'b', 0x12, 0x09, 0x11, 0, 0, 0, 0, 0, 0, 0xf8, 0x7f,
+      0x0a, 0x05, 0x0a, 0x01, 'a', 0x12, 0x00,
+      0x0a, 0x0e, 0x0a, 0x01, 'b', 0x12, 0x09, 0x11, 0, 0, 0, 0, 0, 0, 0x50, 0x43,
+      0x0a, 0x0e, 0x0a, 0x01, 'c', 0x12, 0x09, 0x11, 0, 0, 0, 0, 0, 0, 0, 0x80};
+  const char *st = "google.protobuf.Struct";
+  char *js;
+  size_t jl;
+  mcp_schema_error e;
+  ck_assert_int_eq(mcp_schema_to_json(S, st, b, sizeof b, 0, &js, &jl, &e), MCP_ERR_MALFORMED);
+  ck_assert_int_eq(mcp_schema_to_json(S, st, b, sizeof b, MCP_SCHEMA_JSON_LOOSE_VALUES, &js,
+                                      &jl, &e), 0);
+  ck_assert_str_eq(js, "{\"b\":18014398509481984.0,\"a\":null,\"c\":0}");
+  mcp_schema_free_bytes(S, js);
+  /* NaN alone, and a whole number that is not too large. */
+  const uint8_t n[] = {0x0a, 0x0e, 0x0a, 0x01, 'n', 0x12, 0x09, 0x11, 0, 0, 0, 0, 0, 0, 0xf8, 0x7f,
+                       0x0a, 0x0e, 0x0a, 0x01, 'w', 0x12, 0x09, 0x11, 0, 0, 0, 0, 0, 0x6a, 0xf8, 0x40};
+  ck_assert_int_eq(mcp_schema_to_json(S, st, n, sizeof n, MCP_SCHEMA_JSON_LOOSE_VALUES, &js,
+                                      &jl, &e), 0);
+  ck_assert_str_eq(js, "{\"n\":\"NaN\",\"w\":100000}");
+  mcp_schema_free_bytes(S, js);
+}
+END_TEST
+
+START_TEST(test_timestamp_text_and_base64_are_proto3_json_forms) {
+  char b[MCP_SCHEMA_TIMESTAMP_TEXT_MAX];
+  ck_assert_int_eq(mcp_schema_timestamp_text(253402300799LL, 999999999, b, sizeof b), 30);
+  ck_assert_str_eq(b, "9999-12-31T23:59:59.999999999Z");
+  ck_assert_int_eq(mcp_schema_timestamp_text(-1, 1000, b, sizeof b), 27);
+  ck_assert_str_eq(b, "1969-12-31T23:59:59.000001Z");
+  ck_assert_int_eq(mcp_schema_timestamp_text(253402300800LL, 0, b, sizeof b),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(mcp_schema_timestamp_text(0, -1, b, sizeof b), MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(mcp_schema_timestamp_text(0, 0, b, 20), MCP_ERR_LIMIT);
+  char *s;
+  size_t sl;
+  ck_assert_int_eq(mcp_schema_base64(S, (const uint8_t *)"\xfb\xff", 2, &s, &sl), 0);
+  ck_assert_str_eq(s, "+/8=");
+  ck_assert_uint_eq(sl, 4);
+  mcp_schema_free_bytes(S, s);
+  ck_assert_int_eq(mcp_schema_base64(S, NULL, 0, &s, NULL), 0);
+  ck_assert_str_eq(s, "");
+  mcp_schema_free_bytes(S, s);
+  ck_assert_int_eq(mcp_schema_base64(S, NULL, 3, &s, NULL), MCP_ERR_INVALID_ARGUMENT);
+}
+END_TEST
+
 START_TEST(test_nul_in_map_keys_round_trips_and_in_field_names_is_refused) {
   const char *j = "{\"mString\": {\"a\\u0000b\": \"x\"}}";
   mcp_schema_docs *d;
@@ -1058,6 +1122,9 @@ int main(void) {
   tcase_add_test(tc, test_decoder_last_value_and_oneof_member_win);
   tcase_add_test(tc, test_decoder_map_entry_without_value_gives_the_default);
   tcase_add_test(tc, test_nul_in_map_keys_round_trips_and_in_field_names_is_refused);
+  tcase_add_test(tc, test_decoder_map_out_of_key_order_keeps_each_value_with_its_key);
+  tcase_add_test(tc, test_loose_values_write_what_strict_refuses_and_keep_struct_wire_order);
+  tcase_add_test(tc, test_timestamp_text_and_base64_are_proto3_json_forms);
   suite_add_tcase(s, tc);
   tc = tcase_create("alloc");
   tcase_set_timeout(tc, 300);

@@ -325,6 +325,17 @@ MCP_EXTERN void mcp_schema_free_bytes(const mcp_schema *s, void *p);
 #define MCP_SCHEMA_JSON_PRETTY 0x1u      /* two-space indentation, newlines */
 #define MCP_SCHEMA_JSON_PROTO_NAMES 0x2u /* field names as in the .proto */
 #define MCP_SCHEMA_JSON_UNKNOWN_ERROR 0x4u /* unknown fields: an error, not skipped */
+/*
+ * google.protobuf.Value written for a program that shows bodies rather than
+ * reads them back (mcp-sink's mirror): NaN and the infinities as the strings
+ * "NaN", "Infinity", "-Infinity"; a Value with no kind set as null; a whole
+ * number within +-2^53 in integer form ("3", "0" for -0), any other number
+ * with a '.' or an exponent ("18014398509481984.0"); the keys of a Struct in
+ * the order they first appear on the wire (the last value of a repeated key
+ * wins). Without the flag those NaNs, infinities and kind-less Values are
+ * MCP_ERR_MALFORMED, as protobuf's JSON printers have them.
+ */
+#define MCP_SCHEMA_JSON_LOOSE_VALUES 0x8u
 
 /*
  * Writes the proto3 JSON of the |len| bytes at |wire|, a message of type
@@ -344,6 +355,32 @@ MCP_EXTERN int mcp_schema_to_json(const mcp_schema *s, const char *type_name,
                                   const uint8_t *wire, size_t len,
                                   unsigned flags, char **json, size_t *json_len,
                                   mcp_schema_error *err);
+
+/* Longest mcp_schema_timestamp_text(), with its NUL:
+ * "9999-12-31T23:59:59.999999999Z". */
+#define MCP_SCHEMA_TIMESTAMP_TEXT_MAX 31
+
+/*
+ * Writes |seconds|.|nanos| after the epoch as a google.protobuf.Timestamp's
+ * JSON text (RFC 3339 in UTC, "2024-01-02T03:04:05Z", the fraction in 3, 6
+ * or 9 digits as needed; no quotes) and a NUL into |buf|. Returns the
+ * length, MCP_ERR_INVALID_ARGUMENT (outside 0001-01-01T00:00:00Z ..
+ * 9999-12-31T23:59:59.999999999Z, nanos outside 0..999999999) or
+ * MCP_ERR_LIMIT (|len| too small: MCP_SCHEMA_TIMESTAMP_TEXT_MAX suffices).
+ * Needs no schema; reentrant.
+ */
+MCP_EXTERN int mcp_schema_timestamp_text(int64_t seconds, int32_t nanos, char *buf,
+                                         size_t len);
+
+/*
+ * |n| bytes at |p| in padded base64 (RFC 4648, as proto3 JSON writes bytes)
+ * with a NUL, into |*out| (|*out_len| bytes without the NUL when out_len is
+ * not NULL), allocated with |s|'s allocator: free it with
+ * mcp_schema_free_bytes(). Errors: MCP_ERR_INVALID_ARGUMENT, MCP_ERR_NOMEM
+ * (|*out| untouched).
+ */
+MCP_EXTERN int mcp_schema_base64(const mcp_schema *s, const uint8_t *p, size_t n,
+                                 char **out, size_t *out_len);
 
 #ifdef __cplusplus
 }
