@@ -151,6 +151,7 @@ struct tool_mirror {
   mcoll *colls;
   size_t ncolls;
   const mcp_schema *schema; /* tool_mirror_set_schema(); NULL: none */
+  mcp_schema *structs;      /* Struct bodies and base64 (owned) */
 };
 
 
@@ -282,7 +283,8 @@ int tool_mirror_new(tool_mirror **pm, const char *dir,
                     const char *const *colls, size_t ncolls, char *err,
                     size_t errlen) {
   tool_mirror *m = calloc(1, sizeof(*m));
-  if (!m || !(m->root = strdup(dir)) ||
+  if (!m || tool_struct_schema_new(&m->structs) != 0 ||
+      !(m->root = strdup(dir)) ||
       !(m->colls = calloc(ncolls ? ncolls : 1, sizeof(mcoll)))) {
     snprintf(err, errlen, "out of memory");
     goto fail;
@@ -306,11 +308,7 @@ int tool_mirror_new(tool_mirror **pm, const char *dir,
   *pm = m;
   return 0;
 fail:
-  if (m) {
-    free_colls(m);
-    free(m->root);
-    free(m);
-  }
+  tool_mirror_del(m);
   return -1;
 }
 
@@ -318,6 +316,7 @@ void tool_mirror_del(tool_mirror *m) {
   if (m) {
     free_colls(m);
     free(m->root);
+    mcp_schema_free(m->structs);
     free(m);
   }
 }
@@ -472,7 +471,7 @@ int tool_mirror_apply(tool_mirror *m, const mcp_change *ch, char *msg,
     if (have && strcmp(have, r->version) == 0)
       continue; /* this version is on disk */
     char why[200];
-    if (!(docs[i] = tool_resource_json2(r, m->schema, why, sizeof(why)))) {
+    if (!(docs[i] = tool_resource_json(r, m->structs, m->schema, why, sizeof(why)))) {
       snprintf(msg, msglen, "resource %s: %s", r->name, why);
       code = MCP_CODE_INVALID_ARGUMENT;
     }

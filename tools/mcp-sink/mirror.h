@@ -59,7 +59,7 @@ void tool_mirror_del(tool_mirror *m);
 char *tool_mirror_file_of(const char *name);
 
 /* Bodies of the message types of |schema| (borrowed; it must outlive the
- * mirror) are written as their proto3 JSON (tool_resource_json2()). */
+ * mirror) are written as their proto3 JSON (tool_resource_json()). */
 void tool_mirror_set_schema(tool_mirror *m, const mcp_schema *schema);
 
 /*
