@@ -826,6 +826,50 @@ START_TEST(test_service_defs_check_is_one_rule_for_every_transport) {
 }
 END_TEST
 
+/* ---- the exported wire reader and UTF-8 check ---- */
+
+START_TEST(test_wire_varint_reads_ten_bytes_and_refuses_bits_beyond_64) {
+  static const uint8_t max[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01};
+  static const uint8_t over[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02};
+  static const uint8_t eleven[] = {0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00};
+  static const uint8_t two[] = {0xac, 0x02, 0x07};
+  const uint8_t *p = max;
+  uint64_t v = 0;
+  ck_assert_int_eq(mcp_wire_varint(&p, max + sizeof max, &v), 0);
+  ck_assert(v == UINT64_MAX);
+  ck_assert_ptr_eq(p, max + sizeof max);
+  p = two;
+  ck_assert_int_eq(mcp_wire_varint(&p, two + sizeof two, &v), 0);
+  ck_assert_uint_eq(v, 300);
+  ck_assert_ptr_eq(p, two + 2);
+  p = over;
+  ck_assert_int_eq(mcp_wire_varint(&p, over + sizeof over, &v), MCP_ERR_MALFORMED);
+  p = eleven;
+  ck_assert_int_eq(mcp_wire_varint(&p, eleven + sizeof eleven, &v), MCP_ERR_MALFORMED);
+  p = two; /* truncated: the end cuts the first varint */
+  ck_assert_int_eq(mcp_wire_varint(&p, two + 1, &v), MCP_ERR_MALFORMED);
+}
+END_TEST
+
+START_TEST(test_utf8_check_is_strict_and_nul_is_the_callers_choice) {
+  const uint8_t ok[] = "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";
+  ck_assert(mcp_utf8_valid(ok, sizeof ok - 1, 0));
+  ck_assert_uint_eq(mcp_utf8_len(ok + 1, 2), 2);
+  ck_assert_uint_eq(mcp_utf8_len(ok + 1, 1), 0); /* cut short */
+  ck_assert_uint_eq(mcp_utf8_len(ok + 6, 4), 4);
+  static const char *const bad[] = {"\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80",
+                                    "\xe2\x82", "\x80", "\xf8\x88\x80\x80\x80"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    ck_assert_msg(!mcp_utf8_valid((const uint8_t *)bad[i], strlen(bad[i]), 1), "%zu", i);
+    ck_assert_uint_eq(mcp_utf8_len((const uint8_t *)bad[i], strlen(bad[i])), 0);
+  }
+  ck_assert(!mcp_utf8_valid((const uint8_t *)"a\0b", 3, 0));
+  ck_assert(mcp_utf8_valid((const uint8_t *)"a\0b", 3, 1));
+  ck_assert(mcp_utf8_valid(NULL, 0, 0));
+  ck_assert(!mcp_utf8_valid(NULL, 1, 1));
+}
+END_TEST
+
 static Suite *engine_suite(void) {
   Suite *s = suite_create("core_engine");
   TCase *tc = tcase_create("watch");
@@ -857,6 +901,8 @@ static Suite *engine_suite(void) {
   tcase_add_test(tc, test_stream_wake_calls_the_transports_waker_only);
   tcase_add_test(tc, test_stream_new_frees_the_session_when_it_fails);
   tcase_add_test(tc, test_service_defs_check_is_one_rule_for_every_transport);
+  tcase_add_test(tc, test_wire_varint_reads_ten_bytes_and_refuses_bits_beyond_64);
+  tcase_add_test(tc, test_utf8_check_is_strict_and_nul_is_the_callers_choice);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -145,6 +145,29 @@ static inline uint8_t *mcp__put_len_field(uint8_t *p, uint32_t field,
   return p + len;
 }
 
+/* mcp_wire_varint()'s body, inlined into the core's own readers. */
+static inline int mcp__varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+  uint64_t r = 0;
+  for (unsigned shift = 0; shift < 64; shift += 7) {
+    if (*p == end) {
+      return MCP_ERR_MALFORMED;
+    }
+    uint8_t b = *(*p)++;
+    if (shift == 63 && b > 1) {
+      /* Bits beyond 64 (or an 11th byte): refused, as Go's protowire
+       * does, rather than silently truncated: protobuf-c reads such a bool
+       * as true where the truncated value says false. */
+      return MCP_ERR_MALFORMED;
+    }
+    r |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80)) {
+      *v = r;
+      return 0;
+    }
+  }
+  return MCP_ERR_MALFORMED; /* more than 10 bytes */
+}
+
 /* A read cursor over a protobuf message. */
 typedef struct mcp_wire {
   const uint8_t *p, *end;

@@ -1,26 +1,12 @@
 /* Reading the protobuf wire format, and UTF-8 validation. */
 #include "mcp_int.h"
 
+int mcp_wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+  return mcp__varint(p, end, v);
+}
+
 static int get_varint(mcp_wire *w, uint64_t *v) {
-  uint64_t r = 0;
-  for (unsigned shift = 0; shift < 64; shift += 7) {
-    if (w->p == w->end) {
-      return MCP_ERR_MALFORMED;
-    }
-    uint8_t b = *w->p++;
-    if (shift == 63 && b > 1) {
-      /* Bits beyond 64 (or an 11th byte): refused, as Go's protowire
-       * does, rather than silently truncated: protobuf-c reads such a bool
-       * as true where the truncated value says false. */
-      return MCP_ERR_MALFORMED;
-    }
-    r |= (uint64_t)(b & 0x7f) << shift;
-    if (!(b & 0x80)) {
-      *v = r;
-      return 0;
-    }
-  }
-  return MCP_ERR_MALFORMED; /* more than 10 bytes */
+  return mcp__varint(&w->p, w->end, v);
 }
 
 int mcp__wire_next(mcp_wire *w, uint32_t *field, int *wt, uint64_t *v,
@@ -64,47 +50,73 @@ int mcp__wire_next(mcp_wire *w, uint32_t *field, int *wt, uint64_t *v,
   }
 }
 
-int mcp__utf8_valid(const uint8_t *s, size_t n) {
+/* The length of the UTF-8 character at |s| (|n| > 0 bytes), 0 when it
+ * is not one: overlong forms, surrogates and values past U+10FFFF are
+ * not. A byte below 0x80 (NUL too) is one. */
+static inline size_t utf8_len(const uint8_t *s, size_t n) {
+  uint8_t c = s[0];
+  if (c < 0x80) {
+    return 1;
+  }
+  size_t need;
+  uint32_t cp;
+  if ((c & 0xe0) == 0xc0) {
+    need = 1;
+    cp = c & 0x1f;
+  } else if ((c & 0xf0) == 0xe0) {
+    need = 2;
+    cp = c & 0x0f;
+  } else if ((c & 0xf8) == 0xf0) {
+    need = 3;
+    cp = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (n <= need) {
+    return 0;
+  }
+  for (size_t k = 1; k <= need; ++k) {
+    if ((s[k] & 0xc0) != 0x80) {
+      return 0;
+    }
+    cp = cp << 6 | (s[k] & 0x3f);
+  }
+  if ((need == 1 && cp < 0x80) || (need == 2 && cp < 0x800) ||
+      (need == 3 && cp < 0x10000) || cp > 0x10ffff ||
+      (cp >= 0xd800 && cp <= 0xdfff)) {
+    return 0;
+  }
+  return need + 1;
+}
+
+static inline int utf8_valid(const uint8_t *s, size_t n, int allow_nul) {
   size_t i = 0;
   while (i < n) {
     uint8_t c = s[i];
     if (c < 0x80) {
-      if (c == 0) {
-        return 0; /* C strings cannot carry it */
+      if (c == 0 && !allow_nul) {
+        return 0;
       }
       ++i;
       continue;
     }
-    size_t need;
-    uint32_t cp;
-    if ((c & 0xe0) == 0xc0) {
-      need = 1;
-      cp = c & 0x1f;
-    } else if ((c & 0xf0) == 0xe0) {
-      need = 2;
-      cp = c & 0x0f;
-    } else if ((c & 0xf8) == 0xf0) {
-      need = 3;
-      cp = c & 0x07;
-    } else {
+    size_t k = utf8_len(s + i, n - i);
+    if (k == 0) {
       return 0;
     }
-    if (n - i <= need) {
-      return 0;
-    }
-    for (size_t k = 1; k <= need; ++k) {
-      if ((s[i + k] & 0xc0) != 0x80) {
-        return 0;
-      }
-      cp = cp << 6 | (s[i + k] & 0x3f);
-    }
-    /* Overlong forms, surrogates and values past U+10FFFF. */
-    if ((need == 1 && cp < 0x80) || (need == 2 && cp < 0x800) ||
-        (need == 3 && cp < 0x10000) || cp > 0x10ffff ||
-        (cp >= 0xd800 && cp <= 0xdfff)) {
-      return 0;
-    }
-    i += need + 1;
+    i += k;
   }
   return 1;
+}
+
+int mcp__utf8_valid(const uint8_t *s, size_t n) {
+  return utf8_valid(s, n, 0); /* C strings cannot carry a NUL */
+}
+
+int mcp_utf8_valid(const uint8_t *s, size_t n, int allow_nul) {
+  return (s || !n) && utf8_valid(s, n, allow_nul);
+}
+
+size_t mcp_utf8_len(const uint8_t *s, size_t n) {
+  return s && n ? utf8_len(s, n) : 0;
 }

@@ -55,23 +55,6 @@ static void dpop(dec *d, size_t old) {
 
 /* ---- wire reading --------------------------------------------------- */
 
-static int rd_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
-  uint64_t r = 0;
-  for (unsigned shift = 0; shift < 64; shift += 7) {
-    if (*p >= end)
-      return -1;
-    uint8_t b = *(*p)++;
-    if (shift == 63 && b > 1)
-      return -1;
-    r |= (uint64_t)(b & 0x7F) << shift;
-    if (!(b & 0x80)) {
-      *v = r;
-      return 0;
-    }
-  }
-  return -1;
-}
-
 static int rd_fixed(const uint8_t **p, const uint8_t *end, unsigned n, uint64_t *v) {
   if ((size_t)(end - *p) < n)
     return -1;
@@ -123,7 +106,7 @@ static int scan(dec *d, const sc_msg *m, const uint8_t *p, size_t len, occ **poc
   int rc = 0;
   while (p < end) {
     uint64_t key, v = 0;
-    if (rd_varint(&p, end, &key)) {
+    if (mcp_wire_varint(&p, end, &key)) {
       rc = BAD(d, "truncated field key");
       break;
     }
@@ -137,7 +120,7 @@ static int scan(dec *d, const sc_msg *m, const uint8_t *p, size_t len, occ **poc
     size_t dlen = 0;
     switch (wt) {
     case WT_VARINT:
-      if (rd_varint(&p, end, &v))
+      if (mcp_wire_varint(&p, end, &v))
         rc = BAD(d, "truncated varint (field %llu)", (unsigned long long)number);
       break;
     case WT_I64:
@@ -149,7 +132,7 @@ static int scan(dec *d, const sc_msg *m, const uint8_t *p, size_t len, occ **poc
         rc = BAD(d, "truncated fixed32 (field %llu)", (unsigned long long)number);
       break;
     case WT_LEN:
-      if (rd_varint(&p, end, &v) || v > (uint64_t)(end - p)) {
+      if (mcp_wire_varint(&p, end, &v) || v > (uint64_t)(end - p)) {
         rc = BAD(d, "truncated length-delimited field %llu", (unsigned long long)number);
       } else {
         data = p;
@@ -244,7 +227,7 @@ static int close_c(dec *d, char c, int first) {
 }
 
 static int wstring(dec *d, const uint8_t *s, size_t n) {
-  if (n && !sc_utf8_valid(s, n))
+  if (n && !mcp_utf8_valid(s, n, 1))
     return BAD(d, "a string that is not valid UTF-8");
   if (sc_buf_reserve(&d->out, n + 2))
     return nomem(d);
@@ -428,7 +411,7 @@ static int each_value(dec *d, const occ *o, value_fn fn, void *ctx) {
   const uint8_t *p = o->data, *end = o->data + o->len;
   while (p < end) {
     uint64_t v;
-    int bad = want == WT_VARINT ? rd_varint(&p, end, &v)
+    int bad = want == WT_VARINT ? mcp_wire_varint(&p, end, &v)
                                 : rd_fixed(&p, end, want == WT_I64 ? 8 : 4, &v);
     if (bad)
       return BAD(d, "field %s: truncated packed values", o->f->name);
@@ -570,7 +553,7 @@ static int wmap(dec *d, const sc_field *f, const occ *o, size_t i, size_t j,
     e->has_val = nv > 0;
     /* vo.data points into the input, which outlives |eo|. */
     sc_free(&d->s->mem, eo);
-    if (!rc && kf->type == SC_STRING && e->klen && !sc_utf8_valid(e->kd, e->klen))
+    if (!rc && kf->type == SC_STRING && e->klen && !mcp_utf8_valid(e->kd, e->klen, 1))
       rc = BAD(d, "a map key that is not valid UTF-8");
   }
   if (!rc && n > 1)
@@ -722,7 +705,7 @@ static int members(dec *d, const sc_msg *m, const uint8_t *p, size_t len, int *f
         if (q == end)
           rc = BAD(d, "field %s: an empty packed value", f->name);
         while (!rc && q < end)
-          if (want == WT_VARINT ? rd_varint(&q, end, &v)
+          if (want == WT_VARINT ? mcp_wire_varint(&q, end, &v)
                                 : rd_fixed(&q, end, want == WT_I64 ? 8 : 4, &v))
             rc = BAD(d, "field %s: truncated packed value", f->name);
       }

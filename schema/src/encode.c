@@ -478,7 +478,7 @@ static int to_scalar(enc *e, const sc_field *f, const mcp_schema_value *v,
   case SC_STRING:
     if (v->kind != MCP_SCHEMA_STRING)
       return fail(e, v, "a string");
-    if (v->len && !sc_utf8_valid((const uint8_t *)v->text, v->len))
+    if (v->len && !mcp_utf8_valid((const uint8_t *)v->text, v->len, 1))
       return FAILF(e, v, "a string that is not valid UTF-8");
     out->data = (const uint8_t *)v->text;
     out->len = v->len;
@@ -648,7 +648,7 @@ static int map_key(enc *e, const sc_field *kf, const mcp_schema_value *k, mkey *
   if (k->kind == MCP_SCHEMA_LIST || k->kind == MCP_SCHEMA_MAP || !k->text)
     return fail(e, k, "a scalar map key");
   if (kf->type == SC_STRING) {
-    if (k->len && !sc_utf8_valid((const uint8_t *)k->text, k->len))
+    if (k->len && !mcp_utf8_valid((const uint8_t *)k->text, k->len, 1))
       return FAILF(e, k, "a map key that is not valid UTF-8");
     return 0;
   }
@@ -987,7 +987,7 @@ static int enc_struct(enc *e, const mcp_schema_value *v) {
     if (keys[i].key->kind == MCP_SCHEMA_LIST || keys[i].key->kind == MCP_SCHEMA_MAP ||
         !keys[i].key->text)
       rc = fail(e, keys[i].key, "a scalar key");
-    else if (!sc_utf8_valid((const uint8_t *)keys[i].key->text, keys[i].key->len))
+    else if (!mcp_utf8_valid((const uint8_t *)keys[i].key->text, keys[i].key->len, 1))
       rc = FAILF(e, keys[i].key, "a key that is not valid UTF-8");
     keys[i].bad = rc != 0;
     badkeys += rc != 0;
@@ -1071,7 +1071,7 @@ static int enc_value(enc *e, const mcp_schema_value *v) {
     break;
   }
   case MCP_SCHEMA_STRING:
-    if (v->len && !sc_utf8_valid((const uint8_t *)v->text, v->len))
+    if (v->len && !mcp_utf8_valid((const uint8_t *)v->text, v->len, 1))
       rc = FAILF(e, v, "a string that is not valid UTF-8");
     else
       rc = put_bytes(e, 3, v->text, v->len);

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "mcp/schema.h"
+#include <mcp/engine.h>
 
 #define SC_UNUSED(x) ((void)(x))
 
@@ -193,8 +194,5 @@ int sc_parse_yaml(const mcp_schema_parse_options *o, const char *text, size_t le
 /* The first node where two trees differ (kind, boolean, line, text, length,
  * number of kids), as a node of |a|; NULL when they are the same. */
 const mcp_schema_value *sc_value_differ(const mcp_schema_value *a, const mcp_schema_value *b);
-
-/* Valid UTF-8 (no surrogates, no overlongs)? */
-int sc_utf8_valid(const uint8_t *s, size_t len);
 
 #endif /* MCP_SCHEMA_INT_H */

@@ -756,7 +756,7 @@ static int jstring(jp *p, node **out) {
       return MCP_ERR_NOMEM;
   }
   p->s++;
-  if (p->tmp.len && !sc_utf8_valid(p->tmp.p, p->tmp.len))
+  if (p->tmp.len && !mcp_utf8_valid(p->tmp.p, p->tmp.len, 1))
     return jfail(p, "invalid UTF-8 in a string");
   int rc = jbudget(p, p->tmp.len);
   if (rc)

@@ -304,44 +304,6 @@ void sc_civil_from_days(int64_t z, int64_t *y, unsigned *m, unsigned *d) {
   *y = yoe + era * 400 + (*m <= 2);
 }
 
-/* ---- UTF-8 ---------------------------------------------------------- */
-
-int sc_utf8_valid(const uint8_t *s, size_t len) {
-  size_t i = 0;
-  while (i < len) {
-    uint8_t c = s[i];
-    if (c < 0x80) {
-      i++;
-      continue;
-    }
-    size_t n;
-    uint32_t cp;
-    if (c >= 0xC2 && c <= 0xDF) {
-      n = 2;
-      cp = c & 0x1F;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      n = 3;
-      cp = c & 0x0F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      n = 4;
-      cp = c & 0x07;
-    } else {
-      return 0;
-    }
-    if (len - i < n)
-      return 0;
-    for (size_t k = 1; k < n; k++) {
-      if ((s[i + k] & 0xC0) != 0x80)
-        return 0;
-      cp = cp << 6 | (s[i + k] & 0x3F);
-    }
-    if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-        (cp >= 0xD800 && cp <= 0xDFFF))
-      return 0;
-    i += n;
-  }
-  return 1;
-}
 
 const mcp_schema_value *sc_value_differ(const mcp_schema_value *a, const mcp_schema_value *b) {
   if (a->kind != b->kind || a->line != b->line || a->n != b->n || a->len != b->len ||

@@ -386,7 +386,7 @@ static void escape(ops_buf *out, const char *s, int quote) {
     } else if (*p < 0x80) {
       ops_buf_add(out, p, 1); /* other control characters pass */
       l = 1;
-    } else if ((l = tool_utf8_len(p, n)) > 0) {
+    } else if ((l = mcp_utf8_len(p, n)) > 0) {
       ops_buf_add(out, p, l);
     } else {
       ops_buf_str(out, "\xef\xbf\xbd");

@@ -1,6 +1,5 @@
-/* UTF-8 sequence length, shared by the JSON log writer (log.c) and the
- * metrics' label escaping (ops/metrics.c); a JSON string's characters,
- * shared by the log writer and ops_buf_json() (ops/buf.c). */
+/* A JSON string's characters, shared by the log writer and ops_buf_json()
+ * (ops/buf.c); UTF-8 by the core's rules (mcp_utf8_len()). */
 #ifndef TOOLS_UTF8_H
 #define TOOLS_UTF8_H
 
@@ -8,39 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* Length of the UTF-8 sequence at |s| (at most |n| > 0 bytes), 0 when it
- * is not one (overlong forms, surrogates and code points above U+10FFFF
- * are not). */
-static inline size_t tool_utf8_len(const unsigned char *s, size_t n) {
-  unsigned c = s[0];
-  size_t len;
-  uint32_t cp;
-  if (c < 0x80)
-    return 1;
-  if (c >= 0xc2 && c <= 0xdf) {
-    len = 2;
-    cp = c & 0x1f;
-  } else if (c >= 0xe0 && c <= 0xef) {
-    len = 3;
-    cp = c & 0x0f;
-  } else if (c >= 0xf0 && c <= 0xf4) {
-    len = 4;
-    cp = c & 0x07;
-  } else {
-    return 0;
-  }
-  if (len > n)
-    return 0;
-  for (size_t i = 1; i < len; i++) {
-    if ((s[i] & 0xc0) != 0x80)
-      return 0;
-    cp = (cp << 6) | (s[i] & 0x3f);
-  }
-  if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
-      (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
-    return 0;
-  return len;
-}
+#include <mcp/engine.h>
 
 /* The first character of |s| (|n| > 0 bytes) in a JSON string, as
  * jansson's json_dumps() writes it without JSON_ENSURE_ASCII: a UTF-8
@@ -75,7 +42,7 @@ static inline size_t tool_json_char(const unsigned char *s, size_t n,
     *len = 6;
     return 1;
   }
-  if ((k = tool_utf8_len(s, n)) > 0) {
+  if ((k = mcp_utf8_len(s, n)) > 0) {
     *text = (const char *)s;
     *len = k;
     return k;

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <mcp/engine.h>
+
 void vbuf_free(vbuf *b) {
   free(b->p);
   memset(b, 0, sizeof *b);
@@ -70,27 +72,12 @@ void pbw_str(vbuf *b, uint32_t field, const char *s) {
     pbw_bytes(b, field, s, strlen(s));
 }
 
-static int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
-  uint64_t r = 0;
-  for (int shift = 0; shift < 64; shift += 7) {
-    if (*p >= end)
-      return -1;
-    uint8_t c = *(*p)++;
-    r |= (uint64_t)(c & 0x7f) << shift;
-    if (!(c & 0x80)) {
-      *v = r;
-      return 0;
-    }
-  }
-  return -1;
-}
-
 int pbr_next(const uint8_t **p, const uint8_t *end, pbr_field *f) {
   if (*p >= end)
     return 0;
   const uint8_t *start = *p;
   uint64_t key;
-  if (read_varint(p, end, &key) < 0 || (key >> 3) == 0 || (key >> 3) > 0x1fffffff)
+  if (mcp_wire_varint(p, end, &key) < 0 || (key >> 3) == 0 || (key >> 3) > 0x1fffffff)
     return -1;
   f->field = (uint32_t)(key >> 3);
   f->wire_type = (int)(key & 7);
@@ -99,7 +86,7 @@ int pbr_next(const uint8_t **p, const uint8_t *end, pbr_field *f) {
   f->v = 0;
   switch (f->wire_type) {
   case 0:
-    if (read_varint(p, end, &f->v) < 0)
+    if (mcp_wire_varint(p, end, &f->v) < 0)
       return -1;
     break;
   case 1:
@@ -114,7 +101,7 @@ int pbr_next(const uint8_t **p, const uint8_t *end, pbr_field *f) {
   }
   case 2: {
     uint64_t n;
-    if (read_varint(p, end, &n) < 0 || n > (uint64_t)(end - *p))
+    if (mcp_wire_varint(p, end, &n) < 0 || n > (uint64_t)(end - *p))
       return -1;
     f->data = *p;
     f->len = (size_t)n;

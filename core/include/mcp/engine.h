@@ -427,6 +427,31 @@ typedef struct mcp_client_def {
   void *user_data;
 } mcp_client_def;
 
+/* ------------------------------------------------------------------ */
+/* Wire format and UTF-8: the one reader of the tree                  */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Reads the protobuf varint at |*p| (bytes up to |end|) into |*v| and moves
+ * |*p| past it. Returns 0, or MCP_ERR_MALFORMED when it is truncated, longer
+ * than 10 bytes or has bits beyond 64 (|*v| untouched, |*p| somewhere
+ * inside). The schema library and the tools read varints with it.
+ */
+MCP_EXTERN int mcp_wire_varint(const uint8_t **p, const uint8_t *end,
+                               uint64_t *v);
+
+/*
+ * 1 when the |n| bytes at |s| are valid UTF-8 (no overlong forms,
+ * surrogates or values past U+10FFFF), else 0. |allow_nul| 0 refuses a NUL
+ * byte too (text that becomes a C string); proto3 strings may hold one.
+ * |s| may be NULL when |n| is 0.
+ */
+MCP_EXTERN int mcp_utf8_valid(const uint8_t *s, size_t n, int allow_nul);
+
+/* The length (1 to 4) of the UTF-8 character at |s|, at most |n| bytes,
+ * by mcp_utf8_valid()'s rules (a NUL is 1); 0 when it is not one or n is 0. */
+MCP_EXTERN size_t mcp_utf8_len(const uint8_t *s, size_t n);
+
 #ifdef __cplusplus
 }
 #endif
