@@ -1,6 +1,6 @@
 /*
  * A transport's API shape (issue 13), written once for every transport
- * (issue 21 item 7; the transport: argv[1], its adapter
+ * (issue 21 item 7; the transport: the adapter it is built with,
  * tests/transport_<name>.c): versioned options and stats (an older
  * version's caller gets only that version's fields read or written, an
  * unknown version is INVALID_ARGUMENT, the object pointer untouched),
@@ -547,23 +547,13 @@ START_TEST(tls_failing_allocations) {
 }
 END_TEST
 
-int main(int argc, char **argv) {
+/* The adapter this executable is built with (tests/meson.build:
+ * -DTA_ADAPTER=ta_<transport>). */
+extern const ta_transport TA_ADAPTER;
+
+int main(void) {
   signal(SIGPIPE, SIG_IGN);
-  const ta_transport *all[] = {
-#ifdef TA_GRPC
-      &ta_grpc,
-#endif
-#ifdef TA_H2C
-      &ta_h2c,
-#endif
-  };
-  for (size_t i = 0; argc > 1 && i < sizeof(all) / sizeof(all[0]); i++)
-    if (strcmp(argv[1], all[i]->name) == 0)
-      ta = all[i];
-  if (!ta) {
-    fprintf(stderr, "usage: %s TRANSPORT (one this build has)\n", argv[0]);
-    return EXIT_FAILURE;
-  }
+  ta = &TA_ADAPTER;
   /* The explicit TLS tests: in the TLS run where there is one. */
   int tls = test_tls_mode() || !ta->tls_run;
   if (tls && test_certs_make() != 0)

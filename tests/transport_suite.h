@@ -2,9 +2,9 @@
  * The transport suite's adapter (issue 21 item 7): the behaviour tests of
  * a transport are written once (tests/test_transport_*.c) over this small
  * table of functions, and each transport gives one table
- * (tests/transport_grpc.c, tests/transport_h2c.c). A third transport gets
- * the suite by writing its own table and adding a line to
- * tests/meson.build; checks that only one transport can pass are that
+ * (tests/transport_grpc.c: ta_grpc, tests/transport_h2c.c: ta_h2c). A
+ * third transport gets the suite by writing its own table and adding a
+ * row to tests/meson.build; checks that only one transport can pass are that
  * transport's own tests (ta_transport.add_own_tests), each saying why.
  *
  * Threads: everything is called from the test's thread. A loop-driven
@@ -90,8 +90,6 @@ typedef struct ta_transport {
   /* Tests of this transport alone (NULL: none). */
   void (*add_own_tests)(Suite *s);
 } ta_transport;
-
-extern const ta_transport ta_grpc, ta_h2c;
 
 /* The transport under test, set by the suite's main(). */
 extern const ta_transport *ta;
