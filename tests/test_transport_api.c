@@ -314,19 +314,36 @@ END_TEST
 
 /* ---- the allocator hook ---- */
 
+/* Explicit mutual TLS files in |o| (a source's when |listen|). */
+static void explicit_tls(ta_opts *o, int listen) {
+  o->cert_file = test_cert(listen ? "server.pem" : "client.pem");
+  o->key_file = test_cert(listen ? "server.key" : "client.key");
+  o->ca_file = test_cert("ca.pem");
+  o->server_name = listen ? NULL : "localhost";
+}
+
 /* A source and a sink, each with its own counting allocator, sync a
  * store with a large resource: the objects, connections, streams,
  * buffers, strings and the message refs all go through the hooks, and
- * every block comes back once they are deleted. */
-START_TEST(hook_sees_every_allocation_through_a_sync) {
+ * every block comes back once they are deleted. With |tls|, explicit
+ * mutual TLS: the TLS material (paths, PEM buffers, what the credential
+ * callbacks read again) goes through the hooks too. */
+static void sync_through_hooks(int tls) {
   tm_mem sm, km;
   tm_init(&sm, 0);
   tm_init(&km, 0);
   ta_world w;
   ta_world_init(&w);
-  ta_start_source(&w, &sm.mem);
-  ck_assert_int_gt(tm_get(&sm).allocs, 0);
-  ta_start_sink(&w, &km.mem);
+  ta_opts o = opts(1, "127.0.0.1:0", &sm.mem);
+  if (tls)
+    explicit_tls(&o, 1);
+  start_source_with(&w, &o);
+  /* paths and PEMs among them with TLS */
+  ck_assert_int_ge(tm_get(&sm).allocs, tls ? 7 : 1);
+  ta_opts d = opts(0, w.addr, &km.mem);
+  if (tls)
+    explicit_tls(&d, 0);
+  ck_assert_int_eq(ta->sink_new(w.env, &w.sink, &d, w.state), 0);
   ck_assert(ta->run_until(w.env, ta_synced, &w, 5000));
   int n = 0;
   ck_assert_int_eq(ta->streams(w.src, &n), 1);
@@ -344,6 +361,8 @@ START_TEST(hook_sees_every_allocation_through_a_sync) {
   tm_fini(&sm);
   tm_fini(&km);
 }
+
+START_TEST(hook_sees_every_allocation_through_a_sync) { sync_through_hooks(0); }
 END_TEST
 
 static int dummy_open(void *ud, const mcp_peer_info *peer, mcp_tstamp ts,
@@ -483,34 +502,7 @@ END_TEST
 
 /* ---- explicit mutual TLS ---- */
 
-/* Mutual TLS, both sides with a counting allocator: the TLS material
- * (paths, PEM buffers, what the credential callbacks read again) goes
- * through the hooks, and every block comes back. */
-START_TEST(tls_material_goes_through_the_hook) {
-  tm_mem sm, km;
-  tm_init(&sm, 0);
-  tm_init(&km, 0);
-  ta_world w;
-  ta_world_init(&w);
-  ta_opts o = opts(1, "127.0.0.1:0", &sm.mem);
-  o.cert_file = test_cert("server.pem");
-  o.key_file = test_cert("server.key");
-  o.ca_file = test_cert("ca.pem");
-  start_source_with(&w, &o);
-  ck_assert_int_ge(tm_get(&sm).allocs, 7); /* paths and PEMs among them */
-  ta_opts d = opts(0, w.addr, &km.mem);
-  d.cert_file = test_cert("client.pem");
-  d.key_file = test_cert("client.key");
-  d.ca_file = test_cert("ca.pem");
-  d.server_name = "localhost";
-  ck_assert_int_eq(ta->sink_new(w.env, &w.sink, &d, w.state), 0);
-  ck_assert(ta->run_until(w.env, ta_synced, &w, 5000));
-  ta_world_fini(&w);
-  ck_assert(ta_balanced(&sm));
-  ck_assert(ta_balanced(&km));
-  tm_fini(&sm);
-  tm_fini(&km);
-}
+START_TEST(tls_material_goes_through_the_hook) { sync_through_hooks(1); }
 END_TEST
 
 /* Each allocation of a TLS source's creation fails in turn: NOMEM, and
@@ -527,9 +519,7 @@ START_TEST(tls_failing_allocations) {
     tm_init(&m, n);
     ta_env *env = ta->env_new();
     ta_opts o = opts(1, "127.0.0.1:0", &m.mem);
-    o.cert_file = test_cert("server.pem");
-    o.key_file = test_cert("server.key");
-    o.ca_file = test_cert("ca.pem");
+    explicit_tls(&o, 1);
     ta_obj *src = NULL;
     int rv = ta->source_new(env, &src, &o, &so);
     ck_assert_msg(rv == 0 || rv == MCP_ERR_NOMEM, "allocation %ld: %d", n, rv);
