@@ -1,0 +1,288 @@
+/*
+ * The transport suite's adapter for the gRPC transport
+ * (tests/transport_suite.h), and the checks only it can pass.
+ */
+#include <stdint.h>
+#include <unistd.h>
+
+#include "mem_count.h"
+#include "test_grpc_util.h"
+#include "transport_suite.h"
+
+struct ta_env {
+  int unused; /* gRPC runs on its own threads: nothing to hold */
+};
+
+typedef enum { O_SOURCE, O_SINK, O_CLIENT } okind;
+
+struct ta_obj {
+  okind kind;
+  void *p;
+};
+
+static void g_options_default_versioned(int version, void *o) {
+  mcp_grpc_options_default_versioned(version, o);
+}
+
+static void g_check_v1_defaults(const void *opts) {
+  const mcp_grpc_options *o = opts;
+  ck_assert_int_eq(o->mode, MCP_GRPC_LISTEN);
+  ck_assert_int_eq(o->max_recv_message_size, 64 << 20);
+  ck_assert_int_eq(o->max_send_message_size, 64 << 20);
+  ck_assert_ptr_null(o->address);
+  ck_assert_int_eq(o->no_mcp, 0);
+}
+
+static size_t g_stats_streams(const void *st) {
+  return ((const mcp_grpc_stats *)st)->streams;
+}
+
+static uint64_t g_stats_opened(const void *st) {
+  return ((const mcp_grpc_stats *)st)->opened;
+}
+
+static ta_env *g_env_new(void) {
+  ta_env *e = calloc(1, sizeof(*e));
+  ck_assert_ptr_nonnull(e);
+  return e;
+}
+
+static void g_env_del(ta_env *e) { free(e); }
+
+static int g_run_until(ta_env *e, int (*cond)(void *), void *ud, long ms) {
+  (void)e;
+  return tg_wait(cond, ud, ms);
+}
+
+static int g_settled(int (*cond)(void *), void *ud) {
+  return tg_wait(cond, ud, TG_TIMEOUT_MS);
+}
+
+static void g_options(mcp_grpc_options *o, const ta_opts *t) {
+  memset(o, 0, sizeof(*o));
+  mcp_grpc_options_default_versioned(
+      t->defaults_version ? t->defaults_version : MCP_GRPC_OPTIONS_VERSION, o);
+  o->mode = t->listen ? MCP_GRPC_LISTEN : MCP_GRPC_DIAL;
+  o->address = t->address;
+  o->shutdown_grace = t->listen ? MCP_SECONDS : 100 * MCP_MILLISECONDS;
+  /* Short delays, so that a reconnection takes milliseconds. */
+  o->backoff.initial = 20 * MCP_MILLISECONDS;
+  o->backoff.max = 200 * MCP_MILLISECONDS;
+  o->mem = t->mem;
+  o->services = t->services;
+  o->nservices = t->nservices;
+  o->tls.cert_file = t->cert_file;
+  o->tls.key_file = t->key_file;
+  o->tls.ca_file = t->ca_file;
+  o->tls.server_name = t->server_name;
+}
+
+static ta_obj *g_wrap(okind k, void *p) {
+  ta_obj *obj = malloc(sizeof(*obj));
+  ck_assert_ptr_nonnull(obj);
+  obj->kind = k;
+  obj->p = p;
+  return obj;
+}
+
+static int g_source_new(ta_env *e, ta_obj **pobj, const ta_opts *t,
+                        const mcp_source_options *so) {
+  (void)e;
+  mcp_grpc_options o;
+  g_options(&o, t);
+  mcp_grpc_source *src = (mcp_grpc_source *)&o; /* untouched on failure */
+  int rv = mcp_grpc_source_new_versioned(&src, t->version, &o, so);
+  if (rv < 0) {
+    ck_assert_ptr_eq(src, (mcp_grpc_source *)&o);
+    return rv;
+  }
+  *pobj = g_wrap(O_SOURCE, src);
+  return 0;
+}
+
+static int g_sink_new(ta_env *e, ta_obj **pobj, const ta_opts *t,
+                      mcp_sink_state *state) {
+  (void)e;
+  mcp_grpc_options o;
+  g_options(&o, t);
+  mcp_grpc_sink *sink = NULL;
+  int rv = mcp_grpc_sink_new_versioned(&sink, t->version, &o, state);
+  if (rv < 0) {
+    ck_assert_ptr_null(sink);
+    return rv;
+  }
+  *pobj = g_wrap(O_SINK, sink);
+  return 0;
+}
+
+static int g_client_new(ta_env *e, ta_obj **pobj, const ta_opts *t,
+                        const mcp_client_def *def) {
+  (void)e;
+  mcp_grpc_options o;
+  g_options(&o, t);
+  mcp_grpc_client *c = NULL;
+  int rv = mcp_grpc_client_new_versioned(&c, t->version, &o, def);
+  if (rv < 0) {
+    ck_assert_ptr_null(c);
+    return rv;
+  }
+  *pobj = g_wrap(O_CLIENT, c);
+  return 0;
+}
+
+static void g_del(ta_obj *obj) {
+  switch (obj->kind) {
+  case O_SOURCE:
+    mcp_grpc_source_del(obj->p);
+    break;
+  case O_SINK:
+    mcp_grpc_sink_del(obj->p);
+    break;
+  default:
+    mcp_grpc_client_del(obj->p);
+    break;
+  }
+  free(obj);
+}
+
+static int g_port(ta_obj *obj) { return mcp_grpc_source_port(obj->p); }
+
+static void g_count(const mcp_grpc_stream_info *info, void *ud) {
+  (void)info;
+  ++*(int *)ud;
+}
+
+static int g_streams(ta_obj *obj, int *seen) {
+  mcp_grpc_stream_fn fn = seen ? g_count : NULL;
+  switch (obj->kind) {
+  case O_SOURCE:
+    return mcp_grpc_source_streams(obj->p, fn, seen);
+  case O_SINK:
+    return mcp_grpc_sink_streams(obj->p, fn, seen);
+  default:
+    return mcp_grpc_client_streams(obj->p, fn, seen);
+  }
+}
+
+static int g_stats_versioned(ta_obj *obj, int version, void *st) {
+  switch (obj->kind) {
+  case O_SOURCE:
+    return mcp_grpc_source_stats_versioned(obj->p, version, st);
+  case O_SINK:
+    return mcp_grpc_sink_stats_versioned(obj->p, version, st);
+  default:
+    return mcp_grpc_client_stats_versioned(obj->p, version, st);
+  }
+}
+
+static int g_sink_call(ta_obj *obj,
+                       void (*fn)(mcp_sink_state *, mcp_tstamp, void *),
+                       void *ud) {
+  return mcp_grpc_sink_call(obj->p, fn, ud);
+}
+
+/* ---- gRPC alone ---- */
+
+/* The access list is the gRPC transport's own API (h2c's authorization
+ * takes a function): its allocations go through its hook, and a failure
+ * of any one is NOMEM with nothing leaked. */
+static const char acl_text[] =
+    "allow spiffe://cluster.local/ns/istio-system/*\n"
+    "deny spiffe://cluster.local/ns/istio-system/sa/bad\n";
+
+/* The list's life through each of its allocating calls; stops at the
+ * first error, which must be NOMEM. */
+static int acl_life(const mcp_mem *mem, const char *path) {
+  mcp_grpc_acl *acl = NULL;
+  int rv = mcp_grpc_acl_new2(&acl, mem);
+  if (rv < 0) {
+    ck_assert_ptr_null(acl);
+    return rv;
+  }
+  rv = mcp_grpc_acl_add(acl, MCP_GRPC_ACL_ALLOW, "istiod.istio-system.svc");
+  if (rv == 0)
+    rv = mcp_grpc_acl_parse(acl, acl_text, sizeof(acl_text) - 1, NULL, 0);
+  if (rv == 0)
+    rv = mcp_grpc_acl_load_file(acl, path, NULL, 0);
+  if (rv == 0) {
+    FILE *f = fopen(path, "a");
+    ck_assert_ptr_nonnull(f);
+    fputs("allow spiffe://other/*\n", f);
+    fclose(f);
+    rv = mcp_grpc_acl_reload(acl, NULL, 0);
+    if (rv == 1) {
+      ck_assert_uint_eq(mcp_grpc_acl_count(acl), 4);
+      rv = 0;
+    }
+  }
+  const char *ids[] = {"spiffe://cluster.local/ns/istio-system/sa/bad"};
+  mcp_grpc_peer peer = {.identities = ids, .nidentities = 1,
+                        .authenticated = 1};
+  int verdict = mcp_grpc_acl_check(acl, &peer);
+  ck_assert(verdict == 0 || verdict == GRPC_STATUS_PERMISSION_DENIED);
+  mcp_grpc_acl_del(acl);
+  return rv;
+}
+
+START_TEST(acl_allocations_go_through_its_hook) {
+  char path[] = "/tmp/mcp-acl-XXXXXX";
+  int done = 0;
+  for (long n = 0; n < 200 && !done; n++) {
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, acl_text, sizeof(acl_text) - 1),
+                     (ssize_t)sizeof(acl_text) - 1);
+    close(fd);
+    tm_mem m;
+    tm_init(&m, n); /* n == 0: no failure, the counts alone */
+    int rv = acl_life(&m.mem, path);
+    tm_counts c = tm_get(&m);
+    ck_assert_msg(rv == 0 || rv == MCP_ERR_NOMEM, "allocation %ld: %d", n,
+                  rv);
+    ck_assert_msg(c.live == 0, "allocation %ld: %ld leaked", n, c.live);
+    if (n == 0)
+      ck_assert_int_gt(c.allocs, 4);
+    done = n > 0 && c.failed == 0;
+    tm_fini(&m);
+    unlink(path);
+    memcpy(path + sizeof(path) - 7, "XXXXXX", 6);
+  }
+  ck_assert(done);
+}
+END_TEST
+
+static void g_add_own_tests(Suite *s) {
+  TCase *tc = tcase_create("grpc");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, acl_allocations_go_through_its_hook);
+  suite_add_tcase(s, tc);
+}
+
+const ta_transport ta_grpc = {
+    .name = "grpc",
+    .options_size = sizeof(mcp_grpc_options),
+    .mem_offset = offsetof(mcp_grpc_options, mem),
+    .options_v1 = MCP_GRPC_OPTIONS_V1,
+    .options_version = MCP_GRPC_OPTIONS_VERSION,
+    .options_default_versioned = g_options_default_versioned,
+    .check_v1_defaults = g_check_v1_defaults,
+    .stats_size = sizeof(mcp_grpc_stats),
+    .stats_version = MCP_GRPC_STATS_VERSION,
+    .stats_streams = g_stats_streams,
+    .stats_opened = g_stats_opened,
+    .env_new = g_env_new,
+    .env_del = g_env_del,
+    .run_until = g_run_until,
+    .settled = g_settled,
+    .source_new = g_source_new,
+    .sink_new = g_sink_new,
+    .client_new = g_client_new,
+    .del = g_del,
+    .port = g_port,
+    .streams = g_streams,
+    .stats_versioned = g_stats_versioned,
+    .sink_call = g_sink_call,
+    .now = mcp_grpc_now,
+    .min_sync_allocs = 3, /* refs and strings; the rest is gRPC's own */
+    .add_own_tests = g_add_own_tests,
+};

@@ -1,0 +1,122 @@
+/*
+ * The transport suite's adapter (issue 21 item 7): the behaviour tests of
+ * a transport are written once (tests/test_transport_*.c) over this small
+ * table of functions, and each transport gives one table
+ * (tests/transport_grpc.c: ta_grpc, tests/transport_h2c.c: ta_h2c). A
+ * third transport gets the suite by writing its own table and adding a
+ * row to tests/meson.build; checks that only one transport can pass are that
+ * transport's own tests (ta_transport.add_own_tests), each saying why.
+ *
+ * Threads: everything is called from the test's thread. A loop-driven
+ * transport (h2c) runs its loop inside run_until() and settle(); a
+ * threaded one (gRPC) runs by itself, and run_until() only polls.
+ */
+#ifndef MCP_TEST_TRANSPORT_SUITE_H
+#define MCP_TEST_TRANSPORT_SUITE_H
+
+#include <check.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mcp/engine.h"
+#include "mcp/mcp.h"
+
+typedef struct ta_env ta_env; /* a test's world: the loop, if any */
+typedef struct ta_obj ta_obj; /* a source, a sink or a client */
+
+/* What the suite sets; the adapter writes the transport's own options
+ * struct from it (defaults of |version| first, then these). */
+typedef struct ta_opts {
+  int version;        /* passed to *_new_versioned() */
+  int defaults_version; /* of *_options_default_versioned() (0: current) */
+  int listen;         /* 1 LISTEN, 0 DIAL */
+  const char *address;
+  const mcp_mem *mem; /* written even where |defaults_version| lacks it */
+  const mcp_service_def *services;
+  size_t nservices;
+  /* TLS files (NULL: cleartext); the suite sets them in MCP_TEST_TLS
+   * mode (test_certs.h keeps the directory in the suite's file). */
+  const char *cert_file, *key_file, *ca_file, *server_name;
+} ta_opts;
+
+typedef struct ta_transport {
+  const char *name;
+  /* versioned structs */
+  size_t options_size, mem_offset; /* of the options struct and its |mem| */
+  int options_v1, options_version;
+  void (*options_default_versioned)(int version, void *opts);
+  /* Checks the transport's own V1 defaults in |opts| (ck_assert). */
+  void (*check_v1_defaults)(const void *opts);
+  size_t stats_size;
+  int stats_version;
+  size_t (*stats_streams)(const void *stats);
+  /* Streams ever opened (NULL: the transport does not count them). */
+  uint64_t (*stats_opened)(const void *stats);
+
+  /* the world */
+  ta_env *(*env_new)(void);
+  /* Runs what is left after the objects' *_del() and frees the env. */
+  void (*env_del)(ta_env *env);
+  int (*run_until)(ta_env *env, int (*cond)(void *), void *ud, long ms);
+  /* After env_del(): cond(ud), once what the objects' *_del() left is
+   * freed (gRPC's threads may drop a message's last slice later: waited
+   * for; the h2c loop has run to its end in env_del()). */
+  int (*settled)(int (*cond)(void *), void *ud);
+
+  /* objects: 0 or an mcp error; *pobj untouched on failure */
+  int (*source_new)(ta_env *env, ta_obj **pobj, const ta_opts *o,
+                    const mcp_source_options *so);
+  int (*sink_new)(ta_env *env, ta_obj **pobj, const ta_opts *o,
+                  mcp_sink_state *state);
+  int (*client_new)(ta_env *env, ta_obj **pobj, const ta_opts *o,
+                    const mcp_client_def *def);
+  void (*del)(ta_obj *obj);
+  int (*port)(ta_obj *source);
+  /* *_streams() with a function counting into *seen (NULL: none). */
+  int (*streams)(ta_obj *obj, int *seen);
+  int (*stats_versioned)(ta_obj *obj, int version, void *stats);
+  /* Runs fn(state, now, ud) where the sink's state may be read. */
+  int (*sink_call)(ta_obj *sink, void (*fn)(mcp_sink_state *, mcp_tstamp,
+                                            void *),
+                   void *ud);
+  mcp_tstamp (*now)(void);
+  /* More allocations than this through each side's hook in a sync:
+   * more than the objects alone. */
+  long min_sync_allocs;
+
+  /* 1: the suite runs a second time with MCP_TEST_TLS=1 (meson.build),
+   * where the explicit TLS tests run (once is enough). */
+  int tls_run;
+  /* Tests of this transport alone (NULL: none). */
+  void (*add_own_tests)(Suite *s);
+} ta_transport;
+
+/* The transport under test, set by the suite's main(). */
+extern const ta_transport *ta;
+
+/* A world most tests share (tests/test_transport_api.c): a store with
+ * collection "c1" holding "a" and "big" (64 KiB, larger than an HTTP/2
+ * DATA frame), a sink state for "c1", and the objects started on it. */
+typedef struct ta_world {
+  ta_env *env;
+  mcp_store *store;
+  mcp_sink_state *state;
+  ta_obj *src, *sink;
+  char addr[64];
+  /* the store's content, taken before any thread serves it */
+  int n;
+  char name[4][16], version[4][64];
+} ta_world;
+
+void ta_world_init(ta_world *w);
+/* Deletes the objects, runs what is left (env_del), frees the rest. */
+void ta_world_fini(ta_world *w);
+/* A listening source on 127.0.0.1:0 / a sink dialing it, with |mem|. */
+void ta_start_source(ta_world *w, const mcp_mem *mem);
+void ta_start_sink(ta_world *w, const mcp_mem *mem);
+/* The sink is synced and holds the store's names and versions. */
+int ta_synced(void *w);
+/* No live block in a tm_mem (mem_count.h), once settled. */
+int ta_balanced(void *tm);
+
+#endif
