@@ -138,8 +138,8 @@ int mcp_watch_ready(const mcp_watch *w, mcp_tstamp ts) {
   if (!mcp_watch_changed(w)) {
     return 0;
   }
-  const mcp_coll *c = find_coll(w);
-  if (!w->taken || !c) {
+  const mcp_coll *c;
+  if (!w->taken || !w->debounce || !(c = find_coll(w))) {
     return 1;
   }
   return mcp__pace_ready(c, w->debounce, w->max_delay, w->sent,
@@ -151,7 +151,7 @@ void mcp_watch_note(mcp_watch *w, mcp_tstamp ts) {
     w->last_ts = ts;
   }
   cache_coll(w);
-  if (w->taken && !w->dirty && mcp_watch_changed(w)) {
+  if (w->debounce && w->taken && !w->dirty && mcp_watch_changed(w)) {
     w->dirty = 1;
     w->first_seen = ts;
   }
