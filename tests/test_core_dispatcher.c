@@ -1272,15 +1272,26 @@ START_TEST(test_assignments_first_message_at_once_even_when_empty) {
   ck_assert_uint_eq(m->n_changes, 0);
   ck_assert_str_eq(m->results_in, "1");
   amsg_free(m);
-  /* The node's collection appears: batched by the debounce window. */
+  /* The node's collection appears after a quiet second: at once (the
+   * debounce's leading edge). */
   put_task(view, "node-a", "t1", "v1", 1 * SEC);
-  expect_idle(a, 1 * SEC);
-  put_task(view, "node-a", "t2", "v1", 1050 * MS);
-  expect_idle(a, 1100 * MS);
-  ck_assert_uint_eq(mcp_stream_get_expiry(a->st), 1150 * MS);
-  m = expect_assign(a, 1150 * MS);
+  m = expect_assign(a, 1 * SEC);
   ck_assert_int_eq(m->type, MCP_DISP_INCREMENTAL);
   ck_assert_str_eq(m->applies_to, "1");
+  ck_assert_uint_eq(m->n_changes, 1);
+  char prev[32];
+  snprintf(prev, sizeof prev, "%s", m->results_in);
+  amsg_free(m);
+  /* What follows within the window is batched until quiet. */
+  put_task(view, "node-a", "t2", "v1", 1050 * MS);
+  expect_idle(a, 1050 * MS);
+  put_task(view, "node-a", "t3", "v1", 1100 * MS);
+  expect_idle(a, 1100 * MS);
+  ck_assert_uint_eq(mcp_stream_get_expiry(a->st), 1200 * MS);
+  expect_idle(a, 1199 * MS);
+  m = expect_assign(a, 1200 * MS);
+  ck_assert_int_eq(m->type, MCP_DISP_INCREMENTAL);
+  ck_assert_str_eq(m->applies_to, prev);
   ck_assert_uint_eq(m->n_changes, 2);
   amsg_free(m);
   call_close(a);

@@ -280,7 +280,16 @@ START_TEST(test_watch_keeps_up_through_a_mass_deletion) {
 }
 END_TEST
 
-START_TEST(test_watch_debounce_waits_for_quiet_and_max_delay_caps_it) {
+/* Puts version |t| of "a" at |t| ms, the store's time. */
+static void put_at(mcp_store *st, const char *name, mcp_tstamp t) {
+  char v[32];
+  snprintf(v, sizeof(v), "v%d", (int)(t / MS));
+  th_put(st, COLL, name, v, "A", t);
+}
+
+/* Leading edge: a change after a quiet period (no change and no take
+ * within the debounce window) is ready at once, without a timer. */
+START_TEST(test_watch_isolated_change_goes_at_once) {
   mcp_store *st = th_store(NULL);
   th_put(st, COLL, "a", "v1", "A", 0);
   mcp_watch *w = watch_new(st, 100 * MS, 250 * MS);
@@ -291,22 +300,122 @@ START_TEST(test_watch_debounce_waits_for_quiet_and_max_delay_caps_it) {
   take(w, 0, &s, &full);
   ck_assert_uint_eq(mcp_watch_get_expiry(w), MCP_TSTAMP_MAX);
 
-  th_put(st, COLL, "a", "v2", "A2", 10 * MS);
+  put_at(st, "a", 150 * MS);
+  mcp_watch_note(w, 150 * MS);
+  ck_assert_int_eq(mcp_watch_ready(w, 150 * MS), 1);
+  ck_assert_uint_eq(mcp_watch_get_expiry(w), MCP_TSTAMP_MAX);
+  ck_assert_int_eq(take(w, 150 * MS, &s, &full), 1);
+  /* Exactly one window after the take and the change before it: quiet. */
+  put_at(st, "b", 250 * MS);
+  ck_assert_int_eq(mcp_watch_ready(w, 250 * MS), 1);
+  ck_assert_int_eq(take(w, 250 * MS, &s, &full), 1);
+  /* A batch at one instant is one change: still isolated. */
+  th_put(st, COLL, "c", "v1", "C", 400 * MS);
+  th_put(st, COLL, "d", "v1", "D", 400 * MS);
+  ck_assert_int_eq(mcp_watch_ready(w, 400 * MS), 1);
+  ck_assert_int_eq(take(w, 400 * MS, &s, &full), 2);
+  mcp_watch_del(w);
+  mcp_store_del(st);
+}
+END_TEST
+
+/* Changes within the window of the last take are held until the
+ * collection has been quiet for the window, then go as one take. */
+START_TEST(test_watch_burst_is_coalesced_until_quiet) {
+  mcp_store *st = th_store(NULL);
+  th_put(st, COLL, "a", "v1", "A", 0);
+  mcp_watch *w = watch_new(st, 100 * MS, 0);
+  seen s;
+  int full;
+  take(w, 0, &s, &full);
+  put_at(st, "a", 200 * MS); /* leads the burst: at once */
+  mcp_watch_note(w, 200 * MS);
+  ck_assert_int_eq(mcp_watch_ready(w, 200 * MS), 1);
+  ck_assert_int_eq(take(w, 200 * MS, &s, &full), 1);
+  const char *names[] = {"b", "c", "d"};
+  for (int i = 0; i < 3; ++i) {
+    mcp_tstamp t = (230 + 30 * (mcp_tstamp)i) * MS;
+    put_at(st, names[i], t);
+    mcp_watch_note(w, t);
+    ck_assert_int_eq(mcp_watch_ready(w, t), 0);
+    ck_assert_uint_eq(mcp_watch_get_expiry(w), t + 100 * MS);
+  }
+  /* Past the window of the take (300 ms) but not quiet yet. */
+  ck_assert_int_eq(mcp_watch_ready(w, 359 * MS), 0);
+  ck_assert_int_eq(mcp_watch_ready(w, 390 * MS), 1);
+  ck_assert_int_eq(take(w, 390 * MS, &s, &full), 3);
+  ck_assert_str_eq(s.names[0], "b");
+  ck_assert_str_eq(s.names[2], "d");
+  /* Quiet since the last change (290 ms), but the take was 10 ms ago: a
+   * change now follows a send within the window and waits. */
+  put_at(st, "e", 400 * MS);
+  ck_assert_int_eq(mcp_watch_ready(w, 400 * MS), 0);
+  ck_assert_uint_eq(mcp_watch_get_expiry(w), 500 * MS);
+  ck_assert_int_eq(mcp_watch_ready(w, 500 * MS), 1);
+  mcp_watch_del(w);
+  mcp_store_del(st);
+}
+END_TEST
+
+/* A stream of changes never quiet goes |max_delay| after the watch
+ * first saw it. */
+START_TEST(test_watch_max_delay_bounds_a_stream_of_changes) {
+  mcp_store *st = th_store(NULL);
+  th_put(st, COLL, "a", "v1", "A", 0);
+  mcp_watch *w = watch_new(st, 100 * MS, 250 * MS);
+  seen s;
+  int full;
+  take(w, 0, &s, &full);
+  put_at(st, "a", 10 * MS); /* within the window of the take */
+  mcp_watch_note(w, 10 * MS);
   ck_assert_int_eq(mcp_watch_ready(w, 10 * MS), 0);
   ck_assert_uint_eq(mcp_watch_get_expiry(w), 110 * MS);
   /* Changes keep coming: the quiet window moves, max_delay does not. */
   for (mcp_tstamp t = 60 * MS; t < 260 * MS; t += 50 * MS) {
-    char v[32];
-    snprintf(v, sizeof(v), "v%d", (int)(t / MS));
-    th_put(st, COLL, "a", v, "A3", t);
+    put_at(st, "a", t);
+    mcp_watch_note(w, t);
     ck_assert_int_eq(mcp_watch_ready(w, t), 0);
   }
   ck_assert_uint_eq(mcp_watch_get_expiry(w), 10 * MS + 250 * MS);
   ck_assert_int_eq(mcp_watch_ready(w, 259 * MS), 0);
   ck_assert_int_eq(mcp_watch_ready(w, 260 * MS), 1);
-  /* Ready: no deadline in the past for a timer to spin on. */
+  /* Due at the time last noted: no deadline in the past for a timer to
+   * spin on. */
+  mcp_watch_note(w, 260 * MS);
   ck_assert_uint_eq(mcp_watch_get_expiry(w), MCP_TSTAMP_MAX);
   ck_assert_int_eq(take(w, 260 * MS, &s, &full), 1);
+  mcp_watch_del(w);
+  mcp_store_del(st);
+}
+END_TEST
+
+/* mcp_watch_ready() reads only: asking it does not start the max_delay
+ * clock (a change not noted counts as seen now); mcp_watch_note() does,
+ * once per change. */
+START_TEST(test_watch_ready_reads_only_and_note_starts_max_delay) {
+  mcp_store *st = th_store(NULL);
+  th_put(st, COLL, "a", "v1", "A", 0);
+  mcp_watch *w = watch_new(st, 100 * MS, 120 * MS);
+  seen s;
+  int full;
+  take(w, 0, &s, &full);
+  for (mcp_tstamp t = 10 * MS; t <= 210 * MS; t += 40 * MS) {
+    put_at(st, "a", t);
+    ck_assert_int_eq(mcp_watch_ready(w, t), 0);
+    ck_assert_uint_eq(mcp_watch_get_expiry(w), t + 100 * MS);
+  }
+  mcp_watch_note(w, 210 * MS);
+  mcp_watch_note(w, 220 * MS); /* seen already: no effect */
+  put_at(st, "a", 250 * MS);
+  ck_assert_uint_eq(mcp_watch_get_expiry(w), 210 * MS + 120 * MS);
+  ck_assert_int_eq(mcp_watch_ready(w, 329 * MS), 0);
+  ck_assert_int_eq(mcp_watch_ready(w, 330 * MS), 1);
+  /* A take ends the change: the next one is noted afresh. */
+  take(w, 330 * MS, &s, &full);
+  ck_assert_int_eq(mcp_watch_changed(w), 0);
+  mcp_watch_note(w, 340 * MS); /* nothing waits: nothing noted */
+  put_at(st, "a", 350 * MS);
+  ck_assert_uint_eq(mcp_watch_get_expiry(w), 450 * MS);
   mcp_watch_del(w);
   mcp_store_del(st);
 }
@@ -880,7 +989,10 @@ static Suite *engine_suite(void) {
   tcase_add_test(tc, test_store_remove_collection_replace_of_nothing_brings_it_back);
   tcase_add_test(tc, test_watch_falls_back_to_whole_state_after_compaction);
   tcase_add_test(tc, test_watch_keeps_up_through_a_mass_deletion);
-  tcase_add_test(tc, test_watch_debounce_waits_for_quiet_and_max_delay_caps_it);
+  tcase_add_test(tc, test_watch_isolated_change_goes_at_once);
+  tcase_add_test(tc, test_watch_burst_is_coalesced_until_quiet);
+  tcase_add_test(tc, test_watch_max_delay_bounds_a_stream_of_changes);
+  tcase_add_test(tc, test_watch_ready_reads_only_and_note_starts_max_delay);
   tcase_add_test(tc, test_watch_items_carry_type_and_body_of_any_size);
   tcase_add_test(tc, test_watch_finds_its_collection_after_a_failed_first_change);
   tcase_add_test(tc, test_watch_skip_moves_without_reporting);

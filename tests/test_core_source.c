@@ -1442,6 +1442,65 @@ START_TEST(test_source_max_delay_caps_continuous_churn) {
 }
 END_TEST
 
+/* Leading edge: a change after a quiet period (no change and no push of
+ * the collection within the window) goes at once, with no timer. */
+START_TEST(test_source_isolated_change_is_pushed_at_once) {
+  fx *f = fx_new();
+  f->opts.debounce = 100 * MS;
+  fx_start(f);
+  put(f, "c", "a", "v1", "A");
+  sync_coll(f, "c", 1);
+  f->ts = 200 * MS;
+  put(f, "c", "a", "v2", "A2");
+  ck_assert_uint_eq(mcp_source_session_get_expiry(f->s), MCP_TSTAMP_MAX);
+  Res *r = push(f);
+  expect_body(r, "a", "A2");
+  ack(f, "c", r->nonce);
+  th_resources_free(r);
+  /* Within the window of that push: held until quiet. */
+  f->ts = 230 * MS;
+  put(f, "c", "b", "v1", "B");
+  no_push(f);
+  ck_assert_uint_eq(mcp_source_session_get_expiry(f->s), 330 * MS);
+  f->ts = 260 * MS;
+  put(f, "c", "c", "v1", "C");
+  no_push(f);
+  ck_assert_uint_eq(mcp_source_session_get_expiry(f->s), 360 * MS);
+  f->ts = 360 * MS - 1;
+  ck_assert_int_eq(mcp_source_session_handle_expiry(f->s, f->ts), 0);
+  no_push(f);
+  f->ts = 360 * MS;
+  ck_assert_int_eq(mcp_source_session_handle_expiry(f->s, f->ts), 0);
+  r = push(f);
+  expect_names(r, LIST("b", "c"));
+  th_resources_free(r);
+  fx_free(f);
+}
+END_TEST
+
+/* The window counts from the push, not from the ACK: a change made while
+ * a push was in flight, a window after it and after the change before,
+ * goes as soon as the ACK comes. */
+START_TEST(test_source_change_waiting_for_ack_after_quiet_goes_on_ack) {
+  fx *f = fx_new();
+  f->opts.debounce = 100 * MS;
+  fx_start(f);
+  put(f, "c", "a", "v1", "A");
+  subscribe(f, "c", 0);
+  Res *r = push(f); /* at 0 */
+  f->ts = 150 * MS;
+  put(f, "c", "a", "v2", "A2");
+  no_push(f); /* one push in flight */
+  f->ts = 170 * MS;
+  ack(f, "c", r->nonce);
+  th_resources_free(r);
+  r = push(f);
+  expect_body(r, "a", "A2");
+  th_resources_free(r);
+  fx_free(f);
+}
+END_TEST
+
 /* want_write() reads only: the max_delay clock of a change starts at the
  * first next() or handle_expiry() that sees it, never at want_write(). */
 START_TEST(test_source_want_write_has_no_side_effects) {
@@ -2196,6 +2255,8 @@ static Suite *source_suite(void) {
   tcase_add_test(tc, test_source_debounce_never_delays_answer);
   tcase_add_test(tc, test_source_debounce_after_ack_counts_from_change);
   tcase_add_test(tc, test_source_max_delay_caps_continuous_churn);
+  tcase_add_test(tc, test_source_isolated_change_is_pushed_at_once);
+  tcase_add_test(tc, test_source_change_waiting_for_ack_after_quiet_goes_on_ack);
   tcase_add_test(tc, test_source_want_write_has_no_side_effects);
   tcase_add_test(tc, test_source_expiry_never_in_the_past_for_a_due_push);
   suite_add_tcase(s, tc);

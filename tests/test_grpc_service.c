@@ -284,7 +284,10 @@ static int snap_item(const mcp_item *item, void *ud) {
 
 static int snap_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
   snap *s = sess;
-  if (!s->started || !mcp_watch_ready(s->w, ts))
+  if (!s->started)
+    return 0;
+  mcp_watch_note(s->w, ts);
+  if (!mcp_watch_ready(s->w, ts))
     return 0;
   int full = 0;
   int rv = mcp_watch_take(s->w, ts, snap_item, s, &full);

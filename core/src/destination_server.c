@@ -696,6 +696,7 @@ static int sess_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
     }
     return rv < 0 ? rv : 1;
   case S_WATCH:
+    mcp_watch_note(s->w, ts);
     if (mcp_watch_ready(s->w, ts)) {
       rv = take(s, ts, pmsg);
       if (rv != 0) {

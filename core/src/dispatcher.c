@@ -1194,6 +1194,7 @@ static int tasks_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
   if (!call_watching(c)) {
     return 0;
   }
+  mcp_watch_note(c->w, ts);
   if (c->first_sent && !mcp_watch_ready(c->w, ts)) {
     return 0;
   }
@@ -1430,6 +1431,9 @@ static int assign_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
   dcall *c = sess;
   if (!call_watching(c)) {
     return 0;
+  }
+  if (!c->qn) {
+    mcp_watch_note(c->w, ts); /* the max_delay clock: while nothing queues */
   }
   if (!c->qn && (!c->first_sent || mcp_watch_ready(c->w, ts))) {
     int r = assign_take(c, ts);

@@ -305,10 +305,40 @@ typedef struct mcp_coll {
   size_t nlive, ntomb;
   uint64_t gen;
   uint64_t compact_gen;    /* tombstones up to here were dropped */
-  mcp_tstamp last_change;
+  mcp_tstamp last_change;  /* the last instant it changed ... */
+  mcp_tstamp prev_change;  /* ... and the one before (has_prev): pacing */
   int absent;              /* removed (mcp_store_remove_collection) and not
                               brought back: every entry is a tombstone */
+  uint8_t touched, has_prev; /* last_change, prev_change are set */
 } mcp_coll;
+
+/* |c| changed at |ts|. Changes at one instant (a batch) are one change,
+ * so that the pacing rule sees a batch as isolated. */
+static inline void mcp__coll_touch(mcp_coll *c, mcp_tstamp ts) {
+  if (c->touched && ts != c->last_change) {
+    c->prev_change = c->last_change;
+    c->has_prev = 1;
+  }
+  c->last_change = ts;
+  c->touched = 1;
+}
+
+/*
+ * The pacing rule of every subscriber of a collection (watch.c; the rule
+ * in words is docs/protocol.md "Debounce"): an mcp_watch and an MCP source
+ * subscription keep their own state and ask here. |sent|: when the
+ * subscriber last sent (took) the collection; |seen|: when it first saw
+ * the change that waits (|ts| if not noted yet).
+ * mcp__pace_ready(): a change that waits may go at |ts|.
+ * mcp__pace_due(): the earliest time it may go (noted: |seen| is noted,
+ * so max_delay counts); 0 when at once (no debounce, or it leads).
+ */
+int mcp__pace_ready(const mcp_coll *c, mcp_tstamp debounce,
+                    mcp_tstamp max_delay, mcp_tstamp sent, mcp_tstamp seen,
+                    mcp_tstamp ts);
+mcp_tstamp mcp__pace_due(const mcp_coll *c, mcp_tstamp debounce,
+                         mcp_tstamp max_delay, mcp_tstamp sent, int noted,
+                         mcp_tstamp seen);
 
 struct mcp_store {
   mcp_mem mem;

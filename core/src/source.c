@@ -36,7 +36,11 @@ enum {
  * lives in an xsub, allocated at the first such event.
  */
 typedef struct sub {
-  uint64_t held_gen, pending_gen;
+  uint64_t held_gen;
+  union { /* one or the other: a stream is mostly an array of subs */
+    uint64_t pending_gen; /* PENDING: the generation pushed */
+    mcp_tstamp sent;      /* else: when the last push went (pacing) */
+  };
   mcp_tstamp t; /* push time when PENDING, else DIRTY since, else RETRY at */
   uint32_t coll; /* F_KNOWN: the collection's index in the store (a store
                     frees its collections only with itself; 2^32 of them
@@ -632,6 +636,7 @@ static int on_request(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
     }
     if (x) {
       x->abandoned++;
+      u->sent = u->t;
     }
     resume_drop(s, i);
   }
@@ -707,6 +712,7 @@ static int on_answer(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
     copy->code = r->error->code;
     copy->gen = u->pending_gen;
     u->flags &= (uint16_t)~F_PENDING;
+    u->sent = u->t;
     mcp__free(&s->c->mem, x->nack);
     x->nack = copy;
     x->nacks++;
@@ -730,6 +736,7 @@ static int on_answer(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
     u->flags = (uint16_t)((u->flags & ~(F_PENDING | F_NACKED | F_RESUME)) |
                           F_HELD_GEN);
     u->held_gen = u->pending_gen;
+    u->sent = u->t;
     u->retries = 0;
     ev.type = MCP_EVENT_ACK;
   }
@@ -887,12 +894,8 @@ static int ready(const mcp_source_session *s, const sub *u, mcp_tstamp ts) {
       ((u->flags & F_NACKED) && nacked_gen(s, u) == gen)) {
     return 0; /* up to date, or exactly what was rejected */
   }
-  if (!s->c->debounce) {
-    return 1;
-  }
-  mcp_tstamp seen = (u->flags & F_DIRTY) ? u->t : ts;
-  return ts >= sub_coll(s, u)->last_change + s->c->debounce ||
-         (s->c->max_delay && ts >= seen + s->c->max_delay);
+  return mcp__pace_ready(sub_coll(s, u), s->c->debounce, s->c->max_delay,
+                         u->sent, (u->flags & F_DIRTY) ? u->t : ts, ts);
 }
 
 int mcp_source_session_want_write(mcp_source_session *s, mcp_tstamp ts) {
@@ -928,11 +931,9 @@ mcp_tstamp mcp_source_session_get_expiry(const mcp_source_session *s) {
       if (u->flags & F_RETRY) {
         d = u->t;
       }
-    } else if (!((u->flags & F_HELD_GEN) && u->held_gen == gen) && s->c->debounce) {
-      d = sub_coll(s, u)->last_change + s->c->debounce;
-      if ((u->flags & F_DIRTY) && s->c->max_delay && u->t + s->c->max_delay < d) {
-        d = u->t + s->c->max_delay;
-      }
+    } else if (!((u->flags & F_HELD_GEN) && u->held_gen == gen)) {
+      d = mcp__pace_due(sub_coll(s, u), s->c->debounce, s->c->max_delay,
+                        u->sent, (u->flags & F_DIRTY) != 0, u->t);
       if (d <= s->last_ts) {
         /* Due already: want_write() says so. A time in the past would
          * make a transport that cannot pull the push yet (a send still

@@ -609,7 +609,7 @@ static int apply(mcp_store *s, mcp_coll *c, const mcp_resource *res, size_t n,
     }
   }
   c->gen = gen;
-  c->last_change = ts;
+  mcp__coll_touch(c, ts);
   mcp__snap_unref(c->snap);
   c->snap = NULL;
   compact(m, c);
@@ -653,7 +653,7 @@ static int change(mcp_store *s, const char *collection, const mcp_resource *res,
   } else if (rv >= 0 && was_absent) {
     if (rv == 0) {
       coll_revive(c);
-      c->last_change = ts;
+      mcp__coll_touch(c, ts);
     }
     c->absent = 0; /* apply() bumped the generation */
     rv = 1;
@@ -687,7 +687,7 @@ int mcp_store_delete(mcp_store *s, const char *collection, const char *name,
   make_tombstone(&s->mem, c, e, ++c->gen);
   mcp__snap_unref(c->snap);
   c->snap = NULL;
-  c->last_change = ts;
+  mcp__coll_touch(c, ts);
   compact(&s->mem, c);
   return 1;
 }
@@ -708,7 +708,7 @@ int mcp_store_remove_collection(mcp_store *s, const char *collection,
     }
   }
   c->absent = 1;
-  c->last_change = ts;
+  mcp__coll_touch(c, ts);
   mcp__snap_unref(c->snap);
   c->snap = NULL;
   compact(&s->mem, c);

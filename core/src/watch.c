@@ -18,8 +18,9 @@ struct mcp_watch {
   uint64_t gen;     /* generation last taken */
   int taken;        /* a take happened */
   int existed;      /* the collection existed at the last take */
-  int dirty;        /* a change was seen by ready() since the last take */
-  mcp_tstamp first_seen; /* when ready() first saw it (max_delay) */
+  int dirty;        /* mcp_watch_note() saw a change since the last take */
+  mcp_tstamp first_seen; /* when it first saw it (max_delay) */
+  mcp_tstamp sent;  /* when the last take (or skip) was */
   mcp_tstamp last_ts;
   mcp_buf type_url; /* NUL-terminated copy for mcp_item.type_url */
   /* The collection once it exists: a store frees collections only with
@@ -96,39 +97,73 @@ int mcp_watch_changed(const mcp_watch *w) {
   return !w->existed || c->gen != w->gen;
 }
 
-/* The time the collection last changed, for the quiet window. */
-static mcp_tstamp last_change(const mcp_watch *w) {
-  mcp_coll *c = find_coll(w);
-  return c ? c->last_change : 0;
+/*
+ * The pacing rule, for watches and MCP source subscriptions alike
+ * (docs/protocol.md "Debounce"). A change leads when it came at least
+ * |debounce| after both the change before it and the subscriber's last
+ * send: after a quiet period it goes at once. Otherwise it waits until
+ * the collection has been quiet for |debounce|, or |max_delay| after it
+ * was first seen.
+ */
+static int leads(const mcp_coll *c, mcp_tstamp debounce, mcp_tstamp sent) {
+  mcp_tstamp quiet_from = sent;
+  if (c->has_prev && c->prev_change > quiet_from) {
+    quiet_from = c->prev_change;
+  }
+  return c->last_change >= quiet_from + debounce;
 }
 
-int mcp_watch_ready(mcp_watch *w, mcp_tstamp ts) {
+int mcp__pace_ready(const mcp_coll *c, mcp_tstamp debounce,
+                    mcp_tstamp max_delay, mcp_tstamp sent, mcp_tstamp seen,
+                    mcp_tstamp ts) {
+  return !debounce || leads(c, debounce, sent) ||
+         ts >= c->last_change + debounce ||
+         (max_delay && ts >= seen + max_delay);
+}
+
+mcp_tstamp mcp__pace_due(const mcp_coll *c, mcp_tstamp debounce,
+                         mcp_tstamp max_delay, mcp_tstamp sent, int noted,
+                         mcp_tstamp seen) {
+  if (!debounce || leads(c, debounce, sent)) {
+    return 0; /* at once, as without debounce: ready() says so */
+  }
+  mcp_tstamp d = c->last_change + debounce;
+  if (noted && max_delay && seen + max_delay < d) {
+    d = seen + max_delay;
+  }
+  return d;
+}
+
+int mcp_watch_ready(const mcp_watch *w, mcp_tstamp ts) {
+  if (!mcp_watch_changed(w)) {
+    return 0;
+  }
+  const mcp_coll *c;
+  if (!w->taken || !w->debounce || !(c = find_coll(w))) {
+    return 1;
+  }
+  return mcp__pace_ready(c, w->debounce, w->max_delay, w->sent,
+                         w->dirty ? w->first_seen : ts, ts);
+}
+
+void mcp_watch_note(mcp_watch *w, mcp_tstamp ts) {
   if (ts > w->last_ts) {
     w->last_ts = ts;
   }
   cache_coll(w);
-  if (!mcp_watch_changed(w)) {
-    return 0;
-  }
-  if (!w->taken || !w->debounce) {
-    return 1;
-  }
-  if (!w->dirty) {
+  if (w->debounce && w->taken && !w->dirty && mcp_watch_changed(w)) {
     w->dirty = 1;
     w->first_seen = ts;
   }
-  return ts >= last_change(w) + w->debounce ||
-         (w->max_delay && ts >= w->first_seen + w->max_delay);
 }
 
 mcp_tstamp mcp_watch_get_expiry(const mcp_watch *w) {
-  if (!w->taken || !w->debounce || !mcp_watch_changed(w)) {
+  const mcp_coll *c = find_coll(w);
+  if (!w->taken || !c || !mcp_watch_changed(w)) {
     return MCP_TSTAMP_MAX;
   }
-  mcp_tstamp d = last_change(w) + w->debounce;
-  if (w->dirty && w->max_delay && w->first_seen + w->max_delay < d) {
-    d = w->first_seen + w->max_delay;
-  }
+  mcp_tstamp d = mcp__pace_due(c, w->debounce, w->max_delay, w->sent,
+                               w->dirty, w->first_seen);
   /* Due already: ready() says so; a deadline in the past would make the
    * caller's timer spin. */
   return d <= w->last_ts ? MCP_TSTAMP_MAX : d;
@@ -166,8 +201,9 @@ static int report(mcp_watch *w, const mcp_entry *e, mcp_watch_fn fn,
 }
 
 /* The watch now holds |c|'s current state (NULL: absent). */
-static void move_to(mcp_watch *w, const mcp_coll *c) {
+static void move_to(mcp_watch *w, const mcp_coll *c, mcp_tstamp ts) {
   w->taken = 1;
+  w->sent = ts;
   w->existed = c != NULL;
   w->gen = c ? c->gen : 0;
   w->dirty = 0;
@@ -210,7 +246,7 @@ int mcp_watch_take(mcp_watch *w, mcp_tstamp ts, mcp_watch_fn fn,
   if (full) {
     *full = whole;
   }
-  move_to(w, c);
+  move_to(w, c, ts);
   return count;
 }
 
@@ -219,7 +255,7 @@ void mcp_watch_skip(mcp_watch *w, mcp_tstamp ts) {
     w->last_ts = ts;
   }
   cache_coll(w);
-  move_to(w, live_coll(w));
+  move_to(w, live_coll(w), ts);
 }
 
 uint64_t mcp_watch_generation(const mcp_watch *w) { return w->gen; }

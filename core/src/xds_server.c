@@ -895,8 +895,11 @@ static int sess_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
   for (size_t k = 0; k < n; ++k) {
     size_t i = (s->rr + k) % n;
     xtype *t = s->types[i];
-    /* ready() notes when a change was first seen (max_delay): ask it
-     * whatever else holds the type back. */
+    /* Note when a change was first seen (max_delay), whatever else holds
+     * the type back. */
+    if (t->w && t->answered) {
+      mcp_watch_note(t->w, ts);
+    }
     int ready = t->w && t->answered && mcp_watch_ready(t->w, ts);
     if (t->pending) {
       continue; /* one response in flight per type */

@@ -186,8 +186,9 @@ static void usage(FILE *f) {
           "                     still open to rapid reset, CONTINUATION floods\n"
           "                     and rapid reset after a TLS handshake\n"
           "                     (docs/security.md)\n"
-          "  --debounce MS      push a change once its collection has been\n"
-          "                     quiet for MS milliseconds (default %d; 0: at once)\n"
+          "  --debounce MS      push a change after a quiet period at once, and\n"
+          "                     changes within MS milliseconds of it once the\n"
+          "                     collection is quiet for MS (default %d; 0: at once)\n"
           "  --write-settle MS  --dir: a file modified but not closed is read\n"
           "                     once unchanged for MS milliseconds (default\n"
           "                     %d); closed or renamed files are read at once\n"
@@ -1178,8 +1179,8 @@ static mcp_store *new_view_store(void) {
 }
 
 /* --debounce MS (0: none) as every server's debounce and max_delay: a
- * change waits for its collection to be quiet MS, at most ten times that
- * (one second at least). */
+ * change within the window waits for its collection to be quiet MS, at
+ * most ten times that (one second at least); see docs/protocol.md. */
 static void coalesce(unsigned long ms, mcp_tstamp *debounce,
                      mcp_tstamp *max_delay) {
   if (ms == 0)

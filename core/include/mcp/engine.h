@@ -79,9 +79,12 @@ typedef struct mcp_item {
 } mcp_item;
 
 typedef struct mcp_watch_options {
-  /* As mcp_source_options: a change is ready once the collection has been
-   * quiet for |debounce|, or |max_delay| after the watch first saw it
-   * (0/0: at once). The first take is never delayed. */
+  /* As mcp_source_options (the rule: docs/protocol.md "Debounce"): a
+   * change after a quiet period (no change and no take within |debounce|
+   * before it) is ready at once; one that follows within the window is
+   * ready once the collection has been quiet for |debounce|, or
+   * |max_delay| after mcp_watch_note() first saw it (0/0: at once). The
+   * first take is never delayed. */
   mcp_tstamp debounce;
   mcp_tstamp max_delay;
 } mcp_watch_options;
@@ -111,11 +114,18 @@ MCP_EXTERN int mcp_watch_changed(const mcp_watch *w);
 
 /*
  * 1 when a take at |ts| is due: changed, and the debounce window allows
- * it (always for the first take). Notes the time the watch first saw a
- * change (max_delay counts from then): call it after every change of the
- * store.
+ * it (always for the first take). Reads only: a change that
+ * mcp_watch_note() has not seen counts as first seen at |ts|.
  */
-MCP_EXTERN int mcp_watch_ready(mcp_watch *w, mcp_tstamp ts);
+MCP_EXTERN int mcp_watch_ready(const mcp_watch *w, mcp_tstamp ts);
+
+/*
+ * Notes, the first time it is called for a change, that the watch saw it
+ * at |ts|: the change's max_delay counts from then. Call it where the
+ * caller acts on time (its next() and handle_expiry()), before
+ * mcp_watch_ready(). The watch's only time-dependent state besides a take.
+ */
+MCP_EXTERN void mcp_watch_note(mcp_watch *w, mcp_tstamp ts);
 
 /* When a pending change becomes ready, or MCP_TSTAMP_MAX (nothing pending
  * or ready already). Never in the past of the last |ts| seen. */

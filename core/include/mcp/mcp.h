@@ -693,10 +693,12 @@ typedef struct mcp_source_options {
   mcp_select_store_cb select_store;
   void *select_store_user_data;
   /*
-   * Debounce: a change is pushed once its collection has been quiet for
-   * |debounce|, or at the latest |max_delay| after the first change of a
-   * burst. 0/0 pushes at once. The answer to a new request is never
-   * delayed. Default 0 and 0.
+   * Debounce (docs/protocol.md "Debounce"): a change after a quiet
+   * period (no change and no push of its collection within |debounce|
+   * before it) is pushed at once; changes within the window are pushed
+   * once the collection has been quiet for |debounce|, or at the latest
+   * |max_delay| after the stream first saw them. 0/0 pushes at once. The
+   * answer to a new request is never delayed. Default 0 and 0.
    */
   mcp_tstamp debounce;
   mcp_tstamp max_delay;
