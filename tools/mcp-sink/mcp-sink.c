@@ -894,7 +894,9 @@ int main(int argc, char **argv) {
     goto out;
   }
   if (rv != 0) {
-    usage_error("unknown transport %s (expected h2, h2c or grpc)", transport);
+    char names[64];
+    usage_error("unknown transport %s (expected %s)", transport,
+                tool_transport_names(names, sizeof names));
     goto out;
   }
   if (tool_sec_check(&sec, tool_transport_sec(app.tp), app.tp->name,

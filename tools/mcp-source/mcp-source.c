@@ -1739,8 +1739,9 @@ int main(int argc, char **argv) {
     tool_sec_args_free(&args.sec);
     tool_schema_args_free(&args.schema);
     tool_strv_free(&args.managers);
-    return usage_error("unknown transport %s (expected h2, h2c or grpc)",
-                       args.transport);
+    char names[64];
+    return usage_error("unknown transport %s (expected %s)", args.transport,
+                       tool_transport_names(names, sizeof names));
   }
   /* --api: what this build and transport serve; --connect dials a
    * ResourceSink, MCP only. */
