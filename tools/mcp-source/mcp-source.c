@@ -66,6 +66,8 @@ enum {
 #define NAPIS 4
 #define MAX_SERVICES 8
 
+typedef struct api_module api_module; /* a row of |modules| (below) */
+
 typedef struct source_app {
   uv_loop_t loop;
   const tool_transport *tp;
@@ -317,16 +319,9 @@ static void on_refused(const tool_stream_info *info, void *ud) {
   tool_ops_log_refused(info);
 }
 
-/* The API a stream belongs to, for metrics and logs. */
-static const char *api_of(const tool_stream_info *info) {
-  if (!info->api)
-    return "mcp";
-  if (strcmp(info->api, MCP_XDS_API_NAME) == 0)
-    return "xds";
-  return strcmp(info->api, "destination") == 0 ? "destination" : "dispatcher";
-}
+static const char *api_of(const tool_stream_info *info);
 
-static int module_has_expiry(const char *name);
+static int stream_of_timed_module(const tool_stream_info *info);
 
 static void on_stream(int opened, const tool_stream_info *info, void *ud) {
   source_app *a = ud;
@@ -340,7 +335,7 @@ static void on_stream(int opened, const tool_stream_info *info, void *ud) {
   if (info->api) {
     /* A call of a module with timers may have moved its deadline (a
      * session registered, a heartbeat): look again (run_expiry()). */
-    if (a->expiry_init && module_has_expiry(api_of(info)))
+    if (a->expiry_init && stream_of_timed_module(info))
       uv_async_send(&a->expiry_async);
     /* Another protocol's call: the MCP stream metrics are not its. */
     /* Unary calls (Heartbeat every period) and clean ends: debug. */
@@ -873,11 +868,14 @@ typedef struct source_args {
  * the program's generic code (--api, metrics, setup, timers) loops over
  * the rows. The protocol's rules and defaults stay in its module.
  */
-typedef struct api_module {
+struct api_module {
   const char *name; /* in --api, the logs and the metrics' api label */
   /* 1: served as services beside MCP (transports with services only);
    * 0: MCP itself, which every transport serves. */
   int beside_mcp;
+  /* The names its streams carry (mcp_stream_ops.name, tool_stream_info.
+   * api), NULL-terminated; NULL: MCP's streams, which carry none. */
+  const char *const *streams;
   /* Makes the module, its view and its services before the first load
    * (main thread, no transport yet): 0, or -1 (logged). NULL: MCP's
    * sessions are made by the transport. */
@@ -891,7 +889,7 @@ typedef struct api_module {
    * (mcp_stream_get_expiry()). */
   mcp_tstamp (*get_expiry)(const source_app *a);
   void (*handle_expiry)(source_app *a, mcp_tstamp ts);
-} api_module;
+};
 
 static const api_module modules[NAPIS];
 
@@ -1409,13 +1407,48 @@ static void disp_handle_expiry(source_app *a, mcp_tstamp ts) {
                                                                     : "s");
 }
 
+static const char *const dest_streams[] = {"destination", NULL};
+static const char *const disp_streams[] = {
+    "session", "heartbeat", "update_task_status", "tasks", "assignments",
+    NULL};
+static const char *const xds_streams[] = {MCP_XDS_API_NAME, NULL};
+
 static const api_module modules[NAPIS] = {
-    {"mcp", 0, NULL, log_mcp, NULL, NULL},
-    {"destination", 1, setup_dest, log_dest, NULL, NULL},
-    {"dispatcher", 1, setup_disp, log_disp, disp_get_expiry,
+    {"mcp", 0, NULL, NULL, log_mcp, NULL, NULL},
+    {"destination", 1, dest_streams, setup_dest, log_dest, NULL, NULL},
+    {"dispatcher", 1, disp_streams, setup_disp, log_disp, disp_get_expiry,
      disp_handle_expiry},
-    {"xds", 1, setup_xds, log_xds, NULL, NULL},
+    {"xds", 1, xds_streams, setup_xds, log_xds, NULL, NULL},
 };
+
+/* The module a stream belongs to (its row), for metrics and logs. */
+static const api_module *module_of(const tool_stream_info *info) {
+  for (unsigned i = 0; i < NAPIS; i++) {
+    const char *const *n = modules[i].streams;
+    if (!info->api) {
+      if (!n)
+        return &modules[i];
+      continue;
+    }
+    for (; n && *n; n++)
+      if (strcmp(*n, info->api) == 0)
+        return &modules[i];
+  }
+  return NULL;
+}
+
+/* 1 when |info|'s module has timers of its own (api_module.get_expiry). */
+static int stream_of_timed_module(const tool_stream_info *info) {
+  const api_module *m = module_of(info);
+  return m && m->get_expiry;
+}
+
+/* The API a stream belongs to, its name for metrics and logs (a stream
+ * no row names keeps its own name). */
+static const char *api_of(const tool_stream_info *info) {
+  const api_module *m = module_of(info);
+  return m ? m->name : info->api;
+}
 
 /* ---- the modules' timers (api_module.get_expiry) ---- */
 
@@ -1474,14 +1507,6 @@ static int modules_have_expiry(unsigned apis) {
   for (unsigned i = 0; i < NAPIS; i++)
     if ((apis & (1u << i)) && modules[i].get_expiry)
       return 1;
-  return 0;
-}
-
-/* 1 when the module named |name| has timers of its own. */
-static int module_has_expiry(const char *name) {
-  for (unsigned i = 0; i < NAPIS; i++)
-    if (strcmp(modules[i].name, name) == 0)
-      return modules[i].get_expiry != NULL;
   return 0;
 }
 
