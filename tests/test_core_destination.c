@@ -918,6 +918,33 @@ START_TEST(test_server_debounce_coalesces_changes) {
 }
 END_TEST
 
+/* A debounce without max_delay is bounded by the module's default
+ * (mcp_watch_default_max_delay(): 10 x 100 ms, at least 1 s): a service
+ * that changes every 50 ms, never quiet for the debounce, still gets an
+ * update within 1 s of the first change. */
+START_TEST(test_server_debounce_without_max_delay_is_bounded_by_default) {
+  fixture f = fx_open(0, 100 * MS);
+  mcp_tstamp first = 10 * MS, got = 0;
+  for (int i = 0; i < 30 && !got; i++) {
+    mcp_tstamp ts = first + (mcp_tstamp)i * 50 * MS;
+    char ip[32];
+    snprintf(ip, sizeof ip, "10.0.1.%d", i + 1);
+    put_addr(f.view, COLL, ip, 8080, NULL, ts);
+    Update *u = pump(f.st, ts);
+    if (u) {
+      got = ts;
+      conduit__proxy__destination__update__free_unpacked(u, NULL);
+    }
+  }
+  ck_assert_uint_ne(got, 0);
+  ck_assert_uint_le(got, first + mcp_watch_default_max_delay(100 * MS));
+  ck_assert_uint_eq(mcp_watch_default_max_delay(100 * MS), MCP_SECONDS);
+  ck_assert_uint_eq(mcp_watch_default_max_delay(200 * MS), 2 * MCP_SECONDS);
+  ck_assert_uint_eq(mcp_watch_default_max_delay(0), 0);
+  fx_close(&f);
+}
+END_TEST
+
 START_TEST(test_server_heartbeat_is_empty_add_after_quiet_period) {
   fixture f = fx_open(100 * MS, 0);
   ck_assert_uint_eq(mcp_stream_get_expiry(f.st), 100 * MS);
@@ -1661,6 +1688,7 @@ int main(void) {
   tcase_add_test(tc, test_server_service_back_after_deletion_gets_add_of_all);
   tcase_add_test(tc, test_server_deleted_and_back_within_window_sends_the_difference);
   tcase_add_test(tc, test_server_debounce_coalesces_changes);
+  tcase_add_test(tc, test_server_debounce_without_max_delay_is_bounded_by_default);
   tcase_add_test(tc, test_server_heartbeat_is_empty_add_after_quiet_period);
   tcase_add_test(tc, test_server_heartbeat_of_absent_service_repeats_no_endpoints_false);
   tcase_add_test(tc, test_server_heartbeat_zero_is_off);

@@ -243,6 +243,17 @@ START_TEST(test_default_transport_listens_on_h2_tls_included) {
 }
 END_TEST
 
+/* The names come from the one table of args.c, in its order, and a
+ * short buffer is cut, never overrun. */
+START_TEST(test_transport_names_list_every_known_transport) {
+  char buf[64];
+  ck_assert_str_eq(tool_transport_names(buf, sizeof buf), "h2, h2c or grpc");
+  char small[6];
+  ck_assert_str_eq(tool_transport_names(small, sizeof small), "h2, h");
+  ck_assert_str_eq(tool_transport_names(buf, 1), "");
+}
+END_TEST
+
 START_TEST(test_describe) {
   tool_sec_args a;
   memset(&a, 0, sizeof(a));
@@ -276,6 +287,7 @@ int main(void) {
   tcase_add_test(t, test_check_h2);
   tcase_add_test(t, test_check_grpc);
   tcase_add_test(t, test_default_transport_listens_on_h2_tls_included);
+  tcase_add_test(t, test_transport_names_list_every_known_transport);
   tcase_add_test(t, test_describe);
   suite_add_tcase(s, t);
   SRunner *r = srunner_create(s);

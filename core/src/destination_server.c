@@ -146,7 +146,8 @@ int mcp_dest_server_new_versioned(mcp_dest_server **psrv, int version,
   srv->view = o.view;
   srv->heartbeat = o.heartbeat;
   srv->debounce = o.debounce;
-  srv->max_delay = o.max_delay;
+  srv->max_delay = o.max_delay ? o.max_delay
+                               : mcp_watch_default_max_delay(o.debounce);
   srv->def.method = MCP_DEST_METHOD;
   srv->def.open = server_open;
   srv->def.user_data = srv;

@@ -158,7 +158,8 @@ int mcp_xds_server_new_versioned(mcp_xds_server **psrv, int version,
   }
   srv->store = o.store;
   srv->debounce = o.debounce;
-  srv->max_delay = o.max_delay;
+  srv->max_delay = o.max_delay ? o.max_delay
+                               : mcp_watch_default_max_delay(o.debounce);
   srv->on_event = o.on_event;
   srv->user_data = o.user_data;
   for (int i = 0; i < 2; i++) {

@@ -270,6 +270,19 @@ class DispRules(DispBase):
         self.assertEqual(m["total"], 1)
         self.assertTrue(src.running())
 
+    def test_session_of_a_gone_agent_expires_at_its_deadline(self):
+        # The registry's timer is the Dispatcher's get_expiry (issue 21):
+        # the session of an agent that vanished is freed at its deadline,
+        # by the timer armed when its calls ended, not by a metrics tick.
+        self.put("a.yaml", [task("t1", "node-a")])
+        src = self.source("--heartbeat-period", "100", "--log-level", "debug")
+        a = self.agent("node-a")
+        self.wait_msgs(a, 1)
+        a.signal(signal.SIGKILL)  # its calls end; its session lives on
+        self.wait_for(lambda: "Dispatcher: 1 session expired" in src.stderr(),
+                      "the session to expire", src)
+        self.assertTrue(src.running())
+
     def test_restarted_manager_gives_a_new_session(self):
         self.put("a.yaml", [task("t1", "node-a")])
         src = self.source()

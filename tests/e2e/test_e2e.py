@@ -529,6 +529,23 @@ class Scenarios:
         self.assertTrue(os.path.isdir(os.path.join(self.mirror, empty)))
         self.assertEqual(os.listdir(os.path.join(self.mirror, empty)), [])
 
+    def test_exit_after_sync_exits_when_the_stream_ends(self):
+        """Dialing: the sync event half-closes the stream at once and its
+        end (the source's OK) is the exit, not a deadline."""
+        if self.MODE != "sink-dials":
+            self.skipTest("the sink dials")
+        self.standard_files()
+        self.start_source()
+        snk = self.start_sink([VS], "--exit-after-sync", "--log-level",
+                              "debug", out=False)
+        self.assertEqual(snk.wait(), 0, self.logs())
+        err = snk.stderr()
+        self.assertIn("half-closed the stream", err)
+        self.assertIn("exiting after sync", err)
+        self.assertNotIn("did not end in time", err)
+        self.assertLess(err.index("half-closed the stream"),
+                        err.index("exiting after sync"))
+
     def test_no_dir_declared_only(self):
         colls = ["a/b", "c"]
         if self.MODE == "sink-dials":

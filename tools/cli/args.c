@@ -360,6 +360,48 @@ static const char *acl_flag(const tool_sec_args *a) {
   return a->allow.n ? "--allow" : a->deny.n ? "--deny" : "--access-list";
 }
 
+/*
+ * The transports the programs know by --transport name, one row each: a
+ * new transport adds a row here (its policy) and one in
+ * tools/transport/transport.c (its implementation). The default for each
+ * role: listeners use the nghttp2 transport, TLS included (gRPC 1.51's
+ * HTTP/2 server cannot bound a rapid-reset flood, docs/security.md);
+ * dialing keeps gRPC, which talks to both.
+ */
+static const struct {
+  const char *name;
+  int listen_default; /* the default of a listening program */
+  int dial_default;   /* the default of a dialing one */
+  int tls_advice;     /* named where a transport without TLS is refused */
+} transport_names[] = {
+    {"h2", 1, 0, 0},
+    {"h2c", 0, 0, 0}, /* the nghttp2 transport's name before it had TLS */
+    {"grpc", 0, 1, 1},
+};
+
+#define NTRANSPORT_NAMES (sizeof(transport_names) / sizeof(transport_names[0]))
+
+const char *tool_transport_names(char *buf, size_t len) {
+  size_t k = 0;
+  if (len)
+    buf[0] = '\0';
+  for (size_t i = 0; i < NTRANSPORT_NAMES && k < len; i++)
+    k += (size_t)snprintf(buf + k, len - k, "%s%s",
+                          i == 0                        ? ""
+                          : i + 1 == NTRANSPORT_NAMES ? " or "
+                                                        : ", ",
+                          transport_names[i].name);
+  return buf;
+}
+
+/* The transport to name to someone who needs TLS or identities. */
+static const char *tls_transport(void) {
+  for (size_t i = 0; i < NTRANSPORT_NAMES; i++)
+    if (transport_names[i].tls_advice)
+      return transport_names[i].name;
+  return transport_names[0].name;
+}
+
 /* Cleartext listening stays on loopback unless --allow-cleartext. */
 static int cleartext_refused(const tool_sec_args *a, const char *transport,
                              int listen, const char *address, char *why,
@@ -387,18 +429,18 @@ int tool_sec_check(const tool_sec_args *a, int tls_capable,
     if (tls || a->tls_server_name) {
       snprintf(why, len,
                "%s: the %s transport is cleartext HTTP/2 by definition and "
-               "has no TLS; use --transport grpc for TLS",
+               "has no TLS; use --transport %s for TLS",
                a->tls_cert ? "--tls-cert" : a->tls_key ? "--tls-key"
                           : a->tls_ca ? "--tls-ca" : "--tls-server-name",
-               transport);
+               transport, tls_transport());
       return -1;
     }
     if (tool_sec_acl(a)) {
       snprintf(why, len,
                "%s: access lists check the identities of TLS client "
                "certificates, and the %s transport is cleartext (no peer "
-               "has an identity); use --transport grpc with --tls-ca",
-               acl_flag(a), transport);
+               "has an identity); use --transport %s with --tls-ca",
+               acl_flag(a), transport, tls_transport());
       return -1;
     }
     return cleartext_refused(a, transport, listen, address, why, len);
@@ -448,7 +490,11 @@ int tool_sec_check(const tool_sec_args *a, int tls_capable,
 
 const char *tool_sec_default_transport(const tool_sec_args *a, int listen) {
   (void)a; /* TLS or not: the nghttp2 transport has both */
-  return listen ? "h2" : "grpc";
+  for (size_t i = 0; i < NTRANSPORT_NAMES; i++)
+    if (listen ? transport_names[i].listen_default
+               : transport_names[i].dial_default)
+      return transport_names[i].name;
+  return transport_names[0].name;
 }
 
 void tool_sec_describe(const tool_sec_args *a, int listen, char *buf,

@@ -164,6 +164,11 @@ int tool_sec_check(const tool_sec_args *a, int tls_capable,
  */
 const char *tool_sec_default_transport(const tool_sec_args *a, int listen);
 
+/* The --transport names the programs know, "h2, h2c or grpc" (at most
+ * |len| bytes into |buf|), for "unknown transport" messages. Returns
+ * |buf|. */
+const char *tool_transport_names(char *buf, size_t len);
+
 /* One line for the start-up log: how the connections are secured. */
 void tool_sec_describe(const tool_sec_args *a, int listen, char *buf,
                        size_t len);

@@ -40,10 +40,12 @@
 
 #define DEFAULT_ADDRESS "127.0.0.1:9901"
 #define DEFAULT_NODE_ID "mcp-sink"
-/* --exit-after-sync waits at most this long for the last ACK to be sent. */
+/* --exit-after-sync waits at most this long for the last ACK to be sent
+ * (a listening sink looks every FLUSH_POLL_MS: the transports report no
+ * completed send), then at most FINISH_WAIT_MS for the source to end the
+ * half-closed stream (a dialing sink: that end is an event). */
 #define FLUSH_WAIT_MS 1000
 #define FLUSH_POLL_MS 5
-/* Then at most this long for the source to end the half-closed stream. */
 #define FINISH_WAIT_MS 2000
 /* --sync-warn: seconds without the first response of a collection before
  * a warning names it. */
@@ -67,12 +69,13 @@ typedef struct sink_app {
   int cleartext_dial;  /* --connect without TLS: hint when it speaks TLS */
   uv_signal_t sigint, sigterm;
   uv_async_t synced_async;
+  uv_async_t ended_async; /* the half-closed stream ended (on_stream) */
   uv_timer_t flush;
   uv_timer_t sync_warn, sync_timeout; /* --sync-warn, --sync-timeout */
   uint64_t sync_warn_ms, sync_timeout_ms, started; /* started: uv_now() */
   int stopping, timed_out;
   int dialing;   /* --connect: the exit after sync half-closes */
-  int finishing; /* the stream was half-closed (sink_finish) */
+  atomic_int finishing; /* the stream was half-closed (sink_finish) */
   uint64_t flush_deadline; /* uv_now() */
   atomic_uint_fast64_t answers; /* ACKs and NACKs of the current stream */
   atomic_int quitting;   /* stop() began: a dial ending now is no failure */
@@ -491,6 +494,8 @@ static void on_stream(int opened, const tool_stream_info *info, void *ud) {
   if (info->id != a->stream)
     return; /* one dialed stream at a time: not expected */
   atomic_store(&a->connected, 0);
+  if (atomic_load(&a->finishing)) /* --exit-after-sync: the end awaited */
+    uv_async_send(&a->ended_async);
   if (a->announced) {
     a->announced = 0;
     report_closed(a, info);
@@ -533,6 +538,7 @@ static void stop(sink_app *a) {
   uv_close((uv_handle_t *)&a->sigint, NULL);
   uv_close((uv_handle_t *)&a->sigterm, NULL);
   uv_close((uv_handle_t *)&a->synced_async, NULL);
+  uv_close((uv_handle_t *)&a->ended_async, NULL);
   uv_close((uv_handle_t *)&a->flush, NULL);
   uv_close((uv_handle_t *)&a->sync_warn, NULL);
   uv_close((uv_handle_t *)&a->sync_timeout, NULL);
@@ -620,12 +626,24 @@ static void on_signal(uv_signal_t *h, int signum) {
   stop(h->data);
 }
 
-/* Exit after sync, in two steps. Once the answers are on the wire (every
+/* Exit after sync, in two steps: the answers go on the wire (every
  * initial request and every ACK or NACK of the stream sent, nothing left
- * in the session), a dialed stream is half-closed; then the source, which
- * reads every answer first, ends it (OK: no failure on its side). A
- * cancel at once could reach the source before our last ACK. Each step is
- * bounded: the source may not end the stream. */
+ * in the session), then the stream ends. A cancel at once could reach the
+ * source before our last ACK. Each step is bounded: the source may not end
+ * the stream.
+ *
+ * Dialing: at the sync event the stream is finished (sink_finish(): what
+ * is ready is sent, then the half-close); the source, which reads every
+ * answer first, ends it (OK), and that end (on_stream) is the exit.
+ * Listening: the source dialed and ends the stream when it likes; the
+ * exit comes once the answers are sent. */
+static void exit_synced(sink_app *a, int late) {
+  log_info("exiting after sync%s",
+           late ? " (the stream did not end in time)" : "");
+  stop(a);
+}
+
+/* Listening: every FLUSH_POLL_MS until the answers are sent. */
 static void on_flush(uv_timer_t *t) {
   sink_app *a = t->data;
   tool_sink_stream_stats st;
@@ -636,28 +654,40 @@ static void on_flush(uv_timer_t *t) {
     flushed = !st.want_write &&
               st.sent >= a->ncolls + atomic_load(&a->answers);
   }
-  if (open && a->dialing && !a->finishing && (flushed || late)) {
-    a->finishing = 1;
-    if (a->tp->sink_finish && a->tp->sink_finish(a->ep) == 0) {
-      a->flush_deadline = uv_now(&a->loop) + FINISH_WAIT_MS;
-      log_debug("half-closed the stream: waiting for the source to end it");
-      return;
-    }
-    late = 1; /* cannot half-close: exit now */
-  }
-  if (!open || late || (flushed && !a->dialing)) {
-    log_info("exiting after sync%s",
-             late && open ? " (the stream did not end in time)" : "");
-    stop(a);
-  }
+  if (!open || late || flushed)
+    exit_synced(a, late && open);
+}
+
+/* Dialing: the half-closed stream did not end in time. */
+static void on_finish_late(uv_timer_t *t) { exit_synced(t->data, 1); }
+
+/* Dialing: the half-closed stream ended. */
+static void on_ended(uv_async_t *h) {
+  sink_app *a = h->data;
+  if (!a->stopping && atomic_load(&a->finishing))
+    exit_synced(a, 0);
 }
 
 static void on_synced(uv_async_t *h) {
   sink_app *a = h->data;
-  if (a->stopping || uv_is_active((uv_handle_t *)&a->flush))
+  if (a->stopping || atomic_load(&a->finishing) ||
+      uv_is_active((uv_handle_t *)&a->flush))
     return;
-  a->flush_deadline = uv_now(&a->loop) + FLUSH_WAIT_MS;
-  uv_timer_start(&a->flush, on_flush, 0, FLUSH_POLL_MS);
+  if (!a->dialing) {
+    a->flush_deadline = uv_now(&a->loop) + FLUSH_WAIT_MS;
+    uv_timer_start(&a->flush, on_flush, 0, FLUSH_POLL_MS);
+    return;
+  }
+  tool_sink_stream_stats st;
+  atomic_store(&a->finishing, 1); /* before: the end may come at once */
+  if (a->tp->sink_stats(a->ep, &st) != 0 || !st.open ||
+      !a->tp->sink_finish || a->tp->sink_finish(a->ep) != 0) {
+    exit_synced(a, 0); /* no open stream, or it cannot half-close */
+    return;
+  }
+  log_debug("half-closed the stream: waiting for the source to end it");
+  uv_timer_start(&a->flush, on_finish_late, FLUSH_WAIT_MS + FINISH_WAIT_MS,
+                 0);
 }
 
 int main(int argc, char **argv) {
@@ -864,7 +894,9 @@ int main(int argc, char **argv) {
     goto out;
   }
   if (rv != 0) {
-    usage_error("unknown transport %s (expected h2, h2c or grpc)", transport);
+    char names[64];
+    usage_error("unknown transport %s (expected %s)", transport,
+                tool_transport_names(names, sizeof names));
     goto out;
   }
   if (tool_sec_check(&sec, tool_transport_sec(app.tp), app.tp->name,
@@ -956,10 +988,12 @@ int main(int argc, char **argv) {
   uv_signal_init(&app.loop, &app.sigint);
   uv_signal_init(&app.loop, &app.sigterm);
   uv_async_init(&app.loop, &app.synced_async, on_synced);
+  uv_async_init(&app.loop, &app.ended_async, on_ended);
   uv_timer_init(&app.loop, &app.flush);
   uv_timer_init(&app.loop, &app.sync_warn);
   uv_timer_init(&app.loop, &app.sync_timeout);
   app.sigint.data = app.sigterm.data = app.synced_async.data =
+      app.ended_async.data =
       app.flush.data = app.sync_warn.data = app.sync_timeout.data = &app;
   app.started = uv_now(&app.loop);
   app.sync_timeout_ms = (uint64_t)sync_timeout_s * 1000;

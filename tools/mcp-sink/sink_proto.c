@@ -794,8 +794,9 @@ int tool_sink_proto_main(int argc, char **argv) {
   }
   rv = tool_transport_find(transport, &app.tp);
   if (rv != 0) {
-    status = usage_error("unknown transport %s (expected h2, h2c or grpc)",
-                         transport);
+    char names[64];
+    status = usage_error("unknown transport %s (expected %s)", transport,
+                         tool_transport_names(names, sizeof names));
     goto out;
   }
   if (!app.tp->client_new) {

@@ -52,14 +52,11 @@
 #define MAX_WRITE_SETTLE_MS 3600000ul
 /* Rescan period: catches what inotify cannot see. */
 #define RESCAN_MS 1000
-/* The engine's other protocols (--api). */
-#define DEFAULT_DEST_HEARTBEAT_MS 10000
-#define DEFAULT_HEARTBEAT_PERIOD_MS 5000
-/* How often the protocols' counters reach the metrics and the
- * Dispatcher's registry drops expired sessions. */
+/* How often the protocols' counters reach the metrics. */
 #define PROTO_TICK_MS 1000
 
-/* The APIs mcp-source can serve (--api). */
+/* The APIs mcp-source can serve (--api): the bit of each row of
+ * |modules| (below), in its order. */
 enum {
   API_MCP = 1u << 0,
   API_DEST = 1u << 1,
@@ -67,9 +64,9 @@ enum {
   API_XDS = 1u << 3
 };
 #define NAPIS 4
-static const char *const api_name[NAPIS] = {"mcp", "destination",
-                                            "dispatcher", "xds"};
 #define MAX_SERVICES 8
+
+typedef struct api_module api_module; /* a row of |modules| (below) */
 
 typedef struct source_app {
   uv_loop_t loop;
@@ -128,6 +125,12 @@ typedef struct source_app {
   size_t nservices;
   uv_timer_t proto_tick;
   int proto_tick_init;
+  /* The modules' own timers (api_module.get_expiry): one timer at the
+   * earliest deadline, looked at again when a module's stream opens or
+   * ends (|expiry_async|, sent from the transport's thread). */
+  uv_timer_t expiry;
+  uv_async_t expiry_async;
+  int expiry_init;
   /* Metrics per API (docs/tools.md): streams and updates. */
   ops_metric *m_api_streams, *m_api_open, *m_api_updates, *m_disp_sessions,
       *m_disp_status_updates, *m_disp_task_statuses, *m_view_bad;
@@ -138,6 +141,20 @@ typedef struct source_app {
   uint64_t dest_updates_seen, disp_updates_seen, status_updates_seen,
       mcp_pushes_seen, view_bad_seen;
 } source_app;
+
+/* The flags' defaults are the modules' (mcp/destination.h,
+ * mcp/dispatcher.h). */
+static unsigned long dest_default_heartbeat_ms(void) {
+  mcp_dest_server_options d;
+  mcp_dest_server_options_default(&d);
+  return (unsigned long)(d.heartbeat / MCP_MILLISECONDS);
+}
+
+static unsigned long disp_default_period_ms(void) {
+  mcp_disp_options d;
+  mcp_disp_options_default(&d);
+  return (unsigned long)(d.heartbeat_period / MCP_MILLISECONDS);
+}
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -230,9 +247,9 @@ static void usage(FILE *f) {
           "  --dns-zone ZONE    Destination: the cluster's DNS zone of\n"
           "                     <svc>.<ns>.svc.ZONE (default cluster.local)\n"
           "  --destination-heartbeat MS  Destination: an empty update after MS\n"
-          "                     milliseconds without one (default %d; 0: off)\n"
+          "                     milliseconds without one (default %lu; 0: off)\n"
           "  --heartbeat-period MS  Dispatcher: the heartbeat period answered\n"
-          "                     (default %d); a node silent for 3 periods\n"
+          "                     (default %lu); a node silent for 3 periods\n"
           "                     loses its session\n"
           "  --manager [ID=]ADDR  Dispatcher: a manager (node id and address)\n"
           "                     sent to agents, weight 10 (repeatable;\n"
@@ -253,8 +270,7 @@ static void usage(FILE *f) {
           "\n"
           "Exit status: 0 after SIGINT or SIGTERM, 1 on a runtime failure,\n"
           "2 on a usage error.\n",
-          DEFAULT_DEST_HEARTBEAT_MS,
-          DEFAULT_HEARTBEAT_PERIOD_MS);
+          dest_default_heartbeat_ms(), disp_default_period_ms());
 }
 
 #define usage_error(...) tool_usage_error("mcp-source", usage, __VA_ARGS__)
@@ -304,14 +320,9 @@ static void on_refused(const tool_stream_info *info, void *ud) {
   tool_ops_log_refused(info);
 }
 
-/* The API a stream belongs to, for metrics and logs. */
-static const char *api_of(const tool_stream_info *info) {
-  if (!info->api)
-    return "mcp";
-  if (strcmp(info->api, MCP_XDS_API_NAME) == 0)
-    return "xds";
-  return strcmp(info->api, "destination") == 0 ? "destination" : "dispatcher";
-}
+static const char *api_of(const tool_stream_info *info);
+
+static int stream_of_timed_module(const tool_stream_info *info);
 
 static void on_stream(int opened, const tool_stream_info *info, void *ud) {
   source_app *a = ud;
@@ -323,6 +334,10 @@ static void on_stream(int opened, const tool_stream_info *info, void *ud) {
     ops_metric_add(a->m_api_open, lv, opened ? 1 : -1);
   }
   if (info->api) {
+    /* A call of a module with timers may have moved its deadline (a
+     * session registered, a heartbeat): look again (run_expiry()). */
+    if (a->expiry_init && stream_of_timed_module(info))
+      uv_async_send(&a->expiry_async);
     /* Another protocol's call: the MCP stream metrics are not its. */
     /* Unary calls (Heartbeat every period) and clean ends: debug. */
     int quiet = opened || info->status == 0 ||
@@ -734,6 +749,8 @@ static int being_written(const char *path, void *ud) {
 
 /* Stops the endpoint (the store is ours again when it returns) and closes
  * every handle: uv_run() then returns. */
+static void expiry_close(source_app *a);
+
 static void stop(source_app *a) {
   if (a->stopping)
     return;
@@ -753,6 +770,7 @@ static void stop(source_app *a) {
   a->proto_tick_init = 0;
   a->tp->source_del(a->ep);
   a->ep = NULL;
+  expiry_close(a); /* after source_del(): on_stream no longer runs */
   uv_close((uv_handle_t *)&a->sigint, NULL);
   uv_close((uv_handle_t *)&a->sigterm, NULL);
   if (a->timers)
@@ -845,13 +863,43 @@ typedef struct source_args {
   const char *xds_require_identity; /* --xds-require-identity */
 } source_args;
 
+/*
+ * One protocol mcp-source serves (--api): a row of |modules|. Adding a
+ * protocol adds a row (its bit in the enum above, and its functions);
+ * the program's generic code (--api, metrics, setup, timers) loops over
+ * the rows. The protocol's rules and defaults stay in its module.
+ */
+struct api_module {
+  const char *name; /* in --api, the logs and the metrics' api label */
+  /* 1: served as services beside MCP (transports with services only);
+   * 0: MCP itself, which every transport serves. */
+  int beside_mcp;
+  /* The names its streams carry (mcp_stream_ops.name, tool_stream_info.
+   * api), NULL-terminated; NULL: MCP's streams, which carry none. */
+  const char *const *streams;
+  /* Makes the module, its view and its services before the first load
+   * (main thread, no transport yet): 0, or -1 (logged). NULL: MCP's
+   * sessions are made by the transport. */
+  int (*setup)(source_app *a, const source_args *o);
+  /* The "serving ..." line, once listening (|addr| the bound address). */
+  void (*log_serving)(const source_app *a, const source_args *o,
+                      const char *addr);
+  /* Module-wide timers, called where the module lives (the transport's
+   * thread): its next deadline (MCP_TSTAMP_MAX: none) and acting on it.
+   * NULL: only its streams have timers, which the transport drives
+   * (mcp_stream_get_expiry()). */
+  mcp_tstamp (*get_expiry)(const source_app *a);
+  void (*handle_expiry)(source_app *a, mcp_tstamp ts);
+};
+
+static const api_module modules[NAPIS];
+
 /* The APIs this build can serve on |tp|. */
 static unsigned apis_supported(const tool_transport *tp) {
-  unsigned s = API_MCP;
-  if (tp->services)
-    s |= API_DEST;
-  if (tp->services)
-    s |= API_DISP | API_XDS;
+  unsigned s = 0;
+  for (unsigned i = 0; i < NAPIS; i++)
+    if (!modules[i].beside_mcp || tp->services)
+      s |= 1u << i;
   return s;
 }
 
@@ -861,18 +909,15 @@ static unsigned parse_apis(const char *list, char *bad, size_t badlen) {
   const char *p = list;
   for (;;) {
     size_t n = strcspn(p, ",");
-    if (n == 3 && !strncmp(p, "mcp", 3))
-      apis |= API_MCP;
-    else if (n == 11 && !strncmp(p, "destination", 11))
-      apis |= API_DEST;
-    else if (n == 10 && !strncmp(p, "dispatcher", 10))
-      apis |= API_DISP;
-    else if (n == 3 && !strncmp(p, "xds", 3))
-      apis |= API_XDS;
-    else {
+    unsigned i = 0;
+    while (i < NAPIS && (strlen(modules[i].name) != n ||
+                         strncmp(p, modules[i].name, n) != 0))
+      i++;
+    if (i == NAPIS) {
       snprintf(bad, badlen, "%.*s", (int)(n > 64 ? 64 : n), p);
       return 0;
     }
+    apis |= 1u << i;
     if (!p[n])
       return apis;
     p += n + 1;
@@ -886,7 +931,7 @@ static const char *api_names(unsigned apis, char *buf, size_t len) {
   for (int i = 0; i < NAPIS; i++)
     if ((apis & (1u << i)) && k < len)
       k += (size_t)snprintf(buf + k, len - k, "%s%s", k ? "," : "",
-                            api_name[i]);
+                            modules[i].name);
   return buf;
 }
 
@@ -898,8 +943,8 @@ static int parse_args(int argc, char **argv, source_args *o) {
   o->debounce_ms = DEFAULT_DEBOUNCE_MS;
   o->write_settle_ms = DEFAULT_WRITE_SETTLE_MS;
   o->names = MCP_NAMES_KUBERNETES;
-  o->dest_heartbeat_ms = DEFAULT_DEST_HEARTBEAT_MS;
-  o->heartbeat_period_ms = DEFAULT_HEARTBEAT_PERIOD_MS;
+  o->dest_heartbeat_ms = dest_default_heartbeat_ms();
+  o->heartbeat_period_ms = disp_default_period_ms();
   for (int i = 1; i < argc; i++) {
     int rv;
     if (tool_arg_flag(argv, i, "--version")) {
@@ -1178,15 +1223,10 @@ static mcp_store *new_view_store(void) {
   return mcp_store_new(&s, &so) < 0 ? NULL : s;
 }
 
-/* --debounce MS (0: none) as every server's debounce and max_delay: a
- * change within the window waits for its collection to be quiet MS, at
- * most ten times that (one second at least); see docs/protocol.md. */
-static void coalesce(unsigned long ms, mcp_tstamp *debounce,
-                     mcp_tstamp *max_delay) {
-  if (ms == 0)
-    return;
-  *debounce = (mcp_tstamp)ms * MCP_MILLISECONDS;
-  *max_delay = *debounce * 10 < MCP_SECONDS ? MCP_SECONDS : *debounce * 10;
+/* --debounce MS (0: none) as every server's debounce; each module bounds
+ * it (max_delay) by its own default (mcp_watch_default_max_delay()). */
+static mcp_tstamp debounce_of(const source_args *o) {
+  return (mcp_tstamp)o->debounce_ms * MCP_MILLISECONDS;
 }
 
 /* A module's services, served next to MCP's. */
@@ -1194,6 +1234,300 @@ static void add_services(source_app *a, const mcp_service_def *defs,
                          size_t n) {
   for (size_t i = 0; i < n && a->nservices < MAX_SERVICES; i++)
     a->services[a->nservices++] = defs[i];
+}
+
+static void bad_inputs_metric(source_app *a) {
+  if (a->m_view_bad)
+    return;
+  a->m_view_bad = ops_metrics_counter(
+      tool_ops_metrics(a->ops), "mcp_view_bad_inputs_total",
+      "Documents or values the Destination and Dispatcher views could not "
+      "use (not a Struct or swarmkit object, a bad address or port).",
+      NULL, 0);
+}
+
+static int setup_dest(source_app *a, const source_args *o) {
+  int rv;
+  bad_inputs_metric(a);
+  if (!(a->dest_store = new_view_store())) {
+    log_error("out of memory");
+    return -1;
+  }
+  if ((rv = dest_view_new(&a->dview, a->store, a->dest_store, NULL,
+                          NULL)) < 0) {
+    log_error("Destination view: %s", mcp_strerror(rv));
+    return -1;
+  }
+  mcp_dest_server_options d;
+  mcp_dest_server_options_default(&d);
+  d.view = a->dest_store;
+  d.dns_zone = o->dns_zone;
+  d.heartbeat = (mcp_tstamp)o->dest_heartbeat_ms * MCP_MILLISECONDS;
+  d.debounce = debounce_of(o); /* as MCP's */
+  if ((rv = mcp_dest_server_new(&a->dsrv, &d)) < 0) {
+    log_error("Destination: %s", mcp_strerror(rv));
+    return -1;
+  }
+  add_services(a, mcp_dest_server_service(a->dsrv), 1);
+  return 0;
+}
+
+static int setup_disp(source_app *a, const source_args *o) {
+  ops_metrics *m = tool_ops_metrics(a->ops);
+  int rv;
+  bad_inputs_metric(a);
+  if (!(a->disp_store = new_view_store())) {
+    log_error("out of memory");
+    return -1;
+  }
+  disp_view_options vo = {.schema = a->schema};
+  if ((rv = disp_view_new(&a->pview, a->store, a->disp_store, &vo)) < 0) {
+    log_error("Dispatcher view: %s", mcp_strerror(rv));
+    return -1;
+  }
+  mcp_disp_options d;
+  mcp_disp_options_default(&d);
+  d.view = a->disp_store;
+  d.heartbeat_period = (mcp_tstamp)o->heartbeat_period_ms * MCP_MILLISECONDS;
+  /* SessionMessage.managers: --manager, else this one where it listens
+   * (swarmkit sends the raft members: node id and address). */
+  size_t nm = o->managers.n ? o->managers.n : 1;
+  char **maddr = calloc(nm, sizeof *maddr), **mid = calloc(nm, sizeof *mid);
+  char host[256] = "";
+  if (!o->manager_id && gethostname(host, sizeof host - 1) != 0)
+    host[0] = 0;
+  rv = maddr && mid ? 0 : MCP_ERR_NOMEM;
+  for (size_t i = 0; rv == 0 && i < nm; i++) {
+    const char *v = o->managers.n ? o->managers.v[i] : o->address;
+    const char *eq = o->managers.n ? strchr(v, '=') : NULL;
+    mid[i] = eq ? strndup(v, (size_t)(eq - v))
+                : strdup(o->managers.n ? ""
+                         : o->manager_id ? o->manager_id : host);
+    maddr[i] = strdup(eq ? eq + 1 : v);
+    if (!mid[i] || !maddr[i])
+      rv = MCP_ERR_NOMEM;
+  }
+  d.managers = (const char *const *)maddr;
+  d.manager_ids = (const char *const *)mid;
+  d.nmanagers = nm;
+  d.rand = tool_rand;
+  if (rv == 0)
+    rv = mcp_disp_new(&a->disp, &d, a->tp->now()); /* copies them */
+  for (size_t i = 0; i < nm && maddr && mid; i++) {
+    free(maddr[i]);
+    free(mid[i]);
+  }
+  free(maddr);
+  free(mid);
+  if (rv < 0) {
+    log_error("Dispatcher: %s", mcp_strerror(rv));
+    return -1;
+  }
+  const mcp_service_def *defs;
+  size_t n = mcp_disp_services(a->disp, &defs);
+  add_services(a, defs, n);
+  a->m_disp_sessions = ops_metrics_gauge(
+      m, "mcp_dispatcher_sessions", "Dispatcher sessions live now.", NULL,
+      0);
+  a->m_disp_status_updates = ops_metrics_counter(
+      m, "mcp_dispatcher_task_status_updates_total",
+      "Task statuses agents reported through UpdateTaskStatus.", NULL, 0);
+  a->m_disp_task_statuses = ops_metrics_gauge(
+      m, "mcp_dispatcher_task_statuses",
+      "Tasks with a status kept (/debug/tasks).", NULL, 0);
+  return 0;
+}
+
+static int setup_xds(source_app *a, const source_args *o) {
+  /* xDS serves the MCP store itself: its collections are the types. */
+  mcp_xds_server_options x;
+  mcp_xds_server_options_default(&x);
+  x.store = a->store;
+  x.debounce = debounce_of(o); /* as MCP's */
+  x.require_identity = o->xds_require_identity;
+  x.on_event = on_xds_event;
+  x.user_data = a;
+  int rv;
+  if ((rv = mcp_xds_server_new(&a->xsrv, &x)) < 0) {
+    log_error("xDS: %s", mcp_strerror(rv));
+    return -1;
+  }
+  const mcp_service_def *defs;
+  size_t n = mcp_xds_server_services(a->xsrv, &defs);
+  add_services(a, defs, n);
+  a->m_xds_nacks = ops_metrics_counter(
+      tool_ops_metrics(a->ops), "mcp_xds_nacks_total",
+      "xDS responses a client rejected (NACK), per type URL.",
+      (const char *const[]){"type_url"}, 1);
+  return 0;
+}
+
+static void log_mcp(const source_app *a, const source_args *o,
+                    const char *addr) {
+  (void)o;
+  log_info("serving ResourceSource on %s (%s)", addr, a->tp->name);
+}
+
+static void log_dest(const source_app *a, const source_args *o,
+                     const char *addr) {
+  log_info("serving conduit.proxy.destination.Destination on %s (%s), "
+           "zone %s", addr, a->tp->name,
+           o->dns_zone ? o->dns_zone : "cluster.local");
+}
+
+static void log_disp(const source_app *a, const source_args *o,
+                     const char *addr) {
+  log_info("serving docker.swarmkit.v1.Dispatcher on %s (%s), heartbeat "
+           "period %lu ms", addr, a->tp->name, o->heartbeat_period_ms);
+}
+
+static void log_xds(const source_app *a, const source_args *o,
+                    const char *addr) {
+  log_info("serving " MCP_XDS_SERVICE " (MCP over xDS, state of the world "
+           "and delta) on %s (%s)%s%s", addr, a->tp->name,
+           o->xds_require_identity ? ", identity " : "",
+           o->xds_require_identity ? o->xds_require_identity : "");
+}
+
+/* The Dispatcher's registry: sessions past their deadline are freed at
+ * it (their streams end on their own timers). */
+static mcp_tstamp disp_get_expiry(const source_app *a) {
+  return mcp_disp_get_expiry(a->disp);
+}
+
+static void disp_handle_expiry(source_app *a, mcp_tstamp ts) {
+  mcp_disp_stats before, after;
+  mcp_disp_get_stats(a->disp, &before);
+  mcp_disp_handle_expiry(a->disp, ts);
+  mcp_disp_get_stats(a->disp, &after);
+  if (after.sessions_expired > before.sessions_expired)
+    log_debug("Dispatcher: %llu session%s expired",
+              (unsigned long long)(after.sessions_expired -
+                                   before.sessions_expired),
+              after.sessions_expired - before.sessions_expired == 1 ? ""
+                                                                    : "s");
+}
+
+static const char *const dest_streams[] = {"destination", NULL};
+static const char *const disp_streams[] = {
+    "session", "heartbeat", "update_task_status", "tasks", "assignments",
+    NULL};
+static const char *const xds_streams[] = {MCP_XDS_API_NAME, NULL};
+
+static const api_module modules[NAPIS] = {
+    {"mcp", 0, NULL, NULL, log_mcp, NULL, NULL},
+    {"destination", 1, dest_streams, setup_dest, log_dest, NULL, NULL},
+    {"dispatcher", 1, disp_streams, setup_disp, log_disp, disp_get_expiry,
+     disp_handle_expiry},
+    {"xds", 1, xds_streams, setup_xds, log_xds, NULL, NULL},
+};
+
+/* The module a stream belongs to (its row), for metrics and logs. */
+static const api_module *module_of(const tool_stream_info *info) {
+  for (unsigned i = 0; i < NAPIS; i++) {
+    const char *const *n = modules[i].streams;
+    if (!info->api) {
+      if (!n)
+        return &modules[i];
+      continue;
+    }
+    for (; n && *n; n++)
+      if (strcmp(*n, info->api) == 0)
+        return &modules[i];
+  }
+  return NULL;
+}
+
+/* 1 when |info|'s module has timers of its own (api_module.get_expiry). */
+static int stream_of_timed_module(const tool_stream_info *info) {
+  const api_module *m = module_of(info);
+  return m && m->get_expiry;
+}
+
+/* The API a stream belongs to, its name for metrics and logs (a stream
+ * no row names keeps its own name). */
+static const char *api_of(const tool_stream_info *info) {
+  const api_module *m = module_of(info);
+  return m ? m->name : info->api;
+}
+
+/* ---- the modules' timers (api_module.get_expiry) ---- */
+
+typedef struct expiry_run {
+  source_app *a;
+  mcp_tstamp next; /* the earliest deadline left */
+} expiry_run;
+
+/* Where the modules live: acts on every deadline due at |ts|, and notes
+ * the earliest one left. */
+static void expiry_fn(mcp_store *store, mcp_tstamp ts, void *ud) {
+  expiry_run *r = ud;
+  (void)store;
+  for (unsigned i = 0; i < NAPIS; i++) {
+    const api_module *m = &modules[i];
+    if (!(r->a->apis & (1u << i)) || !m->get_expiry)
+      continue;
+    mcp_tstamp e = m->get_expiry(r->a);
+    if (e <= ts) {
+      m->handle_expiry(r->a, ts);
+      e = m->get_expiry(r->a);
+    }
+    if (e < r->next)
+      r->next = e;
+  }
+}
+
+static void on_expiry_timer(uv_timer_t *t);
+
+/* Runs what is due and arms the timer at the next deadline (main
+ * thread). */
+static void run_expiry(source_app *a) {
+  if (a->stopping || !a->ep || !a->expiry_init)
+    return;
+  expiry_run r = {a, MCP_TSTAMP_MAX};
+  if (a->tp->source_apply(a->ep, expiry_fn, &r) < 0)
+    return;
+  if (r.next == MCP_TSTAMP_MAX) {
+    uv_timer_stop(&a->expiry);
+    return;
+  }
+  mcp_tstamp now = a->tp->now();
+  /* Rounded up: a timer that fires early would find nothing due. */
+  uint64_t ms = r.next > now ? (r.next - now + MCP_MILLISECONDS - 1) /
+                                   MCP_MILLISECONDS
+                             : 1;
+  uv_timer_start(&a->expiry, on_expiry_timer, ms, 0);
+}
+
+static void on_expiry_timer(uv_timer_t *t) { run_expiry(t->data); }
+
+static void on_expiry_async(uv_async_t *h) { run_expiry(h->data); }
+
+/* 1 when a module of |apis| has timers of its own. */
+static int modules_have_expiry(unsigned apis) {
+  for (unsigned i = 0; i < NAPIS; i++)
+    if ((apis & (1u << i)) && modules[i].get_expiry)
+      return 1;
+  return 0;
+}
+
+/* Before the endpoint: on_stream may wake the async from its first
+ * stream on. */
+static void expiry_init(source_app *a) {
+  if (!modules_have_expiry(a->apis))
+    return;
+  uv_timer_init(&a->loop, &a->expiry);
+  uv_async_init(&a->loop, &a->expiry_async, on_expiry_async);
+  a->expiry.data = a->expiry_async.data = a;
+  a->expiry_init = 1;
+}
+
+static void expiry_close(source_app *a) {
+  if (!a->expiry_init)
+    return;
+  a->expiry_init = 0;
+  uv_close((uv_handle_t *)&a->expiry, NULL);
+  uv_close((uv_handle_t *)&a->expiry_async, NULL);
 }
 
 /* Views, modules and their services, before the first load (main thread,
@@ -1213,127 +1547,17 @@ static int setup_apis(source_app *a, const source_args *o) {
       "Updates sent, per API: MCP pushes, Destination Update messages, "
       "Dispatcher Assignments and Tasks messages, xDS responses.",
       api, 1);
-  for (int i = 0; i < NAPIS; i++)
+  for (unsigned i = 0; i < NAPIS; i++)
     if (a->apis & (1u << i)) { /* the series exist from the start */
-      const char *lv[] = {api_name[i]};
+      const char *lv[] = {modules[i].name};
       ops_metric_add(a->m_api_updates, lv, 0);
       ops_metric_add(a->m_api_streams, lv, 0);
       ops_metric_add(a->m_api_open, lv, 0);
     }
-  if (a->apis & (API_DEST | API_DISP)) {
-    a->m_view_bad = ops_metrics_counter(
-        m, "mcp_view_bad_inputs_total",
-        "Documents or values the Destination and Dispatcher views could not "
-        "use (not a Struct or swarmkit object, a bad address or port).",
-        NULL, 0);
-  }
-  if (a->apis & API_DEST) {
-    int rv;
-    if (!(a->dest_store = new_view_store())) {
-      log_error("out of memory");
+  for (unsigned i = 0; i < NAPIS; i++)
+    if ((a->apis & (1u << i)) && modules[i].setup &&
+        modules[i].setup(a, o) != 0)
       return -1;
-    }
-    if ((rv = dest_view_new(&a->dview, a->store, a->dest_store, NULL,
-                            NULL)) < 0) {
-      log_error("Destination view: %s", mcp_strerror(rv));
-      return -1;
-    }
-    mcp_dest_server_options d;
-    mcp_dest_server_options_default(&d);
-    d.view = a->dest_store;
-    d.dns_zone = o->dns_zone;
-    d.heartbeat = (mcp_tstamp)o->dest_heartbeat_ms * MCP_MILLISECONDS;
-    coalesce(o->debounce_ms, &d.debounce, &d.max_delay); /* as MCP's */
-    if ((rv = mcp_dest_server_new(&a->dsrv, &d)) < 0) {
-      log_error("Destination: %s", mcp_strerror(rv));
-      return -1;
-    }
-    add_services(a, mcp_dest_server_service(a->dsrv), 1);
-  }
-  if (a->apis & API_DISP) {
-    int rv;
-    if (!(a->disp_store = new_view_store())) {
-      log_error("out of memory");
-      return -1;
-    }
-    disp_view_options vo = {.schema = a->schema};
-    if ((rv = disp_view_new(&a->pview, a->store, a->disp_store, &vo)) < 0) {
-      log_error("Dispatcher view: %s", mcp_strerror(rv));
-      return -1;
-    }
-    mcp_disp_options d;
-    mcp_disp_options_default(&d);
-    d.view = a->disp_store;
-    d.heartbeat_period = (mcp_tstamp)o->heartbeat_period_ms * MCP_MILLISECONDS;
-    /* SessionMessage.managers: --manager, else this one where it listens
-     * (swarmkit sends the raft members: node id and address). */
-    size_t nm = o->managers.n ? o->managers.n : 1;
-    char **maddr = calloc(nm, sizeof *maddr), **mid = calloc(nm, sizeof *mid);
-    char host[256] = "";
-    if (!o->manager_id && gethostname(host, sizeof host - 1) != 0)
-      host[0] = 0;
-    rv = maddr && mid ? 0 : MCP_ERR_NOMEM;
-    for (size_t i = 0; rv == 0 && i < nm; i++) {
-      const char *v = o->managers.n ? o->managers.v[i] : o->address;
-      const char *eq = o->managers.n ? strchr(v, '=') : NULL;
-      mid[i] = eq ? strndup(v, (size_t)(eq - v))
-                  : strdup(o->managers.n ? ""
-                           : o->manager_id ? o->manager_id : host);
-      maddr[i] = strdup(eq ? eq + 1 : v);
-      if (!mid[i] || !maddr[i])
-        rv = MCP_ERR_NOMEM;
-    }
-    d.managers = (const char *const *)maddr;
-    d.manager_ids = (const char *const *)mid;
-    d.nmanagers = nm;
-    d.rand = tool_rand;
-    if (rv == 0)
-      rv = mcp_disp_new(&a->disp, &d, a->tp->now()); /* copies them */
-    for (size_t i = 0; i < nm && maddr && mid; i++) {
-      free(maddr[i]);
-      free(mid[i]);
-    }
-    free(maddr);
-    free(mid);
-    if (rv < 0) {
-      log_error("Dispatcher: %s", mcp_strerror(rv));
-      return -1;
-    }
-    const mcp_service_def *defs;
-    size_t n = mcp_disp_services(a->disp, &defs);
-    add_services(a, defs, n);
-    a->m_disp_sessions = ops_metrics_gauge(
-        m, "mcp_dispatcher_sessions", "Dispatcher sessions live now.", NULL,
-        0);
-    a->m_disp_status_updates = ops_metrics_counter(
-        m, "mcp_dispatcher_task_status_updates_total",
-        "Task statuses agents reported through UpdateTaskStatus.", NULL, 0);
-    a->m_disp_task_statuses = ops_metrics_gauge(
-        m, "mcp_dispatcher_task_statuses",
-        "Tasks with a status kept (/debug/tasks).", NULL, 0);
-  }
-  if (a->apis & API_XDS) {
-    /* xDS serves the MCP store itself: its collections are the types. */
-    mcp_xds_server_options x;
-    mcp_xds_server_options_default(&x);
-    x.store = a->store;
-    coalesce(o->debounce_ms, &x.debounce, &x.max_delay); /* as MCP's */
-    x.require_identity = o->xds_require_identity;
-    x.on_event = on_xds_event;
-    x.user_data = a;
-    int rv;
-    if ((rv = mcp_xds_server_new(&a->xsrv, &x)) < 0) {
-      log_error("xDS: %s", mcp_strerror(rv));
-      return -1;
-    }
-    const mcp_service_def *defs;
-    size_t n = mcp_xds_server_services(a->xsrv, &defs);
-    add_services(a, defs, n);
-    a->m_xds_nacks = ops_metrics_counter(
-        m, "mcp_xds_nacks_total",
-        "xDS responses a client rejected (NACK), per type URL.",
-        (const char *const[]){"type_url"}, 1);
-  }
   return 0;
 }
 
@@ -1369,7 +1593,6 @@ static void proto_tick_fn(mcp_store *store, mcp_tstamp ts, void *ud) {
     c->xds_updates = st.responses;
   }
   if (a->disp) {
-    mcp_disp_handle_expiry(a->disp, ts); /* frees expired sessions sooner */
     mcp_disp_stats st;
     mcp_disp_get_stats(a->disp, &st);
     c->disp_updates = st.assignments_messages + st.tasks_messages;
@@ -1523,7 +1746,6 @@ int main(int argc, char **argv) {
   const char *dir = args.dir, *address = args.address;
   const tool_strv colls = args.colls;
   int connect = args.dial, rv;
-  unsigned long debounce_ms = args.debounce_ms;
 
   source_app app;
   memset(&app, 0, sizeof(app));
@@ -1543,8 +1765,9 @@ int main(int argc, char **argv) {
     tool_sec_args_free(&args.sec);
     tool_schema_args_free(&args.schema);
     tool_strv_free(&args.managers);
-    return usage_error("unknown transport %s (expected h2, h2c or grpc)",
-                       args.transport);
+    char names[64];
+    return usage_error("unknown transport %s (expected %s)", args.transport,
+                       tool_transport_names(names, sizeof names));
   }
   /* --api: what this build and transport serve; --connect dials a
    * ResourceSink, MCP only. */
@@ -1712,7 +1935,8 @@ int main(int argc, char **argv) {
     sopts.version_reached = etcd_version_reached;
     sopts.version_reached_user_data = &app;
   }
-  coalesce(debounce_ms, &sopts.debounce, &sopts.max_delay);
+  sopts.debounce = debounce_of(&args);
+  sopts.max_delay = mcp_watch_default_max_delay(sopts.debounce);
   tool_endpoint_options eo = {
       .mode = connect ? TOOL_DIAL : TOOL_LISTEN,
       .address = address,
@@ -1732,11 +1956,13 @@ int main(int argc, char **argv) {
   };
   tool_sec_stream_rate(&args.sec, &eo.peer_stream_rate, &eo.peer_stream_burst);
   uv_loop_init(&app.loop);
+  expiry_init(&app);
   errno = 0; /* the transport sets it when it cannot bind */
   if ((rv = app.tp->source_new(&app.ep, &app.loop, &eo, &sopts)) < 0) {
     log_error("cannot %s %s: %s", connect ? "dial" : "listen on", address,
               tool_endpoint_strerror(rv, errno));
     app.ep = NULL;
+    expiry_close(&app);
     uv_run(&app.loop, UV_RUN_DEFAULT); /* whatever the transport left */
     uv_loop_close(&app.loop);
     goto out;
@@ -1762,26 +1988,16 @@ int main(int argc, char **argv) {
     char buf[300];
     bound_address(buf, sizeof(buf), address, app.tp->source_port(app.ep));
     char names[64];
-    if (app.apis & API_MCP)
-      log_info("serving ResourceSource on %s (%s)", buf, app.tp->name);
-    if (app.apis & API_DEST)
-      log_info("serving conduit.proxy.destination.Destination on %s (%s), "
-               "zone %s", buf, app.tp->name,
-               args.dns_zone ? args.dns_zone : "cluster.local");
-    if (app.apis & API_DISP)
-      log_info("serving docker.swarmkit.v1.Dispatcher on %s (%s), heartbeat "
-               "period %lu ms", buf, app.tp->name, args.heartbeat_period_ms);
-    if (app.apis & API_XDS)
-      log_info("serving " MCP_XDS_SERVICE " (MCP over xDS, state of the world "
-               "and delta) on %s (%s)%s%s", buf, app.tp->name,
-               args.xds_require_identity ? ", identity " : "",
-               args.xds_require_identity ? args.xds_require_identity : "");
+    for (unsigned i = 0; i < NAPIS; i++)
+      if (app.apis & (1u << i))
+        modules[i].log_serving(&app, &args, buf);
     log_info("APIs: %s", api_names(app.apis, names, sizeof names));
   }
   uv_timer_init(&app.loop, &app.proto_tick);
   app.proto_tick.data = &app;
   app.proto_tick_init = 1;
   uv_timer_start(&app.proto_tick, on_proto_tick, PROTO_TICK_MS, PROTO_TICK_MS);
+  run_expiry(&app); /* the modules' first deadlines */
   if (app.apis & API_DISP)
     tool_ops_set_page(app.ops, "/debug/tasks", page_tasks, &app);
   if (app.tp->tls_check) {

@@ -222,7 +222,9 @@ typedef struct mcp_dest_server_options {
   const char *dns_zone;
   /* Default MCP_DEST_DEFAULT_HEARTBEAT; 0: no heartbeat. */
   mcp_tstamp heartbeat;
-  /* The watch's debounce (mcp_watch_options): default 0/0, at once. */
+  /* The watch's debounce (mcp_watch_options): default 0/0, at once. A
+   * debounce with max_delay 0 is bounded by
+   * mcp_watch_default_max_delay(debounce) (10 x, at least 1 s). */
   mcp_tstamp debounce;
   mcp_tstamp max_delay;
   const mcp_mem *mem; /* NULL: libc */

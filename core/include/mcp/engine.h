@@ -89,6 +89,12 @@ typedef struct mcp_watch_options {
   mcp_tstamp max_delay;
 } mcp_watch_options;
 
+/* The bound of a debounce that a module uses when its options give a
+ * |debounce| and no max_delay (0): ten times the debounce, at least one
+ * second, so that a collection that never stays quiet still goes out.
+ * 0 for a |debounce| of 0 (at once). Pure. */
+MCP_EXTERN mcp_tstamp mcp_watch_default_max_delay(mcp_tstamp debounce);
+
 /*
  * Creates a watch on |collection| of |store| (which need not exist yet:
  * a watch sees it appear, change and be removed). Nothing is taken yet:

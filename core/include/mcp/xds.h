@@ -85,7 +85,9 @@ typedef struct mcp_xds_server_options {
   /* The store served (required). Kept by pointer: it must outlive the
    * server and its streams. */
   const mcp_store *store;
-  /* The watches' debounce (mcp_watch_options): default 0/0, at once. */
+  /* The watches' debounce (mcp_watch_options): default 0/0, at once. A
+   * debounce with max_delay 0 is bounded by
+   * mcp_watch_default_max_delay(debounce) (10 x, at least 1 s). */
   mcp_tstamp debounce;
   mcp_tstamp max_delay;
   /* When not NULL: a call is served only when the peer has a verified
