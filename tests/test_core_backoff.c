@@ -1,4 +1,6 @@
-/* core/src/backoff.c: the reconnection delays, with injected randomness. */
+/* core/src/backoff.c: the reconnection policy of every client (the default
+ * table, the delays, the healthy rule, mcp_redial), with fake time and
+ * injected randomness. */
 #include <check.h>
 #include <stdlib.h>
 
@@ -12,10 +14,7 @@ static void fixed_rand(uint8_t *dest, size_t len, void *user_data) {
     dest[i] = (uint8_t)(v >> (8 * (3 - (i % 4))));
 }
 
-static mcp_backoff_options defaults(void) {
-  mcp_backoff_options o = {MCP_SECONDS, 1.6, 0.2, 120 * MCP_SECONDS};
-  return o;
-}
+static mcp_backoff_options defaults(void) { return mcp_backoff_defaults(); }
 
 /* Within 1 µs: the arithmetic is in double. */
 #define ck_assert_near(a, b)                                                  \
@@ -128,6 +127,96 @@ START_TEST(test_backoff_zero_options_take_defaults) {
 }
 END_TEST
 
+
+START_TEST(test_backoff_defaults_are_the_documented_table) {
+  mcp_backoff_options o = mcp_backoff_defaults();
+  ck_assert_uint_eq(o.initial, MCP_SECONDS);
+  ck_assert(o.multiplier == 1.6);
+  ck_assert(o.jitter == 0.2);
+  ck_assert_uint_eq(o.max, 120 * MCP_SECONDS);
+}
+END_TEST
+
+/* Fake time: |t0| is an arbitrary start, every step an argument. */
+#define T0 ((mcp_tstamp)1000 * MCP_SECONDS)
+
+START_TEST(test_redial_first_attempt_now_then_paced) {
+  uint32_t mid = 0x80000000u; /* no jitter */
+  mcp_redial r;
+  mcp_backoff_options o = defaults();
+  mcp_redial_init(&r, &o, fixed_rand, &mid, T0);
+  ck_assert(mcp_redial_due(&r, T0));
+  ck_assert_uint_eq(mcp_redial_at(&r), T0);
+  mcp_redial_opened(&r, T0);
+  /* Open: nothing due, no deadline, however late. */
+  ck_assert(mcp_redial_is_open(&r));
+  ck_assert(!mcp_redial_due(&r, T0 + 3600 * MCP_SECONDS));
+  ck_assert_uint_eq(mcp_redial_at(&r), MCP_TSTAMP_MAX);
+  /* Failed attempts: 1 s, 1.6 s, 2.56 s after each end. */
+  mcp_tstamp t = T0 + 5 * MCP_MILLISECONDS, want = MCP_SECONDS;
+  for (int i = 0; i < 3; i++) {
+    mcp_tstamp d = mcp_redial_ended(&r, t);
+    ck_assert_near(d, want);
+    ck_assert_uint_eq(mcp_redial_at(&r), t + d);
+    ck_assert(!mcp_redial_due(&r, t + d - 1));
+    ck_assert(mcp_redial_due(&r, t + d));
+    t += d;
+    mcp_redial_opened(&r, t);
+    want = (mcp_tstamp)((double)want * 1.6);
+  }
+}
+END_TEST
+
+/* The healthy rule, once for every client: a message received and the
+ * attempt lasted the nominal delay. */
+START_TEST(test_redial_first_message_on_a_lasting_call_resets) {
+  uint32_t mid = 0x80000000u;
+  mcp_redial r;
+  mcp_backoff_options o = defaults();
+  mcp_redial_init(&r, &o, fixed_rand, &mid, T0);
+  mcp_tstamp t = T0;
+  for (int i = 0; i < 4; i++) { /* four failures: nominal 1.6^4 s */
+    mcp_redial_opened(&r, t);
+    t += mcp_redial_ended(&r, t);
+  }
+  mcp_tstamp nominal = mcp_backoff_nominal(mcp_redial_backoff(&r));
+  ck_assert_near(nominal, (mcp_tstamp)(1.6 * 1.6 * 1.6 * 1.6 * 1e9));
+  /* Lived long, silent (a server's SETTINGS are no message): grows. */
+  mcp_redial_opened(&r, t);
+  ck_assert_uint_eq(mcp_redial_count(&r), 0);
+  t += 3600 * MCP_SECONDS;
+  ck_assert_near(mcp_redial_ended(&r, t), nominal);
+  nominal = mcp_backoff_nominal(mcp_redial_backoff(&r));
+  /* A message, but the call died young: grows (no hammering). */
+  mcp_redial_opened(&r, t);
+  mcp_redial_received(&r, 1);
+  ck_assert_near(mcp_redial_ended(&r, t + 10 * MCP_MILLISECONDS), nominal);
+  t += 10 * MCP_MILLISECONDS;
+  nominal = mcp_backoff_nominal(mcp_redial_backoff(&r));
+  /* The first message on a call that lasted: back to 1 s, not zero. */
+  mcp_redial_opened(&r, t);
+  mcp_redial_received(&r, 1);
+  ck_assert_uint_eq(mcp_redial_count(&r), 1);
+  ck_assert_near(mcp_redial_ended(&r, t + nominal), MCP_SECONDS);
+  ck_assert(!mcp_redial_is_open(&r));
+  ck_assert_uint_eq(mcp_redial_count(&r), 0);
+}
+END_TEST
+
+/* An attempt that could not start (nothing opened) counts as a failure;
+ * messages reported while nothing is open count for nothing. */
+START_TEST(test_redial_unopened_failure_grows_and_ignores_stray_messages) {
+  uint32_t mid = 0x80000000u;
+  mcp_redial r;
+  mcp_redial_init(&r, NULL, fixed_rand, &mid, T0);
+  mcp_redial_received(&r, 7);
+  ck_assert_uint_eq(mcp_redial_count(&r), 0);
+  ck_assert_near(mcp_redial_ended(&r, T0 + 3600 * MCP_SECONDS), MCP_SECONDS);
+  ck_assert_near(mcp_redial_ended(&r, T0 + 7200 * MCP_SECONDS),
+                 1600 * MCP_MILLISECONDS);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("core_backoff");
   TCase *tc = tcase_create("backoff");
@@ -137,6 +226,11 @@ int main(void) {
   tcase_add_test(tc, test_backoff_short_stream_does_not_reset);
   tcase_add_test(tc, test_backoff_healthy_stream_resets_to_initial_not_zero);
   tcase_add_test(tc, test_backoff_zero_options_take_defaults);
+  tcase_add_test(tc, test_backoff_defaults_are_the_documented_table);
+  tcase_add_test(tc, test_redial_first_attempt_now_then_paced);
+  tcase_add_test(tc, test_redial_first_message_on_a_lasting_call_resets);
+  tcase_add_test(tc,
+                 test_redial_unopened_failure_grows_and_ignores_stray_messages);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

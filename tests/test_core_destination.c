@@ -1649,6 +1649,121 @@ START_TEST(test_view_endpoints_port_by_name_only_or_unnamed) {
 }
 END_TEST
 
+/* ---- agent: every authority's calls, reconnecting (fake time) ---- */
+
+typedef struct arec {
+  int updates[2];
+  int ends;
+  mcp_dest_call_end last;
+} arec;
+
+static void agent_on_update(size_t slot, const mcp_dest_update *u, void *ud) {
+  arec *r = ud;
+  (void)u;
+  r->updates[slot]++;
+}
+
+static void agent_on_end(const mcp_dest_call_end *e, void *ud) {
+  arec *r = ud;
+  r->ends++;
+  r->last = *e;
+  r->last.details = NULL; /* valid during the callback only */
+}
+
+/* No jitter: the random draw is the middle of the range. */
+static void mid_rand(uint8_t *dest, size_t len, void *ud) {
+  (void)ud;
+  for (size_t i = 0; i < len; i++)
+    dest[i] = i % 4 == 0 ? 0x80 : 0;
+}
+
+#define AT0 ((mcp_tstamp)100 * MCP_SECONDS)
+
+START_TEST(test_dest_agent_reconnects_each_authority_by_the_core_policy) {
+  mcp_dest_set *sets[2];
+  ck_assert_int_eq(mcp_dest_set_new(&sets[0], NULL), 0);
+  ck_assert_int_eq(mcp_dest_set_new(&sets[1], NULL), 0);
+  const char *auths[] = {SVC, "other.ns.svc.cluster.local:80"};
+  arec r = {0};
+  mcp_dest_agent_options o;
+  memset(&o, 0, sizeof(o));
+  o.authorities = auths;
+  o.sets = sets;
+  o.nauthorities = 2;
+  o.on_update = agent_on_update;
+  o.on_end = agent_on_end;
+  o.user_data = &r;
+  o.rand = mid_rand;
+  mcp_dest_agent *a = NULL;
+  ck_assert_int_eq(mcp_dest_agent_new(&a, &o, AT0), 0);
+  const mcp_client_def *d = mcp_dest_agent_client_def(a);
+  ck_assert_uint_eq(d->nslots, 2);
+  ck_assert_str_eq(d->method(d->user_data, 1), MCP_DEST_METHOD);
+  ck_assert_uint_eq(d->get_expiry(d->user_data), AT0); /* both due now */
+  mcp_stream *st[2] = {NULL, NULL};
+  ck_assert_int_eq(d->open(d->user_data, 0, AT0, &st[0]), 1);
+  ck_assert_int_eq(d->open(d->user_data, 1, AT0, &st[1]), 1);
+  ck_assert_int_eq(d->open(d->user_data, 0, AT0, &st[0]), 0); /* one each */
+  ck_assert_uint_eq(d->get_expiry(d->user_data), MCP_TSTAMP_MAX);
+
+  /* Slot 0 fails at once: the next call after the initial 1 s. */
+  mcp_stream_del(st[0]);
+  d->ended(d->user_data, 0, MCP_CODE_UNAVAILABLE, "connect: refused", AT0);
+  ck_assert_int_eq(r.ends, 1);
+  ck_assert_uint_eq(r.last.slot, 0);
+  ck_assert_int_eq(r.last.status, MCP_CODE_UNAVAILABLE);
+  ck_assert_uint_eq(r.last.received, 0);
+  ck_assert_uint_eq(r.last.delay, MCP_SECONDS);
+  ck_assert_uint_eq(d->get_expiry(d->user_data), AT0 + MCP_SECONDS);
+  ck_assert_int_eq(d->open(d->user_data, 0, AT0 + MCP_SECONDS - 1, &st[0]), 0);
+  ck_assert_int_eq(d->open(d->user_data, 0, AT0 + MCP_SECONDS, &st[0]), 1);
+  /* Again at once: 1.6 s (it grows). */
+  mcp_stream_del(st[0]);
+  d->ended(d->user_data, 0, MCP_CODE_UNAVAILABLE, "", AT0 + MCP_SECONDS);
+  ck_assert_uint_eq(r.last.delay, 1600 * MCP_MILLISECONDS);
+
+  /* Each authority has its own backoff: slot 1, after an Update, waits
+   * 1 s whatever slot 0's failures; its updates reach the callback with
+   * its slot, and the end counts them. */
+  feed(st[1], 1, (const char *[]){"10.0.0.1", NULL}, 80, 0);
+  ck_assert_int_eq(r.updates[1], 1);
+  ck_assert_int_eq(r.updates[0], 0);
+  mcp_stream_del(st[1]);
+  d->ended(d->user_data, 1, MCP_CODE_UNAVAILABLE, "", AT0 + 60 * MCP_SECONDS);
+  ck_assert_uint_eq(r.last.slot, 1);
+  ck_assert_uint_eq(r.last.received, 1);
+  ck_assert_uint_eq(r.last.delay, MCP_SECONDS);
+  /* The set keeps what it holds across the reconnection. */
+  ck_assert_uint_eq(mcp_dest_set_count(sets[1]), 1);
+  mcp_dest_agent_del(a);
+  mcp_dest_set_del(sets[0]);
+  mcp_dest_set_del(sets[1]);
+}
+END_TEST
+
+START_TEST(test_dest_agent_refuses_bad_options) {
+  mcp_dest_set *set;
+  ck_assert_int_eq(mcp_dest_set_new(&set, NULL), 0);
+  mcp_dest_set *sets[] = {set, NULL};
+  const char *auths[] = {SVC, ""};
+  mcp_dest_agent_options o;
+  memset(&o, 0, sizeof(o));
+  mcp_dest_agent *a = NULL;
+  ck_assert_int_eq(mcp_dest_agent_new(&a, &o, 0), MCP_ERR_INVALID_ARGUMENT);
+  o.authorities = auths;
+  o.sets = sets;
+  o.nauthorities = 2; /* an empty authority, a missing set */
+  ck_assert_int_eq(mcp_dest_agent_new(&a, &o, 0), MCP_ERR_INVALID_ARGUMENT);
+  o.nauthorities = 1;
+  ck_assert_int_eq(mcp_dest_agent_new_versioned(&a, 99, &o, 0),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(a);
+  ck_assert_int_eq(mcp_dest_agent_new(&a, &o, 0), 0);
+  mcp_dest_agent_del(a);
+  mcp_dest_set_del(set);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("core_destination");
   TCase *tc = tcase_create("view");
@@ -1707,6 +1822,8 @@ int main(void) {
   tcase_add_test(tc, test_client_refuses_bad_options);
   tcase_add_test(tc, test_client_allocation_failures_change_nothing);
   tcase_add_test(tc, test_client_and_server_converge_on_the_view);
+  tcase_add_test(tc, test_dest_agent_reconnects_each_authority_by_the_core_policy);
+  tcase_add_test(tc, test_dest_agent_refuses_bad_options);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

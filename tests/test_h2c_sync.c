@@ -34,6 +34,7 @@ typedef struct env {
   uint64_t seed;
   /* stream events */
   int opened, closed;
+  mcp_tstamp opened_at[8]; /* of the first streams */
   int last_status;
   char last_details[256];
   uint64_t last_id;
@@ -47,6 +48,8 @@ static void on_stream(mcp_h2c_stream_event ev, const mcp_h2c_stream_info *i,
                       void *ud) {
   env *e = ud;
   if (ev == MCP_H2C_STREAM_OPENED) {
+    if (e->opened < 8)
+      e->opened_at[e->opened] = mcp_h2c_now();
     e->opened++;
     e->last_id = i->id;
     ck_assert(i->source || i->sink);
@@ -412,8 +415,12 @@ START_TEST(updates_from_other_threads) {
 }
 END_TEST
 
+static int closed_five(void *ud) { return ((env *)ud)->closed >= 5; }
+
 /* Nobody listens: attempts follow the backoff (50 ms, x1.6, 400 ms cap),
- * each one reported as a stream that closes UNAVAILABLE. */
+ * each one reported as a stream that closes UNAVAILABLE. Counted by
+ * events, not in a time window: each gap is at least its delay's lower
+ * bound (-20 % jitter), however slow the machine (it can only be late). */
 START_TEST(backoff_against_closed_port) {
   env e;
   env_init(&e, 0);
@@ -424,11 +431,18 @@ START_TEST(backoff_against_closed_port) {
   e.src = NULL;
   h2t_run_for(&e.loop, 20);
   start_sink(&e, MCP_H2C_DIAL, loopback(port));
-  h2t_run_for(&e.loop, 700);
-  /* 0, ~50, ~130, ~258, ~463, (~790): 4 to 6 attempts. */
-  ck_assert_int_ge(e.closed, 3);
-  ck_assert_int_le(e.closed, 7);
-  ck_assert_int_eq(e.opened, e.closed);
+  ck_assert(h2t_run_until(&e.loop, closed_five, &e, 30000));
+  double nominal = 50.0 * (double)MCP_MILLISECONDS;
+  for (int k = 0; k + 1 < 5; ++k) {
+    mcp_tstamp gap = e.opened_at[k + 1] - e.opened_at[k];
+    ck_assert_msg((double)gap >= 0.8 * nominal - 2.0 * MCP_MILLISECONDS,
+                  "attempt %d after %llu ns (nominal %.0f)", k + 1,
+                  (unsigned long long)gap, nominal);
+    nominal = nominal * 1.6 > 400.0 * MCP_MILLISECONDS
+                  ? 400.0 * MCP_MILLISECONDS
+                  : nominal * 1.6;
+  }
+  ck_assert_int_ge(e.opened, e.closed);
   ck_assert_int_eq(e.last_status, MCP_CODE_UNAVAILABLE);
   ck_assert_msg(strstr(e.last_details, "connect") != NULL, "%s",
                 e.last_details);

@@ -1,5 +1,7 @@
-/* Reconnection delays: jittered exponential backoff that never collapses
- * to zero after short-lived streams. Pure arithmetic, randomness injected. */
+/* Reconnection, the one policy of every client: the default table, the
+ * jittered exponential backoff that never collapses to zero after
+ * short-lived streams, its healthy rule, and mcp_redial (when the next
+ * attempt is due). Pure arithmetic, time and randomness injected. */
 #include "mcp_int.h"
 
 /* What an mcp_backoff holds. The public type is storage only: each call
@@ -22,6 +24,16 @@ static impl load(const mcp_backoff *b) {
 
 static void store(mcp_backoff *b, const impl *x) { memcpy(b, x, sizeof(*x)); }
 
+/* The one table of defaults (mcp_backoff_options in mcp.h says why). */
+static const mcp_backoff_options defaults = {
+    .initial = MCP_SECONDS,
+    .multiplier = 1.6,
+    .jitter = 0.2,
+    .max = 120 * MCP_SECONDS,
+};
+
+mcp_backoff_options mcp_backoff_defaults(void) { return defaults; }
+
 static void init(impl *b, const mcp_backoff_options *o, mcp_rand_fn rand,
                  void *rand_user_data, const void *seed) {
   memset(b, 0, sizeof(*b));
@@ -29,16 +41,16 @@ static void init(impl *b, const mcp_backoff_options *o, mcp_rand_fn rand,
     b->o = *o;
   }
   if (b->o.initial == 0) {
-    b->o.initial = MCP_SECONDS;
+    b->o.initial = defaults.initial;
   }
   if (!(b->o.multiplier >= 1.0)) {
-    b->o.multiplier = 1.6;
+    b->o.multiplier = defaults.multiplier;
   }
   if (!(b->o.jitter >= 0.0 && b->o.jitter < 1.0)) {
-    b->o.jitter = 0.2;
+    b->o.jitter = defaults.jitter;
   }
   if (b->o.max == 0) {
-    b->o.max = 120 * MCP_SECONDS;
+    b->o.max = defaults.max;
   }
   if (b->o.initial > b->o.max) {
     b->o.initial = b->o.max;
@@ -92,6 +104,93 @@ void mcp_backoff_stream_ended(mcp_backoff *pb, mcp_tstamp lived,
 }
 
 mcp_tstamp mcp_backoff_nominal(const mcp_backoff *b) { return load(b).nominal; }
+
+/* ------------------------------------------------------------------ */
+/* mcp_redial                                                          */
+/* ------------------------------------------------------------------ */
+
+typedef struct redial {
+  mcp_backoff bo;
+  mcp_tstamp at;        /* the next attempt is due */
+  mcp_tstamp opened_at; /* the attempt open started */
+  uint64_t received;    /* messages on the attempt open */
+  uint64_t open;
+} redial;
+_Static_assert(sizeof(redial) <= sizeof(mcp_redial), "mcp_redial too small");
+_Static_assert(_Alignof(redial) <= _Alignof(mcp_redial), "mcp_redial align");
+
+/* mcp_redial's bytes hold a redial (stored through memcpy, as impl). */
+static redial rload(const mcp_redial *r) {
+  redial x;
+  memcpy(&x, r, sizeof(x));
+  return x;
+}
+
+static void rstore(mcp_redial *r, const redial *x) {
+  memcpy(r, x, sizeof(*x));
+}
+
+void mcp_redial_init(mcp_redial *r, const mcp_backoff_options *o,
+                     mcp_rand_fn rand, void *rand_user_data, mcp_tstamp now) {
+  redial x;
+  impl b;
+  memset(&x, 0, sizeof(x));
+  /* Seeded from |r|'s address, as mcp_backoff_init() from its own. */
+  init(&b, o, rand, rand_user_data, r);
+  memcpy(&x.bo, &b, sizeof(b));
+  x.at = now;
+  memset(r, 0, sizeof(*r));
+  rstore(r, &x);
+}
+
+void mcp_redial_opened(mcp_redial *r, mcp_tstamp now) {
+  redial x = rload(r);
+  x.open = 1;
+  x.opened_at = now;
+  x.received = 0;
+  rstore(r, &x);
+}
+
+void mcp_redial_received(mcp_redial *r, uint64_t n) {
+  redial x = rload(r);
+  if (x.open) {
+    x.received += n;
+  }
+  rstore(r, &x);
+}
+
+mcp_tstamp mcp_redial_ended(mcp_redial *r, mcp_tstamp now) {
+  redial x = rload(r);
+  if (x.open) {
+    mcp_backoff_stream_ended(&x.bo, now > x.opened_at ? now - x.opened_at : 0,
+                             x.received);
+  }
+  mcp_tstamp d = mcp_backoff_next(&x.bo);
+  x.open = 0;
+  x.received = 0;
+  x.at = now + d;
+  rstore(r, &x);
+  return d;
+}
+
+int mcp_redial_due(const mcp_redial *r, mcp_tstamp now) {
+  redial x = rload(r);
+  return !x.open && now >= x.at;
+}
+
+mcp_tstamp mcp_redial_at(const mcp_redial *r) {
+  redial x = rload(r);
+  return x.open ? MCP_TSTAMP_MAX : x.at;
+}
+
+int mcp_redial_is_open(const mcp_redial *r) { return rload(r).open != 0; }
+
+uint64_t mcp_redial_count(const mcp_redial *r) { return rload(r).received; }
+
+const mcp_backoff *mcp_redial_backoff(const mcp_redial *r) {
+  /* The backoff is the first member: its bytes are |r|'s first. */
+  return (const mcp_backoff *)(const void *)r;
+}
 
 void mcp_rand_splitmix64(uint8_t *dest, size_t len, void *user_data) {
   uint64_t *state = user_data;

@@ -1,7 +1,8 @@
 /*
  * Destination/Get, client side: the address set a client holds for one
- * authority (across reconnections) and the session of one call, behind
- * the stream driver. Updates are decoded with the protobuf-c code
+ * authority (across reconnections), the session of one call, behind
+ * the stream driver, and the agent that runs one call per authority and
+ * reconnects through the core's mcp_redial. Updates are decoded with the protobuf-c code
  * generated from proto/conduit, checked whole, then applied (so a bad or
  * unaffordable message changes nothing) by the proto's rules: any order,
  * redundant messages harmless, no_endpoints clears, and the stale content
@@ -362,4 +363,173 @@ int mcp_dest_client_open_versioned(mcp_stream **pst, int version,
   o.set->synced = 0;
   *pst = st;
   return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Agent: one call per authority, reconnecting                         */
+/* ------------------------------------------------------------------ */
+
+typedef struct aslot {
+  mcp_dest_agent *a;
+  size_t i;
+  char *authority;
+  mcp_dest_set *set;
+  mcp_redial rd;             /* the Get call is the attempt */
+  uint64_t updates_at_open;
+} aslot;
+
+struct mcp_dest_agent {
+  mcp_mem mem;
+  mcp_dest_agent_options o;
+  char *scheme;
+  aslot *slots;
+  size_t n;
+  mcp_client_def def;
+};
+
+#define AGENT_MAX_SLOTS 65536
+
+static const char *agent_method(void *ud, size_t slot) {
+  MCP_UNUSED(ud);
+  MCP_UNUSED(slot);
+  return MCP_DEST_METHOD;
+}
+
+static void agent_update(const mcp_dest_update *u, void *ud) {
+  aslot *s = ud;
+  if (s->a->o.on_update) {
+    s->a->o.on_update(s->i, u, s->a->o.user_data);
+  }
+}
+
+static void agent_report(mcp_dest_agent *a, const mcp_dest_call_end *e) {
+  if (a->o.on_end) {
+    a->o.on_end(e, a->o.user_data);
+  }
+}
+
+static int agent_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
+  mcp_dest_agent *a = ud;
+  if (slot >= a->n || !mcp_redial_due(&a->slots[slot].rd, ts)) {
+    return 0;
+  }
+  aslot *s = &a->slots[slot];
+  mcp_dest_client_options o = {.set = s->set,
+                               .authority = s->authority,
+                               .scheme = a->scheme,
+                               .on_update = agent_update,
+                               .user_data = s,
+                               .mem = &a->mem};
+  int rv = mcp_dest_client_open(pst, &o, ts);
+  if (rv < 0) {
+    /* Not opened: a failure all the same, paced (never a spin). */
+    mcp_dest_call_end e = {slot, rv, 0, "", 0, mcp_redial_ended(&s->rd, ts)};
+    agent_report(a, &e);
+    return 0;
+  }
+  mcp_redial_opened(&s->rd, ts);
+  s->updates_at_open = mcp_dest_set_updates(s->set);
+  return 1;
+}
+
+static void agent_ended(void *ud, size_t slot, int status, const char *details,
+                        mcp_tstamp ts) {
+  mcp_dest_agent *a = ud;
+  if (slot >= a->n) {
+    return;
+  }
+  aslot *s = &a->slots[slot];
+  uint64_t received = mcp_dest_set_updates(s->set) - s->updates_at_open;
+  mcp_redial_received(&s->rd, received);
+  mcp_dest_call_end e = {slot,     0, status, details ? details : "",
+                         received, mcp_redial_ended(&s->rd, ts)};
+  agent_report(a, &e);
+}
+
+static mcp_tstamp agent_expiry(void *ud) {
+  mcp_dest_agent *a = ud;
+  mcp_tstamp t = MCP_TSTAMP_MAX;
+  for (size_t i = 0; i < a->n; i++) {
+    mcp_tstamp at = mcp_redial_at(&a->slots[i].rd); /* MAX while open */
+    t = at < t ? at : t;
+  }
+  return t;
+}
+
+void mcp_dest_agent_del(mcp_dest_agent *a) {
+  if (!a) {
+    return;
+  }
+  mcp_mem m = a->mem;
+  for (size_t i = 0; a->slots && i < a->n; i++) {
+    mcp__free(&m, a->slots[i].authority);
+  }
+  mcp__free(&m, a->slots);
+  mcp__free(&m, a->scheme);
+  mcp__free(&m, a);
+}
+
+int mcp_dest_agent_new_versioned(mcp_dest_agent **pa, int version,
+                                 const mcp_dest_agent_options *opts,
+                                 mcp_tstamp ts) {
+  mcp_dest_agent_options o;
+  memset(&o, 0, sizeof(o));
+  if (!pa || !opts || !mcp__version_known(version, MCP__VN)) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  memcpy(&o, opts,
+         mcp__version_size(version, MCP__VSIZES(mcp_dest_agent_options),
+                           MCP__VN));
+  const char *scheme = o.scheme ? o.scheme : MCP_DEST_SCHEME;
+  if (o.nauthorities == 0 || o.nauthorities > AGENT_MAX_SLOTS ||
+      !o.authorities || !o.sets || !mcp__str_valid(scheme)) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  for (size_t i = 0; i < o.nauthorities; i++) {
+    if (!o.sets[i] || !o.authorities[i] || !o.authorities[i][0] ||
+        !mcp__str_valid(o.authorities[i])) {
+      return MCP_ERR_INVALID_ARGUMENT;
+    }
+  }
+  mcp_mem m;
+  mcp__mem_init(&m, o.mem);
+  mcp_dest_agent *a = mcp__calloc(&m, 1, sizeof(*a));
+  if (!a) {
+    return MCP_ERR_NOMEM;
+  }
+  a->mem = m;
+  a->o = o;
+  a->o.mem = &a->mem;
+  a->n = o.nauthorities;
+  a->scheme = mcp__strdup(&m, scheme);
+  a->slots = mcp__calloc(&m, a->n, sizeof(*a->slots));
+  if (!a->scheme || !a->slots) {
+    mcp_dest_agent_del(a);
+    return MCP_ERR_NOMEM;
+  }
+  for (size_t i = 0; i < a->n; i++) {
+    aslot *s = &a->slots[i];
+    s->a = a;
+    s->i = i;
+    s->set = o.sets[i];
+    if (!(s->authority = mcp__strdup(&m, o.authorities[i]))) {
+      mcp_dest_agent_del(a);
+      return MCP_ERR_NOMEM;
+    }
+    mcp_redial_init(&s->rd, &o.backoff, o.rand, o.rand_user_data, ts);
+  }
+  a->o.authorities = NULL; /* the caller's: not kept */
+  a->o.sets = NULL;
+  a->def.nslots = a->n;
+  a->def.method = agent_method;
+  a->def.open = agent_open;
+  a->def.ended = agent_ended;
+  a->def.get_expiry = agent_expiry;
+  a->def.user_data = a;
+  *pa = a;
+  return 0;
+}
+
+const mcp_client_def *mcp_dest_agent_client_def(mcp_dest_agent *a) {
+  return a ? &a->def : NULL;
 }

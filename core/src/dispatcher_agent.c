@@ -48,7 +48,6 @@ typedef struct acall {
   int end;
   int status;
   char details[200];
-  mcp_tstamp opened;
   uint64_t received;
 } acall;
 
@@ -60,15 +59,14 @@ struct mcp_disp_agent {
   char *results_in;
   mcp_map held;
   acall *calls[MCP_DISP_NSLOTS];
-  mcp_tstamp retry_at;
   mcp_tstamp next_heartbeat;
   mcp_tstamp period;
   int assign_done; /* Assignments ran for this session already */
-  int retry_set;   /* given up on the session; retry_at is the next try */
+  int retry_set;   /* given up on the session; redial says the next try */
   int assign_restart; /* the Assignments call was ended for a new id */
   int report_dirty;
   int report_retry; /* a report failed: again at the next heartbeat */
-  mcp_backoff bo;
+  mcp_redial rd;   /* the Session call is the attempt */
   mcp_msg_builder *b;
   mcp_client_def def;
   mcp_disp_agent_stats stats;
@@ -132,8 +130,6 @@ static void call_end(acall *c, int status, const char *details) {
  * of it ends, and a new Session is opened after the backoff. */
 static void lose_session(mcp_disp_agent *a, mcp_tstamp ts, const char *why) {
   acall *sc = a->calls[MCP_DISP_SLOT_SESSION];
-  mcp_tstamp lived = 0;
-  uint64_t received = 0;
   if (a->retry_set) {
     /* Already given up (the calls ending now are the ones it ended):
      * the backoff counts one failure, not one per call. */
@@ -143,8 +139,7 @@ static void lose_session(mcp_disp_agent *a, mcp_tstamp ts, const char *why) {
     return;
   }
   if (sc) {
-    lived = ts - sc->opened;
-    received = sc->received;
+    mcp_redial_received(&a->rd, sc->received);
   }
   if (a->session_id || sc) {
     a->stats.session_errors++;
@@ -155,8 +150,7 @@ static void lose_session(mcp_disp_agent *a, mcp_tstamp ts, const char *why) {
   for (int i = 0; i < MCP_DISP_NSLOTS; ++i) {
     call_end(a->calls[i], MCP_CODE_CANCELLED, why);
   }
-  mcp_backoff_stream_ended(&a->bo, lived, received);
-  a->retry_at = ts + mcp_backoff_next(&a->bo);
+  (void)mcp_redial_ended(&a->rd, ts);
   a->retry_set = 1;
 }
 
@@ -928,7 +922,7 @@ static int want_open(const mcp_disp_agent *a, size_t slot, mcp_tstamp ts) {
   }
   switch (slot) {
   case MCP_DISP_SLOT_SESSION:
-    return ts >= a->retry_at;
+    return mcp_redial_due(&a->rd, ts);
   case MCP_DISP_SLOT_HEARTBEAT:
     return a->session_id && ts >= a->next_heartbeat;
   case MCP_DISP_SLOT_ASSIGNMENTS:
@@ -955,7 +949,6 @@ static int def_open(void *user_data, size_t slot, mcp_tstamp ts,
   }
   c->a = a;
   c->slot = (int)slot;
-  c->opened = ts;
   if (mcp_stream_new(&st, &acall_ops[slot], c, &a->mem, ts)) {
     return 0; /* acall_del freed |c| */
   }
@@ -963,6 +956,7 @@ static int def_open(void *user_data, size_t slot, mcp_tstamp ts,
   a->calls[slot] = c;
   if (slot == MCP_DISP_SLOT_SESSION) {
     a->retry_set = 0;
+    mcp_redial_opened(&a->rd, ts);
   } else if (slot == MCP_DISP_SLOT_HEARTBEAT) {
     /* Not again before the period, even when this one dies silently. */
     a->next_heartbeat = ts + a->period;
@@ -1017,8 +1011,8 @@ static void def_ended(void *user_data, size_t slot, int status,
 static mcp_tstamp def_get_expiry(void *user_data) {
   mcp_disp_agent *a = user_data;
   mcp_tstamp t = MCP_TSTAMP_MAX;
-  if (!a->calls[MCP_DISP_SLOT_SESSION] && a->retry_at < t) {
-    t = a->retry_at;
+  if (!a->calls[MCP_DISP_SLOT_SESSION] && mcp_redial_at(&a->rd) < t) {
+    t = mcp_redial_at(&a->rd);
   }
   if (a->session_id && !a->calls[MCP_DISP_SLOT_HEARTBEAT] &&
       a->next_heartbeat < t) {
@@ -1064,8 +1058,7 @@ int mcp_disp_agent_new_versioned(mcp_disp_agent **pa, int version,
   }
   a->o.node_id = a->node;
   a->period = o.heartbeat_period;
-  a->retry_at = ts;
-  mcp_backoff_init(&a->bo, &o.backoff, o.rand, o.rand_user_data);
+  mcp_redial_init(&a->rd, &o.backoff, o.rand, o.rand_user_data, ts);
   a->def.nslots = MCP_DISP_NSLOTS;
   a->def.method = def_method;
   a->def.open = def_open;

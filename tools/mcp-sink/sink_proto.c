@@ -49,10 +49,7 @@ enum { P_DEST = 1, P_DISP = 2, P_XDS = 3 };
 typedef struct dest_slot {
   const char *authority;
   mcp_dest_set *set;
-  mcp_backoff backoff;
-  mcp_tstamp retry_at, opened_at;
-  uint64_t updates_at_open;
-  int open, synced;
+  int synced;
   char *file; /* --out: DIR/<authority>.json */
 } dest_slot;
 
@@ -71,6 +68,7 @@ typedef struct proto_app {
   /* Transport thread. */
   dest_slot *slots;
   size_t nslots, nsynced;
+  mcp_dest_agent *dagent; /* the calls and their reconnection */
   mcp_disp_agent *agent;
   mcp_schema *schema; /* swarmkit's types, for --out */
   vmap held;          /* --out, dispatcher: "<kind>/<id>" -> (void *)1 */
@@ -83,10 +81,8 @@ typedef struct proto_app {
   tool_mirror *mirror; /* --out */
   unsigned char *xsynced; /* per type: a response came */
   size_t nxsynced;
-  mcp_backoff xbackoff;
-  mcp_tstamp xretry_at, xopened_at;
+  mcp_redial xredial; /* the core's reconnection: the ADS call */
   uint64_t xresponses, xresponses_at_open;
-  int xopen;
 } proto_app;
 
 /* The short usage: mcp-sink's --help has every flag. */
@@ -201,17 +197,9 @@ static const char *update_name(mcp_dest_update_kind k) {
                                        : "no_endpoints";
 }
 
-typedef struct dest_cb {
-  proto_app *a;
-  size_t slot;
-} dest_cb;
-
-static dest_cb *dest_cbs; /* one per slot: the update callback's user_data */
-
-static void on_dest_update(const mcp_dest_update *u, void *ud) {
-  dest_cb *cb = ud;
-  proto_app *a = cb->a;
-  dest_slot *s = &a->slots[cb->slot];
+static void on_dest_update(size_t slot, const mcp_dest_update *u, void *ud) {
+  proto_app *a = ud;
+  dest_slot *s = &a->slots[slot];
   /* The file first: whoever reads the line finds it written. */
   if (s->file) {
     json_t *addrs = json_array();
@@ -251,70 +239,22 @@ static void on_dest_update(const mcp_dest_update *u, void *ud) {
   }
 }
 
-static const char *dest_method(void *ud, size_t slot) {
-  (void)ud;
-  (void)slot;
-  return MCP_DEST_METHOD;
-}
-
-static int dest_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
+/* The agent (core) reconnects; the program only says how a call went. */
+static void on_dest_end(const mcp_dest_call_end *e, void *ud) {
   proto_app *a = ud;
-  dest_slot *s = &a->slots[slot];
-  if (s->open || ts < s->retry_at)
-    return 0;
-  mcp_dest_client_options o = {.set = s->set,
-                               .authority = s->authority,
-                               .on_update = on_dest_update,
-                               .user_data = &dest_cbs[slot]};
-  int rv = mcp_dest_client_open(pst, &o, ts);
-  if (rv < 0) {
-    log_error("%s: cannot open a stream: %s", s->authority, mcp_strerror(rv));
-    s->retry_at = ts + mcp_backoff_next(&s->backoff);
-    return 0;
+  dest_slot *s = &a->slots[e->slot];
+  if (e->error < 0) {
+    log_error("%s: cannot open a stream: %s", s->authority,
+              mcp_strerror(e->error));
+    return;
   }
-  s->open = 1;
-  s->opened_at = ts;
-  s->updates_at_open = mcp_dest_set_updates(s->set);
-  log_debug("%s: Get stream opened", s->authority);
-  return 1;
-}
-
-/* A client call ended after |received| messages: the backoff learns how
- * it went and says when to open the next (|*retry_at|); returns the delay. */
-static mcp_tstamp call_ended(mcp_backoff *b, mcp_tstamp opened_at,
-                             uint64_t received, mcp_tstamp ts,
-                             mcp_tstamp *retry_at) {
-  mcp_backoff_stream_ended(b, ts - opened_at, received);
-  mcp_tstamp delay = mcp_backoff_next(b);
-  *retry_at = ts + delay;
-  return delay;
-}
-
-static void dest_ended(void *ud, size_t slot, int status, const char *details,
-                       mcp_tstamp ts) {
-  proto_app *a = ud;
-  dest_slot *s = &a->slots[slot];
-  s->open = 0;
-  uint64_t received = mcp_dest_set_updates(s->set) - s->updates_at_open;
-  mcp_tstamp delay =
-      call_ended(&s->backoff, s->opened_at, received, ts, &s->retry_at);
   if (!a->stopping)
-    tool_log(received ? TOOL_LOG_INFO : TOOL_LOG_DEBUG,
+    tool_log(e->received ? TOOL_LOG_INFO : TOOL_LOG_DEBUG,
              "%s: stream ended: status %d%s%s (after %llu update%s); "
              "reconnecting in %llu ms",
-             s->authority, status, details && details[0] ? ": " : "",
-             details ? details : "", (unsigned long long)received,
-             received == 1 ? "" : "s",
-             (unsigned long long)(delay / MCP_MILLISECONDS));
-}
-
-static mcp_tstamp dest_expiry(void *ud) {
-  proto_app *a = ud;
-  mcp_tstamp t = MCP_TSTAMP_MAX;
-  for (size_t i = 0; i < a->nslots; i++)
-    if (!a->slots[i].open && a->slots[i].retry_at < t)
-      t = a->slots[i].retry_at;
-  return t;
+             s->authority, e->status, e->details[0] ? ": " : "", e->details,
+             (unsigned long long)e->received, e->received == 1 ? "" : "s",
+             (unsigned long long)(e->delay / MCP_MILLISECONDS));
 }
 
 /* ---- Dispatcher ---- */
@@ -509,7 +449,7 @@ static const char *xds_method(void *ud, size_t slot) {
 static int xds_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
   proto_app *a = ud;
   (void)slot;
-  if (a->xopen || ts < a->xretry_at)
+  if (!mcp_redial_due(&a->xredial, ts))
     return 0;
   /* adsc's initial nonce: the time, as Go's time.Now().String() starts. */
   char nonce[64];
@@ -532,11 +472,10 @@ static int xds_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
   int rv = mcp_xds_client_open(pst, &o, ts);
   if (rv < 0) {
     log_error("cannot open an xDS stream: %s", mcp_strerror(rv));
-    a->xretry_at = ts + mcp_backoff_next(&a->xbackoff);
+    (void)mcp_redial_ended(&a->xredial, ts);
     return 0;
   }
-  a->xopen = 1;
-  a->xopened_at = ts;
+  mcp_redial_opened(&a->xredial, ts);
   a->xresponses_at_open = a->xresponses;
   return 1;
 }
@@ -545,10 +484,9 @@ static void xds_ended(void *ud, size_t slot, int status, const char *details,
                       mcp_tstamp ts) {
   proto_app *a = ud;
   (void)slot;
-  a->xopen = 0;
   uint64_t received = a->xresponses - a->xresponses_at_open;
-  mcp_tstamp delay =
-      call_ended(&a->xbackoff, a->xopened_at, received, ts, &a->xretry_at);
+  mcp_redial_received(&a->xredial, received);
+  mcp_tstamp delay = mcp_redial_ended(&a->xredial, ts);
   if (!a->stopping)
     tool_log(received ? TOOL_LOG_INFO : TOOL_LOG_DEBUG,
              "xDS stream ended: status %d%s%s (after %llu response%s); "
@@ -561,7 +499,7 @@ static void xds_ended(void *ud, size_t slot, int status, const char *details,
 
 static mcp_tstamp xds_expiry(void *ud) {
   proto_app *a = ud;
-  return a->xopen ? MCP_TSTAMP_MAX : a->xretry_at;
+  return mcp_redial_at(&a->xredial); /* MAX while the call is open */
 }
 
 /* adsc's ConfigInitialRequests: MeshConfig, then every Istio type the
@@ -650,6 +588,7 @@ int tool_sink_proto_main(int argc, char **argv) {
   const char *node_id = NULL, *report = NULL, *out = NULL, *api = NULL;
   int json = 0, exit_after_sync = 0, rv, status = 2;
   tool_strv auths = {0};
+  mcp_dest_set **dsets = NULL; /* --api destination: the slots' sets */
   tool_sec_args sec = {0};
   tool_log_format log_format = TOOL_LOG_TEXT;
   tool_access *access = NULL;
@@ -831,20 +770,18 @@ int tool_sink_proto_main(int argc, char **argv) {
 
   const mcp_client_def *def = NULL;
   mcp_tstamp now = app.tp->now();
-  mcp_client_def ddef;
   if (app.api == P_DEST) {
     app.nslots = auths.n;
     app.slots = calloc(auths.n, sizeof *app.slots);
-    dest_cbs = calloc(auths.n, sizeof *dest_cbs);
-    if (!app.slots || !dest_cbs)
+    dsets = calloc(auths.n, sizeof *dsets);
+    if (!app.slots || !dsets)
       goto nomem_run;
     for (size_t i = 0; i < auths.n; i++) {
       dest_slot *s = &app.slots[i];
       s->authority = auths.v[i];
-      dest_cbs[i] = (dest_cb){&app, i};
-      mcp_backoff_init(&s->backoff, NULL, tool_rand, NULL);
       if (mcp_dest_set_new(&s->set, NULL) < 0)
         goto nomem_run;
+      dsets[i] = s->set;
       if (out) {
         size_t n = strlen(out) + strlen(s->authority) + 8;
         if (!(s->file = malloc(n)))
@@ -852,13 +789,22 @@ int tool_sink_proto_main(int argc, char **argv) {
         snprintf(s->file, n, "%s/%s.json", out, s->authority);
       }
     }
-    ddef = (mcp_client_def){.nslots = auths.n,
-                            .method = dest_method,
-                            .open = dest_open,
-                            .ended = dest_ended,
-                            .get_expiry = dest_expiry,
-                            .user_data = &app};
-    def = &ddef;
+    mcp_dest_agent_options o = {.authorities = (const char *const *)auths.v,
+                                .sets = dsets,
+                                .nauthorities = auths.n,
+                                .on_update = on_dest_update,
+                                .on_end = on_dest_end,
+                                .user_data = &app,
+                                .rand = tool_rand};
+    int arv = mcp_dest_agent_new(&app.dagent, &o, now);
+    if (arv == MCP_ERR_NOMEM)
+      goto nomem_run;
+    if (arv < 0) { /* the authorities were checked as arguments */
+      log_error("destination: %s", mcp_strerror(arv));
+      status = 1;
+      goto out_objects;
+    }
+    def = mcp_dest_agent_client_def(app.dagent);
   }
   if (app.api == P_DISP) {
     mcp_disp_agent_options o;
@@ -894,7 +840,7 @@ int tool_sink_proto_main(int argc, char **argv) {
   }
   mcp_client_def xdef;
   if (app.api == P_XDS) {
-    mcp_backoff_init(&app.xbackoff, NULL, tool_rand, NULL);
+    mcp_redial_init(&app.xredial, NULL, tool_rand, NULL, now);
     if (mcp_xds_held_new(&app.xheld, NULL) < 0 ||
         !(app.xsynced = calloc(app.types.n, 1)))
       goto nomem_run;
@@ -976,8 +922,8 @@ out_objects:
     mcp_dest_set_del(app.slots[i].set);
     free(app.slots[i].file);
   }
-  free(dest_cbs);
-  dest_cbs = NULL;
+  free(dsets);
+  mcp_dest_agent_del(app.dagent);
   mcp_disp_agent_del(app.agent);
   mcp_xds_held_del(app.xheld);
   tool_mirror_del(app.mirror);

@@ -1,5 +1,5 @@
 /* Dialing: one stream at a time on a fresh channel, reconnecting forever
- * with jittered exponential backoff. */
+ * through the core's mcp_redial (each stream is an attempt). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +30,7 @@ const char *mcp_grpc_method(mcp_service service, int sink_dials) {
 }
 
 static void retry_later(mcp_grpc_ep *ep) {
-  ep->reconnect_at = ep->now + mcp_backoff_next(&ep->backoff);
+  (void)mcp_redial_ended(&ep->redial, ep->now);
 }
 
 /* The address of this attempt: |address| is a comma-separated list, and
@@ -76,6 +76,7 @@ grpc_channel *mcp_grpc_channel_new(mcp_grpc_ep *ep) {
 static void connect_now(mcp_grpc_ep *ep) {
   /* A new channel per attempt: the attempt's timing is ours alone, not
    * that of a channel's hidden reconnection state. */
+  mcp_redial_opened(&ep->redial, ep->now);
   ep->channel = mcp_grpc_channel_new(ep);
   if (!ep->channel) {
     retry_later(ep);
@@ -93,17 +94,16 @@ static void connect_now(mcp_grpc_ep *ep) {
 void mcp_grpc_client_tick(mcp_grpc_ep *ep, mcp_tstamp *deadline) {
   if (ep->stopping || ep->finished || ep->channel) /* an attempt is under way */
     return;
-  if (ep->now >= ep->reconnect_at)
+  if (mcp_redial_due(&ep->redial, ep->now))
     connect_now(ep);
-  else if (ep->reconnect_at < *deadline)
-    *deadline = ep->reconnect_at;
+  else if (mcp_redial_at(&ep->redial) < *deadline)
+    *deadline = mcp_redial_at(&ep->redial);
 }
 
-void mcp_grpc_client_stream_gone(mcp_grpc_ep *ep, mcp_tstamp lived,
-                                 uint64_t received) {
+void mcp_grpc_client_stream_gone(mcp_grpc_ep *ep, uint64_t received) {
   grpc_channel_destroy(ep->channel);
   ep->channel = NULL;
-  mcp_backoff_stream_ended(&ep->backoff, lived, received);
+  mcp_redial_received(&ep->redial, received);
   retry_later(ep);
 }
 

@@ -42,7 +42,7 @@ static mcp_grpc_chan *chan_get(mcp_grpc_ep *ep) {
     mcp_grpc_free(&ep->mem, c);
     return NULL;
   }
-  c->created = ep->now;
+  mcp_redial_opened(&ep->redial, ep->now); /* the connection is the attempt */
   ep->chan = c;
   ep->nchans++;
   return c;
@@ -53,7 +53,7 @@ static mcp_grpc_chan *chan_get(mcp_grpc_ep *ep) {
  * spin). */
 static void not_started(mcp_grpc_ep *ep, size_t slot, int status,
                         const char *details) {
-  ep->reconnect_at = ep->now + mcp_backoff_next(&ep->backoff);
+  (void)mcp_redial_ended(&ep->redial, ep->now);
   chan_retire(ep);
   const mcp_client_def *d = &ep->client_def;
   d->ended(d->user_data, slot, status, details, ep->now);
@@ -98,11 +98,11 @@ void mcp_grpc_svc_client_tick(mcp_grpc_ep *ep, mcp_tstamp *deadline) {
   for (size_t i = 0; i < d->nslots; i++) {
     if (ep->slots[i])
       continue;
-    if (!ep->chan && ep->now < ep->reconnect_at) {
+    if (!ep->chan && !mcp_redial_due(&ep->redial, ep->now)) {
       /* No connection to start a call on before the backoff ends: the
        * free slots are asked then. */
-      if (ep->reconnect_at < *deadline)
-        *deadline = ep->reconnect_at;
+      if (mcp_redial_at(&ep->redial) < *deadline)
+        *deadline = mcp_redial_at(&ep->redial);
       break;
     }
     mcp_stream *st = NULL;
@@ -124,14 +124,14 @@ void mcp_grpc_svc_client_call_gone(mcp_grpc_ep *ep, size_t slot,
                                    int status, const char *details) {
   ep->slots[slot] = NULL;
   c->calls--;
-  c->received += received;
+  if (c == ep->chan) /* the attempt's messages: its calls' together */
+    mcp_redial_received(&ep->redial, received);
   if (status == GRPC_STATUS_UNAVAILABLE && c == ep->chan && !ep->stopping) {
     /* The connection could not be made or was lost (or the server is
      * going away): the next one after the backoff, which goes back to
-     * its start only after a connection that lasted and carried data. */
-    mcp_backoff_stream_ended(&ep->backoff, ep->now - c->created,
-                             c->received);
-    ep->reconnect_at = ep->now + mcp_backoff_next(&ep->backoff);
+     * its start only after a connection that lasted and carried a
+     * message (the core's rule). */
+    (void)mcp_redial_ended(&ep->redial, ep->now);
     chan_retire(ep);
   } else {
     chan_release(ep, c);

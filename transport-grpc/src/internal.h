@@ -79,8 +79,6 @@ typedef struct mcp_grpc_stream mcp_grpc_stream;
 typedef struct mcp_grpc_chan {
   grpc_channel *ch;
   size_t calls;       /* calls started on it and not yet gone */
-  mcp_tstamp created;
-  uint64_t received;  /* messages its finished calls received */
   int retired;        /* no new call goes on it */
 } mcp_grpc_chan;
 
@@ -223,8 +221,9 @@ struct mcp_grpc_ep {
 
   /* DIAL */
   grpc_channel *channel;
-  mcp_backoff backoff;
-  mcp_tstamp reconnect_at;
+  /* DIAL and CLIENT: the core's reconnection (an MCP stream, or the
+   * current connection, is the attempt). */
+  mcp_redial redial;
   uint64_t rand_state;
 };
 
@@ -298,8 +297,8 @@ void mcp_grpc_server_tick(mcp_grpc_ep *ep, mcp_tstamp *deadline);
 grpc_channel *mcp_grpc_channel_new(mcp_grpc_ep *ep);
 void mcp_grpc_client_tick(mcp_grpc_ep *ep, mcp_tstamp *deadline);
 void mcp_grpc_client_shutdown(mcp_grpc_ep *ep);
-void mcp_grpc_client_stream_gone(mcp_grpc_ep *ep, mcp_tstamp lived,
-                                 uint64_t received);
+/* The dialed MCP stream is gone after |received| messages. */
+void mcp_grpc_client_stream_gone(mcp_grpc_ep *ep, uint64_t received);
 
 /* client_svc.c (mcp_grpc_client) */
 void mcp_grpc_svc_client_tick(mcp_grpc_ep *ep, mcp_tstamp *deadline);

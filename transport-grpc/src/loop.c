@@ -317,8 +317,8 @@ int mcp_grpc_ep_start(mcp_grpc_ep *ep) {
       rand = mcp_rand_splitmix64;
       ud = &ep->rand_state;
     }
-    mcp_backoff_init(&ep->backoff, &ep->opts.backoff, rand, ud);
-    ep->reconnect_at = 0; /* the first attempt is immediate */
+    /* The first attempt is immediate. */
+    mcp_redial_init(&ep->redial, &ep->opts.backoff, rand, ud, ep->now);
   }
 
   if (pthread_create(&ep->thread, NULL, loop_main, ep) != 0) {

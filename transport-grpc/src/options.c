@@ -61,10 +61,7 @@ static void options_default(mcp_grpc_options *opts) {
   opts->mode = MCP_GRPC_LISTEN;
   opts->max_recv_message_size = MCP_GRPC_DEFAULT_MAX_MESSAGE;
   opts->max_send_message_size = MCP_GRPC_DEFAULT_MAX_MESSAGE;
-  opts->backoff.initial = MCP_SECONDS;
-  opts->backoff.multiplier = 1.6;
-  opts->backoff.jitter = 0.2;
-  opts->backoff.max = 120 * MCP_SECONDS;
+  opts->backoff = mcp_backoff_defaults(); /* the core's one table */
   opts->shutdown_grace = 5 * MCP_SECONDS;
   opts->max_queued_updates = 65536;
   opts->max_streams = MCP_GRPC_DEFAULT_MAX_STREAMS;

@@ -127,11 +127,10 @@ static void maybe_free(mcp_grpc_stream *s) {
     return;
   }
   int dialed = s->dialed;
-  mcp_tstamp lived = ep->now - s->opened;
   uint64_t received = s->received;
   stream_free(s);
   if (dialed)
-    mcp_grpc_client_stream_gone(ep, lived, received);
+    mcp_grpc_client_stream_gone(ep, received);
 }
 
 /* The engine asks for |st| to be pumped: only noted here (a waker never
@@ -379,7 +378,7 @@ static void dial_connected(mcp_grpc_stream *s) {
 void mcp_grpc_stream_dial(mcp_grpc_ep *ep, grpc_call *call) {
   mcp_grpc_stream *s = stream_new(ep, call, ep->role, 1);
   if (!s) {
-    mcp_grpc_client_stream_gone(ep, 0, 0);
+    mcp_grpc_client_stream_gone(ep, 0);
     return;
   }
   s->service = ep->role == MCP_GRPC_ROLE_SINK ? mcp_sink_state_service(ep->state)

@@ -33,10 +33,7 @@ static void options_default(mcp_h2c_options *opts) {
   opts->connection_window_size = 16 << 20;
   opts->max_concurrent_streams = 0; /* twice max_streams_per_connection */
   opts->write_buffer_size = 64 << 10;
-  opts->backoff.initial = MCP_SECONDS;
-  opts->backoff.multiplier = 1.6;
-  opts->backoff.jitter = 0.2;
-  opts->backoff.max = 120 * MCP_SECONDS;
+  opts->backoff = mcp_backoff_defaults(); /* the core's one table */
   opts->shutdown_grace = 5 * MCP_SECONDS;
   opts->max_queued_updates = 65536;
   opts->handshake_timeout_ms = 10000;

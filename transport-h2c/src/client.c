@@ -1,7 +1,7 @@
 /* Dialing: one stream per connection (MCP), or the calls of an
  * mcp_client_def sharing one connection (mcp_h2c_client); HTTP/2 with
- * prior knowledge, reconnecting forever with jittered exponential
- * backoff. */
+ * prior knowledge, reconnecting forever through the core's mcp_redial
+ * (each connection is an attempt; its calls' messages count for it). */
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -183,7 +183,7 @@ int mcp_h2c_client_connected(mcp_h2c_ep *ep, mcp_h2c_conn *c) {
 static void retry_later(mcp_h2c_ep *ep) {
   if (ep->stopping || ep->finished)
     return;
-  mcp_tstamp d = mcp_backoff_next(&ep->backoff);
+  mcp_tstamp d = mcp_redial_ended(&ep->redial, mcp_h2c_now());
   uv_timer_start(&ep->retry, on_retry,
                  (d + MCP_MILLISECONDS - 1) / MCP_MILLISECONDS, 0);
 }
@@ -191,18 +191,16 @@ static void retry_later(mcp_h2c_ep *ep) {
 void mcp_h2c_client_conn_gone(mcp_h2c_ep *ep, mcp_h2c_conn *c) {
   if (ep->dial == c)
     ep->dial = NULL;
-  /* mcp_h2c_client: a connection that was healthy (it lasted and heard
-   * from the server after connecting) resets the backoff even when it
-   * carried no call; calls also count, one by one. */
-  if (ep->role == MCP_H2C_ROLE_CLIENT && c->connected_at)
-    mcp_backoff_stream_ended(&ep->backoff, mcp_h2c_now() - c->connected_at,
-                             c->last_recv > c->connected_at);
+  /* The attempt ends with its connection; the core's healthy rule counts
+   * the messages its calls received (bytes such as the server's SETTINGS
+   * do not count). */
   retry_later(ep);
 }
 
-void mcp_h2c_client_stream_gone(mcp_h2c_ep *ep, mcp_tstamp lived,
+void mcp_h2c_client_stream_gone(mcp_h2c_ep *ep, mcp_h2c_conn *c,
                                 uint64_t received) {
-  mcp_backoff_stream_ended(&ep->backoff, lived, received);
+  if (c == ep->dial) /* not one of a connection replaced */
+    mcp_redial_received(&ep->redial, received);
 }
 
 static void fail(mcp_h2c_conn *c, const char *what, int err) {
@@ -307,6 +305,7 @@ static void attempt(mcp_h2c_ep *ep) {
   if (ep->dialed_once && ep->naddrs > 1)
     (void)mcp_h2c_ep_select_addr(ep, (ep->addr_index + 1) % ep->naddrs);
   ep->dialed_once = 1;
+  mcp_redial_opened(&ep->redial, mcp_h2c_now());
   mcp_h2c_conn *c = mcp_h2c_conn_new(ep, 1);
   if (!c) {
     retry_later(ep);

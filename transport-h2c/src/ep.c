@@ -447,7 +447,8 @@ static int ep_start(mcp_h2c_ep *ep, uv_loop_t *loop,
     o->rand = mcp_rand_splitmix64;
     o->rand_user_data = &ep->rand_state;
   }
-  mcp_backoff_init(&ep->backoff, &o->backoff, o->rand, o->rand_user_data);
+  mcp_redial_init(&ep->redial, &o->backoff, o->rand, o->rand_user_data,
+                  mcp_h2c_now());
 
   if (uv_mutex_init(&ep->mu) != 0)
     goto fail_strings;

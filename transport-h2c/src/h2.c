@@ -103,7 +103,6 @@ void mcp_h2c_stream_free(mcp_h2c_stream *s) {
   mcp_h2c_ep *ep = c->ep;
   int mcp_dial = s->dialed && s->seq > 0;
   mcp_tstamp now = mcp_h2c_now();
-  mcp_tstamp lived = now - s->opened;
   uint64_t received = s->received;
   drop_session(s);
   if (s->in_slot) /* the protocol hears of it once its stream is gone */
@@ -128,7 +127,7 @@ void mcp_h2c_stream_free(mcp_h2c_stream *s) {
   mcp_h2c_free(&ep->mem, s->api);
   mcp_h2c_free(&ep->mem, s);
   if (mcp_dial)
-    mcp_h2c_client_stream_gone(ep, lived, received);
+    mcp_h2c_client_stream_gone(ep, c, received);
 }
 
 void mcp_h2c_streams_gone(mcp_h2c_conn *c, int status, const char *details) {

@@ -277,7 +277,7 @@ struct mcp_h2c_ep {
   /* DIAL */
   uv_timer_t retry;
   mcp_h2c_conn *dial; /* the attempt under way */
-  mcp_backoff backoff;
+  mcp_redial redial; /* the core's reconnection: a connection is an attempt */
   uint64_t rand_state;
 
   /* LISTEN: services served beside (or instead of, |no_mcp|) MCP. */
@@ -391,7 +391,8 @@ int mcp_h2c_ep_select_addr(mcp_h2c_ep *ep, size_t i);
 void mcp_h2c_client_start(mcp_h2c_ep *ep); /* schedule the first attempt */
 void mcp_h2c_client_stop(mcp_h2c_ep *ep);
 void mcp_h2c_client_conn_gone(mcp_h2c_ep *ep, mcp_h2c_conn *c);
-void mcp_h2c_client_stream_gone(mcp_h2c_ep *ep, mcp_tstamp lived,
+/* A dialed stream of |c| is gone after |received| messages. */
+void mcp_h2c_client_stream_gone(mcp_h2c_ep *ep, mcp_h2c_conn *c,
                                 uint64_t received);
 /* ROLE_CLIENT: the connection calls may start on (NULL when none). */
 mcp_h2c_conn *mcp_h2c_client_conn(mcp_h2c_ep *ep);

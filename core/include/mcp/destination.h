@@ -406,6 +406,81 @@ mcp_dest_client_open_versioned(mcp_stream **pst, int version,
   mcp_dest_client_open_versioned((PST), MCP_DEST_CLIENT_OPTIONS_VERSION,      \
                                  (OPTS), (TS))
 
+/* ------------------------------------------------------------------ */
+/* Client: the authorities, reconnecting                               */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A Destination client for several authorities, as a client def for a
+ * dialing transport: one call slot per authority, each running one Get
+ * call at a time (mcp_dest_client_open() on the authority's set) and,
+ * when it ends, the next after the core's reconnection policy (mcp_redial:
+ * mcp_backoff_defaults() unless |backoff| says otherwise; back to the
+ * initial delay after a call that received an Update and lasted the
+ * nominal delay). A call that cannot be opened (NOMEM) is tried again after
+ * the backoff as well.
+ */
+typedef struct mcp_dest_agent mcp_dest_agent;
+
+/* How one authority's call ended. Valid during the callback only. */
+typedef struct mcp_dest_call_end {
+  size_t slot;         /* the authority's index in the options */
+  int error;           /* < 0: the call could not be opened (an mcp_error;
+                          status is 0, details "", received 0) */
+  int status;          /* the call's status (MCP_CODE_*) */
+  const char *details; /* "" when none */
+  uint64_t received;   /* Updates the call applied */
+  mcp_tstamp delay;    /* until this authority's next call */
+} mcp_dest_call_end;
+
+/* Called after each Update applied to the set of authority |slot|; must not
+ * call into the agent (it may read the set). */
+typedef void (*mcp_dest_agent_update_fn)(size_t slot, const mcp_dest_update *u,
+                                         void *user_data);
+/* Called when a call ends or could not be opened; must not call into the
+ * agent. */
+typedef void (*mcp_dest_agent_end_fn)(const mcp_dest_call_end *e,
+                                      void *user_data);
+
+typedef struct mcp_dest_agent_options {
+  const mcp_mem *mem; /* NULL: libc */
+  /* The authorities ("host[:port]", each non-empty; copied) and one set per
+   * authority (required; kept by pointer: they must outlive the agent and
+   * feed no other stream meanwhile). 1 to 65536 of them. */
+  const char *const *authorities;
+  mcp_dest_set *const *sets;
+  size_t nauthorities;
+  const char *scheme;              /* NULL: MCP_DEST_SCHEME. Copied. */
+  mcp_dest_agent_update_fn on_update; /* may be NULL */
+  mcp_dest_agent_end_fn on_end;       /* may be NULL */
+  void *user_data;
+  /* Delays between one authority's calls; zero fields: the core's table. */
+  mcp_backoff_options backoff;
+  mcp_rand_fn rand; /* backoff jitter; NULL: mcp_backoff's own */
+  void *rand_user_data;
+} mcp_dest_agent_options;
+
+#define MCP_DEST_AGENT_OPTIONS_V1 1
+#define MCP_DEST_AGENT_OPTIONS_VERSION MCP_DEST_AGENT_OPTIONS_V1
+
+/* Creates an agent whose first calls are due at |ts|. On failure |*pa| is
+ * untouched. Errors: NOMEM, INVALID_ARGUMENT (no authority, an empty or
+ * invalid one, a set missing, more than 65536, an unknown version). */
+MCP_EXTERN int mcp_dest_agent_new_versioned(mcp_dest_agent **pa, int version,
+                                            const mcp_dest_agent_options *opts,
+                                            mcp_tstamp ts);
+#define mcp_dest_agent_new(PA, OPTS, TS)                                     \
+  mcp_dest_agent_new_versioned((PA), MCP_DEST_AGENT_OPTIONS_VERSION, (OPTS), \
+                               (TS))
+
+/* Frees the agent: every stream it opened must have been deleted first
+ * (the transport running its client def stopped). NULL is a no-op. */
+MCP_EXTERN void mcp_dest_agent_del(mcp_dest_agent *a);
+
+/* The client def to give a dialing transport (points into |a|, valid until
+ * mcp_dest_agent_del()): method MCP_DEST_METHOD on every slot. */
+MCP_EXTERN const mcp_client_def *mcp_dest_agent_client_def(mcp_dest_agent *a);
+
 #ifdef __cplusplus
 }
 #endif

@@ -20,7 +20,7 @@
  *                    fixed number of call slots, each holding at most one
  *                    call; the protocol says when to open one and hears
  *                    how each ended. Reconnection policy is the
- *                    protocol's (use mcp_backoff), never the transport's.
+ *                    protocol's (use mcp_redial), never the transport's.
  *
  * The conventions of mcp.h hold: sans-I/O, time as an argument, errors as
  * negative mcp_error codes, one thread at a time per object, callbacks

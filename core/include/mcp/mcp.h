@@ -188,13 +188,15 @@ MCP_EXTERN void mcp_rand_splitmix64(uint8_t *dest, size_t len, void *user_data);
 /* ------------------------------------------------------------------ */
 
 /*
- * How long a dialing side waits before its next attempt (both transports
- * use it). After a stream ends, the next attempt waits the nominal delay
- * scaled by a factor drawn uniformly from [1 - jitter, 1 + jitter], capped
- * at |max|; the nominal delay then grows by |multiplier| up to |max|. It
- * goes back to |initial| (never to zero) only after a healthy stream: one
- * that received a message and lasted at least the nominal delay, so a peer
- * that fails every stream at once is not hammered.
+ * How long a dialing side waits before its next attempt (every client uses
+ * it through mcp_redial below). After a stream ends, the next attempt waits
+ * the nominal delay scaled by a factor drawn uniformly from
+ * [1 - jitter, 1 + jitter], capped at |max|; the nominal delay then grows
+ * by |multiplier| up to |max|. It goes back to |initial| (never to zero)
+ * only after a healthy stream: one on which a message was received (a
+ * whole message, not any byte: a server's SETTINGS do not count) and that
+ * lasted at least the nominal delay, so a peer that fails every stream at
+ * once is not hammered.
  */
 typedef struct mcp_backoff_options {
   mcp_tstamp initial; /* default 1 s */
@@ -202,6 +204,11 @@ typedef struct mcp_backoff_options {
   double jitter;      /* default 0.2 */
   mcp_tstamp max;     /* default 120 s */
 } mcp_backoff_options;
+
+/* The one table of defaults above (every transport's options and every
+ * client read it; a zero or out-of-range field given to mcp_backoff_init()
+ * takes its value from here). */
+MCP_EXTERN mcp_backoff_options mcp_backoff_defaults(void);
 
 /* Opaque, but a value type so that it can be embedded without an
  * allocation: its bytes are private and may change meaning in any release
@@ -224,6 +231,44 @@ MCP_EXTERN void mcp_backoff_stream_ended(mcp_backoff *b, mcp_tstamp lived,
 
 /* The nominal delay now (before jitter), for logs and tests. */
 MCP_EXTERN mcp_tstamp mcp_backoff_nominal(const mcp_backoff *b);
+
+/*
+ * One client's reconnection: when its next call (or connection) may start,
+ * and what the backoff learns when one ends. Every dialer uses it: both
+ * transports' MCP dialers and client connections, the Destination client
+ * (mcp_dest_agent), the Dispatcher agent. Sans-I/O: time is an argument.
+ *
+ *   init      the first attempt is due at |now|.
+ *   opened    an attempt started at |now| (a call, or a connection whose
+ *             calls count together); its received count starts at 0.
+ *   received  |n| messages arrived on the attempt open.
+ *   ended     the attempt ended at |now|: the backoff's healthy rule
+ *             (mcp_backoff_stream_ended()) is applied, and the next attempt
+ *             is due after mcp_backoff_next(); returns that delay. Also for
+ *             an attempt that could not start (nothing opened: no reset).
+ *   due       no attempt open and |now| at or past the due time.
+ *   at        the due time (MCP_TSTAMP_MAX while an attempt is open).
+ * Opaque, a value type like mcp_backoff (no allocation).
+ */
+typedef struct mcp_redial {
+  uint64_t opaque_[12];
+} mcp_redial;
+
+/* |o| is copied (NULL or zero fields: mcp_backoff_defaults()); |rand| as
+ * for mcp_backoff_init(). */
+MCP_EXTERN void mcp_redial_init(mcp_redial *r, const mcp_backoff_options *o,
+                                mcp_rand_fn rand, void *rand_user_data,
+                                mcp_tstamp now);
+MCP_EXTERN void mcp_redial_opened(mcp_redial *r, mcp_tstamp now);
+MCP_EXTERN void mcp_redial_received(mcp_redial *r, uint64_t n);
+MCP_EXTERN mcp_tstamp mcp_redial_ended(mcp_redial *r, mcp_tstamp now);
+MCP_EXTERN int mcp_redial_due(const mcp_redial *r, mcp_tstamp now);
+MCP_EXTERN mcp_tstamp mcp_redial_at(const mcp_redial *r);
+/* Whether an attempt is open, and the messages it received so far. */
+MCP_EXTERN int mcp_redial_is_open(const mcp_redial *r);
+MCP_EXTERN uint64_t mcp_redial_count(const mcp_redial *r);
+/* The backoff inside (for mcp_backoff_nominal() in logs and tests). */
+MCP_EXTERN const mcp_backoff *mcp_redial_backoff(const mcp_redial *r);
 
 /* ------------------------------------------------------------------ */
 /* Resources                                                           */

@@ -139,7 +139,8 @@ typedef enum mcp_grpc_mode {
  * [1 - jitter, 1 + jitter], capped at |max|; the nominal delay then grows
  * by |multiplier| up to |max|. It goes back to |initial| (never to zero)
  * only after a healthy stream: one that received a message and lasted at
- * least the nominal delay. The first attempt is immediate.
+ * least the nominal delay. The first attempt is immediate. This is the
+ * core's policy (mcp_redial; defaults: mcp_backoff_defaults()).
  */
 typedef mcp_backoff_options mcp_grpc_backoff_options;
 

@@ -167,8 +167,9 @@ typedef enum mcp_h2c_mode {
  * a factor drawn uniformly from [1 - jitter, 1 + jitter], capped at |max|;
  * the nominal delay then grows by |multiplier| up to |max|. It goes back
  * to |initial| (never to zero) only after a healthy stream: one that
- * received a message and lasted at least the nominal delay. The first
- * attempt is immediate.
+ * received a message (not any byte: the server's SETTINGS do not count)
+ * and lasted at least the nominal delay. The first attempt is immediate.
+ * This is the core's policy (mcp_redial; defaults: mcp_backoff_defaults()).
  */
 typedef mcp_backoff_options mcp_h2c_backoff_options;
 
