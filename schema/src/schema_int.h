@@ -182,6 +182,14 @@ typedef mcp_schema_yaml_event_fn sc_yf_emit_fn;
 int sc_yaml_fast(const mcp_mem *mem, const char *text, size_t len, unsigned max_depth,
                  sc_yf_emit_fn fn, void *ctx);
 
+/* mcp_schema_yaml_read() with an initialised |mem| and the parser chosen
+ * (yaml_read.c): SC_YAML_AUTO as mcp_schema_yaml_read(), SC_YAML_LIBYAML
+ * (libyaml alone), SC_YAML_FAST (the scanner alone: SC_YF_BAIL where AUTO
+ * would use libyaml, or the negative value |fn| refused an event with). */
+int sc_yaml_read(const mcp_mem *mem, const char *text, size_t len, unsigned max_depth,
+                 int mode, unsigned flags, mcp_schema_yaml_event_fn fn, void *ctx,
+                 mcp_schema_error *err);
+
 /* mcp_schema_parse_yaml() with the parser chosen: SC_YAML_AUTO (the fast
  * scanner, libyaml when it bails), SC_YAML_LIBYAML, SC_YAML_FAST (returns
  * SC_YF_BAIL where AUTO would use libyaml). For the tests and fuzzers that

@@ -39,7 +39,7 @@ static int bail(yf *y) {
 static int emit_at(yf *y, int type, unsigned long line, size_t offset, const char *text,
                    size_t len, int style) {
   sc_yf_event ev = {(mcp_schema_yaml_event_type)type, line, offset, text, len,
-                    (mcp_schema_yaml_style)style};
+                    (mcp_schema_yaml_style)style, NULL, NULL};
   int rc = y->emit(y->ctx, &ev);
   if (rc) {
     y->rc = rc;
