@@ -68,7 +68,8 @@ typedef enum mcp_schema_kind {
 
 /*
  * One node of a parsed document. The parsers below build these; a program
- * with its own YAML parser (mcp-source's loader) may build them itself:
+ * with its own builder on mcp_schema_yaml_read()'s events (mcp-source's
+ * loader) may build them itself:
  * the converter only reads them, and a node may be shared (YAML aliases).
  *
  *  - Scalars (NULL, BOOL, NUMBER, STRING): text/len is the scalar as
@@ -136,8 +137,9 @@ MCP_EXTERN const mcp_schema_value *mcp_schema_value_get(const mcp_schema_value *
                                                         const char *key);
 
 /*
- * The fast YAML scanner under mcp_schema_parse_yaml(), for a program with
- * its own YAML builder (mcp-source's loader). It reads the common shape of
+ * The fast YAML scanner under mcp_schema_yaml_read() (which a program
+ * with its own YAML builder, mcp-source's loader, should use instead: it
+ * falls back to libyaml itself). It reads the common shape of
  * configuration files (block mappings and sequences; plain and quoted
  * scalars and flow collections on one line; comments; "---" between
  * documents; ASCII) and produces the events libyaml produces for them:
