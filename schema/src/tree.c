@@ -268,7 +268,7 @@ static int y_scalar(yb *b, unsigned long line0, const char *value, size_t len,
   n->v.text = t;
   n->v.len = len;
   n->bytes = len;
-  const char *e = mcp_schema_yaml_resolve(t, tag, plain, &n->v.kind, &n->v.boolean, NULL);
+  const char *e = sc_yaml_resolve(t, tag, plain, &n->v.kind, &n->v.boolean, NULL);
   if (e)
     return sc_error(b->err, MCP_ERR_INVALID_ARGUMENT, line, NULL, "%s (%.100s)", e, tag);
   if (anchor && (rc = put_anchor(b, anchor, n)))

@@ -263,19 +263,6 @@ static int read_libyaml(const char *text, size_t len, mcp_schema_yaml_event_fn f
   return rc;
 }
 
-/* The fast scanner's events through to |fn|, keeping what |fn| said apart
- * from the scanner's own bail (both may be 1). */
-typedef struct relay {
-  mcp_schema_yaml_event_fn fn;
-  void *ctx;
-  int said;
-} relay;
-
-static int relay_event(void *ctx, const mcp_schema_yaml_event *ev) {
-  relay *r = ctx;
-  return r->said = r->fn(r->ctx, ev);
-}
-
 static int nothing(void *ctx, const mcp_schema_yaml_event *ev) {
   (void)ctx;
   (void)ev;
@@ -287,27 +274,22 @@ int sc_yaml_read(const mcp_mem *mem, const char *text, size_t len, unsigned max_
                  mcp_schema_error *err) {
   if (mode == SC_YAML_LIBYAML)
     return read_libyaml(text, len, fn, ctx, err);
-  relay r = {fn, ctx, 0};
-  int rc;
+  int rc, bailed = 0;
   if (flags & MCP_SCHEMA_YAML_PRESCAN) {
-    rc = sc_yaml_fast(mem, text, len, max_depth, nothing, NULL);
+    rc = sc_yaml_fast(mem, text, len, max_depth, nothing, NULL, NULL);
     if (rc == MCP_ERR_NOMEM)
       return sc_error(err, rc, 0, NULL, "out of memory");
     if (rc) /* the scanner is unsure: libyaml alone */
       return mode == SC_YAML_FAST ? SC_YF_BAIL : read_libyaml(text, len, fn, ctx, err);
     /* It reads the same input the same way: it cannot bail now. */
-    rc = sc_yaml_fast(mem, text, len, max_depth, relay_event, &r);
-    if (rc == MCP_ERR_NOMEM && !r.said)
-      return sc_error(err, rc, 0, NULL, "out of memory");
-    return rc;
+    rc = sc_yaml_fast(mem, text, len, max_depth, fn, ctx, NULL);
+    return rc == MCP_ERR_NOMEM ? sc_error(err, rc, 0, NULL, "out of memory") : rc;
   }
-  rc = sc_yaml_fast(mem, text, len, max_depth, relay_event, &r);
-  if (!rc || (r.said && (r.said > 0 || r.said == MCP_ERR_NOMEM)))
-    return rc; /* read, or |fn| stopped it */
-  if (!r.said && rc == MCP_ERR_NOMEM)
-    return sc_error(err, rc, 0, NULL, "out of memory");
+  rc = sc_yaml_fast(mem, text, len, max_depth, fn, ctx, &bailed);
+  if (!rc || (!bailed && (rc > 0 || rc == MCP_ERR_NOMEM)))
+    return rc == MCP_ERR_NOMEM ? sc_error(err, rc, 0, NULL, "out of memory") : rc;
   if (mode == SC_YAML_FAST)
-    return r.said ? r.said : SC_YF_BAIL;
+    return bailed ? SC_YF_BAIL : rc;
   /* The scanner bailed, or |fn| refused what it read: libyaml, from the
    * start, has the last word. */
   mcp_schema_yaml_event e;
