@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "mcp/schema.h"
 #include <mcp/engine.h>
@@ -179,9 +180,32 @@ typedef mcp_schema_yaml_event sc_yf_event;
 typedef mcp_schema_yaml_event_fn sc_yf_emit_fn;
 #define SC_YF_BAIL MCP_SCHEMA_YAML_UNSURE
 
-/* mcp_schema_yaml_scan() with an initialised |mem| (yaml_fast.c). */
+/* mcp_schema_yaml_scan() with an initialised |mem| (yaml_fast.c);
+ * |*bailed| (when not NULL) 1 when the scanner bailed, 0 when it read the
+ * input or the callback (or an allocation) stopped it: a callback's value
+ * may be SC_YF_BAIL too. */
 int sc_yaml_fast(const mcp_mem *mem, const char *text, size_t len, unsigned max_depth,
-                 sc_yf_emit_fn fn, void *ctx);
+                 sc_yf_emit_fn fn, void *ctx, int *bailed);
+
+/* mcp_schema_yaml_resolve() with its common case inline (yaml_read.c): an
+ * untagged quoted scalar, or a plain one whose first byte cannot start a
+ * null, a boolean or a number, is a string. */
+static inline const char *sc_yaml_resolve(const char *s, const char *tag, int plain,
+                                          mcp_schema_kind *kind, int *boolean, double *num) {
+  if (!tag && (!plain || !strchr("~nNtTfF-+.0123456789", s[0]))) {
+    *kind = MCP_SCHEMA_STRING;
+    return NULL;
+  }
+  return mcp_schema_yaml_resolve(s, tag, plain, kind, boolean, num);
+}
+
+/* mcp_schema_yaml_read() with an initialised |mem| and the parser chosen
+ * (yaml_read.c): SC_YAML_AUTO as mcp_schema_yaml_read(), SC_YAML_LIBYAML
+ * (libyaml alone), SC_YAML_FAST (the scanner alone: SC_YF_BAIL where AUTO
+ * would use libyaml, or the negative value |fn| refused an event with). */
+int sc_yaml_read(const mcp_mem *mem, const char *text, size_t len, unsigned max_depth,
+                 int mode, unsigned flags, mcp_schema_yaml_event_fn fn, void *ctx,
+                 mcp_schema_error *err);
 
 /* mcp_schema_parse_yaml() with the parser chosen: SC_YAML_AUTO (the fast
  * scanner, libyaml when it bails), SC_YAML_LIBYAML, SC_YAML_FAST (returns

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <yaml.h>
 
 #include "schema_int.h"
 
@@ -151,106 +150,7 @@ typedef struct yb {
   size_t nodes, bytes;
 } yb;
 
-static int is_null_text(const char *s) {
-  return !*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") ||
-         !strcmp(s, "NULL");
-}
-
-static int is_bool_text(const char *s, int *v) {
-  if (!strcmp(s, "true") || !strcmp(s, "True") || !strcmp(s, "TRUE"))
-    return *v = 1;
-  if (!strcmp(s, "false") || !strcmp(s, "False") || !strcmp(s, "FALSE"))
-    return !(*v = 0);
-  return 0;
-}
-
 static int dig(char c) { return c >= '0' && c <= '9'; }
-
-static int is_int_text(const char *s) {
-  if (s[0] == '0' && (s[1] == 'o' || s[1] == 'x')) {
-    const char *p = s + 2;
-    if (!*p)
-      return 0;
-    for (; *p; p++) {
-      int ok = s[1] == 'o' ? (*p >= '0' && *p <= '7')
-                           : (dig(*p) || (*p >= 'a' && *p <= 'f') || (*p >= 'A' && *p <= 'F'));
-      if (!ok)
-        return 0;
-    }
-    return 1;
-  }
-  const char *p = s + (*s == '-' || *s == '+');
-  if (!*p)
-    return 0;
-  for (; *p; p++)
-    if (!dig(*p))
-      return 0;
-  return 1;
-}
-
-static int is_float_text(const char *s) {
-  const char *p = s + (*s == '-' || *s == '+');
-  if (!strcmp(p, ".inf") || !strcmp(p, ".Inf") || !strcmp(p, ".INF"))
-    return 1;
-  if (!strcmp(s, ".nan") || !strcmp(s, ".NaN") || !strcmp(s, ".NAN"))
-    return 1;
-  size_t n = 0;
-  for (; dig(*p); p++)
-    n++;
-  if (*p == '.')
-    for (p++; dig(*p); p++)
-      n++;
-  if (!n)
-    return 0;
-  if (*p == 'e' || *p == 'E') {
-    p += 1 + (p[1] == '-' || p[1] == '+');
-    if (!dig(*p))
-      return 0;
-    while (dig(*p))
-      p++;
-  }
-  return !*p;
-}
-
-/* Kind of a scalar by the YAML 1.2 core schema; NULL or an error. */
-static const char *resolve(mcp_schema_value *v, const char *tag, int plain) {
-  const char *s = v->text;
-  v->kind = MCP_SCHEMA_STRING;
-  if (!tag) {
-    if (!plain)
-      return NULL;
-    /* Most plain scalars are words: only these first bytes (or none) can
-     * start a null, a boolean or a number. */
-    if (!strchr("~nNtTfF-+.0123456789", s[0]))
-      return NULL;
-    if (is_null_text(s))
-      v->kind = MCP_SCHEMA_NULL;
-    else if (is_bool_text(s, &v->boolean))
-      v->kind = MCP_SCHEMA_BOOL;
-    else if (is_int_text(s) || is_float_text(s))
-      v->kind = MCP_SCHEMA_NUMBER;
-    return NULL;
-  }
-  if (!strcmp(tag, "!") || !strcmp(tag, YAML_STR_TAG))
-    return NULL;
-  if (!strcmp(tag, YAML_NULL_TAG)) {
-    v->kind = MCP_SCHEMA_NULL;
-    return is_null_text(s) ? NULL : "!!null on a non-null value";
-  }
-  if (!strcmp(tag, YAML_BOOL_TAG)) {
-    v->kind = MCP_SCHEMA_BOOL;
-    return is_bool_text(s, &v->boolean) ? NULL : "!!bool on a non-boolean value";
-  }
-  if (!strcmp(tag, YAML_INT_TAG)) {
-    v->kind = MCP_SCHEMA_NUMBER;
-    return is_int_text(s) ? NULL : "!!int on a non-integer value";
-  }
-  if (!strcmp(tag, YAML_FLOAT_TAG)) {
-    v->kind = MCP_SCHEMA_NUMBER;
-    return is_int_text(s) || is_float_text(s) ? NULL : "!!float on a non-numeric value";
-  }
-  return "unsupported tag";
-}
 
 static int yfail(yb *b, int code, unsigned long line, const char *what) {
   return sc_error(b->err, code, line, NULL, "%s", what);
@@ -368,7 +268,7 @@ static int y_scalar(yb *b, unsigned long line0, const char *value, size_t len,
   n->v.text = t;
   n->v.len = len;
   n->bytes = len;
-  const char *e = resolve(&n->v, tag, plain);
+  const char *e = sc_yaml_resolve(t, tag, plain, &n->v.kind, &n->v.boolean, NULL);
   if (e)
     return sc_error(b->err, MCP_ERR_INVALID_ARGUMENT, line, NULL, "%s (%.100s)", e, tag);
   if (anchor && (rc = put_anchor(b, anchor, n)))
@@ -379,8 +279,7 @@ static int y_scalar(yb *b, unsigned long line0, const char *value, size_t len,
 static int y_start(yb *b, unsigned long line0, mcp_schema_kind kind, const char *tag,
                    const char *an) {
   unsigned long line = line0 + 1;
-  if (tag && strcmp(tag, "!") &&
-      strcmp(tag, kind == MCP_SCHEMA_MAP ? YAML_MAP_TAG : YAML_SEQ_TAG))
+  if (mcp_schema_yaml_collection_tag(tag, kind))
     return sc_error(b->err, MCP_ERR_INVALID_ARGUMENT, line, NULL,
                     "unsupported tag (%.100s)", tag);
   if (b->depth >= b->o->max_depth)
@@ -442,9 +341,8 @@ static int y_end(yb *b) {
   return attach(b, n);
 }
 
-static int y_alias(yb *b, const yaml_event_t *ev) {
-  unsigned long line = ev->start_mark.line + 1;
-  const char *name = (const char *)ev->data.alias.anchor;
+static int y_alias(yb *b, unsigned long line0, const char *name) {
+  unsigned long line = line0 + 1;
   node *n = get_anchor(b, name);
   if (!n)
     return sc_error(b->err, MCP_ERR_INVALID_ARGUMENT, line, NULL,
@@ -494,77 +392,31 @@ static void y_doc_start(yb *b) {
 
 static int y_doc_end(yb *b) { return b->root ? docs_add(b->d, &b->root->v) : 0; }
 
-static int y_libyaml(yb *b, const char *text, size_t len) {
-  yaml_parser_t yp;
-  int rc = 0;
-  if (!yaml_parser_initialize(&yp))
-    return MCP_ERR_NOMEM;
-  yaml_parser_set_input_string(&yp, (const unsigned char *)(text ? text : ""), len);
-  for (int done = 0; !done && !rc;) {
-    yaml_event_t ev;
-    if (!yaml_parser_parse(&yp, &ev)) {
-      rc = yp.error == YAML_MEMORY_ERROR
-               ? MCP_ERR_NOMEM
-               : sc_error(b->err, MCP_ERR_INVALID_ARGUMENT, yp.problem_mark.line + 1, NULL,
-                          "YAML: %s%s%s", yp.problem ? yp.problem : "syntax error",
-                          yp.context ? " " : "", yp.context ? yp.context : "");
-      break;
-    }
-    unsigned long line0 = ev.start_mark.line;
-    switch (ev.type) {
-    case YAML_STREAM_END_EVENT:
-      done = 1;
-      break;
-    case YAML_DOCUMENT_START_EVENT:
-      y_doc_start(b);
-      break;
-    case YAML_DOCUMENT_END_EVENT:
-      rc = y_doc_end(b);
-      break;
-    case YAML_SCALAR_EVENT:
-      rc = y_scalar(b, line0, (const char *)ev.data.scalar.value, ev.data.scalar.length,
-                    (const char *)ev.data.scalar.tag, (const char *)ev.data.scalar.anchor,
-                    ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE);
-      break;
-    case YAML_SEQUENCE_START_EVENT:
-      rc = y_start(b, line0, MCP_SCHEMA_LIST, (const char *)ev.data.sequence_start.tag,
-                   (const char *)ev.data.sequence_start.anchor);
-      break;
-    case YAML_MAPPING_START_EVENT:
-      rc = y_start(b, line0, MCP_SCHEMA_MAP, (const char *)ev.data.mapping_start.tag,
-                   (const char *)ev.data.mapping_start.anchor);
-      break;
-    case YAML_SEQUENCE_END_EVENT:
-    case YAML_MAPPING_END_EVENT:
-      rc = y_end(b);
-      break;
-    case YAML_ALIAS_EVENT:
-      rc = y_alias(b, &ev);
-      break;
-    default:
-      break;
-    }
-    yaml_event_delete(&ev);
-  }
-  yaml_parser_delete(&yp);
-  return rc;
-}
-
-/* The fast scanner's events into the same builder: the same checks. */
-static int y_fast_event(void *ctx, const sc_yf_event *ev) {
+/* One event of the project's YAML reader (yaml_read.c). */
+static int y_event(void *ctx, const mcp_schema_yaml_event *ev) {
   yb *b = ctx;
   switch (ev->type) {
-  case SC_YF_DOC_START:
+  case MCP_SCHEMA_YAML_DOC_START:
     y_doc_start(b);
     return 0;
-  case SC_YF_DOC_END:
+  case MCP_SCHEMA_YAML_DOC_END:
     return y_doc_end(b);
-  case SC_YF_SCALAR:
-    return y_scalar(b, ev->line, ev->text, ev->len, NULL, NULL, ev->style == MCP_SCHEMA_YAML_PLAIN);
-  case SC_YF_SEQ_START:
-    return y_start(b, ev->line, MCP_SCHEMA_LIST, NULL, NULL);
-  case SC_YF_MAP_START:
-    return y_start(b, ev->line, MCP_SCHEMA_MAP, NULL, NULL);
+  case MCP_SCHEMA_YAML_SCALAR:
+    return y_scalar(b, ev->line, ev->text, ev->len, ev->tag, ev->anchor,
+                    ev->style == MCP_SCHEMA_YAML_PLAIN);
+  case MCP_SCHEMA_YAML_SEQ_START:
+    return y_start(b, ev->line, MCP_SCHEMA_LIST, ev->tag, ev->anchor);
+  case MCP_SCHEMA_YAML_MAP_START:
+    return y_start(b, ev->line, MCP_SCHEMA_MAP, ev->tag, ev->anchor);
+  case MCP_SCHEMA_YAML_ALIAS:
+    return y_alias(b, ev->line, ev->anchor);
+  case MCP_SCHEMA_YAML_RESTART: {
+    /* libyaml reads the input again: start over. */
+    const mcp_schema_parse_options *o = b->o;
+    mcp_schema_error *err = b->err;
+    yb_done(b, 0);
+    return yb_init(b, o, err);
+  }
   default:
     return y_end(b);
   }
@@ -580,23 +432,13 @@ int sc_parse_yaml(const mcp_schema_parse_options *o, const char *text, size_t le
   if (!pdocs || (!text && len))
     return sc_error(err, MCP_ERR_INVALID_ARGUMENT, 0, NULL, "invalid argument");
   yb b;
+  mcp_schema_error syn;
   int rc = yb_init(&b, o, err);
-  if (!rc && mode != SC_YAML_LIBYAML) {
-    /* Most configuration files are read by the fast scanner alone. When
-     * it bails, or the document is refused (libyaml may see a syntax
-     * error before the mismatch), libyaml reads the input again from the
-     * start and has the last word. */
-    rc = sc_yaml_fast(&b.d->mem, text, len, o->max_depth, y_fast_event, &b);
-    if (rc && rc != MCP_ERR_NOMEM) {
-      yb_done(&b, 0);
-      if (mode == SC_YAML_FAST)
-        return rc > 0 ? SC_YF_BAIL : rc;
-      rc = yb_init(&b, o, err);
-      if (!rc)
-        rc = y_libyaml(&b, text, len);
-    }
-  } else if (!rc) {
-    rc = y_libyaml(&b, text, len);
+  if (!rc) {
+    /* Most configuration files are read by the fast scanner alone. */
+    rc = sc_yaml_read(&b.d->mem, text, len, o->max_depth, mode, 0, y_event, &b, &syn);
+    if (rc == MCP_ERR_MALFORMED)
+      rc = sc_error(err, MCP_ERR_INVALID_ARGUMENT, syn.line, NULL, "YAML: %s", syn.message);
   }
   if (rc) {
     if (rc == MCP_ERR_NOMEM)

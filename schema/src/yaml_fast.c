@@ -25,21 +25,24 @@ typedef struct yf {
   void *ctx;
   sc_buf tmp; /* double-quoted scalars with escapes */
   int rc;     /* what stopped the scan: SC_YF_BAIL or the callback's code */
+  int bailed; /* the scanner, not the callback, stopped it */
 } yf;
 
 /* libyaml refuses a simple key longer than this; stay well within it. */
 #define YF_KEY_MAX 1000
 
 static int bail(yf *y) {
-  if (!y->rc)
+  if (!y->rc) {
     y->rc = SC_YF_BAIL;
+    y->bailed = 1;
+  }
   return -1;
 }
 
 static int emit_at(yf *y, int type, unsigned long line, size_t offset, const char *text,
                    size_t len, int style) {
   sc_yf_event ev = {(mcp_schema_yaml_event_type)type, line, offset, text, len,
-                    (mcp_schema_yaml_style)style};
+                    (mcp_schema_yaml_style)style, NULL, NULL};
   int rc = y->emit(y->ctx, &ev);
   if (rc) {
     y->rc = rc;
@@ -596,11 +599,11 @@ int mcp_schema_yaml_scan(const mcp_mem *mem, const char *text, size_t len,
                          unsigned max_depth, mcp_schema_yaml_event_fn fn, void *ctx) {
   mcp_mem m;
   sc_mem_init(&m, mem);
-  return sc_yaml_fast(&m, text, len, max_depth, fn, ctx);
+  return sc_yaml_fast(&m, text, len, max_depth, fn, ctx, NULL);
 }
 
 int sc_yaml_fast(const mcp_mem *mem, const char *text, size_t len, unsigned max_depth,
-                 sc_yf_emit_fn fn, void *ctx) {
+                 sc_yf_emit_fn fn, void *ctx, int *bailed) {
   yf y;
   memset(&y, 0, sizeof y);
   y.s = y.p = y.bol = text ? text : "";
@@ -612,5 +615,7 @@ int sc_yaml_fast(const mcp_mem *mem, const char *text, size_t len, unsigned max_
   y.tmp.mem = mem;
   int rc = stream(&y);
   sc_buf_free(&y.tmp);
+  if (bailed)
+    *bailed = rc && (!y.rc || y.bailed);
   return rc ? (y.rc ? y.rc : SC_YF_BAIL) : 0;
 }

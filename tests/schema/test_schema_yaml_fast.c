@@ -8,6 +8,11 @@
  * mutations of all of them (deterministic). Also proves the scanner is
  * used: the examples and a VirtualService as the benchmark writes it must
  * not bail.
+ * The project's one YAML reader, mcp_schema_yaml_read() (yaml_read.c),
+ * over the same inputs: its events are libyaml's whichever parser reads
+ * (PRESCAN: no RESTART; without: RESTART, then libyaml's), a refused event
+ * goes to libyaml, a stop stops, a syntax error names the right line; and
+ * the one YAML 1.2 resolver, mcp_schema_yaml_resolve(), case by case.
  *
  * Usage: test_schema_yaml_fast SOURCE_ROOT
  */
@@ -69,6 +74,36 @@ static int fast_trace(void *ctx, const mcp_schema_yaml_event *ev) {
   return 0;
 }
 
+/* mcp_schema_yaml_read()'s events in the same form (aliases and block
+ * styles as libyaml_trace() writes them); RESTART counted apart. */
+typedef struct rtrace {
+  trace t;
+  int restarts;
+  size_t events, refuse_at; /* refuse_at: 1-based event to refuse, 0 none */
+  int refuse_with;
+} rtrace;
+
+static int reader_trace(void *ctx, const mcp_schema_yaml_event *ev) {
+  rtrace *r = ctx;
+  if (ev->type == MCP_SCHEMA_YAML_RESTART) {
+    r->restarts++;
+    r->t.len = 0;
+    return 0;
+  }
+  if (++r->events == r->refuse_at)
+    return r->refuse_with;
+  int type = ev->type == MCP_SCHEMA_YAML_ALIAS ? 99 : (int)ev->type;
+  int style = ev->type != MCP_SCHEMA_YAML_SCALAR ? 0
+              : ev->style > MCP_SCHEMA_YAML_DOUBLE_QUOTED ? 9
+                                                         : (int)ev->style;
+  tput(&r->t, type, ev->line,
+       ev->type == MCP_SCHEMA_YAML_DOC_START || ev->type == MCP_SCHEMA_YAML_DOC_END ? ev->offset
+                                                                                    : 0,
+       ev->type == MCP_SCHEMA_YAML_SCALAR ? ev->text : NULL,
+       ev->type == MCP_SCHEMA_YAML_SCALAR ? ev->len : 0, style);
+  return 0;
+}
+
 /* libyaml's events in the same form; 0 when it failed. */
 static int libyaml_trace(const char *text, size_t len, trace *t) {
   yaml_parser_t p;
@@ -125,6 +160,29 @@ static void compare_events(const char *what, const char *text, size_t len) {
     CHECK(!ok || (f.len == l.len && (!f.len || !memcmp(f.p, l.p, f.len))),
           "%s: events differ\nfast:\n%.*s\nlibyaml:\n%.*s", what, (int)f.len, f.p,
           (int)l.len, l.p);
+  }
+  /* The reader gives libyaml's events whichever parser reads, with and
+   * without the prescan; a syntax error is MCP_ERR_MALFORMED. */
+  l.len = 0;
+  int lok = libyaml_trace(text, len, &l);
+  for (unsigned flags = 0; flags <= MCP_SCHEMA_YAML_PRESCAN; flags++) {
+    rtrace r;
+    memset(&r, 0, sizeof r);
+    mcp_schema_error e;
+    memset(&e, 0, sizeof e);
+    int rr = mcp_schema_yaml_read(NULL, text, len, 16, flags, reader_trace, &r, &e);
+    CHECK(rr == (lok ? 0 : MCP_ERR_MALFORMED), "%s: reader %d, libyaml %s", what, rr,
+          lok ? "reads it" : "refuses it");
+    CHECK(!rr || (e.code == MCP_ERR_MALFORMED && e.line >= 1 && e.message[0]),
+          "%s: reader's error %d %lu '%s'", what, e.code, e.line, e.message);
+    CHECK(!(flags & MCP_SCHEMA_YAML_PRESCAN) || !r.restarts, "%s: RESTART after a prescan",
+          what);
+    CHECK(r.restarts == (rc == 0 ? 0 : rc == MCP_SCHEMA_YAML_UNSURE && !flags),
+          "%s: %d restarts, flags %u", what, r.restarts, flags);
+    CHECK(!lok || (r.t.len == l.len && (!l.len || !memcmp(r.t.p, l.p, l.len))),
+          "%s: reader's events differ\nreader:\n%.*s\nlibyaml:\n%.*s", what, (int)r.t.len,
+          r.t.p, (int)l.len, l.p);
+    free(r.t.p);
   }
   free(f.p);
   free(l.p);
@@ -365,11 +423,192 @@ static const char bench_vs[] =
     "    allowOrigins: [{exact: \"https://example.com\"}]\n"
     "  mirrorPercentage: {value: 10.0}\n";
 
+/* A refused event (negative) makes the reader start over with libyaml; a
+ * positive value stops it and is returned; NOMEM stops it. */
+static void reader_refusals(void) {
+  static const char doc[] = "a: 1\nb: [x, y]\n";
+  rtrace r;
+  memset(&r, 0, sizeof r);
+  r.refuse_at = 4;
+  r.refuse_with = MCP_ERR_INVALID_ARGUMENT;
+  int rc = mcp_schema_yaml_read(NULL, doc, sizeof doc - 1, 16, 0, reader_trace, &r, NULL);
+  /* Event 4 is refused by the fast scanner's run, then libyaml's run
+   * (events 5..) goes through. */
+  CHECK(rc == 0 && r.restarts == 1, "refused: rc %d, %d restarts", rc, r.restarts);
+  free(r.t.p);
+  memset(&r, 0, sizeof r);
+  r.refuse_at = 4;
+  r.refuse_with = 7;
+  rc = mcp_schema_yaml_read(NULL, doc, sizeof doc - 1, 16, 0, reader_trace, &r, NULL);
+  CHECK(rc == 7 && r.restarts == 0 && r.events == 4, "stopped: rc %d, %d restarts, %zu events",
+        rc, r.restarts, r.events);
+  free(r.t.p);
+  memset(&r, 0, sizeof r);
+  r.refuse_at = 2;
+  r.refuse_with = MCP_ERR_NOMEM;
+  rc = mcp_schema_yaml_read(NULL, doc, sizeof doc - 1, 16, MCP_SCHEMA_YAML_PRESCAN, reader_trace,
+                            &r, NULL);
+  CHECK(rc == MCP_ERR_NOMEM && r.restarts == 0, "nomem: rc %d", rc);
+  free(r.t.p);
+  CHECK(mcp_schema_yaml_read(NULL, NULL, 3, 16, 0, reader_trace, &r, NULL) ==
+            MCP_ERR_INVALID_ARGUMENT,
+        "NULL text with a length");
+}
+
+static void *no_malloc(size_t n, void *u) {
+  (void)n;
+  (void)u;
+  return NULL;
+}
+static void *no_realloc(void *p, size_t n, void *u) {
+  (void)p;
+  (void)n;
+  (void)u;
+  return NULL;
+}
+static void *no_calloc(size_t a, size_t n, void *u) {
+  (void)a;
+  (void)n;
+  (void)u;
+  return NULL;
+}
+static void just_free(void *p, void *u) {
+  (void)u;
+  free(p);
+}
+
+/* The fast scanner's buffer (an escape in a double-quoted scalar) fails to
+ * grow: MCP_ERR_NOMEM, said in |err|. */
+static void reader_nomem(void) {
+  static const char doc[] = "a: \"x\\ny\"\n";
+  mcp_mem m = {NULL, no_malloc, just_free, no_calloc, no_realloc};
+  for (unsigned flags = 0; flags <= MCP_SCHEMA_YAML_PRESCAN; flags++) {
+    rtrace r;
+    memset(&r, 0, sizeof r);
+    mcp_schema_error e;
+    memset(&e, 0, sizeof e);
+    int rc = mcp_schema_yaml_read(&m, doc, sizeof doc - 1, 16, flags, reader_trace, &r, &e);
+    CHECK(rc == MCP_ERR_NOMEM && e.code == MCP_ERR_NOMEM, "flags %u: rc %d, err %d", flags, rc,
+          e.code);
+    free(r.t.p);
+  }
+}
+
+/* Syntax errors: libyaml's words, the line where it noticed, or where the
+ * construct began when that is the end of the input, or the line of a bad
+ * byte (the loader's rule, now everyone's: mcp_schema_parse_yaml() named
+ * the last line for an unclosed "{" before). */
+static void reader_syntax_lines(void) {
+  static const struct {
+    const char *text;
+    unsigned long line;
+    const char *message;
+  } cases[] = {
+      {"a: 1\nb: {c: d\n", 2,
+       "did not find expected ',' or '}' while parsing a flow mapping"},
+      {"a: 1\nb: [1, 2\nc: 3\n", 3, "did not find expected ',' or ']' while parsing a flow sequence"},
+      {"a: 1\nb: 2\n  c: 3\n", 3, "mapping values are not allowed in this context"},
+      {"a: 1\nb: 2\nc: \xff\n", 3, "invalid leading UTF-8 octet"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    rtrace r;
+    memset(&r, 0, sizeof r);
+    mcp_schema_error e;
+    memset(&e, 0, sizeof e);
+    int rc = mcp_schema_yaml_read(NULL, cases[i].text, strlen(cases[i].text), 16,
+                                  MCP_SCHEMA_YAML_PRESCAN, reader_trace, &r, &e);
+    CHECK(rc == MCP_ERR_MALFORMED && e.line == cases[i].line &&
+              !strcmp(e.message, cases[i].message),
+          "syntax case %zu: rc %d, %lu: '%s'", i, rc, e.line, e.message);
+    free(r.t.p);
+    /* The schema's trees say the same, prefixed. */
+    mcp_schema_docs *d = NULL;
+    char want[MCP_SCHEMA_MESSAGE_MAX];
+    snprintf(want, sizeof want, "YAML: %s", cases[i].message);
+    rc = mcp_schema_parse_yaml(NULL, cases[i].text, strlen(cases[i].text), &d, &e);
+    CHECK(rc == MCP_ERR_INVALID_ARGUMENT && !d && e.line == cases[i].line &&
+              !strcmp(e.message, want),
+          "parse_yaml case %zu: rc %d, %lu: '%s'", i, rc, e.line, e.message);
+  }
+}
+
+/* The one YAML 1.2 core-schema resolver, case by case. */
+static void resolver_cases(void) {
+  static const struct {
+    const char *text, *tag;
+    int plain;
+    mcp_schema_kind kind;
+    int boolean;
+    double num;
+    const char *err;
+  } cases[] = {
+      {"", NULL, 1, MCP_SCHEMA_NULL, 0, 0, NULL},
+      {"~", NULL, 1, MCP_SCHEMA_NULL, 0, 0, NULL},
+      {"Null", NULL, 1, MCP_SCHEMA_NULL, 0, 0, NULL},
+      {"null", NULL, 0, MCP_SCHEMA_STRING, 0, 0, NULL}, /* quoted */
+      {"nULL", NULL, 1, MCP_SCHEMA_STRING, 0, 0, NULL},
+      {"TRUE", NULL, 1, MCP_SCHEMA_BOOL, 1, 0, NULL},
+      {"False", NULL, 1, MCP_SCHEMA_BOOL, 0, 0, NULL},
+      {"yes", NULL, 1, MCP_SCHEMA_STRING, 0, 0, NULL}, /* YAML 1.1 only */
+      {"+12", NULL, 1, MCP_SCHEMA_NUMBER, 0, 12, NULL},
+      {"0x1F", NULL, 1, MCP_SCHEMA_NUMBER, 0, 31, NULL},
+      {"0o17", NULL, 1, MCP_SCHEMA_NUMBER, 0, 15, NULL},
+      {"0o18", NULL, 1, MCP_SCHEMA_STRING, 0, 0, NULL},
+      {"0x", NULL, 1, MCP_SCHEMA_STRING, 0, 0, NULL},
+      {"0x100000000000000000000", NULL, 1, MCP_SCHEMA_NUMBER, 0, 1208925819614629174706176.0,
+       NULL},
+      {"1e3", NULL, 1, MCP_SCHEMA_NUMBER, 0, 1000, NULL},
+      {"1e", NULL, 1, MCP_SCHEMA_STRING, 0, 0, NULL},
+      {".5", NULL, 1, MCP_SCHEMA_NUMBER, 0, 0.5, NULL},
+      {"-.Inf", NULL, 1, MCP_SCHEMA_NUMBER, 0, -1.0 / 0.0, NULL},
+      {"1.2.3", NULL, 1, MCP_SCHEMA_STRING, 0, 0, NULL},
+      {"1", "tag:yaml.org,2002:str", 1, MCP_SCHEMA_STRING, 0, 0, NULL},
+      {"1", "!", 1, MCP_SCHEMA_STRING, 0, 0, NULL},
+      {"7", "tag:yaml.org,2002:int", 0, MCP_SCHEMA_NUMBER, 0, 7, NULL},
+      {"x", "tag:yaml.org,2002:int", 1, MCP_SCHEMA_NUMBER, 0, 0, "!!int on a non-integer value"},
+      {"7", "tag:yaml.org,2002:float", 1, MCP_SCHEMA_NUMBER, 0, 7, NULL},
+      {"x", "tag:yaml.org,2002:bool", 1, MCP_SCHEMA_BOOL, 0, 0, "!!bool on a non-boolean value"},
+      {"x", "tag:yaml.org,2002:null", 1, MCP_SCHEMA_NULL, 0, 0, "!!null on a non-null value"},
+      {"x", "!foo", 1, MCP_SCHEMA_STRING, 0, 0, "unsupported tag"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    mcp_schema_kind kind = MCP_SCHEMA_LIST;
+    int boolean = -1;
+    double num = -99;
+    const char *err = mcp_schema_yaml_resolve(cases[i].text, cases[i].tag, cases[i].plain,
+                                              &kind, &boolean, &num);
+    CHECK(kind == cases[i].kind, "resolve '%s': kind %d", cases[i].text, (int)kind);
+    CHECK(cases[i].err ? err && !strcmp(err, cases[i].err) : !err, "resolve '%s': '%s'",
+          cases[i].text, err ? err : "(none)");
+    if (!err && kind == MCP_SCHEMA_BOOL)
+      CHECK(boolean == cases[i].boolean, "resolve '%s': %d", cases[i].text, boolean);
+    if (!err && kind == MCP_SCHEMA_NUMBER)
+      CHECK(num == cases[i].num, "resolve '%s': %g", cases[i].text, num);
+  }
+  /* .nan: not equal to itself. */
+  mcp_schema_kind kind;
+  int b = 0;
+  double num = 0;
+  CHECK(!mcp_schema_yaml_resolve(".NaN", NULL, 1, &kind, &b, &num) &&
+            kind == MCP_SCHEMA_NUMBER && num != num,
+        ".NaN");
+  CHECK(!mcp_schema_yaml_collection_tag(NULL, MCP_SCHEMA_MAP) &&
+            !mcp_schema_yaml_collection_tag("!", MCP_SCHEMA_LIST) &&
+            !mcp_schema_yaml_collection_tag("tag:yaml.org,2002:map", MCP_SCHEMA_MAP) &&
+            mcp_schema_yaml_collection_tag("tag:yaml.org,2002:map", MCP_SCHEMA_LIST) &&
+            mcp_schema_yaml_collection_tag("!set", MCP_SCHEMA_MAP),
+        "collection tags");
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: test_schema_yaml_fast SOURCE_ROOT\n");
     return 2;
   }
+  reader_refusals();
+  reader_nomem();
+  reader_syntax_lines();
+  resolver_cases();
   CHECK(compare("bench VirtualService", bench_vs, sizeof bench_vs - 1),
         "the fast scanner bailed on the benchmark's VirtualService");
   mutate("bench VirtualService", bench_vs, sizeof bench_vs - 1, 2000);

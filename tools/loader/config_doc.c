@@ -8,14 +8,11 @@
  */
 #include "loader/config_internal.h"
 
-#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <yaml.h>
 
 #include "google/protobuf/struct.pb-c.h"
 #include "util/edit.h"
@@ -78,8 +75,7 @@ void mcpcfg_doc_unref(mcpcfg_doc *doc) {
   }
 }
 
-/* ASCII only: the C library's versions depend on the locale. */
-static char lower(char c) { return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c; }
+/* ASCII only: the C library's version depends on the locale. */
 static int is_digit(char c) { return c >= '0' && c <= '9'; }
 
 /* ------------------------------------------------------------------ */
@@ -230,10 +226,9 @@ static void arena_free(chunk **head) {
 /* ------------------------------------------------------------------ */
 
 enum { YSCALAR, YSEQ, YMAP };
-enum { YSTR, YNULL, YBOOL, YNUM };
-
 typedef struct ynode {
-  int kind, stype, bval;
+  int kind, bval;
+  mcp_schema_kind stype; /* scalars: the schema library's resolver says */
   unsigned height;      /* containers nested in it, itself included */
   unsigned long line;   /* 1-based */
   size_t weight, bytes; /* nodes and scalar bytes, aliases expanded */
@@ -429,133 +424,6 @@ static int add(builder *b, ynode *n) {
 }
 
 /* ------------------------------------------------------------------ */
-/* Scalars: YAML 1.2 core schema                                       */
-/* ------------------------------------------------------------------ */
-
-static int is_null(const char *s) {
-  return !*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") ||
-         !strcmp(s, "NULL");
-}
-
-static int is_bool(const char *s, int *v) {
-  if (!strcmp(s, "true") || !strcmp(s, "True") || !strcmp(s, "TRUE"))
-    return *v = 1;
-  if (!strcmp(s, "false") || !strcmp(s, "False") || !strcmp(s, "FALSE"))
-    return !(*v = 0);
-  return 0;
-}
-
-/* 0o.. and 0x.., in a double: they may be wider than 64 bits. */
-static int radix_int(const char *s, unsigned base, double *v) {
-  *v = 0;
-  if (!*s)
-    return 0;
-  for (; *s; s++) {
-    unsigned d;
-    char c = lower(*s);
-    if (is_digit(c))
-      d = (unsigned)(c - '0');
-    else if (c >= 'a' && c <= 'f')
-      d = (unsigned)(c - 'a' + 10);
-    else
-      return 0;
-    if (d >= base)
-      return 0;
-    *v = *v * base + d;
-  }
-  return 1;
-}
-
-static int is_int(const char *s, double *v) {
-  if (s[0] == '0' && s[1] == 'o')
-    return radix_int(s + 2, 8, v);
-  if (s[0] == '0' && s[1] == 'x')
-    return radix_int(s + 2, 16, v);
-  const char *p = s + (*s == '-' || *s == '+');
-  if (!*p)
-    return 0;
-  for (; *p; p++)
-    if (!is_digit(*p))
-      return 0;
-  *v = strtod(s, NULL);
-  return 1;
-}
-
-/* [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?, [-+]?.inf, .nan */
-static int is_float(const char *s, double *v) {
-  const char *p = s + (*s == '-' || *s == '+');
-  if (!strcmp(p, ".inf") || !strcmp(p, ".Inf") || !strcmp(p, ".INF")) {
-    *v = *s == '-' ? -INFINITY : INFINITY;
-    return 1;
-  }
-  if (!strcmp(s, ".nan") || !strcmp(s, ".NaN") || !strcmp(s, ".NAN")) {
-    *v = NAN;
-    return 1;
-  }
-  size_t n = 0;
-  for (; is_digit(*p); p++)
-    n++;
-  if (*p == '.')
-    for (p++; is_digit(*p); p++)
-      n++;
-  if (n == 0)
-    return 0;
-  if (*p == 'e' || *p == 'E') {
-    p += 1 + (p[1] == '-' || p[1] == '+');
-    if (!is_digit(*p))
-      return 0;
-    while (is_digit(*p))
-      p++;
-  }
-  if (*p)
-    return 0;
-  *v = strtod(s, NULL);
-  return 1;
-}
-
-/* Sets the type of a scalar; returns an error message or NULL. */
-static const char *resolve(ynode *n, const char *tag, int plain) {
-  const char *s = n->text;
-  n->stype = YSTR;
-  if (!tag) {
-    if (!plain)
-      return NULL;
-    /* Most plain scalars are words: only these first bytes (or none) can
-     * start a null, a boolean or a number. */
-    if (!strchr("~nNtTfF-+.0123456789", s[0]))
-      return NULL;
-    if (is_null(s))
-      n->stype = YNULL;
-    else if (is_bool(s, &n->bval))
-      n->stype = YBOOL;
-    else if (is_int(s, &n->num) || is_float(s, &n->num))
-      n->stype = YNUM;
-    return NULL;
-  }
-  if (!strcmp(tag, "!") || !strcmp(tag, YAML_STR_TAG))
-    return NULL;
-  if (!strcmp(tag, YAML_NULL_TAG)) {
-    n->stype = YNULL;
-    return is_null(s) ? NULL : "!!null on a non-null value";
-  }
-  if (!strcmp(tag, YAML_BOOL_TAG)) {
-    n->stype = YBOOL;
-    return is_bool(s, &n->bval) ? NULL : "!!bool on a non-boolean value";
-  }
-  if (!strcmp(tag, YAML_INT_TAG)) {
-    n->stype = YNUM;
-    return is_int(s, &n->num) ? NULL : "!!int on a non-integer value";
-  }
-  if (!strcmp(tag, YAML_FLOAT_TAG)) {
-    n->stype = YNUM;
-    return is_int(s, &n->num) || is_float(s, &n->num)
-               ? NULL
-               : "!!float on a non-numeric value";
-  }
-  return "unsupported tag";
-}
-
-/* ------------------------------------------------------------------ */
 /* Events                                                              */
 /* ------------------------------------------------------------------ */
 
@@ -569,27 +437,27 @@ static ynode *new_node(builder *b, int kind, unsigned long line) {
   return n;
 }
 
-static int on_scalar(builder *b, const yaml_event_t *ev) {
-  unsigned long line = ev->start_mark.line + 1;
-  const char *tag = (const char *)ev->data.scalar.tag;
-  size_t len = ev->data.scalar.length;
+static int on_scalar(builder *b, const mcp_schema_yaml_event *ev) {
+  unsigned long line = ev->line + 1;
+  const char *tag = ev->tag;
+  size_t len = ev->len;
   /* Keys, labels and protobuf-c strings are C strings. */
-  if (memchr(ev->data.scalar.value, '\0', len))
+  if (memchr(ev->text, '\0', len))
     return fail(b, line, "NUL character in a scalar");
   if (over_budget(b, line, 1, len))
     return 0;
   ynode *n = new_node(b, YSCALAR, line);
-  if (!n || !(n->text = arena_strndup(b, ev->data.scalar.value, len)))
+  if (!n || !(n->text = arena_strndup(b, ev->text, len)))
     return MCPCFG_ERR_NOMEM;
   n->len = len;
   n->weight = 1;
   n->bytes = len;
-  const char *err =
-      resolve(n, tag, ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE);
+  const char *err = mcp_schema_yaml_resolve(n->text, tag, ev->style == MCP_SCHEMA_YAML_PLAIN,
+                                            &n->stype, &n->bval, &n->num);
   if (err)
     return fail(b, line, "%s (%.100s)", err, tag);
-  if (ev->data.scalar.anchor) {
-    const char *name = (const char *)ev->data.scalar.anchor;
+  if (ev->anchor) {
+    const char *name = ev->anchor;
     char *a = arena_strndup(b, name, strlen(name));
     if (!a || anchor_put(b, a, n) < 0)
       return MCPCFG_ERR_NOMEM;
@@ -597,15 +465,10 @@ static int on_scalar(builder *b, const yaml_event_t *ev) {
   return add(b, n);
 }
 
-static int on_start(builder *b, const yaml_event_t *ev, int kind) {
-  unsigned long line = ev->start_mark.line + 1;
-  const char *tag = (const char *)(kind == YMAP ? ev->data.mapping_start.tag
-                                                : ev->data.sequence_start.tag);
-  const char *anchor =
-      (const char *)(kind == YMAP ? ev->data.mapping_start.anchor
-                                  : ev->data.sequence_start.anchor);
-  if (tag && strcmp(tag, "!") != 0 &&
-      strcmp(tag, kind == YMAP ? YAML_MAP_TAG : YAML_SEQ_TAG) != 0)
+static int on_start(builder *b, const mcp_schema_yaml_event *ev, int kind) {
+  unsigned long line = ev->line + 1;
+  const char *tag = ev->tag, *anchor = ev->anchor;
+  if (mcp_schema_yaml_collection_tag(tag, kind == YMAP ? MCP_SCHEMA_MAP : MCP_SCHEMA_LIST))
     return fail(b, line, "unsupported tag (%.100s)", tag);
   if (b->depth >= b->o->max_depth) {
     /* Stop reading: libyaml's time grows with the square of the nesting
@@ -682,9 +545,9 @@ static int on_end(builder *b) {
   return add(b, n);
 }
 
-static int on_alias(builder *b, const yaml_event_t *ev) {
-  unsigned long line = ev->start_mark.line + 1;
-  const char *name = (const char *)ev->data.alias.anchor;
+static int on_alias(builder *b, const mcp_schema_yaml_event *ev) {
+  unsigned long line = ev->line + 1;
+  const char *name = ev->anchor;
   ynode *n = anchor_get(b, name);
   if (!n)
     return fail(b, line,
@@ -754,13 +617,13 @@ static Google__Protobuf__Value *pb_value(builder *b, ynode *n) {
     l->n_values = n->nkids;
     v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_LIST_VALUE;
     v->list_value = l;
-  } else if (n->stype == YNULL) {
+  } else if (n->stype == MCP_SCHEMA_NULL) {
     v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_NULL_VALUE;
     v->null_value = GOOGLE__PROTOBUF__NULL_VALUE__NULL_VALUE;
-  } else if (n->stype == YBOOL) {
+  } else if (n->stype == MCP_SCHEMA_BOOL) {
     v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_BOOL_VALUE;
     v->bool_value = n->bval;
-  } else if (n->stype == YNUM) {
+  } else if (n->stype == MCP_SCHEMA_NUMBER) {
     v->kind_case = GOOGLE__PROTOBUF__VALUE__KIND_NUMBER_VALUE;
     v->number_value = n->num;
   } else {
@@ -788,11 +651,7 @@ static const mcp_schema_value *sv_of(builder *b, ynode *n) {
   v->text = n->text ? n->text : "";
   v->len = n->len;
   if (n->kind == YSCALAR) {
-    static const mcp_schema_kind kinds[] = {[YSTR] = MCP_SCHEMA_STRING,
-                                            [YNULL] = MCP_SCHEMA_NULL,
-                                            [YBOOL] = MCP_SCHEMA_BOOL,
-                                            [YNUM] = MCP_SCHEMA_NUMBER};
-    v->kind = kinds[n->stype];
+    v->kind = n->stype;
     v->boolean = n->bval;
   } else {
     const mcp_schema_value **kids = NULL;
@@ -822,12 +681,12 @@ static ynode *field(const ynode *map, const char *key) {
 
 /* A scalar that is set: not null, not empty. */
 static const char *text_of(const ynode *n) {
-  return n && n->kind == YSCALAR && n->stype != YNULL && n->len ? n->text
+  return n && n->kind == YSCALAR && n->stype != MCP_SCHEMA_NULL && n->len ? n->text
                                                                  : NULL;
 }
 
 static int is_null_node(const ynode *n) {
-  return !n || (n->kind == YSCALAR && n->stype == YNULL);
+  return !n || (n->kind == YSCALAR && n->stype == MCP_SCHEMA_NULL);
 }
 
 /* The keys of a document that are not part of its body. */
@@ -879,7 +738,7 @@ static uint64_t hash_kv(uint64_t h, const mcp_kv *kv, size_t n) {
 static void copy_kv(const ynode *m, mcp_kv *kv, char **sp) {
   for (size_t i = 0; m && i < m->nkids / 2; i++) {
     const ynode *k = m->kids[2 * i], *v = m->kids[2 * i + 1];
-    size_t vlen = v->stype == YNULL ? 0 : v->len;
+    size_t vlen = v->stype == MCP_SCHEMA_NULL ? 0 : v->len;
     kv[i].key = memcpy(*sp, k->text, k->len + 1);
     *sp += k->len + 1;
     kv[i].value = memcpy(*sp, v->text, vlen);
@@ -892,7 +751,7 @@ static size_t kv_bytes(const ynode *m) {
   size_t n = 0;
   for (size_t i = 0; m && i < m->nkids; i += 2)
     n += m->kids[i]->len + 1 +
-         (m->kids[i + 1]->stype == YNULL ? 0 : m->kids[i + 1]->len) + 1;
+         (m->kids[i + 1]->stype == MCP_SCHEMA_NULL ? 0 : m->kids[i + 1]->len) + 1;
   return n;
 }
 
@@ -1201,9 +1060,14 @@ static int on_document_end(builder *b) {
   return 0;
 }
 
-static int on_event(builder *b, const yaml_event_t *ev) {
+enum { STOP = 1 }; /* on_event(): b->stop, the file is not loaded */
+
+/* One event of the schema library's YAML reader. */
+static int on_event(void *ctx, const mcp_schema_yaml_event *ev) {
+  builder *b = ctx;
+  int rv = 0;
   switch (ev->type) {
-  case YAML_DOCUMENT_START_EVENT:
+  case MCP_SCHEMA_YAML_DOC_START:
     arena_free(&b->arena);
     if (b->anchors_cap)
       memset(b->anchors, 0, b->anchors_cap * sizeof *b->anchors);
@@ -1212,13 +1076,13 @@ static int on_event(builder *b, const yaml_event_t *ev) {
     b->root = NULL;
     b->nodes = b->bytes = 0;
     b->failed = 0;
-    b->doc_line = ev->start_mark.line + 1;
+    b->doc_line = ev->line + 1;
     if (b->o->keep_text)
-      b->text_start = byte_at(b, ev->start_mark.index);
+      b->text_start = byte_at(b, ev->offset);
     return 0;
-  case YAML_DOCUMENT_END_EVENT:
+  case MCP_SCHEMA_YAML_DOC_END:
     if (b->o->keep_text)
-      b->text_end = byte_at(b, ev->end_mark.index);
+      b->text_end = byte_at(b, ev->offset);
     return on_document_end(b);
   default:
     break;
@@ -1226,93 +1090,26 @@ static int on_event(builder *b, const yaml_event_t *ev) {
   if (b->failed) /* skip the rest of a bad document */
     return 0;
   switch (ev->type) {
-  case YAML_SCALAR_EVENT:
-    return on_scalar(b, ev);
-  case YAML_SEQUENCE_START_EVENT:
-    return on_start(b, ev, YSEQ);
-  case YAML_MAPPING_START_EVENT:
-    return on_start(b, ev, YMAP);
-  case YAML_SEQUENCE_END_EVENT:
-  case YAML_MAPPING_END_EVENT:
-    return on_end(b);
-  case YAML_ALIAS_EVENT:
-    return on_alias(b, ev);
-  default:
-    return 0;
+  case MCP_SCHEMA_YAML_SCALAR:
+    rv = on_scalar(b, ev);
+    break;
+  case MCP_SCHEMA_YAML_SEQ_START:
+    rv = on_start(b, ev, YSEQ);
+    break;
+  case MCP_SCHEMA_YAML_MAP_START:
+    rv = on_start(b, ev, YMAP);
+    break;
+  case MCP_SCHEMA_YAML_SEQ_END:
+  case MCP_SCHEMA_YAML_MAP_END:
+    rv = on_end(b);
+    break;
+  case MCP_SCHEMA_YAML_ALIAS:
+    rv = on_alias(b, ev);
+    break;
+  default: /* no RESTART: the reader prescans */
+    break;
   }
-}
-
-/*
- * Reports a libyaml error on one line; 1, or NOMEM. libyaml gives two: where
- * it noticed the problem and where the construct it was in began ("while
- * parsing a flow mapping"). The first is named, unless it is the end of the
- * input (an unclosed "{", "[" or quote), where there is nothing to see: then
- * the line the construct began on.
- */
-static int syntax_error(builder *b, const yaml_parser_t *yp,
-                        const unsigned char *buf, size_t len) {
-  unsigned long line = yp->problem_mark.line + 1;
-  if (yp->error == YAML_MEMORY_ERROR)
-    return MCPCFG_ERR_NOMEM;
-  if (yp->error == YAML_READER_ERROR) { /* only an offset is known */
-    line = 1;
-    for (size_t i = 0; i < yp->problem_offset && i < len; i++)
-      line += buf[i] == '\n';
-  } else if (yp->context && yp->problem_mark.index >= len) {
-    line = yp->context_mark.line + 1;
-  }
-  if (yp->context) /* e.g. "while parsing a flow mapping" */
-    mcpcfg_report(b->o, b->path, line,
-                  "YAML error: %s %s; file not loaded%s",
-                  yp->problem ? yp->problem : "unknown", yp->context,
-                  kept_note(b));
-  else
-    mcpcfg_report(b->o, b->path, line, "YAML error: %s; file not loaded%s",
-                  yp->problem ? yp->problem : "unknown", kept_note(b));
-  return 1;
-}
-
-/* The fast scanner of libmcp-schema (mcp_schema_yaml_scan()): the events
- * libyaml would give, for the files it reads (most). */
-static int scan_nothing(void *ctx, const mcp_schema_yaml_event *ev) {
-  (void)ctx;
-  (void)ev;
-  return 0;
-}
-
-enum { FAST_STOP = 2 }; /* on_event()'s 1 (b->stop), apart from UNSURE */
-
-static int on_fast_event(void *ctx, const mcp_schema_yaml_event *fe) {
-  builder *b = ctx;
-  static const yaml_event_type_t types[] = {
-      [MCP_SCHEMA_YAML_DOC_START] = YAML_DOCUMENT_START_EVENT,
-      [MCP_SCHEMA_YAML_DOC_END] = YAML_DOCUMENT_END_EVENT,
-      [MCP_SCHEMA_YAML_SCALAR] = YAML_SCALAR_EVENT,
-      [MCP_SCHEMA_YAML_SEQ_START] = YAML_SEQUENCE_START_EVENT,
-      [MCP_SCHEMA_YAML_SEQ_END] = YAML_SEQUENCE_END_EVENT,
-      [MCP_SCHEMA_YAML_MAP_START] = YAML_MAPPING_START_EVENT,
-      [MCP_SCHEMA_YAML_MAP_END] = YAML_MAPPING_END_EVENT};
-  /* Only what on_event() reads is set (no memset: this runs per node). */
-  yaml_event_t ev;
-  ev.type = types[fe->type];
-  ev.start_mark.line = ev.end_mark.line = fe->line;
-  ev.start_mark.index = ev.end_mark.index = fe->offset;
-  if (fe->type == MCP_SCHEMA_YAML_MAP_START) {
-    ev.data.mapping_start.tag = ev.data.mapping_start.anchor = NULL;
-  } else if (fe->type == MCP_SCHEMA_YAML_SEQ_START) {
-    ev.data.sequence_start.tag = ev.data.sequence_start.anchor = NULL;
-  } else if (fe->type == MCP_SCHEMA_YAML_SCALAR) {
-    ev.data.scalar.tag = ev.data.scalar.anchor = NULL;
-    /* on_scalar() copies the text, never writes it. */
-    ev.data.scalar.value = (yaml_char_t *)(uintptr_t)fe->text;
-    ev.data.scalar.length = fe->len;
-    ev.data.scalar.style = fe->style == MCP_SCHEMA_YAML_PLAIN ? YAML_PLAIN_SCALAR_STYLE
-                           : fe->style == MCP_SCHEMA_YAML_SINGLE_QUOTED
-                               ? YAML_SINGLE_QUOTED_SCALAR_STYLE
-                               : YAML_DOUBLE_QUOTED_SCALAR_STYLE;
-  }
-  int rv = on_event(b, &ev);
-  return rv == 0 && b->stop ? FAST_STOP : rv == 1 ? FAST_STOP : rv;
+  return rv == 0 && b->stop ? STOP : rv;
 }
 
 int mcpcfg_parse(const mcpcfg_options *opts, const char *path,
@@ -1325,7 +1122,6 @@ int mcpcfg_parse2(const mcpcfg_options *opts, const char *path,
                   const unsigned char *buf, size_t len, int kept,
                   mcpcfg_doc ***pdocs, size_t *pndocs, size_t *pbad) {
   builder b;
-  yaml_parser_t yp;
   int rv = 0;
   memset(&b, 0, sizeof b);
   b.o = opts;
@@ -1340,44 +1136,18 @@ int mcpcfg_parse2(const mcpcfg_options *opts, const char *path,
               : len;
   if (!(b.stack = calloc((size_t)opts->max_depth + 1, sizeof *b.stack)))
     return MCPCFG_ERR_NOMEM;
-  /* The fast scanner reads the whole file once doing nothing, so that a
-   * file it is unsure of is read by libyaml alone (nothing reported
-   * twice); then it delivers the same events libyaml would (issue 25). */
-  int fast = mcp_schema_yaml_scan(NULL, (const char *)buf, len, opts->max_depth,
-                                  scan_nothing, NULL);
-  if (fast == 0) {
-    rv = mcp_schema_yaml_scan(NULL, (const char *)buf, len, opts->max_depth,
-                              on_fast_event, &b);
-    if (rv == FAST_STOP)
-      rv = 1;
-    goto done;
+  /* The schema library reads the YAML (the fast scanner, or libyaml for
+   * what it is unsure of), prescanning so that the events come from one
+   * reader only: a document's problems are reported as they are found,
+   * never twice (issue 25). */
+  mcp_schema_error err;
+  rv = mcp_schema_yaml_read(NULL, (const char *)buf, len, opts->max_depth,
+                            MCP_SCHEMA_YAML_PRESCAN, on_event, &b, &err);
+  if (rv == MCP_ERR_MALFORMED) {
+    mcpcfg_report(opts, path, err.line, "YAML error: %s; file not loaded%s", err.message,
+                  kept_note(&b));
+    rv = 1;
   }
-  if (fast == MCP_ERR_NOMEM) {
-    rv = MCPCFG_ERR_NOMEM;
-    goto done;
-  }
-  if (!yaml_parser_initialize(&yp)) {
-    free(b.stack);
-    return MCPCFG_ERR_NOMEM;
-  }
-  yaml_parser_set_input_string(&yp, len ? buf : (const unsigned char *)"",
-                               len);
-  for (;;) {
-    yaml_event_t ev;
-    if (!yaml_parser_parse(&yp, &ev)) {
-      rv = syntax_error(&b, &yp, buf, len);
-      break;
-    }
-    int end = ev.type == YAML_STREAM_END_EVENT;
-    rv = on_event(&b, &ev);
-    yaml_event_delete(&ev);
-    if (rv == 0 && b.stop)
-      rv = 1;
-    if (rv != 0 || end)
-      break;
-  }
-  yaml_parser_delete(&yp);
-done:
   arena_free(&b.arena);
   free(b.anchors);
   for (size_t i = 0; i <= opts->max_depth; i++)

@@ -68,7 +68,8 @@ typedef enum mcp_schema_kind {
 
 /*
  * One node of a parsed document. The parsers below build these; a program
- * with its own YAML parser (mcp-source's loader) may build them itself:
+ * with its own builder on mcp_schema_yaml_read()'s events (mcp-source's
+ * loader) may build them itself:
  * the converter only reads them, and a node may be shared (YAML aliases).
  *
  *  - Scalars (NULL, BOOL, NUMBER, STRING): text/len is the scalar as
@@ -136,8 +137,9 @@ MCP_EXTERN const mcp_schema_value *mcp_schema_value_get(const mcp_schema_value *
                                                         const char *key);
 
 /*
- * The fast YAML scanner under mcp_schema_parse_yaml(), for a program with
- * its own YAML builder (mcp-source's loader). It reads the common shape of
+ * The fast YAML scanner under mcp_schema_yaml_read() (which a program
+ * with its own YAML builder, mcp-source's loader, should use instead: it
+ * falls back to libyaml itself). It reads the common shape of
  * configuration files (block mappings and sequences; plain and quoted
  * scalars and flow collections on one line; comments; "---" between
  * documents; ASCII) and produces the events libyaml produces for them:
@@ -153,13 +155,21 @@ typedef enum mcp_schema_yaml_event_type {
   MCP_SCHEMA_YAML_SEQ_START,
   MCP_SCHEMA_YAML_SEQ_END,
   MCP_SCHEMA_YAML_MAP_START,
-  MCP_SCHEMA_YAML_MAP_END
+  MCP_SCHEMA_YAML_MAP_END,
+  /* Only from mcp_schema_yaml_read() (appended: the scanner never gives
+   * them). ALIAS: |anchor| names the anchor. RESTART: drop everything
+   * the events so far built; the events of the input start again. */
+  MCP_SCHEMA_YAML_ALIAS,
+  MCP_SCHEMA_YAML_RESTART
 } mcp_schema_yaml_event_type;
 
 typedef enum mcp_schema_yaml_style {
   MCP_SCHEMA_YAML_PLAIN = 1,
   MCP_SCHEMA_YAML_SINGLE_QUOTED,
-  MCP_SCHEMA_YAML_DOUBLE_QUOTED
+  MCP_SCHEMA_YAML_DOUBLE_QUOTED,
+  /* Block scalars (| and >): only from mcp_schema_yaml_read()'s libyaml. */
+  MCP_SCHEMA_YAML_LITERAL,
+  MCP_SCHEMA_YAML_FOLDED
 } mcp_schema_yaml_style;
 
 /*
@@ -178,6 +188,12 @@ typedef struct mcp_schema_yaml_event {
   const char *text;
   size_t len;
   mcp_schema_yaml_style style;
+  /* Appended for mcp_schema_yaml_read(): SCALAR, SEQ_START, MAP_START:
+   * the node's tag and anchor as written (tag resolved by libyaml:
+   * "tag:yaml.org,2002:int" for !!int), NULL without; ALIAS: |anchor|.
+   * Valid during the callback only. The scanner leaves them NULL. */
+  const char *tag;
+  const char *anchor;
 } mcp_schema_yaml_event;
 
 /* Returns 0 to go on; anything else stops the scan, which returns it. */
@@ -197,6 +213,62 @@ typedef int (*mcp_schema_yaml_event_fn)(void *ctx, const mcp_schema_yaml_event *
 MCP_EXTERN int mcp_schema_yaml_scan(const mcp_mem *mem, const char *text, size_t len,
                                     unsigned max_depth, mcp_schema_yaml_event_fn fn,
                                     void *ctx);
+
+/*
+ * The one YAML reader of the project: every YAML the libraries and
+ * programs read (mcp_schema_parse_yaml(), mcp-source's loader) comes
+ * through here as events, so that a consumer can build a tree (as
+ * mcp_schema_parse_yaml() does) or write its output straight from the
+ * events. The events are the fast scanner's (mcp_schema_yaml_scan()) for
+ * the files it reads, else libyaml's; libyaml's STREAM events are not
+ * given; line and offset as in mcp_schema_yaml_event (libyaml's: offset
+ * for DOC_START and DOC_END only, a character index).
+ *
+ * Flags: MCP_SCHEMA_YAML_PRESCAN: the fast scanner first reads the whole
+ * input delivering nothing, so that the events come from one source only
+ * and no RESTART is ever given (for a consumer that cannot take back what
+ * it did, e.g. reported). Without it the fast scanner's events go out as
+ * they come; when it then bails, or |fn| refuses one of them (libyaml may
+ * see a syntax error before that point), a RESTART event is given and
+ * libyaml reads the input again from the start: its word is the last.
+ *
+ * Returns 0 (all read), MCP_ERR_MALFORMED (not YAML: |err|, which may be
+ * NULL, gets the 1-based line and libyaml's words, "did not find expected
+ * key while parsing a block mapping", for the caller to prefix; the line
+ * is where libyaml noticed the problem, or, at the end of the input (an
+ * unclosed "{" or quote), where the construct began; for a bad encoding,
+ * the line of the bad byte), MCP_ERR_NOMEM, or the nonzero value |fn|
+ * returned, which stops the reading (return positive values to tell them
+ * apart). |err| is untouched unless MCP_ERR_MALFORMED or MCP_ERR_NOMEM.
+ * Collections nested |max_depth| deep are read by libyaml (the consumer
+ * keeps its own depth limit). |mem| NULL: libc. Reentrant.
+ */
+#define MCP_SCHEMA_YAML_PRESCAN 0x1u
+MCP_EXTERN int mcp_schema_yaml_read(const mcp_mem *mem, const char *text, size_t len,
+                                    unsigned max_depth, unsigned flags,
+                                    mcp_schema_yaml_event_fn fn, void *ctx,
+                                    mcp_schema_error *err);
+
+/*
+ * The one YAML 1.2 core-schema scalar resolver. |text| is the scalar
+ * (NUL-terminated), |tag| its tag as libyaml gives it (NULL: none; "!"
+ * and !!str make a string), |plain| 1 when it was written unquoted.
+ * Sets *kind (a quoted scalar is a STRING; a plain one is null ~ true
+ * false in their three case forms, a number (see mcp_schema_value), or a
+ * STRING), *boolean for a BOOL, and, when |num| is not NULL, *num for a
+ * NUMBER: its value as a double (0x.. and 0o.. too, whatever their width;
+ * .inf, .nan). Returns NULL, or a static string saying what is wrong:
+ * "!!int on a non-integer value" (the same for !!null, !!bool, !!float),
+ * "unsupported tag" (any other tag).
+ */
+MCP_EXTERN const char *mcp_schema_yaml_resolve(const char *text, const char *tag, int plain,
+                                               mcp_schema_kind *kind, int *boolean,
+                                               double *num);
+
+/* The same for a collection (|kind| MCP_SCHEMA_LIST or MCP_SCHEMA_MAP):
+ * NULL for no tag, "!", !!seq on a list, !!map on a map; else
+ * "unsupported tag". */
+MCP_EXTERN const char *mcp_schema_yaml_collection_tag(const char *tag, mcp_schema_kind kind);
 
 /* ------------------------------------------------------------------ */
 /* Schemas                                                             */
