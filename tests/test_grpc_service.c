@@ -412,6 +412,7 @@ typedef struct evs {
   int opened_counter, opened_echo, opened_mcp, opened_other, closed, refused;
   int closed_status, refused_status;
   char closed_details[160];
+  char closed_api[32]; /* the last CLOSED's api ("(mcp)": NULL) */
 } evs;
 
 static void evs_init(evs *e) {
@@ -434,16 +435,22 @@ static void on_stream(mcp_grpc_stream_event ev,
       else
         e->opened_other++;
       ck_assert(!info->source && !info->sink);
+      /* The engine's one shape: the API by name, as h2c reports it. */
+      ck_assert_str_eq(info->api, name);
     } else {
       ck_assert(info->source || info->sink);
+      ck_assert_ptr_null(info->api);
       e->opened_mcp++;
     }
+    ck_assert_str_eq(info->method, ""); /* gRPC does not tell */
   } else if (ev == MCP_GRPC_STREAM_CLOSED) {
     ck_assert_ptr_null(info->stream);
     e->closed++;
     e->closed_status = info->status;
     snprintf(e->closed_details, sizeof(e->closed_details), "%s",
              info->details);
+    snprintf(e->closed_api, sizeof(e->closed_api), "%s",
+             info->api ? info->api : "(mcp)");
   } else {
     ck_assert_ptr_null(info->stream);
     e->refused++;
@@ -1061,6 +1068,8 @@ START_TEST(test_session_ends_stream_with_its_status) {
   }
   ck_assert_int_eq(c.closed, 3);
   ck_assert_int_eq(c.closed_status, GRPC_STATUS_INVALID_ARGUMENT);
+  /* The stream is gone at CLOSED, its API's name is still told. */
+  ck_assert_str_eq(c.closed_api, "counter");
   ck_assert_int_eq(atomic_load(&dels), 3);
   mcp_grpc_source_del(src);
   mcp_store_del(store);

@@ -142,6 +142,12 @@ static int share_held(void *ud) {
   return st.initial == 2 && st.waiting_initial == 18;
 }
 
+/* The streams whose info says they hold an initial slot (the engine's
+ * mcp_stream_info.initial, as gRPC reports it). */
+static void count_initial(const mcp_h2c_stream_info *info, void *ud) {
+  *(int *)ud += info->initial != 0;
+}
+
 START_TEST(test_h2c_silent_peer_holds_only_its_share) {
   aenv e;
   setup(&e);
@@ -154,6 +160,9 @@ START_TEST(test_h2c_silent_peer_holds_only_its_share) {
   open_streams(&e, 0, "127.0.0.2", 10, 0);
   open_streams(&e, 1, "127.0.0.2", 10, 0);
   ck_assert(h2t_run_until(&e.loop, share_held, &e, 10000));
+  int holding = 0;
+  ck_assert_int_eq(mcp_h2c_source_streams(e.src, count_initial, &holding), 2);
+  ck_assert_int_eq(holding, 2);
   uint64_t t0 = uv_hrtime();
   open_streams(&e, 2, "127.0.0.1", 3, 1);
   cnt k = {&e, 2, 3, PUSHED, 3};

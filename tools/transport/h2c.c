@@ -33,19 +33,6 @@ typedef struct h2c_ep {
   mcp_h2c_client *client; /* client_new() */
 } h2c_ep;
 
-/* |peer| holds the peer in the programs' one form (tool_peer_format). */
-static tool_stream_info stream_info(const mcp_h2c_stream_info *info,
-                                    char *peer, size_t len) {
-  tool_stream_info ti = {
-      TOOL_SHIM_STREAM_INFO(info, peer, len),
-      .api = info->api,
-      .identities = info->identities,
-      .nidentities = info->nidentities,
-      .tls = info->tls,
-  };
-  return ti;
-}
-
 /* The debug endpoints answer HTTP/1.1 requests on the listening port. */
 static int http_fn(const char *method, const char *path,
                    mcp_h2c_http_response *resp, void *ud) {
@@ -68,18 +55,11 @@ static int http_fn(const char *method, const char *path,
 
 static void on_stream(mcp_h2c_stream_event ev, const mcp_h2c_stream_info *info,
                       void *ud) {
-  h2c_ep *ep = ud;
-  if (!ep->cb.on_stream)
-    return;
-  char peer[TOOL_PEER_MAX];
-  tool_stream_info ti = stream_info(info, peer, sizeof(peer));
-  /* A refused call never was a stream: no OPENED came before it. */
-  if (ev == MCP_H2C_STREAM_REFUSED) {
-    if (ep->cb.on_refused)
-      ep->cb.on_refused(&ti, ep->cb.user_data);
-    return;
-  }
-  tool_shim_report(&ep->cb, ev == MCP_H2C_STREAM_OPENED, &ti);
+  tool_shim_event_report(ud,
+                         ev == MCP_H2C_STREAM_OPENED   ? TOOL_SHIM_OPENED
+                         : ev == MCP_H2C_STREAM_CLOSED ? TOOL_SHIM_CLOSED
+                                                       : TOOL_SHIM_REFUSED,
+                         info);
 }
 
 /* ---- access lists: the core's rules, the file read again when its
@@ -308,31 +288,26 @@ static int sink_port(void *ep) {
 }
 
 /* An answer still being framed (sending) is not sent yet either. */
-static void stats_fn(const mcp_h2c_stream_info *info, void *ud) {
-  tool_shim_stats_add(ud, info->sink, info->sent, info->sending);
-}
-
 static int sink_finish(void *ep) {
   return mcp_h2c_sink_finish(((h2c_ep *)ep)->sink);
 }
 
 static int sink_stats(void *ep, tool_sink_stream_stats *st) {
   tool_shim_stats_clear(st);
-  int rv = mcp_h2c_sink_streams(((h2c_ep *)ep)->sink, stats_fn, st);
+  int rv = mcp_h2c_sink_streams(((h2c_ep *)ep)->sink, tool_shim_stats_stream, st);
   return rv < 0 ? rv : 0; /* the count is not asked for */
 }
 
 /* Introspection (tools/ops): everything lives on this thread. */
-TOOL_SHIM_DEFINE_WALK(walk_fn, mcp_h2c_stream_info, stream_info)
 
 static int source_streams(void *ep, tool_stream_fn fn, void *ud) {
   tool_shim_walk w = {fn, ud};
-  return mcp_h2c_source_streams(((h2c_ep *)ep)->src, walk_fn, &w);
+  return mcp_h2c_source_streams(((h2c_ep *)ep)->src, tool_shim_walk_stream, &w);
 }
 
 static int sink_streams(void *ep, tool_stream_fn fn, void *ud) {
   tool_shim_walk w = {fn, ud};
-  return mcp_h2c_sink_streams(((h2c_ep *)ep)->sink, walk_fn, &w);
+  return mcp_h2c_sink_streams(((h2c_ep *)ep)->sink, tool_shim_walk_stream, &w);
 }
 
 /* The per-peer rate's counters (tools/ops' metric). */

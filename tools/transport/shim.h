@@ -2,7 +2,8 @@
  * What the transport shims (grpc.c, h2c.c) share, so that a shim holds only
  * what differs between its library and the table of transport.h: the
  * programs' policy for every transport, the callbacks an endpoint reports
- * to, the fields every library's stream info has, and the table rows that
+ * to, the reading of the stream info every library fills (mcp/engine.h's
+ * mcp_stream_info), and the table rows that
  * every shim fills the same way. For the shims only; the programs use
  * transport.h.
  */
@@ -61,25 +62,29 @@ void *tool_shim_alloc(size_t size, const tool_endpoint_options *o);
  * returns 0. Failure: frees |obj|, leaves |*pobj| untouched, returns |rv|. */
 int tool_shim_created(void **pobj, void *obj, int rv);
 
-/* Reports a stream that opened (|opened| 1) or ended (0) to the program,
- * when it asked (on_stream set). */
-void tool_shim_report(const tool_shim_cb *cb, int opened,
-                      const tool_stream_info *ti);
+/* What a library's stream callback was told (its OPENED, CLOSED and
+ * REFUSED events, named by each library). */
+typedef enum tool_shim_event {
+  TOOL_SHIM_OPENED,
+  TOOL_SHIM_CLOSED,
+  TOOL_SHIM_REFUSED
+} tool_shim_event;
 
 /*
- * The designated initialisers of a tool_stream_info for the fields every
- * library's stream info (mcp_grpc_stream_info, mcp_h2c_stream_info) has
- * under the same name: |peer| (|len| bytes) receives the peer in the
- * programs' one form (tool_peer_format). A shim adds what only its library
- * has (the protocol's name, TLS identities).
+ * The programs' view of a stream from the one shape every library fills
+ * (mcp/engine.h's mcp_stream_info; mcp_grpc_stream_info and
+ * mcp_h2c_stream_info are it): |peer| (|len| bytes, TOOL_PEER_MAX)
+ * receives the peer in the programs' one form (tool_peer_format). The
+ * result points into |info| and |peer|: valid while both are.
  */
-#define TOOL_SHIM_STREAM_INFO(info, peer, len)                               \
-  .id = (info)->id, .peer = tool_peer_format((info)->peer, (peer), (len)),    \
-  .dialed = (info)->dialed, .received = (info)->received,                     \
-  .sent = (info)->sent, .status = (info)->status,                             \
-  .details = (info)->details ? (info)->details : "",                          \
-  .source = (info)->source, .sink = (info)->sink, .opened = (info)->opened,  \
-  .stream = (info)->stream
+tool_stream_info tool_shim_stream_info(const mcp_stream_info *info,
+                                       char *peer, size_t len);
+
+/* Hands |ev| on |info| to the program's callbacks in |cb| (on_stream for
+ * OPENED and CLOSED, on_refused for REFUSED: a refused call never was a
+ * stream), each when the program asked for it. */
+void tool_shim_event_report(const tool_shim_cb *cb, tool_shim_event ev,
+                            const mcp_stream_info *info);
 
 /* source_streams(), sink_streams(): the program's function, the user_data
  * of the library's walk. */
@@ -88,17 +93,20 @@ typedef struct tool_shim_walk {
   void *ud;
 } tool_shim_walk;
 
-/* Defines |name|, the library's per-stream callback of source_streams()
- * and sink_streams() (user_data: a tool_shim_walk), which hands the
- * program each stream (of the library's |info_type|) as |convert| (the
- * shim's stream_info()) makes it a tool_stream_info. */
-#define TOOL_SHIM_DEFINE_WALK(name, info_type, convert)                       \
-  static void name(const info_type *info, void *ud) {                         \
-    tool_shim_walk *w = ud;                                                   \
-    char peer[TOOL_PEER_MAX];                                                 \
-    tool_stream_info ti = convert(info, peer, sizeof(peer));                  \
-    w->fn(&ti, w->ud);                                                        \
-  }
+/* The per-stream function of every library's *_streams() walk (its
+ * mcp_grpc_stream_fn, mcp_h2c_stream_fn) for source_streams() and
+ * sink_streams(): hands |w->fn| each stream as tool_shim_stream_info()
+ * makes it. |ud|: a tool_shim_walk. */
+void tool_shim_walk_stream(const mcp_stream_info *info, void *ud);
+
+/* The per-stream function of sink_stats()'s walk over the sink's streams
+ * (|ud|: the tool_sink_stream_stats, cleared first by
+ * tool_shim_stats_clear(): no stream open): the stream that holds the sink
+ * session (|sink| set) says what it has sent and whether an answer is
+ * still to go (the session wants to write, or the library is |sending|
+ * one). */
+void tool_shim_stats_clear(tool_sink_stream_stats *st);
+void tool_shim_stats_stream(const mcp_stream_info *info, void *ud);
 
 /* rate_limited() of a shim whose endpoint type |ep_type| holds |src| or
  * |sink|, read with the library's stats functions. */
@@ -114,14 +122,6 @@ typedef struct tool_shim_walk {
     *refused = st.refused_peer_rate;                                          \
     return 0;                                                                 \
   }
-
-/* sink_stats(): |st| says no stream is open, then the walk over the sink's
- * streams adds the one that holds the sink session (|sink| set): what it
- * has sent and whether an answer is still to go (the session wants to
- * write, or the library is |sending| one). */
-void tool_shim_stats_clear(tool_sink_stream_stats *st);
-void tool_shim_stats_add(tool_sink_stream_stats *st, mcp_sink_session *sink,
-                         uint64_t sent, int sending);
 
 /* The rows of the table (tool_transport) that every shim fills with its
  * static functions of the same names. */

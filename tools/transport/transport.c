@@ -118,10 +118,47 @@ int tool_shim_created(void **pobj, void *obj, int rv) {
   return 0;
 }
 
-void tool_shim_report(const tool_shim_cb *cb, int opened,
-                      const tool_stream_info *ti) {
-  if (cb->on_stream)
-    cb->on_stream(opened, ti, cb->user_data);
+tool_stream_info tool_shim_stream_info(const mcp_stream_info *info,
+                                       char *peer, size_t len) {
+  tool_stream_info ti = {
+      .id = info->id,
+      .peer = tool_peer_format(info->peer, peer, len),
+      .dialed = info->dialed,
+      .received = info->received,
+      .sent = info->sent,
+      .status = info->status,
+      .details = info->details ? info->details : "",
+      .source = info->source,
+      .sink = info->sink,
+      .opened = info->opened,
+      .identities = info->identities,
+      .nidentities = info->nidentities,
+      .tls = info->tls,
+      .api = info->api,
+      .stream = info->stream,
+  };
+  return ti;
+}
+
+void tool_shim_event_report(const tool_shim_cb *cb, tool_shim_event ev,
+                            const mcp_stream_info *info) {
+  tool_stream_cb on_stream = ev == TOOL_SHIM_REFUSED ? NULL : cb->on_stream;
+  tool_refused_cb on_refused = ev == TOOL_SHIM_REFUSED ? cb->on_refused : NULL;
+  if (!on_stream && !on_refused)
+    return;
+  char peer[TOOL_PEER_MAX];
+  tool_stream_info ti = tool_shim_stream_info(info, peer, sizeof(peer));
+  if (on_refused)
+    on_refused(&ti, cb->user_data);
+  else
+    on_stream(ev == TOOL_SHIM_OPENED, &ti, cb->user_data);
+}
+
+void tool_shim_walk_stream(const mcp_stream_info *info, void *ud) {
+  tool_shim_walk *w = ud;
+  char peer[TOOL_PEER_MAX];
+  tool_stream_info ti = tool_shim_stream_info(info, peer, sizeof(peer));
+  w->fn(&ti, w->ud);
 }
 
 void tool_shim_stats_clear(tool_sink_stream_stats *st) {
@@ -130,12 +167,12 @@ void tool_shim_stats_clear(tool_sink_stream_stats *st) {
   st->sent = 0;
 }
 
-void tool_shim_stats_add(tool_sink_stream_stats *st, mcp_sink_session *sink,
-                         uint64_t sent, int sending) {
-  if (sink) {
+void tool_shim_stats_stream(const mcp_stream_info *info, void *ud) {
+  tool_sink_stream_stats *st = ud;
+  if (info->sink) {
     st->open = 1;
-    st->want_write = mcp_sink_session_want_write(sink) || sending;
-    st->sent = sent;
+    st->want_write = mcp_sink_session_want_write(info->sink) || info->sending;
+    st->sent = info->sent;
   }
 }
 

@@ -109,6 +109,9 @@ struct mcp_grpc_stream {
   const mcp_service_def *svc;
   size_t slot;
   mcp_grpc_chan *chan;
+  /* ROLE_SERVICE: the protocol's name (ops->name, copied: the info's
+   * |api| also once the stream is gone), NULL before it has a stream. */
+  char *api;
   int recv_busy; /* a receive is in flight */
   char *peer; /* gpr_malloc'd by gRPC */
   mcp_tstamp opened;

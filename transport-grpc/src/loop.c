@@ -103,6 +103,9 @@ void mcp_grpc_stream_info_fill(const mcp_grpc_stream *s,
   info->tls = s->tls;
   info->initial = mcp_admit_ticket_initial(s->ticket);
   info->stream = mcp ? NULL : s->st;
+  info->api = mcp ? NULL : s->api ? s->api : "";
+  info->sending = s->send_bb != NULL; /* a message, not metadata */
+  info->method = ""; /* gRPC's call keeps it; this transport does not */
 }
 
 static void fill_stats(mcp_grpc_ep *ep, mcp_grpc_stats *st) {

@@ -54,6 +54,7 @@ void mcp_h2c_info_fill(const mcp_h2c_stream *s, mcp_h2c_stream_info *info) {
   info->status = s->status;
   info->details = s->details ? s->details : "";
   info->sending = s->out != NULL;
+  info->initial = mcp_admit_ticket_initial(s->ticket);
   info->stream = s->mcp ? NULL : s->eng;
   info->api = s->api ? s->api : (s->svc || s->in_slot ? "" : NULL);
   info->method = s->hd.path ? s->hd.path : "";

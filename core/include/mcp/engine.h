@@ -467,6 +467,61 @@ MCP_EXTERN int mcp_utf8_valid(const uint8_t *s, size_t n, int allow_nul);
 /* The length (1 to 4) of the UTF-8 character at |s|, at most |n| bytes,
  * by mcp_utf8_valid()'s rules (a NUL is 1); 0 when it is not one or n is 0. */
 MCP_EXTERN size_t mcp_utf8_len(const uint8_t *s, size_t n);
+/* What a transport tells of a stream                                  */
+/* ------------------------------------------------------------------ */
+
+/*
+ * One stream of a transport (MCP, a service's or a client's call), as
+ * every transport reports it: to its stream callback (opened, closed,
+ * refused) and to its *_streams() walk. The transport fills it and lends
+ * it for the duration of the callback; every pointer in it (strings,
+ * sessions, the engine stream) is the transport's and valid during the
+ * callback only, on the transport's thread; copy what must outlive it.
+ * mcp_grpc_stream_info and mcp_h2c_stream_info are this struct, so one
+ * reader (a program's metrics, its debug pages) serves every transport.
+ * Never allocated by the caller: fields are only appended (no version).
+ */
+typedef struct mcp_stream_info {
+  uint64_t id;      /* per transport object, from 1, in order of creation */
+  /* The peer as the transport names it: "ipv4:127.0.0.1:40000",
+   * "ipv6:[::1]:1", "unix:/p"; a dialed stream not yet connected may
+   * show the address dialed. */
+  const char *peer;
+  int dialed;       /* 1 when this side started the stream */
+  /* MCP streams: the stream's core session, NULL once the stream is
+   * ending (and for a refused call); read-only introspection. */
+  mcp_source_session *source;
+  mcp_sink_session *sink;
+  mcp_tstamp opened; /* the transport's clock when the stream was made */
+  uint64_t received; /* messages received */
+  uint64_t sent;     /* messages handed to the transport's HTTP/2 in full */
+  /* Closed and refused only: the gRPC status the stream ended with, as
+   * this side saw it (the one sent, the one received, or the one a reset,
+   * a cancel or a lost connection means), and its message ("" for none). */
+  int status;
+  const char *details;
+  /* The peer's verified identities (mcp/auth.h's order; none without a
+   * verified certificate; a dialed stream knows them once connected). */
+  const char *const *identities;
+  size_t nidentities;
+  int tls;     /* the connection is TLS (known once connected) */
+  int initial; /* LISTEN source: holds an initial-sync admission slot */
+  /* Service and client calls: the protocol's engine stream (read-only:
+   * mcp_stream_get_ops(), counters), NULL for MCP streams and once the
+   * stream is ending. */
+  const mcp_stream *stream;
+  /* Service and client calls: the protocol's name (mcp_stream_ops.name,
+   * "" when unknown), also when closed, so that metrics count per API;
+   * NULL for MCP streams. */
+  const char *api;
+  /* 1 while a message taken from the session is not yet handed to the
+   * transport in full (with mcp_sink_session_want_write(): an answer is on
+   * its way). */
+  int sending;
+  /* The gRPC method (":path") of the call; "" when the transport does not
+   * tell. */
+  const char *method;
+} mcp_stream_info;
 
 #ifdef __cplusplus
 }

@@ -212,39 +212,13 @@ typedef mcp_peer mcp_grpc_peer;
  */
 typedef mcp_authorize_fn mcp_grpc_authorize_fn;
 
-/* What the transport knows of one stream. Strings are valid during the
- * callback only. */
-typedef struct mcp_grpc_stream_info {
-  uint64_t id;        /* per object, from 1, in order of creation */
-  const char *peer;   /* gRPC's peer string, e.g. "ipv4:127.0.0.1:40000" */
-  int dialed;         /* 1 when this side started the call */
-  /* The stream's core session, NULL once the stream is ending (and for a
-   * refused one). Usable (read-only introspection) during the callback,
-   * on the transport thread. */
-  mcp_source_session *source;
-  mcp_sink_session *sink;
-  mcp_tstamp opened;  /* mcp_grpc_now() when the stream was created */
-  uint64_t received;  /* messages received */
-  uint64_t sent;      /* messages sent */
-  /* MCP_GRPC_STREAM_CLOSED and _REFUSED only: the status the stream ended
-   * with, as this side saw it (the one sent, the one received, or
-   * CANCELLED). */
-  int status;
-  const char *details;
-  /* The peer's verified identities, as in mcp_grpc_peer (a dialed stream
-   * knows them once connected). */
-  const char *const *identities;
-  size_t nidentities;
-  int tls; /* the connection is TLS (known once connected) */
-  /* LISTEN source: the stream is in its initial sync and holds one of the
-   * |max_initial_pushes| slots. */
-  int initial;
-  /* A call of a service or of an mcp_grpc_client's slot: its engine
-   * stream, for read-only introspection during the callback (e.g.
-   * mcp_stream_get_ops(stream)->name, to count streams per API). NULL for
-   * MCP streams, and once the stream is ending (CLOSED, REFUSED). */
-  const mcp_stream *stream;
-} mcp_grpc_stream_info;
+/* What the transport knows of one stream: the engine's one shape
+ * (mcp/engine.h, mcp_stream_info), same layout as before it moved there
+ * plus fields appended. This transport fills every field but |method|
+ * (""). Strings are valid during the callback only. |status|: CLOSED and
+ * REFUSED (the status sent, the one received, or CANCELLED). |sent|:
+ * messages whose send gRPC completed; |sending|: a send is in flight. */
+typedef mcp_stream_info mcp_grpc_stream_info;
 
 typedef enum mcp_grpc_stream_event {
   /* A stream started: accepted (authorized and admitted: it has a

@@ -173,47 +173,11 @@ typedef enum mcp_h2c_mode {
  */
 typedef mcp_backoff_options mcp_h2c_backoff_options;
 
-/* What the transport knows of one stream. Strings are valid during the
- * callback only. */
-typedef struct mcp_h2c_stream_info {
-  uint64_t id;       /* per object, from 1, in order of creation */
-  const char *peer;  /* "ipv4:127.0.0.1:40000", "ipv6:[::1]:1", "unix:/p";
-                        a dialed stream that is not connected yet: the
-                        address dialed */
-  int dialed;        /* 1 when this side started the stream */
-  /* The stream's core session, NULL once the stream is ending. Usable for
-   * read-only introspection during the callback. */
-  mcp_source_session *source;
-  mcp_sink_session *sink;
-  mcp_tstamp opened; /* mcp_h2c_now() when the stream was created */
-  uint64_t received; /* messages received */
-  uint64_t sent;     /* messages handed to HTTP/2 in full */
-  /* MCP_H2C_STREAM_CLOSED only: the status the stream ended with, as this
-   * side saw it (the one sent, the one received, or the one a reset or
-   * a lost connection means). */
-  int status;
-  const char *details;
-  /* 1 while a message taken from the session is not yet handed to HTTP/2
-   * in full (with mcp_sink_session_want_write(): an answer is on its
-   * way). */
-  int sending;
-  /* Service and client streams (mcp_service_def, mcp_client_def): the
-   * protocol's stream, NULL for MCP streams and once the stream is ending
-   * (read-only use during the callback: mcp_stream_get_ops(), counters),
-   * and the protocol's name (ops->name, also in CLOSED; NULL for MCP
-   * streams) so that metrics can count per API. Const, as gRPC's: the
-   * transport owns and drives it. */
-  const mcp_stream *stream;
-  const char *api;
-  /* The gRPC method (":path") of the call; "" when unknown. */
-  const char *method;
-  /* TLS: whether the connection is TLS, and the peer's verified
-   * identities (mcp_peer's order; none without a verified certificate;
-   * a dialed stream knows them once the handshake is done). */
-  int tls;
-  const char *const *identities;
-  size_t nidentities;
-} mcp_h2c_stream_info;
+/* What the transport knows of one stream: the engine's one shape
+ * (mcp/engine.h, mcp_stream_info), which this transport fills in full.
+ * Strings are valid during the callback only. A dialed stream that is
+ * not connected yet shows the address dialed as |peer|. */
+typedef mcp_stream_info mcp_h2c_stream_info;
 
 typedef enum mcp_h2c_stream_event {
   /* A stream started: accepted and routed, or (dialing) an attempt

@@ -1,0 +1,172 @@
+/*
+ * Tests of the transport shims' shared reading of a stream
+ * (tools/transport/transport.c, shim.h): every library fills the engine's
+ * one shape (mcp_stream_info), and the programs' view of it is made by one
+ * function, whatever the transport. Pure functions: no sockets, no clock.
+ */
+#include <check.h>
+#include <string.h>
+
+#include "transport/shim.h"
+
+static const char *const ids[] = {"spiffe://a/ns/x/sa/y", "y.x"};
+
+static mcp_stream_info sample(void) {
+  mcp_stream_info in;
+  memset(&in, 0, sizeof(in));
+  in.id = 42;
+  in.peer = "ipv4:127.0.0.1:40000";
+  in.dialed = 1;
+  in.opened = 7;
+  in.received = 3;
+  in.sent = 5;
+  in.status = 14;
+  in.details = "gone";
+  in.identities = ids;
+  in.nidentities = 2;
+  in.tls = 1;
+  in.api = "destination";
+  return in;
+}
+
+START_TEST(test_every_field_reaches_the_programs_view) {
+  mcp_stream_info in = sample();
+  char peer[TOOL_PEER_MAX];
+  tool_stream_info ti = tool_shim_stream_info(&in, peer, sizeof(peer));
+  ck_assert_uint_eq(ti.id, 42);
+  ck_assert_str_eq(ti.peer, "127.0.0.1:40000"); /* the programs' one form */
+  ck_assert_ptr_eq(ti.peer, peer);
+  ck_assert_int_eq(ti.dialed, 1);
+  ck_assert_uint_eq(ti.opened, 7);
+  ck_assert_uint_eq(ti.received, 3);
+  ck_assert_uint_eq(ti.sent, 5);
+  ck_assert_int_eq(ti.status, 14);
+  ck_assert_str_eq(ti.details, "gone");
+  ck_assert_ptr_eq(ti.identities, ids);
+  ck_assert_uint_eq(ti.nidentities, 2);
+  ck_assert_int_eq(ti.tls, 1);
+  ck_assert_str_eq(ti.api, "destination");
+  ck_assert_ptr_null(ti.stream);
+  ck_assert_ptr_null(ti.source);
+  ck_assert_ptr_null(ti.sink);
+}
+END_TEST
+
+START_TEST(test_missing_details_and_peer_read_as_empty) {
+  mcp_stream_info in = sample();
+  in.details = NULL;
+  in.peer = NULL;
+  in.api = NULL; /* an MCP stream */
+  char peer[TOOL_PEER_MAX];
+  tool_stream_info ti = tool_shim_stream_info(&in, peer, sizeof(peer));
+  ck_assert_str_eq(ti.details, "");
+  ck_assert_str_eq(ti.peer, "");
+  ck_assert_ptr_null(ti.api);
+}
+END_TEST
+
+typedef struct seen {
+  int opened, closed, refused;
+  uint64_t last_id;
+  char last_peer[TOOL_PEER_MAX];
+} seen;
+
+static void on_stream(int opened, const tool_stream_info *info, void *ud) {
+  seen *s = ud;
+  if (opened)
+    s->opened++;
+  else
+    s->closed++;
+  s->last_id = info->id;
+  strcpy(s->last_peer, info->peer);
+}
+
+static void on_refused(const tool_stream_info *info, void *ud) {
+  seen *s = ud;
+  s->refused++;
+  s->last_id = info->id;
+}
+
+START_TEST(test_events_reach_the_callback_the_program_asked_for) {
+  seen s;
+  memset(&s, 0, sizeof(s));
+  tool_shim_cb cb = {on_stream, on_refused, &s};
+  mcp_stream_info in = sample();
+  tool_shim_event_report(&cb, TOOL_SHIM_OPENED, &in);
+  tool_shim_event_report(&cb, TOOL_SHIM_CLOSED, &in);
+  ck_assert_int_eq(s.opened, 1);
+  ck_assert_int_eq(s.closed, 1);
+  ck_assert_int_eq(s.refused, 0);
+  ck_assert_uint_eq(s.last_id, 42);
+  ck_assert_str_eq(s.last_peer, "127.0.0.1:40000");
+  /* A refused call never was a stream: on_refused only. */
+  tool_shim_event_report(&cb, TOOL_SHIM_REFUSED, &in);
+  ck_assert_int_eq(s.refused, 1);
+  ck_assert_int_eq(s.opened + s.closed, 2);
+  /* Only what the program asked for: refusals without on_stream, and
+   * nothing at all without either. */
+  tool_shim_cb only_refused = {NULL, on_refused, &s};
+  tool_shim_event_report(&only_refused, TOOL_SHIM_OPENED, &in);
+  tool_shim_event_report(&only_refused, TOOL_SHIM_REFUSED, &in);
+  ck_assert_int_eq(s.refused, 2);
+  ck_assert_int_eq(s.opened, 1);
+  tool_shim_cb none = {NULL, NULL, &s};
+  tool_shim_event_report(&none, TOOL_SHIM_CLOSED, &in);
+  tool_shim_event_report(&none, TOOL_SHIM_REFUSED, &in);
+  ck_assert_int_eq(s.opened + s.closed + s.refused, 4);
+}
+END_TEST
+
+static void count_walk(const tool_stream_info *info, void *ud) {
+  seen *s = ud;
+  s->opened++;
+  s->last_id = info->id;
+  strcpy(s->last_peer, info->peer);
+}
+
+START_TEST(test_walk_hands_each_stream_in_the_programs_form) {
+  seen s;
+  memset(&s, 0, sizeof(s));
+  tool_shim_walk w = {count_walk, &s};
+  mcp_stream_info in = sample();
+  tool_shim_walk_stream(&in, &w);
+  in.id = 43;
+  in.peer = "ipv6:%5B::1%5D:9";
+  tool_shim_walk_stream(&in, &w);
+  ck_assert_int_eq(s.opened, 2);
+  ck_assert_uint_eq(s.last_id, 43);
+  ck_assert_str_eq(s.last_peer, "[::1]:9");
+}
+END_TEST
+
+START_TEST(test_sink_stats_count_only_the_stream_with_the_session) {
+  tool_sink_stream_stats st;
+  memset(&st, 0xff, sizeof(st));
+  tool_shim_stats_clear(&st);
+  ck_assert_int_eq(st.open, 0);
+  ck_assert_int_eq(st.want_write, 0);
+  ck_assert_uint_eq(st.sent, 0);
+  mcp_stream_info in = sample(); /* no sink session: a service's call */
+  in.sending = 1;
+  tool_shim_stats_stream(&in, &st);
+  ck_assert_int_eq(st.open, 0);
+  ck_assert_int_eq(st.want_write, 0);
+  ck_assert_uint_eq(st.sent, 0);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("tools_shim");
+  TCase *tc = tcase_create("shim");
+  tcase_add_test(tc, test_every_field_reaches_the_programs_view);
+  tcase_add_test(tc, test_missing_details_and_peer_read_as_empty);
+  tcase_add_test(tc, test_events_reach_the_callback_the_program_asked_for);
+  tcase_add_test(tc, test_walk_hands_each_stream_in_the_programs_form);
+  tcase_add_test(tc, test_sink_stats_count_only_the_stream_with_the_session);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
