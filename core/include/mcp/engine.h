@@ -467,6 +467,8 @@ MCP_EXTERN int mcp_utf8_valid(const uint8_t *s, size_t n, int allow_nul);
 /* The length (1 to 4) of the UTF-8 character at |s|, at most |n| bytes,
  * by mcp_utf8_valid()'s rules (a NUL is 1); 0 when it is not one or n is 0. */
 MCP_EXTERN size_t mcp_utf8_len(const uint8_t *s, size_t n);
+
+/* ------------------------------------------------------------------ */
 /* What a transport tells of a stream                                  */
 /* ------------------------------------------------------------------ */
 
