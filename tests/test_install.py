@@ -90,6 +90,20 @@ def dynamic(path):
     return soname, needed
 
 
+def declared_extern(dest):
+    """The functions the shared libraries' installed headers declare
+    MCP_EXTERN: each must be exported (a source file that does not see its declaration compiles it
+    hidden)."""
+    names = []
+    for h in glob.glob(os.path.join(dest, "**", "mcp", "*.h"),
+                       recursive=True):
+        if os.path.basename(h).startswith("schema"):
+            continue  # libmcp-schema*: static libraries only
+        text = re.sub(r"/\*.*?\*/", " ", open(h).read(), flags=re.S)
+        names += re.findall(r"MCP_EXTERN[^;{(]*?\b(mcp_\w+)\s*\(", text)
+    return names
+
+
 SCHEMA_SOURCE = """#include <stdio.h>
 #include <string.h>
 #include <mcp/schema_istio.h>
@@ -263,6 +277,7 @@ def main():
                    LD_LIBRARY_PATH=libdir)
         core_soname = "libmcp.so." + a.soversion
 
+        all_exported = set()
         for pc in ["libmcp"] + ["libmcp-" + t for t in a.transport]:
             lib, header, extra = PROGRAMS[pc]
             check(os.path.isfile(os.path.join(pcdir, pc + ".pc")),
@@ -295,6 +310,7 @@ def main():
             check(exported and not stray,
                   "lib%s exports only mcp_* (%d; stray: %s)" %
                   (lib, len(exported), stray[:5]))
+            all_exported.update(exported)
             check(glob.glob(os.path.join(dest, "**", header), recursive=True),
                   header + " installed")
 
@@ -308,6 +324,9 @@ def main():
                                                                    needed))
             out = run([exe], env=env).strip()
             check(out == want, "mcp_version() via %s: %r" % (pc, out))
+        missing = sorted(set(declared_extern(dest)) - all_exported)
+        check(not missing, "every MCP_EXTERN function of the installed "
+              "headers is exported (missing: %s)" % missing[:10])
         check_schema_istio(a, tmp, dest, pcdir, libdir, env)
         if "h2c" in a.transport:
             check_readme_staged(a, tmp, want)

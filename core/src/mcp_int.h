@@ -12,6 +12,7 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "mcp/mcp.h"
+#include "mcp/engine.h" /* every public declaration in scope: MCP_EXTERN exports */
 
 #define MCP_UNUSED(x) ((void)(x))
 
