@@ -134,6 +134,18 @@ mcp_tstamp mcp__pace_due(const mcp_coll *c, mcp_tstamp debounce,
   return d;
 }
 
+/* The default bound of a debounce: the one rule every module that
+ * debounces uses when its options give none. Saturates instead of
+ * wrapping for a debounce beyond a tenth of the range. */
+mcp_tstamp mcp_watch_default_max_delay(mcp_tstamp debounce) {
+  if (debounce == 0) {
+    return 0;
+  }
+  mcp_tstamp ten = debounce > MCP_TSTAMP_MAX / 10 ? MCP_TSTAMP_MAX
+                                                  : debounce * 10;
+  return ten < MCP_SECONDS ? MCP_SECONDS : ten;
+}
+
 int mcp_watch_ready(const mcp_watch *w, mcp_tstamp ts) {
   if (!mcp_watch_changed(w)) {
     return 0;
