@@ -1,5 +1,5 @@
 /*
- * fuzz_codec: the MCP wire codecs alone (core/src/codec_*.c), against
+ * fuzz_codec: the MCP wire codecs alone (core/mcp/codec_*.c), against
  * protobuf-c as an independent decoder.
  *
  * The first byte picks what the rest is:
@@ -25,13 +25,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/src/codec.h"
+#include "../core/mcp/codec.h"
 #include "fuzz_util.h"
 
 static mcp_mem mem;
 
 static int str_ok(const char *s) {
-  return s && mcp__utf8_valid((const uint8_t *)s, strlen(s));
+  return s && mcp_utf8_valid((const uint8_t *)s, strlen(s), 0);
 }
 
 /* |sp| equals protobuf-c's C string |s|. A string with a NUL byte cannot
@@ -134,7 +134,7 @@ static void request(mcp_service service, const uint8_t *in, size_t len) {
                                   UINT32_MAX, UINT32_MAX, UINT32_MAX};
   mcp_request_buf d;
   memset(&d, 0, offsetof(mcp_request_buf, stack));
-  mcp__pballoc_init(&d.pa, &mem);
+  mcp_pballoc_init(&d.pa, &mem);
   mcp_request r;
   int rv = mcp__request_decode(&lim, &mem, in, len, &d, &r);
   FZ_CHECK(rv == 0 || rv == MCP_ERR_MALFORMED, "request: %s",
@@ -212,8 +212,8 @@ static void push(const uint8_t *in, size_t len) {
     FZ_CHECK(rv == MCP_ERR_MALFORMED, "push: %s", mcp_strerror(rv));
   }
   FZ_CHECK(!canon || rv == 0, "canonical push refused");
-  mcp__free(&mem, env.res);
-  mcp__free(&mem, env.rem);
+  mcp_mem_free(&mem, env.res);
+  mcp_mem_free(&mem, env.rem);
   if (q) {
     istio__mcp__v1alpha1__resources__free_unpacked(q, NULL);
   }
@@ -226,7 +226,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   static int ready;
   if (!ready) {
-    mcp__mem_init(&mem, NULL);
+    mcp_mem_init(&mem, NULL);
     ready = 1;
   }
   unsigned sel = data[0] % 4;

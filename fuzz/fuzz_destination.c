@@ -1,5 +1,5 @@
 /*
- * fuzz_destination: Conduit's Destination module (core/src/destination*.c)
+ * fuzz_destination: Conduit's Destination module (core/destination/destination*.c)
  * driven by a script: server sessions fed arbitrary or built requests
  * while the view store changes at random, each paired with a client
  * session that receives what its server sends; and a lone client session

@@ -1,5 +1,5 @@
 /*
- * fuzz_xds: the xDS module (core/src/xds_*.c) driven by a script: server
+ * fuzz_xds: the xDS module (core/xds/xds_*.c) driven by a script: server
  * streams (state of the world or delta) each paired with an xDS client
  * stream that answers what its server sends, while the store changes at
  * random; raw request bytes into server streams; raw response bytes into

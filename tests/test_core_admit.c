@@ -1,4 +1,4 @@
-/* core/src/admit.c: the admission policy both transports share, on a
+/* core/engine/admit.c: the admission policy both transports share, on a
  * virtual clock. */
 #include <check.h>
 #include <stdint.h>

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "helper.h"
-#include "mcp_int.h"
+#include "engine_int.h"
 
 #define VS_TYPE "type.googleapis.com/istio.networking.v1alpha3.VirtualService"
 #define VS_COLL "istio/networking/v1alpha3/virtualservices"

@@ -1,4 +1,4 @@
-/* core/src/backoff.c: the reconnection policy of every client (the default
+/* core/engine/backoff.c: the reconnection policy of every client (the default
  * table, the delays, the healthy rule, mcp_redial), with fake time and
  * injected randomness. */
 #include <check.h>

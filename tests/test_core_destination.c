@@ -1,5 +1,5 @@
 /*
- * Conduit's Destination API (core/src/destination*.c, mcp/destination.h):
+ * Conduit's Destination API (core/destination/destination*.c, mcp/destination.h):
  * one test per rule of issue 14 and of the proto's comments, each named
  * after what it proves. What the server sends is decoded with the
  * protobuf-c code generated from proto/conduit (an implementation

@@ -2,10 +2,10 @@
  * The core is a pure state machine (docs: DESIGN section 3, mcp.h): it
  * includes no socket, thread, time or file header, and calls no clock, file,
  * thread or allocator function directly; all allocation goes through the
- * mcp_mem hook (core/src/mem.c is the one place that calls the C library's
+ * mcp_mem hook (core/engine/mem.c is the one place that calls the C library's
  * allocator, for the default hook).
  *
- * A textual scan of every file under core/src and core/include. The source
+ * A textual scan of every C file under core/. The source
  * root comes from MESON_SOURCE_ROOT when set, else from __FILE__ (relative
  * to the build directory, where `meson test` runs tests), else from the
  * working directory and its parents.
@@ -247,7 +247,7 @@ static int is_file(const char *path) {
 
 static int is_root(const char *dir) {
   char p[MAXPATH];
-  snprintf(p, sizeof(p), "%s/core/src/sink.c", dir);
+  snprintf(p, sizeof(p), "%s/core/mcp/sink.c", dir);
   if (!is_file(p)) {
     return 0;
   }
@@ -327,9 +327,22 @@ static char *slurp(const char *path) {
 }
 
 typedef struct files {
-  char path[64][MAXPATH];
+  char path[128][MAXPATH];
   size_t n;
 } files;
+
+/* C sources and headers (version.c.in too), not meson.build. */
+static int is_c_text(const char *p) {
+  static const char *const ext[] = {".c", ".h", ".c.in", NULL};
+  size_t l = strlen(p);
+  for (size_t i = 0; ext[i]; ++i) {
+    size_t el = strlen(ext[i]);
+    if (l >= el && strcmp(p + l - el, ext[i]) == 0) {
+      return 1;
+    }
+  }
+  return 0;
+}
 
 static void collect(const char *dir, files *fs) {
   DIR *d = opendir(dir);
@@ -345,8 +358,8 @@ static void collect(const char *dir, files *fs) {
     ck_assert_int_eq(stat(p, &sb), 0);
     if (S_ISDIR(sb.st_mode)) {
       collect(p, fs);
-    } else if (S_ISREG(sb.st_mode)) {
-      ck_assert_uint_lt(fs->n, 64);
+    } else if (S_ISREG(sb.st_mode) && is_c_text(p)) {
+      ck_assert_uint_lt(fs->n, 128);
       snprintf(fs->path[fs->n++], MAXPATH, "%s", p);
     }
   }
@@ -358,14 +371,14 @@ static files *core_files(void) {
   char root[MAXPATH / 2], dir[MAXPATH];
   fs.n = 0;
   find_root(root, sizeof(root));
-  snprintf(dir, sizeof(dir), "%s/core/src", root);
-  collect(dir, &fs);
-  snprintf(dir, sizeof(dir), "%s/core/include", root);
+  snprintf(dir, sizeof(dir), "%s/core", root);
   collect(dir, &fs);
   /* What we expect to see at least: the scan must not pass vacuously. */
-  static const char *const must[] = {"/core/src/mem.c", "/core/src/sink.c",
-                                     "/core/src/source.c", "/core/src/store.c",
-                                     "/core/include/mcp/mcp.h", NULL};
+  static const char *const must[] = {
+      "/core/engine/mem.c", "/core/mcp/sink.c", "/core/mcp/source.c",
+      "/core/engine/store.c", "/core/include/mcp/mcp.h",
+      "/core/destination/destination.c", "/core/dispatcher/dispatcher.c",
+      "/core/xds/xds_server.c", "/core/engine/include/mcp/engine.h", NULL};
   for (size_t i = 0; must[i]; ++i) {
     int found = 0;
     for (size_t k = 0; k < fs.n; ++k) {
@@ -378,7 +391,7 @@ static files *core_files(void) {
 }
 
 static int is_mem_c(const char *path) {
-  static const char suffix[] = "/core/src/mem.c";
+  static const char suffix[] = "/core/engine/mem.c";
   size_t l = strlen(path), sl = sizeof(suffix) - 1;
   return l >= sl && strcmp(path + l - sl, suffix) == 0;
 }
@@ -448,7 +461,7 @@ START_TEST(scanner_detects_banned_includes_and_calls) {
       "static int f(void) {\n"
       "  void *p = malloc(3);\n"
       "  p = m->malloc(3, ud);\n"
-      "  p = mcp__malloc(&mem, 3);\n"
+      "  p = mcp_mem_malloc(&mem, 3);\n"
       "  const char *s = \"free(p) in a string\";\n"
       "  clock_gettime (CLOCK_MONOTONIC, &t);\n"
       "  pthread_mutex_lock(&mu);\n"
@@ -477,6 +490,149 @@ START_TEST(scanner_detects_banned_includes_and_calls) {
 }
 END_TEST
 
+/* ---- layers (docs/architecture.md, "Layers") ---- */
+
+/*
+ * What a file of each layer may include with quotes: the engine's public
+ * headers, its own layer's header and private headers (a file in its own
+ * folder), its own protocol's generated code, and the exceptions the
+ * architecture names: the MCP module and MCP over xDS read the store's
+ * internals (engine_int.h), and MCP over xDS reads MCP's Resource codec.
+ * The engine includes no module's header.
+ */
+typedef struct layer {
+  const char *dir;          /* "/core/<dir>/" */
+  const char *const *allow; /* besides the engine's public headers */
+} layer;
+
+static const char *const ENGINE_PUBLIC[] = {"mcp/engine.h", "mcp/auth.h",
+                                            "mcp/pballoc.h", NULL};
+static const char *const L_ENGINE[] = {"engine_int.h", "google/", NULL};
+static const char *const L_MCP[] = {"mcp/mcp_v1alpha1.h", "engine_int.h",
+                                    "codec.h", "mcp/v1alpha1/", "google/",
+                                    NULL};
+static const char *const L_DEST[] = {"mcp/destination.h", "destination_int.h",
+                                     "proxy/destination/", "common/",
+                                     "google/", NULL};
+static const char *const L_DISP[] = {"mcp/dispatcher.h",
+                                     "github.com/docker/swarmkit/", "google/",
+                                     NULL};
+static const char *const L_XDS[] = {"mcp/xds.h", "xds_int.h",
+                                    "mcp/mcp_v1alpha1.h", "engine_int.h",
+                                    "codec.h", "google/", NULL};
+static const layer LAYERS[] = {{"/core/engine/", L_ENGINE},
+                               {"/core/mcp/", L_MCP},
+                               {"/core/destination/", L_DEST},
+                               {"/core/dispatcher/", L_DISP},
+                               {"/core/xds/", L_XDS}};
+
+/* Reports each quoted include of |file| (a file of |l|) that |l| may not
+ * have. */
+static void scan_layer(const char *file, const char *text, const layer *l,
+                       report *r) {
+  int line = 1;
+  for (const char *p = text; *p; ++p) {
+    if (*p == '\n') {
+      ++line;
+      continue;
+    }
+    if (p != text && p[-1] != '\n') {
+      continue;
+    }
+    const char *q = p;
+    while (*q == ' ' || *q == '\t') {
+      ++q;
+    }
+    if (*q++ != '#') {
+      continue;
+    }
+    while (*q == ' ' || *q == '\t') {
+      ++q;
+    }
+    if (strncmp(q, "include", 7) != 0) {
+      continue;
+    }
+    q += 7;
+    while (*q == ' ' || *q == '\t') {
+      ++q;
+    }
+    if (*q != '"' && *q != '<') {
+      continue;
+    }
+    char close = *q == '"' ? '"' : '>';
+    const char *name = ++q;
+    const char *end = strchr(name, close);
+    if (!end || end - name >= 256) {
+      continue;
+    }
+    char inc[256];
+    snprintf(inc, sizeof(inc), "%.*s", (int)(end - name), name);
+    /* System headers: scan_includes() judges them; mcp/ ones are ours. */
+    if (close == '>' && strncmp(inc, "mcp/", 4) != 0) {
+      continue;
+    }
+    int ok = in_list(ENGINE_PUBLIC, inc) || in_list(l->allow, inc) ||
+             has_prefix_in(l->allow, inc);
+    if (!ok) {
+      add(r, file, line, "includes", inc);
+    }
+  }
+}
+
+static const layer *layer_of(const char *path) {
+  for (size_t i = 0; i < sizeof(LAYERS) / sizeof(LAYERS[0]); ++i) {
+    if (strstr(path, LAYERS[i].dir)) {
+      return &LAYERS[i];
+    }
+  }
+  return NULL;
+}
+
+START_TEST(each_layer_includes_only_the_engine_and_its_own_headers) {
+  files *fs = core_files();
+  report r;
+  memset(&r, 0, sizeof(r));
+  size_t scanned = 0;
+  for (size_t i = 0; i < fs->n; ++i) {
+    const layer *l = layer_of(fs->path[i]);
+    if (!l) {
+      continue; /* core/include/mcp/mcp.h: the umbrella includes them all */
+    }
+    char *text = slurp(fs->path[i]);
+    scan_layer(fs->path[i], text, l, &r);
+    free(text);
+    ++scanned;
+  }
+  ck_assert_uint_ge(scanned, 40);
+  ck_assert_msg(r.count == 0, "%d include(s) across layers:%s", r.count,
+                r.text);
+}
+END_TEST
+
+/* The layer scan flags a module reaching into the engine's or another
+ * module's private header, and the engine including a module. */
+START_TEST(layer_scan_detects_a_module_reaching_across) {
+  static const char disp[] = "#include \"mcp/pballoc.h\"\n"
+                             "#include \"mcp/dispatcher.h\"\n"
+                             "#include \"engine_int.h\"\n"
+                             "#include <mcp/destination.h>\n"
+                             "#include <string.h>\n"
+                             "#include \"github.com/docker/swarmkit/api/x.h\"\n";
+  report r;
+  memset(&r, 0, sizeof(r));
+  scan_layer("d.c", disp, &LAYERS[3], &r);
+  ck_assert_msg(r.count == 2, "%d:%s", r.count, r.text);
+  ck_assert_ptr_nonnull(strstr(r.text, "d.c:3: includes engine_int.h"));
+  ck_assert_ptr_nonnull(strstr(r.text, "d.c:4: includes mcp/destination.h"));
+  static const char eng[] = "#include \"engine_int.h\"\n"
+                            "#include \"mcp/mcp_v1alpha1.h\"\n"
+                            "#include \"mcp/mcp.h\"\n";
+  memset(&r, 0, sizeof(r));
+  scan_layer("e.c", eng, &LAYERS[0], &r);
+  ck_assert_msg(r.count == 2, "%d:%s", r.count, r.text);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("core_headers");
   TCase *tc = tcase_create("headers");
@@ -484,6 +640,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, core_calls_no_allocator_clock_io_or_thread_function_directly);
   tcase_add_test(tc, scanner_sees_the_allocator_calls_in_mem_c);
   tcase_add_test(tc, scanner_detects_banned_includes_and_calls);
+  tcase_add_test(tc, each_layer_includes_only_the_engine_and_its_own_headers);
+  tcase_add_test(tc, layer_scan_detects_a_module_reaching_across);
   suite_add_tcase(s, tc);
   return s;
 }

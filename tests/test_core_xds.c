@@ -1,5 +1,5 @@
 /*
- * MCP over xDS (core/src/xds_*.c, mcp/xds.h): one test per rule of issue
+ * MCP over xDS (core/xds/xds_*.c, mcp/xds.h): one test per rule of issue
  * 22, on the engine's fake time. Requests are built by a test-side encoder
  * from structs; responses are read field by field here and each resource's
  * Any value is decoded with protobuf-c's istio.mcp.v1alpha1.Resource (an

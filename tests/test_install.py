@@ -250,6 +250,63 @@ def check_readme_staged(a, tmp, want):
           "program: %r\n%s" % (out[-1:] if out else out, "\n".join(script)))
 
 
+# Layers (docs/architecture.md): each module is a library of its own over
+# the engine; a program takes the engine and one protocol, without libmcp.
+LAYERS = {
+    # package: (header, a call of the module, generated code it must not hold)
+    "libmcp-engine": ("mcp/engine.h", "", ("istio__mcp", "conduit__",
+                                           "docker__swarmkit")),
+    "libmcp-mcp": ("mcp/mcp_v1alpha1.h", """
+  mcp_source_options o;
+  mcp_source_options_default(&o);
+  if (o.store != NULL) return 3;""", ("conduit__", "docker__swarmkit")),
+    "libmcp-destination": ("mcp/destination.h", """
+  mcp_dest_server_options o;
+  mcp_dest_server_options_default(&o);
+  mcp_dest_addr ad;
+  if (mcp_dest_ip_parse(&ad, "10.0.0.1", 80) != 0) return 3;""",
+                           ("istio__mcp", "docker__swarmkit")),
+    "libmcp-dispatcher": ("mcp/dispatcher.h", """
+  mcp_disp_options o;
+  mcp_disp_options_default(&o);""", ("istio__mcp", "conduit__")),
+    "libmcp-xds": ("mcp/xds.h", """
+  mcp_xds_server_options o;
+  mcp_xds_server_options_default(&o);""", ("conduit__", "docker__swarmkit")),
+}
+
+
+def check_layers(a, tmp, dest, pcdir, libdir, env, want):
+    for pc, (header, call, foreign) in LAYERS.items():
+        lib = os.path.join(libdir, pc + ".a")
+        check(os.path.isfile(os.path.join(pcdir, pc + ".pc")),
+              pc + ".pc installed")
+        check(os.path.isfile(lib), lib + " installed")
+        syms = run(["nm", "--defined-only", lib]).lower()
+        own = {"libmcp-engine": "google__protobuf", "libmcp-mcp": "istio__mcp",
+               "libmcp-destination": "conduit__",
+               "libmcp-dispatcher": "docker__swarmkit",
+               "libmcp-xds": "mcp_xds_"}[pc]
+        check(own in syms, "%s holds its own code (%s)" % (pc, own))
+        held = [g for g in foreign if g in syms]
+        check(not held, "%s holds no other protocol's generated code (%s)"
+              % (pc, held))
+        flags = shlex.split(run(["pkg-config", "--static", "--cflags",
+                                 "--libs", pc], env=env))
+        check(not any(f in ("-lmcp", "-lmcp_grpc", "-lmcp_h2c")
+                      for f in flags),
+              "%s links without libmcp: %s" % (pc, flags))
+        src = os.path.join(tmp, pc + ".c")
+        exe = os.path.join(tmp, pc)
+        with open(src, "w") as f:
+            f.write(SOURCE % {"header": header, "extra": call})
+        run(a.cc + a.cflag + [src, "-o", exe] + flags, env=env)
+        _, needed = dynamic(exe)
+        check(not any(n.startswith("libmcp") for n in needed),
+              "%s: the program is static in libmcp (%s)" % (pc, needed))
+        out = run([exe], env=env).strip()
+        check(out == want, "mcp_version() via %s: %r" % (pc, out))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build-dir", required=True)
@@ -328,6 +385,7 @@ def main():
         check(not missing, "every MCP_EXTERN function of the installed "
               "headers is exported (missing: %s)" % missing[:10])
         check_schema_istio(a, tmp, dest, pcdir, libdir, env)
+        check_layers(a, tmp, dest, pcdir, libdir, env, want)
         if "h2c" in a.transport:
             check_readme_staged(a, tmp, want)
         else:

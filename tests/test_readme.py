@@ -91,7 +91,12 @@ def main():
         argv = a.cc + ["-std=c11", "-Wall", "-Wextra", "-Werror",
                        "-Wno-unused-variable", "-Wno-unused-function",
                        "-Wno-unused-parameter",
-                       "-I" + os.path.join(a.source_root, "core", "include"),
+                       ] + ["-I" + os.path.join(a.source_root, "core", *d)
+                            for d in (("include",), ("engine", "include"),
+                                      ("mcp", "include"),
+                                      ("destination", "include"),
+                                      ("dispatcher", "include"),
+                                      ("xds", "include"))] + [
                        "-c", src, "-o", os.path.join(tmp, "readme.o")]
         p = subprocess.run(argv, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)

@@ -1,0 +1,115 @@
+/*
+ * The public face of the message builder of buf.c: protocol modules frame
+ * their messages with it, own bytes copied and stored bodies shared.
+ */
+#include <assert.h>
+
+#include "engine_int.h"
+
+#include "mcp/engine.h"
+
+struct mcp_msg_builder {
+  mcp_mem mem;
+  mcp_msgb b;
+};
+
+int mcp_msg_builder_new(mcp_msg_builder **pb, const mcp_mem *mem) {
+  mcp_mem m;
+  mcp_mem_init(&m, mem);
+  mcp_msg_builder *b = mcp_mem_malloc(&m, sizeof(*b));
+  if (!b) {
+    return MCP_ERR_NOMEM;
+  }
+  b->mem = m;
+  mcp__msgb_init(&b->b, &b->mem);
+  *pb = b;
+  return 0;
+}
+
+void mcp_msg_builder_del(mcp_msg_builder *b) {
+  if (!b) {
+    return;
+  }
+  mcp__msgb_discard(&b->b);
+  mcp_mem m = b->mem;
+  mcp_mem_free(&m, b);
+}
+
+void mcp_msg_builder_bytes(mcp_msg_builder *b, const void *p, size_t len) {
+  if (!len) {
+    return;
+  }
+  uint8_t *w = mcp__msgb_own(&b->b, len);
+  if (w) {
+    memcpy(w, p, len);
+  }
+}
+
+void mcp_msg_builder_varint(mcp_msg_builder *b, uint64_t v) {
+  uint8_t *w = mcp__msgb_own(&b->b, mcp_wire_varint_len(v));
+  if (w) {
+    mcp_wire_put_varint(w, v);
+  }
+}
+
+void mcp_msg_builder_key(mcp_msg_builder *b, uint32_t field, int wire_type) {
+  mcp_msg_builder_varint(b, (uint64_t)field << 3 | (uint32_t)(wire_type & 7));
+}
+
+void mcp_msg_builder_len_field(mcp_msg_builder *b, uint32_t field,
+                               const void *p, size_t len) {
+  mcp_msg_builder_key(b, field, MCP_WT_LEN);
+  mcp_msg_builder_varint(b, len);
+  mcp_msg_builder_bytes(b, p, len);
+}
+
+void mcp_msg_builder_body(mcp_msg_builder *b, const mcp_item *item) {
+  mcp_rcbuf *rc = (mcp_rcbuf *)(uintptr_t)item->ref;
+  if (!rc || !item->body_len) {
+    return;
+  }
+  mcp__msgb_shared(&b->b, rc, (size_t)(item->body - rc->data), item->body_len);
+}
+
+size_t mcp_msg_builder_len(const mcp_msg_builder *b) { return b->b.len; }
+
+int mcp_msg_builder_finish(mcp_msg_builder *b, const char *label,
+                           mcp_msg **pmsg) {
+  return mcp__msgb_finish(&b->b, label, pmsg);
+}
+
+int mcp_item_resource(const mcp_item *item, const uint8_t **p, size_t *len) {
+  const mcp_rcbuf *rc = item ? item->ref : NULL;
+  if (!rc || item->removed || rc->len < 2) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  /* A store entry's bytes are [tag 3][len][Resource] (store.c). */
+  mcp_wire w = {rc->data, rc->data + rc->len};
+  uint32_t f;
+  int wt;
+  uint64_t v;
+  const uint8_t *d;
+  size_t n;
+  if (mcp_wire_next(&w, &f, &wt, &v, &d, &n) != 1 || f != 3 ||
+      wt != MCP_WT_LEN) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  *p = d;
+  *len = n;
+  return 0;
+}
+
+void mcp_msg_builder_item_bytes(mcp_msg_builder *b, const mcp_item *item,
+                                const uint8_t *p, size_t len) {
+  mcp_rcbuf *rc = (mcp_rcbuf *)(uintptr_t)item->ref;
+  if (!rc || !len) {
+    return;
+  }
+  /* A range outside the stored bytes is a caller's bug. */
+  assert(p >= rc->data && (size_t)(p - rc->data) + len <= rc->len);
+  mcp__msgb_shared(&b->b, rc, (size_t)(p - rc->data), len);
+}
+
+void mcp__msg_builder_snap(mcp_msg_builder *b, mcp_snap *sn) {
+  mcp__msgb_snap(&b->b, sn);
+}

@@ -1,0 +1,118 @@
+/* Reading the protobuf wire format, and UTF-8 validation. */
+#include "engine_int.h"
+
+int mcp_wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+  return mcp__varint(p, end, v);
+}
+
+static int get_varint(mcp_wire *w, uint64_t *v) {
+  return mcp__varint(&w->p, w->end, v);
+}
+
+int mcp_wire_next(mcp_wire *w, uint32_t *field, int *wt, uint64_t *v,
+                   const uint8_t **data, size_t *len) {
+  if (w->p == w->end) {
+    return 0;
+  }
+  uint64_t key;
+  if (get_varint(w, &key) != 0 || (key >> 3) == 0 || (key >> 3) > 0x1fffffff) {
+    return MCP_ERR_MALFORMED;
+  }
+  *field = (uint32_t)(key >> 3);
+  *wt = (int)(key & 7);
+  *v = 0;
+  *data = NULL;
+  *len = 0;
+  switch (*wt) {
+  case MCP_WT_VARINT:
+    return get_varint(w, v) == 0 ? 1 : MCP_ERR_MALFORMED;
+  case MCP_WT_I64:
+  case MCP_WT_I32: {
+    size_t n = *wt == MCP_WT_I64 ? 8 : 4;
+    if ((size_t)(w->end - w->p) < n) {
+      return MCP_ERR_MALFORMED;
+    }
+    w->p += n;
+    return 1;
+  }
+  case MCP_WT_LEN: {
+    uint64_t n;
+    if (get_varint(w, &n) != 0 || n > (uint64_t)(w->end - w->p)) {
+      return MCP_ERR_MALFORMED;
+    }
+    *data = w->p;
+    *len = (size_t)n;
+    w->p += n;
+    return 1;
+  }
+  default: /* groups are long deprecated and never valid here */
+    return MCP_ERR_MALFORMED;
+  }
+}
+
+/* The length of the UTF-8 character at |s| (|n| > 0 bytes), 0 when it
+ * is not one: overlong forms, surrogates and values past U+10FFFF are
+ * not. A byte below 0x80 (NUL too) is one. */
+static inline size_t utf8_len(const uint8_t *s, size_t n) {
+  uint8_t c = s[0];
+  if (c < 0x80) {
+    return 1;
+  }
+  size_t need;
+  uint32_t cp;
+  if ((c & 0xe0) == 0xc0) {
+    need = 1;
+    cp = c & 0x1f;
+  } else if ((c & 0xf0) == 0xe0) {
+    need = 2;
+    cp = c & 0x0f;
+  } else if ((c & 0xf8) == 0xf0) {
+    need = 3;
+    cp = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (n <= need) {
+    return 0;
+  }
+  for (size_t k = 1; k <= need; ++k) {
+    if ((s[k] & 0xc0) != 0x80) {
+      return 0;
+    }
+    cp = cp << 6 | (s[k] & 0x3f);
+  }
+  if ((need == 1 && cp < 0x80) || (need == 2 && cp < 0x800) ||
+      (need == 3 && cp < 0x10000) || cp > 0x10ffff ||
+      (cp >= 0xd800 && cp <= 0xdfff)) {
+    return 0;
+  }
+  return need + 1;
+}
+
+static inline int utf8_valid(const uint8_t *s, size_t n, int allow_nul) {
+  size_t i = 0;
+  while (i < n) {
+    uint8_t c = s[i];
+    if (c < 0x80) {
+      if (c == 0 && !allow_nul) {
+        return 0;
+      }
+      ++i;
+      continue;
+    }
+    size_t k = utf8_len(s + i, n - i);
+    if (k == 0) {
+      return 0;
+    }
+    i += k;
+  }
+  return 1;
+}
+
+int mcp_utf8_valid(const uint8_t *s, size_t n, int allow_nul) {
+  return (s || !n) && utf8_valid(s, n, allow_nul);
+}
+
+size_t mcp_utf8_len(const uint8_t *s, size_t n) {
+  return s && n ? utf8_len(s, n) : 0;
+}

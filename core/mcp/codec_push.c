@@ -1,0 +1,314 @@
+/*
+ * The pushes of the three MCP services (Resources, MeshConfigResponse,
+ * IncrementalMeshConfigResponse), written for the source side through the
+ * table of field numbers mcp__codecs: the header fields are the message's
+ * own bytes, each resource the store's shared encoding.
+ */
+#include "codec.h"
+
+const mcp_codec mcp__codecs[3] = {
+    [MCP_SERVICE_RESOURCE] = {1, 2, 3, 4, 5, 6},       /* Resources */
+    [MCP_SERVICE_AGGREGATED] = {1, 3, 2, 0, 4, 0},     /* MeshConfigResponse */
+    [MCP_SERVICE_AGGREGATED_INCREMENTAL] = {1, 0, 2, 3, 4, 0},
+};
+
+static size_t str_field(uint8_t f, size_t len) {
+  return f && len ? mcp_wire_len_field_size(len) : 0;
+}
+
+static uint8_t *put_str(uint8_t *p, uint8_t f, const char *s, size_t len) {
+  return f && len ? mcp_wire_put_len_field(p, f, s, len) : p;
+}
+
+void mcp__push_header(mcp_msgb *b, const mcp_codec *cd, const char *version,
+                       const char *key, const char *nonce, int incremental) {
+  size_t vl = strlen(version), kl = strlen(key), nl = strlen(nonce);
+  /* The collection is always written, even empty: it is what the message
+   * is about. */
+  size_t n = str_field(cd->version, vl) +
+             (cd->key ? mcp_wire_len_field_size(kl) : 0) + str_field(cd->nonce, nl) +
+             (cd->incremental && incremental ? 2 : 0);
+  uint8_t *p = mcp__msgb_own(b, n);
+  if (!p) {
+    return;
+  }
+  p = put_str(p, cd->version, version, vl);
+  if (cd->key) {
+    p = mcp_wire_put_len_field(p, cd->key, key, kl);
+  }
+  p = put_str(p, cd->nonce, nonce, nl);
+  if (cd->incremental && incremental) {
+    *p++ = (uint8_t)(cd->incremental << 3 | MCP_WT_VARINT);
+    *p++ = 1;
+  }
+}
+
+void mcp__push_removed(mcp_msgb *b, const mcp_codec *cd, const char *name) {
+  size_t l = strlen(name);
+  uint8_t *p = mcp__msgb_own(b, mcp_wire_len_field_size(l));
+  if (p) {
+    mcp_wire_put_len_field(p, cd->removed, name, l);
+  }
+}
+
+/* The store encodes each resource as field 3 of Resources: shared as is;
+ * other services get their own tag and length before the shared Resource
+ * bytes. */
+void mcp__push_resource(mcp_msgb *b, const mcp_codec *cd, const mcp_entry *e) {
+  if (cd->resources == 3) {
+    mcp__msgb_shared(b, e->enc, 0, e->enc->len);
+    return;
+  }
+  size_t len = e->enc->len - e->res_off;
+  uint8_t *p = mcp__msgb_own(b, 1 + mcp_wire_varint_len(len));
+  if (p) {
+    *p++ = (uint8_t)(cd->resources << 3 | MCP_WT_LEN);
+    mcp_wire_put_varint(p, len);
+  }
+  mcp__msgb_shared(b, e->enc, e->res_off, len);
+}
+
+/* ---- reading pushes (the sink) ---- */
+
+int mcp__push_parse(const mcp_mem *m, mcp_service service,
+                          const uint8_t *in, size_t len, envelope *env) {
+  const mcp_codec *cd = &mcp__codecs[service];
+  memset(env, 0, sizeof(*env));
+  for (int pass = 0; pass < 2; ++pass) {
+    mcp_wire w = {in, in + len};
+    size_t nres = 0, nrem = 0;
+    uint32_t f;
+    int wt, rv;
+    uint64_t v;
+    const uint8_t *d;
+    size_t dl;
+    while ((rv = mcp__wire_next_fast(&w, &f, &wt, &v, &d, &dl)) == 1) {
+      span sp = {d, dl};
+      if (f == cd->incremental) {
+        if (wt != MCP_WT_VARINT) {
+          return MCP_ERR_MALFORMED;
+        }
+        env->incremental = v != 0;
+        continue;
+      }
+      if (f != cd->version && f != cd->key && f != cd->resources &&
+          f != cd->removed && f != cd->nonce) {
+        continue; /* unknown fields are skipped, as protobuf says */
+      }
+      if (wt != MCP_WT_LEN) {
+        return MCP_ERR_MALFORMED;
+      }
+      if (f == cd->version) {
+        env->sysver = sp;
+      } else if (f == cd->key) {
+        env->collection = sp;
+      } else if (f == cd->nonce) {
+        env->nonce = sp;
+      } else if (f == cd->resources) {
+        if (pass) {
+          env->res[nres] = sp;
+        }
+        nres++;
+      } else {
+        if (pass) {
+          env->rem[nrem] = sp;
+        }
+        nrem++;
+      }
+    }
+    if (rv < 0) {
+      return rv;
+    }
+    if (!pass) {
+      env->res = mcp_mem_malloc(m, (nres ? nres : 1) * sizeof(span));
+      env->rem = mcp_mem_malloc(m, (nrem ? nrem : 1) * sizeof(span));
+      if (!env->res || !env->rem) {
+        mcp_mem_free(m, env->res);
+        mcp_mem_free(m, env->rem);
+        return MCP_ERR_NOMEM;
+      }
+    }
+    env->nres = nres;
+    env->nrem = nrem;
+  }
+  if (service == MCP_SERVICE_AGGREGATED_INCREMENTAL) {
+    env->incremental = 1; /* its type: attribute_type() */
+  }
+  return 0;
+}
+
+int mcp__utf8_fast(const uint8_t *s, size_t n) {
+  const uint64_t ones = 0x0101010101010101u, highs = 0x8080808080808080u;
+  if (!n) {
+    return 1; /* |s| may be NULL */
+  }
+  size_t i = 0;
+  for (; n - i >= 8; i += 8) {
+    uint64_t x;
+    memcpy(&x, s + i, 8);
+    if ((x | ((x - ones) & ~x)) & highs) {
+      break; /* a byte >= 0x80 or a NUL: let the full check decide */
+    }
+  }
+  while (i < n && (uint8_t)(s[i] - 1) < 0x7f) {
+    ++i;
+  }
+  return i == n || mcp_utf8_valid(s + i, n - i, 0);
+}
+
+
+static int read_entry(const uint8_t *p, size_t n, rview *r, filler *fl,
+                      mcp_kv *out) {
+  mcp_wire w = {p, p + n};
+  span kv[2] = {{NULL, 0}, {NULL, 0}};
+  uint32_t f;
+  int wt, rv;
+  uint64_t v;
+  const uint8_t *d;
+  size_t dl;
+  while ((rv = mcp__wire_next_fast(&w, &f, &wt, &v, &d, &dl)) == 1) {
+    if (f == 1 || f == 2) {
+      if (wt != MCP_WT_LEN) {
+        return MCP_ERR_MALFORMED;
+      }
+      kv[f - 1].p = d;
+      kv[f - 1].n = dl;
+    }
+  }
+  if (rv < 0) {
+    return rv;
+  }
+  if (!fl) {
+    r->bytes += span_bytes(kv[0]) + span_bytes(kv[1]);
+    return 0;
+  }
+  if (!span_valid(kv[0]) || !span_valid(kv[1])) {
+    fl->utf8_ok = 0;
+  }
+  out->key = fill_str(fl, kv[0]);
+  out->value = fill_str(fl, kv[1]);
+  return 0;
+}
+
+static int read_timestamp(const uint8_t *p, size_t n, rview *r) {
+  mcp_wire w = {p, p + n};
+  uint32_t f;
+  int wt, rv;
+  uint64_t v;
+  const uint8_t *d;
+  size_t dl;
+  /* protobuf-c merges a repeated Timestamp by taking the latter whole:
+   * proto3 scalars have no presence for its merge. */
+  r->has_ct = 1;
+  r->ct_seconds = 0;
+  r->ct_nanos = 0;
+  while ((rv = mcp__wire_next_fast(&w, &f, &wt, &v, &d, &dl)) == 1) {
+    if (f == 1 || f == 2) {
+      if (wt != MCP_WT_VARINT) {
+        return MCP_ERR_MALFORMED;
+      }
+      if (f == 1) {
+        r->ct_seconds = (int64_t)v;
+      } else {
+        r->ct_nanos = (int32_t)(uint32_t)v; /* the low 32 bits, as protobuf */
+      }
+    }
+  }
+  return rv;
+}
+
+static int read_metadata(const uint8_t *p, size_t n, rview *r, filler *fl) {
+  mcp_wire w = {p, p + n};
+  uint32_t f;
+  int wt, rv;
+  uint64_t v;
+  const uint8_t *d;
+  size_t dl;
+  while ((rv = mcp__wire_next_fast(&w, &f, &wt, &v, &d, &dl)) == 1) {
+    if (f < 1 || f > 5) {
+      continue;
+    }
+    if (wt != MCP_WT_LEN) {
+      return MCP_ERR_MALFORMED;
+    }
+    span sp = {d, dl};
+    switch (f) {
+    case 1:
+      r->name = sp;
+      break;
+    case 2:
+      rv = read_timestamp(d, dl, r);
+      break;
+    case 3:
+      r->version = sp;
+      break;
+    case 4:
+      rv = read_entry(d, dl, r, fl, fl ? fl->lab++ : NULL);
+      r->nlabels++;
+      break;
+    default:
+      rv = read_entry(d, dl, r, fl, fl ? fl->ann++ : NULL);
+      r->nannotations++;
+      break;
+    }
+    if (rv < 0) {
+      return rv;
+    }
+  }
+  return rv;
+}
+
+static int read_any(const uint8_t *p, size_t n, rview *r) {
+  mcp_wire w = {p, p + n};
+  span value = {NULL, 0};
+  uint32_t f;
+  int wt, rv;
+  uint64_t v;
+  const uint8_t *d;
+  size_t dl;
+  while ((rv = mcp__wire_next_fast(&w, &f, &wt, &v, &d, &dl)) == 1) {
+    if (f == 1 || f == 2) {
+      if (wt != MCP_WT_LEN) {
+        return MCP_ERR_MALFORMED;
+      }
+      span sp = {d, dl};
+      if (f == 1) {
+        r->type_url = sp;
+      } else {
+        value = sp;
+      }
+    }
+  }
+  /* protobuf-c merges a repeated Any keeping the earlier value when the
+   * latter's is empty. */
+  if (value.n) {
+    r->body = value;
+  }
+  return rv;
+}
+
+int mcp__resource_read(span res, rview *r, filler *fl) {
+  mcp_wire w = {res.p, res.p + res.n};
+  uint32_t f;
+  int wt, rv;
+  uint64_t v;
+  const uint8_t *d;
+  size_t dl;
+  while ((rv = mcp__wire_next_fast(&w, &f, &wt, &v, &d, &dl)) == 1) {
+    if (f != 1 && f != 2) {
+      continue;
+    }
+    if (wt != MCP_WT_LEN) {
+      return MCP_ERR_MALFORMED;
+    }
+    if ((rv = f == 1 ? read_metadata(d, dl, r, fl) : read_any(d, dl, r)) < 0) {
+      return rv;
+    }
+  }
+  if (rv < 0) {
+    return rv;
+  }
+  r->bytes += span_bytes(r->name) + span_bytes(r->version) +
+              span_bytes(r->type_url);
+  return 0;
+}

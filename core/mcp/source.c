@@ -1,0 +1,1193 @@
+/*
+ * The source side of one stream: classifies each request (new, ACK, NACK,
+ * stale), keeps at most one push in flight per collection, and builds each
+ * push from the store's shared fragments.
+ *
+ * What the sink holds is tracked as a generation of the collection, not as
+ * a copy of the names: after an ACK the sink holds exactly the generation
+ * the push described. Only resumption (initial_resource_versions) needs a
+ * full comparison, when its answer is built.
+ *
+ * The three services share everything here: a request of any of them is
+ * read into one struct (rq), and a push is written through a table of
+ * field numbers (codec).
+ */
+#include "codec.h"
+
+#include <assert.h>
+
+enum {
+  F_INCREMENTAL = 1 << 0, /* the sink asked for incremental pushes */
+  F_HELD_GEN = 1 << 1,    /* the sink holds generation held_gen */
+  F_ANSWER = 1 << 2,      /* a new request awaits its answer */
+  F_PENDING = 1 << 3,     /* a push is in flight */
+  F_NACKED = 1 << 4,      /* nacked_gen was rejected */
+  F_DIRTY = 1 << 5,       /* a change waits; t = when first seen */
+  F_RETRY = 1 << 6,       /* a NACK retry is scheduled at t */
+  F_RETRY_DUE = 1 << 7,   /* ... and its time has come */
+  F_RESUME = 1 << 8,      /* the sink holds the versions in its resume */
+  F_KNOWN = 1 << 9        /* u.coll is set; else u.name is ours */
+};
+
+/*
+ * One collection on this stream: 40 bytes, since a synced stream is mostly
+ * an array of these. What most subscriptions never need (a NACK, stale
+ * answers, an abandoned push, the name of a collection the store lacks)
+ * lives in an xsub, allocated at the first such event.
+ */
+typedef struct sub {
+  uint64_t held_gen;
+  union { /* one or the other: a stream is mostly an array of subs */
+    uint64_t pending_gen; /* PENDING: the generation pushed */
+    mcp_tstamp sent;      /* else: when the last push went (pacing) */
+  };
+  mcp_tstamp t; /* push time when PENDING, else DIRTY since, else RETRY at */
+  uint32_t coll; /* F_KNOWN: the collection's index in the store (a store
+                    frees its collections only with itself; 2^32 of them
+                    would take a terabyte) */
+  uint32_t pending_nonce;
+  uint32_t pushes; /* acks = pushes - nacks - abandoned - (PENDING ? 1 : 0) */
+  uint16_t flags;
+  uint8_t retries;
+} sub;
+
+typedef struct nack {
+  uint64_t gen; /* the generation rejected */
+  int32_t code;
+  char msg[];
+} nack;
+
+/* The rarer state of subscription |sub|, in a list (few per stream). */
+typedef struct xsub {
+  struct xsub *next;
+  uint32_t sub;
+  uint32_t nacks, stale, abandoned;
+  char *name;  /* !F_KNOWN: the collection's name (ours) */
+  nack *nack;  /* the last NACK, or NULL */
+} xsub;
+
+/* The versions a resuming sink holds, until it ACKs a push. */
+typedef struct resume {
+  struct resume *next;
+  size_t sub;
+  mcp_map map; /* name -> version, both in arena */
+  char *arena;
+} resume;
+
+typedef mcp_codec codec;
+
+/*
+ * The options as kept: every session made with the same options shares
+ * one copy, interned in the default store (mcp__store_share); a session
+ * without a default store has its own.
+ */
+typedef struct cfg {
+  mcp_mem mem;
+  mcp_store *default_store;
+  mcp_select_store_cb select_store;
+  void *select_ud;
+  mcp_type_url_cb collection_for_type;
+  void *collection_for_type_ud;
+  mcp_tstamp debounce, max_delay, retry_initial, retry_max;
+  int (*version_reached)(const char *, const char *, void *);
+  void *version_reached_ud;
+  mcp_tstamp catchup_timeout;
+  uint64_t rate, burst; /* requests per second; bucket size */
+  mcp_event_cb on_event;
+  void *user_data;
+  uint32_t max_collections, max_initial, max_node_ann, max_name, max_version;
+  uint32_t max_node_id, max_node_key, max_node_value, max_node_bytes;
+  uint32_t retry_codes; /* bit per google.rpc code */
+  uint32_t service;     /* mcp_service */
+  uint32_t send_trigger;
+} cfg;
+
+/*
+ * collection_status() writes its strings here, so that reading a status
+ * never allocates (nor fails): two versions ("<epoch hex>-<generation>",
+ * at most 37 bytes each) and the nonce as sent, "<number>" (at most 10).
+ * On IncrementalAggregatedResources the nonce is "<number>:<type_url>":
+ * then ibig, grown with the subscriptions, holds the nonce.
+ */
+enum { IBUF_VER = 38, IBUF_FIXED = 2 * IBUF_VER + 11 };
+
+struct mcp_source_session {
+  const cfg *c;
+  mcp_store *store;    /* chosen at the first request */
+  mcp_sink_node *node; /* and its strings, one block; NULL before */
+  sub *subs;
+  char **keys; /* aggregated services: the type_url of each sub */
+  xsub *xs;
+  resume *resumes;
+  char *ibig; /* see IBUF_FIXED */
+  uint64_t tokens;      /* in thousandths of a request */
+  mcp_tstamp tokens_ts; /* when |tokens| was last refilled */
+  mcp_tstamp last_ts;
+  uint32_t nsubs, seen_ncolls, rr; /* rr: round-robin cursor */
+  uint32_t next_nonce;
+  uint32_t stale_unknown; /* stale requests for collections never asked */
+  uint32_t ibig_cap;
+  uint8_t trigger_pending;
+  char ibuf[IBUF_FIXED];
+};
+
+static const mcp_sink_node empty_node = {.id = ""};
+
+static mcp_coll *sub_coll(const mcp_source_session *s, const sub *u) {
+  return s->store->colls[u->coll];
+}
+
+static xsub *x_find(const mcp_source_session *s, size_t i) {
+  xsub *x = s->xs;
+  while (x && x->sub != i) {
+    x = x->next;
+  }
+  return x;
+}
+
+/* The xsub of subscription |i|, made if needed; NULL: NOMEM. */
+static xsub *x_get(mcp_source_session *s, size_t i) {
+  xsub *x = x_find(s, i);
+  if (!x && (x = mcp_mem_calloc(&s->c->mem, 1, sizeof(*x)))) {
+    x->sub = (uint32_t)i;
+    x->next = s->xs;
+    s->xs = x;
+  }
+  return x;
+}
+
+/* The generation |u| last had NACKed (F_NACKED only). */
+static uint64_t nacked_gen(const mcp_source_session *s, const sub *u) {
+  return x_find(s, (size_t)(u - s->subs))->nack->gen;
+}
+
+static const char *sub_name(const mcp_source_session *s, const sub *u) {
+  return u->flags & F_KNOWN ? sub_coll(s, u)->name
+                            : x_find(s, (size_t)(u - s->subs))->name;
+}
+
+/* What the sink calls the subscription: the collection, or the type_url. */
+static const char *sub_key(const mcp_source_session *s, size_t i) {
+  return s->keys ? s->keys[i] : sub_name(s, &s->subs[i]);
+}
+
+static void check_ts(mcp_source_session *s, mcp_tstamp ts) {
+  assert(ts >= s->last_ts && "time went backwards");
+  s->last_ts = ts;
+}
+
+static void emit(mcp_source_session *s, mcp_event *ev) {
+  if (s->c->on_event) {
+    ev->node = s->node ? s->node : &empty_node;
+    s->c->on_event(ev, s->c->user_data);
+  }
+}
+
+/* A limit of the options as kept (0: |def|; more than 32 bits: no limit
+ * smaller than the largest message). */
+static uint32_t limit32(size_t v, size_t def) {
+  v = mcp_limit_or(v, def);
+  return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+}
+
+static size_t format_nonce(char *buf, uint32_t n) {
+  char tmp[16];
+  size_t k = 0;
+  do {
+    tmp[k++] = (char)('0' + n % 10);
+    n /= 10;
+  } while (n);
+  for (size_t i = 0; i < k; ++i) {
+    buf[i] = tmp[k - 1 - i];
+  }
+  buf[k] = '\0';
+  return k;
+}
+
+/*
+ * Our nonces are decimal numbers without leading zeros; on
+ * IncrementalAggregatedResources, whose responses name no type, they are
+ * "<number>:<type_url>", so that the sink can tell which type a response is
+ * for. Anything else was never ours: 0, stale.
+ */
+static uint32_t parse_nonce(const mcp_source_session *s, const char *p,
+                            const char *key) {
+  uint64_t n = 0;
+  if (p[0] < '1' || p[0] > '9') {
+    return 0;
+  }
+  for (; *p >= '0' && *p <= '9'; ++p) {
+    if ((n = n * 10 + (uint64_t)(*p - '0')) > UINT32_MAX) {
+      return 0;
+    }
+  }
+  if (s->c->service == MCP_SERVICE_AGGREGATED_INCREMENTAL) {
+    return *p == ':' && strcmp(p + 1, key) == 0 ? (uint32_t)n : 0;
+  }
+  return *p ? 0 : (uint32_t)n;
+}
+
+static void source_options_default(mcp_source_options *opts) {
+  memset(opts, 0, sizeof(*opts));
+  opts->max_collections = MCP_DEFAULT_MAX_COLLECTIONS;
+  opts->max_initial_versions = MCP_DEFAULT_MAX_INITIAL_VERSIONS;
+  opts->max_node_annotations = MCP_DEFAULT_MAX_NODE_ANNOTATIONS;
+  opts->max_name_len = MCP_DEFAULT_MAX_NAME_LEN;
+  opts->max_version_len = MCP_DEFAULT_MAX_VERSION_LEN;
+  opts->max_node_id_len = MCP_DEFAULT_MAX_NODE_ID_LEN;
+  opts->max_node_key_len = MCP_DEFAULT_MAX_NODE_KEY_LEN;
+  opts->max_node_value_len = MCP_DEFAULT_MAX_NODE_VALUE_LEN;
+  opts->max_node_bytes = MCP_DEFAULT_MAX_NODE_BYTES;
+  opts->request_rate = MCP_DEFAULT_REQUEST_RATE;
+  opts->request_burst = MCP_DEFAULT_REQUEST_BURST;
+}
+
+void mcp_source_options_default_versioned(int version,
+                                          mcp_source_options *opts) {
+  mcp_source_options o;
+  source_options_default(&o);
+  memcpy(opts, &o,
+         mcp_vstruct_size(version, MCP_VSTRUCT_SIZES(mcp_source_options), MCP_VSTRUCT_N));
+}
+
+static int session_new(mcp_source_session **ps, const mcp_source_options *opts,
+                       mcp_tstamp ts);
+
+/* Drops a session's hold on its options (NULL: none). */
+static void cfg_release(const cfg *c) {
+  if (!c) {
+    return;
+  }
+  if (c->default_store) {
+    mcp__store_unshare(c->default_store, c);
+  } else {
+    mcp_mem m = c->mem;
+    mcp_mem_free(&m, (void *)(uintptr_t)c);
+  }
+}
+
+int mcp_source_session_new_versioned(mcp_source_session **ps, int version,
+                                     const mcp_source_options *opts,
+                                     mcp_tstamp ts) {
+  mcp_source_options o;
+  if (!opts || !mcp_vstruct_known(version, MCP_VSTRUCT_N)) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  source_options_default(&o);
+  memcpy(&o, opts,
+         mcp_vstruct_size(version, MCP_VSTRUCT_SIZES(mcp_source_options), MCP_VSTRUCT_N));
+  return session_new(ps, &o, ts);
+}
+
+static int session_new(mcp_source_session **ps, const mcp_source_options *opts,
+                       mcp_tstamp ts) {
+  if (!ps || !opts || (!opts->store && !opts->select_store) ||
+      opts->service > MCP_SERVICE_AGGREGATED_INCREMENTAL) {
+    return MCP_ERR_INVALID_ARGUMENT;
+  }
+  uint32_t codes = 0;
+  if (opts->nack_retry_codes) {
+    for (size_t i = 0; i < opts->nnack_retry_codes; ++i) {
+      int c = opts->nack_retry_codes[i];
+      if (c <= 0 || c >= 32) {
+        return MCP_ERR_INVALID_ARGUMENT;
+      }
+      codes |= 1u << c;
+    }
+  } else {
+    codes = 1u << MCP_CODE_UNAVAILABLE;
+  }
+  cfg k;
+  memset(&k, 0, sizeof(k)); /* padding too: configs are compared whole */
+  mcp_mem_init(&k.mem, opts->mem);
+  k.service = opts->service;
+  k.send_trigger = opts->send_trigger != 0;
+  k.default_store = opts->store;
+  k.select_store = opts->select_store;
+  k.select_ud = opts->select_store_user_data;
+  k.collection_for_type = opts->collection_for_type;
+  k.collection_for_type_ud = opts->collection_for_type_user_data;
+  k.debounce = opts->debounce;
+  k.max_delay = opts->max_delay;
+  k.retry_initial = opts->nack_retry_initial;
+  k.retry_max = opts->nack_retry_max ? opts->nack_retry_max : opts->nack_retry_initial;
+  k.retry_codes = codes;
+  k.version_reached = opts->version_reached;
+  k.version_reached_ud = opts->version_reached_user_data;
+  k.catchup_timeout = opts->catchup_timeout ? opts->catchup_timeout
+                                            : 30 * MCP_SECONDS;
+  k.on_event = opts->on_event;
+  k.user_data = opts->user_data;
+  k.max_collections = (uint32_t)mcp_limit_or(opts->max_collections, MCP_DEFAULT_MAX_COLLECTIONS);
+  k.max_initial = (uint32_t)mcp_limit_or(opts->max_initial_versions, MCP_DEFAULT_MAX_INITIAL_VERSIONS);
+  k.max_node_ann = (uint32_t)mcp_limit_or(opts->max_node_annotations, MCP_DEFAULT_MAX_NODE_ANNOTATIONS);
+  k.max_name = (uint32_t)mcp_limit_or(opts->max_name_len, MCP_DEFAULT_MAX_NAME_LEN);
+  k.max_version = (uint32_t)mcp_limit_or(opts->max_version_len, MCP_DEFAULT_MAX_VERSION_LEN);
+  k.max_node_id = limit32(opts->max_node_id_len, MCP_DEFAULT_MAX_NODE_ID_LEN);
+  k.max_node_key = limit32(opts->max_node_key_len, MCP_DEFAULT_MAX_NODE_KEY_LEN);
+  k.max_node_value = limit32(opts->max_node_value_len, MCP_DEFAULT_MAX_NODE_VALUE_LEN);
+  k.max_node_bytes = limit32(opts->max_node_bytes, MCP_DEFAULT_MAX_NODE_BYTES);
+  k.rate = mcp_limit_or(opts->request_rate, MCP_DEFAULT_REQUEST_RATE);
+  k.burst = mcp_limit_or(opts->request_burst, MCP_DEFAULT_REQUEST_BURST);
+  const cfg *c;
+  if (k.default_store) {
+    c = mcp__store_share(k.default_store, &k, sizeof(k));
+  } else {
+    cfg *own = mcp_mem_malloc(&k.mem, sizeof(k));
+    if (own) {
+      *own = k;
+    }
+    c = own;
+  }
+  mcp_source_session *s = c ? mcp_mem_calloc(&k.mem, 1, sizeof(*s)) : NULL;
+  if (!s) {
+    cfg_release(c);
+    return MCP_ERR_NOMEM;
+  }
+  s->c = c;
+  s->tokens = c->burst * 1000;
+  s->tokens_ts = ts;
+  /* Only ResourceSink has a dialing source. */
+  s->trigger_pending = c->send_trigger && c->service == MCP_SERVICE_RESOURCE;
+  s->last_ts = ts;
+  *ps = s;
+  return 0;
+}
+
+static void resume_free(mcp_source_session *s, resume *r) {
+  mcp_map_free(&r->map, &s->c->mem);
+  mcp_mem_free(&s->c->mem, r->arena);
+  mcp_mem_free(&s->c->mem, r);
+}
+
+static resume *resume_find(const mcp_source_session *s, size_t i) {
+  for (resume *r = s->resumes; r; r = r->next) {
+    if (r->sub == i) {
+      return r;
+    }
+  }
+  return NULL;
+}
+
+static void resume_drop(mcp_source_session *s, size_t i) {
+  for (resume **pp = &s->resumes; *pp; pp = &(*pp)->next) {
+    if ((*pp)->sub == i) {
+      resume *r = *pp;
+      *pp = r->next;
+      resume_free(s, r);
+      return;
+    }
+  }
+}
+
+static void x_free(mcp_source_session *s, xsub *x) {
+  mcp_mem_free(&s->c->mem, x->name);
+  mcp_mem_free(&s->c->mem, x->nack);
+  mcp_mem_free(&s->c->mem, x);
+}
+
+void mcp_source_session_del(mcp_source_session *s) {
+  if (!s) {
+    return;
+  }
+  for (size_t i = 0; s->keys && i < s->nsubs; ++i) {
+    mcp_mem_free(&s->c->mem, s->keys[i]);
+  }
+  while (s->xs) {
+    xsub *x = s->xs;
+    s->xs = x->next;
+    x_free(s, x);
+  }
+  while (s->resumes) {
+    resume *r = s->resumes;
+    s->resumes = r->next;
+    resume_free(s, r);
+  }
+  mcp_mem_free(&s->c->mem, s->subs);
+  mcp_mem_free(&s->c->mem, s->keys);
+  mcp_mem_free(&s->c->mem, s->node);
+  mcp_mem_free(&s->c->mem, s->ibig);
+  const cfg *c = s->c;
+  mcp_mem m = c->mem;
+  mcp_mem_free(&m, s);
+  cfg_release(c);
+}
+
+/* Binds subscriptions to collections the store gained since last time. */
+static void resolve(mcp_source_session *s) {
+  if (!s->store || s->seen_ncolls == s->store->ncolls) {
+    return;
+  }
+  s->seen_ncolls = (uint32_t)s->store->ncolls;
+  for (xsub *x = s->xs; x; x = x->next) {
+    mcp_coll *c = x->name ? mcp__store_coll(s->store, x->name) : NULL;
+    if (c) {
+      mcp_mem_free(&s->c->mem, x->name);
+      x->name = NULL;
+      s->subs[x->sub].coll = (uint32_t)c->index;
+      s->subs[x->sub].flags |= F_KNOWN;
+    }
+  }
+}
+
+/* ---- receiving requests ---- */
+
+typedef mcp_request rq;
+typedef mcp_request_buf decoded;
+
+
+/* Copies the sink node into one block: the struct, its annotations and
+ * strings. */
+static int copy_node(const mcp_mem *m, const Istio__Mcp__V1alpha1__SinkNode *n,
+                     mcp_sink_node **pnode) {
+  size_t na = n ? n->n_annotations : 0;
+  size_t sz = sizeof(mcp_sink_node) + sizeof(mcp_kv) * na +
+              (n ? strlen(n->id) : 0) + 1;
+  for (size_t i = 0; i < na; ++i) {
+    sz += strlen(n->annotations[i]->key) + strlen(n->annotations[i]->value) + 2;
+  }
+  mcp_sink_node *node = mcp_mem_malloc(m, sz);
+  if (!node) {
+    return MCP_ERR_NOMEM;
+  }
+  mcp_kv *kv = (mcp_kv *)(void *)(node + 1);
+  char *p = (char *)(kv + na);
+#define COPY_(dst, src)              \
+  do {                               \
+    size_t l_ = strlen(src) + 1;     \
+    memcpy(p, src, l_);              \
+    (dst) = p;                       \
+    p += l_;                         \
+  } while (0)
+  for (size_t i = 0; i < na; ++i) {
+    COPY_(kv[i].key, n->annotations[i]->key);
+    COPY_(kv[i].value, n->annotations[i]->value);
+  }
+  COPY_(node->id, n ? n->id : "");
+#undef COPY_
+  node->annotations = na ? kv : NULL;
+  node->nannotations = na;
+  *pnode = node;
+  return 0;
+}
+
+/* The first request names the sink: keep its node and choose its store.
+ * Nothing is kept when no store serves it. */
+static int take_node(mcp_source_session *s, const rq *r) {
+  mcp_sink_node *node;
+  int rv = copy_node(&s->c->mem, r->node, &node);
+  if (rv != 0) {
+    return rv;
+  }
+  mcp_store *st = s->c->select_store
+                      ? s->c->select_store(node, s->c->select_ud)
+                      : NULL;
+  if (!st && !(st = s->c->default_store)) {
+    mcp_mem_free(&s->c->mem, node);
+    return MCP_ERR_PROTOCOL;
+  }
+  s->node = node;
+  s->store = st;
+  return 0;
+}
+
+static resume *resume_new(mcp_source_session *s, const rq *r, size_t i) {
+  size_t sz = 1;
+  for (size_t k = 0; k < r->ninitial; ++k) {
+    sz += strlen(r->initial[k].key) + strlen(r->initial[k].value) + 2;
+  }
+  resume *rs = mcp_mem_calloc(&s->c->mem, 1, sizeof(*rs));
+  if (!rs || !(rs->arena = mcp_mem_malloc(&s->c->mem, sz)) ||
+      mcp_map_reserve(&rs->map, &s->c->mem, r->ninitial) != 0) {
+    if (rs) {
+      resume_free(s, rs);
+    }
+    return NULL;
+  }
+  rs->sub = i;
+  char *p = rs->arena;
+  for (size_t k = 0; k < r->ninitial; ++k) {
+    size_t kl = strlen(r->initial[k].key) + 1, vl = strlen(r->initial[k].value) + 1;
+    memcpy(p, r->initial[k].key, kl);
+    memcpy(p + kl, r->initial[k].value, vl);
+    int err = 0;
+    /* Duplicate keys: protobuf-c keeps them all; the last one wins, as in
+     * every other protobuf implementation. */
+    mcp_map_put(&rs->map, &s->c->mem, p, p + kl, &err);
+    p += kl + vl;
+  }
+  return rs;
+}
+
+static sub *find_sub(mcp_source_session *s, const char *key, size_t *idx) {
+  for (size_t i = 0; i < s->nsubs; ++i) {
+    if (strcmp(sub_key(s, i), key) == 0) {
+      *idx = i;
+      return &s->subs[i];
+    }
+  }
+  return NULL;
+}
+
+/* On IncrementalAggregatedResources, room in ibig for the nonce of
+ * |key|'s status ("<number>:<type_url>"). */
+static int grow_ibig(mcp_source_session *s, const char *key) {
+  size_t n = 12 + strlen(key);
+  if (s->c->service != MCP_SERVICE_AGGREGATED_INCREMENTAL || n <= s->ibig_cap) {
+    return 0;
+  }
+  char *b = mcp_mem_realloc(&s->c->mem, s->ibig, n);
+  if (!b) {
+    return MCP_ERR_NOMEM;
+  }
+  s->ibig = b;
+  s->ibig_cap = (uint32_t)n;
+  return 0;
+}
+
+/* Makes room for one more subscription (and its key). One at a time: a
+ * stream subscribes once per collection, and a synced stream is mostly
+ * this array. */
+static int grow_subs(mcp_source_session *s) {
+  size_t n = (size_t)s->nsubs + 1;
+  sub *subs = mcp_mem_realloc(&s->c->mem, s->subs, n * sizeof(*subs));
+  if (!subs) {
+    return MCP_ERR_NOMEM;
+  }
+  s->subs = subs;
+  if (s->c->service != MCP_SERVICE_RESOURCE) {
+    char **keys = mcp_mem_realloc(&s->c->mem, s->keys, n * sizeof(*keys));
+    if (!keys) {
+      return MCP_ERR_NOMEM; /* the larger subs array is harmless */
+    }
+    s->keys = keys;
+  }
+  return 0;
+}
+
+/*
+ * Takes one token for a request that answers no push. Refills at |rate|
+ * per second up to |burst|. Returns LIMIT when the bucket is empty.
+ */
+static int take_token(mcp_source_session *s, mcp_tstamp ts) {
+  mcp_tstamp dt = ts - s->tokens_ts;
+  mcp_tstamp full = s->c->burst * MCP_SECONDS / s->c->rate + 1; /* refill time */
+  uint64_t cap = s->c->burst * 1000;
+  s->tokens_ts = ts;
+  /* ns * requests/s / 1e9 * 1000 thousandths; dt is capped first so the
+   * product cannot overflow. */
+  s->tokens += (dt < full ? dt : full) * s->c->rate / 1000000;
+  if (s->tokens > cap) {
+    s->tokens = cap;
+  }
+  if (s->tokens < 1000) {
+    return MCP_ERR_LIMIT;
+  }
+  s->tokens -= 1000;
+  return 0;
+}
+
+/* A new or repeated subscription (empty nonce). */
+static int on_request(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
+  size_t i = 0;
+  sub *u = find_sub(s, r->key, &i);
+  resume *rs = NULL;
+
+  if (!u && s->nsubs >= s->c->max_collections) {
+    return MCP_ERR_LIMIT;
+  }
+  if (!u) {
+    mcp_coll *c = mcp__store_coll(s->store, r->collection);
+    char *name = NULL, *key = NULL;
+    xsub *x = NULL;
+    if ((!c && (!(name = mcp_mem_strdup(&s->c->mem, r->collection)) ||
+                !(x = mcp_mem_calloc(&s->c->mem, 1, sizeof(*x))))) ||
+        (s->c->service != MCP_SERVICE_RESOURCE &&
+         !(key = mcp_mem_strdup(&s->c->mem, r->key))) ||
+        grow_subs(s) != 0 || grow_ibig(s, r->key) != 0 ||
+        (r->resume && !(rs = resume_new(s, r, s->nsubs)))) {
+      mcp_mem_free(&s->c->mem, name);
+      mcp_mem_free(&s->c->mem, x);
+      mcp_mem_free(&s->c->mem, key);
+      return MCP_ERR_NOMEM;
+    }
+    i = s->nsubs++;
+    u = &s->subs[i];
+    memset(u, 0, sizeof(*u));
+    if (key) {
+      s->keys[i] = key;
+    }
+    if (c) {
+      u->coll = (uint32_t)c->index;
+      u->flags = F_KNOWN;
+    } else {
+      x->sub = (uint32_t)i;
+      x->name = name;
+      x->next = s->xs;
+      s->xs = x;
+    }
+  } else {
+    /* A push in flight is abandoned: counted, so that acks stay
+     * pushes - nacks - abandoned. */
+    xsub *x = (u->flags & F_PENDING) ? x_get(s, i) : NULL;
+    if (((u->flags & F_PENDING) && !x) ||
+        (r->resume && !(rs = resume_new(s, r, i)))) {
+      return MCP_ERR_NOMEM;
+    }
+    if (x) {
+      x->abandoned++;
+      u->sent = u->t;
+    }
+    resume_drop(s, i);
+  }
+  /* Whatever was in flight is abandoned: its nonce is stale from now on,
+   * and what the sink holds is unknown until this answer is ACKed. */
+  u->flags = (uint16_t)((u->flags & F_KNOWN) | F_ANSWER |
+                        (r->incremental ? F_INCREMENTAL : 0) |
+                        (rs ? F_RESUME : 0));
+  u->retries = 0;
+  u->t = ts; /* the request's time: how long a catch-up may wait */
+  if (rs) {
+    rs->next = s->resumes;
+    s->resumes = rs;
+  }
+  mcp_event ev = {.type = MCP_EVENT_REQUEST, .collection = sub_name(s, u),
+                  .nonce = "", .version = "", .message = "",
+                  .incremental = r->incremental};
+  emit(s, &ev);
+  if (!(u->flags & F_KNOWN)) {
+    ev.type = MCP_EVENT_UNKNOWN_COLLECTION;
+    emit(s, &ev);
+  }
+  return 0;
+}
+
+static mcp_tstamp retry_delay(const mcp_source_session *s, unsigned retries) {
+  mcp_tstamp d = s->c->retry_initial;
+  for (unsigned k = 0; k < retries && d < s->c->retry_max; ++k) {
+    d *= 2;
+  }
+  return d < s->c->retry_max ? d : s->c->retry_max;
+}
+
+static int on_answer(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
+  size_t i = 0;
+  sub *u = find_sub(s, r->key, &i);
+  uint32_t nonce = parse_nonce(s, r->nonce, r->key);
+  mcp_event ev = {.collection = u ? sub_name(s, u) : r->collection,
+                  .nonce = r->nonce, .version = "", .message = ""};
+  if (!u || !(u->flags & F_PENDING) || nonce != u->pending_nonce) {
+    xsub *x = u ? x_get(s, i) : NULL;
+    if (u && !x) {
+      return MCP_ERR_NOMEM; /* an xsub left empty is harmless */
+    }
+    int rv = take_token(s, ts);
+    if (rv != 0) {
+      return rv;
+    }
+    if (x) {
+      x->stale++;
+    } else {
+      s->stale_unknown++;
+    }
+    ev.type = MCP_EVENT_STALE;
+    emit(s, &ev);
+    return 0;
+  }
+  char ver[48] = "";
+  if (s->c->on_event) { /* only events need the version as text */
+    mcp__format_version(ver, sizeof(ver), s->store->epoch, u->pending_gen);
+  }
+  ev.version = ver;
+  ev.latency = ts - u->t;
+  if (r->error) {
+    const char *msg = r->error->message ? r->error->message : "";
+    size_t ml = strlen(msg) + 1;
+    xsub *x = x_get(s, i);
+    nack *copy = x ? mcp_mem_malloc(&s->c->mem, sizeof(nack) + ml) : NULL;
+    if (!copy) {
+      return MCP_ERR_NOMEM; /* nothing changed (an empty xsub is harmless) */
+    }
+    memcpy(copy->msg, msg, ml);
+    copy->code = r->error->code;
+    copy->gen = u->pending_gen;
+    u->flags &= (uint16_t)~F_PENDING;
+    u->sent = u->t;
+    mcp_mem_free(&s->c->mem, x->nack);
+    x->nack = copy;
+    x->nacks++;
+    u->flags |= F_NACKED;
+    int code = r->error->code;
+    if (s->c->retry_initial && code > 0 && code < 32 &&
+        (s->c->retry_codes & (1u << code))) {
+      u->t = ts + retry_delay(s, u->retries);
+      if (u->retries < 63) {
+        u->retries++;
+      }
+      u->flags |= F_RETRY;
+    }
+    ev.type = MCP_EVENT_NACK;
+    ev.code = code;
+    ev.message = msg;
+  } else {
+    /* The sink now holds the pushed generation: what it held before (and
+     * a resumption's versions) no longer matters. */
+    resume_drop(s, i);
+    u->flags = (uint16_t)((u->flags & ~(F_PENDING | F_NACKED | F_RESUME)) |
+                          F_HELD_GEN);
+    u->held_gen = u->pending_gen;
+    u->sent = u->t;
+    u->retries = 0;
+    ev.type = MCP_EVENT_ACK;
+  }
+  emit(s, &ev);
+  return 0;
+}
+
+
+
+/* The collection a type URL names (the application's mapping, or ours). */
+static int map_type(mcp_source_session *s, const char *type_url, char **out) {
+  size_t n = s->c->collection_for_type
+                 ? s->c->collection_for_type(type_url, NULL, 0, s->c->collection_for_type_ud)
+                 : mcp_collection_for_type_url(type_url, NULL, 0);
+  char *c = mcp_mem_malloc(&s->c->mem, n + 1);
+  if (!c) {
+    return MCP_ERR_NOMEM;
+  }
+  if (s->c->collection_for_type) {
+    s->c->collection_for_type(type_url, c, n + 1, s->c->collection_for_type_ud);
+  } else {
+    mcp_collection_for_type_url(type_url, c, n + 1);
+  }
+  *out = c;
+  return 0;
+}
+
+
+/* Decodes one request of the session's service into |r|, and maps a type
+ * URL to its collection. */
+static int decode(mcp_source_session *s, const uint8_t *in, size_t len,
+                  decoded *d, rq *r) {
+  const mcp_request_limits lim = {
+      .service = s->c->service, .max_initial = s->c->max_initial,
+      .max_node_ann = s->c->max_node_ann, .max_name = s->c->max_name,
+      .max_version = s->c->max_version, .max_node_id = s->c->max_node_id,
+      .max_node_key = s->c->max_node_key, .max_node_value = s->c->max_node_value,
+      .max_node_bytes = s->c->max_node_bytes};
+  int rv = mcp__request_decode(&lim, &s->c->mem, in, len, d, r);
+  if (rv == 0 && s->c->service != MCP_SERVICE_RESOURCE && r->key[0]) {
+    if ((rv = map_type(s, r->key, &d->collection)) != 0) {
+      return rv;
+    }
+    r->collection = d->collection;
+  }
+  return rv;
+}
+
+int mcp_source_session_recv(mcp_source_session *s, const uint8_t *in,
+                            size_t len, mcp_tstamp ts) {
+  check_ts(s, ts);
+  decoded d;
+  memset(&d, 0, offsetof(decoded, stack));
+  mcp_pballoc_init(&d.pa, &s->c->mem);
+  rq r;
+  int rv = decode(s, in, len, &d, &r);
+  if (rv != 0) {
+    goto out;
+  }
+  /* Istio's dialing source opens with a Resources for no collection, which
+   * sinks NACK with UNIMPLEMENTED: that NACK is expected, not a fault. */
+  if (s->c->service == MCP_SERVICE_RESOURCE &&
+      (r.key[0] == '\0' || strcmp(r.key, MCP_TRIGGER_COLLECTION) == 0) &&
+      r.error && r.error->code == MCP_CODE_UNIMPLEMENTED) {
+    mcp_event ev = {.type = MCP_EVENT_TRIGGER_IGNORED, .collection = r.key,
+                    .nonce = r.nonce, .version = "",
+                    .code = MCP_CODE_UNIMPLEMENTED, .message = r.error->message};
+    emit(s, &ev);
+    goto out;
+  }
+  if (r.key[0] == '\0') {
+    rv = MCP_ERR_PROTOCOL;
+    goto out;
+  }
+  int took = 0;
+  if (!s->node) {
+    if ((rv = take_node(s, &r)) != 0) {
+      goto out;
+    }
+    took = 1;
+  }
+  resolve(s);
+  if (r.nonce[0] == '\0') {
+    rv = take_token(s, ts);
+    rv = rv ? rv : on_request(s, &r, ts);
+  } else {
+    rv = on_answer(s, &r, ts);
+  }
+  if (rv < 0 && took) { /* a failed call changes nothing */
+    mcp_mem_free(&s->c->mem, s->node);
+    s->node = NULL;
+    s->store = NULL;
+    s->seen_ncolls = 0;
+  }
+out:
+  mcp__request_buf_free(&d, &s->c->mem);
+  return rv;
+}
+
+/* ---- deciding what to push ---- */
+
+/* 1 while the answer to a resuming request waits for this source to reach
+ * the versions the sink holds (a replica that lags: version_reached), until
+ * catchup_timeout after the request. */
+static int catching_up(const mcp_source_session *s, const sub *u,
+                       mcp_tstamp ts) {
+  if (!s->c->version_reached || (u->flags & (F_ANSWER | F_RESUME)) !=
+                                 (F_ANSWER | F_RESUME) ||
+      ts >= u->t + s->c->catchup_timeout) {
+    return 0;
+  }
+  const resume *r = resume_find(s, (size_t)(u - s->subs));
+  void *version;
+  for (size_t i = 0; r && mcp_map_iter(&r->map, &i, &version);) {
+    if (!s->c->version_reached(sub_name(s, u), version, s->c->version_reached_ud)) {
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* 1 when |u| is known, idle, and its collection is not what the sink
+ * holds nor exactly what it rejected: a change waits. */
+static int change_waits(const mcp_source_session *s, const sub *u) {
+  if (!(u->flags & F_KNOWN) ||
+      (u->flags & (F_PENDING | F_ANSWER | F_RETRY_DUE))) {
+    return 0;
+  }
+  uint64_t gen = sub_coll(s, u)->gen;
+  return !(((u->flags & F_HELD_GEN) && u->held_gen == gen) ||
+           ((u->flags & F_NACKED) && nacked_gen(s, u) == gen));
+}
+
+/* The time-dependent part, done by next() and handle_expiry() only (never
+ * by want_write()): the first time a waiting change is seen, its max_delay
+ * clock starts, and a NACK retry waiting for old content is dropped. */
+static void note_change(const mcp_source_session *s, sub *u, mcp_tstamp ts) {
+  if (!(u->flags & F_DIRTY) && change_waits(s, u)) {
+    u->flags = (uint16_t)((u->flags | F_DIRTY) & ~F_RETRY);
+    u->t = ts;
+  }
+}
+
+/* 1 when |u| has something to push at |ts|. Reads only: a change not
+ * noted yet counts as first seen at |ts|. */
+static int ready(const mcp_source_session *s, const sub *u, mcp_tstamp ts) {
+  if (!(u->flags & F_KNOWN) || (u->flags & F_PENDING)) {
+    return 0;
+  }
+  if (u->flags & (F_ANSWER | F_RETRY_DUE)) {
+    return !catching_up(s, u, ts);
+  }
+  uint64_t gen = sub_coll(s, u)->gen;
+  if (((u->flags & F_HELD_GEN) && u->held_gen == gen) ||
+      ((u->flags & F_NACKED) && nacked_gen(s, u) == gen)) {
+    return 0; /* up to date, or exactly what was rejected */
+  }
+  return mcp__pace_ready(sub_coll(s, u), s->c->debounce, s->c->max_delay,
+                         u->sent, (u->flags & F_DIRTY) ? u->t : ts, ts);
+}
+
+int mcp_source_session_want_write(mcp_source_session *s, mcp_tstamp ts) {
+  assert(ts >= s->last_ts && "time went backwards");
+  if (s->trigger_pending) {
+    return 1;
+  }
+  resolve(s); /* a lookup cache: nothing observable changes */
+  for (size_t i = 0; i < s->nsubs; ++i) {
+    if (ready(s, &s->subs[i], ts)) {
+      return 1;
+    }
+  }
+  return 0;
+}
+
+mcp_tstamp mcp_source_session_get_expiry(const mcp_source_session *s) {
+  mcp_tstamp t = MCP_TSTAMP_MAX;
+  for (size_t i = 0; i < s->nsubs; ++i) {
+    const sub *u = &s->subs[i];
+    if (s->c->version_reached && (u->flags & F_KNOWN) &&
+        (u->flags & (F_ANSWER | F_RESUME)) == (F_ANSWER | F_RESUME) &&
+        u->t + s->c->catchup_timeout > s->last_ts &&
+        u->t + s->c->catchup_timeout < t) {
+      t = u->t + s->c->catchup_timeout; /* a catch-up's end, if it waits */
+    }
+    if (!(u->flags & F_KNOWN) || (u->flags & (F_PENDING | F_ANSWER | F_RETRY_DUE))) {
+      continue;
+    }
+    mcp_tstamp d = MCP_TSTAMP_MAX;
+    uint64_t gen = sub_coll(s, u)->gen;
+    if ((u->flags & F_NACKED) && nacked_gen(s, u) == gen) {
+      if (u->flags & F_RETRY) {
+        d = u->t;
+      }
+    } else if (!((u->flags & F_HELD_GEN) && u->held_gen == gen)) {
+      d = mcp__pace_due(sub_coll(s, u), s->c->debounce, s->c->max_delay,
+                        u->sent, (u->flags & F_DIRTY) != 0, u->t);
+      if (d <= s->last_ts) {
+        /* Due already: want_write() says so. A time in the past would
+         * make a transport that cannot pull the push yet (a send still
+         * in flight) spin on its timer. */
+        d = MCP_TSTAMP_MAX;
+      }
+    }
+    if (d < t) {
+      t = d;
+    }
+  }
+  return t;
+}
+
+int mcp_source_session_handle_expiry(mcp_source_session *s, mcp_tstamp ts) {
+  check_ts(s, ts);
+  resolve(s);
+  for (size_t i = 0; i < s->nsubs; ++i) {
+    note_change(s, &s->subs[i], ts);
+  }
+  for (size_t i = 0; i < s->nsubs; ++i) {
+    sub *u = &s->subs[i];
+    if ((u->flags & F_RETRY) && u->t <= ts) {
+      u->flags = (uint16_t)((u->flags & ~F_RETRY) | F_RETRY_DUE);
+    }
+  }
+  return 0;
+}
+
+/* ---- building pushes ---- */
+
+
+/* The Istio trigger: a Resources for $triggerCollection, no nonce. */
+static int next_trigger(mcp_source_session *s, mcp_msg **pmsg) {
+  mcp_msgb b;
+  mcp__msgb_init(&b, &s->c->mem);
+  mcp__push_header(&b, &mcp__codecs[MCP_SERVICE_RESOURCE], "", MCP_TRIGGER_COLLECTION, "", 0);
+  int rv = mcp__msgb_finish(&b, MCP_TRIGGER_COLLECTION, pmsg);
+  if (rv != 0) {
+    return rv;
+  }
+  s->trigger_pending = 0;
+  return 1;
+}
+
+int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
+                            mcp_msg **pmsg) {
+  check_ts(s, ts);
+  if (s->trigger_pending) {
+    return next_trigger(s, pmsg);
+  }
+  resolve(s);
+  size_t idx = s->nsubs;
+  for (size_t k = 0; k < s->nsubs; ++k) {
+    size_t i = (s->rr + k) % s->nsubs;
+    note_change(s, &s->subs[i], ts);
+    if (ready(s, &s->subs[i], ts)) {
+      idx = i;
+      break;
+    }
+  }
+  if (idx == s->nsubs) {
+    return 0;
+  }
+  const codec *cd = &mcp__codecs[s->c->service];
+  sub *u = &s->subs[idx];
+  mcp_coll *c = sub_coll(s, u);
+  const char *key = sub_key(s, idx);
+  resume *rs = (u->flags & F_RESUME) ? resume_find(s, idx) : NULL;
+  int incremental = (u->flags & F_INCREMENTAL) &&
+                    (rs || ((u->flags & F_HELD_GEN) && u->held_gen >= c->compact_gen));
+  if ((u->flags & F_INCREMENTAL) && !incremental && !cd->incremental) {
+    /* IncrementalMeshConfigResponse has no full state, and the change log
+     * no longer reaches what the sink holds: it must resume. */
+    return MCP_ERR_RESYNC;
+  }
+  char ver[48], nonce_num[16];
+  uint32_t n = s->next_nonce + 1 ? s->next_nonce + 1 : 1;
+  mcp__format_version(ver, sizeof(ver), s->store->epoch, c->gen);
+  size_t nl = format_nonce(nonce_num, n);
+  char *nonce = nonce_num;
+  if (s->c->service == MCP_SERVICE_AGGREGATED_INCREMENTAL) {
+    size_t kl = strlen(key);
+    if (!(nonce = mcp_mem_malloc(&s->c->mem, nl + kl + 2))) {
+      return MCP_ERR_NOMEM;
+    }
+    memcpy(nonce, nonce_num, nl);
+    nonce[nl] = ':';
+    memcpy(nonce + nl + 1, key, kl + 1);
+  }
+  mcp_msgb b;
+  mcp__msgb_init(&b, &s->c->mem);
+  mcp__push_header(&b, cd, ver, key, nonce, incremental);
+
+  size_t nres = 0, nrem = 0;
+  if (rs) {
+    /* Resumption: what the sink lacks or holds at another version, and
+     * what it holds that no longer exists. */
+    size_t found = 0;
+    for (mcp_entry *e = c->head; e; e = e->next) {
+      if (!e->enc) {
+        continue;
+      }
+      const char *v = mcp_map_get(&rs->map, e->name);
+      found += v != NULL;
+      if (!v || strcmp(v, e->version) != 0) {
+        mcp__push_resource(&b, cd, e);
+        nres++;
+      }
+    }
+    /* Names the sink holds that no longer exist: none when every one was
+     * found above. */
+    for (size_t it = 0; found < rs->map.n && it < rs->map.cap; ++it) {
+      const char *name = rs->map.slots[it].key;
+      if (!name) {
+        continue;
+      }
+      mcp_entry *e = mcp_map_get(&c->map, name);
+      if (!e || !e->enc) {
+        mcp__push_removed(&b, cd, name);
+        nrem++;
+      }
+    }
+  } else if (incremental) {
+    /* Everything after the generation the sink holds: O(changed). */
+    mcp_entry *e = c->tail;
+    while (e && e->gen > u->held_gen) {
+      e = e->prev;
+    }
+    for (e = e ? e->next : c->head; e; e = e->next) {
+      if (e->enc) {
+        mcp__push_resource(&b, cd, e);
+        nres++;
+      } else {
+        mcp__push_removed(&b, cd, e->name);
+        nrem++;
+      }
+    }
+  } else if (cd->resources == 3 && c->nlive > 0) {
+    /* Full state: the collection's snapshot, shared by every stream. */
+    mcp_snap *sn = mcp__store_snap(s->store, c);
+    if (sn) {
+      mcp__msgb_snap(&b, sn);
+      nres = sn->n;
+    } else {
+      b.failed = 1;
+    }
+  } else {
+    for (mcp_entry *e = c->head; e; e = e->next) {
+      if (e->enc) {
+        mcp__push_resource(&b, cd, e);
+        nres++;
+      }
+    }
+  }
+  int rv = mcp__msgb_finish(&b, c->name, pmsg);
+  if (rv == 0) {
+    s->next_nonce = n;
+    u->pending_nonce = n;
+    u->pending_gen = c->gen;
+    u->t = ts;
+    u->pushes++;
+    u->flags = (uint16_t)((u->flags & ~(F_ANSWER | F_DIRTY | F_RETRY | F_RETRY_DUE)) |
+                          F_PENDING);
+    s->rr = idx + 1;
+    mcp_event ev = {.type = MCP_EVENT_PUSH, .collection = c->name,
+                    .nonce = nonce, .version = ver, .message = "",
+                    .nresources = nres, .nremoved = nrem,
+                    .incremental = incremental, .bytes = mcp_msg_len(*pmsg)};
+    emit(s, &ev);
+  }
+  if (nonce != nonce_num) {
+    mcp_mem_free(&s->c->mem, nonce);
+  }
+  return rv ? rv : 1;
+}
+
+/* ---- introspection ---- */
+
+const char *mcp_source_session_node_id(const mcp_source_session *s) {
+  return s->node ? s->node->id : "";
+}
+
+const mcp_sink_node *mcp_source_session_node(const mcp_source_session *s) {
+  return s->node ? s->node : &empty_node;
+}
+
+uint64_t mcp_source_session_stale_unknown(const mcp_source_session *s) {
+  return s->stale_unknown;
+}
+
+size_t mcp_source_session_collection_count(const mcp_source_session *s) {
+  return s->nsubs;
+}
+
+static int collection_status(const mcp_source_session *s, size_t i,
+                             mcp_tstamp ts, mcp_collection_status *st);
+
+int mcp_source_session_collection_status_versioned(
+    const mcp_source_session *s, size_t i, mcp_tstamp ts, int version,
+    mcp_collection_status *out) {
+  mcp_collection_status st;
+  int rv = collection_status(s, i, ts, &st);
+  if (rv == 0) {
+    memcpy(out, &st,
+           mcp_vstruct_size(version, MCP_VSTRUCT_SIZES(mcp_collection_status),
+                             MCP_VSTRUCT_N));
+  }
+  return rv;
+}
+
+static int collection_status(const mcp_source_session *s, size_t i,
+                             mcp_tstamp ts, mcp_collection_status *st) {
+  if (i >= s->nsubs) {
+    return MCP_ERR_NOT_FOUND;
+  }
+  const sub *u = &s->subs[i];
+  const char *key = s->keys ? s->keys[i] : "";
+  size_t kl = s->c->service == MCP_SERVICE_AGGREGATED_INCREMENTAL ? strlen(key) + 1 : 0;
+  /* The session's own buffers (never a const object: the status is what
+   * is read, the buffers are scratch, as nghttp2's mem_send output). */
+  char *b = (char *)(uintptr_t)s->ibuf;
+  char *nonce = kl ? s->ibig : b + 2 * IBUF_VER;
+  assert(!kl || (s->ibig && s->ibig_cap >= 11 + kl)); /* grow_ibig() */
+  memset(st, 0, sizeof(*st));
+  b[0] = b[IBUF_VER] = nonce[0] = '\0';
+  st->acked_version = b;
+  st->pending_version = b + IBUF_VER;
+  st->pending_nonce = nonce;
+  st->last_nonce = "";
+  st->collection = sub_name(s, u);
+  st->type_url = key;
+  st->known = (u->flags & F_KNOWN) != 0;
+  st->incremental = (u->flags & F_INCREMENTAL) != 0;
+  if (u->flags & F_HELD_GEN) {
+    mcp__format_version(b, IBUF_VER, s->store->epoch, u->held_gen);
+  }
+  if (u->flags & F_PENDING) {
+    mcp__format_version(b + IBUF_VER, IBUF_VER, s->store->epoch, u->pending_gen);
+    size_t nl = format_nonce(nonce, u->pending_nonce);
+    if (kl) { /* the same form as on the wire and in events */
+      nonce[nl] = ':';
+      memcpy(nonce + nl + 1, key, kl);
+    }
+    st->pending_age = ts > u->t ? ts - u->t : 0;
+  }
+  const xsub *x = x_find(s, i);
+  const nack *nk = x ? x->nack : NULL;
+  st->last_nack_code = nk ? nk->code : 0;
+  st->last_nack_message = nk ? nk->msg : "";
+  st->pushes = u->pushes;
+  st->nacks = x ? x->nacks : 0;
+  st->stale = x ? x->stale : 0;
+  st->acks = u->pushes - (uint32_t)st->nacks - (x ? x->abandoned : 0) -
+             ((u->flags & F_PENDING) ? 1u : 0u);
+  return 0;
+}
