@@ -163,7 +163,7 @@ START_TEST(test_sar_answers_full_state_keyed_by_type_url) {
   ck_assert(has(r->resources, r->n_resources, "default/b"));
   ck_assert_str_eq(r->resources[0]->body->type_url, "type.googleapis.com/test.Body");
   char want[48];
-  mcp__format_version(want, sizeof(want), 0x1234, mcp_store_generation(f->store, VS_COLL));
+  mcp_format_version(want, sizeof(want), 0x1234, mcp_store_generation(f->store, VS_COLL));
   ck_assert_str_eq(r->version_info, want);
   istio__mcp__v1alpha1__mesh_config_response__free_unpacked(r, NULL);
   fx_free(f);

@@ -621,6 +621,83 @@ START_TEST(test_msg_builder_out_of_memory_produces_nothing) {
 }
 END_TEST
 
+START_TEST(test_msg_builder_snapshot_is_shared_by_messages_and_outlives_the_store) {
+  mcp_store *st = th_store(NULL);
+  th_put(st, COLL, "a", "v1", "BODY-A", 0);
+  mcp_watch *w = watch_new(st, 0, 0);
+  mcp_msg_builder *b = NULL;
+  ck_assert_int_eq(mcp_msg_builder_new(&b, NULL), 0);
+  int full;
+  ck_assert_int_eq(mcp_watch_take(w, 0, build_from, b, &full), 1);
+  mcp_snap *sn = NULL;
+  ck_assert_int_eq(mcp_msg_builder_freeze(b, &sn), 0);
+  ck_assert_uint_eq(mcp_msg_builder_len(b), 0); /* reset */
+  static const char frozen[] = "\x0a\x01" "a\x12\x06" "BODY-A";
+  size_t fl = sizeof(frozen) - 1;
+  ck_assert_uint_eq(mcp_snap_len(sn), fl);
+  /* Two messages share it: one with bytes of its own before it. */
+  mcp_msg *m1 = NULL, *m2 = NULL;
+  mcp_msg_builder_bytes(b, "\x08\x02", 2);
+  mcp_msg_builder_snap(b, sn);
+  ck_assert_int_eq(mcp_msg_builder_finish(b, NULL, &m1), 0);
+  mcp_msg_builder_snap(b, sn);
+  ck_assert_int_eq(mcp_msg_builder_finish(b, NULL, &m2), 0);
+  mcp_snap_unref(sn); /* the messages hold it */
+  mcp_watch_del(w);
+  mcp_store_del(st); /* and it holds the stored body */
+  uint8_t flat[64];
+  ck_assert_uint_eq(mcp_msg_len(m1), 2 + fl);
+  mcp_msg_flatten(m1, flat);
+  ck_assert_int_eq(memcmp(flat, "\x08\x02", 2), 0);
+  ck_assert_int_eq(memcmp(flat + 2, frozen, fl), 0);
+  ck_assert_uint_eq(mcp_msg_len(m2), fl);
+  mcp_msg_flatten(m2, flat);
+  ck_assert_int_eq(memcmp(flat, frozen, fl), 0);
+  mcp_msg_free(m1);
+  mcp_msg_free(m2);
+  mcp_msg_builder_del(b);
+}
+END_TEST
+
+START_TEST(test_msg_builder_freeze_refuses_nesting_and_out_of_memory) {
+  mcp_msg_builder *b = NULL;
+  ck_assert_int_eq(mcp_msg_builder_new(&b, NULL), 0);
+  mcp_snap *sn = NULL, *nested = NULL;
+  mcp_msg_builder_bytes(b, "xy", 2);
+  ck_assert_int_eq(mcp_msg_builder_freeze(b, &sn), 0);
+  mcp_msg_builder_snap(b, sn);
+  ck_assert_int_eq(mcp_msg_builder_freeze(b, &nested),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(nested);
+  ck_assert_uint_eq(mcp_msg_builder_len(b), 0); /* reset either way */
+  mcp_snap_unref(sn);
+  mcp_snap_unref(NULL);
+  mcp_msg_builder_del(b);
+  for (long fail = 1; fail < 8; ++fail) {
+    th_mem m;
+    th_mem_init(&m, fail);
+    if (mcp_msg_builder_new(&b, &m.mem) != 0) {
+      continue;
+    }
+    char big[1000];
+    memset(big, 'x', sizeof(big));
+    mcp_msg_builder_bytes(b, big, sizeof(big));
+    mcp_msg_builder_bytes(b, big, sizeof(big));
+    sn = NULL;
+    int rv = mcp_msg_builder_freeze(b, &sn);
+    if (rv == 0) {
+      ck_assert_uint_eq(mcp_snap_len(sn), 2000);
+      mcp_snap_unref(sn);
+    } else {
+      ck_assert_int_eq(rv, MCP_ERR_NOMEM);
+      ck_assert_ptr_null(sn);
+    }
+    mcp_msg_builder_del(b);
+    ck_assert_int_eq(m.live, 0);
+  }
+}
+END_TEST
+
 /* ---- stream driver, with a small scripted session ---- */
 
 typedef struct script {
@@ -1002,6 +1079,8 @@ static Suite *engine_suite(void) {
   tc = tcase_create("builder");
   tcase_add_test(tc, test_msg_builder_shares_stored_bodies_and_outlives_the_store);
   tcase_add_test(tc, test_msg_builder_out_of_memory_produces_nothing);
+  tcase_add_test(tc, test_msg_builder_snapshot_is_shared_by_messages_and_outlives_the_store);
+  tcase_add_test(tc, test_msg_builder_freeze_refuses_nesting_and_out_of_memory);
   suite_add_tcase(s, tc);
   tc = tcase_create("stream");
   tcase_add_test(tc, test_stream_sends_one_message_per_pump_and_only_when_free);

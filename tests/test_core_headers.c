@@ -495,9 +495,10 @@ END_TEST
 /*
  * What a file of each layer may include with quotes: the engine's public
  * headers, its own layer's header and private headers (a file in its own
- * folder), its own protocol's generated code, and the exceptions the
- * architecture names: the MCP module and MCP over xDS read the store's
- * internals (engine_int.h), and MCP over xDS reads MCP's Resource codec.
+ * folder), its own protocol's generated code, and what the architecture
+ * names: MCP over xDS includes MCP's public header (its bodies are MCP
+ * Resources), and the MCP module reads the store's internals
+ * (engine_int.h).
  * The engine includes no module's header.
  */
 typedef struct layer {
@@ -518,8 +519,7 @@ static const char *const L_DISP[] = {"mcp/dispatcher.h",
                                      "github.com/docker/swarmkit/", "google/",
                                      NULL};
 static const char *const L_XDS[] = {"mcp/xds.h", "xds_int.h",
-                                    "mcp/mcp_v1alpha1.h", "engine_int.h",
-                                    "codec.h", "google/", NULL};
+                                    "mcp/mcp_v1alpha1.h", "google/", NULL};
 static const layer LAYERS[] = {{"/core/engine/", L_ENGINE},
                                {"/core/mcp/", L_MCP},
                                {"/core/destination/", L_DEST},

@@ -1824,6 +1824,109 @@ START_TEST(helper_encoded_push_is_accepted_via_feed_bytes) {
 }
 END_TEST
 
+/* ---- mcp_resource_decode(): one Resource, for modules carrying MCP's ---- */
+
+/* The Resource bytes of |r| (inside b, which the caller frees). */
+static void resource_bytes(bb *b, const rspec *r, const uint8_t **d,
+                           size_t *dl) {
+  bb_resource(b, r); /* as field 3 of a push: unwrap it */
+  mcp_wire w = {b->p, b->p + b->n};
+  uint32_t f;
+  int wt;
+  uint64_t v;
+  ck_assert_int_eq(mcp_wire_next(&w, &f, &wt, &v, d, dl), 1);
+  ck_assert_uint_eq(f, 3);
+}
+
+START_TEST(resource_decode_reads_what_protobuf_c_wrote) {
+  bb b = {0};
+  rspec r = {.name = "ns/a", .version = "v7",
+             .type_url = "type.googleapis.com/test.Body", .body = "BODY",
+             .label_key = "app", .label_val = "web", .has_ct = 1,
+             .ct_seconds = 42, .ct_nanos = 7};
+  const uint8_t *d;
+  size_t dl;
+  resource_bytes(&b, &r, &d, &dl);
+  th_mem m;
+  th_mem_init(&m, 0);
+  mcp_resource res;
+  void *blk = NULL;
+  char *extra = NULL;
+  ck_assert_int_eq(mcp_resource_decode(d, dl, &m.mem, 5, &res, &blk, &extra),
+                   0);
+  ck_assert_str_eq(res.name, "ns/a");
+  ck_assert_str_eq(res.version, "v7");
+  ck_assert_str_eq(res.type_url, "type.googleapis.com/test.Body");
+  ck_assert_uint_eq(res.body_len, 4);
+  ck_assert_int_eq(memcmp(res.body, "BODY", 4), 0);
+  ck_assert(res.body >= d && res.body + 4 <= d + dl); /* not copied */
+  ck_assert_uint_eq(res.nlabels, 1);
+  ck_assert_str_eq(res.labels[0].key, "app");
+  ck_assert_str_eq(res.labels[0].value, "web");
+  ck_assert_uint_eq(res.nannotations, 0);
+  ck_assert_int_eq(res.has_create_time, 1);
+  ck_assert_int_eq(res.create_time_seconds, 42);
+  ck_assert_int_eq(res.create_time_nanos, 7);
+  ck_assert_ptr_nonnull(extra);
+  memcpy(extra, "abcd", 5); /* the caller's bytes, inside the block */
+  ck_assert_int_eq(mcp_resource_check(&res, NULL, NULL, 0), 0);
+  ck_assert_int_eq(m.live, 1); /* one block */
+  mcp_mem_free(&m.mem, blk);
+  ck_assert_int_eq(m.live, 0);
+  free(b.p);
+}
+END_TEST
+
+START_TEST(resource_decode_refuses_bad_bytes_and_allocates_nothing) {
+  th_mem m;
+  th_mem_init(&m, 0);
+  mcp_resource res;
+  void *blk = (void *)&res;
+  char *extra = (char *)&res;
+  bb b = {0};
+  rspec r = {.name = "a", .version = "1", .type_url = "t/x", .body = "B"};
+  const uint8_t *d;
+  size_t dl;
+  resource_bytes(&b, &r, &d, &dl);
+  /* Cut inside a field: it does not decode. */
+  ck_assert_int_eq(mcp_resource_decode(d, dl - 1, &m.mem, 0, &res, &blk,
+                                       &extra),
+                   MCP_ERR_MALFORMED);
+  ck_assert_ptr_null(blk);
+  ck_assert_ptr_null(extra);
+  /* Out of memory. */
+  th_mem_init(&m, 1);
+  ck_assert_int_eq(mcp_resource_decode(d, dl, &m.mem, 0, &res, &blk, NULL),
+                   MCP_ERR_NOMEM);
+  ck_assert_ptr_null(blk);
+  free(b.p);
+  /* A name, or a label, that is not UTF-8. */
+  rspec bad[] = {{.name = "a\xff", .type_url = "t/x"},
+                 {.name = "a", .type_url = "t/x", .label_key = "k",
+                  .label_val = "\xc3\x28"}};
+  for (size_t i = 0; i < 2; ++i) {
+    th_mem_init(&m, 0);
+    memset(&b, 0, sizeof(b));
+    resource_bytes(&b, &bad[i], &d, &dl);
+    ck_assert_int_eq(mcp_resource_decode(d, dl, &m.mem, 3, &res, &blk,
+                                         &extra),
+                     MCP_ERR_PROTOCOL);
+    ck_assert_ptr_null(blk);
+    ck_assert_int_eq(m.live, 0);
+    free(b.p);
+  }
+  /* Empty bytes are an empty Resource (proto3): "" everywhere, no body. */
+  th_mem_init(&m, 0);
+  ck_assert_int_eq(mcp_resource_decode(NULL, 0, &m.mem, 0, &res, &blk, NULL),
+                   0);
+  ck_assert_str_eq(res.name, "");
+  ck_assert_ptr_null(res.body);
+  mcp_mem_free(&m.mem, blk);
+  ck_assert_int_eq(m.live, 0);
+}
+END_TEST
+
+
 static Suite *suite(void) {
   Suite *s = suite_create("core_sink");
   TCase *tc = tcase_create("sink");
@@ -1868,6 +1971,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, state_new_rejects_bad_options);
   tcase_add_test(tc, accept_everything_without_apply_callback);
   tcase_add_test(tc, helper_encoded_push_is_accepted_via_feed_bytes);
+  tcase_add_test(tc, resource_decode_reads_what_protobuf_c_wrote);
+  tcase_add_test(tc, resource_decode_refuses_bad_bytes_and_allocates_nothing);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -81,7 +81,7 @@ void mcp_msg_free(mcp_msg *msg) {
   for (size_t i = 0; i < msg->nrefs; ++i) {
     mcp__rcbuf_unref(msg->refs[i]);
   }
-  mcp__snap_unref(msg->snap);
+  mcp_snap_unref(msg->snap);
   mcp_mem m = msg->mem;
   mcp_mem_free(&m, msg);
 }
@@ -197,7 +197,7 @@ void mcp__msgb_shared(mcp_msgb *b, mcp_rcbuf *rc, size_t off, size_t len) {
   b->nshared++;
 }
 
-void mcp__snap_unref(mcp_snap *sn) {
+void mcp_snap_unref(mcp_snap *sn) {
   if (sn && atomic_fetch_sub_explicit(&sn->ref, 1, memory_order_acq_rel) == 1) {
     for (size_t i = 0; i < sn->n; ++i) {
       mcp__rcbuf_unref(sn->refs[i]);
@@ -223,11 +223,61 @@ void mcp__msgb_snap(mcp_msgb *b, mcp_snap *sn) {
   b->len += sn->len;
 }
 
+size_t mcp_snap_len(const mcp_snap *sn) { return sn->len; }
+
+int mcp__msgb_freeze(mcp_msgb *b, mcp_snap **psn) {
+  if (b->failed || b->snap) {
+    int rv = b->failed ? MCP_ERR_NOMEM : MCP_ERR_INVALID_ARGUMENT;
+    mcp__msgb_discard(b);
+    return rv;
+  }
+  size_t n = b->npieces;
+  mcp_snap *sn = mcp_mem_malloc(b->mem, sizeof(*sn) +
+                                            n * (sizeof(mcp_rcbuf *) +
+                                                 sizeof(mcp_iovec)));
+  /* The own bytes become shared bytes of their own: each fragment in them
+   * holds a reference, as each stored fragment does. */
+  mcp_rcbuf *own = sn && b->own.len ? mcp__rcbuf_new(b->mem, b->own.len) : NULL;
+  if (!sn || (b->own.len && !own)) {
+    mcp_mem_free(b->mem, sn);
+    mcp__msgb_discard(b);
+    return MCP_ERR_NOMEM;
+  }
+  if (own) {
+    memcpy(own->data, b->own.p, b->own.len);
+  }
+  atomic_init(&sn->ref, 1);
+  sn->mem = *b->mem;
+  sn->gen = 0;
+  sn->n = n;
+  sn->len = b->len;
+  sn->refs = (mcp_rcbuf **)(void *)(sn + 1);
+  sn->iov = (mcp_iovec *)(void *)(sn->refs + n);
+  for (size_t i = 0; i < n; ++i) {
+    const mcp_piece *p = &b->pieces[i];
+    mcp_rcbuf *rc = p->rc; /* the builder's reference moves over */
+    if (!rc) {
+      rc = own;
+      mcp__rcbuf_ref(own);
+    }
+    sn->refs[i] = rc;
+    sn->iov[i].base = rc->data + p->off;
+    sn->iov[i].len = p->len;
+  }
+  if (own) {
+    mcp__rcbuf_unref(own); /* the fragments hold it now */
+  }
+  msgb_release(b);
+  mcp__msgb_init(b, b->mem);
+  *psn = sn;
+  return 0;
+}
+
 void mcp__msgb_discard(mcp_msgb *b) {
   for (size_t i = 0; i < b->npieces; ++i) {
     mcp__rcbuf_unref(b->pieces[i].rc);
   }
-  mcp__snap_unref(b->snap);
+  mcp_snap_unref(b->snap);
   msgb_release(b);
   mcp__msgb_init(b, b->mem);
 }

@@ -22,7 +22,6 @@
 
 /* ---- bytes (buf.c) ---- */
 
-typedef struct mcp_snap mcp_snap;
 
 /*
  * Shared, immutable, atomically reference-counted bytes: one encoded
@@ -80,6 +79,9 @@ void mcp__msgb_discard(mcp_msgb *b);
 /* Appends the fragments of a snapshot (takes a reference; at most one per
  * message). */
 void mcp__msgb_snap(mcp_msgb *b, mcp_snap *sn);
+/* Makes a snapshot of what |b| holds (one reference) and resets |b|:
+ * mcp_msg_builder_freeze(). */
+int mcp__msgb_freeze(mcp_msgb *b, mcp_snap **psn);
 
 /* ---- protobuf wire format (wire.c) ---- */
 
@@ -146,7 +148,6 @@ struct mcp_snap {
   mcp_rcbuf **refs;    /* n, after the struct */
   mcp_iovec *iov;      /* n, after refs */
 };
-void mcp__snap_unref(mcp_snap *sn);
 
 typedef struct mcp_coll {
   mcp_snap *snap;          /* full state at snap->gen, or NULL */
@@ -229,10 +230,5 @@ static inline void mcp__entry_body(const mcp_entry *e, const uint8_t **type,
 /* The full state of |c| now (built if needed; owned by |c|), or NULL for
  * NOMEM. */
 mcp_snap *mcp__store_snap(const mcp_store *s, mcp_coll *c);
-/* mcp__msgb_snap() for a protocol module's builder (msg_builder.c). */
-struct mcp_msg_builder;
-void mcp__msg_builder_snap(struct mcp_msg_builder *b, mcp_snap *sn);
-/* Formats "<epoch hex>-<gen>" into |buf| (at least 40 bytes). */
-void mcp__format_version(char *buf, size_t n, uint64_t epoch, uint64_t gen);
 
 #endif /* MCP_ENGINE_INT_H */

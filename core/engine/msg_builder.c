@@ -110,6 +110,10 @@ void mcp_msg_builder_item_bytes(mcp_msg_builder *b, const mcp_item *item,
   mcp__msgb_shared(&b->b, rc, (size_t)(p - rc->data), len);
 }
 
-void mcp__msg_builder_snap(mcp_msg_builder *b, mcp_snap *sn) {
+void mcp_msg_builder_snap(mcp_msg_builder *b, mcp_snap *sn) {
   mcp__msgb_snap(&b->b, sn);
+}
+
+int mcp_msg_builder_freeze(mcp_msg_builder *b, mcp_snap **psn) {
+  return mcp__msgb_freeze(&b->b, psn);
 }

@@ -18,7 +18,7 @@
 /* Tombstones are kept until they are this many and more than live ones. */
 #define MCP_TOMB_MIN 64
 
-void mcp__format_version(char *buf, size_t n, uint64_t epoch, uint64_t gen) {
+void mcp_format_version(char *buf, size_t n, uint64_t epoch, uint64_t gen) {
   static const char hex[] = "0123456789abcdef";
   char tmp[48];
   size_t k = 0;
@@ -237,7 +237,7 @@ static void entry_free(const mcp_mem *m, mcp_entry *e) {
 }
 
 static void coll_free(const mcp_mem *m, mcp_coll *c) {
-  mcp__snap_unref(c->snap);
+  mcp_snap_unref(c->snap);
   for (mcp_entry *e = c->head, *next; e; e = next) {
     next = e->next;
     entry_free(m, e);
@@ -354,7 +354,7 @@ static void coll_revive(mcp_coll *c) {
   if (c->absent) {
     c->absent = 0;
     c->gen++;
-    mcp__snap_unref(c->snap);
+    mcp_snap_unref(c->snap);
     c->snap = NULL;
   }
 }
@@ -486,7 +486,7 @@ static int prepare(mcp_store *s, mcp_coll *c, uint64_t gen, prep *p) {
       mcp__rcbuf_unref(p->enc);
       p->enc = NULL;
     }
-    mcp__format_version(genver, sizeof(genver), s->epoch, gen);
+    mcp_format_version(genver, sizeof(genver), s->epoch, gen);
     v = genver;
     p->gen_version = 1;
   }
@@ -610,7 +610,7 @@ static int apply(mcp_store *s, mcp_coll *c, const mcp_resource *res, size_t n,
   }
   c->gen = gen;
   mcp__coll_touch(c, ts);
-  mcp__snap_unref(c->snap);
+  mcp_snap_unref(c->snap);
   c->snap = NULL;
   compact(m, c);
   rv = 1;
@@ -685,7 +685,7 @@ int mcp_store_delete(mcp_store *s, const char *collection, const char *name,
     return 0;
   }
   make_tombstone(&s->mem, c, e, ++c->gen);
-  mcp__snap_unref(c->snap);
+  mcp_snap_unref(c->snap);
   c->snap = NULL;
   mcp__coll_touch(c, ts);
   compact(&s->mem, c);
@@ -709,7 +709,7 @@ int mcp_store_remove_collection(mcp_store *s, const char *collection,
   }
   c->absent = 1;
   mcp__coll_touch(c, ts);
-  mcp__snap_unref(c->snap);
+  mcp_snap_unref(c->snap);
   c->snap = NULL;
   compact(&s->mem, c);
   return 1;
@@ -781,7 +781,7 @@ mcp_snap *mcp__store_snap(const mcp_store *s, mcp_coll *c) {
       sn->n++;
     }
   }
-  mcp__snap_unref(c->snap);
+  mcp_snap_unref(c->snap);
   c->snap = sn;
   return sn;
 }

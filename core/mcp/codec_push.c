@@ -312,3 +312,55 @@ int mcp__resource_read(span res, rview *r, filler *fl) {
               span_bytes(r->type_url);
   return 0;
 }
+
+int mcp_resource_decode(const uint8_t *in, size_t len, const mcp_mem *mem,
+                        size_t extra, mcp_resource *res, void **block,
+                        char **extra_p) {
+  *block = NULL;
+  if (extra_p) {
+    *extra_p = NULL;
+  }
+  span sp = {in, in ? len : 0};
+  rview v;
+  memset(&v, 0, sizeof(v));
+  if (mcp__resource_read(sp, &v, NULL) != 0) {
+    return MCP_ERR_MALFORMED;
+  }
+  size_t kvb = (v.nlabels + v.nannotations) * sizeof(mcp_kv);
+  if (extra > SIZE_MAX / 2 - kvb - v.bytes) {
+    return MCP_ERR_NOMEM;
+  }
+  char *arena = mcp_mem_malloc(mem, kvb + v.bytes + extra + 1);
+  if (!arena) {
+    return MCP_ERR_NOMEM;
+  }
+  filler fl = {.lab = (mcp_kv *)(void *)arena,
+               .ann = (mcp_kv *)(void *)arena + v.nlabels,
+               .str = arena + kvb,
+               .utf8_ok = 1};
+  memset(res, 0, sizeof(*res));
+  res->labels = fl.lab;
+  res->nlabels = v.nlabels;
+  res->annotations = fl.ann;
+  res->nannotations = v.nannotations;
+  memset(&v, 0, sizeof(v));
+  mcp__resource_read(sp, &v, &fl); /* read once already: cannot fail */
+  if (!fl.utf8_ok || !span_valid(v.name) || !span_valid(v.version) ||
+      !span_valid(v.type_url)) {
+    mcp_mem_free(mem, arena);
+    return MCP_ERR_PROTOCOL;
+  }
+  res->name = fill_str(&fl, v.name);
+  res->version = fill_str(&fl, v.version);
+  res->type_url = fill_str(&fl, v.type_url);
+  res->has_create_time = v.has_ct;
+  res->create_time_seconds = v.ct_seconds;
+  res->create_time_nanos = v.ct_nanos;
+  res->body = v.body.n ? v.body.p : NULL;
+  res->body_len = v.body.n;
+  if (extra_p && extra) {
+    *extra_p = arena + kvb + v.bytes;
+  }
+  *block = arena;
+  return 0;
+}

@@ -696,7 +696,7 @@ static int on_answer(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
   }
   char ver[48] = "";
   if (s->c->on_event) { /* only events need the version as text */
-    mcp__format_version(ver, sizeof(ver), s->store->epoch, u->pending_gen);
+    mcp_format_version(ver, sizeof(ver), s->store->epoch, u->pending_gen);
   }
   ev.version = ver;
   ev.latency = ts - u->t;
@@ -1012,7 +1012,7 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
   }
   char ver[48], nonce_num[16];
   uint32_t n = s->next_nonce + 1 ? s->next_nonce + 1 : 1;
-  mcp__format_version(ver, sizeof(ver), s->store->epoch, c->gen);
+  mcp_format_version(ver, sizeof(ver), s->store->epoch, c->gen);
   size_t nl = format_nonce(nonce_num, n);
   char *nonce = nonce_num;
   if (s->c->service == MCP_SERVICE_AGGREGATED_INCREMENTAL) {
@@ -1169,10 +1169,10 @@ static int collection_status(const mcp_source_session *s, size_t i,
   st->known = (u->flags & F_KNOWN) != 0;
   st->incremental = (u->flags & F_INCREMENTAL) != 0;
   if (u->flags & F_HELD_GEN) {
-    mcp__format_version(b, IBUF_VER, s->store->epoch, u->held_gen);
+    mcp_format_version(b, IBUF_VER, s->store->epoch, u->held_gen);
   }
   if (u->flags & F_PENDING) {
-    mcp__format_version(b + IBUF_VER, IBUF_VER, s->store->epoch, u->pending_gen);
+    mcp_format_version(b + IBUF_VER, IBUF_VER, s->store->epoch, u->pending_gen);
     size_t nl = format_nonce(nonce, u->pending_nonce);
     if (kl) { /* the same form as on the wire and in events */
       nonce[nl] = ':';

@@ -6,8 +6,15 @@
  * mcp_xds_held that outlives streams: a delta client's next stream starts
  * with initial_resource_versions.
  */
-#include "codec.h"
 #include "xds_int.h"
+
+#include "mcp/mcp_v1alpha1.h" /* mcp_resource_decode(): the bodies are MCP's */
+
+/* Bytes inside a received message. */
+typedef struct xspan {
+  const uint8_t *p;
+  size_t n;
+} xspan;
 
 /* ---- what is held ---- */
 
@@ -280,14 +287,14 @@ static int answer(xclient *c, const char *type_url, const char *version,
 
 /* One received resource, before it is decoded. */
 typedef struct rin {
-  span name, version; /* delta's discovery.v3.Resource */
-  span any_type, any_value;
+  xspan name, version; /* delta's discovery.v3.Resource */
+  xspan any_type, any_value;
 } rin;
 
 typedef struct parsed {
-  span version, type_url, nonce;
+  xspan version, type_url, nonce;
   rin *res;
-  span *removed;
+  xspan *removed;
   size_t nres, nremoved;
 } parsed;
 
@@ -300,9 +307,9 @@ static int read_any_span(const uint8_t *p, size_t n, rin *r) {
   size_t dl;
   while ((rv = mcp_wire_next(&w, &f, &wt, &v, &d, &dl)) == 1) {
     if (wt == MCP_WT_LEN && f == 1) {
-      r->any_type = (span){d, dl};
+      r->any_type = (xspan){d, dl};
     } else if (wt == MCP_WT_LEN && f == 2) {
-      r->any_value = (span){d, dl};
+      r->any_value = (xspan){d, dl};
     }
   }
   return rv;
@@ -321,7 +328,7 @@ static int parse(xclient *c, const uint8_t *in, size_t len, parsed *p,
     if (wt != MCP_WT_LEN) {
       continue;
     }
-    span sp = {d, dl};
+    xspan sp = {d, dl};
     if (f == 1) {
       p->version = sp;
     } else if (f == 4) {
@@ -348,9 +355,9 @@ static int parse(xclient *c, const uint8_t *in, size_t len, parsed *p,
               continue;
             }
             if (f == 3) {
-              r->name = (span){q, ql};
+              r->name = (xspan){q, ql};
             } else if (f == 1) {
-              r->version = (span){q, ql};
+              r->version = (xspan){q, ql};
             } else if (f == 2 && (rv = read_any_span(q, ql, r)) < 0) {
               break;
             }
@@ -373,7 +380,18 @@ static int parse(xclient *c, const uint8_t *in, size_t len, parsed *p,
   return 0;
 }
 
-static char *span_str(const mcp_mem *m, span s) {
+/* A NUL-terminated copy of |s| at |*at|, which moves past it. */
+static const char *copy_str(char **at, xspan s) {
+  char *d = *at;
+  if (s.n) {
+    memcpy(d, s.p, s.n);
+  }
+  d[s.n] = '\0';
+  *at += s.n + 1;
+  return d;
+}
+
+static char *span_str(const mcp_mem *m, xspan s) {
   return mcp_mem_strndup(m, s.n ? (const char *)s.p : "", s.n);
 }
 
@@ -399,54 +417,38 @@ static int decode(xclient *c, const parsed *p, int mesh, mcp_resource *out,
       mcp_fmt(why, wl, "resource %zu: its Any is no %s", i, rtype);
       return 0;
     }
-    rview v;
-    memset(&v, 0, sizeof(v));
-    if (is_res && mcp__resource_read((span){r->any_value.p, r->any_value.n},
-                                     &v, NULL) != 0) {
-      mcp_fmt(why, wl, "resource %zu does not decode", i);
-      return 0;
-    }
-    size_t nkv = v.nlabels + v.nannotations;
-    size_t bytes = nkv * sizeof(mcp_kv) + v.bytes + r->name.n + r->version.n +
-                   r->any_type.n + 16;
-    char *arena = mcp_mem_malloc(m, bytes);
-    if (!arena) {
-      return MCP_ERR_NOMEM;
-    }
-    arenas[i] = arena;
-    filler fl = {.lab = (mcp_kv *)(void *)arena,
-                 .str = arena + nkv * sizeof(mcp_kv),
-                 .utf8_ok = 1};
     if (!is_res) {
       /* MeshConfig: the Any is the body. Named by delta, else "mesh". */
-      o->name = r->name.n ? fill_str(&fl, r->name) : "mesh";
-      o->version = fill_str(&fl, r->version);
-      o->type_url = fill_str(&fl, r->any_type);
+      char *arena = mcp_mem_malloc(m, r->name.n + r->version.n +
+                                          r->any_type.n + 3);
+      if (!arena) {
+        return MCP_ERR_NOMEM;
+      }
+      arenas[i] = arena;
+      o->name = r->name.n ? copy_str(&arena, r->name) : "mesh";
+      o->version = copy_str(&arena, r->version);
+      o->type_url = copy_str(&arena, r->any_type);
       o->body = r->any_value.n ? r->any_value.p : NULL;
       o->body_len = r->any_value.n;
       continue;
     }
-    o->labels = fl.lab;
-    o->annotations = fl.ann = fl.lab + v.nlabels;
-    o->nlabels = v.nlabels;
-    o->nannotations = v.nannotations;
-    memset(&v, 0, sizeof(v));
-    mcp__resource_read((span){r->any_value.p, r->any_value.n}, &v, &fl);
-    if (!fl.utf8_ok || !mcp_utf8_valid(v.name.p, v.name.n, 0) ||
-        !mcp_utf8_valid(v.version.p, v.version.n, 0) ||
-        !mcp_utf8_valid(v.type_url.p, v.type_url.n, 0)) {
-      mcp_fmt(why, wl, "resource %zu: a string is not UTF-8", i);
+    /* The envelope's version (delta) lives with the resource's strings. */
+    char *ver = NULL;
+    int rv = mcp_resource_decode(r->any_value.p, r->any_value.n, m,
+                                 r->version.n + 1, o, &arenas[i], &ver);
+    if (rv == MCP_ERR_NOMEM) {
+      return rv;
+    }
+    if (rv < 0) {
+      mcp_fmt(why, wl, rv == MCP_ERR_MALFORMED
+                           ? "resource %zu does not decode"
+                           : "resource %zu: a string is not UTF-8",
+              i);
       return 0;
     }
-    o->name = fill_str(&fl, v.name);
-    /* Delta: the envelope's version is the resource's. */
-    o->version = fill_str(&fl, r->version.n ? r->version : v.version);
-    o->type_url = fill_str(&fl, v.type_url);
-    o->has_create_time = v.has_ct;
-    o->create_time_seconds = v.ct_seconds;
-    o->create_time_nanos = v.ct_nanos;
-    o->body = v.body.n ? v.body.p : NULL;
-    o->body_len = v.body.n;
+    if (r->version.n) { /* delta: the envelope's version is the resource's */
+      o->version = copy_str(&ver, r->version);
+    }
     if (r->name.n && (r->name.n != strlen(o->name) ||
                       memcmp(r->name.p, o->name, r->name.n) != 0)) {
       mcp_fmt(why, wl, "resource %zu: its name is not its metadata.name %s",

@@ -6,9 +6,9 @@
 #ifndef MCP_XDS_INT_H
 #define MCP_XDS_INT_H
 
-#include "engine_int.h"
+#include <string.h>
 
-#include "mcp/xds.h"
+#include "mcp/xds.h" /* the engine's public API only */
 
 /* A string inside the received bytes (not NUL-terminated), checked UTF-8
  * without NUL and at most MCP_XDS_MAX_STRING bytes. */
@@ -68,13 +68,14 @@ size_t mcp__xds_name(const char *store_name, char *buf, size_t len);
 int mcp__xds_put_resource(mcp_msg_builder *b, uint32_t field, int delta,
                           int body_only, const mcp_item *it);
 
-/* The whole state of |w|'s collection now (generation |gen|) as the
- * |resources| fields of a SotW response: each item's Any header (and a
- * renamed name) written once into one shared buffer, its stored Resource
- * bytes referenced. Shared by every wildcard stream of that generation
- * (mcp__msg_builder_snap()). Returns 0 and |*psn| (one reference), or
- * NOMEM, INVALID_ARGUMENT. */
-int mcp__xds_snap(const mcp_watch *w, const mcp_mem *m, uint64_t gen,
-                  mcp_snap **psn);
+/* The whole state of |w|'s collection now as the |resources| fields of a
+ * SotW response, framed by mcp__xds_put_resource() once and frozen into a
+ * snapshot (mcp_msg_builder_freeze()): each item's Any header (and a
+ * renamed name) in the snapshot's own bytes, its stored Resource bytes
+ * referenced. Shared by every wildcard stream of that generation
+ * (mcp_msg_builder_snap()). Returns 0, |*psn| (one reference) and the
+ * resources in it in |*count|, or NOMEM, INVALID_ARGUMENT. */
+int mcp__xds_snap(const mcp_watch *w, const mcp_mem *m, mcp_snap **psn,
+                  size_t *count);
 
 #endif /* MCP_XDS_INT_H */

@@ -152,130 +152,30 @@ int mcp__xds_put_resource(mcp_msg_builder *b, uint32_t field, int delta,
 /* ---- a whole state, framed once per generation ---- */
 
 typedef struct snap_build {
-  const mcp_mem *mem;
-  mcp_buf hdr;        /* every item's own bytes, back to back */
-  size_t *hlen;       /* per item: bytes of |hdr| */
-  mcp_rcbuf **rc;     /* per item: its stored bytes */
-  const uint8_t **tail;
-  size_t *tlen;
-  size_t n, cap;
-  int failed;
+  mcp_msg_builder *b;
+  size_t count;
 } snap_build;
-
-static int grow(snap_build *sb) {
-  size_t cap = sb->cap ? 2 * sb->cap : 64;
-  size_t *hl = mcp_mem_realloc(sb->mem, sb->hlen, cap * sizeof(*hl));
-  if (hl) {
-    sb->hlen = hl;
-  }
-  mcp_rcbuf **rc = hl ? mcp_mem_realloc(sb->mem, sb->rc, cap * sizeof(*rc)) : NULL;
-  if (rc) {
-    sb->rc = rc;
-  }
-  const uint8_t **t =
-      rc ? mcp_mem_realloc(sb->mem, (void *)sb->tail, cap * sizeof(*t)) : NULL;
-  if (t) {
-    sb->tail = t;
-  }
-  size_t *tl = t ? mcp_mem_realloc(sb->mem, sb->tlen, cap * sizeof(*tl)) : NULL;
-  if (!tl) {
-    return MCP_ERR_NOMEM;
-  }
-  sb->tlen = tl;
-  sb->cap = cap;
-  return 0;
-}
 
 static int snap_item(const mcp_item *it, void *ud) {
   snap_build *sb = ud;
-  rsplit s;
-  if (split(it, &s) < 0) {
-    return MCP_ERR_INVALID_ARGUMENT;
-  }
-  if (sb->n == sb->cap && grow(sb) < 0) {
-    return MCP_ERR_NOMEM;
-  }
-  size_t any = len_field(sizeof(any_type) - 1) + len_field(s.total);
-  size_t own = 1 + mcp_wire_varint_len(any) + len_field(sizeof(any_type) - 1) +
-               1 + mcp_wire_varint_len(s.total) +
-               (s.slash ? s.head_len + 1 + s.name_len : 0);
-  if (mcp_buf_reserve(&sb->hdr, sb->mem, own) != 0) {
-    return MCP_ERR_NOMEM;
-  }
-  uint8_t *p = sb->hdr.p + sb->hdr.len;
-  *p++ = 2 << 3 | MCP_WT_LEN; /* DiscoveryResponse.resources */
-  p = mcp_wire_put_varint(p, any);
-  p = mcp_wire_put_len_field(p, 1, any_type, sizeof(any_type) - 1);
-  *p++ = 2 << 3 | MCP_WT_LEN;
-  p = mcp_wire_put_varint(p, s.total);
-  if (s.slash) { /* the renamed name field: small, copied */
-    memcpy(p, s.head, s.head_len);
-    p += s.head_len;
-    *p++ = '/';
-    memcpy(p, s.name, s.name_len);
-    p += s.name_len;
-  }
-  sb->hlen[sb->n] = (size_t)(p - (sb->hdr.p + sb->hdr.len));
-  sb->hdr.len += sb->hlen[sb->n];
-  sb->rc[sb->n] = (mcp_rcbuf *)(uintptr_t)it->ref;
-  sb->tail[sb->n] = s.tail;
-  sb->tlen[sb->n] = s.tail_len;
-  sb->n++;
-  return 0;
+  sb->count++;
+  /* DiscoveryResponse.resources = 2 */
+  return mcp__xds_put_resource(sb->b, 2, 0, 0, it);
 }
 
-int mcp__xds_snap(const mcp_watch *w, const mcp_mem *m, uint64_t gen,
-                  mcp_snap **psn) {
-  snap_build sb;
-  memset(&sb, 0, sizeof(sb));
-  sb.mem = m;
-  int rv = mcp_watch_foreach(w, snap_item, &sb);
-  mcp_snap *sn = NULL;
-  mcp_rcbuf *hdr = NULL;
+int mcp__xds_snap(const mcp_watch *w, const mcp_mem *m, mcp_snap **psn,
+                  size_t *count) {
+  snap_build sb = {NULL, 0};
+  int rv = mcp_msg_builder_new(&sb.b, m);
   if (rv == 0) {
-    size_t k = 2 * sb.n;
-    sn = mcp_mem_malloc(m, sizeof(*sn) + k * (sizeof(mcp_rcbuf *) +
-                                           sizeof(mcp_iovec)));
-    hdr = sn ? mcp__rcbuf_new(m, sb.hdr.len ? sb.hdr.len : 1) : NULL;
-    rv = hdr ? 0 : MCP_ERR_NOMEM;
+    rv = mcp_watch_foreach(w, snap_item, &sb);
   }
   if (rv == 0) {
-    if (sb.hdr.len) { /* an empty collection has no header bytes */
-      memcpy(hdr->data, sb.hdr.p, sb.hdr.len);
-    }
-    atomic_init(&sn->ref, 1);
-    sn->mem = *m;
-    sn->gen = gen;
-    sn->refs = (mcp_rcbuf **)(void *)(sn + 1);
-    sn->iov = (mcp_iovec *)(void *)(sn->refs + 2 * sb.n);
-    sn->n = 0;
-    sn->len = 0;
-    size_t off = 0;
-    for (size_t i = 0; i < sb.n; ++i) {
-      /* Each iovec holds a reference to the bytes it points into. */
-      mcp__rcbuf_ref(hdr);
-      sn->refs[sn->n] = hdr;
-      sn->iov[sn->n].base = hdr->data + off;
-      sn->iov[sn->n].len = sb.hlen[i];
-      sn->len += sb.hlen[i];
-      off += sb.hlen[i];
-      sn->n++;
-      mcp__rcbuf_ref(sb.rc[i]);
-      sn->refs[sn->n] = sb.rc[i];
-      sn->iov[sn->n].base = sb.tail[i];
-      sn->iov[sn->n].len = sb.tlen[i];
-      sn->len += sb.tlen[i];
-      sn->n++;
-    }
-    mcp__rcbuf_unref(hdr); /* the iovecs hold it now */
-    *psn = sn;
-  } else {
-    mcp_mem_free(m, sn);
+    rv = mcp_msg_builder_freeze(sb.b, psn);
   }
-  mcp_buf_free(&sb.hdr, m);
-  mcp_mem_free(m, sb.hlen);
-  mcp_mem_free(m, sb.rc);
-  mcp_mem_free(m, (void *)sb.tail);
-  mcp_mem_free(m, sb.tlen);
+  if (rv == 0) {
+    *count = sb.count;
+  }
+  mcp_msg_builder_del(sb.b);
   return rv;
 }

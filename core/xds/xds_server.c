@@ -31,6 +31,8 @@ struct mcp_xds_server {
   struct xds_snap_cache {
     char *coll;
     mcp_snap *sn;
+    uint64_t gen;  /* the watch's generation it was built at */
+    size_t count;  /* resources in it */
     size_t users;
   } *snaps;
   size_t nsnaps;
@@ -180,7 +182,7 @@ void mcp_xds_server_del(mcp_xds_server *srv) {
   assert(srv->st.active == 0);
   mcp_mem m = srv->mem;
   for (size_t i = 0; i < srv->nsnaps; ++i) {
-    mcp__snap_unref(srv->snaps[i].sn);
+    mcp_snap_unref(srv->snaps[i].sn);
     mcp_mem_free(&m, srv->snaps[i].coll);
   }
   mcp_mem_free(&m, srv->snaps);
@@ -440,7 +442,7 @@ static void type_free(mcp_xds_server *srv, xtype *t) {
     return;
   }
   if (t->snap && --srv->snaps[t->snap - 1].users == 0) {
-    mcp__snap_unref(srv->snaps[t->snap - 1].sn);
+    mcp_snap_unref(srv->snaps[t->snap - 1].sn);
     srv->snaps[t->snap - 1].sn = NULL;
   }
   mcp_watch_del(t->w);
@@ -727,7 +729,7 @@ static int diff_fn(const mcp_item *it, void *ud) {
 
 /* The version of what |t|'s watch took. */
 static void version_of(xsess *s, xtype *t, char *buf, size_t n) {
-  mcp__format_version(buf, n, mcp_store_epoch(s->srv->store),
+  mcp_format_version(buf, n, mcp_store_epoch(s->srv->store),
                       t->w ? mcp_watch_generation(t->w) : 0);
 }
 
@@ -796,19 +798,24 @@ static int put_mesh(xsess *s, xtype *t) {
 /* The framed whole state of |t|'s collection at the watch's generation:
  * built by the first wildcard stream that needs it, shared by the others
  * (the server holds one per collection). Borrowed. */
-static int server_snap(mcp_xds_server *srv, const xtype *t, mcp_snap **psn) {
+static int server_snap(mcp_xds_server *srv, const xtype *t, mcp_snap **psn,
+                       size_t *count) {
   uint64_t gen = mcp_watch_generation(t->w);
   struct xds_snap_cache *c = &srv->snaps[t->snap - 1];
-  if (!c->sn || c->sn->gen != gen) {
+  if (!c->sn || c->gen != gen) {
     mcp_snap *sn = NULL;
-    int rv = mcp__xds_snap(t->w, &srv->mem, gen, &sn);
+    size_t n = 0;
+    int rv = mcp__xds_snap(t->w, &srv->mem, &sn, &n);
     if (rv < 0) {
       return rv;
     }
-    mcp__snap_unref(c->sn);
+    mcp_snap_unref(c->sn);
     c->sn = sn;
+    c->gen = gen;
+    c->count = n;
   }
   *psn = c->sn;
+  *count = c->count;
   return 0;
 }
 
@@ -819,13 +826,14 @@ static int build_sotw(xsess *s, xtype *t, mcp_tstamp ts, mcp_msg **pmsg) {
      * for every stream, framed once per generation. */
     mcp_watch_skip(t->w, ts);
     mcp_snap *sn = NULL;
-    int rv = server_snap(s->srv, t, &sn);
+    size_t n = 0;
+    int rv = server_snap(s->srv, t, &sn, &n);
     if (rv < 0) {
       return rv;
     }
-    if (sn->n) {
-      mcp__msg_builder_snap(s->b, sn);
-      s->count = sn->n / 2;
+    if (n) {
+      mcp_msg_builder_snap(s->b, sn);
+      s->count = n;
     }
   } else if (t->w) {
     mcp_watch_skip(t->w, ts);

@@ -628,6 +628,13 @@ MCP_EXTERN const char *mcp_store_version(const mcp_store *store,
                                          const char *collection,
                                          const char *name);
 
+/* Writes the version string a store generation |gen| of epoch |epoch| is
+ * sent as, "<epoch, 16 hex digits>-<gen>" (what mcp_store_version() and
+ * generated resource versions say), NUL-terminated, truncated to |n|
+ * bytes (40 always suffice). */
+MCP_EXTERN void mcp_format_version(char *buf, size_t n, uint64_t epoch,
+                                   uint64_t gen);
+
 /* Calls |fn| for each live resource of |collection|, oldest change first.
  * |fn| must not change the store. */
 MCP_EXTERN void mcp_store_foreach(const mcp_store *store, const char *collection,
@@ -1030,6 +1037,29 @@ MCP_EXTERN void mcp_msg_builder_item_bytes(mcp_msg_builder *b,
                                            const uint8_t *p, size_t len);
 /* Bytes appended so far. */
 MCP_EXTERN size_t mcp_msg_builder_len(const mcp_msg_builder *b);
+
+/*
+ * A snapshot: message bytes built once and shared by many messages (the
+ * same full state sent to every stream alike), as fragments: own bytes and
+ * stored bodies by reference. Immutable and atomically reference-counted,
+ * like the stored bytes it points into: it may outlive the store and be
+ * dropped on any thread.
+ *
+ * mcp_msg_builder_freeze(): makes a snapshot of what |b| holds instead of a
+ * message (one reference, the caller's) and resets |b|. Errors: NOMEM (any
+ * append since the last finish failed, or this allocation; nothing is
+ * produced), INVALID_ARGUMENT (|b| holds a snapshot: snapshots do not
+ * nest). |b| is reset either way.
+ * mcp_msg_builder_snap(): appends |sn|'s bytes by reference (the message
+ * takes a reference; at most one snapshot per message).
+ * mcp_snap_len(): its bytes. mcp_snap_unref(): drops one reference (NULL
+ * is a no-op); the last frees it.
+ */
+typedef struct mcp_snap mcp_snap;
+MCP_EXTERN int mcp_msg_builder_freeze(mcp_msg_builder *b, mcp_snap **psn);
+MCP_EXTERN void mcp_msg_builder_snap(mcp_msg_builder *b, mcp_snap *sn);
+MCP_EXTERN size_t mcp_snap_len(const mcp_snap *sn);
+MCP_EXTERN void mcp_snap_unref(mcp_snap *sn);
 /* Produces the message (owned by the caller) and resets the builder for
  * the next one. |label| is what mcp_msg_collection() answers (NULL: "").
  * Errors: NOMEM (any append since the last finish failed; nothing is

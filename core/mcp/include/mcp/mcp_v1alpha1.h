@@ -538,6 +538,31 @@ MCP_EXTERN int mcp_sink_state_journal_entry_versioned(
                                          MCP_JOURNAL_ENTRY_VERSION, (E))
 
 /* ------------------------------------------------------------------ */
+/* Reading one Resource                                                */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Reads one encoded istio.mcp.v1alpha1.Resource (|in[0..len)|) as a sink
+ * reads the resources of a push (docs/protocol.md: the last value of a
+ * scalar wins, repeated messages merge, unknown fields are skipped), for
+ * a module whose messages carry MCP Resources (MCP over xDS). On success
+ * |*res|'s body points into |in|; its strings (NUL-terminated, "" when
+ * absent), labels and annotations are in one block allocated with |mem|,
+ * returned in |*block|: free it with mcp_mem_free(mem, *block). |extra|
+ * more bytes at the block's end are the caller's, at |*extra_p| (NULL when
+ * |extra| is 0 or |extra_p| is NULL), for strings of its own that live
+ * with the resource. Nothing else is checked (mcp_resource_check() does).
+ * |mem| is required (mcp_mem_default() for the C library). Errors:
+ * MALFORMED (it does not decode), PROTOCOL (a string, label or annotation
+ * is not UTF-8 or holds a NUL), NOMEM; on failure nothing is allocated and
+ * |*block| is NULL.
+ */
+MCP_EXTERN int mcp_resource_decode(const uint8_t *in, size_t len,
+                                   const mcp_mem *mem, size_t extra,
+                                   mcp_resource *res, void **block,
+                                   char **extra_p);
+
+/* ------------------------------------------------------------------ */
 /* Admission of MCP source streams                                     */
 /* ------------------------------------------------------------------ */
 
