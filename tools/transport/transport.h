@@ -181,10 +181,11 @@ typedef struct tool_transport {
   int (*source_streams)(void *ep, tool_stream_fn fn, void *ud);
   int (*sink_streams)(void *ep, tool_stream_fn fn, void *ud);
   int (*sink_call)(void *ep, tool_state_fn fn, void *ud);
-  /* LISTEN, from the main thread: new streams that waited for their
-   * peer's token and those refused past it so far (the transports'
-   * peer_rate_delayed / refused_peer_rate). Negative on failure. */
-  int (*rate_limited)(void *ep, uint64_t *delayed, uint64_t *refused);
+  /* From the main thread: the endpoint's counters (a source's or a
+   * sink's) in the engine's one shape (mcp/engine.h, mcp_transport_stats;
+   * every transport fills it: /metrics reads the per-peer rate's
+   * peer_rate_delayed and refused_peer_rate). Negative on failure. */
+  int (*stats)(void *ep, mcp_transport_stats *st);
 
   /*
    * Security (NULL in a transport without TLS; both have it now). From

@@ -169,7 +169,7 @@ static int stats(mcp_grpc_ep *ep, int version, mcp_grpc_stats *st) {
   mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STATS, .user_data = &full,
                       .sync = 1};
   int rv = submit(ep, &job);
-  return rv < 0 ? rv : mcp_grpc_stats_write(st, version, &full);
+  return rv < 0 ? rv : mcp_transport_stats_write(st, version, &full);
 }
 
 /* Reads the caller's options into |o| and makes the object's allocator:

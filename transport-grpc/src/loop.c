@@ -114,7 +114,7 @@ static void fill_stats(mcp_grpc_ep *ep, mcp_grpc_stats *st) {
   for (mcp_grpc_stream *s = ep->streams; s; s = s->next)
     if (s->st)
       st->streams++;
-  mcp_grpc_admit_stats(ep, st);
+  mcp_transport_stats_admit(st, ep->admit);
 }
 
 static void run_job(mcp_grpc_ep *ep, mcp_grpc_job *job) {

@@ -557,6 +557,7 @@ static void on_recv(mcp_grpc_tag *tag, int ok) {
   }
   if (ok && bb) {
     s->received++;
+    s->ep->stats.messages_received++;
     /* A client call still hears the server's last message when the
      * status was seen first (on_close kept its session). */
     if (s->state == MCP_GRPC_ST_OPEN || keeps_last(s)) {
@@ -592,8 +593,10 @@ static void on_send(mcp_grpc_tag *tag, int ok) {
   if (s->send_bb) {
     grpc_byte_buffer_destroy(s->send_bb);
     s->send_bb = NULL;
-    if (ok)
+    if (ok) {
       s->sent++;
+      s->ep->stats.messages_sent++;
+    }
   } else if (s->dialed && !s->connected && ok &&
              s->state == MCP_GRPC_ST_OPEN) {
     dial_connected(s);
