@@ -102,9 +102,7 @@ void tool_shim_walk_stream(const mcp_stream_info *info, void *ud);
 /* The per-stream function of sink_stats()'s walk over the sink's streams
  * (|ud|: the tool_sink_stream_stats, cleared first by
  * tool_shim_stats_clear(): no stream open): the stream that holds the sink
- * session (|sink| set) says what it has sent and whether an answer is
- * still to go (the session wants to write, or the library is |sending|
- * one). */
+ * session (|sink| set) is open. */
 void tool_shim_stats_clear(tool_sink_stream_stats *st);
 void tool_shim_stats_stream(const mcp_stream_info *info, void *ud);
 

@@ -312,8 +312,6 @@ int mcp_grpc_sink_stats_versioned(mcp_grpc_sink *sink, int version,
 }
 
 int mcp_grpc_sink_finish(mcp_grpc_sink *sink) {
-  if (sink->ep.opts.mode != MCP_GRPC_DIAL)
-    return MCP_ERR_INVALID_ARGUMENT;
   mcp_grpc_job job = {.kind = MCP_GRPC_JOB_FINISH};
   return submit(&sink->ep, &job);
 }

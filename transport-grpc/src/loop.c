@@ -140,9 +140,8 @@ static void run_job(mcp_grpc_ep *ep, mcp_grpc_job *job) {
     break;
   }
   case MCP_GRPC_JOB_FINISH:
-    ep->finished = 1;
-    if (ep->sink_stream && ep->sink_stream->dialed &&
-        ep->sink_stream->st) {
+    ep->finished = 1; /* DIAL: no new stream */
+    if (ep->sink_stream && ep->sink_stream->st) {
       mcp_stream_finish(ep->sink_stream->st);
       ep->sink_stream->dirty = 1;
     }

@@ -505,10 +505,16 @@ void mcp_grpc_stream_pump(mcp_grpc_stream *s) {
       if (msg)
         send_msg(s, msg);
     } else if (a == MCP_STREAM_HALF_CLOSE) {
-      /* Client only (a server's side ends with its status); it goes out
-       * after the send in flight. */
-      if (s->dialed)
+      /* A client's goes out after the send in flight; a server's side
+       * ends with its status, OK (only mcp_grpc_sink_finish() asks a
+       * server stream for it: the pump says so once nothing is in
+       * flight and the session has nothing ready). */
+      if (s->dialed) {
         s->client_done = 1;
+      } else {
+        mcp_grpc_stream_finish(s, GRPC_STATUS_OK, "");
+        return;
+      }
     }
   }
   if (s->dialed && s->client_done && !s->close_sent && !s->send_busy &&

@@ -776,11 +776,11 @@ int mcp_h2c_sink_call(mcp_h2c_sink *sink, mcp_h2c_state_fn fn,
 
 int mcp_h2c_sink_finish(mcp_h2c_sink *sink) {
   mcp_h2c_ep *ep = &sink->ep;
-  if (ep->opts.mode != MCP_H2C_DIAL || !mcp_h2c_on_loop_thread(ep))
+  if (!mcp_h2c_on_loop_thread(ep))
     return MCP_ERR_INVALID_ARGUMENT;
-  ep->finished = 1;
+  ep->finished = 1; /* DIAL: no new connection */
   mcp_h2c_stream *s = ep->sink_stream;
-  if (s && s->dialed && s->eng) {
+  if (s && s->eng) {
     mcp_stream_finish(s->eng);
     s->dirty = 1;
     mcp_h2c_conn_mark(s->c);

@@ -325,9 +325,11 @@ MCP_EXTERN void mcp_stream_set_waker(mcp_stream *st, mcp_stream_waker fn,
                                      void *user_data);
 MCP_EXTERN void mcp_stream_wake(mcp_stream *st);
 
-/* Client side: the application is done sending. Once next() has nothing
- * more to send now, the pump says HALF_CLOSE (once); the peer's status then
- * ends the call. Ignored by a server-side transport. */
+/* The application is done sending. Once next() has nothing more to send
+ * now (and no send is in flight), the pump says HALF_CLOSE (once). Client
+ * side: the peer's status then ends the call. Server side, where a
+ * half-close is the status: the transport ends the call with OK (a
+ * listening sink's mcp_grpc_sink_finish()/mcp_h2c_sink_finish()). */
 MCP_EXTERN void mcp_stream_finish(mcp_stream *st);
 
 /* Messages received and sent (pumped as SEND) so far. */

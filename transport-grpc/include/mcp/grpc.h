@@ -606,13 +606,15 @@ MCP_EXTERN int mcp_grpc_sink_streams(mcp_grpc_sink *sink,
                                      mcp_grpc_stream_fn fn, void *user_data);
 
 /*
- * DIAL: ends the sink's stream as a client that is done (e.g. exiting
- * after the sync): what the session has ready is sent, then the stream is
- * half-closed, so the source reads every answer and ends the stream
- * itself (with OK, when it follows the half-close rule above); no new
- * stream is dialed afterwards. Returns at once; the CLOSED event reports
- * the end. A source that never ends the stream is cancelled by del().
- * Errors: INVALID_ARGUMENT (LISTEN), NOMEM, LIMIT, CLOSED.
+ * Ends the stream that holds the sink session as a sink that is done
+ * (e.g. exiting after the sync): what the session has ready is sent
+ * first. DIAL: the stream is then half-closed, so the source reads every
+ * answer and ends the stream itself (with OK, when it follows the
+ * half-close rule above); no new stream is dialed afterwards. A source
+ * that never ends the stream is cancelled by del(). LISTEN (issue 21):
+ * the stream is then ended with OK (a server's half-close is its status);
+ * new calls are still served. Returns at once; the CLOSED event reports
+ * the end. Errors: NOMEM, LIMIT, CLOSED.
  */
 MCP_EXTERN int mcp_grpc_sink_finish(mcp_grpc_sink *sink);
 
