@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "helper.h"
+#include "mcp/engine.h"
 
 #define MS MCP_MILLISECONDS
 #define S MCP_SECONDS
@@ -108,6 +109,60 @@ START_TEST(test_admit_refuses_beyond_max_streams_resource_exhausted) {
   ck_assert_int_eq(adm(a, "q", 9, 0, &x), MCP_ADMIT_RUN);
   ck_assert_uint_eq(st(a).refused_max_streams, 1);
   mcp_admit_del(a); /* frees the tickets still out */
+}
+END_TEST
+
+/* Issue 21: the transports' one stats shape (mcp/engine.h) takes the
+ * admission counters through one core function, and nothing else of it;
+ * its versioned copy writes only the caller's version. */
+START_TEST(test_transport_stats_take_admission_counters_only) {
+  mcp_admit_options o = unlimited();
+  o.max_streams = 2;
+  o.max_initial = 1;
+  mcp_admit *a = mk(&o);
+  mcp_admit_ticket *t[2];
+  ck_assert_int_eq(adm(a, "p", 0, 0, &t[0]), MCP_ADMIT_RUN);
+  ck_assert_int_eq(adm(a, "p", 1, 0, &t[1]), MCP_ADMIT_WAIT); /* a slot */
+  ck_assert_int_eq(adm(a, "q", 2, 0, NULL), MCP_ADMIT_REFUSE);
+  mcp_transport_stats ts;
+  memset(&ts, 0, sizeof(ts));
+  ts.connections = 7;
+  ts.opened = 9;
+  mcp_transport_stats_admit(&ts, a);
+  mcp_admit_stats s = st(a);
+  ck_assert_uint_eq(ts.refused_max_streams, 1);
+  ck_assert_uint_eq(ts.refused_max_streams, s.refused_max_streams);
+  ck_assert_uint_eq(ts.initial, 1);
+  ck_assert_uint_eq(ts.initial_peak, s.initial_peak);
+  ck_assert_uint_eq(ts.waiting_initial, 1);
+  ck_assert_uint_eq(ts.connections, 7); /* not admission's */
+  ck_assert_uint_eq(ts.opened, 9);
+  ck_assert_uint_eq(ts.streams, 0); /* the transport counts its own */
+  mcp_transport_stats before = ts;
+  mcp_transport_stats_admit(&ts, NULL); /* no admission: no change */
+  ck_assert_int_eq(memcmp(&before, &ts, sizeof(ts)), 0);
+
+  /* The versioned copy: V1 stops before the TLS counters; 0 and NULL are
+   * refused with nothing written. */
+  mcp_transport_stats out;
+  memset(&out, 0xab, sizeof(out));
+  ck_assert_int_eq(mcp_transport_stats_write(&out, 0, &ts),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(mcp_transport_stats_write(NULL, 1, &ts),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(mcp_transport_stats_write(&out, 1, NULL),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_uint_eq(out.connections, (size_t)0xabababababababab);
+  ck_assert_int_eq(mcp_transport_stats_write(&out, MCP_TRANSPORT_STATS_V1, &ts),
+                   0);
+  ck_assert_uint_eq(out.connections, 7);
+  ck_assert_uint_eq(out.refused_max_streams, 1);
+  ck_assert_uint_eq(out.tls_handshakes, 0xababababababababull);
+  ck_assert_uint_eq(out.opened, 0xababababababababull);
+  ck_assert_int_eq(
+      mcp_transport_stats_write(&out, MCP_TRANSPORT_STATS_VERSION + 1, &ts), 0);
+  ck_assert_int_eq(memcmp(&out, &ts, sizeof(ts)), 0);
+  mcp_admit_del(a);
 }
 END_TEST
 
@@ -741,6 +796,7 @@ int main(void) {
   tcase_add_test(tc, test_admit_defaults_derive_per_peer_shares);
   tcase_add_test(tc, test_admit_refuses_beyond_max_streams_resource_exhausted);
   tcase_add_test(tc, test_admit_peer_stream_share_leaves_room_for_others);
+  tcase_add_test(tc, test_transport_stats_take_admission_counters_only);
   tcase_add_test(tc, test_admit_rate_waits_in_turn_then_refuses_unavailable);
   tcase_add_test(tc, test_admit_rate_queue_full_refuses_any_peer);
   tcase_add_test(tc, test_admit_slot_freed_when_initial_push_handed_over);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "helper.h"
+#include "mcp/engine.h"
 
 typedef Istio__Mcp__V1alpha1__Resources Res;
 
@@ -1442,6 +1443,44 @@ START_TEST(test_source_max_delay_caps_continuous_churn) {
 }
 END_TEST
 
+/* Issue 21: a debounce with max_delay 0 is bounded by the module's own
+ * default, mcp_watch_default_max_delay() (10 x 200 ms = 2 s), as
+ * Destination's and xDS's; no program sets it. */
+START_TEST(test_source_debounce_without_max_delay_is_bounded_by_default) {
+  fx *f = fx_new();
+  f->opts.debounce = 200 * MS;
+  ck_assert_uint_eq(f->opts.max_delay, 0);
+  fx_start(f);
+  put(f, "c", "a", "v1", "A");
+  sync_coll(f, "c", 0);
+  const mcp_tstamp bound = mcp_watch_default_max_delay(200 * MS);
+  ck_assert_uint_eq(bound, 2 * MCP_SECONDS);
+
+  /* A change every 100 ms: never quiet for 200 ms. The first is seen at
+   * 10 ms, so the push is due at 10 ms + 2 s. */
+  char body[16];
+  mcp_tstamp due = 10 * MS + bound;
+  int i = 0;
+  for (mcp_tstamp t = 10 * MS; t < due; t += 100 * MS, i++) {
+    f->ts = t;
+    snprintf(body, sizeof(body), "A%d", i);
+    put(f, "c", "a", NULL, body);
+    no_push(f);
+    mcp_tstamp want = t + 200 * MS < due ? t + 200 * MS : due;
+    ck_assert_uint_eq(mcp_source_session_get_expiry(f->s), want);
+  }
+  f->ts = due - 1;
+  no_push(f);
+  f->ts = due;
+  ck_assert_int_eq(mcp_source_session_handle_expiry(f->s, f->ts), 0);
+  Res *r = push(f);
+  snprintf(body, sizeof(body), "A%d", i - 1);
+  expect_body(r, "a", body);
+  th_resources_free(r);
+  fx_free(f);
+}
+END_TEST
+
 /* Leading edge: a change after a quiet period (no change and no push of
  * the collection within the window) goes at once, with no timer. */
 START_TEST(test_source_isolated_change_is_pushed_at_once) {
@@ -2255,6 +2294,7 @@ static Suite *source_suite(void) {
   tcase_add_test(tc, test_source_debounce_never_delays_answer);
   tcase_add_test(tc, test_source_debounce_after_ack_counts_from_change);
   tcase_add_test(tc, test_source_max_delay_caps_continuous_churn);
+  tcase_add_test(tc, test_source_debounce_without_max_delay_is_bounded_by_default);
   tcase_add_test(tc, test_source_isolated_change_is_pushed_at_once);
   tcase_add_test(tc, test_source_change_waiting_for_ack_after_quiet_goes_on_ack);
   tcase_add_test(tc, test_source_want_write_has_no_side_effects);

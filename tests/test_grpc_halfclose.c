@@ -407,17 +407,37 @@ static int both_closed(void *ud) {
   return a.closed == 1 && b.closed == 1;
 }
 
+/* mcp_grpc_sink_finish() after the sync: both ends close (|closed| says
+ * when), each with OK, after the source read both ACKs and no NACK. */
+static void finish_ends_both_ok(mcp_grpc_sink *sink, tg_streams *obs,
+                                int (*closed)(void *)) {
+  ck_assert_int_eq(mcp_grpc_sink_finish(sink), 0);
+  ck_assert(tg_wait(closed, obs, TG_TIMEOUT_MS));
+  tg_streams a = tg_streams_get(&obs[0]), b = tg_streams_get(&obs[1]);
+  ck_assert_int_eq(a.last_status, GRPC_STATUS_OK);
+  ck_assert_int_eq(b.last_status, GRPC_STATUS_OK);
+  tg_events e = tg_events_get();
+  ck_assert_int_eq(e.acks, 2);
+  ck_assert_int_eq(e.nacks, 0);
+}
+
+/* The finish tests' store ("c1" with "a", "c2" empty) and observers. */
+static mcp_store *finish_world(tg_streams obs[2]) {
+  mcp_store *store = tg_store();
+  tg_put(store, "c1", "a", "alpha", mcp_grpc_now());
+  ck_assert_int_eq(mcp_store_add_collection(store, "c2"), 0);
+  tg_streams_init(&obs[0]);
+  tg_streams_init(&obs[1]);
+  return store;
+}
+
 /* The sink says it is done after the sync: its ACKs reach the source,
  * which ends the stream with OK on both sides, and no new stream is
  * dialed (a cancel would have ended it CANCELLED, perhaps before the last
  * ACK was read). */
 START_TEST(test_sink_finish_half_closes_and_the_source_ends_ok) {
-  mcp_store *store = tg_store();
-  tg_put(store, "c1", "a", "alpha", mcp_grpc_now());
-  ck_assert_int_eq(mcp_store_add_collection(store, "c2"), 0);
   tg_streams obs[2]; /* the source's, the sink's */
-  tg_streams_init(&obs[0]);
-  tg_streams_init(&obs[1]);
+  mcp_store *store = finish_world(obs);
   mcp_grpc_options o;
   mcp_source_options sopts;
   tg_listen_opts(&o, "127.0.0.1:0", &obs[0]);
@@ -431,15 +451,8 @@ START_TEST(test_sink_finish_half_closes_and_the_source_ends_ok) {
   ck_assert_int_eq(mcp_grpc_sink_new(&sink, &o, state), 0);
   ck_assert(tg_wait(source_acked_both, NULL, TG_TIMEOUT_MS));
 
-  ck_assert_int_eq(mcp_grpc_sink_finish(sink), 0);
-  ck_assert(tg_wait(both_closed, obs, TG_TIMEOUT_MS));
-  tg_streams a = tg_streams_get(&obs[0]), b = tg_streams_get(&obs[1]);
-  ck_assert_int_eq(a.last_status, GRPC_STATUS_OK);
-  ck_assert_int_eq(b.last_status, GRPC_STATUS_OK);
-  tg_events e = tg_events_get();
-  ck_assert_int_eq(e.acks, 2);
-  ck_assert_int_eq(e.nacks, 0);
-  ck_assert_int_eq(e.sink_acks, 2);
+  finish_ends_both_ok(sink, obs, both_closed);
+  ck_assert_int_eq(tg_events_get().sink_acks, 2);
   /* Ten backoff delays later: still one stream. */
   tg_sleep_ms(tg_scale(10 * 20));
   ck_assert_int_eq(tg_streams_get(&obs[1]).opened, 1);
@@ -447,12 +460,37 @@ START_TEST(test_sink_finish_half_closes_and_the_source_ends_ok) {
   mcp_grpc_sink_del(sink);
   mcp_grpc_source_del(src);
   mcp_sink_state_del(state);
+  mcp_store_del(store);
+}
+END_TEST
 
-  /* A listening sink has no stream of its own to finish. */
+static int both_closed_once(void *ud) {
+  tg_streams *s = ud;
+  return tg_streams_get(&s[0]).closed >= 1 && tg_streams_get(&s[1]).closed >= 1;
+}
+
+/* Issue 21: a listening sink that is done (mcp-sink --exit-after-sync)
+ * ends its stream with OK once its answers are out: the source has read
+ * both ACKs before the end, and the end is an event (CLOSED), not a poll
+ * of what was sent. */
+START_TEST(test_listening_sink_finish_ends_ok_after_its_answers) {
+  tg_streams obs[2]; /* the source's, the sink's */
+  mcp_store *store = finish_world(obs);
+  mcp_grpc_options o;
   tg_listen_opts(&o, "127.0.0.1:0", &obs[1]);
-  state = tg_sink_state(two, 2, 0);
+  mcp_sink_state *state = tg_sink_state(two, 2, 0);
+  mcp_grpc_sink *sink = NULL;
   ck_assert_int_eq(mcp_grpc_sink_new(&sink, &o, state), 0);
-  ck_assert_int_eq(mcp_grpc_sink_finish(sink), MCP_ERR_INVALID_ARGUMENT);
+  mcp_source_options sopts;
+  tg_source_opts(&sopts, store);
+  char addr[64];
+  tg_dial_opts(&o, addr, sizeof(addr), mcp_grpc_sink_port(sink), &obs[0]);
+  mcp_grpc_source *src = NULL;
+  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &sopts), 0);
+  ck_assert(tg_wait(source_acked_both, NULL, TG_TIMEOUT_MS));
+
+  finish_ends_both_ok(sink, obs, both_closed_once);
+  mcp_grpc_source_del(src);
   mcp_grpc_sink_del(sink);
   mcp_sink_state_del(state);
   mcp_store_del(store);
@@ -468,6 +506,7 @@ int main(void) {
   tcase_add_test(tc, test_several_requests_and_halfclose_get_every_answer);
   tcase_add_test(tc, test_halfclosed_stream_ends_while_store_changes);
   tcase_add_test(tc, test_sink_finish_half_closes_and_the_source_ends_ok);
+  tcase_add_test(tc, test_listening_sink_finish_ends_ok_after_its_answers);
   suite_add_tcase(s, tc);
   return tg_run(s);
 }

@@ -261,10 +261,24 @@ START_TEST(sink_finish_half_closes_and_the_source_ends_ok) {
   h2t_run_for(&e.loop, 10 * 50); /* ten backoff delays: no new stream */
   ck_assert_int_eq(e.opened, 2);
   env_fini(&e);
-  /* A listening sink has no stream of its own to finish. */
+}
+END_TEST
+
+/* Issue 21: a listening sink that is done (mcp-sink --exit-after-sync)
+ * ends its stream with OK (trailers) once its answers are out: the source
+ * has read both ACKs before the end, and the end is an event (CLOSED),
+ * not a poll of what was sent. */
+START_TEST(listening_sink_finish_ends_ok_after_its_answers) {
+  env e;
   env_init(&e, 0);
   start_sink(&e, MCP_H2C_LISTEN, "127.0.0.1:0");
-  ck_assert_int_eq(mcp_h2c_sink_finish(e.sink), MCP_ERR_INVALID_ARGUMENT);
+  start_source(&e, MCP_H2C_DIAL, loopback(mcp_h2c_sink_port(e.sink)));
+  ck_assert(h2t_run_until(&e.loop, source_acked_both, &e, 5000));
+  ck_assert_int_eq(e.opened, 2); /* the source's stream and the sink's */
+  ck_assert_int_eq(mcp_h2c_sink_finish(e.sink), 0);
+  ck_assert(h2t_run_until(&e.loop, closed2, &e, 5000));
+  ck_assert_int_eq(e.source_statuses, 2); /* both ends: OK */
+  ck_assert_int_eq(e.source_acks, 2);
   env_fini(&e);
 }
 END_TEST
@@ -722,6 +736,7 @@ Suite *suite(void) {
   tcase_add_test(t, sink_dials_source);
   tcase_add_test(t, source_dials_sink);
   tcase_add_test(t, sink_finish_half_closes_and_the_source_ends_ok);
+  tcase_add_test(t, listening_sink_finish_ends_ok_after_its_answers);
   tcase_add_test(t, unknown_method_seen_by_client);
   tcase_add_test(t, unix_socket);
   tcase_add_test(t, dial_by_name);

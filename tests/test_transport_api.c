@@ -14,6 +14,7 @@
  */
 #include <check.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -273,21 +274,33 @@ START_TEST(stats_write_their_version_only) {
   ta_world w;
   ta_world_init(&w);
   ta_start_source(&w, NULL);
-  size_t size = ta->stats_size, tail = 32;
+  size_t size = sizeof(mcp_transport_stats), tail = 32;
   ck_assert_uint_le(size + tail, sizeof(sbuf));
   sbuf s, ab;
+  mcp_transport_stats *st = (mcp_transport_stats *)s.b;
   memset(&ab, 0xab, sizeof(ab));
   memset(&s, 0xab, sizeof(s));
-  ck_assert_int_eq(ta->stats_versioned(w.src, 0, &s),
+  ck_assert_int_eq(ta->stats_versioned(w.src, 0, st),
                    MCP_ERR_INVALID_ARGUMENT);
   ck_assert_int_eq(memcmp(&s, &ab, size + tail), 0);
   ck_assert_int_eq(ta->stats_versioned(w.src, 1, NULL),
                    MCP_ERR_INVALID_ARGUMENT);
+  /* V1 (h2c's first layout): nothing from the TLS counters on. */
+  size_t v1 = offsetof(mcp_transport_stats, tls_handshakes);
+  ck_assert_int_eq(ta->stats_versioned(w.src, MCP_TRANSPORT_STATS_V1, st), 0);
+  ck_assert_uint_eq(st->streams, 0);
+  ck_assert_int_eq(memcmp(s.b + v1, ab.b, size + tail - v1), 0);
+  /* V3: everything but |opened| (V4). */
+  size_t v3 = offsetof(mcp_transport_stats, opened);
+  memset(&s, 0xab, sizeof(s));
+  ck_assert_int_eq(ta->stats_versioned(w.src, MCP_TRANSPORT_STATS_V3, st), 0);
+  ck_assert_int_eq(memcmp(s.b + v3, ab.b, size + tail - v3), 0);
   /* No stream: the count is 0, with or without a function. */
-  ck_assert_int_eq(ta->stats_versioned(w.src, ta->stats_version + 1, &s), 0);
-  ck_assert_uint_eq(ta->stats_streams(&s), 0);
-  if (ta->stats_opened)
-    ck_assert_uint_eq(ta->stats_opened(&s), 0);
+  memset(&s, 0xab, sizeof(s));
+  ck_assert_int_eq(
+      ta->stats_versioned(w.src, MCP_TRANSPORT_STATS_VERSION + 1, st), 0);
+  ck_assert_uint_eq(st->streams, 0);
+  ck_assert_uint_eq(st->opened, 0);
   ck_assert_int_eq(memcmp(s.b + size, ab.b, tail), 0);
   int seen = 0;
   ck_assert_int_eq(ta->streams(w.src, NULL), 0);
@@ -298,16 +311,62 @@ START_TEST(stats_write_their_version_only) {
   ta_start_sink(&w, NULL);
   ck_assert(ta->run_until(w.env, ta_synced, &w, 5000));
   memset(&s, 0xab, sizeof(s));
-  ck_assert_int_eq(ta->stats_versioned(w.src, ta->stats_version + 1, &s), 0);
-  ck_assert_uint_eq(ta->stats_streams(&s), 1);
-  if (ta->stats_opened)
-    ck_assert_uint_ge(ta->stats_opened(&s), 1);
+  ck_assert_int_eq(
+      ta->stats_versioned(w.src, MCP_TRANSPORT_STATS_VERSION + 1, st), 0);
+  ck_assert_uint_eq(st->streams, 1);
+  ck_assert_uint_ge(st->opened, 1);
   ck_assert_int_eq(memcmp(s.b + size, ab.b, tail), 0);
   ck_assert_int_eq(ta->streams(w.src, &seen), 1);
   ck_assert_int_eq(seen, 1);
   ck_assert_int_eq(ta->streams(w.sink, NULL), 1);
-  ck_assert_int_eq(ta->stats_versioned(w.sink, ta->stats_version, &s), 0);
-  ck_assert_uint_eq(ta->stats_streams(&s), 1);
+  ck_assert_int_eq(ta->stats_versioned(w.sink, MCP_TRANSPORT_STATS_VERSION, st),
+                   0);
+  ck_assert_uint_eq(st->streams, 1);
+  ta_world_fini(&w);
+}
+END_TEST
+
+/* Both sides' counters, once each has sent and received a message. */
+typedef struct counted {
+  ta_world *w;
+  mcp_transport_stats src, sink;
+} counted;
+
+static int both_counted(void *ud) {
+  counted *c = ud;
+  if (ta->stats_versioned(c->w->src, MCP_TRANSPORT_STATS_VERSION, &c->src) <
+          0 ||
+      ta->stats_versioned(c->w->sink, MCP_TRANSPORT_STATS_VERSION, &c->sink) <
+          0)
+    return 0;
+  return c->src.messages_received >= 1 && c->src.messages_sent >= 1 &&
+         c->sink.messages_received >= 1 && c->sink.messages_sent >= 1 &&
+         c->src.initial_sent >= 1;
+}
+
+/* Issue 21: every transport fills the engine's one stats shape; the
+ * fields both can count (streams open and opened, messages each way,
+ * admission) mean the same on each. */
+START_TEST(stats_are_the_engine_shape_on_every_transport) {
+  ta_world w;
+  ta_world_init(&w);
+  ta_start_source(&w, NULL);
+  ta_start_sink(&w, NULL);
+  ck_assert(ta->run_until(w.env, ta_synced, &w, 5000));
+  counted c = {.w = &w};
+  ck_assert(ta->run_until(w.env, both_counted, &c, 5000));
+  ck_assert_uint_eq(c.src.streams, 1);
+  ck_assert_uint_eq(c.sink.streams, 1);
+  ck_assert_uint_ge(c.src.opened, 1);
+  ck_assert_uint_ge(c.sink.opened, 1);
+  /* The source listens: its admission gave the stream an initial slot
+   * (freed once the push was taken: initial_sent, waited for above) and
+   * refused nothing; the dialing sink has no admission. */
+  ck_assert_uint_eq(c.src.refused_max_streams + c.src.refused_rate +
+                        c.src.refused_peer_rate + c.src.refused_peer_streams,
+                    0);
+  ck_assert_uint_ge(c.src.initial_peak, 1);
+  ck_assert_uint_eq(c.sink.initial_peak + c.sink.initial_sent, 0);
   ta_world_fini(&w);
 }
 END_TEST
@@ -558,6 +617,7 @@ int main(void) {
   tcase_add_test(tc, unknown_option_versions_are_refused);
   tcase_add_test(tc, v1_options_do_not_read_mem);
   tcase_add_test(tc, stats_write_their_version_only);
+  tcase_add_test(tc, stats_are_the_engine_shape_on_every_transport);
   suite_add_tcase(s, tc);
   tc = tcase_create("mem");
   tcase_set_timeout(tc, 240);

@@ -33,14 +33,6 @@ static void g_check_v1_defaults(const void *opts) {
   ck_assert_int_eq(o->no_mcp, 0);
 }
 
-static size_t g_stats_streams(const void *st) {
-  return ((const mcp_grpc_stats *)st)->streams;
-}
-
-static uint64_t g_stats_opened(const void *st) {
-  return ((const mcp_grpc_stats *)st)->opened;
-}
-
 static ta_env *g_env_new(void) {
   ta_env *e = calloc(1, sizeof(*e));
   ck_assert_ptr_nonnull(e);
@@ -164,7 +156,8 @@ static int g_streams(ta_obj *obj, int *seen) {
   }
 }
 
-static int g_stats_versioned(ta_obj *obj, int version, void *st) {
+static int g_stats_versioned(ta_obj *obj, int version,
+                             mcp_transport_stats *st) {
   switch (obj->kind) {
   case O_SOURCE:
     return mcp_grpc_source_stats_versioned(obj->p, version, st);
@@ -266,10 +259,6 @@ const ta_transport ta_grpc = {
     .options_version = MCP_GRPC_OPTIONS_VERSION,
     .options_default_versioned = g_options_default_versioned,
     .check_v1_defaults = g_check_v1_defaults,
-    .stats_size = sizeof(mcp_grpc_stats),
-    .stats_version = MCP_GRPC_STATS_VERSION,
-    .stats_streams = g_stats_streams,
-    .stats_opened = g_stats_opened,
     .env_new = g_env_new,
     .env_del = g_env_del,
     .run_until = g_run_until,

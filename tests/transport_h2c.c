@@ -47,10 +47,6 @@ static void h_check_v1_defaults(const void *opts) {
   ck_assert_int_eq(o->no_mcp, 0);
 }
 
-static size_t h_stats_streams(const void *st) {
-  return ((const mcp_h2c_stats *)st)->streams;
-}
-
 static ta_env *h_env_new(void) {
   ta_env *e = calloc(1, sizeof(*e));
   ck_assert_ptr_nonnull(e);
@@ -175,7 +171,8 @@ static int h_streams(ta_obj *obj, int *seen) {
   }
 }
 
-static int h_stats_versioned(ta_obj *obj, int version, void *st) {
+static int h_stats_versioned(ta_obj *obj, int version,
+                             mcp_transport_stats *st) {
   switch (obj->kind) {
   case O_SOURCE:
     return mcp_h2c_source_stats_versioned(obj->p, version, st);
@@ -359,9 +356,6 @@ const ta_transport ta_h2c = {
     .options_version = MCP_H2C_OPTIONS_VERSION,
     .options_default_versioned = h_options_default_versioned,
     .check_v1_defaults = h_check_v1_defaults,
-    .stats_size = sizeof(mcp_h2c_stats),
-    .stats_version = MCP_H2C_STATS_VERSION,
-    .stats_streams = h_stats_streams,
     .env_new = h_env_new,
     .env_del = h_env_del,
     .run_until = h_run_until,

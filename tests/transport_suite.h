@@ -47,11 +47,6 @@ typedef struct ta_transport {
   void (*options_default_versioned)(int version, void *opts);
   /* Checks the transport's own V1 defaults in |opts| (ck_assert). */
   void (*check_v1_defaults)(const void *opts);
-  size_t stats_size;
-  int stats_version;
-  size_t (*stats_streams)(const void *stats);
-  /* Streams ever opened (NULL: the transport does not count them). */
-  uint64_t (*stats_opened)(const void *stats);
 
   /* the world */
   ta_env *(*env_new)(void);
@@ -74,7 +69,9 @@ typedef struct ta_transport {
   int (*port)(ta_obj *source);
   /* *_streams() with a function counting into *seen (NULL: none). */
   int (*streams)(ta_obj *obj, int *seen);
-  int (*stats_versioned)(ta_obj *obj, int version, void *stats);
+  /* The object's *_stats_versioned(): every transport's stats are the
+   * engine's mcp_transport_stats. */
+  int (*stats_versioned)(ta_obj *obj, int version, mcp_transport_stats *st);
   /* Runs fn(state, now, ud) where the sink's state may be read. */
   int (*sink_call)(ta_obj *sink, void (*fn)(mcp_sink_state *, mcp_tstamp,
                                             void *),

@@ -308,7 +308,9 @@ static int session_new(mcp_source_session **ps, const mcp_source_options *opts,
   k.collection_for_type = opts->collection_for_type;
   k.collection_for_type_ud = opts->collection_for_type_user_data;
   k.debounce = opts->debounce;
-  k.max_delay = opts->max_delay;
+  /* The module's own default bound, as Destination's and xDS's. */
+  k.max_delay = opts->max_delay ? opts->max_delay
+                                : mcp_watch_default_max_delay(opts->debounce);
   k.retry_initial = opts->nack_retry_initial;
   k.retry_max = opts->nack_retry_max ? opts->nack_retry_max : opts->nack_retry_initial;
   k.retry_codes = codes;

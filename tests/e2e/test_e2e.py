@@ -530,21 +530,29 @@ class Scenarios:
         self.assertEqual(os.listdir(os.path.join(self.mirror, empty)), [])
 
     def test_exit_after_sync_exits_when_the_stream_ends(self):
-        """Dialing: the sync event half-closes the stream at once and its
-        end (the source's OK) is the exit, not a deadline."""
-        if self.MODE != "sink-dials":
-            self.skipTest("the sink dials")
+        """The sync event finishes the stream at once and its end is the
+        exit, not a deadline or a poll. Dialing: the stream is half-closed
+        and the source ends it (OK). Listening (issue 21): the transport
+        ends it with OK once the answers are sent."""
         self.standard_files()
-        self.start_source()
-        snk = self.start_sink([VS], "--exit-after-sync", "--log-level",
-                              "debug", out=False)
+        args = ("--exit-after-sync", "--log-level", "debug")
+        if self.MODE == "sink-dials":
+            self.start_source()
+            snk = self.start_sink([VS], *args, out=False)
+            said = "half-closed the stream"
+        else:
+            snk = self.start_sink([VS], *args, out=False)
+            self.start_source()
+            said = "finished the stream: it ends once the answers are sent"
         self.assertEqual(snk.wait(), 0, self.logs())
         err = snk.stderr()
-        self.assertIn("half-closed the stream", err)
+        self.assertIn(said, err)
         self.assertIn("exiting after sync", err)
         self.assertNotIn("did not end in time", err)
-        self.assertLess(err.index("half-closed the stream"),
-                        err.index("exiting after sync"))
+        self.assertLess(err.index(said), err.index("exiting after sync"))
+        if self.MODE != "sink-dials":
+            # The ended stream was the sink's own OK, not a cancel.
+            self.assertRegex(err, r"closed: status 0\b", err)
 
     def test_no_dir_declared_only(self):
         colls = ["a/b", "c"]

@@ -40,12 +40,10 @@
 
 #define DEFAULT_ADDRESS "127.0.0.1:9901"
 #define DEFAULT_NODE_ID "mcp-sink"
-/* --exit-after-sync waits at most this long for the last ACK to be sent
- * (a listening sink looks every FLUSH_POLL_MS: the transports report no
- * completed send), then at most FINISH_WAIT_MS for the source to end the
- * half-closed stream (a dialing sink: that end is an event). */
+/* --exit-after-sync waits at most this long for the last ACK to be sent,
+ * then at most FINISH_WAIT_MS for the stream to end (both are events: the
+ * transport ends the stream after the answers). */
 #define FLUSH_WAIT_MS 1000
-#define FLUSH_POLL_MS 5
 #define FINISH_WAIT_MS 2000
 /* --sync-warn: seconds without the first response of a collection before
  * a warning names it. */
@@ -69,15 +67,13 @@ typedef struct sink_app {
   int cleartext_dial;  /* --connect without TLS: hint when it speaks TLS */
   uv_signal_t sigint, sigterm;
   uv_async_t synced_async;
-  uv_async_t ended_async; /* the half-closed stream ended (on_stream) */
-  uv_timer_t flush;
+  uv_async_t ended_async; /* the finished stream ended (on_stream) */
+  uv_timer_t flush; /* --exit-after-sync: the stream did not end in time */
   uv_timer_t sync_warn, sync_timeout; /* --sync-warn, --sync-timeout */
   uint64_t sync_warn_ms, sync_timeout_ms, started; /* started: uv_now() */
   int stopping, timed_out;
-  int dialing;   /* --connect: the exit after sync half-closes */
-  atomic_int finishing; /* the stream was half-closed (sink_finish) */
-  uint64_t flush_deadline; /* uv_now() */
-  atomic_uint_fast64_t answers; /* ACKs and NACKs of the current stream */
+  int dialing;   /* --connect */
+  atomic_int finishing; /* the stream was finished (sink_finish) */
   atomic_int quitting;   /* stop() began: a dial ending now is no failure */
   atomic_int connected;  /* a stream is connected now */
   atomic_uchar *acked;   /* per requested collection: an ACKED_* */
@@ -343,7 +339,6 @@ static void on_core_event(const mcp_event *ev, void *ud) {
   if (ev->type != MCP_EVENT_ACK && ev->type != MCP_EVENT_NACK && !trigger)
     return;
   int ack = ev->type == MCP_EVENT_ACK;
-  atomic_fetch_add(&a->answers, 1);
   announce(a);
   if (trigger) {
     /* Istio's dialing source wakes a sink so; expected, not a rejection. */
@@ -474,7 +469,6 @@ static void on_stream(int opened, const tool_stream_info *info, void *ud) {
     free(a->peer);
     a->peer = strdup(info->peer);
     a->announced = 0;
-    atomic_store(&a->answers, 0);
     if (info->dialed)
       log_debug("stream %llu: dialing %s", (unsigned long long)info->id,
                 info->peer);
@@ -487,6 +481,8 @@ static void on_stream(int opened, const tool_stream_info *info, void *ud) {
     if (info->id == a->stream) {
       a->announced = 0;
       atomic_store(&a->connected, 0);
+      if (atomic_load(&a->finishing)) /* --exit-after-sync: the end */
+        uv_async_send(&a->ended_async);
     }
     report_closed(a, info);
     return;
@@ -629,39 +625,22 @@ static void on_signal(uv_signal_t *h, int signum) {
 /* Exit after sync, in two steps: the answers go on the wire (every
  * initial request and every ACK or NACK of the stream sent, nothing left
  * in the session), then the stream ends. A cancel at once could reach the
- * source before our last ACK. Each step is bounded: the source may not end
- * the stream.
- *
- * Dialing: at the sync event the stream is finished (sink_finish(): what
- * is ready is sent, then the half-close); the source, which reads every
- * answer first, ends it (OK), and that end (on_stream) is the exit.
- * Listening: the source dialed and ends the stream when it likes; the
- * exit comes once the answers are sent. */
+ * source before our last ACK. At the sync event the stream is finished
+ * (sink_finish(): what is ready is sent first), and its end (on_stream)
+ * is the exit. Dialing: the stream is half-closed and the source, which
+ * reads every answer first, ends it (OK). Listening: the transport ends
+ * it with OK itself. The wait is bounded: a source may not end the
+ * stream. */
 static void exit_synced(sink_app *a, int late) {
   log_info("exiting after sync%s",
            late ? " (the stream did not end in time)" : "");
   stop(a);
 }
 
-/* Listening: every FLUSH_POLL_MS until the answers are sent. */
-static void on_flush(uv_timer_t *t) {
-  sink_app *a = t->data;
-  tool_sink_stream_stats st;
-  int late = uv_now(&a->loop) >= a->flush_deadline;
-  int open = 0, flushed = 0;
-  if (a->tp->sink_stats(a->ep, &st) == 0) {
-    open = st.open;
-    flushed = !st.want_write &&
-              st.sent >= a->ncolls + atomic_load(&a->answers);
-  }
-  if (!open || late || flushed)
-    exit_synced(a, late && open);
-}
-
-/* Dialing: the half-closed stream did not end in time. */
+/* The finished stream did not end in time. */
 static void on_finish_late(uv_timer_t *t) { exit_synced(t->data, 1); }
 
-/* Dialing: the half-closed stream ended. */
+/* The finished stream ended. */
 static void on_ended(uv_async_t *h) {
   sink_app *a = h->data;
   if (!a->stopping && atomic_load(&a->finishing))
@@ -670,22 +649,19 @@ static void on_ended(uv_async_t *h) {
 
 static void on_synced(uv_async_t *h) {
   sink_app *a = h->data;
-  if (a->stopping || atomic_load(&a->finishing) ||
-      uv_is_active((uv_handle_t *)&a->flush))
+  if (a->stopping || atomic_load(&a->finishing))
     return;
-  if (!a->dialing) {
-    a->flush_deadline = uv_now(&a->loop) + FLUSH_WAIT_MS;
-    uv_timer_start(&a->flush, on_flush, 0, FLUSH_POLL_MS);
-    return;
-  }
   tool_sink_stream_stats st;
   atomic_store(&a->finishing, 1); /* before: the end may come at once */
   if (a->tp->sink_stats(a->ep, &st) != 0 || !st.open ||
       !a->tp->sink_finish || a->tp->sink_finish(a->ep) != 0) {
-    exit_synced(a, 0); /* no open stream, or it cannot half-close */
+    exit_synced(a, 0); /* no open stream, or it cannot be finished */
     return;
   }
-  log_debug("half-closed the stream: waiting for the source to end it");
+  log_debug(a->dialing ? "half-closed the stream: waiting for the source to "
+                         "end it"
+                       : "finished the stream: it ends once the answers "
+                         "are sent");
   uv_timer_start(&a->flush, on_finish_late, FLUSH_WAIT_MS + FINISH_WAIT_MS,
                  0);
 }

@@ -1223,8 +1223,9 @@ static mcp_store *new_view_store(void) {
   return mcp_store_new(&s, &so) < 0 ? NULL : s;
 }
 
-/* --debounce MS (0: none) as every server's debounce; each module bounds
- * it (max_delay) by its own default (mcp_watch_default_max_delay()). */
+/* --debounce MS (0: none) as every server's debounce; each module,
+ * MCP's source too, bounds it (max_delay) by its own default
+ * (mcp_watch_default_max_delay()): no program sets that. */
 static mcp_tstamp debounce_of(const source_args *o) {
   return (mcp_tstamp)o->debounce_ms * MCP_MILLISECONDS;
 }
@@ -1936,7 +1937,6 @@ int main(int argc, char **argv) {
     sopts.version_reached_user_data = &app;
   }
   sopts.debounce = debounce_of(&args);
-  sopts.max_delay = mcp_watch_default_max_delay(sopts.debounce);
   tool_endpoint_options eo = {
       .mode = connect ? TOOL_DIAL : TOOL_LISTEN,
       .address = address,

@@ -868,10 +868,10 @@ static const struct route {
 /* The transport's per-peer rate counters into the metric, at each scrape
  * (main thread). */
 static void rate_limited_update(tool_ops *o) {
-  uint64_t now[2];
-  if (!o->tp || !o->ep || !o->tp->rate_limited ||
-      o->tp->rate_limited(o->ep, &now[0], &now[1]) < 0)
+  mcp_transport_stats st;
+  if (!o->tp || !o->ep || !o->tp->stats || o->tp->stats(o->ep, &st) < 0)
     return;
+  uint64_t now[2] = {st.peer_rate_delayed, st.refused_peer_rate};
   static const char *const outcome[2] = {"delayed", "refused"};
   for (int i = 0; i < 2; i++) {
     if (now[i] > o->rate_seen[i]) {

@@ -128,9 +128,12 @@ static int sink_streams(void *ep, tool_stream_fn fn, void *ud) {
   return mcp_grpc_sink_streams(((grpc_ep *)ep)->sink, tool_shim_walk_stream, &w);
 }
 
-/* The per-peer rate's counters (tools/ops' metric). */
-TOOL_SHIM_DEFINE_RATE_LIMITED(grpc_ep, mcp_grpc_stats, mcp_grpc_source_stats,
-                              mcp_grpc_sink_stats)
+/* mcp_grpc_stats is the engine's mcp_transport_stats. */
+static int stats(void *p, mcp_transport_stats *st) {
+  grpc_ep *ep = p;
+  return ep->src ? mcp_grpc_source_stats(ep->src, st)
+                 : mcp_grpc_sink_stats(ep->sink, st);
+}
 
 static int sink_call(void *ep, tool_state_fn fn, void *ud) {
   return mcp_grpc_sink_call(((grpc_ep *)ep)->sink, fn, ud);

@@ -310,9 +310,12 @@ static int sink_streams(void *ep, tool_stream_fn fn, void *ud) {
   return mcp_h2c_sink_streams(((h2c_ep *)ep)->sink, tool_shim_walk_stream, &w);
 }
 
-/* The per-peer rate's counters (tools/ops' metric). */
-TOOL_SHIM_DEFINE_RATE_LIMITED(h2c_ep, mcp_h2c_stats, mcp_h2c_source_stats,
-                              mcp_h2c_sink_stats)
+/* mcp_h2c_stats is the engine's mcp_transport_stats. */
+static int stats(void *p, mcp_transport_stats *st) {
+  h2c_ep *ep = p;
+  return ep->src ? mcp_h2c_source_stats(ep->src, st)
+                 : mcp_h2c_sink_stats(ep->sink, st);
+}
 
 /* mcp_h2c_sink_call() is for other threads: here the state is ours. */
 static int sink_call(void *p, tool_state_fn fn, void *ud) {

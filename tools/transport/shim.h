@@ -102,26 +102,9 @@ void tool_shim_walk_stream(const mcp_stream_info *info, void *ud);
 /* The per-stream function of sink_stats()'s walk over the sink's streams
  * (|ud|: the tool_sink_stream_stats, cleared first by
  * tool_shim_stats_clear(): no stream open): the stream that holds the sink
- * session (|sink| set) says what it has sent and whether an answer is
- * still to go (the session wants to write, or the library is |sending|
- * one). */
+ * session (|sink| set) is open. */
 void tool_shim_stats_clear(tool_sink_stream_stats *st);
 void tool_shim_stats_stream(const mcp_stream_info *info, void *ud);
-
-/* rate_limited() of a shim whose endpoint type |ep_type| holds |src| or
- * |sink|, read with the library's stats functions. */
-#define TOOL_SHIM_DEFINE_RATE_LIMITED(ep_type, stats_type, src_stats,         \
-                                      sink_stats_fn)                          \
-  static int rate_limited(void *p, uint64_t *delayed, uint64_t *refused) {    \
-    ep_type *ep = p;                                                          \
-    stats_type st;                                                            \
-    int rv = ep->src ? src_stats(ep->src, &st) : sink_stats_fn(ep->sink, &st); \
-    if (rv < 0)                                                               \
-      return rv;                                                              \
-    *delayed = st.peer_rate_delayed;                                          \
-    *refused = st.refused_peer_rate;                                          \
-    return 0;                                                                 \
-  }
 
 /* The rows of the table (tool_transport) that every shim fills with its
  * static functions of the same names. */
@@ -131,7 +114,7 @@ void tool_shim_stats_stream(const mcp_stream_info *info, void *ud);
   .sink_new = sink_new, .sink_port = sink_port, .sink_stats = sink_stats,     \
   .sink_finish = sink_finish, .sink_del = sink_del,                           \
   .source_streams = source_streams, .sink_streams = sink_streams,             \
-  .sink_call = sink_call, .rate_limited = rate_limited
+  .sink_call = sink_call, .stats = stats
 /* The security rows of a transport with TLS (static functions of these
  * names in the shim). */
 #define TOOL_SHIM_SECURITY_ROWS                                               \

@@ -161,19 +161,12 @@ void tool_shim_walk_stream(const mcp_stream_info *info, void *ud) {
   w->fn(&ti, w->ud);
 }
 
-void tool_shim_stats_clear(tool_sink_stream_stats *st) {
-  st->open = 0;
-  st->want_write = 0;
-  st->sent = 0;
-}
+void tool_shim_stats_clear(tool_sink_stream_stats *st) { st->open = 0; }
 
 void tool_shim_stats_stream(const mcp_stream_info *info, void *ud) {
   tool_sink_stream_stats *st = ud;
-  if (info->sink) {
+  if (info->sink)
     st->open = 1;
-    st->want_write = mcp_sink_session_want_write(info->sink) || info->sending;
-    st->sent = info->sent;
-  }
 }
 
 /* ---- access lists (--allow, --deny, --access-list) ---- */

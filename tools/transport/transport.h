@@ -131,11 +131,9 @@ typedef void (*tool_store_fn)(mcp_store *store, mcp_tstamp ts, void *ud);
 typedef void (*tool_stream_fn)(const tool_stream_info *info, void *ud);
 typedef void (*tool_state_fn)(mcp_sink_state *state, mcp_tstamp ts, void *ud);
 
-/* What the open sink stream has sent, for a clean exit. */
+/* Whether a sink stream is open, for a clean exit (sink_finish()). */
 typedef struct tool_sink_stream_stats {
-  int open;       /* a stream holds the sink session */
-  int want_write; /* the session has an answer not yet handed over */
-  uint64_t sent;  /* messages whose send completed */
+  int open; /* a stream holds the sink session */
 } tool_sink_stream_stats;
 
 typedef struct tool_transport {
@@ -163,12 +161,13 @@ typedef struct tool_transport {
   int (*sink_new)(void **pep, uv_loop_t *loop, const tool_endpoint_options *o,
                   mcp_sink_state *state);
   int (*sink_port)(void *ep);
-  /* Fills |st| with what the open stream has sent. */
+  /* Fills |st|: whether a stream holds the sink session. */
   int (*sink_stats)(void *ep, tool_sink_stream_stats *st);
-  /* DIAL: ends the stream as a client that is done: what is ready is
-   * sent, then the half-close; the source ends the stream (sink_stats()
-   * then says it is not open) and no new one is dialed. Returns at once;
-   * 0 or the core's error. */
+  /* Ends the stream that holds the sink session as a sink that is done:
+   * what is ready is sent first. DIAL: then the half-close; the source
+   * ends the stream and no new one is dialed. LISTEN: the transport ends
+   * it with OK. Either way on_stream reports the end. Returns at once; 0
+   * or the core's error. */
   int (*sink_finish)(void *ep);
   /* As source_del(): the state is no longer touched when it returns. */
   void (*sink_del)(void *ep);
@@ -181,10 +180,11 @@ typedef struct tool_transport {
   int (*source_streams)(void *ep, tool_stream_fn fn, void *ud);
   int (*sink_streams)(void *ep, tool_stream_fn fn, void *ud);
   int (*sink_call)(void *ep, tool_state_fn fn, void *ud);
-  /* LISTEN, from the main thread: new streams that waited for their
-   * peer's token and those refused past it so far (the transports'
-   * peer_rate_delayed / refused_peer_rate). Negative on failure. */
-  int (*rate_limited)(void *ep, uint64_t *delayed, uint64_t *refused);
+  /* From the main thread: the endpoint's counters (a source's or a
+   * sink's) in the engine's one shape (mcp/engine.h, mcp_transport_stats;
+   * every transport fills it: /metrics reads the per-peer rate's
+   * peer_rate_delayed and refused_peer_rate). Negative on failure. */
+  int (*stats)(void *ep, mcp_transport_stats *st);
 
   /*
    * Security (NULL in a transport without TLS; both have it now). From

@@ -28,25 +28,6 @@ void mcp_grpc_admit_fini(mcp_grpc_ep *ep) {
   ep->admit = NULL;
 }
 
-void mcp_grpc_admit_stats(const mcp_grpc_ep *ep, mcp_grpc_stats *st) {
-  if (!ep->admit)
-    return;
-  mcp_admit_stats a;
-  mcp_admit_get_stats(ep->admit, &a);
-  st->waiting_rate = a.waiting_rate;
-  st->waiting_initial = a.waiting_initial;
-  st->initial = a.initial;
-  st->initial_peak = a.initial_peak;
-  st->initial_timeouts = a.initial_timeouts;
-  st->initial_sent = a.initial_sent;
-  st->refused_max_streams = a.refused_max_streams;
-  st->refused_peer_streams = a.refused_peer_streams;
-  st->refused_rate = a.refused_rate;
-  st->refused_wait_timeout = a.refused_wait_timeout;
-  st->peer_rate_delayed = a.peer_rate_delayed;
-  st->refused_peer_rate = a.refused_peer_rate;
-}
-
 /* RUN opens the call, REFUSE ends it; WAIT leaves it unread. */
 static void apply(mcp_grpc_stream *s, const mcp_admit_result *r) {
   if (r->verdict == MCP_ADMIT_RUN)

@@ -169,7 +169,7 @@ static int stats(mcp_grpc_ep *ep, int version, mcp_grpc_stats *st) {
   mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STATS, .user_data = &full,
                       .sync = 1};
   int rv = submit(ep, &job);
-  return rv < 0 ? rv : mcp_grpc_stats_write(st, version, &full);
+  return rv < 0 ? rv : mcp_transport_stats_write(st, version, &full);
 }
 
 /* Reads the caller's options into |o| and makes the object's allocator:
@@ -312,8 +312,6 @@ int mcp_grpc_sink_stats_versioned(mcp_grpc_sink *sink, int version,
 }
 
 int mcp_grpc_sink_finish(mcp_grpc_sink *sink) {
-  if (sink->ep.opts.mode != MCP_GRPC_DIAL)
-    return MCP_ERR_INVALID_ARGUMENT;
   mcp_grpc_job job = {.kind = MCP_GRPC_JOB_FINISH};
   return submit(&sink->ep, &job);
 }

@@ -239,10 +239,6 @@ void mcp_grpc_options_normalize(mcp_grpc_options *o);
  * fields of later versions). INVALID_ARGUMENT for an unknown version. */
 int mcp_grpc_options_read(mcp_grpc_options *out, int version,
                           const mcp_grpc_options *opts);
-/* Writes the fields of |version| of |full| into |out|. INVALID_ARGUMENT
- * for a version below 1. */
-int mcp_grpc_stats_write(mcp_grpc_stats *out, int version,
-                         const mcp_grpc_stats *full);
 
 /* tls.c */
 /* 1 when |o| asks for TLS (one of the files is set). */
@@ -270,8 +266,6 @@ void mcp_grpc_stream_identity_free(mcp_grpc_stream *s);
 /* LISTEN: creates / frees ep->admit (after the last stream is gone). */
 int mcp_grpc_admit_init(mcp_grpc_ep *ep);
 void mcp_grpc_admit_fini(mcp_grpc_ep *ep);
-/* Fills the admission counters of |st|. */
-void mcp_grpc_admit_stats(const mcp_grpc_ep *ep, mcp_grpc_stats *st);
 /* A call that passed authorization: refused, queued or opened. */
 void mcp_grpc_admit(mcp_grpc_stream *s);
 /* Admits what may go now; lowers |*deadline| to the next admission time. */

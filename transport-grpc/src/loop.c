@@ -114,7 +114,7 @@ static void fill_stats(mcp_grpc_ep *ep, mcp_grpc_stats *st) {
   for (mcp_grpc_stream *s = ep->streams; s; s = s->next)
     if (s->st)
       st->streams++;
-  mcp_grpc_admit_stats(ep, st);
+  mcp_transport_stats_admit(st, ep->admit);
 }
 
 static void run_job(mcp_grpc_ep *ep, mcp_grpc_job *job) {
@@ -140,9 +140,8 @@ static void run_job(mcp_grpc_ep *ep, mcp_grpc_job *job) {
     break;
   }
   case MCP_GRPC_JOB_FINISH:
-    ep->finished = 1;
-    if (ep->sink_stream && ep->sink_stream->dialed &&
-        ep->sink_stream->st) {
+    ep->finished = 1; /* DIAL: no new stream */
+    if (ep->sink_stream && ep->sink_stream->st) {
       mcp_stream_finish(ep->sink_stream->st);
       ep->sink_stream->dirty = 1;
     }

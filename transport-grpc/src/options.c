@@ -19,8 +19,6 @@ mcp_tstamp mcp_grpc_now(void) {
 static const size_t options_sizes[] = {
     0, offsetof(mcp_grpc_options, mem),
     offsetof(mcp_grpc_options, peer_stream_rate), sizeof(mcp_grpc_options)};
-static const size_t stats_sizes[] = {
-    0, offsetof(mcp_grpc_stats, peer_rate_delayed), sizeof(mcp_grpc_stats)};
 #define NVERSIONS(a) (sizeof(a) / sizeof((a)[0]))
 
 /* The bytes of |version| (0 below 1; the newest known above it). */
@@ -45,14 +43,6 @@ int mcp_grpc_options_read(mcp_grpc_options *out, int version,
     return MCP_ERR_INVALID_ARGUMENT;
   options_default(out);
   memcpy(out, opts, options_sizes[version]);
-  return 0;
-}
-
-int mcp_grpc_stats_write(mcp_grpc_stats *out, int version,
-                         const mcp_grpc_stats *full) {
-  if (!out || version < 1)
-    return MCP_ERR_INVALID_ARGUMENT;
-  memcpy(out, full, version_size(version, stats_sizes, NVERSIONS(stats_sizes)));
   return 0;
 }
 

@@ -505,10 +505,16 @@ void mcp_grpc_stream_pump(mcp_grpc_stream *s) {
       if (msg)
         send_msg(s, msg);
     } else if (a == MCP_STREAM_HALF_CLOSE) {
-      /* Client only (a server's side ends with its status); it goes out
-       * after the send in flight. */
-      if (s->dialed)
+      /* A client's goes out after the send in flight; a server's side
+       * ends with its status, OK (only mcp_grpc_sink_finish() asks a
+       * server stream for it: the pump says so once nothing is in
+       * flight and the session has nothing ready). */
+      if (s->dialed) {
         s->client_done = 1;
+      } else {
+        mcp_grpc_stream_finish(s, GRPC_STATUS_OK, "");
+        return;
+      }
     }
   }
   if (s->dialed && s->client_done && !s->close_sent && !s->send_busy &&
@@ -557,6 +563,7 @@ static void on_recv(mcp_grpc_tag *tag, int ok) {
   }
   if (ok && bb) {
     s->received++;
+    s->ep->stats.messages_received++;
     /* A client call still hears the server's last message when the
      * status was seen first (on_close kept its session). */
     if (s->state == MCP_GRPC_ST_OPEN || keeps_last(s)) {
@@ -592,8 +599,10 @@ static void on_send(mcp_grpc_tag *tag, int ok) {
   if (s->send_bb) {
     grpc_byte_buffer_destroy(s->send_bb);
     s->send_bb = NULL;
-    if (ok)
+    if (ok) {
       s->sent++;
+      s->ep->stats.messages_sent++;
+    }
   } else if (s->dialed && !s->connected && ok &&
              s->state == MCP_GRPC_ST_OPEN) {
     dial_connected(s);

@@ -47,25 +47,6 @@ void mcp_h2c_admit_free(mcp_h2c_ep *ep) {
   ep->admit = NULL;
 }
 
-void mcp_h2c_admit_stats(const mcp_h2c_ep *ep, mcp_h2c_stats *st) {
-  if (!ep->admit)
-    return;
-  mcp_admit_stats a;
-  mcp_admit_get_stats(ep->admit, &a);
-  st->waiting_rate = a.waiting_rate;
-  st->waiting_initial = a.waiting_initial;
-  st->initial = a.initial;
-  st->initial_peak = a.initial_peak;
-  st->initial_sent = a.initial_sent;
-  st->initial_timeouts = a.initial_timeouts;
-  st->refused_max_streams = a.refused_max_streams;
-  st->refused_peer_streams = a.refused_peer_streams;
-  st->refused_rate = a.refused_rate;
-  st->refused_wait_timeout = a.refused_wait_timeout;
-  st->peer_rate_delayed = a.peer_rate_delayed;
-  st->refused_peer_rate = a.refused_peer_rate;
-}
-
 /* Runs the policy on the next idle turn. */
 static void later(mcp_h2c_ep *ep) {
   ep->admit_dirty = 1;

@@ -10,9 +10,6 @@
 static const size_t options_sizes[] = {
     0, offsetof(mcp_h2c_options, mem), offsetof(mcp_h2c_options, tls),
     offsetof(mcp_h2c_options, on_listener), sizeof(mcp_h2c_options)};
-static const size_t stats_sizes[] = {0, offsetof(mcp_h2c_stats, tls_handshakes),
-                                     offsetof(mcp_h2c_stats, accept_pauses),
-                                     sizeof(mcp_h2c_stats)};
 #define NVERSIONS(a) (sizeof(a) / sizeof((a)[0]))
 
 /* The bytes of |version| (0 below 1; the newest known above it). */
@@ -59,14 +56,6 @@ int mcp_h2c_options_read(mcp_h2c_options *out, int version,
     return MCP_ERR_INVALID_ARGUMENT;
   options_default(out);
   memcpy(out, opts, options_sizes[version]);
-  return 0;
-}
-
-int mcp_h2c_stats_write(mcp_h2c_stats *out, int version,
-                        const mcp_h2c_stats *full) {
-  if (!out || version < 1)
-    return MCP_ERR_INVALID_ARGUMENT;
-  memcpy(out, full, version_size(version, stats_sizes, NVERSIONS(stats_sizes)));
   return 0;
 }
 

@@ -65,6 +65,8 @@ void mcp_h2c_info_fill(const mcp_h2c_stream *s, mcp_h2c_stream_info *info) {
 
 void mcp_h2c_notify_stream(mcp_h2c_stream *s, mcp_h2c_stream_event ev) {
   mcp_h2c_ep *ep = s->c->ep;
+  if (ev == MCP_H2C_STREAM_OPENED)
+    ep->opened++;
   if (!ep->opts.on_stream || ep->stopping)
     return;
   /* CLOSED only pairs with an OPENED; REFUSED pairs with nothing. */
@@ -105,7 +107,7 @@ static void stats(const mcp_h2c_ep *ep, mcp_h2c_stats *st) {
   st->write_buffered = ep->write_buffered;
   st->msg_buffered = ep->msg_buffered;
   st->read_buffered = ep->read_buffered;
-  mcp_h2c_admit_stats(ep, st);
+  mcp_transport_stats_admit(st, ep->admit);
   st->tls_handshakes = ep->tls_handshakes;
   st->tls_handshake_failures = ep->tls_handshake_failures;
   st->tls_handshake_timeouts = ep->tls_handshake_timeouts;
@@ -118,6 +120,7 @@ static void stats(const mcp_h2c_ep *ep, mcp_h2c_stats *st) {
   st->rapid_resets = ep->rapid_resets;
   st->accept_pauses = ep->accept_pauses;
   st->accept_paused = ep->accept_paused;
+  st->opened = ep->opened;
   mcp_h2c_tls_stats(ep, st);
 }
 
@@ -707,7 +710,7 @@ static int stats_versioned(const mcp_h2c_ep *ep, int version,
     return MCP_ERR_INVALID_ARGUMENT;
   mcp_h2c_stats full;
   stats(ep, &full);
-  return mcp_h2c_stats_write(st, version, &full);
+  return mcp_transport_stats_write(st, version, &full);
 }
 
 int mcp_h2c_source_streams(mcp_h2c_source *src, mcp_h2c_stream_fn fn,
@@ -773,11 +776,11 @@ int mcp_h2c_sink_call(mcp_h2c_sink *sink, mcp_h2c_state_fn fn,
 
 int mcp_h2c_sink_finish(mcp_h2c_sink *sink) {
   mcp_h2c_ep *ep = &sink->ep;
-  if (ep->opts.mode != MCP_H2C_DIAL || !mcp_h2c_on_loop_thread(ep))
+  if (!mcp_h2c_on_loop_thread(ep))
     return MCP_ERR_INVALID_ARGUMENT;
-  ep->finished = 1;
+  ep->finished = 1; /* DIAL: no new connection */
   mcp_h2c_stream *s = ep->sink_stream;
-  if (s && s->dialed && s->eng) {
+  if (s && s->eng) {
     mcp_stream_finish(s->eng);
     s->dirty = 1;
     mcp_h2c_conn_mark(s->c);

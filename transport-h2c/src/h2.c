@@ -637,6 +637,14 @@ void mcp_h2c_stream_pump(mcp_h2c_stream *s, mcp_tstamp now) {
       mcp_h2c_stream_finish(s, status, details ? details : "");
       return;
     }
+    if (a == MCP_STREAM_HALF_CLOSE && !s->dialed) {
+      /* A server's half-close is its status, OK; only
+       * mcp_h2c_sink_finish() asks a server stream for it, and the pump
+       * says so once the session has nothing ready and nothing is in
+       * flight. */
+      mcp_h2c_stream_finish(s, MCP_CODE_OK, "");
+      return;
+    }
     if (a == MCP_STREAM_HALF_CLOSE && s->dialed && !s->local_closed) {
       /* The data source ends our side (END_STREAM) once nothing is
        * queued. */

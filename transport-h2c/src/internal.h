@@ -303,6 +303,8 @@ struct mcp_h2c_ep {
 
   /* counters */
   uint64_t bytes_read, bytes_written, msgs_in, msgs_out;
+  uint64_t opened; /* streams opened (OPENED events, with or without a
+                      callback) */
   size_t write_buffered, msg_buffered, read_buffered;
 };
 
@@ -313,8 +315,6 @@ int mcp_h2c_options_read(mcp_h2c_options *out, int version,
                          const mcp_h2c_options *opts);
 /* Writes the fields of |version| of |full| into |out|. INVALID_ARGUMENT
  * for a version below 1 or |out| NULL. */
-int mcp_h2c_stats_write(mcp_h2c_stats *out, int version,
-                        const mcp_h2c_stats *full);
 /* 1 when called on |ep|'s loop thread. */
 int mcp_h2c_on_loop_thread(const mcp_h2c_ep *ep);
 /* Makes |ep->mem| and |ep->ngmem| from |mem| (NULL: the C library). */
@@ -413,7 +413,6 @@ int mcp_h2c_client_connected(mcp_h2c_ep *ep, mcp_h2c_conn *c);
 int mcp_h2c_admit_init(mcp_h2c_ep *ep);
 void mcp_h2c_admit_close(mcp_h2c_ep *ep); /* closes the timer */
 void mcp_h2c_admit_free(mcp_h2c_ep *ep);  /* with the object */
-void mcp_h2c_admit_stats(const mcp_h2c_ep *ep, mcp_h2c_stats *st);
 /* A gRPC request that passed the checks: runs, waits or is refused. */
 void mcp_h2c_admit(mcp_h2c_stream *s);
 /* Applies the policy's decisions now (from the idle handle or timer). */

@@ -445,34 +445,19 @@ MCP_EXTERN void mcp_grpc_options_default_versioned(int version,
 #define mcp_grpc_options_default(OPTS)                                       \
   mcp_grpc_options_default_versioned(MCP_GRPC_OPTIONS_VERSION, (OPTS))
 
-/* What a transport object has done and holds, for metrics and tests.
- * Counters count from the object's creation. */
-typedef struct mcp_grpc_stats {
-  size_t streams;         /* open streams (with a session) */
-  size_t waiting_rate;    /* LISTEN: calls waiting for a new-stream token */
-  size_t waiting_initial; /* LISTEN source: waiting for an initial slot */
-  size_t initial;         /* LISTEN source: streams in their initial sync */
-  size_t initial_peak;    /* the most |initial| has ever been */
-  uint64_t opened;        /* streams opened (OPENED events) */
-  uint64_t initial_timeouts;      /* initial slots freed by the timeout */
-  uint64_t refused_unauthenticated; /* authorization: UNAUTHENTICATED */
-  uint64_t refused_denied;        /* authorization: any other refusal */
-  uint64_t refused_max_streams;   /* RESOURCE_EXHAUSTED: max_streams */
-  uint64_t refused_rate;          /* UNAVAILABLE: the rate's queue full */
-  uint64_t revoked; /* streams ended by *_reauthorize() */
-  uint64_t initial_sent;         /* initial slots freed: push handed over */
-  uint64_t refused_peer_streams; /* RESOURCE_EXHAUSTED: max_streams_per_peer */
-  uint64_t refused_wait_timeout; /* UNAVAILABLE: admission_wait_timeout */
-  /* --- MCP_GRPC_STATS_V2 (issue 23) --- */
-  uint64_t peer_rate_delayed; /* calls that waited for their peer's token */
-  uint64_t refused_peer_rate; /* RESOURCE_EXHAUSTED: the peer's rate */
-} mcp_grpc_stats;
+/*
+ * What a transport object has done and holds, for metrics and tests: the
+ * engine's one shape (mcp/engine.h, mcp_transport_stats), shared with
+ * every transport. This transport fills the streams (open and opened),
+ * the messages, admission, authorization and revocation; gRPC core keeps
+ * the connections, bytes, buffers, TLS handshakes and HTTP/2 limits to
+ * itself, so those stay 0. After 0.5.0 (issue 21) the struct took that shape,
+ * so its layout changed (gRPC's own V1/V2 are gone: versions are the
+ * engine's MCP_TRANSPORT_STATS_V*).
+ */
+typedef mcp_transport_stats mcp_grpc_stats;
 
-/* Versions of mcp_grpc_stats (filled by the library: only the caller's
- * version's fields are written). V2 (issue 23): the per-peer rate. */
-#define MCP_GRPC_STATS_V1 1
-#define MCP_GRPC_STATS_V2 2
-#define MCP_GRPC_STATS_VERSION MCP_GRPC_STATS_V2
+#define MCP_GRPC_STATS_VERSION MCP_TRANSPORT_STATS_VERSION
 
 /* Callbacks run on the transport thread; |ts| is mcp_grpc_now(). */
 typedef void (*mcp_grpc_store_fn)(mcp_store *store, mcp_tstamp ts,
@@ -621,13 +606,15 @@ MCP_EXTERN int mcp_grpc_sink_streams(mcp_grpc_sink *sink,
                                      mcp_grpc_stream_fn fn, void *user_data);
 
 /*
- * DIAL: ends the sink's stream as a client that is done (e.g. exiting
- * after the sync): what the session has ready is sent, then the stream is
- * half-closed, so the source reads every answer and ends the stream
- * itself (with OK, when it follows the half-close rule above); no new
- * stream is dialed afterwards. Returns at once; the CLOSED event reports
- * the end. A source that never ends the stream is cancelled by del().
- * Errors: INVALID_ARGUMENT (LISTEN), NOMEM, LIMIT, CLOSED.
+ * Ends the stream that holds the sink session as a sink that is done
+ * (e.g. exiting after the sync): what the session has ready is sent
+ * first. DIAL: the stream is then half-closed, so the source reads every
+ * answer and ends the stream itself (with OK, when it follows the
+ * half-close rule above); no new stream is dialed afterwards. A source
+ * that never ends the stream is cancelled by del(). LISTEN (issue 21):
+ * the stream is then ended with OK (a server's half-close is its status);
+ * new calls are still served. Returns at once; the CLOSED event reports
+ * the end. Errors: NOMEM, LIMIT, CLOSED.
  */
 MCP_EXTERN int mcp_grpc_sink_finish(mcp_grpc_sink *sink);
 

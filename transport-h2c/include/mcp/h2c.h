@@ -507,65 +507,20 @@ typedef void (*mcp_h2c_stream_fn)(const mcp_h2c_stream_info *info,
                                   void *user_data);
 typedef void (*mcp_h2c_run_fn)(mcp_tstamp ts, void *user_data);
 
-/* Counters of one object (all connections), read on the loop thread. */
-typedef struct mcp_h2c_stats {
-  size_t connections;      /* open connections (any protocol) */
-  size_t streams;          /* open MCP, service and client streams */
-  uint64_t bytes_read;     /* from sockets */
-  uint64_t bytes_written;  /* to sockets (writes completed) */
-  uint64_t messages_received;
-  uint64_t messages_sent;  /* handed to HTTP/2 in full */
-  /* Memory held for I/O right now: */
-  size_t write_buffered;   /* encoded frames waiting for the socket */
-  size_t msg_buffered;     /* bytes of messages taken from the core and not
-                              yet handed to HTTP/2 (at most one message per
-                              stream) */
-  size_t read_buffered;    /* partial received messages (at most
-                              max_recv_message_size per stream), and the
-                              first bytes of connections being probed */
-  /* Admission (LISTEN; see the options): */
-  size_t waiting_rate;     /* streams waiting for a new-stream token */
-  size_t waiting_initial;  /* source: waiting for an initial slot */
-  size_t initial;          /* source: holding an initial slot */
-  size_t initial_peak;     /* the most |initial| has been */
-  uint64_t initial_sent;   /* slots freed: the initial pushes taken */
-  uint64_t initial_timeouts; /* slots freed by initial_push_timeout */
-  uint64_t refused_max_streams, refused_peer_streams, refused_rate,
-      refused_wait_timeout;
+/*
+ * Counters of one object (all connections), read on the loop thread: the
+ * engine's one shape (mcp/engine.h, mcp_transport_stats), shared with
+ * every transport, which this transport fills in full. Its V1 to V3 are
+ * this struct's layout of 0.5.0 and before (unchanged); V4 (issue 21)
+ * appends |opened|.
+ */
+typedef mcp_transport_stats mcp_h2c_stats;
 
-  /* --- MCP_H2C_STATS_V2 --- */
-  /* TLS: handshakes completed, failed (a bad certificate, no common
-   * protocol, a peer that is not TLS), timed out, and connections closed
-   * at accept because too many handshakes were in progress (in all or
-   * from that address); handshakes in progress now; certificate sets
-   * reloaded and reloads that failed (the previous set stayed). */
-  uint64_t tls_handshakes, tls_handshake_failures, tls_handshake_timeouts,
-      refused_handshakes;
-  size_t handshaking;
-  uint64_t tls_reloads, tls_reload_failures;
-  /* Authorization (LISTEN: calls refused; DIAL: servers refused), and
-   * streams ended by *_reauthorize(). */
-  uint64_t refused_unauthenticated, refused_denied, revoked;
-  /* Calls refused past max_streams_per_connection; connections told
-   * ENHANCE_YOUR_CALM for resetting too many streams. */
-  uint64_t refused_connection_streams, rapid_resets;
-  /* Calls that waited for their peer's new-stream token, and calls
-   * refused past it (RESOURCE_EXHAUSTED). */
-  uint64_t peer_rate_delayed, refused_peer_rate;
-
-  /* --- MCP_H2C_STATS_V3 --- */
-  /* LISTEN: times accepting paused (out of file descriptors or memory);
-   * whether it is paused now. */
-  uint64_t accept_pauses;
-  int accept_paused;
-} mcp_h2c_stats;
-
-/* Versions of mcp_h2c_stats (filled by the library: only the caller's
- * version's fields are written). V2 (issue 23): TLS, authorization, stream limits. */
-#define MCP_H2C_STATS_V1 1
-#define MCP_H2C_STATS_V2 2
-#define MCP_H2C_STATS_V3 3
-#define MCP_H2C_STATS_VERSION MCP_H2C_STATS_V3
+#define MCP_H2C_STATS_V1 MCP_TRANSPORT_STATS_V1
+#define MCP_H2C_STATS_V2 MCP_TRANSPORT_STATS_V2
+#define MCP_H2C_STATS_V3 MCP_TRANSPORT_STATS_V3
+#define MCP_H2C_STATS_V4 MCP_TRANSPORT_STATS_V4
+#define MCP_H2C_STATS_VERSION MCP_TRANSPORT_STATS_VERSION
 
 /* ------------------------------------------------------------------ */
 /* Source                                                              */
@@ -692,11 +647,12 @@ MCP_EXTERN int mcp_h2c_sink_port(const mcp_h2c_sink *sink);
 MCP_EXTERN int mcp_h2c_sink_call(mcp_h2c_sink *sink, mcp_h2c_state_fn fn,
                                  void *user_data);
 
-/* Loop thread, DIAL: ends the sink's stream as a client that is done, as
- * mcp_grpc_sink_finish(): what is ready is sent, then END_STREAM (the
- * half-close); the source's trailers end the stream, and no new
- * connection is made. Errors: INVALID_ARGUMENT (LISTEN, or not on the
- * loop thread). */
+/* Loop thread: ends the stream that holds the sink session as a sink that
+ * is done, as mcp_grpc_sink_finish(): what is ready is sent, then DIAL:
+ * END_STREAM (the half-close); the source's trailers end the stream, and
+ * no new connection is made. LISTEN (issue 21): trailers with OK end it;
+ * new calls are still served. Errors: INVALID_ARGUMENT (not on the loop
+ * thread). */
 MCP_EXTERN int mcp_h2c_sink_finish(mcp_h2c_sink *sink);
 
 /* Loop thread: calls |fn| for each open stream (at most one holds the

@@ -1169,9 +1169,11 @@ MCP_EXTERN void mcp_stream_set_waker(mcp_stream *st, mcp_stream_waker fn,
                                      void *user_data);
 MCP_EXTERN void mcp_stream_wake(mcp_stream *st);
 
-/* Client side: the application is done sending. Once next() has nothing
- * more to send now, the pump says HALF_CLOSE (once); the peer's status then
- * ends the call. Ignored by a server-side transport. */
+/* The application is done sending. Once next() has nothing more to send
+ * now (and no send is in flight), the pump says HALF_CLOSE (once). Client
+ * side: the peer's status then ends the call. Server side, where a
+ * half-close is the status: the transport ends the call with OK (a
+ * listening sink's mcp_grpc_sink_finish()/mcp_h2c_sink_finish()). */
 MCP_EXTERN void mcp_stream_finish(mcp_stream *st);
 
 /* Messages received and sent (pumped as SEND) so far. */
@@ -1483,6 +1485,105 @@ typedef struct mcp_stream_info {
    * tell. */
   const char *method;
 } mcp_stream_info;
+
+/* ------------------------------------------------------------------ */
+/* What a transport counts                                             */
+/* ------------------------------------------------------------------ */
+
+/*
+ * The counters of one transport object (all its connections and
+ * streams), the one shape every transport fills: mcp_grpc_stats and
+ * mcp_h2c_stats are this struct, so one reader (a program's metrics)
+ * serves every transport. Counters count from the object's creation. A
+ * field a transport cannot count stays 0; which ones docs/api.md says
+ * (gRPC core keeps its connections, bytes and buffers to itself, and its
+ * TLS and HTTP/2 limits are its own). The caller allocates it: fields are
+ * only appended, each group a version (MCP_TRANSPORT_STATS_V*), and a
+ * transport writes only the fields of the version it is given
+ * (mcp_transport_stats_write()).
+ */
+typedef struct mcp_transport_stats {
+  size_t connections;      /* open connections (any protocol) */
+  size_t streams;          /* open MCP, service and client streams */
+  uint64_t bytes_read;     /* from sockets */
+  uint64_t bytes_written;  /* to sockets (writes completed) */
+  uint64_t messages_received;
+  uint64_t messages_sent;  /* handed to HTTP/2 in full */
+  /* Memory held for I/O right now: */
+  size_t write_buffered;   /* encoded frames waiting for the socket */
+  size_t msg_buffered;     /* bytes of messages taken from the core and not
+                              yet handed to HTTP/2 (at most one message per
+                              stream) */
+  size_t read_buffered;    /* partial received messages (at most
+                              max_recv_message_size per stream), and the
+                              first bytes of connections being probed */
+  /* Admission (LISTEN; mcp_admit_stats, filled by
+   * mcp_transport_stats_admit()): */
+  size_t waiting_rate;     /* streams waiting for a new-stream token */
+  size_t waiting_initial;  /* source: waiting for an initial slot */
+  size_t initial;          /* source: holding an initial slot */
+  size_t initial_peak;     /* the most |initial| has been */
+  uint64_t initial_sent;   /* slots freed: the initial pushes taken */
+  uint64_t initial_timeouts; /* slots freed by initial_push_timeout */
+  uint64_t refused_max_streams, refused_peer_streams, refused_rate,
+      refused_wait_timeout;
+
+  /* --- MCP_TRANSPORT_STATS_V2 --- */
+  /* TLS: handshakes completed, failed (a bad certificate, no common
+   * protocol, a peer that is not TLS), timed out, and connections closed
+   * at accept because too many handshakes were in progress (in all or
+   * from that address); handshakes in progress now; certificate sets
+   * reloaded and reloads that failed (the previous set stayed). */
+  uint64_t tls_handshakes, tls_handshake_failures, tls_handshake_timeouts,
+      refused_handshakes;
+  size_t handshaking;
+  uint64_t tls_reloads, tls_reload_failures;
+  /* Authorization (LISTEN: calls refused; DIAL: servers refused), and
+   * streams ended by *_reauthorize(). */
+  uint64_t refused_unauthenticated, refused_denied, revoked;
+  /* Calls refused past max_streams_per_connection; connections told
+   * ENHANCE_YOUR_CALM for resetting too many streams. */
+  uint64_t refused_connection_streams, rapid_resets;
+  /* Calls that waited for their peer's new-stream token, and calls
+   * refused past it (RESOURCE_EXHAUSTED). */
+  uint64_t peer_rate_delayed, refused_peer_rate;
+
+  /* --- MCP_TRANSPORT_STATS_V3 --- */
+  /* LISTEN: times accepting paused (out of file descriptors or memory);
+   * whether it is paused now. */
+  uint64_t accept_pauses;
+  int accept_paused;
+
+  /* --- MCP_TRANSPORT_STATS_V4 (issue 21) --- */
+  uint64_t opened; /* streams opened (the OPENED events) */
+} mcp_transport_stats;
+
+/* Versions of mcp_transport_stats. V1 to V3 are h2c's mcp_h2c_stats of
+ * 0.5.0 and before (same layout); V4 (issue 21) appends |opened|, which
+ * gRPC counted. */
+#define MCP_TRANSPORT_STATS_V1 1
+#define MCP_TRANSPORT_STATS_V2 2
+#define MCP_TRANSPORT_STATS_V3 3
+#define MCP_TRANSPORT_STATS_V4 4
+#define MCP_TRANSPORT_STATS_VERSION MCP_TRANSPORT_STATS_V4
+
+/*
+ * The end of every transport's *_stats_versioned(): copies the fields of
+ * |version| (a newer one than this library knows: all it knows) from
+ * |full| into |out|, and writes nothing else of |out|. Returns 0, or
+ * MCP_ERR_INVALID_ARGUMENT (|out| or |full| NULL, |version| below 1;
+ * nothing written).
+ */
+MCP_EXTERN int mcp_transport_stats_write(mcp_transport_stats *out,
+                                         int version,
+                                         const mcp_transport_stats *full);
+
+/* Sets the admission fields of |st| (waiting_rate to refused_wait_timeout,
+ * peer_rate_delayed, refused_peer_rate) from |admit| (mcp.h); the other
+ * fields are untouched. |admit| NULL (no admission: a dialing object):
+ * nothing changes. */
+MCP_EXTERN void mcp_transport_stats_admit(mcp_transport_stats *st,
+                                          const mcp_admit *admit);
 
 #ifdef __cplusplus
 }

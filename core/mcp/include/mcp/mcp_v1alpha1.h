@@ -147,7 +147,10 @@ typedef struct mcp_source_options {
    * before it) is pushed at once; changes within the window are pushed
    * once the collection has been quiet for |debounce|, or at the latest
    * |max_delay| after the stream first saw them. 0/0 pushes at once. The
-   * answer to a new request is never delayed. Default 0 and 0.
+   * answer to a new request is never delayed. Default 0 and 0; a
+   * debounce with max_delay 0 is bounded by
+   * mcp_watch_default_max_delay(debounce) (10 x, at least 1 s), as in
+   * every module that debounces (issue 21; before, it was unbounded).
    */
   mcp_tstamp debounce;
   mcp_tstamp max_delay;
