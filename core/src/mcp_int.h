@@ -47,13 +47,7 @@ void mcp__fmt(char *buf, size_t n, const char *fmt, ...);
 
 typedef struct mcp_snap mcp_snap;
 
-/* A growable byte buffer. */
-typedef struct mcp_buf {
-  uint8_t *p;
-  size_t len, cap;
-} mcp_buf;
-int mcp__buf_reserve(mcp_buf *b, const mcp_mem *m, size_t extra);
-void mcp__buf_free(mcp_buf *b, const mcp_mem *m);
+/* The growable byte buffer is public: mcp_buf in engine.h. */
 
 /*
  * Shared, immutable, atomically reference-counted bytes: one encoded

@@ -199,7 +199,7 @@ static int snap_item(const mcp_item *it, void *ud) {
   size_t own = 1 + mcp__varint_len(any) + len_field(sizeof(any_type) - 1) +
                1 + mcp__varint_len(s.total) +
                (s.slash ? s.head_len + 1 + s.name_len : 0);
-  if (mcp__buf_reserve(&sb->hdr, sb->mem, own) != 0) {
+  if (mcp_buf_reserve(&sb->hdr, own) != 0) {
     return MCP_ERR_NOMEM;
   }
   uint8_t *p = sb->hdr.p + sb->hdr.len;
@@ -229,6 +229,7 @@ int mcp__xds_snap(const mcp_watch *w, const mcp_mem *m, uint64_t gen,
   snap_build sb;
   memset(&sb, 0, sizeof(sb));
   sb.mem = m;
+  sb.hdr.mem = m;
   int rv = mcp_watch_foreach(w, snap_item, &sb);
   mcp_snap *sn = NULL;
   mcp_rcbuf *hdr = NULL;
@@ -272,7 +273,7 @@ int mcp__xds_snap(const mcp_watch *w, const mcp_mem *m, uint64_t gen,
   } else {
     mcp__free(m, sn);
   }
-  mcp__buf_free(&sb.hdr, m);
+  mcp_buf_free(&sb.hdr);
   mcp__free(m, sb.hlen);
   mcp__free(m, sb.rc);
   mcp__free(m, (void *)sb.tail);

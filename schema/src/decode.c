@@ -18,7 +18,7 @@ typedef struct dec {
   unsigned flags;
   unsigned depth;
   unsigned indent;
-  sc_buf out;
+  mcp_buf out;
   char path[MCP_SCHEMA_PATH_MAX];
   size_t plen;
 } dec;
@@ -192,13 +192,13 @@ static int scan(dec *d, const sc_msg *m, const uint8_t *p, size_t len, occ **poc
 
 /* ---- JSON writing --------------------------------------------------- */
 
-static int w(dec *d, const char *s, size_t n) { return sc_buf_put(&d->out, s, n) ? nomem(d) : 0; }
+static int w(dec *d, const char *s, size_t n) { return mcp_buf_append(&d->out, s, n) ? nomem(d) : 0; }
 static int ws(dec *d, const char *s) { return w(d, s, strlen(s)); }
 
 static int newline(dec *d) {
   if (!(d->flags & MCP_SCHEMA_JSON_PRETTY))
     return 0;
-  if (sc_buf_reserve(&d->out, 1 + 2 * (size_t)d->indent))
+  if (mcp_buf_reserve(&d->out, 1 + 2 * (size_t)d->indent))
     return nomem(d);
   d->out.p[d->out.len++] = '\n';
   memset(d->out.p + d->out.len, ' ', 2 * (size_t)d->indent);
@@ -229,7 +229,7 @@ static int close_c(dec *d, char c, int first) {
 static int wstring(dec *d, const uint8_t *s, size_t n) {
   if (n && !mcp_utf8_valid(s, n, 1))
     return BAD(d, "a string that is not valid UTF-8");
-  if (sc_buf_reserve(&d->out, n + 2))
+  if (mcp_buf_reserve(&d->out, n + 2))
     return nomem(d);
   d->out.p[d->out.len++] = '"';
   size_t i = 0;
@@ -237,7 +237,7 @@ static int wstring(dec *d, const uint8_t *s, size_t n) {
     size_t r = i;
     while (r < n && s[r] >= 0x20 && s[r] != '"' && s[r] != '\\')
       r++;
-    if (sc_buf_put(&d->out, s + i, r - i))
+    if (mcp_buf_append(&d->out, s + i, r - i))
       return nomem(d);
     if (r == n)
       break;
@@ -814,11 +814,11 @@ int mcp_schema_base64(const mcp_schema *s, const uint8_t *p, size_t n, char **ou
                       size_t *out_len) {
   if (!s || (!p && n) || !out)
     return MCP_ERR_INVALID_ARGUMENT;
-  sc_buf b;
+  mcp_buf b;
   memset(&b, 0, sizeof b);
   b.mem = &s->mem;
   if ((n && sc_base64_encode(&b, p, n)) || sc_buf_putc(&b, '\0')) {
-    sc_buf_free(&b);
+    mcp_buf_free(&b);
     return MCP_ERR_NOMEM;
   }
   *out = (char *)b.p;
@@ -1061,7 +1061,7 @@ int mcp_schema_to_json(const mcp_schema *s, const char *type_name, const uint8_t
   if (!rc && sc_buf_putc(&d.out, '\0'))
     rc = nomem(&d);
   if (rc) {
-    sc_buf_free(&d.out);
+    mcp_buf_free(&d.out);
     return rc;
   }
   *json = (char *)d.out.p;

@@ -21,7 +21,7 @@ typedef struct enc {
   unsigned flags;
   unsigned depth;
   int oom; /* an open_len() failed */
-  sc_buf out;
+  mcp_buf out;
   char path[MCP_SCHEMA_PATH_MAX];
   size_t plen;
   /* mcp_schema_encode_all(): a mismatch is kept in errs (the first
@@ -146,7 +146,7 @@ static int put_le(enc *e, uint64_t v, unsigned n) {
   uint8_t b[8];
   for (unsigned i = 0; i < n; i++)
     b[i] = (uint8_t)(v >> (8 * i));
-  return sc_buf_put(&e->out, b, n) ? nomem(e) : 0;
+  return mcp_buf_append(&e->out, b, n) ? nomem(e) : 0;
 }
 
 /* Length-delimited parts: open_len() leaves one byte for the length and
@@ -167,7 +167,7 @@ static int close_len(enc *e, size_t start) {
     return MCP_ERR_NOMEM;
   size_t n = e->out.len - start, k = sc_varint_len(n);
   if (k > 1) {
-    if (sc_buf_reserve(&e->out, k - 1))
+    if (mcp_buf_reserve(&e->out, k - 1))
       return nomem(e);
     memmove(e->out.p + start + k - 1, e->out.p + start, n);
     e->out.len += k - 1;
@@ -186,7 +186,7 @@ static int put_bytes(enc *e, uint32_t number, const void *p, size_t n) {
   int rc;
   if ((rc = put_tag(e, number, WT_LEN)) || (rc = put_varint(e, n)))
     return rc;
-  return sc_buf_put(&e->out, p, n) ? nomem(e) : 0;
+  return mcp_buf_append(&e->out, p, n) ? nomem(e) : 0;
 }
 
 /* ---- numbers ------------------------------------------------------- */
@@ -540,7 +540,7 @@ static int put_scalar_value(enc *e, int type, const scalar *x) {
   case SC_BYTES:
     if (put_varint(e, x->len))
       return MCP_ERR_NOMEM;
-    return sc_buf_put(&e->out, x->data, x->len) ? nomem(e) : 0;
+    return mcp_buf_append(&e->out, x->data, x->len) ? nomem(e) : 0;
   default:
     return put_varint(e, x->bits);
   }
@@ -943,7 +943,7 @@ static int enc_timestamp(enc *e, const mcp_schema_value *v) {
 static int enc_fieldmask(enc *e, const mcp_schema_value *v) {
   if (v->kind != MCP_SCHEMA_STRING || !v->text)
     return fail(e, v, "a field mask such as \"a.b,cD\"");
-  sc_buf path = {NULL, 0, 0, &e->s->mem};
+  mcp_buf path = {NULL, 0, 0, &e->s->mem};
   int rc = 0;
   const char *p = v->text, *end = v->text + v->len;
   while (p < end && !rc) {
@@ -966,7 +966,7 @@ static int enc_fieldmask(enc *e, const mcp_schema_value *v) {
       rc = put_bytes(e, 1, path.p, path.len);
     p = c + 1;
   }
-  sc_buf_free(&path);
+  mcp_buf_free(&path);
   return rc;
 }
 
@@ -1245,11 +1245,11 @@ static int encode(const mcp_schema *s, const char *type_name, const mcp_schema_v
     *nerrs = e.nerrs;
   }
   if (rc) {
-    sc_buf_free(&e.out);
+    mcp_buf_free(&e.out);
     return rc;
   }
   if (!e.out.len) {
-    sc_buf_free(&e.out);
+    mcp_buf_free(&e.out);
     *out = NULL;
     *outlen = 0;
     return 0;

@@ -469,7 +469,7 @@ typedef struct jp {
   unsigned long line;
   unsigned depth;
   size_t nodes, bytes;
-  sc_buf tmp;
+  mcp_buf tmp;
   /* Kid lists under construction, one per level (malloc'd). */
   struct {
     const mcp_schema_value **k;
@@ -520,7 +520,7 @@ static int hex4(const char *s, unsigned *v) {
   return 1;
 }
 
-static int put_utf8(sc_buf *b, unsigned cp) {
+static int put_utf8(mcp_buf *b, unsigned cp) {
   uint8_t u[4];
   size_t n;
   if (cp < 0x80) {
@@ -542,7 +542,7 @@ static int put_utf8(sc_buf *b, unsigned cp) {
     u[3] = (uint8_t)(0x80 | (cp & 0x3F));
     n = 4;
   }
-  return sc_buf_put(b, u, n);
+  return mcp_buf_append(b, u, n);
 }
 
 /* A string at p->s (on the opening quote) into a new STRING node. */
@@ -563,7 +563,7 @@ static int jstring(jp *p, node **out) {
       const char *r = p->s;
       while (r < p->end && *r != '"' && *r != '\\' && (unsigned char)*r >= 0x20)
         r++;
-      if (sc_buf_put(&p->tmp, p->s, (size_t)(r - p->s)))
+      if (mcp_buf_append(&p->tmp, p->s, (size_t)(r - p->s)))
         return MCP_ERR_NOMEM;
       p->s = r;
       continue;
@@ -815,7 +815,7 @@ int mcp_schema_parse_json(const mcp_schema_parse_options *o, const char *text, s
       sc_free(&p.d->mem, p.lv[i].k);
     sc_free(&p.d->mem, p.lv);
   }
-  sc_buf_free(&p.tmp);
+  mcp_buf_free(&p.tmp);
   if (rc) {
     if (rc == MCP_ERR_NOMEM)
       sc_error(err, rc, 0, NULL, "out of memory");

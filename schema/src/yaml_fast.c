@@ -23,7 +23,7 @@ typedef struct yf {
   unsigned depth, max_depth;
   sc_yf_emit_fn emit;
   void *ctx;
-  sc_buf tmp; /* double-quoted scalars with escapes */
+  mcp_buf tmp; /* double-quoted scalars with escapes */
   int rc;     /* what stopped the scan: SC_YF_BAIL or the callback's code */
   int bailed; /* the scanner, not the callback, stopped it */
 } yf;
@@ -265,7 +265,7 @@ static int quoted(yf *y, tok *t) {
     return 0;
   }
   y->tmp.len = 0;
-  if (sc_buf_reserve(&y->tmp, (size_t)(q - s) + 1)) {
+  if (mcp_buf_reserve(&y->tmp, (size_t)(q - s) + 1)) {
     y->rc = MCP_ERR_NOMEM;
     return -1;
   }
@@ -614,7 +614,7 @@ int sc_yaml_fast(const mcp_mem *mem, const char *text, size_t len, unsigned max_
   y.ctx = ctx;
   y.tmp.mem = mem;
   int rc = stream(&y);
-  sc_buf_free(&y.tmp);
+  mcp_buf_free(&y.tmp);
   if (bailed)
     *bailed = rc && (!y.rc || y.bailed);
   return rc ? (y.rc ? y.rc : SC_YF_BAIL) : 0;
