@@ -13,7 +13,6 @@
 
 #include "schema_int.h"
 
-enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
 
 typedef struct enc {
   const mcp_schema *s;
@@ -228,16 +227,10 @@ static int magnitude(const char *s, size_t len, unsigned base, uint64_t *v) {
   if (!len)
     return 0;
   for (size_t i = 0; i < len; i++) {
-    char c = s[i];
-    unsigned d;
-    if (is_digit(c))
-      d = (unsigned)(c - '0');
-    else if (c >= 'a' && c <= 'f')
-      d = (unsigned)(c - 'a' + 10);
-    else if (c >= 'A' && c <= 'F')
-      d = (unsigned)(c - 'A' + 10);
-    else
+    int h = sc_hex_digit(s[i]);
+    if (h < 0)
       return 0;
+    unsigned d = (unsigned)h;
     if (d >= base || *v > (UINT64_MAX - d) / base)
       return 0;
     *v = *v * base + d;
@@ -393,25 +386,6 @@ static int int_kind_of(int type) {
   }
 }
 
-static int wire_type(int type) {
-  switch (type) {
-  case SC_DOUBLE:
-  case SC_FIXED64:
-  case SC_SFIXED64:
-    return WT_I64;
-  case SC_FLOAT:
-  case SC_FIXED32:
-  case SC_SFIXED32:
-    return WT_I32;
-  case SC_STRING:
-  case SC_BYTES:
-  case SC_MESSAGE:
-    return WT_LEN;
-  default:
-    return WT_VARINT;
-  }
-}
-
 /* A scalar value ready to write: bits for numbers, or a byte string. */
 typedef struct scalar {
   uint64_t bits;
@@ -547,7 +521,7 @@ static int put_scalar_value(enc *e, int type, const scalar *x) {
 }
 
 static int put_scalar(enc *e, const sc_field *f, const scalar *x) {
-  int rc = put_tag(e, f->number, wire_type(f->type));
+  int rc = put_tag(e, f->number, sc_wire_type(f->type));
   return rc ? rc : put_scalar_value(e, f->type, x);
 }
 

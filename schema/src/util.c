@@ -141,6 +141,37 @@ size_t sc_varint_len(uint64_t v) {
   return n;
 }
 
+int sc_wire_type(int type) {
+  switch (type) {
+  case SC_DOUBLE:
+  case SC_FIXED64:
+  case SC_SFIXED64:
+    return WT_I64;
+  case SC_FLOAT:
+  case SC_FIXED32:
+  case SC_SFIXED32:
+    return WT_I32;
+  case SC_STRING:
+  case SC_BYTES:
+  case SC_MESSAGE:
+    return WT_LEN;
+  case SC_GROUP:
+    return WT_SGROUP;
+  default:
+    return WT_VARINT;
+  }
+}
+
+int sc_hex_digit(char c) {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
+  return -1;
+}
+
 /* ---- errors --------------------------------------------------------- */
 
 int sc_error(mcp_schema_error *err, int code, unsigned long line,

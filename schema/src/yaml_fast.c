@@ -222,16 +222,6 @@ static int plain(yf *y, int flow, tok *t, int *colon) {
   return 0;
 }
 
-static int hexval(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
-  return -1;
-}
-
 /* A quoted scalar on one line, y->p on its quote. */
 static int quoted(yf *y, tok *t) {
   char qc = *y->p;
@@ -285,9 +275,9 @@ static int quoted(yf *y, tok *t) {
     const char *hit = e ? memchr(from, e, sizeof from - 1) : NULL;
     if (hit) {
       *o++ = (uint8_t)to[hit - from];
-    } else if (e == 'x' && q - r > 2 && hexval(r[1]) >= 0 && hexval(r[2]) >= 0 &&
-               hexval(r[1]) < 8) {
-      *o++ = (uint8_t)(hexval(r[1]) << 4 | hexval(r[2]));
+    } else if (e == 'x' && q - r > 2 && sc_hex_digit(r[1]) >= 0 && sc_hex_digit(r[2]) >= 0 &&
+               sc_hex_digit(r[1]) < 8) {
+      *o++ = (uint8_t)(sc_hex_digit(r[1]) << 4 | sc_hex_digit(r[2]));
       r += 2;
     } else {
       return bail(y); /* \u, \N, \/, a line break, a bad escape */
