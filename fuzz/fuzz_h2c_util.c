@@ -52,15 +52,15 @@ static void run_timeout(const char *s) {
 }
 
 static void run_percent(const char *s) {
-  mcp_h2c_buf b = {0};
+  mcp_buf b = {0};
   FZ_CHECK(mcp_h2c_percent_encode(s, &b) == 0, "encode");
-  FZ_CHECK(mcp_h2c_buf_append(&b, "", 1) == 0, "append");
+  FZ_CHECK(mcp_buf_append(&b, "", 1) == 0, "append");
   for (size_t i = 0; i + 1 < b.len; ++i) {
     FZ_CHECK(b.p[i] >= 0x20 && b.p[i] <= 0x7e, "encoded byte 0x%02x", b.p[i]);
   }
   mcp_h2c_percent_decode((char *)b.p);
   FZ_CHECK(strcmp((const char *)b.p, s) == 0, "percent round trip of '%s'", s);
-  mcp_h2c_buf_free(&b);
+  mcp_buf_free(&b);
   /* Decoding what a peer sent, in place. */
   size_t n = strlen(s);
   char *d = malloc(n + 1);

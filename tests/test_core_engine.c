@@ -1056,6 +1056,44 @@ START_TEST(test_utf8_check_is_strict_and_nul_is_the_callers_choice) {
 }
 END_TEST
 
+START_TEST(test_buf_grows_through_the_allocator_and_keeps_its_bytes_when_it_cannot) {
+  th_mem m;
+  th_mem_init(&m, 0);
+  mcp_buf b = {NULL, 0, 0, &m.mem};
+  ck_assert_int_eq(mcp_buf_append(&b, NULL, 0), 0); /* nothing: no allocation */
+  ck_assert_ptr_null(b.p);
+  ck_assert_int_eq(m.count, 0);
+  char x[300];
+  memset(x, 'x', sizeof x);
+  ck_assert_int_eq(mcp_buf_append(&b, "ab", 2), 0);
+  ck_assert_int_eq(mcp_buf_append(&b, x, sizeof x), 0);
+  ck_assert_uint_eq(b.len, 302);
+  ck_assert_uint_ge(b.cap, 302);
+  ck_assert_int_gt(m.count, 0); /* through the hook, not malloc */
+  ck_assert(memcmp(b.p, "ab", 2) == 0 && b.p[301] == 'x');
+  ck_assert_int_eq(mcp_buf_reserve(&b, b.cap - b.len), 0); /* room: no-op */
+  /* Out of memory: an error, and what it held is untouched. */
+  size_t cap = b.cap;
+  m.fail_at = m.count + 1;
+  ck_assert_int_eq(mcp_buf_append(&b, x, cap), MCP_ERR_NOMEM);
+  ck_assert_uint_eq(b.len, 302);
+  ck_assert_uint_eq(b.cap, cap);
+  ck_assert(memcmp(b.p, "ab", 2) == 0);
+  ck_assert_int_eq(mcp_buf_reserve(&b, SIZE_MAX - 10), MCP_ERR_NOMEM);
+  m.fail_at = 0;
+  mcp_buf_free(&b);
+  ck_assert_ptr_null(b.p);
+  ck_assert_uint_eq(b.len + b.cap, 0);
+  ck_assert_int_eq(m.live, 0);
+  ck_assert_ptr_eq(b.mem, &m.mem); /* usable again */
+  /* NULL mem: the C library (mcp_mem_default). */
+  mcp_buf c = {0};
+  ck_assert_int_eq(mcp_buf_append(&c, "z", 1), 0);
+  ck_assert_uint_eq(c.len, 1);
+  mcp_buf_free(&c);
+}
+END_TEST
+
 static Suite *engine_suite(void) {
   Suite *s = suite_create("core_engine");
   TCase *tc = tcase_create("watch");
@@ -1094,6 +1132,7 @@ static Suite *engine_suite(void) {
   tcase_add_test(tc, test_service_defs_check_is_one_rule_for_every_transport);
   tcase_add_test(tc, test_wire_varint_reads_ten_bytes_and_refuses_bits_beyond_64);
   tcase_add_test(tc, test_utf8_check_is_strict_and_nul_is_the_callers_choice);
+  tcase_add_test(tc, test_buf_grows_through_the_allocator_and_keeps_its_bytes_when_it_cannot);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -35,9 +35,9 @@ START_TEST(timeout_units) {
 END_TEST
 
 START_TEST(percent_encoding) {
-  mcp_h2c_buf b = {0};
+  mcp_buf b = {0};
   ck_assert_int_eq(mcp_h2c_percent_encode("a b%c\n\xc3\xa9", &b), 0);
-  mcp_h2c_buf_append(&b, "", 1);
+  mcp_buf_append(&b, "", 1);
   ck_assert_str_eq((char *)b.p, "a b%25c%0A%C3%A9");
   char s[64];
   strcpy(s, (char *)b.p);
@@ -46,7 +46,7 @@ START_TEST(percent_encoding) {
   strcpy(s, "bad %zz and %4");
   mcp_h2c_percent_decode(s);
   ck_assert_str_eq(s, "bad %zz and %4");
-  mcp_h2c_buf_free(&b);
+  mcp_buf_free(&b);
 }
 END_TEST
 

@@ -15,6 +15,7 @@
 #include "ops/buf.h"
 #include "ops/metrics.h"
 #include "ops/ops.h"
+#include "util/grow.h"
 
 static char *render(ops_metrics *m) {
   ops_buf b;
@@ -527,6 +528,54 @@ START_TEST(test_json_string_is_what_jansson_writes) {
 }
 END_TEST
 
+/* ops_buf grows through the engine's buffer and keeps its own rules: the
+ * NUL after the content, the limit, the sticky failure. */
+START_TEST(test_ops_buf_grows_and_keeps_its_limit_and_sticky_failure) {
+  ops_buf b;
+  ops_buf_init(&b);
+  for (int i = 0; i < 1000; i++)
+    ck_assert_int_eq(ops_buf_printf(&b, "%03d,", i % 1000), 0);
+  ck_assert_uint_eq(b.len, 4000);
+  ck_assert_uint_gt(b.cap, b.len); /* room for the NUL */
+  ck_assert_int_eq(b.p[b.len], '\0');
+  ck_assert(strncmp(b.p + 3996, "999,", 4) == 0);
+  ops_buf_reset(&b);
+  b.max = 10;
+  ck_assert_int_eq(ops_buf_str(&b, "0123456789"), 0);
+  ck_assert_int_eq(ops_buf_str(&b, "x"), -1); /* over the limit */
+  ck_assert_int_eq(b.failed, 1);
+  ck_assert_int_eq(ops_buf_str(&b, ""), -1); /* sticky */
+  ck_assert_str_eq(ops_buf_cstr(&b), "0123456789"); /* kept what it had */
+  ops_buf_free(&b);
+}
+END_TEST
+
+/* tool_grow(): the array keeps its elements, has room for element n, and
+ * its capacity at least doubles (and starts at |first| or more). */
+START_TEST(test_tool_grow_keeps_the_array_and_makes_room) {
+  size_t n = 0, cap = 0;
+  long *v = NULL;
+  for (long i = 0; i < 5000; i++) {
+    size_t before = cap;
+    long *g = tool_grow(v, n, &cap, sizeof *v, 16);
+    ck_assert_ptr_nonnull(g);
+    ck_assert_uint_gt(cap, n);
+    if (before == 0)
+      ck_assert_uint_ge(cap, 16);
+    else if (cap != before)
+      ck_assert_uint_ge(cap, 2 * before);
+    v = g;
+    v[n++] = i;
+  }
+  for (long i = 0; i < 5000; i++)
+    ck_assert_int_eq(v[i], i);
+  free(v);
+  size_t big = SIZE_MAX / 8;
+  ck_assert_ptr_null(tool_grow(NULL, big, &big, 8, 1)); /* too large */
+  ck_assert_uint_eq(big, SIZE_MAX / 8);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("ops_metrics");
   TCase *t = tcase_create("registry");
@@ -540,6 +589,8 @@ int main(void) {
   tcase_add_test(t, test_overflow_series);
   tcase_add_test(t, test_number_format);
   tcase_add_test(t, test_concurrent_updates);
+  tcase_add_test(t, test_ops_buf_grows_and_keeps_its_limit_and_sticky_failure);
+  tcase_add_test(t, test_tool_grow_keeps_the_array_and_makes_room);
   suite_add_tcase(s, t);
   TCase *o = tcase_create("ops");
   tcase_add_test(o, test_source_events);

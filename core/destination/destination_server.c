@@ -185,6 +185,7 @@ int mcp_dest_server_open(mcp_dest_server *srv, mcp_tstamp ts,
     return MCP_ERR_NOMEM;
   }
   s->srv = srv;
+  s->names.mem = s->removed.mem = m;
   s->state = S_WAIT;
   srv->st.active++; /* del() counts it down, also when this fails */
   if (!(s->path = mcp_mem_strdup(m, "")) ||
@@ -567,7 +568,6 @@ static int collect(const mcp_item *it, void *ud) {
   if (!s->collect) {
     return 0;
   }
-  const mcp_mem *m = &s->srv->mem;
   if (it->removed) {
     mcp_dest_addr a;
     if (mcp_dest_addr_parse(&a, it->name) != 0) {
@@ -576,7 +576,7 @@ static int collect(const mcp_item *it, void *ud) {
     }
     uint8_t tcp[MCP_DEST_TCP_MAX];
     size_t n = mcp__dest_tcp_encode(&a, tcp, sizeof(tcp));
-    if (mcp_buf_reserve(&s->removed, m, n + 2) != 0) {
+    if (mcp_buf_reserve(&s->removed, n + 2) != 0) {
       return MCP_ERR_NOMEM;
     }
     uint8_t *p = s->removed.p + s->removed.len;
@@ -590,11 +590,9 @@ static int collect(const mcp_item *it, void *ud) {
     return 0;
   }
   size_t n = strlen(it->name) + 1;
-  if (mcp_buf_reserve(&s->names, m, n) != 0) {
+  if (mcp_buf_append(&s->names, it->name, n) != 0) {
     return MCP_ERR_NOMEM;
   }
-  memcpy(s->names.p + s->names.len, it->name, n);
-  s->names.len += n;
   s->nnames++;
   s->names_inner += mcp_wire_len_field_size(it->body_len);
   return 0;
@@ -756,8 +754,8 @@ static void sess_del(void *sess) {
   mcp_msg_free(s->pending);
   mcp_watch_del(s->w);
   mcp_msg_builder_del(s->b);
-  mcp_buf_free(&s->names, m);
-  mcp_buf_free(&s->removed, m);
+  mcp_buf_free(&s->names);
+  mcp_buf_free(&s->removed);
   mcp_mem_free(m, s->labels);
   mcp_mem_free(m, s->coll);
   mcp_mem_free(m, s->path);

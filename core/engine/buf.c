@@ -1,7 +1,11 @@
 /* Growable buffers, shared refcounted bytes and outgoing messages. */
 #include "engine_int.h"
 
-int mcp_buf_reserve(mcp_buf *b, const mcp_mem *m, size_t extra) {
+static const mcp_mem *buf_mem(const mcp_buf *b) {
+  return b->mem ? b->mem : mcp_mem_default();
+}
+
+int mcp_buf_reserve(mcp_buf *b, size_t extra) {
   if (b->cap - b->len >= extra) {
     return 0;
   }
@@ -12,7 +16,7 @@ int mcp_buf_reserve(mcp_buf *b, const mcp_mem *m, size_t extra) {
   while (cap - b->len < extra) {
     cap *= 2;
   }
-  uint8_t *p = mcp_mem_realloc(m, b->p, cap);
+  uint8_t *p = mcp_mem_realloc(buf_mem(b), b->p, cap);
   if (!p) {
     return MCP_ERR_NOMEM;
   }
@@ -21,8 +25,20 @@ int mcp_buf_reserve(mcp_buf *b, const mcp_mem *m, size_t extra) {
   return 0;
 }
 
-void mcp_buf_free(mcp_buf *b, const mcp_mem *m) {
-  mcp_mem_free(m, b->p);
+int mcp_buf_append(mcp_buf *b, const void *p, size_t n) {
+  if (n == 0) {
+    return 0;
+  }
+  if (mcp_buf_reserve(b, n) != 0) {
+    return MCP_ERR_NOMEM;
+  }
+  memcpy(b->p + b->len, p, n);
+  b->len += n;
+  return 0;
+}
+
+void mcp_buf_free(mcp_buf *b) {
+  mcp_mem_free(buf_mem(b), b->p);
   b->p = NULL;
   b->len = b->cap = 0;
 }
@@ -89,6 +105,7 @@ void mcp_msg_free(mcp_msg *msg) {
 void mcp__msgb_init(mcp_msgb *b, const mcp_mem *m) {
   b->mem = m;
   b->own.p = b->inl_own;
+  b->own.mem = m; /* unused: the builder grows its own buffer (inline first) */
   b->own.len = 0;
   b->own.cap = sizeof(b->inl_own);
   b->pieces = b->inl_pieces;

@@ -42,6 +42,7 @@ int mcp_watch_new(mcp_watch **pw, const mcp_store *store,
     return MCP_ERR_NOMEM;
   }
   w->mem = m;
+  w->type_url.mem = &w->mem;
   w->store = store;
   if (!(w->collection = mcp_mem_strdup(&m, collection))) {
     mcp_mem_free(&m, w);
@@ -60,7 +61,7 @@ void mcp_watch_del(mcp_watch *w) {
     return;
   }
   mcp_mem m = w->mem;
-  mcp_buf_free(&w->type_url, &m);
+  mcp_buf_free(&w->type_url);
   mcp_mem_free(&m, w->collection);
   mcp_mem_free(&m, w);
 }
@@ -196,7 +197,7 @@ static int entry_item(mcp_watch *w, const mcp_entry *e, mcp_item *it) {
   size_t tlen;
   mcp__entry_body(e, &tp, &tlen, &it->body, &it->body_len);
   w->type_url.len = 0;
-  if (mcp_buf_reserve(&w->type_url, &w->mem, tlen + 1) != 0) {
+  if (mcp_buf_reserve(&w->type_url, tlen + 1) != 0) {
     return MCP_ERR_NOMEM;
   }
   memcpy(w->type_url.p, tp, tlen);

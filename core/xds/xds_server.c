@@ -231,6 +231,7 @@ int mcp_xds_server_open(mcp_xds_server *srv, int delta,
     return MCP_ERR_NOMEM;
   }
   s->srv = srv;
+  s->scratch.mem = m;
   s->delta = delta != 0;
   srv->st.active++; /* del() counts it down, also when this fails */
   if (mcp_msg_builder_new(&s->b, m) != 0) {
@@ -339,7 +340,7 @@ static int is_star(const xds_str *n) { return n->n == 1 && n->p[0] == '*'; }
 static const char *xname(xsess *s, const char *store_name) {
   size_t n = mcp__xds_name(store_name, NULL, 0);
   s->scratch.len = 0;
-  if (mcp_buf_reserve(&s->scratch, &s->srv->mem, n + 1) != 0) {
+  if (mcp_buf_reserve(&s->scratch, n + 1) != 0) {
     return NULL;
   }
   mcp__xds_name(store_name, (char *)s->scratch.p, n + 1);
@@ -776,7 +777,7 @@ static int mesh_min_fn(const mcp_item *it, void *ud) {
   }
   size_t n = strlen(it->name) + 1;
   s->scratch.len = 0;
-  if (mcp_buf_reserve(&s->scratch, &s->srv->mem, n) != 0) {
+  if (mcp_buf_reserve(&s->scratch, n) != 0) {
     return MCP_ERR_NOMEM;
   }
   memcpy(s->scratch.p, it->name, n);
@@ -966,7 +967,7 @@ static void sess_del(void *sess) {
   mcp_map_free(&s->by_url, m);
   mcp__xds_node_free(m, s->node_id, s->meta, s->nmeta);
   mcp_msg_builder_del(s->b);
-  mcp_buf_free(&s->scratch, m);
+  mcp_buf_free(&s->scratch);
   s->srv->st.active--;
   mcp_mem_free(m, s);
 }

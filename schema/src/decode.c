@@ -10,7 +10,6 @@
 
 #include "schema_int.h"
 
-enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_SGROUP = 3, WT_EGROUP = 4, WT_I32 = 5 };
 
 typedef struct dec {
   const mcp_schema *s;
@@ -18,7 +17,7 @@ typedef struct dec {
   unsigned flags;
   unsigned depth;
   unsigned indent;
-  sc_buf out;
+  mcp_buf out;
   char path[MCP_SCHEMA_PATH_MAX];
   size_t plen;
 } dec;
@@ -64,27 +63,6 @@ static int rd_fixed(const uint8_t **p, const uint8_t *end, unsigned n, uint64_t 
   *p += n;
   *v = r;
   return 0;
-}
-
-static int expected_wt(int type) {
-  switch (type) {
-  case SC_DOUBLE:
-  case SC_FIXED64:
-  case SC_SFIXED64:
-    return WT_I64;
-  case SC_FLOAT:
-  case SC_FIXED32:
-  case SC_SFIXED32:
-    return WT_I32;
-  case SC_STRING:
-  case SC_BYTES:
-  case SC_MESSAGE:
-    return WT_LEN;
-  case SC_GROUP:
-    return WT_SGROUP;
-  default:
-    return WT_VARINT;
-  }
 }
 
 static int cmp_occ(const void *a, const void *b) {
@@ -155,7 +133,7 @@ static int scan(dec *d, const sc_msg *m, const uint8_t *p, size_t len, occ **poc
       }
       continue;
     }
-    int want = expected_wt(f->type);
+    int want = sc_wire_type(f->type);
     int packed_ok = f->repeated && want != WT_LEN && want != WT_SGROUP && wt == WT_LEN;
     if (wt != want && !packed_ok) {
       rc = BAD(d, "field %s has wire type %d, expected %d", f->name, wt, want);
@@ -192,13 +170,13 @@ static int scan(dec *d, const sc_msg *m, const uint8_t *p, size_t len, occ **poc
 
 /* ---- JSON writing --------------------------------------------------- */
 
-static int w(dec *d, const char *s, size_t n) { return sc_buf_put(&d->out, s, n) ? nomem(d) : 0; }
+static int w(dec *d, const char *s, size_t n) { return mcp_buf_append(&d->out, s, n) ? nomem(d) : 0; }
 static int ws(dec *d, const char *s) { return w(d, s, strlen(s)); }
 
 static int newline(dec *d) {
   if (!(d->flags & MCP_SCHEMA_JSON_PRETTY))
     return 0;
-  if (sc_buf_reserve(&d->out, 1 + 2 * (size_t)d->indent))
+  if (mcp_buf_reserve(&d->out, 1 + 2 * (size_t)d->indent))
     return nomem(d);
   d->out.p[d->out.len++] = '\n';
   memset(d->out.p + d->out.len, ' ', 2 * (size_t)d->indent);
@@ -229,7 +207,7 @@ static int close_c(dec *d, char c, int first) {
 static int wstring(dec *d, const uint8_t *s, size_t n) {
   if (n && !mcp_utf8_valid(s, n, 1))
     return BAD(d, "a string that is not valid UTF-8");
-  if (sc_buf_reserve(&d->out, n + 2))
+  if (mcp_buf_reserve(&d->out, n + 2))
     return nomem(d);
   d->out.p[d->out.len++] = '"';
   size_t i = 0;
@@ -237,7 +215,7 @@ static int wstring(dec *d, const uint8_t *s, size_t n) {
     size_t r = i;
     while (r < n && s[r] >= 0x20 && s[r] != '"' && s[r] != '\\')
       r++;
-    if (sc_buf_put(&d->out, s + i, r - i))
+    if (mcp_buf_append(&d->out, s + i, r - i))
       return nomem(d);
     if (r == n)
       break;
@@ -404,7 +382,7 @@ typedef int (*value_fn)(dec *d, const sc_field *f, uint64_t v, const uint8_t *da
                         size_t len, void *ctx);
 
 static int each_value(dec *d, const occ *o, value_fn fn, void *ctx) {
-  int want = expected_wt(o->f->type);
+  int want = sc_wire_type(o->f->type);
   if (o->wt == want)
     return fn(d, o->f, o->v, o->data, o->len, ctx);
   /* Packed. */
@@ -532,7 +510,7 @@ static int wmap(dec *d, const sc_field *f, const occ *o, size_t i, size_t j,
       break;
     for (size_t q = 0; q < en; q++) {
       if (eo[q].f == kf) {
-        if (eo[q].wt != expected_wt(kf->type)) {
+        if (eo[q].wt != sc_wire_type(kf->type)) {
           rc = BAD(d, "a packed map key");
           break;
         }
@@ -699,9 +677,9 @@ static int members(dec *d, const sc_msg *m, const uint8_t *p, size_t len, int *f
       /* Singular scalar: the last value wins (a packed one too). */
       const occ *l = &o[j - 1];
       uint64_t v = l->v;
-      if (l->wt != expected_wt(f->type)) {
+      if (l->wt != sc_wire_type(f->type)) {
         const uint8_t *q = l->data, *end = l->data + l->len;
-        int want = expected_wt(f->type);
+        int want = sc_wire_type(f->type);
         if (q == end)
           rc = BAD(d, "field %s: an empty packed value", f->name);
         while (!rc && q < end)
@@ -814,11 +792,11 @@ int mcp_schema_base64(const mcp_schema *s, const uint8_t *p, size_t n, char **ou
                       size_t *out_len) {
   if (!s || (!p && n) || !out)
     return MCP_ERR_INVALID_ARGUMENT;
-  sc_buf b;
+  mcp_buf b;
   memset(&b, 0, sizeof b);
   b.mem = &s->mem;
   if ((n && sc_base64_encode(&b, p, n)) || sc_buf_putc(&b, '\0')) {
-    sc_buf_free(&b);
+    mcp_buf_free(&b);
     return MCP_ERR_NOMEM;
   }
   *out = (char *)b.p;
@@ -977,7 +955,7 @@ static int wwrapper(dec *d, const sc_msg *m, const uint8_t *p, size_t len) {
       l = &o[k];
   if (!f)
     rc = BAD(d, "%s has no field 1", m->full_name);
-  else if (l && l->wt != expected_wt(f->type))
+  else if (l && l->wt != sc_wire_type(f->type))
     rc = BAD(d, "a packed wrapper value");
   else
     rc = wscalar(d, f, l ? l->v : 0, l ? l->data : (const uint8_t *)"", l ? l->len : 0);
@@ -1061,7 +1039,7 @@ int mcp_schema_to_json(const mcp_schema *s, const char *type_name, const uint8_t
   if (!rc && sc_buf_putc(&d.out, '\0'))
     rc = nomem(&d);
   if (rc) {
-    sc_buf_free(&d.out);
+    mcp_buf_free(&d.out);
     return rc;
   }
   *json = (char *)d.out.p;

@@ -13,7 +13,6 @@
 
 #include "schema_int.h"
 
-enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
 
 typedef struct enc {
   const mcp_schema *s;
@@ -21,7 +20,7 @@ typedef struct enc {
   unsigned flags;
   unsigned depth;
   int oom; /* an open_len() failed */
-  sc_buf out;
+  mcp_buf out;
   char path[MCP_SCHEMA_PATH_MAX];
   size_t plen;
   /* mcp_schema_encode_all(): a mismatch is kept in errs (the first
@@ -146,7 +145,7 @@ static int put_le(enc *e, uint64_t v, unsigned n) {
   uint8_t b[8];
   for (unsigned i = 0; i < n; i++)
     b[i] = (uint8_t)(v >> (8 * i));
-  return sc_buf_put(&e->out, b, n) ? nomem(e) : 0;
+  return mcp_buf_append(&e->out, b, n) ? nomem(e) : 0;
 }
 
 /* Length-delimited parts: open_len() leaves one byte for the length and
@@ -167,7 +166,7 @@ static int close_len(enc *e, size_t start) {
     return MCP_ERR_NOMEM;
   size_t n = e->out.len - start, k = sc_varint_len(n);
   if (k > 1) {
-    if (sc_buf_reserve(&e->out, k - 1))
+    if (mcp_buf_reserve(&e->out, k - 1))
       return nomem(e);
     memmove(e->out.p + start + k - 1, e->out.p + start, n);
     e->out.len += k - 1;
@@ -186,7 +185,7 @@ static int put_bytes(enc *e, uint32_t number, const void *p, size_t n) {
   int rc;
   if ((rc = put_tag(e, number, WT_LEN)) || (rc = put_varint(e, n)))
     return rc;
-  return sc_buf_put(&e->out, p, n) ? nomem(e) : 0;
+  return mcp_buf_append(&e->out, p, n) ? nomem(e) : 0;
 }
 
 /* ---- numbers ------------------------------------------------------- */
@@ -228,16 +227,10 @@ static int magnitude(const char *s, size_t len, unsigned base, uint64_t *v) {
   if (!len)
     return 0;
   for (size_t i = 0; i < len; i++) {
-    char c = s[i];
-    unsigned d;
-    if (is_digit(c))
-      d = (unsigned)(c - '0');
-    else if (c >= 'a' && c <= 'f')
-      d = (unsigned)(c - 'a' + 10);
-    else if (c >= 'A' && c <= 'F')
-      d = (unsigned)(c - 'A' + 10);
-    else
+    int h = sc_hex_digit(s[i]);
+    if (h < 0)
       return 0;
+    unsigned d = (unsigned)h;
     if (d >= base || *v > (UINT64_MAX - d) / base)
       return 0;
     *v = *v * base + d;
@@ -393,25 +386,6 @@ static int int_kind_of(int type) {
   }
 }
 
-static int wire_type(int type) {
-  switch (type) {
-  case SC_DOUBLE:
-  case SC_FIXED64:
-  case SC_SFIXED64:
-    return WT_I64;
-  case SC_FLOAT:
-  case SC_FIXED32:
-  case SC_SFIXED32:
-    return WT_I32;
-  case SC_STRING:
-  case SC_BYTES:
-  case SC_MESSAGE:
-    return WT_LEN;
-  default:
-    return WT_VARINT;
-  }
-}
-
 /* A scalar value ready to write: bits for numbers, or a byte string. */
 typedef struct scalar {
   uint64_t bits;
@@ -540,14 +514,14 @@ static int put_scalar_value(enc *e, int type, const scalar *x) {
   case SC_BYTES:
     if (put_varint(e, x->len))
       return MCP_ERR_NOMEM;
-    return sc_buf_put(&e->out, x->data, x->len) ? nomem(e) : 0;
+    return mcp_buf_append(&e->out, x->data, x->len) ? nomem(e) : 0;
   default:
     return put_varint(e, x->bits);
   }
 }
 
 static int put_scalar(enc *e, const sc_field *f, const scalar *x) {
-  int rc = put_tag(e, f->number, wire_type(f->type));
+  int rc = put_tag(e, f->number, sc_wire_type(f->type));
   return rc ? rc : put_scalar_value(e, f->type, x);
 }
 
@@ -943,7 +917,7 @@ static int enc_timestamp(enc *e, const mcp_schema_value *v) {
 static int enc_fieldmask(enc *e, const mcp_schema_value *v) {
   if (v->kind != MCP_SCHEMA_STRING || !v->text)
     return fail(e, v, "a field mask such as \"a.b,cD\"");
-  sc_buf path = {NULL, 0, 0, &e->s->mem};
+  mcp_buf path = {NULL, 0, 0, &e->s->mem};
   int rc = 0;
   const char *p = v->text, *end = v->text + v->len;
   while (p < end && !rc) {
@@ -966,7 +940,7 @@ static int enc_fieldmask(enc *e, const mcp_schema_value *v) {
       rc = put_bytes(e, 1, path.p, path.len);
     p = c + 1;
   }
-  sc_buf_free(&path);
+  mcp_buf_free(&path);
   return rc;
 }
 
@@ -1245,11 +1219,11 @@ static int encode(const mcp_schema *s, const char *type_name, const mcp_schema_v
     *nerrs = e.nerrs;
   }
   if (rc) {
-    sc_buf_free(&e.out);
+    mcp_buf_free(&e.out);
     return rc;
   }
   if (!e.out.len) {
-    sc_buf_free(&e.out);
+    mcp_buf_free(&e.out);
     *out = NULL;
     *outlen = 0;
     return 0;

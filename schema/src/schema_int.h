@@ -29,23 +29,23 @@ void *sc_arena_alloc(sc_arena *a, size_t n);
 char *sc_arena_strndup(sc_arena *a, const char *s, size_t n);
 void sc_arena_free(sc_arena *a);
 
-/* A growing byte buffer. */
-typedef struct sc_buf {
-  uint8_t *p;
-  size_t len, cap;
-  const mcp_mem *mem;
-} sc_buf;
-int sc_buf_reserve(sc_buf *b, size_t extra);
-int sc_buf_put(sc_buf *b, const void *d, size_t n);
-int sc_buf_putc(sc_buf *b, uint8_t c);
-int sc_buf_varint(sc_buf *b, uint64_t v);
-int sc_buf_printf(sc_buf *b, const char *fmt, ...)
+/* Appends to the engine's growable buffer (mcp_buf, engine.h); 0 or
+ * MCP_ERR_NOMEM. */
+int sc_buf_putc(mcp_buf *b, uint8_t c);
+int sc_buf_varint(mcp_buf *b, uint64_t v);
+int sc_buf_printf(mcp_buf *b, const char *fmt, ...)
 #if defined(__GNUC__) || defined(__clang__)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
-void sc_buf_free(sc_buf *b);
 size_t sc_varint_len(uint64_t v);
+
+/* Protobuf wire types, and the one a field of |type| (SC_*) is written
+ * with (groups: WT_SGROUP; the encoder refuses them before asking). */
+enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_SGROUP = 3, WT_EGROUP = 4, WT_I32 = 5 };
+int sc_wire_type(int type);
+/* The value of a hexadecimal digit (either case), or -1. */
+int sc_hex_digit(char c);
 
 /* ---- errors -------------------------------------------------------- */
 
@@ -140,7 +140,7 @@ const sc_enum_value *sc_enum_by_number(const sc_enum *e, int32_t number);
 /* Base64 (standard and URL-safe alphabets, padding optional) into |out|
  * (at least len*3/4+3 bytes). Returns the length or -1. */
 long sc_base64_decode(const char *in, size_t len, uint8_t *out);
-int sc_base64_encode(sc_buf *b, const uint8_t *in, size_t len);
+int sc_base64_encode(mcp_buf *b, const uint8_t *in, size_t len);
 
 /* Days from 1970-01-01 of a proleptic Gregorian date, and back. */
 int64_t sc_days_from_civil(int64_t y, unsigned m, unsigned d);

@@ -422,15 +422,26 @@ static int y_event(void *ctx, const mcp_schema_yaml_event *ev) {
   }
 }
 
-int sc_parse_yaml(const mcp_schema_parse_options *o, const char *text, size_t len,
-                  mcp_schema_docs **pdocs, mcp_schema_error *err, int mode) {
-  mcp_schema_parse_options def;
-  if (!o) {
-    mcp_schema_parse_options_default(&def);
-    o = &def;
+/* What both parsers check first: |*o| (the defaults, in |def|, for NULL),
+ * |pdocs| and |text|. 0 or MCP_ERR_INVALID_ARGUMENT (in |err|). */
+static int parse_args(const mcp_schema_parse_options **o, mcp_schema_parse_options *def,
+                      mcp_schema_docs **pdocs, const char *text, size_t len,
+                      mcp_schema_error *err) {
+  if (!*o) {
+    mcp_schema_parse_options_default(def);
+    *o = def;
   }
   if (!pdocs || (!text && len))
     return sc_error(err, MCP_ERR_INVALID_ARGUMENT, 0, NULL, "invalid argument");
+  return 0;
+}
+
+int sc_parse_yaml(const mcp_schema_parse_options *o, const char *text, size_t len,
+                  mcp_schema_docs **pdocs, mcp_schema_error *err, int mode) {
+  mcp_schema_parse_options def;
+  int arc = parse_args(&o, &def, pdocs, text, len, err);
+  if (arc)
+    return arc;
   yb b;
   mcp_schema_error syn;
   int rc = yb_init(&b, o, err);
@@ -469,7 +480,7 @@ typedef struct jp {
   unsigned long line;
   unsigned depth;
   size_t nodes, bytes;
-  sc_buf tmp;
+  mcp_buf tmp;
   /* Kid lists under construction, one per level (malloc'd). */
   struct {
     const mcp_schema_value **k;
@@ -505,22 +516,15 @@ static int jbudget(jp *p, size_t bytes) {
 static int hex4(const char *s, unsigned *v) {
   *v = 0;
   for (int i = 0; i < 4; i++) {
-    char c = s[i];
-    unsigned d;
-    if (dig(c))
-      d = (unsigned)(c - '0');
-    else if (c >= 'a' && c <= 'f')
-      d = (unsigned)(c - 'a' + 10);
-    else if (c >= 'A' && c <= 'F')
-      d = (unsigned)(c - 'A' + 10);
-    else
+    int d = sc_hex_digit(s[i]);
+    if (d < 0)
       return 0;
-    *v = *v << 4 | d;
+    *v = *v << 4 | (unsigned)d;
   }
   return 1;
 }
 
-static int put_utf8(sc_buf *b, unsigned cp) {
+static int put_utf8(mcp_buf *b, unsigned cp) {
   uint8_t u[4];
   size_t n;
   if (cp < 0x80) {
@@ -542,7 +546,7 @@ static int put_utf8(sc_buf *b, unsigned cp) {
     u[3] = (uint8_t)(0x80 | (cp & 0x3F));
     n = 4;
   }
-  return sc_buf_put(b, u, n);
+  return mcp_buf_append(b, u, n);
 }
 
 /* A string at p->s (on the opening quote) into a new STRING node. */
@@ -563,7 +567,7 @@ static int jstring(jp *p, node **out) {
       const char *r = p->s;
       while (r < p->end && *r != '"' && *r != '\\' && (unsigned char)*r >= 0x20)
         r++;
-      if (sc_buf_put(&p->tmp, p->s, (size_t)(r - p->s)))
+      if (mcp_buf_append(&p->tmp, p->s, (size_t)(r - p->s)))
         return MCP_ERR_NOMEM;
       p->s = r;
       continue;
@@ -777,12 +781,9 @@ static int jvalue(jp *p, node **out) {
 int mcp_schema_parse_json(const mcp_schema_parse_options *o, const char *text, size_t len,
                           mcp_schema_docs **pdocs, mcp_schema_error *err) {
   mcp_schema_parse_options def;
-  if (!o) {
-    mcp_schema_parse_options_default(&def);
-    o = &def;
-  }
-  if (!pdocs || (!text && len))
-    return sc_error(err, MCP_ERR_INVALID_ARGUMENT, 0, NULL, "invalid argument");
+  int arc = parse_args(&o, &def, pdocs, text, len, err);
+  if (arc)
+    return arc;
   jp p;
   memset(&p, 0, sizeof p);
   p.o = o;
@@ -815,7 +816,7 @@ int mcp_schema_parse_json(const mcp_schema_parse_options *o, const char *text, s
       sc_free(&p.d->mem, p.lv[i].k);
     sc_free(&p.d->mem, p.lv);
   }
-  sc_buf_free(&p.tmp);
+  mcp_buf_free(&p.tmp);
   if (rc) {
     if (rc == MCP_ERR_NOMEM)
       sc_error(err, rc, 0, NULL, "out of memory");

@@ -103,41 +103,15 @@ void sc_arena_free(sc_arena *a) {
 
 /* ---- buffer --------------------------------------------------------- */
 
-int sc_buf_reserve(sc_buf *b, size_t extra) {
-  if (b->cap - b->len >= extra)
-    return 0;
-  if (extra > SIZE_MAX / 2 - b->len)
-    return MCP_ERR_NOMEM;
-  size_t cap = b->cap ? b->cap : 256;
-  while (cap - b->len < extra)
-    cap *= 2;
-  uint8_t *p = sc_realloc(b->mem, b->p, cap);
-  if (!p)
-    return MCP_ERR_NOMEM;
-  b->p = p;
-  b->cap = cap;
-  return 0;
-}
-
-int sc_buf_put(sc_buf *b, const void *d, size_t n) {
-  if (!n)
-    return 0;
-  if (sc_buf_reserve(b, n))
-    return MCP_ERR_NOMEM;
-  memcpy(b->p + b->len, d, n);
-  b->len += n;
-  return 0;
-}
-
-int sc_buf_putc(sc_buf *b, uint8_t c) {
-  if (b->len == b->cap && sc_buf_reserve(b, 1))
+int sc_buf_putc(mcp_buf *b, uint8_t c) {
+  if (b->len == b->cap && mcp_buf_reserve(b, 1))
     return MCP_ERR_NOMEM;
   b->p[b->len++] = c;
   return 0;
 }
 
-int sc_buf_varint(sc_buf *b, uint64_t v) {
-  if (sc_buf_reserve(b, 10))
+int sc_buf_varint(mcp_buf *b, uint64_t v) {
+  if (mcp_buf_reserve(b, 10))
     return MCP_ERR_NOMEM;
   while (v >= 0x80) {
     b->p[b->len++] = (uint8_t)(v | 0x80);
@@ -147,7 +121,7 @@ int sc_buf_varint(sc_buf *b, uint64_t v) {
   return 0;
 }
 
-int sc_buf_printf(sc_buf *b, const char *fmt, ...) {
+int sc_buf_printf(mcp_buf *b, const char *fmt, ...) {
   char tmp[64];
   va_list ap;
   va_start(ap, fmt);
@@ -155,13 +129,7 @@ int sc_buf_printf(sc_buf *b, const char *fmt, ...) {
   va_end(ap);
   if (n < 0 || (size_t)n >= sizeof tmp)
     return MCP_ERR_INVALID_ARGUMENT; /* only short numbers go through here */
-  return sc_buf_put(b, tmp, (size_t)n);
-}
-
-void sc_buf_free(sc_buf *b) {
-  sc_free(b->mem, b->p);
-  b->p = NULL;
-  b->len = b->cap = 0;
+  return mcp_buf_append(b, tmp, (size_t)n);
 }
 
 size_t sc_varint_len(uint64_t v) {
@@ -171,6 +139,37 @@ size_t sc_varint_len(uint64_t v) {
     n++;
   }
   return n;
+}
+
+int sc_wire_type(int type) {
+  switch (type) {
+  case SC_DOUBLE:
+  case SC_FIXED64:
+  case SC_SFIXED64:
+    return WT_I64;
+  case SC_FLOAT:
+  case SC_FIXED32:
+  case SC_SFIXED32:
+    return WT_I32;
+  case SC_STRING:
+  case SC_BYTES:
+  case SC_MESSAGE:
+    return WT_LEN;
+  case SC_GROUP:
+    return WT_SGROUP;
+  default:
+    return WT_VARINT;
+  }
+}
+
+int sc_hex_digit(char c) {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  if (c >= 'a' && c <= 'f')
+    return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F')
+    return c - 'A' + 10;
+  return -1;
 }
 
 /* ---- errors --------------------------------------------------------- */
@@ -252,10 +251,10 @@ long sc_base64_decode(const char *in, size_t len, uint8_t *out) {
   return n;
 }
 
-int sc_base64_encode(sc_buf *b, const uint8_t *in, size_t len) {
+int sc_base64_encode(mcp_buf *b, const uint8_t *in, size_t len) {
   static const char tab[] =
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  if (sc_buf_reserve(b, (len + 2) / 3 * 4))
+  if (mcp_buf_reserve(b, (len + 2) / 3 * 4))
     return MCP_ERR_NOMEM;
   size_t i = 0;
   for (; i + 3 <= len; i += 3) {

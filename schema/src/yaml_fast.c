@@ -23,7 +23,7 @@ typedef struct yf {
   unsigned depth, max_depth;
   sc_yf_emit_fn emit;
   void *ctx;
-  sc_buf tmp; /* double-quoted scalars with escapes */
+  mcp_buf tmp; /* double-quoted scalars with escapes */
   int rc;     /* what stopped the scan: SC_YF_BAIL or the callback's code */
   int bailed; /* the scanner, not the callback, stopped it */
 } yf;
@@ -222,16 +222,6 @@ static int plain(yf *y, int flow, tok *t, int *colon) {
   return 0;
 }
 
-static int hexval(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
-  return -1;
-}
-
 /* A quoted scalar on one line, y->p on its quote. */
 static int quoted(yf *y, tok *t) {
   char qc = *y->p;
@@ -265,7 +255,7 @@ static int quoted(yf *y, tok *t) {
     return 0;
   }
   y->tmp.len = 0;
-  if (sc_buf_reserve(&y->tmp, (size_t)(q - s) + 1)) {
+  if (mcp_buf_reserve(&y->tmp, (size_t)(q - s) + 1)) {
     y->rc = MCP_ERR_NOMEM;
     return -1;
   }
@@ -285,9 +275,9 @@ static int quoted(yf *y, tok *t) {
     const char *hit = e ? memchr(from, e, sizeof from - 1) : NULL;
     if (hit) {
       *o++ = (uint8_t)to[hit - from];
-    } else if (e == 'x' && q - r > 2 && hexval(r[1]) >= 0 && hexval(r[2]) >= 0 &&
-               hexval(r[1]) < 8) {
-      *o++ = (uint8_t)(hexval(r[1]) << 4 | hexval(r[2]));
+    } else if (e == 'x' && q - r > 2 && sc_hex_digit(r[1]) >= 0 && sc_hex_digit(r[2]) >= 0 &&
+               sc_hex_digit(r[1]) < 8) {
+      *o++ = (uint8_t)(sc_hex_digit(r[1]) << 4 | sc_hex_digit(r[2]));
       r += 2;
     } else {
       return bail(y); /* \u, \N, \/, a line break, a bad escape */
@@ -614,7 +604,7 @@ int sc_yaml_fast(const mcp_mem *mem, const char *text, size_t len, unsigned max_
   y.ctx = ctx;
   y.tmp.mem = mem;
   int rc = stream(&y);
-  sc_buf_free(&y.tmp);
+  mcp_buf_free(&y.tmp);
   if (bailed)
     *bailed = rc && (!y.rc || y.bailed);
   return rc ? (y.rc ? y.rc : SC_YF_BAIL) : 0;

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <mcp/engine.h>
+
 void ops_buf_init(ops_buf *b) { memset(b, 0, sizeof(*b)); }
 
 void ops_buf_free(ops_buf *b) {
@@ -22,7 +24,9 @@ void ops_buf_reset(ops_buf *b) {
     b->p[0] = '\0';
 }
 
-/* Room for |extra| more bytes and a NUL. */
+/* Room for |extra| more bytes and a NUL. Growth is the engine's
+ * (mcp_buf_reserve); ops_buf adds the limit, the NUL and the sticky
+ * failure. */
 static int reserve(ops_buf *b, size_t extra) {
   if (b->failed)
     return -1;
@@ -31,19 +35,13 @@ static int reserve(ops_buf *b, size_t extra) {
     b->failed = 1;
     return -1;
   }
-  size_t need = b->len + extra + 1;
-  if (need <= b->cap)
-    return 0;
-  size_t cap = b->cap ? b->cap : 256;
-  while (cap < need)
-    cap *= 2;
-  char *p = realloc(b->p, cap);
-  if (!p) {
+  mcp_buf m = {(uint8_t *)b->p, b->len, b->cap, NULL};
+  if (mcp_buf_reserve(&m, extra + 1) != 0) {
     b->failed = 1;
     return -1;
   }
-  b->p = p;
-  b->cap = cap;
+  b->p = (char *)m.p;
+  b->cap = m.cap;
   return 0;
 }
 

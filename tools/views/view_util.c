@@ -17,26 +17,18 @@ void vbuf_reset(vbuf *b) {
   b->failed = 0;
 }
 
+/* Growth is the engine's (mcp_buf_reserve); a vbuf adds the sticky
+ * failure. */
 static int vbuf_room(vbuf *b, size_t n) {
   if (b->failed)
     return 0;
-  if (b->cap - b->len >= n)
-    return 1;
-  size_t cap = b->cap ? b->cap : 64;
-  while (cap - b->len < n) {
-    if (cap > SIZE_MAX / 2) {
-      b->failed = 1;
-      return 0;
-    }
-    cap *= 2;
-  }
-  uint8_t *p = realloc(b->p, cap);
-  if (!p) {
+  mcp_buf m = {b->p, b->len, b->cap, NULL};
+  if (mcp_buf_reserve(&m, n) != 0) {
     b->failed = 1;
     return 0;
   }
-  b->p = p;
-  b->cap = cap;
+  b->p = m.p;
+  b->cap = m.cap;
   return 1;
 }
 

@@ -124,7 +124,7 @@ void mcp_h2c_admit_check_initial(mcp_h2c_stream *s, mcp_tstamp now) {
 }
 
 int mcp_h2c_admit_hold(mcp_h2c_stream *s, const uint8_t *p, size_t n) {
-  if (mcp_h2c_buf_append(&s->held, p, n) < 0)
+  if (mcp_buf_append(&s->held, p, n) < 0)
     return MCP_ERR_NOMEM;
   s->c->ep->read_buffered += n;
   return 0;
@@ -138,7 +138,7 @@ void mcp_h2c_admit_leave(mcp_h2c_stream *s) {
     ep->read_buffered -= s->held.len;
     if (c->h2)
       nghttp2_session_consume_connection(c->h2, s->held.len);
-    mcp_h2c_buf_free(&s->held);
+    mcp_buf_free(&s->held);
   }
   s->waiting = 0;
   if (s->ticket) {

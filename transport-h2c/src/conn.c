@@ -78,8 +78,8 @@ void mcp_h2c_conn_unref(mcp_h2c_conn *c) {
     return;
   mcp_h2c_ep *ep = c->ep;
   ep->write_buffered -= c->wfill.len + c->wflight.len;
-  mcp_h2c_buf_free(&c->wfill);
-  mcp_h2c_buf_free(&c->wflight);
+  mcp_buf_free(&c->wfill);
+  mcp_buf_free(&c->wflight);
   mcp_h2c_free(&ep->mem, c);
   mcp_h2c_ep_unref(ep);
 }
@@ -102,7 +102,7 @@ void mcp_h2c_conn_close(mcp_h2c_conn *c, int status, const char *details) {
   mcp_h2c_conn_handshake_over(c);
   mcp_h2c_tls_conn_free(c);
   ep->read_buffered -= c->probe.cap;
-  mcp_h2c_buf_free(&c->probe);
+  mcp_buf_free(&c->probe);
   if (c->prev)
     c->prev->next = c->next;
   else
@@ -132,7 +132,7 @@ void mcp_h2c_conn_mark(mcp_h2c_conn *c) {
 /* ------------------------------------------------------------------ */
 
 int mcp_h2c_conn_write(mcp_h2c_conn *c, const void *p, size_t n) {
-  if (mcp_h2c_buf_append(&c->wfill, p, n) < 0)
+  if (mcp_buf_append(&c->wfill, p, n) < 0)
     return MCP_ERR_NOMEM;
   c->ep->write_buffered += n;
   return 0;
@@ -155,7 +155,7 @@ static void start_write(mcp_h2c_conn *c) {
   } else {
     if (c->wfill.len == 0)
       return;
-    mcp_h2c_buf t = c->wflight;
+    mcp_buf t = c->wflight;
     c->wflight = c->wfill;
     c->wfill = t;
     c->wfill.len = 0;
@@ -246,24 +246,24 @@ static void feed_h2(mcp_h2c_conn *c, const uint8_t *p, size_t n) {
 static void probe(mcp_h2c_conn *c, const uint8_t *p, size_t n) {
   mcp_h2c_ep *ep = c->ep;
   size_t had = c->probe.cap;
-  if (mcp_h2c_buf_append(&c->probe, p, n) < 0) {
+  if (mcp_buf_append(&c->probe, p, n) < 0) {
     mcp_h2c_conn_close(c, MCP_CODE_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
   ep->read_buffered += c->probe.cap - had;
   size_t m = c->probe.len < PREFACE_LEN ? c->probe.len : PREFACE_LEN;
-  mcp_h2c_buf b = c->probe;
+  mcp_buf b = c->probe;
   if (memcmp(b.p, preface, m) == 0) {
     if (b.len < PREFACE_LEN)
       return; /* not decided yet */
-    c->probe = (mcp_h2c_buf){0};
+    c->probe = (mcp_buf){0};
     ep->read_buffered -= b.cap;
     if (mcp_h2c_session_new(c, 1) < 0)
       mcp_h2c_conn_close(c, MCP_CODE_RESOURCE_EXHAUSTED, "out of memory");
     else
       feed_h2(c, b.p, b.len);
   } else {
-    c->probe = (mcp_h2c_buf){0};
+    c->probe = (mcp_buf){0};
     ep->read_buffered -= b.cap;
     if (mcp_h2c_http1_start(c) < 0)
       mcp_h2c_conn_close(c, MCP_CODE_RESOURCE_EXHAUSTED, "out of memory");
@@ -577,8 +577,8 @@ static void on_timer(uv_timer_t *t) {
     }
   }
   if (wbuf_idle(c) && now >= c->last_write + ms(WBUF_IDLE_MS)) {
-    mcp_h2c_buf_free(&c->wfill);
-    mcp_h2c_buf_free(&c->wflight);
+    mcp_buf_free(&c->wfill);
+    mcp_buf_free(&c->wflight);
   }
   if (idle_on(c) && now >= c->idle_since + ms(o->idle_timeout_ms)) {
     if (c->proto == MCP_H2C_PROTO_H2 && c->h2 && !c->goaway) {

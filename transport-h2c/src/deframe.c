@@ -19,13 +19,13 @@ size_t mcp_h2c_deframer_held(const mcp_h2c_deframer *d) { return d->body.cap; }
 
 void mcp_h2c_deframer_release(mcp_h2c_deframer *d) {
   if (d->returned) {
-    mcp_h2c_buf_free(&d->body);
+    mcp_buf_free(&d->body);
     d->returned = 0;
   }
 }
 
 void mcp_h2c_deframer_free(mcp_h2c_deframer *d) {
-  mcp_h2c_buf_free(&d->body);
+  mcp_buf_free(&d->body);
   d->returned = 0;
   d->hdr_len = 0;
 }
@@ -38,7 +38,7 @@ void mcp_h2c_deframer_free(mcp_h2c_deframer *d) {
  * five thousand page faults, most of the sink's time (issue 25). The rest
  * is address space until the peer sends it. */
 static int grow(mcp_h2c_deframer *d, size_t k) {
-  mcp_h2c_buf *b = &d->body;
+  mcp_buf *b = &d->body;
   if (b->cap - b->len >= k)
     return 0;
   size_t want = b->cap * 2;

@@ -19,7 +19,7 @@ typedef struct mcp_h2c_deframer {
   uint8_t hdr[5];    /* the prefix being read */
   size_t hdr_len;
   uint32_t msg_len;  /* announced length of the message being read */
-  mcp_h2c_buf body;  /* its bytes so far, or the message last returned */
+  mcp_buf body;  /* its bytes so far, or the message last returned */
   int returned;      /* |body| is the message last returned */
   int err;
 } mcp_h2c_deframer;

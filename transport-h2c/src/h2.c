@@ -121,7 +121,7 @@ void mcp_h2c_stream_free(mcp_h2c_stream *s) {
     nghttp2_session_set_stream_user_data(c->h2, s->id, NULL);
   drop_out(s);
   drop_in(s);
-  mcp_h2c_buf_free(&s->body);
+  mcp_buf_free(&s->body);
   headers_free(&ep->mem, &s->hd);
   mcp_h2c_free(&ep->mem, s->details);
   mcp_h2c_free(&ep->mem, s->api);
@@ -243,13 +243,13 @@ int mcp_h2c_stream_open_session(mcp_h2c_stream *s) {
 
 /* Appends the grpc-status and grpc-message fields of |s| to |nva|. */
 static size_t status_fields(mcp_h2c_stream *s, nghttp2_nv *nva, char *code,
-                            mcp_h2c_buf *msg) {
+                            mcp_buf *msg) {
   size_t n = 0;
   snprintf(code, 12, "%d", s->status);
   nva[n++] = (nghttp2_nv)NV("grpc-status", code);
   if (s->details && s->details[0] &&
       mcp_h2c_percent_encode(s->details, msg) == 0 &&
-      mcp_h2c_buf_append(msg, "", 1) == 0)
+      mcp_buf_append(msg, "", 1) == 0)
     nva[n++] = (nghttp2_nv)NV("grpc-message", (char *)msg->p);
   return n;
 }
@@ -265,13 +265,13 @@ static void reject(mcp_h2c_stream *s, int http, int status,
   s->status = status;
   mcp_h2c_stream_set_details(s, details);
   char hs[12], code[12];
-  mcp_h2c_buf msg = {.mem = &c->ep->mem};
+  mcp_buf msg = {.mem = &c->ep->mem};
   snprintf(hs, sizeof(hs), "%d", http);
   nghttp2_nv nva[4] = {NV(":status", hs),
                        NV("content-type", "application/grpc")};
   size_t n = 2 + status_fields(s, nva + 2, code, &msg);
   nghttp2_submit_response(c->h2, s->id, nva, n, NULL);
-  mcp_h2c_buf_free(&msg);
+  mcp_buf_free(&msg);
   s->response_submitted = 1;
   s->trailers_submitted = 1;
   c->dirty = 1;
@@ -470,12 +470,12 @@ void mcp_h2c_stream_start(mcp_h2c_stream *s) {
   c->dirty = 1;
   mcp_h2c_notify_stream(s, MCP_H2C_STREAM_OPENED);
   if (s->held.len) { /* what it sent while it waited */
-    mcp_h2c_buf held = s->held;
+    mcp_buf held = s->held;
     memset(&s->held, 0, sizeof(s->held));
     ep->read_buffered -= held.len;
     mcp_h2c_stream_input(s, held.p, held.len);
     nghttp2_session_consume(c->h2, s->id, held.len);
-    mcp_h2c_buf_free(&held);
+    mcp_buf_free(&held);
   }
   mcp_h2c_stream_tell_half_close(s);
 }
@@ -731,11 +731,11 @@ static ssize_t data_read(nghttp2_session *h2, int32_t id, uint8_t *buf,
     if (!s->dialed) {
       *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
       char code[12];
-      mcp_h2c_buf msg = {.mem = &s->c->ep->mem};
+      mcp_buf msg = {.mem = &s->c->ep->mem};
       nghttp2_nv nva[2];
       size_t n = status_fields(s, nva, code, &msg);
       int rv = nghttp2_submit_trailer(h2, id, nva, n);
-      mcp_h2c_buf_free(&msg);
+      mcp_buf_free(&msg);
       if (rv != 0)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
       s->trailers_submitted = 1;
@@ -779,7 +779,7 @@ static int on_send_data(nghttp2_session *h2, nghttp2_frame *frame,
     return NGHTTP2_ERR_CALLBACK_FAILURE; /* cannot happen */
   size_t pad = frame->data.padlen;
   size_t total = 9 + length + pad;
-  if (mcp_h2c_buf_reserve(&c->wfill, total) < 0)
+  if (mcp_buf_reserve(&c->wfill, total) < 0)
     return NGHTTP2_ERR_CALLBACK_FAILURE;
   uint8_t *w = c->wfill.p + c->wfill.len;
   memcpy(w, framehd, 9);

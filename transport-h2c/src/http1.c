@@ -19,7 +19,7 @@
 struct mcp_h2c_http_response {
   int status;
   char *content_type;
-  mcp_h2c_buf body;
+  mcp_buf body;
   const mcp_mem *mem; /* the object's */
 };
 
@@ -36,7 +36,7 @@ int mcp_h2c_http_append(mcp_h2c_http_response *resp, const void *data,
                         size_t len) {
   if (len > MAX_BODY - resp->body.len)
     return MCP_ERR_LIMIT;
-  return mcp_h2c_buf_append(&resp->body, data, len);
+  return mcp_buf_append(&resp->body, data, len);
 }
 
 static int path_is(const char *path, const char *want) {
@@ -45,7 +45,7 @@ static int path_is(const char *path, const char *want) {
 }
 
 void mcp_h2c_http_answer(mcp_h2c_ep *ep, const char *method, const char *path,
-                         int *status, char **content_type, mcp_h2c_buf *body) {
+                         int *status, char **content_type, mcp_buf *body) {
   mcp_h2c_http_response r = {
       .status = 200, .body = {.mem = &ep->mem}, .mem = &ep->mem};
   int handled = 0;
@@ -53,7 +53,7 @@ void mcp_h2c_http_answer(mcp_h2c_ep *ep, const char *method, const char *path,
     handled = ep->opts.http_handler(method, path, &r, ep->opts.user_data);
   if (!handled) {
     mcp_h2c_free(&ep->mem, r.content_type);
-    mcp_h2c_buf_free(&r.body);
+    mcp_buf_free(&r.body);
     r.content_type = NULL;
     r.status = 200;
     int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
@@ -105,7 +105,7 @@ static int on_url(http_parser *p, const char *at, size_t n) {
     h->bad = 414;
     return 0;
   }
-  if (mcp_h2c_buf_append(&h->url, at, n) < 0)
+  if (mcp_buf_append(&h->url, at, n) < 0)
     h->bad = 503;
   return 0;
 }
@@ -150,7 +150,7 @@ static int on_header_field(http_parser *p, const char *at, size_t n) {
     h->bad = 431;
     return 0;
   }
-  if (mcp_h2c_buf_append(&h->field, at, n) < 0)
+  if (mcp_buf_append(&h->field, at, n) < 0)
     h->bad = 503;
   return 0;
 }
@@ -163,7 +163,7 @@ static int on_header_value(http_parser *p, const char *at, size_t n) {
     h->bad = 431;
     return 0;
   }
-  if (mcp_h2c_buf_append(&h->value, at, n) < 0)
+  if (mcp_buf_append(&h->value, at, n) < 0)
     h->bad = 503;
   return 0;
 }
@@ -208,9 +208,9 @@ void mcp_h2c_http1_free(mcp_h2c_conn *c) {
   if (!h)
     return;
   request_reset(h);
-  mcp_h2c_buf_free(&h->url);
-  mcp_h2c_buf_free(&h->field);
-  mcp_h2c_buf_free(&h->value);
+  mcp_buf_free(&h->url);
+  mcp_buf_free(&h->field);
+  mcp_buf_free(&h->value);
   mcp_h2c_free(h->mem, h);
   c->h1 = NULL;
 }
@@ -220,7 +220,7 @@ void mcp_h2c_http1_free(mcp_h2c_conn *c) {
 /* ------------------------------------------------------------------ */
 
 static int write_answer(mcp_h2c_conn *c, int status, const char *ctype,
-                        const mcp_h2c_buf *body, int send_body, int close) {
+                        const mcp_buf *body, int send_body, int close) {
   char head[512];
   int n = snprintf(head, sizeof(head),
                    "HTTP/1.1 %d %s\r\n"
@@ -239,11 +239,11 @@ static int write_answer(mcp_h2c_conn *c, int status, const char *ctype,
 }
 
 static int simple_answer(mcp_h2c_conn *c, int status, int close) {
-  mcp_h2c_buf b = {.mem = &c->ep->mem};
+  mcp_buf b = {.mem = &c->ep->mem};
   mcp_h2c_buf_puts(&b, mcp_h2c_reason(status));
   mcp_h2c_buf_puts(&b, "\n");
   int rv = write_answer(c, status, NULL, &b, 1, close);
-  mcp_h2c_buf_free(&b);
+  mcp_buf_free(&b);
   return rv;
 }
 
@@ -285,12 +285,12 @@ static int upgrade(mcp_h2c_conn *c, const uint8_t *rest, size_t nrest) {
   /* The server side ignores the user data given to upgrade2. */
   nghttp2_session_set_stream_user_data(c->h2, 1, s);
   s->hd.method = mcp_h2c_strdup(&c->ep->mem, method);
-  if (mcp_h2c_buf_append(&h->url, "", 1) < 0) {
+  if (mcp_buf_append(&h->url, "", 1) < 0) {
     mcp_h2c_conn_close(c, MCP_CODE_RESOURCE_EXHAUSTED, "out of memory");
     return -1;
   }
   s->hd.path = (char *)h->url.p;
-  h->url = (mcp_h2c_buf){.mem = h->mem};
+  h->url = (mcp_buf){.mem = h->mem};
   s->hd.content_type = h->content_type;
   s->hd.te = h->te;
   h->content_type = h->te = NULL;
@@ -324,19 +324,19 @@ static int handle(mcp_h2c_conn *c, const uint8_t *rest, size_t nrest) {
     return upgrade(c, rest, nrest);
   int keep = http_should_keep_alive(&h->parser) && !ep->stopping;
   const char *method = http_method_str((enum http_method)h->parser.method);
-  if (mcp_h2c_buf_append(&h->url, "", 1) < 0) {
+  if (mcp_buf_append(&h->url, "", 1) < 0) {
     simple_answer(c, 503, 1);
     return -1;
   }
   int status;
   char *ctype;
-  mcp_h2c_buf body;
+  mcp_buf body;
   mcp_h2c_http_answer(ep, method, (const char *)h->url.p, &status, &ctype,
                       &body);
   int rv = write_answer(c, status, ctype, &body, h->parser.method != HTTP_HEAD,
                         !keep);
   mcp_h2c_free(&ep->mem, ctype);
-  mcp_h2c_buf_free(&body);
+  mcp_buf_free(&body);
   if (rv < 0 || !keep)
     return -1;
   return 0;

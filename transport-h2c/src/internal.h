@@ -83,7 +83,7 @@ struct mcp_h2c_stream {
   size_t out_iov, out_iov_off; /* position of |out_sent| in the fragments */
   int deferred;                /* the data source returned DEFERRED */
   /* A plain HTTP answer's body. */
-  mcp_h2c_buf body;
+  mcp_buf body;
   size_t body_off;
 
   mcp_h2c_deframer in; /* incoming messages */
@@ -104,7 +104,7 @@ struct mcp_h2c_stream {
   mcp_admit_ticket *ticket;
   int waiting;
   int counted; /* counts in c->ncalls */
-  mcp_h2c_buf held;
+  mcp_buf held;
 };
 
 /* ------------------------------------------------------------------ */
@@ -121,8 +121,8 @@ typedef enum mcp_h2c_proto {
 /* HTTP/1.1 request being parsed. */
 typedef struct mcp_h2c_http1 {
   http_parser parser;
-  mcp_h2c_buf url;
-  mcp_h2c_buf field, value; /* the header line being read */
+  mcp_buf url;
+  mcp_buf field, value; /* the header line being read */
   int in_value;
   char *upgrade, *connection, *settings, *content_type, *te;
   size_t header_bytes;
@@ -154,10 +154,10 @@ struct mcp_h2c_conn {
   size_t ncalls;        /* server: gRPC calls counted against
                            max_streams_per_connection */
 
-  mcp_h2c_buf probe;    /* server: first bytes */
+  mcp_buf probe;    /* server: first bytes */
   mcp_h2c_http1 *h1;
 
-  mcp_h2c_buf wfill, wflight; /* frames being gathered / being written;
+  mcp_buf wfill, wflight; /* frames being gathered / being written;
                                  freed after a second without writes */
   mcp_tstamp last_write;      /* the last write's completion */
   uv_write_t wreq;
@@ -382,7 +382,7 @@ int mcp_h2c_http1_feed(mcp_h2c_conn *c, const uint8_t *p, size_t n);
 void mcp_h2c_http1_free(mcp_h2c_conn *c);
 /* Answers a plain HTTP request: runs the handler or the built-in answer. */
 void mcp_h2c_http_answer(mcp_h2c_ep *ep, const char *method, const char *path,
-                         int *status, char **content_type, mcp_h2c_buf *body);
+                         int *status, char **content_type, mcp_buf *body);
 
 /* client.c */
 /* Makes element |i| of ep->address the address dialed (ep->addr, and the
@@ -446,7 +446,7 @@ ssize_t mcp_h2c_tls_read(mcp_h2c_conn *c, uint8_t *buf, size_t cap,
                          char *why, size_t len);
 /* Encrypts |plain| (emptied; once the handshake is done) and appends
  * what the SSL object has to send to |out|. NOMEM, PROTOCOL. */
-int mcp_h2c_tls_output(mcp_h2c_conn *c, mcp_h2c_buf *plain, mcp_h2c_buf *out);
+int mcp_h2c_tls_output(mcp_h2c_conn *c, mcp_buf *plain, mcp_buf *out);
 
 /* server.c */
 int mcp_h2c_server_start(mcp_h2c_ep *ep);

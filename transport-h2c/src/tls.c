@@ -447,7 +447,7 @@ ssize_t mcp_h2c_tls_read(mcp_h2c_conn *c, uint8_t *buf, size_t cap,
   return MCP_ERR_PROTOCOL;
 }
 
-int mcp_h2c_tls_output(mcp_h2c_conn *c, mcp_h2c_buf *plain, mcp_h2c_buf *out) {
+int mcp_h2c_tls_output(mcp_h2c_conn *c, mcp_buf *plain, mcp_buf *out) {
   mcp_h2c_ep *ep = c->ep;
   if (c->tls_done && plain->len > 0) {
     /* A memory BIO takes everything: the write never stops halfway. */
@@ -469,7 +469,7 @@ int mcp_h2c_tls_output(mcp_h2c_conn *c, mcp_h2c_buf *plain, mcp_h2c_buf *out) {
   if (pending == 0)
     return 0;
   size_t had = out->len;
-  if (mcp_h2c_buf_reserve(out, pending) < 0)
+  if (mcp_buf_reserve(out, pending) < 0)
     return MCP_ERR_NOMEM;
   int r = BIO_read(wb, out->p + had, (int)pending);
   if (r > 0) {

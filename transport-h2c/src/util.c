@@ -66,40 +66,8 @@ char *mcp_h2c_strdup(const mcp_mem *m, const char *s) {
   return mcp_h2c_strndup(m, s, strlen(s));
 }
 
-int mcp_h2c_buf_reserve(mcp_h2c_buf *b, size_t n) {
-  if (b->cap - b->len >= n)
-    return 0;
-  if (n > SIZE_MAX / 2 - b->len)
-    return MCP_ERR_NOMEM;
-  size_t cap = b->cap ? b->cap : 256;
-  while (cap - b->len < n)
-    cap *= 2;
-  uint8_t *p = mcp_h2c_realloc(b->mem, b->p, cap);
-  if (!p)
-    return MCP_ERR_NOMEM;
-  b->p = p;
-  b->cap = cap;
-  return 0;
-}
-
-int mcp_h2c_buf_append(mcp_h2c_buf *b, const void *p, size_t n) {
-  if (n == 0)
-    return 0;
-  if (mcp_h2c_buf_reserve(b, n) < 0)
-    return MCP_ERR_NOMEM;
-  memcpy(b->p + b->len, p, n);
-  b->len += n;
-  return 0;
-}
-
-int mcp_h2c_buf_puts(mcp_h2c_buf *b, const char *s) {
-  return mcp_h2c_buf_append(b, s, strlen(s));
-}
-
-void mcp_h2c_buf_free(mcp_h2c_buf *b) {
-  mcp_h2c_free(b->mem, b->p);
-  b->p = NULL;
-  b->len = b->cap = 0;
+int mcp_h2c_buf_puts(mcp_buf *b, const char *s) {
+  return mcp_buf_append(b, s, strlen(s));
 }
 
 void mcp_h2c_addr_free(mcp_h2c_addr *a) {
@@ -191,15 +159,15 @@ int mcp_h2c_parse_timeout(const char *v, mcp_tstamp *out) {
   return 0;
 }
 
-int mcp_h2c_percent_encode(const char *in, mcp_h2c_buf *b) {
+int mcp_h2c_percent_encode(const char *in, mcp_buf *b) {
   static const char hex[] = "0123456789ABCDEF";
   for (const unsigned char *p = (const unsigned char *)in; *p; ++p) {
     if (*p >= 0x20 && *p <= 0x7e && *p != '%') {
-      if (mcp_h2c_buf_append(b, p, 1) < 0)
+      if (mcp_buf_append(b, p, 1) < 0)
         return MCP_ERR_NOMEM;
     } else {
       char e[3] = {'%', hex[*p >> 4], hex[*p & 15]};
-      if (mcp_h2c_buf_append(b, e, 3) < 0)
+      if (mcp_buf_append(b, e, 3) < 0)
         return MCP_ERR_NOMEM;
     }
   }

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "mcp/mcp.h"
+#include "mcp/engine.h" /* mcp_buf */
 
 /* Allocation through an object's hook; |m| NULL: the C library. Every
  * allocation of the transport goes through these. */
@@ -28,20 +29,9 @@ void mcp_h2c_free(const mcp_mem *m, void *p); /* NULL |p| is a no-op */
 char *mcp_h2c_strdup(const mcp_mem *m, const char *s);
 char *mcp_h2c_strndup(const mcp_mem *m, const char *s, size_t n);
 
-/* A growable byte buffer, allocated with |mem| (NULL: the C library; set
- * it while the buffer is empty). */
-typedef struct mcp_h2c_buf {
-  uint8_t *p;
-  size_t len, cap;
-  const mcp_mem *mem;
-} mcp_h2c_buf;
-
-/* Makes room for |n| more bytes. 0 or MCP_ERR_NOMEM. */
-int mcp_h2c_buf_reserve(mcp_h2c_buf *b, size_t n);
-int mcp_h2c_buf_append(mcp_h2c_buf *b, const void *p, size_t n);
-/* Appends a NUL-terminated string (without its NUL). */
-int mcp_h2c_buf_puts(mcp_h2c_buf *b, const char *s);
-void mcp_h2c_buf_free(mcp_h2c_buf *b);
+/* Appends a NUL-terminated string (without its NUL) to the engine's
+ * growable buffer (mcp_buf, engine.h). 0 or MCP_ERR_NOMEM. */
+int mcp_h2c_buf_puts(mcp_buf *b, const char *s);
 
 /* A parsed address: "HOST:PORT", "[V6]:PORT", "unix:PATH", with an
  * optional "dns:///" or "http://" prefix. Strings are allocated with
@@ -68,7 +58,7 @@ int mcp_h2c_parse_timeout(const char *v, mcp_tstamp *out);
 
 /* grpc-message percent-encoding (gRPC's: bytes outside 0x20..0x7e and
  * '%' become %XX). Appends to |b|. 0 or MCP_ERR_NOMEM. */
-int mcp_h2c_percent_encode(const char *in, mcp_h2c_buf *b);
+int mcp_h2c_percent_encode(const char *in, mcp_buf *b);
 /* Decodes in place; malformed escapes are kept as they are. */
 void mcp_h2c_percent_decode(char *s);
 

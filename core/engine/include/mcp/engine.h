@@ -1274,15 +1274,29 @@ MCP_EXTERN char *mcp_mem_strndup(const mcp_mem *m, const char *s, size_t n);
  * %d and %%. Always NUL-terminates; truncates silently. */
 MCP_EXTERN void mcp_fmt(char *buf, size_t n, const char *fmt, ...);
 
-/* A growable byte buffer: |len| bytes used of |cap| at |p|. Zero it to
- * start; mcp_buf_reserve() makes room for |extra| more bytes (0 or NOMEM,
- * unchanged on failure); mcp_buf_free() frees and zeroes it. */
+/*
+ * A growable byte buffer, the one every library of the project uses.
+ * Zero-initialise it, or set |mem| (the allocator for |p|; NULL:
+ * mcp_mem_default(), the C library) while it is empty; the |mem| it points
+ * to must outlive the buffer. |p| holds |len| bytes of |cap|; |p| is owned
+ * by the buffer (realloc'd by it, freed by mcp_buf_free()). Growth
+ * doubles, starting at 64 bytes.
+ */
 typedef struct mcp_buf {
   uint8_t *p;
   size_t len, cap;
+  const mcp_mem *mem;
 } mcp_buf;
-MCP_EXTERN int mcp_buf_reserve(mcp_buf *b, const mcp_mem *m, size_t extra);
-MCP_EXTERN void mcp_buf_free(mcp_buf *b, const mcp_mem *m);
+
+/* Room for |extra| more bytes (cap - len >= extra). 0, or MCP_ERR_NOMEM
+ * (the buffer is unchanged). */
+MCP_EXTERN int mcp_buf_reserve(mcp_buf *b, size_t extra);
+/* Appends |n| bytes from |p| (|p| may be NULL when |n| is 0). 0, or
+ * MCP_ERR_NOMEM (the buffer is unchanged). */
+MCP_EXTERN int mcp_buf_append(mcp_buf *b, const void *p, size_t n);
+/* Frees |p| and empties the buffer (len = cap = 0; |mem| is kept, so the
+ * buffer can be used again). */
+MCP_EXTERN void mcp_buf_free(mcp_buf *b);
 
 /* Protobuf wire types. */
 enum { MCP_WT_VARINT = 0, MCP_WT_I64 = 1, MCP_WT_LEN = 2, MCP_WT_I32 = 5 };
