@@ -109,16 +109,21 @@ END_TEST
 
 static const char *const COLLS[] = {COLL};
 
-static mcp_sink_state *sink_state(const mcp_mem *mem) {
+static mcp_sink_state *sink_state_of(const mcp_mem *mem, mcp_service service) {
   mcp_sink_options o;
   mcp_sink_options_default(&o);
   o.mem = mem;
+  o.service = service;
   o.node_id = "sink";
   o.collections = COLLS;
   o.ncollections = 1;
   mcp_sink_state *state = NULL;
   ck_assert_int_eq(mcp_sink_state_new(&state, &o), 0);
   return state;
+}
+
+static mcp_sink_state *sink_state(const mcp_mem *mem) {
+  return sink_state_of(mem, MCP_SERVICE_RESOURCE);
 }
 
 static void count_wake(mcp_stream *st, void *ud) {
@@ -323,13 +328,7 @@ START_TEST(test_sink_side_serves_resource_sink_and_dials_its_service) {
   mcp_sink_state_del(state);
 
   /* An aggregated state: dialed at its method; never listened for. */
-  mcp_sink_options o;
-  mcp_sink_options_default(&o);
-  o.node_id = "sink";
-  o.collections = COLLS;
-  o.ncollections = 1;
-  o.service = MCP_SERVICE_AGGREGATED;
-  ck_assert_int_eq(mcp_sink_state_new(&state, &o), 0);
+  state = sink_state_of(NULL, MCP_SERVICE_AGGREGATED);
   side = NULL;
   ck_assert_int_eq(mcp_side_sink_new(&side, state, 0, NULL),
                    MCP_ERR_INVALID_ARGUMENT);
