@@ -109,16 +109,21 @@ END_TEST
 
 static const char *const COLLS[] = {COLL};
 
-static mcp_sink_state *sink_state(const mcp_mem *mem) {
+static mcp_sink_state *sink_state_of(const mcp_mem *mem, mcp_service service) {
   mcp_sink_options o;
   mcp_sink_options_default(&o);
   o.mem = mem;
+  o.service = service;
   o.node_id = "sink";
   o.collections = COLLS;
   o.ncollections = 1;
   mcp_sink_state *state = NULL;
   ck_assert_int_eq(mcp_sink_state_new(&state, &o), 0);
   return state;
+}
+
+static mcp_sink_state *sink_state(const mcp_mem *mem) {
+  return sink_state_of(mem, MCP_SERVICE_RESOURCE);
 }
 
 static void count_wake(mcp_stream *st, void *ud) {
@@ -235,6 +240,132 @@ START_TEST(test_mcp_streams_out_of_memory_leave_nothing) {
 }
 END_TEST
 
+START_TEST(test_mcp_method_table_names_each_direction) {
+  ck_assert_str_eq(mcp_service_method(MCP_SERVICE_RESOURCE, 1),
+                   "/istio.mcp.v1alpha1.ResourceSource/EstablishResourceStream");
+  ck_assert_str_eq(mcp_service_method(MCP_SERVICE_RESOURCE, 0),
+                   "/istio.mcp.v1alpha1.ResourceSink/EstablishResourceStream");
+  ck_assert_str_eq(mcp_service_method(MCP_SERVICE_AGGREGATED, 1),
+                   MCP_AGGREGATED_METHOD);
+  ck_assert_str_eq(mcp_service_method(MCP_SERVICE_AGGREGATED_INCREMENTAL, 1),
+                   MCP_AGGREGATED_INCREMENTAL_METHOD);
+  /* Sources call sinks for RESOURCE only. */
+  ck_assert_ptr_null(mcp_service_method(MCP_SERVICE_AGGREGATED, 0));
+  ck_assert_ptr_null(mcp_service_method((mcp_service)7, 1));
+  const char *m[4];
+  ck_assert_uint_eq(mcp_service_methods(MCP_METHODS_OF_SOURCE, m), 3);
+  ck_assert_str_eq(m[0], MCP_RESOURCE_SOURCE_METHOD);
+  ck_assert_uint_eq(mcp_service_methods(MCP_METHODS_OF_SINK, m), 1);
+  ck_assert_str_eq(m[0], MCP_RESOURCE_SINK_METHOD);
+  ck_assert_uint_eq(
+      mcp_service_methods(MCP_METHODS_OF_SOURCE | MCP_METHODS_OF_SINK, m), 4);
+  ck_assert_uint_eq(mcp_service_methods(0, m), 0);
+}
+END_TEST
+
+START_TEST(test_source_side_serves_each_service_and_dials_resource_sink) {
+  mcp_store *store = store_with_one();
+  mcp_source_options o;
+  mcp_source_options_default(&o);
+  o.store = store;
+  mcp_side *side = NULL;
+  ck_assert_int_eq(mcp_side_source_new(&side, &o, NULL), 0);
+  ck_assert_int_eq(mcp_side_is_source(side), 1);
+  size_t n = 0;
+  const mcp_service_def *defs = mcp_side_services(side, &n);
+  ck_assert_uint_eq(n, 3);
+  ck_assert_int_eq(mcp_service_defs_check(defs, n, NULL, 0), 0);
+  for (size_t i = 0; i < n; ++i) {
+    mcp_service sv = mcp_side_service_of(&defs[i]);
+    ck_assert_str_eq(defs[i].method, mcp_service_method(sv, 1));
+    mcp_stream *st = NULL;
+    ck_assert_int_eq(defs[i].open(defs[i].user_data, NULL, 1, &st), 0);
+    ck_assert_ptr_nonnull(mcp_stream_source_session(st));
+    /* Listening: the sink speaks first. */
+    ck_assert_int_eq(PUMP(st, 2, 1), MCP_STREAM_IDLE);
+    mcp_stream_del(st);
+  }
+  const mcp_client_def *c = mcp_side_client(side);
+  ck_assert_uint_eq(c->nslots, 1);
+  ck_assert_str_eq(c->method(c->user_data, 0), MCP_RESOURCE_SINK_METHOD);
+  mcp_stream *st = NULL;
+  ck_assert_int_eq(c->open(c->user_data, 0, 1, &st), 1);
+  /* Dialing: the trigger goes first (Istio's sinks wait for a push). */
+  ck_assert_int_eq(PUMP(st, 2, 1), MCP_STREAM_SEND);
+  Istio__Mcp__V1alpha1__Resources *r = th_decode_resources(msg);
+  ck_assert_str_eq(r->collection, MCP_TRIGGER_COLLECTION);
+  th_resources_free(r);
+  mcp_msg_free(msg);
+  mcp_stream_del(st);
+  c->ended(c->user_data, 0, MCP_CODE_UNAVAILABLE, "gone", 3);
+  mcp_side_del(side);
+  mcp_store_del(store);
+}
+END_TEST
+
+START_TEST(test_sink_side_serves_resource_sink_and_dials_its_service) {
+  mcp_sink_state *state = sink_state(NULL);
+  mcp_side *side = NULL;
+  ck_assert_int_eq(mcp_side_sink_new(&side, state, 0, NULL), 0);
+  ck_assert_int_eq(mcp_side_is_source(side), 0);
+  size_t n = 0;
+  const mcp_service_def *defs = mcp_side_services(side, &n);
+  ck_assert_uint_eq(n, 1);
+  ck_assert_str_eq(defs[0].method, MCP_RESOURCE_SINK_METHOD);
+  /* The newest stream wins through the defs too. */
+  mcp_stream *older = NULL, *newer = NULL;
+  ck_assert_int_eq(defs[0].open(defs[0].user_data, NULL, 1, &older), 0);
+  ck_assert_int_eq(defs[0].open(defs[0].user_data, NULL, 2, &newer), 0);
+  ck_assert_ptr_null(mcp_stream_sink_session(older));
+  ck_assert_ptr_nonnull(mcp_stream_sink_session(newer));
+  ck_assert_int_eq(PUMP(older, 3, 1), MCP_STREAM_END);
+  ck_assert_int_eq(status, MCP_CODE_ABORTED);
+  mcp_stream_del(older);
+  mcp_stream_del(newer);
+  const mcp_client_def *c = mcp_side_client(side);
+  ck_assert_str_eq(c->method(c->user_data, 0), MCP_RESOURCE_SOURCE_METHOD);
+  mcp_side_del(side);
+  mcp_sink_state_del(state);
+
+  /* An aggregated state: dialed at its method; never listened for. */
+  state = sink_state_of(NULL, MCP_SERVICE_AGGREGATED);
+  side = NULL;
+  ck_assert_int_eq(mcp_side_sink_new(&side, state, 0, NULL),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(side);
+  ck_assert_int_eq(mcp_side_sink_new(&side, state, 1, NULL), 0);
+  c = mcp_side_client(side);
+  ck_assert_str_eq(c->method(c->user_data, 0), MCP_AGGREGATED_METHOD);
+  mcp_side_del(side);
+  mcp_sink_state_del(state);
+  ck_assert_int_eq(mcp_side_sink_new(&side, NULL, 1, NULL),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(mcp_side_source_new(&side, NULL, NULL),
+                   MCP_ERR_INVALID_ARGUMENT);
+  mcp_side_del(NULL);
+}
+END_TEST
+
+START_TEST(test_side_out_of_memory_leaves_nothing) {
+  th_mem m;
+  th_mem_init(&m, 1);
+  mcp_store *store = store_with_one();
+  mcp_source_options o;
+  mcp_source_options_default(&o);
+  o.store = store;
+  mcp_side *side = NULL;
+  ck_assert_int_eq(mcp_side_source_new(&side, &o, &m.mem), MCP_ERR_NOMEM);
+  ck_assert_ptr_null(side);
+  ck_assert_int_eq(m.live, 0);
+  th_mem_init(&m, 0);
+  ck_assert_int_eq(mcp_side_source_new(&side, &o, &m.mem), 0);
+  ck_assert_int_eq(m.live, 1);
+  mcp_side_del(side);
+  ck_assert_int_eq(m.live, 0);
+  mcp_store_del(store);
+}
+END_TEST
+
 static Suite *mcp_stream_suite(void) {
   Suite *s = suite_create("core_mcp_stream");
   TCase *tc = tcase_create("source");
@@ -247,6 +378,12 @@ static Suite *mcp_stream_suite(void) {
   tcase_add_test(tc, test_sink_stream_refuses_a_state_whose_session_is_not_a_stream);
   tcase_add_test(tc, test_stream_finish_half_closes_after_what_is_ready);
   tcase_add_test(tc, test_mcp_streams_out_of_memory_leave_nothing);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("side");
+  tcase_add_test(tc, test_mcp_method_table_names_each_direction);
+  tcase_add_test(tc, test_source_side_serves_each_service_and_dials_resource_sink);
+  tcase_add_test(tc, test_sink_side_serves_resource_sink_and_dials_its_service);
+  tcase_add_test(tc, test_side_out_of_memory_leaves_nothing);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -26,6 +26,8 @@ static void ep_free_copies(mcp_grpc_ep *ep) {
   ep->opts.tls.server_name = NULL;
   mcp_grpc_free(&ep->mem, ep->services);
   ep->services = NULL;
+  mcp_side_del(ep->side);
+  ep->side = NULL;
 }
 
 /* Copies opts.services and their method strings into one block. */
@@ -67,6 +69,13 @@ static int ep_init(mcp_grpc_ep *ep, const mcp_grpc_options *opts,
     return MCP_ERR_NOMEM;
   ep->opts.address = ep->address;
   int rv = copy_services(ep);
+  /* MCP's defs, from the core: a source's from its session options, a
+   * sink's from its state (a listening sink must be RESOURCE). */
+  if (rv == 0 && role == MCP_GRPC_ROLE_SOURCE && !opts->no_mcp)
+    rv = mcp_side_source_new(&ep->side, &ep->source_opts, &ep->mem);
+  else if (rv == 0 && role == MCP_GRPC_ROLE_SINK)
+    rv = mcp_side_sink_new(&ep->side, ep->state,
+                           opts->mode == MCP_GRPC_DIAL, &ep->mem);
   if (rv == 0 && opts->tls.server_name &&
       !(ep->opts.tls.server_name =
             mcp_grpc_strdup(&ep->mem, opts->tls.server_name)))
@@ -105,14 +114,12 @@ static int valid_services(const mcp_grpc_options *opts, mcp_grpc_role role) {
   if (opts->mode != MCP_GRPC_LISTEN)
     return 0;
   /* The MCP methods this object serves are its own. */
-  const char *mcp[3];
-  size_t nmcp = 0;
-  for (int sv = MCP_SERVICE_RESOURCE;
-       !opts->no_mcp && sv <= MCP_SERVICE_AGGREGATED_INCREMENTAL; ++sv) {
-    const char *m = mcp_grpc_method((mcp_service)sv, role == MCP_GRPC_ROLE_SOURCE);
-    if (m)
-      mcp[nmcp++] = m;
-  }
+  const char *mcp[4];
+  size_t nmcp = opts->no_mcp ? 0
+                             : mcp_service_methods(role == MCP_GRPC_ROLE_SOURCE
+                                                       ? MCP_METHODS_OF_SOURCE
+                                                       : MCP_METHODS_OF_SINK,
+                                                   mcp);
   return mcp_service_defs_check(opts->services, opts->nservices, mcp, nmcp) == 0;
 }
 
@@ -264,9 +271,7 @@ int mcp_grpc_sink_new_versioned(mcp_grpc_sink **psink, int version,
     return MCP_ERR_INVALID_ARGUMENT;
   const mcp_grpc_options *opts = &o;
   if (!valid(opts) || !state || !valid_services(opts, MCP_GRPC_ROLE_SINK) ||
-      opts->no_mcp ||
-      (opts->mode == MCP_GRPC_LISTEN &&
-       mcp_sink_state_service(state) != MCP_SERVICE_RESOURCE))
+      opts->no_mcp)
     return MCP_ERR_INVALID_ARGUMENT;
   mcp_grpc_sink *sink = mcp_grpc_calloc(&mem, 1, sizeof(*sink));
   if (!sink)

@@ -9,24 +9,14 @@
 
 #include "internal.h"
 
+/* The method of the MCP side's client def (its one slot). */
 static const char *dialed_method(const mcp_grpc_ep *ep) {
-  return ep->role == MCP_GRPC_ROLE_SINK
-             ? mcp_grpc_method(mcp_sink_state_service(ep->state), 1)
-             : MCP_GRPC_RESOURCE_SINK_METHOD;
+  const mcp_client_def *d = mcp_side_client(ep->side);
+  return d->method(d->user_data, 0);
 }
 
 const char *mcp_grpc_method(mcp_service service, int sink_dials) {
-  if (!sink_dials)
-    return service == MCP_SERVICE_RESOURCE ? MCP_GRPC_RESOURCE_SINK_METHOD : NULL;
-  switch (service) {
-  case MCP_SERVICE_RESOURCE:
-    return MCP_GRPC_RESOURCE_SOURCE_METHOD;
-  case MCP_SERVICE_AGGREGATED:
-    return MCP_GRPC_AGGREGATED_METHOD;
-  case MCP_SERVICE_AGGREGATED_INCREMENTAL:
-    return MCP_GRPC_AGGREGATED_INCREMENTAL_METHOD;
-  }
-  return NULL;
+  return mcp_service_method(service, sink_dials);
 }
 
 static void retry_later(mcp_grpc_ep *ep) {

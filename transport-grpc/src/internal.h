@@ -98,10 +98,9 @@ struct mcp_grpc_stream {
   grpc_call *call;
   uint64_t id;
   mcp_grpc_role role;
-  mcp_service service; /* from the method */
   int dialed;
-  /* The engine's stream, MCP's (mcp_source_stream_new(),
-   * mcp_sink_stream_new()) or a service's or client's: owned,
+  /* The engine's stream, from a service def (the application's or the
+   * MCP side's) or a client def: owned,
    * mcp_stream_del() in drop_session(). ROLE_SERVICE: the service served
    * (LISTEN), or the slot and the connection of the client's call
    * (dialed). */
@@ -161,6 +160,9 @@ struct mcp_grpc_ep {
   char target[512]; /* the element dialed now */
   mcp_source_options source_opts;
   mcp_sink_state *state;
+  /* MCP as the core's service and client definitions (NULL with
+   * no_mcp): the transport serves or dials them as any protocol's. */
+  mcp_side *side;
 
   /* Shared with other threads, under |mu|. */
   pthread_mutex_t mu;
@@ -313,11 +315,11 @@ void mcp_grpc_svc_client_call_gone(mcp_grpc_ep *ep, size_t slot,
 int mcp_grpc_stream_dial_service(mcp_grpc_ep *ep, grpc_call *call,
                                  size_t slot, mcp_grpc_chan *chan,
                                  mcp_stream *st);
-/* LISTEN: a call for |svc|. */
-void mcp_grpc_stream_accept_service(mcp_grpc_ep *ep, grpc_call *call,
-                                    const mcp_service_def *svc);
-void mcp_grpc_stream_accept(mcp_grpc_ep *ep, grpc_call *call, mcp_service service,
-                            mcp_grpc_role role);
+/* LISTEN: a call for |svc| (NULL: no method served: UNIMPLEMENTED), run
+ * as |role|: SERVICE for opts.services, the object's role for its MCP
+ * side's defs. */
+void mcp_grpc_stream_accept(mcp_grpc_ep *ep, grpc_call *call,
+                            const mcp_service_def *svc, mcp_grpc_role role);
 void mcp_grpc_stream_dial(mcp_grpc_ep *ep, grpc_call *call);
 void mcp_grpc_stream_finish(mcp_grpc_stream *s, int status,
                             const char *details);

@@ -13,25 +13,12 @@
 
 #include "internal.h"
 
-/* The service a listening |ep| serves on |method|, or -1. Sinks dial
- * sources on ResourceSource and both aggregated methods; sources dial sinks
- * on ResourceSink only. */
-static int served_service(const mcp_grpc_ep *ep, grpc_slice method) {
-  int sink_dials = ep->role == MCP_GRPC_ROLE_SOURCE;
-  for (int sv = MCP_SERVICE_RESOURCE; sv <= MCP_SERVICE_AGGREGATED_INCREMENTAL; ++sv) {
-    const char *m = mcp_grpc_method((mcp_service)sv, sink_dials);
-    if (m && grpc_slice_str_cmp(method, m) == 0)
-      return sv;
-  }
-  return -1;
-}
-
-/* The service of opts.services served on |method|, or NULL. */
-static const mcp_service_def *served_def(const mcp_grpc_ep *ep,
-                                         grpc_slice method) {
-  for (size_t i = 0; i < ep->opts.nservices; i++)
-    if (grpc_slice_str_cmp(method, ep->opts.services[i].method) == 0)
-      return &ep->opts.services[i];
+/* The def of |defs[0..n)| served on |method|, or NULL. */
+static const mcp_service_def *find_def(const mcp_service_def *defs, size_t n,
+                                       grpc_slice method) {
+  for (size_t i = 0; i < n; i++)
+    if (grpc_slice_str_cmp(method, defs[i].method) == 0)
+      return &defs[i];
   return NULL;
 }
 
@@ -246,16 +233,20 @@ static void on_accept(mcp_grpc_tag *tag, int ok) {
   mcp_grpc_ep *ep = MCP_GRPC_CONTAINER(tag, mcp_grpc_ep, accept_tag);
   ep->accept_pending = 0;
   if (ok) {
-    const mcp_service_def *def = served_def(ep, ep->accept_details.method);
-    int sv = def || ep->opts.no_mcp
-                 ? -1
-                 : served_service(ep, ep->accept_details.method);
-    if (def)
-      mcp_grpc_stream_accept_service(ep, ep->accept_call, def);
-    else
-      mcp_grpc_stream_accept(ep, ep->accept_call,
-                             sv < 0 ? MCP_SERVICE_RESOURCE : (mcp_service)sv,
-                             sv < 0 ? MCP_GRPC_ROLE_NONE : ep->role);
+    /* The application's services, then the MCP side's (the core's
+     * defs; none with no_mcp). */
+    grpc_slice method = ep->accept_details.method;
+    const mcp_service_def *def =
+        find_def(ep->opts.services, ep->opts.nservices, method);
+    mcp_grpc_role role = MCP_GRPC_ROLE_SERVICE;
+    if (!def && ep->side) {
+      size_t n;
+      const mcp_service_def *mcp = mcp_side_services(ep->side, &n);
+      def = find_def(mcp, n, method);
+      role = ep->role;
+    }
+    mcp_grpc_stream_accept(ep, ep->accept_call, def,
+                           def ? role : MCP_GRPC_ROLE_NONE);
   }
   grpc_call_details_destroy(&ep->accept_details);
   grpc_metadata_array_destroy(&ep->accept_md);

@@ -180,22 +180,24 @@ static int open_service(mcp_grpc_stream *s) {
   return 0;
 }
 
-/* MCP's own streams run on the driver as every other protocol; the core
- * holds MCP's rules (the dialing source's trigger, the newest sink stream
- * wins). */
+/* MCP's own streams come from the core's defs (mcp_side) as every other
+ * protocol's; the core holds MCP's rules (the dialing source's trigger,
+ * the newest sink stream wins). */
 static int open_session(mcp_grpc_stream *s) {
   mcp_grpc_ep *ep = s->ep;
-  mcp_stream *st = NULL;
-  int rv;
-  if (s->role == MCP_GRPC_ROLE_SERVICE)
-    return open_service(s);
-  if (s->role == MCP_GRPC_ROLE_SOURCE)
-    rv = mcp_source_stream_new(&st, &ep->source_opts, s->service, s->dialed,
-                               ep->now);
-  else
-    rv = mcp_sink_stream_new(&st, ep->state, ep->now);
-  if (rv < 0)
+  if (!s->dialed) {
+    int rv = open_service(s);
+    if (rv == 0 && s->role == MCP_GRPC_ROLE_SINK)
+      ep->sink_stream = s;
     return rv;
+  }
+  const mcp_client_def *d = mcp_side_client(ep->side);
+  mcp_stream *st = NULL;
+  int rv = d->open(d->user_data, 0, ep->now, &st);
+  if (rv < 0 || !st) {
+    mcp_stream_del(st);
+    return rv < 0 ? rv : MCP_ERR_CALLBACK;
+  }
   attach(s, st);
   if (s->role == MCP_GRPC_ROLE_SINK)
     ep->sink_stream = s;
@@ -300,12 +302,11 @@ static int identify_and_authorize(mcp_grpc_stream *s, const char **details) {
  * once, so that a client giving up while its call waits is noticed. A
  * service call goes the same way as an MCP one (authorization, admission
  * without an initial slot, limits, shutdown): only its session differs. */
-static void accept_call(mcp_grpc_ep *ep, grpc_call *call, mcp_service service,
-                        mcp_grpc_role role, const mcp_service_def *svc) {
+void mcp_grpc_stream_accept(mcp_grpc_ep *ep, grpc_call *call,
+                            const mcp_service_def *svc, mcp_grpc_role role) {
   mcp_grpc_stream *s = stream_new(ep, call, role, 0);
   if (!s)
     return;
-  s->service = service;
   s->svc = svc;
   grpc_op op;
   memset(&op, 0, sizeof(op));
@@ -329,16 +330,6 @@ static void accept_call(mcp_grpc_ep *ep, grpc_call *call, mcp_service service,
     return;
   }
   mcp_grpc_admit(s);
-}
-
-void mcp_grpc_stream_accept(mcp_grpc_ep *ep, grpc_call *call,
-                            mcp_service service, mcp_grpc_role role) {
-  accept_call(ep, call, service, role, NULL);
-}
-
-void mcp_grpc_stream_accept_service(mcp_grpc_ep *ep, grpc_call *call,
-                                    const mcp_service_def *svc) {
-  accept_call(ep, call, MCP_SERVICE_RESOURCE, MCP_GRPC_ROLE_SERVICE, svc);
 }
 
 void mcp_grpc_stream_open(mcp_grpc_stream *s) {
@@ -388,8 +379,6 @@ void mcp_grpc_stream_dial(mcp_grpc_ep *ep, grpc_call *call) {
     mcp_grpc_client_stream_gone(ep, 0);
     return;
   }
-  s->service = ep->role == MCP_GRPC_ROLE_SINK ? mcp_sink_state_service(ep->state)
-                                              : MCP_SERVICE_RESOURCE;
   grpc_metadata_array_init(&s->md_initial);
   grpc_metadata_array_init(&s->md_trailing);
   send_initial_metadata(s);

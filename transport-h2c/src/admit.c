@@ -77,7 +77,7 @@ void mcp_h2c_admit(mcp_h2c_stream *s) {
   mcp_admit_result r;
   /* Only MCP source sessions push an initial state that needs a slot;
    * service streams are counted and rate-limited, never held for one. */
-  int initial = ep->role == MCP_H2C_ROLE_SOURCE && !s->svc;
+  int initial = ep->role == MCP_H2C_ROLE_SOURCE && s->mcp;
   int rv = mcp_admit_stream(ep->admit, key, initial, s, mcp_h2c_now(),
                             &s->ticket, &r);
   if (rv < 0) {

@@ -329,8 +329,6 @@ static void attempt(mcp_h2c_ep *ep) {
     return;
   }
   s->dialed = 1;
-  s->service = ep->role == MCP_H2C_ROLE_SINK ? mcp_sink_state_service(ep->state)
-                                             : MCP_SERVICE_RESOURCE;
   int rv = mcp_h2c_stream_open_session(s);
   if (rv < 0) {
     mcp_h2c_conn_close(c, mcp_error_grpc_status(rv), mcp_strerror(rv));

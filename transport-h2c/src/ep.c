@@ -22,18 +22,7 @@ struct mcp_h2c_client {
 mcp_tstamp mcp_h2c_now(void) { return (mcp_tstamp)uv_hrtime(); }
 
 const char *mcp_h2c_method(mcp_service service, int sink_dials) {
-  if (!sink_dials)
-    return service == MCP_SERVICE_RESOURCE ? MCP_H2C_RESOURCE_SINK_METHOD
-                                           : NULL;
-  switch (service) {
-  case MCP_SERVICE_RESOURCE:
-    return MCP_H2C_RESOURCE_SOURCE_METHOD;
-  case MCP_SERVICE_AGGREGATED:
-    return MCP_H2C_AGGREGATED_METHOD;
-  case MCP_SERVICE_AGGREGATED_INCREMENTAL:
-    return MCP_H2C_AGGREGATED_INCREMENTAL_METHOD;
-  }
-  return NULL;
+  return mcp_service_method(service, sink_dials);
 }
 
 /* ------------------------------------------------------------------ */
@@ -56,7 +45,7 @@ void mcp_h2c_info_fill(const mcp_h2c_stream *s, mcp_h2c_stream_info *info) {
   info->sending = s->out != NULL;
   info->initial = mcp_admit_ticket_initial(s->ticket);
   info->stream = s->mcp ? NULL : s->eng;
-  info->api = s->api ? s->api : (s->svc || s->in_slot ? "" : NULL);
+  info->api = s->api ? s->api : ((s->svc && !s->mcp) || s->in_slot ? "" : NULL);
   info->method = s->hd.path ? s->hd.path : "";
   info->tls = s->c->ssl != NULL;
   info->identities = (const char *const *)s->c->ids.v;
@@ -254,7 +243,23 @@ static int copy_services(mcp_h2c_ep *ep, const mcp_h2c_options *opts) {
   return 0;
 }
 
+/* MCP's defs, from the core: a source's from its session options (none
+ * when MCP is off), a sink's from its state (a listening sink must be
+ * RESOURCE). */
+static int make_side(mcp_h2c_ep *ep, const mcp_h2c_options *opts,
+                     mcp_h2c_role role) {
+  if (role == MCP_H2C_ROLE_SOURCE && !opts->no_mcp)
+    return mcp_side_source_new(&ep->side, &ep->source_opts, &ep->mem);
+  if (role == MCP_H2C_ROLE_SINK && ep->state)
+    return mcp_side_sink_new(&ep->side, ep->state,
+                             opts->mode == MCP_H2C_DIAL, &ep->mem);
+  return 0;
+}
+
+/* Frees the copies of copy_services() and make_side(). */
 static void free_services(mcp_h2c_ep *ep) {
+  mcp_side_del(ep->side);
+  ep->side = NULL;
   mcp_service_def *d = (mcp_service_def *)ep->services;
   for (size_t i = 0; d && i < ep->nservices; ++i)
     mcp_h2c_free(&ep->mem, (char *)d[i].method);
@@ -560,15 +565,11 @@ static int valid(uv_loop_t *loop, const mcp_h2c_options *opts) {
   if (opts->mode == MCP_H2C_DIAL && (opts->nservices || opts->no_mcp))
     return 0; /* services are served, never dialed */
   /* An MCP method is the MCP sessions' unless MCP is off. */
-  const char *mcp[6];
-  size_t nmcp = 0;
-  for (int sd = 0; !opts->no_mcp && sd <= 1; ++sd)
-    for (int sv = MCP_SERVICE_RESOURCE;
-         sv <= MCP_SERVICE_AGGREGATED_INCREMENTAL; ++sv) {
-      const char *m = mcp_h2c_method((mcp_service)sv, sd);
-      if (m)
-        mcp[nmcp++] = m;
-    }
+  const char *mcp[4];
+  size_t nmcp = opts->no_mcp
+                    ? 0
+                    : mcp_service_methods(
+                          MCP_METHODS_OF_SOURCE | MCP_METHODS_OF_SINK, mcp);
   if (mcp_service_defs_check(opts->services, opts->nservices, mcp, nmcp) != 0)
     return 0;
   return 1;
@@ -602,6 +603,8 @@ int mcp_h2c_source_new_versioned(mcp_h2c_source **psrc, uv_loop_t *loop,
     src->ep.source_opts = *session_opts;
   int freed = 0;
   int rv = copy_services(&src->ep, opts);
+  if (rv == 0)
+    rv = make_side(&src->ep, opts, MCP_H2C_ROLE_SOURCE);
   if (rv == 0)
     rv = ep_start(&src->ep, loop, opts, MCP_H2C_ROLE_SOURCE, &freed);
   if (rv < 0) {
@@ -732,9 +735,7 @@ int mcp_h2c_sink_new_versioned(mcp_h2c_sink **psink, uv_loop_t *loop,
   const mcp_h2c_options *opts = &o;
   mcp_mem mem;
   mcp_h2c_mem_init(&mem, opts->mem);
-  if (!psink || !valid(loop, opts) || (!state && !no_mcp(opts)) ||
-      (state && opts->mode == MCP_H2C_LISTEN &&
-       mcp_sink_state_service(state) != MCP_SERVICE_RESOURCE))
+  if (!psink || !valid(loop, opts) || (!state && !no_mcp(opts)))
     return MCP_ERR_INVALID_ARGUMENT;
   mcp_h2c_sink *sink = mcp_h2c_calloc(&mem, 1, sizeof(*sink));
   if (!sink)
@@ -743,6 +744,8 @@ int mcp_h2c_sink_new_versioned(mcp_h2c_sink **psink, uv_loop_t *loop,
   sink->ep.state = state;
   int freed = 0;
   int rv = copy_services(&sink->ep, opts);
+  if (rv == 0)
+    rv = make_side(&sink->ep, opts, MCP_H2C_ROLE_SINK);
   if (rv == 0)
     rv = ep_start(&sink->ep, loop, opts, MCP_H2C_ROLE_SINK, &freed);
   if (rv < 0) {

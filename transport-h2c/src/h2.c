@@ -198,7 +198,7 @@ int mcp_h2c_stream_open_session(mcp_h2c_stream *s) {
   mcp_h2c_ep *ep = c->ep;
   mcp_tstamp now = mcp_h2c_now();
   int rv;
-  if (s->svc) {
+  if (s->svc) { /* a service's or (|mcp|) the MCP side's */
     mcp_peer who;
     mcp_h2c_conn_peer(c, &who);
     mcp_peer_info peer;
@@ -217,22 +217,23 @@ int mcp_h2c_stream_open_session(mcp_h2c_stream *s) {
     if (!st)
       return MCP_ERR_CALLBACK; /* open() gave no stream */
     mcp_h2c_stream_attach(s, st, now);
+    if (s->mcp && ep->role == MCP_H2C_ROLE_SINK)
+      ep->sink_stream = s;
     return 0;
   }
-  /* MCP's own streams run on the driver as every other protocol; the
-   * core holds MCP's rules (the dialing source's trigger, the newest sink
+  /* A dialed MCP stream: from the MCP side's client def, as the core
+   * holds MCP's rules (the dialing source's trigger, the newest sink
    * stream wins). */
+  const mcp_client_def *d = mcp_side_client(ep->side);
   mcp_stream *st = NULL;
-  if (ep->role == MCP_H2C_ROLE_SOURCE)
-    rv = mcp_source_stream_new(&st, &ep->source_opts, s->service, s->dialed,
-                               now);
-  else
-    rv = mcp_sink_stream_new(&st, ep->state, now);
-  if (rv < 0)
-    return rv;
+  rv = d->open(d->user_data, 0, now, &st);
+  if (rv < 0 || !st) {
+    mcp_stream_del(st);
+    return rv < 0 ? rv : MCP_ERR_CALLBACK;
+  }
   s->mcp = 1;
   mcp_h2c_stream_attach(s, st, now);
-  if (ep->role != MCP_H2C_ROLE_SOURCE)
+  if (ep->role == MCP_H2C_ROLE_SINK)
     ep->sink_stream = s;
   return 0;
 }
@@ -351,34 +352,41 @@ static int refuse_unauthorized(mcp_h2c_stream *s) {
   return 1;
 }
 
+/* The def of |defs[0..n)| at |path|, or NULL. */
+static const mcp_service_def *find_def(const mcp_service_def *defs, size_t n,
+                                       const char *path) {
+  for (size_t i = 0; i < n; ++i)
+    if (strcmp(path, defs[i].method) == 0)
+      return &defs[i];
+  return NULL;
+}
+
 void mcp_h2c_stream_request(mcp_h2c_stream *s) {
   mcp_h2c_conn *c = s->c;
   mcp_h2c_ep *ep = c->ep;
   mcp_h2c_headers *hd = &s->hd;
   const char *method = hd->method ? hd->method : "";
   const char *path = hd->path ? hd->path : "";
-  /* Which service |path| is, and whether this object serves it: sinks
-   * dial sources on ResourceSource and the aggregated methods, sources
-   * dial sinks on ResourceSink. */
-  int known = -1, served = -1;
-  const mcp_service_def *svc = NULL;
-  for (size_t i = 0; i < ep->nservices; ++i) {
-    if (strcmp(path, ep->services[i].method) == 0) {
-      svc = &ep->services[i];
-      known = served = 0; /* a service is always served here */
-      break;
-    }
+  /* Which def serves |path| here: the application's services, then the
+   * MCP side's (the core's: a source serves what sinks call, a sink what
+   * sources call). |known|: a method of some service here or of MCP, so
+   * that an MCP method this side does not serve is told apart from an
+   * unknown one. */
+  const mcp_service_def *svc = find_def(ep->services, ep->nservices, path);
+  int mcp = 0;
+  if (!svc && ep->side && !ep->no_mcp) {
+    size_t n;
+    const mcp_service_def *defs = mcp_side_services(ep->side, &n);
+    svc = find_def(defs, n, path);
+    mcp = svc != NULL;
   }
-  for (int sd = 0; !svc && sd <= 1; ++sd) {
-    for (int sv = MCP_SERVICE_RESOURCE;
-         sv <= MCP_SERVICE_AGGREGATED_INCREMENTAL; ++sv) {
-      const char *m = mcp_h2c_method((mcp_service)sv, sd);
-      if (m && strcmp(path, m) == 0) {
-        known = sv;
-        if (sd == (ep->role == MCP_H2C_ROLE_SOURCE) && !ep->no_mcp)
-          served = sv;
-      }
-    }
+  int served = svc != NULL, known = served;
+  if (!known) {
+    const char *all[4];
+    size_t n = mcp_service_methods(MCP_METHODS_OF_SOURCE | MCP_METHODS_OF_SINK,
+                                   all);
+    for (size_t i = 0; i < n; ++i)
+      known |= strcmp(path, all[i]) == 0;
   }
   char msg[200];
   if (!mcp_h2c_is_grpc_content_type(hd->content_type)) {
@@ -399,12 +407,12 @@ void mcp_h2c_stream_request(mcp_h2c_stream *s) {
     reject(s, 400, MCP_CODE_INTERNAL, "gRPC requires \"te: trailers\"");
     return;
   }
-  if (known < 0) {
+  if (!known) {
     snprintf(msg, sizeof(msg), "unknown method %.128s", path);
     reject(s, 200, MCP_CODE_UNIMPLEMENTED, msg);
     return;
   }
-  if (served < 0) {
+  if (!served) {
     snprintf(msg, sizeof(msg), "method %.128s is not served here", path);
     reject(s, 200, MCP_CODE_UNIMPLEMENTED, msg);
     return;
@@ -437,8 +445,8 @@ void mcp_h2c_stream_request(mcp_h2c_stream *s) {
   }
   s->counted = 1;
   c->ncalls++;
-  s->service = (mcp_service)served;
   s->svc = svc;
+  s->mcp = mcp;
   if (ep->admit)
     mcp_h2c_admit(s);
   else
@@ -492,10 +500,9 @@ void mcp_h2c_stream_tell_half_close(mcp_h2c_stream *s) {
 int mcp_h2c_stream_submit_request(mcp_h2c_stream *s) {
   mcp_h2c_conn *c = s->c;
   mcp_h2c_ep *ep = c->ep;
-  const char *path = ep->role == MCP_H2C_ROLE_CLIENT
-                         ? s->hd.path
-                         : mcp_h2c_method(s->service,
-                                          ep->role == MCP_H2C_ROLE_SINK);
+  const mcp_client_def *d =
+      ep->role == MCP_H2C_ROLE_CLIENT ? NULL : mcp_side_client(ep->side);
+  const char *path = d ? d->method(d->user_data, 0) : s->hd.path;
   if (!path)
     return MCP_ERR_INVALID_ARGUMENT;
   nghttp2_nv nva[] = {NV(":method", "POST"),

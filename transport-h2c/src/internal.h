@@ -54,7 +54,6 @@ struct mcp_h2c_stream {
   int32_t id;   /* HTTP/2 stream id; 0 before a dialed request is sent */
   uint64_t seq; /* mcp_h2c_stream_info.id */
   mcp_h2c_stream_kind kind;
-  mcp_service service;
   int dialed;
   mcp_h2c_headers hd;
   mcp_tstamp deadline; /* grpc-timeout, MCP_TSTAMP_MAX when none */
@@ -234,6 +233,9 @@ struct mcp_h2c_ep {
   char target[512];       /* DIAL: the element dialed now, as written */
   mcp_source_options source_opts;
   mcp_sink_state *state;
+  /* MCP as the core's service and client definitions (NULL with no
+   * MCP): served and dialed as any protocol's. */
+  mcp_side *side;
   uv_thread_t loop_thread;
 
   /* Shared with other threads, under |mu|. */

@@ -108,17 +108,15 @@
 extern "C" {
 #endif
 
-#define MCP_GRPC_RESOURCE_SOURCE_METHOD                                      \
-  "/istio.mcp.v1alpha1.ResourceSource/EstablishResourceStream"
-#define MCP_GRPC_RESOURCE_SINK_METHOD                                        \
-  "/istio.mcp.v1alpha1.ResourceSink/EstablishResourceStream"
-#define MCP_GRPC_AGGREGATED_METHOD                                           \
-  "/istio.mcp.v1alpha1.AggregatedMeshConfigService/StreamAggregatedResources"
-#define MCP_GRPC_AGGREGATED_INCREMENTAL_METHOD                               \
-  "/istio.mcp.v1alpha1.AggregatedMeshConfigService/IncrementalAggregatedResources"
+/* MCP's methods: the core's (mcp/engine.h), under this header's names. */
+#define MCP_GRPC_RESOURCE_SOURCE_METHOD MCP_RESOURCE_SOURCE_METHOD
+#define MCP_GRPC_RESOURCE_SINK_METHOD MCP_RESOURCE_SINK_METHOD
+#define MCP_GRPC_AGGREGATED_METHOD MCP_AGGREGATED_METHOD
+#define MCP_GRPC_AGGREGATED_INCREMENTAL_METHOD MCP_AGGREGATED_INCREMENTAL_METHOD
 
 /* The method that carries |service| in the direction where |sink_dials|
- * (ResourceSource and the aggregated services) or not (ResourceSink). */
+ * (ResourceSource and the aggregated services) or not (ResourceSink):
+ * mcp_service_method() of mcp/engine.h, kept for existing callers. */
 MCP_EXTERN const char *mcp_grpc_method(mcp_service service, int sink_dials);
 
 /* The transport's clock: CLOCK_MONOTONIC in nanoseconds. */

@@ -541,6 +541,85 @@ MCP_EXTERN int mcp_sink_state_journal_entry_versioned(
                                          MCP_JOURNAL_ENTRY_VERSION, (E))
 
 /* ------------------------------------------------------------------ */
+/* MCP as service and client definitions                               */
+/* ------------------------------------------------------------------ */
+
+/* MCP's gRPC methods (Istio's mcp.proto). */
+#define MCP_RESOURCE_SOURCE_METHOD                                           \
+  "/istio.mcp.v1alpha1.ResourceSource/EstablishResourceStream"
+#define MCP_RESOURCE_SINK_METHOD                                             \
+  "/istio.mcp.v1alpha1.ResourceSink/EstablishResourceStream"
+#define MCP_AGGREGATED_METHOD                                                \
+  "/istio.mcp.v1alpha1.AggregatedMeshConfigService/StreamAggregatedResources"
+#define MCP_AGGREGATED_INCREMENTAL_METHOD                                    \
+  "/istio.mcp.v1alpha1.AggregatedMeshConfigService/"                         \
+  "IncrementalAggregatedResources"
+
+/* The method that carries |service| in the direction where |sink_dials|
+ * (a sink calls a source: ResourceSource and the aggregated services) or
+ * not (a source calls a sink: ResourceSink, RESOURCE only); NULL when
+ * there is none. Pure. */
+MCP_EXTERN const char *mcp_service_method(mcp_service service, int sink_dials);
+
+/* Which MCP methods mcp_service_methods() lists. */
+enum {
+  MCP_METHODS_OF_SOURCE = 1u << 0, /* served by a source (a sink dials) */
+  MCP_METHODS_OF_SINK = 1u << 1    /* served by a sink (a source dials) */
+};
+
+/* Stores the MCP methods of |which| (MCP_METHODS_* flags) in |out| (room
+ * for 4) and returns how many: what a listening transport reserves for
+ * MCP beside other services (mcp_service_defs_check()). Pure. */
+MCP_EXTERN size_t mcp_service_methods(unsigned which, const char *out[4]);
+
+/*
+ * One side of MCP as core definitions: a source (streams from |opts|) or
+ * a sink (streams of |state|). A transport serves it as every other
+ * protocol: listening, the mcp_service_def values of
+ * mcp_side_services(); dialing, the one-slot mcp_client_def of
+ * mcp_side_client(). Their open() make the streams of
+ * mcp_source_stream_new() / mcp_sink_stream_new(), so MCP's rules (the
+ * dialing source's trigger, the newest sink stream wins, the half-close
+ * ending) hold whichever transport runs them. Each def's user_data is
+ * the side's; the defs are valid as long as the side.
+ *
+ * mcp_side_source_new(): keeps |opts| by pointer (it must outlive the
+ * side; each stream copies it). mcp_side_sink_new(): keeps |state| by
+ * pointer (it must outlive the side). |mem| NULL: malloc. Errors: NOMEM,
+ * INVALID_ARGUMENT (NULL |opts| or |state|; |dialing| 0 with a sink state
+ * whose service is not RESOURCE: a listening sink serves ResourceSink
+ * only, and sources call it on behalf of RESOURCE).
+ */
+typedef struct mcp_side mcp_side;
+MCP_EXTERN int mcp_side_source_new(mcp_side **pside,
+                                   const mcp_source_options *opts,
+                                   const mcp_mem *mem);
+MCP_EXTERN int mcp_side_sink_new(mcp_side **pside, mcp_sink_state *state,
+                                 int dialing, const mcp_mem *mem);
+MCP_EXTERN void mcp_side_del(mcp_side *side); /* NULL is a no-op */
+
+/* 1 for a source side, 0 for a sink. */
+MCP_EXTERN int mcp_side_is_source(const mcp_side *side);
+
+/* The services a listening side serves (*n of them: a source serves
+ * ResourceSource and both aggregated services, each session speaking the
+ * service of its method; a sink serves ResourceSink). open() ignores the
+ * peer. Borrowed: valid as long as |side|. */
+MCP_EXTERN const mcp_service_def *mcp_side_services(const mcp_side *side,
+                                                    size_t *n);
+
+/* The service a def of mcp_side_services() speaks. */
+MCP_EXTERN mcp_service mcp_side_service_of(const mcp_service_def *def);
+
+/* The client a dialing side runs: one slot calling the method the peer
+ * serves (a source calls ResourceSink; a sink the method of its state's
+ * service). open() makes a stream whenever asked (a dialed source sends
+ * the trigger first); ended() keeps nothing. When to ask again is the
+ * dialing transport's connection policy (mcp_redial, one attempt per
+ * connection). Borrowed: valid as long as |side|. */
+MCP_EXTERN const mcp_client_def *mcp_side_client(const mcp_side *side);
+
+/* ------------------------------------------------------------------ */
 /* Reading one Resource                                                */
 /* ------------------------------------------------------------------ */
 
