@@ -195,6 +195,13 @@ static int h_sink_call(ta_obj *obj,
   return 0;
 }
 
+static int h_turn(ta_env *e, ta_obj *obj, void (*fn)(void *), void *ud) {
+  (void)obj;
+  uv_run(&e->loop, UV_RUN_NOWAIT);
+  fn(ud);
+  return 0;
+}
+
 /* ---- h2c alone ---- */
 
 /* *_streams(), *_stats() and *_finish() are loop-thread only: another
@@ -375,6 +382,10 @@ const ta_transport ta_h2c = {
     .stats_versioned = h_stats_versioned,
     .sink_call = h_sink_call,
     .now = mcp_h2c_now,
+    .turn = h_turn,
+    .asks_per_turn = 0,
+    .bad_method_status = MCP_CODE_INTERNAL,
+    .bad_method_details = "the client's method is not a path",
     .min_sync_allocs = 10, /* connections, streams, nghttp2 sessions */
     .tls_run = 1,
     .add_own_tests = h_add_own_tests,
