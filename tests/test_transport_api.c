@@ -450,10 +450,7 @@ int main(void) {
   suite_add_tcase(s, tc);
   if (ta->add_own_tests)
     ta->add_own_tests(s);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  int failed = ta_run(s);
   if (tls)
     ta_certs_remove();
   return failed ? EXIT_FAILURE : EXIT_SUCCESS;

@@ -184,9 +184,5 @@ int main(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, client_bad_method_ends_the_call_without_a_spin);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return ta_run(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

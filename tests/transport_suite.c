@@ -18,6 +18,15 @@ static const char *const colls[] = {"c1"};
 
 #define BIG (64 << 10)
 
+/* Runs |s| (and frees it); returns how many of its tests failed. */
+int ta_run(Suite *s) {
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed;
+}
+
 /* ---- certificates ---- */
 
 /* test_certs.h keeps its directory in a static of the file that includes

@@ -125,6 +125,8 @@ typedef struct ta_world {
 } ta_world;
 
 void ta_world_init(ta_world *w);
+/* Runs a suite file's |s| and frees it: how many of its tests failed. */
+int ta_run(Suite *s);
 /* The suite's certificates (tests/test_certs.h, one directory for all the
  * suite's files): made, removed, and the path of one of them. */
 int ta_certs_make(void);
