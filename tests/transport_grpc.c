@@ -71,6 +71,7 @@ static void g_options(mcp_grpc_options *o, const ta_opts *t) {
   o->mem = t->mem;
   o->services = t->services;
   o->nservices = t->nservices;
+  o->no_mcp = t->no_mcp;
   o->tls.cert_file = t->cert_file;
   o->tls.key_file = t->key_file;
   o->tls.ca_file = t->ca_file;
@@ -303,6 +304,7 @@ const ta_transport ta_grpc = {
     .turn = g_turn,
     .asks_per_turn = 1,
     .bad_method_status = GRPC_STATUS_INVALID_ARGUMENT,
+    .min_redial = 16 * MCP_MILLISECONDS, /* 20 ms, jitter 0.2 */
     .bad_method_details =
         "invalid method: a gRPC method is \"/package.Service/Method\"",
     .min_sync_allocs = 3, /* refs and strings; the rest is gRPC's own */

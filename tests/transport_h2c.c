@@ -84,6 +84,7 @@ static void h_options(ta_env *e, mcp_h2c_options *o, const ta_opts *t) {
   o->mem = t->mem;
   o->services = t->services;
   o->nservices = t->nservices;
+  o->no_mcp = t->no_mcp;
   o->tls.cert_file = t->cert_file;
   o->tls.key_file = t->key_file;
   o->tls.ca_file = t->ca_file;
@@ -385,6 +386,7 @@ const ta_transport ta_h2c = {
     .turn = h_turn,
     .asks_per_turn = 0,
     .bad_method_status = MCP_CODE_INTERNAL,
+    .min_redial = 8 * MCP_MILLISECONDS, /* 10 ms, jitter 0.2 */
     .bad_method_details = "the client's method is not a path",
     .min_sync_allocs = 10, /* connections, streams, nghttp2 sessions */
     .tls_run = 1,

@@ -34,6 +34,7 @@ typedef struct ta_opts {
   const mcp_mem *mem; /* written even where |defaults_version| lacks it */
   const mcp_service_def *services;
   size_t nservices;
+  int no_mcp; /* services only */
   /* TLS files (NULL: cleartext); the suite sets them in MCP_TEST_TLS
    * mode (test_certs.h keeps the directory in the suite's file). */
   const char *cert_file, *key_file, *ca_file, *server_name;
@@ -95,6 +96,9 @@ typedef struct ta_transport {
    * INTERNAL); each says it here, the suite checks its own. */
   int bad_method_status;
   const char *bad_method_details;
+  /* The shortest delay between two connection attempts of a dialer the
+   * adapter makes (its backoff's initial delay less the jitter). */
+  mcp_tstamp min_redial;
   /* More allocations than this through each side's hook in a sync:
    * more than the objects alone. */
   long min_sync_allocs;
