@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "test_certs.h" /* test_tls_mode() */
 #include "transport_suite.h"
 
 typedef struct cstate {
@@ -429,13 +430,20 @@ extern const ta_transport TA_ADAPTER;
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   ta = &TA_ADAPTER;
+  /* With MCP_TEST_TLS=1 every connection is mutual TLS (ta_opts_for()). */
+  if (test_tls_mode() && ta_certs_make() != 0)
+    return EXIT_FAILURE;
   char name[64];
-  snprintf(name, sizeof(name), "%s_service", ta->name);
+  snprintf(name, sizeof(name), "%s_service%s", ta->name,
+           test_tls_mode() ? "_tls" : "");
   Suite *s = suite_create(name);
   TCase *tc = tcase_create("client");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, client_bad_method_ends_the_call_without_a_spin);
   tcase_add_test(tc, client_reconnects_after_restart);
   suite_add_tcase(s, tc);
-  return ta_run(s) ? EXIT_FAILURE : EXIT_SUCCESS;
+  int failed = ta_run(s);
+  if (test_tls_mode())
+    ta_certs_remove();
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
