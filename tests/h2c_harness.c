@@ -136,6 +136,11 @@ static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *frame,
     c->goaway_code = frame->goaway.error_code;
     return 0;
   }
+  if (frame->hd.type == NGHTTP2_PING &&
+      !(frame->hd.flags & NGHTTP2_FLAG_ACK)) {
+    c->pings++;
+    return 0;
+  }
   rc_stream *s = find(c, frame->hd.stream_id);
   if (!s || frame->hd.type != NGHTTP2_HEADERS)
     return 0;

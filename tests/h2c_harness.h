@@ -67,6 +67,7 @@ typedef struct rc {
   int eof, goaway;
   uint32_t goaway_code;
   uint64_t bytes_read;
+  int pings; /* PINGs received (not ACKs; nghttp2 answers them) */
 } rc;
 
 /* Connects to 127.0.0.1:|port| and sends the preface with SETTINGS: an

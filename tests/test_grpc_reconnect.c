@@ -8,6 +8,10 @@ static int closed_once(void *ud) {
   return tg_streams_get(ud).closed >= 1;
 }
 
+static int closed_thrice(void *ud) {
+  return tg_streams_get(ud).closed >= 3;
+}
+
 /* The newest request the sink sent for c1 on a new stream: how many
  * initial_resource_versions it carried (-1: none found). */
 typedef struct last_req {
@@ -67,7 +71,9 @@ START_TEST(test_sink_resumes_after_source_restart_on_same_port) {
   ck_assert_int_eq(mcp_store_delete(store, "c1", "b", ts), 1);
   tg_put(store, "c1", "c", "gamma-2", ts);
   tg_put(store, "c1", "d", "delta", ts);
-  tg_sleep_ms(100); /* a few failed attempts: connection refused */
+  /* Two failed attempts (connection refused), waited for as they end. */
+  ck_assert(tg_wait(closed_thrice, &ko, TG_TIMEOUT_MS));
+  ck_assert_int_eq(tg_streams_get(&ko).last_status, GRPC_STATUS_UNAVAILABLE);
   int before = tg_events_get().pushes;
 
   /* Back on the same port. */
@@ -108,9 +114,6 @@ START_TEST(test_sink_resumes_after_source_restart_on_same_port) {
 }
 END_TEST
 
-static int closed_thrice(void *ud) {
-  return tg_streams_get(ud).closed >= 3;
-}
 
 START_TEST(test_dialing_nothing_retries_with_growing_delays) {
   /* A port nothing listens on: bind one, note it, free it. */

@@ -503,6 +503,12 @@ static void copy_file(const char *from, const char *to) {
   replace_file(to, buf);
 }
 
+static int synced_or_failed(void *ud) {
+  rig *r = ud;
+  tg_pair p = {r->src, NULL, r->sink, "c1"};
+  return tg_streams_get(&r->ko).closed >= 1 || tg_equal(&p);
+}
+
 START_TEST(test_rotated_server_certificate_is_picked_up) {
   copy_file(cp("server.pem"), cp("rot.pem"));
   copy_file(cp("server.key"), cp("rot.key"));
@@ -513,12 +519,23 @@ START_TEST(test_rotated_server_certificate_is_picked_up) {
   mcp_grpc_sink_del(r.sink);
   mcp_sink_state_del(r.state);
 
-  /* New files; looked at once a second, at the next connection. */
+  /* New files; looked at (at most once a second) at the next connection:
+   * sinks dial one after the other until one is shown them, each either
+   * synced (the old files still) or failed. The event is awaited, not a
+   * second of the clock (the guard: 20 s, within the test's 30). */
   copy_file(cp("wrongname.pem"), cp("rot.pem"));
   copy_file(cp("wrongname.key"), cp("rot.key"));
-  tg_sleep_ms(1100);
-  tg_streams_init(&r.ko);
-  rig_sink(&r, NULL, "ca", NULL, NULL);
+  mcp_tstamp guard = mcp_grpc_now() + 20 * MCP_SECONDS;
+  for (;;) {
+    tg_streams_init(&r.ko);
+    rig_sink(&r, NULL, "ca", NULL, NULL);
+    ck_assert(tg_wait(synced_or_failed, &r, TG_TIMEOUT_MS));
+    if (tg_streams_get(&r.ko).closed >= 1)
+      break;
+    ck_assert_msg(mcp_grpc_now() < guard, "the new files are never read");
+    mcp_grpc_sink_del(r.sink);
+    mcp_sink_state_del(r.state);
+  }
   check_tls_failure(&r.ko, "not in peer certificate");
   mcp_grpc_sink_del(r.sink);
   mcp_sink_state_del(r.state);

@@ -18,8 +18,9 @@
  * status/details reach the client; half-close semantics of both kinds;
  * a wake and a notify pump a stream; timers; admission limits apply;
  * a peer vanishing mid-stream frees the stream (ops->del once); the
- * client runs concurrent calls on one connection, sees trailers, and
- * reconnects after a server restart with ended() seeing UNAVAILABLE.
+ * client runs concurrent calls on one connection and sees trailers.
+ * (Its reconnection after a server restart and a method that is not a
+ * path: tests/test_transport_service.c, over both transports.)
  */
 #include <arpa/inet.h>
 #include <check.h>
@@ -999,61 +1000,6 @@ START_TEST(client_runs_calls) {
 }
 END_TEST
 
-static int restarted(void *ud) {
-  tenv *e = ud;
-  return e->cactive[0] && e->crecv[0] >= 2;
-}
-
-START_TEST(client_reconnects) {
-  tenv e;
-  setup(&e);
-  e.o.no_mcp = 1;
-  start(&e);
-  char addr[64];
-  /* A list, tried in turn: a closed port first (its calls end
-   * UNAVAILABLE), then the server. */
-  snprintf(addr, sizeof(addr), "127.0.0.1:1,127.0.0.1:%d", e.port);
-  e.cauto[0] = 1; /* the protocol keeps a counter call open */
-  start_client(&e, addr);
-  wait_client(&e, 0, 0, 1);
-  ck_assert_int_ge(e.cended[0], 1);
-  ck_assert_int_eq(e.cstatus[0], 14);
-  int ended = e.cended[0];
-
-  /* The server restarts on the same port: the call ends UNAVAILABLE. */
-  mcp_h2c_source_del(e.src);
-  e.src = NULL;
-  wait_client(&e, 0, 1, ended + 1);
-  ck_assert_int_eq(e.cstatus[0], 14);
-  ck_assert_int_eq(e.counter_dels, 1);
-  h2t_run_for(&e.loop, 150); /* a few failed attempts */
-  ck_assert_int_eq(e.cstatus[0], 14);
-  mcp_h2c_options keep = e.o;
-  char fixed[64];
-  snprintf(fixed, sizeof(fixed), "127.0.0.1:%d", e.port);
-  e.o.address = fixed;
-  start(&e);
-  e.o = keep;
-  /* The client reconnects and the protocol's open() starts again. */
-  ck_assert(h2t_run_until(&e.loop, restarted, &e, 5000));
-  ck_assert_str_eq(e.clast[0], "0");
-  ck_assert_int_ge(e.copens[0], 2);
-  ck_assert_int_eq(e.cdels[0], e.cended[0]);
-
-  /* Deleting the client ends the open call: deleted, then ended()
-   * CANCELLED, before it returns. */
-  ended = e.cended[0];
-  mcp_h2c_client_del(e.cli);
-  e.cli = NULL;
-  ck_assert_int_eq(e.cended[0], ended + 1);
-  ck_assert_int_eq(e.cstatus[0], 1);
-  ck_assert_str_eq(e.cdetails[0], "client shutting down");
-  ck_assert_int_eq(e.cdels[0], e.copens[0]);
-  finish(&e);
-  ck_assert_int_eq(e.counter_dels, e.counter_opens);
-}
-END_TEST
-
 /* Whether a frame of |type| follows the client preface in |b|. */
 static int frame_seen(const uint8_t *b, size_t n, uint8_t type) {
   size_t at = 24;
@@ -1236,34 +1182,6 @@ START_TEST(client_ends_call) {
   /* The server saw the reset: its stream is freed, CANCELLED. */
   wait_int(&e, &e.counter_dels, 1);
   ck_assert_int_eq(e.svc_last_status, 1);
-  finish(&e);
-}
-END_TEST
-
-/* A method that is not a path: the call ends at once, never sent, with
- * INTERNAL; a protocol that asks again at once is asked again at the next
- * event, not in a loop of its own. */
-START_TEST(client_bad_method) {
-  tenv e;
-  setup(&e);
-  start(&e);
-  char addr[64];
-  snprintf(addr, sizeof(addr), "127.0.0.1:%d", e.port);
-  e.cwant[1] = 1000000;
-  e.cmethod[1] = "test.Echo/Echo";
-  start_client(&e, addr);
-  wait_client(&e, 1, 1, 1);
-  ck_assert_int_eq(e.cstatus[1], 13);
-  ck_assert_str_eq(e.cdetails[1], "the client's method is not a path");
-  int opens = e.copens[1];
-  /* A hundred turns of the loop with no event of the call's own: a spin
-   * (inside one turn or once a turn) would open a call a turn. */
-  for (int i = 0; i < 100; ++i)
-    uv_run(&e.loop, UV_RUN_NOWAIT);
-  ck_assert_int_lt(e.copens[1], opens + 20);
-  ck_assert_int_eq(e.cdels[1], e.copens[1]);
-  ck_assert_int_eq(e.cended[1], e.copens[1]);
-  e.cwant[1] = 0;
   finish(&e);
 }
 END_TEST
@@ -1484,9 +1402,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, admission_and_no_mcp);
   tcase_add_test(tc, bad_arguments);
   tcase_add_test(tc, client_runs_calls);
-  tcase_add_test(tc, client_reconnects);
   tcase_add_test(tc, client_peer_vanishes);
-  tcase_add_test(tc, client_bad_method);
   tcase_add_test(tc, flow_control);
   tcase_add_test(tc, deadline);
   tcase_add_test(tc, client_ends_call);

@@ -25,129 +25,6 @@
 #include "test_certs.h"
 #include "transport_suite.h"
 
-const ta_transport *ta;
-
-static const char *const colls[] = {"c1"};
-
-#define BIG (64 << 10)
-
-/* ---- the shared world ---- */
-
-static void note_item(const char *name, const char *version, void *ud) {
-  ta_world *w = ud;
-  ck_assert_int_lt(w->n, 4);
-  snprintf(w->name[w->n], sizeof(w->name[0]), "%s", name);
-  snprintf(w->version[w->n], sizeof(w->version[0]), "%s", version);
-  w->n++;
-}
-
-void ta_world_init(ta_world *w) {
-  memset(w, 0, sizeof(*w));
-  w->env = ta->env_new();
-  w->store = th_store(NULL);
-  ck_assert_ptr_nonnull(w->store);
-  mcp_tstamp now = ta->now();
-  th_put(w->store, "c1", "a", "1", "alpha", now);
-  char *body = malloc(BIG + 1);
-  ck_assert_ptr_nonnull(body);
-  memset(body, 'x', BIG);
-  body[BIG] = '\0';
-  th_put(w->store, "c1", "big", "1", body, now);
-  free(body);
-  mcp_store_foreach(w->store, "c1", note_item, w);
-  ck_assert_int_eq(w->n, 2);
-  mcp_sink_options so;
-  mcp_sink_options_default(&so);
-  so.node_id = "sink-1";
-  so.collections = colls;
-  so.ncollections = 1;
-  ck_assert_int_eq(mcp_sink_state_new(&w->state, &so), 0);
-}
-
-void ta_world_fini(ta_world *w) {
-  if (w->sink)
-    ta->del(w->sink);
-  if (w->src)
-    ta->del(w->src);
-  ta->env_del(w->env);
-  mcp_sink_state_del(w->state);
-  mcp_store_del(w->store);
-}
-
-static ta_opts opts(int listen, const char *address, const mcp_mem *mem) {
-  ta_opts o;
-  memset(&o, 0, sizeof(o));
-  o.version = ta->options_version;
-  o.listen = listen;
-  o.address = address;
-  o.mem = mem;
-  if (test_tls_mode()) {
-    o.cert_file = test_cert(listen ? "server.pem" : "client.pem");
-    o.key_file = test_cert(listen ? "server.key" : "client.key");
-    o.ca_file = test_cert("ca.pem");
-  }
-  return o;
-}
-
-static void start_source_with(ta_world *w, const ta_opts *o) {
-  mcp_source_options so;
-  mcp_source_options_default(&so);
-  so.store = w->store;
-  ck_assert_int_eq(ta->source_new(w->env, &w->src, o, &so), 0);
-  ck_assert_int_gt(ta->port(w->src), 0);
-  snprintf(w->addr, sizeof(w->addr), "127.0.0.1:%d", ta->port(w->src));
-}
-
-void ta_start_source(ta_world *w, const mcp_mem *mem) {
-  ta_opts o = opts(1, "127.0.0.1:0", mem);
-  start_source_with(w, &o);
-}
-
-void ta_start_sink(ta_world *w, const mcp_mem *mem) {
-  ta_opts o = opts(0, w->addr, mem);
-  ck_assert_int_eq(ta->sink_new(w->env, &w->sink, &o, w->state), 0);
-}
-
-typedef struct snap {
-  const ta_world *w;
-  int n, synced, equal;
-} snap;
-
-static void snap_item(const char *name, const char *version, void *ud) {
-  snap *s = ud;
-  int found = 0;
-  for (int i = 0; i < s->w->n; i++)
-    found |= strcmp(s->w->name[i], name) == 0 &&
-             strcmp(s->w->version[i], version) == 0;
-  s->equal &= found;
-  s->n++;
-}
-
-static void snap_state(mcp_sink_state *st, mcp_tstamp ts, void *ud) {
-  (void)ts;
-  snap *s = ud;
-  s->n = 0;
-  s->equal = 1;
-  mcp_sink_state_foreach(st, "c1", snap_item, s);
-  s->synced = mcp_sink_state_synced(st);
-}
-
-int ta_synced(void *ud) {
-  ta_world *w = ud;
-  snap s = {.w = w};
-  ck_assert_int_eq(ta->sink_call(w->sink, snap_state, &s), 0);
-  return s.synced && s.equal && s.n == w->n;
-}
-
-static int live_zero(void *ud) { return tm_get(ud).live == 0; }
-
-int ta_balanced(void *tm) {
-  if (!ta->settled(live_zero, tm))
-    return 0;
-  tm_counts c = tm_get(tm);
-  return c.allocs == c.frees;
-}
-
 /* ---- versioned structs ---- */
 
 typedef union obuf {
@@ -228,7 +105,7 @@ START_TEST(unknown_option_versions_are_refused) {
   so.store = w.store;
   const int bad[] = {0, -1, ta->options_version + 1};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-    ta_opts o = opts(1, "127.0.0.1:0", NULL);
+    ta_opts o = ta_opts_for(1, "127.0.0.1:0", NULL);
     o.version = bad[i];
     ta_obj *obj = NULL; /* the adapters check the pointer is untouched */
     ck_assert_int_eq(ta->source_new(w.env, &obj, &o, &so),
@@ -254,10 +131,10 @@ START_TEST(v1_options_do_not_read_mem) {
   ta_world w;
   ta_world_init(&w);
   const mcp_mem *garbage = (const mcp_mem *)(uintptr_t)0x10;
-  ta_opts o = opts(1, "127.0.0.1:0", garbage);
+  ta_opts o = ta_opts_for(1, "127.0.0.1:0", garbage);
   o.version = o.defaults_version = ta->options_v1;
-  start_source_with(&w, &o);
-  ta_opts d = opts(0, w.addr, garbage);
+  ta_start_source_with(&w, &o);
+  ta_opts d = ta_opts_for(0, w.addr, garbage);
   d.version = d.defaults_version = ta->options_v1;
   ck_assert_int_eq(ta->sink_new(w.env, &w.sink, &d, w.state), 0);
   ck_assert(ta->run_until(w.env, ta_synced, &w, 5000));
@@ -375,9 +252,9 @@ END_TEST
 
 /* Explicit mutual TLS files in |o| (a source's when |listen|). */
 static void explicit_tls(ta_opts *o, int listen) {
-  o->cert_file = test_cert(listen ? "server.pem" : "client.pem");
-  o->key_file = test_cert(listen ? "server.key" : "client.key");
-  o->ca_file = test_cert("ca.pem");
+  o->cert_file = ta_cert(listen ? "server.pem" : "client.pem");
+  o->key_file = ta_cert(listen ? "server.key" : "client.key");
+  o->ca_file = ta_cert("ca.pem");
   o->server_name = listen ? NULL : "localhost";
 }
 
@@ -393,13 +270,13 @@ static void sync_through_hooks(int tls) {
   tm_init(&km, 0);
   ta_world w;
   ta_world_init(&w);
-  ta_opts o = opts(1, "127.0.0.1:0", &sm.mem);
+  ta_opts o = ta_opts_for(1, "127.0.0.1:0", &sm.mem);
   if (tls)
     explicit_tls(&o, 1);
-  start_source_with(&w, &o);
+  ta_start_source_with(&w, &o);
   /* paths and PEMs among them with TLS */
   ck_assert_int_ge(tm_get(&sm).allocs, tls ? 7 : 1);
-  ta_opts d = opts(0, w.addr, &km.mem);
+  ta_opts d = ta_opts_for(0, w.addr, &km.mem);
   if (tls)
     explicit_tls(&d, 0);
   ck_assert_int_eq(ta->sink_new(w.env, &w.sink, &d, w.state), 0);
@@ -449,7 +326,7 @@ typedef enum kind { K_SOURCE_LISTEN, K_SINK_DIAL, K_CLIENT } kind;
  * on success, and runs what is left to its end. */
 static int make_and_del(kind k, const mcp_mem *mem, ta_world *w) {
   ta_env *env = ta->env_new();
-  ta_opts o = opts(1, "127.0.0.1:0", mem);
+  ta_opts o = ta_opts_for(1, "127.0.0.1:0", mem);
   ta_obj *obj = NULL;
   int rv;
   switch (k) {
@@ -577,7 +454,7 @@ START_TEST(tls_failing_allocations) {
     tm_mem m;
     tm_init(&m, n);
     ta_env *env = ta->env_new();
-    ta_opts o = opts(1, "127.0.0.1:0", &m.mem);
+    ta_opts o = ta_opts_for(1, "127.0.0.1:0", &m.mem);
     explicit_tls(&o, 1);
     ta_obj *src = NULL;
     int rv = ta->source_new(env, &src, &o, &so);
@@ -605,7 +482,7 @@ int main(void) {
   ta = &TA_ADAPTER;
   /* The explicit TLS tests: in the TLS run where there is one. */
   int tls = test_tls_mode() || !ta->tls_run;
-  if (tls && test_certs_make() != 0)
+  if (tls && ta_certs_make() != 0)
     return EXIT_FAILURE;
   char name[64];
   snprintf(name, sizeof(name), "%s_api%s", ta->name,
@@ -633,11 +510,8 @@ int main(void) {
   suite_add_tcase(s, tc);
   if (ta->add_own_tests)
     ta->add_own_tests(s);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  int failed = ta_run(s);
   if (tls)
-    test_certs_remove();
+    ta_certs_remove();
   return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

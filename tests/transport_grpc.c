@@ -63,6 +63,7 @@ static void g_options(mcp_grpc_options *o, const ta_opts *t) {
   o->mem = t->mem;
   o->services = t->services;
   o->nservices = t->nservices;
+  o->no_mcp = t->no_mcp;
   o->tls.cert_file = t->cert_file;
   o->tls.key_file = t->key_file;
   o->tls.ca_file = t->ca_file;
@@ -174,6 +175,23 @@ static int g_sink_call(ta_obj *obj,
   return mcp_grpc_sink_call(obj->p, fn, ud);
 }
 
+typedef struct g_turn_fn {
+  void (*fn)(void *);
+  void *ud;
+} g_turn_fn;
+
+static void g_turn_run(mcp_tstamp ts, void *ud) {
+  (void)ts;
+  g_turn_fn *t = ud;
+  t->fn(t->ud);
+}
+
+static int g_turn(ta_env *e, ta_obj *obj, void (*fn)(void *), void *ud) {
+  (void)e;
+  g_turn_fn t = {fn, ud};
+  return mcp_grpc_client_call(obj->p, g_turn_run, &t);
+}
+
 /* ---- gRPC alone ---- */
 
 /* The access list is the gRPC transport's own API (h2c's authorization
@@ -272,6 +290,12 @@ const ta_transport ta_grpc = {
     .stats_versioned = g_stats_versioned,
     .sink_call = g_sink_call,
     .now = mcp_grpc_now,
+    .turn = g_turn,
+    .asks_per_turn = 1,
+    .bad_method_status = GRPC_STATUS_INVALID_ARGUMENT,
+    .min_redial = 16 * MCP_MILLISECONDS, /* 20 ms, jitter 0.2 */
+    .bad_method_details =
+        "invalid method: a gRPC method is \"/package.Service/Method\"",
     .min_sync_allocs = 3, /* refs and strings; the rest is gRPC's own */
     .add_own_tests = g_add_own_tests,
 };

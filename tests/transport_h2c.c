@@ -80,6 +80,7 @@ static void h_options(ta_env *e, mcp_h2c_options *o, const ta_opts *t) {
   o->mem = t->mem;
   o->services = t->services;
   o->nservices = t->nservices;
+  o->no_mcp = t->no_mcp;
   o->tls.cert_file = t->cert_file;
   o->tls.key_file = t->key_file;
   o->tls.ca_file = t->ca_file;
@@ -189,6 +190,13 @@ static int h_sink_call(ta_obj *obj,
   /* The loop runs on the test's thread, where mcp_h2c_sink_call() is
    * refused: the state is read directly. */
   fn(obj->state, mcp_h2c_now(), ud);
+  return 0;
+}
+
+static int h_turn(ta_env *e, ta_obj *obj, void (*fn)(void *), void *ud) {
+  (void)obj;
+  uv_run(&e->loop, UV_RUN_NOWAIT);
+  fn(ud);
   return 0;
 }
 
@@ -369,6 +377,11 @@ const ta_transport ta_h2c = {
     .stats_versioned = h_stats_versioned,
     .sink_call = h_sink_call,
     .now = mcp_h2c_now,
+    .turn = h_turn,
+    .asks_per_turn = 0,
+    .bad_method_status = MCP_CODE_INTERNAL,
+    .min_redial = 8 * MCP_MILLISECONDS, /* 10 ms, jitter 0.2 */
+    .bad_method_details = "the client's method is not a path",
     .min_sync_allocs = 10, /* connections, streams, nghttp2 sessions */
     .tls_run = 1,
     .add_own_tests = h_add_own_tests,

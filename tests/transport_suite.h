@@ -34,6 +34,7 @@ typedef struct ta_opts {
   const mcp_mem *mem; /* written even where |defaults_version| lacks it */
   const mcp_service_def *services;
   size_t nservices;
+  int no_mcp; /* services only */
   /* TLS files (NULL: cleartext); the suite sets them in MCP_TEST_TLS
    * mode (test_certs.h keeps the directory in the suite's file). */
   const char *cert_file, *key_file, *ca_file, *server_name;
@@ -77,6 +78,24 @@ typedef struct ta_transport {
                                             void *),
                    void *ud);
   mcp_tstamp (*now)(void);
+  /* One turn of the loop of |client| that brings it no event of a call's
+   * own, then fn(ud) between that turn and the next, where the client's
+   * protocol state is still (h2c: uv_run(UV_RUN_NOWAIT) on the test's
+   * thread, no event; gRPC: fn run on its thread through
+   * mcp_grpc_client_call(), itself the turn's one event). */
+  int (*turn)(ta_env *env, ta_obj *client, void (*fn)(void *), void *ud);
+  /* How often a client may ask a free slot's open() in one such turn:
+   * at the next event, so 1 where the turn is an event (gRPC), 0 where
+   * it is none (h2c). */
+  int asks_per_turn;
+  /* The status and details a client call at a method that is not a path
+   * ends with. The transports differ (gRPC: INVALID_ARGUMENT, h2c:
+   * INTERNAL); each says it here, the suite checks its own. */
+  int bad_method_status;
+  const char *bad_method_details;
+  /* The shortest delay between two connection attempts of a dialer the
+   * adapter makes (its backoff's initial delay less the jitter). */
+  mcp_tstamp min_redial;
   /* More allocations than this through each side's hook in a sync:
    * more than the objects alone. */
   long min_sync_allocs;
@@ -88,10 +107,11 @@ typedef struct ta_transport {
   void (*add_own_tests)(Suite *s);
 } ta_transport;
 
-/* The transport under test, set by the suite's main(). */
+/* The transport under test, set by the suite's main()
+ * (tests/transport_suite.c holds it). */
 extern const ta_transport *ta;
 
-/* A world most tests share (tests/test_transport_api.c): a store with
+/* A world most tests share (tests/transport_suite.c): a store with
  * collection "c1" holding "a" and "big" (64 KiB, larger than an HTTP/2
  * DATA frame), a sink state for "c1", and the objects started on it. */
 typedef struct ta_world {
@@ -106,6 +126,18 @@ typedef struct ta_world {
 } ta_world;
 
 void ta_world_init(ta_world *w);
+/* Runs a suite file's |s| and frees it: how many of its tests failed. */
+int ta_run(Suite *s);
+/* The suite's certificates (tests/test_certs.h, one directory for all the
+ * suite's files): made, removed, and the path of one of them. */
+int ta_certs_make(void);
+void ta_certs_remove(void);
+const char *ta_cert(const char *name);
+/* Options for a listening (|listen|) or dialing object at |address|,
+ * with |mem|, mutual TLS in MCP_TEST_TLS mode (tests/transport_suite.c). */
+ta_opts ta_opts_for(int listen, const char *address, const mcp_mem *mem);
+/* A listening source with |o|; w->addr is where it listens. */
+void ta_start_source_with(ta_world *w, const ta_opts *o);
 /* Deletes the objects, runs what is left (env_del), frees the rest. */
 void ta_world_fini(ta_world *w);
 /* A listening source on 127.0.0.1:0 / a sink dialing it, with |mem|. */

@@ -22,9 +22,13 @@
  * default 500), one more stream (a new sink) asks from that address and
  * is timed to its first push. Prints one JSON line:
  *   {"streams":N,"pushed":P,"status":{"8":R,"14":U,...},"unanswered":X,
- *    "reset":Z,"max_ms":M,"setup_ms":S,"probe_ms":T,"probe_status":C}
+ *    "reset":Z,"max_ms":M,"setup_ms":S,"probe_ms":T,"probe_status":C,
+ *    "released":L}
  * (max_ms: the latest first answer of a storm stream, from the start;
- * probe_ms -1 when the probe got no push; probe_status -1 when none.)
+ * probe_ms -1 when the probe got no push; probe_status -1 when none;
+ * released: storm streams first answered (a push, a status, a reset)
+ * after the set-up and before the probe's answer, the ones the probe may
+ * have waited for.)
  * Exit 0, or 1 on a failure to connect (stderr), 2 on usage.
  */
 #define _GNU_SOURCE
@@ -430,6 +434,7 @@ int main(int argc, char **argv) {
 
   long probe_ms = -1;
   int probe_status = -1;
+  int released = 0;
   if (probe_from) {
     uint64_t until = now_ns() + (uint64_t)settle * 1000000u;
     while (now_ns() < until)
@@ -443,6 +448,10 @@ int main(int argc, char **argv) {
     if (p->s[0].pushed)
       probe_ms = (long)((p->s[0].answered - pt) / 1000000u);
     probe_status = p->s[0].status;
+    uint64_t pa = p->s[0].answered ? p->s[0].answered : now_ns();
+    for (int i = 0; i < nc; i++)
+      for (int k = 0; k < c[i].n; k++)
+        released += c[i].s[k].answered > setup && c[i].s[k].answered <= pa;
     nc++;
   }
 
@@ -468,10 +477,10 @@ int main(int argc, char **argv) {
       first = 0;
     }
   printf("},\"unanswered\":%d,\"reset\":%d,\"max_ms\":%llu,\"setup_ms\":%llu,"
-         "\"probe_ms\":%ld,\"probe_status\":%d}\n",
+         "\"probe_ms\":%ld,\"probe_status\":%d,\"released\":%d}\n",
          unanswered, reset, (unsigned long long)(max / 1000000u),
          (unsigned long long)((setup - t0) / 1000000u), probe_ms,
-         probe_status);
+         probe_status, released);
   fflush(stdout);
   for (int i = 0; i < nc; i++) {
     close(c[i].fd);

@@ -82,10 +82,20 @@ class Admission(common.Base):
         self.assertLessEqual(r["max_ms"], 10000, r)
 
     def probe(self, mode, peer, n=400, bound_ms=1000, *extra):
+        """The new sink gets its first push (not a refusal), and not by
+        taking the place of a held stream: no storm stream is answered
+        (ended, reset, pushed) between the set-up and the probe's answer.
+        Its time is bounded against this run's own pace, not the wall
+        clock alone: |bound_ms| (the goal on an idle machine), or ten times
+        what the source took to take the |n| streams (setup_ms), when the
+        machine is busy enough that this is longer. Waiting behind the held
+        streams (the bug: 19 s behind 128) stays far beyond either."""
         r = self.storm("--streams", str(n), "--mode", mode, "--from", peer,
                        "--probe-from", "127.0.0.1", *extra)
         self.assertGreaterEqual(r["probe_ms"], 0, r)
-        self.assertLessEqual(r["probe_ms"], bound_ms, r)
+        self.assertEqual(r["released"], 0, r)
+        self.assertLessEqual(r["probe_ms"],
+                             max(bound_ms, 10 * r["setup_ms"]), r)
 
     def test_new_sink_served_within_1s_while_400_mute_streams_held(self):
         self.probe("mute", "127.0.0.2")

@@ -214,6 +214,11 @@ spec:
   - {name: v2, labels: {version: v2}}
   trafficPolicy: {tls: {mode: ISTIO_MUTUAL}}
 """
+# A change of the DestinationRule that the tests make to learn that the
+# source has handled what came before it on the stream (a barrier, in place
+# of a wait of the clock): the source answers in order, so a push it owed
+# before the change comes before the change's push.
+DR_YAML_BARRIER = DR_YAML.replace('ISTIO_MUTUAL', 'DISABLE')
 CM_YAML = """\
 apiVersion: v1
 kind: ConfigMap
@@ -352,6 +357,13 @@ class Base(unittest.TestCase):
         with open(tmp, 'w') as f:
             f.write(text)
         os.replace(tmp, path)  # atomic: the source never sees half a file
+
+    def barrier(self, sink, dr, n):
+        """Edits the DestinationRule (n even: DR_YAML_BARRIER, odd: back to
+        DR_YAML) and waits for its push (|dr|: its collection or type)."""
+        mark = sink.mark()
+        self.write_yaml('bookinfo/destinationrule.yaml', DR_YAML_BARRIER if n % 2 == 0 else DR_YAML)
+        sink.wait_for(response(dr), 'the DestinationRule push after the barrier edit', since=mark)
 
     def write_config(self):
         self.write_yaml('bookinfo/virtualservices.yaml', VS_YAML)
@@ -542,14 +554,14 @@ class OurSourceToNodeSink(Base):
         first = sink.wait_for(response(VS), 'first VS push')
         self.assertEqual((first['verdict'], first['error']['code']), ('nack', 3))
         sink.wait_for(response(DR, verdict='ack'), 'DR ACKed next to the NACKed VS')
-        time.sleep(1.0)
+        self.barrier(sink, DR, 0)
         self.assertEqual(len([l for l in sink.lines if response(VS)(l)]), 1, 'NACKed content pushed again')
         mark = sink.mark()
         self.write_yaml('bookinfo/virtualservices.yaml', VS_YAML_EDITED)
         line = sink.wait_for(response(VS), 'VS push after the edit', since=mark)
         self.assertNotEqual(line['nonce'], first['nonce'])
         self.assertEqual([r['version'] for r in line['resources']], ['8'])
-        time.sleep(1.0)
+        self.barrier(sink, DR, 1)
         self.assertEqual(len([l for l in sink.lines if response(VS)(l)]), 2, 'NACKed content pushed again')
 
     def test_unknown_collection_keeps_stream(self):
@@ -559,7 +571,7 @@ class OurSourceToNodeSink(Base):
         sink = self.node_sink(['--connect', f'127.0.0.1:{port}', '--collection', 'example/unknown',
                                '--collection', DR])
         sink.wait_for(response(DR, verdict='ack'), 'DR served next to an unknown collection')
-        time.sleep(0.5)
+        self.barrier(sink, DR, 0)
         self.assertEqual([l for l in sink.lines if l.get('collection') == 'example/unknown'], [])
 
 
@@ -661,7 +673,7 @@ class OurSourceToNodeAggregatedSink(Base):
         while 'rejected' not in src.stderr() and time.monotonic() < end:
             time.sleep(0.05)
         self.assertIn('rejected', src.stderr())
-        time.sleep(1.0)
+        self.barrier(sink, T_DR, 0)
         self.assertEqual([l for l in sink.lines[mark:] if response(T_VS)(l)], [bad], 'NACKed content pushed again')
         self.assertEqual(src.stderr().count('sink rejected'), 1, src.stderr())
         self.assertEqual(set(replay(sink.lines, T_VS)), {'bookinfo/reviews', 'bookinfo/ratings'})
@@ -677,7 +689,7 @@ class OurSourceToNodeAggregatedSink(Base):
             # The difference from what the sink holds: evil came and went.
             self.assertEqual(line['resources'], [])
         self.assertEqual(set(replay(sink.lines, T_VS)), {'bookinfo/reviews', 'bookinfo/ratings'})
-        time.sleep(0.5)
+        self.barrier(sink, T_DR, 1)
         self.assertEqual(len([l for l in sink.lines[mark:] if response(T_VS)(l)]), 1)
 
     def test_aggregated_nack_is_not_resent(self):

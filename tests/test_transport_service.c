@@ -1,0 +1,445 @@
+/*
+ * Protocols on a transport without transport code of their own
+ * (mcp/engine.h), written once for every transport (issue 21 item 7; the
+ * transport: the adapter it is built with, tests/transport_<name>.c).
+ * The per-transport files (test_grpc_service.c, test_h2c_service.c) hold
+ * the tests not moved here yet; each test moved here is deleted there,
+ * with the union of their checks.
+ *
+ * The protocol here, over mcp_stream_ops:
+ *   /test.Counter/Count  server streaming, kept open on the client's
+ *                        half-close: each request is answered with "0"
+ *                        and "1".
+ * The client: slot 0 keeps a counter call open (asked again as soon as
+ * it ends) when |counter| is set; slot 1 asks again and again at
+ * |method| when it is set.
+ */
+#include <check.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_certs.h" /* test_tls_mode() */
+#include "transport_suite.h"
+
+typedef struct cstate {
+  pthread_mutex_t mu; /* gRPC calls the protocol from its own thread */
+  const char *method; /* slot 1's */
+  int counter;        /* slot 0 keeps a counter call */
+  int opens[2], ended[2], dels[2], recv[2];
+  int call_recv; /* messages on slot 0's call now */
+  int status;
+  char details[160];
+  char last[16];
+  mcp_tstamp ended_at[64]; /* slot 0's first 64 ends (ts) */
+} cstate;
+
+typedef struct csess {
+  cstate *c;
+  size_t slot;
+  int sent;
+  mcp_msg_builder *b;
+} csess;
+
+static int c_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
+  (void)ts;
+  csess *s = sess;
+  pthread_mutex_lock(&s->c->mu);
+  s->c->recv[s->slot]++;
+  s->c->call_recv++;
+  snprintf(s->c->last, sizeof(s->c->last), "%.*s", (int)len,
+           (const char *)in);
+  pthread_mutex_unlock(&s->c->mu);
+  return 0;
+}
+
+static int c_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
+  (void)ts;
+  csess *s = sess;
+  if (s->slot != 0 || s->sent)
+    return 0;
+  s->sent = 1;
+  mcp_msg_builder_bytes(s->b, "go", 2);
+  int rv = mcp_msg_builder_finish(s->b, NULL, pmsg);
+  return rv < 0 ? rv : 1;
+}
+
+static void c_del(void *sess) {
+  csess *s = sess;
+  pthread_mutex_lock(&s->c->mu);
+  s->c->dels[s->slot]++;
+  pthread_mutex_unlock(&s->c->mu);
+  mcp_msg_builder_del(s->b);
+  free(s);
+}
+
+static const mcp_stream_ops c_ops = {
+    .name = "test-client",
+    .flags = MCP_STREAM_CLIENT_HALF_CLOSE_AFTER_FIRST |
+             MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE,
+    .recv = c_recv,
+    .next = c_next,
+    .del = c_del,
+};
+
+#define COUNTER_METHOD "/test.Counter/Count"
+
+static const char *c_method(void *ud, size_t slot) {
+  return slot == 0 ? COUNTER_METHOD : ((cstate *)ud)->method;
+}
+
+static int c_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
+  cstate *c = ud;
+  if (slot == 1 ? !c->method : !c->counter)
+    return 0;
+  csess *s = calloc(1, sizeof(*s));
+  ck_assert_ptr_nonnull(s);
+  s->c = c;
+  s->slot = slot;
+  ck_assert_int_eq(mcp_msg_builder_new(&s->b, NULL), 0);
+  ck_assert_int_eq(mcp_stream_new(pst, &c_ops, s, NULL, ts), 0);
+  pthread_mutex_lock(&c->mu);
+  c->opens[slot]++;
+  if (slot == 0)
+    c->call_recv = 0;
+  pthread_mutex_unlock(&c->mu);
+  return 1;
+}
+
+static void c_ended(void *ud, size_t slot, int status, const char *details,
+                    mcp_tstamp ts) {
+  cstate *c = ud;
+  pthread_mutex_lock(&c->mu);
+  /* The call's stream is deleted before ended() is told. */
+  ck_assert_int_eq(c->dels[slot], c->ended[slot] + 1);
+  if (slot == 0 && c->ended[0] < 64)
+    c->ended_at[c->ended[0]] = ts;
+  c->ended[slot]++;
+  c->status = status;
+  snprintf(c->details, sizeof(c->details), "%s", details);
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* A copy of the counts (the mutex left out). */
+typedef struct ccounts {
+  int opens[2], ended[2], dels[2], recv[2];
+  int call_recv;
+  int status;
+  char details[160];
+  char last[16];
+  mcp_tstamp ended_at[64];
+} ccounts;
+
+static void c_read(cstate *c, ccounts *k) {
+  pthread_mutex_lock(&c->mu);
+  memcpy(k->opens, c->opens, sizeof(k->opens));
+  memcpy(k->ended, c->ended, sizeof(k->ended));
+  memcpy(k->dels, c->dels, sizeof(k->dels));
+  memcpy(k->recv, c->recv, sizeof(k->recv));
+  k->call_recv = c->call_recv;
+  k->status = c->status;
+  memcpy(k->details, c->details, sizeof(k->details));
+  memcpy(k->last, c->last, sizeof(k->last));
+  memcpy(k->ended_at, c->ended_at, sizeof(k->ended_at));
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void c_init(cstate *c) {
+  memset(c, 0, sizeof(*c));
+  pthread_mutex_init(&c->mu, NULL);
+}
+
+static ccounts c_get(cstate *c) {
+  ccounts k;
+  c_read(c, &k);
+  return k;
+}
+
+typedef struct creader {
+  cstate *c;
+  ccounts k;
+} creader;
+
+static void c_read_turn(void *ud) {
+  creader *r = ud;
+  c_read(r->c, &r->k);
+}
+
+static int slot1_ended(void *ud) {
+  ccounts k;
+  c_read(ud, &k);
+  return k.ended[1] >= 1;
+}
+
+/* A method that is not a path: the call ends at once with the
+ * transport's error, nothing is dialed, and a protocol that asks again at
+ * once is asked at the next event of the loop, not in a loop of its own.
+ * Counted in turns of the transport's loop (ta->turn), never in a window
+ * of time: a spin would ask thousands of times meanwhile. */
+START_TEST(client_bad_method_ends_the_call_without_a_spin) {
+  ta_env *env = ta->env_new();
+  cstate c;
+  c_init(&c);
+  c.method = "test.Echo/Echo";
+  mcp_client_def def = {.nslots = 2,
+                        .method = c_method,
+                        .open = c_open,
+                        .ended = c_ended,
+                        .user_data = &c};
+  ta_opts o = ta_opts_for(0, "127.0.0.1:1", NULL); /* never dialed */
+  ta_obj *cli = NULL;
+  ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
+  ck_assert(ta->run_until(env, slot1_ended, &c, 30000));
+
+  creader r = {.c = &c};
+  c_read(&c, &r.k);
+  int before = r.k.opens[1];
+  enum { TURNS = 100 };
+  for (int i = 0; i < TURNS; i++)
+    ck_assert_int_eq(ta->turn(env, cli, c_read_turn, &r), 0);
+  ccounts k = r.k;
+  /* |k| was read between two turns, where every call asked has ended
+   * (and its stream was deleted first). */
+  ck_assert_int_eq(k.status, ta->bad_method_status);
+  ck_assert_str_eq(k.details, ta->bad_method_details);
+  ck_assert_int_le(k.opens[1], before + TURNS * ta->asks_per_turn + 20);
+  ck_assert_int_eq(k.ended[1], k.opens[1]);
+  ck_assert_int_eq(k.dels[1], k.opens[1]);
+  ck_assert_int_eq(k.opens[0], 0);
+  ck_assert_int_eq(k.ended[0], 0);
+
+  /* Nothing dialed: no stream, none ever opened. */
+  mcp_transport_stats st;
+  ck_assert_int_eq(ta->stats_versioned(cli, MCP_TRANSPORT_STATS_VERSION, &st),
+                   0);
+  ck_assert_uint_eq(st.streams, 0);
+  ck_assert_uint_eq(st.opened, 0);
+  ta->del(cli);
+  ta->env_del(env);
+  pthread_mutex_destroy(&c.mu);
+}
+END_TEST
+
+/* ---- the served protocol ---- */
+
+/* What the server side saw (gRPC runs it on its own thread). */
+static pthread_mutex_t smu = PTHREAD_MUTEX_INITIALIZER;
+static int sopens, sdels;
+
+typedef struct ssess {
+  int pending, seq;
+  mcp_msg_builder *b;
+} ssess;
+
+static int s_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
+  (void)in;
+  (void)len;
+  (void)ts;
+  ((ssess *)sess)->pending += 2;
+  return 0;
+}
+
+static int s_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
+  (void)ts;
+  ssess *p = sess;
+  if (!p->pending)
+    return 0;
+  p->pending--;
+  char text[16];
+  int n = snprintf(text, sizeof(text), "%d", p->seq++);
+  mcp_msg_builder_bytes(p->b, text, (size_t)n);
+  int rv = mcp_msg_builder_finish(p->b, NULL, pmsg);
+  return rv < 0 ? rv : 1;
+}
+
+static void s_del(void *sess) {
+  ssess *p = sess;
+  mcp_msg_builder_del(p->b);
+  free(p);
+  pthread_mutex_lock(&smu);
+  sdels++;
+  pthread_mutex_unlock(&smu);
+}
+
+static const mcp_stream_ops s_counter_ops = {
+    .name = "counter",
+    .flags = MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE,
+    .recv = s_recv,
+    .next = s_next,
+    .del = s_del,
+};
+
+static int s_open(void *ud, const mcp_peer_info *peer, mcp_tstamp ts,
+                  mcp_stream **pst) {
+  (void)ud;
+  (void)peer;
+  ssess *p = calloc(1, sizeof(*p));
+  if (!p)
+    return MCP_ERR_NOMEM;
+  if (mcp_msg_builder_new(&p->b, NULL) < 0) {
+    free(p);
+    return MCP_ERR_NOMEM;
+  }
+  int rv = mcp_stream_new(pst, &s_counter_ops, p, NULL, ts);
+  if (rv < 0)
+    return rv; /* p was freed by the driver */
+  pthread_mutex_lock(&smu);
+  sopens++;
+  pthread_mutex_unlock(&smu);
+  return 0;
+}
+
+static const mcp_service_def services[] = {
+    {.method = COUNTER_METHOD, .open = s_open},
+};
+
+static void s_counts(int *o, int *d) {
+  pthread_mutex_lock(&smu);
+  *o = sopens;
+  *d = sdels;
+  pthread_mutex_unlock(&smu);
+}
+
+/* A source serving the counter alone (no MCP) at |address|; 0 or an
+ * mcp error (the port may be briefly taken on a restart). */
+static int serve(ta_env *env, ta_obj **psrc, const char *address) {
+  ta_opts o = ta_opts_for(1, address, NULL);
+  o.services = services;
+  o.nservices = 1;
+  o.no_mcp = 1;
+  return ta->source_new(env, psrc, &o, NULL);
+}
+
+typedef struct cwait {
+  cstate *c;
+  int ended, call_recv;
+} cwait;
+
+static int ended_ge(void *ud) {
+  cwait *w = ud;
+  return c_get(w->c).ended[0] >= w->ended;
+}
+
+static int call_has(void *ud) {
+  cwait *w = ud;
+  return c_get(w->c).call_recv >= w->call_recv;
+}
+
+static int never(void *ud) {
+  (void)ud;
+  return 0;
+}
+
+/* A client dialing a list (a closed port first: its calls end
+ * UNAVAILABLE, then the server) keeps a counter call open; the server
+ * goes: the call ends UNAVAILABLE, the attempts that follow fail
+ * (UNAVAILABLE) at least the shortest backoff apart (a lower bound: a
+ * slow machine only spaces them more); the server comes back on the same
+ * port: a new call, new messages; deleting the client ends the open call
+ * (deleted, then ended() CANCELLED) before it returns. */
+START_TEST(client_reconnects_after_restart) {
+  ta_env *env = ta->env_new();
+  int o0, d0;
+  s_counts(&o0, &d0);
+  ta_obj *src = NULL;
+  ck_assert_int_eq(serve(env, &src, "127.0.0.1:0"), 0);
+  int port = ta->port(src);
+  cstate c;
+  c_init(&c);
+  c.counter = 1;
+  mcp_client_def def = {.nslots = 2,
+                        .method = c_method,
+                        .open = c_open,
+                        .ended = c_ended,
+                        .user_data = &c};
+  char addr[64];
+  snprintf(addr, sizeof(addr), "127.0.0.1:1,127.0.0.1:%d", port);
+  ta_opts o = ta_opts_for(0, addr, NULL);
+  ta_obj *cli = NULL;
+  ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
+  cwait w = {.c = &c, .call_recv = 2};
+  ck_assert(ta->run_until(env, call_has, &w, 30000));
+  ccounts k = c_get(&c);
+  ck_assert_str_eq(k.last, "1");
+  if (k.ended[0] > 0) /* the closed port's calls */
+    ck_assert_int_eq(k.status, MCP_CODE_UNAVAILABLE);
+  int ended = k.ended[0];
+
+  /* The server goes. */
+  ta->del(src);
+  w.ended = ended + 1;
+  ck_assert(ta->run_until(env, ended_ge, &w, 30000));
+  ck_assert_int_eq(c_get(&c).status, MCP_CODE_UNAVAILABLE);
+  int so, sd;
+  s_counts(&so, &sd);
+  ck_assert_int_eq(so - o0, 1);
+  ck_assert_int_eq(sd - d0, 1); /* its stream deleted */
+
+  /* Four failed attempts, waited for as they end. */
+  int first = ended;
+  w.ended = ended + 5;
+  ck_assert(ta->run_until(env, ended_ge, &w, 30000));
+  k = c_get(&c);
+  ck_assert_int_eq(k.status, MCP_CODE_UNAVAILABLE);
+  for (int i = first + 1; i < first + 5 && i < 64; i++)
+    ck_assert_msg(k.ended_at[i] - k.ended_at[i - 1] >= ta->min_redial,
+                  "attempt %d ended %lld ns after the one before", i,
+                  (long long)(k.ended_at[i] - k.ended_at[i - 1]));
+
+  /* Back on the same port (it may be briefly taken: the dialer's own
+   * attempts can self-connect on loopback). */
+  char again[64];
+  snprintf(again, sizeof(again), "127.0.0.1:%d", port);
+  int rv = -1;
+  for (int tries = 0; tries < 100 && rv != 0; tries++)
+    if ((rv = serve(env, &src, again)) != 0)
+      ta->run_until(env, never, NULL, 20);
+  ck_assert_int_eq(rv, 0);
+  w.call_recv = 2;
+  ck_assert(ta->run_until(env, call_has, &w, 30000));
+  k = c_get(&c);
+  ck_assert_str_eq(k.last, "1");
+  ck_assert_int_ge(k.opens[0], 2);
+
+  /* Deleting the client ends the open call before it returns. */
+  ended = c_get(&c).ended[0];
+  ta->del(cli);
+  k = c_get(&c);
+  ck_assert_int_eq(k.ended[0], ended + 1);
+  ck_assert_int_eq(k.status, MCP_CODE_CANCELLED);
+  ck_assert_str_eq(k.details, "client shutting down");
+  ck_assert_int_eq(k.dels[0], k.opens[0]);
+  ta->del(src);
+  ta->env_del(env);
+  s_counts(&so, &sd);
+  ck_assert_int_eq(sd, so);
+  pthread_mutex_destroy(&c.mu);
+}
+END_TEST
+
+/* The adapter this executable is built with (tests/meson.build:
+ * -DTA_ADAPTER=ta_<transport>). */
+extern const ta_transport TA_ADAPTER;
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  ta = &TA_ADAPTER;
+  /* With MCP_TEST_TLS=1 every connection is mutual TLS (ta_opts_for()). */
+  if (test_tls_mode() && ta_certs_make() != 0)
+    return EXIT_FAILURE;
+  char name[64];
+  snprintf(name, sizeof(name), "%s_service%s", ta->name,
+           test_tls_mode() ? "_tls" : "");
+  Suite *s = suite_create(name);
+  TCase *tc = tcase_create("client");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, client_bad_method_ends_the_call_without_a_spin);
+  tcase_add_test(tc, client_reconnects_after_restart);
+  suite_add_tcase(s, tc);
+  int failed = ta_run(s);
+  if (test_tls_mode())
+    ta_certs_remove();
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
