@@ -105,7 +105,6 @@ void mcp_msg_free(mcp_msg *msg) {
 void mcp__msgb_init(mcp_msgb *b, const mcp_mem *m) {
   b->mem = m;
   b->own.p = b->inl_own;
-  b->own.mem = m; /* unused: the builder grows its own buffer (inline first) */
   b->own.len = 0;
   b->own.cap = sizeof(b->inl_own);
   b->pieces = b->inl_pieces;

@@ -53,7 +53,12 @@ typedef struct mcp_piece {
 
 typedef struct mcp_msgb {
   const mcp_mem *mem;
-  mcp_buf own;
+  /* Its own bytes: grown by own_reserve() (buf.c), inline storage first,
+   * so not an mcp_buf (which owns its block from the start). */
+  struct {
+    uint8_t *p;
+    size_t len, cap;
+  } own;
   mcp_piece *pieces;
   size_t npieces, cap;
   size_t nshared;
