@@ -320,7 +320,8 @@ int mcp_resource_decode(const uint8_t *in, size_t len, const mcp_mem *mem,
   if (extra_p) {
     *extra_p = NULL;
   }
-  span sp = {in, in ? len : 0};
+  static const uint8_t none[1];
+  span sp = {in ? in : none, in ? len : 0}; /* no arithmetic on NULL */
   rview v;
   memset(&v, 0, sizeof(v));
   if (mcp__resource_read(sp, &v, NULL) != 0) {
