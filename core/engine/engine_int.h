@@ -113,8 +113,6 @@ static inline int mcp__varint(const uint8_t **p, const uint8_t *end, uint64_t *v
   return MCP_ERR_MALFORMED; /* more than 10 bytes */
 }
 
-/* 1 when every key and value of |kv[0..n)| is UTF-8 without NUL. */
-int mcp__kvs_valid(const mcp_kv *kv, size_t n);
 
 /* 1 when |name| passes |rules| and is at most |max| bytes. */
 int mcp__name_ok(const char *name, mcp_name_rules rules, size_t max);
@@ -154,21 +152,29 @@ struct mcp_snap {
   mcp_iovec *iov;      /* n, after refs */
 };
 
-typedef struct mcp_coll {
+struct mcp_coll {
+  /* The public head first (mcp/engine.h: mcp_coll_head_), named as
+   * fields of the collection. */
+  union {
+    mcp_coll_head_ head_;
+    struct {
+      char *name;
+      size_t index;
+      uint64_t gen;
+      uint64_t compact_gen;  /* tombstones up to here were dropped */
+      size_t nlive;
+      int absent;            /* removed (mcp_store_remove_collection) and
+                                not brought back: all entries tombstones */
+    };
+  };
   mcp_snap *snap;          /* full state at snap->gen, or NULL */
-  char *name;
-  size_t index;
   mcp_map map;             /* name -> entry, tombstones included */
   mcp_entry *head, *tail;  /* ordered by gen */
-  size_t nlive, ntomb;
-  uint64_t gen;
-  uint64_t compact_gen;    /* tombstones up to here were dropped */
+  size_t ntomb;
   mcp_tstamp last_change;  /* the last instant it changed ... */
   mcp_tstamp prev_change;  /* ... and the one before (has_prev): pacing */
-  int absent;              /* removed (mcp_store_remove_collection) and not
-                              brought back: every entry is a tombstone */
   uint8_t touched, has_prev; /* last_change, prev_change are set */
-} mcp_coll;
+};
 
 /* |c| changed at |ts|. Changes at one instant (a batch) are one change,
  * so that the pacing rule sees a batch as isolated. */
@@ -181,44 +187,36 @@ static inline void mcp__coll_touch(mcp_coll *c, mcp_tstamp ts) {
   c->touched = 1;
 }
 
-/*
- * The pacing rule of every subscriber of a collection (watch.c; the rule
- * in words is docs/protocol.md "Debounce"): an mcp_watch and an MCP source
- * subscription keep their own state and ask here. |sent|: when the
- * subscriber last sent (took) the collection; |seen|: when it first saw
- * the change that waits (|ts| if not noted yet).
- * mcp__pace_ready(): a change that waits may go at |ts|.
- * mcp__pace_due(): the earliest time it may go (noted: |seen| is noted,
- * so max_delay counts); 0 when at once (no debounce, or it leads).
- */
-int mcp__pace_ready(const mcp_coll *c, mcp_tstamp debounce,
-                    mcp_tstamp max_delay, mcp_tstamp sent, mcp_tstamp seen,
-                    mcp_tstamp ts);
-mcp_tstamp mcp__pace_due(const mcp_coll *c, mcp_tstamp debounce,
-                         mcp_tstamp max_delay, mcp_tstamp sent, int noted,
-                         mcp_tstamp seen);
+/* The pacing rule (mcp_pace_ready/_due), the shared blobs
+ * (mcp_store_share) and the snapshot (mcp_coll_snapshot) are public:
+ * mcp/engine.h "For protocol modules: a store's collections". */
+
+/* The public builder (msg_builder.c): an mcp_msgb with its allocator. */
+struct mcp_msg_builder {
+  mcp_mem mem;
+  mcp_msgb b;
+};
 
 struct mcp_store {
+  union { /* the public head first (mcp/engine.h: mcp_store_head_) */
+    mcp_store_head_ head_;
+    struct {
+      uint64_t epoch;
+      mcp_coll **colls;
+      size_t ncolls;
+    };
+  };
   mcp_mem mem;
-  uint64_t epoch;
   mcp_name_rules name_rules;
   size_t max_name_len, max_version_len, max_resources;
-  mcp_coll **colls;
-  size_t ncolls, cap;
+  size_t cap; /* of colls */
   mcp_map coll_map;
-  struct mcp_shared *shared; /* mcp__store_share() */
+  struct mcp_shared *shared; /* mcp_store_share() */
+  int has_builder;           /* |builder| is set up (mcp_store_builder()) */
+  mcp_msg_builder builder;
 };
 
 mcp_coll *mcp__store_coll(const mcp_store *s, const char *name);
-/*
- * Immutable blobs shared by the objects that use a store (the options of
- * its source sessions): one refcounted copy per distinct content, so that
- * a thousand streams made alike keep one. Returns the copy equal to
- * |blob[0..len)| (8-byte aligned), or NULL for NOMEM. Same thread as the
- * store; every share is paired with an unshare before mcp_store_del().
- */
-const void *mcp__store_share(mcp_store *s, const void *blob, size_t len);
-void mcp__store_unshare(mcp_store *s, const void *p);
 /* The Any of a live entry: its type URL (|*tlen| bytes, not NUL-terminated)
  * and value (NULL when empty). */
 static inline void mcp__entry_body(const mcp_entry *e, const uint8_t **type,
@@ -232,8 +230,4 @@ static inline void mcp__entry_body(const mcp_entry *e, const uint8_t **type,
   *body = n ? d + e->body_off : NULL;
   *blen = n;
 }
-/* The full state of |c| now (built if needed; owned by |c|), or NULL for
- * NOMEM. */
-mcp_snap *mcp__store_snap(const mcp_store *s, mcp_coll *c);
-
 #endif /* MCP_ENGINE_INT_H */

@@ -271,8 +271,8 @@ static int resource_check(const mcp_resource *r, const mcp_resource_limits *lim,
     BAD_("resource with more than %zu labels and annotations (%zu): %s",
          max_metadata, r->nlabels + r->nannotations, r->name);
   }
-  if (!mcp__kvs_valid(r->labels, r->nlabels) ||
-      !mcp__kvs_valid(r->annotations, r->nannotations)) {
+  if (!mcp_kvs_valid(r->labels, r->nlabels) ||
+      !mcp_kvs_valid(r->annotations, r->nannotations)) {
     BAD_("resource label or annotation not UTF-8: %s", r->name);
   }
   if (!r->type_url || !r->type_url[0] || !mcp_str_valid(r->type_url)) {
@@ -286,7 +286,7 @@ static int resource_check(const mcp_resource *r, const mcp_resource_limits *lim,
 #undef BAD_
 }
 
-int mcp__kvs_valid(const mcp_kv *kv, size_t n) {
+int mcp_kvs_valid(const mcp_kv *kv, size_t n) {
   if (n && !kv) {
     return 0;
   }

@@ -159,8 +159,8 @@ static int resource_valid(const mcp_store *s, const mcp_resource *r) {
   return r && mcp__name_ok(r->name, s->name_rules, s->max_name_len) &&
          (!r->version || r->version[0] == '\0' ||
           (strlen(r->version) <= s->max_version_len && mcp_str_valid(r->version))) &&
-         mcp__kvs_valid(r->labels, r->nlabels) &&
-         mcp__kvs_valid(r->annotations, r->nannotations) &&
+         mcp_kvs_valid(r->labels, r->nlabels) &&
+         mcp_kvs_valid(r->annotations, r->nannotations) &&
          /* Sinks reject a body without a type: the store never holds one. */
          r->type_url && r->type_url[0] && mcp_str_valid(r->type_url) &&
          (r->body || !r->body_len) &&
@@ -255,7 +255,7 @@ typedef struct mcp_shared {
   uint64_t data[]; /* len bytes */
 } mcp_shared;
 
-const void *mcp__store_share(mcp_store *s, const void *blob, size_t len) {
+const void *mcp_store_share(mcp_store *s, const void *blob, size_t len) {
   for (mcp_shared *sh = s->shared; sh; sh = sh->next) {
     if (sh->len == len && memcmp(sh->data, blob, len) == 0) {
       sh->refs++;
@@ -274,7 +274,7 @@ const void *mcp__store_share(mcp_store *s, const void *blob, size_t len) {
   return sh->data;
 }
 
-void mcp__store_unshare(mcp_store *s, const void *p) {
+void mcp_store_unshare(mcp_store *s, const void *p) {
   for (mcp_shared **pp = &s->shared; *pp; pp = &(*pp)->next) {
     mcp_shared *sh = *pp;
     if ((const void *)sh->data == p) {
@@ -303,6 +303,9 @@ void mcp_store_del(mcp_store *s) {
   }
   mcp_mem_free(&s->mem, s->colls);
   mcp_map_free(&s->coll_map, &s->mem);
+  if (s->has_builder) {
+    mcp__msgb_discard(&s->builder.b);
+  }
   mcp_mem m = s->mem;
   mcp_mem_free(&m, s);
 }
@@ -311,6 +314,32 @@ uint64_t mcp_store_epoch(const mcp_store *s) { return s->epoch; }
 
 mcp_coll *mcp__store_coll(const mcp_store *s, const char *name) {
   return mcp_map_get(&s->coll_map, name);
+}
+
+/* ---- for protocol modules: collections read directly ---- */
+
+const mcp_coll *mcp_store_coll(const mcp_store *s, const char *name) {
+  return mcp__store_coll(s, name);
+}
+
+/* The readers of a collection's and a store's head are inline
+ * (mcp/engine.h); the heads must stay where those read them. */
+_Static_assert(offsetof(struct mcp_coll, head_) == 0 &&
+                   offsetof(struct mcp_coll, gen) ==
+                       offsetof(mcp_coll_head_, gen),
+               "the collection's public head comes first");
+_Static_assert(offsetof(struct mcp_store, head_) == 0 &&
+                   offsetof(struct mcp_store, ncolls) ==
+                       offsetof(mcp_store_head_, ncolls),
+               "the store's public head comes first");
+
+mcp_msg_builder *mcp_store_builder(mcp_store *s) {
+  if (!s->has_builder) {
+    s->builder.mem = s->mem;
+    mcp__msgb_init(&s->builder.b, &s->builder.mem);
+    s->has_builder = 1;
+  }
+  return &s->builder;
 }
 
 static int coll_get_or_add(mcp_store *s, const char *name, mcp_coll **pc) {
@@ -754,7 +783,10 @@ const char *mcp_store_collection_name(const mcp_store *s, size_t i) {
   return i < s->ncolls ? s->colls[i]->name : NULL;
 }
 
-mcp_snap *mcp__store_snap(const mcp_store *s, mcp_coll *c) {
+mcp_snap *mcp_coll_snapshot(const mcp_store *s, const mcp_coll *cc) {
+  /* The snapshot is a cache inside the collection: built at the first
+   * full-state push of a generation, shared by every one after. */
+  mcp_coll *c = (mcp_coll *)(uintptr_t)cc;
   if (c->snap && c->snap->gen == c->gen) {
     return c->snap;
   }

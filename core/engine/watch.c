@@ -114,7 +114,7 @@ static int leads(const mcp_coll *c, mcp_tstamp debounce, mcp_tstamp sent) {
   return c->last_change >= quiet_from + debounce;
 }
 
-int mcp__pace_ready(const mcp_coll *c, mcp_tstamp debounce,
+int mcp_pace_ready(const mcp_coll *c, mcp_tstamp debounce,
                     mcp_tstamp max_delay, mcp_tstamp sent, mcp_tstamp seen,
                     mcp_tstamp ts) {
   return !debounce || leads(c, debounce, sent) ||
@@ -122,7 +122,7 @@ int mcp__pace_ready(const mcp_coll *c, mcp_tstamp debounce,
          (max_delay && ts >= seen + max_delay);
 }
 
-mcp_tstamp mcp__pace_due(const mcp_coll *c, mcp_tstamp debounce,
+mcp_tstamp mcp_pace_due(const mcp_coll *c, mcp_tstamp debounce,
                          mcp_tstamp max_delay, mcp_tstamp sent, int noted,
                          mcp_tstamp seen) {
   if (!debounce || leads(c, debounce, sent)) {
@@ -155,7 +155,7 @@ int mcp_watch_ready(const mcp_watch *w, mcp_tstamp ts) {
   if (!w->taken || !w->debounce || !(c = find_coll(w))) {
     return 1;
   }
-  return mcp__pace_ready(c, w->debounce, w->max_delay, w->sent,
+  return mcp_pace_ready(c, w->debounce, w->max_delay, w->sent,
                          w->dirty ? w->first_seen : ts, ts);
 }
 
@@ -175,15 +175,18 @@ mcp_tstamp mcp_watch_get_expiry(const mcp_watch *w) {
   if (!w->taken || !c || !mcp_watch_changed(w)) {
     return MCP_TSTAMP_MAX;
   }
-  mcp_tstamp d = mcp__pace_due(c, w->debounce, w->max_delay, w->sent,
+  mcp_tstamp d = mcp_pace_due(c, w->debounce, w->max_delay, w->sent,
                                w->dirty, w->first_seen);
   /* Due already: ready() says so; a deadline in the past would make the
    * caller's timer spin. */
   return d <= w->last_ts ? MCP_TSTAMP_MAX : d;
 }
 
-/* Fills |it| from an entry; the type URL is copied to make it a string. */
-static int entry_item(mcp_watch *w, const mcp_entry *e, mcp_item *it) {
+/* ---- items (public: mcp_coll_*; the watch reads through them) ---- */
+
+/* Fills |it| from an entry; the type URL is copied into |tu| to make it a
+ * string (|tu| NULL: left NULL). */
+static int entry_item(const mcp_entry *e, mcp_buf *tu, mcp_item *it) {
   memset(it, 0, sizeof(*it));
   it->name = e->name;
   if (!e->enc) {
@@ -196,21 +199,69 @@ static int entry_item(mcp_watch *w, const mcp_entry *e, mcp_item *it) {
   const uint8_t *tp;
   size_t tlen;
   mcp__entry_body(e, &tp, &tlen, &it->body, &it->body_len);
-  w->type_url.len = 0;
-  if (mcp_buf_reserve(&w->type_url, tlen + 1) != 0) {
+  if (!tu) {
+    return 0;
+  }
+  tu->len = 0;
+  if (mcp_buf_reserve(tu, tlen + 1) != 0) {
     return MCP_ERR_NOMEM;
   }
-  memcpy(w->type_url.p, tp, tlen);
-  w->type_url.p[tlen] = '\0';
-  it->type_url = (const char *)w->type_url.p;
+  memcpy(tu->p, tp, tlen);
+  tu->p[tlen] = '\0';
+  it->type_url = (const char *)tu->p;
   return 0;
 }
 
-static int report(mcp_watch *w, const mcp_entry *e, mcp_watch_fn fn,
+static int report(const mcp_entry *e, mcp_buf *tu, mcp_watch_fn fn,
                   void *ud) {
   mcp_item it;
-  int rv = entry_item(w, e, &it);
+  int rv = entry_item(e, tu, &it);
   return rv < 0 ? rv : fn(&it, ud);
+}
+
+int mcp_coll_foreach(const mcp_coll *c, mcp_buf *type_urls, mcp_watch_fn fn,
+                     void *user_data) {
+  int count = 0;
+  for (const mcp_entry *e = c->head; e; e = e->next) {
+    if (e->enc) {
+      int rv = report(e, type_urls, fn, user_data);
+      if (rv < 0) {
+        return rv;
+      }
+      count++;
+    }
+  }
+  return count;
+}
+
+int mcp_coll_changes(const mcp_coll *c, uint64_t since, unsigned flags,
+                     mcp_buf *type_urls, mcp_watch_fn fn, void *user_data) {
+  /* The entries changed after |since| are the tail of the list. */
+  const mcp_entry *first = NULL;
+  for (const mcp_entry *e = c->tail; e && e->gen > since; e = e->prev) {
+    first = e;
+  }
+  int count = 0;
+  for (const mcp_entry *e = first; e; e = e->next) {
+    if (!e->enc && e->born > since && !(flags & MCP_COLL_UNSEEN)) {
+      continue; /* created and removed since: the caller never had it */
+    }
+    int rv = report(e, type_urls, fn, user_data);
+    if (rv < 0) {
+      return rv;
+    }
+    count++;
+  }
+  return count;
+}
+
+int mcp_coll_get(const mcp_coll *c, const char *name, mcp_buf *type_url,
+                 mcp_item *item) {
+  const mcp_entry *e = name ? mcp_map_get(&c->map, name) : NULL;
+  if (!e || !e->enc) {
+    return 0;
+  }
+  return entry_item(e, type_url, item) == 0;
 }
 
 /* The watch now holds |c|'s current state (NULL: absent). */
@@ -230,31 +281,14 @@ int mcp_watch_take(mcp_watch *w, mcp_tstamp ts, mcp_watch_fn fn,
   cache_coll(w);
   mcp_coll *c = live_coll(w);
   int whole = !w->taken || !w->existed || !c || w->gen < c->compact_gen;
-  int count = 0, rv;
+  int count = 0;
   if (c && whole) {
-    for (const mcp_entry *e = c->head; e; e = e->next) {
-      if (e->enc) {
-        if ((rv = report(w, e, fn, user_data)) < 0) {
-          return rv;
-        }
-        count++;
-      }
-    }
+    count = mcp_coll_foreach(c, &w->type_url, fn, user_data);
   } else if (c && c->gen != w->gen) {
-    /* The entries changed after |w->gen| are the tail of the list. */
-    const mcp_entry *first = NULL;
-    for (const mcp_entry *e = c->tail; e && e->gen > w->gen; e = e->prev) {
-      first = e;
-    }
-    for (const mcp_entry *e = first; e; e = e->next) {
-      if (!e->enc && e->born > w->gen) {
-        continue; /* created and removed since: the caller never had it */
-      }
-      if ((rv = report(w, e, fn, user_data)) < 0) {
-        return rv;
-      }
-      count++;
-    }
+    count = mcp_coll_changes(c, w->gen, 0, &w->type_url, fn, user_data);
+  }
+  if (count < 0) {
+    return count;
   }
   if (full) {
     *full = whole;
@@ -275,23 +309,28 @@ uint64_t mcp_watch_generation(const mcp_watch *w) { return w->gen; }
 
 int mcp_watch_get(const mcp_watch *w, const char *name, mcp_item *item) {
   mcp_coll *c = live_coll(w);
-  const mcp_entry *e = c && name ? mcp_map_get(&c->map, name) : NULL;
-  if (!e || !e->enc) {
-    return 0;
-  }
   /* The type URL buffer is the watch's scratch space, not its state. */
-  return entry_item((mcp_watch *)(uintptr_t)w, e, item) == 0;
+  return c && mcp_coll_get(c, name, (mcp_buf *)(uintptr_t)&w->type_url, item);
+}
+
+/* mcp_watch_foreach() stops at any non-zero return, positive too. */
+typedef struct foreach_ctx {
+  mcp_watch_fn fn;
+  void *ud;
+  int rv;
+} foreach_ctx;
+
+static int foreach_one(const mcp_item *item, void *ud) {
+  foreach_ctx *f = ud;
+  f->rv = f->fn(item, f->ud);
+  return f->rv ? -1 : 0;
 }
 
 int mcp_watch_foreach(const mcp_watch *w, mcp_watch_fn fn, void *user_data) {
   mcp_coll *c = live_coll(w);
-  for (const mcp_entry *e = c ? c->head : NULL; e; e = e->next) {
-    if (e->enc) {
-      int rv = report((mcp_watch *)(uintptr_t)w, e, fn, user_data);
-      if (rv) {
-        return rv;
-      }
-    }
-  }
-  return 0;
+  foreach_ctx f = {fn, user_data, 0};
+  int rv = c ? mcp_coll_foreach(c, (mcp_buf *)(uintptr_t)&w->type_url,
+                                foreach_one, &f)
+             : 0;
+  return f.rv ? f.rv : (rv < 0 ? rv : 0);
 }

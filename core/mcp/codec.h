@@ -5,8 +5,11 @@
 #ifndef MCP_CODEC_H
 #define MCP_CODEC_H
 
-#include "engine_int.h" /* the store's internals: docs/architecture.md, "Layers" */
+#include <string.h>
+
+#include "mcp/engine.h"
 #include "mcp/mcp_v1alpha1.h"
+#include "mcp/pballoc.h"
 
 #include "mcp/v1alpha1/mcp.pb-c.h"
 
@@ -114,12 +117,13 @@ int mcp__request_encode(const mcp_request_out *o, const char *coll,
 
 /* The header fields: version, collection or type URL (always, even
  * empty), nonce, and the incremental flag where the service has one. */
-void mcp__push_header(mcp_msgb *b, const mcp_codec *cd, const char *version,
-                     const char *key, const char *nonce, int incremental);
-/* One removed name. */
-void mcp__push_removed(mcp_msgb *b, const mcp_codec *cd, const char *name);
-/* One resource: the store's encoding, shared. */
-void mcp__push_resource(mcp_msgb *b, const mcp_codec *cd, const mcp_entry *e);
+void mcp__push_header(mcp_msg_builder *b, const mcp_codec *cd,
+                      const char *version, const char *key, const char *nonce,
+                      int incremental);
+/* One removed name. (A resource is the store's encoding, shared:
+ * mcp_msg_builder_resource() with cd->resources.) */
+void mcp__push_removed(mcp_msg_builder *b, const mcp_codec *cd,
+                       const char *name);
 
 /* ---- pushes, read by the sink (codec_push.c) ---- */
 

@@ -20,15 +20,16 @@ static uint8_t *put_str(uint8_t *p, uint8_t f, const char *s, size_t len) {
   return f && len ? mcp_wire_put_len_field(p, f, s, len) : p;
 }
 
-void mcp__push_header(mcp_msgb *b, const mcp_codec *cd, const char *version,
-                       const char *key, const char *nonce, int incremental) {
+void mcp__push_header(mcp_msg_builder *b, const mcp_codec *cd,
+                      const char *version, const char *key, const char *nonce,
+                      int incremental) {
   size_t vl = strlen(version), kl = strlen(key), nl = strlen(nonce);
   /* The collection is always written, even empty: it is what the message
    * is about. */
   size_t n = str_field(cd->version, vl) +
              (cd->key ? mcp_wire_len_field_size(kl) : 0) + str_field(cd->nonce, nl) +
              (cd->incremental && incremental ? 2 : 0);
-  uint8_t *p = mcp__msgb_own(b, n);
+  uint8_t *p = mcp_msg_builder_reserve(b, n);
   if (!p) {
     return;
   }
@@ -43,29 +44,13 @@ void mcp__push_header(mcp_msgb *b, const mcp_codec *cd, const char *version,
   }
 }
 
-void mcp__push_removed(mcp_msgb *b, const mcp_codec *cd, const char *name) {
+void mcp__push_removed(mcp_msg_builder *b, const mcp_codec *cd,
+                       const char *name) {
   size_t l = strlen(name);
-  uint8_t *p = mcp__msgb_own(b, mcp_wire_len_field_size(l));
+  uint8_t *p = mcp_msg_builder_reserve(b, mcp_wire_len_field_size(l));
   if (p) {
     mcp_wire_put_len_field(p, cd->removed, name, l);
   }
-}
-
-/* The store encodes each resource as field 3 of Resources: shared as is;
- * other services get their own tag and length before the shared Resource
- * bytes. */
-void mcp__push_resource(mcp_msgb *b, const mcp_codec *cd, const mcp_entry *e) {
-  if (cd->resources == 3) {
-    mcp__msgb_shared(b, e->enc, 0, e->enc->len);
-    return;
-  }
-  size_t len = e->enc->len - e->res_off;
-  uint8_t *p = mcp__msgb_own(b, 1 + mcp_wire_varint_len(len));
-  if (p) {
-    *p++ = (uint8_t)(cd->resources << 3 | MCP_WT_LEN);
-    mcp_wire_put_varint(p, len);
-  }
-  mcp__msgb_shared(b, e->enc, e->res_off, len);
 }
 
 /* ---- reading pushes (the sink) ---- */

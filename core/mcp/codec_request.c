@@ -537,8 +537,6 @@ int mcp__request_encode(const mcp_request_out *o, const char *coll,
                         const mcp_map *initial, const char *version,
                         mcp_msg **pmsg) {
   const qcodec *q = &qcodecs[o->service];
-  mcp_msgb b;
-  mcp__msgb_init(&b, o->mem);
   int incr = q->incremental && o->incremental;
   size_t n = mcp_wire_len_field_size(o->node_enc_len) + mcp_wire_len_field_size(strlen(coll)) +
              str_size(nonce) + (incr ? 2 : 0) +
@@ -553,9 +551,13 @@ int mcp__request_encode(const mcp_request_out *o, const char *coll,
     held *h = v;
     n += mcp_wire_len_field_size(str_size(h->name) + str_size(h->version));
   }
-  uint8_t *p = mcp__msgb_own(&b, n);
+  mcp_msg_builder *b;
+  if (mcp_msg_builder_new(&b, o->mem) != 0) {
+    return MCP_ERR_NOMEM;
+  }
+  uint8_t *p = mcp_msg_builder_reserve(b, n);
   if (!p) {
-    mcp__msgb_discard(&b);
+    mcp_msg_builder_del(b);
     return MCP_ERR_NOMEM;
   }
   p = mcp_wire_put_len_field(p, q->node, o->node_enc, o->node_enc_len);
@@ -582,5 +584,7 @@ int mcp__request_encode(const mcp_request_out *o, const char *coll,
     *p++ = (uint8_t)(q->incremental << 3 | MCP_WT_VARINT);
     *p++ = 1;
   }
-  return mcp__msgb_finish(&b, coll, pmsg);
+  int rv = mcp_msg_builder_finish(b, coll, pmsg);
+  mcp_msg_builder_del(b);
+  return rv;
 }

@@ -160,7 +160,7 @@ static int state_new(mcp_sink_state **pstate, const mcp_sink_options *o) {
       o->service > MCP_SERVICE_AGGREGATED_INCREMENTAL ||
       o->name_rules > MCP_NAMES_KUBERNETES ||
       (o->node_id && !mcp_str_valid(o->node_id)) ||
-      !mcp__kvs_valid(o->node_annotations, o->nnode_annotations) ||
+      !mcp_kvs_valid(o->node_annotations, o->nnode_annotations) ||
       !mcp__node_size(o)) {
     return MCP_ERR_INVALID_ARGUMENT;
   }

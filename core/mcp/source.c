@@ -78,7 +78,7 @@ typedef mcp_codec codec;
 
 /*
  * The options as kept: every session made with the same options shares
- * one copy, interned in the default store (mcp__store_share); a session
+ * one copy, interned in the default store (mcp_store_share); a session
  * without a default store has its own.
  */
 typedef struct cfg {
@@ -133,8 +133,17 @@ struct mcp_source_session {
 
 static const mcp_sink_node empty_node = {.id = ""};
 
-static mcp_coll *sub_coll(const mcp_source_session *s, const sub *u) {
-  return s->store->colls[u->coll];
+static const mcp_coll *sub_coll(const mcp_source_session *s, const sub *u) {
+  return mcp_store_coll_at(s->store, u->coll);
+}
+
+/* The collection of |u| and its generation, read once for the checks of
+ * one pass (NULL and 0 while the store lacks it). */
+static const mcp_coll *sub_view(const mcp_source_session *s, const sub *u,
+                                uint64_t *gen) {
+  const mcp_coll *c = (u->flags & F_KNOWN) ? sub_coll(s, u) : NULL;
+  *gen = c ? mcp_coll_generation(c) : 0;
+  return c;
 }
 
 static xsub *x_find(const mcp_source_session *s, size_t i) {
@@ -162,7 +171,7 @@ static uint64_t nacked_gen(const mcp_source_session *s, const sub *u) {
 }
 
 static const char *sub_name(const mcp_source_session *s, const sub *u) {
-  return u->flags & F_KNOWN ? sub_coll(s, u)->name
+  return u->flags & F_KNOWN ? mcp_coll_name(sub_coll(s, u))
                             : x_find(s, (size_t)(u - s->subs))->name;
 }
 
@@ -259,7 +268,7 @@ static void cfg_release(const cfg *c) {
     return;
   }
   if (c->default_store) {
-    mcp__store_unshare(c->default_store, c);
+    mcp_store_unshare(c->default_store, c);
   } else {
     mcp_mem m = c->mem;
     mcp_mem_free(&m, (void *)(uintptr_t)c);
@@ -333,7 +342,7 @@ static int session_new(mcp_source_session **ps, const mcp_source_options *opts,
   k.burst = mcp_limit_or(opts->request_burst, MCP_DEFAULT_REQUEST_BURST);
   const cfg *c;
   if (k.default_store) {
-    c = mcp__store_share(k.default_store, &k, sizeof(k));
+    c = mcp_store_share(k.default_store, &k, sizeof(k));
   } else {
     cfg *own = mcp_mem_malloc(&k.mem, sizeof(k));
     if (own) {
@@ -417,16 +426,16 @@ void mcp_source_session_del(mcp_source_session *s) {
 
 /* Binds subscriptions to collections the store gained since last time. */
 static void resolve(mcp_source_session *s) {
-  if (!s->store || s->seen_ncolls == s->store->ncolls) {
+  if (!s->store || s->seen_ncolls == mcp_store_coll_count(s->store)) {
     return;
   }
-  s->seen_ncolls = (uint32_t)s->store->ncolls;
+  s->seen_ncolls = (uint32_t)mcp_store_coll_count(s->store);
   for (xsub *x = s->xs; x; x = x->next) {
-    mcp_coll *c = x->name ? mcp__store_coll(s->store, x->name) : NULL;
+    const mcp_coll *c = x->name ? mcp_store_coll(s->store, x->name) : NULL;
     if (c) {
       mcp_mem_free(&s->c->mem, x->name);
       x->name = NULL;
-      s->subs[x->sub].coll = (uint32_t)c->index;
+      s->subs[x->sub].coll = (uint32_t)mcp_coll_index(c);
       s->subs[x->sub].flags |= F_KNOWN;
     }
   }
@@ -599,7 +608,7 @@ static int on_request(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
     return MCP_ERR_LIMIT;
   }
   if (!u) {
-    mcp_coll *c = mcp__store_coll(s->store, r->collection);
+    const mcp_coll *c = mcp_store_coll(s->store, r->collection);
     char *name = NULL, *key = NULL;
     xsub *x = NULL;
     if ((!c && (!(name = mcp_mem_strdup(&s->c->mem, r->collection)) ||
@@ -620,7 +629,7 @@ static int on_request(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
       s->keys[i] = key;
     }
     if (c) {
-      u->coll = (uint32_t)c->index;
+      u->coll = (uint32_t)mcp_coll_index(c);
       u->flags = F_KNOWN;
     } else {
       x->sub = (uint32_t)i;
@@ -698,7 +707,7 @@ static int on_answer(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
   }
   char ver[48] = "";
   if (s->c->on_event) { /* only events need the version as text */
-    mcp_format_version(ver, sizeof(ver), s->store->epoch, u->pending_gen);
+    mcp_format_version(ver, sizeof(ver), mcp_store_epoch(s->store), u->pending_gen);
   }
   ev.version = ver;
   ev.latency = ts - u->t;
@@ -862,12 +871,12 @@ static int catching_up(const mcp_source_session *s, const sub *u,
 
 /* 1 when |u| is known, idle, and its collection is not what the sink
  * holds nor exactly what it rejected: a change waits. */
-static int change_waits(const mcp_source_session *s, const sub *u) {
+static int change_waits(const mcp_source_session *s, const sub *u,
+                        uint64_t gen) {
   if (!(u->flags & F_KNOWN) ||
       (u->flags & (F_PENDING | F_ANSWER | F_RETRY_DUE))) {
     return 0;
   }
-  uint64_t gen = sub_coll(s, u)->gen;
   return !(((u->flags & F_HELD_GEN) && u->held_gen == gen) ||
            ((u->flags & F_NACKED) && nacked_gen(s, u) == gen));
 }
@@ -875,8 +884,9 @@ static int change_waits(const mcp_source_session *s, const sub *u) {
 /* The time-dependent part, done by next() and handle_expiry() only (never
  * by want_write()): the first time a waiting change is seen, its max_delay
  * clock starts, and a NACK retry waiting for old content is dropped. */
-static void note_change(const mcp_source_session *s, sub *u, mcp_tstamp ts) {
-  if (!(u->flags & F_DIRTY) && change_waits(s, u)) {
+static void note_change(const mcp_source_session *s, sub *u, uint64_t gen,
+                        mcp_tstamp ts) {
+  if (!(u->flags & F_DIRTY) && change_waits(s, u, gen)) {
     u->flags = (uint16_t)((u->flags | F_DIRTY) & ~F_RETRY);
     u->t = ts;
   }
@@ -884,20 +894,20 @@ static void note_change(const mcp_source_session *s, sub *u, mcp_tstamp ts) {
 
 /* 1 when |u| has something to push at |ts|. Reads only: a change not
  * noted yet counts as first seen at |ts|. */
-static int ready(const mcp_source_session *s, const sub *u, mcp_tstamp ts) {
-  if (!(u->flags & F_KNOWN) || (u->flags & F_PENDING)) {
+static int ready(const mcp_source_session *s, const sub *u,
+                 const mcp_coll *c, uint64_t gen, mcp_tstamp ts) {
+  if (!c || (u->flags & F_PENDING)) {
     return 0;
   }
   if (u->flags & (F_ANSWER | F_RETRY_DUE)) {
     return !catching_up(s, u, ts);
   }
-  uint64_t gen = sub_coll(s, u)->gen;
   if (((u->flags & F_HELD_GEN) && u->held_gen == gen) ||
       ((u->flags & F_NACKED) && nacked_gen(s, u) == gen)) {
     return 0; /* up to date, or exactly what was rejected */
   }
-  return mcp__pace_ready(sub_coll(s, u), s->c->debounce, s->c->max_delay,
-                         u->sent, (u->flags & F_DIRTY) ? u->t : ts, ts);
+  return mcp_pace_ready(c, s->c->debounce, s->c->max_delay, u->sent,
+                        (u->flags & F_DIRTY) ? u->t : ts, ts);
 }
 
 int mcp_source_session_want_write(mcp_source_session *s, mcp_tstamp ts) {
@@ -907,7 +917,9 @@ int mcp_source_session_want_write(mcp_source_session *s, mcp_tstamp ts) {
   }
   resolve(s); /* a lookup cache: nothing observable changes */
   for (size_t i = 0; i < s->nsubs; ++i) {
-    if (ready(s, &s->subs[i], ts)) {
+    uint64_t gen;
+    const mcp_coll *c = sub_view(s, &s->subs[i], &gen);
+    if (ready(s, &s->subs[i], c, gen, ts)) {
       return 1;
     }
   }
@@ -928,14 +940,15 @@ mcp_tstamp mcp_source_session_get_expiry(const mcp_source_session *s) {
       continue;
     }
     mcp_tstamp d = MCP_TSTAMP_MAX;
-    uint64_t gen = sub_coll(s, u)->gen;
+    uint64_t gen;
+    const mcp_coll *c = sub_view(s, u, &gen);
     if ((u->flags & F_NACKED) && nacked_gen(s, u) == gen) {
       if (u->flags & F_RETRY) {
         d = u->t;
       }
     } else if (!((u->flags & F_HELD_GEN) && u->held_gen == gen)) {
-      d = mcp__pace_due(sub_coll(s, u), s->c->debounce, s->c->max_delay,
-                        u->sent, (u->flags & F_DIRTY) != 0, u->t);
+      d = mcp_pace_due(c, s->c->debounce, s->c->max_delay, u->sent,
+                       (u->flags & F_DIRTY) != 0, u->t);
       if (d <= s->last_ts) {
         /* Due already: want_write() says so. A time in the past would
          * make a transport that cannot pull the push yet (a send still
@@ -954,7 +967,9 @@ int mcp_source_session_handle_expiry(mcp_source_session *s, mcp_tstamp ts) {
   check_ts(s, ts);
   resolve(s);
   for (size_t i = 0; i < s->nsubs; ++i) {
-    note_change(s, &s->subs[i], ts);
+    uint64_t gen;
+    (void)sub_view(s, &s->subs[i], &gen);
+    note_change(s, &s->subs[i], gen, ts);
   }
   for (size_t i = 0; i < s->nsubs; ++i) {
     sub *u = &s->subs[i];
@@ -968,17 +983,43 @@ int mcp_source_session_handle_expiry(mcp_source_session *s, mcp_tstamp ts) {
 /* ---- building pushes ---- */
 
 
-/* The Istio trigger: a Resources for $triggerCollection, no nonce. */
+/* The Istio trigger: a Resources for $triggerCollection, no nonce. It
+ * may go before any request chose a store, so it has a builder of its
+ * own (once per stream). */
 static int next_trigger(mcp_source_session *s, mcp_msg **pmsg) {
-  mcp_msgb b;
-  mcp__msgb_init(&b, &s->c->mem);
-  mcp__push_header(&b, &mcp__codecs[MCP_SERVICE_RESOURCE], "", MCP_TRIGGER_COLLECTION, "", 0);
-  int rv = mcp__msgb_finish(&b, MCP_TRIGGER_COLLECTION, pmsg);
+  mcp_msg_builder *b;
+  if (mcp_msg_builder_new(&b, &s->c->mem) != 0) {
+    return MCP_ERR_NOMEM;
+  }
+  mcp__push_header(b, &mcp__codecs[MCP_SERVICE_RESOURCE], "",
+                   MCP_TRIGGER_COLLECTION, "", 0);
+  int rv = mcp_msg_builder_finish(b, MCP_TRIGGER_COLLECTION, pmsg);
+  mcp_msg_builder_del(b);
   if (rv != 0) {
     return rv;
   }
   s->trigger_pending = 0;
   return 1;
+}
+
+/* What a push holds, counted as the store's items are framed into it. */
+typedef struct push_ctx {
+  mcp_msg_builder *b;
+  const codec *cd;
+  const resume *rs; /* resumption: the versions the sink holds */
+  size_t nres, nrem, found;
+} push_ctx;
+
+/* Resumption: what the sink lacks or holds at another version. */
+static int push_resumed(const mcp_item *it, void *ud) {
+  push_ctx *x = ud;
+  const char *v = mcp_map_get(&x->rs->map, it->name);
+  x->found += v != NULL;
+  if (!v || strcmp(v, it->version) != 0) {
+    mcp_msg_builder_resource(x->b, x->cd->resources, it);
+    x->nres++;
+  }
+  return 0;
 }
 
 int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
@@ -989,10 +1030,13 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
   }
   resolve(s);
   size_t idx = s->nsubs;
+  const mcp_coll *c = NULL;
+  uint64_t gen = 0;
   for (size_t k = 0; k < s->nsubs; ++k) {
     size_t i = (s->rr + k) % s->nsubs;
-    note_change(s, &s->subs[i], ts);
-    if (ready(s, &s->subs[i], ts)) {
+    c = sub_view(s, &s->subs[i], &gen);
+    note_change(s, &s->subs[i], gen, ts);
+    if (ready(s, &s->subs[i], c, gen, ts)) {
       idx = i;
       break;
     }
@@ -1002,19 +1046,24 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
   }
   const codec *cd = &mcp__codecs[s->c->service];
   sub *u = &s->subs[idx];
-  mcp_coll *c = sub_coll(s, u);
+  const char *cname = mcp_coll_name(c);
   const char *key = sub_key(s, idx);
   resume *rs = (u->flags & F_RESUME) ? resume_find(s, idx) : NULL;
   int incremental = (u->flags & F_INCREMENTAL) &&
-                    (rs || ((u->flags & F_HELD_GEN) && u->held_gen >= c->compact_gen));
+                    (rs || ((u->flags & F_HELD_GEN) &&
+                           u->held_gen >= mcp_coll_compacted(c)));
   if ((u->flags & F_INCREMENTAL) && !incremental && !cd->incremental) {
     /* IncrementalMeshConfigResponse has no full state, and the change log
      * no longer reaches what the sink holds: it must resume. */
     return MCP_ERR_RESYNC;
   }
+  push_ctx x = {mcp_store_builder(s->store), cd, rs, 0, 0, 0};
+  if (!x.b) {
+    return MCP_ERR_NOMEM;
+  }
   char ver[48], nonce_num[16];
   uint32_t n = s->next_nonce + 1 ? s->next_nonce + 1 : 1;
-  mcp_format_version(ver, sizeof(ver), s->store->epoch, c->gen);
+  mcp_format_version(ver, sizeof(ver), mcp_store_epoch(s->store), gen);
   size_t nl = format_nonce(nonce_num, n);
   char *nonce = nonce_num;
   if (s->c->service == MCP_SERVICE_AGGREGATED_INCREMENTAL) {
@@ -1026,82 +1075,50 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
     nonce[nl] = ':';
     memcpy(nonce + nl + 1, key, kl + 1);
   }
-  mcp_msgb b;
-  mcp__msgb_init(&b, &s->c->mem);
-  mcp__push_header(&b, cd, ver, key, nonce, incremental);
-
-  size_t nres = 0, nrem = 0;
+  mcp__push_header(x.b, cd, ver, key, nonce, incremental);
   if (rs) {
-    /* Resumption: what the sink lacks or holds at another version, and
-     * what it holds that no longer exists. */
-    size_t found = 0;
-    for (mcp_entry *e = c->head; e; e = e->next) {
-      if (!e->enc) {
-        continue;
-      }
-      const char *v = mcp_map_get(&rs->map, e->name);
-      found += v != NULL;
-      if (!v || strcmp(v, e->version) != 0) {
-        mcp__push_resource(&b, cd, e);
-        nres++;
-      }
-    }
+    mcp_coll_foreach(c, NULL, push_resumed, &x);
     /* Names the sink holds that no longer exist: none when every one was
      * found above. */
-    for (size_t it = 0; found < rs->map.n && it < rs->map.cap; ++it) {
-      const char *name = rs->map.slots[it].key;
-      if (!name) {
-        continue;
-      }
-      mcp_entry *e = mcp_map_get(&c->map, name);
-      if (!e || !e->enc) {
-        mcp__push_removed(&b, cd, name);
-        nrem++;
+    mcp_item it;
+    for (size_t i = 0; x.found < rs->map.n && i < rs->map.cap; ++i) {
+      const char *name = rs->map.slots[i].key;
+      if (name && !mcp_coll_get(c, name, NULL, &it)) {
+        mcp__push_removed(x.b, cd, name);
+        x.nrem++;
       }
     }
   } else if (incremental) {
-    /* Everything after the generation the sink holds: O(changed). */
-    mcp_entry *e = c->tail;
-    while (e && e->gen > u->held_gen) {
-      e = e->prev;
-    }
-    for (e = e ? e->next : c->head; e; e = e->next) {
-      if (e->enc) {
-        mcp__push_resource(&b, cd, e);
-        nres++;
-      } else {
-        mcp__push_removed(&b, cd, e->name);
-        nrem++;
-      }
-    }
-  } else if (cd->resources == 3 && c->nlive > 0) {
+    /* Everything after the generation the sink holds: O(changed); a
+     * removal of what came and went since is sent too (harmless, and
+     * what this source always did). */
+    mcp_msg_builder_coll(x.b, c, 0, u->held_gen, MCP_COLL_UNSEEN,
+                         cd->resources, cd->removed, &x.nres, &x.nrem);
+  } else if (cd->resources == 3 && mcp_coll_size(c) > 0) {
     /* Full state: the collection's snapshot, shared by every stream. */
-    mcp_snap *sn = mcp__store_snap(s->store, c);
+    mcp_snap *sn = mcp_coll_snapshot(s->store, c);
     if (sn) {
-      mcp__msgb_snap(&b, sn);
-      nres = sn->n;
+      mcp_msg_builder_snap(x.b, sn);
     } else {
-      b.failed = 1;
+      mcp_msg_builder_fail(x.b);
     }
+    x.nres = mcp_coll_size(c);
   } else {
-    for (mcp_entry *e = c->head; e; e = e->next) {
-      if (e->enc) {
-        mcp__push_resource(&b, cd, e);
-        nres++;
-      }
-    }
+    mcp_msg_builder_coll(x.b, c, 1, 0, 0, cd->resources, cd->removed, &x.nres,
+                         &x.nrem);
   }
-  int rv = mcp__msgb_finish(&b, c->name, pmsg);
+  size_t nres = x.nres, nrem = x.nrem;
+  int rv = mcp_msg_builder_finish(x.b, cname, pmsg);
   if (rv == 0) {
     s->next_nonce = n;
     u->pending_nonce = n;
-    u->pending_gen = c->gen;
+    u->pending_gen = gen;
     u->t = ts;
     u->pushes++;
     u->flags = (uint16_t)((u->flags & ~(F_ANSWER | F_DIRTY | F_RETRY | F_RETRY_DUE)) |
                           F_PENDING);
     s->rr = idx + 1;
-    mcp_event ev = {.type = MCP_EVENT_PUSH, .collection = c->name,
+    mcp_event ev = {.type = MCP_EVENT_PUSH, .collection = cname,
                     .nonce = nonce, .version = ver, .message = "",
                     .nresources = nres, .nremoved = nrem,
                     .incremental = incremental, .bytes = mcp_msg_len(*pmsg)};
@@ -1171,10 +1188,10 @@ static int collection_status(const mcp_source_session *s, size_t i,
   st->known = (u->flags & F_KNOWN) != 0;
   st->incremental = (u->flags & F_INCREMENTAL) != 0;
   if (u->flags & F_HELD_GEN) {
-    mcp_format_version(b, IBUF_VER, s->store->epoch, u->held_gen);
+    mcp_format_version(b, IBUF_VER, mcp_store_epoch(s->store), u->held_gen);
   }
   if (u->flags & F_PENDING) {
-    mcp_format_version(b + IBUF_VER, IBUF_VER, s->store->epoch, u->pending_gen);
+    mcp_format_version(b + IBUF_VER, IBUF_VER, mcp_store_epoch(s->store), u->pending_gen);
     size_t nl = format_nonce(nonce, u->pending_nonce);
     if (kl) { /* the same form as on the wire and in events */
       nonce[nl] = ':';

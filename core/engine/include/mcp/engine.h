@@ -1438,6 +1438,179 @@ MCP_EXTERN size_t mcp_utf8_len(const uint8_t *s, size_t n);
 static inline int mcp_str_valid(const char *s) {
   return s && mcp_utf8_valid((const uint8_t *)s, strlen(s), 0);
 }
+/* 1 when every key and value of |kv[0..n)| is such a string (|kv| may be
+ * NULL when |n| is 0). */
+MCP_EXTERN int mcp_kvs_valid(const mcp_kv *kv, size_t n);
+
+/* ------------------------------------------------------------------ */
+/* For protocol modules: a store's collections, read directly          */
+/* ------------------------------------------------------------------ */
+
+/*
+ * What an mcp_watch is made of, for a module that keeps many positions
+ * in little memory (MCP's source keeps one 40-byte subscription per
+ * collection of a stream, where a watch is an object of its own): the
+ * collections, their generations and change lists, the one pacing rule
+ * and the shared full state. mcp_watch is written over these, so a module
+ * that uses them follows the same rules. Everything here is read-only
+ * and on the store's thread, except the scratch builder and the shared
+ * blobs.
+ */
+typedef struct mcp_coll mcp_coll;
+
+/*
+ * The first fields of a collection and of a store, public only so that
+ * the readers below are inline (a push reads them per subscription, and a
+ * call each costs the push measurably). Read them through the functions;
+ * the engine alone writes them. They only ever gain fields at their end.
+ */
+typedef struct mcp_coll_head_ {
+  char *name;
+  size_t index;
+  uint64_t gen, compact_gen;
+  size_t nlive;
+  int absent;
+} mcp_coll_head_;
+typedef struct mcp_store_head_ {
+  uint64_t epoch;
+  mcp_coll **colls;
+  size_t ncolls;
+} mcp_store_head_;
+
+/* The collection |name| of |s|, or NULL when it never existed. A store
+ * frees its collections only with itself: the pointer stays valid, and
+ * names the same collection (removed and back again alike), while |s|
+ * lives. */
+MCP_EXTERN const mcp_coll *mcp_store_coll(const mcp_store *s,
+                                          const char *name);
+/* How many collections |s| has had (it only grows) and the one at
+ * |index| (below that count): a module binds subscriptions to
+ * collections that appear late when the count moves. */
+static inline size_t mcp_store_coll_count(const mcp_store *s) {
+  return ((const mcp_store_head_ *)(const void *)s)->ncolls;
+}
+static inline const mcp_coll *mcp_store_coll_at(const mcp_store *s,
+                                                size_t index) {
+  return ((const mcp_store_head_ *)(const void *)s)->colls[index];
+}
+
+#define MCP_COLL_HEAD_(c) ((const mcp_coll_head_ *)(const void *)(c))
+static inline const char *mcp_coll_name(const mcp_coll *c) {
+  return MCP_COLL_HEAD_(c)->name;
+}
+/* Its place in mcp_store_coll_at(). */
+static inline size_t mcp_coll_index(const mcp_coll *c) {
+  return MCP_COLL_HEAD_(c)->index;
+}
+/* 1 unless removed (mcp_store_remove_collection) and not brought back. */
+static inline int mcp_coll_exists(const mcp_coll *c) {
+  return !MCP_COLL_HEAD_(c)->absent;
+}
+/* Its generation: the store's generation at its last change. */
+static inline uint64_t mcp_coll_generation(const mcp_coll *c) {
+  return MCP_COLL_HEAD_(c)->gen;
+}
+/* The oldest generation its change list still reaches: a subscriber that
+ * holds an older one must be given the whole state. */
+static inline uint64_t mcp_coll_compacted(const mcp_coll *c) {
+  return MCP_COLL_HEAD_(c)->compact_gen;
+}
+/* Live resources. */
+static inline size_t mcp_coll_size(const mcp_coll *c) {
+  return MCP_COLL_HEAD_(c)->nlive;
+}
+
+/*
+ * Items, as mcp_watch_take() reports them. |type_urls|: where each live
+ * item's type URL is copied to make it a string (the buffer is reused
+ * from item to item); NULL leaves mcp_item.type_url NULL, for a caller
+ * that frames stored bytes only.
+ * mcp_coll_foreach(): each live item, oldest change first.
+ * mcp_coll_changes(): each item changed after generation |since| (which
+ * must be at least mcp_coll_compacted()), oldest change first, live or
+ * removed; a removed item created after |since| (the subscriber never
+ * had it) only with MCP_COLL_UNSEEN.
+ * Both stop at the first negative return of |fn| (mcp_watch_fn) and
+ * return it; else the number of items (or NOMEM when a type URL could not
+ * be copied).
+ * mcp_coll_get(): the live item |name|; 1 and |*item| filled, or 0.
+ */
+#define MCP_COLL_UNSEEN 1u
+MCP_EXTERN int mcp_coll_foreach(const mcp_coll *c, mcp_buf *type_urls,
+                                mcp_watch_fn fn, void *user_data);
+MCP_EXTERN int mcp_coll_changes(const mcp_coll *c, uint64_t since,
+                                unsigned flags, mcp_buf *type_urls,
+                                mcp_watch_fn fn, void *user_data);
+MCP_EXTERN int mcp_coll_get(const mcp_coll *c, const char *name,
+                            mcp_buf *type_url, mcp_item *item);
+
+/* The whole state of |c| now, each live resource as the stored
+ * [field 3][length][istio.mcp.v1alpha1.Resource] (MCP's Resources), built
+ * once per generation and shared: borrowed from |c| (append it with
+ * mcp_msg_builder_snap(), which takes its own reference). NULL: NOMEM. */
+MCP_EXTERN mcp_snap *mcp_coll_snapshot(const mcp_store *s, const mcp_coll *c);
+
+/*
+ * The pacing rule of every subscriber (docs/protocol.md "Debounce"; what
+ * mcp_watch_ready() and mcp_watch_get_expiry() apply): |sent| is when the
+ * subscriber last sent (took) |c|, |seen| when it first saw the change
+ * that waits (|ts| when not noted yet).
+ * mcp_pace_ready(): the change may go at |ts|.
+ * mcp_pace_due(): the earliest time it may go (|noted|: |seen| was noted,
+ * so max_delay counts); 0 when at once.
+ */
+MCP_EXTERN int mcp_pace_ready(const mcp_coll *c, mcp_tstamp debounce,
+                              mcp_tstamp max_delay, mcp_tstamp sent,
+                              mcp_tstamp seen, mcp_tstamp ts);
+MCP_EXTERN mcp_tstamp mcp_pace_due(const mcp_coll *c, mcp_tstamp debounce,
+                                   mcp_tstamp max_delay, mcp_tstamp sent,
+                                   int noted, mcp_tstamp seen);
+
+/*
+ * Immutable blobs shared by the objects that use a store (a module's
+ * options, kept once for a thousand streams made alike): returns the one
+ * copy equal to |blob[0..len)| (8-byte aligned, refcounted), or NULL for
+ * NOMEM. Every share is paired with an unshare before mcp_store_del().
+ */
+MCP_EXTERN const void *mcp_store_share(mcp_store *s, const void *blob,
+                                       size_t len);
+MCP_EXTERN void mcp_store_unshare(mcp_store *s, const void *p);
+
+/* A message builder that |s| lends to the modules pushing its
+ * collections, so that a push allocates no builder of its own: one
+ * message at a time, on the store's thread, ended by
+ * mcp_msg_builder_finish() before anything else uses it. Owned by |s|
+ * (never NULL); messages made with it use |s|'s allocator. */
+MCP_EXTERN mcp_msg_builder *mcp_store_builder(mcp_store *s);
+
+/* Appends |n| bytes of the message's own and returns where to write them
+ * (valid until the next append), or NULL after a failure (the builder
+ * then fails at finish): for fields written in place. */
+MCP_EXTERN uint8_t *mcp_msg_builder_reserve(mcp_msg_builder *b, size_t n);
+/* Makes the message being built fail at finish with NOMEM, as a failed
+ * append does: for a module whose own part of it could not be made. */
+MCP_EXTERN void mcp_msg_builder_fail(mcp_msg_builder *b);
+
+/* Appends the stored Resource of the live |item| as field |field| of the
+ * message ([key][length][Resource]), sharing the stored bytes (field 3
+ * shares the stored framing too: no own bytes). */
+MCP_EXTERN void mcp_msg_builder_resource(mcp_msg_builder *b, uint32_t field,
+                                         const mcp_item *item);
+
+/*
+ * The fast path of a push that frames stored Resources as they are (MCP's
+ * three services): appends what mcp_coll_changes() (with |flags|) or, when
+ * |all|, mcp_coll_foreach() would report, each live item as field
+ * |res_field| (mcp_msg_builder_resource()) and each removed one's name as
+ * the string field |removed_field| (at most 15), and adds their numbers to
+ * |*nres| and |*nrem|. Same result as the callbacks, without one call and
+ * one item per resource.
+ */
+MCP_EXTERN void mcp_msg_builder_coll(mcp_msg_builder *b, const mcp_coll *c,
+                                     int all, uint64_t since, unsigned flags,
+                                     uint32_t res_field,
+                                     uint32_t removed_field, size_t *nres,
+                                     size_t *nrem);
 
 /* ------------------------------------------------------------------ */
 /* What a transport tells of a stream                                  */
