@@ -1094,6 +1094,186 @@ START_TEST(test_buf_grows_through_the_allocator_and_keeps_its_bytes_when_it_cann
 }
 END_TEST
 
+/* ---- a store's collections, read directly (what watches are made of) ---- */
+
+START_TEST(test_coll_readers_see_generations_and_late_collections) {
+  mcp_store *st = th_store(NULL);
+  ck_assert_ptr_null(mcp_store_coll(st, COLL));
+  ck_assert_uint_eq(mcp_store_coll_count(st), 0);
+  th_put(st, COLL, "a", "v1", "A", 0);
+  th_put(st, "other", "x", "v1", "X", 0);
+  const mcp_coll *c = mcp_store_coll(st, COLL);
+  ck_assert_ptr_nonnull(c);
+  ck_assert_uint_eq(mcp_store_coll_count(st), 2);
+  ck_assert_ptr_eq(mcp_store_coll_at(st, mcp_coll_index(c)), c);
+  ck_assert_str_eq(mcp_coll_name(c), COLL);
+  ck_assert_uint_eq(mcp_coll_size(c), 1);
+  ck_assert_int_eq(mcp_coll_exists(c), 1);
+  uint64_t g = mcp_coll_generation(c);
+  th_put(st, COLL, "b", "v1", "B", 1);
+  ck_assert_uint_gt(mcp_coll_generation(c), g);
+  ck_assert_uint_eq(mcp_coll_size(c), 2);
+  ck_assert_int_ge(mcp_store_remove_collection(st, COLL, 2), 0);
+  ck_assert_ptr_eq(mcp_store_coll(st, COLL), c); /* same collection */
+  ck_assert_int_eq(mcp_coll_exists(c), 0);
+  ck_assert_uint_eq(mcp_coll_size(c), 0);
+  mcp_store_del(st);
+}
+END_TEST
+
+/* mcp_coll_changes() is the watch's difference; MCP_COLL_UNSEEN adds the
+ * removals of what came and went since (MCP's source sends those). */
+START_TEST(test_coll_changes_reports_unseen_removals_only_when_asked) {
+  mcp_store *st = th_store(NULL);
+  th_put(st, COLL, "a", "v1", "A", 0);
+  const mcp_coll *c = mcp_store_coll(st, COLL);
+  uint64_t since = mcp_coll_generation(c);
+  th_put(st, COLL, "b", "v1", "B", 1);
+  ck_assert_int_eq(mcp_store_delete(st, COLL, "b", 2), 1);
+  th_put(st, COLL, "a", "v2", "A2", 3);
+  mcp_buf tu = {0};
+  seen s;
+  memset(&s, 0, sizeof(s));
+  ck_assert_int_eq(mcp_coll_changes(c, since, 0, &tu, record, &s), 1);
+  ck_assert_str_eq(s.names[0], "a");
+  ck_assert_str_eq(s.bodies[0], "A2");
+  memset(&s, 0, sizeof(s));
+  ck_assert_int_eq(mcp_coll_changes(c, since, MCP_COLL_UNSEEN, &tu, record, &s),
+                   2);
+  ck_assert_str_eq(s.names[0], "b"); /* oldest change first */
+  ck_assert_int_eq(s.removed[0], 1);
+  ck_assert_str_eq(s.names[1], "a");
+  memset(&s, 0, sizeof(s));
+  ck_assert_int_eq(mcp_coll_foreach(c, &tu, record, &s), 1);
+  mcp_item it;
+  ck_assert_int_eq(mcp_coll_get(c, "a", NULL, &it), 1);
+  ck_assert_ptr_null(it.type_url); /* no buffer: not copied */
+  ck_assert_str_eq(it.version, "v2");
+  ck_assert_int_eq(mcp_coll_get(c, "b", NULL, &it), 0); /* removed */
+  ck_assert_int_eq(mcp_coll_get(c, "zz", NULL, &it), 0);
+  mcp_buf_free(&tu);
+  mcp_store_del(st);
+}
+END_TEST
+
+static int stop_at_first(const mcp_item *it, void *ud) {
+  MCP_UNUSED(it);
+  ++*(int *)ud;
+  return MCP_ERR_LIMIT;
+}
+
+START_TEST(test_coll_iteration_stops_at_a_negative_return) {
+  mcp_store *st = th_store(NULL);
+  th_put(st, COLL, "a", "v1", "A", 0);
+  th_put(st, COLL, "b", "v1", "B", 1);
+  const mcp_coll *c = mcp_store_coll(st, COLL);
+  int calls = 0;
+  ck_assert_int_eq(mcp_coll_foreach(c, NULL, stop_at_first, &calls),
+                   MCP_ERR_LIMIT);
+  ck_assert_int_eq(mcp_coll_changes(c, 0, 0, NULL, stop_at_first, &calls),
+                   MCP_ERR_LIMIT);
+  ck_assert_int_eq(calls, 2);
+  mcp_store_del(st);
+}
+END_TEST
+
+/* The fast path frames exactly what the item callbacks would. */
+typedef struct framed {
+  mcp_msg_builder *b;
+  size_t nres, nrem;
+} framed;
+
+static int frame_item(const mcp_item *it, void *ud) {
+  framed *f = ud;
+  if (it->removed) {
+    mcp_msg_builder_len_field(f->b, 4, it->name, strlen(it->name));
+    f->nrem++;
+  } else {
+    mcp_msg_builder_resource(f->b, 2, it);
+    f->nres++;
+  }
+  return 0;
+}
+
+static void flat_of(mcp_msg_builder *b, uint8_t *out, size_t *len) {
+  mcp_msg *m = NULL;
+  ck_assert_int_eq(mcp_msg_builder_finish(b, "x", &m), 0);
+  *len = mcp_msg_len(m);
+  ck_assert_uint_le(*len, 4096);
+  mcp_msg_flatten(m, out);
+  mcp_msg_free(m);
+}
+
+START_TEST(test_msg_builder_coll_frames_what_the_callbacks_frame) {
+  mcp_store *st = th_store(NULL);
+  th_put(st, COLL, "a", "v1", "A", 0);
+  const mcp_coll *c = mcp_store_coll(st, COLL);
+  uint64_t since = mcp_coll_generation(c);
+  th_put(st, COLL, "b", "v1", "BB", 1);
+  th_put(st, COLL, "c", "v1", "CCC", 2);
+  ck_assert_int_eq(mcp_store_delete(st, COLL, "b", 3), 1);
+  ck_assert_int_eq(mcp_store_delete(st, COLL, "a", 4), 1);
+  mcp_msg_builder *b = mcp_store_builder(st);
+  ck_assert_ptr_nonnull(b);
+  uint8_t want[4096], got[4096];
+  size_t wl, gl;
+  for (int all = 0; all <= 1; ++all) {
+    framed f = {b, 0, 0};
+    if (all) {
+      mcp_coll_foreach(c, NULL, frame_item, &f);
+    } else {
+      mcp_coll_changes(c, since, MCP_COLL_UNSEEN, NULL, frame_item, &f);
+    }
+    flat_of(b, want, &wl);
+    size_t nres = 0, nrem = 0;
+    mcp_msg_builder_coll(b, c, all, since, MCP_COLL_UNSEEN, 2, 4, &nres, &nrem);
+    flat_of(b, got, &gl);
+    ck_assert_uint_eq(gl, wl);
+    ck_assert_int_eq(memcmp(got, want, wl), 0);
+    ck_assert_uint_eq(nres, f.nres);
+    ck_assert_uint_eq(nrem, f.nrem);
+    ck_assert_uint_eq(nres, 1);            /* c */
+    ck_assert_uint_eq(nrem, all ? 0 : 2);  /* b (unseen) and a */
+  }
+  /* Field 3 is the stored framing: the stored bytes as they are. */
+  mcp_item it;
+  ck_assert_int_eq(mcp_coll_get(c, "c", NULL, &it), 1);
+  const uint8_t *res;
+  size_t rl;
+  ck_assert_int_eq(mcp_item_resource(&it, &res, &rl), 0);
+  mcp_msg_builder_resource(b, 3, &it);
+  flat_of(b, got, &gl);
+  ck_assert_uint_eq(gl, 1 + mcp_wire_varint_len(rl) + rl);
+  ck_assert_uint_eq(got[0], 3 << 3 | MCP_WT_LEN);
+  ck_assert_int_eq(memcmp(got + gl - rl, res, rl), 0);
+  mcp_store_del(st);
+}
+END_TEST
+
+START_TEST(test_msg_builder_fail_and_reserve) {
+  mcp_msg_builder *b = NULL;
+  ck_assert_int_eq(mcp_msg_builder_new(&b, NULL), 0);
+  uint8_t *p = mcp_msg_builder_reserve(b, 3);
+  ck_assert_ptr_nonnull(p);
+  memcpy(p, "abc", 3);
+  mcp_msg_builder_fail(b);
+  mcp_msg *m = NULL;
+  ck_assert_int_eq(mcp_msg_builder_finish(b, "x", &m), MCP_ERR_NOMEM);
+  ck_assert_ptr_null(m);
+  p = mcp_msg_builder_reserve(b, 2); /* reset: usable again */
+  memcpy(p, "ok", 2);
+  ck_assert_int_eq(mcp_msg_builder_finish(b, "x", &m), 0);
+  ck_assert_uint_eq(mcp_msg_len(m), 2);
+  mcp_msg_free(m);
+  mcp_msg_builder_del(b);
+  mcp_kv good[] = {{"k", "v"}}, bad[] = {{"k", "\xff"}};
+  ck_assert_int_eq(mcp_kvs_valid(good, 1), 1);
+  ck_assert_int_eq(mcp_kvs_valid(bad, 1), 0);
+  ck_assert_int_eq(mcp_kvs_valid(NULL, 0), 1);
+  ck_assert_int_eq(mcp_kvs_valid(NULL, 1), 0);
+}
+END_TEST
+
 static Suite *engine_suite(void) {
   Suite *s = suite_create("core_engine");
   TCase *tc = tcase_create("watch");
@@ -1119,6 +1299,11 @@ static Suite *engine_suite(void) {
   tcase_add_test(tc, test_msg_builder_out_of_memory_produces_nothing);
   tcase_add_test(tc, test_msg_builder_snapshot_is_shared_by_messages_and_outlives_the_store);
   tcase_add_test(tc, test_msg_builder_freeze_refuses_nesting_and_out_of_memory);
+  tcase_add_test(tc, test_coll_readers_see_generations_and_late_collections);
+  tcase_add_test(tc, test_coll_changes_reports_unseen_removals_only_when_asked);
+  tcase_add_test(tc, test_coll_iteration_stops_at_a_negative_return);
+  tcase_add_test(tc, test_msg_builder_coll_frames_what_the_callbacks_frame);
+  tcase_add_test(tc, test_msg_builder_fail_and_reserve);
   suite_add_tcase(s, tc);
   tc = tcase_create("stream");
   tcase_add_test(tc, test_stream_sends_one_message_per_pump_and_only_when_free);
