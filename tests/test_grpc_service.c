@@ -1398,54 +1398,6 @@ START_TEST(test_open_error_ends_call) {
 }
 END_TEST
 
-START_TEST(test_bad_options) {
-  mcp_store *store = tg_store();
-  mcp_source_options so;
-  tg_source_opts(&so, store);
-  mcp_grpc_options o;
-  mcp_grpc_source *src = NULL;
-  mcp_service_def bad[2] = {{COUNTER_METHOD, p_open, NULL},
-                            {COUNTER_METHOD, p_open, NULL}};
-  mcp_grpc_options_default(&o);
-  o.address = "127.0.0.1:0";
-  o.services = bad;
-  o.nservices = 2; /* twice the same method */
-  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &so),
-                   MCP_ERR_INVALID_ARGUMENT);
-  bad[1].method = "no-slash";
-  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &so),
-                   MCP_ERR_INVALID_ARGUMENT);
-  bad[1].method = MCP_GRPC_RESOURCE_SOURCE_METHOD; /* MCP's own */
-  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &so),
-                   MCP_ERR_INVALID_ARGUMENT);
-  bad[1].method = ECHO_METHOD;
-  bad[1].open = NULL;
-  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &so),
-                   MCP_ERR_INVALID_ARGUMENT);
-  bad[1].open = p_open;
-  /* MCP's method is fine once MCP is not served. */
-  bad[1].method = MCP_GRPC_RESOURCE_SOURCE_METHOD;
-  o.no_mcp = 1;
-  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, NULL), 0);
-  mcp_grpc_source_del(src);
-  src = NULL;
-  /* Without no_mcp a store is needed. */
-  o.no_mcp = 0;
-  o.nservices = 1;
-  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, NULL),
-                   MCP_ERR_INVALID_ARGUMENT);
-  /* Services and no_mcp are for listening. */
-  o.mode = MCP_GRPC_DIAL;
-  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &so),
-                   MCP_ERR_INVALID_ARGUMENT);
-  o.nservices = 0;
-  o.no_mcp = 1;
-  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &so),
-                   MCP_ERR_INVALID_ARGUMENT);
-  ck_assert_ptr_null(src);
-  mcp_store_del(store);
-}
-END_TEST
 
 /* ------------------------------------------------------------------ */
 /* The client object                                                   */
@@ -1946,40 +1898,6 @@ START_TEST(test_client_message_limit) {
 }
 END_TEST
 
-START_TEST(test_client_bad_arguments) {
-  mcp_grpc_options o;
-  mcp_grpc_options_default(&o);
-  o.address = "127.0.0.1:1";
-  cli_init(&cl, 1);
-  mcp_client_def d = cli_def(&cl);
-  mcp_grpc_client *c = NULL;
-  /* LISTEN mode */
-  ck_assert_int_eq(mcp_grpc_client_new(&c, &o, &d), MCP_ERR_INVALID_ARGUMENT);
-  o.mode = MCP_GRPC_DIAL;
-  d.nslots = 0;
-  ck_assert_int_eq(mcp_grpc_client_new(&c, &o, &d), MCP_ERR_INVALID_ARGUMENT);
-  d = cli_def(&cl);
-  d.ended = NULL;
-  ck_assert_int_eq(mcp_grpc_client_new(&c, &o, &d), MCP_ERR_INVALID_ARGUMENT);
-  d = cli_def(&cl);
-  ck_assert_int_eq(mcp_grpc_client_new(&c, &o, NULL),
-                   MCP_ERR_INVALID_ARGUMENT);
-  o.services = services;
-  o.nservices = 1;
-  ck_assert_int_eq(mcp_grpc_client_new(&c, &o, &d), MCP_ERR_INVALID_ARGUMENT);
-  ck_assert_ptr_null(c);
-  /* Nobody listens: calls end UNAVAILABLE, paced. */
-  o.services = NULL;
-  o.nservices = 0;
-  o.backoff.initial = 20 * MCP_MILLISECONDS;
-  o.backoff.max = 100 * MCP_MILLISECONDS;
-  ck_assert_int_eq(mcp_grpc_client_new(&c, &o, &d), 0);
-  int one = 1;
-  ck_assert(tg_wait(cli_ended_ge, &one, TG_TIMEOUT_MS));
-  ck_assert_int_eq(cli_get(&cl).last_status[0], GRPC_STATUS_UNAVAILABLE);
-  mcp_grpc_client_del(c);
-}
-END_TEST
 
 /* ------------------------------------------------------------------ */
 /* TLS: the peer's identity reaches open(); each side authorizes        */
@@ -2115,7 +2033,6 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_many_streams_wakes_and_shutdown);
   tcase_add_test(tc, test_open_error_ends_call);
   tcase_add_test(tc, test_listening_sink_serves_services);
-  tcase_add_test(tc, test_bad_options);
   suite_add_tcase(s, tc);
   TCase *tk = tcase_create("client");
   tcase_add_checked_fixture(tk, setup, NULL);
@@ -2127,7 +2044,6 @@ static Suite *suite(void) {
   tcase_add_test(tk, test_client_server_vanishes_mid_call);
   tcase_add_test(tk, test_client_address_list);
   tcase_add_test(tk, test_client_message_limit);
-  tcase_add_test(tk, test_client_bad_arguments);
   tcase_add_test(tk, test_tls_identities_and_authorization);
   suite_add_tcase(s, tk);
   return s;

@@ -173,9 +173,10 @@ static int slot1_ended(void *ud) {
   return k.ended[1] >= 1;
 }
 
-/* A method that is not a path: the call ends at once with the
- * transport's error, nothing is dialed, and a protocol that asks again at
- * once is asked at the next event of the loop, not in a loop of its own.
+/* A method that is not a path: the call ends at once with UNIMPLEMENTED
+ * (what a server answers an unknown method; the same on every
+ * transport), nothing is dialed, and a protocol that asks again at once
+ * is asked at the next event of the loop, not in a loop of its own.
  * Counted in turns of the transport's loop (ta->turn), never in a window
  * of time: a spin would ask thousands of times meanwhile. */
 START_TEST(client_bad_method_ends_the_call_without_a_spin) {
@@ -191,7 +192,7 @@ START_TEST(client_bad_method_ends_the_call_without_a_spin) {
   ta_opts o = ta_opts_for(0, "127.0.0.1:1", NULL); /* never dialed */
   ta_obj *cli = NULL;
   ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
-  ck_assert(ta->run_until(env, slot1_ended, &c, 30000));
+  ck_assert(ta->run_until(env, slot1_ended, &c, TA_TIMEOUT_MS));
 
   creader r = {.c = &c};
   c_read(&c, &r.k);
@@ -202,8 +203,9 @@ START_TEST(client_bad_method_ends_the_call_without_a_spin) {
   ccounts k = r.k;
   /* |k| was read between two turns, where every call asked has ended
    * (and its stream was deleted first). */
-  ck_assert_int_eq(k.status, ta->bad_method_status);
-  ck_assert_str_eq(k.details, ta->bad_method_details);
+  /* Every transport ends it the same way (mcp/engine.h). */
+  ck_assert_int_eq(k.status, MCP_CODE_UNIMPLEMENTED);
+  ck_assert_str_eq(k.details, MCP_CLIENT_BAD_METHOD_DETAILS);
   ck_assert_int_le(k.opens[1], before + TURNS * ta->asks_per_turn + 20);
   ck_assert_int_eq(k.ended[1], k.opens[1]);
   ck_assert_int_eq(k.dels[1], k.opens[1]);
@@ -360,7 +362,7 @@ START_TEST(client_reconnects_after_restart) {
   ta_obj *cli = NULL;
   ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
   cwait w = {.c = &c, .call_recv = 2};
-  ck_assert(ta->run_until(env, call_has, &w, 30000));
+  ck_assert(ta->run_until(env, call_has, &w, TA_TIMEOUT_MS));
   ccounts k = c_get(&c);
   ck_assert_str_eq(k.last, "1");
   if (k.ended[0] > 0) /* the closed port's calls */
@@ -370,7 +372,7 @@ START_TEST(client_reconnects_after_restart) {
   /* The server goes. */
   ta->del(src);
   w.ended = ended + 1;
-  ck_assert(ta->run_until(env, ended_ge, &w, 30000));
+  ck_assert(ta->run_until(env, ended_ge, &w, TA_TIMEOUT_MS));
   ck_assert_int_eq(c_get(&c).status, MCP_CODE_UNAVAILABLE);
   int so, sd;
   s_counts(&so, &sd);
@@ -380,7 +382,7 @@ START_TEST(client_reconnects_after_restart) {
   /* Four failed attempts, waited for as they end. */
   int first = ended;
   w.ended = ended + 5;
-  ck_assert(ta->run_until(env, ended_ge, &w, 30000));
+  ck_assert(ta->run_until(env, ended_ge, &w, TA_TIMEOUT_MS));
   k = c_get(&c);
   ck_assert_int_eq(k.status, MCP_CODE_UNAVAILABLE);
   for (int i = first + 1; i < first + 5 && i < 64; i++)
@@ -398,7 +400,7 @@ START_TEST(client_reconnects_after_restart) {
       ta->run_until(env, never, NULL, 20);
   ck_assert_int_eq(rv, 0);
   w.call_recv = 2;
-  ck_assert(ta->run_until(env, call_has, &w, 30000));
+  ck_assert(ta->run_until(env, call_has, &w, TA_TIMEOUT_MS));
   k = c_get(&c);
   ck_assert_str_eq(k.last, "1");
   ck_assert_int_ge(k.opens[0], 2);
@@ -415,6 +417,132 @@ START_TEST(client_reconnects_after_restart) {
   ta->env_del(env);
   s_counts(&so, &sd);
   ck_assert_int_eq(sd, so);
+  pthread_mutex_destroy(&c.mu);
+}
+END_TEST
+
+/* The options of services and clients are checked alike on every
+ * transport (the union of what test_grpc_service.c and
+ * test_h2c_service.c checked): INVALID_ARGUMENT and nothing made for a
+ * method twice, not a path, a def without open(), an MCP method the
+ * object serves; services or no_mcp on a dialer; a source without a
+ * store unless no_mcp; a client without a usable def or with services.
+ * The other side's MCP methods are not reserved (a source may serve
+ * ResourceSink as a service, a sink ResourceSource), and no_mcp frees
+ * the object's own (docs/protocol.md). A client whose server is down
+ * ends its call UNAVAILABLE. */
+START_TEST(services_and_client_options_are_checked_alike) {
+  ta_world w;
+  ta_world_init(&w);
+  mcp_source_options so;
+  mcp_source_options_default(&so);
+  so.store = w.store;
+  ta_obj *obj = NULL;
+  mcp_service_def d[2] = {services[0], services[0]}; /* twice */
+  ta_opts o = ta_opts_for(1, "127.0.0.1:0", NULL);
+  o.services = d;
+  o.nservices = 2;
+  ck_assert_int_eq(ta->source_new(w.env, &obj, &o, &so),
+                   MCP_ERR_INVALID_ARGUMENT);
+  d[1].method = "no-slash";
+  ck_assert_int_eq(ta->source_new(w.env, &obj, &o, &so),
+                   MCP_ERR_INVALID_ARGUMENT);
+  d[1].method = "/test.Echo/Echo";
+  d[1].open = NULL;
+  ck_assert_int_eq(ta->source_new(w.env, &obj, &o, &so),
+                   MCP_ERR_INVALID_ARGUMENT);
+  d[1].open = s_open;
+  /* A source's own MCP methods are MCP's. */
+  static const char *const own[] = {MCP_RESOURCE_SOURCE_METHOD,
+                                    MCP_AGGREGATED_METHOD,
+                                    MCP_AGGREGATED_INCREMENTAL_METHOD};
+  for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++) {
+    d[1].method = own[i];
+    ck_assert_int_eq(ta->source_new(w.env, &obj, &o, &so),
+                     MCP_ERR_INVALID_ARGUMENT);
+  }
+  /* A sink listening: ResourceSink is its own. */
+  d[1].method = MCP_RESOURCE_SINK_METHOD;
+  ck_assert_int_eq(ta->sink_new(w.env, &obj, &o, w.state),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(obj);
+  /* Without no_mcp a source needs a store. */
+  o.nservices = 1;
+  ck_assert_int_eq(ta->source_new(w.env, &obj, &o, NULL),
+                   MCP_ERR_INVALID_ARGUMENT);
+  /* Services and no_mcp are for listening. */
+  ta_opts dial = ta_opts_for(0, "127.0.0.1:1", NULL);
+  dial.services = services;
+  dial.nservices = 1;
+  ck_assert_int_eq(ta->source_new(w.env, &obj, &dial, &so),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(ta->sink_new(w.env, &obj, &dial, w.state),
+                   MCP_ERR_INVALID_ARGUMENT);
+  dial.services = NULL;
+  dial.nservices = 0;
+  dial.no_mcp = 1;
+  ck_assert_int_eq(ta->source_new(w.env, &obj, &dial, &so),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(obj);
+
+  /* The other side's method is a service like any other. */
+  o.nservices = 2;
+  ck_assert_int_eq(ta->source_new(w.env, &obj, &o, &so), 0);
+  ta->del(obj);
+  obj = NULL;
+  d[1].method = MCP_RESOURCE_SOURCE_METHOD;
+  ck_assert_int_eq(ta->sink_new(w.env, &obj, &o, w.state), 0);
+  ta->del(obj);
+  obj = NULL;
+  /* no_mcp: the MCP methods may be anyone's, and no store is needed. */
+  d[1].method = MCP_AGGREGATED_METHOD;
+  o.no_mcp = 1;
+  ck_assert_int_eq(ta->source_new(w.env, &obj, &o, NULL), 0);
+  ta->del(obj);
+  obj = NULL;
+
+  /* Clients. */
+  cstate c;
+  c_init(&c);
+  c.counter = 1;
+  mcp_client_def def = {.nslots = 2,
+                        .method = c_method,
+                        .open = c_open,
+                        .ended = c_ended,
+                        .user_data = &c};
+  dial.no_mcp = 0;
+  ck_assert_int_eq(ta->client_new(w.env, &obj, &dial, NULL),
+                   MCP_ERR_INVALID_ARGUMENT);
+  mcp_client_def bad = def;
+  bad.nslots = 0;
+  ck_assert_int_eq(ta->client_new(w.env, &obj, &dial, &bad),
+                   MCP_ERR_INVALID_ARGUMENT);
+  bad = def;
+  bad.ended = NULL;
+  ck_assert_int_eq(ta->client_new(w.env, &obj, &dial, &bad),
+                   MCP_ERR_INVALID_ARGUMENT);
+  bad = def;
+  bad.open = NULL;
+  ck_assert_int_eq(ta->client_new(w.env, &obj, &dial, &bad),
+                   MCP_ERR_INVALID_ARGUMENT);
+  bad = def;
+  bad.method = NULL;
+  ck_assert_int_eq(ta->client_new(w.env, &obj, &dial, &bad),
+                   MCP_ERR_INVALID_ARGUMENT);
+  dial.services = services;
+  dial.nservices = 1;
+  ck_assert_int_eq(ta->client_new(w.env, &obj, &dial, &def),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(obj);
+  /* Nobody listens: the call ends UNAVAILABLE. */
+  dial.services = NULL;
+  dial.nservices = 0;
+  ck_assert_int_eq(ta->client_new(w.env, &obj, &dial, &def), 0);
+  cwait cw = {.c = &c, .ended = 1};
+  ck_assert(ta->run_until(w.env, ended_ge, &cw, TA_TIMEOUT_MS));
+  ck_assert_int_eq(c_get(&c).status, MCP_CODE_UNAVAILABLE);
+  ta->del(obj);
+  ta_world_fini(&w);
   pthread_mutex_destroy(&c.mu);
 }
 END_TEST
@@ -437,6 +565,7 @@ int main(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, client_bad_method_ends_the_call_without_a_spin);
   tcase_add_test(tc, client_reconnects_after_restart);
+  tcase_add_test(tc, services_and_client_options_are_checked_alike);
   suite_add_tcase(s, tc);
   int failed = ta_run(s);
   if (test_tls_mode())

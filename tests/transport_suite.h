@@ -21,6 +21,11 @@
 #include "mcp/engine.h"
 #include "mcp/mcp.h"
 
+/* How long a test waits for an event before it fails: a failure guard,
+ * never a window (every wait returns at its event); generous, for a busy
+ * 2-core machine. */
+#define TA_TIMEOUT_MS 20000
+
 typedef struct ta_env ta_env; /* a test's world: the loop, if any */
 typedef struct ta_obj ta_obj; /* a source, a sink or a client */
 
@@ -88,11 +93,6 @@ typedef struct ta_transport {
    * at the next event, so 1 where the turn is an event (gRPC), 0 where
    * it is none (h2c). */
   int asks_per_turn;
-  /* The status and details a client call at a method that is not a path
-   * ends with. The transports differ (gRPC: INVALID_ARGUMENT, h2c:
-   * INTERNAL); each says it here, the suite checks its own. */
-  int bad_method_status;
-  const char *bad_method_details;
   /* The shortest delay between two connection attempts of a dialer the
    * adapter makes (its backoff's initial delay less the jitter). */
   mcp_tstamp min_redial;

@@ -385,8 +385,9 @@ typedef struct mcp_h2c_options {
    * copied by *_new(); each def's user_data is kept as given and must
    * stay valid until *_del() returns. *_new() fails with
    * INVALID_ARGUMENT for a method that does not start with '/', is
-   * longer than 1024 bytes, appears twice, or is an MCP method while MCP
-   * is served, and for a def without open() (mcp_service_defs_check()). |no_mcp| 1: the MCP methods are not served
+   * longer than 1024 bytes, appears twice, or is an MCP method the
+   * object serves (while MCP is served), and for a def without open()
+   * (mcp_service_defs_check()). |no_mcp| 1: the MCP methods are not served
    * (UNIMPLEMENTED): a source then needs no store (session_opts may be
    * NULL; *_update() then gives fn a NULL store), a sink no state. DIAL:
    * both must be 0/NULL (INVALID_ARGUMENT).
