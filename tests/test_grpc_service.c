@@ -1369,34 +1369,6 @@ START_TEST(test_listening_sink_serves_services) {
 }
 END_TEST
 
-static int open_fail(void *ud, const mcp_peer_info *peer, mcp_tstamp ts,
-                     mcp_stream **pst) {
-  (void)ud;
-  (void)peer;
-  (void)ts;
-  (void)pst;
-  return MCP_ERR_UNSUPPORTED;
-}
-
-START_TEST(test_open_error_ends_call) {
-  mcp_service_def d = {"/test.Fail/Fail", open_fail, NULL};
-  evs e;
-  evs_init(&e);
-  mcp_grpc_options o;
-  mcp_grpc_options_default(&o);
-  o.services = &d;
-  o.nservices = 1;
-  o.no_mcp = 1;
-  mcp_grpc_source *src = serve("127.0.0.1:0", NULL, &e, &o);
-  char det[128];
-  ck_assert_int_eq(tg_raw_call(mcp_grpc_source_port(src), "/test.Fail/Fail",
-                               (const uint8_t *)"x", 1, det, sizeof(det),
-                               TG_TIMEOUT_MS),
-                   GRPC_STATUS_UNIMPLEMENTED); /* UNSUPPORTED's status */
-  ck_assert_str_eq(det, mcp_strerror(MCP_ERR_UNSUPPORTED));
-  mcp_grpc_source_del(src);
-}
-END_TEST
 
 
 /* ------------------------------------------------------------------ */
@@ -2031,7 +2003,6 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_no_mcp_serves_only_services);
   tcase_add_test(tc, test_reset_mid_send);
   tcase_add_test(tc, test_many_streams_wakes_and_shutdown);
-  tcase_add_test(tc, test_open_error_ends_call);
   tcase_add_test(tc, test_listening_sink_serves_services);
   suite_add_tcase(s, tc);
   TCase *tk = tcase_create("client");

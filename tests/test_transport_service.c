@@ -27,6 +27,7 @@
 typedef struct cstate {
   pthread_mutex_t mu; /* gRPC calls the protocol from its own thread */
   const char *method; /* slot 1's */
+  int once;           /* slot 1 asks once only */
   int counter;        /* slot 0 keeps a counter call */
   int opens[2], ended[2], dels[2], recv[2];
   int call_recv; /* messages on slot 0's call now */
@@ -58,7 +59,7 @@ static int c_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
 static int c_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
   (void)ts;
   csess *s = sess;
-  if (s->slot != 0 || s->sent)
+  if (s->sent) /* one request on either slot */
     return 0;
   s->sent = 1;
   mcp_msg_builder_bytes(s->b, "go", 2);
@@ -92,7 +93,7 @@ static const char *c_method(void *ud, size_t slot) {
 
 static int c_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
   cstate *c = ud;
-  if (slot == 1 ? !c->method : !c->counter)
+  if (slot == 1 ? !c->method || (c->once && c->opens[1] > 0) : !c->counter)
     return 0;
   csess *s = calloc(1, sizeof(*s));
   ck_assert_ptr_nonnull(s);
@@ -421,6 +422,69 @@ START_TEST(client_reconnects_after_restart) {
 }
 END_TEST
 
+static int open_fail(void *ud, const mcp_peer_info *peer, mcp_tstamp ts,
+                     mcp_stream **pst) {
+  (void)ud;
+  (void)peer;
+  (void)ts;
+  (void)pst;
+  return MCP_ERR_UNSUPPORTED;
+}
+
+/* One call of a client of the transport at |method| on a listener at
+ * |addr|: its status, and its details in |det|. */
+static int call_once(ta_env *env, const char *addr, const char *method,
+                     char *det, size_t ndet) {
+  cstate c;
+  c_init(&c);
+  c.method = method;
+  c.once = 1;
+  mcp_client_def def = {.nslots = 2,
+                        .method = c_method,
+                        .open = c_open,
+                        .ended = c_ended,
+                        .user_data = &c};
+  ta_opts o = ta_opts_for(0, addr, NULL);
+  ta_obj *cli = NULL;
+  ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
+  ck_assert(ta->run_until(env, slot1_ended, &c, TA_TIMEOUT_MS));
+  ta->del(cli);
+  ccounts k = c_get(&c);
+  pthread_mutex_destroy(&c.mu);
+  ck_assert_int_eq(k.opens[1], 1);
+  snprintf(det, ndet, "%s", k.details);
+  return k.status;
+}
+
+/* A service whose open() fails ends the call with that error's status
+ * and text; a method the listener does not serve, or an MCP method while
+ * no_mcp, ends UNIMPLEMENTED (what every gRPC server answers), the same
+ * on every transport (docs/protocol.md). */
+START_TEST(open_error_and_unknown_method_end_the_call) {
+  ta_env *env = ta->env_new();
+  mcp_service_def d[2] = {{.method = "/test.Fail/Fail", .open = open_fail},
+                          services[0]};
+  ta_opts o = ta_opts_for(1, "127.0.0.1:0", NULL);
+  o.services = d;
+  o.nservices = 2;
+  o.no_mcp = 1;
+  ta_obj *src = NULL;
+  ck_assert_int_eq(ta->source_new(env, &src, &o, NULL), 0);
+  char addr[64], det[160];
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", ta->port(src));
+  ck_assert_int_eq(call_once(env, addr, "/test.Fail/Fail", det, sizeof(det)),
+                   MCP_CODE_UNIMPLEMENTED); /* UNSUPPORTED's status */
+  ck_assert_str_eq(det, mcp_strerror(MCP_ERR_UNSUPPORTED));
+  ck_assert_int_eq(call_once(env, addr, "/test.None/None", det, sizeof(det)),
+                   MCP_CODE_UNIMPLEMENTED);
+  ck_assert_int_eq(
+      call_once(env, addr, MCP_RESOURCE_SOURCE_METHOD, det, sizeof(det)),
+      MCP_CODE_UNIMPLEMENTED);
+  ta->del(src);
+  ta->env_del(env);
+}
+END_TEST
+
 /* The options of services and clients are checked alike on every
  * transport (the union of what test_grpc_service.c and
  * test_h2c_service.c checked): INVALID_ARGUMENT and nothing made for a
@@ -566,6 +630,7 @@ int main(void) {
   tcase_add_test(tc, client_bad_method_ends_the_call_without_a_spin);
   tcase_add_test(tc, client_reconnects_after_restart);
   tcase_add_test(tc, services_and_client_options_are_checked_alike);
+  tcase_add_test(tc, open_error_and_unknown_method_end_the_call);
   suite_add_tcase(s, tc);
   int failed = ta_run(s);
   if (test_tls_mode())
