@@ -1325,50 +1325,6 @@ START_TEST(test_no_mcp_serves_only_services) {
 }
 END_TEST
 
-/* A listening sink serves services too, beside ResourceSink. */
-START_TEST(test_listening_sink_serves_services) {
-  const char *colls[] = {"c1"};
-  mcp_sink_state *state = tg_sink_state(colls, 1, 0);
-  evs e;
-  evs_init(&e);
-  mcp_grpc_options o;
-  mcp_grpc_options_default(&o);
-  o.address = "127.0.0.1:0";
-  o.services = services;
-  o.nservices = 2;
-  o.on_stream = on_stream;
-  o.user_data = &e;
-  mcp_grpc_sink *sink = NULL;
-  ck_assert_int_eq(mcp_grpc_sink_new(&sink, &o, state), 0);
-  int port = mcp_grpc_sink_port(sink);
-  rc r;
-  rc_open(&r, port, ECHO_METHOD);
-  rc_send(&r, "via-sink", 8, 1);
-  expect(&r, "via-sink");
-  ck_assert_int_eq(rc_status(&r, TG_TIMEOUT_MS), GRPC_STATUS_OK);
-  rc_close(&r);
-  /* ResourceSink is still served: a source dials it and the sink syncs. */
-  mcp_store *store = tg_store();
-  tg_put(store, "c1", "a", "body-a", 0);
-  mcp_source_options so;
-  tg_source_opts(&so, store);
-  mcp_grpc_options d;
-  char addr[64];
-  tg_streams kobs;
-  tg_streams_init(&kobs);
-  tg_dial_opts(&d, addr, sizeof(addr), port, &kobs);
-  mcp_grpc_source *src = NULL;
-  ck_assert_int_eq(mcp_grpc_source_new(&src, &d, &so), 0);
-  tg_pair pair = {.src = src, .sink = sink, .coll = "c1"};
-  ck_assert(tg_wait(tg_equal, &pair, TG_TIMEOUT_MS));
-  mcp_grpc_source_del(src);
-  mcp_grpc_sink_del(sink);
-  ck_assert_int_eq(evs_get(&e).opened_echo, 1);
-  mcp_sink_state_del(state);
-  mcp_store_del(store);
-}
-END_TEST
-
 
 
 /* ------------------------------------------------------------------ */
@@ -2003,7 +1959,6 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_no_mcp_serves_only_services);
   tcase_add_test(tc, test_reset_mid_send);
   tcase_add_test(tc, test_many_streams_wakes_and_shutdown);
-  tcase_add_test(tc, test_listening_sink_serves_services);
   suite_add_tcase(s, tc);
   TCase *tk = tcase_create("client");
   tcase_add_checked_fixture(tk, setup, NULL);

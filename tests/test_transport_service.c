@@ -485,6 +485,50 @@ START_TEST(open_error_and_unknown_method_end_the_call) {
 }
 END_TEST
 
+/* A listening sink serves services too, beside ResourceSink: a client
+ * of the transport is answered by the service, and a source dialing the
+ * sink syncs it. */
+START_TEST(listening_sink_serves_services_beside_mcp) {
+  ta_world w;
+  ta_world_init(&w);
+  int o0, d0;
+  s_counts(&o0, &d0);
+  ta_opts o = ta_opts_for(1, "127.0.0.1:0", NULL);
+  o.services = services;
+  o.nservices = 1;
+  ck_assert_int_eq(ta->sink_new(w.env, &w.sink, &o, w.state), 0);
+  ck_assert_int_gt(ta->port(w.sink), 0);
+  snprintf(w.addr, sizeof(w.addr), "127.0.0.1:%d", ta->port(w.sink));
+  cstate c;
+  c_init(&c);
+  c.counter = 1;
+  mcp_client_def def = {.nslots = 2,
+                        .method = c_method,
+                        .open = c_open,
+                        .ended = c_ended,
+                        .user_data = &c};
+  ta_opts co = ta_opts_for(0, w.addr, NULL);
+  ta_obj *cli = NULL;
+  ck_assert_int_eq(ta->client_new(w.env, &cli, &co, &def), 0);
+  cwait cw = {.c = &c, .call_recv = 2};
+  ck_assert(ta->run_until(w.env, call_has, &cw, TA_TIMEOUT_MS));
+  ck_assert_str_eq(c_get(&c).last, "1");
+  ta->del(cli);
+  pthread_mutex_destroy(&c.mu);
+  int o1, d1;
+  s_counts(&o1, &d1);
+  ck_assert_int_eq(o1 - o0, 1); /* one service call, by the sink */
+  /* ResourceSink is still served: a source dials it and the sink syncs. */
+  mcp_source_options so;
+  mcp_source_options_default(&so);
+  so.store = w.store;
+  ta_opts d = ta_opts_for(0, w.addr, NULL);
+  ck_assert_int_eq(ta->source_new(w.env, &w.src, &d, &so), 0);
+  ck_assert(ta->run_until(w.env, ta_synced, &w, TA_TIMEOUT_MS));
+  ta_world_fini(&w);
+}
+END_TEST
+
 /* The options of services and clients are checked alike on every
  * transport (the union of what test_grpc_service.c and
  * test_h2c_service.c checked): INVALID_ARGUMENT and nothing made for a
@@ -631,6 +675,7 @@ int main(void) {
   tcase_add_test(tc, client_reconnects_after_restart);
   tcase_add_test(tc, services_and_client_options_are_checked_alike);
   tcase_add_test(tc, open_error_and_unknown_method_end_the_call);
+  tcase_add_test(tc, listening_sink_serves_services_beside_mcp);
   suite_add_tcase(s, tc);
   int failed = ta_run(s);
   if (test_tls_mode())

@@ -138,7 +138,10 @@ static void g_del(ta_obj *obj) {
   free(obj);
 }
 
-static int g_port(ta_obj *obj) { return mcp_grpc_source_port(obj->p); }
+static int g_port(ta_obj *obj) {
+  return obj->kind == O_SINK ? mcp_grpc_sink_port(obj->p)
+                             : mcp_grpc_source_port(obj->p);
+}
 
 static void g_count(const mcp_grpc_stream_info *info, void *ud) {
   (void)info;

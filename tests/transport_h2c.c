@@ -153,7 +153,10 @@ static void h_del(ta_obj *obj) {
   free(obj);
 }
 
-static int h_port(ta_obj *obj) { return mcp_h2c_source_port(obj->p); }
+static int h_port(ta_obj *obj) {
+  return obj->kind == O_SINK ? mcp_h2c_sink_port(obj->p)
+                             : mcp_h2c_source_port(obj->p);
+}
 
 static void h_count(const mcp_h2c_stream_info *info, void *ud) {
   (void)info;

@@ -72,7 +72,7 @@ typedef struct ta_transport {
   int (*client_new)(ta_env *env, ta_obj **pobj, const ta_opts *o,
                     const mcp_client_def *def);
   void (*del)(ta_obj *obj);
-  int (*port)(ta_obj *source);
+  int (*port)(ta_obj *listener); /* a listening source or sink */
   /* *_streams() with a function counting into *seen (NULL: none). */
   int (*streams)(ta_obj *obj, int *seen);
   /* The object's *_stats_versioned(): every transport's stats are the
