@@ -1753,46 +1753,6 @@ START_TEST(test_client_server_vanishes_mid_call) {
 }
 END_TEST
 
-/* An address list: the first target is down, the next connection goes
- * to the second. */
-START_TEST(test_client_address_list) {
-  evs se, ce;
-  evs_init(&se);
-  evs_init(&ce);
-  mcp_grpc_options o;
-  mcp_grpc_options_default(&o);
-  o.services = services;
-  o.nservices = 2;
-  o.no_mcp = 1;
-  /* A port nothing listens on: bind one, note it, free it. */
-  mcp_grpc_source *dead = serve("127.0.0.1:0", NULL, &se, &o);
-  int dead_port = mcp_grpc_source_port(dead);
-  mcp_grpc_source_del(dead);
-  mcp_grpc_source *src = serve("127.0.0.1:0", NULL, &se, &o);
-  int port = mcp_grpc_source_port(src);
-
-  cli_init(&cl, 1);
-  mcp_client_def d = cli_def(&cl);
-  char addr[96];
-  mcp_grpc_options co;
-  tg_streams unused;
-  tg_streams_init(&unused);
-  tg_dial_opts(&co, addr, sizeof(addr), port, &unused);
-  snprintf(addr, sizeof(addr), "127.0.0.1:%d,127.0.0.1:%d", dead_port, port);
-  co.on_stream = on_stream;
-  co.user_data = &ce;
-  mcp_grpc_client *c = NULL;
-  ck_assert_int_eq(mcp_grpc_client_new(&c, &co, &d), 0);
-  int one = 1;
-  ck_assert(tg_wait(cli_received_ge, &one, TG_TIMEOUT_MS));
-  cli k = cli_get(&cl);
-  ck_assert_int_ge(k.ended[0], 1); /* the first target's UNAVAILABLE */
-  ck_assert_int_eq(k.last_status[0], GRPC_STATUS_UNAVAILABLE);
-  mcp_grpc_client_del(c);
-  mcp_grpc_source_del(src);
-}
-END_TEST
-
 /* A message beyond the client's max_recv_message_size ends its call. */
 START_TEST(test_client_message_limit) {
   evs se, ce;
@@ -1968,7 +1928,6 @@ static Suite *suite(void) {
   tcase_add_test(tk, test_client_that_half_closed_can_end_its_call);
   tcase_add_test(tk, test_client_asks_open_at_expiry);
   tcase_add_test(tk, test_client_server_vanishes_mid_call);
-  tcase_add_test(tk, test_client_address_list);
   tcase_add_test(tk, test_client_message_limit);
   tcase_add_test(tk, test_tls_identities_and_authorization);
   suite_add_tcase(s, tk);
