@@ -720,7 +720,9 @@ typedef struct mcp_h2c_client mcp_h2c_client;
  * def->method(slot) starts on that connection (every slot's calls share
  * it, as concurrent HTTP/2 streams; they are sent once the server's
  * SETTINGS arrived, so its stream limit holds them back rather than
- * refusing them). What the stream's pump gives is
+ * refusing them; a def->method(slot) that is NULL or not a path ends
+ * the call at once: MCP_CLIENT_BAD_METHOD_CODE / _DETAILS, mcp/engine.h).
+ * What the stream's pump gives is
  * framed and sent, HALF_CLOSE sends END_STREAM, received messages go to
  * mcp_stream_recv(). When the call ends (the server's trailers: their
  * grpc-status and grpc-message; a reset; a lost or failed connection:
