@@ -1336,8 +1336,6 @@ END_TEST
  * request) when |echo| is set. */
 typedef struct cli {
   pthread_mutex_t mu;
-  mcp_tstamp not_before; /* open() says 0 before (get_expiry says when) */
-  mcp_tstamp first_open;
   int enabled, echo;
   int ask;        /* counter request */
   int stop_after; /* slot 0 ends its call after this many messages */
@@ -1436,10 +1434,7 @@ static const char *c_method(void *ud, size_t slot) {
 static int c_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
   cli *c = ud;
   pthread_mutex_lock(&c->mu);
-  int go = c->enabled && (slot == 0 || (c->echo && c->opens[1] == 0)) &&
-           ts >= c->not_before;
-  if (go && !c->first_open)
-    c->first_open = ts;
+  int go = c->enabled && (slot == 0 || (c->echo && c->opens[1] == 0));
   if (go)
     c->opens[slot]++;
   pthread_mutex_unlock(&c->mu);
@@ -1472,14 +1467,6 @@ static void c_ended(void *ud, size_t slot, int status, const char *details,
 }
 
 static cli cl;
-
-static mcp_tstamp c_get_expiry(void *ud) {
-  cli *c = ud;
-  pthread_mutex_lock(&c->mu);
-  mcp_tstamp t = c->first_open ? MCP_TSTAMP_MAX : c->not_before;
-  pthread_mutex_unlock(&c->mu);
-  return t;
-}
 
 static void cli_init(cli *c, int ask) {
   memset(c, 0, sizeof(*c));
@@ -1584,34 +1571,6 @@ END_TEST
 
 /* open() says "not now" until a time that only get_expiry() tells: the
  * client asks again then, without any other event. */
-START_TEST(test_client_asks_open_at_expiry) {
-  evs se, ce;
-  evs_init(&se);
-  evs_init(&ce);
-  mcp_grpc_options o;
-  mcp_grpc_options_default(&o);
-  o.services = services;
-  o.nservices = 2;
-  o.no_mcp = 1;
-  mcp_grpc_source *src = serve("127.0.0.1:0", NULL, &se, &o);
-  cli_init(&cl, 1);
-  mcp_tstamp t0 = mcp_grpc_now();
-  cl.not_before = t0 + 300 * MCP_MILLISECONDS;
-  mcp_client_def d = cli_def(&cl);
-  d.get_expiry = c_get_expiry;
-  char addr[64];
-  mcp_grpc_client *c =
-      dial(mcp_grpc_source_port(src), addr, sizeof(addr), &ce, &d);
-  int one = 1;
-  ck_assert(tg_wait(cli_received_ge, &one, TG_TIMEOUT_MS));
-  cli k = cli_get(&cl);
-  ck_assert_uint_ge(k.first_open, cl.not_before);
-  ck_assert_uint_lt(k.first_open - t0, 2 * MCP_SECONDS);
-  mcp_grpc_client_del(c);
-  mcp_grpc_source_del(src);
-}
-END_TEST
-
 START_TEST(test_client_end_and_server_status) {
   evs se, ce;
   evs_init(&se);
@@ -1926,7 +1885,6 @@ static Suite *suite(void) {
   tcase_add_test(tk, test_client_runs_calls);
   tcase_add_test(tk, test_client_end_and_server_status);
   tcase_add_test(tk, test_client_that_half_closed_can_end_its_call);
-  tcase_add_test(tk, test_client_asks_open_at_expiry);
   tcase_add_test(tk, test_client_server_vanishes_mid_call);
   tcase_add_test(tk, test_client_message_limit);
   tcase_add_test(tk, test_tls_identities_and_authorization);

@@ -28,6 +28,8 @@ typedef struct cstate {
   pthread_mutex_t mu; /* gRPC calls the protocol from its own thread */
   const char *method; /* slot 1's */
   int once;           /* slot 1 asks once only */
+  mcp_tstamp not_before; /* open() says "not now" before this */
+  mcp_tstamp first_open; /* ts of the first call opened (0: none) */
   int counter;        /* slot 0 keeps a counter call */
   int opens[2], ended[2], dels[2], recv[2];
   int call_recv; /* messages on slot 0's call now */
@@ -95,6 +97,8 @@ static int c_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
   cstate *c = ud;
   if (slot == 1 ? !c->method || (c->once && c->opens[1] > 0) : !c->counter)
     return 0;
+  if (ts < c->not_before)
+    return 0;
   csess *s = calloc(1, sizeof(*s));
   ck_assert_ptr_nonnull(s);
   s->c = c;
@@ -102,6 +106,8 @@ static int c_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
   ck_assert_int_eq(mcp_msg_builder_new(&s->b, NULL), 0);
   ck_assert_int_eq(mcp_stream_new(pst, &c_ops, s, NULL, ts), 0);
   pthread_mutex_lock(&c->mu);
+  if (!c->first_open)
+    c->first_open = ts;
   c->opens[slot]++;
   if (slot == 0)
     c->call_recv = 0;
@@ -530,6 +536,49 @@ START_TEST(listening_sink_serves_services_beside_mcp) {
 }
 END_TEST
 
+/* When open() should be asked again: at |not_before| until a call
+ * opened (runs where open() does). */
+static mcp_tstamp c_expiry(void *ud) {
+  cstate *c = ud;
+  return c->first_open ? MCP_TSTAMP_MAX : c->not_before;
+}
+
+static int first_message(void *ud) { return c_get(ud).recv[0] >= 1; }
+
+/* A client whose open() says "not now" until a time is asked again at
+ * its get_expiry(), with no event to wake it: the call starts then, not
+ * before (a lower bound only; the wait's guard is a failure guard). */
+START_TEST(client_asks_open_at_expiry) {
+  ta_env *env = ta->env_new();
+  ta_obj *src = NULL;
+  ck_assert_int_eq(serve(env, &src, "127.0.0.1:0"), 0);
+  char addr[64];
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", ta->port(src));
+  cstate c;
+  c_init(&c);
+  c.counter = 1;
+  c.not_before = ta->now() + 300 * MCP_MILLISECONDS;
+  mcp_client_def def = {.nslots = 2,
+                        .method = c_method,
+                        .open = c_open,
+                        .ended = c_ended,
+                        .get_expiry = c_expiry,
+                        .user_data = &c};
+  ta_opts o = ta_opts_for(0, addr, NULL);
+  ta_obj *cli = NULL;
+  ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
+  ck_assert(ta->run_until(env, first_message, &c, TA_TIMEOUT_MS));
+  pthread_mutex_lock(&c.mu);
+  mcp_tstamp first = c.first_open;
+  pthread_mutex_unlock(&c.mu);
+  ck_assert_int_ge(first, c.not_before);
+  ta->del(cli);
+  ta->del(src);
+  ta->env_del(env);
+  pthread_mutex_destroy(&c.mu);
+}
+END_TEST
+
 /* The options of services and clients are checked alike on every
  * transport (the union of what test_grpc_service.c and
  * test_h2c_service.c checked): INVALID_ARGUMENT and nothing made for a
@@ -677,6 +726,7 @@ int main(void) {
   tcase_add_test(tc, services_and_client_options_are_checked_alike);
   tcase_add_test(tc, open_error_and_unknown_method_end_the_call);
   tcase_add_test(tc, listening_sink_serves_services_beside_mcp);
+  tcase_add_test(tc, client_asks_open_at_expiry);
   suite_add_tcase(s, tc);
   int failed = ta_run(s);
   if (test_tls_mode())
