@@ -1321,25 +1321,6 @@ START_TEST(client_many_slots) {
 }
 END_TEST
 
-/* The client over a unix socket. */
-START_TEST(client_unix) {
-  tenv e;
-  setup(&e);
-  char path[64];
-  snprintf(path, sizeof(path), "unix:/tmp/mcp-h2c-svc-%d.sock", (int)getpid());
-  e.o.no_mcp = 1;
-  e.o.address = path;
-  start(&e);
-  e.cwant[1] = 2;
-  start_client(&e, path);
-  wait_client(&e, 1, 1, 2);
-  ck_assert_int_eq(e.cstatus[1], 0);
-  ck_assert_str_eq(e.clast[1], "ping");
-  ck_assert_int_eq(e.echo_dels, 2);
-  finish(&e);
-}
-END_TEST
-
 static Suite *suite(void) {
   Suite *s = suite_create("h2c_service");
   TCase *tc = tcase_create("service");
@@ -1355,7 +1336,6 @@ static Suite *suite(void) {
   tcase_add_test(tc, deadline);
   tcase_add_test(tc, client_ends_call);
   tcase_add_test(tc, wake_from_another_call);
-  tcase_add_test(tc, client_unix);
   tcase_add_test(tc, client_call_from_thread);
   tcase_add_test(tc, client_many_slots);
   suite_add_tcase(s, tc);

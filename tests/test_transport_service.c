@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "test_certs.h" /* test_tls_mode() */
 #include "transport_suite.h"
@@ -579,6 +580,46 @@ START_TEST(client_asks_open_at_expiry) {
 }
 END_TEST
 
+/* A listener and a client on a unix socket ("unix:PATH"): the call is
+ * answered, and the server's stream is freed once the client goes.
+ * Cleartext only (once is enough: the socket is what is tested). */
+START_TEST(client_over_unix_socket) {
+  if (test_tls_mode())
+    return;
+  ta_env *env = ta->env_new();
+  int o0, d0;
+  s_counts(&o0, &d0);
+  char path[96];
+  snprintf(path, sizeof(path), "unix:/tmp/mcp-%s-svc-%d.sock", ta->name,
+           (int)getpid());
+  ta_obj *src = NULL;
+  ck_assert_int_eq(serve(env, &src, path), 0);
+  cstate c;
+  c_init(&c);
+  c.counter = 1;
+  mcp_client_def def = {.nslots = 2,
+                        .method = c_method,
+                        .open = c_open,
+                        .ended = c_ended,
+                        .user_data = &c};
+  ta_opts o = ta_opts_for(0, path, NULL);
+  ta_obj *cli = NULL;
+  ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
+  cwait w = {.c = &c, .call_recv = 2};
+  ck_assert(ta->run_until(env, call_has, &w, TA_TIMEOUT_MS));
+  ck_assert_str_eq(c_get(&c).last, "1");
+  ta->del(cli);
+  ta->del(src);
+  ta->env_del(env);
+  int o1, d1;
+  s_counts(&o1, &d1);
+  ck_assert_int_eq(o1 - o0, 1);
+  ck_assert_int_eq(d1 - d0, 1);
+  unlink(path + 5);
+  pthread_mutex_destroy(&c.mu);
+}
+END_TEST
+
 /* The options of services and clients are checked alike on every
  * transport (the union of what test_grpc_service.c and
  * test_h2c_service.c checked): INVALID_ARGUMENT and nothing made for a
@@ -727,6 +768,7 @@ int main(void) {
   tcase_add_test(tc, open_error_and_unknown_method_end_the_call);
   tcase_add_test(tc, listening_sink_serves_services_beside_mcp);
   tcase_add_test(tc, client_asks_open_at_expiry);
+  tcase_add_test(tc, client_over_unix_socket);
   suite_add_tcase(s, tc);
   int failed = ta_run(s);
   if (test_tls_mode())
