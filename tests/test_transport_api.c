@@ -301,18 +301,9 @@ static void sync_through_hooks(int tls) {
 START_TEST(hook_sees_every_allocation_through_a_sync) { sync_through_hooks(0); }
 END_TEST
 
-static int dummy_open(void *ud, const mcp_peer_info *peer, mcp_tstamp ts,
-                      mcp_stream **pst) {
-  (void)ud;
-  (void)peer;
-  (void)ts;
-  (void)pst;
-  return MCP_ERR_UNSUPPORTED;
-}
-
 static const mcp_service_def services[] = {
-    {.method = "/test.Api/One", .open = dummy_open},
-    {.method = "/test.Api/Two", .open = dummy_open},
+    {.method = "/test.Api/One", .open = ta_open_unsupported},
+    {.method = "/test.Api/Two", .open = ta_open_unsupported},
 };
 
 static int never(void *ud) {

@@ -165,6 +165,16 @@ static ccounts c_get(cstate *c) {
   return k;
 }
 
+/* The client def of |c| (slots: see the top of the file). */
+static mcp_client_def c_def(cstate *c) {
+  mcp_client_def def = {.nslots = 2,
+                        .method = c_method,
+                        .open = c_open,
+                        .ended = c_ended,
+                        .user_data = c};
+  return def;
+}
+
 typedef struct creader {
   cstate *c;
   ccounts k;
@@ -192,11 +202,7 @@ START_TEST(client_bad_method_ends_the_call_without_a_spin) {
   cstate c;
   c_init(&c);
   c.method = "test.Echo/Echo";
-  mcp_client_def def = {.nslots = 2,
-                        .method = c_method,
-                        .open = c_open,
-                        .ended = c_ended,
-                        .user_data = &c};
+  mcp_client_def def = c_def(&c);
   ta_opts o = ta_opts_for(0, "127.0.0.1:1", NULL); /* never dialed */
   ta_obj *cli = NULL;
   ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
@@ -359,11 +365,7 @@ START_TEST(client_reconnects_after_restart) {
   cstate c;
   c_init(&c);
   c.counter = 1;
-  mcp_client_def def = {.nslots = 2,
-                        .method = c_method,
-                        .open = c_open,
-                        .ended = c_ended,
-                        .user_data = &c};
+  mcp_client_def def = c_def(&c);
   char addr[64];
   snprintf(addr, sizeof(addr), "127.0.0.1:1,127.0.0.1:%d", port);
   ta_opts o = ta_opts_for(0, addr, NULL);
@@ -430,15 +432,6 @@ START_TEST(client_reconnects_after_restart) {
 }
 END_TEST
 
-static int open_fail(void *ud, const mcp_peer_info *peer, mcp_tstamp ts,
-                     mcp_stream **pst) {
-  (void)ud;
-  (void)peer;
-  (void)ts;
-  (void)pst;
-  return MCP_ERR_UNSUPPORTED;
-}
-
 /* One call of a client of the transport at |method| on a listener at
  * |addr|: its status, and its details in |det|. */
 static int call_once(ta_env *env, const char *addr, const char *method,
@@ -447,11 +440,7 @@ static int call_once(ta_env *env, const char *addr, const char *method,
   c_init(&c);
   c.method = method;
   c.once = 1;
-  mcp_client_def def = {.nslots = 2,
-                        .method = c_method,
-                        .open = c_open,
-                        .ended = c_ended,
-                        .user_data = &c};
+  mcp_client_def def = c_def(&c);
   ta_opts o = ta_opts_for(0, addr, NULL);
   ta_obj *cli = NULL;
   ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
@@ -470,8 +459,9 @@ static int call_once(ta_env *env, const char *addr, const char *method,
  * on every transport (docs/protocol.md). */
 START_TEST(open_error_and_unknown_method_end_the_call) {
   ta_env *env = ta->env_new();
-  mcp_service_def d[2] = {{.method = "/test.Fail/Fail", .open = open_fail},
-                          services[0]};
+  mcp_service_def d[2] = {
+      {.method = "/test.Fail/Fail", .open = ta_open_unsupported},
+      services[0]};
   ta_opts o = ta_opts_for(1, "127.0.0.1:0", NULL);
   o.services = d;
   o.nservices = 2;
@@ -510,11 +500,7 @@ START_TEST(listening_sink_serves_services_beside_mcp) {
   cstate c;
   c_init(&c);
   c.counter = 1;
-  mcp_client_def def = {.nslots = 2,
-                        .method = c_method,
-                        .open = c_open,
-                        .ended = c_ended,
-                        .user_data = &c};
+  mcp_client_def def = c_def(&c);
   ta_opts co = ta_opts_for(0, w.addr, NULL);
   ta_obj *cli = NULL;
   ck_assert_int_eq(ta->client_new(w.env, &cli, &co, &def), 0);
@@ -559,12 +545,8 @@ START_TEST(client_asks_open_at_expiry) {
   c_init(&c);
   c.counter = 1;
   c.not_before = ta->now() + 300 * MCP_MILLISECONDS;
-  mcp_client_def def = {.nslots = 2,
-                        .method = c_method,
-                        .open = c_open,
-                        .ended = c_ended,
-                        .get_expiry = c_expiry,
-                        .user_data = &c};
+  mcp_client_def def = c_def(&c);
+  def.get_expiry = c_expiry;
   ta_opts o = ta_opts_for(0, addr, NULL);
   ta_obj *cli = NULL;
   ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
@@ -597,11 +579,7 @@ START_TEST(client_over_unix_socket) {
   cstate c;
   c_init(&c);
   c.counter = 1;
-  mcp_client_def def = {.nslots = 2,
-                        .method = c_method,
-                        .open = c_open,
-                        .ended = c_ended,
-                        .user_data = &c};
+  mcp_client_def def = c_def(&c);
   ta_opts o = ta_opts_for(0, path, NULL);
   ta_obj *cli = NULL;
   ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
@@ -704,11 +682,7 @@ START_TEST(services_and_client_options_are_checked_alike) {
   cstate c;
   c_init(&c);
   c.counter = 1;
-  mcp_client_def def = {.nslots = 2,
-                        .method = c_method,
-                        .open = c_open,
-                        .ended = c_ended,
-                        .user_data = &c};
+  mcp_client_def def = c_def(&c);
   dial.no_mcp = 0;
   ck_assert_int_eq(ta->client_new(w.env, &obj, &dial, NULL),
                    MCP_ERR_INVALID_ARGUMENT);

@@ -145,6 +145,9 @@ void ta_start_source(ta_world *w, const mcp_mem *mem);
 void ta_start_sink(ta_world *w, const mcp_mem *mem);
 /* The sink is synced and holds the store's names and versions. */
 int ta_synced(void *w);
+/* A service open() that refuses every call (MCP_ERR_UNSUPPORTED). */
+int ta_open_unsupported(void *ud, const mcp_peer_info *peer, mcp_tstamp ts,
+                        mcp_stream **pst);
 /* No live block in a tm_mem (mem_count.h), once settled. */
 int ta_balanced(void *tm);
 
