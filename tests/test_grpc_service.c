@@ -1325,127 +1325,7 @@ START_TEST(test_no_mcp_serves_only_services) {
 }
 END_TEST
 
-/* A listening sink serves services too, beside ResourceSink. */
-START_TEST(test_listening_sink_serves_services) {
-  const char *colls[] = {"c1"};
-  mcp_sink_state *state = tg_sink_state(colls, 1, 0);
-  evs e;
-  evs_init(&e);
-  mcp_grpc_options o;
-  mcp_grpc_options_default(&o);
-  o.address = "127.0.0.1:0";
-  o.services = services;
-  o.nservices = 2;
-  o.on_stream = on_stream;
-  o.user_data = &e;
-  mcp_grpc_sink *sink = NULL;
-  ck_assert_int_eq(mcp_grpc_sink_new(&sink, &o, state), 0);
-  int port = mcp_grpc_sink_port(sink);
-  rc r;
-  rc_open(&r, port, ECHO_METHOD);
-  rc_send(&r, "via-sink", 8, 1);
-  expect(&r, "via-sink");
-  ck_assert_int_eq(rc_status(&r, TG_TIMEOUT_MS), GRPC_STATUS_OK);
-  rc_close(&r);
-  /* ResourceSink is still served: a source dials it and the sink syncs. */
-  mcp_store *store = tg_store();
-  tg_put(store, "c1", "a", "body-a", 0);
-  mcp_source_options so;
-  tg_source_opts(&so, store);
-  mcp_grpc_options d;
-  char addr[64];
-  tg_streams kobs;
-  tg_streams_init(&kobs);
-  tg_dial_opts(&d, addr, sizeof(addr), port, &kobs);
-  mcp_grpc_source *src = NULL;
-  ck_assert_int_eq(mcp_grpc_source_new(&src, &d, &so), 0);
-  tg_pair pair = {.src = src, .sink = sink, .coll = "c1"};
-  ck_assert(tg_wait(tg_equal, &pair, TG_TIMEOUT_MS));
-  mcp_grpc_source_del(src);
-  mcp_grpc_sink_del(sink);
-  ck_assert_int_eq(evs_get(&e).opened_echo, 1);
-  mcp_sink_state_del(state);
-  mcp_store_del(store);
-}
-END_TEST
 
-static int open_fail(void *ud, const mcp_peer_info *peer, mcp_tstamp ts,
-                     mcp_stream **pst) {
-  (void)ud;
-  (void)peer;
-  (void)ts;
-  (void)pst;
-  return MCP_ERR_UNSUPPORTED;
-}
-
-START_TEST(test_open_error_ends_call) {
-  mcp_service_def d = {"/test.Fail/Fail", open_fail, NULL};
-  evs e;
-  evs_init(&e);
-  mcp_grpc_options o;
-  mcp_grpc_options_default(&o);
-  o.services = &d;
-  o.nservices = 1;
-  o.no_mcp = 1;
-  mcp_grpc_source *src = serve("127.0.0.1:0", NULL, &e, &o);
-  char det[128];
-  ck_assert_int_eq(tg_raw_call(mcp_grpc_source_port(src), "/test.Fail/Fail",
-                               (const uint8_t *)"x", 1, det, sizeof(det),
-                               TG_TIMEOUT_MS),
-                   GRPC_STATUS_UNIMPLEMENTED); /* UNSUPPORTED's status */
-  ck_assert_str_eq(det, mcp_strerror(MCP_ERR_UNSUPPORTED));
-  mcp_grpc_source_del(src);
-}
-END_TEST
-
-START_TEST(test_bad_options) {
-  mcp_store *store = tg_store();
-  mcp_source_options so;
-  tg_source_opts(&so, store);
-  mcp_grpc_options o;
-  mcp_grpc_source *src = NULL;
-  mcp_service_def bad[2] = {{COUNTER_METHOD, p_open, NULL},
-                            {COUNTER_METHOD, p_open, NULL}};
-  mcp_grpc_options_default(&o);
-  o.address = "127.0.0.1:0";
-  o.services = bad;
-  o.nservices = 2; /* twice the same method */
-  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &so),
-                   MCP_ERR_INVALID_ARGUMENT);
-  bad[1].method = "no-slash";
-  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &so),
-                   MCP_ERR_INVALID_ARGUMENT);
-  bad[1].method = MCP_GRPC_RESOURCE_SOURCE_METHOD; /* MCP's own */
-  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &so),
-                   MCP_ERR_INVALID_ARGUMENT);
-  bad[1].method = ECHO_METHOD;
-  bad[1].open = NULL;
-  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &so),
-                   MCP_ERR_INVALID_ARGUMENT);
-  bad[1].open = p_open;
-  /* MCP's method is fine once MCP is not served. */
-  bad[1].method = MCP_GRPC_RESOURCE_SOURCE_METHOD;
-  o.no_mcp = 1;
-  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, NULL), 0);
-  mcp_grpc_source_del(src);
-  src = NULL;
-  /* Without no_mcp a store is needed. */
-  o.no_mcp = 0;
-  o.nservices = 1;
-  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, NULL),
-                   MCP_ERR_INVALID_ARGUMENT);
-  /* Services and no_mcp are for listening. */
-  o.mode = MCP_GRPC_DIAL;
-  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &so),
-                   MCP_ERR_INVALID_ARGUMENT);
-  o.nservices = 0;
-  o.no_mcp = 1;
-  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &so),
-                   MCP_ERR_INVALID_ARGUMENT);
-  ck_assert_ptr_null(src);
-  mcp_store_del(store);
-}
-END_TEST
 
 /* ------------------------------------------------------------------ */
 /* The client object                                                   */
@@ -1456,8 +1336,6 @@ END_TEST
  * request) when |echo| is set. */
 typedef struct cli {
   pthread_mutex_t mu;
-  mcp_tstamp not_before; /* open() says 0 before (get_expiry says when) */
-  mcp_tstamp first_open;
   int enabled, echo;
   int ask;        /* counter request */
   int stop_after; /* slot 0 ends its call after this many messages */
@@ -1556,10 +1434,7 @@ static const char *c_method(void *ud, size_t slot) {
 static int c_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
   cli *c = ud;
   pthread_mutex_lock(&c->mu);
-  int go = c->enabled && (slot == 0 || (c->echo && c->opens[1] == 0)) &&
-           ts >= c->not_before;
-  if (go && !c->first_open)
-    c->first_open = ts;
+  int go = c->enabled && (slot == 0 || (c->echo && c->opens[1] == 0));
   if (go)
     c->opens[slot]++;
   pthread_mutex_unlock(&c->mu);
@@ -1592,14 +1467,6 @@ static void c_ended(void *ud, size_t slot, int status, const char *details,
 }
 
 static cli cl;
-
-static mcp_tstamp c_get_expiry(void *ud) {
-  cli *c = ud;
-  pthread_mutex_lock(&c->mu);
-  mcp_tstamp t = c->first_open ? MCP_TSTAMP_MAX : c->not_before;
-  pthread_mutex_unlock(&c->mu);
-  return t;
-}
 
 static void cli_init(cli *c, int ask) {
   memset(c, 0, sizeof(*c));
@@ -1704,34 +1571,6 @@ END_TEST
 
 /* open() says "not now" until a time that only get_expiry() tells: the
  * client asks again then, without any other event. */
-START_TEST(test_client_asks_open_at_expiry) {
-  evs se, ce;
-  evs_init(&se);
-  evs_init(&ce);
-  mcp_grpc_options o;
-  mcp_grpc_options_default(&o);
-  o.services = services;
-  o.nservices = 2;
-  o.no_mcp = 1;
-  mcp_grpc_source *src = serve("127.0.0.1:0", NULL, &se, &o);
-  cli_init(&cl, 1);
-  mcp_tstamp t0 = mcp_grpc_now();
-  cl.not_before = t0 + 300 * MCP_MILLISECONDS;
-  mcp_client_def d = cli_def(&cl);
-  d.get_expiry = c_get_expiry;
-  char addr[64];
-  mcp_grpc_client *c =
-      dial(mcp_grpc_source_port(src), addr, sizeof(addr), &ce, &d);
-  int one = 1;
-  ck_assert(tg_wait(cli_received_ge, &one, TG_TIMEOUT_MS));
-  cli k = cli_get(&cl);
-  ck_assert_uint_ge(k.first_open, cl.not_before);
-  ck_assert_uint_lt(k.first_open - t0, 2 * MCP_SECONDS);
-  mcp_grpc_client_del(c);
-  mcp_grpc_source_del(src);
-}
-END_TEST
-
 START_TEST(test_client_end_and_server_status) {
   evs se, ce;
   evs_init(&se);
@@ -1873,46 +1712,6 @@ START_TEST(test_client_server_vanishes_mid_call) {
 }
 END_TEST
 
-/* An address list: the first target is down, the next connection goes
- * to the second. */
-START_TEST(test_client_address_list) {
-  evs se, ce;
-  evs_init(&se);
-  evs_init(&ce);
-  mcp_grpc_options o;
-  mcp_grpc_options_default(&o);
-  o.services = services;
-  o.nservices = 2;
-  o.no_mcp = 1;
-  /* A port nothing listens on: bind one, note it, free it. */
-  mcp_grpc_source *dead = serve("127.0.0.1:0", NULL, &se, &o);
-  int dead_port = mcp_grpc_source_port(dead);
-  mcp_grpc_source_del(dead);
-  mcp_grpc_source *src = serve("127.0.0.1:0", NULL, &se, &o);
-  int port = mcp_grpc_source_port(src);
-
-  cli_init(&cl, 1);
-  mcp_client_def d = cli_def(&cl);
-  char addr[96];
-  mcp_grpc_options co;
-  tg_streams unused;
-  tg_streams_init(&unused);
-  tg_dial_opts(&co, addr, sizeof(addr), port, &unused);
-  snprintf(addr, sizeof(addr), "127.0.0.1:%d,127.0.0.1:%d", dead_port, port);
-  co.on_stream = on_stream;
-  co.user_data = &ce;
-  mcp_grpc_client *c = NULL;
-  ck_assert_int_eq(mcp_grpc_client_new(&c, &co, &d), 0);
-  int one = 1;
-  ck_assert(tg_wait(cli_received_ge, &one, TG_TIMEOUT_MS));
-  cli k = cli_get(&cl);
-  ck_assert_int_ge(k.ended[0], 1); /* the first target's UNAVAILABLE */
-  ck_assert_int_eq(k.last_status[0], GRPC_STATUS_UNAVAILABLE);
-  mcp_grpc_client_del(c);
-  mcp_grpc_source_del(src);
-}
-END_TEST
-
 /* A message beyond the client's max_recv_message_size ends its call. */
 START_TEST(test_client_message_limit) {
   evs se, ce;
@@ -1946,40 +1745,6 @@ START_TEST(test_client_message_limit) {
 }
 END_TEST
 
-START_TEST(test_client_bad_arguments) {
-  mcp_grpc_options o;
-  mcp_grpc_options_default(&o);
-  o.address = "127.0.0.1:1";
-  cli_init(&cl, 1);
-  mcp_client_def d = cli_def(&cl);
-  mcp_grpc_client *c = NULL;
-  /* LISTEN mode */
-  ck_assert_int_eq(mcp_grpc_client_new(&c, &o, &d), MCP_ERR_INVALID_ARGUMENT);
-  o.mode = MCP_GRPC_DIAL;
-  d.nslots = 0;
-  ck_assert_int_eq(mcp_grpc_client_new(&c, &o, &d), MCP_ERR_INVALID_ARGUMENT);
-  d = cli_def(&cl);
-  d.ended = NULL;
-  ck_assert_int_eq(mcp_grpc_client_new(&c, &o, &d), MCP_ERR_INVALID_ARGUMENT);
-  d = cli_def(&cl);
-  ck_assert_int_eq(mcp_grpc_client_new(&c, &o, NULL),
-                   MCP_ERR_INVALID_ARGUMENT);
-  o.services = services;
-  o.nservices = 1;
-  ck_assert_int_eq(mcp_grpc_client_new(&c, &o, &d), MCP_ERR_INVALID_ARGUMENT);
-  ck_assert_ptr_null(c);
-  /* Nobody listens: calls end UNAVAILABLE, paced. */
-  o.services = NULL;
-  o.nservices = 0;
-  o.backoff.initial = 20 * MCP_MILLISECONDS;
-  o.backoff.max = 100 * MCP_MILLISECONDS;
-  ck_assert_int_eq(mcp_grpc_client_new(&c, &o, &d), 0);
-  int one = 1;
-  ck_assert(tg_wait(cli_ended_ge, &one, TG_TIMEOUT_MS));
-  ck_assert_int_eq(cli_get(&cl).last_status[0], GRPC_STATUS_UNAVAILABLE);
-  mcp_grpc_client_del(c);
-}
-END_TEST
 
 /* ------------------------------------------------------------------ */
 /* TLS: the peer's identity reaches open(); each side authorizes        */
@@ -2113,9 +1878,6 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_no_mcp_serves_only_services);
   tcase_add_test(tc, test_reset_mid_send);
   tcase_add_test(tc, test_many_streams_wakes_and_shutdown);
-  tcase_add_test(tc, test_open_error_ends_call);
-  tcase_add_test(tc, test_listening_sink_serves_services);
-  tcase_add_test(tc, test_bad_options);
   suite_add_tcase(s, tc);
   TCase *tk = tcase_create("client");
   tcase_add_checked_fixture(tk, setup, NULL);
@@ -2123,11 +1885,8 @@ static Suite *suite(void) {
   tcase_add_test(tk, test_client_runs_calls);
   tcase_add_test(tk, test_client_end_and_server_status);
   tcase_add_test(tk, test_client_that_half_closed_can_end_its_call);
-  tcase_add_test(tk, test_client_asks_open_at_expiry);
   tcase_add_test(tk, test_client_server_vanishes_mid_call);
-  tcase_add_test(tk, test_client_address_list);
   tcase_add_test(tk, test_client_message_limit);
-  tcase_add_test(tk, test_client_bad_arguments);
   tcase_add_test(tk, test_tls_identities_and_authorization);
   suite_add_tcase(s, tk);
   return s;

@@ -738,57 +738,6 @@ START_TEST(admission_and_no_mcp) {
 }
 END_TEST
 
-START_TEST(bad_arguments) {
-  tenv e;
-  setup(&e);
-  mcp_h2c_source *src = NULL;
-  mcp_source_options so;
-  mcp_source_options_default(&so);
-  so.store = e.store;
-  /* A source needs a store unless no_mcp. */
-  ck_assert_int_eq(mcp_h2c_source_new(&src, &e.loop, &e.o, NULL),
-                   MCP_ERR_INVALID_ARGUMENT);
-  /* Services are served, never dialed. */
-  mcp_h2c_options o = e.o;
-  o.mode = MCP_H2C_DIAL;
-  ck_assert_int_eq(mcp_h2c_source_new(&src, &e.loop, &o, &so),
-                   MCP_ERR_INVALID_ARGUMENT);
-  /* A service needs a path and open(). */
-  mcp_service_def bad = {"no-slash", open_echo, &e};
-  o = e.o;
-  o.services = &bad;
-  o.nservices = 1;
-  ck_assert_int_eq(mcp_h2c_source_new(&src, &e.loop, &o, &so),
-                   MCP_ERR_INVALID_ARGUMENT);
-  /* One protocol per method; MCP's methods are MCP's unless no_mcp. */
-  mcp_service_def two[2] = {services[0], services[0]};
-  o.services = two;
-  o.nservices = 2;
-  ck_assert_int_eq(mcp_h2c_source_new(&src, &e.loop, &o, &so),
-                   MCP_ERR_INVALID_ARGUMENT);
-  mcp_service_def mcp = {MCP_H2C_AGGREGATED_METHOD, open_echo, &e};
-  o.services = &mcp;
-  o.nservices = 1;
-  ck_assert_int_eq(mcp_h2c_source_new(&src, &e.loop, &o, &so),
-                   MCP_ERR_INVALID_ARGUMENT);
-  ck_assert_ptr_null(src);
-  o.no_mcp = 1; /* then it may be anyone's */
-  ck_assert_int_eq(mcp_h2c_source_new(&src, &e.loop, &o, NULL), 0);
-  e.src = src;
-  mcp_h2c_client *cli = NULL;
-  mcp_client_def def = {0};
-  o = e.o;
-  o.services = NULL;
-  o.nservices = 0;
-  o.address = "127.0.0.1:1";
-  ck_assert_int_eq(mcp_h2c_client_new(&cli, &e.loop, &o, &def),
-                   MCP_ERR_INVALID_ARGUMENT);
-  ck_assert_int_eq(mcp_h2c_client_new(&cli, &e.loop, &o, NULL),
-                   MCP_ERR_INVALID_ARGUMENT);
-  ck_assert_ptr_null(cli);
-  finish(&e);
-}
-END_TEST
 
 /* ------------------------------------------------------------------ */
 /* The client                                                          */
@@ -1372,25 +1321,6 @@ START_TEST(client_many_slots) {
 }
 END_TEST
 
-/* The client over a unix socket. */
-START_TEST(client_unix) {
-  tenv e;
-  setup(&e);
-  char path[64];
-  snprintf(path, sizeof(path), "unix:/tmp/mcp-h2c-svc-%d.sock", (int)getpid());
-  e.o.no_mcp = 1;
-  e.o.address = path;
-  start(&e);
-  e.cwant[1] = 2;
-  start_client(&e, path);
-  wait_client(&e, 1, 1, 2);
-  ck_assert_int_eq(e.cstatus[1], 0);
-  ck_assert_str_eq(e.clast[1], "ping");
-  ck_assert_int_eq(e.echo_dels, 2);
-  finish(&e);
-}
-END_TEST
-
 static Suite *suite(void) {
   Suite *s = suite_create("h2c_service");
   TCase *tc = tcase_create("service");
@@ -1400,14 +1330,12 @@ static Suite *suite(void) {
   tcase_add_test(tc, peer_vanishes);
   tcase_add_test(tc, bad_input);
   tcase_add_test(tc, admission_and_no_mcp);
-  tcase_add_test(tc, bad_arguments);
   tcase_add_test(tc, client_runs_calls);
   tcase_add_test(tc, client_peer_vanishes);
   tcase_add_test(tc, flow_control);
   tcase_add_test(tc, deadline);
   tcase_add_test(tc, client_ends_call);
   tcase_add_test(tc, wake_from_another_call);
-  tcase_add_test(tc, client_unix);
   tcase_add_test(tc, client_call_from_thread);
   tcase_add_test(tc, client_many_slots);
   suite_add_tcase(s, tc);

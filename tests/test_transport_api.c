@@ -137,7 +137,7 @@ START_TEST(v1_options_do_not_read_mem) {
   ta_opts d = ta_opts_for(0, w.addr, garbage);
   d.version = d.defaults_version = ta->options_v1;
   ck_assert_int_eq(ta->sink_new(w.env, &w.sink, &d, w.state), 0);
-  ck_assert(ta->run_until(w.env, ta_synced, &w, 5000));
+  ck_assert(ta->run_until(w.env, ta_synced, &w, TA_TIMEOUT_MS));
   ta_world_fini(&w);
 }
 END_TEST
@@ -186,7 +186,7 @@ START_TEST(stats_write_their_version_only) {
 
   /* Synced: one stream on each side, seen by both calls. */
   ta_start_sink(&w, NULL);
-  ck_assert(ta->run_until(w.env, ta_synced, &w, 5000));
+  ck_assert(ta->run_until(w.env, ta_synced, &w, TA_TIMEOUT_MS));
   memset(&s, 0xab, sizeof(s));
   ck_assert_int_eq(
       ta->stats_versioned(w.src, MCP_TRANSPORT_STATS_VERSION + 1, st), 0);
@@ -229,9 +229,9 @@ START_TEST(stats_are_the_engine_shape_on_every_transport) {
   ta_world_init(&w);
   ta_start_source(&w, NULL);
   ta_start_sink(&w, NULL);
-  ck_assert(ta->run_until(w.env, ta_synced, &w, 5000));
+  ck_assert(ta->run_until(w.env, ta_synced, &w, TA_TIMEOUT_MS));
   counted c = {.w = &w};
-  ck_assert(ta->run_until(w.env, both_counted, &c, 5000));
+  ck_assert(ta->run_until(w.env, both_counted, &c, TA_TIMEOUT_MS));
   ck_assert_uint_eq(c.src.streams, 1);
   ck_assert_uint_eq(c.sink.streams, 1);
   ck_assert_uint_ge(c.src.opened, 1);
@@ -280,7 +280,7 @@ static void sync_through_hooks(int tls) {
   if (tls)
     explicit_tls(&d, 0);
   ck_assert_int_eq(ta->sink_new(w.env, &w.sink, &d, w.state), 0);
-  ck_assert(ta->run_until(w.env, ta_synced, &w, 5000));
+  ck_assert(ta->run_until(w.env, ta_synced, &w, TA_TIMEOUT_MS));
   int n = 0;
   ck_assert_int_eq(ta->streams(w.src, &n), 1);
   ck_assert_int_eq(n, 1);
@@ -301,18 +301,9 @@ static void sync_through_hooks(int tls) {
 START_TEST(hook_sees_every_allocation_through_a_sync) { sync_through_hooks(0); }
 END_TEST
 
-static int dummy_open(void *ud, const mcp_peer_info *peer, mcp_tstamp ts,
-                      mcp_stream **pst) {
-  (void)ud;
-  (void)peer;
-  (void)ts;
-  (void)pst;
-  return MCP_ERR_UNSUPPORTED;
-}
-
 static const mcp_service_def services[] = {
-    {.method = "/test.Api/One", .open = dummy_open},
-    {.method = "/test.Api/Two", .open = dummy_open},
+    {.method = "/test.Api/One", .open = ta_open_unsupported},
+    {.method = "/test.Api/Two", .open = ta_open_unsupported},
 };
 
 static int never(void *ud) {
@@ -422,7 +413,7 @@ START_TEST(sync_survives_each_failing_allocation) {
       m.fail_at = m.count + n; /* a dialer's thread may have begun: about here */
       pthread_mutex_unlock(&m.mu);
     }
-    ck_assert_msg(ta->run_until(w.env, ta_synced, &w, 5000),
+    ck_assert_msg(ta->run_until(w.env, ta_synced, &w, TA_TIMEOUT_MS),
                   "side %d, allocation %ld: no sync", _i, n);
     ta_world_fini(&w);
     ck_assert_msg(ta_balanced(&m), "side %d, allocation %ld: %ld leaked", _i,

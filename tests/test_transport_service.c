@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "test_certs.h" /* test_tls_mode() */
 #include "transport_suite.h"
@@ -27,6 +28,9 @@
 typedef struct cstate {
   pthread_mutex_t mu; /* gRPC calls the protocol from its own thread */
   const char *method; /* slot 1's */
+  int once;           /* slot 1 asks once only */
+  mcp_tstamp not_before; /* open() says "not now" before this */
+  mcp_tstamp first_open; /* ts of the first call opened (0: none) */
   int counter;        /* slot 0 keeps a counter call */
   int opens[2], ended[2], dels[2], recv[2];
   int call_recv; /* messages on slot 0's call now */
@@ -58,7 +62,7 @@ static int c_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
 static int c_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
   (void)ts;
   csess *s = sess;
-  if (s->slot != 0 || s->sent)
+  if (s->sent) /* one request on either slot */
     return 0;
   s->sent = 1;
   mcp_msg_builder_bytes(s->b, "go", 2);
@@ -92,7 +96,9 @@ static const char *c_method(void *ud, size_t slot) {
 
 static int c_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
   cstate *c = ud;
-  if (slot == 1 ? !c->method : !c->counter)
+  if (slot == 1 ? !c->method || (c->once && c->opens[1] > 0) : !c->counter)
+    return 0;
+  if (ts < c->not_before)
     return 0;
   csess *s = calloc(1, sizeof(*s));
   ck_assert_ptr_nonnull(s);
@@ -101,6 +107,8 @@ static int c_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
   ck_assert_int_eq(mcp_msg_builder_new(&s->b, NULL), 0);
   ck_assert_int_eq(mcp_stream_new(pst, &c_ops, s, NULL, ts), 0);
   pthread_mutex_lock(&c->mu);
+  if (!c->first_open)
+    c->first_open = ts;
   c->opens[slot]++;
   if (slot == 0)
     c->call_recv = 0;
@@ -157,6 +165,16 @@ static ccounts c_get(cstate *c) {
   return k;
 }
 
+/* The client def of |c| (slots: see the top of the file). */
+static mcp_client_def c_def(cstate *c) {
+  mcp_client_def def = {.nslots = 2,
+                        .method = c_method,
+                        .open = c_open,
+                        .ended = c_ended,
+                        .user_data = c};
+  return def;
+}
+
 typedef struct creader {
   cstate *c;
   ccounts k;
@@ -173,9 +191,10 @@ static int slot1_ended(void *ud) {
   return k.ended[1] >= 1;
 }
 
-/* A method that is not a path: the call ends at once with the
- * transport's error, nothing is dialed, and a protocol that asks again at
- * once is asked at the next event of the loop, not in a loop of its own.
+/* A method that is not a path: the call ends at once with UNIMPLEMENTED
+ * (what a server answers an unknown method; the same on every
+ * transport), nothing is dialed, and a protocol that asks again at once
+ * is asked at the next event of the loop, not in a loop of its own.
  * Counted in turns of the transport's loop (ta->turn), never in a window
  * of time: a spin would ask thousands of times meanwhile. */
 START_TEST(client_bad_method_ends_the_call_without_a_spin) {
@@ -183,15 +202,11 @@ START_TEST(client_bad_method_ends_the_call_without_a_spin) {
   cstate c;
   c_init(&c);
   c.method = "test.Echo/Echo";
-  mcp_client_def def = {.nslots = 2,
-                        .method = c_method,
-                        .open = c_open,
-                        .ended = c_ended,
-                        .user_data = &c};
+  mcp_client_def def = c_def(&c);
   ta_opts o = ta_opts_for(0, "127.0.0.1:1", NULL); /* never dialed */
   ta_obj *cli = NULL;
   ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
-  ck_assert(ta->run_until(env, slot1_ended, &c, 30000));
+  ck_assert(ta->run_until(env, slot1_ended, &c, TA_TIMEOUT_MS));
 
   creader r = {.c = &c};
   c_read(&c, &r.k);
@@ -202,8 +217,9 @@ START_TEST(client_bad_method_ends_the_call_without_a_spin) {
   ccounts k = r.k;
   /* |k| was read between two turns, where every call asked has ended
    * (and its stream was deleted first). */
-  ck_assert_int_eq(k.status, ta->bad_method_status);
-  ck_assert_str_eq(k.details, ta->bad_method_details);
+  /* Every transport ends it the same way (mcp/engine.h). */
+  ck_assert_int_eq(k.status, MCP_CODE_UNIMPLEMENTED);
+  ck_assert_str_eq(k.details, MCP_CLIENT_BAD_METHOD_DETAILS);
   ck_assert_int_le(k.opens[1], before + TURNS * ta->asks_per_turn + 20);
   ck_assert_int_eq(k.ended[1], k.opens[1]);
   ck_assert_int_eq(k.dels[1], k.opens[1]);
@@ -349,28 +365,25 @@ START_TEST(client_reconnects_after_restart) {
   cstate c;
   c_init(&c);
   c.counter = 1;
-  mcp_client_def def = {.nslots = 2,
-                        .method = c_method,
-                        .open = c_open,
-                        .ended = c_ended,
-                        .user_data = &c};
+  mcp_client_def def = c_def(&c);
   char addr[64];
   snprintf(addr, sizeof(addr), "127.0.0.1:1,127.0.0.1:%d", port);
   ta_opts o = ta_opts_for(0, addr, NULL);
   ta_obj *cli = NULL;
   ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
   cwait w = {.c = &c, .call_recv = 2};
-  ck_assert(ta->run_until(env, call_has, &w, 30000));
+  ck_assert(ta->run_until(env, call_has, &w, TA_TIMEOUT_MS));
   ccounts k = c_get(&c);
   ck_assert_str_eq(k.last, "1");
-  if (k.ended[0] > 0) /* the closed port's calls */
-    ck_assert_int_eq(k.status, MCP_CODE_UNAVAILABLE);
+  /* The list is tried in order: the closed port's call ended first. */
+  ck_assert_int_ge(k.ended[0], 1);
+  ck_assert_int_eq(k.status, MCP_CODE_UNAVAILABLE);
   int ended = k.ended[0];
 
   /* The server goes. */
   ta->del(src);
   w.ended = ended + 1;
-  ck_assert(ta->run_until(env, ended_ge, &w, 30000));
+  ck_assert(ta->run_until(env, ended_ge, &w, TA_TIMEOUT_MS));
   ck_assert_int_eq(c_get(&c).status, MCP_CODE_UNAVAILABLE);
   int so, sd;
   s_counts(&so, &sd);
@@ -380,7 +393,7 @@ START_TEST(client_reconnects_after_restart) {
   /* Four failed attempts, waited for as they end. */
   int first = ended;
   w.ended = ended + 5;
-  ck_assert(ta->run_until(env, ended_ge, &w, 30000));
+  ck_assert(ta->run_until(env, ended_ge, &w, TA_TIMEOUT_MS));
   k = c_get(&c);
   ck_assert_int_eq(k.status, MCP_CODE_UNAVAILABLE);
   for (int i = first + 1; i < first + 5 && i < 64; i++)
@@ -398,7 +411,7 @@ START_TEST(client_reconnects_after_restart) {
       ta->run_until(env, never, NULL, 20);
   ck_assert_int_eq(rv, 0);
   w.call_recv = 2;
-  ck_assert(ta->run_until(env, call_has, &w, 30000));
+  ck_assert(ta->run_until(env, call_has, &w, TA_TIMEOUT_MS));
   k = c_get(&c);
   ck_assert_str_eq(k.last, "1");
   ck_assert_int_ge(k.opens[0], 2);
@@ -415,6 +428,294 @@ START_TEST(client_reconnects_after_restart) {
   ta->env_del(env);
   s_counts(&so, &sd);
   ck_assert_int_eq(sd, so);
+  pthread_mutex_destroy(&c.mu);
+}
+END_TEST
+
+/* One call of a client of the transport at |method| on a listener at
+ * |addr|: its status, and its details in |det|. */
+static int call_once(ta_env *env, const char *addr, const char *method,
+                     char *det, size_t ndet) {
+  cstate c;
+  c_init(&c);
+  c.method = method;
+  c.once = 1;
+  mcp_client_def def = c_def(&c);
+  ta_opts o = ta_opts_for(0, addr, NULL);
+  ta_obj *cli = NULL;
+  ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
+  ck_assert(ta->run_until(env, slot1_ended, &c, TA_TIMEOUT_MS));
+  ta->del(cli);
+  ccounts k = c_get(&c);
+  pthread_mutex_destroy(&c.mu);
+  ck_assert_int_eq(k.opens[1], 1);
+  snprintf(det, ndet, "%s", k.details);
+  return k.status;
+}
+
+/* A service whose open() fails ends the call with that error's status
+ * and text; a method the listener does not serve, or an MCP method while
+ * no_mcp, ends UNIMPLEMENTED (what every gRPC server answers), the same
+ * on every transport (docs/protocol.md). */
+START_TEST(open_error_and_unknown_method_end_the_call) {
+  ta_env *env = ta->env_new();
+  mcp_service_def d[2] = {
+      {.method = "/test.Fail/Fail", .open = ta_open_unsupported},
+      services[0]};
+  ta_opts o = ta_opts_for(1, "127.0.0.1:0", NULL);
+  o.services = d;
+  o.nservices = 2;
+  o.no_mcp = 1;
+  ta_obj *src = NULL;
+  ck_assert_int_eq(ta->source_new(env, &src, &o, NULL), 0);
+  char addr[64], det[160];
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", ta->port(src));
+  ck_assert_int_eq(call_once(env, addr, "/test.Fail/Fail", det, sizeof(det)),
+                   MCP_CODE_UNIMPLEMENTED); /* UNSUPPORTED's status */
+  ck_assert_str_eq(det, mcp_strerror(MCP_ERR_UNSUPPORTED));
+  ck_assert_int_eq(call_once(env, addr, "/test.None/None", det, sizeof(det)),
+                   MCP_CODE_UNIMPLEMENTED);
+  ck_assert_int_eq(
+      call_once(env, addr, MCP_RESOURCE_SOURCE_METHOD, det, sizeof(det)),
+      MCP_CODE_UNIMPLEMENTED);
+  ta->del(src);
+  ta->env_del(env);
+}
+END_TEST
+
+/* A listening sink serves services too, beside ResourceSink: a client
+ * of the transport is answered by the service, and a source dialing the
+ * sink syncs it. */
+START_TEST(listening_sink_serves_services_beside_mcp) {
+  ta_world w;
+  ta_world_init(&w);
+  int o0, d0;
+  s_counts(&o0, &d0);
+  ta_opts o = ta_opts_for(1, "127.0.0.1:0", NULL);
+  o.services = services;
+  o.nservices = 1;
+  ck_assert_int_eq(ta->sink_new(w.env, &w.sink, &o, w.state), 0);
+  ck_assert_int_gt(ta->port(w.sink), 0);
+  snprintf(w.addr, sizeof(w.addr), "127.0.0.1:%d", ta->port(w.sink));
+  cstate c;
+  c_init(&c);
+  c.counter = 1;
+  mcp_client_def def = c_def(&c);
+  ta_opts co = ta_opts_for(0, w.addr, NULL);
+  ta_obj *cli = NULL;
+  ck_assert_int_eq(ta->client_new(w.env, &cli, &co, &def), 0);
+  cwait cw = {.c = &c, .call_recv = 2};
+  ck_assert(ta->run_until(w.env, call_has, &cw, TA_TIMEOUT_MS));
+  ck_assert_str_eq(c_get(&c).last, "1");
+  ta->del(cli);
+  pthread_mutex_destroy(&c.mu);
+  int o1, d1;
+  s_counts(&o1, &d1);
+  ck_assert_int_eq(o1 - o0, 1); /* one service call, by the sink */
+  /* ResourceSink is still served: a source dials it and the sink syncs. */
+  mcp_source_options so;
+  mcp_source_options_default(&so);
+  so.store = w.store;
+  ta_opts d = ta_opts_for(0, w.addr, NULL);
+  ck_assert_int_eq(ta->source_new(w.env, &w.src, &d, &so), 0);
+  ck_assert(ta->run_until(w.env, ta_synced, &w, TA_TIMEOUT_MS));
+  ta_world_fini(&w);
+}
+END_TEST
+
+/* When open() should be asked again: at |not_before| until a call
+ * opened (runs where open() does). */
+static mcp_tstamp c_expiry(void *ud) {
+  cstate *c = ud;
+  return c->first_open ? MCP_TSTAMP_MAX : c->not_before;
+}
+
+static int first_message(void *ud) { return c_get(ud).recv[0] >= 1; }
+
+/* A client whose open() says "not now" until a time is asked again at
+ * its get_expiry(), with no event to wake it: the call starts then, not
+ * before (a lower bound only; the wait's guard is a failure guard). */
+START_TEST(client_asks_open_at_expiry) {
+  ta_env *env = ta->env_new();
+  ta_obj *src = NULL;
+  ck_assert_int_eq(serve(env, &src, "127.0.0.1:0"), 0);
+  char addr[64];
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", ta->port(src));
+  cstate c;
+  c_init(&c);
+  c.counter = 1;
+  c.not_before = ta->now() + 300 * MCP_MILLISECONDS;
+  mcp_client_def def = c_def(&c);
+  def.get_expiry = c_expiry;
+  ta_opts o = ta_opts_for(0, addr, NULL);
+  ta_obj *cli = NULL;
+  ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
+  ck_assert(ta->run_until(env, first_message, &c, TA_TIMEOUT_MS));
+  pthread_mutex_lock(&c.mu);
+  mcp_tstamp first = c.first_open;
+  pthread_mutex_unlock(&c.mu);
+  ck_assert_int_ge(first, c.not_before);
+  ta->del(cli);
+  ta->del(src);
+  ta->env_del(env);
+  pthread_mutex_destroy(&c.mu);
+}
+END_TEST
+
+/* A listener and a client on a unix socket ("unix:PATH"): the call is
+ * answered, and the server's stream is freed once the client goes.
+ * Cleartext only (once is enough: the socket is what is tested). */
+START_TEST(client_over_unix_socket) {
+  if (test_tls_mode())
+    return;
+  ta_env *env = ta->env_new();
+  int o0, d0;
+  s_counts(&o0, &d0);
+  char path[96];
+  snprintf(path, sizeof(path), "unix:/tmp/mcp-%s-svc-%d.sock", ta->name,
+           (int)getpid());
+  ta_obj *src = NULL;
+  ck_assert_int_eq(serve(env, &src, path), 0);
+  cstate c;
+  c_init(&c);
+  c.counter = 1;
+  mcp_client_def def = c_def(&c);
+  ta_opts o = ta_opts_for(0, path, NULL);
+  ta_obj *cli = NULL;
+  ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
+  cwait w = {.c = &c, .call_recv = 2};
+  ck_assert(ta->run_until(env, call_has, &w, TA_TIMEOUT_MS));
+  ck_assert_str_eq(c_get(&c).last, "1");
+  ta->del(cli);
+  ta->del(src);
+  ta->env_del(env);
+  int o1, d1;
+  s_counts(&o1, &d1);
+  ck_assert_int_eq(o1 - o0, 1);
+  ck_assert_int_eq(d1 - d0, 1);
+  unlink(path + 5);
+  pthread_mutex_destroy(&c.mu);
+}
+END_TEST
+
+/* The options of services and clients are checked alike on every
+ * transport (the union of what test_grpc_service.c and
+ * test_h2c_service.c checked): INVALID_ARGUMENT and nothing made for a
+ * method twice, not a path, a def without open(), an MCP method the
+ * object serves; services or no_mcp on a dialer; a source without a
+ * store unless no_mcp; a client without a usable def or with services.
+ * The other side's MCP methods are not reserved (a source may serve
+ * ResourceSink as a service, a sink ResourceSource), and no_mcp frees
+ * the object's own (docs/protocol.md). A client whose server is down
+ * ends its call UNAVAILABLE. */
+START_TEST(services_and_client_options_are_checked_alike) {
+  ta_world w;
+  ta_world_init(&w);
+  mcp_source_options so;
+  mcp_source_options_default(&so);
+  so.store = w.store;
+  ta_obj *obj = NULL;
+  mcp_service_def d[2] = {services[0], services[0]}; /* twice */
+  ta_opts o = ta_opts_for(1, "127.0.0.1:0", NULL);
+  o.services = d;
+  o.nservices = 2;
+  ck_assert_int_eq(ta->source_new(w.env, &obj, &o, &so),
+                   MCP_ERR_INVALID_ARGUMENT);
+  d[1].method = "no-slash";
+  ck_assert_int_eq(ta->source_new(w.env, &obj, &o, &so),
+                   MCP_ERR_INVALID_ARGUMENT);
+  d[1].method = "/test.Echo/Echo";
+  d[1].open = NULL;
+  ck_assert_int_eq(ta->source_new(w.env, &obj, &o, &so),
+                   MCP_ERR_INVALID_ARGUMENT);
+  d[1].open = s_open;
+  /* A source's own MCP methods are MCP's. */
+  static const char *const own[] = {MCP_RESOURCE_SOURCE_METHOD,
+                                    MCP_AGGREGATED_METHOD,
+                                    MCP_AGGREGATED_INCREMENTAL_METHOD};
+  for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++) {
+    d[1].method = own[i];
+    ck_assert_int_eq(ta->source_new(w.env, &obj, &o, &so),
+                     MCP_ERR_INVALID_ARGUMENT);
+  }
+  /* A sink listening: ResourceSink is its own. */
+  d[1].method = MCP_RESOURCE_SINK_METHOD;
+  ck_assert_int_eq(ta->sink_new(w.env, &obj, &o, w.state),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(obj);
+  /* Without no_mcp a source needs a store. */
+  o.nservices = 1;
+  ck_assert_int_eq(ta->source_new(w.env, &obj, &o, NULL),
+                   MCP_ERR_INVALID_ARGUMENT);
+  /* Services and no_mcp are for listening. */
+  ta_opts dial = ta_opts_for(0, "127.0.0.1:1", NULL);
+  dial.services = services;
+  dial.nservices = 1;
+  ck_assert_int_eq(ta->source_new(w.env, &obj, &dial, &so),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(ta->sink_new(w.env, &obj, &dial, w.state),
+                   MCP_ERR_INVALID_ARGUMENT);
+  dial.services = NULL;
+  dial.nservices = 0;
+  dial.no_mcp = 1;
+  ck_assert_int_eq(ta->source_new(w.env, &obj, &dial, &so),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(obj);
+
+  /* The other side's method is a service like any other. */
+  o.nservices = 2;
+  ck_assert_int_eq(ta->source_new(w.env, &obj, &o, &so), 0);
+  ta->del(obj);
+  obj = NULL;
+  d[1].method = MCP_RESOURCE_SOURCE_METHOD;
+  ck_assert_int_eq(ta->sink_new(w.env, &obj, &o, w.state), 0);
+  ta->del(obj);
+  obj = NULL;
+  /* no_mcp: the MCP methods may be anyone's, and no store is needed. */
+  d[1].method = MCP_AGGREGATED_METHOD;
+  o.no_mcp = 1;
+  ck_assert_int_eq(ta->source_new(w.env, &obj, &o, NULL), 0);
+  ta->del(obj);
+  obj = NULL;
+
+  /* Clients. */
+  cstate c;
+  c_init(&c);
+  c.counter = 1;
+  mcp_client_def def = c_def(&c);
+  dial.no_mcp = 0;
+  ck_assert_int_eq(ta->client_new(w.env, &obj, &dial, NULL),
+                   MCP_ERR_INVALID_ARGUMENT);
+  mcp_client_def bad = def;
+  bad.nslots = 0;
+  ck_assert_int_eq(ta->client_new(w.env, &obj, &dial, &bad),
+                   MCP_ERR_INVALID_ARGUMENT);
+  bad = def;
+  bad.ended = NULL;
+  ck_assert_int_eq(ta->client_new(w.env, &obj, &dial, &bad),
+                   MCP_ERR_INVALID_ARGUMENT);
+  bad = def;
+  bad.open = NULL;
+  ck_assert_int_eq(ta->client_new(w.env, &obj, &dial, &bad),
+                   MCP_ERR_INVALID_ARGUMENT);
+  bad = def;
+  bad.method = NULL;
+  ck_assert_int_eq(ta->client_new(w.env, &obj, &dial, &bad),
+                   MCP_ERR_INVALID_ARGUMENT);
+  dial.services = services;
+  dial.nservices = 1;
+  ck_assert_int_eq(ta->client_new(w.env, &obj, &dial, &def),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(obj);
+  /* Nobody listens: the call ends UNAVAILABLE. */
+  dial.services = NULL;
+  dial.nservices = 0;
+  ck_assert_int_eq(ta->client_new(w.env, &obj, &dial, &def), 0);
+  cwait cw = {.c = &c, .ended = 1};
+  ck_assert(ta->run_until(w.env, ended_ge, &cw, TA_TIMEOUT_MS));
+  ck_assert_int_eq(c_get(&c).status, MCP_CODE_UNAVAILABLE);
+  ta->del(obj);
+  ta_world_fini(&w);
   pthread_mutex_destroy(&c.mu);
 }
 END_TEST
@@ -437,6 +738,11 @@ int main(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, client_bad_method_ends_the_call_without_a_spin);
   tcase_add_test(tc, client_reconnects_after_restart);
+  tcase_add_test(tc, services_and_client_options_are_checked_alike);
+  tcase_add_test(tc, open_error_and_unknown_method_end_the_call);
+  tcase_add_test(tc, listening_sink_serves_services_beside_mcp);
+  tcase_add_test(tc, client_asks_open_at_expiry);
+  tcase_add_test(tc, client_over_unix_socket);
   suite_add_tcase(s, tc);
   int failed = ta_run(s);
   if (test_tls_mode())

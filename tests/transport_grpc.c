@@ -138,7 +138,10 @@ static void g_del(ta_obj *obj) {
   free(obj);
 }
 
-static int g_port(ta_obj *obj) { return mcp_grpc_source_port(obj->p); }
+static int g_port(ta_obj *obj) {
+  return obj->kind == O_SINK ? mcp_grpc_sink_port(obj->p)
+                             : mcp_grpc_source_port(obj->p);
+}
 
 static void g_count(const mcp_grpc_stream_info *info, void *ud) {
   (void)info;
@@ -262,10 +265,48 @@ START_TEST(acl_allocations_go_through_its_hook) {
 }
 END_TEST
 
+/* A gRPC client given MCP_GRPC_LISTEN is refused (h2c's client has no
+ * such choice: mcp_h2c_client_new() always dials). */
+static const char *no_method(void *ud, size_t slot) {
+  (void)ud;
+  (void)slot;
+  return "/test.Counter/Count";
+}
+
+static int no_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
+  (void)ud;
+  (void)slot;
+  (void)ts;
+  (void)pst;
+  return 0;
+}
+
+static void no_ended(void *ud, size_t slot, int status, const char *details,
+                     mcp_tstamp ts) {
+  (void)ud;
+  (void)slot;
+  (void)status;
+  (void)details;
+  (void)ts;
+}
+
+START_TEST(client_in_listen_mode_is_refused) {
+  mcp_grpc_options o;
+  mcp_grpc_options_default(&o);
+  o.address = "127.0.0.1:1";
+  mcp_client_def d = {
+      .nslots = 1, .method = no_method, .open = no_open, .ended = no_ended};
+  mcp_grpc_client *c = NULL;
+  ck_assert_int_eq(mcp_grpc_client_new(&c, &o, &d), MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(c);
+}
+END_TEST
+
 static void g_add_own_tests(Suite *s) {
   TCase *tc = tcase_create("grpc");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, acl_allocations_go_through_its_hook);
+  tcase_add_test(tc, client_in_listen_mode_is_refused);
   suite_add_tcase(s, tc);
 }
 
@@ -292,10 +333,7 @@ const ta_transport ta_grpc = {
     .now = mcp_grpc_now,
     .turn = g_turn,
     .asks_per_turn = 1,
-    .bad_method_status = GRPC_STATUS_INVALID_ARGUMENT,
     .min_redial = 16 * MCP_MILLISECONDS, /* 20 ms, jitter 0.2 */
-    .bad_method_details =
-        "invalid method: a gRPC method is \"/package.Service/Method\"",
     .min_sync_allocs = 3, /* refs and strings; the rest is gRPC's own */
     .add_own_tests = g_add_own_tests,
 };

@@ -153,7 +153,10 @@ static void h_del(ta_obj *obj) {
   free(obj);
 }
 
-static int h_port(ta_obj *obj) { return mcp_h2c_source_port(obj->p); }
+static int h_port(ta_obj *obj) {
+  return obj->kind == O_SINK ? mcp_h2c_sink_port(obj->p)
+                             : mcp_h2c_source_port(obj->p);
+}
 
 static void h_count(const mcp_h2c_stream_info *info, void *ud) {
   (void)info;
@@ -228,7 +231,7 @@ START_TEST(loop_thread_only_and_connections) {
   ta_world_init(&w);
   ta_start_source(&w, NULL);
   ta_start_sink(&w, NULL);
-  ck_assert(ta->run_until(w.env, ta_synced, &w, 5000));
+  ck_assert(ta->run_until(w.env, ta_synced, &w, TA_TIMEOUT_MS));
   mcp_h2c_stats st;
   memset(&st, 0, sizeof(st));
   ck_assert_int_eq(mcp_h2c_source_stats((mcp_h2c_source *)w.src->p, &st), 0);
@@ -282,7 +285,7 @@ static void http1_get(ta_env *e, int port) {
   ck_assert_int_eq(send(p.fd, req, sizeof(req) - 1, 0),
                    (ssize_t)sizeof(req) - 1);
   ck_assert_int_eq(fcntl(p.fd, F_SETFL, O_NONBLOCK), 0);
-  ck_assert(h2t_run_until(&e->loop, http1_answered, &p, 5000));
+  ck_assert(h2t_run_until(&e->loop, http1_answered, &p, TA_TIMEOUT_MS));
   close(p.fd);
 }
 
@@ -297,7 +300,7 @@ START_TEST(http1_allocations_go_through_the_hook) {
   ta_world_init(&w);
   ta_start_source(&w, &sm.mem);
   ta_start_sink(&w, NULL);
-  ck_assert(ta->run_until(w.env, ta_synced, &w, 5000));
+  ck_assert(ta->run_until(w.env, ta_synced, &w, TA_TIMEOUT_MS));
   long before = tm_get(&sm).allocs;
   http1_get(w.env, ta->port(w.src));
   ck_assert_int_gt(tm_get(&sm).allocs, before);
@@ -339,7 +342,7 @@ START_TEST(nghttp2_sessions_use_the_hook) {
   ta_start_source(&w, &sm.mem);
   ck_assert_int_eq(nghttp2_calls, 0); /* no connection, no session */
   ta_start_sink(&w, NULL);
-  ck_assert(ta->run_until(w.env, ta_synced, &w, 5000));
+  ck_assert(ta->run_until(w.env, ta_synced, &w, TA_TIMEOUT_MS));
   ck_assert_int_gt(nghttp2_calls, 0);
   ta_world_fini(&w);
   ck_assert(ta_balanced(&sm));
@@ -379,9 +382,7 @@ const ta_transport ta_h2c = {
     .now = mcp_h2c_now,
     .turn = h_turn,
     .asks_per_turn = 0,
-    .bad_method_status = MCP_CODE_INTERNAL,
     .min_redial = 8 * MCP_MILLISECONDS, /* 10 ms, jitter 0.2 */
-    .bad_method_details = "the client's method is not a path",
     .min_sync_allocs = 10, /* connections, streams, nghttp2 sessions */
     .tls_run = 1,
     .add_own_tests = h_add_own_tests,

@@ -152,3 +152,11 @@ int ta_balanced(void *tm) {
   return c.allocs == c.frees;
 }
 
+int ta_open_unsupported(void *ud, const mcp_peer_info *peer, mcp_tstamp ts,
+                        mcp_stream **pst) {
+  (void)ud;
+  (void)peer;
+  (void)ts;
+  (void)pst;
+  return MCP_ERR_UNSUPPORTED;
+}

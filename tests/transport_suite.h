@@ -21,6 +21,11 @@
 #include "mcp/engine.h"
 #include "mcp/mcp.h"
 
+/* How long a test waits for an event before it fails: a failure guard,
+ * never a window (every wait returns at its event); generous, for a busy
+ * 2-core machine. */
+#define TA_TIMEOUT_MS 20000
+
 typedef struct ta_env ta_env; /* a test's world: the loop, if any */
 typedef struct ta_obj ta_obj; /* a source, a sink or a client */
 
@@ -67,7 +72,7 @@ typedef struct ta_transport {
   int (*client_new)(ta_env *env, ta_obj **pobj, const ta_opts *o,
                     const mcp_client_def *def);
   void (*del)(ta_obj *obj);
-  int (*port)(ta_obj *source);
+  int (*port)(ta_obj *listener); /* a listening source or sink */
   /* *_streams() with a function counting into *seen (NULL: none). */
   int (*streams)(ta_obj *obj, int *seen);
   /* The object's *_stats_versioned(): every transport's stats are the
@@ -88,11 +93,6 @@ typedef struct ta_transport {
    * at the next event, so 1 where the turn is an event (gRPC), 0 where
    * it is none (h2c). */
   int asks_per_turn;
-  /* The status and details a client call at a method that is not a path
-   * ends with. The transports differ (gRPC: INVALID_ARGUMENT, h2c:
-   * INTERNAL); each says it here, the suite checks its own. */
-  int bad_method_status;
-  const char *bad_method_details;
   /* The shortest delay between two connection attempts of a dialer the
    * adapter makes (its backoff's initial delay less the jitter). */
   mcp_tstamp min_redial;
@@ -145,6 +145,9 @@ void ta_start_source(ta_world *w, const mcp_mem *mem);
 void ta_start_sink(ta_world *w, const mcp_mem *mem);
 /* The sink is synced and holds the store's names and versions. */
 int ta_synced(void *w);
+/* A service open() that refuses every call (MCP_ERR_UNSUPPORTED). */
+int ta_open_unsupported(void *ud, const mcp_peer_info *peer, mcp_tstamp ts,
+                        mcp_stream **pst);
 /* No live block in a tm_mem (mem_count.h), once settled. */
 int ta_balanced(void *tm);
 

@@ -64,9 +64,8 @@ static void start_call(mcp_grpc_ep *ep, size_t slot, mcp_stream *st) {
   const char *method = d->method(d->user_data, slot);
   if (!method || method[0] != '/') {
     mcp_stream_del(st);
-    d->ended(d->user_data, slot, GRPC_STATUS_INVALID_ARGUMENT,
-             "invalid method: a gRPC method is \"/package.Service/Method\"",
-             ep->now);
+    d->ended(d->user_data, slot, MCP_CLIENT_BAD_METHOD_CODE,
+             MCP_CLIENT_BAD_METHOD_DETAILS, ep->now);
     return;
   }
   mcp_grpc_chan *c = chan_get(ep);

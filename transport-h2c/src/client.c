@@ -81,7 +81,7 @@ static void start_call(mcp_h2c_ep *ep, mcp_h2c_conn *c, size_t slot,
   }
   memcpy(s->hd.path, m ? m : "", n + 1);
   if (n == 0 || s->hd.path[0] != '/') {
-    call_fail(s, MCP_CODE_INTERNAL, "the client's method is not a path");
+    call_fail(s, MCP_CLIENT_BAD_METHOD_CODE, MCP_CLIENT_BAD_METHOD_DETAILS);
     return;
   }
   mcp_h2c_notify_stream(s, MCP_H2C_STREAM_OPENED);

@@ -558,18 +558,18 @@ static void shutdown_ep(mcp_h2c_ep *ep) {
   mcp_h2c_admit_close(ep);
 }
 
-static int valid(uv_loop_t *loop, const mcp_h2c_options *opts) {
+/* |methods|: the MCP_METHODS_OF_* the object's MCP side serves. */
+static int valid(uv_loop_t *loop, const mcp_h2c_options *opts,
+                 unsigned methods) {
   if (!loop || !opts || !opts->address || !opts->address[0] ||
       (opts->mode != MCP_H2C_LISTEN && opts->mode != MCP_H2C_DIAL))
     return 0;
   if (opts->mode == MCP_H2C_DIAL && (opts->nservices || opts->no_mcp))
     return 0; /* services are served, never dialed */
-  /* An MCP method is the MCP sessions' unless MCP is off. */
+  /* The MCP methods this object serves are its own (unless MCP is off);
+   * the other side's may be a service, as on gRPC (docs/protocol.md). */
   const char *mcp[4];
-  size_t nmcp = opts->no_mcp
-                    ? 0
-                    : mcp_service_methods(
-                          MCP_METHODS_OF_SOURCE | MCP_METHODS_OF_SINK, mcp);
+  size_t nmcp = opts->no_mcp ? 0 : mcp_service_methods(methods, mcp);
   if (mcp_service_defs_check(opts->services, opts->nservices, mcp, nmcp) != 0)
     return 0;
   return 1;
@@ -590,7 +590,7 @@ int mcp_h2c_source_new_versioned(mcp_h2c_source **psrc, uv_loop_t *loop,
   const mcp_h2c_options *opts = &o;
   mcp_mem mem;
   mcp_h2c_mem_init(&mem, opts->mem);
-  if (!psrc || !valid(loop, opts) ||
+  if (!psrc || !valid(loop, opts, MCP_METHODS_OF_SOURCE) ||
       (!no_mcp(opts) &&
        (!session_opts ||
         (!session_opts->store && !session_opts->select_store))))
@@ -735,7 +735,8 @@ int mcp_h2c_sink_new_versioned(mcp_h2c_sink **psink, uv_loop_t *loop,
   const mcp_h2c_options *opts = &o;
   mcp_mem mem;
   mcp_h2c_mem_init(&mem, opts->mem);
-  if (!psink || !valid(loop, opts) || (!state && !no_mcp(opts)))
+  if (!psink || !valid(loop, opts, MCP_METHODS_OF_SINK) ||
+      (!state && !no_mcp(opts)))
     return MCP_ERR_INVALID_ARGUMENT;
   mcp_h2c_sink *sink = mcp_h2c_calloc(&mem, 1, sizeof(*sink));
   if (!sink)
@@ -814,7 +815,7 @@ int mcp_h2c_client_new_versioned(mcp_h2c_client **pc, uv_loop_t *loop,
       def->nslots == 0 || !def->method || !def->open || !def->ended)
     return MCP_ERR_INVALID_ARGUMENT;
   o.mode = MCP_H2C_DIAL;
-  if (!valid(loop, &o))
+  if (!valid(loop, &o, 0))
     return MCP_ERR_INVALID_ARGUMENT;
   mcp_mem mem;
   mcp_h2c_mem_init(&mem, o.mem);

@@ -698,7 +698,8 @@ MCP_EXTERN int mcp_grpc_sink_reauthorize(mcp_grpc_sink *sink);
  *     and at def->get_expiry(), while a connection may be used (not
  *     during the backoff). 1 and a stream: a call of method(slot) starts
  *     with that stream (taken over); 0: not now (a stream given anyway is
- *     deleted).
+ *     deleted). A method(slot) that is NULL or not a path ends the call
+ *     at once: MCP_CLIENT_BAD_METHOD_CODE / _DETAILS (mcp/engine.h).
  *   - The call sends what mcp_stream_pump() gives (SEND, one at a time;
  *     nothing before the connection is up and the server authorized),
  *     half-closes on HALF_CLOSE, and delivers every message received to

@@ -385,8 +385,9 @@ typedef struct mcp_h2c_options {
    * copied by *_new(); each def's user_data is kept as given and must
    * stay valid until *_del() returns. *_new() fails with
    * INVALID_ARGUMENT for a method that does not start with '/', is
-   * longer than 1024 bytes, appears twice, or is an MCP method while MCP
-   * is served, and for a def without open() (mcp_service_defs_check()). |no_mcp| 1: the MCP methods are not served
+   * longer than 1024 bytes, appears twice, or is an MCP method the
+   * object serves (while MCP is served), and for a def without open()
+   * (mcp_service_defs_check()). |no_mcp| 1: the MCP methods are not served
    * (UNIMPLEMENTED): a source then needs no store (session_opts may be
    * NULL; *_update() then gives fn a NULL store), a sink no state. DIAL:
    * both must be 0/NULL (INVALID_ARGUMENT).
@@ -719,7 +720,9 @@ typedef struct mcp_h2c_client mcp_h2c_client;
  * def->method(slot) starts on that connection (every slot's calls share
  * it, as concurrent HTTP/2 streams; they are sent once the server's
  * SETTINGS arrived, so its stream limit holds them back rather than
- * refusing them). What the stream's pump gives is
+ * refusing them; a def->method(slot) that is NULL or not a path ends
+ * the call at once: MCP_CLIENT_BAD_METHOD_CODE / _DETAILS, mcp/engine.h).
+ * What the stream's pump gives is
  * framed and sent, HALF_CLOSE sends END_STREAM, received messages go to
  * mcp_stream_recv(). When the call ends (the server's trailers: their
  * grpc-status and grpc-message; a reset; a lost or failed connection:

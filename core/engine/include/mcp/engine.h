@@ -1245,6 +1245,18 @@ typedef struct mcp_client_def {
   void *user_data;
 } mcp_client_def;
 
+/*
+ * How every dialing transport ends a call whose method(slot) is NULL or
+ * does not start with '/': at once, nothing sent, with this status and
+ * details. UNIMPLEMENTED, what a gRPC server answers a method it does not
+ * know (ours and grpc-go's "malformed method name"), so a caller sees the
+ * same code whether the client or the server refused it
+ * (docs/protocol.md, "Services and clients").
+ */
+#define MCP_CLIENT_BAD_METHOD_CODE MCP_CODE_UNIMPLEMENTED
+#define MCP_CLIENT_BAD_METHOD_DETAILS                                         \
+  "invalid method: a gRPC method is \"/package.Service/Method\""
+
 /* ------------------------------------------------------------------ */
 /* For protocol modules: memory, formatting, buffers, wire, maps        */
 /* ------------------------------------------------------------------ */
