@@ -138,7 +138,8 @@ const sc_enum_value *sc_enum_by_number(const sc_enum *e, int32_t number);
 /* ---- shared codecs ------------------------------------------------- */
 
 /* Base64 (standard and URL-safe alphabets, padding optional) into |out|
- * (at least len*3/4+3 bytes). Returns the length or -1. */
+ * (at least len*3/4+3 bytes). Returns the length or -1. The engine's
+ * mcp_base64_decode(), strict: protobuf JSON's canonical bytes. */
 long sc_base64_decode(const char *in, size_t len, uint8_t *out);
 int sc_base64_encode(mcp_buf *b, const uint8_t *in, size_t len);
 
