@@ -227,7 +227,7 @@ static int magnitude(const char *s, size_t len, unsigned base, uint64_t *v) {
   if (!len)
     return 0;
   for (size_t i = 0; i < len; i++) {
-    int h = sc_hex_digit(s[i]);
+    int h = mcp_hex_value(s[i]);
     if (h < 0)
       return 0;
     unsigned d = (unsigned)h;

@@ -44,8 +44,6 @@ size_t sc_varint_len(uint64_t v);
  * with (groups: WT_SGROUP; the encoder refuses them before asking). */
 enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_SGROUP = 3, WT_EGROUP = 4, WT_I32 = 5 };
 int sc_wire_type(int type);
-/* The value of a hexadecimal digit (either case), or -1. */
-int sc_hex_digit(char c);
 
 /* ---- errors -------------------------------------------------------- */
 

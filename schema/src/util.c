@@ -162,16 +162,6 @@ int sc_wire_type(int type) {
   }
 }
 
-int sc_hex_digit(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
-  return -1;
-}
-
 /* ---- errors --------------------------------------------------------- */
 
 int sc_error(mcp_schema_error *err, int code, unsigned long line,

@@ -275,9 +275,9 @@ static int quoted(yf *y, tok *t) {
     const char *hit = e ? memchr(from, e, sizeof from - 1) : NULL;
     if (hit) {
       *o++ = (uint8_t)to[hit - from];
-    } else if (e == 'x' && q - r > 2 && sc_hex_digit(r[1]) >= 0 && sc_hex_digit(r[2]) >= 0 &&
-               sc_hex_digit(r[1]) < 8) {
-      *o++ = (uint8_t)(sc_hex_digit(r[1]) << 4 | sc_hex_digit(r[2]));
+    } else if (e == 'x' && q - r > 2 && mcp_hex_value(r[1]) >= 0 && mcp_hex_value(r[2]) >= 0 &&
+               mcp_hex_value(r[1]) < 8) {
+      *o++ = (uint8_t)(mcp_hex_value(r[1]) << 4 | mcp_hex_value(r[2]));
       r += 2;
     } else {
       return bail(y); /* \u, \N, \/, a line break, a bad escape */

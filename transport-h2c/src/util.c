@@ -174,21 +174,11 @@ int mcp_h2c_percent_encode(const char *in, mcp_buf *b) {
   return 0;
 }
 
-static int hexval(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
-  return -1;
-}
-
 void mcp_h2c_percent_decode(char *s) {
   char *w = s;
   for (const char *r = s; *r;) {
     int hi, lo;
-    if (r[0] == '%' && (hi = hexval(r[1])) >= 0 && (lo = hexval(r[2])) >= 0) {
+    if (r[0] == '%' && (hi = mcp_hex_value(r[1])) >= 0 && (lo = mcp_hex_value(r[2])) >= 0) {
       *w++ = (char)(hi << 4 | lo);
       r += 3;
     } else {

@@ -1433,6 +1433,20 @@ MCP_EXTERN int mcp_utf8_valid(const uint8_t *s, size_t n, int allow_nul);
  * by mcp_utf8_valid()'s rules (a NUL is 1); 0 when it is not one or n is 0. */
 MCP_EXTERN size_t mcp_utf8_len(const uint8_t *s, size_t n);
 
+/* The value of a hexadecimal digit (either case), or -1. */
+static inline int mcp_hex_value(char c) {
+  if (c >= '0' && c <= '9') {
+    return c - '0';
+  }
+  if (c >= 'a' && c <= 'f') {
+    return c - 'a' + 10;
+  }
+  if (c >= 'A' && c <= 'F') {
+    return c - 'A' + 10;
+  }
+  return -1;
+}
+
 /*
  * Decodes base64 in either alphabet (RFC 4648's standard "+/" or URL-safe
  * "-_", mixed too) into |out|, which holds at least len * 3 / 4 bytes.
