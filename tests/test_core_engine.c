@@ -1037,6 +1037,39 @@ START_TEST(test_wire_varint_reads_ten_bytes_and_refuses_bits_beyond_64) {
 }
 END_TEST
 
+START_TEST(test_base64_and_hex_take_both_alphabets_and_strict_refuses_what_is_not_canonical) {
+  uint8_t out[16];
+  /* Both alphabets, mixed: 0xfb 0xff 0xbf. */
+  ck_assert_int_eq(mcp_base64_decode("+/-_", 4, out, 1), 3);
+  ck_assert_int_eq(out[0], 0xfb);
+  ck_assert_int_eq(out[1], 0xff);
+  ck_assert_int_eq(out[2], 0xbf);
+  ck_assert_int_eq(mcp_base64_decode("QQ==", 4, out, 1), 1);
+  ck_assert_int_eq(out[0], 'A');
+  ck_assert_int_eq(mcp_base64_decode("QQ", 2, out, 1), 1); /* no padding */
+  ck_assert_int_eq(mcp_base64_decode("", 0, out, 1), 0);
+  /* Either way: a character of neither alphabet, a length none has. */
+  for (int strict = 0; strict < 2; strict++) {
+    ck_assert_int_eq(mcp_base64_decode("Q!==", 4, out, strict), -1);
+    ck_assert_int_eq(mcp_base64_decode("Q", 1, out, strict), -1);
+    ck_assert_int_eq(mcp_base64_decode("QUJDR", 5, out, strict), -1);
+  }
+  /* Strict only: padding the group does not need, bits left over. */
+  ck_assert_int_eq(mcp_base64_decode("QQ===", 5, out, 1), -1);
+  ck_assert_int_eq(mcp_base64_decode("QQ=", 3, out, 1), -1);
+  ck_assert_int_eq(mcp_base64_decode("QR==", 4, out, 1), -1);
+  ck_assert_int_eq(mcp_base64_decode("QQ===", 5, out, 0), 1);
+  ck_assert_int_eq(mcp_base64_decode("QR==", 4, out, 0), 1);
+  ck_assert_int_eq(out[0], 'A');
+  /* Hex digits, the other text encoding of the kit. */
+  ck_assert_int_eq(mcp_hex_value('0'), 0);
+  ck_assert_int_eq(mcp_hex_value('f'), 15);
+  ck_assert_int_eq(mcp_hex_value('A'), 10);
+  ck_assert_int_eq(mcp_hex_value('g'), -1);
+  ck_assert_int_eq(mcp_hex_value('\0'), -1);
+}
+END_TEST
+
 START_TEST(test_utf8_check_is_strict_and_nul_is_the_callers_choice) {
   const uint8_t ok[] = "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";
   ck_assert(mcp_utf8_valid(ok, sizeof ok - 1, 0));
@@ -1317,6 +1350,7 @@ static Suite *engine_suite(void) {
   tcase_add_test(tc, test_service_defs_check_is_one_rule_for_every_transport);
   tcase_add_test(tc, test_wire_varint_reads_ten_bytes_and_refuses_bits_beyond_64);
   tcase_add_test(tc, test_utf8_check_is_strict_and_nul_is_the_callers_choice);
+  tcase_add_test(tc, test_base64_and_hex_take_both_alphabets_and_strict_refuses_what_is_not_canonical);
   tcase_add_test(tc, test_buf_grows_through_the_allocator_and_keeps_its_bytes_when_it_cannot);
   suite_add_tcase(s, tc);
   return s;

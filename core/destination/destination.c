@@ -126,19 +126,6 @@ static int parse_v4(const char *s, size_t n, uint8_t out[4]) {
   return i == n;
 }
 
-static int hexval(char c) {
-  if (c >= '0' && c <= '9') {
-    return c - '0';
-  }
-  if (c >= 'a' && c <= 'f') {
-    return c - 'a' + 10;
-  }
-  if (c >= 'A' && c <= 'F') {
-    return c - 'A' + 10;
-  }
-  return -1;
-}
-
 /* RFC 4291 section 2.2 text: groups of 1-4 hex digits, one "::" at most,
  * a dotted IPv4 as the last two groups. */
 static int parse_v6(const char *s, size_t n, uint8_t out[16]) {
@@ -154,8 +141,8 @@ static int parse_v6(const char *s, size_t n, uint8_t out[16]) {
   while (i < n) {
     size_t j = i;
     unsigned v = 0;
-    while (j < n && j - i < 5 && hexval(s[j]) >= 0) {
-      v = v << 4 | (unsigned)hexval(s[j]);
+    while (j < n && j - i < 5 && mcp_hex_value(s[j]) >= 0) {
+      v = v << 4 | (unsigned)mcp_hex_value(s[j]);
       j++;
     }
     if (j < n && s[j] == '.') {

@@ -193,14 +193,12 @@ int mcp_dest_server_open(mcp_dest_server *srv, mcp_tstamp ts,
     server_ops.del(s);
     return MCP_ERR_NOMEM;
   }
-  mcp_stream *st;
-  int rv = mcp_stream_new(&st, &server_ops, s, m, ts); /* frees s on error */
-  if (rv < 0) {
-    return rv;
+  /* Frees s on error; sets *pst only on success. */
+  int rv = mcp_stream_new(pst, &server_ops, s, m, ts);
+  if (rv == 0) {
+    srv->st.streams++;
   }
-  srv->st.streams++;
-  *pst = st;
-  return 0;
+  return rv;
 }
 
 int mcp_dest_server_stream_is(const mcp_stream *st) {

@@ -116,3 +116,54 @@ int mcp_utf8_valid(const uint8_t *s, size_t n, int allow_nul) {
 size_t mcp_utf8_len(const uint8_t *s, size_t n) {
   return s && n ? utf8_len(s, n) : 0;
 }
+
+static int b64_value(unsigned char c) {
+  if (c >= 'A' && c <= 'Z') {
+    return c - 'A';
+  }
+  if (c >= 'a' && c <= 'z') {
+    return c - 'a' + 26;
+  }
+  if (c >= '0' && c <= '9') {
+    return c - '0' + 52;
+  }
+  if (c == '+' || c == '-') {
+    return 62;
+  }
+  if (c == '/' || c == '_') {
+    return 63;
+  }
+  return -1;
+}
+
+long mcp_base64_decode(const char *in, size_t len, uint8_t *out,
+                       int strict) {
+  size_t pad = 0;
+  while (len > 0 && in[len - 1] == '=' && (!strict || pad < 2)) {
+    len--;
+    pad++;
+  }
+  if ((strict && pad && (len + pad) % 4 != 0) || len % 4 == 1) {
+    return -1;
+  }
+  long n = 0;
+  uint32_t acc = 0;
+  unsigned bits = 0;
+  for (size_t i = 0; i < len; i++) {
+    int v = b64_value((unsigned char)in[i]);
+    if (v < 0) {
+      return -1;
+    }
+    acc = (acc << 6 | (uint32_t)v) & 0xffffu; /* at most 14 bits matter */
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out[n++] = (uint8_t)(acc >> bits);
+    }
+  }
+  /* A canonical encoding leaves zero bits over. */
+  if (strict && bits && (acc & ((1u << bits) - 1))) {
+    return -1;
+  }
+  return n;
+}

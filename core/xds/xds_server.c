@@ -253,14 +253,12 @@ int mcp_xds_server_open(mcp_xds_server *srv, int delta,
       emit(s, MCP_XDS_EVENT_REFUSED, NULL, NULL, 0, s->details);
     }
   }
-  mcp_stream *st;
-  int rv = mcp_stream_new(&st, &server_ops, s, m, ts); /* frees s on error */
-  if (rv < 0) {
-    return rv;
+  /* Frees s on error; sets *pst only on success. */
+  int rv = mcp_stream_new(pst, &server_ops, s, m, ts);
+  if (rv == 0) {
+    srv->st.streams++;
   }
-  srv->st.streams++;
-  *pst = st;
-  return 0;
+  return rv;
 }
 
 int mcp_xds_stream_is(const mcp_stream *st) {
@@ -684,10 +682,10 @@ static void put_removed(xsess *s, const char *xn) {
   s->count++;
 }
 
-/* Delta's first response: what the client lacks or holds in another
- * version; initial names then left are gone. */
-static int first_fn(const mcp_item *it, void *ud) {
-  xsess *s = ud;
+/* One item for the response, if the client subscribes to it. Delta's
+ * first response (|first|): what the client lacks or holds in another
+ * version; initial names then left are gone. Later ones: the changes. */
+static int send_item(const mcp_item *it, xsess *s, int first) {
   xtype *t = s->cur;
   const char *xn = xname(s, it->name);
   if (!xn) {
@@ -696,36 +694,34 @@ static int first_fn(const mcp_item *it, void *ud) {
   if (!subscribed(t, xn)) {
     return 0;
   }
-  char *held = mcp_map_del(&t->initial, xn);
-  if (held) {
-    int same = strcmp(held + strlen(held) + 1, it->version) == 0;
-    mcp_mem_free(&s->srv->mem, held);
-    t->held = 1;
-    if (same) {
+  if (first) {
+    char *held = mcp_map_del(&t->initial, xn);
+    if (held) {
+      int same = strcmp(held + strlen(held) + 1, it->version) == 0;
+      mcp_mem_free(&s->srv->mem, held);
+      t->held = 1;
+      if (same) {
+        return 0;
+      }
+    }
+  } else {
+    if (t->fresh.n) {
+      names_del(&t->fresh, &s->srv->mem, xn); /* sent here */
+    }
+    if (it->removed) {
+      put_removed(s, xn);
       return 0;
     }
   }
   return put_item(s, it);
 }
 
+static int first_fn(const mcp_item *it, void *ud) {
+  return send_item(it, ud, 1);
+}
+
 static int diff_fn(const mcp_item *it, void *ud) {
-  xsess *s = ud;
-  xtype *t = s->cur;
-  const char *xn = xname(s, it->name);
-  if (!xn) {
-    return MCP_ERR_NOMEM;
-  }
-  if (!subscribed(t, xn)) {
-    return 0;
-  }
-  if (t->fresh.n) {
-    names_del(&t->fresh, &s->srv->mem, xn); /* sent here */
-  }
-  if (it->removed) {
-    put_removed(s, xn);
-    return 0;
-  }
-  return put_item(s, it);
+  return send_item(it, ud, 0);
 }
 
 /* The version of what |t|'s watch took. */

@@ -227,7 +227,7 @@ static int magnitude(const char *s, size_t len, unsigned base, uint64_t *v) {
   if (!len)
     return 0;
   for (size_t i = 0; i < len; i++) {
-    int h = sc_hex_digit(s[i]);
+    int h = mcp_hex_value(s[i]);
     if (h < 0)
       return 0;
     unsigned d = (unsigned)h;
@@ -601,6 +601,20 @@ typedef struct mkey {
   int bad;       /* the key was refused (errors collected) */
 } mkey;
 
+/* The entries of the map |v|, in document order, for sorting (NULL for
+ * none, or when memory ran out). */
+static mkey *map_keys(enc *e, const mcp_schema_value *v) {
+  mkey *keys = v->n ? sc_malloc(&e->s->mem, v->n * sizeof *keys) : NULL;
+  for (size_t i = 0; keys && i < v->n; i++) {
+    keys[i].key = v->kids[2 * i];
+    keys[i].val = v->kids[2 * i + 1];
+    keys[i].idx = i;
+    keys[i].bits = 0;
+    keys[i].bad = 0;
+  }
+  return keys;
+}
+
 static int cmp_mkey_s(const void *a, const void *b) {
   int64_t x = (int64_t)((const mkey *)a)->bits, y = (int64_t)((const mkey *)b)->bits;
   return x < y ? -1 : x > y;
@@ -645,15 +659,11 @@ static int map_value(enc *e, const sc_field *f, const mcp_schema_value *v) {
   if (v->kind != MCP_SCHEMA_MAP)
     return fail(e, v, "an object");
   const sc_field *kf = &f->msg->fields[0], *vf = &f->msg->fields[1];
-  mkey *keys = v->n ? sc_malloc(&e->s->mem, v->n * sizeof *keys) : NULL;
+  mkey *keys = map_keys(e, v);
   if (v->n && !keys)
     return nomem(e);
   int rc = 0, badkeys = 0;
   for (size_t i = 0; i < v->n && !rc; i++) {
-    keys[i].key = v->kids[2 * i];
-    keys[i].val = v->kids[2 * i + 1];
-    keys[i].bits = 0;
-    keys[i].idx = i;
     size_t old = path_push(e, keys[i].key->text ? keys[i].key->text : "",
                            keys[i].key->text ? keys[i].key->len : 0);
     rc = map_key(e, kf, keys[i].key, &keys[i]);
@@ -950,14 +960,11 @@ static int enc_struct(enc *e, const mcp_schema_value *v) {
   if (v->kind != MCP_SCHEMA_MAP)
     return fail(e, v, "an object");
   /* map<string, Value> fields = 1, in key order. */
-  mkey *keys = v->n ? sc_malloc(&e->s->mem, v->n * sizeof *keys) : NULL;
+  mkey *keys = map_keys(e, v);
   if (v->n && !keys)
     return nomem(e);
   int rc = 0, badkeys = 0;
   for (size_t i = 0; i < v->n && !rc; i++) {
-    keys[i].key = v->kids[2 * i];
-    keys[i].val = v->kids[2 * i + 1];
-    keys[i].idx = i;
     if (keys[i].key->kind == MCP_SCHEMA_LIST || keys[i].key->kind == MCP_SCHEMA_MAP ||
         !keys[i].key->text)
       rc = fail(e, keys[i].key, "a scalar key");
@@ -1145,6 +1152,28 @@ static int enc_wrapper(enc *e, const sc_msg *m, const mcp_schema_value *v) {
   return field_value(e, f, v);
 }
 
+/* A well-known type's own JSON form, or a message's fields. */
+static int encode_kind(enc *e, const sc_msg *m, const mcp_schema_value *v) {
+  switch (m->wkt) {
+  case SC_WKT_ANY:
+    return enc_any(e, v);
+  case SC_WKT_DURATION:
+    return enc_duration(e, v);
+  case SC_WKT_TIMESTAMP:
+    return enc_timestamp(e, v);
+  case SC_WKT_STRUCT:
+    return enc_struct(e, v);
+  case SC_WKT_LISTVALUE:
+    return enc_list(e, v);
+  case SC_WKT_FIELDMASK:
+    return enc_fieldmask(e, v);
+  case SC_WKT_WRAPPER:
+    return enc_wrapper(e, m, v);
+  default:
+    return encode_fields(e, m, v, NULL);
+  }
+}
+
 /* The body of a message of type |m| (no tag, no length). */
 static int encode_body(enc *e, const sc_msg *m, const mcp_schema_value *v) {
   int rc;
@@ -1152,31 +1181,7 @@ static int encode_body(enc *e, const sc_msg *m, const mcp_schema_value *v) {
     return enc_value(e, v);
   if ((rc = deeper(e, v)))
     return rc;
-  switch (m->wkt) {
-  case SC_WKT_ANY:
-    rc = enc_any(e, v);
-    break;
-  case SC_WKT_DURATION:
-    rc = enc_duration(e, v);
-    break;
-  case SC_WKT_TIMESTAMP:
-    rc = enc_timestamp(e, v);
-    break;
-  case SC_WKT_STRUCT:
-    rc = enc_struct(e, v);
-    break;
-  case SC_WKT_LISTVALUE:
-    rc = enc_list(e, v);
-    break;
-  case SC_WKT_FIELDMASK:
-    rc = enc_fieldmask(e, v);
-    break;
-  case SC_WKT_WRAPPER:
-    rc = enc_wrapper(e, m, v);
-    break;
-  default:
-    rc = encode_fields(e, m, v, NULL);
-  }
+  rc = encode_kind(e, m, v);
   e->depth--;
   return rc;
 }

@@ -44,8 +44,6 @@ size_t sc_varint_len(uint64_t v);
  * with (groups: WT_SGROUP; the encoder refuses them before asking). */
 enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_SGROUP = 3, WT_EGROUP = 4, WT_I32 = 5 };
 int sc_wire_type(int type);
-/* The value of a hexadecimal digit (either case), or -1. */
-int sc_hex_digit(char c);
 
 /* ---- errors -------------------------------------------------------- */
 
@@ -138,7 +136,8 @@ const sc_enum_value *sc_enum_by_number(const sc_enum *e, int32_t number);
 /* ---- shared codecs ------------------------------------------------- */
 
 /* Base64 (standard and URL-safe alphabets, padding optional) into |out|
- * (at least len*3/4+3 bytes). Returns the length or -1. */
+ * (at least len*3/4+3 bytes). Returns the length or -1. The engine's
+ * mcp_base64_decode(), strict: protobuf JSON's canonical bytes. */
 long sc_base64_decode(const char *in, size_t len, uint8_t *out);
 int sc_base64_encode(mcp_buf *b, const uint8_t *in, size_t len);
 

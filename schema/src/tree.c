@@ -516,7 +516,7 @@ static int jbudget(jp *p, size_t bytes) {
 static int hex4(const char *s, unsigned *v) {
   *v = 0;
   for (int i = 0; i < 4; i++) {
-    int d = sc_hex_digit(s[i]);
+    int d = mcp_hex_value(s[i]);
     if (d < 0)
       return 0;
     *v = *v << 4 | (unsigned)d;

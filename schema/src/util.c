@@ -162,16 +162,6 @@ int sc_wire_type(int type) {
   }
 }
 
-int sc_hex_digit(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
-  return -1;
-}
-
 /* ---- errors --------------------------------------------------------- */
 
 int sc_error(mcp_schema_error *err, int code, unsigned long line,
@@ -206,49 +196,8 @@ int sc_error(mcp_schema_error *err, int code, unsigned long line,
 
 /* ---- base64 --------------------------------------------------------- */
 
-static int b64_val(unsigned char c) {
-  if (c >= 'A' && c <= 'Z')
-    return c - 'A';
-  if (c >= 'a' && c <= 'z')
-    return c - 'a' + 26;
-  if (c >= '0' && c <= '9')
-    return c - '0' + 52;
-  if (c == '+' || c == '-')
-    return 62;
-  if (c == '/' || c == '_')
-    return 63;
-  return -1;
-}
-
 long sc_base64_decode(const char *in, size_t len, uint8_t *out) {
-  /* Padding: only at the end, and only as much as the last group needs. */
-  size_t pad = 0;
-  while (len > 0 && in[len - 1] == '=' && pad < 2) {
-    len--;
-    pad++;
-  }
-  if (pad && (len + pad) % 4 != 0)
-    return -1;
-  if (len % 4 == 1)
-    return -1;
-  long n = 0;
-  uint32_t acc = 0;
-  unsigned bits = 0;
-  for (size_t i = 0; i < len; i++) {
-    int v = b64_val((unsigned char)in[i]);
-    if (v < 0)
-      return -1;
-    acc = (acc << 6) | (uint32_t)v;
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out[n++] = (uint8_t)(acc >> bits);
-    }
-  }
-  /* The bits left over must be zero (a canonical encoding). */
-  if (bits && (acc & ((1u << bits) - 1)))
-    return -1;
-  return n;
+  return mcp_base64_decode(in, len, out, 1);
 }
 
 int sc_base64_encode(mcp_buf *b, const uint8_t *in, size_t len) {

@@ -275,9 +275,9 @@ static int quoted(yf *y, tok *t) {
     const char *hit = e ? memchr(from, e, sizeof from - 1) : NULL;
     if (hit) {
       *o++ = (uint8_t)to[hit - from];
-    } else if (e == 'x' && q - r > 2 && sc_hex_digit(r[1]) >= 0 && sc_hex_digit(r[2]) >= 0 &&
-               sc_hex_digit(r[1]) < 8) {
-      *o++ = (uint8_t)(sc_hex_digit(r[1]) << 4 | sc_hex_digit(r[2]));
+    } else if (e == 'x' && q - r > 2 && mcp_hex_value(r[1]) >= 0 && mcp_hex_value(r[2]) >= 0 &&
+               mcp_hex_value(r[1]) < 8) {
+      *o++ = (uint8_t)(mcp_hex_value(r[1]) << 4 | mcp_hex_value(r[2]));
       r += 2;
     } else {
       return bail(y); /* \u, \N, \/, a line break, a bad escape */
@@ -436,6 +436,15 @@ static int key_at(yf *y, tok *k, int *is_key) {
   return 0;
 }
 
+/* The key at y->p into |k|, where only a key may stand: anything else
+ * is left to libyaml (bail()). 0, or -1. */
+static int key_or_bail(yf *y, tok *k) {
+  int is_key;
+  if (key_at(y, k, &is_key))
+    return -1;
+  return is_key ? 0 : bail(y);
+}
+
 /* A node that starts a line at column |col|, under a parent at |pcol|. */
 static int block_node(yf *y, int col, int pcol) {
   if (dash_at(y))
@@ -486,23 +495,29 @@ static int entry_value(yf *y, int col, unsigned long line, int in_map) {
   return emit(y, SC_YF_SCALAR, line, "", 0, SC_YF_PLAIN); /* null */
 }
 
+/* An entry's value, then whether its collection (at column |col|) goes
+ * on: 1 when the next content line is at |col|, 0 when not, -1 on error.
+ * entry_value() ends on that line (or the end). */
+static int entry_next(yf *y, int col, unsigned long line, int in_map) {
+  int next;
+  if (entry_value(y, col, line, in_map) || next_line(y, &next))
+    return -1;
+  return next == col;
+}
+
 static int block_map(yf *y, int col) {
   if (deeper(y) || emit(y, SC_YF_MAP_START, y->line, NULL, 0, 0))
     return -1;
   for (;;) {
     tok k;
-    int is_key;
-    if (key_at(y, &k, &is_key))
+    if (key_or_bail(y, &k))
       return -1;
-    if (!is_key)
-      return bail(y);
-    if (emit_tok(y, &k) || entry_value(y, col, k.line, 1))
+    if (emit_tok(y, &k))
       return -1;
-    /* entry_value() ends on the next content line (or the end). */
-    int next;
-    if (next_line(y, &next))
+    int more = entry_next(y, col, k.line, 1);
+    if (more < 0)
       return -1;
-    if (next != col)
+    if (!more)
       break;
     if (dash_at(y))
       return bail(y);
@@ -517,12 +532,10 @@ static int block_seq(yf *y, int col, int indentless) {
   for (;;) {
     unsigned long line = y->line;
     y->p++; /* the '-' */
-    if (entry_value(y, col, line, 0))
+    int more = entry_next(y, col, line, 0);
+    if (more < 0)
       return -1;
-    int next;
-    if (next_line(y, &next))
-      return -1;
-    if (next != col)
+    if (!more)
       break;
     if (!dash_at(y)) {
       if (indentless)
@@ -564,11 +577,8 @@ static int stream(yf *y) {
         return -1;
     } else {
       tok k;
-      int is_key;
-      if (key_at(y, &k, &is_key))
+      if (key_or_bail(y, &k))
         return -1;
-      if (!is_key)
-        return bail(y);
       y->p = y->bol + next;
       if (block_map(y, next))
         return -1;

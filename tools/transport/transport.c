@@ -47,13 +47,6 @@ int tool_transport_find(const char *name, const tool_transport **pt) {
   return -1;
 }
 
-static int hexval(char c) {
-  return c >= '0' && c <= '9'   ? c - '0'
-         : c >= 'a' && c <= 'f' ? c - 'a' + 10
-         : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                : -1;
-}
-
 const char *tool_peer_format(const char *peer, char *buf, size_t len) {
   if (!len)
     return "";
@@ -65,8 +58,8 @@ const char *tool_peer_format(const char *peer, char *buf, size_t len) {
   size_t k = 0;
   for (const char *p = peer; *p && k + 1 < len; p++) {
     int hi, lo;
-    if (ip && p[0] == '%' && (hi = hexval(p[1])) >= 0 &&
-        (lo = hexval(p[2])) >= 0) {
+    if (ip && p[0] == '%' && (hi = mcp_hex_value(p[1])) >= 0 &&
+        (lo = mcp_hex_value(p[2])) >= 0) {
       buf[k++] = (char)(hi << 4 | lo); /* gRPC's URI form: %5B::1%5D */
       p += 2;
     } else {

@@ -332,8 +332,9 @@ void mcp_grpc_stream_accept(mcp_grpc_ep *ep, grpc_call *call,
   mcp_grpc_admit(s);
 }
 
-void mcp_grpc_stream_open(mcp_grpc_stream *s) {
-  send_initial_metadata(s);
+/* A stream whose initial metadata is on its way: its session, then the
+ * reads; the application hears it opened. */
+static void start_session(mcp_grpc_stream *s) {
   int rv = open_session(s);
   if (rv < 0) {
     fail(s, rv);
@@ -343,6 +344,11 @@ void mcp_grpc_stream_open(mcp_grpc_stream *s) {
   s->dirty = 1;
   s->ep->stats.opened++;
   notify(s, MCP_GRPC_STREAM_OPENED);
+}
+
+void mcp_grpc_stream_open(mcp_grpc_stream *s) {
+  send_initial_metadata(s);
+  start_session(s);
 }
 
 void mcp_grpc_stream_reauthorize(mcp_grpc_stream *s) {
@@ -373,12 +379,9 @@ static void dial_connected(mcp_grpc_stream *s) {
     mcp_grpc_stream_finish(s, code, details);
 }
 
-void mcp_grpc_stream_dial(mcp_grpc_ep *ep, grpc_call *call) {
-  mcp_grpc_stream *s = stream_new(ep, call, ep->role, 1);
-  if (!s) {
-    mcp_grpc_client_stream_gone(ep, 0);
-    return;
-  }
+/* A dialed call's start, the same for every protocol: the initial
+ * metadata out, and the status awaited (close_tag says the call ended). */
+static void open_client_call(mcp_grpc_stream *s) {
   grpc_metadata_array_init(&s->md_initial);
   grpc_metadata_array_init(&s->md_trailing);
   send_initial_metadata(s);
@@ -389,16 +392,16 @@ void mcp_grpc_stream_dial(mcp_grpc_ep *ep, grpc_call *call) {
   op.data.recv_status_on_client.status = &s->recv_status;
   op.data.recv_status_on_client.status_details = &s->recv_details;
   start_batch(s, &op, 1, &s->close_tag);
+}
 
-  int rv = open_session(s);
-  if (rv < 0) {
-    fail(s, rv);
+void mcp_grpc_stream_dial(mcp_grpc_ep *ep, grpc_call *call) {
+  mcp_grpc_stream *s = stream_new(ep, call, ep->role, 1);
+  if (!s) {
+    mcp_grpc_client_stream_gone(ep, 0);
     return;
   }
-  start_recv(s);
-  s->dirty = 1;
-  ep->stats.opened++;
-  notify(s, MCP_GRPC_STREAM_OPENED);
+  open_client_call(s);
+  start_session(s);
 }
 
 /* As mcp_grpc_stream_dial(), with the protocol's stream: nothing is sent
@@ -416,16 +419,7 @@ int mcp_grpc_stream_dial_service(mcp_grpc_ep *ep, grpc_call *call,
   s->chan = chan;
   ep->slots[slot] = s;
   attach(s, st);
-  grpc_metadata_array_init(&s->md_initial);
-  grpc_metadata_array_init(&s->md_trailing);
-  send_initial_metadata(s);
-  grpc_op op;
-  memset(&op, 0, sizeof(op));
-  op.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
-  op.data.recv_status_on_client.trailing_metadata = &s->md_trailing;
-  op.data.recv_status_on_client.status = &s->recv_status;
-  op.data.recv_status_on_client.status_details = &s->recv_details;
-  start_batch(s, &op, 1, &s->close_tag);
+  open_client_call(s);
   start_recv(s);
   s->dirty = 1;
   ep->stats.opened++;

@@ -580,16 +580,55 @@ static int no_mcp(const mcp_h2c_options *opts) {
   return opts && opts->mode == MCP_H2C_LISTEN && opts->no_mcp;
 }
 
+/* The caller's options of |version| into |o|, and the memory hook they
+ * name into |mem|; < 0 for options that cannot be read. */
+static int read_options(mcp_h2c_options *o, mcp_mem *mem, int version,
+                        const mcp_h2c_options *caller_opts) {
+  int rv = mcp_h2c_options_read(o, version, caller_opts);
+  if (rv >= 0)
+    mcp_h2c_mem_init(mem, o->mem);
+  return rv;
+}
+
+/* The public *_update() (|sync| 0) and *_call() (1): |job| holds the
+ * kind and the function, which must be there. */
+static int submit_fn(mcp_h2c_ep *ep, mcp_h2c_job *job, void *user_data,
+                     int sync) {
+  if (!job->store_fn && !job->state_fn && !job->run_fn)
+    return MCP_ERR_INVALID_ARGUMENT;
+  job->user_data = user_data;
+  job->sync = sync;
+  return submit(ep, job);
+}
+
+/* The rest of a source's or a sink's creation: its services, its side,
+ * its start. On failure |obj| (the object holding |ep|) is freed, here or,
+ * once ep_start() made handles, by the loop. */
+static int ep_open(mcp_h2c_ep *ep, void *obj, const mcp_mem *mem,
+                   uv_loop_t *loop, const mcp_h2c_options *opts,
+                   mcp_h2c_role role) {
+  int freed = 0;
+  int rv = copy_services(ep, opts);
+  if (rv == 0)
+    rv = make_side(ep, opts, role);
+  if (rv == 0)
+    rv = ep_start(ep, loop, opts, role, &freed);
+  if (rv < 0 && !freed) {
+    free_services(ep);
+    mcp_h2c_free(mem, obj);
+  }
+  return rv;
+}
+
 int mcp_h2c_source_new_versioned(mcp_h2c_source **psrc, uv_loop_t *loop,
                                  int version,
                                  const mcp_h2c_options *caller_opts,
                                  const mcp_source_options *session_opts) {
   mcp_h2c_options o;
-  if (mcp_h2c_options_read(&o, version, caller_opts) < 0)
+  mcp_mem mem;
+  if (read_options(&o, &mem, version, caller_opts) < 0)
     return MCP_ERR_INVALID_ARGUMENT;
   const mcp_h2c_options *opts = &o;
-  mcp_mem mem;
-  mcp_h2c_mem_init(&mem, opts->mem);
   if (!psrc || !valid(loop, opts, MCP_METHODS_OF_SOURCE) ||
       (!no_mcp(opts) &&
        (!session_opts ||
@@ -601,19 +640,9 @@ int mcp_h2c_source_new_versioned(mcp_h2c_source **psrc, uv_loop_t *loop,
   mcp_h2c_ep_mem_init(&src->ep, opts->mem);
   if (session_opts)
     src->ep.source_opts = *session_opts;
-  int freed = 0;
-  int rv = copy_services(&src->ep, opts);
-  if (rv == 0)
-    rv = make_side(&src->ep, opts, MCP_H2C_ROLE_SOURCE);
-  if (rv == 0)
-    rv = ep_start(&src->ep, loop, opts, MCP_H2C_ROLE_SOURCE, &freed);
-  if (rv < 0) {
-    if (!freed) {
-      free_services(&src->ep);
-      mcp_h2c_free(&mem, src);
-    }
+  int rv = ep_open(&src->ep, src, &mem, loop, opts, MCP_H2C_ROLE_SOURCE);
+  if (rv < 0)
     return rv;
-  }
   *psrc = src;
   return 0;
 }
@@ -632,22 +661,14 @@ void mcp_h2c_source_notify(mcp_h2c_source *src) {
 
 int mcp_h2c_source_update(mcp_h2c_source *src, mcp_h2c_store_fn fn,
                           void *user_data) {
-  if (!fn)
-    return MCP_ERR_INVALID_ARGUMENT;
-  mcp_h2c_job job = {
-      .kind = MCP_H2C_JOB_STORE, .store_fn = fn, .user_data = user_data};
-  return submit(&src->ep, &job);
+  mcp_h2c_job job = {.kind = MCP_H2C_JOB_STORE, .store_fn = fn};
+  return submit_fn(&src->ep, &job, user_data, 0);
 }
 
 int mcp_h2c_source_call(mcp_h2c_source *src, mcp_h2c_store_fn fn,
                         void *user_data) {
-  if (!fn)
-    return MCP_ERR_INVALID_ARGUMENT;
-  mcp_h2c_job job = {.kind = MCP_H2C_JOB_STORE,
-                     .store_fn = fn,
-                     .user_data = user_data,
-                     .sync = 1};
-  return submit(&src->ep, &job);
+  mcp_h2c_job job = {.kind = MCP_H2C_JOB_STORE, .store_fn = fn};
+  return submit_fn(&src->ep, &job, user_data, 1);
 }
 
 /* *_streams() and *_stats(), loop thread only. */
@@ -730,11 +751,10 @@ int mcp_h2c_sink_new_versioned(mcp_h2c_sink **psink, uv_loop_t *loop,
                                int version, const mcp_h2c_options *caller_opts,
                                mcp_sink_state *state) {
   mcp_h2c_options o;
-  if (mcp_h2c_options_read(&o, version, caller_opts) < 0)
+  mcp_mem mem;
+  if (read_options(&o, &mem, version, caller_opts) < 0)
     return MCP_ERR_INVALID_ARGUMENT;
   const mcp_h2c_options *opts = &o;
-  mcp_mem mem;
-  mcp_h2c_mem_init(&mem, opts->mem);
   if (!psink || !valid(loop, opts, MCP_METHODS_OF_SINK) ||
       (!state && !no_mcp(opts)))
     return MCP_ERR_INVALID_ARGUMENT;
@@ -743,19 +763,9 @@ int mcp_h2c_sink_new_versioned(mcp_h2c_sink **psink, uv_loop_t *loop,
     return MCP_ERR_NOMEM;
   mcp_h2c_ep_mem_init(&sink->ep, opts->mem);
   sink->ep.state = state;
-  int freed = 0;
-  int rv = copy_services(&sink->ep, opts);
-  if (rv == 0)
-    rv = make_side(&sink->ep, opts, MCP_H2C_ROLE_SINK);
-  if (rv == 0)
-    rv = ep_start(&sink->ep, loop, opts, MCP_H2C_ROLE_SINK, &freed);
-  if (rv < 0) {
-    if (!freed) {
-      free_services(&sink->ep);
-      mcp_h2c_free(&mem, sink);
-    }
+  int rv = ep_open(&sink->ep, sink, &mem, loop, opts, MCP_H2C_ROLE_SINK);
+  if (rv < 0)
     return rv;
-  }
   *psink = sink;
   return 0;
 }
@@ -769,13 +779,8 @@ int mcp_h2c_sink_port(const mcp_h2c_sink *sink) { return sink->ep.port; }
 
 int mcp_h2c_sink_call(mcp_h2c_sink *sink, mcp_h2c_state_fn fn,
                       void *user_data) {
-  if (!fn)
-    return MCP_ERR_INVALID_ARGUMENT;
-  mcp_h2c_job job = {.kind = MCP_H2C_JOB_STATE,
-                     .state_fn = fn,
-                     .user_data = user_data,
-                     .sync = 1};
-  return submit(&sink->ep, &job);
+  mcp_h2c_job job = {.kind = MCP_H2C_JOB_STATE, .state_fn = fn};
+  return submit_fn(&sink->ep, &job, user_data, 1);
 }
 
 int mcp_h2c_sink_finish(mcp_h2c_sink *sink) {
@@ -849,22 +854,14 @@ void mcp_h2c_client_del(mcp_h2c_client *c) {
 
 int mcp_h2c_client_update(mcp_h2c_client *c, mcp_h2c_run_fn fn,
                           void *user_data) {
-  if (!fn)
-    return MCP_ERR_INVALID_ARGUMENT;
-  mcp_h2c_job job = {
-      .kind = MCP_H2C_JOB_RUN, .run_fn = fn, .user_data = user_data};
-  return submit(&c->ep, &job);
+  mcp_h2c_job job = {.kind = MCP_H2C_JOB_RUN, .run_fn = fn};
+  return submit_fn(&c->ep, &job, user_data, 0);
 }
 
 int mcp_h2c_client_call(mcp_h2c_client *c, mcp_h2c_run_fn fn,
                         void *user_data) {
-  if (!fn)
-    return MCP_ERR_INVALID_ARGUMENT;
-  mcp_h2c_job job = {.kind = MCP_H2C_JOB_RUN,
-                     .run_fn = fn,
-                     .user_data = user_data,
-                     .sync = 1};
-  return submit(&c->ep, &job);
+  mcp_h2c_job job = {.kind = MCP_H2C_JOB_RUN, .run_fn = fn};
+  return submit_fn(&c->ep, &job, user_data, 1);
 }
 
 void mcp_h2c_client_notify(mcp_h2c_client *c) {

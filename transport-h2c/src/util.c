@@ -174,21 +174,11 @@ int mcp_h2c_percent_encode(const char *in, mcp_buf *b) {
   return 0;
 }
 
-static int hexval(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  if (c >= 'a' && c <= 'f')
-    return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F')
-    return c - 'A' + 10;
-  return -1;
-}
-
 void mcp_h2c_percent_decode(char *s) {
   char *w = s;
   for (const char *r = s; *r;) {
     int hi, lo;
-    if (r[0] == '%' && (hi = hexval(r[1])) >= 0 && (lo = hexval(r[2])) >= 0) {
+    if (r[0] == '%' && (hi = mcp_hex_value(r[1])) >= 0 && (lo = mcp_hex_value(r[2])) >= 0) {
       *w++ = (char)(hi << 4 | lo);
       r += 3;
     } else {
@@ -198,41 +188,8 @@ void mcp_h2c_percent_decode(char *s) {
   *w = '\0';
 }
 
-static int b64val(char c) {
-  if (c >= 'A' && c <= 'Z')
-    return c - 'A';
-  if (c >= 'a' && c <= 'z')
-    return c - 'a' + 26;
-  if (c >= '0' && c <= '9')
-    return c - '0' + 52;
-  if (c == '-' || c == '+')
-    return 62;
-  if (c == '_' || c == '/')
-    return 63;
-  return -1;
-}
-
 long mcp_h2c_base64url_decode(const char *in, size_t len, uint8_t *out) {
-  while (len > 0 && in[len - 1] == '=')
-    len--;
-  if (len % 4 == 1)
-    return -1;
-  uint32_t acc = 0;
-  int bits = 0;
-  long n = 0;
-  for (size_t i = 0; i < len; ++i) {
-    int v = b64val(in[i]);
-    if (v < 0)
-      return -1;
-    acc = acc << 6 | (uint32_t)v;
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out[n++] = (uint8_t)(acc >> bits);
-      acc &= (1u << bits) - 1;
-    }
-  }
-  return n;
+  return mcp_base64_decode(in, len, out, 0);
 }
 
 int mcp_h2c_status_from_http(int http_status) {

@@ -63,7 +63,8 @@ int mcp_h2c_percent_encode(const char *in, mcp_buf *b);
 void mcp_h2c_percent_decode(char *s);
 
 /* base64url (RFC 4648 section 5, padding optional) into |out|, which has
- * room for len * 3 / 4 + 3 bytes. Returns the decoded length, or -1. */
+ * room for len * 3 / 4 + 3 bytes. Returns the decoded length, or -1.
+ * The engine's mcp_base64_decode(), not strict (HTTP2-Settings). */
 long mcp_h2c_base64url_decode(const char *in, size_t len, uint8_t *out);
 
 /* gRPC status for an HTTP status without grpc-status (gRPC's mapping). */

@@ -1445,6 +1445,32 @@ MCP_EXTERN int mcp_utf8_valid(const uint8_t *s, size_t n, int allow_nul);
  * by mcp_utf8_valid()'s rules (a NUL is 1); 0 when it is not one or n is 0. */
 MCP_EXTERN size_t mcp_utf8_len(const uint8_t *s, size_t n);
 
+/* The value of a hexadecimal digit (either case), or -1. */
+static inline int mcp_hex_value(char c) {
+  if (c >= '0' && c <= '9') {
+    return c - '0';
+  }
+  if (c >= 'a' && c <= 'f') {
+    return c - 'a' + 10;
+  }
+  if (c >= 'A' && c <= 'F') {
+    return c - 'A' + 10;
+  }
+  return -1;
+}
+
+/*
+ * Decodes base64 in either alphabet (RFC 4648's standard "+/" or URL-safe
+ * "-_", mixed too) into |out|, which holds at least len * 3 / 4 bytes.
+ * Returns the bytes written, or -1 for a character outside both alphabets
+ * or a length no encoding has. |strict| (protobuf JSON's bytes) also
+ * refuses padding the last group does not need and bits left over that
+ * are not zero; without it (HTTP2-Settings, base64url) any trailing '='
+ * is dropped and leftover bits are ignored.
+ */
+MCP_EXTERN long mcp_base64_decode(const char *in, size_t len, uint8_t *out,
+                                  int strict);
+
 /* 1 when |s| is a string of valid UTF-8 (mcp_utf8_valid() without NUL);
  * 0 for NULL. */
 static inline int mcp_str_valid(const char *s) {
