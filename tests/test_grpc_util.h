@@ -24,7 +24,10 @@
 #include "test_certs.h"
 
 #define TG_TYPE_URL "type.googleapis.com/test.Body"
-#define TG_TIMEOUT_MS 5000
+/* How long a wait for a condition may take before the test fails: a
+ * failure deadline, generous for a busy 2-core machine (never the time
+ * the condition is expected to take). */
+#define TG_TIMEOUT_MS 20000
 
 static inline void tg_sleep_ms(long ms) {
   struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
