@@ -1991,6 +1991,31 @@ static struct stat stat_of(const char *rel) {
   return st;
 }
 
+static int ts_after(struct timespec a, struct timespec b) {
+  return a.tv_sec > b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec > b.tv_nsec);
+}
+
+/* Returns once the file system stamps a change later than the ctime of
+ * |rel| (its timestamp clock ticks coarsely): seen on a probe file next to
+ * the directory, so that |rel| itself and the loader's view are not
+ * touched. Waits for the tick, not a fixed time; fails after 30 s. */
+static void wait_ctime_tick(const char *rel) {
+  struct stat cur = stat_of(rel), pr;
+  char probe[1024];
+  snprintf(probe, sizeof probe, "%s.tick", dir);
+  for (int i = 0;; i++) {
+    int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(fstat(fd, &pr), 0);
+    close(fd);
+    if (ts_after(pr.st_ctim, cur.st_ctim))
+      break;
+    ck_assert_msg(i < 30000, "the file system's clock does not move");
+    sleep_ms(1);
+  }
+  ck_assert_int_eq(unlink(probe), 0);
+}
+
 /* Sets the atime and mtime of |rel| back to those of |st| (nanoseconds
  * included): a content change that mtime alone cannot show. */
 static void restore_times(const char *rel, const struct stat *st) {
@@ -2032,7 +2057,7 @@ START_TEST(test_same_size_rewrite_with_restored_mtime_is_seen_via_ctime) {
   char v1[32];
   snprintf(v1, sizeof v1, "%s",
            mcpcfg_loader_find(l, VS_COLL, "ns/a")->version);
-  sleep_ms(30); /* past the kernel's timestamp tick: ctime moves */
+  wait_ctime_tick("a.yaml"); /* so that the rewrite's ctime moves */
   put("a.yaml", VS("a", "ns", "x2")); /* same size */
   restore_times("a.yaml", &before);
   ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
@@ -2048,7 +2073,7 @@ START_TEST(test_chmod_rereads_but_same_bytes_change_nothing) {
   mcpcfg_loader_set_racy_ns(l, 0);
   ck_assert_int_eq(mcpcfg_loader_scan(l), 1);
   const mcp_resource *r = mcpcfg_loader_find(l, VS_COLL, "ns/a");
-  sleep_ms(30);
+  wait_ctime_tick("a.yaml"); /* so that the chmod's ctime moves */
   char p[1024];
   path_of("a.yaml", p, sizeof p);
   ck_assert_int_eq(chmod(p, 0600), 0); /* ctime only */

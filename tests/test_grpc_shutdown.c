@@ -85,6 +85,18 @@ static grpc_byte_buffer *first_request(void) {
 
 static int opened_once(void *ud) { return tg_streams_get(ud).opened >= 1; }
 
+static void any_sending(const mcp_grpc_stream_info *info, void *ud) {
+  if (info->sending)
+    *(int *)ud = 1;
+}
+
+/* A stream of |ud| (a source) holds a message gRPC has not sent in full. */
+static int push_stuck(void *ud) {
+  int sending = 0;
+  ck_assert_int_ge(mcp_grpc_source_streams(ud, any_sending, &sending), 0);
+  return sending;
+}
+
 START_TEST(test_stuck_stream_cancelled_after_grace) {
   /* A client that subscribes and then never reads: the push (larger than
    * any flow-control window) cannot complete, so the status cannot follow
@@ -131,16 +143,22 @@ START_TEST(test_stuck_stream_cancelled_after_grace) {
   ops[0].data.recv_status_on_client.status_details = &det;
   ck_assert_int_eq(grpc_call_start_batch(call, ops, 1, (void *)2, NULL),
                    GRPC_CALL_OK);
-  /* Wait until the server has the stream and has started its push. (This
-   * client's own send batch only completes once the call is over.) */
+  /* Wait until the server has the stream and its push is stuck in gRPC
+   * (the stream reports a message handed over and not yet sent in full).
+   * This client's own send batch only completes once the call is over. */
   ck_assert(tg_wait(opened_once, &so, TG_TIMEOUT_MS));
-  tg_sleep_ms(200);
+  ck_assert(tg_wait(push_stuck, src, TG_TIMEOUT_MS));
 
   mcp_tstamp t0 = mcp_grpc_now();
   mcp_grpc_source_del(src);
   mcp_tstamp took = mcp_grpc_now() - t0;
+  /* At least the grace (less the clocks' slack), and the configured one:
+   * well below the default grace, which a slow machine cannot reach. */
   ck_assert_uint_ge(took, 250 * MCP_MILLISECONDS);
-  ck_assert_uint_lt(took, 3 * MCP_SECONDS);
+  mcp_grpc_options d;
+  mcp_grpc_options_default(&d);
+  ck_assert_uint_gt(d.shutdown_grace, 10 * o.shutdown_grace);
+  ck_assert_uint_lt(took, d.shutdown_grace);
   tg_streams s = tg_streams_get(&so);
   ck_assert_int_eq(s.closed, 1);
   ck_assert_int_eq(s.last_status, GRPC_STATUS_CANCELLED);

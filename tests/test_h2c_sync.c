@@ -25,6 +25,10 @@
 #include "mcp/h2c.h"
 #include "test_certs.h"
 
+/* A failure deadline for the waits on a condition, generous for a busy
+ * 2-core machine (under the tests' 30 s); never the expected time. */
+#define WAIT_MS 20000
+
 typedef struct env {
   uv_loop_t loop;
   mcp_store *store;
@@ -195,14 +199,14 @@ START_TEST(sink_dials_source) {
   int port = mcp_h2c_source_port(e.src);
   ck_assert_int_gt(port, 0);
   start_sink(&e, MCP_H2C_DIAL, loopback(port));
-  ck_assert(h2t_run_until(&e.loop, synced, &e, 5000));
+  ck_assert(h2t_run_until(&e.loop, synced, &e, WAIT_MS));
   ck_assert_uint_eq(mcp_sink_state_count(e.state, "c1"), 2);
   ck_assert_uint_eq(mcp_sink_state_count(e.state, "c2"), 0);
 
   /* A store update on the loop thread, then notify: pushed and ACKed. */
   th_put(e.store, "c1", "c", "1", "C", mcp_h2c_now());
   mcp_h2c_source_notify(e.src);
-  ck_assert(h2t_run_until(&e.loop, acked2, &e, 5000));
+  ck_assert(h2t_run_until(&e.loop, acked2, &e, WAIT_MS));
   mcp_h2c_stats st;
   mcp_h2c_source_stats(e.src, &st);
   ck_assert_uint_eq(st.connections, 1);
@@ -218,12 +222,12 @@ START_TEST(sink_dials_source) {
   /* The source restarts; meanwhile "a" is deleted and "d" added. */
   mcp_h2c_source_del(e.src);
   e.src = NULL;
-  ck_assert(h2t_run_until(&e.loop, closed1, &e, 5000));
+  ck_assert(h2t_run_until(&e.loop, closed1, &e, WAIT_MS));
   ck_assert_int_eq(e.last_status, MCP_CODE_UNAVAILABLE);
   ck_assert_int_eq(mcp_store_delete(e.store, "c1", "a", mcp_h2c_now()), 1);
   th_put(e.store, "c1", "d", "1", "D", mcp_h2c_now());
   start_source(&e, MCP_H2C_LISTEN, loopback(port));
-  ck_assert(h2t_run_until(&e.loop, resumed, &e, 5000));
+  ck_assert(h2t_run_until(&e.loop, resumed, &e, WAIT_MS));
   /* The resumed stream asked with what the sink held (a, b, c). */
   size_t nj = mcp_sink_state_journal_count(e.state);
   int found = 0;
@@ -252,10 +256,10 @@ START_TEST(sink_finish_half_closes_and_the_source_ends_ok) {
   env_init(&e, 0);
   start_source(&e, MCP_H2C_LISTEN, "127.0.0.1:0");
   start_sink(&e, MCP_H2C_DIAL, loopback(mcp_h2c_source_port(e.src)));
-  ck_assert(h2t_run_until(&e.loop, source_acked_both, &e, 5000));
+  ck_assert(h2t_run_until(&e.loop, source_acked_both, &e, WAIT_MS));
   ck_assert_int_eq(e.opened, 2); /* the source's stream and the sink's */
   ck_assert_int_eq(mcp_h2c_sink_finish(e.sink), 0);
-  ck_assert(h2t_run_until(&e.loop, closed2, &e, 5000));
+  ck_assert(h2t_run_until(&e.loop, closed2, &e, WAIT_MS));
   ck_assert_int_eq(e.source_statuses, 2);
   ck_assert_int_eq(e.source_acks, 2);
   h2t_run_for(&e.loop, 10 * 50); /* ten backoff delays: no new stream */
@@ -273,10 +277,10 @@ START_TEST(listening_sink_finish_ends_ok_after_its_answers) {
   env_init(&e, 0);
   start_sink(&e, MCP_H2C_LISTEN, "127.0.0.1:0");
   start_source(&e, MCP_H2C_DIAL, loopback(mcp_h2c_sink_port(e.sink)));
-  ck_assert(h2t_run_until(&e.loop, source_acked_both, &e, 5000));
+  ck_assert(h2t_run_until(&e.loop, source_acked_both, &e, WAIT_MS));
   ck_assert_int_eq(e.opened, 2); /* the source's stream and the sink's */
   ck_assert_int_eq(mcp_h2c_sink_finish(e.sink), 0);
-  ck_assert(h2t_run_until(&e.loop, closed2, &e, 5000));
+  ck_assert(h2t_run_until(&e.loop, closed2, &e, WAIT_MS));
   ck_assert_int_eq(e.source_statuses, 2); /* both ends: OK */
   ck_assert_int_eq(e.source_acks, 2);
   env_fini(&e);
@@ -296,13 +300,13 @@ START_TEST(source_dials_sink) {
   start_sink(&e, MCP_H2C_LISTEN, "127.0.0.1:0");
   int port = mcp_h2c_sink_port(e.sink);
   start_source(&e, MCP_H2C_DIAL, loopback(port));
-  ck_assert(h2t_run_until(&e.loop, both_synced_and_acked, &e, 5000));
+  ck_assert(h2t_run_until(&e.loop, both_synced_and_acked, &e, WAIT_MS));
   /* The dialing source sent the trigger; our sink NACKed it; our source
    * ignored the NACK. */
   ck_assert_int_eq(e.triggers_ignored, 1);
   th_put(e.store, "c1", "c", "1", "C", mcp_h2c_now());
   mcp_h2c_source_notify(e.src);
-  ck_assert(h2t_run_until(&e.loop, acked2, &e, 5000));
+  ck_assert(h2t_run_until(&e.loop, acked2, &e, WAIT_MS));
   mcp_h2c_stats st;
   mcp_h2c_sink_stats(e.sink, &st);
   ck_assert_uint_eq(st.streams, 1);
@@ -326,7 +330,7 @@ START_TEST(unknown_method_seen_by_client) {
   ck_assert_int_eq(mcp_sink_state_new(&other, &so), 0);
   mcp_h2c_sink *dialer;
   ck_assert_int_eq(mcp_h2c_sink_new(&dialer, &e.loop, &o, other), 0);
-  ck_assert(h2t_run_until(&e.loop, closed1, &e, 5000));
+  ck_assert(h2t_run_until(&e.loop, closed1, &e, WAIT_MS));
   ck_assert_int_eq(e.last_status, MCP_CODE_UNIMPLEMENTED);
   ck_assert_msg(strstr(e.last_details, "not served") != NULL, "%s",
                 e.last_details);
@@ -345,7 +349,7 @@ START_TEST(unix_socket) {
   start_source(&e, MCP_H2C_LISTEN, addr);
   ck_assert_int_eq(mcp_h2c_source_port(e.src), 0);
   start_sink(&e, MCP_H2C_DIAL, addr);
-  ck_assert(h2t_run_until(&e.loop, synced, &e, 5000));
+  ck_assert(h2t_run_until(&e.loop, synced, &e, WAIT_MS));
   env_fini(&e);
   ck_assert_int_ne(access(path, F_OK), 0); /* removed on shutdown */
 }
@@ -358,7 +362,7 @@ START_TEST(dial_by_name) {
   char addr[64];
   snprintf(addr, sizeof(addr), "localhost:%d", mcp_h2c_source_port(e.src));
   start_sink(&e, MCP_H2C_DIAL, addr);
-  ck_assert(h2t_run_until(&e.loop, synced, &e, 5000));
+  ck_assert(h2t_run_until(&e.loop, synced, &e, WAIT_MS));
   env_fini(&e);
 }
 END_TEST
@@ -389,7 +393,9 @@ static void worker(void *arg) {
   th_ctx *t = arg;
   ck_assert_int_eq(mcp_h2c_source_update(t->e->src, add_x, NULL), 0);
   ck_assert_int_eq(mcp_h2c_source_call(t->e->src, add_y, NULL), 0);
-  for (int i = 0; i < 500; ++i) {
+  /* Polls for 20 s or more: a failure deadline (under the test's 30 s),
+   * not the expected time. */
+  for (int i = 0; i < 2000; ++i) {
     size_t n = 0;
     ck_assert_int_eq(mcp_h2c_sink_call(t->e->sink, read_state, &n), 0);
     if (n == 4) {
@@ -414,14 +420,14 @@ START_TEST(updates_from_other_threads) {
   env_init(&e, 0);
   start_source(&e, MCP_H2C_LISTEN, "127.0.0.1:0");
   start_sink(&e, MCP_H2C_DIAL, loopback(mcp_h2c_source_port(e.src)));
-  ck_assert(h2t_run_until(&e.loop, synced, &e, 5000));
+  ck_assert(h2t_run_until(&e.loop, synced, &e, WAIT_MS));
   /* On the loop thread, call would wait for itself. */
   ck_assert_int_eq(mcp_h2c_source_call(e.src, noop_store, NULL),
                    MCP_ERR_INVALID_ARGUMENT);
   th_ctx t = {.e = &e};
   uv_thread_t th;
   ck_assert_int_eq(uv_thread_create(&th, worker, &t), 0);
-  int ok = h2t_run_until(&e.loop, worker_done, &t, 8000);
+  int ok = h2t_run_until(&e.loop, worker_done, &t, 25000);
   uv_thread_join(&th);
   ck_assert(ok);
   ck_assert_uint_eq(t.seen, 4);
@@ -470,7 +476,7 @@ START_TEST(delete_while_streaming) {
   env_init(&e, 1);
   start_source(&e, MCP_H2C_LISTEN, "127.0.0.1:0");
   start_sink(&e, MCP_H2C_DIAL, loopback(mcp_h2c_source_port(e.src)));
-  ck_assert(h2t_run_until(&e.loop, synced, &e, 5000));
+  ck_assert(h2t_run_until(&e.loop, synced, &e, WAIT_MS));
   for (int i = 0; i < 20; ++i) {
     char n[16];
     snprintf(n, sizeof(n), "r%d", i);
@@ -534,12 +540,12 @@ static void run_aggregated(mcp_service service) {
       options(&e, MCP_H2C_DIAL, loopback(mcp_h2c_source_port(e.src)));
   mcp_h2c_sink *sink;
   ck_assert_int_eq(mcp_h2c_sink_new(&sink, &e.loop, &o, a.state), 0);
-  ck_assert(h2t_run_until(&e.loop, agg_converged, &a, 5000));
+  ck_assert(h2t_run_until(&e.loop, agg_converged, &a, WAIT_MS));
   th_put(e.store, VS_COLL, "default/a", "2", "A2", mcp_h2c_now());
   ck_assert_int_eq(
       mcp_store_delete(e.store, VS_COLL, "default/b", mcp_h2c_now()), 1);
   mcp_h2c_source_notify(e.src);
-  ck_assert(h2t_run_until(&e.loop, agg_converged, &a, 5000));
+  ck_assert(h2t_run_until(&e.loop, agg_converged, &a, WAIT_MS));
   ck_assert_uint_eq(mcp_sink_state_count(a.state, VS_TYPE), 1);
   ck_assert_int_eq(e.closed, 0);
   mcp_h2c_sink_del(sink);
@@ -608,12 +614,12 @@ START_TEST(debounce_timer) {
   so.debounce = 150 * MCP_MILLISECONDS;
   ck_assert_int_eq(mcp_h2c_source_new(&e.src, &e.loop, &o, &so), 0);
   start_sink(&e, MCP_H2C_DIAL, loopback(mcp_h2c_source_port(e.src)));
-  ck_assert(h2t_run_until(&e.loop, synced, &e, 5000));
+  ck_assert(h2t_run_until(&e.loop, synced, &e, WAIT_MS));
   deb d = {&e, 0};
   uint64_t t0 = uv_hrtime();
   th_put(e.store, "c1", "c", "1", "C", mcp_h2c_now());
   mcp_h2c_source_notify(e.src);
-  ck_assert(h2t_run_until(&e.loop, has_c, &d, 5000));
+  ck_assert(h2t_run_until(&e.loop, has_c, &d, WAIT_MS));
   uint64_t took = uv_hrtime() - t0;
   ck_assert_uint_ge(took, 140 * MCP_MILLISECONDS);
   ck_assert_uint_lt(took, 2 * MCP_SECONDS);

@@ -458,8 +458,13 @@ class EtcdSource(E.Base):
                       "a retry message", src)
         self.assertEqual(E.http_get(self.ops, "/readyz")[0], 503)
         snk = self.sink()
-        time.sleep(0.5)
-        self.assertFalse(snk.synced())  # nothing served before the load
+        # Nothing served before the load: once the source has the sink's
+        # stream (not after a fixed 0.5 s), no push has gone out on it.
+        self.wait_for(lambda: (self.metric("mcp_streams_total") or 0) >= 1,
+                      "the sink's stream at the source", src, snk)
+        self.assertFalse(snk.synced())
+        self.assertEqual(snk.responses(E.VS), [])
+        self.assertIn(self.metric("mcp_pushes_total"), (None, 0.0))
         self.etcd.start()
         a = vs("a", ["a"])
         ra = self.etcd.put(key_of(a), a)

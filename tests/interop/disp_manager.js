@@ -43,7 +43,7 @@
 //   {"event":"listening","address"}
 //   {"event":"session","node","session_id","resumed":BOOL}
 //   {"event":"session_end","node","session_id","why"}     replaced | expired | dropped | forgotten
-//   {"event":"heartbeat","node","session_id"}
+//   {"event":"heartbeat","node","session_id","ms"}   ms: when it arrived (monotonic)
 //   {"event":"rejected","method","session_id","code","details"}
 //   {"event":"task_status","node","session_id","task_id","state","message","timestamp"}
 //   {"event":"sent","node","session_id","type","applies_to","results_in",
@@ -176,7 +176,7 @@ function Heartbeat(call, cb) {
   const s = lookup('Heartbeat', call, call.request.session_id, cb);
   if (!s) return;
   arm(s);
-  c.emit({ event: 'heartbeat', node: s.node, session_id: s.id });
+  c.emit({ event: 'heartbeat', node: s.node, session_id: s.id, ms: performance.now() });
   cb(null, { period: { seconds: String(Math.floor(PERIOD_MS / 1000)), nanos: (PERIOD_MS % 1000) * 1e6 } });
 }
 
