@@ -130,19 +130,26 @@ PROGRESS = [0]  # lines read so far, by all children
 
 
 class Lines:
-    """A child's stdout lines, each stamped when read."""
+    """A child's stdout (or, with stderr=True, its log on stderr) lines,
+    each stamped when read."""
 
-    def __init__(self, argv):
+    def __init__(self, argv, stderr=False):
         self.argv = argv
-        self.p = subprocess.Popen(argv, stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL, text=True,
-                                  bufsize=1)
+        self.p = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL if stderr else subprocess.PIPE,
+            stderr=subprocess.PIPE if stderr else subprocess.DEVNULL,
+            text=True, bufsize=1)
+        self.out = self.p.stderr if stderr else self.p.stdout
         self.lines, self.eof = [], False
         threading.Thread(target=self.read, daemon=True).start()
 
+    def seen(self, line):
+        """Called on the reader thread, before waiters are woken."""
+
     def read(self):
-        for line in self.p.stdout:
+        for line in self.out:
             t = time.monotonic_ns()
+            self.seen(line)
             with EVENTS:
                 self.lines.append((t, line))
                 PROGRESS[0] += 1
@@ -169,7 +176,7 @@ def metric(port, name):
     return 0.0
 
 
-def wait(cond, what, stall=60, children=(), procs=()):
+def wait(cond, what, stall=60, children=()):
     """Waits for cond(), re-checked whenever a child prints a line. Fails
     when a child ends, or when |stall| seconds pass without any child
     printing anything: a busy machine is slow, not stuck, so the limit is
@@ -179,12 +186,11 @@ def wait(cond, what, stall=60, children=(), procs=()):
         while not cond():
             for c in children:
                 if c.eof or c.p.poll() is not None:
-                    raise RuntimeError("%s: %s exited (%s)" % (
-                        what, os.path.basename(c.argv[0]), c.p.poll()))
-            for p in procs:
-                if p.poll() is not None:
-                    raise RuntimeError("%s: a replica exited (%s)" % (
-                        what, p.returncode))
+                    c.p.wait()
+                    tail = "".join(l for _, l in c.lines[-5:])
+                    raise RuntimeError("%s: %s exited (%s); its last lines:\n%s"
+                                       % (what, os.path.basename(c.argv[0]),
+                                          c.p.returncode, tail))
             if PROGRESS[0] != seen:
                 seen, quiet_since = PROGRESS[0], time.monotonic()
             left = quiet_since + stall - time.monotonic()
@@ -196,13 +202,31 @@ def wait(cond, what, stall=60, children=(), procs=()):
             EVENTS.wait(min(left, 1.0))
 
 
-def replica(build, transport, endpoints, addr, ops, tmp, name):
-    log = open(os.path.join(tmp, name + ".log"), "w")
-    return subprocess.Popen(
-        [os.path.join(build, "tools", "mcp-source"), "--transport", transport,
-         "--etcd", ",".join(endpoints), "--listen", addr, "--debounce", "0",
-         "--debug-listen", "127.0.0.1:%d" % ops],
-        stdout=log, stderr=log)
+class Replica(Lines):
+    """An mcp-source --etcd replica on ports it picks itself (port 0: no
+    race with another process for a free port). Its log lines are read
+    like a sink's output and copied to tmp/name.log; addr and ops are
+    known once it says it serves them (ready())."""
+
+    def __init__(self, build, transport, endpoints, tmp, name):
+        self.log = open(os.path.join(tmp, name + ".log"), "w")
+        self.addr = self.ops = None
+        super().__init__(
+            [os.path.join(build, "tools", "mcp-source"), "--transport",
+             transport, "--etcd", ",".join(endpoints), "--listen",
+             "127.0.0.1:0", "--debounce", "0", "--debug-listen",
+             "127.0.0.1:0"], stderr=True)
+
+    def seen(self, line):
+        self.log.write(line)
+        self.log.flush()
+        if self.addr is None and "serving ResourceSource on " in line:
+            self.addr = line.split(" on ", 1)[1].split()[0]
+        if self.ops is None and "debug endpoints on http://" in line:
+            self.ops = int(line.rsplit(":", 1)[1].strip().rstrip("/"))
+
+    def ready(self):
+        return self.addr is not None and self.ops is not None
 
 
 class Acks:
@@ -233,28 +257,30 @@ def propagation(args, tmp, etcd):
         etcd.put(key("p%03d" % i), vs_doc("p%03d" % i, 0))
     reps, loads = [], []
     for r in range(3):
-        addr, ops = "127.0.0.1:%d" % free_port(), free_port()
         eps = etcd.endpoints[r:] + etcd.endpoints[:r]
-        reps.append(replica(args.build_dir, args.transport, eps, addr, ops,
-                            tmp, "replica%d" % r))
+        reps.append(Replica(args.build_dir, args.transport, eps, tmp,
+                            "replica%d" % r))
+    wait(lambda: all(r.ready() for r in reps), "the replicas listen",
+         children=reps)
+    for r in reps:
         loads.append(Lines([os.path.join(args.build_dir, "tools",
                                          "mcp-load-sink"),
                             "--transport", args.transport, "--streams",
                             str(streams), "--collection", VS, "--connect",
-                            addr, "--incremental"]))
+                            r.addr, "--incremental"]))
     total = 3 * streams
     acks = Acks(loads)
     # Everyone synced: each stream ACKed a push of 100 resources.
     acks.start('"n":100')
     wait(lambda: acks.count() == total, "%d streams synced" % total,
-         children=loads, procs=reps)
+         children=loads + reps)
     lat = []
     for rnd in range(rounds):
         acks.start()
         t0 = time.monotonic_ns()
         etcd.put(key("p%03d" % rnd), vs_doc("p%03d" % rnd, rnd + 1))
         wait(lambda: acks.count() == total, "round %d at every stream" % rnd,
-             children=loads, procs=reps)
+             children=loads + reps)
         lat += [(t - t0) / 1e6 for t in acks.got.values()]
     lat.sort()
     p50, p99 = lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * .99))]
@@ -262,36 +288,30 @@ def propagation(args, tmp, etcd):
          (rounds, total))
     bench("etcd_propagation_p50_ms", p50, "ms")
     bench("etcd_propagation_p99_ms", p99, "ms")
-    for x in loads:
+    for x in loads + reps:
         x.stop()
-    for p in reps:
-        p.kill()
-        p.wait()
 
 
 def failover(args, tmp, etcd):
     n = args.resources or (200 if args.quick else 1000)
     for i in range(n):
         etcd.put(key("f%04d" % i), vs_doc("f%04d" % i, 0, pad=1000))
-    a_addr, a_ops = "127.0.0.1:%d" % free_port(), free_port()
-    b_addr, b_ops = "127.0.0.1:%d" % free_port(), free_port()
-    a = replica(args.build_dir, args.transport, etcd.endpoints, a_addr, a_ops,
-                tmp, "A")
-    b = replica(args.build_dir, args.transport, etcd.endpoints[1:], b_addr,
-                b_ops, tmp, "B")
+    a = Replica(args.build_dir, args.transport, etcd.endpoints, tmp, "A")
+    b = Replica(args.build_dir, args.transport, etcd.endpoints[1:], tmp, "B")
+    wait(lambda: a.ready() and b.ready(), "replicas A and B listen",
+         children=[a, b])
     sink = Lines([os.path.join(args.build_dir, "tools", "mcp-sink"),
                   "--transport", args.transport, "--connect",
-                  a_addr + "," + b_addr, "--incremental", "--json",
+                  a.addr + "," + b.addr, "--incremental", "--json",
                   "--collection", VS])
     wait(lambda: any('"synced"' in line for _, line in sink.since(0)[0]),
-         "the sink synced", children=[sink], procs=[a, b])
+         "the sink synced", children=[sink, a, b])
     # The sink picks either replica: the one that sent is the one to
     # kill. Its counter is the transport's, published at the source's next
     # metrics refresh, so a scrape right after the sync may still read 0.
     deadline = time.monotonic() + 30
     while True:
-        sent = {r: metric(ops, "mcp_sent_bytes_total")
-                for r, ops in ((a, a_ops), (b, b_ops))}
+        sent = {r: metric(r.ops, "mcp_sent_bytes_total") for r in (a, b)}
         if any(sent.values()) or time.monotonic() > deadline:
             break
         time.sleep(0.05)
@@ -299,10 +319,9 @@ def failover(args, tmp, etcd):
         sys.exit("neither replica's mcp_sent_bytes_total moved after the "
                  "sink synced")
     if not sent[a]:
-        a, b, a_ops, b_ops = b, a, b_ops, a_ops
+        a, b = b, a
     full = sent[a]
-    a.kill()
-    a.wait()
+    a.stop()
     for i in range(10):
         etcd.put(key("f%04d" % i), vs_doc("f%04d" % i, 1, pad=1000))
 
@@ -314,18 +333,16 @@ def failover(args, tmp, etcd):
                 got |= {r["name"] for r in e["resources"]
                         if r["version"] and e["incremental"]}
         return all("default/f%04d" % i in got for i in range(10))
-    wait(moved, "the sink got the 10 changes from B", children=[sink],
-         procs=[b])
+    wait(moved, "the sink got the 10 changes from B", children=[sink, b])
     time.sleep(0.2)
-    moved_bytes = metric(b_ops, "mcp_sent_bytes_total")
+    moved_bytes = metric(b.ops, "mcp_sent_bytes_total")
     note("failover: full sync %d bytes from A; after the move %d bytes from "
          "B" % (full, moved_bytes))
     bench("etcd_failover_bytes", moved_bytes, "bytes")
     bench("etcd_full_sync_bytes", full, "bytes")
     bench("etcd_failover_vs_full_sync", moved_bytes / full, "ratio")
     sink.stop()
-    b.kill()
-    b.wait()
+    b.stop()
 
 
 def main():

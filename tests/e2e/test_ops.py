@@ -293,6 +293,20 @@ class SinkDialsSource(Base):
         self.assertEqual(value(o, "mcp_push_ack_latency_seconds_bucket",
                                le="+Inf"), total)
         self.assertEqual(value(s, "istio_mcp_reconnections"), 0)
+        # Message sizes: one observation per push on both sides, the same
+        # encoded messages, and the source's byte total is their sum.
+        sent = 0
+        for c in (VS, DR):
+            n = len(snk.responses(c))
+            for fams in (s, o):
+                self.assertEqual(value(fams, "istio_mcp_message_sizes_bytes_count",
+                                       collection=c), n)
+            size = value(o, "istio_mcp_message_sizes_bytes_sum", collection=c)
+            self.assertGreater(size, 0)
+            self.assertEqual(value(s, "istio_mcp_message_sizes_bytes_sum",
+                                   collection=c), size)
+            sent += size
+        self.assertEqual(value(o, "mcp_sent_bytes_total"), sent)
 
         last = {c: snk.responses(c)[-1] for c in (VS, DR)}
         # The source's view of the stream.

@@ -362,10 +362,8 @@ void tool_ops_event(tool_ops *o, const mcp_event *ev) {
   switch (ev->type) {
   case MCP_EVENT_PUSH:
     ops_metric_inc(o->pushes, c);
-#ifdef OPS_EVENT_HAS_BYTES
     ops_metric_observe(o->sizes, c, (double)ev->bytes);
     ops_metric_add(o->sent_bytes, NULL, (double)ev->bytes);
-#endif
     break;
   case MCP_EVENT_ACK:
     ops_metric_inc(o->acks, c);
@@ -374,9 +372,7 @@ void tool_ops_event(tool_ops *o, const mcp_event *ev) {
                          (double)ev->latency / (double)MCP_SECONDS);
     } else {
       ops_metric_inc(o->pushes, c);
-#ifdef OPS_EVENT_HAS_BYTES
       ops_metric_observe(o->sizes, c, (double)ev->bytes);
-#endif
     }
     break;
   case MCP_EVENT_NACK: {
@@ -385,9 +381,7 @@ void tool_ops_event(tool_ops *o, const mcp_event *ev) {
     ops_metric_inc(o->nacks, v);
     if (o->o.role == TOOL_OPS_SINK) {
       ops_metric_inc(o->pushes, c);
-#ifdef OPS_EVENT_HAS_BYTES
       ops_metric_observe(o->sizes, c, (double)ev->bytes);
-#endif
     }
     break;
   }
