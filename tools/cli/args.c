@@ -253,12 +253,6 @@ int tool_path_safe(const char *rel) {
 
 #define STREAM_RATE_MAX 1000000ul
 
-void tool_sec_stream_rate(const tool_sec_args *a, uint32_t *rate,
-                          uint32_t *burst) {
-  *rate = a->stream_rate_off ? UINT32_MAX : (uint32_t)a->stream_rate;
-  *burst = (uint32_t)a->stream_burst;
-}
-
 /* --stream-rate PER_S[,BURST] | off: 1 or -1 (said on stderr). */
 static int parse_stream_rate(const char *v, tool_sec_args *a) {
   if (strcmp(v, "off") == 0) {

@@ -120,11 +120,6 @@ typedef struct tool_sec_args {
  */
 int tool_sec_parse_arg(int argc, char **argv, int *i, tool_sec_args *a);
 
-/* The library's per-peer stream rate options of --stream-rate: 0 (the
- * default) each, or the values given; "off": a rate of UINT32_MAX. */
-void tool_sec_stream_rate(const tool_sec_args *a, uint32_t *rate,
-                          uint32_t *burst);
-
 /* Any --tls-* file given. */
 int tool_sec_tls(const tool_sec_args *a);
 

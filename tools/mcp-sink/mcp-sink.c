@@ -28,6 +28,7 @@
 #include <uv.h>
 
 #include "cli/args.h"
+#include "cli/endpoint.h"
 #include "util/log.h"
 #include "cli/proc.h"
 #include "mcp-sink/mirror.h"
@@ -981,20 +982,12 @@ int main(int argc, char **argv) {
   uv_signal_start(&app.sigint, on_signal, SIGINT);
   uv_signal_start(&app.sigterm, on_signal, SIGTERM);
 
-  tool_endpoint_options eo = {
-      .mode = listen ? TOOL_LISTEN : TOOL_DIAL,
-      .address = address,
-      .rand = tool_rand,
-      .on_stream = on_stream,
-      .user_data = &app,
-      .http = tool_ops_http, /* h2c: the debug endpoints on its port */
-      .http_user_data = app.ops,
-      .tls = {sec.tls_cert, sec.tls_key, sec.tls_ca, sec.tls_server_name},
-      .acl = tool_access_acl(app.access),
-      .on_refused = on_refused,
-      .max_streams_per_connection = (int)sec.max_streams_per_connection,
-  };
-  tool_sec_stream_rate(&sec, &eo.peer_stream_rate, &eo.peer_stream_burst);
+  tool_endpoint_options eo = tool_endpoint_base(&sec, app.access, app.ops);
+  eo.mode = listen ? TOOL_LISTEN : TOOL_DIAL;
+  eo.address = address;
+  eo.on_stream = on_stream;
+  eo.on_refused = on_refused;
+  eo.user_data = &app;
   errno = 0; /* the transport sets it when it cannot bind */
   if ((rv = app.tp->sink_new(&app.ep, &app.loop, &eo, app.state)) < 0) {
     log_error("cannot %s %s: %s", listen ? "listen on" : "dial", address,

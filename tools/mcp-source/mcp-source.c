@@ -22,6 +22,7 @@
 #include <uv.h>
 
 #include "cli/args.h"
+#include "cli/endpoint.h"
 #include "loader/loader.h"
 #include "etcd/etcd_publish.h"
 #include "etcd/etcd_source.h"
@@ -1937,24 +1938,16 @@ int main(int argc, char **argv) {
     sopts.version_reached_user_data = &app;
   }
   sopts.debounce = debounce_of(&args);
-  tool_endpoint_options eo = {
-      .mode = connect ? TOOL_DIAL : TOOL_LISTEN,
-      .address = address,
-      .rand = tool_rand,
-      .on_stream = on_stream,
-      .user_data = &app,
-      .http = tool_ops_http, /* h2c: the debug endpoints on its port */
-      .http_user_data = app.ops,
-      .tls = {args.sec.tls_cert, args.sec.tls_key, args.sec.tls_ca,
-              args.sec.tls_server_name},
-      .acl = tool_access_acl(app.access),
-      .max_streams_per_connection = (int)args.sec.max_streams_per_connection,
-      .on_refused = on_refused,
-      .services = app.nservices ? app.services : NULL,
-      .nservices = app.nservices,
-      .no_mcp = !(app.apis & API_MCP),
-  };
-  tool_sec_stream_rate(&args.sec, &eo.peer_stream_rate, &eo.peer_stream_burst);
+  tool_endpoint_options eo =
+      tool_endpoint_base(&args.sec, app.access, app.ops);
+  eo.mode = connect ? TOOL_DIAL : TOOL_LISTEN;
+  eo.address = address;
+  eo.on_stream = on_stream;
+  eo.on_refused = on_refused;
+  eo.user_data = &app;
+  eo.services = app.nservices ? app.services : NULL;
+  eo.nservices = app.nservices;
+  eo.no_mcp = !(app.apis & API_MCP);
   uv_loop_init(&app.loop);
   expiry_init(&app);
   errno = 0; /* the transport sets it when it cannot bind */
