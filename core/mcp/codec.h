@@ -120,10 +120,9 @@ int mcp__request_encode(const mcp_request_out *o, const char *coll,
 void mcp__push_header(mcp_msg_builder *b, const mcp_codec *cd,
                       const char *version, const char *key, const char *nonce,
                       int incremental);
-/* One removed name. (A resource is the store's encoding, shared:
- * mcp_msg_builder_resource() with cd->resources.) */
-void mcp__push_removed(mcp_msg_builder *b, const mcp_codec *cd,
-                       const char *name);
+/* The rest is the engine's: a resource is the store's encoding, shared
+ * (mcp_msg_builder_resource() with cd->resources), a removed name a
+ * length-delimited field cd->removed (mcp_msg_builder_len_field()). */
 
 /* ---- pushes, read by the sink (codec_push.c) ---- */
 

@@ -44,15 +44,6 @@ void mcp__push_header(mcp_msg_builder *b, const mcp_codec *cd,
   }
 }
 
-void mcp__push_removed(mcp_msg_builder *b, const mcp_codec *cd,
-                       const char *name) {
-  size_t l = strlen(name);
-  uint8_t *p = mcp_msg_builder_reserve(b, mcp_wire_len_field_size(l));
-  if (p) {
-    mcp_wire_put_len_field(p, cd->removed, name, l);
-  }
-}
-
 /* ---- reading pushes (the sink) ---- */
 
 int mcp__push_parse(const mcp_mem *m, mcp_service service,

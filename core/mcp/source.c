@@ -1084,7 +1084,7 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
     for (size_t i = 0; x.found < rs->map.n && i < rs->map.cap; ++i) {
       const char *name = rs->map.slots[i].key;
       if (name && !mcp_coll_get(c, name, NULL, &it)) {
-        mcp__push_removed(x.b, cd, name);
+        mcp_msg_builder_len_field(x.b, cd->removed, name, strlen(name));
         x.nrem++;
       }
     }
