@@ -9,9 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli/args.h"
+#include "filever.h"
 #include "transport/shim.h"
 #include "util/log.h"
 
@@ -301,13 +301,7 @@ void tool_access_del(tool_access *a) {
 struct tool_tls_watch {
   const tool_transport *tp;
   tool_tls_options tls;
-  struct {
-    int ok; /* stat() succeeded */
-    dev_t dev;
-    ino_t ino;
-    off_t size;
-    struct timespec mtime;
-  } sig[3];
+  mcp_filever sig[3];
   int broken; /* the files as last seen cannot be used */
   uv_timer_t timer;
 };
@@ -319,23 +313,12 @@ static int tls_files_changed(tool_tls_watch *w) {
   const char *f[3] = {w->tls.cert_file, w->tls.key_file, w->tls.ca_file};
   int changed = 0;
   for (int i = 0; i < 3; i++) {
-    struct stat st;
-    int ok = f[i] && stat(f[i], &st) == 0;
+    mcp_filever v;
     if (!f[i])
       continue;
-    if (ok != w->sig[i].ok ||
-        (ok && (st.st_dev != w->sig[i].dev || st.st_ino != w->sig[i].ino ||
-                st.st_size != w->sig[i].size ||
-                st.st_mtim.tv_sec != w->sig[i].mtime.tv_sec ||
-                st.st_mtim.tv_nsec != w->sig[i].mtime.tv_nsec)))
-      changed = 1;
-    w->sig[i].ok = ok;
-    if (ok) {
-      w->sig[i].dev = st.st_dev;
-      w->sig[i].ino = st.st_ino;
-      w->sig[i].size = st.st_size;
-      w->sig[i].mtime = st.st_mtim;
-    }
+    (void)mcp_filever_stat(f[i], &v); /* gone: a version too */
+    changed |= !mcp_filever_eq(&v, &w->sig[i]);
+    w->sig[i] = v;
   }
   return changed;
 }

@@ -10,6 +10,7 @@
 
 #include <grpc/grpc_security.h>
 
+#include "filever.h"
 #include "internal.h"
 
 #define TLS_MAX_FILE (1 << 20)
@@ -17,19 +18,11 @@
 
 enum { TLS_CERT, TLS_KEY, TLS_CA, TLS_NFILES };
 
-/* What identifies one version of a file. */
-typedef struct tls_sig {
-  dev_t dev;
-  ino_t ino;
-  off_t size;
-  struct timespec mtime;
-} tls_sig;
-
 struct mcp_grpc_tls {
   mcp_mem mem; /* the object's (gRPC's threads use it too) */
   pthread_mutex_t mu; /* gRPC's threads call the fetcher */
   char *path[TLS_NFILES]; /* NULL when not set */
-  tls_sig sig[TLS_NFILES];
+  mcp_filever sig[TLS_NFILES];
   char *pem[TLS_NFILES];
   uint64_t gen;        /* bumped by each successful load */
   uint64_t served_gen; /* LISTEN: the generation gRPC was given */
@@ -42,22 +35,8 @@ static void errf(char *err, size_t errlen, const char *what, const char *path,
     snprintf(err, errlen, "%s %s: %s", what, path, why);
 }
 
-static void sig_of(const struct stat *st, tls_sig *sig) {
-  memset(sig, 0, sizeof(*sig));
-  sig->dev = st->st_dev;
-  sig->ino = st->st_ino;
-  sig->size = st->st_size;
-  sig->mtime = st->st_mtim;
-}
-
-static int sig_eq(const tls_sig *a, const tls_sig *b) {
-  return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
-         a->mtime.tv_sec == b->mtime.tv_sec &&
-         a->mtime.tv_nsec == b->mtime.tv_nsec;
-}
-
 /* Reads a whole PEM file into a malloc'd NUL-terminated string. */
-static int read_pem(const mcp_mem *mem, const char *path, char **out, tls_sig *sig, char *err,
+static int read_pem(const mcp_mem *mem, const char *path, char **out, mcp_filever *sig, char *err,
                     size_t errlen) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -115,7 +94,7 @@ static int read_pem(const mcp_mem *mem, const char *path, char **out, tls_sig *s
     mcp_grpc_free(mem, buf);
     return MCP_ERR_INVALID_ARGUMENT;
   }
-  sig_of(&st, sig);
+  mcp_filever_of(&st, sig);
   *out = buf;
   return 0;
 }
@@ -142,7 +121,7 @@ int mcp_grpc_tls_wanted(const mcp_grpc_tls_options *o) {
  * generation, on failure changes nothing. */
 static int load(mcp_grpc_tls *t, char *err, size_t errlen) {
   char *pem[TLS_NFILES] = {NULL, NULL, NULL};
-  tls_sig sig[TLS_NFILES];
+  mcp_filever sig[TLS_NFILES];
   memset(sig, 0, sizeof(sig));
   for (int i = 0; i < TLS_NFILES; i++) {
     if (!t->path[i])
@@ -173,16 +152,12 @@ static void refresh(mcp_grpc_tls *t) {
   t->checked = now;
   int changed = 0;
   for (int i = 0; i < TLS_NFILES && !changed; i++) {
-    struct stat st;
-    tls_sig sig;
+    mcp_filever v;
     if (!t->path[i])
       continue;
-    if (stat(t->path[i], &st) < 0) {
-      changed = 1; /* gone (perhaps mid-rename): load() decides */
-      continue;
-    }
-    sig_of(&st, &sig);
-    changed = !sig_eq(&sig, &t->sig[i]);
+    /* Gone (perhaps mid-rename) is a change too: load() decides. */
+    (void)mcp_filever_stat(t->path[i], &v);
+    changed = !mcp_filever_eq(&v, &t->sig[i]);
   }
   if (changed)
     (void)load(t, NULL, 0);
@@ -246,7 +221,7 @@ int mcp_grpc_tls_check(const mcp_grpc_tls_options *o, char *err,
   mcp_grpc_mem_init(&libc, NULL);
   for (int i = 0; i < TLS_NFILES; i++) {
     char *pem = NULL;
-    tls_sig sig;
+    mcp_filever sig;
     if (!paths[i])
       continue;
     rv = read_pem(&libc, paths[i], &pem, &sig, err, errlen);

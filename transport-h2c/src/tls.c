@@ -9,29 +9,21 @@
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+#include "filever.h"
 #include "internal.h"
 
 #define TLS_CHECK_EVERY MCP_SECONDS
 
 enum { TLS_CERT, TLS_KEY, TLS_CA, TLS_NFILES };
 
-/* What identifies one version of a file. */
-typedef struct tls_sig {
-  dev_t dev;
-  ino_t ino;
-  off_t size;
-  struct timespec mtime;
-} tls_sig;
-
 struct mcp_h2c_tls {
   int listen;
-  tls_sig sig[TLS_NFILES]; /* of the files of ep->opts.tls (paths_of()) */
+  mcp_filever sig[TLS_NFILES]; /* of the files of ep->opts.tls (paths_of()) */
   SSL_CTX *ctx;       /* the set in use; each SSL holds a reference */
   mcp_tstamp checked; /* when the files were last looked at */
   uint64_t reloads, reload_failures;
@@ -54,29 +46,18 @@ static const char *ossl_reason(char *buf, size_t len) {
   return buf;
 }
 
-static int stat_file(const char *path, tls_sig *sig, char *err,
+static int stat_file(const char *path, mcp_filever *sig, char *err,
                      size_t errlen) {
-  struct stat st;
-  if (stat(path, &st) != 0) {
-    errf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+  int rv = mcp_filever_stat(path, sig);
+  if (rv < 0) {
+    errf(err, errlen, "cannot read %s: %s", path, strerror(-rv));
     return MCP_ERR_IO;
   }
-  if (!S_ISREG(st.st_mode)) {
+  if (!sig->regular) {
     errf(err, errlen, "cannot read %s: %s", path, "not a regular file");
     return MCP_ERR_IO;
   }
-  memset(sig, 0, sizeof(*sig));
-  sig->dev = st.st_dev;
-  sig->ino = st.st_ino;
-  sig->size = st.st_size;
-  sig->mtime = st.st_mtim;
   return 0;
-}
-
-static int sig_eq(const tls_sig *a, const tls_sig *b) {
-  return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
-         a->mtime.tv_sec == b->mtime.tv_sec &&
-         a->mtime.tv_nsec == b->mtime.tv_nsec;
 }
 
 /* The server picks h2 (gRPC), else http/1.1 (plain HTTP: /healthz); a
@@ -190,7 +171,7 @@ static void paths_of(const mcp_h2c_tls_options *o,
 
 /* Reads the files of |o| into a new context; |sig| gets their versions. */
 static int load(const mcp_h2c_tls_options *o, int listen, SSL_CTX **out,
-                tls_sig sig[TLS_NFILES], char *err, size_t errlen) {
+                mcp_filever sig[TLS_NFILES], char *err, size_t errlen) {
   const char *paths[TLS_NFILES];
   paths_of(o, paths);
   for (int i = 0; i < TLS_NFILES; i++) {
@@ -219,7 +200,7 @@ int mcp_h2c_tls_check(const mcp_h2c_tls_options *tls, int listen, char *err,
   if (rv < 0)
     return rv;
   SSL_CTX *ctx = NULL;
-  tls_sig sig[TLS_NFILES];
+  mcp_filever sig[TLS_NFILES];
   rv = load(tls, listen, &ctx, sig, err, errlen);
   SSL_CTX_free(ctx);
   return rv;
@@ -263,15 +244,15 @@ static void refresh(mcp_h2c_ep *ep) {
   paths_of(&ep->opts.tls, paths);
   int changed = 0;
   for (int i = 0; i < TLS_NFILES && !changed; i++) {
-    tls_sig s;
+    mcp_filever s;
     if (paths[i] &&
-        (stat_file(paths[i], &s, NULL, 0) < 0 || !sig_eq(&s, &t->sig[i])))
+        (stat_file(paths[i], &s, NULL, 0) < 0 || !mcp_filever_eq(&s, &t->sig[i])))
       changed = 1;
   }
   if (!changed)
     return;
   SSL_CTX *ctx = NULL;
-  tls_sig sig[TLS_NFILES];
+  mcp_filever sig[TLS_NFILES];
   memset(sig, 0, sizeof(sig));
   if (load(&ep->opts.tls, t->listen, &ctx, sig, NULL, 0) < 0) {
     /* A half-written rotation: the set in use stays, and the next
