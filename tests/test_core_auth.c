@@ -191,6 +191,21 @@ START_TEST(test_admit_key_identity_first) {
 }
 END_TEST
 
+/* Which TLS files make a set: one rule for every transport. */
+START_TEST(test_tls_files_need_pairs_and_a_listener_a_certificate) {
+  for (int listen = 0; listen < 2; listen++) {
+    ck_assert_ptr_nonnull(strstr(mcp_tls_files_check(1, 0, listen),
+                                 "needs its key"));
+    ck_assert_ptr_nonnull(strstr(mcp_tls_files_check(0, 1, listen),
+                                 "needs its key"));
+    ck_assert_ptr_null(mcp_tls_files_check(1, 1, listen));
+  }
+  ck_assert_ptr_null(mcp_tls_files_check(0, 0, 0)); /* a CA alone dials */
+  ck_assert_ptr_nonnull(strstr(mcp_tls_files_check(0, 0, 1),
+                               "listening object needs a certificate"));
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("core_auth");
   TCase *tc = tcase_create("auth");
@@ -199,6 +214,7 @@ int main(void) {
   tcase_add_test(tc, test_authorize_statuses);
   tcase_add_test(tc, test_acl_decisions);
   tcase_add_test(tc, test_admit_key_identity_first);
+  tcase_add_test(tc, test_tls_files_need_pairs_and_a_listener_a_certificate);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -26,6 +26,16 @@ int mcp_authorize(mcp_authorize_fn fn, void *user_data, const mcp_peer *peer,
   return code;
 }
 
+const char *mcp_tls_files_check(int cert, int key, int listen) {
+  if (!cert != !key) {
+    return "a certificate needs its key, and a key its certificate";
+  }
+  if (listen && !cert) {
+    return "a listening object needs a certificate and its key";
+  }
+  return NULL;
+}
+
 void mcp_peer_admit_key(const mcp_peer *peer, char *buf, size_t len) {
   if (!len)
     return;

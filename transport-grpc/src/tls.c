@@ -101,16 +101,10 @@ static int read_pem(const mcp_mem *mem, const char *path, char **out, mcp_fileve
 
 static int check_combination(const mcp_grpc_tls_options *o, int listen,
                              char *err, size_t errlen) {
-  const char *why = NULL;
-  if (!o->cert_file != !o->key_file)
-    why = "a certificate needs its key, and a key its certificate";
-  else if (listen && !o->cert_file)
-    why = "a listening object needs a certificate and its key";
-  if (!why)
-    return 0;
-  if (err && errlen)
+  const char *why = mcp_tls_files_check(!!o->cert_file, !!o->key_file, listen);
+  if (why && err && errlen)
     snprintf(err, errlen, "TLS: %s", why);
-  return MCP_ERR_INVALID_ARGUMENT;
+  return why ? MCP_ERR_INVALID_ARGUMENT : 0;
 }
 
 int mcp_grpc_tls_wanted(const mcp_grpc_tls_options *o) {

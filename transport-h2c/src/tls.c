@@ -150,15 +150,10 @@ fail:
 
 static int check_combination(const mcp_h2c_tls_options *o, int listen,
                              char *err, size_t errlen) {
-  const char *why = NULL;
-  if (!o->cert_file != !o->key_file)
-    why = "a certificate needs its key, and a key its certificate";
-  else if (listen && !o->cert_file)
-    why = "a listening object needs a certificate and its key";
-  if (!why)
-    return 0;
-  errf(err, errlen, "%s%s", "TLS: ", why);
-  return MCP_ERR_INVALID_ARGUMENT;
+  const char *why = mcp_tls_files_check(!!o->cert_file, !!o->key_file, listen);
+  if (why)
+    errf(err, errlen, "%s%s", "TLS: ", why);
+  return why ? MCP_ERR_INVALID_ARGUMENT : 0;
 }
 
 /* The files of |o| by TLS_CERT, TLS_KEY, TLS_CA (NULL: not set). */

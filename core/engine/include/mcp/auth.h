@@ -83,6 +83,15 @@ MCP_EXTERN int mcp_authorize(mcp_authorize_fn fn, void *user_data,
 MCP_EXTERN void mcp_peer_admit_key(const mcp_peer *peer, char *buf,
                                    size_t len);
 
+/*
+ * The rule on which TLS files make a set, for every transport with TLS:
+ * a certificate needs its key and a key its certificate, and a listening
+ * object (|listen| 1) needs both; a CA alone (a dialer verifying the
+ * server) is a set. |cert| and |key| are 1 when given. Returns NULL, or
+ * why not (a static string).
+ */
+MCP_EXTERN const char *mcp_tls_files_check(int cert, int key, int listen);
+
 /* ------------------------------------------------------------------ */
 /* Identities of a certificate                                         */
 /* ------------------------------------------------------------------ */
