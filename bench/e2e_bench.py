@@ -4,7 +4,8 @@
     bench/e2e_bench.py --build-dir BUILD [--transport grpc,h2c,h2c_tls,grpc_tls]
                        [--quick]
                        [--sinks N] [--changes N] [--rounds N] [--keep]
-                       [--bodies struct|typed] [--per-file N] [PART ...]
+                       [--bodies struct|typed] [--per-file N] [--many N]
+                       [--many-procs N] [--tls-sinks N] [PART ...]
 
 PART: sync1 (initial sync to one sink, and to bench/raw_sink when built)
 and sinks (the same to N sinks started at once, the source's memory per
@@ -15,7 +16,12 @@ default): --many sinks (10,000) of a 1 MB configuration (10 collections x
 4) of many connections each, every connection from its own 127.1.x.y
 address: the initial sync of them all, the source's RSS per idle sink,
 and one changed resource reaching all of them (incremental), p50/p99
-("sinks10k_*" BENCH lines; "sinksN_*" for another N). The driver raises
+("sinks10k_*" BENCH lines; "sinksN_*" for another N). tlsload (issue 23;
+not in the default): --tls-sinks (1,000) incremental sink streams of that
+1 MB configuration in one mcp-load-sink process, every stream its own
+endpoint (over TLS its own handshake), for each transport listed: spawn to
+the last ACK, both sides' CPU, and NAME_tls against NAME as a ratio
+("tls_load1000_*"). The driver raises
 its soft RLIMIT_NOFILE to the hard limit for its children. Every transport listed is measured; one that
 the programs do not have is skipped with a message (not a failure). A
 transport named NAME_tls (h2c_tls, grpc_tls) is NAME over mutual TLS
@@ -51,6 +57,7 @@ failures), 1 otherwise. Standard library only.
 """
 
 import argparse
+import json
 import os
 import random
 import resource
@@ -353,6 +360,23 @@ class RawMany(Proc):
                                  [int(x) for x in f[5:]]))
 
 
+class LoadSink(Proc):
+    """An mcp-load-sink process (many sink streams, one endpoint each):
+    when each (stream, collection) first ACKed a push of |nres|."""
+
+    def __init__(self, name, nres):
+        super().__init__(name)
+        self.nres = nres
+        self.synced = {}  # (stream, collection) -> stamp
+
+    def on_line(self, line, t):
+        if not line.startswith('{"event":"ack"'):
+            return
+        e = json.loads(line)
+        if e["n"] == self.nres:
+            self.synced.setdefault((e["s"], e["c"]), t)
+
+
 def raise_nofile(need):
     """Raises the soft RLIMIT_NOFILE to the hard limit (the children
     inherit it); BenchError when the hard limit is below |need|."""
@@ -606,6 +630,8 @@ class Bench:
             self.raw_bin = None
         self.failed = []
         self.certs = None  # the first *_tls transport makes them
+        self.load_bin = os.path.join(tools, "mcp-load-sink")
+        self.tls_figures = {}  # transport -> (sync s, source CPU s)
 
     # ---- NAME_tls: NAME over mutual TLS ----
 
@@ -1126,6 +1152,69 @@ class Bench:
         finally:
             r.stop(sinks + [src])
 
+    # ---- part 4: TLS against cleartext, many sinks (mcp-load-sink) ----
+
+    def tls_load(self, t, wl):
+        """N incremental sink streams of the 1 MB workload in one
+        mcp-load-sink process (each stream its own endpoint: over TLS its
+        own full handshake), started at once: from the spawn to the last
+        stream's ACK of every collection, and the source's CPU. The same
+        sink program for every transport, so NAME_tls / NAME is what TLS
+        costs (issue 23)."""
+        r = self.reactor
+        n = self.args.tls_sinks
+        colls = [wl.collection(c) for c in range(wl.ncoll)]
+        # All the streams come from 127.0.0.1: the per-peer limits (new
+        # streams: 100/s after 100; h2 TLS handshakes in progress: 32)
+        # would pace them, not TLS.
+        extra = ["--dir", wl.dir, "--stream-rate", "off"]
+        if t == "h2c_tls":
+            extra += ["--tls-handshakes-per-peer", str(n)]
+        src = self.start_source(t, "source (%d load sinks)" % n, extra)
+        k = None
+        try:
+            r.idle(0.3)
+            cpu0 = cpu_ns(src.pid)
+            base, tls = self.tls_args(t, "client")
+            argv = [self.load_bin, "--transport", base, "--streams", str(n),
+                    "--connect", "127.0.0.1:%d" % src.port,
+                    "--incremental"] + tls
+            for c in colls:
+                argv += ["--collection", c]
+            k = LoadSink("mcp-load-sink", wl.nres)
+            r.spawn(k, argv, stdout=True)
+            r.wait(lambda: len(k.synced) == n * len(colls) or k.exited(),
+                   600, "%d load sinks to sync" % n)
+            if len(k.synced) != n * len(colls):
+                raise BenchError("mcp-load-sink exited: %s" %
+                                 " | ".join(k.tail[-3:]))
+            t_sync = (max(k.synced.values()) - k.t_spawn) / 1e9
+            cpu = (cpu_ns(src.pid) - cpu0) / 1e9
+            sink_cpu = cpu_ns(k.pid) / 1e9
+            note("%s: %d load sinks synced in %.2f s, source CPU %.2f s, "
+                 "mcp-load-sink CPU %.2f s; load average %s" % (
+                     t, n, t_sync, cpu, sink_cpu, loadavg()))
+            self.tls_figures[t] = (t_sync, cpu)
+            name = "tls_load%d_initial_sync_s%s" % (
+                n, "" if t == "h2c" else "_" + t)
+            result(name, t_sync, "s", "%s (%d collections) to %d incremental "
+                   "mcp-load-sink streams: spawn to the last ACK" % (
+                       wl.label, wl.ncoll, n))
+            result(name.replace("initial_sync_s", "source_cpu_s"), cpu, "s",
+                   "the source's CPU time for that sync")
+            result(name.replace("initial_sync_s", "sinks_cpu_s"), sink_cpu,
+                   "s", "mcp-load-sink's CPU time (all its streams)")
+            plain = t[:-4] if t.endswith("_tls") else None
+            if plain in self.tls_figures:
+                p_sync, p_cpu = self.tls_figures[plain]
+                ratio = t_sync / p_sync
+                result("tls_load%d_tls_ratio_%s" % (n, plain), ratio, "x",
+                       "%s over mutual TLS against cleartext, %d sinks' "
+                       "initial sync (wall time; source CPU %.2fx)" % (
+                           plain, n, cpu / p_cpu), "<= 1.3", ratio <= 1.3)
+        finally:
+            r.stop([x for x in (k, src) if x])
+
     # ---- one transport ----
 
     def transport(self, t, wl, parts):
@@ -1187,11 +1276,14 @@ def main():
                          "--quick 200)")
     ap.add_argument("--many-procs", type=int, default=4,
                     help="raw_sink processes sharing them (default 4)")
+    ap.add_argument("--tls-sinks", type=int,
+                    help="sink streams of the tlsload part (default 1000, "
+                         "--quick 20)")
     ap.add_argument("parts", nargs="*", default=["sync1", "sinks"])
     args = ap.parse_args()
     for p in args.parts:
-        if p not in ("sync1", "sinks", "sinks10k"):
-            ap.error("unknown part %s (sync1, sinks, sinks10k)" % p)
+        if p not in ("sync1", "sinks", "sinks10k", "tlsload"):
+            ap.error("unknown part %s (sync1, sinks, sinks10k, tlsload)" % p)
     nres = 50 if args.quick else 1000
     per_file = args.per_file or (10 if args.quick else 100)
     if args.per_file:
@@ -1202,6 +1294,7 @@ def main():
     args.rounds = args.rounds or (2 if args.quick else 9)
     args.many = args.many or (200 if args.quick else 10000)
     args.many_changes = 3 if args.quick else args.changes
+    args.tls_sinks = args.tls_sinks or (20 if args.quick else 1000)
 
     def on_term(signum, frame):
         raise SystemExit("signal %d" % signum)
@@ -1228,15 +1321,19 @@ def main():
     try:
         t0 = now()
         many = None
-        if "sinks10k" in args.parts:
+        if "sinks10k" in args.parts or "tlsload" in args.parts:
             # Each sink takes a descriptor in the source and one in a
-            # raw_sink process; the source adds its own (listener, loop,
-            # watches: about 30) and the files it reads.
-            lim = raise_nofile(args.many // args.many_procs + 64)
+            # raw_sink process (tlsload: all in one mcp-load-sink); the
+            # source adds its own (listener, loop, watches: about 30) and
+            # the files it reads.
+            n = args.many if "sinks10k" in args.parts else 0
+            lim = raise_nofile(max(n // args.many_procs,
+                                   args.tls_sinks if "tlsload" in args.parts
+                                   else 0) + 64)
             note("open files: limit %s (the source needs %d: a socket per "
                  "sink, about 30 of its own, and its YAML files while it "
                  "reads them; mcp-source raises its soft limit to the hard "
-                 "one)" % (lim, args.many + 64))
+                 "one)" % (lim, max(n, args.tls_sinks) + 64))
             # About 1 MB: 10 collections x 100 resources of 1 KiB, one
             # YAML file per collection.
             many = Workload(os.path.join(root, "many"), 10, 100, 100, 1024)
@@ -1268,8 +1365,11 @@ def main():
                     b.transport(t, wl, args.parts)
                 # --quick (CI's bench-smoke): one transport only (h2c, the
                 # default, when listed), to keep the smoke test's time flat.
-                if many and not (args.quick and t != quick_t):
+                if many and "sinks10k" in args.parts and \
+                        not (args.quick and t != quick_t):
                     b.sinks_many(t, many)
+                if many and "tlsload" in args.parts:
+                    b.tls_load(t, many)
             except BenchError as e:
                 note("%s: FAILED: %s" % (t, e))
                 b.failed.append(t)

@@ -96,6 +96,11 @@ START_TEST(test_parse) {
     ck_assert_msg(parse(&a, bad) == -1, "accepted --stream-rate %s",
                   bad_rates[k]);
   }
+  const char *hs[] = {"--tls-handshakes-per-peer", "256", NULL};
+  ck_assert_int_eq(parse(&a, hs), 1);
+  ck_assert_uint_eq(a.handshakes_per_peer, 256);
+  const char *hs0[] = {"--tls-handshakes-per-peer=0", NULL};
+  ck_assert_int_eq(parse(&a, hs0), -1);
   /* --allow is not a prefix of --allow-cleartext, nor the reverse. */
   const char *prefix[] = {"--allowx", "y", NULL};
   ck_assert_int_eq(parse(&a, prefix), 0);
@@ -163,6 +168,14 @@ START_TEST(test_check_h2) {
   check(none, 2, 0, "10.0.0.1:1", 0, NULL); /* dialing: no check */
   check(ca, 2, 0, "istiod:15010", 0, NULL);
   check(allow, 2, 0, "istiod:15010", -1, "server's identity");
+  /* The handshake limit: an h2 TLS listener's only. */
+  const char *hs_tls[] = {"--tls-cert", "c", "--tls-key", "k",
+                          "--tls-handshakes-per-peer", "1000", NULL};
+  const char *hs_clear[] = {"--tls-handshakes-per-peer", "1000", NULL};
+  check(hs_tls, 2, 1, "0.0.0.0:1", 0, NULL);
+  check(hs_clear, 2, 1, "127.0.0.1:1", -1, "--tls-handshakes-per-peer");
+  check(hs_tls, 2, 0, "istiod:15010", -1, "with --listen");
+  check(hs_tls, 1, 1, "0.0.0.0:1", -1, "--transport h2");
 }
 END_TEST
 

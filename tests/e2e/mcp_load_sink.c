@@ -7,8 +7,11 @@
  *
  *   mcp-load-sink --streams N --collection NAME... [--connect HOST:PORT[,...]]
  *                 [--transport grpc|h2c] [--incremental | --mixed]
- *                 [--log-level LEVEL]
+ *                 [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]
+ *                 [--tls-server-name NAME] [--log-level LEVEL]
  *
+ * --tls-*: every stream dials over (mutual) TLS with those files, as
+ * mcp-sink does (cli/args.h); each makes its own handshake.
  * --mixed: odd streams ask for incremental pushes, even ones for full state.
  * stdout, one JSON object per line, written whole:
  *   {"event":"ready","streams":N}              every endpoint created
@@ -121,6 +124,7 @@ int main(int argc, char **argv) {
   unsigned long nstreams = 0;
   int incremental = 0, mixed = 0, rv, status = 2;
   tool_strv colls = {0};
+  tool_sec_args sec = {0};
   load_app app;
   memset(&app, 0, sizeof(app));
 
@@ -153,6 +157,9 @@ int main(int argc, char **argv) {
       if (rv < 0)
         goto bad;
       level = v;
+    } else if ((rv = tool_sec_parse_arg(argc, argv, &i, &sec)) != 0) {
+      if (rv < 0)
+        goto bad;
     } else {
       fprintf(stderr, "mcp-load-sink: unknown argument: %s\n", argv[i]);
       goto bad;
@@ -164,6 +171,10 @@ int main(int argc, char **argv) {
   if (nstreams == 0 || colls.n == 0 || tool_log_parse_level(level, &lvl) ||
       tool_check_hostports(connect, 1, &why) != 0)
     goto bad;
+  if (tool_sec_acl(&sec) || sec.allow_cleartext) {
+    fprintf(stderr, "mcp-load-sink: only the --tls-* flags are taken\n");
+    goto bad;
+  }
   tool_log_init("mcp-load-sink", lvl);
   rv = tool_transport_find(transport, &app.tp);
   if (rv != 0) {
@@ -209,6 +220,7 @@ int main(int argc, char **argv) {
         .rand = tool_rand,
         .on_stream = on_stream,
         .user_data = s,
+        .tls = {sec.tls_cert, sec.tls_key, sec.tls_ca, sec.tls_server_name},
     };
     if ((rv = app.tp->sink_new(&s->ep, &app.loop, &eo, s->state)) < 0) {
       s->ep = NULL;
@@ -237,6 +249,7 @@ done:
     mcp_sink_state_del(app.streams[i].state);
   free(app.streams);
   tool_strv_free(&colls);
+  tool_sec_args_free(&sec);
   return status;
 
 bad:
@@ -244,5 +257,6 @@ bad:
   status = 2;
 out:
   tool_strv_free(&colls);
+  tool_sec_args_free(&sec);
   return status;
 }

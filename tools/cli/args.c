@@ -311,6 +311,16 @@ int tool_sec_parse_arg(int argc, char **argv, int *i, tool_sec_args *a) {
     }
     return 1;
   }
+  nrv = tool_arg_value(argc, argv, i, "--tls-handshakes-per-peer", &n);
+  if (nrv != 0) {
+    if (nrv < 0 || tool_parse_ulong(n, 1u << 20, &a->handshakes_per_peer) != 0 ||
+        a->handshakes_per_peer == 0) {
+      fprintf(stderr, "%s: --tls-handshakes-per-peer needs a number from 1 "
+                      "to 1048576\n", tool_log_prog());
+      return -1;
+    }
+    return 1;
+  }
   nrv = tool_arg_value(argc, argv, i, "--stream-rate", &n);
   if (nrv != 0)
     return nrv < 0 ? -1 : parse_stream_rate(n, a);
@@ -416,6 +426,14 @@ int tool_sec_check(const tool_sec_args *a, int tls_capable,
                    const char *transport, int listen, const char *address,
                    char *why, size_t len) {
   int tls = tool_sec_tls(a);
+  if (a->handshakes_per_peer &&
+      (tls_capable != TOOL_SEC_TLS_GUARDED || !listen || !tls)) {
+    snprintf(why, len, "--tls-handshakes-per-peer limits the TLS handshakes "
+                       "a listener of the h2 transport runs at once from one "
+                       "address: give it with --listen, --tls-cert and "
+                       "--tls-key on --transport h2");
+    return -1;
+  }
   if (tls_capable == TOOL_SEC_TLS_GUARDED && !tls &&
       cleartext_refused(a, transport, listen, address, why, len))
     return -1;

@@ -109,6 +109,7 @@ typedef struct tool_sec_args {
   const char *access_list;
   int allow_cleartext;
   unsigned long max_streams_per_connection;
+  unsigned long handshakes_per_peer; /* 0: the transport's default */
   unsigned long stream_rate, stream_burst;
   int stream_rate_off;
 } tool_sec_args;
@@ -143,7 +144,9 @@ int tool_sec_acl(const tool_sec_args *a);
  *   - listening with TLS without --tls-cert and --tls-key; dialing with
  *     only one of them; --tls-server-name when listening or without TLS;
  *   - an access list without identities to check: listening without
- *     --tls-ca (client certificates), dialing without TLS.
+ *     --tls-ca (client certificates), dialing without TLS;
+ *   - --tls-handshakes-per-peer but for a TLS listener of a transport
+ *     that limits handshakes (TOOL_SEC_TLS_GUARDED: h2).
  */
 int tool_sec_check(const tool_sec_args *a, int tls_capable,
                    const char *transport, int listen, const char *address,

@@ -16,5 +16,6 @@ tool_endpoint_options tool_endpoint_base(const tool_sec_args *sec,
       .peer_stream_rate =
           sec->stream_rate_off ? UINT32_MAX : (uint32_t)sec->stream_rate,
       .peer_stream_burst = (uint32_t)sec->stream_burst,
+      .max_handshakes_per_peer = (int)sec->handshakes_per_peer,
   };
 }

@@ -101,6 +101,7 @@ static void usage(FILE *f) {
         "                [--access-list FILE] [--allow-cleartext]\n"
         "                [--max-streams-per-connection N]\n"
         "                [--stream-rate PER_S[,BURST]|off]\n"
+        "                [--tls-handshakes-per-peer N]\n"
         "                [--sync-warn SECONDS] [--sync-timeout SECONDS]\n"
         "                [--descriptor-set FILE]...\n"
         "       " TOOL_SINK_PROTO_SYNOPSIS
@@ -188,6 +189,9 @@ static void usage(FILE *f) {
         "                        waits for a token, or past a quarter of the\n"
         "                        burst waiting is refused RESOURCE_EXHAUSTED;\n"
         "                        off: no per-peer limit\n"
+        "  --tls-handshakes-per-peer N  --listen over TLS, h2: handshakes\n"
+        "                        one address may have in progress (default\n"
+        "                        32; a connection beyond is closed at once)\n"
         "  --version             print the library version and exit\n"
         "  --descriptor-set FILE message types (a FileDescriptorSet) added to "
         "Istio 1.6's,\n"

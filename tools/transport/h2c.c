@@ -217,6 +217,8 @@ static void fill_opts(mcp_h2c_options *ho, const tool_endpoint_options *o,
     ho->peer_stream_rate = o->peer_stream_rate;
   if (o->peer_stream_burst)
     ho->peer_stream_burst = o->peer_stream_burst;
+  if (o->max_handshakes_per_peer > 0)
+    ho->max_handshakes_per_peer = o->max_handshakes_per_peer;
   /* TLS when any file is set (the programs ran tls_check() first); the
    * access list decides on the peer's verified identities. */
   ho->tls.cert_file = o->tls.cert_file;

@@ -119,6 +119,9 @@ typedef struct tool_endpoint_options {
    * peer_stream_burst; 0: the default, 100/s after a burst of 100;
    * UINT32_MAX rate: no limit). */
   uint32_t peer_stream_rate, peer_stream_burst;
+  /* LISTEN over TLS (h2): handshakes in progress from one address (0: the
+   * default, 32); a connection beyond is closed at once. */
+  int max_handshakes_per_peer;
 } tool_endpoint_options;
 
 /* A function run where a client's protocol lives (client_run). */
