@@ -13,9 +13,10 @@
 /*
  * Every field of |sec|'s, |access|'s and |ops|' share: reconnection jitter
  * (tool_rand), the debug endpoints of |ops| on the transport's own port,
- * the TLS files, the access list, the streams per connection, the
- * TLS handshakes per peer and the per-peer stream rate (--stream-rate "off": a rate of UINT32_MAX). The
- * caller sets the mode, the address, its callbacks and the services.
+ * the TLS files, the access list, the streams per connection, the TLS
+ * handshakes per peer and the per-peer stream rate (--stream-rate "off":
+ * a rate of UINT32_MAX). The caller sets the mode, the address, its
+ * callbacks and the services.
  * Strings are borrowed from |sec|; |access| and |ops| (either may be NULL)
  * must outlive the endpoint.
  */
