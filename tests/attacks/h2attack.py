@@ -29,6 +29,7 @@ Run as a script for numbers: python3 h2attack.py ATTACK HOST:PORT [--pid N]
 """
 
 import argparse
+import os
 import select
 import socket
 import ssl
@@ -481,6 +482,52 @@ def status_kib(pid, field):
     return None
 
 
+def open_connections(pid, port):
+    """How many TCP connections on local |port| process |pid| still holds
+    (its fds' sockets, looked up in /proc/PID/net/tcp{,6}; the listening
+    socket not counted); None once it is gone. 0 after an attack: the server
+    read up to our close and closed its side, so it did all it will do with
+    the bytes we sent."""
+    try:
+        fds = os.listdir("/proc/%d/fd" % pid)
+    except OSError:
+        return None
+    inodes = set()
+    for fd in fds:
+        try:
+            link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue  # closed meanwhile
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    n = 0
+    for table in ("tcp", "tcp6"):
+        try:
+            with open("/proc/%d/net/%s" % (pid, table)) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            col = row.split()
+            # local_address (hex ip:port), st (0A: LISTEN), inode
+            if int(col[1].rsplit(":", 1)[1], 16) == port and \
+                    col[3] != "0A" and col[9] in inodes:
+                n += 1
+    return n
+
+
+def wait_closed(pid, port, timeout):
+    """Polls open_connections() until 0 (True) or |timeout| s (False)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        n = open_connections(pid, port)
+        if not n:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+
+
 class RssSampler:
     """Samples VmRSS of |pid| every |interval| seconds in a thread; |peak|
     is the largest seen (KiB), |baseline| the first. With |limit_kib|, sets
@@ -525,8 +572,10 @@ def main():
     ap.add_argument("--budget-mib", type=int, default=256)
     ap.add_argument("--streams", type=int, default=200000)
     ap.add_argument("--seconds", type=float, default=20.0)
-    ap.add_argument("--settle", type=float, default=2.0,
-                    help="seconds after the attack before the last RSS")
+    ap.add_argument("--settle", type=float, default=60.0,
+                    help="after the attack, wait at most this long for the "
+                         "server to close its side (it read all we sent) "
+                         "before the last RSS")
     ap.add_argument("--tls-ca", help="TLS: the CA that verifies the server")
     ap.add_argument("--tls-cert", help="TLS: our certificate (mutual TLS)")
     ap.add_argument("--tls-key", help="TLS: its key")
@@ -541,7 +590,10 @@ def main():
     res = ATTACKS[args.attack](args.address, **kw)
     print(res)
     if sampler:
-        time.sleep(args.settle)
+        port = int(args.address.rsplit(":", 1)[1])
+        if not wait_closed(args.pid, port, args.settle):
+            print("the server still holds a connection after %.0f s"
+                  % args.settle)
         sampler.stop()
         after = status_kib(args.pid, "VmRSS")
         hwm = status_kib(args.pid, "VmHWM")

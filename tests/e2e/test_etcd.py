@@ -675,11 +675,14 @@ class EtcdCluster(E.Base):
             self.ctl("put", key_of(d), data=json.dumps(d))
         a_addr = "127.0.0.1:%d" % E.free_port()
         b_addr = "127.0.0.1:%d" % E.free_port()
+        b_ops = E.free_port()
         a = self.start("mcp-source", ["--etcd", self.endpoints[0],
                                       "--listen", a_addr, "--debounce", "0"])
         # B reads from the third member only, which is about to be frozen.
         b = self.start("mcp-source", ["--etcd", self.endpoints[2],
-                                      "--listen", b_addr, "--debounce", "0"])
+                                      "--listen", b_addr, "--debounce", "0",
+                                      "--debug-listen",
+                                      "127.0.0.1:%d" % b_ops])
         listening(self, a)
         listening(self, b)
         snk = self.start("mcp-sink", ["--connect", a_addr + "," + b_addr,
@@ -703,7 +706,18 @@ class EtcdCluster(E.Base):
                 e.get("peer", "") for e in snk.events("connected")) or
                 b_addr.split(":")[1] in snk.stderr(),
                 "the sink at replica B", snk)
-            time.sleep(1.5)  # B would have answered by now
+            # B has the sink's request (its /debug/syncz knows the
+            # collection): it decided there and then, and pushed nothing.
+            def b_request():
+                st, _, body = E.http_get(b_ops, "/debug/syncz")
+                if st != 200:
+                    return None
+                return [c for s in json.loads(body)["streams"]
+                        for c in s["collections"]
+                        if c["collection"] == E.VS and c["known"]]
+            held = self.wait_for(b_request, "B has the sink's request", b)
+            self.assertEqual([(c["pushes"], c["pending_version"])
+                              for c in held], [(0, "")], held)
             self.assertEqual(snk.responses(E.VS)[before:], [],
                              "a lagging replica answered")
         finally:

@@ -166,12 +166,6 @@ class EngineBase(unittest.TestCase):
             self.skipTest(f'gen_certs.sh failed (openssl?): {p.stderr[-300:]}')
         return lambda name: os.path.join(d, name)
 
-    def quiet(self, p, pred, since, seconds, what):
-        """Nothing matching pred from |since| for |seconds|."""
-        time.sleep(seconds)
-        bad = [l for l in p.lines[since:] if pred(l)]
-        self.assertEqual(bad, [], f'{what}\n{p.describe()}')
-
 
 def main():
     ap = argparse.ArgumentParser(add_help=False)

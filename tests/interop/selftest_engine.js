@@ -45,7 +45,9 @@ function waitFor(ch, pred, what, from = 0) {
 }
 
 const address = async (ch) => (await waitFor(ch, (l) => l.event === 'listening', 'listening')).address;
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+// The 'sent' lines of a peer from index |from| up to the line |end| (a line
+// waitFor returned): a 'reloaded' line comes after all its predecessor sent.
+const sentBetween = (ch, from, end) => ch.lines.slice(from, ch.lines.indexOf(end)).filter((l) => l.event === 'sent');
 
 const tmpDirs = [];
 function tmpDir(prefix) {
@@ -116,6 +118,7 @@ test('destination: first messages, exact diffs, last one gone, service gone', as
   assert.deepStrictEqual(first('10.1.2.3:99').addrs, ['10.1.2.3:99']);
 
   let m = cl.lines.length;
+  const s0 = srv.lines.length;
   const st = JSON.parse(JSON.stringify(DEST_STATE));
   st.services[`${WEB}:8080`].addrs = ['10.0.0.2:8080', { addr: '[fd00::1]:8080', labels: { k8s_pod: 'web-1' } }];
   st.services['empty.default.svc.cluster.local'].addrs = ['10.9.9.9:1'];
@@ -126,12 +129,15 @@ test('destination: first messages, exact diffs, last one gone, service gone', as
   assert.deepStrictEqual([rm.addrs, rm.total], [['10.0.0.1:8080'], 2]);
   const e2 = await waitFor(cl, (l) => l.authority === 'empty.default.svc.cluster.local.', 'empty gets one', m);
   assert.deepStrictEqual([e2.update, e2.addrs], ['add', ['10.9.9.9:1']]);
-  await sleep(200);
-  assert.strictEqual(cl.lines.slice(m).filter((l) => l.event === 'destination').length, 3, 'nothing else changed');
 
   m = cl.lines.length;
   rewrite(f, st, srv); // the same: nothing is sent
-  await waitFor(srv, (l) => l.event === 'reloaded' && l.changed.length === 0, 'no-op reload');
+  const noop = await waitFor(srv, (l) => l.event === 'reloaded' && l.changed.length === 0, 'no-op reload');
+  // Nothing else changed: the server logs every message it sends, in the
+  // SIGHUP handler after its 'reloaded' line, so the next 'reloaded' ends
+  // the list; the client can only have got what was sent.
+  const r1 = await waitFor(srv, (l) => l.event === 'reloaded', 'the reload', s0);
+  assert.strictEqual(sentBetween(srv, srv.lines.indexOf(r1), noop).length, 3, 'nothing else changed');
   st.services[`${WEB}:8080`].addrs = [];
   delete st.services['empty.default.svc.cluster.local'];
   rewrite(f, st, srv);
@@ -235,9 +241,13 @@ test('dispatcher: session, heartbeats, COMPLETE then chained INCREMENTALs by the
   assert.deepStrictEqual([inc2.applies_to, ids(inc2).sort()], [inc.results_in, ['REMOVE secret/s1', 'REMOVE task/t4']]);
   m = ag.lines.length;
   st.tasks.find((t) => t.id === 't3').spec.container.image = 'other';
+  const s3 = mgr.lines.length;
   rewrite(f, st, mgr);
-  await waitFor(mgr, (l) => l.event === 'reloaded', 'reload', 0);
-  await sleep(300);
+  const r3 = await waitFor(mgr, (l) => l.event === 'reloaded', 'reload', s3);
+  rewrite(f, st, mgr); // the same again: its 'reloaded' ends what the one before sent
+  const r4 = await waitFor(mgr, (l) => l.event === 'reloaded', 'the barrier reload', mgr.lines.indexOf(r3) + 1);
+  assert.deepStrictEqual(sentBetween(mgr, mgr.lines.indexOf(r3), r4).filter((l) => l.node.id === 'node-a'), [],
+    'invisible to node-a');
   assert.deepStrictEqual(ag.lines.slice(m).filter((l) => l.event === 'assignments'), [], 'invisible to node-a');
   await stop(ag);
   assert.deepStrictEqual(ag.lines.at(-1).held, { task: ['t2'], secret: [], config: [] });
@@ -309,8 +319,13 @@ test('destination: redundant messages (--repeat) are harmless to the client', as
   const m = cl.lines.length;
   rewrite(f, st, srv);
   await waitFor(cl, (l) => l.update === 'remove', 'remove', m);
-  await sleep(200);
-  const ls = cl.lines.filter((l) => l.event === 'destination');
+  const dest = () => cl.lines.filter((l) => l.event === 'destination');
+  await waitFor(cl, () => dest().length >= 4, 'the repeated remove', m);
+  // What the server sent in all: the no-op reload's line ends the list.
+  rewrite(f, st, srv);
+  const noop = await waitFor(srv, (l) => l.event === 'reloaded' && l.changed.length === 0, 'no-op reload');
+  assert.strictEqual(sentBetween(srv, 0, noop).length, 4, 'sent: the add and the remove, each twice');
+  const ls = dest();
   assert.deepStrictEqual(ls.map((l) => [l.update, l.total]), [['add', 2], ['add', 2], ['remove', 1], ['remove', 1]]);
   await stop(cl);
   await stop(srv);

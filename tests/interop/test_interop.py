@@ -105,6 +105,25 @@ class Proc:
                     raise AssertionError(f'{self.name} {why} waiting for {what}\n{self.describe()}')
                 self.cond.wait(min(left, 0.5))
 
+    def wait_stderr(self, pred, what, timeout=DEADLINE):
+        """Polls stderr (a file: no reader thread to wake us) until
+        pred(text); fails at the deadline or once the child exited."""
+        end = time.monotonic() + timeout
+        while True:
+            gone = self.p.poll() is not None
+            text = self.stderr()
+            if pred(text):
+                return text
+            if gone or time.monotonic() > end:
+                raise AssertionError(f'{self.name} {"exited" if gone else "timed out"} waiting for {what}\n'
+                                     f'{self.describe()}')
+            time.sleep(0.02)
+
+    def index(self, line):
+        """Where |line| (an object wait_for returned) is in self.lines."""
+        with self.cond:
+            return next(i for i, l in enumerate(self.lines) if l is line)
+
     def mark(self):
         with self.cond:
             return len(self.lines)

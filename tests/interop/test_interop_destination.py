@@ -89,7 +89,9 @@ LABELS_WEB = {'k8s_namespace': 'default', 'k8s_service': 'web'}
 
 
 def dest_lines(p, authority, since=0):
-    return [l for l in p.lines[since:] if l.get('event') == 'destination' and l.get('authority') == authority]
+    """p: a Proc or a list of its lines."""
+    lines = p if isinstance(p, list) else p.lines
+    return [l for l in lines[since:] if l.get('event') == 'destination' and l.get('authority') == authority]
 
 
 def held(lines):
@@ -123,6 +125,16 @@ class OurSourceToNodeClient(EngineBase):
         self.cl = self.node_peer('dest_client.js', args)
         return self.cl
 
+    def web_edits(self, cl):
+        """10.1.0.5 comes, then goes: returns web:80's line for the second
+        edit (a barrier: whatever the source wrote before it arrived first)."""
+        for addrs, update in ((WEB3 + ['10.1.0.5'], 'add'), (WEB3, 'remove')):
+            mark = cl.mark()
+            self.write_yaml('default/endpoints.yaml', endpoints_yaml(addrs))
+            r = cl.wait_for(lambda l, u=update: l.get('authority') == f'{WEB}:80' and l.get('update') == u and
+                            l['addrs'] == ['10.1.0.5:8080'], f'the barrier edit ({update} 10.1.0.5)', mark)
+        return r
+
     def first(self, authority):
         return self.cl.wait_for(lambda l: l.get('event') == 'destination' and l.get('authority') == authority,
                                 f'the first message for {authority}')
@@ -152,7 +164,10 @@ class OurSourceToNodeClient(EngineBase):
             self.assertEqual((l['update'], l['exists'], l['total']), ('no_endpoints', exists, 0), l)
         ip = self.first('10.9.8.7:1234')
         self.assertEqual((ip['update'], ip['addrs']), ('add', ['10.9.8.7:1234']))
-        time.sleep(0.3)
+        # Barrier: two edits of web, each a pass of the source over its
+        # streams, all on the one connection: anything more for the literal
+        # would be written before web's second update.
+        self.web_edits(cl)
         self.assertEqual(len(dest_lines(cl, '10.9.8.7:1234')), 1, 'an IP literal: one add, then nothing more')
         bad = [l for l in cl.lines if l.get('event') in ('invalid', 'status')]
         self.assertEqual(bad, [], cl.describe())
@@ -162,40 +177,46 @@ class OurSourceToNodeClient(EngineBase):
         cl = self.start(authorities=auths)
         cl.wait_for(lambda l: l.get('event') == 'synced', 'synced')
         # 10.1.0.1 goes, 10.1.0.5 comes (ready), 10.1.0.4 stays not ready.
-        mark = cl.mark()
+        mark1 = cl.mark()
         self.write_yaml('default/endpoints.yaml', endpoints_yaml(['10.1.0.2', '10.1.0.3', '10.1.0.5']))
+        for a in (f'{WEB}:80', f'{WEB}:9000'):
+            cl.wait_for(lambda l, a=a: l.get('authority') == a and l.get('update') == 'remove', f'remove on {a}', mark1)
+            cl.wait_for(lambda l, a=a: l.get('authority') == a and l.get('update') == 'add' and l['addrs'], f'add on {a}', mark1)
+
+        # An edit that leaves web's addresses as they were (one more not-ready
+        # address), together with a change to v6 (to know it was applied).
+        # It is also the first edit's barrier: the source wrote all it had
+        # for that one before v6's line (one connection, in order).
+        mark2 = cl.mark()
+        self.write_yaml('default/endpoints.yaml', endpoints_yaml(['10.1.0.2', '10.1.0.3', '10.1.0.5'],
+                                                                 web_not_ready=('10.1.0.4', '10.1.0.9'),
+                                                                 v6_addrs=('fd00::2',)))
+        r = cl.wait_for(lambda l: l.get('authority') == V6, 'v6 change', mark1)
+        self.assertEqual((r['update'], r['addrs'], r['total']), ('remove', ['[fd00::1]:8080'], 1))
+        first_edit = cl.lines[mark1:cl.index(r)]
         for a, port in ((f'{WEB}:80', 8080), (f'{WEB}:9000', 9901)):
-            cl.wait_for(lambda l, a=a: l.get('authority') == a and l.get('update') == 'remove', f'remove on {a}', mark)
-            cl.wait_for(lambda l, a=a: l.get('authority') == a and l.get('update') == 'add' and l['addrs'], f'add on {a}', mark)
-            time.sleep(0.2)
-            ls = dest_lines(cl, a, mark)
+            ls = dest_lines(first_edit, a)
             adds = [x for l in ls if l['update'] == 'add' for x in l['addrs']]
             rms = [x for l in ls if l['update'] == 'remove' for x in l['addrs']]
             self.assertEqual((adds, rms), ([f'10.1.0.5:{port}'], [f'10.1.0.1:{port}']), ls)
             self.assertEqual(ls[-1]['total'], 3)
-            self.assertEqual(held(dest_lines(cl, a)), {f'10.1.0.{i}:{port}' for i in (2, 3, 5)})
-        self.assertEqual(dest_lines(cl, V6, mark), [], 'v6 did not change')
-        self.assertEqual(dest_lines(cl, 'empty.default.svc.cluster.local', mark), [])
+            self.assertEqual(held(dest_lines(cl.lines[:cl.index(r)], a)), {f'10.1.0.{i}:{port}' for i in (2, 3, 5)})
+        self.assertEqual(dest_lines(first_edit, V6), [], 'v6 did not change')
+        self.assertEqual(dest_lines(first_edit, 'empty.default.svc.cluster.local'), [])
 
-        # An edit that leaves web's addresses as they were (one more not-ready
-        # address), together with a change to v6 (to know it was applied).
-        mark = cl.mark()
-        self.write_yaml('default/endpoints.yaml', endpoints_yaml(['10.1.0.2', '10.1.0.3', '10.1.0.5'],
-                                                                 web_not_ready=('10.1.0.4', '10.1.0.9'),
-                                                                 v6_addrs=('fd00::2',)))
-        r = cl.wait_for(lambda l: l.get('authority') == V6, 'v6 change', mark)
-        self.assertEqual((r['update'], r['addrs'], r['total']), ('remove', ['[fd00::1]:8080'], 1))
-        self.quiet(cl, lambda l: l.get('event') == 'destination' and l.get('authority') != V6, mark, 0.5,
-                   'an edit invisible to web sent something')
-
-        # A pod renamed behind the same address: re-sent in an add.
-        mark = cl.mark()
+        # A pod renamed behind the same address: re-sent in an add. (The
+        # barrier of the edit invisible to web, below.)
+        mark3 = cl.mark()
         self.write_yaml('default/endpoints.yaml', endpoints_yaml(['10.1.0.2', '10.1.0.3', '10.1.0.5'],
                                                                  v6_addrs=('fd00::2',), pod_suffix='-b'))
-        r = cl.wait_for(lambda l: l.get('authority') == f'{WEB}:80', 'the relabelled ones', mark)
+        r = cl.wait_for(lambda l: l.get('authority') == f'{WEB}:80', 'the relabelled ones', mark2)
         self.assertEqual((r['update'], sorted(r['addrs'])), ('add', ['10.1.0.2:8080', '10.1.0.5:8080']), r)
         self.assertEqual(r['addr_labels']['10.1.0.2:8080'], {'k8s_pod': 'web-2-b'})
         self.assertEqual(r['total'], 3)
+        relabelled = ['10.1.0.2', '10.1.0.5']
+        bad = [l for l in cl.lines[mark2:cl.index(r)] if l.get('event') == 'destination' and l['authority'] != V6 and
+               not (l['update'] == 'add' and sorted(x.split(':')[0] for x in l['addrs']) == relabelled)]
+        self.assertEqual(bad, [], f'an edit invisible to web sent something (lines from {mark3} are the relabel\'s)')
 
         # The last endpoint goes: no_endpoints{exists:true}; the Service
         # goes: no_endpoints{exists:false}; it comes back: add with all.
@@ -211,12 +232,17 @@ class OurSourceToNodeClient(EngineBase):
         self.write_yaml('default/services.yaml', SERVICES_YAML)
         self.write_yaml('default/endpoints.yaml', endpoints_yaml(WEB3))
         r = cl.wait_for(lambda l: l.get('authority') == f'{WEB}:80' and l['update'] == 'add', 'service back', mark)
-        time.sleep(0.3)
-        self.assertEqual(held(dest_lines(cl, f'{WEB}:80')), {f'{ip}:8080' for ip in WEB3})
-        ls = dest_lines(cl, f'{WEB}:80', mark)
+        # Barrier: v6 changes once more, web does not; what the source had
+        # for web came before v6's line.
+        mark_b = cl.mark()
+        self.write_yaml('default/endpoints.yaml', endpoints_yaml(WEB3, v6_addrs=('fd00::2',)))
+        b = cl.wait_for(lambda l: l.get('authority') == V6 and l['update'] == 'remove', 'the barrier (v6)', mark_b)
+        upto = cl.lines[:cl.index(b)]
+        self.assertEqual(held(dest_lines(upto, f'{WEB}:80')), {f'{ip}:8080' for ip in WEB3})
+        ls = dest_lines(upto, f'{WEB}:80', mark)
         self.assertNotIn('remove', [l['update'] for l in ls], ls)
         # The empty service got an endpoint nowhere: still nothing for it.
-        self.assertEqual(len(dest_lines(cl, 'empty.default.svc.cluster.local')), 1)
+        self.assertEqual(len(dest_lines(upto, 'empty.default.svc.cluster.local')), 1)
 
     def test_changes_coalesce_within_the_debounce(self):
         # Edits 30 ms apart inside a 500 ms debounce. The first may go at
@@ -294,7 +320,13 @@ class OurSourceToNodeClient(EngineBase):
         self.need('mcp-source', '--destination-heartbeat')
         cl = self.start(['--destination-heartbeat', '0'], [f'{WEB}:80'])
         cl.wait_for(lambda l: l.get('event') == 'synced', 'synced')
-        self.quiet(cl, lambda l: l.get('event') == 'destination' and not l['first'], 0, 1.0, 'sent with heartbeats off')
+        # No clock-driven message is provable in no time; what is: a period
+        # of 0 taken as "every tick" (or the default) sends before the edits'
+        # barrier, which the source writes after anything it had for web.
+        r = self.web_edits(cl)
+        extra = [l for l in cl.lines[:cl.index(r)] if l.get('event') == 'destination' and not l['first'] and
+                 l['addrs'] != ['10.1.0.5:8080']]
+        self.assertEqual(extra, [], f'sent with heartbeats off\n{cl.describe()}')
 
     def test_dns_zone(self):
         self.need('mcp-source', '--dns-zone')
@@ -438,22 +470,28 @@ class NodeServerToOurSink(EngineBase):
         self.write_state(state, self.srv)
         self.line(f'{WEB}:80', mark, update='add')
         self.line(V6, mark, update='remove')
-        time.sleep(0.5)
-        ls = [l for l in sink.lines[mark:] if l.get('event') == 'destination' and l['authority'] == V6]
+        # Barrier: a change of web only; the server wrote every repeat for v6
+        # before it (one connection, in order).
+        mark_b = sink.mark()
+        state['services'][f'{WEB}:80'] = {'addrs': ['10.0.0.1:80', '10.0.0.2:80']}
+        self.write_state(state, self.srv)
+        b = self.line(f'{WEB}:80', mark_b, update='add', addrs=['10.0.0.2:80'])
+        ls = [l for l in sink.lines[mark:sink.index(b)] if l.get('event') == 'destination' and l['authority'] == V6]
         self.assertEqual(sorted((l['update'], tuple(sorted(l['addrs'])), l['total']) for l in ls),
                          [('add', ('[fd00::9]:80',), 4), ('add', ('[fd00::9]:80',), 4),
                           ('remove', ('[2001:db8::1:0:0:1]:8080', '[fd00:0:0:1::]:80'), 2),
                           ('remove', ('[2001:db8::1:0:0:1]:8080', '[fd00:0:0:1::]:80'), 2)], ls)
         self.out_file(V6, {'exists': True, 'addrs': ['[::1]:1', '[fd00::9]:80']}, 'after the repeats')
-        self.out_file(f'{WEB}:80', {'exists': True, 'addrs': ['10.0.0.1:80']}, 'web appeared (twice)')
+        self.out_file(f'{WEB}:80', {'exists': True, 'addrs': ['10.0.0.1:80', '10.0.0.2:80']}, 'web appeared (twice)')
 
     def test_stale_set_until_first_message(self):
         sink = self.start([f'{WEB}:80'])
         self.line(f'{WEB}:80')
         self.out_file(f'{WEB}:80', {'exists': True, 'addrs': ['10.0.0.1:8080', '[fd00::1]:8080']}, 'first state')
         self.srv.stop()
-        time.sleep(0.5)
-        # While the controller is away the stale set stays.
+        # While the controller is away the stale set stays: once the sink
+        # has handled the stream's end (it logs it), the file is unchanged.
+        sink.wait_stderr(lambda t: f'{WEB}:80: stream ended' in t, 'the sink sees the stream end')
         self.out_file(f'{WEB}:80', {'exists': True, 'addrs': ['10.0.0.1:8080', '[fd00::1]:8080']}, 'kept while away')
         mark = sink.mark()
         self.write_state({'services': {f'{WEB}:80': {'addrs': ['10.0.0.7:8080']}}})
@@ -471,7 +509,8 @@ class NodeServerToOurSink(EngineBase):
         self.assertEqual((hb['addrs'], hb['total']), ([], 2))
         hb = self.line('empty.default.svc.cluster.local', mark, update='add')
         self.assertEqual((hb['addrs'], hb['total']), ([], 0))
-        time.sleep(0.5)
+        # The sink writes the --out file before it prints the line: after
+        # the heartbeats' lines, their files are as they leave them.
         self.out_file(f'{WEB}:80', {'exists': True, 'addrs': ['10.0.0.1:8080', '[fd00::1]:8080']}, 'after heartbeats')
         self.out_file('empty.default.svc.cluster.local', {'exists': True, 'addrs': []}, 'after heartbeats')
 

@@ -113,6 +113,17 @@ class OurSourceToNodeAgent(EngineBase):
                 self.tasks[tid] = t
         self.write_yaml('swarm/tasks.yaml', tasks_yaml(self.tasks))
 
+    def barrier(self, ag, since):
+        """A change node-a sees (t-web-1's image): returns its line. The
+        source wrote whatever it had for that agent before it (one stream, in
+        order): a "nothing was sent" check looks before this line."""
+        self.barriers = getattr(self, 'barriers', 0) + 1
+        t1 = json.loads(json.dumps(self.tasks['t-web-1']))
+        t1['spec']['container']['image'] = image = f'barrier:{self.barriers}'
+        self.edit(**{'t-web-1': t1})
+        return ag.wait_for(lambda l: l.get('event') == 'assignments' and l['type'] == 'INCREMENTAL' and
+                           any(c['id'] == 't-web-1' for c in l['changes']), f'the barrier ({image})', since)
+
     def wait_total(self, ag, total, since, what):
         return ag.wait_for(lambda l: l.get('event') == 'assignments' and l['total'] == total, what, since)
 
@@ -205,8 +216,6 @@ class OurSourceToNodeAgent(EngineBase):
         self.edit(**{'t-web-3': t3, 't-b-1': tb})
         l = b.wait_for(lambda l: l.get('event') == 'assignments', 'node-b gets its change', mb)
         self.assertEqual(change_set([l]), ['UPDATE task/t-b-1'])
-        self.quiet(a, lambda l: l.get('event') == 'assignments', ma, 0.6,
-                   'node-a got a message for changes it must not see')
         # A PENDING task of node-a changing: still not assigned, nothing.
         t2 = json.loads(json.dumps(TASKS['t-web-2']))
         t2['spec']['container']['image'] = 'other'
@@ -214,7 +223,12 @@ class OurSourceToNodeAgent(EngineBase):
         mb = b.mark()
         self.edit(**{'t-web-2': t2, 't-b-1': tb})
         b.wait_for(lambda l: l.get('event') == 'assignments', 'node-b gets its second change', mb)
-        self.quiet(a, lambda l: l.get('event') == 'assignments', ma, 0.4, 'a PENDING task was sent')
+        # Both edits were applied (node-b got them); node-a's first message
+        # since must be the barrier's.
+        first = self.barrier(a, ma)
+        self.assertEqual(assign_lines(a, ma)[0], first,
+                         f'node-a got a message for changes it must not see (or a PENDING task)\n{a.describe()}')
+        self.assertEqual(change_set([first]), ['UPDATE task/t-web-1'])
         self.check_chain(a)
         self.check_chain(b)
 
@@ -234,8 +248,8 @@ class OurSourceToNodeAgent(EngineBase):
             .replace(B64['db-pass'], base64.b64encode(b'rotated').decode())
             .replace(B64['b-secret'], base64.b64encode(b'b2').decode()))
         a.wait_for(lambda l: l.get('event') == 'assignments' and l['total'] == 5, 'node-a: the new secret', ma)
-        time.sleep(0.2)
-        ls = assign_lines(a, ma)
+        b_line = self.barrier(a, ma)
+        ls = [l for l in a.lines[ma:a.index(b_line)] if l.get('event') == 'assignments']
         self.assertEqual(change_set(ls), ['UPDATE secret/db-pass', 'UPDATE secret/not-there'], ls)
         objs = {c['id']: c['object'] for l in ls for c in l['changes']}
         self.assertEqual(objs['not-there']['spec']['data'], nt)
@@ -338,8 +352,11 @@ class OurSourceToNodeAgent(EngineBase):
         a1.stop()
         t2 = json.loads(json.dumps(TASKS['t-web-2']))
         t2['status']['state'] = 'ASSIGNED'
+        applied = self.src.stderr().count(' changed')
         self.edit(**{'t-web-2': t2, 't-web-3': None})
-        time.sleep(0.2)
+        # The source logs "N collections changed" once the edit is in the
+        # store and the views: a new session gets it from then on.
+        self.src.wait_stderr(lambda t: t.count(' changed') > applied, 'the edit applied')
         a2 = self.agent('node-a')
         s = a2.wait_for(lambda l: l.get('event') == 'session', 'session')
         self.assertNotEqual(s['session_id'], sid)
@@ -404,9 +421,11 @@ class OurSourceToNodeAgent(EngineBase):
         self.assertIn('t-web-1', body, '/debug/tasks')
         self.assertIn('RUNNING', body, '/debug/tasks')
         json.loads(body)
-        # The served data does not change: no message follows.
-        self.quiet(ag, lambda l: l.get('event') == 'assignments' and l['type'] == 'INCREMENTAL', 0, 0.4,
-                   'a status report changed what was served')
+        # The served data does not change: no message follows; the first
+        # INCREMENTAL is the barrier's.
+        first = self.barrier(ag, 0)
+        self.assertEqual([l for l in assign_lines(ag) if l['type'] == 'INCREMENTAL'][0], first,
+                         'a status report changed what was served')
 
     def test_tls_node_is_the_certificate_cn(self):
         # With TLS the node is the verified client certificate's CN
