@@ -55,21 +55,19 @@ struct mcp_side {
   mcp_service_def services[3];
   size_t nservices;
   mcp_client_def client;
-  /* Dialing: MCP's reconnection (the one slot's call is the attempt) and
-   * the whole messages its stream received (mcp_stream.c counts them). */
+  /* Dialing: MCP's reconnection (the one slot's call is the attempt;
+   * mcp_stream.c tells it of each whole message the stream took). */
   mcp_redial rd;
-  uint64_t received;
 };
 
-/* |count| NULL: a listening stream; else a dialed one counting what it
- * receives there. */
+/* |rd| NULL: a listening stream; else a dialed one telling |rd| what it
+ * receives. */
 static int open_stream(const mcp_side *side, mcp_service service,
-                       uint64_t *count, mcp_tstamp ts, mcp_stream **pst) {
+                       mcp_redial *rd, mcp_tstamp ts, mcp_stream **pst) {
   if (side->opts) {
-    return mcp__source_stream_new_counted(pst, side->opts, service, count,
-                                          ts);
+    return mcp__source_stream_new_counted(pst, side->opts, service, rd, ts);
   }
-  return mcp__sink_stream_new_counted(pst, side->state, count, ts);
+  return mcp__sink_stream_new_counted(pst, side->state, rd, ts);
 }
 
 static int service_open(void *user_data, const mcp_peer_info *peer,
@@ -101,9 +99,8 @@ static int client_open(void *user_data, size_t slot, mcp_tstamp ts,
   if (!mcp_redial_due(&side->rd, ts)) {
     return 0;
   }
-  side->received = 0;
   mcp_redial_opened(&side->rd, ts);
-  int rv = open_stream(side, dialed_service(side), &side->received, ts, pst);
+  int rv = open_stream(side, dialed_service(side), &side->rd, ts, pst);
   if (rv < 0) {
     (void)mcp_redial_ended(&side->rd, ts);
     return 0;
@@ -122,9 +119,7 @@ static void client_ended(void *user_data, size_t slot, int status,
   if (!mcp_redial_is_open(&side->rd)) {
     return;
   }
-  mcp_redial_received(&side->rd, side->received);
   (void)mcp_redial_ended(&side->rd, ts);
-  side->received = 0;
 }
 
 static mcp_tstamp client_expiry(void *user_data) {

@@ -39,12 +39,12 @@ static const mcp_stream_ops source_ops = {
     .del = src_del,
 };
 
-/* A dialed side's source stream: the session, and where the whole
- * messages it took are counted (the side's reconnection reads them). */
+/* A dialed side's source stream: the session, and the side's reconnection,
+ * told of each whole message it took (its healthy rule). */
 typedef struct counted_src {
   mcp_mem mem;
   mcp_source_session *s;
-  uint64_t *count;
+  mcp_redial *rd;
 } counted_src;
 
 static int csrc_recv(void *sess, const uint8_t *in, size_t len,
@@ -52,7 +52,7 @@ static int csrc_recv(void *sess, const uint8_t *in, size_t len,
   counted_src *k = sess;
   int rv = mcp_source_session_recv(k->s, in, len, ts);
   if (rv >= 0) {
-    ++*k->count;
+    mcp_redial_received(k->rd, 1);
   }
   return rv;
 }
@@ -85,16 +85,16 @@ static const mcp_stream_ops counted_source_ops = {
     .del = csrc_del,
 };
 
-/* |count| NULL: the plain session as the stream's; else the counted
+/* |rd| NULL: the plain session as the stream's; else the counted
  * wrapper. */
 static int source_stream_new(mcp_stream **pst, const mcp_source_options *o,
-                             uint64_t *count, mcp_tstamp ts) {
+                             mcp_redial *rd, mcp_tstamp ts) {
   mcp_source_session *s = NULL;
   int rv = mcp_source_session_new(&s, o, ts);
   if (rv < 0) {
     return rv;
   }
-  if (!count) {
+  if (!rd) {
     return mcp_stream_new(pst, &source_ops, s, o->mem, ts);
   }
   mcp_mem m;
@@ -106,7 +106,7 @@ static int source_stream_new(mcp_stream **pst, const mcp_source_options *o,
   }
   k->mem = m;
   k->s = s;
-  k->count = count;
+  k->rd = rd;
   return mcp_stream_new(pst, &counted_source_ops, k, o->mem, ts);
 }
 
@@ -138,11 +138,11 @@ int mcp_source_stream_new_versioned(mcp_stream **pst, int version,
 
 int mcp__source_stream_new_counted(mcp_stream **pst,
                                    const mcp_source_options *opts,
-                                   mcp_service service, uint64_t *count,
+                                   mcp_service service, mcp_redial *rd,
                                    mcp_tstamp ts) {
   mcp_source_options o;
-  source_opts(&o, MCP_SOURCE_OPTIONS_VERSION, opts, service, count != NULL);
-  return source_stream_new(pst, &o, count, ts);
+  source_opts(&o, MCP_SOURCE_OPTIONS_VERSION, opts, service, rd != NULL);
+  return source_stream_new(pst, &o, rd, ts);
 }
 
 mcp_source_session *mcp_stream_source_session(const mcp_stream *st) {
@@ -161,7 +161,7 @@ typedef struct sink_stream {
   mcp_sink_state *state;
   mcp_sink_session *s;
   mcp_stream *st;
-  uint64_t *count; /* a dialed side's: whole messages taken (or NULL) */
+  mcp_redial *rd; /* a dialed side's: told of each whole message (or NULL) */
 } sink_stream;
 
 static int snk_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
@@ -171,8 +171,8 @@ static int snk_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
     return 0;
   }
   int rv = mcp_sink_session_recv(k->s, in, len, ts);
-  if (rv >= 0 && k->count) {
-    ++*k->count;
+  if (rv >= 0 && k->rd) {
+    mcp_redial_received(k->rd, 1);
   }
   return rv;
 }
@@ -225,7 +225,7 @@ int mcp_sink_stream_new(mcp_stream **pst, mcp_sink_state *state,
 }
 
 int mcp__sink_stream_new_counted(mcp_stream **pst, mcp_sink_state *state,
-                                 uint64_t *count, mcp_tstamp ts) {
+                                 mcp_redial *rd, mcp_tstamp ts) {
   const mcp_mem *m = mcp__sink_state_mem(state);
   sink_stream *k = mcp_mem_calloc(m, 1, sizeof(*k));
   if (!k) {
@@ -233,7 +233,7 @@ int mcp__sink_stream_new_counted(mcp_stream **pst, mcp_sink_state *state,
   }
   k->mem = *m;
   k->state = state;
-  k->count = count;
+  k->rd = rd;
   mcp_stream *st = NULL;
   int rv = mcp_stream_new(&st, &sink_ops, k, m, ts);
   if (rv < 0) {
