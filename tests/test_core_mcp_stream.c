@@ -366,6 +366,133 @@ START_TEST(test_side_out_of_memory_leaves_nothing) {
 }
 END_TEST
 
+/* A dialing side's backoff without jitter: 1 s, doubling, 10 s at most. */
+static void fixed_backoff(mcp_side *side, mcp_tstamp now) {
+  mcp_backoff_options b = mcp_backoff_defaults();
+  b.initial = MCP_SECONDS;
+  b.multiplier = 2.0;
+  b.jitter = 0.0;
+  b.max = 10 * MCP_SECONDS;
+  mcp_side_set_backoff(side, &b, NULL, NULL, now);
+}
+
+START_TEST(test_mcp_dial_waits_for_backoff_after_refused_call) {
+  mcp_store *store = store_with_one();
+  mcp_source_options o;
+  mcp_source_options_default(&o);
+  o.store = store;
+  mcp_side *side = NULL;
+  ck_assert_int_eq(mcp_side_source_new(&side, &o, NULL), 0);
+  const mcp_tstamp t0 = 100 * MCP_SECONDS;
+  fixed_backoff(side, t0);
+  const mcp_client_def *c = mcp_side_client(side);
+  ck_assert(c->get_expiry != NULL);
+  ck_assert_uint_eq(c->get_expiry(c->user_data), t0); /* at once */
+  mcp_stream *st = NULL;
+  ck_assert_int_eq(c->open(c->user_data, 0, t0 - 1, &st), 0);
+  ck_assert_ptr_null(st);
+  ck_assert_int_eq(c->open(c->user_data, 0, t0, &st), 1);
+  ck_assert_ptr_nonnull(st);
+  /* While the call is open nothing else is due. */
+  ck_assert_uint_eq(c->get_expiry(c->user_data), MCP_TSTAMP_MAX);
+  ck_assert_int_eq(mcp_redial_is_open(mcp_side_redial(side)), 1);
+  mcp_stream *again = NULL;
+  ck_assert_int_eq(c->open(c->user_data, 0, t0 + 5 * MCP_SECONDS, &again), 0);
+  ck_assert_ptr_null(again);
+
+  /* Refused before anything arrived: the next call waits the backoff. */
+  mcp_stream_del(st);
+  const mcp_tstamp t1 = t0 + MCP_SECONDS / 100;
+  c->ended(c->user_data, 0, MCP_CODE_UNAVAILABLE, "connection refused", t1);
+  mcp_tstamp due = c->get_expiry(c->user_data);
+  ck_assert_uint_eq(due - t1, MCP_SECONDS);
+  st = NULL;
+  ck_assert_int_eq(c->open(c->user_data, 0, due - 1, &st), 0);
+  ck_assert_ptr_null(st);
+  ck_assert_int_eq(c->open(c->user_data, 0, due, &st), 1);
+  mcp_stream_del(st);
+  /* Refused again: the wait grows (never a spin), up to the cap. */
+  c->ended(c->user_data, 0, MCP_CODE_UNAVAILABLE, "connection refused", due);
+  mcp_tstamp next = c->get_expiry(c->user_data);
+  ck_assert_uint_eq(next - due, 2 * MCP_SECONDS);
+  for (int i = 0; i < 6; ++i) {
+    due = next;
+    ck_assert_int_eq(c->open(c->user_data, 0, due, &st), 1);
+    mcp_stream_del(st);
+    c->ended(c->user_data, 0, MCP_CODE_UNAVAILABLE, "refused", due);
+    next = c->get_expiry(c->user_data);
+  }
+  ck_assert_uint_eq(next - due, 10 * MCP_SECONDS);
+  /* An end with no call open (a second report) changes nothing. */
+  c->ended(c->user_data, 0, MCP_CODE_UNAVAILABLE, "again", due + 1);
+  ck_assert_uint_eq(c->get_expiry(c->user_data), next);
+  mcp_side_del(side);
+  mcp_store_del(store);
+}
+END_TEST
+
+START_TEST(test_mcp_dial_backoff_resets_after_first_message) {
+  mcp_sink_state *state = sink_state(NULL);
+  mcp_side *side = NULL;
+  ck_assert_int_eq(mcp_side_sink_new(&side, state, 0, NULL), 0);
+  mcp_tstamp t = 100 * MCP_SECONDS;
+  fixed_backoff(side, t);
+  const mcp_client_def *c = mcp_side_client(side);
+  const mcp_redial *rd = mcp_side_redial(side);
+  mcp_stream *st = NULL;
+  /* Two refused calls: the nominal wait is 4 s. */
+  for (int i = 0; i < 2; ++i) {
+    ck_assert_int_eq(c->open(c->user_data, 0, t, &st), 1);
+    mcp_stream_del(st);
+    c->ended(c->user_data, 0, MCP_CODE_UNAVAILABLE, "refused", t);
+    t = c->get_expiry(c->user_data);
+  }
+  ck_assert_uint_eq(mcp_backoff_nominal(mcp_redial_backoff(rd)),
+                    4 * MCP_SECONDS);
+
+  /* A call that lasts but receives nothing is no better. */
+  ck_assert_int_eq(c->open(c->user_data, 0, t, &st), 1);
+  ck_assert_int_eq(PUMP(st, t, 1), MCP_STREAM_SEND); /* the sink asks */
+  mcp_msg_free(msg);
+  t += 60 * MCP_SECONDS;
+  mcp_stream_del(st);
+  c->ended(c->user_data, 0, MCP_CODE_UNAVAILABLE, "idle", t);
+  ck_assert_uint_eq(mcp_backoff_nominal(mcp_redial_backoff(rd)),
+                    8 * MCP_SECONDS);
+  t = c->get_expiry(c->user_data);
+
+  /* A whole message received (the source's push) on a call that lasted the
+   * nominal wait: the next wait goes back to the start. */
+  ck_assert_int_eq(c->open(c->user_data, 0, t, &st), 1);
+  ck_assert_int_eq(PUMP(st, t, 1), MCP_STREAM_SEND);
+  mcp_msg_free(msg);
+  ck_assert_uint_eq(mcp_redial_count(rd), 0);
+  size_t len;
+  uint8_t *push = th_resources(&len, COLL, "n1", 0, NULL, NULL, NULL);
+  mcp_stream_recv(st, push, len, t + 1);
+  free(push);
+  ck_assert_int_eq(mcp_sink_state_synced(state), 1);
+  ck_assert_uint_eq(mcp_redial_count(rd), 1);
+  t += 9 * MCP_SECONDS;
+  mcp_stream_del(st);
+  c->ended(c->user_data, 0, MCP_CODE_UNAVAILABLE, "server went away", t);
+  ck_assert_uint_eq(c->get_expiry(c->user_data) - t, MCP_SECONDS);
+
+  /* A message but a call that died at once: no reset, it grows. */
+  t = c->get_expiry(c->user_data);
+  ck_assert_int_eq(c->open(c->user_data, 0, t, &st), 1);
+  push = th_resources(&len, COLL, "n2", 0, NULL, NULL, NULL);
+  mcp_stream_recv(st, push, len, t);
+  free(push);
+  ck_assert_uint_eq(mcp_redial_count(rd), 1);
+  mcp_stream_del(st);
+  c->ended(c->user_data, 0, MCP_CODE_UNAVAILABLE, "reset", t);
+  ck_assert_uint_eq(c->get_expiry(c->user_data) - t, 2 * MCP_SECONDS);
+  mcp_side_del(side);
+  mcp_sink_state_del(state);
+}
+END_TEST
+
 static Suite *mcp_stream_suite(void) {
   Suite *s = suite_create("core_mcp_stream");
   TCase *tc = tcase_create("source");
@@ -384,6 +511,8 @@ static Suite *mcp_stream_suite(void) {
   tcase_add_test(tc, test_source_side_serves_each_service_and_dials_resource_sink);
   tcase_add_test(tc, test_sink_side_serves_resource_sink_and_dials_its_service);
   tcase_add_test(tc, test_side_out_of_memory_leaves_nothing);
+  tcase_add_test(tc, test_mcp_dial_waits_for_backoff_after_refused_call);
+  tcase_add_test(tc, test_mcp_dial_backoff_resets_after_first_message);
   suite_add_tcase(s, tc);
   return s;
 }

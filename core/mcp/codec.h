@@ -18,6 +18,15 @@
 const mcp_mem *mcp__sink_state_mem(const mcp_sink_state *st);
 void *mcp__sink_state_stream(const mcp_sink_state *st);
 void mcp__sink_state_set_stream(mcp_sink_state *st, void *stream);
+/* mcp_stream.c: a dialed side's streams (mcp_defs.c), telling |rd| of
+ * each whole message their session took (mcp_redial_received; kept by
+ * pointer: it must outlive the stream). */
+int mcp__source_stream_new_counted(mcp_stream **pst,
+                                   const mcp_source_options *opts,
+                                   mcp_service service, mcp_redial *rd,
+                                   mcp_tstamp ts);
+int mcp__sink_stream_new_counted(mcp_stream **pst, mcp_sink_state *state,
+                                 mcp_redial *rd, mcp_tstamp ts);
 
 /* Field numbers of the push message of each service (Resources,
  * MeshConfigResponse, IncrementalMeshConfigResponse); 0: no such field.

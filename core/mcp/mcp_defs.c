@@ -55,21 +55,26 @@ struct mcp_side {
   mcp_service_def services[3];
   size_t nservices;
   mcp_client_def client;
+  /* Dialing: MCP's reconnection (the one slot's call is the attempt;
+   * mcp_stream.c tells it of each whole message the stream took). */
+  mcp_redial rd;
 };
 
-static int open_stream(const mcp_side *side, mcp_service service, int dialed,
-                       mcp_tstamp ts, mcp_stream **pst) {
+/* |rd| NULL: a listening stream; else a dialed one telling |rd| what it
+ * receives. */
+static int open_stream(const mcp_side *side, mcp_service service,
+                       mcp_redial *rd, mcp_tstamp ts, mcp_stream **pst) {
   if (side->opts) {
-    return mcp_source_stream_new(pst, side->opts, service, dialed, ts);
+    return mcp__source_stream_new_counted(pst, side->opts, service, rd, ts);
   }
-  return mcp_sink_stream_new(pst, side->state, ts);
+  return mcp__sink_stream_new_counted(pst, side->state, rd, ts);
 }
 
 static int service_open(void *user_data, const mcp_peer_info *peer,
                         mcp_tstamp ts, mcp_stream **pst) {
   MCP_UNUSED(peer);
   const side_service *c = user_data;
-  return open_stream(c->side, c->service, 0, ts, pst);
+  return open_stream(c->side, c->service, NULL, ts, pst);
 }
 
 /* The service a dialing side speaks: a source calls ResourceSink
@@ -85,21 +90,41 @@ static const char *client_method(void *user_data, size_t slot) {
   return mcp_service_method(dialed_service(side), side->opts == NULL);
 }
 
+/* Open when the backoff says so; a stream that cannot be made is a
+ * failed attempt all the same (paced, never a spin). */
 static int client_open(void *user_data, size_t slot, mcp_tstamp ts,
                        mcp_stream **pst) {
   MCP_UNUSED(slot);
-  const mcp_side *side = user_data;
-  int rv = open_stream(side, dialed_service(side), 1, ts, pst);
-  return rv < 0 ? rv : 1;
+  mcp_side *side = user_data;
+  if (!mcp_redial_due(&side->rd, ts)) {
+    return 0;
+  }
+  mcp_redial_opened(&side->rd, ts);
+  int rv = open_stream(side, dialed_service(side), &side->rd, ts, pst);
+  if (rv < 0) {
+    (void)mcp_redial_ended(&side->rd, ts);
+    return 0;
+  }
+  return 1;
 }
 
+/* Any end, with any status, waits for the backoff; the healthy rule
+ * (a message received and the call lasted) resets it. */
 static void client_ended(void *user_data, size_t slot, int status,
                          const char *details, mcp_tstamp ts) {
-  MCP_UNUSED(user_data);
   MCP_UNUSED(slot);
   MCP_UNUSED(status);
   MCP_UNUSED(details);
-  MCP_UNUSED(ts);
+  mcp_side *side = user_data;
+  if (!mcp_redial_is_open(&side->rd)) {
+    return;
+  }
+  (void)mcp_redial_ended(&side->rd, ts);
+}
+
+static mcp_tstamp client_expiry(void *user_data) {
+  const mcp_side *side = user_data;
+  return mcp_redial_at(&side->rd);
 }
 
 static int side_new(mcp_side **pside, const mcp_source_options *opts,
@@ -133,7 +158,10 @@ static int side_new(mcp_side **pside, const mcp_source_options *opts,
   side->client.method = client_method;
   side->client.open = client_open;
   side->client.ended = client_ended;
+  side->client.get_expiry = client_expiry;
   side->client.user_data = side;
+  /* Defaults, due at once; a dialing transport sets its options. */
+  mcp_redial_init(&side->rd, NULL, NULL, NULL, 0);
   *pside = side;
   return 0;
 }
@@ -178,3 +206,11 @@ mcp_service mcp_side_service_of(const mcp_service_def *def) {
 const mcp_client_def *mcp_side_client(const mcp_side *side) {
   return &side->client;
 }
+
+void mcp_side_set_backoff(mcp_side *side, const mcp_backoff_options *o,
+                          mcp_rand_fn rand, void *rand_user_data,
+                          mcp_tstamp now) {
+  mcp_redial_init(&side->rd, o, rand, rand_user_data, now);
+}
+
+const mcp_redial *mcp_side_redial(const mcp_side *side) { return &side->rd; }

@@ -39,6 +39,91 @@ static const mcp_stream_ops source_ops = {
     .del = src_del,
 };
 
+/* A dialed side's source stream: the session, and the side's reconnection,
+ * told of each whole message it took (its healthy rule). */
+typedef struct counted_src {
+  mcp_mem mem;
+  mcp_source_session *s;
+  mcp_redial *rd;
+} counted_src;
+
+static int csrc_recv(void *sess, const uint8_t *in, size_t len,
+                     mcp_tstamp ts) {
+  counted_src *k = sess;
+  int rv = mcp_source_session_recv(k->s, in, len, ts);
+  if (rv >= 0) {
+    mcp_redial_received(k->rd, 1);
+  }
+  return rv;
+}
+
+static int csrc_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
+  return mcp_source_session_next(((counted_src *)sess)->s, ts, pmsg);
+}
+
+static mcp_tstamp csrc_get_expiry(const void *sess) {
+  return mcp_source_session_get_expiry(((const counted_src *)sess)->s);
+}
+
+static int csrc_handle_expiry(void *sess, mcp_tstamp ts) {
+  return mcp_source_session_handle_expiry(((counted_src *)sess)->s, ts);
+}
+
+static void csrc_del(void *sess) {
+  counted_src *k = sess;
+  mcp_source_session_del(k->s);
+  mcp_mem m = k->mem;
+  mcp_mem_free(&m, k);
+}
+
+static const mcp_stream_ops counted_source_ops = {
+    .name = "mcp",
+    .recv = csrc_recv,
+    .next = csrc_next,
+    .get_expiry = csrc_get_expiry,
+    .handle_expiry = csrc_handle_expiry,
+    .del = csrc_del,
+};
+
+/* |rd| NULL: the plain session as the stream's; else the counted
+ * wrapper. */
+static int source_stream_new(mcp_stream **pst, const mcp_source_options *o,
+                             mcp_redial *rd, mcp_tstamp ts) {
+  mcp_source_session *s = NULL;
+  int rv = mcp_source_session_new(&s, o, ts);
+  if (rv < 0) {
+    return rv;
+  }
+  if (!rd) {
+    return mcp_stream_new(pst, &source_ops, s, o->mem, ts);
+  }
+  mcp_mem m;
+  mcp_mem_init(&m, o->mem);
+  counted_src *k = mcp_mem_calloc(&m, 1, sizeof(*k));
+  if (!k) {
+    mcp_source_session_del(s);
+    return MCP_ERR_NOMEM;
+  }
+  k->mem = m;
+  k->s = s;
+  k->rd = rd;
+  return mcp_stream_new(pst, &counted_source_ops, k, o->mem, ts);
+}
+
+/* |opts| read as |version|'s, for |service|; a dialed stream speaks
+ * first. */
+static void source_opts(mcp_source_options *o, int version,
+                        const mcp_source_options *opts, mcp_service service,
+                        int dialed) {
+  mcp_source_options_default(o);
+  memcpy(o, opts,
+         mcp_vstruct_size(version, MCP_VSTRUCT_SIZES(mcp_source_options), MCP_VSTRUCT_N));
+  o->service = service;
+  /* Istio's sinks wait for a first push before they ask for anything: a
+   * source that dialed speaks first. */
+  o->send_trigger = dialed ? 1 : 0;
+}
+
 int mcp_source_stream_new_versioned(mcp_stream **pst, int version,
                                     const mcp_source_options *opts,
                                     mcp_service service, int dialed,
@@ -47,24 +132,25 @@ int mcp_source_stream_new_versioned(mcp_stream **pst, int version,
     return MCP_ERR_INVALID_ARGUMENT;
   }
   mcp_source_options o;
-  mcp_source_options_default(&o);
-  memcpy(&o, opts,
-         mcp_vstruct_size(version, MCP_VSTRUCT_SIZES(mcp_source_options), MCP_VSTRUCT_N));
-  o.service = service;
-  /* Istio's sinks wait for a first push before they ask for anything: a
-   * source that dialed speaks first. */
-  o.send_trigger = dialed ? 1 : 0;
-  mcp_source_session *s = NULL;
-  int rv = mcp_source_session_new(&s, &o, ts);
-  if (rv < 0) {
-    return rv;
-  }
-  return mcp_stream_new(pst, &source_ops, s, o.mem, ts);
+  source_opts(&o, version, opts, service, dialed);
+  return source_stream_new(pst, &o, NULL, ts);
+}
+
+int mcp__source_stream_new_counted(mcp_stream **pst,
+                                   const mcp_source_options *opts,
+                                   mcp_service service, mcp_redial *rd,
+                                   mcp_tstamp ts) {
+  mcp_source_options o;
+  source_opts(&o, MCP_SOURCE_OPTIONS_VERSION, opts, service, rd != NULL);
+  return source_stream_new(pst, &o, rd, ts);
 }
 
 mcp_source_session *mcp_stream_source_session(const mcp_stream *st) {
-  return mcp_stream_get_ops(st) == &source_ops ? mcp_stream_session(st)
-                                               : NULL;
+  const mcp_stream_ops *ops = mcp_stream_get_ops(st);
+  if (ops == &counted_source_ops) {
+    return ((const counted_src *)mcp_stream_session(st))->s;
+  }
+  return ops == &source_ops ? mcp_stream_session(st) : NULL;
 }
 
 /* ---- sink ---- */
@@ -75,12 +161,20 @@ typedef struct sink_stream {
   mcp_sink_state *state;
   mcp_sink_session *s;
   mcp_stream *st;
+  mcp_redial *rd; /* a dialed side's: told of each whole message (or NULL) */
 } sink_stream;
 
 static int snk_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
   sink_stream *k = sess;
   /* Replaced: what still arrives was meant for a session that is gone. */
-  return k->s ? mcp_sink_session_recv(k->s, in, len, ts) : 0;
+  if (!k->s) {
+    return 0;
+  }
+  int rv = mcp_sink_session_recv(k->s, in, len, ts);
+  if (rv >= 0 && k->rd) {
+    mcp_redial_received(k->rd, 1);
+  }
+  return rv;
 }
 
 static int snk_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
@@ -127,6 +221,11 @@ int mcp_sink_stream_new(mcp_stream **pst, mcp_sink_state *state,
   if (!pst || !state) {
     return MCP_ERR_INVALID_ARGUMENT;
   }
+  return mcp__sink_stream_new_counted(pst, state, NULL, ts);
+}
+
+int mcp__sink_stream_new_counted(mcp_stream **pst, mcp_sink_state *state,
+                                 mcp_redial *rd, mcp_tstamp ts) {
   const mcp_mem *m = mcp__sink_state_mem(state);
   sink_stream *k = mcp_mem_calloc(m, 1, sizeof(*k));
   if (!k) {
@@ -134,6 +233,7 @@ int mcp_sink_stream_new(mcp_stream **pst, mcp_sink_state *state,
   }
   k->mem = *m;
   k->state = state;
+  k->rd = rd;
   mcp_stream *st = NULL;
   int rv = mcp_stream_new(&st, &sink_ops, k, m, ts);
   if (rv < 0) {

@@ -1,5 +1,7 @@
-/* Dialing: one stream at a time on a fresh channel, reconnecting forever
- * through the core's mcp_redial (each stream is an attempt). */
+/* Dialing MCP: the MCP side's client def (the core's) says when a call is
+ * due and hears how each ended (its mcp_redial is MCP's one reconnection
+ * policy); each call goes on a fresh channel to the next address, with
+ * the TLS files as they are now. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,10 +19,6 @@ static const char *dialed_method(const mcp_grpc_ep *ep) {
 
 const char *mcp_grpc_method(mcp_service service, int sink_dials) {
   return mcp_service_method(service, sink_dials);
-}
-
-static void retry_later(mcp_grpc_ep *ep) {
-  (void)mcp_redial_ended(&ep->redial, ep->now);
 }
 
 /* The address of this attempt: |address| is a comma-separated list, and
@@ -63,13 +61,14 @@ grpc_channel *mcp_grpc_channel_new(mcp_grpc_ep *ep) {
   return ch;
 }
 
-static void connect_now(mcp_grpc_ep *ep) {
-  /* A new channel per attempt: the attempt's timing is ours alone, not
-   * that of a channel's hidden reconnection state. */
-  mcp_redial_opened(&ep->redial, ep->now);
+static void connect_now(mcp_grpc_ep *ep, mcp_stream *st) {
+  /* A new channel per attempt: the attempt's timing is the side's alone,
+   * not that of a channel's hidden reconnection state. */
   ep->channel = mcp_grpc_channel_new(ep);
   if (!ep->channel) {
-    retry_later(ep);
+    mcp_stream_del(st);
+    mcp_grpc_client_stream_gone(ep, mcp_error_grpc_status(MCP_ERR_NOMEM),
+                                mcp_strerror(MCP_ERR_NOMEM));
     return;
   }
   /* Not wait-for-ready: a peer that is down fails the call at once with
@@ -78,23 +77,31 @@ static void connect_now(mcp_grpc_ep *ep) {
       ep->channel, NULL, GRPC_PROPAGATE_DEFAULTS, ep->cq,
       grpc_slice_from_static_string(dialed_method(ep)), NULL,
       gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-  mcp_grpc_stream_dial(ep, call);
+  mcp_grpc_stream_dial(ep, call, st);
 }
 
 void mcp_grpc_client_tick(mcp_grpc_ep *ep, mcp_tstamp *deadline) {
   if (ep->stopping || ep->finished || ep->channel) /* an attempt is under way */
     return;
-  if (mcp_redial_due(&ep->redial, ep->now))
-    connect_now(ep);
-  else if (mcp_redial_at(&ep->redial) < *deadline)
-    *deadline = mcp_redial_at(&ep->redial);
+  const mcp_client_def *d = mcp_side_client(ep->side);
+  mcp_stream *st = NULL;
+  if (d->open(d->user_data, 0, ep->now, &st) == 1 && st) {
+    connect_now(ep, st);
+    return;
+  }
+  mcp_stream_del(st); /* "not now" with a stream: not ours to run */
+  mcp_tstamp t = d->get_expiry(d->user_data);
+  if (t < *deadline)
+    *deadline = t;
 }
 
-void mcp_grpc_client_stream_gone(mcp_grpc_ep *ep, uint64_t received) {
-  grpc_channel_destroy(ep->channel);
+void mcp_grpc_client_stream_gone(mcp_grpc_ep *ep, int status,
+                                 const char *details) {
+  if (ep->channel)
+    grpc_channel_destroy(ep->channel);
   ep->channel = NULL;
-  mcp_redial_received(&ep->redial, received);
-  retry_later(ep);
+  const mcp_client_def *d = mcp_side_client(ep->side);
+  d->ended(d->user_data, 0, status, details, ep->now);
 }
 
 void mcp_grpc_client_shutdown(mcp_grpc_ep *ep) {

@@ -226,8 +226,9 @@ struct mcp_grpc_ep {
 
   /* DIAL */
   grpc_channel *channel;
-  /* DIAL and CLIENT: the core's reconnection (an MCP stream, or the
-   * current connection, is the attempt). */
+  /* CLIENT: the core's reconnection of the connection (the current
+   * connection is the attempt). DIAL: the MCP side's client def holds
+   * MCP's own. */
   mcp_redial redial;
   uint64_t rand_state;
 };
@@ -296,8 +297,10 @@ void mcp_grpc_server_tick(mcp_grpc_ep *ep, mcp_tstamp *deadline);
 grpc_channel *mcp_grpc_channel_new(mcp_grpc_ep *ep);
 void mcp_grpc_client_tick(mcp_grpc_ep *ep, mcp_tstamp *deadline);
 void mcp_grpc_client_shutdown(mcp_grpc_ep *ep);
-/* The dialed MCP stream is gone after |received| messages. */
-void mcp_grpc_client_stream_gone(mcp_grpc_ep *ep, uint64_t received);
+/* The dialed MCP call is over with |status|: its channel goes, and the
+ * MCP side's client def hears it (ended). */
+void mcp_grpc_client_stream_gone(mcp_grpc_ep *ep, int status,
+                                 const char *details);
 
 /* client_svc.c (mcp_grpc_client) */
 void mcp_grpc_svc_client_tick(mcp_grpc_ep *ep, mcp_tstamp *deadline);
@@ -320,7 +323,8 @@ int mcp_grpc_stream_dial_service(mcp_grpc_ep *ep, grpc_call *call,
  * side's defs. */
 void mcp_grpc_stream_accept(mcp_grpc_ep *ep, grpc_call *call,
                             const mcp_service_def *svc, mcp_grpc_role role);
-void mcp_grpc_stream_dial(mcp_grpc_ep *ep, grpc_call *call);
+/* Dialed MCP: a call with the MCP side's stream |st| (taken over). */
+void mcp_grpc_stream_dial(mcp_grpc_ep *ep, grpc_call *call, mcp_stream *st);
 void mcp_grpc_stream_finish(mcp_grpc_stream *s, int status,
                             const char *details);
 void mcp_grpc_stream_pump(mcp_grpc_stream *s);

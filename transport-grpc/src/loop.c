@@ -319,8 +319,12 @@ int mcp_grpc_ep_start(mcp_grpc_ep *ep) {
       rand = mcp_rand_splitmix64;
       ud = &ep->rand_state;
     }
-    /* The first attempt is immediate. */
-    mcp_redial_init(&ep->redial, &ep->opts.backoff, rand, ud, ep->now);
+    /* The first attempt is immediate. A dialing MCP side holds its own
+     * reconnection (the core's), with the options' backoff. */
+    if (ep->role == MCP_GRPC_ROLE_CLIENT)
+      mcp_redial_init(&ep->redial, &ep->opts.backoff, rand, ud, ep->now);
+    else if (ep->side)
+      mcp_side_set_backoff(ep->side, &ep->opts.backoff, rand, ud, ep->now);
   }
 
   if (pthread_create(&ep->thread, NULL, loop_main, ep) != 0) {

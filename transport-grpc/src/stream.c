@@ -128,10 +128,13 @@ static void maybe_free(mcp_grpc_stream *s) {
     return;
   }
   int dialed = s->dialed;
-  uint64_t received = s->received;
+  int status = s->status;
+  char *details = s->details;
+  s->details = NULL;
   stream_free(s);
   if (dialed)
-    mcp_grpc_client_stream_gone(ep, received);
+    mcp_grpc_client_stream_gone(ep, status, details ? details : "");
+  mcp_grpc_free(&ep->mem, details);
 }
 
 /* The engine asks for |st| to be pumped: only noted here (a waker never
@@ -180,28 +183,14 @@ static int open_service(mcp_grpc_stream *s) {
   return 0;
 }
 
-/* MCP's own streams come from the core's defs (mcp_side) as every other
- * protocol's; the core holds MCP's rules (the dialing source's trigger,
- * the newest sink stream wins). */
+/* MCP's own listening streams come from the core's service defs
+ * (mcp_side) as every other protocol's; the core holds MCP's rules (the
+ * newest sink stream wins). Dialed ones come with their stream. */
 static int open_session(mcp_grpc_stream *s) {
-  mcp_grpc_ep *ep = s->ep;
-  if (!s->dialed) {
-    int rv = open_service(s);
-    if (rv == 0 && s->role == MCP_GRPC_ROLE_SINK)
-      ep->sink_stream = s;
-    return rv;
-  }
-  const mcp_client_def *d = mcp_side_client(ep->side);
-  mcp_stream *st = NULL;
-  int rv = d->open(d->user_data, 0, ep->now, &st);
-  if (rv < 0 || !st) {
-    mcp_stream_del(st);
-    return rv < 0 ? rv : MCP_ERR_CALLBACK;
-  }
-  attach(s, st);
-  if (s->role == MCP_GRPC_ROLE_SINK)
-    ep->sink_stream = s;
-  return 0;
+  int rv = open_service(s);
+  if (rv == 0 && s->role == MCP_GRPC_ROLE_SINK)
+    s->ep->sink_stream = s;
+  return rv;
 }
 
 static void start_recv(mcp_grpc_stream *s) {
@@ -332,18 +321,24 @@ void mcp_grpc_stream_accept(mcp_grpc_ep *ep, grpc_call *call,
   mcp_grpc_admit(s);
 }
 
+/* A stream with its session: the reads start and the application hears
+ * it opened. */
+static void stream_started(mcp_grpc_stream *s) {
+  start_recv(s);
+  s->dirty = 1;
+  s->ep->stats.opened++;
+  notify(s, MCP_GRPC_STREAM_OPENED);
+}
+
 /* A stream whose initial metadata is on its way: its session, then the
- * reads; the application hears it opened. */
+ * reads. */
 static void start_session(mcp_grpc_stream *s) {
   int rv = open_session(s);
   if (rv < 0) {
     fail(s, rv);
     return;
   }
-  start_recv(s);
-  s->dirty = 1;
-  s->ep->stats.opened++;
-  notify(s, MCP_GRPC_STREAM_OPENED);
+  stream_started(s);
 }
 
 void mcp_grpc_stream_open(mcp_grpc_stream *s) {
@@ -394,14 +389,19 @@ static void open_client_call(mcp_grpc_stream *s) {
   start_batch(s, &op, 1, &s->close_tag);
 }
 
-void mcp_grpc_stream_dial(mcp_grpc_ep *ep, grpc_call *call) {
+void mcp_grpc_stream_dial(mcp_grpc_ep *ep, grpc_call *call, mcp_stream *st) {
   mcp_grpc_stream *s = stream_new(ep, call, ep->role, 1);
-  if (!s) {
-    mcp_grpc_client_stream_gone(ep, 0);
+  if (!s) { /* the call is cancelled and released */
+    mcp_stream_del(st);
+    mcp_grpc_client_stream_gone(ep, mcp_error_grpc_status(MCP_ERR_NOMEM),
+                                mcp_strerror(MCP_ERR_NOMEM));
     return;
   }
   open_client_call(s);
-  start_session(s);
+  attach(s, st);
+  if (s->role == MCP_GRPC_ROLE_SINK)
+    ep->sink_stream = s;
+  stream_started(s);
 }
 
 /* As mcp_grpc_stream_dial(), with the protocol's stream: nothing is sent
@@ -420,10 +420,7 @@ int mcp_grpc_stream_dial_service(mcp_grpc_ep *ep, grpc_call *call,
   ep->slots[slot] = s;
   attach(s, st);
   open_client_call(s);
-  start_recv(s);
-  s->dirty = 1;
-  ep->stats.opened++;
-  notify(s, MCP_GRPC_STREAM_OPENED);
+  stream_started(s);
   return 0;
 }
 

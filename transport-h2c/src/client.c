@@ -1,7 +1,9 @@
 /* Dialing: one stream per connection (MCP), or the calls of an
  * mcp_client_def sharing one connection (mcp_h2c_client); HTTP/2 with
- * prior knowledge, reconnecting forever through the core's mcp_redial
- * (each connection is an attempt; its calls' messages count for it). */
+ * prior knowledge. MCP's reconnection is the MCP side's client def (the
+ * core's: open() says when, ended() hears each call); the client object
+ * reconnects its connection through the core's mcp_redial (each
+ * connection is an attempt; its calls' messages count for it). */
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,9 +190,27 @@ static void retry_later(mcp_h2c_ep *ep) {
                  (d + MCP_MILLISECONDS - 1) / MCP_MILLISECONDS, 0);
 }
 
+/* MCP: the next attempt when the side's client def says it is due
+ * (nothing while a call or its connection is still there). */
+static void mcp_schedule(mcp_h2c_ep *ep) {
+  if (ep->stopping || ep->finished || ep->dial)
+    return;
+  const mcp_client_def *d = mcp_side_client(ep->side);
+  mcp_tstamp t = d->get_expiry(d->user_data), now = mcp_h2c_now();
+  if (t == MCP_TSTAMP_MAX)
+    return; /* a call is still open: its end schedules */
+  uint64_t delay = t <= now ? 0 : (t - now + MCP_MILLISECONDS - 1) /
+                                       MCP_MILLISECONDS;
+  uv_timer_start(&ep->retry, on_retry, delay, 0);
+}
+
 void mcp_h2c_client_conn_gone(mcp_h2c_ep *ep, mcp_h2c_conn *c) {
   if (ep->dial == c)
     ep->dial = NULL;
+  if (ep->role != MCP_H2C_ROLE_CLIENT) {
+    mcp_schedule(ep);
+    return;
+  }
   /* The attempt ends with its connection; the core's healthy rule counts
    * the messages its calls received (bytes such as the server's SETTINGS
    * do not count). */
@@ -198,9 +218,17 @@ void mcp_h2c_client_conn_gone(mcp_h2c_ep *ep, mcp_h2c_conn *c) {
 }
 
 void mcp_h2c_client_stream_gone(mcp_h2c_ep *ep, mcp_h2c_conn *c,
-                                uint64_t received) {
-  if (c == ep->dial) /* not one of a connection replaced */
-    mcp_redial_received(&ep->redial, received);
+                                uint64_t received, int status,
+                                const char *details) {
+  if (ep->role == MCP_H2C_ROLE_CLIENT) {
+    if (c == ep->dial) /* not one of a connection replaced */
+      mcp_redial_received(&ep->redial, received);
+    return;
+  }
+  /* MCP: the side counted what its stream received itself. */
+  const mcp_client_def *d = mcp_side_client(ep->side);
+  d->ended(d->user_data, 0, status, details, mcp_h2c_now());
+  mcp_schedule(ep);
 }
 
 static void fail(mcp_h2c_conn *c, const char *what, int err) {
@@ -298,23 +326,34 @@ static void dial(mcp_h2c_ep *ep, mcp_h2c_conn *c) {
   }
 }
 
-static void attempt(mcp_h2c_ep *ep) {
-  /* A list: each attempt dials the next address (after the backoff). The
-   * elements were checked when the endpoint was made; only memory can
-   * fail here, and then the current address is dialed again. */
+/* The next address of a list (after the backoff). The elements were
+ * checked when the endpoint was made; only memory can fail here, and then
+ * the current address is dialed again. */
+static void next_addr(mcp_h2c_ep *ep) {
   if (ep->dialed_once && ep->naddrs > 1)
     (void)mcp_h2c_ep_select_addr(ep, (ep->addr_index + 1) % ep->naddrs);
   ep->dialed_once = 1;
-  mcp_redial_opened(&ep->redial, mcp_h2c_now());
+}
+
+static mcp_h2c_conn *new_dial(mcp_h2c_ep *ep) {
   mcp_h2c_conn *c = mcp_h2c_conn_new(ep, 1);
-  if (!c) {
-    retry_later(ep);
-    return;
-  }
+  if (!c)
+    return NULL;
   snprintf(c->peer, sizeof(c->peer), "%.*s", (int)sizeof(c->peer) - 1,
            ep->target);
   ep->dial = c;
+  return c;
+}
+
+static void attempt(mcp_h2c_ep *ep) {
   if (ep->role == MCP_H2C_ROLE_CLIENT) {
+    next_addr(ep);
+    mcp_redial_opened(&ep->redial, mcp_h2c_now());
+    mcp_h2c_conn *c = new_dial(ep);
+    if (!c) {
+      retry_later(ep);
+      return;
+    }
     /* Calls open on the connection being made; they are sent once it is
      * up, and end with UNAVAILABLE if it cannot be made. */
     mcp_h2c_client_fill(ep, c);
@@ -322,18 +361,34 @@ static void attempt(mcp_h2c_ep *ep) {
       dial(ep, c);
     return;
   }
-  mcp_h2c_stream *s = mcp_h2c_stream_new(c, 0);
+  /* MCP: one call per connection, when the side's client def opens one. */
+  const mcp_client_def *d = mcp_side_client(ep->side);
+  mcp_tstamp now = mcp_h2c_now();
+  mcp_stream *st = NULL;
+  if (d->open(d->user_data, 0, now, &st) != 1 || !st) {
+    mcp_stream_del(st); /* "not now" with a stream: not ours to run */
+    mcp_schedule(ep);
+    return;
+  }
+  next_addr(ep);
+  mcp_h2c_conn *c = new_dial(ep);
+  mcp_h2c_stream *s = c ? mcp_h2c_stream_new(c, 0) : NULL;
   if (!s) {
-    mcp_h2c_conn_close(c, MCP_CODE_RESOURCE_EXHAUSTED,
-                       mcp_strerror(MCP_ERR_NOMEM));
+    mcp_stream_del(st);
+    d->ended(d->user_data, 0, MCP_CODE_RESOURCE_EXHAUSTED,
+             mcp_strerror(MCP_ERR_NOMEM), now);
+    if (c)
+      mcp_h2c_conn_close(c, MCP_CODE_RESOURCE_EXHAUSTED,
+                         mcp_strerror(MCP_ERR_NOMEM));
+    else
+      mcp_schedule(ep);
     return;
   }
   s->dialed = 1;
-  int rv = mcp_h2c_stream_open_session(s);
-  if (rv < 0) {
-    mcp_h2c_conn_close(c, mcp_error_grpc_status(rv), mcp_strerror(rv));
-    return;
-  }
+  s->mcp = 1;
+  mcp_h2c_stream_attach(s, st, now);
+  if (ep->role == MCP_H2C_ROLE_SINK)
+    ep->sink_stream = s;
   mcp_h2c_notify_stream(s, MCP_H2C_STREAM_OPENED);
   dial(ep, c);
 }

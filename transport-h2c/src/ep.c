@@ -456,8 +456,13 @@ static int ep_start(mcp_h2c_ep *ep, uv_loop_t *loop,
     o->rand = mcp_rand_splitmix64;
     o->rand_user_data = &ep->rand_state;
   }
+  /* The client object's connection attempts; a dialing MCP side holds
+   * its own reconnection (the core's), with the options' backoff. */
   mcp_redial_init(&ep->redial, &o->backoff, o->rand, o->rand_user_data,
                   mcp_h2c_now());
+  if (ep->side && role != MCP_H2C_ROLE_CLIENT)
+    mcp_side_set_backoff(ep->side, &o->backoff, o->rand, o->rand_user_data,
+                         mcp_h2c_now());
 
   if (uv_mutex_init(&ep->mu) != 0)
     goto fail_strings;

@@ -104,9 +104,15 @@ void mcp_h2c_stream_free(mcp_h2c_stream *s) {
   int mcp_dial = s->dialed && s->seq > 0;
   mcp_tstamp now = mcp_h2c_now();
   uint64_t received = s->received;
+  int status = s->finishing ? s->status : MCP_CODE_UNKNOWN;
   drop_session(s);
   if (s->in_slot) /* the protocol hears of it once its stream is gone */
     mcp_h2c_client_call_gone(s);
+  char *details = NULL;
+  if (mcp_dial) { /* told to the protocol once the stream is gone */
+    details = s->details;
+    s->details = NULL;
+  }
   if (s->prev)
     s->prev->next = s->next;
   else
@@ -127,7 +133,9 @@ void mcp_h2c_stream_free(mcp_h2c_stream *s) {
   mcp_h2c_free(&ep->mem, s->api);
   mcp_h2c_free(&ep->mem, s);
   if (mcp_dial)
-    mcp_h2c_client_stream_gone(ep, c, received);
+    mcp_h2c_client_stream_gone(ep, c, received, status,
+                               details ? details : "");
+  mcp_h2c_free(&ep->mem, details);
 }
 
 void mcp_h2c_streams_gone(mcp_h2c_conn *c, int status, const char *details) {
@@ -221,21 +229,8 @@ int mcp_h2c_stream_open_session(mcp_h2c_stream *s) {
       ep->sink_stream = s;
     return 0;
   }
-  /* A dialed MCP stream: from the MCP side's client def, as the core
-   * holds MCP's rules (the dialing source's trigger, the newest sink
-   * stream wins). */
-  const mcp_client_def *d = mcp_side_client(ep->side);
-  mcp_stream *st = NULL;
-  rv = d->open(d->user_data, 0, now, &st);
-  if (rv < 0 || !st) {
-    mcp_stream_del(st);
-    return rv < 0 ? rv : MCP_ERR_CALLBACK;
-  }
-  s->mcp = 1;
-  mcp_h2c_stream_attach(s, st, now);
-  if (ep->role == MCP_H2C_ROLE_SINK)
-    ep->sink_stream = s;
-  return 0;
+  /* A dialed MCP stream comes with its stream (client.c). */
+  return MCP_ERR_CALLBACK;
 }
 
 /* ------------------------------------------------------------------ */

@@ -393,9 +393,12 @@ int mcp_h2c_ep_select_addr(mcp_h2c_ep *ep, size_t i);
 void mcp_h2c_client_start(mcp_h2c_ep *ep); /* schedule the first attempt */
 void mcp_h2c_client_stop(mcp_h2c_ep *ep);
 void mcp_h2c_client_conn_gone(mcp_h2c_ep *ep, mcp_h2c_conn *c);
-/* A dialed stream of |c| is gone after |received| messages. */
+/* A dialed stream of |c| is gone after |received| messages, with
+ * |status|: the client object counts them for its connection's attempt;
+ * MCP's side hears the end (its client def's ended()). */
 void mcp_h2c_client_stream_gone(mcp_h2c_ep *ep, mcp_h2c_conn *c,
-                                uint64_t received);
+                                uint64_t received, int status,
+                                const char *details);
 /* ROLE_CLIENT: the connection calls may start on (NULL when none). */
 mcp_h2c_conn *mcp_h2c_client_conn(mcp_h2c_ep *ep);
 /* ROLE_CLIENT: asks def.open() for every free slot; starts the calls on

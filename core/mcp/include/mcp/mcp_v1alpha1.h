@@ -613,11 +613,33 @@ MCP_EXTERN mcp_service mcp_side_service_of(const mcp_service_def *def);
 
 /* The client a dialing side runs: one slot calling the method the peer
  * serves (a source calls ResourceSink; a sink the method of its state's
- * service). open() makes a stream whenever asked (a dialed source sends
- * the trigger first); ended() keeps nothing. When to ask again is the
- * dialing transport's connection policy (mcp_redial, one attempt per
- * connection). Borrowed: valid as long as |side|. */
+ * service), holding MCP's reconnection (an mcp_redial; the call is the
+ * attempt): open() makes a stream (a dialed source sends the trigger
+ * first) only once the backoff is over, else answers 0; ended(), with any
+ * status, starts the next backoff, which goes back to its start only
+ * after a call that received a whole message and lasted the nominal delay
+ * (the engine's healthy rule); get_expiry() says when the next attempt is
+ * due (MCP_TSTAMP_MAX while a call is open). A stream that cannot be made
+ * (no memory) counts as a failed attempt and open() answers 0. A dialed
+ * stream tells the side of each whole message it took (the healthy rule's
+ * count): |side| must outlive the streams open() made. Borrowed: valid as
+ * long as |side|. */
 MCP_EXTERN const mcp_client_def *mcp_side_client(const mcp_side *side);
+
+/* The backoff of the side's client (a new side: mcp_backoff_defaults(),
+ * the first attempt due at once). Resets it: |o| copied (NULL or zero
+ * fields: the defaults), |rand| as for mcp_redial_init() (NULL: a
+ * splitmix64 seeded from the side's address), |rand_user_data| borrowed
+ * as long as the side runs, the first attempt due at |now|. Call it before
+ * the client runs, from the thread that runs it. */
+MCP_EXTERN void mcp_side_set_backoff(mcp_side *side,
+                                     const mcp_backoff_options *o,
+                                     mcp_rand_fn rand, void *rand_user_data,
+                                     mcp_tstamp now);
+/* The side's reconnection state (for logs and tests: mcp_redial_at(),
+ * mcp_redial_count(), mcp_redial_backoff()). Borrowed, read-only: valid
+ * as long as |side|. */
+MCP_EXTERN const mcp_redial *mcp_side_redial(const mcp_side *side);
 
 /* ------------------------------------------------------------------ */
 /* Reading one Resource                                                */
