@@ -1637,81 +1637,6 @@ START_TEST(test_client_that_half_closed_can_end_its_call) {
 }
 END_TEST
 
-/* A server that vanishes with the client's call in flight: a bare
- * HTTP/2 peer (raw socket) answers the preface with SETTINGS, takes the
- * call's HEADERS and closes the connection. The call ends UNAVAILABLE
- * (its stream deleted first), the next one waits for a connection that
- * never comes up, and *_del() ends it CANCELLED. */
-static int cli_opened_twice(void *ud) {
-  (void)ud;
-  return cli_get(&cl).opens[0] >= 2;
-}
-
-static int frame_seen(const uint8_t *b, size_t n, uint8_t type) {
-  size_t at = 24; /* the client preface */
-  while (at + 9 <= n) {
-    size_t len = ((size_t)b[at] << 16) | ((size_t)b[at + 1] << 8) | b[at + 2];
-    if (b[at + 3] == type)
-      return 1;
-    at += 9 + len;
-  }
-  return 0;
-}
-
-START_TEST(test_client_server_vanishes_mid_call) {
-  int lfd = socket(AF_INET, SOCK_STREAM, 0);
-  ck_assert_int_ge(lfd, 0);
-  struct sockaddr_in a;
-  memset(&a, 0, sizeof(a));
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ck_assert_int_eq(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
-  ck_assert_int_eq(listen(lfd, 4), 0);
-  socklen_t alen = sizeof(a);
-  ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&a, &alen), 0);
-  evs ce;
-  evs_init(&ce);
-  cli_init(&cl, 2);
-  mcp_client_def d = cli_def(&cl);
-  char addr[64];
-  mcp_grpc_client *c = dial(ntohs(a.sin_port), addr, sizeof(addr), &ce, &d);
-  int afd = accept(lfd, NULL, NULL);
-  ck_assert_int_ge(afd, 0);
-  static const uint8_t settings[9] = {0, 0, 0, 4, 0, 0, 0, 0, 0};
-  ck_assert_int_eq(write(afd, settings, sizeof(settings)), 9);
-  static uint8_t in[65536];
-  size_t got = 0;
-  struct timeval tv = {.tv_sec = 0, .tv_usec = 100000};
-  ck_assert_int_eq(setsockopt(afd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)),
-                   0);
-  for (int i = 0; i < 100 && !frame_seen(in, got, 1 /* HEADERS */); i++) {
-    ssize_t n = read(afd, in + got, sizeof(in) - got);
-    if (n > 0)
-      got += (size_t)n;
-  }
-  ck_assert(frame_seen(in, got, 1));
-  cli k = cli_get(&cl);
-  ck_assert_int_eq(k.opens[0], 1);
-  ck_assert_int_eq(k.ended[0], 0);
-  close(afd); /* gone, without GOAWAY or RST_STREAM */
-  int one = 1;
-  ck_assert(tg_wait(cli_ended_ge, &one, TG_TIMEOUT_MS));
-  k = cli_get(&cl);
-  ck_assert_int_eq(k.last_status[0], GRPC_STATUS_UNAVAILABLE);
-  /* The protocol asks again (after the backoff); that call waits for a
-   * connection the listener never serves. */
-  ck_assert(tg_wait(cli_opened_twice, NULL, TG_TIMEOUT_MS));
-  k = cli_get(&cl);
-  ck_assert_int_ge(k.opens[0], 2);
-  mcp_grpc_client_del(c);
-  k = cli_get(&cl);
-  ck_assert_int_eq(k.ended[0], k.opens[0]);
-  ck_assert_int_eq(k.last_status[0], GRPC_STATUS_CANCELLED);
-  ck_assert_str_eq(k.last_details[0], "client shutting down");
-  close(lfd);
-}
-END_TEST
-
 /* A message beyond the client's max_recv_message_size ends its call. */
 START_TEST(test_client_message_limit) {
   evs se, ce;
@@ -1885,7 +1810,6 @@ static Suite *suite(void) {
   tcase_add_test(tk, test_client_runs_calls);
   tcase_add_test(tk, test_client_end_and_server_status);
   tcase_add_test(tk, test_client_that_half_closed_can_end_its_call);
-  tcase_add_test(tk, test_client_server_vanishes_mid_call);
   tcase_add_test(tk, test_client_message_limit);
   tcase_add_test(tk, test_tls_identities_and_authorization);
   suite_add_tcase(s, tk);

@@ -949,84 +949,6 @@ START_TEST(client_runs_calls) {
 }
 END_TEST
 
-/* Whether a frame of |type| follows the client preface in |b|. */
-static int frame_seen(const uint8_t *b, size_t n, uint8_t type) {
-  size_t at = 24;
-  while (at + 9 <= n) {
-    size_t len = ((size_t)b[at] << 16) | ((size_t)b[at + 1] << 8) | b[at + 2];
-    if (b[at + 3] == type)
-      return 1;
-    at += 9 + len;
-  }
-  return 0;
-}
-
-/* A peer vanishing under the client: its calls end UNAVAILABLE. */
-START_TEST(client_peer_vanishes) {
-  tenv e;
-  setup(&e);
-  /* A bare TCP listener: it accepts, reads nothing and closes. */
-  int lfd = socket(AF_INET, SOCK_STREAM, 0);
-  ck_assert_int_ge(lfd, 0);
-  struct sockaddr_in a;
-  memset(&a, 0, sizeof(a));
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ck_assert_int_eq(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
-  ck_assert_int_eq(listen(lfd, 4), 0);
-  socklen_t alen = sizeof(a);
-  ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&a, &alen), 0);
-  ck_assert_int_eq(fcntl(lfd, F_SETFL, O_NONBLOCK), 0);
-  char addr[64];
-  snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(a.sin_port));
-  e.cwant[0] = 1;
-  start_client(&e, addr);
-  int afd = -1;
-  for (int i = 0; i < 500 && afd < 0; ++i) {
-    h2t_run_for(&e.loop, 10);
-    afd = accept(lfd, NULL, NULL);
-  }
-  ck_assert_int_ge(afd, 0);
-  /* Our SETTINGS: the call goes out; the peer takes its HEADERS. */
-  ck_assert_int_eq(fcntl(afd, F_SETFL, O_NONBLOCK), 0);
-  static const uint8_t settings[9] = {0, 0, 0, 4, 0, 0, 0, 0, 0};
-  ck_assert_int_eq(write(afd, settings, sizeof(settings)), 9);
-  static uint8_t in[65536];
-  size_t got = 0;
-  for (int i = 0; i < 500 && !frame_seen(in, got, 1 /* HEADERS */); ++i) {
-    h2t_run_for(&e.loop, 10);
-    ssize_t n = read(afd, in + got, sizeof(in) - got);
-    if (n > 0)
-      got += (size_t)n;
-  }
-  ck_assert(frame_seen(in, got, 1));
-  ck_assert_int_eq(e.copens[0], 1);
-  ck_assert_int_eq(e.cended[0], 0);
-  mcp_h2c_stats st;
-  mcp_h2c_client_stats(e.cli, &st);
-  ck_assert_uint_eq(st.streams, 1);
-  ck_assert_uint_gt(st.bytes_written, 24);
-  close(afd); /* the peer vanishes, mid-call */
-  wait_client(&e, 0, 1, 1);
-  ck_assert_int_eq(e.cstatus[0], 14);
-  ck_assert_int_eq(e.cdels[0], 1);
-  mcp_h2c_client_stats(e.cli, &st);
-  ck_assert_uint_eq(st.streams, 0);
-  /* The next call opens on a connection the listener never serves; the
-   * client's del ends it CANCELLED, once, its stream deleted first. */
-  e.cwant[0] = 1;
-  wait_client(&e, 0, 2, 2);
-  ck_assert_int_eq(e.cended[0], 1);
-  mcp_h2c_client_del(e.cli);
-  e.cli = NULL;
-  ck_assert_int_eq(e.cended[0], 2);
-  ck_assert_int_eq(e.cdels[0], 2);
-  ck_assert_int_eq(e.cstatus[0], 1); /* CANCELLED */
-  close(lfd);
-  finish(&e);
-}
-END_TEST
-
 typedef struct window_filled {
   tenv *e;
   uint64_t bytes;
@@ -1331,7 +1253,6 @@ static Suite *suite(void) {
   tcase_add_test(tc, bad_input);
   tcase_add_test(tc, admission_and_no_mcp);
   tcase_add_test(tc, client_runs_calls);
-  tcase_add_test(tc, client_peer_vanishes);
   tcase_add_test(tc, flow_control);
   tcase_add_test(tc, deadline);
   tcase_add_test(tc, client_ends_call);

@@ -14,12 +14,16 @@
  * it ends) when |counter| is set; slot 1 asks again and again at
  * |method| when it is set.
  */
+#include <arpa/inet.h>
 #include <check.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "test_certs.h" /* test_tls_mode() */
@@ -720,6 +724,133 @@ START_TEST(services_and_client_options_are_checked_alike) {
 }
 END_TEST
 
+/* ---- a server that vanishes ---- */
+
+/* A bare HTTP/2 peer on a raw socket: it accepts, answers the preface
+ * with an empty SETTINGS, and reads until the call's HEADERS came. */
+typedef struct bare_peer {
+  int lfd, afd, port, wrote;
+  size_t got;
+  uint8_t in[65536];
+} bare_peer;
+
+static void bare_listen(bare_peer *b) {
+  memset(b, 0, sizeof(*b));
+  b->afd = -1;
+  b->lfd = socket(AF_INET, SOCK_STREAM, 0);
+  ck_assert_int_ge(b->lfd, 0);
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof(a));
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ck_assert_int_eq(bind(b->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+  ck_assert_int_eq(listen(b->lfd, 4), 0);
+  socklen_t alen = sizeof(a);
+  ck_assert_int_eq(getsockname(b->lfd, (struct sockaddr *)&a, &alen), 0);
+  ck_assert_int_eq(fcntl(b->lfd, F_SETFL, O_NONBLOCK), 0);
+  b->port = ntohs(a.sin_port);
+}
+
+/* Whether a frame of |type| follows the client preface in |p|. */
+static int frame_seen(const uint8_t *p, size_t n, uint8_t type) {
+  size_t at = 24;
+  while (at + 9 <= n) {
+    size_t len = ((size_t)p[at] << 16) | ((size_t)p[at + 1] << 8) | p[at + 2];
+    if (p[at + 3] == type)
+      return 1;
+    at += 9 + len;
+  }
+  return 0;
+}
+
+/* A run_until() condition: moves the bare peer's bytes (it runs between
+ * the transport's events, on the test's thread); true once the call's
+ * HEADERS came. */
+static int bare_took_headers(void *ud) {
+  bare_peer *b = ud;
+  if (b->afd < 0) {
+    b->afd = accept(b->lfd, NULL, NULL);
+    if (b->afd < 0)
+      return 0;
+    ck_assert_int_eq(fcntl(b->afd, F_SETFL, O_NONBLOCK), 0);
+  }
+  if (!b->wrote) {
+    static const uint8_t settings[9] = {0, 0, 0, 4, 0, 0, 0, 0, 0};
+    ck_assert_int_eq(write(b->afd, settings, sizeof(settings)), 9);
+    b->wrote = 1;
+  }
+  ssize_t n = read(b->afd, b->in + b->got, sizeof(b->in) - b->got);
+  if (n > 0)
+    b->got += (size_t)n;
+  return frame_seen(b->in, b->got, 1 /* HEADERS */);
+}
+
+static int opened_twice(void *ud) { return c_get(ud).opens[0] >= 2; }
+
+/* A server that vanishes with the client's call in flight (the bare peer
+ * takes the call's HEADERS and closes the connection, without GOAWAY or
+ * RST_STREAM): the call ends UNAVAILABLE, its stream deleted first and
+ * gone from the stats; the protocol's next call waits for a connection
+ * the listener never serves, and *_del() ends it CANCELLED "client
+ * shutting down", once, its stream deleted first. Cleartext only: the
+ * bare peer speaks no TLS. */
+START_TEST(client_call_ends_unavailable_when_the_server_vanishes) {
+  if (test_tls_mode())
+    return;
+  ta_env *env = ta->env_new();
+  bare_peer *b = malloc(sizeof(*b));
+  ck_assert_ptr_nonnull(b);
+  bare_listen(b);
+  cstate c;
+  c_init(&c);
+  c.counter = 1;
+  mcp_client_def def = c_def(&c);
+  char addr[64];
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", b->port);
+  ta_opts o = ta_opts_for(0, addr, NULL);
+  ta_obj *cli = NULL;
+  ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
+  ck_assert(ta->run_until(env, bare_took_headers, b, TA_TIMEOUT_MS));
+  ccounts k = c_get(&c);
+  ck_assert_int_eq(k.opens[0], 1);
+  ck_assert_int_eq(k.ended[0], 0);
+  mcp_transport_stats st;
+  ck_assert_int_eq(ta->stats_versioned(cli, MCP_TRANSPORT_STATS_VERSION, &st),
+                   0);
+  ck_assert_uint_eq(st.streams, 1);
+  if (ta->counts_bytes)
+    ck_assert_uint_gt(st.bytes_written, 24); /* the preface and more */
+  else
+    ck_assert_uint_eq(st.bytes_written, 0); /* documented: not counted */
+
+  close(b->afd); /* the server vanishes, mid-call */
+  cwait w = {.c = &c, .ended = 1};
+  ck_assert(ta->run_until(env, ended_ge, &w, TA_TIMEOUT_MS));
+  k = c_get(&c);
+  ck_assert_int_eq(k.status, MCP_CODE_UNAVAILABLE);
+  ck_assert_int_eq(k.dels[0], 1);
+
+  /* The protocol asks again (after the transport's backoff, if any); that
+   * call waits for a connection the listener never serves. */
+  ck_assert(ta->run_until(env, opened_twice, &c, TA_TIMEOUT_MS));
+  k = c_get(&c);
+  ck_assert_int_eq(k.ended[0], 1);
+  ck_assert_int_eq(ta->stats_versioned(cli, MCP_TRANSPORT_STATS_VERSION, &st),
+                   0);
+  ck_assert_uint_eq(st.streams, 1); /* the new call's; the old one gone */
+  ta->del(cli);
+  k = c_get(&c);
+  ck_assert_int_eq(k.ended[0], k.opens[0]);
+  ck_assert_int_eq(k.dels[0], k.opens[0]);
+  ck_assert_int_eq(k.status, MCP_CODE_CANCELLED);
+  ck_assert_str_eq(k.details, "client shutting down");
+  ta->env_del(env);
+  close(b->lfd);
+  free(b);
+  pthread_mutex_destroy(&c.mu);
+}
+END_TEST
+
 /* The adapter this executable is built with (tests/meson.build:
  * -DTA_ADAPTER=ta_<transport>). */
 extern const ta_transport TA_ADAPTER;
@@ -743,6 +874,7 @@ int main(void) {
   tcase_add_test(tc, listening_sink_serves_services_beside_mcp);
   tcase_add_test(tc, client_asks_open_at_expiry);
   tcase_add_test(tc, client_over_unix_socket);
+  tcase_add_test(tc, client_call_ends_unavailable_when_the_server_vanishes);
   suite_add_tcase(s, tc);
   int failed = ta_run(s);
   if (test_tls_mode())

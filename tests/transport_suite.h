@@ -40,10 +40,17 @@ typedef struct ta_opts {
   const mcp_service_def *services;
   size_t nservices;
   int no_mcp; /* services only */
+  int max_recv_message_size; /* 0: the transport's default */
+  /* Each stream's OPENED / CLOSED / REFUSED (TA_STREAM_*: the values of
+   * both transports' enums), on the transport's thread; NULL: none. */
+  void (*on_stream)(int ev, const mcp_stream_info *info, void *ud);
+  void *on_stream_ud;
   /* TLS files (NULL: cleartext); the suite sets them in MCP_TEST_TLS
    * mode (test_certs.h keeps the directory in the suite's file). */
   const char *cert_file, *key_file, *ca_file, *server_name;
 } ta_opts;
+
+enum { TA_STREAM_OPENED, TA_STREAM_CLOSED, TA_STREAM_REFUSED };
 
 typedef struct ta_transport {
   const char *name;
@@ -99,6 +106,10 @@ typedef struct ta_transport {
   /* More allocations than this through each side's hook in a sync:
    * more than the objects alone. */
   long min_sync_allocs;
+
+  /* 1: the stats count connections and socket bytes (h2c); 0: they
+   * stay 0 (gRPC core does not expose them; docs/api.md). */
+  int counts_bytes;
 
   /* 1: the suite runs a second time with MCP_TEST_TLS=1 (meson.build),
    * where the explicit TLS tests run (once is enough). */
