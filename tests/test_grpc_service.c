@@ -1338,9 +1338,6 @@ typedef struct cli {
   pthread_mutex_t mu;
   int enabled, echo;
   int ask;        /* counter request */
-  int stop_after; /* slot 0 ends its call after this many messages */
-  int half_close; /* slot 0 half-closes after its request (server
-                     streaming, as Destination/Get and Assignments) */
   int opens[2], ended[2], received[2];
   int last_status[2];
   char last_details[2][160];
@@ -1350,20 +1347,17 @@ typedef struct cli {
 typedef struct csess {
   cli *c;
   size_t slot;
-  int sent, got, ending;
+  int sent;
   mcp_msg_builder *b;
 } csess;
 
 static int c_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
   (void)ts;
   csess *s = sess;
-  s->got++;
   pthread_mutex_lock(&s->c->mu);
   s->c->received[s->slot]++;
   snprintf(s->c->last_msg[s->slot], sizeof(s->c->last_msg[0]), "%.*s",
            (int)len, (const char *)in);
-  if (s->slot == 0 && s->c->stop_after && s->got >= s->c->stop_after)
-    s->ending = 1;
   pthread_mutex_unlock(&s->c->mu);
   return 0;
 }
@@ -1384,15 +1378,6 @@ static int c_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
   return rv < 0 ? rv : 1;
 }
 
-static int c_end(const void *sess, int *status, const char **details) {
-  const csess *s = sess;
-  if (!s->ending)
-    return 0;
-  *status = GRPC_STATUS_ABORTED;
-  *details = "client had enough";
-  return 1;
-}
-
 static void c_del(void *sess) {
   csess *s = sess;
   mcp_msg_builder_del(s->b);
@@ -1403,17 +1388,6 @@ static const mcp_stream_ops c_counter_ops = {
     .name = "counter-client",
     .recv = c_recv,
     .next = c_next,
-    .end = c_end,
-    .del = c_del,
-};
-
-static const mcp_stream_ops c_counter_hc_ops = {
-    .name = "counter-client",
-    .flags = MCP_STREAM_CLIENT_HALF_CLOSE_AFTER_FIRST |
-             MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE,
-    .recv = c_recv,
-    .next = c_next,
-    .end = c_end,
     .del = c_del,
 };
 
@@ -1422,7 +1396,6 @@ static const mcp_stream_ops c_echo_ops = {
     .flags = MCP_STREAM_CLIENT_HALF_CLOSE_AFTER_FIRST,
     .recv = c_recv,
     .next = c_next,
-    .end = c_end,
     .del = c_del,
 };
 
@@ -1446,11 +1419,8 @@ static int c_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
   s->slot = slot;
   ck_assert_int_eq(mcp_msg_builder_new(&s->b, NULL), 0);
   ck_assert_int_eq(
-      mcp_stream_new(pst,
-                     slot == 1        ? &c_echo_ops
-                     : c->half_close ? &c_counter_hc_ops
-                                      : &c_counter_ops,
-                     s, NULL, ts),
+      mcp_stream_new(pst, slot == 1 ? &c_echo_ops : &c_counter_ops, s, NULL,
+                     ts),
       0);
   return 1;
 }
@@ -1568,108 +1538,6 @@ START_TEST(test_client_runs_calls) {
   mcp_store_del(store);
 }
 END_TEST
-
-/* open() says "not now" until a time that only get_expiry() tells: the
- * client asks again then, without any other event. */
-START_TEST(test_client_end_and_server_status) {
-  evs se, ce;
-  evs_init(&se);
-  evs_init(&ce);
-  mcp_store *store = tg_store();
-  mcp_grpc_source *src = serve("127.0.0.1:0", store, &se, NULL);
-  int port = mcp_grpc_source_port(src);
-  /* The client ends its call after 2 messages (END: cancelled with its
-   * status), and opens a new one each time. */
-  cli_init(&cl, 5);
-  cl.stop_after = 2;
-  mcp_client_def d = cli_def(&cl);
-  char addr[64];
-  mcp_grpc_client *c = dial(port, addr, sizeof(addr), &ce, &d);
-  int two = 2;
-  ck_assert(tg_wait(cli_ended_ge, &two, TG_TIMEOUT_MS));
-  cli k = cli_get(&cl);
-  ck_assert_int_eq(k.last_status[0], GRPC_STATUS_ABORTED);
-  ck_assert_str_eq(k.last_details[0], "client had enough");
-  ck_assert_int_ge(k.opens[0], 2);
-  /* The server saw the client go. */
-  ck_assert(tg_wait(closed_ge1, &se, TG_TIMEOUT_MS));
-  mcp_grpc_client_del(c);
-
-  /* The server's own status reaches ended(). */
-  cli_init(&cl, STOP);
-  d = cli_def(&cl);
-  c = dial(port, addr, sizeof(addr), &ce, &d);
-  int one = 1;
-  ck_assert(tg_wait(cli_ended_ge, &one, TG_TIMEOUT_MS));
-  k = cli_get(&cl);
-  ck_assert_int_eq(k.last_status[0], GRPC_STATUS_FAILED_PRECONDITION);
-  ck_assert_str_eq(k.last_details[0], "counter stopped by request");
-  mcp_grpc_client_del(c);
-  mcp_grpc_source_del(src);
-  mcp_store_del(store);
-}
-END_TEST
-
-/* A server-streaming client half-closes after its request; it must still
- * be able to end its own call (a broken Assignments chain), which needs
- * pumps with the sending side free after the close went out. */
-START_TEST(test_client_that_half_closed_can_end_its_call) {
-  evs se, ce;
-  evs_init(&se);
-  evs_init(&ce);
-  mcp_store *store = tg_store();
-  mcp_grpc_source *src = serve("127.0.0.1:0", store, &se, NULL);
-  int port = mcp_grpc_source_port(src);
-  cli_init(&cl, 5);
-  cl.stop_after = 2;
-  cl.half_close = 1;
-  mcp_client_def d = cli_def(&cl);
-  char addr[64];
-  mcp_grpc_client *c = dial(port, addr, sizeof(addr), &ce, &d);
-  int two = 2;
-  ck_assert(tg_wait(cli_ended_ge, &two, TG_TIMEOUT_MS));
-  cli k = cli_get(&cl);
-  ck_assert_int_eq(k.last_status[0], GRPC_STATUS_ABORTED);
-  ck_assert_str_eq(k.last_details[0], "client had enough");
-  mcp_grpc_client_del(c);
-  mcp_grpc_source_del(src);
-  mcp_store_del(store);
-}
-END_TEST
-
-/* A message beyond the client's max_recv_message_size ends its call. */
-START_TEST(test_client_message_limit) {
-  evs se, ce;
-  evs_init(&se);
-  evs_init(&ce);
-  mcp_grpc_options o;
-  mcp_grpc_options_default(&o);
-  o.services = services;
-  o.nservices = 2;
-  o.no_mcp = 1;
-  mcp_grpc_source *src = serve("127.0.0.1:0", NULL, &se, &o);
-  cli_init(&cl, 1);
-  mcp_client_def d = cli_def(&cl);
-  char addr[64];
-  mcp_grpc_options co;
-  tg_streams unused;
-  tg_streams_init(&unused);
-  tg_dial_opts(&co, addr, sizeof(addr), mcp_grpc_source_port(src), &unused);
-  co.on_stream = on_stream;
-  co.user_data = &ce;
-  co.max_recv_message_size = 4; /* "count 0" is 7 bytes */
-  mcp_grpc_client *c = NULL;
-  ck_assert_int_eq(mcp_grpc_client_new(&c, &co, &d), 0);
-  int one = 1;
-  ck_assert(tg_wait(cli_ended_ge, &one, TG_TIMEOUT_MS));
-  cli k = cli_get(&cl);
-  ck_assert_int_eq(k.last_status[0], GRPC_STATUS_RESOURCE_EXHAUSTED);
-  ck_assert_int_eq(k.received[0], 0);
-  mcp_grpc_client_del(c);
-  mcp_grpc_source_del(src);
-}
-END_TEST
-
 
 /* ------------------------------------------------------------------ */
 /* TLS: the peer's identity reaches open(); each side authorizes        */
@@ -1808,9 +1676,6 @@ static Suite *suite(void) {
   tcase_add_checked_fixture(tk, setup, NULL);
   tcase_set_timeout(tk, 60);
   tcase_add_test(tk, test_client_runs_calls);
-  tcase_add_test(tk, test_client_end_and_server_status);
-  tcase_add_test(tk, test_client_that_half_closed_can_end_its_call);
-  tcase_add_test(tk, test_client_message_limit);
   tcase_add_test(tk, test_tls_identities_and_authorization);
   suite_add_tcase(s, tk);
   return s;

@@ -86,9 +86,6 @@ typedef struct tenv {
   char clast[2][64];
   int cli_opened, cli_closed;
   const char *cmethod[2]; /* NULL: the counter (slot 0), the echo (1) */
-  int cend_after;         /* the client's counter call ends after this many
-                             messages (0: never) */
-  int ccall_recv;
   char cli_api[32];
 } tenv;
 
@@ -753,20 +750,9 @@ static int c_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
   (void)ts;
   csess *s = sess;
   s->e->crecv[s->slot]++;
-  if (s->slot == 0)
-    s->e->ccall_recv++;
   snprintf(s->e->clast[s->slot], sizeof(s->e->clast[0]), "%.*s", (int)len,
            (const char *)in);
   return 0;
-}
-
-static int c_end(const void *sess, int *status, const char **details) {
-  const csess *s = sess;
-  if (s->slot != 0 || !s->e->cend_after || s->e->ccall_recv < s->e->cend_after)
-    return 0;
-  *status = 0;
-  *details = "enough";
-  return 1;
 }
 
 static int c_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
@@ -790,7 +776,6 @@ static const mcp_stream_ops client_ops = {
              MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE,
     .recv = c_recv,
     .next = c_next,
-    .end = c_end,
     .del = c_del,
 };
 
@@ -817,8 +802,6 @@ static int c_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
   ck_assert_ptr_nonnull(s);
   s->e = e;
   s->slot = slot;
-  if (slot == 0)
-    e->ccall_recv = 0;
   ck_assert_int_eq(mcp_stream_new(pst, &client_ops, s, NULL, ts), 0);
   e->copens[slot]++;
   e->cactive[slot] = 1;
@@ -1030,33 +1013,6 @@ START_TEST(deadline) {
 }
 END_TEST
 
-/* The client's own END resets the call; an unknown method comes back
- * UNIMPLEMENTED. */
-START_TEST(client_ends_call) {
-  tenv e;
-  setup(&e);
-  start(&e);
-  char addr[64];
-  snprintf(addr, sizeof(addr), "127.0.0.1:%d", e.port);
-  e.ticks = 5;
-  e.cend_after = 2;
-  e.cwant[0] = 1;
-  e.cwant[1] = 1;
-  e.cmethod[1] = "/test.Nope/Call";
-  start_client(&e, addr);
-  wait_client(&e, 0, 1, 1);
-  ck_assert_int_eq(e.cstatus[0], 0);
-  ck_assert_str_eq(e.cdetails[0], "enough");
-  ck_assert_int_ge(e.ccall_recv, 2); /* a read may bring more at once */
-  wait_client(&e, 1, 1, 1);
-  ck_assert_int_eq(e.cstatus[1], 12);
-  /* The server saw the reset: its stream is freed, CANCELLED. */
-  wait_int(&e, &e.counter_dels, 1);
-  ck_assert_int_eq(e.svc_last_status, 1);
-  finish(&e);
-}
-END_TEST
-
 /* A new call ends an older one through a wake; a sink object serves
  * services with no state (no_mcp). */
 START_TEST(wake_from_another_call) {
@@ -1255,7 +1211,6 @@ static Suite *suite(void) {
   tcase_add_test(tc, client_runs_calls);
   tcase_add_test(tc, flow_control);
   tcase_add_test(tc, deadline);
-  tcase_add_test(tc, client_ends_call);
   tcase_add_test(tc, wake_from_another_call);
   tcase_add_test(tc, client_call_from_thread);
   tcase_add_test(tc, client_many_slots);

@@ -32,7 +32,10 @@
 typedef struct cstate {
   pthread_mutex_t mu; /* gRPC calls the protocol from its own thread */
   const char *method; /* slot 1's */
-  int once;           /* slot 1 asks once only */
+  int once;           /* each slot asks once only */
+  const char *request; /* slot 0's request (NULL: "go") */
+  int end_after;      /* slot 0 ends its call after this many messages */
+  int no_half_close;  /* slot 0 keeps its sending side open */
   mcp_tstamp not_before; /* open() says "not now" before this */
   mcp_tstamp first_open; /* ts of the first call opened (0: none) */
   int counter;        /* slot 0 keeps a counter call */
@@ -47,13 +50,14 @@ typedef struct cstate {
 typedef struct csess {
   cstate *c;
   size_t slot;
-  int sent;
+  int sent, got;
   mcp_msg_builder *b;
 } csess;
 
 static int c_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
   (void)ts;
   csess *s = sess;
+  s->got++;
   pthread_mutex_lock(&s->c->mu);
   s->c->recv[s->slot]++;
   s->c->call_recv++;
@@ -69,9 +73,20 @@ static int c_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
   if (s->sent) /* one request on either slot */
     return 0;
   s->sent = 1;
-  mcp_msg_builder_bytes(s->b, "go", 2);
+  const char *req = s->slot == 0 && s->c->request ? s->c->request : "go";
+  mcp_msg_builder_bytes(s->b, req, strlen(req));
   int rv = mcp_msg_builder_finish(s->b, NULL, pmsg);
   return rv < 0 ? rv : 1;
+}
+
+/* Slot 0 ends its own call after |end_after| messages on it. */
+static int c_end(const void *sess, int *status, const char **details) {
+  const csess *s = sess;
+  if (s->slot != 0 || !s->c->end_after || s->got < s->c->end_after)
+    return 0;
+  *status = MCP_CODE_ABORTED;
+  *details = "client had enough";
+  return 1;
 }
 
 static void c_del(void *sess) {
@@ -89,6 +104,16 @@ static const mcp_stream_ops c_ops = {
              MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE,
     .recv = c_recv,
     .next = c_next,
+    .end = c_end,
+    .del = c_del,
+};
+
+/* The same, its sending side kept open after the request. */
+static const mcp_stream_ops c_open_ops = {
+    .name = "test-client",
+    .recv = c_recv,
+    .next = c_next,
+    .end = c_end,
     .del = c_del,
 };
 
@@ -100,7 +125,9 @@ static const char *c_method(void *ud, size_t slot) {
 
 static int c_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
   cstate *c = ud;
-  if (slot == 1 ? !c->method || (c->once && c->opens[1] > 0) : !c->counter)
+  if (slot == 1 ? !c->method : !c->counter)
+    return 0;
+  if (c->once && c->opens[slot] > 0)
     return 0;
   if (ts < c->not_before)
     return 0;
@@ -109,7 +136,11 @@ static int c_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
   s->c = c;
   s->slot = slot;
   ck_assert_int_eq(mcp_msg_builder_new(&s->b, NULL), 0);
-  ck_assert_int_eq(mcp_stream_new(pst, &c_ops, s, NULL, ts), 0);
+  ck_assert_int_eq(mcp_stream_new(pst,
+                                  slot == 0 && c->no_half_close ? &c_open_ops
+                                                                : &c_ops,
+                                  s, NULL, ts),
+                   0);
   pthread_mutex_lock(&c->mu);
   if (!c->first_open)
     c->first_open = ts;
@@ -247,18 +278,56 @@ END_TEST
 /* What the server side saw (gRPC runs it on its own thread). */
 static pthread_mutex_t smu = PTHREAD_MUTEX_INITIALIZER;
 static int sopens, sdels;
+static int sclosed, sclosed_status; /* service streams CLOSED, the last */
 
+/* The listener's stream events (serve()): service streams' closes. */
+static void s_on_stream(int ev, const mcp_stream_info *info, void *ud) {
+  (void)ud;
+  if (ev != TA_STREAM_CLOSED || !info->api)
+    return;
+  ck_assert_ptr_null(info->stream); /* already deleted */
+  pthread_mutex_lock(&smu);
+  sclosed++;
+  sclosed_status = info->status;
+  pthread_mutex_unlock(&smu);
+}
+
+static int s_closed(int *status) {
+  pthread_mutex_lock(&smu);
+  int n = sclosed;
+  if (status)
+    *status = sclosed_status;
+  pthread_mutex_unlock(&smu);
+  return n;
+}
+
+static int s_closed_ge(void *ud) { return s_closed(NULL) >= *(int *)ud; }
+
+/* A request "stop" ends the call FAILED_PRECONDITION "counter stopped by
+ * request"; "long" makes each answer "count <n>" (7 bytes). */
 typedef struct ssess {
-  int pending, seq;
+  int pending, seq, stop, long_msgs;
   mcp_msg_builder *b;
 } ssess;
 
 static int s_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
-  (void)in;
-  (void)len;
   (void)ts;
-  ((ssess *)sess)->pending += 2;
+  ssess *p = sess;
+  if (len == 4 && memcmp(in, "stop", 4) == 0)
+    p->stop = 1;
+  else if (len == 4 && memcmp(in, "long", 4) == 0)
+    p->long_msgs = 1;
+  p->pending += 2;
   return 0;
+}
+
+static int s_end(const void *sess, int *status, const char **details) {
+  const ssess *p = sess;
+  if (!p->stop)
+    return 0;
+  *status = MCP_CODE_FAILED_PRECONDITION;
+  *details = "counter stopped by request";
+  return 1;
 }
 
 static int s_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
@@ -268,7 +337,8 @@ static int s_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
     return 0;
   p->pending--;
   char text[16];
-  int n = snprintf(text, sizeof(text), "%d", p->seq++);
+  int n = snprintf(text, sizeof(text), p->long_msgs ? "count %d" : "%d",
+                   p->seq++);
   mcp_msg_builder_bytes(p->b, text, (size_t)n);
   int rv = mcp_msg_builder_finish(p->b, NULL, pmsg);
   return rv < 0 ? rv : 1;
@@ -288,6 +358,7 @@ static const mcp_stream_ops s_counter_ops = {
     .flags = MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE,
     .recv = s_recv,
     .next = s_next,
+    .end = s_end,
     .del = s_del,
 };
 
@@ -329,6 +400,7 @@ static int serve(ta_env *env, ta_obj **psrc, const char *address) {
   o.services = services;
   o.nservices = 1;
   o.no_mcp = 1;
+  o.on_stream = s_on_stream;
   return ta->source_new(env, psrc, &o, NULL);
 }
 
@@ -724,6 +796,103 @@ START_TEST(services_and_client_options_are_checked_alike) {
 }
 END_TEST
 
+/* ---- a call's end, either side's ---- */
+
+/* A client ends its own call (its END: the call is reset with the
+ * client's status, which ended() hears), whether or not it half-closed
+ * first (a server-streaming client, as Destination/Get and Assignments,
+ * must still be able to end its call), and the protocol asks again; the
+ * server sees the call go CANCELLED, its stream deleted. Then the
+ * server's own status and details reach the client's ended(). */
+START_TEST(client_ends_its_call_and_hears_the_servers_status) {
+  ta_env *env = ta->env_new();
+  ta_obj *src = NULL;
+  ck_assert_int_eq(serve(env, &src, "127.0.0.1:0"), 0);
+  char addr[64];
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", ta->port(src));
+  for (int half_close = 0; half_close < 2; half_close++) {
+    int closed0 = s_closed(NULL);
+    cstate c;
+    c_init(&c);
+    c.counter = 1;
+    c.end_after = 2;
+    c.no_half_close = !half_close;
+    mcp_client_def def = c_def(&c);
+    ta_opts o = ta_opts_for(0, addr, NULL);
+    ta_obj *cli = NULL;
+    ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
+    cwait w = {.c = &c, .ended = 2};
+    ck_assert(ta->run_until(env, ended_ge, &w, TA_TIMEOUT_MS));
+    ccounts k = c_get(&c);
+    ck_assert_int_eq(k.status, MCP_CODE_ABORTED);
+    ck_assert_str_eq(k.details, "client had enough");
+    ck_assert_int_ge(k.opens[0], 2);
+    ck_assert_int_ge(k.recv[0], 4); /* a read may bring more at once */
+    int want = closed0 + 1;
+    ck_assert(ta->run_until(env, s_closed_ge, &want, TA_TIMEOUT_MS));
+    int status = -1;
+    s_closed(&status);
+    ck_assert_int_eq(status, MCP_CODE_CANCELLED);
+    ta->del(cli);
+    pthread_mutex_destroy(&c.mu);
+  }
+
+  cstate c;
+  c_init(&c);
+  c.counter = 1;
+  c.once = 1;
+  c.request = "stop";
+  mcp_client_def def = c_def(&c);
+  ta_opts o = ta_opts_for(0, addr, NULL);
+  ta_obj *cli = NULL;
+  ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
+  cwait w = {.c = &c, .ended = 1};
+  ck_assert(ta->run_until(env, ended_ge, &w, TA_TIMEOUT_MS));
+  ccounts k = c_get(&c);
+  ck_assert_int_eq(k.status, MCP_CODE_FAILED_PRECONDITION);
+  ck_assert_str_eq(k.details, "counter stopped by request");
+  ck_assert_int_eq(k.opens[0], 1);
+  ta->del(cli);
+  ta->del(src);
+  ta->env_del(env);
+  int so, sd;
+  s_counts(&so, &sd);
+  ck_assert_int_eq(sd, so);
+  pthread_mutex_destroy(&c.mu);
+}
+END_TEST
+
+/* A message beyond the client's max_recv_message_size ends its call
+ * RESOURCE_EXHAUSTED, the message not handed to the protocol. */
+START_TEST(client_message_beyond_its_limit_ends_the_call) {
+  ta_env *env = ta->env_new();
+  ta_obj *src = NULL;
+  ck_assert_int_eq(serve(env, &src, "127.0.0.1:0"), 0);
+  char addr[64];
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", ta->port(src));
+  cstate c;
+  c_init(&c);
+  c.counter = 1;
+  c.once = 1;
+  c.request = "long";
+  mcp_client_def def = c_def(&c);
+  ta_opts o = ta_opts_for(0, addr, NULL);
+  o.max_recv_message_size = 4; /* "count 0" is 7 bytes */
+  ta_obj *cli = NULL;
+  ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
+  cwait w = {.c = &c, .ended = 1};
+  ck_assert(ta->run_until(env, ended_ge, &w, TA_TIMEOUT_MS));
+  ccounts k = c_get(&c);
+  ck_assert_int_eq(k.status, MCP_CODE_RESOURCE_EXHAUSTED);
+  ck_assert_int_eq(k.recv[0], 0);
+  ck_assert_int_eq(k.dels[0], 1);
+  ta->del(cli);
+  ta->del(src);
+  ta->env_del(env);
+  pthread_mutex_destroy(&c.mu);
+}
+END_TEST
+
 /* ---- a server that vanishes ---- */
 
 /* A bare HTTP/2 peer on a raw socket: it accepts, answers the preface
@@ -875,6 +1044,8 @@ int main(void) {
   tcase_add_test(tc, client_asks_open_at_expiry);
   tcase_add_test(tc, client_over_unix_socket);
   tcase_add_test(tc, client_call_ends_unavailable_when_the_server_vanishes);
+  tcase_add_test(tc, client_ends_its_call_and_hears_the_servers_status);
+  tcase_add_test(tc, client_message_beyond_its_limit_ends_the_call);
   suite_add_tcase(s, tc);
   int failed = ta_run(s);
   if (test_tls_mode())
