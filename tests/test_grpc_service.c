@@ -1332,11 +1332,11 @@ END_TEST
 /* ------------------------------------------------------------------ */
 
 /* The client side of the protocol: slot 0 counts (asks for |ask| and
- * keeps the call), slot 1 echoes once (unary: half-closes after its
- * request) when |echo| is set. */
+ * keeps the call); slot 1 is never asked (the TLS test needs one call;
+ * the client's behaviour is tests/test_transport_service.c's). */
 typedef struct cli {
   pthread_mutex_t mu;
-  int enabled, echo;
+  int enabled;
   int ask;        /* counter request */
   int opens[2], ended[2], received[2];
   int last_status[2];
@@ -1391,14 +1391,6 @@ static const mcp_stream_ops c_counter_ops = {
     .del = c_del,
 };
 
-static const mcp_stream_ops c_echo_ops = {
-    .name = "echo-client",
-    .flags = MCP_STREAM_CLIENT_HALF_CLOSE_AFTER_FIRST,
-    .recv = c_recv,
-    .next = c_next,
-    .del = c_del,
-};
-
 static const char *c_method(void *ud, size_t slot) {
   (void)ud;
   return slot == 0 ? COUNTER_METHOD : ECHO_METHOD;
@@ -1407,7 +1399,7 @@ static const char *c_method(void *ud, size_t slot) {
 static int c_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
   cli *c = ud;
   pthread_mutex_lock(&c->mu);
-  int go = c->enabled && (slot == 0 || (c->echo && c->opens[1] == 0));
+  int go = c->enabled && slot == 0;
   if (go)
     c->opens[slot]++;
   pthread_mutex_unlock(&c->mu);
@@ -1419,8 +1411,7 @@ static int c_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
   s->slot = slot;
   ck_assert_int_eq(mcp_msg_builder_new(&s->b, NULL), 0);
   ck_assert_int_eq(
-      mcp_stream_new(pst, slot == 1 ? &c_echo_ops : &c_counter_ops, s, NULL,
-                     ts),
+      mcp_stream_new(pst, &c_counter_ops, s, NULL, ts),
       0);
   return 1;
 }
@@ -1463,11 +1454,6 @@ static int cli_ended_ge(void *ud) {
   return cli_get(&cl).ended[0] >= *want;
 }
 
-static int cli_echo_ended(void *ud) {
-  (void)ud;
-  return cli_get(&cl).ended[1] >= 1;
-}
-
 static mcp_client_def cli_def(cli *c) {
   mcp_client_def d;
   memset(&d, 0, sizeof(d));
@@ -1478,66 +1464,6 @@ static mcp_client_def cli_def(cli *c) {
   d.user_data = c;
   return d;
 }
-
-static mcp_grpc_client *dial(int port, char *addr, size_t alen, evs *e,
-                             mcp_client_def *d) {
-  mcp_grpc_options o;
-  tg_streams unused;
-  tg_streams_init(&unused);
-  tg_dial_opts(&o, addr, alen, port, &unused);
-  o.on_stream = on_stream;
-  o.user_data = e;
-  mcp_grpc_client *c = NULL;
-  ck_assert_int_eq(mcp_grpc_client_new(&c, &o, d), 0);
-  return c;
-}
-
-START_TEST(test_client_runs_calls) {
-  evs se, ce;
-  evs_init(&se);
-  evs_init(&ce);
-  mcp_store *store = tg_store();
-  mcp_grpc_source *src = serve("127.0.0.1:0", store, &se, NULL);
-  int port = mcp_grpc_source_port(src);
-  cli_init(&cl, 3);
-  cl.echo = 1;
-  mcp_client_def d = cli_def(&cl);
-  char addr[64];
-  mcp_grpc_client *c = dial(port, addr, sizeof(addr), &ce, &d);
-
-  int three = 3;
-  ck_assert(tg_wait(cli_received_ge, &three, TG_TIMEOUT_MS));
-  ck_assert(tg_wait(cli_echo_ended, NULL, TG_TIMEOUT_MS));
-  cli k = cli_get(&cl);
-  ck_assert_int_eq(k.received[1], 1);
-  ck_assert_str_eq(k.last_msg[1], "ping");
-  ck_assert_int_eq(k.last_status[1], GRPC_STATUS_OK); /* unary: OK */
-  ck_assert_int_eq(k.opens[0], 1);
-  ck_assert_int_eq(k.ended[0], 0); /* the counter call stays */
-  ck_assert_str_eq(k.last_msg[0], "count 2");
-
-  /* An update of the server reaches the client's call. */
-  ck_assert_int_eq(mcp_grpc_source_update(src, bump, NULL), 0);
-  int four = 4;
-  ck_assert(tg_wait(cli_received_ge, &four, TG_TIMEOUT_MS));
-
-  mcp_grpc_stats st;
-  ck_assert_int_eq(mcp_grpc_client_stats(c, &st), 0);
-  ck_assert_uint_eq(st.streams, 1);
-  ck_assert_uint_eq(st.opened, 2);
-  evs ck = evs_get(&ce); /* the client's calls, with their streams */
-  ck_assert_int_eq(ck.opened_other, 2);
-  ck_assert_int_eq(ck.opened_counter + ck.opened_echo + ck.opened_mcp, 0);
-
-  /* del: the open call ends CANCELLED, heard by ended() before return. */
-  mcp_grpc_client_del(c);
-  k = cli_get(&cl);
-  ck_assert_int_eq(k.ended[0], 1);
-  ck_assert_int_eq(k.last_status[0], GRPC_STATUS_CANCELLED);
-  mcp_grpc_source_del(src);
-  mcp_store_del(store);
-}
-END_TEST
 
 /* ------------------------------------------------------------------ */
 /* TLS: the peer's identity reaches open(); each side authorizes        */
@@ -1675,7 +1601,6 @@ static Suite *suite(void) {
   TCase *tk = tcase_create("client");
   tcase_add_checked_fixture(tk, setup, NULL);
   tcase_set_timeout(tk, 60);
-  tcase_add_test(tk, test_client_runs_calls);
   tcase_add_test(tk, test_tls_identities_and_authorization);
   suite_add_tcase(s, tk);
   return s;

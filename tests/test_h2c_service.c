@@ -847,91 +847,6 @@ static void start_client(tenv *e, const char *addr) {
   ck_assert_int_eq(mcp_h2c_client_new(&e->cli, &e->loop, &o, &def), 0);
 }
 
-typedef struct cwait {
-  tenv *e;
-  int slot, what, n;
-} cwait;
-
-static int c_cond(void *ud) {
-  cwait *w = ud;
-  const int *v = w->what == 0   ? w->e->crecv
-                 : w->what == 1 ? w->e->cended
-                                : w->e->copens;
-  return v[w->slot] >= w->n;
-}
-
-static void wait_client(tenv *e, int slot, int what, int n) {
-  cwait w = {e, slot, what, n};
-  ck_assert_msg(h2t_run_until(&e->loop, c_cond, &w, 5000),
-                "slot %d: recv %d ended %d opens %d (status %d %s)", slot,
-                e->crecv[slot], e->cended[slot], e->copens[slot],
-                e->cstatus[slot], e->cdetails[slot]);
-}
-
-static void check_call(const mcp_h2c_stream_info *i, void *ud) {
-  (void)ud;
-  ck_assert(i->dialed);
-  ck_assert_str_eq(i->method, COUNTER_PATH);
-  ck_assert_str_eq(i->api, "test-client");
-  ck_assert_ptr_nonnull(i->stream);
-  ck_assert_uint_eq(mcp_stream_sent(i->stream), 1);
-}
-
-START_TEST(client_runs_calls) {
-  tenv e;
-  setup(&e);
-  e.o.no_mcp = 1;
-  start(&e);
-  char addr[64];
-  snprintf(addr, sizeof(addr), "127.0.0.1:%d", e.port);
-  e.cwant[0] = 1;
-  e.cwant[1] = 1;
-  start_client(&e, addr);
-  /* Both calls run at once; the counter one stays open after our
-   * half-close (the server's KEEP_OPEN). */
-  wait_client(&e, 1, 1, 1);
-  wait_client(&e, 0, 0, 1);
-  ck_assert_int_eq(e.cstatus[1], 0);
-  ck_assert_str_eq(e.clast[1], "ping");
-  ck_assert_str_eq(e.clast[0], "0");
-  ck_assert_str_eq(e.cli_api, "test-client");
-  wait_int(&e, &e.counter_half_closes, 1);
-  mcp_h2c_stats st;
-  mcp_h2c_client_stats(e.cli, &st);
-  ck_assert_uint_eq(st.streams, 1);
-  ck_assert_uint_eq(st.connections, 1);
-  ck_assert_uint_eq(mcp_h2c_client_streams(e.cli, check_call, NULL), 1);
-  int crecv0 = e.crecv[0];
-
-  /* A wake on the server side reaches the client. */
-  e.ticks = 1;
-  mcp_stream_wake(e.counter_st);
-  wait_client(&e, 0, 0, crecv0 + 1);
-  ck_assert_str_eq(e.clast[0], "1");
-
-  /* Concurrent calls share the connection. */
-  e.cwant[1] = 1;
-  mcp_h2c_client_notify(e.cli);
-  int ended1 = e.cended[1];
-  wait_client(&e, 1, 1, ended1 + 1);
-  mcp_h2c_source_stats(e.src, &st);
-  ck_assert_uint_eq(st.connections, 1);
-
-  /* The server ends the counter call: ended() gets its status. */
-  int ended0 = e.cended[0];
-  e.end_status = 5;
-  e.end_details = "no such counter";
-  mcp_stream_wake(e.counter_st);
-  wait_client(&e, 0, 1, ended0 + 1);
-  ck_assert_int_eq(e.cstatus[0], 5);
-  ck_assert_str_eq(e.cdetails[0], "no such counter");
-  ck_assert_int_eq(e.cdels[0], e.copens[0]);
-  ck_assert_int_eq(e.cdels[1], e.copens[1]);
-  ck_assert_int_eq(e.cli_opened, e.cli_closed);
-  finish(&e);
-}
-END_TEST
-
 typedef struct window_filled {
   tenv *e;
   uint64_t bytes;
@@ -1208,7 +1123,6 @@ static Suite *suite(void) {
   tcase_add_test(tc, peer_vanishes);
   tcase_add_test(tc, bad_input);
   tcase_add_test(tc, admission_and_no_mcp);
-  tcase_add_test(tc, client_runs_calls);
   tcase_add_test(tc, flow_control);
   tcase_add_test(tc, deadline);
   tcase_add_test(tc, wake_from_another_call);

@@ -43,7 +43,7 @@ typedef struct cstate {
   int call_recv; /* messages on slot 0's call now */
   int status;
   char details[160];
-  char last[16];
+  char last[2][16]; /* each slot's last message */
   mcp_tstamp ended_at[64]; /* slot 0's first 64 ends (ts) */
 } cstate;
 
@@ -61,7 +61,7 @@ static int c_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
   pthread_mutex_lock(&s->c->mu);
   s->c->recv[s->slot]++;
   s->c->call_recv++;
-  snprintf(s->c->last, sizeof(s->c->last), "%.*s", (int)len,
+  snprintf(s->c->last[s->slot], sizeof(s->c->last[0]), "%.*s", (int)len,
            (const char *)in);
   pthread_mutex_unlock(&s->c->mu);
   return 0;
@@ -171,7 +171,7 @@ typedef struct ccounts {
   int call_recv;
   int status;
   char details[160];
-  char last[16];
+  char last[2][16];
   mcp_tstamp ended_at[64];
 } ccounts;
 
@@ -279,6 +279,7 @@ END_TEST
 static pthread_mutex_t smu = PTHREAD_MUTEX_INITIALIZER;
 static int sopens, sdels;
 static int sclosed, sclosed_status; /* service streams CLOSED, the last */
+static int shalf_closes; /* counter streams' half-closes */
 
 /* The listener's stream events (serve()): service streams' closes. */
 static void s_on_stream(int ev, const mcp_stream_info *info, void *ud) {
@@ -307,12 +308,22 @@ static int s_closed_ge(void *ud) { return s_closed(NULL) >= *(int *)ud; }
  * request"; "long" makes each answer "count <n>" (7 bytes). */
 typedef struct ssess {
   int pending, seq, stop, long_msgs;
+  int echo; /* the echo: answers each message with itself */
+  char said[16];
   mcp_msg_builder *b;
+  struct ssess *next; /* live counters (the transport's thread only) */
 } ssess;
+
+static ssess *counters;
 
 static int s_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
   (void)ts;
   ssess *p = sess;
+  if (p->echo) {
+    snprintf(p->said, sizeof(p->said), "%.*s", (int)len, (const char *)in);
+    p->pending = 1;
+    return 0;
+  }
   if (len == 4 && memcmp(in, "stop", 4) == 0)
     p->stop = 1;
   else if (len == 4 && memcmp(in, "long", 4) == 0)
@@ -337,15 +348,30 @@ static int s_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
     return 0;
   p->pending--;
   char text[16];
-  int n = snprintf(text, sizeof(text), p->long_msgs ? "count %d" : "%d",
-                   p->seq++);
+  int n = p->echo ? snprintf(text, sizeof(text), "%s", p->said)
+                  : snprintf(text, sizeof(text),
+                             p->long_msgs ? "count %d" : "%d", p->seq++);
   mcp_msg_builder_bytes(p->b, text, (size_t)n);
   int rv = mcp_msg_builder_finish(p->b, NULL, pmsg);
   return rv < 0 ? rv : 1;
 }
 
+static void s_half_close(void *sess, mcp_tstamp ts) {
+  (void)ts;
+  if (((ssess *)sess)->echo)
+    return;
+  pthread_mutex_lock(&smu);
+  shalf_closes++;
+  pthread_mutex_unlock(&smu);
+}
+
 static void s_del(void *sess) {
   ssess *p = sess;
+  for (ssess **pp = &counters; *pp; pp = &(*pp)->next)
+    if (*pp == p) {
+      *pp = p->next;
+      break;
+    }
   mcp_msg_builder_del(p->b);
   free(p);
   pthread_mutex_lock(&smu);
@@ -359,21 +385,48 @@ static const mcp_stream_ops s_counter_ops = {
     .recv = s_recv,
     .next = s_next,
     .end = s_end,
+    .half_close = s_half_close,
     .del = s_del,
 };
 
+/* Unary rules: the client's half-close ends it once answered (OK). */
+static const mcp_stream_ops s_echo_ops = {
+    .name = "echo",
+    .recv = s_recv,
+    .next = s_next,
+    .half_close = s_half_close,
+    .del = s_del,
+};
+
+#define ECHO_METHOD "/test.Echo/Echo"
+
+/* An update of the listener (ta->update, on its thread): one more
+ * message for every counter call. */
+static void s_bump(mcp_store *store, mcp_tstamp ts, void *ud) {
+  (void)store;
+  (void)ts;
+  (void)ud;
+  for (ssess *p = counters; p; p = p->next)
+    p->pending++;
+}
+
 static int s_open(void *ud, const mcp_peer_info *peer, mcp_tstamp ts,
                   mcp_stream **pst) {
-  (void)ud;
   (void)peer;
   ssess *p = calloc(1, sizeof(*p));
   if (!p)
     return MCP_ERR_NOMEM;
+  p->echo = ud != NULL;
+  if (!p->echo) {
+    p->next = counters;
+    counters = p;
+  }
   if (mcp_msg_builder_new(&p->b, NULL) < 0) {
     free(p);
     return MCP_ERR_NOMEM;
   }
-  int rv = mcp_stream_new(pst, &s_counter_ops, p, NULL, ts);
+  int rv = mcp_stream_new(pst, p->echo ? &s_echo_ops : &s_counter_ops, p,
+                          NULL, ts);
   if (rv < 0)
     return rv; /* p was freed by the driver */
   pthread_mutex_lock(&smu);
@@ -382,8 +435,11 @@ static int s_open(void *ud, const mcp_peer_info *peer, mcp_tstamp ts,
   return 0;
 }
 
+static int echo_tag; /* the echo's user_data: not NULL */
+
 static const mcp_service_def services[] = {
     {.method = COUNTER_METHOD, .open = s_open},
+    {.method = ECHO_METHOD, .open = s_open, .user_data = &echo_tag},
 };
 
 static void s_counts(int *o, int *d) {
@@ -398,7 +454,7 @@ static void s_counts(int *o, int *d) {
 static int serve(ta_env *env, ta_obj **psrc, const char *address) {
   ta_opts o = ta_opts_for(1, address, NULL);
   o.services = services;
-  o.nservices = 1;
+  o.nservices = 2;
   o.no_mcp = 1;
   o.on_stream = s_on_stream;
   return ta->source_new(env, psrc, &o, NULL);
@@ -450,7 +506,7 @@ START_TEST(client_reconnects_after_restart) {
   cwait w = {.c = &c, .call_recv = 2};
   ck_assert(ta->run_until(env, call_has, &w, TA_TIMEOUT_MS));
   ccounts k = c_get(&c);
-  ck_assert_str_eq(k.last, "1");
+  ck_assert_str_eq(k.last[0], "1");
   /* The list is tried in order: the closed port's call ended first. */
   ck_assert_int_ge(k.ended[0], 1);
   ck_assert_int_eq(k.status, MCP_CODE_UNAVAILABLE);
@@ -489,7 +545,7 @@ START_TEST(client_reconnects_after_restart) {
   w.call_recv = 2;
   ck_assert(ta->run_until(env, call_has, &w, TA_TIMEOUT_MS));
   k = c_get(&c);
-  ck_assert_str_eq(k.last, "1");
+  ck_assert_str_eq(k.last[0], "1");
   ck_assert_int_ge(k.opens[0], 2);
 
   /* Deleting the client ends the open call before it returns. */
@@ -582,7 +638,7 @@ START_TEST(listening_sink_serves_services_beside_mcp) {
   ck_assert_int_eq(ta->client_new(w.env, &cli, &co, &def), 0);
   cwait cw = {.c = &c, .call_recv = 2};
   ck_assert(ta->run_until(w.env, call_has, &cw, TA_TIMEOUT_MS));
-  ck_assert_str_eq(c_get(&c).last, "1");
+  ck_assert_str_eq(c_get(&c).last[0], "1");
   ta->del(cli);
   pthread_mutex_destroy(&c.mu);
   int o1, d1;
@@ -661,7 +717,7 @@ START_TEST(client_over_unix_socket) {
   ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
   cwait w = {.c = &c, .call_recv = 2};
   ck_assert(ta->run_until(env, call_has, &w, TA_TIMEOUT_MS));
-  ck_assert_str_eq(c_get(&c).last, "1");
+  ck_assert_str_eq(c_get(&c).last[0], "1");
   ta->del(cli);
   ta->del(src);
   ta->env_del(env);
@@ -792,6 +848,128 @@ START_TEST(services_and_client_options_are_checked_alike) {
   ck_assert_int_eq(c_get(&c).status, MCP_CODE_UNAVAILABLE);
   ta->del(obj);
   ta_world_fini(&w);
+  pthread_mutex_destroy(&c.mu);
+}
+END_TEST
+
+/* ---- calls side by side ---- */
+
+/* The client's stream events: its calls' OPENED and CLOSED. */
+typedef struct cevents {
+  pthread_mutex_t mu;
+  int opened, closed;
+  char api[32];
+} cevents;
+
+static void c_on_stream(int ev, const mcp_stream_info *info, void *ud) {
+  cevents *e = ud;
+  ck_assert(info->dialed);
+  pthread_mutex_lock(&e->mu);
+  if (ev == TA_STREAM_OPENED) {
+    e->opened++;
+    snprintf(e->api, sizeof(e->api), "%s", info->api ? info->api : "(mcp)");
+  } else if (ev == TA_STREAM_CLOSED) {
+    e->closed++;
+  }
+  pthread_mutex_unlock(&e->mu);
+}
+
+/* The one open call, as the client lists it. */
+static void check_counter_call(const mcp_stream_info *i, void *ud) {
+  ++*(int *)ud;
+  ck_assert(i->dialed);
+  ck_assert_str_eq(i->method, ta->tells_method ? COUNTER_METHOD : "");
+  ck_assert_str_eq(i->api, "test-client");
+  ck_assert_ptr_nonnull(i->stream);
+  ck_assert_uint_eq(mcp_stream_sent(i->stream), 1);
+}
+
+static int both_answered(void *ud) {
+  ccounts k = c_get(ud);
+  return k.ended[1] >= 1 && k.recv[0] >= 2;
+}
+
+static int s_half_closed(void *ud) {
+  (void)ud;
+  pthread_mutex_lock(&smu);
+  int n = shalf_closes;
+  pthread_mutex_unlock(&smu);
+  return n >= 1;
+}
+
+static int counter_has_3(void *ud) { return c_get(ud).recv[0] >= 3; }
+
+/* A client runs two calls at once on one connection: a unary echo
+ * (answered, then OK) and a server-streaming counter that stays open
+ * after the client's half-close (the server hears the half-close); the
+ * client's stats, listing and stream events show them; an update of the
+ * server reaches the open call; deleting the client ends it CANCELLED
+ * before it returns, every stream deleted and every event closed. */
+START_TEST(client_runs_calls_side_by_side) {
+  ta_env *env = ta->env_new();
+  pthread_mutex_lock(&smu);
+  shalf_closes = 0;
+  pthread_mutex_unlock(&smu);
+  ta_obj *src = NULL;
+  ck_assert_int_eq(serve(env, &src, "127.0.0.1:0"), 0);
+  char addr[64];
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", ta->port(src));
+  cstate c;
+  c_init(&c);
+  c.counter = 1;
+  c.method = ECHO_METHOD;
+  c.once = 1;
+  mcp_client_def def = c_def(&c);
+  cevents ev;
+  memset(&ev, 0, sizeof(ev));
+  pthread_mutex_init(&ev.mu, NULL);
+  ta_opts o = ta_opts_for(0, addr, NULL);
+  o.on_stream = c_on_stream;
+  o.on_stream_ud = &ev;
+  ta_obj *cli = NULL;
+  ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
+  ck_assert(ta->run_until(env, both_answered, &c, TA_TIMEOUT_MS));
+  ccounts k = c_get(&c);
+  ck_assert_int_eq(k.status, MCP_CODE_OK); /* the echo's: unary, OK */
+  ck_assert_str_eq(k.last[1], "go");
+  ck_assert_int_eq(k.recv[1], 1);
+  ck_assert_str_eq(k.last[0], "1");
+  ck_assert_int_eq(k.opens[0], 1);
+  ck_assert_int_eq(k.ended[0], 0); /* the counter call stays */
+  ck_assert(ta->run_until(env, s_half_closed, NULL, TA_TIMEOUT_MS));
+
+  mcp_transport_stats st;
+  ck_assert_int_eq(ta->stats_versioned(cli, MCP_TRANSPORT_STATS_VERSION, &st),
+                   0);
+  ck_assert_uint_eq(st.streams, 1);
+  ck_assert_uint_eq(st.opened, 2);
+  ck_assert_uint_eq(st.connections, ta->counts_bytes ? 1 : 0);
+  int listed = 0;
+  ck_assert_int_eq(ta->list(cli, check_counter_call, &listed), 1);
+  ck_assert_int_eq(listed, 1);
+  ck_assert_int_eq(ta->stats_versioned(src, MCP_TRANSPORT_STATS_VERSION, &st),
+                   0);
+  ck_assert_uint_eq(st.connections, ta->counts_bytes ? 1 : 0); /* shared */
+
+  /* An update of the server reaches the open call. */
+  ck_assert_int_eq(ta->update(src, s_bump, NULL), 0);
+  ck_assert(ta->run_until(env, counter_has_3, &c, TA_TIMEOUT_MS));
+  ck_assert_str_eq(c_get(&c).last[0], "2");
+
+  ta->del(cli);
+  k = c_get(&c);
+  ck_assert_int_eq(k.ended[0], 1);
+  ck_assert_int_eq(k.status, MCP_CODE_CANCELLED);
+  ck_assert_int_eq(k.dels[0], k.opens[0]);
+  ck_assert_int_eq(k.dels[1], k.opens[1]);
+  pthread_mutex_lock(&ev.mu);
+  ck_assert_int_eq(ev.opened, 2);
+  ck_assert_int_eq(ev.closed, 2);
+  ck_assert_str_eq(ev.api, "test-client");
+  pthread_mutex_unlock(&ev.mu);
+  ta->del(src);
+  ta->env_del(env);
+  pthread_mutex_destroy(&ev.mu);
   pthread_mutex_destroy(&c.mu);
 }
 END_TEST
@@ -1046,6 +1224,7 @@ int main(void) {
   tcase_add_test(tc, client_call_ends_unavailable_when_the_server_vanishes);
   tcase_add_test(tc, client_ends_its_call_and_hears_the_servers_status);
   tcase_add_test(tc, client_message_beyond_its_limit_ends_the_call);
+  tcase_add_test(tc, client_runs_calls_side_by_side);
   suite_add_tcase(s, tc);
   int failed = ta_run(s);
   if (test_tls_mode())

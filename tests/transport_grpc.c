@@ -187,6 +187,23 @@ static int g_streams(ta_obj *obj, int *seen) {
   }
 }
 
+static int g_list(ta_obj *obj, void (*fn)(const mcp_stream_info *, void *),
+                  void *ud) {
+  switch (obj->kind) {
+  case O_SOURCE:
+    return mcp_grpc_source_streams(obj->p, fn, ud);
+  case O_SINK:
+    return mcp_grpc_sink_streams(obj->p, fn, ud);
+  default:
+    return mcp_grpc_client_streams(obj->p, fn, ud);
+  }
+}
+
+static int g_update(ta_obj *obj,
+                    void (*fn)(mcp_store *, mcp_tstamp, void *), void *ud) {
+  return mcp_grpc_source_update(obj->p, fn, ud);
+}
+
 static int g_stats_versioned(ta_obj *obj, int version,
                              mcp_transport_stats *st) {
   switch (obj->kind) {
@@ -355,6 +372,8 @@ const ta_transport ta_grpc = {
     .del = g_del,
     .port = g_port,
     .streams = g_streams,
+    .list = g_list,
+    .update = g_update,
     .stats_versioned = g_stats_versioned,
     .sink_call = g_sink_call,
     .now = mcp_grpc_now,

@@ -202,6 +202,23 @@ static int h_streams(ta_obj *obj, int *seen) {
   }
 }
 
+static int h_list(ta_obj *obj, void (*fn)(const mcp_stream_info *, void *),
+                  void *ud) {
+  switch (obj->kind) {
+  case O_SOURCE:
+    return mcp_h2c_source_streams(obj->p, fn, ud);
+  case O_SINK:
+    return mcp_h2c_sink_streams(obj->p, fn, ud);
+  default:
+    return mcp_h2c_client_streams(obj->p, fn, ud);
+  }
+}
+
+static int h_update(ta_obj *obj,
+                    void (*fn)(mcp_store *, mcp_tstamp, void *), void *ud) {
+  return mcp_h2c_source_update(obj->p, fn, ud);
+}
+
 static int h_stats_versioned(ta_obj *obj, int version,
                              mcp_transport_stats *st) {
   switch (obj->kind) {
@@ -404,6 +421,8 @@ const ta_transport ta_h2c = {
     .del = h_del,
     .port = h_port,
     .streams = h_streams,
+    .list = h_list,
+    .update = h_update,
     .stats_versioned = h_stats_versioned,
     .sink_call = h_sink_call,
     .now = mcp_h2c_now,
@@ -412,6 +431,7 @@ const ta_transport ta_h2c = {
     .min_redial = 8 * MCP_MILLISECONDS, /* 10 ms, jitter 0.2 */
     .min_sync_allocs = 10, /* connections, streams, nghttp2 sessions */
     .counts_bytes = 1,
+    .tells_method = 1,
     .tls_run = 1,
     .add_own_tests = h_add_own_tests,
 };

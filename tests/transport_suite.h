@@ -82,6 +82,13 @@ typedef struct ta_transport {
   int (*port)(ta_obj *listener); /* a listening source or sink */
   /* *_streams() with a function counting into *seen (NULL: none). */
   int (*streams)(ta_obj *obj, int *seen);
+  /* *_streams() with fn(info, ud) for each stream. */
+  int (*list)(ta_obj *obj, void (*fn)(const mcp_stream_info *, void *),
+              void *ud);
+  /* A listening source's *_update(): fn(store, ts, ud) queued to run on
+   * the transport's thread, then every stream pushes what it may. */
+  int (*update)(ta_obj *src, void (*fn)(mcp_store *, mcp_tstamp, void *),
+                void *ud);
   /* The object's *_stats_versioned(): every transport's stats are the
    * engine's mcp_transport_stats. */
   int (*stats_versioned)(ta_obj *obj, int version, mcp_transport_stats *st);
@@ -110,6 +117,9 @@ typedef struct ta_transport {
   /* 1: the stats count connections and socket bytes (h2c); 0: they
    * stay 0 (gRPC core does not expose them; docs/api.md). */
   int counts_bytes;
+  /* 1: mcp_stream_info.method is the call's path (h2c); 0: "" (gRPC's
+   * call holds it, the transport does not keep it; docs/api.md). */
+  int tells_method;
 
   /* 1: the suite runs a second time with MCP_TEST_TLS=1 (meson.build),
    * where the explicit TLS tests run (once is enough). */
