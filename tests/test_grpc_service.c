@@ -14,7 +14,9 @@
  *   echo     (unary rules: the half-close ends it once answered): sends
  *            back each message.
  * The peer is gRPC's C core driven by hand (rc_*), independent of the
- * transport, or the transport's own client object.
+ * transport. The client object's tests (and the server tests moved so
+ * far) are tests/test_transport_service.c's, written once over both
+ * transports (issue 21 item 7); the one left here runs over TLS.
  */
 #include "test_grpc_util.h"
 

@@ -1,7 +1,7 @@
 /*
  * h2c transport, protocol modules: mcp_service_def served beside MCP on
- * one listener, and mcp_client_def run by mcp_h2c_client, over real
- * sockets on 127.0.0.1. The protocol is written here with mcp_stream_ops:
+ * one listener, driven by a raw HTTP/2 peer (tests/h2c_harness.h) over
+ * real sockets on 127.0.0.1. The protocol is written here with mcp_stream_ops:
  *
  *   /test.Counter/Watch  server streaming, kept open on the client's
  *                        half-close: after one request it sends "0", then
@@ -17,10 +17,11 @@
  * meanwhile); unknown and MCP paths with no_mcp stay UNIMPLEMENTED; END
  * status/details reach the client; half-close semantics of both kinds;
  * a wake and a notify pump a stream; timers; admission limits apply;
- * a peer vanishing mid-stream frees the stream (ops->del once); the
- * client runs concurrent calls on one connection and sees trailers.
- * (Its reconnection after a server restart and a method that is not a
- * path: tests/test_transport_service.c, over both transports.)
+ * a peer vanishing mid-stream frees the stream (ops->del once); flow
+ * control holds a stream; grpc-timeout. The client object's tests (and
+ * the server tests moved so far) are tests/test_transport_service.c's,
+ * written once over both transports; the rest move there once its raw
+ * peer is one gRPC-core client for both (issue 21 item 7).
  */
 #include <arpa/inet.h>
 #include <check.h>
@@ -50,7 +51,6 @@ typedef struct tenv {
   mcp_sink_state *state;
   mcp_h2c_source *src;
   mcp_h2c_sink *sink;
-  mcp_h2c_client *cli;
   mcp_h2c_options o;
   int port;
   rc c;
@@ -74,19 +74,6 @@ typedef struct tenv {
   int svc_last_status;
   char svc_last_details[256];
   char svc_last_api[32];
-
-  /* the client protocol: slot 0 a counter call, slot 1 an echo call */
-  int cwant[2];   /* calls to open, one by one */
-  int cauto[2];   /* open whenever free, 50 ms after the last ended() */
-  mcp_tstamp retry_at[2];
-  int cactive[2];
-  int copens[2], cended[2], cdels[2], crecv[2];
-  int cstatus[2];
-  char cdetails[2][256];
-  char clast[2][64];
-  int cli_opened, cli_closed;
-  const char *cmethod[2]; /* NULL: the counter (slot 0), the echo (1) */
-  char cli_api[32];
 } tenv;
 
 /* ------------------------------------------------------------------ */
@@ -282,16 +269,6 @@ static mcp_service_def services[3];
 static void on_stream(mcp_h2c_stream_event ev, const mcp_h2c_stream_info *i,
                       void *ud) {
   tenv *e = ud;
-  if (i->dialed && i->api) { /* the client's calls */
-    if (ev == MCP_H2C_STREAM_OPENED) {
-      e->cli_opened++;
-      ck_assert_ptr_nonnull(i->stream);
-      snprintf(e->cli_api, sizeof(e->cli_api), "%s", i->api);
-    } else {
-      e->cli_closed++;
-    }
-    return;
-  }
   if (!i->api) {
     if (ev == MCP_H2C_STREAM_OPENED && !i->dialed)
       e->mcp_opened++;
@@ -355,7 +332,6 @@ static void start(tenv *e) {
 
 static void finish(tenv *e) {
   rc_close(&e->c);
-  mcp_h2c_client_del(e->cli);
   mcp_h2c_sink_del(e->sink);
   mcp_h2c_source_del(e->src);
   h2t_loop_finish(&e->loop);
@@ -736,117 +712,6 @@ START_TEST(admission_and_no_mcp) {
 END_TEST
 
 
-/* ------------------------------------------------------------------ */
-/* The client                                                          */
-/* ------------------------------------------------------------------ */
-
-typedef struct csess {
-  tenv *e;
-  size_t slot;
-  int sent;
-} csess;
-
-static int c_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
-  (void)ts;
-  csess *s = sess;
-  s->e->crecv[s->slot]++;
-  snprintf(s->e->clast[s->slot], sizeof(s->e->clast[0]), "%.*s", (int)len,
-           (const char *)in);
-  return 0;
-}
-
-static int c_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
-  (void)ts;
-  csess *s = sess;
-  if (s->sent)
-    return 0;
-  s->sent = 1;
-  return s->slot == 0 ? make_msg("go", 2, pmsg) : make_msg("ping", 4, pmsg);
-}
-
-static void c_del(void *sess) {
-  csess *s = sess;
-  s->e->cdels[s->slot]++;
-  free(s);
-}
-
-static const mcp_stream_ops client_ops = {
-    .name = "test-client",
-    .flags = MCP_STREAM_CLIENT_HALF_CLOSE_AFTER_FIRST |
-             MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE,
-    .recv = c_recv,
-    .next = c_next,
-    .del = c_del,
-};
-
-static const char *c_method(void *ud, size_t slot) {
-  tenv *e = ud;
-  if (e->cmethod[slot])
-    return e->cmethod[slot];
-  return slot == 0 ? COUNTER_PATH : ECHO_PATH;
-}
-
-static int c_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
-  tenv *e = ud;
-  ck_assert_uint_lt(slot, 2);
-  ck_assert(!e->cactive[slot]);
-  if (e->cauto[slot]) {
-    if (ts < e->retry_at[slot])
-      return 0;
-  } else if (e->cwant[slot] <= 0) {
-    return 0;
-  } else {
-    e->cwant[slot]--;
-  }
-  csess *s = calloc(1, sizeof(*s));
-  ck_assert_ptr_nonnull(s);
-  s->e = e;
-  s->slot = slot;
-  ck_assert_int_eq(mcp_stream_new(pst, &client_ops, s, NULL, ts), 0);
-  e->copens[slot]++;
-  e->cactive[slot] = 1;
-  return 1;
-}
-
-static void c_ended(void *ud, size_t slot, int status, const char *details,
-                    mcp_tstamp ts) {
-  tenv *e = ud;
-  ck_assert(e->cactive[slot]);
-  /* The stream is deleted before ended(). */
-  ck_assert_int_eq(e->cdels[slot], e->cended[slot] + 1);
-  e->cactive[slot] = 0;
-  e->cended[slot]++;
-  e->cstatus[slot] = status;
-  snprintf(e->cdetails[slot], sizeof(e->cdetails[0]), "%s", details);
-  e->retry_at[slot] = ts + 50 * MCP_MILLISECONDS;
-}
-
-/* The protocol's own retry pacing: open() is due at retry_at. */
-static mcp_tstamp c_get_expiry(void *ud) {
-  tenv *e = ud;
-  mcp_tstamp t = MCP_TSTAMP_MAX;
-  for (int i = 0; i < 2; ++i)
-    if (e->cauto[i] && !e->cactive[i] && e->retry_at[i] < t)
-      t = e->retry_at[i];
-  return t;
-}
-
-static void start_client(tenv *e, const char *addr) {
-  mcp_client_def def = {.nslots = 2,
-                        .method = c_method,
-                        .open = c_open,
-                        .ended = c_ended,
-                        .get_expiry = c_get_expiry,
-                        .user_data = e};
-  mcp_h2c_options o = e->o;
-  o.mode = MCP_H2C_DIAL;
-  o.address = addr;
-  o.services = NULL;
-  o.nservices = 0;
-  o.no_mcp = 0;
-  ck_assert_int_eq(mcp_h2c_client_new(&e->cli, &e->loop, &o, &def), 0);
-}
-
 typedef struct window_filled {
   tenv *e;
   uint64_t bytes;
@@ -958,162 +823,6 @@ START_TEST(wake_from_another_call) {
 }
 END_TEST
 
-/* Another thread asks for a call through mcp_h2c_client_call(). */
-static void want_echo(mcp_tstamp ts, void *ud) {
-  (void)ts;
-  ((tenv *)ud)->cwant[1] = 1;
-}
-
-static void *asker(void *ud) {
-  tenv *e = ud;
-  ck_assert_int_eq(mcp_h2c_client_call(e->cli, want_echo, e), 0);
-  return NULL;
-}
-
-static int asked(void *ud) { return ((tenv *)ud)->cended[1] >= 1; }
-
-START_TEST(client_call_from_thread) {
-  tenv e;
-  setup(&e);
-  e.o.no_mcp = 1;
-  start(&e);
-  char addr[64];
-  snprintf(addr, sizeof(addr), "127.0.0.1:%d", e.port);
-  start_client(&e, addr);
-  /* Everything the loop has ready, run: no call yet (none is asked). */
-  for (int i = 0; i < 100; ++i)
-    uv_run(&e.loop, UV_RUN_NOWAIT);
-  ck_assert_int_eq(e.copens[1], 0);
-  pthread_t t;
-  ck_assert_int_eq(pthread_create(&t, NULL, asker, &e), 0);
-  ck_assert(h2t_run_until(&e.loop, asked, &e, 5000));
-  pthread_join(t, NULL);
-  ck_assert_int_eq(e.cstatus[1], 0);
-  ck_assert_str_eq(e.clast[1], "ping");
-  /* On the loop thread, _call() is refused. */
-  ck_assert_int_eq(mcp_h2c_client_call(e.cli, want_echo, &e),
-                   MCP_ERR_INVALID_ARGUMENT);
-  finish(&e);
-}
-END_TEST
-
-/* Many slots at once on one connection, beyond the server's
- * SETTINGS_MAX_CONCURRENT_STREAMS (the requests wait for a free stream). */
-#define NMANY 40
-
-typedef struct many {
-  tenv *e;
-  int opened[NMANY], ended[NMANY], status[NMANY];
-  int sent[NMANY];
-  char got[NMANY][16];
-  int nended;
-} many;
-
-typedef struct msess {
-  many *m;
-  size_t slot;
-} msess;
-
-static int m_recv(void *p, const uint8_t *in, size_t len, mcp_tstamp ts) {
-  (void)ts;
-  msess *s = p;
-  snprintf(s->m->got[s->slot], sizeof(s->m->got[0]), "%.*s", (int)len,
-           (const char *)in);
-  return 0;
-}
-
-static int m_next(void *p, mcp_tstamp ts, mcp_msg **pmsg) {
-  (void)ts;
-  msess *s = p;
-  if (s->m->sent[s->slot])
-    return 0;
-  s->m->sent[s->slot] = 1;
-  char b[16];
-  int n = snprintf(b, sizeof(b), "slot%zu", s->slot);
-  return make_msg(b, (size_t)n, pmsg);
-}
-
-static void m_del(void *p) { free(p); }
-
-static const mcp_stream_ops many_ops = {
-    .name = "many",
-    .flags = MCP_STREAM_CLIENT_HALF_CLOSE_AFTER_FIRST,
-    .recv = m_recv,
-    .next = m_next,
-    .del = m_del};
-
-static const char *m_method(void *ud, size_t slot) {
-  (void)ud;
-  (void)slot;
-  return ECHO_PATH;
-}
-
-static int m_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
-  many *m = ud;
-  if (m->opened[slot])
-    return 0; /* once per slot */
-  m->opened[slot] = 1;
-  msess *s = calloc(1, sizeof(*s));
-  ck_assert_ptr_nonnull(s);
-  s->m = m;
-  s->slot = slot;
-  return mcp_stream_new(pst, &many_ops, s, NULL, ts) == 0 ? 1 : 0;
-}
-
-static void m_ended(void *ud, size_t slot, int status, const char *details,
-                    mcp_tstamp ts) {
-  (void)details;
-  (void)ts;
-  many *m = ud;
-  m->ended[slot]++;
-  m->status[slot] = status;
-  m->nended++;
-}
-
-static int all_ended(void *ud) { return ((many *)ud)->nended >= NMANY; }
-
-START_TEST(client_many_slots) {
-  tenv e;
-  setup(&e);
-  e.o.no_mcp = 1;
-  e.o.max_concurrent_streams = 8;
-  start(&e);
-  many *m = calloc(1, sizeof(*m));
-  ck_assert_ptr_nonnull(m);
-  m->e = &e;
-  mcp_client_def def = {.nslots = NMANY,
-                        .method = m_method,
-                        .open = m_open,
-                        .ended = m_ended,
-                        .user_data = m};
-  mcp_h2c_options o = e.o;
-  char addr[64];
-  snprintf(addr, sizeof(addr), "127.0.0.1:%d", e.port);
-  o.mode = MCP_H2C_DIAL;
-  o.address = addr;
-  o.services = NULL;
-  o.nservices = 0;
-  o.no_mcp = 0;
-  o.on_stream = NULL;
-  ck_assert_int_eq(mcp_h2c_client_new(&e.cli, &e.loop, &o, &def), 0);
-  ck_assert(h2t_run_until(&e.loop, all_ended, m, 10000));
-  for (int i = 0; i < NMANY; ++i) {
-    char want[16];
-    snprintf(want, sizeof(want), "slot%d", i);
-    ck_assert_int_eq(m->ended[i], 1);
-    ck_assert_int_eq(m->status[i], 0);
-    ck_assert_str_eq(m->got[i], want);
-  }
-  ck_assert_int_eq(e.echo_opens, NMANY);
-  ck_assert_int_eq(e.echo_dels, NMANY);
-  mcp_h2c_stats st;
-  mcp_h2c_source_stats(e.src, &st);
-  ck_assert_uint_eq(st.connections, 1);
-  finish(&e);
-  free(m);
-}
-END_TEST
-
 static Suite *suite(void) {
   Suite *s = suite_create("h2c_service");
   TCase *tc = tcase_create("service");
@@ -1126,8 +835,6 @@ static Suite *suite(void) {
   tcase_add_test(tc, flow_control);
   tcase_add_test(tc, deadline);
   tcase_add_test(tc, wake_from_another_call);
-  tcase_add_test(tc, client_call_from_thread);
-  tcase_add_test(tc, client_many_slots);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -9,10 +9,16 @@
  * The protocol here, over mcp_stream_ops:
  *   /test.Counter/Count  server streaming, kept open on the client's
  *                        half-close: each request is answered with "0"
- *                        and "1".
+ *                        and "1" ("count 0", "count 1" after "long");
+ *                        "stop" ends it FAILED_PRECONDITION; an update
+ *                        of the listener (s_bump) gives every counter
+ *                        one more message.
+ *   /test.Echo/Echo      unary: answers each message with itself; the
+ *                        client's half-close ends it OK.
  * The client: slot 0 keeps a counter call open (asked again as soon as
- * it ends) when |counter| is set; slot 1 asks again and again at
- * |method| when it is set.
+ * it ends) when |counter| is set, and ends it itself after |end_after|
+ * messages; slot 1 asks again and again at |method| when it is set
+ * (once each with |once|).
  */
 #include <arpa/inet.h>
 #include <check.h>
@@ -1071,6 +1077,214 @@ START_TEST(client_message_beyond_its_limit_ends_the_call) {
 }
 END_TEST
 
+/* ---- many calls; a call asked from another thread ---- */
+
+#define NMANY 40
+
+/* Slot i asks the echo once with "slot<i>" (the transport's thread). */
+typedef struct many {
+  pthread_mutex_t mu;
+  int opened[NMANY], ended[NMANY], status[NMANY], sent[NMANY];
+  char got[NMANY][16];
+  int nended;
+} many;
+
+typedef struct msess {
+  many *m;
+  size_t slot;
+} msess;
+
+static int m_recv(void *p, const uint8_t *in, size_t len, mcp_tstamp ts) {
+  (void)ts;
+  msess *s = p;
+  pthread_mutex_lock(&s->m->mu);
+  snprintf(s->m->got[s->slot], sizeof(s->m->got[0]), "%.*s", (int)len,
+           (const char *)in);
+  pthread_mutex_unlock(&s->m->mu);
+  return 0;
+}
+
+static int m_next(void *p, mcp_tstamp ts, mcp_msg **pmsg) {
+  (void)ts;
+  msess *s = p;
+  if (s->m->sent[s->slot])
+    return 0;
+  s->m->sent[s->slot] = 1;
+  char b[16];
+  int n = snprintf(b, sizeof(b), "slot%zu", s->slot);
+  mcp_msg_builder *mb = NULL;
+  ck_assert_int_eq(mcp_msg_builder_new(&mb, NULL), 0);
+  mcp_msg_builder_bytes(mb, b, (size_t)n);
+  int rv = mcp_msg_builder_finish(mb, NULL, pmsg);
+  mcp_msg_builder_del(mb);
+  return rv < 0 ? rv : 1;
+}
+
+static void m_del(void *p) { free(p); }
+
+static const mcp_stream_ops many_ops = {
+    .name = "many",
+    .flags = MCP_STREAM_CLIENT_HALF_CLOSE_AFTER_FIRST,
+    .recv = m_recv,
+    .next = m_next,
+    .del = m_del};
+
+static const char *m_method(void *ud, size_t slot) {
+  (void)ud;
+  (void)slot;
+  return ECHO_METHOD;
+}
+
+static int m_open(void *ud, size_t slot, mcp_tstamp ts, mcp_stream **pst) {
+  many *m = ud;
+  if (m->opened[slot])
+    return 0; /* once per slot */
+  m->opened[slot] = 1;
+  msess *s = calloc(1, sizeof(*s));
+  ck_assert_ptr_nonnull(s);
+  s->m = m;
+  s->slot = slot;
+  ck_assert_int_eq(mcp_stream_new(pst, &many_ops, s, NULL, ts), 0);
+  return 1;
+}
+
+static void m_ended(void *ud, size_t slot, int status, const char *details,
+                    mcp_tstamp ts) {
+  (void)details;
+  (void)ts;
+  many *m = ud;
+  pthread_mutex_lock(&m->mu);
+  m->ended[slot]++;
+  m->status[slot] = status;
+  m->nended++;
+  pthread_mutex_unlock(&m->mu);
+}
+
+static int all_ended(void *ud) {
+  many *m = ud;
+  pthread_mutex_lock(&m->mu);
+  int n = m->nended;
+  pthread_mutex_unlock(&m->mu);
+  return n >= NMANY;
+}
+
+/* Many slots at once on one connection, beyond the server's
+ * max_concurrent_streams: the calls past it wait for a free stream (h2c
+ * and gRPC clients alike queue them, unstarted), and every one is
+ * answered, OK. */
+START_TEST(client_many_slots_beyond_the_servers_stream_limit) {
+  ta_env *env = ta->env_new();
+  int o0, d0;
+  s_counts(&o0, &d0);
+  ta_opts so = ta_opts_for(1, "127.0.0.1:0", NULL);
+  so.services = services;
+  so.nservices = 2;
+  so.no_mcp = 1;
+  so.max_concurrent_streams = 8;
+  ta_obj *src = NULL;
+  ck_assert_int_eq(ta->source_new(env, &src, &so, NULL), 0);
+  char addr[64];
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", ta->port(src));
+  many *m = calloc(1, sizeof(*m));
+  ck_assert_ptr_nonnull(m);
+  pthread_mutex_init(&m->mu, NULL);
+  mcp_client_def def = {.nslots = NMANY,
+                        .method = m_method,
+                        .open = m_open,
+                        .ended = m_ended,
+                        .user_data = m};
+  ta_opts o = ta_opts_for(0, addr, NULL);
+  ta_obj *cli = NULL;
+  ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
+  ck_assert(ta->run_until(env, all_ended, m, TA_TIMEOUT_MS));
+  ta->del(cli);
+  for (int i = 0; i < NMANY; ++i) {
+    char want[16];
+    snprintf(want, sizeof(want), "slot%d", i);
+    ck_assert_int_eq(m->ended[i], 1);
+    ck_assert_int_eq(m->status[i], MCP_CODE_OK);
+    ck_assert_str_eq(m->got[i], want);
+  }
+  mcp_transport_stats st;
+  ck_assert_int_eq(ta->stats_versioned(src, MCP_TRANSPORT_STATS_VERSION, &st),
+                   0);
+  ck_assert_uint_eq(st.connections, ta->counts_bytes ? 1 : 0);
+  ta->del(src);
+  ta->env_del(env);
+  int o1, d1;
+  s_counts(&o1, &d1);
+  ck_assert_int_eq(o1 - o0, NMANY);
+  ck_assert_int_eq(d1 - d0, NMANY);
+  pthread_mutex_destroy(&m->mu);
+  free(m);
+}
+END_TEST
+
+/* A call asked from another thread through the client's *_call(); on the
+ * transport's own thread *_call() is refused. */
+static void want_echo(mcp_tstamp ts, void *ud) {
+  (void)ts;
+  ((cstate *)ud)->method = ECHO_METHOD; /* where open() reads it */
+}
+
+typedef struct asker_arg {
+  ta_obj *cli;
+  cstate *c;
+  int rv;
+} asker_arg;
+
+static void *asker(void *ud) {
+  asker_arg *a = ud;
+  a->rv = ta->call(a->cli, want_echo, a->c);
+  return NULL;
+}
+
+static void call_on_its_thread(void *ud) {
+  asker_arg *a = ud;
+  a->rv = ta->call(a->cli, want_echo, a->c);
+}
+
+START_TEST(client_call_from_another_thread) {
+  ta_env *env = ta->env_new();
+  ta_obj *src = NULL;
+  ck_assert_int_eq(serve(env, &src, "127.0.0.1:0"), 0);
+  char addr[64];
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", ta->port(src));
+  cstate c;
+  c_init(&c);
+  c.once = 1;
+  mcp_client_def def = c_def(&c);
+  ta_opts o = ta_opts_for(0, addr, NULL);
+  ta_obj *cli = NULL;
+  ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
+  /* Turns of its loop: no call yet (none is asked). */
+  creader r = {.c = &c};
+  for (int i = 0; i < 20; i++)
+    ck_assert_int_eq(ta->turn(env, cli, c_read_turn, &r), 0);
+  ck_assert_int_eq(r.k.opens[1], 0);
+  /* On the transport's thread, *_call() is refused. */
+  asker_arg a = {.cli = cli, .c = &c, .rv = 1};
+  ck_assert_int_eq(ta->turn(env, cli, call_on_its_thread, &a), 0);
+  ck_assert_int_eq(a.rv, MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(c_get(&c).opens[1], 0);
+  /* From another thread: the call is asked, and answered. */
+  a.rv = 1;
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, asker, &a), 0);
+  ck_assert(ta->run_until(env, slot1_ended, &c, TA_TIMEOUT_MS));
+  ck_assert_int_eq(pthread_join(t, NULL), 0);
+  ck_assert_int_eq(a.rv, 0);
+  ccounts k = c_get(&c);
+  ck_assert_int_eq(k.status, MCP_CODE_OK);
+  ck_assert_str_eq(k.last[1], "go");
+  ck_assert_int_eq(k.opens[1], 1);
+  ta->del(cli);
+  ta->del(src);
+  ta->env_del(env);
+  pthread_mutex_destroy(&c.mu);
+}
+END_TEST
+
 /* ---- a server that vanishes ---- */
 
 /* A bare HTTP/2 peer on a raw socket: it accepts, answers the preface
@@ -1225,6 +1439,8 @@ int main(void) {
   tcase_add_test(tc, client_ends_its_call_and_hears_the_servers_status);
   tcase_add_test(tc, client_message_beyond_its_limit_ends_the_call);
   tcase_add_test(tc, client_runs_calls_side_by_side);
+  tcase_add_test(tc, client_many_slots_beyond_the_servers_stream_limit);
+  tcase_add_test(tc, client_call_from_another_thread);
   suite_add_tcase(s, tc);
   int failed = ta_run(s);
   if (test_tls_mode())

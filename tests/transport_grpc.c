@@ -69,6 +69,8 @@ static void g_options(mcp_grpc_options *o, const ta_opts *t) {
   o->no_mcp = t->no_mcp;
   if (t->max_recv_message_size)
     o->max_recv_message_size = t->max_recv_message_size;
+  if (t->max_concurrent_streams)
+    o->max_concurrent_streams = t->max_concurrent_streams;
   o->tls.cert_file = t->cert_file;
   o->tls.key_file = t->key_file;
   o->tls.ca_file = t->ca_file;
@@ -202,6 +204,10 @@ static int g_list(ta_obj *obj, void (*fn)(const mcp_stream_info *, void *),
 static int g_update(ta_obj *obj,
                     void (*fn)(mcp_store *, mcp_tstamp, void *), void *ud) {
   return mcp_grpc_source_update(obj->p, fn, ud);
+}
+
+static int g_call(ta_obj *obj, void (*fn)(mcp_tstamp, void *), void *ud) {
+  return mcp_grpc_client_call(obj->p, fn, ud);
 }
 
 static int g_stats_versioned(ta_obj *obj, int version,
@@ -374,6 +380,7 @@ const ta_transport ta_grpc = {
     .streams = g_streams,
     .list = g_list,
     .update = g_update,
+    .call = g_call,
     .stats_versioned = g_stats_versioned,
     .sink_call = g_sink_call,
     .now = mcp_grpc_now,

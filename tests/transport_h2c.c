@@ -86,6 +86,8 @@ static void h_options(ta_env *e, mcp_h2c_options *o, const ta_opts *t) {
   o->no_mcp = t->no_mcp;
   if (t->max_recv_message_size)
     o->max_recv_message_size = t->max_recv_message_size;
+  if (t->max_concurrent_streams)
+    o->max_concurrent_streams = t->max_concurrent_streams;
   o->tls.cert_file = t->cert_file;
   o->tls.key_file = t->key_file;
   o->tls.ca_file = t->ca_file;
@@ -217,6 +219,10 @@ static int h_list(ta_obj *obj, void (*fn)(const mcp_stream_info *, void *),
 static int h_update(ta_obj *obj,
                     void (*fn)(mcp_store *, mcp_tstamp, void *), void *ud) {
   return mcp_h2c_source_update(obj->p, fn, ud);
+}
+
+static int h_call(ta_obj *obj, void (*fn)(mcp_tstamp, void *), void *ud) {
+  return mcp_h2c_client_call(obj->p, fn, ud);
 }
 
 static int h_stats_versioned(ta_obj *obj, int version,
@@ -423,6 +429,7 @@ const ta_transport ta_h2c = {
     .streams = h_streams,
     .list = h_list,
     .update = h_update,
+    .call = h_call,
     .stats_versioned = h_stats_versioned,
     .sink_call = h_sink_call,
     .now = mcp_h2c_now,

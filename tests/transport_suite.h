@@ -41,6 +41,7 @@ typedef struct ta_opts {
   size_t nservices;
   int no_mcp; /* services only */
   int max_recv_message_size; /* 0: the transport's default */
+  int max_concurrent_streams; /* listening; 0: the transport's default */
   /* Each stream's OPENED / CLOSED / REFUSED (TA_STREAM_*: the values of
    * both transports' enums), on the transport's thread; NULL: none. */
   void (*on_stream)(int ev, const mcp_stream_info *info, void *ud);
@@ -89,6 +90,10 @@ typedef struct ta_transport {
    * the transport's thread, then every stream pushes what it may. */
   int (*update)(ta_obj *src, void (*fn)(mcp_store *, mcp_tstamp, void *),
                 void *ud);
+  /* A client's *_call(): fn(ts, ud) run on the transport's thread, from
+   * another thread; returns once it ran (INVALID_ARGUMENT on the
+   * transport's thread). */
+  int (*call)(ta_obj *client, void (*fn)(mcp_tstamp, void *), void *ud);
   /* The object's *_stats_versioned(): every transport's stats are the
    * engine's mcp_transport_stats. */
   int (*stats_versioned)(ta_obj *obj, int version, mcp_transport_stats *st);
