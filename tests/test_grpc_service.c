@@ -1119,41 +1119,6 @@ START_TEST(test_half_close_follows_the_protocol) {
 }
 END_TEST
 
-START_TEST(test_wake_pumps_another_stream) {
-  evs e;
-  evs_init(&e);
-  mcp_grpc_options o;
-  mcp_grpc_options_default(&o);
-  o.shutdown_grace = MCP_SECONDS;
-  o.services = services;
-  o.nservices = 2;
-  o.no_mcp = 1;
-  mcp_grpc_source *src = serve("127.0.0.1:0", NULL, &e, &o);
-  int port = mcp_grpc_source_port(src);
-  rc a, b, c;
-  rc_open(&a, port, COUNTER_METHOD);
-  rc_open(&b, port, COUNTER_METHOD);
-  rc_open(&c, port, COUNTER_METHOD);
-  rc_byte(&a, 1);
-  rc_byte(&b, 1);
-  rc_byte(&c, 1);
-  expect(&a, "count 0");
-  expect(&b, "count 0");
-  expect(&c, "count 0");
-  /* A message on a wakes b and c: nothing else happens on them. */
-  rc_byte(&a, KICK);
-  expect(&b, "woken");
-  expect(&c, "woken");
-  char buf[64];
-  ck_assert_int_eq(rc_recv(&a, buf, sizeof(buf), 100), -2);
-  ck_assert_int_eq(atomic_load(&kicks), 1);
-  rc_close(&a);
-  rc_close(&b);
-  rc_close(&c);
-  mcp_grpc_source_del(src);
-}
-END_TEST
-
 /* Nothing but the stream's timer moves it: the transport pumps at
  * mcp_stream_get_expiry(). */
 START_TEST(test_timers_pump_service_streams) {
@@ -1593,7 +1558,6 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_reauthorize_ends_service_streams);
   tcase_add_test(tc, test_session_ends_stream_with_its_status);
   tcase_add_test(tc, test_half_close_follows_the_protocol);
-  tcase_add_test(tc, test_wake_pumps_another_stream);
   tcase_add_test(tc, test_timers_pump_service_streams);
   tcase_add_test(tc, test_shutdown_ends_service_streams_unavailable);
   tcase_add_test(tc, test_no_mcp_serves_only_services);

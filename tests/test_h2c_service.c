@@ -66,7 +66,6 @@ typedef struct tenv {
   int counter_opens, counter_dels, counter_half_closes;
   int echo_opens, echo_dels;
   mcp_stream *counter_st; /* the newest counter stream alive */
-  int replace; /* a new counter call ends the one before (ABORTED) */
   char peer[128];
 
   /* server stream events */
@@ -94,7 +93,6 @@ static int make_msg(const void *p, size_t n, mcp_msg **pmsg) {
 typedef struct counter {
   tenv *e;
   mcp_stream *st;
-  int replaced;
   int got_request;
   uint64_t next;
 } counter;
@@ -130,11 +128,6 @@ static int counter_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
 
 static int counter_end(const void *sess, int *status, const char **details) {
   const counter *k = sess;
-  if (k->replaced) {
-    *status = 10;
-    *details = "replaced by a newer call";
-    return 1;
-  }
   if (k->e->end_status < 0)
     return 0;
   *status = k->e->end_status;
@@ -175,12 +168,6 @@ static int open_counter(void *ud, const mcp_peer_info *peer, mcp_tstamp ts,
   ck_assert_ptr_nonnull(k);
   k->e = e;
   e->counter_opens++;
-  if (e->replace && e->counter_st) {
-    /* A registry, as the Dispatcher's: the older call must end, and only
-     * a wake tells its transport to pump it. */
-    ((counter *)mcp_stream_session(e->counter_st))->replaced = 1;
-    mcp_stream_wake(e->counter_st);
-  }
   int rv = mcp_stream_new(pst, &counter_ops, k, NULL, ts);
   if (rv == 0)
     e->counter_st = k->st = *pst;
@@ -793,36 +780,6 @@ START_TEST(deadline) {
 }
 END_TEST
 
-/* A new call ends an older one through a wake; a sink object serves
- * services with no state (no_mcp). */
-START_TEST(wake_from_another_call) {
-  tenv e;
-  setup(&e);
-  e.o.no_mcp = 1;
-  e.replace = 1;
-  ck_assert_int_eq(mcp_h2c_sink_new(&e.sink, &e.loop, &e.o, NULL), 0);
-  e.port = mcp_h2c_sink_port(e.sink);
-  rc_connect(&e.c, e.port, 0);
-  rc_stream *a = call(&e, COUNTER_PATH, "go", 0);
-  wait_msgs(&e, a, 1);
-  rc_stream *b = call(&e, COUNTER_PATH, "go", 0);
-  wait_msgs(&e, b, 1);
-  wait_status(&e, a);
-  ck_assert_int_eq(a->grpc_status, 10);
-  ck_assert_str_eq(a->grpc_message, "replaced by a newer call");
-  ck_assert_int_eq(b->grpc_status, -1);
-  ck_assert_int_eq(e.counter_dels, 1);
-  mcp_h2c_stats st;
-  mcp_h2c_sink_stats(e.sink, &st);
-  ck_assert_uint_eq(st.streams, 1);
-  /* MCP is not served by this sink. */
-  rc_stream *m = call(&e, MCP_H2C_RESOURCE_SINK_METHOD, NULL, 1);
-  wait_status(&e, m);
-  ck_assert_int_eq(m->grpc_status, 12);
-  finish(&e);
-}
-END_TEST
-
 static Suite *suite(void) {
   Suite *s = suite_create("h2c_service");
   TCase *tc = tcase_create("service");
@@ -834,7 +791,6 @@ static Suite *suite(void) {
   tcase_add_test(tc, admission_and_no_mcp);
   tcase_add_test(tc, flow_control);
   tcase_add_test(tc, deadline);
-  tcase_add_test(tc, wake_from_another_call);
   suite_add_tcase(s, tc);
   return s;
 }

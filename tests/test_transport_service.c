@@ -34,6 +34,9 @@
 
 #include "test_certs.h" /* test_tls_mode() */
 #include "transport_suite.h"
+#ifdef TA_PEER
+#include "transport_peer.h"
+#endif
 
 typedef struct cstate {
   pthread_mutex_t mu; /* gRPC calls the protocol from its own thread */
@@ -286,6 +289,7 @@ static pthread_mutex_t smu = PTHREAD_MUTEX_INITIALIZER;
 static int sopens, sdels;
 static int sclosed, sclosed_status; /* service streams CLOSED, the last */
 static int shalf_closes; /* counter streams' half-closes */
+static int skicks;       /* "kick" requests */
 
 /* The listener's stream events (serve()): service streams' closes. */
 static void s_on_stream(int ev, const mcp_stream_info *info, void *ud) {
@@ -313,7 +317,10 @@ static int s_closed_ge(void *ud) { return s_closed(NULL) >= *(int *)ud; }
 /* A request "stop" ends the call FAILED_PRECONDITION "counter stopped by
  * request"; "long" makes each answer "count <n>" (7 bytes). */
 typedef struct ssess {
+  mcp_stream *st;
   int pending, seq, stop, long_msgs;
+  int woken;    /* "kick" by another counter: sends "woken" */
+  int replaced; /* "replace" by another counter: ends ABORTED */
   int echo; /* the echo: answers each message with itself */
   char said[16];
   mcp_msg_builder *b;
@@ -330,6 +337,23 @@ static int s_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
     p->pending = 1;
     return 0;
   }
+  int kick = len == 4 && memcmp(in, "kick", 4) == 0;
+  int replace = len == 7 && memcmp(in, "replace", 7) == 0;
+  if (kick || replace) { /* every other counter, through a wake */
+    for (ssess *o = counters; o; o = o->next) {
+      if (o == p)
+        continue;
+      if (kick)
+        o->woken = 1;
+      else
+        o->replaced = 1;
+      mcp_stream_wake(o->st);
+    }
+    pthread_mutex_lock(&smu);
+    skicks += kick;
+    pthread_mutex_unlock(&smu);
+    return 0;
+  }
   if (len == 4 && memcmp(in, "stop", 4) == 0)
     p->stop = 1;
   else if (len == 4 && memcmp(in, "long", 4) == 0)
@@ -340,6 +364,11 @@ static int s_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
 
 static int s_end(const void *sess, int *status, const char **details) {
   const ssess *p = sess;
+  if (p->replaced) {
+    *status = MCP_CODE_ABORTED;
+    *details = "replaced by a newer call";
+    return 1;
+  }
   if (!p->stop)
     return 0;
   *status = MCP_CODE_FAILED_PRECONDITION;
@@ -350,10 +379,16 @@ static int s_end(const void *sess, int *status, const char **details) {
 static int s_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
   (void)ts;
   ssess *p = sess;
+  char text[16];
+  if (p->woken) {
+    p->woken = 0;
+    mcp_msg_builder_bytes(p->b, "woken", 5);
+    int rv = mcp_msg_builder_finish(p->b, NULL, pmsg);
+    return rv < 0 ? rv : 1;
+  }
   if (!p->pending)
     return 0;
   p->pending--;
-  char text[16];
   int n = p->echo ? snprintf(text, sizeof(text), "%s", p->said)
                   : snprintf(text, sizeof(text),
                              p->long_msgs ? "count %d" : "%d", p->seq++);
@@ -423,18 +458,19 @@ static int s_open(void *ud, const mcp_peer_info *peer, mcp_tstamp ts,
   if (!p)
     return MCP_ERR_NOMEM;
   p->echo = ud != NULL;
-  if (!p->echo) {
-    p->next = counters;
-    counters = p;
-  }
   if (mcp_msg_builder_new(&p->b, NULL) < 0) {
     free(p);
     return MCP_ERR_NOMEM;
+  }
+  if (!p->echo) { /* s_del() unlinks it, also on failure below */
+    p->next = counters;
+    counters = p;
   }
   int rv = mcp_stream_new(pst, p->echo ? &s_echo_ops : &s_counter_ops, p,
                           NULL, ts);
   if (rv < 0)
     return rv; /* p was freed by the driver */
+  p->st = *pst;
   pthread_mutex_lock(&smu);
   sopens++;
   pthread_mutex_unlock(&smu);
@@ -1285,6 +1321,94 @@ START_TEST(client_call_from_another_thread) {
 }
 END_TEST
 
+#ifdef TA_PEER
+/* ---- services driven by the raw peer (tests/transport_peer.h) ---- */
+
+static int s_closed_n(void *ud) { return s_closed(NULL) >= *(int *)ud; }
+
+/* A stream woken by another call's message: "kick" on one counter call
+ * wakes every other, each of which sends "woken" and nothing else
+ * happens (the kicking call's next message is its next count, in
+ * order); "replace" on a new call ends every older one through a wake,
+ * ABORTED with its details, the new one open. Served by a listening sink
+ * with no_mcp and no state (services alone), which answers MCP's
+ * ResourceSink UNIMPLEMENTED. */
+START_TEST(a_call_wakes_and_replaces_the_others) {
+  ta_env *env = ta->env_new();
+  int o0, d0;
+  s_counts(&o0, &d0);
+  pthread_mutex_lock(&smu);
+  int kicks0 = skicks;
+  pthread_mutex_unlock(&smu);
+  int closed0 = s_closed(NULL);
+  ta_opts o = ta_opts_for(1, "127.0.0.1:0", NULL);
+  o.services = services;
+  o.nservices = 2;
+  o.no_mcp = 1;
+  o.on_stream = s_on_stream;
+  ta_obj *sink = NULL;
+  ck_assert_int_eq(ta->sink_new(env, &sink, &o, NULL), 0);
+  int port = ta->port(sink);
+  ck_assert_int_gt(port, 0);
+  tp_call *k[3];
+  for (int i = 0; i < 3; i++) {
+    k[i] = tp_open(port, COUNTER_METHOD);
+    tp_send_str(k[i], "go");
+  }
+  for (int i = 0; i < 3; i++) {
+    ck_assert(tp_wait_msgs(env, k[i], 2));
+    ck_assert_str_eq(tp_msg(k[i], 1), "1");
+  }
+  /* A message on the first wakes the two others. */
+  tp_send_str(k[0], "kick");
+  for (int i = 1; i < 3; i++) {
+    ck_assert(tp_wait_msgs(env, k[i], 3));
+    ck_assert_str_eq(tp_msg(k[i], 2), "woken");
+  }
+  tp_send_str(k[0], "go");
+  ck_assert(tp_wait_msgs(env, k[0], 3));
+  ck_assert_str_eq(tp_msg(k[0], 2), "2"); /* nothing came between */
+  pthread_mutex_lock(&smu);
+  ck_assert_int_eq(skicks - kicks0, 1);
+  pthread_mutex_unlock(&smu);
+
+  /* A newer call replaces the three. */
+  tp_call *n = tp_open(port, COUNTER_METHOD);
+  tp_send_str(n, "go");
+  ck_assert(tp_wait_msgs(env, n, 2));
+  tp_send_str(n, "replace");
+  for (int i = 0; i < 3; i++) {
+    ck_assert(tp_wait_status(env, k[i]));
+    ck_assert_int_eq(tp_status(k[i]), MCP_CODE_ABORTED);
+    ck_assert_str_eq(tp_details(k[i]), "replaced by a newer call");
+  }
+  int want = closed0 + 3;
+  ck_assert(ta->run_until(env, s_closed_n, &want, TA_TIMEOUT_MS));
+  int status = -1;
+  s_closed(&status);
+  ck_assert_int_eq(status, MCP_CODE_ABORTED);
+  ck_assert_int_eq(tp_status(n), -1); /* still open */
+  ck_assert_int_eq(ta->streams(sink, NULL), 1);
+
+  /* MCP is not served here. */
+  tp_call *m = tp_open(port, MCP_RESOURCE_SINK_METHOD);
+  tp_half_close(m);
+  ck_assert(tp_wait_status(env, m));
+  ck_assert_int_eq(tp_status(m), MCP_CODE_UNIMPLEMENTED);
+  tp_close(env, m);
+  for (int i = 0; i < 3; i++)
+    tp_close(env, k[i]);
+  tp_close(env, n);
+  ta->del(sink);
+  ta->env_del(env);
+  int o1, d1;
+  s_counts(&o1, &d1);
+  ck_assert_int_eq(o1 - o0, 4);
+  ck_assert_int_eq(d1 - d0, 4);
+}
+END_TEST
+#endif
+
 /* ---- a server that vanishes ---- */
 
 /* A bare HTTP/2 peer on a raw socket: it accepts, answers the preface
@@ -1441,6 +1565,9 @@ int main(void) {
   tcase_add_test(tc, client_runs_calls_side_by_side);
   tcase_add_test(tc, client_many_slots_beyond_the_servers_stream_limit);
   tcase_add_test(tc, client_call_from_another_thread);
+#ifdef TA_PEER
+  tcase_add_test(tc, a_call_wakes_and_replaces_the_others);
+#endif
   suite_add_tcase(s, tc);
   int failed = ta_run(s);
   if (test_tls_mode())
