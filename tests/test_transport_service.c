@@ -834,6 +834,12 @@ START_TEST(services_and_client_options_are_checked_alike) {
   dial.no_mcp = 1;
   ck_assert_int_eq(ta->source_new(w.env, &obj, &dial, &so),
                    MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(ta->sink_new(w.env, &obj, &dial, w.state),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_ptr_null(obj);
+  /* A sink needs a state unless it serves its services alone. */
+  ck_assert_int_eq(ta->sink_new(w.env, &obj, &o, NULL),
+                   MCP_ERR_INVALID_ARGUMENT);
   ck_assert_ptr_null(obj);
 
   /* The other side's method is a service like any other. */
