@@ -720,85 +720,6 @@ static int dels_ge(void *ud) { return atomic_load(&dels) >= *(int *)ud; }
 static int closed_ge1(void *ud) { return evs_get(ud).closed >= 1; }
 static int closed_ge3(void *ud) { return evs_get(ud).closed >= 3; }
 
-static void put_b(mcp_store *store, mcp_tstamp ts, void *ud) {
-  (void)ud;
-  tg_put(store, "c1", "b", "body-b", ts);
-}
-
-START_TEST(test_service_beside_mcp) {
-  mcp_store *store = tg_store();
-  tg_put(store, "c1", "a", "body-a", 0);
-  evs e;
-  evs_init(&e);
-  mcp_grpc_source *src = serve("127.0.0.1:0", store, &e, NULL);
-  int port = mcp_grpc_source_port(src);
-
-  /* MCP on the port: a sink syncs. */
-  const char *colls[] = {"c1"};
-  mcp_sink_state *state = tg_sink_state(colls, 1, 0);
-  mcp_grpc_options ko;
-  char addr[64];
-  tg_streams kobs;
-  tg_streams_init(&kobs);
-  tg_dial_opts(&ko, addr, sizeof(addr), port, &kobs);
-  mcp_grpc_sink *sink = NULL;
-  ck_assert_int_eq(mcp_grpc_sink_new(&sink, &ko, state), 0);
-  tg_pair pair = {.src = src, .sink = sink, .coll = "c1"};
-  ck_assert(tg_wait(tg_equal, &pair, TG_TIMEOUT_MS));
-
-  /* The counter on the same port: 3 messages, then the call stays. */
-  rc r;
-  rc_open(&r, port, COUNTER_METHOD);
-  rc_byte(&r, 3);
-  expect(&r, "count 0");
-  expect(&r, "count 1");
-  expect(&r, "count 2");
-  char buf[64];
-  ck_assert_int_eq(rc_recv(&r, buf, sizeof(buf), 200), -2);
-  ck_assert(!r.status_done);
-
-  /* The echo too. */
-  rc r2;
-  rc_open(&r2, port, ECHO_METHOD);
-  rc_send(&r2, "hello", 5, 1);
-  expect(&r2, "hello");
-  ck_assert_int_eq(rc_status(&r2, TG_TIMEOUT_MS), GRPC_STATUS_OK);
-  rc_close(&r2);
-
-  /* An update pumps the service stream, and MCP still works beside it:
-   * the change reaches the sink. */
-  ck_assert_int_eq(mcp_grpc_source_update(src, bump, NULL), 0);
-  expect(&r, "count 3");
-  ck_assert_int_eq(mcp_grpc_source_call(src, put_b, NULL), 0);
-  ck_assert(tg_wait(tg_equal, &pair, TG_TIMEOUT_MS));
-  ck_assert(tg_sink_has(sink, "c1", "b"));
-  rc_close(&r);
-
-  /* Unknown methods keep UNIMPLEMENTED. */
-  char det[128];
-  ck_assert_int_eq(tg_raw_call(port, "/test.Nope/Nope", (const uint8_t *)"x",
-                               1, det, sizeof(det), TG_TIMEOUT_MS),
-                   GRPC_STATUS_UNIMPLEMENTED);
-
-  evs c = evs_get(&e);
-  ck_assert_int_eq(c.opened_counter, 1);
-  ck_assert_int_eq(c.opened_echo, 1);
-  ck_assert_int_ge(c.opened_mcp, 1);
-  ck_assert_int_eq(atomic_load(&opens), 2);
-  int two = 2; /* the counter's end follows the client's cancel */
-  ck_assert(tg_wait(dels_ge, &two, TG_TIMEOUT_MS));
-  pthread_mutex_lock(&peer_mu);
-  ck_assert(strncmp(last_peer, "ipv4:127.0.0.1:", 15) == 0);
-  ck_assert_int_eq(last_peer_tls, 0);
-  pthread_mutex_unlock(&peer_mu);
-
-  mcp_grpc_sink_del(sink);
-  mcp_grpc_source_del(src);
-  mcp_sink_state_del(state);
-  mcp_store_del(store);
-}
-END_TEST
-
 /* Service streams count in the stats and are listed with their stream. */
 typedef struct listed {
   int counter, mcp;
@@ -1550,7 +1471,6 @@ static Suite *suite(void) {
   TCase *tc = tcase_create("listen");
   tcase_add_checked_fixture(tc, setup, NULL);
   tcase_set_timeout(tc, 60);
-  tcase_add_test(tc, test_service_beside_mcp);
   tcase_add_test(tc, test_stats_and_listing);
   tcase_add_test(tc, test_view_store_protocol);
   tcase_add_test(tc, test_authorization_refuses_service_as_mcp);

@@ -357,25 +357,6 @@ static void wait_status(tenv *e, rc_stream *s) {
   ck_assert(h2t_run_until(&e->loop, has_status, &w, 5000));
 }
 
-typedef struct iwait {
-  tenv *e;
-  const int *p;
-  int v;
-} iwait;
-
-static int int_reached(void *ud) {
-  iwait *w = ud;
-  if (w->e->c.fd >= 0)
-    rc_io(&w->e->c);
-  return *w->p >= w->v;
-}
-
-/* Runs the loop until *p >= v. */
-static void wait_int(tenv *e, const int *p, int v) {
-  iwait w = {e, p, v};
-  ck_assert_msg(h2t_run_until(&e->loop, int_reached, &w, 5000),
-                "waited for %d, have %d", v, *p);
-}
 
 /* Nothing more came on |s| so far, and it has not ended: that it stays
  * open is proved by what the test does next (a message or a status that
@@ -402,119 +383,6 @@ static rc_stream *call(tenv *e, const char *path, const char *msg, int end) {
   rc_io(&e->c);
   return s;
 }
-
-/* ------------------------------------------------------------------ */
-/* Served beside MCP                                                   */
-/* ------------------------------------------------------------------ */
-
-static int synced(void *ud) {
-  tenv *e = ud;
-  return mcp_sink_state_synced(e->state);
-}
-
-static const char *const colls[] = {"c1"};
-
-static int has_two(void *ud) {
-  tenv *e = ud;
-  return mcp_sink_state_count(e->state, "c1") == 2;
-}
-
-START_TEST(served_beside_mcp) {
-  tenv e;
-  setup(&e);
-  start(&e);
-  /* An MCP sink on the same port syncs as ever. */
-  mcp_sink_options so;
-  mcp_sink_options_default(&so);
-  so.node_id = "sink-1";
-  so.collections = colls;
-  so.ncollections = 1;
-  ck_assert_int_eq(mcp_sink_state_new(&e.state, &so), 0);
-  mcp_h2c_options d = e.o;
-  char addr[64];
-  snprintf(addr, sizeof(addr), "127.0.0.1:%d", e.port);
-  d.mode = MCP_H2C_DIAL;
-  d.address = addr;
-  d.services = NULL;
-  d.nservices = 0;
-  d.on_stream = NULL;
-  ck_assert_int_eq(mcp_h2c_sink_new(&e.sink, &e.loop, &d, e.state), 0);
-  ck_assert(h2t_run_until(&e.loop, synced, &e, 5000));
-  ck_assert_uint_eq(mcp_sink_state_count(e.state, "c1"), 1);
-  ck_assert_int_eq(e.mcp_opened, 1);
-
-  rc_connect(&e.c, e.port, 0);
-  /* Unary: the echo comes back and the client's half-close ends it OK. */
-  rc_stream *x = call(&e, ECHO_PATH, "hello", 1);
-  wait_status(&e, x);
-  ck_assert_int_eq(x->grpc_status, 0);
-  ck_assert_int_eq(rc_nmsgs(x), 1);
-  msg_is(x, 0, "hello");
-  ck_assert_int_eq(e.echo_opens, 1);
-  ck_assert_int_eq(e.echo_dels, 1);
-  ck_assert_str_eq(e.svc_last_api, "echo");
-  ck_assert_int_eq(e.svc_last_status, 0);
-
-  /* Server streaming, kept open on the half-close. */
-  rc_stream *k = call(&e, COUNTER_PATH, "go", 1);
-  wait_msgs(&e, k, 1);
-  msg_is(k, 0, "0");
-  wait_int(&e, &e.counter_half_closes, 1);
-  ck_assert_str_eq(e.svc_last_api, "counter");
-  ck_assert(strncmp(e.peer, "ipv4:127.0.0.1:", 15) == 0);
-  still_open(k, 1);
-
-  /* A wake pumps it: the next message, on the stream the half-close left
-   * open, with nothing before it. */
-  e.ticks = 1;
-  ck_assert_ptr_nonnull(e.counter_st);
-  mcp_stream_wake(e.counter_st);
-  wait_msgs(&e, k, 2);
-  msg_is(k, 1, "1");
-  still_open(k, 2);
-  /* So does a notify (a store change), as for MCP sessions. */
-  e.ticks = 2;
-  mcp_h2c_source_notify(e.src);
-  wait_msgs(&e, k, 3);
-  msg_is(k, 2, "2");
-
-  /* Stats and the stream list count it beside the MCP stream. */
-  mcp_h2c_stats st;
-  mcp_h2c_source_stats(e.src, &st);
-  ck_assert_uint_eq(st.streams, 2);
-  ck_assert_uint_eq(mcp_h2c_source_streams(e.src, NULL, NULL), 2);
-
-  /* The session ends it: its status and details reach the client. */
-  e.end_status = 9;
-  e.end_details = "counter done: 3 sent";
-  mcp_stream_wake(e.counter_st);
-  wait_status(&e, k);
-  ck_assert_int_eq(k->grpc_status, 9);
-  ck_assert_str_eq(k->grpc_message, "counter done: 3 sent");
-  ck_assert_int_eq(rc_nmsgs(k), 3);
-  ck_assert_int_eq(e.counter_dels, 1);
-  ck_assert_int_eq(e.svc_opened, 2);
-  ck_assert_int_eq(e.svc_closed, 2);
-  ck_assert_int_eq(e.svc_last_status, 9);
-  ck_assert_str_eq(e.svc_last_details, "counter done: 3 sent");
-
-  /* Unknown paths keep their answer; open() errors end the call. */
-  rc_stream *u = call(&e, "/test.Nope/Call", "x", 1);
-  wait_status(&e, u);
-  ck_assert_int_eq(u->grpc_status, 12); /* UNIMPLEMENTED */
-  rc_stream *r = call(&e, REFUSE_PATH, "x", 1);
-  wait_status(&e, r);
-  ck_assert_int_eq(r->grpc_status, 8); /* LIMIT: RESOURCE_EXHAUSTED */
-  ck_assert_str_eq(r->grpc_message, mcp_strerror(MCP_ERR_LIMIT));
-
-  /* MCP was never disturbed: an update still reaches the sink. */
-  th_put(e.store, "c1", "b", "1", "B", mcp_h2c_now());
-  mcp_h2c_source_notify(e.src);
-  ck_assert(h2t_run_until(&e.loop, has_two, &e, 5000));
-  ck_assert_int_eq(e.mcp_opened, 1);
-  finish(&e);
-}
-END_TEST
 
 /* A session error ends the call with its status; a timer answers late;
  * without a half-close a unary stream stays open. */
@@ -784,7 +652,6 @@ static Suite *suite(void) {
   Suite *s = suite_create("h2c_service");
   TCase *tc = tcase_create("service");
   tcase_set_timeout(tc, 60);
-  tcase_add_test(tc, served_beside_mcp);
   tcase_add_test(tc, errors_and_timers);
   tcase_add_test(tc, peer_vanishes);
   tcase_add_test(tc, bad_input);

@@ -32,6 +32,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "helper.h" /* th_put() */
 #include "test_certs.h" /* test_tls_mode() */
 #include "transport_suite.h"
 #ifdef TA_PEER
@@ -289,6 +290,9 @@ static pthread_mutex_t smu = PTHREAD_MUTEX_INITIALIZER;
 static int sopens, sdels;
 static int sclosed, sclosed_status; /* service streams CLOSED, the last */
 static int shalf_closes; /* counter streams' half-closes */
+static char sclosed_api[16], sclosed_details[64]; /* the last closed */
+static char speer[128]; /* the last open()'s peer address */
+static int speer_tls;
 static int skicks;       /* "kick" requests */
 
 /* The listener's stream events (serve()): service streams' closes. */
@@ -300,6 +304,8 @@ static void s_on_stream(int ev, const mcp_stream_info *info, void *ud) {
   pthread_mutex_lock(&smu);
   sclosed++;
   sclosed_status = info->status;
+  snprintf(sclosed_api, sizeof(sclosed_api), "%s", info->api);
+  snprintf(sclosed_details, sizeof(sclosed_details), "%s", info->details);
   pthread_mutex_unlock(&smu);
 }
 
@@ -453,7 +459,6 @@ static void s_bump(mcp_store *store, mcp_tstamp ts, void *ud) {
 
 static int s_open(void *ud, const mcp_peer_info *peer, mcp_tstamp ts,
                   mcp_stream **pst) {
-  (void)peer;
   ssess *p = calloc(1, sizeof(*p));
   if (!p)
     return MCP_ERR_NOMEM;
@@ -472,6 +477,8 @@ static int s_open(void *ud, const mcp_peer_info *peer, mcp_tstamp ts,
     return rv; /* p was freed by the driver */
   p->st = *pst;
   pthread_mutex_lock(&smu);
+  snprintf(speer, sizeof(speer), "%s", peer->address);
+  speer_tls = peer->tls;
   sopens++;
   pthread_mutex_unlock(&smu);
   return 0;
@@ -1413,6 +1420,141 @@ START_TEST(a_call_wakes_and_replaces_the_others) {
   ck_assert_int_eq(d1 - d0, 4);
 }
 END_TEST
+
+/* A service whose open() fails with LIMIT. */
+static int open_limit(void *ud, const mcp_peer_info *peer, mcp_tstamp ts,
+                      mcp_stream **pst) {
+  (void)ud;
+  (void)peer;
+  (void)ts;
+  (void)pst;
+  return MCP_ERR_LIMIT;
+}
+
+static void put_b(mcp_store *store, mcp_tstamp ts, void *ud) {
+  (void)ud;
+  th_put(store, "c1", "b", "1", "B", ts);
+}
+
+static void count_c1(mcp_sink_state *st, mcp_tstamp ts, void *ud) {
+  (void)ts;
+  *(size_t *)ud = mcp_sink_state_count(st, "c1");
+}
+
+static int sink_has_3(void *ud) {
+  size_t n = 0;
+  ck_assert_int_eq(ta->sink_call(ud, count_c1, &n), 0);
+  return n == 3;
+}
+
+/* Services on a listening source beside MCP, on one port: a sink syncs
+ * meanwhile; a unary echo is answered and ends OK at the client's
+ * half-close; a server-streaming counter stays open after it (the server
+ * hears the half-close), an update of the source pumps it, the stats and
+ * the listing count it beside the MCP stream, and its session ends it
+ * with a status and details that reach the client and the server's
+ * stream events; an unknown method is UNIMPLEMENTED, an open() error the
+ * error's status and text; open() sees the peer's address; MCP is never
+ * disturbed (a store change still reaches the sink). */
+START_TEST(services_served_beside_mcp) {
+  ta_world w;
+  ta_world_init(&w);
+  int o0, d0;
+  s_counts(&o0, &d0);
+  int closed0 = s_closed(NULL);
+  pthread_mutex_lock(&smu);
+  shalf_closes = 0;
+  pthread_mutex_unlock(&smu);
+  mcp_service_def d[3] = {
+      services[0], services[1], {.method = "/test.Refuse/Call", .open = open_limit}};
+  ta_opts o = ta_opts_for(1, "127.0.0.1:0", NULL);
+  o.services = d;
+  o.nservices = 3;
+  o.on_stream = s_on_stream;
+  ta_start_source_with(&w, &o);
+  ta_start_sink(&w, NULL);
+  ck_assert(ta->run_until(w.env, ta_synced, &w, TA_TIMEOUT_MS));
+  int port = ta->port(w.src);
+
+  /* Unary: the echo comes back and the client's half-close ends it OK. */
+  tp_call *x = tp_open(port, ECHO_METHOD);
+  tp_send(x, "hello", 5, 1);
+  ck_assert(tp_wait_status(w.env, x));
+  ck_assert_int_eq(tp_status(x), MCP_CODE_OK);
+  ck_assert_int_eq(tp_nmsgs(x), 1);
+  ck_assert_str_eq(tp_msg(x, 0), "hello");
+  int want = closed0 + 1;
+  ck_assert(ta->run_until(w.env, s_closed_n, &want, TA_TIMEOUT_MS));
+  pthread_mutex_lock(&smu);
+  ck_assert_str_eq(sclosed_api, "echo");
+  ck_assert_int_eq(sclosed_status, MCP_CODE_OK);
+  ck_assert(strncmp(speer, "ipv4:127.0.0.1:", 15) == 0);
+  ck_assert_int_eq(speer_tls, test_tls_mode());
+  pthread_mutex_unlock(&smu);
+  tp_close(w.env, x);
+
+  /* Server streaming, kept open on the half-close. */
+  tp_call *k = tp_open(port, COUNTER_METHOD);
+  tp_send(k, "go", 2, 1);
+  ck_assert(tp_wait_msgs(w.env, k, 2));
+  ck_assert_str_eq(tp_msg(k, 0), "0");
+  ck_assert_str_eq(tp_msg(k, 1), "1");
+  ck_assert(ta->run_until(w.env, s_half_closed, NULL, TA_TIMEOUT_MS));
+  /* An update pumps it: the next message, on the stream the half-close
+   * left open, with nothing before it. */
+  ck_assert_int_eq(ta->update(w.src, s_bump, NULL), 0);
+  ck_assert(tp_wait_msgs(w.env, k, 3));
+  ck_assert_str_eq(tp_msg(k, 2), "2");
+  ck_assert_int_eq(tp_status(k), -1);
+
+  /* Stats and the stream list count it beside the MCP stream. */
+  mcp_transport_stats st;
+  ck_assert_int_eq(
+      ta->stats_versioned(w.src, MCP_TRANSPORT_STATS_VERSION, &st), 0);
+  ck_assert_uint_eq(st.streams, 2);
+  ck_assert_int_eq(ta->streams(w.src, NULL), 2);
+
+  /* Unknown paths keep their answer; open() errors end the call. */
+  tp_call *u = tp_open(port, "/test.Nope/Call");
+  tp_send(u, "x", 1, 1);
+  ck_assert(tp_wait_status(w.env, u));
+  ck_assert_int_eq(tp_status(u), MCP_CODE_UNIMPLEMENTED);
+  tp_close(w.env, u);
+  tp_call *r = tp_open(port, "/test.Refuse/Call");
+  tp_send(r, "x", 1, 1);
+  ck_assert(tp_wait_status(w.env, r));
+  ck_assert_int_eq(tp_status(r), MCP_CODE_RESOURCE_EXHAUSTED);
+  ck_assert_str_eq(tp_details(r), mcp_strerror(MCP_ERR_LIMIT));
+  tp_close(w.env, r);
+
+  /* MCP was never disturbed: a store change reaches the sink. */
+  ck_assert_int_eq(ta->update(w.src, put_b, NULL), 0);
+  ck_assert(ta->run_until(w.env, sink_has_3, w.sink, TA_TIMEOUT_MS));
+  ck_assert_int_eq(tp_status(k), -1); /* the half-closed counter too */
+
+  /* A session ends its call: its status and details reach the client
+   * and the server's stream event. */
+  tp_call *k2 = tp_open(port, COUNTER_METHOD);
+  tp_send_str(k2, "stop");
+  ck_assert(tp_wait_status(w.env, k2));
+  ck_assert_int_eq(tp_status(k2), MCP_CODE_FAILED_PRECONDITION);
+  ck_assert_str_eq(tp_details(k2), "counter stopped by request");
+  want = closed0 + 2;
+  ck_assert(ta->run_until(w.env, s_closed_n, &want, TA_TIMEOUT_MS));
+  pthread_mutex_lock(&smu);
+  ck_assert_str_eq(sclosed_api, "counter");
+  ck_assert_int_eq(sclosed_status, MCP_CODE_FAILED_PRECONDITION);
+  ck_assert_str_eq(sclosed_details, "counter stopped by request");
+  pthread_mutex_unlock(&smu);
+  tp_close(w.env, k2);
+  tp_close(w.env, k);
+  ta_world_fini(&w);
+  int o1, d1;
+  s_counts(&o1, &d1);
+  ck_assert_int_eq(o1 - o0, 3); /* the echo and two counters */
+  ck_assert_int_eq(d1 - d0, 3);
+}
+END_TEST
 #endif
 
 /* ---- a server that vanishes ---- */
@@ -1573,6 +1715,7 @@ int main(void) {
   tcase_add_test(tc, client_call_from_another_thread);
 #ifdef TA_PEER
   tcase_add_test(tc, a_call_wakes_and_replaces_the_others);
+  tcase_add_test(tc, services_served_beside_mcp);
 #endif
   suite_add_tcase(s, tc);
   int failed = ta_run(s);
