@@ -321,7 +321,8 @@ static int s_closed(int *status) {
 static int s_closed_ge(void *ud) { return s_closed(NULL) >= *(int *)ud; }
 
 /* A request "stop" ends the call FAILED_PRECONDITION "counter stopped by
- * request"; "long" makes each answer "count <n>" (7 bytes). */
+ * request"; "long" makes each answer "count <n>" (7 bytes); "many" is
+ * answered with 200 messages; "kick" and "replace": see s_recv(). */
 typedef struct ssess {
   mcp_stream *st;
   int pending, seq, stop, long_msgs;
@@ -364,7 +365,7 @@ static int s_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
     p->stop = 1;
   else if (len == 4 && memcmp(in, "long", 4) == 0)
     p->long_msgs = 1;
-  p->pending += 2;
+  p->pending += len == 4 && memcmp(in, "many", 4) == 0 ? 200 : 2;
   return 0;
 }
 
@@ -1555,6 +1556,56 @@ START_TEST(services_served_beside_mcp) {
   ck_assert_int_eq(d1 - d0, 3);
 }
 END_TEST
+
+/* A peer that resets its call (RST_STREAM CANCEL) while the service is
+ * sending: the stream is deleted once, its CLOSED event says CANCELLED,
+ * and nothing of the call is left (no stream, no buffered byte). The
+ * source's shutdown then frees a stream still open, once, before *_del()
+ * returns, and the peer hears UNAVAILABLE. (A peer whose connection
+ * vanishes without GOAWAY or reset is h2c's own test: gRPC core, the
+ * raw peer, always says goodbye.) */
+START_TEST(service_stream_freed_once_when_the_peer_resets) {
+  ta_env *env = ta->env_new();
+  int o0, d0;
+  s_counts(&o0, &d0);
+  int closed0 = s_closed(NULL);
+  ta_obj *src = NULL;
+  ck_assert_int_eq(serve(env, &src, "127.0.0.1:0"), 0);
+  int port = ta->port(src);
+  tp_call *k = tp_open(port, COUNTER_METHOD);
+  tp_send_str(k, "many");
+  ck_assert(tp_wait_msgs(env, k, 1)); /* 199 more to send: mid-send */
+  tp_close(env, k);
+  int want = closed0 + 1;
+  ck_assert(ta->run_until(env, s_closed_n, &want, TA_TIMEOUT_MS));
+  int status = -1;
+  s_closed(&status);
+  ck_assert_int_eq(status, MCP_CODE_CANCELLED);
+  int o1, d1;
+  s_counts(&o1, &d1);
+  ck_assert_int_eq(o1 - o0, 1);
+  ck_assert_int_eq(d1 - d0, 1);
+  mcp_transport_stats st;
+  ck_assert_int_eq(ta->stats_versioned(src, MCP_TRANSPORT_STATS_VERSION, &st),
+                   0);
+  ck_assert_uint_eq(st.streams, 0);
+  ck_assert_uint_eq(st.read_buffered, 0);
+  ck_assert_uint_eq(st.msg_buffered, 0);
+
+  /* The shutdown frees a stream still open, once. */
+  k = tp_open(port, COUNTER_METHOD);
+  tp_send_str(k, "go");
+  ck_assert(tp_wait_msgs(env, k, 2));
+  ta->del(src);
+  s_counts(&o1, &d1);
+  ck_assert_int_eq(o1 - o0, 2);
+  ck_assert_int_eq(d1 - d0, 2);
+  ck_assert(tp_wait_status(env, k));
+  ck_assert_int_eq(tp_status(k), MCP_CODE_UNAVAILABLE);
+  tp_close(env, k);
+  ta->env_del(env);
+}
+END_TEST
 #endif
 
 /* ---- a server that vanishes ---- */
@@ -1716,6 +1767,7 @@ int main(void) {
 #ifdef TA_PEER
   tcase_add_test(tc, a_call_wakes_and_replaces_the_others);
   tcase_add_test(tc, services_served_beside_mcp);
+  tcase_add_test(tc, service_stream_freed_once_when_the_peer_resets);
 #endif
   suite_add_tcase(s, tc);
   int failed = ta_run(s);

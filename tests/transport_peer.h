@@ -31,7 +31,8 @@ void tp_send_str(tp_call *c, const char *s);
 void tp_half_close(tp_call *c);
 /* Moves the call's completions without blocking. */
 void tp_pump(tp_call *c);
-/* Messages received so far; the i-th one (NUL terminated). */
+/* Messages received so far; the i-th one (NUL terminated; the first 64
+ * are kept). */
 int tp_nmsgs(const tp_call *c);
 const char *tp_msg(const tp_call *c, int i);
 /* The call's status once it came (-1 before), and its details. */
