@@ -862,12 +862,6 @@ START_TEST(test_authorization_refuses_service_as_mcp) {
 }
 END_TEST
 
-static int no_streams(void *ud) {
-  mcp_grpc_stats st;
-  ck_assert_int_eq(mcp_grpc_source_stats(ud, &st), 0);
-  return st.streams == 0;
-}
-
 static atomic_int deny_now;
 
 static int deny_when_told(const mcp_grpc_peer *peer, void *ud) {
@@ -900,46 +894,6 @@ START_TEST(test_reauthorize_ends_service_streams) {
   mcp_grpc_stats st;
   ck_assert_int_eq(mcp_grpc_source_stats(src, &st), 0);
   ck_assert_uint_eq(st.revoked, 1);
-  mcp_grpc_source_del(src);
-}
-END_TEST
-
-START_TEST(test_admission_and_limits_apply) {
-  evs e;
-  evs_init(&e);
-  mcp_grpc_options o;
-  mcp_grpc_options_default(&o);
-  o.shutdown_grace = MCP_SECONDS;
-  o.services = services;
-  o.nservices = 2;
-  o.no_mcp = 1;
-  o.max_streams = 1;
-  o.max_recv_message_size = 64;
-  mcp_grpc_source *src = serve("127.0.0.1:0", NULL, &e, &o);
-  int port = mcp_grpc_source_port(src);
-
-  rc a;
-  rc_open(&a, port, COUNTER_METHOD);
-  rc_byte(&a, 1);
-  expect(&a, "count 0");
-  /* A second stream: beyond max_streams. */
-  char det[160];
-  ck_assert_int_eq(tg_raw_call(port, ECHO_METHOD, (const uint8_t *)"x", 1,
-                               det, sizeof(det), TG_TIMEOUT_MS),
-                   GRPC_STATUS_RESOURCE_EXHAUSTED);
-  ck_assert_str_eq(det, "too many streams");
-  rc_close(&a);
-
-  /* A message beyond max_recv_message_size ends the call. */
-  ck_assert(tg_wait(no_streams, src, TG_TIMEOUT_MS)); /* a's slot is free */
-  uint8_t big[200];
-  memset(big, 'b', sizeof(big));
-  rc r;
-  rc_open(&r, port, ECHO_METHOD);
-  rc_send(&r, big, sizeof(big), 1);
-  ck_assert_int_eq(rc_status(&r, TG_TIMEOUT_MS),
-                   GRPC_STATUS_RESOURCE_EXHAUSTED);
-  rc_close(&r);
   mcp_grpc_source_del(src);
 }
 END_TEST
@@ -1149,35 +1103,6 @@ START_TEST(test_many_streams_wakes_and_shutdown) {
   ck_assert_int_eq(atomic_load(&dels), NSTRESS);
 }
 END_TEST
-
-START_TEST(test_no_mcp_serves_only_services) {
-  evs e;
-  evs_init(&e);
-  mcp_grpc_options o;
-  mcp_grpc_options_default(&o);
-  o.shutdown_grace = MCP_SECONDS;
-  o.services = services;
-  o.nservices = 2;
-  o.no_mcp = 1;
-  mcp_grpc_source *src = serve("127.0.0.1:0", NULL, &e, &o);
-  int port = mcp_grpc_source_port(src);
-  char det[128];
-  ck_assert_int_eq(tg_raw_call(port, MCP_GRPC_RESOURCE_SOURCE_METHOD, NULL, 0,
-                               det, sizeof(det), TG_TIMEOUT_MS),
-                   GRPC_STATUS_UNIMPLEMENTED);
-  rc r;
-  rc_open(&r, port, ECHO_METHOD);
-  rc_send(&r, "x", 1, 1);
-  expect(&r, "x");
-  ck_assert_int_eq(rc_status(&r, TG_TIMEOUT_MS), GRPC_STATUS_OK);
-  rc_close(&r);
-  /* An update without a store still runs (fn gets NULL). */
-  ck_assert_int_eq(mcp_grpc_source_call(src, bump, NULL), 0);
-  mcp_grpc_source_del(src);
-}
-END_TEST
-
-
 
 /* ------------------------------------------------------------------ */
 /* The client object                                                   */
@@ -1438,13 +1363,11 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_stats_and_listing);
   tcase_add_test(tc, test_view_store_protocol);
   tcase_add_test(tc, test_authorization_refuses_service_as_mcp);
-  tcase_add_test(tc, test_admission_and_limits_apply);
   tcase_add_test(tc, test_reauthorize_ends_service_streams);
   tcase_add_test(tc, test_session_ends_stream_with_its_status);
   tcase_add_test(tc, test_half_close_follows_the_protocol);
   tcase_add_test(tc, test_timers_pump_service_streams);
   tcase_add_test(tc, test_shutdown_ends_service_streams_unavailable);
-  tcase_add_test(tc, test_no_mcp_serves_only_services);
   tcase_add_test(tc, test_many_streams_wakes_and_shutdown);
   suite_add_tcase(s, tc);
   TCase *tk = tcase_create("client");

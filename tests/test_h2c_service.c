@@ -524,33 +524,6 @@ START_TEST(peer_vanishes) {
 }
 END_TEST
 
-/* Service calls go through admission and no_mcp turns MCP off. */
-START_TEST(admission_and_no_mcp) {
-  tenv e;
-  setup(&e);
-  e.o.no_mcp = 1;
-  e.o.max_streams = 1;
-  start(&e); /* no store given */
-  rc_connect(&e.c, e.port, 0);
-  rc_stream *k = call(&e, COUNTER_PATH, "go", 1);
-  wait_msgs(&e, k, 1);
-  rc_stream *x = call(&e, ECHO_PATH, "x", 1);
-  wait_status(&e, x);
-  ck_assert_int_eq(x->grpc_status, 8); /* max_streams: RESOURCE_EXHAUSTED */
-  ck_assert_int_eq(e.echo_opens, 0);
-  mcp_h2c_stats st;
-  mcp_h2c_source_stats(e.src, &st);
-  ck_assert_uint_eq(st.refused_max_streams, 1);
-  ck_assert_uint_eq(st.initial, 0); /* no initial-push slot held */
-  rc_stream *m =
-      call(&e, MCP_H2C_RESOURCE_SOURCE_METHOD, NULL, 1);
-  wait_status(&e, m);
-  ck_assert_int_eq(m->grpc_status, 12); /* not served: UNIMPLEMENTED */
-  finish(&e);
-}
-END_TEST
-
-
 typedef struct window_filled {
   tenv *e;
   uint64_t bytes;
@@ -639,7 +612,6 @@ static Suite *suite(void) {
   tcase_add_test(tc, errors_and_timers);
   tcase_add_test(tc, peer_vanishes);
   tcase_add_test(tc, bad_input);
-  tcase_add_test(tc, admission_and_no_mcp);
   tcase_add_test(tc, flow_control);
   tcase_add_test(tc, deadline);
   suite_add_tcase(s, tc);

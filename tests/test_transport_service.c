@@ -1606,6 +1606,93 @@ START_TEST(service_stream_freed_once_when_the_peer_resets) {
   ta->env_del(env);
 }
 END_TEST
+
+/* An update of a source without a store: fn gets NULL. */
+static void note_null_store(mcp_store *store, mcp_tstamp ts, void *ud) {
+  (void)ts;
+  pthread_mutex_lock(&smu);
+  *(int *)ud = store == NULL ? 1 : -1;
+  pthread_mutex_unlock(&smu);
+}
+
+static int flag_set(void *ud) {
+  pthread_mutex_lock(&smu);
+  int v = *(int *)ud;
+  pthread_mutex_unlock(&smu);
+  return v != 0;
+}
+
+static int no_streams(void *ud) {
+  mcp_transport_stats st;
+  ck_assert_int_eq(ta->stats_versioned(ud, MCP_TRANSPORT_STATS_VERSION, &st),
+                   0);
+  return st.streams == 0;
+}
+
+/* Service calls go through admission and the limits as MCP ones do: a
+ * call beyond max_streams is refused RESOURCE_EXHAUSTED "too many
+ * streams" before open() (counted in refused_max_streams, no initial
+ * slot held), and a message beyond max_recv_message_size ends its call
+ * RESOURCE_EXHAUSTED. With no_mcp a source needs no store, serves no MCP
+ * method (UNIMPLEMENTED), and an update's fn gets a NULL store. */
+START_TEST(services_go_through_admission_and_limits) {
+  ta_env *env = ta->env_new();
+  int o0, d0;
+  s_counts(&o0, &d0);
+  ta_opts o = ta_opts_for(1, "127.0.0.1:0", NULL);
+  o.services = services;
+  o.nservices = 2;
+  o.no_mcp = 1;
+  o.max_streams = 1;
+  o.max_recv_message_size = 64;
+  ta_obj *src = NULL;
+  ck_assert_int_eq(ta->source_new(env, &src, &o, NULL), 0);
+  int port = ta->port(src);
+  tp_call *a = tp_open(port, COUNTER_METHOD);
+  tp_send(a, "go", 2, 1);
+  ck_assert(tp_wait_msgs(env, a, 2));
+  /* A second stream: beyond max_streams. */
+  tp_call *x = tp_open(port, ECHO_METHOD);
+  tp_send(x, "x", 1, 1);
+  ck_assert(tp_wait_status(env, x));
+  ck_assert_int_eq(tp_status(x), MCP_CODE_RESOURCE_EXHAUSTED);
+  ck_assert_str_eq(tp_details(x), "too many streams");
+  tp_close(env, x);
+  int o1, d1;
+  s_counts(&o1, &d1);
+  ck_assert_int_eq(o1 - o0, 1); /* the echo's open() never ran */
+  mcp_transport_stats st;
+  ck_assert_int_eq(ta->stats_versioned(src, MCP_TRANSPORT_STATS_VERSION, &st),
+                   0);
+  ck_assert_uint_eq(st.refused_max_streams, 1);
+  ck_assert_uint_eq(st.initial, 0); /* no initial-push slot held */
+  tp_close(env, a);
+
+  /* A message beyond max_recv_message_size ends the call. */
+  ck_assert(ta->run_until(env, no_streams, src, TA_TIMEOUT_MS));
+  char big[200];
+  memset(big, 'b', sizeof(big));
+  tp_call *r = tp_open(port, ECHO_METHOD);
+  tp_send(r, big, sizeof(big), 1);
+  ck_assert(tp_wait_status(env, r));
+  ck_assert_int_eq(tp_status(r), MCP_CODE_RESOURCE_EXHAUSTED);
+  tp_close(env, r);
+
+  /* No MCP here. */
+  tp_call *m = tp_open(port, MCP_RESOURCE_SOURCE_METHOD);
+  tp_half_close(m);
+  ck_assert(tp_wait_status(env, m));
+  ck_assert_int_eq(tp_status(m), MCP_CODE_UNIMPLEMENTED);
+  tp_close(env, m);
+  /* An update without a store still runs. */
+  int seen = 0;
+  ck_assert_int_eq(ta->update(src, note_null_store, &seen), 0);
+  ck_assert(ta->run_until(env, flag_set, &seen, TA_TIMEOUT_MS));
+  ck_assert_int_eq(seen, 1);
+  ta->del(src);
+  ta->env_del(env);
+}
+END_TEST
 #endif
 
 /* ---- a server that vanishes ---- */
@@ -1768,6 +1855,7 @@ int main(void) {
   tcase_add_test(tc, a_call_wakes_and_replaces_the_others);
   tcase_add_test(tc, services_served_beside_mcp);
   tcase_add_test(tc, service_stream_freed_once_when_the_peer_resets);
+  tcase_add_test(tc, services_go_through_admission_and_limits);
 #endif
   suite_add_tcase(s, tc);
   int failed = ta_run(s);

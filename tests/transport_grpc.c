@@ -71,6 +71,8 @@ static void g_options(mcp_grpc_options *o, const ta_opts *t) {
     o->max_recv_message_size = t->max_recv_message_size;
   if (t->max_concurrent_streams)
     o->max_concurrent_streams = t->max_concurrent_streams;
+  if (t->max_streams)
+    o->max_streams = t->max_streams;
   o->tls.cert_file = t->cert_file;
   o->tls.key_file = t->key_file;
   o->tls.ca_file = t->ca_file;

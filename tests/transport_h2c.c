@@ -88,6 +88,8 @@ static void h_options(ta_env *e, mcp_h2c_options *o, const ta_opts *t) {
     o->max_recv_message_size = t->max_recv_message_size;
   if (t->max_concurrent_streams)
     o->max_concurrent_streams = t->max_concurrent_streams;
+  if (t->max_streams)
+    o->max_streams = t->max_streams;
   o->tls.cert_file = t->cert_file;
   o->tls.key_file = t->key_file;
   o->tls.ca_file = t->ca_file;
