@@ -716,7 +716,6 @@ static int expect(rc *r, const char *want) {
 /* ------------------------------------------------------------------ */
 
 
-static int closed_ge3(void *ud) { return evs_get(ud).closed >= 3; }
 
 /* Service streams count in the stats and are listed with their stream. */
 typedef struct listed {
@@ -898,55 +897,6 @@ START_TEST(test_reauthorize_ends_service_streams) {
 }
 END_TEST
 
-START_TEST(test_session_ends_stream_with_its_status) {
-  evs e;
-  evs_init(&e);
-  mcp_store *store = tg_store();
-  mcp_grpc_source *src = serve("127.0.0.1:0", store, &e, NULL);
-  int port = mcp_grpc_source_port(src);
-
-  /* end(): the protocol's own status and text. */
-  rc r;
-  rc_open(&r, port, COUNTER_METHOD);
-  rc_byte(&r, 2);
-  rc_byte(&r, STOP);
-  expect(&r, "count 0");
-  expect(&r, "count 1"); /* what it had is sent first */
-  ck_assert_int_eq(rc_status(&r, TG_TIMEOUT_MS),
-                   GRPC_STATUS_FAILED_PRECONDITION);
-  ck_assert_str_eq(r.details, "counter stopped by request");
-  rc_close(&r);
-
-  /* recv() failing: the error's status and text. */
-  rc_open(&r, port, COUNTER_METHOD);
-  rc_send(&r, "", 0, 0);
-  ck_assert_int_eq(rc_status(&r, TG_TIMEOUT_MS),
-                   mcp_error_grpc_status(MCP_ERR_MALFORMED));
-  ck_assert_str_eq(r.details, mcp_strerror(MCP_ERR_MALFORMED));
-  rc_close(&r);
-
-  /* The same while messages are going out (an error ends the stream even
-   * with a send in flight: the status follows that send). */
-  rc_open(&r, port, COUNTER_METHOD);
-  rc_byte(&r, 250);
-  expect(&r, "count 0");
-  rc_send(&r, "", 0, 0);
-  ck_assert_int_eq(rc_status(&r, TG_TIMEOUT_MS),
-                   mcp_error_grpc_status(MCP_ERR_MALFORMED));
-  rc_close(&r);
-
-  ck_assert(tg_wait(closed_ge3, &e, TG_TIMEOUT_MS));
-  evs c = evs_get(&e);
-  ck_assert_int_eq(c.closed, 3);
-  ck_assert_int_eq(c.closed_status, GRPC_STATUS_INVALID_ARGUMENT);
-  /* The stream is gone at CLOSED, its API's name is still told. */
-  ck_assert_str_eq(c.closed_api, "counter");
-  ck_assert_int_eq(atomic_load(&dels), 3);
-  mcp_grpc_source_del(src);
-  mcp_store_del(store);
-}
-END_TEST
-
 static int half_closes_ge(void *ud) {
   return atomic_load(&half_closes) >= *(int *)ud;
 }
@@ -987,34 +937,6 @@ START_TEST(test_half_close_follows_the_protocol) {
   ck_assert(tg_wait(half_closes_ge, &two, TG_TIMEOUT_MS));
   ck_assert_int_eq(mcp_grpc_source_update(src, bump, NULL), 0);
   expect(&r, "count 2");
-  rc_close(&r);
-  mcp_grpc_source_del(src);
-}
-END_TEST
-
-/* Nothing but the stream's timer moves it: the transport pumps at
- * mcp_stream_get_expiry(). */
-START_TEST(test_timers_pump_service_streams) {
-  evs e;
-  evs_init(&e);
-  mcp_grpc_options o;
-  mcp_grpc_options_default(&o);
-  o.shutdown_grace = MCP_SECONDS;
-  o.services = services;
-  o.nservices = 2;
-  o.no_mcp = 1;
-  mcp_grpc_source *src = serve("127.0.0.1:0", NULL, &e, &o);
-  rc r;
-  rc_open(&r, mcp_grpc_source_port(src), COUNTER_METHOD);
-  mcp_tstamp t0 = mcp_grpc_now();
-  rc_byte(&r, TICKS);
-  expect(&r, "tick");
-  expect(&r, "tick");
-  expect(&r, "tick");
-  mcp_tstamp took = mcp_grpc_now() - t0;
-  ck_assert_uint_ge(took, 3 * TICK_EVERY - 5 * MCP_MILLISECONDS);
-  char buf[64];
-  ck_assert_int_eq(rc_recv(&r, buf, sizeof(buf), 200), -2); /* no more */
   rc_close(&r);
   mcp_grpc_source_del(src);
 }
@@ -1364,9 +1286,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_view_store_protocol);
   tcase_add_test(tc, test_authorization_refuses_service_as_mcp);
   tcase_add_test(tc, test_reauthorize_ends_service_streams);
-  tcase_add_test(tc, test_session_ends_stream_with_its_status);
   tcase_add_test(tc, test_half_close_follows_the_protocol);
-  tcase_add_test(tc, test_timers_pump_service_streams);
   tcase_add_test(tc, test_shutdown_ends_service_streams_unavailable);
   tcase_add_test(tc, test_many_streams_wakes_and_shutdown);
   suite_add_tcase(s, tc);

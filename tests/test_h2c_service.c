@@ -358,14 +358,6 @@ static void wait_status(tenv *e, rc_stream *s) {
 }
 
 
-/* Nothing more came on |s| so far, and it has not ended: that it stays
- * open is proved by what the test does next (a message or a status that
- * can only come on an open stream, in order), not by waiting. */
-static void still_open(rc_stream *s, int n) {
-  ck_assert_int_eq(rc_nmsgs(s), n);
-  ck_assert_int_eq(s->grpc_status, -1);
-}
-
 static void msg_is(rc_stream *s, int i, const char *text) {
   const uint8_t *p;
   size_t n;
@@ -383,54 +375,6 @@ static rc_stream *call(tenv *e, const char *path, const char *msg, int end) {
   rc_io(&e->c);
   return s;
 }
-
-/* A session error ends the call with its status; a timer answers late;
- * without a half-close a unary stream stays open. */
-START_TEST(errors_and_timers) {
-  tenv e;
-  setup(&e);
-  e.echo_delay = 60 * MCP_MILLISECONDS;
-  /* The services are copied: the caller's array and strings may go. */
-  mcp_service_def tmp[3];
-  char paths[3][32];
-  for (int i = 0; i < 3; ++i) {
-    snprintf(paths[i], sizeof(paths[i]), "%s", services[i].method);
-    tmp[i] = services[i];
-    tmp[i].method = paths[i];
-  }
-  e.o.services = tmp;
-  start(&e);
-  memset(tmp, 0, sizeof(tmp));
-  memset(paths, 0, sizeof(paths));
-  e.o.services = services;
-  rc_connect(&e.c, e.port, 0);
-  rc_stream *f = call(&e, ECHO_PATH, "fail", 0);
-  wait_status(&e, f);
-  ck_assert_int_eq(f->grpc_status, 3);
-  ck_assert_str_eq(f->grpc_message, mcp_strerror(MCP_ERR_MALFORMED));
-  ck_assert_int_eq(e.echo_dels, 1);
-
-  mcp_tstamp t0 = mcp_h2c_now();
-  rc_stream *x = call(&e, ECHO_PATH, "late", 0);
-  wait_msgs(&e, x, 1);
-  ck_assert_uint_ge(mcp_h2c_now() - t0, 50 * MCP_MILLISECONDS);
-  msg_is(x, 0, "late");
-  still_open(x, 1); /* no half-close yet: it goes on (below: "again" is
-                       answered on it) */
-  /* The half-close ends a unary stream once next() has nothing now: what
-   * is ready goes first (the answer is immediate from here on). */
-  e.echo_delay = 0;
-  rc_send_msg(&e.c, x, 0, "again", 5);
-  rc_end(&e.c, x);
-  wait_status(&e, x);
-  /* The half-close ends it once the answer that was due went out. */
-  ck_assert_int_eq(x->grpc_status, 0);
-  ck_assert_int_eq(rc_nmsgs(x), 2);
-  msg_is(x, 1, "again");
-  ck_assert_int_eq(e.echo_dels, 2);
-  finish(&e);
-}
-END_TEST
 
 /* Bad input on a service call: a clear status, the stream freed once, the
  * connection and the other calls unharmed. */
@@ -609,7 +553,6 @@ static Suite *suite(void) {
   Suite *s = suite_create("h2c_service");
   TCase *tc = tcase_create("service");
   tcase_set_timeout(tc, 60);
-  tcase_add_test(tc, errors_and_timers);
   tcase_add_test(tc, peer_vanishes);
   tcase_add_test(tc, bad_input);
   tcase_add_test(tc, flow_control);

@@ -323,9 +323,14 @@ static int s_closed_ge(void *ud) { return s_closed(NULL) >= *(int *)ud; }
 /* A request "stop" ends the call FAILED_PRECONDITION "counter stopped by
  * request"; "long" makes each answer "count <n>" (7 bytes); "many" is
  * answered with 200 messages; "kick" and "replace": see s_recv(). */
+#define TICK_EVERY (50 * MCP_MILLISECONDS)
+
 typedef struct ssess {
   mcp_stream *st;
   int pending, seq, stop, long_msgs;
+  int ticks_left, ticks_due; /* "tick": three "tick"s, TICK_EVERY apart */
+  mcp_tstamp tick_at;
+  mcp_tstamp due; /* the echo's "late": answered at |due| (0: now) */
   int woken;    /* "kick" by another counter: sends "woken" */
   int replaced; /* "replace" by another counter: ends ABORTED */
   int echo; /* the echo: answers each message with itself */
@@ -337,11 +342,19 @@ typedef struct ssess {
 static ssess *counters;
 
 static int s_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
-  (void)ts;
   ssess *p = sess;
+  if (len == 0 || (len == 4 && memcmp(in, "fail", 4) == 0))
+    return MCP_ERR_MALFORMED; /* the call ends with the error */
   if (p->echo) {
     snprintf(p->said, sizeof(p->said), "%.*s", (int)len, (const char *)in);
     p->pending = 1;
+    if (len == 4 && memcmp(in, "late", 4) == 0)
+      p->due = ts + TICK_EVERY; /* through the stream's timer */
+    return 0;
+  }
+  if (len == 4 && memcmp(in, "tick", 4) == 0) {
+    p->ticks_left = 3;
+    p->tick_at = ts + TICK_EVERY;
     return 0;
   }
   int kick = len == 4 && memcmp(in, "kick", 4) == 0;
@@ -361,9 +374,11 @@ static int s_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
     pthread_mutex_unlock(&smu);
     return 0;
   }
-  if (len == 4 && memcmp(in, "stop", 4) == 0)
-    p->stop = 1;
-  else if (len == 4 && memcmp(in, "long", 4) == 0)
+  if (len == 4 && memcmp(in, "stop", 4) == 0) {
+    p->stop = 1; /* what it has is sent first */
+    return 0;
+  }
+  if (len == 4 && memcmp(in, "long", 4) == 0)
     p->long_msgs = 1;
   p->pending += len == 4 && memcmp(in, "many", 4) == 0 ? 200 : 2;
   return 0;
@@ -393,7 +408,13 @@ static int s_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
     int rv = mcp_msg_builder_finish(p->b, NULL, pmsg);
     return rv < 0 ? rv : 1;
   }
-  if (!p->pending)
+  if (p->ticks_due) {
+    p->ticks_due--;
+    mcp_msg_builder_bytes(p->b, "tick", 4);
+    int rv = mcp_msg_builder_finish(p->b, NULL, pmsg);
+    return rv < 0 ? rv : 1;
+  }
+  if (!p->pending || p->due)
     return 0;
   p->pending--;
   int n = p->echo ? snprintf(text, sizeof(text), "%s", p->said)
@@ -402,6 +423,25 @@ static int s_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
   mcp_msg_builder_bytes(p->b, text, (size_t)n);
   int rv = mcp_msg_builder_finish(p->b, NULL, pmsg);
   return rv < 0 ? rv : 1;
+}
+
+static mcp_tstamp s_get_expiry(const void *sess) {
+  const ssess *p = sess;
+  if (p->due)
+    return p->due;
+  return p->ticks_left ? p->tick_at : MCP_TSTAMP_MAX;
+}
+
+static int s_handle_expiry(void *sess, mcp_tstamp ts) {
+  ssess *p = sess;
+  if (p->due && ts >= p->due)
+    p->due = 0;
+  if (p->ticks_left && ts >= p->tick_at) {
+    p->ticks_left--;
+    p->ticks_due++;
+    p->tick_at += TICK_EVERY;
+  }
+  return 0;
 }
 
 static void s_half_close(void *sess, mcp_tstamp ts) {
@@ -432,6 +472,8 @@ static const mcp_stream_ops s_counter_ops = {
     .flags = MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE,
     .recv = s_recv,
     .next = s_next,
+    .get_expiry = s_get_expiry,
+    .handle_expiry = s_handle_expiry,
     .end = s_end,
     .half_close = s_half_close,
     .del = s_del,
@@ -442,6 +484,8 @@ static const mcp_stream_ops s_echo_ops = {
     .name = "echo",
     .recv = s_recv,
     .next = s_next,
+    .get_expiry = s_get_expiry,
+    .handle_expiry = s_handle_expiry,
     .half_close = s_half_close,
     .del = s_del,
 };
@@ -1693,6 +1737,113 @@ START_TEST(services_go_through_admission_and_limits) {
   ta->env_del(env);
 }
 END_TEST
+
+/* A session ends its call with its own status and text, after what it
+ * had (end()), or with an error's (recv() failing, also while messages
+ * are going out); the stream is gone at CLOSED, its API's name still
+ * told. Timers pump a stream with nothing else moving it: three ticks
+ * at least TICK_EVERY apart (a lower bound only), then nothing more (the
+ * next message is the next request's answer); an echo answered late
+ * through its timer stays open without a half-close, and the half-close
+ * ends it once the answer due went out. The service defs are copied:
+ * the caller's array and strings may go once *_new() returned. */
+START_TEST(sessions_end_calls_and_timers_pump_them) {
+  ta_env *env = ta->env_new();
+  int o0, d0;
+  s_counts(&o0, &d0);
+  int closed0 = s_closed(NULL);
+  mcp_service_def tmp[2];
+  char paths[2][32];
+  for (int i = 0; i < 2; ++i) {
+    snprintf(paths[i], sizeof(paths[i]), "%s", services[i].method);
+    tmp[i] = services[i];
+    tmp[i].method = paths[i];
+  }
+  ta_opts o = ta_opts_for(1, "127.0.0.1:0", NULL);
+  o.services = tmp;
+  o.nservices = 2;
+  o.no_mcp = 1;
+  o.on_stream = s_on_stream;
+  ta_obj *src = NULL;
+  ck_assert_int_eq(ta->source_new(env, &src, &o, NULL), 0);
+  memset(tmp, 0, sizeof(tmp));
+  memset(paths, 0, sizeof(paths));
+  int port = ta->port(src);
+
+  /* end(): the protocol's own status and text, after what it had. */
+  tp_call *r = tp_open(port, COUNTER_METHOD);
+  tp_send_str(r, "go");
+  tp_send_str(r, "stop");
+  ck_assert(tp_wait_status(env, r));
+  ck_assert_int_eq(tp_status(r), MCP_CODE_FAILED_PRECONDITION);
+  ck_assert_str_eq(tp_details(r), "counter stopped by request");
+  ck_assert_int_eq(tp_nmsgs(r), 2);
+  ck_assert_str_eq(tp_msg(r, 1), "1");
+  tp_close(env, r);
+  /* recv() failing: the error's status and text. */
+  r = tp_open(port, COUNTER_METHOD);
+  tp_send(r, "", 0, 0);
+  ck_assert(tp_wait_status(env, r));
+  ck_assert_int_eq(tp_status(r), mcp_error_grpc_status(MCP_ERR_MALFORMED));
+  ck_assert_str_eq(tp_details(r), mcp_strerror(MCP_ERR_MALFORMED));
+  tp_close(env, r);
+  /* The same while messages are going out. */
+  r = tp_open(port, COUNTER_METHOD);
+  tp_send_str(r, "many");
+  ck_assert(tp_wait_msgs(env, r, 1));
+  tp_send(r, "", 0, 0);
+  ck_assert(tp_wait_status(env, r));
+  ck_assert_int_eq(tp_status(r), MCP_CODE_INVALID_ARGUMENT);
+  tp_close(env, r);
+  int want = closed0 + 3;
+  ck_assert(ta->run_until(env, s_closed_n, &want, TA_TIMEOUT_MS));
+  pthread_mutex_lock(&smu);
+  ck_assert_int_eq(sclosed_status, MCP_CODE_INVALID_ARGUMENT);
+  ck_assert_str_eq(sclosed_api, "counter");
+  pthread_mutex_unlock(&smu);
+  /* The echo's error: its status and text. */
+  r = tp_open(port, ECHO_METHOD);
+  tp_send_str(r, "fail");
+  ck_assert(tp_wait_status(env, r));
+  ck_assert_int_eq(tp_status(r), MCP_CODE_INVALID_ARGUMENT);
+  ck_assert_str_eq(tp_details(r), mcp_strerror(MCP_ERR_MALFORMED));
+  tp_close(env, r);
+
+  /* Timers alone pump a stream. */
+  r = tp_open(port, COUNTER_METHOD);
+  mcp_tstamp t0 = ta->now();
+  tp_send_str(r, "tick");
+  ck_assert(tp_wait_msgs(env, r, 3));
+  ck_assert_uint_ge(ta->now() - t0, 3 * TICK_EVERY - 5 * MCP_MILLISECONDS);
+  for (int i = 0; i < 3; i++)
+    ck_assert_str_eq(tp_msg(r, i), "tick");
+  tp_send_str(r, "go");
+  ck_assert(tp_wait_msgs(env, r, 4));
+  ck_assert_str_eq(tp_msg(r, 3), "0"); /* no fourth tick came before */
+  tp_close(env, r);
+
+  /* A late echo, then a half-close after the next message. */
+  t0 = ta->now();
+  r = tp_open(port, ECHO_METHOD);
+  tp_send_str(r, "late");
+  ck_assert(tp_wait_msgs(env, r, 1));
+  ck_assert_uint_ge(ta->now() - t0, TICK_EVERY - 5 * MCP_MILLISECONDS);
+  ck_assert_str_eq(tp_msg(r, 0), "late");
+  ck_assert_int_eq(tp_status(r), -1); /* open: "again" is answered on it */
+  tp_send(r, "again", 5, 1);
+  ck_assert(tp_wait_status(env, r));
+  ck_assert_int_eq(tp_status(r), MCP_CODE_OK);
+  ck_assert_int_eq(tp_nmsgs(r), 2);
+  ck_assert_str_eq(tp_msg(r, 1), "again");
+  tp_close(env, r);
+  ta->del(src);
+  ta->env_del(env);
+  int o1, d1;
+  s_counts(&o1, &d1);
+  ck_assert_int_eq(o1 - o0, 6);
+  ck_assert_int_eq(d1 - d0, 6);
+}
+END_TEST
 #endif
 
 /* ---- a server that vanishes ---- */
@@ -1856,6 +2007,7 @@ int main(void) {
   tcase_add_test(tc, services_served_beside_mcp);
   tcase_add_test(tc, service_stream_freed_once_when_the_peer_resets);
   tcase_add_test(tc, services_go_through_admission_and_limits);
+  tcase_add_test(tc, sessions_end_calls_and_timers_pump_them);
 #endif
   suite_add_tcase(s, tc);
   int failed = ta_run(s);
