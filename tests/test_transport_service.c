@@ -554,6 +554,23 @@ static int serve(ta_env *env, ta_obj **psrc, const char *address) {
   return ta->source_new(env, psrc, &o, NULL);
 }
 
+/* serve() on 127.0.0.1:0; |addr| (64 bytes) gets where it listens. */
+static ta_obj *serve_any(ta_env *env, char *addr) {
+  ta_obj *src = NULL;
+  ck_assert_int_eq(serve(env, &src, "127.0.0.1:0"), 0);
+  snprintf(addr, 64, "127.0.0.1:%d", ta->port(src));
+  return src;
+}
+
+/* A client of the transport running |c|'s def, dialing |addr|. */
+static ta_obj *client_at(ta_env *env, const char *addr, cstate *c) {
+  mcp_client_def def = c_def(c);
+  ta_opts o = ta_opts_for(0, addr, NULL);
+  ta_obj *cli = NULL;
+  ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
+  return cli;
+}
+
 typedef struct cwait {
   cstate *c;
   int ended, call_recv;
@@ -666,10 +683,7 @@ static int call_once(ta_env *env, const char *addr, const char *method,
   c_init(&c);
   c.method = method;
   c.once = 1;
-  mcp_client_def def = c_def(&c);
-  ta_opts o = ta_opts_for(0, addr, NULL);
-  ta_obj *cli = NULL;
-  ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
+  ta_obj *cli = client_at(env, addr, &c);
   ck_assert(ta->run_until(env, slot1_ended, &c, TA_TIMEOUT_MS));
   ta->del(cli);
   ccounts k = c_get(&c);
@@ -763,10 +777,8 @@ static int first_message(void *ud) { return c_get(ud).recv[0] >= 1; }
  * before (a lower bound only; the wait's guard is a failure guard). */
 START_TEST(client_asks_open_at_expiry) {
   ta_env *env = ta->env_new();
-  ta_obj *src = NULL;
-  ck_assert_int_eq(serve(env, &src, "127.0.0.1:0"), 0);
   char addr[64];
-  snprintf(addr, sizeof(addr), "127.0.0.1:%d", ta->port(src));
+  ta_obj *src = serve_any(env, addr);
   cstate c;
   c_init(&c);
   c.counter = 1;
@@ -1010,10 +1022,8 @@ START_TEST(client_runs_calls_side_by_side) {
   pthread_mutex_lock(&smu);
   shalf_closes = 0;
   pthread_mutex_unlock(&smu);
-  ta_obj *src = NULL;
-  ck_assert_int_eq(serve(env, &src, "127.0.0.1:0"), 0);
   char addr[64];
-  snprintf(addr, sizeof(addr), "127.0.0.1:%d", ta->port(src));
+  ta_obj *src = serve_any(env, addr);
   cstate c;
   c_init(&c);
   c.counter = 1;
@@ -1084,10 +1094,8 @@ END_TEST
  * server's own status and details reach the client's ended(). */
 START_TEST(client_ends_its_call_and_hears_the_servers_status) {
   ta_env *env = ta->env_new();
-  ta_obj *src = NULL;
-  ck_assert_int_eq(serve(env, &src, "127.0.0.1:0"), 0);
   char addr[64];
-  snprintf(addr, sizeof(addr), "127.0.0.1:%d", ta->port(src));
+  ta_obj *src = serve_any(env, addr);
   for (int half_close = 0; half_close < 2; half_close++) {
     int closed0 = s_closed(NULL);
     cstate c;
@@ -1120,10 +1128,7 @@ START_TEST(client_ends_its_call_and_hears_the_servers_status) {
   c.counter = 1;
   c.once = 1;
   c.request = "stop";
-  mcp_client_def def = c_def(&c);
-  ta_opts o = ta_opts_for(0, addr, NULL);
-  ta_obj *cli = NULL;
-  ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
+  ta_obj *cli = client_at(env, addr, &c);
   cwait w = {.c = &c, .ended = 1};
   ck_assert(ta->run_until(env, ended_ge, &w, TA_TIMEOUT_MS));
   ccounts k = c_get(&c);
@@ -1144,10 +1149,8 @@ END_TEST
  * RESOURCE_EXHAUSTED, the message not handed to the protocol. */
 START_TEST(client_message_beyond_its_limit_ends_the_call) {
   ta_env *env = ta->env_new();
-  ta_obj *src = NULL;
-  ck_assert_int_eq(serve(env, &src, "127.0.0.1:0"), 0);
   char addr[64];
-  snprintf(addr, sizeof(addr), "127.0.0.1:%d", ta->port(src));
+  ta_obj *src = serve_any(env, addr);
   cstate c;
   c_init(&c);
   c.counter = 1;
@@ -1340,17 +1343,12 @@ static void call_on_its_thread(void *ud) {
 
 START_TEST(client_call_from_another_thread) {
   ta_env *env = ta->env_new();
-  ta_obj *src = NULL;
-  ck_assert_int_eq(serve(env, &src, "127.0.0.1:0"), 0);
   char addr[64];
-  snprintf(addr, sizeof(addr), "127.0.0.1:%d", ta->port(src));
+  ta_obj *src = serve_any(env, addr);
   cstate c;
   c_init(&c);
   c.once = 1;
-  mcp_client_def def = c_def(&c);
-  ta_opts o = ta_opts_for(0, addr, NULL);
-  ta_obj *cli = NULL;
-  ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
+  ta_obj *cli = client_at(env, addr, &c);
   /* Turns of its loop: no call yet (none is asked). */
   creader r = {.c = &c};
   for (int i = 0; i < 20; i++)
