@@ -123,11 +123,12 @@ tp_call *tp_open(int port, const char *method) {
   c->ch = grpc_channel_create(target, cr, NULL);
   grpc_channel_credentials_release(cr);
   c->cq = grpc_completion_queue_create_for_next(NULL);
+  /* The call takes its own reference to the method. */
+  grpc_slice m = grpc_slice_from_copied_string(method);
   c->call = grpc_channel_create_call(c->ch, NULL, GRPC_PROPAGATE_DEFAULTS,
-                                     c->cq,
-                                     grpc_slice_from_copied_string(method),
-                                     NULL, gpr_inf_future(GPR_CLOCK_REALTIME),
-                                     NULL);
+                                     c->cq, m, NULL,
+                                     gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+  grpc_slice_unref(m);
   ck_assert_ptr_nonnull(c->call);
   grpc_metadata_array_init(&c->im);
   grpc_metadata_array_init(&c->tm);
