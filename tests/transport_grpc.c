@@ -18,6 +18,9 @@ typedef enum { O_SOURCE, O_SINK, O_CLIENT } okind;
 struct ta_obj {
   okind kind;
   void *p;
+  /* ta_opts.on_stream, called through the transport's own type */
+  void (*on_stream)(int ev, const mcp_stream_info *info, void *ud);
+  void *on_stream_ud;
 };
 
 static void g_options_default_versioned(int version, void *o) {
@@ -64,17 +67,36 @@ static void g_options(mcp_grpc_options *o, const ta_opts *t) {
   o->services = t->services;
   o->nservices = t->nservices;
   o->no_mcp = t->no_mcp;
+  if (t->max_recv_message_size)
+    o->max_recv_message_size = t->max_recv_message_size;
+  if (t->max_concurrent_streams)
+    o->max_concurrent_streams = t->max_concurrent_streams;
+  if (t->max_streams)
+    o->max_streams = t->max_streams;
   o->tls.cert_file = t->cert_file;
   o->tls.key_file = t->key_file;
   o->tls.ca_file = t->ca_file;
   o->tls.server_name = t->server_name;
 }
 
-static ta_obj *g_wrap(okind k, void *p) {
-  ta_obj *obj = malloc(sizeof(*obj));
+static void g_on_stream(mcp_grpc_stream_event ev,
+                        const mcp_stream_info *info, void *ud) {
+  ta_obj *obj = ud;
+  obj->on_stream((int)ev, info, obj->on_stream_ud);
+}
+
+/* The object's wrapper, made before the object so that its stream
+ * events have somewhere to go; freed by the caller on failure. */
+static ta_obj *g_wrap(okind k, const ta_opts *t, mcp_grpc_options *o) {
+  ta_obj *obj = calloc(1, sizeof(*obj));
   ck_assert_ptr_nonnull(obj);
   obj->kind = k;
-  obj->p = p;
+  obj->on_stream = t->on_stream;
+  obj->on_stream_ud = t->on_stream_ud;
+  if (t->on_stream) {
+    o->on_stream = g_on_stream;
+    o->user_data = obj;
+  }
   return obj;
 }
 
@@ -83,13 +105,16 @@ static int g_source_new(ta_env *e, ta_obj **pobj, const ta_opts *t,
   (void)e;
   mcp_grpc_options o;
   g_options(&o, t);
+  ta_obj *obj = g_wrap(O_SOURCE, t, &o);
   mcp_grpc_source *src = (mcp_grpc_source *)&o; /* untouched on failure */
   int rv = mcp_grpc_source_new_versioned(&src, t->version, &o, so);
   if (rv < 0) {
     ck_assert_ptr_eq(src, (mcp_grpc_source *)&o);
+    free(obj);
     return rv;
   }
-  *pobj = g_wrap(O_SOURCE, src);
+  obj->p = src;
+  *pobj = obj;
   return 0;
 }
 
@@ -98,13 +123,16 @@ static int g_sink_new(ta_env *e, ta_obj **pobj, const ta_opts *t,
   (void)e;
   mcp_grpc_options o;
   g_options(&o, t);
+  ta_obj *obj = g_wrap(O_SINK, t, &o);
   mcp_grpc_sink *sink = NULL;
   int rv = mcp_grpc_sink_new_versioned(&sink, t->version, &o, state);
   if (rv < 0) {
     ck_assert_ptr_null(sink);
+    free(obj);
     return rv;
   }
-  *pobj = g_wrap(O_SINK, sink);
+  obj->p = sink;
+  *pobj = obj;
   return 0;
 }
 
@@ -113,13 +141,16 @@ static int g_client_new(ta_env *e, ta_obj **pobj, const ta_opts *t,
   (void)e;
   mcp_grpc_options o;
   g_options(&o, t);
+  ta_obj *obj = g_wrap(O_CLIENT, t, &o);
   mcp_grpc_client *c = NULL;
   int rv = mcp_grpc_client_new_versioned(&c, t->version, &o, def);
   if (rv < 0) {
     ck_assert_ptr_null(c);
+    free(obj);
     return rv;
   }
-  *pobj = g_wrap(O_CLIENT, c);
+  obj->p = c;
+  *pobj = obj;
   return 0;
 }
 
@@ -158,6 +189,27 @@ static int g_streams(ta_obj *obj, int *seen) {
   default:
     return mcp_grpc_client_streams(obj->p, fn, seen);
   }
+}
+
+static int g_list(ta_obj *obj, void (*fn)(const mcp_stream_info *, void *),
+                  void *ud) {
+  switch (obj->kind) {
+  case O_SOURCE:
+    return mcp_grpc_source_streams(obj->p, fn, ud);
+  case O_SINK:
+    return mcp_grpc_sink_streams(obj->p, fn, ud);
+  default:
+    return mcp_grpc_client_streams(obj->p, fn, ud);
+  }
+}
+
+static int g_update(ta_obj *obj,
+                    void (*fn)(mcp_store *, mcp_tstamp, void *), void *ud) {
+  return mcp_grpc_source_update(obj->p, fn, ud);
+}
+
+static int g_call(ta_obj *obj, void (*fn)(mcp_tstamp, void *), void *ud) {
+  return mcp_grpc_client_call(obj->p, fn, ud);
 }
 
 static int g_stats_versioned(ta_obj *obj, int version,
@@ -328,6 +380,9 @@ const ta_transport ta_grpc = {
     .del = g_del,
     .port = g_port,
     .streams = g_streams,
+    .list = g_list,
+    .update = g_update,
+    .call = g_call,
     .stats_versioned = g_stats_versioned,
     .sink_call = g_sink_call,
     .now = mcp_grpc_now,

@@ -32,6 +32,9 @@ typedef enum { O_SOURCE, O_SINK, O_CLIENT } okind;
 struct ta_obj {
   okind kind;
   void *p;
+  /* ta_opts.on_stream, called through the transport's own type */
+  void (*on_stream)(int ev, const mcp_stream_info *info, void *ud);
+  void *on_stream_ud;
   mcp_sink_state *state; /* a sink's */
 };
 
@@ -81,17 +84,36 @@ static void h_options(ta_env *e, mcp_h2c_options *o, const ta_opts *t) {
   o->services = t->services;
   o->nservices = t->nservices;
   o->no_mcp = t->no_mcp;
+  if (t->max_recv_message_size)
+    o->max_recv_message_size = t->max_recv_message_size;
+  if (t->max_concurrent_streams)
+    o->max_concurrent_streams = t->max_concurrent_streams;
+  if (t->max_streams)
+    o->max_streams = t->max_streams;
   o->tls.cert_file = t->cert_file;
   o->tls.key_file = t->key_file;
   o->tls.ca_file = t->ca_file;
   o->tls.server_name = t->server_name;
 }
 
-static ta_obj *h_wrap(okind k, void *p) {
-  ta_obj *obj = malloc(sizeof(*obj));
+static void h_on_stream(mcp_h2c_stream_event ev,
+                        const mcp_stream_info *info, void *ud) {
+  ta_obj *obj = ud;
+  obj->on_stream((int)ev, info, obj->on_stream_ud);
+}
+
+/* The object's wrapper, made before the object so that its stream
+ * events have somewhere to go; freed by the caller on failure. */
+static ta_obj *h_wrap(okind k, const ta_opts *t, mcp_h2c_options *o) {
+  ta_obj *obj = calloc(1, sizeof(*obj));
   ck_assert_ptr_nonnull(obj);
   obj->kind = k;
-  obj->p = p;
+  obj->on_stream = t->on_stream;
+  obj->on_stream_ud = t->on_stream_ud;
+  if (t->on_stream) {
+    o->on_stream = h_on_stream;
+    o->user_data = obj;
+  }
   return obj;
 }
 
@@ -99,13 +121,16 @@ static int h_source_new(ta_env *e, ta_obj **pobj, const ta_opts *t,
                         const mcp_source_options *so) {
   mcp_h2c_options o;
   h_options(e, &o, t);
+  ta_obj *obj = h_wrap(O_SOURCE, t, &o);
   mcp_h2c_source *src = (mcp_h2c_source *)&o; /* untouched on failure */
   int rv = mcp_h2c_source_new_versioned(&src, &e->loop, t->version, &o, so);
   if (rv < 0) {
     ck_assert_ptr_eq(src, (mcp_h2c_source *)&o);
+    free(obj);
     return rv;
   }
-  *pobj = h_wrap(O_SOURCE, src);
+  obj->p = src;
+  *pobj = obj;
   return 0;
 }
 
@@ -113,14 +138,17 @@ static int h_sink_new(ta_env *e, ta_obj **pobj, const ta_opts *t,
                       mcp_sink_state *state) {
   mcp_h2c_options o;
   h_options(e, &o, t);
+  ta_obj *obj = h_wrap(O_SINK, t, &o);
   mcp_h2c_sink *sink = NULL;
   int rv = mcp_h2c_sink_new_versioned(&sink, &e->loop, t->version, &o, state);
   if (rv < 0) {
     ck_assert_ptr_null(sink);
+    free(obj);
     return rv;
   }
-  *pobj = h_wrap(O_SINK, sink);
-  (*pobj)->state = state;
+  obj->p = sink;
+  obj->state = state;
+  *pobj = obj;
   return 0;
 }
 
@@ -128,13 +156,16 @@ static int h_client_new(ta_env *e, ta_obj **pobj, const ta_opts *t,
                         const mcp_client_def *def) {
   mcp_h2c_options o;
   h_options(e, &o, t);
+  ta_obj *obj = h_wrap(O_CLIENT, t, &o);
   mcp_h2c_client *c = NULL;
   int rv = mcp_h2c_client_new_versioned(&c, &e->loop, t->version, &o, def);
   if (rv < 0) {
     ck_assert_ptr_null(c);
+    free(obj);
     return rv;
   }
-  *pobj = h_wrap(O_CLIENT, c);
+  obj->p = c;
+  *pobj = obj;
   return 0;
 }
 
@@ -173,6 +204,27 @@ static int h_streams(ta_obj *obj, int *seen) {
   default:
     return mcp_h2c_client_streams(obj->p, fn, seen);
   }
+}
+
+static int h_list(ta_obj *obj, void (*fn)(const mcp_stream_info *, void *),
+                  void *ud) {
+  switch (obj->kind) {
+  case O_SOURCE:
+    return mcp_h2c_source_streams(obj->p, fn, ud);
+  case O_SINK:
+    return mcp_h2c_sink_streams(obj->p, fn, ud);
+  default:
+    return mcp_h2c_client_streams(obj->p, fn, ud);
+  }
+}
+
+static int h_update(ta_obj *obj,
+                    void (*fn)(mcp_store *, mcp_tstamp, void *), void *ud) {
+  return mcp_h2c_source_update(obj->p, fn, ud);
+}
+
+static int h_call(ta_obj *obj, void (*fn)(mcp_tstamp, void *), void *ud) {
+  return mcp_h2c_client_call(obj->p, fn, ud);
 }
 
 static int h_stats_versioned(ta_obj *obj, int version,
@@ -377,6 +429,9 @@ const ta_transport ta_h2c = {
     .del = h_del,
     .port = h_port,
     .streams = h_streams,
+    .list = h_list,
+    .update = h_update,
+    .call = h_call,
     .stats_versioned = h_stats_versioned,
     .sink_call = h_sink_call,
     .now = mcp_h2c_now,
@@ -384,6 +439,8 @@ const ta_transport ta_h2c = {
     .asks_per_turn = 0,
     .min_redial = 8 * MCP_MILLISECONDS, /* 10 ms, jitter 0.2 */
     .min_sync_allocs = 10, /* connections, streams, nghttp2 sessions */
+    .counts_bytes = 1,
+    .tells_method = 1,
     .tls_run = 1,
     .add_own_tests = h_add_own_tests,
 };

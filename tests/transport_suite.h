@@ -40,10 +40,19 @@ typedef struct ta_opts {
   const mcp_service_def *services;
   size_t nservices;
   int no_mcp; /* services only */
+  int max_recv_message_size; /* 0: the transport's default */
+  int max_concurrent_streams; /* listening; 0: the transport's default */
+  int max_streams; /* listening, admission; 0: the transport's default */
+  /* Each stream's OPENED / CLOSED / REFUSED (TA_STREAM_*: the values of
+   * both transports' enums), on the transport's thread; NULL: none. */
+  void (*on_stream)(int ev, const mcp_stream_info *info, void *ud);
+  void *on_stream_ud;
   /* TLS files (NULL: cleartext); the suite sets them in MCP_TEST_TLS
    * mode (test_certs.h keeps the directory in the suite's file). */
   const char *cert_file, *key_file, *ca_file, *server_name;
 } ta_opts;
+
+enum { TA_STREAM_OPENED, TA_STREAM_CLOSED, TA_STREAM_REFUSED };
 
 typedef struct ta_transport {
   const char *name;
@@ -75,6 +84,17 @@ typedef struct ta_transport {
   int (*port)(ta_obj *listener); /* a listening source or sink */
   /* *_streams() with a function counting into *seen (NULL: none). */
   int (*streams)(ta_obj *obj, int *seen);
+  /* *_streams() with fn(info, ud) for each stream. */
+  int (*list)(ta_obj *obj, void (*fn)(const mcp_stream_info *, void *),
+              void *ud);
+  /* A listening source's *_update(): fn(store, ts, ud) queued to run on
+   * the transport's thread, then every stream pushes what it may. */
+  int (*update)(ta_obj *src, void (*fn)(mcp_store *, mcp_tstamp, void *),
+                void *ud);
+  /* A client's *_call(): fn(ts, ud) run on the transport's thread, from
+   * another thread; returns once it ran (INVALID_ARGUMENT on the
+   * transport's thread). */
+  int (*call)(ta_obj *client, void (*fn)(mcp_tstamp, void *), void *ud);
   /* The object's *_stats_versioned(): every transport's stats are the
    * engine's mcp_transport_stats. */
   int (*stats_versioned)(ta_obj *obj, int version, mcp_transport_stats *st);
@@ -99,6 +119,13 @@ typedef struct ta_transport {
   /* More allocations than this through each side's hook in a sync:
    * more than the objects alone. */
   long min_sync_allocs;
+
+  /* 1: the stats count connections and socket bytes (h2c); 0: they
+   * stay 0 (gRPC core does not expose them; docs/api.md). */
+  int counts_bytes;
+  /* 1: mcp_stream_info.method is the call's path (h2c); 0: "" (gRPC's
+   * call holds it, the transport does not keep it; docs/api.md). */
+  int tells_method;
 
   /* 1: the suite runs a second time with MCP_TEST_TLS=1 (meson.build),
    * where the explicit TLS tests run (once is enough). */

@@ -73,7 +73,7 @@ static int ep_init(mcp_grpc_ep *ep, const mcp_grpc_options *opts,
    * sink's from its state (a listening sink must be RESOURCE). */
   if (rv == 0 && role == MCP_GRPC_ROLE_SOURCE && !opts->no_mcp)
     rv = mcp_side_source_new(&ep->side, &ep->source_opts, &ep->mem);
-  else if (rv == 0 && role == MCP_GRPC_ROLE_SINK)
+  else if (rv == 0 && role == MCP_GRPC_ROLE_SINK && !opts->no_mcp)
     rv = mcp_side_sink_new(&ep->side, ep->state,
                            opts->mode == MCP_GRPC_DIAL, &ep->mem);
   if (rv == 0 && opts->tls.server_name &&
@@ -270,8 +270,11 @@ int mcp_grpc_sink_new_versioned(mcp_grpc_sink **psink, int version,
   if (!psink || read_options(&o, &mem, version, caller_opts) < 0)
     return MCP_ERR_INVALID_ARGUMENT;
   const mcp_grpc_options *opts = &o;
-  if (!valid(opts) || !state || !valid_services(opts, MCP_GRPC_ROLE_SINK) ||
-      opts->no_mcp)
+  /* no_mcp: a listening sink serving its services alone, with no state
+   * (as h2c's). */
+  if (!valid(opts) || (!state && !opts->no_mcp) ||
+      !valid_services(opts, MCP_GRPC_ROLE_SINK) ||
+      (opts->no_mcp && opts->mode != MCP_GRPC_LISTEN))
     return MCP_ERR_INVALID_ARGUMENT;
   mcp_grpc_sink *sink = mcp_grpc_calloc(&mem, 1, sizeof(*sink));
   if (!sink)

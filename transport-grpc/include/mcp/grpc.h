@@ -380,10 +380,10 @@ typedef struct mcp_grpc_options {
    * longer than 1024 bytes, appears twice, or is an MCP method the
    * object serves; for services on a DIAL object; and for a def without
    * open().
-   * no_mcp (a LISTEN source only): 1 serves the services alone; the MCP
-   * methods get UNIMPLEMENTED, as unknown ones, and the source needs no
-   * store (|session_opts| may be NULL; *_update() then gives fn a NULL
-   * store).
+   * no_mcp (LISTEN only): 1 serves the services alone; the MCP methods
+   * get UNIMPLEMENTED, as unknown ones; a source needs no store
+   * (|session_opts| may be NULL; *_update() then gives fn a NULL store),
+   * a sink no state (NULL; *_call() then gives fn a NULL state).
    */
   const mcp_service_def *services;
   size_t nservices;
@@ -573,9 +573,10 @@ typedef struct mcp_grpc_sink mcp_grpc_sink;
  * pointer: it must outlive the object and, while the object lives, be
  * touched only through mcp_grpc_sink_call(). A state has one session at a
  * time: when LISTENing, a new stream replaces the open one, which is ended
- * with ABORTED. On failure |*psink| is untouched.
- * Errors: INVALID_ARGUMENT (no address or state, or the cases of
- * mcp_grpc_source_new(), an unknown |version|), IO (as
+ * with ABORTED. With options.no_mcp (LISTEN) it serves its services
+ * alone and |state| may be NULL. On failure |*psink| is untouched.
+ * Errors: INVALID_ARGUMENT (no address, no state without no_mcp, or the
+ * cases of mcp_grpc_source_new(), an unknown |version|), IO (as
  * mcp_grpc_source_new(): errno says why the address cannot be bound),
  * NOMEM.
  */
