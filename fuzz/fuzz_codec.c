@@ -14,7 +14,10 @@
  *   - a canonical push that protobuf-c unpacks parses; one that both read
  *     has the same number of
  *     resources and removed names, and each resource reads with the same
- *     name, version, type URL, body, create time and metadata counts.
+ *     name, version, type URL, body, create time and metadata counts;
+ *   - on every input, the inline field reader the codecs use
+ *     (mcp_wire_field_next) answers exactly as the exported mcp_wire_next
+ *     at each step: same result, field, value, payload and position.
  * protobuf-c is laxer than protobuf in places and stricter in others (it
  * refuses a tag padded past five bytes, which protobuf reads), so "protobuf-
  * c reads it, hence we must" is asked of canonical input only (see
@@ -219,6 +222,29 @@ static void push(const uint8_t *in, size_t len) {
   }
 }
 
+/* The inline reader and the exported one, step by step over |in|. */
+static void readers(const uint8_t *in, size_t len) {
+  mcp_wire a = {in, in + len}, b = {in, in + len};
+  for (;;) {
+    mcp_wire_field f;
+    uint32_t num;
+    int wt;
+    uint64_t v;
+    const uint8_t *d;
+    size_t dl;
+    int ra = mcp_wire_field_next(&a, &f);
+    int rb = mcp_wire_next(&b, &num, &wt, &v, &d, &dl);
+    FZ_CHECK(ra == rb, "mcp_wire_field_next %d, mcp_wire_next %d", ra, rb);
+    if (ra != 1) {
+      return;
+    }
+    FZ_CHECK(f.num == num && f.wt == wt && f.v == v && f.data == d &&
+                 f.len == dl && a.p == b.p,
+             "field %u: the readers differ at offset %zu", (unsigned)num,
+             (size_t)(b.p - in));
+  }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size == 0) {
@@ -229,6 +255,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     mcp_mem_init(&mem, NULL);
     ready = 1;
   }
+  readers(data + 1, size - 1);
   unsigned sel = data[0] % 4;
   if (sel < 3) {
     request((mcp_service)sel, data + 1, size - 1);

@@ -62,25 +62,23 @@ int mcp__push_parse(const mcp_mem *m, mcp_service service,
   for (int pass = 0; pass < 2; ++pass) {
     mcp_wire w = {in, in + len};
     size_t nres = 0, nrem = 0;
-    uint32_t f;
-    int wt, rv;
-    uint64_t v;
-    const uint8_t *d;
-    size_t dl;
-    while ((rv = mcp__wire_next_fast(&w, &f, &wt, &v, &d, &dl)) == 1) {
-      span sp = {d, dl};
+    mcp_wire_field fd;
+    int rv;
+    while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
+      uint32_t f = fd.num;
+      span sp = {fd.data, fd.len};
       if (f == cd->incremental) {
-        if (wt != MCP_WT_VARINT) {
+        if (fd.wt != MCP_WT_VARINT) {
           return MCP_ERR_MALFORMED;
         }
-        env->incremental = v != 0;
+        env->incremental = fd.v != 0;
         continue;
       }
       if (f != cd->version && f != cd->key && f != cd->resources &&
           f != cd->removed && f != cd->nonce) {
         continue; /* unknown fields are skipped, as protobuf says */
       }
-      if (wt != MCP_WT_LEN) {
+      if (fd.wt != MCP_WT_LEN) {
         return MCP_ERR_MALFORMED;
       }
       if (f == cd->version) {
@@ -146,18 +144,15 @@ static int read_entry(const uint8_t *p, size_t n, rview *r, filler *fl,
                       mcp_kv *out) {
   mcp_wire w = {p, p + n};
   span kv[2] = {{NULL, 0}, {NULL, 0}};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *d;
-  size_t dl;
-  while ((rv = mcp__wire_next_fast(&w, &f, &wt, &v, &d, &dl)) == 1) {
-    if (f == 1 || f == 2) {
-      if (wt != MCP_WT_LEN) {
+  mcp_wire_field fd;
+  int rv;
+  while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
+    if (fd.num == 1 || fd.num == 2) {
+      if (fd.wt != MCP_WT_LEN) {
         return MCP_ERR_MALFORMED;
       }
-      kv[f - 1].p = d;
-      kv[f - 1].n = dl;
+      kv[fd.num - 1].p = fd.data;
+      kv[fd.num - 1].n = fd.len;
     }
   }
   if (rv < 0) {
@@ -177,25 +172,23 @@ static int read_entry(const uint8_t *p, size_t n, rview *r, filler *fl,
 
 static int read_timestamp(const uint8_t *p, size_t n, rview *r) {
   mcp_wire w = {p, p + n};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *d;
-  size_t dl;
+  mcp_wire_field fd;
+  int rv;
   /* protobuf-c merges a repeated Timestamp by taking the latter whole:
    * proto3 scalars have no presence for its merge. */
   r->has_ct = 1;
   r->ct_seconds = 0;
   r->ct_nanos = 0;
-  while ((rv = mcp__wire_next_fast(&w, &f, &wt, &v, &d, &dl)) == 1) {
-    if (f == 1 || f == 2) {
-      if (wt != MCP_WT_VARINT) {
+  while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
+    if (fd.num == 1 || fd.num == 2) {
+      if (fd.wt != MCP_WT_VARINT) {
         return MCP_ERR_MALFORMED;
       }
-      if (f == 1) {
-        r->ct_seconds = (int64_t)v;
+      if (fd.num == 1) {
+        r->ct_seconds = (int64_t)fd.v;
       } else {
-        r->ct_nanos = (int32_t)(uint32_t)v; /* the low 32 bits, as protobuf */
+        /* the low 32 bits, as protobuf */
+        r->ct_nanos = (int32_t)(uint32_t)fd.v;
       }
     }
   }
@@ -204,35 +197,32 @@ static int read_timestamp(const uint8_t *p, size_t n, rview *r) {
 
 static int read_metadata(const uint8_t *p, size_t n, rview *r, filler *fl) {
   mcp_wire w = {p, p + n};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *d;
-  size_t dl;
-  while ((rv = mcp__wire_next_fast(&w, &f, &wt, &v, &d, &dl)) == 1) {
-    if (f < 1 || f > 5) {
+  mcp_wire_field fd;
+  int rv;
+  while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
+    if (fd.num < 1 || fd.num > 5) {
       continue;
     }
-    if (wt != MCP_WT_LEN) {
+    if (fd.wt != MCP_WT_LEN) {
       return MCP_ERR_MALFORMED;
     }
-    span sp = {d, dl};
-    switch (f) {
+    span sp = {fd.data, fd.len};
+    switch (fd.num) {
     case 1:
       r->name = sp;
       break;
     case 2:
-      rv = read_timestamp(d, dl, r);
+      rv = read_timestamp(sp.p, sp.n, r);
       break;
     case 3:
       r->version = sp;
       break;
     case 4:
-      rv = read_entry(d, dl, r, fl, fl ? fl->lab++ : NULL);
+      rv = read_entry(sp.p, sp.n, r, fl, fl ? fl->lab++ : NULL);
       r->nlabels++;
       break;
     default:
-      rv = read_entry(d, dl, r, fl, fl ? fl->ann++ : NULL);
+      rv = read_entry(sp.p, sp.n, r, fl, fl ? fl->ann++ : NULL);
       r->nannotations++;
       break;
     }
@@ -246,18 +236,15 @@ static int read_metadata(const uint8_t *p, size_t n, rview *r, filler *fl) {
 static int read_any(const uint8_t *p, size_t n, rview *r) {
   mcp_wire w = {p, p + n};
   span value = {NULL, 0};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *d;
-  size_t dl;
-  while ((rv = mcp__wire_next_fast(&w, &f, &wt, &v, &d, &dl)) == 1) {
-    if (f == 1 || f == 2) {
-      if (wt != MCP_WT_LEN) {
+  mcp_wire_field fd;
+  int rv;
+  while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
+    if (fd.num == 1 || fd.num == 2) {
+      if (fd.wt != MCP_WT_LEN) {
         return MCP_ERR_MALFORMED;
       }
-      span sp = {d, dl};
-      if (f == 1) {
+      span sp = {fd.data, fd.len};
+      if (fd.num == 1) {
         r->type_url = sp;
       } else {
         value = sp;
@@ -274,19 +261,17 @@ static int read_any(const uint8_t *p, size_t n, rview *r) {
 
 int mcp__resource_read(span res, rview *r, filler *fl) {
   mcp_wire w = {res.p, res.p + res.n};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *d;
-  size_t dl;
-  while ((rv = mcp__wire_next_fast(&w, &f, &wt, &v, &d, &dl)) == 1) {
-    if (f != 1 && f != 2) {
+  mcp_wire_field fd;
+  int rv;
+  while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
+    if (fd.num != 1 && fd.num != 2) {
       continue;
     }
-    if (wt != MCP_WT_LEN) {
+    if (fd.wt != MCP_WT_LEN) {
       return MCP_ERR_MALFORMED;
     }
-    if ((rv = f == 1 ? read_metadata(d, dl, r, fl) : read_any(d, dl, r)) < 0) {
+    if ((rv = fd.num == 1 ? read_metadata(fd.data, fd.len, r, fl)
+                          : read_any(fd.data, fd.len, r)) < 0) {
       return rv;
     }
   }
