@@ -140,10 +140,11 @@ int mcp__utf8_fast(const uint8_t *s, size_t n) {
 }
 
 
-static int read_entry(const uint8_t *p, size_t n, rview *r, filler *fl,
-                      mcp_kv *out) {
+/* The last LEN fields 1 and 2 of a message (a map entry's key and
+ * value, an Any's type URL and value) into |out| (left as they are when
+ * absent); another wire type for either is MALFORMED. */
+static int read_pair(const uint8_t *p, size_t n, span out[2]) {
   mcp_wire w = {p, p + n};
-  span kv[2] = {{NULL, 0}, {NULL, 0}};
   mcp_wire_field fd;
   int rv;
   while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
@@ -151,10 +152,17 @@ static int read_entry(const uint8_t *p, size_t n, rview *r, filler *fl,
       if (fd.wt != MCP_WT_LEN) {
         return MCP_ERR_MALFORMED;
       }
-      kv[fd.num - 1].p = fd.data;
-      kv[fd.num - 1].n = fd.len;
+      out[fd.num - 1].p = fd.data;
+      out[fd.num - 1].n = fd.len;
     }
   }
+  return rv;
+}
+
+static int read_entry(const uint8_t *p, size_t n, rview *r, filler *fl,
+                      mcp_kv *out) {
+  span kv[2] = {{NULL, 0}, {NULL, 0}};
+  int rv = read_pair(p, n, kv);
   if (rv < 0) {
     return rv;
   }
@@ -234,29 +242,19 @@ static int read_metadata(const uint8_t *p, size_t n, rview *r, filler *fl) {
 }
 
 static int read_any(const uint8_t *p, size_t n, rview *r) {
-  mcp_wire w = {p, p + n};
-  span value = {NULL, 0};
-  mcp_wire_field fd;
-  int rv;
-  while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
-    if (fd.num == 1 || fd.num == 2) {
-      if (fd.wt != MCP_WT_LEN) {
-        return MCP_ERR_MALFORMED;
-      }
-      span sp = {fd.data, fd.len};
-      if (fd.num == 1) {
-        r->type_url = sp;
-      } else {
-        value = sp;
-      }
-    }
+  /* A type URL present (even empty) replaces the earlier one; protobuf-c
+   * merges a repeated Any keeping the earlier value when the latter's is
+   * empty. */
+  span tv[2] = {r->type_url, {NULL, 0}};
+  int rv = read_pair(p, n, tv);
+  if (rv < 0) {
+    return rv;
   }
-  /* protobuf-c merges a repeated Any keeping the earlier value when the
-   * latter's is empty. */
-  if (value.n) {
-    r->body = value;
+  r->type_url = tv[0];
+  if (tv[1].n) {
+    r->body = tv[1];
   }
-  return rv;
+  return 0;
 }
 
 int mcp__resource_read(span res, rview *r, filler *fl) {
