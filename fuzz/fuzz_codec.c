@@ -30,6 +30,7 @@
 
 #include "../core/mcp/codec.h"
 #include "fuzz_util.h"
+#include "../tests/wire_readers.h"
 
 static mcp_mem mem;
 
@@ -224,25 +225,9 @@ static void push(const uint8_t *in, size_t len) {
 
 /* The inline reader and the exported one, step by step over |in|. */
 static void readers(const uint8_t *in, size_t len) {
-  mcp_wire a = {in, in + len}, b = {in, in + len};
-  for (;;) {
-    mcp_wire_field f;
-    uint32_t num;
-    int wt;
-    uint64_t v;
-    const uint8_t *d;
-    size_t dl;
-    int ra = mcp_wire_field_next(&a, &f);
-    int rb = mcp_wire_next(&b, &num, &wt, &v, &d, &dl);
-    FZ_CHECK(ra == rb, "mcp_wire_field_next %d, mcp_wire_next %d", ra, rb);
-    if (ra != 1) {
-      return;
-    }
-    FZ_CHECK(f.num == num && f.wt == wt && f.v == v && f.data == d &&
-                 f.len == dl && a.p == b.p,
-             "field %u: the readers differ at offset %zu", (unsigned)num,
-             (size_t)(b.p - in));
-  }
+  size_t at;
+  FZ_CHECK(wire_readers_agree(in, len, &at),
+           "mcp_wire_field_next and mcp_wire_next differ at offset %zu", at);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -12,6 +12,7 @@
 
 #include "helper.h"
 #include "mcp/engine.h"
+#include "wire_readers.h"
 
 #define COLL "default/web:80"
 #define MS MCP_MILLISECONDS
@@ -1111,31 +1112,11 @@ START_TEST(test_wire_field_next_reads_each_wire_type_and_refuses_bad_bytes) {
 }
 END_TEST
 
-/* Steps mcp_wire_field_next() and mcp_wire_next() over the same bytes:
- * 1 when the inline reader answered exactly as the exported one. (No
- * ck_assert in the loop: each one writes to check's pipe.) */
+/* Whether the inline reader answers as the exported one (no ck_assert
+ * in its loop: each one writes to check's pipe). */
 static int readers_agree(const uint8_t *in, size_t n) {
-  mcp_wire a = {in, in + n}, b = {in, in + n};
-  for (;;) {
-    mcp_wire_field f;
-    uint32_t num;
-    int wt;
-    uint64_t v;
-    const uint8_t *d;
-    size_t dl;
-    int ra = mcp_wire_field_next(&a, &f);
-    int rb = mcp_wire_next(&b, &num, &wt, &v, &d, &dl);
-    if (ra != rb) {
-      return 0;
-    }
-    if (ra != 1) {
-      return 1;
-    }
-    if (f.num != num || f.wt != wt || f.v != v || f.data != d ||
-        f.len != dl || a.p != b.p) {
-      return 0;
-    }
-  }
+  size_t at;
+  return wire_readers_agree(in, n, &at);
 }
 
 START_TEST(test_wire_field_next_answers_as_mcp_wire_next_on_any_bytes) {
