@@ -14,7 +14,10 @@
  *   - a canonical push that protobuf-c unpacks parses; one that both read
  *     has the same number of
  *     resources and removed names, and each resource reads with the same
- *     name, version, type URL, body, create time and metadata counts.
+ *     name, version, type URL, body, create time and metadata counts;
+ *   - on every input, the inline field reader the codecs use
+ *     (mcp_wire_field_next) answers exactly as the exported mcp_wire_next
+ *     at each step: same result, field, value, payload and position.
  * protobuf-c is laxer than protobuf in places and stricter in others (it
  * refuses a tag padded past five bytes, which protobuf reads), so "protobuf-
  * c reads it, hence we must" is asked of canonical input only (see
@@ -27,6 +30,7 @@
 
 #include "../core/mcp/codec.h"
 #include "fuzz_util.h"
+#include "../tests/wire_readers.h"
 
 static mcp_mem mem;
 
@@ -219,6 +223,13 @@ static void push(const uint8_t *in, size_t len) {
   }
 }
 
+/* The inline reader and the exported one, step by step over |in|. */
+static void readers(const uint8_t *in, size_t len) {
+  size_t at;
+  FZ_CHECK(wire_readers_agree(in, len, &at),
+           "mcp_wire_field_next and mcp_wire_next differ at offset %zu", at);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size == 0) {
@@ -229,6 +240,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     mcp_mem_init(&mem, NULL);
     ready = 1;
   }
+  readers(data + 1, size - 1);
   unsigned sel = data[0] % 4;
   if (sel < 3) {
     request((mcp_service)sel, data + 1, size - 1);

@@ -12,6 +12,7 @@
 
 #include "helper.h"
 #include "mcp/engine.h"
+#include "wire_readers.h"
 
 #define COLL "default/web:80"
 #define MS MCP_MILLISECONDS
@@ -1037,6 +1038,114 @@ START_TEST(test_wire_varint_reads_ten_bytes_and_refuses_bits_beyond_64) {
 }
 END_TEST
 
+/* One field read with mcp_wire_field_next(): |want| the result and, for
+ * 1, the field and where |w| stops. */
+static void field_is(const uint8_t *in, size_t n, int want, uint32_t num,
+                     int wt, uint64_t v, const uint8_t *data, size_t len,
+                     size_t stop) {
+  mcp_wire w = {in, in + n};
+  mcp_wire_field f;
+  memset(&f, 0xa5, sizeof f);
+  mcp_wire_field before = f;
+  ck_assert_int_eq(mcp_wire_field_next(&w, &f), want);
+  if (want == 0) {
+    ck_assert(memcmp(&f, &before, sizeof f) == 0); /* untouched */
+  }
+  if (want != 1) {
+    return;
+  }
+  ck_assert_uint_eq(f.num, num);
+  ck_assert_int_eq(f.wt, wt);
+  ck_assert(f.v == v);
+  ck_assert_ptr_eq(f.data, data);
+  ck_assert_uint_eq(f.len, len);
+  ck_assert_ptr_eq(w.p, in + stop);
+}
+
+START_TEST(test_wire_field_next_reads_each_wire_type_and_refuses_bad_bytes) {
+  static const uint8_t varint[] = {0x08, 0x96, 0x01};
+  static const uint8_t len[] = {0x12, 0x03, 'a', 'b', 'c', 0x08};
+  static const uint8_t empty_len[] = {0x7a, 0x00};  /* field 15 */
+  static const uint8_t tag16[] = {0x80, 0x01, 0x05}; /* two-byte tag */
+  static const uint8_t max_field[] = {0xf8, 0xff, 0xff, 0xff, 0x0f, 0x01};
+  static const uint8_t ten[] = {0x08, 0xff, 0xff, 0xff, 0xff, 0xff,
+                                0xff, 0xff, 0xff, 0xff, 0x01};
+  static const uint8_t i64[] = {0x09, 1, 2, 3, 4, 5, 6, 7, 8};
+  static const uint8_t i32[] = {0x15, 1, 2, 3, 4};
+  field_is(varint, sizeof varint, 1, 1, MCP_WT_VARINT, 150, NULL, 0, 3);
+  field_is(len, sizeof len, 1, 2, MCP_WT_LEN, 0, len + 2, 3, 5);
+  field_is(empty_len, sizeof empty_len, 1, 15, MCP_WT_LEN, 0, empty_len + 2,
+           0, 2);
+  field_is(tag16, sizeof tag16, 1, 16, MCP_WT_VARINT, 5, NULL, 0, 3);
+  field_is(max_field, sizeof max_field, 1, 0x1fffffff, MCP_WT_VARINT, 1,
+           NULL, 0, 6);
+  field_is(ten, sizeof ten, 1, 1, MCP_WT_VARINT, UINT64_MAX, NULL, 0, 11);
+  field_is(i64, sizeof i64, 1, 1, MCP_WT_I64, 0, NULL, 0, 9);
+  field_is(i32, sizeof i32, 1, 2, MCP_WT_I32, 0, NULL, 0, 5);
+  field_is(varint, 0, 0, 0, 0, 0, NULL, 0, 0); /* the end */
+
+  static const uint8_t past_end[] = {0x12, 0x05, 'a'};
+  static const uint8_t huge_len[] = {0x12, 0xff, 0xff, 0xff, 0xff, 0xff,
+                                     0xff, 0xff, 0xff, 0xff, 0x01};
+  static const uint8_t field0[] = {0x00, 0x01};
+  static const uint8_t field_2_29[] = {0x80, 0x80, 0x80, 0x80, 0x10, 0x01};
+  static const uint8_t group[] = {0x0b, 0x0c};
+  static const uint8_t wt6[] = {0x0e, 0x01};
+  static const uint8_t cut_varint[] = {0x08, 0x80};
+  static const uint8_t cut_i64[] = {0x09, 1, 2, 3};
+  static const uint8_t eleven[] = {0x08, 0x80, 0x80, 0x80, 0x80, 0x80,
+                                   0x80, 0x80, 0x80, 0x80, 0x80, 0x00};
+  static const uint8_t beyond_64[] = {0x08, 0xff, 0xff, 0xff, 0xff, 0xff,
+                                      0xff, 0xff, 0xff, 0xff, 0x02};
+  const struct {
+    const uint8_t *p;
+    size_t n;
+  } bad[] = {{past_end, sizeof past_end},     {huge_len, sizeof huge_len},
+             {field0, sizeof field0},         {field_2_29, sizeof field_2_29},
+             {group, sizeof group},           {wt6, sizeof wt6},
+             {cut_varint, sizeof cut_varint}, {cut_varint, 1},
+             {cut_i64, sizeof cut_i64},       {eleven, sizeof eleven},
+             {beyond_64, sizeof beyond_64}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    field_is(bad[i].p, bad[i].n, MCP_ERR_MALFORMED, 0, 0, 0, NULL, 0, 0);
+  }
+}
+END_TEST
+
+/* Whether the inline reader answers as the exported one (no ck_assert
+ * in its loop: each one writes to check's pipe). */
+static int readers_agree(const uint8_t *in, size_t n) {
+  size_t at;
+  return wire_readers_agree(in, n, &at);
+}
+
+START_TEST(test_wire_field_next_answers_as_mcp_wire_next_on_any_bytes) {
+  uint8_t buf[24];
+  for (unsigned x = 0; x < 65536; ++x) { /* every two-byte input */
+    buf[0] = (uint8_t)(x >> 8);
+    buf[1] = (uint8_t)x;
+    ck_assert_msg(readers_agree(buf, 1) && readers_agree(buf, 2),
+                  "readers differ on %02x %02x", buf[0], buf[1]);
+  }
+  /* Random inputs over bytes that matter: small tags of every wire type,
+   * continuation bytes, small lengths. */
+  static const uint8_t alphabet[] = {0x08, 0x0a, 0x10, 0x12, 0x7a, 0x78,
+                                     0x09, 0x0d, 0x0b, 0x80, 0xff, 0x01,
+                                     0x02, 0x03, 0x00, 0x7f, 0x81, 0x05};
+  uint32_t seed = 12345;
+  for (int i = 0; i < 5000; ++i) {
+    size_t n = 0;
+    seed = seed * 1103515245u + 12345u;
+    size_t len = (seed >> 16) % sizeof buf;
+    while (n < len) {
+      seed = seed * 1103515245u + 12345u;
+      buf[n++] = alphabet[(seed >> 16) % sizeof alphabet];
+    }
+    ck_assert_msg(readers_agree(buf, n), "readers differ on input %d", i);
+  }
+}
+END_TEST
+
 START_TEST(test_base64_and_hex_take_both_alphabets_and_strict_refuses_what_is_not_canonical) {
   uint8_t out[16];
   /* Both alphabets, mixed: 0xfb 0xff 0xbf. */
@@ -1349,6 +1458,8 @@ static Suite *engine_suite(void) {
   tcase_add_test(tc, test_stream_new_frees_the_session_when_it_fails);
   tcase_add_test(tc, test_service_defs_check_is_one_rule_for_every_transport);
   tcase_add_test(tc, test_wire_varint_reads_ten_bytes_and_refuses_bits_beyond_64);
+  tcase_add_test(tc, test_wire_field_next_reads_each_wire_type_and_refuses_bad_bytes);
+  tcase_add_test(tc, test_wire_field_next_answers_as_mcp_wire_next_on_any_bytes);
   tcase_add_test(tc, test_utf8_check_is_strict_and_nul_is_the_callers_choice);
   tcase_add_test(tc, test_base64_and_hex_take_both_alphabets_and_strict_refuses_what_is_not_canonical);
   tcase_add_test(tc, test_buf_grows_through_the_allocator_and_keeps_its_bytes_when_it_cannot);

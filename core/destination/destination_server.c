@@ -316,25 +316,22 @@ static int handle_request(dsess *s, const uint8_t *in, size_t len,
   const uint8_t *scheme = NULL, *path = NULL;
   size_t scheme_len = 0, path_len = 0;
   mcp_wire r = {in, in + len};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *d;
-  size_t n;
-  while ((rv = mcp_wire_next(&r, &f, &wt, &v, &d, &n)) == 1) {
-    if (f != 1 && f != 2) {
+  mcp_wire_field fd;
+  int rv;
+  while ((rv = mcp_wire_field_next(&r, &fd)) == 1) {
+    if (fd.num != 1 && fd.num != 2) {
       continue; /* unknown fields are skipped, as protobuf does */
     }
-    if (wt != MCP_WT_LEN) {
+    if (fd.wt != MCP_WT_LEN) {
       rv = MCP_ERR_MALFORMED;
       break;
     }
-    if (f == 1) { /* the last one wins, as protobuf says */
-      scheme = d;
-      scheme_len = n;
+    if (fd.num == 1) { /* the last one wins, as protobuf says */
+      scheme = fd.data;
+      scheme_len = fd.len;
     } else {
-      path = d;
-      path_len = n;
+      path = fd.data;
+      path_len = fd.len;
     }
   }
   if (rv < 0 || !mcp_utf8_valid(scheme, scheme_len, 0) ||

@@ -668,15 +668,12 @@ static size_t node_kept(const mcp_item *it, mcp_msg_builder *b) {
   mcp_wire w = {it->body, it->body + it->body_len};
   size_t n = 0;
   for (;;) {
-    const uint8_t *st = w.p, *dp;
-    uint32_t f;
-    int wt;
-    uint64_t v;
-    size_t dl;
-    if (mcp_wire_next(&w, &f, &wt, &v, &dp, &dl) != 1) {
+    const uint8_t *st = w.p;
+    mcp_wire_field fd;
+    if (mcp_wire_field_next(&w, &fd) != 1) {
       return n;
     }
-    if (f != NODE_DESCRIPTION && f != NODE_STATUS) {
+    if (fd.num != NODE_DESCRIPTION && fd.num != NODE_STATUS) {
       n += (size_t)(w.p - st);
       if (b) {
         mcp_msg_builder_bytes(b, st, (size_t)(w.p - st));
@@ -753,15 +750,12 @@ static int session_message(dcall *c, mcp_msg **pmsg) {
 static int request_description(const uint8_t *in, size_t len,
                                const uint8_t **d, size_t *n) {
   mcp_wire w = {in, in + len};
-  uint32_t f;
-  int wt, found = 0;
-  uint64_t v;
-  const uint8_t *p;
-  size_t pl;
-  while (mcp_wire_next(&w, &f, &wt, &v, &p, &pl) == 1) {
-    if (f == 1 && wt == MCP_WT_LEN) {
-      *d = p;
-      *n = pl;
+  mcp_wire_field fd;
+  int found = 0;
+  while (mcp_wire_field_next(&w, &fd) == 1) {
+    if (fd.num == 1 && fd.wt == MCP_WT_LEN) {
+      *d = fd.data;
+      *n = fd.len;
       found = 1;
     }
   }

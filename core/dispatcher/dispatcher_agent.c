@@ -8,7 +8,7 @@
  * decides that the calls of a session must go (a session error, a broken
  * chain), it marks them and wakes them: their end() then says so.
  *
- * Assignments messages are parsed by hand (mcp_wire_next) so that the
+ * Assignments messages are parsed by hand (mcp_wire_field_next) so that the
  * objects' bytes reach the held set and the caller as received; each
  * object is also decoded once with protobuf-c to refuse garbage before
  * anything held changes.
@@ -373,17 +373,14 @@ typedef struct pchange {
 static int object_id(const uint8_t *p, size_t n, const uint8_t **id,
                      size_t *idlen) {
   mcp_wire w = {p, p + n};
-  uint32_t f;
-  int wt, r;
-  uint64_t v;
-  const uint8_t *d;
-  size_t l;
+  mcp_wire_field fd;
+  int r;
   *id = NULL;
   *idlen = 0;
-  while ((r = mcp_wire_next(&w, &f, &wt, &v, &d, &l)) == 1) {
-    if (f == 1 && wt == MCP_WT_LEN) {
-      *id = d;
-      *idlen = l;
+  while ((r = mcp_wire_field_next(&w, &fd)) == 1) {
+    if (fd.num == 1 && fd.wt == MCP_WT_LEN) {
+      *id = fd.data;
+      *idlen = fd.len;
     }
   }
   return r;
@@ -440,25 +437,24 @@ static void parsed_free(mcp_disp_agent *a, parsed *p) {
 static int parse_change(const uint8_t *p, size_t n, pchange *c,
                         const uint8_t **id, size_t *idlen, const char **why) {
   mcp_wire w = {p, p + n};
-  uint32_t f;
-  int wt, r;
-  uint64_t v;
-  const uint8_t *d, *asg = NULL;
-  size_t l, asgl = 0;
+  mcp_wire_field fd;
+  int r;
+  const uint8_t *asg = NULL;
+  size_t asgl = 0;
   c->action = MCP_DISP_UPDATE;
   c->kind = 0;
   c->obj = NULL;
   c->len = 0;
-  while ((r = mcp_wire_next(&w, &f, &wt, &v, &d, &l)) == 1) {
-    if (f == 1 && wt == MCP_WT_LEN) {
-      asg = d;
-      asgl = l;
-    } else if (f == 2 && wt == MCP_WT_VARINT) {
-      if (v > MCP_DISP_REMOVE) {
+  while ((r = mcp_wire_field_next(&w, &fd)) == 1) {
+    if (fd.num == 1 && fd.wt == MCP_WT_LEN) {
+      asg = fd.data;
+      asgl = fd.len;
+    } else if (fd.num == 2 && fd.wt == MCP_WT_VARINT) {
+      if (fd.v > MCP_DISP_REMOVE) {
         *why = "an unknown action";
         return MCP_ERR_MALFORMED;
       }
-      c->action = (int)v;
+      c->action = (int)fd.v;
     }
   }
   if (r < 0 || !asg) {
@@ -467,15 +463,15 @@ static int parse_change(const uint8_t *p, size_t n, pchange *c,
   }
   w.p = asg;
   w.end = asg + asgl;
-  while ((r = mcp_wire_next(&w, &f, &wt, &v, &d, &l)) == 1) {
-    if (wt != MCP_WT_LEN) {
+  while ((r = mcp_wire_field_next(&w, &fd)) == 1) {
+    if (fd.wt != MCP_WT_LEN) {
       continue;
     }
-    if (f >= MCP_DISP_TASK && f <= MCP_DISP_CONFIG) {
-      c->kind = (int)f; /* a oneof: the last one wins */
-      c->obj = d;
-      c->len = l;
-    } else if (f == 4) {
+    if (fd.num >= MCP_DISP_TASK && fd.num <= MCP_DISP_CONFIG) {
+      c->kind = (int)fd.num; /* a oneof: the last one wins */
+      c->obj = fd.data;
+      c->len = fd.len;
+    } else if (fd.num == 4) {
       c->kind = 0; /* VolumeAssignment: not held */
     }
   }
@@ -500,30 +496,28 @@ static int parse_change(const uint8_t *p, size_t n, pchange *c,
 static int parse_msg(mcp_disp_agent *a, const uint8_t *in, size_t len,
                      parsed *p) {
   mcp_wire w = {in, in + len};
-  uint32_t f;
-  int wt, r;
-  uint64_t v;
-  const uint8_t *d;
-  size_t l, nch = 0, idbytes = 0, off = 0;
+  mcp_wire_field fd;
+  int r;
+  size_t nch = 0, idbytes = 0, off = 0;
   memset(p, 0, sizeof *p);
   p->applies_to = p->results_in = (const uint8_t *)"";
   /* Pass 1: header fields and the number of changes. */
-  while ((r = mcp_wire_next(&w, &f, &wt, &v, &d, &l)) == 1) {
-    if (f == 1 && wt == MCP_WT_VARINT) {
-      if (v > MCP_DISP_INCREMENTAL) {
+  while ((r = mcp_wire_field_next(&w, &fd)) == 1) {
+    if (fd.num == 1 && fd.wt == MCP_WT_VARINT) {
+      if (fd.v > MCP_DISP_INCREMENTAL) {
         p->why = "an unknown type";
         return MCP_ERR_MALFORMED;
       }
-      p->type = (int)v;
-    } else if (f == 2 && wt == MCP_WT_LEN) {
-      p->applies_to = d;
-      p->applies_len = l;
-    } else if (f == 3 && wt == MCP_WT_LEN) {
-      p->results_in = d;
-      p->results_len = l;
-    } else if (f == 4 && wt == MCP_WT_LEN) {
+      p->type = (int)fd.v;
+    } else if (fd.num == 2 && fd.wt == MCP_WT_LEN) {
+      p->applies_to = fd.data;
+      p->applies_len = fd.len;
+    } else if (fd.num == 3 && fd.wt == MCP_WT_LEN) {
+      p->results_in = fd.data;
+      p->results_len = fd.len;
+    } else if (fd.num == 4 && fd.wt == MCP_WT_LEN) {
       ++nch;
-      idbytes += l + 1; /* an id is shorter than its change */
+      idbytes += fd.len + 1; /* an id is shorter than its change */
     }
   }
   if (r < 0 || !mcp_utf8_valid(p->applies_to, p->applies_len, 0) ||
@@ -542,15 +536,15 @@ static int parse_msg(mcp_disp_agent *a, const uint8_t *in, size_t len,
   }
   /* Pass 2: the changes. */
   w.p = in;
-  while ((r = mcp_wire_next(&w, &f, &wt, &v, &d, &l)) == 1) {
+  while ((r = mcp_wire_field_next(&w, &fd)) == 1) {
     const uint8_t *id;
     size_t idlen;
     pchange *c;
-    if (f != 4 || wt != MCP_WT_LEN) {
+    if (fd.num != 4 || fd.wt != MCP_WT_LEN) {
       continue;
     }
     c = &p->ch[p->n]; /* p->ch exists: pass 1 counted this change */
-    r = parse_change(d, l, c, &id, &idlen, &p->why);
+    r = parse_change(fd.data, fd.len, c, &id, &idlen, &p->why);
     if (!r && c->kind && c->action == MCP_DISP_UPDATE) {
       r = object_check(a, c, &p->why);
     }

@@ -59,18 +59,15 @@ static int get_len(const uint8_t *msg, size_t len, uint32_t field,
     return 0; /* (msg may be NULL: no arithmetic on it) */
   }
   mcp_wire w = {msg, msg + len};
-  uint32_t f;
-  int wt, rv, found = 0;
-  uint64_t v;
-  const uint8_t *p;
-  size_t pl;
-  while ((rv = mcp_wire_next(&w, &f, &wt, &v, &p, &pl)) == 1) {
-    if (f == field) {
-      if (wt != MCP_WT_LEN) {
+  mcp_wire_field fd;
+  int rv, found = 0;
+  while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
+    if (fd.num == field) {
+      if (fd.wt != MCP_WT_LEN) {
         return MCP_ERR_MALFORMED;
       }
-      *d = p;
-      *n = pl;
+      *d = fd.data;
+      *n = fd.len;
       found = 1;
     }
   }
@@ -83,17 +80,14 @@ static int get_varint(const uint8_t *msg, size_t len, uint32_t field,
     return 0;
   }
   mcp_wire w = {msg, msg + len};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *p;
-  size_t pl;
-  while ((rv = mcp_wire_next(&w, &f, &wt, &v, &p, &pl)) == 1) {
-    if (f == field) {
-      if (wt != MCP_WT_VARINT) {
+  mcp_wire_field fd;
+  int rv;
+  while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
+    if (fd.num == field) {
+      if (fd.wt != MCP_WT_VARINT) {
         return MCP_ERR_MALFORMED;
       }
-      *out = v;
+      *out = fd.v;
     }
   }
   return rv < 0 ? rv : 0;
@@ -130,22 +124,22 @@ int mcp_disp_task_read(const uint8_t *task, size_t len,
     return r;
   }
   mcp_wire w = {cont, cont + clen};
-  uint32_t f;
-  int wt;
-  uint64_t v;
-  while ((r = mcp_wire_next(&w, &f, &wt, &v, &d, &n)) == 1) {
-    if (f != CONTAINER_SECRETS && f != CONTAINER_CONFIGS) {
+  mcp_wire_field fd;
+  while ((r = mcp_wire_field_next(&w, &fd)) == 1) {
+    if (fd.num != CONTAINER_SECRETS && fd.num != CONTAINER_CONFIGS) {
       continue;
     }
     const uint8_t *id = NULL; /* set when get_len() answers 1 */
     size_t idlen = 0;
-    int q = wt == MCP_WT_LEN ? get_len(d, n, REF_ID, &id, &idlen)
-                             : MCP_ERR_MALFORMED;
+    int q = fd.wt == MCP_WT_LEN
+                ? get_len(fd.data, fd.len, REF_ID, &id, &idlen)
+                : MCP_ERR_MALFORMED;
     if (q < 0) {
       return q;
     }
     if (q && idlen && fn &&
-        (q = fn(f == CONTAINER_SECRETS ? MCP_DISP_SECRET : MCP_DISP_CONFIG,
+        (q = fn(fd.num == CONTAINER_SECRETS ? MCP_DISP_SECRET
+                                            : MCP_DISP_CONFIG,
                 (const char *)id, idlen, user_data)) != 0) {
       return q;
     }
@@ -157,16 +151,13 @@ int mcp_disp_task_read(const uint8_t *task, size_t len,
  * encoding in |*start|/|*n|, 0 at the end, MALFORMED. */
 static int next_stable(mcp_wire *w, const uint8_t **start, size_t *n) {
   for (;;) {
-    const uint8_t *s = w->p, *d;
-    uint32_t f;
-    int wt;
-    uint64_t v;
-    size_t dl;
-    int r = mcp_wire_next(w, &f, &wt, &v, &d, &dl);
+    const uint8_t *s = w->p;
+    mcp_wire_field fd;
+    int r = mcp_wire_field_next(w, &fd);
     if (r <= 0) {
       return r;
     }
-    if (f != TASK_STATUS && f != TASK_META) {
+    if (fd.num != TASK_STATUS && fd.num != TASK_META) {
       *start = s;
       *n = (size_t)(w->p - s);
       return 1;

@@ -81,17 +81,13 @@ int mcp_item_resource(const mcp_item *item, const uint8_t **p, size_t *len) {
   }
   /* A store entry's bytes are [tag 3][len][Resource] (store.c). */
   mcp_wire w = {rc->data, rc->data + rc->len};
-  uint32_t f;
-  int wt;
-  uint64_t v;
-  const uint8_t *d;
-  size_t n;
-  if (mcp_wire_next(&w, &f, &wt, &v, &d, &n) != 1 || f != 3 ||
-      wt != MCP_WT_LEN) {
+  mcp_wire_field fd;
+  if (mcp_wire_field_next(&w, &fd) != 1 || fd.num != 3 ||
+      fd.wt != MCP_WT_LEN) {
     return MCP_ERR_INVALID_ARGUMENT;
   }
-  *p = d;
-  *len = n;
+  *p = fd.data;
+  *len = fd.len;
   return 0;
 }
 

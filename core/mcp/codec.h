@@ -135,48 +135,6 @@ void mcp__push_header(mcp_msg_builder *b, const mcp_codec *cd,
 
 /* ---- pushes, read by the sink (codec_push.c) ---- */
 
-/* mcp_wire_next() with its common case inline: the end, or a one-byte tag
- * (fields 1 to 15) of a varint or a length of at most nine bytes. */
-static inline int mcp__wire_next_fast(mcp_wire *w, uint32_t *f, int *wt, uint64_t *v,
-                            const uint8_t **d, size_t *dl) {
-  const uint8_t *p = w->p;
-  if (p == w->end) {
-    return 0;
-  }
-  if (p[0] >= 8 && p[0] < 0x80 &&
-      ((p[0] & 7) == MCP_WT_VARINT || (p[0] & 7) == MCP_WT_LEN)) {
-    const uint8_t *q = p + 1;
-    uint64_t x = 0;
-    for (unsigned sh = 0; sh < 63 && q != w->end; sh += 7) {
-      uint8_t b = *q++;
-      x |= (uint64_t)(b & 0x7f) << sh;
-      if (b & 0x80) {
-        continue;
-      }
-      if ((p[0] & 7) == MCP_WT_VARINT) {
-        *f = (uint32_t)(p[0] >> 3);
-        *wt = MCP_WT_VARINT;
-        *v = x;
-        *d = NULL;
-        *dl = 0;
-        w->p = q;
-        return 1;
-      }
-      if (x > (uint64_t)(w->end - q)) {
-        break; /* let mcp_wire_next say it */
-      }
-      *f = (uint32_t)(p[0] >> 3);
-      *wt = MCP_WT_LEN;
-      *v = 0;
-      *d = q;
-      *dl = (size_t)x;
-      w->p = q + x;
-      return 1;
-    }
-  }
-  return mcp_wire_next(w, f, wt, v, d, dl);
-}
-
 /* The envelope of a Resources message, read by hand so that a resource
  * that fails to decode can still be NACKed with the message's nonce. */
 typedef struct span {

@@ -53,25 +53,23 @@ int mcp__push_parse(const mcp_mem *m, mcp_service service,
   for (int pass = 0; pass < 2; ++pass) {
     mcp_wire w = {in, in + len};
     size_t nres = 0, nrem = 0;
-    uint32_t f;
-    int wt, rv;
-    uint64_t v;
-    const uint8_t *d;
-    size_t dl;
-    while ((rv = mcp__wire_next_fast(&w, &f, &wt, &v, &d, &dl)) == 1) {
-      span sp = {d, dl};
+    mcp_wire_field fd;
+    int rv;
+    while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
+      uint32_t f = fd.num;
+      span sp = {fd.data, fd.len};
       if (f == cd->incremental) {
-        if (wt != MCP_WT_VARINT) {
+        if (fd.wt != MCP_WT_VARINT) {
           return MCP_ERR_MALFORMED;
         }
-        env->incremental = v != 0;
+        env->incremental = fd.v != 0;
         continue;
       }
       if (f != cd->version && f != cd->key && f != cd->resources &&
           f != cd->removed && f != cd->nonce) {
         continue; /* unknown fields are skipped, as protobuf says */
       }
-      if (wt != MCP_WT_LEN) {
+      if (fd.wt != MCP_WT_LEN) {
         return MCP_ERR_MALFORMED;
       }
       if (f == cd->version) {
@@ -133,24 +131,29 @@ int mcp__utf8_fast(const uint8_t *s, size_t n) {
 }
 
 
-static int read_entry(const uint8_t *p, size_t n, rview *r, filler *fl,
-                      mcp_kv *out) {
+/* The last LEN fields 1 and 2 of a message (a map entry's key and
+ * value, an Any's type URL and value) into |out| (left as they are when
+ * absent); another wire type for either is MALFORMED. */
+static int read_pair(const uint8_t *p, size_t n, span out[2]) {
   mcp_wire w = {p, p + n};
-  span kv[2] = {{NULL, 0}, {NULL, 0}};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *d;
-  size_t dl;
-  while ((rv = mcp__wire_next_fast(&w, &f, &wt, &v, &d, &dl)) == 1) {
-    if (f == 1 || f == 2) {
-      if (wt != MCP_WT_LEN) {
+  mcp_wire_field fd;
+  int rv;
+  while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
+    if (fd.num == 1 || fd.num == 2) {
+      if (fd.wt != MCP_WT_LEN) {
         return MCP_ERR_MALFORMED;
       }
-      kv[f - 1].p = d;
-      kv[f - 1].n = dl;
+      out[fd.num - 1].p = fd.data;
+      out[fd.num - 1].n = fd.len;
     }
   }
+  return rv;
+}
+
+static int read_entry(const uint8_t *p, size_t n, rview *r, filler *fl,
+                      mcp_kv *out) {
+  span kv[2] = {{NULL, 0}, {NULL, 0}};
+  int rv = read_pair(p, n, kv);
   if (rv < 0) {
     return rv;
   }
@@ -168,25 +171,23 @@ static int read_entry(const uint8_t *p, size_t n, rview *r, filler *fl,
 
 static int read_timestamp(const uint8_t *p, size_t n, rview *r) {
   mcp_wire w = {p, p + n};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *d;
-  size_t dl;
+  mcp_wire_field fd;
+  int rv;
   /* protobuf-c merges a repeated Timestamp by taking the latter whole:
    * proto3 scalars have no presence for its merge. */
   r->has_ct = 1;
   r->ct_seconds = 0;
   r->ct_nanos = 0;
-  while ((rv = mcp__wire_next_fast(&w, &f, &wt, &v, &d, &dl)) == 1) {
-    if (f == 1 || f == 2) {
-      if (wt != MCP_WT_VARINT) {
+  while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
+    if (fd.num == 1 || fd.num == 2) {
+      if (fd.wt != MCP_WT_VARINT) {
         return MCP_ERR_MALFORMED;
       }
-      if (f == 1) {
-        r->ct_seconds = (int64_t)v;
+      if (fd.num == 1) {
+        r->ct_seconds = (int64_t)fd.v;
       } else {
-        r->ct_nanos = (int32_t)(uint32_t)v; /* the low 32 bits, as protobuf */
+        /* the low 32 bits, as protobuf */
+        r->ct_nanos = (int32_t)(uint32_t)fd.v;
       }
     }
   }
@@ -195,35 +196,32 @@ static int read_timestamp(const uint8_t *p, size_t n, rview *r) {
 
 static int read_metadata(const uint8_t *p, size_t n, rview *r, filler *fl) {
   mcp_wire w = {p, p + n};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *d;
-  size_t dl;
-  while ((rv = mcp__wire_next_fast(&w, &f, &wt, &v, &d, &dl)) == 1) {
-    if (f < 1 || f > 5) {
+  mcp_wire_field fd;
+  int rv;
+  while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
+    if (fd.num < 1 || fd.num > 5) {
       continue;
     }
-    if (wt != MCP_WT_LEN) {
+    if (fd.wt != MCP_WT_LEN) {
       return MCP_ERR_MALFORMED;
     }
-    span sp = {d, dl};
-    switch (f) {
+    span sp = {fd.data, fd.len};
+    switch (fd.num) {
     case 1:
       r->name = sp;
       break;
     case 2:
-      rv = read_timestamp(d, dl, r);
+      rv = read_timestamp(sp.p, sp.n, r);
       break;
     case 3:
       r->version = sp;
       break;
     case 4:
-      rv = read_entry(d, dl, r, fl, fl ? fl->lab++ : NULL);
+      rv = read_entry(sp.p, sp.n, r, fl, fl ? fl->lab++ : NULL);
       r->nlabels++;
       break;
     default:
-      rv = read_entry(d, dl, r, fl, fl ? fl->ann++ : NULL);
+      rv = read_entry(sp.p, sp.n, r, fl, fl ? fl->ann++ : NULL);
       r->nannotations++;
       break;
     }
@@ -235,49 +233,34 @@ static int read_metadata(const uint8_t *p, size_t n, rview *r, filler *fl) {
 }
 
 static int read_any(const uint8_t *p, size_t n, rview *r) {
-  mcp_wire w = {p, p + n};
-  span value = {NULL, 0};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *d;
-  size_t dl;
-  while ((rv = mcp__wire_next_fast(&w, &f, &wt, &v, &d, &dl)) == 1) {
-    if (f == 1 || f == 2) {
-      if (wt != MCP_WT_LEN) {
-        return MCP_ERR_MALFORMED;
-      }
-      span sp = {d, dl};
-      if (f == 1) {
-        r->type_url = sp;
-      } else {
-        value = sp;
-      }
-    }
+  /* A type URL present (even empty) replaces the earlier one; protobuf-c
+   * merges a repeated Any keeping the earlier value when the latter's is
+   * empty. */
+  span tv[2] = {r->type_url, {NULL, 0}};
+  int rv = read_pair(p, n, tv);
+  if (rv < 0) {
+    return rv;
   }
-  /* protobuf-c merges a repeated Any keeping the earlier value when the
-   * latter's is empty. */
-  if (value.n) {
-    r->body = value;
+  r->type_url = tv[0];
+  if (tv[1].n) {
+    r->body = tv[1];
   }
-  return rv;
+  return 0;
 }
 
 int mcp__resource_read(span res, rview *r, filler *fl) {
   mcp_wire w = {res.p, res.p + res.n};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *d;
-  size_t dl;
-  while ((rv = mcp__wire_next_fast(&w, &f, &wt, &v, &d, &dl)) == 1) {
-    if (f != 1 && f != 2) {
+  mcp_wire_field fd;
+  int rv;
+  while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
+    if (fd.num != 1 && fd.num != 2) {
       continue;
     }
-    if (wt != MCP_WT_LEN) {
+    if (fd.wt != MCP_WT_LEN) {
       return MCP_ERR_MALFORMED;
     }
-    if ((rv = f == 1 ? read_metadata(d, dl, r, fl) : read_any(d, dl, r)) < 0) {
+    if ((rv = fd.num == 1 ? read_metadata(fd.data, fd.len, r, fl)
+                          : read_any(fd.data, fd.len, r)) < 0) {
       return rv;
     }
   }

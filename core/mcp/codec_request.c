@@ -76,23 +76,21 @@ typedef struct span_ {
 static int walk(const uint8_t *p, size_t n, uint32_t strs, uint32_t count,
                 uint32_t varints, size_t *ncount, size_t *nbytes) {
   mcp_wire w = {p, p + n};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *d;
-  size_t dl;
-  while ((rv = mcp_wire_next(&w, &f, &wt, &v, &d, &dl)) == 1) {
-    if (f < 32 && (strs & (1u << f))) {
-      if (wt != MCP_WT_LEN || !mcp_utf8_valid(d, dl, 0)) {
+  mcp_wire_field fd;
+  int rv;
+  while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
+    uint32_t bit = fd.num < 32 ? 1u << fd.num : 0;
+    if (strs & bit) {
+      if (fd.wt != MCP_WT_LEN || !mcp_utf8_valid(fd.data, fd.len, 0)) {
         return MCP_ERR_MALFORMED;
       }
-      *nbytes += dl + 1;
-    } else if (f < 32 && (count & (1u << f))) {
-      if (wt != MCP_WT_LEN) {
+      *nbytes += fd.len + 1;
+    } else if (count & bit) {
+      if (fd.wt != MCP_WT_LEN) {
         return MCP_ERR_MALFORMED;
       }
       (*ncount)++;
-    } else if (f < 32 && (varints & (1u << f)) && wt != MCP_WT_VARINT) {
+    } else if ((varints & bit) && fd.wt != MCP_WT_VARINT) {
       return MCP_ERR_MALFORMED;
     }
   }
@@ -110,15 +108,13 @@ static char *put_cstr(char **a, const uint8_t *p, size_t n) {
 /* Last string field |field| of a message, into the arena ("" if none). */
 static char *get_str(char **a, const uint8_t *p, size_t n, uint32_t field) {
   mcp_wire w = {p, p + n};
-  uint32_t f;
-  int wt;
-  uint64_t v;
-  const uint8_t *d, *best = NULL;
-  size_t dl, bl = 0;
-  while (mcp_wire_next(&w, &f, &wt, &v, &d, &dl) == 1) {
-    if (f == field && wt == MCP_WT_LEN) {
-      best = d;
-      bl = dl;
+  mcp_wire_field fd;
+  const uint8_t *best = NULL;
+  size_t bl = 0;
+  while (mcp_wire_field_next(&w, &fd) == 1) {
+    if (fd.num == field && fd.wt == MCP_WT_LEN) {
+      best = fd.data;
+      bl = fd.len;
     }
   }
   return put_cstr(a, best ? best : (const uint8_t *)"", bl);
@@ -138,31 +134,29 @@ static int decode_rr(const mcp_mem *m, const uint8_t *in, size_t len,
   size_t coll_n = 0, nonce_n = 0;
   uint64_t incremental = 0;
   mcp_wire w = {in, in + len};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *p;
-  size_t pl;
-  while ((rv = mcp_wire_next(&w, &f, &wt, &v, &p, &pl)) == 1) {
-    if (f >= 1 && f <= 5 && wt != MCP_WT_LEN) {
+  mcp_wire_field fd;
+  int rv;
+  while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
+    if (fd.num >= 1 && fd.num <= 5 && fd.wt != MCP_WT_LEN) {
       return MCP_ERR_MALFORMED;
     }
-    switch (f) {
+    switch (fd.num) {
     case 1: /* sink_node: id, annotations (key, value) */
       if (has_node) {
         return DECODE_GENERIC; /* occurrences merge: protobuf-c does it */
       }
-      node.p = p;
-      node.n = pl;
+      node.p = fd.data;
+      node.n = fd.len;
       has_node = 1;
       break;
     case 2:
-      coll = p;
-      coll_n = pl;
+      coll = fd.data;
+      coll_n = fd.len;
       break;
     case 3: { /* initial_resource_versions entry: key, value */
       size_t z = 0;
-      if ((rv = walk(p, pl, 1u << 1 | 1u << 2, 0, 0, &z, &bytes)) < 0) {
+      if ((rv = walk(fd.data, fd.len, 1u << 1 | 1u << 2, 0, 0, &z, &bytes)) <
+          0) {
         return MCP_ERR_MALFORMED;
       }
       bytes += 2; /* an absent key or value is "" */
@@ -170,22 +164,22 @@ static int decode_rr(const mcp_mem *m, const uint8_t *in, size_t len,
       break;
     }
     case 4:
-      nonce = p;
-      nonce_n = pl;
+      nonce = fd.data;
+      nonce_n = fd.len;
       break;
     case 5:
       if (has_status) {
         return DECODE_GENERIC;
       }
-      status.p = p;
-      status.n = pl;
+      status.p = fd.data;
+      status.n = fd.len;
       has_status = 1;
       break;
     case 6:
-      if (wt != MCP_WT_VARINT) {
+      if (fd.wt != MCP_WT_VARINT) {
         return MCP_ERR_MALFORMED;
       }
-      incremental = v;
+      incremental = fd.v;
       break;
     default:
       break;
@@ -200,9 +194,10 @@ static int decode_rr(const mcp_mem *m, const uint8_t *in, size_t len,
       return MCP_ERR_MALFORMED;
     }
     mcp_wire nw = {node.p, node.p + node.n};
-    while (mcp_wire_next(&nw, &f, &wt, &v, &p, &pl) == 1) {
+    while (mcp_wire_field_next(&nw, &fd) == 1) {
       size_t z = 0;
-      if (f == 2 && walk(p, pl, 1u << 1 | 1u << 2, 0, 0, &z, &bytes) < 0) {
+      if (fd.num == 2 &&
+          walk(fd.data, fd.len, 1u << 1 | 1u << 2, 0, 0, &z, &bytes) < 0) {
         return MCP_ERR_MALFORMED;
       }
     }
@@ -237,10 +232,10 @@ static int decode_rr(const mcp_mem *m, const uint8_t *in, size_t len,
   a += nann * sizeof(*pents);
   size_t k = 0;
   w.p = in;
-  while (mcp_wire_next(&w, &f, &wt, &v, &p, &pl) == 1) {
-    if (f == 3) {
-      kv[k].key = get_str(&a, p, pl, 1);
-      kv[k].value = get_str(&a, p, pl, 2);
+  while (mcp_wire_field_next(&w, &fd) == 1) {
+    if (fd.num == 3) {
+      kv[k].key = get_str(&a, fd.data, fd.len, 1);
+      kv[k].value = get_str(&a, fd.data, fd.len, 2);
       ++k;
     }
   }
@@ -256,13 +251,13 @@ static int decode_rr(const mcp_mem *m, const uint8_t *in, size_t len,
     d->node.id = get_str(&a, node.p, node.n, 1);
     mcp_wire nw = {node.p, node.p + node.n};
     k = 0;
-    while (mcp_wire_next(&nw, &f, &wt, &v, &p, &pl) == 1) {
-      if (f == 2) {
+    while (mcp_wire_field_next(&nw, &fd) == 1) {
+      if (fd.num == 2) {
         Istio__Mcp__V1alpha1__SinkNode__AnnotationsEntry ei =
             ISTIO__MCP__V1ALPHA1__SINK_NODE__ANNOTATIONS_ENTRY__INIT;
         ents[k] = ei;
-        ents[k].key = get_str(&a, p, pl, 1);
-        ents[k].value = get_str(&a, p, pl, 2);
+        ents[k].key = get_str(&a, fd.data, fd.len, 1);
+        ents[k].value = get_str(&a, fd.data, fd.len, 2);
         pents[k] = &ents[k];
         ++k;
       }
@@ -275,9 +270,9 @@ static int decode_rr(const mcp_mem *m, const uint8_t *in, size_t len,
     Google__Rpc__Status si = GOOGLE__RPC__STATUS__INIT;
     d->status = si;
     mcp_wire sw = {status.p, status.p + status.n};
-    while (mcp_wire_next(&sw, &f, &wt, &v, &p, &pl) == 1) {
-      if (f == 1 && wt == MCP_WT_VARINT) {
-        d->status.code = (int32_t)v;
+    while (mcp_wire_field_next(&sw, &fd) == 1) {
+      if (fd.num == 1 && fd.wt == MCP_WT_VARINT) {
+        d->status.code = (int32_t)fd.v;
       }
     }
     d->status.message = get_str(&a, status.p, status.n, 2);
@@ -291,14 +286,11 @@ static int decode_rr(const mcp_mem *m, const uint8_t *in, size_t len,
 static int check_annotation(const mcp_request_limits *s, const uint8_t *p,
                             size_t n) {
   mcp_wire w = {p, p + n};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *d;
-  size_t dl;
-  while ((rv = mcp_wire_next(&w, &f, &wt, &v, &d, &dl)) == 1) {
-    if (wt == MCP_WT_LEN && ((f == 1 && dl > s->max_node_key) ||
-                             (f == 2 && dl > s->max_node_value))) {
+  mcp_wire_field fd;
+  int rv;
+  while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
+    if (fd.wt == MCP_WT_LEN && ((fd.num == 1 && fd.len > s->max_node_key) ||
+                                (fd.num == 2 && fd.len > s->max_node_value))) {
       return MCP_ERR_PROTOCOL;
     }
   }
@@ -319,34 +311,30 @@ static int check_node(const mcp_request_limits *s, const uint8_t *in,
       [MCP_SERVICE_AGGREGATED] = 2, /* MeshConfigRequest.sink_node */
       [MCP_SERVICE_AGGREGATED_INCREMENTAL] = 1};
   mcp_wire w = {in, in + len};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *p;
-  size_t pl, nann = 0, bytes = 0;
-  while ((rv = mcp_wire_next(&w, &f, &wt, &v, &p, &pl)) == 1) {
-    if (f != node_field[s->service] || wt != MCP_WT_LEN) {
+  mcp_wire_field fd, nf;
+  int rv;
+  size_t nann = 0, bytes = 0;
+  while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
+    if (fd.num != node_field[s->service] || fd.wt != MCP_WT_LEN) {
       continue;
     }
-    if (pl > s->max_node_bytes - bytes) {
+    if (fd.len > s->max_node_bytes - bytes) {
       return MCP_ERR_PROTOCOL;
     }
-    bytes += pl;
-    mcp_wire nw = {p, p + pl};
-    const uint8_t *d;
-    size_t dl;
-    while ((rv = mcp_wire_next(&nw, &f, &wt, &v, &d, &dl)) == 1) {
-      if (wt != MCP_WT_LEN) {
+    bytes += fd.len;
+    mcp_wire nw = {fd.data, fd.data + fd.len};
+    while ((rv = mcp_wire_field_next(&nw, &nf)) == 1) {
+      if (nf.wt != MCP_WT_LEN) {
         continue;
       }
-      if (f == 1 && dl > s->max_node_id) {
+      if (nf.num == 1 && nf.len > s->max_node_id) {
         return MCP_ERR_PROTOCOL;
       }
-      if (f == 2) {
+      if (nf.num == 2) {
         if (++nann > s->max_node_ann) {
           return MCP_ERR_LIMIT;
         }
-        if ((rv = check_annotation(s, d, dl)) != 0) {
+        if ((rv = check_annotation(s, nf.data, nf.len)) != 0) {
           return rv;
         }
       }

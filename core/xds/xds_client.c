@@ -300,16 +300,13 @@ typedef struct parsed {
 
 static int read_any_span(const uint8_t *p, size_t n, rin *r) {
   mcp_wire w = {p, p + n};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *d;
-  size_t dl;
-  while ((rv = mcp_wire_next(&w, &f, &wt, &v, &d, &dl)) == 1) {
-    if (wt == MCP_WT_LEN && f == 1) {
-      r->any_type = (xspan){d, dl};
-    } else if (wt == MCP_WT_LEN && f == 2) {
-      r->any_value = (xspan){d, dl};
+  mcp_wire_field fd;
+  int rv;
+  while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
+    if (fd.wt == MCP_WT_LEN && fd.num == 1) {
+      r->any_type = (xspan){fd.data, fd.len};
+    } else if (fd.wt == MCP_WT_LEN && fd.num == 2) {
+      r->any_value = (xspan){fd.data, fd.len};
     }
   }
   return rv;
@@ -319,16 +316,15 @@ static int read_any_span(const uint8_t *p, size_t n, rin *r) {
 static int parse(xclient *c, const uint8_t *in, size_t len, parsed *p,
                  int fill) {
   mcp_wire w = {in, in + len};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *d;
-  size_t dl, nr = 0, nm = 0;
-  while ((rv = mcp_wire_next(&w, &f, &wt, &v, &d, &dl)) == 1) {
-    if (wt != MCP_WT_LEN) {
+  mcp_wire_field fd, rf;
+  int rv;
+  size_t nr = 0, nm = 0;
+  while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
+    if (fd.wt != MCP_WT_LEN) {
       continue;
     }
-    xspan sp = {d, dl};
+    uint32_t f = fd.num;
+    xspan sp = {fd.data, fd.len};
     if (f == 1) {
       p->version = sp;
     } else if (f == 4) {
@@ -345,20 +341,20 @@ static int parse(xclient *c, const uint8_t *in, size_t len, parsed *p,
         rin *r = &p->res[nr];
         memset(r, 0, sizeof(*r));
         if (!c->delta) {
-          rv = read_any_span(d, dl, r);
+          rv = read_any_span(sp.p, sp.n, r);
         } else {
-          mcp_wire x = {d, d + dl};
-          const uint8_t *q;
-          size_t ql;
-          while ((rv = mcp_wire_next(&x, &f, &wt, &v, &q, &ql)) == 1) {
-            if (wt != MCP_WT_LEN) {
+          mcp_wire x = {sp.p, sp.p + sp.n};
+          while ((rv = mcp_wire_field_next(&x, &rf)) == 1) {
+            if (rf.wt != MCP_WT_LEN) {
               continue;
             }
-            if (f == 3) {
-              r->name = (xspan){q, ql};
-            } else if (f == 1) {
-              r->version = (xspan){q, ql};
-            } else if (f == 2 && (rv = read_any_span(q, ql, r)) < 0) {
+            xspan rs = {rf.data, rf.len};
+            if (rf.num == 3) {
+              r->name = rs;
+            } else if (rf.num == 1) {
+              r->version = rs;
+            } else if (rf.num == 2 &&
+                       (rv = read_any_span(rs.p, rs.n, r)) < 0) {
               break;
             }
           }

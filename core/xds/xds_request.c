@@ -33,22 +33,20 @@ static int str_of(xds_str *s, const uint8_t *d, size_t n, const char **why,
 static int read_status(xds_request *rq, const uint8_t *d, size_t n,
                        const char **why) {
   mcp_wire w = {d, d + n};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *p;
-  size_t len;
+  mcp_wire_field fd;
+  int rv;
   rq->has_error = 1;
-  while ((rv = mcp_wire_next(&w, &f, &wt, &v, &p, &len)) == 1) {
-    if (f == 1 && wt == MCP_WT_VARINT) {
-      rq->error_code = (int32_t)(uint32_t)v;
-    } else if (f == 2 && wt == MCP_WT_LEN) {
+  while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
+    if (fd.num == 1 && fd.wt == MCP_WT_VARINT) {
+      rq->error_code = (int32_t)(uint32_t)fd.v;
+    } else if (fd.num == 2 && fd.wt == MCP_WT_LEN) {
       /* Only the first 1 KiB of a long message is kept (logs, debug). */
+      size_t len = fd.len;
       size_t keep = len > MCP_XDS_MAX_STRING ? MCP_XDS_MAX_STRING : len;
-      while (keep < len && keep > 0 && (p[keep] & 0xc0) == 0x80) {
+      while (keep < len && keep > 0 && (fd.data[keep] & 0xc0) == 0x80) {
         keep--; /* not in the middle of a character */
       }
-      if ((rv = str_of(&rq->error_message, p, keep, why,
+      if ((rv = str_of(&rq->error_message, fd.data, keep, why,
                        "error_detail.message is not UTF-8")) < 0) {
         return rv;
       }
@@ -61,18 +59,15 @@ static int read_status(xds_request *rq, const uint8_t *d, size_t n,
 static int read_entry(const uint8_t *d, size_t n, xds_str *k, xds_str *v,
                       const char **why) {
   mcp_wire w = {d, d + n};
-  uint32_t f;
-  int wt, rv;
-  uint64_t x;
-  const uint8_t *p;
-  size_t len;
+  mcp_wire_field fd;
+  int rv;
   k->p = v->p = "";
   k->n = v->n = 0;
-  while ((rv = mcp_wire_next(&w, &f, &wt, &x, &p, &len)) == 1) {
-    if (wt != MCP_WT_LEN || (f != 1 && f != 2)) {
+  while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
+    if (fd.wt != MCP_WT_LEN || (fd.num != 1 && fd.num != 2)) {
       continue;
     }
-    if ((rv = str_of(f == 1 ? k : v, p, len, why,
+    if ((rv = str_of(fd.num == 1 ? k : v, fd.data, fd.len, why,
                      "initial_resource_versions: a name or version is not "
                      "UTF-8 or too long")) < 0) {
       return rv;
@@ -85,16 +80,16 @@ static int read_entry(const uint8_t *d, size_t n, xds_str *k, xds_str *v,
 static int scan(xds_request *rq, const req_fields *fl, const uint8_t *in,
                 size_t len, int fill, const char **why) {
   mcp_wire w = {in, in + len};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *p;
-  size_t n;
+  mcp_wire_field fd;
+  int rv;
   size_t nn = 0, nu = 0, ni = 0;
-  while ((rv = mcp_wire_next(&w, &f, &wt, &v, &p, &n)) == 1) {
-    if (wt != MCP_WT_LEN) {
+  while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
+    if (fd.wt != MCP_WT_LEN) {
       continue; /* no scalar field of ours: an unknown one */
     }
+    uint32_t f = fd.num;
+    const uint8_t *p = fd.data;
+    size_t n = fd.len;
     if (f == fl->names) {
       if (fill && (rv = str_of(&rq->names[nn], p, n, why,
                                "a resource name is not UTF-8 or too "
@@ -223,22 +218,19 @@ static void fmt_int(char *buf, double v) {
 static int value_str(const uint8_t *d, size_t n, const mcp_mem *m,
                      char **out) {
   mcp_wire w = {d, d + n};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *p;
-  size_t len;
+  mcp_wire_field fd;
+  int rv;
   *out = NULL;
-  while ((rv = mcp_wire_next(&w, &f, &wt, &v, &p, &len)) == 1) {
+  while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
     char *s = NULL;
-    if (f == 3 && wt == MCP_WT_LEN) {
-      if (len > MCP_XDS_MAX_STRING || !mcp_utf8_valid(p, len, 0)) {
+    if (fd.num == 3 && fd.wt == MCP_WT_LEN) {
+      if (fd.len > MCP_XDS_MAX_STRING || !mcp_utf8_valid(fd.data, fd.len, 0)) {
         continue; /* not shown; the stream goes on */
       }
-      s = mcp_mem_strndup(m, (const char *)p, len);
-    } else if (f == 4 && wt == MCP_WT_VARINT) {
-      s = mcp_mem_strdup(m, v ? "true" : "false");
-    } else if (f == 2 && wt == MCP_WT_I64) {
+      s = mcp_mem_strndup(m, (const char *)fd.data, fd.len);
+    } else if (fd.num == 4 && fd.wt == MCP_WT_VARINT) {
+      s = mcp_mem_strdup(m, fd.v ? "true" : "false");
+    } else if (fd.num == 2 && fd.wt == MCP_WT_I64) {
       uint64_t bits = 0;
       for (int i = 7; i >= 0; --i) {
         bits = bits << 8 | w.p[i - 8];
@@ -278,25 +270,23 @@ void mcp__xds_node_free(const mcp_mem *m, char *id, mcp_kv *kvs, size_t n) {
 static int read_metadata(const uint8_t *d, size_t n, const mcp_mem *m,
                          mcp_kv **kvs, size_t *nkvs) {
   mcp_wire w = {d, d + n};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *p;
-  size_t len;
-  while ((rv = mcp_wire_next(&w, &f, &wt, &v, &p, &len)) == 1) {
-    if (f != 1 || wt != MCP_WT_LEN) {
+  mcp_wire_field fd, ef;
+  int rv;
+  while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
+    if (fd.num != 1 || fd.wt != MCP_WT_LEN) {
       continue;
     }
-    mcp_wire e = {p, p + len};
-    const uint8_t *kp = NULL, *vp = NULL, *q;
-    size_t kl = 0, vl = 0, ql;
-    while ((rv = mcp_wire_next(&e, &f, &wt, &v, &q, &ql)) == 1) {
-      if (f == 1 && wt == MCP_WT_LEN) {
-        kp = q;
-        kl = ql;
-      } else if (f == 2 && wt == MCP_WT_LEN) {
-        vp = q;
-        vl = ql;
+    const uint8_t *p = fd.data;
+    mcp_wire e = {p, p + fd.len};
+    const uint8_t *kp = NULL, *vp = NULL;
+    size_t kl = 0, vl = 0;
+    while ((rv = mcp_wire_field_next(&e, &ef)) == 1) {
+      if (ef.num == 1 && ef.wt == MCP_WT_LEN) {
+        kp = ef.data;
+        kl = ef.len;
+      } else if (ef.num == 2 && ef.wt == MCP_WT_LEN) {
+        vp = ef.data;
+        vl = ef.len;
       }
     }
     if (rv < 0) {
@@ -332,27 +322,24 @@ static int read_metadata(const uint8_t *d, size_t n, const mcp_mem *m,
 int mcp__xds_node_decode(const uint8_t *p, size_t n, const mcp_mem *m,
                          char **id, mcp_kv **kvs, size_t *nkvs) {
   mcp_wire w = {p, p + n};
-  uint32_t f;
-  int wt, rv;
-  uint64_t v;
-  const uint8_t *d;
-  size_t len;
+  mcp_wire_field fd;
+  int rv;
   char *nid = NULL;
   mcp_kv *nk = NULL;
   size_t nn = 0;
-  while ((rv = mcp_wire_next(&w, &f, &wt, &v, &d, &len)) == 1) {
-    if (f == 1 && wt == MCP_WT_LEN) {
-      if (len > MCP_XDS_MAX_STRING || !mcp_utf8_valid(d, len, 0)) {
+  while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
+    if (fd.num == 1 && fd.wt == MCP_WT_LEN) {
+      if (fd.len > MCP_XDS_MAX_STRING || !mcp_utf8_valid(fd.data, fd.len, 0)) {
         rv = MCP_ERR_MALFORMED;
         break;
       }
       mcp_mem_free(m, nid);
-      if (!(nid = mcp_mem_strndup(m, (const char *)d, len))) {
+      if (!(nid = mcp_mem_strndup(m, (const char *)fd.data, fd.len))) {
         rv = MCP_ERR_NOMEM;
         break;
       }
-    } else if (f == 3 && wt == MCP_WT_LEN) {
-      if ((rv = read_metadata(d, len, m, &nk, &nn)) < 0) {
+    } else if (fd.num == 3 && fd.wt == MCP_WT_LEN) {
+      if ((rv = read_metadata(fd.data, fd.len, m, &nk, &nn)) < 0) {
         break;
       }
     }

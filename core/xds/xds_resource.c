@@ -53,20 +53,20 @@ static int split(const mcp_item *it, rsplit *s) {
   }
   /* store.c writes metadata first and its name first: [1][md][1][name] */
   mcp_wire w = {r, r + rlen};
-  uint32_t f;
-  int wt;
-  uint64_t v;
-  const uint8_t *md, *nm;
-  size_t mdlen, nmlen;
-  if (mcp_wire_next(&w, &f, &wt, &v, &md, &mdlen) != 1 || f != 1 ||
-      wt != MCP_WT_LEN) {
+  mcp_wire_field mf, nf;
+  if (mcp_wire_field_next(&w, &mf) != 1 || mf.num != 1 ||
+      mf.wt != MCP_WT_LEN) {
     return 0;
   }
+  const uint8_t *md = mf.data;
+  size_t mdlen = mf.len;
   mcp_wire mw = {md, md + mdlen};
-  if (mcp_wire_next(&mw, &f, &wt, &v, &nm, &nmlen) != 1 || f != 1 ||
-      wt != MCP_WT_LEN) {
+  if (mcp_wire_field_next(&mw, &nf) != 1 || nf.num != 1 ||
+      nf.wt != MCP_WT_LEN) {
     return 0;
   }
+  const uint8_t *nm = nf.data;
+  size_t nmlen = nf.len;
   size_t name_field = (size_t)(mw.p - md);
   size_t new_name_field = 1 + mcp_wire_varint_len(nmlen + 1) + nmlen + 1;
   size_t new_md = mdlen - name_field + new_name_field;

@@ -1357,10 +1357,82 @@ typedef struct mcp_wire {
  * payload in |*data|/|*len|; for VARINT the value in |*v|; other types are
  * skipped. Returns 1 for a field, 0 at the end, MCP_ERR_MALFORMED on bad
  * bytes (a varint as mcp_wire_varint() refuses, a length past the end,
- * groups, field number 0).
+ * groups, field number 0). Loops read with mcp_wire_field_next() below,
+ * which is this with its common case inline.
  */
 MCP_EXTERN int mcp_wire_next(mcp_wire *w, uint32_t *field, int *wt,
                              uint64_t *v, const uint8_t **data, size_t *len);
+
+/*
+ * One field as mcp_wire_field_next() reads it. |data| points into the
+ * bytes |w| reads (the caller's buffer: nothing is copied), valid while
+ * they are. The struct is the caller's and no exported function takes it
+ * (the reader is inline over mcp_wire_next()); fields are only ever added
+ * at its end.
+ */
+typedef struct mcp_wire_field {
+  uint32_t num;        /* the field number, 1 to 2^29 - 1 */
+  int wt;              /* its wire type, MCP_WT_* */
+  uint64_t v;          /* VARINT: the value; other types: 0 */
+  const uint8_t *data; /* LEN: the payload; other types: NULL */
+  size_t len;          /* LEN: its length; other types: 0 */
+} mcp_wire_field;
+
+/*
+ * Reads the next field of |w| into |*f| and moves |w| past it: the
+ * reader every module loops with,
+ *   mcp_wire_field f;
+ *   while ((rv = mcp_wire_field_next(&w, &f)) == 1) { switch (f.num) ... }
+ * Returns 1 for a field, 0 at the end (|*f| untouched), or
+ * MCP_ERR_MALFORMED for bad bytes: a truncated tag, varint or I64/I32
+ * value, a varint longer than 10 bytes or with bits beyond 64, a length
+ * past the end, a group (wire types 3 and 4) or 6 and 7, field number 0 or
+ * past 2^29 - 1. After an error |*f| and |w| say nothing useful: stop.
+ * I64 and I32 fields are skipped over (only |num| and |wt| are set).
+ * The common case (a one-byte tag, fields 1 to 15, of a varint or a LEN
+ * whose length takes at most nine bytes) is read here, inline: a push
+ * holds thousands of fields; every other case goes to mcp_wire_next(),
+ * so both answer alike for the same bytes.
+ */
+static inline int mcp_wire_field_next(mcp_wire *w, mcp_wire_field *f) {
+  const uint8_t *p = w->p;
+  if (p == w->end) {
+    return 0;
+  }
+  uint8_t tag = p[0];
+  if (tag >= 8 && tag < 0x80 &&
+      ((tag & 7) == MCP_WT_VARINT || (tag & 7) == MCP_WT_LEN)) {
+    const uint8_t *q = p + 1;
+    uint64_t x = 0;
+    for (unsigned sh = 0; sh < 63 && q != w->end; sh += 7) {
+      uint8_t b = *q++;
+      x |= (uint64_t)(b & 0x7f) << sh;
+      if (b & 0x80) {
+        continue;
+      }
+      if ((tag & 7) == MCP_WT_VARINT) {
+        f->num = (uint32_t)(tag >> 3);
+        f->wt = MCP_WT_VARINT;
+        f->v = x;
+        f->data = NULL;
+        f->len = 0;
+        w->p = q;
+        return 1;
+      }
+      if (x > (uint64_t)(w->end - q)) {
+        break; /* past the end: mcp_wire_next() says so */
+      }
+      f->num = (uint32_t)(tag >> 3);
+      f->wt = MCP_WT_LEN;
+      f->v = 0;
+      f->data = q;
+      f->len = (size_t)x;
+      w->p = q + x;
+      return 1;
+    }
+  }
+  return mcp_wire_next(w, &f->num, &f->wt, &f->v, &f->data, &f->len);
+}
 
 /* Versioned structs (the conventions above), for a module's own: the bytes
  * of version |version| of a struct whose versions' sizes are
