@@ -114,6 +114,16 @@ typedef struct tool_sec_args {
   int stream_rate_off;
 } tool_sec_args;
 
+/* Those flags in a usage synopsis, each line starting with |I| (a string
+ * literal of the program's indentation). */
+#define TOOL_SEC_SYNOPSIS(I)                                                 \
+  I "[--tls-cert FILE --tls-key FILE] [--tls-ca FILE]\n"                     \
+  I "[--tls-server-name NAME] [--allow ID]... [--deny ID]...\n"              \
+  I "[--access-list FILE] [--allow-cleartext]\n"                             \
+  I "[--max-streams-per-connection N]\n"                                     \
+  I "[--stream-rate PER_S[,BURST]|off]\n"                                    \
+  I "[--tls-handshakes-per-peer N]\n"
+
 /*
  * If argv[*i] is one of those flags: parses it into |a|, advances |*i| past
  * its value and returns 1. Returns 0 for another argument, -1 for a usage

@@ -96,12 +96,7 @@ static void usage(FILE *f) {
         "                [--exit-after-sync] [--log-level LEVEL]\n"
         "                [--api resource|aggregated|aggregated-incremental]\n"
         "                [--log-format text|json] [--debug-listen HOST:PORT]\n"
-        "                [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]\n"
-        "                [--tls-server-name NAME] [--allow ID]... [--deny ID]...\n"
-        "                [--access-list FILE] [--allow-cleartext]\n"
-        "                [--max-streams-per-connection N]\n"
-        "                [--stream-rate PER_S[,BURST]|off]\n"
-        "                [--tls-handshakes-per-peer N]\n"
+        TOOL_SEC_SYNOPSIS("                ")
         "                [--sync-warn SECONDS] [--sync-timeout SECONDS]\n"
         "                [--descriptor-set FILE]...\n"
         "       " TOOL_SINK_PROTO_SYNOPSIS

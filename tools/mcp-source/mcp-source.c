@@ -166,12 +166,7 @@ static void usage(FILE *f) {
           "                  [--names kubernetes|permissive]\n"
           "                  [--log-level LEVEL] [--log-format text|json]\n"
           "                  [--debug-listen HOST:PORT]\n"
-          "                  [--tls-cert FILE --tls-key FILE] [--tls-ca FILE]\n"
-          "                  [--tls-server-name NAME] [--allow ID]... [--deny ID]...\n"
-          "                  [--access-list FILE] [--allow-cleartext]\n"
-          "                  [--max-streams-per-connection N]\n"
-          "                  [--stream-rate PER_S[,BURST]|off]\n"
-          "                  [--tls-handshakes-per-peer N]\n"
+          TOOL_SEC_SYNOPSIS("                  ")
           "                  [--descriptor-set FILE]... [--kind G/V/KIND=MESSAGE]...\n"
           "                  [--body typed|struct]\n"
           "                  [--api LIST] [--dns-zone ZONE]\n"
