@@ -13,15 +13,16 @@
  *                        half-close ends it with OK; "fail" is an error.
  *   /test.Refuse/Call    open() fails.
  *
- * What is proved: served beside MCP (an MCP sink syncs on the same port
- * meanwhile); unknown and MCP paths with no_mcp stay UNIMPLEMENTED; END
- * status/details reach the client; half-close semantics of both kinds;
- * a wake and a notify pump a stream; timers; admission limits apply;
- * a peer vanishing mid-stream frees the stream (ops->del once); flow
- * control holds a stream; grpc-timeout. The client object's tests (and
- * the server tests moved so far) are tests/test_transport_service.c's,
- * written once over both transports; the rest move there once its raw
- * peer is one gRPC-core client for both (issue 21 item 7).
+ * The service tests are tests/test_transport_service.c's, written once
+ * over every transport with a gRPC-core raw peer (issue 21 item 7). What
+ * stays here needs HTTP/2 that gRPC core's client cannot send: a peer
+ * vanishing mid-stream without GOAWAY or reset (the stream freed,
+ * ops->del once); bad input (a compressed message, a non-gRPC
+ * content-type, a message too large either way) on a connection that
+ * keeps serving; a peer that stops reading (flow control holds the
+ * stream); and grpc-timeout enforced by the server alone (gRPC core's
+ * client enforces its own deadline and resets the call first, so with
+ * it the server's enforcement cannot be seen).
  */
 #include <arpa/inet.h>
 #include <check.h>
@@ -516,7 +517,9 @@ START_TEST(flow_control) {
 }
 END_TEST
 
-/* grpc-timeout applies to service calls as to MCP ones. */
+/* grpc-timeout applies to service calls as to MCP ones: the server ends
+ * the call DEADLINE_EXCEEDED by itself (this raw peer has no deadline of
+ * its own). Then many calls at once on one connection. */
 START_TEST(deadline) {
   tenv e;
   setup(&e);

@@ -77,6 +77,8 @@ static void g_options(mcp_grpc_options *o, const ta_opts *t) {
   o->tls.key_file = t->key_file;
   o->tls.ca_file = t->ca_file;
   o->tls.server_name = t->server_name;
+  o->authorize = t->authorize;
+  o->authorize_user_data = t->authorize_ud;
 }
 
 static void g_on_stream(mcp_grpc_stream_event ev,
@@ -172,6 +174,11 @@ static void g_del(ta_obj *obj) {
 static int g_port(ta_obj *obj) {
   return obj->kind == O_SINK ? mcp_grpc_sink_port(obj->p)
                              : mcp_grpc_source_port(obj->p);
+}
+
+static int g_reauthorize(ta_obj *obj) {
+  return obj->kind == O_SINK ? mcp_grpc_sink_reauthorize(obj->p)
+                             : mcp_grpc_source_reauthorize(obj->p);
 }
 
 static void g_count(const mcp_grpc_stream_info *info, void *ud) {
@@ -379,6 +386,7 @@ const ta_transport ta_grpc = {
     .client_new = g_client_new,
     .del = g_del,
     .port = g_port,
+    .reauthorize = g_reauthorize,
     .streams = g_streams,
     .list = g_list,
     .update = g_update,

@@ -94,6 +94,8 @@ static void h_options(ta_env *e, mcp_h2c_options *o, const ta_opts *t) {
   o->tls.key_file = t->key_file;
   o->tls.ca_file = t->ca_file;
   o->tls.server_name = t->server_name;
+  o->authorize = t->authorize;
+  o->authorize_user_data = t->authorize_ud;
 }
 
 static void h_on_stream(mcp_h2c_stream_event ev,
@@ -187,6 +189,11 @@ static void h_del(ta_obj *obj) {
 static int h_port(ta_obj *obj) {
   return obj->kind == O_SINK ? mcp_h2c_sink_port(obj->p)
                              : mcp_h2c_source_port(obj->p);
+}
+
+static int h_reauthorize(ta_obj *obj) {
+  return obj->kind == O_SINK ? mcp_h2c_sink_reauthorize(obj->p)
+                             : mcp_h2c_source_reauthorize(obj->p);
 }
 
 static void h_count(const mcp_h2c_stream_info *info, void *ud) {
@@ -428,6 +435,7 @@ const ta_transport ta_h2c = {
     .client_new = h_client_new,
     .del = h_del,
     .port = h_port,
+    .reauthorize = h_reauthorize,
     .streams = h_streams,
     .list = h_list,
     .update = h_update,

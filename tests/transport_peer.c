@@ -21,7 +21,7 @@
 #define T_RECV ((void *)2)
 #define T_SEND ((void *)3)
 
-#define TP_MAX_MSGS 64
+#define TP_MAX_MSGS 256
 #define TP_MAX_SENDS 16
 
 typedef struct tp_send_q {
@@ -40,6 +40,7 @@ struct tp_call {
   int status_done, recv_busy, send_busy, got_im, ended;
   char details[256];
   char *msgs[TP_MAX_MSGS];
+  size_t lens[TP_MAX_MSGS];
   int nmsgs;
   tp_send_q q[TP_MAX_SENDS];
   int qhead, qlen;
@@ -180,6 +181,7 @@ static void take_message(tp_call *c) {
     memcpy(m, GRPC_SLICE_START_PTR(s), len);
     m[len] = '\0';
     c->msgs[c->nmsgs] = m;
+    c->lens[c->nmsgs] = len;
   }
   c->nmsgs++;
   grpc_slice_unref(s);
@@ -222,6 +224,12 @@ const char *tp_msg(const tp_call *c, int i) {
   ck_assert_int_lt(i, c->nmsgs);
   ck_assert_int_lt(i, TP_MAX_MSGS);
   return c->msgs[i];
+}
+
+size_t tp_msg_len(const tp_call *c, int i) {
+  ck_assert_int_lt(i, c->nmsgs);
+  ck_assert_int_lt(i, TP_MAX_MSGS);
+  return c->lens[i];
 }
 
 int tp_status(const tp_call *c) {

@@ -31,10 +31,11 @@ void tp_send_str(tp_call *c, const char *s);
 void tp_half_close(tp_call *c);
 /* Moves the call's completions without blocking. */
 void tp_pump(tp_call *c);
-/* Messages received so far; the i-th one (NUL terminated; the first 64
- * are kept). */
+/* Messages received so far; the i-th one (NUL terminated; the first 256
+ * are kept) and its length (a binary message may hold NULs). */
 int tp_nmsgs(const tp_call *c);
 const char *tp_msg(const tp_call *c, int i);
+size_t tp_msg_len(const tp_call *c, int i);
 /* The call's status once it came (-1 before), and its details. */
 int tp_status(const tp_call *c);
 const char *tp_details(const tp_call *c);

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mcp/auth.h"
 #include "mcp/engine.h"
 #include "mcp/mcp.h"
 
@@ -50,6 +51,9 @@ typedef struct ta_opts {
   /* TLS files (NULL: cleartext); the suite sets them in MCP_TEST_TLS
    * mode (test_certs.h keeps the directory in the suite's file). */
   const char *cert_file, *key_file, *ca_file, *server_name;
+  /* The transport's authorize hook and its user data (NULL: everyone). */
+  mcp_authorize_fn authorize;
+  void *authorize_ud;
 } ta_opts;
 
 enum { TA_STREAM_OPENED, TA_STREAM_CLOSED, TA_STREAM_REFUSED };
@@ -82,6 +86,8 @@ typedef struct ta_transport {
                     const mcp_client_def *def);
   void (*del)(ta_obj *obj);
   int (*port)(ta_obj *listener); /* a listening source or sink */
+  /* A listening source's or sink's *_reauthorize(). */
+  int (*reauthorize)(ta_obj *listener);
   /* *_streams() with a function counting into *seen (NULL: none). */
   int (*streams)(ta_obj *obj, int *seen);
   /* *_streams() with fn(info, ud) for each stream. */
