@@ -1164,10 +1164,7 @@ START_TEST(client_ends_its_call_and_hears_the_servers_status) {
     c.counter = 1;
     c.end_after = 2;
     c.no_half_close = !half_close;
-    mcp_client_def def = c_def(&c);
-    ta_opts o = ta_opts_for(0, addr, NULL);
-    ta_obj *cli = NULL;
-    ck_assert_int_eq(ta->client_new(env, &cli, &o, &def), 0);
+    ta_obj *cli = client_at(env, addr, &c);
     cwait w = {.c = &c, .ended = 2};
     ck_assert(ta->run_until(env, ended_ge, &w, TA_TIMEOUT_MS));
     ccounts k = c_get(&c);
