@@ -17,6 +17,9 @@ The real programs over 127.0.0.1, on real files, while things go wrong:
                                  stuck in flight while the other collection
                                  changes: the others are still served, the
                                  source still stops on SIGTERM
+  test_source_restart_collection_emptied_while_down
+                                 every ConfigMap deleted while the source is
+                                 down: declared, the sinks drop theirs
   test_source_killed_*           the source SIGKILLed while its files churn,
                                  then restarted (both directions)
   test_thousand_streams          1000 streams on one source (mcp-load-sink:
@@ -474,6 +477,48 @@ class SourceFaults(Base):
         self.wait_mirrors(sinks, "a change after the restart")
         self.stop_all()
 
+    def test_source_restart_collection_emptied_while_down(self):
+        """Every ConfigMap is deleted while the source is down. A restarted
+        source that never saw one does not know the collection: declared
+        (--collection) it answers it empty and every sink drops its
+        ConfigMaps; undeclared it answers nothing (docs/protocol.md,
+        "Unknown collections") and says so, and the sinks keep theirs."""
+        self.standard_files()
+        declared = []
+        for c in COLLS:
+            declared += ["--collection", c]
+        src = self.start_source(*declared)
+        sinks = [self.start_sink(COLLS), self.start_sink(COLLS, "--incremental")]
+        self.wait_synced(*sinks)
+        self.wait_mirrors(sinks)
+        src.signal(signal.SIGTERM)
+        self.assertEqual(src.wait(), 0, self.logs())
+        self.put("mesh.yaml", [vs("mesh", "mesh", "istio-system")])
+        self.put("doomed.yaml", [vs("doomed", "doomed", "bookinfo")])
+        src = self.start_source(*declared)
+        self.wait_mirrors(sinks, "every sink to drop the deleted ConfigMaps")
+        for s in sinks:
+            self.assertEqual(read_mirror(s.mirror, [CM], keep_empty=True)[CM],
+                             {}, s.name)
+        # Undeclared, the same restart leaves the sinks' ConfigMaps.
+        self.put("mesh.yaml", [cm("istio", "istio-system", {"mesh": "x: 1\n"})])
+        self.wait_mirrors(sinks, "the ConfigMap back")
+        src.signal(signal.SIGTERM)
+        self.assertEqual(src.wait(), 0, self.logs())
+        self.remove("mesh.yaml")
+        src = self.start_source()
+        self.wait_for(lambda: src.stderr().count(
+            "unknown collection %s" % CM) == len(sinks),
+            "the source to report the unknown collection", src)
+        # A later change reaches the sinks: the ConfigMap is still held.
+        self.put("after.yaml", [vs("after", "after", "bookinfo")])
+        for s in sinks:
+            self.wait_for(lambda s=s: "bookinfo/after" in read_mirror(
+                s.mirror, [VS], keep_empty=True)[VS], "a later change", s)
+            self.assertIn("istio-system/istio", read_mirror(
+                s.mirror, [CM], keep_empty=True)[CM], s.name)
+        self.stop_all()
+
     def churn(self, rng, stop, period=(0.01, 0.05)):
         """Random creates, edits (atomic or in place), deletes and renames
         of files until |stop| is set. Runs in a thread; self.files follows."""
@@ -515,14 +560,19 @@ class SourceFaults(Base):
     def _source_killed(self, dial):
         """The source is SIGKILLed while its files change, the files keep
         changing while it is down, it restarts: the sinks converge to the
-        final files."""
+        final files. The churn can delete every ConfigMap while the source
+        is down: it declares its collections, or a restarted source would
+        not answer that one (test_source_restart_collection_emptied_...)."""
         rng = random.Random(SEED)
         self.standard_files()
+        declared = []
+        for c in COLLS:
+            declared += ["--collection", c]
         if dial:  # the source dials a listening sink
             sinks = [self.start_sink(COLLS, "--incremental", listen=True)]
-            src = self.start_source(dial=True)
+            src = self.start_source(*declared, dial=True)
         else:
-            src = self.start_source()
+            src = self.start_source(*declared)
             sinks = [self.start_sink(COLLS), self.start_sink(COLLS),
                      self.start_sink(COLLS, "--incremental"),
                      self.start_sink(COLLS, "--incremental")]
@@ -536,7 +586,7 @@ class SourceFaults(Base):
                 src.signal(signal.SIGKILL)
                 src.wait()
                 time.sleep(rng.uniform(0.2, 0.8))
-                src = self.start_source(dial=dial)
+                src = self.start_source(*declared, dial=dial)
             time.sleep(1.0)
         finally:
             stop.set()
