@@ -79,6 +79,16 @@ static void g_options(mcp_grpc_options *o, const ta_opts *t) {
   o->tls.server_name = t->server_name;
   o->authorize = t->authorize;
   o->authorize_user_data = t->authorize_ud;
+  if (t->max_queued_updates)
+    o->max_queued_updates = t->max_queued_updates;
+  if (t->keepalive_time_ms)
+    o->keepalive_time_ms = t->keepalive_time_ms;
+  if (t->keepalive_timeout_ms)
+    o->keepalive_timeout_ms = t->keepalive_timeout_ms;
+  if (t->keepalive_permit_without_calls)
+    o->keepalive_permit_without_calls = t->keepalive_permit_without_calls;
+  if (t->min_recv_ping_interval_ms)
+    o->min_recv_ping_interval_ms = t->min_recv_ping_interval_ms;
 }
 
 static void g_on_stream(mcp_grpc_stream_event ev,
@@ -369,6 +379,23 @@ static void g_add_own_tests(Suite *s) {
   suite_add_tcase(s, tc);
 }
 
+/* ---- sync (tests/test_transport_sync.c) ---- */
+
+static int g_store_call(ta_obj *obj, mcp_store *store,
+                        void (*fn)(mcp_store *, mcp_tstamp, void *),
+                        void *ud) {
+  (void)store; /* the transport's thread's */
+  return mcp_grpc_source_call(obj->p, fn, ud);
+}
+
+static int g_source_call(ta_obj *obj,
+                         void (*fn)(mcp_store *, mcp_tstamp, void *),
+                         void *ud) {
+  return mcp_grpc_source_call(obj->p, fn, ud);
+}
+
+static int g_sink_finish(ta_obj *obj) { return mcp_grpc_sink_finish(obj->p); }
+
 const ta_transport ta_grpc = {
     .name = "grpc",
     .options_size = sizeof(mcp_grpc_options),
@@ -399,4 +426,12 @@ const ta_transport ta_grpc = {
     .min_redial = 16 * MCP_MILLISECONDS, /* 20 ms, jitter 0.2 */
     .min_sync_allocs = 3, /* refs and strings; the rest is gRPC's own */
     .add_own_tests = g_add_own_tests,
+    /* ---- sync ---- */
+    .store_call = g_store_call,
+    .source_call = g_source_call,
+    .sink_call_from = g_sink_call,
+    .sink_finish = g_sink_finish,
+    .method = mcp_grpc_method,
+    .not_served = "unknown method",
+    .runs_by_itself = 1,
 };
