@@ -731,7 +731,7 @@ START_TEST(deleting_a_dialer_while_streaming_leaves_nothing) {
 }
 END_TEST
 
-/* ---- keepalive: an idle stream with client pings every 100 ms (and a
+/* ---- keepalive: an idle stream with client pings every 50 ms (and a
  * server that allows them) stays open and keeps working ---- */
 
 static int never(void *ud) {
@@ -748,12 +748,12 @@ START_TEST(keepalive_pings_keep_an_idle_stream_open) {
   env e;
   env_init(&e, 1);
   ta_opts o = opts(1, "127.0.0.1:0");
-  o.min_recv_ping_interval_ms = 50;
+  o.min_recv_ping_interval_ms = 25;
   mcp_source_options so;
   source_opts(&e, &so);
   ck_assert_int_eq(start_source_with(&e, &o, &so), 0);
   o = opts(0, e.addr);
-  o.keepalive_time_ms = 100;
+  o.keepalive_time_ms = 50;
   /* What is tested is that the pings do not end the stream (the server
    * allows them); an ack slowed by a busy machine must not either. */
   o.keepalive_timeout_ms = 20000;
@@ -764,7 +764,7 @@ START_TEST(keepalive_pings_keep_an_idle_stream_open) {
   /* The stimulus, not a window for an expected event: six ping intervals
    * with no data. A slow machine can only send fewer pings in it (no
    * transport tells of its pings), never make the asserts below fail. */
-  ck_assert(!ta->run_until(e.env, never, NULL, 600));
+  ck_assert(!ta->run_until(e.env, never, NULL, 300));
   ck_assert_int_eq(got().closed, 0);
   mcp_tstamp t0 = 0;
   ck_assert_int_eq(ta->update(e.src, put_late, &t0), 0);
