@@ -227,23 +227,29 @@ static int sink_has(env *e, const char *coll, const char *name) {
   return r;
 }
 
+/* |sink| is synced, and its |sink_coll| holds the names and versions of
+ * the store's |store_coll|: |want| of them (-1: any number). */
+static int matches(env *e, ta_obj *sink, const char *sink_coll,
+                   const char *store_coll, int want) {
+  snap *a = calloc(2, sizeof(*a)), *b = a + 1;
+  ck_assert_ptr_nonnull(a);
+  a->coll = sink_coll;
+  b->coll = store_coll;
+  ck_assert_int_eq(ta->sink_call(sink, snap_state, a), 0);
+  ck_assert_int_eq(ta->store_call(e->src, e->store, snap_store, b), 0);
+  ck_assert(!a->overflow && !b->overflow);
+  int eq = a->synced && a->n == b->n && (want < 0 || b->n == want);
+  for (int i = 0; eq && i < b->n; i++)
+    eq = holds(a, b->name[i], b->version[i]);
+  free(a);
+  return eq;
+}
+
 /* The sink is synced and holds every collection's names and versions. */
 static int equal(void *ud) {
   env *e = ud;
-  int eq = 1;
-  for (size_t c = 0; c < 2 && eq; c++) {
-    snap *a = calloc(2, sizeof(*a)), *b = a + 1;
-    ck_assert_ptr_nonnull(a);
-    a->coll = b->coll = colls[c];
-    ck_assert_int_eq(ta->sink_call(e->sink, snap_state, a), 0);
-    ck_assert_int_eq(ta->store_call(e->src, e->store, snap_store, b), 0);
-    ck_assert(!a->overflow && !b->overflow);
-    eq = a->synced && a->n == b->n;
-    for (int i = 0; eq && i < b->n; i++)
-      eq = holds(a, b->name[i], b->version[i]);
-    free(a);
-  }
-  return eq;
+  return matches(e, e->sink, colls[0], colls[0], -1) &&
+         matches(e, e->sink, colls[1], colls[1], -1);
 }
 
 /* ---- both directions: sync, an update pushed and ACKed ---- */
@@ -885,25 +891,9 @@ typedef struct agg {
   int want; /* names in the store once the update ran */
 } agg;
 
-static void agg_snap(mcp_sink_state *st, mcp_tstamp ts, void *ud) {
-  (void)ts;
-  snap *s = ud;
-  s->synced = mcp_sink_state_synced(st);
-  mcp_sink_state_foreach(st, VS_TYPE, snap_item, s);
-}
-
 static int agg_converged(void *ud) {
   agg *a = ud;
-  snap *s = calloc(2, sizeof(*s)), *t = s + 1;
-  ck_assert_ptr_nonnull(s);
-  t->coll = VS_COLL;
-  ck_assert_int_eq(ta->sink_call(a->sink, agg_snap, s), 0);
-  ck_assert_int_eq(ta->store_call(a->e->src, a->e->store, snap_store, t), 0);
-  int eq = s->synced && s->n == t->n && t->n == a->want;
-  for (int i = 0; eq && i < t->n; i++)
-    eq = holds(s, t->name[i], t->version[i]);
-  free(s);
-  return eq;
+  return matches(a->e, a->sink, VS_TYPE, VS_COLL, a->want);
 }
 
 static void count_vs(mcp_sink_state *st, mcp_tstamp ts, void *ud) {

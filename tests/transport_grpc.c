@@ -79,16 +79,7 @@ static void g_options(mcp_grpc_options *o, const ta_opts *t) {
   o->tls.server_name = t->server_name;
   o->authorize = t->authorize;
   o->authorize_user_data = t->authorize_ud;
-  if (t->max_queued_updates)
-    o->max_queued_updates = t->max_queued_updates;
-  if (t->keepalive_time_ms)
-    o->keepalive_time_ms = t->keepalive_time_ms;
-  if (t->keepalive_timeout_ms)
-    o->keepalive_timeout_ms = t->keepalive_timeout_ms;
-  if (t->keepalive_permit_without_calls)
-    o->keepalive_permit_without_calls = t->keepalive_permit_without_calls;
-  if (t->min_recv_ping_interval_ms)
-    o->min_recv_ping_interval_ms = t->min_recv_ping_interval_ms;
+  TA_SYNC_OPTIONS(o, t); /* ---- sync ---- */
 }
 
 static void g_on_stream(mcp_grpc_stream_event ev,

@@ -61,6 +61,24 @@ typedef struct ta_opts {
   int min_recv_ping_interval_ms;
 } ta_opts;
 
+/* ---- sync ---- */
+/* Copies ta_opts' sync fields into a transport's options struct |o|, whose
+ * fields of these names mean the same on every transport. */
+#define TA_SYNC_OPTIONS(o, t)                                                \
+  do {                                                                       \
+    if ((t)->max_queued_updates)                                             \
+      (o)->max_queued_updates = (t)->max_queued_updates;                     \
+    if ((t)->keepalive_time_ms)                                              \
+      (o)->keepalive_time_ms = (t)->keepalive_time_ms;                       \
+    if ((t)->keepalive_timeout_ms)                                           \
+      (o)->keepalive_timeout_ms = (t)->keepalive_timeout_ms;                 \
+    if ((t)->keepalive_permit_without_calls)                                 \
+      (o)->keepalive_permit_without_calls =                                  \
+          (t)->keepalive_permit_without_calls;                               \
+    if ((t)->min_recv_ping_interval_ms)                                      \
+      (o)->min_recv_ping_interval_ms = (t)->min_recv_ping_interval_ms;       \
+  } while (0)
+
 enum { TA_STREAM_OPENED, TA_STREAM_CLOSED, TA_STREAM_REFUSED };
 
 typedef struct ta_transport {
