@@ -980,7 +980,7 @@ START_TEST(a_listening_sink_refuses_an_aggregated_state) {
 END_TEST
 
 static Suite *suite(void) {
-  char name[64];
+  static char name[64]; /* check keeps the pointer */
   snprintf(name, sizeof(name), "transport_sync_%s%s", ta->name,
            test_tls_mode() ? "_tls" : "");
   Suite *s = suite_create(name);
