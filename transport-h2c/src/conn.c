@@ -21,7 +21,7 @@ mcp_h2c_conn *mcp_h2c_conn_new(mcp_h2c_ep *ep, int dialed) {
   mcp_h2c_conn *c = mcp_h2c_calloc(&ep->mem, 1, sizeof(*c));
   if (!c)
     return NULL;
-  c->probe.mem = c->wfill.mem = c->wflight.mem = &ep->mem;
+  c->probe.mem = c->wfill.mem = c->wflight.mem = c->wtls.mem = &ep->mem;
   c->ep = ep;
   c->dialed = dialed;
   c->proto = dialed ? MCP_H2C_PROTO_DIALING : MCP_H2C_PROTO_PROBE;
@@ -77,9 +77,10 @@ void mcp_h2c_conn_unref(mcp_h2c_conn *c) {
   if (--c->refs > 0)
     return;
   mcp_h2c_ep *ep = c->ep;
-  ep->write_buffered -= c->wfill.len + c->wflight.len;
+  ep->write_buffered -= c->wfill.len + c->wflight.len + c->wtls.len;
   mcp_buf_free(&c->wfill);
   mcp_buf_free(&c->wflight);
+  mcp_buf_free(&c->wtls);
   mcp_h2c_free(&ep->mem, c);
   mcp_h2c_ep_unref(ep);
 }
@@ -143,23 +144,23 @@ static void on_write(uv_write_t *req, int status);
 static void start_write(mcp_h2c_conn *c) {
   if (c->writing || c->closing)
     return;
+  /* What goes next becomes the flight buffer, the empty one the next to
+   * fill: the frames themselves, or with TLS their records (encrypted
+   * after the handshake; until then only the handshake's own go). */
+  mcp_buf *next = &c->wfill;
   if (c->ssl) {
-    /* The frames are encrypted into the flight buffer (after the
-     * handshake; until then only the handshake's own records go). */
-    if (mcp_h2c_tls_output(c, &c->wfill, &c->wflight) < 0) {
+    if (mcp_h2c_tls_output(c, &c->wfill) < 0) {
       mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE, "TLS write failed");
       return;
     }
-    if (c->wflight.len == 0)
-      return;
-  } else {
-    if (c->wfill.len == 0)
-      return;
-    mcp_buf t = c->wflight;
-    c->wflight = c->wfill;
-    c->wfill = t;
-    c->wfill.len = 0;
+    next = &c->wtls;
   }
+  if (next->len == 0)
+    return;
+  mcp_buf t = c->wflight;
+  c->wflight = *next;
+  *next = t;
+  next->len = 0;
   uv_buf_t b = uv_buf_init((char *)c->wflight.p, (unsigned)c->wflight.len);
   int rv = uv_write(&c->wreq, c->sock, &b, 1, on_write);
   if (rv < 0) {
@@ -205,7 +206,8 @@ static void on_write(uv_write_t *req, int status) {
 #define WBUF_IDLE_MS 1000
 
 static int wbuf_idle(const mcp_h2c_conn *c) {
-  return !c->writing && c->wfill.len == 0 && (c->wfill.cap || c->wflight.cap);
+  return !c->writing && c->wfill.len == 0 && c->wtls.len == 0 &&
+         (c->wfill.cap || c->wflight.cap || c->wtls.cap);
 }
 
 /* Moves frames from nghttp2 into the write buffer (up to its limit) and
@@ -461,7 +463,7 @@ void mcp_h2c_conn_kick(mcp_h2c_conn *c) {
     c->reading = 0;
     c->read_paused = 1;
   }
-  int idle_out = !c->writing && c->wfill.len == 0;
+  int idle_out = !c->writing && c->wfill.len == 0 && c->wtls.len == 0;
   if (c->proto == MCP_H2C_PROTO_H2 && c->h2) {
     int wr = nghttp2_session_want_read(c->h2);
     int ww = nghttp2_session_want_write(c->h2);
@@ -579,6 +581,7 @@ static void on_timer(uv_timer_t *t) {
   if (wbuf_idle(c) && now >= c->last_write + ms(WBUF_IDLE_MS)) {
     mcp_buf_free(&c->wfill);
     mcp_buf_free(&c->wflight);
+    mcp_buf_free(&c->wtls);
   }
   if (idle_on(c) && now >= c->idle_since + ms(o->idle_timeout_ms)) {
     if (c->proto == MCP_H2C_PROTO_H2 && c->h2 && !c->goaway) {

@@ -548,7 +548,7 @@ static void shutdown_ep(mcp_h2c_ep *ep) {
       c->draining = 1;
       mcp_h2c_conn_kick(c);
     } else if (c->proto == MCP_H2C_PROTO_HTTP1 &&
-               (c->writing || c->wfill.len)) {
+               (c->writing || c->wfill.len || c->wtls.len)) {
       c->draining = 1; /* the answer being written goes out first */
       mcp_h2c_conn_kick(c);
     } else {

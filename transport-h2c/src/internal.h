@@ -158,6 +158,7 @@ struct mcp_h2c_conn {
 
   mcp_buf wfill, wflight; /* frames being gathered / being written;
                                  freed after a second without writes */
+  mcp_buf wtls;  /* TLS: records to write next (tls.c's write BIO) */
   mcp_tstamp last_write;      /* the last write's completion */
   uv_write_t wreq;
   int writing;
@@ -449,9 +450,10 @@ int mcp_h2c_tls_handshake(mcp_h2c_conn *c, char *why, size_t len);
  * PROTOCOL. */
 ssize_t mcp_h2c_tls_read(mcp_h2c_conn *c, uint8_t *buf, size_t cap,
                          char *why, size_t len);
-/* Encrypts |plain| (emptied; once the handshake is done) and appends
- * what the SSL object has to send to |out|. NOMEM, PROTOCOL. */
-int mcp_h2c_tls_output(mcp_h2c_conn *c, mcp_buf *plain, mcp_buf *out);
+/* Encrypts |plain| (emptied; once the handshake is done) into c->wtls,
+ * where the SSL object writes every record it sends. PROTOCOL (NOMEM
+ * included: OpenSSL's write fails). */
+int mcp_h2c_tls_output(mcp_h2c_conn *c, mcp_buf *plain);
 
 /* server.c */
 int mcp_h2c_server_start(mcp_h2c_ep *ep);

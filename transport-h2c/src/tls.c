@@ -1,5 +1,5 @@
 /* TLS on a connection with OpenSSL 3, the way nghttp2's own servers do it:
- * memory BIOs between the socket and the SSL object, ALPN "h2", TLS 1.2
+ * BIOs in memory between the socket and the SSL object, ALPN "h2", TLS 1.2
  * at least (1.3 preferred by the negotiation). The certificate files are
  * read when the object is made and again when they change (checked at
  * most once a second, on a new connection or a dial attempt); a set that
@@ -13,6 +13,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+#include <uv.h>
 
 #include "filever.h"
 #include "internal.h"
@@ -277,13 +278,70 @@ static int is_ip(const char *host) {
   return 1;
 }
 
+/*
+ * The write side: a BIO that appends each record to the connection's
+ * c->wtls, which start_write() then hands to the socket as it is (a swap,
+ * as cleartext's frames). A memory BIO there cost a copy of every byte
+ * sent (BIO_read() into the write buffer) and a buffer of its own that
+ * grew to the largest burst; records written while a write is in flight
+ * (a handshake answer, a session ticket) wait in wtls the same way.
+ */
+static BIO_METHOD *wbio_method;
+
+static int wbio_write(BIO *b, const char *p, int n) {
+  mcp_h2c_conn *c = BIO_get_data(b);
+  if (n <= 0)
+    return 0;
+  if (mcp_buf_append(&c->wtls, p, (size_t)n) < 0)
+    return -1; /* SSL_write() fails: the connection closes */
+  c->ep->write_buffered += (size_t)n;
+  return n;
+}
+
+static long wbio_ctrl(BIO *b, int cmd, long num, void *ptr) {
+  (void)b;
+  (void)num;
+  (void)ptr;
+  /* The record layer flushes after each flight: nothing is held here. */
+  return cmd == BIO_CTRL_FLUSH ? 1 : 0;
+}
+
+static int wbio_create(BIO *b) {
+  BIO_set_init(b, 1);
+  return 1;
+}
+
+/* One method for the process, as OpenSSL's own BIO_s_mem(): made once,
+ * never freed (a BIO refers to it until SSL_free(), whichever endpoint
+ * goes first). */
+static void wbio_method_make(void) {
+  BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK,
+                               "mcp_h2c write");
+  if (m && BIO_meth_set_write(m, wbio_write) == 1 &&
+      BIO_meth_set_ctrl(m, wbio_ctrl) == 1 &&
+      BIO_meth_set_create(m, wbio_create) == 1) {
+    wbio_method = m;
+    return;
+  }
+  BIO_meth_free(m);
+}
+
+static BIO *wbio_new(mcp_h2c_conn *c) {
+  static uv_once_t once = UV_ONCE_INIT;
+  uv_once(&once, wbio_method_make);
+  BIO *b = wbio_method ? BIO_new(wbio_method) : NULL;
+  if (b)
+    BIO_set_data(b, c);
+  return b;
+}
+
 int mcp_h2c_tls_conn_start(mcp_h2c_conn *c) {
   mcp_h2c_ep *ep = c->ep;
   refresh(ep);
   SSL *ssl = SSL_new(ep->tls->ctx);
   if (!ssl)
     return MCP_ERR_NOMEM;
-  BIO *rb = BIO_new(BIO_s_mem()), *wb = BIO_new(BIO_s_mem());
+  BIO *rb = BIO_new(BIO_s_mem()), *wb = wbio_new(c);
   if (!rb || !wb) {
     BIO_free(rb);
     BIO_free(wb);
@@ -423,34 +481,21 @@ ssize_t mcp_h2c_tls_read(mcp_h2c_conn *c, uint8_t *buf, size_t cap,
   return MCP_ERR_PROTOCOL;
 }
 
-int mcp_h2c_tls_output(mcp_h2c_conn *c, mcp_buf *plain, mcp_buf *out) {
-  mcp_h2c_ep *ep = c->ep;
-  if (c->tls_done && plain->len > 0) {
-    /* A memory BIO takes everything: the write never stops halfway. */
-    size_t off = 0;
-    while (off < plain->len) {
-      size_t n = plain->len - off;
-      int r = SSL_write(c->ssl, plain->p + off, n > INT_MAX ? INT_MAX : (int)n);
-      if (r <= 0) {
-        ERR_clear_error();
-        return MCP_ERR_PROTOCOL;
-      }
-      off += (size_t)r;
-    }
-    ep->write_buffered -= plain->len;
-    plain->len = 0;
-  }
-  BIO *wb = SSL_get_wbio(c->ssl);
-  size_t pending = BIO_ctrl_pending(wb);
-  if (pending == 0)
+int mcp_h2c_tls_output(mcp_h2c_conn *c, mcp_buf *plain) {
+  if (!c->tls_done || plain->len == 0)
     return 0;
-  size_t had = out->len;
-  if (mcp_buf_reserve(out, pending) < 0)
-    return MCP_ERR_NOMEM;
-  int r = BIO_read(wb, out->p + had, (int)pending);
-  if (r > 0) {
-    out->len = had + (size_t)r;
-    ep->write_buffered += (size_t)r;
+  /* The write BIO takes everything: the write never stops halfway. */
+  size_t off = 0;
+  while (off < plain->len) {
+    size_t n = plain->len - off;
+    int r = SSL_write(c->ssl, plain->p + off, n > INT_MAX ? INT_MAX : (int)n);
+    if (r <= 0) {
+      ERR_clear_error();
+      return MCP_ERR_PROTOCOL;
+    }
+    off += (size_t)r;
   }
+  c->ep->write_buffered -= plain->len;
+  plain->len = 0;
   return 0;
 }
