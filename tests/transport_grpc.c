@@ -79,6 +79,7 @@ static void g_options(mcp_grpc_options *o, const ta_opts *t) {
   o->tls.server_name = t->server_name;
   o->authorize = t->authorize;
   o->authorize_user_data = t->authorize_ud;
+  TA_ADMISSION_OPTIONS(o, t);
 }
 
 static void g_on_stream(mcp_grpc_stream_event ev,
