@@ -79,6 +79,7 @@ static void g_options(mcp_grpc_options *o, const ta_opts *t) {
   o->tls.server_name = t->server_name;
   o->authorize = t->authorize;
   o->authorize_user_data = t->authorize_ud;
+  TA_SYNC_OPTIONS(o, t); /* ---- sync ---- */
   TA_ADMISSION_OPTIONS(o, t);
 }
 
@@ -370,6 +371,23 @@ static void g_add_own_tests(Suite *s) {
   suite_add_tcase(s, tc);
 }
 
+/* ---- sync (tests/test_transport_sync.c) ---- */
+
+static int g_store_call(ta_obj *obj, mcp_store *store,
+                        void (*fn)(mcp_store *, mcp_tstamp, void *),
+                        void *ud) {
+  (void)store; /* the transport's thread's */
+  return mcp_grpc_source_call(obj->p, fn, ud);
+}
+
+static int g_source_call(ta_obj *obj,
+                         void (*fn)(mcp_store *, mcp_tstamp, void *),
+                         void *ud) {
+  return mcp_grpc_source_call(obj->p, fn, ud);
+}
+
+static int g_sink_finish(ta_obj *obj) { return mcp_grpc_sink_finish(obj->p); }
+
 const ta_transport ta_grpc = {
     .name = "grpc",
     .options_size = sizeof(mcp_grpc_options),
@@ -400,4 +418,12 @@ const ta_transport ta_grpc = {
     .min_redial = 16 * MCP_MILLISECONDS, /* 20 ms, jitter 0.2 */
     .min_sync_allocs = 3, /* refs and strings; the rest is gRPC's own */
     .add_own_tests = g_add_own_tests,
+    /* ---- sync ---- */
+    .store_call = g_store_call,
+    .source_call = g_source_call,
+    .sink_call_from = g_sink_call,
+    .sink_finish = g_sink_finish,
+    .method = mcp_grpc_method,
+    .not_served = "unknown method",
+    .runs_by_itself = 1,
 };

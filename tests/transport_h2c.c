@@ -96,6 +96,7 @@ static void h_options(ta_env *e, mcp_h2c_options *o, const ta_opts *t) {
   o->tls.server_name = t->server_name;
   o->authorize = t->authorize;
   o->authorize_user_data = t->authorize_ud;
+  TA_SYNC_OPTIONS(o, t); /* ---- sync ---- */
   TA_ADMISSION_OPTIONS(o, t);
   if (t->max_streams_per_connection)
     o->max_streams_per_connection = t->max_streams_per_connection;
@@ -421,6 +422,221 @@ static void h_add_own_tests(Suite *s) {
   suite_add_tcase(s, tc);
 }
 
+/* ---- sync (tests/test_transport_sync.c) ---- */
+
+/* The loop runs on the test's thread, where mcp_h2c_source_call() is
+ * refused: the store is read directly. */
+static int h_store_call(ta_obj *obj, mcp_store *store,
+                        void (*fn)(mcp_store *, mcp_tstamp, void *),
+                        void *ud) {
+  (void)obj;
+  fn(store, mcp_h2c_now(), ud);
+  return 0;
+}
+
+static int h_source_call(ta_obj *obj,
+                         void (*fn)(mcp_store *, mcp_tstamp, void *),
+                         void *ud) {
+  return mcp_h2c_source_call(obj->p, fn, ud);
+}
+
+static int h_sink_call_from(ta_obj *obj,
+                            void (*fn)(mcp_sink_state *, mcp_tstamp, void *),
+                            void *ud) {
+  return mcp_h2c_sink_call(obj->p, fn, ud);
+}
+
+/* h2c alone: mcp_h2c_options.on_closed (gRPC's *_del() returns once all
+ * is closed, so it has no such callback). */
+static void h_closed_cb(void *ud) { (*(int *)ud)++; }
+
+static void h_count_update(mcp_store *st, mcp_tstamp ts, void *ud) {
+  (void)st;
+  (void)ts;
+  (*(int *)ud)++;
+}
+
+static int h_one_closed(void *ud) { return *(int *)ud == 1; }
+
+START_TEST(on_closed_runs_once_the_source_is_closed) {
+  ta_world w;
+  ta_world_init(&w);
+  int closed = 0, ran = 0;
+  mcp_h2c_options o;
+  mcp_h2c_options_default(&o);
+  o.address = "127.0.0.1:0";
+  o.on_closed = h_closed_cb;
+  o.user_data = &closed;
+  mcp_source_options so;
+  mcp_source_options_default(&so);
+  so.store = w.store;
+  mcp_h2c_source *src = NULL;
+  ck_assert_int_eq(mcp_h2c_source_new(&src, &w.env->loop, &o, &so), 0);
+  ck_assert_int_eq(mcp_h2c_source_update(src, h_count_update, &ran), 0);
+  /* del() runs what is queued, then the object closes on the loop. */
+  mcp_h2c_source_del(src);
+  ck_assert_int_eq(ran, 1);
+  ck_assert_int_eq(closed, 0);
+  ck_assert(h2t_run_until(&w.env->loop, h_one_closed, &closed, 2000));
+  ta_world_fini(&w);
+}
+END_TEST
+
+/* Stream events of the h2c-alone sync tests (all on the loop thread). */
+typedef struct h_watch {
+  int opened, closed, last_status;
+  int want; /* h_closed_n: this many closes */
+  char details[256];
+  mcp_tstamp opened_at[8];
+} h_watch;
+
+static void h_watch_cb(int ev, const mcp_stream_info *i, void *ud) {
+  h_watch *w = ud;
+  if (ev == TA_STREAM_OPENED) {
+    if (w->opened < 8)
+      w->opened_at[w->opened] = mcp_h2c_now();
+    w->opened++;
+    return;
+  }
+  w->closed++;
+  w->last_status = i->status;
+  snprintf(w->details, sizeof(w->details), "%s", i->details);
+}
+
+static int h_closed_n(void *ud) {
+  h_watch *w = ud;
+  return w->closed >= w->want;
+}
+
+static ta_opts h_watched(int listen, const char *addr, h_watch *w) {
+  ta_opts o = ta_opts_for(listen, addr, NULL);
+  o.on_stream = h_watch_cb;
+  o.on_stream_ud = w;
+  return o;
+}
+
+typedef struct h_resume {
+  ta_world *w;
+  h_watch *watch;
+} h_resume;
+
+static int h_resumed(void *ud) {
+  h_resume *r = ud;
+  mcp_sink_state *st = r->w->state;
+  return mcp_sink_state_synced(st) &&
+         mcp_sink_state_count(st, "c1") == 2 &&
+         !mcp_sink_state_version(st, "c1", "a") &&
+         mcp_sink_state_version(st, "c1", "d") && r->watch->opened >= 4;
+}
+
+/* A dialing sink whose source restarts (on the same port, with "a"
+ * deleted and "d" added meanwhile) sees UNAVAILABLE, redials and resumes
+ * with what it held. h2c alone here: gRPC's is test_grpc_reconnect.c's
+ * test_sink_resumes_after_source_restart_on_same_port. */
+START_TEST(a_dialing_sink_resumes_with_what_it_holds) {
+  ta_world w;
+  ta_world_init(&w);
+  h_watch watch;
+  memset(&watch, 0, sizeof(watch));
+  watch.want = 2; /* both ends */
+  /* An incremental sink: its requests carry what it holds. */
+  static const char *const c1[] = {"c1"};
+  mcp_sink_options sko;
+  mcp_sink_options_default(&sko);
+  sko.collections = c1;
+  sko.ncollections = 1;
+  sko.incremental = 1;
+  mcp_sink_state_del(w.state);
+  ck_assert_int_eq(mcp_sink_state_new(&w.state, &sko), 0);
+  ta_opts o = h_watched(1, "127.0.0.1:0", &watch);
+  ta_start_source_with(&w, &o);
+  ta_opts d = h_watched(0, w.addr, &watch);
+  ck_assert_int_eq(ta->sink_new(w.env, &w.sink, &d, w.state), 0);
+  ck_assert(ta->run_until(w.env, ta_synced, &w, TA_TIMEOUT_MS));
+  ta->del(w.src);
+  w.src = NULL;
+  ck_assert(ta->run_until(w.env, h_closed_n, &watch, TA_TIMEOUT_MS));
+  ck_assert_int_eq(watch.last_status, MCP_CODE_UNAVAILABLE);
+  ck_assert_int_eq(mcp_store_delete(w.store, "c1", "a", mcp_h2c_now()), 1);
+  th_put(w.store, "c1", "d", "1", "D", mcp_h2c_now());
+  /* The port can be briefly taken: with nobody listening, the sink's
+   * attempts may self-connect on loopback (a source port equal to the
+   * target port). */
+  mcp_source_options so;
+  mcp_source_options_default(&so);
+  so.store = w.store;
+  o.address = w.addr;
+  int rv = -1;
+  for (int tries = 0; tries < 100 && rv != 0; ++tries)
+    if ((rv = ta->source_new(w.env, &w.src, &o, &so)) != 0)
+      h2t_run_for(&w.env->loop, 20);
+  ck_assert_int_eq(rv, 0);
+  h_resume r = {&w, &watch};
+  ck_assert(ta->run_until(w.env, h_resumed, &r, TA_TIMEOUT_MS));
+  /* The resumed stream asked with what the sink held (a, big). */
+  size_t nj = mcp_sink_state_journal_count(w.state);
+  int found = 0;
+  for (size_t i = 0; i < nj; ++i) {
+    mcp_journal_entry je;
+    ck_assert_int_eq(mcp_sink_state_journal_entry(w.state, i, &je), 0);
+    if (je.kind == MCP_EVENT_REQUEST && strcmp(je.collection, "c1") == 0 &&
+        je.ninitial == 2)
+      found = 1;
+  }
+  ck_assert(found);
+  ta_world_fini(&w);
+}
+END_TEST
+
+/* Nobody listens: attempts follow the backoff (the adapter's 10 ms, x1.6,
+ * 50 ms cap), each one reported as a stream that closes UNAVAILABLE.
+ * Counted by events, not in a time window: each gap is at least its
+ * delay's lower bound (-20 % jitter), however slow the machine (it can
+ * only be late). h2c alone here: gRPC's attempts are gRPC core's, and
+ * test_grpc_reconnect.c's test_dialing_nothing_retries_with_growing_delays
+ * checks them. */
+START_TEST(redials_follow_the_backoff_against_a_closed_port) {
+  ta_world w;
+  ta_world_init(&w);
+  ta_start_source(&w, NULL); /* a port that was free a moment ago */
+  ta->del(w.src);
+  w.src = NULL;
+  h2t_run_for(&w.env->loop, 20);
+  h_watch watch;
+  memset(&watch, 0, sizeof(watch));
+  ta_opts d = h_watched(0, w.addr, &watch);
+  ck_assert_int_eq(ta->sink_new(w.env, &w.sink, &d, w.state), 0);
+  watch.want = 5; /* five attempts ended */
+  ck_assert(ta->run_until(w.env, h_closed_n, &watch, TA_TIMEOUT_MS));
+  double nominal = 10.0 * (double)MCP_MILLISECONDS;
+  for (int k = 0; k + 1 < 5; ++k) {
+    mcp_tstamp gap = watch.opened_at[k + 1] - watch.opened_at[k];
+    ck_assert_msg((double)gap >= 0.8 * nominal - 2.0 * MCP_MILLISECONDS,
+                  "attempt %d after %llu ns (nominal %.0f)", k + 1,
+                  (unsigned long long)gap, nominal);
+    nominal = nominal * 1.6 > 50.0 * MCP_MILLISECONDS
+                  ? 50.0 * MCP_MILLISECONDS
+                  : nominal * 1.6;
+  }
+  ck_assert_int_ge(watch.opened, watch.closed);
+  ck_assert_int_eq(watch.last_status, MCP_CODE_UNAVAILABLE);
+  ck_assert_msg(strstr(watch.details, "connect") != NULL, "%s",
+                watch.details);
+  ta_world_fini(&w);
+}
+END_TEST
+
+static void h_add_sync_tests(Suite *s) {
+  TCase *tc = tcase_create("h2c");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, on_closed_runs_once_the_source_is_closed);
+  tcase_add_test(tc, a_dialing_sink_resumes_with_what_it_holds);
+  tcase_add_test(tc, redials_follow_the_backoff_against_a_closed_port);
+  suite_add_tcase(s, tc);
+}
+
+static int h_sink_finish(ta_obj *obj) { return mcp_h2c_sink_finish(obj->p); }
+
 const ta_transport ta_h2c = {
     .name = "h2c",
     .options_size = sizeof(mcp_h2c_options),
@@ -454,4 +670,13 @@ const ta_transport ta_h2c = {
     .tells_method = 1,
     .tls_run = 1,
     .add_own_tests = h_add_own_tests,
+    /* ---- sync ---- */
+    .store_call = h_store_call,
+    .source_call = h_source_call,
+    .sink_call_from = h_sink_call_from,
+    .sink_finish = h_sink_finish,
+    .method = mcp_h2c_method,
+    .not_served = "is not served here",
+    .runs_by_itself = 0,
+    .add_sync_tests = h_add_sync_tests,
 };

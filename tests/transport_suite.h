@@ -54,6 +54,11 @@ typedef struct ta_opts {
   /* The transport's authorize hook and its user data (NULL: everyone). */
   mcp_authorize_fn authorize;
   void *authorize_ud;
+  /* ---- sync ---- */
+  size_t max_queued_updates; /* a source's; 0: the transport's default */
+  /* HTTP/2 keepalive, as both transports' options (0: their default). */
+  int keepalive_time_ms, keepalive_timeout_ms, keepalive_permit_without_calls;
+  int min_recv_ping_interval_ms;
   /* ---- admission (test_transport_admission.c) ---- */
   /* A listener's admission options, as both transports name them
    * (0: the transport's default; UINT32_MAX / SIZE_MAX: no limit). */
@@ -66,6 +71,24 @@ typedef struct ta_opts {
    * gRPC's bound is max_concurrent_streams alone). 0: the default. */
   int max_streams_per_connection;
 } ta_opts;
+
+/* ---- sync ---- */
+/* Copies ta_opts' sync fields into a transport's options struct |o|, whose
+ * fields of these names mean the same on every transport. */
+#define TA_SYNC_OPTIONS(o, t)                                                \
+  do {                                                                       \
+    if ((t)->max_queued_updates)                                             \
+      (o)->max_queued_updates = (t)->max_queued_updates;                     \
+    if ((t)->keepalive_time_ms)                                              \
+      (o)->keepalive_time_ms = (t)->keepalive_time_ms;                       \
+    if ((t)->keepalive_timeout_ms)                                           \
+      (o)->keepalive_timeout_ms = (t)->keepalive_timeout_ms;                 \
+    if ((t)->keepalive_permit_without_calls)                                 \
+      (o)->keepalive_permit_without_calls =                                  \
+          (t)->keepalive_permit_without_calls;                               \
+    if ((t)->min_recv_ping_interval_ms)                                      \
+      (o)->min_recv_ping_interval_ms = (t)->min_recv_ping_interval_ms;       \
+  } while (0)
 
 enum { TA_STREAM_OPENED, TA_STREAM_CLOSED, TA_STREAM_REFUSED };
 
@@ -149,6 +172,32 @@ typedef struct ta_transport {
   int tls_run;
   /* Tests of this transport alone (NULL: none). */
   void (*add_own_tests)(Suite *s);
+
+  /* ---- sync (tests/test_transport_sync.c) ---- */
+  /* Runs fn(store, now, ud) where |src|'s store may be read, from the
+   * test's thread: through the source's *_call() (gRPC), or on |store|
+   * directly where the loop runs on the test's thread (h2c). */
+  int (*store_call)(ta_obj *src, mcp_store *store,
+                    void (*fn)(mcp_store *, mcp_tstamp, void *), void *ud);
+  /* The transport's own *_source_call() and *_sink_call(), called from a
+   * thread that is not the transport's: they return once fn ran
+   * (INVALID_ARGUMENT on the transport's thread). */
+  int (*source_call)(ta_obj *src, void (*fn)(mcp_store *, mcp_tstamp, void *),
+                     void *ud);
+  int (*sink_call_from)(ta_obj *sink,
+                        void (*fn)(mcp_sink_state *, mcp_tstamp, void *),
+                        void *ud);
+  int (*sink_finish)(ta_obj *sink); /* *_sink_finish() */
+  /* *_method(): the gRPC method a service is called on. */
+  const char *(*method)(mcp_service service, int sink_dials);
+  /* 1: the transport runs on its own thread (gRPC), so an update can be
+   * held there; 0: its loop runs only inside run_until() (h2c). */
+  int runs_by_itself;
+  /* In the details a listener ends a call at the other side's MCP method
+   * with (UNIMPLEMENTED; docs/protocol.md "A server's unknown method"). */
+  const char *not_served;
+  /* Sync tests of this transport alone (NULL: none). */
+  void (*add_sync_tests)(Suite *s);
 } ta_transport;
 
 /* The transport under test, set by the suite's main()

@@ -227,7 +227,15 @@ void mcp_grpc_source_del(mcp_grpc_source *src) {
   mcp_grpc_free(&mem, src);
 }
 
-int mcp_grpc_source_port(const mcp_grpc_source *src) { return src->ep.port; }
+/* gRPC core answers 1 for a unix socket it binds: a unix socket has no
+ * port, so 0, as the header says (and as h2c). */
+static int ep_port(const mcp_grpc_ep *ep) {
+  return ep->address && strncmp(ep->address, "unix", 4) == 0 ? 0 : ep->port;
+}
+
+int mcp_grpc_source_port(const mcp_grpc_source *src) {
+  return ep_port(&src->ep);
+}
 
 int mcp_grpc_source_update(mcp_grpc_source *src, mcp_grpc_store_fn fn,
                            void *user_data) {
@@ -298,7 +306,7 @@ void mcp_grpc_sink_del(mcp_grpc_sink *sink) {
   mcp_grpc_free(&mem, sink);
 }
 
-int mcp_grpc_sink_port(const mcp_grpc_sink *sink) { return sink->ep.port; }
+int mcp_grpc_sink_port(const mcp_grpc_sink *sink) { return ep_port(&sink->ep); }
 
 int mcp_grpc_sink_call(mcp_grpc_sink *sink, mcp_grpc_state_fn fn,
                        void *user_data) {

@@ -513,7 +513,7 @@ MCP_EXTERN int mcp_grpc_source_new_versioned(
  */
 MCP_EXTERN void mcp_grpc_source_del(mcp_grpc_source *src);
 
-/* LISTEN: the bound port. DIAL: 0. */
+/* LISTEN on TCP: the bound port. Otherwise (DIAL, a unix socket) 0. */
 MCP_EXTERN int mcp_grpc_source_port(const mcp_grpc_source *src);
 
 /*
@@ -592,7 +592,7 @@ MCP_EXTERN int mcp_grpc_sink_new_versioned(mcp_grpc_sink **psink,
  * NULL is a no-op. */
 MCP_EXTERN void mcp_grpc_sink_del(mcp_grpc_sink *sink);
 
-/* LISTEN: the bound port. DIAL: 0. */
+/* LISTEN on TCP: the bound port. Otherwise (DIAL, a unix socket) 0. */
 MCP_EXTERN int mcp_grpc_sink_port(const mcp_grpc_sink *sink);
 
 /* Runs |fn| with the state on the transport thread and returns once it
