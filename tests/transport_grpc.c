@@ -80,6 +80,7 @@ static void g_options(mcp_grpc_options *o, const ta_opts *t) {
   o->authorize = t->authorize;
   o->authorize_user_data = t->authorize_ud;
   TA_SYNC_OPTIONS(o, t); /* ---- sync ---- */
+  TA_ADMISSION_OPTIONS(o, t);
 }
 
 static void g_on_stream(mcp_grpc_stream_event ev,

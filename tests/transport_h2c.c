@@ -97,6 +97,9 @@ static void h_options(ta_env *e, mcp_h2c_options *o, const ta_opts *t) {
   o->authorize = t->authorize;
   o->authorize_user_data = t->authorize_ud;
   TA_SYNC_OPTIONS(o, t); /* ---- sync ---- */
+  TA_ADMISSION_OPTIONS(o, t);
+  if (t->max_streams_per_connection)
+    o->max_streams_per_connection = t->max_streams_per_connection;
 }
 
 static void h_on_stream(mcp_h2c_stream_event ev,

@@ -61,10 +61,11 @@ static char *slurp(const char *path) {
 
 /* Mutual TLS as the suite's other clients (tests/transport_suite.c:
  * client.pem, verified against ca.pem; the server's SAN has 127.0.0.1). */
-static grpc_channel_credentials *tls_credentials(void) {
+static grpc_channel_credentials *tls_credentials_of(const char *pem,
+                                                    const char *keyfile) {
   char *ca = slurp(ta_cert("ca.pem"));
-  char *cert = slurp(ta_cert("client.pem"));
-  char *key = slurp(ta_cert("client.key"));
+  char *cert = slurp(ta_cert(pem));
+  char *key = slurp(ta_cert(keyfile));
   grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
   grpc_channel_credentials *cr = grpc_ssl_credentials_create(ca, &pair, NULL,
                                                              NULL);
@@ -72,6 +73,10 @@ static grpc_channel_credentials *tls_credentials(void) {
   free(cert);
   free(key);
   return cr;
+}
+
+static grpc_channel_credentials *tls_credentials(void) {
+  return tls_credentials_of("client.pem", "client.key");
 }
 
 static void start_recv(tp_call *c) {
@@ -297,4 +302,24 @@ void tp_close(ta_env *env, tp_call *c) {
   grpc_completion_queue_destroy(c->cq);
   grpc_shutdown();
   free(c);
+}
+
+/* ---- admission (test_transport_admission.c) ---- */
+
+grpc_channel *tp_channel(int port, int peer) {
+  char target[64];
+  int tls = test_tls_mode();
+  snprintf(target, sizeof(target), "%s:%d",
+           peer && !tls ? "[::1]" : "127.0.0.1", port);
+  grpc_channel_credentials *cr =
+      !tls   ? grpc_insecure_credentials_create()
+      : peer ? tls_credentials_of("denied.pem", "denied.key")
+             : tls_credentials();
+  /* Its own connection: channels would otherwise share one. */
+  grpc_arg a = {GRPC_ARG_INTEGER, (char *)GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL,
+                {.integer = 1}};
+  grpc_channel_args args = {1, &a};
+  grpc_channel *ch = grpc_channel_create(target, cr, &args);
+  grpc_channel_credentials_release(cr);
+  return ch;
 }

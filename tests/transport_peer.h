@@ -48,4 +48,15 @@ int tp_wait_status(ta_env *env, tp_call *c);
  * completions, and frees it. */
 void tp_close(ta_env *env, tp_call *c);
 
+/* ---- admission (test_transport_admission.c) ---- */
+
+/* A gRPC-core channel to |port| on its own connection, as peer |peer|
+ * (0 or 1): two peers the listener's admission keys apart, by address in
+ * cleartext (127.0.0.1 and ::1: the listener on [::]:0), by identity over
+ * TLS (client.pem and denied.pem, both from 127.0.0.1; mcp_peer_admit_key()
+ * takes the identity first). Needs grpc_init(); free with
+ * grpc_channel_destroy(). */
+typedef struct grpc_channel grpc_channel;
+grpc_channel *tp_channel(int port, int peer);
+
 #endif

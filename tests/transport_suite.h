@@ -59,6 +59,17 @@ typedef struct ta_opts {
   /* HTTP/2 keepalive, as both transports' options (0: their default). */
   int keepalive_time_ms, keepalive_timeout_ms, keepalive_permit_without_calls;
   int min_recv_ping_interval_ms;
+  /* ---- admission (test_transport_admission.c) ---- */
+  /* A listener's admission options, as both transports name them
+   * (0: the transport's default; UINT32_MAX / SIZE_MAX: no limit). */
+  size_t max_streams_per_peer;
+  uint32_t stream_rate, stream_burst;
+  uint32_t peer_stream_rate, peer_stream_burst;
+  size_t max_initial_pushes, max_initial_pushes_per_peer;
+  mcp_tstamp initial_push_timeout, admission_wait_timeout;
+  /* Streams one connection may carry (h2c's max_streams_per_connection;
+   * gRPC's bound is max_concurrent_streams alone). 0: the default. */
+  int max_streams_per_connection;
 } ta_opts;
 
 /* ---- sync ---- */
@@ -232,5 +243,31 @@ int ta_open_unsupported(void *ud, const mcp_peer_info *peer, mcp_tstamp ts,
                         mcp_stream **pst);
 /* No live block in a tm_mem (mem_count.h), once settled. */
 int ta_balanced(void *tm);
+
+/* ---- admission (test_transport_admission.c) ---- */
+
+/* Writes ta_opts' admission options |t| onto a transport's options |o|
+ * (both name them alike); 0 leaves the transport's default. */
+#define TA_ADMISSION_OPTIONS(o, t)                                             \
+  do {                                                                         \
+    if ((t)->max_streams_per_peer)                                             \
+      (o)->max_streams_per_peer = (t)->max_streams_per_peer;                   \
+    if ((t)->stream_rate)                                                      \
+      (o)->stream_rate = (t)->stream_rate;                                     \
+    if ((t)->stream_burst)                                                     \
+      (o)->stream_burst = (t)->stream_burst;                                   \
+    if ((t)->peer_stream_rate)                                                 \
+      (o)->peer_stream_rate = (t)->peer_stream_rate;                           \
+    if ((t)->peer_stream_burst)                                                \
+      (o)->peer_stream_burst = (t)->peer_stream_burst;                         \
+    if ((t)->max_initial_pushes)                                               \
+      (o)->max_initial_pushes = (t)->max_initial_pushes;                       \
+    if ((t)->max_initial_pushes_per_peer)                                      \
+      (o)->max_initial_pushes_per_peer = (t)->max_initial_pushes_per_peer;     \
+    if ((t)->initial_push_timeout)                                             \
+      (o)->initial_push_timeout = (t)->initial_push_timeout;                   \
+    if ((t)->admission_wait_timeout)                                           \
+      (o)->admission_wait_timeout = (t)->admission_wait_timeout;               \
+  } while (0)
 
 #endif
