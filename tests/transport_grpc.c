@@ -79,6 +79,8 @@ static void g_options(mcp_grpc_options *o, const ta_opts *t) {
   o->tls.server_name = t->server_name;
   o->authorize = t->authorize;
   o->authorize_user_data = t->authorize_ud;
+  if (t->max_streams_per_peer) /* test_transport_tls */
+    o->max_streams_per_peer = t->max_streams_per_peer;
 }
 
 static void g_on_stream(mcp_grpc_stream_event ev,
@@ -399,4 +401,5 @@ const ta_transport ta_grpc = {
     .min_redial = 16 * MCP_MILLISECONDS, /* 20 ms, jitter 0.2 */
     .min_sync_allocs = 3, /* refs and strings; the rest is gRPC's own */
     .add_own_tests = g_add_own_tests,
+    .tls_run = 1, /* its TLS options take the suite's files */
 };

@@ -96,6 +96,8 @@ static void h_options(ta_env *e, mcp_h2c_options *o, const ta_opts *t) {
   o->tls.server_name = t->server_name;
   o->authorize = t->authorize;
   o->authorize_user_data = t->authorize_ud;
+  if (t->max_streams_per_peer) /* test_transport_tls */
+    o->max_streams_per_peer = t->max_streams_per_peer;
 }
 
 static void h_on_stream(mcp_h2c_stream_event ev,
@@ -451,4 +453,5 @@ const ta_transport ta_h2c = {
     .tells_method = 1,
     .tls_run = 1,
     .add_own_tests = h_add_own_tests,
+    .counts_tls = 1,
 };

@@ -54,6 +54,9 @@ typedef struct ta_opts {
   /* The transport's authorize hook and its user data (NULL: everyone). */
   mcp_authorize_fn authorize;
   void *authorize_ud;
+
+  /* ---- test_transport_tls ---- */
+  size_t max_streams_per_peer; /* listening; 0: the transport's default */
 } ta_opts;
 
 enum { TA_STREAM_OPENED, TA_STREAM_CLOSED, TA_STREAM_REFUSED };
@@ -138,6 +141,12 @@ typedef struct ta_transport {
   int tls_run;
   /* Tests of this transport alone (NULL: none). */
   void (*add_own_tests)(Suite *s);
+
+  /* ---- test_transport_tls ---- */
+  /* 1: the TLS counters (tls_handshakes, handshaking, tls_reloads) are
+   * counted (h2c); 0: they stay 0 (gRPC core owns the handshakes and the
+   * certificate fetch; docs/api.md). */
+  int counts_tls;
 } ta_transport;
 
 /* The transport under test, set by the suite's main()
