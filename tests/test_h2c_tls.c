@@ -4,7 +4,7 @@
  * certificates, is tests/test_transport_tls.c, run over every transport
  * with TLS). Each, and why it is h2c's:
  * - mcp_h2c_tls_check()'s messages: h2c's own API (gRPC's is
- *   mcp_grpc_tls_check(), tests/test_grpc_tls.c);
+ *   mcp_grpc_tls_check(), tests/transport_grpc.c);
  * - a handshake flood bounded at accept, a client or a server gone
  *   mid-handshake, garbage for a ClientHello: h2c's listener runs its own
  *   handshakes and counts them (gRPC core owns its handshakes and exposes

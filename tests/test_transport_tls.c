@@ -10,9 +10,9 @@
  * once, in mcp/auth.h), lists replaced while running, admission keyed
  * by identity, clear errors for
  * bad files, and a rotated server certificate picked up without a
- * restart. What only one transport can do stays its own
- * (test_h2c_tls.c: its listener's handshakes; test_grpc_tls.c: gRPC's
- * own TLS options), each saying why.
+ * restart. What only one transport can do stays its own, each saying
+ * why (ta_transport.add_tls_tests; tests/test_h2c_tls.c: h2c's listener
+ * handshakes).
  */
 #include <check.h>
 #include <pthread.h>
@@ -750,6 +750,8 @@ int main(void) {
   tcase_add_test(tc, bad_files_are_clear_errors);
   tcase_add_test(tc, rotated_server_certificate_is_picked_up);
   suite_add_tcase(s, tc);
+  if (ta->add_tls_tests)
+    ta->add_tls_tests(s);
   int failed = ta_run(s);
   ta_certs_remove();
   return failed ? EXIT_FAILURE : EXIT_SUCCESS;

@@ -147,6 +147,9 @@ typedef struct ta_transport {
    * counted (h2c); 0: they stay 0 (gRPC core owns the handshakes and the
    * certificate fetch; docs/api.md). */
   int counts_tls;
+  /* TLS tests of this transport alone, run by test_transport_tls with
+   * the suite's certificates made (ta_cert()); NULL: none. */
+  void (*add_tls_tests)(Suite *s);
 } ta_transport;
 
 /* The transport under test, set by the suite's main()
