@@ -92,22 +92,24 @@ static void reset_sides(void) {
   seen_reset(1);
 }
 
-static int dial_closed(void *ud) {
-  (void)ud;
-  return seen_get(1).closed >= 1;
+/* What a wait is for: |n| events |ev| on side |side|. */
+typedef struct want {
+  int side, ev, n;
+} want;
+
+static int reached(void *ud) {
+  const want *w = ud;
+  seen s = seen_get(w->side);
+  int got = w->ev == TA_STREAM_OPENED    ? s.opened
+            : w->ev == TA_STREAM_REFUSED ? s.refused
+                                         : s.closed;
+  return got >= w->n;
 }
-static int listen_refused(void *ud) {
-  (void)ud;
-  return seen_get(0).refused >= 1;
-}
-static int listen_refused_twice(void *ud) {
-  (void)ud;
-  return seen_get(0).refused >= 2;
-}
-static int listen_opened_twice(void *ud) {
-  (void)ud;
-  return seen_get(0).opened >= 2;
-}
+
+static want dial_closed = {1, TA_STREAM_CLOSED, 1};
+static want listen_refused = {0, TA_STREAM_REFUSED, 1};
+static want listen_refused_twice = {0, TA_STREAM_REFUSED, 2};
+static want listen_opened_twice = {0, TA_STREAM_OPENED, 2};
 
 /* ---- options ---- */
 
@@ -177,8 +179,8 @@ static void acl_fini(acl_ref *r) {
 
 static void listen_source(ta_world *w, const char *leaf, const char *ca,
                           acl_ref *acl) {
-  ta_opts o = tls_opts(1, "127.0.0.1:0", leaf, ca,
-                       acl ? locked_authorize : NULL, acl);
+  ta_opts o =
+      tls_opts(1, "127.0.0.1:0", leaf, ca, acl ? locked_authorize : NULL, acl);
   ta_start_source_with(w, &o);
 }
 
@@ -195,20 +197,14 @@ static void drop_sink(ta_world *w) {
   ta->del(w->sink);
   w->sink = NULL;
   mcp_sink_state_del(w->state);
-  const char *const colls[] = {"c1"};
-  mcp_sink_options so;
-  mcp_sink_options_default(&so);
-  so.node_id = "sink-1";
-  so.collections = colls;
-  so.ncollections = 1;
-  ck_assert_int_eq(mcp_sink_state_new(&w->state, &so), 0);
+  w->state = ta_sink_state("sink-1");
 }
 
 static mcp_transport_stats stats_of(ta_obj *obj) {
   mcp_transport_stats st;
   memset(&st, 0, sizeof(st));
-  ck_assert_int_eq(
-      ta->stats_versioned(obj, MCP_TRANSPORT_STATS_VERSION, &st), 0);
+  ck_assert_int_eq(ta->stats_versioned(obj, MCP_TRANSPORT_STATS_VERSION, &st),
+                   0);
   return st;
 }
 
@@ -281,8 +277,8 @@ START_TEST(mtls_source_dials_sink) {
   acl_init(&acl, "allow " ISTIOD "\n");
   ta_world w;
   ta_world_init(&w);
-  ta_opts o = tls_opts(1, "127.0.0.1:0", "server", "ca", locked_authorize,
-                       &acl);
+  ta_opts o =
+      tls_opts(1, "127.0.0.1:0", "server", "ca", locked_authorize, &acl);
   ck_assert_int_eq(ta->sink_new(w.env, &w.sink, &o, w.state), 0);
   char addr[64];
   snprintf(addr, sizeof(addr), "127.0.0.1:%d", ta->port(w.sink));
@@ -336,7 +332,7 @@ START_TEST(server_name_mismatch_fails_and_override_works) {
   ta_world_init(&w);
   listen_source(&w, "wrongname", NULL, NULL); /* DNS:other.example only */
   dial_sink(&w, NULL, "ca", NULL, NULL);
-  ck_assert(ta->run_until(w.env, dial_closed, NULL, TA_TIMEOUT_MS));
+  ck_assert(ta->run_until(w.env, reached, &dial_closed, TA_TIMEOUT_MS));
   seen k = seen_get(1);
   ck_assert_int_eq(k.last_status, MCP_CODE_UNAVAILABLE);
   ck_assert_msg(strncmp(k.last_details, "no TLS connection", 17) == 0,
@@ -365,14 +361,13 @@ static void expect_no_tls(const char *srv_leaf, const char *srv_ca,
   ta_world_init(&w);
   listen_source(&w, srv_leaf, srv_ca, NULL);
   dial_sink(&w, cli_leaf, cli_ca, NULL, also ? &nobody : NULL);
-  ck_assert(ta->run_until(w.env, dial_closed, NULL, TA_TIMEOUT_MS));
+  ck_assert(ta->run_until(w.env, reached, &dial_closed, TA_TIMEOUT_MS));
   seen k = seen_get(1);
   ck_assert_int_eq(k.last_status, MCP_CODE_UNAVAILABLE);
   ck_assert_msg(strncmp(k.last_details, "no TLS connection", 17) == 0,
                 "details: %s", k.last_details);
   if (also)
-    ck_assert_msg(strstr(k.last_details, also), "details: %s",
-                  k.last_details);
+    ck_assert_msg(strstr(k.last_details, also), "details: %s", k.last_details);
   seen l = seen_get(0);
   ck_assert_int_eq(l.opened, 0);
   ck_assert_int_eq(l.refused, 0);
@@ -398,8 +393,7 @@ END_TEST
 START_TEST(server_certificate_from_unknown_ca_fails) {
   expect_no_tls("server", "ca", "client", "other-ca",
                 "certificate verify failed");
-  expect_no_tls("server", NULL, NULL, "other-ca",
-                "certificate verify failed");
+  expect_no_tls("server", NULL, NULL, "other-ca", "certificate verify failed");
 }
 END_TEST
 
@@ -432,12 +426,12 @@ START_TEST(denied_identity_gets_nothing) {
   ta_world_init(&w);
   listen_source(&w, "server", "ca", &acl);
   dial_sink(&w, "denied", "ca", NULL, NULL);
-  ck_assert(ta->run_until(w.env, dial_closed, NULL, TA_TIMEOUT_MS));
+  ck_assert(ta->run_until(w.env, reached, &dial_closed, TA_TIMEOUT_MS));
   seen k = seen_get(1);
   ck_assert_int_eq(k.last_status, MCP_CODE_PERMISSION_DENIED);
   ck_assert_str_eq(k.last_details,
                    "permission denied: peer identity not allowed");
-  ck_assert(ta->run_until(w.env, listen_refused, NULL, TA_TIMEOUT_MS));
+  ck_assert(ta->run_until(w.env, reached, &listen_refused, TA_TIMEOUT_MS));
   seen l = seen_get(0);
   ck_assert_int_eq(l.opened, 0);
   ck_assert_int_eq(l.last_status, MCP_CODE_PERMISSION_DENIED);
@@ -462,11 +456,11 @@ static void expect_unauthenticated(const char *srv_leaf, const char *cli_ca) {
   ta_world_init(&w);
   listen_source(&w, srv_leaf, NULL, &acl);
   dial_sink(&w, NULL, cli_ca, NULL, NULL);
-  ck_assert(ta->run_until(w.env, listen_refused, NULL, TA_TIMEOUT_MS));
+  ck_assert(ta->run_until(w.env, reached, &listen_refused, TA_TIMEOUT_MS));
   seen l = seen_get(0);
   ck_assert_int_eq(l.last_status, MCP_CODE_UNAUTHENTICATED);
   ck_assert_int_eq(l.tls, srv_leaf != NULL);
-  ck_assert(ta->run_until(w.env, dial_closed, NULL, TA_TIMEOUT_MS));
+  ck_assert(ta->run_until(w.env, reached, &dial_closed, TA_TIMEOUT_MS));
   seen k = seen_get(1);
   ck_assert_int_eq(k.last_status, MCP_CODE_UNAUTHENTICATED);
   if (srv_leaf)
@@ -508,13 +502,14 @@ START_TEST(access_list_replaced_while_running) {
 
   acl_set(&acl, "allow " ISTIOD "\ndeny " SINK_A "\n");
   ck_assert_int_eq(ta->reauthorize(w.src), 0);
-  ck_assert(ta->run_until(w.env, dial_closed, NULL, TA_TIMEOUT_MS));
+  ck_assert(ta->run_until(w.env, reached, &dial_closed, TA_TIMEOUT_MS));
   ck_assert_int_eq(seen_get(1).last_status, MCP_CODE_PERMISSION_DENIED);
-  ck_assert(ta->run_until(w.env, listen_refused_twice, NULL, TA_TIMEOUT_MS));
+  ck_assert(
+      ta->run_until(w.env, reached, &listen_refused_twice, TA_TIMEOUT_MS));
   ck_assert_int_eq(seen_get(0).opened, 1);
 
   acl_set(&acl, SINK_A "\n");
-  ck_assert(ta->run_until(w.env, listen_opened_twice, NULL, TA_TIMEOUT_MS));
+  ck_assert(ta->run_until(w.env, reached, &listen_opened_twice, TA_TIMEOUT_MS));
   ck_assert_int_eq(ta->update(w.src, add_c, NULL), 0);
   snprintf(w.name[w.n], sizeof(w.name[0]), "c");
   snprintf(w.version[w.n], sizeof(w.version[0]), "1");
@@ -539,7 +534,7 @@ START_TEST(dialing_side_refuses_server_identity) {
   ta_world_init(&w);
   listen_source(&w, "server", "ca", NULL);
   dial_sink(&w, "client", "ca", NULL, &acl);
-  ck_assert(ta->run_until(w.env, dial_closed, NULL, TA_TIMEOUT_MS));
+  ck_assert(ta->run_until(w.env, reached, &dial_closed, TA_TIMEOUT_MS));
   seen k = seen_get(1);
   ck_assert_int_eq(k.last_status, MCP_CODE_PERMISSION_DENIED);
   ck_assert_str_eq(k.last_details,
@@ -563,13 +558,7 @@ typedef struct extra_sink {
 static void extra_start(ta_world *w, extra_sink *x, const char *leaf) {
   memset(x, 0, sizeof(*x));
   pthread_mutex_init(&x->ev.mu, NULL);
-  const char *const colls[] = {"c1"};
-  mcp_sink_options so;
-  mcp_sink_options_default(&so);
-  so.node_id = leaf;
-  so.collections = colls;
-  so.ncollections = 1;
-  ck_assert_int_eq(mcp_sink_state_new(&x->state, &so), 0);
+  x->state = ta_sink_state(leaf);
   ta_opts o = tls_opts(0, w->addr, leaf, "ca", NULL, NULL);
   o.on_stream_ud = &x->ev;
   ck_assert_int_eq(ta->sink_new(w->env, &x->sink, &o, x->state), 0);
@@ -704,9 +693,8 @@ START_TEST(rotated_server_certificate_is_picked_up) {
   ta_world_init(&w);
   listen_source(&w, "rot", NULL, NULL);
   dial_sink(&w, NULL, "ca", NULL, NULL);
-  ck_assert(ta->run_until(w.env, dial_closed, NULL, TA_TIMEOUT_MS));
-  ck_assert_msg(strncmp(seen_get(1).last_details, "no TLS connection", 17) ==
-                    0,
+  ck_assert(ta->run_until(w.env, reached, &dial_closed, TA_TIMEOUT_MS));
+  ck_assert_msg(strncmp(seen_get(1).last_details, "no TLS connection", 17) == 0,
                 "%s", seen_get(1).last_details);
   copy_file(ta_cert("server.pem"), ta_cert("rot.pem"));
   copy_file(ta_cert("server.key"), ta_cert("rot.key"));
@@ -729,7 +717,7 @@ int main(void) {
   if (ta_certs_make() != 0)
     return EXIT_FAILURE;
   char name[64];
-  snprintf(name, sizeof(name), "%s_tls", ta->name);
+  snprintf(name, sizeof(name), "%s_transport_tls", ta->name);
   Suite *s = suite_create(name);
   TCase *tc = tcase_create("tls");
   tcase_set_timeout(tc, 60);

@@ -196,4 +196,9 @@ int ta_open_unsupported(void *ud, const mcp_peer_info *peer, mcp_tstamp ts,
 /* No live block in a tm_mem (mem_count.h), once settled. */
 int ta_balanced(void *tm);
 
+/* ---- test_transport_tls ---- */
+/* A new sink state for collection "c1" as node |node_id| (kept, not
+ * copied: a literal or one that outlives the state). */
+mcp_sink_state *ta_sink_state(const char *node_id);
+
 #endif
