@@ -8,11 +8,7 @@
  * - a handshake flood bounded at accept, a client or a server gone
  *   mid-handshake, garbage for a ClientHello: h2c's listener runs its own
  *   handshakes and counts them (gRPC core owns its handshakes and exposes
- *   no such limits or counters);
- * - a broken certificate reload keeping the previous set: both keep it
- *   (gRPC: transport-grpc/src/tls.c load() changes nothing on failure),
- *   but only h2c counts the failed reload (tls_reload_failures), the
- *   event a test can wait for; gRPC's stays 0 (docs/api.md).
+ *   no such limits or counters).
  */
 #include <arpa/inet.h>
 #include <check.h>
@@ -173,41 +169,6 @@ static int synced(void *ud) {
 }
 static int dial_closed(void *ud) { return ((env *)ud)->closed[1] >= 1; }
 
-/* A second sink (its own state) dialing |port| with certificate |leaf|. */
-typedef struct extra_sink {
-  mcp_sink_state *state;
-  mcp_h2c_sink *sink;
-  int closed, last_status;
-} extra_sink;
-
-static void extra_on_stream(mcp_h2c_stream_event ev,
-                            const mcp_h2c_stream_info *in, void *ud) {
-  extra_sink *x = ud;
-  if (ev == MCP_H2C_STREAM_CLOSED) {
-    x->closed++;
-    x->last_status = in->status;
-  }
-}
-
-static void extra_start(env *e, extra_sink *x, int port, const char *leaf) {
-  memset(x, 0, sizeof(*x));
-  mcp_sink_options so;
-  mcp_sink_options_default(&so);
-  so.node_id = leaf;
-  so.collections = colls;
-  so.ncollections = 1;
-  ck_assert_int_eq(mcp_sink_state_new(&x->state, &so), 0);
-  mcp_h2c_options o = options(e, MCP_H2C_DIAL, loopback(port), 1);
-  set_tls(&o, leaf, "ca");
-  o.on_stream = extra_on_stream;
-  o.user_data = x;
-  ck_assert_int_eq(mcp_h2c_sink_new(&x->sink, &e->loop, &o, x->state), 0);
-}
-
-static int extra_synced(void *ud) {
-  return mcp_sink_state_synced(((extra_sink *)ud)->state);
-}
-
 static void write_text(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
   ck_assert_ptr_nonnull(f);
@@ -275,7 +236,7 @@ static int raw_connect(int port) {
  * its connections must be gone. */
 typedef struct want {
   env *e;
-  uint64_t refused, timeouts, failures, bytes, reloads, reload_failures;
+  uint64_t refused, timeouts, failures, bytes;
   int no_connections;
 } want;
 
@@ -286,8 +247,7 @@ static int stats_reached(void *ud) {
   return st.refused_handshakes >= w->refused &&
          st.tls_handshake_timeouts >= w->timeouts &&
          st.tls_handshake_failures >= w->failures &&
-         st.bytes_read >= w->bytes && st.tls_reloads >= w->reloads &&
-         st.tls_reload_failures >= w->reload_failures &&
+         st.bytes_read >= w->bytes &&
          (!w->no_connections || st.connections == 0);
 }
 
@@ -491,72 +451,6 @@ START_TEST(test_server_vanishing_mid_handshake_is_no_tls_connection) {
 }
 END_TEST
 
-static int copy_file(const char *from, const char *to) {
-  char cmd[512];
-  snprintf(cmd, sizeof(cmd), "cp '%s' '%s.tmp' && mv '%s.tmp' '%s'", from, to,
-           to, to);
-  return system(cmd);
-}
-
-/* A listener on copies of |leaf|'s files, |name|.pem and |name|.key (to
- * be replaced while it runs), with CA |ca| (NULL: none). Returns its
- * port; |cert| and |key| get the copies' paths. */
-static int listen_on_copies(env *e, const char *name, const char *leaf,
-                            const char *ca, const char **cert,
-                            const char **key) {
-  char n[64];
-  snprintf(n, sizeof(n), "%s.pem", name);
-  *cert = cp(n);
-  snprintf(n, sizeof(n), "%s.key", name);
-  *key = cp(n);
-  snprintf(n, sizeof(n), "%s.pem", leaf);
-  ck_assert_int_eq(copy_file(cp(n), *cert), 0);
-  snprintf(n, sizeof(n), "%s.key", leaf);
-  ck_assert_int_eq(copy_file(cp(n), *key), 0);
-  mcp_h2c_options o = options(e, MCP_H2C_LISTEN, "127.0.0.1:0", 0);
-  set_tls(&o, NULL, ca);
-  o.tls.cert_file = *cert;
-  o.tls.key_file = *key;
-  ck_assert_int_eq(source_with(e, &o), 0);
-  return mcp_h2c_source_port(e->src);
-}
-
-/* The listener's certificate file is replaced by one that holds no
- * certificate: the reload fails and says so (tls_reload_failures), the
- * set in use stays, and a new client still gets through with it. */
-START_TEST(test_broken_certificate_reload_keeps_the_previous_set) {
-  env e;
-  env_init(&e);
-  const char *cert, *key;
-  int port = listen_on_copies(&e, "keep", "server", "ca", &cert, &key);
-  (void)key; /* only the certificate breaks */
-  extra_sink a, b;
-  extra_start(&e, &a, port, "client");
-  ck_assert(h2t_run_until(&e.loop, extra_synced, &a, 10000));
-  const char *junk = cp("keep-junk.pem");
-  write_text(junk, "-----BEGIN CERTIFICATE-----\nbroken\n");
-  ck_assert_int_eq(copy_file(junk, cert), 0);
-  /* A dialer that trusts another CA keeps making new connections; one of
-   * them finds the file changed (looked at most once a second). */
-  ck_assert_int_eq(start_sink(&e, MCP_H2C_DIAL, loopback(port), "client",
-                              "other-ca", NULL, NULL),
-                   0);
-  want r = {.e = &e, .reload_failures = 1};
-  ck_assert(h2t_run_until(&e.loop, stats_reached, &r, 15000));
-  extra_start(&e, &b, port, "client");
-  ck_assert(h2t_run_until(&e.loop, extra_synced, &b, 10000));
-  mcp_h2c_stats st;
-  ck_assert_int_eq(mcp_h2c_source_stats(e.src, &st), 0);
-  ck_assert_uint_eq(st.tls_reloads, 0);
-  ck_assert(mcp_sink_state_synced(a.state)); /* its connection stayed */
-  mcp_h2c_sink_del(a.sink);
-  mcp_h2c_sink_del(b.sink);
-  env_fini(&e);
-  mcp_sink_state_del(a.state);
-  mcp_sink_state_del(b.state);
-}
-END_TEST
-
 static Suite *suite(void) {
   Suite *s = suite_create("h2c_tls");
   TCase *tc = tcase_create("tls");
@@ -566,7 +460,6 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_client_vanishing_mid_handshake_frees_its_slot);
   tcase_add_test(tc, test_garbage_client_hello_is_a_failed_handshake);
   tcase_add_test(tc, test_server_vanishing_mid_handshake_is_no_tls_connection);
-  tcase_add_test(tc, test_broken_certificate_reload_keeps_the_previous_set);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -705,6 +705,48 @@ START_TEST(rotated_server_certificate_is_picked_up) {
 }
 END_TEST
 
+static void extra_del(extra_sink *x) {
+  ta->del(x->sink);
+  mcp_sink_state_del(x->state);
+  pthread_mutex_destroy(&x->ev.mu);
+}
+
+/* The listener's certificate file is replaced by one that holds no
+ * certificate: the set in use stays, the streams open keep going, and new
+ * clients still get through with it. New sinks sync one after the other
+ * until the files have been looked at since the change: h2c counts the
+ * failed reload (tls_reload_failures, the event); gRPC counts nothing, so
+ * the sink is one started at least a second after the change (the files
+ * are looked at no more than once a second, at each new connection: a
+ * lower bound, later on a slow machine, never a window). */
+START_TEST(broken_certificate_reload_keeps_the_previous_set) {
+  copy_file(ta_cert("server.pem"), ta_cert("keep.pem"));
+  copy_file(ta_cert("server.key"), ta_cert("keep.key"));
+  ta_world w;
+  ta_world_init(&w);
+  listen_source(&w, "keep", "ca", NULL);
+  dial_sink(&w, "client", "ca", NULL, NULL);
+  ck_assert(ta->run_until(w.env, ta_synced, &w, TA_TIMEOUT_MS));
+  write_text(ta_cert("keep-junk.pem"), "-----BEGIN CERTIFICATE-----\nbroken\n");
+  copy_file(ta_cert("keep-junk.pem"), ta_cert("keep.pem"));
+  mcp_tstamp changed = ta->now();
+  int looked = 0;
+  while (!looked) {
+    mcp_tstamp started = ta->now();
+    extra_sink b;
+    extra_start(&w, &b, "client");
+    ck_assert(ta->run_until(w.env, extra_synced, &b, TA_TIMEOUT_MS));
+    extra_del(&b);
+    looked = ta->counts_tls ? stats_of(w.src).tls_reload_failures >= 1
+                            : started >= changed + MCP_SECONDS;
+  }
+  if (ta->counts_tls)
+    ck_assert_uint_eq(stats_of(w.src).tls_reloads, 0);
+  ck_assert(ta_synced(&w)); /* its connection stayed */
+  ta_world_fini(&w);
+}
+END_TEST
+
 /* The adapter this executable is built with (tests/meson.build:
  * -DTA_ADAPTER=ta_<transport>). */
 extern const ta_transport TA_ADAPTER;
@@ -737,6 +779,7 @@ int main(void) {
   tcase_add_test(tc, admission_keyed_by_identity);
   tcase_add_test(tc, bad_files_are_clear_errors);
   tcase_add_test(tc, rotated_server_certificate_is_picked_up);
+  tcase_add_test(tc, broken_certificate_reload_keeps_the_previous_set);
   suite_add_tcase(s, tc);
   if (ta->add_tls_tests)
     ta->add_tls_tests(s);
