@@ -387,6 +387,7 @@ static int g_source_call(ta_obj *obj,
 }
 
 static int g_sink_finish(ta_obj *obj) { return mcp_grpc_sink_finish(obj->p); }
+static void g_add_tls_tests(Suite *s); /* test_transport_tls, below */
 
 const ta_transport ta_grpc = {
     .name = "grpc",
@@ -426,4 +427,73 @@ const ta_transport ta_grpc = {
     .method = mcp_grpc_method,
     .not_served = "unknown method",
     .runs_by_itself = 1,
+    .tls_run = 1, /* its TLS options take the suite's files */
+    .add_tls_tests = g_add_tls_tests,
 };
+
+/* ---- test_transport_tls ---- */
+
+/* What of TLS only gRPC has: mcp_grpc_tls_check()'s messages (h2c's
+ * mcp_h2c_tls_check() takes a listen flag and words its own:
+ * tests/test_h2c_tls.c), and the application's own gRPC credentials,
+ * which exclude the files. */
+static void g_tls_files(mcp_grpc_options *o) {
+  memset(&o->tls, 0, sizeof(o->tls));
+  o->tls.cert_file = ta_cert("server.pem");
+  o->tls.key_file = ta_cert("server.key");
+  o->tls.ca_file = ta_cert("ca.pem");
+}
+
+START_TEST(tls_check_messages_and_credentials_exclude_files) {
+  mcp_store *store = tg_store();
+  mcp_source_options sopts;
+  tg_source_opts(&sopts, store);
+  mcp_grpc_options o;
+  mcp_grpc_source *src = NULL;
+  char err[256];
+
+  tg_listen_opts(&o, "127.0.0.1:0", NULL);
+  o.on_stream = NULL;
+  g_tls_files(&o);
+  o.tls.cert_file = ta_cert("missing.pem");
+  ck_assert_int_eq(mcp_grpc_tls_check(&o.tls, err, sizeof(err)), MCP_ERR_IO);
+  ck_assert_msg(strstr(err, "missing.pem: No such file or directory"), "%s",
+                err);
+
+  g_tls_files(&o);
+  o.tls.key_file = NULL; /* a certificate without its key */
+  ck_assert_int_eq(mcp_grpc_tls_check(&o.tls, err, sizeof(err)),
+                   MCP_ERR_INVALID_ARGUMENT);
+
+  FILE *f = fopen(ta_cert("junk.pem"), "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("not a certificate\n", f);
+  ck_assert_int_eq(fclose(f), 0);
+  g_tls_files(&o);
+  o.tls.ca_file = ta_cert("junk.pem");
+  ck_assert_int_eq(mcp_grpc_tls_check(&o.tls, err, sizeof(err)),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(err, "no PEM data in"), "%s", err);
+
+  /* Files and the application's credentials: one or the other. */
+  g_tls_files(&o);
+  o.server_credentials = grpc_insecure_server_credentials_create();
+  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &sopts),
+                   MCP_ERR_INVALID_ARGUMENT);
+  grpc_server_credentials_release(o.server_credentials);
+  o.server_credentials = NULL;
+
+  g_tls_files(&o);
+  ck_assert_int_eq(mcp_grpc_tls_check(&o.tls, err, sizeof(err)), 0);
+  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &sopts), 0);
+  mcp_grpc_source_del(src);
+  mcp_store_del(store);
+}
+END_TEST
+
+static void g_add_tls_tests(Suite *s) {
+  TCase *tc = tcase_create("grpc_tls");
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, tls_check_messages_and_credentials_exclude_files);
+  suite_add_tcase(s, tc);
+}

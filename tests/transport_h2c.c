@@ -679,4 +679,5 @@ const ta_transport ta_h2c = {
     .not_served = "is not served here",
     .runs_by_itself = 0,
     .add_sync_tests = h_add_sync_tests,
+    .counts_tls = 1,
 };

@@ -60,12 +60,7 @@ void ta_world_init(ta_world *w) {
   free(body);
   mcp_store_foreach(w->store, "c1", note_item, w);
   ck_assert_int_eq(w->n, 2);
-  mcp_sink_options so;
-  mcp_sink_options_default(&so);
-  so.node_id = "sink-1";
-  so.collections = colls;
-  so.ncollections = 1;
-  ck_assert_int_eq(mcp_sink_state_new(&w->state, &so), 0);
+  w->state = ta_sink_state("sink-1");
 }
 
 void ta_world_fini(ta_world *w) {
@@ -159,4 +154,17 @@ int ta_open_unsupported(void *ud, const mcp_peer_info *peer, mcp_tstamp ts,
   (void)ts;
   (void)pst;
   return MCP_ERR_UNSUPPORTED;
+}
+
+/* ---- test_transport_tls ---- */
+
+mcp_sink_state *ta_sink_state(const char *node_id) {
+  mcp_sink_options so;
+  mcp_sink_options_default(&so);
+  so.node_id = node_id;
+  so.collections = colls;
+  so.ncollections = 1;
+  mcp_sink_state *st = NULL;
+  ck_assert_int_eq(mcp_sink_state_new(&st, &so), 0);
+  return st;
 }

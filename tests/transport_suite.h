@@ -198,6 +198,14 @@ typedef struct ta_transport {
   const char *not_served;
   /* Sync tests of this transport alone (NULL: none). */
   void (*add_sync_tests)(Suite *s);
+  /* ---- test_transport_tls ---- */
+  /* 1: the TLS counters (tls_handshakes, handshaking, tls_reloads) are
+   * counted (h2c); 0: they stay 0 (gRPC core owns the handshakes and the
+   * certificate fetch; docs/api.md). */
+  int counts_tls;
+  /* TLS tests of this transport alone, run by test_transport_tls with
+   * the suite's certificates made (ta_cert()); NULL: none. */
+  void (*add_tls_tests)(Suite *s);
 } ta_transport;
 
 /* The transport under test, set by the suite's main()
@@ -269,5 +277,9 @@ int ta_balanced(void *tm);
     if ((t)->admission_wait_timeout)                                           \
       (o)->admission_wait_timeout = (t)->admission_wait_timeout;               \
   } while (0)
+/* ---- test_transport_tls ---- */
+/* A new sink state for collection "c1" as node |node_id| (kept, not
+ * copied: a literal or one that outlives the state). */
+mcp_sink_state *ta_sink_state(const char *node_id);
 
 #endif
