@@ -512,86 +512,13 @@ static ta_opts h_watched(int listen, const char *addr, h_watch *w) {
   return o;
 }
 
-typedef struct h_resume {
-  ta_world *w;
-  h_watch *watch;
-} h_resume;
-
-static int h_resumed(void *ud) {
-  h_resume *r = ud;
-  mcp_sink_state *st = r->w->state;
-  return mcp_sink_state_synced(st) &&
-         mcp_sink_state_count(st, "c1") == 2 &&
-         !mcp_sink_state_version(st, "c1", "a") &&
-         mcp_sink_state_version(st, "c1", "d") && r->watch->opened >= 4;
-}
-
-/* A dialing sink whose source restarts (on the same port, with "a"
- * deleted and "d" added meanwhile) sees UNAVAILABLE, redials and resumes
- * with what it held. h2c alone here: gRPC's is test_grpc_reconnect.c's
- * test_sink_resumes_after_source_restart_on_same_port. */
-START_TEST(a_dialing_sink_resumes_with_what_it_holds) {
-  ta_world w;
-  ta_world_init(&w);
-  h_watch watch;
-  memset(&watch, 0, sizeof(watch));
-  watch.want = 2; /* both ends */
-  /* An incremental sink: its requests carry what it holds. */
-  static const char *const c1[] = {"c1"};
-  mcp_sink_options sko;
-  mcp_sink_options_default(&sko);
-  sko.collections = c1;
-  sko.ncollections = 1;
-  sko.incremental = 1;
-  mcp_sink_state_del(w.state);
-  ck_assert_int_eq(mcp_sink_state_new(&w.state, &sko), 0);
-  ta_opts o = h_watched(1, "127.0.0.1:0", &watch);
-  ta_start_source_with(&w, &o);
-  ta_opts d = h_watched(0, w.addr, &watch);
-  ck_assert_int_eq(ta->sink_new(w.env, &w.sink, &d, w.state), 0);
-  ck_assert(ta->run_until(w.env, ta_synced, &w, TA_TIMEOUT_MS));
-  ta->del(w.src);
-  w.src = NULL;
-  ck_assert(ta->run_until(w.env, h_closed_n, &watch, TA_TIMEOUT_MS));
-  ck_assert_int_eq(watch.last_status, MCP_CODE_UNAVAILABLE);
-  ck_assert_int_eq(mcp_store_delete(w.store, "c1", "a", mcp_h2c_now()), 1);
-  th_put(w.store, "c1", "d", "1", "D", mcp_h2c_now());
-  /* The port can be briefly taken: with nobody listening, the sink's
-   * attempts may self-connect on loopback (a source port equal to the
-   * target port). */
-  mcp_source_options so;
-  mcp_source_options_default(&so);
-  so.store = w.store;
-  o.address = w.addr;
-  int rv = -1;
-  for (int tries = 0; tries < 100 && rv != 0; ++tries)
-    if ((rv = ta->source_new(w.env, &w.src, &o, &so)) != 0)
-      h2t_run_for(&w.env->loop, 20);
-  ck_assert_int_eq(rv, 0);
-  h_resume r = {&w, &watch};
-  ck_assert(ta->run_until(w.env, h_resumed, &r, TA_TIMEOUT_MS));
-  /* The resumed stream asked with what the sink held (a, big). */
-  size_t nj = mcp_sink_state_journal_count(w.state);
-  int found = 0;
-  for (size_t i = 0; i < nj; ++i) {
-    mcp_journal_entry je;
-    ck_assert_int_eq(mcp_sink_state_journal_entry(w.state, i, &je), 0);
-    if (je.kind == MCP_EVENT_REQUEST && strcmp(je.collection, "c1") == 0 &&
-        je.ninitial == 2)
-      found = 1;
-  }
-  ck_assert(found);
-  ta_world_fini(&w);
-}
-END_TEST
-
 /* Nobody listens: attempts follow the backoff (the adapter's 10 ms, x1.6,
  * 50 ms cap), each one reported as a stream that closes UNAVAILABLE.
  * Counted by events, not in a time window: each gap is at least its
  * delay's lower bound (-20 % jitter), however slow the machine (it can
  * only be late). h2c alone here: gRPC's attempts are gRPC core's, and
  * test_grpc_reconnect.c's test_dialing_nothing_retries_with_growing_delays
- * checks them. */
+ * checks them. The resume after a restart is test_transport_sync.c's. */
 START_TEST(redials_follow_the_backoff_against_a_closed_port) {
   ta_world w;
   ta_world_init(&w);
@@ -627,7 +554,6 @@ static void h_add_sync_tests(Suite *s) {
   TCase *tc = tcase_create("h2c");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, on_closed_runs_once_the_source_is_closed);
-  tcase_add_test(tc, a_dialing_sink_resumes_with_what_it_holds);
   tcase_add_test(tc, redials_follow_the_backoff_against_a_closed_port);
   suite_add_tcase(s, tc);
 }
