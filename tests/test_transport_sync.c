@@ -42,6 +42,7 @@ typedef struct seen {
   int pushes, acks, nacks, triggers;   /* the source's core */
   int sink_acks, sink_nacks, sink_triggers; /* the sink's core */
   int dialed_closed, dialed_status; /* closes at the dialing end */
+  mcp_tstamp dialed_closed_at[8];
 } seen;
 
 static seen ev;
@@ -75,6 +76,8 @@ static void on_stream(int kind, const mcp_stream_info *i, void *ud) {
     ev.last_status = i->status;
     snprintf(ev.last_details, sizeof(ev.last_details), "%s", i->details);
     if (i->dialed) {
+      if (ev.dialed_closed < 8)
+        ev.dialed_closed_at[ev.dialed_closed] = ta->now();
       ev.dialed_closed++;
       ev.dialed_status = i->status;
     }
@@ -1050,6 +1053,41 @@ START_TEST(a_dialing_sink_resumes_with_what_it_holds) {
 }
 END_TEST
 
+static int five_attempts_ended(void *ud) {
+  (void)ud;
+  return got().dialed_closed >= 5;
+}
+
+/* Nobody listens: each attempt is reported as a stream closing
+ * UNAVAILABLE, and the delays between them grow by the backoff's 1.6
+ * (both transports', docs/protocol.md; the adapters' caps are above these
+ * four). Counted by events, not in a time window: each gap is at least
+ * its delay's lower bound (less 2 ms of clock slack), however slow the
+ * machine (it can only be late). */
+START_TEST(redials_follow_the_backoff_against_a_closed_port) {
+  env e;
+  env_init(&e, 0);
+  start_source(&e, 1, "127.0.0.1:0"); /* a port that was free a moment ago */
+  ta->del(e.src);
+  e.src = NULL;
+  start_sink(&e, 0, e.addr);
+  ck_assert(ta->run_until(e.env, five_attempts_ended, NULL, TA_TIMEOUT_MS));
+  seen s = got();
+  double bound = (double)ta->min_redial;
+  for (int k = 0; k + 1 < 5; ++k) {
+    mcp_tstamp gap = s.dialed_closed_at[k + 1] - s.dialed_closed_at[k];
+    ck_assert_msg((double)gap >= bound - 2.0 * MCP_MILLISECONDS,
+                  "attempt %d after %llu ns (bound %.0f)", k + 1,
+                  (unsigned long long)gap, bound);
+    bound *= 1.6;
+  }
+  ck_assert_int_eq(s.dialed_status, MCP_CODE_UNAVAILABLE);
+  ck_assert_msg(strstr(s.last_details, "onnect") != NULL, "%s",
+                s.last_details);
+  env_fini(&e);
+}
+END_TEST
+
 static Suite *suite(void) {
   static char name[64]; /* check keeps the pointer */
   snprintf(name, sizeof(name), "transport_sync_%s%s", ta->name,
@@ -1076,6 +1114,7 @@ static Suite *suite(void) {
   tcase_add_test(t, incremental_aggregated_resources_sync_on_the_mcp_listener);
   tcase_add_test(t, a_listening_sink_refuses_an_aggregated_state);
   tcase_add_test(t, a_dialing_sink_resumes_with_what_it_holds); /* rest */
+  tcase_add_test(t, redials_follow_the_backoff_against_a_closed_port);
   suite_add_tcase(s, t);
   if (ta->add_sync_tests)
     ta->add_sync_tests(s);

@@ -479,82 +479,10 @@ START_TEST(on_closed_runs_once_the_source_is_closed) {
 }
 END_TEST
 
-/* Stream events of the h2c-alone sync tests (all on the loop thread). */
-typedef struct h_watch {
-  int opened, closed, last_status;
-  int want; /* h_closed_n: this many closes */
-  char details[256];
-  mcp_tstamp opened_at[8];
-} h_watch;
-
-static void h_watch_cb(int ev, const mcp_stream_info *i, void *ud) {
-  h_watch *w = ud;
-  if (ev == TA_STREAM_OPENED) {
-    if (w->opened < 8)
-      w->opened_at[w->opened] = mcp_h2c_now();
-    w->opened++;
-    return;
-  }
-  w->closed++;
-  w->last_status = i->status;
-  snprintf(w->details, sizeof(w->details), "%s", i->details);
-}
-
-static int h_closed_n(void *ud) {
-  h_watch *w = ud;
-  return w->closed >= w->want;
-}
-
-static ta_opts h_watched(int listen, const char *addr, h_watch *w) {
-  ta_opts o = ta_opts_for(listen, addr, NULL);
-  o.on_stream = h_watch_cb;
-  o.on_stream_ud = w;
-  return o;
-}
-
-/* Nobody listens: attempts follow the backoff (the adapter's 10 ms, x1.6,
- * 50 ms cap), each one reported as a stream that closes UNAVAILABLE.
- * Counted by events, not in a time window: each gap is at least its
- * delay's lower bound (-20 % jitter), however slow the machine (it can
- * only be late). h2c alone here: gRPC's attempts are gRPC core's, and
- * test_grpc_reconnect.c's test_dialing_nothing_retries_with_growing_delays
- * checks them. The resume after a restart is test_transport_sync.c's. */
-START_TEST(redials_follow_the_backoff_against_a_closed_port) {
-  ta_world w;
-  ta_world_init(&w);
-  ta_start_source(&w, NULL); /* a port that was free a moment ago */
-  ta->del(w.src);
-  w.src = NULL;
-  h2t_run_for(&w.env->loop, 20);
-  h_watch watch;
-  memset(&watch, 0, sizeof(watch));
-  ta_opts d = h_watched(0, w.addr, &watch);
-  ck_assert_int_eq(ta->sink_new(w.env, &w.sink, &d, w.state), 0);
-  watch.want = 5; /* five attempts ended */
-  ck_assert(ta->run_until(w.env, h_closed_n, &watch, TA_TIMEOUT_MS));
-  double nominal = 10.0 * (double)MCP_MILLISECONDS;
-  for (int k = 0; k + 1 < 5; ++k) {
-    mcp_tstamp gap = watch.opened_at[k + 1] - watch.opened_at[k];
-    ck_assert_msg((double)gap >= 0.8 * nominal - 2.0 * MCP_MILLISECONDS,
-                  "attempt %d after %llu ns (nominal %.0f)", k + 1,
-                  (unsigned long long)gap, nominal);
-    nominal = nominal * 1.6 > 50.0 * MCP_MILLISECONDS
-                  ? 50.0 * MCP_MILLISECONDS
-                  : nominal * 1.6;
-  }
-  ck_assert_int_ge(watch.opened, watch.closed);
-  ck_assert_int_eq(watch.last_status, MCP_CODE_UNAVAILABLE);
-  ck_assert_msg(strstr(watch.details, "connect") != NULL, "%s",
-                watch.details);
-  ta_world_fini(&w);
-}
-END_TEST
-
 static void h_add_sync_tests(Suite *s) {
   TCase *tc = tcase_create("h2c");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, on_closed_runs_once_the_source_is_closed);
-  tcase_add_test(tc, redials_follow_the_backoff_against_a_closed_port);
   suite_add_tcase(s, tc);
 }
 
