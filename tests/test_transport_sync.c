@@ -41,6 +41,8 @@ typedef struct seen {
   mcp_tstamp opened_at[8];
   int pushes, acks, nacks, triggers;   /* the source's core */
   int sink_acks, sink_nacks, sink_triggers; /* the sink's core */
+  int dialed_closed, dialed_status; /* closes at the dialing end */
+  mcp_tstamp dialed_closed_at[8];
 } seen;
 
 static seen ev;
@@ -73,6 +75,12 @@ static void on_stream(int kind, const mcp_stream_info *i, void *ud) {
     ev.ok_closed += i->status == 0;
     ev.last_status = i->status;
     snprintf(ev.last_details, sizeof(ev.last_details), "%s", i->details);
+    if (i->dialed) {
+      if (ev.dialed_closed < 8)
+        ev.dialed_closed_at[ev.dialed_closed] = ta->now();
+      ev.dialed_closed++;
+      ev.dialed_status = i->status;
+    }
     ck_assert(!i->source && !i->sink);
   }
   if (!i->dialed) /* a dialer's may be the address dialed */
@@ -979,6 +987,107 @@ START_TEST(a_listening_sink_refuses_an_aggregated_state) {
 }
 END_TEST
 
+/* ---- rest ---- */
+
+static int dialer_closed(void *ud) {
+  (void)ud;
+  return got().dialed_closed >= 1;
+}
+
+/* Synced again on a second stream (both ends opened it). */
+static int resumed(void *ud) {
+  env *e = ud;
+  return got().opened >= 4 && matches(e, e->sink, "c1", "c1", -1);
+}
+
+/* c1's newest request on a new stream: how many versions it carried. */
+static void newest_initial(mcp_sink_state *st, mcp_tstamp ts, void *ud) {
+  (void)ts;
+  long *n = ud;
+  for (size_t i = 0; i < mcp_sink_state_journal_count(st); i++) {
+    mcp_journal_entry je;
+    ck_assert_int_eq(mcp_sink_state_journal_entry(st, i, &je), 0);
+    if (je.kind == MCP_EVENT_REQUEST && strcmp(je.collection, "c1") == 0)
+      *n = (long)je.ninitial;
+  }
+}
+
+/* A dialing sink outlives its source: the stream ends UNAVAILABLE, the
+ * sink redials, and when the source is back on the same port (with "a"
+ * deleted, "b" changed and "d" added meanwhile) it resumes with the
+ * versions it held and ends up with the store's content. */
+START_TEST(a_dialing_sink_resumes_with_what_it_holds) {
+  env e;
+  env_init(&e, 1); /* incremental: its requests carry what it holds */
+  start_source(&e, 1, "127.0.0.1:0");
+  start_sink(&e, 0, e.addr);
+  ck_assert(ta->run_until(e.env, equal, &e, TA_TIMEOUT_MS));
+  ta->del(e.src);
+  e.src = NULL;
+  ck_assert(ta->run_until(e.env, dialer_closed, NULL, TA_TIMEOUT_MS));
+  ck_assert_int_eq(got().dialed_status, MCP_CODE_UNAVAILABLE);
+  /* Nobody serves the store now: changed directly. */
+  mcp_tstamp ts = ta->now();
+  ck_assert_int_eq(mcp_store_delete(e.store, "c1", "a", ts), 1);
+  th_put(e.store, "c1", "b", "2", "B2", ts);
+  th_put(e.store, "c1", "d", "1", "D", ts);
+  /* The port can be briefly taken: with nobody listening, the sink's
+   * attempts may self-connect on loopback (a source port equal to the
+   * target port), or a parallel test may bind it. */
+  ta_opts o = opts(1, e.addr);
+  mcp_source_options so;
+  source_opts(&e, &so);
+  int rv = -1;
+  for (int tries = 0; tries < 100 && rv != 0; ++tries)
+    if ((rv = ta->source_new(e.env, &e.src, &o, &so)) != 0)
+      ta->run_until(e.env, never, NULL, 20);
+  ck_assert_int_eq(rv, 0);
+  ck_assert(ta->run_until(e.env, resumed, &e, TA_TIMEOUT_MS));
+  ck_assert(!sink_has(&e, "c1", "a")); /* deleted while away: gone */
+  ck_assert(sink_has(&e, "c1", "d"));
+  long n = -1;
+  ck_assert_int_eq(ta->sink_call(e.sink, newest_initial, &n), 0);
+  ck_assert_int_eq(n, 2); /* a and b, as held */
+  ck_assert_int_ge(got().dialed_closed, 1);
+  env_fini(&e);
+}
+END_TEST
+
+static int five_attempts_ended(void *ud) {
+  (void)ud;
+  return got().dialed_closed >= 5;
+}
+
+/* Nobody listens: each attempt is reported as a stream closing
+ * UNAVAILABLE, and the delays between them grow by the backoff's 1.6
+ * (both transports', docs/protocol.md; the adapters' caps are above these
+ * four). Counted by events, not in a time window: each gap is at least
+ * its delay's lower bound (less 2 ms of clock slack), however slow the
+ * machine (it can only be late). */
+START_TEST(redials_follow_the_backoff_against_a_closed_port) {
+  env e;
+  env_init(&e, 0);
+  start_source(&e, 1, "127.0.0.1:0"); /* a port that was free a moment ago */
+  ta->del(e.src);
+  e.src = NULL;
+  start_sink(&e, 0, e.addr);
+  ck_assert(ta->run_until(e.env, five_attempts_ended, NULL, TA_TIMEOUT_MS));
+  seen s = got();
+  double bound = (double)ta->min_redial;
+  for (int k = 0; k + 1 < 5; ++k) {
+    mcp_tstamp gap = s.dialed_closed_at[k + 1] - s.dialed_closed_at[k];
+    ck_assert_msg((double)gap >= bound - 2.0 * MCP_MILLISECONDS,
+                  "attempt %d after %llu ns (bound %.0f)", k + 1,
+                  (unsigned long long)gap, bound);
+    bound *= 1.6;
+  }
+  ck_assert_int_eq(s.dialed_status, MCP_CODE_UNAVAILABLE);
+  ck_assert_msg(strstr(s.last_details, "onnect") != NULL, "%s",
+                s.last_details);
+  env_fini(&e);
+}
+END_TEST
+
 static Suite *suite(void) {
   static char name[64]; /* check keeps the pointer */
   snprintf(name, sizeof(name), "transport_sync_%s%s", ta->name,
@@ -1004,6 +1113,8 @@ static Suite *suite(void) {
   tcase_add_test(t, aggregated_resources_sync_on_the_mcp_listener);
   tcase_add_test(t, incremental_aggregated_resources_sync_on_the_mcp_listener);
   tcase_add_test(t, a_listening_sink_refuses_an_aggregated_state);
+  tcase_add_test(t, a_dialing_sink_resumes_with_what_it_holds); /* rest */
+  tcase_add_test(t, redials_follow_the_backoff_against_a_closed_port);
   suite_add_tcase(s, t);
   if (ta->add_sync_tests)
     ta->add_sync_tests(s);
