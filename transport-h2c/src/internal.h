@@ -171,6 +171,11 @@ struct mcp_h2c_conn {
   int draining;    /* close once nothing is left to write */
   int goaway;      /* GOAWAY sent */
   int eof;
+  /* Closed, but the socket lingers (conn.c linger()): FIN sent, what the
+   * peer still sends read and dropped until it ends or goes quiet. */
+  int lingering;
+  mcp_tstamp linger_until; /* the latest end, however much it sends */
+  uv_shutdown_t shut;
   mcp_tstamp last_recv, ping_sent_at, idle_since, last_ping_recv;
   int ping_outstanding, ping_strikes;
   /* server: streams the client reset, and its token bucket (h2.c) */
@@ -255,6 +260,8 @@ struct mcp_h2c_ep {
   int refs;     /* open handles (the object's and its connections') */
   mcp_h2c_conn *conns;
   size_t nconns;
+  mcp_h2c_conn *lingering; /* closed connections whose sockets linger */
+  size_t nlingering;
   mcp_h2c_stream *sink_stream; /* the newest sink stream (finish) */
   int finished; /* DIAL: mcp_h2c_sink_finish(): no new connection */
   uint64_t next_stream_id;
@@ -333,6 +340,9 @@ void mcp_h2c_notify_stream(mcp_h2c_stream *s, mcp_h2c_stream_event ev);
 mcp_h2c_conn *mcp_h2c_conn_new(mcp_h2c_ep *ep, int dialed);
 void mcp_h2c_conn_start(mcp_h2c_conn *c); /* socket ready: start reading */
 void mcp_h2c_conn_close(mcp_h2c_conn *c, int status, const char *details);
+/* Closes at once every socket left lingering after its connection closed
+ * (conn.c): the endpoint stops. */
+void mcp_h2c_conn_linger_stop(mcp_h2c_ep *ep);
 void mcp_h2c_conn_kick(mcp_h2c_conn *c);
 void mcp_h2c_conn_mark(mcp_h2c_conn *c); /* kick it from the idle handle */
 int mcp_h2c_conn_write(mcp_h2c_conn *c, const void *p, size_t n);
