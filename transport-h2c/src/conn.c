@@ -410,12 +410,22 @@ static int handshake_done(mcp_h2c_conn *c) {
   return -1;
 }
 
-/* Ciphertext in: the handshake, then the plaintext to the protocol. */
+static void tls_recv_lent(mcp_h2c_conn *c);
+
+/* Ciphertext in (lent to the SSL object for this call): the handshake,
+ * then the plaintext to the protocol; what was not read is kept. */
 static void tls_recv(mcp_h2c_conn *c, const uint8_t *p, size_t n) {
-  if (mcp_h2c_tls_input(c, p, n) < 0) {
-    mcp_h2c_conn_close(c, MCP_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  mcp_h2c_tls_input(c, p, n);
+  tls_recv_lent(c);
+  if (c->closing || c->eof) { /* nothing more will be read */
+    mcp_h2c_tls_input(c, NULL, 0);
     return;
   }
+  if (mcp_h2c_tls_input_end(c) < 0)
+    mcp_h2c_conn_close(c, MCP_CODE_RESOURCE_EXHAUSTED, "out of memory");
+}
+
+static void tls_recv_lent(mcp_h2c_conn *c) {
   if (!c->tls_done) {
     char why[256];
     int rv = mcp_h2c_tls_handshake(c, why, sizeof(why));

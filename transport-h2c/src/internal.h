@@ -159,6 +159,12 @@ struct mcp_h2c_conn {
   mcp_buf wfill, wflight; /* frames being gathered / being written;
                                  freed after a second without writes */
   mcp_buf wtls;  /* TLS: records to write next (tls.c's write BIO) */
+  /* TLS: ciphertext the SSL object reads (tls.c's BIO): the socket's
+   * bytes, lent for one read, then what it left of them, kept. */
+  const uint8_t *rin;
+  size_t rin_len;
+  mcp_buf rtls;
+  size_t rtls_off;
   mcp_tstamp last_write;      /* the last write's completion */
   uv_write_t wreq;
   int writing;
@@ -451,8 +457,12 @@ void mcp_h2c_tls_stats(const mcp_h2c_ep *ep, mcp_h2c_stats *st);
  * changed). NOMEM. */
 int mcp_h2c_tls_conn_start(mcp_h2c_conn *c);
 void mcp_h2c_tls_conn_free(mcp_h2c_conn *c);
-/* Ciphertext from the socket. NOMEM. */
-int mcp_h2c_tls_input(mcp_h2c_conn *c, const uint8_t *p, size_t n);
+/* Ciphertext from the socket, lent to the SSL object until
+ * mcp_h2c_tls_input_end(): read where it is, never copied. */
+void mcp_h2c_tls_input(mcp_h2c_conn *c, const uint8_t *p, size_t n);
+/* What the SSL object did not read of the lent bytes is kept in c->rtls
+ * (the socket's buffer is reused by the next read). NOMEM. */
+int mcp_h2c_tls_input_end(mcp_h2c_conn *c);
 /* Advances the handshake: 1 done (identities read), 0 more to come, or
  * PROTOCOL with |why| ("no TLS connection: ..."). */
 int mcp_h2c_tls_handshake(mcp_h2c_conn *c, char *why, size_t len);
