@@ -100,7 +100,7 @@ static void on_closed(uv_handle_t *h) { mcp_h2c_conn_unref(h->data); }
  * and dropped until the peer ends, goes quiet for LINGER_QUIET_MS, or
  * LINGER_MAX_MS have passed; at most LINGER_CONNS sockets linger at once
  * (past that a socket closes at once, as before). Nothing of the
- * connection is left but its struct and its socket. */
+ * connection is left but its struct, its socket and a write in flight. */
 #define LINGER_QUIET_MS 1000
 #define LINGER_MAX_MS 5000
 #define LINGER_CONNS 256
@@ -162,6 +162,11 @@ static int linger(mcp_h2c_conn *c) {
     uv_close((uv_handle_t *)&c->timer, on_closed);
     return 1;
   }
+  /* What was not handed to the socket never will be: only a write in
+   * flight (wflight) stays, until the FIN after it, or the close. */
+  ep->write_buffered -= c->wfill.len + c->wtls.len;
+  mcp_buf_free(&c->wfill);
+  mcp_buf_free(&c->wtls);
   c->lingering = 1;
   c->linger_until = mcp_h2c_now() + (mcp_tstamp)LINGER_MAX_MS * 1000000;
   c->prev = NULL;
