@@ -15,6 +15,8 @@
  * Raw nghttp2 clients (tests/h2c_harness.h).
  */
 #include <check.h>
+#include <errno.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,6 +207,54 @@ START_TEST(test_h2c_streams_per_connection_refused_not_queued) {
 }
 END_TEST
 
+/* Writes |n| bytes of junk on |c| after its GOAWAY, then its FIN, running
+ * the server meanwhile, and reads until the server ends: 0 for a FIN, the
+ * errno of a reset. */
+typedef struct linger_st {
+  rc *c;
+  size_t left;
+  int done, err;
+} linger_st;
+
+static int linger_step(void *ud) {
+  linger_st *l = ud;
+  static const uint8_t junk[16384];
+  while (l->left) {
+    size_t k = l->left < sizeof(junk) ? l->left : sizeof(junk);
+    ssize_t w = send(l->c->fd, junk, k, MSG_NOSIGNAL);
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      break;
+    if (w < 0) {
+      l->err = errno;
+      return 1;
+    }
+    l->left -= (size_t)w;
+    if (!l->left)
+      shutdown(l->c->fd, SHUT_WR);
+  }
+  uint8_t buf[16384];
+  for (;;) {
+    ssize_t r = recv(l->c->fd, buf, sizeof(buf), 0);
+    if (r == 0) {
+      l->done = 1;
+      return 1;
+    }
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return 0;
+    if (r < 0) {
+      l->err = errno;
+      return 1;
+    }
+  }
+}
+
+static int linger_end(aenv *e, rc *c, size_t n) {
+  linger_st l = {c, n, 0, 0};
+  ck_assert(h2t_run_until(&e->loop, linger_step, &l, 20000));
+  ck_assert_msg(l.done || l.err, "the server neither ended nor reset");
+  return l.done ? 0 : l.err;
+}
+
 static int goaway_seen(void *ud) {
   rc *c = ud;
   rc_io(c);
@@ -235,6 +285,10 @@ START_TEST(test_h2c_rapid_reset_gets_enhance_your_calm) {
   ck_assert(c->goaway);
   ck_assert_uint_eq(c->goaway_code, NGHTTP2_ENHANCE_YOUR_CALM);
   ck_assert_uint_eq(stats(&e).rapid_resets, 1);
+  /* The client goes on writing after the GOAWAY, as one that queued a
+   * burst does: the server lingers, so it sees FIN, not a reset that
+   * could have destroyed the GOAWAY before it was read. */
+  ck_assert_int_eq(linger_end(&e, c, 1 << 20), 0);
   open_streams(&e, 1, NULL, 1, 1);
   cnt q = {&e, 1, 2, PUSHED, 1};
   ck_assert(h2t_run_until(&e.loop, reached, &q, 10000));

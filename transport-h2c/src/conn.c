@@ -15,6 +15,7 @@ static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 static void on_timer(uv_timer_t *t);
 static void on_closed(uv_handle_t *h);
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void tls_recv(mcp_h2c_conn *c, const uint8_t *p, size_t n);
 
 mcp_h2c_conn *mcp_h2c_conn_new(mcp_h2c_ep *ep, int dialed) {
@@ -87,6 +88,102 @@ void mcp_h2c_conn_unref(mcp_h2c_conn *c) {
 
 static void on_closed(uv_handle_t *h) { mcp_h2c_conn_unref(h->data); }
 
+/* ------------------------------------------------------------------ */
+/* Lingering close                                                     */
+/* ------------------------------------------------------------------ */
+
+/* A listener that closes while its peer still sends (a client told by
+ * GOAWAY, or refused, keeps writing what it had queued) would have the
+ * kernel answer those bytes with a reset, and a reset can destroy the
+ * GOAWAY and the last answers before the peer reads them. So the socket
+ * lingers: FIN after the last byte written, then what arrives is read
+ * and dropped until the peer ends, goes quiet for LINGER_QUIET_MS, or
+ * LINGER_MAX_MS have passed; at most LINGER_CONNS sockets linger at once
+ * (past that a socket closes at once, as before). Nothing of the
+ * connection is left but its struct, its socket and a write in flight. */
+#define LINGER_QUIET_MS 1000
+#define LINGER_MAX_MS 5000
+#define LINGER_CONNS 256
+
+static void linger_end(mcp_h2c_conn *c) {
+  mcp_h2c_ep *ep = c->ep;
+  if (!c->lingering)
+    return;
+  c->lingering = 0;
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    ep->lingering = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  ep->nlingering--;
+  uv_timer_stop(&c->timer);
+  uv_close((uv_handle_t *)&c->timer, on_closed);
+  uv_close((uv_handle_t *)c->sock, on_closed);
+}
+
+static void linger_timer(uv_timer_t *t) { linger_end(t->data); }
+
+static void linger_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
+  (void)buf;
+  mcp_h2c_conn *c = st->data;
+  if (nread < 0) { /* the peer ended (or broke): nothing left to spare */
+    linger_end(c);
+    return;
+  }
+  mcp_tstamp now = mcp_h2c_now(); /* (nanoseconds) */
+  if (nread > 0 && now < c->linger_until) {
+    uint64_t left = (c->linger_until - now) / 1000000 + 1;
+    uv_timer_start(&c->timer, linger_timer,
+                   left < LINGER_QUIET_MS ? left : LINGER_QUIET_MS, 0);
+  }
+}
+
+static void linger_shut(uv_shutdown_t *req, int status) {
+  (void)status; /* a failed FIN: the timer or the peer's end closes */
+  mcp_h2c_conn_unref(req->data);
+}
+
+/* Whether |c|'s socket lingers rather than closing now: a listener's
+ * connection whose peer has not ended, while the endpoint runs (a
+ * stopping one closes everything at once). */
+static int linger(mcp_h2c_conn *c) {
+  mcp_h2c_ep *ep = c->ep;
+  if (c->dialed || c->eof || ep->stopping || ep->nlingering >= LINGER_CONNS)
+    return 0;
+  uv_read_stop(c->sock);
+  c->reading = 0;
+  c->shut.data = c;
+  if (uv_shutdown(&c->shut, c->sock, linger_shut) < 0)
+    return 0;
+  c->refs++; /* the shutdown request's */
+  if (uv_read_start(c->sock, on_alloc, linger_read) < 0) {
+    uv_close((uv_handle_t *)c->sock, on_closed); /* ends the shutdown */
+    uv_close((uv_handle_t *)&c->timer, on_closed);
+    return 1;
+  }
+  /* What was not handed to the socket never will be: only a write in
+   * flight (wflight) stays, until the FIN after it, or the close. */
+  ep->write_buffered -= c->wfill.len + c->wtls.len;
+  mcp_buf_free(&c->wfill);
+  mcp_buf_free(&c->wtls);
+  c->lingering = 1;
+  c->linger_until = mcp_h2c_now() + (mcp_tstamp)LINGER_MAX_MS * 1000000;
+  c->prev = NULL;
+  c->next = ep->lingering;
+  if (ep->lingering)
+    ep->lingering->prev = c;
+  ep->lingering = c;
+  ep->nlingering++;
+  uv_timer_start(&c->timer, linger_timer, LINGER_QUIET_MS, 0);
+  return 1;
+}
+
+void mcp_h2c_conn_linger_stop(mcp_h2c_ep *ep) {
+  while (ep->lingering)
+    linger_end(ep->lingering);
+}
+
 void mcp_h2c_conn_close(mcp_h2c_conn *c, int status, const char *details) {
   if (c->closing)
     return;
@@ -114,8 +211,10 @@ void mcp_h2c_conn_close(mcp_h2c_conn *c, int status, const char *details) {
   if (c->resolving) /* its callback comes, with UV_ECANCELED if in time */
     uv_cancel((uv_req_t *)&c->gai);
   uv_timer_stop(&c->timer);
-  uv_close((uv_handle_t *)&c->timer, on_closed);
-  uv_close((uv_handle_t *)c->sock, on_closed); /* cancels a pending write */
+  if (!linger(c)) {
+    uv_close((uv_handle_t *)&c->timer, on_closed);
+    uv_close((uv_handle_t *)c->sock, on_closed); /* cancels a pending write */
+  }
   if (c->dialed)
     mcp_h2c_client_conn_gone(ep, c);
   else
@@ -316,12 +415,22 @@ static int handshake_done(mcp_h2c_conn *c) {
   return -1;
 }
 
-/* Ciphertext in: the handshake, then the plaintext to the protocol. */
+static void tls_recv_lent(mcp_h2c_conn *c);
+
+/* Ciphertext in (lent to the SSL object for this call): the handshake,
+ * then the plaintext to the protocol; what was not read is kept. */
 static void tls_recv(mcp_h2c_conn *c, const uint8_t *p, size_t n) {
-  if (mcp_h2c_tls_input(c, p, n) < 0) {
-    mcp_h2c_conn_close(c, MCP_CODE_RESOURCE_EXHAUSTED, "out of memory");
+  mcp_h2c_tls_input(c, p, n);
+  tls_recv_lent(c);
+  if (c->closing || c->eof) { /* nothing more will be read */
+    mcp_h2c_tls_input(c, NULL, 0);
     return;
   }
+  if (mcp_h2c_tls_input_end(c) < 0)
+    mcp_h2c_conn_close(c, MCP_CODE_RESOURCE_EXHAUSTED, "out of memory");
+}
+
+static void tls_recv_lent(mcp_h2c_conn *c) {
   if (!c->tls_done) {
     char why[256];
     int rv = mcp_h2c_tls_handshake(c, why, sizeof(why));

@@ -527,6 +527,7 @@ static void shutdown_ep(mcp_h2c_ep *ep) {
   if (ep->role == MCP_H2C_ROLE_CLIENT)
     mcp_h2c_client_end_all(ep); /* the protocol hears of each call */
   ep->stopping = 1; /* no callback from here on, but on_closed */
+  mcp_h2c_conn_linger_stop(ep);
   ep->grace_at = mcp_h2c_now() + ep->opts.shutdown_grace;
   if (listen)
     mcp_h2c_server_stop(ep);

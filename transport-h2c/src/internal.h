@@ -159,6 +159,12 @@ struct mcp_h2c_conn {
   mcp_buf wfill, wflight; /* frames being gathered / being written;
                                  freed after a second without writes */
   mcp_buf wtls;  /* TLS: records to write next (tls.c's write BIO) */
+  /* TLS: ciphertext the SSL object reads (tls.c's BIO): the socket's
+   * bytes, lent for one read, then what it left of them, kept. */
+  const uint8_t *rin;
+  size_t rin_len;
+  mcp_buf rtls;
+  size_t rtls_off;
   mcp_tstamp last_write;      /* the last write's completion */
   uv_write_t wreq;
   int writing;
@@ -171,6 +177,11 @@ struct mcp_h2c_conn {
   int draining;    /* close once nothing is left to write */
   int goaway;      /* GOAWAY sent */
   int eof;
+  /* Closed, but the socket lingers (conn.c linger()): FIN sent, what the
+   * peer still sends read and dropped until it ends or goes quiet. */
+  int lingering;
+  mcp_tstamp linger_until; /* the latest end, however much it sends */
+  uv_shutdown_t shut;
   mcp_tstamp last_recv, ping_sent_at, idle_since, last_ping_recv;
   int ping_outstanding, ping_strikes;
   /* server: streams the client reset, and its token bucket (h2.c) */
@@ -255,6 +266,8 @@ struct mcp_h2c_ep {
   int refs;     /* open handles (the object's and its connections') */
   mcp_h2c_conn *conns;
   size_t nconns;
+  mcp_h2c_conn *lingering; /* closed connections whose sockets linger */
+  size_t nlingering;
   mcp_h2c_stream *sink_stream; /* the newest sink stream (finish) */
   int finished; /* DIAL: mcp_h2c_sink_finish(): no new connection */
   uint64_t next_stream_id;
@@ -333,6 +346,9 @@ void mcp_h2c_notify_stream(mcp_h2c_stream *s, mcp_h2c_stream_event ev);
 mcp_h2c_conn *mcp_h2c_conn_new(mcp_h2c_ep *ep, int dialed);
 void mcp_h2c_conn_start(mcp_h2c_conn *c); /* socket ready: start reading */
 void mcp_h2c_conn_close(mcp_h2c_conn *c, int status, const char *details);
+/* Closes at once every socket left lingering after its connection closed
+ * (conn.c): the endpoint stops. */
+void mcp_h2c_conn_linger_stop(mcp_h2c_ep *ep);
 void mcp_h2c_conn_kick(mcp_h2c_conn *c);
 void mcp_h2c_conn_mark(mcp_h2c_conn *c); /* kick it from the idle handle */
 int mcp_h2c_conn_write(mcp_h2c_conn *c, const void *p, size_t n);
@@ -441,8 +457,12 @@ void mcp_h2c_tls_stats(const mcp_h2c_ep *ep, mcp_h2c_stats *st);
  * changed). NOMEM. */
 int mcp_h2c_tls_conn_start(mcp_h2c_conn *c);
 void mcp_h2c_tls_conn_free(mcp_h2c_conn *c);
-/* Ciphertext from the socket. NOMEM. */
-int mcp_h2c_tls_input(mcp_h2c_conn *c, const uint8_t *p, size_t n);
+/* Ciphertext from the socket, lent to the SSL object until
+ * mcp_h2c_tls_input_end(): read where it is, never copied. */
+void mcp_h2c_tls_input(mcp_h2c_conn *c, const uint8_t *p, size_t n);
+/* What the SSL object did not read of the lent bytes is kept in c->rtls
+ * (the socket's buffer is reused by the next read). NOMEM. */
+int mcp_h2c_tls_input_end(mcp_h2c_conn *c);
 /* Advances the handshake: 1 done (identities read), 0 more to come, or
  * PROTOCOL with |why| ("no TLS connection: ..."). */
 int mcp_h2c_tls_handshake(mcp_h2c_conn *c, char *why, size_t len);

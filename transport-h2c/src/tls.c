@@ -279,16 +279,22 @@ static int is_ip(const char *host) {
 }
 
 /*
- * The write side: a BIO that appends each record to the connection's
- * c->wtls, which start_write() then hands to the socket as it is (a swap,
- * as cleartext's frames). A memory BIO there cost a copy of every byte
- * sent (BIO_read() into the write buffer) and a buffer of its own that
- * grew to the largest burst; records written while a write is in flight
- * (a handshake answer, a session ticket) wait in wtls the same way.
+ * The connection's BIO, both ways, so that no byte is copied into or out
+ * of a memory BIO:
+ *   - writing appends each record to c->wtls, which start_write() then
+ *     hands to the socket as it is (a swap, as cleartext's frames);
+ *     records written while a write is in flight (a handshake answer)
+ *     wait there the same way;
+ *   - reading takes the socket's bytes where the read left them (c->rin,
+ *     lent by conn.c for one read), and what the SSL object did not take
+ *     before the read ended from c->rtls, where mcp_h2c_tls_input_end()
+ *     keeps it. "No data yet" is a retry, never end of file.
+ * Memory BIOs cost a copy of every byte each way and buffers of their own
+ * that grew to the largest burst.
  */
-static BIO_METHOD *wbio_method;
+static BIO_METHOD *bio_method;
 
-static int wbio_write(BIO *b, const char *p, int n) {
+static int bio_write(BIO *b, const char *p, int n) {
   mcp_h2c_conn *c = BIO_get_data(b);
   if (n <= 0)
     return 0;
@@ -298,15 +304,51 @@ static int wbio_write(BIO *b, const char *p, int n) {
   return n;
 }
 
-static long wbio_ctrl(BIO *b, int cmd, long num, void *ptr) {
-  (void)b;
-  (void)num;
-  (void)ptr;
-  /* The record layer flushes after each flight: nothing is held here. */
-  return cmd == BIO_CTRL_FLUSH ? 1 : 0;
+static int bio_read(BIO *b, char *p, int n) {
+  mcp_h2c_conn *c = BIO_get_data(b);
+  BIO_clear_retry_flags(b);
+  if (n <= 0)
+    return 0;
+  const uint8_t *src;
+  size_t k;
+  if (c->rtls_off < c->rtls.len) { /* the older bytes first */
+    src = c->rtls.p + c->rtls_off;
+    k = c->rtls.len - c->rtls_off;
+  } else {
+    src = c->rin;
+    k = c->rin_len;
+  }
+  if (k == 0) {
+    BIO_set_retry_read(b);
+    return -1;
+  }
+  if (k > (size_t)n)
+    k = (size_t)n;
+  memcpy(p, src, k);
+  if (src == c->rin) {
+    c->rin += k;
+    c->rin_len -= k;
+  } else if ((c->rtls_off += k) == c->rtls.len) {
+    c->rtls_off = c->rtls.len = 0;
+  }
+  return (int)k;
 }
 
-static int wbio_create(BIO *b) {
+static long bio_ctrl(BIO *b, int cmd, long num, void *ptr) {
+  (void)num;
+  (void)ptr;
+  mcp_h2c_conn *c = BIO_get_data(b);
+  switch (cmd) {
+  case BIO_CTRL_FLUSH: /* the record layer flushes after each flight */
+    return 1;
+  case BIO_CTRL_PENDING:
+    return (long)(c->rtls.len - c->rtls_off + c->rin_len);
+  default:
+    return 0;
+  }
+}
+
+static int bio_create(BIO *b) {
   BIO_set_init(b, 1);
   return 1;
 }
@@ -314,22 +356,23 @@ static int wbio_create(BIO *b) {
 /* One method for the process, as OpenSSL's own BIO_s_mem(): made once,
  * never freed (a BIO refers to it until SSL_free(), whichever endpoint
  * goes first). */
-static void wbio_method_make(void) {
-  BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK,
-                               "mcp_h2c write");
-  if (m && BIO_meth_set_write(m, wbio_write) == 1 &&
-      BIO_meth_set_ctrl(m, wbio_ctrl) == 1 &&
-      BIO_meth_set_create(m, wbio_create) == 1) {
-    wbio_method = m;
+static void bio_method_make(void) {
+  BIO_METHOD *m =
+      BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "mcp_h2c");
+  if (m && BIO_meth_set_write(m, bio_write) == 1 &&
+      BIO_meth_set_read(m, bio_read) == 1 &&
+      BIO_meth_set_ctrl(m, bio_ctrl) == 1 &&
+      BIO_meth_set_create(m, bio_create) == 1) {
+    bio_method = m;
     return;
   }
   BIO_meth_free(m);
 }
 
-static BIO *wbio_new(mcp_h2c_conn *c) {
+static BIO *bio_new(mcp_h2c_conn *c) {
   static uv_once_t once = UV_ONCE_INIT;
-  uv_once(&once, wbio_method_make);
-  BIO *b = wbio_method ? BIO_new(wbio_method) : NULL;
+  uv_once(&once, bio_method_make);
+  BIO *b = bio_method ? BIO_new(bio_method) : NULL;
   if (b)
     BIO_set_data(b, c);
   return b;
@@ -341,16 +384,13 @@ int mcp_h2c_tls_conn_start(mcp_h2c_conn *c) {
   SSL *ssl = SSL_new(ep->tls->ctx);
   if (!ssl)
     return MCP_ERR_NOMEM;
-  BIO *rb = BIO_new(BIO_s_mem()), *wb = wbio_new(c);
-  if (!rb || !wb) {
-    BIO_free(rb);
-    BIO_free(wb);
+  BIO *b = bio_new(c);
+  if (!b) {
     SSL_free(ssl);
     return MCP_ERR_NOMEM;
   }
-  /* An empty memory BIO means "no data yet", not end of file. */
-  BIO_set_mem_eof_return(rb, -1);
-  SSL_set_bio(ssl, rb, wb);
+  SSL_set_bio(ssl, b, b); /* one reference, the SSL object's */
+  c->rtls.mem = &ep->mem;
   if (c->dialed) {
     const char *name = ep->opts.tls.server_name ? ep->opts.tls.server_name
                                                 : ep->addr.host;
@@ -381,15 +421,32 @@ void mcp_h2c_tls_conn_free(mcp_h2c_conn *c) {
     SSL_free(c->ssl);
     c->ssl = NULL;
   }
+  c->ep->read_buffered -= c->rtls.cap;
+  mcp_buf_free(&c->rtls);
+  c->rtls_off = 0;
+  c->rin = NULL;
+  c->rin_len = 0;
   mcp_identities_free(&c->ids, &c->ep->mem);
 }
 
-int mcp_h2c_tls_input(mcp_h2c_conn *c, const uint8_t *p, size_t n) {
+void mcp_h2c_tls_input(mcp_h2c_conn *c, const uint8_t *p, size_t n) {
+  c->rin = p;
+  c->rin_len = n;
+}
+
+int mcp_h2c_tls_input_end(mcp_h2c_conn *c) {
+  size_t n = c->rin_len;
+  const uint8_t *p = c->rin;
+  c->rin = NULL;
+  c->rin_len = 0;
   if (n == 0)
     return 0;
-  if (n > INT_MAX || BIO_write(SSL_get_rbio(c->ssl), p, (int)n) != (int)n)
-    return MCP_ERR_NOMEM;
-  return 0;
+  /* Left when reading paused (HTTP/1.1 answers waiting for the socket):
+   * rare, and at most one read's worth. */
+  size_t cap = c->rtls.cap;
+  int rv = mcp_buf_append(&c->rtls, p, n);
+  c->ep->read_buffered += c->rtls.cap - cap;
+  return rv < 0 ? MCP_ERR_NOMEM : 0;
 }
 
 /* The verified certificate's identities (mcp/auth.h's rules). */
