@@ -791,6 +791,12 @@ class CommandLine(Base):
                      ["positional"]):
             with self.subTest(args=args):
                 self.assert_usage("mcp-source", args)
+        for addr, why in (("unix:", "missing PATH after unix:"),
+                          ("unix:" + "/x" * 54,
+                           "a unix socket PATH has at most 107 bytes")):
+            for flag in ("--listen", "--connect"):
+                with self.subTest(flag=flag, addr=addr):
+                    self.assert_usage("mcp-source", [flag, addr], why)
         for v in ("0", "soon", "3600001", "-5"):
             with self.subTest(write_settle=v):
                 self.assert_usage("mcp-source", ["--write-settle", v],
@@ -881,6 +887,45 @@ class CommandLine(Base):
                 self.wait_for(lambda: "(%s)" % shown in src.stderr() and
                               "serving ResourceSource on 127.0.0.1:"
                               in src.stderr(), "the source to listen", src)
+                for p in (snk, src):
+                    p.signal(signal.SIGTERM)
+                    self.assertEqual(p.wait(), 0, self.logs())
+
+    def test_unix_socket_listeners_name_their_path(self):
+        """A listener on a unix socket is logged, and announced in the
+        sink's "listening" event, by its path (it was "unix:0", the port
+        appended to "unix"), and a sink that dials that path syncs."""
+        self.put("cm.yaml", [cm("one", "default", {"k": "v"})])
+        for t in common.TRANSPORTS:
+            if not transport_built(t):
+                continue
+            shown = {"h2c": "h2"}.get(t, t)
+            with self.subTest(transport=t):
+                sock_snk = "unix:" + os.path.join(self.tmp, t + "-sink.sock")
+                sock_src = "unix:" + os.path.join(self.tmp, t + "-src.sock")
+                snk = Proc("mcp-sink", [self.exe("mcp-sink"), "--transport", t,
+                                        "--collection", CM, "--json",
+                                        "--listen", sock_snk])
+                src = Proc("mcp-source", [self.exe("mcp-source"),
+                                          "--transport", t, "--dir",
+                                          self.config, "--listen", sock_src])
+                self.procs += [snk, src]
+                ev = self.wait_for(
+                    lambda: [e for e in snk.events()
+                             if e.get("event") == "listening"],
+                    "the sink's listening event", snk)[0]
+                self.assertEqual(ev["address"], sock_snk)
+                self.wait_for(lambda: "serving ResourceSink on %s (%s)"
+                              % (sock_snk, shown) in snk.stderr(),
+                              "the sink to name its socket", snk)
+                self.wait_for(lambda: "serving ResourceSource on %s (%s)"
+                              % (sock_src, shown) in src.stderr(),
+                              "the source to name its socket", src)
+                rc, out, err = run([self.exe("mcp-sink"), "--transport", t,
+                                    "--connect", sock_src, "--collection", CM,
+                                    "--json", "--exit-after-sync"])
+                self.assertEqual(rc, 0, err)
+                self.assertIn('"default/one"', out)
                 for p in (snk, src):
                     p.signal(signal.SIGTERM)
                     self.assertEqual(p.wait(), 0, self.logs())

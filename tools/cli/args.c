@@ -159,8 +159,25 @@ int tool_parse_ulong(const char *s, unsigned long max, unsigned long *out) {
   return 0;
 }
 
+/* sizeof(((struct sockaddr_un *)0)->sun_path) on Linux, less the NUL. */
+#define UNIX_PATH_MAX 107
+
 int tool_check_hostport(const char *s, unsigned min_port, const char **why) {
   const char *colon;
+  if (strncmp(s, "unix:", 5) == 0) { /* both transports' form */
+    const char *path = s + 5;
+    if (strncmp(path, "//", 2) == 0)
+      path += 2;
+    if (!path[0]) {
+      *why = "missing PATH after unix:";
+      return -1;
+    }
+    if (strlen(path) > UNIX_PATH_MAX) {
+      *why = "a unix socket PATH has at most 107 bytes";
+      return -1;
+    }
+    return 0;
+  }
   if (s[0] == '[') {
     const char *close = strchr(s, ']');
     if (!close || close == s + 1) {
@@ -535,9 +552,21 @@ void tool_sec_args_free(tool_sec_args *a) {
   tool_strv_free(&a->deny);
 }
 
+static int is_unix(const char *address) {
+  return strncmp(address, "unix:", 5) == 0 ||
+         strncmp(address, "unix-abstract:", 14) == 0;
+}
+
+void tool_addr_bound(char *buf, size_t len, const char *address, int port) {
+  const char *colon = strrchr(address, ':');
+  if (is_unix(address) || !colon)
+    snprintf(buf, len, "%s", address);
+  else
+    snprintf(buf, len, "%.*s:%d", (int)(colon - address), address, port);
+}
+
 int tool_addr_is_loopback(const char *address) {
-  if (strncmp(address, "unix:", 5) == 0 ||
-      strncmp(address, "unix-abstract:", 14) == 0)
+  if (is_unix(address))
     return 1;
   char host[256];
   const char *start = address, *end;

@@ -60,8 +60,10 @@ int tool_arg_flag(char **argv, int i, const char *name);
 
 /*
  * Checks "HOST:PORT": HOST non-empty (a name, an IPv4 address or a bracketed
- * IPv6 address "[::1]"), PORT decimal in [min_port, 65535]. 0 when valid;
- * -1 otherwise, with the reason in |why|.
+ * IPv6 address "[::1]"), PORT decimal in [min_port, 65535]; or a unix
+ * socket, "unix:PATH" (also "unix:///abs/path"), PATH non-empty and short
+ * enough for a socket address (107 bytes). 0 when valid; -1 otherwise,
+ * with the reason in |why|.
  */
 int tool_check_hostport(const char *s, unsigned min_port, const char **why);
 /* The same for a comma-separated list of HOST:PORT (--connect A,B,C). */
@@ -190,5 +192,13 @@ void tool_sec_args_free(tool_sec_args *a);
  * 0.0.0.0, [::] and other names.
  */
 int tool_addr_is_loopback(const char *address);
+
+/*
+ * The listen address as bound, for the logs and the sink's "listening"
+ * event: |address| with its :PORT replaced by |port| (a listener asked
+ * for :0 names the port the system chose); a unix socket ("unix:PATH",
+ * "unix-abstract:NAME") as given, since it has no port.
+ */
+void tool_addr_bound(char *buf, size_t len, const char *address, int port);
 
 #endif /* TOOLS_ARGS_H */

@@ -147,6 +147,7 @@ static void usage(FILE *f) {
         "and ACKed\n"
         , f);
   fputs(
+        "  --listen, --connect   also take unix:PATH, a unix socket\n"
         "  --sync-warn SECONDS   warn, naming them, when collections are not\n"
         "                        received after SECONDS (default 10; 0: "
         "never)\n"
@@ -1008,10 +1009,8 @@ int main(int argc, char **argv) {
                "be reported");
   }
   if (listen) {
-    const char *colon = strrchr(address, ':');
     char buf[300];
-    snprintf(buf, sizeof(buf), "%.*s:%d", (int)(colon - address), address,
-             app.tp->sink_port(app.ep));
+    tool_addr_bound(buf, sizeof(buf), address, app.tp->sink_port(app.ep));
     log_info("serving ResourceSink on %s (%s)", buf, app.tp->name);
     if (json) {
       json_t *o = json_pack("{s:s, s:s}", "event", "listening", "address",
@@ -1054,10 +1053,10 @@ int main(int argc, char **argv) {
       ops_failed = 1;
       stop(&app);
     } else {
-      const char *colon = strrchr(ops_args.debug_listen, ':');
-      log_info("debug endpoints on http://%.*s:%d/",
-               (int)(colon - ops_args.debug_listen), ops_args.debug_listen,
-               tool_ops_port(app.ops));
+      char buf[300];
+      tool_addr_bound(buf, sizeof(buf), ops_args.debug_listen,
+                      tool_ops_port(app.ops));
+      log_info("debug endpoints on http://%s/", buf);
     }
   }
   uv_run(&app.loop, UV_RUN_DEFAULT);

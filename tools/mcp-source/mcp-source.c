@@ -191,7 +191,8 @@ static void usage(FILE *f) {
           "                     (default: each '/' segment a lowercase DNS-1123\n"
           "                     subdomain) or permissive (printable ASCII)\n"
           "  --listen HOST:PORT serve ResourceSource: sinks dial us\n"
-          "                     (default " DEFAULT_ADDRESS ")\n"
+          "                     (default " DEFAULT_ADDRESS "); unix:PATH for\n"
+          "                     a unix socket, here and in --connect\n"
           "  --connect HOST:PORT dial a ResourceSink, reconnecting forever\n"
           "  --transport NAME   h2 (nghttp2; TLS with the --tls-* flags, else\n"
           "                     cleartext h2c; also named h2c) or grpc (gRPC\n"
@@ -786,11 +787,6 @@ static void on_signal(uv_signal_t *h, int signum) {
 }
 
 /* "HOST:PORT" with the port replaced by |port| (for port 0). */
-static void bound_address(char *buf, size_t len, const char *addr, int port) {
-  const char *colon = strrchr(addr, ':');
-  snprintf(buf, len, "%.*s:%d", (int)(colon - addr), addr, port);
-}
-
 /* Typed bodies: the schema (Istio's types and --descriptor-set files) and
  * the kinds (--kind first, so that it overrides Istio's). 0, or -1
  * (logged). */
@@ -1978,7 +1974,7 @@ int main(int argc, char **argv) {
     log_info("dialing the ResourceSink at %s (%s)", address, app.tp->name);
   } else {
     char buf[300];
-    bound_address(buf, sizeof(buf), address, app.tp->source_port(app.ep));
+    tool_addr_bound(buf, sizeof(buf), address, app.tp->source_port(app.ep));
     char names[64];
     for (unsigned i = 0; i < NAPIS; i++)
       if (app.apis & (1u << i))
@@ -2047,8 +2043,8 @@ int main(int argc, char **argv) {
       ops_failed = 1;
       stop(&app);
     } else {
-      bound_address(buf, sizeof(buf), args.ops.debug_listen,
-                    tool_ops_port(app.ops));
+      tool_addr_bound(buf, sizeof(buf), args.ops.debug_listen,
+                      tool_ops_port(app.ops));
       log_info("debug endpoints on http://%s/", buf);
     }
   }
