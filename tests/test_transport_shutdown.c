@@ -3,20 +3,26 @@
  * transport (issue 21 item 7; the transport: the adapter it is built
  * with, tests/transport_<name>.c; was test_grpc_shutdown.c): *_del()
  * ends open streams with UNAVAILABLE "server shutting down" without
- * waiting for the grace, runs the updates still queued first, and a
+ * waiting for the grace, cuts off a stream that cannot finish once the
+ * grace is over (and not before), runs the updates still queued first,
+ * and a
  * listener that cannot bind says why in errno (EADDRINUSE, EADDRNOTAVAIL,
  * ENOENT) and writes nothing to stderr, in both roles. (A port in use by
  * another listener, and a dialing sink's bad addresses, are the sync
  * suite's: bad_addresses_are_refused, a_port_in_use_reports_errno.)
  */
+#include <arpa/inet.h>
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -115,6 +121,7 @@ static int all_closed(void *ud) {
 }
 
 static int closed_3(void *ud) { return seen_get(ud).closed >= 3; }
+static int closed_1(void *ud) { return seen_get(ud).closed >= 1; }
 
 /* Three sinks synced from a source; the source's *_del() ends each
  * stream with its status at once (the sinks read: nothing waits for the
@@ -145,12 +152,14 @@ START_TEST(open_streams_end_unavailable_at_once_on_shutdown) {
   }
   ck_assert(ta->run_until(env, all_synced, &t, TA_TIMEOUT_MS));
 
+  /* Until the streams' CLOSED events (gRPC's *_del() returns after
+   * them, h2c's shutdown goes on in its loop): less than the listener's
+   * grace of both adapters (1 s, transport_grpc.c and transport_h2c.c):
+   * drained, not cancelled. */
   mcp_tstamp t0 = ta->now();
   ta->del(src);
-  /* Less than the listener's grace of both adapters (1 s,
-   * transport_grpc.c and transport_h2c.c): drained, not cancelled. */
-  ck_assert_uint_lt(ta->now() - t0, 900 * MCP_MILLISECONDS);
   ck_assert(ta->run_until(env, closed_3, &so, TA_TIMEOUT_MS));
+  ck_assert_uint_lt(ta->now() - t0, 900 * MCP_MILLISECONDS);
   seen s = seen_get(&so);
   ck_assert_int_eq(s.closed, 3);
   ck_assert_int_eq(s.last_status, MCP_CODE_UNAVAILABLE);
@@ -322,11 +331,261 @@ START_TEST(a_unix_socket_path_reports_errno_and_writes_nothing) {
 }
 END_TEST
 
+
+/* ---- a stuck stream ---- */
+
+/* A raw cleartext HTTP/2 peer (prior knowledge) that opens one call of
+ * |method| with |req| as its message, reads the server's first SETTINGS
+ * to acknowledge them, and then never reads again: a push larger than
+ * its windows cannot complete. A socket of the test's own rather than
+ * transport_peer.c's gRPC-core call, which keeps a receive armed. */
+typedef struct stuck_peer {
+  int fd;
+  int acked; /* the server's SETTINGS acknowledged */
+  int rst, eof; /* the call reset; the connection ended */
+  uint8_t in[9];
+  size_t nin, skip; /* header bytes read; payload bytes left to skip */
+} stuck_peer;
+
+static void put_frame(uint8_t *b, size_t len, uint8_t type, uint8_t flags,
+                      uint32_t stream) {
+  b[0] = (uint8_t)(len >> 16);
+  b[1] = (uint8_t)(len >> 8);
+  b[2] = (uint8_t)len;
+  b[3] = type;
+  b[4] = flags;
+  b[5] = (uint8_t)(stream >> 24);
+  b[6] = (uint8_t)(stream >> 16);
+  b[7] = (uint8_t)(stream >> 8);
+  b[8] = (uint8_t)stream;
+}
+
+static void write_all(int fd, const void *p, size_t len) {
+  const uint8_t *b = p;
+  while (len) {
+    ssize_t n = write(fd, b, len);
+    if (n < 0 && errno == EINTR)
+      continue;
+    ck_assert_int_gt(n, 0);
+    b += n;
+    len -= (size_t)n;
+  }
+}
+
+/* A literal header field without indexing (HPACK), name by index |idx|
+ * (0: the name as a literal too); strings shorter than 127 bytes. */
+static size_t hpack_lit(uint8_t *b, int idx, const char *name,
+                        const char *value) {
+  size_t n = 0;
+  if (idx < 15) {
+    b[n++] = (uint8_t)idx;
+  } else {
+    b[n++] = 0x0f;
+    b[n++] = (uint8_t)(idx - 15);
+  }
+  if (idx == 0) {
+    size_t l = strlen(name);
+    ck_assert_uint_lt(l, 127);
+    b[n++] = (uint8_t)l;
+    memcpy(b + n, name, l);
+    n += l;
+  }
+  size_t l = strlen(value);
+  ck_assert_uint_lt(l, 127);
+  b[n++] = (uint8_t)l;
+  memcpy(b + n, value, l);
+  return n + l;
+}
+
+static void stuck_open(stuck_peer *p, int port, const char *method,
+                       const mcp_msg *req) {
+  memset(p, 0, sizeof(*p));
+  p->fd = socket(AF_INET, SOCK_STREAM, 0);
+  ck_assert_int_ge(p->fd, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET,
+                           .sin_port = htons((uint16_t)port),
+                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  ck_assert_int_eq(connect(p->fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+  write_all(p->fd, preface, sizeof(preface) - 1);
+  uint8_t b[512];
+  put_frame(b, 0, 4, 0, 0); /* SETTINGS, none: the defaults' windows */
+  write_all(p->fd, b, 9);
+  size_t n = 9;
+  b[n++] = 0x83; /* :method POST */
+  b[n++] = 0x86; /* :scheme http */
+  n += hpack_lit(b + n, 4, NULL, method);          /* :path */
+  n += hpack_lit(b + n, 1, NULL, "127.0.0.1");     /* :authority */
+  n += hpack_lit(b + n, 31, NULL, "application/grpc"); /* content-type */
+  n += hpack_lit(b + n, 0, "te", "trailers");
+  put_frame(b, n - 9, 1, 0x4, 1); /* HEADERS, END_HEADERS, stream 1 */
+  write_all(p->fd, b, n);
+  size_t len = mcp_msg_len(req);
+  uint8_t *d = malloc(9 + 5 + len);
+  ck_assert_ptr_nonnull(d);
+  put_frame(d, 5 + len, 0, 0, 1); /* DATA, stream 1, not the end */
+  d[9] = 0;
+  d[10] = (uint8_t)(len >> 24);
+  d[11] = (uint8_t)(len >> 16);
+  d[12] = (uint8_t)(len >> 8);
+  d[13] = (uint8_t)len;
+  mcp_msg_flatten(req, d + 14);
+  write_all(p->fd, d, 9 + 5 + len);
+  free(d);
+  ck_assert_int_eq(fcntl(p->fd, F_SETFL, O_NONBLOCK), 0);
+}
+
+/* Reads what the server sent, without blocking: its first SETTINGS are
+ * acknowledged (the only answer this peer gives), a RST_STREAM of the
+ * call and the connection's end are noted. Reading does not unstick the
+ * push: only a WINDOW_UPDATE would, and this peer sends none. */
+static void peer_read(stuck_peer *p) {
+  while (!p->eof) {
+    uint8_t b[4096];
+    size_t want = p->skip ? (p->skip < sizeof(b) ? p->skip : sizeof(b))
+                          : 9 - p->nin;
+    ssize_t n = read(p->fd, p->skip ? b : p->in + p->nin, want);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+      return;
+    if (n <= 0) { /* EOF or ECONNRESET: the connection ended */
+      ck_assert(n == 0 || errno == ECONNRESET);
+      p->eof = 1;
+      return;
+    }
+    if (p->skip) {
+      p->skip -= (size_t)n;
+      continue;
+    }
+    p->nin += (size_t)n;
+    if (p->nin < 9)
+      continue;
+    p->nin = 0;
+    size_t len = (size_t)p->in[0] << 16 | (size_t)p->in[1] << 8 | p->in[2];
+    uint32_t stream = ((uint32_t)p->in[5] & 0x7f) << 24 |
+                      (uint32_t)p->in[6] << 16 | (uint32_t)p->in[7] << 8 |
+                      p->in[8];
+    p->skip = len;
+    if (p->in[3] == 4 && !(p->in[4] & 1) && !p->acked) { /* SETTINGS */
+      uint8_t ack[9];
+      put_frame(ack, 0, 4, 1, 0);
+      write_all(p->fd, ack, 9);
+      p->acked = 1;
+    }
+    if (p->in[3] == 3 && stream == 1) /* RST_STREAM of the call */
+      p->rst = 1;
+  }
+}
+
+/* The server cut the call off: reset it or ended the connection. */
+static int peer_cut(void *ud) {
+  stuck_peer *p = ud;
+  peer_read(p);
+  return p->rst || p->eof;
+}
+
+/* The first request a sink of "c1" sends (made by the core). */
+static mcp_msg *first_request(void) {
+  mcp_sink_state *st = sink_state(0);
+  mcp_sink_session *ss = NULL;
+  ck_assert_int_eq(mcp_sink_session_new(&ss, st, ta->now()), 0);
+  mcp_msg *msg = NULL;
+  ck_assert_int_eq(mcp_sink_session_next(ss, &msg), 1);
+  mcp_sink_session_del(ss);
+  mcp_sink_state_del(st);
+  return msg;
+}
+
+typedef struct stuck {
+  ta_env *env;
+  ta_obj *src;
+  stuck_peer *peer;
+} stuck;
+
+static void any_sending(const mcp_stream_info *info, void *ud) {
+  if (info->sending)
+    *(int *)ud = 1;
+}
+
+/* A stream of the source holds a message the transport has not sent in
+ * full (the peer stays acknowledged meanwhile). */
+static int push_stuck(void *ud) {
+  stuck *k = ud;
+  peer_read(k->peer);
+  int sending = 0;
+  ck_assert_int_ge(ta->list(k->src, any_sending, &sending), 0);
+  return sending && k->peer->acked;
+}
+
+/* A peer that subscribes and then never grants window: the push (larger
+ * than any flow-control window) cannot complete, so the status cannot
+ * follow it; the listener's shutdown cuts the call off after the grace
+ * (gRPC: RST_STREAM, then the connection's end; h2c: the connection's
+ * end), and not before. Cleartext: the peer is a raw socket. */
+START_TEST(a_stuck_stream_is_cut_off_after_the_grace) {
+  ta_env *env = ta->env_new();
+  mcp_store *store = th_store(NULL);
+  char *body = malloc((16 << 20) + 1);
+  ck_assert_ptr_nonnull(body);
+  memset(body, 'x', 16 << 20);
+  body[16 << 20] = '\0';
+  th_put(store, "c1", "big", "1", body, ta->now());
+  free(body);
+  seen so;
+  seen_init(&so);
+  ta_opts o = opts(1, "127.0.0.1:0", &so);
+  mcp_source_options sopts;
+  mcp_source_options_default(&sopts);
+  sopts.store = store;
+  ta_obj *src = NULL;
+  ck_assert_int_eq(ta->source_new(env, &src, &o, &sopts), 0);
+
+  mcp_msg *req = first_request();
+  stuck_peer peer;
+  stuck_open(&peer, ta->port(src), ta->method(MCP_SERVICE_RESOURCE, 1), req);
+  mcp_msg_free(req);
+  stuck k = {env, src, &peer};
+  ck_assert(ta->run_until(env, push_stuck, &k, TA_TIMEOUT_MS));
+  ck_assert(!peer.rst && !peer.eof);
+
+  /* Until the peer is cut off: gRPC's *_del() returns after the grace,
+   * h2c's shutdown goes on in its loop (run_until, env_del). */
+  mcp_tstamp t0 = ta->now();
+  ta->del(src);
+  ck_assert(ta->run_until(env, peer_cut, &peer, TA_TIMEOUT_MS));
+  mcp_tstamp took = ta->now() - t0;
+  /* At least the grace of both adapters' listeners (1 s,
+   * transport_grpc.c and transport_h2c.c; less the clocks' slack), and
+   * that one: below both transports' default (5 s). */
+  ck_assert_uint_ge(took, 900 * MCP_MILLISECONDS);
+  ck_assert_uint_lt(took, 5 * MCP_SECONDS);
+  ck_assert(ta->run_until(env, closed_1, &so, TA_TIMEOUT_MS));
+  seen s = seen_get(&so);
+  ck_assert_int_eq(s.closed, 1);
+  /* What the application hears differs (a finding of the move from
+   * test_grpc_shutdown.c): gRPC core keeps the call until the grace,
+   * then cancels it (CLOSED: CANCELLED); h2c ends every stream for the
+   * application in *_del() (CLOSED: UNAVAILABLE "server shutting down",
+   * transport-h2c/src/ep.c) and drains the connection behind it until
+   * the grace. A third transport is held to gRPC's. */
+  if (strcmp(ta->name, "h2c") == 0) {
+    ck_assert_int_eq(s.last_status, MCP_CODE_UNAVAILABLE);
+    ck_assert_str_eq(s.last_details, "server shutting down");
+  } else {
+    ck_assert_int_eq(s.last_status, MCP_CODE_CANCELLED);
+  }
+  close(peer.fd);
+  ta->env_del(env);
+  pthread_mutex_destroy(&so.mu);
+  mcp_store_del(store);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("transport_shutdown");
   TCase *tc = tcase_create("shutdown");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, open_streams_end_unavailable_at_once_on_shutdown);
+  tcase_add_test(tc, a_stuck_stream_is_cut_off_after_the_grace);
   tcase_add_test(tc, del_runs_the_queued_updates_first);
   tcase_add_test(tc, a_port_in_use_reports_eaddrinuse_and_writes_nothing);
   tcase_add_test(tc,
