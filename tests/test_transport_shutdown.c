@@ -5,9 +5,9 @@
  * ends open streams with UNAVAILABLE "server shutting down" without
  * waiting for the grace, cuts off a stream that cannot finish once the
  * grace is over (and not before), runs the updates still queued first,
- * and a
- * listener that cannot bind says why in errno (EADDRINUSE, EADDRNOTAVAIL,
- * ENOENT) and writes nothing to stderr, in both roles. (A port in use by
+ * and a listener that cannot bind says why in errno (EADDRINUSE,
+ * EADDRNOTAVAIL, ENOENT) and writes nothing to stderr (gRPC core would
+ * dump its raw error there), in both roles. (A port in use by
  * another listener, and a dialing sink's bad addresses, are the sync
  * suite's: bad_addresses_are_refused, a_port_in_use_reports_errno.)
  */
