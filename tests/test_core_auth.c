@@ -206,6 +206,180 @@ START_TEST(test_tls_files_need_pairs_and_a_listener_a_certificate) {
 }
 END_TEST
 
+/* ---- the access list's rules and text format (were test_grpc_acl.c:
+ * the list is the core's, mcp_grpc_acl only puts a lock and a file
+ * around it) ---- */
+
+#define ISTIOD "spiffe://cluster.local/ns/istio-system/sa/istiod"
+#define SINK_B "spiffe://cluster.local/ns/evil/sa/sink-b"
+
+/* The list's decision for a peer with identities |a| then |b| (either
+ * NULL: fewer). */
+static int check2(const mcp_acl *acl, const char *a, const char *b) {
+  const char *ids[2];
+  size_t n = 0;
+  if (a)
+    ids[n++] = a;
+  if (b)
+    ids[n++] = b;
+  mcp_peer p = peer_of(ids, n);
+  return mcp_acl_check(acl, &p);
+}
+
+static int parse(mcp_acl *acl, const char *text, char *err, size_t errlen) {
+  return mcp_acl_parse(acl, text, strlen(text), err, errlen);
+}
+
+START_TEST(test_acl_empty_list_allows_nobody) {
+  mcp_acl *acl = NULL;
+  ck_assert_int_eq(mcp_acl_new(&acl, NULL), 0);
+  ck_assert_uint_eq(mcp_acl_count(acl), 0);
+  ck_assert_int_eq(check2(acl, ID_A, NULL), MCP_CODE_PERMISSION_DENIED);
+  ck_assert_int_eq(check2(acl, NULL, NULL), MCP_CODE_UNAUTHENTICATED);
+  mcp_acl_del(acl);
+}
+END_TEST
+
+START_TEST(test_acl_allow_exact_and_prefix) {
+  mcp_acl *acl = NULL;
+  ck_assert_int_eq(mcp_acl_new(&acl, NULL), 0);
+  ck_assert_int_eq(mcp_acl_add(acl, MCP_ACL_ALLOW, ISTIOD), 0);
+  ck_assert_int_eq(
+      mcp_acl_add(acl, MCP_ACL_ALLOW, "spiffe://cluster.local/ns/default/*"),
+      0);
+  ck_assert_int_eq(check2(acl, ISTIOD, NULL), 0);
+  ck_assert_int_eq(check2(acl, ID_A, NULL), 0);
+  ck_assert_int_eq(check2(acl, SINK_B, NULL), MCP_CODE_PERMISSION_DENIED);
+  /* Exact means exact: no prefix, no suffix, case counts. */
+  ck_assert_int_eq(check2(acl, ISTIOD "x", NULL), MCP_CODE_PERMISSION_DENIED);
+  ck_assert_int_eq(check2(acl, "SPIFFE://cluster.local/ns/default/sa/a", NULL),
+                   MCP_CODE_PERMISSION_DENIED);
+  /* The prefix is everything before '*', slash included. */
+  ck_assert_int_eq(check2(acl, "spiffe://cluster.local/ns/default", NULL),
+                   MCP_CODE_PERMISSION_DENIED);
+  /* Any one identity of the peer is enough. */
+  ck_assert_int_eq(check2(acl, "localhost", ISTIOD), 0);
+  /* No identity: UNAUTHENTICATED, whatever the list says. */
+  ck_assert_int_eq(check2(acl, NULL, NULL), MCP_CODE_UNAUTHENTICATED);
+  mcp_acl_del(acl);
+}
+END_TEST
+
+START_TEST(test_acl_deny_wins_and_deny_list) {
+  mcp_acl *acl = NULL;
+  ck_assert_int_eq(mcp_acl_new(&acl, NULL), 0);
+  /* Only deny rules: a deny list, everyone else is allowed. */
+  ck_assert_int_eq(
+      mcp_acl_add(acl, MCP_ACL_DENY, "spiffe://cluster.local/ns/evil/*"), 0);
+  ck_assert_int_eq(check2(acl, ID_A, NULL), 0);
+  ck_assert_int_eq(check2(acl, SINK_B, NULL), MCP_CODE_PERMISSION_DENIED);
+  ck_assert_int_eq(check2(acl, NULL, NULL), MCP_CODE_UNAUTHENTICATED);
+  /* An allow rule makes it an allow list; deny still wins over allow. */
+  ck_assert_int_eq(mcp_acl_add(acl, MCP_ACL_ALLOW, "*"), 0);
+  ck_assert_int_eq(check2(acl, ID_A, NULL), 0);
+  ck_assert_int_eq(check2(acl, SINK_B, NULL), MCP_CODE_PERMISSION_DENIED);
+  ck_assert_int_eq(check2(acl, ID_A, SINK_B), MCP_CODE_PERMISSION_DENIED);
+  mcp_acl_del(acl);
+}
+END_TEST
+
+START_TEST(test_acl_bad_patterns_refused) {
+  mcp_acl *acl = NULL;
+  ck_assert_int_eq(mcp_acl_new(&acl, NULL), 0);
+  const char *bad[] = {"", "a b", "spiffe://x/*/y", "**", "tab\there",
+                       "ctl\x01"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    ck_assert_int_eq(mcp_acl_add(acl, MCP_ACL_ALLOW, bad[i]),
+                     MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(mcp_acl_add(acl, (mcp_acl_action)7, "x"),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_uint_eq(mcp_acl_count(acl), 0);
+  mcp_acl_del(acl);
+}
+END_TEST
+
+START_TEST(test_acl_file_format) {
+  mcp_acl *acl = NULL;
+  ck_assert_int_eq(mcp_acl_new(&acl, NULL), 0);
+  char err[128];
+  ck_assert_int_eq(parse(acl,
+                         "# istiod, and all of default, but not sa/bad\n"
+                         "\n"
+                         "   allow   " ISTIOD "   # the control plane\n"
+                         "allow spiffe://cluster.local/ns/default/*\r\n"
+                         "deny\tspiffe://cluster.local/ns/default/sa/bad\n"
+                         "legacy-client#not-a-comment\n"
+                         "\t# indented comment",
+                         err, sizeof(err)),
+                   0);
+  ck_assert_str_eq(err, "");
+  ck_assert_uint_eq(mcp_acl_count(acl), 4);
+  ck_assert_int_eq(check2(acl, ISTIOD, NULL), 0);
+  ck_assert_int_eq(check2(acl, ID_A, NULL), 0);
+  ck_assert_int_eq(
+      check2(acl, "spiffe://cluster.local/ns/default/sa/bad", NULL),
+      MCP_CODE_PERMISSION_DENIED);
+  ck_assert_int_eq(check2(acl, "legacy-client#not-a-comment", NULL), 0);
+  ck_assert_int_eq(check2(acl, SINK_B, NULL), MCP_CODE_PERMISSION_DENIED);
+  mcp_acl_del(acl);
+}
+END_TEST
+
+START_TEST(test_acl_text_errors_name_the_line_and_change_nothing) {
+  mcp_acl *acl = NULL;
+  ck_assert_int_eq(mcp_acl_new(&acl, NULL), 0);
+  char err[128];
+  ck_assert_int_eq(parse(acl, "allow " ID_A "\n", err, sizeof(err)), 0);
+  static const struct {
+    const char *text, *err;
+  } cases[] = {
+      {"allow a\nalow b\n", "line 2: unknown keyword 'alow'"},
+      {"# x\n\ndeny\n", "line 3: no identity after 'deny'"},
+      {"allow a b\n", "line 1: too many fields"},
+      {"allow spiffe://x/*/y\n",
+       "line 1: bad identity pattern (a '*' may only end it) "
+       "'spiffe://x/*/y'"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    ck_assert_int_eq(parse(acl, cases[i].text, err, sizeof(err)),
+                     MCP_ERR_INVALID_ARGUMENT);
+    ck_assert_str_eq(err, cases[i].err);
+    /* The rules in use are kept. */
+    ck_assert_uint_eq(mcp_acl_count(acl), 1);
+    ck_assert_int_eq(check2(acl, ID_A, NULL), 0);
+  }
+  /* A NUL inside the text is not an identity character. */
+  ck_assert_int_eq(mcp_acl_parse(acl, "allow a\0b\n", 10, err, sizeof(err)),
+                   MCP_ERR_INVALID_ARGUMENT);
+  size_t big = (1u << 20) + 1;
+  char *huge = malloc(big);
+  ck_assert_ptr_nonnull(huge);
+  memset(huge, '\n', big);
+  ck_assert_int_eq(mcp_acl_parse(acl, huge, big, err, sizeof(err)),
+                   MCP_ERR_LIMIT);
+  free(huge);
+  ck_assert_uint_eq(mcp_acl_count(acl), 1);
+  mcp_acl_del(acl);
+}
+END_TEST
+
+START_TEST(test_acl_lasting_rules_survive_parse) {
+  mcp_acl *acl = NULL;
+  ck_assert_int_eq(mcp_acl_new(&acl, NULL), 0);
+  ck_assert_int_eq(mcp_acl_add(acl, MCP_ACL_ALLOW, ISTIOD), 0);
+  ck_assert_int_eq(parse(acl, "allow " ID_A "\n", NULL, 0), 0);
+  ck_assert_int_eq(check2(acl, ID_A, NULL), 0);
+  ck_assert_int_eq(parse(acl, "deny " ISTIOD "\n", NULL, 0), 0);
+  /* The text's deny beats the lasting allow; sink-a's rule is gone. */
+  ck_assert_int_eq(check2(acl, ISTIOD, NULL), MCP_CODE_PERMISSION_DENIED);
+  ck_assert_int_eq(check2(acl, ID_A, NULL), MCP_CODE_PERMISSION_DENIED);
+  ck_assert_int_eq(parse(acl, "", NULL, 0), 0);
+  ck_assert_int_eq(check2(acl, ISTIOD, NULL), 0);
+  ck_assert_uint_eq(mcp_acl_count(acl), 1);
+  mcp_acl_del(acl);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("core_auth");
   TCase *tc = tcase_create("auth");
@@ -215,6 +389,13 @@ int main(void) {
   tcase_add_test(tc, test_acl_decisions);
   tcase_add_test(tc, test_admit_key_identity_first);
   tcase_add_test(tc, test_tls_files_need_pairs_and_a_listener_a_certificate);
+  tcase_add_test(tc, test_acl_empty_list_allows_nobody);
+  tcase_add_test(tc, test_acl_allow_exact_and_prefix);
+  tcase_add_test(tc, test_acl_deny_wins_and_deny_list);
+  tcase_add_test(tc, test_acl_bad_patterns_refused);
+  tcase_add_test(tc, test_acl_file_format);
+  tcase_add_test(tc, test_acl_text_errors_name_the_line_and_change_nothing);
+  tcase_add_test(tc, test_acl_lasting_rules_survive_parse);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

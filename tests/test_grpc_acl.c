@@ -1,6 +1,9 @@
-/* Access lists: the decision rules, the file format and its errors,
- * lasting and loaded rules together, reloading a changed file, and
- * replacement while other threads check. No network. */
+/* mcp_grpc_acl's own part: reloading a changed file and replacement
+ * while other threads check. No network. The list's rules and text
+ * format are the core's (mcp_acl) and tested in test_core_auth.c; this
+ * stays a gRPC test because the file and the lock are libmcp-grpc's
+ * wrapper (mcp_grpc_acl, transport-grpc/src/acl.c): h2c has no such
+ * wrapper and uses the core's mcp_acl on its loop thread. */
 #include <check.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -46,158 +49,6 @@ static int parse(mcp_grpc_acl *acl, const char *text, char *err,
   return mcp_grpc_acl_parse(acl, text, strlen(text), err, errlen);
 }
 
-START_TEST(test_empty_list_allows_nobody) {
-  mcp_grpc_acl *acl = NULL;
-  ck_assert_int_eq(mcp_grpc_acl_new(&acl), 0);
-  ck_assert_uint_eq(mcp_grpc_acl_count(acl), 0);
-  ck_assert_int_eq(check(acl, SINK_A, NULL), GRPC_STATUS_PERMISSION_DENIED);
-  ck_assert_int_eq(check(acl, NULL, NULL), GRPC_STATUS_UNAUTHENTICATED);
-  mcp_grpc_acl_del(acl);
-}
-END_TEST
-
-START_TEST(test_allow_list_exact_and_prefix) {
-  mcp_grpc_acl *acl = NULL;
-  ck_assert_int_eq(mcp_grpc_acl_new(&acl), 0);
-  ck_assert_int_eq(mcp_grpc_acl_add(acl, MCP_GRPC_ACL_ALLOW, ISTIOD), 0);
-  ck_assert_int_eq(mcp_grpc_acl_add(acl, MCP_GRPC_ACL_ALLOW,
-                                    "spiffe://cluster.local/ns/default/*"),
-                   0);
-  ck_assert_int_eq(check(acl, ISTIOD, NULL), 0);
-  ck_assert_int_eq(check(acl, SINK_A, NULL), 0);
-  ck_assert_int_eq(check(acl, SINK_B, NULL), GRPC_STATUS_PERMISSION_DENIED);
-  /* Exact means exact: no prefix, no suffix, case counts. */
-  ck_assert_int_eq(check(acl, ISTIOD "x", NULL),
-                   GRPC_STATUS_PERMISSION_DENIED);
-  ck_assert_int_eq(check(acl, "SPIFFE://cluster.local/ns/default/sa/a", NULL),
-                   GRPC_STATUS_PERMISSION_DENIED);
-  /* The prefix is everything before '*', slash included. */
-  ck_assert_int_eq(check(acl, "spiffe://cluster.local/ns/default", NULL),
-                   GRPC_STATUS_PERMISSION_DENIED);
-  /* Any one identity of the peer is enough. */
-  ck_assert_int_eq(check(acl, "localhost", ISTIOD), 0);
-  /* No identity: UNAUTHENTICATED, whatever the list says. */
-  ck_assert_int_eq(check(acl, NULL, NULL), GRPC_STATUS_UNAUTHENTICATED);
-  mcp_grpc_acl_del(acl);
-}
-END_TEST
-
-START_TEST(test_deny_wins_and_deny_list) {
-  mcp_grpc_acl *acl = NULL;
-  ck_assert_int_eq(mcp_grpc_acl_new(&acl), 0);
-  /* Only deny rules: a deny list, everyone else is allowed. */
-  ck_assert_int_eq(mcp_grpc_acl_add(acl, MCP_GRPC_ACL_DENY,
-                                    "spiffe://cluster.local/ns/evil/*"),
-                   0);
-  ck_assert_int_eq(check(acl, SINK_A, NULL), 0);
-  ck_assert_int_eq(check(acl, SINK_B, NULL), GRPC_STATUS_PERMISSION_DENIED);
-  ck_assert_int_eq(check(acl, NULL, NULL), GRPC_STATUS_UNAUTHENTICATED);
-  /* An allow rule makes it an allow list; deny still wins over allow. */
-  ck_assert_int_eq(mcp_grpc_acl_add(acl, MCP_GRPC_ACL_ALLOW, "*"), 0);
-  ck_assert_int_eq(check(acl, SINK_A, NULL), 0);
-  ck_assert_int_eq(check(acl, SINK_B, NULL), GRPC_STATUS_PERMISSION_DENIED);
-  ck_assert_int_eq(check(acl, SINK_A, SINK_B), GRPC_STATUS_PERMISSION_DENIED);
-  mcp_grpc_acl_del(acl);
-}
-END_TEST
-
-START_TEST(test_bad_patterns_refused) {
-  mcp_grpc_acl *acl = NULL;
-  ck_assert_int_eq(mcp_grpc_acl_new(&acl), 0);
-  const char *bad[] = {"", "a b", "spiffe://x/*/y", "**", "tab\there",
-                       "ctl\x01"};
-  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-    ck_assert_int_eq(mcp_grpc_acl_add(acl, MCP_GRPC_ACL_ALLOW, bad[i]),
-                     MCP_ERR_INVALID_ARGUMENT);
-  ck_assert_int_eq(mcp_grpc_acl_add(acl, (mcp_grpc_acl_action)7, "x"),
-                   MCP_ERR_INVALID_ARGUMENT);
-  ck_assert_uint_eq(mcp_grpc_acl_count(acl), 0);
-  mcp_grpc_acl_del(acl);
-}
-END_TEST
-
-START_TEST(test_file_format) {
-  mcp_grpc_acl *acl = NULL;
-  ck_assert_int_eq(mcp_grpc_acl_new(&acl), 0);
-  char err[128];
-  ck_assert_int_eq(parse(acl,
-                         "# istiod, and all of default, but not sa/bad\n"
-                         "\n"
-                         "   allow   " ISTIOD "   # the control plane\n"
-                         "allow spiffe://cluster.local/ns/default/*\r\n"
-                         "deny\tspiffe://cluster.local/ns/default/sa/bad\n"
-                         "legacy-client#not-a-comment\n"
-                         "\t# indented comment",
-                         err, sizeof(err)),
-                   0);
-  ck_assert_str_eq(err, "");
-  ck_assert_uint_eq(mcp_grpc_acl_count(acl), 4);
-  ck_assert_int_eq(check(acl, ISTIOD, NULL), 0);
-  ck_assert_int_eq(check(acl, SINK_A, NULL), 0);
-  ck_assert_int_eq(check(acl, "spiffe://cluster.local/ns/default/sa/bad",
-                         NULL),
-                   GRPC_STATUS_PERMISSION_DENIED);
-  ck_assert_int_eq(check(acl, "legacy-client#not-a-comment", NULL), 0);
-  ck_assert_int_eq(check(acl, SINK_B, NULL), GRPC_STATUS_PERMISSION_DENIED);
-  mcp_grpc_acl_del(acl);
-}
-END_TEST
-
-START_TEST(test_file_errors_name_the_line_and_change_nothing) {
-  mcp_grpc_acl *acl = NULL;
-  ck_assert_int_eq(mcp_grpc_acl_new(&acl), 0);
-  char err[128];
-  ck_assert_int_eq(parse(acl, "allow " SINK_A "\n", err, sizeof(err)), 0);
-  static const struct {
-    const char *text, *err;
-  } cases[] = {
-      {"allow a\nalow b\n", "line 2: unknown keyword 'alow'"},
-      {"# x\n\ndeny\n", "line 3: no identity after 'deny'"},
-      {"allow a b\n", "line 1: too many fields"},
-      {"allow spiffe://x/*/y\n",
-       "line 1: bad identity pattern (a '*' may only end it) "
-       "'spiffe://x/*/y'"},
-  };
-  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-    ck_assert_int_eq(parse(acl, cases[i].text, err, sizeof(err)),
-                     MCP_ERR_INVALID_ARGUMENT);
-    ck_assert_str_eq(err, cases[i].err);
-    /* The rules in use are kept. */
-    ck_assert_uint_eq(mcp_grpc_acl_count(acl), 1);
-    ck_assert_int_eq(check(acl, SINK_A, NULL), 0);
-  }
-  /* A NUL inside the text is not an identity character. */
-  ck_assert_int_eq(mcp_grpc_acl_parse(acl, "allow a\0b\n", 10, err,
-                                      sizeof(err)),
-                   MCP_ERR_INVALID_ARGUMENT);
-  size_t big = (1u << 20) + 1;
-  char *huge = malloc(big);
-  ck_assert_ptr_nonnull(huge);
-  memset(huge, '\n', big);
-  ck_assert_int_eq(mcp_grpc_acl_parse(acl, huge, big, err, sizeof(err)),
-                   MCP_ERR_LIMIT);
-  free(huge);
-  ck_assert_uint_eq(mcp_grpc_acl_count(acl), 1);
-  mcp_grpc_acl_del(acl);
-}
-END_TEST
-
-START_TEST(test_lasting_rules_survive_parse) {
-  mcp_grpc_acl *acl = NULL;
-  ck_assert_int_eq(mcp_grpc_acl_new(&acl), 0);
-  ck_assert_int_eq(mcp_grpc_acl_add(acl, MCP_GRPC_ACL_ALLOW, ISTIOD), 0);
-  ck_assert_int_eq(parse(acl, "allow " SINK_A "\n", NULL, 0), 0);
-  ck_assert_int_eq(check(acl, SINK_A, NULL), 0);
-  ck_assert_int_eq(parse(acl, "deny " ISTIOD "\n", NULL, 0), 0);
-  /* The file's deny beats the lasting allow; sink-a's rule is gone. */
-  ck_assert_int_eq(check(acl, ISTIOD, NULL), GRPC_STATUS_PERMISSION_DENIED);
-  ck_assert_int_eq(check(acl, SINK_A, NULL), GRPC_STATUS_PERMISSION_DENIED);
-  ck_assert_int_eq(parse(acl, "", NULL, 0), 0);
-  ck_assert_int_eq(check(acl, ISTIOD, NULL), 0);
-  ck_assert_uint_eq(mcp_grpc_acl_count(acl), 1);
-  mcp_grpc_acl_del(acl);
-}
-END_TEST
 
 static void write_file(const char *path, const char *text) {
   char tmp[256];
@@ -308,13 +159,6 @@ int main(void) {
   Suite *s = suite_create("grpc_acl");
   TCase *tc = tcase_create("acl");
   tcase_set_timeout(tc, 30);
-  tcase_add_test(tc, test_empty_list_allows_nobody);
-  tcase_add_test(tc, test_allow_list_exact_and_prefix);
-  tcase_add_test(tc, test_deny_wins_and_deny_list);
-  tcase_add_test(tc, test_bad_patterns_refused);
-  tcase_add_test(tc, test_file_format);
-  tcase_add_test(tc, test_file_errors_name_the_line_and_change_nothing);
-  tcase_add_test(tc, test_lasting_rules_survive_parse);
   tcase_add_test(tc, test_load_and_reload_file);
   tcase_add_test(tc, test_replace_while_checking);
   suite_add_tcase(s, tc);

@@ -10,17 +10,14 @@
  * aggregated services, and bad or busy addresses. With MCP_TEST_TLS=1
  * every connection is mutual TLS.
  */
-#include <arpa/inet.h>
 #include <check.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "helper.h"
@@ -853,16 +850,10 @@ END_TEST
 START_TEST(a_port_in_use_reports_errno) {
   env e;
   env_init(&e, 0);
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ck_assert_int_ge(fd, 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET,
-                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof(sa);
-  ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-  ck_assert_int_eq(listen(fd, 1), 0);
-  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+  int port;
+  int fd = ta_hold_port(&port);
   char addr[64];
-  snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(sa.sin_port));
+  snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
   mcp_source_options so;
   source_opts(&e, &so);
   ta_opts o = opts(1, addr);

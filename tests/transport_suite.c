@@ -2,10 +2,13 @@
  * What the transport suite's files share (tests/transport_suite.h): the
  * transport under test and the world most tests start from.
  */
+#include <arpa/inet.h>
 #include <check.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "helper.h"
 #include "mem_count.h"
@@ -167,4 +170,19 @@ mcp_sink_state *ta_sink_state(const char *node_id) {
   mcp_sink_state *st = NULL;
   ck_assert_int_eq(mcp_sink_state_new(&st, &so), 0);
   return st;
+}
+
+/* ---- busy ports ---- */
+
+int ta_hold_port(int *port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ck_assert_int_ge(fd, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET,
+                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof(sa);
+  ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  ck_assert_int_eq(listen(fd, 1), 0);
+  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+  *port = ntohs(sa.sin_port);
+  return fd;
 }

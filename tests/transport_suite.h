@@ -281,5 +281,9 @@ int ta_balanced(void *tm);
 /* A new sink state for collection "c1" as node |node_id| (kept, not
  * copied: a literal or one that outlives the state). */
 mcp_sink_state *ta_sink_state(const char *node_id);
+/* ---- busy ports (test_transport_sync.c, test_transport_shutdown.c) ---- */
+/* A plain socket listening on 127.0.0.1:0, which makes its port busy;
+ * the port in |*port|. Close it to free the port. */
+int ta_hold_port(int *port);
 
 #endif
