@@ -153,13 +153,11 @@ START_TEST(open_streams_end_unavailable_at_once_on_shutdown) {
   ck_assert(ta->run_until(env, all_synced, &t, TA_TIMEOUT_MS));
 
   /* Until the streams' CLOSED events (gRPC's *_del() returns after
-   * them, h2c's shutdown goes on in its loop): less than the listener's
-   * grace of both adapters (1 s, transport_grpc.c and transport_h2c.c):
-   * drained, not cancelled. */
-  mcp_tstamp t0 = ta->now();
+   * them, h2c's shutdown goes on in its loop). Drained, not cancelled at
+   * the grace: the status says so (a cancelled call ends CANCELLED), so
+   * no clock is read. */
   ta->del(src);
   ck_assert(ta->run_until(env, closed_3, &so, TA_TIMEOUT_MS));
-  ck_assert_uint_lt(ta->now() - t0, 900 * MCP_MILLISECONDS);
   seen s = seen_get(&so);
   ck_assert_int_eq(s.closed, 3);
   ck_assert_int_eq(s.last_status, MCP_CODE_UNAVAILABLE);
@@ -553,11 +551,10 @@ START_TEST(a_stuck_stream_is_cut_off_after_the_grace) {
   ta->del(src);
   ck_assert(ta->run_until(env, peer_cut, &peer, TA_TIMEOUT_MS));
   mcp_tstamp took = ta->now() - t0;
-  /* At least the grace of both adapters' listeners (1 s,
-   * transport_grpc.c and transport_h2c.c; less the clocks' slack), and
-   * that one: below both transports' default (5 s). */
+  /* Not before the grace of both adapters' listeners (1 s,
+   * transport_grpc.c and transport_h2c.c; less the clocks' slack). A
+   * lower bound only: a busy machine can only make it later. */
   ck_assert_uint_ge(took, 900 * MCP_MILLISECONDS);
-  ck_assert_uint_lt(took, 5 * MCP_SECONDS);
   ck_assert(ta->run_until(env, closed_1, &so, TA_TIMEOUT_MS));
   seen s = seen_get(&so);
   ck_assert_int_eq(s.closed, 1);
