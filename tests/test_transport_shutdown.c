@@ -258,6 +258,18 @@ static ta_obj *source_on(ta_env *env, const char *addr, mcp_store *store) {
   return src;
 }
 
+/* Both roles fail to listen on |addr| with IO and errno |e|, and write
+ * nothing on stderr. */
+static void refused_quietly(ta_env *env, const char *addr, int e) {
+  for (int sink = 0; sink <= 1; sink++) {
+    int err, wrote;
+    ck_assert_int_eq(new_capturing(env, addr, sink, &err, &wrote),
+                     MCP_ERR_IO);
+    ck_assert_int_eq(err, e);
+    ck_assert_msg(!wrote, "something was written to stderr");
+  }
+}
+
 /* A first-time user's port in use: IO with errno EADDRINUSE, not
  * INVALID_ARGUMENT, and nothing on stderr. Both roles. Once freed, the
  * port is served: the failed start left nothing in the way. */
@@ -267,13 +279,7 @@ START_TEST(a_port_in_use_reports_eaddrinuse_and_writes_nothing) {
   int fd = ta_hold_port(&port);
   char addr[64];
   snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
-  for (int sink = 0; sink <= 1; sink++) {
-    int err, wrote;
-    ck_assert_int_eq(new_capturing(env, addr, sink, &err, &wrote),
-                     MCP_ERR_IO);
-    ck_assert_int_eq(err, EADDRINUSE);
-    ck_assert_msg(!wrote, "something was written to stderr");
-  }
+  refused_quietly(env, addr, EADDRINUSE);
   close(fd);
   mcp_store *store = th_store(NULL);
   ta_obj *src = source_on(env, addr, store);
@@ -288,14 +294,7 @@ END_TEST
  * on stderr. Both roles. */
 START_TEST(a_foreign_address_reports_eaddrnotavail_and_writes_nothing) {
   ta_env *env = ta->env_new();
-  for (int sink = 0; sink <= 1; sink++) {
-    int err, wrote;
-    ck_assert_int_eq(
-        new_capturing(env, "192.0.2.1:15010", sink, &err, &wrote),
-        MCP_ERR_IO);
-    ck_assert_int_eq(err, EADDRNOTAVAIL);
-    ck_assert_msg(!wrote, "something was written to stderr");
-  }
+  refused_quietly(env, "192.0.2.1:15010", EADDRNOTAVAIL);
   ta->env_del(env);
 }
 END_TEST
@@ -308,13 +307,7 @@ START_TEST(a_unix_socket_path_reports_errno_and_writes_nothing) {
   ck_assert_ptr_nonnull(mkdtemp(dir));
   char addr[128];
   snprintf(addr, sizeof(addr), "unix:%s/missing/s.sock", dir);
-  for (int sink = 0; sink <= 1; sink++) {
-    int err, wrote;
-    ck_assert_int_eq(new_capturing(env, addr, sink, &err, &wrote),
-                     MCP_ERR_IO);
-    ck_assert_int_eq(err, ENOENT);
-    ck_assert_msg(!wrote, "something was written to stderr");
-  }
+  refused_quietly(env, addr, ENOENT);
   snprintf(addr, sizeof(addr), "unix:%s/s.sock", dir);
   mcp_store *store = th_store(NULL);
   for (int i = 0; i < 2; i++) {
