@@ -552,12 +552,11 @@ START_TEST(a_stuck_stream_is_cut_off_after_the_grace) {
   seen s = seen_get(&so);
   ck_assert_int_eq(s.closed, 1);
   /* What the application hears differs (a finding of the move from
-   * test_grpc_shutdown.c): gRPC core keeps the call until the grace,
-   * then cancels it (CLOSED: CANCELLED); h2c ends every stream for the
-   * application in *_del() (CLOSED: UNAVAILABLE "server shutting down",
-   * transport-h2c/src/ep.c) and drains the connection behind it until
-   * the grace. A third transport is held to gRPC's. */
-  if (strcmp(ta->name, "h2c") == 0) {
+   * test_grpc_shutdown.c; ta_transport.ends_streams_at_del): gRPC core
+   * keeps the call until the grace, then cancels it; h2c ends every
+   * stream for the application in *_del() (transport-h2c/src/ep.c) and
+   * drains the connection behind it until the grace. */
+  if (ta->ends_streams_at_del) {
     ck_assert_int_eq(s.last_status, MCP_CODE_UNAVAILABLE);
     ck_assert_str_eq(s.last_details, "server shutting down");
   } else {

@@ -534,4 +534,5 @@ const ta_transport ta_h2c = {
     .runs_by_itself = 0,
     .add_sync_tests = h_add_sync_tests,
     .counts_tls = 1,
+    .ends_streams_at_del = 1,
 };

@@ -206,6 +206,12 @@ typedef struct ta_transport {
   /* TLS tests of this transport alone, run by test_transport_tls with
    * the suite's certificates made (ta_cert()); NULL: none. */
   void (*add_tls_tests)(Suite *s);
+  /* ---- test_transport_shutdown ---- */
+  /* 1: *_del() ends every stream for the application at once, a stuck
+   * one too (CLOSED: UNAVAILABLE "server shutting down"), and drains the
+   * connection behind it until the grace (h2c); 0: a stuck call stays
+   * until the grace, then is cancelled (CLOSED: CANCELLED; gRPC core). */
+  int ends_streams_at_del;
 } ta_transport;
 
 /* The transport under test, set by the suite's main()
