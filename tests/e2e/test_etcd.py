@@ -569,13 +569,24 @@ class EtcdCluster(E.Base):
             m.kill()
 
     def ctl(self, *args, data=None):
-        """etcdctl on whichever member is up."""
-        for m in self.members:
-            if m.p and m.p.poll() is None:
-                r = m.ctl(*args, data=data, check=False)
-                if r.returncode == 0:
-                    return r
-        self.fail("no etcd member answers: etcdctl %s" % " ".join(args))
+        """etcdctl on whichever member is up. After a member is killed the
+        others may be electing a leader ("etcdserver: no leader", "leader
+        changed"): asked again until one answers, self.WAIT at most (a failure
+        guard; a put or del done twice leaves the same keys, and the test
+        compares against etcd's own state read afterwards)."""
+        deadline = time.monotonic() + self.WAIT
+        why = ""
+        while True:
+            for m in self.members:
+                if m.p and m.p.poll() is None:
+                    r = m.ctl(*args, data=data, check=False)
+                    if r.returncode == 0:
+                        return r
+                    why = r.stderr.strip()
+            if time.monotonic() > deadline:
+                self.fail("no etcd member answers: etcdctl %s: %s"
+                          % (" ".join(args), why))
+            time.sleep(0.1)
 
     def etcd_state(self):
         out = json.loads(self.ctl("get", "/mcp/" + E.VS + "/", "--prefix",
