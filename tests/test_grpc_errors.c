@@ -1,87 +1,11 @@
-/* Peer faults end that stream only, with a clear status. */
+/* A sink server replaces a stream with a newer one from the same node.
+ * The malformed request and the unknown method run over both transports in
+ * tests/test_transport_errors.c; this one stays here for now: it needs the
+ * first source's redial kept away (backoff 20 s), which ta_opts does not
+ * carry yet (issue 21 item 7, not moved in session 14). */
 #include "test_grpc_util.h"
 
 static const char *const colls[] = {"c1"};
-
-static void add_e(mcp_store *st, mcp_tstamp ts, void *ud) {
-  (void)ud;
-  tg_put(st, "c1", "e", "epsilon", ts);
-}
-
-START_TEST(test_malformed_request_ends_stream_invalid_argument) {
-  mcp_store *store = tg_store();
-  tg_put(store, "c1", "a", "alpha", mcp_grpc_now());
-  tg_streams so, ko;
-  tg_streams_init(&so);
-  tg_streams_init(&ko);
-  mcp_grpc_options o;
-  mcp_source_options sopts;
-  tg_listen_opts(&o, "127.0.0.1:0", &so);
-  tg_source_opts(&sopts, store);
-  mcp_grpc_source *src = NULL;
-  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &sopts), 0);
-  int port = mcp_grpc_source_port(src);
-
-  /* A well-behaved sink, synced first. */
-  mcp_sink_state *state = tg_sink_state(colls, 1, 1);
-  char addr[64];
-  tg_dial_opts(&o, addr, sizeof(addr), port, &ko);
-  mcp_grpc_sink *sink = NULL;
-  ck_assert_int_eq(mcp_grpc_sink_new(&sink, &o, state), 0);
-  tg_pair p = {src, NULL, sink, "c1"};
-  ck_assert(tg_wait(tg_equal, &p, TG_TIMEOUT_MS));
-
-  /* Garbage: a field tag of wire type 7, which does not exist. */
-  static const uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x07};
-  char details[160];
-  int status = tg_raw_call(port, MCP_GRPC_RESOURCE_SOURCE_METHOD, garbage,
-                           sizeof(garbage), details, sizeof(details),
-                           TG_TIMEOUT_MS);
-  ck_assert_int_eq(status, GRPC_STATUS_INVALID_ARGUMENT);
-  ck_assert_str_eq(details, mcp_strerror(MCP_ERR_MALFORMED));
-
-  /* The other stream goes on: it gets the next change. */
-  ck_assert_int_eq(mcp_grpc_source_update(src, add_e, NULL), 0);
-  ck_assert(tg_wait(tg_equal, &p, TG_TIMEOUT_MS));
-  ck_assert(tg_sink_has(sink, "c1", "e"));
-  tg_streams k = tg_streams_get(&ko);
-  ck_assert_int_eq(k.opened, 1);
-  ck_assert_int_eq(k.closed, 0);
-  tg_streams s = tg_streams_get(&so);
-  ck_assert_int_eq(s.closed, 1);
-  ck_assert_int_eq(s.last_status, GRPC_STATUS_INVALID_ARGUMENT);
-
-  mcp_grpc_sink_del(sink);
-  mcp_grpc_source_del(src);
-  mcp_sink_state_del(state);
-  mcp_store_del(store);
-}
-END_TEST
-
-START_TEST(test_unknown_method_gets_unimplemented) {
-  mcp_store *store = tg_store();
-  tg_streams so;
-  tg_streams_init(&so);
-  mcp_grpc_options o;
-  mcp_source_options sopts;
-  tg_listen_opts(&o, "127.0.0.1:0", &so);
-  tg_source_opts(&sopts, store);
-  mcp_grpc_source *src = NULL;
-  ck_assert_int_eq(mcp_grpc_source_new(&src, &o, &sopts), 0);
-  int port = mcp_grpc_source_port(src);
-  char details[160];
-  /* The other direction's method: this object is a source. */
-  ck_assert_int_eq(tg_raw_call(port, MCP_GRPC_RESOURCE_SINK_METHOD, NULL, 0,
-                               details, sizeof(details), TG_TIMEOUT_MS),
-                   GRPC_STATUS_UNIMPLEMENTED);
-  ck_assert_int_eq(tg_raw_call(port, "/no.Such/Method", NULL, 0, details,
-                               sizeof(details), TG_TIMEOUT_MS),
-                   GRPC_STATUS_UNIMPLEMENTED);
-  ck_assert_int_eq(tg_streams_get(&so).opened, 0); /* not MCP streams */
-  mcp_grpc_source_del(src);
-  mcp_store_del(store);
-}
-END_TEST
 
 static int closed_once(void *ud) { return tg_streams_get(ud).closed >= 1; }
 
@@ -141,8 +65,6 @@ int main(void) {
   TCase *tc = tcase_create("errors");
   tcase_set_timeout(tc, 30);
   tcase_add_checked_fixture(tc, tg_reset, NULL);
-  tcase_add_test(tc, test_malformed_request_ends_stream_invalid_argument);
-  tcase_add_test(tc, test_unknown_method_gets_unimplemented);
   tcase_add_test(tc, test_sink_server_replaces_stream_with_newer);
   suite_add_tcase(s, tc);
   return tg_run(s);
