@@ -1,9 +1,9 @@
 /*
  * Peer faults and message size limits, over every transport (issue 21
- * item 7; was test_grpc_errors.c and test_grpc_limits.c): a fault ends
- * that stream only, with a clear status; a limit exceeded ends the stream
- * RESOURCE_EXHAUSTED, and the default passes a message well above gRPC's
- * 4 MiB. Its raw peer is transport_peer.c (gRPC core), so it is built
+ * item 7; was test_grpc_errors.c, and test_grpc_limits.c but its send
+ * limit): a fault ends that stream only, with a clear status; a limit
+ * exceeded ends the stream RESOURCE_EXHAUSTED, and the default passes a
+ * message well above gRPC's 4 MiB. Its raw peer is transport_peer.c (gRPC core), so it is built
  * where gRPC is.
  */
 #include <check.h>
@@ -155,6 +155,115 @@ START_TEST(an_unknown_method_gets_unimplemented) {
 }
 END_TEST
 
+/* ---- a sink server replaces a stream with a newer one ---- */
+
+/* One dialing source's streams, from any thread. */
+typedef struct dialer {
+  pthread_mutex_t mu;
+  int opened, closed, last_status;
+  char last_details[256];
+} dialer;
+
+static void on_dialer(int kind, const mcp_stream_info *i, void *ud) {
+  dialer *d = ud;
+  pthread_mutex_lock(&d->mu);
+  if (kind == TA_STREAM_OPENED) {
+    d->opened++;
+  } else if (kind == TA_STREAM_CLOSED) {
+    d->closed++;
+    d->last_status = i->status;
+    snprintf(d->last_details, sizeof(d->last_details), "%s", i->details);
+  }
+  pthread_mutex_unlock(&d->mu);
+}
+
+static dialer dialer_get(dialer *d) {
+  pthread_mutex_lock(&d->mu);
+  dialer c = *d;
+  pthread_mutex_unlock(&d->mu);
+  return c;
+}
+
+static int dialer_closed1(void *ud) { return dialer_get(ud).closed >= 1; }
+
+typedef struct holds {
+  ta_world *w;
+  const char *want, *not;
+  int has_want, has_not;
+} holds;
+
+static void holds_item(const char *name, const char *version, void *ud) {
+  (void)version;
+  holds *h = ud;
+  h->has_want |= strcmp(name, h->want) == 0;
+  h->has_not |= strcmp(name, h->not) == 0;
+}
+
+static void holds_state(mcp_sink_state *st, mcp_tstamp ts, void *ud) {
+  (void)ts;
+  mcp_sink_state_foreach(st, "c1", holds_item, ud);
+}
+
+/* The sink holds |want| and not |not|. */
+static int holds_only(void *ud) {
+  holds *h = ud;
+  h->has_want = h->has_not = 0;
+  ck_assert_int_eq(ta->sink_call(h->w->sink, holds_state, h), 0);
+  return h->has_want && !h->has_not;
+}
+
+/* A sink state takes one session at a time: a second source dialing the
+ * sink server takes over, and the first stream ends ABORTED. Each source
+ * has its own store (a store belongs to one transport thread). The first
+ * source is deleted once replaced (ta_opts has no backoff to keep it
+ * away, as test_grpc_errors.c did with 20 s); where it redialed before
+ * that (a threaded transport may), the second stream may have been
+ * replaced once in turn, so its "never closed" is checked only where the
+ * first did not redial. */
+START_TEST(a_sink_server_replaces_a_stream_with_a_newer_one) {
+  ta_world w;
+  ta_world_init(&w);
+  mcp_store *sa = th_store(NULL), *sb = th_store(NULL);
+  th_put(sa, "c1", "a", "1", "alpha", ta->now());
+  th_put(sb, "c1", "b", "1", "beta", ta->now());
+  ta_opts o = ta_opts_for(1, "127.0.0.1:0", NULL);
+  ck_assert_int_eq(ta->sink_new(w.env, &w.sink, &o, w.state), 0);
+  snprintf(w.addr, sizeof(w.addr), "127.0.0.1:%d", ta->port(w.sink));
+
+  static dialer d1 = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, ""};
+  static dialer d2 = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, ""};
+  d1.opened = d1.closed = d2.opened = d2.closed = 0;
+  mcp_source_options so;
+  mcp_source_options_default(&so);
+  o = ta_opts_for(0, w.addr, NULL);
+  o.on_stream = on_dialer;
+  o.on_stream_ud = &d1;
+  so.store = sa;
+  ta_obj *a = NULL, *b = NULL;
+  ck_assert_int_eq(ta->source_new(w.env, &a, &o, &so), 0);
+  holds h = {&w, "a", "b", 0, 0};
+  ck_assert(ta->run_until(w.env, holds_only, &h, TA_TIMEOUT_MS));
+
+  o.on_stream_ud = &d2;
+  so.store = sb;
+  ck_assert_int_eq(ta->source_new(w.env, &b, &o, &so), 0);
+  ck_assert(ta->run_until(w.env, dialer_closed1, &d1, TA_TIMEOUT_MS));
+  ta->del(a);
+  dialer k = dialer_get(&d1);
+  ck_assert_int_eq(k.last_status, MCP_CODE_ABORTED);
+  ck_assert_str_eq(k.last_details, "replaced by a newer stream");
+  h = (holds){&w, "b", "a", 0, 0};
+  ck_assert(ta->run_until(w.env, holds_only, &h, TA_TIMEOUT_MS));
+  if (k.opened == 1)
+    ck_assert_int_eq(dialer_get(&d2).closed, 0);
+
+  ta->del(b);
+  ta_world_fini(&w);
+  mcp_store_del(sa);
+  mcp_store_del(sb);
+}
+END_TEST
+
 /* ---- limits ---- */
 
 /* The world's "big" (64 KiB) over a sink taking 16 KiB: its stream ends
@@ -197,6 +306,7 @@ static Suite *suite(void) {
   tcase_set_timeout(t, 60);
   tcase_add_test(t, a_malformed_request_ends_its_stream_invalid_argument);
   tcase_add_test(t, an_unknown_method_gets_unimplemented);
+  tcase_add_test(t, a_sink_server_replaces_a_stream_with_a_newer_one);
   tcase_add_test(t, a_recv_limit_exceeded_gives_resource_exhausted);
   tcase_add_test(t, the_default_limit_passes_a_6mib_message);
   suite_add_tcase(s, t);
