@@ -1,5 +1,7 @@
-/* Message size limits: configurable on both sides, RESOURCE_EXHAUSTED
- * when exceeded, and a default well above gRPC's 4 MiB. */
+/* The send limit: exceeded, RESOURCE_EXHAUSTED. The recv limit and the
+ * 6 MiB default run over both transports in tests/test_transport_errors.c;
+ * this one stays here for now: ta_opts has no max_send_message_size yet
+ * (h2c has the option; issue 21 item 7, not moved in session 14). */
 #include "test_grpc_util.h"
 
 static const char *const colls[] = {"c1"};
@@ -50,20 +52,9 @@ static int serve_one(size_t size, int recv_max, int send_max) {
   return status;
 }
 
-START_TEST(test_recv_limit_exceeded_gives_resource_exhausted) {
-  ck_assert_int_eq(serve_one(64 << 10, 16 << 10, 0),
-                   GRPC_STATUS_RESOURCE_EXHAUSTED);
-}
-END_TEST
-
 START_TEST(test_send_limit_exceeded_gives_resource_exhausted) {
   ck_assert_int_eq(serve_one(64 << 10, 0, 16 << 10),
                    GRPC_STATUS_RESOURCE_EXHAUSTED);
-}
-END_TEST
-
-START_TEST(test_default_limit_passes_6mib_message) {
-  ck_assert_int_eq(serve_one(6 << 20, 0, 0), -1);
 }
 END_TEST
 
@@ -72,9 +63,7 @@ int main(void) {
   TCase *tc = tcase_create("limits");
   tcase_set_timeout(tc, 30);
   tcase_add_checked_fixture(tc, tg_reset, NULL);
-  tcase_add_test(tc, test_recv_limit_exceeded_gives_resource_exhausted);
   tcase_add_test(tc, test_send_limit_exceeded_gives_resource_exhausted);
-  tcase_add_test(tc, test_default_limit_passes_6mib_message);
   suite_add_tcase(s, tc);
   return tg_run(s);
 }

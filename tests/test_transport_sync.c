@@ -930,6 +930,7 @@ static void run_aggregated(mcp_service service) {
   size_t n = 0;
   ck_assert_int_eq(ta->sink_call(a.sink, count_vs, &n), 0);
   ck_assert_uint_eq(n, 1);
+  ck_assert_int_eq(got().opened, 2); /* one stream, seen at both ends */
   ck_assert_int_eq(got().closed, 0);
   ta->del(a.sink);
   env_fini(&e);
@@ -971,6 +972,9 @@ START_TEST(a_listening_sink_refuses_an_aggregated_state) {
   ck_assert_str_eq(ta->method(MCP_SERVICE_RESOURCE, 0),
                    "/istio.mcp.v1alpha1.ResourceSink/"
                    "EstablishResourceStream");
+  ck_assert_str_eq(ta->method(MCP_SERVICE_AGGREGATED, 1),
+                   "/istio.mcp.v1alpha1.AggregatedMeshConfigService/"
+                   "StreamAggregatedResources");
   ck_assert_str_eq(ta->method(MCP_SERVICE_AGGREGATED_INCREMENTAL, 1),
                    "/istio.mcp.v1alpha1.AggregatedMeshConfigService/"
                    "IncrementalAggregatedResources");
