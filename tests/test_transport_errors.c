@@ -64,12 +64,14 @@ static int dialer_closed(void *ud) {
   return got().dialed_closed >= 1;
 }
 
-/* A source listening with on_stream, and its sink dialing it with
- * |recv_max| (0: the transport's default). */
-static void start(ta_world *w, int recv_max) {
+/* A source listening with on_stream and sending at most |send_max|, and
+ * its sink dialing it taking at most |recv_max| (0: the transport's
+ * defaults). */
+static void start(ta_world *w, int recv_max, int send_max) {
   reset();
   ta_opts o = ta_opts_for(1, "127.0.0.1:0", NULL);
   o.on_stream = on_stream;
+  o.max_send_message_size = send_max;
   ta_start_source_with(w, &o);
   o = ta_opts_for(0, w->addr, NULL);
   o.on_stream = on_stream;
@@ -110,7 +112,7 @@ static int sink_has_e(void *ud) {
 START_TEST(a_malformed_request_ends_its_stream_invalid_argument) {
   ta_world w;
   ta_world_init(&w);
-  start(&w, 0);
+  start(&w, 0, 0);
   ck_assert(ta->run_until(w.env, ta_synced, &w, TA_TIMEOUT_MS));
 
   /* Garbage: a field tag of wire type 7, which does not exist. */
@@ -271,7 +273,21 @@ END_TEST
 START_TEST(a_recv_limit_exceeded_gives_resource_exhausted) {
   ta_world w;
   ta_world_init(&w);
-  start(&w, 16 << 10);
+  start(&w, 16 << 10, 0);
+  ck_assert(ta->run_until(w.env, dialer_closed, NULL, TA_TIMEOUT_MS));
+  ck_assert_int_eq(got().dialed_status, MCP_CODE_RESOURCE_EXHAUSTED);
+  ck_assert(!ta_synced(&w));
+  ta_world_fini(&w);
+}
+END_TEST
+
+/* The same 64 KiB from a source that sends at most 16 KiB: the sink's
+ * stream ends RESOURCE_EXHAUSTED, unsynced (the source refuses to send
+ * what its limit forbids, rather than the sink refusing to read it). */
+START_TEST(a_send_limit_exceeded_gives_resource_exhausted) {
+  ta_world w;
+  ta_world_init(&w);
+  start(&w, 0, 16 << 10);
   ck_assert(ta->run_until(w.env, dialer_closed, NULL, TA_TIMEOUT_MS));
   ck_assert_int_eq(got().dialed_status, MCP_CODE_RESOURCE_EXHAUSTED);
   ck_assert(!ta_synced(&w));
@@ -290,7 +306,7 @@ START_TEST(the_default_limit_passes_a_6mib_message) {
   body[n] = '\0';
   th_put(w.store, "c1", "big", "1", body, ta->now());
   free(body);
-  start(&w, 0);
+  start(&w, 0, 0);
   ck_assert(ta->run_until(w.env, ta_synced, &w, 4 * TA_TIMEOUT_MS));
   ck_assert_int_eq(got().closed, 0);
   ta_world_fini(&w);
@@ -308,6 +324,7 @@ static Suite *suite(void) {
   tcase_add_test(t, an_unknown_method_gets_unimplemented);
   tcase_add_test(t, a_sink_server_replaces_a_stream_with_a_newer_one);
   tcase_add_test(t, a_recv_limit_exceeded_gives_resource_exhausted);
+  tcase_add_test(t, a_send_limit_exceeded_gives_resource_exhausted);
   tcase_add_test(t, the_default_limit_passes_a_6mib_message);
   suite_add_tcase(s, t);
   return s;

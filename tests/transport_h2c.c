@@ -86,6 +86,8 @@ static void h_options(ta_env *e, mcp_h2c_options *o, const ta_opts *t) {
   o->no_mcp = t->no_mcp;
   if (t->max_recv_message_size)
     o->max_recv_message_size = t->max_recv_message_size;
+  if (t->max_send_message_size)
+    o->max_send_message_size = t->max_send_message_size;
   if (t->max_concurrent_streams)
     o->max_concurrent_streams = t->max_concurrent_streams;
   if (t->max_streams)

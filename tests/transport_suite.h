@@ -42,6 +42,7 @@ typedef struct ta_opts {
   size_t nservices;
   int no_mcp; /* services only */
   int max_recv_message_size; /* 0: the transport's default */
+  int max_send_message_size; /* 0: the transport's default */
   int max_concurrent_streams; /* listening; 0: the transport's default */
   int max_streams; /* listening, admission; 0: the transport's default */
   /* Each stream's OPENED / CLOSED / REFUSED (TA_STREAM_*: the values of
