@@ -108,6 +108,16 @@ void th_put(mcp_store *st, const char *coll, const char *name,
   ck_assert_int_ge(rv, 0);
 }
 
+void th_put_big(mcp_store *st, const char *coll, const char *name,
+                const char *version, size_t size, char fill, mcp_tstamp ts) {
+  char *body = malloc(size + 1);
+  ck_assert_ptr_nonnull(body);
+  memset(body, fill, size);
+  body[size] = '\0';
+  th_put(st, coll, name, version, body, ts);
+  free(body);
+}
+
 static size_t count_list(const char *const *l) {
   size_t n = 0;
   while (l && l[n]) {

@@ -39,6 +39,10 @@ mcp_resource th_res(const char *name, const char *version, const char *body);
 void th_put(mcp_store *st, const char *coll, const char *name,
             const char *version, const char *body, mcp_tstamp ts);
 
+/* th_put() with a body of |size| bytes of |fill|. */
+void th_put_big(mcp_store *st, const char *coll, const char *name,
+                const char *version, size_t size, char fill, mcp_tstamp ts);
+
 /* Encodes a RequestResources. |initial| is a NULL-terminated list of
  * name, version pairs (or NULL). |code| != 0 adds error_detail. Returns
  * malloc'd bytes and their length in |*len|. */

@@ -299,13 +299,7 @@ END_TEST
 START_TEST(the_default_limit_passes_a_6mib_message) {
   ta_world w;
   ta_world_init(&w);
-  size_t n = 6u << 20;
-  char *body = malloc(n + 1);
-  ck_assert_ptr_nonnull(body);
-  memset(body, 'y', n);
-  body[n] = '\0';
-  th_put(w.store, "c1", "big", "1", body, ta->now());
-  free(body);
+  th_put_big(w.store, "c1", "big", "1", 6u << 20, 'y', ta->now());
   start(&w, 0, 0);
   ck_assert(ta->run_until(w.env, ta_synced, &w, 4 * TA_TIMEOUT_MS));
   ck_assert_int_eq(got().closed, 0);

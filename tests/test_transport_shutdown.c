@@ -123,6 +123,19 @@ static int all_closed(void *ud) {
 static int closed_3(void *ud) { return seen_get(ud).closed >= 3; }
 static int closed_1(void *ud) { return seen_get(ud).closed >= 1; }
 
+/* A source of |store| listening on |addr|, its streams seen by |obs|
+ * (NULL: none). */
+static ta_obj *source_on(ta_env *env, const char *addr, mcp_store *store,
+                         seen *obs) {
+  ta_opts o = opts(1, addr, obs);
+  mcp_source_options sopts;
+  mcp_source_options_default(&sopts);
+  sopts.store = store;
+  ta_obj *src = NULL;
+  ck_assert_int_eq(ta->source_new(env, &src, &o, &sopts), 0);
+  return src;
+}
+
 /* Three sinks synced from a source; the source's *_del() ends each
  * stream with its status at once (the sinks read: nothing waits for the
  * grace), and every sink is told UNAVAILABLE "server shutting down". */
@@ -132,12 +145,7 @@ START_TEST(open_streams_end_unavailable_at_once_on_shutdown) {
   th_put(store, "c1", "a", "1", "alpha", ta->now());
   seen so, ko[3];
   seen_init(&so);
-  ta_opts o = opts(1, "127.0.0.1:0", &so);
-  mcp_source_options sopts;
-  mcp_source_options_default(&sopts);
-  sopts.store = store;
-  ta_obj *src = NULL;
-  ck_assert_int_eq(ta->source_new(env, &src, &o, &sopts), 0);
+  ta_obj *src = source_on(env, "127.0.0.1:0", store, &so);
   char addr[64];
   snprintf(addr, sizeof(addr), "127.0.0.1:%d", ta->port(src));
 
@@ -248,16 +256,6 @@ static int new_capturing(ta_env *env, const char *addr, int sink, int *err,
   return rv;
 }
 
-static ta_obj *source_on(ta_env *env, const char *addr, mcp_store *store) {
-  ta_opts o = opts(1, addr, NULL);
-  mcp_source_options sopts;
-  mcp_source_options_default(&sopts);
-  sopts.store = store;
-  ta_obj *src = NULL;
-  ck_assert_int_eq(ta->source_new(env, &src, &o, &sopts), 0);
-  return src;
-}
-
 /* Both roles fail to listen on |addr| with IO and errno |e|, and write
  * nothing on stderr. */
 static void refused_quietly(ta_env *env, const char *addr, int e) {
@@ -282,7 +280,7 @@ START_TEST(a_port_in_use_reports_eaddrinuse_and_writes_nothing) {
   refused_quietly(env, addr, EADDRINUSE);
   close(fd);
   mcp_store *store = th_store(NULL);
-  ta_obj *src = source_on(env, addr, store);
+  ta_obj *src = source_on(env, addr, store, NULL);
   ck_assert_int_eq(ta->port(src), port);
   ta->del(src);
   ta->env_del(env);
@@ -311,7 +309,7 @@ START_TEST(a_unix_socket_path_reports_errno_and_writes_nothing) {
   snprintf(addr, sizeof(addr), "unix:%s/s.sock", dir);
   mcp_store *store = th_store(NULL);
   for (int i = 0; i < 2; i++) {
-    ta_obj *src = source_on(env, addr, store);
+    ta_obj *src = source_on(env, addr, store, NULL);
     ta->del(src);
   }
   ta->env_del(env);
@@ -515,20 +513,10 @@ static int push_stuck(void *ud) {
 START_TEST(a_stuck_stream_is_cut_off_after_the_grace) {
   ta_env *env = ta->env_new();
   mcp_store *store = th_store(NULL);
-  char *body = malloc((16 << 20) + 1);
-  ck_assert_ptr_nonnull(body);
-  memset(body, 'x', 16 << 20);
-  body[16 << 20] = '\0';
-  th_put(store, "c1", "big", "1", body, ta->now());
-  free(body);
+  th_put_big(store, "c1", "big", "1", 16 << 20, 'x', ta->now());
   seen so;
   seen_init(&so);
-  ta_opts o = opts(1, "127.0.0.1:0", &so);
-  mcp_source_options sopts;
-  mcp_source_options_default(&sopts);
-  sopts.store = store;
-  ta_obj *src = NULL;
-  ck_assert_int_eq(ta->source_new(env, &src, &o, &sopts), 0);
+  ta_obj *src = source_on(env, "127.0.0.1:0", store, &so);
 
   mcp_msg *req = first_request();
   stuck_peer peer;

@@ -55,12 +55,7 @@ void ta_world_init(ta_world *w) {
   ck_assert_ptr_nonnull(w->store);
   mcp_tstamp now = ta->now();
   th_put(w->store, "c1", "a", "1", "alpha", now);
-  char *body = malloc(BIG + 1);
-  ck_assert_ptr_nonnull(body);
-  memset(body, 'x', BIG);
-  body[BIG] = '\0';
-  th_put(w->store, "c1", "big", "1", body, now);
-  free(body);
+  th_put_big(w->store, "c1", "big", "1", BIG, 'x', now);
   mcp_store_foreach(w->store, "c1", note_item, w);
   ck_assert_int_eq(w->n, 2);
   w->state = ta_sink_state("sink-1");
