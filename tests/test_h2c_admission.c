@@ -264,14 +264,10 @@ static int goaway_seen(void *ud) {
 /* Issue 23, item 5: a client resetting streams faster than the bucket
  * allows gets GOAWAY ENHANCE_YOUR_CALM (as nghttp2's own servers answer);
  * another connection is not affected. */
-START_TEST(test_h2c_rapid_reset_gets_enhance_your_calm) {
-  aenv e;
-  setup(&e);
-  e.o.stream_reset_burst = 20;
-  e.o.stream_reset_rate = 1;
-  start(&e);
-  rc *c = &e.c[0];
-  rc_connect_from(c, e.port, 1 << 20, NULL);
+/* Opens and resets streams on |c| until the source answers GOAWAY
+ * ENHANCE_YOUR_CALM (its bucket: a burst of 20, 1 a second). */
+static void rapid_reset(aenv *e, rc *c) {
+  rc_connect_from(c, e->port, 1 << 20, NULL);
   for (int round = 0; round < 4 && !c->goaway; round++) {
     c->nstreams = 0; /* the harness keeps 16: reuse the slots */
     for (int i = 0; i < 10; i++) {
@@ -279,11 +275,21 @@ START_TEST(test_h2c_rapid_reset_gets_enhance_your_calm) {
       rc_rst(c, st, NGHTTP2_CANCEL);
     }
     rc_io(c);
-    h2t_run_for(&e.loop, 20);
+    h2t_run_for(&e->loop, 20);
   }
-  ck_assert(h2t_run_until(&e.loop, goaway_seen, c, 10000));
+  ck_assert(h2t_run_until(&e->loop, goaway_seen, c, 10000));
   ck_assert(c->goaway);
   ck_assert_uint_eq(c->goaway_code, NGHTTP2_ENHANCE_YOUR_CALM);
+}
+
+START_TEST(test_h2c_rapid_reset_gets_enhance_your_calm) {
+  aenv e;
+  setup(&e);
+  e.o.stream_reset_burst = 20;
+  e.o.stream_reset_rate = 1;
+  start(&e);
+  rc *c = &e.c[0];
+  rapid_reset(&e, c);
   ck_assert_uint_eq(stats(&e).rapid_resets, 1);
   /* The client goes on writing after the GOAWAY, as one that queued a
    * burst does: the server lingers, so it sees FIN, not a reset that
@@ -296,12 +302,43 @@ START_TEST(test_h2c_rapid_reset_gets_enhance_your_calm) {
 }
 END_TEST
 
+/* Writes a byte on |c| each turn until the server's socket is gone
+ * (the write is refused: EPIPE or ECONNRESET). */
+static int trickle_refused(void *ud) {
+  rc *c = ud;
+  ssize_t w = send(c->fd, "x", 1, MSG_NOSIGNAL);
+  return w < 0 && errno != EAGAIN && errno != EWOULDBLOCK;
+}
+
+static int no_connections(void *ud) { return stats(ud).connections == 0; }
+
+/* A lingering socket is bounded: a peer that trickles bytes and never
+ * ends it is cut off (at 5 s), and sockets still lingering when the
+ * source is deleted close with it (under ASan: nothing left, nothing
+ * used after it is freed). */
+START_TEST(test_h2c_lingering_socket_is_bounded_and_ends_with_the_source) {
+  aenv e;
+  setup(&e);
+  e.o.stream_reset_burst = 20;
+  e.o.stream_reset_rate = 1;
+  start(&e);
+  rc *c = &e.c[0];
+  rapid_reset(&e, c);
+  ck_assert(h2t_run_until(&e.loop, trickle_refused, c, 20000));
+  rc *d = &e.c[1];
+  rapid_reset(&e, d);
+  ck_assert(h2t_run_until(&e.loop, no_connections, &e, 10000));
+  finish(&e); /* d's socket lingers: the source's del closes it */
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("h2c_admission");
   TCase *tc = tcase_create("admission");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_h2c_streams_per_connection_refused_not_queued);
   tcase_add_test(tc, test_h2c_rapid_reset_gets_enhance_your_calm);
+  tcase_add_test(tc, test_h2c_lingering_socket_is_bounded_and_ends_with_the_source);
   tcase_add_test(tc, test_h2c_waiting_streams_reset_give_the_window_back);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
