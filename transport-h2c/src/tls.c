@@ -441,8 +441,10 @@ int mcp_h2c_tls_input_end(mcp_h2c_conn *c) {
   c->rin_len = 0;
   if (n == 0)
     return 0;
-  /* Left when reading paused (HTTP/1.1 answers waiting for the socket):
-   * rare, and at most one read's worth. */
+  /* Unreachable today: conn.c's read loop runs until the SSL object
+   * wants more, and stops early only on close (nothing kept) or a pause,
+   * which is never set inside it. Kept so that a pause there could not
+   * drop bytes silently; at most one read's worth. */
   size_t cap = c->rtls.cap;
   int rv = mcp_buf_append(&c->rtls, p, n);
   c->ep->read_buffered += c->rtls.cap - cap;
