@@ -1779,6 +1779,111 @@ END_TEST
 
 /* ---- introspection and events ---- */
 
+/* Live blocks of a session's allocator. */
+typedef struct blocks {
+  long live;
+} blocks;
+static void *bl_malloc(size_t n, void *ud) {
+  ((blocks *)ud)->live++;
+  return malloc(n);
+}
+static void bl_free(void *p, void *ud) {
+  if (p) {
+    ((blocks *)ud)->live--;
+  }
+  free(p);
+}
+static void *bl_calloc(size_t k, size_t n, void *ud) {
+  ((blocks *)ud)->live++;
+  return calloc(k, n);
+}
+static void *bl_realloc(void *p, size_t n, void *ud) {
+  if (!p) {
+    ((blocks *)ud)->live++;
+  }
+  return realloc(p, n);
+}
+
+/* Issue 25's bytes per stream: what a subscription needs only while a
+ * push is in flight, a request unanswered or a change debounced is made
+ * then, and a synced stream is its session, node and subscriptions. */
+START_TEST(test_source_synced_stream_keeps_no_live_records) {
+  blocks b = {0};
+  const mcp_mem mem = {&b, bl_malloc, bl_free, bl_calloc, bl_realloc};
+  fx *f = fx_new();
+  f->opts.mem = &mem;
+  f->opts.debounce = 100 * MS;
+  fx_start(f);
+  long empty = b.live; /* the session (and its options) */
+  put(f, "c", "a", "v1", "A");
+  put(f, "d", "a", "v1", "A");
+  sync_coll(f, "c", 1);
+  sync_coll(f, "d", 1);
+  ck_assert_int_eq(b.live, empty + 2); /* the node, the subscriptions */
+
+  f->ts = 10 * MS;
+  subscribe(f, "c", 1); /* asked again: an answer is due */
+  ck_assert_int_eq(b.live, empty + 3);
+  Res *r = push(f);
+  ck_assert_int_eq(b.live, empty + 3); /* the same record, now in flight */
+  ack(f, "c", r->nonce);
+  th_resources_free(r);
+  ck_assert_int_eq(b.live, empty + 2);
+
+  /* A change under the debounce: noted with its time, then pushed. */
+  f->ts = 20 * MS;
+  put(f, "d", "a", "v2", "B");
+  ck_assert_int_eq(mcp_source_session_handle_expiry(f->s, f->ts), 0);
+  ck_assert_int_eq(b.live, empty + 3);
+  f->ts = 200 * MS;
+  r = push(f);
+  ck_assert_str_eq(r->collection, "d");
+  ack(f, "d", r->nonce);
+  th_resources_free(r);
+  ck_assert_int_eq(b.live, empty + 2);
+  fx_free(f);
+  ck_assert_int_eq(b.live, 0);
+}
+END_TEST
+
+/* A caller built against V1 keeps V1's rule: the strings live until the
+ * next call on that session, whatever other sessions are asked meanwhile.
+ * V2's live in one buffer per thread, until the next status call. */
+START_TEST(test_source_status_v1_strings_outlive_other_sessions_status) {
+  fx *f = fx_open();
+  put(f, "c", "a", "v1", "A");
+  sync_coll(f, "c", 0);
+  put(f, "c", "a", "v2", "B");
+  Res *r = push(f); /* in flight: nonce 2, version 2 */
+  mcp_source_session *other = NULL;
+  ck_assert_int_eq(mcp_source_session_new(&other, &f->opts, f->ts), 0);
+  size_t len;
+  uint8_t *q = th_request(&len, "other", "c", "", 0, NULL, 0, NULL);
+  th_source_recv(other, q, len, f->ts, 0);
+  mcp_msg *m = NULL;
+  ck_assert_int_eq(mcp_source_session_next(other, f->ts, &m), 1);
+  mcp_msg_free(m); /* other's push in flight: nonce 1, version 2 */
+
+  mcp_collection_status v1, v2;
+  ck_assert_int_eq(mcp_source_session_collection_status_versioned(
+                       f->s, 0, f->ts, MCP_COLLECTION_STATUS_V1, &v1), 0);
+  ck_assert_int_eq(mcp_source_session_collection_status(other, 0, f->ts, &v2),
+                   0);
+  ck_assert_str_eq(v2.pending_nonce, "1");
+  ck_assert_int_eq(mcp_source_session_collection_status_versioned(
+                       other, 0, f->ts, MCP_COLLECTION_STATUS_V1, &v2), 0);
+  ck_assert_str_eq(v1.pending_nonce, "2");
+  ck_assert_str_eq(v1.pending_version, VER(2));
+  ck_assert_str_eq(v1.acked_version, VER(1));
+  ck_assert_str_eq(v2.pending_nonce, "1");
+  ck_assert_str_eq(v2.pending_version, VER(2));
+  ck_assert_str_eq(v2.acked_version, "");
+  th_resources_free(r);
+  mcp_source_session_del(other);
+  fx_free(f);
+}
+END_TEST
+
 START_TEST(test_source_status_reports_pending_and_acked) {
   fx *f = fx_open();
   put(f, "c", "a", "v1", "A");
@@ -2316,6 +2421,8 @@ static Suite *source_suite(void) {
 
   tc = tcase_create("introspection");
   tcase_add_test(tc, test_source_status_reports_pending_and_acked);
+  tcase_add_test(tc, test_source_synced_stream_keeps_no_live_records);
+  tcase_add_test(tc, test_source_status_v1_strings_outlive_other_sessions_status);
   tcase_add_test(tc, test_source_status_counts_an_abandoned_push_as_neither_ack_nor_nack);
   tcase_add_test(tc, test_source_sessions_of_a_store_share_their_options);
   tcase_add_test(tc, test_source_events_report_request_push_ack_nack);

@@ -13,6 +13,15 @@
 
 #include "mcp/v1alpha1/mcp.pb-c.h"
 
+#include <stddef.h>
+
+/* mcp_collection_status's versions: V2 has V1's fields (the source's
+ * strings live elsewhere). */
+#define MCP__STATUS_SIZES                                                  \
+  ((const size_t[]){0, sizeof(mcp_collection_status),                      \
+                    sizeof(mcp_collection_status)})
+#define MCP__STATUS_N 3
+
 /* The sink state's allocator, and the engine stream running its session
  * (mcp_stream.c: the newest stream wins), or NULL. */
 const mcp_mem *mcp__sink_state_mem(const mcp_sink_state *st);

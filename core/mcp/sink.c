@@ -999,8 +999,7 @@ int mcp_sink_state_collection_status_versioned(const mcp_sink_state *st,
   int rv = state_collection_status(st, i, ts, &full);
   if (rv == 0) {
     memcpy(out, &full,
-           mcp_vstruct_size(version, MCP_VSTRUCT_SIZES(mcp_collection_status),
-                             MCP_VSTRUCT_N));
+           mcp_vstruct_size(version, MCP__STATUS_SIZES, MCP__STATUS_N));
   }
   return rv;
 }

@@ -30,26 +30,37 @@ enum {
 };
 
 /*
- * One collection on this stream: 40 bytes, since a synced stream is mostly
+ * One collection on this stream: 32 bytes, since a synced stream is mostly
  * an array of these. What most subscriptions never need (a NACK, stale
  * answers, an abandoned push, the name of a collection the store lacks)
- * lives in an xsub, allocated at the first such event.
+ * lives in an xsub, allocated at the first such event; what a subscription
+ * needs only while something is under way, in a live record.
  */
 typedef struct sub {
   uint64_t held_gen;
-  union { /* one or the other: a stream is mostly an array of subs */
-    uint64_t pending_gen; /* PENDING: the generation pushed */
-    mcp_tstamp sent;      /* else: when the last push went (pacing) */
-  };
-  mcp_tstamp t; /* push time when PENDING, else DIRTY since, else RETRY at */
+  mcp_tstamp sent; /* when the last push went (pacing) */
   uint32_t coll; /* F_KNOWN: the collection's index in the store (a store
                     frees its collections only with itself; 2^32 of them
                     would take a terabyte) */
-  uint32_t pending_nonce;
   uint32_t pushes; /* acks = pushes - nacks - abandoned - (PENDING ? 1 : 0) */
+  uint32_t live;   /* 1 + the index of its live record; 0: none */
   uint16_t flags;
   uint8_t retries;
 } sub;
+
+/*
+ * A subscription's state while a push is in flight (PENDING), a request
+ * awaits its answer (ANSWER), a NACK retry is scheduled (RETRY), or a
+ * change waits under a debounce (DIRTY): see needs_live(). A synced stream
+ * has none, and frees the array.
+ */
+typedef struct live {
+  uint64_t pending_gen; /* PENDING: the generation pushed */
+  mcp_tstamp t; /* push time when PENDING, else DIRTY since, else RETRY
+                   at, else (ANSWER) the request's time */
+  uint32_t pending_nonce;
+  uint32_t sub; /* its subscription; UINT32_MAX: a free slot */
+} live;
 
 typedef struct nack {
   uint64_t gen; /* the generation rejected */
@@ -103,33 +114,126 @@ typedef struct cfg {
 } cfg;
 
 /*
- * collection_status() writes its strings here, so that reading a status
- * never allocates (nor fails): two versions ("<epoch hex>-<generation>",
- * at most 37 bytes each) and the nonce as sent, "<number>" (at most 10).
- * On IncrementalAggregatedResources the nonce is "<number>:<type_url>":
- * then ibig, grown with the subscriptions, holds the nonce.
+ * A status's strings: two versions ("<epoch hex>-<generation>", at most 37
+ * bytes each) and the nonce as sent, "<number>" (at most 10), in a buffer
+ * per thread (V2) or the session's (V1). On IncrementalAggregatedResources
+ * the nonce is "<number>:<type_url>": then ibig, grown with the
+ * subscriptions, holds it.
  */
 enum { IBUF_VER = 38, IBUF_FIXED = 2 * IBUF_VER + 11 };
+
+/* What most streams never need, allocated at the first use: a synced
+ * stream of ResourceSource is its subscriptions and little else. */
+typedef struct rare {
+  char **keys; /* aggregated services: the type_url of each sub */
+  xsub *xs;
+  resume *resumes;
+  char *ibig;   /* see IBUF_FIXED */
+  char *v1text; /* the text of a V1 caller's status (IBUF_FIXED) */
+  uint32_t ibig_cap;
+  uint32_t stale_unknown; /* stale requests for collections never asked */
+} rare;
 
 struct mcp_source_session {
   const cfg *c;
   mcp_store *store;    /* chosen at the first request */
   mcp_sink_node *node; /* and its strings, one block; NULL before */
   sub *subs;
-  char **keys; /* aggregated services: the type_url of each sub */
-  xsub *xs;
-  resume *resumes;
-  char *ibig; /* see IBUF_FIXED */
+  rare *r;             /* NULL until needed */
+  live *lives;         /* NULL when no subscription has one */
+  uint32_t nlives, nlive; /* slots, used */
   uint64_t tokens;      /* in thousandths of a request */
   mcp_tstamp tokens_ts; /* when |tokens| was last refilled */
   mcp_tstamp last_ts;
   uint32_t nsubs, seen_ncolls, rr; /* rr: round-robin cursor */
   uint32_t next_nonce;
-  uint32_t stale_unknown; /* stale requests for collections never asked */
-  uint32_t ibig_cap;
   uint8_t trigger_pending;
-  char ibuf[IBUF_FIXED];
 };
+
+/* The session's rare part, made if needed; NULL: NOMEM. */
+static rare *rare_get(mcp_source_session *s) {
+  if (!s->r) {
+    s->r = mcp_mem_calloc(&s->c->mem, 1, sizeof(*s->r));
+  }
+  return s->r;
+}
+
+static char **keys_of(const mcp_source_session *s) {
+  return s->r ? s->r->keys : NULL;
+}
+
+static int needs_live(const mcp_source_session *s, const sub *u) {
+  return (u->flags & (F_ANSWER | F_PENDING | F_RETRY)) ||
+         ((u->flags & F_DIRTY) && s->c->debounce);
+}
+
+static live *live_of(const mcp_source_session *s, const sub *u) {
+  return u->live ? &s->lives[u->live - 1] : NULL;
+}
+
+/* The time of |u|'s live record (0: none, which only a state that reads
+ * no time has). */
+static mcp_tstamp live_t(const mcp_source_session *s, const sub *u) {
+  const live *l = live_of(s, u);
+  return l ? l->t : 0;
+}
+
+/* Room for one more live record, so that live_take() cannot fail: called
+ * before a change that may need one. 0 or NOMEM. */
+static int live_reserve(mcp_source_session *s) {
+  if (s->nlive < s->nlives) {
+    return 0;
+  }
+  /* At most one record per subscription (and the one a new subscription
+   * is about to take). */
+  size_t n = s->nlives ? 2 * (size_t)s->nlives : 1;
+  if (n > (size_t)s->nsubs + 1) {
+    n = (size_t)s->nsubs + 1;
+  }
+  live *l = mcp_mem_realloc(&s->c->mem, s->lives, n * sizeof(*l));
+  if (!l) {
+    return MCP_ERR_NOMEM;
+  }
+  for (size_t k = s->nlives; k < n; ++k) {
+    l[k].sub = UINT32_MAX;
+  }
+  s->lives = l;
+  s->nlives = (uint32_t)n;
+  return 0;
+}
+
+/* |u|'s live record: its own, or a free one (live_reserve() first). The
+ * pointer is good until the next live_reserve(). */
+static live *live_take(mcp_source_session *s, sub *u) {
+  if (u->live) {
+    return &s->lives[u->live - 1];
+  }
+  size_t i = 0;
+  while (s->lives[i].sub != UINT32_MAX) {
+    ++i;
+  }
+  live *l = &s->lives[i];
+  memset(l, 0, sizeof(*l));
+  l->sub = (uint32_t)(u - s->subs);
+  u->live = (uint32_t)i + 1;
+  s->nlive++;
+  return l;
+}
+
+/* Drops |u|'s record once its state needs none; the array goes with the
+ * last one. */
+static void live_settle(mcp_source_session *s, sub *u) {
+  if (!u->live || needs_live(s, u)) {
+    return;
+  }
+  s->lives[u->live - 1].sub = UINT32_MAX;
+  u->live = 0;
+  if (--s->nlive == 0) {
+    mcp_mem_free(&s->c->mem, s->lives);
+    s->lives = NULL;
+    s->nlives = 0;
+  }
+}
 
 static const mcp_sink_node empty_node = {.id = ""};
 
@@ -147,7 +251,7 @@ static const mcp_coll *sub_view(const mcp_source_session *s, const sub *u,
 }
 
 static xsub *x_find(const mcp_source_session *s, size_t i) {
-  xsub *x = s->xs;
+  xsub *x = s->r ? s->r->xs : NULL;
   while (x && x->sub != i) {
     x = x->next;
   }
@@ -157,10 +261,10 @@ static xsub *x_find(const mcp_source_session *s, size_t i) {
 /* The xsub of subscription |i|, made if needed; NULL: NOMEM. */
 static xsub *x_get(mcp_source_session *s, size_t i) {
   xsub *x = x_find(s, i);
-  if (!x && (x = mcp_mem_calloc(&s->c->mem, 1, sizeof(*x)))) {
+  if (!x && rare_get(s) && (x = mcp_mem_calloc(&s->c->mem, 1, sizeof(*x)))) {
     x->sub = (uint32_t)i;
-    x->next = s->xs;
-    s->xs = x;
+    x->next = s->r->xs;
+    s->r->xs = x;
   }
   return x;
 }
@@ -177,7 +281,7 @@ static const char *sub_name(const mcp_source_session *s, const sub *u) {
 
 /* What the sink calls the subscription: the collection, or the type_url. */
 static const char *sub_key(const mcp_source_session *s, size_t i) {
-  return s->keys ? s->keys[i] : sub_name(s, &s->subs[i]);
+  return keys_of(s) ? keys_of(s)[i] : sub_name(s, &s->subs[i]);
 }
 
 static void check_ts(mcp_source_session *s, mcp_tstamp ts) {
@@ -372,7 +476,7 @@ static void resume_free(mcp_source_session *s, resume *r) {
 }
 
 static resume *resume_find(const mcp_source_session *s, size_t i) {
-  for (resume *r = s->resumes; r; r = r->next) {
+  for (resume *r = s->r ? s->r->resumes : NULL; r; r = r->next) {
     if (r->sub == i) {
       return r;
     }
@@ -381,7 +485,8 @@ static resume *resume_find(const mcp_source_session *s, size_t i) {
 }
 
 static void resume_drop(mcp_source_session *s, size_t i) {
-  for (resume **pp = &s->resumes; *pp; pp = &(*pp)->next) {
+  for (resume **pp = s->r ? &s->r->resumes : NULL; pp && *pp;
+       pp = &(*pp)->next) {
     if ((*pp)->sub == i) {
       resume *r = *pp;
       *pp = r->next;
@@ -401,23 +506,29 @@ void mcp_source_session_del(mcp_source_session *s) {
   if (!s) {
     return;
   }
-  for (size_t i = 0; s->keys && i < s->nsubs; ++i) {
-    mcp_mem_free(&s->c->mem, s->keys[i]);
+  rare *r = s->r;
+  for (size_t i = 0; r && r->keys && i < s->nsubs; ++i) {
+    mcp_mem_free(&s->c->mem, r->keys[i]);
   }
-  while (s->xs) {
-    xsub *x = s->xs;
-    s->xs = x->next;
+  while (r && r->xs) {
+    xsub *x = r->xs;
+    r->xs = x->next;
     x_free(s, x);
   }
-  while (s->resumes) {
-    resume *r = s->resumes;
-    s->resumes = r->next;
-    resume_free(s, r);
+  while (r && r->resumes) {
+    resume *rs = r->resumes;
+    r->resumes = rs->next;
+    resume_free(s, rs);
+  }
+  if (r) {
+    mcp_mem_free(&s->c->mem, r->keys);
+    mcp_mem_free(&s->c->mem, r->ibig);
+    mcp_mem_free(&s->c->mem, r->v1text);
+    mcp_mem_free(&s->c->mem, r);
   }
   mcp_mem_free(&s->c->mem, s->subs);
-  mcp_mem_free(&s->c->mem, s->keys);
+  mcp_mem_free(&s->c->mem, s->lives);
   mcp_mem_free(&s->c->mem, s->node);
-  mcp_mem_free(&s->c->mem, s->ibig);
   const cfg *c = s->c;
   mcp_mem m = c->mem;
   mcp_mem_free(&m, s);
@@ -430,7 +541,7 @@ static void resolve(mcp_source_session *s) {
     return;
   }
   s->seen_ncolls = (uint32_t)mcp_store_coll_count(s->store);
-  for (xsub *x = s->xs; x; x = x->next) {
+  for (xsub *x = s->r ? s->r->xs : NULL; x; x = x->next) {
     const mcp_coll *c = x->name ? mcp_store_coll(s->store, x->name) : NULL;
     if (c) {
       mcp_mem_free(&s->c->mem, x->name);
@@ -544,15 +655,16 @@ static sub *find_sub(mcp_source_session *s, const char *key, size_t *idx) {
  * |key|'s status ("<number>:<type_url>"). */
 static int grow_ibig(mcp_source_session *s, const char *key) {
   size_t n = 12 + strlen(key);
-  if (s->c->service != MCP_SERVICE_AGGREGATED_INCREMENTAL || n <= s->ibig_cap) {
+  if (s->c->service != MCP_SERVICE_AGGREGATED_INCREMENTAL ||
+      (s->r && n <= s->r->ibig_cap)) {
     return 0;
   }
-  char *b = mcp_mem_realloc(&s->c->mem, s->ibig, n);
+  char *b = rare_get(s) ? mcp_mem_realloc(&s->c->mem, s->r->ibig, n) : NULL;
   if (!b) {
     return MCP_ERR_NOMEM;
   }
-  s->ibig = b;
-  s->ibig_cap = (uint32_t)n;
+  s->r->ibig = b;
+  s->r->ibig_cap = (uint32_t)n;
   return 0;
 }
 
@@ -567,11 +679,13 @@ static int grow_subs(mcp_source_session *s) {
   }
   s->subs = subs;
   if (s->c->service != MCP_SERVICE_RESOURCE) {
-    char **keys = mcp_mem_realloc(&s->c->mem, s->keys, n * sizeof(*keys));
+    char **keys = rare_get(s) ? mcp_mem_realloc(&s->c->mem, s->r->keys,
+                                                n * sizeof(*keys))
+                              : NULL;
     if (!keys) {
       return MCP_ERR_NOMEM; /* the larger subs array is harmless */
     }
-    s->keys = keys;
+    s->r->keys = keys;
   }
   return 0;
 }
@@ -611,12 +725,14 @@ static int on_request(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
     const mcp_coll *c = mcp_store_coll(s->store, r->collection);
     char *name = NULL, *key = NULL;
     xsub *x = NULL;
-    if ((!c && (!(name = mcp_mem_strdup(&s->c->mem, r->collection)) ||
+    if ((!c && (!rare_get(s) ||
+                !(name = mcp_mem_strdup(&s->c->mem, r->collection)) ||
                 !(x = mcp_mem_calloc(&s->c->mem, 1, sizeof(*x))))) ||
         (s->c->service != MCP_SERVICE_RESOURCE &&
          !(key = mcp_mem_strdup(&s->c->mem, r->key))) ||
         grow_subs(s) != 0 || grow_ibig(s, r->key) != 0 ||
-        (r->resume && !(rs = resume_new(s, r, s->nsubs)))) {
+        live_reserve(s) != 0 ||
+        (r->resume && (!rare_get(s) || !(rs = resume_new(s, r, s->nsubs))))) {
       mcp_mem_free(&s->c->mem, name);
       mcp_mem_free(&s->c->mem, x);
       mcp_mem_free(&s->c->mem, key);
@@ -626,7 +742,7 @@ static int on_request(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
     u = &s->subs[i];
     memset(u, 0, sizeof(*u));
     if (key) {
-      s->keys[i] = key;
+      s->r->keys[i] = key;
     }
     if (c) {
       u->coll = (uint32_t)mcp_coll_index(c);
@@ -634,20 +750,20 @@ static int on_request(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
     } else {
       x->sub = (uint32_t)i;
       x->name = name;
-      x->next = s->xs;
-      s->xs = x;
+      x->next = s->r->xs;
+      s->r->xs = x;
     }
   } else {
     /* A push in flight is abandoned: counted, so that acks stay
      * pushes - nacks - abandoned. */
     xsub *x = (u->flags & F_PENDING) ? x_get(s, i) : NULL;
-    if (((u->flags & F_PENDING) && !x) ||
-        (r->resume && !(rs = resume_new(s, r, i)))) {
+    if (((u->flags & F_PENDING) && !x) || live_reserve(s) != 0 ||
+        (r->resume && (!rare_get(s) || !(rs = resume_new(s, r, i))))) {
       return MCP_ERR_NOMEM;
     }
     if (x) {
       x->abandoned++;
-      u->sent = u->t;
+      u->sent = live_t(s, u);
     }
     resume_drop(s, i);
   }
@@ -657,10 +773,11 @@ static int on_request(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
                         (r->incremental ? F_INCREMENTAL : 0) |
                         (rs ? F_RESUME : 0));
   u->retries = 0;
-  u->t = ts; /* the request's time: how long a catch-up may wait */
+  live_take(s, u)->t = ts; /* the request's time: how long a catch-up may
+                              wait */
   if (rs) {
-    rs->next = s->resumes;
-    s->resumes = rs;
+    rs->next = s->r->resumes;
+    s->r->resumes = rs;
   }
   mcp_event ev = {.type = MCP_EVENT_REQUEST, .collection = sub_name(s, u),
                   .nonce = "", .version = "", .message = "",
@@ -687,9 +804,9 @@ static int on_answer(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
   uint32_t nonce = parse_nonce(s, r->nonce, r->key);
   mcp_event ev = {.collection = u ? sub_name(s, u) : r->collection,
                   .nonce = r->nonce, .version = "", .message = ""};
-  if (!u || !(u->flags & F_PENDING) || nonce != u->pending_nonce) {
+  if (!u || !(u->flags & F_PENDING) || nonce != live_of(s, u)->pending_nonce) {
     xsub *x = u ? x_get(s, i) : NULL;
-    if (u && !x) {
+    if ((u && !x) || (!u && !rare_get(s))) {
       return MCP_ERR_NOMEM; /* an xsub left empty is harmless */
     }
     int rv = take_token(s, ts);
@@ -699,18 +816,19 @@ static int on_answer(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
     if (x) {
       x->stale++;
     } else {
-      s->stale_unknown++;
+      s->r->stale_unknown++;
     }
     ev.type = MCP_EVENT_STALE;
     emit(s, &ev);
     return 0;
   }
+  live *l = live_of(s, u); /* PENDING has one */
   char ver[48] = "";
   if (s->c->on_event) { /* only events need the version as text */
-    mcp_format_version(ver, sizeof(ver), mcp_store_epoch(s->store), u->pending_gen);
+    mcp_format_version(ver, sizeof(ver), mcp_store_epoch(s->store), l->pending_gen);
   }
   ev.version = ver;
-  ev.latency = ts - u->t;
+  ev.latency = ts - l->t;
   if (r->error) {
     const char *msg = r->error->message ? r->error->message : "";
     size_t ml = strlen(msg) + 1;
@@ -721,9 +839,9 @@ static int on_answer(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
     }
     memcpy(copy->msg, msg, ml);
     copy->code = r->error->code;
-    copy->gen = u->pending_gen;
+    copy->gen = l->pending_gen;
     u->flags &= (uint16_t)~F_PENDING;
-    u->sent = u->t;
+    u->sent = l->t;
     mcp_mem_free(&s->c->mem, x->nack);
     x->nack = copy;
     x->nacks++;
@@ -731,7 +849,7 @@ static int on_answer(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
     int code = r->error->code;
     if (s->c->retry_initial && code > 0 && code < 32 &&
         (s->c->retry_codes & (1u << code))) {
-      u->t = ts + retry_delay(s, u->retries);
+      l->t = ts + retry_delay(s, u->retries);
       if (u->retries < 63) {
         u->retries++;
       }
@@ -746,11 +864,12 @@ static int on_answer(mcp_source_session *s, const rq *r, mcp_tstamp ts) {
     resume_drop(s, i);
     u->flags = (uint16_t)((u->flags & ~(F_PENDING | F_NACKED | F_RESUME)) |
                           F_HELD_GEN);
-    u->held_gen = u->pending_gen;
-    u->sent = u->t;
+    u->held_gen = l->pending_gen;
+    u->sent = l->t;
     u->retries = 0;
     ev.type = MCP_EVENT_ACK;
   }
+  live_settle(s, u);
   emit(s, &ev);
   return 0;
 }
@@ -856,7 +975,7 @@ static int catching_up(const mcp_source_session *s, const sub *u,
                        mcp_tstamp ts) {
   if (!s->c->version_reached || (u->flags & (F_ANSWER | F_RESUME)) !=
                                  (F_ANSWER | F_RESUME) ||
-      ts >= u->t + s->c->catchup_timeout) {
+      ts >= live_t(s, u) + s->c->catchup_timeout) {
     return 0;
   }
   const resume *r = resume_find(s, (size_t)(u - s->subs));
@@ -884,12 +1003,20 @@ static int change_waits(const mcp_source_session *s, const sub *u,
 /* The time-dependent part, done by next() and handle_expiry() only (never
  * by want_write()): the first time a waiting change is seen, its max_delay
  * clock starts, and a NACK retry waiting for old content is dropped. */
-static void note_change(const mcp_source_session *s, sub *u, uint64_t gen,
-                        mcp_tstamp ts) {
+static int note_change(mcp_source_session *s, sub *u, uint64_t gen,
+                       mcp_tstamp ts) {
   if (!(u->flags & F_DIRTY) && change_waits(s, u, gen)) {
+    /* Only a debounce reads when the change was first seen. */
+    if (s->c->debounce && live_reserve(s) != 0) {
+      return MCP_ERR_NOMEM;
+    }
     u->flags = (uint16_t)((u->flags | F_DIRTY) & ~F_RETRY);
-    u->t = ts;
+    if (s->c->debounce) {
+      live_take(s, u)->t = ts;
+    }
+    live_settle(s, u); /* a retry dropped */
   }
+  return 0;
 }
 
 /* 1 when |u| has something to push at |ts|. Reads only: a change not
@@ -907,7 +1034,7 @@ static int ready(const mcp_source_session *s, const sub *u,
     return 0; /* up to date, or exactly what was rejected */
   }
   return mcp_pace_ready(c, s->c->debounce, s->c->max_delay, u->sent,
-                        (u->flags & F_DIRTY) ? u->t : ts, ts);
+                        (u->flags & F_DIRTY) ? live_t(s, u) : ts, ts);
 }
 
 int mcp_source_session_want_write(mcp_source_session *s, mcp_tstamp ts) {
@@ -932,9 +1059,9 @@ mcp_tstamp mcp_source_session_get_expiry(const mcp_source_session *s) {
     const sub *u = &s->subs[i];
     if (s->c->version_reached && (u->flags & F_KNOWN) &&
         (u->flags & (F_ANSWER | F_RESUME)) == (F_ANSWER | F_RESUME) &&
-        u->t + s->c->catchup_timeout > s->last_ts &&
-        u->t + s->c->catchup_timeout < t) {
-      t = u->t + s->c->catchup_timeout; /* a catch-up's end, if it waits */
+        live_t(s, u) + s->c->catchup_timeout > s->last_ts &&
+        live_t(s, u) + s->c->catchup_timeout < t) {
+      t = live_t(s, u) + s->c->catchup_timeout; /* a catch-up's end, if it waits */
     }
     if (!(u->flags & F_KNOWN) || (u->flags & (F_PENDING | F_ANSWER | F_RETRY_DUE))) {
       continue;
@@ -944,11 +1071,11 @@ mcp_tstamp mcp_source_session_get_expiry(const mcp_source_session *s) {
     const mcp_coll *c = sub_view(s, u, &gen);
     if ((u->flags & F_NACKED) && nacked_gen(s, u) == gen) {
       if (u->flags & F_RETRY) {
-        d = u->t;
+        d = live_t(s, u);
       }
     } else if (!((u->flags & F_HELD_GEN) && u->held_gen == gen)) {
       d = mcp_pace_due(c, s->c->debounce, s->c->max_delay, u->sent,
-                       (u->flags & F_DIRTY) != 0, u->t);
+                       (u->flags & F_DIRTY) != 0, live_t(s, u));
       if (d <= s->last_ts) {
         /* Due already: want_write() says so. A time in the past would
          * make a transport that cannot pull the push yet (a send still
@@ -969,12 +1096,16 @@ int mcp_source_session_handle_expiry(mcp_source_session *s, mcp_tstamp ts) {
   for (size_t i = 0; i < s->nsubs; ++i) {
     uint64_t gen;
     (void)sub_view(s, &s->subs[i], &gen);
-    note_change(s, &s->subs[i], gen, ts);
+    int rv = note_change(s, &s->subs[i], gen, ts);
+    if (rv != 0) {
+      return rv;
+    }
   }
   for (size_t i = 0; i < s->nsubs; ++i) {
     sub *u = &s->subs[i];
-    if ((u->flags & F_RETRY) && u->t <= ts) {
+    if ((u->flags & F_RETRY) && live_t(s, u) <= ts) {
       u->flags = (uint16_t)((u->flags & ~F_RETRY) | F_RETRY_DUE);
+      live_settle(s, u);
     }
   }
   return 0;
@@ -1035,7 +1166,10 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
   for (size_t k = 0; k < s->nsubs; ++k) {
     size_t i = (s->rr + k) % s->nsubs;
     c = sub_view(s, &s->subs[i], &gen);
-    note_change(s, &s->subs[i], gen, ts);
+    int rv = note_change(s, &s->subs[i], gen, ts);
+    if (rv != 0) {
+      return rv;
+    }
     if (ready(s, &s->subs[i], c, gen, ts)) {
       idx = i;
       break;
@@ -1058,7 +1192,7 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
     return MCP_ERR_RESYNC;
   }
   push_ctx x = {mcp_store_builder(s->store), cd, rs, 0, 0, 0};
-  if (!x.b) {
+  if (!x.b || live_reserve(s) != 0) {
     return MCP_ERR_NOMEM;
   }
   char ver[48], nonce_num[16];
@@ -1111,9 +1245,10 @@ int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
   int rv = mcp_msg_builder_finish(x.b, cname, pmsg);
   if (rv == 0) {
     s->next_nonce = n;
-    u->pending_nonce = n;
-    u->pending_gen = gen;
-    u->t = ts;
+    live *l = live_take(s, u);
+    l->pending_nonce = n;
+    l->pending_gen = gen;
+    l->t = ts;
     u->pushes++;
     u->flags = (uint16_t)((u->flags & ~(F_ANSWER | F_DIRTY | F_RETRY | F_RETRY_DUE)) |
                           F_PENDING);
@@ -1141,7 +1276,7 @@ const mcp_sink_node *mcp_source_session_node(const mcp_source_session *s) {
 }
 
 uint64_t mcp_source_session_stale_unknown(const mcp_source_session *s) {
-  return s->stale_unknown;
+  return s->r ? s->r->stale_unknown : 0;
 }
 
 size_t mcp_source_session_collection_count(const mcp_source_session *s) {
@@ -1149,34 +1284,44 @@ size_t mcp_source_session_collection_count(const mcp_source_session *s) {
 }
 
 static int collection_status(const mcp_source_session *s, size_t i,
-                             mcp_tstamp ts, mcp_collection_status *st);
+                             mcp_tstamp ts, char *text,
+                             mcp_collection_status *st);
 
 int mcp_source_session_collection_status_versioned(
     const mcp_source_session *s, size_t i, mcp_tstamp ts, int version,
     mcp_collection_status *out) {
+  static _Thread_local char text[IBUF_FIXED];
+  char *b = text;
+  if (version < MCP_COLLECTION_STATUS_V2 && i < s->nsubs) {
+    /* A V1 caller's strings live until the next call on the session:
+     * the session's own scratch, made once (never a const object: the
+     * status is what is read, as nghttp2's mem_send output). */
+    mcp_source_session *ms = (mcp_source_session *)(uintptr_t)s;
+    if (!rare_get(ms) || (!ms->r->v1text &&
+        !(ms->r->v1text = mcp_mem_malloc(&s->c->mem, IBUF_FIXED)))) {
+      return MCP_ERR_NOMEM;
+    }
+    b = ms->r->v1text;
+  }
   mcp_collection_status st;
-  int rv = collection_status(s, i, ts, &st);
+  int rv = collection_status(s, i, ts, b, &st);
   if (rv == 0) {
-    memcpy(out, &st,
-           mcp_vstruct_size(version, MCP_VSTRUCT_SIZES(mcp_collection_status),
-                             MCP_VSTRUCT_N));
+    memcpy(out, &st, mcp_vstruct_size(version, MCP__STATUS_SIZES, MCP__STATUS_N));
   }
   return rv;
 }
 
 static int collection_status(const mcp_source_session *s, size_t i,
-                             mcp_tstamp ts, mcp_collection_status *st) {
+                             mcp_tstamp ts, char *b,
+                             mcp_collection_status *st) {
   if (i >= s->nsubs) {
     return MCP_ERR_NOT_FOUND;
   }
   const sub *u = &s->subs[i];
-  const char *key = s->keys ? s->keys[i] : "";
+  const char *key = keys_of(s) ? keys_of(s)[i] : "";
   size_t kl = s->c->service == MCP_SERVICE_AGGREGATED_INCREMENTAL ? strlen(key) + 1 : 0;
-  /* The session's own buffers (never a const object: the status is what
-   * is read, the buffers are scratch, as nghttp2's mem_send output). */
-  char *b = (char *)(uintptr_t)s->ibuf;
-  char *nonce = kl ? s->ibig : b + 2 * IBUF_VER;
-  assert(!kl || (s->ibig && s->ibig_cap >= 11 + kl)); /* grow_ibig() */
+  char *nonce = kl ? s->r->ibig : b + 2 * IBUF_VER;
+  assert(!kl || (s->r->ibig && s->r->ibig_cap >= 11 + kl)); /* grow_ibig() */
   memset(st, 0, sizeof(*st));
   b[0] = b[IBUF_VER] = nonce[0] = '\0';
   st->acked_version = b;
@@ -1191,13 +1336,14 @@ static int collection_status(const mcp_source_session *s, size_t i,
     mcp_format_version(b, IBUF_VER, mcp_store_epoch(s->store), u->held_gen);
   }
   if (u->flags & F_PENDING) {
-    mcp_format_version(b + IBUF_VER, IBUF_VER, mcp_store_epoch(s->store), u->pending_gen);
-    size_t nl = format_nonce(nonce, u->pending_nonce);
+    const live *l = live_of(s, u);
+    mcp_format_version(b + IBUF_VER, IBUF_VER, mcp_store_epoch(s->store), l->pending_gen);
+    size_t nl = format_nonce(nonce, l->pending_nonce);
     if (kl) { /* the same form as on the wire and in events */
       nonce[nl] = ':';
       memcpy(nonce + nl + 1, key, kl);
     }
-    st->pending_age = ts > u->t ? ts - u->t : 0;
+    st->pending_age = ts > l->t ? ts - l->t : 0;
   }
   const xsub *x = x_find(s, i);
   const nack *nk = x ? x->nack : NULL;

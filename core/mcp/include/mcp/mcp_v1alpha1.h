@@ -470,11 +470,14 @@ MCP_EXTERN int mcp_sink_session_next(mcp_sink_session *s, mcp_msg **pmsg);
 
 /*
  * The state of one collection on one stream. Every string is whole (never
- * truncated), NUL-terminated and owned by the library:
- *   - from mcp_source_session_collection_status(): valid until the next
- *     call on that session, another collection_status included (the
- *     versions and the nonce are written into one buffer of the session,
- *     as nghttp2's mem_send output: copy what you keep);
+ * truncated), NUL-terminated and owned by the library (copy what you keep):
+ *   - from mcp_source_session_collection_status() (V2): valid until the
+ *     next collection_status call on this thread, of any source session
+ *     (the versions and the nonce are written into one buffer per thread,
+ *     so that a session keeps none: issue 25's bytes per stream), and at
+ *     least until the next call on that session. A caller built against V1
+ *     keeps the old rule, "until the next call on that session": its
+ *     buffer is the session's, made at its first V1 call (NOMEM then);
  *   - from mcp_sink_state_collection_status(): valid until the next call
  *     that changes the state (a sink session's recv, next, new or del).
  * A nonce is shown as it is on the wire, as in events and the journal (on
@@ -498,11 +501,14 @@ typedef struct mcp_collection_status {
 } mcp_collection_status;
 
 /* Number of collections the stream has asked for (source) or asks for
- * (sink), and the state of the i-th. Never allocates. Errors: NOT_FOUND
- * (i out of range). */
+ * (sink), and the state of the i-th. Never allocates (but a source
+ * session's first V1 call, above). Errors: NOT_FOUND (i out of range),
+ * NOMEM (that V1 call only). */
 MCP_EXTERN size_t mcp_source_session_collection_count(const mcp_source_session *s);
 #define MCP_COLLECTION_STATUS_V1 1
-#define MCP_COLLECTION_STATUS_VERSION MCP_COLLECTION_STATUS_V1
+#define MCP_COLLECTION_STATUS_V2 2 /* the same fields; the source's strings
+                                      in a buffer per thread (above) */
+#define MCP_COLLECTION_STATUS_VERSION MCP_COLLECTION_STATUS_V2
 MCP_EXTERN int mcp_source_session_collection_status_versioned(
     const mcp_source_session *s, size_t i, mcp_tstamp ts, int version,
     mcp_collection_status *st);
