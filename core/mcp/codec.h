@@ -15,6 +15,10 @@
 
 #include <stddef.h>
 
+/* 1 when the stream asked for something and every collection the store
+ * knows had a push (mcp_admit_initial_sent()). */
+int mcp__source_initial_sent(const mcp_source_session *s);
+
 /* mcp_collection_status's versions: V2 has V1's fields (the source's
  * strings live elsewhere). */
 #define MCP__STATUS_SIZES                                                  \

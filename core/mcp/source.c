@@ -1279,6 +1279,19 @@ uint64_t mcp_source_session_stale_unknown(const mcp_source_session *s) {
   return s->r ? s->r->stale_unknown : 0;
 }
 
+int mcp__source_initial_sent(const mcp_source_session *s) {
+  if (s->nsubs == 0) {
+    return 0; /* nothing asked yet */
+  }
+  for (size_t i = 0; i < s->nsubs; ++i) {
+    /* A collection the store does not know gets no push. */
+    if ((s->subs[i].flags & F_KNOWN) && s->subs[i].pushes == 0) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
 size_t mcp_source_session_collection_count(const mcp_source_session *s) {
   return s->nsubs;
 }
