@@ -644,8 +644,34 @@ static void finish_then_check(env *e) {
   ck_assert_int_eq(s.acks, 2);      /* the answers came before the end */
 }
 
+static void read_clock(mcp_sink_state *st, mcp_tstamp ts, void *ud) {
+  (void)st;
+  *(mcp_tstamp *)ud = ts;
+}
+
+/* The sink's transport has run a turn with its own clock at |t| or later,
+ * and one more since (its timers, where a redial would start, run in a
+ * turn before its jobs). */
+typedef struct clock_past {
+  ta_obj *sink;
+  mcp_tstamp t;
+  int turns;
+} clock_past;
+
+static int clock_passed(void *ud) {
+  clock_past *c = ud;
+  mcp_tstamp now = 0;
+  ck_assert_int_eq(ta->sink_call(c->sink, read_clock, &now), 0);
+  c->turns += now >= c->t;
+  return c->turns >= 2;
+}
+
 /* mcp_*_sink_finish(): the sink's ACKs reach the source, which ends the
- * stream with OK, and the dialer holds no stream after it. */
+ * stream with OK, and the dialer holds no stream after it nor dials
+ * another: twenty first-backoff delays later by the transport's own clock
+ * (which a busy machine cannot shorten), its one stream is all it opened
+ * (a cancel would have ended it CANCELLED, perhaps before the last ACK was
+ * read, and redialed). */
 START_TEST(a_dialing_sink_finishes_with_ok) {
   env e;
   env_init(&e, 0);
@@ -653,6 +679,14 @@ START_TEST(a_dialing_sink_finishes_with_ok) {
   start_sink(&e, 0, e.addr);
   finish_then_check(&e);
   ck_assert_int_eq(ta->streams(e.sink, NULL), 0);
+  clock_past cp = {e.sink, ta->now() + 20 * ta->min_redial, 0};
+  ck_assert(ta->run_until(e.env, clock_passed, &cp, TA_TIMEOUT_MS));
+  mcp_transport_stats st;
+  ck_assert_int_eq(
+      ta->stats_versioned(e.sink, MCP_TRANSPORT_STATS_VERSION, &st), 0);
+  ck_assert_uint_eq(st.opened, 1);
+  ck_assert_int_eq(got().opened, 2); /* the source's and the sink's */
+  ck_assert_int_eq(got().sink_acks, 2);
   env_fini(&e);
 }
 END_TEST
