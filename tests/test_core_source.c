@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "helper.h"
+#include "mem_count.h"
 #include "mcp/engine.h"
 
 typedef Istio__Mcp__V1alpha1__Resources Res;
@@ -1779,70 +1780,46 @@ END_TEST
 
 /* ---- introspection and events ---- */
 
-/* Live blocks of a session's allocator. */
-typedef struct blocks {
-  long live;
-} blocks;
-static void *bl_malloc(size_t n, void *ud) {
-  ((blocks *)ud)->live++;
-  return malloc(n);
-}
-static void bl_free(void *p, void *ud) {
-  if (p) {
-    ((blocks *)ud)->live--;
-  }
-  free(p);
-}
-static void *bl_calloc(size_t k, size_t n, void *ud) {
-  ((blocks *)ud)->live++;
-  return calloc(k, n);
-}
-static void *bl_realloc(void *p, size_t n, void *ud) {
-  if (!p) {
-    ((blocks *)ud)->live++;
-  }
-  return realloc(p, n);
-}
-
 /* Issue 25's bytes per stream: what a subscription needs only while a
  * push is in flight, a request unanswered or a change debounced is made
  * then, and a synced stream is its session, node and subscriptions. */
 START_TEST(test_source_synced_stream_keeps_no_live_records) {
-  blocks b = {0};
-  const mcp_mem mem = {&b, bl_malloc, bl_free, bl_calloc, bl_realloc};
+  tm_mem m;
+  tm_init(&m, 0);
   fx *f = fx_new();
-  f->opts.mem = &mem;
+  f->opts.mem = &m.mem;
   f->opts.debounce = 100 * MS;
   fx_start(f);
-  long empty = b.live; /* the session (and its options) */
+  long empty = m.live; /* the session (and its options) */
   put(f, "c", "a", "v1", "A");
   put(f, "d", "a", "v1", "A");
   sync_coll(f, "c", 1);
   sync_coll(f, "d", 1);
-  ck_assert_int_eq(b.live, empty + 2); /* the node, the subscriptions */
+  ck_assert_int_eq(m.live, empty + 2); /* the node, the subscriptions */
 
   f->ts = 10 * MS;
   subscribe(f, "c", 1); /* asked again: an answer is due */
-  ck_assert_int_eq(b.live, empty + 3);
+  ck_assert_int_eq(m.live, empty + 3);
   Res *r = push(f);
-  ck_assert_int_eq(b.live, empty + 3); /* the same record, now in flight */
+  ck_assert_int_eq(m.live, empty + 3); /* the same record, now in flight */
   ack(f, "c", r->nonce);
   th_resources_free(r);
-  ck_assert_int_eq(b.live, empty + 2);
+  ck_assert_int_eq(m.live, empty + 2);
 
   /* A change under the debounce: noted with its time, then pushed. */
   f->ts = 20 * MS;
   put(f, "d", "a", "v2", "B");
   ck_assert_int_eq(mcp_source_session_handle_expiry(f->s, f->ts), 0);
-  ck_assert_int_eq(b.live, empty + 3);
+  ck_assert_int_eq(m.live, empty + 3);
   f->ts = 200 * MS;
   r = push(f);
   ck_assert_str_eq(r->collection, "d");
   ack(f, "d", r->nonce);
   th_resources_free(r);
-  ck_assert_int_eq(b.live, empty + 2);
+  ck_assert_int_eq(m.live, empty + 2);
   fx_free(f);
-  ck_assert_int_eq(b.live, 0);
+  ck_assert_int_eq(m.live, 0);
+  tm_fini(&m);
 }
 END_TEST
 
