@@ -474,10 +474,11 @@ MCP_EXTERN int mcp_sink_session_next(mcp_sink_session *s, mcp_msg **pmsg);
  *   - from mcp_source_session_collection_status() (V2): valid until the
  *     next collection_status call on this thread, of any source session
  *     (the versions and the nonce are written into one buffer per thread,
- *     so that a session keeps none: issue 25's bytes per stream), and at
- *     least until the next call on that session. A caller built against V1
- *     keeps the old rule, "until the next call on that session": its
- *     buffer is the session's, made at its first V1 call (NOMEM then);
+ *     so that a session keeps none: issue 25's bytes per stream; the
+ *     library never makes that call itself), or the next call on that
+ *     session if it comes first. A caller built against V1 keeps the old
+ *     rule, "until the next call on that session": its buffer is the
+ *     session's, made at its first V1 call (NOMEM then);
  *   - from mcp_sink_state_collection_status(): valid until the next call
  *     that changes the state (a sink session's recv, next, new or del).
  * A nonce is shown as it is on the wire, as in events and the journal (on
