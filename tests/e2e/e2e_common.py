@@ -17,6 +17,7 @@ import argparse
 import http.client
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -126,7 +127,37 @@ def run_with_certs(argv, use):
         shutil.rmtree(top, ignore_errors=True)
 
 
+_HANDED = set()
+
+
+def _ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port():
+    """A port free now, never handed out before by this process, and below
+    the kernel's ephemeral range: a port from bind(0) was once handed to
+    another process between this check and the program's bind (a `make
+    test` beside this one: its etcd took it), and the ephemeral range is
+    where every outgoing connection takes its port. Random, so two test
+    processes seldom pick alike; the bind check catches what they do."""
+    low = _ephemeral_low()
+    rng = random.SystemRandom()
+    for _ in range(500):
+        port = rng.randrange(10240, max(low, 10241))
+        if port in _HANDED:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED.add(port)
+        return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
