@@ -41,10 +41,11 @@ CM = 'k8s/core/v1/configmaps'
 OPTS = argparse.Namespace(build_dir='build', transport='grpc')
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
+# The e2e harness's: a random port below the ephemeral range, never twice
+# (bind(0) hands the same port to a make test running beside this one).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "e2e"))
+from e2e_common import free_port  # noqa: E402
 
 
 class Proc:
