@@ -260,6 +260,12 @@ static int has_status(void *ud) {
   return c->status_done;
 }
 
+static int has_ended(void *ud) {
+  tp_call *c = ud;
+  tp_pump(c);
+  return c->status_done && c->ended;
+}
+
 /* Every batch completed: the call may be freed. */
 static int quiet(void *ud) {
   tp_call *c = ud;
@@ -274,6 +280,10 @@ int tp_wait_msgs(ta_env *env, tp_call *c, int n) {
 
 int tp_wait_status(ta_env *env, tp_call *c) {
   return ta->run_until(env, has_status, c, TA_TIMEOUT_MS);
+}
+
+int tp_wait_ended(ta_env *env, tp_call *c) {
+  return ta->run_until(env, has_ended, c, TA_TIMEOUT_MS);
 }
 
 void tp_close(ta_env *env, tp_call *c) {

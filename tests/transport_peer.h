@@ -44,6 +44,9 @@ const char *tp_details(const tp_call *c);
  * it happened. */
 int tp_wait_msgs(ta_env *env, tp_call *c, int n);
 int tp_wait_status(ta_env *env, tp_call *c);
+/* Waits until |c| has its status and its receive has ended (every message
+ * the server sent is counted); 1 when it happened. */
+int tp_wait_ended(ta_env *env, tp_call *c);
 /* Cancels the call (RST_STREAM CANCEL) unless it ended, waits for its
  * completions, and frees it. */
 void tp_close(ta_env *env, tp_call *c);
