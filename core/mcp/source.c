@@ -208,9 +208,11 @@ static live *live_take(mcp_source_session *s, sub *u) {
   if (u->live) {
     return &s->lives[u->live - 1];
   }
-  size_t i = 0;
+  /* Where the next free slot is when none was freed (takes fill the
+   * array in order): O(1) for a stream asking for many at once. */
+  size_t i = s->nlive;
   while (s->lives[i].sub != UINT32_MAX) {
-    ++i;
+    i = i + 1 < s->nlives ? i + 1 : 0;
   }
   live *l = &s->lives[i];
   memset(l, 0, sizeof(*l));
