@@ -1150,13 +1150,4 @@ static Suite *suite(void) {
   return s;
 }
 
-int main(void) {
-  signal(SIGPIPE, SIG_IGN); /* libuv writes with write(2) */
-  ta = &TA_ADAPTER;
-  if (test_tls_mode() && ta_certs_make() != 0)
-    return EXIT_FAILURE;
-  int failed = ta_run(suite());
-  if (test_tls_mode())
-    ta_certs_remove();
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return ta_main(&TA_ADAPTER, suite); }

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <check.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,17 @@ int ta_run(Suite *s) {
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);
   return failed;
+}
+
+int ta_main(const ta_transport *t, Suite *(*make)(void)) {
+  signal(SIGPIPE, SIG_IGN); /* libuv writes with write(2) */
+  ta = t;
+  if (test_tls_mode() && ta_certs_make() != 0)
+    return EXIT_FAILURE;
+  int failed = ta_run(make());
+  if (test_tls_mode())
+    ta_certs_remove();
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
 /* ---- certificates ---- */

@@ -236,6 +236,9 @@ typedef struct ta_world {
 void ta_world_init(ta_world *w);
 /* Runs a suite file's |s| and frees it: how many of its tests failed. */
 int ta_run(Suite *s);
+/* A suite file's main(): |t| under test, its certificates in
+ * MCP_TEST_TLS mode, the suite |make()| builds run; the exit status. */
+int ta_main(const ta_transport *t, Suite *(*make)(void));
 /* The suite's certificates (tests/test_certs.h, one directory for all the
  * suite's files): made, removed, and the path of one of them. */
 int ta_certs_make(void);
