@@ -1823,6 +1823,47 @@ START_TEST(test_source_synced_stream_keeps_no_live_records) {
 }
 END_TEST
 
+/* Out of memory where a record or a V1 buffer is made: the call says
+ * NOMEM, changes nothing, and works once memory is back. */
+START_TEST(test_source_nomem_for_a_live_record_or_v1_text_changes_nothing) {
+  tm_mem m;
+  tm_init(&m, 0);
+  fx *f = fx_new();
+  f->opts.mem = &m.mem;
+  f->opts.debounce = 100 * MS;
+  fx_start(f);
+  put(f, "c", "a", "v1", "A");
+  sync_coll(f, "c", 1);
+  long live = m.live;
+
+  /* A debounced change, noted: its record cannot be made. */
+  f->ts = 10 * MS;
+  put(f, "c", "a", "v2", "B");
+  m.fail_at = m.count + 1;
+  ck_assert_int_eq(mcp_source_session_handle_expiry(f->s, f->ts),
+                   MCP_ERR_NOMEM);
+  ck_assert_int_eq(m.live, live);
+  ck_assert_uint_eq(mcp_source_session_get_expiry(f->s), 110 * MS);
+  m.fail_at = 0;
+  ck_assert_int_eq(mcp_source_session_handle_expiry(f->s, f->ts), 0);
+  ck_assert_int_eq(m.live, live + 1);
+
+  /* A V1 caller's first status: its buffer cannot be made. */
+  mcp_collection_status st;
+  m.fail_at = m.count + 1;
+  ck_assert_int_eq(mcp_source_session_collection_status_versioned(
+                       f->s, 0, f->ts, MCP_COLLECTION_STATUS_V1, &st),
+                   MCP_ERR_NOMEM);
+  m.fail_at = 0;
+  ck_assert_int_eq(mcp_source_session_collection_status_versioned(
+                       f->s, 0, f->ts, MCP_COLLECTION_STATUS_V1, &st), 0);
+  ck_assert_str_eq(st.acked_version, VER(1));
+  fx_free(f);
+  ck_assert_int_eq(m.live, 0);
+  tm_fini(&m);
+}
+END_TEST
+
 /* A caller built against V1 keeps V1's rule: the strings live until the
  * next call on that session, whatever other sessions are asked meanwhile.
  * V2's live in one buffer per thread, until the next status call. */
@@ -2400,6 +2441,7 @@ static Suite *source_suite(void) {
   tcase_add_test(tc, test_source_status_reports_pending_and_acked);
   tcase_add_test(tc, test_source_synced_stream_keeps_no_live_records);
   tcase_add_test(tc, test_source_status_v1_strings_outlive_other_sessions_status);
+  tcase_add_test(tc, test_source_nomem_for_a_live_record_or_v1_text_changes_nothing);
   tcase_add_test(tc, test_source_status_counts_an_abandoned_push_as_neither_ack_nor_nack);
   tcase_add_test(tc, test_source_sessions_of_a_store_share_their_options);
   tcase_add_test(tc, test_source_events_report_request_push_ack_nack);
