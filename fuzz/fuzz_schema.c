@@ -11,7 +11,9 @@
  * Checked, beyond the sanitizers: a document that encodes decodes to JSON,
  * and that JSON encodes to the same bytes (the round trip of the tests, on
  * every input); wire bytes that decode give JSON that encodes, and whose
- * bytes decode to the same JSON; a refused document has an error with a
+ * bytes decode to the same JSON; YAML straight to wire bytes
+ * (mcp_schema_encode_yaml()) gives the long way's bytes or error, and its
+ * direct way never encodes what the long way refuses; a refused document has an error with a
  * message starting with its field path, a line within the input and the
  * documented codes; NOMEM exactly when an allocation failed; nothing leaks.
  */
@@ -166,6 +168,33 @@ static void same_as_libyaml(const mcp_schema_parse_options *po, const uint8_t *p
   mcp_schema_docs_free(ref);
 }
 
+/* YAML straight to wire bytes: where the direct way encodes, the long way
+ * gives the same bytes; mcp_schema_encode_yaml() gives the long way's
+ * result. */
+static void same_as_direct(const mcp_schema *s, const char *type, const uint8_t *p, size_t n) {
+  uint8_t *bt = NULL, *bd = NULL, *ba = NULL;
+  size_t nt = 0, nd = 0, na = 0;
+  mcp_schema_error et, ed, ea;
+  const char *t = (const char *)p;
+  int rt = sc_encode_yaml(s, type, t, n, "spec", 0, &bt, &nt, &et, SC_ENCODE_TREE);
+  int rd = sc_encode_yaml(s, type, t, n, "spec", 0, &bd, &nd, &ed, SC_ENCODE_DIRECT);
+  int ra = mcp_schema_encode_yaml(s, type, t, n, "spec", 0, &ba, &na, &ea);
+  FZ_CHECK(rd == 0 || rd == SC_YF_BAIL, "the direct way returned %d", rd);
+  if (!rd) {
+    FZ_CHECK(rt == 0, "the direct way encoded what the long way refuses: %s", et.message);
+    FZ_CHECK(nd == nt && (!nd || !memcmp(bd, bt, nd)), "the direct way wrote other bytes");
+  }
+  FZ_CHECK(ra == rt, "mcp_schema_encode_yaml(): %d, the long way: %d", ra, rt);
+  if (!rt)
+    FZ_CHECK(na == nt && (!na || !memcmp(ba, bt, na)), "mcp_schema_encode_yaml(): other bytes");
+  else
+    FZ_CHECK(ea.line == et.line && !strcmp(ea.message, et.message),
+             "mcp_schema_encode_yaml(): %s, the long way: %s", ea.message, et.message);
+  mcp_schema_free_bytes(s, bt);
+  mcp_schema_free_bytes(s, bd);
+  mcp_schema_free_bytes(s, ba);
+}
+
 static void run_docs(const mcp_schema *s, const mcp_mem *mem, const char *type, int json,
                      const uint8_t *p, size_t n, long fired_before) {
   mcp_schema_parse_options po = popts(mem);
@@ -176,8 +205,10 @@ static void run_docs(const mcp_schema *s, const mcp_mem *mem, const char *type, 
                 : mcp_schema_parse_yaml(&po, (const char *)p, n, &d, &e);
   if (mem)
     fz_check_nomem(&g_mem, fired_before, rc, "parse");
-  if (!json && !mem)
+  if (!json && !mem) {
     same_as_libyaml(&po, p, n, rc, &e, d);
+    same_as_direct(s, type, p, n);
+  }
   if (rc) {
     check_error(&e, rc, lines);
     return;

@@ -11,25 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "schema_int.h"
+#include "encode_int.h"
 
 
-typedef struct enc {
-  const mcp_schema *s;
-  mcp_schema_error *err;
-  unsigned flags;
-  unsigned depth;
-  int oom; /* an open_len() failed */
-  mcp_buf out;
-  char path[MCP_SCHEMA_PATH_MAX];
-  size_t plen;
-  /* mcp_schema_encode_all(): a mismatch is kept in errs (the first
-   * max_errs by line) and encoding goes on with the next field, item or
-   * entry; nerrs counts them all. err then points at |cur|. */
-  int all;
-  mcp_schema_error cur, *errs;
-  size_t max_errs, nerrs;
-} enc;
 
 /* ---- paths and errors ---------------------------------------------- */
 
@@ -1255,3 +1239,26 @@ int mcp_schema_encode_all(const mcp_schema *s, const char *type_name,
     *nerrs = rc && !n ? 1 : n; /* argument and type errors: in errs[0] */
   return rc;
 }
+
+/* ---- for the direct encoder (encode_int.h) ------------------------- */
+
+int sc_enc_scalar(enc *e, const sc_field *f, const mcp_schema_value *v, int how) {
+  if (how == SC_ENC_FIELD)
+    return field_value(e, f, v);
+  scalar x;
+  int rc = to_scalar(e, f, v, &x);
+  if (!rc)
+    rc = how == SC_ENC_PACKED ? put_scalar_value(e, f->type, &x) : put_scalar(e, f, &x);
+  sc_free(&e->s->mem, x.owned);
+  return rc;
+}
+
+int sc_enc_message(enc *e, uint32_t number, const sc_msg *m, const mcp_schema_value *v) {
+  return put_message(e, number, m, v);
+}
+
+size_t sc_enc_open_len(enc *e) { return open_len(e); }
+
+int sc_enc_close_len(enc *e, size_t start) { return close_len(e, start); }
+
+int sc_enc_null_is_value(const sc_field *f) { return null_is_value(f); }

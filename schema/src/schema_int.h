@@ -214,6 +214,16 @@ enum { SC_YAML_AUTO, SC_YAML_LIBYAML, SC_YAML_FAST };
 int sc_parse_yaml(const mcp_schema_parse_options *o, const char *text, size_t len,
                   mcp_schema_docs **pdocs, mcp_schema_error *err, int mode);
 
+/* mcp_schema_encode_yaml() with the way chosen: SC_ENCODE_AUTO (straight
+ * from the scanner's events, else the long way), SC_ENCODE_DIRECT (returns
+ * SC_YF_BAIL where AUTO would take the long way), SC_ENCODE_TREE (the
+ * long way: parse, then encode the tree). For the tests and fuzzers that
+ * compare them (encode_yaml.c). */
+enum { SC_ENCODE_AUTO, SC_ENCODE_DIRECT, SC_ENCODE_TREE };
+int sc_encode_yaml(const mcp_schema *s, const char *type_name, const char *text, size_t len,
+                   const char *path, unsigned flags, uint8_t **out, size_t *outlen,
+                   mcp_schema_error *err, int mode);
+
 /* The first node where two trees differ (kind, boolean, line, text, length,
  * number of kids), as a node of |a|; NULL when they are the same. */
 const mcp_schema_value *sc_value_differ(const mcp_schema_value *a, const mcp_schema_value *b);

@@ -52,6 +52,20 @@ static int enc(const char *type, const char *yaml, const char *path, unsigned fl
     return rc;
   ck_assert_uint_ge(mcp_schema_docs_count(d), 1);
   rc = mcp_schema_encode(S, type, mcp_schema_docs_root(d, 0), path, flags, out, n, e);
+  /* YAML text straight to bytes gives the same result. */
+  if (mcp_schema_docs_count(d) == 1) {
+    uint8_t *o2 = NULL;
+    size_t n2 = 0;
+    mcp_schema_error e2;
+    int rc2 = mcp_schema_encode_yaml(S, type, yaml, strlen(yaml), path, flags, &o2, &n2, &e2);
+    ck_assert_int_eq(rc2, rc);
+    if (!rc)
+      ck_assert_msg(n2 == *n && (!n2 || !memcmp(o2, *out, n2)), "%s: other bytes", yaml);
+    else
+      ck_assert_msg(e2.line == e->line && !strcmp(e2.message, e->message), "%s: %s, not %s",
+                    yaml, e2.message, e->message);
+    mcp_schema_free_bytes(S, o2);
+  }
   mcp_schema_docs_free(d);
   return rc;
 }

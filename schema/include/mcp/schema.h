@@ -383,6 +383,23 @@ MCP_EXTERN int mcp_schema_encode_all(const mcp_schema *s, const char *type_name,
                                      mcp_schema_error *errs, size_t max_errs,
                                      size_t *nerrs);
 
+/*
+ * YAML text straight to wire bytes: |len| bytes at |text| hold one YAML
+ * document (or none: the empty message), encoded as a message of type
+ * |type_name|. The result is what mcp_schema_parse_yaml() (default limits,
+ * the schema's allocator) and then mcp_schema_encode() of the document's
+ * root give: the same bytes, or the same error with the same line and
+ * path; more than one document is MCP_ERR_INVALID_ARGUMENT. The common
+ * shape of a configuration file is encoded from the fast scanner's events
+ * with no tree in between, about twice as fast; anything else (a rare YAML
+ * construct, Struct and Any fields, any mismatch) takes the long way,
+ * which has the last word. Output and ownership as mcp_schema_encode().
+ */
+MCP_EXTERN int mcp_schema_encode_yaml(const mcp_schema *s, const char *type_name,
+                                      const char *text, size_t len, const char *path,
+                                      unsigned flags, uint8_t **out, size_t *outlen,
+                                      mcp_schema_error *err);
+
 /* How many errors of one document the project's programs show before
  * "... and N more" (mcp-source, mcp-schema-conv). */
 #define MCP_SCHEMA_ERRORS_SHOWN 20

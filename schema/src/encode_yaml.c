@@ -1,0 +1,525 @@
+/*
+ * YAML text -> protobuf wire bytes with no tree in between (issue 25
+ * target 4): the fast scanner's events drive the encoder directly.
+ *
+ * The bytes must equal the tree encoder's (encode.c): fields in number
+ * order, map entries in key order. Events come in document order, so each
+ * message (and each map) keeps a list of segments, one per field (entry),
+ * in the output buffer; at its end, if they are out of order, the body is
+ * copied aside once and written back in order. Values are converted by
+ * the tree encoder's own code (encode_int.h) from a node made for the one
+ * scalar.
+ *
+ * Everything that is not plainly right is left to the long way (parse to
+ * a tree, encode the tree), which then gives the result or the error: an
+ * unknown field, a field twice, two members of a oneof, a null where it
+ * means something, Struct, Any and the other object-form well-known types,
+ * a duplicate or non-string map key, any conversion error, the limits.
+ * The scanner itself gives up on rare YAML the same way. So this file
+ * never reports an error: it says SC_YF_BAIL.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "encode_int.h"
+
+#define DX_MAX_DEPTH 64 /* mcp_schema_parse_options_default()'s max_depth */
+
+enum { DX_MSG, DX_LIST, DX_MAP };
+
+typedef struct dx_frame {
+  int kind;
+  /* DX_MSG: the message, and the field whose value is awaited (NULL while
+   * a key is). DX_LIST, DX_MAP: the repeated field. */
+  const sc_msg *m;
+  const sc_field *f;
+  size_t start;  /* DX_MSG: where the awaited field's bytes begin; DX_LIST:
+                    where the list's (a packed one's tag); DX_MAP: where
+                    the entry being written begins */
+  size_t len_at; /* sc_enc_open_len() of this body (0: the root), of a
+                    packed list's, of a map's current entry */
+  size_t seg0;   /* this frame's first segment */
+  int has_key;   /* DX_MAP: the entry's key is written, its value awaited */
+} dx_frame;
+
+/* A field of a message (f, set: not null) or an entry of a map, as the
+ * bytes [start, end) of the output. */
+typedef struct dx_seg {
+  const sc_field *f;
+  size_t start, end;
+  int set;
+  const uint8_t *key; /* a map entry's key, while dx_order() sorts */
+  size_t klen;
+} dx_seg;
+
+typedef struct dx {
+  enc *e;
+  const sc_msg *root;
+  dx_frame stack[DX_MAX_DEPTH + 1];
+  size_t depth, docs;
+  dx_seg *segs;
+  size_t nsegs, segs_cap;
+  size_t nodes, bytes; /* the parser's budget, counted as it counts */
+  char small[256];     /* the scalar, NUL-terminated */
+  char *big;
+  size_t big_cap;
+  mcp_buf tmp; /* a body being put in order */
+} dx;
+
+#define BAIL SC_YF_BAIL
+
+/* The scalar of |ev| as a node (text NUL-terminated), resolved as the
+ * tree's builder resolves it; NULL when memory ran out. */
+static const char *dx_text(dx *d, const sc_yf_event *ev) {
+  char *t = d->small;
+  if (ev->len >= sizeof d->small) {
+    if (ev->len >= d->big_cap) {
+      char *n = sc_realloc(&d->e->s->mem, d->big, ev->len + 1);
+      if (!n)
+        return NULL;
+      d->big = n;
+      d->big_cap = ev->len + 1;
+    }
+    t = d->big;
+  }
+  memcpy(t, ev->text, ev->len);
+  t[ev->len] = '\0';
+  return t;
+}
+
+static int dx_node(dx *d, const sc_yf_event *ev, mcp_schema_value *v) {
+  const char *t = dx_text(d, ev);
+  if (!t)
+    return BAIL;
+  memset(v, 0, sizeof *v);
+  v->text = t;
+  v->len = ev->len;
+  v->line = ev->line + 1;
+  if (sc_yaml_resolve(t, NULL, ev->style == MCP_SCHEMA_YAML_PLAIN, &v->kind, &v->boolean, NULL))
+    return BAIL;
+  return 0;
+}
+
+static int dx_seg_add(dx *d, const sc_field *f, size_t start, int set) {
+  if (d->nsegs == d->segs_cap) {
+    size_t cap = d->segs_cap ? 2 * d->segs_cap : 32;
+    dx_seg *n = sc_realloc(&d->e->s->mem, d->segs, cap * sizeof *n);
+    if (!n)
+      return BAIL;
+    d->segs = n;
+    d->segs_cap = cap;
+  }
+  d->segs[d->nsegs++] = (dx_seg){f, start, d->e->out.len, set, NULL, 0};
+  return 0;
+}
+
+/* A field of the message |fr| is about to get a value (|set|: not null):
+ * refused when it clashes with one it already has (the tree encoder says
+ * how). */
+static int dx_clash(const dx *d, const dx_frame *fr, const sc_field *f, int set) {
+  for (size_t i = fr->seg0; i < d->nsegs; i++) {
+    const dx_seg *g = &d->segs[i];
+    if (g->f == f || (set && g->set && f->oneof >= 0 && g->f->oneof == f->oneof))
+      return 1;
+  }
+  return 0;
+}
+
+static int wrote(dx *d, int rc) { return rc || d->e->oom ? BAIL : 0; }
+
+static int dx_tag(dx *d, uint32_t number) {
+  return sc_buf_varint(&d->e->out, (uint64_t)number << 3 | WT_LEN) ? BAIL : 0;
+}
+
+/* A map entry's string key, read back from its bytes: tag, length, the
+ * key's tag (1, length-delimited: one byte), its length, its bytes. */
+static const uint8_t *entry_key(const uint8_t *p, size_t *n) {
+  while (*p++ & 0x80) /* the entry's tag */
+    ;
+  while (*p++ & 0x80) /* its length */
+    ;
+  p++; /* the key's tag */
+  size_t len = 0;
+  for (unsigned shift = 0;; shift += 7) {
+    len |= (size_t)(*p & 0x7f) << shift;
+    if (!(*p++ & 0x80))
+      break;
+  }
+  *n = len;
+  return p;
+}
+
+static int cmp_key(const uint8_t *a, size_t an, const uint8_t *b, size_t bn) {
+  int c = memcmp(a, b, an < bn ? an : bn);
+  return c ? c : (an < bn ? -1 : an > bn);
+}
+
+static int cmp_seg_key(const void *x, const void *y) {
+  const dx_seg *a = x, *b = y;
+  return cmp_key(a->key, a->klen, b->key, b->klen);
+}
+
+/* Puts the segments of frame |fr| (they tile its body) in field-number
+ * order (DX_MSG) or key order (DX_MAP, where two equal keys bail). */
+static int dx_order(dx *d, const dx_frame *fr) {
+  size_t n = d->nsegs - fr->seg0, i;
+  if (n < 2)
+    return 0;
+  dx_seg *s = d->segs + fr->seg0;
+  const uint8_t *base = d->e->out.p;
+  if (fr->kind == DX_MSG) {
+    for (i = 1; i < n && s[i - 1].f->number < s[i].f->number; i++)
+      ;
+    if (i == n)
+      return 0;
+    /* An insertion sort: few fields, field numbers distinct (dx_clash). */
+    for (i = 1; i < n; i++) {
+      dx_seg t = s[i];
+      size_t j = i;
+      for (; j > 0 && s[j - 1].f->number > t.f->number; j--)
+        s[j] = s[j - 1];
+      s[j] = t;
+    }
+  } else {
+    size_t an, bn;
+    for (i = 1; i < n; i++) {
+      const uint8_t *a = entry_key(base + s[i - 1].start, &an);
+      const uint8_t *b = entry_key(base + s[i].start, &bn);
+      if (cmp_key(a, an, b, bn) >= 0)
+        break;
+    }
+    if (i == n)
+      return 0;
+    for (i = 0; i < n; i++)
+      s[i].key = entry_key(base + s[i].start, &s[i].klen);
+    qsort(s, n, sizeof *s, cmp_seg_key);
+    for (i = 1; i < n; i++)
+      if (!cmp_seg_key(&s[i - 1], &s[i]))
+        return BAIL; /* a duplicate key: the long way names it */
+  }
+  size_t lo = SIZE_MAX, hi = 0;
+  for (i = 0; i < n; i++) {
+    lo = s[i].start < lo ? s[i].start : lo;
+    hi = s[i].end > hi ? s[i].end : hi;
+  }
+  if (hi == lo)
+    return 0; /* null fields only: nothing written */
+  d->tmp.len = 0;
+  if (mcp_buf_append(&d->tmp, base + lo, hi - lo))
+    return BAIL;
+  uint8_t *w = d->e->out.p + lo;
+  for (i = 0; i < n; i++) {
+    memcpy(w, d->tmp.p + (s[i].start - lo), s[i].end - s[i].start);
+    w += s[i].end - s[i].start;
+  }
+  return 0;
+}
+
+static int dx_push(dx *d, int kind, const sc_msg *m, const sc_field *f, size_t start,
+                   size_t len_at) {
+  if (d->depth > DX_MAX_DEPTH)
+    return BAIL;
+  if (kind == DX_MSG && ++d->e->depth > d->e->s->max_depth)
+    return BAIL; /* the long way reports the limit */
+  dx_frame *fr = &d->stack[d->depth++];
+  fr->kind = kind;
+  fr->m = m;
+  fr->f = f;
+  fr->start = start;
+  fr->len_at = len_at;
+  fr->seg0 = d->nsegs;
+  fr->has_key = 0;
+  return 0;
+}
+
+/* A value of the top frame is complete: a field of a message, an entry of
+ * a map (its length is written now). */
+static int dx_value_done(dx *d) {
+  if (!d->depth)
+    return 0;
+  dx_frame *fr = &d->stack[d->depth - 1];
+  if (fr->kind == DX_MSG) {
+    int rc = dx_seg_add(d, fr->f, fr->start, 1);
+    fr->f = NULL;
+    return rc;
+  }
+  if (fr->kind == DX_MAP) {
+    fr->has_key = 0;
+    if (sc_enc_close_len(d->e, fr->len_at))
+      return BAIL;
+    return dx_seg_add(d, NULL, fr->start, 1);
+  }
+  return 0;
+}
+
+/* A message begins as the value of the top frame's field (or as a list
+ * item, or a map entry's value, of message type |m|, tag |number|). */
+static int dx_message(dx *d, uint32_t number, const sc_msg *m) {
+  if (m->wkt != SC_WKT_NONE)
+    return BAIL; /* Struct, Any, ...: their object forms */
+  if (dx_tag(d, number))
+    return BAIL;
+  size_t at = sc_enc_open_len(d->e);
+  return d->e->oom ? BAIL : dx_push(d, DX_MSG, m, NULL, 0, at);
+}
+
+/* The end of the top frame. */
+static int dx_end(dx *d) {
+  dx_frame *fr = &d->stack[d->depth - 1];
+  enc *e = d->e;
+  if (fr->kind == DX_LIST) {
+    if (fr->f->packed) {
+      if (e->out.len == fr->len_at) /* no item: no field */
+        e->out.len = fr->start;
+      else if (sc_enc_close_len(e, fr->len_at))
+        return BAIL;
+    }
+  } else if (fr->kind == DX_MAP && fr->has_key) {
+    return BAIL;
+  } else {
+    if (fr->kind == DX_MSG && fr->f)
+      return BAIL; /* a key without a value: not from the scanner */
+    if (dx_order(d, fr))
+      return BAIL;
+    if (fr->kind == DX_MSG) {
+      e->depth--;
+      if (fr->len_at && sc_enc_close_len(e, fr->len_at))
+        return BAIL;
+    }
+  }
+  d->nsegs = fr->seg0;
+  d->depth--;
+  return dx_value_done(d);
+}
+
+/* An event while the message |fr| awaits a key. */
+static int dx_key(dx *d, dx_frame *fr, const sc_yf_event *ev) {
+  if (ev->type == MCP_SCHEMA_YAML_MAP_END)
+    return dx_end(d);
+  if (ev->type != MCP_SCHEMA_YAML_SCALAR)
+    return BAIL;
+  const char *name = dx_text(d, ev);
+  if (!name || memchr(name, 0, ev->len))
+    return BAIL;
+  const sc_field *f = sc_field_by_json(fr->m, name);
+  if (!f && !(f = sc_field_by_name(fr->m, name)))
+    return BAIL;
+  fr->f = f;
+  fr->start = d->e->out.len;
+  return 0;
+}
+
+/* The value of the field |f| of the message |fr|. */
+static int dx_field(dx *d, dx_frame *fr, const sc_field *f, const sc_yf_event *ev) {
+  enc *e = d->e;
+  if (ev->type == MCP_SCHEMA_YAML_SCALAR) {
+    mcp_schema_value v;
+    if (dx_node(d, ev, &v))
+      return BAIL;
+    if (v.kind == MCP_SCHEMA_NULL) { /* unset, unless null means something */
+      if (sc_enc_null_is_value(f) || dx_clash(d, fr, f, 0))
+        return BAIL;
+      fr->f = NULL;
+      return dx_seg_add(d, f, fr->start, 0);
+    }
+    if (f->repeated || dx_clash(d, fr, f, 1))
+      return BAIL;
+    if (wrote(d, sc_enc_scalar(e, f, &v, SC_ENC_FIELD)))
+      return BAIL;
+    return dx_value_done(d);
+  }
+  if (dx_clash(d, fr, f, 1))
+    return BAIL;
+  if (ev->type == MCP_SCHEMA_YAML_MAP_START) {
+    if (f->type != SC_MESSAGE)
+      return BAIL;
+    if (f->repeated) {
+      if (!f->msg->map_entry || f->msg->fields[0].type != SC_STRING)
+        return BAIL;
+      return dx_push(d, DX_MAP, NULL, f, 0, 0);
+    }
+    return dx_message(d, f->number, f->msg);
+  }
+  if (ev->type == MCP_SCHEMA_YAML_SEQ_START) {
+    if (!f->repeated || (f->type == SC_MESSAGE && f->msg->map_entry))
+      return BAIL;
+    size_t start = e->out.len, at = 0;
+    if (f->packed) {
+      if (dx_tag(d, f->number))
+        return BAIL;
+      at = sc_enc_open_len(e);
+      if (e->oom)
+        return BAIL;
+    }
+    return dx_push(d, DX_LIST, NULL, f, start, at);
+  }
+  return BAIL;
+}
+
+/* An item of the list |fr|. */
+static int dx_item(dx *d, dx_frame *fr, const sc_yf_event *ev) {
+  const sc_field *f = fr->f;
+  if (ev->type == MCP_SCHEMA_YAML_SEQ_END)
+    return dx_end(d);
+  if (ev->type == MCP_SCHEMA_YAML_MAP_START)
+    return f->type == SC_MESSAGE ? dx_message(d, f->number, f->msg) : BAIL;
+  if (ev->type != MCP_SCHEMA_YAML_SCALAR)
+    return BAIL;
+  mcp_schema_value v;
+  if (dx_node(d, ev, &v) || v.kind == MCP_SCHEMA_NULL)
+    return BAIL;
+  if (f->type == SC_MESSAGE)
+    return wrote(d, sc_enc_message(d->e, f->number, f->msg, &v));
+  return wrote(d, sc_enc_scalar(d->e, f, &v, f->packed ? SC_ENC_PACKED : SC_ENC_TAGGED));
+}
+
+/* An event of the map field |fr|: a key, or an entry's value. */
+static int dx_entry(dx *d, dx_frame *fr, const sc_yf_event *ev) {
+  enc *e = d->e;
+  const sc_field *kf = &fr->f->msg->fields[0], *vf = &fr->f->msg->fields[1];
+  if (!fr->has_key) {
+    if (ev->type == MCP_SCHEMA_YAML_MAP_END)
+      return dx_end(d);
+    if (ev->type != MCP_SCHEMA_YAML_SCALAR)
+      return BAIL;
+    if (ev->len && !mcp_utf8_valid((const uint8_t *)ev->text, ev->len, 1))
+      return BAIL;
+    fr->start = e->out.len;
+    if (dx_tag(d, fr->f->number))
+      return BAIL;
+    fr->len_at = sc_enc_open_len(e);
+    fr->has_key = 1;
+    /* The key's field (1, a string), written even when empty. */
+    if (sc_buf_varint(&e->out, (uint64_t)kf->number << 3 | WT_LEN) ||
+        sc_buf_varint(&e->out, ev->len) || mcp_buf_append(&e->out, ev->text, ev->len))
+      return BAIL;
+    return e->oom ? BAIL : 0;
+  }
+  if (ev->type == MCP_SCHEMA_YAML_MAP_START)
+    return vf->type == SC_MESSAGE ? dx_message(d, vf->number, vf->msg) : BAIL;
+  if (ev->type != MCP_SCHEMA_YAML_SCALAR)
+    return BAIL;
+  mcp_schema_value v;
+  if (dx_node(d, ev, &v) || v.kind == MCP_SCHEMA_NULL)
+    return BAIL;
+  int rc = vf->type == SC_MESSAGE ? sc_enc_message(e, vf->number, vf->msg, &v)
+                                  : sc_enc_scalar(e, vf, &v, SC_ENC_TAGGED);
+  return wrote(d, rc) ? BAIL : dx_value_done(d);
+}
+
+static int dx_event(void *ctx, const sc_yf_event *ev) {
+  dx *d = ctx;
+  switch (ev->type) {
+  case MCP_SCHEMA_YAML_DOC_START:
+    return d->docs++ ? BAIL : 0;
+  case MCP_SCHEMA_YAML_DOC_END:
+    return d->depth ? BAIL : 0;
+  case MCP_SCHEMA_YAML_SCALAR:
+    d->bytes += ev->len;
+    /* fall through */
+  case MCP_SCHEMA_YAML_SEQ_START:
+  case MCP_SCHEMA_YAML_MAP_START:
+    if (++d->nodes >= 1000000 || d->bytes >= (size_t)64 << 20)
+      return BAIL; /* near the parser's default limits: its word */
+    break;
+  default:
+    break;
+  }
+  if (!d->depth) {
+    if (ev->type != MCP_SCHEMA_YAML_MAP_START || d->root == NULL)
+      return BAIL;
+    const sc_msg *m = d->root;
+    d->root = NULL; /* one root */
+    return m->wkt != SC_WKT_NONE ? BAIL : dx_push(d, DX_MSG, m, NULL, 0, 0);
+  }
+  dx_frame *fr = &d->stack[d->depth - 1];
+  switch (fr->kind) {
+  case DX_MSG:
+    return fr->f ? dx_field(d, fr, fr->f, ev) : dx_key(d, fr, ev);
+  case DX_LIST:
+    return dx_item(d, fr, ev);
+  default:
+    return dx_entry(d, fr, ev);
+  }
+}
+
+/* The direct way: 0 with the bytes in e->out, or SC_YF_BAIL. */
+static int direct(enc *e, const sc_msg *m, const char *text, size_t len) {
+  dx d;
+  memset(&d, 0, sizeof d);
+  d.e = e;
+  d.root = m;
+  d.tmp.mem = &e->s->mem;
+  int bailed = 0;
+  int rc = sc_yaml_fast(&e->s->mem, text, len, DX_MAX_DEPTH, dx_event, &d, &bailed);
+  if (!rc && (d.depth || e->oom || !d.docs || d.root))
+    rc = BAIL; /* unfinished; no document (a null: the long way knows what
+                  that is for each type); or the document was not a map */
+  sc_free(&e->s->mem, d.segs);
+  sc_free(&e->s->mem, d.big);
+  mcp_buf_free(&d.tmp);
+  return rc ? BAIL : 0;
+}
+
+/* The long way: a tree, then the tree encoder. */
+static int long_way(const mcp_schema *s, const char *type_name, const char *text,
+                    size_t len, const char *path, unsigned flags, uint8_t **out,
+                    size_t *outlen, mcp_schema_error *err) {
+  mcp_schema_parse_options o;
+  mcp_schema_parse_options_default(&o);
+  o.mem = &s->mem;
+  mcp_schema_docs *docs;
+  int rc = mcp_schema_parse_yaml(&o, text, len, &docs, err);
+  if (rc)
+    return rc;
+  size_t n = mcp_schema_docs_count(docs);
+  if (n > 1) {
+    rc = sc_error(err, MCP_ERR_INVALID_ARGUMENT, 0, path,
+                  "expected one YAML document, found %zu", n);
+  } else if (n == 0) {
+    mcp_schema_value null = {.kind = MCP_SCHEMA_NULL, .text = ""};
+    rc = mcp_schema_encode(s, type_name, &null, path, flags, out, outlen, err);
+  } else {
+    rc = mcp_schema_encode(s, type_name, mcp_schema_docs_root(docs, 0), path, flags, out,
+                           outlen, err);
+  }
+  mcp_schema_docs_free(docs);
+  return rc;
+}
+
+int sc_encode_yaml(const mcp_schema *s, const char *type_name, const char *text, size_t len,
+                   const char *path, unsigned flags, uint8_t **out, size_t *outlen,
+                   mcp_schema_error *err, int mode) {
+  if (!s || !type_name || !out || !outlen || (!text && len))
+    return sc_error(err, MCP_ERR_INVALID_ARGUMENT, 0, path, "invalid argument");
+  const sc_msg *m = sc_find_msg(s, type_name);
+  if (m && mode != SC_ENCODE_TREE) {
+    enc e;
+    memset(&e, 0, sizeof e);
+    e.s = s;
+    e.flags = flags; /* e.err NULL: this way never reports */
+    e.out.mem = &s->mem;
+    if (!direct(&e, m, text, len)) {
+      if (e.out.len) {
+        *out = e.out.p;
+        *outlen = e.out.len;
+      } else {
+        mcp_buf_free(&e.out);
+        *out = NULL;
+        *outlen = 0;
+      }
+      return 0;
+    }
+    mcp_buf_free(&e.out);
+  }
+  if (mode == SC_ENCODE_DIRECT)
+    return SC_YF_BAIL;
+  return long_way(s, type_name, text, len, path, flags, out, outlen, err);
+}
+
+int mcp_schema_encode_yaml(const mcp_schema *s, const char *type_name, const char *text,
+                           size_t len, const char *path, unsigned flags, uint8_t **out,
+                           size_t *outlen, mcp_schema_error *err) {
+  return sc_encode_yaml(s, type_name, text, len, path, flags, out, outlen, err,
+                        SC_ENCODE_AUTO);
+}

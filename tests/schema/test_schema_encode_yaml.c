@@ -1,0 +1,368 @@
+/*
+ * test_schema_encode_yaml: YAML text straight to wire bytes
+ * (schema/src/encode_yaml.c) gives what the long way gives (parse to a
+ * tree, encode the tree).
+ *
+ * For every input: where the direct way does not bail, the long way must
+ * succeed with the same bytes; and mcp_schema_encode_yaml() must give the
+ * long way's result exactly: the return code, the bytes, or the error's
+ * code, message, line and path. Inputs: hand-written documents of
+ * kinds.proto's types (every field kind, out-of-order fields and map keys,
+ * packed and unpacked lists, the scalar forms of well-known types, and
+ * mismatches of every kind), the benchmark's VirtualService, the spec of
+ * every Istio document in examples/, and single-byte mutations of all of
+ * them (deterministic). Also proves the direct way is taken: the documents
+ * marked "direct", the VirtualService and the examples' specs must not
+ * bail.
+ *
+ * Usage: test_schema_encode_yaml SOURCE_ROOT ISTIO_PB KINDS_PB
+ */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "schema_int.h"
+
+static int g_fail;
+static size_t g_direct, g_bailed, g_errors;
+
+#define CHECK(c, ...)                                                    \
+  do {                                                                   \
+    if (!(c)) {                                                          \
+      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);               \
+      fprintf(stderr, __VA_ARGS__);                                      \
+      fprintf(stderr, "\n");                                             \
+      g_fail++;                                                          \
+    }                                                                    \
+  } while (0)
+
+#define T "mcp.schema.test."
+
+/* Compares the three ways on one input; returns 1 when the direct way
+ * encoded it (did not bail). */
+static int same(const mcp_schema *s, const char *type, const char *text, size_t len,
+                unsigned flags) {
+  uint8_t *bt = NULL, *bd = NULL, *ba = NULL;
+  size_t nt = 0, nd = 0, na = 0;
+  mcp_schema_error et, ed, ea;
+  memset(&et, 0, sizeof et);
+  memset(&ea, 0, sizeof ea);
+  int rt = sc_encode_yaml(s, type, text, len, "spec", flags, &bt, &nt, &et, SC_ENCODE_TREE);
+  int rd = sc_encode_yaml(s, type, text, len, "spec", flags, &bd, &nd, &ed, SC_ENCODE_DIRECT);
+  int ra = mcp_schema_encode_yaml(s, type, text, len, "spec", flags, &ba, &na, &ea);
+  if (rd == 0) {
+    g_direct++;
+    CHECK(rt == 0, "%s: the direct way encoded what the long way refuses (%s):\n%.*s", type,
+          et.message, (int)len, text);
+    CHECK(rt != 0 || (nd == nt && (!nd || !memcmp(bd, bt, nd))),
+          "%s: other bytes (direct %zu, tree %zu):\n%.*s", type, nd, nt, (int)len, text);
+  } else {
+    g_bailed++;
+    CHECK(rd == SC_YF_BAIL, "%s: the direct way returned %d:\n%.*s", type, rd, (int)len, text);
+  }
+  CHECK(ra == rt, "%s: mcp_schema_encode_yaml() %d, the long way %d:\n%.*s", type, ra, rt,
+        (int)len, text);
+  if (ra == rt && rt == 0)
+    CHECK(na == nt && (!na || !memcmp(ba, bt, na)), "%s: other bytes:\n%.*s", type, (int)len,
+          text);
+  if (ra == rt && rt != 0) {
+    g_errors++;
+    CHECK(ea.code == et.code && ea.line == et.line && !strcmp(ea.message, et.message) &&
+              !strcmp(ea.path, et.path),
+          "%s: error %lu: %s, the long way's %lu: %s", type, ea.line, ea.message, et.line,
+          et.message);
+  }
+  mcp_schema_free_bytes(s, bt);
+  mcp_schema_free_bytes(s, bd);
+  mcp_schema_free_bytes(s, ba);
+  return rd == 0;
+}
+
+/* Every single-byte change of |text| at each position: a few
+ * replacements and the deletion. */
+static void mutations(const mcp_schema *s, const char *type, const char *text, size_t len) {
+  static const char repl[] = " :-{}[]x1\n'\",#~";
+  char *m = malloc(len + 1);
+  if (!m)
+    abort();
+  for (size_t i = 0; i < len; i++) {
+    for (size_t r = 0; r < sizeof repl - 1; r++) {
+      if (text[i] == repl[r])
+        continue;
+      memcpy(m, text, len);
+      m[i] = repl[r];
+      same(s, type, m, len, 0);
+    }
+    memcpy(m, text, i);
+    memcpy(m + i, text + i + 1, len - i - 1);
+    same(s, type, m, len - 1, 0);
+  }
+  free(m);
+}
+
+typedef struct doc {
+  const char *type, *yaml;
+  int direct; /* must not bail */
+} doc;
+
+static const doc docs[] = {
+    /* Every scalar kind, fields out of number order. */
+    {T "Scalars",
+     "fMessage: {name: a, n: 3, child: {n: -1}}\nfSint64: -5\nfSint32: -6\n"
+     "fSfixed64: -7\nfSfixed32: -8\nfEnum: GREEN\nfUint32: 9\nfBytes: AAEC\nfString: \"x\\ty\"\n"
+     "fBool: true\nfFixed32: 10\nfFixed64: '11'\nfInt32: 0x1f\nfUint64: 12\nfInt64: \"-13\"\n"
+     "fFloat: 1.5\nfDouble: -0.0\n",
+     1},
+    {T "Scalars", "f_int32: 0\nf_string: ''\nf_bool: false\nf_enum: 0\n", 1},
+    {T "Scalars", "fEnum: -3\nfDouble: .inf\nfFloat: -.Inf\n", 1},
+    {T "Scalars", "fInt32: ~\nfString:\nfMessage: null\n", 1},
+    {T "Scalars", "fDouble: 1e400\n", 0},
+    {T "Scalars", "fString: 1\n", 0},
+    {T "Scalars", "fInt32: 1.5\n", 0},
+    {T "Scalars", "fEnum: PURPLE\n", 0},
+    {T "Scalars", "fBytes: '!!'\n", 0},
+    {T "Scalars", "nope: 1\n", 0},
+    {T "Scalars", "fInt32: 1\nf_int32: 2\n", 0},
+    {T "Scalars", "fMessage: 3\n", 0},
+    {T "Scalars", "fMessage: [1]\n", 0},
+    {T "Scalars", "- 1\n", 0},
+    {T "Scalars", "just text\n", 0},
+    {T "Scalars", "", 0},
+    {"google.protobuf.Value", "", 0}, /* no document: a null Value */
+    {T "Scalars", "fInt32: 1\n---\nfInt32: 2\n", 0},
+    {T "Scalars", "fInt32: [1\n", 0},
+    /* Lists: packed, unpacked, messages, empty. */
+    {T "Repeated",
+     "rUnpacked: [1, 2, 0]\nrMessage:\n- {name: a}\n- name: b\n  child: {n: 2}\n- {}\n"
+     "rSint64: [-1, 1]\nrEnum: [RED, 2, BLUE]\nrString: [a, '', b]\nrBytes: [AA==, '']\n"
+     "rBool: [true, false]\nrFixed32: []\nrDouble: [0, 1.5, -2]\nrInt32: []\n",
+     1},
+    {T "Repeated", "rInt32: [1, x]\n", 0},
+    {T "Repeated", "rInt32: [1, ~]\n", 0},
+    {T "Repeated", "rInt32: 1\n", 0},
+    {T "Repeated", "rMessage: [[1]]\n", 0},
+    {T "Repeated", "rInt32: ~\nrString: []\n", 1},
+    /* Maps: keys out of order, message and well-known values. */
+    {T "Maps",
+     "mString: {b: '1', a: '2', '': empty, ab: x}\nmMessage:\n  z: {n: 1}\n  a: {name: q}\n"
+     "mDuration: {b: 1.5s, a: 2h}\nmValue: {k: 1, j: text, i: true}\n",
+     1},
+    {T "Maps", "mString: {a: '1', a: '2'}\n", 0},
+    {T "Maps", "mString: {a: '1', b: ~}\n", 0},
+    {T "Maps", "mInt32: {'2': 1, '1': 2}\n", 0},
+    {T "Maps", "mMessage: {a: 1}\n", 0},
+    {T "Maps", "mString: [a]\n", 0},
+    {T "Maps", "mString: ~\n", 1},
+    /* Oneofs and presence. */
+    {T "Oneofs", "oString: a\noptInt32: 0\noptString: ''\noptEnum: COLOR_UNSPECIFIED\n", 1},
+    {T "Oneofs", "oMessage: {name: a}\n", 1},
+    {T "Oneofs", "oString: a\noInt32: 1\n", 0},
+    {T "Oneofs", "oString: ~\noInt32: 1\n", 1},
+    {T "Oneofs", "oNull: ~\n", 0},
+    /* Well-known types: their scalar forms go directly, the others not. */
+    {T "Wkt",
+     "wString: s\nwBool: false\nwInt32: 0\nwDouble: 1.5\nmask: a.b,cD\n"
+     "timestamp: 2020-01-01T00:00:00.5Z\nduration: 300ms\nvalue: 3\nwBytes: AQ==\n"
+     "timestamps: ['1970-01-01T00:00:00Z']\nvalues: [1, a]\n",
+     1},
+    {T "Wkt", "duration: 1x\n", 0},
+    {T "Wkt", "struct: {a: 1}\n", 0},
+    {T "Wkt", "any: {'@type': type.googleapis.com/mcp.schema.test.Inner, n: 1}\n", 0},
+    {T "Wkt", "list: [1]\n", 0},
+    {T "Wkt", "value: {a: [1]}\n", 0},
+    {T "Wkt", "empty: {}\n", 1}, /* Empty: a message like any other */
+    /* Names: json_name and the .proto name. */
+    {T "Names", "renamed: 1\nsnake_case_name: 2\nCapsName: 3\nxDouble: 4\ntrailing: 5\n", 1},
+    {T "Names", "custom: 1\n", 1},
+    /* Deep. */
+    {T "Inner", "child: {child: {child: {child: {child: {child: {n: 1}}}}}}\n", 1},
+};
+
+/* The benchmark's VirtualService (bench/bench_schema.c). */
+static const char vs[] =
+    "hosts:\n- reviews-7.bookinfo.svc.cluster.local\n- reviews.example.com\n"
+    "gateways: [istio-system/bookinfo-gateway, mesh]\n"
+    "http:\n"
+    "- name: canary-7\n"
+    "  match:\n"
+    "  - headers:\n"
+    "      end-user: {exact: tester-7}\n"
+    "    uri: {prefix: /reviews/v0}\n"
+    "  route:\n"
+    "  - destination: {host: reviews, subset: v3, port: {number: 9080}}\n"
+    "    headers:\n"
+    "      request: {set: {x-canary: \"true\", a-first: b}}\n"
+    "  timeout: 7.5s\n"
+    "- match:\n"
+    "  - uri: {exact: /productpage}\n"
+    "  - uri: {prefix: /static}\n"
+    "  route:\n"
+    "  - destination: {host: reviews, subset: v1}\n"
+    "    weight: 7\n"
+    "  - destination: {host: reviews, subset: v2}\n"
+    "    weight: 93\n"
+    "  retries:\n"
+    "    attempts: 3\n"
+    "    perTryTimeout: 2s\n"
+    "    retryOn: gateway-error,connect-failure,refused-stream\n"
+    "  fault:\n"
+    "    delay:\n"
+    "      percentage: {value: 0.5}\n"
+    "      fixedDelay: 5s\n"
+    "  corsPolicy:\n"
+    "    allowOrigins: [{exact: \"https://example.com\"}]\n"
+    "    allowMethods: [GET, POST]\n"
+    "    allowHeaders: [x-custom-7]\n"
+    "    maxAge: 86400s\n"
+    "  mirror: {host: reviews-shadow, subset: v2}\n"
+    "  mirrorPercentage: {value: 10.0}\n";
+
+static char *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  char *p = NULL;
+  size_t cap = 0, n = 0, k;
+  do {
+    if (n + 4096 > cap && !(p = realloc(p, cap = 2 * cap + 4096)))
+      abort();
+    k = fread(p + n, 1, cap - n - 1, f);
+    n += k;
+  } while (k);
+  fclose(f);
+  p[n] = '\0';
+  *len = n;
+  return p;
+}
+
+/* The Istio type of a document's kind, or NULL. */
+static const char *istio_type(const char *kind) {
+  static const char *const net[] = {"VirtualService", "DestinationRule", "Gateway",
+                                     "ServiceEntry",   "Sidecar",         "EnvoyFilter",
+                                     "WorkloadEntry"};
+  static const char *const sec[] = {"AuthorizationPolicy", "PeerAuthentication",
+                                     "RequestAuthentication"};
+  static char buf[128];
+  for (size_t i = 0; i < sizeof net / sizeof *net; i++)
+    if (!strcmp(kind, net[i]))
+      return snprintf(buf, sizeof buf, "istio.networking.v1alpha3.%s", kind), buf;
+  for (size_t i = 0; i < sizeof sec / sizeof *sec; i++)
+    if (!strcmp(kind, sec[i]))
+      return snprintf(buf, sizeof buf, "istio.security.v1beta1.%s", kind), buf;
+  return NULL;
+}
+
+/* Each document of a YAML file: its "kind:" and its "spec:" block,
+ * dedented (a document's lines at column 0 end the block). */
+static size_t example_specs(const mcp_schema *s, const char *path) {
+  size_t len, found = 0;
+  char *text = slurp(path, &len);
+  if (!text)
+    return 0;
+  char kind[64] = "";
+  for (char *line = text; line && *line;) {
+    char *next = strchr(line, '\n');
+    next = next ? next + 1 : NULL;
+    if (!strncmp(line, "---", 3))
+      kind[0] = '\0';
+    if (!strncmp(line, "kind:", 5))
+      sscanf(line, "kind: %63s", kind);
+    if (!strncmp(line, "spec:", 5) && next && istio_type(kind)) {
+      char spec[16384];
+      size_t n = 0, indent = 0;
+      char *l = next;
+      for (; l && *l && (*l == ' ' || *l == '\n' || *l == '#'); ) {
+        char *e = strchr(l, '\n');
+        size_t ll = e ? (size_t)(e - l) + 1 : strlen(l);
+        if (!indent && *l == ' ')
+          indent = strspn(l, " ");
+        size_t skip = strspn(l, " ") < indent ? strspn(l, " ") : indent;
+        if (n + ll < sizeof spec) {
+          memcpy(spec + n, l + skip, ll - skip);
+          n += ll - skip;
+        }
+        l = e ? e + 1 : NULL;
+      }
+      const char *type = istio_type(kind);
+      CHECK(same(s, type, spec, n, 0), "%s: %s's spec did not go directly:\n%.*s", path,
+            kind, (int)n, spec);
+      mutations(s, type, spec, n);
+      found++;
+      next = l;
+    }
+    line = next;
+  }
+  free(text);
+  return found;
+}
+
+static size_t walk(const mcp_schema *s, const char *dir) {
+  DIR *d = opendir(dir);
+  size_t found = 0;
+  if (!d)
+    return 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.')
+      continue;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    size_t n = strlen(path);
+    if (n > 5 && !strcmp(path + n - 5, ".yaml"))
+      found += example_specs(s, path);
+    else
+      found += walk(s, path);
+  }
+  closedir(d);
+  return found;
+}
+
+static void add_set(mcp_schema *s, const char *path) {
+  size_t len;
+  char *p = slurp(path, &len);
+  mcp_schema_error e;
+  CHECK(p && !mcp_schema_add_descriptor_set(s, (const uint8_t *)p, len, &e),
+        "cannot load %s", path);
+  free(p);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 4) {
+    fprintf(stderr, "usage: %s SOURCE_ROOT ISTIO_PB KINDS_PB\n", argv[0]);
+    return 2;
+  }
+  mcp_schema *s;
+  if (mcp_schema_new(&s, NULL))
+    return 1;
+  add_set(s, argv[2]);
+  add_set(s, argv[3]);
+  if (g_fail) {
+    mcp_schema_free(s);
+    return 1;
+  }
+  for (size_t i = 0; i < sizeof docs / sizeof *docs; i++) {
+    const doc *d = &docs[i];
+    size_t n = strlen(d->yaml);
+    int direct = same(s, d->type, d->yaml, n, 0);
+    CHECK(!d->direct || direct, "%s did not go directly:\n%s", d->type, d->yaml);
+    CHECK(d->direct || !direct, "%s went directly, which the test did not expect:\n%s",
+          d->type, d->yaml);
+    same(s, d->type, d->yaml, n, MCP_SCHEMA_IGNORE_UNKNOWN_FIELDS);
+    mutations(s, d->type, d->yaml, n);
+  }
+  CHECK(same(s, "istio.networking.v1alpha3.VirtualService", vs, strlen(vs), 0),
+        "the benchmark's VirtualService did not go directly");
+  mutations(s, "istio.networking.v1alpha3.VirtualService", vs, strlen(vs));
+  /* An unknown type: the long way's NOT_FOUND. */
+  same(s, "no.such.Type", "a: 1\n", 5, 0);
+  char ex[1024];
+  snprintf(ex, sizeof ex, "%s/examples", argv[1]);
+  size_t specs = walk(s, ex);
+  CHECK(specs >= 5, "only %zu Istio specs found in %s", specs, ex);
+  printf("%zu inputs went directly, %zu the long way (%zu errors); %zu example specs; %d "
+         "failures\n",
+         g_direct, g_bailed, g_errors, specs, g_fail);
+  mcp_schema_free(s);
+  return g_fail ? 1 : 0;
+}
