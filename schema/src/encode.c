@@ -747,9 +747,7 @@ static int encode_fields(enc *e, const sc_msg *m, const mcp_schema_value *v,
       rc = keep_going(e, FAILF(e, k, "a field name with a NUL character"));
       continue;
     }
-    const sc_field *f = sc_field_by_json(m, name);
-    if (!f)
-      f = sc_field_by_name(m, name);
+    const sc_field *f = sc_field_lookup(m, name, k->len);
     if (!f) {
       if (e->flags & MCP_SCHEMA_IGNORE_UNKNOWN_FIELDS)
         continue;

@@ -298,11 +298,10 @@ static int dx_key(dx *d, dx_frame *fr, const sc_yf_event *ev) {
     return dx_end(d);
   if (ev->type != MCP_SCHEMA_YAML_SCALAR)
     return BAIL;
-  const char *name = dx_text(d, ev);
-  if (!name || memchr(name, 0, ev->len))
+  if (memchr(ev->text, 0, ev->len))
     return BAIL;
-  const sc_field *f = sc_field_by_json(fr->m, name);
-  if (!f && !(f = sc_field_by_name(fr->m, name)))
+  const sc_field *f = sc_field_lookup(fr->m, ev->text, ev->len);
+  if (!f)
     return BAIL;
   fr->f = f;
   fr->start = d->e->out.len;

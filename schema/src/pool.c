@@ -135,6 +135,54 @@ const sc_field *sc_field_by_json(const sc_msg *m, const char *name) {
   return by_key(m->by_json, m->nfields, name, 1);
 }
 
+static size_t key_hash(const char *s, size_t len) {
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (size_t i = 0; i < len; i++)
+    h = (h ^ (uint8_t)s[i]) * 16777619u;
+  return h;
+}
+
+static const char *slot_key(const sc_msg *m, uint32_t v) {
+  const sc_field *f = &m->fields[(v & 0x7fffffffu) - 1];
+  return v & 0x80000000u ? f->name : f->json_name;
+}
+
+const sc_field *sc_field_lookup(const sc_msg *m, const char *name, size_t len) {
+  if (!m->keys)
+    return NULL;
+  for (size_t i = key_hash(name, len) & m->keys_mask;; i = (i + 1) & m->keys_mask) {
+    uint32_t v = m->keys[i];
+    if (!v)
+      return NULL;
+    const char *k = slot_key(m, v);
+    if (!strncmp(k, name, len) && !k[len])
+      return &m->fields[(v & 0x7fffffffu) - 1];
+  }
+}
+
+/* Enters |m|'s json_names, then the names not already in. */
+static int build_keys(sc_arena *a, sc_msg *m) {
+  size_t cap = 8;
+  while (cap < 4 * m->nfields)
+    cap *= 2;
+  if (!(m->keys = sc_arena_alloc(a, cap * sizeof *m->keys)))
+    return MCP_ERR_NOMEM;
+  memset(m->keys, 0, cap * sizeof *m->keys);
+  m->keys_mask = cap - 1;
+  for (int named = 0; named < 2; named++)
+    for (size_t j = 0; j < m->nfields; j++) {
+      const char *k = named ? m->fields[j].name : m->fields[j].json_name;
+      size_t len = strlen(k);
+      if (sc_field_lookup(m, k, len))
+        continue;
+      size_t i = key_hash(k, len) & m->keys_mask;
+      while (m->keys[i])
+        i = (i + 1) & m->keys_mask;
+      m->keys[i] = (uint32_t)(j + 1) | (named ? 0x80000000u : 0);
+    }
+  return 0;
+}
+
 const sc_enum_value *sc_enum_by_name(const sc_enum *e, const char *name) {
   for (size_t i = 0; i < e->nvalues; i++)
     if (!strcmp(e->values[i].name, name))
@@ -381,6 +429,8 @@ static int add_msg(loader *l, const char *prefix,
     qsort(m->by_name, m->nfields, sizeof *m->by_name, cmp_field_name);
     qsort(m->by_json, m->nfields, sizeof *m->by_json, cmp_field_json);
   }
+  if ((rc = build_keys(&s->arena, m)))
+    return rc;
   if (m->map_entry && (m->nfields != 2 || m->fields[0].number != 1 ||
                        m->fields[1].number != 2))
     return sc_error(l->err, MCP_ERR_INVALID_ARGUMENT, 0, NULL,

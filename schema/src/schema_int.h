@@ -104,6 +104,11 @@ typedef struct sc_msg {
   sc_field *fields; /* sorted by number */
   size_t nfields;
   sc_field **by_name, **by_json; /* sorted by name / json_name */
+  /* Open addressing on json_name and name (json_name first: a name that
+   * is another field's json_name is not entered): slot value is the
+   * field's index + 1, bit 31 set for a name; 0 empty. */
+  uint32_t *keys;
+  size_t keys_mask;
   const char **oneofs;
   size_t noneofs;
   int map_entry; /* fields[0] key (1), fields[1] value (2) */
@@ -130,6 +135,9 @@ const sc_msg *sc_find_msg(const mcp_schema *s, const char *full_name);
 const sc_field *sc_field_by_number(const sc_msg *m, uint32_t number);
 const sc_field *sc_field_by_name(const sc_msg *m, const char *name);
 const sc_field *sc_field_by_json(const sc_msg *m, const char *name);
+/* sc_field_by_json(), else sc_field_by_name(), of |len| bytes at |name|
+ * (no NUL among them) by one hash lookup. */
+const sc_field *sc_field_lookup(const sc_msg *m, const char *name, size_t len);
 const sc_enum_value *sc_enum_by_name(const sc_enum *e, const char *name);
 const sc_enum_value *sc_enum_by_number(const sc_enum *e, int32_t number);
 
