@@ -408,6 +408,8 @@ static int dx_entry(dx *d, dx_frame *fr, const sc_yf_event *ev) {
 
 static int dx_event(void *ctx, const sc_yf_event *ev) {
   dx *d = ctx;
+  if (ev->tag || ev->anchor)
+    return BAIL; /* libyaml's events (an encoder's caller may give them) */
   switch (ev->type) {
   case MCP_SCHEMA_YAML_DOC_START:
     return d->docs++ ? BAIL : 0;
@@ -458,6 +460,78 @@ static int direct(enc *e, const sc_msg *m, const char *text, size_t len) {
   sc_free(&e->s->mem, d.big);
   mcp_buf_free(&d.tmp);
   return rc ? BAIL : 0;
+}
+
+/* ---- the encoder of a value within a document ---------------------- */
+
+struct mcp_schema_yaml_encoder {
+  enc e;
+  dx d;
+  int state; /* 0 idle, 1 encoding, 2 gave up */
+};
+
+int mcp_schema_yaml_encoder_new(const mcp_schema *s, mcp_schema_yaml_encoder **px) {
+  if (!s || !px)
+    return MCP_ERR_INVALID_ARGUMENT;
+  mcp_schema_yaml_encoder *x = sc_malloc(&s->mem, sizeof *x);
+  if (!x)
+    return MCP_ERR_NOMEM;
+  memset(x, 0, sizeof *x);
+  x->e.s = s;
+  x->e.out.mem = &s->mem;
+  x->d.e = &x->e;
+  x->d.tmp.mem = &s->mem;
+  *px = x;
+  return 0;
+}
+
+void mcp_schema_yaml_encoder_free(mcp_schema_yaml_encoder *x) {
+  if (!x)
+    return;
+  const mcp_mem *m = &x->e.s->mem;
+  sc_free(m, x->d.segs);
+  sc_free(m, x->d.big);
+  mcp_buf_free(&x->d.tmp);
+  mcp_buf_free(&x->e.out);
+  sc_free(m, x);
+}
+
+int mcp_schema_yaml_encoder_begin(mcp_schema_yaml_encoder *x, const char *type_name) {
+  if (!x || !type_name)
+    return MCP_ERR_INVALID_ARGUMENT;
+  const sc_msg *m = sc_find_msg(x->e.s, type_name);
+  if (!m)
+    return MCP_ERR_NOT_FOUND;
+  dx *d = &x->d;
+  d->root = m;
+  d->depth = d->nsegs = d->nodes = d->bytes = 0;
+  d->docs = 1; /* within one: a document's start or end gives up */
+  x->e.depth = 0;
+  x->e.oom = 0;
+  x->e.out.len = 0;
+  x->state = 1;
+  return 0;
+}
+
+int mcp_schema_yaml_encoder_event(mcp_schema_yaml_encoder *x, const mcp_schema_yaml_event *ev) {
+  if (!x || !ev || !x->state)
+    return MCP_ERR_INVALID_ARGUMENT;
+  if (x->state == 1 && dx_event(&x->d, ev))
+    x->state = 2;
+  return x->state == 1 ? 0 : MCP_SCHEMA_YAML_UNSURE;
+}
+
+int mcp_schema_yaml_encoder_finish(mcp_schema_yaml_encoder *x, const uint8_t **out,
+                                   size_t *outlen) {
+  if (!x || !out || !outlen || !x->state)
+    return MCP_ERR_INVALID_ARGUMENT;
+  int done = x->state == 1 && !x->d.depth && !x->d.root && !x->e.oom;
+  x->state = 0;
+  if (!done)
+    return MCP_SCHEMA_YAML_UNSURE;
+  *out = x->e.out.p;
+  *outlen = x->e.out.len;
+  return 0;
 }
 
 /* The long way: a tree, then the tree encoder. */

@@ -13,7 +13,9 @@
  * every Istio document in examples/, and single-byte mutations of all of
  * them (deterministic). Also proves the direct way is taken: the documents
  * marked "direct", the VirtualService and the examples' specs must not
- * bail.
+ * bail. The encoder of a value within a document
+ * (mcp_schema_yaml_encoder, one reused for every input) given the
+ * scanner's events must give what the direct way gives.
  *
  * Usage: test_schema_encode_yaml SOURCE_ROOT ISTIO_PB KINDS_PB
  */
@@ -39,6 +41,49 @@ static size_t g_direct, g_bailed, g_errors;
 
 #define T "mcp.schema.test."
 
+/* The encoder of a value (mcp_schema_yaml_encoder), reused for every input:
+ * given the scanner's events of the document's root, it must give what the
+ * direct way gives. */
+static mcp_schema_yaml_encoder *g_x;
+
+static int to_encoder(void *ctx, const mcp_schema_yaml_event *ev) {
+  (void)ctx;
+  if (ev->type != MCP_SCHEMA_YAML_DOC_START && ev->type != MCP_SCHEMA_YAML_DOC_END) {
+    int rc = mcp_schema_yaml_encoder_event(g_x, ev);
+    CHECK(rc == 0 || rc == MCP_SCHEMA_YAML_UNSURE, "encoder event: %d", rc);
+  }
+  return 0;
+}
+
+static void same_as_encoder(const char *type, const char *text, size_t len, int rd,
+                            const uint8_t *bd, size_t nd, int rt, const uint8_t *bt,
+                            size_t nt) {
+  if (mcp_schema_yaml_encoder_begin(g_x, type))
+    return; /* an unknown type */
+  /* libyaml's events (tags, anchors, block scalars...): where the encoder
+   * does not give up, the long way's bytes. */
+  const uint8_t *bx = NULL;
+  size_t nx = 0;
+  mcp_schema_error ey;
+  int read = sc_yaml_read(NULL, text, len, 64, SC_YAML_LIBYAML, 0, to_encoder, NULL, &ey);
+  int rx = mcp_schema_yaml_encoder_finish(g_x, &bx, &nx);
+  if (!read && !rx)
+    CHECK(rt == 0 && nx == nt && (!nt || !memcmp(bx, bt, nt)),
+          "%s: the encoder on libyaml's events: other bytes:\n%.*s", type, (int)len, text);
+  if (mcp_schema_yaml_encoder_begin(g_x, type))
+    return;
+  int scanned = mcp_schema_yaml_scan(NULL, text, len, 64, to_encoder, NULL);
+  rx = mcp_schema_yaml_encoder_finish(g_x, &bx, &nx);
+  CHECK(rx == 0 || rx == MCP_SCHEMA_YAML_UNSURE, "encoder finish: %d", rx);
+  if (scanned)
+    return; /* the scanner was unsure: so was the direct way */
+  CHECK(!rx == !rd, "%s: the encoder %s, the direct way %s:\n%.*s", type,
+        rx ? "gave up" : "encoded", rd ? "gave up" : "encoded", (int)len, text);
+  if (!rx && !rd)
+    CHECK(nx == nd && (!nd || !memcmp(bx, bd, nd)), "%s: the encoder's bytes differ:\n%.*s",
+          type, (int)len, text);
+}
+
 /* Compares the three ways on one input; returns 1 when the direct way
  * encoded it (did not bail). */
 static int same(const mcp_schema *s, const char *type, const char *text, size_t len,
@@ -51,6 +96,8 @@ static int same(const mcp_schema *s, const char *type, const char *text, size_t 
   int rt = sc_encode_yaml(s, type, text, len, "spec", flags, &bt, &nt, &et, SC_ENCODE_TREE);
   int rd = sc_encode_yaml(s, type, text, len, "spec", flags, &bd, &nd, &ed, SC_ENCODE_DIRECT);
   int ra = mcp_schema_encode_yaml(s, type, text, len, "spec", flags, &ba, &na, &ea);
+  if (!flags)
+    same_as_encoder(type, text, len, rd, bd, nd, rt, bt, nt);
   if (rd == 0) {
     g_direct++;
     CHECK(rt == 0, "%s: the direct way encoded what the long way refuses (%s):\n%.*s", type,
@@ -175,6 +222,10 @@ static const doc docs[] = {
     /* Names: json_name and the .proto name. */
     {T "Names", "renamed: 1\nsnake_case_name: 2\nCapsName: 3\nxDouble: 4\ntrailing: 5\n", 1},
     {T "Names", "custom: 1\n", 1},
+    /* Only libyaml reads these (the encoder gives up on tags and anchors). */
+    {T "Scalars", "fString: !!str 1\n", 0},
+    {T "Scalars", "fString: |\n  two\n  lines\n", 0},
+    {T "Scalars", "fMessage: &a {n: 1}\n", 0},
     /* Deep. */
     {T "Inner", "child: {child: {child: {child: {child: {child: {n: 1}}}}}}\n", 1},
 };
@@ -337,7 +388,9 @@ int main(int argc, char **argv) {
     return 1;
   add_set(s, argv[2]);
   add_set(s, argv[3]);
+  CHECK(!mcp_schema_yaml_encoder_new(s, &g_x), "mcp_schema_yaml_encoder_new");
   if (g_fail) {
+    mcp_schema_yaml_encoder_free(g_x);
     mcp_schema_free(s);
     return 1;
   }
@@ -363,6 +416,7 @@ int main(int argc, char **argv) {
   printf("%zu inputs went directly, %zu the long way (%zu errors); %zu example specs; %d "
          "failures\n",
          g_direct, g_bailed, g_errors, specs, g_fail);
+  mcp_schema_yaml_encoder_free(g_x);
   mcp_schema_free(s);
   return g_fail ? 1 : 0;
 }

@@ -400,6 +400,34 @@ MCP_EXTERN int mcp_schema_encode_yaml(const mcp_schema *s, const char *type_name
                                       unsigned flags, uint8_t **out, size_t *outlen,
                                       mcp_schema_error *err);
 
+/*
+ * The same for a value within a document, event by event, for a program
+ * with its own reader of the document around it (mcp-source's loader
+ * encodes each `spec` this way while it reads the rest). Reusable: its
+ * buffers stay between values. Ownership: the encoder is the caller's
+ * (mcp_schema_yaml_encoder_free()); it must not outlive the schema.
+ *
+ * begin(): the events that follow are one value of type |type_name|, a
+ * mapping, from its MAP_START to its MAP_END. 0, MCP_ERR_NOT_FOUND (no
+ * such type), MCP_ERR_INVALID_ARGUMENT, MCP_ERR_NOMEM.
+ * event(): 0, or MCP_SCHEMA_YAML_UNSURE once the encoder has given up on
+ * this value (the events that follow are ignored): encode it the long way
+ * (a tree, then mcp_schema_encode()), which also says what is wrong with it,
+ * if anything. It gives up on what mcp_schema_encode_yaml() leaves to the
+ * long way, and on tags, anchors and aliases. Not after finish().
+ * finish(): after the value's last event: 0 with |*out| and |*outlen| the
+ * bytes (the encoder's buffer: valid until its next begin() or free; a
+ * value with no field is 0 bytes), or MCP_SCHEMA_YAML_UNSURE.
+ */
+typedef struct mcp_schema_yaml_encoder mcp_schema_yaml_encoder;
+MCP_EXTERN int mcp_schema_yaml_encoder_new(const mcp_schema *s, mcp_schema_yaml_encoder **px);
+MCP_EXTERN void mcp_schema_yaml_encoder_free(mcp_schema_yaml_encoder *x);
+MCP_EXTERN int mcp_schema_yaml_encoder_begin(mcp_schema_yaml_encoder *x, const char *type_name);
+MCP_EXTERN int mcp_schema_yaml_encoder_event(mcp_schema_yaml_encoder *x,
+                                             const mcp_schema_yaml_event *ev);
+MCP_EXTERN int mcp_schema_yaml_encoder_finish(mcp_schema_yaml_encoder *x, const uint8_t **out,
+                                              size_t *outlen);
+
 /* How many errors of one document the project's programs show before
  * "... and N more" (mcp-source, mcp-schema-conv). */
 #define MCP_SCHEMA_ERRORS_SHOWN 20
