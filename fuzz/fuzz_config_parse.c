@@ -6,8 +6,9 @@
  * Input: one byte of mode and limits, then the bytes.
  *   bits 0-1 max_depth {default, 3, 8, 32}; bits 2-3 max_nodes {default, 8,
  *   64, 1024}; bits 4-5 max_file_size {default, 32, 256, 4096};
- *   bits 6-7 mode: 0-1 a YAML file, 2 mcpcfg_parse_time(),
- *   3 mcpcfg_collection_for() (apiVersion NUL kind) and mcpcfg_plural().
+ *   bits 6-7 mode: 0 a YAML file, 1 a YAML file with Istio's typed
+ *   bodies, 2 mcpcfg_parse_time(), 3 mcpcfg_collection_for() (apiVersion
+ *   NUL kind) and mcpcfg_plural().
  *
  * Checked, beyond the sanitizers: every document returned is well formed
  * (collection, name, a version, UTF-8 strings, a body that decodes as
@@ -15,7 +16,9 @@
  * with the default rules, as mcp-source applies it (a document the store
  * refuses would make mcpcfg_loader_apply fail for its whole collection
  * and those after it, every scan); parsing is deterministic (the same
- * bytes give the same names and versions); reports have a message.
+ * bytes give the same names and versions); reports have a message. Typed:
+ * specs encoded as they are read give what trees give (the same
+ * documents, body bytes, reports and notes, in order).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +26,7 @@
 #include <strings.h>
 
 #include "loader/config_internal.h"
+#include "mcp/schema_istio.h"
 #include "fuzz_util.h"
 #include "fuzz_wire.h"
 #include "google/protobuf/struct.pb-c.h"
@@ -38,6 +42,39 @@ static void on_report(const char *path, unsigned long line, const char *msg,
   (void)n;
   g_reports++;
 }
+
+/* Typed mode: everything said, as text, to compare the two ways. */
+typedef struct said {
+  char *p;
+  size_t len, cap;
+} said;
+
+static void say(said *w, int what, unsigned long line, const char *msg) {
+  char head[48];
+  int k = snprintf(head, sizeof head, "%d %lu ", what, line);
+  size_t need = (size_t)k + strlen(msg) + 2;
+  if (w->len + need > w->cap) {
+    w->cap = 2 * (w->len + need);
+    w->p = realloc(w->p, w->cap);
+    FZ_CHECK(w->p, "out of memory");
+  }
+  w->len += (size_t)sprintf(w->p + w->len, "%s%s\n", head, msg);
+}
+
+static void said_report(const char *path, unsigned long line, const char *msg, void *ud) {
+  on_report(path, line, msg, NULL);
+  say(ud, 0, line, msg);
+}
+
+static void said_note(int what, const char *path, unsigned long line, const char *msg,
+                      void *ud) {
+  (void)path;
+  say(ud, what, line, msg);
+}
+
+static mcp_schema *g_schema;
+static mcpcfg_kind_type g_kinds[64];
+static size_t g_nkinds;
 
 static int str_ok(const char *s) {
   return s && fz_utf8_valid((const uint8_t *)s, strlen(s));
@@ -117,6 +154,57 @@ static void run_yaml(const mcpcfg_options *o, const uint8_t *p, size_t n) {
   }
   free(docs);
   free(docs2);
+}
+
+/* Istio's typed bodies: specs encoded as they are read, then from trees
+ * only; the same result. */
+static void run_typed(const mcpcfg_options *base, const uint8_t *p, size_t n) {
+  if (!g_schema) {
+    mcp_schema_error e;
+    size_t ni;
+    FZ_CHECK(!mcp_schema_new(&g_schema, NULL) && !mcp_schema_add_istio(g_schema, &e),
+             "Istio's types");
+    const mcp_schema_istio_kind *ik = mcp_schema_istio_kinds(&ni);
+    for (g_nkinds = 0; g_nkinds < ni && g_nkinds < 64; g_nkinds++)
+      g_kinds[g_nkinds] = (mcpcfg_kind_type){ik[g_nkinds].api_version, ik[g_nkinds].kind,
+                                             ik[g_nkinds].message};
+  }
+  said w[2] = {{NULL, 0, 0}, {NULL, 0, 0}};
+  mcpcfg_doc **docs[2] = {NULL, NULL};
+  size_t nd[2] = {0, 0}, nbad[2] = {0, 0};
+  int rv[2];
+  for (int k = 0; k < 2; k++) {
+    mcpcfg_options o = *base;
+    o.schema = g_schema;
+    o.kinds = g_kinds;
+    o.nkinds = g_nkinds;
+    o.builtin = g_kinds;
+    o.nbuiltin = g_nkinds;
+    o.report = said_report;
+    o.note = said_note;
+    o.user_data = &w[k];
+    o.tree_only = k;
+    rv[k] = mcpcfg_parse(&o, "fuzz.yaml", p, n, &docs[k], &nd[k], &nbad[k]);
+  }
+  FZ_CHECK(rv[0] == rv[1] && nd[0] == nd[1] && nbad[0] == nbad[1],
+           "as read: %d/%zu/%zu, from trees: %d/%zu/%zu", rv[0], nd[0], nbad[0], rv[1], nd[1],
+           nbad[1]);
+  FZ_CHECK(w[0].len == w[1].len && (!w[0].len || !memcmp(w[0].p, w[1].p, w[0].len)),
+           "as read, said:\n%.*s\nfrom trees:\n%.*s", (int)w[0].len, w[0].p ? w[0].p : "",
+           (int)w[1].len, w[1].p ? w[1].p : "");
+  for (size_t i = 0; i < nd[0]; i++) {
+    const mcp_resource *a = &docs[0][i]->res, *b = &docs[1][i]->res;
+    FZ_CHECK(!strcmp(a->name, b->name) && !strcmp(a->version, b->version) &&
+                 !strcmp(a->type_url, b->type_url) && a->body_len == b->body_len &&
+                 (!a->body_len || !memcmp(a->body, b->body, a->body_len)),
+             "document %zu differs between the two ways", i);
+  }
+  for (int k = 0; k < 2; k++) {
+    for (size_t i = 0; i < nd[k]; i++)
+      mcpcfg_doc_unref(docs[k][i]);
+    free(docs[k]);
+    free(w[k].p);
+  }
 }
 
 static void run_time(const uint8_t *p, size_t n) {
@@ -209,6 +297,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     break;
   case 3:
     run_collection(data + 1, size - 1);
+    break;
+  case 1:
+    run_typed(&o, data + 1, size - 1);
     break;
   default:
     run_yaml(&o, data + 1, size - 1);

@@ -8,6 +8,7 @@
  * on a real temporary directory under /tmp.
  */
 #include <check.h>
+#include <stdarg.h>
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -615,6 +616,204 @@ START_TEST(test_example_config_loads_typed_without_reports) {
 }
 END_TEST
 
+/* ---- specs encoded as they are read (issue 25) ---------------------- */
+
+/* What one reading of a file gives: reports and notes in order, as text. */
+typedef struct said {
+  char *p;
+  size_t len, cap;
+} said;
+
+static void say(said *w, const char *fmt, ...) {
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  ck_assert_int_ge(n, 0);
+  size_t k = (size_t)n < sizeof line ? (size_t)n : sizeof line - 1;
+  if (w->len + k + 1 > w->cap) {
+    w->cap = 2 * (w->len + k + 1);
+    w->p = __real_realloc(w->p, w->cap);
+    ck_assert_ptr_nonnull(w->p);
+  }
+  memcpy(w->p + w->len, line, k + 1);
+  w->len += k;
+}
+
+static void said_report(const char *path, unsigned long line, const char *msg, void *ud) {
+  say(ud, "R %s:%lu %s\n", path, line, msg);
+}
+
+static void said_note(int what, const char *path, unsigned long line, const char *msg,
+                      void *ud) {
+  say(ud, "N%d %s:%lu %s\n", what, path, line, msg);
+}
+
+/* Parses |text| as it is read and from trees only; both give the same
+ * result, documents (bytes of the body included), reports and notes.
+ * Returns 1 when the file had a typed document. */
+static size_t g_max_nodes, g_max_bytes; /* 0: the defaults */
+static unsigned g_max_depth;
+
+static int same_both_ways(const char *text, size_t len) {
+  said w[2] = {{0}, {0}};
+  mcpcfg_doc **docs[2] = {NULL, NULL};
+  size_t nd[2] = {0, 0}, nbad[2] = {0, 0};
+  int rv[2];
+  for (int k = 0; k < 2; k++) {
+    mcpcfg_options o;
+    typed_options(&o);
+    o.report = said_report;
+    o.note = said_note;
+    o.user_data = &w[k];
+    o.tree_only = k;
+    if (g_max_nodes)
+      o.max_nodes = g_max_nodes;
+    if (g_max_bytes)
+      o.max_file_size = g_max_bytes;
+    if (g_max_depth)
+      o.max_depth = g_max_depth;
+    rv[k] = mcpcfg_parse(&o, "f.yaml", (const unsigned char *)text, len, &docs[k], &nd[k],
+                         &nbad[k]);
+  }
+  ck_assert_msg(rv[0] == rv[1] && nd[0] == nd[1] && nbad[0] == nbad[1],
+                "as read: %d, %zu docs, %zu bad; trees: %d, %zu, %zu:\n%.*s", rv[0], nd[0],
+                nbad[0], rv[1], nd[1], nbad[1], (int)len, text);
+  ck_assert_msg(w[0].len == w[1].len && (!w[0].len || !memcmp(w[0].p, w[1].p, w[0].len)),
+                "as read, said:\n%s\nfrom trees:\n%s\nof:\n%.*s", w[0].p ? w[0].p : "",
+                w[1].p ? w[1].p : "", (int)len, text);
+  int typed = 0;
+  for (size_t i = 0; i < nd[0]; i++) {
+    const mcp_resource *a = &docs[0][i]->res, *b = &docs[1][i]->res;
+    ck_assert_str_eq(docs[0][i]->collection, docs[1][i]->collection);
+    ck_assert_str_eq(a->name, b->name);
+    ck_assert_str_eq(a->version, b->version);
+    ck_assert_str_eq(a->type_url, b->type_url);
+    ck_assert_msg(a->body_len == b->body_len &&
+                      (!a->body_len || !memcmp(a->body, b->body, a->body_len)),
+                  "document %zu: other body bytes:\n%.*s", i, (int)len, text);
+    typed |= strcmp(a->type_url, MCPCFG_STRUCT_TYPE_URL) != 0;
+  }
+  for (int k = 0; k < 2; k++) {
+    for (size_t i = 0; i < nd[k]; i++)
+      mcpcfg_doc_unref(docs[k][i]);
+    free(docs[k]);
+    free(w[k].p);
+  }
+  return typed;
+}
+
+/* Each single-byte change of |text|: a few replacements, the deletion. */
+static void same_mutated(const char *text) {
+  static const char repl[] = " :-{}[]x1\n'#&*!";
+  size_t len = strlen(text);
+  char *m = malloc(len + 1);
+  ck_assert_ptr_nonnull(m);
+  for (size_t i = 0; i < len; i++) {
+    for (size_t r = 0; r < sizeof repl - 1; r++) {
+      if (text[i] == repl[r])
+        continue;
+      memcpy(m, text, len);
+      m[i] = repl[r];
+      same_both_ways(m, len);
+    }
+    memcpy(m, text, i);
+    memcpy(m + i, text + i + 1, len - i - 1);
+    same_both_ways(m, len - 1);
+  }
+  free(m);
+}
+
+static size_t same_dir(const char *path) {
+  DIR *d = opendir(path);
+  size_t typed = 0;
+  ck_assert_ptr_nonnull(d);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.')
+      continue;
+    char sub[1024];
+    snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+    struct stat st;
+    ck_assert_int_eq(stat(sub, &st), 0);
+    if (S_ISDIR(st.st_mode)) {
+      typed += same_dir(sub);
+      continue;
+    }
+    FILE *f = fopen(sub, "rb");
+    ck_assert_ptr_nonnull(f);
+    char *buf = malloc((size_t)st.st_size + 1);
+    ck_assert_ptr_nonnull(buf);
+    size_t n = fread(buf, 1, (size_t)st.st_size, f);
+    fclose(f);
+    typed += same_both_ways(buf, n);
+    free(buf);
+  }
+  closedir(d);
+  return typed;
+}
+
+/* A typed spec is encoded as the file is read, with no tree; where the
+ * encoder gives up the file is read again from trees. Either way the
+ * documents, their bytes, and what is reported are the same: on the
+ * examples, on documents where the encoder must give up (errors, Struct
+ * patches, aliases, a spec before its kind, limits), and on every
+ * single-byte change of two of them. */
+START_TEST(test_specs_encoded_as_read_equal_the_trees) {
+  static const char *const files[] = {
+      "apiVersion: networking.istio.io/v1alpha3\nkind: VirtualService\n"
+      "metadata: {name: a, namespace: n}\nspec:\n  hosts: [b, a]\n  http:\n"
+      "  - route:\n    - destination: {host: a}\n      weight: 3\n    timeout: 2s\n",
+      /* spec before kind: from the tree */
+      "spec: {hosts: [a]}\napiVersion: networking.istio.io/v1alpha3\n"
+      "kind: VirtualService\nmetadata: {name: a}\n",
+      /* errors in the spec, reported once */
+      "apiVersion: networking.istio.io/v1alpha3\nkind: VirtualService\n"
+      "metadata: {name: a}\nspec:\n  hosts: 3\n  nope: 1\n  http: [{timeout: 1x}]\n",
+      /* a Struct patch (EnvoyFilter) */
+      "apiVersion: networking.istio.io/v1alpha3\nkind: EnvoyFilter\nmetadata: {name: e}\n"
+      "spec:\n  configPatches:\n  - applyTo: HTTP_FILTER\n    patch:\n      operation: MERGE\n"
+      "      value: {name: x, typed_config: {a: [1, 2]}}\n",
+      /* aliases, a tag, a duplicate key, a null spec, two documents */
+      "apiVersion: networking.istio.io/v1alpha3\nkind: Gateway\nmetadata: {name: g}\n"
+      "spec:\n  selector: &s {istio: ingressgateway}\n  servers: []\n---\n"
+      "apiVersion: networking.istio.io/v1alpha3\nkind: Gateway\nmetadata: {name: h}\n"
+      "spec: !!map {servers: []}\n---\n"
+      "apiVersion: networking.istio.io/v1alpha3\nkind: Gateway\nmetadata: {name: i}\n"
+      "spec: {servers: [], servers: []}\n---\n"
+      "apiVersion: networking.istio.io/v1alpha3\nkind: Gateway\nmetadata: {name: j}\nspec:\n",
+      /* a bad document before a good one; metadata after spec */
+      "apiVersion: networking.istio.io/v1alpha3\nkind: DestinationRule\nmetadata: {}\n"
+      "spec: {host: a}\n---\napiVersion: networking.istio.io/v1alpha3\n"
+      "kind: DestinationRule\nspec: {host: b, trafficPolicy: {tls: {mode: ISTIO_MUTUAL}}}\n"
+      "metadata: {name: b, labels: {x: y}}\n",
+      /* a NUL in a spec's string (the loader refuses it, the encoder would not) */
+      "apiVersion: networking.istio.io/v1alpha3\nkind: VirtualService\nmetadata: {name: a}\n"
+      "spec: {hosts: [\"a\\0b\"]}\n",
+      /* a kind of a built-in group that does not exist (a note) */
+      "apiVersion: networking.istio.io/v1alpha3\nkind: VirtualServic\nmetadata: {name: a}\n"
+      "spec: {hosts: [a]}\n",
+  };
+  for (size_t i = 0; i < sizeof files / sizeof *files; i++)
+    same_both_ways(files[i], strlen(files[i]));
+  ck_assert_uint_ge(same_dir(MCPCFG_EXAMPLES_DIR), 5);
+  /* Limits reached inside a spec: nodes, scalar bytes, depth. */
+  for (int lim = 0; lim < 3; lim++) {
+    g_max_nodes = lim == 0 ? 12 : 0;
+    g_max_bytes = lim == 1 ? 180 : 0;
+    g_max_depth = lim == 2 ? 4 : 0;
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++)
+      same_both_ways(files[i], strlen(files[i]));
+    same_dir(MCPCFG_EXAMPLES_DIR);
+  }
+  g_max_nodes = g_max_bytes = 0;
+  g_max_depth = 0;
+  same_mutated(files[0]);
+  same_mutated(files[5]);
+}
+END_TEST
+
 /* A DestinationRule's head, up to its trafficPolicy (line 6). */
 #define DR_REVIEWS_POLICY                                                    \
   "apiVersion: networking.istio.io/v1alpha3\n"                               \
@@ -832,6 +1031,7 @@ int main(void) {
   tcase_add_test(t, test_metadata_and_body_errors_are_reported_together);
   tcase_add_test(t, test_more_than_twenty_errors_end_with_and_n_more);
   tcase_add_test(t, test_unknown_kind_in_a_builtin_group_is_warned);
+  tcase_add_test(t, test_specs_encoded_as_read_equal_the_trees);
   t = tc(s, "alloc");
   tcase_add_test(t, test_typed_scan_allocation_failure_leaks_nothing);
 

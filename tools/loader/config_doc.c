@@ -35,6 +35,15 @@ static void deliver(const mcpcfg_options *opts, int what, const char *path,
     opts->report(path, line, msg, opts->user_data);
 }
 
+/* deliver() of a message already written. */
+static void deliver_now(const mcpcfg_options *opts, int what, const char *path,
+                        unsigned long line, const char *msg) {
+  if (what && opts->note)
+    opts->note(what, path, line, msg, opts->user_data);
+  else if (!what && opts->report)
+    opts->report(path, line, msg, opts->user_data);
+}
+
 void mcpcfg_report(const mcpcfg_options *opts, const char *path,
                    unsigned long line, const char *fmt, ...) {
   va_list ap;
@@ -239,6 +248,11 @@ typedef struct ynode {
   size_t nkids;
   Google__Protobuf__Value *pb; /* encoded once, however often aliased */
   mcp_schema_value *sv;        /* typed bodies: converted once, too */
+  /* A spec encoded as it was read (on_spec()): a YMAP with no kids
+   * standing for it, its wire bytes in the arena. */
+  const uint8_t *wire;
+  size_t wire_len;
+  int direct;
 } ynode;
 
 typedef struct frame {
@@ -279,7 +293,30 @@ typedef struct builder {
    * once: the first MCP_SCHEMA_ERRORS_SHOWN kept, |nprob| counts all. */
   mcp_schema_error prob[MCP_SCHEMA_ERRORS_SHOWN];
   size_t nprob;
+  /* Typed specs straight from the events (issue 25): on the first reading
+   * of a file each `spec` of a typed kind goes to |enc| as it is read, and
+   * no tree is built for it. When the encoder gives up, the file is read
+   * again the usual way (REDO); so on the first reading reports and notes
+   * wait in |held| (b->o is a copy of the options that holds them), to be
+   * given in order once the file is read. */
+  mcp_schema_yaml_encoder *enc;
+  int direct;                /* the scanner's events: specs go to |enc| */
+  int in_spec;               /* 1: the value of a typed spec is next; 2: in it */
+  unsigned sdepth, sheight;  /* nesting within the spec, and its deepest */
+  size_t snodes, sbytes;     /* the spec's share of the budget */
+  unsigned long sline;
+  const mcpcfg_options *real; /* the caller's options, for held reports */
+  mcpcfg_options held_o;
+  struct held *held;
+  size_t nheld, held_cap;
 } builder;
+
+/* A report or a note (|what| > 0) of the first reading. */
+typedef struct held {
+  int what;
+  unsigned long line;
+  char *msg;
+} held;
 
 /* Reports a problem of the current document, which is then skipped.
  * Returns 0 so that callers can `return fail(...)`. */
@@ -902,7 +939,12 @@ static int make_doc(builder *b, ynode *root, mcpcfg_doc **out) {
   Google__Protobuf__Struct *body = NULL;
   uint8_t *typed = NULL;
   size_t body_len = 0, tlen = 0;
-  if (message) {
+  const uint8_t *wire = NULL; /* typed, or the spec encoded as it was read */
+  if (message && bodyn && bodyn->direct) {
+    wire = bodyn->wire;
+    body_len = bodyn->wire_len;
+    tlen = mcp_schema_type_url(message, NULL, 0) + 1;
+  } else if (message) {
     const mcp_schema_value *sv = NULL;
     if (!is_null_node(bodyn) && !(sv = sv_of(b, bodyn))) {
       free(coll);
@@ -919,6 +961,7 @@ static int make_doc(builder *b, ynode *root, mcpcfg_doc **out) {
       return erv;
     }
     b->nprob += nerr;
+    wire = typed;
     tlen = mcp_schema_type_url(message, NULL, 0) + 1;
   }
   if (b->nprob) {
@@ -960,7 +1003,7 @@ static int make_doc(builder *b, ynode *root, mcpcfg_doc **out) {
   r->body_len = body_len;
   if (message) {
     if (body_len)
-      memcpy(bp, typed, body_len);
+      memcpy(bp, wire, body_len);
     if (typed)
       mcp_schema_free_bytes(b->o->schema, typed);
     mcp_schema_type_url(message, sp, tlen);
@@ -1060,7 +1103,102 @@ static int on_document_end(builder *b) {
   return 0;
 }
 
-enum { STOP = 1 }; /* on_event(): b->stop, the file is not loaded */
+/* on_event(): STOP: b->stop, the file is not loaded; REDO: the encoder
+ * gave up on a spec (or the tree would have reported on it): read the
+ * file again the usual way. */
+enum { STOP = 1, REDO = 2 };
+
+/* The value of "spec" when it is a typed kind's and the document so far
+ * names the kind: the encoder gets it (0), or not (-1). */
+static int spec_begins(builder *b) {
+  const frame *f = &b->stack[0];
+  const char *api = NULL, *kind = NULL;
+  for (size_t i = 0; i + 1 < f->n; i += 2) {
+    if (f->kids[i]->kind != YSCALAR)
+      continue;
+    const char *k = f->kids[i]->text;
+    if (!strcmp(k, "apiVersion"))
+      api = text_of(f->kids[i + 1]);
+    else if (!strcmp(k, "kind"))
+      kind = text_of(f->kids[i + 1]);
+  }
+  const char *message = api && kind ? mcpcfg_body_message(b->o, api, kind) : NULL;
+  return message && !mcp_schema_yaml_encoder_begin(b->enc, message) ? 0 : -1;
+}
+
+/* An event of a spec being encoded as it is read. What would make the
+ * tree builder report (a NUL, the budget, the depth, an alias) is REDO:
+ * the second reading reports it. */
+static int on_spec(builder *b, const mcp_schema_yaml_event *ev) {
+  size_t len = 0;
+  switch (ev->type) {
+  case MCP_SCHEMA_YAML_SCALAR:
+    if (memchr(ev->text, '\0', ev->len))
+      return REDO;
+    len = ev->len;
+    break;
+  case MCP_SCHEMA_YAML_SEQ_START:
+  case MCP_SCHEMA_YAML_MAP_START:
+    /* The scanner leaves such nesting to libyaml (and then nothing is
+     * direct); the rule is kept here so as not to depend on that. */
+    if (b->depth + b->sdepth >= b->o->max_depth)
+      return REDO;
+    if (++b->sdepth > b->sheight)
+      b->sheight = b->sdepth;
+    break;
+  case MCP_SCHEMA_YAML_SEQ_END:
+  case MCP_SCHEMA_YAML_MAP_END:
+    b->sdepth--;
+    break;
+  default:
+    return REDO;
+  }
+  if (ev->type == MCP_SCHEMA_YAML_SCALAR || ev->type == MCP_SCHEMA_YAML_SEQ_START ||
+      ev->type == MCP_SCHEMA_YAML_MAP_START) {
+    if (b->nodes + 1 > b->o->max_nodes || b->bytes + len > b->o->max_file_size)
+      return REDO;
+    b->nodes++;
+    b->bytes += len;
+    b->snodes++;
+    b->sbytes += len;
+  }
+  if (mcp_schema_yaml_encoder_event(b->enc, ev))
+    return REDO;
+  if (b->sdepth)
+    return 0;
+  /* The spec's end: a node standing for it, its bytes in the arena. */
+  const uint8_t *wire;
+  size_t n;
+  if (mcp_schema_yaml_encoder_finish(b->enc, &wire, &n))
+    return REDO;
+  b->in_spec = 0;
+  ynode *node = new_node(b, YMAP, b->sline);
+  uint8_t *copy = node && n ? arena_alloc(&b->arena, n) : NULL;
+  if (!node || (n && !copy))
+    return MCPCFG_ERR_NOMEM;
+  if (n)
+    memcpy(copy, wire, n);
+  node->direct = 1;
+  node->wire = copy;
+  node->wire_len = n;
+  node->weight = b->snodes;
+  node->bytes = b->sbytes;
+  node->height = b->sheight;
+  return add(b, node);
+}
+
+/* Forgets everything read so far (RESTART: libyaml reads the file again). */
+static void forget(builder *b) {
+  for (size_t i = 0; i < b->ndocs; i++)
+    mcpcfg_doc_unref(b->docs[i]);
+  b->ndocs = 0;
+  b->nbad = 0;
+  for (size_t i = 0; i < b->nheld; i++)
+    free(b->held[i].msg);
+  b->nheld = 0;
+  b->direct = 0; /* libyaml's events: the usual way */
+  b->in_spec = 0;
+}
 
 /* One event of the schema library's YAML reader. */
 static int on_event(void *ctx, const mcp_schema_yaml_event *ev) {
@@ -1068,6 +1206,7 @@ static int on_event(void *ctx, const mcp_schema_yaml_event *ev) {
   int rv = 0;
   switch (ev->type) {
   case MCP_SCHEMA_YAML_DOC_START:
+    b->in_spec = 0;
     arena_free(&b->arena);
     if (b->anchors_cap)
       memset(b->anchors, 0, b->anchors_cap * sizeof *b->anchors);
@@ -1087,11 +1226,32 @@ static int on_event(void *ctx, const mcp_schema_yaml_event *ev) {
   default:
     break;
   }
+  if (ev->type == MCP_SCHEMA_YAML_RESTART) {
+    forget(b);
+    return 0;
+  }
   if (b->failed) /* skip the rest of a bad document */
     return 0;
+  if (b->in_spec == 2)
+    return on_spec(b, ev);
+  if (b->in_spec == 1) { /* the spec's value: a mapping goes to the encoder */
+    b->in_spec = 0;
+    if (ev->type == MCP_SCHEMA_YAML_MAP_START && !ev->tag && !ev->anchor) {
+      b->in_spec = 2;
+      b->sline = ev->line + 1;
+      b->sdepth = b->sheight = 0;
+      b->snodes = b->sbytes = 0;
+      return on_spec(b, ev);
+    }
+  }
   switch (ev->type) {
   case MCP_SCHEMA_YAML_SCALAR:
     rv = on_scalar(b, ev);
+    /* A key "spec" of the document's mapping. */
+    if (!rv && b->direct && !b->failed && b->depth == 1 && b->stack[0].kind == YMAP &&
+        b->stack[0].n % 2 == 1 && ev->len == 4 && !memcmp(ev->text, "spec", 4) &&
+        !spec_begins(b))
+      b->in_spec = 1;
     break;
   case MCP_SCHEMA_YAML_SEQ_START:
     rv = on_start(b, ev, YSEQ);
@@ -1106,7 +1266,7 @@ static int on_event(void *ctx, const mcp_schema_yaml_event *ev) {
   case MCP_SCHEMA_YAML_ALIAS:
     rv = on_alias(b, ev);
     break;
-  default: /* no RESTART: the reader prescans */
+  default:
     break;
   }
   return rv == 0 && b->stop ? STOP : rv;
@@ -1118,13 +1278,42 @@ int mcpcfg_parse(const mcpcfg_options *opts, const char *path,
   return mcpcfg_parse2(opts, path, buf, len, 1, pdocs, pndocs, pbad);
 }
 
-int mcpcfg_parse2(const mcpcfg_options *opts, const char *path,
-                  const unsigned char *buf, size_t len, int kept,
-                  mcpcfg_doc ***pdocs, size_t *pndocs, size_t *pbad) {
+/* Holds a report or a note of the first reading (builder.held). */
+static void hold(builder *b, int what, unsigned long line, const char *msg) {
+  held *h = tool_grow(b->held, b->nheld, &b->held_cap, sizeof *h, 8);
+  char *m = h ? mcpcfg_strdup(msg) : NULL;
+  if (!m) { /* out of memory: given now rather than lost */
+    if (h)
+      b->held = h;
+    deliver_now(b->real, what, b->path, line, msg);
+    return;
+  }
+  b->held = h;
+  b->held[b->nheld++] = (held){what, line, m};
+}
+
+static void hold_report(const char *path, unsigned long line, const char *msg, void *ud) {
+  (void)path;
+  hold(ud, 0, line, msg);
+}
+
+static void hold_note(int what, const char *path, unsigned long line, const char *msg,
+                      void *ud) {
+  (void)path;
+  hold(ud, what, line, msg);
+}
+
+/* One reading of the file; |direct|: the first, specs encoded as they
+ * are read (REDO when the encoder gives up: nothing is reported, nothing
+ * returned). */
+static int parse_once(const mcpcfg_options *opts, const char *path, const unsigned char *buf,
+                      size_t len, int kept, int direct, mcpcfg_doc ***pdocs, size_t *pndocs,
+                      size_t *pbad) {
   builder b;
   int rv = 0;
   memset(&b, 0, sizeof b);
   b.o = opts;
+  b.real = opts;
   b.path = path;
   b.kept = kept;
   b.buf = buf;
@@ -1134,20 +1323,42 @@ int mcpcfg_parse2(const mcpcfg_options *opts, const char *path,
                        (buf[0] == 0xFF && buf[1] == 0xFE))
               ? 0
               : len;
-  if (!(b.stack = calloc((size_t)opts->max_depth + 1, sizeof *b.stack)))
+  if (direct) {
+    if (mcp_schema_yaml_encoder_new(opts->schema, &b.enc))
+      return MCPCFG_ERR_NOMEM;
+    b.direct = 1;
+    b.held_o = *opts;
+    b.held_o.report = hold_report;
+    b.held_o.note = hold_note;
+    b.held_o.user_data = &b;
+    b.o = &b.held_o;
+  }
+  if (!(b.stack = calloc((size_t)opts->max_depth + 1, sizeof *b.stack))) {
+    mcp_schema_yaml_encoder_free(b.enc);
     return MCPCFG_ERR_NOMEM;
+  }
   /* The schema library reads the YAML (the fast scanner, or libyaml for
-   * what it is unsure of), prescanning so that the events come from one
-   * reader only: a document's problems are reported as they are found,
-   * never twice (issue 25). */
+   * what it is unsure of). The first reading takes the scanner's events as
+   * they come (its reports wait: after a RESTART, libyaml's events start
+   * again and what was held is forgotten); the second prescans, so that
+   * the events come from one reader only: a document's problems are
+   * reported as they are found, never twice (issue 25). */
   mcp_schema_error err;
   rv = mcp_schema_yaml_read(NULL, (const char *)buf, len, opts->max_depth,
-                            MCP_SCHEMA_YAML_PRESCAN, on_event, &b, &err);
-  if (rv == MCP_ERR_MALFORMED) {
-    mcpcfg_report(opts, path, err.line, "YAML error: %s; file not loaded%s", err.message,
-                  kept_note(&b));
-    rv = 1;
+                            direct ? 0 : MCP_SCHEMA_YAML_PRESCAN, on_event, &b, &err);
+  if (rv != REDO) {
+    for (size_t i = 0; i < b.nheld; i++)
+      deliver_now(opts, b.held[i].what, path, b.held[i].line, b.held[i].msg);
+    if (rv == MCP_ERR_MALFORMED) {
+      mcpcfg_report(opts, path, err.line, "YAML error: %s; file not loaded%s", err.message,
+                    kept_note(&b));
+      rv = 1;
+    }
   }
+  for (size_t i = 0; i < b.nheld; i++)
+    free(b.held[i].msg);
+  free(b.held);
+  mcp_schema_yaml_encoder_free(b.enc);
   arena_free(&b.arena);
   free(b.anchors);
   for (size_t i = 0; i <= opts->max_depth; i++)
@@ -1163,4 +1374,15 @@ int mcpcfg_parse2(const mcpcfg_options *opts, const char *path,
   *pndocs = b.ndocs;
   *pbad = b.nbad;
   return 0;
+}
+
+int mcpcfg_parse2(const mcpcfg_options *opts, const char *path,
+                  const unsigned char *buf, size_t len, int kept,
+                  mcpcfg_doc ***pdocs, size_t *pndocs, size_t *pbad) {
+  int rv = REDO;
+  if (opts->schema && !opts->tree_only) /* typed: encoded as they are read */
+    rv = parse_once(opts, path, buf, len, kept, 1, pdocs, pndocs, pbad);
+  if (rv == REDO)
+    rv = parse_once(opts, path, buf, len, kept, 0, pdocs, pndocs, pbad);
+  return rv;
 }

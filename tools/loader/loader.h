@@ -199,6 +199,11 @@ typedef struct mcpcfg_options {
    * most likely a typo. NULL: no such warning. */
   const mcpcfg_kind_type *builtin;
   size_t nbuiltin;
+  /* Typed specs are encoded as they are read (no tree; the file is read
+   * again the usual way when the encoder gives up: docs/tools.md, "Typed
+   * bodies").
+   * |tree_only| 1: always the usual way (the tests compare the two). */
+  int tree_only;
 } mcpcfg_options;
 
 /* Fills |opts| with the defaults. */
