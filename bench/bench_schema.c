@@ -20,8 +20,8 @@
  * of every document's wire bytes is printed too: equal hashes before and
  * after a change to the encoder mean byte-identical output.
  *
- * Usage: bench_schema [--quick]   (--quick: a smoke test, numbers mean
- * nothing)
+ * Usage: bench_schema [--quick | --dir]   (--quick: a smoke test, numbers
+ * mean nothing; --dir: the directory load alone, for a profile)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,6 +165,7 @@ static double dir_load(const mcp_schema *s, unsigned n, int rounds) {
 
 int main(int argc, char **argv) {
   int quick = argc > 1 && !strcmp(argv[1], "--quick");
+  int dir_only = argc > 1 && !strcmp(argv[1], "--dir"); /* for a profile of the load */
   const size_t ndocs = quick ? 100 : 2000;
   const int rounds = quick ? 3 : 9;
   mcp_schema *s;
@@ -223,7 +224,7 @@ int main(int argc, char **argv) {
 
   double r_enc[16], r_via[16], r_tree[16], r_dec[16], cpu;
   double c_enc = 0, c_via = 0, c_tree = 0, c_dec = 0;
-  for (int r = 0; r < rounds; r++) {
+  for (int r = 0; r < rounds && !dir_only; r++) {
     bu_sw sw = bu_sw_start();
     for (size_t i = 0; i < ndocs; i++) {
       uint8_t *out;
@@ -271,21 +272,23 @@ int main(int argc, char **argv) {
     r_dec[r] = (double)ndocs / (bu_sw_ns(&sw, &cpu) / 1e9);
     c_dec += (double)ndocs / (cpu / 1e9) / rounds;
   }
-  bu_note("CPU-time rates (mean): encode %.0f, via the tree %.0f, tree %.0f, decode %.0f "
-          "docs/s",
-          c_enc, c_via, c_tree, c_dec);
-  double enc = bu_median(r_enc, (size_t)rounds), via = bu_median(r_via, (size_t)rounds);
-  bu_result("typed_encode_docs_per_s", enc, "docs_per_s",
-            "1 KiB VirtualService: YAML -> protobuf (no tree)", ">= 150000",
-            quick ? -1 : enc >= 150000);
-  bu_result("typed_encode_via_tree_docs_per_s", via, "docs_per_s",
-            "1 KiB VirtualService: YAML -> tree -> protobuf", NULL, -1);
-  bu_result("typed_encode_direct_vs_tree_x", enc / via, "x",
-            "the two, in this run", NULL, -1);
-  bu_result("typed_encode_tree_docs_per_s", bu_median(r_tree, (size_t)rounds), "docs_per_s",
-            "1 KiB VirtualService: tree -> protobuf", NULL, -1);
-  bu_result("typed_decode_docs_per_s", bu_median(r_dec, (size_t)rounds), "docs_per_s",
-            "1 KiB VirtualService: protobuf -> JSON", NULL, -1);
+  if (!dir_only) {
+    bu_note("CPU-time rates (mean): encode %.0f, via the tree %.0f, tree %.0f, decode "
+            "%.0f docs/s",
+            c_enc, c_via, c_tree, c_dec);
+    double enc = bu_median(r_enc, (size_t)rounds), via = bu_median(r_via, (size_t)rounds);
+    bu_result("typed_encode_docs_per_s", enc, "docs_per_s",
+              "1 KiB VirtualService: YAML -> protobuf (no tree)", ">= 150000",
+              quick ? -1 : enc >= 150000);
+    bu_result("typed_encode_via_tree_docs_per_s", via, "docs_per_s",
+              "1 KiB VirtualService: YAML -> tree -> protobuf", NULL, -1);
+    bu_result("typed_encode_direct_vs_tree_x", enc / via, "x", "the two, in this run", NULL,
+              -1);
+    bu_result("typed_encode_tree_docs_per_s", bu_median(r_tree, (size_t)rounds), "docs_per_s",
+              "1 KiB VirtualService: tree -> protobuf", NULL, -1);
+    bu_result("typed_decode_docs_per_s", bu_median(r_dec, (size_t)rounds), "docs_per_s",
+              "1 KiB VirtualService: protobuf -> JSON", NULL, -1);
+  }
 #ifdef BENCH_LOADER
   unsigned nfiles = quick ? 200 : 20000;
   double load = dir_load(s, nfiles, quick ? 1 : 3);
