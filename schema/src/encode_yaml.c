@@ -298,7 +298,8 @@ static int dx_key(dx *d, dx_frame *fr, const sc_yf_event *ev) {
     return dx_end(d);
   if (ev->type != MCP_SCHEMA_YAML_SCALAR)
     return BAIL;
-  if (memchr(ev->text, 0, ev->len))
+  /* A NUL comes only from a double-quoted "\0" (YAML refuses the byte). */
+  if (ev->style == MCP_SCHEMA_YAML_DOUBLE_QUOTED && memchr(ev->text, 0, ev->len))
     return BAIL;
   const sc_field *f = sc_field_lookup(fr->m, ev->text, ev->len);
   if (!f)
@@ -572,6 +573,9 @@ int sc_encode_yaml(const mcp_schema *s, const char *type_name, const char *text,
     e.s = s;
     e.flags = flags; /* e.err NULL: this way never reports */
     e.out.mem = &s->mem;
+    /* The bytes are about half the YAML: one allocation, most often. */
+    if (mcp_buf_reserve(&e.out, len / 2 + 64))
+      return sc_error(err, MCP_ERR_NOMEM, 0, path, "out of memory");
     if (!direct(&e, m, text, len)) {
       if (e.out.len) {
         *out = e.out.p;

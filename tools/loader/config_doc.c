@@ -1133,7 +1133,8 @@ static int on_spec(builder *b, const mcp_schema_yaml_event *ev) {
   size_t len = 0;
   switch (ev->type) {
   case MCP_SCHEMA_YAML_SCALAR:
-    if (memchr(ev->text, '\0', ev->len))
+    /* A NUL comes only from a double-quoted "\0" (YAML refuses the byte). */
+    if (ev->style == MCP_SCHEMA_YAML_DOUBLE_QUOTED && memchr(ev->text, '\0', ev->len))
       return REDO;
     len = ev->len;
     break;
