@@ -814,6 +814,104 @@ START_TEST(test_specs_encoded_as_read_equal_the_trees) {
 }
 END_TEST
 
+/* Writes file |i| of the threaded-scan test, in generation |gen|: typed
+ * documents, bad ones, Struct kinds, broken YAML, a name defined twice, a
+ * kind that is a typo (a note). */
+static void put_many(unsigned i, unsigned gen) {
+  char rel[64], text[1024];
+  snprintf(rel, sizeof rel, "f%03u.yaml", i);
+  switch (i % 6) {
+  case 0:
+  case 1:
+    snprintf(text, sizeof text,
+             "apiVersion: networking.istio.io/v1alpha3\nkind: VirtualService\n"
+             "metadata: {name: vs-%u, namespace: n}\nspec:\n  hosts: [h%u]\n  http:\n"
+             "  - route:\n    - destination: {host: h%u}\n      weight: %u\n",
+             i, gen, i, i % 2 ? 100 : gen);
+    break;
+  case 2:
+    snprintf(text, sizeof text,
+             "apiVersion: networking.istio.io/v1alpha3\nkind: DestinationRule\n"
+             "metadata: {name: dr-%u}\nspec: {host: h, trafficPolicy: {loadBalancer: "
+             "{simple: %s}}}\n",
+             i, gen % 2 ? "FASTEST" : "ROUND_ROBIN");
+    break;
+  case 3:
+    snprintf(text, sizeof text, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm-%u}\n"
+             "data: {k: v%u}\n", i, gen);
+    break;
+  case 4:
+    snprintf(text, sizeof text, i % 4 ? "bad: [%u\n" :
+             "apiVersion: networking.istio.io/v1alpha3\nkind: VirtualServic\n"
+             "metadata: {name: typo-%u}\nspec: {hosts: [a]}\n", i);
+    break;
+  default:
+    snprintf(text, sizeof text,
+             "apiVersion: networking.istio.io/v1alpha3\nkind: Gateway\n"
+             "metadata: {name: same}\nspec: {servers: []}\n---\n"
+             "apiVersion: networking.istio.io/v1alpha3\nkind: Gateway\n"
+             "metadata: {name: g-%u}\nspec: {selector: {x: '%u'}}\n", i, gen);
+  }
+  put(rel, text);
+}
+
+static void same_views(mcpcfg_loader *a, mcpcfg_loader *b) {
+  ck_assert_uint_eq(mcpcfg_loader_collection_count(a), mcpcfg_loader_collection_count(b));
+  for (size_t c = 0; c < mcpcfg_loader_collection_count(a); c++) {
+    ck_assert_str_eq(mcpcfg_loader_collection_name(a, c), mcpcfg_loader_collection_name(b, c));
+    const mcp_resource *ra, *rb;
+    size_t n = mcpcfg_loader_resources(a, c, &ra);
+    ck_assert_uint_eq(mcpcfg_loader_resources(b, c, &rb), n);
+    for (size_t j = 0; j < n; j++) {
+      ck_assert_str_eq(ra[j].name, rb[j].name);
+      ck_assert_str_eq(ra[j].version, rb[j].version);
+      ck_assert(ra[j].body_len == rb[j].body_len &&
+                (!ra[j].body_len || !memcmp(ra[j].body, rb[j].body, ra[j].body_len)));
+    }
+  }
+}
+
+/* A scan of many files reads them on several threads; the view and what
+ * is reported and noted (on the caller's thread, in path order) are the
+ * same as with one thread, on a first scan and on a rescan that reads
+ * half of them again. */
+START_TEST(test_many_files_read_on_threads_give_what_one_thread_gives) {
+  const unsigned n = 150;
+  for (unsigned i = 0; i < n; i++)
+    put_many(i, 1);
+  said w[2] = {{0}, {0}};
+  mcpcfg_loader *l[2];
+  for (int k = 0; k < 2; k++) {
+    mcpcfg_options o;
+    typed_options(&o);
+    o.report = said_report;
+    o.note = said_note;
+    o.user_data = &w[k];
+    o.load_threads = k ? 4 : 1;
+    l[k] = new_loader(&o);
+    mcpcfg_loader_set_racy_ns(l[k], 0);
+    ck_assert_int_eq(mcpcfg_loader_scan(l[k]), 1);
+  }
+  ck_assert_uint_gt(w[0].len, 0);
+  ck_assert_msg(w[0].len == w[1].len && !memcmp(w[0].p, w[1].p, w[0].len),
+                "one thread said:\n%s\nfour said:\n%s", w[0].p, w[1].p);
+  same_views(l[0], l[1]);
+  for (unsigned i = 0; i < n; i += 2) /* 75 files: threads again */
+    put_many(i, 2);
+  for (int k = 0; k < 2; k++) {
+    w[k].len = 0;
+    ck_assert_int_eq(mcpcfg_loader_scan(l[k]), 1);
+  }
+  ck_assert_msg(w[0].len == w[1].len && !memcmp(w[0].p, w[1].p, w[0].len),
+                "one thread said:\n%s\nfour said:\n%s", w[0].p, w[1].p);
+  same_views(l[0], l[1]);
+  for (int k = 0; k < 2; k++) {
+    mcpcfg_loader_del(l[k]);
+    free(w[k].p);
+  }
+}
+END_TEST
+
 /* A DestinationRule's head, up to its trafficPolicy (line 6). */
 #define DR_REVIEWS_POLICY                                                    \
   "apiVersion: networking.istio.io/v1alpha3\n"                               \
@@ -1032,6 +1130,7 @@ int main(void) {
   tcase_add_test(t, test_more_than_twenty_errors_end_with_and_n_more);
   tcase_add_test(t, test_unknown_kind_in_a_builtin_group_is_warned);
   tcase_add_test(t, test_specs_encoded_as_read_equal_the_trees);
+  tcase_add_test(t, test_many_files_read_on_threads_give_what_one_thread_gives);
   t = tc(s, "alloc");
   tcase_add_test(t, test_typed_scan_allocation_failure_leaks_nothing);
 

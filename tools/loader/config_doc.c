@@ -296,27 +296,20 @@ typedef struct builder {
   /* Typed specs straight from the events (issue 25): on the first reading
    * of a file each `spec` of a typed kind goes to |enc| as it is read, and
    * no tree is built for it. When the encoder gives up, the file is read
-   * again the usual way (REDO); so on the first reading reports and notes
-   * wait in |held| (b->o is a copy of the options that holds them), to be
-   * given in order once the file is read. */
+   * again the usual way (REDO); so reports and notes wait in |said| (b->o
+   * is a copy of the options that holds them), to be given in order once
+   * the file is read (and by the thread that asked: mcpcfg_parse_held()). */
   mcp_schema_yaml_encoder *enc;
   int direct;                /* the scanner's events: specs go to |enc| */
   int in_spec;               /* 1: the value of a typed spec is next; 2: in it */
   unsigned sdepth, sheight;  /* nesting within the spec, and its deepest */
   size_t snodes, sbytes;     /* the spec's share of the budget */
   unsigned long sline;
-  const mcpcfg_options *real; /* the caller's options, for held reports */
   mcpcfg_options held_o;
-  struct held *held;
-  size_t nheld, held_cap;
+  mcpcfg_said *said;
 } builder;
 
-/* A report or a note (|what| > 0) of the first reading. */
-typedef struct held {
-  int what;
-  unsigned long line;
-  char *msg;
-} held;
+
 
 /* Reports a problem of the current document, which is then skipped.
  * Returns 0 so that callers can `return fail(...)`. */
@@ -1194,9 +1187,7 @@ static void forget(builder *b) {
     mcpcfg_doc_unref(b->docs[i]);
   b->ndocs = 0;
   b->nbad = 0;
-  for (size_t i = 0; i < b->nheld; i++)
-    free(b->held[i].msg);
-  b->nheld = 0;
+  mcpcfg_said_free(b->said);
   b->direct = 0; /* libyaml's events: the usual way */
   b->in_spec = 0;
 }
@@ -1279,18 +1270,34 @@ int mcpcfg_parse(const mcpcfg_options *opts, const char *path,
   return mcpcfg_parse2(opts, path, buf, len, 1, pdocs, pndocs, pbad);
 }
 
-/* Holds a report or a note of the first reading (builder.held). */
+void mcpcfg_said_free(mcpcfg_said *said) {
+  for (size_t i = 0; i < said->n; i++)
+    free(said->v[i].msg);
+  free(said->v);
+  said->v = NULL;
+  said->n = said->cap = 0;
+  said->nomem = 0;
+}
+
+void mcpcfg_said_deliver(const mcpcfg_options *opts, const char *path,
+                         const mcpcfg_said *said) {
+  for (size_t i = 0; i < said->n; i++)
+    deliver_now(opts, said->v[i].what, path, said->v[i].line, said->v[i].msg);
+}
+
+/* Holds a report or a note (builder.said); out of memory, the reading
+ * fails with MCPCFG_ERR_NOMEM (said->nomem). */
 static void hold(builder *b, int what, unsigned long line, const char *msg) {
-  held *h = tool_grow(b->held, b->nheld, &b->held_cap, sizeof *h, 8);
-  char *m = h ? mcpcfg_strdup(msg) : NULL;
-  if (!m) { /* out of memory: given now rather than lost */
-    if (h)
-      b->held = h;
-    deliver_now(b->real, what, b->path, line, msg);
+  mcpcfg_said *said = b->said;
+  mcpcfg_said_item *v = tool_grow(said->v, said->n, &said->cap, sizeof *v, 8);
+  char *m = v ? mcpcfg_strdup(msg) : NULL;
+  if (v)
+    said->v = v;
+  if (!m) {
+    said->nomem = 1;
     return;
   }
-  b->held = h;
-  b->held[b->nheld++] = (held){what, line, m};
+  said->v[said->n++] = (mcpcfg_said_item){what, line, m};
 }
 
 static void hold_report(const char *path, unsigned long line, const char *msg, void *ud) {
@@ -1304,17 +1311,14 @@ static void hold_note(int what, const char *path, unsigned long line, const char
   hold(ud, what, line, msg);
 }
 
-/* One reading of the file; |direct|: the first, specs encoded as they
- * are read (REDO when the encoder gives up: nothing is reported, nothing
- * returned). */
+/* One reading of the file into |said|; |direct|: the first, specs encoded
+ * as they are read (REDO when the encoder gives up: nothing returned). */
 static int parse_once(const mcpcfg_options *opts, const char *path, const unsigned char *buf,
                       size_t len, int kept, int direct, mcpcfg_doc ***pdocs, size_t *pndocs,
-                      size_t *pbad) {
+                      size_t *pbad, mcpcfg_said *said) {
   builder b;
   int rv = 0;
   memset(&b, 0, sizeof b);
-  b.o = opts;
-  b.real = opts;
   b.path = path;
   b.kept = kept;
   b.buf = buf;
@@ -1324,15 +1328,16 @@ static int parse_once(const mcpcfg_options *opts, const char *path, const unsign
                        (buf[0] == 0xFF && buf[1] == 0xFE))
               ? 0
               : len;
+  b.said = said;
+  b.held_o = *opts;
+  b.held_o.report = hold_report;
+  b.held_o.note = hold_note;
+  b.held_o.user_data = &b;
+  b.o = &b.held_o;
   if (direct) {
     if (mcp_schema_yaml_encoder_new(opts->schema, &b.enc))
       return MCPCFG_ERR_NOMEM;
     b.direct = 1;
-    b.held_o = *opts;
-    b.held_o.report = hold_report;
-    b.held_o.note = hold_note;
-    b.held_o.user_data = &b;
-    b.o = &b.held_o;
   }
   if (!(b.stack = calloc((size_t)opts->max_depth + 1, sizeof *b.stack))) {
     mcp_schema_yaml_encoder_free(b.enc);
@@ -1340,25 +1345,19 @@ static int parse_once(const mcpcfg_options *opts, const char *path, const unsign
   }
   /* The schema library reads the YAML (the fast scanner, or libyaml for
    * what it is unsure of). The first reading takes the scanner's events as
-   * they come (its reports wait: after a RESTART, libyaml's events start
-   * again and what was held is forgotten); the second prescans, so that
-   * the events come from one reader only: a document's problems are
-   * reported as they are found, never twice (issue 25). */
+   * they come (after a RESTART, libyaml's events start again and what was
+   * said is forgotten); the second prescans, so that the events come from
+   * one reader only (issue 25). */
   mcp_schema_error err;
   rv = mcp_schema_yaml_read(NULL, (const char *)buf, len, opts->max_depth,
                             direct ? 0 : MCP_SCHEMA_YAML_PRESCAN, on_event, &b, &err);
-  if (rv != REDO) {
-    for (size_t i = 0; i < b.nheld; i++)
-      deliver_now(opts, b.held[i].what, path, b.held[i].line, b.held[i].msg);
-    if (rv == MCP_ERR_MALFORMED) {
-      mcpcfg_report(opts, path, err.line, "YAML error: %s; file not loaded%s", err.message,
-                    kept_note(&b));
-      rv = 1;
-    }
+  if (rv == MCP_ERR_MALFORMED) {
+    mcpcfg_report(b.o, path, err.line, "YAML error: %s; file not loaded%s", err.message,
+                  kept_note(&b));
+    rv = 1;
   }
-  for (size_t i = 0; i < b.nheld; i++)
-    free(b.held[i].msg);
-  free(b.held);
+  if (rv == 0 && said->nomem)
+    rv = MCPCFG_ERR_NOMEM;
   mcp_schema_yaml_encoder_free(b.enc);
   arena_free(&b.arena);
   free(b.anchors);
@@ -1377,13 +1376,26 @@ static int parse_once(const mcpcfg_options *opts, const char *path, const unsign
   return 0;
 }
 
+int mcpcfg_parse_held(const mcpcfg_options *opts, const char *path,
+                      const unsigned char *buf, size_t len, int kept, mcpcfg_doc ***pdocs,
+                      size_t *pndocs, size_t *pbad, mcpcfg_said *said) {
+  int rv = REDO;
+  memset(said, 0, sizeof *said);
+  if (opts->schema && !opts->tree_only) /* typed: encoded as they are read */
+    rv = parse_once(opts, path, buf, len, kept, 1, pdocs, pndocs, pbad, said);
+  if (rv == REDO) {
+    mcpcfg_said_free(said); /* the first reading's: the second says it */
+    rv = parse_once(opts, path, buf, len, kept, 0, pdocs, pndocs, pbad, said);
+  }
+  return rv;
+}
+
 int mcpcfg_parse2(const mcpcfg_options *opts, const char *path,
                   const unsigned char *buf, size_t len, int kept,
                   mcpcfg_doc ***pdocs, size_t *pndocs, size_t *pbad) {
-  int rv = REDO;
-  if (opts->schema && !opts->tree_only) /* typed: encoded as they are read */
-    rv = parse_once(opts, path, buf, len, kept, 1, pdocs, pndocs, pbad);
-  if (rv == REDO)
-    rv = parse_once(opts, path, buf, len, kept, 0, pdocs, pndocs, pbad);
+  mcpcfg_said said;
+  int rv = mcpcfg_parse_held(opts, path, buf, len, kept, pdocs, pndocs, pbad, &said);
+  mcpcfg_said_deliver(opts, path, &said);
+  mcpcfg_said_free(&said);
   return rv;
 }

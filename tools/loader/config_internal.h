@@ -40,6 +40,30 @@ int mcpcfg_parse2(const mcpcfg_options *opts, const char *path,
                   const unsigned char *buf, size_t len, int kept,
                   mcpcfg_doc ***pdocs, size_t *pndocs, size_t *pbad);
 
+/* What a reading of a file reports and notes, held to be given later (by
+ * the thread that asked, in order): |what| 0 a report, else a note. */
+typedef struct mcpcfg_said_item {
+  int what;
+  unsigned long line;
+  char *msg;
+} mcpcfg_said_item;
+typedef struct mcpcfg_said {
+  mcpcfg_said_item *v;
+  size_t n, cap;
+  int nomem; /* an item was lost: the reading failed with NOMEM */
+} mcpcfg_said;
+
+/* mcpcfg_parse2() that says nothing: its reports and notes go to |*said|
+ * (initialised here; free it with mcpcfg_said_free(), even on failure).
+ * Safe on several threads at once (opts and its schema read only). */
+int mcpcfg_parse_held(const mcpcfg_options *opts, const char *path,
+                      const unsigned char *buf, size_t len, int kept, mcpcfg_doc ***pdocs,
+                      size_t *pndocs, size_t *pbad, mcpcfg_said *said);
+/* Hands what |said| holds to opts->report and opts->note, in order. */
+void mcpcfg_said_deliver(const mcpcfg_options *opts, const char *path,
+                         const mcpcfg_said *said);
+void mcpcfg_said_free(mcpcfg_said *said);
+
 /* Formats news and hands it to opts->note (when set). */
 void mcpcfg_note(const mcpcfg_options *opts, int what, const char *path,
                  unsigned long line, const char *fmt, ...)

@@ -17,6 +17,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -652,46 +653,114 @@ static int keep_old(cfile *f, const cfile *old, int all) {
  * the last read and that read was not racy, the file is not read at all.
  * Reports problems.
  */
-static int load_file(mcpcfg_loader *l, const char *path, const fstamp *cur,
-                     cfile *old, cfile **out) {
-  unsigned char *buf = NULL;
-  size_t len = 0;
-  int kind, rv = 0, stamped = 0, racy = 0, clock = 1;
+/* What to do with a file the walk found: keep |old| as it is (its stamp
+ * says it has not changed, or its writer is at work: the hold callback,
+ * asked once per file), or read it. */
+enum { KEEP_OLD, HELD, READ };
+
+static int decide(mcpcfg_loader *l, const char *path, const fstamp *cur, const cfile *old) {
+  if (old && old->stamped && !old->racy && stamp_eq(&old->stamp, cur))
+    return KEEP_OLD;
+  if (l->hold && l->hold(path, l->hold_ud))
+    return HELD;
+  return READ;
+}
+
+/* A file read and, when its bytes are new, parsed: read_one() touches
+ * nothing of the loader, so that workers can run it for many files at
+ * once (a scan of many files, mcpcfg_options.load_threads); finish() then
+ * takes the results in order on the caller's thread. */
+typedef struct reading {
+  /* in */
+  const mcpcfg_options *o;
+  const char *path;
+  const fstamp *cur;
+  int has_old, old_kind, kept;
+  uint64_t old_fp;
+  /* out */
+  int clock; /* |now| is the time before the read */
+  struct timespec now;
+  int open_errno; /* open() failed with it */
+  int rv;         /* read_file()'s */
+  int kind, stamped;
   uint64_t fp;
   fstamp stamp;
-  struct timespec now;
-  *out = NULL;
-  if (old && old->stamped && !old->racy && stamp_eq(&old->stamp, cur)) {
-    old->refs++;
-    *out = old;
-    return 0;
+  int parsed, prv; /* mcpcfg_parse_held()'s */
+  mcpcfg_doc **docs;
+  size_t ndocs, nbad;
+  mcpcfg_said said;
+} reading;
+
+static void reading_init(reading *r, const mcpcfg_loader *l, const char *path,
+                         const fstamp *cur, const cfile *old) {
+  memset(r, 0, sizeof *r);
+  r->o = &l->o;
+  r->path = path;
+  r->cur = cur;
+  r->has_old = old != NULL;
+  r->old_kind = old ? old->fpkind : 0;
+  r->old_fp = old ? old->fp : 0;
+  r->kept = old && old->ndocs;
+}
+
+static void read_one(reading *r) {
+  unsigned char *buf = NULL;
+  size_t len = 0;
+  /* Before the read: a change made after it has a later timestamp. */
+  r->clock = clock_gettime(CLOCK_REALTIME, &r->now) == 0;
+  int fd = open(r->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* no FIFO wait */
+  if (fd < 0) {
+    r->open_errno = errno ? errno : EIO;
+    return;
   }
-  if (l->hold && l->hold(path, l->hold_ud)) {
-    /* Its writer is at work: what it had stays (a new file has nothing
-     * yet), and it is read once the writer is done. */
+  r->rv = read_file(fd, r->o->max_file_size, r->cur, &buf, &len, &r->kind, &r->fp,
+                    &r->stamp, &r->stamped);
+  close(fd);
+  /* The same bytes as before: not parsed again (finish() keeps |old|). */
+  if (!r->rv && r->kind == FP_CONTENT &&
+      !(r->has_old && r->old_kind == r->kind && r->old_fp == r->fp)) {
+    r->parsed = 1;
+    r->prv = mcpcfg_parse_held(r->o, r->path, buf, len, r->kept, &r->docs, &r->ndocs,
+                               &r->nbad, &r->said);
+  }
+  free(buf);
+}
+
+static void reading_done(reading *r) {
+  for (size_t i = 0; i < r->ndocs; i++)
+    mcpcfg_doc_unref(r->docs[i]);
+  free(r->docs);
+  r->docs = NULL;
+  r->ndocs = 0;
+  mcpcfg_said_free(&r->said);
+}
+
+/* The file's new state from what decide() said and, for READ, |r|. */
+static int finish(mcpcfg_loader *l, const char *path, int what, cfile *old, reading *r,
+                  cfile **out) {
+  int kind, rv = 0, stamped = 0, racy = 0;
+  uint64_t fp;
+  *out = NULL;
+  if (what != READ) {
     if (old) {
-      old->racy = 1;
+      old->racy |= what == HELD; /* read once the writer is done */
       old->refs++;
     }
+    /* A held new file has nothing yet. */
     *out = old;
     return 0;
   }
-  /* Before the read: a change made after it has a later timestamp. */
-  if (clock_gettime(CLOCK_REALTIME, &now) != 0)
-    clock = 0;
   l->reads++;
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* no FIFO wait */
-  if (fd < 0) {
-    if (errno == ENOENT)
+  if (r->open_errno) {
+    if (r->open_errno == ENOENT)
       return 0;
     kind = FP_READ_ERROR;
-    fp = (uint64_t)errno;
+    fp = (uint64_t)r->open_errno;
   } else {
-    rv = read_file(fd, l->o.max_file_size, cur, &buf, &len, &kind, &fp,
-                   &stamp, &stamped);
-    close(fd);
-    if (rv != 0)
-      return rv < 0 ? rv : 0;
+    if (r->rv != 0)
+      return r->rv < 0 ? r->rv : 0;
+    kind = r->kind;
+    fp = r->fp;
     if (kind == FP_UNSTABLE) {
       /* Being written: serve nothing of this read; what the file had
        * stays (a new file has nothing yet) and it is read again at the
@@ -707,17 +776,16 @@ static int load_file(mcpcfg_loader *l, const char *path, const fstamp *cur,
     }
     /* A read error is retried at every scan (errno, not stat, says what
      * it was). No clock: every read is racy (every scan reads every file). */
-    stamped = stamped && kind != FP_READ_ERROR;
-    racy = stamped && (!clock || is_racy(&stamp, &now, l->racy_ns));
+    stamped = r->stamped && kind != FP_READ_ERROR;
+    racy = stamped && (!r->clock || is_racy(&r->stamp, &r->now, l->racy_ns));
   }
   if (old && old->fpkind == kind && old->fp == fp) {
     /* Same bytes: the new stamp describes what |old| was made from (also
      * true if this scan fails later and |old| stays). */
-    free(buf);
     old->stamped = stamped;
     old->racy = racy;
     if (stamped)
-      old->stamp = stamp;
+      old->stamp = r->stamp;
     old->refs++;
     *out = old;
     return 0;
@@ -725,7 +793,6 @@ static int load_file(mcpcfg_loader *l, const char *path, const fstamp *cur,
   cfile *f = calloc(1, sizeof *f);
   if (!f || !(f->path = mcpcfg_strdup(path))) {
     free(f);
-    free(buf);
     return MCPCFG_ERR_NOMEM;
   }
   f->refs = 1;
@@ -734,15 +801,20 @@ static int load_file(mcpcfg_loader *l, const char *path, const fstamp *cur,
   f->stamped = stamped;
   f->racy = racy;
   if (stamped)
-    f->stamp = stamp;
+    f->stamp = r->stamp;
   if (kind == FP_CONTENT) {
-    size_t nbad = 0;
-    rv = mcpcfg_parse2(&l->o, path, buf, len, old && old->ndocs, &f->docs,
-                       &f->ndocs, &nbad);
+    rv = r->prv;
+    mcpcfg_said_deliver(&l->o, path, &r->said);
+    if (rv == 0) {
+      f->docs = r->docs; /* taken */
+      f->ndocs = r->ndocs;
+      r->docs = NULL;
+      r->ndocs = 0;
+    }
     /* A file that is not YAML keeps all it had; one with bad documents
      * keeps what its good ones do not replace. */
-    f->bad = rv == 1 || (rv == 0 && nbad);
-    if (rv == 1 || (rv == 0 && nbad))
+    f->bad = rv == 1 || (rv == 0 && r->nbad);
+    if (rv == 1 || (rv == 0 && r->nbad))
       rv = keep_old(f, old, rv == 1);
     else if (rv == 0 && old && old->bad) /* the user's fix worked: say so */
       mcpcfg_note(&l->o, MCPCFG_NOTE_LOADED_AGAIN, path, 0,
@@ -769,13 +841,85 @@ static int load_file(mcpcfg_loader *l, const char *path, const fstamp *cur,
     f->bad = 1;
     rv = keep_old(f, old, 1);
   }
-  free(buf);
   if (rv < 0) {
     file_unref(f);
     return rv;
   }
   *out = f;
   return 0;
+}
+
+/* One file, on the caller's thread. */
+static int load_file(mcpcfg_loader *l, const char *path, const fstamp *cur,
+                     cfile *old, cfile **out) {
+  int what = decide(l, path, cur, old);
+  reading r;
+  reading_init(&r, l, path, cur, old);
+  if (what == READ)
+    read_one(&r);
+  int rv = finish(l, path, what, old, &r, out);
+  reading_done(&r);
+  return rv;
+}
+
+/* ---- many files on several threads ----------------------------------- */
+
+/* Below this many files to read a scan reads them on its own thread. */
+enum { THREADED_MIN_FILES = 64, MAX_LOAD_THREADS = 16 };
+
+typedef struct workers {
+  reading *r;
+  const size_t *todo; /* indices into |r| */
+  size_t ntodo, nthreads;
+} workers;
+
+typedef struct worker {
+  workers *w;
+  size_t id;
+} worker;
+
+static void *work(void *arg) {
+  worker *k = arg;
+  /* Every nthreads-th file: no shared counter, nothing to lock. */
+  for (size_t i = k->id; i < k->w->ntodo; i += k->w->nthreads)
+    read_one(&k->w->r[k->w->todo[i]]);
+  return NULL;
+}
+
+/* How many threads read a scan's |n| files (1: the caller alone). */
+static size_t threads_for(const mcpcfg_loader *l, size_t n) {
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  size_t t = l->o.load_threads ? l->o.load_threads : cpus > 0 ? (size_t)cpus : 1;
+  if (t > MAX_LOAD_THREADS)
+    t = MAX_LOAD_THREADS;
+  return n < THREADED_MIN_FILES ? 1 : t;
+}
+
+/* Reads the files of |r| marked READ in |what| on |nthreads| threads (the
+ * caller is one of them). A thread that cannot start leaves its share to
+ * the caller. */
+static void read_all(reading *r, const int *what, size_t n, size_t nthreads, size_t *todo) {
+  workers w = {r, todo, 0, nthreads};
+  for (size_t i = 0; i < n; i++)
+    if (what[i] == READ)
+      todo[w.ntodo++] = i;
+  pthread_t tid[MAX_LOAD_THREADS];
+  worker k[MAX_LOAD_THREADS];
+  int started[MAX_LOAD_THREADS] = {0};
+  for (size_t t = 1; t < nthreads; t++) {
+    k[t] = (worker){&w, t};
+    started[t] = pthread_create(&tid[t], NULL, work, &k[t]) == 0;
+  }
+  k[0] = (worker){&w, 0};
+  work(&k[0]);
+  for (size_t t = 1; t < nthreads; t++) {
+    if (started[t]) {
+      pthread_join(tid[t], NULL);
+    } else {
+      k[t] = (worker){&w, t};
+      work(&k[t]);
+    }
+  }
 }
 
 /* ------------------------------------------------------------------ */
@@ -944,10 +1088,11 @@ static int under(const char *path, const strvec *dirs) {
 int mcpcfg_loader_scan(mcpcfg_loader *l) {
   walk w;
   struct stat st;
-  cfile **files = NULL;
+  cfile **files = NULL, **olds = NULL;
   coll *colls = NULL;
-  size_t nfiles = 0, ncolls = 0;
-  int rv, changed = 0;
+  size_t nfiles = 0, ncolls = 0, nreadings = 0, *todo = NULL;
+  int rv, changed = 0, *what = NULL;
+  reading *reads = NULL;
   memset(&w, 0, sizeof w);
   w.l = l;
   if (stat(l->root, &st) != 0)
@@ -970,13 +1115,41 @@ int mcpcfg_loader_scan(mcpcfg_loader *l) {
     rv = MCPCFG_ERR_NOMEM;
     goto out;
   }
-  for (size_t i = 0; i < w.paths.n; i++) {
-    cfile *old = find_file(l, w.paths.v[i].path), *f;
-    if ((rv = load_file(l, w.paths.v[i].path, &w.paths.v[i].st, old, &f)) < 0)
+  /* What to do with each file, then the reads (on several threads when
+   * there are many: all read first), then the results in path order: the
+   * same reports in the same order, whatever the threads. */
+  size_t n = w.paths.n, nread = 0;
+  if (n) {
+    what = malloc(n * sizeof *what);
+    olds = malloc(n * sizeof *olds);
+    reads = malloc(n * sizeof *reads);
+    todo = malloc(n * sizeof *todo);
+    if (!what || !olds || !reads || !todo) {
+      rv = MCPCFG_ERR_NOMEM;
+      goto out;
+    }
+  }
+  for (size_t i = 0; i < n; i++) {
+    olds[i] = find_file(l, w.paths.v[i].path);
+    what[i] = decide(l, w.paths.v[i].path, &w.paths.v[i].st, olds[i]);
+    reading_init(&reads[i], l, w.paths.v[i].path, &w.paths.v[i].st, olds[i]);
+    nread += what[i] == READ;
+  }
+  nreadings = n;
+  size_t nthreads = threads_for(l, nread);
+  if (nthreads > 1)
+    read_all(reads, what, n, nthreads, todo);
+  for (size_t i = 0; i < n; i++) {
+    cfile *f;
+    if (nthreads == 1 && what[i] == READ) /* each file read as its turn comes */
+      read_one(&reads[i]);
+    rv = finish(l, w.paths.v[i].path, what[i], olds[i], &reads[i], &f);
+    reading_done(&reads[i]);
+    if (rv < 0)
       goto out;
     if (f)
       files[nfiles++] = f;
-    changed |= f != old;
+    changed |= f != olds[i];
   }
   for (size_t i = 0; i < l->nfiles; i++) {
     cfile *f = l->files[i];
@@ -1014,6 +1187,12 @@ int mcpcfg_loader_scan(mcpcfg_loader *l) {
     colls[i].fresh = 0;
   rv = 1;
 out:
+  for (size_t i = 0; i < nreadings; i++) /* those a failure left */
+    reading_done(&reads[i]);
+  free(reads);
+  free(what);
+  free(olds);
+  free(todo);
   for (size_t i = 0; i < nfiles; i++)
     file_unref(files[i]);
   free(files);
