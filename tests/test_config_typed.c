@@ -650,6 +650,14 @@ static void said_note(int what, const char *path, unsigned long line, const char
   say(ud, "N%d %s:%lu %s\n", what, path, line, msg);
 }
 
+/* Typed options whose reports and notes go to |w|. */
+static void said_options(mcpcfg_options *o, said *w) {
+  typed_options(o);
+  o->report = said_report;
+  o->note = said_note;
+  o->user_data = w;
+}
+
 /* Parses |text| as it is read and from trees only; both give the same
  * result, documents (bytes of the body included), reports and notes.
  * Returns 1 when the file had a typed document. */
@@ -663,10 +671,7 @@ static int same_both_ways(const char *text, size_t len) {
   int rv[2];
   for (int k = 0; k < 2; k++) {
     mcpcfg_options o;
-    typed_options(&o);
-    o.report = said_report;
-    o.note = said_note;
-    o.user_data = &w[k];
+    said_options(&o, &w[k]);
     o.tree_only = k;
     if (g_max_nodes)
       o.max_nodes = g_max_nodes;
@@ -883,10 +888,7 @@ START_TEST(test_many_files_read_on_threads_give_what_one_thread_gives) {
   mcpcfg_loader *l[2];
   for (int k = 0; k < 2; k++) {
     mcpcfg_options o;
-    typed_options(&o);
-    o.report = said_report;
-    o.note = said_note;
-    o.user_data = &w[k];
+    said_options(&o, &w[k]);
     o.load_threads = k ? 4 : 1;
     l[k] = new_loader(&o);
     mcpcfg_loader_set_racy_ns(l[k], 0);
