@@ -68,8 +68,8 @@ typedef struct dx {
 
 #define BAIL SC_YF_BAIL
 
-/* The scalar of |ev| as a node (text NUL-terminated), resolved as the
- * tree's builder resolves it; NULL when memory ran out. */
+/* The scalar of |ev|, NUL-terminated (in |d|, until the next one); NULL
+ * when memory ran out. */
 static const char *dx_text(dx *d, const sc_yf_event *ev) {
   char *t = d->small;
   if (ev->len >= sizeof d->small) {
@@ -87,6 +87,7 @@ static const char *dx_text(dx *d, const sc_yf_event *ev) {
   return t;
 }
 
+/* The scalar of |ev| as a node, resolved as the tree's builder resolves it. */
 static int dx_node(dx *d, const sc_yf_event *ev, mcp_schema_value *v) {
   const char *t = dx_text(d, ev);
   if (!t)

@@ -17,8 +17,8 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <pthread.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -646,13 +646,6 @@ static int keep_old(cfile *f, const cfile *old, int all) {
   return 0;
 }
 
-/*
- * Sets |*out| to the state of |path| now: |old| itself (one more reference)
- * when the file did not change, a new file otherwise, NULL when the file is
- * gone. |cur| is what the walk's stat() found: when it equals the stamp of
- * the last read and that read was not racy, the file is not read at all.
- * Reports problems.
- */
 /* What to do with a file the walk found: keep |old| as it is (its stamp
  * says it has not changed, or its writer is at work: the hold callback,
  * asked once per file), or read it. */
@@ -849,7 +842,13 @@ static int finish(mcpcfg_loader *l, const char *path, int what, cfile *old, read
   return 0;
 }
 
-/* One file, on the caller's thread. */
+/*
+ * Sets |*out| to the state of |path| now: |old| itself (one more reference)
+ * when the file did not change, a new file otherwise, NULL when the file is
+ * gone. |cur| is what the walk's stat() found: when it equals the stamp of
+ * the last read and that read was not racy, the file is not read at all.
+ * Reports problems. One file, on the caller's thread.
+ */
 static int load_file(mcpcfg_loader *l, const char *path, const fstamp *cur,
                      cfile *old, cfile **out) {
   int what = decide(l, path, cur, old);
