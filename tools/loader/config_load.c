@@ -11,6 +11,7 @@
  * A rescan costs a stat() per file: a file is read only when its stat
  * changed or its last read was racy (loader.h, "Change detection").
  */
+#define _GNU_SOURCE /* sched_getaffinity(): the CPUs this process may use */
 #include "loader/config_internal.h"
 #include "util/grow.h"
 #include "util/sorted.h"
@@ -19,6 +20,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -869,56 +872,52 @@ enum { THREADED_MIN_FILES = 64, MAX_LOAD_THREADS = 16 };
 typedef struct workers {
   reading *r;
   const size_t *todo; /* indices into |r| */
-  size_t ntodo, nthreads;
+  size_t ntodo;
+  /* The next file to take: each thread takes one at a time, so that a
+   * thread whose CPU is busy elsewhere holds up one file, not a share. */
+  atomic_size_t next;
 } workers;
 
-typedef struct worker {
-  workers *w;
-  size_t id;
-} worker;
-
 static void *work(void *arg) {
-  worker *k = arg;
-  /* Every nthreads-th file: no shared counter, nothing to lock. */
-  for (size_t i = k->id; i < k->w->ntodo; i += k->w->nthreads)
-    read_one(&k->w->r[k->w->todo[i]]);
+  workers *w = arg;
+  for (size_t i; (i = atomic_fetch_add(&w->next, 1)) < w->ntodo;)
+    read_one(&w->r[w->todo[i]]);
   return NULL;
 }
 
-/* How many threads read a scan's |n| files (1: the caller alone). */
+/* How many threads read a scan's |n| files (1: the caller alone): by
+ * default one per CPU the process may run on (taskset, cpusets). */
 static size_t threads_for(const mcpcfg_loader *l, size_t n) {
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  size_t t = l->o.load_threads ? l->o.load_threads : cpus > 0 ? (size_t)cpus : 1;
+  size_t t = l->o.load_threads;
+  if (!t) {
+    cpu_set_t set;
+    long cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                            : sysconf(_SC_NPROCESSORS_ONLN);
+    t = cpus > 0 ? (size_t)cpus : 1;
+  }
   if (t > MAX_LOAD_THREADS)
     t = MAX_LOAD_THREADS;
   return n < THREADED_MIN_FILES ? 1 : t;
 }
 
 /* Reads the files of |r| marked READ in |what| on |nthreads| threads (the
- * caller is one of them). A thread that cannot start leaves its share to
- * the caller. */
+ * caller is one of them; a thread that cannot start is one fewer). */
 static void read_all(reading *r, const int *what, size_t n, size_t nthreads, size_t *todo) {
-  workers w = {r, todo, 0, nthreads};
+  workers w;
+  w.r = r;
+  w.todo = todo;
+  w.ntodo = 0;
+  atomic_init(&w.next, 0);
   for (size_t i = 0; i < n; i++)
     if (what[i] == READ)
       todo[w.ntodo++] = i;
   pthread_t tid[MAX_LOAD_THREADS];
-  worker k[MAX_LOAD_THREADS];
-  int started[MAX_LOAD_THREADS] = {0};
-  for (size_t t = 1; t < nthreads; t++) {
-    k[t] = (worker){&w, t};
-    started[t] = pthread_create(&tid[t], NULL, work, &k[t]) == 0;
-  }
-  k[0] = (worker){&w, 0};
-  work(&k[0]);
-  for (size_t t = 1; t < nthreads; t++) {
-    if (started[t]) {
-      pthread_join(tid[t], NULL);
-    } else {
-      k[t] = (worker){&w, t};
-      work(&k[t]);
-    }
-  }
+  size_t started = 0;
+  while (started + 1 < nthreads && pthread_create(&tid[started], NULL, work, &w) == 0)
+    started++;
+  work(&w); /* the caller too; whatever is left when a thread did not start */
+  for (size_t t = 0; t < started; t++)
+    pthread_join(tid[t], NULL);
 }
 
 /* ------------------------------------------------------------------ */

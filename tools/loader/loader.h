@@ -205,8 +205,8 @@ typedef struct mcpcfg_options {
    * |tree_only| 1: always the usual way (the tests compare the two). */
   int tree_only;
   /* Threads that read and parse the files of a scan that reads 64 or more
-   * (the first scan of a big directory): 0, one per online CPU (at most
-   * 16); 1, the caller's thread alone. Reports and notes are given on the
+   * (the first scan of a big directory): 0, one per CPU the process may
+   * run on (its affinity; at most 16); 1, the caller's thread alone. Reports and notes are given on the
    * caller's thread, in path order, whatever the threads. */
   unsigned load_threads;
 } mcpcfg_options;
