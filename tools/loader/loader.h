@@ -206,7 +206,9 @@ typedef struct mcpcfg_options {
   int tree_only;
   /* Threads that read and parse the files of a scan that reads 64 or more
    * (the first scan of a big directory): 0, one per CPU the process may
-   * run on (its affinity; at most 16); 1, the caller's thread alone. Reports and notes are given on the
+   * run on (its affinity; at most 16); 1, the caller's thread alone. With
+   * more than one, |schema| and its allocator are used from those threads
+   * at once (read only; libc's allocator, or a thread-safe one). Reports and notes are given on the
    * caller's thread, in path order, whatever the threads. */
   unsigned load_threads;
 } mcpcfg_options;
