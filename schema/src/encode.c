@@ -13,8 +13,6 @@
 
 #include "encode_int.h"
 
-
-
 /* ---- paths and errors ---------------------------------------------- */
 
 /* Appends |pre|, |n| bytes of |s| and |post| to the path (cut at its
