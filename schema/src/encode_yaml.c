@@ -132,22 +132,16 @@ static int dx_tag(dx *d, uint32_t number) {
   return sc_buf_varint(&d->e->out, (uint64_t)number << 3 | WT_LEN) ? BAIL : 0;
 }
 
-/* A map entry's string key, read back from its bytes: tag, length, the
- * key's tag (1, length-delimited: one byte), its length, its bytes. */
-static const uint8_t *entry_key(const uint8_t *p, size_t *n) {
-  while (*p++ & 0x80) /* the entry's tag */
-    ;
-  while (*p++ & 0x80) /* its length */
-    ;
-  p++; /* the key's tag */
-  size_t len = 0;
-  for (unsigned shift = 0;; shift += 7) {
-    len |= (size_t)(*p & 0x7f) << shift;
-    if (!(*p++ & 0x80))
-      break;
-  }
-  *n = len;
-  return p;
+/* The key of the map entry |g| (a string, field 1), read back from the
+ * bytes it was written as, with the engine's wire reader. */
+static const uint8_t *entry_key(const uint8_t *base, const dx_seg *g, size_t *n) {
+  mcp_wire w = {base + g->start, base + g->end};
+  mcp_wire_field f = {.data = NULL, .len = 0}; /* our own bytes: they read */
+  mcp_wire_field_next(&w, &f);                 /* the entry */
+  w = (mcp_wire){f.data, f.data + f.len};
+  mcp_wire_field_next(&w, &f); /* its key */
+  *n = f.len;
+  return f.data;
 }
 
 static int cmp_key(const uint8_t *a, size_t an, const uint8_t *b, size_t bn) {
@@ -184,15 +178,15 @@ static int dx_order(dx *d, const dx_frame *fr) {
   } else {
     size_t an, bn;
     for (i = 1; i < n; i++) {
-      const uint8_t *a = entry_key(base + s[i - 1].start, &an);
-      const uint8_t *b = entry_key(base + s[i].start, &bn);
+      const uint8_t *a = entry_key(base, &s[i - 1], &an);
+      const uint8_t *b = entry_key(base, &s[i], &bn);
       if (cmp_key(a, an, b, bn) >= 0)
         break;
     }
     if (i == n)
       return 0;
     for (i = 0; i < n; i++)
-      s[i].key = entry_key(base + s[i].start, &s[i].klen);
+      s[i].key = entry_key(base, &s[i], &s[i].klen);
     qsort(s, n, sizeof *s, cmp_seg_key);
     for (i = 1; i < n; i++)
       if (!cmp_seg_key(&s[i - 1], &s[i]))
