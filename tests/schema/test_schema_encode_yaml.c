@@ -24,20 +24,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "schema_int.h"
 
-static int g_fail;
 static size_t g_direct, g_bailed, g_errors;
-
-#define CHECK(c, ...)                                                    \
-  do {                                                                   \
-    if (!(c)) {                                                          \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);               \
-      fprintf(stderr, __VA_ARGS__);                                      \
-      fprintf(stderr, "\n");                                             \
-      g_fail++;                                                          \
-    }                                                                    \
-  } while (0)
 
 #define T "mcp.schema.test."
 
@@ -268,24 +258,6 @@ static const char vs[] =
     "    maxAge: 86400s\n"
     "  mirror: {host: reviews-shadow, subset: v2}\n"
     "  mirrorPercentage: {value: 10.0}\n";
-
-static char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return NULL;
-  char *p = NULL;
-  size_t cap = 0, n = 0, k;
-  do {
-    if (n + 4096 > cap && !(p = realloc(p, cap = 2 * cap + 4096)))
-      abort();
-    k = fread(p + n, 1, cap - n - 1, f);
-    n += k;
-  } while (k);
-  fclose(f);
-  p[n] = '\0';
-  *len = n;
-  return p;
-}
 
 /* The Istio type of a document's kind, or NULL. */
 static const char *istio_type(const char *kind) {

@@ -23,20 +23,10 @@
 
 #include <yaml.h>
 
+#include "check.h"
 #include "schema_int.h"
 
-static int g_fail;
 static size_t g_same, g_bailed, g_errors;
-
-#define CHECK(c, ...)                                                    \
-  do {                                                                   \
-    if (!(c)) {                                                          \
-      fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);               \
-      fprintf(stderr, __VA_ARGS__);                                      \
-      fprintf(stderr, "\n");                                             \
-      g_fail++;                                                          \
-    }                                                                    \
-  } while (0)
 
 /* An event stream as text, one event a line: what mcp-source's loader
  * reads of libyaml's events (type, line, document offsets, scalar text
@@ -273,27 +263,6 @@ static void mutate(const char *what, const char *text, size_t len, unsigned coun
     compare(what, buf, n);
   }
   free(buf);
-}
-
-static char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return NULL;
-  char *buf = NULL;
-  size_t cap = 0, n = 0, k;
-  do {
-    if (n == cap) {
-      char *p = realloc(buf, cap = cap ? cap * 2 : 4096);
-      if (!p)
-        abort();
-      buf = p;
-    }
-    k = fread(buf + n, 1, cap - n, f);
-    n += k;
-  } while (k);
-  fclose(f);
-  *len = n;
-  return buf;
 }
 
 /* The YAML files of |dir| (.yaml, .yml). |must_read|: the fast scanner must
