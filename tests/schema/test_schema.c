@@ -972,6 +972,72 @@ START_TEST(test_nul_in_map_keys_round_trips_and_in_field_names_is_refused) {
 }
 END_TEST
 
+/* ---- YAML straight to bytes: misuse --------------------------------- */
+
+START_TEST(test_encode_yaml_and_its_encoder_refuse_misuse) {
+  uint8_t *out = (uint8_t *)"x";
+  size_t n = 7;
+  mcp_schema_error e;
+  ck_assert_int_eq(mcp_schema_encode_yaml(NULL, T "Inner", "n: 1", 4, NULL, 0, &out, &n, &e),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(mcp_schema_encode_yaml(S, NULL, "n: 1", 4, NULL, 0, &out, &n, &e),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(mcp_schema_encode_yaml(S, T "Inner", NULL, 4, NULL, 0, &out, &n, &e),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(mcp_schema_encode_yaml(S, T "Inner", "n: 1", 4, NULL, 0, NULL, &n, &e),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(mcp_schema_encode_yaml(S, "no.Such", "n: 1", 4, NULL, 0, &out, &n, &e),
+                   MCP_ERR_NOT_FOUND);
+  ck_assert_int_eq(mcp_schema_encode_yaml(S, T "Inner", "n: 1\n---\nn: 2\n", 12, "spec", 0,
+                                          &out, &n, &e),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_str_eq(e.message, "spec: expected one YAML document, found 2");
+  /* A syntax error: the parser's, with its line. */
+  mcp_schema_docs *d;
+  mcp_schema_error pe;
+  ck_assert_int_eq(mcp_schema_parse_yaml(NULL, "n: [", 4, &d, &pe), MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(mcp_schema_encode_yaml(S, T "Inner", "n: [", 4, NULL, 0, &out, &n, &e),
+                   MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_uint_eq(e.line, pe.line);
+  ck_assert_str_eq(e.message, pe.message);
+  ck_assert_str_eq((const char *)out, "x"); /* untouched on failure */
+  ck_assert_uint_eq(n, 7);
+
+  mcp_schema_yaml_encoder *x = NULL;
+  const uint8_t *b;
+  size_t bn;
+  mcp_schema_yaml_event ev = {.type = MCP_SCHEMA_YAML_MAP_START};
+  ck_assert_int_eq(mcp_schema_yaml_encoder_new(NULL, &x), MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(mcp_schema_yaml_encoder_new(S, &x), 0);
+  /* Before begin(): nothing to take. */
+  ck_assert_int_eq(mcp_schema_yaml_encoder_event(x, &ev), MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(mcp_schema_yaml_encoder_finish(x, &b, &bn), MCP_ERR_INVALID_ARGUMENT);
+  ck_assert_int_eq(mcp_schema_yaml_encoder_begin(x, "no.Such"), MCP_ERR_NOT_FOUND);
+  ck_assert_int_eq(mcp_schema_yaml_encoder_begin(x, NULL), MCP_ERR_INVALID_ARGUMENT);
+  /* A document's start inside a value, a tag: it gives up, and stays so. */
+  ck_assert_int_eq(mcp_schema_yaml_encoder_begin(x, T "Inner"), 0);
+  mcp_schema_yaml_event doc = {.type = MCP_SCHEMA_YAML_DOC_START};
+  ck_assert_int_eq(mcp_schema_yaml_encoder_event(x, &doc), MCP_SCHEMA_YAML_UNSURE);
+  ck_assert_int_eq(mcp_schema_yaml_encoder_event(x, &ev), MCP_SCHEMA_YAML_UNSURE);
+  ck_assert_int_eq(mcp_schema_yaml_encoder_finish(x, &b, &bn), MCP_SCHEMA_YAML_UNSURE);
+  ck_assert_int_eq(mcp_schema_yaml_encoder_begin(x, T "Inner"), 0);
+  mcp_schema_yaml_event tagged = {.type = MCP_SCHEMA_YAML_MAP_START, .tag = "!x"};
+  ck_assert_int_eq(mcp_schema_yaml_encoder_event(x, &tagged), MCP_SCHEMA_YAML_UNSURE);
+  /* A value cut short: finish() gives up; the encoder is ready again. */
+  ck_assert_int_eq(mcp_schema_yaml_encoder_begin(x, T "Inner"), 0);
+  ck_assert_int_eq(mcp_schema_yaml_encoder_event(x, &ev), 0);
+  ck_assert_int_eq(mcp_schema_yaml_encoder_finish(x, &b, &bn), MCP_SCHEMA_YAML_UNSURE);
+  ck_assert_int_eq(mcp_schema_yaml_encoder_begin(x, T "Inner"), 0);
+  mcp_schema_yaml_event end = {.type = MCP_SCHEMA_YAML_MAP_END};
+  ck_assert_int_eq(mcp_schema_yaml_encoder_event(x, &ev), 0);
+  ck_assert_int_eq(mcp_schema_yaml_encoder_event(x, &end), 0);
+  ck_assert_int_eq(mcp_schema_yaml_encoder_finish(x, &b, &bn), 0);
+  ck_assert_uint_eq(bn, 0); /* {}: no field */
+  mcp_schema_yaml_encoder_free(x);
+  mcp_schema_yaml_encoder_free(NULL);
+}
+END_TEST
+
 /* ---- allocation failures --------------------------------------------- */
 
 typedef struct fmem {
@@ -1008,6 +1074,14 @@ static void *f_realloc(void *p, size_t n, void *ud) {
   return realloc(p, n);
 }
 
+/* A scanner's events to an encoder (its document's start and end aside). */
+static int to_encoder(void *ctx, const mcp_schema_yaml_event *ev) {
+  if (ev->type == MCP_SCHEMA_YAML_DOC_START || ev->type == MCP_SCHEMA_YAML_DOC_END)
+    return 0;
+  int rc = mcp_schema_yaml_encoder_event(ctx, ev);
+  return rc == MCP_SCHEMA_YAML_UNSURE ? 0 : rc; /* finish() says it */
+}
+
 /* The whole path: new, load, parse, encode, decode; 0 or MCP_ERR_NOMEM. */
 static int whole_path(const mcp_mem *mem) {
   mcp_schema_options so;
@@ -1040,6 +1114,29 @@ static int whole_path(const mcp_mem *mem) {
   js = NULL;
   out = NULL;
   d = NULL;
+  /* YAML straight to bytes, a whole document and a value within one:
+   * the same bytes, or out of memory (an encoder that gave up here did so
+   * for want of memory: with it, this document goes directly). */
+  const char *dy = "fMessage: {name: a, child: {n: 1}}\nfString: x\nfEnum: RED\n";
+  if (!rc) {
+    uint8_t *o1 = NULL;
+    size_t n1 = 0;
+    rc = mcp_schema_encode_yaml(s, T "Scalars", dy, strlen(dy), "spec", 0, &o1, &n1, &e);
+    mcp_schema_yaml_encoder *x = NULL;
+    if (!rc && !(rc = mcp_schema_yaml_encoder_new(s, &x)) &&
+        !(rc = mcp_schema_yaml_encoder_begin(x, T "Scalars")) &&
+        !(rc = mcp_schema_yaml_scan(mem, dy, strlen(dy), 64, to_encoder, x))) {
+      const uint8_t *o2;
+      size_t n2;
+      rc = mcp_schema_yaml_encoder_finish(x, &o2, &n2);
+      if (rc == MCP_SCHEMA_YAML_UNSURE)
+        rc = MCP_ERR_NOMEM;
+      else
+        ck_assert(!rc && n2 == n1 && !memcmp(o1, o2, n1));
+    }
+    mcp_schema_yaml_encoder_free(x);
+    mcp_schema_free_bytes(s, o1);
+  }
   /* Every error of a bad document: three, or out of memory. */
   const char *bad = "fString: 1\nfInt32: x\nfMessage: {child: {n: y}, name: [a]}\n";
   if (!rc && !(rc = mcp_schema_parse_yaml(&po, bad, strlen(bad), &d, &e))) {
@@ -1112,6 +1209,7 @@ int main(void) {
   tcase_add_test(tc, test_encode_all_reports_every_mismatch_in_line_order);
   tcase_add_test(tc, test_encode_all_keeps_the_first_by_line_and_counts_the_rest);
   tcase_add_test(tc, test_unknown_fields_ignored_on_request);
+  tcase_add_test(tc, test_encode_yaml_and_its_encoder_refuse_misuse);
   tcase_add_test(tc, test_unknown_type_is_not_found);
   tcase_add_test(tc, test_nesting_beyond_max_depth_is_a_limit_error);
   suite_add_tcase(s, tc);
