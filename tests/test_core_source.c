@@ -1780,16 +1780,23 @@ END_TEST
 
 /* ---- introspection and events ---- */
 
+/* A started fixture whose session allocates through |m| (counted), with
+ * a debounce of 100 ms. */
+static fx *fx_counted(tm_mem *m) {
+  tm_init(m, 0);
+  fx *f = fx_new();
+  f->opts.mem = &m->mem;
+  f->opts.debounce = 100 * MS;
+  fx_start(f);
+  return f;
+}
+
 /* Issue 25's bytes per stream: what a subscription needs only while a
  * push is in flight, a request unanswered or a change debounced is made
  * then, and a synced stream is its session, node and subscriptions. */
 START_TEST(test_source_synced_stream_keeps_no_live_records) {
   tm_mem m;
-  tm_init(&m, 0);
-  fx *f = fx_new();
-  f->opts.mem = &m.mem;
-  f->opts.debounce = 100 * MS;
-  fx_start(f);
+  fx *f = fx_counted(&m);
   long empty = m.live; /* the session (and its options) */
   put(f, "c", "a", "v1", "A");
   put(f, "d", "a", "v1", "A");
@@ -1827,11 +1834,7 @@ END_TEST
  * NOMEM, changes nothing, and works once memory is back. */
 START_TEST(test_source_nomem_for_a_live_record_or_v1_text_changes_nothing) {
   tm_mem m;
-  tm_init(&m, 0);
-  fx *f = fx_new();
-  f->opts.mem = &m.mem;
-  f->opts.debounce = 100 * MS;
-  fx_start(f);
+  fx *f = fx_counted(&m);
   put(f, "c", "a", "v1", "A");
   sync_coll(f, "c", 1);
   long live = m.live;
