@@ -19,6 +19,7 @@
 #include <mcp/schema_istio.h>
 
 #include "config_notes.h"
+#include "mutate.h"
 #include "loader/config_internal.h"
 
 /* ------------------------------------------------------------------ */
@@ -710,24 +711,13 @@ static int same_both_ways(const char *text, size_t len) {
 }
 
 /* Each single-byte change of |text|: a few replacements, the deletion. */
+static void mutated(void *ctx, const char *m, size_t n) {
+  (void)ctx;
+  same_both_ways(m, n);
+}
+
 static void same_mutated(const char *text) {
-  static const char repl[] = " :-{}[]x1\n'#&*!";
-  size_t len = strlen(text);
-  char *m = malloc(len + 1);
-  ck_assert_ptr_nonnull(m);
-  for (size_t i = 0; i < len; i++) {
-    for (size_t r = 0; r < sizeof repl - 1; r++) {
-      if (text[i] == repl[r])
-        continue;
-      memcpy(m, text, len);
-      m[i] = repl[r];
-      same_both_ways(m, len);
-    }
-    memcpy(m, text, i);
-    memcpy(m + i, text + i + 1, len - i - 1);
-    same_both_ways(m, len - 1);
-  }
-  free(m);
+  each_byte_change(text, strlen(text), " :-{}[]x1\n'#&*!", mutated, NULL);
 }
 
 static size_t same_dir(const char *path) {

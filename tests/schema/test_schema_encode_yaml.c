@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../mutate.h"
 #include "check.h"
 #include "schema_int.h"
 
@@ -118,24 +119,19 @@ static int same(const mcp_schema *s, const char *type, const char *text, size_t 
 
 /* Every single-byte change of |text| at each position: a few
  * replacements and the deletion. */
+typedef struct mut_ctx {
+  const mcp_schema *s;
+  const char *type;
+} mut_ctx;
+
+static void mutated(void *ctx, const char *m, size_t n) {
+  const mut_ctx *c = ctx;
+  same(c->s, c->type, m, n, 0);
+}
+
 static void mutations(const mcp_schema *s, const char *type, const char *text, size_t len) {
-  static const char repl[] = " :-{}[]x1\n'\",#~";
-  char *m = malloc(len + 1);
-  if (!m)
-    abort();
-  for (size_t i = 0; i < len; i++) {
-    for (size_t r = 0; r < sizeof repl - 1; r++) {
-      if (text[i] == repl[r])
-        continue;
-      memcpy(m, text, len);
-      m[i] = repl[r];
-      same(s, type, m, len, 0);
-    }
-    memcpy(m, text, i);
-    memcpy(m + i, text + i + 1, len - i - 1);
-    same(s, type, m, len - 1, 0);
-  }
-  free(m);
+  mut_ctx c = {s, type};
+  each_byte_change(text, len, " :-{}[]x1\n'\",#~", mutated, &c);
 }
 
 typedef struct doc {
