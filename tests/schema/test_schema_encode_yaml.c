@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "../mutate.h"
+#include "bench_vs.h"
 #include "check.h"
 #include "schema_int.h"
 
@@ -216,45 +217,6 @@ static const doc docs[] = {
     {T "Inner", "child: {child: {child: {child: {child: {child: {n: 1}}}}}}\n", 1},
 };
 
-/* The benchmark's VirtualService (bench/bench_schema.c). */
-static const char vs[] =
-    "hosts:\n- reviews-7.bookinfo.svc.cluster.local\n- reviews.example.com\n"
-    "gateways: [istio-system/bookinfo-gateway, mesh]\n"
-    "http:\n"
-    "- name: canary-7\n"
-    "  match:\n"
-    "  - headers:\n"
-    "      end-user: {exact: tester-7}\n"
-    "    uri: {prefix: /reviews/v0}\n"
-    "  route:\n"
-    "  - destination: {host: reviews, subset: v3, port: {number: 9080}}\n"
-    "    headers:\n"
-    "      request: {set: {x-canary: \"true\", a-first: b}}\n"
-    "  timeout: 7.5s\n"
-    "- match:\n"
-    "  - uri: {exact: /productpage}\n"
-    "  - uri: {prefix: /static}\n"
-    "  route:\n"
-    "  - destination: {host: reviews, subset: v1}\n"
-    "    weight: 7\n"
-    "  - destination: {host: reviews, subset: v2}\n"
-    "    weight: 93\n"
-    "  retries:\n"
-    "    attempts: 3\n"
-    "    perTryTimeout: 2s\n"
-    "    retryOn: gateway-error,connect-failure,refused-stream\n"
-    "  fault:\n"
-    "    delay:\n"
-    "      percentage: {value: 0.5}\n"
-    "      fixedDelay: 5s\n"
-    "  corsPolicy:\n"
-    "    allowOrigins: [{exact: \"https://example.com\"}]\n"
-    "    allowMethods: [GET, POST]\n"
-    "    allowHeaders: [x-custom-7]\n"
-    "    maxAge: 86400s\n"
-    "  mirror: {host: reviews-shadow, subset: v2}\n"
-    "  mirrorPercentage: {value: 10.0}\n";
-
 /* The Istio type of a document's kind, or NULL. */
 static const char *istio_type(const char *kind) {
   static const char *const net[] = {"VirtualService", "DestinationRule", "Gateway",
@@ -372,9 +334,9 @@ int main(int argc, char **argv) {
     same(s, d->type, d->yaml, n, MCP_SCHEMA_IGNORE_UNKNOWN_FIELDS);
     mutations(s, d->type, d->yaml, n);
   }
-  CHECK(same(s, "istio.networking.v1alpha3.VirtualService", vs, strlen(vs), 0),
+  CHECK(same(s, "istio.networking.v1alpha3.VirtualService", bench_vs, strlen(bench_vs), 0),
         "the benchmark's VirtualService did not go directly");
-  mutations(s, "istio.networking.v1alpha3.VirtualService", vs, strlen(vs));
+  mutations(s, "istio.networking.v1alpha3.VirtualService", bench_vs, strlen(bench_vs));
   /* An unknown type: the long way's NOT_FOUND. */
   same(s, "no.such.Type", "a: 1\n", 5, 0);
   char ex[1024];

@@ -23,6 +23,7 @@
 
 #include <yaml.h>
 
+#include "bench_vs.h"
 #include "check.h"
 #include "schema_int.h"
 
@@ -363,34 +364,6 @@ static const char *const cases[] = {
     "a: \"\\/\"\n",
     "a: \"\\0x\"\n",
 };
-
-/* A VirtualService as bench/bench_schema.c writes it. */
-static const char bench_vs[] =
-    "hosts:\n- reviews-7.bookinfo.svc.cluster.local\n- reviews.example.com\n"
-    "gateways: [istio-system/bookinfo-gateway, mesh]\n"
-    "http:\n"
-    "- name: canary-7\n"
-    "  match:\n"
-    "  - headers:\n"
-    "      end-user: {exact: tester-7}\n"
-    "    uri: {prefix: /reviews/v0}\n"
-    "  route:\n"
-    "  - destination: {host: reviews, subset: v3, port: {number: 9080}}\n"
-    "    headers:\n"
-    "      request: {set: {x-canary: \"true\"}}\n"
-    "  timeout: 7.5s\n"
-    "- match:\n"
-    "  - uri: {exact: /productpage}\n"
-    "  route:\n"
-    "  - destination: {host: reviews, subset: v1}\n"
-    "    weight: 7\n"
-    "  retries:\n"
-    "    attempts: 3\n"
-    "    perTryTimeout: 2s\n"
-    "    retryOn: gateway-error,connect-failure,refused-stream\n"
-    "  corsPolicy:\n"
-    "    allowOrigins: [{exact: \"https://example.com\"}]\n"
-    "  mirrorPercentage: {value: 10.0}\n";
 
 /* A refused event (negative) makes the reader start over with libyaml; a
  * positive value stops it and is returned; NOMEM stops it. */
