@@ -681,7 +681,7 @@ typedef struct reading {
   int kind, stamped;
   uint64_t fp;
   fstamp stamp;
-  int parsed, prv; /* mcpcfg_parse_held()'s */
+  int prv; /* mcpcfg_parse_held()'s, when the bytes were new */
   mcpcfg_doc **docs;
   size_t ndocs, nbad;
   mcpcfg_said said;
@@ -715,7 +715,6 @@ static void read_one(reading *r) {
   /* The same bytes as before: not parsed again (finish() keeps |old|). */
   if (!r->rv && r->kind == FP_CONTENT &&
       !(r->has_old && r->old_kind == r->kind && r->old_fp == r->fp)) {
-    r->parsed = 1;
     r->prv = mcpcfg_parse_held(r->o, r->path, buf, len, r->kept, &r->docs, &r->ndocs,
                                &r->nbad, &r->said);
   }
