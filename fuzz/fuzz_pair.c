@@ -306,9 +306,15 @@ static int deliver_up(world *w, unsigned how) {
   return 1;
 }
 
+/* NOMEM only where an allocation failed (a debounced change's record);
+ * nothing is lost, a later call does it. */
 static void handle_expiry(world *w) {
   if (mcp_source_session_get_expiry(w->src) <= w->ts) {
-    FZ_CHECK(mcp_source_session_handle_expiry(w->src, w->ts) == 0, "expiry");
+    long fired = w->m.fired;
+    int rv = mcp_source_session_handle_expiry(w->src, w->ts);
+    fz_check_nomem(&w->m, fired, rv, "source_session_handle_expiry");
+    FZ_CHECK(rv == 0 || rv == MCP_ERR_NOMEM, "expiry: %d (%s)", rv,
+             mcp_strerror(rv));
   }
 }
 

@@ -297,7 +297,10 @@ MCP_EXTERN int mcp_source_session_next(mcp_source_session *s, mcp_tstamp ts,
 MCP_EXTERN mcp_tstamp mcp_source_session_get_expiry(const mcp_source_session *s);
 
 /* Acts on expired timers, and starts the max_delay clock of changes not
- * seen yet. After it, check want_write(). */
+ * seen yet. After it, check want_write(). Returns 0, or MCP_ERR_NOMEM when
+ * a debounced change's record could not be made: what was done stays done,
+ * nothing is lost, and a later call (get_expiry() still says when) goes
+ * on; the stream driver ends the stream instead. */
 MCP_EXTERN int mcp_source_session_handle_expiry(mcp_source_session *s,
                                                 mcp_tstamp ts);
 
