@@ -197,12 +197,26 @@ typedef mcp_schema_yaml_event_fn sc_yf_emit_fn;
 int sc_yaml_fast(const mcp_mem *mem, const char *text, size_t len, unsigned max_depth,
                  sc_yf_emit_fn fn, void *ctx, int *bailed);
 
+/* 1 when a plain scalar starting with |c| may be a null, a boolean or a
+ * number; else it is a string. */
+static inline int sc_yaml_may_resolve(char c) {
+  /* "~nNtTfF-+.0123456789" and NUL (the empty scalar), as bits. */
+  static const uint64_t lo = 1ull | 1ull << '+' | 1ull << '-' | 1ull << '.' |
+                             0x3ffull << '0',
+                        hi = 1ull << ('N' - 64) | 1ull << ('T' - 64) |
+                             1ull << ('F' - 64) | 1ull << ('n' - 64) |
+                             1ull << ('t' - 64) | 1ull << ('f' - 64) |
+                             1ull << ('~' - 64);
+  unsigned char u = (unsigned char)c;
+  return u < 64 ? (int)(lo >> u & 1) : u < 128 ? (int)(hi >> (u - 64) & 1) : 0;
+}
+
 /* mcp_schema_yaml_resolve() with its common case inline (yaml_read.c): an
  * untagged quoted scalar, or a plain one whose first byte cannot start a
  * null, a boolean or a number, is a string. */
 static inline const char *sc_yaml_resolve(const char *s, const char *tag, int plain,
                                           mcp_schema_kind *kind, int *boolean, double *num) {
-  if (!tag && (!plain || !strchr("~nNtTfF-+.0123456789", s[0]))) {
+  if (!tag && (!plain || !sc_yaml_may_resolve(s[0]))) {
     *kind = MCP_SCHEMA_STRING;
     return NULL;
   }

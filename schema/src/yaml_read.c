@@ -16,15 +16,30 @@
 /* Scalars: YAML 1.2 core schema                                       */
 /* ================================================================== */
 
+/* |s| is |w| (lower case), |w| capitalised, or |w| in capitals: the three
+ * spellings YAML 1.2 gives null, true, false and .inf. One pass
+ * instead of a strcmp() per spelling: the resolver runs on every plain
+ * scalar that starts like one of them. */
+static int spelled(const char *s, const char *w) {
+  int caps = s[0] != w[0];
+  if (caps && s[0] != w[0] - ('a' - 'A'))
+    return 0;
+  caps = caps && s[1] >= 'A' && s[1] <= 'Z';
+  size_t i = 1;
+  for (; w[i]; i++)
+    if (s[i] != (caps ? w[i] - ('a' - 'A') : w[i]))
+      return 0;
+  return !s[i];
+}
+
 static int is_null_text(const char *s) {
-  return !*s || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") ||
-         !strcmp(s, "NULL");
+  return !*s || (s[0] == '~' && !s[1]) || spelled(s, "null");
 }
 
 static int is_bool_text(const char *s, int *v) {
-  if (!strcmp(s, "true") || !strcmp(s, "True") || !strcmp(s, "TRUE"))
+  if (spelled(s, "true"))
     return *v = 1;
-  if (!strcmp(s, "false") || !strcmp(s, "False") || !strcmp(s, "FALSE"))
+  if (spelled(s, "false"))
     return !(*v = 0);
   return 0;
 }
@@ -74,12 +89,13 @@ static int is_int_text(const char *s, double *v) {
 /* [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?, [-+]?.inf, .nan */
 static int is_float_text(const char *s, double *v) {
   const char *p = s + (*s == '-' || *s == '+');
-  if (!strcmp(p, ".inf") || !strcmp(p, ".Inf") || !strcmp(p, ".INF")) {
+  if (p[0] == '.' && spelled(p + 1, "inf")) {
     if (v)
       *v = *s == '-' ? -INFINITY : INFINITY;
     return 1;
   }
-  if (!strcmp(s, ".nan") || !strcmp(s, ".NaN") || !strcmp(s, ".NAN")) {
+  /* Not spelled(): the capitalised form is .NaN. */
+  if (s[0] == '.' && (!strcmp(s, ".nan") || !strcmp(s, ".NaN") || !strcmp(s, ".NAN"))) {
     if (v)
       *v = NAN;
     return 1;
@@ -114,7 +130,7 @@ const char *mcp_schema_yaml_resolve(const char *s, const char *tag, int plain,
       return NULL;
     /* Most plain scalars are words: only these first bytes (or none) can
      * start a null, a boolean or a number. */
-    if (!strchr("~nNtTfF-+.0123456789", s[0]))
+    if (!sc_yaml_may_resolve(s[0]))
       return NULL;
     if (is_null_text(s))
       *kind = MCP_SCHEMA_NULL;

@@ -492,6 +492,23 @@ static void resolver_cases(void) {
       {"TRUE", NULL, 1, MCP_SCHEMA_BOOL, 1, 0, NULL},
       {"False", NULL, 1, MCP_SCHEMA_BOOL, 0, 0, NULL},
       {"yes", NULL, 1, MCP_SCHEMA_STRING, 0, 0, NULL}, /* YAML 1.1 only */
+      /* Three spellings each, no others. */
+      {"NuLL", NULL, 1, MCP_SCHEMA_STRING, 0, 0, NULL},
+      {"nulL", NULL, 1, MCP_SCHEMA_STRING, 0, 0, NULL},
+      {"nul", NULL, 1, MCP_SCHEMA_STRING, 0, 0, NULL},
+      {"nulls", NULL, 1, MCP_SCHEMA_STRING, 0, 0, NULL},
+      {"~~", NULL, 1, MCP_SCHEMA_STRING, 0, 0, NULL},
+      {"True", NULL, 1, MCP_SCHEMA_BOOL, 1, 0, NULL},
+      {"tRUE", NULL, 1, MCP_SCHEMA_STRING, 0, 0, NULL},
+      {"TRue", NULL, 1, MCP_SCHEMA_STRING, 0, 0, NULL},
+      {"FALSE", NULL, 1, MCP_SCHEMA_BOOL, 0, 0, NULL},
+      {"fals", NULL, 1, MCP_SCHEMA_STRING, 0, 0, NULL},
+      {".INF", NULL, 1, MCP_SCHEMA_NUMBER, 0, 1.0 / 0.0, NULL},
+      {".iNF", NULL, 1, MCP_SCHEMA_STRING, 0, 0, NULL},
+      {"+.inf", NULL, 1, MCP_SCHEMA_NUMBER, 0, 1.0 / 0.0, NULL},
+      {".Nan", NULL, 1, MCP_SCHEMA_STRING, 0, 0, NULL}, /* .NaN is the form */
+      {"+.nan", NULL, 1, MCP_SCHEMA_STRING, 0, 0, NULL}, /* no sign on .nan */
+      {"inf", NULL, 1, MCP_SCHEMA_STRING, 0, 0, NULL},
       {"+12", NULL, 1, MCP_SCHEMA_NUMBER, 0, 12, NULL},
       {"0x1F", NULL, 1, MCP_SCHEMA_NUMBER, 0, 31, NULL},
       {"0o17", NULL, 1, MCP_SCHEMA_NUMBER, 0, 15, NULL},
