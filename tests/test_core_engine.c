@@ -1191,6 +1191,26 @@ START_TEST(test_utf8_check_is_strict_and_nul_is_the_callers_choice) {
     ck_assert_msg(!mcp_utf8_valid((const uint8_t *)bad[i], strlen(bad[i]), 1), "%zu", i);
     ck_assert_uint_eq(mcp_utf8_len((const uint8_t *)bad[i], strlen(bad[i])), 0);
   }
+  /* The same at every offset of a run of ASCII, where the check reads
+   * eight bytes at a time: any other byte goes to the strict check. */
+  for (size_t at = 0; at <= 17; at++) {
+    uint8_t b[40];
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+      size_t l = strlen(bad[i]);
+      memset(b, 'x', sizeof b);
+      memcpy(b + at, bad[i], l);
+      ck_assert_msg(!mcp_utf8_valid(b, at + l, 1), "%zu at %zu", i, at);
+      ck_assert_msg(!mcp_utf8_valid(b, at + l + 9, 1), "%zu at %zu", i, at);
+    }
+    memset(b, 'x', sizeof b);
+    memcpy(b + at, ok + 1, sizeof ok - 2);
+    ck_assert_msg(mcp_utf8_valid(b, sizeof b, 1), "good at %zu", at);
+    b[at + 3] = 0; /* inside the euro sign */
+    ck_assert_msg(!mcp_utf8_valid(b, sizeof b, 1), "cut at %zu", at);
+    memcpy(b + at, ok + 1, sizeof ok - 2);
+    b[sizeof b - 1] = 0;
+    ck_assert_msg(!mcp_utf8_valid(b, sizeof b, 0), "NUL, at %zu", at);
+  }
   ck_assert(!mcp_utf8_valid((const uint8_t *)"a\0b", 3, 0));
   ck_assert(mcp_utf8_valid((const uint8_t *)"a\0b", 3, 1));
   ck_assert(mcp_utf8_valid(NULL, 0, 0));

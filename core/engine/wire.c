@@ -92,6 +92,16 @@ static inline size_t utf8_len(const uint8_t *s, size_t n) {
 static inline int utf8_valid(const uint8_t *s, size_t n, int allow_nul) {
   size_t i = 0;
   while (i < n) {
+    if (allow_nul) { /* most text is ASCII: eight bytes at a time */
+      uint64_t w;
+      while (n - i >= 8 &&
+             (memcpy(&w, s + i, 8), !(w & UINT64_C(0x8080808080808080)))) {
+        i += 8;
+      }
+      if (i == n) {
+        break;
+      }
+    }
     uint8_t c = s[i];
     if (c < 0x80) {
       if (c == 0 && !allow_nul) {
