@@ -386,7 +386,7 @@ static int flow_node(yf *y) {
 
 /* ---- block collections ---------------------------------------------- */
 
-static int block_map(yf *y, int col);
+static int block_map(yf *y, int col, const tok *first);
 static int block_seq(yf *y, int col, int indentless);
 
 /* A value on the rest of the current line (a scalar or a flow
@@ -453,10 +453,8 @@ static int block_node(yf *y, int col, int pcol) {
   int is_key;
   if (key_at(y, &k, &is_key))
     return -1;
-  if (is_key) {
-    y->p = y->bol + col; /* block_map() reads the key again */
-    return block_map(y, col);
-  }
+  if (is_key)
+    return block_map(y, col, &k);
   return inline_value(y, pcol);
 }
 
@@ -477,9 +475,8 @@ static int entry_value(yf *y, int col, unsigned long line, int in_map) {
       const char *at = y->p;
       if (key_at(y, &k, &is_key))
         return -1;
-      y->p = at;
       if (is_key)
-        return block_map(y, (int)(at - y->bol));
+        return block_map(y, (int)(at - y->bol), &k);
     }
     return inline_value(y, col);
   }
@@ -505,13 +502,18 @@ static int entry_next(yf *y, int col, unsigned long line, int in_map) {
   return next == col;
 }
 
-static int block_map(yf *y, int col) {
+/* A block mapping at column |col|; |first|, when not NULL, is its first
+ * key, already read (y->p after its ':'), so that no key is read twice. */
+static int block_map(yf *y, int col, const tok *first) {
   if (deeper(y) || emit(y, SC_YF_MAP_START, y->line, NULL, 0, 0))
     return -1;
   for (;;) {
     tok k;
-    if (key_or_bail(y, &k))
+    if (first)
+      k = *first;
+    else if (key_or_bail(y, &k))
       return -1;
+    first = NULL;
     if (emit_tok(y, &k))
       return -1;
     int more = entry_next(y, col, k.line, 1);
@@ -577,10 +579,7 @@ static int stream(yf *y) {
         return -1;
     } else {
       tok k;
-      if (key_or_bail(y, &k))
-        return -1;
-      y->p = y->bol + next;
-      if (block_map(y, next))
+      if (key_or_bail(y, &k) || block_map(y, next, &k))
         return -1;
     }
     if (next_line(y, &next))
