@@ -1083,6 +1083,12 @@ START_TEST(test_wire_field_next_reads_each_wire_type_and_refuses_bad_bytes) {
   field_is(i64, sizeof i64, 1, 1, MCP_WT_I64, 0, NULL, 0, 9);
   field_is(i32, sizeof i32, 1, 2, MCP_WT_I32, 0, NULL, 0, 5);
   field_is(varint, 0, 0, 0, 0, 0, NULL, 0, 0); /* the end */
+  /* A tag and a length in five bytes, longer than they need: taken, as
+   * protobuf-c takes them. */
+  static const uint8_t tag5[] = {0x8a, 0x80, 0x80, 0x80, 0x00, 0x01, 'x'};
+  static const uint8_t len5[] = {0x0a, 0x81, 0x80, 0x80, 0x80, 0x00, 'x'};
+  field_is(tag5, sizeof tag5, 1, 1, MCP_WT_LEN, 0, tag5 + 6, 1, 7);
+  field_is(len5, sizeof len5, 1, 1, MCP_WT_LEN, 0, len5 + 6, 1, 7);
 
   static const uint8_t past_end[] = {0x12, 0x05, 'a'};
   static const uint8_t huge_len[] = {0x12, 0xff, 0xff, 0xff, 0xff, 0xff,
@@ -1097,6 +1103,13 @@ START_TEST(test_wire_field_next_reads_each_wire_type_and_refuses_bad_bytes) {
                                    0x80, 0x80, 0x80, 0x80, 0x80, 0x00};
   static const uint8_t beyond_64[] = {0x08, 0xff, 0xff, 0xff, 0xff, 0xff,
                                       0xff, 0xff, 0xff, 0xff, 0x02};
+  /* Six bytes for a tag or a length: protobuf-c refuses them (the first, a
+   * field 439642321 of wire type 5, is what fuzz_source_session found
+   * accepted in a request). */
+  static const uint8_t tag6[] = {0x8d, 0x8d, 0x8d, 0x8d, 0x8d, 0x00, 0, 0, 0, 0};
+  static const uint8_t tag6_len[] = {0x8a, 0x80, 0x80, 0x80, 0x80, 0x00, 0x01, 'x'};
+  static const uint8_t len6[] = {0x0a, 0x81, 0x80, 0x80, 0x80, 0x80, 0x00, 'x'};
+  static const uint8_t len6_16[] = {0x82, 0x01, 0x81, 0x80, 0x80, 0x80, 0x80, 0x00, 'x'};
   const struct {
     const uint8_t *p;
     size_t n;
@@ -1105,7 +1118,9 @@ START_TEST(test_wire_field_next_reads_each_wire_type_and_refuses_bad_bytes) {
              {group, sizeof group},           {wt6, sizeof wt6},
              {cut_varint, sizeof cut_varint}, {cut_varint, 1},
              {cut_i64, sizeof cut_i64},       {eleven, sizeof eleven},
-             {beyond_64, sizeof beyond_64}};
+             {beyond_64, sizeof beyond_64},   {tag6, sizeof tag6},
+             {tag6_len, sizeof tag6_len},     {len6, sizeof len6},
+             {len6_16, sizeof len6_16}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
     field_is(bad[i].p, bad[i].n, MCP_ERR_MALFORMED, 0, 0, 0, NULL, 0, 0);
   }

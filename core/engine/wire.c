@@ -9,13 +9,23 @@ static int get_varint(mcp_wire *w, uint64_t *v) {
   return mcp__varint(&w->p, w->end, v);
 }
 
+/* A tag or a length: at most five bytes (a uint32's varint), the rule
+ * protobuf-c reads them by. No encoder writes a longer one; refusing it
+ * keeps every reader of the tree to what protobuf-c would decode. */
+static int get_varint32(mcp_wire *w, uint64_t *v) {
+  const uint8_t *start = w->p;
+  return get_varint(w, v) != 0 || w->p - start > MCP_WIRE_VARINT32_MAX
+             ? MCP_ERR_MALFORMED
+             : 0;
+}
+
 int mcp_wire_next(mcp_wire *w, uint32_t *field, int *wt, uint64_t *v,
                    const uint8_t **data, size_t *len) {
   if (w->p == w->end) {
     return 0;
   }
   uint64_t key;
-  if (get_varint(w, &key) != 0 || (key >> 3) == 0 || (key >> 3) > 0x1fffffff) {
+  if (get_varint32(w, &key) != 0 || (key >> 3) == 0 || (key >> 3) > 0x1fffffff) {
     return MCP_ERR_MALFORMED;
   }
   *field = (uint32_t)(key >> 3);
@@ -37,7 +47,7 @@ int mcp_wire_next(mcp_wire *w, uint32_t *field, int *wt, uint64_t *v,
   }
   case MCP_WT_LEN: {
     uint64_t n;
-    if (get_varint(w, &n) != 0 || n > (uint64_t)(w->end - w->p)) {
+    if (get_varint32(w, &n) != 0 || n > (uint64_t)(w->end - w->p)) {
       return MCP_ERR_MALFORMED;
     }
     *data = w->p;

@@ -1347,6 +1347,9 @@ static inline uint8_t *mcp_wire_put_len_field(uint8_t *p, uint32_t field,
   return p + len;
 }
 
+/* The longest tag or length mcp_wire_next() takes: a uint32's varint. */
+#define MCP_WIRE_VARINT32_MAX 5
+
 /* A read cursor over a protobuf message: the bytes [p, end). */
 typedef struct mcp_wire {
   const uint8_t *p, *end;
@@ -1356,8 +1359,9 @@ typedef struct mcp_wire {
  * Reads the next field: its number, wire type and, for LEN fields, the
  * payload in |*data|/|*len|; for VARINT the value in |*v|; other types are
  * skipped. Returns 1 for a field, 0 at the end, MCP_ERR_MALFORMED on bad
- * bytes (a varint as mcp_wire_varint() refuses, a length past the end,
- * groups, field number 0). Loops read with mcp_wire_field_next() below,
+ * bytes (a varint as mcp_wire_varint() refuses, a tag or a length longer
+ * than MCP_WIRE_VARINT32_MAX bytes, a length past the end, groups, field
+ * number 0). Loops read with mcp_wire_field_next() below,
  * which is this with its common case inline.
  */
 MCP_EXTERN int mcp_wire_next(mcp_wire *w, uint32_t *field, int *wt,
@@ -1385,12 +1389,14 @@ typedef struct mcp_wire_field {
  *   while ((rv = mcp_wire_field_next(&w, &f)) == 1) { switch (f.num) ... }
  * Returns 1 for a field, 0 at the end (|*f| untouched), or
  * MCP_ERR_MALFORMED for bad bytes: a truncated tag, varint or I64/I32
- * value, a varint longer than 10 bytes or with bits beyond 64, a length
- * past the end, a group (wire types 3 and 4) or 6 and 7, field number 0 or
- * past 2^29 - 1. After an error |*f| and |w| say nothing useful: stop.
+ * value, a varint longer than 10 bytes or with bits beyond 64, a tag or a
+ * length longer than MCP_WIRE_VARINT32_MAX bytes (protobuf-c refuses them;
+ * no encoder writes them), a length past the end, a group (wire types 3
+ * and 4) or 6 and 7, field number 0 or past 2^29 - 1. After an error |*f|
+ * and |w| say nothing useful: stop.
  * I64 and I32 fields are skipped over (only |num| and |wt| are set).
  * The common case (a one-byte tag, fields 1 to 15, of a varint or a LEN
- * whose length takes at most nine bytes) is read here, inline: a push
+ * whose length takes at most five bytes) is read here, inline: a push
  * holds thousands of fields; every other case goes to mcp_wire_next(),
  * so both answer alike for the same bytes.
  */
@@ -1419,8 +1425,8 @@ static inline int mcp_wire_field_next(mcp_wire *w, mcp_wire_field *f) {
         w->p = q;
         return 1;
       }
-      if (x > (uint64_t)(w->end - q)) {
-        break; /* past the end: mcp_wire_next() says so */
+      if (x > (uint64_t)(w->end - q) || sh >= 7 * MCP_WIRE_VARINT32_MAX) {
+        break; /* past the end, or too long: mcp_wire_next() says so */
       }
       f->num = (uint32_t)(tag >> 3);
       f->wt = MCP_WT_LEN;
