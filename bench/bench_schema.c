@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "bench_vs.h"
 #include "mcp/schema.h"
 #include "mcp/schema_istio.h"
 #ifdef BENCH_LOADER
@@ -39,50 +40,6 @@
 #endif
 
 #define VS "istio.networking.v1alpha3.VirtualService"
-
-/* A VirtualService of about 1 KiB, different for each |i|. */
-static size_t make_vs(char *buf, size_t cap, unsigned i) {
-  int n = snprintf(
-      buf, cap,
-      "hosts:\n- reviews-%u.bookinfo.svc.cluster.local\n- reviews.example.com\n"
-      "gateways: [istio-system/bookinfo-gateway, mesh]\n"
-      "http:\n"
-      "- name: canary-%u\n"
-      "  match:\n"
-      "  - headers:\n"
-      "      end-user: {exact: tester-%u}\n"
-      "    uri: {prefix: /reviews/v%u}\n"
-      "  route:\n"
-      "  - destination: {host: reviews, subset: v3, port: {number: 9080}}\n"
-      "    headers:\n"
-      "      request: {set: {x-canary: \"true\"}}\n"
-      "  timeout: %u.5s\n"
-      "- match:\n"
-      "  - uri: {exact: /productpage}\n"
-      "  - uri: {prefix: /static}\n"
-      "  route:\n"
-      "  - destination: {host: reviews, subset: v1}\n"
-      "    weight: %u\n"
-      "  - destination: {host: reviews, subset: v2}\n"
-      "    weight: %u\n"
-      "  retries:\n"
-      "    attempts: 3\n"
-      "    perTryTimeout: 2s\n"
-      "    retryOn: gateway-error,connect-failure,refused-stream\n"
-      "  fault:\n"
-      "    delay:\n"
-      "      percentage: {value: 0.5}\n"
-      "      fixedDelay: 5s\n"
-      "  corsPolicy:\n"
-      "    allowOrigins: [{exact: \"https://example.com\"}]\n"
-      "    allowMethods: [GET, POST]\n"
-      "    allowHeaders: [x-custom-%u]\n"
-      "    maxAge: 86400s\n"
-      "  mirror: {host: reviews-shadow, subset: v%u}\n"
-      "  mirrorPercentage: {value: 10.0}\n",
-      i, i, i, i % 7, i % 30, i % 101, 100 - i % 101, i, i % 5);
-  return n > 0 && (size_t)n < cap ? (size_t)n : 0;
-}
 
 #ifdef BENCH_LOADER
 /* mcp-source's start on a directory of |n| typed VirtualServices, one a
@@ -94,7 +51,7 @@ static double dir_load(const mcp_schema *s, unsigned n, int rounds, unsigned thr
     return -1;
   for (unsigned i = 0; i < n; i++) {
     char vs[2048], doc[4096];
-    size_t vn = make_vs(vs, sizeof vs, i);
+    size_t vn = bench_vs(vs, sizeof vs, i, 0);
     int k = snprintf(doc, sizeof doc,
                      "apiVersion: networking.istio.io/v1alpha3\nkind: VirtualService\n"
                      "metadata:\n  name: reviews-%u\n  namespace: bench\nspec:\n",
@@ -192,7 +149,7 @@ int main(int argc, char **argv) {
   size_t bytes = 0, wbytes = 0;
   for (size_t i = 0; i < ndocs; i++) {
     char buf[2048];
-    size_t n = make_vs(buf, sizeof buf, (unsigned)i);
+    size_t n = bench_vs(buf, sizeof buf, (unsigned)i, 0);
     if (!n)
       return 1;
     text[i] = malloc(n + 1);
