@@ -84,6 +84,12 @@ void mcpcfg_doc_unref(mcpcfg_doc *doc) {
   }
 }
 
+void mcpcfg_docs_free(mcpcfg_doc **docs, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    mcpcfg_doc_unref(docs[i]);
+  free(docs);
+}
+
 /* ASCII only: the C library's version depends on the locale. */
 static int is_digit(char c) { return c >= '0' && c <= '9'; }
 
@@ -1365,9 +1371,7 @@ static int parse_once(const mcpcfg_options *opts, const char *path, const unsign
     free(b.stack[i].kids);
   free(b.stack);
   if (rv != 0) {
-    for (size_t i = 0; i < b.ndocs; i++)
-      mcpcfg_doc_unref(b.docs[i]);
-    free(b.docs);
+    mcpcfg_docs_free(b.docs, b.ndocs);
     return rv;
   }
   *pdocs = b.docs;

@@ -22,6 +22,8 @@ typedef struct mcpcfg_doc {
 } mcpcfg_doc;
 
 void mcpcfg_doc_unref(mcpcfg_doc *doc);
+/* Drops a reference to each of |docs[0..n)| and frees the array. */
+void mcpcfg_docs_free(mcpcfg_doc **docs, size_t n);
 
 /*
  * Parses the YAML bytes of one file into documents, reporting each skipped

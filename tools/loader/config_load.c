@@ -130,9 +130,7 @@ static void strvec_free(strvec *sv) {
 static void file_unref(cfile *f) {
   if (!f || --f->refs > 0)
     return;
-  for (size_t i = 0; i < f->ndocs; i++)
-    mcpcfg_doc_unref(f->docs[i]);
-  free(f->docs);
+  mcpcfg_docs_free(f->docs, f->ndocs);
   free(f->path);
   free(f);
 }
@@ -722,9 +720,7 @@ static void read_one(reading *r) {
 }
 
 static void reading_done(reading *r) {
-  for (size_t i = 0; i < r->ndocs; i++)
-    mcpcfg_doc_unref(r->docs[i]);
-  free(r->docs);
+  mcpcfg_docs_free(r->docs, r->ndocs);
   r->docs = NULL;
   r->ndocs = 0;
   mcpcfg_said_free(&r->said);
