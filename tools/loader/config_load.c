@@ -897,7 +897,12 @@ static size_t threads_for(const mcpcfg_loader *l, size_t n) {
 
 /* Reads the files of |r| marked READ in |what| on |nthreads| threads (the
  * caller is one of them; a thread that cannot start is one fewer). */
-static void read_all(reading *r, const int *what, size_t n, size_t nthreads, size_t *todo) {
+static int start_pthread(pthread_t *tid, void *(*fn)(void *), void *arg) {
+  return pthread_create(tid, NULL, fn, arg);
+}
+
+static void read_all(const mcpcfg_loader *l, reading *r, const int *what, size_t n,
+                     size_t nthreads, size_t *todo) {
   workers w;
   w.r = r;
   w.todo = todo;
@@ -908,7 +913,9 @@ static void read_all(reading *r, const int *what, size_t n, size_t nthreads, siz
       todo[w.ntodo++] = i;
   pthread_t tid[MAX_LOAD_THREADS];
   size_t started = 0;
-  while (started + 1 < nthreads && pthread_create(&tid[started], NULL, work, &w) == 0)
+  int (*start)(pthread_t *, void *(*)(void *), void *) =
+      l->o.start_thread ? l->o.start_thread : start_pthread;
+  while (started + 1 < nthreads && start(&tid[started], work, &w) == 0)
     started++;
   work(&w); /* the caller too; whatever is left when a thread did not start */
   for (size_t t = 0; t < started; t++)
@@ -1131,7 +1138,7 @@ int mcpcfg_loader_scan(mcpcfg_loader *l) {
   nreadings = n;
   size_t nthreads = threads_for(l, nread);
   if (nthreads > 1)
-    read_all(reads, what, n, nthreads, todo);
+    read_all(l, reads, what, n, nthreads, todo);
   for (size_t i = 0; i < n; i++) {
     cfile *f;
     if (nthreads == 1 && what[i] == READ) /* each file read as its turn comes */

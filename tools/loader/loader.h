@@ -119,6 +119,7 @@
 #ifndef MCPCFG_CONFIG_LOAD_H
 #define MCPCFG_CONFIG_LOAD_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -211,6 +212,10 @@ typedef struct mcpcfg_options {
    * at once (read only; libc's allocator, or a thread-safe one). Reports and notes are given on the
    * caller's thread, in path order, whatever the threads. */
   unsigned load_threads;
+  /* Starts one of those threads as pthread_create() does (0, or an error
+   * number); NULL: pthread_create(). A thread that does not start is one
+   * fewer: the others and the caller read its share (tests fail it). */
+  int (*start_thread)(pthread_t *tid, void *(*fn)(void *), void *arg);
 } mcpcfg_options;
 
 /* Fills |opts| with the defaults. */
