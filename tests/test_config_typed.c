@@ -21,6 +21,7 @@
 
 #include "config_notes.h"
 #include "mutate.h"
+#include "files.h"
 #include "loader/config_internal.h"
 
 /* ------------------------------------------------------------------ */
@@ -721,34 +722,18 @@ static void same_mutated(const char *text) {
   each_byte_change(text, strlen(text), " :-{}[]x1\n'#&*!", mutated, NULL);
 }
 
-static size_t same_dir(const char *path) {
-  DIR *d = opendir(path);
-  size_t typed = 0;
-  ck_assert_ptr_nonnull(d);
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (e->d_name[0] == '.')
-      continue;
-    char sub[1024];
-    snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-    struct stat st;
-    ck_assert_int_eq(stat(sub, &st), 0);
-    if (S_ISDIR(st.st_mode)) {
-      typed += same_dir(sub);
-      continue;
-    }
-    FILE *f = fopen(sub, "rb");
-    ck_assert_ptr_nonnull(f);
-    char *buf = malloc((size_t)st.st_size + 1);
-    ck_assert_ptr_nonnull(buf);
-    size_t n = fread(buf, 1, (size_t)st.st_size, f);
-    fclose(f);
-    typed += same_both_ways(buf, n);
-    free(buf);
-  }
-  closedir(d);
+/* One example file read both ways (walk_files()). */
+static size_t same_file(void *ctx, const char *path) {
+  (void)ctx;
+  size_t n;
+  char *buf = slurp(path, &n);
+  ck_assert_ptr_nonnull(buf);
+  size_t typed = same_both_ways(buf, n);
+  free(buf);
   return typed;
 }
+
+static size_t same_dir(const char *path) { return walk_files(path, same_file, NULL); }
 
 /* A typed spec is encoded as the file is read, with no tree; where the
  * encoder gives up the file is read again from trees. Either way the

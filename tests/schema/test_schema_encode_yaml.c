@@ -19,7 +19,6 @@
  *
  * Usage: test_schema_encode_yaml SOURCE_ROOT ISTIO_PB KINDS_PB
  */
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -278,25 +277,11 @@ static size_t example_specs(const mcp_schema *s, const char *path) {
   return found;
 }
 
-static size_t walk(const mcp_schema *s, const char *dir) {
-  DIR *d = opendir(dir);
-  size_t found = 0;
-  if (!d)
-    return 0;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (e->d_name[0] == '.')
-      continue;
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    size_t n = strlen(path);
-    if (n > 5 && !strcmp(path + n - 5, ".yaml"))
-      found += example_specs(s, path);
-    else
-      found += walk(s, path);
-  }
-  closedir(d);
-  return found;
+/* The Istio specs of one .yaml file of the examples (walk_files()). */
+static size_t yaml_specs(void *ctx, const char *path) {
+  const mcp_schema *s = ctx;
+  size_t n = strlen(path);
+  return n > 5 && !strcmp(path + n - 5, ".yaml") ? example_specs(s, path) : 0;
 }
 
 static void add_set(mcp_schema *s, const char *path) {
@@ -343,7 +328,7 @@ int main(int argc, char **argv) {
   same(s, "no.such.Type", "a: 1\n", 5, 0);
   char ex[1024];
   snprintf(ex, sizeof ex, "%s/examples", argv[1]);
-  size_t specs = walk(s, ex);
+  size_t specs = walk_files(ex, yaml_specs, s);
   CHECK(specs >= 5, "only %zu Istio specs found in %s", specs, ex);
   printf("%zu inputs went directly, %zu the long way (%zu errors); %zu example specs; %d "
          "failures\n",
