@@ -805,7 +805,7 @@ static int finish(mcpcfg_loader *l, const char *path, int what, cfile *old, read
     /* A file that is not YAML keeps all it had; one with bad documents
      * keeps what its good ones do not replace. */
     f->bad = rv == 1 || (rv == 0 && r->nbad);
-    if (rv == 1 || (rv == 0 && r->nbad))
+    if (f->bad)
       rv = keep_old(f, old, rv == 1);
     else if (rv == 0 && old && old->bad) /* the user's fix worked: say so */
       mcpcfg_note(&l->o, MCPCFG_NOTE_LOADED_AGAIN, path, 0,
@@ -895,12 +895,13 @@ static size_t threads_for(const mcpcfg_loader *l, size_t n) {
   return n < THREADED_MIN_FILES ? 1 : t;
 }
 
-/* Reads the files of |r| marked READ in |what| on |nthreads| threads (the
- * caller is one of them; a thread that cannot start is one fewer). */
+/* mcpcfg_options.start_thread's default. */
 static int start_pthread(pthread_t *tid, void *(*fn)(void *), void *arg) {
   return pthread_create(tid, NULL, fn, arg);
 }
 
+/* Reads the files of |r| marked READ in |what| on |nthreads| threads (the
+ * caller is one of them; a thread that cannot start is one fewer). */
 static void read_all(const mcpcfg_loader *l, reading *r, const int *what, size_t n,
                      size_t nthreads, size_t *todo) {
   workers w;
