@@ -23,25 +23,22 @@
 /* ------------------------------------------------------------------ */
 
 /* A problem (|what| 0) to opts->report, or news to opts->note. */
-static void deliver(const mcpcfg_options *opts, int what, const char *path,
-                    unsigned long line, const char *fmt, va_list ap) {
-  char msg[512];
-  if (what ? !opts->note : !opts->report)
-    return;
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  if (what)
-    opts->note(what, path, line, msg, opts->user_data);
-  else
-    opts->report(path, line, msg, opts->user_data);
-}
-
-/* deliver() of a message already written. */
 static void deliver_now(const mcpcfg_options *opts, int what, const char *path,
                         unsigned long line, const char *msg) {
   if (what && opts->note)
     opts->note(what, path, line, msg, opts->user_data);
   else if (!what && opts->report)
     opts->report(path, line, msg, opts->user_data);
+}
+
+/* deliver_now() of a message to format (only when someone listens). */
+static void deliver(const mcpcfg_options *opts, int what, const char *path,
+                    unsigned long line, const char *fmt, va_list ap) {
+  char msg[512];
+  if (what ? !opts->note : !opts->report)
+    return;
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  deliver_now(opts, what, path, line, msg);
 }
 
 void mcpcfg_report(const mcpcfg_options *opts, const char *path,
