@@ -631,7 +631,8 @@ class Bench:
         self.failed = []
         self.certs = None  # the first *_tls transport makes them
         self.load_bin = os.path.join(tools, "mcp-load-sink")
-        self.tls_figures = {}  # transport -> (sync s, source CPU s)
+        self.tls_figures = {}  # transport -> (sync s, source, sinks CPU s)
+        self.hs_bin = os.path.join(args.build_dir, "bench", "tls_handshake")
 
     # ---- NAME_tls: NAME over mutual TLS ----
 
@@ -1194,7 +1195,7 @@ class Bench:
             note("%s: %d load sinks synced in %.2f s, source CPU %.2f s, "
                  "mcp-load-sink CPU %.2f s; load average %s" % (
                      t, n, t_sync, cpu, sink_cpu, loadavg()))
-            self.tls_figures[t] = (t_sync, cpu)
+            self.tls_figures[t] = (t_sync, cpu, sink_cpu)
             name = "tls_load%d_initial_sync_s%s" % (
                 n, "" if t == "h2c" else "_" + t)
             result(name, t_sync, "s", "%s (%d collections) to %d incremental "
@@ -1206,14 +1207,45 @@ class Bench:
                    "s", "mcp-load-sink's CPU time (all its streams)")
             plain = t[:-4] if t.endswith("_tls") else None
             if plain in self.tls_figures:
-                p_sync, p_cpu = self.tls_figures[plain]
+                p_sync, p_cpu, p_sink_cpu = self.tls_figures[plain]
                 ratio = t_sync / p_sync
                 result("tls_load%d_tls_ratio_%s" % (n, plain), ratio, "x",
                        "%s over mutual TLS against cleartext, %d sinks' "
                        "initial sync (wall time; source CPU %.2fx)" % (
                            plain, n, cpu / p_cpu), "<= 1.3", ratio <= 1.3)
+                self.tls_floor(n, plain, p_sync, p_cpu + p_sink_cpu)
         finally:
             r.stop([x for x in (k, src) if x])
+
+    def tls_floor(self, n, plain, p_sync, p_cpu):
+        """The least the TLS ratio can be on this machine: the cleartext
+        sync's CPU (source and sinks) plus n mutual-TLS handshakes of
+        OpenSSL alone (bench/tls_handshake, the same certificates), spread
+        over every core, against the cleartext wall time. TLS only adds
+        work, so the TLS sync cannot take less."""
+        if not os.access(self.hs_bin, os.X_OK):
+            note("no %s: the ratio's floor is not measured" % self.hs_bin)
+            return
+        if not hasattr(self, "hs_us"):
+            out = subprocess.run(
+                [self.hs_bin, "--certs", self.certs, "--handshakes",
+                 str(min(n, 1000))], stdin=subprocess.DEVNULL,
+                capture_output=True, text=True, timeout=600, check=True)
+            v = dict((p[1], float(p[2])) for p in
+                     (ln.split() for ln in out.stdout.splitlines())
+                     if len(p) == 4 and p[0] == "BENCH")
+            self.hs_us = (v["tls_handshake_mutual_server_cpu_us"],
+                          v["tls_handshake_mutual_client_cpu_us"])
+            note("one mutual-TLS handshake, OpenSSL alone: server %.0f us, "
+                 "client %.0f us of CPU" % self.hs_us)
+        cores = os.cpu_count() or 1
+        hs = n * (self.hs_us[0] + self.hs_us[1]) / 1e6
+        floor = (p_cpu + hs) / cores / p_sync
+        result("tls_load%d_tls_ratio_floor_%s" % (n, plain), floor, "x",
+               "the least that ratio can be here: the cleartext sync's CPU "
+               "(%.2f s) and %d handshakes' (%.2f s, bench/tls_handshake) "
+               "over %d cores, against its %.2f s" % (
+                   p_cpu, n, hs, cores, p_sync))
 
     # ---- one transport ----
 
