@@ -135,11 +135,29 @@ const sc_field *sc_field_by_json(const sc_msg *m, const char *name) {
   return by_key(m->by_json, m->nfields, name, 1);
 }
 
+/* Eight bytes at a time, each round a multiply and a fold; the last
+ * bytes by overlapping loads (keys are short: mostly one round). */
 static size_t key_hash(const char *s, size_t len) {
-  uint32_t h = 2166136261u; /* FNV-1a */
-  for (size_t i = 0; i < len; i++)
-    h = (h ^ (uint8_t)s[i]) * 16777619u;
-  return h;
+  uint64_t h = 0x9e3779b97f4a7c15u ^ len, w;
+  uint32_t a, b;
+  const char *end = s + len;
+  for (; end - s > 8; s += 8) {
+    memcpy(&w, s, 8);
+    h = (h ^ w) * 0xff51afd7ed558ccdu;
+    h ^= h >> 32;
+  }
+  size_t n = (size_t)(end - s);
+  if (n >= 4) {
+    memcpy(&a, s, 4);
+    memcpy(&b, end - 4, 4);
+    w = (uint64_t)a << 32 | b;
+  } else if (n) {
+    w = (uint64_t)(uint8_t)s[0] << 16 | (uint64_t)(uint8_t)s[n >> 1] << 8 | (uint8_t)end[-1];
+  } else {
+    w = 0;
+  }
+  h = (h ^ w) * 0xff51afd7ed558ccdu;
+  return (size_t)(h ^ h >> 32);
 }
 
 static const char *slot_key(const sc_msg *m, uint32_t v) {
@@ -151,12 +169,11 @@ const sc_field *sc_field_lookup(const sc_msg *m, const char *name, size_t len) {
   if (!m->keys)
     return NULL;
   for (size_t i = key_hash(name, len) & m->keys_mask;; i = (i + 1) & m->keys_mask) {
-    uint32_t v = m->keys[i];
-    if (!v)
+    const sc_key *k = &m->keys[i];
+    if (!k->v)
       return NULL;
-    const char *k = slot_key(m, v);
-    if (!strncmp(k, name, len) && !k[len])
-      return &m->fields[(v & 0x7fffffffu) - 1];
+    if (k->len == len && !memcmp(slot_key(m, k->v), name, len))
+      return &m->fields[(k->v & 0x7fffffffu) - 1];
   }
 }
 
@@ -176,9 +193,10 @@ static int build_keys(sc_arena *a, sc_msg *m) {
       if (sc_field_lookup(m, k, len))
         continue;
       size_t i = key_hash(k, len) & m->keys_mask;
-      while (m->keys[i])
+      while (m->keys[i].v)
         i = (i + 1) & m->keys_mask;
-      m->keys[i] = (uint32_t)(j + 1) | (named ? 0x80000000u : 0);
+      m->keys[i].v = (uint32_t)(j + 1) | (named ? 0x80000000u : 0);
+      m->keys[i].len = (uint32_t)len;
     }
   return 0;
 }

@@ -99,6 +99,11 @@ typedef struct sc_field {
   sc_enum *enm;
 } sc_field;
 
+/* A slot of sc_msg.keys: v as described there, and the key's length. */
+typedef struct sc_key {
+  uint32_t v, len;
+} sc_key;
+
 typedef struct sc_msg {
   const char *full_name;
   sc_field *fields; /* sorted by number */
@@ -106,11 +111,11 @@ typedef struct sc_msg {
   sc_field **by_name, **by_json; /* sorted by name / json_name */
   /* Open addressing on json_name and name (json_name first: a name that
    * is another field's json_name is not entered): slot value is the
-   * field's index + 1, bit 31 set for a name; 0 empty. Not the engine's
+   * field's index + 1, bit 31 set for a name; 0 empty (sc_key). Not the engine's
    * mcp_map: on the encoders' hot path (a lookup per key of a document)
    * that cost 7 % of YAML -> protobuf (a call into libmcp per lookup,
    * 24-byte slots), measured paired in session 16. */
-  uint32_t *keys;
+  sc_key *keys;
   size_t keys_mask;
   const char **oneofs;
   size_t noneofs;
