@@ -304,10 +304,36 @@ static int dx_key(dx *d, dx_frame *fr, const sc_yf_event *ev) {
   return 0;
 }
 
+/* The common scalar: a string for a string field, which needs no node (nor
+ * its copy and resolution). 0 for anything else: the node's way decides,
+ * and reports. */
+static int dx_is_string(const sc_field *f, const sc_yf_event *ev) {
+  return f->type == SC_STRING &&
+         (ev->style != MCP_SCHEMA_YAML_PLAIN || !sc_yaml_may_resolve(ev->len ? ev->text[0] : 0)) &&
+         (!ev->len || mcp_utf8_valid((const uint8_t *)ev->text, ev->len, 1));
+}
+
+/* Writes the string of |ev| as the field |f| (|always|: even when empty,
+ * as a list item is; else as field_value() does). */
+static int dx_string(dx *d, const sc_field *f, const sc_yf_event *ev, int always) {
+  if (!ev->len && !always && !f->presence)
+    return 0; /* the default: not written */
+  mcp_buf *out = &d->e->out;
+  if (sc_buf_varint(out, (uint64_t)f->number << 3 | WT_LEN) || sc_buf_varint(out, ev->len) ||
+      mcp_buf_append(out, ev->text, ev->len))
+    return BAIL;
+  return 0;
+}
+
 /* The value of the field |f| of the message |fr|. */
 static int dx_field(dx *d, dx_frame *fr, const sc_field *f, const sc_yf_event *ev) {
   enc *e = d->e;
   if (ev->type == MCP_SCHEMA_YAML_SCALAR) {
+    if (!f->repeated && dx_is_string(f, ev)) {
+      if (dx_clash(d, fr, f, 1) || dx_string(d, f, ev, 0))
+        return BAIL;
+      return dx_value_done(d);
+    }
     mcp_schema_value v;
     if (dx_node(d, ev, &v))
       return BAIL;
@@ -360,6 +386,8 @@ static int dx_item(dx *d, dx_frame *fr, const sc_yf_event *ev) {
     return f->type == SC_MESSAGE ? dx_message(d, f->number, f->msg) : BAIL;
   if (ev->type != MCP_SCHEMA_YAML_SCALAR)
     return BAIL;
+  if (dx_is_string(f, ev))
+    return dx_string(d, f, ev, 1);
   mcp_schema_value v;
   if (dx_node(d, ev, &v) || v.kind == MCP_SCHEMA_NULL)
     return BAIL;
@@ -394,6 +422,8 @@ static int dx_entry(dx *d, dx_frame *fr, const sc_yf_event *ev) {
     return vf->type == SC_MESSAGE ? dx_message(d, vf->number, vf->msg) : BAIL;
   if (ev->type != MCP_SCHEMA_YAML_SCALAR)
     return BAIL;
+  if (dx_is_string(vf, ev))
+    return dx_string(d, vf, ev, 1) ? BAIL : dx_value_done(d);
   mcp_schema_value v;
   if (dx_node(d, ev, &v) || v.kind == MCP_SCHEMA_NULL)
     return BAIL;

@@ -152,6 +152,12 @@ static const doc docs[] = {
     {T "Scalars", "fInt32: ~\nfString:\nfMessage: null\n", 1},
     {T "Scalars", "fDouble: 1e400\n", 0},
     {T "Scalars", "fString: 1\n", 0},
+    /* Strings the direct way writes without a node, and those that look
+     * like something else first (resolved, then written or refused). */
+    {T "Scalars", "fString: nginx\nfMessage: {name: -a}\n", 1},
+    {T "Repeated", "rString: [tx, '1', .x, \"\", no]\n", 1},
+    {T "Repeated", "rString: [a, 1]\n", 0},
+    {T "Oneofs", "oString: ''\noInt32: 1\n", 0},
     {T "Scalars", "fInt32: 1.5\n", 0},
     {T "Scalars", "fEnum: PURPLE\n", 0},
     {T "Scalars", "fBytes: '!!'\n", 0},
@@ -181,6 +187,7 @@ static const doc docs[] = {
      "mString: {b: '1', a: '2', '': empty, ab: x}\nmMessage:\n  z: {n: 1}\n  a: {name: q}\n"
      "mDuration: {b: 1.5s, a: 2h}\nmValue: {k: 1, j: text, i: true}\n",
      1},
+    {T "Maps", "mString: {c: '', b: x, a: \"\"}\n", 1},
     {T "Maps", "mString: {a: '1', a: '2'}\n", 0},
     {T "Maps", "mString: {a: '1', b: ~}\n", 0},
     {T "Maps", "mInt32: {'2': 1, '1': 2}\n", 0},
