@@ -26,6 +26,7 @@ typedef struct yf {
   mcp_buf tmp; /* double-quoted scalars with escapes */
   int rc;     /* what stopped the scan: SC_YF_BAIL or the callback's code */
   int bailed; /* the scanner, not the callback, stopped it */
+  int nl_end; /* the input's last byte is a newline */
 } yf;
 
 /* libyaml refuses a simple key longer than this; stay well within it. */
@@ -155,8 +156,8 @@ typedef struct tok {
 
 static int flow_ind(char c) { return c == ',' || c == '[' || c == ']' || c == '{' || c == '}'; }
 
-/* Bytes plain() looks at: 1 in any context (controls, non-ASCII, ':', '#'),
- * 2 in flow context only (",[]{}"). */
+/* Bytes plain() looks at: 1 in any context (controls and the newline,
+ * non-ASCII, ':', '#'), 2 in flow context only (",[]{}"). */
 static const unsigned char special[256] = {
     1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
     1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
@@ -188,10 +189,23 @@ static int plain(yf *y, int flow, tok *t, int *colon) {
                   c == '}' || c == '#' || c == '&' || c == '*' || c == '!' || c == '|' ||
                   c == '>' || c == '\'' || c == '"' || c == '%' || c == '@' || c == '`'))
     return bail(y);
-  for (; q < y->end && *q != '\n'; q++) {
+  /* Most bytes need one look-up. Where the input ends with a newline the
+   * look-up alone stops every scan (a newline is special), so the scan
+   * needs no bound. */
+  const unsigned char stop = flow ? 3 : 1;
+  for (;; q++) {
+    if (y->nl_end) {
+      while (!(special[(unsigned char)*q] & stop))
+        q++;
+    } else {
+      while (q < y->end && !(special[(unsigned char)*q] & stop))
+        q++;
+      if (q >= y->end)
+        break;
+    }
     unsigned char b = (unsigned char)*q;
-    if (!special[b] || (!flow && special[b] == 2))
-      continue; /* most bytes: one look-up */
+    if (b == '\n')
+      break;
     if (!plain_byte(b))
       return bail(y);
     if (b == ':') {
@@ -607,6 +621,7 @@ int sc_yaml_fast(const mcp_mem *mem, const char *text, size_t len, unsigned max_
   memset(&y, 0, sizeof y);
   y.s = y.p = y.bol = text ? text : "";
   y.end = y.p + len;
+  y.nl_end = len && y.end[-1] == '\n';
   y.line = 0;
   y.max_depth = max_depth;
   y.emit = fn;
