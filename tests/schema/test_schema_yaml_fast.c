@@ -266,6 +266,32 @@ static void mutate(const char *what, const char *text, size_t len, unsigned coun
   free(buf);
 }
 
+/* Every byte at every position of a plain scalar longer than the
+ * scanner's 16-byte step, as a block value and as a flow item: the
+ * scanner reads what libyaml reads, and refuses (leaves to libyaml) every
+ * control but the newline, DEL and every byte from 0x80, wherever it
+ * stands. */
+static void plain_every_byte_everywhere(void) {
+  char text[96];
+  for (int flow = 0; flow < 2; flow++)
+    for (unsigned b = 0; b < 256; b++)
+      for (size_t at = 1; at < 40; at++) {
+        const char *pre = flow ? "k: [x, " : "k: ", *post = flow ? ", y]\n" : "\n";
+        size_t n = strlen(pre);
+        memcpy(text, pre, n);
+        memset(text + n, 'a', 41);
+        text[n + at] = (char)b;
+        n += 41;
+        memcpy(text + n, post, strlen(post));
+        n += strlen(post);
+        char what[48];
+        snprintf(what, sizeof what, "byte 0x%02x at %zu (%s)", b, at, flow ? "flow" : "block");
+        int read = compare(what, text, n);
+        if ((b < 0x20 && b != '\n') || b >= 0x7f)
+          CHECK(!read, "%s: the fast scanner read it", what);
+      }
+}
+
 /* The YAML files of |dir| (.yaml, .yml). |must_read|: the fast scanner must
  * read every one (hand-written configuration: the common case). */
 static void files(const char *root, const char *dir, int must_read, unsigned mutations) {
@@ -568,6 +594,7 @@ int main(int argc, char **argv) {
   reader_nomem();
   reader_syntax_lines();
   resolver_cases();
+  plain_every_byte_everywhere();
   char vs[2048];
   size_t vn = bench_vs(vs, sizeof vs, 7, 1);
   CHECK(vn && compare("bench VirtualService", vs, vn),
