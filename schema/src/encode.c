@@ -203,6 +203,40 @@ static int decimal_syntax(const char *s, size_t len, int *frac) {
   return i == len;
 }
 
+/* A short decimal without an exponent ("0.5", "-10.25") as strtod() reads
+ * it, without strtod(): at most 15 digits make an exact integer of a
+ * double, 10^k for k <= 22 is exact too, and one IEEE division of the two
+ * is correctly rounded (Clinger's fast path). 0 for anything else. */
+static int decimal_fast(const char *s, size_t len, double *out) {
+#if FLT_EVAL_METHOD != 0
+  (void)s, (void)len, (void)out;
+  return 0; /* wider intermediates round twice: strtod() it is */
+#else
+  static const double pow10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                 1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+  size_t i = s[0] == '-' || s[0] == '+', digits = 0, after = 0;
+  int point = 0;
+  uint64_t m = 0;
+  for (; i < len; i++) {
+    if (is_digit(s[i])) {
+      if (++digits > 15)
+        return 0;
+      m = m * 10 + (uint64_t)(s[i] - '0');
+      after += (size_t)point;
+    } else if (s[i] == '.' && !point) {
+      point = 1;
+    } else {
+      return 0;
+    }
+  }
+  if (!digits)
+    return 0;
+  double d = (double)m / pow10[after];
+  *out = s[0] == '-' ? -d : d;
+  return 1;
+#endif
+}
+
 /* Magnitude of digits in |base|; 0 on overflow or a bad digit. */
 static int magnitude(const char *s, size_t len, unsigned base, uint64_t *v) {
   *v = 0;
@@ -331,7 +365,8 @@ static int to_double(enc *e, const mcp_schema_value *v, int single, double *out)
       return FAILF(e, v, "number %.40s out of range", s);
     d = (double)mag;
   } else if (decimal_syntax(s, len, &frac)) {
-    d = strtod(s, NULL);
+    if (!decimal_fast(s, len, &d))
+      d = strtod(s, NULL);
     if (!frac && d == 0)
       d = 0.0; /* "-0" is the integer 0 (as in YAML and python), not -0.0 */
     if (isinf(d))

@@ -5,6 +5,7 @@
  * at build time (SCHEMA_KINDS_PB names the descriptor set).
  */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +89,64 @@ static void expect_hex(const char *type, const char *yaml, const char *want) {
   ck_assert_msg(!strcmp(buf, want), "%s: got %s, want %s", yaml, buf, want);
   mcp_schema_free_bytes(S, out);
 }
+
+/* Short decimals take a way without strtod() (encode.c decimal_fast()):
+ * every one must give strtod()'s bits, for a double and for a float. */
+START_TEST(test_short_decimals_read_as_strtod_reads_them) {
+  static const char *const fixed[] = {"0.5", "-0.0", "10.0", "0.1", "0.3", "1.", ".5",
+                                      "+2.25", "999999999999999", "0.000000000000001",
+                                      "123456789.012345", "-9007199254740.99", "3.14159"};
+  uint32_t r = 12345;
+  for (size_t i = 0; i < 20000 + sizeof fixed / sizeof *fixed; i++) {
+    char num[40], yaml[64];
+    if (i < sizeof fixed / sizeof *fixed) {
+      snprintf(num, sizeof num, "%s", fixed[i]);
+    } else {
+      /* 1 to 17 digits (past 15: strtod()), the point anywhere (or nowhere),
+       * either sign. */
+      r ^= r << 13, r ^= r >> 17, r ^= r << 5;
+      size_t nd = 1 + r % 17, pt = (r >> 4) % (nd + 2), k = 0;
+      if (r & 0x10000)
+        num[k++] = '-';
+      for (size_t j = 0; j < nd; j++) {
+        if (j == pt)
+          num[k++] = '.';
+        r ^= r << 13, r ^= r >> 17, r ^= r << 5;
+        num[k++] = (char)('0' + r % 10);
+      }
+      num[k] = '\0';
+    }
+    /* "-0" is the integer 0 (not -0.0); a value whose bits are all zero
+     * is the default, not written. */
+    double want = strtod(num, NULL);
+    if (want == 0 && !strchr(num, '.'))
+      want = 0.0;
+    for (int single = 0; single < 2; single++) {
+      snprintf(yaml, sizeof yaml, "%s: %s", single ? "fFloat" : "fDouble", num);
+      uint8_t *out = NULL;
+      size_t n = 0;
+      mcp_schema_error e;
+      ck_assert_msg(enc(T "Scalars", yaml, NULL, 0, &out, &n, &e) == 0, "%s: %s", yaml,
+                    e.message);
+      uint8_t bits[8] = {0}, got[8] = {0};
+      size_t size = single ? 4 : 8;
+      if (single) {
+        float w = (float)want;
+        memcpy(bits, &w, 4);
+      } else {
+        memcpy(bits, &want, 8);
+      }
+      static const uint8_t zero[8];
+      size_t len = memcmp(bits, zero, size) ? 1 + size : 0;
+      if (n == len && n)
+        memcpy(got, out + 1, size);
+      ck_assert_msg(n == len && !memcmp(got, n ? bits : zero, size), "%s: other bits (want %a)",
+                    yaml, want);
+      mcp_schema_free_bytes(S, out);
+    }
+  }
+}
+END_TEST
 
 /* ---- every field kind ------------------------------------------------ */
 
@@ -1197,6 +1256,7 @@ int main(void) {
   TCase *tc = tcase_create("encode");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_scalar_kinds_encode_as_protobuf_does);
+  tcase_add_test(tc, test_short_decimals_read_as_strtod_reads_them);
   tcase_add_test(tc, test_defaults_are_omitted_unless_the_field_has_presence);
   tcase_add_test(tc, test_fields_are_written_in_number_order);
   tcase_add_test(tc, test_repeated_scalars_are_packed_unless_told_not_to);
