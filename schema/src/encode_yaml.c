@@ -432,26 +432,12 @@ static int dx_entry(dx *d, dx_frame *fr, const sc_yf_event *ev) {
   return wrote(d, rc) ? BAIL : dx_value_done(d);
 }
 
-static int dx_event(void *ctx, const sc_yf_event *ev) {
-  dx *d = ctx;
-  if (ev->tag || ev->anchor)
-    return BAIL; /* libyaml's events (an encoder's caller may give them) */
-  switch (ev->type) {
-  case MCP_SCHEMA_YAML_DOC_START:
+/* An event of the document (the parser's limits checked, or out of reach). */
+static int dx_step(dx *d, const sc_yf_event *ev) {
+  if (ev->type == MCP_SCHEMA_YAML_DOC_START)
     return d->docs++ ? BAIL : 0;
-  case MCP_SCHEMA_YAML_DOC_END:
+  if (ev->type == MCP_SCHEMA_YAML_DOC_END)
     return d->depth ? BAIL : 0;
-  case MCP_SCHEMA_YAML_SCALAR:
-    d->bytes += ev->len;
-    /* fall through */
-  case MCP_SCHEMA_YAML_SEQ_START:
-  case MCP_SCHEMA_YAML_MAP_START:
-    if (++d->nodes >= 1000000 || d->bytes >= (size_t)64 << 20)
-      return BAIL; /* near the parser's default limits: its word */
-    break;
-  default:
-    break;
-  }
   if (!d->depth) {
     if (ev->type != MCP_SCHEMA_YAML_MAP_START || d->root == NULL)
       return BAIL;
@@ -470,6 +456,29 @@ static int dx_event(void *ctx, const sc_yf_event *ev) {
   }
 }
 
+/* Any event: libyaml's (an encoder's caller gives them) may carry tags and
+ * anchors, and, with aliases, reach the parser's limits. */
+static int dx_event(void *ctx, const sc_yf_event *ev) {
+  dx *d = ctx;
+  if (ev->tag || ev->anchor)
+    return BAIL;
+  if (ev->type == MCP_SCHEMA_YAML_SCALAR)
+    d->bytes += ev->len;
+  if ((ev->type == MCP_SCHEMA_YAML_SCALAR || ev->type == MCP_SCHEMA_YAML_SEQ_START ||
+       ev->type == MCP_SCHEMA_YAML_MAP_START) &&
+      (++d->nodes >= 1000000 || d->bytes >= (size_t)64 << 20))
+    return BAIL; /* near the parser's default limits: its word */
+  return dx_step(d, ev);
+}
+
+/* The fast scanner's events over a text of at most DX_SMALL bytes: no tag
+ * or anchor (it leaves those to libyaml), at most two nodes per byte of
+ * text (the densest: "a:\n", a mapping, its key and an empty value, three
+ * nodes in three bytes) and scalars of at most its bytes, so the parser's
+ * limits (a million nodes, 64 MiB of scalars) are out of reach. */
+#define DX_SMALL ((size_t)400000)
+static int dx_fast_event(void *ctx, const sc_yf_event *ev) { return dx_step(ctx, ev); }
+
 /* The direct way: 0 with the bytes in e->out, or SC_YF_BAIL. */
 static int direct(enc *e, const sc_msg *m, const char *text, size_t len) {
   dx d;
@@ -478,7 +487,8 @@ static int direct(enc *e, const sc_msg *m, const char *text, size_t len) {
   d.root = m;
   d.tmp.mem = &e->s->mem;
   int bailed = 0;
-  int rc = sc_yaml_fast(&e->s->mem, text, len, DX_MAX_DEPTH, dx_event, &d, &bailed);
+  int rc = sc_yaml_fast(&e->s->mem, text, len, DX_MAX_DEPTH,
+                        len <= DX_SMALL ? dx_fast_event : dx_event, &d, &bailed);
   if (!rc && (d.depth || e->oom || !d.docs || d.root))
     rc = BAIL; /* unfinished; no document (a null: the long way knows what
                   that is for each type); or the document was not a map */

@@ -575,6 +575,31 @@ START_TEST(test_unknown_type_is_not_found) {
 }
 END_TEST
 
+/* The direct encoder leaves a document near the parser's node limit to
+ * the parser (encode_yaml.c dx_event()), which refuses it: the same answer
+ * as parsing it. */
+START_TEST(test_a_document_past_the_node_limit_is_refused_as_the_parser_refuses_it) {
+  size_t items = 1000001, len = 0;
+  char *text = malloc(16 + 2 * items);
+  ck_assert_ptr_nonnull(text);
+  len += (size_t)sprintf(text, "rInt32: [");
+  for (size_t i = 0; i < items; i++)
+    text[len++] = '0', text[len++] = i + 1 < items ? ',' : ']';
+  text[len++] = '\n';
+  mcp_schema_docs *d = NULL;
+  mcp_schema_error ep, ee;
+  int rp = mcp_schema_parse_yaml(NULL, text, len, &d, &ep);
+  ck_assert_int_eq(rp, MCP_ERR_LIMIT);
+  uint8_t *out = NULL;
+  size_t n = 0;
+  int re = mcp_schema_encode_yaml(S, T "Repeated", text, len, NULL, 0, &out, &n, &ee);
+  ck_assert_int_eq(re, rp);
+  ck_assert_str_eq(ee.message, ep.message);
+  ck_assert_ptr_null(out);
+  free(text);
+}
+END_TEST
+
 START_TEST(test_nesting_beyond_max_depth_is_a_limit_error) {
   /* JSON, 150 levels of Inner.child: deeper than the schema's 100. */
   char buf[4096] = "";
@@ -1272,6 +1297,7 @@ int main(void) {
   tcase_add_test(tc, test_encode_yaml_and_its_encoder_refuse_misuse);
   tcase_add_test(tc, test_unknown_type_is_not_found);
   tcase_add_test(tc, test_nesting_beyond_max_depth_is_a_limit_error);
+  tcase_add_test(tc, test_a_document_past_the_node_limit_is_refused_as_the_parser_refuses_it);
   suite_add_tcase(s, tc);
   tc = tcase_create("descriptors");
   tcase_add_checked_fixture(tc, setup, teardown);
