@@ -18,6 +18,8 @@
  * The scanner itself gives up on rare YAML the same way. So this file
  * never reports an error: it says SC_YF_BAIL.
  */
+#include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,15 +57,21 @@ typedef struct dx_seg {
 typedef struct dx {
   enc *e;
   const sc_msg *root;
-  dx_frame stack[DX_MAX_DEPTH + 1];
   size_t depth, docs;
   dx_seg *segs;
   size_t nsegs, segs_cap;
   size_t nodes, bytes; /* the parser's budget, counted as it counts */
-  char small[256];     /* the scalar, NUL-terminated */
   char *big;
   size_t big_cap;
   mcp_buf tmp; /* a body being put in order */
+  /* The text the fast scanner reads: a scalar within it is printable ASCII
+   * (the scanner leaves every other byte to libyaml), so it needs no UTF-8
+   * check; the scanner's unescaped strings are elsewhere. 0 and 0 for the
+   * streaming encoder, whose events are libyaml's. */
+  uintptr_t text_lo, text_hi;
+  /* Not cleared before use: */
+  dx_frame stack[DX_MAX_DEPTH + 1];
+  char small[256]; /* the scalar, NUL-terminated */
 } dx;
 
 #define BAIL SC_YF_BAIL
@@ -307,10 +315,12 @@ static int dx_key(dx *d, dx_frame *fr, const sc_yf_event *ev) {
 /* The common scalar: a string for a string field, which needs no node (nor
  * its copy and resolution). 0 for anything else: the node's way decides,
  * and reports. */
-static int dx_is_string(const sc_field *f, const sc_yf_event *ev) {
+static int dx_is_string(const dx *d, const sc_field *f, const sc_yf_event *ev) {
+  uintptr_t t = (uintptr_t)ev->text;
   return f->type == SC_STRING &&
          (ev->style != MCP_SCHEMA_YAML_PLAIN || !sc_yaml_may_resolve(ev->len ? ev->text[0] : 0)) &&
-         (!ev->len || mcp_utf8_valid((const uint8_t *)ev->text, ev->len, 1));
+         (!ev->len || (t >= d->text_lo && t < d->text_hi) ||
+          mcp_utf8_valid((const uint8_t *)ev->text, ev->len, 1));
 }
 
 /* Writes the string of |ev| as the field |f| (|always|: even when empty,
@@ -329,7 +339,7 @@ static int dx_string(dx *d, const sc_field *f, const sc_yf_event *ev, int always
 static int dx_field(dx *d, dx_frame *fr, const sc_field *f, const sc_yf_event *ev) {
   enc *e = d->e;
   if (ev->type == MCP_SCHEMA_YAML_SCALAR) {
-    if (!f->repeated && dx_is_string(f, ev)) {
+    if (!f->repeated && dx_is_string(d, f, ev)) {
       if (dx_clash(d, fr, f, 1) || dx_string(d, f, ev, 0))
         return BAIL;
       return dx_value_done(d);
@@ -386,7 +396,7 @@ static int dx_item(dx *d, dx_frame *fr, const sc_yf_event *ev) {
     return f->type == SC_MESSAGE ? dx_message(d, f->number, f->msg) : BAIL;
   if (ev->type != MCP_SCHEMA_YAML_SCALAR)
     return BAIL;
-  if (dx_is_string(f, ev))
+  if (dx_is_string(d, f, ev))
     return dx_string(d, f, ev, 1);
   mcp_schema_value v;
   if (dx_node(d, ev, &v) || v.kind == MCP_SCHEMA_NULL)
@@ -422,7 +432,7 @@ static int dx_entry(dx *d, dx_frame *fr, const sc_yf_event *ev) {
     return vf->type == SC_MESSAGE ? dx_message(d, vf->number, vf->msg) : BAIL;
   if (ev->type != MCP_SCHEMA_YAML_SCALAR)
     return BAIL;
-  if (dx_is_string(vf, ev))
+  if (dx_is_string(d, vf, ev))
     return dx_string(d, vf, ev, 1) ? BAIL : dx_value_done(d);
   mcp_schema_value v;
   if (dx_node(d, ev, &v) || v.kind == MCP_SCHEMA_NULL)
@@ -482,10 +492,12 @@ static int dx_fast_event(void *ctx, const sc_yf_event *ev) { return dx_step(ctx,
 /* The direct way: 0 with the bytes in e->out, or SC_YF_BAIL. */
 static int direct(enc *e, const sc_msg *m, const char *text, size_t len) {
   dx d;
-  memset(&d, 0, sizeof d);
+  memset(&d, 0, offsetof(dx, stack));
   d.e = e;
   d.root = m;
   d.tmp.mem = &e->s->mem;
+  d.text_lo = (uintptr_t)text;
+  d.text_hi = (uintptr_t)text + len;
   int bailed = 0;
   int rc = sc_yaml_fast(&e->s->mem, text, len, DX_MAX_DEPTH,
                         len <= DX_SMALL ? dx_fast_event : dx_event, &d, &bailed);

@@ -1117,6 +1117,23 @@ START_TEST(test_encode_yaml_and_its_encoder_refuse_misuse) {
   ck_assert_int_eq(mcp_schema_yaml_encoder_event(x, &end), 0);
   ck_assert_int_eq(mcp_schema_yaml_encoder_finish(x, &b, &bn), 0);
   ck_assert_uint_eq(bn, 0); /* {}: no field */
+  /* A caller's string that is not UTF-8 for a string field: it gives up
+   * (the long way names the field); the same bytes as valid UTF-8 encode. */
+  for (int valid = 0; valid < 2; valid++) {
+    mcp_schema_yaml_event key = {.type = MCP_SCHEMA_YAML_SCALAR, .text = "name", .len = 4};
+    mcp_schema_yaml_event val = {.type = MCP_SCHEMA_YAML_SCALAR,
+                                 .text = valid ? "\xc3\xa9" : "\xc3\x28",
+                                 .len = 2,
+                                 .style = MCP_SCHEMA_YAML_DOUBLE_QUOTED};
+    ck_assert_int_eq(mcp_schema_yaml_encoder_begin(x, T "Inner"), 0);
+    ck_assert_int_eq(mcp_schema_yaml_encoder_event(x, &ev), 0);
+    ck_assert_int_eq(mcp_schema_yaml_encoder_event(x, &key), 0);
+    ck_assert_int_eq(mcp_schema_yaml_encoder_event(x, &val), valid ? 0 : MCP_SCHEMA_YAML_UNSURE);
+    ck_assert_int_eq(mcp_schema_yaml_encoder_event(x, &end), valid ? 0 : MCP_SCHEMA_YAML_UNSURE);
+    ck_assert_int_eq(mcp_schema_yaml_encoder_finish(x, &b, &bn), valid ? 0 : MCP_SCHEMA_YAML_UNSURE);
+    if (valid)
+      ck_assert(bn == 4 && !memcmp(b + 2, "\xc3\xa9", 2));
+  }
   mcp_schema_yaml_encoder_free(x);
   mcp_schema_yaml_encoder_free(NULL);
 }
