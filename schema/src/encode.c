@@ -164,10 +164,7 @@ static int close_len(enc *e, size_t start) {
 }
 
 static int put_bytes(enc *e, uint32_t number, const void *p, size_t n) {
-  int rc;
-  if ((rc = put_tag(e, number, WT_LEN)) || (rc = put_varint(e, n)))
-    return rc;
-  return mcp_buf_append(&e->out, p, n) ? nomem(e) : 0;
+  return sc_buf_field(&e->out, (uint64_t)number << 3 | WT_LEN, p, n) ? nomem(e) : 0;
 }
 
 /* ---- numbers ------------------------------------------------------- */

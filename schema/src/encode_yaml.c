@@ -312,15 +312,21 @@ static int dx_key(dx *d, dx_frame *fr, const sc_yf_event *ev) {
   return 0;
 }
 
+/* The scalar of |ev| is UTF-8 (NUL allowed): known for the text's own
+ * bytes (dx.text_lo), checked for the rest. */
+static int dx_utf8(const dx *d, const sc_yf_event *ev) {
+  uintptr_t t = (uintptr_t)ev->text;
+  return !ev->len || (t >= d->text_lo && t < d->text_hi) ||
+         mcp_utf8_valid((const uint8_t *)ev->text, ev->len, 1);
+}
+
 /* The common scalar: a string for a string field, which needs no node (nor
  * its copy and resolution). 0 for anything else: the node's way decides,
  * and reports. */
 static int dx_is_string(const dx *d, const sc_field *f, const sc_yf_event *ev) {
-  uintptr_t t = (uintptr_t)ev->text;
   return f->type == SC_STRING &&
          (ev->style != MCP_SCHEMA_YAML_PLAIN || !sc_yaml_may_resolve(ev->len ? ev->text[0] : 0)) &&
-         (!ev->len || (t >= d->text_lo && t < d->text_hi) ||
-          mcp_utf8_valid((const uint8_t *)ev->text, ev->len, 1));
+         dx_utf8(d, ev);
 }
 
 /* Writes the string of |ev| as the field |f| (|always|: even when empty,
@@ -328,11 +334,8 @@ static int dx_is_string(const dx *d, const sc_field *f, const sc_yf_event *ev) {
 static int dx_string(dx *d, const sc_field *f, const sc_yf_event *ev, int always) {
   if (!ev->len && !always && !f->presence)
     return 0; /* the default: not written */
-  mcp_buf *out = &d->e->out;
-  if (sc_buf_varint(out, (uint64_t)f->number << 3 | WT_LEN) || sc_buf_varint(out, ev->len) ||
-      mcp_buf_append(out, ev->text, ev->len))
-    return BAIL;
-  return 0;
+  return sc_buf_field(&d->e->out, (uint64_t)f->number << 3 | WT_LEN, ev->text, ev->len) ? BAIL
+                                                                                      : 0;
 }
 
 /* The value of the field |f| of the message |fr|. */
@@ -415,7 +418,7 @@ static int dx_entry(dx *d, dx_frame *fr, const sc_yf_event *ev) {
       return dx_end(d);
     if (ev->type != MCP_SCHEMA_YAML_SCALAR)
       return BAIL;
-    if (ev->len && !mcp_utf8_valid((const uint8_t *)ev->text, ev->len, 1))
+    if (!dx_utf8(d, ev))
       return BAIL;
     fr->start = e->out.len;
     if (dx_tag(d, fr->f->number))
@@ -423,8 +426,7 @@ static int dx_entry(dx *d, dx_frame *fr, const sc_yf_event *ev) {
     fr->len_at = sc_enc_open_len(e);
     fr->has_key = 1;
     /* The key's field (1, a string), written even when empty. */
-    if (sc_buf_varint(&e->out, (uint64_t)kf->number << 3 | WT_LEN) ||
-        sc_buf_varint(&e->out, ev->len) || mcp_buf_append(&e->out, ev->text, ev->len))
+    if (sc_buf_field(&e->out, (uint64_t)kf->number << 3 | WT_LEN, ev->text, ev->len))
       return BAIL;
     return e->oom ? BAIL : 0;
   }

@@ -30,9 +30,42 @@ char *sc_arena_strndup(sc_arena *a, const char *s, size_t n);
 void sc_arena_free(sc_arena *a);
 
 /* Appends to the engine's growable buffer (mcp_buf, engine.h); 0 or
- * MCP_ERR_NOMEM. */
-int sc_buf_putc(mcp_buf *b, uint8_t c);
-int sc_buf_varint(mcp_buf *b, uint64_t v);
+ * MCP_ERR_NOMEM. Inline: the encoders write a few bytes at a time, and
+ * the buffer mostly has room. */
+static inline int sc_buf_putc(mcp_buf *b, uint8_t c) {
+  if (b->len == b->cap && mcp_buf_reserve(b, 1))
+    return MCP_ERR_NOMEM;
+  b->p[b->len++] = c;
+  return 0;
+}
+
+static inline void sc_put_varint(mcp_buf *b, uint64_t v) { /* room is there */
+  while (v >= 0x80) {
+    b->p[b->len++] = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  b->p[b->len++] = (uint8_t)v;
+}
+
+static inline int sc_buf_varint(mcp_buf *b, uint64_t v) {
+  if (b->cap - b->len < 10 && mcp_buf_reserve(b, 10))
+    return MCP_ERR_NOMEM;
+  sc_put_varint(b, v);
+  return 0;
+}
+
+/* A length-delimited field: |key| (number << 3 | 2), the length, the
+ * |n| bytes of |p|. */
+static inline int sc_buf_field(mcp_buf *b, uint64_t key, const void *p, size_t n) {
+  if (n > SIZE_MAX - 20 || (b->cap - b->len < n + 20 && mcp_buf_reserve(b, n + 20)))
+    return MCP_ERR_NOMEM;
+  sc_put_varint(b, key);
+  sc_put_varint(b, n);
+  if (n)
+    memcpy(b->p + b->len, p, n);
+  b->len += n;
+  return 0;
+}
 int sc_buf_printf(mcp_buf *b, const char *fmt, ...)
 #if defined(__GNUC__) || defined(__clang__)
     __attribute__((format(printf, 2, 3)))

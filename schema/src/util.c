@@ -103,24 +103,6 @@ void sc_arena_free(sc_arena *a) {
 
 /* ---- buffer --------------------------------------------------------- */
 
-int sc_buf_putc(mcp_buf *b, uint8_t c) {
-  if (b->len == b->cap && mcp_buf_reserve(b, 1))
-    return MCP_ERR_NOMEM;
-  b->p[b->len++] = c;
-  return 0;
-}
-
-int sc_buf_varint(mcp_buf *b, uint64_t v) {
-  if (mcp_buf_reserve(b, 10))
-    return MCP_ERR_NOMEM;
-  while (v >= 0x80) {
-    b->p[b->len++] = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  b->p[b->len++] = (uint8_t)v;
-  return 0;
-}
-
 int sc_buf_printf(mcp_buf *b, const char *fmt, ...) {
   char tmp[64];
   va_list ap;
