@@ -30,6 +30,7 @@ typedef struct yf {
   mcp_buf tmp; /* double-quoted scalars with escapes */
   int rc;     /* what stopped the scan: SC_YF_BAIL or the callback's code */
   int bailed; /* the scanner, not the callback, stopped it */
+  sc_yf_event ev; /* the one being given */
 } yf;
 
 /* libyaml refuses a simple key longer than this; stay well within it. */
@@ -45,9 +46,14 @@ static int bail(yf *y) {
 
 static int emit_at(yf *y, int type, unsigned long line, size_t offset, const char *text,
                    size_t len, int style) {
-  sc_yf_event ev = {(mcp_schema_yaml_event_type)type, line, offset, text, len,
-                    (mcp_schema_yaml_style)style, NULL, NULL};
-  int rc = y->emit(y->ctx, &ev);
+  sc_yf_event *ev = &y->ev; /* its tag and anchor stay NULL */
+  ev->type = (mcp_schema_yaml_event_type)type;
+  ev->line = line;
+  ev->offset = offset;
+  ev->text = text;
+  ev->len = len;
+  ev->style = (mcp_schema_yaml_style)style;
+  int rc = y->emit(y->ctx, ev);
   if (rc) {
     y->rc = rc;
     return -1;
