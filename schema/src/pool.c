@@ -135,9 +135,12 @@ const sc_field *sc_field_by_json(const sc_msg *m, const char *name) {
   return by_key(m->by_json, m->nfields, name, 1);
 }
 
-/* Eight bytes at a time, each round a multiply and a fold; the last
- * bytes by overlapping loads (keys are short: mostly one round). */
-static size_t key_hash(const char *s, size_t len) {
+/* Eight bytes at a time, each round a multiply and a fold; the last one
+ * to eight bytes as one word |*last| by overlapping loads (keys are short:
+ * mostly one round). For a key of at most 8 bytes, its length and that
+ * word tell it from every other: 4 to 8 bytes are two 4-byte loads that
+ * cover them, 1 to 3 bytes the first, middle and last. */
+static size_t key_hash(const char *s, size_t len, uint64_t *last) {
   uint64_t h = 0x9e3779b97f4a7c15u ^ len, w;
   uint32_t a, b;
   const char *end = s + len;
@@ -156,6 +159,7 @@ static size_t key_hash(const char *s, size_t len) {
   } else {
     w = 0;
   }
+  *last = w;
   h = (h ^ w) * 0xff51afd7ed558ccdu;
   return (size_t)(h ^ h >> 32);
 }
@@ -168,11 +172,12 @@ static const char *slot_key(const sc_msg *m, uint32_t v) {
 const sc_field *sc_field_lookup(const sc_msg *m, const char *name, size_t len) {
   if (!m->keys)
     return NULL;
-  for (size_t i = key_hash(name, len) & m->keys_mask;; i = (i + 1) & m->keys_mask) {
+  uint64_t w;
+  for (size_t i = key_hash(name, len, &w) & m->keys_mask;; i = (i + 1) & m->keys_mask) {
     const sc_key *k = &m->keys[i];
     if (!k->v)
       return NULL;
-    if (k->len == len && !memcmp(slot_key(m, k->v), name, len))
+    if (k->len == len && k->last == w && (len <= 8 || !memcmp(slot_key(m, k->v), name, len)))
       return &m->fields[(k->v & 0x7fffffffu) - 1];
   }
 }
@@ -192,11 +197,13 @@ static int build_keys(sc_arena *a, sc_msg *m) {
       size_t len = strlen(k);
       if (sc_field_lookup(m, k, len))
         continue;
-      size_t i = key_hash(k, len) & m->keys_mask;
+      uint64_t w;
+      size_t i = key_hash(k, len, &w) & m->keys_mask;
       while (m->keys[i].v)
         i = (i + 1) & m->keys_mask;
       m->keys[i].v = (uint32_t)(j + 1) | (named ? 0x80000000u : 0);
       m->keys[i].len = (uint32_t)len;
+      m->keys[i].last = w;
     }
   return 0;
 }

@@ -132,9 +132,12 @@ typedef struct sc_field {
   sc_enum *enm;
 } sc_field;
 
-/* A slot of sc_msg.keys: v as described there, and the key's length. */
+/* A slot of sc_msg.keys: v as described there, the key's length, and
+ * its last word as pool.c's key_hash() reads it (a key of at most 8 bytes
+ * is known by these two). */
 typedef struct sc_key {
   uint32_t v, len;
+  uint64_t last;
 } sc_key;
 
 typedef struct sc_msg {

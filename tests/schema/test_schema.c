@@ -148,6 +148,51 @@ START_TEST(test_short_decimals_read_as_strtod_reads_them) {
 }
 END_TEST
 
+/* Every name of Scalars' fields is found, and no name one byte off (same
+ * length, each position, a few bytes) is: pool.c's lookup tells a name of
+ * at most 8 bytes by its length and one word, a longer one by its bytes. */
+START_TEST(test_field_names_one_byte_off_are_unknown) {
+  static const char *const names[] = {
+      "f_double", "fDouble",   "f_float",    "fFloat",     "f_int64",   "fInt64",
+      "f_uint64", "fUint64",   "f_int32",    "fInt32",     "f_fixed64", "fFixed64",
+      "f_fixed32", "fFixed32", "f_bool",     "fBool",      "f_string",  "fString",
+      "f_bytes",  "fBytes",    "f_uint32",   "fUint32",    "f_enum",    "fEnum",
+      "f_sfixed32", "fSfixed32", "f_sfixed64", "fSfixed64", "f_sint32", "fSint32",
+      "f_sint64", "fSint64",   "f_message",  "fMessage"};
+  const size_t nn = sizeof names / sizeof *names;
+  for (size_t i = 0; i < nn; i++) {
+    char name[32], yaml[64];
+    size_t len = strlen(names[i]);
+    for (size_t at = 0; at < len; at++)
+      for (const char *c = "aZ_0"; *c; c++) {
+        memcpy(name, names[i], len + 1);
+        if (name[at] == *c)
+          continue;
+        name[at] = *c;
+        int known = 0;
+        for (size_t j = 0; j < nn; j++)
+          known |= !strcmp(name, names[j]);
+        if (known)
+          continue;
+        snprintf(yaml, sizeof yaml, "%s: ~", name);
+        uint8_t *out = NULL;
+        size_t n = 0;
+        mcp_schema_error e;
+        ck_assert_msg(enc(T "Scalars", yaml, NULL, 0, &out, &n, &e) == MCP_ERR_INVALID_ARGUMENT &&
+                          strstr(e.message, "unknown field"),
+                      "%s: found", name);
+      }
+    snprintf(yaml, sizeof yaml, "%s: ~", names[i]);
+    uint8_t *out = NULL;
+    size_t n = 0;
+    mcp_schema_error e;
+    ck_assert_msg(enc(T "Scalars", yaml, NULL, 0, &out, &n, &e) == 0, "%s: %s", names[i],
+                  e.message);
+    mcp_schema_free_bytes(S, out);
+  }
+}
+END_TEST
+
 /* ---- every field kind ------------------------------------------------ */
 
 START_TEST(test_scalar_kinds_encode_as_protobuf_does) {
@@ -295,6 +340,22 @@ static const bad bads[] = {
      "spec.fMessage.child.nn: unknown field (mcp.schema.test.Inner has no field \"nn\")"},
     {T "Scalars", "fMessage: x", MCP_ERR_INVALID_ARGUMENT, 1,
      "spec.fMessage: expected an object, got \"x\""},
+    /* Near misses of field names (pool.c's lookup knows a name of at most
+     * 8 bytes by its length and one word; longer ones by their bytes). */
+    {T "Scalars", "fInt33: 1", MCP_ERR_INVALID_ARGUMENT, 1,
+     "spec.fInt33: unknown field (mcp.schema.test.Scalars has no field \"fInt33\")"},
+    {T "Scalars", "fJnt32: 1", MCP_ERR_INVALID_ARGUMENT, 1,
+     "spec.fJnt32: unknown field (mcp.schema.test.Scalars has no field \"fJnt32\")"},
+    {T "Scalars", "fInt3: 1", MCP_ERR_INVALID_ARGUMENT, 1,
+     "spec.fInt3: unknown field (mcp.schema.test.Scalars has no field \"fInt3\")"},
+    {T "Scalars", "fSfixed63: 1", MCP_ERR_INVALID_ARGUMENT, 1,
+     "spec.fSfixed63: unknown field (mcp.schema.test.Scalars has no field \"fSfixed63\")"},
+    {T "Scalars", "fSfiyed64: 1", MCP_ERR_INVALID_ARGUMENT, 1,
+     "spec.fSfiyed64: unknown field (mcp.schema.test.Scalars has no field \"fSfiyed64\")"},
+    {T "Inner", "nbme: x", MCP_ERR_INVALID_ARGUMENT, 1,
+     "spec.nbme: unknown field (mcp.schema.test.Inner has no field \"nbme\")"},
+    {T "Inner", "m: x", MCP_ERR_INVALID_ARGUMENT, 1,
+     "spec.m: unknown field (mcp.schema.test.Inner has no field \"m\")"},
     {T "Scalars", "fInt32: 1\nf_int32: 2", MCP_ERR_INVALID_ARGUMENT, 2,
      "spec.f_int32: field set twice (as \"fInt32\" and \"f_int32\")"},
     {T "Scalars", "[1]", MCP_ERR_INVALID_ARGUMENT, 1, "spec: expected an object, got a list"},
@@ -1299,6 +1360,7 @@ int main(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, test_scalar_kinds_encode_as_protobuf_does);
   tcase_add_test(tc, test_short_decimals_read_as_strtod_reads_them);
+  tcase_add_test(tc, test_field_names_one_byte_off_are_unknown);
   tcase_add_test(tc, test_defaults_are_omitted_unless_the_field_has_presence);
   tcase_add_test(tc, test_fields_are_written_in_number_order);
   tcase_add_test(tc, test_repeated_scalars_are_packed_unless_told_not_to);
