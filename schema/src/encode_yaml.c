@@ -446,26 +446,26 @@ static int dx_entry(dx *d, dx_frame *fr, const sc_yf_event *ev) {
 
 /* An event of the document (the parser's limits checked, or out of reach). */
 static int dx_step(dx *d, const sc_yf_event *ev) {
+  if (d->depth) { /* within the document: its start or end there gives up */
+    dx_frame *fr = &d->stack[d->depth - 1];
+    switch (fr->kind) {
+    case DX_MSG:
+      return fr->f ? dx_field(d, fr, fr->f, ev) : dx_key(d, fr, ev);
+    case DX_LIST:
+      return dx_item(d, fr, ev);
+    default:
+      return dx_entry(d, fr, ev);
+    }
+  }
   if (ev->type == MCP_SCHEMA_YAML_DOC_START)
     return d->docs++ ? BAIL : 0;
   if (ev->type == MCP_SCHEMA_YAML_DOC_END)
-    return d->depth ? BAIL : 0;
-  if (!d->depth) {
-    if (ev->type != MCP_SCHEMA_YAML_MAP_START || d->root == NULL)
-      return BAIL;
-    const sc_msg *m = d->root;
-    d->root = NULL; /* one root */
-    return m->wkt != SC_WKT_NONE ? BAIL : dx_push(d, DX_MSG, m, NULL, 0, 0);
-  }
-  dx_frame *fr = &d->stack[d->depth - 1];
-  switch (fr->kind) {
-  case DX_MSG:
-    return fr->f ? dx_field(d, fr, fr->f, ev) : dx_key(d, fr, ev);
-  case DX_LIST:
-    return dx_item(d, fr, ev);
-  default:
-    return dx_entry(d, fr, ev);
-  }
+    return 0;
+  if (ev->type != MCP_SCHEMA_YAML_MAP_START || d->root == NULL)
+    return BAIL;
+  const sc_msg *m = d->root;
+  d->root = NULL; /* one root */
+  return m->wkt != SC_WKT_NONE ? BAIL : dx_push(d, DX_MSG, m, NULL, 0, 0);
 }
 
 /* Any event: libyaml's (an encoder's caller gives them) may carry tags and

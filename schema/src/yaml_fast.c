@@ -194,9 +194,9 @@ static const char *plain_stop(const yf *y, const char *q, unsigned char stop) {
 #if defined(__SSE2__)
   while (y->end - q >= 16) {
     __m128i x = _mm_loadu_si128((const __m128i *)(const void *)q);
-    /* Signed: below 0x20 is a control or a byte of 0x80 and up. */
-    __m128i m = _mm_or_si128(_mm_cmplt_epi8(x, _mm_set1_epi8(0x20)),
-                             _mm_cmpeq_epi8(x, _mm_set1_epi8(0x7f)));
+    /* Signed, one more: below 0x21 is a control, DEL (0x80 then) or a
+     * byte of 0x80 and up. */
+    __m128i m = _mm_cmplt_epi8(_mm_add_epi8(x, _mm_set1_epi8(1)), _mm_set1_epi8(0x21));
     m = _mm_or_si128(m, _mm_or_si128(_mm_cmpeq_epi8(x, _mm_set1_epi8(':')),
                                      _mm_cmpeq_epi8(x, _mm_set1_epi8('#'))));
     if (stop & 2) {
@@ -224,10 +224,18 @@ static int plain(yf *y, int flow, tok *t, int *colon) {
   const char *s = y->p, *q = s;
   char c = *s;
   *colon = 0;
+  /* The indicators a plain scalar cannot start with ("-" only before a
+   * blank); the caller has seen the quotes. */
+  static const uint64_t bad_lo = 1ull << '?' | 1ull << ':' | 1ull << ',' | 1ull << '#' |
+                                 1ull << '&' | 1ull << '*' | 1ull << '!' | 1ull << '>' |
+                                 1ull << '\'' | 1ull << '"' | 1ull << '%',
+                        bad_hi = 1ull << ('[' - 64) | 1ull << (']' - 64) |
+                                 1ull << ('{' - 64) | 1ull << ('}' - 64) |
+                                 1ull << ('|' - 64) | 1ull << ('@' - 64) |
+                                 1ull << ('`' - 64);
+  unsigned char u = (unsigned char)c;
   if (c == '-' ? blank_at(y, s + 1)
-               : (c == '?' || c == ':' || c == ',' || c == '[' || c == ']' || c == '{' ||
-                  c == '}' || c == '#' || c == '&' || c == '*' || c == '!' || c == '|' ||
-                  c == '>' || c == '\'' || c == '"' || c == '%' || c == '@' || c == '`'))
+               : u < 64 ? (int)(bad_lo >> u & 1) : u < 128 && (bad_hi >> (u - 64) & 1))
     return bail(y);
   const unsigned char stop = flow ? 3 : 1;
   for (;; q++) {

@@ -267,15 +267,15 @@ static void mutate(const char *what, const char *text, size_t len, unsigned coun
 }
 
 /* Every byte at every position of a plain scalar longer than the
- * scanner's 16-byte step, as a block value and as a flow item: the
- * scanner reads what libyaml reads, and refuses (leaves to libyaml) every
- * control but the newline, DEL and every byte from 0x80, wherever it
- * stands. */
+ * scanner's 16-byte step (its first byte too: the indicators), as a block
+ * value and as a flow item: the scanner reads what libyaml reads, and
+ * refuses (leaves to libyaml) every control but the newline, DEL and every
+ * byte from 0x80, wherever it stands. */
 static void plain_every_byte_everywhere(void) {
   char text[96];
   for (int flow = 0; flow < 2; flow++)
     for (unsigned b = 0; b < 256; b++)
-      for (size_t at = 1; at < 40; at++) {
+      for (size_t at = 0; at < 40; at++) {
         const char *pre = flow ? "k: [x, " : "k: ", *post = flow ? ", y]\n" : "\n";
         size_t n = strlen(pre);
         memcpy(text, pre, n);
