@@ -130,12 +130,9 @@ static int put_le(enc *e, uint64_t v, unsigned n) {
   return mcp_buf_append(&e->out, b, n) ? nomem(e) : 0;
 }
 
-/* Length-delimited parts: open_len() leaves one byte for the length and
- * returns where the body starts; close_len() writes the length there,
- * moving the body only when the length needs more than one byte (a body
- * of 128 bytes or more). When open_len() cannot allocate, the failure is
- * sticky (e->oom): close_len() and mcp_schema_encode() report it. */
-static size_t open_len(enc *e) {
+/* Length-delimited parts (encode_int.h): the cases its inline functions
+ * leave here, a full buffer and a length of more than one byte. */
+size_t sc_enc_open_len_grow(enc *e) {
   if (sc_buf_putc(&e->out, 0)) {
     e->oom = 1;
     nomem(e);
@@ -143,7 +140,7 @@ static size_t open_len(enc *e) {
   return e->out.len;
 }
 
-static int close_len(enc *e, size_t start) {
+int sc_enc_close_len_long(enc *e, size_t start) {
   if (e->oom)
     return MCP_ERR_NOMEM;
   size_t n = e->out.len - start, k = sc_varint_len(n);
@@ -549,10 +546,10 @@ static int put_message(enc *e, uint32_t number, const sc_msg *m,
   int rc = put_tag(e, number, WT_LEN);
   if (rc)
     return rc;
-  size_t start = open_len(e);
+  size_t start = sc_enc_open_len(e);
   if ((rc = encode_body(e, m, v)))
     return rc;
-  return close_len(e, start);
+  return sc_enc_close_len(e, start);
 }
 
 static int field_value(enc *e, const sc_field *f, const mcp_schema_value *v) {
@@ -582,7 +579,7 @@ static int repeated_value(enc *e, const sc_field *f, const mcp_schema_value *v) 
   if (f->packed && v->n) {
     if ((rc = put_tag(e, f->number, WT_LEN)))
       return rc;
-    pstart = open_len(e);
+    pstart = sc_enc_open_len(e);
   }
   for (size_t i = 0; i < v->n && !rc; i++) {
     const mcp_schema_value *it = v->kids[i];
@@ -603,7 +600,7 @@ static int repeated_value(enc *e, const sc_field *f, const mcp_schema_value *v) 
     path_pop(e, old);
   }
   if (!rc && f->packed && v->n)
-    rc = close_len(e, pstart);
+    rc = sc_enc_close_len(e, pstart);
   return rc;
 }
 
@@ -718,7 +715,7 @@ static int map_value(enc *e, const sc_field *f, const mcp_schema_value *v) {
       continue;
     }
     if (!(rc = put_tag(e, f->number, WT_LEN))) {
-      size_t start = open_len(e);
+      size_t start = sc_enc_open_len(e);
       scalar k;
       memset(&k, 0, sizeof k);
       if (kf->type == SC_STRING) {
@@ -739,7 +736,7 @@ static int map_value(enc *e, const sc_field *f, const mcp_schema_value *v) {
         }
       }
       if (!rc)
-        rc = close_len(e, start);
+        rc = sc_enc_close_len(e, start);
     }
     rc = keep_going(e, rc);
     path_pop(e, old);
@@ -1002,12 +999,12 @@ static int enc_struct(enc *e, const mcp_schema_value *v) {
       continue;
     size_t old = path_field(e, keys[i].key->text);
     if (!(rc = put_tag(e, 1, WT_LEN))) {
-      size_t start = open_len(e);
+      size_t start = sc_enc_open_len(e);
       if (!(rc = put_bytes(e, 1, keys[i].key->text, keys[i].key->len)) &&
           !(rc = put_tag(e, 2, WT_LEN))) {
-        size_t vs = open_len(e);
-        if (!(rc = enc_value(e, keys[i].val)) && !(rc = close_len(e, vs)))
-          rc = close_len(e, start);
+        size_t vs = sc_enc_open_len(e);
+        if (!(rc = enc_value(e, keys[i].val)) && !(rc = sc_enc_close_len(e, vs)))
+          rc = sc_enc_close_len(e, start);
       }
     }
     rc = keep_going(e, rc);
@@ -1024,9 +1021,9 @@ static int enc_list(enc *e, const mcp_schema_value *v) {
   for (size_t i = 0; i < v->n && !rc; i++) {
     size_t old = path_index(e, i);
     if (!(rc = put_tag(e, 1, WT_LEN))) {
-      size_t start = open_len(e);
+      size_t start = sc_enc_open_len(e);
       if (!(rc = enc_value(e, v->kids[i])))
-        rc = close_len(e, start);
+        rc = sc_enc_close_len(e, start);
     }
     rc = keep_going(e, rc);
     path_pop(e, old);
@@ -1077,9 +1074,9 @@ static int enc_value(enc *e, const mcp_schema_value *v) {
   case MCP_SCHEMA_LIST:
     /* The Struct or ListValue is one more message (as the decoder counts). */
     if (!(rc = deeper(e, v)) && !(rc = put_tag(e, v->kind == MCP_SCHEMA_MAP ? 5 : 6, WT_LEN))) {
-      size_t start = open_len(e);
+      size_t start = sc_enc_open_len(e);
       if (!(rc = v->kind == MCP_SCHEMA_MAP ? enc_struct(e, v) : enc_list(e, v)))
-        rc = close_len(e, start);
+        rc = sc_enc_close_len(e, start);
     }
     e->depth--; /* deeper() counted it, failing or not */
     break;
@@ -1119,7 +1116,7 @@ static int enc_any(enc *e, const mcp_schema_value *v) {
   size_t mark = e->out.len;
   if ((rc = put_tag(e, 2, WT_LEN)))
     return rc;
-  size_t start = open_len(e);
+  size_t start = sc_enc_open_len(e);
   if (m->wkt != SC_WKT_NONE) {
     const mcp_schema_value *val = NULL;
     for (size_t i = 0; i < v->n && !rc; i++) {
@@ -1154,7 +1151,7 @@ static int enc_any(enc *e, const mcp_schema_value *v) {
     e->out.len = mark;
     return 0;
   }
-  return close_len(e, start);
+  return sc_enc_close_len(e, start);
 }
 
 static int enc_wrapper(enc *e, const sc_msg *m, const mcp_schema_value *v) {
@@ -1285,8 +1282,5 @@ int sc_enc_message(enc *e, uint32_t number, const sc_msg *m, const mcp_schema_va
   return put_message(e, number, m, v);
 }
 
-size_t sc_enc_open_len(enc *e) { return open_len(e); }
-
-int sc_enc_close_len(enc *e, size_t start) { return close_len(e, start); }
 
 int sc_enc_null_is_value(const sc_field *f) { return null_is_value(f); }

@@ -40,10 +40,29 @@ int sc_enc_scalar(enc *e, const sc_field *f, const mcp_schema_value *v, int how)
  * well-known type's scalar form, for the direct encoder. */
 int sc_enc_message(enc *e, uint32_t number, const sc_msg *m, const mcp_schema_value *v);
 
-/* Length-delimited parts: sc_enc_open_len() leaves a byte for the length
- * and returns where the body starts; sc_enc_close_len() writes it. */
-size_t sc_enc_open_len(enc *e);
-int sc_enc_close_len(enc *e, size_t start);
+/* Length-delimited parts: sc_enc_open_len() leaves one byte for the
+ * length and returns where the body starts; sc_enc_close_len() writes the
+ * length there, moving the body only when the length needs more than one
+ * byte (a body of 128 bytes or more). When open_len() cannot allocate, the
+ * failure is sticky (e->oom): close_len() and mcp_schema_encode() report
+ * it. Inline for the common case; encode.c has the rest. */
+size_t sc_enc_open_len_grow(enc *e);
+int sc_enc_close_len_long(enc *e, size_t start);
+
+static inline size_t sc_enc_open_len(enc *e) {
+  if (e->out.len == e->out.cap)
+    return sc_enc_open_len_grow(e);
+  e->out.p[e->out.len++] = 0;
+  return e->out.len;
+}
+
+static inline int sc_enc_close_len(enc *e, size_t start) {
+  size_t n = e->out.len - start;
+  if (e->oom || n >= 0x80)
+    return sc_enc_close_len_long(e, start);
+  e->out.p[start - 1] = (uint8_t)n;
+  return 0;
+}
 
 /* 1 when null is a value for |f| rather than "unset" (Value, NullValue). */
 int sc_enc_null_is_value(const sc_field *f);
