@@ -72,9 +72,21 @@ typedef struct dx {
   /* Not cleared before use: */
   dx_frame stack[DX_MAX_DEPTH + 1];
   char small[256]; /* the scalar, NUL-terminated */
+  /* The first segments, and a small body being put in order, without an
+   * allocation (a document of a few dozen fields needs no more). */
+  dx_seg seg_buf[64];
+  uint8_t scratch[1024];
 } dx;
 
 #define BAIL SC_YF_BAIL
+
+/* The handlers dx_step() picks from stay out of it, so that it saves few
+ * registers: it runs for every event. */
+#if defined(__GNUC__) || defined(__clang__)
+#define DX_HANDLER __attribute__((noinline)) static int
+#else
+#define DX_HANDLER static int
+#endif
 
 /* The scalar of |ev|, NUL-terminated (in |d|, until the next one); NULL
  * when memory ran out. */
@@ -111,10 +123,14 @@ static int dx_node(dx *d, const sc_yf_event *ev, mcp_schema_value *v) {
 
 static int dx_seg_add(dx *d, const sc_field *f, size_t start, int set) {
   if (d->nsegs == d->segs_cap) {
-    size_t cap = d->segs_cap ? 2 * d->segs_cap : 32;
-    dx_seg *n = sc_realloc(&d->e->s->mem, d->segs, cap * sizeof *n);
+    size_t cap = 2 * d->segs_cap;
+    int own = d->segs != d->seg_buf;
+    dx_seg *n = own ? sc_realloc(&d->e->s->mem, d->segs, cap * sizeof *n)
+                    : sc_malloc(&d->e->s->mem, cap * sizeof *n);
     if (!n)
       return BAIL;
+    if (!own)
+      memcpy(n, d->seg_buf, d->nsegs * sizeof *n);
     d->segs = n;
     d->segs_cap = cap;
   }
@@ -207,12 +223,18 @@ static int dx_order(dx *d, const dx_frame *fr) {
   }
   if (hi == lo)
     return 0; /* null fields only: nothing written */
-  d->tmp.len = 0;
-  if (mcp_buf_append(&d->tmp, base + lo, hi - lo))
-    return BAIL;
+  const uint8_t *t = d->scratch;
+  if (hi - lo <= sizeof d->scratch) {
+    memcpy(d->scratch, base + lo, hi - lo);
+  } else {
+    d->tmp.len = 0;
+    if (mcp_buf_append(&d->tmp, base + lo, hi - lo))
+      return BAIL;
+    t = d->tmp.p;
+  }
   uint8_t *w = d->e->out.p + lo;
   for (i = 0; i < n; i++) {
-    memcpy(w, d->tmp.p + (s[i].start - lo), s[i].end - s[i].start);
+    memcpy(w, t + (s[i].start - lo), s[i].end - s[i].start);
     w += s[i].end - s[i].start;
   }
   return 0;
@@ -296,7 +318,7 @@ static int dx_end(dx *d) {
 }
 
 /* An event while the message |fr| awaits a key. */
-static int dx_key(dx *d, dx_frame *fr, const sc_yf_event *ev) {
+DX_HANDLER dx_key(dx *d, dx_frame *fr, const sc_yf_event *ev) {
   if (ev->type == MCP_SCHEMA_YAML_MAP_END)
     return dx_end(d);
   if (ev->type != MCP_SCHEMA_YAML_SCALAR)
@@ -339,7 +361,7 @@ static int dx_string(dx *d, const sc_field *f, const sc_yf_event *ev, int always
 }
 
 /* The value of the field |f| of the message |fr|. */
-static int dx_field(dx *d, dx_frame *fr, const sc_field *f, const sc_yf_event *ev) {
+DX_HANDLER dx_field(dx *d, dx_frame *fr, const sc_field *f, const sc_yf_event *ev) {
   enc *e = d->e;
   if (ev->type == MCP_SCHEMA_YAML_SCALAR) {
     if (!f->repeated && dx_is_string(d, f, ev)) {
@@ -391,7 +413,7 @@ static int dx_field(dx *d, dx_frame *fr, const sc_field *f, const sc_yf_event *e
 }
 
 /* An item of the list |fr|. */
-static int dx_item(dx *d, dx_frame *fr, const sc_yf_event *ev) {
+DX_HANDLER dx_item(dx *d, dx_frame *fr, const sc_yf_event *ev) {
   const sc_field *f = fr->f;
   if (ev->type == MCP_SCHEMA_YAML_SEQ_END)
     return dx_end(d);
@@ -410,7 +432,7 @@ static int dx_item(dx *d, dx_frame *fr, const sc_yf_event *ev) {
 }
 
 /* An event of the map field |fr|: a key, or an entry's value. */
-static int dx_entry(dx *d, dx_frame *fr, const sc_yf_event *ev) {
+DX_HANDLER dx_entry(dx *d, dx_frame *fr, const sc_yf_event *ev) {
   enc *e = d->e;
   const sc_field *kf = &fr->f->msg->fields[0], *vf = &fr->f->msg->fields[1];
   if (!fr->has_key) {
@@ -498,6 +520,8 @@ static int direct(enc *e, const sc_msg *m, const char *text, size_t len) {
   d.e = e;
   d.root = m;
   d.tmp.mem = &e->s->mem;
+  d.segs = d.seg_buf;
+  d.segs_cap = sizeof d.seg_buf / sizeof *d.seg_buf;
   d.text_lo = (uintptr_t)text;
   d.text_hi = (uintptr_t)text + len;
   int bailed = 0;
@@ -506,7 +530,8 @@ static int direct(enc *e, const sc_msg *m, const char *text, size_t len) {
   if (!rc && (d.depth || e->oom || !d.docs || d.root))
     rc = BAIL; /* unfinished; no document (a null: the long way knows what
                   that is for each type); or the document was not a map */
-  sc_free(&e->s->mem, d.segs);
+  if (d.segs != d.seg_buf)
+    sc_free(&e->s->mem, d.segs);
   sc_free(&e->s->mem, d.big);
   mcp_buf_free(&d.tmp);
   return rc ? BAIL : 0;
@@ -531,6 +556,8 @@ int mcp_schema_yaml_encoder_new(const mcp_schema *s, mcp_schema_yaml_encoder **p
   x->e.out.mem = &s->mem;
   x->d.e = &x->e;
   x->d.tmp.mem = &s->mem;
+  x->d.segs = x->d.seg_buf;
+  x->d.segs_cap = sizeof x->d.seg_buf / sizeof *x->d.seg_buf;
   *px = x;
   return 0;
 }
@@ -539,7 +566,8 @@ void mcp_schema_yaml_encoder_free(mcp_schema_yaml_encoder *x) {
   if (!x)
     return;
   const mcp_mem *m = &x->e.s->mem;
-  sc_free(m, x->d.segs);
+  if (x->d.segs != x->d.seg_buf)
+    sc_free(m, x->d.segs);
   sc_free(m, x->d.big);
   mcp_buf_free(&x->d.tmp);
   mcp_buf_free(&x->e.out);

@@ -326,6 +326,14 @@ int main(int argc, char **argv) {
     same(s, d->type, d->yaml, n, MCP_SCHEMA_IGNORE_UNKNOWN_FIELDS);
     mutations(s, d->type, d->yaml, n);
   }
+  /* A map of 100 entries, keys in reverse order: more segments than the
+   * encoder keeps without allocating, and a body to put in order larger
+   * than its scratch (encode_yaml.c dx_seg_add(), dx_order()). */
+  char big[4096];
+  size_t bn = (size_t)snprintf(big, sizeof big, "mString:\n");
+  for (int i = 99; i >= 0; i--)
+    bn += (size_t)snprintf(big + bn, sizeof big - bn, "  k%03d: value-%03d\n", i, i);
+  CHECK(bn < sizeof big && same(s, T "Maps", big, bn, 0), "100 map entries did not go directly");
   char vs[2048];
   size_t vn = bench_vs(vs, sizeof vs, 7, 1);
   CHECK(vn && same(s, "istio.networking.v1alpha3.VirtualService", vs, vn, 0),
