@@ -10,10 +10,11 @@
  * N x (server + client) of CPU to the cleartext sync's, whatever the
  * transport does around it.
  *
- * The contexts are set as transport-h2c/src/tls.c's make_ctx() sets them
- * (TLS 1.2+, ECDHE with AEAD, no session cache, no tickets: every
- * handshake full; the server asks for and verifies the client's
- * certificate when mutual). Prints, per kind (mutual, server-only):
+ * The contexts are the h2 transport's own (mcp_h2c_tls_ctx_new(), as every
+ * endpoint makes them: TLS 1.2+, ECDHE with AEAD, ALPN, no session cache,
+ * no tickets, so every handshake is full; the server asks for and
+ * verifies the client's certificate when mutual). Prints, per kind
+ * (mutual, server-only):
  *
  *   BENCH tls_handshake_<kind>_server_cpu_us <us> us
  *   BENCH tls_handshake_<kind>_client_cpu_us <us> us
@@ -31,6 +32,7 @@
 #include <time.h>
 
 #include "bench_util.h"
+#include "internal.h" /* transport-h2c's: mcp_h2c_tls_ctx_new() */
 
 static const char *certs = NULL;
 
@@ -51,36 +53,24 @@ static void path(char *out, size_t cap, const char *name) {
     die("certificate directory name too long");
 }
 
+/* The transport's context of a server (with its certificate; the CA when
+ * |mutual|) or of a client (the CA; its certificate when |mutual|). */
 static SSL_CTX *make_ctx(int server, int mutual) {
-  SSL_CTX *ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
-  char cert[4096], key[4096], ca[4096];
-  if (!ctx)
-    die("SSL_CTX_new");
-  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
-  SSL_CTX_set_options(ctx, SSL_OP_NO_COMPRESSION | SSL_OP_NO_RENEGOTIATION |
-                               SSL_OP_CIPHER_SERVER_PREFERENCE);
-  if (!SSL_CTX_set_cipher_list(ctx, "ECDHE+AESGCM:ECDHE+CHACHA20"))
-    die("cipher list");
-  SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
+  char cert[4096], key[4096], ca[4096], err[512];
   path(cert, sizeof(cert), server ? "server.pem" : "client.pem");
   path(key, sizeof(key), server ? "server.key" : "client.key");
   path(ca, sizeof(ca), "ca.pem");
-  if ((server || mutual) &&
-      (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1 ||
-       SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1))
-    die("cannot load a certificate or key");
-  if (SSL_CTX_load_verify_locations(ctx, ca, NULL) != 1)
-    die("cannot load ca.pem");
-  if (server) {
-    if (mutual)
-      SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT,
-                         NULL);
-    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
-    SSL_CTX_set_num_tickets(ctx, 0);
-  } else {
-    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
-    if (SSL_CTX_set_alpn_protos(ctx, (const unsigned char *)"\x02h2", 3) != 0)
-      die("ALPN");
+  mcp_h2c_tls_options o = {NULL, NULL, NULL, NULL};
+  if (server || mutual) {
+    o.cert_file = cert;
+    o.key_file = key;
+  }
+  if (!server || mutual)
+    o.ca_file = ca;
+  SSL_CTX *ctx = NULL;
+  if (mcp_h2c_tls_ctx_new(&o, server, &ctx, err, sizeof(err)) != 0) {
+    fprintf(stderr, "tls_handshake: %s\n", err);
+    exit(1);
   }
   return ctx;
 }

@@ -448,6 +448,12 @@ void mcp_h2c_admit_leave(mcp_h2c_stream *s);
 
 /* tls.c */
 int mcp_h2c_tls_wanted(const mcp_h2c_tls_options *o);
+/* A context from the files of |o| as read now (|listen|: a server's),
+ * set as every endpoint's is; bench/tls_handshake measures handshakes
+ * with it. 0 and *out (the caller's: SSL_CTX_free()), or INVALID_ARGUMENT
+ * or NOMEM with the reason in |err|. */
+int mcp_h2c_tls_ctx_new(const mcp_h2c_tls_options *o, int listen, SSL_CTX **out,
+                        char *err, size_t errlen);
 /* Makes ep->tls from ep->opts.tls (|listen|: a server's context).
  * INVALID_ARGUMENT, IO, NOMEM. */
 int mcp_h2c_tls_new(mcp_h2c_ep *ep, int listen);

@@ -76,9 +76,8 @@ static int alpn_select(SSL *ssl, const unsigned char **out,
   return SSL_TLSEXT_ERR_ALERT_FATAL;
 }
 
-/* A context from the files of |o| (as read now). */
-static int make_ctx(const mcp_h2c_tls_options *o, int listen, SSL_CTX **out,
-                    char *err, size_t errlen) {
+int mcp_h2c_tls_ctx_new(const mcp_h2c_tls_options *o, int listen, SSL_CTX **out,
+                        char *err, size_t errlen) {
   SSL_CTX *ctx = SSL_CTX_new(listen ? TLS_server_method() : TLS_client_method());
   if (!ctx)
     return MCP_ERR_NOMEM;
@@ -177,7 +176,7 @@ static int load(const mcp_h2c_tls_options *o, int listen, SSL_CTX **out,
     if (rv < 0)
       return rv;
   }
-  return make_ctx(o, listen, out, err, errlen);
+  return mcp_h2c_tls_ctx_new(o, listen, out, err, errlen);
 }
 
 int mcp_h2c_tls_wanted(const mcp_h2c_tls_options *o) {
