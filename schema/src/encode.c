@@ -1282,5 +1282,4 @@ int sc_enc_message(enc *e, uint32_t number, const sc_msg *m, const mcp_schema_va
   return put_message(e, number, m, v);
 }
 
-
 int sc_enc_null_is_value(const sc_field *f) { return null_is_value(f); }

@@ -394,6 +394,7 @@ MCP_EXTERN int mcp_schema_encode_all(const mcp_schema *s, const char *type_name,
  * with no tree in between, about twice as fast; anything else (a rare YAML
  * construct, Struct and Any fields, any mismatch) takes the long way,
  * which has the last word. Output and ownership as mcp_schema_encode().
+ * The direct way keeps its state (about 8 KiB) on the caller's stack.
  */
 MCP_EXTERN int mcp_schema_encode_yaml(const mcp_schema *s, const char *type_name,
                                       const char *text, size_t len, const char *path,
