@@ -395,6 +395,13 @@ class Base(unittest.TestCase):
                 return v
             for p in procs:
                 if not p.running():
+                    # What it wrote before exiting may still be in the
+                    # pipes: read it all, and ask once more (a program
+                    # that does its work and exits, --exit-after-sync).
+                    p.wait(timeout=5)
+                    v = cond()
+                    if v:
+                        return v
                     self.fail("%s exited (status %s) while waiting for %s\n%s"
                               % (p.name, p.p.poll(),
                                  what() if callable(what) else what,
