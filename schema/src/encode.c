@@ -143,20 +143,14 @@ size_t sc_enc_open_len_grow(enc *e) {
 int sc_enc_close_len_long(enc *e, size_t start) {
   if (e->oom)
     return MCP_ERR_NOMEM;
-  size_t n = e->out.len - start, k = sc_varint_len(n);
+  size_t n = e->out.len - start, k = mcp_wire_varint_len(n);
   if (k > 1) {
     if (mcp_buf_reserve(&e->out, k - 1))
       return nomem(e);
     memmove(e->out.p + start + k - 1, e->out.p + start, n);
     e->out.len += k - 1;
   }
-  size_t i = start - 1;
-  uint64_t v = n;
-  while (v >= 0x80) {
-    e->out.p[i++] = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  e->out.p[i] = (uint8_t)v;
+  mcp_wire_put_varint(e->out.p + start - 1, n);
   return 0;
 }
 

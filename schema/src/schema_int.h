@@ -39,12 +39,9 @@ static inline int sc_buf_putc(mcp_buf *b, uint8_t c) {
   return 0;
 }
 
-static inline void sc_put_varint(mcp_buf *b, uint64_t v) { /* room is there */
-  while (v >= 0x80) {
-    b->p[b->len++] = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  b->p[b->len++] = (uint8_t)v;
+/* The engine's varint writer at the buffer's end (room is there). */
+static inline void sc_put_varint(mcp_buf *b, uint64_t v) {
+  b->len = (size_t)(mcp_wire_put_varint(b->p + b->len, v) - b->p);
 }
 
 static inline int sc_buf_varint(mcp_buf *b, uint64_t v) {
@@ -71,7 +68,6 @@ int sc_buf_printf(mcp_buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
-size_t sc_varint_len(uint64_t v);
 
 /* Protobuf wire types, and the one a field of |type| (SC_*) is written
  * with (groups: WT_SGROUP; the encoder refuses them before asking). */

@@ -114,15 +114,6 @@ int sc_buf_printf(mcp_buf *b, const char *fmt, ...) {
   return mcp_buf_append(b, tmp, (size_t)n);
 }
 
-size_t sc_varint_len(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    n++;
-  }
-  return n;
-}
-
 int sc_wire_type(int type) {
   switch (type) {
   case SC_DOUBLE:
