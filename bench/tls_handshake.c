@@ -29,7 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench_util.h"
 #include "internal.h" /* transport-h2c's: mcp_h2c_tls_ctx_new() */
@@ -42,11 +41,8 @@ static void die(const char *what) {
   exit(1);
 }
 
-static double proc_cpu_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
+/* bench_util's CPU clock in seconds: the handshakes run on this thread. */
+static double cpu_s(void) { return (double)bu_cpu_ns() / 1e9; }
 
 static void path(char *out, size_t cap, const char *name) {
   if ((size_t)snprintf(out, cap, "%s/%s", certs, name) >= cap)
@@ -78,9 +74,9 @@ static SSL_CTX *make_ctx(int server, int mutual) {
 /* One step of |s|: 1 when its handshake is done, 0 when it waits for the
  * other side. Adds its CPU time to |*cpu|. */
 static int step(SSL *s, double *cpu) {
-  double t0 = proc_cpu_s();
+  double t0 = cpu_s();
   int r = SSL_do_handshake(s);
-  *cpu += proc_cpu_s() - t0;
+  *cpu += cpu_s() - t0;
   if (r == 1)
     return 1;
   if (SSL_get_error(s, r) != SSL_ERROR_WANT_READ)
@@ -94,14 +90,14 @@ static void run(int mutual, int n, double *server_us, double *client_us) {
   SSL_CTX *sctx = make_ctx(1, mutual), *cctx = make_ctx(0, mutual);
   double ts = 0, tc = 0;
   for (int i = 0; i < n; i++) {
-    double t0 = proc_cpu_s();
+    double t0 = cpu_s();
     SSL *ss = SSL_new(sctx);
     BIO *sb = NULL, *cb = NULL;
     if (!ss || BIO_new_bio_pair(&sb, 1 << 16, &cb, 1 << 16) != 1)
       die("SSL_new");
     SSL_set_bio(ss, sb, sb);
     SSL_set_accept_state(ss);
-    double t1 = proc_cpu_s();
+    double t1 = cpu_s();
     ts += t1 - t0;
     SSL *cs = SSL_new(cctx);
     if (!cs)
@@ -111,7 +107,7 @@ static void run(int mutual, int n, double *server_us, double *client_us) {
     /* As a dialer of 127.0.0.1 checks the server's name. */
     if (X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(cs), "127.0.0.1") != 1)
       die("IP check");
-    tc += proc_cpu_s() - t1;
+    tc += cpu_s() - t1;
     int sdone = 0, cdone = 0;
     while (!sdone || !cdone) {
       if (!cdone)
@@ -121,11 +117,11 @@ static void run(int mutual, int n, double *server_us, double *client_us) {
     }
     if (mutual && !SSL_get0_peer_certificate(ss))
       die("no client certificate");
-    t0 = proc_cpu_s();
+    t0 = cpu_s();
     SSL_free(ss);
-    t1 = proc_cpu_s();
+    t1 = cpu_s();
     SSL_free(cs);
-    tc += proc_cpu_s() - t1;
+    tc += cpu_s() - t1;
     ts += t1 - t0;
   }
   SSL_CTX_free(sctx);
