@@ -1299,6 +1299,20 @@ static int whole_path(const mcp_mem *mem) {
     mcp_schema_yaml_encoder_free(x);
     mcp_schema_free_bytes(s, o1);
   }
+  /* A map of 100 entries in reverse key order: the direct way's segments
+   * outgrow its own array and its body outgrows its scratch, so both go to
+   * the heap (encode_yaml.c dx_seg_add(), dx_order()). */
+  if (!rc) {
+    char big[4096];
+    size_t bn = (size_t)snprintf(big, sizeof big, "mString:\n");
+    for (int i = 99; i >= 0; i--)
+      bn += (size_t)snprintf(big + bn, sizeof big - bn, "  k%03d: value-%03d\n", i, i);
+    uint8_t *o3 = NULL;
+    size_t n3 = 0;
+    rc = mcp_schema_encode_yaml(s, T "Maps", big, bn, "spec", 0, &o3, &n3, &e);
+    ck_assert(rc || n3 > 1024); /* past the scratch */
+    mcp_schema_free_bytes(s, o3);
+  }
   /* Every error of a bad document: three, or out of memory. */
   const char *bad = "fString: 1\nfInt32: x\nfMessage: {child: {n: y}, name: [a]}\n";
   if (!rc && !(rc = mcp_schema_parse_yaml(&po, bad, strlen(bad), &d, &e))) {
