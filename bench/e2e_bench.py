@@ -1230,12 +1230,17 @@ class Bench:
             out = subprocess.run(
                 [self.hs_bin, "--certs", self.certs, "--handshakes",
                  str(min(n, 1000))], stdin=subprocess.DEVNULL,
-                capture_output=True, text=True, timeout=600, check=True)
+                capture_output=True, text=True, timeout=600)
             v = dict((p[1], float(p[2])) for p in
                      (ln.split() for ln in out.stdout.splitlines())
                      if len(p) == 4 and p[0] == "BENCH")
-            self.hs_us = (v["tls_handshake_mutual_server_cpu_us"],
-                          v["tls_handshake_mutual_client_cpu_us"])
+            names = ("tls_handshake_mutual_server_cpu_us",
+                     "tls_handshake_mutual_client_cpu_us")
+            if out.returncode or any(k not in v for k in names):
+                raise BenchError("%s: exit %d, %s" % (
+                    self.hs_bin, out.returncode,
+                    out.stderr.strip()[-300:] or "no handshake figures"))
+            self.hs_us = tuple(v[k] for k in names)
             note("one mutual-TLS handshake, OpenSSL alone: server %.0f us, "
                  "client %.0f us of CPU" % self.hs_us)
         cores = os.cpu_count() or 1
