@@ -239,6 +239,8 @@ int mcp_h2c_conn_write(mcp_h2c_conn *c, const void *p, size_t n) {
 }
 
 static void on_write(uv_write_t *req, int status);
+static int wrote(mcp_h2c_conn *c, int status);
+static size_t write_limit(const mcp_h2c_conn *c);
 
 static void start_write(mcp_h2c_conn *c) {
   if (c->writing || c->closing)
@@ -261,7 +263,27 @@ static void start_write(mcp_h2c_conn *c) {
   *next = t;
   next->len = 0;
   uv_buf_t b = uv_buf_init((char *)c->wflight.p, (unsigned)c->wflight.len);
-  int rv = uv_write(&c->wreq, c->sock, &b, 1, on_write);
+  /* Written now when the socket takes it all, as a push to a sink that
+   * keeps up does: uv_write() would call back on the next turn of the loop
+   * and re-arm the socket's watcher, an epoll_ctl() per write (one per
+   * sink and change on a source). */
+  int rv = uv_try_write(c->sock, &b, 1);
+  if (rv >= 0 && (size_t)rv == c->wflight.len) {
+    size_t len = c->wflight.len;
+    c->writing = 1;
+    if (wrote(c, 0) == 0 &&
+        (len >= write_limit(c) || /* streams held back by a full buffer */
+         (c->h2 && nghttp2_session_want_write(c->h2))))
+      c->dirty = 1; /* the kick goes round again, as on_write()'s would */
+    return;
+  }
+  if (rv < 0 && rv != UV_EAGAIN) {
+    mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE, uv_strerror(rv));
+    return;
+  }
+  if (rv > 0) /* the rest when the socket has room */
+    b = uv_buf_init(b.base + rv, b.len - (unsigned)rv);
+  rv = uv_write(&c->wreq, c->sock, &b, 1, on_write);
   if (rv < 0) {
     mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE, uv_strerror(rv));
     return;
@@ -273,8 +295,10 @@ static size_t write_limit(const mcp_h2c_conn *c) {
   return (size_t)c->ep->opts.write_buffer_size;
 }
 
-static void on_write(uv_write_t *req, int status) {
-  mcp_h2c_conn *c = MCP_H2C_CONTAINER(req, mcp_h2c_conn, wreq);
+/* The flight buffer is written (|status| 0) or failed: the accounts, and
+ * reading again when it waited for the writes. Returns 0 when the
+ * connection goes on. */
+static int wrote(mcp_h2c_conn *c, int status) {
   mcp_h2c_ep *ep = c->ep;
   c->writing = 0;
   ep->write_buffered -= c->wflight.len;
@@ -282,10 +306,10 @@ static void on_write(uv_write_t *req, int status) {
     ep->bytes_written += c->wflight.len;
   c->wflight.len = 0;
   if (c->closing)
-    return;
+    return -1;
   if (status < 0) {
     mcp_h2c_conn_close(c, MCP_CODE_UNAVAILABLE, uv_strerror(status));
-    return;
+    return -1;
   }
   if (c->read_paused && c->wfill.len < write_limit(c)) {
     c->read_paused = 0;
@@ -294,7 +318,13 @@ static void on_write(uv_write_t *req, int status) {
       tls_recv(c, NULL, 0); /* what was decrypted but not read */
   }
   c->last_write = mcp_h2c_now(); /* (the idle buffers' deadline) */
-  mcp_h2c_conn_kick(c);
+  return c->closing ? -1 : 0;
+}
+
+static void on_write(uv_write_t *req, int status) {
+  mcp_h2c_conn *c = MCP_H2C_CONTAINER(req, mcp_h2c_conn, wreq);
+  if (wrote(c, status) == 0)
+    mcp_h2c_conn_kick(c);
 }
 
 /* The write buffers, once nothing was written for WBUF_IDLE_MS, are
