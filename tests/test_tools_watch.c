@@ -90,10 +90,70 @@ START_TEST(test_batch_names_each_file_once_sorted) {
 }
 END_TEST
 
+/* A plain tree on a local file system is seen whole; a YAML name that is
+ * a symbolic link (its target may be outside) is not, nor a root that is
+ * gone; each says why, and a later walk without them is whole again. */
+START_TEST(test_blind_names_what_inotify_cannot_see) {
+  char root[] = "/tmp/test_tools_watch.XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(root));
+  char ns[64], path[128], link[128], buf[160];
+  snprintf(ns, sizeof ns, "%s/ns", root);
+  ck_assert_int_eq(mkdir(ns, 0755), 0);
+  snprintf(path, sizeof path, "%s/a.yaml", ns);
+  write_file(path, "kind: X\n");
+  uv_loop_t loop;
+  ck_assert_int_eq(uv_loop_init(&loop), 0);
+  got g = {0};
+  tool_watch *w = NULL;
+  ck_assert_int_eq(tool_watch_new(&w, &loop, root, 3600000, on_batch, &g), 0);
+  tool_watch_sync(w);
+  /* /tmp is a local file system here (ext4 or tmpfs): nothing unseen. */
+  ck_assert_ptr_null(tool_watch_blind(w, buf, sizeof buf));
+
+  snprintf(link, sizeof link, "%s/b.yaml", ns);
+  ck_assert_int_eq(symlink(path, link), 0);
+  tool_watch_sync(w);
+  const char *why = tool_watch_blind(w, buf, sizeof buf);
+  ck_assert_ptr_nonnull(why);
+  ck_assert_ptr_nonnull(strstr(why, "symbolic link"));
+
+  /* A link that is not YAML, or a link to a directory (watched through
+   * the link), hides nothing. */
+  ck_assert_int_eq(unlink(link), 0);
+  snprintf(link, sizeof link, "%s/notes.txt", ns);
+  ck_assert_int_eq(symlink(path, link), 0);
+  char dlink[128];
+  snprintf(dlink, sizeof dlink, "%s/alias", root);
+  ck_assert_int_eq(symlink(ns, dlink), 0);
+  tool_watch_sync(w);
+  ck_assert_ptr_null(tool_watch_blind(w, buf, sizeof buf));
+  ck_assert_int_eq(unlink(dlink), 0);
+  ck_assert_int_eq(unlink(link), 0);
+
+  /* The root gone: nothing watches for its return. */
+  ck_assert_int_eq(unlink(path), 0);
+  ck_assert_int_eq(rmdir(ns), 0);
+  ck_assert_int_eq(rmdir(root), 0);
+  tool_watch_sync(w);
+  why = tool_watch_blind(w, buf, sizeof buf);
+  ck_assert_ptr_nonnull(why);
+  ck_assert_ptr_nonnull(strstr(why, "no inotify watch"));
+  ck_assert_int_eq(mkdir(root, 0755), 0);
+  tool_watch_sync(w);
+  ck_assert_ptr_null(tool_watch_blind(w, buf, sizeof buf));
+
+  tool_watch_close(w);
+  ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
+  ck_assert_int_eq(uv_loop_close(&loop), 0);
+  rmdir(root);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("tools_watch");
   TCase *t = tcase_create("batch");
   tcase_add_test(t, test_batch_names_each_file_once_sorted);
+  tcase_add_test(t, test_blind_names_what_inotify_cannot_see);
   suite_add_tcase(s, t);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -359,7 +359,15 @@ class Scenarios:
         close (not after a settle time: --write-settle is made long)."""
         d, _ = self.half_doc("old.example")
         self.put("bookinfo/half.yaml", [d])
+        # A YAML name that is a link keeps the walks at one a second.
+        linked = [dr("linked", "linked", "bookinfo")]
+        outside = os.path.join(self.tmp, "outside.yaml")
+        write_atomic(outside, yaml_text(linked))
+        os.symlink(outside, os.path.join(self.config, "bookinfo", "link.yaml"))
+        self.files["bookinfo/link.yaml"] = linked
         src, snk, dport = self.start_watched("3600000")
+        self.assertIn("every 1000 ms: a YAML name is a symbolic link",
+                      src.stderr())
         d, text = self.half_doc(self.HALF_HOST)
         cut = text.index(self.HALF_HOST) + len("reviews.book")
         path = os.path.join(self.config, "bookinfo", "half.yaml")
@@ -937,6 +945,35 @@ class CommandLine(Base):
                             "--listen", self.addr])
         self.assertEqual(rc, 1, err)
         self.assertIn("nope", err)
+
+    def test_source_rescans_each_second_only_what_inotify_cannot_see(self):
+        """The periodic rescan runs once a minute while inotify sees every
+        change, each second while a YAML name is a link (its target may
+        change outside the watched tree: only a walk finds that)."""
+        self.put("bookinfo/a.yaml", [vs("a", "a", "bookinfo")])
+        outside = os.path.join(self.tmp, "outside.yaml")
+        write_atomic(outside, yaml_text([vs("b", "b", "bookinfo")]))
+        src = self.start("mcp-source", ["--dir", self.config, "--listen",
+                                        self.addr, "--debounce", "0"])
+        every_minute = "rescanning %s every 60 s: inotify sees every change" \
+            % self.config
+        self.wait_for(lambda: every_minute in src.stderr(),
+                      "the once-a-minute rescan", src)
+        link = os.path.join(self.config, "bookinfo", "b.yaml")
+        os.symlink(outside, link)
+        self.wait_for(lambda: "every 1000 ms: a YAML name is a symbolic link"
+                      in src.stderr(), "the rescan each second", src)
+        # The link's target changes where no watch sees it: the rescan
+        # finds it.
+        n = src.stderr().count(" changed")
+        write_atomic(outside, yaml_text([vs("b", "b2", "bookinfo")]))
+        self.wait_for(lambda: src.stderr().count(" changed") > n,
+                      "the rescan to find the change behind the link", src)
+        os.unlink(link)
+        self.wait_for(lambda: src.stderr().count(every_minute) == 2,
+                      "the once-a-minute rescan again", src)
+        src.signal(signal.SIGTERM)
+        self.assertEqual(src.wait(), 0, self.logs())
 
     def test_source_port_in_use(self):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -52,7 +52,11 @@
 #define DEFAULT_WRITE_SETTLE_MS 1000
 #define MAX_WRITE_SETTLE_MS 3600000ul
 /* Rescan period: catches what inotify cannot see. */
+/* The periodic rescan: a walk every second while inotify may miss a
+ * change (rescan_pace()), else every minute. A walk stat()s every file
+ * (60 ms for 20,000) and a change that arrives meanwhile waits for it. */
 #define RESCAN_MS 1000
+#define RESCAN_SAFE_MS 60000
 /* How often the protocols' counters reach the metrics. */
 #define PROTO_TICK_MS 1000
 
@@ -88,6 +92,9 @@ typedef struct source_app {
   uv_timer_t rescan;
   uv_signal_t sigint, sigterm;
   int timers; /* rescan initialised */
+  uint64_t rescan_every;   /* the walks' period now (ms) */
+  uint64_t quiet_ticks;    /* seconds without a walk */
+  unsigned long unstable;  /* mcpcfg_loader_unstable_reads() then */
   int stopping;
   int io_error;      /* the last scan could not read the directory */
   int apply_pending; /* the loader holds changes the store lacks */
@@ -432,7 +439,8 @@ static void register_config_metrics(source_app *a) {
   a->last_load = ops_metrics_gauge(
       m, "mcp_config_last_load_success_timestamp_seconds",
       "Unix time of the last scan of --dir that read the directory and left "
-      "every change in the store (each rescan, about every second).",
+      "every change in the store, or a second in which inotify saw every "
+      "change and the store held them (about every second).",
       NULL, 0);
   a->resources = ops_metrics_gauge(
       m, "mcp_config_resources",
@@ -559,7 +567,7 @@ static void apply_fn(mcp_store *store, mcp_tstamp ts, void *ud) {
 }
 
 /* After a scan or an update (|rv| is its result): into the store. */
-static void scanned(source_app *a, int rv) {
+static void into_store(source_app *a, int rv) {
   if (rv < 0) {
     if (rv != MCPCFG_ERR_IO)
       log_error("scan of %s failed: %s", a->dir, mcpcfg_strerror(rv));
@@ -599,8 +607,42 @@ static void scanned(source_app *a, int rv) {
     log_error("cannot update the store: %s", mcp_strerror(rv));
 }
 
+/* Sets the periodic rescan's period from what the last walk and read
+ * found: a second while inotify may miss a change, a minute otherwise. */
+static void rescan_pace(source_app *a) {
+  if (!a->timers || a->stopping)
+    return;
+  char buf[160];
+  const char *why = NULL;
+  unsigned long unstable = mcpcfg_loader_unstable_reads(a->loader);
+  if (!a->watch)
+    why = "no inotify watch";
+  else if (a->io_error)
+    why = "the directory cannot be read";
+  else if (unstable != a->unstable)
+    why = "a file changed while it was read";
+  else
+    why = tool_watch_blind(a->watch, buf, sizeof buf);
+  a->unstable = unstable;
+  uint64_t every = why ? RESCAN_MS : RESCAN_SAFE_MS;
+  if (every == a->rescan_every)
+    return;
+  a->rescan_every = every;
+  if (why)
+    log_info("rescanning %s every %d ms: %s", a->dir, RESCAN_MS, why);
+  else
+    log_info("rescanning %s every %d s: inotify sees every change", a->dir,
+             RESCAN_SAFE_MS / 1000);
+}
+
+static void scanned(source_app *a, int rv) {
+  into_store(a, rv);
+  rescan_pace(a);
+}
+
 /* A walk of the whole directory. */
 static void scan(source_app *a) {
+  a->quiet_ticks = 0;
   int rv = mcpcfg_loader_scan(a->loader);
   if (a->watch) {
     tool_watch_sync(a->watch);
@@ -724,7 +766,19 @@ static void etcd_metrics(source_app *a) {
 
 /* ---- the loop (main thread) ---- */
 
-static void on_rescan(uv_timer_t *t) { scan(t->data); }
+/* Each second: a walk when one is due; else, with inotify seeing every
+ * change and all of them in the store, the served content is current as
+ * of now (mcp_config_last_load_success_timestamp_seconds moves as it did
+ * with a walk each second). */
+static void on_rescan(uv_timer_t *t) {
+  source_app *a = t->data;
+  if (++a->quiet_ticks >= a->rescan_every / RESCAN_MS) {
+    a->quiet_ticks = 0;
+    scan(a);
+  } else if (!a->apply_pending && !a->io_error && !a->pub) {
+    loaded(a);
+  }
+}
 
 /* The watcher's batch: the files its writers are done with are read at
  * once, alone; what only a walk can tell walks. */
@@ -2012,6 +2066,8 @@ int main(int argc, char **argv) {
     uv_timer_init(&app.loop, &app.rescan);
     app.rescan.data = &app;
     app.timers = 1;
+    app.rescan_every = RESCAN_MS;
+    app.unstable = mcpcfg_loader_unstable_reads(app.loader);
     uv_timer_start(&app.rescan, on_rescan, RESCAN_MS, RESCAN_MS);
     int wrv = tool_watch_new(&app.watch, &app.loop, dir,
                              (unsigned)args.write_settle_ms, on_fs_change,
@@ -2023,6 +2079,8 @@ int main(int argc, char **argv) {
     } else {
       tool_watch_sync(app.watch);
       mcpcfg_loader_set_hold(app.loader, being_written, &app);
+      app.rescan_every = 0; /* said once at the start, whatever it is */
+      rescan_pace(&app);
     }
   }
   /* Runs until a signal: stop() deletes the endpoint and closes the

@@ -9,10 +9,12 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "loader/loader.h"
@@ -56,6 +58,10 @@ struct tool_watch {
   int closing;
   int warned;  /* a watch failure was reported */
   int aliased; /* the last walk found a name a file or directory shares */
+  /* What the last walk found that inotify cannot see (tool_watch_blind) */
+  int unwatched;     /* the root, or a directory, has no watch */
+  int linked;        /* a YAML name is a symbolic link */
+  long fs_type;      /* a directory's file system is not known local */
   wdir *dirs;
   wfile *writing;
   tool_watch_stats st;
@@ -412,6 +418,7 @@ static void watch_dir(tool_watch *w, const char *path, const struct stat *st) {
    * entry, unseen, is dropped at the end of the walk. */
   int wd = inotify_add_watch(w->fd, path, WATCH_MASK);
   if (wd < 0) {
+    w->unwatched = 1;
     if (!w->warned) {
       w->warned = 1;
       log_warn("cannot watch %s: %s (changes are still found by the "
@@ -423,6 +430,7 @@ static void watch_dir(tool_watch *w, const char *path, const struct stat *st) {
   d = calloc(1, sizeof(*d) + len + 1);
   if (!d) {
     inotify_rm_watch(w->fd, wd);
+    w->unwatched = 1;
     return; /* the periodic rescan still covers it */
   }
   memcpy(d->path, path, len + 1);
@@ -435,6 +443,32 @@ static void watch_dir(tool_watch *w, const char *path, const struct stat *st) {
   w->dirs = d;
 }
 
+/* File systems whose changes are all made by this kernel, so that
+ * inotify reports each (linux/magic.h). Anything else, a network or FUSE
+ * file system above all, can change under a watch without an event. */
+static int fs_local(long type) {
+  static const unsigned long local[] = {
+      0xEF53,     /* ext2, ext3, ext4 */
+      0x58465342, /* xfs */
+      0x9123683E, /* btrfs */
+      0x01021994, /* tmpfs */
+      0x858458F6, /* ramfs */
+      0x794C7630, /* overlayfs (containers) */
+      0xF2F52010, /* f2fs */
+      0x2FC12FC1, /* zfs */
+      0xCA451A4E, /* bcachefs */
+      0x3153464A, /* jfs */
+      0x52654973, /* reiserfs */
+      0x73717368, /* squashfs */
+      0xE0F5E1E2, /* erofs */
+      0x9660,     /* iso9660 */
+  };
+  for (size_t i = 0; i < sizeof local / sizeof local[0]; i++)
+    if ((unsigned long)type == local[i])
+      return 1;
+  return 0;
+}
+
 static void walk(tool_watch *w, const char *path, const struct stat *st,
                  visited *v) {
   int rv = visited_add(v, st->st_dev, st->st_ino);
@@ -443,6 +477,13 @@ static void walk(tool_watch *w, const char *path, const struct stat *st,
   if (rv <= 0)
     return;
   watch_dir(w, path, st);
+  struct statfs sf;
+  if (!w->fs_type) { /* the first one found is enough to say why */
+    if (statfs(path, &sf) != 0)
+      w->fs_type = -1;
+    else if (!fs_local((long)sf.f_type))
+      w->fs_type = (long)sf.f_type;
+  }
   DIR *dir = opendir(path);
   if (!dir)
     return;
@@ -458,14 +499,14 @@ static void walk(tool_watch *w, const char *path, const struct stat *st,
       break;
     struct stat cst;
     if (de->d_type == DT_LNK && mcpcfg_is_yaml_name(de->d_name))
-      w->aliased = 1; /* a file with two names */
+      w->aliased = w->linked = 1; /* a file with two names */
     if ((de->d_type == DT_DIR || de->d_type == DT_LNK ||
          de->d_type == DT_UNKNOWN) &&
         stat(child, &cst) == 0 && S_ISDIR(cst.st_mode))
       walk(w, child, &cst, v);
     else if (de->d_type == DT_UNKNOWN && mcpcfg_is_yaml_name(de->d_name) &&
              lstat(child, &cst) == 0 && S_ISLNK(cst.st_mode))
-      w->aliased = 1;
+      w->aliased = w->linked = 1;
     free(child);
   }
   closedir(dir);
@@ -476,8 +517,10 @@ void tool_watch_sync(tool_watch *w) {
     d->seen = 0;
   visited v = {0};
   struct stat st;
-  w->aliased = 0;
-  if (stat(w->root, &st) == 0 && S_ISDIR(st.st_mode))
+  w->aliased = w->linked = 0;
+  w->fs_type = 0;
+  w->unwatched = !(stat(w->root, &st) == 0 && S_ISDIR(st.st_mode));
+  if (!w->unwatched)
     walk(w, w->root, &st, &v);
   free(v.dev);
   free(v.ino);
@@ -497,6 +540,22 @@ void tool_watch_sync(tool_watch *w) {
       inotify_rm_watch(w->fd, d->wd); /* EINVAL when already gone */
     free(d);
   }
+}
+
+const char *tool_watch_blind(const tool_watch *w, char *buf, size_t len) {
+  if (w->unwatched)
+    return "the root or a directory has no inotify watch";
+  if (w->linked)
+    return "a YAML name is a symbolic link (its target may be out of the "
+           "watched tree)";
+  if (w->fs_type) {
+    if (w->fs_type < 0)
+      return "a directory's file system cannot be told (statfs failed)";
+    snprintf(buf, len, "a directory is on a file system not known to be "
+             "local (type 0x%lx: network, FUSE, ...)", (unsigned long)w->fs_type);
+    return buf;
+  }
+  return NULL;
 }
 
 int tool_watch_writing(const tool_watch *w, const char *path) {

@@ -69,6 +69,14 @@ int tool_watch_new(tool_watch **pw, uv_loop_t *loop, const char *root,
  * A directory that cannot be watched is reported once (warning). */
 void tool_watch_sync(tool_watch *w);
 
+/* NULL when inotify sees every change the last tool_watch_sync() can
+ * know of: the root and each directory it reached have a watch, no YAML
+ * name is a symbolic link (whose target may lie outside the watched tree),
+ * and every directory is on a file system known to be local (ext4, xfs,
+ * btrfs, tmpfs, overlayfs, ...: changed only through this kernel). Else
+ * why not, in words (static, or written into |buf| of |len| bytes): then
+ * only a periodic rescan finds some changes. */
+const char *tool_watch_blind(const tool_watch *w, char *buf, size_t len);
 /* 1 when |path| (spelt as in the batches) is being written: modified or
  * created, and not closed, renamed or settled since. */
 int tool_watch_writing(const tool_watch *w, const char *path);
