@@ -643,11 +643,14 @@ static void scanned(source_app *a, int rv) {
 /* A walk of the whole directory. */
 static void scan(source_app *a) {
   a->quiet_ticks = 0;
-  int rv = mcpcfg_loader_scan(a->loader);
-  if (a->watch) {
+  /* New directories are watched before the loader walks them: a file
+   * made in one between the loader's walk and its watch would be seen by
+   * neither (until the next periodic walk). */
+  if (a->watch)
     tool_watch_sync(a->watch);
+  int rv = mcpcfg_loader_scan(a->loader);
+  if (a->watch)
     watch_metrics(a);
-  }
   scanned(a, rv);
 }
 
@@ -2081,6 +2084,9 @@ int main(int argc, char **argv) {
       mcpcfg_loader_set_hold(app.loader, being_written, &app);
       app.rescan_every = 0; /* said once at the start, whatever it is */
       rescan_pace(&app);
+      /* The first tick walks: what changed between the first load and
+       * the watch's start has sent no event. */
+      app.quiet_ticks = RESCAN_SAFE_MS / RESCAN_MS;
     }
   }
   /* Runs until a signal: stop() deletes the endpoint and closes the
