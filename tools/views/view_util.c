@@ -40,13 +40,8 @@ void vbuf_put(vbuf *b, const void *p, size_t n) {
 }
 
 void pbw_varint(vbuf *b, uint64_t v) {
-  uint8_t t[10];
-  size_t n = 0;
-  do {
-    t[n++] = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
-    v >>= 7;
-  } while (v);
-  vbuf_put(b, t, n);
+  uint8_t t[10]; /* a uint64_t's varint at most */
+  vbuf_put(b, t, (size_t)(mcp_wire_put_varint(t, v) - t));
 }
 
 void pbw_key(vbuf *b, uint32_t field, int wire_type) {
