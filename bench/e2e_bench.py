@@ -59,6 +59,8 @@ failures), 1 otherwise. Standard library only.
 """
 
 import argparse
+import calendar
+import gc
 import json
 import os
 import random
@@ -75,6 +77,19 @@ import time
 now = time.monotonic_ns
 
 MS = 1e6  # ns per ms
+
+
+_stamp_secs = {}
+
+
+def log_stamp_ns(stamp):
+    """A log line's own stamp ("2026-11-29T08:09:41.700318Z": UTC,
+    microseconds; util/log.c) in ns since the epoch."""
+    secs = _stamp_secs.get(stamp[:19])
+    if secs is None:
+        secs = calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S"))
+        _stamp_secs[stamp[:19]] = secs
+    return secs * 10**9 + int(stamp[20:26]) * 1000
 
 
 class BenchError(Exception):
@@ -301,6 +316,7 @@ class Source(Proc):
         self.port = None
         self.collections = {}
         self.changes = []  # stamps of "N collections changed"
+        self.changes_own = []  # the same lines' own stamps (strings)
         self.connected = 0
         self.closed = 0
 
@@ -315,6 +331,7 @@ class Source(Proc):
             return
         if RE_CHANGED.match(line):
             self.changes.append(t)
+            self.changes_own.append(line[:27])
         elif RE_SRC_CONN.match(line):
             self.connected += 1
         elif RE_SRC_CLOSED.match(line):
@@ -326,7 +343,8 @@ class Sink(Proc):
         super().__init__(name)
         self.t_dial = None
         self.t_synced = None
-        self.applied = []  # (stamp, collection, version, nres, nremoved)
+        # (stamp, collection, version, nres, nremoved, the line's own stamp)
+        self.applied = []
         # propagate(): the collection awaited, its first application since
         # the change, and the count of sinks still waiting (shared)
         self.expect = None
@@ -338,7 +356,8 @@ class Sink(Proc):
     def on_line(self, line, t):
         m = RE_APPLIED.match(line)
         if m:
-            e = (t, m.group(1), m.group(2), int(m.group(3)), int(m.group(4)))
+            e = (t, m.group(1), m.group(2), int(m.group(3)), int(m.group(4)),
+                 line[:27])
             self.applied.append(e)
             if self.hit is None and e[1] == self.expect:
                 self.hit = e
@@ -610,12 +629,17 @@ class Workload:
 
     def stage_change(self, c, r):
         """Bumps resource r of collection c; returns (staged, final path):
-        the new file, written beside the tree, to be renamed into it."""
+        the new file, written beside the tree and on disk, to be renamed
+        into it. Synced as careful writers do (write, fsync, rename): else
+        ext4 writes the new file's data back inside rename(2) when it
+        replaces a file (auto_da_alloc), before the new name is seen."""
         self.rev[c][r] += 1
         f = r // self.per_file
         staged = os.path.join(self.stage, "kind%02d-%02d.yaml" % (c, f))
         with open(staged, "w") as fh:
             fh.write(self.file_text(c, f))
+            fh.flush()
+            os.fsync(fh.fileno())
         return staged, self.path(c, f)
 
     def size(self):
@@ -723,7 +747,7 @@ class Bench:
 
     def check_sink_synced(self, k, colls, expect_total):
         got = {}
-        for _, coll, _, nres, _ in k.applied:
+        for _, coll, _, nres, _, _ in k.applied:
             got.setdefault(coll, nres)
         if set(got) != set(colls) or sum(got.values()) != expect_total:
             raise BenchError("%s synced %d collections, %d resources; "
@@ -881,9 +905,41 @@ class Bench:
 
     def propagate(self, t, wl, src, sinks, incremental):
         """One file change at a time; returns per-reception latencies (ms),
-        per change the last sink's (ms), and the source's apply (ms)."""
+        per change the last sink's (ms), and the source's apply (ms).
+        A reception's time is the sink's own stamp on its "applied" line
+        (the wall clock, read by the sink after the apply) against the
+        wall clock just before the rename: when the sink had it, whatever
+        this driver was doing then. Stamped by this driver's reads instead
+        (the figures before issue 25's session 19, printed as a note), a
+        change also waited for the driver: for its rename(2) to return
+        (ext4 frees the replaced file after the new name is seen: 0.3 to 2
+        ms), for a garbage collection of its heap, for its turn among 100
+        sinks. So the driver also steps down to the programs' priority
+        here, and its cycle collector is off."""
+        gc.collect()
+        gc.freeze()
+        gc.disable()
+        prio = None
+        try:
+            prio = os.getpriority(os.PRIO_PROCESS, 0)
+            os.setpriority(os.PRIO_PROCESS, 0, Reactor.base_nice)
+        except OSError:
+            prio = None
+        try:
+            return self.propagate_(t, wl, src, sinks, incremental)
+        finally:
+            if prio is not None:
+                try:
+                    os.setpriority(os.PRIO_PROCESS, 0, prio)
+                except OSError:
+                    pass
+            gc.enable()
+            gc.unfreeze()
+
+    def propagate_(self, t, wl, src, sinks, incremental):
         r = self.reactor
         every, last, at_src = [], [], []
+        every_read, at_src_read = [], []
         for i in range(self.args.changes):
             c = (i * 7) % wl.ncoll
             res = (i * 37 + 11) % wl.nres
@@ -899,6 +955,7 @@ class Bench:
                 k.expect, k.hit, k.left = coll, None, left
             nchg = len(src.changes)
             t0 = now()
+            t0_wall = time.time_ns()
             os.rename(staged, final)
             r.wait(lambda: left[0] == 0, 20,
                    "change %d to reach %d sinks" % (i, len(sinks)))
@@ -910,11 +967,18 @@ class Bench:
                     raise BenchError("%s applied %d resources, %d removed for "
                                      "change %d; expected %d, 0" % (
                                          k.name, e[3], e[4], i, want))
-                lat.append((e[0] - t0) / MS)
+                lat.append((log_stamp_ns(e[5]) - t0_wall) / MS)
+                every_read.append((e[0] - t0) / MS)
             every += lat
             last.append(max(lat))
             if len(src.changes) > nchg:
-                at_src.append((src.changes[nchg] - t0) / MS)
+                at_src.append((log_stamp_ns(src.changes_own[nchg]) - t0_wall)
+                              / MS)
+                at_src_read.append((src.changes[nchg] - t0) / MS)
+        if min(every + at_src) < 0:
+            raise BenchError("a log stamp before its change: the wall clock "
+                             "was stepped during the run")
+        self.read_stamps = (every_read, at_src_read)
         return every, last, at_src
 
     def idle_sinks(self, t, empty, colls):
@@ -1020,19 +1084,26 @@ class Bench:
                  percentile(every, 90), percentile(every, 99), max(every),
                  median(last), max(last), median(at_src) if at_src else -1,
                  max(at_src) if at_src else -1))
+        rd, rd_src = self.read_stamps
+        note("%s the same, stamped when this driver read the lines (as "
+             "before session 19): p50 %.2f p99 %.2f max %.2f ms; the "
+             "source's store: median %.2f ms" % (
+                 t, percentile(rd, 50), percentile(rd, 99), max(rd),
+                 median(rd_src) if rd_src else -1))
         result("e2e_propagation%s_p50_ms_%s" % (sfx, t),
                percentile(every, 50), "ms",
-               "file write -> sink ACKed, %s; p50 over all %d receptions "
+               "file renamed -> sink applied (its own log stamp), %s; p50 "
+               "over all %d receptions "
                "(%d sinks x %d changes)" % (what, len(every), n, len(last)))
         result("e2e_propagation%s_p99_ms_%s" % (sfx, t),
                percentile(every, 99), "ms", "the same, p99")
         result("e2e_propagation%s_last_p50_ms_%s" % (sfx, t), median(last),
-               "ms", "the same, per change until the last sink ACKed: median")
+               "ms", "the same, per change until the last sink applied it: median")
         if not kind and at_src:
             result("e2e_propagation_source_p50_ms_%s" % t, median(at_src),
                    "ms", "file renamed into place -> the source's store "
                    "updated (inotify, that file read alone, the store's "
-                   "upsert; stamped when its log line is read): median")
+                   "upsert; the source's own stamp on its log line): median")
             result("e2e_propagation_source_p99_ms_%s" % t,
                    percentile(at_src, 99), "ms", "the same, p99")
 
