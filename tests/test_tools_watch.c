@@ -40,6 +40,22 @@ static void write_file(const char *path, const char *text) {
   ck_assert_int_eq(close(fd), 0);
 }
 
+/* A watcher of |root| (settling an hour: no settle ticks) on a new loop,
+ * synced with the tree. */
+static tool_watch *watch_start(uv_loop_t *loop, const char *root, got *g) {
+  ck_assert_int_eq(uv_loop_init(loop), 0);
+  tool_watch *w = NULL;
+  ck_assert_int_eq(tool_watch_new(&w, loop, root, 3600000, on_batch, g), 0);
+  tool_watch_sync(w);
+  return w;
+}
+
+static void watch_stop(tool_watch *w, uv_loop_t *loop) {
+  tool_watch_close(w);
+  ck_assert_int_eq(uv_run(loop, UV_RUN_DEFAULT), 0);
+  ck_assert_int_eq(uv_loop_close(loop), 0);
+}
+
 /* Each file closed after writing three times, in descending order, and a
  * file that is not YAML: the batch names each YAML file once, sorted (as
  * mcpcfg_loader_update() takes them: distinct). */
@@ -50,11 +66,8 @@ START_TEST(test_batch_names_each_file_once_sorted) {
   snprintf(ns, sizeof ns, "%s/ns", root);
   ck_assert_int_eq(mkdir(ns, 0755), 0);
   uv_loop_t loop;
-  ck_assert_int_eq(uv_loop_init(&loop), 0);
   got g = {0};
-  tool_watch *w = NULL;
-  ck_assert_int_eq(tool_watch_new(&w, &loop, root, 3600000, on_batch, &g), 0);
-  tool_watch_sync(w);
+  tool_watch *w = watch_start(&loop, root, &g);
   for (int round = 0; round < 3; round++)
     for (int i = NFILES - 1; i >= 0; i--) {
       snprintf(path, sizeof path, "%s/f%02d.yaml", ns, i);
@@ -76,9 +89,7 @@ START_TEST(test_batch_names_each_file_once_sorted) {
   tool_watch_get_stats(w, &st);
   ck_assert_uint_eq(st.closed, 3 * NFILES);
   ck_assert_uint_eq(st.writing, 0);
-  tool_watch_close(w);
-  ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
-  ck_assert_int_eq(uv_loop_close(&loop), 0);
+  watch_stop(w, &loop);
   for (int i = 0; i < NFILES; i++) {
     snprintf(path, sizeof path, "%s/f%02d.yaml", ns, i);
     unlink(path);
@@ -102,11 +113,8 @@ START_TEST(test_blind_names_what_inotify_cannot_see) {
   snprintf(path, sizeof path, "%s/a.yaml", ns);
   write_file(path, "kind: X\n");
   uv_loop_t loop;
-  ck_assert_int_eq(uv_loop_init(&loop), 0);
   got g = {0};
-  tool_watch *w = NULL;
-  ck_assert_int_eq(tool_watch_new(&w, &loop, root, 3600000, on_batch, &g), 0);
-  tool_watch_sync(w);
+  tool_watch *w = watch_start(&loop, root, &g);
   /* /tmp is a local file system here (ext4 or tmpfs): nothing unseen. */
   ck_assert_ptr_null(tool_watch_blind(w, buf, sizeof buf));
 
@@ -142,9 +150,7 @@ START_TEST(test_blind_names_what_inotify_cannot_see) {
   tool_watch_sync(w);
   ck_assert_ptr_null(tool_watch_blind(w, buf, sizeof buf));
 
-  tool_watch_close(w);
-  ck_assert_int_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
-  ck_assert_int_eq(uv_loop_close(&loop), 0);
+  watch_stop(w, &loop);
   rmdir(root);
 }
 END_TEST
