@@ -51,7 +51,6 @@
  * not changed for this long (--write-settle; tools/mcp-source/watch.h). */
 #define DEFAULT_WRITE_SETTLE_MS 1000
 #define MAX_WRITE_SETTLE_MS 3600000ul
-/* Rescan period: catches what inotify cannot see. */
 /* The periodic rescan: a walk every second while inotify may miss a
  * change (rescan_pace()), else every minute. A walk stat()s every file
  * (60 ms for 20,000) and a change that arrives meanwhile waits for it. */
