@@ -43,11 +43,11 @@ source is stopped (SIGSTOP) while the sinks start and dial, then continued.
 
 Clock: time.monotonic_ns() of this driver. The driver reads the lines the
 programs write on stderr (unbuffered, one write per line) as they come,
-through one epoll loop, and stamps each read (their own log stamps, wall
-clock in microseconds, are not used). It runs 10 nice levels above the
-programs (when allowed) so that its stamps are taken when the lines are
-written, not after 100 busy sinks; so its own work per line is kept small
-(a propagation's wait is a countdown, not a walk of every sink).
+through one epoll loop, and stamps each read. It runs 10 nice levels above
+the programs (when allowed) so that its stamps are taken when the lines are
+written, not after 100 busy sinks. The propagation figures use the lines'
+own stamps instead (wall clock, microseconds: when the sink had the change,
+whatever the driver was doing; see propagate()).
 CPU times come from /proc/PID/task/*/schedstat, memory from
 /proc/PID/status (VmHWM reset through /proc/PID/clear_refs).
 
