@@ -240,7 +240,10 @@ int mcp_h2c_conn_write(mcp_h2c_conn *c, const void *p, size_t n) {
 
 static void on_write(uv_write_t *req, int status);
 static int wrote(mcp_h2c_conn *c, int status);
-static size_t write_limit(const mcp_h2c_conn *c);
+
+static size_t write_limit(const mcp_h2c_conn *c) {
+  return (size_t)c->ep->opts.write_buffer_size;
+}
 
 static void start_write(mcp_h2c_conn *c) {
   if (c->writing || c->closing)
@@ -289,10 +292,6 @@ static void start_write(mcp_h2c_conn *c) {
     return;
   }
   c->writing = 1;
-}
-
-static size_t write_limit(const mcp_h2c_conn *c) {
-  return (size_t)c->ep->opts.write_buffer_size;
 }
 
 /* The flight buffer is written (|status| 0) or failed: the accounts, and
