@@ -905,7 +905,8 @@ class Bench:
 
     def propagate(self, t, wl, src, sinks, incremental):
         """One file change at a time; returns per-reception latencies (ms),
-        per change the last sink's (ms), and the source's apply (ms).
+        per change the last sink's (ms), the source's apply (ms), and the
+        first and last as this driver read them (ms).
         A reception's time is the sink's own stamp on its "applied" line
         (the wall clock, read by the sink after the apply) against the
         wall clock just before the rename: when the sink had it, whatever
@@ -978,8 +979,7 @@ class Bench:
         if min(every + at_src) < 0:
             raise BenchError("a log stamp before its change: the wall clock "
                              "was stepped during the run")
-        self.read_stamps = (every_read, at_src_read)
-        return every, last, at_src
+        return every, last, at_src, (every_read, at_src_read)
 
     def idle_sinks(self, t, empty, colls):
         """What a connection costs the source without data: N sinks on the
@@ -1053,8 +1053,8 @@ class Bench:
                    round((rss1 - rss0) / n), "bytes",
                    "source's RSS growth per synced, idle sink")
 
-            every, last, at_src = self.propagate(t, wl, src, sinks, False)
-            self.report_propagation(t, n, wl.nres, "full", every, last, at_src)
+            self.report_propagation(t, n, wl.nres, "full",
+                                    *self.propagate(t, wl, src, sinks, False))
         finally:
             r.stop(sinks)
 
@@ -1067,12 +1067,12 @@ class Bench:
             done = max((k.t_synced - t0) / MS for k in sinks)
             note("%s %d incremental sinks at once: last synced after %.1f ms"
                  % (t, n, done))
-            every, last, at_src = self.propagate(t, wl, src, sinks, True)
-            self.report_propagation(t, n, wl.nres, "", every, last, at_src)
+            self.report_propagation(t, n, wl.nres, "",
+                                    *self.propagate(t, wl, src, sinks, True))
         finally:
             r.stop(sinks)
 
-    def report_propagation(self, t, n, nres, kind, every, last, at_src):
+    def report_propagation(self, t, n, nres, kind, every, last, at_src, read):
         what = ("incremental: the one changed resource" if not kind else
                 "full state: the changed collection (%d resources)" % nres)
         sfx = "_" + kind if kind else ""
@@ -1084,7 +1084,7 @@ class Bench:
                  percentile(every, 90), percentile(every, 99), max(every),
                  median(last), max(last), median(at_src) if at_src else -1,
                  max(at_src) if at_src else -1))
-        rd, rd_src = self.read_stamps
+        rd, rd_src = read
         note("%s the same, stamped when this driver read the lines (as "
              "before session 19): p50 %.2f p99 %.2f max %.2f ms; the "
              "source's store: median %.2f ms" % (
