@@ -155,11 +155,27 @@ START_TEST(test_blind_names_what_inotify_cannot_see) {
 }
 END_TEST
 
+/* A tree on a file system not known to be local (procfs here; NFS, CIFS or
+ * FUSE in life) can change with no event: the watcher says so, by type. */
+START_TEST(test_blind_names_a_file_system_not_known_local) {
+  const char *root = "/proc/sys/kernel/random"; /* files only, no links */
+  char buf[160];
+  uv_loop_t loop;
+  got g = {0};
+  tool_watch *w = watch_start(&loop, root, &g);
+  const char *why = tool_watch_blind(w, buf, sizeof buf);
+  ck_assert_ptr_nonnull(why);
+  ck_assert_msg(strstr(why, "not known to be local (type 0x9fa0") != NULL, "%s", why);
+  watch_stop(w, &loop);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("tools_watch");
   TCase *t = tcase_create("batch");
   tcase_add_test(t, test_batch_names_each_file_once_sorted);
   tcase_add_test(t, test_blind_names_what_inotify_cannot_see);
+  tcase_add_test(t, test_blind_names_a_file_system_not_known_local);
   suite_add_tcase(s, t);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -975,6 +975,36 @@ class CommandLine(Base):
         src.signal(signal.SIGTERM)
         self.assertEqual(src.wait(), 0, self.logs())
 
+    def test_source_directory_gone_and_back(self):
+        """--dir renamed away: the source serves what it had, walks each
+        second until the directory is back, reads what changed meanwhile,
+        and goes back to a walk a minute."""
+        self.put("bookinfo/a.yaml", [vs("a", "a", "bookinfo")])
+        src = self.start("mcp-source", ["--dir", self.config, "--listen",
+                                        self.addr, "--debounce", "0"])
+        every_minute = "rescanning %s every 60 s: inotify sees every change" \
+            % self.config
+        self.wait_for(lambda: every_minute in src.stderr(),
+                      "the once-a-minute rescan", src)
+        away = self.config + ".away"
+        os.rename(self.config, away)
+        self.wait_for(lambda: "serving the last content of %s" % self.config
+                      in src.stderr(), "the source to keep what it had", src)
+        self.wait_for(lambda: "every 1000 ms: the directory cannot be read"
+                      in src.stderr(), "the rescan each second", src)
+        n = src.stderr().count(" changed")
+        write_atomic(os.path.join(away, "bookinfo", "a.yaml"),
+                     yaml_text([vs("a", "a2", "bookinfo")]))
+        os.rename(away, self.config)
+        self.wait_for(lambda: "%s is readable again" % self.config
+                      in src.stderr(), "the directory found again", src)
+        self.wait_for(lambda: src.stderr().count(" changed") > n,
+                      "the edit made while it was away", src)
+        self.wait_for(lambda: src.stderr().count(every_minute) == 2,
+                      "the once-a-minute rescan again", src)
+        src.signal(signal.SIGTERM)
+        self.assertEqual(src.wait(), 0, self.logs())
+
     def test_source_port_in_use(self):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.bind(("127.0.0.1", 0))
