@@ -946,6 +946,17 @@ class CommandLine(Base):
         self.assertEqual(rc, 1, err)
         self.assertIn("nope", err)
 
+    def start_source_walking_a_minute(self):
+        """mcp-source on --dir, once it walks the tree once a minute; and
+        the line that says so."""
+        src = self.start("mcp-source", ["--dir", self.config, "--listen",
+                                        self.addr, "--debounce", "0"])
+        every_minute = "rescanning %s every 60 s: inotify sees every change" \
+            % self.config
+        self.wait_for(lambda: every_minute in src.stderr(),
+                      "the once-a-minute rescan", src)
+        return src, every_minute
+
     def test_source_rescans_each_second_only_what_inotify_cannot_see(self):
         """The periodic rescan runs once a minute while inotify sees every
         change, each second while a YAML name is a link (its target may
@@ -953,12 +964,7 @@ class CommandLine(Base):
         self.put("bookinfo/a.yaml", [vs("a", "a", "bookinfo")])
         outside = os.path.join(self.tmp, "outside.yaml")
         write_atomic(outside, yaml_text([vs("b", "b", "bookinfo")]))
-        src = self.start("mcp-source", ["--dir", self.config, "--listen",
-                                        self.addr, "--debounce", "0"])
-        every_minute = "rescanning %s every 60 s: inotify sees every change" \
-            % self.config
-        self.wait_for(lambda: every_minute in src.stderr(),
-                      "the once-a-minute rescan", src)
+        src, every_minute = self.start_source_walking_a_minute()
         link = os.path.join(self.config, "bookinfo", "b.yaml")
         os.symlink(outside, link)
         self.wait_for(lambda: "every 1000 ms: a YAML name is a symbolic link"
@@ -980,12 +986,7 @@ class CommandLine(Base):
         second until the directory is back, reads what changed meanwhile,
         and goes back to a walk a minute."""
         self.put("bookinfo/a.yaml", [vs("a", "a", "bookinfo")])
-        src = self.start("mcp-source", ["--dir", self.config, "--listen",
-                                        self.addr, "--debounce", "0"])
-        every_minute = "rescanning %s every 60 s: inotify sees every change" \
-            % self.config
-        self.wait_for(lambda: every_minute in src.stderr(),
-                      "the once-a-minute rescan", src)
+        src, every_minute = self.start_source_walking_a_minute()
         away = self.config + ".away"
         os.rename(self.config, away)
         self.wait_for(lambda: "serving the last content of %s" % self.config
