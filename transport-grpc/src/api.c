@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/crypto.h>
+
 #include "internal.h"
 
 struct mcp_grpc_source {
@@ -87,6 +89,13 @@ static int ep_init(mcp_grpc_ep *ep, const mcp_grpc_options *opts,
     ep_free_copies(ep);
     return rv;
   }
+  /* gRPC 1.51 may end its clean-up on a detached thread after our last
+   * grpc_shutdown() (when one of its own objects held the last ref).
+   * OpenSSL's clean-up at exit then frees what that thread is still
+   * freeing: a double free at exit, seen by ASan in CI. Without that
+   * clean-up, the system takes the memory back, as it does for the rest.
+   * Effective where OpenSSL is not yet initialised: a no-op after. */
+  OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, NULL);
   grpc_init();
   rv = mcp_grpc_ep_start(ep);
   if (rv < 0) {

@@ -78,6 +78,9 @@ static int alpn_select(SSL *ssl, const unsigned char **out,
 
 int mcp_h2c_tls_ctx_new(const mcp_h2c_tls_options *o, int listen, SSL_CTX **out,
                         char *err, size_t errlen) {
+  /* As transport-grpc/src/api.c does: no OpenSSL clean-up at exit, which
+   * gRPC's threads may outlive in a process that holds both transports. */
+  OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, NULL);
   SSL_CTX *ctx = SSL_CTX_new(listen ? TLS_server_method() : TLS_client_method());
   if (!ctx)
     return MCP_ERR_NOMEM;

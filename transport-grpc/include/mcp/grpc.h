@@ -87,7 +87,10 @@
  * Errors are the core's negative mcp_error codes.
  *
  * gRPC: every object calls grpc_init() when created and grpc_shutdown()
- * when deleted.
+ * when deleted. Before its first grpc_init(), the object asks OpenSSL not
+ * to clean up at exit (OPENSSL_INIT_NO_ATEXIT): gRPC may still be ending
+ * its own clean-up on one of its threads then (docs/api.md, "OpenSSL at
+ * exit").
  *
  * Security (docs/security.md): TLS and mutual TLS from PEM files
  * (mcp_grpc_tls_options), authorization of the peer's certificate
