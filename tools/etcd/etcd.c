@@ -14,6 +14,7 @@
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
+#include <openssl/crypto.h>
 
 #include "etcd_rpc.pb-c.h"
 
@@ -228,6 +229,9 @@ int mcpetcd_new(mcpetcd **pc, const mcpetcd_options *o, char *err,
   mcpetcd *c = calloc(1, sizeof *c);
   if (!c)
     return MCPETCD_ERR_NOMEM;
+  /* As the gRPC transport does (docs/api.md, "OpenSSL at exit"): with TLS
+   * to etcd, gRPC's late clean-up thread may outlive the exit. */
+  OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, NULL);
   grpc_init();
   pthread_mutex_init(&c->mu, NULL);
   c->timeout_ms = o->timeout_ms ? o->timeout_ms : 5000;
