@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "etcd/etcd.h"
+#include "test_exit_probe.h"
 
 extern char **environ;
 
@@ -353,6 +354,29 @@ START_TEST(test_etcd_bad_options_are_refused_with_a_reason) {
 }
 END_TEST
 
+/* A client made, then OpenSSL first used by someone else (as gRPC does at
+ * its first TLS connection), then the client freed. */
+static int client_then_openssl(void *ud) {
+  (void)ud;
+  mcpetcd *c = NULL;
+  mcpetcd_options o = {.endpoints = "127.0.0.1:1"};
+  if (mcpetcd_new(&c, &o, NULL, 0) != 0)
+    return -1;
+  /* What gRPC's first TLS use does (a bare init registers nothing). */
+  if (OPENSSL_init_crypto(OPENSSL_INIT_LOAD_CONFIG, NULL) != 1)
+    return -1;
+  mcpetcd_free(c);
+  return 0;
+}
+
+/* The client asks OpenSSL to leave its clean-up at exit to the system, as
+ * the gRPC transport does: gRPC's late clean-up thread (TLS to etcd) may
+ * outlive the exit (docs/api.md, "OpenSSL at exit"). */
+START_TEST(test_etcd_client_leaves_openssl_up_at_exit) {
+  ck_assert_int_eq(test_exit_keeps_openssl_up(client_then_openssl, NULL), 0);
+}
+END_TEST
+
 static void etcdctl(const member *m, const char *args) {
   char cmd[512];
   snprintf(cmd, sizeof cmd, "etcdctl --endpoints=%s %s >/dev/null 2>&1",
@@ -400,6 +424,7 @@ int main(void) {
   TCase *tc = tcase_create("etcd");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_etcd_bad_options_are_refused_with_a_reason);
+  tcase_add_test(tc, test_etcd_client_leaves_openssl_up_at_exit);
   tcase_add_test(tc, test_etcd_txn_then_range_reads_one_snapshot_in_pages);
   tcase_add_test(tc, test_etcd_watch_sees_every_change_in_order_from_start);
   tcase_add_test(tc, test_etcd_compacted_revision_is_reported_not_skipped);

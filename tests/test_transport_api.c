@@ -23,6 +23,7 @@
 #include "helper.h"
 #include "mem_count.h"
 #include "test_certs.h"
+#include "test_exit_probe.h"
 #include "transport_suite.h"
 
 /* ---- versioned structs ---- */
@@ -464,6 +465,31 @@ START_TEST(tls_failing_allocations) {
 }
 END_TEST
 
+/* A source with explicit mutual TLS made and deleted, in a child
+ * (test_exit_keeps_openssl_up()'s body). */
+static int tls_source_life(void *ud) {
+  (void)ud;
+  ta_world w;
+  ta_world_init(&w);
+  ta_opts o = ta_opts_for(1, "127.0.0.1:0", NULL);
+  explicit_tls(&o, 1);
+  ta_start_source_with(&w, &o);
+  ta_world_fini(&w);
+  return 0;
+}
+
+/* gRPC 1.51 may end its clean-up on a detached thread after the last
+ * object is deleted; OpenSSL's clean-up at exit then ran beside it (a
+ * double free at exit in CI, 1 run in a few hundred). Each transport asks
+ * OpenSSL to leave that to the system before its first use of OpenSSL (h2c
+ * too: a process may hold both): a process that made a TLS source exits
+ * with OpenSSL still up. Needs a process where OpenSSL was not up before
+ * the fork: one process per test, as meson runs this suite. */
+START_TEST(exit_leaves_openssl_up) {
+  ck_assert_int_eq(test_exit_keeps_openssl_up(tls_source_life, NULL), 0);
+}
+END_TEST
+
 /* The adapter this executable is built with (tests/meson.build:
  * -DTA_ADAPTER=ta_<transport>). */
 extern const ta_transport TA_ADAPTER;
@@ -497,6 +523,7 @@ int main(void) {
   if (tls) {
     tcase_add_test(tc, tls_material_goes_through_the_hook);
     tcase_add_test(tc, tls_failing_allocations);
+    tcase_add_test(tc, exit_leaves_openssl_up);
   }
   suite_add_tcase(s, tc);
   if (ta->add_own_tests)

@@ -3,10 +3,7 @@
  * (tests/transport_suite.h), and the checks only it can pass.
  */
 #include <stdint.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-#include <openssl/crypto.h>
 
 #include "mem_count.h"
 #include "test_grpc_util.h"
@@ -368,55 +365,11 @@ START_TEST(client_in_listen_mode_is_refused) {
 }
 END_TEST
 
-/* Run at the exit of the child below, after any handler registered
- * later: OpenSSL cannot be initialised again once it has cleaned up. */
-static void openssl_still_up(void) {
-  _exit(OPENSSL_init_crypto(0, NULL) == 1 ? 0 : 3);
-}
-
-/* gRPC 1.51 may end its clean-up on a detached thread after the last
- * object is deleted; OpenSSL's clean-up at exit then ran beside it (a
- * double free at exit in CI, 1 run in a few hundred). The transport asks
- * OpenSSL to leave that to the system: a process that made a TLS source
- * exits with OpenSSL still up. It needs a process where OpenSSL was not
- * up before the fork: the test_transport_api run with certificates
- * (grpc_api_tls), one process per test. */
-START_TEST(exit_leaves_openssl_up_under_grpc_threads) {
-  pid_t pid = fork();
-  ck_assert_int_ge(pid, 0);
-  if (pid == 0) {
-    if (atexit(openssl_still_up) != 0)
-      _exit(2);
-    mcp_store *store = tg_store();
-    mcp_source_options so;
-    tg_source_opts(&so, store);
-    mcp_grpc_options o;
-    mcp_grpc_options_default(&o);
-    o.address = "127.0.0.1:0";
-    o.tls.cert_file = ta_cert("server.pem");
-    o.tls.key_file = ta_cert("server.key");
-    o.tls.ca_file = ta_cert("ca.pem");
-    mcp_grpc_source *src = NULL;
-    if (mcp_grpc_source_new(&src, &o, &so) != 0)
-      _exit(2);
-    mcp_grpc_source_del(src);
-    mcp_store_del(store);
-    exit(0);
-  }
-  int st = 0;
-  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %#x",
-                st);
-}
-END_TEST
-
 static void g_add_own_tests(Suite *s) {
   TCase *tc = tcase_create("grpc");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, acl_allocations_go_through_its_hook);
   tcase_add_test(tc, client_in_listen_mode_is_refused);
-  if (test_tls_mode())
-    tcase_add_test(tc, exit_leaves_openssl_up_under_grpc_threads);
   suite_add_tcase(s, tc);
 }
 
