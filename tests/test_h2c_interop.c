@@ -16,6 +16,7 @@
 #include "helper.h"
 #include "mcp/grpc.h"
 #include "mcp/h2c.h"
+#include "mcp/v1alpha1/mcp.pb-c.h"
 
 static const char *const colls[] = {"c1", "c2"};
 
@@ -177,6 +178,128 @@ START_TEST(h2c_sink_dials_grpc_source) {
 }
 END_TEST
 
+/* A raw HTTP/2 client on the gRPC transport's listener: what flow
+ * control costs a peer per message. */
+typedef struct raw_want {
+  rc *c;
+  rc_stream *s;
+  int n;
+} raw_want;
+
+static int raw_has_msgs(void *ud) {
+  raw_want *w = ud;
+  rc_io(w->c);
+  return rc_nmsgs(w->s) >= w->n;
+}
+
+static void raw_request(rc *c, rc_stream *s, const char *nonce) {
+  size_t n;
+  uint8_t *p = th_request(&n, "raw", "c1", nonce, 0, NULL, 0, NULL);
+  rc_send_msg(c, s, 0, p, n);
+  free(p);
+}
+
+typedef struct raw_src_want {
+  rc *c;
+  mcp_grpc_source *src;
+} raw_src_want;
+
+static int raw_src_read_all(void *ud) {
+  raw_src_want *w = ud;
+  rc_io(w->c);
+  mcp_grpc_stats st;
+  mcp_grpc_source_stats(w->src, &st);
+  return st.messages_received >= 5;
+}
+
+static void put_n(mcp_store *st, mcp_tstamp ts, void *ud) {
+  char name[16];
+  snprintf(name, sizeof(name), "n%d", *(int *)ud);
+  th_put(st, "c1", name, "1", "N", ts);
+}
+
+/* gRPC's bandwidth-delay probe sends a PING after data it reads: each ACK
+ * a sink sent would cost it a PING to answer (issue 25, docs/benchmarks.md
+ * "BDP probes"). The transport turns it off and announces the fixed
+ * stream window the nghttp2 transport has. Each round: a request (the
+ * first, then ACKs) read by the server, and a push after it. */
+START_TEST(grpc_source_sends_no_ping_per_message) {
+  ienv e;
+  setup(&e, 0);
+  mcp_grpc_options go = grpc_opts(&e, MCP_GRPC_LISTEN, "127.0.0.1:0");
+  mcp_source_options so = source_opts(&e);
+  mcp_grpc_source *src;
+  ck_assert_int_eq(mcp_grpc_source_new(&src, &go, &so), 0);
+  rc c;
+  memset(&c, 0, sizeof(c));
+  rc_connect(&c, mcp_grpc_source_port(src), 1 << 20);
+  rc_stream *s = rc_open(&c, "POST", MCP_GRPC_RESOURCE_SOURCE_METHOD,
+                         "application/grpc", 1, NULL, NULL);
+  raw_request(&c, s, "");
+  for (int round = 1; round <= 4; round++) {
+    raw_want w = {&c, s, round};
+    ck_assert(h2t_run_until(&e.loop, raw_has_msgs, &w, 10000));
+    const uint8_t *p;
+    size_t n;
+    ck_assert(rc_msg(s, round - 1, &p, &n));
+    Istio__Mcp__V1alpha1__Resources *r =
+        istio__mcp__v1alpha1__resources__unpack(NULL, n, p);
+    ck_assert_ptr_nonnull(r);
+    raw_request(&c, s, r->nonce); /* the ACK */
+    istio__mcp__v1alpha1__resources__free_unpacked(r, NULL);
+    if (round < 4)
+      ck_assert_int_eq(mcp_grpc_source_update(src, put_n, &round), 0);
+  }
+  /* The server has read the fourth ACK: a probe's PING would follow it. */
+  raw_src_want rw = {&c, src};
+  ck_assert(h2t_run_until(&e.loop, raw_src_read_all, &rw, 10000));
+  rc_io(&c);
+  ck_assert_int_eq(c.pings, 0);
+  ck_assert_uint_eq(nghttp2_session_get_remote_settings(
+                        c.h2, NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE),
+                    MCP_GRPC_STREAM_WINDOW);
+  rc_close(&c);
+  mcp_grpc_source_del(src);
+  teardown(&e);
+}
+END_TEST
+
+static int raw_has_settings(void *ud) {
+  rc *c = ud;
+  rc_io(c);
+  return nghttp2_session_get_remote_settings(
+             c->h2, NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE) != 65535;
+}
+
+/* The header's promise: channel_args come after the transport's own, so
+ * an application can have a larger window (or the probe) back. */
+START_TEST(grpc_channel_args_override_the_window) {
+  ienv e;
+  setup(&e, 0);
+  grpc_arg arg;
+  memset(&arg, 0, sizeof(arg));
+  arg.type = GRPC_ARG_INTEGER;
+  arg.key = (char *)GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES;
+  arg.value.integer = 4 << 20;
+  grpc_channel_args args = {1, &arg};
+  mcp_grpc_options go = grpc_opts(&e, MCP_GRPC_LISTEN, "127.0.0.1:0");
+  go.channel_args = &args;
+  mcp_source_options so = source_opts(&e);
+  mcp_grpc_source *src;
+  ck_assert_int_eq(mcp_grpc_source_new(&src, &go, &so), 0);
+  rc c;
+  memset(&c, 0, sizeof(c));
+  rc_connect(&c, mcp_grpc_source_port(src), 1 << 20);
+  ck_assert(h2t_run_until(&e.loop, raw_has_settings, &c, 10000));
+  ck_assert_uint_eq(nghttp2_session_get_remote_settings(
+                        c.h2, NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE),
+                    4 << 20);
+  rc_close(&c);
+  mcp_grpc_source_del(src);
+  teardown(&e);
+}
+END_TEST
+
 /* Our ResourceSink server, gRPC's source client (it sends the trigger). */
 START_TEST(grpc_source_dials_h2c_sink) {
   ienv e;
@@ -329,6 +452,8 @@ Suite *suite(void) {
   tcase_add_test(t, h2c_sink_dials_grpc_source);
   tcase_add_test(t, grpc_source_dials_h2c_sink);
   tcase_add_test(t, h2c_source_dials_grpc_sink);
+  tcase_add_test(t, grpc_source_sends_no_ping_per_message);
+  tcase_add_test(t, grpc_channel_args_override_the_window);
   tcase_add_test(t, grpc_sink_dials_h2c_source_mtls);
   tcase_add_test(t, h2c_sink_dials_grpc_source_mtls);
   suite_add_tcase(s, t);

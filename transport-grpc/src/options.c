@@ -103,10 +103,20 @@ static void set_int(grpc_arg *a, const char *key, int value) {
   a->value.integer = value;
 }
 
+/* gRPC takes the first of two arguments with one key, so a default the
+ * application may change is set only where |channel_args| does not. */
+static int user_arg(const mcp_grpc_options *o, const char *key) {
+  const grpc_channel_args *ca = o->channel_args;
+  for (size_t i = 0; ca && i < ca->num_args; i++)
+    if (ca->args[i].key && strcmp(ca->args[i].key, key) == 0)
+      return 1;
+  return 0;
+}
+
 grpc_arg *mcp_grpc_args(const mcp_grpc_ep *ep, int server, size_t *nargs) {
   const mcp_grpc_options *o = &ep->opts;
   size_t extra = o->channel_args ? o->channel_args->num_args : 0;
-  grpc_arg *a = mcp_grpc_malloc(&ep->mem, (16 + extra) * sizeof(*a));
+  grpc_arg *a = mcp_grpc_malloc(&ep->mem, (18 + extra) * sizeof(*a));
   if (!a)
     return NULL;
   size_t n = 0;
@@ -116,6 +126,16 @@ grpc_arg *mcp_grpc_args(const mcp_grpc_ep *ep, int server, size_t *nargs) {
   set_int(&a[n++], GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
           o->max_send_message_size ? o->max_send_message_size
                                    : MCP_GRPC_DEFAULT_MAX_MESSAGE);
+  /* Fixed HTTP/2 receive windows, those of the nghttp2 transport. gRPC's
+   * bandwidth-delay probe answers data it reads with PINGs, which the
+   * peer must answer and this side read back: with 100 sinks on one
+   * machine, that was a third of the sinks' CPU per change and half the
+   * source's (docs/benchmarks.md, "gRPC's BDP probes"). */
+  if (!user_arg(o, GRPC_ARG_HTTP2_BDP_PROBE))
+    set_int(&a[n++], GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  if (!user_arg(o, GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES))
+    set_int(&a[n++], GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
+            MCP_GRPC_STREAM_WINDOW);
   if (o->keepalive_time_ms > 0)
     set_int(&a[n++], GRPC_ARG_KEEPALIVE_TIME_MS, o->keepalive_time_ms);
   if (o->keepalive_timeout_ms > 0)

@@ -269,8 +269,10 @@ typedef struct mcp_grpc_options {
   int keepalive_permit_without_calls;
   int min_recv_ping_interval_ms;
   /* More channel arguments for gRPC, appended after the ones this library
-   * sets (NULL: none). LISTEN reads them during *_new() only; DIAL at
-   * every attempt: they must outlive the object. */
+   * sets (NULL: none). gRPC uses the first of two with one key, so ours
+   * stay, except the two of MCP_GRPC_STREAM_WINDOW, which these replace.
+   * LISTEN reads them during *_new() only; DIAL at every attempt: they
+   * must outlive the object. */
   const grpc_channel_args *channel_args;
   mcp_grpc_backoff_options backoff; /* DIAL */
   /* Randomness for the backoff jitter (NULL: a generator seeded from the
@@ -439,6 +441,12 @@ typedef struct mcp_grpc_options {
 #define MCP_GRPC_DEFAULT_MAX_METADATA_SIZE (8 << 10)
 #define MCP_GRPC_DEFAULT_MEMORY_LIMIT ((int64_t)256 << 20)
 #define MCP_GRPC_DEFAULT_MAX_PING_STRIKES 2
+/* Each stream's HTTP/2 receive window, fixed (gRPC's bandwidth-delay
+ * probe is off: no PING per message read), as the nghttp2 transport's
+ * default: 1 MiB in flight per stream is 20 MB/s at a 50 ms round trip.
+ * Where |channel_args| sets GRPC_ARG_HTTP2_BDP_PROBE or
+ * GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, its value is used instead. */
+#define MCP_GRPC_STREAM_WINDOW (1 << 20)
 
 /* Fills |opts| with the defaults: LISTEN, address NULL (must be set).
  * Writes only the fields of |version| (nothing for a version below 1; the
