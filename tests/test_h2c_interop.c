@@ -218,21 +218,31 @@ static void put_n(mcp_store *st, mcp_tstamp ts, void *ud) {
   th_put(st, "c1", name, "1", "N", ts);
 }
 
-/* gRPC's bandwidth-delay probe sends a PING after data it reads: each ACK
- * a sink sent would cost it a PING to answer (issue 25, docs/benchmarks.md
- * "BDP probes"). The transport turns it off and announces the fixed
- * stream window the nghttp2 transport has. Each round: a request (the
- * first, then ACKs) read by the server, and a push after it. */
+/* A listening gRPC source with |ca| as its channel_args, and the raw
+ * client connected to it. */
+static mcp_grpc_source *raw_grpc_source(ienv *e, const grpc_channel_args *ca,
+                                        rc *c) {
+  mcp_grpc_options go = grpc_opts(e, MCP_GRPC_LISTEN, "127.0.0.1:0");
+  go.channel_args = ca;
+  mcp_source_options so = source_opts(e);
+  mcp_grpc_source *src;
+  ck_assert_int_eq(mcp_grpc_source_new(&src, &go, &so), 0);
+  memset(c, 0, sizeof(*c));
+  rc_connect(c, mcp_grpc_source_port(src), 1 << 20);
+  return src;
+}
+
+/* gRPC's bandwidth-delay probe answers data it reads with PINGs: each
+ * ACK a sink sent could cost it a PING to answer (issue 25,
+ * docs/benchmarks.md "gRPC's BDP probes"). The transport turns it off and
+ * announces the fixed stream window the nghttp2 transport has. Each
+ * round: a request (the first, then ACKs) read by the server, and a push
+ * after it. */
 START_TEST(grpc_source_sends_no_ping_per_message) {
   ienv e;
   setup(&e, 0);
-  mcp_grpc_options go = grpc_opts(&e, MCP_GRPC_LISTEN, "127.0.0.1:0");
-  mcp_source_options so = source_opts(&e);
-  mcp_grpc_source *src;
-  ck_assert_int_eq(mcp_grpc_source_new(&src, &go, &so), 0);
   rc c;
-  memset(&c, 0, sizeof(c));
-  rc_connect(&c, mcp_grpc_source_port(src), 1 << 20);
+  mcp_grpc_source *src = raw_grpc_source(&e, NULL, &c);
   rc_stream *s = rc_open(&c, "POST", MCP_GRPC_RESOURCE_SOURCE_METHOD,
                          "application/grpc", 1, NULL, NULL);
   raw_request(&c, s, "");
@@ -271,8 +281,9 @@ static int raw_has_settings(void *ud) {
              c->h2, NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE) != 65535;
 }
 
-/* The header's promise: channel_args come after the transport's own, so
- * an application can have a larger window (or the probe) back. */
+/* The header's promise: a window in channel_args replaces the
+ * transport's (gRPC would take the first of two), so an application can
+ * have a larger one back. */
 START_TEST(grpc_channel_args_override_the_window) {
   ienv e;
   setup(&e, 0);
@@ -282,14 +293,8 @@ START_TEST(grpc_channel_args_override_the_window) {
   arg.key = (char *)GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES;
   arg.value.integer = 4 << 20;
   grpc_channel_args args = {1, &arg};
-  mcp_grpc_options go = grpc_opts(&e, MCP_GRPC_LISTEN, "127.0.0.1:0");
-  go.channel_args = &args;
-  mcp_source_options so = source_opts(&e);
-  mcp_grpc_source *src;
-  ck_assert_int_eq(mcp_grpc_source_new(&src, &go, &so), 0);
   rc c;
-  memset(&c, 0, sizeof(c));
-  rc_connect(&c, mcp_grpc_source_port(src), 1 << 20);
+  mcp_grpc_source *src = raw_grpc_source(&e, &args, &c);
   ck_assert(h2t_run_until(&e.loop, raw_has_settings, &c, 10000));
   ck_assert_uint_eq(nghttp2_session_get_remote_settings(
                         c.h2, NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE),
