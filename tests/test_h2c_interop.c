@@ -260,7 +260,9 @@ START_TEST(grpc_source_sends_no_ping_per_message) {
     if (round < 4)
       ck_assert_int_eq(mcp_grpc_source_update(src, put_n, &round), 0);
   }
-  /* The server has read the fourth ACK: a probe's PING would follow it. */
+  /* The server has read all five requests. With the probe on, its first
+   * PING follows the first request read and comes before that push (this
+   * test counts one then); none is allowed now. */
   raw_src_want rw = {&c, src};
   ck_assert(h2t_run_until(&e.loop, raw_src_read_all, &rw, 10000));
   rc_io(&c);
