@@ -1,0 +1,363 @@
+/*
+ * The floor under issue 25 target 2 (100 incremental sinks have a change
+ * with p99 under 3 ms): what loopback TCP alone costs this machine to
+ * reach N receivers and have each answer, with no protocol, no file, no
+ * HTTP/2 and no library.
+ *
+ * One sender and N receivers, each on a TCP connection of its own over
+ * 127.0.0.1 (TCP_NODELAY both ways). Each round, the sender takes t0 and
+ * writes one message of |size| bytes to every connection in turn, as
+ * mcp-source writes one push per stream; each receiver, once its read has
+ * the whole message, takes its own CLOCK_MONOTONIC stamp and writes it
+ * back (8 bytes: its ACK). A delivery's lag is stamp - t0. The sender
+ * reads the answers after its writes, so its reads do not delay a stamp.
+ *
+ * Receivers (--mode):
+ *   procs    a process each, blocking reads: the e2e driver's mcp-sink
+ *            processes;
+ *   threads  a thread each in one process: mcp-load-sink on gRPC;
+ *   loop     one thread with epoll for all: mcp-load-sink on h2c.
+ *
+ *   BENCH fanout_floor_<mode>_p50_ms <v> ms   (and _p99_ms, _max_ms)
+ *
+ * Usage: fanout_floor [--receivers N] [--rounds R] [--interval-ms I]
+ *                     [--size B] [--mode procs|threads|loop|all] [--quick]
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench_util.h"
+
+#define MAX_RECEIVERS 4096
+#define MAX_SIZE (1 << 20)
+
+typedef struct cfg {
+  int receivers, rounds, interval_ms;
+  size_t size;
+} cfg;
+
+static void die(const char *what) {
+  fprintf(stderr, "fanout_floor: %s: %s\n", what, strerror(errno));
+  exit(1);
+}
+
+static uint64_t mono_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* 1 when all |n| bytes moved, 0 at EOF; dies on an error. */
+static int full_read(int fd, void *p, size_t n) {
+  uint8_t *b = p;
+  while (n) {
+    ssize_t k = read(fd, b, n);
+    if (k == 0)
+      return 0;
+    if (k < 0) {
+      if (errno == EINTR)
+        continue;
+      die("read");
+    }
+    b += k;
+    n -= (size_t)k;
+  }
+  return 1;
+}
+
+static void full_write(int fd, const void *p, size_t n) {
+  const uint8_t *b = p;
+  while (n) {
+    ssize_t k = write(fd, b, n);
+    if (k < 0) {
+      if (errno == EINTR)
+        continue;
+      die("write");
+    }
+    b += k;
+    n -= (size_t)k;
+  }
+}
+
+static void nodelay(int fd) {
+  int one = 1;
+  if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0)
+    die("TCP_NODELAY");
+}
+
+static int dial(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0)
+    die("socket");
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof(a));
+  a.sin_family = AF_INET;
+  a.sin_port = htons((uint16_t)port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
+    die("connect");
+  nodelay(fd);
+  return fd;
+}
+
+/* One blocking receiver: a message in, its stamp out, until EOF. */
+static void receive_blocking(int fd, size_t size) {
+  uint8_t *m = malloc(size);
+  if (!m)
+    die("malloc");
+  while (full_read(fd, m, size)) {
+    uint64_t t = mono_ns();
+    full_write(fd, &t, sizeof(t));
+  }
+  free(m);
+  close(fd);
+}
+
+typedef struct rthread {
+  int port;
+  size_t size;
+} rthread;
+
+static void *receiver_thread(void *ud) {
+  rthread *r = ud;
+  receive_blocking(dial(r->port), r->size);
+  return NULL;
+}
+
+/* All receivers on one epoll loop; a message may arrive in parts. */
+typedef struct lconn {
+  int fd;
+  size_t got;
+} lconn;
+
+typedef struct lctx {
+  int port, n;
+  size_t size;
+} lctx;
+
+static void *loop_thread(void *ud) {
+  lctx *l = ud;
+  int ep = epoll_create1(0);
+  if (ep < 0)
+    die("epoll_create1");
+  lconn *c = calloc((size_t)l->n, sizeof(*c));
+  uint8_t *m = malloc(l->size);
+  if (!c || !m)
+    die("malloc");
+  for (int i = 0; i < l->n; i++) {
+    c[i].fd = dial(l->port);
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &c[i]};
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, c[i].fd, &ev) != 0)
+      die("epoll_ctl");
+  }
+  int open = l->n;
+  struct epoll_event evs[256];
+  while (open > 0) {
+    int k = epoll_wait(ep, evs, 256, -1);
+    if (k < 0) {
+      if (errno == EINTR)
+        continue;
+      die("epoll_wait");
+    }
+    for (int i = 0; i < k; i++) {
+      lconn *x = evs[i].data.ptr;
+      ssize_t r = read(x->fd, m, l->size - x->got);
+      if (r <= 0) {
+        if (r < 0 && errno == EINTR)
+          continue;
+        epoll_ctl(ep, EPOLL_CTL_DEL, x->fd, NULL);
+        close(x->fd);
+        open--;
+        continue;
+      }
+      x->got += (size_t)r;
+      if (x->got == l->size) {
+        x->got = 0;
+        uint64_t t = mono_ns();
+        full_write(x->fd, &t, sizeof(t));
+      }
+    }
+  }
+  close(ep);
+  free(c);
+  free(m);
+  return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void run(const char *mode, const cfg *g) {
+  if (g->receivers < 1 || g->rounds < 1)
+    return;
+  int ls = socket(AF_INET, SOCK_STREAM, 0);
+  if (ls < 0)
+    die("socket");
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof(a));
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t alen = sizeof(a);
+  if (bind(ls, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+      listen(ls, MAX_RECEIVERS) != 0 ||
+      getsockname(ls, (struct sockaddr *)&a, &alen) != 0)
+    die("listen");
+  int port = ntohs(a.sin_port);
+  int n = g->receivers;
+
+  pid_t *kids = NULL;
+  pthread_t *th = NULL;
+  rthread rt = {port, g->size};
+  lctx lc = {port, n, g->size};
+  if (strcmp(mode, "procs") == 0) {
+    if (!(kids = calloc((size_t)n, sizeof(*kids))))
+      die("calloc");
+    for (int i = 0; i < n; i++) {
+      if ((kids[i] = fork()) < 0)
+        die("fork");
+      if (kids[i] == 0) {
+        close(ls);
+        receive_blocking(dial(port), g->size);
+        _exit(0);
+      }
+    }
+  } else if (strcmp(mode, "threads") == 0) {
+    if (!(th = calloc((size_t)n, sizeof(*th))))
+      die("calloc");
+    for (int i = 0; i < n; i++)
+      if (pthread_create(&th[i], NULL, receiver_thread, &rt) != 0)
+        die("pthread_create");
+  } else {
+    if (!(th = calloc(1, sizeof(*th))) ||
+        pthread_create(&th[0], NULL, loop_thread, &lc) != 0)
+      die("pthread_create");
+  }
+
+  int *fd = calloc((size_t)n, sizeof(*fd));
+  uint64_t *lag = calloc((size_t)n * (size_t)g->rounds, sizeof(*lag));
+  uint8_t *msg = calloc(1, g->size);
+  if (!fd || !lag || !msg)
+    die("calloc");
+  for (int i = 0; i < n; i++) {
+    if ((fd[i] = accept(ls, NULL, NULL)) < 0)
+      die("accept");
+    nodelay(fd[i]);
+  }
+  close(ls);
+
+  size_t k = 0;
+  for (int r = 0; r < g->rounds; r++) {
+    struct timespec pause = {g->interval_ms / 1000,
+                             (long)(g->interval_ms % 1000) * 1000000L};
+    nanosleep(&pause, NULL); /* receivers idle, as between changes */
+    msg[0] = (uint8_t)r;
+    uint64_t t0 = mono_ns();
+    for (int i = 0; i < n; i++)
+      full_write(fd[i], msg, g->size);
+    for (int i = 0; i < n; i++) {
+      uint64_t t;
+      if (!full_read(fd[i], &t, sizeof(t))) {
+        errno = EPIPE;
+        die("a receiver ended");
+      }
+      lag[k++] = t > t0 ? t - t0 : 0;
+    }
+  }
+  for (int i = 0; i < n; i++)
+    close(fd[i]);
+  if (kids) {
+    for (int i = 0; i < n; i++)
+      waitpid(kids[i], NULL, 0);
+  } else {
+    int nth = strcmp(mode, "threads") == 0 ? n : 1;
+    for (int i = 0; i < nth; i++)
+      pthread_join(th[i], NULL);
+  }
+
+  qsort(lag, k, sizeof(*lag), cmp_u64);
+  char name[64], what[160];
+  const char *q[] = {"p50", "p99", "max"};
+  size_t at[] = {k / 2, k * 99 / 100, k - 1};
+  for (int i = 0; i < 3; i++) {
+    snprintf(name, sizeof(name), "fanout_floor_%s_%s_ms", mode, q[i]);
+    snprintf(what, sizeof(what),
+             "%s, %s: %d receivers x %d rounds of %zu bytes, t0 to each "
+             "receiver's stamp",
+             q[i], mode, n, g->rounds, g->size);
+    bu_result(name, (double)lag[at[i]] / 1e6, "ms", what, NULL, -1);
+  }
+  free(kids);
+  free(th);
+  free(fd);
+  free(lag);
+  free(msg);
+}
+
+static int arg_int(const char *v, int lo, int hi, int *out) {
+  char *end;
+  long x = strtol(v, &end, 10);
+  if (!*v || *end || x < lo || x > hi)
+    return -1;
+  *out = (int)x;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  cfg g = {100, 200, 20, 400};
+  const char *mode = "all";
+  for (int i = 1; i < argc; i++) {
+    int size;
+    const char *v = i + 1 < argc ? argv[i + 1] : "";
+    if (strcmp(argv[i], "--quick") == 0) {
+      g.receivers = 5;
+      g.rounds = 5;
+      g.interval_ms = 2;
+    } else if (strcmp(argv[i], "--receivers") == 0 &&
+               arg_int(v, 1, MAX_RECEIVERS, &g.receivers) == 0) {
+      i++;
+    } else if (strcmp(argv[i], "--rounds") == 0 &&
+               arg_int(v, 1, 1000000, &g.rounds) == 0) {
+      i++;
+    } else if (strcmp(argv[i], "--interval-ms") == 0 &&
+               arg_int(v, 0, 60000, &g.interval_ms) == 0) {
+      i++;
+    } else if (strcmp(argv[i], "--size") == 0 &&
+               arg_int(v, 8, MAX_SIZE, &size) == 0) {
+      g.size = (size_t)size;
+      i++;
+    } else if (strcmp(argv[i], "--mode") == 0 &&
+               (strcmp(v, "procs") == 0 || strcmp(v, "threads") == 0 ||
+                strcmp(v, "loop") == 0 || strcmp(v, "all") == 0)) {
+      mode = v;
+      i++;
+    } else {
+      fprintf(stderr,
+              "usage: fanout_floor [--receivers N] [--rounds R] "
+              "[--interval-ms I] [--size B] "
+              "[--mode procs|threads|loop|all] [--quick]\n");
+      return 2;
+    }
+  }
+  signal(SIGPIPE, SIG_IGN);
+  const char *modes[] = {"procs", "threads", "loop"};
+  for (int i = 0; i < 3; i++)
+    if (strcmp(mode, "all") == 0 || strcmp(mode, modes[i]) == 0)
+      run(modes[i], &g);
+  bu_table("loopback fan-out alone (issue 25 target 2's floor)");
+  return bu_missed() ? 1 : 0;
+}
