@@ -60,17 +60,18 @@ static uint64_t mono_ns(void) {
   return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-/* 1 when all |n| bytes moved, 0 at EOF; dies on an error. */
-static int full_read(int fd, void *p, size_t n) {
+/* Moves all |n| bytes (|out|: writes them): 1, or 0 at EOF of a read;
+ * dies on an error. */
+static int full_io(int fd, void *p, size_t n, int out) {
   uint8_t *b = p;
   while (n) {
-    ssize_t k = read(fd, b, n);
-    if (k == 0)
+    ssize_t k = out ? write(fd, b, n) : read(fd, b, n);
+    if (k == 0 && !out)
       return 0;
     if (k < 0) {
       if (errno == EINTR)
         continue;
-      die("read");
+      die(out ? "write" : "read");
     }
     b += k;
     n -= (size_t)k;
@@ -78,18 +79,10 @@ static int full_read(int fd, void *p, size_t n) {
   return 1;
 }
 
+static int full_read(int fd, void *p, size_t n) { return full_io(fd, p, n, 0); }
+
 static void full_write(int fd, const void *p, size_t n) {
-  const uint8_t *b = p;
-  while (n) {
-    ssize_t k = write(fd, b, n);
-    if (k < 0) {
-      if (errno == EINTR)
-        continue;
-      die("write");
-    }
-    b += k;
-    n -= (size_t)k;
-  }
+  full_io(fd, (void *)p, n, 1);
 }
 
 static void nodelay(int fd) {
@@ -98,15 +91,21 @@ static void nodelay(int fd) {
     die("TCP_NODELAY");
 }
 
-static int dial(int port) {
+/* A TCP socket, and 127.0.0.1:|port| in |a|. */
+static int loopback_socket(struct sockaddr_in *a, int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0)
     die("socket");
+  memset(a, 0, sizeof(*a));
+  a->sin_family = AF_INET;
+  a->sin_port = htons((uint16_t)port);
+  a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return fd;
+}
+
+static int dial(int port) {
   struct sockaddr_in a;
-  memset(&a, 0, sizeof(a));
-  a.sin_family = AF_INET;
-  a.sin_port = htons((uint16_t)port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int fd = loopback_socket(&a, port);
   if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
     die("connect");
   nodelay(fd);
@@ -205,13 +204,8 @@ static int cmp_u64(const void *a, const void *b) {
 static void run(const char *mode, const cfg *g) {
   if (g->receivers < 1 || g->rounds < 1)
     return;
-  int ls = socket(AF_INET, SOCK_STREAM, 0);
-  if (ls < 0)
-    die("socket");
   struct sockaddr_in a;
-  memset(&a, 0, sizeof(a));
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int ls = loopback_socket(&a, 0);
   socklen_t alen = sizeof(a);
   if (bind(ls, (struct sockaddr *)&a, sizeof(a)) != 0 ||
       listen(ls, MAX_RECEIVERS) != 0 ||
