@@ -442,8 +442,8 @@ typedef struct mcp_grpc_options {
 #define MCP_GRPC_DEFAULT_MEMORY_LIMIT ((int64_t)256 << 20)
 #define MCP_GRPC_DEFAULT_MAX_PING_STRIKES 2
 /* Each stream's HTTP/2 receive window, fixed (gRPC's bandwidth-delay
- * probe is off: no PING per message read), as the nghttp2 transport's
- * default: 1 MiB in flight per stream is 20 MB/s at a 50 ms round trip.
+ * probe, which answers data read with PINGs, is off), as the nghttp2
+ * transport's default: 1 MiB in flight per stream is 20 MB/s at a 50 ms round trip.
  * Where |channel_args| sets GRPC_ARG_HTTP2_BDP_PROBE or
  * GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, its value is used instead. */
 #define MCP_GRPC_STREAM_WINDOW (1 << 20)
