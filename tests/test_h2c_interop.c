@@ -283,9 +283,15 @@ static int raw_has_settings(void *ud) {
              c->h2, NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE) != 65535;
 }
 
-/* The header's promise: a window in channel_args replaces the
- * transport's (gRPC would take the first of two), so an application can
- * have a larger one back. */
+static int raw_has_ping(void *ud) {
+  rc *c = ud;
+  rc_io(c);
+  return c->pings > 0;
+}
+
+/* The header's promise: the window or the probe in channel_args replaces
+ * the transport's (gRPC would take the first of two), so an application
+ * can have either back. */
 START_TEST(grpc_channel_args_override_the_window) {
   ienv e;
   setup(&e, 0);
@@ -301,6 +307,28 @@ START_TEST(grpc_channel_args_override_the_window) {
   ck_assert_uint_eq(nghttp2_session_get_remote_settings(
                         c.h2, NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE),
                     4 << 20);
+  rc_close(&c);
+  mcp_grpc_source_del(src);
+  teardown(&e);
+}
+END_TEST
+
+START_TEST(grpc_channel_args_turn_the_probe_back_on) {
+  ienv e;
+  setup(&e, 0);
+  grpc_arg arg;
+  memset(&arg, 0, sizeof(arg));
+  arg.type = GRPC_ARG_INTEGER;
+  arg.key = (char *)GRPC_ARG_HTTP2_BDP_PROBE;
+  arg.value.integer = 1;
+  grpc_channel_args args = {1, &arg};
+  rc c;
+  mcp_grpc_source *src = raw_grpc_source(&e, &args, &c);
+  rc_stream *s = rc_open(&c, "POST", MCP_GRPC_RESOURCE_SOURCE_METHOD,
+                         "application/grpc", 1, NULL, NULL);
+  raw_request(&c, s, "");
+  /* The probe's PING follows the first request the server reads. */
+  ck_assert(h2t_run_until(&e.loop, raw_has_ping, &c, 10000));
   rc_close(&c);
   mcp_grpc_source_del(src);
   teardown(&e);
@@ -461,6 +489,7 @@ Suite *suite(void) {
   tcase_add_test(t, h2c_source_dials_grpc_sink);
   tcase_add_test(t, grpc_source_sends_no_ping_per_message);
   tcase_add_test(t, grpc_channel_args_override_the_window);
+  tcase_add_test(t, grpc_channel_args_turn_the_probe_back_on);
   tcase_add_test(t, grpc_sink_dials_h2c_source_mtls);
   tcase_add_test(t, h2c_sink_dials_grpc_source_mtls);
   suite_add_tcase(s, t);

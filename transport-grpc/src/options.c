@@ -129,8 +129,8 @@ grpc_arg *mcp_grpc_args(const mcp_grpc_ep *ep, int server, size_t *nargs) {
   /* Fixed HTTP/2 receive windows, those of the nghttp2 transport. gRPC's
    * bandwidth-delay probe answers data it reads with PINGs, which the
    * peer must answer and this side read back: with 100 sinks on one
-   * machine, that was a third of the sinks' CPU per change and half the
-   * source's (docs/benchmarks.md, "gRPC's BDP probes"). */
+   * machine, that was 40 % of the sinks' CPU per change and a third of
+   * the source's (docs/benchmarks.md, "gRPC's BDP probes"). */
   if (!user_arg(o, GRPC_ARG_HTTP2_BDP_PROBE))
     set_int(&a[n++], GRPC_ARG_HTTP2_BDP_PROBE, 0);
   if (!user_arg(o, GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES))
