@@ -421,3 +421,21 @@ char *h2t_slurp(const char *path) {
   h2t_buf_add(&b, "", 1);
   return (char *)b.p;
 }
+
+typedef struct msgs_want {
+  rc *c;
+  rc_stream *s;
+  int n;
+} msgs_want;
+
+static int has_msgs(void *ud) {
+  msgs_want *w = ud;
+  rc_io(w->c);
+  return rc_nmsgs(w->s) >= w->n;
+}
+
+int rc_run_until_msgs(uv_loop_t *loop, rc *c, rc_stream *s, int n,
+                      int timeout_ms) {
+  msgs_want w = {c, s, n};
+  return h2t_run_until(loop, has_msgs, &w, timeout_ms);
+}

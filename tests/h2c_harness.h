@@ -96,6 +96,10 @@ void rc_close(rc *c);
  * (pointing into s->data), 0 when there is no such complete message. */
 int rc_msg(const rc_stream *s, int i, const uint8_t **p, size_t *n);
 int rc_nmsgs(const rc_stream *s);
+/* Runs |loop| until |s| holds |n| whole messages, moving |c|'s bytes at
+ * each turn, at most |timeout_ms| (h2t_run_until()): 1 when it does. */
+int rc_run_until_msgs(uv_loop_t *loop, rc *c, rc_stream *s, int n,
+                      int timeout_ms);
 
 /* Spawns |argv| (a program on PATH) with stdout to |out_path|, stderr to
  * /dev/null, runs |loop| while it runs (at most |timeout_ms|), and returns

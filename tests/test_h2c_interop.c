@@ -180,18 +180,6 @@ END_TEST
 
 /* A raw HTTP/2 client on the gRPC transport's listener: what flow
  * control costs a peer per message. */
-typedef struct raw_want {
-  rc *c;
-  rc_stream *s;
-  int n;
-} raw_want;
-
-static int raw_has_msgs(void *ud) {
-  raw_want *w = ud;
-  rc_io(w->c);
-  return rc_nmsgs(w->s) >= w->n;
-}
-
 static void raw_request(rc *c, rc_stream *s, const char *nonce) {
   size_t n;
   uint8_t *p = th_request(&n, "raw", "c1", nonce, 0, NULL, 0, NULL);
@@ -247,8 +235,7 @@ START_TEST(grpc_source_sends_no_ping_per_message) {
                          "application/grpc", 1, NULL, NULL);
   raw_request(&c, s, "");
   for (int round = 1; round <= 4; round++) {
-    raw_want w = {&c, s, round};
-    ck_assert(h2t_run_until(&e.loop, raw_has_msgs, &w, 10000));
+    ck_assert(rc_run_until_msgs(&e.loop, &c, s, round, 10000));
     const uint8_t *p;
     size_t n;
     ck_assert(rc_msg(s, round - 1, &p, &n));
@@ -289,6 +276,16 @@ static int raw_has_ping(void *ud) {
   return c->pings > 0;
 }
 
+/* channel_args of one integer argument, kept in |a|. */
+static grpc_channel_args one_int_arg(grpc_arg *a, const char *key, int v) {
+  memset(a, 0, sizeof(*a));
+  a->type = GRPC_ARG_INTEGER;
+  a->key = (char *)key;
+  a->value.integer = v;
+  grpc_channel_args args = {1, a};
+  return args;
+}
+
 /* The header's promise: the window or the probe in channel_args replaces
  * the transport's (gRPC would take the first of two), so an application
  * can have either back. */
@@ -296,11 +293,8 @@ START_TEST(grpc_channel_args_override_the_window) {
   ienv e;
   setup(&e, 0);
   grpc_arg arg;
-  memset(&arg, 0, sizeof(arg));
-  arg.type = GRPC_ARG_INTEGER;
-  arg.key = (char *)GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES;
-  arg.value.integer = 4 << 20;
-  grpc_channel_args args = {1, &arg};
+  grpc_channel_args args =
+      one_int_arg(&arg, GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 4 << 20);
   rc c;
   mcp_grpc_source *src = raw_grpc_source(&e, &args, &c);
   ck_assert(h2t_run_until(&e.loop, raw_has_settings, &c, 10000));
@@ -317,11 +311,7 @@ START_TEST(grpc_channel_args_turn_the_probe_back_on) {
   ienv e;
   setup(&e, 0);
   grpc_arg arg;
-  memset(&arg, 0, sizeof(arg));
-  arg.type = GRPC_ARG_INTEGER;
-  arg.key = (char *)GRPC_ARG_HTTP2_BDP_PROBE;
-  arg.value.integer = 1;
-  grpc_channel_args args = {1, &arg};
+  grpc_channel_args args = one_int_arg(&arg, GRPC_ARG_HTTP2_BDP_PROBE, 1);
   rc c;
   mcp_grpc_source *src = raw_grpc_source(&e, &args, &c);
   rc_stream *s = rc_open(&c, "POST", MCP_GRPC_RESOURCE_SOURCE_METHOD,

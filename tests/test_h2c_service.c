@@ -334,12 +334,6 @@ typedef struct want {
   int n;
 } want;
 
-static int has_msgs(void *ud) {
-  want *w = ud;
-  rc_io(&w->e->c);
-  return rc_nmsgs(w->s) >= w->n;
-}
-
 static int has_status(void *ud) {
   want *w = ud;
   rc_io(&w->e->c);
@@ -347,8 +341,7 @@ static int has_status(void *ud) {
 }
 
 static void wait_msgs(tenv *e, rc_stream *s, int n) {
-  want w = {e, s, n};
-  ck_assert_msg(h2t_run_until(&e->loop, has_msgs, &w, 5000),
+  ck_assert_msg(rc_run_until_msgs(&e->loop, &e->c, s, n, 5000),
                 "waited for %d messages, have %d (status %d %s)", n,
                 rc_nmsgs(s), s->grpc_status, s->grpc_message);
 }
