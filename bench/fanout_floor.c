@@ -201,7 +201,11 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static void run(const char *mode, const cfg *g) {
+/* The kinds of receivers, in the order they run. */
+enum { PROCS, THREADS, LOOP, NMODES };
+static const char *const mode_names[NMODES] = {"procs", "threads", "loop"};
+
+static void run(int mode, const cfg *g) {
   if (g->receivers < 1 || g->rounds < 1)
     return;
   struct sockaddr_in a;
@@ -218,8 +222,9 @@ static void run(const char *mode, const cfg *g) {
   pthread_t *th = NULL;
   rthread rt = {port, g->size};
   lctx lc = {port, n, g->size};
-  if (strcmp(mode, "procs") == 0) {
-    if (!(kids = calloc((size_t)n, sizeof(*kids))))
+  size_t nth = 0; /* threads started */
+  if (mode == PROCS) {
+    if (!(kids = calloc((unsigned)n, sizeof(*kids))))
       die("calloc");
     for (int i = 0; i < n; i++) {
       if ((kids[i] = fork()) < 0)
@@ -230,20 +235,21 @@ static void run(const char *mode, const cfg *g) {
         _exit(0);
       }
     }
-  } else if (strcmp(mode, "threads") == 0) {
-    if (!(th = calloc((size_t)n, sizeof(*th))))
-      die("calloc");
-    for (int i = 0; i < n; i++)
-      if (pthread_create(&th[i], NULL, receiver_thread, &rt) != 0)
-        die("pthread_create");
   } else {
-    if (!(th = calloc(1, sizeof(*th))) ||
-        pthread_create(&th[0], NULL, loop_thread, &lc) != 0)
-      die("pthread_create");
+    nth = mode == THREADS ? (unsigned)n : 1;
+    if (!(th = calloc(nth, sizeof(*th))))
+      die("calloc");
+    for (size_t i = 0; i < nth; i++)
+      if (pthread_create(&th[i], NULL,
+                         mode == THREADS ? receiver_thread : loop_thread,
+                         mode == THREADS ? (void *)&rt : (void *)&lc) != 0)
+        die("pthread_create");
   }
 
-  int *fd = calloc((size_t)n, sizeof(*fd));
-  uint64_t *lag = calloc((size_t)n * (size_t)g->rounds, sizeof(*lag));
+  /* (unsigned): n and rounds are at least 1 (checked above). */
+  int *fd = calloc((unsigned)n, sizeof(*fd));
+  uint64_t *lag = calloc((size_t)(unsigned)n * (unsigned)g->rounds,
+                         sizeof(*lag));
   uint8_t *msg = calloc(1, g->size);
   if (!fd || !lag || !msg)
     die("calloc");
@@ -274,25 +280,22 @@ static void run(const char *mode, const cfg *g) {
   }
   for (int i = 0; i < n; i++)
     close(fd[i]);
-  if (kids) {
-    for (int i = 0; i < n; i++)
-      waitpid(kids[i], NULL, 0);
-  } else {
-    int nth = strcmp(mode, "threads") == 0 ? n : 1;
-    for (int i = 0; i < nth; i++)
-      pthread_join(th[i], NULL);
-  }
+  for (int i = 0; kids && i < n; i++)
+    waitpid(kids[i], NULL, 0);
+  for (size_t i = 0; i < nth; i++)
+    pthread_join(th[i], NULL);
 
   qsort(lag, k, sizeof(*lag), cmp_u64);
   char name[64], what[160];
   const char *q[] = {"p50", "p99", "max"};
   size_t at[] = {k / 2, k * 99 / 100, k - 1};
   for (int i = 0; i < 3; i++) {
-    snprintf(name, sizeof(name), "fanout_floor_%s_%s_ms", mode, q[i]);
+    snprintf(name, sizeof(name), "fanout_floor_%s_%s_ms", mode_names[mode],
+             q[i]);
     snprintf(what, sizeof(what),
              "%s, %s: %d receivers x %d rounds of %zu bytes, t0 to each "
              "receiver's stamp",
-             q[i], mode, n, g->rounds, g->size);
+             q[i], mode_names[mode], n, g->rounds, g->size);
     bu_result(name, (double)lag[at[i]] / 1e6, "ms", what, NULL, -1);
   }
   free(kids);
@@ -300,6 +303,16 @@ static void run(const char *mode, const cfg *g) {
   free(fd);
   free(lag);
   free(msg);
+}
+
+/* --mode's value as a set of modes; 0 when it names none. */
+static unsigned mode_bits(const char *v) {
+  if (strcmp(v, "all") == 0)
+    return (1u << NMODES) - 1;
+  for (int m = 0; m < NMODES; m++)
+    if (strcmp(v, mode_names[m]) == 0)
+      return 1u << m;
+  return 0;
 }
 
 static int arg_int(const char *v, int lo, int hi, int *out) {
@@ -313,7 +326,7 @@ static int arg_int(const char *v, int lo, int hi, int *out) {
 
 int main(int argc, char **argv) {
   cfg g = {100, 200, 20, 400};
-  const char *mode = "all";
+  unsigned modes = (1u << NMODES) - 1; /* --mode all */
   for (int i = 1; i < argc; i++) {
     int size;
     const char *v = i + 1 < argc ? argv[i + 1] : "";
@@ -335,9 +348,7 @@ int main(int argc, char **argv) {
       g.size = (size_t)size;
       i++;
     } else if (strcmp(argv[i], "--mode") == 0 &&
-               (strcmp(v, "procs") == 0 || strcmp(v, "threads") == 0 ||
-                strcmp(v, "loop") == 0 || strcmp(v, "all") == 0)) {
-      mode = v;
+               (modes = mode_bits(v)) != 0) {
       i++;
     } else {
       fprintf(stderr,
@@ -348,10 +359,9 @@ int main(int argc, char **argv) {
     }
   }
   signal(SIGPIPE, SIG_IGN);
-  const char *modes[] = {"procs", "threads", "loop"};
-  for (int i = 0; i < 3; i++)
-    if (strcmp(mode, "all") == 0 || strcmp(mode, modes[i]) == 0)
-      run(modes[i], &g);
+  for (int m = 0; m < NMODES; m++)
+    if (modes & (1u << m))
+      run(m, &g);
   bu_table("loopback fan-out alone (issue 25 target 2's floor)");
   return bu_missed() ? 1 : 0;
 }
