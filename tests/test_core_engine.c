@@ -771,7 +771,7 @@ static void s_del(void *sess) { ++*((script *)sess)->deleted; }
 static mcp_stream_ops script_ops(unsigned flags) {
   mcp_stream_ops o = {"script",     flags, s_recv,       s_next,
                       s_get_expiry, s_handle_expiry,     s_end,
-                      s_half_close, s_del};
+                      s_half_close, s_del,  NULL};
   return o;
 }
 
@@ -983,8 +983,8 @@ START_TEST(test_service_defs_check_is_one_rule_for_every_transport) {
   long_method[0] = '/';
   const char *reserved[] = {"/istio.mcp.v1alpha1.ResourceSource/"
                             "EstablishResourceStream"};
-  mcp_service_def d[2] = {{"/a.B/C", open_none, NULL},
-                          {"/a.B/D", open_none, NULL}};
+  mcp_service_def d[2] = {{"/a.B/C", open_none, NULL, 0},
+                          {"/a.B/D", open_none, NULL, 0}};
   ck_assert_int_eq(mcp_service_defs_check(d, 2, reserved, 1), 0);
   ck_assert_int_eq(mcp_service_defs_check(NULL, 0, NULL, 0), 0);
   ck_assert_int_eq(mcp_service_defs_check(NULL, 1, NULL, 0),

@@ -178,7 +178,7 @@ static inline void tg_on_stream(mcp_grpc_stream_event ev,
   if (ev == MCP_GRPC_STREAM_OPENED) {
     s->opened++;
     s->open_now++;
-    ck_assert(info->source || info->sink);
+    ck_assert(mcp_stream_source_session(info->stream) || mcp_stream_sink_session(info->stream));
   } else if (ev == MCP_GRPC_STREAM_REFUSED) {
     s->refused++;
     s->last_refused_status = info->status;
@@ -186,13 +186,13 @@ static inline void tg_on_stream(mcp_grpc_stream_event ev,
              info->details);
     snprintf(s->last_refused_identity, sizeof(s->last_refused_identity),
              "%s", info->nidentities ? info->identities[0] : "");
-    ck_assert(!info->source && !info->sink);
+    ck_assert(!info->stream);
   } else {
     s->closed++;
     s->open_now--;
     s->last_status = info->status;
     snprintf(s->last_details, sizeof(s->last_details), "%s", info->details);
-    ck_assert(!info->source && !info->sink);
+    ck_assert(!info->stream);
   }
   snprintf(s->last_peer, sizeof(s->last_peer), "%s", info->peer);
   pthread_mutex_unlock(&s->mu);

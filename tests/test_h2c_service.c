@@ -286,9 +286,9 @@ static void setup(tenv *e) {
   e->c.fd = -1;
   e->store = th_store(NULL);
   th_put(e->store, "c1", "a", "1", "A", mcp_h2c_now());
-  services[0] = (mcp_service_def){COUNTER_PATH, open_counter, e};
-  services[1] = (mcp_service_def){ECHO_PATH, open_echo, e};
-  services[2] = (mcp_service_def){REFUSE_PATH, open_refuse, e};
+  services[0] = (mcp_service_def){COUNTER_PATH, open_counter, e, 0};
+  services[1] = (mcp_service_def){ECHO_PATH, open_echo, e, 0};
+  services[2] = (mcp_service_def){REFUSE_PATH, open_refuse, e, 0};
   mcp_h2c_options_default(&e->o);
   e->o.address = "127.0.0.1:0";
   e->o.on_stream = on_stream;

@@ -248,8 +248,8 @@ static int has_n(void *ud) {
 START_TEST(grpc_client_calls_service) {
   uv_loop_t loop;
   ck_assert_int_eq(uv_loop_init(&loop), 0);
-  mcp_service_def defs[2] = {{ECHO_PATH, open_sess, NULL},
-                             {COUNTER_PATH, open_sess, &loop}};
+  mcp_service_def defs[2] = {{ECHO_PATH, open_sess, NULL, 0},
+                             {COUNTER_PATH, open_sess, &loop, 0}};
   mcp_h2c_options o;
   mcp_h2c_options_default(&o);
   o.address = "127.0.0.1:0";

@@ -56,7 +56,7 @@ def main():
                    "mcp_sink_session_next", "mcp_version()"):
         check(needle in text, "README shows %s" % needle)
     # Issue 24 item 12: both installs. System-wide, ldconfig right after
-    # (else the program cannot load libmcp_h2c.so.3); staged, the pkg-config
+    # (else the program cannot load libmcp_h2c.so.4); staged, the pkg-config
     # variables and LD_LIBRARY_PATH (test_install.py runs that block).
     check(re.search(r"^    sudo meson install -C build-release\n"
                     r"    sudo ldconfig\n", text, re.M),

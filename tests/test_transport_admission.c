@@ -752,6 +752,149 @@ START_TEST(peer_stream_rate_refuses_past_burst_healthy_peer_runs) {
 }
 END_TEST
 
+/* ---- issue 21: the initial-sync slot is the service's to ask for
+ * (MCP_DEF_INITIAL_SYNC) and its stream's to give back
+ * (mcp_stream_ops.initial_sent): no transport knows which protocol
+ * pushes a whole state first ---- */
+
+#define SNAP_METHOD "/test.Snap/Get"
+#define PLAIN_METHOD "/test.Plain/Get"
+
+/* A session that answers its first request with its "whole state" (one
+ * message) and then has nothing more: the slot is held until it went. */
+typedef struct snap_sess {
+  mcp_msg_builder *b;
+  int asked, sent;
+} snap_sess;
+
+static int snap_recv(void *sess, const uint8_t *in, size_t len,
+                     mcp_tstamp ts) {
+  (void)in, (void)len, (void)ts;
+  ((snap_sess *)sess)->asked = 1;
+  return 0;
+}
+
+static int snap_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
+  (void)ts;
+  snap_sess *p = sess;
+  if (!p->asked || p->sent)
+    return 0;
+  p->sent = 1;
+  mcp_msg_builder_bytes(p->b, "state", 5);
+  int rv = mcp_msg_builder_finish(p->b, NULL, pmsg);
+  return rv < 0 ? rv : 1;
+}
+
+static int snap_initial_sent(const void *sess, mcp_tstamp ts) {
+  (void)ts;
+  return ((const snap_sess *)sess)->sent;
+}
+
+static void snap_del(void *sess) {
+  snap_sess *p = sess;
+  mcp_msg_builder_del(p->b);
+  free(p);
+}
+
+static const mcp_stream_ops snap_ops = {
+    .name = "snap",
+    .flags = MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE,
+    .recv = snap_recv,
+    .next = snap_next,
+    .del = snap_del,
+    .initial_sent = snap_initial_sent,
+};
+
+static int snap_open(void *ud, const mcp_peer_info *peer, mcp_tstamp ts,
+                     mcp_stream **pst) {
+  (void)ud, (void)peer;
+  snap_sess *p = calloc(1, sizeof(*p));
+  ck_assert_ptr_nonnull(p);
+  ck_assert_int_eq(mcp_msg_builder_new(&p->b, NULL), 0);
+  return mcp_stream_new(pst, &snap_ops, p, NULL, ts);
+}
+
+/* Initial slots held and waited for. */
+static int one_held(const mcp_transport_stats *s) {
+  return s->initial == 1 && s->streams == 1;
+}
+static int held_and_waiting(const mcp_transport_stats *s) {
+  return s->initial == 1 && s->waiting_initial == 1;
+}
+static int plain_runs_beside(const mcp_transport_stats *s) {
+  return s->initial == 1 && s->waiting_initial == 1 && s->streams == 2;
+}
+static int handed_on(const mcp_transport_stats *s) {
+  return s->initial == 1 && s->waiting_initial == 0 && s->initial_sent == 1;
+}
+
+/* A condition on the source's stats, the calls moved first: a call's
+ * gRPC core connects only as its queue is polled (each wait polls the
+ * calls it waits for; the source's stats are not one of them). */
+typedef struct cw {
+  adm *a;
+  tp_call **calls;
+  int (*pred)(const mcp_transport_stats *);
+} cw;
+
+static int cw_cond(void *ud) {
+  cw *w = ud;
+  for (tp_call **c = w->calls; *c; c++)
+    tp_pump(*c);
+  mcp_transport_stats st = stats(w->a);
+  return w->pred(&st);
+}
+
+static int wait_calls(adm *a, tp_call **calls,
+                      int (*pred)(const mcp_transport_stats *)) {
+  cw w = {a, calls, pred};
+  return ta->run_until(a->env, cw_cond, &w, TA_TIMEOUT_MS);
+}
+
+START_TEST(service_asks_for_an_initial_slot) {
+  const mcp_service_def defs[2] = {
+      {SNAP_METHOD, snap_open, NULL, MCP_DEF_INITIAL_SYNC},
+      {PLAIN_METHOD, snap_open, NULL, 0}};
+  ta_opts o = adm_opts("127.0.0.1:0");
+  o.services = defs;
+  o.nservices = 2;
+  o.max_initial_pushes = 1;
+  o.max_initial_pushes_per_peer = 1;
+  o.initial_push_timeout = 60 * MCP_SECONDS;
+  o.admission_wait_timeout = 60 * MCP_SECONDS;
+  adm a;
+  adm_start(&a, &o);
+  /* The first call takes the one slot and holds it: it asked nothing. */
+  tp_call *calls[4] = {tp_open(a.port, SNAP_METHOD), NULL, NULL, NULL};
+  ck_assert(wait_calls(&a, calls, one_held));
+  int holding = 0;
+  ck_assert_int_eq(ta->list(a.src, count_initial, &holding), 1);
+  ck_assert_int_eq(holding, 1);
+  /* A second one waits for it; a call of a service without the flag
+   * runs at once beside them. */
+  calls[1] = tp_open(a.port, SNAP_METHOD);
+  ck_assert(wait_calls(&a, calls, held_and_waiting));
+  calls[2] = tp_open(a.port, PLAIN_METHOD);
+  ck_assert(wait_calls(&a, calls, plain_runs_beside));
+  /* The first asks and gets its state: its stream says the state went,
+   * and the slot goes to the second (which then holds it, asking
+   * nothing). */
+  tp_call *first = calls[0], *second = calls[1], *plain = calls[2];
+  tp_send_str(first, "get");
+  ck_assert(tp_wait_msgs(a.env, first, 1));
+  ck_assert_str_eq(tp_msg(first, 0), "state");
+  ck_assert(wait_calls(&a, calls, handed_on));
+  mcp_transport_stats s = stats(&a);
+  ck_assert_uint_eq(s.streams, 3);
+  ck_assert_uint_eq(s.initial_timeouts, 0);
+  ck_assert_uint_eq(s.initial_peak, 1);
+  tp_close(a.env, plain);
+  tp_close(a.env, second);
+  tp_close(a.env, first);
+  adm_end(&a);
+}
+END_TEST
+
 /* The transport under test (its adapter's table, chosen at build time:
  * -DTA_ADAPTER=ta_<transport>). */
 extern const ta_transport TA_ADAPTER;
@@ -775,6 +918,7 @@ int main(void) {
   tcase_add_test(tc, silent_peer_holds_only_its_share);
   tcase_add_test(tc, peer_stream_rate_refuses_past_burst_healthy_peer_runs);
   tcase_add_test(tc, waiting_stream_gets_what_it_sent_once_it_runs);
+  tcase_add_test(tc, service_asks_for_an_initial_slot);
   suite_add_tcase(s, tc);
   int failed = ta_run(s);
   if (test_tls_mode())

@@ -66,7 +66,7 @@ static void on_stream(int kind, const mcp_stream_info *i, void *ud) {
     if (ev.opened < 8)
       ev.opened_at[ev.opened] = ta->now();
     ev.opened++;
-    ck_assert(i->source || i->sink);
+    ck_assert(mcp_stream_source_session(i->stream) || mcp_stream_sink_session(i->stream));
   } else {
     ev.closed++;
     ev.ok_closed += i->status == 0;
@@ -78,7 +78,7 @@ static void on_stream(int kind, const mcp_stream_info *i, void *ud) {
       ev.dialed_closed++;
       ev.dialed_status = i->status;
     }
-    ck_assert(!i->source && !i->sink);
+    ck_assert(!i->stream);
   }
   if (!i->dialed) /* a dialer's may be the address dialed */
     snprintf(ev.peer, sizeof(ev.peer), "%s", i->peer);
@@ -458,12 +458,14 @@ END_TEST
 
 static void count_stream(const mcp_stream_info *info, void *ud) {
   int *n = ud;
-  ck_assert_ptr_nonnull(info->source);
-  ck_assert_ptr_null(info->sink);
+  const mcp_source_session *src = mcp_stream_source_session(info->stream);
+  ck_assert_ptr_nonnull(src);
+  ck_assert_ptr_null(mcp_stream_sink_session(info->stream));
+  ck_assert_str_eq(info->api, "mcp");
   ck_assert_int_eq(strncmp(info->peer, "ipv4:127.0.0.1:", 15), 0);
   ck_assert_int_eq(info->tls, test_tls_mode()); /* the mode holds */
   ck_assert_int_eq(info->dialed, 0);
-  if (mcp_source_session_collection_count(info->source) > 0)
+  if (mcp_source_session_collection_count(src) > 0)
     (*n)++;
 }
 

@@ -319,6 +319,7 @@ static const mcp_stream_ops client_ops = {
     NULL,
     NULL,
     sess_del,
+    NULL,
 };
 
 int mcp_dest_client_open_versioned(mcp_stream **pst, int version,

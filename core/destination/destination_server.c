@@ -767,4 +767,5 @@ static const mcp_stream_ops server_ops = {
     sess_end,
     NULL,
     sess_del,
+    NULL,
 };

@@ -1453,15 +1453,15 @@ static int assign_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
 
 static const mcp_stream_ops disp_ops[M_N] = {
     {"session", MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE, session_recv,
-     session_next, get_expiry_fn, handle_expiry_fn, end_fn, half_close_fn, del_fn},
+     session_next, get_expiry_fn, handle_expiry_fn, end_fn, half_close_fn, del_fn, NULL},
     {"heartbeat", 0, heartbeat_recv, unary_next, get_expiry_fn,
-     handle_expiry_fn, end_fn, half_close_fn, del_fn},
+     handle_expiry_fn, end_fn, half_close_fn, del_fn, NULL},
     {"update_task_status", 0, uts_recv, unary_next, get_expiry_fn,
-     handle_expiry_fn, end_fn, half_close_fn, del_fn},
+     handle_expiry_fn, end_fn, half_close_fn, del_fn, NULL},
     {"tasks", MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE, watch_recv, tasks_next,
-     get_expiry_fn, handle_expiry_fn, end_fn, half_close_fn, del_fn},
+     get_expiry_fn, handle_expiry_fn, end_fn, half_close_fn, del_fn, NULL},
     {"assignments", MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE, watch_recv,
-     assign_next, get_expiry_fn, handle_expiry_fn, end_fn, half_close_fn, del_fn},
+     assign_next, get_expiry_fn, handle_expiry_fn, end_fn, half_close_fn, del_fn, NULL},
 };
 
 static int disp_open(void *user_data, const mcp_peer_info *peer,

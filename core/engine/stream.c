@@ -68,6 +68,10 @@ const mcp_stream_ops *mcp_stream_get_ops(const mcp_stream *st) {
 
 void *mcp_stream_session(const mcp_stream *st) { return st->sess; }
 
+int mcp_stream_initial_sent(const mcp_stream *st, mcp_tstamp ts) {
+  return !st->ops->initial_sent || st->ops->initial_sent(st->sess, ts);
+}
+
 void mcp_stream_recv(mcp_stream *st, const uint8_t *in, size_t len,
                      mcp_tstamp ts) {
   if (st->err) {

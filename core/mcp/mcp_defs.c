@@ -153,6 +153,9 @@ static int side_new(mcp_side **pside, const mcp_source_options *opts,
     d->method = method;
     d->open = service_open;
     d->user_data = c;
+    /* A source's first push is the whole state: it takes an initial-sync
+     * slot until it went (mcp_admit_initial_sent()). */
+    d->flags = opts ? MCP_DEF_INITIAL_SYNC : 0;
   }
   side->client.nslots = 1;
   side->client.method = client_method;

@@ -27,16 +27,21 @@ static int src_handle_expiry(void *sess, mcp_tstamp ts) {
 
 static void src_del(void *sess) { mcp_source_session_del(sess); }
 
+static int src_initial_sent(const void *sess, mcp_tstamp ts) {
+  return mcp_admit_initial_sent(sess, ts);
+}
+
 /* No flag: a peer's half-close ends the stream with OK once what is ready
  * now (the answers to what it sent) has gone out (mcp/grpc.h
  * "Half-close"). */
 static const mcp_stream_ops source_ops = {
-    .name = "mcp",
+    .name = MCP_API_NAME,
     .recv = src_recv,
     .next = src_next,
     .get_expiry = src_get_expiry,
     .handle_expiry = src_handle_expiry,
     .del = src_del,
+    .initial_sent = src_initial_sent,
 };
 
 /* A dialed side's source stream: the session, and the side's reconnection,
@@ -77,7 +82,7 @@ static void csrc_del(void *sess) {
 }
 
 static const mcp_stream_ops counted_source_ops = {
-    .name = "mcp",
+    .name = MCP_API_NAME,
     .recv = csrc_recv,
     .next = csrc_next,
     .get_expiry = csrc_get_expiry,
@@ -146,7 +151,7 @@ int mcp__source_stream_new_counted(mcp_stream **pst,
 }
 
 mcp_source_session *mcp_stream_source_session(const mcp_stream *st) {
-  const mcp_stream_ops *ops = mcp_stream_get_ops(st);
+  const mcp_stream_ops *ops = st ? mcp_stream_get_ops(st) : NULL;
   if (ops == &counted_source_ops) {
     return ((const counted_src *)mcp_stream_session(st))->s;
   }
@@ -209,7 +214,7 @@ static void snk_del(void *sess) {
 }
 
 static const mcp_stream_ops sink_ops = {
-    .name = "mcp",
+    .name = MCP_API_NAME,
     .recv = snk_recv,
     .next = snk_next,
     .end = snk_end,
@@ -258,7 +263,7 @@ int mcp__sink_stream_new_counted(mcp_stream **pst, mcp_sink_state *state,
 }
 
 mcp_sink_session *mcp_stream_sink_session(const mcp_stream *st) {
-  if (mcp_stream_get_ops(st) != &sink_ops) {
+  if (!st || mcp_stream_get_ops(st) != &sink_ops) {
     return NULL;
   }
   const sink_stream *k = mcp_stream_session(st);

@@ -330,6 +330,7 @@ static void on_refused(const tool_stream_info *info, void *ud) {
 static const char *api_of(const tool_stream_info *info);
 
 static int stream_of_timed_module(const tool_stream_info *info);
+static int stream_of_mcp(const tool_stream_info *info);
 
 static void on_stream(int opened, const tool_stream_info *info, void *ud) {
   source_app *a = ud;
@@ -340,7 +341,7 @@ static void on_stream(int opened, const tool_stream_info *info, void *ud) {
       ops_metric_add(a->m_api_streams, lv, 1);
     ops_metric_add(a->m_api_open, lv, opened ? 1 : -1);
   }
-  if (info->api) {
+  if (!stream_of_mcp(info)) {
     /* A call of a module with timers may have moved its deadline (a
      * session registered, a heartbeat): look again (run_expiry()). */
     if (a->expiry_init && stream_of_timed_module(info))
@@ -927,7 +928,7 @@ struct api_module {
    * 0: MCP itself, which every transport serves. */
   int beside_mcp;
   /* The names its streams carry (mcp_stream_ops.name, tool_stream_info.
-   * api), NULL-terminated; NULL: MCP's streams, which carry none. */
+   * api), NULL-terminated. */
   const char *const *streams;
   /* Makes the module, its view and its services before the first load
    * (main thread, no transport yet): 0, or -1 (logged). NULL: MCP's
@@ -1466,9 +1467,10 @@ static const char *const disp_streams[] = {
     "session", "heartbeat", "update_task_status", "tasks", "assignments",
     NULL};
 static const char *const xds_streams[] = {MCP_XDS_API_NAME, NULL};
+static const char *const mcp_streams[] = {MCP_API_NAME, NULL};
 
 static const api_module modules[NAPIS] = {
-    {"mcp", 0, NULL, NULL, log_mcp, NULL, NULL},
+    {"mcp", 0, mcp_streams, NULL, log_mcp, NULL, NULL},
     {"destination", 1, dest_streams, setup_dest, log_dest, NULL, NULL},
     {"dispatcher", 1, disp_streams, setup_disp, log_disp, disp_get_expiry,
      disp_handle_expiry},
@@ -1479,12 +1481,7 @@ static const api_module modules[NAPIS] = {
 static const api_module *module_of(const tool_stream_info *info) {
   for (unsigned i = 0; i < NAPIS; i++) {
     const char *const *n = modules[i].streams;
-    if (!info->api) {
-      if (!n)
-        return &modules[i];
-      continue;
-    }
-    for (; n && *n; n++)
+    for (; info->api && *n; n++)
       if (strcmp(*n, info->api) == 0)
         return &modules[i];
   }
@@ -1495,6 +1492,13 @@ static const api_module *module_of(const tool_stream_info *info) {
 static int stream_of_timed_module(const tool_stream_info *info) {
   const api_module *m = module_of(info);
   return m && m->get_expiry;
+}
+
+/* 1 for MCP's own streams; 0 for a call of a module beside it or of an
+ * API no row names. */
+static int stream_of_mcp(const tool_stream_info *info) {
+  const api_module *m = module_of(info);
+  return m && !m->beside_mcp;
 }
 
 /* The API a stream belongs to, its name for metrics and logs (a stream

@@ -121,8 +121,8 @@ tool_stream_info tool_shim_stream_info(const mcp_stream_info *info,
       .sent = info->sent,
       .status = info->status,
       .details = info->details ? info->details : "",
-      .source = info->source,
-      .sink = info->sink,
+      .source = mcp_stream_source_session(info->stream),
+      .sink = mcp_stream_sink_session(info->stream),
       .opened = info->opened,
       .identities = info->identities,
       .nidentities = info->nidentities,
@@ -158,7 +158,7 @@ void tool_shim_stats_clear(tool_sink_stream_stats *st) { st->open = 0; }
 
 void tool_shim_stats_stream(const mcp_stream_info *info, void *ud) {
   tool_sink_stream_stats *st = ud;
-  if (info->sink)
+  if (mcp_stream_sink_session(info->stream))
     st->open = 1;
 }
 

@@ -45,14 +45,14 @@ typedef struct tool_stream_info {
   const char *const *identities;
   size_t nidentities;
   int tls;
-  /* A stream of a protocol served beside MCP (tool_endpoint_options.
-   * services) or of a client (client_new): the protocol's name
-   * (mcp_stream_ops.name: "destination", "session", "assignments"...),
-   * NULL for MCP streams and where the transport cannot tell. */
+  /* The protocol's name (mcp_stream_ops.name: MCP_API_NAME, or of a
+   * protocol served beside MCP (tool_endpoint_options.services) or of a
+   * client (client_new): "destination", "session", "assignments"...);
+   * "" or NULL where the transport cannot tell. */
   const char *api;
-  /* Such a stream's engine stream (read-only, during the call; NULL for
-   * MCP streams and once it is ending): /debug/syncz reads a protocol's
-   * own introspection from it (mcp_xds_stream_info_get()). */
+  /* The stream's engine stream (read-only, during the call; NULL once it
+   * is ending): /debug/syncz reads a protocol's own introspection from it
+   * (mcp_xds_stream_info_get()). */
   const mcp_stream *stream;
 } tool_stream_info;
 

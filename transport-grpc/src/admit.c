@@ -46,8 +46,11 @@ void mcp_grpc_admit(mcp_grpc_stream *s) {
   mcp_identities_peer(&s->ids, &peer);
   mcp_peer_admit_key(&peer, key, sizeof(key));
   mcp_admit_result r;
-  int rv = mcp_admit_stream(ep->admit, key, s->role == MCP_GRPC_ROLE_SOURCE,
-                            s, ep->now, &s->ticket, &r);
+  /* A slot for the services that push a whole state first (their def
+   * says so); the others are counted and rate-limited, never held. */
+  int initial = s->svc && (s->svc->flags & MCP_DEF_INITIAL_SYNC);
+  int rv = mcp_admit_stream(ep->admit, key, initial, s, ep->now, &s->ticket,
+                            &r);
   if (rv < 0) {
     mcp_grpc_stream_refuse(s, GRPC_STATUS_RESOURCE_EXHAUSTED,
                            mcp_strerror(rv));
@@ -73,11 +76,9 @@ void mcp_grpc_admit_tick(mcp_grpc_ep *ep, mcp_tstamp *deadline) {
 
 void mcp_grpc_admit_check_initial(mcp_grpc_stream *s) {
   mcp_grpc_ep *ep = s->ep;
-  const mcp_source_session *src =
-      s->st ? mcp_stream_source_session(s->st) : NULL;
-  if (!mcp_admit_ticket_initial(s->ticket) || !src)
+  if (!s->st || !mcp_admit_ticket_initial(s->ticket))
     return;
-  if (mcp_admit_initial_sent(src, ep->now)) {
+  if (mcp_stream_initial_sent(s->st, ep->now)) {
     mcp_admit_initial_done(ep->admit, s->ticket);
     ep->admit_dirty = 1; /* the next tick gives the slot to a waiting call */
   }

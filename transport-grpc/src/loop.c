@@ -89,10 +89,6 @@ void mcp_grpc_stream_info_fill(const mcp_grpc_stream *s,
   info->id = s->id;
   info->peer = s->peer ? s->peer : "";
   info->dialed = s->dialed;
-  /* MCP's streams show their session; the others their engine stream. */
-  int mcp = s->role != MCP_GRPC_ROLE_SERVICE;
-  info->source = s->st && mcp ? mcp_stream_source_session(s->st) : NULL;
-  info->sink = s->st && mcp ? mcp_stream_sink_session(s->st) : NULL;
   info->opened = s->opened;
   info->received = s->received;
   info->sent = s->sent;
@@ -102,8 +98,8 @@ void mcp_grpc_stream_info_fill(const mcp_grpc_stream *s,
   info->nidentities = s->ids.n;
   info->tls = s->tls;
   info->initial = mcp_admit_ticket_initial(s->ticket);
-  info->stream = mcp ? NULL : s->st;
-  info->api = mcp ? NULL : s->api ? s->api : "";
+  info->stream = s->st;
+  info->api = s->role == MCP_GRPC_ROLE_NONE ? NULL : s->api ? s->api : "";
   info->sending = s->send_bb != NULL; /* a message, not metadata */
   info->method = ""; /* gRPC's call keeps it; this transport does not */
 }

@@ -148,12 +148,10 @@ static void on_wake(mcp_stream *st, void *user_data) {
 
 static void attach(mcp_grpc_stream *s, mcp_stream *st) {
   s->st = st;
-  if (s->role == MCP_GRPC_ROLE_SERVICE) {
-    const mcp_stream_ops *ops = mcp_stream_get_ops(st);
-    mcp_grpc_free(&s->ep->mem, s->api);
-    /* NULL (no memory): reported as "" */
-    s->api = mcp_grpc_strdup(&s->ep->mem, ops && ops->name ? ops->name : "");
-  }
+  const mcp_stream_ops *ops = mcp_stream_get_ops(st);
+  mcp_grpc_free(&s->ep->mem, s->api);
+  /* NULL (no memory): reported as "" */
+  s->api = mcp_grpc_strdup(&s->ep->mem, ops && ops->name ? ops->name : "");
   mcp_stream_set_waker(st, on_wake, s);
   s->expiry = mcp_stream_get_expiry(st);
 }

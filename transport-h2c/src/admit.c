@@ -75,9 +75,9 @@ void mcp_h2c_admit(mcp_h2c_stream *s) {
   mcp_h2c_conn_peer(s->c, &peer);
   mcp_peer_admit_key(&peer, key, sizeof(key));
   mcp_admit_result r;
-  /* Only MCP source sessions push an initial state that needs a slot;
-   * service streams are counted and rate-limited, never held for one. */
-  int initial = ep->role == MCP_H2C_ROLE_SOURCE && s->mcp;
+  /* A slot for the services that push a whole state first (their def
+   * says so); the others are counted and rate-limited, never held. */
+  int initial = s->svc && (s->svc->flags & MCP_DEF_INITIAL_SYNC);
   int rv = mcp_admit_stream(ep->admit, key, initial, s, mcp_h2c_now(),
                             &s->ticket, &r);
   if (rv < 0) {
@@ -113,11 +113,9 @@ void mcp_h2c_admit_run(mcp_h2c_ep *ep) {
 
 void mcp_h2c_admit_check_initial(mcp_h2c_stream *s, mcp_tstamp now) {
   mcp_h2c_ep *ep = s->c->ep;
-  const mcp_source_session *src =
-      s->eng ? mcp_stream_source_session(s->eng) : NULL;
-  if (!src || !mcp_admit_ticket_initial(s->ticket))
+  if (!s->eng || !mcp_admit_ticket_initial(s->ticket))
     return;
-  if (mcp_admit_initial_sent(src, now)) {
+  if (mcp_stream_initial_sent(s->eng, now)) {
     mcp_admit_initial_done(ep->admit, s->ticket);
     later(ep);
   }

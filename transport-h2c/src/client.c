@@ -385,7 +385,7 @@ static void attempt(mcp_h2c_ep *ep) {
     return;
   }
   s->dialed = 1;
-  s->mcp = 1;
+  s->side = 1;
   mcp_h2c_stream_attach(s, st, now);
   if (ep->role == MCP_H2C_ROLE_SINK)
     ep->sink_stream = s;

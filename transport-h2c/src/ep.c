@@ -34,9 +34,6 @@ void mcp_h2c_info_fill(const mcp_h2c_stream *s, mcp_h2c_stream_info *info) {
   info->id = s->seq;
   info->peer = s->c->peer;
   info->dialed = s->dialed;
-  /* MCP's streams show their session; the others their engine stream. */
-  info->source = s->eng && s->mcp ? mcp_stream_source_session(s->eng) : NULL;
-  info->sink = s->eng && s->mcp ? mcp_stream_sink_session(s->eng) : NULL;
   info->opened = s->opened;
   info->received = s->received;
   info->sent = s->sent;
@@ -44,8 +41,8 @@ void mcp_h2c_info_fill(const mcp_h2c_stream *s, mcp_h2c_stream_info *info) {
   info->details = s->details ? s->details : "";
   info->sending = s->out != NULL;
   info->initial = mcp_admit_ticket_initial(s->ticket);
-  info->stream = s->mcp ? NULL : s->eng;
-  info->api = s->api ? s->api : ((s->svc && !s->mcp) || s->in_slot ? "" : NULL);
+  info->stream = s->eng;
+  info->api = s->api ? s->api : (s->svc || s->in_slot || s->dialed ? "" : NULL);
   info->method = s->hd.path ? s->hd.path : "";
   info->tls = s->c->ssl != NULL;
   info->identities = (const char *const *)s->c->ids.v;

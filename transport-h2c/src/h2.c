@@ -166,11 +166,9 @@ void mcp_h2c_stream_attach(mcp_h2c_stream *s, mcp_stream *st,
   mcp_h2c_conn *c = s->c;
   const mcp_stream_ops *ops = mcp_stream_get_ops(st);
   s->eng = st;
-  if (!s->mcp) { /* MCP's own streams report no API (info.api NULL) */
-    mcp_h2c_free(&c->ep->mem, s->api);
-    /* NULL (no memory): reported as "" */
-    s->api = mcp_h2c_strdup(&c->ep->mem, ops && ops->name ? ops->name : "");
-  }
+  mcp_h2c_free(&c->ep->mem, s->api);
+  /* NULL (no memory): reported as "" */
+  s->api = mcp_h2c_strdup(&c->ep->mem, ops && ops->name ? ops->name : "");
   mcp_stream_set_waker(st, on_wake, s);
   s->expiry = mcp_stream_get_expiry(st);
   c->nmcp++;
@@ -206,7 +204,7 @@ int mcp_h2c_stream_open_session(mcp_h2c_stream *s) {
   mcp_h2c_ep *ep = c->ep;
   mcp_tstamp now = mcp_h2c_now();
   int rv;
-  if (s->svc) { /* a service's or (|mcp|) the MCP side's */
+  if (s->svc) { /* a service's or (|side|) the MCP side's */
     mcp_peer who;
     mcp_h2c_conn_peer(c, &who);
     mcp_peer_info peer;
@@ -225,7 +223,7 @@ int mcp_h2c_stream_open_session(mcp_h2c_stream *s) {
     if (!st)
       return MCP_ERR_CALLBACK; /* open() gave no stream */
     mcp_h2c_stream_attach(s, st, now);
-    if (s->mcp && ep->role == MCP_H2C_ROLE_SINK)
+    if (s->side && ep->role == MCP_H2C_ROLE_SINK)
       ep->sink_stream = s;
     return 0;
   }
@@ -368,12 +366,12 @@ void mcp_h2c_stream_request(mcp_h2c_stream *s) {
    * that an MCP method this side does not serve is told apart from an
    * unknown one. */
   const mcp_service_def *svc = find_def(ep->services, ep->nservices, path);
-  int mcp = 0;
+  int side = 0;
   if (!svc && ep->side && !ep->no_mcp) {
     size_t n;
     const mcp_service_def *defs = mcp_side_services(ep->side, &n);
     svc = find_def(defs, n, path);
-    mcp = svc != NULL;
+    side = svc != NULL;
   }
   int served = svc != NULL, known = served;
   if (!known) {
@@ -441,7 +439,7 @@ void mcp_h2c_stream_request(mcp_h2c_stream *s) {
   s->counted = 1;
   c->ncalls++;
   s->svc = svc;
-  s->mcp = mcp;
+  s->side = side;
   if (ep->admit)
     mcp_h2c_admit(s);
   else

@@ -1094,6 +1094,11 @@ typedef struct mcp_stream_ops {
   /* The peer half-closed (it sends nothing more). May be NULL. */
   void (*half_close)(void *sess, mcp_tstamp ts);
   void (*del)(void *sess);
+  /* Streams of a service with MCP_DEF_INITIAL_SYNC: 1 once the
+   * session's initial state has been handed to the transport (it then
+   * gives its admission slot back), 0 while it is still to go. Asked
+   * after each pump. May be NULL: no initial state to wait for. */
+  int (*initial_sent)(const void *sess, mcp_tstamp ts);
 } mcp_stream_ops;
 
 enum {
@@ -1117,6 +1122,11 @@ MCP_EXTERN void mcp_stream_del(mcp_stream *st); /* NULL is a no-op */
 
 MCP_EXTERN const mcp_stream_ops *mcp_stream_get_ops(const mcp_stream *st);
 MCP_EXTERN void *mcp_stream_session(const mcp_stream *st);
+
+/* ops->initial_sent() of the stream's session; 1 without one. Read-only:
+ * what a listening transport asks, after a pump, of a stream that holds
+ * an initial-sync admission slot (mcp_admit_initial_done()). */
+MCP_EXTERN int mcp_stream_initial_sent(const mcp_stream *st, mcp_tstamp ts);
 
 /* A message arrived. Errors are kept: the next pump ends the stream. */
 MCP_EXTERN void mcp_stream_recv(mcp_stream *st, const uint8_t *in, size_t len,
@@ -1205,7 +1215,16 @@ typedef struct mcp_service_def {
   int (*open)(void *user_data, const mcp_peer_info *peer, mcp_tstamp ts,
               mcp_stream **pst);
   void *user_data;
+  unsigned flags; /* MCP_DEF_* below (0.9.0) */
 } mcp_service_def;
+
+enum {
+  /* Each call first pushes a whole state that costs the server (MCP's
+   * sources): a listening transport with admission admits it against the
+   * initial-sync slots (mcp_admit_options, rule 3) and gives its slot back
+   * once mcp_stream_initial_sent() says so. */
+  MCP_DEF_INITIAL_SYNC = 1u << 0
+};
 
 /* The longest method path a service may have, in bytes. */
 #define MCP_SERVICE_METHOD_MAX 1024
@@ -1743,10 +1762,6 @@ MCP_EXTERN void mcp_msg_builder_coll(mcp_msg_builder *b, const mcp_coll *c,
  * reader (a program's metrics, its debug pages) serves every transport.
  * Never allocated by the caller: fields are only appended (no version).
  */
-/* MCP's sessions (mcp/mcp_v1alpha1.h), named here for the stream info. */
-typedef struct mcp_source_session mcp_source_session;
-typedef struct mcp_sink_session mcp_sink_session;
-
 typedef struct mcp_stream_info {
   uint64_t id;      /* per transport object, from 1, in order of creation */
   /* The peer as the transport names it: "ipv4:127.0.0.1:40000",
@@ -1754,10 +1769,6 @@ typedef struct mcp_stream_info {
    * show the address dialed. */
   const char *peer;
   int dialed;       /* 1 when this side started the stream */
-  /* MCP streams: the stream's core session, NULL once the stream is
-   * ending (and for a refused call); read-only introspection. */
-  mcp_source_session *source;
-  mcp_sink_session *sink;
   mcp_tstamp opened; /* the transport's clock when the stream was made */
   uint64_t received; /* messages received */
   uint64_t sent;     /* messages handed to the transport's HTTP/2 in full */
@@ -1771,14 +1782,17 @@ typedef struct mcp_stream_info {
   const char *const *identities;
   size_t nidentities;
   int tls;     /* the connection is TLS (known once connected) */
-  int initial; /* LISTEN source: holds an initial-sync admission slot */
-  /* Service and client calls: the protocol's engine stream (read-only:
-   * mcp_stream_get_ops(), counters), NULL for MCP streams and once the
-   * stream is ending. */
+  /* Listening: holds an initial-sync admission slot
+   * (MCP_DEF_INITIAL_SYNC). */
+  int initial;
+  /* The protocol's engine stream (read-only: mcp_stream_get_ops(),
+   * counters; a protocol's own accessors, such as MCP's
+   * mcp_stream_source_session()), NULL before the protocol opened it,
+   * for a refused call and once the stream is ending. */
   const mcp_stream *stream;
-  /* Service and client calls: the protocol's name (mcp_stream_ops.name,
+  /* The protocol's name (mcp_stream_ops.name: "mcp" for MCP's streams,
    * "" when unknown), also when closed, so that metrics count per API;
-   * NULL for MCP streams. */
+   * NULL for a call no protocol took (an unknown method). */
   const char *api;
   /* 1 while a message taken from the session is not yet handed to the
    * transport in full (with mcp_sink_session_want_write(): an answer is on

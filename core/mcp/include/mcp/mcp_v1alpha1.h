@@ -724,9 +724,14 @@ MCP_EXTERN int mcp_source_stream_new_versioned(mcp_stream **pst, int version,
 MCP_EXTERN int mcp_sink_stream_new(mcp_stream **pst, mcp_sink_state *state,
                                    mcp_tstamp ts);
 
-/* The MCP session behind |st|: NULL when |st| runs another protocol, or
- * (sink) once a newer stream replaced it. Borrowed, valid until the next
- * call on |st|: for reading (stream info, admission, metrics). */
+/* mcp_stream_ops.name of MCP's streams, both sides: the stream info's
+ * |api| of every MCP stream. */
+#define MCP_API_NAME "mcp"
+
+/* The MCP session behind |st|: NULL when |st| is NULL or runs another
+ * protocol, or (sink) once a newer stream replaced it. Borrowed, valid
+ * until the next call on |st|: for reading (a transport's stream info:
+ * mcp_stream_source_session(info->stream); metrics). */
 MCP_EXTERN mcp_source_session *mcp_stream_source_session(const mcp_stream *st);
 MCP_EXTERN mcp_sink_session *mcp_stream_sink_session(const mcp_stream *st);
 
