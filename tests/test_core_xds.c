@@ -579,6 +579,41 @@ START_TEST(test_sotw_every_type_answered_even_unknown_or_empty) {
 }
 END_TEST
 
+/* Admission's initial-sync slot (engine.h, MCP_DEF_INITIAL_SYNC): both
+ * ADS methods ask for one, and a stream gives it back once every type it
+ * asked for (an unknown one too) had its first answer taken, in either
+ * mode; a stream that asked nothing keeps it. */
+START_TEST(test_initial_sync_ends_with_the_first_answer_of_every_type) {
+  for (int delta = 0; delta < 2; delta++) {
+    FX(delta);
+    const mcp_service_def *defs;
+    ck_assert_uint_eq(mcp_xds_server_services(srv, &defs), 2);
+    ck_assert_uint_eq(defs[delta].flags, MCP_DEF_INITIAL_SYNC);
+    pump_idle(st, delta, 0);
+    ck_assert_int_eq(mcp_stream_initial_sent(st, 0), 0); /* asked nothing */
+    const char *types[] = {VS,
+                           "type.googleapis.com/envoy.config.cluster.v3."
+                           "Cluster"};
+    for (int i = 0; i < 2; i++) {
+      req r = {.type_url = types[i]};
+      send_req(st, delta, &r, 0);
+    }
+    ck_assert_int_eq(mcp_stream_initial_sent(st, 0), 0); /* none taken */
+    resp_free(pump(st, delta, 0));
+    ck_assert_int_eq(mcp_stream_initial_sent(st, 0), 0); /* one of two */
+    resp_free(pump(st, delta, 0));
+    ck_assert_int_eq(mcp_stream_initial_sent(st, 0), 1);
+    /* A type asked for later is a sync of its own until answered. */
+    req r = {.type_url = AP};
+    send_req(st, delta, &r, 0);
+    ck_assert_int_eq(mcp_stream_initial_sent(st, 0), 0);
+    resp_free(pump(st, delta, 0));
+    ck_assert_int_eq(mcp_stream_initial_sent(st, 0), 1);
+    FX_END();
+  }
+}
+END_TEST
+
 /* istiod's apigen sends the MeshConfig as its own Any, and adsc reads
  * Resources[0].Value as a MeshConfig: no Resource around it. */
 START_TEST(test_meshconfig_is_sent_as_its_body) {
@@ -1515,6 +1550,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, test_each_bad_field_and_each_limit_ends_the_stream);
   tcase_add_test(tc, test_require_identity_refuses_other_callers);
   tcase_add_test(tc, test_services_are_both_ads_methods);
+  tcase_add_test(tc, test_initial_sync_ends_with_the_first_answer_of_every_type);
   tcase_add_test(tc, test_delta_wildcard_first_then_only_changes_and_removals);
   tcase_add_test(tc, test_delta_initial_versions_send_only_the_difference);
   tcase_add_test(tc, test_delta_named_subscribe_and_unsubscribe);

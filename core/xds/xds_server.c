@@ -170,6 +170,10 @@ int mcp_xds_server_new_versioned(mcp_xds_server **psrv, int version,
     srv->defs[i].method = i ? MCP_XDS_METHOD_DELTA : MCP_XDS_METHOD_SOTW;
     srv->defs[i].open = open_fn;
     srv->defs[i].user_data = &srv->ctx[i];
+    /* The first answers are the whole state of each type asked for: a
+     * listening transport's admission holds an initial-sync slot for them,
+     * as for MCP's sources (sess_initial_sent()). */
+    srv->defs[i].flags = MCP_DEF_INITIAL_SYNC;
   }
   *psrv = srv;
   return 0;
@@ -968,6 +972,20 @@ static void sess_del(void *sess) {
   mcp_mem_free(m, s);
 }
 
+/* The initial sync is over once the client asked for a type and every
+ * type it asked for had its first answer taken by next() (an unknown type
+ * too: it is answered empty), as MCP's mcp_admit_initial_sent(). */
+static int sess_initial_sent(const void *p, mcp_tstamp ts) {
+  MCP_UNUSED(ts);
+  const xsess *s = p;
+  for (size_t i = 0; i < s->ntypes; ++i) {
+    if (!s->types[i]->answered) {
+      return 0;
+    }
+  }
+  return s->ntypes > 0;
+}
+
 static const mcp_stream_ops server_ops = {
     .name = MCP_XDS_API_NAME,
     .flags = MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE,
@@ -977,4 +995,5 @@ static const mcp_stream_ops server_ops = {
     .handle_expiry = sess_handle_expiry,
     .end = sess_end,
     .del = sess_del,
+    .initial_sent = sess_initial_sent,
 };

@@ -125,8 +125,11 @@ MCP_EXTERN int mcp_xds_server_new_versioned(mcp_xds_server **psrv,
 MCP_EXTERN void mcp_xds_server_del(mcp_xds_server *srv);
 
 /* The two services to give a listening transport: [0] MCP_XDS_METHOD_SOTW,
- * [1] MCP_XDS_METHOD_DELTA, open() = mcp_xds_server_open(). Sets |*defs|
- * (valid as long as the server) and returns 2. */
+ * [1] MCP_XDS_METHOD_DELTA, open() = mcp_xds_server_open(), both with
+ * MCP_DEF_INITIAL_SYNC (0.9.0): a call holds an initial-sync admission slot
+ * until it asked for a type and every type it asked for had its first
+ * answer taken (mcp_stream_initial_sent()), as an MCP source stream does.
+ * Sets |*defs| (valid as long as the server) and returns 2. */
 MCP_EXTERN size_t mcp_xds_server_services(const mcp_xds_server *srv,
                                           const mcp_service_def **defs);
 
