@@ -355,21 +355,32 @@ static mcp_transport_stats stats(const adm *a) {
   return st;
 }
 
-/* A condition on the source's stats, the storms moved first. */
+/* A condition on the source's stats, the storms and |calls| (NULL, or
+ * NULL-terminated) moved first: a call's gRPC core connects only as its
+ * queue is polled. */
 typedef struct sw {
   adm *a;
   int (*pred)(const mcp_transport_stats *);
+  tp_call **calls;
 } sw;
 
 static int sw_cond(void *ud) {
   sw *w = ud;
   pump_all();
+  for (tp_call **c = w->calls; c && *c; c++)
+    tp_pump(*c);
   mcp_transport_stats st = stats(w->a);
   return w->pred(&st);
 }
 
 static int wait_stats(adm *a, int (*pred)(const mcp_transport_stats *)) {
-  sw w = {a, pred};
+  sw w = {a, pred, NULL};
+  return ta->run_until(a->env, sw_cond, &w, TA_TIMEOUT_MS);
+}
+
+static int wait_calls(adm *a, tp_call **calls,
+                      int (*pred)(const mcp_transport_stats *)) {
+  sw w = {a, pred, calls};
   return ta->run_until(a->env, sw_cond, &w, TA_TIMEOUT_MS);
 }
 
@@ -826,29 +837,6 @@ static int plain_runs_beside(const mcp_transport_stats *s) {
 }
 static int handed_on(const mcp_transport_stats *s) {
   return s->initial == 1 && s->waiting_initial == 0 && s->initial_sent == 1;
-}
-
-/* A condition on the source's stats, the calls moved first: a call's
- * gRPC core connects only as its queue is polled (each wait polls the
- * calls it waits for; the source's stats are not one of them). */
-typedef struct cw {
-  adm *a;
-  tp_call **calls;
-  int (*pred)(const mcp_transport_stats *);
-} cw;
-
-static int cw_cond(void *ud) {
-  cw *w = ud;
-  for (tp_call **c = w->calls; *c; c++)
-    tp_pump(*c);
-  mcp_transport_stats st = stats(w->a);
-  return w->pred(&st);
-}
-
-static int wait_calls(adm *a, tp_call **calls,
-                      int (*pred)(const mcp_transport_stats *)) {
-  cw w = {a, calls, pred};
-  return ta->run_until(a->env, cw_cond, &w, TA_TIMEOUT_MS);
 }
 
 START_TEST(service_asks_for_an_initial_slot) {
