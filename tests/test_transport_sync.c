@@ -40,6 +40,8 @@ typedef struct seen {
   int sink_acks, sink_nacks, sink_triggers; /* the sink's core */
   int dialed_closed, dialed_status; /* closes at the dialing end */
   mcp_tstamp dialed_closed_at[8];
+  char accepted_peer[4][96]; /* the first accepted streams' peers */
+  int accepted;
 } seen;
 
 static seen ev;
@@ -66,6 +68,9 @@ static void on_stream(int kind, const mcp_stream_info *i, void *ud) {
     if (ev.opened < 8)
       ev.opened_at[ev.opened] = ta->now();
     ev.opened++;
+    if (!i->dialed && ev.accepted < 4)
+      snprintf(ev.accepted_peer[ev.accepted++], sizeof(ev.accepted_peer[0]),
+               "%s", i->peer);
     ck_assert(mcp_stream_source_session(i->stream) || mcp_stream_sink_session(i->stream));
   } else {
     ev.closed++;
@@ -1089,6 +1094,59 @@ static int five_attempts_ended(void *ud) {
   return got().dialed_closed >= 5;
 }
 
+/* Issue 21: MCP's dialers run their side's client def on the transports'
+ * one client path, so a call that ends while its connection stands is
+ * made again on that connection (before 0.9.0 each MCP call had a
+ * connection of its own). The source refuses the first call (no store for
+ * its node yet: the session's PROTOCOL error, not a lost connection);
+ * the sink calls again after its backoff and syncs, from the same
+ * address and port. */
+static int refusals;
+
+static mcp_store *store_after_one_refusal(const mcp_sink_node *node,
+                                          void *ud) {
+  (void)node;
+  return __atomic_fetch_add(&refusals, 1, __ATOMIC_SEQ_CST) == 0 ? NULL : ud;
+}
+
+/* Accepted twice, and the sink synced with c1's two resources (read
+ * from the sink alone: the source's store is the callback's, which a
+ * transport's store call does not reach). */
+static int accepted2_and_synced(void *ud) {
+  env *e = ud;
+  if (got().accepted < 2)
+    return 0;
+  snap *s = calloc(1, sizeof(*s));
+  ck_assert_ptr_nonnull(s);
+  s->coll = "c1";
+  ck_assert_int_eq(ta->sink_call(e->sink, snap_state, s), 0);
+  int ok = s->synced && s->n == 2 && holds(s, "a", "1") && holds(s, "b", "1");
+  free(s);
+  return ok;
+}
+
+START_TEST(a_dialing_sink_calls_again_on_its_connection) {
+  env e;
+  env_init(&e, 0);
+  refusals = 0;
+  ta_opts o = opts(1, "127.0.0.1:0");
+  mcp_source_options so;
+  source_opts(&e, &so);
+  so.store = NULL; /* every node's store is the callback's */
+  so.select_store = store_after_one_refusal;
+  so.select_store_user_data = e.store;
+  ck_assert_int_eq(start_source_with(&e, &o, &so), 0);
+  start_sink(&e, 0, e.addr);
+  ck_assert(ta->run_until(e.env, accepted2_and_synced, &e, TA_TIMEOUT_MS));
+  seen s = got();
+  ck_assert_int_ge(s.dialed_closed, 1); /* the refused call, at the sink */
+  ck_assert_int_ne(s.dialed_status, MCP_CODE_UNAVAILABLE);
+  ck_assert_int_eq(strncmp(s.accepted_peer[0], "ipv4:127.0.0.1:", 15), 0);
+  ck_assert_str_eq(s.accepted_peer[1], s.accepted_peer[0]);
+  env_fini(&e);
+}
+END_TEST
+
 /* Nobody listens: each attempt is reported as a stream closing
  * UNAVAILABLE, and the delays between them grow by the backoff's 1.6
  * (both transports', docs/protocol.md; the adapters' caps are above these
@@ -1146,6 +1204,7 @@ static Suite *suite(void) {
   tcase_add_test(t, a_listening_sink_refuses_an_aggregated_state);
   tcase_add_test(t, a_dialing_sink_resumes_with_what_it_holds); /* rest */
   tcase_add_test(t, redials_follow_the_backoff_against_a_closed_port);
+  tcase_add_test(t, a_dialing_sink_calls_again_on_its_connection);
   suite_add_tcase(s, t);
   if (ta->add_sync_tests)
     ta->add_sync_tests(s);

@@ -28,6 +28,10 @@ static void ep_free_copies(mcp_grpc_ep *ep) {
   ep->opts.tls.server_name = NULL;
   mcp_grpc_free(&ep->mem, ep->services);
   ep->services = NULL;
+  if (ep->side) { /* a dialing side's slots (ep_init); a client's are its */
+    mcp_grpc_free(&ep->mem, ep->slots);
+    ep->slots = NULL;
+  }
   mcp_side_del(ep->side);
   ep->side = NULL;
 }
@@ -78,6 +82,14 @@ static int ep_init(mcp_grpc_ep *ep, const mcp_grpc_options *opts,
   else if (rv == 0 && role == MCP_GRPC_ROLE_SINK && !opts->no_mcp)
     rv = mcp_side_sink_new(&ep->side, ep->state,
                            opts->mode == MCP_GRPC_DIAL, &ep->mem);
+  if (rv == 0 && ep->side && opts->mode == MCP_GRPC_DIAL) {
+    /* Dialing: the side's client def, run as any protocol's. */
+    ep->client_def = *mcp_side_client(ep->side);
+    ep->slots = mcp_grpc_calloc(&ep->mem, ep->client_def.nslots,
+                                sizeof(*ep->slots));
+    if (!ep->slots)
+      rv = MCP_ERR_NOMEM;
+  }
   if (rv == 0 && opts->tls.server_name &&
       !(ep->opts.tls.server_name =
             mcp_grpc_strdup(&ep->mem, opts->tls.server_name)))

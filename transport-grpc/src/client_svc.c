@@ -1,5 +1,6 @@
-/* The client object (mcp_grpc_client): a protocol's call slots (an
- * mcp_client_def), each holding at most one call, on one connection. The
+/* Dialing (mcp_grpc_client, and a dialing source's or sink's MCP side): a
+ * protocol's call slots (an mcp_client_def), each holding at most one
+ * call, on one connection. The
  * connection is replaced, after the backoff, when a call on it ends with
  * UNAVAILABLE (it could not be made, or it was lost); whether and when a
  * call is tried again is the protocol's choice (open()). */
@@ -87,11 +88,14 @@ static void start_call(mcp_grpc_ep *ep, size_t slot, mcp_stream *st) {
     c->calls--;
     not_started(ep, slot, mcp_error_grpc_status(MCP_ERR_NOMEM),
                 mcp_strerror(MCP_ERR_NOMEM));
+    return;
   }
+  if (ep->side && ep->role == MCP_GRPC_ROLE_SINK) /* sink_finish() ends it */
+    ep->sink_stream = ep->slots[slot];
 }
 
 void mcp_grpc_svc_client_tick(mcp_grpc_ep *ep, mcp_tstamp *deadline) {
-  if (ep->stopping)
+  if (ep->stopping || ep->finished) /* finished: a sink that is done */
     return;
   const mcp_client_def *d = &ep->client_def;
   for (size_t i = 0; i < d->nslots; i++) {

@@ -39,7 +39,8 @@ typedef enum mcp_grpc_role {
   MCP_GRPC_ROLE_SOURCE,
   MCP_GRPC_ROLE_SINK,
   /* A stream run by the engine's driver (an mcp_stream): a call to one of
-   * opts.services (LISTEN) or a call of an mcp_grpc_client's slot. */
+   * opts.services (LISTEN) or a dialed call of a client def's slot (an
+   * mcp_grpc_client's, or a dialing source's or sink's MCP side's). */
   MCP_GRPC_ROLE_SERVICE,
   /* The object: an mcp_grpc_client (its streams are ROLE_SERVICE). */
   MCP_GRPC_ROLE_CLIENT
@@ -218,17 +219,16 @@ struct mcp_grpc_ep {
    * block (opts.services points to it). */
   mcp_service_def *services;
 
-  /* CLIENT (mcp_grpc_client): the protocol and its slots' calls. */
+  /* DIAL: the protocol (the client object's, or a dialing MCP side's
+   * mcp_side_client(): the same path) and its slots' calls. */
   mcp_client_def client_def;
   mcp_grpc_stream **slots; /* the call of each slot, NULL when none */
   mcp_grpc_chan *chan;     /* where new calls go (NULL: none yet) */
   size_t nchans;           /* channels alive, current or retired */
 
-  /* DIAL */
-  grpc_channel *channel;
-  /* CLIENT: the core's reconnection of the connection (the current
-   * connection is the attempt). DIAL: the MCP side's client def holds
-   * MCP's own. */
+  /* DIAL: the core's reconnection of the connection (the current
+   * connection is the attempt); a protocol's calls are its own (MCP's:
+   * its side's client def). */
   mcp_redial redial;
   uint64_t rand_state;
 };
@@ -295,14 +295,9 @@ void mcp_grpc_server_tick(mcp_grpc_ep *ep, mcp_tstamp *deadline);
 /* client.c */
 /* A new channel to the next target of the address list (NULL: NOMEM). */
 grpc_channel *mcp_grpc_channel_new(mcp_grpc_ep *ep);
-void mcp_grpc_client_tick(mcp_grpc_ep *ep, mcp_tstamp *deadline);
-void mcp_grpc_client_shutdown(mcp_grpc_ep *ep);
-/* The dialed MCP call is over with |status|: its channel goes, and the
- * MCP side's client def hears it (ended). */
-void mcp_grpc_client_stream_gone(mcp_grpc_ep *ep, int status,
-                                 const char *details);
 
-/* client_svc.c (mcp_grpc_client) */
+/* client_svc.c (the calls of a client def: mcp_grpc_client, a dialing
+ * source or sink) */
 void mcp_grpc_svc_client_tick(mcp_grpc_ep *ep, mcp_tstamp *deadline);
 void mcp_grpc_svc_client_shutdown(mcp_grpc_ep *ep);
 /* A slot's call is over and freed (its engine stream deleted, its call
@@ -323,8 +318,6 @@ int mcp_grpc_stream_dial_service(mcp_grpc_ep *ep, grpc_call *call,
  * side's defs. */
 void mcp_grpc_stream_accept(mcp_grpc_ep *ep, grpc_call *call,
                             const mcp_service_def *svc, mcp_grpc_role role);
-/* Dialed MCP: a call with the MCP side's stream |st| (taken over). */
-void mcp_grpc_stream_dial(mcp_grpc_ep *ep, grpc_call *call, mcp_stream *st);
 void mcp_grpc_stream_finish(mcp_grpc_stream *s, int status,
                             const char *details);
 void mcp_grpc_stream_pump(mcp_grpc_stream *s);

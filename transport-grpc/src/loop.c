@@ -186,15 +186,13 @@ static void run_jobs(mcp_grpc_ep *ep) {
     ep->stopping = 1;
     if (ep->opts.mode == MCP_GRPC_LISTEN)
       mcp_grpc_server_shutdown(ep);
-    else if (ep->role == MCP_GRPC_ROLE_CLIENT)
-      mcp_grpc_svc_client_shutdown(ep);
     else
-      mcp_grpc_client_shutdown(ep);
+      mcp_grpc_svc_client_shutdown(ep);
   }
 }
 
 static int finished(mcp_grpc_ep *ep) {
-  if (ep->server || ep->channel || ep->nchans || ep->streams ||
+  if (ep->server || ep->nchans || ep->streams ||
       ep->accept_pending)
     return 0;
   pthread_mutex_lock(&ep->mu);
@@ -209,10 +207,8 @@ static mcp_tstamp tick(mcp_grpc_ep *ep) {
   if (ep->opts.mode == MCP_GRPC_LISTEN) {
     mcp_grpc_admit_tick(ep, &dl);
     mcp_grpc_server_tick(ep, &dl);
-  } else if (ep->role == MCP_GRPC_ROLE_CLIENT) {
+  } else if (ep->client_def.nslots) {
     mcp_grpc_svc_client_tick(ep, &dl);
-  } else {
-    mcp_grpc_client_tick(ep, &dl);
   }
   /* A pump may wake streams (mcp_stream_wake: another one's fate
    * changed): passes go on while it does, so that a woken stream is
@@ -315,11 +311,11 @@ int mcp_grpc_ep_start(mcp_grpc_ep *ep) {
       rand = mcp_rand_splitmix64;
       ud = &ep->rand_state;
     }
-    /* The first attempt is immediate. A dialing MCP side holds its own
-     * reconnection (the core's), with the options' backoff. */
-    if (ep->role == MCP_GRPC_ROLE_CLIENT)
-      mcp_redial_init(&ep->redial, &ep->opts.backoff, rand, ud, ep->now);
-    else if (ep->side)
+    /* The first attempt is immediate. The connection's reconnection and a
+     * dialing MCP side's own (its calls') are the core's, with the
+     * options' backoff. */
+    mcp_redial_init(&ep->redial, &ep->opts.backoff, rand, ud, ep->now);
+    if (ep->side)
       mcp_side_set_backoff(ep->side, &ep->opts.backoff, rand, ud, ep->now);
   }
 

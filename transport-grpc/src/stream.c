@@ -113,7 +113,7 @@ static void maybe_free(mcp_grpc_stream *s) {
   mcp_grpc_ep *ep = s->ep;
   drop_session(s);
   notify(s, MCP_GRPC_STREAM_CLOSED);
-  if (s->dialed && s->role == MCP_GRPC_ROLE_SERVICE) {
+  if (s->dialed) {
     /* The call is released before its channel may be (call_gone). */
     size_t slot = s->slot;
     mcp_grpc_chan *chan = s->chan;
@@ -127,14 +127,7 @@ static void maybe_free(mcp_grpc_stream *s) {
     mcp_grpc_free(&ep->mem, details);
     return;
   }
-  int dialed = s->dialed;
-  int status = s->status;
-  char *details = s->details;
-  s->details = NULL;
   stream_free(s);
-  if (dialed)
-    mcp_grpc_client_stream_gone(ep, status, details ? details : "");
-  mcp_grpc_free(&ep->mem, details);
 }
 
 /* The engine asks for |st| to be pumped: only noted here (a waker never
@@ -387,22 +380,7 @@ static void open_client_call(mcp_grpc_stream *s) {
   start_batch(s, &op, 1, &s->close_tag);
 }
 
-void mcp_grpc_stream_dial(mcp_grpc_ep *ep, grpc_call *call, mcp_stream *st) {
-  mcp_grpc_stream *s = stream_new(ep, call, ep->role, 1);
-  if (!s) { /* the call is cancelled and released */
-    mcp_stream_del(st);
-    mcp_grpc_client_stream_gone(ep, mcp_error_grpc_status(MCP_ERR_NOMEM),
-                                mcp_strerror(MCP_ERR_NOMEM));
-    return;
-  }
-  open_client_call(s);
-  attach(s, st);
-  if (s->role == MCP_GRPC_ROLE_SINK)
-    ep->sink_stream = s;
-  stream_started(s);
-}
-
-/* As mcp_grpc_stream_dial(), with the protocol's stream: nothing is sent
+/* A dialed call of a slot, with the protocol's stream: nothing is sent
  * before the connection is up and the server authorized (dial_connected),
  * then what the pump gives. */
 int mcp_grpc_stream_dial_service(mcp_grpc_ep *ep, grpc_call *call,
@@ -520,11 +498,11 @@ static int deliver(mcp_grpc_stream *s, grpc_byte_buffer *bb) {
   return 0;
 }
 
-/* A protocol client's call (unary, server streaming) hears the server's
- * last message even when the status came first; MCP's streams end with
- * their status. */
+/* A dialed call (unary, server streaming, MCP's) hears the server's last
+ * message even when the status came first, as on the h2c transport,
+ * where messages come before the trailers. */
 static int keeps_last(const mcp_grpc_stream *s) {
-  return s->st && s->dialed && s->role == MCP_GRPC_ROLE_SERVICE;
+  return s->st && s->dialed;
 }
 
 static void on_recv(mcp_grpc_tag *tag, int ok) {

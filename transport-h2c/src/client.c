@@ -1,9 +1,10 @@
-/* Dialing: one stream per connection (MCP), or the calls of an
- * mcp_client_def sharing one connection (mcp_h2c_client); HTTP/2 with
- * prior knowledge. MCP's reconnection is the MCP side's client def (the
- * core's: open() says when, ended() hears each call); the client object
- * reconnects its connection through the core's mcp_redial (each
- * connection is an attempt; its calls' messages count for it). */
+/* Dialing: the calls of an mcp_client_def (the client object's, or a
+ * dialing source's or sink's MCP side's: the same path) sharing one
+ * connection; HTTP/2 with prior knowledge. When a call is tried again is
+ * the protocol's (open() says when, ended() hears each call: MCP's
+ * reconnection is its side's, the core's); the connection is reconnected
+ * through the core's mcp_redial (each connection is an attempt; its
+ * calls' messages count for it). */
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +24,7 @@ void mcp_h2c_client_start(mcp_h2c_ep *ep) {
   ep->retry.data = ep;
   ep->refs++;
   uv_timer_start(&ep->retry, on_retry, 0, 0); /* the first attempt: now */
-  if (ep->role == MCP_H2C_ROLE_CLIENT) {
+  if (mcp_h2c_runs_client(ep)) {
     uv_timer_init(ep->loop, &ep->cexp);
     ep->cexp.data = ep;
     ep->refs++;
@@ -33,7 +34,7 @@ void mcp_h2c_client_start(mcp_h2c_ep *ep) {
 void mcp_h2c_client_stop(mcp_h2c_ep *ep) {
   uv_timer_stop(&ep->retry);
   uv_close((uv_handle_t *)&ep->retry, on_retry_closed);
-  if (ep->role == MCP_H2C_ROLE_CLIENT) {
+  if (mcp_h2c_runs_client(ep)) {
     uv_timer_stop(&ep->cexp);
     uv_close((uv_handle_t *)&ep->cexp, on_retry_closed);
   }
@@ -74,6 +75,11 @@ static void start_call(mcp_h2c_ep *ep, mcp_h2c_conn *c, size_t slot,
   s->in_slot = 1;
   ep->slots[slot] = s;
   mcp_h2c_stream_attach(s, st, now);
+  if (ep->side) { /* the object's own MCP stream (mcp_h2c_sink_finish()) */
+    s->side = 1;
+    if (ep->role == MCP_H2C_ROLE_SINK)
+      ep->sink_stream = s;
+  }
   const char *m = d->method(d->user_data, slot);
   size_t n = strlen(m ? m : "");
   s->hd.path = mcp_h2c_malloc(&ep->mem, n + 1);
@@ -107,7 +113,8 @@ static void arm_cexp(mcp_h2c_ep *ep, mcp_tstamp now) {
 }
 
 void mcp_h2c_client_fill(mcp_h2c_ep *ep, mcp_h2c_conn *c) {
-  if (ep->role != MCP_H2C_ROLE_CLIENT || ep->stopping || ep->in_fill)
+  if (!mcp_h2c_runs_client(ep) || ep->stopping || ep->finished ||
+      ep->in_fill)
     return;
   if (!c || c != mcp_h2c_client_conn(ep)) {
     uv_timer_stop(&ep->cexp); /* asked again once a connection exists */
@@ -190,27 +197,9 @@ static void retry_later(mcp_h2c_ep *ep) {
                  (d + MCP_MILLISECONDS - 1) / MCP_MILLISECONDS, 0);
 }
 
-/* MCP: the next attempt when the side's client def says it is due
- * (nothing while a call or its connection is still there). */
-static void mcp_schedule(mcp_h2c_ep *ep) {
-  if (ep->stopping || ep->finished || ep->dial)
-    return;
-  const mcp_client_def *d = mcp_side_client(ep->side);
-  mcp_tstamp t = d->get_expiry(d->user_data), now = mcp_h2c_now();
-  if (t == MCP_TSTAMP_MAX)
-    return; /* a call is still open: its end schedules */
-  uint64_t delay = t <= now ? 0 : (t - now + MCP_MILLISECONDS - 1) /
-                                       MCP_MILLISECONDS;
-  uv_timer_start(&ep->retry, on_retry, delay, 0);
-}
-
 void mcp_h2c_client_conn_gone(mcp_h2c_ep *ep, mcp_h2c_conn *c) {
   if (ep->dial == c)
     ep->dial = NULL;
-  if (ep->role != MCP_H2C_ROLE_CLIENT) {
-    mcp_schedule(ep);
-    return;
-  }
   /* The attempt ends with its connection; the core's healthy rule counts
    * the messages its calls received (bytes such as the server's SETTINGS
    * do not count). */
@@ -220,15 +209,9 @@ void mcp_h2c_client_conn_gone(mcp_h2c_ep *ep, mcp_h2c_conn *c) {
 void mcp_h2c_client_stream_gone(mcp_h2c_ep *ep, mcp_h2c_conn *c,
                                 uint64_t received, int status,
                                 const char *details) {
-  if (ep->role == MCP_H2C_ROLE_CLIENT) {
-    if (c == ep->dial) /* not one of a connection replaced */
-      mcp_redial_received(&ep->redial, received);
-    return;
-  }
-  /* MCP: the side counted what its stream received itself. */
-  const mcp_client_def *d = mcp_side_client(ep->side);
-  d->ended(d->user_data, 0, status, details, mcp_h2c_now());
-  mcp_schedule(ep);
+  (void)status, (void)details;
+  if (c == ep->dial) /* not one of a connection replaced */
+    mcp_redial_received(&ep->redial, received);
 }
 
 static void fail(mcp_h2c_conn *c, const char *what, int err) {
@@ -265,11 +248,9 @@ static void on_connect(uv_connect_t *req, int status) {
       return;
     }
   }
-  /* mcp_h2c_client: the calls are sent once the server's SETTINGS came
-   * (its stream limit known, as gRPC's READY): the kick does it. */
-  if (mcp_h2c_session_new(c, 0) < 0 ||
-      (ep->role != MCP_H2C_ROLE_CLIENT &&
-       (!c->streams || mcp_h2c_stream_submit_request(c->streams) < 0))) {
+  /* The calls are sent once the server's SETTINGS came (its stream limit
+   * known, as gRPC's READY): the kick does it. */
+  if (mcp_h2c_session_new(c, 0) < 0) {
     mcp_h2c_conn_close(c, MCP_CODE_RESOURCE_EXHAUSTED,
                        mcp_strerror(MCP_ERR_NOMEM));
     return;
@@ -346,51 +327,18 @@ static mcp_h2c_conn *new_dial(mcp_h2c_ep *ep) {
 }
 
 static void attempt(mcp_h2c_ep *ep) {
-  if (ep->role == MCP_H2C_ROLE_CLIENT) {
-    next_addr(ep);
-    mcp_redial_opened(&ep->redial, mcp_h2c_now());
-    mcp_h2c_conn *c = new_dial(ep);
-    if (!c) {
-      retry_later(ep);
-      return;
-    }
-    /* Calls open on the connection being made; they are sent once it is
-     * up, and end with UNAVAILABLE if it cannot be made. */
-    mcp_h2c_client_fill(ep, c);
-    if (!c->closing)
-      dial(ep, c);
-    return;
-  }
-  /* MCP: one call per connection, when the side's client def opens one. */
-  const mcp_client_def *d = mcp_side_client(ep->side);
-  mcp_tstamp now = mcp_h2c_now();
-  mcp_stream *st = NULL;
-  if (d->open(d->user_data, 0, now, &st) != 1 || !st) {
-    mcp_stream_del(st); /* "not now" with a stream: not ours to run */
-    mcp_schedule(ep);
-    return;
-  }
   next_addr(ep);
+  mcp_redial_opened(&ep->redial, mcp_h2c_now());
   mcp_h2c_conn *c = new_dial(ep);
-  mcp_h2c_stream *s = c ? mcp_h2c_stream_new(c, 0) : NULL;
-  if (!s) {
-    mcp_stream_del(st);
-    d->ended(d->user_data, 0, MCP_CODE_RESOURCE_EXHAUSTED,
-             mcp_strerror(MCP_ERR_NOMEM), now);
-    if (c)
-      mcp_h2c_conn_close(c, MCP_CODE_RESOURCE_EXHAUSTED,
-                         mcp_strerror(MCP_ERR_NOMEM));
-    else
-      mcp_schedule(ep);
+  if (!c) {
+    retry_later(ep);
     return;
   }
-  s->dialed = 1;
-  s->side = 1;
-  mcp_h2c_stream_attach(s, st, now);
-  if (ep->role == MCP_H2C_ROLE_SINK)
-    ep->sink_stream = s;
-  mcp_h2c_notify_stream(s, MCP_H2C_STREAM_OPENED);
-  dial(ep, c);
+  /* Calls open on the connection being made; they are sent once it is
+   * up, and end with UNAVAILABLE if it cannot be made. */
+  mcp_h2c_client_fill(ep, c);
+  if (!c->closing)
+    dial(ep, c);
 }
 
 static void on_retry(uv_timer_t *t) {

@@ -569,7 +569,7 @@ void mcp_h2c_conn_kick(mcp_h2c_conn *c) {
   c->in_kick = 1;
   for (int round = 0; round < 64; ++round) {
     c->dirty = 0;
-    if (c->ep->role == MCP_H2C_ROLE_CLIENT) {
+    if (mcp_h2c_runs_client(c->ep)) {
       mcp_h2c_client_fill(c->ep, c); /* free slots: calls to open */
       if (mcp_h2c_client_connected(c->ep, c) < 0) { /* and to send */
         mcp_h2c_conn_close(c, MCP_CODE_RESOURCE_EXHAUSTED,

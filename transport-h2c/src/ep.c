@@ -521,7 +521,7 @@ static void shutdown_ep(mcp_h2c_ep *ep) {
       s->announced = 0;
     }
   }
-  if (ep->role == MCP_H2C_ROLE_CLIENT)
+  if (mcp_h2c_runs_client(ep))
     mcp_h2c_client_end_all(ep); /* the protocol hears of each call */
   ep->stopping = 1; /* no callback from here on, but on_closed */
   mcp_h2c_conn_linger_stop(ep);
@@ -614,9 +614,18 @@ static int ep_open(mcp_h2c_ep *ep, void *obj, const mcp_mem *mem,
   int rv = copy_services(ep, opts);
   if (rv == 0)
     rv = make_side(ep, opts, role);
+  if (rv == 0 && ep->side && opts->mode == MCP_H2C_DIAL) {
+    /* Dialing: the side's client def, run as any protocol's. */
+    ep->cdef = *mcp_side_client(ep->side);
+    ep->slots = mcp_h2c_calloc(&ep->mem, ep->cdef.nslots, sizeof(*ep->slots));
+    if (!ep->slots)
+      rv = MCP_ERR_NOMEM;
+  }
   if (rv == 0)
     rv = ep_start(ep, loop, opts, role, &freed);
   if (rv < 0 && !freed) {
+    mcp_h2c_free(&ep->mem, ep->slots);
+    ep->slots = NULL;
     free_services(ep);
     mcp_h2c_free(mem, obj);
   }
@@ -790,7 +799,7 @@ int mcp_h2c_sink_finish(mcp_h2c_sink *sink) {
   mcp_h2c_ep *ep = &sink->ep;
   if (!mcp_h2c_on_loop_thread(ep))
     return MCP_ERR_INVALID_ARGUMENT;
-  ep->finished = 1; /* DIAL: no new connection */
+  ep->finished = 1; /* DIAL: no new call, no new connection */
   mcp_h2c_stream *s = ep->sink_stream;
   if (s && s->eng) {
     mcp_stream_finish(s->eng);

@@ -493,9 +493,7 @@ void mcp_h2c_stream_tell_half_close(mcp_h2c_stream *s) {
 int mcp_h2c_stream_submit_request(mcp_h2c_stream *s) {
   mcp_h2c_conn *c = s->c;
   mcp_h2c_ep *ep = c->ep;
-  const mcp_client_def *d =
-      ep->role == MCP_H2C_ROLE_CLIENT ? NULL : mcp_side_client(ep->side);
-  const char *path = d ? d->method(d->user_data, 0) : s->hd.path;
+  const char *path = s->hd.path; /* the def's method (client.c) */
   if (!path)
     return MCP_ERR_INVALID_ARGUMENT;
   nghttp2_nv nva[] = {NV(":method", "POST"),
@@ -1062,12 +1060,9 @@ static int on_stream_close(nghttp2_session *h2, int32_t id, uint32_t code,
     }
     mcp_h2c_stream_set_details(s, d);
   }
-  int dialed = s->dialed && c->ep->role != MCP_H2C_ROLE_CLIENT;
   drop_session(s);
   mcp_h2c_notify_stream(s, MCP_H2C_STREAM_CLOSED);
   mcp_h2c_stream_free(s);
-  if (dialed) /* one MCP stream per dialed connection: it is over */
-    nghttp2_session_terminate_session(h2, NGHTTP2_NO_ERROR);
   c->dirty = 1;
   return 0;
 }

@@ -302,8 +302,9 @@ struct mcp_h2c_ep {
   size_t nservices;
   int no_mcp;
 
-  /* ROLE_CLIENT: the protocol run, one stream (or NULL) per slot, and the
-   * timer for def.get_expiry(). */
+  /* DIAL: the protocol run (the client object's, or a dialing MCP side's
+   * mcp_side_client()), one stream (or NULL) per slot, and the timer for
+   * def.get_expiry(). */
   mcp_client_def cdef;
   mcp_h2c_stream **slots;
   uv_timer_t cexp;
@@ -412,23 +413,28 @@ void mcp_h2c_client_start(mcp_h2c_ep *ep); /* schedule the first attempt */
 void mcp_h2c_client_stop(mcp_h2c_ep *ep);
 void mcp_h2c_client_conn_gone(mcp_h2c_ep *ep, mcp_h2c_conn *c);
 /* A dialed stream of |c| is gone after |received| messages, with
- * |status|: the client object counts them for its connection's attempt;
- * MCP's side hears the end (its client def's ended()). */
+ * |status|: counted for its connection's attempt (the protocol heard the
+ * end through mcp_h2c_client_call_gone()). */
 void mcp_h2c_client_stream_gone(mcp_h2c_ep *ep, mcp_h2c_conn *c,
                                 uint64_t received, int status,
                                 const char *details);
-/* ROLE_CLIENT: the connection calls may start on (NULL when none). */
+/* 1 when |ep| dials the calls of a client def: the client object, or a
+ * dialing source or sink (its MCP side's def); the same path for both. */
+static inline int mcp_h2c_runs_client(const mcp_h2c_ep *ep) {
+  return ep->cdef.nslots > 0;
+}
+/* The connection calls may start on (NULL when none). */
 mcp_h2c_conn *mcp_h2c_client_conn(mcp_h2c_ep *ep);
-/* ROLE_CLIENT: asks def.open() for every free slot; starts the calls on
- * |c|; arms the expiry timer. Never inside nghttp2 callbacks. */
+/* Asks def.open() for every free slot; starts the calls on |c|; arms the
+ * expiry timer. Never inside nghttp2 callbacks. */
 void mcp_h2c_client_fill(mcp_h2c_ep *ep, mcp_h2c_conn *c);
-/* ROLE_CLIENT: the call of |s| is gone: frees its slot and calls
- * def.ended() (not once the object is stopping). */
+/* The call of |s| is gone: frees its slot and calls def.ended() (not
+ * once the object is stopping). */
 void mcp_h2c_client_call_gone(mcp_h2c_stream *s);
-/* ROLE_CLIENT, *_del(): every call ends CANCELLED for the protocol. */
+/* *_del(): every call ends CANCELLED for the protocol. */
 void mcp_h2c_client_end_all(mcp_h2c_ep *ep);
-/* ROLE_CLIENT: once the connection is ready (the server's SETTINGS
- * came), submits the calls waiting for it. NOMEM. */
+/* Once the connection is ready (the server's SETTINGS came), submits the
+ * calls waiting for it. NOMEM. */
 int mcp_h2c_client_connected(mcp_h2c_ep *ep, mcp_h2c_conn *c);
 
 /* admit.c */

@@ -141,7 +141,9 @@ typedef enum mcp_grpc_mode {
  * by |multiplier| up to |max|. It goes back to |initial| (never to zero)
  * only after a healthy stream: one that received a message and lasted at
  * least the nominal delay. The first attempt is immediate. This is the
- * core's policy (mcp_redial; defaults: mcp_backoff_defaults()).
+ * core's policy (mcp_redial; defaults: mcp_backoff_defaults()), applied
+ * to MCP's calls (the MCP side's client def) and to connections (a new
+ * one after the last is gone): a call waits for both (0.9.0).
  */
 typedef mcp_backoff_options mcp_grpc_backoff_options;
 
@@ -245,7 +247,8 @@ typedef struct mcp_grpc_options {
   /* LISTEN: gRPC listen address ("127.0.0.1:0" binds a free port, see
    * *_port()). DIAL: gRPC target ("127.0.0.1:15010", "dns:///host:port",
    * "unix:/path"), or several separated by commas (replicas of one source):
-   * each attempt dials the next one in turn, after the backoff. Copied;
+   * each new connection dials the next one in turn, after the backoff (a
+   * call goes on the connection that stands). Copied;
    * at most 4095 bytes, each target at most 511. */
   const char *address;
   /* NULL: insecure. LISTEN uses |server_credentials| during *_new() only.

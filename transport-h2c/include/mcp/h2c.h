@@ -166,7 +166,9 @@ typedef enum mcp_h2c_mode {
  * to |initial| (never to zero) only after a healthy stream: one that
  * received a message (not any byte: the server's SETTINGS do not count)
  * and lasted at least the nominal delay. The first attempt is immediate.
- * This is the core's policy (mcp_redial; defaults: mcp_backoff_defaults()).
+ * This is the core's policy (mcp_redial; defaults: mcp_backoff_defaults()),
+ * applied to MCP's calls (the MCP side's client def) and to connections (a
+ * new one after the last is gone): a call waits for both (0.9.0).
  */
 typedef mcp_backoff_options mcp_h2c_backoff_options;
 
@@ -287,7 +289,8 @@ typedef struct mcp_h2c_options {
    * *_port(); "[::1]:15010"; "0.0.0.0:15010"), or "unix:/path".
    * DIAL: "HOST:PORT" (names are resolved at every attempt), or
    * "unix:/path", or several of them separated by commas (replicas of one
-   * source): each attempt dials the next one in turn, after the backoff.
+   * source): each new connection dials the next one in turn, after the
+   * backoff (a call goes on the connection that stands).
    * A "dns:///" or "http://" prefix is ignored. Copied.
    */
   const char *address;
