@@ -673,9 +673,22 @@ static int clock_passed(void *ud) {
   return c->turns >= 2;
 }
 
+/* No connection left at either end (counted where the transport counts
+ * them: h2c; gRPC core keeps its connections to itself). */
+static int no_connection(void *ud) {
+  env *e = ud;
+  mcp_transport_stats a, b;
+  ck_assert_int_eq(
+      ta->stats_versioned(e->sink, MCP_TRANSPORT_STATS_VERSION, &a), 0);
+  ck_assert_int_eq(
+      ta->stats_versioned(e->src, MCP_TRANSPORT_STATS_VERSION, &b), 0);
+  return a.connections == 0 && b.connections == 0;
+}
+
 /* mcp_*_sink_finish(): the sink's ACKs reach the source, which ends the
  * stream with OK, and the dialer holds no stream after it nor dials
- * another: twenty first-backoff delays later by the transport's own clock
+ * another, nor keeps its connection (it calls no more on it): twenty
+ * first-backoff delays later by the transport's own clock
  * (which a busy machine cannot shorten), its one stream is all it opened
  * (a cancel would have ended it CANCELLED, perhaps before the last ACK was
  * read, and redialed). */
@@ -686,6 +699,7 @@ START_TEST(a_dialing_sink_finishes_with_ok) {
   start_sink(&e, 0, e.addr);
   finish_then_check(&e);
   ck_assert_int_eq(ta->streams(e.sink, NULL), 0);
+  ck_assert(ta->run_until(e.env, no_connection, &e, TA_TIMEOUT_MS));
   clock_past cp = {e.sink, ta->now() + 20 * ta->min_redial, 0};
   ck_assert(ta->run_until(e.env, clock_passed, &cp, TA_TIMEOUT_MS));
   mcp_transport_stats st;

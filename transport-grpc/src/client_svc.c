@@ -136,6 +136,8 @@ void mcp_grpc_svc_client_call_gone(mcp_grpc_ep *ep, size_t slot,
      * message (the core's rule). */
     (void)mcp_redial_ended(&ep->redial, ep->now);
     chan_retire(ep);
+  } else if (ep->finished) {
+    chan_retire(ep); /* a sink that is done calls no more: let it go */
   } else {
     chan_release(ep, c);
   }

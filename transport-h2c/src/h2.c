@@ -1063,6 +1063,8 @@ static int on_stream_close(nghttp2_session *h2, int32_t id, uint32_t code,
   drop_session(s);
   mcp_h2c_notify_stream(s, MCP_H2C_STREAM_CLOSED);
   mcp_h2c_stream_free(s);
+  if (c->dialed && c->ep->finished && !c->streams) /* a sink that is done */
+    nghttp2_session_terminate_session(h2, NGHTTP2_NO_ERROR);
   c->dirty = 1;
   return 0;
 }
