@@ -625,7 +625,8 @@ MCP_EXTERN int mcp_grpc_sink_streams(mcp_grpc_sink *sink,
  * (e.g. exiting after the sync): what the session has ready is sent
  * first. DIAL: the stream is then half-closed, so the source reads every
  * answer and ends the stream itself (with OK, when it follows the
- * half-close rule above); no new stream is dialed afterwards. A source
+ * half-close rule above); no new stream is dialed afterwards, and the
+ * connection goes once the stream has ended (0.9.0). A source
  * that never ends the stream is cancelled by del(). LISTEN (issue 21):
  * the stream is then ended with OK (a server's half-close is its status);
  * new calls are still served. Returns at once; the CLOSED event reports

@@ -650,10 +650,10 @@ MCP_EXTERN int mcp_h2c_sink_call(mcp_h2c_sink *sink, mcp_h2c_state_fn fn,
 
 /* Loop thread: ends the stream that holds the sink session as a sink that
  * is done, as mcp_grpc_sink_finish(): what is ready is sent, then DIAL:
- * END_STREAM (the half-close); the source's trailers end the stream, and
- * no new connection is made. LISTEN (issue 21): trailers with OK end it;
- * new calls are still served. Errors: INVALID_ARGUMENT (not on the loop
- * thread). */
+ * END_STREAM (the half-close); the source's trailers end the stream, then
+ * the connection, and no new call or connection is made. LISTEN (issue
+ * 21): trailers with OK end it; new calls are still served. Errors:
+ * INVALID_ARGUMENT (not on the loop thread). */
 MCP_EXTERN int mcp_h2c_sink_finish(mcp_h2c_sink *sink);
 
 /* Loop thread: calls |fn| for each open stream (at most one holds the
