@@ -207,9 +207,7 @@ void mcp_h2c_client_conn_gone(mcp_h2c_ep *ep, mcp_h2c_conn *c) {
 }
 
 void mcp_h2c_client_stream_gone(mcp_h2c_ep *ep, mcp_h2c_conn *c,
-                                uint64_t received, int status,
-                                const char *details) {
-  (void)status, (void)details;
+                                uint64_t received) {
   if (c == ep->dial) /* not one of a connection replaced */
     mcp_redial_received(&ep->redial, received);
 }

@@ -101,18 +101,12 @@ static void headers_free(const mcp_mem *m, mcp_h2c_headers *h) {
 void mcp_h2c_stream_free(mcp_h2c_stream *s) {
   mcp_h2c_conn *c = s->c;
   mcp_h2c_ep *ep = c->ep;
-  int mcp_dial = s->dialed && s->seq > 0;
   mcp_tstamp now = mcp_h2c_now();
-  uint64_t received = s->received;
-  int status = s->finishing ? s->status : MCP_CODE_UNKNOWN;
   drop_session(s);
   if (s->in_slot) /* the protocol hears of it once its stream is gone */
     mcp_h2c_client_call_gone(s);
-  char *details = NULL;
-  if (mcp_dial) { /* told to the protocol once the stream is gone */
-    details = s->details;
-    s->details = NULL;
-  }
+  if (s->dialed && s->seq > 0) /* its messages count for the connection */
+    mcp_h2c_client_stream_gone(ep, c, s->received);
   if (s->prev)
     s->prev->next = s->next;
   else
@@ -132,10 +126,6 @@ void mcp_h2c_stream_free(mcp_h2c_stream *s) {
   mcp_h2c_free(&ep->mem, s->details);
   mcp_h2c_free(&ep->mem, s->api);
   mcp_h2c_free(&ep->mem, s);
-  if (mcp_dial)
-    mcp_h2c_client_stream_gone(ep, c, received, status,
-                               details ? details : "");
-  mcp_h2c_free(&ep->mem, details);
 }
 
 void mcp_h2c_streams_gone(mcp_h2c_conn *c, int status, const char *details) {

@@ -412,12 +412,11 @@ int mcp_h2c_ep_select_addr(mcp_h2c_ep *ep, size_t i);
 void mcp_h2c_client_start(mcp_h2c_ep *ep); /* schedule the first attempt */
 void mcp_h2c_client_stop(mcp_h2c_ep *ep);
 void mcp_h2c_client_conn_gone(mcp_h2c_ep *ep, mcp_h2c_conn *c);
-/* A dialed stream of |c| is gone after |received| messages, with
- * |status|: counted for its connection's attempt (the protocol heard the
- * end through mcp_h2c_client_call_gone()). */
+/* A dialed stream of |c| is gone after |received| messages: counted for
+ * its connection's attempt (the protocol heard the end through
+ * mcp_h2c_client_call_gone()). */
 void mcp_h2c_client_stream_gone(mcp_h2c_ep *ep, mcp_h2c_conn *c,
-                                uint64_t received, int status,
-                                const char *details);
+                                uint64_t received);
 /* 1 when |ep| dials the calls of a client def: the client object, or a
  * dialing source or sink (its MCP side's def); the same path for both. */
 static inline int mcp_h2c_runs_client(const mcp_h2c_ep *ep) {
