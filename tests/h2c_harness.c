@@ -439,3 +439,15 @@ int rc_run_until_msgs(uv_loop_t *loop, rc *c, rc_stream *s, int n,
   msgs_want w = {c, s, n};
   return h2t_run_until(loop, has_msgs, &w, timeout_ms);
 }
+
+static int has_status(void *ud) {
+  msgs_want *w = ud;
+  rc_io(w->c);
+  return w->s->grpc_status >= 0;
+}
+
+int rc_run_until_status(uv_loop_t *loop, rc *c, rc_stream *s,
+                        int timeout_ms) {
+  msgs_want w = {c, s, 0};
+  return h2t_run_until(loop, has_status, &w, timeout_ms);
+}

@@ -100,6 +100,9 @@ int rc_nmsgs(const rc_stream *s);
  * each turn, at most |timeout_ms| (h2t_run_until()): 1 when it does. */
 int rc_run_until_msgs(uv_loop_t *loop, rc *c, rc_stream *s, int n,
                       int timeout_ms);
+/* The same until |s| has its grpc-status. */
+int rc_run_until_status(uv_loop_t *loop, rc *c, rc_stream *s,
+                        int timeout_ms);
 
 /* Spawns |argv| (a program on PATH) with stdout to |out_path|, stderr to
  * /dev/null, runs |loop| while it runs (at most |timeout_ms|), and returns

@@ -107,12 +107,6 @@ typedef struct want {
   int n;
 } want;
 
-static int has_status(void *ud) {
-  want *w = ud;
-  rc_io(&w->e->c);
-  return w->s->grpc_status >= 0;
-}
-
 static int is_closed(void *ud) {
   want *w = ud;
   rc_io(&w->e->c);
@@ -126,8 +120,7 @@ static void wait_msgs(fenv *e, rc_stream *s, int n) {
 }
 
 static void wait_status(fenv *e, rc_stream *s) {
-  want w = {e, s, 0};
-  ck_assert(h2t_run_until(&e->loop, has_status, &w, 5000));
+  ck_assert(rc_run_until_status(&e->loop, &e->c, s, 5000));
 }
 
 static Istio__Mcp__V1alpha1__Resources *decode(rc_stream *s, int i) {

@@ -327,19 +327,6 @@ static void finish(tenv *e) {
   mcp_store_del(e->store);
 }
 
-/* Conditions: each moves the raw client's bytes first. */
-typedef struct want {
-  tenv *e;
-  rc_stream *s;
-  int n;
-} want;
-
-static int has_status(void *ud) {
-  want *w = ud;
-  rc_io(&w->e->c);
-  return w->s->grpc_status >= 0;
-}
-
 static void wait_msgs(tenv *e, rc_stream *s, int n) {
   ck_assert_msg(rc_run_until_msgs(&e->loop, &e->c, s, n, 5000),
                 "waited for %d messages, have %d (status %d %s)", n,
@@ -347,8 +334,7 @@ static void wait_msgs(tenv *e, rc_stream *s, int n) {
 }
 
 static void wait_status(tenv *e, rc_stream *s) {
-  want w = {e, s, 0};
-  ck_assert(h2t_run_until(&e->loop, has_status, &w, 5000));
+  ck_assert(rc_run_until_status(&e->loop, &e->c, s, 5000));
 }
 
 
