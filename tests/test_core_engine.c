@@ -816,6 +816,37 @@ START_TEST(test_stream_sends_one_message_per_pump_and_only_when_free) {
 }
 END_TEST
 
+/* The initial-sync slot's question (MCP_DEF_INITIAL_SYNC): ops without
+ * initial_sent() have nothing to wait for; with it, its answer, asked
+ * read-only of the session. */
+static int s_initial_sent(const void *sess, mcp_tstamp ts) {
+  (void)ts;
+  return ((const script *)sess)->to_send == 0;
+}
+
+START_TEST(test_stream_initial_sent_is_the_sessions_answer_or_at_once) {
+  mcp_stream_ops ops = script_ops(0);
+  script s = {.to_send = 1};
+  int deleted = 0, status = -1;
+  const char *details = NULL;
+  mcp_msg *msg = NULL;
+  mcp_stream *st = stream_new(&ops, &s, &deleted);
+  ck_assert_int_eq(mcp_stream_initial_sent(st, 0), 1); /* no op: at once */
+  mcp_stream_del(st);
+  ops.initial_sent = s_initial_sent;
+  s = (script){.to_send = 1};
+  st = stream_new(&ops, &s, &deleted);
+  ck_assert_int_eq(mcp_stream_initial_sent(st, 0), 0);
+  /* Asking moves nothing. */
+  ck_assert_int_eq(mcp_stream_initial_sent(st, 0), 0);
+  ck_assert_int_eq(PUMP(st, 0, 1), MCP_STREAM_SEND);
+  mcp_msg_free(msg);
+  ck_assert_int_eq(mcp_stream_initial_sent(st, 0), 1);
+  mcp_stream_del(st);
+  ck_assert_int_eq(deleted, 2);
+}
+END_TEST
+
 START_TEST(test_stream_session_error_ends_at_once_with_its_status) {
   mcp_stream_ops ops = script_ops(0);
   script s = {.recv_error = MCP_ERR_MALFORMED, .to_send = 1};
@@ -1484,6 +1515,7 @@ static Suite *engine_suite(void) {
   suite_add_tcase(s, tc);
   tc = tcase_create("stream");
   tcase_add_test(tc, test_stream_sends_one_message_per_pump_and_only_when_free);
+  tcase_add_test(tc, test_stream_initial_sent_is_the_sessions_answer_or_at_once);
   tcase_add_test(tc, test_stream_session_error_ends_at_once_with_its_status);
   tcase_add_test(tc, test_stream_session_end_waits_for_the_send_in_flight);
   tcase_add_test(tc, test_stream_half_close_ends_with_ok_unless_kept_open);
