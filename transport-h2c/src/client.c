@@ -75,11 +75,8 @@ static void start_call(mcp_h2c_ep *ep, mcp_h2c_conn *c, size_t slot,
   s->in_slot = 1;
   ep->slots[slot] = s;
   mcp_h2c_stream_attach(s, st, now);
-  if (ep->side) { /* the object's own MCP stream (mcp_h2c_sink_finish()) */
-    s->side = 1;
-    if (ep->role == MCP_H2C_ROLE_SINK)
-      ep->sink_stream = s;
-  }
+  if (ep->side && ep->role == MCP_H2C_ROLE_SINK) /* sink_finish() ends it */
+    ep->sink_stream = s;
   const char *m = d->method(d->user_data, slot);
   size_t n = strlen(m ? m : "");
   s->hd.path = mcp_h2c_malloc(&ep->mem, n + 1);

@@ -58,9 +58,10 @@ struct mcp_h2c_stream {
   mcp_h2c_headers hd;
   mcp_tstamp deadline; /* grpc-timeout, MCP_TSTAMP_MAX when none */
 
-  /* Every gRPC call: the protocol's stream driver (|side|: one of the
-   * object's own role, from its mcp_side, which mcp_h2c_sink_finish()
-   * ends; else an application's service or client), the service routed
+  /* Every gRPC call: the protocol's stream driver (an application's
+   * service or client, or the object's own MCP side's; |side|: a call
+   * routed to the side's defs, which becomes the sink stream that
+   * mcp_h2c_sink_finish() ends once opened), the service routed
    * to (server), the call slot (client: |in_slot| while the slot is this
    * stream's), and whether the peer's half-close was told to the driver. */
   mcp_stream *eng;
