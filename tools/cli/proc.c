@@ -22,10 +22,14 @@
  * after ten thousand sinks synced (140 KB per idle sink instead of 50). */
 #define MMAP_THRESHOLD (64 << 10)
 
-void tool_proc_init(void) {
+void tool_proc_init(int many_peers) {
   signal(SIGPIPE, SIG_IGN);
 #ifdef __GLIBC__
-  mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+  if (many_peers) {
+    mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+  }
+#else
+  (void)many_peers;
 #endif
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {

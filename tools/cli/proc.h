@@ -7,11 +7,16 @@
  * death) and raises the soft limit of open files to the hard limit: each
  * stream costs a descriptor, and the usual soft limit of 1024 stops a
  * source at about 1000 sinks. Logs a raise (info), a failure to raise
- * (warning) or the limit as it was (debug). With glibc, allocations of
- * 64 KiB and more are mapped on their own (M_MMAP_THRESHOLD), so that the
- * memory of buffers freed after a sync leaves the process. Call once,
- * after tool_log_init().
+ * (warning) or the limit as it was (debug). Call once, after
+ * tool_log_init().
+ *
+ * |many_peers|: the process serves many peers (it listens). With glibc,
+ * its allocations of 64 KiB and more are then mapped on their own
+ * (M_MMAP_THRESHOLD), so that the memory of buffers freed after a sync
+ * leaves the process. A dialing process keeps glibc's threshold: gRPC
+ * reads into 64 KiB slices, and a mapping and an unmapping each cost 10 %
+ * of a 20 MB sync's CPU (issue 25, target 3).
  */
-void tool_proc_init(void);
+void tool_proc_init(int many_peers);
 
 #endif /* TOOLS_PROC_H */

@@ -897,7 +897,7 @@ int main(int argc, char **argv) {
   }
 
   status = 1;
-  tool_proc_init();
+  tool_proc_init(listen != NULL);
   if (tool_sec_tls(&sec)) {
     const tool_tls_options t = {sec.tls_cert, sec.tls_key, sec.tls_ca,
                                 sec.tls_server_name};

@@ -749,7 +749,7 @@ int tool_sink_proto_main(int argc, char **argv) {
     goto out;
   }
   status = 1;
-  tool_proc_init();
+  tool_proc_init(0); /* it dials */
   if (tool_sec_acl(&sec)) {
     rv = tool_access_new(&access, app.tp, sec.allow.v, sec.allow.n,
                          sec.deny.v, sec.deny.n, sec.access_list, why,

@@ -1881,7 +1881,7 @@ int main(int argc, char **argv) {
     }
   }
 
-  tool_proc_init();
+  tool_proc_init(!connect); /* a listener serves many sinks */
   status = 1;
   app.dir = dir;
   if (tool_sec_tls(&args.sec)) {
