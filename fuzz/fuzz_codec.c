@@ -15,6 +15,9 @@
  *     has the same number of
  *     resources and removed names, and each resource reads with the same
  *     name, version, type URL, body, create time and metadata counts;
+ *   - a push cut into fragments (of 1 to 64 bytes, picked by its middle
+ *     byte) parses as the one buffer does: same result, and the same
+ *     bytes in every span (mcp_sink_session_recv_iov()'s reader);
  *   - on every input, the inline field reader the codecs use
  *     (mcp_wire_field_next) answers exactly as the exported mcp_wire_next
  *     at each step: same result, field, value, payload and position.
@@ -162,9 +165,59 @@ static void request(mcp_service service, const uint8_t *in, size_t len) {
 
 typedef Istio__Mcp__V1alpha1__Resources Push;
 
+static int span_eq(span a, span b) {
+  return a.n == b.n && (a.n == 0 || memcmp(a.p, b.p, a.n) == 0);
+}
+
+/* The same bytes in fragments of |cut| bytes (each a copy of its own, so
+ * that ASan sees a read past one) read as one buffer |one| (rv |rv1|). */
+static void push_cut(const uint8_t *in, size_t len, size_t cut,
+                     const envelope *one, int rv1) {
+  size_t n = (len + cut - 1) / cut;
+  mcp_iovec *iov = malloc((n ? n : 1) * sizeof(*iov));
+  FZ_CHECK(iov != NULL, "malloc");
+  for (size_t i = 0; i < n; ++i) {
+    size_t at = i * cut, k = len - at < cut ? len - at : cut;
+    uint8_t *f = malloc(k);
+    FZ_CHECK(f != NULL, "malloc");
+    memcpy(f, in + at, k);
+    iov[i].base = f;
+    iov[i].len = k;
+  }
+  envelope env;
+  int rv = mcp__push_parse(&mem, MCP_SERVICE_RESOURCE, iov, n, &env);
+  FZ_CHECK(rv == rv1, "push in fragments of %zu: %s, one buffer: %s", cut,
+           mcp_strerror(rv), mcp_strerror(rv1));
+  if (rv == 0) {
+    int same = env.nres == one->nres && env.nrem == one->nrem &&
+               env.incremental == one->incremental &&
+               span_eq(env.sysver, one->sysver) &&
+               span_eq(env.collection, one->collection) &&
+               span_eq(env.nonce, one->nonce);
+    for (size_t i = 0; same && i < env.nres; ++i) {
+      same = span_eq(env.res[i], one->res[i]);
+    }
+    for (size_t i = 0; same && i < env.nrem; ++i) {
+      same = span_eq(env.rem[i], one->rem[i]);
+    }
+    FZ_CHECK(same, "push in fragments of %zu: the envelope differs", cut);
+    mcp_mem_free(&mem, env.res);
+    mcp_mem_free(&mem, env.rem);
+    mcp_mem_free(&mem, env.scratch);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    free((void *)(uintptr_t)iov[i].base);
+  }
+  free(iov);
+}
+
 static void push(const uint8_t *in, size_t len) {
   envelope env;
-  int rv = mcp__push_parse(&mem, MCP_SERVICE_RESOURCE, in, len, &env);
+  mcp_iovec one = {in, len};
+  int rv = mcp__push_parse(&mem, MCP_SERVICE_RESOURCE, &one, 1, &env);
+  if (len > 1) {
+    push_cut(in, len, 1 + in[len / 2] % 64, &env, rv);
+  }
   Push *q = istio__mcp__v1alpha1__resources__unpack(NULL, len, in);
   int canon = q && canonical(&q->base, in, len);
   if (rv == 0) {
@@ -218,6 +271,7 @@ static void push(const uint8_t *in, size_t len) {
   FZ_CHECK(!canon || rv == 0, "canonical push refused");
   mcp_mem_free(&mem, env.res);
   mcp_mem_free(&mem, env.rem);
+  mcp_mem_free(&mem, env.scratch);
   if (q) {
     istio__mcp__v1alpha1__resources__free_unpacked(q, NULL);
   }

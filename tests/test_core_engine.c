@@ -709,14 +709,37 @@ typedef struct script {
   mcp_tstamp expiry; /* get_expiry() */
   int expiry_moves;  /* handle_expiry moves the deadline */
   int expired, received, half_closed, *deleted;
+  int iov_calls;   /* recv_iov() calls */
+  size_t got_niov; /* the fragments of the last one */
+  char got[32];    /* the bytes of the last message, either way */
 } script;
 
+static void s_got(script *s, const uint8_t *in, size_t len) {
+  ck_assert_uint_lt(len, sizeof(s->got));
+  memcpy(s->got, in ? (const char *)in : "", len);
+  s->got[len] = '\0';
+}
+
 static int s_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
-  (void)in;
-  (void)len;
   (void)ts;
   script *s = sess;
   s->received++;
+  s_got(s, in, len);
+  return s->recv_error;
+}
+
+static int s_recv_iov(void *sess, const mcp_iovec *iov, size_t niov,
+                      mcp_tstamp ts) {
+  (void)ts;
+  script *s = sess;
+  s->received++;
+  s->iov_calls++;
+  s->got_niov = niov;
+  s->got[0] = '\0';
+  for (size_t i = 0; i < niov; ++i) {
+    ck_assert_uint_lt(strlen(s->got) + iov[i].len, sizeof(s->got));
+    strncat(s->got, (const char *)iov[i].base, iov[i].len);
+  }
   return s->recv_error;
 }
 
@@ -771,7 +794,7 @@ static void s_del(void *sess) { ++*((script *)sess)->deleted; }
 static mcp_stream_ops script_ops(unsigned flags) {
   mcp_stream_ops o = {"script",     flags, s_recv,       s_next,
                       s_get_expiry, s_handle_expiry,     s_end,
-                      s_half_close, s_del,  NULL};
+                      s_half_close, s_del,  NULL,         NULL};
   return o;
 }
 
@@ -844,6 +867,51 @@ START_TEST(test_stream_initial_sent_is_the_sessions_answer_or_at_once) {
   ck_assert_int_eq(mcp_stream_initial_sent(st, 0), 1);
   mcp_stream_del(st);
   ck_assert_int_eq(deleted, 2);
+}
+END_TEST
+
+START_TEST(test_stream_recv_iov_joins_for_a_session_that_reads_one_buffer) {
+  static const mcp_iovec three[] = {{(const uint8_t *)"ab", 2},
+                                    {(const uint8_t *)"", 0},
+                                    {(const uint8_t *)"cde", 3}};
+  mcp_stream_ops ops = script_ops(0);
+  script s = {0};
+  int deleted = 0, status = -1;
+  const char *details = NULL;
+  mcp_msg *msg = NULL;
+  th_mem m;
+  th_mem_init(&m, 0);
+  mcp_stream *st = NULL;
+  s.expiry = MCP_TSTAMP_MAX;
+  s.deleted = &deleted;
+  ck_assert_int_eq(mcp_stream_new(&st, &ops, &s, &m.mem, 0), 0);
+  ck_assert_int_eq(mcp_stream_takes_iov(st), 0);
+  mcp_stream_recv_iov(st, three, 3, 0);
+  ck_assert_int_eq(s.received, 1);
+  ck_assert_str_eq(s.got, "abcde");
+  ck_assert_int_eq(m.live, 1); /* the stream: the joined copy is gone */
+  /* Out of memory for the copy: the stream ends with it. */
+  m.fail_at = m.count + 1;
+  mcp_stream_recv_iov(st, three, 3, 0);
+  ck_assert_int_eq(s.received, 1);
+  ck_assert_int_eq(PUMP(st, 0, 1), MCP_STREAM_END);
+  mcp_stream_del(st);
+  ck_assert_int_eq(m.live, 0);
+  /* A session that reads fragments gets them as they are; one fragment
+   * goes to recv(). */
+  ops.recv_iov = s_recv_iov;
+  s = (script){0};
+  st = stream_new(&ops, &s, &deleted);
+  ck_assert_int_eq(mcp_stream_takes_iov(st), 1);
+  mcp_stream_recv_iov(st, three, 3, 0);
+  ck_assert_int_eq(s.iov_calls, 1);
+  ck_assert_uint_eq(s.got_niov, 3);
+  ck_assert_str_eq(s.got, "abcde");
+  mcp_stream_recv_iov(st, three + 2, 1, 0);
+  ck_assert_int_eq(s.iov_calls, 1);
+  ck_assert_int_eq(s.received, 2);
+  ck_assert_str_eq(s.got, "cde");
+  mcp_stream_del(st);
 }
 END_TEST
 
@@ -1516,6 +1584,7 @@ static Suite *engine_suite(void) {
   tc = tcase_create("stream");
   tcase_add_test(tc, test_stream_sends_one_message_per_pump_and_only_when_free);
   tcase_add_test(tc, test_stream_initial_sent_is_the_sessions_answer_or_at_once);
+  tcase_add_test(tc, test_stream_recv_iov_joins_for_a_session_that_reads_one_buffer);
   tcase_add_test(tc, test_stream_session_error_ends_at_once_with_its_status);
   tcase_add_test(tc, test_stream_session_end_waits_for_the_send_in_flight);
   tcase_add_test(tc, test_stream_half_close_ends_with_ok_unless_kept_open);

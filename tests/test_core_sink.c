@@ -9,6 +9,7 @@
  */
 #include <check.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1927,6 +1928,169 @@ START_TEST(resource_decode_refuses_bad_bytes_and_allocates_nothing) {
 END_TEST
 
 
+/* ------------------------------------------------------------------ */
+/* A push in fragments (mcp_sink_session_recv_iov)                     */
+/* ------------------------------------------------------------------ */
+
+/* What a sink does with one message: its return, what apply and the
+ * events saw, and the bytes of the answers it queued. */
+typedef struct outcome {
+  int rv;
+  seen sn;
+  uint8_t answers[1024];
+  size_t nanswers;
+} outcome;
+
+/* Feeds |p|/|n| to a fresh sink in the fragments that |cuts| (|ncuts|
+ * positions, in order; equal ones make empty fragments) make of it. */
+static void run_cut(int incremental, const uint8_t *p, size_t n,
+                    const size_t *cuts, size_t ncuts, outcome *o) {
+  fx f;
+  fx_state(&f, incremental, 0);
+  fx_open_drained(&f);
+  mcp_iovec iov[512];
+  ck_assert_uint_lt(ncuts, 512);
+  size_t at = 0;
+  for (size_t i = 0; i <= ncuts; ++i) {
+    size_t to = i < ncuts ? cuts[i] : n;
+    /* Each fragment a copy of its own: nothing may read past its end. */
+    uint8_t *frag = malloc(to - at ? to - at : 1);
+    memcpy(frag, p + at, to - at);
+    iov[i].base = frag;
+    iov[i].len = to - at;
+    at = to;
+  }
+  memset(o, 0, sizeof(*o));
+  o->rv = mcp_sink_session_recv_iov(f.s, iov, ncuts + 1, f.ts + 10);
+  for (size_t i = 0; i <= ncuts; ++i) {
+    free((void *)(uintptr_t)iov[i].base);
+  }
+  o->sn = f.sn;
+  mcp_msg *msg;
+  while (mcp_sink_session_next(f.s, &msg) == 1) {
+    const mcp_iovec *mv;
+    size_t k = mcp_msg_iov(msg, &mv);
+    for (size_t i = 0; i < k; ++i) {
+      ck_assert_uint_le(o->nanswers + mv[i].len, sizeof(o->answers));
+      memcpy(o->answers + o->nanswers, mv[i].base, mv[i].len);
+      o->nanswers += mv[i].len;
+    }
+    mcp_msg_free(msg);
+  }
+  fx_close(&f);
+}
+
+static void same_outcome(const outcome *a, const outcome *b, size_t cut) {
+  if (a->rv != b->rv || memcmp(&a->sn, &b->sn, sizeof(a->sn)) != 0 ||
+      a->nanswers != b->nanswers ||
+      memcmp(a->answers, b->answers, a->nanswers) != 0) {
+    ck_abort_msg("cut at %zu: rv %d, %d apply, %d events against one "
+                 "buffer's rv %d, %d apply, %d events",
+                 cut, b->rv, b->sn.napply, b->sn.nev, a->rv, a->sn.napply,
+                 a->sn.nev);
+  }
+}
+
+/* Every way of cutting |m| in two, into single bytes, and with empty
+ * fragments between, answers as the one buffer does; returns that rv. */
+static int cuts_read_as_one(int incremental, bb *m) {
+  outcome one, cut;
+  run_cut(incremental, m->p, m->n, NULL, 0, &one);
+  size_t c[512];
+  for (size_t k = 0; k <= m->n; ++k) {
+    c[0] = k;
+    run_cut(incremental, m->p, m->n, c, 1, &cut);
+    same_outcome(&one, &cut, k);
+  }
+  ck_assert_uint_lt(m->n, 250);
+  for (size_t k = 1; k < m->n; ++k) {
+    c[k - 1] = k; /* single bytes */
+  }
+  run_cut(incremental, m->p, m->n, c, m->n ? m->n - 1 : 0, &cut);
+  same_outcome(&one, &cut, 1);
+  for (size_t k = 0; k < m->n; ++k) {
+    c[2 * k] = c[2 * k + 1] = k; /* an empty fragment at every byte */
+  }
+  run_cut(incremental, m->p, m->n, c, 2 * m->n, &cut);
+  same_outcome(&one, &cut, 0);
+  free(m->p);
+  memset(m, 0, sizeof(*m));
+  return one.rv;
+}
+
+START_TEST(push_in_fragments_reads_as_one_buffer) {
+  bb b;
+  /* Accepted, full state: labels, create times, an unknown field of
+   * each wire type between the resources. */
+  bb_push(&b, COLLS[0], "n-1", 0, "sv-1");
+  rspec r = {.name = "ns/a", .version = "v1", .type_url = "type.example/A",
+             .body = "body-a", .label_key = "app", .label_val = "web",
+             .has_ct = 1, .ct_seconds = 1700000000, .ct_nanos = 7};
+  bb_resource(&b, &r);
+  bb_varint(&b, 9 << 3 | 0);
+  bb_varint(&b, 300);
+  bb_varint(&b, 10 << 3 | 1);
+  bb_put(&b, "12345678", 8);
+  bb_varint(&b, 11 << 3 | 5);
+  bb_put(&b, "1234", 4);
+  bb_good(&b, "ns/b", "v2");
+  ck_assert_int_eq(cuts_read_as_one(0, &b), 0);
+  /* Incremental, with removed names. */
+  bb_push(&b, COLLS[1], "n-2", 1, "sv-2");
+  bb_good(&b, "ns/c", "v3");
+  bb_removed(&b, "ns/gone");
+  bb_removed(&b, "ns/old");
+  ck_assert_int_eq(cuts_read_as_one(1, &b), 0);
+  /* NACKed: a name twice; a resource that does not decode. */
+  bb_push(&b, COLLS[0], "n-3", 0, "sv-3");
+  bb_good(&b, "ns/d", "v1");
+  bb_good(&b, "ns/d", "v2");
+  static const uint8_t garbage[] = {0x0a, 0x05, 0x01};
+  bb_field(&b, 3, garbage, sizeof(garbage));
+  ck_assert_int_eq(cuts_read_as_one(0, &b), 0);
+}
+END_TEST
+
+START_TEST(malformed_push_in_fragments_is_malformed_as_one_buffer) {
+  bb b;
+  /* A length past the end. */
+  bb_push(&b, COLLS[0], "n-1", 0, "sv-1");
+  bb_good(&b, "ns/a", "v1");
+  bb_varint(&b, 3 << 3 | 2);
+  bb_varint(&b, 40);
+  bb_put(&b, "short", 5);
+  ck_assert_int_eq(cuts_read_as_one(0, &b), MCP_ERR_MALFORMED);
+  /* A group between two good resources. */
+  bb_push(&b, COLLS[0], "n-2", 0, "sv-2");
+  bb_good(&b, "ns/a", "v1");
+  bb_varint(&b, 12 << 3 | 3);
+  bb_good(&b, "ns/b", "v1");
+  ck_assert_int_eq(cuts_read_as_one(0, &b), MCP_ERR_MALFORMED);
+  /* A tag of six bytes, and a length of six: both refused. */
+  bb_push(&b, COLLS[0], "n-3", 0, "sv-3");
+  static const uint8_t long_tag[] = {0x9a, 0x80, 0x80, 0x80, 0x80, 0x00, 0x00};
+  bb_put(&b, long_tag, sizeof(long_tag));
+  bb_good(&b, "ns/a", "v1");
+  ck_assert_int_eq(cuts_read_as_one(0, &b), MCP_ERR_MALFORMED);
+  bb_push(&b, COLLS[0], "n-4", 0, "sv-4");
+  static const uint8_t long_len[] = {0x1a, 0x81, 0x80, 0x80, 0x80, 0x80, 0x00, 0x00};
+  bb_put(&b, long_len, sizeof(long_len));
+  bb_good(&b, "ns/a", "v1");
+  ck_assert_int_eq(cuts_read_as_one(0, &b), MCP_ERR_MALFORMED);
+  /* A varint cut short at the end, and an I64 of four bytes. */
+  bb_push(&b, COLLS[0], "n-5", 0, "sv-5");
+  bb_good(&b, "ns/a", "v1");
+  bb_varint(&b, 9 << 3 | 0);
+  bb_put(&b, "\x80\x80", 2);
+  ck_assert_int_eq(cuts_read_as_one(0, &b), MCP_ERR_MALFORMED);
+  bb_push(&b, COLLS[0], "n-6", 0, "sv-6");
+  bb_good(&b, "ns/a", "v1");
+  bb_varint(&b, 10 << 3 | 1);
+  bb_put(&b, "1234", 4);
+  ck_assert_int_eq(cuts_read_as_one(0, &b), MCP_ERR_MALFORMED);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("core_sink");
   TCase *tc = tcase_create("sink");
@@ -1973,6 +2137,8 @@ static Suite *suite(void) {
   tcase_add_test(tc, helper_encoded_push_is_accepted_via_feed_bytes);
   tcase_add_test(tc, resource_decode_reads_what_protobuf_c_wrote);
   tcase_add_test(tc, resource_decode_refuses_bad_bytes_and_allocates_nothing);
+  tcase_add_test(tc, push_in_fragments_reads_as_one_buffer);
+  tcase_add_test(tc, malformed_push_in_fragments_is_malformed_as_one_buffer);
   suite_add_tcase(s, tc);
   return s;
 }

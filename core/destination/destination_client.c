@@ -320,6 +320,7 @@ static const mcp_stream_ops client_ops = {
     NULL,
     sess_del,
     NULL,
+    NULL,
 };
 
 int mcp_dest_client_open_versioned(mcp_stream **pst, int version,

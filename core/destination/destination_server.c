@@ -768,4 +768,5 @@ static const mcp_stream_ops server_ops = {
     NULL,
     sess_del,
     NULL,
+    NULL,
 };

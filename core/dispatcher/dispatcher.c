@@ -1453,15 +1453,15 @@ static int assign_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
 
 static const mcp_stream_ops disp_ops[M_N] = {
     {"session", MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE, session_recv,
-     session_next, get_expiry_fn, handle_expiry_fn, end_fn, half_close_fn, del_fn, NULL},
+     session_next, get_expiry_fn, handle_expiry_fn, end_fn, half_close_fn, del_fn, NULL, NULL},
     {"heartbeat", 0, heartbeat_recv, unary_next, get_expiry_fn,
-     handle_expiry_fn, end_fn, half_close_fn, del_fn, NULL},
+     handle_expiry_fn, end_fn, half_close_fn, del_fn, NULL, NULL},
     {"update_task_status", 0, uts_recv, unary_next, get_expiry_fn,
-     handle_expiry_fn, end_fn, half_close_fn, del_fn, NULL},
+     handle_expiry_fn, end_fn, half_close_fn, del_fn, NULL, NULL},
     {"tasks", MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE, watch_recv, tasks_next,
-     get_expiry_fn, handle_expiry_fn, end_fn, half_close_fn, del_fn, NULL},
+     get_expiry_fn, handle_expiry_fn, end_fn, half_close_fn, del_fn, NULL, NULL},
     {"assignments", MCP_STREAM_KEEP_OPEN_ON_HALF_CLOSE, watch_recv,
-     assign_next, get_expiry_fn, handle_expiry_fn, end_fn, half_close_fn, del_fn, NULL},
+     assign_next, get_expiry_fn, handle_expiry_fn, end_fn, half_close_fn, del_fn, NULL, NULL},
 };
 
 static int disp_open(void *user_data, const mcp_peer_info *peer,

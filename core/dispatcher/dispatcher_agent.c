@@ -896,7 +896,7 @@ static void acall_del(void *sess) {
  * as the manager's streams are named). */
 #define ACALL_OPS(NAME)                                                      \
   {NAME, MCP_STREAM_CLIENT_HALF_CLOSE_AFTER_FIRST, acall_recv, acall_next,    \
-   NULL, NULL, acall_end, NULL, acall_del, NULL}
+   NULL, NULL, acall_end, NULL, acall_del, NULL, NULL}
 static const mcp_stream_ops acall_ops[MCP_DISP_NSLOTS] = {
     ACALL_OPS("session"), ACALL_OPS("heartbeat"), ACALL_OPS("assignments"),
     ACALL_OPS("update_task_status")};

@@ -89,6 +89,45 @@ void mcp_stream_recv(mcp_stream *st, const uint8_t *in, size_t len,
   }
 }
 
+void mcp_stream_recv_iov(mcp_stream *st, const mcp_iovec *iov, size_t niov,
+                         mcp_tstamp ts) {
+  if (niov == 1 || st->err || !st->ops->recv) {
+    mcp_stream_recv(st, niov ? iov[0].base : NULL, niov ? iov[0].len : 0, ts);
+    return;
+  }
+  if (st->ops->recv_iov) {
+    st->received++;
+    int rv = st->ops->recv_iov(st->sess, iov, niov, ts);
+    if (rv < 0) {
+      st->err = rv;
+    }
+    return;
+  }
+  size_t len = 0;
+  for (size_t i = 0; i < niov; ++i) {
+    len += iov[i].len;
+  }
+  uint8_t *flat = mcp_mem_malloc(&st->mem, len ? len : 1);
+  if (!flat) {
+    st->received++;
+    st->err = MCP_ERR_NOMEM;
+    return;
+  }
+  size_t off = 0;
+  for (size_t i = 0; i < niov; ++i) {
+    if (iov[i].len) {
+      memcpy(flat + off, iov[i].base, iov[i].len);
+      off += iov[i].len;
+    }
+  }
+  mcp_stream_recv(st, flat, len, ts);
+  mcp_mem_free(&st->mem, flat);
+}
+
+int mcp_stream_takes_iov(const mcp_stream *st) {
+  return st->ops->recv_iov != NULL;
+}
+
 void mcp_stream_half_close(mcp_stream *st, mcp_tstamp ts) {
   if (st->peer_half_closed) {
     return;

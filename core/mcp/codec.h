@@ -160,13 +160,16 @@ typedef struct envelope {
   int incremental;
   span *res, *rem;
   size_t nres, nrem;
+  uint8_t *scratch; /* the fields that crossed fragments, copied */
 } envelope;
 
-/* Reads the envelope of a push of |service| into |env| (its res and rem
- * arrays allocated with |m|; the caller frees them whatever the result).
- * Errors: MALFORMED, NOMEM. */
-int mcp__push_parse(const mcp_mem *m, mcp_service service, const uint8_t *in,
-                    size_t len, envelope *env);
+/* Reads the envelope of a push of |service|, the bytes of |iov| in order,
+ * into |env|: its spans point into the fragments or, for a field that
+ * crosses from one into the next, into |env->scratch|. The res and rem
+ * arrays and the scratch are allocated with |m|, for the caller to free;
+ * on an error nothing is left allocated. Errors: MALFORMED, NOMEM. */
+int mcp__push_parse(const mcp_mem *m, mcp_service service,
+                    const mcp_iovec *iov, size_t niov, envelope *env);
 
 /* mcp_utf8_valid(, 0), with ASCII without NUL (most strings) checked eight
  * bytes at a time first. */

@@ -46,16 +46,175 @@ void mcp__push_header(mcp_msg_builder *b, const mcp_codec *cd,
 
 /* ---- reading pushes (the sink) ---- */
 
-int mcp__push_parse(const mcp_mem *m, mcp_service service,
-                          const uint8_t *in, size_t len, envelope *env) {
+/*
+ * A read cursor over a message in fragments (a gRPC message arrives as
+ * the transport's read slices). A field that lies in one fragment is read
+ * where it is; one that crosses into the next is copied whole into
+ * |scratch| and read there, so that every field is one span and the same
+ * reader, mcp_wire_field_next(), decides about its bytes.
+ */
+typedef struct frags {
+  const mcp_iovec *iov;
+  size_t n, i;     /* the fragments, the current one */
+  const uint8_t *p; /* where the next field starts, in fragment i */
+  uint8_t *scratch; /* NULL: only measure (pass 0) */
+  size_t used;      /* scratch bytes taken so far */
+} frags;
+
+static const uint8_t *frag_end(const frags *r) {
+  return r->iov[r->i].base + r->iov[r->i].len;
+}
+
+/* Moves past empty fragments and the end of the current one. */
+static void frag_settle(frags *r) {
+  while (r->i < r->n && r->p == frag_end(r)) {
+    if (++r->i < r->n) {
+      r->p = r->iov[r->i].base;
+    }
+  }
+}
+
+/* The byte |k| bytes past the cursor, across fragments; -1 past the end. */
+static int frag_byte(const frags *r, size_t k) {
+  const uint8_t *p = r->p;
+  for (size_t i = r->i; i < r->n; ++i) {
+    size_t left = (size_t)(r->iov[i].base + r->iov[i].len - p);
+    if (k < left) {
+      return p[k];
+    }
+    k -= left;
+    if (i + 1 < r->n) {
+      p = r->iov[i + 1].base;
+    }
+  }
+  return -1;
+}
+
+/* Reads a varint at |*k| past the cursor (any 10 bytes: the field's own
+ * reader judges it once whole); -1 when it does not end. */
+static int frag_varint(const frags *r, size_t *k, uint64_t *v) {
+  *v = 0;
+  for (unsigned sh = 0; sh < 70; sh += 7) {
+    int b = frag_byte(r, (*k)++);
+    if (b < 0) {
+      return -1;
+    }
+    if (sh < 64) {
+      *v |= (uint64_t)(b & 0x7f) << sh;
+    }
+    if (!(b & 0x80)) {
+      return 0;
+    }
+  }
+  return -1;
+}
+
+/* The bytes of the field at the cursor, by a reader more lenient than
+ * mcp_wire_field_next(): 0 when it finds none (then the message is
+ * malformed for that reader too: truncated, a group, wire type 6 or 7).
+ * Fills |fd|'s number and wire type, and a LEN's length. */
+static size_t frag_field_size(const frags *r, size_t total_left,
+                              mcp_wire_field *fd) {
+  size_t k = 0;
+  uint64_t key, v = 0;
+  if (frag_varint(r, &k, &key) != 0) {
+    return 0;
+  }
+  fd->num = (uint32_t)(key >> 3);
+  fd->wt = (int)(key & 7);
+  fd->v = 0;
+  fd->data = NULL;
+  fd->len = 0;
+  switch (key & 7) {
+  case MCP_WT_VARINT:
+    if (frag_varint(r, &k, &v) != 0) {
+      return 0;
+    }
+    break;
+  case MCP_WT_I64:
+    k += 8;
+    break;
+  case MCP_WT_I32:
+    k += 4;
+    break;
+  case MCP_WT_LEN:
+    if (frag_varint(r, &k, &v) != 0 || v > total_left) {
+      return 0;
+    }
+    fd->len = (size_t)v;
+    k += (size_t)v;
+    break;
+  default:
+    return 0;
+  }
+  return k <= total_left ? k : 0;
+}
+
+/* Copies |len| bytes from the cursor on to |dst| (NULL: only skips). */
+static void frag_take(frags *r, uint8_t *dst, size_t len) {
+  while (len) {
+    size_t left = (size_t)(frag_end(r) - r->p);
+    size_t k = len < left ? len : left;
+    if (dst) {
+      memcpy(dst, r->p, k);
+      dst += k;
+    }
+    r->p += k;
+    len -= k;
+    frag_settle(r);
+  }
+}
+
+/* The next field, as mcp_wire_field_next() reads it: 1, 0 at the end,
+ * or MALFORMED. |*left| is what the message has from the cursor on. */
+static int frag_field_next(frags *r, size_t *left, mcp_wire_field *fd) {
+  frag_settle(r);
+  if (r->i == r->n) {
+    return 0;
+  }
+  mcp_wire w = {r->p, frag_end(r)};
+  int rv = mcp_wire_field_next(&w, fd);
+  if (rv == 1) {
+    *left -= (size_t)(w.p - r->p);
+    r->p = w.p;
+    return 1;
+  }
+  if ((size_t)(w.end - r->p) == *left) {
+    return rv; /* the last fragment: as on one buffer */
+  }
+  /* Cut by the fragment's end, or malformed: read it whole. */
+  size_t size = frag_field_size(r, *left, fd);
+  if (!size) {
+    return MCP_ERR_MALFORMED;
+  }
+  uint8_t *dst = r->scratch ? r->scratch + r->used : NULL;
+  r->used += size;
+  *left -= size;
+  if (!dst) {
+    /* Pass 0 counts by the number and type read above; pass 1 reads the
+     * copy, and judges it as one buffer would. */
+    frag_take(r, NULL, size);
+    return 1;
+  }
+  frag_take(r, dst, size);
+  mcp_wire c = {dst, dst + size};
+  rv = mcp_wire_field_next(&c, fd);
+  return rv == 1 && c.p == c.end ? 1 : MCP_ERR_MALFORMED;
+}
+
+static int parse(const mcp_mem *m, mcp_service service, const mcp_iovec *iov,
+                 size_t niov, envelope *env) {
   const mcp_codec *cd = &mcp__codecs[service];
-  memset(env, 0, sizeof(*env));
+  size_t len = 0;
+  for (size_t i = 0; i < niov; ++i) {
+    len += iov[i].len;
+  }
   for (int pass = 0; pass < 2; ++pass) {
-    mcp_wire w = {in, in + len};
-    size_t nres = 0, nrem = 0;
+    frags r = {iov, niov, 0, niov ? iov[0].base : NULL, env->scratch, 0};
+    size_t nres = 0, nrem = 0, left = len;
     mcp_wire_field fd;
     int rv;
-    while ((rv = mcp_wire_field_next(&w, &fd)) == 1) {
+    while ((rv = frag_field_next(&r, &left, &fd)) == 1) {
       uint32_t f = fd.num;
       span sp = {fd.data, fd.len};
       if (f == cd->incremental) {
@@ -96,9 +255,8 @@ int mcp__push_parse(const mcp_mem *m, mcp_service service,
     if (!pass) {
       env->res = mcp_mem_malloc(m, (nres ? nres : 1) * sizeof(span));
       env->rem = mcp_mem_malloc(m, (nrem ? nrem : 1) * sizeof(span));
-      if (!env->res || !env->rem) {
-        mcp_mem_free(m, env->res);
-        mcp_mem_free(m, env->rem);
+      if (!env->res || !env->rem ||
+          (r.used && !(env->scratch = mcp_mem_malloc(m, r.used)))) {
         return MCP_ERR_NOMEM;
       }
     }
@@ -109,6 +267,20 @@ int mcp__push_parse(const mcp_mem *m, mcp_service service,
     env->incremental = 1; /* its type: attribute_type() */
   }
   return 0;
+}
+
+int mcp__push_parse(const mcp_mem *m, mcp_service service,
+                    const mcp_iovec *iov, size_t niov, envelope *env) {
+  memset(env, 0, sizeof(*env));
+  int rv = parse(m, service, iov, niov, env);
+  if (rv != 0) {
+    /* Pass 1 can still refuse a field that crossed fragments. */
+    mcp_mem_free(m, env->res);
+    mcp_mem_free(m, env->rem);
+    mcp_mem_free(m, env->scratch);
+    memset(env, 0, sizeof(*env));
+  }
+  return rv;
 }
 
 int mcp__utf8_fast(const uint8_t *s, size_t n) {

@@ -169,17 +169,23 @@ typedef struct sink_stream {
   mcp_redial *rd; /* a dialed side's: told of each whole message (or NULL) */
 } sink_stream;
 
-static int snk_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
+static int snk_recv_iov(void *sess, const mcp_iovec *iov, size_t niov,
+                        mcp_tstamp ts) {
   sink_stream *k = sess;
   /* Replaced: what still arrives was meant for a session that is gone. */
   if (!k->s) {
     return 0;
   }
-  int rv = mcp_sink_session_recv(k->s, in, len, ts);
+  int rv = mcp_sink_session_recv_iov(k->s, iov, niov, ts);
   if (rv >= 0 && k->rd) {
     mcp_redial_received(k->rd, 1);
   }
   return rv;
+}
+
+static int snk_recv(void *sess, const uint8_t *in, size_t len, mcp_tstamp ts) {
+  mcp_iovec one = {in, len};
+  return snk_recv_iov(sess, &one, 1, ts);
 }
 
 static int snk_next(void *sess, mcp_tstamp ts, mcp_msg **pmsg) {
@@ -216,6 +222,7 @@ static void snk_del(void *sess) {
 static const mcp_stream_ops sink_ops = {
     .name = MCP_API_NAME,
     .recv = snk_recv,
+    .recv_iov = snk_recv_iov,
     .next = snk_next,
     .end = snk_end,
     .del = snk_del,

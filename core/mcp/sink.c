@@ -447,6 +447,7 @@ static void work_free(const mcp_mem *m, work *w) {
   mcp_mem_free(m, w->coll);
   mcp_mem_free(m, w->env.res);
   mcp_mem_free(m, w->env.rem);
+  mcp_mem_free(m, w->env.scratch);
 }
 
 
@@ -688,14 +689,23 @@ static void attribute_type(const mcp_sink_session *s, envelope *env) {
 
 int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in, size_t len,
                           mcp_tstamp ts) {
+  mcp_iovec one = {in, len};
+  return mcp_sink_session_recv_iov(s, &one, 1, ts);
+}
+
+int mcp_sink_session_recv_iov(mcp_sink_session *s, const mcp_iovec *iov,
+                              size_t niov, mcp_tstamp ts) {
   mcp_sink_state *st = s->st;
   const mcp_mem *m = &st->mem;
   assert(ts >= s->last_ts && "time went backwards");
   s->last_ts = ts;
-  s->recv_len = len;
+  s->recv_len = 0;
+  for (size_t i = 0; i < niov; ++i) {
+    s->recv_len += iov[i].len;
+  }
   work w;
   memset(&w, 0, sizeof(w));
-  int rv = mcp__push_parse(m, st->service, in, len, &w.env);
+  int rv = mcp__push_parse(m, st->service, iov, niov, &w.env);
   if (rv != 0) {
     return rv;
   }

@@ -89,6 +89,27 @@ grpc_byte_buffer *mcp_grpc_buffer_from_msg(const mcp_mem *mem, mcp_msg *msg) {
   return bb;
 }
 
+ptrdiff_t mcp_grpc_buffer_iov(const grpc_byte_buffer *bb, const mcp_mem *mem,
+                              mcp_iovec *stack, size_t nstack,
+                              mcp_iovec **piov) {
+  if (bb->type != GRPC_BB_RAW ||
+      bb->data.raw.compression != GRPC_COMPRESS_NONE ||
+      bb->data.raw.slice_buffer.count < 2)
+    return 0;
+  const grpc_slice_buffer *sb = &bb->data.raw.slice_buffer;
+  mcp_iovec *iov = stack;
+  if (sb->count > nstack &&
+      !(iov = mcp_grpc_malloc(mem, sb->count * sizeof(*iov))))
+    return -1;
+  /* By pointer: a small slice holds its bytes inline, in the struct. */
+  for (size_t i = 0; i < sb->count; i++) {
+    iov[i].base = GRPC_SLICE_START_PTR(sb->slices[i]);
+    iov[i].len = GRPC_SLICE_LENGTH(sb->slices[i]);
+  }
+  *piov = iov;
+  return (ptrdiff_t)sb->count;
+}
+
 int mcp_grpc_buffer_bytes(grpc_byte_buffer *bb, const uint8_t **p,
                           size_t *len, grpc_slice *flat, int *joined) {
   *joined = 0;

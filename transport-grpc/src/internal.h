@@ -341,4 +341,13 @@ grpc_byte_buffer *mcp_grpc_buffer_from_msg(const mcp_mem *mem, mcp_msg *msg);
 int mcp_grpc_buffer_bytes(grpc_byte_buffer *bb, const uint8_t **p,
                           size_t *len, grpc_slice *flat, int *joined);
 
+/* The slices of an uncompressed |bb| of more than one, as fragments in
+ * |stack| (|nstack| of them) or, when more, in an array from |mem| that
+ * the caller frees unless it is |stack|. Returns the count; 0 when |bb|
+ * is one slice or compressed (read it by mcp_grpc_buffer_bytes()), -1 for
+ * NOMEM. Valid while |bb| is. */
+ptrdiff_t mcp_grpc_buffer_iov(const grpc_byte_buffer *bb, const mcp_mem *mem,
+                              mcp_iovec *stack, size_t nstack,
+                              mcp_iovec **piov);
+
 #endif

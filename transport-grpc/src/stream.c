@@ -484,6 +484,21 @@ void mcp_grpc_stream_pump(mcp_grpc_stream *s) {
 /* Hands one received message to the session. */
 static int deliver(mcp_grpc_stream *s, grpc_byte_buffer *bb) {
   mcp_grpc_ep *ep = s->ep;
+  if (mcp_stream_takes_iov(s->st)) {
+    /* Read as gRPC's read slices hold it: a push of megabytes is not
+     * joined (issue 25, target 3). */
+    mcp_iovec stack[64], *iov = NULL;
+    ptrdiff_t n = mcp_grpc_buffer_iov(bb, &ep->mem, stack, 64, &iov);
+    if (n < 0)
+      return MCP_ERR_NOMEM;
+    if (n > 0) {
+      mcp_stream_recv_iov(s->st, iov, (size_t)n, ep->now);
+      s->expiry = mcp_stream_get_expiry(s->st);
+      if (iov != stack)
+        mcp_grpc_free(&ep->mem, iov);
+      return 0;
+    }
+  }
   const uint8_t *p;
   size_t len;
   grpc_slice flat;

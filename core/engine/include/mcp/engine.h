@@ -1099,6 +1099,11 @@ typedef struct mcp_stream_ops {
    * gives its admission slot back), 0 while it is still to go. Asked
    * after each pump. May be NULL: no initial state to wait for. */
   int (*initial_sent)(const void *sess, mcp_tstamp ts);
+  /* recv() of one message in |niov| fragments, its bytes in order (as a
+   * transport read them), read during the call only. May be NULL: the
+   * driver then joins the fragments and calls recv(). */
+  int (*recv_iov)(void *sess, const mcp_iovec *iov, size_t niov,
+                  mcp_tstamp ts);
 } mcp_stream_ops;
 
 enum {
@@ -1131,6 +1136,14 @@ MCP_EXTERN int mcp_stream_initial_sent(const mcp_stream *st, mcp_tstamp ts);
 /* A message arrived. Errors are kept: the next pump ends the stream. */
 MCP_EXTERN void mcp_stream_recv(mcp_stream *st, const uint8_t *in, size_t len,
                                 mcp_tstamp ts);
+/* mcp_stream_recv() of a message in |niov| fragments (read during the
+ * call only): given to ops->recv_iov() as they are, or joined for recv()
+ * (a NOMEM then ends the stream). */
+MCP_EXTERN void mcp_stream_recv_iov(mcp_stream *st, const mcp_iovec *iov,
+                                    size_t niov, mcp_tstamp ts);
+/* 1 when the stream's session reads fragments itself (ops->recv_iov()):
+ * a transport whose message arrives in pieces need not join them. */
+MCP_EXTERN int mcp_stream_takes_iov(const mcp_stream *st);
 /* The peer half-closed. */
 MCP_EXTERN void mcp_stream_half_close(mcp_stream *st, mcp_tstamp ts);
 

@@ -460,6 +460,17 @@ MCP_EXTERN void mcp_sink_session_del(mcp_sink_session *s);
  */
 MCP_EXTERN int mcp_sink_session_recv(mcp_sink_session *s, const uint8_t *in,
                                      size_t len, mcp_tstamp ts);
+/*
+ * mcp_sink_session_recv() of one message in |niov| fragments, its bytes
+ * in order (a gRPC message as the transport read it): the same answers
+ * for the same bytes, however they are cut. Only a field that crosses
+ * from one fragment into the next is copied, so a message of megabytes is
+ * not joined first. The fragments are read during the call only (the
+ * apply callback's bodies point into them or into such a copy).
+ */
+MCP_EXTERN int mcp_sink_session_recv_iov(mcp_sink_session *s,
+                                         const mcp_iovec *iov, size_t niov,
+                                         mcp_tstamp ts);
 
 MCP_EXTERN int mcp_sink_session_want_write(const mcp_sink_session *s);
 
