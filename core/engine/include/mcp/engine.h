@@ -1100,8 +1100,9 @@ typedef struct mcp_stream_ops {
    * after each pump. May be NULL: no initial state to wait for. */
   int (*initial_sent)(const void *sess, mcp_tstamp ts);
   /* recv() of one message in |niov| fragments, its bytes in order (as a
-   * transport read them), read during the call only. May be NULL: the
-   * driver then joins the fragments and calls recv(). */
+   * transport read them), read during the call only; recv() still takes
+   * a message of one fragment. May be NULL: the driver then joins the
+   * fragments and calls recv(). */
   int (*recv_iov)(void *sess, const mcp_iovec *iov, size_t niov,
                   mcp_tstamp ts);
 } mcp_stream_ops;
