@@ -33,6 +33,7 @@
 
 #include "../core/mcp/codec.h"
 #include "fuzz_util.h"
+#include "fuzz_wire.h"
 #include "../tests/wire_readers.h"
 
 static mcp_mem mem;
@@ -169,21 +170,12 @@ static int span_eq(span a, span b) {
   return a.n == b.n && (a.n == 0 || memcmp(a.p, b.p, a.n) == 0);
 }
 
-/* The same bytes in fragments of |cut| bytes (each a copy of its own, so
- * that ASan sees a read past one) read as one buffer |one| (rv |rv1|). */
+/* The same bytes in fragments of |cut| bytes read as one buffer |one|
+ * (rv |rv1|). */
 static void push_cut(const uint8_t *in, size_t len, size_t cut,
                      const envelope *one, int rv1) {
-  size_t n = (len + cut - 1) / cut;
-  mcp_iovec *iov = malloc((n ? n : 1) * sizeof(*iov));
-  FZ_CHECK(iov != NULL, "malloc");
-  for (size_t i = 0; i < n; ++i) {
-    size_t at = i * cut, k = len - at < cut ? len - at : cut;
-    uint8_t *f = malloc(k);
-    FZ_CHECK(f != NULL, "malloc");
-    memcpy(f, in + at, k);
-    iov[i].base = f;
-    iov[i].len = k;
-  }
+  size_t n;
+  mcp_iovec *iov = fz_cut(in, len, cut, &n);
   envelope env;
   int rv = mcp__push_parse(&mem, MCP_SERVICE_RESOURCE, iov, n, &env);
   FZ_CHECK(rv == rv1, "push in fragments of %zu: %s, one buffer: %s", cut,
@@ -205,10 +197,7 @@ static void push_cut(const uint8_t *in, size_t len, size_t cut,
     mcp_mem_free(&mem, env.rem);
     mcp_mem_free(&mem, env.scratch);
   }
-  for (size_t i = 0; i < n; ++i) {
-    free((void *)(uintptr_t)iov[i].base);
-  }
-  free(iov);
+  fz_cut_free(iov, n);
 }
 
 static void push(const uint8_t *in, size_t len) {

@@ -29,6 +29,28 @@ uint8_t *fz_flatten(const mcp_msg *m, size_t *len) {
   return p;
 }
 
+mcp_iovec *fz_cut(const uint8_t *p, size_t len, size_t cut, size_t *n) {
+  *n = (len + cut - 1) / cut;
+  mcp_iovec *iov = malloc((*n ? *n : 1) * sizeof(*iov));
+  FZ_CHECK(iov, "out of memory");
+  for (size_t i = 0; i < *n; ++i) {
+    size_t at = i * cut, k = len - at < cut ? len - at : cut;
+    uint8_t *f = malloc(k);
+    FZ_CHECK(f, "out of memory");
+    memcpy(f, p + at, k);
+    iov[i].base = f;
+    iov[i].len = k;
+  }
+  return iov;
+}
+
+void fz_cut_free(mcp_iovec *iov, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    free((void *)(uintptr_t)iov[i].base);
+  }
+  free(iov);
+}
+
 /* ---- decoding ---- */
 
 int fz_push_decode(mcp_service service, const uint8_t *p, size_t n,

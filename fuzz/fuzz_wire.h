@@ -100,6 +100,12 @@ uint8_t *fz_push_encode(mcp_service service, const fz_push_spec *p,
 /* A message of the core, flattened into malloc'd bytes. */
 uint8_t *fz_flatten(const mcp_msg *m, size_t *len);
 
+/* |p|/|len| in fragments of |cut| (> 0) bytes, as a transport may hand a
+ * message over: each a malloc'd copy of its own, so that ASan sees a read
+ * past one. |*n| gets the count; free with fz_cut_free(). */
+mcp_iovec *fz_cut(const uint8_t *p, size_t len, size_t cut, size_t *n);
+void fz_cut_free(mcp_iovec *iov, size_t n);
+
 #endif
 
 /* 1 when |s[0..n)| is UTF-8 without NUL bytes, overlong forms, surrogates
