@@ -483,6 +483,19 @@ static void prefetch_span(span sp) {
 #endif
 }
 
+/* An entry to hold: the name and version copied. NULL: NOMEM. */
+static held *held_new(const mcp_mem *m, const char *name,
+                      const char *version) {
+  size_t nl = strlen(name) + 1, vl = strlen(version) + 1;
+  held *h = mcp_mem_malloc(m, sizeof(held) + nl + vl);
+  if (h) {
+    memcpy(h->name, name, nl);
+    memcpy(h->name + nl, version, vl);
+    h->version = h->name + nl;
+  }
+  return h;
+}
+
 static int validate(const mcp_sink_state *st, work *w, char *msg, size_t ml) {
   const mcp_mem *m = &st->mem;
   envelope *env = &w->env;
@@ -498,8 +511,11 @@ static int validate(const mcp_sink_state *st, work *w, char *msg, size_t ml) {
   w->res = mcp_mem_calloc(m, env->nres ? env->nres : 1, sizeof(*w->res));
   w->rem = mcp_mem_calloc(m, env->nrem ? env->nrem : 1, sizeof(*w->rem));
   w->fresh = mcp_mem_calloc(m, env->nres ? env->nres : 1, sizeof(*w->fresh));
+  /* Full state builds the new held map as it goes, and finds a name
+   * listed twice there; incremental finds it in a map of the names. */
   if (!w->res || !w->rem || !w->fresh ||
-      mcp_map_reserve(&w->names, m, env->nres) != 0) {
+      mcp_map_reserve(env->incremental ? &w->names : &w->next, m,
+                      env->nres) != 0) {
     return MCP_ERR_NOMEM;
   }
   /* First pass: the wire structure, and what the views need. A resource
@@ -602,13 +618,23 @@ static int validate(const mcp_sink_state *st, work *w, char *msg, size_t ml) {
     o->body = r.body.n ? r.body.p : NULL;
     o->body_len = r.body.n;
     int err = 0;
-    if (mcp_map_put(&w->names, m, o->name, o, &err)) {
+    void *twice;
+    if (env->incremental) {
+      twice = mcp_map_put(&w->names, m, o->name, o, &err);
+    } else {
+      if (!(w->fresh[i] = held_new(m, o->name, o->version))) {
+        return MCP_ERR_NOMEM;
+      }
+      twice = mcp_map_put(&w->next, m, w->fresh[i]->name, w->fresh[i], &err);
+    }
+    if (twice) {
       NACK_("resource %s is listed twice", o->name);
     }
   }
   assert(fl.str <= (char *)w->arena + asize);
   /* The listed views, in order (only a NACK hides any: the names map's
-   * pointers, which moving them breaks, are not used after one). */
+   * pointers, which moving them breaks, are not used after one; the new
+   * held map points at the entries, not at the views). */
   w->nlisted = env->nres - nhidden;
   for (size_t i = 0, j = 0; nhidden && i < env->nres; ++i) {
     if (!w->hidden[i]) {
@@ -629,18 +655,11 @@ static int validate(const mcp_sink_state *st, work *w, char *msg, size_t ml) {
   if (code) {
     return code;
   }
-  /* The entries the resources will be held as. */
-  for (size_t i = 0; i < env->nres; ++i) {
-    const mcp_resource *r = &w->res[i];
-    size_t nl = strlen(r->name) + 1, vl = strlen(r->version) + 1;
-    held *h = mcp_mem_malloc(m, sizeof(held) + nl + vl);
-    if (!h) {
+  /* Incremental: the entries the resources will be held as. */
+  for (size_t i = 0; env->incremental && i < env->nres; ++i) {
+    if (!(w->fresh[i] = held_new(m, w->res[i].name, w->res[i].version))) {
       return MCP_ERR_NOMEM;
     }
-    memcpy(h->name, r->name, nl);
-    memcpy(h->name + nl, r->version, vl);
-    h->version = h->name + nl;
-    w->fresh[i] = h;
   }
 #undef NACK_
   return 0;
@@ -784,14 +803,13 @@ int mcp_sink_session_recv_iov(mcp_sink_session *s, const mcp_iovec *iov,
   size_t nfresh = 0;
   if (!code) {
     if (!env->incremental) {
-      if (mcp_map_reserve(&w.next, m, env->nres) != 0 ||
-          !(w.gone = mcp_mem_malloc(m, (c->held.n ? c->held.n : 1) * sizeof(char *)))) {
+      if (!(w.gone = mcp_mem_malloc(m, (c->held.n ? c->held.n : 1) * sizeof(char *)))) {
         rv = MCP_ERR_NOMEM;
       }
       void *v;
       for (size_t i = 0; rv == 0 && mcp_map_iter(&c->held, &i, &v);) {
         held *h = v;
-        if (!mcp_map_get(&w.names, h->name)) {
+        if (!mcp_map_get(&w.next, h->name)) {
           w.gone[w.ngone++] = h->name;
         }
       }
@@ -863,8 +881,7 @@ int mcp_sink_session_recv_iov(mcp_sink_session *s, const mcp_iovec *iov,
   mcp_map old = {0}; /* full state: what was held, until the event (gone) */
   if (!env->incremental) {
     for (size_t i = 0; i < env->nres; ++i) {
-      mcp_map_put(&w.next, m, w.fresh[i]->name, w.fresh[i], &err);
-      w.fresh[i] = NULL;
+      w.fresh[i] = NULL; /* the new held map has them */
     }
     old = c->held;
     c->held = w.next;
