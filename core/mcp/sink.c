@@ -461,14 +461,6 @@ static int hide(const mcp_mem *m, work *w, size_t i) {
   return 0;
 }
 
-/*
- * Decodes and checks every resource. Returns 0, a NOMEM, or a positive
- * google.rpc code with |msg| filled for a NACK: the first problem, in
- * message order. A NACK still lists every resource that can be shown
- * (duplicates and resources that fail a check included), so that its event
- * gives what the message carried; only one that does not decode or holds
- * a string that is not UTF-8 is left out.
- */
 /* The resources of a large push lie megabytes apart from their first
  * reading: each pass asks for the metadata of the one a few ahead. */
 #define PREFETCH_AHEAD 8
@@ -496,6 +488,14 @@ static held *held_new(const mcp_mem *m, const char *name,
   return h;
 }
 
+/*
+ * Decodes and checks every resource. Returns 0, a NOMEM, or a positive
+ * google.rpc code with |msg| filled for a NACK: the first problem, in
+ * message order. A NACK still lists every resource that can be shown
+ * (duplicates and resources that fail a check included), so that its event
+ * gives what the message carried; only one that does not decode or holds
+ * a string that is not UTF-8 is left out.
+ */
 static int validate(const mcp_sink_state *st, work *w, char *msg, size_t ml) {
   const mcp_mem *m = &st->mem;
   envelope *env = &w->env;

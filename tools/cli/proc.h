@@ -14,8 +14,8 @@
  * its allocations of 64 KiB and more are then mapped on their own
  * (M_MMAP_THRESHOLD), so that the memory of buffers freed after a sync
  * leaves the process. A dialing process keeps glibc's threshold: gRPC
- * reads into 64 KiB slices, and a mapping and an unmapping each cost 10 %
- * of a 20 MB sync's CPU (issue 25, target 3).
+ * reads into 64 KiB slices, and mapping and unmapping each of them cost
+ * a tenth of a 20 MB sync's CPU (issue 25, target 3).
  */
 void tool_proc_init(int many_peers);
 
