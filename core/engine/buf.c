@@ -81,11 +81,25 @@ size_t mcp_msg_iov(const mcp_msg *msg, const mcp_iovec **iov) {
   return msg->niov;
 }
 
-void mcp_msg_flatten(const mcp_msg *msg, uint8_t *dest) {
-  for (size_t i = 0; i < msg->niov; ++i) {
-    memcpy(dest, msg->iov[i].base, msg->iov[i].len);
-    dest += msg->iov[i].len;
+size_t mcp_iov_len(const mcp_iovec *iov, size_t n) {
+  size_t len = 0;
+  for (size_t i = 0; i < n; ++i) {
+    len += iov[i].len;
   }
+  return len;
+}
+
+void mcp_iov_flatten(const mcp_iovec *iov, size_t n, uint8_t *dest) {
+  for (size_t i = 0; i < n; ++i) {
+    if (iov[i].len) {
+      memcpy(dest, iov[i].base, iov[i].len);
+      dest += iov[i].len;
+    }
+  }
+}
+
+void mcp_msg_flatten(const mcp_msg *msg, uint8_t *dest) {
+  mcp_iov_flatten(msg->iov, msg->niov, dest);
 }
 
 const char *mcp_msg_collection(const mcp_msg *msg) { return msg->collection; }

@@ -103,23 +103,14 @@ void mcp_stream_recv_iov(mcp_stream *st, const mcp_iovec *iov, size_t niov,
     }
     return;
   }
-  size_t len = 0;
-  for (size_t i = 0; i < niov; ++i) {
-    len += iov[i].len;
-  }
+  size_t len = mcp_iov_len(iov, niov);
   uint8_t *flat = mcp_mem_malloc(&st->mem, len ? len : 1);
   if (!flat) {
     st->received++;
     st->err = MCP_ERR_NOMEM;
     return;
   }
-  size_t off = 0;
-  for (size_t i = 0; i < niov; ++i) {
-    if (iov[i].len) {
-      memcpy(flat + off, iov[i].base, iov[i].len);
-      off += iov[i].len;
-    }
-  }
+  mcp_iov_flatten(iov, niov, flat);
   mcp_stream_recv(st, flat, len, ts);
   mcp_mem_free(&st->mem, flat);
 }

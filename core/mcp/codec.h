@@ -161,6 +161,7 @@ typedef struct envelope {
   span *res, *rem;
   size_t nres, nrem;
   uint8_t *scratch; /* the fields that crossed fragments, copied */
+  size_t len;       /* the message's bytes */
 } envelope;
 
 /* Reads the envelope of a push of |service|, the bytes of |iov| in order,

@@ -205,10 +205,7 @@ static int frag_field_next(frags *r, size_t *left, mcp_wire_field *fd) {
 static int parse(const mcp_mem *m, mcp_service service, const mcp_iovec *iov,
                  size_t niov, envelope *env) {
   const mcp_codec *cd = &mcp__codecs[service];
-  size_t len = 0;
-  for (size_t i = 0; i < niov; ++i) {
-    len += iov[i].len;
-  }
+  size_t len = env->len = mcp_iov_len(iov, niov);
   for (int pass = 0; pass < 2; ++pass) {
     frags r = {iov, niov, 0, niov ? iov[0].base : NULL, env->scratch, 0};
     size_t nres = 0, nrem = 0, left = len;

@@ -738,16 +738,13 @@ int mcp_sink_session_recv_iov(mcp_sink_session *s, const mcp_iovec *iov,
   const mcp_mem *m = &st->mem;
   assert(ts >= s->last_ts && "time went backwards");
   s->last_ts = ts;
-  s->recv_len = 0;
-  for (size_t i = 0; i < niov; ++i) {
-    s->recv_len += iov[i].len;
-  }
   work w;
   memset(&w, 0, sizeof(w));
   int rv = mcp__push_parse(m, st->service, iov, niov, &w.env);
   if (rv != 0) {
     return rv;
   }
+  s->recv_len = w.env.len;
   envelope *env = &w.env;
   if (st->service == MCP_SERVICE_AGGREGATED_INCREMENTAL) {
     attribute_type(s, env);

@@ -34,12 +34,7 @@ static void msg_ref_release(void *p) {
 
 static grpc_slice copy_run(const mcp_iovec *iov, size_t n, size_t len) {
   grpc_slice s = grpc_slice_malloc(len);
-  uint8_t *p = GRPC_SLICE_START_PTR(s);
-  for (size_t i = 0; i < n; i++) {
-    if (iov[i].len > 0)
-      memcpy(p, iov[i].base, iov[i].len);
-    p += iov[i].len;
-  }
+  mcp_iov_flatten(iov, n, GRPC_SLICE_START_PTR(s));
   return s;
 }
 

@@ -496,6 +496,12 @@ typedef struct mcp_iovec {
   size_t len;
 } mcp_iovec;
 
+/* The bytes of |n| fragments (0.10.0). */
+MCP_EXTERN size_t mcp_iov_len(const mcp_iovec *iov, size_t n);
+/* Copies |n| fragments, in order, into |dest| (room for mcp_iov_len()
+ * bytes; NULL when that is 0). An empty fragment's base may be NULL. */
+MCP_EXTERN void mcp_iov_flatten(const mcp_iovec *iov, size_t n, uint8_t *dest);
+
 /*
  * One encoded protobuf message, ready to be framed and sent: the
  * concatenation of its fragments. Fragments of resources are shared with
