@@ -798,15 +798,21 @@ static mcp_stream_ops script_ops(unsigned flags) {
   return o;
 }
 
-static mcp_stream *stream_new(const mcp_stream_ops *ops, script *s,
-                              int *deleted) {
+/* |mem| NULL: the C library. */
+static mcp_stream *stream_new_mem(const mcp_stream_ops *ops, script *s,
+                                  int *deleted, const mcp_mem *mem) {
   s->deleted = deleted;
   if (!s->expiry) {
     s->expiry = MCP_TSTAMP_MAX;
   }
   mcp_stream *st = NULL;
-  ck_assert_int_eq(mcp_stream_new(&st, ops, s, NULL, 0), 0);
+  ck_assert_int_eq(mcp_stream_new(&st, ops, s, mem, 0), 0);
   return st;
+}
+
+static mcp_stream *stream_new(const mcp_stream_ops *ops, script *s,
+                              int *deleted) {
+  return stream_new_mem(ops, s, deleted, NULL);
 }
 
 #define PUMP(st, ts, can_send)                                               \
@@ -881,10 +887,7 @@ START_TEST(test_stream_recv_iov_joins_for_a_session_that_reads_one_buffer) {
   mcp_msg *msg = NULL;
   th_mem m;
   th_mem_init(&m, 0);
-  mcp_stream *st = NULL;
-  s.expiry = MCP_TSTAMP_MAX;
-  s.deleted = &deleted;
-  ck_assert_int_eq(mcp_stream_new(&st, &ops, &s, &m.mem, 0), 0);
+  mcp_stream *st = stream_new_mem(&ops, &s, &deleted, &m.mem);
   ck_assert_int_eq(mcp_stream_takes_iov(st), 0);
   mcp_stream_recv_iov(st, three, 3, 0);
   ck_assert_int_eq(s.received, 1);

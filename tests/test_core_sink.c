@@ -1968,13 +1968,9 @@ static void run_cut(int incremental, const uint8_t *p, size_t n,
   o->sn = f.sn;
   mcp_msg *msg;
   while (mcp_sink_session_next(f.s, &msg) == 1) {
-    const mcp_iovec *mv;
-    size_t k = mcp_msg_iov(msg, &mv);
-    for (size_t i = 0; i < k; ++i) {
-      ck_assert_uint_le(o->nanswers + mv[i].len, sizeof(o->answers));
-      memcpy(o->answers + o->nanswers, mv[i].base, mv[i].len);
-      o->nanswers += mv[i].len;
-    }
+    ck_assert_uint_le(o->nanswers + mcp_msg_len(msg), sizeof(o->answers));
+    mcp_msg_flatten(msg, o->answers + o->nanswers);
+    o->nanswers += mcp_msg_len(msg);
     mcp_msg_free(msg);
   }
   fx_close(&f);
@@ -2048,6 +2044,61 @@ START_TEST(push_in_fragments_reads_as_one_buffer) {
   static const uint8_t garbage[] = {0x0a, 0x05, 0x01};
   bb_field(&b, 3, garbage, sizeof(garbage));
   ck_assert_int_eq(cuts_read_as_one(0, &b), 0);
+}
+END_TEST
+
+/* A push cut inside its second resource (whose copy needs the scratch
+ * buffer), under every allocation failure of its receive: NOMEM with
+ * nothing held and nothing leaked, or the ACK. The same cut inside a
+ * field that only its copy shows to be malformed (a six-byte tag):
+ * MALFORMED, nothing leaked. */
+START_TEST(push_in_fragments_survives_every_allocation_failure) {
+  for (int malformed = 0; malformed < 2; ++malformed) {
+    for (long k = 1;; ++k) {
+      th_mem m;
+      th_mem_init(&m, 0);
+      mcp_sink_options o;
+      mcp_sink_options_default(&o);
+      o.collections = COLLS;
+      o.ncollections = 2;
+      o.mem = &m.mem;
+      mcp_sink_state *st;
+      ck_assert_int_eq(mcp_sink_state_new(&st, &o), 0);
+      mcp_sink_session *s;
+      ck_assert_int_eq(mcp_sink_session_new(&s, st, 1), 0);
+      mcp_msg *msg;
+      while (mcp_sink_session_next(s, &msg) == 1)
+        mcp_msg_free(msg);
+      bb b;
+      bb_push(&b, COLLS[0], "1", 0, "sv-1");
+      bb_good(&b, "a", "1");
+      size_t cut = b.n + 5;
+      if (malformed) {
+        static const uint8_t long_tag[] = {0x9a, 0x80, 0x80, 0x80, 0x80,
+                                           0x00, 0x03, 'a', 'b', 'c'};
+        bb_put(&b, long_tag, sizeof(long_tag));
+      } else {
+        bb_good(&b, "b", "1");
+      }
+      mcp_iovec iov[2] = {{b.p, cut}, {b.p + cut, b.n - cut}};
+      m.fail_at = m.count + k; /* the k-th allocation of the receive */
+      int rv = mcp_sink_session_recv_iov(s, iov, 2, 2);
+      int failed = m.failed;
+      m.fail_at = 0;
+      free(b.p);
+      if (malformed) {
+        ck_assert_int_eq(rv, failed ? MCP_ERR_NOMEM : MCP_ERR_MALFORMED);
+      } else {
+        ck_assert_int_eq(rv, failed ? MCP_ERR_NOMEM : 0);
+        ck_assert_uint_eq(mcp_sink_state_count(st, COLLS[0]), failed ? 0 : 2);
+      }
+      mcp_sink_session_del(s);
+      mcp_sink_state_del(st);
+      ck_assert_int_eq(m.live, 0);
+      if (!failed)
+        break;
+    }
+  }
 }
 END_TEST
 
@@ -2139,6 +2190,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, resource_decode_refuses_bad_bytes_and_allocates_nothing);
   tcase_add_test(tc, push_in_fragments_reads_as_one_buffer);
   tcase_add_test(tc, malformed_push_in_fragments_is_malformed_as_one_buffer);
+  tcase_add_test(tc, push_in_fragments_survives_every_allocation_failure);
   suite_add_tcase(s, tc);
   return s;
 }
