@@ -1268,24 +1268,30 @@ START_TEST(nack_lists_leave_out_only_what_cannot_be_shown) {
 }
 END_TEST
 
+/* A sink whose every allocation |m| counts (and can fail), its session
+ * open and its initial requests taken. */
+static void counted_sink(th_mem *m, mcp_sink_state **st, mcp_sink_session **s) {
+  th_mem_init(m, 0);
+  mcp_sink_options o;
+  mcp_sink_options_default(&o);
+  o.collections = COLLS;
+  o.ncollections = 2;
+  o.mem = &m->mem;
+  ck_assert_int_eq(mcp_sink_state_new(st, &o), 0);
+  ck_assert_int_eq(mcp_sink_session_new(s, *st, 1), 0);
+  mcp_msg *msg;
+  while (mcp_sink_session_next(*s, &msg) == 1)
+    mcp_msg_free(msg);
+}
+
 /* The same NACK under every allocation failure of its receive: NOMEM and
  * nothing leaked (the hidden resources' marks included), or the NACK. */
 START_TEST(nack_lists_survive_every_allocation_failure) {
   for (long k = 1;; ++k) {
     th_mem m;
-    th_mem_init(&m, 0);
-    mcp_sink_options o;
-    mcp_sink_options_default(&o);
-    o.collections = COLLS;
-    o.ncollections = 2;
-    o.mem = &m.mem;
     mcp_sink_state *st;
-    ck_assert_int_eq(mcp_sink_state_new(&st, &o), 0);
     mcp_sink_session *s;
-    ck_assert_int_eq(mcp_sink_session_new(&s, st, 1), 0);
-    mcp_msg *msg;
-    while (mcp_sink_session_next(s, &msg) == 1)
-      mcp_msg_free(msg);
+    counted_sink(&m, &st, &s);
     bb b;
     bb_push(&b, COLLS[0], "1", 0, "sv-1");
     bb_good(&b, "a", "2");
@@ -2056,19 +2062,9 @@ START_TEST(push_in_fragments_survives_every_allocation_failure) {
   for (int malformed = 0; malformed < 2; ++malformed) {
     for (long k = 1;; ++k) {
       th_mem m;
-      th_mem_init(&m, 0);
-      mcp_sink_options o;
-      mcp_sink_options_default(&o);
-      o.collections = COLLS;
-      o.ncollections = 2;
-      o.mem = &m.mem;
       mcp_sink_state *st;
-      ck_assert_int_eq(mcp_sink_state_new(&st, &o), 0);
       mcp_sink_session *s;
-      ck_assert_int_eq(mcp_sink_session_new(&s, st, 1), 0);
-      mcp_msg *msg;
-      while (mcp_sink_session_next(s, &msg) == 1)
-        mcp_msg_free(msg);
+      counted_sink(&m, &st, &s);
       bb b;
       bb_push(&b, COLLS[0], "1", 0, "sv-1");
       bb_good(&b, "a", "1");
