@@ -1284,10 +1284,37 @@ static void counted_sink(th_mem *m, mcp_sink_state **st, mcp_sink_session **s) {
     mcp_msg_free(msg);
 }
 
+/* Receives |b| (in two fragments cut at |cut|; 0: one buffer) with the
+ * k-th allocation of the receive failing, then frees |b|. Returns whether
+ * that allocation came (else the receive needed fewer than k). */
+static int recv_failing(th_mem *m, long k, mcp_sink_session *s, bb *b,
+                        size_t cut, int *rv) {
+  m->fail_at = m->count + k;
+  if (cut) {
+    mcp_iovec iov[2] = {{b->p, cut}, {b->p + cut, b->n - cut}};
+    *rv = mcp_sink_session_recv_iov(s, iov, 2, 2);
+  } else {
+    *rv = mcp_sink_session_recv(s, b->p, b->n, 2);
+  }
+  int failed = m->failed;
+  m->fail_at = 0;
+  free(b->p);
+  return failed;
+}
+
+/* counted_sink()'s end: everything it allocated is freed. */
+static void counted_sink_del(th_mem *m, mcp_sink_state *st,
+                             mcp_sink_session *s) {
+  mcp_sink_session_del(s);
+  mcp_sink_state_del(st);
+  ck_assert_int_eq(m->live, 0);
+}
+
 /* The same NACK under every allocation failure of its receive: NOMEM and
  * nothing leaked (the hidden resources' marks included), or the NACK. */
 START_TEST(nack_lists_survive_every_allocation_failure) {
-  for (long k = 1;; ++k) {
+  long k;
+  for (k = 1;; ++k) {
     th_mem m;
     mcp_sink_state *st;
     mcp_sink_session *s;
@@ -1300,18 +1327,14 @@ START_TEST(nack_lists_survive_every_allocation_failure) {
                   .body = "b"};
     bb_resource(&b, &bad8);
     bb_good(&b, "a", "3");
-    m.fail_at = m.count + k; /* the k-th allocation of the receive */
-    int rv = mcp_sink_session_recv(s, b.p, b.n, 2);
-    int failed = m.failed;
-    m.fail_at = 0;
-    free(b.p);
+    int rv;
+    int failed = recv_failing(&m, k, s, &b, 0, &rv);
     ck_assert_int_eq(rv, failed ? MCP_ERR_NOMEM : 0);
-    mcp_sink_session_del(s);
-    mcp_sink_state_del(st);
-    ck_assert_int_eq(m.live, 0);
+    counted_sink_del(&m, st, s);
     if (!failed)
       break;
   }
+  ck_assert_int_gt(k, 1); /* the receive allocates: failures were tried */
 }
 END_TEST
 
@@ -2060,7 +2083,8 @@ END_TEST
  * MALFORMED, nothing leaked. */
 START_TEST(push_in_fragments_survives_every_allocation_failure) {
   for (int malformed = 0; malformed < 2; ++malformed) {
-    for (long k = 1;; ++k) {
+    long k;
+    for (k = 1;; ++k) {
       th_mem m;
       mcp_sink_state *st;
       mcp_sink_session *s;
@@ -2076,24 +2100,19 @@ START_TEST(push_in_fragments_survives_every_allocation_failure) {
       } else {
         bb_good(&b, "b", "1");
       }
-      mcp_iovec iov[2] = {{b.p, cut}, {b.p + cut, b.n - cut}};
-      m.fail_at = m.count + k; /* the k-th allocation of the receive */
-      int rv = mcp_sink_session_recv_iov(s, iov, 2, 2);
-      int failed = m.failed;
-      m.fail_at = 0;
-      free(b.p);
+      int rv;
+      int failed = recv_failing(&m, k, s, &b, cut, &rv);
       if (malformed) {
         ck_assert_int_eq(rv, failed ? MCP_ERR_NOMEM : MCP_ERR_MALFORMED);
       } else {
         ck_assert_int_eq(rv, failed ? MCP_ERR_NOMEM : 0);
         ck_assert_uint_eq(mcp_sink_state_count(st, COLLS[0]), failed ? 0 : 2);
       }
-      mcp_sink_session_del(s);
-      mcp_sink_state_del(st);
-      ck_assert_int_eq(m.live, 0);
+      counted_sink_del(&m, st, s);
       if (!failed)
         break;
     }
+    ck_assert_int_gt(k, 1); /* the receive allocates: failures were tried */
   }
 }
 END_TEST
