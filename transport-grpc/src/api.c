@@ -155,7 +155,7 @@ static int valid(const mcp_grpc_options *opts) {
 }
 
 static int submit(mcp_grpc_ep *ep, mcp_grpc_job *tmpl) {
-  if (tmpl->sync)
+  if (tmpl->q.sync)
     return mcp_grpc_ep_submit(ep, tmpl);
   mcp_grpc_job *job = mcp_grpc_malloc(&ep->mem, sizeof(*job));
   if (!job)
@@ -184,7 +184,7 @@ static void count_stream(const mcp_grpc_stream_info *info, void *ud) {
 static int streams(mcp_grpc_ep *ep, mcp_grpc_stream_fn fn, void *user_data) {
   stream_count c = {fn, user_data, 0};
   mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STREAMS, .stream_fn = count_stream,
-                      .user_data = &c, .sync = 1};
+                      .user_data = &c, .q.sync = 1};
   int rv = submit(ep, &job);
   return rv < 0 ? rv : c.n;
 }
@@ -195,7 +195,7 @@ static int stats(mcp_grpc_ep *ep, int version, mcp_grpc_stats *st) {
   mcp_grpc_stats full;
   memset(&full, 0, sizeof(full));
   mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STATS, .user_data = &full,
-                      .sync = 1};
+                      .q.sync = 1};
   int rv = submit(ep, &job);
   return rv < 0 ? rv : mcp_transport_stats_write(st, version, &full);
 }
@@ -272,7 +272,7 @@ int mcp_grpc_source_call(mcp_grpc_source *src, mcp_grpc_store_fn fn,
   if (!fn)
     return MCP_ERR_INVALID_ARGUMENT;
   mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STORE, .store_fn = fn,
-                      .user_data = user_data, .sync = 1};
+                      .user_data = user_data, .q.sync = 1};
   return submit(&src->ep, &job);
 }
 
@@ -334,7 +334,7 @@ int mcp_grpc_sink_call(mcp_grpc_sink *sink, mcp_grpc_state_fn fn,
   if (!fn)
     return MCP_ERR_INVALID_ARGUMENT;
   mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STATE, .state_fn = fn,
-                      .user_data = user_data, .sync = 1};
+                      .user_data = user_data, .q.sync = 1};
   return submit(&sink->ep, &job);
 }
 
@@ -414,7 +414,7 @@ int mcp_grpc_client_call(mcp_grpc_client *c, mcp_grpc_run_fn fn,
   if (!fn)
     return MCP_ERR_INVALID_ARGUMENT;
   mcp_grpc_job job = {.kind = MCP_GRPC_JOB_RUN, .run_fn = fn,
-                      .user_data = user_data, .sync = 1};
+                      .user_data = user_data, .q.sync = 1};
   return submit(&c->ep, &job);
 }
 

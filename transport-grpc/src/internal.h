@@ -10,6 +10,9 @@
 #include "mcp/engine.h"
 #include "mcp/grpc.h"
 
+#include "hugepage.h"
+#include "jobq.h"
+
 #define MCP_GRPC_CONTAINER(ptr, type, member)                                \
   ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
 
@@ -22,10 +25,9 @@ void *mcp_grpc_calloc(const mcp_mem *m, size_t nmemb, size_t size);
 void *mcp_grpc_realloc(const mcp_mem *m, void *p, size_t n);
 void mcp_grpc_free(const mcp_mem *m, void *p); /* NULL is a no-op */
 char *mcp_grpc_strdup(const mcp_mem *m, const char *s);
-/* As mcp_h2c_hint_large(): transparent huge pages for a buffer of |len|
- * bytes at |p| about to be written whole (a received message joined);
- * nothing observable changes; nothing below MCP_GRPC_LARGE bytes. */
-#define MCP_GRPC_LARGE ((size_t)4 << 20)
+/* common/hugepage.h's hint, for a received message joined (mem.c
+ * defines what the hint needs). */
+#define MCP_GRPC_LARGE MCP_HINT_LARGE
 void mcp_grpc_hint_large(void *p, size_t len);
 
 /* Every completion-queue tag is one of these, embedded in the object that
@@ -58,15 +60,13 @@ typedef enum mcp_grpc_job_kind {
 } mcp_grpc_job_kind;
 
 typedef struct mcp_grpc_job {
-  struct mcp_grpc_job *next;
+  mcp_jobq_job q; /* first: the queue's part (common/jobq.h) */
   mcp_grpc_job_kind kind;
   mcp_grpc_store_fn store_fn;
   mcp_grpc_state_fn state_fn;
   mcp_grpc_stream_fn stream_fn;
   mcp_grpc_run_fn run_fn;
   void *user_data;
-  int sync; /* the caller waits for |done|; the job is on its stack */
-  int done;
 } mcp_grpc_job;
 
 typedef struct mcp_grpc_ep mcp_grpc_ep;
@@ -166,12 +166,8 @@ struct mcp_grpc_ep {
   mcp_side *side;
 
   /* Shared with other threads, under |mu|. */
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  mcp_grpc_job *jobs, **jobs_tail;
-  size_t queued; /* asynchronous jobs in |jobs| */
+  mcp_jobq jobs;    /* its lock also guards |wake_pending| */
   int wake_pending; /* a wake-up call is in flight */
-  int closing;      /* del() was called: no more jobs */
 
   /* Transport thread only (and new/del around its life). */
   pthread_t thread;

@@ -21,18 +21,20 @@ static void wake_done(mcp_grpc_tag *tag, int ok) {
   grpc_slice_unref(ep->wake_details);
   /* Cleared before the loop takes the job list, so a job queued after the
    * take always starts a new wake-up. */
-  pthread_mutex_lock(&ep->mu);
+  pthread_mutex_lock(&ep->jobs.mu);
   ep->wake_pending = 0;
-  pthread_mutex_unlock(&ep->mu);
+  pthread_mutex_unlock(&ep->jobs.mu);
 }
 
 /*
  * Wakes the transport thread out of grpc_completion_queue_next(). gRPC's C
  * core has no public alarm (grpc_alarm is C++ only), so a call on a lame
  * channel stands in: it fails at once and posts its tag to our queue.
- * At most one is in flight. Called with |ep->mu| held.
+ * At most one is in flight. Called with the queue's lock held (its wake
+ * function).
  */
-static void wake_locked(mcp_grpc_ep *ep) {
+static void wake_locked(void *user_data) {
+  mcp_grpc_ep *ep = user_data;
   if (ep->wake_pending)
     return;
   ep->wake_pending = 1;
@@ -55,32 +57,7 @@ static void wake_locked(mcp_grpc_ep *ep) {
 }
 
 int mcp_grpc_ep_submit(mcp_grpc_ep *ep, mcp_grpc_job *job) {
-  if (job->sync && current_ep == ep)
-    return MCP_ERR_INVALID_ARGUMENT;
-  pthread_mutex_lock(&ep->mu);
-  if (ep->closing) {
-    pthread_mutex_unlock(&ep->mu);
-    return MCP_ERR_CLOSED;
-  }
-  if (!job->sync) {
-    if (ep->opts.max_queued_updates &&
-        ep->queued >= ep->opts.max_queued_updates) {
-      pthread_mutex_unlock(&ep->mu);
-      return MCP_ERR_LIMIT;
-    }
-    ep->queued++;
-  }
-  job->next = NULL;
-  job->done = 0;
-  *ep->jobs_tail = job;
-  ep->jobs_tail = &job->next;
-  /* Also from the loop thread: a callback run from the tick would
-   * otherwise leave the job waiting for the next event. */
-  wake_locked(ep);
-  while (job->sync && !job->done)
-    pthread_cond_wait(&ep->cv, &ep->mu);
-  pthread_mutex_unlock(&ep->mu);
-  return 0;
+  return mcp_jobq_submit(&ep->jobs, &job->q, current_ep == ep);
 }
 
 void mcp_grpc_stream_info_fill(const mcp_grpc_stream *s,
@@ -157,28 +134,17 @@ static void run_job(mcp_grpc_ep *ep, mcp_grpc_job *job) {
 }
 
 static void run_jobs(mcp_grpc_ep *ep) {
-  pthread_mutex_lock(&ep->mu);
-  mcp_grpc_job *job = ep->jobs;
-  ep->jobs = NULL;
-  ep->jobs_tail = &ep->jobs;
-  ep->queued = 0;
-  int closing = ep->closing;
-  pthread_mutex_unlock(&ep->mu);
-
-  if (job)
+  int closing;
+  mcp_jobq_job *q = mcp_jobq_take(&ep->jobs, &closing);
+  if (q)
     ep->all_dirty = 1; /* the store or state may have changed */
-  while (job) {
-    mcp_grpc_job *next = job->next;
+  while (q) {
+    mcp_jobq_job *next = q->next;
+    mcp_grpc_job *job = MCP_GRPC_CONTAINER(q, mcp_grpc_job, q);
     run_job(ep, job);
-    if (job->sync) {
-      pthread_mutex_lock(&ep->mu);
-      job->done = 1; /* the waiter may free |job| from here on */
-      pthread_cond_broadcast(&ep->cv);
-      pthread_mutex_unlock(&ep->mu);
-    } else {
+    if (mcp_jobq_done(&ep->jobs, q))
       mcp_grpc_free(&ep->mem, job);
-    }
-    job = next;
+    q = next;
   }
 
   /* Jobs queued before del() ran above; now shut down. */
@@ -195,9 +161,9 @@ static int finished(mcp_grpc_ep *ep) {
   if (ep->server || ep->nchans || ep->streams ||
       ep->accept_pending)
     return 0;
-  pthread_mutex_lock(&ep->mu);
+  pthread_mutex_lock(&ep->jobs.mu);
   int busy = ep->wake_pending;
-  pthread_mutex_unlock(&ep->mu);
+  pthread_mutex_unlock(&ep->jobs.mu);
   return !busy;
 }
 
@@ -284,15 +250,11 @@ static void cq_destroy(grpc_completion_queue *cq) {
 
 int mcp_grpc_ep_start(mcp_grpc_ep *ep) {
   int rv;
-  ep->jobs_tail = &ep->jobs;
   ep->wake_tag.fn = wake_done;
   ep->now = mcp_grpc_now();
-  if (pthread_mutex_init(&ep->mu, NULL) != 0)
+  if (mcp_jobq_init(&ep->jobs, ep->opts.max_queued_updates, wake_locked,
+                    ep) != 0)
     return MCP_ERR_NOMEM;
-  if (pthread_cond_init(&ep->cv, NULL) != 0) {
-    pthread_mutex_destroy(&ep->mu);
-    return MCP_ERR_NOMEM;
-  }
   ep->cq = grpc_completion_queue_create_for_next(NULL);
   ep->lame = grpc_lame_client_channel_create(
       "mcp-grpc-wake", GRPC_STATUS_UNAVAILABLE, "wake-up");
@@ -332,21 +294,16 @@ fail:
   mcp_grpc_admit_fini(ep);
   grpc_channel_destroy(ep->lame);
   cq_destroy(ep->cq);
-  pthread_cond_destroy(&ep->cv);
-  pthread_mutex_destroy(&ep->mu);
+  mcp_jobq_fini(&ep->jobs);
   return rv;
 }
 
 void mcp_grpc_ep_stop(mcp_grpc_ep *ep) {
-  pthread_mutex_lock(&ep->mu);
-  ep->closing = 1;
-  wake_locked(ep);
-  pthread_mutex_unlock(&ep->mu);
+  mcp_jobq_close(&ep->jobs, 1);
   pthread_join(ep->thread, NULL);
   /* The loop left after the queue's shutdown event: it is drained. */
   grpc_completion_queue_destroy(ep->cq);
   grpc_channel_destroy(ep->lame);
   mcp_grpc_admit_fini(ep); /* every stream is gone */
-  pthread_cond_destroy(&ep->cv);
-  pthread_mutex_destroy(&ep->mu);
+  mcp_jobq_fini(&ep->jobs);
 }

@@ -5,7 +5,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "internal.h"
 
@@ -40,17 +39,4 @@ char *mcp_grpc_strdup(const mcp_mem *m, const char *s) {
   return d;
 }
 
-void mcp_grpc_hint_large(void *p, size_t len) {
-#ifdef MADV_HUGEPAGE
-  /* 2 MiB: the x86-64 and arm64 huge page; the advice covers whole pages
-   * of the range only. */
-  const uintptr_t page = (uintptr_t)2 << 20;
-  uintptr_t a = ((uintptr_t)p + page - 1) & ~(page - 1);
-  uintptr_t e = ((uintptr_t)p + len) & ~(page - 1);
-  if (p && len >= MCP_GRPC_LARGE && e > a)
-    (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
-#else
-  (void)p;
-  (void)len;
-#endif
-}
+void mcp_grpc_hint_large(void *p, size_t len) { mcp_hint_large(p, len); }

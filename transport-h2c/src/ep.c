@@ -143,16 +143,12 @@ void mcp_h2c_ep_schedule(mcp_h2c_ep *ep) {
 }
 
 static void run_jobs(mcp_h2c_ep *ep) {
-  uv_mutex_lock(&ep->mu);
-  mcp_h2c_job *job = ep->jobs;
-  ep->jobs = NULL;
-  ep->jobs_tail = &ep->jobs;
-  ep->queued = 0;
-  uv_mutex_unlock(&ep->mu);
-  if (!job)
+  mcp_jobq_job *q = mcp_jobq_take(&ep->jobs, NULL);
+  if (!q)
     return;
-  while (job) {
-    mcp_h2c_job *next = job->next;
+  while (q) {
+    mcp_jobq_job *next = q->next;
+    mcp_h2c_job *job = MCP_H2C_CONTAINER(q, mcp_h2c_job, q);
     mcp_tstamp now = mcp_h2c_now();
     if (job->kind == MCP_H2C_JOB_STORE)
       job->store_fn(ep->source_opts.store, now, job->user_data);
@@ -160,15 +156,9 @@ static void run_jobs(mcp_h2c_ep *ep) {
       job->run_fn(now, job->user_data);
     else
       job->state_fn(ep->state, now, job->user_data);
-    if (job->sync) {
-      uv_mutex_lock(&ep->mu);
-      job->done = 1; /* the waiter may free |job| from here on */
-      uv_cond_broadcast(&ep->cv);
-      uv_mutex_unlock(&ep->mu);
-    } else {
+    if (mcp_jobq_done(&ep->jobs, q))
       mcp_h2c_free(&ep->mem, job);
-    }
-    job = next;
+    q = next;
   }
   ep->notify_all = 1; /* the store or state may have changed */
   mcp_h2c_ep_schedule(ep);
@@ -176,41 +166,26 @@ static void run_jobs(mcp_h2c_ep *ep) {
 
 static void on_async(uv_async_t *h) { run_jobs(h->data); }
 
+/* The queue's wake function. Under the queue's lock: del() closes the
+ * handle only after closing the queue under it. */
+static void wake(void *user_data) {
+  mcp_h2c_ep *ep = user_data;
+  uv_async_send(&ep->async);
+}
+
 static int submit(mcp_h2c_ep *ep, mcp_h2c_job *tmpl) {
   uv_thread_t self = uv_thread_self();
-  if (tmpl->sync && uv_thread_equal(&self, &ep->loop_thread))
-    return MCP_ERR_INVALID_ARGUMENT;
-  mcp_h2c_job *job = tmpl;
-  if (!tmpl->sync) {
-    job = mcp_h2c_malloc(&ep->mem, sizeof(*job));
-    if (!job)
-      return MCP_ERR_NOMEM;
-    *job = *tmpl;
-  }
-  job->next = NULL;
-  job->done = 0;
-  uv_mutex_lock(&ep->mu);
-  int err = ep->closing ? MCP_ERR_CLOSED : 0;
-  if (!err && !job->sync && ep->opts.max_queued_updates &&
-      ep->queued >= ep->opts.max_queued_updates)
-    err = MCP_ERR_LIMIT;
-  if (err) {
-    uv_mutex_unlock(&ep->mu);
-    if (job != tmpl)
-      mcp_h2c_free(&ep->mem, job);
-    return err;
-  }
-  if (!job->sync)
-    ep->queued++;
-  *ep->jobs_tail = job;
-  ep->jobs_tail = &job->next;
-  /* Under the lock: del() closes the handle only after setting
-   * |closing| under it. */
-  uv_async_send(&ep->async);
-  while (job->sync && !job->done)
-    uv_cond_wait(&ep->cv, &ep->mu);
-  uv_mutex_unlock(&ep->mu);
-  return 0;
+  int on_loop = uv_thread_equal(&self, &ep->loop_thread);
+  if (tmpl->q.sync)
+    return mcp_jobq_submit(&ep->jobs, &tmpl->q, on_loop);
+  mcp_h2c_job *job = mcp_h2c_malloc(&ep->mem, sizeof(*job));
+  if (!job)
+    return MCP_ERR_NOMEM;
+  *job = *tmpl;
+  int rv = mcp_jobq_submit(&ep->jobs, &job->q, on_loop);
+  if (rv < 0)
+    mcp_h2c_free(&ep->mem, job);
+  return rv;
 }
 
 /* ------------------------------------------------------------------ */
@@ -295,8 +270,7 @@ static int start_tls(mcp_h2c_ep *ep, const mcp_h2c_options *opts) {
 static void ep_free(mcp_h2c_ep *ep) {
   void (*on_closed)(void *) = ep->opts.on_closed;
   void *ud = ep->opts.user_data;
-  uv_mutex_destroy(&ep->mu);
-  uv_cond_destroy(&ep->cv);
+  mcp_jobq_fini(&ep->jobs);
   mcp_h2c_free(&ep->mem, ep->address);
   mcp_h2c_free(&ep->mem, ep->authority);
   mcp_h2c_free(&ep->mem, ep->slots);
@@ -375,7 +349,6 @@ static int ep_start(mcp_h2c_ep *ep, uv_loop_t *loop,
   ep->opts.authority = NULL;
   ep->opts.services = ep->services; /* the copies (copy_services()) */
   ep->no_mcp = opts->no_mcp;
-  ep->jobs_tail = &ep->jobs;
   ep->loop_thread = uv_thread_self();
   mcp_h2c_options *o = &ep->opts;
   if (o->max_recv_message_size < 0)
@@ -461,12 +434,10 @@ static int ep_start(mcp_h2c_ep *ep, uv_loop_t *loop,
     mcp_side_set_backoff(ep->side, &o->backoff, o->rand, o->rand_user_data,
                          mcp_h2c_now());
 
-  if (uv_mutex_init(&ep->mu) != 0)
+  if (mcp_jobq_init(&ep->jobs, o->max_queued_updates, wake, ep) != 0)
     goto fail_strings;
-  if (uv_cond_init(&ep->cv) != 0)
-    goto fail_mutex;
   if (uv_async_init(loop, &ep->async, on_async) != 0)
-    goto fail_cond;
+    goto fail_queue;
   ep->async.data = ep;
   uv_unref((uv_handle_t *)&ep->async); /* jobs alone keep no loop alive */
   uv_idle_init(loop, &ep->idle);
@@ -489,10 +460,8 @@ static int ep_start(mcp_h2c_ep *ep, uv_loop_t *loop,
   }
   return rv;
 
-fail_cond:
-  uv_cond_destroy(&ep->cv);
-fail_mutex:
-  uv_mutex_destroy(&ep->mu);
+fail_queue:
+  mcp_jobq_fini(&ep->jobs);
 fail_strings:
   free_tls(ep);
   mcp_h2c_addr_free(&ep->addr);
@@ -504,9 +473,7 @@ fail_strings:
 /* Frees every session now, ends the streams, closes what can be closed
  * now and lets the rest drain on the loop. */
 static void shutdown_ep(mcp_h2c_ep *ep) {
-  uv_mutex_lock(&ep->mu);
-  ep->closing = 1;
-  uv_mutex_unlock(&ep->mu);
+  mcp_jobq_close(&ep->jobs, 0);
   run_jobs(ep); /* queued before del(): run, as the gRPC transport does */
 
   int listen = ep->opts.mode == MCP_H2C_LISTEN;
@@ -600,7 +567,7 @@ static int submit_fn(mcp_h2c_ep *ep, mcp_h2c_job *job, void *user_data,
   if (!job->store_fn && !job->state_fn && !job->run_fn)
     return MCP_ERR_INVALID_ARGUMENT;
   job->user_data = user_data;
-  job->sync = sync;
+  job->q.sync = sync;
   return submit(ep, job);
 }
 

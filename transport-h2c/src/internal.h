@@ -12,6 +12,7 @@
 
 #include "mcp/h2c.h"
 #include "deframe.h"
+#include "jobq.h"
 #include "util.h"
 
 #define MCP_H2C_CONTAINER(ptr, type, member)                                 \
@@ -221,14 +222,12 @@ typedef enum mcp_h2c_job_kind {
 } mcp_h2c_job_kind;
 
 typedef struct mcp_h2c_job {
-  struct mcp_h2c_job *next;
+  mcp_jobq_job q; /* first: the queue's part (common/jobq.h) */
   mcp_h2c_job_kind kind;
   mcp_h2c_store_fn store_fn;
   mcp_h2c_state_fn state_fn;
   mcp_h2c_run_fn run_fn;
   void *user_data;
-  int sync; /* the caller waits for |done|; the job is on its stack */
-  int done;
 } mcp_h2c_job;
 
 struct mcp_h2c_ep {
@@ -252,12 +251,7 @@ struct mcp_h2c_ep {
   mcp_side *side;
   uv_thread_t loop_thread;
 
-  /* Shared with other threads, under |mu|. */
-  uv_mutex_t mu;
-  uv_cond_t cv;
-  mcp_h2c_job *jobs, **jobs_tail;
-  size_t queued; /* asynchronous jobs waiting */
-  int closing;   /* del() was called: no more jobs */
+  mcp_jobq jobs; /* shared with other threads; woken through |async| */
 
   uv_async_t async;
   uv_idle_t idle; /* deferred kicks */

@@ -2,7 +2,6 @@
 #define _DEFAULT_SOURCE
 #include "util.h"
 
-#include <sys/mman.h>
 
 #include <ctype.h>
 #include <stdlib.h>
@@ -29,20 +28,7 @@ void *mcp_h2c_realloc(const mcp_mem *m, void *p, size_t n) {
   return m ? m->realloc(p, n, m->user_data) : realloc(p, n);
 }
 
-void mcp_h2c_hint_large(void *p, size_t len) {
-#ifdef MADV_HUGEPAGE
-  /* 2 MiB: the x86-64 and arm64 huge page; the advice covers whole pages
-   * of the range only. */
-  const uintptr_t page = (uintptr_t)2 << 20;
-  uintptr_t a = ((uintptr_t)p + page - 1) & ~(page - 1);
-  uintptr_t e = ((uintptr_t)p + len) & ~(page - 1);
-  if (p && len >= MCP_H2C_LARGE && e > a)
-    (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
-#else
-  (void)p;
-  (void)len;
-#endif
-}
+void mcp_h2c_hint_large(void *p, size_t len) { mcp_hint_large(p, len); }
 
 void mcp_h2c_free(const mcp_mem *m, void *p) {
   if (!p)

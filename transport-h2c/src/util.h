@@ -9,6 +9,8 @@
 #include "mcp/mcp.h"
 #include "mcp/engine.h" /* mcp_buf */
 
+#include "hugepage.h"
+
 /* Allocation through an object's hook; |m| NULL: the C library. Every
  * allocation of the transport goes through these. */
 void mcp_h2c_mem_init(mcp_mem *dst, const mcp_mem *src); /* libc if NULL */
@@ -16,14 +18,8 @@ void *mcp_h2c_malloc(const mcp_mem *m, size_t n);
 void *mcp_h2c_calloc(const mcp_mem *m, size_t nmemb, size_t size);
 void *mcp_h2c_realloc(const mcp_mem *m, void *p, size_t n);
 
-/* A hint for |len| bytes at |p| (any allocator's) about to be written
- * whole, a received message: on Linux, transparent huge pages over its
- * page-aligned part (MADV_HUGEPAGE), so that filling 20 MB takes about
- * ten page faults, not five thousand (several microseconds each, far more
- * in a virtual machine: the 20 MB sync's largest cost in the sink, issue
- * 25). Nothing observable changes; below MCP_H2C_LARGE bytes, or without
- * the advice, it does nothing. */
-#define MCP_H2C_LARGE ((size_t)4 << 20)
+/* common/hugepage.h's hint (util.c defines what it needs). */
+#define MCP_H2C_LARGE MCP_HINT_LARGE
 void mcp_h2c_hint_large(void *p, size_t len);
 void mcp_h2c_free(const mcp_mem *m, void *p); /* NULL |p| is a no-op */
 char *mcp_h2c_strdup(const mcp_mem *m, const char *s);
