@@ -165,9 +165,10 @@ struct mcp_grpc_ep {
    * no_mcp): the transport serves or dials them as any protocol's. */
   mcp_side *side;
 
-  /* Shared with other threads, under |mu|. */
-  mcp_jobq jobs;    /* its lock also guards |wake_pending| */
-  int wake_pending; /* a wake-up call is in flight */
+  /* Shared with other threads: the queue, and under its lock
+   * |wake_pending| (a wake-up call is in flight). */
+  mcp_jobq jobs;
+  int wake_pending;
 
   /* Transport thread only (and new/del around its life). */
   pthread_t thread;
