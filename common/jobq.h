@@ -9,15 +9,17 @@
  *
  * Header-only and private, like filever.h: compiled into each transport,
  * part of no library's ABI. Each transport embeds an mcp_jobq_job at the
- * start of its own job type and says how its loop is woken.
+ * start of its own job type, gives its allocator, and says how its loop
+ * is woken.
  */
 #ifndef MCP_COMMON_JOBQ_H
 #define MCP_COMMON_JOBQ_H
 
 #include <pthread.h>
 #include <stddef.h>
+#include <string.h>
 
-#include "mcp/engine.h" /* the error codes */
+#include "mcp/engine.h" /* the error codes, mcp_mem */
 
 typedef struct mcp_jobq_job {
   struct mcp_jobq_job *next;
@@ -33,20 +35,25 @@ typedef struct mcp_jobq {
   size_t queued;     /* asynchronous jobs waiting */
   size_t max_queued; /* 0: no limit */
   int closing;       /* del() was called: no more jobs */
+  const mcp_mem *mem; /* asynchronous jobs' copies (the object's hook) */
   /* Makes the loop thread run mcp_jobq_take() soon; called with |mu|
    * held, from any thread, the loop's own included. */
   void (*wake)(void *user_data);
   void *wake_user_data;
 } mcp_jobq;
 
-/* 0, or MCP_ERR_NOMEM when the lock or the condition cannot be made. */
+/* |mem| (kept: it outlives the queue) allocates the copies of
+ * asynchronous jobs. 0, or MCP_ERR_NOMEM when the lock or the condition
+ * cannot be made. */
 static inline int mcp_jobq_init(mcp_jobq *q, size_t max_queued,
-                                void (*wake)(void *), void *user_data) {
+                                const mcp_mem *mem, void (*wake)(void *),
+                                void *user_data) {
   q->head = NULL;
   q->tail = &q->head;
   q->queued = 0;
   q->max_queued = max_queued;
   q->closing = 0;
+  q->mem = mem;
   q->wake = wake;
   q->wake_user_data = user_data;
   if (pthread_mutex_init(&q->mu, NULL) != 0)
@@ -65,22 +72,31 @@ static inline void mcp_jobq_fini(mcp_jobq *q) {
 }
 
 /*
- * Queues |job| and wakes the loop. An asynchronous job is the caller's
- * allocation, handed over on success (the loop frees it after running
- * it, mcp_jobq_done()); a synchronous one returns here once it ran.
- * |on_loop|: the caller is the loop thread. 0, MCP_ERR_CLOSED,
- * MCP_ERR_LIMIT or MCP_ERR_INVALID_ARGUMENT.
+ * Queues the job at |tmpl| (|size| bytes: the transport's whole job) and
+ * wakes the loop. An asynchronous job is copied first (the caller's
+ * |tmpl| may go at once; the loop frees the copy, mcp_jobq_done()); a
+ * synchronous one is queued itself and returns here once it ran.
+ * |on_loop|: the caller is the loop thread. 0, MCP_ERR_NOMEM,
+ * MCP_ERR_CLOSED, MCP_ERR_LIMIT or MCP_ERR_INVALID_ARGUMENT.
  */
-static inline int mcp_jobq_submit(mcp_jobq *q, mcp_jobq_job *job,
-                                  int on_loop) {
-  if (job->sync && on_loop)
+static inline int mcp_jobq_submit(mcp_jobq *q, mcp_jobq_job *tmpl,
+                                  size_t size, int on_loop) {
+  if (tmpl->sync && on_loop)
     return MCP_ERR_INVALID_ARGUMENT;
+  mcp_jobq_job *job = tmpl;
+  if (!tmpl->sync) {
+    if (!(job = mcp_mem_malloc(q->mem, size)))
+      return MCP_ERR_NOMEM;
+    memcpy(job, tmpl, size);
+  }
   pthread_mutex_lock(&q->mu);
   int err = q->closing ? MCP_ERR_CLOSED : 0;
   if (!err && !job->sync && q->max_queued && q->queued >= q->max_queued)
     err = MCP_ERR_LIMIT;
   if (err) {
     pthread_mutex_unlock(&q->mu);
+    if (job != tmpl)
+      mcp_mem_free(q->mem, job);
     return err;
   }
   if (!job->sync)
@@ -112,17 +128,18 @@ static inline mcp_jobq_job *mcp_jobq_take(mcp_jobq *q, int *closing) {
   return job;
 }
 
-/* The loop thread, after running |job| (its next taken already): 1 when
- * the job is the loop's to free (asynchronous), 0 when it went back to
- * its waiting submitter, who may free it from here on. */
-static inline int mcp_jobq_done(mcp_jobq *q, mcp_jobq_job *job) {
-  if (!job->sync)
-    return 1;
+/* The loop thread, after running |job| (its next taken already): frees
+ * an asynchronous job's copy, or hands a synchronous one back to its
+ * waiting submitter, who may free it from here on. */
+static inline void mcp_jobq_done(mcp_jobq *q, mcp_jobq_job *job) {
+  if (!job->sync) {
+    mcp_mem_free(q->mem, job);
+    return;
+  }
   pthread_mutex_lock(&q->mu);
   job->done = 1;
   pthread_cond_broadcast(&q->cv);
   pthread_mutex_unlock(&q->mu);
-  return 0;
 }
 
 /* del(): refuses every later job; |wake|: wakes the loop to see it. */

@@ -225,7 +225,7 @@ START_TEST(deframe_buffer_bounded_and_zero_copy) {
 }
 END_TEST
 
-/* A message of megabytes: the buffer doubles while under MCP_H2C_LARGE,
+/* A message of megabytes: the buffer doubles while under MCP_HINT_LARGE,
  * never above twice what arrived, then is sized once to the announced length
  * (huge pages, issue 25); the bytes come out as they went in. */
 START_TEST(deframe_large_message_sized_once) {
@@ -258,7 +258,7 @@ START_TEST(deframe_large_message_sized_once) {
     last_held = held;
     if (held < msg) { /* doubling: at most twice what arrived */
       ck_assert_uint_le(held, got * 2 > 4096 ? got * 2 : 4096);
-      ck_assert_uint_lt(held, MCP_H2C_LARGE);
+      ck_assert_uint_lt(held, MCP_HINT_LARGE);
     } else { /* then the announced length at once */
       ck_assert_uint_eq(held, msg);
     }

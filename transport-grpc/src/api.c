@@ -154,19 +154,6 @@ static int valid(const mcp_grpc_options *opts) {
            (opts->server_credentials || opts->channel_credentials));
 }
 
-static int submit(mcp_grpc_ep *ep, mcp_grpc_job *tmpl) {
-  if (tmpl->q.sync)
-    return mcp_grpc_ep_submit(ep, tmpl);
-  mcp_grpc_job *job = mcp_grpc_malloc(&ep->mem, sizeof(*job));
-  if (!job)
-    return MCP_ERR_NOMEM;
-  *job = *tmpl;
-  int rv = mcp_grpc_ep_submit(ep, job);
-  if (rv < 0)
-    mcp_grpc_free(&ep->mem, job);
-  return rv;
-}
-
 /* *_streams(): the user's function, run through a counter. */
 typedef struct stream_count {
   mcp_grpc_stream_fn fn;
@@ -185,7 +172,7 @@ static int streams(mcp_grpc_ep *ep, mcp_grpc_stream_fn fn, void *user_data) {
   stream_count c = {fn, user_data, 0};
   mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STREAMS, .stream_fn = count_stream,
                       .user_data = &c, .q.sync = 1};
-  int rv = submit(ep, &job);
+  int rv = mcp_grpc_ep_submit(ep, &job);
   return rv < 0 ? rv : c.n;
 }
 
@@ -196,7 +183,7 @@ static int stats(mcp_grpc_ep *ep, int version, mcp_grpc_stats *st) {
   memset(&full, 0, sizeof(full));
   mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STATS, .user_data = &full,
                       .q.sync = 1};
-  int rv = submit(ep, &job);
+  int rv = mcp_grpc_ep_submit(ep, &job);
   return rv < 0 ? rv : mcp_transport_stats_write(st, version, &full);
 }
 
@@ -264,7 +251,7 @@ int mcp_grpc_source_update(mcp_grpc_source *src, mcp_grpc_store_fn fn,
     return MCP_ERR_INVALID_ARGUMENT;
   mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STORE, .store_fn = fn,
                       .user_data = user_data};
-  return submit(&src->ep, &job);
+  return mcp_grpc_ep_submit(&src->ep, &job);
 }
 
 int mcp_grpc_source_call(mcp_grpc_source *src, mcp_grpc_store_fn fn,
@@ -273,7 +260,7 @@ int mcp_grpc_source_call(mcp_grpc_source *src, mcp_grpc_store_fn fn,
     return MCP_ERR_INVALID_ARGUMENT;
   mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STORE, .store_fn = fn,
                       .user_data = user_data, .q.sync = 1};
-  return submit(&src->ep, &job);
+  return mcp_grpc_ep_submit(&src->ep, &job);
 }
 
 int mcp_grpc_source_streams(mcp_grpc_source *src, mcp_grpc_stream_fn fn,
@@ -288,7 +275,7 @@ int mcp_grpc_source_stats_versioned(mcp_grpc_source *src, int version,
 
 int mcp_grpc_source_reauthorize(mcp_grpc_source *src) {
   mcp_grpc_job job = {.kind = MCP_GRPC_JOB_REAUTHORIZE};
-  return submit(&src->ep, &job);
+  return mcp_grpc_ep_submit(&src->ep, &job);
 }
 
 int mcp_grpc_sink_new_versioned(mcp_grpc_sink **psink, int version,
@@ -335,7 +322,7 @@ int mcp_grpc_sink_call(mcp_grpc_sink *sink, mcp_grpc_state_fn fn,
     return MCP_ERR_INVALID_ARGUMENT;
   mcp_grpc_job job = {.kind = MCP_GRPC_JOB_STATE, .state_fn = fn,
                       .user_data = user_data, .q.sync = 1};
-  return submit(&sink->ep, &job);
+  return mcp_grpc_ep_submit(&sink->ep, &job);
 }
 
 int mcp_grpc_sink_streams(mcp_grpc_sink *sink, mcp_grpc_stream_fn fn,
@@ -350,12 +337,12 @@ int mcp_grpc_sink_stats_versioned(mcp_grpc_sink *sink, int version,
 
 int mcp_grpc_sink_finish(mcp_grpc_sink *sink) {
   mcp_grpc_job job = {.kind = MCP_GRPC_JOB_FINISH};
-  return submit(&sink->ep, &job);
+  return mcp_grpc_ep_submit(&sink->ep, &job);
 }
 
 int mcp_grpc_sink_reauthorize(mcp_grpc_sink *sink) {
   mcp_grpc_job job = {.kind = MCP_GRPC_JOB_REAUTHORIZE};
-  return submit(&sink->ep, &job);
+  return mcp_grpc_ep_submit(&sink->ep, &job);
 }
 
 int mcp_grpc_client_new_versioned(mcp_grpc_client **pc, int version,
@@ -406,7 +393,7 @@ int mcp_grpc_client_update(mcp_grpc_client *c, mcp_grpc_run_fn fn,
     return MCP_ERR_INVALID_ARGUMENT;
   mcp_grpc_job job = {.kind = MCP_GRPC_JOB_RUN, .run_fn = fn,
                       .user_data = user_data};
-  return submit(&c->ep, &job);
+  return mcp_grpc_ep_submit(&c->ep, &job);
 }
 
 int mcp_grpc_client_call(mcp_grpc_client *c, mcp_grpc_run_fn fn,
@@ -415,7 +402,7 @@ int mcp_grpc_client_call(mcp_grpc_client *c, mcp_grpc_run_fn fn,
     return MCP_ERR_INVALID_ARGUMENT;
   mcp_grpc_job job = {.kind = MCP_GRPC_JOB_RUN, .run_fn = fn,
                       .user_data = user_data, .q.sync = 1};
-  return submit(&c->ep, &job);
+  return mcp_grpc_ep_submit(&c->ep, &job);
 }
 
 int mcp_grpc_client_streams(mcp_grpc_client *c, mcp_grpc_stream_fn fn,
@@ -430,5 +417,5 @@ int mcp_grpc_client_stats_versioned(mcp_grpc_client *c, int version,
 
 int mcp_grpc_client_reauthorize(mcp_grpc_client *c) {
   mcp_grpc_job job = {.kind = MCP_GRPC_JOB_REAUTHORIZE};
-  return submit(&c->ep, &job);
+  return mcp_grpc_ep_submit(&c->ep, &job);
 }

@@ -25,9 +25,8 @@ void *mcp_grpc_calloc(const mcp_mem *m, size_t nmemb, size_t size);
 void *mcp_grpc_realloc(const mcp_mem *m, void *p, size_t n);
 void mcp_grpc_free(const mcp_mem *m, void *p); /* NULL is a no-op */
 char *mcp_grpc_strdup(const mcp_mem *m, const char *s);
-/* common/hugepage.h's hint, for a received message joined (mem.c
- * defines what the hint needs). */
-#define MCP_GRPC_LARGE MCP_HINT_LARGE
+/* common/hugepage.h's hint, for a received message joined (here, so that
+ * mem.c alone defines the _DEFAULT_SOURCE it needs). */
 void mcp_grpc_hint_large(void *p, size_t len);
 
 /* Every completion-queue tag is one of these, embedded in the object that
@@ -279,6 +278,8 @@ void mcp_grpc_admit_leave(mcp_grpc_stream *s);
 /* loop.c */
 int mcp_grpc_ep_start(mcp_grpc_ep *ep);
 void mcp_grpc_ep_stop(mcp_grpc_ep *ep);
+/* mcp_jobq_submit() of the job |job| describes: an asynchronous one is
+ * copied, a synchronous one returns once the loop ran it. */
 int mcp_grpc_ep_submit(mcp_grpc_ep *ep, mcp_grpc_job *job);
 void mcp_grpc_stream_info_fill(const mcp_grpc_stream *s,
                                mcp_grpc_stream_info *info);

@@ -57,7 +57,7 @@ static void wake_locked(void *user_data) {
 }
 
 int mcp_grpc_ep_submit(mcp_grpc_ep *ep, mcp_grpc_job *job) {
-  return mcp_jobq_submit(&ep->jobs, &job->q, current_ep == ep);
+  return mcp_jobq_submit(&ep->jobs, &job->q, sizeof(*job), current_ep == ep);
 }
 
 void mcp_grpc_stream_info_fill(const mcp_grpc_stream *s,
@@ -142,8 +142,7 @@ static void run_jobs(mcp_grpc_ep *ep) {
     mcp_jobq_job *next = q->next;
     mcp_grpc_job *job = MCP_GRPC_CONTAINER(q, mcp_grpc_job, q);
     run_job(ep, job);
-    if (mcp_jobq_done(&ep->jobs, q))
-      mcp_grpc_free(&ep->mem, job);
+    mcp_jobq_done(&ep->jobs, q);
     q = next;
   }
 
@@ -252,8 +251,8 @@ int mcp_grpc_ep_start(mcp_grpc_ep *ep) {
   int rv;
   ep->wake_tag.fn = wake_done;
   ep->now = mcp_grpc_now();
-  if (mcp_jobq_init(&ep->jobs, ep->opts.max_queued_updates, wake_locked,
-                    ep) != 0)
+  if (mcp_jobq_init(&ep->jobs, ep->opts.max_queued_updates, &ep->mem,
+                    wake_locked, ep) != 0)
     return MCP_ERR_NOMEM;
   ep->cq = grpc_completion_queue_create_for_next(NULL);
   ep->lame = grpc_lame_client_channel_create(

@@ -32,7 +32,7 @@ void mcp_h2c_deframer_free(mcp_h2c_deframer *d) {
 
 /* Grows the buffer to hold |k| more bytes: doubling, at least 4 KiB, at
  * most the announced length (a peer announcing 4 MiB and sending 10 bytes
- * costs 4 KiB). Where doubling would reach MCP_H2C_LARGE (2 MiB
+ * costs 4 KiB). Where doubling would reach MCP_HINT_LARGE (2 MiB
  * received), once to the announced length, in huge pages: filled 4 KiB
  * page by page (a realloc of huge pages splits them) the 20 MB sync took
  * five thousand page faults, most of the sink's time (issue 25). The rest
@@ -46,7 +46,7 @@ static int grow(mcp_h2c_deframer *d, size_t k) {
     want = b->len + k;
   if (want < 4096)
     want = 4096;
-  if (want > d->msg_len || want >= MCP_H2C_LARGE)
+  if (want > d->msg_len || want >= MCP_HINT_LARGE)
     want = d->msg_len;
   uint8_t *np = mcp_h2c_realloc(b->mem, b->p, want);
   if (!np)

@@ -156,8 +156,7 @@ static void run_jobs(mcp_h2c_ep *ep) {
       job->run_fn(now, job->user_data);
     else
       job->state_fn(ep->state, now, job->user_data);
-    if (mcp_jobq_done(&ep->jobs, q))
-      mcp_h2c_free(&ep->mem, job);
+    mcp_jobq_done(&ep->jobs, q);
     q = next;
   }
   ep->notify_all = 1; /* the store or state may have changed */
@@ -173,19 +172,10 @@ static void wake(void *user_data) {
   uv_async_send(&ep->async);
 }
 
-static int submit(mcp_h2c_ep *ep, mcp_h2c_job *tmpl) {
+static int submit(mcp_h2c_ep *ep, mcp_h2c_job *job) {
   uv_thread_t self = uv_thread_self();
-  int on_loop = uv_thread_equal(&self, &ep->loop_thread);
-  if (tmpl->q.sync)
-    return mcp_jobq_submit(&ep->jobs, &tmpl->q, on_loop);
-  mcp_h2c_job *job = mcp_h2c_malloc(&ep->mem, sizeof(*job));
-  if (!job)
-    return MCP_ERR_NOMEM;
-  *job = *tmpl;
-  int rv = mcp_jobq_submit(&ep->jobs, &job->q, on_loop);
-  if (rv < 0)
-    mcp_h2c_free(&ep->mem, job);
-  return rv;
+  return mcp_jobq_submit(&ep->jobs, &job->q, sizeof(*job),
+                         uv_thread_equal(&self, &ep->loop_thread));
 }
 
 /* ------------------------------------------------------------------ */
@@ -434,7 +424,7 @@ static int ep_start(mcp_h2c_ep *ep, uv_loop_t *loop,
     mcp_side_set_backoff(ep->side, &o->backoff, o->rand, o->rand_user_data,
                          mcp_h2c_now());
 
-  if (mcp_jobq_init(&ep->jobs, o->max_queued_updates, wake, ep) != 0)
+  if (mcp_jobq_init(&ep->jobs, o->max_queued_updates, &ep->mem, wake, ep) != 0)
     goto fail_strings;
   if (uv_async_init(loop, &ep->async, on_async) != 0)
     goto fail_queue;

@@ -18,8 +18,8 @@ void *mcp_h2c_malloc(const mcp_mem *m, size_t n);
 void *mcp_h2c_calloc(const mcp_mem *m, size_t nmemb, size_t size);
 void *mcp_h2c_realloc(const mcp_mem *m, void *p, size_t n);
 
-/* common/hugepage.h's hint (util.c defines what it needs). */
-#define MCP_H2C_LARGE MCP_HINT_LARGE
+/* common/hugepage.h's hint (here, so that util.c alone defines the
+ * _DEFAULT_SOURCE it needs). */
 void mcp_h2c_hint_large(void *p, size_t len);
 void mcp_h2c_free(const mcp_mem *m, void *p); /* NULL |p| is a no-op */
 char *mcp_h2c_strdup(const mcp_mem *m, const char *s);
