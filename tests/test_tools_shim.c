@@ -94,27 +94,27 @@ START_TEST(test_events_reach_the_callback_the_program_asked_for) {
   memset(&s, 0, sizeof(s));
   tool_shim_cb cb = {on_stream, on_refused, &s};
   mcp_stream_info in = sample();
-  tool_shim_event_report(&cb, TOOL_SHIM_OPENED, &in);
-  tool_shim_event_report(&cb, TOOL_SHIM_CLOSED, &in);
+  tool_shim_on_stream(MCP_STREAM_OPENED, &in, &cb);
+  tool_shim_on_stream(MCP_STREAM_CLOSED, &in, &cb);
   ck_assert_int_eq(s.opened, 1);
   ck_assert_int_eq(s.closed, 1);
   ck_assert_int_eq(s.refused, 0);
   ck_assert_uint_eq(s.last_id, 42);
   ck_assert_str_eq(s.last_peer, "127.0.0.1:40000");
   /* A refused call never was a stream: on_refused only. */
-  tool_shim_event_report(&cb, TOOL_SHIM_REFUSED, &in);
+  tool_shim_on_stream(MCP_STREAM_REFUSED, &in, &cb);
   ck_assert_int_eq(s.refused, 1);
   ck_assert_int_eq(s.opened + s.closed, 2);
   /* Only what the program asked for: refusals without on_stream, and
    * nothing at all without either. */
   tool_shim_cb only_refused = {NULL, on_refused, &s};
-  tool_shim_event_report(&only_refused, TOOL_SHIM_OPENED, &in);
-  tool_shim_event_report(&only_refused, TOOL_SHIM_REFUSED, &in);
+  tool_shim_on_stream(MCP_STREAM_OPENED, &in, &only_refused);
+  tool_shim_on_stream(MCP_STREAM_REFUSED, &in, &only_refused);
   ck_assert_int_eq(s.refused, 2);
   ck_assert_int_eq(s.opened, 1);
   tool_shim_cb none = {NULL, NULL, &s};
-  tool_shim_event_report(&none, TOOL_SHIM_CLOSED, &in);
-  tool_shim_event_report(&none, TOOL_SHIM_REFUSED, &in);
+  tool_shim_on_stream(MCP_STREAM_CLOSED, &in, &none);
+  tool_shim_on_stream(MCP_STREAM_REFUSED, &in, &none);
   ck_assert_int_eq(s.opened + s.closed + s.refused, 4);
 }
 END_TEST

@@ -29,12 +29,12 @@ typedef struct seen {
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static seen ev;
 
-static void on_stream(int kind, const mcp_stream_info *i, void *ud) {
+static void on_stream(mcp_stream_event kind, const mcp_stream_info *i, void *ud) {
   (void)ud;
   pthread_mutex_lock(&mu);
-  if (kind == TA_STREAM_OPENED) {
+  if (kind == MCP_STREAM_OPENED) {
     ev.opened++;
-  } else if (kind == TA_STREAM_CLOSED) {
+  } else if (kind == MCP_STREAM_CLOSED) {
     ev.closed++;
     ev.last_status = i->status;
     snprintf(ev.last_details, sizeof(ev.last_details), "%s", i->details);
@@ -166,12 +166,12 @@ typedef struct dialer {
   char last_details[256];
 } dialer;
 
-static void on_dialer(int kind, const mcp_stream_info *i, void *ud) {
+static void on_dialer(mcp_stream_event kind, const mcp_stream_info *i, void *ud) {
   dialer *d = ud;
   pthread_mutex_lock(&d->mu);
-  if (kind == TA_STREAM_OPENED) {
+  if (kind == MCP_STREAM_OPENED) {
     d->opened++;
-  } else if (kind == TA_STREAM_CLOSED) {
+  } else if (kind == MCP_STREAM_CLOSED) {
     d->closed++;
     d->last_status = i->status;
     snprintf(d->last_details, sizeof(d->last_details), "%s", i->details);

@@ -30,12 +30,12 @@ extern const ta_transport TA_ADAPTER;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int opened, closed, closed_ok;
 
-static void on_stream(int kind, const mcp_stream_info *i, void *ud) {
+static void on_stream(mcp_stream_event kind, const mcp_stream_info *i, void *ud) {
   (void)ud;
   pthread_mutex_lock(&mu);
-  if (kind == TA_STREAM_OPENED) {
+  if (kind == MCP_STREAM_OPENED) {
     opened++;
-  } else if (kind == TA_STREAM_CLOSED) {
+  } else if (kind == MCP_STREAM_CLOSED) {
     closed++;
     closed_ok += i->status == 0;
   }

@@ -302,9 +302,9 @@ static int srefused, srefused_status; /* REFUSED events (any call), last */
 /* The listener's stream events (serve()): what each says of its stream
  * (the engine's one shape on every transport), service streams' closes,
  * and refusals. */
-static void s_on_stream(int ev, const mcp_stream_info *info, void *ud) {
+static void s_on_stream(mcp_stream_event ev, const mcp_stream_info *info, void *ud) {
   (void)ud;
-  if (ev == TA_STREAM_OPENED) {
+  if (ev == MCP_STREAM_OPENED) {
     /* Every call, MCP's too: its stream, named by its API; MCP's own
      * accessors find MCP's sessions behind it, and only there. */
     ck_assert_ptr_nonnull(info->stream);
@@ -324,7 +324,7 @@ static void s_on_stream(int ev, const mcp_stream_info *info, void *ud) {
   }
   ck_assert_ptr_null(info->stream); /* refused, or already deleted */
   pthread_mutex_lock(&smu);
-  if (ev == TA_STREAM_REFUSED) {
+  if (ev == MCP_STREAM_REFUSED) {
     srefused++;
     srefused_status = info->status;
   } else if (info->api && strcmp(info->api, "mcp") != 0) {
@@ -1034,14 +1034,14 @@ typedef struct cevents {
   char api[32];
 } cevents;
 
-static void c_on_stream(int ev, const mcp_stream_info *info, void *ud) {
+static void c_on_stream(mcp_stream_event ev, const mcp_stream_info *info, void *ud) {
   cevents *e = ud;
   ck_assert(info->dialed);
   pthread_mutex_lock(&e->mu);
-  if (ev == TA_STREAM_OPENED) {
+  if (ev == MCP_STREAM_OPENED) {
     e->opened++;
     snprintf(e->api, sizeof(e->api), "%s", info->api ? info->api : "(mcp)");
-  } else if (ev == TA_STREAM_CLOSED) {
+  } else if (ev == MCP_STREAM_CLOSED) {
     e->closed++;
   }
   pthread_mutex_unlock(&e->mu);

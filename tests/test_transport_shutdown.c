@@ -53,12 +53,12 @@ static seen seen_get(seen *s) {
   return c;
 }
 
-static void on_stream(int kind, const mcp_stream_info *i, void *ud) {
+static void on_stream(mcp_stream_event kind, const mcp_stream_info *i, void *ud) {
   seen *s = ud;
   pthread_mutex_lock(&s->mu);
-  if (kind == TA_STREAM_OPENED) {
+  if (kind == MCP_STREAM_OPENED) {
     s->opened++;
-  } else if (kind == TA_STREAM_CLOSED) {
+  } else if (kind == MCP_STREAM_CLOSED) {
     /* The first close counts: a dialer then redials a source gone. */
     if (s->closed++ == 0) {
       s->last_status = i->status;

@@ -61,10 +61,10 @@ static seen got(void) {
   return s;
 }
 
-static void on_stream(int kind, const mcp_stream_info *i, void *ud) {
+static void on_stream(mcp_stream_event kind, const mcp_stream_info *i, void *ud) {
   (void)ud;
   pthread_mutex_lock(&ev.mu);
-  if (kind == TA_STREAM_OPENED) {
+  if (kind == MCP_STREAM_OPENED) {
     if (ev.opened < 8)
       ev.opened_at[ev.opened] = ta->now();
     ev.opened++;

@@ -44,13 +44,13 @@ typedef struct seen {
 
 static seen sides[2];
 
-static void on_stream(int ev, const mcp_stream_info *in, void *ud) {
+static void on_stream(mcp_stream_event ev, const mcp_stream_info *in, void *ud) {
   seen *s = ud;
   pthread_mutex_lock(&s->mu);
-  if (ev == TA_STREAM_OPENED) {
+  if (ev == MCP_STREAM_OPENED) {
     s->opened++;
   } else {
-    if (ev == TA_STREAM_REFUSED)
+    if (ev == MCP_STREAM_REFUSED)
       s->refused++;
     else
       s->closed++;
@@ -58,7 +58,7 @@ static void on_stream(int ev, const mcp_stream_info *in, void *ud) {
     snprintf(s->last_details, sizeof(s->last_details), "%s",
              in->details ? in->details : "");
   }
-  if (ev != TA_STREAM_CLOSED) {
+  if (ev != MCP_STREAM_CLOSED) {
     s->ids[0] = '\0';
     for (size_t j = 0; j < in->nidentities; j++) {
       size_t l = strlen(s->ids);
@@ -100,16 +100,16 @@ typedef struct want {
 static int reached(void *ud) {
   const want *w = ud;
   seen s = seen_get(w->side);
-  int got = w->ev == TA_STREAM_OPENED    ? s.opened
-            : w->ev == TA_STREAM_REFUSED ? s.refused
+  int got = w->ev == MCP_STREAM_OPENED    ? s.opened
+            : w->ev == MCP_STREAM_REFUSED ? s.refused
                                          : s.closed;
   return got >= w->n;
 }
 
-static want dial_closed = {1, TA_STREAM_CLOSED, 1};
-static want listen_refused = {0, TA_STREAM_REFUSED, 1};
-static want listen_refused_twice = {0, TA_STREAM_REFUSED, 2};
-static want listen_opened_twice = {0, TA_STREAM_OPENED, 2};
+static want dial_closed = {1, MCP_STREAM_CLOSED, 1};
+static want listen_refused = {0, MCP_STREAM_REFUSED, 1};
+static want listen_refused_twice = {0, MCP_STREAM_REFUSED, 2};
+static want listen_opened_twice = {0, MCP_STREAM_OPENED, 2};
 
 /* ---- options ---- */
 

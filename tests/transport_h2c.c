@@ -32,9 +32,6 @@ typedef enum { O_SOURCE, O_SINK, O_CLIENT } okind;
 struct ta_obj {
   okind kind;
   void *p;
-  /* ta_opts.on_stream, called through the transport's own type */
-  void (*on_stream)(int ev, const mcp_stream_info *info, void *ud);
-  void *on_stream_ud;
   mcp_sink_state *state; /* a sink's */
 };
 
@@ -104,24 +101,14 @@ static void h_options(ta_env *e, mcp_h2c_options *o, const ta_opts *t) {
     o->max_streams_per_connection = t->max_streams_per_connection;
 }
 
-static void h_on_stream(mcp_h2c_stream_event ev,
-                        const mcp_stream_info *info, void *ud) {
-  ta_obj *obj = ud;
-  obj->on_stream((int)ev, info, obj->on_stream_ud);
-}
-
-/* The object's wrapper, made before the object so that its stream
- * events have somewhere to go; freed by the caller on failure. */
+/* The object's wrapper, made before the object (freed by the caller on
+ * failure); the stream callback goes to the transport as it is. */
 static ta_obj *h_wrap(okind k, const ta_opts *t, mcp_h2c_options *o) {
   ta_obj *obj = calloc(1, sizeof(*obj));
   ck_assert_ptr_nonnull(obj);
   obj->kind = k;
-  obj->on_stream = t->on_stream;
-  obj->on_stream_ud = t->on_stream_ud;
-  if (t->on_stream) {
-    o->on_stream = h_on_stream;
-    o->user_data = obj;
-  }
+  o->on_stream = t->on_stream;
+  o->user_data = t->on_stream_ud;
   return obj;
 }
 

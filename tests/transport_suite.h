@@ -45,9 +45,10 @@ typedef struct ta_opts {
   int max_send_message_size; /* 0: the transport's default */
   int max_concurrent_streams; /* listening; 0: the transport's default */
   int max_streams; /* listening, admission; 0: the transport's default */
-  /* Each stream's OPENED / CLOSED / REFUSED (TA_STREAM_*: the values of
-   * both transports' enums), on the transport's thread; NULL: none. */
-  void (*on_stream)(int ev, const mcp_stream_info *info, void *ud);
+  /* Each stream's OPENED / CLOSED / REFUSED, on the transport's thread;
+   * NULL: none. Given to the transport as it is: both take the engine's
+   * mcp_stream_cb. */
+  mcp_stream_cb on_stream;
   void *on_stream_ud;
   /* TLS files (NULL: cleartext); the suite sets them in MCP_TEST_TLS
    * mode (test_certs.h keeps the directory in the suite's file). */
@@ -90,8 +91,6 @@ typedef struct ta_opts {
     if ((t)->min_recv_ping_interval_ms)                                      \
       (o)->min_recv_ping_interval_ms = (t)->min_recv_ping_interval_ms;       \
   } while (0)
-
-enum { TA_STREAM_OPENED, TA_STREAM_CLOSED, TA_STREAM_REFUSED };
 
 typedef struct ta_transport {
   const char *name;

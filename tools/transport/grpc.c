@@ -13,15 +13,6 @@ typedef struct grpc_ep {
   mcp_grpc_sink *sink;
 } grpc_ep;
 
-static void on_stream(mcp_grpc_stream_event ev,
-                      const mcp_grpc_stream_info *info, void *ud) {
-  tool_shim_event_report(ud,
-                         ev == MCP_GRPC_STREAM_OPENED   ? TOOL_SHIM_OPENED
-                         : ev == MCP_GRPC_STREAM_CLOSED ? TOOL_SHIM_CLOSED
-                                                        : TOOL_SHIM_REFUSED,
-                         info);
-}
-
 static mcp_grpc_tls_options tls_opts(const tool_tls_options *t) {
   mcp_grpc_tls_options g = {
       .cert_file = t->cert_file,
@@ -36,7 +27,7 @@ static void fill_opts(mcp_grpc_options *go, const tool_endpoint_options *o,
                       tool_shim_cb *cb) {
   mcp_grpc_options_default(go);
   TOOL_SHIM_OPTIONS(go, o, MCP_GRPC_DIAL, MCP_GRPC_LISTEN);
-  go->on_stream = on_stream;
+  go->on_stream = tool_shim_on_stream;
   go->user_data = cb;
   if (o->max_streams_per_connection > 0)
     go->max_concurrent_streams = o->max_streams_per_connection;

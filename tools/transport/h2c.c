@@ -53,15 +53,6 @@ static int http_fn(const char *method, const char *path,
   return 1;
 }
 
-static void on_stream(mcp_h2c_stream_event ev, const mcp_h2c_stream_info *info,
-                      void *ud) {
-  tool_shim_event_report(ud,
-                         ev == MCP_H2C_STREAM_OPENED   ? TOOL_SHIM_OPENED
-                         : ev == MCP_H2C_STREAM_CLOSED ? TOOL_SHIM_CLOSED
-                                                       : TOOL_SHIM_REFUSED,
-                         info);
-}
-
 /* ---- access lists: the core's rules, the file read again when its
  * bytes change (everything runs on the main thread: no lock) ---- */
 
@@ -208,7 +199,7 @@ static void fill_opts(mcp_h2c_options *ho, const tool_endpoint_options *o,
                       h2c_ep *ep) {
   mcp_h2c_options_default(ho);
   TOOL_SHIM_OPTIONS(ho, o, MCP_H2C_DIAL, MCP_H2C_LISTEN);
-  ho->on_stream = on_stream;
+  ho->on_stream = tool_shim_on_stream;
   ho->on_listener = on_listener;
   ho->user_data = ep;
   if (o->max_streams_per_connection > 0)

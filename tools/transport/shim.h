@@ -62,14 +62,6 @@ void *tool_shim_alloc(size_t size, const tool_endpoint_options *o);
  * returns 0. Failure: frees |obj|, leaves |*pobj| untouched, returns |rv|. */
 int tool_shim_created(void **pobj, void *obj, int rv);
 
-/* What a library's stream callback was told (its OPENED, CLOSED and
- * REFUSED events, named by each library). */
-typedef enum tool_shim_event {
-  TOOL_SHIM_OPENED,
-  TOOL_SHIM_CLOSED,
-  TOOL_SHIM_REFUSED
-} tool_shim_event;
-
 /*
  * The programs' view of a stream from the one shape every library fills
  * (mcp/engine.h's mcp_stream_info; mcp_grpc_stream_info and
@@ -80,11 +72,12 @@ typedef enum tool_shim_event {
 tool_stream_info tool_shim_stream_info(const mcp_stream_info *info,
                                        char *peer, size_t len);
 
-/* Hands |ev| on |info| to the program's callbacks in |cb| (on_stream for
- * OPENED and CLOSED, on_refused for REFUSED: a refused call never was a
- * stream), each when the program asked for it. */
-void tool_shim_event_report(const tool_shim_cb *cb, tool_shim_event ev,
-                            const mcp_stream_info *info);
+/* Every library's stream callback (on_stream, user_data: the tool_shim_cb):
+ * hands |ev| on |info| to the program's callbacks (on_stream for OPENED and
+ * CLOSED, on_refused for REFUSED: a refused call never was a stream), each
+ * when the program asked for it. */
+void tool_shim_on_stream(mcp_stream_event ev, const mcp_stream_info *info,
+                         void *ud);
 
 /* source_streams(), sink_streams(): the program's function, the user_data
  * of the library's walk. */

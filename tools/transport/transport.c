@@ -133,10 +133,11 @@ tool_stream_info tool_shim_stream_info(const mcp_stream_info *info,
   return ti;
 }
 
-void tool_shim_event_report(const tool_shim_cb *cb, tool_shim_event ev,
-                            const mcp_stream_info *info) {
-  tool_stream_cb on_stream = ev == TOOL_SHIM_REFUSED ? NULL : cb->on_stream;
-  tool_refused_cb on_refused = ev == TOOL_SHIM_REFUSED ? cb->on_refused : NULL;
+void tool_shim_on_stream(mcp_stream_event ev, const mcp_stream_info *info,
+                        void *ud) {
+  const tool_shim_cb *cb = ud;
+  tool_stream_cb on_stream = ev == MCP_STREAM_REFUSED ? NULL : cb->on_stream;
+  tool_refused_cb on_refused = ev == MCP_STREAM_REFUSED ? cb->on_refused : NULL;
   if (!on_stream && !on_refused)
     return;
   char peer[TOOL_PEER_MAX];
@@ -144,7 +145,7 @@ void tool_shim_event_report(const tool_shim_cb *cb, tool_shim_event ev,
   if (on_refused)
     on_refused(&ti, cb->user_data);
   else
-    on_stream(ev == TOOL_SHIM_OPENED, &ti, cb->user_data);
+    on_stream(ev == MCP_STREAM_OPENED, &ti, cb->user_data);
 }
 
 void tool_shim_walk_stream(const mcp_stream_info *info, void *ud) {

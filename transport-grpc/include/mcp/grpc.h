@@ -223,24 +223,16 @@ typedef mcp_authorize_fn mcp_grpc_authorize_fn;
  * messages whose send gRPC completed; |sending|: a send is in flight. */
 typedef mcp_stream_info mcp_grpc_stream_info;
 
-typedef enum mcp_grpc_stream_event {
-  /* A stream started: accepted (authorized and admitted: it has a
-   * session and is read from), or (dialing) its call was started; a
-   * dialed call that cannot connect then closes with UNAVAILABLE, one
-   * whose server is refused with the authorization's status. */
-  MCP_GRPC_STREAM_OPENED,
-  MCP_GRPC_STREAM_CLOSED, /* it ended; its session is already freed */
-  /* LISTEN: a call was refused before it became a stream (authorization
-   * or admission); |status| and |details| say why. No OPENED or CLOSED
-   * event is reported for it. */
-  MCP_GRPC_STREAM_REFUSED
-} mcp_grpc_stream_event;
+/* The engine's events (mcp/engine.h, mcp_stream_event), under this
+ * header's names. REFUSED: authorization or admission refused a call. */
+typedef mcp_stream_event mcp_grpc_stream_event;
+#define MCP_GRPC_STREAM_OPENED MCP_STREAM_OPENED
+#define MCP_GRPC_STREAM_CLOSED MCP_STREAM_CLOSED
+#define MCP_GRPC_STREAM_REFUSED MCP_STREAM_REFUSED
 
 /* Runs on the transport thread. May call *_update(), nothing else of this
  * library. */
-typedef void (*mcp_grpc_stream_cb)(mcp_grpc_stream_event ev,
-                                   const mcp_grpc_stream_info *info,
-                                   void *user_data);
+typedef mcp_stream_cb mcp_grpc_stream_cb;
 
 typedef struct mcp_grpc_options {
   mcp_grpc_mode mode;

@@ -178,22 +178,15 @@ typedef mcp_backoff_options mcp_h2c_backoff_options;
  * not connected yet shows the address dialed as |peer|. */
 typedef mcp_stream_info mcp_h2c_stream_info;
 
-typedef enum mcp_h2c_stream_event {
-  /* A stream started: accepted and routed, or (dialing) an attempt
-   * started; a dialed stream that cannot connect then closes with
-   * UNAVAILABLE. */
-  MCP_H2C_STREAM_OPENED,
-  MCP_H2C_STREAM_CLOSED, /* it ended; its session is already freed */
-  /* LISTEN, options of version 3 or later only: a call refused before it
-   * became a stream (authorization: UNAUTHENTICATED or PERMISSION_DENIED),
-   * with status, details and the peer's identities. No OPENED or CLOSED
-   * comes for it. */
-  MCP_H2C_STREAM_REFUSED
-} mcp_h2c_stream_event;
+/* The engine's events (mcp/engine.h, mcp_stream_event), under this
+ * header's names. REFUSED comes with options of version 3 or later only
+ * (authorization: UNAUTHENTICATED or PERMISSION_DENIED). */
+typedef mcp_stream_event mcp_h2c_stream_event;
+#define MCP_H2C_STREAM_OPENED MCP_STREAM_OPENED
+#define MCP_H2C_STREAM_CLOSED MCP_STREAM_CLOSED
+#define MCP_H2C_STREAM_REFUSED MCP_STREAM_REFUSED
 
-typedef void (*mcp_h2c_stream_cb)(mcp_h2c_stream_event ev,
-                                  const mcp_h2c_stream_info *info,
-                                  void *user_data);
+typedef mcp_stream_cb mcp_h2c_stream_cb;
 
 /* What a listener tells of itself (options.on_listener). */
 typedef enum mcp_h2c_listener_event {

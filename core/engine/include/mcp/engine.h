@@ -1823,6 +1823,31 @@ typedef struct mcp_stream_info {
   const char *method;
 } mcp_stream_info;
 
+/*
+ * What a transport's stream callback is told (mcp_grpc_stream_event and
+ * mcp_h2c_stream_event are this enum, their MCP_GRPC_STREAM_* and
+ * MCP_H2C_STREAM_* names these values, so one callback serves every
+ * transport).
+ */
+typedef enum mcp_stream_event {
+  /* A stream started: accepted (authorized and admitted: it has a
+   * session and is read from), or (dialing) its call was started; a
+   * dialed call that cannot connect then closes with UNAVAILABLE, one
+   * whose server is refused with the authorization's status. */
+  MCP_STREAM_OPENED,
+  MCP_STREAM_CLOSED, /* it ended; its session is already freed */
+  /* LISTEN: a call refused before it became a stream (authorization or
+   * admission); |status| and |details| say why, the identities who. No
+   * OPENED or CLOSED event is reported for it. */
+  MCP_STREAM_REFUSED
+} mcp_stream_event;
+
+/* A transport's stream callback (its options' on_stream), on the
+ * transport's thread, with |info| lent for the call. What it may call of
+ * the transport, the transport's header says. */
+typedef void (*mcp_stream_cb)(mcp_stream_event ev, const mcp_stream_info *info,
+                              void *user_data);
+
 /* ------------------------------------------------------------------ */
 /* What a transport counts                                             */
 /* ------------------------------------------------------------------ */
