@@ -5,7 +5,7 @@
  * source dialing a listening sink sync, follow updates and ACK them; a
  * dialing sink resumes with what it holds after the source restarts;
  * updates from other threads converge; the streams show their peer and
- * session; a debounced push goes out on its timer; the update queue is
+ * session and count their messages each way; a debounced push goes out on its timer; the update queue is
  * bounded; a finishing sink ends with OK; unix sockets, names, the
  * aggregated services, and bad or busy addresses. With MCP_TEST_TLS=1
  * every connection is mutual TLS.
@@ -499,6 +499,57 @@ START_TEST(streams_expose_peer_and_session) {
   ta->del(b);
   env_fini(&e);
   mcp_sink_state_del(s2);
+}
+END_TEST
+
+/* ---- each stream counts the messages it received and sent ---- */
+
+typedef struct counts {
+  int n, dialed;
+  uint64_t received, sent;
+  mcp_tstamp opened;
+} counts;
+
+static void count_messages(const mcp_stream_info *info, void *ud) {
+  counts *c = ud;
+  c->n++;
+  c->dialed = info->dialed;
+  c->received = info->received;
+  c->sent = info->sent;
+  c->opened = info->opened;
+}
+
+/* The source's end got the two requests and their two ACKs and sent the
+ * two pushes; the sink's end the reverse. */
+static int counted_both_ways(void *ud) {
+  env *e = ud;
+  counts a, b;
+  memset(&a, 0, sizeof(a));
+  memset(&b, 0, sizeof(b));
+  ck_assert_int_ge(ta->list(e->src, count_messages, &a), 0);
+  ck_assert_int_ge(ta->list(e->sink, count_messages, &b), 0);
+  return a.n == 1 && !a.dialed && a.received == 4 && a.sent == 2 &&
+         b.n == 1 && b.dialed && b.received == 2 && b.sent == 4;
+}
+
+static void first_opened(const mcp_stream_info *info, void *ud) {
+  mcp_tstamp *t = ud;
+  *t = info->opened;
+}
+
+START_TEST(stream_info_counts_messages_each_way) {
+  env e;
+  env_init(&e, 0);
+  mcp_tstamp t0 = ta->now();
+  start_source(&e, 1, "127.0.0.1:0");
+  start_sink(&e, 0, e.addr);
+  ck_assert(ta->run_until(e.env, counted_both_ways, &e, TA_TIMEOUT_MS));
+  /* Made on the transport's clock after the test began, not later than
+   * now. */
+  mcp_tstamp opened = 0;
+  ck_assert_int_eq(ta->list(e.src, first_opened, &opened), 1);
+  ck_assert(opened >= t0 && opened <= ta->now());
+  env_fini(&e);
 }
 END_TEST
 
@@ -1202,6 +1253,7 @@ static Suite *suite(void) {
   tcase_add_test(t, a_source_dialing_a_sink_syncs_and_acks_updates);
   tcase_add_test(t, updates_from_other_threads_converge);
   tcase_add_test(t, streams_expose_peer_and_session);
+  tcase_add_test(t, stream_info_counts_messages_each_way);
   tcase_add_test(t, a_debounced_push_waits_for_its_timer);
   tcase_add_test(t, the_update_queue_is_bounded_and_del_runs_it);
   tcase_add_test(t, a_dialing_sink_finishes_with_ok);

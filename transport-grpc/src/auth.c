@@ -70,7 +70,7 @@ int mcp_grpc_stream_authorize(mcp_grpc_stream *s, const char **details) {
   mcp_peer peer;
   memset(&peer, 0, sizeof(peer));
   peer.address = s->peer ? s->peer : "";
-  peer.dialed = s->dialed;
+  peer.dialed = s->rec.dialed;
   peer.tls = s->tls;
   mcp_identities_peer(&s->ids, &peer);
   return mcp_authorize(ep->opts.authorize, ep->opts.authorize_user_data, &peer,

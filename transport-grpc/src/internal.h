@@ -12,6 +12,7 @@
 
 #include "hugepage.h"
 #include "jobq.h"
+#include "streamrec.h"
 
 #define MCP_GRPC_CONTAINER(ptr, type, member)                                \
   ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
@@ -98,7 +99,9 @@ struct mcp_grpc_stream {
   grpc_call *call;
   uint64_t id;
   mcp_grpc_role role;
-  int dialed;
+  /* dialed, opened, the message counts, the final status and details
+   * (details: mcp_grpc_malloc'd) */
+  mcp_stream_rec rec;
   /* The engine's stream, from a service def (the application's or the
    * MCP side's) or a client def: owned,
    * mcp_stream_del() in drop_session(). ROLE_SERVICE: the service served
@@ -113,17 +116,13 @@ struct mcp_grpc_stream {
   char *api;
   int recv_busy; /* a receive is in flight */
   char *peer; /* gpr_malloc'd by gRPC */
-  mcp_tstamp opened;
   mcp_tstamp expiry; /* of the engine's stream, cached */
-  uint64_t received, sent;
   mcp_grpc_stream_state state;
   int dirty;  /* pump at the end of this loop iteration */
   int ops;    /* operations in flight */
   int send_busy, closed, peer_known, announced;
   mcp_grpc_tag recv_tag, send_tag, close_tag;
   grpc_byte_buffer *recv_bb, *send_bb;
-  int status; /* final status and details (malloc'd) */
-  char *details;
   /* client: RECV_INITIAL_METADATA and RECV_STATUS_ON_CLIENT outputs */
   grpc_metadata_array md_initial, md_trailing;
   grpc_status_code recv_status;

@@ -62,15 +62,9 @@ int mcp_grpc_ep_submit(mcp_grpc_ep *ep, mcp_grpc_job *job) {
 
 void mcp_grpc_stream_info_fill(const mcp_grpc_stream *s,
                                mcp_grpc_stream_info *info) {
-  memset(info, 0, sizeof(*info));
+  mcp_stream_rec_info(&s->rec, info);
   info->id = s->id;
   info->peer = s->peer ? s->peer : "";
-  info->dialed = s->dialed;
-  info->opened = s->opened;
-  info->received = s->received;
-  info->sent = s->sent;
-  info->status = s->status;
-  info->details = s->details ? s->details : "";
   info->identities = (const char *const *)s->ids.v;
   info->nidentities = s->ids.n;
   info->tls = s->tls;

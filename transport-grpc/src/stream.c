@@ -42,8 +42,8 @@ static void notify(mcp_grpc_stream *s, mcp_grpc_stream_event ev) {
 
 static void set_details(mcp_grpc_stream *s, const char *details) {
   char *d = mcp_grpc_strdup(&s->ep->mem, details ? details : ""); /* |details| may be ours */
-  mcp_grpc_free(&s->ep->mem, s->details);
-  s->details = d;
+  mcp_grpc_free(&s->ep->mem, s->rec.details);
+  s->rec.details = d;
 }
 
 static void drop_session(mcp_grpc_stream *s) {
@@ -70,11 +70,11 @@ static mcp_grpc_stream *stream_new(mcp_grpc_ep *ep, grpc_call *call,
   s->call = call;
   s->id = ++ep->next_id;
   s->role = role;
-  s->dialed = dialed;
+  s->rec.dialed = dialed;
   s->peer = grpc_call_get_peer(call);
-  s->opened = ep->now;
+  s->rec.opened = ep->now;
   s->expiry = MCP_TSTAMP_MAX;
-  s->status = GRPC_STATUS_OK;
+  s->rec.status = GRPC_STATUS_OK;
   s->recv_tag.fn = on_recv;
   s->send_tag.fn = on_send;
   s->close_tag.fn = on_close;
@@ -97,10 +97,10 @@ static void stream_free(mcp_grpc_stream *s) {
   ep->nstreams--;
   grpc_call_unref(s->call);
   gpr_free(s->peer);
-  mcp_grpc_free(&ep->mem, s->details);
+  mcp_grpc_free(&ep->mem, s->rec.details);
   mcp_grpc_free(&ep->mem, s->api);
   mcp_grpc_stream_identity_free(s);
-  if (s->dialed)
+  if (s->rec.dialed)
     grpc_metadata_array_destroy(&s->md_initial);
   mcp_grpc_free(&ep->mem, s);
 }
@@ -113,14 +113,14 @@ static void maybe_free(mcp_grpc_stream *s) {
   mcp_grpc_ep *ep = s->ep;
   drop_session(s);
   notify(s, MCP_GRPC_STREAM_CLOSED);
-  if (s->dialed) {
+  if (s->rec.dialed) {
     /* The call is released before its channel may be (call_gone). */
     size_t slot = s->slot;
     mcp_grpc_chan *chan = s->chan;
-    uint64_t received = s->received;
-    int status = s->status;
-    char *details = s->details;
-    s->details = NULL;
+    uint64_t received = s->rec.received;
+    int status = s->rec.status;
+    char *details = s->rec.details;
+    s->rec.details = NULL;
     stream_free(s);
     mcp_grpc_svc_client_call_gone(ep, slot, chan, received, status,
                                   details ? details : "");
@@ -188,7 +188,7 @@ static void start_recv(mcp_grpc_stream *s) {
   grpc_op ops[2];
   size_t n = 0;
   memset(ops, 0, sizeof(ops));
-  if (s->dialed && s->received == 0 && !s->peer_known) {
+  if (s->rec.dialed && s->rec.received == 0 && !s->peer_known) {
     ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
     ops[n].data.recv_initial_metadata.recv_initial_metadata = &s->md_initial;
     n++;
@@ -213,7 +213,7 @@ static void send_status(mcp_grpc_stream *s) {
   s->state = MCP_GRPC_ST_CLOSING;
   if (s->closed)
     return;
-  grpc_slice details = grpc_slice_from_copied_string(s->details ? s->details
+  grpc_slice details = grpc_slice_from_copied_string(s->rec.details ? s->rec.details
                                                                 : "");
   grpc_op ops[2];
   size_t n = 0;
@@ -225,7 +225,7 @@ static void send_status(mcp_grpc_stream *s) {
     s->md_sent = 1;
   }
   ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-  ops[n].data.send_status_from_server.status = (grpc_status_code)s->status;
+  ops[n].data.send_status_from_server.status = (grpc_status_code)s->rec.status;
   ops[n].data.send_status_from_server.status_details = &details;
   n++;
   start_batch(s, ops, n, &s->send_tag);
@@ -239,13 +239,13 @@ void mcp_grpc_stream_finish(mcp_grpc_stream *s, int status,
     return;
   /* Copied first: |details| may belong to the session (an engine
    * stream's END), which goes now. */
-  s->status = status;
+  s->rec.status = status;
   set_details(s, details);
   drop_session(s);
-  if (s->dialed) {
+  if (s->rec.dialed) {
     s->state = MCP_GRPC_ST_CLOSING;
     grpc_call_cancel_with_status(s->call, (grpc_status_code)status,
-                                 s->details ? s->details : "", NULL);
+                                 s->rec.details ? s->rec.details : "", NULL);
   } else if (s->send_busy) {
     s->state = MCP_GRPC_ST_FINISHING; /* the status must follow the send */
   } else {
@@ -346,7 +346,7 @@ void mcp_grpc_stream_reauthorize(mcp_grpc_stream *s) {
   if (!code)
     return;
   s->ep->stats.revoked++;
-  if (!s->dialed && !s->st)
+  if (!s->rec.dialed && !s->st)
     mcp_grpc_stream_refuse(s, code, details); /* it was waiting */
   else
     mcp_grpc_stream_finish(s, code, details);
@@ -465,7 +465,7 @@ void mcp_grpc_stream_pump(mcp_grpc_stream *s) {
        * ends with its status, OK (only mcp_grpc_sink_finish() asks a
        * server stream for it: the pump says so once nothing is in
        * flight and the session has nothing ready). */
-      if (s->dialed) {
+      if (s->rec.dialed) {
         s->client_done = 1;
       } else {
         mcp_grpc_stream_finish(s, GRPC_STATUS_OK, "");
@@ -473,7 +473,7 @@ void mcp_grpc_stream_pump(mcp_grpc_stream *s) {
       }
     }
   }
-  if (s->dialed && s->client_done && !s->close_sent && !s->send_busy &&
+  if (s->rec.dialed && s->client_done && !s->close_sent && !s->send_busy &&
       s->state == MCP_GRPC_ST_OPEN)
     send_close(s);
   if (s->ticket && s->st)
@@ -517,7 +517,7 @@ static int deliver(mcp_grpc_stream *s, grpc_byte_buffer *bb) {
  * message even when the status came first, as on the h2c transport,
  * where messages come before the trailers. */
 static int keeps_last(const mcp_grpc_stream *s) {
-  return s->st && s->dialed;
+  return s->st && s->rec.dialed;
 }
 
 static void on_recv(mcp_grpc_tag *tag, int ok) {
@@ -526,14 +526,14 @@ static void on_recv(mcp_grpc_tag *tag, int ok) {
   s->recv_busy = 0;
   grpc_byte_buffer *bb = s->recv_bb;
   s->recv_bb = NULL;
-  if (s->dialed && !s->peer_known && ok) {
+  if (s->rec.dialed && !s->peer_known && ok) {
     /* Before the connection, gRPC's peer is the target; now the address. */
     gpr_free(s->peer);
     s->peer = grpc_call_get_peer(s->call);
     s->peer_known = 1;
   }
   if (ok && bb) {
-    s->received++;
+    s->rec.received++;
     s->ep->stats.messages_received++;
     /* A client call still hears the server's last message when the
      * status was seen first (on_close kept its session). */
@@ -547,7 +547,7 @@ static void on_recv(mcp_grpc_tag *tag, int ok) {
           start_recv(s);
       }
     }
-  } else if (ok && !s->dialed && s->st) {
+  } else if (ok && !s->rec.dialed && s->st) {
     /* The client half-closed: nothing more is read; the driver applies
      * the protocol's half-close rule (MCP's: what is ready now, the
      * answers to what it sent, still goes out, then OK). */
@@ -571,10 +571,10 @@ static void on_send(mcp_grpc_tag *tag, int ok) {
     grpc_byte_buffer_destroy(s->send_bb);
     s->send_bb = NULL;
     if (ok) {
-      s->sent++;
+      s->rec.sent++;
       s->ep->stats.messages_sent++;
     }
-  } else if (s->dialed && !s->connected && ok &&
+  } else if (s->rec.dialed && !s->connected && ok &&
              s->state == MCP_GRPC_ST_OPEN) {
     dial_connected(s);
   }
@@ -590,11 +590,11 @@ static void on_close(mcp_grpc_tag *tag, int ok) {
   mcp_grpc_stream *s = MCP_GRPC_CONTAINER(tag, mcp_grpc_stream, close_tag);
   s->ops--;
   s->closed = 1;
-  if (s->dialed) {
-    s->status = s->recv_status;
+  if (s->rec.dialed) {
+    s->rec.status = s->recv_status;
     char *d = grpc_slice_to_c_string(s->recv_details);
     if (s->ep->tls && !s->connected &&
-        s->status == GRPC_STATUS_UNAVAILABLE) {
+        s->rec.status == GRPC_STATUS_UNAVAILABLE) {
       /* gRPC's own words ("Socket closed" when the server refused our
        * certificate) rarely say that TLS is why. */
       static const char pre[] =
@@ -615,7 +615,7 @@ static void on_close(mcp_grpc_tag *tag, int ok) {
     grpc_slice_unref(s->recv_details);
     grpc_metadata_array_destroy(&s->md_trailing);
   } else if (s->cancelled) {
-    s->status = GRPC_STATUS_CANCELLED;
+    s->rec.status = GRPC_STATUS_CANCELLED;
     set_details(s, "cancelled");
   }
   if (s->state != MCP_GRPC_ST_CLOSING) {

@@ -54,7 +54,7 @@ mcp_h2c_conn *mcp_h2c_client_conn(mcp_h2c_ep *ep) {
 /* A call that could not start: as if it ended at once. */
 static void call_fail(mcp_h2c_stream *s, int status, const char *details) {
   s->finishing = 1;
-  s->status = status;
+  s->rec.status = status;
   mcp_h2c_stream_set_details(s, details);
   mcp_h2c_notify_stream(s, MCP_H2C_STREAM_CLOSED);
   mcp_h2c_stream_free(s); /* deletes the driver, then ended() */
@@ -70,7 +70,7 @@ static void start_call(mcp_h2c_ep *ep, mcp_h2c_conn *c, size_t slot,
              mcp_strerror(MCP_ERR_NOMEM), now);
     return;
   }
-  s->dialed = 1;
+  s->rec.dialed = 1;
   s->slot = slot;
   s->in_slot = 1;
   ep->slots[slot] = s;
@@ -150,8 +150,8 @@ void mcp_h2c_client_call_gone(mcp_h2c_stream *s) {
     return; /* mcp_h2c_client_del(): no callback */
   const mcp_client_def *d = &ep->cdef;
   d->ended(d->user_data, s->slot,
-           s->finishing ? s->status : MCP_CODE_UNKNOWN,
-           s->details ? s->details : "", mcp_h2c_now());
+           s->finishing ? s->rec.status : MCP_CODE_UNKNOWN,
+           s->rec.details ? s->rec.details : "", mcp_h2c_now());
   /* open() is asked again; not for a call that never went out (a method
    * that is not a path, no memory: call_fail()), which waits for the
    * next event as on the gRPC transport: a protocol answering 1 at once
@@ -171,8 +171,8 @@ void mcp_h2c_client_end_all(mcp_h2c_ep *ep) {
     /* Its stream was deleted by the finish that ended it. */
     ep->slots[i] = NULL;
     s->in_slot = 0;
-    d->ended(d->user_data, i, s->finishing ? s->status : MCP_CODE_CANCELLED,
-             s->details ? s->details : "", now);
+    d->ended(d->user_data, i, s->finishing ? s->rec.status : MCP_CODE_CANCELLED,
+             s->rec.details ? s->rec.details : "", now);
   }
 }
 

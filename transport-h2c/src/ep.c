@@ -30,19 +30,13 @@ const char *mcp_h2c_method(mcp_service service, int sink_dials) {
 /* ------------------------------------------------------------------ */
 
 void mcp_h2c_info_fill(const mcp_h2c_stream *s, mcp_h2c_stream_info *info) {
-  memset(info, 0, sizeof(*info));
+  mcp_stream_rec_info(&s->rec, info);
   info->id = s->seq;
   info->peer = s->c->peer;
-  info->dialed = s->dialed;
-  info->opened = s->opened;
-  info->received = s->received;
-  info->sent = s->sent;
-  info->status = s->status;
-  info->details = s->details ? s->details : "";
   info->sending = s->out != NULL;
   info->initial = mcp_admit_ticket_initial(s->ticket);
   info->stream = s->eng;
-  info->api = s->api ? s->api : (s->svc || s->in_slot || s->dialed ? "" : NULL);
+  info->api = s->api ? s->api : (s->svc || s->in_slot || s->rec.dialed ? "" : NULL);
   info->method = s->hd.path ? s->hd.path : "";
   info->tls = s->c->ssl != NULL;
   info->identities = (const char *const *)s->c->ids.v;

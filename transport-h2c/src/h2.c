@@ -57,8 +57,8 @@ mcp_h2c_stream *mcp_h2c_stream_new(mcp_h2c_conn *c, int32_t id) {
 void mcp_h2c_stream_set_details(mcp_h2c_stream *s, const char *details) {
   /* Copied before the old one is freed: |details| may be it. */
   char *d = mcp_h2c_strdup(&s->c->ep->mem, details ? details : "");
-  mcp_h2c_free(&s->c->ep->mem, s->details);
-  s->details = d;
+  mcp_h2c_free(&s->c->ep->mem, s->rec.details);
+  s->rec.details = d;
 }
 
 static void drop_session(mcp_h2c_stream *s) {
@@ -105,8 +105,8 @@ void mcp_h2c_stream_free(mcp_h2c_stream *s) {
   drop_session(s);
   if (s->in_slot) /* the protocol hears of it once its stream is gone */
     mcp_h2c_client_call_gone(s);
-  if (s->dialed && s->seq > 0) /* its messages count for the connection */
-    mcp_h2c_client_stream_gone(ep, c, s->received);
+  if (s->rec.dialed && s->seq > 0) /* its messages count for the connection */
+    mcp_h2c_client_stream_gone(ep, c, s->rec.received);
   if (s->prev)
     s->prev->next = s->next;
   else
@@ -123,7 +123,7 @@ void mcp_h2c_stream_free(mcp_h2c_stream *s) {
   drop_in(s);
   mcp_buf_free(&s->body);
   headers_free(&ep->mem, &s->hd);
-  mcp_h2c_free(&ep->mem, s->details);
+  mcp_h2c_free(&ep->mem, s->rec.details);
   mcp_h2c_free(&ep->mem, s->api);
   mcp_h2c_free(&ep->mem, s);
 }
@@ -133,7 +133,7 @@ void mcp_h2c_streams_gone(mcp_h2c_conn *c, int status, const char *details) {
     mcp_h2c_stream *s = c->streams;
     if (!s->finishing) {
       s->finishing = 1;
-      s->status = status;
+      s->rec.status = status;
       mcp_h2c_stream_set_details(s, details);
     }
     drop_session(s);
@@ -164,7 +164,7 @@ void mcp_h2c_stream_attach(mcp_h2c_stream *s, mcp_stream *st,
   c->nmcp++;
   s->kind = MCP_H2C_SK_GRPC;
   s->seq = ++c->ep->next_stream_id;
-  s->opened = now;
+  s->rec.opened = now;
   s->dirty = 1;
 }
 
@@ -229,10 +229,10 @@ int mcp_h2c_stream_open_session(mcp_h2c_stream *s) {
 static size_t status_fields(mcp_h2c_stream *s, nghttp2_nv *nva, char *code,
                             mcp_buf *msg) {
   size_t n = 0;
-  snprintf(code, 12, "%d", s->status);
+  snprintf(code, 12, "%d", s->rec.status);
   nva[n++] = (nghttp2_nv)NV("grpc-status", code);
-  if (s->details && s->details[0] &&
-      mcp_h2c_percent_encode(s->details, msg) == 0 &&
+  if (s->rec.details && s->rec.details[0] &&
+      mcp_h2c_percent_encode(s->rec.details, msg) == 0 &&
       mcp_buf_append(msg, "", 1) == 0)
     nva[n++] = (nghttp2_nv)NV("grpc-message", (char *)msg->p);
   return n;
@@ -246,7 +246,7 @@ static void reject(mcp_h2c_stream *s, int http, int status,
   drop_session(s);
   s->kind = MCP_H2C_SK_REJECTED;
   s->finishing = 1;
-  s->status = status;
+  s->rec.status = status;
   mcp_h2c_stream_set_details(s, details);
   char hs[12], code[12];
   mcp_buf msg = {.mem = &c->ep->mem};
@@ -292,12 +292,12 @@ void mcp_h2c_stream_finish(mcp_h2c_stream *s, int status, const char *details) {
     return;
   mcp_h2c_conn *c = s->c;
   s->finishing = 1;
-  s->status = status;
+  s->rec.status = status;
   mcp_h2c_stream_set_details(s, details);
   drop_session(s);
   drop_in(s);
   if (c->h2 && s->id > 0 && c->proto == MCP_H2C_PROTO_H2) {
-    if (s->dialed) {
+    if (s->rec.dialed) {
       int done = nghttp2_session_get_stream_remote_close(c->h2, s->id) > 0;
       nghttp2_submit_rst_stream(c->h2, NGHTTP2_FLAG_NONE, s->id,
                                 done ? NGHTTP2_NO_ERROR : NGHTTP2_CANCEL);
@@ -512,7 +512,7 @@ int mcp_h2c_stream_submit_request(mcp_h2c_stream *s) {
 static void deliver(mcp_h2c_stream *s, const uint8_t *p, size_t n) {
   mcp_h2c_ep *ep = s->c->ep;
   mcp_tstamp now = mcp_h2c_now();
-  s->received++;
+  s->rec.received++;
   ep->msgs_in++;
   /* An error is kept by the driver: the next pump ends the stream. */
   mcp_stream_recv(s->eng, p, n, now);
@@ -625,7 +625,7 @@ void mcp_h2c_stream_pump(mcp_h2c_stream *s, mcp_tstamp now) {
       mcp_h2c_stream_finish(s, status, details ? details : "");
       return;
     }
-    if (a == MCP_STREAM_HALF_CLOSE && !s->dialed) {
+    if (a == MCP_STREAM_HALF_CLOSE && !s->rec.dialed) {
       /* A server's half-close is its status, OK; only
        * mcp_h2c_sink_finish() asks a server stream for it, and the pump
        * says so once the session has nothing ready and nothing is in
@@ -633,7 +633,7 @@ void mcp_h2c_stream_pump(mcp_h2c_stream *s, mcp_tstamp now) {
       mcp_h2c_stream_finish(s, MCP_CODE_OK, "");
       return;
     }
-    if (a == MCP_STREAM_HALF_CLOSE && s->dialed && !s->local_closed) {
+    if (a == MCP_STREAM_HALF_CLOSE && s->rec.dialed && !s->local_closed) {
       /* The data source ends our side (END_STREAM) once nothing is
        * queued. */
       s->local_closed = 1;
@@ -716,7 +716,7 @@ static ssize_t data_read(nghttp2_session *h2, int32_t id, uint8_t *buf,
   }
   if (s->finishing && !s->out) {
     *flags |= NGHTTP2_DATA_FLAG_EOF;
-    if (!s->dialed) {
+    if (!s->rec.dialed) {
       *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
       char code[12];
       mcp_buf msg = {.mem = &s->c->ep->mem};
@@ -784,7 +784,7 @@ static int on_send_data(nghttp2_session *h2, nghttp2_frame *frame,
   if (s->out_sent == s->out_len) {
     mcp_msg_free(s->out);
     s->out = NULL;
-    s->sent++;
+    s->rec.sent++;
     ep->msgs_out++;
     s->dirty = 1; /* pull the next one */
     c->dirty = 1;
@@ -837,7 +837,7 @@ static int on_header(nghttp2_session *h2, const nghttp2_frame *frame,
   if (hd->bytes > MAX_HEADER_BYTES)
     return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
   char **field = NULL;
-  if (!s->dialed) {
+  if (!s->rec.dialed) {
     if (IS(":method"))
       field = &hd->method;
     else if (IS(":path"))
@@ -986,7 +986,7 @@ static int on_frame_recv(nghttp2_session *h2, const nghttp2_frame *frame,
   if (!s)
     return 0;
   int end = (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0;
-  if (s->dialed) {
+  if (s->rec.dialed) {
     if (frame->hd.type == NGHTTP2_HEADERS)
       client_headers(s, frame->headers.cat, end);
     else if (end && !s->finishing)
@@ -1038,13 +1038,13 @@ static int on_stream_close(nghttp2_session *h2, int32_t id, uint32_t code,
   if (!s->finishing) {
     s->finishing = 1;
     char d[96];
-    if (s->dialed) {
-      s->status = code == NGHTTP2_NO_ERROR ? MCP_CODE_INTERNAL
+    if (s->rec.dialed) {
+      s->rec.status = code == NGHTTP2_NO_ERROR ? MCP_CODE_INTERNAL
                                            : mcp_h2c_status_from_h2_error(code);
       snprintf(d, sizeof(d), "stream reset by the server (%s)",
                nghttp2_http2_strerror(code));
     } else {
-      s->status = MCP_CODE_CANCELLED;
+      s->rec.status = MCP_CODE_CANCELLED;
       snprintf(d, sizeof(d), "stream reset by the client (%s)",
                nghttp2_http2_strerror(code));
     }

@@ -13,6 +13,7 @@
 #include "mcp/h2c.h"
 #include "deframe.h"
 #include "jobq.h"
+#include "streamrec.h"
 #include "util.h"
 
 #define MCP_H2C_CONTAINER(ptr, type, member)                                 \
@@ -55,7 +56,9 @@ struct mcp_h2c_stream {
   int32_t id;   /* HTTP/2 stream id; 0 before a dialed request is sent */
   uint64_t seq; /* mcp_h2c_stream_info.id */
   mcp_h2c_stream_kind kind;
-  int dialed;
+  /* dialed, opened, the message counts, the final status and details
+   * (details: mcp_h2c_malloc'd) */
+  mcp_stream_rec rec;
   mcp_h2c_headers hd;
   mcp_tstamp deadline; /* grpc-timeout, MCP_TSTAMP_MAX when none */
 
@@ -73,8 +76,6 @@ struct mcp_h2c_stream {
   int eng_half_closed;
   char *api; /* a copy of ops->name (CLOSED reports it after del) */
   mcp_tstamp expiry; /* of the driver, cached */
-  mcp_tstamp opened;
-  uint64_t received, sent;
 
   /* Outgoing: the one message taken from the core, as 5 header bytes and
    * the message's fragments; |out_read| bytes were promised to nghttp2 by
@@ -97,8 +98,6 @@ struct mcp_h2c_stream {
   int local_closed;       /* dialed: END_STREAM is (to be) sent */
   int announced;          /* OPENED was reported */
   int dirty;              /* pump at the next kick */
-  int status;             /* final status and details (malloc'd) */
-  char *details;
 
   /* Admission (admit.c, server): the stream's place in ep->admit (NULL
    * when none), whether it waits to run, and the DATA received while it
