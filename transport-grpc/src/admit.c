@@ -4,22 +4,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "admitopts.h"
 #include "internal.h"
 
 int mcp_grpc_admit_init(mcp_grpc_ep *ep) {
-  const mcp_grpc_options *o = &ep->opts;
-  mcp_admit_options ao;
-  memset(&ao, 0, sizeof(ao));
-  ao.max_streams = o->max_streams;
-  ao.max_streams_per_peer = o->max_streams_per_peer;
-  ao.stream_rate = o->stream_rate;
-  ao.stream_burst = o->stream_burst;
-  ao.max_initial = o->max_initial_pushes;
-  ao.max_initial_per_peer = o->max_initial_pushes_per_peer;
-  ao.initial_timeout = o->initial_push_timeout;
-  ao.wait_timeout = o->admission_wait_timeout;
-  ao.peer_stream_rate = o->peer_stream_rate;
-  ao.peer_stream_burst = o->peer_stream_burst;
+  mcp_admit_options ao = MCP_ADMIT_OPTIONS_OF(&ep->opts);
   return mcp_admit_new(&ep->admit, &ao, &ep->mem, ep->now);
 }
 

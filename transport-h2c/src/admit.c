@@ -5,6 +5,7 @@
  * timer, never from inside another connection's nghttp2 callbacks. */
 #include <string.h>
 
+#include "admitopts.h"
 #include "internal.h"
 
 static void on_admit_timer(uv_timer_t *t) { mcp_h2c_admit_run(t->data); }
@@ -12,19 +13,7 @@ static void on_admit_timer(uv_timer_t *t) { mcp_h2c_admit_run(t->data); }
 static void on_timer_closed(uv_handle_t *h) { mcp_h2c_ep_unref(h->data); }
 
 int mcp_h2c_admit_init(mcp_h2c_ep *ep) {
-  const mcp_h2c_options *o = &ep->opts;
-  mcp_admit_options ao;
-  memset(&ao, 0, sizeof(ao));
-  ao.max_streams = o->max_streams;
-  ao.max_streams_per_peer = o->max_streams_per_peer;
-  ao.stream_rate = o->stream_rate;
-  ao.stream_burst = o->stream_burst;
-  ao.max_initial = o->max_initial_pushes;
-  ao.max_initial_per_peer = o->max_initial_pushes_per_peer;
-  ao.initial_timeout = o->initial_push_timeout;
-  ao.wait_timeout = o->admission_wait_timeout;
-  ao.peer_stream_rate = o->peer_stream_rate;
-  ao.peer_stream_burst = o->peer_stream_burst;
+  mcp_admit_options ao = MCP_ADMIT_OPTIONS_OF(&ep->opts);
   int rv = mcp_admit_new(&ep->admit, &ao, &ep->mem, mcp_h2c_now());
   if (rv < 0)
     return rv;
