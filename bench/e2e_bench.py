@@ -958,6 +958,8 @@ class Bench:
             t0 = now()
             t0_wall = time.time_ns()
             os.rename(staged, final)
+            if self.args.hold_reads > 0:
+                time.sleep(self.args.hold_reads / 1000.0)
             r.wait(lambda: left[0] == 0, 20,
                    "change %d to reach %d sinks" % (i, len(sinks)))
             lat = []
@@ -1067,8 +1069,18 @@ class Bench:
             done = max((k.t_synced - t0) / MS for k in sinks)
             note("%s %d incremental sinks at once: last synced after %.1f ms"
                  % (t, n, done))
-            self.report_propagation(t, n, wl.nres, "",
-                                    *self.propagate(t, wl, src, sinks, True))
+            # What the programs spend idle (timers), to take out of what
+            # the changes cost: a second of it, then the changes.
+            cpus = lambda: [cpu_ns(k.pid) for k in sinks + [src]]
+            i0, ti0 = cpus(), now()
+            r.idle(1.0)
+            i1, ti1 = cpus(), now()
+            prop = self.propagate(t, wl, src, sinks, True)
+            c1, tc1 = cpus(), now()
+            self.report_propagation(t, n, wl.nres, "", *prop)
+            busy = [(c - b) - (b - a) * (tc1 - ti1) / (ti1 - ti0)
+                    for a, b, c in zip(i0, i1, c1)]
+            self.report_change_cpu(t, n, len(prop[1]), busy[:-1], busy[-1])
         finally:
             r.stop(sinks)
 
@@ -1106,6 +1118,30 @@ class Bench:
                    "upsert; the source's own stamp on its log line): median")
             result("e2e_propagation_source_p99_ms_%s" % t,
                    percentile(at_src, 99), "ms", "the same, p99")
+
+    def report_change_cpu(self, t, n, changes, sink_ns, src_ns):
+        """What one incremental change costs in CPU: each sink's (median
+        over the sinks) and the source's, over the whole propagation run,
+        less what each spent idle at the rate of the second before it (gRPC's
+        timers; the h2c programs spend nothing idle). A change finds every
+        sink asleep (0.1 s between changes), so this is the cost of a
+        wake-up too. n sinks times a sink's share, spread over this
+        machine's CPUs, is the least the last sink can wait once every sink
+        takes its turn."""
+        per_sink = median(sink_ns) / changes / 1e3
+        per_src = src_ns / changes / 1e3
+        ncpu = os.cpu_count() or 1
+        note("%s CPU per incremental change: a sink %.1f us (median of %d; "
+             "min %.1f, max %.1f), the source %.1f us; %d sinks on %d CPUs: "
+             "%.2f ms of their and the source's work per CPU" % (
+                 t, per_sink, n, min(sink_ns) / changes / 1e3,
+                 max(sink_ns) / changes / 1e3, per_src, n, ncpu,
+                 (per_sink * n + per_src) / ncpu / 1e3))
+        result("e2e_propagation_sink_cpu_us_%s" % t, per_sink, "us",
+               "incremental propagation: one sink's CPU time (all threads) "
+               "per change, median over the sinks")
+        result("e2e_propagation_source_cpu_us_%s" % t, per_src, "us",
+               "the same, the source's per change (to all the sinks)")
 
     # ---- part 3: thousands of sinks (bench/raw_sink --conns) ----
 
@@ -1399,6 +1435,11 @@ def main():
     ap.add_argument("--tls-sinks", type=int,
                     help="sink streams of the tlsload part (default 1000, "
                          "--quick 20)")
+    ap.add_argument("--hold-reads", type=float, default=0, metavar="MS",
+                    help="propagation: after each change, read nothing for "
+                         "MS milliseconds (the driver sleeps, off the CPU "
+                         "the sinks need); the figures are the lines' own "
+                         "stamps either way (default 0: read as lines come)")
     ap.add_argument("parts", nargs="*", default=["sync1", "sinks"])
     args = ap.parse_args()
     for p in args.parts:

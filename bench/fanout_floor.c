@@ -19,6 +19,10 @@
  *   loop     one thread with epoll for all: mcp-load-sink on h2c.
  *
  *   BENCH fanout_floor_<mode>_p50_ms <v> ms   (and _p99_ms, _max_ms)
+ *   BENCH fanout_floor_procs_cpu_us <v> us    a receiver process's CPU
+ *         time per delivery (woken, read, stamp, answer), from the
+ *         children's rusage: what e2e_bench's
+ *         e2e_propagation_sink_cpu_us compares with
  *
  * Usage: fanout_floor [--receivers N] [--rounds R] [--interval-ms I]
  *                     [--size B] [--mode procs|threads|loop|all] [--quick]
@@ -34,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -201,6 +206,10 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+static double tv_us(const struct timeval *t) {
+  return (double)t->tv_sec * 1e6 + (double)t->tv_usec;
+}
+
 /* The kinds of receivers, in the order they run. */
 enum { PROCS, THREADS, LOOP, NMODES };
 static const char *const mode_names[NMODES] = {"procs", "threads", "loop"};
@@ -223,6 +232,8 @@ static void run(int mode, const cfg *g) {
   rthread rt = {port, g->size};
   lctx lc = {port, n, g->size};
   size_t nth = 0; /* threads started */
+  struct rusage ru0;
+  getrusage(RUSAGE_CHILDREN, &ru0); /* of the children reaped before */
   if (mode == PROCS) {
     if (!(kids = calloc((unsigned)n, sizeof(*kids))))
       die("calloc");
@@ -284,6 +295,17 @@ static void run(int mode, const cfg *g) {
     waitpid(kids[i], NULL, 0);
   for (size_t i = 0; i < nth; i++)
     pthread_join(th[i], NULL);
+  if (mode == PROCS) {
+    struct rusage ru1;
+    getrusage(RUSAGE_CHILDREN, &ru1);
+    double us = tv_us(&ru1.ru_utime) + tv_us(&ru1.ru_stime) -
+                tv_us(&ru0.ru_utime) - tv_us(&ru0.ru_stime);
+    bu_result("fanout_floor_procs_cpu_us",
+              us / ((double)n * (double)g->rounds), "us",
+              "procs: a receiver's CPU time per delivery (its whole life "
+              "over its deliveries: the dial is in it)",
+              NULL, -1);
+  }
 
   qsort(lag, k, sizeof(*lag), cmp_u64);
   char name[64], what[160];
