@@ -300,8 +300,8 @@ static void run(int mode, const cfg *g) {
     getrusage(RUSAGE_CHILDREN, &ru1);
     double us = tv_us(&ru1.ru_utime) + tv_us(&ru1.ru_stime) -
                 tv_us(&ru0.ru_utime) - tv_us(&ru0.ru_stime);
-    bu_result("fanout_floor_procs_cpu_us",
-              us / ((double)n * (double)g->rounds), "us",
+    bu_result("fanout_floor_procs_cpu_us", us / ((double)n * (double)g->rounds),
+              "us",
               "procs: a receiver's CPU time per delivery (its whole life "
               "over its deliveries: the dial is in it)",
               NULL, -1);

@@ -29,7 +29,8 @@ typedef struct seen {
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static seen ev;
 
-static void on_stream(mcp_stream_event kind, const mcp_stream_info *i, void *ud) {
+static void on_stream(mcp_stream_event kind, const mcp_stream_info *i,
+                      void *ud) {
   (void)ud;
   pthread_mutex_lock(&mu);
   if (kind == MCP_STREAM_OPENED) {
@@ -166,7 +167,8 @@ typedef struct dialer {
   char last_details[256];
 } dialer;
 
-static void on_dialer(mcp_stream_event kind, const mcp_stream_info *i, void *ud) {
+static void on_dialer(mcp_stream_event kind, const mcp_stream_info *i,
+                      void *ud) {
   dialer *d = ud;
   pthread_mutex_lock(&d->mu);
   if (kind == MCP_STREAM_OPENED) {

@@ -30,7 +30,8 @@ extern const ta_transport TA_ADAPTER;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int opened, closed, closed_ok;
 
-static void on_stream(mcp_stream_event kind, const mcp_stream_info *i, void *ud) {
+static void on_stream(mcp_stream_event kind, const mcp_stream_info *i,
+                      void *ud) {
   (void)ud;
   pthread_mutex_lock(&mu);
   if (kind == MCP_STREAM_OPENED) {

@@ -302,7 +302,8 @@ static int srefused, srefused_status; /* REFUSED events (any call), last */
 /* The listener's stream events (serve()): what each says of its stream
  * (the engine's one shape on every transport), service streams' closes,
  * and refusals. */
-static void s_on_stream(mcp_stream_event ev, const mcp_stream_info *info, void *ud) {
+static void s_on_stream(mcp_stream_event ev, const mcp_stream_info *info,
+                        void *ud) {
   (void)ud;
   if (ev == MCP_STREAM_OPENED) {
     /* Every call, MCP's too: its stream, named by its API; MCP's own
@@ -1034,7 +1035,8 @@ typedef struct cevents {
   char api[32];
 } cevents;
 
-static void c_on_stream(mcp_stream_event ev, const mcp_stream_info *info, void *ud) {
+static void c_on_stream(mcp_stream_event ev, const mcp_stream_info *info,
+                        void *ud) {
   cevents *e = ud;
   ck_assert(info->dialed);
   pthread_mutex_lock(&e->mu);

@@ -53,7 +53,8 @@ static seen seen_get(seen *s) {
   return c;
 }
 
-static void on_stream(mcp_stream_event kind, const mcp_stream_info *i, void *ud) {
+static void on_stream(mcp_stream_event kind, const mcp_stream_info *i,
+                      void *ud) {
   seen *s = ud;
   pthread_mutex_lock(&s->mu);
   if (kind == MCP_STREAM_OPENED) {

@@ -5,10 +5,10 @@
  * source dialing a listening sink sync, follow updates and ACK them; a
  * dialing sink resumes with what it holds after the source restarts;
  * updates from other threads converge; the streams show their peer and
- * session and count their messages each way; a debounced push goes out on its timer; the update queue is
- * bounded; a finishing sink ends with OK; unix sockets, names, the
- * aggregated services, and bad or busy addresses. With MCP_TEST_TLS=1
- * every connection is mutual TLS.
+ * session and count their messages each way; a debounced push goes out on its
+ * timer; the update queue is bounded; a finishing sink ends with OK; unix
+ * sockets, names, the aggregated services, and bad or busy addresses. With
+ * MCP_TEST_TLS=1 every connection is mutual TLS.
  */
 #include <check.h>
 #include <errno.h>
@@ -61,7 +61,8 @@ static seen got(void) {
   return s;
 }
 
-static void on_stream(mcp_stream_event kind, const mcp_stream_info *i, void *ud) {
+static void on_stream(mcp_stream_event kind, const mcp_stream_info *i,
+                      void *ud) {
   (void)ud;
   pthread_mutex_lock(&ev.mu);
   if (kind == MCP_STREAM_OPENED) {

@@ -44,7 +44,8 @@ typedef struct seen {
 
 static seen sides[2];
 
-static void on_stream(mcp_stream_event ev, const mcp_stream_info *in, void *ud) {
+static void on_stream(mcp_stream_event ev, const mcp_stream_info *in,
+                      void *ud) {
   seen *s = ud;
   pthread_mutex_lock(&s->mu);
   if (ev == MCP_STREAM_OPENED) {
@@ -102,7 +103,7 @@ static int reached(void *ud) {
   seen s = seen_get(w->side);
   int got = w->ev == MCP_STREAM_OPENED    ? s.opened
             : w->ev == MCP_STREAM_REFUSED ? s.refused
-                                         : s.closed;
+                                          : s.closed;
   return got >= w->n;
 }
 

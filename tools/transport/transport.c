@@ -134,7 +134,7 @@ tool_stream_info tool_shim_stream_info(const mcp_stream_info *info,
 }
 
 void tool_shim_on_stream(mcp_stream_event ev, const mcp_stream_info *info,
-                        void *ud) {
+                         void *ud) {
   const tool_shim_cb *cb = ud;
   tool_stream_cb on_stream = ev == MCP_STREAM_REFUSED ? NULL : cb->on_stream;
   tool_refused_cb on_refused = ev == MCP_STREAM_REFUSED ? cb->on_refused : NULL;

@@ -115,7 +115,7 @@ struct mcp_grpc_stream {
    * |api| also once the stream is gone), NULL before it has a stream. */
   char *api;
   int recv_busy; /* a receive is in flight */
-  char *peer; /* gpr_malloc'd by gRPC */
+  char *peer;    /* gpr_malloc'd by gRPC */
   mcp_tstamp expiry; /* of the engine's stream, cached */
   mcp_grpc_stream_state state;
   int dirty;  /* pump at the end of this loop iteration */

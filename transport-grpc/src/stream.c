@@ -213,8 +213,8 @@ static void send_status(mcp_grpc_stream *s) {
   s->state = MCP_GRPC_ST_CLOSING;
   if (s->closed)
     return;
-  grpc_slice details = grpc_slice_from_copied_string(s->rec.details ? s->rec.details
-                                                                : "");
+  grpc_slice details =
+      grpc_slice_from_copied_string(s->rec.details ? s->rec.details : "");
   grpc_op ops[2];
   size_t n = 0;
   memset(ops, 0, sizeof(ops));

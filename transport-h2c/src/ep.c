@@ -36,7 +36,8 @@ void mcp_h2c_info_fill(const mcp_h2c_stream *s, mcp_h2c_stream_info *info) {
   info->sending = s->out != NULL;
   info->initial = mcp_admit_ticket_initial(s->ticket);
   info->stream = s->eng;
-  info->api = s->api ? s->api : (s->svc || s->in_slot || s->rec.dialed ? "" : NULL);
+  info->api =
+      s->api ? s->api : (s->svc || s->in_slot || s->rec.dialed ? "" : NULL);
   info->method = s->hd.path ? s->hd.path : "";
   info->tls = s->c->ssl != NULL;
   info->identities = (const char *const *)s->c->ids.v;

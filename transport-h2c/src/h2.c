@@ -1039,8 +1039,9 @@ static int on_stream_close(nghttp2_session *h2, int32_t id, uint32_t code,
     s->finishing = 1;
     char d[96];
     if (s->rec.dialed) {
-      s->rec.status = code == NGHTTP2_NO_ERROR ? MCP_CODE_INTERNAL
-                                           : mcp_h2c_status_from_h2_error(code);
+      s->rec.status = code == NGHTTP2_NO_ERROR
+                          ? MCP_CODE_INTERNAL
+                          : mcp_h2c_status_from_h2_error(code);
       snprintf(d, sizeof(d), "stream reset by the server (%s)",
                nghttp2_http2_strerror(code));
     } else {
