@@ -250,6 +250,26 @@ class Acks:
         return len(self.got)
 
 
+def unsynced(loads, got, total):
+    """Which streams have not ACKed a whole state, and the sizes of the
+    pushes each did ACK (a stall's evidence: a first push short of the
+    store, or no push at all)."""
+    sizes = {}
+    for li, l in enumerate(loads):
+        for _, line in l.since(0)[0]:
+            if '"ack"' in line:
+                try:
+                    a = json.loads(line)
+                except ValueError:
+                    continue
+                sizes.setdefault((li, a.get("s")), []).append(a.get("n"))
+    short = sorted(k for k in sizes if k not in got)
+    return ("not synced (load, stream): the sizes they ACKed: %s; %d of %d "
+            "streams ACKed nothing" % (
+                ", ".join("%s: %s" % (k, sizes[k]) for k in short) or "none",
+                total - len(sizes), total))
+
+
 def propagation(args, tmp, etcd):
     streams = args.streams or (30 if args.quick else 100)
     rounds = args.rounds or (5 if args.quick else 20)
@@ -272,8 +292,11 @@ def propagation(args, tmp, etcd):
     acks = Acks(loads)
     # Everyone synced: each stream ACKed a push of 100 resources.
     acks.start('"n":100')
-    wait(lambda: acks.count() == total, "%d streams synced" % total,
-         children=loads + reps)
+    try:
+        wait(lambda: acks.count() == total, "%d streams synced" % total,
+             children=loads + reps)
+    except RuntimeError as e:
+        raise RuntimeError("%s; %s" % (e, unsynced(loads, acks.got, total)))
     lat = []
     for rnd in range(rounds):
         acks.start()
