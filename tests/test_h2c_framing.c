@@ -606,7 +606,7 @@ START_TEST(keepalive) {
   ck_assert_uint_eq(st.connections, 1);
   /* One that does not is dropped. */
   e.c.no_read = 1;
-  ck_assert(h2t_run_until(&e.loop, closed_status, &e, 3000));
+  ck_assert(h2t_run_until(&e.loop, closed_status, &e, 10000));
   ck_assert_int_eq(e.last_status, MCP_CODE_UNAVAILABLE);
   ck_assert_str_eq(e.last_details, "keepalive timeout");
   wait_server(&e, 0, 0);
@@ -627,7 +627,7 @@ START_TEST(idle_timeout) {
   start(&e);
   rc_connect(&e.c, e.port, 0);
   uint64_t t0 = uv_hrtime();
-  ck_assert(h2t_run_until(&e.loop, eof, &e, 3000));
+  ck_assert(h2t_run_until(&e.loop, eof, &e, 10000));
   ck_assert_uint_ge(uv_hrtime() - t0, 90 * MCP_MILLISECONDS);
   ck_assert(e.c.goaway);
   wait_server(&e, 0, 0);
@@ -644,7 +644,7 @@ START_TEST(too_many_pings) {
   for (int i = 0; i < 5; ++i)
     nghttp2_submit_ping(e.c.h2, NGHTTP2_FLAG_NONE, NULL);
   rc_io(&e.c);
-  ck_assert(h2t_run_until(&e.loop, eof, &e, 3000));
+  ck_assert(h2t_run_until(&e.loop, eof, &e, 10000));
   ck_assert(e.c.goaway);
   ck_assert_uint_eq(e.c.goaway_code, NGHTTP2_ENHANCE_YOUR_CALM);
   finish(&e);
@@ -661,7 +661,7 @@ START_TEST(garbage_after_preface) {
   static const uint8_t junk[] = {0xff, 0xff, 0xff, 0x01, 0x00, 0,  0,
                                  0,    1,    'j',  'u',  'n',  'k'};
   h2t_buf_add(&e.c.pending, junk, sizeof(junk));
-  ck_assert(h2t_run_until(&e.loop, eof, &e, 3000));
+  ck_assert(h2t_run_until(&e.loop, eof, &e, 10000));
   wait_server(&e, 0, 0);
   finish(&e);
 }

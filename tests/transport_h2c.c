@@ -466,7 +466,7 @@ START_TEST(on_closed_runs_once_the_source_is_closed) {
   mcp_h2c_source_del(src);
   ck_assert_int_eq(ran, 1);
   ck_assert_int_eq(closed, 0);
-  ck_assert(h2t_run_until(&w.env->loop, h_one_closed, &closed, 2000));
+  ck_assert(h2t_run_until(&w.env->loop, h_one_closed, &closed, 10000));
   ta_world_fini(&w);
 }
 END_TEST
