@@ -20,7 +20,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import unittest
 
 import e2e_common as common
@@ -256,12 +255,15 @@ class DispRules(DispBase):
 
     def test_session_expires_and_the_agent_starts_a_new_one(self):
         self.put("a.yaml", [task("t1", "node-a")])
-        src = self.source("--heartbeat-period", "200")
+        src = self.source("--heartbeat-period", "200", "--log-level",
+                          "debug")
         a = self.agent("node-a")
         m = self.wait_msgs(a, 1)[0]
-        a.signal(signal.SIGSTOP)  # no heartbeat for 3 periods
+        a.signal(signal.SIGSTOP)  # no heartbeat until its session expired
         try:
-            time.sleep(1.0)
+            self.wait_for(
+                lambda: "Dispatcher: 1 session expired" in src.stderr(),
+                "the stopped agent's session to expire", src)
         finally:
             a.signal(signal.SIGCONT)
         m2 = self.wait_msgs(a, 2)[1]
