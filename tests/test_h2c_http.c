@@ -126,7 +126,7 @@ static char *raw_exchange(henv *e, const char *req, size_t len) {
   ck_assert_int_eq(connect(r.fd, (struct sockaddr *)&a, sizeof(a)), 0);
   ck_assert_int_eq(send(r.fd, req, len, MSG_NOSIGNAL), (ssize_t)len);
   fcntl(r.fd, F_SETFL, fcntl(r.fd, F_GETFL) | O_NONBLOCK);
-  ck_assert(h2t_run_until(&e->loop, raw_read, &r, 5000));
+  ck_assert(h2t_run_until(&e->loop, raw_read, &r, 10000));
   close(r.fd);
   h2t_buf_add(&r.in, "", 1);
   return (char *)r.in.p;
@@ -385,7 +385,7 @@ START_TEST(out_of_descriptors_waits_then_serves) {
   ck_assert_int_eq(send(r.fd, req, sizeof(req) - 1, MSG_NOSIGNAL),
                    (ssize_t)sizeof(req) - 1);
   fcntl(r.fd, F_SETFL, fcntl(r.fd, F_GETFL) | O_NONBLOCK);
-  int paused = h2t_run_until(&e.loop, is_paused, &e, 5000);
+  int paused = h2t_run_until(&e.loop, is_paused, &e, 10000);
   mcp_h2c_stats st;
   mcp_h2c_source_stats(e.src, &st);
   int got = raw_read(&r); /* nothing: not accepted, not closed */
@@ -400,7 +400,7 @@ START_TEST(out_of_descriptors_waits_then_serves) {
   ck_assert_int_eq(st.accept_paused, 1);
   /* Descriptors are back: the waiting connection is served (the retry
    * timer: no connection of ours closed to wake it earlier). */
-  ck_assert(h2t_run_until(&e.loop, raw_read, &r, 5000));
+  ck_assert(h2t_run_until(&e.loop, raw_read, &r, 10000));
   h2t_buf_add(&r.in, "", 1);
   ck_assert_msg(strncmp((char *)r.in.p, "HTTP/1.1 200 OK\r\n", 17) == 0,
                 "%.60s", (char *)r.in.p);

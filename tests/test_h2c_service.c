@@ -328,15 +328,32 @@ static void finish(tenv *e) {
 }
 
 static void wait_msgs(tenv *e, rc_stream *s, int n) {
-  ck_assert_msg(rc_run_until_msgs(&e->loop, &e->c, s, n, 5000),
+  ck_assert_msg(rc_run_until_msgs(&e->loop, &e->c, s, n, 10000),
                 "waited for %d messages, have %d (status %d %s)", n,
                 rc_nmsgs(s), s->grpc_status, s->grpc_message);
 }
 
 static void wait_status(tenv *e, rc_stream *s) {
-  ck_assert(rc_run_until_status(&e->loop, &e->c, s, 5000));
+  ck_assert(rc_run_until_status(&e->loop, &e->c, s, 10000));
 }
 
+typedef struct closed_want {
+  tenv *e;
+  rc_stream *s;
+} closed_want;
+
+static int stream_closed(void *ud) {
+  closed_want *w = ud;
+  rc_io(&w->e->c);
+  return w->s->closed;
+}
+
+static int no_connections(void *ud) {
+  tenv *e = ud;
+  mcp_h2c_stats st;
+  mcp_h2c_source_stats(e->src, &st);
+  return st.connections == 0;
+}
 
 static void msg_is(rc_stream *s, int i, const char *text) {
   const uint8_t *p;
@@ -386,11 +403,8 @@ START_TEST(bad_input) {
   int opens = e.echo_opens;
   rc_stream *h = rc_open(&e.c, "POST", ECHO_PATH, "text/plain", 1, NULL, NULL);
   rc_end(&e.c, h);
-  rc_io(&e.c);
-  for (int i = 0; i < 100 && !h->closed; ++i) {
-    h2t_run_for(&e.loop, 10);
-    rc_io(&e.c);
-  }
+  ck_assert(
+      h2t_run_until(&e.loop, stream_closed, &(closed_want){&e, h}, 10000));
   ck_assert_int_eq(h->http_status, 415);
   ck_assert_int_eq(e.echo_opens, opens);
   /* A message the protocol makes too large for max_send. */
@@ -426,13 +440,9 @@ START_TEST(peer_vanishes) {
   wait_msgs(&e, k, 1);
   ck_assert_int_eq(e.counter_half_closes, 0);
   rc_close(&e.c); /* no GOAWAY, no reset */
+  ck_assert(h2t_run_until(&e.loop, no_connections, &e, 10000));
   mcp_h2c_stats st;
-  for (int i = 0; i < 500; ++i) {
-    h2t_run_for(&e.loop, 10);
-    mcp_h2c_source_stats(e.src, &st);
-    if (st.connections == 0)
-      break;
-  }
+  mcp_h2c_source_stats(e.src, &st);
   ck_assert_uint_eq(st.connections, 0);
   ck_assert_uint_eq(st.streams, 0);
   /* Every byte it held is released. */
@@ -475,7 +485,7 @@ START_TEST(flow_control) {
   /* Until the server has written the peer's whole window (64 KiB): then
    * it is held, and what it pulled from the protocol is bounded. */
   window_filled wf = {&e, 65535};
-  ck_assert(h2t_run_until(&e.loop, window_written, &wf, 5000));
+  ck_assert(h2t_run_until(&e.loop, window_written, &wf, 10000));
   mcp_h2c_stats st;
   mcp_h2c_source_stats(e.src, &st);
   ck_assert_uint_lt(e.nexts, 20); /* held by the window, not pulled */
