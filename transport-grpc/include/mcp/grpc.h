@@ -526,8 +526,10 @@ MCP_EXTERN int mcp_grpc_source_port(const mcp_grpc_source *src);
  * Queues |fn| to run on the transport thread with the default store
  * (session_opts->store, possibly NULL) and returns at once. After |fn|,
  * every stream pushes what it may. Updates run in the order queued.
- * Errors: NOMEM, LIMIT (max_queued_updates are waiting), CLOSED (the
- * object is being deleted).
+ * |user_data| is read when |fn| runs, not now: what it points to must
+ * stay valid and unchanged until then (mcp_grpc_source_call() returns
+ * after the run). Errors: NOMEM, LIMIT (max_queued_updates are waiting),
+ * CLOSED (the object is being deleted).
  */
 MCP_EXTERN int mcp_grpc_source_update(mcp_grpc_source *src,
                                       mcp_grpc_store_fn fn, void *user_data);
@@ -752,7 +754,8 @@ MCP_EXTERN void mcp_grpc_client_del(mcp_grpc_client *c);
 
 /* Queues |fn| to run on the transport thread (to touch the protocol's
  * state) and returns at once; after it, every call is pumped and open()
- * asked. Errors: as mcp_grpc_source_update(). */
+ * asked. |user_data| as for mcp_grpc_source_update(). Errors: as
+ * mcp_grpc_source_update(). */
 MCP_EXTERN int mcp_grpc_client_update(mcp_grpc_client *c, mcp_grpc_run_fn fn,
                                       void *user_data);
 

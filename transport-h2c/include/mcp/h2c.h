@@ -575,8 +575,11 @@ MCP_EXTERN void mcp_h2c_source_notify(mcp_h2c_source *src);
 /*
  * Any thread: queues |fn| to run on the loop thread with the default
  * store (session_opts->store, possibly NULL), then notifies, and returns
- * at once. Updates run in the order queued. Errors: NOMEM, LIMIT
- * (max_queued_updates are waiting), CLOSED (the object is being deleted).
+ * at once. Updates run in the order queued. |user_data| is read when
+ * |fn| runs, not now: what it points to must stay valid and unchanged
+ * until then (mcp_h2c_source_call() returns after the run). Errors:
+ * NOMEM, LIMIT (max_queued_updates are waiting), CLOSED (the object is
+ * being deleted).
  */
 MCP_EXTERN int mcp_h2c_source_update(mcp_h2c_source *src, mcp_h2c_store_fn fn,
                                      void *user_data);
@@ -760,7 +763,8 @@ MCP_EXTERN void mcp_h2c_client_del(mcp_h2c_client *c);
 
 /* Any thread: queues |fn| to run on the loop thread (to touch the
  * protocol's state), then every call is pumped and open() asked; returns
- * at once. Errors: NOMEM, LIMIT (max_queued_updates), CLOSED. */
+ * at once. |user_data| as for mcp_h2c_source_update(). Errors: NOMEM,
+ * LIMIT (max_queued_updates), CLOSED. */
 MCP_EXTERN int mcp_h2c_client_update(mcp_h2c_client *c, mcp_h2c_run_fn fn,
                                      void *user_data);
 
