@@ -451,3 +451,15 @@ int rc_run_until_status(uv_loop_t *loop, rc *c, rc_stream *s,
   msgs_want w = {c, s, 0};
   return h2t_run_until(loop, has_status, &w, timeout_ms);
 }
+
+static int is_closed(void *ud) {
+  msgs_want *w = ud;
+  rc_io(w->c);
+  return w->s->closed;
+}
+
+int rc_run_until_closed(uv_loop_t *loop, rc *c, rc_stream *s,
+                        int timeout_ms) {
+  msgs_want w = {c, s, 0};
+  return h2t_run_until(loop, is_closed, &w, timeout_ms);
+}

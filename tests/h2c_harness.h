@@ -103,6 +103,10 @@ int rc_run_until_msgs(uv_loop_t *loop, rc *c, rc_stream *s, int n,
 /* The same until |s| has its grpc-status. */
 int rc_run_until_status(uv_loop_t *loop, rc *c, rc_stream *s,
                         int timeout_ms);
+/* The same until |s| is closed (any end: trailers, a reset, a plain HTTP
+ * answer). */
+int rc_run_until_closed(uv_loop_t *loop, rc *c, rc_stream *s,
+                        int timeout_ms);
 
 /* Spawns |argv| (a program on PATH) with stdout to |out_path|, stderr to
  * /dev/null, runs |loop| while it runs (at most |timeout_ms|), and returns

@@ -107,12 +107,6 @@ typedef struct want {
   int n;
 } want;
 
-static int is_closed(void *ud) {
-  want *w = ud;
-  rc_io(&w->e->c);
-  return w->s->closed;
-}
-
 static void wait_msgs(fenv *e, rc_stream *s, int n) {
   ck_assert_msg(rc_run_until_msgs(&e->loop, &e->c, s, n, 10000),
                 "waited for %d messages, have %d (status %d %s)", n,
@@ -336,8 +330,7 @@ START_TEST(unknown_path) {
   ck_assert_int_eq(s->grpc_status, 12);
   ck_assert(s->end_headers_only); /* trailers-only */
   ck_assert_str_eq(s->grpc_message, "unknown method /foo.Bar/Baz");
-  want w = {&e, s, 0};
-  ck_assert(h2t_run_until(&e.loop, is_closed, &w, 10000));
+  ck_assert(rc_run_until_closed(&e.loop, &e.c, s, 10000));
   /* The other service of this port: a source serves no ResourceSink. */
   rc_stream *t =
       rc_open(&e.c, "POST", MCP_H2C_RESOURCE_SINK_METHOD, GRPC, 1, NULL, NULL);
@@ -533,8 +526,7 @@ START_TEST(half_close_gets_answers) {
   wait_status(&e, s);
   ck_assert_int_eq(s->grpc_status, 0);
   ck_assert_int_eq(rc_nmsgs(s), 2);
-  want w = {&e, s, 0};
-  ck_assert(h2t_run_until(&e.loop, is_closed, &w, 10000));
+  ck_assert(rc_run_until_closed(&e.loop, &e.c, s, 10000));
   ck_assert_uint_eq(s->close_code, 0);
   finish(&e);
 }

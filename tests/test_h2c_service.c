@@ -337,17 +337,6 @@ static void wait_status(tenv *e, rc_stream *s) {
   ck_assert(rc_run_until_status(&e->loop, &e->c, s, 10000));
 }
 
-typedef struct closed_want {
-  tenv *e;
-  rc_stream *s;
-} closed_want;
-
-static int stream_closed(void *ud) {
-  closed_want *w = ud;
-  rc_io(&w->e->c);
-  return w->s->closed;
-}
-
 static int no_connections(void *ud) {
   tenv *e = ud;
   mcp_h2c_stats st;
@@ -403,8 +392,7 @@ START_TEST(bad_input) {
   int opens = e.echo_opens;
   rc_stream *h = rc_open(&e.c, "POST", ECHO_PATH, "text/plain", 1, NULL, NULL);
   rc_end(&e.c, h);
-  ck_assert(
-      h2t_run_until(&e.loop, stream_closed, &(closed_want){&e, h}, 10000));
+  ck_assert(rc_run_until_closed(&e.loop, &e.c, h, 10000));
   ck_assert_int_eq(h->http_status, 415);
   ck_assert_int_eq(e.echo_opens, opens);
   /* A message the protocol makes too large for max_send. */
