@@ -458,8 +458,7 @@ static int is_closed(void *ud) {
   return w->s->closed;
 }
 
-int rc_run_until_closed(uv_loop_t *loop, rc *c, rc_stream *s,
-                        int timeout_ms) {
+int rc_run_until_closed(uv_loop_t *loop, rc *c, rc_stream *s, int timeout_ms) {
   msgs_want w = {c, s, 0};
   return h2t_run_until(loop, is_closed, &w, timeout_ms);
 }

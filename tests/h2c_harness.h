@@ -105,8 +105,7 @@ int rc_run_until_status(uv_loop_t *loop, rc *c, rc_stream *s,
                         int timeout_ms);
 /* The same until |s| is closed (any end: trailers, a reset, a plain HTTP
  * answer). */
-int rc_run_until_closed(uv_loop_t *loop, rc *c, rc_stream *s,
-                        int timeout_ms);
+int rc_run_until_closed(uv_loop_t *loop, rc *c, rc_stream *s, int timeout_ms);
 
 /* Spawns |argv| (a program on PATH) with stdout to |out_path|, stderr to
  * /dev/null, runs |loop| while it runs (at most |timeout_ms|), and returns
