@@ -230,46 +230,40 @@ class Replica(Lines):
 
 
 class Acks:
-    """The streams of |loads| that ACKed a push matching |tag| since
-    start(), read incrementally (each line parsed once)."""
+    """The streams of |loads| that ACKed a push |want| accepts (the ACK's
+    line as a dict) since start(), read incrementally (each line parsed
+    once), and the sizes of every push each stream ACKed meanwhile."""
 
     def __init__(self, loads):
         self.loads = loads
 
-    def start(self, tag=None, from_spawn=False):
+    def start(self, want=None, from_spawn=False):
         """Counts the ACKs after now, or (|from_spawn|) every ACK the
         loads printed: their first ones can come before this is called."""
-        self.tag = tag
+        self.want = want
         self.k = [0 if from_spawn else l.since(0)[1] for l in self.loads]
-        self.got = {}  # (load, stream) -> time of its first matching ACK
+        self.got = {}  # (load, stream) -> time of its first wanted ACK
+        self.sizes = {}  # (load, stream) -> the sizes it ACKed
 
     def count(self):
         for li, l in enumerate(self.loads):
             new, self.k[li] = l.since(self.k[li])
             for t, line in new:
-                if '"ack"' in line and (not self.tag or self.tag in line):
-                    self.got.setdefault((li, json.loads(line)["s"]), t)
+                if '"ack"' in line:
+                    a = json.loads(line)
+                    self.sizes.setdefault((li, a["s"]), []).append(a["n"])
+                    if not self.want or self.want(a):
+                        self.got.setdefault((li, a["s"]), t)
         return len(self.got)
 
-
-def unsynced(loads, got, total):
-    """Which streams have not ACKed a whole state, and the sizes of the
-    pushes each did ACK (a stall's evidence: a first push short of the
-    store, or no push at all)."""
-    sizes = {}
-    for li, l in enumerate(loads):
-        for _, line in l.since(0)[0]:
-            if '"ack"' in line:
-                try:
-                    a = json.loads(line)
-                except ValueError:
-                    continue
-                sizes.setdefault((li, a.get("s")), []).append(a.get("n"))
-    short = sorted(k for k in sizes if k not in got)
-    return ("not synced (load, stream): the sizes they ACKed: %s; %d of %d "
-            "streams ACKed nothing" % (
-                ", ".join("%s: %s" % (k, sizes[k]) for k in short) or "none",
-                total - len(sizes), total))
+    def missing(self, total):
+        """A stall's evidence: the streams that ACKed pushes but none
+        wanted, with their sizes, and how many ACKed nothing."""
+        short = sorted(k for k in self.sizes if k not in self.got)
+        return ("not synced (load, stream): the sizes they ACKed: %s; %d of "
+                "%d streams ACKed nothing" % (
+                    ", ".join("%s: %s" % (k, self.sizes[k]) for k in short)
+                    or "none", total - len(self.sizes), total))
 
 
 def propagation(args, tmp, etcd):
@@ -294,12 +288,12 @@ def propagation(args, tmp, etcd):
     acks = Acks(loads)
     # Everyone synced: each stream ACKed a push of 100 resources. A load
     # spawned first may have synced while the others were spawned.
-    acks.start('"n":100', from_spawn=True)
+    acks.start(lambda a: a["n"] == 100, from_spawn=True)
     try:
         wait(lambda: acks.count() == total, "%d streams synced" % total,
              children=loads + reps)
     except RuntimeError as e:
-        raise RuntimeError("%s; %s" % (e, unsynced(loads, acks.got, total)))
+        raise RuntimeError("%s; %s" % (e, acks.missing(total)))
     lat = []
     for rnd in range(rounds):
         acks.start()
