@@ -1124,8 +1124,8 @@ class Bench:
         """What one incremental change costs in CPU: each sink's (median
         over the sinks) and the source's, over the whole propagation run,
         less what each spent idle at the rate of the second before it (gRPC's
-        timers; an idle h2c sink spends nothing, an idle source about 0.1 ms
-        a second). A change finds every
+        timers; an idle h2c sink spends nothing, an idle h2c source about
+        0.1 ms a second, its 1 s timers). A change finds every
         sink asleep (0.1 s between changes), so this is the cost of a
         wake-up too. n sinks times a sink's share, spread over this
         machine's CPUs, is the least the last sink can wait once every sink
