@@ -266,7 +266,7 @@ class DispRules(DispBase):
             # due (only the first logs "session expired").
             return any("session call" in line and
                        "closed: status 5: node not registered" in line
-                       for line in src.stderr().splitlines())
+                       for line in src.stderr_lines())
         try:
             self.wait_for(expired, "the stopped agent's session to expire",
                           src)
